@@ -1,0 +1,202 @@
+"""Encoder and heads: golden parameter counts, jit, padding, bf16, scan/remat, attention paths."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import heads
+from bertjax import model
+from configs import common
+
+GOLDEN_ENCODER_PARAMS = {'base': 109_482_240, 'large': 335_141_888}
+
+
+def formula_param_count(cfg) -> int:
+  """Encoder + pooler parameters, counted by hand from the architecture."""
+  d, f = cfg.hidden_size, cfg.mlp_dim
+  embeddings = (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size) * d + 2 * d
+  attention = 4 * (d * d + d) + 2 * d
+  mlp = d * f + f + f * d + d + 2 * d
+  pooler = d * d + d
+  return embeddings + cfg.num_layers * (attention + mlp) + pooler
+
+
+def abstract_params(cfg, module_cls=model.BertEncoder, batch=None):
+  batch = batch or heads.dummy_batch(1, 8, 2)
+  if module_cls is model.BertEncoder:
+    batch = {k: v for k, v in batch.items() if k != 'masked_lm_positions'}
+  return jax.eval_shape(
+      lambda: module_cls(cfg).init(jax.random.key(0), **batch))['params']
+
+
+@pytest.mark.parametrize('size', list(common.SIZES))
+def test_param_counts(size):
+  cfg = common.model_config(size)
+  count = model.param_count(abstract_params(cfg))
+  assert count == formula_param_count(cfg)
+  if size in GOLDEN_ENCODER_PARAMS:
+    assert count == GOLDEN_ENCODER_PARAMS[size]
+
+
+def test_pretraining_head_param_count():
+  cfg = common.model_config('base')
+  d, v = cfg.hidden_size, cfg.vocab_size
+  heads_only = (d * d + d) + 2 * d + v + (2 * d + 2)  # transform, LayerNorm, bias, NSP.
+  count = model.param_count(abstract_params(cfg, heads.BertForPreTraining))
+  assert count == GOLDEN_ENCODER_PARAMS['base'] + heads_only  # Decoder is tied: no V x D.
+
+
+def test_every_param_has_logical_axes():
+  cfg = common.model_config('tiny', scan_layers=True)
+  boxed = jax.eval_shape(lambda: heads.BertForPreTraining(cfg).init(
+      jax.random.key(0), **heads.dummy_batch(1, 8, 2)))['params']
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: hasattr(x, 'names'))
+  assert leaves and all(hasattr(x, 'names') for x in leaves)
+  names = {n for x in leaves for n in x.names if n}
+  assert names == {'vocab', 'embed', 'heads', 'kv', 'mlp', 'layers'}
+  for x in leaves:
+    assert len(x.names) == len(x.value.shape)
+
+
+def tiny_setup(seed=0, **overrides):
+  cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64, **overrides)
+  rng = np.random.default_rng(seed)
+  batch = {
+      'input_ids': rng.integers(0, 500, (3, 16)).astype(np.int32),
+      'input_mask': np.ones((3, 16), np.int32),
+      'segment_ids': (np.arange(16) >= 7).astype(np.int32)[None].repeat(3, 0),
+      'masked_lm_positions': rng.integers(0, 10, (3, 4)).astype(np.int32),
+  }
+  batch['input_mask'][1, 10:] = 0
+  batch['input_mask'][2, 4:] = 0
+  batch['segment_ids'] *= batch['input_mask']
+  variables = heads.BertForPreTraining(cfg).init(jax.random.key(seed), **batch)
+  return cfg, variables, batch
+
+
+def apply(cfg, variables, batch, **kw):
+  return heads.BertForPreTraining(cfg).apply(variables, **batch, **kw)
+
+
+def test_jit_equals_eager():
+  cfg, variables, batch = tiny_setup()
+  eager = apply(cfg, variables, batch)
+  jitted = jax.jit(functools.partial(apply, cfg))(variables, batch)
+  for a, b in zip(eager, jitted):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+
+
+def test_padding_does_not_change_real_positions():
+  cfg, variables, batch = tiny_setup()
+  encoder = model.BertEncoder(cfg)
+  params = {'params': variables['params']['bert']}
+  inputs = {k: v for k, v in batch.items() if k != 'masked_lm_positions'}
+  seq, pooled = encoder.apply(params, **inputs)
+  # Change what sits at padded positions, and add more padding at the end.
+  garbage = dict(inputs)
+  garbage['input_ids'] = np.where(inputs['input_mask'] == 1, inputs['input_ids'], 7)
+  longer = {k: np.pad(v, ((0, 0), (0, 9)), constant_values=3 if k == 'input_ids' else 0)
+            for k, v in garbage.items()}
+  seq2, pooled2 = encoder.apply(params, **longer)
+  mask = inputs['input_mask'].astype(bool)
+  np.testing.assert_allclose(np.asarray(seq2)[:, :16][mask], np.asarray(seq)[mask], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(pooled2), np.asarray(pooled), atol=1e-6)
+
+
+def test_bfloat16_close_to_float32():
+  cfg, variables, batch = tiny_setup()
+  mlm32, nsp32 = apply(cfg, variables, batch)
+  cfg16 = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                              dtype='bfloat16')
+  mlm16, nsp16 = apply(cfg16, variables, batch)
+  assert mlm16.dtype == jnp.float32  # Logits leave the head in float32.
+  # Stated tolerance: bf16 keeps 8 mantissa bits (~0.4% per rounding); through 2 layers and
+  # the head the logits stay within 3% relative (L2) of float32.
+  for got, want in ((mlm16, mlm32), (nsp16, nsp32)):
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 3e-2
+    assert np.linalg.norm(got - want) > 0  # bf16 really was used.
+  # Parameters stay float32 whatever the compute dtype.
+  params16 = heads.BertForPreTraining(cfg16).init(jax.random.key(0), **batch)['params']
+  assert {x.dtype for x in jax.tree.leaves(params16)} == {jnp.dtype('float32')}
+  seq16, _ = model.BertEncoder(cfg16).apply(
+      {'params': variables['params']['bert']},
+      **{k: v for k, v in batch.items() if k != 'masked_lm_positions'})
+  assert seq16.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize('impl', ['dot_product_attention'])
+def test_attention_impls_agree(impl):
+  cfg, variables, batch = tiny_setup()
+  want = apply(cfg, variables, batch)
+  cfg_impl = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                                 attention_impl=impl)
+  got = apply(cfg_impl, variables, batch)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_fused_attention_refuses_dropout_in_training():
+  cfg, variables, batch = tiny_setup(attention_impl='dot_product_attention')
+  with pytest.raises(ValueError, match='attention_dropout_rate=0'):
+    apply(cfg, variables, batch, deterministic=False, rngs={'dropout': jax.random.key(1)})
+
+
+@pytest.mark.parametrize('remat_policy', ['none', 'full', 'dots'])
+def test_scan_and_remat_equal_plain_loop(remat_policy):
+  cfg, variables, batch = tiny_setup()
+  want = apply(cfg, variables, batch)
+  cfg_scan = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                                 scan_layers=True, remat_policy=remat_policy)
+  # Same weights, stacked along a leading layer axis.
+  params = nn.unbox(variables['params'])
+  bert = {k: v for k, v in params['bert'].items() if not k.startswith('layers_')}
+  layers = [params['bert'][f'layers_{i}'] for i in range(cfg.num_layers)]
+  bert['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+  params = dict(params, bert=bert)
+  got = jax.jit(functools.partial(apply, cfg_scan))({'params': params}, batch)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  # Gradients flow through remat + scan.
+  def loss(p):
+    mlm, nsp = apply(cfg_scan, {'params': p}, batch)
+    return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2)
+  grads = jax.grad(loss)(params)
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+def test_dropout_is_active_in_training_only():
+  cfg, variables, batch = tiny_setup()
+  train = functools.partial(apply, cfg, variables, batch, deterministic=False)
+  a, _ = train(rngs={'dropout': jax.random.key(1)})
+  b, _ = train(rngs={'dropout': jax.random.key(2)})
+  c, _ = train(rngs={'dropout': jax.random.key(1)})
+  assert not np.allclose(np.asarray(a), np.asarray(b))
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_check_inputs_rejects_out_of_range_ids():
+  cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64)
+  ids = np.zeros((2, 8), np.int32)
+  model.check_inputs(cfg, ids, np.zeros_like(ids), np.ones_like(ids))
+  ids[1, 3] = 500
+  with pytest.raises(ValueError, match=r'token id 500 at position \(1, 3\) is outside'):
+    model.check_inputs(cfg, ids)
+  with pytest.raises(ValueError, match='exceeds max_position_embeddings 64'):
+    model.check_inputs(cfg, np.zeros((1, 65), np.int32))
+  with pytest.raises(ValueError, match='segment id 2'):
+    model.check_inputs(cfg, np.zeros((1, 4), np.int32), np.full((1, 4), 2))
+
+
+def test_config_validation():
+  with pytest.raises(ValueError, match='valid sizes: tiny, mini, small, medium, base, large'):
+    common.model_config('huge')
+  with pytest.raises(ValueError, match='unknown model field'):
+    common.model_config('tiny', hidden=3)
+  cfg = common.model_config('tiny', num_heads=3)
+  with pytest.raises(ValueError, match='not divisible by num_heads'):
+    model.BertEncoder(cfg).init(jax.random.key(0), *[np.zeros((1, 4), np.int32)] * 3)
