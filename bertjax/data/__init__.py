@@ -1,0 +1,1 @@
+"""Data: corpora readers, pre-training instance creation and tf.data input pipelines."""

@@ -1,0 +1,432 @@
+"""BERT tokenization: the exact reference WordPiece path, vocab files, and SentencePiece.
+
+The WordPiece path reproduces google-research/bert's tokenization.py token for token (cleaning,
+CJK splitting, lower-casing with NFD accent stripping, punctuation splitting, greedy
+longest-match-first WordPiece), keeps its user-facing API (`FullTokenizer`, `load_vocab`, ...)
+so scripts port unchanged, and adds HF's treatment of special tokens: `[MASK]` etc. written in
+the text stay whole. It equals HF tokenizers' BertWordPieceTokenizer (given its limit of 100
+characters a word) except where HF departs from the original: HF gives a word-final capital
+sigma the non-final σ, and deletes private-use and unassigned code points. It needs no
+TensorFlow (but for gs:// vocab files); the in-graph fast path is in `fast_tokenizer.py`.
+"""
+
+import collections
+import os
+import re
+import unicodedata
+
+DEFAULT_NEVER_SPLIT = ('[UNK]', '[SEP]', '[PAD]', '[CLS]', '[MASK]')
+# A word longer than this (in characters) becomes [UNK]; the original's value. HF uses 100.
+DEFAULT_MAX_INPUT_CHARS_PER_WORD = 200
+# A vocab is taken as cased when at least this fraction of its word tokens has upper case.
+_CASED_FRACTION = 0.01
+# Per-word results are cached; the cache is dropped when it grows past this many words.
+_CACHE_SIZE = 1 << 20
+
+
+def convert_to_unicode(text):
+  """Returns `text` as str, decoding bytes as UTF-8; raises ValueError on invalid UTF-8."""
+  if isinstance(text, str):
+    return text
+  if isinstance(text, (bytes, bytearray)):
+    try:
+      return bytes(text).decode('utf-8')
+    except UnicodeDecodeError as e:
+      raise ValueError(
+          f'input text is not valid UTF-8 ({e.reason} at byte {e.start}: '
+          f'{bytes(text)[e.start:e.start + 4]!r}): decode it with its real encoding and pass '
+          'str') from None
+  raise TypeError(f'expected str or UTF-8 bytes, got {type(text).__name__}')
+
+
+def load_vocab(vocab_file):
+  """Reads a vocab file (one token per line) into an OrderedDict token -> id."""
+  path = os.fspath(vocab_file)
+  if '://' in path:  # gs:// etc., which the original read through tf.gfile too.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only when needed.
+
+    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
+  else:
+    exists, opener = os.path.isfile, open
+  if not exists(path):
+    raise FileNotFoundError(
+        f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped with the '
+        'checkpoint (one WordPiece token per line)')
+  with opener(path, 'rb') as f:
+    data = f.read()
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise ValueError(
+        f'vocab file {path!r} is not UTF-8 text ({e.reason} at byte {e.start}): it is '
+        'corrupt or not a vocab file; pass the vocab.txt of a BERT checkpoint') from None
+  if not text.strip():
+    raise ValueError(f'vocab file {path!r} is empty: pass the vocab.txt of a BERT checkpoint')
+  lines = text.split('\n')
+  if lines[-1] == '':  # The newline after the last token does not start another token.
+    lines.pop()
+  vocab = collections.OrderedDict()
+  for index, line in enumerate(lines):
+    # The original strips every token, so a stray '\r' or space never reaches the lookups.
+    token = line.strip()
+    if token in vocab:
+      raise ValueError(
+          f'vocab file {path!r} lists {token!r} twice (lines {vocab[token] + 1} and '
+          f'{index + 1}): ids would be ambiguous; the file is damaged or was edited by hand')
+    vocab[token] = index
+  return vocab
+
+
+def convert_by_vocab(vocab, items):
+  """Maps each item through `vocab` (tokens to ids or ids to tokens)."""
+  return [vocab[item] for item in items]
+
+
+def whitespace_tokenize(text):
+  """Splits on whitespace after stripping it from both ends."""
+  return text.split()
+
+
+def vocab_looks_cased(vocab):
+  """Whether enough word tokens of `vocab` contain upper case to call it a cased vocab."""
+  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  upper = sum(1 for t in words if t != t.lower())
+  return upper >= max(1, _CASED_FRACTION * len(words))
+
+
+def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
+  """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`."""
+  cased = vocab_looks_cased(vocab)
+  if do_lower_case and cased:
+    examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
+    raise ValueError(
+        f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
+        'do_lower_case=True, so those tokens could never be produced: pass do_lower_case=False '
+        'for a cased checkpoint, or check_casing=False if this is really intended')
+  if not do_lower_case and not cased:
+    raise ValueError(
+        f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
+        'so capitalised words would become [UNK] or odd pieces: pass do_lower_case=True for an '
+        'uncased checkpoint, or check_casing=False if this is really intended')
+
+
+# Google's released checkpoints, by the name of the folder holding bert_model.ckpt.
+_UNCASED_CHECKPOINTS = ('uncased_L-24_H-1024_A-16', 'uncased_L-12_H-768_A-12',
+                        'multilingual_L-12_H-768_A-12', 'chinese_L-12_H-768_A-12')
+_CASED_CHECKPOINTS = ('cased_L-12_H-768_A-12', 'cased_L-24_H-1024_A-16',
+                      'multi_cased_L-12_H-768_A-12')
+
+
+def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
+  """Raises ValueError when a known Google checkpoint's casing contradicts do_lower_case."""
+  match = re.match(r'^.*?([A-Za-z0-9_-]+)/bert_model\.ckpt', os.fspath(init_checkpoint or ''))
+  if match is None:
+    return  # Not one of Google's checkpoints: validate_case_matches_vocab still applies.
+  name = match.group(1)
+  if name in _UNCASED_CHECKPOINTS and not do_lower_case:
+    raise ValueError(f'{name} is an uncased checkpoint but do_lower_case=False: pass '
+                     'do_lower_case=True')
+  if name in _CASED_CHECKPOINTS and do_lower_case:
+    raise ValueError(f'{name} is a cased checkpoint but do_lower_case=True: pass '
+                     'do_lower_case=False')
+
+
+def _is_whitespace(char):
+  if char in ' \t\n\r':
+    return True
+  return unicodedata.category(char) == 'Zs'
+
+
+def _is_control(char):
+  if char in '\t\n\r':  # Counted as whitespace, not as control characters.
+    return False
+  # Only Cc and Cf, as the original: HF's startswith('C') also drops private-use (Co) and
+  # unassigned (Cn) code points, which the original keeps (they usually become [UNK]).
+  return unicodedata.category(char) in ('Cc', 'Cf')
+
+
+def _is_punctuation(char):
+  cp = ord(char)
+  # All non-alphanumeric ASCII counts, even '$', '^', '`' which Unicode files as symbols.
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(char).startswith('P')
+
+
+def _is_chinese_char(cp):
+  # The CJK Unified Ideographs blocks only; Hangul, kana etc. are written with spaces already.
+  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+          or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+          or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+class _CleanTable(dict):
+  """str.translate table for the cleaning and CJK steps, filled one code point at a time."""
+
+  def __missing__(self, cp):
+    char = chr(cp)
+    if cp == 0 or cp == 0xFFFD or _is_control(char):
+      value = ''
+    elif _is_whitespace(char):
+      value = ' '
+    elif _is_chinese_char(cp):
+      value = f' {char} '
+    else:
+      value = cp
+    self[cp] = value
+    return value
+
+
+_CLEAN_TABLE = _CleanTable()
+_ASCII_NEEDS_CLEANING = re.compile('[\x00-\x1f\x7f]')
+
+
+class BasicTokenizer:
+  """Cleaning, CJK and punctuation splitting, optional lower-casing with accent stripping."""
+
+  def __init__(self, do_lower_case=True, never_split=DEFAULT_NEVER_SPLIT):
+    self.do_lower_case = do_lower_case
+    self.never_split = tuple(never_split)
+    # Longest first, so that of two special tokens sharing a prefix the longer one wins.
+    alternatives = sorted(self.never_split, key=len, reverse=True)
+    self._special = re.compile(
+        '(' + '|'.join(re.escape(t) for t in alternatives) + ')') if alternatives else None
+
+  def chunks(self, text):
+    """Splits raw text into (is_special, piece): special tokens match anywhere, as in HF."""
+    text = convert_to_unicode(text)
+    if self._special is None or '[' not in text:
+      return [(False, text)]
+    parts = self._special.split(text)
+    return [(i % 2 == 1, p) for i, p in enumerate(parts) if p]
+
+  def clean(self, text):
+    """Drops invalid and control characters, maps whitespace to ' ', spaces out CJK."""
+    if text.isascii():
+      return text.translate(_CLEAN_TABLE) if _ASCII_NEEDS_CLEANING.search(text) else text
+    return text.translate(_CLEAN_TABLE)
+
+  def split_token(self, token):
+    """Lower-cases, strips accents and splits punctuation off one whitespace-free token."""
+    if self.do_lower_case:
+      token = token.lower()
+      if not token.isascii():
+        token = ''.join(c for c in unicodedata.normalize('NFD', token)
+                        if unicodedata.category(c) != 'Mn')
+    if token.isalnum():
+      return [token]
+    words, current = [], []
+    for char in token:
+      if _is_punctuation(char):
+        if current:
+          words.append(''.join(current))
+          current = []
+        words.append(char)
+      else:
+        current.append(char)
+    if current:
+      words.append(''.join(current))
+    return words
+
+  def tokenize(self, text):
+    """Splits text into words (before WordPiece)."""
+    words = []
+    for is_special, piece in self.chunks(text):
+      if is_special:
+        words.append(piece)
+        continue
+      for token in self.clean(piece).split():
+        words.extend(self.split_token(token))
+    return words
+
+
+class WordpieceTokenizer:
+  """Greedy longest-match-first WordPiece, with `##` marking word continuations."""
+
+  def __init__(self, vocab, unk_token='[UNK]',
+               max_input_chars_per_word=DEFAULT_MAX_INPUT_CHARS_PER_WORD):
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_input_chars_per_word = max_input_chars_per_word
+    # No piece is longer than the longest entry, so longer candidates need not be looked up.
+    self._max_piece_chars = max((len(t) for t in vocab), default=0)
+
+  def tokenize_word(self, word):
+    """WordPiece of one word: its pieces, or [unk_token] if it cannot be covered."""
+    n = len(word)
+    if n > self.max_input_chars_per_word:
+      return [self.unk_token]
+    pieces, start = [], 0
+    while start < n:
+      end = min(n, start + self._max_piece_chars)
+      while start < end:
+        piece = word[start:end] if start == 0 else '##' + word[start:end]
+        if piece in self.vocab:
+          break
+        end -= 1
+      else:
+        return [self.unk_token]
+      pieces.append(piece)
+      start = end
+    return pieces
+
+  def tokenize(self, text):
+    """WordPiece of each whitespace-separated word of `text` (already basic-tokenized)."""
+    text = convert_to_unicode(text)
+    return [p for word in whitespace_tokenize(text) for p in self.tokenize_word(word)]
+
+
+class FullTokenizer:
+  """End-to-end WordPiece tokenizer: BasicTokenizer then WordpieceTokenizer."""
+
+  def __init__(self, vocab_file, do_lower_case=True,
+               max_input_chars_per_word=DEFAULT_MAX_INPUT_CHARS_PER_WORD,
+               never_split=DEFAULT_NEVER_SPLIT, unk_token='[UNK]', check_casing=True):
+    self.vocab_file = os.fspath(vocab_file)
+    self.vocab = load_vocab(vocab_file)
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    if unk_token not in self.vocab:
+      raise ValueError(
+          f'vocab file {self.vocab_file!r} has no {unk_token!r} entry, which WordPiece emits '
+          'for words it cannot cover: add it, or pass unk_token= the spelling your vocab uses')
+    if check_casing:
+      validate_case_matches_vocab(self.vocab, do_lower_case, f'vocab file {self.vocab_file!r}')
+    self.do_lower_case = do_lower_case
+    self.max_input_chars_per_word = max_input_chars_per_word
+    self.unk_token = unk_token
+    # Special tokens missing from the vocab would only turn into [UNK]; splitting them is truer.
+    self.never_split = tuple(t for t in never_split if t in self.vocab)
+    self.basic_tokenizer = BasicTokenizer(do_lower_case, self.never_split)
+    self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, unk_token,
+                                                  max_input_chars_per_word)
+    self._pieces_cache = {}
+    self._ids_cache = {}
+
+  def _token_pieces(self, token):
+    pieces = self._pieces_cache.get(token)
+    if pieces is None:
+      if len(self._pieces_cache) > _CACHE_SIZE:
+        self._pieces_cache.clear()
+      pieces = [p for w in self.basic_tokenizer.split_token(token)
+                for p in self.wordpiece_tokenizer.tokenize_word(w)]
+      self._pieces_cache[token] = pieces
+    return pieces
+
+  def tokenize(self, text):
+    """Text to WordPiece tokens."""
+    tokens = []
+    for is_special, piece in self.basic_tokenizer.chunks(text):
+      if is_special:
+        tokens.append(piece)
+        continue
+      for token in self.basic_tokenizer.clean(piece).split():
+        tokens.extend(self._token_pieces(token))
+    return tokens
+
+  def encode(self, text):
+    """Text to WordPiece ids (no [CLS]/[SEP] added)."""
+    ids = []
+    for is_special, piece in self.basic_tokenizer.chunks(text):
+      if is_special:
+        ids.append(self.vocab[piece])
+        continue
+      for token in self.basic_tokenizer.clean(piece).split():
+        token_ids = self._ids_cache.get(token)
+        if token_ids is None:
+          if len(self._ids_cache) > _CACHE_SIZE:
+            self._ids_cache.clear()
+          token_ids = [self.vocab[p] for p in self._token_pieces(token)]
+          self._ids_cache[token] = token_ids
+        ids.extend(token_ids)
+    return ids
+
+  def convert_tokens_to_ids(self, tokens):
+    """Tokens to ids; raises KeyError for a token not in the vocab."""
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids):
+    """Ids to tokens; raises KeyError for an id not in the vocab."""
+    return convert_by_vocab(self.inv_vocab, ids)
+
+
+class SentencePieceTokenizer:
+  """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
+
+  def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
+               never_split=DEFAULT_NEVER_SPLIT):
+    import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
+    path = os.fspath(spm_model_file)
+    if not os.path.isfile(path):
+      raise FileNotFoundError(
+          f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model file '
+          'shipped with the checkpoint')
+    self.spm_model_file = path
+    self.sp_model = sentencepiece.SentencePieceProcessor()
+    try:
+      self.sp_model.Load(path)
+    except (OSError, RuntimeError) as e:
+      raise ValueError(f'{path!r} is not a SentencePiece model ({e}): pass the .model file '
+                       'that spm_train wrote') from None
+    self.do_lower_case = do_lower_case
+    self.keep_accents = keep_accents
+    self.vocab = collections.OrderedDict(
+        (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
+    self.never_split = tuple(t for t in never_split if t in self.vocab)
+    # Control symbols such as [MASK] are never produced by SentencePiece from text, so special
+    # tokens written in the text are cut out first, as on the WordPiece path.
+    self._chunker = BasicTokenizer(do_lower_case, self.never_split)
+
+  def preprocess_text(self, text):
+    """ALBERT's normalisation: collapse spaces, plain quotes, NFKD accent stripping, lower."""
+    text = ' '.join(text.strip().split()).replace('``', '"').replace("''", '"')
+    if not self.keep_accents:
+      text = ''.join(c for c in unicodedata.normalize('NFKD', text)
+                     if not unicodedata.combining(c))
+    return text.lower() if self.do_lower_case else text
+
+  def _encode_pieces(self, text):
+    pieces = []
+    for piece in self.sp_model.EncodeAsPieces(text):
+      # As ALBERT: keep a trailing comma after digits a separate piece ("9," -> "9", ",").
+      if len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
+        cur = self.sp_model.EncodeAsPieces(piece[:-1].replace('\u2581', ''))
+        if piece[0] != '\u2581' and cur[0][0] == '\u2581':
+          cur = [cur[0][1:]] + cur[1:] if len(cur[0]) > 1 else cur[1:]
+        pieces.extend(cur + [piece[-1]])
+      else:
+        pieces.append(piece)
+    return pieces
+
+  def tokenize(self, text):
+    """Text to SentencePiece pieces."""
+    tokens = []
+    for is_special, piece in self._chunker.chunks(text):
+      if is_special:
+        tokens.append(piece)
+      else:
+        tokens.extend(self._encode_pieces(self.preprocess_text(piece)))
+    return tokens
+
+  def encode(self, text):
+    """Text to ids (no [CLS]/[SEP] added)."""
+    return self.convert_tokens_to_ids(self.tokenize(text))
+
+  def convert_tokens_to_ids(self, tokens):
+    """Pieces to ids; unknown pieces map to the unk id, as SentencePiece does."""
+    return [self.sp_model.PieceToId(t) for t in tokens]
+
+  def convert_ids_to_tokens(self, ids):
+    """Ids to pieces."""
+    return [self.sp_model.IdToPiece(int(i)) for i in ids]
+
+
+def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwargs):
+  """A WordPiece FullTokenizer for a vocab file, or a SentencePieceTokenizer for a .model."""
+  if (vocab_file is None) == (spm_model_file is None):
+    raise ValueError('pass exactly one of vocab_file= (WordPiece vocab.txt, BERT) and '
+                     'spm_model_file= (SentencePiece .model, ALBERT)')
+  if spm_model_file is not None:
+    return SentencePieceTokenizer(spm_model_file, do_lower_case=do_lower_case, **kwargs)
+  return FullTokenizer(vocab_file, do_lower_case=do_lower_case, **kwargs)
