@@ -1,0 +1,88 @@
+"""The device mesh and the one table that maps logical axis names to mesh axes.
+
+Model code names axes logically (`vocab, embed, heads, kv, mlp, layers` on parameters;
+`batch, length, activation_embed` on activations). Only this file and the config name the mesh
+axes `data` (pure data parallelism), `fsdp` (data parallelism with parameters, gradients and
+optimizer state sharded, ZeRO-3 style) and `tensor` (Megatron-style tensor parallelism).
+"""
+
+import flax.linen as nn
+from jax.experimental import mesh_utils
+import jax
+import numpy as np
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+
+# Ordered (logical name, mesh axes); a name absent here is replicated.
+RULES = (
+    ('batch', ('data', 'fsdp')),
+    ('length', None),
+    ('activation_embed', None),  # Block edges keep the hidden dim whole (post-LN needs it).
+    ('vocab', 'tensor'),
+    ('embed', 'fsdp'),
+    ('heads', 'tensor'),
+    ('kv', None),
+    ('mlp', 'tensor'),
+    ('layers', None),
+)
+
+
+def mesh_shape(mesh_config, num_devices: int) -> tuple:
+  """(data, fsdp, tensor) sizes from the config; one of them may be -1 = all remaining devices."""
+  sizes = [int(mesh_config[axis]) for axis in MESH_AXES]
+  if sizes.count(-1) > 1:
+    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))}: at most one axis may be -1.')
+  if any(s == 0 or s < -1 for s in sizes):
+    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))}: sizes must be positive or -1.')
+  known = int(np.prod([s for s in sizes if s != -1]))
+  if -1 in sizes:
+    if num_devices % known:
+      raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} does not divide {num_devices} '
+                       'devices: choose axis sizes whose product divides the device count.')
+    sizes[sizes.index(-1)] = num_devices // known
+  if int(np.prod(sizes)) != num_devices:
+    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} has {int(np.prod(sizes))} slots but '
+                     f'there are {num_devices} devices: make the product equal, or set one '
+                     'axis to -1.')
+  return tuple(sizes)
+
+
+def make_mesh(mesh_config, devices=None) -> jax.sharding.Mesh:
+  """A (data, fsdp, tensor) mesh over all devices, laid out to follow the physical topology."""
+  devices = jax.devices() if devices is None else devices
+  shape = mesh_shape(mesh_config, len(devices))
+  try:  # Topology-aware placement (ICI rings on TPU); falls back for simulated/odd layouts.
+    grid = mesh_utils.create_device_mesh(shape, devices)
+  except (ValueError, NotImplementedError, AssertionError):
+    grid = np.asarray(devices).reshape(shape)
+  return jax.sharding.Mesh(grid, MESH_AXES)
+
+
+def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
+  """How many ways the batch is split (data x fsdp)."""
+  return mesh.shape['data'] * mesh.shape['fsdp']
+
+
+def logical_to_sharding(boxed_tree, mesh: jax.sharding.Mesh, rules=RULES):
+  """NamedShardings for a tree whose leaves carry logical axis names (nn.Partitioned boxes)."""
+  specs = nn.get_partition_spec(boxed_tree)
+  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def batch_sharding(mesh: jax.sharding.Mesh, rules=RULES) -> jax.sharding.NamedSharding:
+  """How a batch's leading axis is split over the mesh."""
+  spec = nn.logical_to_mesh_axes(('batch',), rules)
+  return jax.sharding.NamedSharding(mesh, spec)
+
+
+def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh):
+  """Raises, before compiling, when the batch cannot be split evenly over the mesh."""
+  dp = data_parallel_size(mesh)
+  if global_batch_size % dp:
+    raise ValueError(
+        f'global batch size {global_batch_size} is not divisible by the data-parallel size {dp} '
+        f'(mesh data={mesh.shape["data"]} x fsdp={mesh.shape["fsdp"]}): use a multiple of {dp}, '
+        'or move devices to the tensor axis.')
+  if global_batch_size % jax.process_count():
+    raise ValueError(f'global batch size {global_batch_size} is not divisible by the '
+                     f'{jax.process_count()} hosts.')
