@@ -372,3 +372,19 @@ def test_fast_and_reference_tokenizers_write_the_same_bytes(documents, vocab_fil
   assert [r['settings']['tokenizer'] for r, _ in outputs] == ['fast', 'reference']
   (_, fast_files), (_, reference_files) = outputs
   assert [f.read_bytes() for f in fast_files] == [f.read_bytes() for f in reference_files]
+
+
+def test_gzip_input_writes_the_same_bytes(documents, vocab_file, tmp_path):
+  import gzip  # noqa: PLC0415
+  corpus = write_corpus(tmp_path / 'c.txt', documents[2::25])
+  zipped = tmp_path / 'c.txt.gz'
+  zipped.write_bytes(gzip.compress(corpus.read_bytes()))
+  (_, plain), (_, unzipped) = [run(path, tmp_path / name, vocab_file=vocab_file)
+                               for path, name in ((corpus, 'plain'), (zipped, 'gz'))]
+  assert [f.read_bytes() for f in plain] == [f.read_bytes() for f in unzipped]
+  # A .gz name on a file that is not gzip is a counted skip, not a crash.
+  fake = tmp_path / 'fake.txt.gz'
+  fake.write_bytes(b'not gzip at all\n')
+  skips = pretraining_input.Skips()
+  assert pretraining_input.usable_files([str(fake)], skips) == []
+  assert skips.as_dict()['counts'] == {'binary_file': 1}

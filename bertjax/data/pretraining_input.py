@@ -19,6 +19,7 @@ files are skipped when empty or binary (a NUL byte in the first 64 KiB).
 import collections
 import functools
 import glob
+import gzip
 import itertools
 import os
 
@@ -77,6 +78,11 @@ def expand_input_patterns(patterns):
   return files
 
 
+def open_binary(path):
+  """Opens a text file for binary reading, decompressing it when its name ends in .gz."""
+  return gzip.open(path, 'rb') if str(path).endswith('.gz') else open(path, 'rb')
+
+
 def usable_files(paths, skips):
   """The paths worth reading; empty, binary and non-regular files are counted in `skips`."""
   usable = []
@@ -86,8 +92,12 @@ def usable_files(paths, skips):
     elif os.path.getsize(path) == 0:
       skips.add('empty_file', path)
     else:
-      with open(path, 'rb') as f:
-        if b'\x00' in f.read(_SNIFF_BYTES):
+      with open_binary(path) as f:
+        try:
+          head = f.read(_SNIFF_BYTES)
+        except (OSError, EOFError):  # A .gz name on something that is not (all) gzip.
+          head = b'\x00'
+        if b'\x00' in head:
           skips.add('binary_file', path)
           continue
       usable.append(path)
@@ -129,7 +139,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
   for path in paths:
     where['path'] = path
     sentences, started = [], False
-    with open(path, 'rb') as f:
+    with open_binary(path) as f:
       for line_number, (raw, too_long) in enumerate(_lines(f, max_line_bytes), 1):
         where['line'] = line_number
         if not too_long and _is_blank(raw):
