@@ -18,6 +18,7 @@ from flax import traverse_util
 
 from bertjax import heads
 from bertjax import model
+from bertjax import tokenizer
 
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
                 'gelu_fast': 'gelu_tanh', 'relu': 'relu'}
@@ -153,12 +154,6 @@ def _stack_layers(flat: dict, num_layers: int) -> dict:
   return out
 
 
-def vocab_size_of(vocab_file) -> int:
-  """Number of entries in a vocab.txt (one token per line)."""
-  with open(vocab_file, encoding='utf-8') as f:
-    return sum(1 for line in f if line.rstrip('\n'))
-
-
 def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_overrides):
   """Reads a transformers BERT directory.
 
@@ -181,9 +176,10 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   if embedding is not None and embedding.shape[0] != cfg.vocab_size:
     raise ValueError(f'embeddings.word_embeddings.weight has {embedding.shape[0]} rows but '
                      f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is inconsistent.')
-  if vocab_file is not None and vocab_size_of(vocab_file) != cfg.vocab_size:
+  vocab_entries = None if vocab_file is None else len(tokenizer.load_vocab(vocab_file))
+  if vocab_entries is not None and vocab_entries != cfg.vocab_size:
     raise ValueError(
-        f'vocab file {vocab_file} has {vocab_size_of(vocab_file)} entries but the checkpoint\'s '
+        f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '
         f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows: use the vocab.txt that '
         'was saved with this checkpoint.')
 

@@ -129,9 +129,9 @@ def test_bad_input(tmp_path, content, error, match):
 
 def test_glob_matching_nothing(tmp_path):
   (tmp_path / 'a.txt').write_text('some words\n')
-  with pytest.raises(FileNotFoundError, match='matches no file'):
+  with pytest.raises(FileNotFoundError, match='matched no files'):
     vocab_learner.input_files(f'{tmp_path}/a.txt,{tmp_path}/missing-*.txt')
-  with pytest.raises(ValueError, match='no input files'):
+  with pytest.raises(ValueError, match='--input_file is empty'):
     vocab_learner.input_files(' , ')
   assert vocab_learner.input_files(f'{tmp_path}/*.txt,{tmp_path}/a.txt') == [
       f'{tmp_path}/a.txt']

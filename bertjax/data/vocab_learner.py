@@ -17,7 +17,6 @@ format), or any UTF-8 text; `.gz` files are read decompressed.
 """
 
 import collections
-import glob
 import gzip
 import io
 import itertools
@@ -27,6 +26,7 @@ import types
 from absl import logging
 
 from bertjax import tokenizer
+from bertjax.data import pretraining_input
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -37,19 +37,9 @@ SUBWORD_PREFIX = '##'
 
 def input_files(patterns):
   """Expands comma-separated files and globs (a str or a list) into a list of files."""
-  if isinstance(patterns, str):
-    patterns = patterns.split(',')
-  patterns = [p.strip() for p in patterns if p.strip()]
-  if not patterns:
-    raise ValueError('no input files given: pass --input_file=a.txt,more/*.txt.gz')
-  files = []
-  for pattern in patterns:
-    matches = sorted(m for m in glob.glob(pattern) if os.path.isfile(m))
-    if not matches:
-      raise FileNotFoundError(f'input pattern {pattern!r} matches no file (cwd {os.getcwd()})')
-    files.extend(matches)
-  # A file named by two patterns is read once.
-  return list(dict.fromkeys(files))
+  if not isinstance(patterns, str):
+    patterns = ','.join(patterns)
+  return pretraining_input.expand_input_patterns(patterns)
 
 
 def read_lines(path):
