@@ -65,14 +65,31 @@ def compute_dtype(config: Config):
   return jnp.dtype(config.dtype)
 
 
+class ParamAxes(nn.LogicallyPartitioned):
+  """A parameter's logical axis names, never turned into a constraint inside the model.
+
+  Parameters get their shardings from jit's in/out shardings. Flax's DenseGeneral unboxes its
+  flat 2-D kernel at init (and in the shape check of every apply) with the 3-axis names, which
+  jax rejects once a mesh is set; so unboxing here only drops the box.
+  """
+
+  def unbox(self, apply_constraint=True):
+    del apply_constraint
+    return self.value
+
+
+def with_axes(init, names):
+  """Wraps an initializer so that its value carries logical axis names."""
+  return functools.wraps(init)(lambda *args, **kwargs: ParamAxes(init(*args, **kwargs), names))
+
+
 def initializer(config: Config, names):
   """BERT's truncated normal (stddev initializer_range, cut at 2 stddev) with logical axes."""
-  init = nn.initializers.truncated_normal(stddev=config.initializer_range)
-  return nn.with_logical_partitioning(init, names)
+  return with_axes(nn.initializers.truncated_normal(stddev=config.initializer_range), names)
 
 
 def zeros(names):
-  return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
+  return with_axes(nn.initializers.zeros_init(), names)
 
 
 def layer_norm(config: Config, name: str) -> nn.LayerNorm:
@@ -81,7 +98,7 @@ def layer_norm(config: Config, name: str) -> nn.LayerNorm:
       epsilon=config.layer_norm_eps,
       dtype=compute_dtype(config),
       param_dtype=jnp.float32,
-      scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ('embed',)),
+      scale_init=with_axes(nn.initializers.ones_init(), ('embed',)),
       bias_init=zeros(('embed',)),
       name=name,
   )

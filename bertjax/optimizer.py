@@ -51,10 +51,14 @@ def learning_rate_schedule(config) -> optax.Schedule:
   return optax.join_schedules([warmup, decay], [config.warmup_steps])
 
 
-def make(config, params) -> optax.GradientTransformation:
-  """The optimiser config.name ('adamw' or 'lamb') with clipping and the decay mask."""
+def make(config) -> optax.GradientTransformation:
+  """The optimiser config.name ('adamw' or 'lamb') with clipping and the decay mask.
+
+  The mask is a function of the parameter tree, so the same optimiser initialises on boxed
+  (logically annotated) parameters under jax.eval_shape and updates plain ones.
+  """
   schedule = learning_rate_schedule(config)
-  mask = weight_decay_mask(params)
+  mask = weight_decay_mask
   if config.name == 'adamw':
     opt = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                       weight_decay=config.weight_decay, mask=mask)

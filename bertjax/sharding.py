@@ -86,3 +86,9 @@ def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh):
   if global_batch_size % jax.process_count():
     raise ValueError(f'global batch size {global_batch_size} is not divisible by the '
                      f'{jax.process_count()} hosts.')
+
+
+def batch_axes(rules=RULES) -> tuple:
+  """The mesh axes a batch's leading dimension is split over (per the rules table)."""
+  axes = nn.logical_to_mesh_axes(('batch',), rules)[0]
+  return (axes,) if isinstance(axes, str) else tuple(axes)

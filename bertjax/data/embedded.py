@@ -7,6 +7,7 @@ lower-case vocab (8192 entries) was learned from the train split. All of it is m
 launch/build_corpus.py, whose docstring gives the figures; manifest.json holds the counts.
 """
 
+import dataclasses
 import json
 import pathlib
 
@@ -65,3 +66,42 @@ def read_documents(path):
 def documents(split: str = 'train'):
   """Yields the documents of one split of the embedded corpus."""
   return read_documents(corpus_path(split))
+
+
+def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq: int,
+                      dupe_factor: int, static_masking: bool = True) -> tuple[str, str]:
+  """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
+
+  Files are reused when their JSON report records the same settings, and remade otherwise.
+  Process 0 writes; the others wait for it (multi-host needs a shared directory).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  from bertjax.data import pretraining_data  # pylint: disable=g-import-not-at-top
+  from bertjax.data import pretraining_writer  # pylint: disable=g-import-not-at-top
+
+  directory = pathlib.Path(directory)
+  settings = pretraining_data.Settings(
+      max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+      dupe_factor=dupe_factor, static_masking=static_masking)
+  masking = 'static' if static_masking else 'dynamic'
+  tag = f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masking}'
+  # The eval split is small (39 documents): two passes give ~1k instances for steadier figures.
+  plans = {'train': (settings, 4), 'eval': (dataclasses.replace(settings, dupe_factor=2), 1)}
+  globs = {}
+  for split, (split_settings, shards) in plans.items():
+    prefix = directory / f'{tag}-{split}'
+    report = pathlib.Path(f'{prefix}.json')
+    wanted = dataclasses.asdict(split_settings)
+    fresh = report.is_file() and {k: json.loads(report.read_text())['settings'].get(k)
+                                  for k in wanted} == wanted
+    if jax.process_index() == 0 and not fresh:
+      directory.mkdir(parents=True, exist_ok=True)
+      pretraining_writer.create(str(corpus_path(split)), str(prefix), split_settings,
+                                vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
+                                num_output_shards=shards, num_workers=min(shards, 2),
+                                report_file=str(report))
+    globs[split] = f'{prefix}-*-of-*'
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('bertjax-embedded-pretraining-files')
+  return globs['train'], globs['eval']

@@ -1,0 +1,181 @@
+"""The one checkpoint policy: resume from the workdir, else `init_from`, else start fresh.
+
+Checkpoints are orbax CheckpointManager steps under <workdir>/checkpoints/<step>, each with two
+items: `state` (the TrainState: params, optimizer state, step, dropout RNG) and `meta` (JSON:
+the step, the number of training examples consumed, which is the data position, the model
+config and the mesh that wrote it). Saves are asynchronous; the manager keeps the last
+`keep` steps plus the `keep_best` best by eval MLM accuracy.
+
+Restoring reads each array straight into the sharding the current mesh asks for, so a run may
+resume on a different mesh shape. A newest checkpoint that cannot be read (half-written, a file
+missing or truncated) is moved aside to <step>.unreadable-<time> with a warning and the previous
+one is used; nothing is deleted.
+"""
+
+import json
+import pathlib
+import time
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+import orbax.checkpoint as ocp
+
+from bertjax import hf_checkpoint
+
+BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints for keep_best.
+
+
+def checkpoint_dir(workdir) -> str:
+  return str(pathlib.Path(workdir) / 'checkpoints') if '://' not in str(workdir) else (
+      str(workdir).rstrip('/') + '/checkpoints')
+
+
+def manager(workdir, config) -> ocp.CheckpointManager:
+  """An orbax manager for <workdir>/checkpoints following config.checkpoint."""
+  policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
+  if config.checkpoint.keep_best:
+    policies.append(ocp.checkpoint_managers.BestN(
+        get_metric_fn=lambda metrics: metrics[BEST_METRIC], n=config.checkpoint.keep_best,
+        keep_checkpoints_without_metrics=False))
+  options = ocp.CheckpointManagerOptions(
+      # Only every N steps (orbax would also save the first step of a run by default); the
+      # loop forces the last step and preemption saves.
+      save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(
+          config.checkpoint.every_steps),
+      preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
+      enable_async_checkpointing=True,
+      cleanup_tmp_directories=True)  # Leftovers of a save killed mid-write.
+  return ocp.CheckpointManager(checkpoint_dir(workdir), item_names=('state', 'meta'),
+                               options=options)
+
+
+def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,
+         force: bool = False) -> bool:
+  """Starts an async save of `state` and `meta` at `step` (every_steps apart unless force)."""
+  return mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                 meta=ocp.args.JsonSave(meta)),
+                   metrics=metrics, force=force)
+
+
+def _move_aside(mngr: ocp.CheckpointManager, step: int):
+  """Renames an unreadable step directory so that it is neither resumed nor overwritten."""
+  if jax.process_index() == 0:
+    path = pathlib.Path(str(mngr.directory)) / str(step)
+    target = path.with_name(f'{step}.unreadable-{int(time.time())}')
+    path.rename(target)
+    logging.warning('moved the unreadable checkpoint %s to %s (kept for inspection)', path, target)
+  multihost_utils.sync_global_devices(f'bertjax-move-aside-{step}')
+  mngr.reload()
+
+
+def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
+  """(state, meta) of the newest readable checkpoint, or None when there is none.
+
+  `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into.
+  """
+  steps = sorted(mngr.all_steps(), reverse=True)
+  for step in steps:
+    try:
+      restored = mngr.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+    except Exception as e:  # pylint: disable=broad-except  # Any read error means unusable.
+      logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
+                      'previous one', step, mngr.directory, type(e).__name__, str(e)[:300])
+      _move_aside(mngr, step)
+      continue
+    meta = restored['meta']
+    if int(meta['step']) != step:
+      raise ValueError(f'checkpoint {mngr.directory}/{step} says step {meta["step"]}: it was '
+                       'copied or renamed by hand; restore the original directory name.')
+    logging.info('restored step %d from %s (%d examples consumed)', step, mngr.directory,
+                 meta['examples_consumed'])
+    return restored['state'], meta
+  if steps:
+    raise ValueError(f'none of the checkpoints {steps} in {mngr.directory} can be read: they '
+                     'were moved aside; delete them or point --workdir elsewhere to start fresh.')
+  return None
+
+
+def _flatten(tree, prefix=''):
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f'{prefix}{key}/'))
+    else:
+      out[f'{prefix}{key}'] = value
+  return out
+
+
+def _read_params(path: pathlib.Path):
+  """Parameters (numpy tree) from a transformers dir, a workdir, its checkpoints/ or one step."""
+  if (path / 'config.json').exists():
+    _, params, report = hf_checkpoint.load(path, with_heads=True)
+    logging.info('init_from %s (transformers): %s', path, report.summary())
+    return params
+  if (path / 'checkpoints').is_dir():
+    path = path / 'checkpoints'
+  if not (path / 'state').is_dir():
+    steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.is_dir() else []
+    if not steps:
+      raise FileNotFoundError(
+          f'init_from={path}: neither a transformers BERT dir (config.json) nor a bertjax '
+          'workdir / checkpoints dir / checkpoint step (with a state/ item).')
+    path = path / str(steps[-1])
+  # Read without a target: arrays come back as host numpy, whatever mesh wrote them.
+  metadata = ocp.StandardCheckpointer().metadata(path / 'state')
+  tree = metadata.item_metadata.tree if hasattr(metadata, 'item_metadata') else metadata
+  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
+                        is_leaf=lambda m: hasattr(m, 'shape'))
+  restored = ocp.PyTreeCheckpointer().restore(
+      path / 'state', args=ocp.args.PyTreeRestore(
+          item={'params': target},
+          restore_args={'params': jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                                               target)},
+          partial_restore=True))
+  logging.info('init_from %s (bertjax checkpoint)', path)
+  return restored['params']
+
+
+def load_params(init_from: str, abstract_params, shardings):
+  """Parameters from `init_from` placed into `shardings`; the check is by name and shape.
+
+  Every parameter of the model must be present with the model's shape; extra tensors in the
+  checkpoint are reported and ignored. Returns (params, report lines).
+  """
+  loaded = _flatten(_read_params(pathlib.Path(init_from)))
+  wanted = _flatten(jax.tree.map(lambda x: x, abstract_params))
+  missing = sorted(set(wanted) - set(loaded))
+  if missing:
+    raise ValueError(f'init_from={init_from} lacks {len(missing)} parameters of the model, e.g. '
+                     f'{missing[:3]}: is it a BERT of this architecture (scan_layers must match '
+                     'for bertjax checkpoints)?')
+  bad = [f'{k}: checkpoint {tuple(np.shape(loaded[k]))} vs model {tuple(wanted[k].shape)}'
+         for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
+  if bad:
+    raise ValueError(f'init_from={init_from} does not fit the config ({len(bad)} shapes differ, '
+                     f'e.g. {bad[:3]}): set the model size / vocab_size of the checkpoint.')
+  unused = sorted(set(loaded) - set(wanted))
+  if unused:
+    logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
+  flat_shardings = _flatten(jax.tree.map(lambda x: x, shardings))
+  placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
+            for k in wanted}
+  return jax.tree.map(lambda _, path: placed[path], abstract_params,
+                      _paths_tree(abstract_params)), unused
+
+
+def _paths_tree(tree, prefix=''):
+  return {k: _paths_tree(v, f'{prefix}{k}/') if isinstance(v, dict) else f'{prefix}{k}'
+          for k, v in tree.items()}
+
+
+def write_json(path, payload: dict):
+  """Atomically writes a JSON file (process 0 only)."""
+  if jax.process_index() == 0:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + '.tmp')
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    tmp.replace(path)

@@ -1,0 +1,47 @@
+"""Training FLOPs and model FLOP utilisation (MFU).
+
+FLOPs per sequence follow REFERENCES.md: weight matmuls 6*S*L*(4*d*d + 2*d*f), attention scores
+and values 12*L*S*S*d, and the MLM head on the P gathered positions 6*P*(d*d + d*V) (forward
+and backward; embedding lookups, norms and softmax are left out, as is customary).
+"""
+
+import jax
+
+# Peak dense bf16 TFLOP/s per device (chip or GPU), matched on jax's device_kind.
+PEAK_TFLOPS = (
+    ('TPU v6', 918.0),
+    ('TPU v5p', 459.0),
+    ('TPU v5 lite', 197.0),
+    ('TPU v5e', 197.0),
+    ('TPU v4', 275.0),
+    ('TPU v3', 123.0),
+    ('H200', 989.0),
+    ('H100', 989.0),
+    ('A100', 312.0),
+)
+
+
+def flops_per_sequence(model_config, seq_len: int, predictions: int) -> float:
+  """Training FLOPs (forward + backward) for one sequence."""
+  d, f, layers = model_config.hidden_size, model_config.mlp_dim, model_config.num_layers
+  return (6 * seq_len * layers * (4 * d * d + 2 * d * f) + 12 * layers * seq_len * seq_len * d
+          + 6 * predictions * (d * d + d * model_config.vocab_size))
+
+
+def peak_flops_per_device(override_tflops: float = 0.0, device=None) -> float | None:
+  """Peak FLOP/s of one device: the override, else looked up by kind; None if unknown (CPU)."""
+  if override_tflops:
+    return override_tflops * 1e12
+  kind = (device or jax.devices()[0]).device_kind
+  for prefix, tflops in PEAK_TFLOPS:
+    if prefix.lower() in kind.lower():
+      return tflops * 1e12
+  return None
+
+
+def mfu(sequences_per_second: float, flops_per_seq: float, num_devices: int,
+        peak_per_device: float | None) -> float | None:
+  """Achieved / peak FLOP/s over all devices, or None when the peak is unknown."""
+  if not peak_per_device:
+    return None
+  return sequences_per_second * flops_per_seq / (num_devices * peak_per_device)
