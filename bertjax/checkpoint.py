@@ -9,7 +9,8 @@ config and the mesh that wrote it). Saves are asynchronous; the manager keeps th
 Restoring reads each array straight into the sharding the current mesh asks for, so a run may
 resume on a different mesh shape. A newest checkpoint that cannot be read (half-written, a file
 missing or truncated) is moved aside to <step>.unreadable-<time> with a warning and the previous
-one is used; nothing is deleted.
+one is used; nothing is deleted. When none is readable the run stops with an error, and so do
+later runs in that workdir: never a silent fresh start.
 """
 
 import json
@@ -62,8 +63,9 @@ def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=N
 def _move_aside(mngr: ocp.CheckpointManager, step: int):
   """Renames an unreadable step directory so that it is neither resumed nor overwritten."""
   if jax.process_index() == 0:
-    path = pathlib.Path(str(mngr.directory)) / str(step)
-    target = path.with_name(f'{step}.unreadable-{int(time.time())}')
+    # mngr.directory is an epath: pathlib would mangle gs:// and cannot rename on GCS.
+    path = mngr.directory / str(step)
+    target = mngr.directory / f'{step}.unreadable-{int(time.time())}'
     path.rename(target)
     logging.warning('moved the unreadable checkpoint %s to %s (kept for inspection)', path, target)
   multihost_utils.sync_global_devices(f'bertjax-move-aside-{step}')
@@ -95,6 +97,12 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
   if steps:
     raise ValueError(f'none of the checkpoints {steps} in {mngr.directory} can be read: they '
                      'were moved aside; delete them or point --workdir elsewhere to start fresh.')
+  # A restart after the error above (a job scheduler retrying) must not start fresh either.
+  aside = sorted(p.name for p in mngr.directory.glob('*.unreadable-*'))
+  if aside:
+    raise ValueError(f'{mngr.directory} holds no readable checkpoint, only ones moved aside as '
+                     f'unreadable ({", ".join(aside)}): repair or delete them, or point '
+                     '--workdir elsewhere to start fresh.')
   return None
 
 
@@ -110,7 +118,8 @@ def _flatten(tree, prefix=''):
 
 def _read_params(path: pathlib.Path):
   """Parameters (numpy tree) from a transformers dir, a workdir, its checkpoints/ or one step."""
-  if (path / 'config.json').exists():
+  # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
+  if (path / 'config.json').exists() and not (path / 'checkpoints').is_dir():
     _, params, report = hf_checkpoint.load(path, with_heads=True)
     logging.info('init_from %s (transformers): %s', path, report.summary())
     return params

@@ -10,10 +10,10 @@ import json
 import pathlib
 import time
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
 from bertjax import hf_checkpoint
 from bertjax import model
@@ -98,7 +98,7 @@ def run(config, workdir):
   print(f'cosine similarity ({model_config.num_layers} layers, hidden '
         f'{model_config.hidden_size}, {config.dtype}; {len(sentences)} sentences in '
         f'{seconds:.2f} s incl. compile):')
-  for sentence, row in zip(sentences, similarity):
+  for sentence, row in zip(sentences, similarity, strict=True):
     print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row[:8]))
   if workdir:
     workdir = pathlib.Path(workdir)

@@ -11,10 +11,10 @@ import dataclasses
 import json
 import pathlib
 
+from flax import traverse_util
 import flax.linen as nn
 import jax
 import numpy as np
-from flax import traverse_util
 
 from bertjax import heads
 from bertjax import model

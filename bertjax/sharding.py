@@ -7,8 +7,8 @@ optimizer state sharded, ZeRO-3 style) and `tensor` (Megatron-style tensor paral
 """
 
 import flax.linen as nn
-from jax.experimental import mesh_utils
 import jax
+from jax.experimental import mesh_utils
 import numpy as np
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
@@ -30,18 +30,19 @@ RULES = (
 def mesh_shape(mesh_config, num_devices: int) -> tuple:
   """(data, fsdp, tensor) sizes from the config; one of them may be -1 = all remaining devices."""
   sizes = [int(mesh_config[axis]) for axis in MESH_AXES]
+  asked = dict(zip(MESH_AXES, sizes, strict=True))
   if sizes.count(-1) > 1:
-    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))}: at most one axis may be -1.')
+    raise ValueError(f'mesh {asked}: at most one axis may be -1.')
   if any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))}: sizes must be positive or -1.')
+    raise ValueError(f'mesh {asked}: sizes must be positive or -1.')
   known = int(np.prod([s for s in sizes if s != -1]))
   if -1 in sizes:
     if num_devices % known:
-      raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} does not divide {num_devices} '
+      raise ValueError(f'mesh {asked} does not divide {num_devices} '
                        'devices: choose axis sizes whose product divides the device count.')
     sizes[sizes.index(-1)] = num_devices // known
   if int(np.prod(sizes)) != num_devices:
-    raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} has {int(np.prod(sizes))} slots but '
+    raise ValueError(f'mesh {asked} has {int(np.prod(sizes))} slots but '
                      f'there are {num_devices} devices: make the product equal, or set one '
                      'axis to -1.')
   return tuple(sizes)

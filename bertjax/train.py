@@ -11,7 +11,6 @@ batch's weights, so k micro-batches give the update of one k-times larger batch.
 
 import functools
 import json
-import math
 import signal
 import time
 from typing import Any
@@ -129,10 +128,14 @@ def check_config(config, mesh, vocab_entries: int | None):
   if k < 1 or config.global_batch_size % k:
     raise ValueError(f'global_batch_size {config.global_batch_size} is not divisible by '
                      f'grad_accum_steps {k}.')
-  sharding.check_divisible(config.global_batch_size // k, mesh)
+  # The whole batch first, then the micro-batch with its own message: checking only the
+  # micro-batch reported it as "global batch size".
+  sharding.check_divisible(config.global_batch_size, mesh)
   if config.global_batch_size % (dp * k):
     raise ValueError(f'the micro-batch {config.global_batch_size // k} (global_batch_size / '
-                     f'grad_accum_steps) is not divisible by the data-parallel size {dp}.')
+                     f'grad_accum_steps) is not divisible by the data-parallel size {dp}: '
+                     'use fewer grad_accum_steps or a larger global_batch_size.')
+  sharding.check_divisible(config.global_batch_size // k, mesh)  # Its split over hosts.
   sharding.check_divisible(config.eval_batch_size, mesh)
   if config.data.max_seq_length > mcfg.max_position_embeddings:
     raise ValueError(f'data.max_seq_length {config.data.max_seq_length} exceeds the position '
@@ -254,7 +257,7 @@ def unigram_baseline(dataset) -> float:
   counts = {}
   for batch in dataset.as_numpy_iterator():
     ids = batch['masked_lm_ids'][batch['masked_lm_weights'] > 0]
-    for token, n in zip(*np.unique(ids, return_counts=True)):
+    for token, n in zip(*np.unique(ids, return_counts=True), strict=True):
       counts[int(token)] = counts.get(int(token), 0) + int(n)
   total = sum(counts.values())
   return max(counts.values()) / total if total else 0.0

@@ -77,6 +77,7 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   """
   import jax  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
   from bertjax.data import pretraining_data  # pylint: disable=g-import-not-at-top
   from bertjax.data import pretraining_writer  # pylint: disable=g-import-not-at-top
 
