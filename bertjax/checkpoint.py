@@ -79,6 +79,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
   """
   steps = sorted(mngr.all_steps(), reverse=True)
   for step in steps:
+    _check_params_fit(mngr, step, abstract_state.params)
     try:
       restored = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
@@ -104,6 +105,34 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
                      f'unreadable ({", ".join(aside)}): repair or delete them, or point '
                      '--workdir elsewhere to start fresh.')
   return None
+
+
+def _state_metadata(path):
+  """The saved state's tree of array metadata (shape, dtype), read without the arrays."""
+  metadata = ocp.StandardCheckpointer().metadata(path)
+  return metadata.item_metadata.tree if hasattr(metadata, 'item_metadata') else metadata
+
+
+def _check_params_fit(mngr: ocp.CheckpointManager, step: int, abstract_params):
+  """Raises when a readable checkpoint holds a different model than the config asks for.
+
+  A changed config is not corruption: without this check its checkpoints would be moved aside.
+  """
+  try:
+    saved = _state_metadata(mngr.directory / str(step) / 'state')['params']
+    saved = {k: tuple(v.shape) for k, v in _flatten(dict(saved)).items()}
+  except Exception:  # pylint: disable=broad-except  # Unreadable metadata: restore decides.
+    return
+  wanted = {k: tuple(v.shape) for k, v in _flatten(dict(abstract_params)).items()}
+  if saved == wanted:
+    return
+  differ = sorted(set(saved) ^ set(wanted)) or sorted(k for k in wanted if saved[k] != wanted[k])
+  example = differ[0]
+  raise ValueError(
+      f'checkpoint {mngr.directory}/{step} holds a different model than the config '
+      f'({len(differ)} parameters differ, e.g. {example}: checkpoint {saved.get(example)} vs '
+      f'config {wanted.get(example)}): resume with the config that wrote it '
+      '(<workdir>/config.json), or use another --workdir (init_from for a new model).')
 
 
 def _flatten(tree, prefix=''):
@@ -133,8 +162,7 @@ def _read_params(path: pathlib.Path):
           'workdir / checkpoints dir / checkpoint step (with a state/ item).')
     path = path / str(steps[-1])
   # Read without a target: arrays come back as host numpy, whatever mesh wrote them.
-  metadata = ocp.StandardCheckpointer().metadata(path / 'state')
-  tree = metadata.item_metadata.tree if hasattr(metadata, 'item_metadata') else metadata
+  tree = _state_metadata(path / 'state')
   target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
                         is_leaf=lambda m: hasattr(m, 'shape'))
   restored = ocp.PyTreeCheckpointer().restore(

@@ -13,6 +13,7 @@ PEAK_TFLOPS = (
     ('TPU v5p', 459.0),
     ('TPU v5 lite', 197.0),
     ('TPU v5e', 197.0),
+    ('TPU v5', 459.0),  # v5p reports itself as 'TPU v5'.
     ('TPU v4', 275.0),
     ('TPU v3', 123.0),
     ('H200', 989.0),

@@ -314,12 +314,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
   check_config(config, mesh, vocab_entries)
   masking = masking_config(config, vocab_file) if config.data.dynamic_masking else None
 
-  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
-  if jax.process_index() == 0:
-    writer.write_hparams({k: v for k, v in flax.traverse_util.flatten_dict(
-        config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))})
-    checkpoint.write_json(f'{workdir}/config.json', json.loads(config.to_json()))
-
   model = heads.BertForPreTraining(config.model)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
@@ -346,6 +340,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                          state_shardings.params)
       state = state.replace(params=params)
   start_step = int(state.step)
+
+  # Written only now that the config is known to fit the workdir's checkpoints; a resumed run
+  # keeps the first config.json and records its own next to it.
+  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  if jax.process_index() == 0:
+    writer.write_hparams({k: v for k, v in flax.traverse_util.flatten_dict(
+        config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))})
+    name = 'config.json' if restored is None else f'config-resumed-at-{start_step}.json'
+    checkpoint.write_json(f'{workdir}/{name}', json.loads(config.to_json()))
 
   batch_size = config.global_batch_size
   train_ds = input_pipeline.pretrain_dataset(
