@@ -47,3 +47,13 @@ def test_nsp_example_weight_masks_padding_examples():
   m = losses.next_sentence(logits, labels, jnp.array([1.0, 1.0, 0.0]))
   assert float(losses.mean(m['nsp_accuracy'])) == 1.0
   assert float(m['nsp_accuracy'][1]) == 2.0
+
+
+def test_is_argmax_matches_argmax_with_ties():
+  """losses.is_argmax (a max + sum rewrite) must agree with argmax, first maximum winning."""
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.integers(0, 4, size=(5, 7, 9)), jnp.float32)  # Many ties.
+  ids = jnp.asarray(rng.integers(0, 9, size=(5, 7)), jnp.int32)
+  want = np.asarray(jnp.argmax(logits, -1) == ids)
+  np.testing.assert_array_equal(np.asarray(losses.is_argmax(logits, ids)), want)
+  assert 0 < want.mean() < 1

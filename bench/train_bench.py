@@ -1,0 +1,263 @@
+"""Training-step throughput: bertjax vs transformers' PyTorch BERT, same config, same batch.
+
+  python bench/train_bench.py [--sizes=tiny,mini,base] [--batches=32,32,8] [--seq_len=128] \
+      [--threads=2] [--steps=4] [--rounds=3] [--peak_tflops=0]
+
+Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; dropout
+0.1 everywhere; float32) of:
+  bertjax     train.train_step on configs/pretrain.py's config, jitted with the state donated
+              under the mesh and the logical-axis rules, as train.train_and_evaluate runs it;
+  torch stock transformers' BertForPreTraining with `labels`: vocab logits at every position;
+  torch gath. the same model with the MLM head applied only at the gathered masked positions,
+              as the original BERT (and bertjax) does.
+All three see the same batch (the same masked positions, ids, weights and NSP labels). The
+measurements are interleaved (rounds of `steps` updates each, in turn) so that a noisy, shared
+machine slows them alike; the figures are medians over rounds, and the ratio is bertjax over
+the faster PyTorch variant, taken round by round. MFU needs --peak_tflops (the CPU peak is not
+known); without it achieved GFLOP/s (bertjax/perf.py's count, for all three) is printed.
+
+Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
+process is pinned to --threads cores when the machine has more. Extra XLA flags go through
+XLA_FLAGS as usual. Run on one CPU device: do not force more host devices.
+Not a test: figures only.
+"""
+
+import ctypes
+import os
+import sys
+
+
+def _early_flag(name, default):
+  """A flag's value read before absl parses (it must act before jax and torch start)."""
+  values = [a.split('=', 1)[1] for a in sys.argv if a.startswith(f'--{name}=')]
+  if f'--no{name}' in sys.argv:
+    return False
+  return type(default)(values[-1]) if values else default
+
+
+# XLA:CPU runs one intra-op thread per schedulable core and has no flag to change that: pin the
+# process to --threads cores (before jax starts) so that it and torch use the same number.
+_THREADS = _early_flag('threads', 2)
+if _THREADS < len(os.sched_getaffinity(0)):
+  os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:_THREADS])
+# glibc serves allocations over 32 MiB (64 MiB heaps off the main thread) with a fresh mmap and
+# unmaps them on free, so every step page-faults in XLA's whole temp arena (~370 MB for tiny:
+# 90k faults, ~30% of the step's CPU time) and torch's large tensors alike. One arena, no mmap and
+# no trimming keep the memory mapped across steps. Same for both frameworks; --notune_malloc
+# measures without it.
+_TUNE_MALLOC = _early_flag('tune_malloc', True) and sys.platform == 'linux'
+if _TUNE_MALLOC:
+  _libc = ctypes.CDLL('libc.so.6')
+  _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+  _TUNE_MALLOC = all((_libc.mallopt(_M_ARENA_MAX, 1), _libc.mallopt(_M_MMAP_MAX, 0),
+                      _libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)))
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+
+import functools  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bertjax import heads  # noqa: E402
+from bertjax import optimizer as optimizer_lib  # noqa: E402
+from bertjax import perf  # noqa: E402
+from bertjax import sharding  # noqa: E402
+from bertjax import train  # noqa: E402
+from configs import pretrain  # noqa: E402
+
+_SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')
+_BATCHES = flags.DEFINE_list('batches', ['32', '32', '8'], 'Batch per size (one per size).')
+_SEQ_LEN = flags.DEFINE_integer('seq_len', 128, 'Sequence length.')
+_PREDICTIONS = flags.DEFINE_integer('max_predictions', 20, 'Masked positions per sequence.')
+_VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size (BERT uncased: 30522).')
+_STEPS = flags.DEFINE_integer('steps', 4, 'Updates per timed chunk.')
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Interleaved rounds (each times every framework).')
+_THREADS_FLAG = flags.DEFINE_integer('threads', 2, 'CPU threads for XLA and torch.')
+flags.DEFINE_bool('tune_malloc', True, 'Keep large allocations mapped across steps (glibc '
+                  'mallopt: one arena, no mmap, no trim); applies to both frameworks.')
+_PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: show '
+                           'GFLOP/s instead, unless jax knows the device).')
+_TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
+_TORCH_ATTN = flags.DEFINE_enum('torch_attn', 'sdpa', ['sdpa', 'eager'],
+                                'transformers attention implementation.')
+
+
+def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
+  """A full-length pre-training batch with distinct, sorted masked positions per row."""
+  rng = np.random.default_rng(seed)
+  input_ids = rng.integers(1000, vocab_size, (batch_size, seq_len)).astype(np.int32)
+  segment_ids = np.zeros((batch_size, seq_len), np.int32)
+  segment_ids[:, seq_len // 2:] = 1
+  positions = np.stack([np.sort(rng.choice(np.arange(1, seq_len), predictions, replace=False))
+                        for _ in range(batch_size)]).astype(np.int32)
+  return dict(
+      input_ids=input_ids, input_mask=np.ones((batch_size, seq_len), np.int32),
+      segment_ids=segment_ids, masked_lm_positions=positions,
+      masked_lm_ids=rng.integers(1000, vocab_size, (batch_size, predictions)).astype(np.int32),
+      masked_lm_weights=np.ones((batch_size, predictions), np.float32),
+      next_sentence_labels=rng.integers(0, 2, (batch_size, 1)).astype(np.int32))
+
+
+def bertjax_runner(config, batch):
+  """A function running n train steps (state donated, kept across calls) and blocking."""
+  mesh = sharding.make_mesh(config.mesh)
+  model = heads.BertForPreTraining(config.model)
+  tx = optimizer_lib.make(config.optimizer)
+  schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
+  state, state_shardings = train.create_train_state(config, model, tx, mesh)
+  batch_shardings = sharding.batch_sharding(mesh)
+  step_fn = jax.jit(
+      functools.partial(train.train_step, model=model, tx=tx, schedule=schedule,
+                        grad_accum_steps=config.grad_accum_steps),
+      in_shardings=(state_shardings, batch_shardings), out_shardings=(state_shardings, None),
+      donate_argnums=0)
+  device_batch = jax.device_put(batch, batch_shardings)
+  holder = {'state': state}
+
+  def run(n):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+      state, metrics = holder['state'], None
+      for _ in range(n):
+        state, metrics = step_fn(state, device_batch)
+      jax.block_until_ready((state, metrics))
+      holder['state'] = state
+    return float(metrics['loss'][0])
+  return run
+
+
+def torch_runners(config, batch):
+  """(stock, gathered) functions running n PyTorch updates each on the same batch."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  mcfg, ocfg = config.model, config.optimizer
+  hf = transformers.BertConfig(
+      vocab_size=mcfg.vocab_size, hidden_size=mcfg.hidden_size,
+      num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
+      intermediate_size=mcfg.mlp_dim, hidden_dropout_prob=mcfg.dropout_rate,
+      attention_probs_dropout_prob=mcfg.attention_dropout_rate,
+      layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=_TORCH_ATTN.value)
+  tensor = lambda x: torch.tensor(np.asarray(x), dtype=torch.long)
+  inputs = dict(input_ids=tensor(batch['input_ids']),
+                attention_mask=tensor(batch['input_mask']),
+                token_type_ids=tensor(batch['segment_ids']))
+  positions = tensor(batch['masked_lm_positions'])
+  ids = tensor(batch['masked_lm_ids'])
+  weights = torch.tensor(batch['masked_lm_weights'])
+  nsp_labels = tensor(batch['next_sentence_labels']).reshape(-1)
+  labels = torch.full(inputs['input_ids'].shape, -100, dtype=torch.long)  # -100: not a target.
+  labels.scatter_(1, positions, ids)
+
+  def make_model_and_opt():
+    torch.manual_seed(0)
+    ref = transformers.BertForPreTraining(hf).train()
+    no_decay = lambda name: name.endswith('bias') or 'LayerNorm' in name
+    groups = [
+        {'params': [p for n, p in ref.named_parameters() if not no_decay(n)],
+         'weight_decay': ocfg.weight_decay},
+        {'params': [p for n, p in ref.named_parameters() if no_decay(n)], 'weight_decay': 0.0}]
+    opt = torch.optim.AdamW(groups, lr=ocfg.learning_rate, betas=(ocfg.b1, ocfg.b2),
+                            eps=ocfg.eps)
+    return ref, opt
+
+  def update(ref, opt, loss):
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), ocfg.grad_clip_norm)
+    opt.step()
+    return loss.item()
+
+  stock_model, stock_opt = make_model_and_opt()
+  gathered_model, gathered_opt = make_model_and_opt()
+
+  def stock(n):
+    for _ in range(n):
+      out = stock_model(**inputs, labels=labels, next_sentence_label=nsp_labels)
+      loss = update(stock_model, stock_opt, out.loss)
+    return loss
+
+  def gathered(n):  # The MLM head only at the masked positions, as the original BERT does.
+    ref = gathered_model
+    for _ in range(n):
+      seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
+      seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
+      mlm_logits, nsp_logits = ref.cls(seq, pooled)
+      mlm = torch.nn.functional.cross_entropy(
+          mlm_logits.flatten(0, 1), ids.flatten(), reduction='none')
+      loss = ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
+              + torch.nn.functional.cross_entropy(nsp_logits, nsp_labels))
+      loss = update(ref, gathered_opt, loss)
+    return loss
+  return stock, gathered
+
+
+def timed(run, steps):
+  """(wall seconds, CPU seconds of the whole process) per update over `steps` updates."""
+  wall, cpu = time.perf_counter(), time.process_time()
+  loss = run(steps)
+  wall, cpu = (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+  if not np.isfinite(loss):
+    raise FloatingPointError(f'non-finite loss {loss}')
+  return wall, cpu
+
+
+def main(argv):
+  del argv
+  import torch  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(_THREADS_FLAG.value)
+  if len(jax.devices()) != 1:
+    raise SystemExit(f'{len(jax.devices())} devices: run with one (drop '
+                     '--xla_force_host_platform_device_count from XLA_FLAGS).')
+  if len(_BATCHES.value) != len(_SIZES.value):
+    raise SystemExit(f'--batches needs one value per size ({len(_SIZES.value)}).')
+  peak = perf.peak_flops_per_device(_PEAK.value)
+  print(f'device {jax.devices()[0].device_kind}; jax {jax.__version__}, torch {torch.__version__}'
+        f'; threads: torch {torch.get_num_threads()}, cores {len(os.sched_getaffinity(0))}, '
+        f'XLA_FLAGS="{os.environ.get("XLA_FLAGS", "")}"; malloc tuned {_TUNE_MALLOC}; '
+        f'PRNG {jax.config.jax_default_prng_impl}; load average {os.getloadavg()[0]:.1f}')
+  print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, fp32, '
+        f'dropout 0.1, AdamW + clipping; {_ROUNDS.value} rounds x {_STEPS.value} updates; '
+        f'torch attention {_TORCH_ATTN.value}')
+  rate = 'MFU' if peak else 'GFLOP/s'
+  print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{rate:>9}'
+        f'{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
+  for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value)):
+    config = pretrain.get_config(f'size={size},batch={batch_size},seq={_SEQ_LEN.value},'
+                                 f'vocab={_VOCAB.value}')
+    with config.unlocked():
+      config.data.max_predictions_per_seq = _PREDICTIONS.value
+    batch = make_batch(_VOCAB.value, batch_size, _SEQ_LEN.value, _PREDICTIONS.value)
+    runners = {'bertjax': bertjax_runner(config, batch)}
+    if _TORCH.value:
+      runners['torch stock'], runners['torch gathered'] = torch_runners(config, batch)
+    for run in runners.values():  # Compile / warm up (allocator, caches).
+      run(1)
+    times = {name: [] for name in runners}
+    for _ in range(_ROUNDS.value):
+      for name, run in runners.items():
+        times[name].append(timed(run, _STEPS.value))
+    times = {name: np.asarray(t) for name, t in times.items()}  # [rounds, (wall, cpu)]
+    flops = perf.flops_per_sequence(config.model, _SEQ_LEN.value, _PREDICTIONS.value)
+    ours = times['bertjax']
+    if _TORCH.value:
+      times['vs faster torch'] = np.minimum(times['torch stock'], times['torch gathered'])
+    for name, t in times.items():
+      wall, cpu = np.median(t, axis=0)
+      speedup = '' if name == 'bertjax' else (
+          f'{np.median(t[:, 0] / ours[:, 0]):>17.2f}x{np.median(t[:, 1] / ours[:, 1]):>11.2f}x')
+      if name == 'vs faster torch':  # Round by round, the faster of the two.
+        print(f'{size:<6}{batch_size:>6} {name:<15}{"":>48}{speedup}', flush=True)
+        continue
+      per_sec = batch_size / wall
+      achieved = (f'{per_sec * flops / peak:>9.1%}' if peak else f'{per_sec * flops / 1e9:>9.1f}')
+      print(f'{size:<6}{batch_size:>6} {name:<15}{per_sec:>8.1f}{per_sec * _SEQ_LEN.value:>10.0f}'
+            f'{achieved}{wall * 1e3:>9.1f}{cpu * 1e3:>12.1f}{speedup}', flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
