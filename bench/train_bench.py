@@ -1,7 +1,8 @@
 """Training-step throughput: bertjax vs transformers' PyTorch BERT, same config, same batch.
 
   python bench/train_bench.py [--sizes=tiny,mini,base] [--batches=32,32,8] [--seq_len=128] \
-      [--threads=2] [--steps=4] [--rounds=3] [--peak_tflops=0]
+      [--threads=2] [--steps=4] [--rounds=3] [--peak_tflops=0] [--notune_malloc] \
+      [--scan_layers=config|on|off]
 
 Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; dropout
 0.1 everywhere; float32) of:
@@ -13,8 +14,10 @@ Times full pre-training updates (forward, backward, clipping, AdamW with weight 
 All three see the same batch (the same masked positions, ids, weights and NSP labels). The
 measurements are interleaved (rounds of `steps` updates each, in turn) so that a noisy, shared
 machine slows them alike; the figures are medians over rounds, and the ratio is bertjax over
-the faster PyTorch variant, taken round by round. MFU needs --peak_tflops (the CPU peak is not
-known); without it achieved GFLOP/s (bertjax/perf.py's count, for all three) is printed.
+the faster PyTorch variant, taken round by round, from wall time and (robust to other load on
+the machine, but blind to idle threads) from the process's CPU time. MFU needs --peak_tflops
+(the CPU peak is not known); without it achieved GFLOP/s (bertjax/perf.py's count, the same
+for all three) is printed.
 
 Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
 process is pinned to --threads cores when the machine has more. Extra XLA flags go through
@@ -83,6 +86,9 @@ flags.DEFINE_bool('tune_malloc', True, 'Keep large allocations mapped across ste
                   'mallopt: one arena, no mmap, no trim); applies to both frameworks.')
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: show '
                            'GFLOP/s instead, unless jax knows the device).')
+_SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
+                          "bertjax's nn.scan over layers: as configs/pretrain.py sets it (base "
+                          'and large: on, for compile time), or forced.')
 _TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
 _TORCH_ATTN = flags.DEFINE_enum('torch_attn', 'sdpa', ['sdpa', 'eager'],
                                 'transformers attention implementation.')
@@ -142,7 +148,10 @@ def torch_runners(config, batch):
       intermediate_size=mcfg.mlp_dim, hidden_dropout_prob=mcfg.dropout_rate,
       attention_probs_dropout_prob=mcfg.attention_dropout_rate,
       layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=_TORCH_ATTN.value)
-  tensor = lambda x: torch.tensor(np.asarray(x), dtype=torch.long)
+
+  def tensor(x):
+    return torch.tensor(np.asarray(x), dtype=torch.long)
+
   inputs = dict(input_ids=tensor(batch['input_ids']),
                 attention_mask=tensor(batch['input_mask']),
                 token_type_ids=tensor(batch['segment_ids']))
@@ -156,7 +165,10 @@ def torch_runners(config, batch):
   def make_model_and_opt():
     torch.manual_seed(0)
     ref = transformers.BertForPreTraining(hf).train()
-    no_decay = lambda name: name.endswith('bias') or 'LayerNorm' in name
+
+    def no_decay(name):  # BERT decays no LayerNorm parameter and no bias.
+      return name.endswith('bias') or 'LayerNorm' in name
+
     groups = [
         {'params': [p for n, p in ref.named_parameters() if not no_decay(n)],
          'weight_decay': ocfg.weight_decay},
@@ -222,15 +234,17 @@ def main(argv):
         f'PRNG {jax.config.jax_default_prng_impl}; load average {os.getloadavg()[0]:.1f}')
   print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, fp32, '
         f'dropout 0.1, AdamW + clipping; {_ROUNDS.value} rounds x {_STEPS.value} updates; '
-        f'torch attention {_TORCH_ATTN.value}')
+        f'torch attention {_TORCH_ATTN.value}; bertjax scan_layers {_SCAN.value}')
   rate = 'MFU' if peak else 'GFLOP/s'
   print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{rate:>9}'
         f'{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
-  for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value)):
+  for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value), strict=True):
     config = pretrain.get_config(f'size={size},batch={batch_size},seq={_SEQ_LEN.value},'
                                  f'vocab={_VOCAB.value}')
     with config.unlocked():
       config.data.max_predictions_per_seq = _PREDICTIONS.value
+      if _SCAN.value != 'config':
+        config.model.scan_layers = _SCAN.value == 'on'
     batch = make_batch(_VOCAB.value, batch_size, _SEQ_LEN.value, _PREDICTIONS.value)
     runners = {'bertjax': bertjax_runner(config, batch)}
     if _TORCH.value:

@@ -283,8 +283,8 @@ class SelfAttention(nn.Module):
     dtype = compute_dtype(cfg)
     # One matmul for query, key and value (a 3x wider one runs closer to the CPU's peak and
     # reads x once); the parameters stay three DenseGeneral-style [D, H, K] kernels.
-    kernels, biases = zip(*(ProjectionParams(cfg, name=name)() for name in ('query', 'key',
-                                                                              'value')))
+    projections = [ProjectionParams(cfg, name=name)() for name in ('query', 'key', 'value')]
+    kernels, biases = zip(*projections, strict=True)
     x_BxLxD, kernel_Dx3xHxK, bias_3xHxK = nn.dtypes.promote_dtype(
         x_BxLxD, jnp.stack(kernels, axis=1), jnp.stack(biases), dtype=dtype)
     qkv_BxLx3xHxK = jnp.einsum('bld,dthk->blthk', x_BxLxD, kernel_Dx3xHxK) + bias_3xHxK
@@ -352,7 +352,8 @@ class Embeddings(nn.Module):
     # float32 lookups and sum (as the original), cast to the compute dtype by the LayerNorm.
     embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=jnp.float32,
                               param_dtype=jnp.float32)
-    self.word_embeddings = embed(cfg.vocab_size, embedding_init=initializer(cfg, ('vocab', 'embed')))
+    self.word_embeddings = embed(cfg.vocab_size,
+                                 embedding_init=initializer(cfg, ('vocab', 'embed')))
     self.position_embeddings = embed(cfg.max_position_embeddings,
                                      embedding_init=initializer(cfg, (None, 'embed')))
     self.token_type_embeddings = embed(cfg.type_vocab_size,
