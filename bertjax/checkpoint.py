@@ -96,8 +96,10 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
                  meta['examples_consumed'])
     return restored['state'], meta
   if steps:
-    raise ValueError(f'none of the checkpoints {steps} in {mngr.directory} can be read: they '
-                     'were moved aside; delete them or point --workdir elsewhere to start fresh.')
+    message = (f'none of the checkpoints {steps} in {mngr.directory} can be read: they were '
+               'moved aside; delete them or point --workdir elsewhere to start fresh.')
+    logging.error(message)  # One line in the log, whatever else is printing at exit.
+    raise ValueError(message)
   # A restart after the error above (a job scheduler retrying) must not start fresh either.
   aside = sorted(p.name for p in mngr.directory.glob('*.unreadable-*'))
   if aside:
