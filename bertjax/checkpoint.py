@@ -33,12 +33,15 @@ def checkpoint_dir(workdir) -> str:
       str(workdir).rstrip('/') + '/checkpoints')
 
 
-def manager(workdir, config) -> ocp.CheckpointManager:
-  """An orbax manager for <workdir>/checkpoints following config.checkpoint."""
+def manager(workdir, config, best_metric: str = BEST_METRIC) -> ocp.CheckpointManager:
+  """An orbax manager for <workdir>/checkpoints following config.checkpoint.
+
+  `best_metric` (higher is better) ranks checkpoints for keep_best.
+  """
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
   if config.checkpoint.keep_best:
     policies.append(ocp.checkpoint_managers.BestN(
-        get_metric_fn=lambda metrics: metrics[BEST_METRIC], n=config.checkpoint.keep_best,
+        get_metric_fn=lambda metrics: metrics[best_metric], n=config.checkpoint.keep_best,
         keep_checkpoints_without_metrics=False))
   options = ocp.CheckpointManagerOptions(
       # Only every N steps (orbax would also save the first step of a run by default); the
@@ -218,3 +221,123 @@ def write_json(path, payload: dict):
     tmp = path.with_suffix(path.suffix + '.tmp')
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
     tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning: the encoder from a pre-trained checkpoint, the head fresh.
+
+ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+                       'max_position_embeddings', 'type_vocab_size', 'hidden_act',
+                       'layer_norm_eps')
+
+
+def _step_dir(path: pathlib.Path) -> pathlib.Path:
+  """A bertjax workdir / checkpoints dir / step dir -> the newest step dir."""
+  if (path / 'checkpoints').is_dir():
+    path = path / 'checkpoints'
+  if (path / 'state').is_dir():
+    return path
+  steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.is_dir() else []
+  if not steps:
+    raise FileNotFoundError(
+        f'init={path}: neither a transformers BERT dir (config.json + model.safetensors) nor a '
+        'bertjax workdir / checkpoints dir / checkpoint step (with a state/ item).')
+  return path / str(steps[-1])
+
+
+def _is_transformers_dir(path: pathlib.Path) -> bool:
+  return (path / 'config.json').exists() and not (path / 'checkpoints').is_dir()
+
+
+def init_model_config(init: str) -> dict:
+  """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init`."""
+  path = pathlib.Path(init)
+  if not path.exists():
+    raise FileNotFoundError(f'init={init} does not exist: pass a transformers BERT dir or a '
+                            'bertjax workdir / checkpoint.')
+  if _is_transformers_dir(path):
+    cfg = hf_checkpoint.config_from_hf(json.loads((path / 'config.json').read_text()))
+  else:
+    step = _step_dir(path)
+    meta_dir = step / 'meta'
+    meta_files = sorted(meta_dir.glob('*')) if meta_dir.is_dir() else []
+    cfg = None
+    for meta_file in meta_files:
+      try:
+        cfg = json.loads(meta_file.read_text())['model']
+        break
+      except (ValueError, KeyError, IsADirectoryError):
+        continue
+    if cfg is None:
+      raise ValueError(f'{step} has no readable meta item with the model config: set '
+                       'config.model (a size) to load it.')
+  return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
+
+
+def init_vocab_file(init: str) -> str | None:
+  """The vocab.txt saved with a transformers checkpoint, if any."""
+  path = pathlib.Path(init)
+  if _is_transformers_dir(path) and (path / 'vocab.txt').exists():
+    return str(path / 'vocab.txt')
+  return None
+
+
+def _read_encoder(path: pathlib.Path) -> dict:
+  """Flat {'layers_0/...': array} (or stacked 'layers/...') encoder params of a checkpoint."""
+  if _is_transformers_dir(path):
+    _, params, report = hf_checkpoint.load(path, with_heads=False)
+    logging.info('init %s (transformers): %s', path, report.summary())
+    return _flatten(params)
+  params = _read_params(_step_dir(path))
+  if 'bert' not in params:
+    raise ValueError(f'init={path}: its parameters have no `bert` encoder.')
+  return _flatten(params['bert'])
+
+
+def _convert_layer_layout(loaded: dict, wanted: dict, num_layers: int) -> dict:
+  """Stacks per-layer tensors (layers_i/...) into nn.scan's layers/... or the reverse."""
+  stacked_wanted = any(k.startswith('layers/') for k in wanted)
+  stacked_loaded = any(k.startswith('layers/') for k in loaded)
+  if stacked_wanted == stacked_loaded:
+    return loaded
+  out = {k: v for k, v in loaded.items() if not k.startswith('layers')}
+  if stacked_wanted:
+    suffixes = {k.split('/', 1)[1] for k in loaded if k.startswith('layers_0/')}
+    for suffix in suffixes:
+      out[f'layers/{suffix}'] = np.stack([loaded[f'layers_{i}/{suffix}']
+                                          for i in range(num_layers)])
+  else:
+    for key, value in loaded.items():
+      if key.startswith('layers/'):
+        for i in range(value.shape[0]):
+          out[f'layers_{i}/{key.split("/", 1)[1]}'] = value[i]
+  return out
+
+
+def load_encoder(init: str, params, shardings, num_layers: int):
+  """`params` with the `bert` subtree replaced by the encoder in `init`, placed in `shardings`.
+
+  The task head (everything outside `bert`) keeps its fresh initialisation. Returns (params,
+  report) where report lists the loaded, fresh and unused parameter names.
+  """
+  loaded = _convert_layer_layout(_read_encoder(pathlib.Path(init)),
+                                 _flatten(dict(params['bert'])), num_layers)
+  wanted = _flatten(dict(params['bert']))
+  missing = sorted(set(wanted) - set(loaded))
+  if missing:
+    raise ValueError(f'init={init} lacks {len(missing)} encoder parameters, e.g. {missing[:3]}: '
+                     'is it a BERT checkpoint?')
+  bad = [f'{k}: checkpoint {tuple(np.shape(loaded[k]))} vs model {tuple(wanted[k].shape)}'
+         for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
+  if bad:
+    raise ValueError(f'init={init} does not fit config.model ({len(bad)} shapes differ, e.g. '
+                     f'{bad[:2]}): leave the size empty to take the checkpoint\'s shape.')
+  flat_shardings = _flatten(dict(shardings['bert']))
+  placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
+            for k in wanted}
+  encoder = jax.tree.map(lambda _, path: placed[path], dict(params['bert']),
+                         _paths_tree(dict(params['bert'])))
+  fresh = sorted(k for k in _flatten(dict(params)) if not k.startswith('bert/'))
+  report = {'loaded': sorted(f'bert/{k}' for k in wanted), 'fresh': fresh,
+            'unused': sorted(set(loaded) - set(wanted))}
+  return {**params, 'bert': encoder}, report

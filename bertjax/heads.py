@@ -1,8 +1,10 @@
-"""Heads on the BERT encoder, and the encoder+head models the trainer runs.
+"""Heads on the BERT encoder, and the encoder+head models the trainers run.
 
 Pre-training: the masked-LM head (dense + activation + LayerNorm, then a decoder tied to the
 word embeddings plus a per-token bias) evaluated only at `masked_lm_positions`, as the original
-BERT does; and next-sentence prediction on the pooled [CLS]. Shape legend as in model.py.
+BERT does; and next-sentence prediction on the pooled [CLS]. Fine-tuning: classification or
+regression on the pooled [CLS], SQuAD start/end spans, token tagging; each model keeps the
+encoder under `bert` so pre-trained weights load by name. Shape legend as in model.py.
 """
 
 import flax.linen as nn
@@ -108,6 +110,75 @@ class BertForPreTraining(nn.Module):
     mlm_logits_BxPxV = MaskedLmHead(cfg, name='mlm')(x_BxPxD, encoder.word_embedding_table())
     nsp_logits_Bx2 = NextSentenceHead(cfg, name='nsp')(pooled_BxD)
     return mlm_logits_BxPxV, nsp_logits_Bx2
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning heads. Names follow transformers' (classifier, qa_outputs) so that exports map
+# one to one. Kernels are drawn as BERT draws them (truncated normal, initializer_range).
+
+
+def _output_dense(cfg: Config, features: int, name: str) -> nn.Dense:
+  return nn.Dense(features, dtype=model.compute_dtype(cfg), param_dtype=jnp.float32,
+                  kernel_init=model.initializer(cfg, ('embed', None)),
+                  bias_init=model.zeros((None,)), name=name)
+
+
+class BertForSequenceClassification(nn.Module):
+  """Pooled [CLS] -> dropout -> dense: logits [B, C] (C = num_labels; 1 for regression)."""
+
+  config: Config
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    cfg = self.config
+    _, pooled_BxD = model.BertEncoder(cfg, name='bert')(input_ids, input_mask, segment_ids,
+                                                        deterministic)
+    pooled_BxD = model.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)
+    logits_BxC = _output_dense(cfg, self.num_labels, 'classifier')(pooled_BxD)
+    return logits_BxC.astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nn.Module):
+  """Every position -> dense(2): start and end logits, [B, L, 2] (run_squad: no dropout)."""
+
+  config: Config
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    cfg = self.config
+    x_BxLxD, _ = model.BertEncoder(cfg, name='bert')(input_ids, input_mask, segment_ids,
+                                                     deterministic)
+    return _output_dense(cfg, 2, 'qa_outputs')(x_BxLxD).astype(jnp.float32)
+
+
+class BertForTokenClassification(nn.Module):
+  """Every position -> dropout -> dense: tag logits [B, L, C]."""
+
+  config: Config
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    cfg = self.config
+    x_BxLxD, _ = model.BertEncoder(cfg, name='bert')(input_ids, input_mask, segment_ids,
+                                                     deterministic)
+    x_BxLxD = model.Dropout(rate=cfg.dropout_rate)(x_BxLxD, deterministic)
+    return _output_dense(cfg, self.num_labels, 'classifier')(x_BxLxD).astype(jnp.float32)
+
+
+def task_model(config: Config, kind: str, num_labels: int) -> nn.Module:
+  """The encoder + head model of a fine-tuning task kind."""
+  if kind == 'classification':
+    return BertForSequenceClassification(config, num_labels)
+  if kind == 'regression':
+    return BertForSequenceClassification(config, 1)
+  if kind == 'span':
+    return BertForQuestionAnswering(config)
+  if kind == 'tagging':
+    return BertForTokenClassification(config, num_labels)
+  raise ValueError(f'unknown task kind {kind!r}; valid: classification, regression, span, '
+                   'tagging.')
 
 
 def dummy_batch(batch_size: int, seq_len: int, max_predictions: int):

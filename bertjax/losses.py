@@ -1,4 +1,4 @@
-"""Pre-training losses and metrics as (sum, weight) pairs.
+"""Pre-training and fine-tuning losses and metrics as (sum, weight) pairs.
 
 Averages are taken only after summing both parts over devices and hosts, so a metric is exact
 whatever the sharding or the number of padded examples. Shape legend as in model.py.
@@ -59,6 +59,63 @@ def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch):
                                  batch.get('example_weight')))
     loss = loss + mean(metrics['nsp_loss'])
   return loss, metrics
+
+
+def classification(logits_BxC, labels_B, weights_B):
+  """Softmax cross-entropy and accuracy over examples weighted by weights_B (0 = padding)."""
+  weights_B = weights_B.astype(jnp.float32)
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
+                                                           labels_B)
+  correct_B = (jnp.argmax(logits_BxC, -1) == labels_B).astype(jnp.float32)
+  weight = jnp.sum(weights_B)
+  return {'loss': (jnp.sum(loss_B * weights_B), weight),
+          'accuracy': (jnp.sum(correct_B * weights_B), weight)}
+
+
+def regression(predictions_B, labels_B, weights_B):
+  """Mean squared error (STS-B), weighted by weights_B."""
+  weights_B = weights_B.astype(jnp.float32)
+  error_B = jnp.square(predictions_B.astype(jnp.float32) - labels_B.astype(jnp.float32))
+  return {'loss': (jnp.sum(error_B * weights_B), jnp.sum(weights_B))}
+
+
+def span(logits_BxLx2, start_B, end_B, weights_B):
+  """SQuAD's loss: the mean of the start and end cross-entropies over sequence positions."""
+  weights_B = weights_B.astype(jnp.float32)
+  logits_BxLx2 = logits_BxLx2.astype(jnp.float32)
+  start_loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxLx2[..., 0], start_B)
+  end_loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxLx2[..., 1], end_B)
+  exact_B = ((jnp.argmax(logits_BxLx2[..., 0], -1) == start_B)
+             & (jnp.argmax(logits_BxLx2[..., 1], -1) == end_B)).astype(jnp.float32)
+  weight = jnp.sum(weights_B)
+  return {'loss': (jnp.sum(0.5 * (start_loss_B + end_loss_B) * weights_B), weight),
+          'span_accuracy': (jnp.sum(exact_B * weights_B), weight)}
+
+
+def tagging(logits_BxLxC, label_ids_BxL, label_weights_BxL):
+  """Token cross-entropy and accuracy over the labelled positions (first piece of each word)."""
+  weights_BxL = label_weights_BxL.astype(jnp.float32)
+  loss_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxC.astype(jnp.float32),
+                                                             label_ids_BxL)
+  correct_BxL = (jnp.argmax(logits_BxLxC, -1) == label_ids_BxL).astype(jnp.float32)
+  weight = jnp.sum(weights_BxL)
+  return {'loss': (jnp.sum(loss_BxL * weights_BxL), weight),
+          'accuracy': (jnp.sum(correct_BxL * weights_BxL), weight)}
+
+
+def finetuning(kind: str, outputs, batch):
+  """The metrics of a task kind ('loss' first) on model outputs and a batch."""
+  weights_B = batch['example_weight']
+  if kind == 'classification':
+    return classification(outputs, batch['label'], weights_B)
+  if kind == 'regression':
+    return regression(outputs[..., 0], batch['label'], weights_B)
+  if kind == 'span':
+    return span(outputs, batch['start_position'], batch['end_position'], weights_B)
+  if kind == 'tagging':
+    return tagging(outputs, batch['label_ids'],
+                   batch['label_weights'] * weights_B[:, None].astype(jnp.float32))
+  raise ValueError(f'unknown task kind {kind!r}')
 
 
 def mean(pair):

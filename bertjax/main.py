@@ -32,7 +32,7 @@ _PROCESS_ID = flags.DEFINE_integer(
     'This process (with --coordinator_address).')
 flags.mark_flags_as_required(['config'])
 
-JOBS = ('pretrain', 'embed')
+JOBS = ('pretrain', 'finetune', 'embed')
 
 
 def hide_accelerators_from_tf():
@@ -85,6 +85,11 @@ def main(argv):
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
     from bertjax import train  # pylint: disable=g-import-not-at-top
     train.train_and_evaluate(config, _WORKDIR.value)
+  elif config.job == 'finetune':
+    if not _WORKDIR.value:
+      raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
+    from bertjax import finetune  # pylint: disable=g-import-not-at-top
+    finetune.run(config, _WORKDIR.value)
   elif config.job == 'embed':
     from bertjax import embed  # pylint: disable=g-import-not-at-top
     embed.run(config, _WORKDIR.value)

@@ -72,12 +72,22 @@ def _microbatches(batch, k):
                       batch)
 
 
-def train_step(state: TrainState, batch, *, model, tx, schedule, grad_accum_steps: int):
-  """One optimizer update on a global batch; returns (state, metrics as (sum, weight))."""
+def _normalizers(batch):
+  """What each pre-training loss is divided by: the whole (not micro-) batch's weights."""
+  return {'mlm': jnp.maximum(jnp.sum(batch['masked_lm_weights']), 1e-8),
+          'nsp': jnp.float32(batch['input_ids'].shape[0])}
+
+
+def train_step(state: TrainState, batch, *, model, tx, schedule, grad_accum_steps: int,
+               loss_fn=_loss_fn, normalizers_fn=_normalizers):
+  """One optimizer update on a global batch; returns (state, metrics as (sum, weight)).
+
+  `loss_fn(params, batch, rng, normalizers, *, model, deterministic) -> (loss, metrics)` and
+  `normalizers_fn(batch)` default to pre-training's; fine-tuning passes its own.
+  """
   rng = jax.random.fold_in(state.rng, state.step)
-  normalizers = {'mlm': jnp.maximum(jnp.sum(batch['masked_lm_weights']), 1e-8),
-                 'nsp': jnp.float32(batch['input_ids'].shape[0])}
-  grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model=model, deterministic=False),
+  normalizers = normalizers_fn(batch)
+  grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model, deterministic=False),
                                has_aux=True)
   if grad_accum_steps == 1:
     (loss, metrics), grads = grad_fn(state.params, batch, rng, normalizers)
@@ -186,9 +196,14 @@ def masking_config(config, vocab_file):
       masked_lm_prob=config.data.masked_lm_prob)
 
 
-def _state_init(config, model, tx):
-  """init(key) -> the TrainState with its parameters boxed with their logical axis names."""
-  dummy = heads.dummy_batch(1, config.data.max_seq_length, config.data.max_predictions_per_seq)
+def _state_init(config, model, tx, dummy=None):
+  """init(key) -> the TrainState with its parameters boxed with their logical axis names.
+
+  `dummy`: the model's keyword inputs for tracing (default: a pre-training batch).
+  """
+  if dummy is None:
+    dummy = heads.dummy_batch(1, config.data.max_seq_length,
+                              config.data.max_predictions_per_seq)
 
   def init(key):
     variables = model.init(jax.random.fold_in(key, 0), **dummy, deterministic=True)
@@ -199,17 +214,17 @@ def _state_init(config, model, tx):
   return init
 
 
-def train_state_shapes(config, model, tx, mesh):
+def train_state_shapes(config, model, tx, mesh, dummy=None):
   """(abstract state, shardings) of the TrainState, traced only: no parameter is materialised."""
-  boxed = jax.eval_shape(_state_init(config, model, tx), jax.random.PRNGKey(config.seed))
+  boxed = jax.eval_shape(_state_init(config, model, tx, dummy), jax.random.PRNGKey(config.seed))
   shardings = sharding.logical_to_sharding(boxed, mesh)
   return abstract_state(nn.unbox(boxed), shardings), shardings
 
 
-def create_train_state(config, model, tx, mesh):
+def create_train_state(config, model, tx, mesh, dummy=None):
   """(state, shardings): initialised directly into its shardings; no unsharded copy exists."""
-  _, shardings = train_state_shapes(config, model, tx, mesh)
-  init = _state_init(config, model, tx)
+  _, shardings = train_state_shapes(config, model, tx, mesh, dummy)
+  init = _state_init(config, model, tx, dummy)
   state = jax.jit(lambda k: nn.unbox(init(k)), out_shardings=shardings)(
       jax.random.PRNGKey(config.seed))
   return state, shardings

@@ -1,0 +1,194 @@
+"""The fine-tuning loop: sharded equals one device, exact resume, init from checkpoints, modes.
+
+A tiny encoder with the embedded corpus's vocab learns an SST-2-layout task made of
+Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take seconds.
+"""
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+from safetensors import numpy as st_numpy
+
+from bertjax import checkpoint
+from bertjax import finetune
+from bertjax import sharding
+from bertjax.data import embedded
+from bertjax.data import tasks
+from configs import finetune as finetune_config
+
+POSITIVE = ['love', 'sweet', 'gentle', 'fair']
+NEGATIVE = ['death', 'blood', 'foul', 'grief']
+FILLER = ['the', 'king', 'doth', 'speak', 'of', 'his', 'lord', 'and', 'my', 'heart']
+
+
+def write_sst2(directory: pathlib.Path, n_train=64, n_dev=24, n_test=10, seed=0):
+  rng = np.random.default_rng(seed)
+
+  def sentence(label):
+    words = list(rng.choice(FILLER, 5)) + [rng.choice(POSITIVE if label else NEGATIVE)]
+    rng.shuffle(words)
+    return ' '.join(words)
+
+  directory.mkdir(parents=True, exist_ok=True)
+  for name, n in (('train.tsv', n_train), ('dev.tsv', n_dev)):
+    labels = rng.integers(0, 2, n)
+    rows = [f'{sentence(y)}\t{y}' for y in labels]
+    (directory / name).write_text('sentence\tlabel\n' + '\n'.join(rows) + '\n')
+  rows = [f'{i}\t{sentence(int(rng.integers(0, 2)))}' for i in range(n_test)]
+  (directory / 'test.tsv').write_text('index\tsentence\n' + '\n'.join(rows) + '\n')
+  return directory
+
+
+def tiny_config(data_dir, **overrides):
+  config = finetune_config.get_config('task=sst2,size=tiny,seq=16,batch=16,lr=1e-3,epochs=2')
+  config.unlock()
+  config.data.data_dir = str(data_dir)
+  config.model.vocab_size = embedded.VOCAB_SIZE  # No init: the embedded corpus's vocab.
+  config.log_every_steps = 2
+  config.eval_batch_size = 16
+  config.checkpoint.every_steps = 3
+  for key, value in overrides.items():
+    node = config
+    *parents, leaf = key.split('.')
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def final_params(workdir) -> dict:
+  step_dir = max((pathlib.Path(workdir) / 'checkpoints').glob('[0-9]*'), key=lambda p: int(p.name))
+  # pylint: disable=protected-access
+  return checkpoint._flatten(checkpoint._read_params(step_dir)), int(step_dir.name)
+
+
+@pytest.fixture(scope='module')
+def sst2_dir(tmp_path_factory):
+  return write_sst2(tmp_path_factory.mktemp('sst2'))
+
+
+def test_batch_indices_are_epoch_permutations():
+  rows = np.concatenate([finetune.batch_indices(s, 4, 10, seed=3) for s in range(5)])
+  np.testing.assert_array_equal(np.sort(rows[:10]), np.arange(10))  # Epoch 0: each row once.
+  np.testing.assert_array_equal(np.sort(rows[10:20]), np.arange(10))
+  assert not np.array_equal(rows[:10], rows[10:20])  # Reshuffled per epoch.
+  np.testing.assert_array_equal(finetune.batch_indices(3, 4, 10, seed=3), rows[12:16])
+  assert not np.array_equal(finetune.batch_indices(0, 4, 10, seed=4), rows[:4])
+
+
+def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  sharded = finetune.train_and_evaluate(config, str(tmp_path / 'eight'))
+
+  make_mesh = sharding.make_mesh
+  monkeypatch.setattr(sharding, 'make_mesh',
+                      lambda mesh_config: make_mesh(mesh_config, jax.devices()[:1]))
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
+  single = finetune.train_and_evaluate(config, str(tmp_path / 'one'))
+
+  # 64 examples / 16 = 4 steps per epoch, 8 epochs.
+  (a, step_a), (b, step_b) = final_params(tmp_path / 'eight'), final_params(tmp_path / 'one')
+  assert step_a == step_b == 32
+  for key in a:
+    np.testing.assert_allclose(a[key], b[key], atol=2e-5, rtol=1e-4, err_msg=key)
+  assert sharded['accuracy'] == pytest.approx(single['accuracy'], abs=1e-6)
+  assert sharded['loss'] == pytest.approx(single['loss'], rel=1e-4)
+  # The task is learnable from one word: a random-init tiny model gets well past chance.
+  assert sharded['accuracy'] >= 0.9, sharded
+  results = json.loads((tmp_path / 'eight' / 'eval_results.json').read_text())
+  assert results['accuracy'] == pytest.approx(sharded['accuracy'])
+  predictions = (tmp_path / 'eight' / 'predictions' / 'step_32' / 'sst2-validation.tsv').read_text()
+  assert predictions.splitlines()[0] == 'index\tprediction'
+  assert len(predictions.splitlines()) == 1 + 24
+
+
+def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
+  finetune.train_and_evaluate(config, str(tmp_path / 'straight'))
+
+  batch_indices = finetune.batch_indices
+
+  def crash_at_seven(step, *args, **kwargs):
+    if step == 7:
+      raise KeyboardInterrupt('killed')
+    return batch_indices(step, *args, **kwargs)
+
+  monkeypatch.setattr(finetune, 'batch_indices', crash_at_seven)
+  with pytest.raises(KeyboardInterrupt):
+    finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
+  assert final_params(tmp_path / 'crashed')[1] == 6
+  monkeypatch.setattr(finetune, 'batch_indices', batch_indices)
+  finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
+
+  (a, step_a), (b, step_b) = final_params(tmp_path / 'straight'), final_params(tmp_path / 'crashed')
+  assert step_a == step_b == 8
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path):
+  config = tiny_config(sst2_dir, num_train_steps=2)
+  finetune.train_and_evaluate(config, str(tmp_path))
+  config.mode = 'predict'
+  (path,) = finetune.run(config, str(tmp_path))
+  lines = pathlib.Path(path).read_text().splitlines()
+  assert lines[0] == 'index\tprediction'
+  assert [line.split('\t')[0] for line in lines[1:]] == [str(i) for i in range(10)]
+  assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
+
+  config.mode = 'predict'
+  with pytest.raises(FileNotFoundError, match='fine-tune first'):
+    finetune.run(config, str(tmp_path / 'empty'))
+
+
+def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
+    minilm_dir, sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
+                                                       'optimizer.weight_decay': 0.0})
+  config.init = str(minilm_dir)
+  config.model_from_init = True
+  config.model.dropout_rate = 0.0
+  config.model.attention_dropout_rate = 0.0
+  reports = []
+  load_encoder = checkpoint.load_encoder
+  monkeypatch.setattr(checkpoint, 'load_encoder',
+                      lambda *a, **k: reports.append(load_encoder(*a, **k)) or reports[-1])
+  finetune.train_and_evaluate(config, str(tmp_path))
+  params, _ = final_params(tmp_path)
+  (_, report), = reports
+  assert report['fresh'] == ['classifier/bias', 'classifier/kernel']
+  assert len(report['loaded']) == len([k for k in params if k.startswith('bert/')])
+  # lr 0: the saved encoder is exactly the imported one.
+  hf = st_numpy.load_file(str(minilm_dir / 'model.safetensors'))
+  np.testing.assert_array_equal(params['bert/embeddings/word_embeddings/embedding'],
+                                hf['embeddings.word_embeddings.weight'])
+  np.testing.assert_array_equal(params['bert/layers_5/mlp/output/kernel'],
+                                hf['encoder.layer.5.output.dense.weight'].T)
+
+
+def test_size_that_does_not_fit_the_checkpoint(minilm_dir, sst2_dir, tmp_path):
+  config = tiny_config(sst2_dir)
+  config.init = str(minilm_dir)  # tiny: hidden 128, the checkpoint 384.
+  with pytest.raises(ValueError, match='hidden_size 384 in the checkpoint vs 128'):
+    finetune.train_and_evaluate(config, str(tmp_path))
+  assert not (tmp_path / 'config.json').exists()
+
+
+def test_unknown_task_lists_the_valid_ones():
+  with pytest.raises(ValueError, match='valid tasks: cola, sst2, mrpc'):
+    finetune_config.get_config('task=glue')
+  config = finetune_config.get_config('task=sst2')
+  with pytest.raises(ValueError, match='squad_v2, conll2003, bbc, wordnet'):
+    tasks.get_task('sst-2', config.data)
+
+
+def test_every_task_has_a_preset_and_a_reader():
+  for name in finetune_config.TASKS:
+    config = finetune_config.get_config(f'task={name}')
+    task = tasks.get_task(name, config.data)
+    assert task.kind == config.kind, name
+  assert set(finetune_config.TASKS) == set(tasks.NAMES)
