@@ -6,7 +6,9 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 
 import json
 import pathlib
+import zipfile
 
+import glue_test
 import jax
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from safetensors import numpy as st_numpy
 from bertjax import checkpoint
 from bertjax import finetune
 from bertjax import sharding
+from bertjax.data import conll
 from bertjax.data import embedded
 from bertjax.data import tasks
 from configs import finetune as finetune_config
@@ -192,3 +195,65 @@ def test_every_task_has_a_preset_and_a_reader():
     task = tasks.get_task(name, config.data)
     assert task.kind == config.kind, name
   assert set(finetune_config.TASKS) == set(tasks.NAMES)
+
+
+def _minilm_tiny(task, data_dir, minilm_dir, seq, **overrides):
+  """A tiny random encoder over the real uncased BERT vocab (MiniLM's), for pipeline tests."""
+  config = tiny_config(data_dir, num_train_steps=2, **overrides)
+  config.task = task
+  config.kind = finetune_config.TASKS[task][0]
+  config.model.vocab_size = 30522
+  config.data.vocab_file = str(minilm_dir / 'vocab.txt')
+  config.data.max_seq_length = seq
+  return config
+
+
+def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
+  data_dir = tmp_path / 'squad'
+  data_dir.mkdir()
+  for name in ('train-v1.1.json', 'dev-v1.1.json'):
+    (data_dir / name).write_bytes(squad_json)
+  config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64, **{'data.doc_stride': 32,
+                                                                  'data.max_query_length': 16})
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert 0 <= results['exact_match'] <= results['f1'] <= 100
+  written = json.loads((tmp_path / 'run/predictions/step_2/predictions.json').read_text())
+  qids = {qa['id'] for article in json.loads(squad_json)['data']
+          for paragraph in article['paragraphs'] for qa in paragraph['qas']}
+  assert set(written) == qids
+
+
+def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    text = wheel.read('allennlp/tests/fixtures/data/conll2003.txt')
+  data_dir = tmp_path / 'conll'
+  data_dir.mkdir()
+  for name in ('train.txt', 'valid.txt', 'test.txt'):
+    (data_dir / name).write_bytes(text)
+  config = _minilm_tiny('conll2003', data_dir, minilm_dir, 16)  # Forces split sentences.
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert set(results) >= {'f1', 'precision', 'recall', 'accuracy', 'loss'}
+  config.mode = 'predict'
+  (path,) = finetune.run(config, str(tmp_path / 'run'))
+  sentences = conll.read_conll(data_dir / 'test.txt')
+  lines = [line for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
+  assert len(lines) == sum(len(s.words) for s in sentences)
+  assert all(line.split()[-1] in conll.LABELS for line in lines)
+
+
+@pytest.mark.parametrize('task', ['stsb', 'mnli'])
+def test_glue_regression_and_two_eval_splits(task, minilm_dir, tmp_path):
+  glue_test.write_glue(tmp_path / 'glue', [task])
+  config = _minilm_tiny(task, tmp_path / 'glue', minilm_dir, 32, global_batch_size=8,
+                        eval_batch_size=8)
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  if task == 'stsb':
+    assert {'pearson', 'spearman', 'loss'} <= set(results)
+  else:  # MNLI: matched first (bare names), then mismatched.
+    assert {'accuracy', 'validation_mismatched/accuracy'} <= set(results)
+  config.mode = 'predict'
+  paths = finetune.run(config, str(tmp_path / 'run'))
+  names = sorted(pathlib.Path(p).name for p in paths)
+  assert names == (['STS-B.tsv'] if task == 'stsb' else ['MNLI-m.tsv', 'MNLI-mm.tsv'])
