@@ -17,10 +17,12 @@ from safetensors import numpy as st_numpy
 from bertjax import checkpoint
 from bertjax import finetune
 from bertjax import sharding
+from bertjax import train
 from bertjax.data import conll
 from bertjax.data import embedded
 from bertjax.data import tasks
 from configs import finetune as finetune_config
+from configs import pretrain
 
 POSITIVE = ['love', 'sweet', 'gentle', 'fair']
 NEGATIVE = ['death', 'blood', 'foul', 'grief']
@@ -257,3 +259,28 @@ def test_glue_regression_and_two_eval_splits(task, minilm_dir, tmp_path):
   paths = finetune.run(config, str(tmp_path / 'run'))
   names = sorted(pathlib.Path(p).name for p in paths)
   assert names == (['STS-B.tsv'] if task == 'stsb' else ['MNLI-m.tsv', 'MNLI-mm.tsv'])
+
+
+def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):
+  """Pre-train 2 steps, then fine-tune from that workdir: shape from its meta, layers stacked."""
+  pre = pretrain.get_config('size=tiny,steps=2,batch=8,seq=32')
+  pre.model.update(dict(num_layers=2, hidden_size=64, num_heads=2, mlp_dim=128))
+  pre.data.update(dict(dupe_factor=1, shuffle_window=100, num_lanes=2))
+  pre.eval_batch_size, pre.max_eval_batches = 8, 1
+  train.train_and_evaluate(pre, str(tmp_path / 'pre'))
+
+  config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
+                                                       'optimizer.weight_decay': 0.0})
+  config.init = str(tmp_path / 'pre')
+  config.model_from_init = True
+  config.model.scan_layers = True
+  finetune.train_and_evaluate(config, str(tmp_path / 'fine'))
+  pretrained, _ = final_params(tmp_path / 'pre')
+  tuned, _ = final_params(tmp_path / 'fine')
+  assert tuned['bert/layers/mlp/output/kernel'].shape == (2, 128, 64)
+  for i in range(2):
+    np.testing.assert_array_equal(tuned['bert/layers/attention/query/kernel'][i],
+                                  pretrained[f'bert/layers_{i}/attention/query/kernel'])
+  np.testing.assert_array_equal(tuned['bert/pooler/kernel'],
+                                pretrained['bert/pooler/kernel'])
+  assert not any(k.startswith(('mlm/', 'nsp/')) for k in tuned)
