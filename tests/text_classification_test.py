@@ -316,6 +316,17 @@ def test_wordnet_malformed_line_names_file_and_line(tmp_path, line, message):
     tc.read_wordnet(_write_wordnet(tmp_path / 'wn', {'noun': line}))
 
 
+def test_wordnet_empty_or_undecodable_file(tmp_path):
+  root = _write_wordnet(tmp_path / 'a', {'verb': ''})
+  with pytest.raises(ValueError, match=r'data\.verb holds no synsets'):
+    tc.read_wordnet(root)
+  root = _write_wordnet(tmp_path / 'b', {})
+  with open(root / 'data.adj', 'ab') as f:
+    f.write(b'00002098 00 a 01 unable 0 000 | not \xff able  \n')
+  with pytest.raises(ValueError, match=r'data\.adj:4: not UTF-8'):
+    tc.read_wordnet(root)
+
+
 def test_wordnet_gloss_without_definition_is_counted(tmp_path):
   root = _write_wordnet(tmp_path / 'wn', {
       'adv': '00001740 02 r 01 a_cappella 0 000 | "they sang a cappella"  \n'})

