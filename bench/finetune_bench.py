@@ -13,8 +13,9 @@ very call the fine-tuning config makes, so both models see the same train and ev
 
 Baseline: TfidfVectorizer (word 1-2 grams, sublinear tf, min_df 2) + LogisticRegression
 (lbfgs, multinomial), C picked from (1, 10, 100) by 3-fold stratified cross-validation on the
-training split only. It sees the whole text; MiniLM sees the first seq_len - 2 wordpieces (the
-share of eval texts cut is printed).
+training split only. It sees the whole text; MiniLM reads max_windows back-to-back windows of
+seq_len - 2 wordpieces per text (logits averaged over a text's windows at eval; the share of
+eval texts longer than what it reads is printed).
 
 Fine-tuning: bertjax.finetune.train_and_evaluate on configs/finetune.py's config for the task,
 initialised from the imported sentence-transformers checkpoint, with the subsample, epochs,
@@ -22,9 +23,9 @@ sequence length, batch and (optionally) learning rate below; a fresh workdir per
 one would be resumed). Its wall time includes compiling, feature conversion and evaluation.
 
 Subsampling (2 CPU cores, where MiniLM fine-tunes at ~11-13 sequences/s at seq 128 and ~47 at
-seq 32, so the defaults take ~15 minutes in all: ~2 baseline, ~7 BBC, ~6 WordNet):
-  bbc      the full split (1,636 train / 409 eval) at seq 128 (title and first ~100 words),
-           3 epochs, batch 16;
+seq 32, so the defaults take ~30 minutes in all: ~2 baseline, ~20 BBC, ~6 WordNet):
+  bbc      the full split (1,636 train / 409 eval), up to 4 windows of 128 per article (the
+           first ~500 wordpieces; ~5,700 training windows per epoch), 2 epochs, batch 16;
   wordnet  8,000 train / 2,000 eval of the 93k / 23k split (stratified, so all 45 supersenses
            keep their shares), seq 32 (3% of definitions are cut), 2 epochs, batch 32.
 Flags given on the command line apply to every task in --tasks; -1 = all examples.
@@ -62,8 +63,9 @@ from bertjax.data import text_classification  # noqa: E402
 
 # Per task: what keeps the whole bench under ~20 minutes on 2 CPU cores (see the docstring).
 _DEFAULTS = {
-    'bbc': dict(max_train=-1, max_eval=-1, epochs=3.0, seq_len=128, batch=16),
-    'wordnet': dict(max_train=8000, max_eval=2000, epochs=2.0, seq_len=32, batch=32),
+    'bbc': dict(max_train=-1, max_eval=-1, epochs=2.0, seq_len=128, batch=16, max_windows=4),
+    'wordnet': dict(max_train=8000, max_eval=2000, epochs=2.0, seq_len=32, batch=32,
+                    max_windows=1),
 }
 _C_GRID = (1.0, 10.0, 100.0)
 
@@ -75,6 +77,9 @@ _MAX_TRAIN = flags.DEFINE_integer('max_train', None, 'Train examples (-1 = all);
 _MAX_EVAL = flags.DEFINE_integer('max_eval', None, 'Eval examples (-1 = all); per task.')
 _EPOCHS = flags.DEFINE_float('epochs', None, 'Fine-tuning epochs; default per task.')
 _SEQ_LEN = flags.DEFINE_integer('seq_len', None, 'max_seq_length; default per task.')
+_MAX_WINDOWS = flags.DEFINE_integer(
+    'max_windows', None, 'Back-to-back windows of seq_len read per text (logits averaged at '
+    'eval); default per task.')
 _BATCH = flags.DEFINE_integer('batch', None, 'Global batch size; default per task.')
 _LR = flags.DEFINE_float('lr', None, 'Peak learning rate; default: configs/finetune.py.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Split, subsample, head init and data order.')
@@ -88,7 +93,7 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Parent of the fine-tuning workdir
 def settings(task):
   """The task's defaults with the command-line flags laid over them."""
   given = dict(max_train=_MAX_TRAIN.value, max_eval=_MAX_EVAL.value, epochs=_EPOCHS.value,
-               seq_len=_SEQ_LEN.value, batch=_BATCH.value)
+               seq_len=_SEQ_LEN.value, batch=_BATCH.value, max_windows=_MAX_WINDOWS.value)
   return {**_DEFAULTS[task], **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -130,10 +135,11 @@ def tfidf_baseline(train, evaluation, search_c=True):
   return (*scores(evaluation, predictions), seconds, c, search_seconds)
 
 
-def truncated_share(vocab_file, examples, seq_len):
-  """Share of texts whose wordpieces do not fit in seq_len with [CLS] and [SEP]."""
+def truncated_share(vocab_file, examples, seq_len, windows):
+  """Share of texts with more wordpieces than `windows` windows of seq_len - 2 hold."""
+  read = windows * (seq_len - 2)
   tok = tokenizer.FullTokenizer(str(vocab_file), do_lower_case=True)
-  return float(np.mean([len(tok.tokenize(e.text_a)) + 2 > seq_len for e in examples]))
+  return float(np.mean([len(tok.tokenize(e.text_a)) > read for e in examples]))
 
 
 def finetune_minilm(task, data_dir, init, setting):
@@ -148,6 +154,8 @@ def finetune_minilm(task, data_dir, init, setting):
   config = finetune_config.get_config(f'task={task},init={init}')
   config.data.data_dir = str(data_dir)
   config.data.max_seq_length = setting['seq_len']
+  config.data.max_windows = setting['max_windows']
+  config.data.doc_stride = setting['seq_len'] - 2  # Back-to-back windows.
   config.data.max_train_examples = setting['max_train']
   config.data.max_eval_examples = setting['max_eval']
   config.num_epochs = float(setting['epochs'])
@@ -196,8 +204,9 @@ def main(argv):
     dropped = ', '.join(f'{k} {v}' for k, v in sorted(stats.items()) if v)
     notes.append(f'{task}: {len(examples)} examples, {len({e.label for e in examples})} labels '
                  f'(reader: {dropped}); split {len(full_train)}/{len(full_eval)}; '
-                 f'{truncated_share(init / "vocab.txt", evaluation, setting["seq_len"]):.0%} of '
-                 f'eval texts longer than seq_len {setting["seq_len"]}.')
+                 f'{truncated_share(init / "vocab.txt", evaluation, setting["seq_len"], setting["max_windows"]):.0%} of '  # noqa: E501
+                 f'eval texts longer than {setting["max_windows"]} x {setting["seq_len"] - 2} '
+                 'wordpieces.')
     accuracy, f1, seconds, c, search_seconds = tfidf_baseline(train, evaluation)
     notes.append(f'{task}: TF-IDF C={c:g} chosen by 3-fold CV on train in {search_seconds:.0f} s.')
     tfidf = f'{accuracy:.4f} ({f1:.4f}, {seconds:.0f} s)'
@@ -211,7 +220,7 @@ def main(argv):
       notes.append(f'{task}: fine-tuned at lr {learning_rate:g}, batch {setting["batch"]}; '
                    f'metrics {sorted(result)}.')
     rows.append((task, f'{len(train)}/{len(evaluation)}', tfidf, minilm,
-                 f'{setting["epochs"]:g}, {setting["seq_len"]}'))
+                 f'{setting["epochs"]:g}, {setting["seq_len"]} x {setting["max_windows"]}'))
     if _FULL_SPLIT.value and (len(train), len(evaluation)) != (len(full_train), len(full_eval)):
       accuracy, f1, seconds, _, _ = tfidf_baseline(full_train, full_eval, search_c=False)
       rows.append((f'{task} (full split)', f'{len(full_train)}/{len(full_eval)}',
@@ -219,7 +228,7 @@ def main(argv):
     print(f'done: {task}', flush=True)
 
   header = ('task', 'train/eval', 'TF-IDF + LR acc (macro F1, s)',
-            'MiniLM fine-tuned acc (macro F1, s)', 'epochs, seq len')
+            'MiniLM fine-tuned acc (macro F1, s)', 'epochs, seq len x windows')
   widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
   print(f'\n{os.cpu_count()} CPU cores, seed {_SEED.value}')
   for row in [header, tuple('-' * w for w in widths), *rows]:

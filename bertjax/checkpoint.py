@@ -187,25 +187,35 @@ def load_params(init_from: str, abstract_params, shardings):
   checkpoint are reported and ignored. Returns (params, report lines).
   """
   loaded = _flatten(_read_params(pathlib.Path(init_from)))
-  wanted = _flatten(jax.tree.map(lambda x: x, abstract_params))
+  params = _place(loaded, abstract_params, shardings, f'init_from={init_from}',
+                  missing_hint='is it a BERT of this architecture (scan_layers must match for '
+                  'bertjax checkpoints)?',
+                  shape_hint='set the model size / vocab_size of the checkpoint.')
+  unused = sorted(set(loaded) - set(_flatten(dict(abstract_params))))
+  if unused:
+    logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
+  return params, unused
+
+
+def _place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
+           shape_hint: str):
+  """`abstract_tree` filled from the flat `loaded` dict (checked by name and shape), placed
+  into `shardings`."""
+  wanted = _flatten(dict(abstract_tree))
   missing = sorted(set(wanted) - set(loaded))
   if missing:
-    raise ValueError(f'init_from={init_from} lacks {len(missing)} parameters of the model, e.g. '
-                     f'{missing[:3]}: is it a BERT of this architecture (scan_layers must match '
-                     'for bertjax checkpoints)?')
+    raise ValueError(f'{source} lacks {len(missing)} parameters of the model, e.g. '
+                     f'{missing[:3]}: {missing_hint}')
   bad = [f'{k}: checkpoint {tuple(np.shape(loaded[k]))} vs model {tuple(wanted[k].shape)}'
          for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
   if bad:
-    raise ValueError(f'init_from={init_from} does not fit the config ({len(bad)} shapes differ, '
-                     f'e.g. {bad[:3]}): set the model size / vocab_size of the checkpoint.')
-  unused = sorted(set(loaded) - set(wanted))
-  if unused:
-    logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
-  flat_shardings = _flatten(jax.tree.map(lambda x: x, shardings))
+    raise ValueError(f'{source} does not fit the config ({len(bad)} shapes differ, e.g. '
+                     f'{bad[:2]}): {shape_hint}')
+  flat_shardings = _flatten(dict(shardings))
   placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
             for k in wanted}
-  return jax.tree.map(lambda _, path: placed[path], abstract_params,
-                      _paths_tree(abstract_params)), unused
+  return jax.tree.map(lambda _, path: placed[path], dict(abstract_tree),
+                      _paths_tree(dict(abstract_tree)))
 
 
 def _paths_tree(tree, prefix=''):
@@ -320,23 +330,11 @@ def load_encoder(init: str, params, shardings, num_layers: int):
   The task head (everything outside `bert`) keeps its fresh initialisation. Returns (params,
   report) where report lists the loaded, fresh and unused parameter names.
   """
-  loaded = _convert_layer_layout(_read_encoder(pathlib.Path(init)),
-                                 _flatten(dict(params['bert'])), num_layers)
   wanted = _flatten(dict(params['bert']))
-  missing = sorted(set(wanted) - set(loaded))
-  if missing:
-    raise ValueError(f'init={init} lacks {len(missing)} encoder parameters, e.g. {missing[:3]}: '
-                     'is it a BERT checkpoint?')
-  bad = [f'{k}: checkpoint {tuple(np.shape(loaded[k]))} vs model {tuple(wanted[k].shape)}'
-         for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
-  if bad:
-    raise ValueError(f'init={init} does not fit config.model ({len(bad)} shapes differ, e.g. '
-                     f'{bad[:2]}): leave the size empty to take the checkpoint\'s shape.')
-  flat_shardings = _flatten(dict(shardings['bert']))
-  placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
-            for k in wanted}
-  encoder = jax.tree.map(lambda _, path: placed[path], dict(params['bert']),
-                         _paths_tree(dict(params['bert'])))
+  loaded = _convert_layer_layout(_read_encoder(pathlib.Path(init)), wanted, num_layers)
+  encoder = _place(loaded, params['bert'], shardings['bert'], f'init={init}',
+                   missing_hint='is it a BERT checkpoint?',
+                   shape_hint='leave the size empty to take the checkpoint\'s shape.')
   fresh = sorted(k for k in _flatten(dict(params)) if not k.startswith('bert/'))
   report = {'loaded': sorted(f'bert/{k}' for k in wanted), 'fresh': fresh,
             'unused': sorted(set(loaded) - set(wanted))}

@@ -21,7 +21,7 @@ SIZES = {
 
 
 def parse_arg(arg, **defaults):
-  """Parses `k=v,k=v` into a ConfigDict over `defaults`, converting values to the defaults' types."""
+  """Parses `k=v,k=v` into a ConfigDict over `defaults`, values cast to the defaults' types."""
   parsed = ml_collections.ConfigDict(defaults)
   if not arg:
     return parsed

@@ -20,6 +20,7 @@ from bertjax import sharding
 from bertjax import train
 from bertjax.data import conll
 from bertjax.data import embedded
+from bertjax.data import glue
 from bertjax.data import tasks
 from configs import finetune as finetune_config
 from configs import pretrain
@@ -245,20 +246,29 @@ def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
   assert all(line.split()[-1] in conll.LABELS for line in lines)
 
 
-@pytest.mark.parametrize('task', ['stsb', 'mnli'])
-def test_glue_regression_and_two_eval_splits(task, minilm_dir, tmp_path):
+@pytest.mark.parametrize('task', sorted(glue.TASKS))
+def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_path):
+  """Each GLUE task's preset on its hand-made files in the real layout (tests/glue_test.py)."""
   glue_test.write_glue(tmp_path / 'glue', [task])
+  spec = glue.get_task(task)
   config = _minilm_tiny(task, tmp_path / 'glue', minilm_dir, 32, global_batch_size=8,
                         eval_batch_size=8)
   results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
-  if task == 'stsb':
-    assert {'pearson', 'spearman', 'loss'} <= set(results)
-  else:  # MNLI: matched first (bare names), then mismatched.
-    assert {'accuracy', 'validation_mismatched/accuracy'} <= set(results)
+  assert set(spec.metrics) | {'loss'} <= set(results), results
+  if task == 'mnli':  # Matched first (bare names), then mismatched.
+    assert {'validation_mismatched/accuracy'} <= set(results)
   config.mode = 'predict'
   paths = finetune.run(config, str(tmp_path / 'run'))
-  names = sorted(pathlib.Path(p).name for p in paths)
-  assert names == (['STS-B.tsv'] if task == 'stsb' else ['MNLI-m.tsv', 'MNLI-mm.tsv'])
+  assert sorted(pathlib.Path(p).name for p in paths) == sorted(spec.submission_files.values())
+  for path, split in zip(paths, spec.test_splits, strict=True):
+    test_examples, _ = glue.read_examples(task, tmp_path / 'glue', split)
+    rows = pathlib.Path(path).read_text().splitlines()[1:]
+    assert [r.split('\t')[0] for r in rows] == [e.guid for e in test_examples]
+    values = [r.split('\t')[1] for r in rows]
+    if spec.kind == 'regression':
+      assert all(0 <= float(v) <= 5 for v in values)
+    else:
+      assert set(values) <= set(spec.labels)
 
 
 def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):

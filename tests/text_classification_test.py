@@ -8,6 +8,7 @@ import collections
 import os
 import re
 
+import numpy as np
 import pytest
 
 from bertjax.data import text_classification as tc
@@ -413,3 +414,49 @@ def test_split_bad_examples():
     tc.split(_toy({'a': 3}) * 2, eval_fraction=0.2, seed=0)
   with pytest.raises(ValueError, match='0 for eval'):
     tc.split(_toy({'a': 2}), eval_fraction=0.2, seed=0)
+
+
+class _SplitTokenizer:
+  """Whitespace 'wordpieces' with ids = their position in a fixed list."""
+
+  def __init__(self, words):
+    self.ids = {w: i for i, w in enumerate(['[PAD]', '[CLS]', '[SEP]', *words])}
+
+  def tokenize(self, text):
+    return text.split()
+
+  def convert_tokens_to_ids(self, tokens):
+    return [self.ids[t] for t in tokens]
+
+
+def test_windowed_features_cover_the_text_back_to_back():
+  words = [f'w{i}' for i in range(10)]
+  tok = _SplitTokenizer(words)
+  examples = [tc.Example('a', ' '.join(words), None, 'tech'),
+              tc.Example('b', 'w1 w2', None, 'sports')]
+  features = tc.windowed_features(
+      examples, tok, 6, tc.BBC_LABELS, stride=4, max_windows=5)
+  # Example a: pieces [0:4], [4:8], [8:10]; example b: one short window.
+  np.testing.assert_array_equal(features['example_index'], [0, 0, 0, 1])
+  np.testing.assert_array_equal(features['label'], [4, 4, 4, 3])
+  first = tok.convert_tokens_to_ids(['[CLS]', 'w0', 'w1', 'w2', 'w3', '[SEP]'])
+  np.testing.assert_array_equal(features['input_ids'][0], first)
+  tail = tok.convert_tokens_to_ids(['[CLS]', 'w8', 'w9', '[SEP]'])
+  np.testing.assert_array_equal(features['input_ids'][2], tail + [0, 0])
+  np.testing.assert_array_equal(features['input_mask'][2], [1, 1, 1, 1, 0, 0])
+  capped = tc.windowed_features(
+      examples, tok, 6, tc.BBC_LABELS, stride=4, max_windows=2)
+  np.testing.assert_array_equal(capped['example_index'], [0, 0, 1])
+  with pytest.raises(ValueError, match='not one of'):
+    tc.windowed_features(
+        [tc.Example('c', 'w1', None, 'weather')], tok, 6,
+        tc.BBC_LABELS, stride=4, max_windows=1)
+
+
+def test_example_logits_average_each_texts_windows():
+  logits = np.array([[1.0, 0.0], [3.0, 2.0], [0.0, 5.0]], np.float32)
+  np.testing.assert_allclose(
+      tc.example_logits(logits, np.array([0, 0, 1]), 2),
+      [[2.0, 1.0], [0.0, 5.0]])
+  with pytest.raises(ValueError, match='no window'):
+    tc.example_logits(logits, np.array([0, 0, 2]), 3)

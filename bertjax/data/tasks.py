@@ -178,34 +178,48 @@ def _topic_task(name, data, seed) -> Task:
   def read(split):
     if not cache:
       directory = data.data_dir or default_dir()
-      examples = reader(directory)
+      stats = collections.Counter()  # What the reader dropped (duplicates, ...).
+      examples = reader(directory, stats=stats)
       train, held_out = text_classification.split(
           examples, eval_fraction=data.eval_fraction, seed=seed,
           max_train=None if data.max_train_examples < 0 else data.max_train_examples,
           max_eval=None if data.max_eval_examples < 0 else data.max_eval_examples)
-      cache.update(train=train, validation=held_out)
+      cache.update(train=(train, stats), validation=(held_out, collections.Counter()))
     if split not in cache:
       raise ValueError(f'task {name} has splits train and validation, not {split!r}.')
-    return cache[split], collections.Counter()
+    return cache[split]
 
   def featurize(examples, tok, *, is_training):
     del is_training
-    return glue.convert_examples(examples, tok, data.max_seq_length, spec), None
+    if data.max_windows == 1:
+      return glue.convert_examples(examples, tok, data.max_seq_length, spec), None
+    return text_classification.windowed_features(
+        examples, tok, data.max_seq_length, labels, stride=data.doc_stride,
+        max_windows=data.max_windows), None
+
+  def predicted(outputs, features, examples):
+    """Per example: the argmax of its windows' mean logits."""
+    if 'example_index' not in features:
+      return np.argmax(outputs, -1)
+    return np.argmax(text_classification.example_logits(
+        outputs, features['example_index'], len(examples)), -1)
 
   def evaluate(outputs, features, meta, examples):
-    del meta, examples
-    gold, predicted = features['label'], np.argmax(outputs, -1)
-    return {'accuracy': metrics_lib.accuracy(predicted, gold),
-            'macro_f1': metrics_lib.macro_f1(predicted, gold, len(labels))}
+    del meta
+    label_index = {label: i for i, label in enumerate(labels)}
+    gold = np.array([label_index[e.label] for e in examples])
+    guess = predicted(outputs, features, examples)
+    return {'accuracy': metrics_lib.accuracy(guess, gold),
+            'macro_f1': metrics_lib.macro_f1(guess, gold, len(labels))}
 
   def write(outputs, features, meta, examples, split, out_dir):
-    del features, meta
+    del meta
     path = pathlib.Path(out_dir) / f'{name}_{split}.tsv'
     path.parent.mkdir(parents=True, exist_ok=True)
-    predicted = np.argmax(outputs, -1)
+    guess = predicted(outputs, features, examples)
     with open(path, 'w', encoding='utf-8') as f:
       f.write('guid\tlabel\tprediction\n')
-      for example, p in zip(examples, predicted, strict=True):
+      for example, p in zip(examples, guess, strict=True):
         f.write(f'{example.guid}\t{example.label}\t{labels[p]}\n')
     return str(path)
 
