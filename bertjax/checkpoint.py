@@ -292,6 +292,19 @@ def init_vocab_file(init: str) -> str | None:
   return None
 
 
+def init_pooling(init: str) -> str | None:
+  """'mean' or 'cls' when `init` is a sentence-transformers dir that says so (1_Pooling/)."""
+  config_file = pathlib.Path(init) / '1_Pooling' / 'config.json'
+  if not init or not config_file.exists():
+    return None
+  pooling = json.loads(config_file.read_text())
+  if pooling.get('pooling_mode_mean_tokens'):
+    return 'mean'
+  if pooling.get('pooling_mode_cls_token'):
+    return 'cls'
+  return None
+
+
 def _read_encoder(path: pathlib.Path) -> dict:
   """Flat {'layers_0/...': array} (or stacked 'layers/...') encoder params of a checkpoint."""
   if _is_transformers_dir(path):

@@ -100,11 +100,18 @@ def resolve_model(config) -> tuple[ml_collections.ConfigDict, str]:
   return model_cfg, vocab_file
 
 
+def resolve_pooling(config) -> str:
+  if config.pooling != 'auto':
+    return config.pooling
+  return checkpoint.init_pooling(config.init) or 'cls'
+
+
 def _resolved(config, model_cfg, num_train_steps):
   """An unlocked copy with the run-time fields filled in (steps, warmup, the model)."""
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
   cfg.num_train_steps = num_train_steps
+  cfg.pooling = resolve_pooling(config)
   cfg.optimizer.total_steps = num_train_steps
   cfg.optimizer.warmup_steps = int(config.optimizer.warmup_proportion * num_train_steps)
   return cfg
@@ -196,12 +203,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
   cfg = _resolved(config, model_cfg, total_steps)
   train.check_config(cfg, mesh, len(tokenizer_lib.load_vocab(vocab_file)))
   steps_per_epoch = max(1, num_train // cfg.global_batch_size)
-  logging.info('task %s (%s): %d train features, %s; %d steps (%.1f epochs of %d steps)',
-               task.name, task.kind, num_train,
+  logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.1f epochs of %d '
+               'steps)', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{s} {len(f["input_ids"])}' for s, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
 
-  model = heads.task_model(model_cfg, task.kind, len(task.labels))
+  model = heads.task_model(model_cfg, task.kind, len(task.labels), cfg.pooling)
   schedule = optimizer_lib.learning_rate_schedule(cfg.optimizer)
   tx = optimizer_lib.make(cfg.optimizer)
   dummy = {k: np.zeros((1, cfg.data.max_seq_length), np.int32) for k in MODEL_INPUTS}
@@ -334,7 +341,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
   cfg = _resolved(config, model_cfg, 1)
   train.check_config(cfg, mesh, len(tokenizer_lib.load_vocab(vocab_file)))
-  model = heads.task_model(model_cfg, task.kind, len(task.labels))
+  model = heads.task_model(model_cfg, task.kind, len(task.labels), cfg.pooling)
   tx = optimizer_lib.make(cfg.optimizer)
   dummy = {k: np.zeros((1, cfg.data.max_seq_length), np.int32) for k in MODEL_INPUTS}
   state, state_shardings = train.train_state_shapes(cfg, model, tx, mesh, dummy)

@@ -123,17 +123,32 @@ def _output_dense(cfg: Config, features: int, name: str) -> nn.Dense:
                   bias_init=model.zeros((None,)), name=name)
 
 
+POOLINGS = ('cls', 'mean')
+
+
 class BertForSequenceClassification(nn.Module):
-  """Pooled [CLS] -> dropout -> dense: logits [B, C] (C = num_labels; 1 for regression)."""
+  """Pooled text -> dropout -> dense: logits [B, C] (C = num_labels; 1 for regression).
+
+  pooling 'cls' is BERT's pooler (dense + tanh on [CLS]); 'mean' averages the last hidden
+  states over the input mask, the pooling sentence-transformers checkpoints are trained with
+  (their pooler weights are left over, untrained).
+  """
 
   config: Config
   num_labels: int
+  pooling: str = 'cls'
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
     cfg = self.config
-    _, pooled_BxD = model.BertEncoder(cfg, name='bert')(input_ids, input_mask, segment_ids,
-                                                        deterministic)
+    x_BxLxD, pooled_BxD = model.BertEncoder(cfg, name='bert')(input_ids, input_mask,
+                                                              segment_ids, deterministic)
+    if self.pooling == 'mean':
+      mask_BxLx1 = jnp.asarray(input_mask, x_BxLxD.dtype)[..., None]
+      pooled_BxD = (jnp.sum(x_BxLxD * mask_BxLx1, axis=1)
+                    / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1))
+    elif self.pooling != 'cls':
+      raise ValueError(f'pooling={self.pooling!r} is unknown; valid: {", ".join(POOLINGS)}.')
     pooled_BxD = model.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)
     logits_BxC = _output_dense(cfg, self.num_labels, 'classifier')(pooled_BxD)
     return logits_BxC.astype(jnp.float32)
@@ -167,12 +182,12 @@ class BertForTokenClassification(nn.Module):
     return _output_dense(cfg, self.num_labels, 'classifier')(x_BxLxD).astype(jnp.float32)
 
 
-def task_model(config: Config, kind: str, num_labels: int) -> nn.Module:
-  """The encoder + head model of a fine-tuning task kind."""
+def task_model(config: Config, kind: str, num_labels: int, pooling: str = 'cls') -> nn.Module:
+  """The encoder + head model of a fine-tuning task kind (pooling: sequence-level kinds)."""
   if kind == 'classification':
-    return BertForSequenceClassification(config, num_labels)
+    return BertForSequenceClassification(config, num_labels, pooling)
   if kind == 'regression':
-    return BertForSequenceClassification(config, 1)
+    return BertForSequenceClassification(config, 1, pooling)
   if kind == 'span':
     return BertForQuestionAnswering(config)
   if kind == 'tagging':

@@ -63,6 +63,10 @@ def get_config(arg=None):
   # '' = the shape of `init` (its config.json); a size from configs/common.py must fit init.
   config.model = common.model_config(arg.size or 'tiny', dtype=arg.dtype)
   config.model_from_init = not arg.size  # True: config.model is replaced by init's.
+  # Sequence-level tasks: 'cls' (BERT's pooler on [CLS]), 'mean' (masked mean of the last
+  # hidden states), or 'auto': a sentence-transformers checkpoint's own pooling (1_Pooling/),
+  # else 'cls'.
+  config.pooling = 'auto'
 
   config.data = ml_collections.ConfigDict()
   # The task's files: GLUE's <TASK> folder (train.tsv, dev.tsv, test.tsv), SQuAD's folder

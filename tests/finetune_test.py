@@ -8,6 +8,7 @@ import json
 import pathlib
 import zipfile
 
+import flax
 import glue_test
 import jax
 import numpy as np
@@ -16,6 +17,8 @@ from safetensors import numpy as st_numpy
 
 from bertjax import checkpoint
 from bertjax import finetune
+from bertjax import heads
+from bertjax import model as model_lib
 from bertjax import sharding
 from bertjax import train
 from bertjax.data import conll
@@ -294,3 +297,22 @@ def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_
   np.testing.assert_array_equal(tuned['bert/pooler/kernel'],
                                 pretrained['bert/pooler/kernel'])
   assert not any(k.startswith(('mlm/', 'nsp/')) for k in tuned)
+
+
+def test_mean_pooling_head_and_its_detection(minilm_dir):
+  assert checkpoint.init_pooling(str(minilm_dir)) == 'mean'  # sentence-transformers' 1_Pooling.
+  assert checkpoint.init_pooling('') is None
+  cfg = finetune_config.get_config('task=sst2,size=tiny').model
+  module = heads.BertForSequenceClassification(cfg, 3, 'mean')
+  ids = np.array([[1, 5, 6, 7, 2, 0, 0], [1, 8, 2, 0, 0, 0, 0]], np.int32)
+  mask = (ids > 0).astype(np.int32)
+  segments = np.zeros_like(ids)
+  params = flax.linen.unbox(module.init(jax.random.key(0), ids, mask, segments))['params']
+  logits = module.apply({'params': params}, ids, mask, segments)
+  x, _ = model_lib.BertEncoder(cfg).apply({'params': params['bert']}, ids, mask, segments)
+  pooled = np.stack([np.asarray(x)[i, mask[i] > 0].mean(0) for i in range(2)])
+  expected = pooled @ params['classifier']['kernel'] + params['classifier']['bias']
+  np.testing.assert_allclose(logits, expected, atol=1e-5)
+  ids_other_padding = np.where(mask > 0, ids, 9)
+  np.testing.assert_allclose(module.apply({'params': params}, ids_other_padding, mask, segments),
+                             logits, atol=1e-6)
