@@ -14,10 +14,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 from bertjax import heads  # noqa: E402
 from configs import common  # noqa: E402

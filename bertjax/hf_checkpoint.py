@@ -175,7 +175,8 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   embedding = state.get('embeddings.word_embeddings.weight')
   if embedding is not None and embedding.shape[0] != cfg.vocab_size:
     raise ValueError(f'embeddings.word_embeddings.weight has {embedding.shape[0]} rows but '
-                     f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is inconsistent.')
+                     f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is '
+                     'inconsistent.')
   vocab_entries = None if vocab_file is None else len(tokenizer.load_vocab(vocab_file))
   if vocab_entries is not None and vocab_entries != cfg.vocab_size:
     raise ValueError(
@@ -208,7 +209,8 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
     loaded.append(path)
   decoder = state.get('cls.predictions.decoder.weight')
   if decoder is not None and embedding is not None and not np.array_equal(decoder, embedding):
-    raise ValueError('cls.predictions.decoder.weight differs from embeddings.word_embeddings.weight:'
+    raise ValueError('cls.predictions.decoder.weight differs from '
+                     'embeddings.word_embeddings.weight:'
                      ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
   if cfg.scan_layers:
     converted = _stack_layers(converted, cfg.num_layers)
@@ -217,7 +219,8 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
     if path in converted:
       if converted[path].shape != value.shape:
         raise ValueError(f'{path} (from {_hf_names(names, path)}) has shape '
-                         f'{converted[path].shape}, the model expects {value.shape}: config.json does not '
+                         f'{converted[path].shape}, the model expects {value.shape}: config.json '
+                         'does not '
                          'describe these weights (or the overrides change the architecture).')
       params[path] = converted[path]
     else:

@@ -158,7 +158,8 @@ def test_bad_checkpoints(tmp_path, minilm_dir):
   bad = json.loads((minilm_dir / 'config.json').read_text())
   bad['intermediate_size'] = 1024
   (tmp_path / 'config.json').write_text(json.dumps(bad))
-  with pytest.raises(ValueError, match=r'layers_0/mlp/intermediate/\w+ \(from encoder.layer.0.intermediate.dense.\w+\) has shape'):
+  with pytest.raises(ValueError, match=r'layers_0/mlp/intermediate/\w+ \(from '
+                     r'encoder.layer.0.intermediate.dense.\w+\) has shape'):
     hf_checkpoint.load(tmp_path, with_heads=False)
 
 

@@ -86,7 +86,7 @@ def test_jit_equals_eager():
   cfg, variables, batch = tiny_setup()
   eager = apply(cfg, variables, batch)
   jitted = jax.jit(functools.partial(apply, cfg))(variables, batch)
-  for a, b in zip(eager, jitted):
+  for a, b in zip(eager, jitted, strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
 
 
@@ -136,7 +136,7 @@ def test_attention_impls_agree(impl):
   cfg_impl = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
                                  attention_impl=impl)
   got = apply(cfg_impl, variables, batch)
-  for a, b in zip(got, want):
+  for a, b in zip(got, want, strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
@@ -159,7 +159,7 @@ def test_scan_and_remat_equal_plain_loop(remat_policy):
   bert['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
   params = dict(params, bert=bert)
   got = jax.jit(functools.partial(apply, cfg_scan))({'params': params}, batch)
-  for a, b in zip(got, want):
+  for a, b in zip(got, want, strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
   # Gradients flow through remat + scan.
   def loss(p):

@@ -93,7 +93,7 @@ def test_gradient_clipping():
   a, _ = opt.update(big, opt.init(params), params)
   b, _ = opt_noclip.update(big, opt_noclip.init(params), params)
   # Adam normalises the scale away on step 1, so clipping must not change the update...
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-4)
   # ...but it does bound the gradient that enters the moments.
   clip = optimizer.optax.clip_by_global_norm(1.0)

@@ -2,10 +2,9 @@
 
 import pathlib
 
+import conftest
 import numpy as np
 import pytest
-
-import conftest
 
 from bertjax import fast_tokenizer
 from bertjax.data import corpora
