@@ -210,7 +210,7 @@ def _place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint:
          for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
   if bad:
     raise ValueError(f'{source} does not fit the config ({len(bad)} shapes differ, e.g. '
-                     f'{bad[:2]}): {shape_hint}')
+                     f'{bad[:3]}): {shape_hint}')
   flat_shardings = _flatten(dict(shardings))
   placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
             for k in wanted}
