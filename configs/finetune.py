@@ -39,7 +39,7 @@ TASKS = {
     'squad_v1': ('span', 384, 5e-5, 3, 32),
     'squad_v2': ('span', 384, 5e-5, 2, 48),
     'conll2003': ('tagging', 128, 5e-5, 3, 32),
-    'bbc': ('classification', 128, 1e-4, 2, 16),  # 4 windows of 128 per article.
+    'bbc': ('classification', 128, 1e-4, 3, 16),  # 4 windows of 128 per article.
     'wordnet': ('classification', 48, 1e-4, 2, 32),
 }
 
