@@ -123,15 +123,19 @@ def num_steps(config, num_train_features: int) -> int:
   return max(1, math.ceil(config.num_epochs * num_train_features / config.global_batch_size))
 
 
+@functools.lru_cache(maxsize=2)  # The current epoch and the next: one draw per epoch.
+def _epoch_permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
+  return np.random.default_rng([seed, epoch]).permutation(num_rows)
+
+
 def batch_indices(step: int, batch_size: int, num_rows: int, seed: int) -> np.ndarray:
   """Rows of the global batch of `step`: a slice of the per-epoch permutations' concatenation."""
   positions = np.arange(step * batch_size, (step + 1) * batch_size)
   epochs = positions // num_rows
   out = np.empty(batch_size, np.int64)
   for epoch in np.unique(epochs):
-    perm = np.random.default_rng([seed, int(epoch)]).permutation(num_rows)
     where = epochs == epoch
-    out[where] = perm[positions[where] % num_rows]
+    out[where] = _epoch_permutation(seed, int(epoch), num_rows)[positions[where] % num_rows]
   return out
 
 
@@ -365,8 +369,8 @@ def run_predict(config, workdir: str, splits=None) -> list:
       examples, skipped = task.read(split)
       _log_skips(split, skipped)
       features, feature_meta = task.featurize(examples, tok, is_training=False)
-      outputs, summed = predict(predict_fn, state.params, features, task.kind,
-                                cfg.eval_batch_size, mesh)
+      outputs, _ = predict(predict_fn, state.params, features, task.kind,
+                           cfg.eval_batch_size, mesh)
       if config.mode == 'eval':
         metrics = task.evaluate(outputs, features, feature_meta, examples)
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in
@@ -377,7 +381,6 @@ def run_predict(config, workdir: str, splits=None) -> list:
                                             out_dir))
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
                      paths[-1])
-  del summed
   mngr.close()
   return paths
 

@@ -12,6 +12,7 @@ import flax
 import glue_test
 import jax
 import numpy as np
+import pretrain_runs
 import pytest
 from safetensors import numpy as st_numpy
 
@@ -59,13 +60,7 @@ def tiny_config(data_dir, **overrides):
   config.log_every_steps = 2
   config.eval_batch_size = 16
   config.checkpoint.every_steps = 3
-  for key, value in overrides.items():
-    node = config
-    *parents, leaf = key.split('.')
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  return config
+  return pretrain_runs.set_fields(config, overrides)
 
 
 def final_params(workdir) -> dict:

@@ -54,6 +54,11 @@ def fields(corpus: dict, **extra) -> dict:
 def config(steps: int, config_fields: dict) -> ml_collections.ConfigDict:
   """The ConfigDict that `command(..., steps, config_fields)` gives bertjax.main."""
   cfg = pretrain.get_config(f'size=tiny,steps={steps},seq={SEQ},batch={BATCH}')
+  return set_fields(cfg, config_fields)
+
+
+def set_fields(cfg, config_fields: dict):
+  """Sets dotted fields ('optimizer.learning_rate') of a ConfigDict; returns it."""
   for key, value in config_fields.items():
     *parents, leaf = key.split('.')
     node = cfg

@@ -7,6 +7,7 @@ feature and writes them in the format the benchmark's own scorer reads.
 
 import collections
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -81,6 +82,12 @@ def _glue_task(name, data) -> Task:
               tuple(spec.test_splits), read, featurize, evaluate, write)
 
 
+@functools.lru_cache(maxsize=1)
+def _squad_json(path: str) -> list:
+  """The dev set's articles, for the official scoring (read once, not at every eval)."""
+  return json.loads(pathlib.Path(path).read_text(encoding='utf-8'))['data']
+
+
 def _squad_task(name, data) -> Task:
   v2 = name == 'squad_v2'
   files = SQUAD_FILES[name]
@@ -108,7 +115,7 @@ def _squad_task(name, data) -> Task:
 
   def evaluate(outputs, features, meta, examples):
     predictions, _, null_odds = postprocess(outputs, features, meta, examples)
-    dataset = json.loads(path('validation').read_text(encoding='utf-8'))['data']
+    dataset = _squad_json(str(path('validation')))
     if v2:
       return squad_metrics.evaluate_v2(dataset, predictions, null_odds,
                                        threshold=data.null_score_diff_threshold)
