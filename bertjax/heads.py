@@ -23,8 +23,8 @@ def gather_positions(x_BxLxD, positions_BxP):
 
 
 def _tied_logits(h_NxD, embedding_VxD, bias_V):
-  logits_NxV = jnp.einsum('nd,vd->nv', h_NxD, embedding_VxD)
-  return logits_NxV.astype(jnp.float32) + bias_V
+  logits_NxV = jnp.einsum('nd,vd->nv', h_NxD, embedding_VxD, preferred_element_type=jnp.float32)
+  return logits_NxV + bias_V
 
 
 @jax.custom_vjp
@@ -46,8 +46,8 @@ def _tied_logits_bwd(residuals, g_NxV):
   h_NxD, embedding_VxD = residuals
   # As autodiff does: the cotangent goes back through the cast to the compute dtype.
   gc_NxV = g_NxV.astype(h_NxD.dtype)
-  dh_NxD = jnp.einsum('nv,vd->nd', gc_NxV, embedding_VxD)
-  dembedding_VxD = jnp.einsum('nv,nd->vd', gc_NxV, h_NxD)
+  dh_NxD = model.einsum('nv,vd->nd', gc_NxV, embedding_VxD)
+  dembedding_VxD = model.einsum('nv,nd->vd', gc_NxV, h_NxD)
   dbias_V = jnp.einsum('n,nv->v', jnp.ones(g_NxV.shape[:1], g_NxV.dtype), g_NxV)
   return dh_NxD, dembedding_VxD, dbias_V
 
@@ -65,6 +65,7 @@ class MaskedLmHead(nn.Module):
     cfg = self.config
     dtype = model.compute_dtype(cfg)
     h_BxPxD = nn.Dense(cfg.hidden_size, dtype=dtype, param_dtype=jnp.float32,
+                       dot_general=model.dot_general,
                        kernel_init=model.initializer(cfg, ('embed', 'mlp')),
                        bias_init=model.zeros(('mlp',)), name='transform')(x_BxPxD)
     h_BxPxD = model.ACTIVATIONS[cfg.hidden_act](h_BxPxD)
@@ -90,6 +91,7 @@ class NextSentenceHead(nn.Module):
   def __call__(self, pooled_BxD):
     cfg = self.config
     logits_Bx2 = nn.Dense(2, dtype=model.compute_dtype(cfg), param_dtype=jnp.float32,
+                          dot_general=model.dot_general,
                           kernel_init=model.initializer(cfg, ('embed', None)),
                           bias_init=model.zeros((None,)), name='dense')(pooled_BxD)
     return logits_Bx2.astype(jnp.float32)
@@ -119,6 +121,7 @@ class BertForPreTraining(nn.Module):
 
 def _output_dense(cfg: Config, features: int, name: str) -> nn.Dense:
   return nn.Dense(features, dtype=model.compute_dtype(cfg), param_dtype=jnp.float32,
+                  dot_general=model.dot_general,
                   kernel_init=model.initializer(cfg, ('embed', None)),
                   bias_init=model.zeros((None,)), name=name)
 

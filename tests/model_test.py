@@ -129,6 +129,80 @@ def test_bfloat16_close_to_float32():
   assert seq16.dtype == jnp.bfloat16
 
 
+def _dot_generals(jaxpr):
+  """Every dot_general equation in a closed jaxpr, sub-jaxprs included."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      yield eqn
+    for sub in jax.core.jaxprs_in_params(eqn.params):
+      yield from _dot_generals(sub)
+
+
+def test_bfloat16_matmuls_accumulate_in_float32():
+  """Forward and backward, every bf16 matmul asks for a float32 result (TPU/GPU accumulate in
+  float32 anyway; XLA:CPU runs bf16-out dots at half the speed) and the activations between
+  blocks stay bf16."""
+  cfg, variables, batch = tiny_setup(dtype='bfloat16')
+
+  def loss(params):
+    mlm, nsp = apply(cfg, {'params': params}, batch)
+    return mlm.sum() + nsp.sum()
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss))(variables['params']).jaxpr
+  dots = list(_dot_generals(jaxpr))
+  bf16_dots = [e for e in dots if {v.aval.dtype for v in e.invars} == {jnp.dtype('bfloat16')}]
+  # A float32 operand would make a float32 matmul of it (the MXU's slow multi-pass mode).
+  mixed = [e for e in dots if len({v.aval.dtype for v in e.invars}) > 1]
+  assert not mixed, [e.outvars[0].aval.shape for e in mixed]
+  f32_out = [e for e in bf16_dots if e.params['preferred_element_type'] == jnp.float32]
+  # Every parameter matmul, forward and both gradients: 2 layers x (qkv, out, 2 mlp) + pooler
+  # + transform + tied logits + nsp. (Attention's batched q.k and p.v dots stay bf16 -> bf16:
+  # XLA:CPU has no batched bf16 -> f32 kernel for their gradients.)
+  assert len(f32_out) == 3 * (2 * 4 + 4), len(f32_out)
+  assert len(bf16_dots) - len(f32_out) == 3 * 2 * 2, len(bf16_dots)
+  # And XLA:CPU has a kernel for every one of them (it has none for some bf16 -> f32 forms).
+  grads = jax.jit(jax.grad(loss))(variables['params'])
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(grads))
+
+
+@pytest.mark.parametrize('spec,lhs_shape,rhs_shape', [
+    ('bld,dthk->blthk', (2, 5, 8), (8, 3, 2, 4)),  # Fused QKV projection.
+    ('bqhk,bshk->bhqs', (2, 5, 2, 4), (2, 6, 2, 4)),  # Attention logits.
+    ('bhqs,bshk->bqhk', (2, 2, 5, 6), (2, 6, 2, 4)),  # Attention output.
+    ('nv,vd->nd', (4, 7), (7, 3)),
+])
+def test_einsum_gradient_equals_autodiff(spec, lhs_shape, rhs_shape):
+  rng = np.random.default_rng(0)
+  lhs, rhs = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in (lhs_shape, rhs_shape))
+  got_out, got_vjp = jax.vjp(functools.partial(model.einsum, spec), lhs, rhs)
+  want_out, want_vjp = jax.vjp(functools.partial(jnp.einsum, spec), lhs, rhs)
+  g = jnp.asarray(rng.normal(size=want_out.shape), jnp.float32)
+  np.testing.assert_allclose(got_out, want_out, rtol=1e-6, atol=1e-6)
+  for got, want in zip(got_vjp(g), want_vjp(g), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dot_general_equals_lax():
+  rng = np.random.default_rng(1)
+  lhs = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+  rhs = jnp.asarray(rng.normal(size=(4, 5, 6)), jnp.float32)
+  for dims in ((((2, 3), (0, 1)), ((), ())), (((3,), (1,)), ((2,), (0,)))):
+    np.testing.assert_allclose(model.dot_general(lhs, rhs, dims),
+                               jax.lax.dot_general(lhs, rhs, dims), rtol=1e-5, atol=1e-5)
+
+
+def test_float32_activation_math_in_bfloat16_mode():
+  x = jnp.linspace(-4, 4, 101).astype(jnp.bfloat16)
+  got = model.ACTIVATIONS['gelu'](x)
+  assert got.dtype == jnp.bfloat16
+  want = model.gelu(x.astype(jnp.float32)).astype(jnp.bfloat16)  # One rounding, at the end.
+  np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+  # Evaluated in bf16 throughout, the rounding of each step shows: the test can tell.
+  assert not np.array_equal(np.asarray(model.gelu(x), np.float32), np.asarray(want, np.float32))
+  np.testing.assert_array_equal(model.ACTIVATIONS['gelu'](x.astype(jnp.float32)),
+                                model.gelu(x.astype(jnp.float32)))
+
+
 @pytest.mark.parametrize('impl', ['dot_product_attention'])
 def test_attention_impls_agree(impl):
   cfg, variables, batch = tiny_setup()
