@@ -59,6 +59,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
 import functools  # noqa: E402
+import multiprocessing  # noqa: E402
 import time  # noqa: E402
 
 from absl import app  # noqa: E402
@@ -90,6 +91,10 @@ _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
                           "bertjax's nn.scan over layers: as configs/pretrain.py sets it (base "
                           'and large: on, for compile time), or forced.')
 _TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
+_DTYPE = flags.DEFINE_enum(
+    'dtype', 'float32', ['float32', 'bfloat16'],
+    'Compute dtype (parameters and optimizer state stay float32 in all three): bertjax\'s '
+    'model.dtype; PyTorch runs under torch.autocast(cpu, bfloat16) for bfloat16.')
 _TORCH_ATTN = flags.DEFINE_enum('torch_attn', 'sdpa', ['sdpa', 'eager'],
                                 'transformers attention implementation.')
 
@@ -137,8 +142,8 @@ def bertjax_runner(config, batch):
   return run
 
 
-def torch_runners(config, batch):
-  """(stock, gathered) functions running n PyTorch updates each on the same batch."""
+def torch_runner(config, batch, variant, attn_implementation):
+  """A function running n PyTorch updates of one variant ('stock' or 'gathered')."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   mcfg, ocfg = config.model, config.optimizer
@@ -147,7 +152,7 @@ def torch_runners(config, batch):
       num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
       intermediate_size=mcfg.mlp_dim, hidden_dropout_prob=mcfg.dropout_rate,
       attention_probs_dropout_prob=mcfg.attention_dropout_rate,
-      layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=_TORCH_ATTN.value)
+      layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=attn_implementation)
 
   def tensor(x):
     return torch.tensor(np.asarray(x), dtype=torch.long)
@@ -184,28 +189,32 @@ def torch_runners(config, batch):
     opt.step()
     return loss.item()
 
-  stock_model, stock_opt = make_model_and_opt()
-  gathered_model, gathered_opt = make_model_and_opt()
+  ref, opt = make_model_and_opt()
+
+  # Mixed precision as PyTorch users run it: float32 parameters, autocast compute.
+  autocast = functools.partial(torch.autocast, 'cpu', dtype=torch.bfloat16,
+                               enabled=mcfg.dtype == 'bfloat16')
 
   def stock(n):
     for _ in range(n):
-      out = stock_model(**inputs, labels=labels, next_sentence_label=nsp_labels)
-      loss = update(stock_model, stock_opt, out.loss)
+      with autocast():
+        out = ref(**inputs, labels=labels, next_sentence_label=nsp_labels)
+      loss = update(ref, opt, out.loss)
     return loss
 
   def gathered(n):  # The MLM head only at the masked positions, as the original BERT does.
-    ref = gathered_model
     for _ in range(n):
-      seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
-      seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
-      mlm_logits, nsp_logits = ref.cls(seq, pooled)
-      mlm = torch.nn.functional.cross_entropy(
-          mlm_logits.flatten(0, 1), ids.flatten(), reduction='none')
-      loss = ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
-              + torch.nn.functional.cross_entropy(nsp_logits, nsp_labels))
-      loss = update(ref, gathered_opt, loss)
+      with autocast():
+        seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
+        seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
+        mlm_logits, nsp_logits = ref.cls(seq, pooled)
+        mlm = torch.nn.functional.cross_entropy(
+            mlm_logits.flatten(0, 1).float(), ids.flatten(), reduction='none')
+        loss = ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
+                + torch.nn.functional.cross_entropy(nsp_logits.float(), nsp_labels))
+      loss = update(ref, opt, loss)
     return loss
-  return stock, gathered
+  return {'stock': stock, 'gathered': gathered}[variant]
 
 
 def timed(run, steps):
@@ -218,10 +227,60 @@ def timed(run, steps):
   return wall, cpu
 
 
+def make_config(s):
+  """configs/pretrain.py's config for one benchmark setting (a plain dict, see main)."""
+  config = pretrain.get_config(f'size={s["size"]},batch={s["batch"]},seq={s["seq"]},'
+                               f'vocab={s["vocab"]},dtype={s["dtype"]}')
+  with config.unlocked():
+    config.data.max_predictions_per_seq = s['predictions']
+    if s['scan'] != 'config':
+      config.model.scan_layers = s['scan'] == 'on'
+  return config
+
+
+def worker(conn, framework, settings):
+  """One framework in its own process: build, warm up, then time `steps` updates per request.
+
+  Each framework runs alone in its process so that none pays for another's thread pools
+  (XLA's and torch's spin before they sleep) or allocator state; measured in one process,
+  interleaving cost bertjax up to 60% at base size on this 2-core machine.
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(settings['threads'])
+  config = make_config(settings)
+  batch = make_batch(settings['vocab'], settings['batch'], settings['seq'],
+                     settings['predictions'])
+  if framework == 'bertjax':
+    run = bertjax_runner(config, batch)
+  else:
+    run = torch_runner(config, batch, framework.split()[1], settings['attn'])
+  run(1)  # Compile / warm up (allocator, caches).
+  conn.send('ready')
+  while (steps := conn.recv()) is not None:
+    conn.send(timed(run, steps))
+
+
+def measured_matmul_peak(dtype, threads, n=3072):
+  """GFLOP/s of a large [n, n] x [n, n] matmul, the best of jax and torch: the CPU's
+  practical peak for this dtype (bfloat16 accumulates in float32), for a CPU 'MFU'."""
+  import torch  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(threads)
+  a = jax.numpy.ones((n, n), dtype)
+  dot = jax.jit(lambda a: jax.numpy.dot(a, a, preferred_element_type=np.float32))
+  ta = torch.ones((n, n), dtype=getattr(torch, dtype))
+  best = {}
+  for name, f in (('jax', lambda: dot(a).block_until_ready()), ('torch', lambda: ta @ ta)):
+    f()
+    start = time.perf_counter()
+    for _ in range(5):
+      f()
+    best[name] = 2 * n**3 * 5 / (time.perf_counter() - start) / 1e9
+  return best
+
+
 def main(argv):
   del argv
   import torch  # pylint: disable=g-import-not-at-top
-  torch.set_num_threads(_THREADS_FLAG.value)
   if len(jax.devices()) != 1:
     raise SystemExit(f'{len(jax.devices())} devices: run with one (drop '
                      '--xla_force_host_platform_device_count from XLA_FLAGS).')
@@ -229,34 +288,48 @@ def main(argv):
     raise SystemExit(f'--batches needs one value per size ({len(_SIZES.value)}).')
   peak = perf.peak_flops_per_device(_PEAK.value)
   print(f'device {jax.devices()[0].device_kind}; jax {jax.__version__}, torch {torch.__version__}'
-        f'; threads: torch {torch.get_num_threads()}, cores {len(os.sched_getaffinity(0))}, '
+        f'; threads {_THREADS_FLAG.value}, cores {len(os.sched_getaffinity(0))}, '
         f'XLA_FLAGS="{os.environ.get("XLA_FLAGS", "")}"; malloc tuned {_TUNE_MALLOC}; '
         f'PRNG {jax.config.jax_default_prng_impl}; load average {os.getloadavg()[0]:.1f}')
-  print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, fp32, '
-        f'dropout 0.1, AdamW + clipping; {_ROUNDS.value} rounds x {_STEPS.value} updates; '
+  if not peak:
+    gemm = measured_matmul_peak(_DTYPE.value, _THREADS_FLAG.value)
+    peak = max(gemm.values()) * 1e9
+    print(f'measured {_DTYPE.value} matmul peak (3072^3): jax {gemm["jax"]:.0f} GFLOP/s, torch '
+          f'{gemm["torch"]:.0f} GFLOP/s; MFU below is against the better of the two')
+  print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, '
+        f'compute {_DTYPE.value} (float32 parameters), dropout 0.1, AdamW + clipping; '
+        f'{_ROUNDS.value} rounds x {_STEPS.value} updates, each framework in its own process; '
         f'torch attention {_TORCH_ATTN.value}; bertjax scan_layers {_SCAN.value}')
-  rate = 'MFU' if peak else 'GFLOP/s'
-  print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{rate:>9}'
-        f'{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
+  print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{"GFLOP/s":>9}'
+        f'{"MFU":>7}{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
+  frameworks = ['bertjax'] + (['torch stock', 'torch gathered'] if _TORCH.value else [])
+  context = multiprocessing.get_context('spawn')  # Fresh interpreters: no shared pools.
   for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value), strict=True):
-    config = pretrain.get_config(f'size={size},batch={batch_size},seq={_SEQ_LEN.value},'
-                                 f'vocab={_VOCAB.value}')
-    with config.unlocked():
-      config.data.max_predictions_per_seq = _PREDICTIONS.value
-      if _SCAN.value != 'config':
-        config.model.scan_layers = _SCAN.value == 'on'
-    batch = make_batch(_VOCAB.value, batch_size, _SEQ_LEN.value, _PREDICTIONS.value)
-    runners = {'bertjax': bertjax_runner(config, batch)}
-    if _TORCH.value:
-      runners['torch stock'], runners['torch gathered'] = torch_runners(config, batch)
-    for run in runners.values():  # Compile / warm up (allocator, caches).
-      run(1)
-    times = {name: [] for name in runners}
+    settings = dict(size=size, batch=batch_size, seq=_SEQ_LEN.value, vocab=_VOCAB.value,
+                    dtype=_DTYPE.value, predictions=_PREDICTIONS.value, scan=_SCAN.value,
+                    threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value)
+    workers = {}
+    for name in frameworks:  # One at a time, so that compiling does not overlap timing.
+      parent, child = context.Pipe()
+      process = context.Process(target=worker, args=(child, name, settings), daemon=True)
+      process.start()
+      child.close()  # So that a worker that dies reads as EOF here, not as a hang.
+      try:
+        parent.recv()
+      except EOFError:
+        raise SystemExit(f'the {name} worker died while starting (its error is above)') from None
+      workers[name] = (parent, process)
+    times = {name: [] for name in frameworks}
     for _ in range(_ROUNDS.value):
-      for name, run in runners.items():
-        times[name].append(timed(run, _STEPS.value))
+      for name, (conn, _) in workers.items():
+        conn.send(_STEPS.value)
+        times[name].append(conn.recv())
+    for conn, process in workers.values():
+      conn.send(None)
+      process.join()
     times = {name: np.asarray(t) for name, t in times.items()}  # [rounds, (wall, cpu)]
-    flops = perf.flops_per_sequence(config.model, _SEQ_LEN.value, _PREDICTIONS.value)
+    flops = perf.flops_per_sequence(make_config(settings).model, _SEQ_LEN.value,
+                                    _PREDICTIONS.value)
     ours = times['bertjax']
     if _TORCH.value:
       times['vs faster torch'] = np.minimum(times['torch stock'], times['torch gathered'])
@@ -265,12 +338,12 @@ def main(argv):
       speedup = '' if name == 'bertjax' else (
           f'{np.median(t[:, 0] / ours[:, 0]):>17.2f}x{np.median(t[:, 1] / ours[:, 1]):>11.2f}x')
       if name == 'vs faster torch':  # Round by round, the faster of the two.
-        print(f'{size:<6}{batch_size:>6} {name:<15}{"":>48}{speedup}', flush=True)
+        print(f'{size:<6}{batch_size:>6} {name:<15}{"":>55}{speedup}', flush=True)
         continue
       per_sec = batch_size / wall
-      achieved = (f'{per_sec * flops / peak:>9.1%}' if peak else f'{per_sec * flops / 1e9:>9.1f}')
       print(f'{size:<6}{batch_size:>6} {name:<15}{per_sec:>8.1f}{per_sec * _SEQ_LEN.value:>10.0f}'
-            f'{achieved}{wall * 1e3:>9.1f}{cpu * 1e3:>12.1f}{speedup}', flush=True)
+            f'{per_sec * flops / 1e9:>9.1f}{per_sec * flops / peak:>7.1%}{wall * 1e3:>9.1f}'
+            f'{cpu * 1e3:>12.1f}{speedup}', flush=True)
 
 
 if __name__ == '__main__':
