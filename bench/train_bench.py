@@ -1,23 +1,26 @@
 """Training-step throughput: bertjax vs transformers' PyTorch BERT, same config, same batch.
 
   python bench/train_bench.py [--sizes=tiny,mini,base] [--batches=32,32,8] [--seq_len=128] \
-      [--threads=2] [--steps=4] [--rounds=3] [--peak_tflops=0] [--notune_malloc] \
-      [--scan_layers=config|on|off]
+      [--threads=2] [--steps=4] [--rounds=3] [--dtype=float32|bfloat16] [--peak_tflops=0] \
+      [--notune_malloc] [--scan_layers=config|on|off]
 
 Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; dropout
-0.1 everywhere; float32) of:
+0.1 everywhere; float32 parameters, compute in --dtype) of:
   bertjax     train.train_step on configs/pretrain.py's config, jitted with the state donated
               under the mesh and the logical-axis rules, as train.train_and_evaluate runs it;
   torch stock transformers' BertForPreTraining with `labels`: vocab logits at every position;
   torch gath. the same model with the MLM head applied only at the gathered masked positions,
               as the original BERT (and bertjax) does.
-All three see the same batch (the same masked positions, ids, weights and NSP labels). The
-measurements are interleaved (rounds of `steps` updates each, in turn) so that a noisy, shared
-machine slows them alike; the figures are medians over rounds, and the ratio is bertjax over
-the faster PyTorch variant, taken round by round, from wall time and (robust to other load on
-the machine, but blind to idle threads) from the process's CPU time. MFU needs --peak_tflops
-(the CPU peak is not known); without it achieved GFLOP/s (bertjax/perf.py's count, the same
-for all three) is printed.
+For bfloat16, PyTorch runs under torch.autocast('cpu', bfloat16), its mixed precision.
+All three see the same batch (the same masked positions, ids, weights and NSP labels). Each
+runs in its own process (spawned, so no thread pool or allocator is shared: in one process,
+bertjax's base step ran up to 60% slower once torch had run); the measurements are interleaved
+(rounds of `steps` updates each, in turn) so that a noisy, shared machine slows them alike. The
+figures are medians over rounds, and the ratio is bertjax over the faster PyTorch variant,
+taken round by round, from wall time and (robust to other load on the machine, but blind to
+idle threads) from the process's CPU time. GFLOP/s use bertjax/perf.py's count, the same for
+all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
+--dtype (the better of jax and torch), printed first.
 
 Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
 process is pinned to --threads cores when the machine has more. Extra XLA flags go through
