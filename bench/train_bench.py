@@ -22,6 +22,12 @@ idle threads) from the process's CPU time. GFLOP/s use bertjax/perf.py's count, 
 all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
 --dtype (the better of jax and torch), printed first.
 
+On a GPU (JAX_PLATFORMS=cuda; the default here is cpu), BERT-Base/128 and Large/512:
+  JAX_PLATFORMS=cuda python bench/train_bench.py --notorch --dtype=bfloat16 --threads=16 \
+      --attention_impl=cudnn --sizes=base --batches=256 --seq_len=128
+  (the same with --sizes=large --batches=64 --seq_len=512); MFU is against the chip's peak
+  from bertjax/perf.py.
+
 Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
 process is pinned to --threads cores when the machine has more. Extra XLA flags go through
 XLA_FLAGS as usual. Run on one CPU device: do not force more host devices.
@@ -93,6 +99,10 @@ _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for 
 _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
                           "bertjax's nn.scan over layers: as configs/pretrain.py sets it (base "
                           'and large: on, for compile time), or forced.')
+_ATTENTION = flags.DEFINE_enum(
+    'attention_impl', 'xla', ['xla', 'dot_product_attention', 'cudnn'],
+    "bertjax's model.attention_impl; the fused ones ('cudnn': the GPU flash kernel) have no "
+    'attention-probability dropout, so it is set to 0 for them (for PyTorch too).')
 _TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
 _DTYPE = flags.DEFINE_enum(
     'dtype', 'float32', ['float32', 'bfloat16'],
@@ -238,6 +248,9 @@ def make_config(s):
     config.data.max_predictions_per_seq = s['predictions']
     if s['scan'] != 'config':
       config.model.scan_layers = s['scan'] == 'on'
+    config.model.attention_impl = s['attention']
+    if s['attention'] != 'xla':
+      config.model.attention_dropout_rate = 0.0
   return config
 
 
@@ -302,7 +315,8 @@ def main(argv):
   print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, '
         f'compute {_DTYPE.value} (float32 parameters), dropout 0.1, AdamW + clipping; '
         f'{_ROUNDS.value} rounds x {_STEPS.value} updates, each framework in its own process; '
-        f'torch attention {_TORCH_ATTN.value}; bertjax scan_layers {_SCAN.value}')
+        f'torch attention {_TORCH_ATTN.value}; bertjax scan_layers {_SCAN.value}, attention '
+        f'{_ATTENTION.value}')
   print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{"GFLOP/s":>9}'
         f'{"MFU":>7}{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
   frameworks = ['bertjax'] + (['torch stock', 'torch gathered'] if _TORCH.value else [])
@@ -310,7 +324,8 @@ def main(argv):
   for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value), strict=True):
     settings = dict(size=size, batch=batch_size, seq=_SEQ_LEN.value, vocab=_VOCAB.value,
                     dtype=_DTYPE.value, predictions=_PREDICTIONS.value, scan=_SCAN.value,
-                    threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value)
+                    threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value,
+                    attention=_ATTENTION.value)
     workers = {}
     for name in frameworks:  # One at a time, so that compiling does not overlap timing.
       parent, child = context.Pipe()
