@@ -257,9 +257,9 @@ def make_config(s):
 def worker(conn, framework, settings):
   """One framework in its own process: build, warm up, then time `steps` updates per request.
 
-  Each framework runs alone in its process so that none pays for another's thread pools
-  (XLA's and torch's spin before they sleep) or allocator state; measured in one process,
-  interleaving cost bertjax up to 60% at base size on this 2-core machine.
+  Each framework runs alone in its process so that none shares another's thread pools or
+  allocator: in one process, bertjax's base step ran 60% slower once torch had run there (on
+  this 2-core machine; torch's OpenMP spinning was ruled out with OMP_WAIT_POLICY=PASSIVE).
   """
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(settings['threads'])
