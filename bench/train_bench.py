@@ -94,8 +94,8 @@ _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Interleaved rounds (each times ever
 _THREADS_FLAG = flags.DEFINE_integer('threads', 2, 'CPU threads for XLA and torch.')
 flags.DEFINE_bool('tune_malloc', True, 'Keep large allocations mapped across steps (glibc '
                   'mallopt: one arena, no mmap, no trim); applies to both frameworks.')
-_PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: show '
-                           'GFLOP/s instead, unless jax knows the device).')
+_PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: the '
+                           "chip's known peak, or on CPU a measured matmul peak).")
 _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
                           "bertjax's nn.scan over layers: as configs/pretrain.py sets it (base "
                           'and large: on, for compile time), or forced.')
