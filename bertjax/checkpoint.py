@@ -294,8 +294,7 @@ def init_vocab_file(init: str) -> str | None:
 
 def init_pooling(init: str) -> str | None:
   """'mean' or 'cls' when `init` is a sentence-transformers dir that says so (1_Pooling/)."""
-  config_file = pathlib.Path(init) / '1_Pooling' / 'config.json'
-  if not init or not config_file.exists():
+  if not init or not (config_file := pathlib.Path(init) / '1_Pooling' / 'config.json').exists():
     return None
   pooling = json.loads(config_file.read_text())
   if pooling.get('pooling_mode_mean_tokens'):

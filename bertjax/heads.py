@@ -146,10 +146,10 @@ class BertForSequenceClassification(nn.Module):
     cfg = self.config
     x_BxLxD, pooled_BxD = model.BertEncoder(cfg, name='bert')(input_ids, input_mask,
                                                               segment_ids, deterministic)
-    if self.pooling == 'mean':
-      mask_BxLx1 = jnp.asarray(input_mask, x_BxLxD.dtype)[..., None]
-      pooled_BxD = (jnp.sum(x_BxLxD * mask_BxLx1, axis=1)
-                    / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1))
+    if self.pooling == 'mean':  # Summed in float32: up to 512 bf16 rows otherwise.
+      mask_BxLx1 = jnp.asarray(input_mask, jnp.float32)[..., None]
+      pooled_BxD = (jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, axis=1)
+                    / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1)).astype(x_BxLxD.dtype)
     elif self.pooling != 'cls':
       raise ValueError(f'pooling={self.pooling!r} is unknown; valid: {", ".join(POOLINGS)}.')
     pooled_BxD = model.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)
