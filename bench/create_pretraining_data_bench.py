@@ -33,7 +33,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-from bertjax.data import corpora  # noqa: E402
+from bertjax.pretraining_data import corpora  # noqa: E402
 
 _WORKERS = flags.DEFINE_list('workers', ['1', '2'], 'Worker counts to run.')
 _SCALES = flags.DEFINE_list('scales', ['1', '4'], 'Copies of the corpus to run on.')
@@ -44,13 +44,13 @@ _ORIGINAL_RATE = 2400  # Instances/s of the original on one core (the issue's me
 
 def run_child(spec):
   """One configuration in this (fresh) process; prints its figures as JSON."""
-  from bertjax.data import pretraining_data  # pylint: disable=g-import-not-at-top
-  from bertjax.data import pretraining_writer  # pylint: disable=g-import-not-at-top
+  from bertjax.pretraining_data import instances  # pylint: disable=g-import-not-at-top
+  from bertjax.pretraining_data import writer  # pylint: disable=g-import-not-at-top
   spec = json.loads(spec)
-  settings = pretraining_data.Settings(max_seq_length=128, max_predictions_per_seq=20,
+  settings = instances.Settings(max_seq_length=128, max_predictions_per_seq=20,
                                        dupe_factor=5)
   start = time.perf_counter()
-  report = pretraining_writer.create(
+  report = writer.create(
       spec['input'], spec['output'], settings, vocab_file=spec['vocab'],
       num_output_shards=spec['workers'], num_workers=spec['workers'], random_seed=12345,
       tokenizer=spec['tokenizer'])

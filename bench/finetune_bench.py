@@ -4,7 +4,7 @@
       [--max_train=N] [--max_eval=N] [--epochs=E] [--seq_len=L] [--batch=B] [--lr=X]
       [--seed=0] [--init=<MiniLM dir>] [--bbc_dir=] [--wordnet_dir=] [--workdir=]
 
-Tasks (bertjax/data/text_classification.py reads them, copies dropped so that none straddles
+Tasks (bertjax/finetune/tasks/text_classification.py reads them, copies dropped so that none straddles
 the split):
   bbc      BBC News topic (5 classes) of an article; title + body.
   wordnet  WordNet 3.0 supersense (45 lexicographer files) of a synset's definition.
@@ -57,9 +57,9 @@ from sklearn import metrics as sk_metrics  # noqa: E402
 from sklearn import model_selection  # noqa: E402
 from sklearn import pipeline  # noqa: E402
 
-from bertjax import tokenizer  # noqa: E402
-from bertjax.data import corpora  # noqa: E402
-from bertjax.data import text_classification  # noqa: E402
+from bertjax.finetune.tasks import text_classification  # noqa: E402
+from bertjax.pretraining_data import corpora  # noqa: E402
+from bertjax.text import tokenizer  # noqa: E402
 
 # Per task: what keeps the whole bench under ~20 minutes on 2 CPU cores (see the docstring).
 _DEFAULTS = {
@@ -146,7 +146,7 @@ def finetune_minilm(task, data_dir, init, setting):
   """(metrics dict, seconds) of one bertjax fine-tuning run in a fresh workdir."""
   try:
     # Imported late: --only_baseline needs neither JAX nor the trainer.
-    from bertjax import finetune
+    from bertjax.finetune import job as finetune
     from configs import finetune as finetune_config
   except ImportError as error:
     raise SystemExit(

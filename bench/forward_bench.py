@@ -19,7 +19,7 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax import heads  # noqa: E402
+from bertjax.model import heads  # noqa: E402
 from configs import common  # noqa: E402
 
 _SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')

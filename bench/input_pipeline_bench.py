@@ -22,8 +22,8 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bertjax.data import input_pipeline  # noqa: E402
-from bertjax.data import masking_tf  # noqa: E402
+from bertjax.input import input_pipeline  # noqa: E402
+from bertjax.input import masking_tf  # noqa: E402
 
 _EXAMPLES = flags.DEFINE_integer('examples', 20_000, 'Synthetic instances to write.')
 _FILES = flags.DEFINE_integer('files', 16, 'TFRecord files to spread them over.')

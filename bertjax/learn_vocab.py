@@ -13,7 +13,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from bertjax.data import vocab_learner
+from bertjax.text import vocab_learner
 
 MODELS = ('wordpiece', 'sentencepiece')
 

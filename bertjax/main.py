@@ -83,12 +83,12 @@ def main(argv):
   if config.job == 'pretrain':
     if not _WORKDIR.value:
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
-    from bertjax import train  # pylint: disable=g-import-not-at-top
+    from bertjax.training import loop as train  # pylint: disable=g-import-not-at-top
     train.train_and_evaluate(config, _WORKDIR.value)
   elif config.job == 'finetune':
     if not _WORKDIR.value:
       raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
-    from bertjax import finetune  # pylint: disable=g-import-not-at-top
+    from bertjax.finetune import job as finetune  # pylint: disable=g-import-not-at-top
     finetune.run(config, _WORKDIR.value)
   elif config.job == 'embed':
     from bertjax import embed  # pylint: disable=g-import-not-at-top

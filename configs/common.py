@@ -6,7 +6,7 @@ file accepts and their defaults are given by the file itself.
 
 import ml_collections
 
-from bertjax import model
+from bertjax.model import encoder
 
 # layers, hidden, heads, mlp (intermediate). tiny..medium are the compact BERTs of Turc et al.
 # (2019); base and large are the BERT paper's.
@@ -47,4 +47,4 @@ def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
   """The encoder's hyper-parameters for one of SIZES; overrides set any field."""
   if size not in SIZES:
     raise ValueError(f'unknown model size {size!r}; valid sizes: {", ".join(SIZES)}.')
-  return model.default_config(size=size, **{**SIZES[size], **overrides})
+  return encoder.default_config(size=size, **{**SIZES[size], **overrides})

@@ -18,7 +18,7 @@ seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adam
 
 import ml_collections
 
-from bertjax.data import embedded
+from bertjax.pretraining_data import embedded
 from configs import common
 
 # Per size: (global batch, peak learning rate, warmup steps, train steps) defaults. tiny/mini

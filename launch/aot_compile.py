@@ -5,13 +5,13 @@ r"""Compiles the pre-training step for a TPU slice ahead of time, on any machine
       --config=configs/pretrain.py:size=large,vocab=30592,seq=512,dtype=bfloat16 \
       --config.mesh.data=1 --config.mesh.fsdp=-1
 
-It builds train_step exactly as bertjax/train.py does (train.train_state_shapes for the state's
+It builds train_step exactly as bertjax/training/loop.py does (train.train_state_shapes for the state's
 shapes and shardings, train.jit_train_step, lowered under the same mesh and rules), on abstract
 inputs (ShapeDtypeStructs with shardings) over the devices of a topology description from libtpu,
 and compiles it with the TPU compiler. A config that cannot be sharded fails before anything is
 traced; one that does not fit fails in the compiler with RESOURCE_EXHAUSTED. Printed: the
 per-device memory (arguments, outputs, temporaries, generated code) against the chip's HBM, XLA's
-FLOPs per device against bertjax/perf.py's formula, and the shardings of the biggest parameters.
+FLOPs per device against bertjax/training/perf.py's formula, and the shardings of the biggest parameters.
 
 --topology=<gen>:<chips> is v4:2x2x4 (v4-32, 16 chips), v5e:4x4 (v5litepod-16), v5p:2x2x4,
 v6e:4x4, ...: libtpu's names. --topology=cpu:N compiles for N simulated CPU devices instead (no
@@ -25,7 +25,7 @@ Expected (jax 0.10.2, libtpu 0.0.42.1; vocab 30592, bf16 compute, AdamW, batch 2
   large, seq 512, v5e:4x4,  fsdp=16:  does not fit (24.5 GiB of temporaries); 6.0 GiB with
                                       remat_policy=dots, 13.1 GiB with grad_accum_steps=2
 XLA counts a loop's body once, so with scan_layers (base, large) its FLOPs are far too low;
---count_flops extrapolates from unrolled 1- and 2-layer copies: 1.03 x bertjax/perf.py's formula
+--count_flops extrapolates from unrolled 1- and 2-layer copies: 1.03 x bertjax/training/perf.py's formula
 for base with data=16 on v4, but ~0.8 with fsdp (the TPU compiler turns the weight-gradient
 matmuls into windowed loops of its own) and ~0.4 with remat. The CPU compiler gives 1.02-1.08.
 libtpu prints warnings about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES: harmless here.
@@ -71,12 +71,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bertjax import heads  # noqa: E402
-from bertjax import model as model_lib  # noqa: E402
-from bertjax import optimizer as optimizer_lib  # noqa: E402
-from bertjax import perf  # noqa: E402
-from bertjax import sharding  # noqa: E402
-from bertjax import train  # noqa: E402
+from bertjax.model import encoder  # noqa: E402
+from bertjax.model import heads  # noqa: E402
+from bertjax.training import loop as train  # noqa: E402
+from bertjax.training import optimizer as optimizer_lib  # noqa: E402
+from bertjax.training import perf  # noqa: E402
+from bertjax.training import sharding  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',
                                           lock_config=True)
@@ -309,7 +309,7 @@ def main(argv):
     how = (f'unrolled 1- and 2-layer copies, {time.perf_counter() - start:.0f} s, extrapolated '
            'to the depth')
   ratio = f', XLA / formula {xla / formula_per_device:.2f}' if xla else ''
-  print(f'FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), bertjax/perf.py '
+  print(f'FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), bertjax/training/perf.py '
         f'{formula_per_device:.3e}{ratio}')
   if loops:
     print(f'  XLA\'s figure is a lower bound: {loops} while loop(s) with matmuls (layer scan, '
@@ -320,7 +320,7 @@ def main(argv):
     print(f'  at {peak / 1e12:.0f} TFLOP/s per chip: a step takes >= '
           f'{formula_per_device / peak * 1e3:.1f} ms at 100% MFU')
 
-  print(f'parameters: {model_lib.param_count(state.params):,}; the biggest, with their '
+  print(f'parameters: {encoder.param_count(state.params):,}; the biggest, with their '
         'shardings (optimizer moments follow them):')
   for path, shape, spec, shard in biggest_params(state.params, _TOP_PARAMS.value):
     print(f'  {path:60s} {str(shape):18s} {spec:28s} per device {shard}')

@@ -19,17 +19,17 @@ import sys
 import numpy as np
 import pytest
 
-from bertjax import fast_tokenizer
-from bertjax.data import corpora
-from bertjax.data import example_encoding
-from bertjax.data import masking
-from bertjax.data import pretraining_data
-from bertjax.data import pretraining_input
-from bertjax.data import pretraining_writer
+from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import example_encoding
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import masking
+from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import writer
+from bertjax.text import fast_tokenizer
 
 SEQ, PRED = 128, 20
 CLS, SEP, MASK = 101, 102, 103  # In the MiniLM (bert-base-uncased) vocab.
-SETTINGS = pretraining_data.Settings(max_seq_length=SEQ, max_predictions_per_seq=PRED,
+SETTINGS = instances.Settings(max_seq_length=SEQ, max_predictions_per_seq=PRED,
                                      dupe_factor=5)
 
 
@@ -132,17 +132,17 @@ def corpus_file(documents, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def encoder(vocab_file):
-  return pretraining_input.Encoder(vocab_file)
+  return text_input.Encoder(vocab_file)
 
 
 @pytest.fixture(scope='module')
 def tokenized(documents, encoder):
-  return list(pretraining_input.tokenized_documents(iter(documents), encoder,
-                                                    pretraining_input.Skips(), {}))
+  return list(text_input.tokenized_documents(iter(documents), encoder,
+                                                    text_input.Skips(), {}))
 
 
 def run(corpus, out_dir, settings=SETTINGS, **kwargs):
-  report = pretraining_writer.create(str(corpus), str(out_dir / 'train'), settings,
+  report = writer.create(str(corpus), str(out_dir / 'train'), settings,
                                      num_output_shards=2, random_seed=7, **kwargs)
   return report, [pathlib.Path(p) for p in report['output_files']]
 
@@ -155,7 +155,7 @@ def masked(corpus_file, vocab_file, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def unmasked(corpus_file, vocab_file, tmp_path_factory):
-  settings = pretraining_data.Settings(**{**SETTINGS.__dict__, 'static_masking': False})
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'static_masking': False})
   report, files = run(corpus_file, tmp_path_factory.mktemp('unmasked'), settings,
                       vocab_file=vocab_file)
   tf = fast_tokenizer.import_tf()[0]
@@ -282,7 +282,7 @@ def test_instances_are_text_of_the_corpus(unmasked, tokenized):
 
 def test_whole_word_masking_never_splits_a_word(documents, vocab_file, encoder, tmp_path):
   corpus = write_corpus(tmp_path / 'wwm.txt', documents[::6])
-  settings = pretraining_data.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True,
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True,
                                           'dupe_factor': 2})
   _, files = run(corpus, tmp_path, settings, vocab_file=vocab_file)
   data = read_records(files, original_feature_spec(fast_tokenizer.import_tf()[0]))
@@ -319,7 +319,7 @@ def test_unmasked_files_hold_exactly_the_dynamic_masking_features(unmasked):
 
 def test_truncation_cuts_as_the_original():
   len_a, len_b = np.meshgrid(np.arange(1, 300), np.arange(1, 300))
-  cut_a, cut_b = pretraining_data.truncation(len_a.ravel(), len_b.ravel(), SEQ - 3)
+  cut_a, cut_b = instances.truncation(len_a.ravel(), len_b.ravel(), SEQ - 3)
   for la, lb, ca, cb in zip(len_a.ravel(), len_b.ravel(), cut_a, cut_b, strict=True):
     a, b = la, lb
     while a + b > SEQ - 3:  # The original's loop; which end goes is a separate coin flip.
@@ -352,7 +352,7 @@ def test_cli_with_two_workers_is_deterministic(documents, vocab_file, tmp_path):
   report = json.loads((tmp_path / 'a' / 'train.json').read_text())
   assert [w['worker'] for w in report['workers']] == [0, 1]
   # One worker: other bytes, the same statistics.
-  one, files = run(corpus, tmp_path / 'one', pretraining_data.Settings(
+  one, files = run(corpus, tmp_path / 'one', instances.Settings(
       **{**SETTINGS.__dict__, 'dupe_factor': 3}), vocab_file=vocab_file)
   spec = original_feature_spec(fast_tokenizer.import_tf()[0])
   two_data, one_data = read_records(first, spec), read_records(files, spec)
@@ -385,6 +385,6 @@ def test_gzip_input_writes_the_same_bytes(documents, vocab_file, tmp_path):
   # A .gz name on a file that is not gzip is a counted skip, not a crash.
   fake = tmp_path / 'fake.txt.gz'
   fake.write_bytes(b'not gzip at all\n')
-  skips = pretraining_input.Skips()
-  assert pretraining_input.usable_files([str(fake)], skips) == []
+  skips = text_input.Skips()
+  assert text_input.usable_files([str(fake)], skips) == []
   assert skips.as_dict()['counts'] == {'binary_file': 1}

@@ -18,7 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from bertjax.data import embedded
+from bertjax.pretraining_data import embedded
 from configs import pretrain
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -1,1 +1,0 @@
-"""Data: corpora readers, pre-training instance creation and tf.data input pipelines."""

@@ -1,0 +1,1 @@
+"""Fine-tuning tasks: GLUE, SQuAD, CoNLL-2003, real-text topics; registry.py names them."""

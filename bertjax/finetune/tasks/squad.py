@@ -1,0 +1,439 @@
+"""SQuAD v1.1 / v2.0: reading, windowed features, and logits back to answer text.
+
+The algorithm is google-research/bert's run_squad.py, kept step for step because a model
+fine-tuned with it is only comparable to the paper's numbers if the labels and the decoding are
+the same: paragraphs split on whitespace into words, answers located by character offset, the
+wordpiece span tightened to the tokenized answer (`_improve_answer_span`), long paragraphs cut
+into overlapping windows with each token scored in the window where it has the most context, and
+predicted wordpieces projected back onto the original characters (`get_final_text`).
+
+Departures, each where the original would crash or silently mislabel: a training question with
+several answers trains on the first (the original raises); a training answer that is not where
+`answer_start` says is a counted, logged skip; an evaluation question is never dropped, so the
+official scorers see every question; a question with no valid span predicts '' instead of the
+original's placeholder 'empty'.
+"""
+
+import collections
+import json
+import math
+import os
+import typing
+
+from absl import logging
+import numpy as np
+
+from bertjax.text import tokenizer as tokenization
+
+# Characters that separate words of a paragraph (the original's list, incl. narrow no-break space).
+_WHITESPACE = frozenset(' \t\r\n\u202f')
+_SKIP_NOT_FOUND = 'answer text not at answer_start'
+_SKIP_OUT_OF_RANGE = 'answer_start outside the context'
+_SKIP_NO_ANSWER = 'answerable question without answers'
+
+
+class Example(typing.NamedTuple):
+  """One question on one paragraph; positions are word indices into `doc_tokens`."""
+
+  qas_id: str
+  question_text: str
+  doc_tokens: list  # The paragraph split on whitespace.
+  orig_answer_text: str  # The answer trained on; '' when impossible or not located.
+  start_position: int  # First word of that answer; -1 when impossible or not located.
+  end_position: int  # Last word (inclusive); -1 likewise.
+  is_impossible: bool
+  answers: list  # Every gold answer text (empty for an impossible question).
+
+
+def _load_json(path):
+  path = os.fspath(path)
+  if '://' in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only for gs:// etc.
+
+    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
+  else:
+    exists, opener = os.path.isfile, open
+  if not exists(path):
+    raise FileNotFoundError(
+        f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, dev-v1.1.json, '
+        'train-v2.0.json or dev-v2.0.json')
+  with opener(path, 'rb') as f:
+    raw = f.read()
+  if not raw.strip():
+    raise ValueError(f'SQuAD file {path!r} is empty: download it again')
+  try:
+    dataset = json.loads(raw)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'SQuAD file {path!r} is not JSON ({e}): it is truncated or not a SQuAD '
+                     'file; download it again') from None
+  if not isinstance(dataset, dict) or not isinstance(dataset.get('data'), list):
+    raise ValueError(f'SQuAD file {path!r} has no "data" list of articles: it is not in the '
+                     'SQuAD format')
+  return dataset
+
+
+def _field(obj, key, kind, path, where):
+  value = obj.get(key) if isinstance(obj, dict) else None
+  if not isinstance(value, kind):
+    names = ' or '.join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    raise ValueError(f'SQuAD file {path!r}: {where} has no {key!r} ({names}): the file is '
+                     'damaged or not in the SQuAD format')
+  return value
+
+
+def _check_version(dataset, path, version_2_with_negative):
+  """Refuses a v1.1 file read as v2.0 and the reverse, by its version field or its contents."""
+  version = str(dataset.get('version', ''))
+  if version:
+    is_v2 = version.lstrip('v').startswith('2')
+  else:  # Some copies drop the field; v2.0 marks every question with is_impossible.
+    is_v2 = any('is_impossible' in qa for article in dataset['data'] if isinstance(article, dict)
+                for p in article.get('paragraphs', ()) if isinstance(p, dict)
+                for qa in p.get('qas', ()) if isinstance(qa, dict))
+  if is_v2 != version_2_with_negative:
+    found = 'v2.0 (with unanswerable questions)' if is_v2 else 'v1.1'
+    raise ValueError(
+        f'SQuAD file {path!r} is {found} (version field {version or "absent"!r}) but '
+        f'version_2_with_negative={version_2_with_negative}: pass '
+        f'version_2_with_negative={is_v2}, or the file of the other version')
+
+
+def split_paragraph(context):
+  """Whitespace-split words of a paragraph and, per character, the index of its word."""
+  doc_tokens, char_to_word_offset = [], []
+  prev_is_whitespace = True
+  for c in context:
+    if c in _WHITESPACE:
+      prev_is_whitespace = True
+    else:
+      if prev_is_whitespace:
+        doc_tokens.append(c)
+      else:
+        doc_tokens[-1] += c
+      prev_is_whitespace = False
+    char_to_word_offset.append(len(doc_tokens) - 1)
+  return doc_tokens, char_to_word_offset
+
+
+def locate_answer(context, doc_tokens, char_to_word_offset, text, answer_start):
+  """(first word, last word) of an answer, or (None, reason) when it is not at answer_start."""
+  if not text or answer_start < 0 or answer_start + len(text) > len(context):
+    return None, _SKIP_OUT_OF_RANGE
+  # Whitespace before the first word maps to word -1; the answer then starts at word 0.
+  start = max(char_to_word_offset[answer_start], 0)
+  end = char_to_word_offset[answer_start + len(text) - 1]
+  # Whitespace-normalised containment, as the original checks: an answer may end mid-word.
+  if ' '.join(text.split()) not in ' '.join(doc_tokens[start:end + 1]):
+    return None, _SKIP_NOT_FOUND
+  return start, end
+
+
+def read_squad(path, version_2_with_negative=False, *, is_training=True):
+  """Reads a SQuAD json file into (examples, Counter of skip reasons).
+
+  Training questions whose answer cannot be located are skipped and counted; evaluation
+  questions (is_training=False) are all kept, with every gold answer, located or not.
+  """
+  dataset = _load_json(path)
+  path = os.fspath(path)
+  _check_version(dataset, path, version_2_with_negative)
+  examples, skips = [], collections.Counter()
+  for a, article in enumerate(dataset['data']):
+    for p, paragraph in enumerate(_field(article, 'paragraphs', list, path, f'article {a}')):
+      where = f'article {a} paragraph {p}'
+      context = _field(paragraph, 'context', str, path, where)
+      doc_tokens, char_to_word_offset = split_paragraph(context)
+      for q, qa in enumerate(_field(paragraph, 'qas', list, path, where)):
+        qas_id = str(_field(qa, 'id', (str, int), path, f'{where} question {q}'))
+        question = _field(qa, 'question', str, path, f'question {qas_id!r}')
+        answers = _field(qa, 'answers', list, path, f'question {qas_id!r}')
+        is_impossible = False
+        if version_2_with_negative:
+          is_impossible = _field(qa, 'is_impossible', bool, path, f'question {qas_id!r}')
+        texts, span, text, reason = [], None, '', _SKIP_NO_ANSWER
+        for answer in answers:
+          where_answer = f'an answer of question {qas_id!r}'
+          answer_text = _field(answer, 'text', str, path, where_answer)
+          answer_start = _field(answer, 'answer_start', int, path, where_answer)
+          texts.append(answer_text)
+          # Training uses the first answer only; evaluation takes the first that is located.
+          if span is None and not is_impossible and (not is_training or len(texts) == 1):
+            start, found = locate_answer(context, doc_tokens, char_to_word_offset, answer_text,
+                                         answer_start)
+            if start is None:
+              reason = found
+            else:
+              span, text = (start, found), answer_text
+        if is_impossible:
+          texts = []  # v2.0 dev lists no answers here; plausible_answers are never gold.
+        elif span is None:
+          if is_training:
+            skips[reason] += 1
+            logging.warning('SQuAD %s: skipping question %s: %s (answer %r)', path, qas_id,
+                            reason, texts[0] if texts else None)
+            continue
+          skips[f'{reason} (kept for evaluation)'] += 1
+        start, end = span if span is not None else (-1, -1)
+        examples.append(Example(qas_id, question, doc_tokens, text, start, end, is_impossible,
+                                texts))
+  if skips:
+    logging.warning('SQuAD %s: %d questions read; %s', path, len(examples), dict(skips))
+  return examples, skips
+
+
+def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
+  """Tightens a word-aligned wordpiece span to the tokenized answer ('1895' in '(1895-1943)')."""
+  tok_answer_text = ' '.join(tokenizer.tokenize(orig_answer_text))
+  for new_start in range(input_start, input_end + 1):
+    for new_end in range(input_end, new_start - 1, -1):
+      if ' '.join(doc_tokens[new_start:new_end + 1]) == tok_answer_text:
+        return new_start, new_end
+  return input_start, input_end
+
+
+def _check_is_max_context(doc_spans, cur_span_index, position):
+  """Whether window `cur_span_index` gives token `position` its most balanced context."""
+  best_score, best_span_index = None, None
+  for span_index, (span_start, span_length) in enumerate(doc_spans):
+    end = span_start + span_length - 1
+    if position < span_start or position > end:
+      continue
+    # The original's length term: windows come in order and only the last is shorter, so a
+    # tie goes to the earlier window with or without it.
+    score = min(position - span_start, end - position) + 0.01 * span_length
+    if best_score is None or score > best_score:
+      best_score, best_span_index = score, span_index
+  return cur_span_index == best_span_index
+
+
+def _doc_spans(num_tokens, max_tokens_for_doc, doc_stride):
+  spans, start = [], 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens_for_doc)
+    spans.append((start, length))
+    if start + length == num_tokens:
+      break
+    start += min(length, doc_stride)
+  return spans
+
+
+def convert_examples(examples, tokenizer, max_seq_length=384, doc_stride=128,
+                     max_query_length=64, is_training=True):
+  """Examples -> (feature arrays [N, ...], per-feature meta); one feature per doc window."""
+  if max_seq_length <= max_query_length + 3:
+    raise ValueError(
+        f'max_seq_length={max_seq_length} leaves no room for the paragraph after a question of '
+        f'up to max_query_length={max_query_length} wordpieces plus [CLS] and two [SEP]: raise '
+        'max_seq_length or lower max_query_length')
+  if doc_stride < 1:
+    raise ValueError(f'doc_stride={doc_stride} must be at least 1 (128 in the paper)')
+  rows = collections.defaultdict(list)
+  meta = []
+  cls_id, sep_id = tokenizer.convert_tokens_to_ids(['[CLS]', '[SEP]'])
+  for example_index, example in enumerate(examples):
+    query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
+    tok_to_orig_index, orig_to_tok_index, all_doc_tokens = [], [], []
+    for i, word in enumerate(example.doc_tokens):
+      orig_to_tok_index.append(len(all_doc_tokens))
+      for sub_token in tokenizer.tokenize(word):
+        tok_to_orig_index.append(i)
+        all_doc_tokens.append(sub_token)
+
+    has_span = not example.is_impossible and example.start_position >= 0
+    if is_training and not example.is_impossible and not has_span:
+      raise ValueError(
+          f'question {example.qas_id!r} has no located answer: read training files with '
+          'read_squad(..., is_training=True), which skips such questions')
+    if has_span:
+      tok_start = orig_to_tok_index[example.start_position]
+      if example.end_position < len(example.doc_tokens) - 1:
+        tok_end = orig_to_tok_index[example.end_position + 1] - 1
+      else:
+        tok_end = len(all_doc_tokens) - 1
+      tok_start, tok_end = _improve_answer_span(all_doc_tokens, tok_start, tok_end, tokenizer,
+                                                example.orig_answer_text)
+
+    doc_spans = _doc_spans(len(all_doc_tokens), max_seq_length - len(query_tokens) - 3,
+                           doc_stride)
+    doc_offset = len(query_tokens) + 2  # [CLS] query [SEP]
+    query_ids = tokenizer.convert_tokens_to_ids(query_tokens)
+    for span_index, (span_start, span_length) in enumerate(doc_spans):
+      window = all_doc_tokens[span_start:span_start + span_length]
+      tokens = ['[CLS]', *query_tokens, '[SEP]', *window, '[SEP]']
+      token_to_orig_map = {doc_offset + i: tok_to_orig_index[span_start + i]
+                           for i in range(span_length)}
+      token_is_max_context = {
+          doc_offset + i: _check_is_max_context(doc_spans, span_index, span_start + i)
+          for i in range(span_length)}
+      input_ids = [cls_id, *query_ids, sep_id, *tokenizer.convert_tokens_to_ids(window), sep_id]
+      pad = max_seq_length - len(input_ids)
+      rows['input_ids'].append(input_ids + [0] * pad)
+      rows['input_mask'].append([1] * len(input_ids) + [0] * pad)
+      rows['segment_ids'].append([0] * doc_offset + [1] * (span_length + 1) + [0] * pad)
+      # Windows without the whole answer are kept and point at [CLS], as in the original.
+      start_position = end_position = 0
+      if has_span and span_start <= tok_start and tok_end < span_start + span_length:
+        start_position = tok_start - span_start + doc_offset
+        end_position = tok_end - span_start + doc_offset
+      rows['start_position'].append(start_position)
+      rows['end_position'].append(end_position)
+      rows['example_index'].append(example_index)
+      meta.append({'tokens': tokens, 'token_to_orig_map': token_to_orig_map,
+                   'token_is_max_context': token_is_max_context})
+  features = {
+      key: np.asarray(rows[key], np.int32).reshape(-1, max_seq_length)
+      for key in ('input_ids', 'input_mask', 'segment_ids')}
+  for key in ('start_position', 'end_position', 'example_index'):
+    features[key] = np.asarray(rows[key], np.int32).reshape(-1)
+  return features, meta
+
+
+def _strip_spaces(text):
+  chars, ns_to_s_map = [], {}
+  for i, c in enumerate(text):
+    if c != ' ':
+      ns_to_s_map[len(chars)] = i
+      chars.append(c)
+  return ''.join(chars), ns_to_s_map
+
+
+def get_final_text(pred_text, orig_text, do_lower_case):
+  """Projects de-tokenized wordpiece text back onto the original words' characters.
+
+  E.g. pred 'steve smith', orig "Steve Smith's" -> 'Steve Smith'. Falls back to `orig_text`
+  when the alignment is lost (the tokenizer changed the characters' count, e.g. accents).
+  """
+  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case, never_split=())
+  tok_text = ' '.join(basic.tokenize(orig_text))
+  start = tok_text.find(pred_text)
+  if start == -1:
+    return orig_text
+  end = start + len(pred_text) - 1
+  orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
+  tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
+  if len(orig_ns_text) != len(tok_ns_text):
+    return orig_text
+  tok_s_to_ns_map = {s: ns for ns, s in tok_ns_to_s_map.items()}
+  orig_start = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start))
+  orig_end = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end))
+  if orig_start is None or orig_end is None:
+    return orig_text
+  return orig_text[orig_start:orig_end + 1]
+
+
+def _best_indexes(logits_L, n_best_size):
+  # Stable, so equal logits keep the earlier position first, as the original's sorted() does.
+  return np.argsort(-logits_L, kind='stable')[:n_best_size].tolist()
+
+
+def _softmax(scores):
+  if not scores:
+    return []
+  top = max(scores)
+  exps = [math.exp(s - top) for s in scores]
+  total = sum(exps)
+  return [e / total for e in exps]
+
+
+def postprocess(start_logits, end_logits, examples, features, meta, *, n_best_size=20,
+                max_answer_length=30, do_lower_case=True, version_2_with_negative=False,
+                null_score_diff_threshold=0.0):
+  """Start/end logits [N, L] -> (predictions {qid: text}, nbest {qid: [...]}, null_odds)."""
+  start_NxL = np.asarray(start_logits, np.float64)
+  end_NxL = np.asarray(end_logits, np.float64)
+  example_index_N = np.asarray(features['example_index'])
+  num_features = len(meta)
+  if start_NxL.ndim != 2 or start_NxL.shape != end_NxL.shape or (
+      start_NxL.shape[0] != num_features or example_index_N.shape != (num_features,)):
+    raise ValueError(
+        f'start_logits {start_NxL.shape} and end_logits {end_NxL.shape} must both be [N, L] '
+        f'with one row per feature ({num_features} in meta, example_index '
+        f'{example_index_N.shape}): pass the logits of the features convert_examples returned, '
+        'in its order')
+  if num_features and not 0 <= example_index_N.min() <= example_index_N.max() < len(examples):
+    raise ValueError(f'features refer to example {example_index_N.max()} but {len(examples)} '
+                     'examples were passed: pass the examples the features were made from')
+  features_of = collections.defaultdict(list)
+  for feature_index, example_index in enumerate(example_index_N.tolist()):
+    features_of[example_index].append(feature_index)
+
+  predictions, all_nbest, null_odds = {}, {}, {}
+  for example_index, example in enumerate(examples):
+    prelim = []  # (score, start_logit, end_logit, feature, start_index, end_index)
+    score_null, null_logits, null_feature = math.inf, (0.0, 0.0), None
+    for f in features_of[example_index]:
+      start_L, end_L = start_NxL[f], end_NxL[f]
+      if version_2_with_negative and start_L[0] + end_L[0] < score_null:
+        score_null = start_L[0] + end_L[0]
+        null_logits, null_feature = (float(start_L[0]), float(end_L[0])), f
+      num_tokens = len(meta[f]['tokens'])
+      token_to_orig_map = meta[f]['token_to_orig_map']
+      token_is_max_context = meta[f]['token_is_max_context']
+      end_indexes = _best_indexes(end_L, n_best_size)
+      for start in _best_indexes(start_L, n_best_size):
+        if start >= num_tokens or start not in token_to_orig_map:
+          continue
+        if not token_is_max_context.get(start, False):
+          continue
+        for end in end_indexes:
+          if end >= num_tokens or end not in token_to_orig_map:
+            continue
+          if end < start or end - start + 1 > max_answer_length:
+            continue
+          prelim.append((start_L[start] + end_L[end], float(start_L[start]), float(end_L[end]),
+                         f, start, end))
+    if null_feature is not None:
+      prelim.append((score_null, *null_logits, null_feature, 0, 0))
+    prelim.sort(key=lambda p: p[0], reverse=True)  # Stable: ties keep window order.
+
+    nbest, seen = [], set()
+    for _, start_logit, end_logit, f, start, end in prelim:
+      if len(nbest) >= n_best_size:
+        break
+      if start > 0:
+        tok_text = ' '.join(meta[f]['tokens'][start:end + 1])
+        tok_text = ' '.join(tok_text.replace(' ##', '').replace('##', '').split())
+        orig_map = meta[f]['token_to_orig_map']
+        orig_text = ' '.join(example.doc_tokens[orig_map[start]:orig_map[end] + 1])
+        text = get_final_text(tok_text, orig_text, do_lower_case)
+      else:
+        text = ''
+      if text in seen:
+        continue
+      seen.add(text)
+      nbest.append((text, start_logit, end_logit))
+    if version_2_with_negative and '' not in seen:
+      nbest.append(('', *null_logits))
+    if not nbest:  # No window at all (an empty paragraph): the original's nonce, but ''.
+      nbest.append(('', 0.0, 0.0))
+
+    probs = _softmax([s + e for _, s, e in nbest])
+    all_nbest[example.qas_id] = [
+        {'text': text, 'probability': prob, 'start_logit': s, 'end_logit': e}
+        for (text, s, e), prob in zip(nbest, probs, strict=True)]
+    if not version_2_with_negative:
+      predictions[example.qas_id] = nbest[0][0]
+      continue
+    best_non_null = next((n for n in nbest if n[0]), None)
+    # No valid span anywhere: no answer, with odds no threshold can overturn.
+    score_diff = math.inf if best_non_null is None else float(
+        score_null - best_non_null[1] - best_non_null[2])
+    null_odds[example.qas_id] = score_diff
+    predictions[example.qas_id] = (
+        '' if score_diff > null_score_diff_threshold else best_non_null[0])
+  return predictions, all_nbest, null_odds
+
+
+def write_predictions(output_dir, predictions, nbest, null_odds):
+  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json; returns paths."""
+  os.makedirs(output_dir, exist_ok=True)
+  contents = {'predictions.json': predictions, 'nbest_predictions.json': nbest}
+  if null_odds:  # What the v2.0 scorer reads with --na-prob-file.
+    contents['null_odds.json'] = null_odds
+  paths = {}
+  for name, content in contents.items():
+    paths[name] = os.path.join(output_dir, name)
+    with open(paths[name], 'w', encoding='utf-8') as f:
+      json.dump(content, f, indent=4, ensure_ascii=False)
+      f.write('\n')
+  return paths

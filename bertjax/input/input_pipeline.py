@@ -1,0 +1,369 @@
+"""tf.data input pipelines for pre-training and eval, and the host batch -> global jax.Array step.
+
+Reads TFRecords with the original google-research/bert feature spec. Each host reads its own
+files (file i goes to host i % process_count; with fewer files than hosts every host reads all
+files and keeps every process_count-th example) and yields numpy dicts of
+global_batch_size // process_count examples: int32 ids, float32 weights, next_sentence_labels [B].
+
+Resuming: the trainer checkpoints the number of global examples consumed (steps * global batch)
+and passes it back as `start_example`. The read order is a pure function of the seed and the
+record counts (read_order.py), so the pipeline seeks there instead of replaying: per epoch a
+seeded file permutation, files dealt into `num_lanes` lanes read round-robin one record at a
+time, and windows of `shuffle_window` records permuted by a seeded index shuffle. The cost of a
+resume is a seek in at most num_lanes files plus reading one window; the cost of the design is
+that mixing is window-local (plus lanes and file order) rather than a global shuffle, which
+would need random access to single records (ArrayRecord-style files) and random reads on GCS.
+Records are counted once when the pipeline is built (a sequential read of this host's files);
+pass `record_counts` (path -> count) to skip that at corpus scale.
+
+Iterate with `dataset.as_numpy_iterator()`; `make_global_batch` turns each batch into global
+arrays. TF must not see the accelerators (main.py hides them before building the pipeline).
+The order depends on the seed, the files and process_count: resuming on a different number of
+hosts continues from the same example count, but in a different order.
+"""
+
+import concurrent.futures
+import math
+
+from absl import logging
+from google.protobuf import message
+import jax
+import numpy as np
+import tensorflow as tf
+
+from bertjax.input import masking_tf
+from bertjax.input import read_order
+
+_SEQUENCE_FEATURES = ('input_ids', 'input_mask', 'segment_ids')
+_MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
+_READ_BUFFER_BYTES = 1 << 20  # Per open file; num_lanes of them per host.
+
+
+def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: bool = True,
+                 nsp: bool = True) -> dict:
+  """The original BERT TFRecord features: masked (static) instances, or unmasked ones."""
+  spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in _SEQUENCE_FEATURES}
+  if masked:
+    spec['masked_lm_positions'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
+    spec['masked_lm_ids'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
+    spec['masked_lm_weights'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
+  if nsp:
+    spec['next_sentence_labels'] = tf.io.FixedLenFeature([1], tf.int64)
+  return spec
+
+
+def list_files(file_pattern) -> list[str]:
+  """Sorted files matching comma-separated patterns or globs (or a list of them)."""
+  patterns = file_pattern.split(',') if isinstance(file_pattern, str) else list(file_pattern)
+  files = sorted({f for p in patterns if p.strip() for f in tf.io.gfile.glob(p.strip())})
+  if not files:
+    raise FileNotFoundError(f'no files match {file_pattern!r}: check the path and the glob')
+  return files
+
+
+def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
+  """Raises a ValueError saying how a file's first record differs from the feature spec."""
+  try:
+    features = tf.train.Example.FromString(record).features.feature
+  except message.DecodeError as e:
+    raise ValueError(f'{path}: records are not tf.train.Example protos ({e})') from e
+  if not masked and 'masked_lm_positions' in features:
+    raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
+                     'reads unmasked ones: use static masking, or create unmasked instances')
+  for name, feature in spec.items():
+    if name not in features:
+      raise ValueError(f'{path}: has no feature {name!r} (it has {sorted(features)})')
+    kind = 'float_list' if feature.dtype == tf.float32 else 'int64_list'
+    if features[name].WhichOneof('kind') != kind:
+      raise ValueError(f'{path}: feature {name!r} is a {features[name].WhichOneof("kind")}, '
+                       f'expected {kind}')
+    found, wanted = len(getattr(features[name], kind).value), feature.shape[0]
+    if found != wanted:
+      setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
+                 'max_seq_length' if name in _SEQUENCE_FEATURES else 'the original spec')
+      raise ValueError(f'{path}: feature {name!r} has {found} values, but {setting} gives '
+                       f'{wanted}: set {setting} to what the files were made with, or remake them')
+
+
+@tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool)])
+def _count_and_first(path, count_records):
+  """A file's record count (-1 when not counted) and its first record (b'' when empty)."""
+  records = tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES)
+  first = records.take(1).reduce(tf.constant(b''), lambda _, record: record)
+  # Counting batches, not records: a reduce step per record would cost 20x more (measured).
+  count = tf.cond(
+      count_records,
+      lambda: records.batch(4096).reduce(
+          np.int64(0), lambda n, batch: n + tf.shape(batch, out_type=tf.int64)[0]),
+      lambda: np.int64(-1))
+  return count, first
+
+
+def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:
+  """Validates a file's first record against the spec and returns its record count."""
+  try:
+    counted, first = _count_and_first(path, count is None)
+  except tf.errors.OpError as e:
+    raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
+  count = int(counted) if count is None else count
+  if count:
+    _check_first_record(path, first.numpy(), spec, masked)
+  return count
+
+
+def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None) -> list[int]:
+  """Record counts of `files`, after checking each file's first record against `spec`."""
+  known = dict(record_counts or {})
+
+  def inspect(path):
+    return _inspect_file(path, spec, masked, known.get(path))
+
+  first = inspect(files[0])  # Traces _count_and_first once, before threads race to trace it.
+  with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+    # TF releases the GIL while reading, so the other files are read in parallel.
+    return [first] + list(pool.map(inspect, files[1:]))
+
+
+def _process(process_index, process_count, global_batch_size: int) -> tuple[int, int, int]:
+  """(process index, process count, host batch size), checked."""
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  if global_batch_size % count:
+    raise ValueError(f'global_batch_size {global_batch_size} is not divisible by the {count} '
+                     f'hosts: use a multiple of {count}')
+  return index, count, global_batch_size // count
+
+
+def _host_share(files, process_index: int, process_count: int, log: bool = True):
+  """This host's files and per-example sharding (shard_count, shard_index) within them."""
+  if len(files) >= process_count:
+    if len(files) % process_count and log:
+      logging.info('%d files over %d hosts: hosts read unequal shares, so their epochs end at '
+                   'different steps', len(files), process_count)
+    return files[process_index::process_count], 1, 0
+  if log:
+      logging.warning('only %d files for %d hosts: every host reads every file and keeps every '
+                    '%d-th example; write at least one file per host to avoid the extra reading',
+                    len(files), process_count, process_count)
+  return files, process_count, process_index
+
+
+def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq, seed,
+                 process_index, process_count):
+  """Parses a batch of records to int32/float32 tensors and masks it when masking is dynamic."""
+  parsed = tf.io.parse_example(serialized_B, spec)
+  batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
+           for name, value in parsed.items()}
+  if 'next_sentence_labels' in batch:
+    batch['next_sentence_labels'] = tf.reshape(batch['next_sentence_labels'], [-1])
+  if masking is not None:
+    # Keyed by the host and the stream position of the batch's first example: hosts draw
+    # different masks, every epoch draws new ones, and a resumed run draws the same ones.
+    seed_2 = tf.stack([tf.constant(seed, tf.int64), keys_B[0] * process_count + process_index])
+    batch.update(masking_tf.mask_batch(batch['input_ids'], batch['input_mask'], config=masking,
+                                       max_predictions_per_seq=max_predictions_per_seq,
+                                       seed_2=seed_2))
+  return batch
+
+
+def _options() -> tf.data.Options:
+  options = tf.data.Options()
+  options.deterministic = True  # Order must be a function of the seed for exact resume.
+  return options
+
+
+def _plan_tensors(plan: read_order.EpochPlan) -> dict:
+  """An EpochPlan as fixed-rank arrays (lanes padded with empty file names) for tf.data."""
+  width = max(len(files) for files in plan.lane_files)
+  lane_files = [[f.encode() for f in files] + [b''] * (width - len(files))
+                for files in plan.lane_files]
+  return {
+      'epoch': np.int64(plan.epoch),
+      'lane_files': np.array(lane_files, dtype=object),
+      'lane_nfiles': np.array([len(f) for f in plan.lane_files], np.int64),
+      'lane_skips': np.array(plan.lane_skips, np.int64),
+      'first_window': np.int64(plan.first_window),
+      'skip_in_window': np.int64(plan.skip_in_window),
+  }
+
+
+_PLAN_SIGNATURE = {
+    'epoch': tf.TensorSpec([], tf.int64),
+    'lane_files': tf.TensorSpec([None, None], tf.string),
+    'lane_nfiles': tf.TensorSpec([None], tf.int64),
+    'lane_skips': tf.TensorSpec([None], tf.int64),
+    'first_window': tf.TensorSpec([], tf.int64),
+    'skip_in_window': tf.TensorSpec([], tf.int64),
+}
+
+
+def _epoch_records(plan, *, seed, num_lanes, window, shard_count, shard_index, shuffle):
+  """The serialized records one EpochPlan yields, in stream order."""
+  lanes = tf.data.Dataset.from_tensor_slices(
+      (plan['lane_files'], plan['lane_nfiles'], plan['lane_skips']))
+  records = lanes.interleave(
+      # TFRecordDataset's skip seeks past records without parsing them.
+      lambda files, n, skip: tf.data.TFRecordDataset(
+          files[:n], buffer_size=_READ_BUFFER_BYTES).skip(skip),
+      cycle_length=num_lanes, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True)
+  if shard_count > 1:
+    records = records.shard(shard_count, shard_index)
+  if shuffle:
+
+    def shuffle_window(index, chunk):
+      size = tf.shape(chunk, out_type=tf.int64)[0]
+      order = tf.random.experimental.index_shuffle(
+          tf.range(size), read_order.window_seed(seed, plan['epoch'], index), size - 1)
+      return tf.gather(chunk, order)
+
+    records = records.batch(window).enumerate(start=plan['first_window'])
+    # One window in flight so the next is read while this one is consumed.
+    records = records.map(shuffle_window).prefetch(1).unbatch()
+  return records.skip(plan['skip_in_window'])
+
+
+def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
+                     max_predictions_per_seq: int, seed: int, start_example: int = 0,
+                     masking: masking_tf.MaskingConfig | None = None, shuffle: bool = True,
+                     num_lanes: int = 16, shuffle_window: int = 10_000, process_index=None,
+                     process_count=None, record_counts=None) -> tf.data.Dataset:
+  """This host's endless pre-training batches, from global example `start_example` on.
+
+  Static masking (`masking=None`) reads masked instances; a MaskingConfig reads unmasked ones
+  and masks them per epoch. Batch b of the stream holds global examples
+  start_example + b * global_batch_size onwards, so resuming at a checkpointed example count
+  yields exactly the batches an uninterrupted run would yield next.
+  """
+  process_index, process_count, host_batch = _process(process_index, process_count,
+                                                      global_batch_size)
+  if start_example % process_count:
+    raise ValueError(f'start_example {start_example} is not divisible by the {process_count} '
+                     'hosts: pass the checkpointed number of examples consumed')
+  if not 0 <= seed < 1 << 31:
+    raise ValueError(f'seed must be in [0, 2**31), got {seed}')
+  if num_lanes < 1 or shuffle_window < 1:
+    raise ValueError(f'num_lanes ({num_lanes}) and shuffle_window ({shuffle_window}) must be >= 1')
+  masked = masking is None
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
+                      nsp=masked or masking.use_nsp)
+  files, shard_count, shard_index = _host_share(list_files(file_pattern), process_index,
+                                                process_count)
+  counts = inspect_files(files, spec, masked=masked, record_counts=record_counts)
+  for path in [f for f, n in zip(files, counts, strict=True) if n == 0]:
+    logging.warning('%s holds no records; skipping it', path)
+  files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
+  length = read_order.examples_in_shard(sum(counts), shard_count, shard_index)
+  if length == 0:
+    raise ValueError(f'host {process_index} has no examples to read from {file_pattern!r}')
+  logging.info('host %d reads %d files, %d examples per epoch, from example %d', process_index,
+               len(files), length, start_example // process_count)
+
+  plan_args = dict(seed=seed, num_lanes=num_lanes, window=shuffle_window if shuffle else 1,
+                   shard_count=shard_count, shard_index=shard_index, shuffle=shuffle)
+  plans = tf.data.Dataset.from_generator(
+      lambda: map(_plan_tensors, read_order.epoch_plans(
+          files, counts, start=start_example // process_count, **plan_args)),
+      output_signature=_PLAN_SIGNATURE)
+  records = plans.flat_map(lambda plan: _epoch_records(plan, **plan_args))
+  batches = records.enumerate(start=start_example // process_count).batch(
+      host_batch, drop_remainder=True)
+  batches = batches.map(
+      lambda keys, serialized: _parse_batch(
+          keys, serialized, spec=spec, masking=masking,
+          max_predictions_per_seq=max_predictions_per_seq, seed=seed,
+          process_index=process_index, process_count=process_count),
+      num_parallel_calls=tf.data.AUTOTUNE)
+  return batches.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def _padding_record(spec: dict) -> bytes:
+  """A record of zeros: no real tokens, no masked positions, so it adds nothing to metrics."""
+  feature = {}
+  for name, f in spec.items():
+    if f.dtype == tf.float32:
+      feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[0.0] * f.shape[0]))
+    else:
+      feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * f.shape[0]))
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
+                 max_predictions_per_seq: int, masking: masking_tf.MaskingConfig | None = None,
+                 seed: int = 0, process_index=None, process_count=None,
+                 record_counts=None) -> tf.data.Dataset:
+  """Every eval example exactly once across hosts, in batches with an `example_weight` key.
+
+  No shuffle, no repeat. The last batches are padded with zero records of example_weight 0 so
+  that every host yields the same number of batches (len(dataset)) and collectives line up.
+  """
+  process_index, process_count, host_batch = _process(process_index, process_count,
+                                                      global_batch_size)
+  masked = masking is None
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
+                      nsp=masked or masking.use_nsp)
+  all_files = list_files(file_pattern)
+  # Every host counts every file: all need the largest host's share to agree on a batch count.
+  counts = inspect_files(all_files, spec, masked=masked, record_counts=record_counts)
+  counts = dict(zip(all_files, counts, strict=True))
+  shares = [_host_share(all_files, i, process_count, log=i == process_index)
+            for i in range(process_count)]
+  lengths = [read_order.examples_in_shard(sum(counts[f] for f in files), shard_count, index)
+             for files, shard_count, index in shares]
+  num_batches = max(-(-n // host_batch) for n in lengths)
+  if num_batches == 0:
+    raise ValueError(f'no eval examples in {file_pattern!r}')
+  files, shard_count, shard_index = shares[process_index]
+
+  records = tf.data.TFRecordDataset(files, buffer_size=_READ_BUFFER_BYTES)
+  if shard_count > 1:
+    records = records.shard(shard_count, shard_index)
+  padding = num_batches * host_batch - lengths[process_index]
+  records = records.map(lambda r: (r, 1.0)).concatenate(
+      tf.data.Dataset.from_tensors((tf.constant(_padding_record(spec)), 0.0)).repeat(padding))
+
+  def to_batch(keys, serialized_and_weight):
+    serialized, weight = serialized_and_weight
+    batch = _parse_batch(keys, serialized, spec=spec, masking=masking,
+                         max_predictions_per_seq=max_predictions_per_seq, seed=seed,
+                         process_index=process_index, process_count=process_count)
+    batch['example_weight'] = weight
+    return batch
+
+  batches = records.enumerate().batch(host_batch, drop_remainder=True).map(
+      to_batch, num_parallel_calls=tf.data.AUTOTUNE)
+  batches = batches.apply(tf.data.experimental.assert_cardinality(num_batches))
+  return batches.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def make_global_batch(host_batch: dict, mesh: jax.sharding.Mesh, batch_axes) -> dict:
+  """Turns this host's batch (numpy dict) into global jax.Arrays sharded over `batch_axes`.
+
+  `batch_axes` names the mesh axes the batch dimension is split over (a name or a tuple, as in a
+  PartitionSpec entry); the other mesh axes hold replicas. Hosts pass their own rows.
+  """
+  axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
+  unknown = [a for a in axes if a not in mesh.shape]
+  if unknown:
+    raise ValueError(f'batch axes {unknown} are not mesh axes {tuple(mesh.shape)}')
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axes))
+  data_parallel = math.prod(mesh.shape[a] for a in axes)
+  # Distinct batch slices held on this host: one row per slice of a (data_parallel,) array.
+  local_shards = len({index[0].start for index in
+                      sharding.addressable_devices_indices_map((data_parallel,)).values()})
+  rows = {name: np.shape(value)[0] for name, value in host_batch.items()}
+  if len(set(rows.values())) != 1:
+    raise ValueError(f'host batch arrays disagree on the batch size: {rows}')
+  host_rows = next(iter(rows.values()))
+  if host_rows % local_shards:
+    sizes = 'x'.join(str(mesh.shape[a]) for a in axes)
+    raise ValueError(
+        f'the host batch of {host_rows} examples does not split over the {local_shards} batch '
+        f'shards on this host (batch axes {axes} = {sizes} = data-parallel size '
+        f'{data_parallel}): make global_batch_size a multiple of {data_parallel}')
+  global_rows = host_rows // local_shards * data_parallel
+  return {
+      name: jax.make_array_from_process_local_data(
+          sharding, value, (global_rows,) + np.shape(value)[1:])
+      for name, value in host_batch.items()
+  }

@@ -1,0 +1,1 @@
+"""Weights in and out: transformers checkpoints, and what a start-from directory holds."""

@@ -1,0 +1,360 @@
+"""The BERT encoder in Flax linen: embeddings, post-LN transformer layers, pooler.
+
+Shape legend for tensor names: B batch, L length, D hidden, H heads, K head dim, F mlp,
+V vocab, P predictions, C classes, T token types.
+
+Every parameter carries logical axis names (`vocab, embed, heads, kv, mlp`, and `layers` for the
+stacked axis under nn.scan); activations are constrained at block edges with `batch, length,
+activation_embed`. `bertjax/training/sharding.py` maps these names to mesh axes; this file never names a
+mesh axis. Parameters are float32; `config.dtype` is the compute dtype.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bertjax.model import kernels
+
+Config = ml_collections.ConfigDict
+
+
+ATTENTION_IMPLS = ('xla', 'dot_product_attention', 'cudnn')
+REMAT_POLICIES = {
+    'full': None,  # Recompute everything in the backward pass.
+    'dots': jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+def default_config(**overrides) -> Config:
+  """The encoder's fields with BERT-Base defaults; configs/common.py picks sizes."""
+  m = ml_collections.ConfigDict()
+  m.size = 'base'  # Name of the size preset; informative, the fields below are what counts.
+  m.vocab_size = 30522  # WordPiece vocabulary size; must equal the vocab file's line count.
+  m.hidden_size = 768  # D: width of the residual stream.
+  m.num_layers = 12  # Transformer blocks.
+  m.num_heads = 12  # H: attention heads; head dim K = hidden_size / H.
+  m.mlp_dim = 3072  # F: feed-forward ("intermediate") width.
+  m.max_position_embeddings = 512  # Rows of the position table: the longest sequence allowed.
+  m.type_vocab_size = 2  # Segment (token type) ids: A and B.
+  m.hidden_act = 'gelu'  # 'gelu' (exact erf, as BERT), 'gelu_tanh' (approximate) or 'relu'.
+  m.dropout_rate = 0.1  # On embeddings and block outputs (BERT: 0.1).
+  m.attention_dropout_rate = 0.1  # On attention probabilities (BERT: 0.1; 0 for fused kernels).
+  m.layer_norm_eps = 1e-12  # BERT's LayerNorm epsilon (the TF original's value).
+  m.initializer_range = 0.02  # Stddev of the truncated-normal initialiser.
+  m.dtype = 'float32'  # Compute dtype: 'float32' or 'bfloat16'; parameters always stay float32.
+  # 'xla': explicit einsum + softmax (supports attention dropout); 'dot_product_attention':
+  # jax.nn.dot_product_attention letting XLA choose; 'cudnn': its fused cuDNN flash kernel (GPU).
+  m.attention_impl = 'xla'
+  m.scan_layers = False  # Stack the layers with nn.scan: compile time independent of depth.
+  m.remat_policy = 'none'  # Rematerialise each layer: 'none', 'full' or 'dots' (save matmuls).
+  for key, value in overrides.items():
+    if key not in m:
+      raise ValueError(f'unknown model field {key!r}; valid: {", ".join(m)}.')
+    m[key] = value
+  return m
+
+
+def compute_dtype(config: Config):
+  """The jnp dtype activations are computed in."""
+  return jnp.dtype(config.dtype)
+
+
+class ParamAxes(nn.LogicallyPartitioned):
+  """A parameter's logical axis names, never turned into a constraint inside the model.
+
+  Parameters get their shardings from jit's in/out shardings. Flax's DenseGeneral unboxes its
+  flat 2-D kernel at init (and in the shape check of every apply) with the 3-axis names, which
+  jax rejects once a mesh is set; so unboxing here only drops the box.
+  """
+
+  def unbox(self, apply_constraint=True):
+    del apply_constraint
+    return self.value
+
+
+def with_axes(init, names):
+  """Wraps an initializer so that its value carries logical axis names."""
+  return functools.wraps(init)(lambda *args, **kwargs: ParamAxes(init(*args, **kwargs), names))
+
+
+def initializer(config: Config, names):
+  """BERT's truncated normal (stddev initializer_range, cut at 2 stddev) with logical axes."""
+  return with_axes(nn.initializers.truncated_normal(stddev=config.initializer_range), names)
+
+
+def zeros(names):
+  return with_axes(nn.initializers.zeros_init(), names)
+
+
+def layer_norm(config: Config, name: str) -> nn.LayerNorm:
+  # Flax computes the statistics in float32 even when dtype is bfloat16.
+  return nn.LayerNorm(
+      epsilon=config.layer_norm_eps,
+      dtype=compute_dtype(config),
+      param_dtype=jnp.float32,
+      scale_init=with_axes(nn.initializers.ones_init(), ('embed',)),
+      bias_init=zeros(('embed',)),
+      name=name,
+  )
+
+
+def check_config(config: Config):
+  """Raises ValueError, before anything is compiled, for model settings that cannot work."""
+  if config.hidden_size % config.num_heads:
+    raise ValueError(
+        f'hidden_size {config.hidden_size} is not divisible by num_heads {config.num_heads}: '
+        'pick a head count that divides it.')
+  for field, valid in (('hidden_act', kernels.ACTIVATIONS), ('attention_impl', ATTENTION_IMPLS),
+                       ('remat_policy', ('none', *REMAT_POLICIES))):
+    if config[field] not in valid:
+      raise ValueError(f'model.{field}={config[field]!r} is unknown; valid: {", ".join(valid)}.')
+  if config.dtype not in ('float32', 'bfloat16'):
+    raise ValueError(f'model.dtype={config.dtype!r}; valid: float32, bfloat16.')
+
+
+def check_inputs(config: Config, input_ids, segment_ids=None, input_mask=None):
+  """Checks a host batch against the model; raises ValueError saying what is wrong.
+
+  The original BERT silently gathers out of bounds for ids >= vocab_size (XLA clamps or fills);
+  we refuse such batches on the host, before compiling anything.
+  """
+  input_ids = np.asarray(input_ids)
+  if input_ids.ndim != 2:
+    raise ValueError(f'input_ids must be [batch, length], got shape {input_ids.shape}.')
+  length = input_ids.shape[1]
+  if length > config.max_position_embeddings:
+    raise ValueError(
+        f'sequence length {length} exceeds max_position_embeddings '
+        f'{config.max_position_embeddings}: truncate the inputs (max_seq_length) or use a model '
+        'with a longer position table.')
+  bad = (input_ids < 0) | (input_ids >= config.vocab_size)
+  if bad.any():
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(
+        f'token id {int(input_ids[where])} at position {where} is outside the vocabulary '
+        f'[0, {config.vocab_size}): the data was made with a different (larger) vocab than the '
+        'model config; re-tokenise with the model\'s vocab.txt or fix model.vocab_size.')
+  if segment_ids is not None:
+    segment_ids = np.asarray(segment_ids)
+    bad = (segment_ids < 0) | (segment_ids >= config.type_vocab_size)
+    if bad.any():
+      raise ValueError(
+          f'segment id {int(segment_ids[bad][0])} is outside [0, {config.type_vocab_size}): '
+          'segment_ids must be 0 (sentence A) or 1 (sentence B).')
+    if segment_ids.shape != input_ids.shape:
+      raise ValueError(f'segment_ids shape {segment_ids.shape} != input_ids {input_ids.shape}.')
+  if input_mask is not None and np.shape(input_mask) != input_ids.shape:
+    raise ValueError(f'input_mask shape {np.shape(input_mask)} != input_ids {input_ids.shape}.')
+
+
+def xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout):
+  """Plain softmax attention written out, so that attention dropout can be applied."""
+  depth = q_BxLxHxK.shape[-1]
+  # jnp.einsum, not model.einsum: XLA:CPU (jax 0.10.2) has no kernel for the batched bf16 x
+  # bf16 -> f32 dots of its gradient ("Unsupported element type for DotThunk").
+  logits_BxHxLxL = jnp.einsum('bqhk,bshk->bhqs', q_BxLxHxK, k_BxLxHxK) / np.sqrt(depth)
+  # Softmax in float32: bfloat16's 8-bit mantissa loses the small probabilities.
+  logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)
+  neg = jnp.finfo(jnp.float32).min
+  logits_BxHxLxL = jnp.where(mask_BxL[:, None, None, :], logits_BxHxLxL, neg)
+  probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL, axis=-1).astype(v_BxLxHxK.dtype)
+  probs_BxHxLxL = dropout(probs_BxHxLxL)
+  return jnp.einsum('bhqs,bshk->bqhk', probs_BxHxLxL, v_BxLxHxK)
+
+
+def fused_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, implementation):
+  """jax.nn.dot_product_attention; implementation='cudnn' selects the flash kernel on GPU."""
+  return jax.nn.dot_product_attention(
+      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask=mask_BxL[:, None, None, :],
+      implementation=implementation)
+
+
+class ProjectionParams(nn.Module):
+  """The [D, H, K] kernel and [H, K] bias of one attention projection, returned unapplied.
+
+  Created as nn.DenseGeneral(features=(H, K)) creates its own (the same names, logical axes
+  and initial values, drawn flat as [D, H*K]), so checkpoints and initialisation are unchanged.
+  """
+
+  config: Config
+
+  @nn.compact
+  def __call__(self):
+    cfg = self.config
+    head_dim = cfg.hidden_size // cfg.num_heads
+    kernel_DxHxK = self.param(
+        'kernel', _drawn_flat(initializer(cfg, ('embed', 'heads', 'kv')), 1),
+        (cfg.hidden_size, cfg.num_heads, head_dim), jnp.float32)
+    bias_HxK = self.param('bias', _drawn_flat(zeros(('heads', 'kv')), 0),
+                          (cfg.num_heads, head_dim), jnp.float32)
+    return kernel_DxHxK, bias_HxK
+
+
+def _drawn_flat(init, leading_dims):
+  """An initializer that draws [prod(leading), prod(rest)] and reshapes, as DenseGeneral does."""
+
+  def init_fn(key, shape, dtype=jnp.float32):
+    flat_shape = tuple(int(np.prod(part)) for part in (shape[:leading_dims],
+                                                       shape[leading_dims:]) if part)
+    boxed = init(key, flat_shape, dtype)
+    return boxed.replace_boxed(jnp.reshape(boxed.unbox(), shape))
+  return init_fn
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention over a padding mask."""
+
+  config: Config
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, deterministic: bool):
+    cfg = self.config
+    dtype = compute_dtype(cfg)
+    # One matmul for query, key and value (a 3x wider one runs closer to the CPU's peak and
+    # reads x once); the parameters stay three DenseGeneral-style [D, H, K] kernels.
+    projections = [ProjectionParams(cfg, name=name)() for name in ('query', 'key', 'value')]
+    kernels, biases = zip(*projections, strict=True)
+    x_BxLxD, kernel_Dx3xHxK, bias_3xHxK = nn.dtypes.promote_dtype(
+        x_BxLxD, jnp.stack(kernels, axis=1), jnp.stack(biases), dtype=dtype)
+    qkv_BxLx3xHxK = kernels.einsum('bld,dthk->blthk', x_BxLxD, kernel_Dx3xHxK) + bias_3xHxK
+    q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
+    if cfg.attention_impl == 'xla':
+      dropout = functools.partial(
+          kernels.Dropout(rate=cfg.attention_dropout_rate),
+          deterministic=deterministic)
+      out_BxLxHxK = xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout)
+    else:
+      if not deterministic and cfg.attention_dropout_rate > 0:
+        raise ValueError(
+            f'attention_impl={cfg.attention_impl!r} has no attention-probability dropout: set '
+            'model.attention_dropout_rate=0 or use attention_impl=xla for training.')
+      implementation = 'cudnn' if cfg.attention_impl == 'cudnn' else None
+      out_BxLxHxK = fused_attention(
+          q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, implementation)
+    return nn.DenseGeneral(
+        features=cfg.hidden_size, axis=(-2, -1), dtype=dtype, param_dtype=jnp.float32,
+        dot_general=kernels.dot_general,
+        kernel_init=initializer(cfg, ('heads', 'kv', 'embed')), bias_init=zeros(('embed',)),
+        name='out')(out_BxLxHxK)
+
+
+class Mlp(nn.Module):
+  """The position-wise feed-forward block: dense(F), activation, dense(D)."""
+
+  config: Config
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    cfg = self.config
+    dense = functools.partial(nn.Dense, dtype=compute_dtype(cfg), param_dtype=jnp.float32,
+                              dot_general=kernels.dot_general)
+    h_BxLxF = dense(cfg.mlp_dim, kernel_init=initializer(cfg, ('embed', 'mlp')),
+                    bias_init=zeros(('mlp',)), name='intermediate')(x_BxLxD)
+    h_BxLxF = kernels.ACTIVATIONS[cfg.hidden_act](h_BxLxF)
+    return dense(cfg.hidden_size, kernel_init=initializer(cfg, ('mlp', 'embed')),
+                 bias_init=zeros(('embed',)), name='output')(h_BxLxF)
+
+
+class TransformerLayer(nn.Module):
+  """One post-LN BERT block: x = LN(x + drop(attn(x))); x = LN(x + drop(mlp(x)))."""
+
+  config: Config
+  scanned: bool = False  # nn.scan wants (carry, output); unscanned callers want just x.
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, deterministic: bool):
+    cfg = self.config
+    drop = functools.partial(kernels.Dropout(rate=cfg.dropout_rate), deterministic=deterministic)
+    y_BxLxD = SelfAttention(cfg, name='attention')(x_BxLxD, mask_BxL, deterministic)
+    x_BxLxD = layer_norm(cfg, 'attention_layer_norm')(x_BxLxD + drop(y_BxLxD))
+    y_BxLxD = Mlp(cfg, name='mlp')(x_BxLxD)
+    x_BxLxD = layer_norm(cfg, 'output_layer_norm')(x_BxLxD + drop(y_BxLxD))
+    x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
+    return (x_BxLxD, None) if self.scanned else x_BxLxD
+
+
+class Embeddings(nn.Module):
+  """Word + position + token-type embeddings, LayerNorm, dropout."""
+
+  config: Config
+
+  def setup(self):
+    cfg = self.config
+    # float32 lookups and sum (as the original), cast to the compute dtype by the LayerNorm.
+    embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=jnp.float32,
+                              param_dtype=jnp.float32)
+    self.word_embeddings = embed(cfg.vocab_size,
+                                 embedding_init=initializer(cfg, ('vocab', 'embed')))
+    self.position_embeddings = embed(cfg.max_position_embeddings,
+                                     embedding_init=initializer(cfg, (None, 'embed')))
+    self.token_type_embeddings = embed(cfg.type_vocab_size,
+                                       embedding_init=initializer(cfg, (None, 'embed')))
+    self.layer_norm = layer_norm(cfg, 'layer_norm')
+    self.dropout = kernels.Dropout(rate=cfg.dropout_rate)
+
+  def __call__(self, input_ids_BxL, segment_ids_BxL, deterministic: bool):
+    length = input_ids_BxL.shape[1]
+    x_BxLxD = (self.word_embeddings(input_ids_BxL)
+               + self.position_embeddings(jnp.arange(length))[None]
+               + self.token_type_embeddings(segment_ids_BxL))
+    x_BxLxD = self.layer_norm(x_BxLxD)
+    return self.dropout(x_BxLxD, deterministic=deterministic)
+
+
+def _layer_class(cfg: Config):
+  """TransformerLayer, wrapped in remat as the config asks."""
+  if cfg.remat_policy == 'none':
+    return TransformerLayer
+  # Argument 3 (counting self) is `deterministic`, a Python bool.
+  return nn.remat(TransformerLayer, policy=REMAT_POLICIES[cfg.remat_policy],
+                  prevent_cse=not cfg.scan_layers, static_argnums=(3,))
+
+
+class BertEncoder(nn.Module):
+  """Embeddings, num_layers transformer blocks, and the [CLS] pooler."""
+
+  config: Config
+
+  def setup(self):
+    cfg = self.config
+    check_config(cfg)
+    self.embeddings = Embeddings(cfg)
+    layer = _layer_class(cfg)
+    if cfg.scan_layers:
+      stack = nn.scan(layer, variable_axes={'params': 0}, split_rngs={'params': True,
+                      'dropout': True}, in_axes=(nn.broadcast, nn.broadcast),
+                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
+      self.layers = stack(cfg, scanned=True)
+    else:
+      self.layers = [layer(cfg) for _ in range(cfg.num_layers)]
+    # Square hidden->hidden projections shard their output like an MLP's input.
+    self.pooler = nn.Dense(cfg.hidden_size, dtype=compute_dtype(cfg), param_dtype=jnp.float32,
+                           dot_general=kernels.dot_general,
+                           kernel_init=initializer(cfg, ('embed', 'mlp')),
+                           bias_init=zeros(('mlp',)))
+
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    """[B, L] ids, mask, segments -> (sequence_output_BxLxD, pooled_output_BxD), compute dtype."""
+    mask_BxL = input_mask.astype(bool)
+    x_BxLxD = self.embeddings(input_ids, segment_ids, deterministic)
+    x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
+    if self.config.scan_layers:
+      x_BxLxD, _ = self.layers(x_BxLxD, mask_BxL, deterministic)
+    else:
+      for layer in self.layers:
+        x_BxLxD = layer(x_BxLxD, mask_BxL, deterministic)
+    pooled_BxD = jnp.tanh(self.pooler(x_BxLxD[:, 0]))
+    return x_BxLxD, pooled_BxD
+
+  def word_embedding_table(self):
+    """The [V, D] word embeddings, to tie the MLM decoder to."""
+    return self.embeddings.word_embeddings.embedding
+
+
+def param_count(params) -> int:
+  """Number of scalars in a (possibly boxed) parameter tree."""
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.unbox(params)))

@@ -1,0 +1,108 @@
+"""The small public-domain corpus shipped inside bertjax, and the WordPiece vocab learned from it.
+
+Shakespeare's 38 plays (a scene is a document) and the King James Bible (a chapter is a
+document) in create_pretraining_data's input format: one sentence per line, a blank line
+between documents, gzip-compressed. Every 50th document is held out as the eval split. The
+lower-case vocab (8192 entries) was learned from the train split. All of it is made by
+launch/build_corpus.py, whose docstring gives the figures; manifest.json holds the counts.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+from bertjax.text import vocab_learner
+
+NAME = 'shakespeare_kjv'
+SPLITS = ('train', 'eval')
+VOCAB_SIZE = 8192
+DO_LOWER_CASE = True
+
+
+def corpus_dir() -> pathlib.Path:
+  """The folder of the embedded corpus inside the installed package."""
+  return pathlib.Path(__file__).resolve().parent / 'corpus'
+
+
+def file_name(split: str = 'train') -> str:
+  """The file name of one split ('train' or 'eval')."""
+  if split not in SPLITS:
+    raise ValueError(f'split={split!r} is unknown; valid: {", ".join(SPLITS)}')
+  return f'{NAME}.txt.gz' if split == 'train' else f'{NAME}_{split}.txt.gz'
+
+
+def corpus_path(split: str = 'train') -> pathlib.Path:
+  """The gzip-compressed text of one split ('train' or 'eval')."""
+  path = corpus_dir() / file_name(split)
+  if not path.is_file():
+    raise FileNotFoundError(f'{path} is missing: the package was installed without its data '
+                            '(package-data in pyproject.toml), or run launch/build_corpus.py')
+  return path
+
+
+def vocab_path() -> pathlib.Path:
+  """The lower-case WordPiece vocab.txt learned from the train split."""
+  return corpus_dir() / 'vocab.txt'
+
+
+def manifest() -> dict:
+  """The counts recorded by launch/build_corpus.py (documents, sentences, words, bytes)."""
+  return json.loads((corpus_dir() / 'manifest.json').read_text(encoding='utf-8'))
+
+
+def read_documents(path):
+  """Yields the documents (lists of sentences) of a file in create_pretraining_data's format."""
+  sentences = []
+  for line in vocab_learner.read_lines(path):
+    if line:
+      sentences.append(line)
+    elif sentences:
+      yield sentences
+      sentences = []
+  if sentences:
+    yield sentences
+
+
+def documents(split: str = 'train'):
+  """Yields the documents of one split of the embedded corpus."""
+  return read_documents(corpus_path(split))
+
+
+def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq: int,
+                      dupe_factor: int, static_masking: bool = True) -> tuple[str, str]:
+  """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
+
+  Files are reused when their JSON report records the same settings, and remade otherwise.
+  Process 0 writes; the others wait for it (multi-host needs a shared directory).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  from bertjax.pretraining_data import instances  # pylint: disable=g-import-not-at-top
+  from bertjax.pretraining_data import writer  # pylint: disable=g-import-not-at-top
+
+  directory = pathlib.Path(directory)
+  settings = instances.Settings(
+      max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+      dupe_factor=dupe_factor, static_masking=static_masking)
+  masking = 'static' if static_masking else 'dynamic'
+  tag = f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masking}'
+  # The eval split is small (39 documents): two passes give ~1k instances for steadier figures.
+  plans = {'train': (settings, 4), 'eval': (dataclasses.replace(settings, dupe_factor=2), 1)}
+  globs = {}
+  for split, (split_settings, shards) in plans.items():
+    prefix = directory / f'{tag}-{split}'
+    report = pathlib.Path(f'{prefix}.json')
+    wanted = dataclasses.asdict(split_settings)
+    fresh = report.is_file() and {k: json.loads(report.read_text())['settings'].get(k)
+                                  for k in wanted} == wanted
+    if jax.process_index() == 0 and not fresh:
+      directory.mkdir(parents=True, exist_ok=True)
+      writer.create(str(corpus_path(split)), str(prefix), split_settings,
+                                vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
+                                num_output_shards=shards, num_workers=min(shards, 2),
+                                report_file=str(report))
+    globs[split] = f'{prefix}-*-of-*'
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('bertjax-embedded-pretraining-files')
+  return globs['train'], globs['eval']

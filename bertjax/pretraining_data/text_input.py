@@ -1,0 +1,263 @@
+"""Pre-training text files -> tokenized documents: streaming, partitioned, bad input counted.
+
+Two input formats, both with a blank (whitespace-only) line between documents:
+  lines: the original's, one sentence per line;
+  text: one paragraph of running text per line, split into sentences by
+        `corpora.split_sentences`.
+Each file starts a new document (the original would run the last document of one file into the
+first of the next when a file does not end with a blank line).
+
+Documents are numbered in reading order across all files, and part `p` of `n` keeps documents
+`p, p + n, p + 2n, ...`: every worker reads every file, but decodes, tokenizes and holds only
+its own documents, so the work is balanced however the files are sized. Lines that cannot be
+used are skipped and counted by reason, with the first few file:line examples: invalid UTF-8,
+or longer than `max_line_bytes` (read in bounded pieces, never held whole); sentences without
+a single token are counted as `no_tokens` (the examples are their text). Whole
+files are skipped when empty or binary (a NUL byte in the first 64 KiB).
+"""
+
+import collections
+import functools
+import glob
+import gzip
+import itertools
+import os
+
+import numpy as np
+
+from bertjax.pretraining_data import corpora
+from bertjax.text import fast_tokenizer
+from bertjax.text import tokenizer as tokenization
+
+INPUT_FORMATS = ('lines', 'text')
+_SNIFF_BYTES = 1 << 16
+_EXAMPLES_PER_REASON = 5  # file:line examples kept per skip reason, for the report.
+
+# A tokenized document: int32 token ids, and sentence boundaries into them: sentence j is
+# tokens[bounds[j]:bounds[j + 1]], every sentence non-empty.
+Document = collections.namedtuple('Document', ['tokens', 'bounds'])
+
+
+class Skips:
+  """Counts of skipped input by reason, with the first few places of each."""
+
+  def __init__(self):
+    self.counts = collections.Counter()
+    self.examples = collections.defaultdict(list)
+
+  def add(self, reason, place):
+    """Counts one skip; `place` (file, file:line or text) is kept for the first few."""
+    self.counts[reason] += 1
+    if len(self.examples[reason]) < _EXAMPLES_PER_REASON:
+      self.examples[reason].append(place)
+
+  def merge(self, other):
+    for reason, count in other['counts'].items():
+      self.counts[reason] += count
+      room = _EXAMPLES_PER_REASON - len(self.examples[reason])
+      self.examples[reason].extend(other['examples'].get(reason, [])[:max(room, 0)])
+
+  def as_dict(self):
+    return {'counts': dict(sorted(self.counts.items())),
+            'examples': {k: v for k, v in sorted(self.examples.items()) if v}}
+
+
+def expand_input_patterns(patterns):
+  """Files of comma-separated paths and globs, in the order given (each glob sorted)."""
+  files = []
+  for pattern in (p.strip() for p in patterns.split(',') if p.strip()):
+    if '://' in pattern:
+      raise ValueError(f'input {pattern!r}: only local files are read here; copy them to local '
+                       'disk, or use the TFDS builder (bertjax/pretraining_data/tfds_builder.py)')
+    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not matches:
+      raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
+    files.extend(m for m in matches if m not in files)
+  if not files:
+    raise ValueError('--input_file is empty: pass comma-separated files or globs')
+  return files
+
+
+def open_binary(path):
+  """Opens a text file for binary reading, decompressing it when its name ends in .gz."""
+  return gzip.open(path, 'rb') if str(path).endswith('.gz') else open(path, 'rb')
+
+
+def usable_files(paths, skips):
+  """The paths worth reading; empty, binary and non-regular files are counted in `skips`."""
+  usable = []
+  for path in paths:
+    if not os.path.isfile(path):
+      skips.add('not_a_file', path)
+    elif os.path.getsize(path) == 0:
+      skips.add('empty_file', path)
+    else:
+      with open_binary(path) as f:
+        try:
+          head = f.read(_SNIFF_BYTES)
+        except (OSError, EOFError):  # A .gz name on something that is not (all) gzip.
+          head = b'\x00'
+        if b'\x00' in head:
+          skips.add('binary_file', path)
+          continue
+      usable.append(path)
+  return usable
+
+
+def _is_blank(raw):
+  stripped = raw.strip()
+  if not stripped:
+    return True
+  if stripped.isascii():
+    return False
+  # Unicode whitespace (U+3000, U+00A0 ...) makes a blank line too, as in the original.
+  try:
+    return not stripped.decode('utf-8').strip()
+  except UnicodeDecodeError:
+    return False
+
+
+def _lines(f, max_line_bytes):
+  """(line, too_long) of a binary file; a too-long line is consumed in bounded pieces."""
+  while True:
+    line = f.readline(max_line_bytes + 1)
+    if not line:
+      return
+    if len(line) <= max_line_bytes or line.endswith(b'\n'):
+      yield line, False
+      continue
+    while line and not line.endswith(b'\n'):
+      line = f.readline(1 << 20)
+    yield b'', True
+
+
+def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num_parts=1):
+  """Yields this part's documents as lists of sentence strings; `where` tracks file:line."""
+  if input_format not in INPUT_FORMATS:
+    raise ValueError(f'input_format={input_format!r}: pass one of {INPUT_FORMATS}')
+  index = 0  # Documents started so far, over all files: the partition key.
+  for path in paths:
+    where['path'] = path
+    sentences, started = [], False
+    with open_binary(path) as f:
+      for line_number, (raw, too_long) in enumerate(_lines(f, max_line_bytes), 1):
+        where['line'] = line_number
+        if not too_long and _is_blank(raw):
+          if started:
+            if sentences:
+              yield sentences
+            sentences, started = [], False
+          continue
+        if not started:
+          started, mine = True, index % num_parts == part
+          index += 1
+        if not mine:
+          continue
+        if too_long:
+          skips.add('line_too_long', f'{path}:{line_number}')
+          continue
+        try:
+          text = raw.decode('utf-8').strip()
+        except UnicodeDecodeError:
+          skips.add('invalid_utf8', f'{path}:{line_number}')
+          continue
+        if input_format == 'lines':
+          sentences.append(text)
+        else:
+          sentences.extend(corpora.split_sentences(text))
+    if sentences:
+      yield sentences
+
+
+class Encoder:
+  """Batched text -> token ids, with the ids the instances need (specials, word pieces)."""
+
+  def __init__(self, vocab_file=None, spm_model_file=None, do_lower_case=True, fast=True):
+    self._fast = None
+    if spm_model_file or not fast:
+      # The reference WordPiece path needs no TensorFlow; SentencePiece has no fast path here.
+      self.tokenizer = tokenization.from_files(vocab_file, spm_model_file,
+                                               do_lower_case=do_lower_case, never_split=())
+      vocab = self.tokenizer.vocab
+      if spm_model_file:
+        # SentencePiece marks the start of a word, WordPiece the continuation.
+        continuation = [not (t.startswith('\u2581') or t.startswith('[') or t.startswith('<'))
+                        for t in vocab]
+      else:
+        continuation = [t.startswith('##') for t in vocab]
+    else:
+      # never_split=(): '[MASK]' written in the text is text, as in the original tokenizer.
+      self._fast = fast_tokenizer.FastTokenizer(vocab_file, do_lower_case, never_split=())
+      self.tokenizer = self._fast.reference
+      tf = fast_tokenizer.import_tf()[0]
+
+      def encode(texts):
+        ids = self._fast.tf_tokenize(texts)
+        return ids.flat_values, ids.row_splits, self._fast.tf_needs_reference(texts)
+
+      self._tf = tf
+      self._encode_fn = tf.function(encode, input_signature=[tf.TensorSpec([None], tf.string)],
+                                    autograph=False)
+      vocab = self.tokenizer.vocab
+      continuation = [t.startswith('##') for t in vocab]
+    missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
+    if missing:
+      raise ValueError(f'the vocab has no {missing}: pre-training instances need [CLS], [SEP] '
+                       'and [MASK]; pass the vocab of a BERT-style model')
+    self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]'))
+    self.vocab_size = len(vocab)
+    self.continuation = np.array(continuation, bool)
+
+  def encode_batch(self, texts):
+    """Ids of every text: (flat int32 ids, row splits [len(texts) + 1])."""
+    if self._fast is None:
+      rows = [self.tokenizer.encode(t) for t in texts]
+      lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+      flat = np.array(list(itertools.chain.from_iterable(rows)), np.int32)
+      return flat, np.concatenate([[0], np.cumsum(lengths)])
+    flat, splits, needs = (x.numpy() for x in self._encode_fn(self._tf.constant(texts)))
+    flat = flat.astype(np.int32)
+    routed = np.flatnonzero(needs)
+    if routed.size:  # Rare lines the fast path cannot do exactly: rebuild with the reference.
+      rows = np.split(flat, splits[1:-1])
+      for i in routed.tolist():
+        rows[i] = np.array(self.tokenizer.encode(texts[i]), np.int32)
+      lengths = np.array([r.size for r in rows], np.int64)
+      flat = np.concatenate(rows) if rows else flat
+      splits = np.concatenate([[0], np.cumsum(lengths)])
+    return flat, splits
+
+
+@functools.lru_cache(maxsize=4)
+def cached_encoder(vocab_file, spm_model_file, do_lower_case, fast=True):
+  """One Encoder per process and vocab: building one takes a while (TF, the fast tokenizer)."""
+  return Encoder(vocab_file or None, spm_model_file or None, do_lower_case, fast)
+
+
+def tokenized_documents(raw_docs, encoder, skips, where, batch_sentences=16384):
+  """Documents of token ids from lists of sentences, tokenized in batches of sentences."""
+
+  def flush(batch):
+    texts = [s for doc in batch for s in doc]
+    flat, splits = encoder.encode_batch(texts)
+    for i in np.flatnonzero(np.diff(splits) == 0).tolist():
+      skips.add('no_tokens', repr(texts[i][:40]))
+    first = 0
+    for doc in batch:
+      doc_splits = splits[first:first + len(doc) + 1]
+      first += len(doc)
+      # Dropping repeated boundaries drops the sentences that have no tokens.
+      bounds = np.unique(doc_splits - doc_splits[0])
+      if bounds.size > 1:
+        yield Document(flat[doc_splits[0]:doc_splits[-1]], bounds.tolist())
+
+  batch, count = [], 0
+  for doc in raw_docs:
+    batch.append(doc)
+    count += len(doc)
+    if count >= batch_sentences:
+      yield from flush(batch)
+      batch, count = [], 0
+  if batch:
+    yield from flush(batch)
+

@@ -1,0 +1,1 @@
+"""Text -> wordpiece ids: BERT's exact WordPiece, the fast in-graph path, vocab learning."""

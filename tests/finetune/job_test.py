@@ -1,0 +1,277 @@
+"""The fine-tuning loop: sharded equals one device, exact resume, init from checkpoints, modes.
+
+A tiny encoder with the embedded corpus's vocab learns an SST-2-layout task made of
+Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take seconds.
+"""
+
+import json
+import pathlib
+import zipfile
+
+import finetune_runs
+import flax
+import glue_files
+import jax
+import numpy as np
+import pytest
+from safetensors import numpy as st_numpy
+
+from bertjax.finetune import job as finetune
+from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import registry
+from bertjax.model import encoder
+from bertjax.model import heads
+from bertjax.training import checkpoint
+from bertjax.training import loop as train
+from bertjax.training import sharding
+from configs import finetune as finetune_config
+from configs import pretrain
+
+write_sst2 = finetune_runs.write_sst2
+tiny_config = finetune_runs.tiny_config
+final_params = finetune_runs.final_params
+
+
+@pytest.fixture(scope='module')
+def sst2_dir(tmp_path_factory):
+  return write_sst2(tmp_path_factory.mktemp('sst2'))
+
+
+def test_batch_indices_are_epoch_permutations():
+  rows = np.concatenate([finetune.batch_indices(s, 4, 10, seed=3) for s in range(5)])
+  np.testing.assert_array_equal(np.sort(rows[:10]), np.arange(10))  # Epoch 0: each row once.
+  np.testing.assert_array_equal(np.sort(rows[10:20]), np.arange(10))
+  assert not np.array_equal(rows[:10], rows[10:20])  # Reshuffled per epoch.
+  np.testing.assert_array_equal(finetune.batch_indices(3, 4, 10, seed=3), rows[12:16])
+  assert not np.array_equal(finetune.batch_indices(0, 4, 10, seed=4), rows[:4])
+
+
+def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  sharded = finetune.train_and_evaluate(config, str(tmp_path / 'eight'))
+
+  make_mesh = sharding.make_mesh
+  monkeypatch.setattr(sharding, 'make_mesh',
+                      lambda mesh_config: make_mesh(mesh_config, jax.devices()[:1]))
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
+  single = finetune.train_and_evaluate(config, str(tmp_path / 'one'))
+
+  # 64 examples / 16 = 4 steps per epoch, 8 epochs.
+  (a, step_a), (b, step_b) = final_params(tmp_path / 'eight'), final_params(tmp_path / 'one')
+  assert step_a == step_b == 32
+  for key in a:
+    np.testing.assert_allclose(a[key], b[key], atol=2e-5, rtol=1e-4, err_msg=key)
+  assert sharded['accuracy'] == pytest.approx(single['accuracy'], abs=1e-6)
+  assert sharded['loss'] == pytest.approx(single['loss'], rel=1e-4)
+  # The task is learnable from one word: a random-init tiny model gets well past chance.
+  assert sharded['accuracy'] >= 0.9, sharded
+  results = json.loads((tmp_path / 'eight' / 'eval_results.json').read_text())
+  assert results['accuracy'] == pytest.approx(sharded['accuracy'])
+  predictions = (tmp_path / 'eight' / 'predictions' / 'step_32' / 'sst2-validation.tsv').read_text()
+  assert predictions.splitlines()[0] == 'index\tprediction'
+  assert len(predictions.splitlines()) == 1 + 24
+
+
+def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
+  finetune.train_and_evaluate(config, str(tmp_path / 'straight'))
+
+  batch_indices = finetune.batch_indices
+
+  def crash_at_seven(step, *args, **kwargs):
+    if step == 7:
+      raise KeyboardInterrupt('killed')
+    return batch_indices(step, *args, **kwargs)
+
+  monkeypatch.setattr(finetune, 'batch_indices', crash_at_seven)
+  with pytest.raises(KeyboardInterrupt):
+    finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
+  assert final_params(tmp_path / 'crashed')[1] == 6
+  monkeypatch.setattr(finetune, 'batch_indices', batch_indices)
+  finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
+
+  (a, step_a), (b, step_b) = final_params(tmp_path / 'straight'), final_params(tmp_path / 'crashed')
+  assert step_a == step_b == 8
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path):
+  config = tiny_config(sst2_dir, num_train_steps=2)
+  finetune.train_and_evaluate(config, str(tmp_path))
+  config.mode = 'predict'
+  (path,) = finetune.run(config, str(tmp_path))
+  lines = pathlib.Path(path).read_text().splitlines()
+  assert lines[0] == 'index\tprediction'
+  assert [line.split('\t')[0] for line in lines[1:]] == [str(i) for i in range(10)]
+  assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
+
+  config.mode = 'predict'
+  with pytest.raises(FileNotFoundError, match='fine-tune first'):
+    finetune.run(config, str(tmp_path / 'empty'))
+
+
+def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
+    minilm_dir, sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
+                                                       'optimizer.weight_decay': 0.0})
+  config.init = str(minilm_dir)
+  config.model_from_init = True
+  config.model.dropout_rate = 0.0
+  config.model.attention_dropout_rate = 0.0
+  reports = []
+  load_encoder = checkpoint.load_encoder
+  monkeypatch.setattr(checkpoint, 'load_encoder',
+                      lambda *a, **k: reports.append(load_encoder(*a, **k)) or reports[-1])
+  finetune.train_and_evaluate(config, str(tmp_path))
+  params, _ = final_params(tmp_path)
+  (_, report), = reports
+  assert report['fresh'] == ['classifier/bias', 'classifier/kernel']
+  assert len(report['loaded']) == len([k for k in params if k.startswith('bert/')])
+  # lr 0: the saved encoder is exactly the imported one.
+  hf = st_numpy.load_file(str(minilm_dir / 'model.safetensors'))
+  np.testing.assert_array_equal(params['bert/embeddings/word_embeddings/embedding'],
+                                hf['embeddings.word_embeddings.weight'])
+  np.testing.assert_array_equal(params['bert/layers_5/mlp/output/kernel'],
+                                hf['encoder.layer.5.output.dense.weight'].T)
+
+
+def test_size_that_does_not_fit_the_checkpoint(minilm_dir, sst2_dir, tmp_path):
+  config = tiny_config(sst2_dir)
+  config.init = str(minilm_dir)  # tiny: hidden 128, the checkpoint 384.
+  with pytest.raises(ValueError, match='hidden_size 384 in the checkpoint vs 128'):
+    finetune.train_and_evaluate(config, str(tmp_path))
+  assert not (tmp_path / 'config.json').exists()
+
+
+def test_unknown_task_lists_the_valid_ones():
+  with pytest.raises(ValueError, match='valid tasks: cola, sst2, mrpc'):
+    finetune_config.get_config('task=glue')
+  config = finetune_config.get_config('task=sst2')
+  with pytest.raises(ValueError, match='squad_v2, conll2003, bbc, wordnet'):
+    registry.get_task('sst-2', config.data)
+
+
+def test_every_task_has_a_preset_and_a_reader():
+  for name in finetune_config.TASKS:
+    config = finetune_config.get_config(f'task={name}')
+    task = registry.get_task(name, config.data)
+    assert task.kind == config.kind, name
+  assert set(finetune_config.TASKS) == set(registry.NAMES)
+
+
+def _minilm_tiny(task, data_dir, minilm_dir, seq, **overrides):
+  """A tiny random encoder over the real uncased BERT vocab (MiniLM's), for pipeline tests."""
+  config = tiny_config(data_dir, num_train_steps=2, **overrides)
+  config.task = task
+  config.kind = finetune_config.TASKS[task][0]
+  config.model.vocab_size = 30522
+  config.data.vocab_file = str(minilm_dir / 'vocab.txt')
+  config.data.max_seq_length = seq
+  return config
+
+
+def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
+  data_dir = tmp_path / 'squad'
+  data_dir.mkdir()
+  for name in ('train-v1.1.json', 'dev-v1.1.json'):
+    (data_dir / name).write_bytes(squad_json)
+  config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64, **{'data.doc_stride': 32,
+                                                                  'data.max_query_length': 16})
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert 0 <= results['exact_match'] <= results['f1'] <= 100
+  written = json.loads((tmp_path / 'run/predictions/step_2/predictions.json').read_text())
+  qids = {qa['id'] for article in json.loads(squad_json)['data']
+          for paragraph in article['paragraphs'] for qa in paragraph['qas']}
+  assert set(written) == qids
+
+
+def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    text = wheel.read('allennlp/tests/fixtures/data/conll2003.txt')
+  data_dir = tmp_path / 'conll'
+  data_dir.mkdir()
+  for name in ('train.txt', 'valid.txt', 'test.txt'):
+    (data_dir / name).write_bytes(text)
+  config = _minilm_tiny('conll2003', data_dir, minilm_dir, 16)  # Forces split sentences.
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert set(results) >= {'f1', 'precision', 'recall', 'accuracy', 'loss'}
+  config.mode = 'predict'
+  (path,) = finetune.run(config, str(tmp_path / 'run'))
+  sentences = conll.read_conll(data_dir / 'test.txt')
+  lines = [line for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
+  assert len(lines) == sum(len(s.words) for s in sentences)
+  assert all(line.split()[-1] in conll.LABELS for line in lines)
+
+
+@pytest.mark.parametrize('task', sorted(glue.TASKS))
+def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_path):
+  """Each GLUE task's preset on its hand-made files in the real layout (tests/glue_test.py)."""
+  glue_files.write_glue(tmp_path / 'glue', [task])
+  spec = glue.get_task(task)
+  config = _minilm_tiny(task, tmp_path / 'glue', minilm_dir, 32, global_batch_size=8,
+                        eval_batch_size=8)
+  results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert set(spec.metrics) | {'loss'} <= set(results), results
+  if task == 'mnli':  # Matched first (bare names), then mismatched.
+    assert {'validation_mismatched/accuracy'} <= set(results)
+  config.mode = 'predict'
+  paths = finetune.run(config, str(tmp_path / 'run'))
+  assert sorted(pathlib.Path(p).name for p in paths) == sorted(spec.submission_files.values())
+  for path, split in zip(paths, spec.test_splits, strict=True):
+    test_examples, _ = glue.read_examples(task, tmp_path / 'glue', split)
+    rows = pathlib.Path(path).read_text().splitlines()[1:]
+    assert [r.split('\t')[0] for r in rows] == [e.guid for e in test_examples]
+    values = [r.split('\t')[1] for r in rows]
+    if spec.kind == 'regression':
+      assert all(0 <= float(v) <= 5 for v in values)
+    else:
+      assert set(values) <= set(spec.labels)
+
+
+def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):
+  """Pre-train 2 steps, then fine-tune from that workdir: shape from its meta, layers stacked."""
+  pre = pretrain.get_config('size=tiny,steps=2,batch=8,seq=32')
+  pre.model.update(dict(num_layers=2, hidden_size=64, num_heads=2, mlp_dim=128))
+  pre.data.update(dict(dupe_factor=1, shuffle_window=100, num_lanes=2))
+  pre.eval_batch_size, pre.max_eval_batches = 8, 1
+  train.train_and_evaluate(pre, str(tmp_path / 'pre'))
+
+  config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
+                                                       'optimizer.weight_decay': 0.0})
+  config.init = str(tmp_path / 'pre')
+  config.model_from_init = True
+  config.model.scan_layers = True
+  finetune.train_and_evaluate(config, str(tmp_path / 'fine'))
+  pretrained, _ = final_params(tmp_path / 'pre')
+  tuned, _ = final_params(tmp_path / 'fine')
+  assert tuned['bert/layers/mlp/output/kernel'].shape == (2, 128, 64)
+  for i in range(2):
+    np.testing.assert_array_equal(tuned['bert/layers/attention/query/kernel'][i],
+                                  pretrained[f'bert/layers_{i}/attention/query/kernel'])
+  np.testing.assert_array_equal(tuned['bert/pooler/kernel'],
+                                pretrained['bert/pooler/kernel'])
+  assert not any(k.startswith(('mlm/', 'nsp/')) for k in tuned)
+
+
+def test_mean_pooling_head_and_its_detection(minilm_dir):
+  assert checkpoint.init_pooling(str(minilm_dir)) == 'mean'  # sentence-transformers' 1_Pooling.
+  assert checkpoint.init_pooling('') is None
+  cfg = finetune_config.get_config('task=sst2,size=tiny').model
+  module = heads.BertForSequenceClassification(cfg, 3, 'mean')
+  ids = np.array([[1, 5, 6, 7, 2, 0, 0], [1, 8, 2, 0, 0, 0, 0]], np.int32)
+  mask = (ids > 0).astype(np.int32)
+  segments = np.zeros_like(ids)
+  params = flax.linen.unbox(module.init(jax.random.key(0), ids, mask, segments))['params']
+  logits = module.apply({'params': params}, ids, mask, segments)
+  x, _ = encoder.BertEncoder(cfg).apply({'params': params['bert']}, ids, mask, segments)
+  pooled = np.stack([np.asarray(x)[i, mask[i] > 0].mean(0) for i in range(2)])
+  expected = pooled @ params['classifier']['kernel'] + params['classifier']['bias']
+  np.testing.assert_allclose(logits, expected, atol=1e-5)
+  ids_other_padding = np.where(mask > 0, ids, 9)
+  np.testing.assert_allclose(module.apply({'params': params}, ids_other_padding, mask, segments),
+                             logits, atol=1e-6)

@@ -1,0 +1,164 @@
+"""Two real processes (jax.distributed on 127.0.0.1, gloo CPU collectives, 4 CPU devices each).
+
+Each process runs this file as a worker: it reads its share of small TFRecord fixtures with the
+pre-training and eval pipelines, resumes at an offset, builds global arrays over an 8-device
+mesh spanning both processes and reduces them with a jitted collective; it writes what it saw
+to JSON and the test compares the two processes' views.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SIZES = (5, 9, 3, 7, 11, 6)  # train-*: host 0 reads files 0, 2, 4 (19 examples), host 1 22.
+ONE_FILE = 13  # one-*: a single file, so both hosts read it and keep alternate examples.
+GLOBAL_BATCH, BATCHES, RESUME_STEP = 4, 30, 7
+SEQ, PRED = 16, 4
+TIMEOUT_S = 240
+
+
+def _write_fixtures(folder: pathlib.Path):
+  import tensorflow as tf
+
+  def write(path, ids):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+      for i in ids:
+        ints = lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v))  # noqa: E731
+        feature = {
+            'input_ids': ints([101, i] + [5] * (SEQ - 2)), 'input_mask': ints([1] * SEQ),
+            'segment_ids': ints([0] * SEQ), 'masked_lm_positions': ints([1] + [0] * (PRED - 1)),
+            'masked_lm_ids': ints([i] + [0] * (PRED - 1)), 'next_sentence_labels': ints([0]),
+            'masked_lm_weights': tf.train.Feature(
+                float_list=tf.train.FloatList(value=[1.0] + [0.0] * (PRED - 1)))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                     .SerializeToString())
+
+  start = 0
+  for j, size in enumerate(SIZES):
+    write(folder / f'train-{j}.tfrecord', range(start, start + size))
+    start += size
+  write(folder / 'one-0.tfrecord', range(ONE_FILE))
+
+
+def _worker(process_id: int, port: int, folder: pathlib.Path):
+  """One host: reads its share and writes result-<process_id>.json."""
+  import jax
+
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2,
+                             process_id=process_id, initialization_timeout=120)
+  from jax.experimental import multihost_utils
+
+  from bertjax.input import input_pipeline
+
+  assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 8, 4)
+  args = dict(global_batch_size=GLOBAL_BATCH, max_seq_length=SEQ, max_predictions_per_seq=PRED)
+  order = dict(seed=5, num_lanes=2, shuffle_window=4)
+
+  def ids(dataset, n):
+    return [b['input_ids'][:, 1].tolist() for b in dataset.take(n).as_numpy_iterator()]
+
+  result = {
+      'train': ids(input_pipeline.pretrain_dataset(str(folder / 'train-*'), **args, **order),
+                   BATCHES),
+      'resumed': ids(input_pipeline.pretrain_dataset(
+          str(folder / 'train-*'), start_example=RESUME_STEP * GLOBAL_BATCH, **args, **order),
+                     BATCHES - RESUME_STEP),
+      'one_file': ids(input_pipeline.pretrain_dataset(str(folder / 'one-*'), **args, **order),
+                      BATCHES),
+  }
+  evaluation = input_pipeline.eval_dataset(str(folder / 'train-*'), **args)
+  result['eval_batches'] = len(evaluation)
+  result['eval'] = [i for b in evaluation.as_numpy_iterator()
+                    for i, w in zip(b['input_ids'][:, 1].tolist(), b['example_weight'], strict=True)
+                    if w]
+
+  mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2, 2), ('data', 'fsdp', 'tensor'))
+  host_batch = next(input_pipeline.pretrain_dataset(str(folder / 'train-*'), **args, **order)
+                    .as_numpy_iterator())
+  arrays = input_pipeline.make_global_batch(host_batch, mesh, ('data', 'fsdp'))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  total = jax.jit(lambda x: x[:, 1].sum(), out_shardings=replicated)(arrays['input_ids'])
+  result['global_shape'] = list(arrays['input_ids'].shape)
+  result['global_sum'] = int(total)
+  result['global_ids'] = np.asarray(
+      multihost_utils.process_allgather(arrays['input_ids'][:, 1], tiled=True)).tolist()
+  (folder / f'result-{process_id}.json').write_text(json.dumps(result))
+  jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def results(tmp_path_factory):
+  folder = tmp_path_factory.mktemp('multihost')
+  _write_fixtures(folder)
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
+             XLA_FLAGS='--xla_force_host_platform_device_count=4',
+             PYTHONPATH=os.pathsep.join([str(repo), os.environ.get('PYTHONPATH', '')]))
+  port = _free_port()
+  logs = [open(folder / f'log-{i}.txt', 'w') for i in range(2)]
+  workers = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(folder)],
+                              env=env, stdout=logs[i], stderr=subprocess.STDOUT)
+             for i in range(2)]
+  try:
+    for worker in workers:
+      worker.wait(timeout=TIMEOUT_S)
+  except subprocess.TimeoutExpired:
+    pytest.fail(f'workers did not finish in {TIMEOUT_S}s; logs in {folder}')
+  finally:
+    for worker in workers:  # Never leave a worker waiting on its peer.
+      if worker.poll() is None:
+        worker.kill()
+        worker.wait()
+    for log in logs:
+      log.close()
+  for i, worker in enumerate(workers):
+    assert worker.returncode == 0, (folder / f'log-{i}.txt').read_text()[-3000:]
+  return [json.loads((folder / f'result-{i}.json').read_text()) for i in range(2)]
+
+
+def _flat(batches):
+  return [i for batch in batches for i in batch]
+
+
+def test_every_example_once_per_epoch_across_two_processes(results):
+  lengths = (sum(SIZES[0::2]), sum(SIZES[1::2]))
+  epoch = [_flat(r['train'])[:n] for r, n in zip(results, lengths, strict=True)]
+  assert sorted(epoch[0] + epoch[1]) == list(range(sum(SIZES)))
+  # Fewer files than hosts: both read the file and keep alternate examples.
+  one_file = [_flat(r['one_file'])[:n] for r, n in zip(results, (7, 6), strict=True)]
+  assert sorted(one_file[0] + one_file[1]) == list(range(ONE_FILE))
+
+
+def test_resume_matches_uninterrupted_in_each_process(results):
+  for r in results:
+    assert r['resumed'] == r['train'][RESUME_STEP:]
+
+
+def test_eval_covers_every_example_once_in_lockstep(results):
+  assert results[0]['eval_batches'] == results[1]['eval_batches'] == 11  # ceil(22 / 2).
+  assert sorted(results[0]['eval'] + results[1]['eval']) == list(range(sum(SIZES)))
+
+
+def test_global_arrays_span_both_processes(results):
+  first = [r['train'][0] for r in results]
+  for r in results:
+    assert r['global_shape'] == [GLOBAL_BATCH, SEQ]
+    assert r['global_ids'] == first[0] + first[1]  # Process 0 holds the first rows.
+    assert r['global_sum'] == sum(first[0] + first[1])
+
+
+if __name__ == '__main__':
+  _worker(int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]))

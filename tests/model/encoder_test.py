@@ -1,0 +1,308 @@
+"""Encoder and heads: golden parameter counts, jit, padding, bf16, scan/remat, attention paths."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax.model import encoder
+from bertjax.model import heads
+from bertjax.model import kernels
+from configs import common
+
+GOLDEN_ENCODER_PARAMS = {'base': 109_482_240, 'large': 335_141_888}
+
+
+def formula_param_count(cfg) -> int:
+  """Encoder + pooler parameters, counted by hand from the architecture."""
+  d, f = cfg.hidden_size, cfg.mlp_dim
+  embeddings = (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size) * d + 2 * d
+  attention = 4 * (d * d + d) + 2 * d
+  mlp = d * f + f + f * d + d + 2 * d
+  pooler = d * d + d
+  return embeddings + cfg.num_layers * (attention + mlp) + pooler
+
+
+def abstract_params(cfg, module_cls=encoder.BertEncoder, batch=None):
+  batch = batch or heads.dummy_batch(1, 8, 2)
+  if module_cls is encoder.BertEncoder:
+    batch = {k: v for k, v in batch.items() if k != 'masked_lm_positions'}
+  return jax.eval_shape(
+      lambda: module_cls(cfg).init(jax.random.key(0), **batch))['params']
+
+
+@pytest.mark.parametrize('size', list(common.SIZES))
+def test_param_counts(size):
+  cfg = common.model_config(size)
+  count = encoder.param_count(abstract_params(cfg))
+  assert count == formula_param_count(cfg)
+  if size in GOLDEN_ENCODER_PARAMS:
+    assert count == GOLDEN_ENCODER_PARAMS[size]
+
+
+def test_pretraining_head_param_count():
+  cfg = common.model_config('base')
+  d, v = cfg.hidden_size, cfg.vocab_size
+  heads_only = (d * d + d) + 2 * d + v + (2 * d + 2)  # transform, LayerNorm, bias, NSP.
+  count = encoder.param_count(abstract_params(cfg, heads.BertForPreTraining))
+  assert count == GOLDEN_ENCODER_PARAMS['base'] + heads_only  # Decoder is tied: no V x D.
+
+
+def test_every_param_has_logical_axes():
+  cfg = common.model_config('tiny', scan_layers=True)
+  boxed = jax.eval_shape(lambda: heads.BertForPreTraining(cfg).init(
+      jax.random.key(0), **heads.dummy_batch(1, 8, 2)))['params']
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: hasattr(x, 'names'))
+  assert leaves and all(hasattr(x, 'names') for x in leaves)
+  names = {n for x in leaves for n in x.names if n}
+  assert names == {'vocab', 'embed', 'heads', 'kv', 'mlp', 'layers'}
+  for x in leaves:
+    assert len(x.names) == len(x.value.shape)
+
+
+def tiny_setup(seed=0, **overrides):
+  cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64, **overrides)
+  rng = np.random.default_rng(seed)
+  batch = {
+      'input_ids': rng.integers(0, 500, (3, 16)).astype(np.int32),
+      'input_mask': np.ones((3, 16), np.int32),
+      'segment_ids': (np.arange(16) >= 7).astype(np.int32)[None].repeat(3, 0),
+      'masked_lm_positions': rng.integers(0, 10, (3, 4)).astype(np.int32),
+  }
+  batch['input_mask'][1, 10:] = 0
+  batch['input_mask'][2, 4:] = 0
+  batch['segment_ids'] *= batch['input_mask']
+  variables = heads.BertForPreTraining(cfg).init(jax.random.key(seed), **batch)
+  return cfg, variables, batch
+
+
+def apply(cfg, variables, batch, **kw):
+  return heads.BertForPreTraining(cfg).apply(variables, **batch, **kw)
+
+
+def test_jit_equals_eager():
+  cfg, variables, batch = tiny_setup()
+  eager = apply(cfg, variables, batch)
+  jitted = jax.jit(functools.partial(apply, cfg))(variables, batch)
+  for a, b in zip(eager, jitted, strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+
+
+def test_padding_does_not_change_real_positions():
+  cfg, variables, batch = tiny_setup()
+  bert = encoder.BertEncoder(cfg)
+  params = {'params': variables['params']['bert']}
+  inputs = {k: v for k, v in batch.items() if k != 'masked_lm_positions'}
+  seq, pooled = bert.apply(params, **inputs)
+  # Change what sits at padded positions, and add more padding at the end.
+  garbage = dict(inputs)
+  garbage['input_ids'] = np.where(inputs['input_mask'] == 1, inputs['input_ids'], 7)
+  longer = {k: np.pad(v, ((0, 0), (0, 9)), constant_values=3 if k == 'input_ids' else 0)
+            for k, v in garbage.items()}
+  seq2, pooled2 = bert.apply(params, **longer)
+  mask = inputs['input_mask'].astype(bool)
+  np.testing.assert_allclose(np.asarray(seq2)[:, :16][mask], np.asarray(seq)[mask], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(pooled2), np.asarray(pooled), atol=1e-6)
+
+
+def test_bfloat16_close_to_float32():
+  cfg, variables, batch = tiny_setup()
+  mlm32, nsp32 = apply(cfg, variables, batch)
+  cfg16 = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                              dtype='bfloat16')
+  mlm16, nsp16 = apply(cfg16, variables, batch)
+  assert mlm16.dtype == jnp.float32  # Logits leave the head in float32.
+  # Stated tolerance: bf16 keeps 8 mantissa bits (~0.4% per rounding); through 2 layers and
+  # the head the logits stay within 3% relative (L2) of float32.
+  for got, want in ((mlm16, mlm32), (nsp16, nsp32)):
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 3e-2
+    assert np.linalg.norm(got - want) > 0  # bf16 really was used.
+  # Parameters stay float32 whatever the compute dtype.
+  params16 = heads.BertForPreTraining(cfg16).init(jax.random.key(0), **batch)['params']
+  assert {x.dtype for x in jax.tree.leaves(params16)} == {jnp.dtype('float32')}
+  seq16, _ = encoder.BertEncoder(cfg16).apply(
+      {'params': variables['params']['bert']},
+      **{k: v for k, v in batch.items() if k != 'masked_lm_positions'})
+  assert seq16.dtype == jnp.bfloat16
+
+
+def _dot_generals(jaxpr):
+  """Every dot_general equation in a closed jaxpr, sub-jaxprs included."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      yield eqn
+    for sub in jax.core.jaxprs_in_params(eqn.params):
+      yield from _dot_generals(sub)
+
+
+def test_bfloat16_matmuls_accumulate_in_float32():
+  """Forward and backward, every bf16 matmul asks for a float32 result (TPU/GPU accumulate in
+  float32 anyway; XLA:CPU runs bf16-out dots at half the speed) and the activations between
+  blocks stay bf16."""
+  cfg, variables, batch = tiny_setup(dtype='bfloat16')
+
+  def loss(params):
+    mlm, nsp = apply(cfg, {'params': params}, batch)
+    return mlm.sum() + nsp.sum()
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss))(variables['params']).jaxpr
+  dots = list(_dot_generals(jaxpr))
+  bf16_dots = [e for e in dots if {v.aval.dtype for v in e.invars} == {jnp.dtype('bfloat16')}]
+  # A float32 operand would make a float32 matmul of it (the MXU's slow multi-pass mode).
+  mixed = [e for e in dots if len({v.aval.dtype for v in e.invars}) > 1]
+  assert not mixed, [e.outvars[0].aval.shape for e in mixed]
+  f32_out = [e for e in bf16_dots if e.params['preferred_element_type'] == jnp.float32]
+  # Every parameter matmul, forward and both gradients: 2 layers x (qkv, out, 2 mlp) + pooler
+  # + transform + tied logits + nsp. (Attention's batched q.k and p.v dots stay bf16 -> bf16:
+  # XLA:CPU has no batched bf16 -> f32 kernel for their gradients.)
+  assert len(f32_out) == 3 * (2 * 4 + 4), len(f32_out)
+  assert len(bf16_dots) - len(f32_out) == 3 * 2 * 2, len(bf16_dots)
+  # And XLA:CPU has a kernel for every one of them (it has none for some bf16 -> f32 forms).
+  grads = jax.jit(jax.grad(loss))(variables['params'])
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(grads))
+
+
+@pytest.mark.parametrize('spec,lhs_shape,rhs_shape', [
+    ('bld,dthk->blthk', (2, 5, 8), (8, 3, 2, 4)),  # Fused QKV projection.
+    ('bqhk,bshk->bhqs', (2, 5, 2, 4), (2, 6, 2, 4)),  # Attention logits.
+    ('bhqs,bshk->bqhk', (2, 2, 5, 6), (2, 6, 2, 4)),  # Attention output.
+    ('nv,vd->nd', (4, 7), (7, 3)),
+])
+def test_einsum_gradient_equals_autodiff(spec, lhs_shape, rhs_shape):
+  rng = np.random.default_rng(0)
+  lhs, rhs = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in (lhs_shape, rhs_shape))
+  got_out, got_vjp = jax.vjp(functools.partial(kernels.einsum, spec), lhs, rhs)
+  want_out, want_vjp = jax.vjp(functools.partial(jnp.einsum, spec), lhs, rhs)
+  g = jnp.asarray(rng.normal(size=want_out.shape), jnp.float32)
+  np.testing.assert_allclose(got_out, want_out, rtol=1e-6, atol=1e-6)
+  for got, want in zip(got_vjp(g), want_vjp(g), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dot_general_equals_lax():
+  rng = np.random.default_rng(1)
+  lhs = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+  rhs = jnp.asarray(rng.normal(size=(4, 5, 6)), jnp.float32)
+  for dims in ((((2, 3), (0, 1)), ((), ())), (((3,), (1,)), ((2,), (0,)))):
+    np.testing.assert_allclose(kernels.dot_general(lhs, rhs, dims),
+                               jax.lax.dot_general(lhs, rhs, dims), rtol=1e-5, atol=1e-5)
+
+
+def test_float32_activation_math_in_bfloat16_mode():
+  x = jnp.linspace(-4, 4, 101).astype(jnp.bfloat16)
+  got = kernels.ACTIVATIONS['gelu'](x)
+  assert got.dtype == jnp.bfloat16
+  want = kernels.gelu(x.astype(jnp.float32)).astype(jnp.bfloat16)  # One rounding, at the end.
+  np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+  # Evaluated in bf16 throughout, the rounding of each step shows: the test can tell.
+  assert not np.array_equal(np.asarray(kernels.gelu(x), np.float32), np.asarray(want, np.float32))
+  np.testing.assert_array_equal(kernels.ACTIVATIONS['gelu'](x.astype(jnp.float32)),
+                                kernels.gelu(x.astype(jnp.float32)))
+
+
+@pytest.mark.parametrize('impl', ['dot_product_attention'])
+def test_attention_impls_agree(impl):
+  cfg, variables, batch = tiny_setup()
+  want = apply(cfg, variables, batch)
+  cfg_impl = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                                 attention_impl=impl)
+  got = apply(cfg_impl, variables, batch)
+  for a, b in zip(got, want, strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_fused_attention_refuses_dropout_in_training():
+  cfg, variables, batch = tiny_setup(attention_impl='dot_product_attention')
+  with pytest.raises(ValueError, match='attention_dropout_rate=0'):
+    apply(cfg, variables, batch, deterministic=False, rngs={'dropout': jax.random.key(1)})
+
+
+@pytest.mark.parametrize('remat_policy', ['none', 'full', 'dots'])
+def test_scan_and_remat_equal_plain_loop(remat_policy):
+  cfg, variables, batch = tiny_setup()
+  want = apply(cfg, variables, batch)
+  cfg_scan = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                                 scan_layers=True, remat_policy=remat_policy)
+  # Same weights, stacked along a leading layer axis.
+  params = nn.unbox(variables['params'])
+  bert = {k: v for k, v in params['bert'].items() if not k.startswith('layers_')}
+  layers = [params['bert'][f'layers_{i}'] for i in range(cfg.num_layers)]
+  bert['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+  params = dict(params, bert=bert)
+  got = jax.jit(functools.partial(apply, cfg_scan))({'params': params}, batch)
+  for a, b in zip(got, want, strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  # Gradients flow through remat + scan.
+  def loss(p):
+    mlm, nsp = apply(cfg_scan, {'params': p}, batch)
+    return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2)
+  grads = jax.grad(loss)(params)
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+def test_dropout_is_active_in_training_only():
+  cfg, variables, batch = tiny_setup()
+  train = functools.partial(apply, cfg, variables, batch, deterministic=False)
+  a, _ = train(rngs={'dropout': jax.random.key(1)})
+  b, _ = train(rngs={'dropout': jax.random.key(2)})
+  c, _ = train(rngs={'dropout': jax.random.key(1)})
+  assert not np.allclose(np.asarray(a), np.asarray(b))
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_check_inputs_rejects_out_of_range_ids():
+  cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64)
+  ids = np.zeros((2, 8), np.int32)
+  encoder.check_inputs(cfg, ids, np.zeros_like(ids), np.ones_like(ids))
+  ids[1, 3] = 500
+  with pytest.raises(ValueError, match=r'token id 500 at position \(1, 3\) is outside'):
+    encoder.check_inputs(cfg, ids)
+  with pytest.raises(ValueError, match='exceeds max_position_embeddings 64'):
+    encoder.check_inputs(cfg, np.zeros((1, 65), np.int32))
+  with pytest.raises(ValueError, match='segment id 2'):
+    encoder.check_inputs(cfg, np.zeros((1, 4), np.int32), np.full((1, 4), 2))
+
+
+def test_config_validation():
+  with pytest.raises(ValueError, match='valid sizes: tiny, mini, small, medium, base, large'):
+    common.model_config('huge')
+  with pytest.raises(ValueError, match='unknown model field'):
+    common.model_config('tiny', hidden=3)
+  cfg = common.model_config('tiny', num_heads=3)
+  with pytest.raises(ValueError, match='not divisible by num_heads'):
+    encoder.BertEncoder(cfg).init(jax.random.key(0), *[np.zeros((1, 4), np.int32)] * 3)
+
+
+@pytest.mark.parametrize('shape, rate', [((3, 5, 7), 0.1), ((2, 4, 16, 16), 0.5), ((1,), 0.3)])
+def test_dropout_draws_flax_masks_bit_for_bit(shape, rate):
+  """kernels.Dropout's unrolled threefry must reproduce nn.Dropout exactly (same key, same mask)."""
+  x = jnp.arange(1, np.prod(shape) + 1, dtype=jnp.float32).reshape(shape)
+  for seed in range(3):
+    rngs = {'dropout': jax.random.key(seed)}
+    ours = jax.jit(lambda x, r: kernels.Dropout(rate).apply({}, x, deterministic=False, rngs=r))(
+        x, rngs)
+    flax_ = nn.Dropout(rate).apply({}, x, deterministic=False, rngs=rngs)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(flax_))
+    assert 0 < np.mean(np.asarray(ours) == 0) < 1 or np.prod(shape) == 1
+
+
+def test_tied_logits_gradients_equal_autodiff():
+  """heads.tied_logits's hand-written backward must give what autodiff of the plain form gives."""
+  rng = np.random.default_rng(0)
+  h, emb, bias = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((6, 8), (11, 8), (11,)))
+  g = jnp.asarray(rng.normal(size=(6, 11)), jnp.float32)
+
+  def plain(h, emb, bias):
+    return jnp.sum((jnp.einsum('nd,vd->nv', h, emb) + bias) * g)
+
+  def ours(h, emb, bias):
+    return jnp.sum(heads.tied_logits(h, emb, bias) * g)
+
+  np.testing.assert_allclose(ours(h, emb, bias), plain(h, emb, bias), rtol=1e-6)
+  for got, want in zip(jax.grad(ours, (0, 1, 2))(h, emb, bias),
+                       jax.grad(plain, (0, 1, 2))(h, emb, bias), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

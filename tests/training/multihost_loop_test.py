@@ -1,0 +1,149 @@
+"""Two processes (jax.distributed on 127.0.0.1, gloo collectives, 4 CPU devices each) pre-train
+together through `python -m bertjax.main` into one workdir: a SIGTERM to one of them stops both
+at the same step with a checkpoint there (orbax's preemption sync over jax.distributed), the
+same command resumes both, and they end where one process with 8 devices ends.
+
+For the two runs to see the same examples in every step, each host reads one of two train files
+in order (shuffle_window=1) and the single process interleaves the same two files: a global
+batch then holds the same 16 examples, in another row order (host 0's rows first). Dropout is
+off because its masks follow the rows; what is left is the order of floating-point sums.
+"""
+
+import glob
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pretrain_runs
+import pytest
+
+from bertjax.training import loop as train
+
+STEPS = 9
+HOSTS = 2
+
+
+@pytest.fixture(scope='module')
+def fields(tmp_path_factory):
+  corpus = pretrain_runs.corpus_files(tmp_path_factory)
+  train_files = sorted(glob.glob(corpus['data.train_files']))[:HOSTS]
+  return pretrain_runs.fields(
+      corpus | {'data.train_files': ','.join(map(str, train_files))},
+      model__dropout_rate=0.0, model__attention_dropout_rate=0.0, data__shuffle_window=1,
+      mesh__data=4, mesh__fsdp=2)  # fsdp=2: every parameter is split across the two hosts.
+
+
+@pytest.fixture(scope='module')
+def single_process(tmp_path_factory, fields):
+  """(workdir, eval metrics) of the run in this process over its 8 simulated devices."""
+  workdir = tmp_path_factory.mktemp('single')
+  return workdir, train.train_and_evaluate(pretrain_runs.config(STEPS, fields), str(workdir))
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def start_hosts(workdir, fields, env, tag: str) -> tuple[list[subprocess.Popen], list]:
+  """Both processes of one job; logs in workdir/<tag>-host-<i>.txt."""
+  workdir.mkdir(exist_ok=True)
+  address = f'--coordinator_address=127.0.0.1:{_free_port()}'
+  logs = [workdir / f'{tag}-host-{i}.txt' for i in range(HOSTS)]
+  processes = [pretrain_runs.start(
+      pretrain_runs.command(workdir, STEPS, fields, address, f'--num_processes={HOSTS}',
+                            f'--process_id={i}'), logs[i], env) for i in range(HOSTS)]
+  return processes, logs
+
+
+def finish_hosts(processes, logs, timeout=pretrain_runs.TIMEOUT_S) -> list[int]:
+  """Exit codes; a host that fails gets its peer killed (it would wait on collectives)."""
+  deadline = time.monotonic() + timeout
+  while any(p.poll() is None for p in processes):
+    failed = [i for i, p in enumerate(processes) if p.poll() not in (None, 0)]
+    if failed or time.monotonic() > deadline:
+      for p in processes:
+        if p.poll() is None:
+          p.kill()
+          p.wait()
+      culprit = failed[0] if failed else 0
+      pytest.fail(f'host {culprit} {"failed" if failed else "timed out"}:\n'
+                  f'{pretrain_runs.log_tail(logs[culprit])}')
+    time.sleep(0.1)
+  return [p.returncode for p in processes]
+
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+  return pretrain_runs.environment(8 // HOSTS, tmp_path_factory.getbasetemp() / 'jax-cache')
+
+
+@pytest.fixture(scope='module')
+def preempted(tmp_path_factory, fields, env):
+  """(workdir, logs) of the two-process run after a SIGTERM to host 1 past its first step."""
+  workdir = tmp_path_factory.mktemp('two_hosts')
+  processes, logs = start_hosts(workdir, fields, env, 'preempted')
+  try:
+    pretrain_runs.wait_for(lambda: f'step 1/{STEPS}:' in logs[1].read_text(), processes[1],
+                           logs[1], 'the first step')
+  finally:
+    if processes[1].poll() is not None:  # Host 0 would wait for its peer until timeouts.
+      processes[0].kill()
+  processes[1].send_signal(signal.SIGTERM)  # Only host 1: jax.distributed tells host 0.
+  assert finish_hosts(processes, logs) == [0] * HOSTS
+  return workdir, [log.read_text() for log in logs]
+
+
+@pytest.fixture(scope='module')
+def resumed(preempted, fields, env):
+  """(workdir, logs) of the same two-process command run again, to the end."""
+  workdir = preempted[0]
+  processes, logs = start_hosts(workdir, fields, env, 'resumed')
+  assert finish_hosts(processes, logs) == [0] * HOSTS
+  return workdir, [log.read_text() for log in logs]
+
+
+def _stop_step(preempted) -> int:
+  stops = [re.findall(r'preempted: saved step (\d+)', log) for log in preempted[1]]
+  assert stops[0] == stops[1] and len(stops[0]) == 1, stops
+  return int(stops[0][0])
+
+
+def _eval_line(log: str) -> dict:
+  line = re.search(rf'eval at step {STEPS}: (.*)', log).group(1)
+  return {k: float(v) for k, v in (item.split() for item in line.split(', '))}
+
+
+def test_sigterm_to_one_host_stops_both_at_the_same_step(preempted):
+  workdir, _ = preempted
+  stopped = _stop_step(preempted)
+  assert stopped < STEPS
+  assert pretrain_runs.checkpoint_steps(workdir)[-1] == stopped
+  assert pretrain_runs.read_meta(workdir, stopped)['examples_consumed'] == (
+      stopped * pretrain_runs.BATCH)
+
+
+def test_both_hosts_resume_train_to_the_end_and_evaluate(preempted, resumed, single_process):
+  workdir, logs = resumed
+  for i, log in enumerate(logs):
+    assert f'process {i}/{HOSTS}, 8 devices (4 local)' in log
+    assert f'restored step {_stop_step(preempted)} ' in log
+    assert f'step {STEPS}/{STEPS}:' in log
+    # Eval reads every example once across the hosts: the single process's figures (4 decimals
+    # in the log).
+    got, want = _eval_line(log), single_process[1]
+    assert got.keys() == want.keys()
+    for key in want:
+      assert got[key] == pytest.approx(want[key], abs=1e-4), key
+  assert pretrain_runs.checkpoint_steps(workdir)[-1] == STEPS
+  assert pretrain_runs.read_meta(workdir, STEPS)['mesh'] == {'data': 4, 'fsdp': 2, 'tensor': 1}
+
+
+def test_two_hosts_end_where_one_process_ends(resumed, single_process):
+  # The rows of each batch summed in another order, in the loss and in the gradient all-reduce
+  # over gloo. Measured: within 2.1e-8 (params) and 5.6e-9 (Adam moments).
+  pretrain_runs.assert_close_leaves(pretrain_runs.read_state(resumed[0], STEPS),
+                                    pretrain_runs.read_state(single_process[0], STEPS))

@@ -1,0 +1,188 @@
+"""A pre-training run that is killed, preempted, re-meshed or finds a damaged checkpoint ends
+where the uninterrupted run ends.
+
+`python -m bertjax.main` runs in subprocesses on 8 simulated CPU devices: 12 steps of a 2-layer
+model with dropout on, a checkpoint every 3 steps, the embedded corpus's TFRecords. Equal means
+every leaf of the saved TrainState (parameters, Adam moments, step, dropout key) is bit-identical,
+which needs the data position from the checkpoint's meta, the dropout key from the state and the
+learning-rate schedule from the step all to be right; only a different mesh, which changes the
+order of floating-point sums, is compared with a tolerance.
+"""
+
+import pathlib
+import re
+import shutil
+import signal
+import types
+
+import jax
+import numpy as np
+import pretrain_runs
+import pytest
+
+from bertjax.model import heads
+from bertjax.training import checkpoint
+from bertjax.training import loop as train
+from bertjax.training import optimizer as optimizer_lib
+from bertjax.training import sharding
+
+STEPS = 12
+EVERY = 3  # pretrain_runs.fields' checkpoint.every_steps.
+
+
+@pytest.fixture(scope='module')
+def fields(tmp_path_factory):
+  return pretrain_runs.fields(pretrain_runs.corpus_files(tmp_path_factory))
+
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+  return pretrain_runs.environment(8, tmp_path_factory.getbasetemp() / 'jax-cache')
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory, fields, env) -> pathlib.Path:
+  """The uninterrupted run's workdir, with checkpoints at 3, 6, 9 and 12."""
+  workdir = tmp_path_factory.mktemp('reference')
+  pretrain_runs.run(pretrain_runs.command(workdir, STEPS, fields), workdir / 'log.txt', env)
+  assert pretrain_runs.checkpoint_steps(workdir) == [3, 6, 9, 12]
+  return workdir
+
+
+def assert_ends_like_reference(workdir, reference):
+  assert pretrain_runs.checkpoint_steps(workdir)[-1] == STEPS
+  assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * pretrain_runs.BATCH
+  pretrain_runs.assert_equal_leaves(pretrain_runs.read_state(workdir, STEPS),
+                                    pretrain_runs.read_state(reference, STEPS))
+
+
+@pytest.fixture(scope='module')
+def interrupted(tmp_path_factory, fields, env):
+  """One workdir, the same command three times: SIGKILL once a checkpoint exists, SIGTERM
+  after the restart's first step, then run to the end; what each run left behind."""
+  workdir = tmp_path_factory.mktemp('interrupted')
+  cmd = pretrain_runs.command(workdir, STEPS, fields)
+  logs = [workdir / f'{name}.txt' for name in ('killed', 'stopped', 'finished')]
+  seen = types.SimpleNamespace(workdir=workdir)
+
+  process = pretrain_runs.start(cmd, logs[0], env)
+  pretrain_runs.wait_for(lambda: pretrain_runs.checkpoint_steps(workdir), process, logs[0],
+                         'a checkpoint')
+  process.kill()  # No handler runs, and the next save may be left half-written.
+  seen.killed_code = process.wait()
+  seen.after_kill = pretrain_runs.checkpoint_steps(workdir)
+
+  process = pretrain_runs.start(cmd, logs[1], env)
+  first = f'step {seen.after_kill[-1] + 1}/{STEPS}:'
+  pretrain_runs.wait_for(lambda: first in logs[1].read_text(), process, logs[1], first)
+  process.send_signal(signal.SIGTERM)  # The handler is installed; the rest of the run is left.
+  seen.stopped_code = pretrain_runs.finish(process, logs[1])
+  seen.after_stop = pretrain_runs.checkpoint_steps(workdir)
+  seen.leftovers = sorted(p.name for p in (workdir / 'checkpoints').glob('*.orbax-checkpoint-tmp*'))
+
+  pretrain_runs.run(cmd, logs[2], env)
+  seen.logs = [log.read_text() for log in logs]
+  return seen
+
+
+def test_sigkill_then_restart_resumes_from_the_last_checkpoint(interrupted):
+  assert interrupted.killed_code == -signal.SIGKILL
+  last = interrupted.after_kill[-1]
+  assert last < STEPS
+  assert f'restored step {last} ' in interrupted.logs[1]
+  assert not interrupted.leftovers  # A save cut short by the kill is cleaned up.
+
+
+def test_sigterm_saves_where_it_stopped_and_exits_0(interrupted):
+  assert interrupted.stopped_code == 0, interrupted.logs[1][-3000:]
+  stopped = int(re.search(r'preempted: saved step (\d+)', interrupted.logs[1]).group(1))
+  assert interrupted.after_kill[-1] < stopped < STEPS
+  # The save at the stop is forced: usually between the periodic ones, and always the last one.
+  periodic = set(range(EVERY, stopped + 1, EVERY))
+  assert interrupted.after_stop == sorted(set(interrupted.after_kill) | periodic | {stopped})
+  assert pretrain_runs.read_meta(interrupted.workdir, stopped)['examples_consumed'] == (
+      stopped * pretrain_runs.BATCH)
+  assert f'restored step {stopped} ' in interrupted.logs[2]
+
+
+def test_killed_then_preempted_run_ends_bit_identical(interrupted, reference):
+  assert_ends_like_reference(interrupted.workdir, reference)
+
+
+def test_resume_on_another_mesh(tmp_path, fields, reference):
+  """Saved on data=8 at step 6, resumed on data=2,fsdp=2,tensor=2 to step 12, in-process."""
+  shutil.copytree(reference / 'checkpoints', tmp_path / 'checkpoints')
+  for step in (9, 12):
+    shutil.rmtree(tmp_path / 'checkpoints' / str(step))
+  config = pretrain_runs.config(STEPS, fields | {'mesh.data': 2, 'mesh.fsdp': 2, 'mesh.tensor': 2})
+
+  mesh = sharding.make_mesh(config.mesh)
+  model = heads.BertForPreTraining(config.model)
+  state, shardings = train.create_train_state(config, model, optimizer_lib.make(config.optimizer),
+                                              mesh)
+  restored, meta = checkpoint.restore_latest(checkpoint.manager(tmp_path, config),
+                                             train.abstract_state(state, shardings))
+  assert (meta['step'], meta['mesh']) == (6, {'data': 8, 'fsdp': 1, 'tensor': 1})
+  kernel = restored.params['bert']['layers_0']['mlp']['intermediate']['kernel']
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')
+  # Resharding reads the same bytes.
+  pretrain_runs.assert_equal_leaves(jax.device_get(restored),
+                                    pretrain_runs.read_state(reference, 6))
+  del restored, state
+
+  train.train_and_evaluate(config, str(tmp_path))
+  assert pretrain_runs.checkpoint_steps(tmp_path) == [3, 6, 9, 12]
+  assert pretrain_runs.read_meta(tmp_path, 6)['mesh']['data'] == 8  # Not re-run...
+  for step in (9, 12):  # ... continued from 6 on the new mesh at the right data position.
+    assert pretrain_runs.read_meta(tmp_path, step)['mesh'] == {'data': 2, 'fsdp': 2, 'tensor': 2}
+    assert pretrain_runs.read_meta(tmp_path, step)['examples_consumed'] == (
+        step * pretrain_runs.BATCH)
+  got = pretrain_runs.read_state(tmp_path, STEPS)
+  want = pretrain_runs.read_state(reference, STEPS)
+  at_6 = pretrain_runs.flat(pretrain_runs.read_state(reference, 6)['params'])
+  moved = max(np.abs(v - at_6[k]).max() for k, v in pretrain_runs.flat(want['params']).items())
+  assert moved > 100 * pretrain_runs.PARAMS_TOLERANCE['atol']  # Not a vacuous comparison.
+  pretrain_runs.assert_close_leaves(got, want)  # Measured: within 4.3e-8 (params).
+
+
+def test_unreadable_newest_checkpoint_is_moved_aside_and_the_previous_resumed(
+    tmp_path, fields, env, reference):
+  shutil.copytree(reference / 'checkpoints', tmp_path / 'checkpoints')
+  # A half-written file: the largest data file of step 12's state, truncated.
+  state_dir = tmp_path / 'checkpoints' / '12' / 'state'
+  victim = max((p for p in state_dir.rglob('*') if p.is_file()), key=lambda p: p.stat().st_size)
+  victim.write_bytes(victim.read_bytes()[:victim.stat().st_size // 2])
+  files = sorted(str(p.relative_to(state_dir)) for p in state_dir.rglob('*'))
+
+  log = tmp_path / 'log.txt'
+  pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS, fields), log, env)
+  text = log.read_text()
+  assert 'checkpoint step 12 in' in text and 'cannot be read' in text
+  assert 'restored step 9 ' in text
+  (aside,) = (tmp_path / 'checkpoints').glob('12.unreadable-*')
+  assert sorted(str(p.relative_to(aside / 'state')) for p in (aside / 'state').rglob('*')) == files
+  assert_ends_like_reference(tmp_path, reference)  # 10-12 run again from 9.
+
+
+def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, fields, env, reference):
+  for step in (3, 6):
+    shutil.copytree(reference / 'checkpoints' / str(step), tmp_path / 'checkpoints' / str(step))
+  (tmp_path / 'checkpoints' / '3' / 'state' / 'manifest.ocdbt').unlink()
+  (tmp_path / 'checkpoints' / '6' / 'state' / '_METADATA').write_text('{')
+  # In a subprocess: orbax's failed reads leave futures whose callbacks later raise into a
+  # closed event loop, noise that would land in whichever test runs next in this process.
+  log = tmp_path / 'log.txt'
+  process = pretrain_runs.start(pretrain_runs.command(tmp_path, STEPS, fields), log, env)
+  assert pretrain_runs.finish(process, log) != 0
+  # Not anchored on 'ValueError': orbax's late callbacks print tracebacks from other threads
+  # while the interpreter prints this one, and the writes can interleave mid-line.
+  assert re.search(r'none of the checkpoints \[6, 3\] .* can be read', log.read_text())
+  assert 'training steps' not in log.read_text()
+  names = sorted(p.name for p in (tmp_path / 'checkpoints').iterdir())
+  assert [n.split('.')[0] for n in names] == ['3', '6'] and all('.unreadable-' in n for n in names)
+  # A retry (a scheduler restarting the failed job) must not start fresh either. No step is
+  # left to restore, so restore_latest (where the policy lives) needs no target state.
+  with pytest.raises(ValueError, match='only ones moved aside as unreadable'):
+    checkpoint.restore_latest(checkpoint.manager(tmp_path, pretrain_runs.config(STEPS, fields)),
+                              abstract_state=None)
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == names

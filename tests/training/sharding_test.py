@@ -1,0 +1,60 @@
+"""Mesh construction, the logical-axis rules, and batch divisibility checks."""
+
+import jax
+import ml_collections
+import pytest
+
+from bertjax.model import heads
+from bertjax.training import sharding
+from configs import common
+
+
+def mesh_config(data=1, fsdp=1, tensor=1):
+  return ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor))
+
+
+def test_mesh_shape_fills_minus_one():
+  assert sharding.mesh_shape(mesh_config(data=-1), 8) == (8, 1, 1)
+  assert sharding.mesh_shape(mesh_config(data=2, fsdp=-1, tensor=2), 8) == (2, 2, 2)
+  with pytest.raises(ValueError, match='at most one axis may be -1'):
+    sharding.mesh_shape(mesh_config(data=-1, fsdp=-1), 8)
+  with pytest.raises(ValueError, match='has 6 slots but there are 8 devices'):
+    sharding.mesh_shape(mesh_config(data=3, tensor=2), 8)
+  with pytest.raises(ValueError, match='does not divide 8 devices'):
+    sharding.mesh_shape(mesh_config(data=3, fsdp=-1), 8)
+
+
+def test_make_mesh_on_8_devices():
+  assert jax.device_count() == 8
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  assert dict(mesh.shape) == {'data': 2, 'fsdp': 2, 'tensor': 2}
+  assert sharding.data_parallel_size(mesh) == 4
+
+
+def test_param_shardings_follow_rules():
+  cfg = common.model_config('tiny', vocab_size=512)
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  boxed = jax.eval_shape(lambda: heads.BertForPreTraining(cfg).init(
+      jax.random.key(0), **heads.dummy_batch(1, 8, 2)))['params']
+  shardings = sharding.logical_to_sharding(boxed, mesh)
+  spec = lambda s: tuple(s.spec)  # noqa: E731
+  assert spec(shardings['bert']['embeddings']['word_embeddings']['embedding']) == (
+      'tensor', 'fsdp')
+  assert spec(shardings['bert']['layers_0']['attention']['query']['kernel']) == (
+      'fsdp', 'tensor', None)
+  assert spec(shardings['bert']['layers_0']['mlp']['output']['kernel']) == ('tensor', 'fsdp')
+  # Init directly into the shardings: no unsharded copy of the parameters ever exists.
+  init = jax.jit(lambda: heads.BertForPreTraining(cfg).init(
+      jax.random.key(0), **heads.dummy_batch(1, 8, 2))['params'], out_shardings=shardings)
+  params = init()
+  kernel = params['bert']['layers_0']['mlp']['intermediate']['kernel']
+  assert kernel.value.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')
+  assert kernel.value.addressable_shards[0].data.shape == (64, 256)
+
+
+def test_batch_divisibility_errors():
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  sharding.check_divisible(8, mesh)
+  with pytest.raises(ValueError, match='not divisible by the data-parallel size 4'):
+    sharding.check_divisible(6, mesh)
+  assert tuple(sharding.batch_sharding(mesh).spec) == (('data', 'fsdp'),)
