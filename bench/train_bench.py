@@ -6,8 +6,8 @@
 
 Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; dropout
 0.1 everywhere; float32 parameters, compute in --dtype) of:
-  bertjax     train.train_step on configs/pretrain.py's config, jitted with the state donated
-              under the mesh and the logical-axis rules, as train.train_and_evaluate runs it;
+  bertjax     train_state.train_step on configs/pretrain.py's config, jitted with the state
+              donated under the mesh and the logical-axis rules, as the training loop runs it;
   torch stock transformers' BertForPreTraining with `labels`: vocab logits at every position;
   torch gath. the same model with the MLM head applied only at the gathered masked positions,
               as the original BERT (and bertjax) does.
@@ -77,11 +77,11 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax.model import heads  # noqa: E402
-from bertjax.training import loop as train  # noqa: E402
+from bertjax import pretrain as pretrain_job  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
+from bertjax.training import train_state  # noqa: E402
 from configs import pretrain  # noqa: E402
 
 _SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')
@@ -131,13 +131,13 @@ def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
 def bertjax_runner(config, batch):
   """A function running n train steps (state donated, kept across calls) and blocking."""
   mesh = sharding.make_mesh(config.mesh)
-  model = heads.BertForPreTraining(config.model)
   tx = optimizer_lib.make(config.optimizer)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
-  state, state_shardings = train.create_train_state(config, model, tx, mesh)
+  objective = pretrain_job.objective(config)
+  state, state_shardings = train_state.create_train_state(config, objective, tx, mesh)
   batch_shardings = sharding.batch_sharding(mesh)
   step_fn = jax.jit(
-      functools.partial(train.train_step, model=model, tx=tx, schedule=schedule,
+      functools.partial(train_state.train_step, objective=objective, tx=tx, schedule=schedule,
                         grad_accum_steps=config.grad_accum_steps),
       in_shardings=(state_shardings, batch_shardings), out_shardings=(state_shardings, None),
       donate_argnums=0)

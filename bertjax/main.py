@@ -83,13 +83,13 @@ def main(argv):
   if config.job == 'pretrain':
     if not _WORKDIR.value:
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
-    from bertjax.training import loop as train  # pylint: disable=g-import-not-at-top
-    train.train_and_evaluate(config, _WORKDIR.value)
+    from bertjax import pretrain  # pylint: disable=g-import-not-at-top
+    pretrain.train_and_evaluate(config, _WORKDIR.value)
   elif config.job == 'finetune':
     if not _WORKDIR.value:
       raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
-    from bertjax.finetune import job as finetune  # pylint: disable=g-import-not-at-top
-    finetune.run(config, _WORKDIR.value)
+    from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
+    job.run(config, _WORKDIR.value)
   elif config.job == 'embed':
     from bertjax import embed  # pylint: disable=g-import-not-at-top
     embed.run(config, _WORKDIR.value)

@@ -1,12 +1,15 @@
-"""Pieces shared by every config: the one size table, argument parsing, the model block.
+"""Pieces shared by every config: the size table, argument parsing, the model, optimizer, mesh,
+checkpoint and logging blocks.
 
 `get_config(arg)` files take an argument string such as `size=base,dtype=bfloat16`; the keys a
 file accepts and their defaults are given by the file itself.
 """
 
+from absl import logging
 import ml_collections
 
 from bertjax.model import encoder
+from bertjax.training import sharding
 
 # layers, hidden, heads, mlp (intermediate). tiny..medium are the compact BERTs of Turc et al.
 # (2019); base and large are the BERT paper's.
@@ -48,3 +51,65 @@ def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
   if size not in SIZES:
     raise ValueError(f'unknown model size {size!r}; valid sizes: {", ".join(SIZES)}.')
   return encoder.default_config(size=size, **{**SIZES[size], **overrides})
+
+
+def parse_deprecated_arg(arg, renames: dict, **defaults):
+  """parse_arg that also takes old argument names (renames: old -> new), with a warning."""
+  items = []
+  for item in (arg or '').split(','):
+    key, sep, value = item.partition('=')
+    if key in renames:
+      logging.warning('config argument %r is deprecated: use %r.', key, renames[key])
+      item = f'{renames[key]}{sep}{value}'
+    items.append(item)
+  return parse_arg(','.join(items), **defaults)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks every training config shares (pre-training and fine-tuning).
+
+
+def optimizer_config(*, learning_rate: float, warmup_steps, total_steps,
+                     name: str = 'adamw') -> ml_collections.ConfigDict:
+  """BERT's AdamW (or LAMB) with linear warmup and polynomial decay."""
+  o = ml_collections.ConfigDict()
+  o.name = name  # 'adamw' (BERT) or 'lamb' (batch >= 4k, You et al. 2019).
+  o.learning_rate = learning_rate  # Peak, reached at the end of warmup.
+  o.end_learning_rate = 0.0  # Reached at total_steps.
+  o.warmup_steps = warmup_steps  # Linear warmup from 0.
+  o.total_steps = total_steps  # Decay ends here.
+  o.decay_power = 1.0  # 1 = BERT's linear decay; LAMB papers use 1 too.
+  o.b1 = 0.9
+  o.b2 = 0.999
+  o.eps = 1e-6  # BERT's; not optax's default 1e-8.
+  o.weight_decay = 0.01  # Decoupled; never on LayerNorm or biases.
+  o.grad_clip_norm = 1.0  # Global-norm clipping (BERT: 1.0); 0 = off.
+  return o
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+  """The device mesh and the logical-axis rules that map parameters and batches onto it."""
+  m = ml_collections.ConfigDict()
+  m.data = -1  # Pure data parallelism; -1 = all devices not used by other axes.
+  m.fsdp = 1  # Params/grads/optimizer state sharded too (ZeRO-3): large models.
+  m.tensor = 1  # Megatron tensor parallelism; must divide heads, mlp and vocab.
+  # (logical axis, mesh axes) pairs, first match wins; a name absent is replicated. Another
+  # layout is a flag: --config.mesh.rules="(('batch', 'data'), ('embed', None), ...)".
+  m.rules = sharding.RULES
+  return m
+
+
+def checkpoint_config(*, every_steps: int, keep: int) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.every_steps = every_steps  # Async save period; also saved at every eval, the end, SIGTERM.
+  c.keep = keep  # The last K are kept ...
+  c.keep_best = 0  # ... plus the K best by the job's main eval metric (0 = none).
+  c.init_from = ''  # Deprecated: use config.init_from.
+  return c
+
+
+def add_logging(config, *, log_every_steps: int = 50):
+  """Progress line, TensorBoard and MFU fields."""
+  config.log_every_steps = log_every_steps  # Progress line and TensorBoard scalars.
+  # Peak dense TFLOP/s per device for MFU; 0 = looked up from the device kind (TPU/GPU).
+  config.peak_tflops = 0.0

@@ -1,9 +1,9 @@
 """Fine-tuning BERT on a task: GLUE, SQuAD v1.1/v2.0, CoNLL-2003 NER, BBC topics, WordNet.
 
-  python -m bertjax.main --config=configs/finetune.py:task=mrpc,init=/ckpt/bert-base-uncased \
+  python -m bertjax.main --config=configs/finetune.py:task=mrpc,init_from=/ckpt/bert-base-uncased \
     --config.data.data_dir=/data/glue/MRPC --workdir=/tmp/mrpc
 
-`init` is a transformers BERT dir (config.json + model.safetensors + vocab.txt), a bertjax
+`init_from` is a transformers BERT dir (config.json + model.safetensors + vocab.txt), a bertjax
 pre-training workdir or one of its checkpoints/<step>; the encoder is loaded from it and the
 task head starts fresh (the log lists what was loaded and what was not). With `size` left empty
 the model's shape comes from the checkpoint; with a size it must fit it.
@@ -15,54 +15,55 @@ scorer reads). A killed run resumes from its workdir.
 
 Expected, on 2 CPU cores: bench/finetune_bench.py fine-tunes the real all-MiniLM-L6-v2 on BBC
 News topics (accuracy ~0.97 vs TF-IDF + logistic regression on the same split); see README.
-Arguments: task=<one of TASKS>, size=''|tiny|...|large, init=<dir>, dtype=float32|bfloat16,
-epochs=, batch=, lr=, seq=.
+Arguments: task=<one of TASKS>, size=''|tiny|...|large, init_from=<dir> (init= still read),
+dtype=float32|bfloat16, epochs=, batch=, lr=, seq=.
 """
 
 import ml_collections
 
 from configs import common
 
-# Per task: (kind, max_seq_length, learning rate, epochs, global batch). GLUE/SQuAD follow the
-# BERT paper (batch 32, 3 epochs, lr 2e-5..5e-5; SQuAD 2.0: 2 epochs, batch 48). kind is what
-# the head and the loss are: classification, regression, span or tagging.
+# Per task: (max_seq_length, learning rate, epochs, global batch). GLUE/SQuAD follow the
+# BERT paper (batch 32, 3 epochs, lr 2e-5..5e-5; SQuAD 2.0: 2 epochs, batch 48). The task's kind
+# (head and loss) comes from its reader: bertjax/finetune/tasks/registry.py.
 TASKS = {
-    'cola': ('classification', 128, 2e-5, 3, 32),
-    'sst2': ('classification', 128, 2e-5, 3, 32),
-    'mrpc': ('classification', 128, 2e-5, 3, 32),
-    'stsb': ('regression', 128, 2e-5, 3, 32),
-    'qqp': ('classification', 128, 2e-5, 3, 32),
-    'mnli': ('classification', 128, 2e-5, 3, 32),
-    'qnli': ('classification', 128, 2e-5, 3, 32),
-    'rte': ('classification', 128, 3e-5, 3, 32),
-    'wnli': ('classification', 128, 2e-5, 3, 32),
-    'squad_v1': ('span', 384, 5e-5, 3, 32),
-    'squad_v2': ('span', 384, 5e-5, 2, 48),
-    'conll2003': ('tagging', 128, 5e-5, 3, 32),
-    'bbc': ('classification', 128, 1e-4, 3, 16),  # 4 windows of 128 per article.
-    'wordnet': ('classification', 48, 1e-4, 2, 32),
+    'cola': (128, 2e-5, 3, 32),
+    'sst2': (128, 2e-5, 3, 32),
+    'mrpc': (128, 2e-5, 3, 32),
+    'stsb': (128, 2e-5, 3, 32),
+    'qqp': (128, 2e-5, 3, 32),
+    'mnli': (128, 2e-5, 3, 32),
+    'qnli': (128, 2e-5, 3, 32),
+    'rte': (128, 3e-5, 3, 32),
+    'wnli': (128, 2e-5, 3, 32),
+    'squad_v1': (384, 5e-5, 3, 32),
+    'squad_v2': (384, 5e-5, 2, 48),
+    'conll2003': (128, 5e-5, 3, 32),
+    'bbc': (128, 1e-4, 3, 16),  # 4 windows of 128 per article.
+    'wordnet': (48, 1e-4, 2, 32),
 }
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, task='mrpc', size='', init='', dtype='float32', epochs=0.0,
-                         batch=0, lr=0.0, seq=0)
+  arg = common.parse_deprecated_arg(arg, {'init': 'init_from'}, task='mrpc', size='',
+                                    init_from='', dtype='float32', epochs=0.0, batch=0, lr=0.0,
+                                    seq=0)
   if arg.task not in TASKS:
     raise ValueError(f'unknown task {arg.task!r}; valid tasks: {", ".join(TASKS)}.')
-  kind, seq, learning_rate, epochs, batch = TASKS[arg.task]
+  seq, learning_rate, epochs, batch = TASKS[arg.task]
   max_windows = 4 if arg.task == 'bbc' else 1  # BBC articles run ~500 wordpieces.
   config = ml_collections.ConfigDict()
   config.job = 'finetune'  # Which job bertjax.main runs.
   config.mode = 'train_eval'  # 'train_eval', 'eval' (latest checkpoint) or 'predict' (test).
   config.task = arg.task  # One of TASKS.
-  config.kind = kind  # Head and loss: set by the task, shown for reference.
   config.seed = 0  # Head init, dropout and example order derive from it.
-  # Encoder weights: a transformers BERT dir, a bertjax workdir or checkpoints/<step>. '' =
-  # random init (a smoke test only: BERT's point is the pre-trained encoder).
-  config.init = arg.init
-  # '' = the shape of `init` (its config.json); a size from configs/common.py must fit init.
+  # Start from these weights (the encoder; the head starts fresh): a transformers BERT dir, a
+  # bertjax workdir or checkpoints/<step>. '' = random init (a smoke test only).
+  config.init_from = arg.init_from
+  config.init = ''  # Deprecated: use init_from.
+  # '' = the shape of init_from (its config.json); a size from configs/common.py must fit it.
   config.model = common.model_config(arg.size or 'tiny', dtype=arg.dtype)
-  config.model_from_init = not arg.size  # True: config.model is replaced by init's.
+  config.model_from_init = not arg.size  # True: config.model is init_from's shape.
   # Sequence-level tasks: 'cls' (BERT's pooler on [CLS]), 'mean' (masked mean of the last
   # hidden states), or 'auto': a sentence-transformers checkpoint's own pooling (1_Pooling/),
   # else 'cls'.
@@ -76,7 +77,7 @@ def get_config(arg=None):
   config.data.data_dir = ''
   config.data.use_tfds = False  # GLUE only: read the prepared tensorflow-datasets `glue` set.
   config.data.predict_file = ''  # predict mode: this file instead of the test split.
-  # WordPiece vocab; '' = init's vocab.txt (or the embedded corpus's for bertjax checkpoints
+  # WordPiece vocab; '' = init_from's vocab.txt (or the embedded corpus's for bertjax checkpoints
   # pre-trained on it). Its size must match model.vocab_size.
   config.data.vocab_file = ''
   config.data.do_lower_case = True  # Must match the vocab / checkpoint (uncased vs cased).
@@ -102,31 +103,13 @@ def get_config(arg=None):
   config.grad_accum_steps = 1  # Micro-batches per update (memory).
   config.eval_batch_size = 64  # Over all hosts; the eval set is padded to a multiple of it.
 
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = 'adamw'  # BERT fine-tunes with its AdamW (decay not on LN/bias).
-  config.optimizer.learning_rate = arg.lr or learning_rate  # Peak, after warmup.
-  config.optimizer.end_learning_rate = 0.0  # Linear decay to this at the last step.
+  # Warmup and total steps are set at run time from num_train_steps (or the epochs).
+  config.optimizer = common.optimizer_config(learning_rate=arg.lr or learning_rate,
+                                             warmup_steps=0, total_steps=0)
   config.optimizer.warmup_proportion = 0.1  # BERT's: warmup over the first 10% of the steps.
-  config.optimizer.warmup_steps = 0  # Set from warmup_proportion at run time.
-  config.optimizer.total_steps = 0  # Set from num_train_steps at run time.
-  config.optimizer.decay_power = 1.0  # Linear decay.
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.eps = 1e-6
-  config.optimizer.weight_decay = 0.01
-  config.optimizer.grad_clip_norm = 1.0
+  config.mesh = common.mesh_config()
+  config.checkpoint = common.checkpoint_config(every_steps=500, keep=2)
 
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.data = -1  # Data parallelism over all devices not used by the axes below.
-  config.mesh.fsdp = 1  # Parameter sharding (large models on many chips).
-  config.mesh.tensor = 1  # Tensor parallelism; must divide heads and mlp.
-
-  config.checkpoint = ml_collections.ConfigDict()
-  config.checkpoint.every_steps = 500  # Async saves; also at every eval and the end.
-  config.checkpoint.keep = 2  # The last K are kept ...
-  config.checkpoint.keep_best = 0  # ... plus the K best by the task's main eval metric.
-
-  config.log_every_steps = 50  # Progress line and TensorBoard scalars.
+  common.add_logging(config, log_every_steps=50)
   config.eval_every_steps = 0  # 0 = at the end of every epoch (and at the last step).
-  config.peak_tflops = 0.0  # Per device, for MFU; 0 = looked up from the device kind.
   return config.lock()

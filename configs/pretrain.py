@@ -13,7 +13,8 @@ On a pod, run the same command on every host with the size, the data and a bucke
   --workdir=gs://b/runs/base
 BERT-Base recipe (paper): batch 256, 1M steps, lr 1e-4, 10k warmup, seq 128 for 90% then 512.
 Arguments: size=tiny|mini|small|medium|base|large, steps=<train steps>, batch=<global batch>,
-seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adamw|lamb.
+seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adamw|lamb,
+init_from=<dir>.
 """
 
 import ml_collections
@@ -35,7 +36,7 @@ RECIPES = {
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, size='tiny', steps=0, batch=0, seq=128, dtype='float32',
-                         optimizer='adamw', vocab=embedded.VOCAB_SIZE)
+                         optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='')
   if arg.size not in RECIPES:
     raise ValueError(f'unknown size {arg.size!r}; valid sizes: {", ".join(RECIPES)}.')
   batch, learning_rate, warmup, steps = RECIPES[arg.size]
@@ -67,37 +68,18 @@ def get_config(arg=None):
   config.data.num_lanes = 16  # Files read in parallel per host.
   config.data.dupe_factor = 5  # Embedded corpus only: passes over it when creating TFRecords.
 
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = arg.optimizer  # 'adamw' (BERT) or 'lamb' (batch >= 4k, You et al.).
-  config.optimizer.learning_rate = learning_rate  # Peak, reached at the end of warmup.
-  config.optimizer.end_learning_rate = 0.0  # Reached at total_steps.
-  config.optimizer.warmup_steps = warmup  # Linear warmup from 0.
-  config.optimizer.total_steps = config.get_ref('num_train_steps')  # Decay ends here.
-  config.optimizer.decay_power = 1.0  # 1 = BERT's linear decay; LAMB papers use 1 too.
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.eps = 1e-6  # BERT's; not optax's default 1e-8.
-  config.optimizer.weight_decay = 0.01  # Decoupled; never on LayerNorm or biases.
-  config.optimizer.grad_clip_norm = 1.0  # Global-norm clipping (BERT: 1.0); 0 = off.
+  config.optimizer = common.optimizer_config(
+      name=arg.optimizer, learning_rate=learning_rate, warmup_steps=warmup,
+      total_steps=config.get_ref('num_train_steps'))
+  config.mesh = common.mesh_config()
+  config.checkpoint = common.checkpoint_config(every_steps=200, keep=3)
+  # Start from these weights (continued pre-training): a bertjax workdir, its checkpoints/<step>
+  # or a transformers BERT dir; encoder and heads are loaded, the optimizer starts fresh.
+  # Ignored when the workdir already holds a checkpoint (that one is resumed).
+  config.init_from = arg.init_from
 
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.data = -1  # Pure data parallelism; -1 = all devices not used by other axes.
-  config.mesh.fsdp = 1  # Params/grads/optimizer state sharded too (ZeRO-3): large models.
-  config.mesh.tensor = 1  # Megatron tensor parallelism; must divide heads, mlp and vocab.
-
-  config.checkpoint = ml_collections.ConfigDict()
-  config.checkpoint.every_steps = 200  # Async save period; also saved at the end and SIGTERM.
-  config.checkpoint.keep = 3  # The last K are kept ...
-  config.checkpoint.keep_best = 0  # ... plus the K best by eval MLM accuracy (0 = none).
-  # Continued pre-training: our checkpoint dir (a workdir or its checkpoints/<step>) or a
-  # transformers BERT dir; encoder and heads are loaded, the optimizer starts fresh. Ignored
-  # when the workdir already holds a checkpoint (that one is resumed).
-  config.checkpoint.init_from = ''
-
-  config.log_every_steps = 50  # Progress line and TensorBoard scalars.
+  common.add_logging(config, log_every_steps=50)
   config.eval_every_steps = 200  # Eval over all of data.eval_files; 0 = only at the end.
   config.eval_batch_size = config.global_batch_size  # Over all hosts.
   config.max_eval_batches = -1  # Cap per eval (-1: the whole eval set, exactly once).
-  # Peak dense TFLOP/s per device for MFU; 0 = looked up from the device kind (TPU/GPU).
-  config.peak_tflops = 0.0
   return config.lock()

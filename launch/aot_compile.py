@@ -5,8 +5,8 @@ r"""Compiles the pre-training step for a TPU slice ahead of time, on any machine
       --config=configs/pretrain.py:size=large,vocab=30592,seq=512,dtype=bfloat16 \
       --config.mesh.data=1 --config.mesh.fsdp=-1
 
-It builds train_step exactly as bertjax/training/loop.py does (train.train_state_shapes for the state's
-shapes and shardings, train.jit_train_step, lowered under the same mesh and rules), on abstract
+It builds train_step exactly as the training loop does (train_state.train_state_shapes for the
+state's shapes and shardings, train_state.jit_train_step, lowered under the same mesh and rules), on abstract
 inputs (ShapeDtypeStructs with shardings) over the devices of a topology description from libtpu,
 and compiles it with the TPU compiler. A config that cannot be sharded fails before anything is
 traced; one that does not fit fails in the compiler with RESOURCE_EXHAUSTED. Printed: the
@@ -71,12 +71,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from bertjax import pretrain  # noqa: E402
 from bertjax.model import encoder  # noqa: E402
-from bertjax.model import heads  # noqa: E402
-from bertjax.training import loop as train  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
+from bertjax.training import train_state  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',
                                           lock_config=True)
@@ -133,7 +133,7 @@ def topology_devices(topology: str) -> tuple[list, int | None]:
 
 
 def abstract_batch(config, batch_sharding) -> dict:
-  """The global batch train_step receives (input_pipeline.make_global_batch), shapes only."""
+  """The global batch train_step receives (global_batch.make_global_batch), shapes only."""
   batch, length, predictions = (config.global_batch_size, config.data.max_seq_length,
                                 config.data.max_predictions_per_seq)
   shapes = {name: (batch, length) for name in ('input_ids', 'input_mask', 'segment_ids')}
@@ -151,17 +151,18 @@ def compile_train_step(config, devices):
   Raises ValueError before tracing anything when the config cannot run on that mesh.
   """
   mesh = sharding.make_mesh(config.mesh, devices)
-  train.check_config(config, mesh, vocab_entries=None)
+  train_state.check_config(config, mesh, vocab_entries=None)
   hosts = len({d.process_index for d in devices})
   if config.global_batch_size % hosts:
     raise ValueError(f'global_batch_size {config.global_batch_size} is not divisible by the '
                      f'{hosts} hosts of this slice.')
-  model = heads.BertForPreTraining(config.model)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
-  state, state_shardings = train.train_state_shapes(config, model, tx, mesh)
+  objective = pretrain.objective(config)
+  state, state_shardings = train_state.train_state_shapes(config, objective, tx, mesh)
   batch_shardings = sharding.batch_sharding(mesh)
-  step_fn = train.jit_train_step(config, model, tx, schedule, state_shardings, batch_shardings)
+  step_fn = train_state.jit_train_step(config, objective, tx, schedule, state_shardings,
+                                       batch_shardings)
   with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
     lowered = step_fn.lower(state, abstract_batch(config, batch_shardings))
   return lowered.compile(), mesh, state

@@ -5,6 +5,7 @@ import pathlib
 import numpy as np
 import pretrain_runs
 
+from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint
 from configs import finetune as finetune_config
@@ -45,5 +46,4 @@ def tiny_config(data_dir, **overrides):
 
 def final_params(workdir) -> dict:
   step_dir = max((pathlib.Path(workdir) / 'checkpoints').glob('[0-9]*'), key=lambda p: int(p.name))
-  # pylint: disable=protected-access
-  return checkpoint._flatten(checkpoint._read_params(step_dir)), int(step_dir.name)
+  return checkpoint.flatten(init_from.read_params(step_dir)), int(step_dir.name)

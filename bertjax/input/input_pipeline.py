@@ -1,4 +1,4 @@
-"""tf.data input pipelines for pre-training and eval, and the host batch -> global jax.Array step.
+"""tf.data input pipelines for pre-training and eval: TFRecords -> host batches (numpy).
 
 Reads TFRecords with the original google-research/bert feature spec. Each host reads its own
 files (file i goes to host i % process_count; with fewer files than hosts every host reads all
@@ -16,14 +16,13 @@ would need random access to single records (ArrayRecord-style files) and random 
 Records are counted once when the pipeline is built (a sequential read of this host's files);
 pass `record_counts` (path -> count) to skip that at corpus scale.
 
-Iterate with `dataset.as_numpy_iterator()`; `make_global_batch` turns each batch into global
+Iterate with `dataset.as_numpy_iterator()`; `global_batch.make_global_batch` turns each batch into global
 arrays. TF must not see the accelerators (main.py hides them before building the pipeline).
 The order depends on the seed, the files and process_count: resuming on a different number of
 hosts continues from the same example count, but in a different order.
 """
 
 import concurrent.futures
-import math
 
 from absl import logging
 from google.protobuf import message
@@ -33,23 +32,20 @@ import tensorflow as tf
 
 from bertjax.input import masking_tf
 from bertjax.input import read_order
+from bertjax.pretraining_data import example_encoding
 
-_SEQUENCE_FEATURES = ('input_ids', 'input_mask', 'segment_ids')
 _MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
 _READ_BUFFER_BYTES = 1 << 20  # Per open file; num_lanes of them per host.
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: bool = True,
                  nsp: bool = True) -> dict:
-  """The original BERT TFRecord features: masked (static) instances, or unmasked ones."""
-  spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in _SEQUENCE_FEATURES}
-  if masked:
-    spec['masked_lm_positions'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-    spec['masked_lm_ids'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-    spec['masked_lm_weights'] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
-  if nsp:
-    spec['next_sentence_labels'] = tf.io.FixedLenFeature([1], tf.int64)
-  return spec
+  """The original BERT TFRecord features as tf.io features: masked (static) instances, or
+  unmasked ones; the format itself is defined once, in example_encoding.feature_spec."""
+  spec = example_encoding.feature_spec(max_seq_length, max_predictions_per_seq,
+                                       static_masking=masked)
+  return {name: tf.io.FixedLenFeature(list(shape), tf.dtypes.as_dtype(dtype))
+          for name, (shape, dtype) in spec.items() if nsp or name != 'next_sentence_labels'}
 
 
 def list_files(file_pattern) -> list[str]:
@@ -80,7 +76,7 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
     found, wanted = len(getattr(features[name], kind).value), feature.shape[0]
     if found != wanted:
       setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
-                 'max_seq_length' if name in _SEQUENCE_FEATURES else 'the original spec')
+                 'the original spec' if name == 'next_sentence_labels' else 'max_seq_length')
       raise ValueError(f'{path}: feature {name!r} has {found} values, but {setting} gives '
                        f'{wanted}: set {setting} to what the files were made with, or remake them')
 
@@ -334,36 +330,3 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
       to_batch, num_parallel_calls=tf.data.AUTOTUNE)
   batches = batches.apply(tf.data.experimental.assert_cardinality(num_batches))
   return batches.prefetch(tf.data.AUTOTUNE).with_options(_options())
-
-
-def make_global_batch(host_batch: dict, mesh: jax.sharding.Mesh, batch_axes) -> dict:
-  """Turns this host's batch (numpy dict) into global jax.Arrays sharded over `batch_axes`.
-
-  `batch_axes` names the mesh axes the batch dimension is split over (a name or a tuple, as in a
-  PartitionSpec entry); the other mesh axes hold replicas. Hosts pass their own rows.
-  """
-  axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
-  unknown = [a for a in axes if a not in mesh.shape]
-  if unknown:
-    raise ValueError(f'batch axes {unknown} are not mesh axes {tuple(mesh.shape)}')
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axes))
-  data_parallel = math.prod(mesh.shape[a] for a in axes)
-  # Distinct batch slices held on this host: one row per slice of a (data_parallel,) array.
-  local_shards = len({index[0].start for index in
-                      sharding.addressable_devices_indices_map((data_parallel,)).values()})
-  rows = {name: np.shape(value)[0] for name, value in host_batch.items()}
-  if len(set(rows.values())) != 1:
-    raise ValueError(f'host batch arrays disagree on the batch size: {rows}')
-  host_rows = next(iter(rows.values()))
-  if host_rows % local_shards:
-    sizes = 'x'.join(str(mesh.shape[a]) for a in axes)
-    raise ValueError(
-        f'the host batch of {host_rows} examples does not split over the {local_shards} batch '
-        f'shards on this host (batch axes {axes} = {sizes} = data-parallel size '
-        f'{data_parallel}): make global_batch_size a multiple of {data_parallel}')
-  global_rows = host_rows // local_shards * data_parallel
-  return {
-      name: jax.make_array_from_process_local_data(
-          sharding, value, (global_rows,) + np.shape(value)[1:])
-      for name, value in host_batch.items()
-  }

@@ -217,9 +217,9 @@ class SelfAttention(nn.Module):
     # One matmul for query, key and value (a 3x wider one runs closer to the CPU's peak and
     # reads x once); the parameters stay three DenseGeneral-style [D, H, K] kernels.
     projections = [ProjectionParams(cfg, name=name)() for name in ('query', 'key', 'value')]
-    kernels, biases = zip(*projections, strict=True)
+    weights, biases = zip(*projections, strict=True)
     x_BxLxD, kernel_Dx3xHxK, bias_3xHxK = nn.dtypes.promote_dtype(
-        x_BxLxD, jnp.stack(kernels, axis=1), jnp.stack(biases), dtype=dtype)
+        x_BxLxD, jnp.stack(weights, axis=1), jnp.stack(biases), dtype=dtype)
     qkv_BxLx3xHxK = kernels.einsum('bld,dthk->blthk', x_BxLxD, kernel_Dx3xHxK) + bias_3xHxK
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
     if cfg.attention_impl == 'xla':

@@ -186,20 +186,6 @@ class BertForTokenClassification(nn.Module):
     return _output_dense(cfg, self.num_labels, 'classifier')(x_BxLxD).astype(jnp.float32)
 
 
-def task_model(config: Config, kind: str, num_labels: int, pooling: str = 'cls') -> nn.Module:
-  """The encoder + head model of a fine-tuning task kind (pooling: sequence-level kinds)."""
-  if kind == 'classification':
-    return BertForSequenceClassification(config, num_labels, pooling)
-  if kind == 'regression':
-    return BertForSequenceClassification(config, 1, pooling)
-  if kind == 'span':
-    return BertForQuestionAnswering(config)
-  if kind == 'tagging':
-    return BertForTokenClassification(config, num_labels)
-  raise ValueError(f'unknown task kind {kind!r}; valid: classification, regression, span, '
-                   'tagging.')
-
-
 def dummy_batch(batch_size: int, seq_len: int, max_predictions: int):
   """A zero batch with the pre-training features' shapes and dtypes (for init and tracing)."""
   return dict(

@@ -4,6 +4,9 @@ Averages are taken only after summing both parts over devices and hosts, so a me
 whatever the sharding or the number of padded examples. Shape legend as in model.py.
 """
 
+import functools
+import operator
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -50,14 +53,22 @@ def next_sentence(logits_Bx2, next_sentence_labels_B, example_weight_B=None):
           'nsp_accuracy': (jnp.sum(correct_B * weights_B), weight)}
 
 
-def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch):
-  """BERT's objective: mean MLM loss + mean NSP loss; returns (loss, metrics)."""
+def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers=None):
+  """BERT's objective, MLM loss + NSP loss; returns (loss, metrics).
+
+  Each loss is its sum divided by `normalizers['mlm' | 'nsp']`: the whole batch's weights under
+  gradient accumulation (bertjax/pretrain.py), by default this batch's own.
+  """
   metrics = masked_lm(mlm_logits_BxPxV, batch['masked_lm_ids'], batch['masked_lm_weights'])
-  loss = mean(metrics['mlm_loss'])
   if 'next_sentence_labels' in batch:  # Absent when pre-training without NSP (RoBERTa-style).
     metrics.update(next_sentence(nsp_logits_Bx2, batch['next_sentence_labels'],
                                  batch.get('example_weight')))
-    loss = loss + mean(metrics['nsp_loss'])
+  loss = 0.0
+  for name in ('mlm', 'nsp'):
+    if f'{name}_loss' in metrics:
+      total, weight = metrics[f'{name}_loss']
+      loss = loss + total / jnp.maximum(weight if normalizers is None else normalizers[name],
+                                        1e-8)
   return loss, metrics
 
 
@@ -103,21 +114,6 @@ def tagging(logits_BxLxC, label_ids_BxL, label_weights_BxL):
           'accuracy': (jnp.sum(correct_BxL * weights_BxL), weight)}
 
 
-def finetuning(kind: str, outputs, batch):
-  """The metrics of a task kind ('loss' first) on model outputs and a batch."""
-  weights_B = batch['example_weight']
-  if kind == 'classification':
-    return classification(outputs, batch['label'], weights_B)
-  if kind == 'regression':
-    return regression(outputs[..., 0], batch['label'], weights_B)
-  if kind == 'span':
-    return span(outputs, batch['start_position'], batch['end_position'], weights_B)
-  if kind == 'tagging':
-    return tagging(outputs, batch['label_ids'],
-                   batch['label_weights'] * weights_B[:, None].astype(jnp.float32))
-  raise ValueError(f'unknown task kind {kind!r}')
-
-
 def mean(pair):
   """sum / weight, 0 where nothing was counted."""
   total, weight = pair
@@ -125,5 +121,11 @@ def mean(pair):
 
 
 def merge(a, b):
-  """Adds two metric dicts of (sum, weight) pairs (e.g. over micro-batches or eval batches)."""
-  return jax.tree.map(jnp.add, a, b)
+  """Adds two metric dicts of (sum, weight) pairs: on device (micro-batches) or on the host."""
+  return jax.tree.map(operator.add, a, b)
+
+
+def host_means(metrics_list) -> dict:
+  """{name: sum / weight} of device metrics summed over steps or batches, as host floats."""
+  summed = functools.reduce(merge, jax.device_get(list(metrics_list)))
+  return {k: float(total) / max(float(weight), 1e-8) for k, (total, weight) in summed.items()}

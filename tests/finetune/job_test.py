@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from safetensors import numpy as st_numpy
 
+from bertjax import pretrain as pretrain_job
 from bertjax.finetune import job as finetune
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import registry
+from bertjax.interop import init_from
 from bertjax.model import encoder
 from bertjax.model import heads
-from bertjax.training import checkpoint
-from bertjax.training import loop as train
 from bertjax.training import sharding
 from configs import finetune as finetune_config
 from configs import pretrain
@@ -122,8 +122,8 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0
   reports = []
-  load_encoder = checkpoint.load_encoder
-  monkeypatch.setattr(checkpoint, 'load_encoder',
+  load_encoder = init_from.load_encoder
+  monkeypatch.setattr(init_from, 'load_encoder',
                       lambda *a, **k: reports.append(load_encoder(*a, **k)) or reports[-1])
   finetune.train_and_evaluate(config, str(tmp_path))
   params, _ = final_params(tmp_path)
@@ -239,7 +239,7 @@ def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_
   pre.model.update(dict(num_layers=2, hidden_size=64, num_heads=2, mlp_dim=128))
   pre.data.update(dict(dupe_factor=1, shuffle_window=100, num_lanes=2))
   pre.eval_batch_size, pre.max_eval_batches = 8, 1
-  train.train_and_evaluate(pre, str(tmp_path / 'pre'))
+  pretrain_job.train_and_evaluate(pre, str(tmp_path / 'pre'))
 
   config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
                                                        'optimizer.weight_decay': 0.0})
@@ -259,8 +259,8 @@ def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_
 
 
 def test_mean_pooling_head_and_its_detection(minilm_dir):
-  assert checkpoint.init_pooling(str(minilm_dir)) == 'mean'  # sentence-transformers' 1_Pooling.
-  assert checkpoint.init_pooling('') is None
+  assert init_from.pooling(str(minilm_dir)) == 'mean'  # sentence-transformers' 1_Pooling.
+  assert init_from.pooling('') is None
   cfg = finetune_config.get_config('task=sst2,size=tiny').model
   module = heads.BertForSequenceClassification(cfg, 3, 'mean')
   ids = np.array([[1, 5, 6, 7, 2, 0, 0], [1, 8, 2, 0, 0, 0, 0]], np.int32)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
 from bertjax.input import read_order
@@ -349,7 +350,7 @@ def test_global_batch_on_8_devices_has_batch_sharding_and_contents(static_dir):
   assert jax.device_count() == 8
   mesh = _mesh()
   host_batch = next(_pretrain(static_dir, global_batch_size=8).as_numpy_iterator())
-  arrays = input_pipeline.make_global_batch(host_batch, mesh, ('data', 'fsdp'))
+  arrays = global_batch.make_global_batch(host_batch, mesh, ('data', 'fsdp'))
   for name, array in arrays.items():
     assert array.shape == host_batch[name].shape
     assert array.sharding.spec == jax.sharding.PartitionSpec(('data', 'fsdp'))
@@ -364,6 +365,6 @@ def test_global_batch_on_8_devices_has_batch_sharding_and_contents(static_dir):
 def test_global_batch_errors_say_what_to_change():
   batch = {'input_ids': np.zeros((6, SEQ), np.int32)}
   with pytest.raises(ValueError, match='make global_batch_size a multiple of 4'):
-    input_pipeline.make_global_batch(batch, _mesh(), ('data', 'fsdp'))
+    global_batch.make_global_batch(batch, _mesh(), ('data', 'fsdp'))
   with pytest.raises(ValueError, match='not mesh axes'):
-    input_pipeline.make_global_batch(batch, _mesh(), 'batch')
+    global_batch.make_global_batch(batch, _mesh(), 'batch')

@@ -55,6 +55,7 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
                              process_id=process_id, initialization_timeout=120)
   from jax.experimental import multihost_utils
 
+  from bertjax.input import global_batch
   from bertjax.input import input_pipeline
 
   assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 8, 4)
@@ -82,7 +83,7 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
   mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2, 2), ('data', 'fsdp', 'tensor'))
   host_batch = next(input_pipeline.pretrain_dataset(str(folder / 'train-*'), **args, **order)
                     .as_numpy_iterator())
-  arrays = input_pipeline.make_global_batch(host_batch, mesh, ('data', 'fsdp'))
+  arrays = global_batch.make_global_batch(host_batch, mesh, ('data', 'fsdp'))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   total = jax.jit(lambda x: x[:, 1].sum(), out_shardings=replicated)(arrays['input_ids'])
   result['global_shape'] = list(arrays['input_ids'].shape)

@@ -8,7 +8,6 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 import functools
 import json
 import pathlib
-import types
 
 import flax
 import flax.linen as nn
@@ -20,14 +19,16 @@ import pytest
 import safetensors
 import tensorflow as tf
 
-from bertjax.input import input_pipeline
+from bertjax import pretrain as pretrain_job
+from bertjax.input import global_batch
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint
-from bertjax.training import loop as train
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
+from bertjax.training import train_state
 from configs import pretrain
 
 VOCAB = 512
@@ -43,27 +44,13 @@ def flat(tree) -> dict:
   return flax.traverse_util.flatten_dict(jax.device_get(tree), sep='/')
 
 
-# LLVM at -O0 halves XLA:CPU's compile time, which is most of these tests' time. It changes
-# only how each device's code is generated, not the partitioning into per-device programs.
-FAST_COMPILE = {'xla_backend_optimization_level': 0}
-
-
-class _FastCompilingJax(types.ModuleType):
-  """`jax` as train.py sees it: the same module, with its jits compiled at FAST_COMPILE."""
-
-  def __getattr__(self, name):
-    return getattr(jax, name)
-
-  @staticmethod
-  def jit(fun, **kwargs):
-    return jax.jit(fun, compiler_options=FAST_COMPILE, **kwargs)
-
-
 @pytest.fixture(scope='module', autouse=True)
-def fast_compiling_train():
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(train, 'jax', _FastCompilingJax('jax'))
-    yield
+def fast_compiling():
+  """LLVM at -O0 halves XLA:CPU's compile time, which is most of these tests' time. It changes
+  only how each device's code is generated, not the partitioning into per-device programs."""
+  jax.config.update('jax_disable_most_optimizations', True)
+  yield
+  jax.config.update('jax_disable_most_optimizations', False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,36 +91,32 @@ def random_batch(rng, batch_size):
 
 def traced_train_state(config, mesh):
   """(abstract state, shardings) of create_train_state on `mesh`: traced, nothing compiled."""
-  model = heads.BertForPreTraining(config.model)
   tx = optimizer_lib.make(config.optimizer)
   out = {}
 
   def trace():
-    state, out['shardings'] = train.create_train_state(config, model, tx, mesh)
+    state, out['shardings'] = train_state.create_train_state(
+        config, pretrain_job.objective(config), tx, mesh)
     return state
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(train, 'jax', jax)  # Compiler options are refused on a traced inner jit.
-    abstract = jax.eval_shape(trace)
+  abstract = jax.eval_shape(trace)
   return abstract, out['shardings']
 
 
 def run_steps(config, mesh, batches, initial_state):
   """(per-step losses, final params as a flat numpy dict) of train_step jitted as the loop does,
   from `initial_state` (host arrays) placed into the shardings the loop gives it on `mesh`."""
-  model = heads.BertForPreTraining(config.model)
   tx = optimizer_lib.make(config.optimizer)
   _, shardings = traced_train_state(config, mesh)
   state = jax.device_put(initial_state, shardings)
   step_fn = jax.jit(
-      functools.partial(train.train_step, model=model, tx=tx,
+      functools.partial(train_state.train_step, objective=pretrain_job.objective(config), tx=tx,
                         schedule=optimizer_lib.learning_rate_schedule(config.optimizer),
                         grad_accum_steps=config.grad_accum_steps),
-      in_shardings=(shardings, sharding.batch_sharding(mesh)), out_shardings=(shardings, None),
-      compiler_options=FAST_COMPILE)
+      in_shardings=(shardings, sharding.batch_sharding(mesh)), out_shardings=(shardings, None))
   losses = []
   with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
     for host_batch in batches:
-      batch = input_pipeline.make_global_batch(host_batch, mesh, sharding.batch_axes())
+      batch = global_batch.make_global_batch(host_batch, mesh, sharding.batch_axes())
       state, metrics = step_fn(state, batch)
       assert float(metrics['nonfinite'][0]) == 0
       losses.append(float(metrics['loss'][0]))
@@ -157,9 +140,9 @@ def initial_state():
   """The small model's TrainState at step 0 as host arrays: the same for every test below
   (batch size, dropout and accumulation do not change it), so it is compiled once."""
   config = small_config()
-  model = heads.BertForPreTraining(config.model)
-  state, _ = train.create_train_state(config, model, optimizer_lib.make(config.optimizer),
-                                      one_device_mesh())
+  state, _ = train_state.create_train_state(config, pretrain_job.objective(config),
+                                            optimizer_lib.make(config.optimizer),
+                                            one_device_mesh())
   return jax.device_get(state)
 
 
@@ -244,18 +227,18 @@ def test_check_config_errors(change, mesh, vocab_entries, message):
   config.eval_batch_size = 32
   config.model.num_heads = 4  # tiny's 2 would not split over tensor=4.
   # The same config before the change passes on the same mesh: the error is the change's.
-  train.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+  train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
   for key, value in change.items():
     parent, _, name = key.rpartition('.')
     (config[parent] if parent else config)[name] = value
   with pytest.raises(ValueError, match=message):
-    train.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+    train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
 
 
 def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
   config = pretrain.get_config('size=tiny,batch=32,seq=32,vocab=8320')  # 8192 rows + 128 pad.
   config.model.num_heads = 4
-  train.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
+  train_state.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +300,7 @@ def pretrained(corpus_files, tmp_path_factory):
   """(config, workdir, eval metrics) of a 20-step run: workdir A for init_from."""
   config = e2e_config(corpus_files, steps=20)
   workdir = tmp_path_factory.mktemp('pretrained')
-  return config, workdir, train.train_and_evaluate(config, str(workdir))
+  return config, workdir, pretrain_job.train_and_evaluate(config, str(workdir))
 
 
 def test_end_to_end(pretrained):
@@ -347,10 +330,10 @@ def continued(pretrained, corpus_files, tmp_path_factory):
   config = e2e_config(corpus_files, steps=2)
   # Empty data files: the loop makes the embedded corpus's unmasked TFRecords in B/data.
   config.data.update(dict(train_files='', eval_files='', vocab_file='', dynamic_masking=True))
-  config.checkpoint.init_from = str(pretrained[1])
+  config.init_from = str(pretrained[1])
   config.optimizer.learning_rate = 0.0
   workdir = tmp_path_factory.mktemp('continued')
-  return config, workdir, train.train_and_evaluate(config, str(workdir))
+  return config, workdir, pretrain_job.train_and_evaluate(config, str(workdir))
 
 
 def test_init_from_own_checkpoint(pretrained, continued):
@@ -391,7 +374,7 @@ def test_init_from_shape_mismatch(pretrained):
   with pytest.raises(ValueError, match=r'does not fit the config .* shapes differ.*'
                      r'position_embeddings/embedding: checkpoint \(512, 64\) vs model '
                      r'\(512, 32\)'):
-    checkpoint.load_params(str(pretrained[1]), abstract, shardings)
+    init_from.load_params(str(pretrained[1]), abstract, shardings)
 
 
 def test_resume_with_another_model_is_refused_not_moved_aside(pretrained):
@@ -402,7 +385,7 @@ def test_resume_with_another_model_is_refused_not_moved_aside(pretrained):
   config_json = (pathlib.Path(pretrained[1]) / 'config.json').read_text()
   with pytest.raises(ValueError, match=r'holds a different model than the config .*'
                      r'checkpoint \(64,\) vs config \(32,\)'):
-    train.train_and_evaluate(config, str(pretrained[1]))
+    pretrain_job.train_and_evaluate(config, str(pretrained[1]))
   assert checkpoint_steps(pretrained[1]) == before
   assert (pathlib.Path(pretrained[1]) / 'config.json').read_text() == config_json
   assert not list((pathlib.Path(pretrained[1]) / 'checkpoints').glob('*.unreadable-*'))
@@ -430,7 +413,7 @@ def test_init_from_transformers_dir(minilm_dir, monkeypatch):
           hf_config.vocab_size) == (6, 384, 12, 1536, 30522)
   mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
   abstract, shardings = abstract_params(hf_config, 16, mesh)
-  params, unused = checkpoint.load_params(str(minilm_dir), abstract, shardings)
+  params, unused = init_from.load_params(str(minilm_dir), abstract, shardings)
   assert len(imported) == 1 and unused == []
   got, want = flat(params), flat(imported[0][1])
   assert got.keys() == want.keys()
@@ -455,7 +438,7 @@ def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
   config.log_every_steps = 1
   config.checkpoint.every_steps = 1
   with pytest.raises(FloatingPointError, match=r'became NaN/Inf between steps (\d+) and \1 ') as e:
-    train.train_and_evaluate(config, str(tmp_path))
+    pretrain_job.train_and_evaluate(config, str(tmp_path))
   failed = int(str(e.value).split('between steps ')[1].split()[0])
   assert 2 <= failed < config.num_train_steps, e.value
   steps = checkpoint_steps(tmp_path)
@@ -464,7 +447,7 @@ def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
     params = flat(read_state(tmp_path / f'checkpoints/{step}')['params'])
     assert all(np.isfinite(p).all() for p in params.values()), step
   # Resuming (as the loop does) restores the last good step.
-  abstract = train.abstract_state(*traced_train_state(config, sharding.make_mesh(config.mesh)))
-  state, meta = checkpoint.restore_latest(checkpoint.manager(str(tmp_path), config), abstract)
+  abstract = checkpoint.abstract_state(*traced_train_state(config, sharding.make_mesh(config.mesh)))
+  state, meta = checkpoint.restore_latest(checkpoint.manager(str(tmp_path), config, best_metric=pretrain_job.BEST_METRIC), abstract)
   assert meta['step'] == int(state.step) == failed - 1
   assert all(np.isfinite(p).all() for p in flat(state.params).values())

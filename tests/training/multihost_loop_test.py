@@ -19,7 +19,7 @@ import time
 import pretrain_runs
 import pytest
 
-from bertjax.training import loop as train
+from bertjax import pretrain
 
 STEPS = 9
 HOSTS = 2
@@ -39,7 +39,7 @@ def fields(tmp_path_factory):
 def single_process(tmp_path_factory, fields):
   """(workdir, eval metrics) of the run in this process over its 8 simulated devices."""
   workdir = tmp_path_factory.mktemp('single')
-  return workdir, train.train_and_evaluate(pretrain_runs.config(STEPS, fields), str(workdir))
+  return workdir, pretrain.train_and_evaluate(pretrain_runs.config(STEPS, fields), str(workdir))
 
 
 def _free_port() -> int:

@@ -20,11 +20,11 @@ import numpy as np
 import pretrain_runs
 import pytest
 
-from bertjax.model import heads
+from bertjax import pretrain
 from bertjax.training import checkpoint
-from bertjax.training import loop as train
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
+from bertjax.training import train_state
 
 STEPS = 12
 EVERY = 3  # pretrain_runs.fields' checkpoint.every_steps.
@@ -117,11 +117,10 @@ def test_resume_on_another_mesh(tmp_path, fields, reference):
   config = pretrain_runs.config(STEPS, fields | {'mesh.data': 2, 'mesh.fsdp': 2, 'mesh.tensor': 2})
 
   mesh = sharding.make_mesh(config.mesh)
-  model = heads.BertForPreTraining(config.model)
-  state, shardings = train.create_train_state(config, model, optimizer_lib.make(config.optimizer),
-                                              mesh)
-  restored, meta = checkpoint.restore_latest(checkpoint.manager(tmp_path, config),
-                                             train.abstract_state(state, shardings))
+  state, shardings = train_state.create_train_state(
+      config, pretrain.objective(config), optimizer_lib.make(config.optimizer), mesh)
+  restored, meta = checkpoint.restore_latest(checkpoint.manager(tmp_path, config, best_metric=pretrain.BEST_METRIC),
+                                             checkpoint.abstract_state(state, shardings))
   assert (meta['step'], meta['mesh']) == (6, {'data': 8, 'fsdp': 1, 'tensor': 1})
   kernel = restored.params['bert']['layers_0']['mlp']['intermediate']['kernel']
   assert kernel.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')
@@ -130,7 +129,7 @@ def test_resume_on_another_mesh(tmp_path, fields, reference):
                                     pretrain_runs.read_state(reference, 6))
   del restored, state
 
-  train.train_and_evaluate(config, str(tmp_path))
+  pretrain.train_and_evaluate(config, str(tmp_path))
   assert pretrain_runs.checkpoint_steps(tmp_path) == [3, 6, 9, 12]
   assert pretrain_runs.read_meta(tmp_path, 6)['mesh']['data'] == 8  # Not re-run...
   for step in (9, 12):  # ... continued from 6 on the new mesh at the right data position.
@@ -183,6 +182,7 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, fields, 
   # A retry (a scheduler restarting the failed job) must not start fresh either. No step is
   # left to restore, so restore_latest (where the policy lives) needs no target state.
   with pytest.raises(ValueError, match='only ones moved aside as unreadable'):
-    checkpoint.restore_latest(checkpoint.manager(tmp_path, pretrain_runs.config(STEPS, fields)),
+    checkpoint.restore_latest(checkpoint.manager(tmp_path, pretrain_runs.config(STEPS, fields),
+                                                  best_metric=pretrain.BEST_METRIC),
                               abstract_state=None)
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == names

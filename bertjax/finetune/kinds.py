@@ -1,0 +1,114 @@
+"""The task kinds, in one table: what a kind's head, loss, targets and predictions are.
+
+A task (tasks/registry.py) names its kind; everything that depends on the kind looks it up
+here, so adding a kind is one entry. Shape legend as in model/encoder.py.
+"""
+
+import dataclasses
+from typing import Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.model import encoder
+from bertjax.model import heads
+from bertjax.training import losses
+from bertjax.training import train_state
+
+MODEL_INPUTS = ('input_ids', 'input_mask', 'segment_ids')
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+  """head(config, num_labels, pooling) -> the encoder + head model; metrics(outputs, batch) ->
+  (sum, weight) pairs with 'loss' first; targets: the batch keys the loss reads besides the
+  model inputs; loss_weight(batch) -> what the summed loss is divided by; decode(outputs) ->
+  per-row predictions on the host (class index, value, start/end logits, tag indices)."""
+
+  head: Callable[[encoder.Config, int, str], nn.Module]
+  metrics: Callable[[jnp.ndarray, dict], dict]
+  targets: tuple[str, ...]
+  loss_weight: Callable[[dict], jnp.ndarray]
+  decode: Callable[[np.ndarray], np.ndarray]
+
+
+def _example_weight(batch):
+  return jnp.sum(batch['example_weight'])
+
+
+def _label_weight(batch):
+  return jnp.sum(batch['label_weights'] * batch['example_weight'][:, None])
+
+
+KINDS = {
+    'classification': Kind(
+        head=heads.BertForSequenceClassification,
+        metrics=lambda logits_BxC, batch: losses.classification(
+            logits_BxC, batch['label'], batch['example_weight']),
+        targets=('label',), loss_weight=_example_weight,
+        decode=lambda logits_NxC: np.argmax(logits_NxC, -1)),
+    'regression': Kind(
+        head=lambda config, num_labels, pooling: heads.BertForSequenceClassification(
+            config, 1, pooling),
+        metrics=lambda scores_Bx1, batch: losses.regression(
+            scores_Bx1[..., 0], batch['label'], batch['example_weight']),
+        targets=('label',), loss_weight=_example_weight,
+        decode=lambda scores_Nx1: scores_Nx1[..., 0]),
+    'span': Kind(
+        head=lambda config, num_labels, pooling: heads.BertForQuestionAnswering(config),
+        metrics=lambda logits_BxLx2, batch: losses.span(
+            logits_BxLx2, batch['start_position'], batch['end_position'],
+            batch['example_weight']),
+        targets=('start_position', 'end_position'), loss_weight=_example_weight,
+        decode=lambda logits_NxLx2: logits_NxLx2),
+    'tagging': Kind(
+        head=lambda config, num_labels, pooling: heads.BertForTokenClassification(
+            config, num_labels),
+        metrics=lambda logits_BxLxC, batch: losses.tagging(
+            logits_BxLxC, batch['label_ids'],
+            batch['label_weights'] * batch['example_weight'][:, None].astype(jnp.float32)),
+        targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
+        decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1)),
+}
+
+
+def get(name: str) -> Kind:
+  if name not in KINDS:
+    raise ValueError(f'unknown task kind {name!r}; valid: {", ".join(KINDS)}.')
+  return KINDS[name]
+
+
+def batch_keys(name: str) -> tuple[str, ...]:
+  """The feature keys a batch of this kind carries to the device."""
+  return MODEL_INPUTS + get(name).targets
+
+
+def _loss(kind: Kind, model, params, batch, rng, normalizers, *, deterministic):
+  """The kind's summed loss divided by the whole batch's weight (exact under accumulation)."""
+  outputs = model.apply({'params': params}, *(batch[k] for k in MODEL_INPUTS),
+                        deterministic=deterministic, rngs={'dropout': rng})
+  metrics = kind.metrics(outputs, batch)
+  return metrics['loss'][0] / normalizers['loss'], metrics
+
+
+def _normalizers(kind: Kind, batch):
+  return {'loss': jnp.maximum(kind.loss_weight(batch).astype(jnp.float32), 1e-8)}
+
+
+def objective(name: str, config: encoder.Config, num_labels: int, pooling: str,
+              max_seq_length: int) -> train_state.Objective:
+  """The model and loss the training loop runs for a task of kind `name`."""
+  kind = get(name)
+  return train_state.Objective(
+      model=kind.head(config, num_labels, pooling),
+      loss=lambda *args, **kwargs: _loss(kind, *args, **kwargs),
+      normalizers=lambda batch: _normalizers(kind, batch),
+      init_inputs={k: np.zeros((1, max_seq_length), np.int32) for k in MODEL_INPUTS})
+
+
+def predict_step(params, batch, *, model, kind: str):
+  """(outputs for every row, eval loss metrics) of one batch; padding rows weigh 0."""
+  outputs = model.apply({'params': params}, *(batch[k] for k in MODEL_INPUTS),
+                        deterministic=True)
+  return outputs, get(kind).metrics(outputs, batch)

@@ -1,0 +1,210 @@
+"""What a start-from directory (`init_from`) holds, and its weights placed into a model's shardings.
+
+`init_from` is one of: a transformers BERT directory (config.json + model.safetensors, maybe
+vocab.txt and sentence-transformers' 1_Pooling/), a bertjax workdir, its checkpoints/ folder or
+one checkpoints/<step>. This module sniffs which, reads the architecture, vocab and pooling it
+implies, and loads its parameters: all of them (continued pre-training) or the encoder only
+(fine-tuning, the task head fresh). Loading is checked by name and shape.
+"""
+
+import json
+import pathlib
+
+from absl import logging
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from bertjax.interop import hf_checkpoint
+from bertjax.training import checkpoint
+
+ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+                       'max_position_embeddings', 'type_vocab_size', 'hidden_act',
+                       'layer_norm_eps')
+
+# Old config names of init_from, still read (with a warning naming the new one).
+DEPRECATED_NAMES = ('checkpoint.init_from', 'init')
+
+
+def configured(config) -> str:
+  """config.init_from, or a deprecated name's value with a warning that names init_from."""
+  path = config.init_from
+  for name in DEPRECATED_NAMES:
+    parent, _, field = name.rpartition('.')
+    block = config[parent] if parent else config
+    if field in block and block[field]:
+      logging.warning('config.%s is deprecated: use config.init_from (the same meaning in '
+                      'every job).', name)
+      if path and path != block[field]:
+        raise ValueError(f'config.init_from={path!r} and the deprecated config.{name}='
+                         f'{block[field]!r} disagree: set only init_from.')
+      path = block[field]
+  return path
+
+
+def is_transformers_dir(path: pathlib.Path) -> bool:
+  # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
+  return (path / 'config.json').exists() and not (path / 'checkpoints').is_dir()
+
+
+def step_dir(path: pathlib.Path) -> pathlib.Path:
+  """A bertjax workdir / checkpoints dir / step dir -> the newest step dir."""
+  if (path / 'checkpoints').is_dir():
+    path = path / 'checkpoints'
+  if (path / 'state').is_dir():
+    return path
+  steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.is_dir() else []
+  if not steps:
+    raise FileNotFoundError(
+        f'init_from={path}: neither a transformers BERT dir (config.json + model.safetensors) '
+        'nor a bertjax workdir / checkpoints dir / checkpoint step (with a state/ item).')
+  return path / str(steps[-1])
+
+
+def model_config(init_from: str) -> dict:
+  """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
+  path = pathlib.Path(init_from)
+  if not path.exists():
+    raise FileNotFoundError(f'init_from={init_from} does not exist: pass a transformers BERT '
+                            'dir or a bertjax workdir / checkpoint.')
+  if is_transformers_dir(path):
+    cfg = hf_checkpoint.config_from_hf(json.loads((path / 'config.json').read_text()))
+  else:
+    step = step_dir(path)
+    meta_dir = step / 'meta'
+    meta_files = sorted(meta_dir.glob('*')) if meta_dir.is_dir() else []
+    cfg = None
+    for meta_file in meta_files:
+      try:
+        cfg = json.loads(meta_file.read_text())['model']
+        break
+      except (ValueError, KeyError, IsADirectoryError):
+        continue
+    if cfg is None:
+      raise ValueError(f'{step} has no readable meta item with the model config: set '
+                       'config.model (a size) to load it.')
+  return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
+
+
+def vocab_file(init_from: str) -> str | None:
+  """The vocab.txt saved with a transformers checkpoint, if any."""
+  path = pathlib.Path(init_from)
+  if is_transformers_dir(path) and (path / 'vocab.txt').exists():
+    return str(path / 'vocab.txt')
+  return None
+
+
+def pooling(init_from: str) -> str | None:
+  """'mean' or 'cls' when `init_from` is a sentence-transformers dir that says so (1_Pooling/)."""
+  if not init_from or not (
+      config_file := pathlib.Path(init_from) / '1_Pooling' / 'config.json').exists():
+    return None
+  pooling_config = json.loads(config_file.read_text())
+  if pooling_config.get('pooling_mode_mean_tokens'):
+    return 'mean'
+  if pooling_config.get('pooling_mode_cls_token'):
+    return 'cls'
+  return None
+
+
+def read_params(path: pathlib.Path, with_heads: bool = True):
+  """Parameters (numpy tree) from a transformers dir, a workdir, its checkpoints/ or one step."""
+  if is_transformers_dir(path):
+    _, params, report = hf_checkpoint.load(path, with_heads=with_heads)
+    logging.info('init_from %s (transformers): %s', path, report.summary())
+    return params if with_heads else {'bert': params}
+  path = step_dir(path)
+  # Read without a target: arrays come back as host numpy, whatever mesh wrote them.
+  tree = checkpoint.state_metadata(path / 'state')
+  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
+                        is_leaf=lambda m: hasattr(m, 'shape'))
+  restored = ocp.PyTreeCheckpointer().restore(
+      path / 'state', args=ocp.args.PyTreeRestore(
+          item={'params': target},
+          restore_args={'params': jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                                               target)},
+          partial_restore=True))
+  logging.info('init_from %s (bertjax checkpoint)', path)
+  return restored['params']
+
+
+def _place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
+           shape_hint: str):
+  """`abstract_tree` filled from the flat `loaded` dict (checked by name and shape), placed
+  into `shardings`."""
+  wanted = checkpoint.flatten(abstract_tree)
+  missing = sorted(set(wanted) - set(loaded))
+  if missing:
+    raise ValueError(f'{source} lacks {len(missing)} parameters of the model, e.g. '
+                     f'{missing[:3]}: {missing_hint}')
+  bad = [f'{k}: checkpoint {tuple(np.shape(loaded[k]))} vs model {tuple(wanted[k].shape)}'
+         for k in wanted if tuple(np.shape(loaded[k])) != tuple(wanted[k].shape)]
+  if bad:
+    raise ValueError(f'{source} does not fit the config ({len(bad)} shapes differ, e.g. '
+                     f'{bad[:3]}): {shape_hint}')
+  flat_shardings = checkpoint.flatten(shardings)
+  placed = {k: jax.device_put(np.asarray(loaded[k], wanted[k].dtype), flat_shardings[k])
+            for k in wanted}
+  return jax.tree.map(lambda _, path: placed[path], dict(abstract_tree),
+                      _paths_tree(dict(abstract_tree)))
+
+
+def _paths_tree(tree, prefix=''):
+  return {k: _paths_tree(v, f'{prefix}{k}/') if isinstance(v, dict) else f'{prefix}{k}'
+          for k, v in tree.items()}
+
+
+def load_params(init_from: str, abstract_params, shardings):
+  """Parameters from `init_from` placed into `shardings`; the check is by name and shape.
+
+  Every parameter of the model must be present with the model's shape; extra tensors in the
+  checkpoint are reported and ignored. Returns (params, unused names).
+  """
+  loaded = checkpoint.flatten(read_params(pathlib.Path(init_from)))
+  params = _place(loaded, abstract_params, shardings, f'init_from={init_from}',
+                  missing_hint='is it a BERT of this architecture (scan_layers must match for '
+                  'bertjax checkpoints)?',
+                  shape_hint='set the model size / vocab_size of the checkpoint.')
+  unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
+  if unused:
+    logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
+  return params, unused
+
+
+def _convert_layer_layout(loaded: dict, wanted: dict, num_layers: int) -> dict:
+  """Stacks per-layer tensors (layers_i/...) into nn.scan's layers/... or the reverse."""
+  stacked_wanted = any(k.startswith('layers/') for k in wanted)
+  stacked_loaded = any(k.startswith('layers/') for k in loaded)
+  if stacked_wanted == stacked_loaded:
+    return loaded
+  out = {k: v for k, v in loaded.items() if not k.startswith('layers')}
+  if stacked_wanted:
+    suffixes = {k.split('/', 1)[1] for k in loaded if k.startswith('layers_0/')}
+    for suffix in suffixes:
+      out[f'layers/{suffix}'] = np.stack([loaded[f'layers_{i}/{suffix}']
+                                          for i in range(num_layers)])
+  else:
+    for key, value in loaded.items():
+      if key.startswith('layers/'):
+        for i in range(value.shape[0]):
+          out[f'layers_{i}/{key.split("/", 1)[1]}'] = value[i]
+  return out
+
+
+def load_encoder(init_from: str, params, shardings, num_layers: int):
+  """`params` with the `bert` subtree replaced by the encoder in `init_from`, placed in
+  `shardings`. The task head (everything outside `bert`) keeps its fresh initialisation.
+  Returns (params, report) where report lists the loaded, fresh and unused parameter names.
+  """
+  source = read_params(pathlib.Path(init_from), with_heads=False)
+  if 'bert' not in source:
+    raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
+  wanted = checkpoint.flatten(params['bert'])
+  loaded = _convert_layer_layout(checkpoint.flatten(source['bert']), wanted, num_layers)
+  bert = _place(loaded, params['bert'], shardings['bert'], f'init_from={init_from}',
+                missing_hint='is it a BERT checkpoint?',
+                shape_hint='leave the size empty to take the checkpoint\'s shape.')
+  fresh = sorted(k for k in checkpoint.flatten(params) if not k.startswith('bert/'))
+  report = {'loaded': sorted(f'bert/{k}' for k in wanted), 'fresh': fresh,
+            'unused': sorted(set(loaded) - set(wanted))}
+  return {**params, 'bert': bert}, report

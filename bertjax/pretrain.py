@@ -1,0 +1,192 @@
+"""BERT pre-training: the MLM + NSP objective, its eval, and the job that hands them to the loop.
+
+  data files (the embedded corpus's made on first use) -> check the config -> Objective
+  (BertForPreTraining, MLM + NSP loss) -> tf.data batches from the examples consumed so far
+  -> training/loop.run (eval on the held-out files, with the unigram baseline).
+"""
+
+import dataclasses
+import functools
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.input import global_batch
+from bertjax.input import input_pipeline
+from bertjax.input import masking_tf
+from bertjax.interop import init_from
+from bertjax.model import heads
+from bertjax.pretraining_data import embedded
+from bertjax.text import tokenizer
+from bertjax.training import loop
+from bertjax.training import losses
+from bertjax.training import perf
+from bertjax.training import sharding
+from bertjax.training import train_state
+
+BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints for keep_best.
+
+
+# ---------------------------------------------------------------------------------------------
+# The objective.
+
+
+def loss(model, params, batch, rng, normalizers, *, deterministic):
+  """MLM + NSP, each divided by the whole batch's weights (exact under accumulation)."""
+  mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
+      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
+      batch['masked_lm_positions'], deterministic=deterministic, rngs={'dropout': rng})
+  return losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers)
+
+
+def normalizers(batch):
+  """What each pre-training loss is divided by: the whole (not micro-) batch's weights."""
+  return {'mlm': jnp.maximum(jnp.sum(batch['masked_lm_weights']), 1e-8),
+          'nsp': jnp.float32(batch['input_ids'].shape[0])}
+
+
+def objective(config) -> train_state.Objective:
+  """BertForPreTraining with BERT's loss, initialised on a zero batch of the data's shapes."""
+  return train_state.Objective(
+      model=heads.BertForPreTraining(config.model), loss=loss, normalizers=normalizers,
+      init_inputs=heads.dummy_batch(1, config.data.max_seq_length,
+                                    config.data.max_predictions_per_seq))
+
+
+def eval_step(params, batch, *, model):
+  """Eval metrics of one batch as (sum, weight); padding examples weigh 0."""
+  mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
+      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
+      batch['masked_lm_positions'], deterministic=True)
+  _, metrics = losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch)
+  return metrics
+
+
+def unigram_baseline(dataset) -> float:
+  """MLM accuracy of always predicting the eval set's most frequent target token."""
+  counts = {}
+  for batch in dataset.as_numpy_iterator():
+    ids = batch['masked_lm_ids'][batch['masked_lm_weights'] > 0]
+    for token, n in zip(*np.unique(ids, return_counts=True), strict=True):
+      counts[int(token)] = counts.get(int(token), 0) + int(n)
+  total = sum(counts.values())
+  return max(counts.values()) / total if total else 0.0
+
+
+@dataclasses.dataclass
+class Evaluator:
+  """MLM and NSP metrics over the whole eval set, exactly once, plus the unigram baseline."""
+
+  make_dataset: functools.partial  # (process_index=, process_count=) -> tf.data.Dataset.
+  eval_fn: object  # Jitted eval_step(params, batch).
+  mesh: jax.sharding.Mesh
+  batch_axes: tuple
+  max_batches: int  # >= 0 caps the batches per eval.
+  every_steps: int
+  baseline: float | None = None
+
+  def run(self, params, step: int) -> dict:
+    del step
+    if self.baseline is None:
+      self.baseline = unigram_baseline(self.make_dataset(process_index=0, process_count=1))
+    outputs = []
+    for i, host_batch in enumerate(self.make_dataset().as_numpy_iterator()):
+      if 0 <= self.max_batches <= i:
+        break
+      batch = global_batch.make_global_batch(host_batch, self.mesh, self.batch_axes)
+      outputs.append(self.eval_fn(params, batch))
+    return losses.host_means(outputs) | {'unigram_baseline': self.baseline}
+
+
+# ---------------------------------------------------------------------------------------------
+# The job.
+
+
+def data_files(config, workdir) -> tuple[str, str, str]:
+  """(train pattern, eval pattern, vocab file); the embedded corpus's are made on first use."""
+  data = config.data
+  if data.train_files:
+    return data.train_files, data.eval_files, data.vocab_file
+  if data.eval_files or data.vocab_file:
+    raise ValueError('data.eval_files / data.vocab_file are set but data.train_files is empty '
+                     '(= the embedded corpus, which brings its own): set train_files too.')
+  train, eval_ = embedded.pretraining_files(
+      f'{workdir}/data', max_seq_length=data.max_seq_length,
+      max_predictions_per_seq=data.max_predictions_per_seq, dupe_factor=data.dupe_factor,
+      static_masking=not data.dynamic_masking)
+  return train, eval_, str(embedded.vocab_path())
+
+
+def masking_config(config, vocab_file):
+  """The dynamic-masking settings (None for static masks read from the files)."""
+  if not config.data.dynamic_masking:
+    return None
+  vocab = tokenizer.load_vocab(vocab_file)
+  return masking_tf.MaskingConfig(
+      vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
+      sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
+      masked_lm_prob=config.data.masked_lm_prob)
+
+
+def _describe(step, means) -> str:
+  del step
+  return (f': loss {means["loss"]:.4f}, mlm acc {means["mlm_accuracy"]:.4f}, nsp acc '
+          f'{means.get("nsp_accuracy", float("nan")):.4f}, lr {means["learning_rate"]:.2e}, '
+          f'grad norm {means["grad_norm"]:.3f}')
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Pre-trains per `config`, writing checkpoints and TensorBoard logs to `workdir`.
+
+  Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks.
+  """
+  logging.info('--- mesh and data')
+  rules = tuple(config.mesh.rules)
+  mesh = sharding.make_mesh(config.mesh)
+  logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
+               jax.process_count())
+  train_files, eval_files, vocab_file = data_files(config, workdir)
+  vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
+  train_state.check_config(config, mesh, vocab_entries)
+  masking = masking_config(config, vocab_file)
+  data = config.data
+  batch_axes = sharding.batch_axes(rules)
+
+  def batches(start_step, examples_consumed):
+    del start_step  # The data position is the examples consumed (the batch size may change).
+    dataset = input_pipeline.pretrain_dataset(
+        train_files, global_batch_size=config.global_batch_size,
+        max_seq_length=data.max_seq_length,
+        max_predictions_per_seq=data.max_predictions_per_seq, seed=config.seed,
+        start_example=examples_consumed, masking=masking, num_lanes=data.num_lanes,
+        shuffle_window=data.shuffle_window)
+    for host_batch in dataset.as_numpy_iterator():
+      yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
+
+  task = objective(config)
+  evaluator = None
+  if eval_files:
+    make_eval_ds = functools.partial(
+        input_pipeline.eval_dataset, eval_files, global_batch_size=config.eval_batch_size,
+        max_seq_length=data.max_seq_length,
+        max_predictions_per_seq=data.max_predictions_per_seq, masking=masking,
+        seed=config.seed)
+    # No in_shardings: the params and the batch arrive committed to their shardings.
+    eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
+    evaluator = Evaluator(make_eval_ds, eval_fn, mesh, batch_axes, config.max_eval_batches,
+                          config.eval_every_steps)
+  else:
+    logging.warning('data.eval_files is empty: no eval')
+
+  path = init_from.configured(config)
+  load_weights = None
+  if path:
+    load_weights = lambda params, shardings: init_from.load_params(path, params, shardings)[0]  # noqa: E731
+  job = loop.Job(
+      objective=task, batches=batches, evaluator=evaluator, load_weights=load_weights,
+      describe=_describe, best_metric=BEST_METRIC,
+      flops_per_seq=perf.flops_per_sequence(config.model, data.max_seq_length,
+                                            data.max_predictions_per_seq))
+  return loop.run(config, workdir, mesh, job, rules=rules)
