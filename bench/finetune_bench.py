@@ -4,8 +4,8 @@
       [--max_train=N] [--max_eval=N] [--epochs=E] [--seq_len=L] [--batch=B] [--lr=X]
       [--seed=0] [--init=<MiniLM dir>] [--bbc_dir=] [--wordnet_dir=] [--workdir=]
 
-Tasks (bertjax/finetune/tasks/text_classification.py reads them, copies dropped so that none straddles
-the split):
+Tasks (bertjax/finetune/tasks/text_classification.py reads them, copies dropped so that none
+straddles the split):
   bbc      BBC News topic (5 classes) of an article; title + body.
   wordnet  WordNet 3.0 supersense (45 lexicographer files) of a synset's definition.
 Both get the stratified split of text_classification.split (eval_fraction 0.2, --seed), the

@@ -18,8 +18,8 @@ bertjax's base step ran up to 60% slower once torch had run); the measurements a
 (rounds of `steps` updates each, in turn) so that a noisy, shared machine slows them alike. The
 figures are medians over rounds, and the ratio is bertjax over the faster PyTorch variant,
 taken round by round, from wall time and (robust to other load on the machine, but blind to
-idle threads) from the process's CPU time. GFLOP/s use bertjax/training/perf.py's count, the same for
-all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
+idle threads) from the process's CPU time. GFLOP/s use bertjax/training/perf.py's count, the
+same for all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
 --dtype (the better of jax and torch), printed first.
 
 On a GPU (JAX_PLATFORMS=cuda; the default here is cpu), BERT-Base/128 and Large/512:

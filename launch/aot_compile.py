@@ -6,12 +6,13 @@ r"""Compiles the pre-training step for a TPU slice ahead of time, on any machine
       --config.mesh.data=1 --config.mesh.fsdp=-1
 
 It builds train_step exactly as the training loop does (train_state.train_state_shapes for the
-state's shapes and shardings, train_state.jit_train_step, lowered under the same mesh and rules), on abstract
-inputs (ShapeDtypeStructs with shardings) over the devices of a topology description from libtpu,
-and compiles it with the TPU compiler. A config that cannot be sharded fails before anything is
-traced; one that does not fit fails in the compiler with RESOURCE_EXHAUSTED. Printed: the
-per-device memory (arguments, outputs, temporaries, generated code) against the chip's HBM, XLA's
-FLOPs per device against bertjax/training/perf.py's formula, and the shardings of the biggest parameters.
+state's shapes and shardings, train_state.jit_train_step, lowered under the same mesh and
+rules), on abstract inputs (ShapeDtypeStructs with shardings) over the devices of a topology
+description from libtpu, and compiles it with the TPU compiler. A config that cannot be sharded
+fails before anything is traced; one that does not fit fails in the compiler with
+RESOURCE_EXHAUSTED. Printed: the per-device memory (arguments, outputs, temporaries, generated
+code) against the chip's HBM, XLA's FLOPs per device against bertjax/training/perf.py's formula,
+and the shardings of the biggest parameters.
 
 --topology=<gen>:<chips> is v4:2x2x4 (v4-32, 16 chips), v5e:4x4 (v5litepod-16), v5p:2x2x4,
 v6e:4x4, ...: libtpu's names. --topology=cpu:N compiles for N simulated CPU devices instead (no
@@ -25,10 +26,10 @@ Expected (jax 0.10.2, libtpu 0.0.42.1; vocab 30592, bf16 compute, AdamW, batch 2
   large, seq 512, v5e:4x4,  fsdp=16:  does not fit (24.5 GiB of temporaries); 6.0 GiB with
                                       remat_policy=dots, 13.1 GiB with grad_accum_steps=2
 XLA counts a loop's body once, so with scan_layers (base, large) its FLOPs are far too low;
---count_flops extrapolates from unrolled 1- and 2-layer copies: 1.03 x bertjax/training/perf.py's formula
-for base with data=16 on v4, but ~0.8 with fsdp (the TPU compiler turns the weight-gradient
-matmuls into windowed loops of its own) and ~0.4 with remat. The CPU compiler gives 1.02-1.08.
-libtpu prints warnings about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES: harmless here.
+--count_flops extrapolates from unrolled 1- and 2-layer copies: 1.03 x bertjax/training/perf.py's
+formula for base with data=16 on v4, but ~0.8 with fsdp (the TPU compiler turns the
+weight-gradient matmuls into windowed loops of its own) and ~0.4 with remat. The CPU compiler
+gives 1.02-1.08. libtpu prints warnings about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES: harmless here.
 Known: libtpu 0.0.42.1 crashes (SIGSEGV, a stack overflow in its convolution emitter) compiling
 base at seq 128 with remat_policy dots or full; large at seq 512 with dots compiles.
 """
@@ -310,7 +311,8 @@ def main(argv):
     how = (f'unrolled 1- and 2-layer copies, {time.perf_counter() - start:.0f} s, extrapolated '
            'to the depth')
   ratio = f', XLA / formula {xla / formula_per_device:.2f}' if xla else ''
-  print(f'FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), bertjax/training/perf.py '
+  print(f'FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), '
+        'bertjax/training/perf.py '
         f'{formula_per_device:.3e}{ratio}')
   if loops:
     print(f'  XLA\'s figure is a lower bound: {loops} while loop(s) with matmuls (layer scan, '

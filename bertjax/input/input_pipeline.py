@@ -16,10 +16,10 @@ would need random access to single records (ArrayRecord-style files) and random 
 Records are counted once when the pipeline is built (a sequential read of this host's files);
 pass `record_counts` (path -> count) to skip that at corpus scale.
 
-Iterate with `dataset.as_numpy_iterator()`; `global_batch.make_global_batch` turns each batch into global
-arrays. TF must not see the accelerators (main.py hides them before building the pipeline).
-The order depends on the seed, the files and process_count: resuming on a different number of
-hosts continues from the same example count, but in a different order.
+Iterate with `dataset.as_numpy_iterator()`; `global_batch.make_global_batch` turns each batch
+into global arrays. TF must not see the accelerators (main.py hides them before building the
+pipeline). The order depends on the seed, the files and process_count: resuming on a different
+number of hosts continues from the same example count, but in a different order.
 """
 
 import concurrent.futures

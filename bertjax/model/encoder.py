@@ -5,8 +5,8 @@ V vocab, P predictions, C classes, T token types.
 
 Every parameter carries logical axis names (`vocab, embed, heads, kv, mlp`, and `layers` for the
 stacked axis under nn.scan); activations are constrained at block edges with `batch, length,
-activation_embed`. `bertjax/training/sharding.py` maps these names to mesh axes; this file never names a
-mesh axis. Parameters are float32; `config.dtype` is the compute dtype.
+activation_embed`. `bertjax/training/sharding.py` maps these names to mesh axes; this file never
+names a mesh axis. Parameters are float32; `config.dtype` is the compute dtype.
 """
 
 import functools

@@ -166,6 +166,40 @@ def _remove(paths):
       os.remove(path)
 
 
+def _write_shards(jobs, outputs, parts, tag, skips):
+  """Runs the workers, then moves their parts into place as the shards: all of them or none.
+
+  With a shard count that is a multiple of the worker count each part is a whole shard (only
+  renamed); otherwise every worker wrote a part of every shard, concatenated in worker order.
+  """
+  num_workers = len(jobs)
+  whole_shards = len(outputs) % num_workers == 0
+  temporary = [p for worker_parts in parts for p in worker_parts] + [
+      f'{out}.{tag}' for out in outputs]
+  try:
+    results = _run_jobs(jobs)
+    errors = [r for r in results if r['error']]
+    if errors:
+      raise RuntimeError('create_pretraining_data failed, no shard written: ' + '; '.join(
+          f"worker {r['worker']}: {r['error']}" for r in errors))
+    counts = collections.Counter()
+    for r in results:
+      counts.update(r['counts'])
+      skips.merge(r['skips'])
+    if not counts['instances']:
+      raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
+    for s, out in enumerate(outputs):
+      if not whole_shards:
+        with open(f'{out}.{tag}', 'wb') as merged:
+          for w in range(num_workers):
+            with open(parts[w][s], 'rb') as part:
+              shutil.copyfileobj(part, merged, 1 << 22)
+      os.replace(f'{out}.{tag}', out)
+  finally:
+    _remove(temporary)
+  return results, counts
+
+
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=1, random_seed=12345,
            input_format='lines', max_line_bytes=100_000, shuffle_buffer=10_000,
@@ -197,11 +231,9 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     os.makedirs(directory, exist_ok=True)
 
   tag = f'tmp-{os.getpid()}-{time.time_ns()}'
-  # With a shard count that is a multiple of the worker count, each worker writes whole shards
-  # (shard s by worker s % W) and they only need renaming; otherwise each worker writes a part
-  # of every shard and the parts are concatenated in worker order.
-  whole_shards = len(outputs) % num_workers == 0
-  if whole_shards:
+  # Whole shards (shard s by worker s % W) when the worker count divides the shard count,
+  # else a part of every shard per worker (see _write_shards).
+  if len(outputs) % num_workers == 0:
     parts = [[f'{out}.{tag}' for out in outputs[w::num_workers]] for w in range(num_workers)]
   else:
     parts = [[f'{out}.{tag}-w{w:03d}' for out in outputs] for w in range(num_workers)]
@@ -212,29 +244,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
               do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
               w, num_workers) for w in range(num_workers)]
-  temporary = [p for worker_parts in parts for p in worker_parts] + [
-      f'{out}.{tag}' for out in outputs]
-  try:
-    results = _run_jobs(jobs)
-    errors = [r for r in results if r['error']]
-    if errors:
-      raise RuntimeError('create_pretraining_data failed, no shard written: ' + '; '.join(
-          f"worker {r['worker']}: {r['error']}" for r in errors))
-    counts = collections.Counter()
-    for r in results:
-      counts.update(r['counts'])
-      skips.merge(r['skips'])
-    if not counts['instances']:
-      raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
-    for s, out in enumerate(outputs):
-      if not whole_shards:
-        with open(f'{out}.{tag}', 'wb') as merged:
-          for w in range(num_workers):
-            with open(parts[w][s], 'rb') as part:
-              shutil.copyfileobj(part, merged, 1 << 22)
-      os.replace(f'{out}.{tag}', out)
-  finally:
-    _remove(temporary)
+  results, counts = _write_shards(jobs, outputs, parts, tag, skips)
 
   counts.pop('shard_instances', None)
   report = {

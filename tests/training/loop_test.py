@@ -448,6 +448,7 @@ def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
     assert all(np.isfinite(p).all() for p in params.values()), step
   # Resuming (as the loop does) restores the last good step.
   abstract = checkpoint.abstract_state(*traced_train_state(config, sharding.make_mesh(config.mesh)))
-  state, meta = checkpoint.restore_latest(checkpoint.manager(str(tmp_path), config, best_metric=pretrain_job.BEST_METRIC), abstract)
+  mngr = checkpoint.manager(str(tmp_path), config, best_metric=pretrain_job.BEST_METRIC)
+  state, meta = checkpoint.restore_latest(mngr, abstract)
   assert meta['step'] == int(state.step) == failed - 1
   assert all(np.isfinite(p).all() for p in flat(state.params).values())

@@ -119,8 +119,8 @@ def test_resume_on_another_mesh(tmp_path, fields, reference):
   mesh = sharding.make_mesh(config.mesh)
   state, shardings = train_state.create_train_state(
       config, pretrain.objective(config), optimizer_lib.make(config.optimizer), mesh)
-  restored, meta = checkpoint.restore_latest(checkpoint.manager(tmp_path, config, best_metric=pretrain.BEST_METRIC),
-                                             checkpoint.abstract_state(state, shardings))
+  mngr = checkpoint.manager(tmp_path, config, best_metric=pretrain.BEST_METRIC)
+  restored, meta = checkpoint.restore_latest(mngr, checkpoint.abstract_state(state, shardings))
   assert (meta['step'], meta['mesh']) == (6, {'data': 8, 'fsdp': 1, 'tensor': 1})
   kernel = restored.params['bert']['layers_0']['mlp']['intermediate']['kernel']
   assert kernel.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')

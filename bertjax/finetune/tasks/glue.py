@@ -15,8 +15,7 @@ leave a leaderboard submission short (pass `skip_malformed=True` to skip there t
 lines are skipped and counted everywhere. An unknown label or an unparsable STS-B score is
 always an error: it means a wrong file or task.
 
-Features follow run_classifier.py exactly ([CLS] a [SEP] b [SEP], longest-first pair
-truncation with ties cut from b), so checkpoints fine-tuned here and there see the same inputs.
+Features are features.py's, which follows run_classifier.py exactly.
 """
 
 import collections
@@ -29,6 +28,7 @@ from absl import logging
 import numpy as np
 
 from bertjax.finetune import metrics
+from bertjax.finetune.tasks import features
 
 _CLASSIFICATION = 'classification'
 _REGRESSION = 'regression'
@@ -341,66 +341,11 @@ def read_tfds(task_name, split, data_dir=None) -> list[Example]:
   return examples
 
 
-def truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Cuts the longer of two token lists (b on ties) one token at a time to a total length.
-
-  Exactly run_classifier.py's rule. transformers' tokenizers-backed longest_first differs when
-  the cut leaves the two within one token at an odd total: it gives the spare token to the
-  input that was longer, this rule to a.
-  """
-  while len(tokens_a) + len(tokens_b) > max_length:
-    if len(tokens_a) > len(tokens_b):
-      tokens_a.pop()
-    else:
-      tokens_b.pop()
-
-
 def convert_examples(examples, tokenizer, max_seq_length, task) -> dict[str, np.ndarray]:
   """Model inputs for GLUE examples, one row each: [CLS] a [SEP] (b [SEP]), padded with 0."""
   task = _as_task(task)
-  if max_seq_length < 3:
-    raise ValueError(f'max_seq_length={max_seq_length} leaves no room for text after [CLS] '
-                     'and [SEP]: use 128 (the BERT paper\'s GLUE setting)')
-  num = len(examples)
-  input_ids_NxL = np.zeros((num, max_seq_length), np.int32)
-  input_mask_NxL = np.zeros((num, max_seq_length), np.int32)
-  segment_ids_NxL = np.zeros((num, max_seq_length), np.int32)
-  label_dtype = np.float32 if task.kind == _REGRESSION else np.int32
-  label_N = np.zeros(num, label_dtype)
-  label_index = {label: index for index, label in enumerate(task.labels)}
-  num_truncated = 0
-  for row, example in enumerate(examples):
-    tokens_a = tokenizer.tokenize(example.text_a)
-    tokens_b = tokenizer.tokenize(example.text_b) if example.text_b is not None else None
-    length = len(tokens_a) + len(tokens_b or ())
-    if tokens_b is not None:
-      truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    else:
-      del tokens_a[max_seq_length - 2:]
-    num_truncated += length > len(tokens_a) + len(tokens_b or ())
-    tokens = ['[CLS]'] + tokens_a + ['[SEP]']
-    segments = [0] * len(tokens)
-    if tokens_b is not None:
-      tokens += tokens_b + ['[SEP]']
-      segments += [1] * (len(tokens_b) + 1)
-    input_ids_NxL[row, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
-    input_mask_NxL[row, :len(tokens)] = 1
-    segment_ids_NxL[row, :len(tokens)] = segments
-    if example.label is None:
-      continue
-    if task.kind == _REGRESSION:
-      label_N[row] = float(example.label)
-    elif example.label in label_index:
-      label_N[row] = label_index[example.label]
-    else:
-      raise ValueError(f'example {example.guid!r} has label {example.label!r}, not one of GLUE '
-                       f'{task.name}\'s {task.labels}')
-  if num_truncated:
-    logging.info('GLUE %s: %d of %d examples truncated to max_seq_length=%d', task.name,
-                 num_truncated, num, max_seq_length)
-  return {'input_ids': input_ids_NxL, 'input_mask': input_mask_NxL,
-          'segment_ids': segment_ids_NxL, 'example_index': np.arange(num, dtype=np.int32),
-          'label': label_N}
+  return features.encode(examples, tokenizer, max_seq_length, f'GLUE {task.name}', task.labels,
+                         regression=task.kind == _REGRESSION)
 
 
 def _predictions(task, outputs, num_rows):

@@ -20,8 +20,10 @@ import numpy as np
 
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.finetune.tasks import text_classification
 
@@ -107,7 +109,7 @@ def _squad_task(name, data) -> Task:
                                   is_training=is_training)
 
   def postprocess(outputs, features, meta, examples):
-    return squad.postprocess(outputs[..., 0], outputs[..., 1], examples, features, meta,
+    return squad_answers.postprocess(outputs[..., 0], outputs[..., 1], examples, features, meta,
                              n_best_size=data.n_best_size,
                              max_answer_length=data.max_answer_length,
                              do_lower_case=data.do_lower_case, version_2_with_negative=v2,
@@ -124,7 +126,7 @@ def _squad_task(name, data) -> Task:
   def write(outputs, features, meta, examples, split, out_dir):
     del split
     predictions, nbest, null_odds = postprocess(outputs, features, meta, examples)
-    paths = squad.write_predictions(out_dir, predictions, nbest, null_odds if v2 else None)
+    paths = squad_answers.write_predictions(out_dir, predictions, nbest, null_odds if v2 else None)
     return paths['predictions.json']
 
   return Task(name, 'span', (), 'f1', ('validation',), ('test',), read, featurize, evaluate,
@@ -176,10 +178,6 @@ def _topic_task(name, data, seed) -> Task:
   else:
     labels = tuple(text_classification.SUPERSENSES)
     reader, default_dir = text_classification.read_wordnet, lambda: WORDNET_DIR
-  spec = glue.GlueTask(name=name, kind='classification', labels=labels,
-                       metrics=('accuracy', 'macro_f1'), files=types.MappingProxyType({}),
-                       eval_splits=('validation',), test_splits=(),
-                       submission_files=types.MappingProxyType({}), glue_dir=name)
   cache = {}
 
   def read(split):
@@ -199,7 +197,7 @@ def _topic_task(name, data, seed) -> Task:
   def featurize(examples, tok, *, is_training):
     del is_training
     if data.max_windows == 1:
-      return glue.convert_examples(examples, tok, data.max_seq_length, spec), None
+      return features.encode(examples, tok, data.max_seq_length, name, labels), None
     return text_classification.windowed_features(
         examples, tok, data.max_seq_length, labels, stride=data.doc_stride,
         max_windows=data.max_windows), None

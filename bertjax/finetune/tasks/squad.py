@@ -1,4 +1,4 @@
-"""SQuAD v1.1 / v2.0: reading, windowed features, and logits back to answer text.
+"""SQuAD v1.1 / v2.0: reading and windowed features (squad_answers.py: logits back to text).
 
 The algorithm is google-research/bert's run_squad.py, kept step for step because a model
 fine-tuned with it is only comparable to the paper's numbers if the labels and the decoding are
@@ -16,14 +16,11 @@ original's placeholder 'empty'.
 
 import collections
 import json
-import math
 import os
 import typing
 
 from absl import logging
 import numpy as np
-
-from bertjax.text import tokenizer as tokenization
 
 # Characters that separate words of a paragraph (the original's list, incl. narrow no-break space).
 _WHITESPACE = frozenset(' \t\r\n\u202f')
@@ -286,154 +283,3 @@ def convert_examples(examples, tokenizer, max_seq_length=384, doc_stride=128,
   for key in ('start_position', 'end_position', 'example_index'):
     features[key] = np.asarray(rows[key], np.int32).reshape(-1)
   return features, meta
-
-
-def _strip_spaces(text):
-  chars, ns_to_s_map = [], {}
-  for i, c in enumerate(text):
-    if c != ' ':
-      ns_to_s_map[len(chars)] = i
-      chars.append(c)
-  return ''.join(chars), ns_to_s_map
-
-
-def get_final_text(pred_text, orig_text, do_lower_case):
-  """Projects de-tokenized wordpiece text back onto the original words' characters.
-
-  E.g. pred 'steve smith', orig "Steve Smith's" -> 'Steve Smith'. Falls back to `orig_text`
-  when the alignment is lost (the tokenizer changed the characters' count, e.g. accents).
-  """
-  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case, never_split=())
-  tok_text = ' '.join(basic.tokenize(orig_text))
-  start = tok_text.find(pred_text)
-  if start == -1:
-    return orig_text
-  end = start + len(pred_text) - 1
-  orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
-  tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
-  if len(orig_ns_text) != len(tok_ns_text):
-    return orig_text
-  tok_s_to_ns_map = {s: ns for ns, s in tok_ns_to_s_map.items()}
-  orig_start = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start))
-  orig_end = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end))
-  if orig_start is None or orig_end is None:
-    return orig_text
-  return orig_text[orig_start:orig_end + 1]
-
-
-def _best_indexes(logits_L, n_best_size):
-  # Stable, so equal logits keep the earlier position first, as the original's sorted() does.
-  return np.argsort(-logits_L, kind='stable')[:n_best_size].tolist()
-
-
-def _softmax(scores):
-  if not scores:
-    return []
-  top = max(scores)
-  exps = [math.exp(s - top) for s in scores]
-  total = sum(exps)
-  return [e / total for e in exps]
-
-
-def postprocess(start_logits, end_logits, examples, features, meta, *, n_best_size=20,
-                max_answer_length=30, do_lower_case=True, version_2_with_negative=False,
-                null_score_diff_threshold=0.0):
-  """Start/end logits [N, L] -> (predictions {qid: text}, nbest {qid: [...]}, null_odds)."""
-  start_NxL = np.asarray(start_logits, np.float64)
-  end_NxL = np.asarray(end_logits, np.float64)
-  example_index_N = np.asarray(features['example_index'])
-  num_features = len(meta)
-  if start_NxL.ndim != 2 or start_NxL.shape != end_NxL.shape or (
-      start_NxL.shape[0] != num_features or example_index_N.shape != (num_features,)):
-    raise ValueError(
-        f'start_logits {start_NxL.shape} and end_logits {end_NxL.shape} must both be [N, L] '
-        f'with one row per feature ({num_features} in meta, example_index '
-        f'{example_index_N.shape}): pass the logits of the features convert_examples returned, '
-        'in its order')
-  if num_features and not 0 <= example_index_N.min() <= example_index_N.max() < len(examples):
-    raise ValueError(f'features refer to example {example_index_N.max()} but {len(examples)} '
-                     'examples were passed: pass the examples the features were made from')
-  features_of = collections.defaultdict(list)
-  for feature_index, example_index in enumerate(example_index_N.tolist()):
-    features_of[example_index].append(feature_index)
-
-  predictions, all_nbest, null_odds = {}, {}, {}
-  for example_index, example in enumerate(examples):
-    prelim = []  # (score, start_logit, end_logit, feature, start_index, end_index)
-    score_null, null_logits, null_feature = math.inf, (0.0, 0.0), None
-    for f in features_of[example_index]:
-      start_L, end_L = start_NxL[f], end_NxL[f]
-      if version_2_with_negative and start_L[0] + end_L[0] < score_null:
-        score_null = start_L[0] + end_L[0]
-        null_logits, null_feature = (float(start_L[0]), float(end_L[0])), f
-      num_tokens = len(meta[f]['tokens'])
-      token_to_orig_map = meta[f]['token_to_orig_map']
-      token_is_max_context = meta[f]['token_is_max_context']
-      end_indexes = _best_indexes(end_L, n_best_size)
-      for start in _best_indexes(start_L, n_best_size):
-        if start >= num_tokens or start not in token_to_orig_map:
-          continue
-        if not token_is_max_context.get(start, False):
-          continue
-        for end in end_indexes:
-          if end >= num_tokens or end not in token_to_orig_map:
-            continue
-          if end < start or end - start + 1 > max_answer_length:
-            continue
-          prelim.append((start_L[start] + end_L[end], float(start_L[start]), float(end_L[end]),
-                         f, start, end))
-    if null_feature is not None:
-      prelim.append((score_null, *null_logits, null_feature, 0, 0))
-    prelim.sort(key=lambda p: p[0], reverse=True)  # Stable: ties keep window order.
-
-    nbest, seen = [], set()
-    for _, start_logit, end_logit, f, start, end in prelim:
-      if len(nbest) >= n_best_size:
-        break
-      if start > 0:
-        tok_text = ' '.join(meta[f]['tokens'][start:end + 1])
-        tok_text = ' '.join(tok_text.replace(' ##', '').replace('##', '').split())
-        orig_map = meta[f]['token_to_orig_map']
-        orig_text = ' '.join(example.doc_tokens[orig_map[start]:orig_map[end] + 1])
-        text = get_final_text(tok_text, orig_text, do_lower_case)
-      else:
-        text = ''
-      if text in seen:
-        continue
-      seen.add(text)
-      nbest.append((text, start_logit, end_logit))
-    if version_2_with_negative and '' not in seen:
-      nbest.append(('', *null_logits))
-    if not nbest:  # No window at all (an empty paragraph): the original's nonce, but ''.
-      nbest.append(('', 0.0, 0.0))
-
-    probs = _softmax([s + e for _, s, e in nbest])
-    all_nbest[example.qas_id] = [
-        {'text': text, 'probability': prob, 'start_logit': s, 'end_logit': e}
-        for (text, s, e), prob in zip(nbest, probs, strict=True)]
-    if not version_2_with_negative:
-      predictions[example.qas_id] = nbest[0][0]
-      continue
-    best_non_null = next((n for n in nbest if n[0]), None)
-    # No valid span anywhere: no answer, with odds no threshold can overturn.
-    score_diff = math.inf if best_non_null is None else float(
-        score_null - best_non_null[1] - best_non_null[2])
-    null_odds[example.qas_id] = score_diff
-    predictions[example.qas_id] = (
-        '' if score_diff > null_score_diff_threshold else best_non_null[0])
-  return predictions, all_nbest, null_odds
-
-
-def write_predictions(output_dir, predictions, nbest, null_odds):
-  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json; returns paths."""
-  os.makedirs(output_dir, exist_ok=True)
-  contents = {'predictions.json': predictions, 'nbest_predictions.json': nbest}
-  if null_odds:  # What the v2.0 scorer reads with --na-prob-file.
-    contents['null_odds.json'] = null_odds
-  paths = {}
-  for name, content in contents.items():
-    paths[name] = os.path.join(output_dir, name)
-    with open(paths[name], 'w', encoding='utf-8') as f:
-      json.dump(content, f, indent=4, ensure_ascii=False)
-      f.write('\n')
-  return paths

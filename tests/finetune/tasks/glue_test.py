@@ -77,7 +77,8 @@ def test_bad_files_fail_with_file_and_line(tmp_path, content, message):
 
 
 def test_bad_score_missing_file_and_unknown_split(tmp_path):
-  (tmp_path / 'dev.tsv').write_text(f'{glue_files.STSB_COLS}\tscore\n0\tg\tf\ty\to\ts\ts\tA.\tB.\thigh\n')
+  (tmp_path / 'dev.tsv').write_text(
+      f'{glue_files.STSB_COLS}\tscore\n0\tg\tf\ty\to\ts\ts\tA.\tB.\thigh\n')
   with pytest.raises(ValueError, match=r'dev.tsv:2: STS-B score \'high\' is not a number'):
     glue.read_examples('stsb', tmp_path, 'validation')
   with pytest.raises(FileNotFoundError, match=r'test.tsv does not exist.*STS-B/test.tsv'):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.text import tokenizer
 
@@ -149,7 +150,7 @@ def test_gold_logits_score_100_by_both_scorers(sample, tmp_path, tok, official):
   examples, _ = squad.read_squad(_write(tmp_path, sample), False)
   features, meta = squad.convert_examples(examples, tok, max_seq_length=64, doc_stride=16,
                                           max_query_length=12)
-  predictions, nbest, null_odds = squad.postprocess(*_gold_logits(features), examples,
+  predictions, nbest, null_odds = squad_answers.postprocess(*_gold_logits(features), examples,
                                                     features, meta)
   assert predictions == {e.qas_id: e.orig_answer_text for e in examples}
   assert not null_odds
@@ -163,7 +164,7 @@ def test_gold_logits_score_100_by_both_scorers(sample, tmp_path, tok, official):
   assert ours == pytest.approx(reference)
   assert ours == {'exact_match': 100.0, 'f1': 100.0}
 
-  paths = squad.write_predictions(tmp_path / 'out', predictions, nbest, null_odds)
+  paths = squad_answers.write_predictions(tmp_path / 'out', predictions, nbest, null_odds)
   assert sorted(paths) == ['nbest_predictions.json', 'predictions.json']
   with open(paths['predictions.json'], encoding='utf-8') as f:
     assert official['evaluate'](sample['data'], json.load(f)) == reference
@@ -185,7 +186,7 @@ def test_every_gold_answer_maps_to_a_span_and_back(sample, tmp_path, tok):
   assert not skips and len(examples) == len(expected) == 7
   features, meta = squad.convert_examples(examples, tok, max_seq_length=384)
   assert len(meta) == len(examples)  # One window each: even the whole-paragraph answer fits.
-  predictions, _, _ = squad.postprocess(*_gold_logits(features), examples, features, meta,
+  predictions, _, _ = squad_answers.postprocess(*_gold_logits(features), examples, features, meta,
                                         max_answer_length=384)
   assert predictions == expected
   assert 'Father Julius Nieuwl' in predictions.values()  # Ends inside 'Nieuwland'.
@@ -209,23 +210,23 @@ def test_each_token_is_predicted_only_from_its_most_centred_window(tok):
   end = np.zeros((2, 9), np.float32)
   start[0, 5] = end[0, 5] = 1.0  # 'sat' in the window that centres it.
   start[1, 4] = end[1, 4] = 5.0  # 'on', scored higher, but in a window that does not.
-  predictions, nbest, _ = squad.postprocess(start, end, [example], features, meta)
+  predictions, nbest, _ = squad_answers.postprocess(start, end, [example], features, meta)
   assert predictions == {'q': 'sat'}
   assert max(entry['start_logit'] for entry in nbest['q']) == 1.0  # None starts at that 'on'.
   start[:] = end[:] = 0.0
   start[0, 4], end[0, 7], end[0, 5] = 3.0, 3.0, 1.0  # 'cat sat on a' scores 6, 'cat sat' 4.
   for max_answer_length, expected in ((4, 'cat sat on a'), (3, 'cat sat')):
-    predictions, _, _ = squad.postprocess(start, end, [example], features, meta,
+    predictions, _, _ = squad_answers.postprocess(start, end, [example], features, meta,
                                           max_answer_length=max_answer_length)
     assert predictions == {'q': expected}
 
 
 def test_get_final_text_projects_onto_original_characters():
-  assert squad.get_final_text('steve smith', "Steve Smith's", True) == 'Steve Smith'
-  assert squad.get_final_text('1882', '1882,', True) == '1882'
-  assert squad.get_final_text('cafe', 'the Café.', True) == 'Café'
-  assert squad.get_final_text('not there', 'Steve Smith', True) == 'Steve Smith'
-  assert squad.get_final_text('Smith', "Steve Smith's", False) == 'Smith'
+  assert squad_answers.get_final_text('steve smith', "Steve Smith's", True) == 'Steve Smith'
+  assert squad_answers.get_final_text('1882', '1882,', True) == '1882'
+  assert squad_answers.get_final_text('cafe', 'the Café.', True) == 'Café'
+  assert squad_answers.get_final_text('not there', 'Steve Smith', True) == 'Steve Smith'
+  assert squad_answers.get_final_text('Smith', "Steve Smith's", False) == 'Smith'
 
 
 def _v2_dataset(sample):
@@ -259,7 +260,7 @@ def test_v2_unanswerable_questions_point_at_cls_and_predict_empty(sample, tmp_pa
     assert len(rows) >= 3
     labelled = features['start_position'][rows].any() or features['end_position'][rows].any()
     assert labelled != example.is_impossible
-  predictions, nbest, null_odds = squad.postprocess(
+  predictions, nbest, null_odds = squad_answers.postprocess(
       *_gold_logits(features), examples, features, meta, version_2_with_negative=True)
   assert predictions == {e.qas_id: '' if e.is_impossible else e.orig_answer_text
                          for e in examples}
@@ -273,7 +274,7 @@ def test_v2_unanswerable_questions_point_at_cls_and_predict_empty(sample, tmp_pa
       'NoAns_exact': 100.0, 'NoAns_f1': 100.0, 'NoAns_total': 2,
       'best_exact': 100.0, 'best_exact_thresh': -2.0, 'best_f1': 100.0, 'best_f1_thresh': -2.0}
 
-  paths = squad.write_predictions(tmp_path / 'out', predictions, nbest, null_odds)
+  paths = squad_answers.write_predictions(tmp_path / 'out', predictions, nbest, null_odds)
   loaded = {name: json.loads((tmp_path / 'out' / name).read_text()) for name in paths}
   assert sorted(loaded) == ['nbest_predictions.json', 'null_odds.json', 'predictions.json']
   assert squad_metrics.evaluate_v2(dataset, loaded['predictions.json'],
@@ -295,8 +296,9 @@ def test_null_score_threshold_flips_a_prediction(sample, tmp_path, tok):
   start[rows, 0] = end[rows, 0] = 1.5  # Null score 3 against the gold span's 2: odds 1.0.
 
   def run(threshold):
-    return squad.postprocess(start, end, examples, features, meta, version_2_with_negative=True,
-                             null_score_diff_threshold=threshold)
+    return squad_answers.postprocess(start, end, examples, features, meta,
+                                     version_2_with_negative=True,
+                                     null_score_diff_threshold=threshold)
 
   at_zero, _, null_odds = run(0.0)
   at_one, _, null_odds_at_one = run(1.0)
@@ -471,6 +473,6 @@ def test_bad_files_and_versions_raise_clear_errors(sample, tmp_path, tok):
   features, meta = squad.convert_examples(examples, tok, max_seq_length=68, max_query_length=64)
   start, end = _gold_logits(features)
   with pytest.raises(ValueError, match='one row per feature'):
-    squad.postprocess(start[1:], end[1:], examples, features, meta)
+    squad_answers.postprocess(start[1:], end[1:], examples, features, meta)
   with pytest.raises(ValueError, match='examples were passed'):
-    squad.postprocess(start, end, examples[:1], features, meta)
+    squad_answers.postprocess(start, end, examples[:1], features, meta)
