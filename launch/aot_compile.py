@@ -29,7 +29,8 @@ XLA counts a loop's body once, so with scan_layers (base, large) its FLOPs are f
 --count_flops extrapolates from unrolled 1- and 2-layer copies: 1.03 x bertjax/training/perf.py's
 formula for base with data=16 on v4, but ~0.8 with fsdp (the TPU compiler turns the
 weight-gradient matmuls into windowed loops of its own) and ~0.4 with remat. The CPU compiler
-gives 1.02-1.08. libtpu prints warnings about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES: harmless here.
+gives 1.02-1.08. libtpu prints warnings about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES:
+harmless here.
 Known: libtpu 0.0.42.1 crashes (SIGSEGV, a stack overflow in its convolution emitter) compiling
 base at seq 128 with remat_policy dots or full; large at seq 512 with dots compiles.
 """
