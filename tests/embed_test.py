@@ -12,7 +12,7 @@ from configs import embed as embed_config
 
 
 def test_embed_job_writes_similarities(tmp_path, minilm_dir):
-  config = embed_config.get_config(f'checkpoint={minilm_dir}')
+  config = embed_config.get_config(f'init_from={minilm_dir}')
   vectors = embed.run(config, tmp_path)
   assert vectors.shape == (len(config.sentences), 384)
   similarity = np.loadtxt(tmp_path / 'similarity.txt')
@@ -23,8 +23,8 @@ def test_embed_job_writes_similarities(tmp_path, minilm_dir):
 
 
 def test_embed_job_bfloat16_close_to_float32(tmp_path, minilm_dir):
-  want = embed.run(embed_config.get_config(f'checkpoint={minilm_dir}'), None)
-  got = embed.run(embed_config.get_config(f'checkpoint={minilm_dir},dtype=bfloat16'), None)
+  want = embed.run(embed_config.get_config(f'init_from={minilm_dir}'), None)
+  got = embed.run(embed_config.get_config(f'init_from={minilm_dir},dtype=bfloat16'), None)
   # Stated tolerance for bf16 compute on real weights: cosine similarities within 0.02.
   np.testing.assert_allclose(got @ got.T, want @ want.T, atol=2e-2)
 
@@ -43,7 +43,7 @@ def test_main_cli(tmp_path, minilm_dir):
 def test_empty_input_file_is_an_error(tmp_path, minilm_dir):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n\n')
-  config = embed_config.get_config(f'checkpoint={minilm_dir}')
+  config = embed_config.get_config(f'init_from={minilm_dir}')
   with config.unlocked():
     config.input_file = str(empty)
   with pytest.raises(ValueError, match='holds no sentences'):

@@ -22,23 +22,34 @@ ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', '
                        'max_position_embeddings', 'type_vocab_size', 'hidden_act',
                        'layer_norm_eps')
 
-# Old config names of init_from, still read (with a warning naming the new one).
-DEPRECATED_NAMES = ('checkpoint.init_from', 'init')
+# Old config names of init_from, still read (with a warning naming the new one): pre-training's
+# checkpoint.init_from, fine-tuning's init, feature extraction's checkpoint.
+DEPRECATED_NAMES = ('checkpoint.init_from', 'init', 'checkpoint')
+
+
+def _lookup(config, dotted: str):
+  """config's value at a dotted name, or None where it has no such field."""
+  value = config
+  for key in dotted.split('.'):
+    if not hasattr(value, 'keys') or key not in value:
+      return None
+    value = value[key]
+  return value
 
 
 def configured(config) -> str:
   """config.init_from, or a deprecated name's value with a warning that names init_from."""
   path = config.init_from
   for name in DEPRECATED_NAMES:
-    parent, _, field = name.rpartition('.')
-    block = config[parent] if parent else config
-    if field in block and block[field]:
-      logging.warning('config.%s is deprecated: use config.init_from (the same meaning in '
-                      'every job).', name)
-      if path and path != block[field]:
-        raise ValueError(f'config.init_from={path!r} and the deprecated config.{name}='
-                         f'{block[field]!r} disagree: set only init_from.')
-      path = block[field]
+    old = _lookup(config, name)
+    if not isinstance(old, str) or not old:
+      continue
+    logging.warning('config.%s is deprecated: use config.init_from (the same meaning in every '
+                    'job).', name)
+    if path and path != old:
+      raise ValueError(f'config.init_from={path!r} and the deprecated config.{name}={old!r} '
+                       'disagree: set only init_from.')
+    path = old
   return path
 
 

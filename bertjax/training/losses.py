@@ -44,13 +44,9 @@ def next_sentence(logits_Bx2, next_sentence_labels_B, example_weight_B=None):
   """NSP cross-entropy and accuracy; example_weight (0 for padding examples) defaults to 1."""
   labels_B = next_sentence_labels_B.reshape(-1)
   weights_B = (jnp.ones(labels_B.shape, jnp.float32) if example_weight_B is None
-               else example_weight_B.astype(jnp.float32))
-  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_Bx2.astype(jnp.float32),
-                                                           labels_B)
-  correct_B = (jnp.argmax(logits_Bx2, -1) == labels_B).astype(jnp.float32)
-  weight = jnp.sum(weights_B)
-  return {'nsp_loss': (jnp.sum(loss_B * weights_B), weight),
-          'nsp_accuracy': (jnp.sum(correct_B * weights_B), weight)}
+               else example_weight_B)
+  metrics = classification(logits_Bx2, labels_B, weights_B)
+  return {'nsp_loss': metrics['loss'], 'nsp_accuracy': metrics['accuracy']}
 
 
 def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers=None):
@@ -73,7 +69,8 @@ def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers=None):
 
 
 def classification(logits_BxC, labels_B, weights_B):
-  """Softmax cross-entropy and accuracy over examples weighted by weights_B (0 = padding)."""
+  """Softmax cross-entropy and accuracy, weighted (0 = padding). Any leading shape: [B, C] per
+  example, or [B, L, C] per token for tagging."""
   weights_B = weights_B.astype(jnp.float32)
   loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
                                                            labels_B)
@@ -105,13 +102,7 @@ def span(logits_BxLx2, start_B, end_B, weights_B):
 
 def tagging(logits_BxLxC, label_ids_BxL, label_weights_BxL):
   """Token cross-entropy and accuracy over the labelled positions (first piece of each word)."""
-  weights_BxL = label_weights_BxL.astype(jnp.float32)
-  loss_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxC.astype(jnp.float32),
-                                                             label_ids_BxL)
-  correct_BxL = (jnp.argmax(logits_BxLxC, -1) == label_ids_BxL).astype(jnp.float32)
-  weight = jnp.sum(weights_BxL)
-  return {'loss': (jnp.sum(loss_BxL * weights_BxL), weight),
-          'accuracy': (jnp.sum(correct_BxL * weights_BxL), weight)}
+  return classification(logits_BxLxC, label_ids_BxL, label_weights_BxL)
 
 
 def mean(pair):

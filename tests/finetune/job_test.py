@@ -18,6 +18,7 @@ from safetensors import numpy as st_numpy
 
 from bertjax import pretrain as pretrain_job
 from bertjax.finetune import job as finetune
+from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import registry
@@ -158,7 +159,7 @@ def test_every_task_has_a_preset_and_a_reader():
   for name in finetune_config.TASKS:
     config = finetune_config.get_config(f'task={name}')
     task = registry.get_task(name, config.data)
-    assert task.kind == config.kind, name
+    assert task.kind in kinds.KINDS, name
   assert set(finetune_config.TASKS) == set(registry.NAMES)
 
 

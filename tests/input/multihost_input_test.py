@@ -104,7 +104,7 @@ def _free_port() -> int:
 def results(tmp_path_factory):
   folder = tmp_path_factory.mktemp('multihost')
   _write_fixtures(folder)
-  repo = pathlib.Path(__file__).resolve().parents[1]
+  repo = pathlib.Path(__file__).resolve().parents[2]
   env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
              XLA_FLAGS='--xla_force_host_platform_device_count=4',
              PYTHONPATH=os.pathsep.join([str(repo), os.environ.get('PYTHONPATH', '')]))

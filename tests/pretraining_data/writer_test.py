@@ -108,7 +108,7 @@ def test_glob_matching_nothing_and_no_text_are_clear_errors(vocab_file, tmp_path
        f'--input_file={tmp_path}/nothing-*', f'--output_file={tmp_path}/x',
        f'--vocab_file={vocab_file}'],
       capture_output=True, text=True, timeout=120, check=False,
-      cwd=pathlib.Path(__file__).resolve().parents[1])
+      cwd=pathlib.Path(__file__).resolve().parents[2])
   assert result.returncode == 1 and 'matched no files' in result.stderr
   assert 'Traceback' not in result.stderr
 

@@ -260,7 +260,7 @@ def test_original_api(reference, vocab_file):
 
 def test_reference_path_does_not_import_tensorflow():
   code = 'import sys, bertjax.text.tokenizer; sys.exit("tensorflow" in sys.modules)'
-  root = pathlib.Path(__file__).parents[1]
+  root = pathlib.Path(__file__).resolve().parents[2]
   assert subprocess.run([sys.executable, '-c', code], cwd=root, check=False).returncode == 0
 
 

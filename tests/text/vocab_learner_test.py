@@ -15,7 +15,7 @@ from bertjax.text import vocab_learner
 # rare character that occurs once inside a word: all must come out without [UNK].
 EXTRA_LINES = ['Café, naïve Ångström; the CAFÉ opened.', 'ΟΔΟΣ and Ελληνικά σοφός.',
                'BERT是一个模型 — well--said.', 'A zeþyr blew once.']
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope='module')

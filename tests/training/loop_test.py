@@ -8,7 +8,9 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 import functools
 import json
 import pathlib
+from unittest import mock
 
+from absl import logging
 import flax
 import flax.linen as nn
 import jax
@@ -26,9 +28,11 @@ from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint
+from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
 from bertjax.training import train_state
+from configs import finetune as finetune_config
 from configs import pretrain
 
 VOCAB = 512
@@ -452,3 +456,79 @@ def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
   state, meta = checkpoint.restore_latest(mngr, abstract)
   assert meta['step'] == int(state.step) == failed - 1
   assert all(np.isfinite(p).all() for p in flat(state.params).values())
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop's ordering, the rules table as a config field, the start-from field's old names.
+
+
+def test_log_steps_read_metrics_after_the_next_step_is_dispatched(corpus_files, tmp_path,
+                                                                   monkeypatch):
+  """With log_every_steps=1 the host never waits for the step it just dispatched: step N's
+  metrics are read after step N+1 is queued, except before a save (which needs step N)."""
+  events = []
+  jit_train_step = train_state.jit_train_step
+
+  def recording_jit(*args, **kwargs):
+    step_fn = jit_train_step(*args, **kwargs)
+
+    def dispatch(state, batch):
+      out = step_fn(state, batch)
+      events.append(('dispatch', 1))
+      return out
+    return dispatch
+
+  host_means = losses.host_means
+
+  def recording_means(metrics_list):
+    metrics_list = list(metrics_list)
+    events.append(('read', len(metrics_list)))
+    return host_means(metrics_list)
+  monkeypatch.setattr(train_state, 'jit_train_step', recording_jit)
+  monkeypatch.setattr(losses, 'host_means', recording_means)
+  config = e2e_config(corpus_files, steps=6)
+  config.log_every_steps = 1
+  config.data.eval_files = ''  # No eval: reads come from logging only.
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  # Step N's metrics (one step per read) are read once step N+1 is queued; the last step's at
+  # once, before its save.
+  assert [kind for kind, _ in events] == ['dispatch', 'dispatch', 'read', 'dispatch', 'read',
+                                          'dispatch', 'read', 'dispatch', 'read', 'dispatch',
+                                          'read', 'read'], events
+  assert all(n == 1 for kind, n in events if kind == 'read')
+
+
+def test_rules_table_is_a_config_field(corpus_files):
+  """Another layout is a flag: replicating `embed` instead of sharding it over fsdp."""
+  config = e2e_config(corpus_files, steps=1)
+  mesh = sharding.make_mesh(mesh_config(fsdp=8))
+  tx = optimizer_lib.make(config.optimizer)
+  objective = pretrain_job.objective(config)
+  rules = tuple(config.mesh.rules)
+  assert rules == sharding.RULES
+  _, default = train_state.train_state_shapes(config, objective, tx, mesh, rules)
+  config.mesh.rules = tuple((name, None if name == 'embed' else axes) for name, axes in rules)
+  _, replicated = train_state.train_state_shapes(config, objective, tx, mesh,
+                                                 tuple(config.mesh.rules))
+  kernel = ('bert', 'layers_0', 'mlp', 'intermediate', 'kernel')
+
+  def spec(shardings):
+    tree = shardings.params
+    for key in kernel:
+      tree = tree[key]
+    return tree.spec
+  assert spec(default) == jax.sharding.PartitionSpec('fsdp', 'tensor')
+  assert spec(replicated) == jax.sharding.PartitionSpec(None, 'tensor')
+
+
+@pytest.mark.parametrize('old', ['checkpoint.init_from', 'init'])
+def test_old_start_from_name_still_works_and_warns(old, pretrained, tmp_path):
+  config = (pretrain if old != 'init' else finetune_config).get_config()
+  parent, _, field = old.rpartition('.')
+  config[parent][field] = str(pretrained[1])
+  with mock.patch.object(logging, 'warning') as warning:
+    assert init_from.configured(config) == str(pretrained[1])
+  assert 'use config.init_from' in warning.call_args[0][0]
+  config.init_from = str(tmp_path)
+  with pytest.raises(ValueError, match='disagree: set only init_from'):
+    init_from.configured(config)
