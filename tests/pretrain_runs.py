@@ -1,4 +1,4 @@
-"""Small pre-training runs shared by resume_test and multihost_train_test.
+"""Small pre-training runs shared by training/resume_test and training/multihost_loop_test.
 
 One config (2 layers, hidden 64, sequences of 64 tokens, batch 16) given both as `--config.*`
 flags for `python -m bertjax.main` in a subprocess and as a ConfigDict for in-process runs; the

@@ -74,7 +74,7 @@ class MaskedLmHead(nn.Module):
     # Keep the hidden dim whole here (as at the encoder's block edges). Left to propagation,
     # XLA (jax 0.10.2, Shardy and GSPMD alike) shards it over `tensor` from the transform
     # kernel and, on meshes with data, fsdp and tensor all > 1, returns wrong gradients for
-    # everything below this point (tests/train_test.py: sharded equals unsharded).
+    # everything below this point (tests/training/loop_test.py: sharded equals unsharded).
     h_BxPxD = nn.with_logical_constraint(h_BxPxD, ('batch', None, 'activation_embed'))
     bias_V = self.param('output_bias', encoder.zeros(('vocab',)), (cfg.vocab_size,), jnp.float32)
     # Logits leave in float32 so the softmax cross-entropy is computed in full precision.

@@ -12,7 +12,7 @@ all of it is known to tokenize identically:
 
 `safe_code_points()` is a set of common Unicode blocks (Latin, Greek, Cyrillic, Hebrew, Arabic,
 general punctuation, CJK, ...) minus the code points where the two tokenizers were found to
-differ; tests/tokenizer_test.py proves the equality for every one of them, cased and uncased.
+differ; tests/text/tokenizer_test.py proves the equality for every one of them, cased and uncased.
 Control and format characters in those blocks are deleted in-graph before FastBertTokenizer, as
 the original deletes them. TensorFlow is imported only when a FastTokenizer is built.
 """

@@ -211,7 +211,7 @@ def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
 
 @pytest.mark.parametrize('task', sorted(glue.TASKS))
 def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_path):
-  """Each GLUE task's preset on its hand-made files in the real layout (tests/glue_test.py)."""
+  """Each GLUE task's preset on its hand-made files in the real layout (tests/glue_files.py)."""
   glue_files.write_glue(tmp_path / 'glue', [task])
   spec = glue.get_task(task)
   config = _minilm_tiny(task, tmp_path / 'glue', minilm_dir, 32, global_batch_size=8,
