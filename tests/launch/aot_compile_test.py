@@ -3,8 +3,8 @@
 import jax
 import pytest
 
-from bertjax.training import loop as train
 from bertjax.training import perf
+from bertjax.training import train_state
 from configs import pretrain
 from launch import aot_compile
 
@@ -50,7 +50,7 @@ def test_unshardable_config_fails_before_tracing(monkeypatch):
   def traced(*args, **kwargs):
     raise AssertionError('the config was traced before it was validated')
 
-  monkeypatch.setattr(train, 'train_state_shapes', traced)
+  monkeypatch.setattr(train_state, 'train_state_shapes', traced)
   with pytest.raises(ValueError, match='num_heads=1 is not divisible by mesh.tensor=2'):
     aot_compile.compile_train_step(tiny_config(num_heads=1), jax.devices()[:8])
 

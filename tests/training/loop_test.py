@@ -525,7 +525,7 @@ def test_rules_table_is_a_config_field(corpus_files):
 def test_old_start_from_name_still_works_and_warns(old, pretrained, tmp_path):
   config = (pretrain if old != 'init' else finetune_config).get_config()
   parent, _, field = old.rpartition('.')
-  config[parent][field] = str(pretrained[1])
+  (config[parent] if parent else config)[field] = str(pretrained[1])
   with mock.patch.object(logging, 'warning') as warning:
     assert init_from.configured(config) == str(pretrained[1])
   assert 'use config.init_from' in warning.call_args[0][0]
