@@ -134,18 +134,16 @@ def bertjax_runner(config, batch):
   tx = optimizer_lib.make(config.optimizer)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   objective = pretrain_job.objective(config)
-  state, state_shardings = train_state.create_train_state(config, objective, tx, mesh)
-  batch_shardings = sharding.batch_sharding(mesh)
-  step_fn = jax.jit(
-      functools.partial(train_state.train_step, objective=objective, tx=tx, schedule=schedule,
-                        grad_accum_steps=config.grad_accum_steps),
-      in_shardings=(state_shardings, batch_shardings), out_shardings=(state_shardings, None),
-      donate_argnums=0)
+  rules = sharding.parse_rules(config.mesh.rules)
+  state, state_shardings = train_state.create_train_state(config, objective, tx, mesh, rules)
+  batch_shardings = sharding.batch_sharding(mesh, rules)
+  step_fn = train_state.jit_train_step(config, objective, tx, schedule, state_shardings,
+                                       batch_shardings)
   device_batch = jax.device_put(batch, batch_shardings)
   holder = {'state': state}
 
   def run(n):
-    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       state, metrics = holder['state'], None
       for _ in range(n):
         state, metrics = step_fn(state, device_batch)

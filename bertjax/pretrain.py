@@ -143,10 +143,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks.
   """
   logging.info('--- mesh and data')
-  rules = tuple(config.mesh.rules)
+  rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
-               jax.process_count())
   train_files, eval_files, vocab_file = data_files(config, workdir)
   vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
   train_state.check_config(config, mesh, vocab_entries)
@@ -181,11 +179,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     logging.warning('data.eval_files is empty: no eval')
 
   path = init_from.configured(config)
-  load_weights = None
-  if path:
-    load_weights = lambda params, shardings: init_from.load_params(path, params, shardings)[0]  # noqa: E731
+
+  def load_weights(params, shardings):
+    return init_from.load_params(path, params, shardings)[0]
   job = loop.Job(
-      objective=task, batches=batches, evaluator=evaluator, load_weights=load_weights,
+      objective=task, batches=batches, evaluator=evaluator,
+      load_weights=load_weights if path else None,
       describe=_describe, best_metric=BEST_METRIC,
       flops_per_seq=perf.flops_per_sequence(config.model, data.max_seq_length,
                                             data.max_predictions_per_seq))

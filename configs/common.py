@@ -93,9 +93,10 @@ def mesh_config() -> ml_collections.ConfigDict:
   m.data = -1  # Pure data parallelism; -1 = all devices not used by other axes.
   m.fsdp = 1  # Params/grads/optimizer state sharded too (ZeRO-3): large models.
   m.tensor = 1  # Megatron tensor parallelism; must divide heads, mlp and vocab.
-  # (logical axis, mesh axes) pairs, first match wins; a name absent is replicated. Another
-  # layout is a flag: --config.mesh.rules="(('batch', 'data'), ('embed', None), ...)".
-  m.rules = sharding.RULES
+  # Logical axis -> mesh axes, `name=axis+axis` entries, first match wins; empty or absent =
+  # replicated. Another layout is a flag, e.g. parameters replicated instead of fsdp-sharded:
+  # --config.mesh.rules=batch=data+fsdp,vocab=tensor,heads=tensor,mlp=tensor
+  m.rules = sharding.rules_to_text(sharding.RULES)
   return m
 
 

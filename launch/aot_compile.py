@@ -161,11 +161,12 @@ def compile_train_step(config, devices):
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
   objective = pretrain.objective(config)
-  state, state_shardings = train_state.train_state_shapes(config, objective, tx, mesh)
-  batch_shardings = sharding.batch_sharding(mesh)
+  rules = sharding.parse_rules(config.mesh.rules)
+  state, state_shardings = train_state.train_state_shapes(config, objective, tx, mesh, rules)
+  batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, objective, tx, schedule, state_shardings,
                                        batch_shardings)
-  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     lowered = step_fn.lower(state, abstract_batch(config, batch_shardings))
   return lowered.compile(), mesh, state
 

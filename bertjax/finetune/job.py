@@ -89,13 +89,12 @@ class Setup:
   objective: train_state.Objective
   init_path: str
   vocab_file: str
+  rules: tuple  # config.mesh.rules, parsed.
 
 
-def setup(config, num_train_steps=None) -> Setup:
-  """Reads nothing but the config and init_from's metadata; num_train_steps=None: from data."""
+def setup(config) -> Setup:
+  """The mesh, the task's reader, the model resolved against init_from, the tokenizer."""
   mesh = sharding.make_mesh(config.mesh)
-  logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
-               jax.process_count())
   task = registry.get_task(config.task, config.data, seed=config.seed)
   init_path = init_from.configured(config)
   model_cfg, vocab_file = resolve_model(config, init_path)
@@ -105,7 +104,8 @@ def setup(config, num_train_steps=None) -> Setup:
   cfg.pooling = resolve_pooling(config, init_path)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
                               cfg.data.max_seq_length)
-  return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file)
+  return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
+               sharding.parse_rules(cfg.mesh.rules))
 
 
 def set_steps(cfg, total_steps: int):
@@ -194,7 +194,7 @@ class Evaluator:
     results, task, cfg = {}, self.s.task, self.s.config
     for i, (split, (examples, features, meta)) in enumerate(self.eval_sets.items()):
       outputs, means = predict(self.predict_fn, params, features, task.kind,
-                               cfg.eval_batch_size, self.s.mesh, tuple(cfg.mesh.rules))
+                               cfg.eval_batch_size, self.s.mesh, self.s.rules)
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
       if jax.process_index() == 0:
         out_dir = pathlib.Path(self.workdir) / 'predictions' / f'step_{step}'
@@ -226,7 +226,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                'steps)', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
-  rules = tuple(cfg.mesh.rules)
+  rules = s.rules
   keys = kinds.batch_keys(task.kind)
   ones = np.ones(cfg.global_batch_size // jax.process_count(), np.float32)
 
@@ -266,7 +266,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   cfg, task = s.config, s.task
   set_steps(cfg, 1)
   train_state.check_config(cfg, s.mesh, len(tokenizer_lib.load_vocab(s.vocab_file)))
-  rules = tuple(cfg.mesh.rules)
+  rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
   state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)
   mngr = checkpoint.manager(workdir, cfg, best_metric=task.main_metric)

@@ -5,6 +5,7 @@ here, so adding a kind is one entry. Shape legend as in model/encoder.py.
 """
 
 import dataclasses
+import functools
 from typing import Callable
 
 import flax.linen as nn
@@ -65,7 +66,7 @@ KINDS = {
     'tagging': Kind(
         head=lambda config, num_labels, pooling: heads.BertForTokenClassification(
             config, num_labels),
-        metrics=lambda logits_BxLxC, batch: losses.tagging(
+        metrics=lambda logits_BxLxC, batch: losses.classification(
             logits_BxLxC, batch['label_ids'],
             batch['label_weights'] * batch['example_weight'][:, None].astype(jnp.float32)),
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
@@ -102,8 +103,8 @@ def objective(name: str, config: encoder.Config, num_labels: int, pooling: str,
   kind = get(name)
   return train_state.Objective(
       model=kind.head(config, num_labels, pooling),
-      loss=lambda *args, **kwargs: _loss(kind, *args, **kwargs),
-      normalizers=lambda batch: _normalizers(kind, batch),
+      loss=functools.partial(_loss, kind),
+      normalizers=functools.partial(_normalizers, kind),
       init_inputs={k: np.zeros((1, max_seq_length), np.int32) for k in MODEL_INPUTS})
 
 

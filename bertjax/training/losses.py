@@ -70,7 +70,7 @@ def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers=None):
 
 def classification(logits_BxC, labels_B, weights_B):
   """Softmax cross-entropy and accuracy, weighted (0 = padding). Any leading shape: [B, C] per
-  example, or [B, L, C] per token for tagging."""
+  example, [B, L, C] per token (tagging: the first piece of each word weighs 1)."""
   weights_B = weights_B.astype(jnp.float32)
   loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
                                                            labels_B)
@@ -98,11 +98,6 @@ def span(logits_BxLx2, start_B, end_B, weights_B):
   weight = jnp.sum(weights_B)
   return {'loss': (jnp.sum(0.5 * (start_loss_B + end_loss_B) * weights_B), weight),
           'span_accuracy': (jnp.sum(exact_B * weights_B), weight)}
-
-
-def tagging(logits_BxLxC, label_ids_BxL, label_weights_BxL):
-  """Token cross-entropy and accuracy over the labelled positions (first piece of each word)."""
-  return classification(logits_BxLxC, label_ids_BxL, label_weights_BxL)
 
 
 def mean(pair):

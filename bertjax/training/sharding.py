@@ -6,6 +6,7 @@ axes `data` (pure data parallelism), `fsdp` (data parallelism with parameters, g
 optimizer state sharded, ZeRO-3 style) and `tensor` (Megatron-style tensor parallelism).
 """
 
+from absl import logging
 import flax.linen as nn
 import jax
 from jax.experimental import mesh_utils
@@ -25,6 +26,30 @@ RULES = (
     ('mlp', 'tensor'),
     ('layers', None),
 )
+
+
+def rules_to_text(rules=RULES) -> str:
+  """The rules as one flag value: `batch=data+fsdp,length=,...` (empty = replicated)."""
+  def axes(mesh_axes):
+    if mesh_axes is None:
+      return ''
+    return mesh_axes if isinstance(mesh_axes, str) else '+'.join(mesh_axes)
+  return ','.join(f'{name}={axes(mesh_axes)}' for name, mesh_axes in rules)
+
+
+def parse_rules(text: str) -> tuple:
+  """rules_to_text's inverse, checked: every entry `name=axis+axis` with known mesh axes."""
+  rules = []
+  for entry in (e.strip() for e in text.split(',') if e.strip()):
+    name, sep, value = entry.partition('=')
+    axes = tuple(a for a in value.split('+') if a)
+    unknown = [a for a in axes if a not in MESH_AXES]
+    if not sep or not name or unknown:
+      raise ValueError(f'mesh.rules entry {entry!r} is not logical_name=mesh_axis[+mesh_axis] '
+                       f'over the mesh axes {", ".join(MESH_AXES)} (empty = replicated), e.g. '
+                       f'{rules_to_text(RULES[:2])}.')
+    rules.append((name, None if not axes else axes[0] if len(axes) == 1 else axes))
+  return tuple(rules)
 
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple:
@@ -56,12 +81,15 @@ def make_mesh(mesh_config, devices=None) -> jax.sharding.Mesh:
     grid = mesh_utils.create_device_mesh(shape, devices)
   except (ValueError, NotImplementedError, AssertionError):
     grid = np.asarray(devices).reshape(shape)
-  return jax.sharding.Mesh(grid, MESH_AXES)
+  mesh = jax.sharding.Mesh(grid, MESH_AXES)
+  logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
+               jax.process_count())
+  return mesh
 
 
-def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
-  """How many ways the batch is split (data x fsdp)."""
-  return mesh.shape['data'] * mesh.shape['fsdp']
+def data_parallel_size(mesh: jax.sharding.Mesh, rules=RULES) -> int:
+  """How many ways the batch is split: the product of its mesh axes (data x fsdp by default)."""
+  return int(np.prod([mesh.shape[axis] for axis in batch_axes(rules)]))
 
 
 def logical_to_sharding(boxed_tree, mesh: jax.sharding.Mesh, rules=RULES):
@@ -76,14 +104,14 @@ def batch_sharding(mesh: jax.sharding.Mesh, rules=RULES) -> jax.sharding.NamedSh
   return jax.sharding.NamedSharding(mesh, spec)
 
 
-def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh):
+def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh, rules=RULES):
   """Raises, before compiling, when the batch cannot be split evenly over the mesh."""
-  dp = data_parallel_size(mesh)
+  dp = data_parallel_size(mesh, rules)
   if global_batch_size % dp:
+    split = ' x '.join(f'{a}={mesh.shape[a]}' for a in batch_axes(rules))
     raise ValueError(
         f'global batch size {global_batch_size} is not divisible by the data-parallel size {dp} '
-        f'(mesh data={mesh.shape["data"]} x fsdp={mesh.shape["fsdp"]}): use a multiple of {dp}, '
-        'or move devices to the tensor axis.')
+        f'(mesh {split}): use a multiple of {dp}, or move devices to the tensor axis.')
   if global_batch_size % jax.process_count():
     raise ValueError(f'global batch size {global_batch_size} is not divisible by the '
                      f'{jax.process_count()} hosts.')

@@ -498,27 +498,30 @@ def test_log_steps_read_metrics_after_the_next_step_is_dispatched(corpus_files, 
   assert all(n == 1 for kind, n in events if kind == 'read')
 
 
-def test_rules_table_is_a_config_field(corpus_files):
-  """Another layout is a flag: replicating `embed` instead of sharding it over fsdp."""
-  config = e2e_config(corpus_files, steps=1)
-  mesh = sharding.make_mesh(mesh_config(fsdp=8))
-  tx = optimizer_lib.make(config.optimizer)
-  objective = pretrain_job.objective(config)
-  rules = tuple(config.mesh.rules)
-  assert rules == sharding.RULES
-  _, default = train_state.train_state_shapes(config, objective, tx, mesh, rules)
-  config.mesh.rules = tuple((name, None if name == 'embed' else axes) for name, axes in rules)
-  _, replicated = train_state.train_state_shapes(config, objective, tx, mesh,
-                                                 tuple(config.mesh.rules))
+def test_rules_table_is_a_config_field(corpus_files, tmp_path, monkeypatch):
+  """Another layout is a flag: with `embed` left out of config.mesh.rules the pre-training job
+  replicates what the default table shards over fsdp."""
+  made = []
+  create_train_state = train_state.create_train_state
+
+  def recording(*args, **kwargs):
+    made.append(create_train_state(*args, **kwargs))
+    return made[-1]
+  monkeypatch.setattr(train_state, 'create_train_state', recording)
   kernel = ('bert', 'layers_0', 'mlp', 'intermediate', 'kernel')
 
-  def spec(shardings):
-    tree = shardings.params
+  def kernel_spec(config, workdir):
+    config.mesh.update(dict(data=1, fsdp=8))
+    pretrain_job.train_and_evaluate(config, str(workdir))
+    tree = made[-1][1].params
     for key in kernel:
       tree = tree[key]
     return tree.spec
-  assert spec(default) == jax.sharding.PartitionSpec('fsdp', 'tensor')
-  assert spec(replicated) == jax.sharding.PartitionSpec(None, 'tensor')
+  config = e2e_config(corpus_files, steps=1)
+  config.data.eval_files = ''
+  assert kernel_spec(config, tmp_path / 'default') == jax.sharding.PartitionSpec('fsdp', 'tensor')
+  config.mesh.rules = 'batch=data+fsdp,vocab=tensor,heads=tensor,mlp=tensor'
+  assert kernel_spec(config, tmp_path / 'replicated') == jax.sharding.PartitionSpec(None, 'tensor')
 
 
 @pytest.mark.parametrize('old', ['checkpoint.init_from', 'init'])

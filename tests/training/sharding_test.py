@@ -1,7 +1,11 @@
 """Mesh construction, the logical-axis rules, and batch divisibility checks."""
 
+import sys
+
+from absl import flags
 import jax
 import ml_collections
+from ml_collections import config_flags
 import pytest
 
 from bertjax.model import heads
@@ -58,3 +62,29 @@ def test_batch_divisibility_errors():
   with pytest.raises(ValueError, match='not divisible by the data-parallel size 4'):
     sharding.check_divisible(6, mesh)
   assert tuple(sharding.batch_sharding(mesh).spec) == (('data', 'fsdp'),)
+
+
+def test_rules_round_trip_through_one_flag_value(monkeypatch):
+  text = sharding.rules_to_text()
+  assert text.startswith('batch=data+fsdp,length=,activation_embed=,vocab=tensor,embed=fsdp')
+  assert sharding.parse_rules(text) == sharding.RULES
+  # What a user types on the command line reaches the config as that string.
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, 'config', flag_values=flag_values)
+  argv = ['prog', '--config=configs/pretrain.py:size=tiny',
+          '--config.mesh.rules=batch=data,embed=fsdp+tensor']
+  monkeypatch.setattr(sys, 'argv', argv)  # config_flags reads its overrides from sys.argv.
+  flag_values(argv)
+  assert sharding.parse_rules(flag_values.config.mesh.rules) == (
+      ('batch', 'data'), ('embed', ('fsdp', 'tensor')))
+  with pytest.raises(ValueError, match="'embed=model' is not logical_name=mesh_axis"):
+    sharding.parse_rules('batch=data,embed=model')
+
+
+def test_batch_split_follows_the_rules():
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  rules = sharding.parse_rules('batch=data')
+  assert sharding.data_parallel_size(mesh, rules) == 2
+  sharding.check_divisible(6, mesh, rules)
+  with pytest.raises(ValueError, match=r'data-parallel size 2 \(mesh data=2\)'):
+    sharding.check_divisible(5, mesh, rules)
