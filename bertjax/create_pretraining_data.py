@@ -50,7 +50,12 @@ _MASKED_LM_PROB = flags.DEFINE_float('masked_lm_prob', _D.masked_lm_prob,
                                      'Fraction of tokens chosen for prediction.')
 _SHORT_SEQ_PROB = flags.DEFINE_float('short_seq_prob', _D.short_seq_prob,
                                      'Probability of a shorter target length.')
-_NUM_WORKERS = flags.DEFINE_integer('num_workers', 1, 'Worker processes (one per core).')
+_NUM_WORKERS = flags.DEFINE_integer(
+    'num_workers', 0, 'Worker processes; 0 = one per core available. The bytes written depend '
+    'on the seed and the worker count (recorded in the report).')
+_MAX_UNK_FRACTION = flags.DEFINE_float(
+    'max_unk_fraction', writer.MAX_UNK_FRACTION,
+    'Refuse (write nothing) when more of the tokens are [UNK]: the vocab does not fit the text.')
 _NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
     'num_output_shards', 0, 'Write <output_file>-0000i-of-0000N; 0: --output_file is a list.')
 _INPUT_FORMAT = flags.DEFINE_enum('input_format', 'lines', text_input.INPUT_FORMATS,
@@ -86,18 +91,20 @@ def main(argv):
     report = writer.create(
         _INPUT_FILE.value, _OUTPUT_FILE.value, settings, vocab_file=_VOCAB_FILE.value,
         spm_model_file=_SPM_MODEL_FILE.value, do_lower_case=_DO_LOWER_CASE.value,
-        num_output_shards=_NUM_OUTPUT_SHARDS.value, num_workers=_NUM_WORKERS.value,
+        num_output_shards=_NUM_OUTPUT_SHARDS.value, num_workers=_NUM_WORKERS.value or None,
         random_seed=_RANDOM_SEED.value, input_format=_INPUT_FORMAT.value,
         max_line_bytes=_MAX_LINE_BYTES.value, shuffle_buffer=_SHUFFLE_BUFFER.value,
-        tokenizer=_TOKENIZER.value)
-  except (ValueError, FileNotFoundError, RuntimeError) as e:
+        tokenizer=_TOKENIZER.value, max_unk_fraction=_MAX_UNK_FRACTION.value)
+  except (ValueError, OSError, RuntimeError) as e:
     # Bad input or settings: one clear line, not a traceback.
     print(f'create_pretraining_data: error: {e}', file=sys.stderr)
     sys.exit(1)
   counts, skipped = report['counts'], report['skipped']['counts']
   print(f"wrote {counts['instances']} instances from {counts['documents']} documents to "
-        f"{len(report['output_files'])} shard(s) in {report['seconds']:.1f}s; skipped: "
-        f"{skipped or 'nothing'}; report: {report['report_file']}")
+        f"{len(report['output_files'])} shard(s) with {report['settings']['num_workers']} "
+        f"worker(s) in {report['seconds']:.1f}s; [UNK] {report['unk_fraction']:.2%} of "
+        f"{counts['document_tokens']} tokens; skipped: {skipped or 'nothing'}; report: "
+        f"{report['report_file']}")
 
 
 if __name__ == '__main__':

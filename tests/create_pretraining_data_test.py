@@ -142,6 +142,7 @@ def tokenized(documents, encoder):
 
 
 def run(corpus, out_dir, settings=SETTINGS, **kwargs):
+  kwargs.setdefault('num_workers', 1)
   report = writer.create(str(corpus), str(out_dir / 'train'), settings,
                                      num_output_shards=2, random_seed=7, **kwargs)
   return report, [pathlib.Path(p) for p in report['output_files']]

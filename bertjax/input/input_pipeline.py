@@ -13,8 +13,9 @@ time, and windows of `shuffle_window` records permuted by a seeded index shuffle
 resume is a seek in at most num_lanes files plus reading one window; the cost of the design is
 that mixing is window-local (plus lanes and file order) rather than a global shuffle, which
 would need random access to single records (ArrayRecord-style files) and random reads on GCS.
-Records are counted once when the pipeline is built (a sequential read of this host's files);
-pass `record_counts` (path -> count) to skip that at corpus scale.
+Files are checked against the JSON reports beside them (file_set.py), whose record counts
+are used; files without a report are counted once when the pipeline is built (a sequential
+read of this host's files), or pass `record_counts` (path -> count).
 
 Iterate with `dataset.as_numpy_iterator()`; `global_batch.make_global_batch` turns each batch
 into global arrays. TF must not see the accelerators (main.py hides them before building the
@@ -30,6 +31,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from bertjax.input import file_set
 from bertjax.input import masking_tf
 from bertjax.input import read_order
 from bertjax.pretraining_data import example_encoding
@@ -46,15 +48,6 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: b
                                        static_masking=masked)
   return {name: tf.io.FixedLenFeature(list(shape), tf.dtypes.as_dtype(dtype))
           for name, (shape, dtype) in spec.items() if nsp or name != 'next_sentence_labels'}
-
-
-def list_files(file_pattern) -> list[str]:
-  """Sorted files matching comma-separated patterns or globs (or a list of them)."""
-  patterns = file_pattern.split(',') if isinstance(file_pattern, str) else list(file_pattern)
-  files = sorted({f for p in patterns if p.strip() for f in tf.io.gfile.glob(p.strip())})
-  if not files:
-    raise FileNotFoundError(f'no files match {file_pattern!r}: check the path and the glob')
-  return files
 
 
 def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
@@ -243,9 +236,10 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   masked = masking is None
   spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
                       nsp=masked or masking.use_nsp)
-  files, shard_count, shard_index = _host_share(list_files(file_pattern), process_index,
-                                                process_count)
-  counts = inspect_files(files, spec, masked=masked, record_counts=record_counts)
+  checked = file_set.resolve(file_pattern)
+  files, shard_count, shard_index = _host_share(checked.files, process_index, process_count)
+  counts = inspect_files(files, spec, masked=masked,
+                         record_counts=checked.record_counts | dict(record_counts or {}))
   for path in [f for f, n in zip(files, counts, strict=True) if n == 0]:
     logging.warning('%s holds no records; skipping it', path)
   files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
@@ -298,9 +292,11 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   masked = masking is None
   spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
                       nsp=masked or masking.use_nsp)
-  all_files = list_files(file_pattern)
+  checked = file_set.resolve(file_pattern)
+  all_files = checked.files
   # Every host counts every file: all need the largest host's share to agree on a batch count.
-  counts = inspect_files(all_files, spec, masked=masked, record_counts=record_counts)
+  counts = inspect_files(all_files, spec, masked=masked,
+                         record_counts=checked.record_counts | dict(record_counts or {}))
   counts = dict(zip(all_files, counts, strict=True))
   shares = [_host_share(all_files, i, process_count, log=i == process_index)
             for i in range(process_count)]

@@ -68,11 +68,29 @@ def documents(split: str = 'train'):
   return read_documents(corpus_path(split))
 
 
+def _complete(report, pattern, settings) -> bool:
+  """True when the report exists with these settings and its shards agree with it."""
+  from bertjax.input import file_set  # pylint: disable=g-import-not-at-top
+  try:
+    recorded = json.loads(report.read_text())
+  except (OSError, ValueError):
+    return False
+  wanted = dataclasses.asdict(settings)
+  if ({k: recorded.get('settings', {}).get(k) for k in wanted} != wanted
+      or 'output_bytes' not in recorded):  # Older reports cannot be checked: remade.
+    return False
+  try:
+    return bool(file_set.resolve(pattern).reports)
+  except (ValueError, FileNotFoundError):
+    return False
+
+
 def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq: int,
                       dupe_factor: int, static_masking: bool = True) -> tuple[str, str]:
   """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
 
-  Files are reused when their JSON report records the same settings, and remade otherwise.
+  Files are reused when their JSON report records the same settings and the shards agree with
+  it, and remade otherwise (after a killed creation, too).
   Process 0 writes; the others wait for it (multi-host needs a shared directory).
   """
   import jax  # pylint: disable=g-import-not-at-top
@@ -93,10 +111,7 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   for split, (split_settings, shards) in plans.items():
     prefix = directory / f'{tag}-{split}'
     report = pathlib.Path(f'{prefix}.json')
-    wanted = dataclasses.asdict(split_settings)
-    fresh = report.is_file() and {k: json.loads(report.read_text())['settings'].get(k)
-                                  for k in wanted} == wanted
-    if jax.process_index() == 0 and not fresh:
+    if jax.process_index() == 0 and not _complete(report, f'{prefix}-*-of-*', split_settings):
       directory.mkdir(parents=True, exist_ok=True)
       writer.create(str(corpus_path(split)), str(prefix), split_settings,
                                 vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,

@@ -206,6 +206,7 @@ class Encoder:
                        'and [MASK]; pass the vocab of a BERT-style model')
     self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]'))
     self.vocab_size = len(vocab)
+    self.unk_id = vocab.get('[UNK]', vocab.get('<unk>'))
     self.continuation = np.array(continuation, bool)
 
   def encode_batch(self, texts):

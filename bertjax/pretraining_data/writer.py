@@ -4,13 +4,18 @@ Worker w of W reads every input file but keeps documents w, w + W, ... (text_inp
 makes their instances (instances.py) with the seed (random_seed, w), shuffles the
 serialized records in a bounded buffer and deals them round-robin to its files: whole shards
 (s = w, w + W, ...) when the shard count is a multiple of W, else one part of every shard, the
-parts concatenated in worker order at the end (TFRecord files concatenate). Everything is
-written under temporary names and renamed into place only when every worker has finished, so
-a shard that exists is complete, and a failed run leaves none (nor its temporary files).
-The same seed and worker count give byte-identical shards. A JSON report beside the shards
-records the settings, the vocab's sha256 and the counts. Memory per worker is bounded by the
-NotNext pool, the shuffle buffer and one tokenization batch, never by the corpus. Records are
-framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
+parts concatenated in worker order at the end (TFRecord files concatenate).
+
+Crash safety. Everything is written in a hidden directory beside the outputs
+(`.create_pretraining_data-tmp-<host>-<pid>-<ns>/`), which no shard pattern matches. When every
+worker has finished, the JSON report (settings, the vocab's sha256, the counts, and each
+shard's bytes and records) is put in place first, then the shards are renamed into place one by
+one. A run killed at any moment leaves either the previous complete set, or shards that
+disagree with the report beside them, which readers refuse (input/file_set.py) and the embedded
+corpus remakes; the next run removes the temporary directories of dead runs. The same seed and
+worker count give byte-identical shards. Memory per worker is bounded by the NotNext pool, the
+shuffle buffer and one tokenization batch, never by the corpus. Records are framed by
+tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
 """
 
 import collections
@@ -23,6 +28,7 @@ import os
 import platform
 import resource
 import shutil
+import socket
 import time
 import traceback
 
@@ -40,6 +46,10 @@ TOKENIZERS = ('auto', 'fast', 'reference')
 # tokenizer runs at ~2M tokens (~8 MB) per second. Below this much input per worker, 'auto'
 # takes the reference path.
 FAST_TOKENIZER_MIN_BYTES = 24 << 20
+TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
+# Above this fraction of [UNK] tokens the vocab does not fit the text (a truncated vocab, the
+# wrong casing or script): refused unless --max_unk_fraction is raised.
+MAX_UNK_FRACTION = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +119,15 @@ def run_worker(job):
                                                 (job.random_seed, job.worker), counts)
     rng = np.random.default_rng([job.random_seed, job.worker, 2])
     files.extend(open(p, 'wb') for p in job.shard_parts)  # pylint: disable=consider-using-with
-    written, buffer = 0, []
+    written, buffer, per_file = 0, [], [0] * len(files)
 
     def emit(records):
       """Deals records round-robin to the files, continuing where the last call stopped."""
       nonlocal written
       for s, f in enumerate(files):
-        f.write(tfrecord.frame(records[(s - written) % len(files)::len(files)]))
+        share = records[(s - written) % len(files)::len(files)]
+        f.write(tfrecord.frame(share))
+        per_file[s] += len(share)
       written += len(records)
 
     for batch in batches:
@@ -131,6 +143,7 @@ def run_worker(job):
       f.close()  # Here, so that a full disk is an error of this worker.
     counts['shard_instances'] = written
     return {'worker': job.worker, 'counts': dict(counts), 'skips': skips.as_dict(),
+            'part_records': per_file,
             'startup_seconds': ready - start, 'seconds': time.perf_counter() - start,
             'peak_rss_mb': _peak_rss_mb(), 'error': None}
   except Exception as e:  # pylint: disable=broad-except  # Reported with the place, below.
@@ -160,22 +173,74 @@ def _run_jobs(jobs):
     return results
 
 
-def _remove(paths):
-  for path in paths:
-    if os.path.exists(path):
-      os.remove(path)
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Alive, another user's.
+    return True
+  return True
 
 
-def _write_shards(jobs, outputs, parts, tag, skips):
-  """Runs the workers, then moves their parts into place as the shards: all of them or none.
+def remove_stale_temp_dirs(directory) -> list[str]:
+  """Removes the temporary directories that dead runs on this host left in `directory`.
+
+  A directory of a live run, or of a run on another host (a shared file system), is kept.
+  Returns the removed paths.
+  """
+  removed = []
+  host = socket.gethostname()
+  try:
+    names = os.listdir(directory)
+  except FileNotFoundError:
+    return removed
+  for name in names:
+    if not name.startswith(TEMP_DIR_PREFIX):
+      continue
+    try:
+      run_host, pid, _ = name[len(TEMP_DIR_PREFIX):].rsplit('-', 2)
+      pid = int(pid)
+    except ValueError:
+      continue
+    if run_host == host and not _pid_alive(pid):
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+      removed.append(os.path.join(directory, name))
+  return removed
+
+
+def check_outputs(outputs, report_file):
+  """Fails before any input is read when an output cannot be written where it is asked for."""
+  for path in [*outputs, report_file]:
+    if os.path.isdir(path):
+      raise ValueError(f'output {path} is a directory: give a file path (or, with '
+                       '--num_output_shards, a prefix such as DIR/train)')
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+      parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+      raise ValueError(f'cannot write {path}: {parent} is a file, not a directory')
+    if parent and not os.access(parent, os.W_OK | os.X_OK):
+      raise ValueError(f'cannot write {path}: no write permission in {parent}')
+
+
+def _write_json(path, value):
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _write_shards(jobs, outputs, parts, temp_dirs, skips, make_report, report_file):
+  """Runs the workers, then puts the report and the parts in place: all of them or none.
 
   With a shard count that is a multiple of the worker count each part is a whole shard (only
   renamed); otherwise every worker wrote a part of every shard, concatenated in worker order.
+  `make_report(results, counts, shard_bytes, shard_records)` returns the report, which is put
+  in place before the first shard (see the module docstring).
   """
   num_workers = len(jobs)
   whole_shards = len(outputs) % num_workers == 0
-  temporary = [p for worker_parts in parts for p in worker_parts] + [
-      f'{out}.{tag}' for out in outputs]
   try:
     results = _run_jobs(jobs)
     errors = [r for r in results if r['error']]
@@ -188,33 +253,63 @@ def _write_shards(jobs, outputs, parts, tag, skips):
       skips.merge(r['skips'])
     if not counts['instances']:
       raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
+    staged, shard_records = [], []
     for s, out in enumerate(outputs):
-      if not whole_shards:
-        with open(f'{out}.{tag}', 'wb') as merged:
+      if whole_shards:
+        w = s % num_workers
+        staged.append(parts[w][s // num_workers])
+        shard_records.append(results[w]['part_records'][s // num_workers])
+      else:
+        staged.append(os.path.join(temp_dirs[out], os.path.basename(out)))
+        with open(staged[-1], 'wb') as merged:
           for w in range(num_workers):
             with open(parts[w][s], 'rb') as part:
               shutil.copyfileobj(part, merged, 1 << 22)
-      os.replace(f'{out}.{tag}', out)
+            os.remove(parts[w][s])
+        shard_records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
+    report = make_report(results, counts, [os.path.getsize(p) for p in staged], shard_records)
+    staged_report = os.path.join(temp_dirs[outputs[0]], os.path.basename(report_file))
+    _write_json(staged_report, report)
+    os.replace(staged_report, report_file)
+    for path, out in zip(staged, outputs, strict=True):
+      os.replace(path, out)
   finally:
-    _remove(temporary)
-  return results, counts
+    for directory in set(temp_dirs.values()):
+      shutil.rmtree(directory, ignore_errors=True)
+  return report
+
+
+def default_num_workers() -> int:
+  """The cores this process may use."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # Not Linux.
+    return os.cpu_count() or 1
 
 
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
-           do_lower_case=True, num_output_shards=0, num_workers=1, random_seed=12345,
+           do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format='lines', max_line_bytes=100_000, shuffle_buffer=10_000,
-           tokenizer='auto', report_file=None):
-  """Writes the shards and the JSON report; returns the report (a dict)."""
+           tokenizer='auto', report_file=None, max_unk_fraction=MAX_UNK_FRACTION):
+  """Writes the shards and the JSON report; returns the report (a dict).
+
+  num_workers: worker processes; None = the cores available. The bytes written depend on
+  (random_seed, num_workers), so pass it explicitly to reproduce files on another machine.
+  """
   start = time.perf_counter()
   settings.validate()
+  if num_workers is None:
+    num_workers = default_num_workers()
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
   if tokenizer not in TOKENIZERS:
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
     raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
-  outputs = output_paths(output_file, num_output_shards)
-  report_file = report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json'
+  outputs = [os.path.abspath(p) for p in output_paths(output_file, num_output_shards)]
+  report_file = os.path.abspath(
+      report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
+  check_outputs(outputs, report_file)
   skips = text_input.Skips()
   files = text_input.usable_files(text_input.expand_input_patterns(input_file),
                                          skips)
@@ -227,16 +322,23 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
-  for directory in {os.path.dirname(os.path.abspath(p)) for p in outputs}:
+  directories = sorted({os.path.dirname(p) for p in outputs})
+  temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
+  for directory in directories:
     os.makedirs(directory, exist_ok=True)
+    remove_stale_temp_dirs(directory)
+    os.makedirs(os.path.join(directory, temp_name))
+  temp_dirs = {out: os.path.join(os.path.dirname(out), temp_name) for out in outputs}
 
-  tag = f'tmp-{os.getpid()}-{time.time_ns()}'
+  def part(out, suffix=''):
+    return os.path.join(temp_dirs[out], os.path.basename(out) + suffix)
+
   # Whole shards (shard s by worker s % W) when the worker count divides the shard count,
   # else a part of every shard per worker (see _write_shards).
   if len(outputs) % num_workers == 0:
-    parts = [[f'{out}.{tag}' for out in outputs[w::num_workers]] for w in range(num_workers)]
+    parts = [[part(out) for out in outputs[w::num_workers]] for w in range(num_workers)]
   else:
-    parts = [[f'{out}.{tag}-w{w:03d}' for out in outputs] for w in range(num_workers)]
+    parts = [[part(out, f'.w{w:03d}') for out in outputs] for w in range(num_workers)]
   input_bytes = sum(os.path.getsize(f) for f in files)
   # Both WordPiece paths give the same ids, so this choice changes only the speed.
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and
@@ -244,34 +346,44 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
               do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
               w, num_workers) for w in range(num_workers)]
-  results, counts = _write_shards(jobs, outputs, parts, tag, skips)
 
-  counts.pop('shard_instances', None)
-  report = {
-      'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
-      'settings': dataclasses.asdict(settings) | {
-          'vocab_file': vocab_file, 'spm_model_file': spm_model_file,
-          'do_lower_case': do_lower_case, 'random_seed': random_seed,
-          'num_workers': num_workers, 'input_format': input_format,
-          'max_line_bytes': max_line_bytes, 'shuffle_buffer': shuffle_buffer,
-          'tokenizer': 'fast' if fast else 'reference'},
-      'vocab_sha256': _sha256(vocab_file or spm_model_file),
-      'vocab_size': len(vocab),
-      'input_files': files,
-      'output_files': outputs,
-      'report_file': report_file,
-      'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
-                   example_encoding.feature_spec(settings.max_seq_length,
-                                                 settings.max_predictions_per_seq,
-                                                 settings.static_masking).items()},
-      'counts': dict(sorted(counts.items())),
-      'skipped': skips.as_dict(),
-      'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
-                  | {'instances': r['counts'].get('instances', 0)} for r in results],
-      'seconds': time.perf_counter() - start,
-      'host': platform.node(),
-  }
-  with open(report_file + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(report, f, indent=1)
-  os.replace(report_file + '.tmp', report_file)
-  return report
+  def make_report(results, counts, shard_bytes, shard_records):
+    counts.pop('shard_instances', None)
+    unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
+    if unk_fraction > max_unk_fraction:
+      raise ValueError(
+          f'{unk_fraction:.1%} of the tokens are [UNK] (limit {max_unk_fraction:.0%}): the vocab '
+          f'({vocab_file or spm_model_file}, {len(vocab)} entries) does not fit this text -- '
+          'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
+          'or raise --max_unk_fraction if this is intended. No shard was written.')
+    return {
+        'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
+        'settings': dataclasses.asdict(settings) | {
+            'vocab_file': vocab_file, 'spm_model_file': spm_model_file,
+            'do_lower_case': do_lower_case, 'random_seed': random_seed,
+            'num_workers': num_workers, 'input_format': input_format,
+            'max_line_bytes': max_line_bytes, 'shuffle_buffer': shuffle_buffer,
+            'tokenizer': 'fast' if fast else 'reference'},
+        'vocab_sha256': _sha256(vocab_file or spm_model_file),
+        'vocab_size': len(vocab),
+        'input_files': files,
+        'output_files': outputs,
+        # Checked by readers (input/file_set.py): a set that disagrees is refused.
+        'output_bytes': dict(zip(map(os.path.basename, outputs), shard_bytes, strict=True)),
+        'output_records': dict(zip(map(os.path.basename, outputs), shard_records,
+                                   strict=True)),
+        'report_file': report_file,
+        'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
+                     example_encoding.feature_spec(settings.max_seq_length,
+                                                   settings.max_predictions_per_seq,
+                                                   settings.static_masking).items()},
+        'counts': dict(sorted(counts.items())),
+        'unk_fraction': round(unk_fraction, 6),
+        'skipped': skips.as_dict(),
+        'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
+                    | {'instances': r['counts'].get('instances', 0)} for r in results],
+        'seconds': time.perf_counter() - start,
+        'host': platform.node(),
+    }
+
+  return _write_shards(jobs, outputs, parts, temp_dirs, skips, make_report, report_file)

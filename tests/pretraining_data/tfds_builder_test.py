@@ -65,8 +65,8 @@ def prepare(corpus, vocab_file, data_dir, use_beam):
 def cli_instances(corpus, vocab_file, tmp_path_factory):
   out = tmp_path_factory.mktemp('cli') / 'train.tfrecord'
   # One worker owning the one file: the stream and seed TFDS uses for file 0.
-  writer.create(str(corpus), str(out), SETTINGS, vocab_file=vocab_file,
-                            random_seed=5)
+  writer.create(str(corpus), str(out), SETTINGS, vocab_file=vocab_file, random_seed=5,
+                num_workers=1)
   return instances([out])
 
 

@@ -40,6 +40,7 @@ def write_corpus(path, documents):
 
 
 def run(corpus, out_dir, settings=SETTINGS, **kwargs):
+  kwargs.setdefault('num_workers', 1)
   report = writer.create(str(corpus), str(out_dir / 'train'), settings,
                                      num_output_shards=2, random_seed=7, **kwargs)
   return report, [pathlib.Path(p) for p in report['output_files']]
@@ -187,3 +188,71 @@ def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
   # when every word left has more pieces (common with a vocab this small).
   chosen = data['masked_lm_weights'].sum(1)
   assert np.mean(chosen >= 1) > 0.99, np.mean(chosen >= 1)
+
+
+def test_outputs_are_checked_before_any_input_is_read(vocab_file, tmp_path):
+  (tmp_path / 'dir').mkdir()
+  (tmp_path / 'afile').write_text('x')
+  missing_input = str(tmp_path / 'no-such-input-*.txt')  # Would fail if it were read first.
+  with pytest.raises(ValueError, match='is a directory'):
+    writer.create(missing_input, str(tmp_path / 'dir'), SETTINGS, vocab_file=vocab_file)
+  with pytest.raises(ValueError, match='is a file, not a directory'):
+    writer.create(missing_input, str(tmp_path / 'afile' / 'sub' / 'train'), SETTINGS,
+                  vocab_file=vocab_file, num_output_shards=2)
+
+
+def test_a_vocab_that_does_not_fit_the_text_is_refused(documents, vocab_file, tmp_path):
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:60])
+  specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+  lines = pathlib.Path(vocab_file).read_text(encoding='utf-8').splitlines()
+  truncated = tmp_path / 'vocab10.txt'
+  truncated.write_text('\n'.join(specials + [w for w in lines if w not in specials][:5]) + '\n')
+  with pytest.raises(ValueError, match=r'\d+\.\d% of the tokens are \[UNK\].*--max_unk_fraction'):
+    run(corpus, tmp_path / 'out', vocab_file=str(truncated))
+  assert not (tmp_path / 'out').exists() or not any(
+      p for p in (tmp_path / 'out').iterdir() if not p.name.startswith('.'))
+  assert not list((tmp_path / 'out').glob(writer.TEMP_DIR_PREFIX + '*'))
+  report, _ = run(corpus, tmp_path / 'out', vocab_file=str(truncated), max_unk_fraction=1.0)
+  assert report['unk_fraction'] > 0.5
+  report, _ = run(corpus, tmp_path / 'ok', vocab_file=vocab_file)
+  assert report['unk_fraction'] < 0.01
+  assert report['counts']['unk_tokens'] == round(
+      report['unk_fraction'] * report['counts']['document_tokens'])
+
+
+def test_report_records_each_shard_and_is_in_place_before_the_shards(documents, vocab_file,
+                                                                    tmp_path, monkeypatch):
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:60])
+  report, files = run(corpus, tmp_path / 'out', vocab_file=vocab_file, num_workers=2)
+  assert report['output_bytes'] == {f.name: f.stat().st_size for f in files}
+  assert sum(report['output_records'].values()) == report['counts']['instances']
+  # A kill between the renames, simulated: the report is new, one shard is missing.
+  real_replace, calls = os.replace, []
+
+  def dying_replace(src, dst):
+    calls.append(dst)
+    if len(calls) == 2:  # The report, then the first shard, then "killed".
+      raise KeyboardInterrupt
+    real_replace(src, dst)
+
+  monkeypatch.setattr(writer.os, 'replace', dying_replace)
+  for f in files:
+    f.unlink()
+  with pytest.raises(KeyboardInterrupt):
+    run(corpus, tmp_path / 'out', vocab_file=vocab_file, num_workers=2)
+  assert calls[0].endswith('.json')
+  assert not list((tmp_path / 'out').glob(writer.TEMP_DIR_PREFIX + '*'))
+
+
+def test_stale_temp_dirs_of_dead_runs_are_removed(tmp_path):
+  host = writer.socket.gethostname()
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  stale = tmp_path / f'{writer.TEMP_DIR_PREFIX}{host}-{dead}-1'
+  live = tmp_path / f'{writer.TEMP_DIR_PREFIX}{host}-{os.getpid()}-2'
+  other_host = tmp_path / f'{writer.TEMP_DIR_PREFIX}elsewhere-{dead}-3'
+  for d in (stale, live, other_host):
+    d.mkdir()
+    (d / 'train-00000-of-00001').write_bytes(b'partial')
+  assert writer.remove_stale_temp_dirs(tmp_path) == [str(stale)]
+  assert live.exists() and other_host.exists() and not stale.exists()

@@ -1,0 +1,143 @@
+"""Which TFRecord files a pattern names, checked against the JSON reports written beside them.
+
+create_pretraining_data writes `<prefix>.json` beside its shards with each shard's bytes and
+record count (pretraining_data/writer.py). A pattern's files are refused when they disagree
+with the report that lists them: a listed shard that the pattern would match is missing, a
+shard's size differs (modified, or left by a run killed while renaming), or a matched file
+sits beside reports but is listed in none (a leftover of another run). Files without any report
+beside them (made by another tool) are read as they are. Hidden names and directories never
+match, so no temporary file of a running or killed data creation is ever read.
+
+The reports also carry the vocab the data was made with: `check_vocab` compares it with the
+model's vocab before anything is compiled.
+"""
+
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+
+from absl import logging
+import tensorflow as tf
+
+_REPORT_TOOL = 'create_pretraining_data'
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSet:
+  """Matched files, their record counts where a report gives them, and those reports."""
+
+  files: list
+  record_counts: dict  # path -> records, for files listed in a report.
+  reports: dict  # report path -> report (dict).
+
+
+def _patterns(file_pattern) -> list[str]:
+  patterns = file_pattern.split(',') if isinstance(file_pattern, str) else list(file_pattern)
+  return [p.strip() for p in patterns if p.strip()]
+
+
+def _is_data_file(path: str) -> bool:
+  return not os.path.basename(path).startswith('.') and not tf.io.gfile.isdir(path)
+
+
+def list_files(file_pattern) -> list[str]:
+  """Sorted files matching comma-separated patterns or globs (or a list of them)."""
+  files = sorted({f for p in _patterns(file_pattern) for f in tf.io.gfile.glob(p)
+                  if _is_data_file(f)})
+  if not files:
+    raise FileNotFoundError(f'no files match {file_pattern!r}: check the path and the glob')
+  return files
+
+
+def _reports_in(directory: str) -> dict:
+  """The create_pretraining_data reports in a directory: path -> report."""
+  reports = {}
+  for path in tf.io.gfile.glob(os.path.join(directory, '*.json')):
+    try:
+      with tf.io.gfile.GFile(path) as f:
+        report = json.load(f)
+    except (ValueError, UnicodeDecodeError, tf.errors.OpError):
+      continue
+    if (isinstance(report, dict) and _REPORT_TOOL in str(report.get('tool', ''))
+        and isinstance(report.get('output_files'), list)):
+      reports[path] = report
+  return reports
+
+
+def resolve(file_pattern) -> FileSet:
+  """The files of a pattern, refused (ValueError) when they disagree with their reports."""
+  patterns = _patterns(file_pattern)
+  files = list_files(patterns)
+  reports, counts, covered, report_files = {}, {}, set(), set()
+  for directory in sorted({os.path.dirname(f) for f in files}):
+    beside = _reports_in(directory)
+    report_files.update(beside)
+    for report_path, report in sorted(beside.items()):
+      listed = [os.path.join(directory, os.path.basename(o)) for o in report['output_files']]
+      wanted = [p for p in listed if any(fnmatch.fnmatchcase(p, pat) for pat in patterns)]
+      if not set(wanted) & set(files):
+        continue
+      reports[report_path] = report
+      missing = [p for p in wanted if p not in files]
+      if missing:
+        raise ValueError(
+            f'{len(missing)} of the {len(wanted)} shards that {report_path} lists under '
+            f'{file_pattern!r} are missing ({", ".join(missing[:3])}): copy them back, or rerun '
+            'create_pretraining_data with the same flags to remake the set')
+      sizes = report.get('output_bytes', {})
+      records = report.get('output_records', {})
+      for path in wanted:
+        name = os.path.basename(path)
+        found = tf.io.gfile.stat(path).length
+        if name in sizes and found != sizes[name]:
+          raise ValueError(
+              f'{path} has {found} bytes but {report_path} recorded {sizes[name]}: the shard '
+              'was changed, or a data creation was killed while renaming; rerun '
+              'create_pretraining_data with the same flags to remake the set')
+        if name in records:
+          counts[path] = int(records[name])
+      covered.update(wanted)
+    strays = [f for f in files if os.path.dirname(f) == directory and f not in covered
+              and f not in beside]
+    if beside and strays and covered:
+      raise ValueError(
+          f'{len(strays)} file(s) match {file_pattern!r} but no report beside them lists them '
+          f'({", ".join(strays[:3])}): leftovers of another run? Move them away or narrow the '
+          'pattern')
+  if not reports:
+    logging.info('no create_pretraining_data report beside %s: the files are read unchecked',
+                 file_pattern)
+  return FileSet([f for f in files if f not in report_files], counts, reports)
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):
+  """Refuses data made with another vocab than the model's, before anything is compiled."""
+  vocab_digest = _sha256(vocab_file) if vocab_file else None
+  for report_path, report in file_set.reports.items():
+    size, digest = report.get('vocab_size'), report.get('vocab_sha256')
+    made_with = report.get('settings', {}).get('vocab_file') or '?'
+    if size is not None and size > model_vocab_size:
+      raise ValueError(
+          f'the data ({report_path}) was made with a {size}-entry vocab ({made_with}) but the '
+          f'model has vocab_size={model_vocab_size}: set data.vocab_file to that vocab and '
+          f'--config.model.vocab_size={size}, or remake the data with the model\'s vocab')
+    if vocab_digest and digest and digest != vocab_digest:
+      raise ValueError(
+          f'the data ({report_path}) was made with another vocab ({made_with}, sha256 '
+          f'{digest[:12]}...) than data.vocab_file={vocab_file} (sha256 {vocab_digest[:12]}...): '
+          'the ids would mean other tokens. Point data.vocab_file at the vocab the data was '
+          'made with, or remake the data with this vocab')
+    if not vocab_file and size is not None and size != model_vocab_size:
+      logging.warning('the data was made with a %d-entry vocab (%s) and the model has %d rows; '
+                      'set data.vocab_file to check that they are the same vocab', size,
+                      made_with, model_vocab_size)

@@ -1,0 +1,81 @@
+"""Reading checks a pattern's files against the create_pretraining_data reports beside them."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from bertjax.input import file_set
+
+
+def make_set(directory, sizes, name='train', vocab=b'[PAD]\n[UNK]\n'):
+  """Fake shards of the given sizes and the report that lists them."""
+  directory.mkdir(exist_ok=True)
+  names = [f'{name}-{i:05d}-of-{len(sizes):05d}' for i in range(len(sizes))]
+  for n, size in zip(names, sizes, strict=True):
+    (directory / n).write_bytes(b'x' * size)
+  report = {'tool': 'bertjax 0.1 create_pretraining_data',
+            'output_files': [f'/somewhere/else/{n}' for n in names],  # Moved since: basenames.
+            'output_bytes': dict(zip(names, sizes, strict=True)),
+            'output_records': {n: size // 10 for n, size in zip(names, sizes, strict=True)},
+            'vocab_size': 2, 'vocab_sha256': hashlib.sha256(vocab).hexdigest(),
+            'settings': {'vocab_file': 'v.txt'}}
+  (directory / f'{name}.json').write_text(json.dumps(report))
+  return [str(directory / n) for n in names]
+
+
+def test_a_complete_set_reads_with_record_counts_from_its_report(tmp_path):
+  files = make_set(tmp_path, [100, 120])
+  (tmp_path / '.create_pretraining_data-tmp-h-1-2').mkdir()  # A running creation's.
+  (tmp_path / '.hidden-00000-of-00002').write_bytes(b'partial')
+  checked = file_set.resolve(f'{tmp_path}/*')
+  assert checked.files == files
+  assert checked.record_counts == {files[0]: 10, files[1]: 12}
+  # A subset the pattern selects is fine: only the shards the pattern names must exist.
+  assert file_set.resolve(files[0]).files == files[:1]
+
+
+def test_a_missing_shard_is_refused(tmp_path):
+  files = make_set(tmp_path, [100, 120, 90])
+  os.remove(files[1])
+  with pytest.raises(ValueError, match=r'1 of the 3 shards .* are missing .*train-00001'):
+    file_set.resolve(f'{tmp_path}/train-*')
+
+
+def test_a_shard_that_disagrees_with_its_report_is_refused(tmp_path):
+  files = make_set(tmp_path, [100, 120])
+  with open(files[0], 'ab') as f:
+    f.write(b'more')
+  with pytest.raises(ValueError, match=r'has 104 bytes but .*recorded 100'):
+    file_set.resolve(f'{tmp_path}/train-*')
+
+
+def test_files_no_report_lists_are_refused_beside_a_report(tmp_path):
+  make_set(tmp_path, [100, 120])
+  (tmp_path / 'train-00000-of-00002.tmp-123-456').write_bytes(b'x' * 50)  # Old temp names.
+  with pytest.raises(ValueError, match=r'1 file\(s\) match .* no report beside them lists'):
+    file_set.resolve(f'{tmp_path}/train-*')
+
+
+def test_files_without_any_report_are_read_as_they_are(tmp_path):
+  (tmp_path / 'a.tfrecord').write_bytes(b'x')
+  checked = file_set.resolve(f'{tmp_path}/*.tfrecord')
+  assert checked.files == [str(tmp_path / 'a.tfrecord')] and not checked.reports
+  with pytest.raises(FileNotFoundError, match='no files match'):
+    file_set.resolve(f'{tmp_path}/nothing-*')
+
+
+def test_vocab_of_the_data_against_the_model(tmp_path):
+  vocab = tmp_path / 'vocab.txt'
+  vocab.write_bytes(b'[PAD]\n[UNK]\n')
+  other = tmp_path / 'other.txt'
+  other.write_bytes(b'[PAD]\n[MASK]\n')
+  make_set(tmp_path / 'd', [10])
+  checked = file_set.resolve(f'{tmp_path}/d/train-*')
+  file_set.check_vocab(checked, model_vocab_size=2, vocab_file=str(vocab))
+  file_set.check_vocab(checked, model_vocab_size=128, vocab_file=None)  # Padded rows.
+  with pytest.raises(ValueError, match=r'2-entry vocab .* vocab_size=1: set data.vocab_file'):
+    file_set.check_vocab(checked, model_vocab_size=1, vocab_file=None)
+  with pytest.raises(ValueError, match=r'made with another vocab .*the ids would mean other'):
+    file_set.check_vocab(checked, model_vocab_size=2, vocab_file=str(other))
