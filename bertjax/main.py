@@ -8,7 +8,11 @@ jax.distributed finds its peers by itself; elsewhere pass --coordinator_address=
 JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 """
 
+import contextlib
+import logging as std_logging
 import os
+import sys
+import tempfile
 
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -35,14 +39,59 @@ flags.mark_flags_as_required(['config'])
 JOBS = ('pretrain', 'finetune', 'embed')
 
 
+# Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
+_QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a healthy checkpoint.
+                   'Metadata file does not exist')
+
+
+class ConsoleFilter(std_logging.Filter):
+  """The console carries bertjax's lines and every library's warnings and errors; libraries'
+  INFO lines (orbax: ~50 per save; jax's backend probing) only at --verbosity=1 or more."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if logging.get_verbosity() >= logging.DEBUG:
+      return True
+    ours = f'{os.sep}bertjax{os.sep}' in record.pathname or record.pathname.endswith('main.py')
+    if record.levelno >= std_logging.WARNING:
+      return ours or not any(m in record.getMessage() for m in _QUIET_WARNINGS)
+    return ours
+
+
+def install_console_filter():
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
+    handler.addFilter(ConsoleFilter())
+
+
+@contextlib.contextmanager
+def _stderr_held():
+  """Holds what C++ libraries write to stderr (TensorFlow probing for CUDA on a CPU machine:
+  'failed call to cuInit'); shown only if the block fails or at --verbosity=1."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as held:
+    os.dup2(held.fileno(), 2)
+    failed = True
+    try:
+      yield
+      failed = False
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      if failed or logging.get_verbosity() >= logging.DEBUG:
+        held.seek(0)
+        sys.stderr.write(held.read().decode(errors='replace'))
+
+
 def hide_accelerators_from_tf():
   """Keeps TensorFlow on the CPU so that it takes no GPU/TPU memory from JAX."""
-  try:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return
-  tf.config.set_visible_devices([], 'GPU')
-  tf.config.set_visible_devices([], 'TPU')
+  with _stderr_held():
+    try:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    except ImportError:
+      return
+    tf.config.set_visible_devices([], 'GPU')
+    tf.config.set_visible_devices([], 'TPU')
 
 
 def _cluster_detected() -> bool:
@@ -68,32 +117,109 @@ def initialize_distributed():
     jax.distributed.initialize()
 
 
-def main(argv):
+def _load_config(spec: str):
+  """The ConfigDict of `--config=path.py[:arg]`, loaded as config_flags does."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path, _, arg = spec.partition(':')
+  module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _config_field_error(argv) -> str | None:
+  """'unknown config field X; closest valid names: ...' for a mistyped --config.X, else None."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  if spec is None:
+    return None
+  try:
+    config = _load_config(spec)
+  except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
+    return None
+  names = _field_names(config)
+  for arg in argv:
+    if arg.startswith('--config.'):
+      field = arg[len('--config.'):].split('=', 1)[0]
+      if field not in names:
+        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
+        listed = (f'closest valid names: {", ".join(close)}' if close else
+                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
+        return f'unknown config field {field!r} (in {arg}); {listed}'
+  return None
+
+
+def _field_names(config, prefix='') -> list[str]:
+  names = []
+  for key, value in config.items():
+    names.append(prefix + key)
+    if hasattr(value, 'items'):
+      names.extend(_field_names(value, f'{prefix}{key}.'))
+  return names
+
+
+def parse_flags(argv):
+  """absl's flag parsing, with a one-line error for a mistyped config field."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
+          file=sys.stderr)
+    sys.exit(1)
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    message = _config_field_error(argv) or f'{type(e).__name__}: {e}'
+    print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
+    sys.exit(1)
+
+
+def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  install_console_filter()
   hide_accelerators_from_tf()
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
-  config = _CONFIG.value
+
+  from bertjax import paths  # pylint: disable=g-import-not-at-top
+  # Absolute from here on: orbax refuses relative paths, and notebooks change directory.
+  config = paths.absolute_config(_CONFIG.value)
+  workdir = paths.absolute(_WORKDIR.value or '')
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,
                jax.process_index(), jax.process_count(), jax.device_count(),
                jax.local_device_count(), jax.devices())
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
   if config.job == 'pretrain':
-    if not _WORKDIR.value:
+    if not workdir:
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
     from bertjax import pretrain  # pylint: disable=g-import-not-at-top
-    pretrain.train_and_evaluate(config, _WORKDIR.value)
+    pretrain.train_and_evaluate(config, workdir)
   elif config.job == 'finetune':
-    if not _WORKDIR.value:
+    if not workdir:
       raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
     from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
-    job.run(config, _WORKDIR.value)
+    job.run(config, workdir)
   elif config.job == 'embed':
     from bertjax import embed  # pylint: disable=g-import-not-at-top
-    embed.run(config, _WORKDIR.value)
+    embed.run(config, workdir)
+
+
+def main(argv):
+  """Runs the job; an error the user acts on (bad input, a full disk, a busy workdir, NaN) ends
+  with its message as the last line instead of a traceback (kept at --verbosity=1)."""
+  from bertjax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
+  try:
+    _run(argv)
+  except (ValueError, FileNotFoundError, FloatingPointError, checkpoint.DiskFullError,
+          workdir_lock.WorkdirInUseError) as e:
+    if logging.get_verbosity() >= logging.DEBUG:
+      raise
+    logging.error('%s: %s', type(e).__name__, e)
+    sys.stderr.flush()
+    print(f'error: {e}\n(--verbosity=1 shows where it was raised)', file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import paths
+from bertjax.input import file_set
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
@@ -25,6 +27,7 @@ from bertjax.training import losses
 from bertjax.training import perf
 from bertjax.training import sharding
 from bertjax.training import train_state
+from bertjax.training import workdir_lock
 
 BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints for keep_best.
 
@@ -85,6 +88,7 @@ class Evaluator:
   batch_axes: tuple
   max_batches: int  # >= 0 caps the batches per eval.
   every_steps: int
+  vocab_size: int
   baseline: float | None = None
 
   def run(self, params, step: int) -> dict:
@@ -95,6 +99,7 @@ class Evaluator:
     for i, host_batch in enumerate(self.make_dataset().as_numpy_iterator()):
       if 0 <= self.max_batches <= i:
         break
+      check_ids(host_batch, self.vocab_size, 'the eval files')
       batch = global_batch.make_global_batch(host_batch, self.mesh, self.batch_axes)
       outputs.append(self.eval_fn(params, batch))
     return losses.host_means(outputs) | {'unigram_baseline': self.baseline}
@@ -117,6 +122,26 @@ def data_files(config, workdir) -> tuple[str, str, str]:
       max_predictions_per_seq=data.max_predictions_per_seq, dupe_factor=data.dupe_factor,
       static_masking=not data.dynamic_masking)
   return train, eval_, str(embedded.vocab_path())
+
+
+def check_ids(host_batch, vocab_size: int, files: str):
+  """Refuses a batch with token ids the model has no embedding for (data of another vocab)."""
+  top = max(int(host_batch['input_ids'].max()), int(host_batch.get('masked_lm_ids', [0]).max()))
+  if top >= vocab_size:
+    raise ValueError(f'the data ({files}) holds token id {top} but the model has '
+                     f'vocab_size={vocab_size}: the data was made with a larger vocab. Set '
+                     'data.vocab_file and model.vocab_size to that vocab, or remake the data.')
+
+
+def check_data(config, train_files, eval_files, vocab_file, init_path):
+  """Every data input checked before anything is compiled: the file sets against their reports
+  (eval files too: a mistake there would surface only at the first eval) and their vocab
+  against the model's (data.vocab_file, else the start-from checkpoint's)."""
+  model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
+  for files in (train_files, eval_files):
+    if files:
+      file_set.check_vocab(file_set.resolve(files), model_vocab_size=config.model.vocab_size,
+                           vocab_file=model_vocab)
 
 
 def masking_config(config, vocab_file):
@@ -142,10 +167,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks.
   """
+  workdir = paths.absolute(workdir)
+  paths.absolute_config(config)
+  with workdir_lock.locked(workdir):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir: str) -> dict:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
   train_files, eval_files, vocab_file = data_files(config, workdir)
+  path = init_from.configured(config)
+  check_data(config, train_files, eval_files, vocab_file, path)
   vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
   train_state.check_config(config, mesh, vocab_entries)
   masking = masking_config(config, vocab_file)
@@ -161,6 +195,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         start_example=examples_consumed, masking=masking, num_lanes=data.num_lanes,
         shuffle_window=data.shuffle_window)
     for host_batch in dataset.as_numpy_iterator():
+      check_ids(host_batch, config.model.vocab_size, train_files)
       yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
 
   task = objective(config)
@@ -174,11 +209,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     # No in_shardings: the params and the batch arrive committed to their shardings.
     eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
     evaluator = Evaluator(make_eval_ds, eval_fn, mesh, batch_axes, config.max_eval_batches,
-                          config.eval_every_steps)
+                          config.eval_every_steps, config.model.vocab_size)
   else:
     logging.warning('data.eval_files is empty: no eval')
 
-  path = init_from.configured(config)
 
   def load_weights(params, shardings):
     return init_from.load_params(path, params, shardings)[0]

@@ -7,9 +7,16 @@ any CPU in ~5 s: "weather is lovely" vs "so sunny" 0.666, vs "drove to the stadi
 Arguments: init_from=<transformers BERT dir> (checkpoint= still read), dtype=float32|bfloat16.
 """
 
+import pathlib
+import sys
+
 import ml_collections
 
-from configs import common
+try:
+  from configs import common
+except ImportError:  # Loaded by path (--config=<checkout>/configs/...) from another directory.
+  sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
+  from configs import common
 
 
 def get_config(arg=None):

@@ -19,9 +19,16 @@ Arguments: task=<one of TASKS>, size=''|tiny|...|large, init_from=<dir> (init= s
 dtype=float32|bfloat16, epochs=, batch=, lr=, seq=.
 """
 
+import pathlib
+import sys
+
 import ml_collections
 
-from configs import common
+try:
+  from configs import common
+except ImportError:  # Loaded by path (--config=<checkout>/configs/...) from another directory.
+  sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
+  from configs import common
 
 # Per task: (max_seq_length, learning rate, epochs, global batch). GLUE/SQuAD follow the
 # BERT paper (batch 32, 3 epochs, lr 2e-5..5e-5; SQuAD 2.0: 2 epochs, batch 48). The task's kind

@@ -17,10 +17,18 @@ seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adam
 init_from=<dir>.
 """
 
+import pathlib
+import sys
+
 import ml_collections
 
 from bertjax.pretraining_data import embedded
-from configs import common
+
+try:
+  from configs import common
+except ImportError:  # Loaded by path (--config=<checkout>/configs/...) from another directory.
+  sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
+  from configs import common
 
 # Per size: (global batch, peak learning rate, warmup steps, train steps) defaults. tiny/mini
 # are sized for a CPU demo on the embedded corpus; small+ follow BERT's recipe.

@@ -22,6 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bertjax import paths
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import registry
 from bertjax.input import global_batch
@@ -35,6 +36,7 @@ from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
 from bertjax.training import sharding
 from bertjax.training import train_state
+from bertjax.training import workdir_lock
 
 # ---------------------------------------------------------------------------------------------
 # Set-up.
@@ -210,6 +212,13 @@ class Evaluator:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Fine-tunes per `config` in `workdir`; returns the final eval metrics (first eval split's
   names bare, others prefixed with their split) plus the skip counts."""
+  workdir = paths.absolute(workdir)
+  paths.absolute_config(config)
+  with workdir_lock.locked(workdir):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir: str) -> dict:
   s = setup(config)
   cfg, task = s.config, s.task
   skipped = {}
@@ -262,6 +271,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def run_predict(config, workdir: str, splits=None) -> list:
   """Writes predictions of the workdir's latest checkpoint (mode=eval: eval splits with metrics;
   mode=predict: the test split or data.predict_file). Returns the written paths."""
+  workdir = paths.absolute(workdir)
+  paths.absolute_config(config)
   s = setup(config)
   cfg, task = s.config, s.task
   set_steps(cfg, 1)
@@ -278,7 +289,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   predict_fn = jit_predict(s)
   if splits is None:
     splits = task.eval_splits if config.mode == 'eval' else task.test_splits
-  paths = []
+  written = []
   out_dir = pathlib.Path(workdir) / 'predictions' / f'{config.mode}_step_{meta["step"]}'
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
@@ -291,12 +302,12 @@ def run_predict(config, workdir: str, splits=None) -> list:
                                                      sorted(metrics.items())))
         checkpoint.write_json(out_dir / f'{split}_results.json', metrics)
       if jax.process_index() == 0:
-        paths.append(task.write_predictions(outputs, features, feature_meta, examples, split,
+        written.append(task.write_predictions(outputs, features, feature_meta, examples, split,
                                             out_dir))
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
-                     paths[-1])
+                     written[-1])
   mngr.close()
-  return paths
+  return written
 
 
 def run(config, workdir: str):

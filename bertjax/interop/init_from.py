@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.training import checkpoint
 
@@ -50,7 +51,7 @@ def configured(config) -> str:
       raise ValueError(f'config.init_from={path!r} and the deprecated config.{name}={old!r} '
                        'disagree: set only init_from.')
     path = old
-  return path
+  return paths.absolute(path)
 
 
 def is_transformers_dir(path: pathlib.Path) -> bool:

@@ -11,6 +11,8 @@ import dataclasses
 import json
 import pathlib
 
+from absl import logging
+
 from bertjax.text import vocab_learner
 
 NAME = 'shakespeare_kjv'
@@ -110,13 +112,15 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   globs = {}
   for split, (split_settings, shards) in plans.items():
     prefix = directory / f'{tag}-{split}'
-    report = pathlib.Path(f'{prefix}.json')
-    if jax.process_index() == 0 and not _complete(report, f'{prefix}-*-of-*', split_settings):
+    report_path = pathlib.Path(f'{prefix}.json')
+    if jax.process_index() == 0 and not _complete(report_path, f'{prefix}-*-of-*', split_settings):
       directory.mkdir(parents=True, exist_ok=True)
-      writer.create(str(corpus_path(split)), str(prefix), split_settings,
+      report = writer.create(str(corpus_path(split)), str(prefix), split_settings,
                                 vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
                                 num_output_shards=shards, num_workers=min(shards, 2),
-                                report_file=str(report))
+                                report_file=str(report_path))
+      logging.info('made the embedded corpus\'s %s TFRecords: %d instances in %.1f s (%s)',
+                   split, report['counts']['instances'], report['seconds'], directory)
     globs[split] = f'{prefix}-*-of-*'
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('bertjax-embedded-pretraining-files')

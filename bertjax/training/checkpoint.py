@@ -7,12 +7,18 @@ config and the mesh that wrote it). Saves are asynchronous; the manager keeps th
 `keep` steps plus the `keep_best` best by the job's eval metric (pre-training: MLM accuracy).
 
 Restoring reads each array straight into the sharding the current mesh asks for, so a run may
-resume on a different mesh shape. A newest checkpoint that cannot be read (half-written, a file
-missing or truncated) is moved aside to <step>.unreadable-<time> with a warning and the previous
-one is used; nothing is deleted. When none is readable the run stops with an error, and so do
-later runs in that workdir: never a silent fresh start.
+resume on a different mesh shape. The meta item records a digest of every array of the state
+(an order-sensitive sum of its bits, computed on the device in any sharding), checked after each
+restore, so a flipped bit is found even where the storage format has no checksum. A newest
+checkpoint whose bytes are damaged (half-written, a file missing or truncated, a digest that
+disagrees, a meta without its step) is moved aside to <step>.unreadable-<time> with a warning
+and the previous one is used; nothing is deleted. Any other restore error (permissions, memory,
+a bug) stops the run with the checkpoints left where they are. When none is readable the run
+stops with an error, and so do later runs in that workdir: never a silent fresh start.
 """
 
+import contextlib
+import errno
 import json
 import pathlib
 import time
@@ -21,7 +27,72 @@ from absl import logging
 import flax
 import jax
 from jax.experimental import multihost_utils
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+# Messages of errors that mean damaged bytes (tensorstore's status codes among them), as
+# opposed to errors of the reader (permissions, memory, a wrong path).
+_DAMAGE_MARKERS = ('OUT_OF_RANGE', 'NOT_FOUND', 'DATA_LOSS', 'INVALID_ARGUMENT', 'does not exist',
+                   'corrupt', 'Corrupt', 'checksum', 'truncated', 'Unexpected end', 'decode')
+
+
+class DamagedCheckpointError(ValueError):
+  """A checkpoint's bytes are not what was saved."""
+
+
+def _is_damage(error: BaseException) -> bool:
+  """True when an error (or one it came from) says a checkpoint's bytes are damaged."""
+  seen = 0
+  while error is not None and seen < 10:
+    if isinstance(error, (DamagedCheckpointError, FileNotFoundError, json.JSONDecodeError,
+                          UnicodeDecodeError)):
+      return True
+    if isinstance(error, (PermissionError, MemoryError)):
+      return False
+    if any(marker in str(error) for marker in _DAMAGE_MARKERS):
+      return True
+    error, seen = error.__cause__ or error.__context__, seen + 1
+  return False
+
+
+def _digest(x):
+  """A uint32 digest of an array's bits: sum of bits x an odd weight per position, mod 2^32."""
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  if x.dtype == jnp.bool_:
+    x = x.astype(jnp.uint8)
+  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+  bits = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)  # 8 bytes: [..., 2].
+  index = jnp.zeros(bits.shape, jnp.uint32)
+  stride = 1
+  for dim in reversed(range(bits.ndim)):
+    index = index + jax.lax.broadcasted_iota(jnp.uint32, bits.shape, dim) * jnp.uint32(stride)
+    stride = stride * bits.shape[dim] % (1 << 32)
+  weight = index * jnp.uint32(2654435761) * jnp.uint32(2) + jnp.uint32(1)  # Odd: no bit lost.
+  return jnp.sum(bits * weight, dtype=jnp.uint32)
+
+
+_digests = jax.jit(lambda tree: jax.tree.map(_digest, tree))
+
+
+def digests(state) -> dict:
+  """{path: digest} of every array of a (sharded) state; the same for any sharding."""
+  values = jax.device_get(_digests(state))
+  return {jax.tree_util.keystr(path): int(v)
+          for path, v in jax.tree_util.tree_flatten_with_path(values)[0]}
+
+
+def _check_restored(step: int, state, meta):
+  """Raises DamagedCheckpointError when the meta or the arrays are not what was saved."""
+  if not isinstance(meta, dict) or not all(
+      isinstance(meta.get(k), int) for k in ('step', 'examples_consumed')):
+    raise DamagedCheckpointError(f'its meta item lacks the step or the examples consumed: {meta}')
+  if 'digests' in meta:
+    found = digests(state)
+    bad = sorted(k for k, v in meta['digests'].items() if found.get(k) != v)
+    if bad:
+      raise DamagedCheckpointError(f'{len(bad)} array(s) differ from what was saved (digest), '
+                                   f'e.g. {bad[0]}')
 
 
 def checkpoint_dir(workdir) -> str:
@@ -51,12 +122,57 @@ def manager(workdir, config, *, best_metric: str) -> ocp.CheckpointManager:
                                options=options)
 
 
+class DiskFullError(OSError):
+  """A checkpoint could not be written for lack of space; the previous ones are intact."""
+
+
+def _is_disk_full(error: BaseException) -> bool:
+  seen = 0
+  while error is not None and seen < 10:
+    if getattr(error, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(error):
+      return True
+    error, seen = error.__cause__ or error.__context__, seen + 1
+  return False
+
+
+def _complete_steps(mngr: ocp.CheckpointManager) -> list[int]:
+  """Steps whose directories were finalized (a failed save never gets its final name)."""
+  try:
+    return sorted(int(p.name) for p in mngr.directory.iterdir() if p.name.isdigit())
+  except OSError:
+    return []
+
+
+@contextlib.contextmanager
+def disk_full_as_one_error(mngr: ocp.CheckpointManager):
+  """Turns a full disk during a save (raised by the save or the next wait) into one error."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except  # Re-raised unless the disk is full.
+    if not _is_disk_full(e):
+      raise
+    kept = _complete_steps(mngr)
+    raise DiskFullError(
+        errno.ENOSPC,
+        f'the disk holding {mngr.directory} is full: a checkpoint could not be written. ' +
+        (f'The last complete one (step {kept[-1]}) is intact and a rerun resumes from it. '
+         if kept else 'No complete checkpoint exists yet. ') +
+        'Free space (or move the workdir to a larger disk) and rerun the same command.') from None
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,
          force: bool = False) -> bool:
   """Starts an async save of `state` and `meta` at `step` (every_steps apart unless force)."""
-  return mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                 meta=ocp.args.JsonSave(meta)),
-                   metrics=metrics, force=force)
+  with disk_full_as_one_error(mngr):  # Also reports the failure of the previous save.
+    return mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                   meta=ocp.args.JsonSave(meta)),
+                     metrics=metrics, force=force)
+
+
+def wait(mngr: ocp.CheckpointManager):
+  """Waits for the async save in flight, reporting a full disk as one clear error."""
+  with disk_full_as_one_error(mngr):
+    mngr.wait_until_finished()
 
 
 def _move_aside(mngr: ocp.CheckpointManager, step: int):
@@ -82,7 +198,13 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
     try:
       restored = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-    except Exception as e:  # pylint: disable=broad-except  # Any read error means unusable.
+      _check_restored(step, restored['state'], restored['meta'])
+    except Exception as e:  # pylint: disable=broad-except  # Classified just below.
+      if not _is_damage(e):
+        raise RuntimeError(
+            f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'
+            f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
+            '(permissions, memory, the config) and rerun.') from e
       logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
                       'previous one', step, mngr.directory, type(e).__name__, str(e)[:300])
       _move_aside(mngr, step)

@@ -15,6 +15,7 @@ need step N's state before the next step donates it).
 
 import dataclasses
 import json
+import pathlib
 import signal
 import time
 from typing import Callable
@@ -23,11 +24,12 @@ from typing import Protocol
 
 from absl import logging
 from clu import metric_writers
-from clu import periodic_actions
 import flax
 import flax.linen as nn
 import jax
+import ml_collections
 
+from bertjax import paths
 from bertjax.model import encoder
 from bertjax.training import checkpoint
 from bertjax.training import losses
@@ -106,6 +108,10 @@ class _Progress:
   def __init__(self, config, job: Job, writer, start_step: int):
     self._config, self._job, self._writer = config, job, writer
     self._peak = perf.peak_flops_per_device(config.peak_tflops)
+    if self._peak is None:
+      logging.info('no MFU: the peak FLOP/s of a %r device is not known; set '
+                   '--config.peak_tflops=<TFLOP/s per device> to see it',
+                   jax.devices()[0].device_kind)
     self._timer = (time.perf_counter(), start_step)
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
 
@@ -149,13 +155,53 @@ def _write_config(config, workdir, writer, resumed_at: int | None):
     checkpoint.write_json(f'{workdir}/{name}', json.loads(config.to_json()))
 
 
-def _evaluate(job: Job, params, step: int, writer, report_progress) -> dict:
-  with report_progress.timed('eval'):
-    metrics = job.evaluator.run(params, step)
+def _evaluate(job: Job, params, step: int, writer) -> dict:
+  start = time.perf_counter()
+  metrics = job.evaluator.run(params, step)
   writer.write_scalars(step, {f'eval/{k}': v for k, v in metrics.items()})
-  logging.info('eval at step %d: %s', step,
-               ', '.join(f'{k} {v:.4f}' for k, v in sorted(metrics.items())))
+  logging.info('eval at step %d: %s (%.1f s)', step,
+               ', '.join(f'{k} {v:.4f}' for k, v in sorted(metrics.items())),
+               time.perf_counter() - start)
   return metrics
+
+
+def _metric_writer(workdir):
+  """TensorBoard on process 0 only; the console gets the progress line, not every scalar."""
+  if jax.process_index() > 0:
+    return metric_writers.MultiWriter([])
+  return metric_writers.AsyncMultiWriter([metric_writers.SummaryWriter(workdir)])
+
+
+def _read_json(path):
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _check_schedule(config, workdir, step: int, schedule):
+  """Warns when a resumed run's learning-rate schedule differs from the one it started with
+  (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
+  resumed = sorted(pathlib.Path(workdir).glob('config-resumed-at-*.json'),
+                   key=lambda p: int(p.stem.rsplit('-', 1)[-1]))
+  last = _read_json(resumed[-1] if resumed else f'{workdir}/config.json')
+  if not last or 'optimizer' not in last:
+    return
+  old = dict(last['optimizer'])
+  fields = ('learning_rate', 'end_learning_rate', 'warmup_steps', 'total_steps', 'decay_power')
+  changed = [f'optimizer.{k} {old.get(k)} -> {config.optimizer[k]}' for k in fields
+             if k in old and old[k] != config.optimizer[k]]
+  if not changed:
+    return
+  old_rate = optimizer_lib.learning_rate_schedule(
+      ml_collections.ConfigDict({k: old[k] for k in fields}))(step)
+  logging.warning(
+      'the learning-rate schedule differs from the one this run last ran with (%s): at step %d '
+      'the rate goes from %.3g to %.3g. To extend a run without that jump, keep '
+      'optimizer.total_steps=%s (the rate stays at end_learning_rate after it) or start a new '
+      'run with init_from=%s.', ', '.join(changed), step, float(old_rate), float(schedule(step)),
+      old.get('total_steps'), workdir)
 
 
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
@@ -163,6 +209,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   notebooks). The config's fields used: seed, model, optimizer, mesh-checked batch sizes,
   num_train_steps, grad_accum_steps, checkpoint, log_every_steps, data.max_seq_length,
   peak_tflops."""
+  workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   logging.info('--- model and optimizer')
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
@@ -176,7 +223,14 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   state, examples_consumed, resumed = checkpoint.restore_or_initialize(
       mngr, state, state_shardings, config.global_batch_size, job.load_weights)
   start_step, total_steps = int(state.step), config.num_train_steps
-  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  if resumed and start_step >= total_steps:
+    mngr.close()
+    logging.info('already at step %d of %d: nothing to do (raise num_train_steps to go on)',
+                 start_step, total_steps)
+    return _read_json(f'{workdir}/eval_results.json') or {}
+  if resumed:
+    _check_schedule(config, workdir, start_step, schedule)
+  writer = _metric_writer(workdir)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
   logging.info('--- loop: steps %d..%d, %d sequences of %d tokens per step', start_step,
@@ -184,8 +238,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
-  report_progress = periodic_actions.ReportProgress(
-      num_train_steps=total_steps, writer=writer, every_steps=config.log_every_steps)
   progress = _Progress(config, job, writer, start_step)
   preemption = _Preemption(mngr)
   evaluator, eval_metrics = job.evaluator, {}
@@ -202,7 +254,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           progress.log(*deferred)
           deferred = None
         done = step + 1
-        report_progress(done)
         preempted = preemption.reached(done)
         is_last = done == total_steps
         do_eval = evaluator is not None and (is_last or (
@@ -215,22 +266,31 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           deferred, pending = (done, pending), []
 
         if do_eval:
-          eval_metrics = _evaluate(job, state.params, done, writer, report_progress)
+          eval_metrics = _evaluate(job, state.params, done, writer)
           progress.restart_timer(done)
         if will_save:
           meta = {'step': done, 'examples_consumed': examples_consumed + (
               done - start_step) * config.global_batch_size, 'mesh': dict(mesh.shape),
-                  'model': json.loads(config.model.to_json())}
+                  'model': json.loads(config.model.to_json()),
+                  'digests': checkpoint.digests(state)}
           best = eval_metrics.get(job.best_metric) if do_eval else None
           checkpoint.save(mngr, done, state, meta, force=True,
                           metrics=None if best is None else {job.best_metric: best})
+          logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
         if preempted and not is_last:
           logging.warning('preempted: saved step %d, exiting', done)
           break
-      if start_step == total_steps and evaluator is not None:  # A finished run: evaluate.
-        eval_metrics = _evaluate(job, state.params, total_steps, writer, report_progress)
+  except BaseException:
+    # Already failing: stop orbax's threads quietly (a save error would only repeat itself).
+    try:
+      mngr.close()
+    except Exception:  # pylint: disable=broad-except
+      logging.debug('closing the checkpoint manager after an error failed too', exc_info=True)
+    raise
+  else:
+    checkpoint.wait(mngr)
+    mngr.close()
   finally:
-    mngr.wait_until_finished()
     preemption.close()
     writer.flush()
   if eval_metrics:
