@@ -1,7 +1,7 @@
 """Feature extraction: sentences -> mean-pooled, L2-normalised BERT embeddings.
 
-The main job until pre-training lands (configs/embed.py): import a transformers BERT directory,
-tokenize with bertjax's WordPiece, run the encoder, print the cosine-similarity matrix.
+The `embed` job (configs/embed.py): import a transformers BERT directory, tokenize with
+bertjax's WordPiece, run the encoder, print the cosine-similarity matrix.
 """
 
 import functools

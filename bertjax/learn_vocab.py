@@ -49,6 +49,10 @@ flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    vocab_learner.check_output_name(_MODEL.value, _OUTPUT_FILE.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   if _MODEL.value == 'wordpiece':
     vocab = vocab_learner.learn_wordpiece(
         _INPUT_FILE.value, _OUTPUT_FILE.value, _VOCAB_SIZE.value, _DO_LOWER_CASE.value,

@@ -182,6 +182,10 @@ def _run(argv):
 
   from bertjax import paths  # pylint: disable=g-import-not-at-top
   # Absolute from here on: orbax refuses relative paths, and notebooks change directory.
+  if jax.default_backend() == 'cpu':
+    from bertjax.training import perf  # pylint: disable=g-import-not-at-top
+    logging.info('CPU backend: freed memory kept mapped for reuse (%s)',
+                 'on' if perf.keep_memory_mapped() else 'not available')
   config = paths.absolute_config(_CONFIG.value)
   workdir = paths.absolute(_WORKDIR.value or '')
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,

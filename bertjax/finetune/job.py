@@ -13,7 +13,6 @@ so every example is scored exactly once whatever the number of hosts.
 
 import dataclasses
 import functools
-import math
 import pathlib
 
 from absl import logging
@@ -60,10 +59,13 @@ def resolve_model(config, init_path: str) -> tuple[ml_collections.ConfigDict, st
             + '. Leave size empty to take the checkpoint\'s shape.')
     vocab_file = vocab_file or init_from.vocab_file(init_path) or ''
   if not vocab_file:
-    if model_cfg.vocab_size != embedded.VOCAB_SIZE:
-      raise ValueError(f'no vocab file: set config.data.vocab_file (model.vocab_size is '
-                       f'{model_cfg.vocab_size}; the embedded corpus vocab has '
-                       f'{embedded.VOCAB_SIZE} entries).')
+    if init_path:
+      raise ValueError(f'init_from={init_path} has no vocab.txt: set config.data.vocab_file to '
+                       'the vocab its weights were trained with.')
+    # A random encoder (a smoke test): any vocab fits it, the embedded corpus's one is at hand.
+    logging.info('no init_from and no data.vocab_file: a random encoder with the embedded '
+                 "corpus's %d-entry vocab", embedded.VOCAB_SIZE)
+    model_cfg.vocab_size = embedded.VOCAB_SIZE
     vocab_file = str(embedded.vocab_path())
   return model_cfg, vocab_file
 
@@ -77,7 +79,10 @@ def resolve_pooling(config, init_path: str) -> str:
 def num_steps(config, num_train_features: int) -> int:
   if config.num_train_steps:
     return config.num_train_steps
-  return max(1, math.ceil(config.num_epochs * num_train_features / config.global_batch_size))
+  # Whole epochs of whole batches (the original run_classifier.py floors too): N epochs end on
+  # the step of the N-th per-epoch eval, not one step into the next epoch (a second eval).
+  steps_per_epoch = max(1, num_train_features // config.global_batch_size)
+  return max(1, int(config.num_epochs * steps_per_epoch))
 
 
 @dataclasses.dataclass
@@ -169,11 +174,20 @@ def jit_predict(s: Setup):
                  out_shardings=(replicated, replicated))
 
 
+# Counters a reader reports besides what it skipped (items read, encodings repaired).
+_NOT_SKIPS = ('_read', '_decoded')
+
+
 def _featurized(s: Setup, split: str, is_training: bool, skipped=None):
-  examples, split_skipped = s.task.read(split)
+  examples, counts = s.task.read(split)
+  split_skipped = {k: v for k, v in counts.items() if not k.endswith(_NOT_SKIPS) and v}
   if split_skipped:
     logging.warning('%s: skipped %d examples (%s)', split, sum(split_skipped.values()),
                     ', '.join(f'{k}: {v}' for k, v in sorted(split_skipped.items())))
+  read = {k: v for k, v in counts.items() if k.endswith(_NOT_SKIPS)}
+  if read:
+    logging.info('%s: %d examples (%s)', split, len(examples),
+                 ', '.join(f'{k}: {v}' for k, v in sorted(read.items())))
   if skipped is not None:
     skipped.update({k if split == 'train' else f'{split}/{k}': v
                     for k, v in split_skipped.items()})

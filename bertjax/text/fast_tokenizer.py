@@ -103,7 +103,7 @@ class FastTokenizer:
 
   def __init__(self, vocab_file, do_lower_case=True,
                max_input_chars_per_word=tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD,
-               never_split=tokenizer.DEFAULT_NEVER_SPLIT, unk_token='[UNK]', check_casing=True):
+               never_split=(), unk_token='[UNK]', check_casing=True):
     if not 0 < max_input_chars_per_word < _MAX_RE2_REPEAT:
       raise ValueError(f'max_input_chars_per_word={max_input_chars_per_word}: the fast path '
                        f'supports 1 to {_MAX_RE2_REPEAT - 1}; use tokenizer.FullTokenizer')

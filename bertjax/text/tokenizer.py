@@ -15,7 +15,10 @@ import os
 import re
 import unicodedata
 
-DEFAULT_NEVER_SPLIT = ('[UNK]', '[SEP]', '[PAD]', '[CLS]', '[MASK]')
+# Special tokens. By default they are text like any other when found in raw text ('[MASK]' ->
+# '[', 'mask', ']'), as in the original BERT tokenizer, so raw text can never inject control
+# tokens; pass never_split=SPECIAL_TOKENS for text meant to carry them (HF's behaviour).
+SPECIAL_TOKENS = ('[UNK]', '[SEP]', '[PAD]', '[CLS]', '[MASK]')
 # A word longer than this (in characters) becomes [UNK]; the original's value. HF uses 100.
 DEFAULT_MAX_INPUT_CHARS_PER_WORD = 200
 # A vocab is taken as cased when at least this fraction of its word tokens has upper case.
@@ -102,12 +105,14 @@ def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
     raise ValueError(
         f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
         'do_lower_case=True, so those tokens could never be produced: pass do_lower_case=False '
-        'for a cased checkpoint, or check_casing=False if this is really intended')
+        'for a cased checkpoint (--nodo_lower_case for create_pretraining_data, '
+        '--config.data.do_lower_case=false for fine-tuning)')
   if not do_lower_case and not cased:
     raise ValueError(
         f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
         'so capitalised words would become [UNK] or odd pieces: pass do_lower_case=True for an '
-        'uncased checkpoint, or check_casing=False if this is really intended')
+        'uncased checkpoint (--do_lower_case for create_pretraining_data, '
+        '--config.data.do_lower_case=true for fine-tuning)')
 
 
 # Google's released checkpoints, by the name of the folder holding bert_model.ckpt.
@@ -184,7 +189,7 @@ _ASCII_NEEDS_CLEANING = re.compile('[\x00-\x1f\x7f]')
 class BasicTokenizer:
   """Cleaning, CJK and punctuation splitting, optional lower-casing with accent stripping."""
 
-  def __init__(self, do_lower_case=True, never_split=DEFAULT_NEVER_SPLIT):
+  def __init__(self, do_lower_case=True, never_split=()):
     self.do_lower_case = do_lower_case
     self.never_split = tuple(never_split)
     # Longest first, so that of two special tokens sharing a prefix the longer one wins.
@@ -281,7 +286,7 @@ class FullTokenizer:
 
   def __init__(self, vocab_file, do_lower_case=True,
                max_input_chars_per_word=DEFAULT_MAX_INPUT_CHARS_PER_WORD,
-               never_split=DEFAULT_NEVER_SPLIT, unk_token='[UNK]', check_casing=True):
+               never_split=(), unk_token='[UNK]', check_casing=True):
     self.vocab_file = os.fspath(vocab_file)
     self.vocab = load_vocab(vocab_file)
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
@@ -353,7 +358,7 @@ class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
 
   def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
-               never_split=DEFAULT_NEVER_SPLIT):
+               never_split=()):
     import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
     path = os.fspath(spm_model_file)
     if not os.path.isfile(path):

@@ -182,6 +182,17 @@ def _spm_sentences(files, do_lower_case):
         yield tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
 
 
+def check_output_name(model: str, output_file: str):
+  """A binary SentencePiece model must not be named like a text vocab, nor the reverse."""
+  if model == 'sentencepiece' and not output_file.endswith('.model'):
+    raise ValueError(f'--model=sentencepiece writes a binary SentencePiece model: name it '
+                     f'.model (e.g. --output_file={output_file.rsplit(".", 1)[0]}.model), '
+                     'which --spm_model_file= then takes')
+  if model == 'wordpiece' and output_file.endswith('.model'):
+    raise ValueError('--model=wordpiece writes a text vocab: name it vocab.txt (a .model is a '
+                     'SentencePiece model)')
+
+
 def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
                         model_type='unigram', character_coverage=1.0, input_sentence_size=0,
                         num_threads=1, seed=12345):

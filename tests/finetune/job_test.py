@@ -6,6 +6,7 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 
 import json
 import pathlib
+import types
 import zipfile
 
 import finetune_runs
@@ -276,3 +277,29 @@ def test_mean_pooling_head_and_its_detection(minilm_dir):
   ids_other_padding = np.where(mask > 0, ids, 9)
   np.testing.assert_allclose(module.apply({'params': params}, ids_other_padding, mask, segments),
                              logits, atol=1e-6)
+
+
+def test_epochs_end_at_an_epoch_boundary():
+  config = finetune_config.get_config('task=sst2')
+  config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 1.0
+  assert finetune.num_steps(config, 12_400) == 387  # 387.5 batches: not one step into epoch 2.
+  config.num_epochs = 3.0
+  assert finetune.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
+
+
+def test_read_counters_are_not_counted_as_skips():
+  read = {'articles_read': 2225, 'cp1252_decoded': 1, 'duplicate_dropped': 98,
+          'near_duplicate_dropped': 0}
+  task = types.SimpleNamespace(read=lambda split: (['e'] * 2127, read),
+                               featurize=lambda examples, tok, is_training: ({}, None))
+  skipped = {}
+  finetune._featurized(types.SimpleNamespace(task=task, tokenizer=None), 'train', True, skipped)
+  assert skipped == {'duplicate_dropped': 98}
+
+
+def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab():
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  config.data.vocab_file = ''
+  model_cfg, vocab_file = finetune.resolve_model(config, '')
+  assert vocab_file == str(pretrain_job.embedded.vocab_path())
+  assert model_cfg.vocab_size == pretrain_job.embedded.VOCAB_SIZE

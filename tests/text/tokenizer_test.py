@@ -37,8 +37,8 @@ HF_DIVERGENCES = {
     'private\ue000use': ['[UNK]'],
 }
 # Inputs on which raw tensorflow-text FastBertTokenizer differs from the reference.
-RAW_FAST_DIFFERS = ['Straße', 'ﬁsh', 'Ｈｅｌｌｏ', 'a\x01b', 'a\x7fb\x1fc', 'the [MASK] sat',
-                    'ΟΔΟΣ', '½ … ²', 'x' * 150 + '\u00e9' * 30]
+RAW_FAST_DIFFERS = ['Straße', 'ﬁsh', 'Ｈｅｌｌｏ', 'a\x01b', 'a\x7fb\x1fc', 'ΟΔΟΣ', '½ … ²',
+                    'x' * 150 + '\u00e9' * 30]
 
 
 @pytest.fixture(scope='session')
@@ -97,7 +97,9 @@ def test_reference_equals_hf_on_every_corpus_line(corpus_lines, reference_ids, h
 
 
 def test_reference_equals_hf_on_edge_cases(vocab_file, hf):
-  ref = tokenizer.FullTokenizer(vocab_file, max_input_chars_per_word=100)  # HF's limit.
+  # HF's limit, and HF's special tokens (kept whole when found in text).
+  ref = tokenizer.FullTokenizer(vocab_file, max_input_chars_per_word=100,
+                                never_split=tokenizer.SPECIAL_TOKENS)
   for text, expected in zip(EDGE_CASES, hf_ids(hf, EDGE_CASES), strict=True):
     assert ref.encode(text) == expected, (text, ref.tokenize(text))
   for text, tokens in HF_DIVERGENCES.items():
@@ -110,9 +112,13 @@ def test_edge_case_tokens(reference):
   assert reference.tokenize('BERT中文是') == ['bert', '中', '文', '[UNK]']
   assert reference.tokenize('a\x00b\u200bc d') == ['abc', 'd']
   assert reference.tokenize('!!!...--') == ['!', '!', '!', '.', '.', '.', '-', '-']
-  assert reference.tokenize('the [MASK] sat') == ['the', '[MASK]', 'sat']
-  assert reference.tokenize('x[MASK]y') == ['x', '[MASK]', 'y']  # Anywhere, as in HF.
-  assert reference.tokenize('[mask]') == ['[', 'mask', ']']  # Exact spelling only.
+  # As the original tokenizer: special tokens in raw text are text, never control tokens.
+  assert reference.tokenize('the [MASK] sat') == ['the', '[', 'mask', ']', 'sat']
+  assert reference.tokenize('[CLS] a [SEP]') == ['[', 'cl', '##s', ']', 'a', '[', 'sep', ']']
+  specials = tokenizer.FullTokenizer(reference.vocab_file, never_split=tokenizer.SPECIAL_TOKENS)
+  assert specials.tokenize('the [MASK] sat') == ['the', '[MASK]', 'sat']
+  assert specials.tokenize('x[MASK]y') == ['x', '[MASK]', 'y']  # Anywhere, as in HF.
+  assert specials.tokenize('[mask]') == ['[', 'mask', ']']  # Exact spelling only.
   assert reference.tokenize('') == [] and reference.tokenize(' \t\n') == []
 
 
@@ -158,7 +164,16 @@ def test_fast_handles_where_raw_tensorflow_text_differs(fast, reference, vocab_f
   needs = dict(zip(RAW_FAST_DIFFERS, fast.tf_needs_reference(texts).numpy(), strict=True))
   # Control characters are deleted in-graph; the rest is routed to the reference.
   assert not needs['a\x01b'] and not needs['a\x7fb\x1fc']
-  assert needs['Straße'] and needs['ﬁsh'] and needs['Ｈｅｌｌｏ'] and needs['the [MASK] sat']
+  assert needs['Straße'] and needs['ﬁsh'] and needs['Ｈｅｌｌｏ']
+
+
+def test_fast_keeps_special_tokens_only_when_asked(vocab_file):
+  texts = ['the [MASK] sat', 'x[MASK]y', '[CLS] a [SEP] b [SEP]', '[mask]']
+  for never_split in ((), tokenizer.SPECIAL_TOKENS):
+    fast = fast_tokenizer.FastTokenizer(vocab_file, never_split=never_split)
+    reference = tokenizer.FullTokenizer(vocab_file, never_split=never_split)
+    assert fast.encode_batch(texts) == [reference.encode(t) for t in texts]
+  assert reference.vocab['[MASK]'] in fast.encode('the [MASK] sat')
 
 
 @pytest.mark.parametrize('do_lower_case', [True, False])
@@ -275,7 +290,10 @@ def test_sentencepiece(tmp_path, corpus_lines):
   sp = tokenizer.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True)
   assert isinstance(sp, tokenizer.SentencePieceTokenizer)
   assert [sp.vocab[t] for t in ('<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]')] == [0, 1, 2, 3, 4]
-  assert sp.encode('the [MASK] sat') == sp.convert_tokens_to_ids(
+  assert sp.vocab['[MASK]'] not in sp.encode('the [MASK] sat')  # Text, by default.
+  specials = tokenizer.from_files(spm_model_file=tmp_path / 'spm.model',
+                                  never_split=tokenizer.SPECIAL_TOKENS)
+  assert specials.encode('the [MASK] sat') == sp.convert_tokens_to_ids(
       ['\u2581the', '[MASK]'] + sp.tokenize('sat'))
   for line in corpus_lines[1::997]:
     tokens = sp.tokenize(line)

@@ -140,7 +140,7 @@ def test_glob_matching_nothing(tmp_path):
 def test_sentencepiece_model_with_bertjax_tokenizer(corpus_file, tmp_path):
   model_file = tmp_path / 'spm.model'
   vocab_learner.learn_sentencepiece(str(corpus_file), model_file, 1000)
-  sp = tokenizer.from_files(spm_model_file=model_file)
+  sp = tokenizer.from_files(spm_model_file=model_file, never_split=tokenizer.SPECIAL_TOKENS)
   assert sp.convert_ids_to_tokens(range(5)) == ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]']
   assert sp.unk_token == '<unk>' and len(sp.vocab) == 1000
   tokens = sp.tokenize('In the beginning God created the [MASK] and the Earth.')
@@ -161,3 +161,12 @@ def test_sentencepiece_errors(tmp_path):
   tiny.write_text('to be or not to be\n')
   with pytest.raises(ValueError, match='lower it'):
     vocab_learner.learn_sentencepiece(str(tiny), tmp_path / 'spm.model', 5000)
+
+
+def test_output_names_match_what_is_written():
+  with pytest.raises(ValueError, match=r'name it \.model \(e\.g\. --output_file=vocab\.model'):
+    vocab_learner.check_output_name('sentencepiece', 'vocab.txt')
+  with pytest.raises(ValueError, match='name it vocab.txt'):
+    vocab_learner.check_output_name('wordpiece', 'spm.model')
+  vocab_learner.check_output_name('sentencepiece', 'spm.model')
+  vocab_learner.check_output_name('wordpiece', 'vocab.txt')

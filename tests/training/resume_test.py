@@ -9,10 +9,13 @@ learning-rate schedule from the step all to be right; only a different mesh, whi
 order of floating-point sums, is compared with a tolerance.
 """
 
+import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
+import subprocess
 import types
 
 import jax
@@ -186,3 +189,77 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, fields, 
                                                   best_metric=pretrain.BEST_METRIC),
                               abstract_state=None)
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == names
+
+
+def test_the_console_carries_only_what_a_user_acts_on(reference):
+  text = (reference / 'log.txt').read_text()
+  for noise in ('checkpoint_manager.py', 'orbax', 'Setting work unit notes', 'cuInit',
+                "backend 'tpu'", '_CHECKPOINT_METADATA'):
+    assert noise not in text, noise
+  assert text.count('saving checkpoint') == 4  # One line per save (3, 6, 9, 12).
+  assert text.count('eval at step') == 1
+  assert len(re.findall(r'step \d+/12:', text)) == STEPS  # log_every_steps=1.
+
+
+def test_a_relative_workdir_resumes_and_moves_nothing_aside(tmp_path, fields, env, reference):
+  for step in (3, 6):
+    shutil.copytree(reference / 'checkpoints' / str(step), tmp_path / 'checkpoints' / str(step))
+  relative = os.path.relpath(tmp_path, pretrain_runs.REPO)  # The commands run in the checkout.
+  log = tmp_path / 'log.txt'
+  pretrain_runs.run(pretrain_runs.command(relative, STEPS, fields), log, env)
+  assert 'restored step 6 ' in log.read_text()
+  assert not list((tmp_path / 'checkpoints').glob('*.unreadable-*'))
+  assert_ends_like_reference(tmp_path, reference)
+
+
+def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path, fields, env, reference):
+  cmd = pretrain_runs.command(tmp_path, STEPS, fields)
+  first_log, second_log = tmp_path / 'first.txt', tmp_path / 'second.txt'
+  first = pretrain_runs.start(cmd, first_log, env)
+  pretrain_runs.wait_for(lambda: 'step 1/12:' in first_log.read_text(), first, first_log,
+                         'the first step')
+  second = pretrain_runs.start(cmd, second_log, env)
+  assert pretrain_runs.finish(second, second_log) == 1
+  assert re.search(rf'error: {tmp_path} is in use by pid {first.pid} on .* running since',
+                   second_log.read_text())
+  assert pretrain_runs.finish(first, first_log) == 0  # Untouched by the refused one.
+  assert_ends_like_reference(tmp_path, reference)
+
+
+def test_a_finished_run_says_so_and_an_extension_logs_the_schedule_change(
+    tmp_path, fields, env, reference):
+  shutil.copytree(reference / 'checkpoints', tmp_path / 'checkpoints')
+  shutil.copy(reference / 'config.json', tmp_path / 'config.json')
+  before = sorted(p.name for p in tmp_path.iterdir())
+  log = tmp_path.parent / f'{tmp_path.name}-log.txt'
+  pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS, fields), log, env)
+  assert 'already at step 12 of 12: nothing to do' in log.read_text()
+  assert sorted(p.name for p in tmp_path.iterdir()) == before + ['.lock']  # No events file.
+  pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS + 1, fields), log, env)
+  assert re.search(r'the learning-rate schedule differs .*optimizer.total_steps 12 -> 13.* at '
+                   r'step 12 the rate goes from \S+ to \S+', log.read_text())
+
+
+def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, fields, env, reference):
+  """The workdir on a size-limited tmpfs (a private mount namespace): the second save fails."""
+  if subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode:
+    pytest.skip('no user namespaces here; checkpoint_test.py covers the error path in-process')
+  one = sum(p.stat().st_size for p in (reference / 'checkpoints' / '3').rglob('*') if p.is_file())
+  workdir, kept = tmp_path / 'w', tmp_path / 'kept'
+  workdir.mkdir()
+  kept.mkdir()
+  cmd = ' '.join(shlex.quote(a) for a in pretrain_runs.command(workdir, STEPS, fields))
+  script = (f'mount -t tmpfs -o size={int(one * 1.6)} tmpfs {workdir} && {cmd}; rc=$?; '
+            f'cp -a {workdir}/. {kept}/; exit $rc')
+  log = tmp_path / 'log.txt'
+  process = pretrain_runs.start(['unshare', '-rm', 'sh', '-c', script], log, env)
+  assert pretrain_runs.finish(process, log) == 1
+  text = log.read_text()
+  last = text.strip().splitlines()[-2]
+  assert last.startswith(f'error: the disk holding {workdir}/checkpoints is full'), text[-3000:]
+  assert 'The last complete one (step 3) is intact' in last
+  assert 'Traceback' not in text and 'sys.meta_path' not in text
+  assert len(text.splitlines()) < 40, text
+  assert pretrain_runs.checkpoint_steps(kept) == [3]
+  pretrain_runs.assert_equal_leaves(pretrain_runs.read_state(kept, 3),
+                                    pretrain_runs.read_state(reference, 3))

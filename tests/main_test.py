@@ -1,0 +1,66 @@
+"""The command line as a new user meets it: config files from anywhere, one-line errors, a
+console without library chatter."""
+
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl import logging as absl_logging
+
+from bertjax import main
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_main(cwd, *args):
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # Not the checkout's root.
+  env['JAX_PLATFORMS'] = 'cpu'
+  return subprocess.run([sys.executable, '-m', 'bertjax.main', *args], cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_a_mistyped_config_field_is_one_line_naming_the_closest(tmp_path):
+  done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny',
+                  '--config.optimizer.learning_rat=1e-3', f'--workdir={tmp_path}/w')
+  assert done.returncode == 1
+  lines = done.stderr.strip().splitlines()
+  assert len(lines) == 1, done.stderr
+  assert "unknown config field 'optimizer.learning_rat'" in lines[0]
+  assert 'closest valid names: optimizer.learning_rate' in lines[0]
+
+
+def test_config_files_load_from_another_directory_and_bad_input_is_one_error(tmp_path):
+  # Started outside the checkout: the config file still finds configs/common.py. Data that
+  # matches nothing fails at once, before anything is compiled, with one line to act on.
+  done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny',
+                  '--config.data.train_files=nowhere/train-*', '--workdir=relative/w')
+  assert done.returncode == 1, done.stderr
+  last = done.stderr.strip().splitlines()
+  assert last[-2].startswith('error: no files match') and f'{tmp_path}/nowhere/train-*' in last[-2]
+  assert 'Traceback' not in done.stderr and 'cuInit' not in done.stderr
+  assert (tmp_path / 'relative' / 'w' / '.lock').exists()  # The workdir, made absolute.
+
+
+def record(pathname, level, message='m'):
+  return logging.LogRecord('absl', level, pathname, 1, message, None, None)
+
+
+def test_console_filter_keeps_ours_and_library_warnings():
+  console = main.ConsoleFilter()
+  orbax = '/site-packages/orbax/checkpoint/_src/checkpoint_manager.py'
+  verbosity = absl_logging.get_verbosity()
+  try:
+    absl_logging.set_verbosity(absl_logging.INFO)
+    assert console.filter(record('/x/bertjax/training/loop.py', logging.INFO))
+    assert not console.filter(record(orbax, logging.INFO))
+    assert not console.filter(record('/site-packages/jax/_src/xla_bridge.py', logging.INFO,
+                                     "Unable to initialize backend 'tpu'"))
+    assert console.filter(record(orbax, logging.WARNING, 'a real problem'))
+    assert not console.filter(record(orbax, logging.WARNING,
+                                     'Metadata file does not exist: /w/1/_CHECKPOINT_METADATA'))
+    absl_logging.set_verbosity(absl_logging.DEBUG)  # --verbosity=1: everything.
+    assert console.filter(record(orbax, logging.INFO))
+  finally:
+    absl_logging.set_verbosity(verbosity)

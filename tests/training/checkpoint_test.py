@@ -1,0 +1,130 @@
+"""Checkpoint integrity: digests, damaged bytes fall back, other errors leave checkpoints be,
+a full disk is one clear error."""
+
+import errno
+import json
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from bertjax.training import checkpoint
+
+
+@flax.struct.dataclass
+class State:
+  params: dict
+  step: jnp.ndarray
+
+
+def config():
+  c = ml_collections.ConfigDict()
+  c.checkpoint = ml_collections.ConfigDict({'keep': 5, 'keep_best': 0, 'every_steps': 1})
+  return c
+
+
+def make_state(seed):
+  rng = np.random.default_rng(seed)
+  return State(params={'dense': {'kernel': jnp.asarray(rng.normal(size=(64, 32)), jnp.float32),
+                                 'bias': jnp.asarray(rng.normal(size=(32,)), jnp.bfloat16)}},
+               step=jnp.int32(seed))
+
+
+def save_steps(workdir, steps=(1, 2)):
+  mngr = checkpoint.manager(workdir, config(), best_metric='acc')
+  for step in steps:
+    state = make_state(step)
+    meta = {'step': step, 'examples_consumed': step * 4, 'digests': checkpoint.digests(state)}
+    checkpoint.save(mngr, step, state, meta, force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+
+
+def restore(workdir):
+  mngr = checkpoint.manager(workdir, config(), best_metric='acc')
+  abstract = checkpoint.abstract_state(make_state(0), jax.tree.map(lambda x: x.sharding,
+                                                                    make_state(0)))
+  return checkpoint.restore_latest(mngr, abstract)
+
+
+def largest_data_file(step_dir):
+  return max((p for p in (step_dir / 'state').rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+
+
+def test_digest_sees_every_bit_and_no_sharding():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 16)), jnp.float32)
+  base = checkpoint.digests({'x': x})
+  mesh = jax.make_mesh((8,), ('d',))
+  sharded = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('d')))
+  assert checkpoint.digests({'x': sharded}) == base
+  bits = np.asarray(x).view(np.uint32).copy()
+  for index, bit in [(0, 0), (37, 31), (127, 5)]:
+    flipped = bits.copy().reshape(-1)
+    flipped[index] ^= np.uint32(1 << bit)
+    assert checkpoint.digests({'x': jnp.asarray(flipped.view(np.float32).reshape(8, 16))}) != base
+  swapped = np.asarray(x).copy()
+  swapped[[0, 1]] = swapped[[1, 0]]
+  assert checkpoint.digests({'x': jnp.asarray(swapped)}) != base
+
+
+def test_a_flipped_bit_falls_back_to_the_previous_checkpoint(tmp_path):
+  save_steps(tmp_path)
+  victim = largest_data_file(tmp_path / 'checkpoints' / '2')
+  data = bytearray(victim.read_bytes())
+  data[len(data) // 2] ^= 0x04
+  victim.write_bytes(bytes(data))
+  state, meta = restore(tmp_path)
+  assert meta['step'] == 1 and int(state.step) == 1
+  assert len(list((tmp_path / 'checkpoints').glob('2.unreadable-*'))) == 1
+
+
+def test_a_meta_without_its_step_falls_back(tmp_path):
+  save_steps(tmp_path)
+  (tmp_path / 'checkpoints' / '2' / 'meta' / 'metadata').write_text('{}')
+  _, meta = restore(tmp_path)
+  assert meta['step'] == 1
+
+
+def test_an_error_that_is_not_damage_moves_nothing(tmp_path, monkeypatch):
+  save_steps(tmp_path)
+  before = sorted(p.name for p in (tmp_path / 'checkpoints').iterdir())
+
+  def out_of_memory(*args, **kwargs):
+    raise MemoryError('RESOURCE_EXHAUSTED: host memory')  # Not the bytes' fault.
+
+  monkeypatch.setattr(checkpoint.ocp.CheckpointManager, 'restore', out_of_memory)
+  with pytest.raises(RuntimeError, match='look intact, so nothing was moved'):
+    restore(tmp_path)
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before
+
+
+def test_damage_is_told_from_other_errors():
+  damaged = [ValueError('OUT_OF_RANGE: Requested byte range [0, 9) is not valid'),
+             ValueError('NOT_FOUND: Metadata at "a/.zarray" does not exist'),
+             json.JSONDecodeError('Expecting value', '{', 1), FileNotFoundError('manifest')]
+  for error in damaged:
+    assert checkpoint._is_damage(error), error
+  wrapped = RuntimeError('restore failed')
+  wrapped.__cause__ = damaged[0]
+  assert checkpoint._is_damage(wrapped)
+  for error in [MemoryError('out of memory'), PermissionError(errno.EACCES, 'denied'),
+                RuntimeError('Checkpoint path should be absolute')]:
+    assert not checkpoint._is_damage(error), error
+
+
+def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, monkeypatch):
+  save_steps(tmp_path, steps=(1,))
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+
+  def full(*args, **kwargs):
+    raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "/w/checkpoints/2.orbax-'
+                     'checkpoint-tmp/state/d/x": [OS error 28: No space left on device]')
+
+  monkeypatch.setattr(checkpoint.ocp.CheckpointManager, 'wait_until_finished', full)
+  with pytest.raises(checkpoint.DiskFullError, match=r'is full: .* last complete one \(step 1\) '
+                     r'is intact and a rerun resumes from it'):
+    checkpoint.wait(mngr)
