@@ -219,7 +219,6 @@ def main(argv):
           workdir_lock.WorkdirInUseError) as e:
     if logging.get_verbosity() >= logging.DEBUG:
       raise
-    logging.error('%s: %s', type(e).__name__, e)
     sys.stderr.flush()
     print(f'error: {e}\n(--verbosity=1 shows where it was raised)', file=sys.stderr)
     sys.exit(1)

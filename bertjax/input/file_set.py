@@ -69,7 +69,7 @@ def _reports_in(directory: str) -> dict:
 def resolve(file_pattern) -> FileSet:
   """The files of a pattern, refused (ValueError) when they disagree with their reports."""
   patterns = _patterns(file_pattern)
-  files = list_files(patterns)
+  files = list_files(file_pattern)
   reports, counts, covered, report_files = {}, {}, set(), set()
   for directory in sorted({os.path.dirname(f) for f in files}):
     beside = _reports_in(directory)
