@@ -16,28 +16,21 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 
 LOCK_NAME = '.lock'
-_HELD = {}  # workdir -> open file, so that nested jobs of one process share the lock.
+_ACTIVE = set()  # Workdirs whose block runs in this process: nested jobs share the lock.
 
 
 class WorkdirInUseError(RuntimeError):
   """Another live run holds the workdir."""
 
 
-@contextlib.contextmanager
-def locked(workdir: str):
-  """Holds the workdir's lock (process 0) for the duration of the block."""
-  if jax.process_index() != 0 or workdir in _HELD:
-    yield
-    return
-  if '://' in workdir:
-    logging.info('%s is remote and cannot be locked: start one run per workdir', workdir)
-    yield
-    return
+def _acquire(workdir: str):
+  """(open lock file, None) or (None, the error naming the holder)."""
   os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, LOCK_NAME)
-  f = open(path, 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+  f = open(os.path.join(workdir, LOCK_NAME), 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -49,16 +42,40 @@ def locked(workdir: str):
     except (ValueError, KeyError):
       who = 'another process'
     f.close()
-    raise WorkdirInUseError(
+    return None, WorkdirInUseError(
         f'{workdir} is in use by {who}: wait for that run to end or stop it (it resumes from '
-        'its last checkpoint), or pass another --workdir') from None
-  f.seek(0)
-  f.truncate()
-  f.write(json.dumps({'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time()}))
-  f.flush()
-  _HELD[workdir] = f
+        'its last checkpoint), or pass another --workdir')
+  return f, None
+
+
+@contextlib.contextmanager
+def locked(workdir: str):
+  """Holds the workdir's lock (process 0) for the duration of the block; every process of a
+  multi-host job raises when process 0 finds the workdir in use."""
+  if workdir in _ACTIVE:
+    yield
+    return
+  remote = '://' in workdir
+  f, error = (None, None)
+  if jax.process_index() == 0 and not remote:
+    f, error = _acquire(workdir)
+  if jax.process_count() > 1:
+    free = multihost_utils.broadcast_one_to_all(np.int32(error is None))
+    if not free and error is None:
+      error = WorkdirInUseError(f'process 0 found {workdir} in use by another run')
+  if error is not None:
+    raise error
+  if remote and jax.process_index() == 0:
+    logging.info('%s is remote and cannot be locked: start one run per workdir', workdir)
+  if f is not None:
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps({'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time()}))
+    f.flush()
+  _ACTIVE.add(workdir)
   try:
     yield
   finally:
-    del _HELD[workdir]
-    f.close()  # Releases the lock; the file stays (its content is only informative).
+    _ACTIVE.discard(workdir)
+    if f is not None:
+      f.close()  # Releases the lock; the file stays (its content is only informative).
