@@ -41,7 +41,9 @@ JOBS = ('pretrain', 'finetune', 'embed')
 
 # Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
 _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a healthy checkpoint.
-                   'Metadata file does not exist')
+                   'Metadata file does not exist',
+                   # orbax's background threads on a full disk, said once by the run's error.
+                   'No space left on device')
 
 
 class ConsoleFilter(std_logging.Filter):
@@ -58,9 +60,19 @@ class ConsoleFilter(std_logging.Filter):
 
 
 def install_console_filter():
+  """The console filter on absl's handler, and tracebacks of orbax's asyncio callbacks that
+  fire after a failed save ('Event loop is closed', ~40 lines each) kept for --verbosity=1."""
   handler = logging.get_absl_handler()
   if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
     handler.addFilter(ConsoleFilter())
+  hook = sys.excepthook
+
+  def excepthook(kind, value, tb):
+    if (kind is RuntimeError and str(value) == 'Event loop is closed'
+        and logging.get_verbosity() < logging.DEBUG):
+      return
+    hook(kind, value, tb)
+  sys.excepthook = excepthook
 
 
 @contextlib.contextmanager

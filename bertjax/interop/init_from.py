@@ -98,11 +98,32 @@ def model_config(init_from: str) -> dict:
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
 
 
+def _run_config(path: pathlib.Path) -> dict | None:
+  """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step)."""
+  for folder in (path, *path.parents)[:3]:
+    if (folder / 'config.json').is_file() and (folder / 'checkpoints').is_dir():
+      try:
+        return json.loads((folder / 'config.json').read_text())
+      except ValueError:
+        return None
+  return None
+
+
 def vocab_file(init_from: str) -> str | None:
-  """The vocab.txt saved with a transformers checkpoint, if any."""
+  """The vocab of a checkpoint: a transformers dir's vocab.txt, or the vocab a bertjax run
+  recorded in its config.json (the embedded corpus's when it trained on that); else None."""
   path = pathlib.Path(init_from)
-  if is_transformers_dir(path) and (path / 'vocab.txt').exists():
-    return str(path / 'vocab.txt')
+  if is_transformers_dir(path):
+    return str(path / 'vocab.txt') if (path / 'vocab.txt').exists() else None
+  run = _run_config(path)
+  if not run or 'data' not in run:
+    return None
+  recorded = run['data'].get('vocab_file') or ''
+  if recorded and pathlib.Path(recorded).is_file():
+    return recorded
+  if not run['data'].get('train_files'):
+    from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
+    return str(embedded.vocab_path())
   return None
 
 

@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import pathlib
+import shutil
 import time
 
 from absl import logging
@@ -151,13 +152,31 @@ def disk_full_as_one_error(mngr: ocp.CheckpointManager):
   except Exception as e:  # pylint: disable=broad-except  # Re-raised unless the disk is full.
     if not _is_disk_full(e):
       raise
-    kept = _complete_steps(mngr)
-    raise DiskFullError(
-        errno.ENOSPC,
-        f'the disk holding {mngr.directory} is full: a checkpoint could not be written. ' +
-        (f'The last complete one (step {kept[-1]}) is intact and a rerun resumes from it. '
-         if kept else 'No complete checkpoint exists yet. ') +
-        'Free space (or move the workdir to a larger disk) and rerun the same command.') from None
+    raise DiskFullError(f'the disk holding {mngr.directory} is full: a checkpoint could not be '
+                        f'written. {_what_is_left(mngr)}') from None
+
+
+def _what_is_left(mngr) -> str:
+  kept = _complete_steps(mngr)
+  return ((f'The last complete one (step {kept[-1]}) is intact and a rerun resumes from it. '
+           if kept else 'No complete checkpoint exists yet. ') +
+          'Free space (or move the workdir to a larger disk) and rerun the same command.')
+
+
+def check_space(mngr: ocp.CheckpointManager, step: int, state):
+  """Refuses to start a save that the disk cannot hold (local disks; remote ones are not
+  checked): a half-written save would only fail later, in the background."""
+  directory = str(mngr.directory)
+  if '://' in directory:
+    return
+  # The save in flight first (the next save would wait for it anyway): its bytes count.
+  wait(mngr)
+  need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
+  free = shutil.disk_usage(directory).free
+  if free < need * 1.05 + (4 << 20):
+    raise DiskFullError(f'the disk holding {directory} has {free / 2**20:.0f} MiB free, too little '
+                        f'for the checkpoint of step {step} (about {need / 2**20:.0f} MiB, plus '
+                        f'4 MiB to spare): not saved. {_what_is_left(mngr)}')
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,

@@ -274,6 +274,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
                   'model': json.loads(config.model.to_json()),
                   'digests': checkpoint.digests(state)}
           best = eval_metrics.get(job.best_metric) if do_eval else None
+          checkpoint.check_space(mngr, done, state)
           checkpoint.save(mngr, done, state, meta, force=True,
                           metrics=None if best is None else {job.best_metric: best})
           logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)

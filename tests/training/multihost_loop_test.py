@@ -113,7 +113,7 @@ def _stop_step(preempted) -> int:
 
 
 def _eval_line(log: str) -> dict:
-  line = re.search(rf'eval at step {STEPS}: (.*)', log).group(1)
+  line = re.search(rf'eval at step {STEPS}: (.*) \(\d+\.\d s\)', log).group(1)
   return {k: float(v) for k, v in (item.split() for item in line.split(', '))}
 
 
