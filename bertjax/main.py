@@ -17,6 +17,18 @@ import tempfile
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+from bertjax.training import perf  # noqa: E402
+
+
+def _accelerator_present() -> bool:
+  """A GPU or TPU device node on this host (seen before any library starts)."""
+  if os.environ.get('JAX_PLATFORMS', '').strip() == 'cpu':
+    return False
+  return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0', '/dev/vfio/0'))
+
+
+_MALLOC_TUNED = False  # Set in __main__, below.
+
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
@@ -195,9 +207,8 @@ def _run(argv):
   from bertjax import paths  # pylint: disable=g-import-not-at-top
   # Absolute from here on: orbax refuses relative paths, and notebooks change directory.
   if jax.default_backend() == 'cpu':
-    from bertjax.training import perf  # pylint: disable=g-import-not-at-top
     logging.info('CPU backend: freed memory kept mapped for reuse (%s)',
-                 'on' if perf.keep_memory_mapped() else 'not available')
+                 'on' if _MALLOC_TUNED else 'off')
   config = paths.absolute_config(_CONFIG.value)
   workdir = paths.absolute(_WORKDIR.value or '')
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,
@@ -237,4 +248,7 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  # On a CPU-only host glibc keeps freed memory mapped (perf.keep_memory_mapped); set before any
+  # thread or large allocation exists, i.e. before TensorFlow and XLA start.
+  _MALLOC_TUNED = not _accelerator_present() and perf.keep_memory_mapped()
   app.run(main, flags_parser=parse_flags)
