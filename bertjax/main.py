@@ -8,15 +8,13 @@ jax.distributed finds its peers by itself; elsewhere pass --coordinator_address=
 JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 """
 
-import contextlib
-import logging as std_logging
 import os
 import sys
-import tempfile
 
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+from bertjax import console  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 
 
@@ -51,65 +49,9 @@ flags.mark_flags_as_required(['config'])
 JOBS = ('pretrain', 'finetune', 'embed')
 
 
-# Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
-_QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a healthy checkpoint.
-                   'Metadata file does not exist',
-                   # orbax's background threads on a full disk, said once by the run's error.
-                   'No space left on device')
-
-
-class ConsoleFilter(std_logging.Filter):
-  """The console carries bertjax's lines and every library's warnings and errors; libraries'
-  INFO lines (orbax: ~50 per save; jax's backend probing) only at --verbosity=1 or more."""
-
-  def filter(self, record: std_logging.LogRecord) -> bool:
-    if logging.get_verbosity() >= logging.DEBUG:
-      return True
-    ours = f'{os.sep}bertjax{os.sep}' in record.pathname or record.pathname.endswith('main.py')
-    if record.levelno >= std_logging.WARNING:
-      return ours or not any(m in record.getMessage() for m in _QUIET_WARNINGS)
-    return ours
-
-
-def install_console_filter():
-  """The console filter on absl's handler, and tracebacks of orbax's asyncio callbacks that
-  fire after a failed save ('Event loop is closed', ~40 lines each) kept for --verbosity=1."""
-  handler = logging.get_absl_handler()
-  if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
-    handler.addFilter(ConsoleFilter())
-  hook = sys.excepthook
-
-  def excepthook(kind, value, tb):
-    if (kind is RuntimeError and str(value) == 'Event loop is closed'
-        and logging.get_verbosity() < logging.DEBUG):
-      return
-    hook(kind, value, tb)
-  sys.excepthook = excepthook
-
-
-@contextlib.contextmanager
-def _stderr_held():
-  """Holds what C++ libraries write to stderr (TensorFlow probing for CUDA on a CPU machine:
-  'failed call to cuInit'); shown only if the block fails or at --verbosity=1."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as held:
-    os.dup2(held.fileno(), 2)
-    failed = True
-    try:
-      yield
-      failed = False
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-      if failed or logging.get_verbosity() >= logging.DEBUG:
-        held.seek(0)
-        sys.stderr.write(held.read().decode(errors='replace'))
-
-
 def hide_accelerators_from_tf():
   """Keeps TensorFlow on the CPU so that it takes no GPU/TPU memory from JAX."""
-  with _stderr_held():
+  with console.stderr_held():
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
     except ImportError:
@@ -199,7 +141,7 @@ def parse_flags(argv):
 def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  install_console_filter()
+  console.install()
   hide_accelerators_from_tf()
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top

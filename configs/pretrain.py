@@ -3,7 +3,7 @@
   python -m bertjax.main --config=configs/pretrain.py:size=tiny --workdir=/tmp/bertjax_tiny
 
 With no `data.train_files` it pre-trains on the embedded Shakespeare + KJV corpus (its
-TFRecords are created under <workdir>/data first, ~10 s). Expected for size=tiny (defaults below,
+TFRecords are created under <workdir>/data first, ~5 s). Expected for size=tiny (defaults below,
 600 steps of 64 x 128 tokens) on 2 CPU cores: 5-8 min, eval MLM accuracy 0.140 against a
 unigram-frequency baseline of 0.074 on the same eval data, NSP accuracy 0.567 (the README's
 figures, the same on every run with the default seed).

@@ -9,7 +9,7 @@ import sys
 
 from absl import logging as absl_logging
 
-from bertjax import main
+from bertjax import console
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -48,19 +48,19 @@ def record(pathname, level, message='m'):
 
 
 def test_console_filter_keeps_ours_and_library_warnings():
-  console = main.ConsoleFilter()
+  console_filter = console.ConsoleFilter()
   orbax = '/site-packages/orbax/checkpoint/_src/checkpoint_manager.py'
   verbosity = absl_logging.get_verbosity()
   try:
     absl_logging.set_verbosity(absl_logging.INFO)
-    assert console.filter(record('/x/bertjax/training/loop.py', logging.INFO))
-    assert not console.filter(record(orbax, logging.INFO))
-    assert not console.filter(record('/site-packages/jax/_src/xla_bridge.py', logging.INFO,
+    assert console_filter.filter(record('/x/bertjax/training/loop.py', logging.INFO))
+    assert not console_filter.filter(record(orbax, logging.INFO))
+    assert not console_filter.filter(record('/site-packages/jax/_src/xla_bridge.py', logging.INFO,
                                      "Unable to initialize backend 'tpu'"))
-    assert console.filter(record(orbax, logging.WARNING, 'a real problem'))
-    assert not console.filter(record(orbax, logging.WARNING,
+    assert console_filter.filter(record(orbax, logging.WARNING, 'a real problem'))
+    assert not console_filter.filter(record(orbax, logging.WARNING,
                                      'Metadata file does not exist: /w/1/_CHECKPOINT_METADATA'))
     absl_logging.set_verbosity(absl_logging.DEBUG)  # --verbosity=1: everything.
-    assert console.filter(record(orbax, logging.INFO))
+    assert console_filter.filter(record(orbax, logging.INFO))
   finally:
     absl_logging.set_verbosity(verbosity)

@@ -116,8 +116,12 @@ def test_glob_matching_nothing_and_no_text_are_clear_errors(vocab_file, tmp_path
 
 def test_vocab_casing_contradicting_do_lower_case_is_an_error(vocab_file, tmp_path):
   corpus = write_corpus(tmp_path / 'c.txt', [['One sentence.', 'Two sentences.']])
-  with pytest.raises(ValueError, match='uncased vocab'):
+  with pytest.raises(ValueError, match='uncased vocab') as error:
     run(corpus, tmp_path, vocab_file=vocab_file, do_lower_case=False)
+  # Names the flags that exist, not a Python-only argument.
+  assert '--do_lower_case for create_pretraining_data' in str(error.value)
+  assert '--config.data.do_lower_case=true' in str(error.value)
+  assert 'check_casing' not in str(error.value)
 
 
 def test_failed_worker_leaves_no_shard(documents, vocab_file, tmp_path, monkeypatch):

@@ -197,6 +197,7 @@ def test_the_console_carries_only_what_a_user_acts_on(reference):
                 "backend 'tpu'", '_CHECKPOINT_METADATA'):
     assert noise not in text, noise
   assert text.count('saving checkpoint') == 4  # One line per save (3, 6, 9, 12).
+  assert "no MFU: the peak FLOP/s of a 'cpu' device is not known" in text  # Said once, why.
   assert text.count('eval at step') == 1
   assert len(re.findall(r'step \d+/12:', text)) == STEPS  # log_every_steps=1.
 
