@@ -34,7 +34,6 @@ XLA_FLAGS as usual. Run on one CPU device: do not force more host devices.
 Not a test: figures only.
 """
 
-import ctypes
 import os
 import sys
 
@@ -52,20 +51,15 @@ def _early_flag(name, default):
 _THREADS = _early_flag('threads', 2)
 if _THREADS < len(os.sched_getaffinity(0)):
   os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:_THREADS])
-# glibc serves allocations over 32 MiB (64 MiB heaps off the main thread) with a fresh mmap and
-# unmaps them on free, so every step page-faults in XLA's whole temp arena (~370 MB for tiny:
-# 90k faults, ~30% of the step's CPU time) and torch's large tensors alike. One arena, no mmap and
-# no trimming keep the memory mapped across steps. Same for both frameworks; --notune_malloc
-# measures without it.
-_TUNE_MALLOC = _early_flag('tune_malloc', True) and sys.platform == 'linux'
-if _TUNE_MALLOC:
-  _libc = ctypes.CDLL('libc.so.6')
-  _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
-  _TUNE_MALLOC = all((_libc.mallopt(_M_ARENA_MAX, 1), _libc.mallopt(_M_MMAP_MAX, 0),
-                      _libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)))
+# glibc unmaps large blocks on free, so every step would page-fault in XLA's temp arena again
+# (perf.keep_memory_mapped; bertjax.main does the same on CPU hosts). Same for both
+# frameworks; --notune_malloc measures without it.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+from bertjax.training import perf  # noqa: E402
+
+_TUNE_MALLOC = _early_flag('tune_malloc', True) and perf.keep_memory_mapped()
 
 import functools  # noqa: E402
 import multiprocessing  # noqa: E402

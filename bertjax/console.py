@@ -23,7 +23,7 @@ class ConsoleFilter(std_logging.Filter):
   def filter(self, record: std_logging.LogRecord) -> bool:
     if logging.get_verbosity() >= logging.DEBUG:
       return True
-    ours = f'{os.sep}bertjax{os.sep}' in record.pathname or record.pathname.endswith('main.py')
+    ours = f'{os.sep}bertjax{os.sep}' in record.pathname
     if record.levelno >= std_logging.WARNING:
       return ours or not any(m in record.getMessage() for m in _QUIET_WARNINGS)
     return ours

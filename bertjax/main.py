@@ -145,14 +145,11 @@ def _run(argv):
   hide_accelerators_from_tf()
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
-
-  from bertjax import paths  # pylint: disable=g-import-not-at-top
-  # Absolute from here on: orbax refuses relative paths, and notebooks change directory.
   if jax.default_backend() == 'cpu':
     logging.info('CPU backend: freed memory kept mapped for reuse (%s)',
                  'on' if _MALLOC_TUNED else 'off')
-  config = paths.absolute_config(_CONFIG.value)
-  workdir = paths.absolute(_WORKDIR.value or '')
+  # The jobs make the workdir and the config's paths absolute (notebooks call them directly).
+  config, workdir = _CONFIG.value, _WORKDIR.value
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,
                jax.process_index(), jax.process_count(), jax.device_count(),
                jax.local_device_count(), jax.devices())

@@ -126,7 +126,8 @@ def data_files(config, workdir) -> tuple[str, str, str]:
 
 def check_ids(host_batch, vocab_size: int, files: str):
   """Refuses a batch with token ids the model has no embedding for (data of another vocab)."""
-  top = max(int(host_batch['input_ids'].max()), int(host_batch.get('masked_lm_ids', [0]).max()))
+  top = max(int(np.max(host_batch['input_ids'])),
+            int(np.max(host_batch.get('masked_lm_ids', 0))))
   if top >= vocab_size:
     raise ValueError(f'the data ({files}) holds token id {top} but the model has '
                      f'vocab_size={vocab_size}: the data was made with a larger vocab. Set '
@@ -134,14 +135,18 @@ def check_ids(host_batch, vocab_size: int, files: str):
 
 
 def check_data(config, train_files, eval_files, vocab_file, init_path):
-  """Every data input checked before anything is compiled: the file sets against their reports
-  (eval files too: a mistake there would surface only at the first eval) and their vocab
-  against the model's (data.vocab_file, else the start-from checkpoint's)."""
+  """(train, eval) FileSets, every data input checked before anything is compiled: the file
+  sets against their reports (eval files too: a mistake there would surface only at the first
+  eval) and their vocab against the model's (data.vocab_file, else the start-from
+  checkpoint's). The pipelines read these FileSets: nothing is resolved twice."""
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
+  checked = []
   for files in (train_files, eval_files):
+    checked.append(file_set.resolve(files) if files else None)
     if files:
-      file_set.check_vocab(file_set.resolve(files), model_vocab_size=config.model.vocab_size,
+      file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
+  return tuple(checked)
 
 
 def masking_config(config, vocab_file):
@@ -179,7 +184,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   mesh = sharding.make_mesh(config.mesh)
   train_files, eval_files, vocab_file = data_files(config, workdir)
   path = init_from.configured(config)
-  check_data(config, train_files, eval_files, vocab_file, path)
+  train_files, eval_files = check_data(config, train_files, eval_files, vocab_file, path)
   vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
   train_state.check_config(config, mesh, vocab_entries)
   masking = masking_config(config, vocab_file)

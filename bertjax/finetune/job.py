@@ -174,20 +174,11 @@ def jit_predict(s: Setup):
                  out_shardings=(replicated, replicated))
 
 
-# Counters a reader reports besides what it skipped (items read, encodings repaired).
-_NOT_SKIPS = ('_read', '_decoded')
-
-
 def _featurized(s: Setup, split: str, is_training: bool, skipped=None):
-  examples, counts = s.task.read(split)
-  split_skipped = {k: v for k, v in counts.items() if not k.endswith(_NOT_SKIPS) and v}
+  examples, split_skipped = s.task.read(split)
   if split_skipped:
     logging.warning('%s: skipped %d examples (%s)', split, sum(split_skipped.values()),
                     ', '.join(f'{k}: {v}' for k, v in sorted(split_skipped.items())))
-  read = {k: v for k, v in counts.items() if k.endswith(_NOT_SKIPS)}
-  if read:
-    logging.info('%s: %d examples (%s)', split, len(examples),
-                 ', '.join(f'{k}: {v}' for k, v in sorted(read.items())))
   if skipped is not None:
     skipped.update({k if split == 'train' else f'{split}/{k}': v
                     for k, v in split_skipped.items()})

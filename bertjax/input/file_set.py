@@ -14,12 +14,13 @@ model's vocab before anything is compiled.
 
 import dataclasses
 import fnmatch
-import hashlib
 import json
 import os
 
 from absl import logging
 import tensorflow as tf
+
+from bertjax.pretraining_data import writer
 
 _REPORT_TOOL = 'create_pretraining_data'
 
@@ -31,6 +32,10 @@ class FileSet:
   files: list
   record_counts: dict  # path -> records, for files listed in a report.
   reports: dict  # report path -> report (dict).
+  pattern: str = ''  # What was resolved, for messages.
+
+  def __str__(self):
+    return self.pattern
 
 
 def _patterns(file_pattern) -> list[str]:
@@ -109,20 +114,18 @@ def resolve(file_pattern) -> FileSet:
   if not reports:
     logging.info('no create_pretraining_data report beside %s: the files are read unchecked',
                  file_pattern)
-  return FileSet([f for f in files if f not in report_files], counts, reports)
+  return FileSet([f for f in files if f not in report_files], counts, reports,
+                 ','.join(_patterns(file_pattern)))
 
 
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      digest.update(block)
-  return digest.hexdigest()
+def resolved(files) -> FileSet:
+  """`files` as a FileSet: one already resolved as it is, a pattern resolved now."""
+  return files if isinstance(files, FileSet) else resolve(files)
 
 
 def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):
   """Refuses data made with another vocab than the model's, before anything is compiled."""
-  vocab_digest = _sha256(vocab_file) if vocab_file else None
+  vocab_digest = writer.file_sha256(vocab_file, tf.io.gfile.GFile) if vocab_file else None
   for report_path, report in file_set.reports.items():
     size, digest = report.get('vocab_size'), report.get('vocab_sha256')
     made_with = report.get('settings', {}).get('vocab_file') or '?'

@@ -219,7 +219,9 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
                      process_count=None, record_counts=None) -> tf.data.Dataset:
   """This host's endless pre-training batches, from global example `start_example` on.
 
-  Static masking (`masking=None`) reads masked instances; a MaskingConfig reads unmasked ones
+  `file_pattern`: comma-separated globs, or a file_set.FileSet resolved already (files and
+  record counts checked against their reports). Static masking (`masking=None`) reads masked
+  instances; a MaskingConfig reads unmasked ones
   and masks them per epoch. Batch b of the stream holds global examples
   start_example + b * global_batch_size onwards, so resuming at a checkpointed example count
   yields exactly the batches an uninterrupted run would yield next.
@@ -236,7 +238,7 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   masked = masking is None
   spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
                       nsp=masked or masking.use_nsp)
-  checked = file_set.resolve(file_pattern)
+  checked = file_set.resolved(file_pattern)
   files, shard_count, shard_index = _host_share(checked.files, process_index, process_count)
   counts = inspect_files(files, spec, masked=masked,
                          record_counts=checked.record_counts | dict(record_counts or {}))
@@ -245,7 +247,7 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
   length = read_order.examples_in_shard(sum(counts), shard_count, shard_index)
   if length == 0:
-    raise ValueError(f'host {process_index} has no examples to read from {file_pattern!r}')
+    raise ValueError(f'host {process_index} has no examples to read from {str(file_pattern)!r}')
   logging.info('host %d reads %d files, %d examples per epoch, from example %d', process_index,
                len(files), length, start_example // process_count)
 
@@ -292,7 +294,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   masked = masking is None
   spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
                       nsp=masked or masking.use_nsp)
-  checked = file_set.resolve(file_pattern)
+  checked = file_set.resolved(file_pattern)
   all_files = checked.files
   # Every host counts every file: all need the largest host's share to agree on a batch count.
   counts = inspect_files(all_files, spec, masked=masked,
@@ -304,7 +306,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
              for files, shard_count, index in shares]
   num_batches = max(-(-n // host_batch) for n in lengths)
   if num_batches == 0:
-    raise ValueError(f'no eval examples in {file_pattern!r}')
+    raise ValueError(f'no eval examples in {str(file_pattern)!r}')
   files, shard_count, shard_index = shares[process_index]
 
   records = tf.data.TFRecordDataset(files, buffer_size=_READ_BUFFER_BYTES)

@@ -128,9 +128,8 @@ class InstanceMaker:
     self.counts['documents'] += 1
     self.counts['sentences'] += len(document.bounds) - 1
     self.counts['document_tokens'] += len(document.tokens)
-    unk_id = getattr(self.encoder, 'unk_id', None)
-    if unk_id is not None:
-      self.counts['unk_tokens'] += int(np.count_nonzero(document.tokens == unk_id))
+    if self.encoder.unk_id is not None:
+      self.counts['unk_tokens'] += int(np.count_nonzero(document.tokens == self.encoder.unk_id))
     for _ in range(self.settings.dupe_factor):
       self._add_instances(document)
     self._before.append(document)

@@ -87,9 +87,10 @@ def output_paths(output_file, num_output_shards):
   return outputs
 
 
-def _sha256(path):
+def file_sha256(path, opener=open) -> str:
+  """The hex sha256 of a file (the report's `vocab_sha256`); `opener` may be tf.io.gfile.GFile."""
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
+  with opener(path, 'rb') as f:
     for block in iter(lambda: f.read(1 << 20), b''):
       digest.update(block)
   return digest.hexdigest()
@@ -231,52 +232,98 @@ def _write_json(path, value):
     os.fsync(f.fileno())
 
 
-def _write_shards(jobs, outputs, parts, temp_dirs, skips, make_report, report_file):
-  """Runs the workers, then puts the report and the parts in place: all of them or none.
+def _temp_parts(outputs, num_workers):
+  """({output: its hidden temp dir}, per worker the part files it writes), dirs created.
 
-  With a shard count that is a multiple of the worker count each part is a whole shard (only
-  renamed); otherwise every worker wrote a part of every shard, concatenated in worker order.
-  `make_report(results, counts, shard_bytes, shard_records)` returns the report, which is put
-  in place before the first shard (see the module docstring).
+  Whole shards (shard s by worker s % W) when the worker count divides the shard count, else
+  a part of every shard per worker, concatenated in _stage.
   """
-  num_workers = len(jobs)
-  whole_shards = len(outputs) % num_workers == 0
-  try:
-    results = _run_jobs(jobs)
-    errors = [r for r in results if r['error']]
-    if errors:
-      raise RuntimeError('create_pretraining_data failed, no shard written: ' + '; '.join(
-          f"worker {r['worker']}: {r['error']}" for r in errors))
-    counts = collections.Counter()
-    for r in results:
-      counts.update(r['counts'])
-      skips.merge(r['skips'])
-    if not counts['instances']:
-      raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
-    staged, shard_records = [], []
-    for s, out in enumerate(outputs):
-      if whole_shards:
-        w = s % num_workers
-        staged.append(parts[w][s // num_workers])
-        shard_records.append(results[w]['part_records'][s // num_workers])
-      else:
-        staged.append(os.path.join(temp_dirs[out], os.path.basename(out)))
-        with open(staged[-1], 'wb') as merged:
-          for w in range(num_workers):
-            with open(parts[w][s], 'rb') as part:
-              shutil.copyfileobj(part, merged, 1 << 22)
-            os.remove(parts[w][s])
-        shard_records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
-    report = make_report(results, counts, [os.path.getsize(p) for p in staged], shard_records)
-    staged_report = os.path.join(temp_dirs[outputs[0]], os.path.basename(report_file))
-    _write_json(staged_report, report)
-    os.replace(staged_report, report_file)
-    for path, out in zip(staged, outputs, strict=True):
-      os.replace(path, out)
-  finally:
-    for directory in set(temp_dirs.values()):
-      shutil.rmtree(directory, ignore_errors=True)
-  return report
+  temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
+  for directory in sorted({os.path.dirname(p) for p in outputs}):
+    os.makedirs(directory, exist_ok=True)
+    remove_stale_temp_dirs(directory)
+    os.makedirs(os.path.join(directory, temp_name))
+  temp_dirs = {out: os.path.join(os.path.dirname(out), temp_name) for out in outputs}
+
+  def part(out, suffix=''):
+    return os.path.join(temp_dirs[out], os.path.basename(out) + suffix)
+
+  if len(outputs) % num_workers == 0:
+    return temp_dirs, [[part(out) for out in outputs[w::num_workers]]
+                       for w in range(num_workers)]
+  return temp_dirs, [[part(out, f'.w{w:03d}') for out in outputs] for w in range(num_workers)]
+
+
+def _run_workers(jobs, skips):
+  """The workers' results and their summed counts; raises when any failed or none made data."""
+  results = _run_jobs(jobs)
+  errors = [r for r in results if r['error']]
+  if errors:
+    raise RuntimeError('create_pretraining_data failed, no shard written: ' + '; '.join(
+        f"worker {r['worker']}: {r['error']}" for r in errors))
+  counts = collections.Counter()
+  for r in results:
+    counts.update(r['counts'])
+    skips.merge(r['skips'])
+  if not counts['instances']:
+    raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
+  counts.pop('shard_instances', None)
+  return results, counts
+
+
+def _stage(outputs, parts, temp_dirs, results):
+  """(each shard's complete file in its temp dir, its record count): whole parts as they are,
+  else every worker's part of the shard concatenated in worker order (TFRecords concatenate)."""
+  num_workers = len(parts)
+  staged, records = [], []
+  for s, out in enumerate(outputs):
+    if len(outputs) % num_workers == 0:
+      staged.append(parts[s % num_workers][s // num_workers])
+      records.append(results[s % num_workers]['part_records'][s // num_workers])
+      continue
+    staged.append(os.path.join(temp_dirs[out], os.path.basename(out)))
+    with open(staged[-1], 'wb') as merged:
+      for w in range(num_workers):
+        with open(parts[w][s], 'rb') as part:
+          shutil.copyfileobj(part, merged, 1 << 22)
+        os.remove(parts[w][s])
+    records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
+  return staged, records
+
+
+def _report(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
+            seconds):
+  """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
+  readers, input/file_set.py: a set that disagrees is refused)."""
+  names = [os.path.basename(o) for o in outputs]
+  settings = job.settings
+  return {
+      'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
+      'settings': dataclasses.asdict(settings) | {
+          'vocab_file': job.vocab_file or None, 'spm_model_file': job.spm_model_file or None,
+          'do_lower_case': job.do_lower_case, 'random_seed': job.random_seed,
+          'num_workers': job.num_workers, 'input_format': job.input_format,
+          'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
+          'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
+      'vocab_sha256': file_sha256(job.vocab_file or job.spm_model_file),
+      'vocab_size': vocab_size,
+      'input_files': list(job.files),
+      'output_files': outputs,
+      'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),
+      'output_records': dict(zip(names, records, strict=True)),
+      'report_file': report_file,
+      'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
+                   example_encoding.feature_spec(settings.max_seq_length,
+                                                 settings.max_predictions_per_seq,
+                                                 settings.static_masking).items()},
+      'counts': dict(sorted(counts.items())),
+      'unk_fraction': round(counts['unk_tokens'] / max(counts['document_tokens'], 1), 6),
+      'skipped': skips.as_dict(),
+      'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
+                  | {'instances': r['counts'].get('instances', 0)} for r in results],
+      'seconds': seconds,
+      'host': platform.node(),
+  }
 
 
 def default_num_workers() -> int:
@@ -298,8 +345,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   """
   start = time.perf_counter()
   settings.validate()
-  if num_workers is None:
-    num_workers = default_num_workers()
+  num_workers = default_num_workers() if num_workers is None else num_workers
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
   if tokenizer not in TOKENIZERS:
@@ -311,8 +357,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
   check_outputs(outputs, report_file)
   skips = text_input.Skips()
-  files = text_input.usable_files(text_input.expand_input_patterns(input_file),
-                                         skips)
+  files = text_input.usable_files(text_input.expand_input_patterns(input_file), skips)
   if not files:
     raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
   # Fails here, in the parent, on a missing vocab or one whose casing contradicts
@@ -322,33 +367,17 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
-  directories = sorted({os.path.dirname(p) for p in outputs})
-  temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
-  for directory in directories:
-    os.makedirs(directory, exist_ok=True)
-    remove_stale_temp_dirs(directory)
-    os.makedirs(os.path.join(directory, temp_name))
-  temp_dirs = {out: os.path.join(os.path.dirname(out), temp_name) for out in outputs}
-
-  def part(out, suffix=''):
-    return os.path.join(temp_dirs[out], os.path.basename(out) + suffix)
-
-  # Whole shards (shard s by worker s % W) when the worker count divides the shard count,
-  # else a part of every shard per worker (see _write_shards).
-  if len(outputs) % num_workers == 0:
-    parts = [[part(out) for out in outputs[w::num_workers]] for w in range(num_workers)]
-  else:
-    parts = [[part(out, f'.w{w:03d}') for out in outputs] for w in range(num_workers)]
   input_bytes = sum(os.path.getsize(f) for f in files)
   # Both WordPiece paths give the same ids, so this choice changes only the speed.
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and
                                input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES)
-  jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
-              do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
-              w, num_workers) for w in range(num_workers)]
 
-  def make_report(results, counts, shard_bytes, shard_records):
-    counts.pop('shard_instances', None)
+  temp_dirs, parts = _temp_parts(outputs, num_workers)
+  try:
+    jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
+                do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
+                w, num_workers) for w in range(num_workers)]
+    results, counts = _run_workers(jobs, skips)
     unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
     if unk_fraction > max_unk_fraction:
       raise ValueError(
@@ -356,34 +385,17 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
           f'({vocab_file or spm_model_file}, {len(vocab)} entries) does not fit this text -- '
           'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
           'or raise --max_unk_fraction if this is intended. No shard was written.')
-    return {
-        'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
-        'settings': dataclasses.asdict(settings) | {
-            'vocab_file': vocab_file, 'spm_model_file': spm_model_file,
-            'do_lower_case': do_lower_case, 'random_seed': random_seed,
-            'num_workers': num_workers, 'input_format': input_format,
-            'max_line_bytes': max_line_bytes, 'shuffle_buffer': shuffle_buffer,
-            'tokenizer': 'fast' if fast else 'reference'},
-        'vocab_sha256': _sha256(vocab_file or spm_model_file),
-        'vocab_size': len(vocab),
-        'input_files': files,
-        'output_files': outputs,
-        # Checked by readers (input/file_set.py): a set that disagrees is refused.
-        'output_bytes': dict(zip(map(os.path.basename, outputs), shard_bytes, strict=True)),
-        'output_records': dict(zip(map(os.path.basename, outputs), shard_records,
-                                   strict=True)),
-        'report_file': report_file,
-        'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
-                     example_encoding.feature_spec(settings.max_seq_length,
-                                                   settings.max_predictions_per_seq,
-                                                   settings.static_masking).items()},
-        'counts': dict(sorted(counts.items())),
-        'unk_fraction': round(unk_fraction, 6),
-        'skipped': skips.as_dict(),
-        'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
-                    | {'instances': r['counts'].get('instances', 0)} for r in results],
-        'seconds': time.perf_counter() - start,
-        'host': platform.node(),
-    }
-
-  return _write_shards(jobs, outputs, parts, temp_dirs, skips, make_report, report_file)
+    staged, records = _stage(outputs, parts, temp_dirs, results)
+    report = _report(jobs[0], len(vocab), outputs, report_file, results, counts, skips, staged,
+                     records, time.perf_counter() - start)
+    # The report first, then the shards (module docstring): a kill in between leaves shards
+    # that disagree with the report, which readers refuse.
+    staged_report = os.path.join(temp_dirs[outputs[0]], os.path.basename(report_file))
+    _write_json(staged_report, report)
+    os.replace(staged_report, report_file)
+    for path, out in zip(staged, outputs, strict=True):
+      os.replace(path, out)
+  finally:
+    for directory in set(temp_dirs.values()):
+      shutil.rmtree(directory, ignore_errors=True)
+  return report

@@ -181,11 +181,30 @@ def check_space(mngr: ocp.CheckpointManager, step: int, state):
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,
          force: bool = False) -> bool:
-  """Starts an async save of `state` and `meta` at `step` (every_steps apart unless force)."""
+  """Starts an async save of `state` and `meta` (plus the state's digests) at `step`
+  (every_steps apart unless force), once the disk is known to hold it."""
+  check_space(mngr, step, state)
+  meta = meta | {'digests': digests(state)}
   with disk_full_as_one_error(mngr):  # Also reports the failure of the previous save.
     return mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(meta)),
                      metrics=metrics, force=force)
+
+
+@contextlib.contextmanager
+def closing(mngr: ocp.CheckpointManager):
+  """Waits for the last save and closes the manager after the block; when the block fails,
+  closes it quietly (a failed save would only repeat itself) and lets the error through."""
+  try:
+    yield mngr
+  except BaseException:
+    try:
+      mngr.close()
+    except Exception:  # pylint: disable=broad-except
+      logging.debug('closing the checkpoint manager after an error failed too', exc_info=True)
+    raise
+  wait(mngr)
+  mngr.close()
 
 
 def wait(mngr: ocp.CheckpointManager):

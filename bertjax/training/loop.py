@@ -204,24 +204,29 @@ def _check_schedule(config, workdir, step: int, schedule):
       old.get('total_steps'), workdir)
 
 
+def _initial_state(config, job: Job, tx, mesh, rules, mngr):
+  """(state, its shardings, examples consumed, resumed?): the sharded init, then the workdir's
+  checkpoint, else init_from, else fresh (checkpoint.restore_or_initialize)."""
+  logging.info('--- model and optimizer')
+  state, shardings = train_state.create_train_state(config, job.objective, tx, mesh, rules)
+  logging.info('model: %s, %d parameters', config.model.size, encoder.param_count(state.params))
+  logging.info('--- restore')
+  state, consumed, resumed = checkpoint.restore_or_initialize(
+      mngr, state, shardings, config.global_batch_size, job.load_weights)
+  return state, shardings, consumed, resumed
+
+
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   """Trains `job` per `config` in `workdir`; returns the last eval metrics (for tests and
   notebooks). The config's fields used: seed, model, optimizer, mesh-checked batch sizes,
   num_train_steps, grad_accum_steps, checkpoint, log_every_steps, data.max_seq_length,
   peak_tflops."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
-  logging.info('--- model and optimizer')
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
-  state, state_shardings = train_state.create_train_state(config, job.objective, tx, mesh,
-                                                          rules)
-  logging.info('model: %s, %d parameters', config.model.size,
-               encoder.param_count(state.params))
-
-  logging.info('--- restore')
   mngr = checkpoint.manager(workdir, config, best_metric=job.best_metric)
-  state, examples_consumed, resumed = checkpoint.restore_or_initialize(
-      mngr, state, state_shardings, config.global_batch_size, job.load_weights)
+  state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
+                                                                      rules, mngr)
   start_step, total_steps = int(state.step), config.num_train_steps
   if resumed and start_step >= total_steps:
     mngr.close()
@@ -245,7 +250,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   deferred = None  # (step, metrics) of a log step, read once the next step is dispatched.
   batches = job.batches(start_step, examples_consumed)
   try:
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, next(batches))
@@ -269,28 +274,16 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           eval_metrics = _evaluate(job, state.params, done, writer)
           progress.restart_timer(done)
         if will_save:
-          meta = {'step': done, 'examples_consumed': examples_consumed + (
-              done - start_step) * config.global_batch_size, 'mesh': dict(mesh.shape),
-                  'model': json.loads(config.model.to_json()),
-                  'digests': checkpoint.digests(state)}
           best = eval_metrics.get(job.best_metric) if do_eval else None
-          checkpoint.check_space(mngr, done, state)
+          consumed = examples_consumed + (done - start_step) * config.global_batch_size
+          meta = {'step': done, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+                  'model': json.loads(config.model.to_json())}
           checkpoint.save(mngr, done, state, meta, force=True,
                           metrics=None if best is None else {job.best_metric: best})
           logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
         if preempted and not is_last:
           logging.warning('preempted: saved step %d, exiting', done)
           break
-  except BaseException:
-    # Already failing: stop orbax's threads quietly (a save error would only repeat itself).
-    try:
-      mngr.close()
-    except Exception:  # pylint: disable=broad-except
-      logging.debug('closing the checkpoint manager after an error failed too', exc_info=True)
-    raise
-  else:
-    checkpoint.wait(mngr)
-    mngr.close()
   finally:
     preemption.close()
     writer.flush()

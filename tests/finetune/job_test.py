@@ -6,7 +6,6 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 
 import json
 import pathlib
-import types
 import zipfile
 
 import finetune_runs
@@ -287,14 +286,25 @@ def test_epochs_end_at_an_epoch_boundary():
   assert finetune.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
-def test_read_counters_are_not_counted_as_skips():
-  read = {'articles_read': 2225, 'cp1252_decoded': 1, 'duplicate_dropped': 98,
-          'near_duplicate_dropped': 0}
-  task = types.SimpleNamespace(read=lambda split: (['e'] * 2127, read),
-                               featurize=lambda examples, tok, is_training: ({}, None))
-  skipped = {}
-  finetune._featurized(types.SimpleNamespace(task=task, tokenizer=None), 'train', True, skipped)
-  assert skipped == {'duplicate_dropped': 98}
+def test_read_counters_are_not_counted_as_skips(monkeypatch):
+  """A reader's counters of what it read or repaired are not skips; what it dropped is."""
+  from bertjax.finetune.tasks import text_classification  # pylint: disable=g-import-not-at-top
+
+  def read_wordnet(directory, *, stats):
+    del directory
+    stats.update({'synsets_read': 2225, 'cp1252_decoded': 1, 'duplicate_dropped': 98,
+                  'no_definition_dropped': 0})
+    return [text_classification.Example(f'g{i}', f'text {i}', None,
+                                        text_classification.SUPERSENSES[i % 3])
+            for i in range(30)]
+
+  monkeypatch.setattr(text_classification, 'read_wordnet', read_wordnet)
+  config = finetune_config.get_config('task=wordnet')
+  config.data.data_dir = '/nowhere'
+  task = registry.get_task('wordnet', config.data, seed=0)
+  examples, dropped = task.read('train')
+  assert dict(dropped) == {'duplicate_dropped': 98} and len(examples) == 24
+
 
 
 def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab():

@@ -16,6 +16,7 @@ import types
 from typing import Any
 from typing import Callable
 
+from absl import logging
 import numpy as np
 
 from bertjax.finetune import metrics as metrics_lib
@@ -183,13 +184,16 @@ def _topic_task(name, data, seed) -> Task:
   def read(split):
     if not cache:
       directory = data.data_dir or default_dir()
-      stats = collections.Counter()  # What the reader dropped (duplicates, ...).
+      stats = collections.Counter()  # What the reader read, repaired and dropped.
       examples = reader(directory, stats=stats)
+      logging.info('%s: %s', name, ', '.join(f'{k} {v}' for k, v in sorted(stats.items())))
+      dropped = collections.Counter({k: v for k, v in stats.items()
+                                     if k.endswith('_dropped') and v})
       train, held_out = text_classification.split(
           examples, eval_fraction=data.eval_fraction, seed=seed,
           max_train=None if data.max_train_examples < 0 else data.max_train_examples,
           max_eval=None if data.max_eval_examples < 0 else data.max_eval_examples)
-      cache.update(train=(train, stats), validation=(held_out, collections.Counter()))
+      cache.update(train=(train, dropped), validation=(held_out, collections.Counter()))
     if split not in cache:
       raise ValueError(f'task {name} has splits train and validation, not {split!r}.')
     return cache[split]
