@@ -16,6 +16,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.text import tokenizer
@@ -92,47 +94,64 @@ def _read_state_dict(directory: pathlib.Path) -> dict:
                           'point at a transformers BERT directory (save_pretrained output).')
 
 
-def _name_map(cfg) -> dict:
-  """bertjax path (unscanned) -> (HF name, how to convert the [out, in] torch layout)."""
-  d, h = cfg.hidden_size, cfg.num_heads
-  k = d // h
-  t = lambda w: w.T  # noqa: E731  torch Linear stores [out, in]; flax Dense [in, out].
+_HEADS = {
+    'pretraining': {
+        'mlm/transform/kernel': ('cls.predictions.transform.dense.weight', layouts.TRANSPOSED),
+        'mlm/transform/bias': ('cls.predictions.transform.dense.bias', layouts.SAME),
+        'mlm/layer_norm/scale': ('cls.predictions.transform.LayerNorm.weight', layouts.SAME),
+        'mlm/layer_norm/bias': ('cls.predictions.transform.LayerNorm.bias', layouts.SAME),
+        'mlm/output_bias': ('cls.predictions.bias', layouts.SAME),
+        'nsp/dense/kernel': ('cls.seq_relationship.weight', layouts.TRANSPOSED),
+        'nsp/dense/bias': ('cls.seq_relationship.bias', layouts.SAME),
+    },
+    'classification': {'classifier/kernel': ('classifier.weight', layouts.TRANSPOSED),
+                       'classifier/bias': ('classifier.bias', layouts.SAME)},
+    'span': {'qa_outputs/kernel': ('qa_outputs.weight', layouts.TRANSPOSED),
+             'qa_outputs/bias': ('qa_outputs.bias', layouts.SAME)},
+}
+_HEADS['regression'] = _HEADS['tagging'] = _HEADS['classification']
+# The transformers class of each kind; span and tagging models have no pooler there.
+ARCHITECTURES = {'encoder': 'BertModel', 'pretraining': 'BertForPreTraining',
+                 'classification': 'BertForSequenceClassification',
+                 'regression': 'BertForSequenceClassification',
+                 'span': 'BertForQuestionAnswering', 'tagging': 'BertForTokenClassification'}
+_NO_POOLER = ('span', 'tagging')
+
+
+def names(config, kind: str = 'pretraining') -> dict:
+  """bertjax path (unscanned) -> (transformers name without `bert.`, layout): the encoder, and
+  the head of `kind` (one of bundle.KINDS)."""
+  h = config['num_heads']
   m = {
-      'bert/embeddings/word_embeddings/embedding': ('embeddings.word_embeddings.weight', None),
-      'bert/embeddings/position_embeddings/embedding': (
-          'embeddings.position_embeddings.weight', None),
-      'bert/embeddings/token_type_embeddings/embedding': (
-          'embeddings.token_type_embeddings.weight', None),
-      'bert/embeddings/layer_norm/scale': ('embeddings.LayerNorm.weight', None),
-      'bert/embeddings/layer_norm/bias': ('embeddings.LayerNorm.bias', None),
-      'bert/pooler/kernel': ('pooler.dense.weight', t),
-      'bert/pooler/bias': ('pooler.dense.bias', None),
-      'mlm/transform/kernel': ('cls.predictions.transform.dense.weight', t),
-      'mlm/transform/bias': ('cls.predictions.transform.dense.bias', None),
-      'mlm/layer_norm/scale': ('cls.predictions.transform.LayerNorm.weight', None),
-      'mlm/layer_norm/bias': ('cls.predictions.transform.LayerNorm.bias', None),
-      'mlm/output_bias': ('cls.predictions.bias', None),
-      'nsp/dense/kernel': ('cls.seq_relationship.weight', t),
-      'nsp/dense/bias': ('cls.seq_relationship.bias', None),
+      'bert/embeddings/word_embeddings/embedding': 'embeddings.word_embeddings.weight',
+      'bert/embeddings/position_embeddings/embedding': 'embeddings.position_embeddings.weight',
+      'bert/embeddings/token_type_embeddings/embedding': 'embeddings.token_type_embeddings.weight',
+      'bert/embeddings/layer_norm/scale': 'embeddings.LayerNorm.weight',
+      'bert/embeddings/layer_norm/bias': 'embeddings.LayerNorm.bias',
+      'bert/pooler/bias': 'pooler.dense.bias',
   }
-  for i in range(cfg.num_layers):
+  m = {k: (v, layouts.SAME) for k, v in m.items()}
+  m['bert/pooler/kernel'] = ('pooler.dense.weight', layouts.TRANSPOSED)
+  for i in range(config['num_layers']):
     ours, theirs = f'bert/layers_{i}', f'encoder.layer.{i}'
     for name in ('query', 'key', 'value'):
-      m[f'{ours}/attention/{name}/kernel'] = (
-          f'{theirs}.attention.self.{name}.weight', lambda w: w.T.reshape(d, h, k))
-      m[f'{ours}/attention/{name}/bias'] = (
-          f'{theirs}.attention.self.{name}.bias', lambda b: b.reshape(h, k))
-    m[f'{ours}/attention/out/kernel'] = (
-        f'{theirs}.attention.output.dense.weight', lambda w: w.T.reshape(h, k, d))
-    m[f'{ours}/attention/out/bias'] = (f'{theirs}.attention.output.dense.bias', None)
+      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.attention.self.{name}.weight',
+                                              layouts.heads_kernel(h, transposed=True))
+      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}.attention.self.{name}.bias',
+                                            layouts.heads_bias(h))
+    m[f'{ours}/attention/out/kernel'] = (f'{theirs}.attention.output.dense.weight',
+                                         layouts.heads_output_kernel(h, transposed=True))
+    m[f'{ours}/attention/out/bias'] = (f'{theirs}.attention.output.dense.bias', layouts.SAME)
     for ln, hf_ln in (('attention_layer_norm', 'attention.output.LayerNorm'),
                       ('output_layer_norm', 'output.LayerNorm')):
-      m[f'{ours}/{ln}/scale'] = (f'{theirs}.{hf_ln}.weight', None)
-      m[f'{ours}/{ln}/bias'] = (f'{theirs}.{hf_ln}.bias', None)
-    m[f'{ours}/mlp/intermediate/kernel'] = (f'{theirs}.intermediate.dense.weight', t)
-    m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', None)
-    m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', t)
-    m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', None)
+      m[f'{ours}/{ln}/scale'] = (f'{theirs}.{hf_ln}.weight', layouts.SAME)
+      m[f'{ours}/{ln}/bias'] = (f'{theirs}.{hf_ln}.bias', layouts.SAME)
+    m[f'{ours}/mlp/intermediate/kernel'] = (f'{theirs}.intermediate.dense.weight',
+                                            layouts.TRANSPOSED)
+    m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', layouts.SAME)
+    m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', layouts.TRANSPOSED)
+    m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', layouts.SAME)
+  m.update(_HEADS.get(kind, {}))
   return m
 
 
@@ -141,16 +160,6 @@ def _strip_prefix(state: dict) -> dict:
   out = {}
   for name, value in state.items():
     out[name[len('bert.'):] if name.startswith('bert.') else name] = value
-  return out
-
-
-def _stack_layers(flat: dict, num_layers: int) -> dict:
-  """Turns bert/layers_i/... into bert/layers/... with a leading layer axis (nn.scan layout)."""
-  out = {k: v for k, v in flat.items() if not k.startswith('bert/layers_')}
-  suffixes = {k.split('/', 2)[2] for k in flat if k.startswith('bert/layers_0/')}
-  for suffix in suffixes:
-    out[f'bert/layers/{suffix}'] = np.stack(
-        [flat[f'bert/layers_{i}/{suffix}'] for i in range(num_layers)])
   return out
 
 
@@ -194,10 +203,10 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   if not with_heads:  # the encoder's own tree has no 'bert/' level.
     fresh = {f'bert/{k}': v for k, v in fresh.items()}
 
-  names = _name_map(cfg)
+  table = {k: (v[0], v[1].to_ours) for k, v in names(cfg).items()}
   converted, loaded, initialised = {}, [], []
   for path in sorted(_unscanned_paths(fresh, cfg)):
-    hf_name, convert = names[path]
+    hf_name, convert = table[path]
     if hf_name not in state and path == 'mlm/output_bias':
       hf_name = 'cls.predictions.decoder.bias'  # Some exporters store the bias only here.
     if hf_name not in state:
@@ -213,19 +222,19 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
                      'embeddings.word_embeddings.weight:'
                      ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
   if cfg.scan_layers:
-    converted = _stack_layers(converted, cfg.num_layers)
+    converted = layouts.stack_layers(converted, cfg.num_layers)
   params = {}
   for path, value in fresh.items():
     if path in converted:
       if converted[path].shape != value.shape:
-        raise ValueError(f'{path} (from {_hf_names(names, path)}) has shape '
+        raise ValueError(f'{path} (from {_hf_names(table, path)}) has shape '
                          f'{converted[path].shape}, the model expects {value.shape}: config.json '
                          'does not '
                          'describe these weights (or the overrides change the architecture).')
       params[path] = converted[path]
     else:
       params[path] = np.asarray(value)
-  used = {names[p][0] for p in loaded} | {'cls.predictions.decoder.bias',
+  used = {table[p][0] for p in loaded} | {'cls.predictions.decoder.bias',
                                           'cls.predictions.decoder.weight'}
   unused = sorted(n for n in state if n not in used and not n.endswith('position_ids'))
   if not with_heads:
@@ -249,3 +258,146 @@ def _hf_names(names: dict, path: str) -> str:
   if path.startswith('bert/layers/'):
     return names[path.replace('bert/layers/', 'bert/layers_0/')][0].replace('.0.', '.<i>.')
   return names[path][0]
+
+
+def _kind(hf_config: dict, state: dict) -> str:
+  architecture = (hf_config.get('architectures') or [''])[0]
+  for kind, name in ARCHITECTURES.items():
+    if name == architecture and kind not in ('encoder', 'pretraining', 'regression'):
+      if kind == 'classification' and (hf_config.get('problem_type') == 'regression'
+                                       or hf_config.get('num_labels') == 1
+                                       or len(hf_config.get('id2label') or {}) == 1):
+        return 'regression'
+      return kind
+  if 'cls.seq_relationship.weight' in state and 'cls.predictions.bias' in state:
+    return 'pretraining'
+  return 'encoder'
+
+
+def _labels(hf_config: dict, kind: str) -> tuple:
+  if kind not in ('classification', 'tagging'):
+    return ()
+  id2label = hf_config.get('id2label') or {}
+  return tuple(id2label[k] for k in sorted(id2label, key=int))
+
+
+def read(directory) -> bundle_lib.Bundle:
+  """A transformers BERT directory as a Bundle (the head its `architectures` names, if any)."""
+  directory = pathlib.Path(directory)
+  if not (directory / 'config.json').is_file():
+    raise FileNotFoundError(f'{directory / "config.json"} not found: not a transformers BERT '
+                            'directory (expected config.json + model.safetensors).')
+  hf_config = json.loads((directory / 'config.json').read_text())
+  config = config_from_hf(hf_config).to_dict()
+  state = _strip_prefix(_read_state_dict(directory))
+  if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
+    state['cls.predictions.bias'] = state['cls.predictions.decoder.bias']
+  kind = _kind(hf_config, state)
+  params = {}
+  for ours, (theirs, layout) in names(config, kind).items():
+    if theirs not in state:
+      if ours.startswith('bert/pooler/'):
+        continue  # Span and tagging models (and some exports) have no pooler.
+      raise ValueError(f'{directory} lacks {theirs}, which a {ARCHITECTURES[kind]} of its '
+                       'config.json has: the checkpoint is incomplete.')
+    params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
+  vocab = directory / 'vocab.txt'
+  tokenizer_config = directory / 'tokenizer_config.json'
+  do_lower_case = True
+  if tokenizer_config.is_file():
+    do_lower_case = json.loads(tokenizer_config.read_text()).get('do_lower_case', True)
+  max_seq_length = 128
+  st_config = directory / 'sentence_bert_config.json'
+  if st_config.is_file():
+    max_seq_length = json.loads(st_config.read_text()).get('max_seq_length', 128)
+  pooling = 'cls'
+  pooling_file = directory / '1_Pooling' / 'config.json'
+  if pooling_file.is_file() and json.loads(pooling_file.read_text()).get(
+      'pooling_mode_mean_tokens'):
+    pooling = 'mean'
+  result = bundle_lib.Bundle(
+      config=config, params=params, kind=kind, vocab_file=str(vocab) if vocab.is_file() else '',
+      do_lower_case=do_lower_case, labels=_labels(hf_config, kind), pooling=pooling,
+      max_seq_length=max_seq_length, source=str(directory))
+  bundle_lib.check_vocab(result)
+  return result
+
+
+def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
+  cfg = result.config
+  act = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new', 'relu': 'relu'}[cfg['hidden_act']]
+  hf = {'architectures': [ARCHITECTURES[result.kind]], 'model_type': 'bert',
+        'vocab_size': vocab_rows, 'hidden_size': cfg['hidden_size'],
+        'num_hidden_layers': cfg['num_layers'], 'num_attention_heads': cfg['num_heads'],
+        'intermediate_size': cfg['mlp_dim'], 'hidden_act': act,
+        'hidden_dropout_prob': cfg['dropout_rate'],
+        'attention_probs_dropout_prob': cfg['attention_dropout_rate'],
+        'max_position_embeddings': cfg['max_position_embeddings'],
+        'type_vocab_size': cfg['type_vocab_size'], 'initializer_range': cfg['initializer_range'],
+        'layer_norm_eps': cfg['layer_norm_eps'], 'pad_token_id': 0,
+        'position_embedding_type': 'absolute', 'tie_word_embeddings': True,
+        'torch_dtype': 'float32'}
+  if result.kind in ('classification', 'tagging'):
+    hf['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
+    hf['label2id'] = {label: i for i, label in enumerate(result.labels)}
+  if result.kind == 'classification':
+    hf['problem_type'] = 'single_label_classification'
+  if result.kind == 'regression':
+    hf.update(problem_type='regression', id2label={'0': 'LABEL_0'}, label2id={'LABEL_0': 0})
+  return hf
+
+
+def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
+  """Writes a transformers directory: config.json, model.safetensors, vocab and tokenizer."""
+  if result.kind in ('classification', 'regression') and result.pooling != 'cls':
+    raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
+                     "transformers' BertForSequenceClassification reads BERT's [CLS] pooler, so "
+                     'it would predict something else: export it with --format=saved_model '
+                     '(which keeps the pooling).')
+  if not result.vocab_file:
+    raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
+                     'weights were trained with.')
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  params = bundle_lib.cut_vocab_padding(result)
+  prefix = '' if result.kind == 'encoder' else 'bert.'
+  tensors = {}
+  for ours, (theirs, layout) in names(result.config, result.kind).items():
+    if ours.startswith('bert/pooler/') and result.kind in _NO_POOLER:
+      continue
+    if ours not in params:
+      raise ValueError(f'{result.source} has no {ours}, which a {ARCHITECTURES[result.kind]} '
+                       'needs.')
+    name = prefix + theirs if ours.startswith('bert/') else theirs
+    tensors[name] = np.ascontiguousarray(layout.to_theirs(params[ours]), np.float32)
+  vocab_rows = tensors[f'{prefix}embeddings.word_embeddings.weight'].shape[0]
+  (output_dir / 'config.json').write_text(
+      json.dumps(config_to_hf(result, vocab_rows), indent=2, sort_keys=True) + '\n')
+  st_numpy.save_file(tensors, str(output_dir / 'model.safetensors'), metadata={'format': 'pt'})
+  write_tokenizer(result, output_dir)
+  if result.kind == 'encoder' and result.pooling == 'mean':
+    (output_dir / '1_Pooling').mkdir(exist_ok=True)
+    (output_dir / '1_Pooling' / 'config.json').write_text(json.dumps(
+        {'word_embedding_dimension': result.config['hidden_size'],
+         'pooling_mode_cls_token': False, 'pooling_mode_mean_tokens': True}, indent=2) + '\n')
+
+
+def write_tokenizer(result: bundle_lib.Bundle, output_dir: pathlib.Path):
+  """vocab.txt (the file's own entries), tokenizer_config.json with the casing, and the fast
+  tokenizer's tokenizer.json, built by the tokenizers library from the same vocab."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  vocab = list(tokenizer.load_vocab(result.vocab_file))
+  (output_dir / 'vocab.txt').write_text(''.join(f'{token}\n' for token in vocab), 'utf-8')
+  fast = tokenizers.BertWordPieceTokenizer(
+      str(output_dir / 'vocab.txt'), lowercase=result.do_lower_case,
+      strip_accents=result.do_lower_case, clean_text=True, handle_chinese_chars=True)
+  fast.save(str(output_dir / 'tokenizer.json'))
+  (output_dir / 'tokenizer_config.json').write_text(json.dumps(
+      {'tokenizer_class': 'BertTokenizer', 'do_lower_case': result.do_lower_case,
+       'strip_accents': None if result.do_lower_case else False,
+       'tokenize_chinese_chars': True, 'model_max_length': result.config[
+           'max_position_embeddings'],
+       'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]', 'cls_token': '[CLS]',
+       'mask_token': '[MASK]'}, indent=2) + '\n')
+  (output_dir / 'special_tokens_map.json').write_text(json.dumps(
+      {'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]', 'cls_token': '[CLS]',
+       'mask_token': '[MASK]'}, indent=2) + '\n')

@@ -1,8 +1,9 @@
 """What a start-from directory (`init_from`) holds, and its weights placed into a model's shardings.
 
 `init_from` is one of: a transformers BERT directory (config.json + model.safetensors, maybe
-vocab.txt and sentence-transformers' 1_Pooling/), a bertjax workdir, its checkpoints/ folder or
-one checkpoints/<step>. This module sniffs which, reads the architecture, vocab and pooling it
+vocab.txt and sentence-transformers' 1_Pooling/), an original TF1 BERT checkpoint
+(bert_config.json + bert_model.ckpt.*, a folder or the prefix), a bertjax workdir, its
+checkpoints/ folder or one checkpoints/<step>. This module sniffs which, reads the architecture, vocab and pooling it
 implies, and loads its parameters: all of them (continued pre-training) or the encoder only
 (fine-tuning, the task head fresh). Loading is checked by name and shape.
 """
@@ -11,12 +12,14 @@ import json
 import pathlib
 
 from absl import logging
+from flax import traverse_util
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
 
 ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
@@ -76,10 +79,13 @@ def step_dir(path: pathlib.Path) -> pathlib.Path:
 def model_config(init_from: str) -> dict:
   """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
   path = pathlib.Path(init_from)
-  if not path.exists():
+  if not path.exists() and not pathlib.Path(f'{path}.index').exists():
     raise FileNotFoundError(f'init_from={init_from} does not exist: pass a transformers BERT '
-                            'dir or a bertjax workdir / checkpoint.')
-  if is_transformers_dir(path):
+                            'dir, an original TF checkpoint or a bertjax workdir / checkpoint.')
+  if (tf1 := tf1_checkpoint.find(path)) is not None:
+    cfg = tf1_checkpoint.config_from_tf1(
+        json.loads((tf1[0] / tf1_checkpoint.CONFIG_FILE).read_text()))
+  elif is_transformers_dir(path):
     cfg = hf_checkpoint.config_from_hf(json.loads((path / 'config.json').read_text()))
   else:
     step = step_dir(path)
@@ -98,7 +104,7 @@ def model_config(init_from: str) -> dict:
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
 
 
-def _run_config(path: pathlib.Path) -> dict | None:
+def run_config(path: pathlib.Path) -> dict | None:
   """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step)."""
   for folder in (path, *path.parents)[:3]:
     if (folder / 'config.json').is_file() and (folder / 'checkpoints').is_dir():
@@ -113,9 +119,11 @@ def vocab_file(init_from: str) -> str | None:
   """The vocab of a checkpoint: a transformers dir's vocab.txt, or the vocab a bertjax run
   recorded in its config.json (the embedded corpus's when it trained on that); else None."""
   path = pathlib.Path(init_from)
-  if is_transformers_dir(path):
+  if (tf1 := tf1_checkpoint.find(path)) is not None:
+    path = tf1[0]
+  if is_transformers_dir(path) or tf1 is not None:
     return str(path / 'vocab.txt') if (path / 'vocab.txt').exists() else None
-  run = _run_config(path)
+  run = run_config(path)
   if not run or 'data' not in run:
     return None
   recorded = run['data'].get('vocab_file') or ''
@@ -141,7 +149,15 @@ def pooling(init_from: str) -> str | None:
 
 
 def read_params(path: pathlib.Path, with_heads: bool = True):
-  """Parameters (numpy tree) from a transformers dir, a workdir, its checkpoints/ or one step."""
+  """Parameters (numpy tree) from a transformers dir, a TF1 checkpoint, a workdir, its
+  checkpoints/ or one step."""
+  if tf1_checkpoint.find(path) is not None:
+    tf1 = tf1_checkpoint.load(path)
+    logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; skipped %d that are not '
+                 'weights (optimizer slots, counters)', tf1.source, tf1.kind, len(tf1.params),
+                 len(tf1.ignored))
+    params = tf1.params if with_heads else tf1.encoder_params()
+    return traverse_util.unflatten_dict(params, sep='/')
   if is_transformers_dir(path):
     _, params, report = hf_checkpoint.load(path, with_heads=with_heads)
     logging.info('init_from %s (transformers): %s', path, report.summary())

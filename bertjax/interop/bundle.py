@@ -1,0 +1,75 @@
+"""A model as it travels between formats: architecture, weights, what it is for, its tokenizer.
+
+Every importer (hf_checkpoint, tf1_checkpoint, a bertjax workdir) produces a Bundle and every
+exporter consumes one, so a format only knows its own name table. `params` is flat and unscanned
+(`bert/layers_<i>/...`), float32 numpy, holding only tensors the source really had.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from bertjax.text import tokenizer
+
+# What a model is for, and the head parameters (beside `bert/...`) that make it so.
+KINDS = {
+    'encoder': (),
+    'pretraining': ('mlm/', 'nsp/'),
+    'classification': ('classifier/',),
+    'regression': ('classifier/',),
+    'span': ('qa_outputs/',),
+    'tagging': ('classifier/',),
+}
+
+
+@dataclasses.dataclass
+class Bundle:
+  config: dict  # The encoder's architecture (encoder.default_config fields).
+  params: dict  # Flat, unscanned, float32 numpy: 'bert/...', and the head's.
+  kind: str  # One of KINDS.
+  vocab_file: str  # '' when the source has none beside it.
+  do_lower_case: bool
+  labels: tuple = ()  # Class names (classification) or tags (tagging).
+  pooling: str = 'cls'  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'.
+  max_seq_length: int = 128  # What the model was fine-tuned with (serving's padded length).
+  source: str = ''  # Where it came from, for messages.
+  ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
+
+  def encoder_params(self) -> dict:
+    return {k: v for k, v in self.params.items() if k.startswith('bert/')}
+
+  def vocab_entries(self) -> int | None:
+    return len(tokenizer.load_vocab(self.vocab_file)) if self.vocab_file else None
+
+
+def kind_of(params: dict) -> str:
+  """'pretraining' when the MLM and NSP heads are there, else 'encoder' (task heads are told by
+  their source's metadata, not by name: a classifier and a tagger share `classifier/`)."""
+  if any(k.startswith('mlm/') for k in params) and any(k.startswith('nsp/') for k in params):
+    return 'pretraining'
+  return 'encoder'
+
+
+def check_vocab(bundle: Bundle):
+  """The vocab file must have as many entries as the embedding rows, or fewer when the rows are
+  padded (NVIDIA: 30,528 for 30,522; tensor parallelism: a multiple of 128)."""
+  entries = bundle.vocab_entries()
+  rows = bundle.params['bert/embeddings/word_embeddings/embedding'].shape[0]
+  if entries is None or entries == rows:
+    return
+  if entries > rows or rows % 8:
+    raise ValueError(
+        f'vocab file {bundle.vocab_file} has {entries} entries but {bundle.source}\'s word '
+        f'embeddings have {rows} rows: use the vocab.txt this checkpoint was trained with.')
+
+
+def cut_vocab_padding(bundle: Bundle) -> dict:
+  """params with padded vocab rows (beyond the vocab file's entries) cut off."""
+  entries = bundle.vocab_entries()
+  params = dict(bundle.params)
+  if entries is None:
+    return params
+  for name in ('bert/embeddings/word_embeddings/embedding', 'mlm/output_bias'):
+    if name in params and params[name].shape[0] > entries:
+      params[name] = np.ascontiguousarray(params[name][:entries])
+  return params

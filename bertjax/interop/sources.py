@@ -1,0 +1,92 @@
+"""Any importable model location -> a Bundle: what export and extract_features read.
+
+Accepted: a transformers BERT directory, an original TF1 checkpoint (folder or prefix), a bertjax
+workdir (pre-training or fine-tuning), its checkpoints/ folder or one checkpoints/<step>. A
+bertjax workdir's config.json says what the model is for: pre-training, or the fine-tuned task
+(its kind, labels, pooling, sequence length, vocab and casing).
+"""
+
+import json
+import pathlib
+
+from absl import logging
+
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
+from bertjax.interop import layouts
+from bertjax.interop import tf1_checkpoint
+from bertjax.training import checkpoint
+
+
+def format_of(path) -> str:
+  """'tf1', 'hf' or 'bertjax' for a location that exists; errors say what was expected."""
+  path = pathlib.Path(path)
+  if not path.exists() and not pathlib.Path(f'{path}.index').exists():
+    raise FileNotFoundError(f'{path} does not exist: pass a bertjax workdir or checkpoint, a '
+                            'transformers BERT directory or an original TF checkpoint.')
+  if tf1_checkpoint.find(path) is not None:
+    return 'tf1'
+  if init_from.is_transformers_dir(path):
+    return 'hf'
+  return 'bertjax'
+
+
+def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundle_lib.Bundle:
+  """The model at `path`; vocab_file / do_lower_case override what the source says."""
+  kind = format_of(path)
+  if kind == 'tf1':
+    result = tf1_checkpoint.load(path)
+  elif kind == 'hf':
+    result = hf_checkpoint.read(path)
+  else:
+    result = _read_bertjax(pathlib.Path(path))
+  if vocab_file:
+    result.vocab_file = str(vocab_file)
+  if do_lower_case is not None:
+    result.do_lower_case = do_lower_case
+  bundle_lib.check_vocab(result)
+  if result.ignored:
+    logging.info('%s: %d tensors are not model weights and were skipped (optimizer slots, '
+                 'counters), e.g. %s', result.source, len(result.ignored),
+                 ', '.join(result.ignored[:4]))
+  return result
+
+
+def _task_labels(run: dict) -> tuple[str, tuple]:
+  """(kind, labels) of a fine-tuning run's task."""
+  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
+  return task.kind, tuple(task.labels)
+
+
+def _read_bertjax(path: pathlib.Path) -> bundle_lib.Bundle:
+  step = init_from.step_dir(path)
+  params = checkpoint.flatten(init_from.read_params(step))
+  params = layouts.unstack_layers({k: v for k, v in params.items()})
+  config = dict(init_from.model_config(str(step)))
+  run = init_from.run_config(step) or {}
+  meta_model = _meta_model(step)
+  config.update({k: meta_model[k] for k in ('dropout_rate', 'attention_dropout_rate',
+                                            'initializer_range') if k in meta_model})
+  data = run.get('data', {})
+  if run.get('job') == 'finetune':
+    kind, labels = _task_labels(run)
+    pooling = run.get('pooling', 'cls')
+  else:
+    kind, labels, pooling = bundle_lib.kind_of(params), (), 'cls'
+  return bundle_lib.Bundle(
+      config=config, params=params, kind=kind, vocab_file=init_from.vocab_file(str(step)) or '',
+      do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,
+      pooling=pooling if pooling in ('cls', 'mean') else 'cls',
+      max_seq_length=int(data.get('max_seq_length', 128)), source=str(step))
+
+
+def _meta_model(step: pathlib.Path) -> dict:
+  for meta_file in sorted((step / 'meta').glob('*')) if (step / 'meta').is_dir() else []:
+    try:
+      return json.loads(meta_file.read_text())['model']
+    except (ValueError, KeyError, IsADirectoryError):
+      continue
+  return {}

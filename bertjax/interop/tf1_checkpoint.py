@@ -1,0 +1,262 @@
+"""The original BERT checkpoint format (google-research/bert, TF Model Garden's TF1 checkpoints,
+NVIDIA's): `bert_config.json`, `bert_model.ckpt.{index,data-*}`, `vocab.txt`.
+
+Read with `tf.train.load_checkpoint` and written with TensorFlow's SaveV2 op, so no TF1 graph
+code is involved. Heads in the original layouts: pre-training (`cls/predictions/*`,
+`cls/seq_relationship/*`), run_classifier.py's `output_weights`/`output_bias` and run_squad.py's
+`cls/squad/*`. Optimizer slots (`*/adam_m`, `*/adam_v`) and counters (`global_step`, NVIDIA's
+loss-scale variables) are not weights: they are skipped and reported.
+
+`hidden_act: gelu` is read as the exact (erf) GELU, which the released checkpoints were trained
+with and transformers uses; `gelu_new` (the tanh approximation) is kept apart.
+"""
+
+import json
+import os
+import pathlib
+
+import numpy as np
+
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import layouts
+
+CONFIG_FILE = 'bert_config.json'
+CHECKPOINT_PREFIX = 'bert_model.ckpt'
+_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
+_NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
+                'current_loss_scale')
+# Heads beside the encoder, per kind: bertjax path -> (TF1 name, layout).
+_HEADS = {
+    'pretraining': {
+        'mlm/transform/kernel': ('cls/predictions/transform/dense/kernel', layouts.SAME),
+        'mlm/transform/bias': ('cls/predictions/transform/dense/bias', layouts.SAME),
+        'mlm/layer_norm/scale': ('cls/predictions/transform/LayerNorm/gamma', layouts.SAME),
+        'mlm/layer_norm/bias': ('cls/predictions/transform/LayerNorm/beta', layouts.SAME),
+        'mlm/output_bias': ('cls/predictions/output_bias', layouts.SAME),
+        # run_pretraining.py stores this [2, D] ("output_weights", transposed).
+        'nsp/dense/kernel': ('cls/seq_relationship/output_weights', layouts.TRANSPOSED),
+        'nsp/dense/bias': ('cls/seq_relationship/output_bias', layouts.SAME),
+    },
+    'classification': {  # run_classifier.py: [num_labels, D].
+        'classifier/kernel': ('output_weights', layouts.TRANSPOSED),
+        'classifier/bias': ('output_bias', layouts.SAME),
+    },
+    'span': {  # run_squad.py: [2, D].
+        'qa_outputs/kernel': ('cls/squad/output_weights', layouts.TRANSPOSED),
+        'qa_outputs/bias': ('cls/squad/output_bias', layouts.SAME),
+    },
+}
+KINDS = ('encoder',) + tuple(_HEADS)  # What this format can hold.
+
+
+def names(config: dict, kind: str) -> dict:
+  """bertjax path (unscanned) -> (TF1 variable name, layout), for the encoder and kind's head."""
+  h = config['num_heads']
+  m = {
+      'bert/embeddings/word_embeddings/embedding': 'bert/embeddings/word_embeddings',
+      'bert/embeddings/position_embeddings/embedding': 'bert/embeddings/position_embeddings',
+      'bert/embeddings/token_type_embeddings/embedding': 'bert/embeddings/token_type_embeddings',
+      'bert/embeddings/layer_norm/scale': 'bert/embeddings/LayerNorm/gamma',
+      'bert/embeddings/layer_norm/bias': 'bert/embeddings/LayerNorm/beta',
+      'bert/pooler/kernel': 'bert/pooler/dense/kernel',
+      'bert/pooler/bias': 'bert/pooler/dense/bias',
+  }
+  m = {k: (v, layouts.SAME) for k, v in m.items()}
+  for i in range(config['num_layers']):
+    ours, theirs = f'bert/layers_{i}', f'bert/encoder/layer_{i}'
+    for name in ('query', 'key', 'value'):
+      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}/attention/self/{name}/kernel',
+                                              layouts.heads_kernel(h, transposed=False))
+      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}/attention/self/{name}/bias',
+                                            layouts.heads_bias(h))
+    m[f'{ours}/attention/out/kernel'] = (f'{theirs}/attention/output/dense/kernel',
+                                         layouts.heads_output_kernel(h, transposed=False))
+    m[f'{ours}/attention/out/bias'] = (f'{theirs}/attention/output/dense/bias', layouts.SAME)
+    for ln, tf_ln in (('attention_layer_norm', 'attention/output/LayerNorm'),
+                      ('output_layer_norm', 'output/LayerNorm')):
+      m[f'{ours}/{ln}/scale'] = (f'{theirs}/{tf_ln}/gamma', layouts.SAME)
+      m[f'{ours}/{ln}/bias'] = (f'{theirs}/{tf_ln}/beta', layouts.SAME)
+    for dense, tf_dense in (('intermediate', 'intermediate'), ('output', 'output')):
+      m[f'{ours}/mlp/{dense}/kernel'] = (f'{theirs}/{tf_dense}/dense/kernel', layouts.SAME)
+      m[f'{ours}/mlp/{dense}/bias'] = (f'{theirs}/{tf_dense}/dense/bias', layouts.SAME)
+  m.update(_HEADS.get(kind, {}))
+  return m
+
+
+def config_from_tf1(tf1_config: dict) -> dict:
+  """bertjax encoder fields from a bert_config.json."""
+  act = tf1_config.get('hidden_act', 'gelu')
+  if act not in _ACTIVATIONS:
+    raise ValueError(f'hidden_act {act!r} in {CONFIG_FILE} is not supported; known: '
+                     f'{", ".join(_ACTIVATIONS)}.')
+  return dict(
+      vocab_size=tf1_config['vocab_size'], hidden_size=tf1_config['hidden_size'],
+      num_layers=tf1_config['num_hidden_layers'], num_heads=tf1_config['num_attention_heads'],
+      mlp_dim=tf1_config['intermediate_size'],
+      max_position_embeddings=tf1_config.get('max_position_embeddings', 512),
+      type_vocab_size=tf1_config.get('type_vocab_size', 2), hidden_act=_ACTIVATIONS[act],
+      dropout_rate=tf1_config.get('hidden_dropout_prob', 0.1),
+      attention_dropout_rate=tf1_config.get('attention_probs_dropout_prob', 0.1),
+      layer_norm_eps=1e-12, initializer_range=tf1_config.get('initializer_range', 0.02))
+
+
+def config_to_tf1(config: dict, vocab_size: int) -> dict:
+  act = {v: k for k, v in _ACTIVATIONS.items()}[config['hidden_act']]
+  return {'attention_probs_dropout_prob': config['attention_dropout_rate'], 'hidden_act': act,
+          'hidden_dropout_prob': config['dropout_rate'], 'hidden_size': config['hidden_size'],
+          'initializer_range': config['initializer_range'],
+          'intermediate_size': config['mlp_dim'],
+          'max_position_embeddings': config['max_position_embeddings'],
+          'num_attention_heads': config['num_heads'],
+          'num_hidden_layers': config['num_layers'],
+          'type_vocab_size': config['type_vocab_size'], 'vocab_size': vocab_size}
+
+
+def find(path) -> tuple[pathlib.Path, str] | None:
+  """(folder holding bert_config.json, checkpoint prefix) when `path` is a TF1 BERT checkpoint:
+  a folder with bert_config.json and one `*.index`, or a prefix such as .../bert_model.ckpt."""
+  path = pathlib.Path(path)
+  if path.is_dir():
+    indexes = sorted(path.glob('*.index'))
+    if not (path / CONFIG_FILE).is_file() or not indexes:
+      return None
+    preferred = path / f'{CHECKPOINT_PREFIX}.index'
+    if preferred in indexes:
+      return path, str(path / CHECKPOINT_PREFIX)
+    if len(indexes) > 1:
+      listed = ', '.join(p.name for p in indexes[:4])
+      example = str(indexes[-1])[:-len('.index')]
+      raise ValueError(f'{path} holds {len(indexes)} checkpoints ({listed}): pass the prefix of '
+                       f'the one to read, e.g. {example}')
+    return path, str(indexes[0])[:-len('.index')]
+  if pathlib.Path(f'{path}.index').is_file():
+    return path.parent, str(path)
+  return None
+
+
+def _kind(variables: dict) -> str:
+  if 'cls/predictions/output_bias' in variables or 'cls/seq_relationship/output_bias' in variables:
+    return 'pretraining'
+  if 'cls/squad/output_weights' in variables:
+    return 'span'
+  if 'output_weights' in variables:
+    return 'classification'
+  return 'encoder'
+
+
+def _do_lower_case(folder: pathlib.Path, vocab_file: str) -> bool:
+  """From a tokenizer config beside the checkpoint if any, else from the vocab's casing (the
+  original's model names say cased/uncased; the vocab says it too)."""
+  for name in ('tokenizer_config.json', 'bertjax_export.json'):
+    if (folder / name).is_file():
+      value = json.loads((folder / name).read_text()).get('do_lower_case')
+      if value is not None:
+        return bool(value)
+  if vocab_file:
+    from bertjax.text import tokenizer  # pylint: disable=g-import-not-at-top
+    return not tokenizer.vocab_looks_cased(tokenizer.load_vocab(vocab_file))
+  return True
+
+
+def load(path) -> bundle_lib.Bundle:
+  """A TF1 BERT checkpoint (folder or prefix) as a Bundle; errors name the tensor at fault."""
+  found = find(path)
+  if found is None:
+    raise FileNotFoundError(f'{path} is not a TF1 BERT checkpoint: expected a folder with '
+                            f'{CONFIG_FILE} and {CHECKPOINT_PREFIX}.index/.data-*, or a '
+                            'checkpoint prefix.')
+  folder, prefix = found
+  if not (folder / CONFIG_FILE).is_file():
+    raise FileNotFoundError(f'{folder / CONFIG_FILE} not found: the checkpoint {prefix} needs '
+                            'the bert_config.json released with it.')
+  config = config_from_tf1(json.loads((folder / CONFIG_FILE).read_text()))
+  from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
+  tf, _ = fast_tokenizer.import_tf()
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except Exception as e:  # TF raises DataLossError, NotFoundError, ... for damaged files.
+    raise ValueError(f'{prefix} could not be read ({type(e).__name__}: {str(e)[:200]}): the '
+                     'checkpoint is incomplete or damaged; download or export it again.') from e
+  shapes = reader.get_variable_to_shape_map()
+  kind = _kind(shapes)
+  table = names(config, kind)
+  params = {}
+  for ours, (theirs, layout) in sorted(table.items()):
+    if theirs not in shapes:
+      raise ValueError(f'{prefix} lacks the tensor {theirs} that a {kind} BERT of '
+                       f'{CONFIG_FILE} ({config["num_layers"]} layers) has: the checkpoint is '
+                       f'incomplete, or {CONFIG_FILE} is not the one released with it.')
+    try:
+      value = reader.get_tensor(theirs)
+    except Exception as e:  # A short or corrupt data file: IndexError, DataLossError, ...
+      raise ValueError(f'{theirs} in {prefix} could not be read ({type(e).__name__}: '
+                       f'{str(e)[:200]}): the checkpoint is incomplete or damaged; download or '
+                       'export it again.') from e
+    params[ours] = np.asarray(layout.to_ours(value), np.float32)
+  _check_shapes(params, config, prefix, table)
+  used = {theirs for theirs, _ in table.values()}
+  ignored = sorted(n for n in shapes if n not in used)
+  vocab = folder / 'vocab.txt'
+  vocab_file = str(vocab) if vocab.is_file() else ''
+  num_labels = params['classifier/kernel'].shape[1] if kind == 'classification' else 0
+  result = bundle_lib.Bundle(
+      config=config, params=params, kind=kind, vocab_file=vocab_file,
+      do_lower_case=_do_lower_case(folder, vocab_file),
+      labels=tuple(str(i) for i in range(num_labels)), source=prefix, ignored=tuple(ignored))
+  _read_export_meta(folder, result)
+  bundle_lib.check_vocab(result)
+  return result
+
+
+def _read_export_meta(folder: pathlib.Path, result: bundle_lib.Bundle):
+  """Labels, pooling and length that bertjax's export wrote beside the checkpoint."""
+  meta_file = folder / 'bertjax_export.json'
+  if meta_file.is_file():
+    meta = json.loads(meta_file.read_text())
+    result.labels = tuple(meta.get('labels', result.labels))
+    result.max_seq_length = meta.get('max_seq_length', result.max_seq_length)
+
+
+def _check_shapes(params: dict, config: dict, prefix: str, table: dict):
+  d, h = config['hidden_size'], config['num_heads']
+  expected = {
+      'bert/embeddings/word_embeddings/embedding': (config['vocab_size'], d),
+      'bert/embeddings/position_embeddings/embedding': (config['max_position_embeddings'], d),
+      'bert/embeddings/token_type_embeddings/embedding': (config['type_vocab_size'], d),
+      'bert/layers_0/mlp/intermediate/kernel': (d, config['mlp_dim']),
+      'bert/layers_0/attention/query/kernel': (d, h, d // h),
+  }
+  for layer in range(config['num_layers']):
+    expected[f'bert/layers_{layer}/mlp/output/kernel'] = (config['mlp_dim'], d)
+    expected[f'bert/layers_{layer}/attention/out/kernel'] = (h, d // h, d)
+    expected[f'bert/layers_{layer}/output_layer_norm/scale'] = (d,)
+  for ours, shape in expected.items():
+    if params[ours].shape != shape:
+      raise ValueError(f'{table[ours][0]} in {prefix} has shape {params[ours].shape}, but '
+                       f'{CONFIG_FILE} implies {shape}: the config is not the one released '
+                       'with this checkpoint.')
+
+
+def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
+  """Writes bert_config.json, bert_model.ckpt.* and vocab.txt into output_dir."""
+  if result.kind not in KINDS:
+    raise ValueError(f'the TF1 format holds {", ".join(KINDS)} models (google-research/bert\'s '
+                     f'scripts); a {result.kind} head has no layout there: export it with '
+                     '--format=hf or --format=saved_model.')
+  from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
+  tf, _ = fast_tokenizer.import_tf()
+  table = names(result.config, result.kind)
+  tensors = {theirs: np.ascontiguousarray(layout.to_theirs(result.params[ours]))
+             for ours, (theirs, layout) in table.items()}
+  vocab_rows = tensors['bert/embeddings/word_embeddings'].shape[0]
+  (output_dir / CONFIG_FILE).write_text(
+      json.dumps(config_to_tf1(result.config, vocab_rows), indent=2, sort_keys=True) + '\n')
+  order = sorted(tensors)
+  with tf.device('/cpu:0'):
+    tf.raw_ops.SaveV2(prefix=os.fspath(output_dir / CHECKPOINT_PREFIX), tensor_names=order,
+                      shape_and_slices=[''] * len(order),
+                      tensors=[tf.constant(tensors[n]) for n in order])
+  # The `checkpoint` file lets tf.train.latest_checkpoint (and the original scripts) find it.
+  (output_dir / 'checkpoint').write_text(
+      f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
+      f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
