@@ -55,8 +55,9 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
 
 def _task_labels(run: dict) -> tuple[str, tuple]:
   """(kind, labels) of a fine-tuning run's task."""
-  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
   task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
   return task.kind, tuple(task.labels)
 

@@ -8,19 +8,17 @@ importer's table; the importer must match transformers on the same weights.
 import json
 import shutil
 
+import hf_checkpoint_test
 import numpy as np
 import pytest
 import torch
 import transformers
 
-from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.text import fast_tokenizer
-
-import hf_checkpoint_test
 
 SENTENCES = hf_checkpoint_test.SENTENCES
 
