@@ -5,7 +5,7 @@ vocab.txt and sentence-transformers' 1_Pooling/), an original TF1 BERT checkpoin
 (bert_config.json + bert_model.ckpt.*, a folder or the prefix), a bertjax workdir, its
 checkpoints/ folder or one checkpoints/<step>. This module sniffs which, reads the
 architecture, vocab and pooling it implies, and loads its parameters: all of them (continued
-pre-training) or the encoder only (fine-tuning, the task head fresh). Loading is checked by name and shape.
+pre-training) or the encoder only (fine-tuning, the task head fresh), checked by name and shape.
 """
 
 import json
