@@ -1,0 +1,160 @@
+"""Export a model to the formats other tools load.
+
+  python -m bertjax.export --from=<bertjax workdir | workdir/checkpoints/N | transformers dir |
+      TF1 checkpoint> --format=hf|tf1|saved_model --output=DIR
+
+  hf           a transformers directory (config.json, model.safetensors, vocab and tokenizer files):
+               BertModel, BertForPreTraining, BertForSequenceClassification (classification and
+               regression), BertForQuestionAnswering or BertForTokenClassification, as the model
+               is for. A vocab padded for tensor parallelism is cut back to the vocab file.
+  tf1          google-research/bert's layout: bert_config.json, bert_model.ckpt.*, vocab.txt
+               (encoders, pre-training heads, run_classifier.py and run_squad.py heads).
+  saved_model  a TensorFlow SavedModel with the WordPiece tokenizer inside: serving_default
+               takes raw strings (and pairs for pair tasks) and returns what the model is for.
+
+The output is written into a hidden folder beside DIR and renamed into place when complete, so a
+crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only
+with --overwrite.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+from bertjax import console  # noqa: E402
+from bertjax import paths  # noqa: E402
+from bertjax.interop import bundle as bundle_lib  # noqa: E402
+from bertjax.interop import hf_checkpoint  # noqa: E402
+from bertjax.interop import sources  # noqa: E402
+from bertjax.interop import tf1_checkpoint  # noqa: E402
+from bertjax.text import tokenizer  # noqa: E402
+
+FORMATS = ('hf', 'tf1', 'saved_model')
+# What each format can hold (bundle.KINDS).
+HOLDS = {'hf': tuple(bundle_lib.KINDS), 'tf1': tf1_checkpoint.KINDS,
+         'saved_model': ('encoder', 'pretraining', 'classification', 'regression', 'span',
+                         'tagging')}
+
+
+def _check_kind(result: bundle_lib.Bundle, fmt: str):
+  if result.kind not in HOLDS[fmt]:
+    can = [f for f in FORMATS if result.kind in HOLDS[f]]
+    raise ValueError(f'{result.source} is a {result.kind} model; --format={fmt} cannot hold '
+                     f'its head ({fmt} holds: {", ".join(HOLDS[fmt])}): use --format='
+                     f'{" or --format=".join(can)}.')
+
+
+def _check_casing(result: bundle_lib.Bundle):
+  if result.vocab_file:
+    tokenizer.validate_case_matches_vocab(
+        tokenizer.load_vocab(result.vocab_file), result.do_lower_case,
+        f'vocab file {result.vocab_file}')
+
+
+def _writer(fmt: str):
+  if fmt == 'hf':
+    return hf_checkpoint.save
+  if fmt == 'tf1':
+    return _save_tf1
+  from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
+  return saved_model.save
+
+
+def _save_tf1(result: bundle_lib.Bundle, output: pathlib.Path):
+  tf1_checkpoint.save(result, output)
+  if result.vocab_file:
+    shutil.copyfile(result.vocab_file, output / 'vocab.txt')
+  # What google-research/bert's scripts are told by flags, kept for bertjax's importer.
+  (output / 'bertjax_export.json').write_text(json.dumps(
+      {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
+       'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length},
+      indent=2) + '\n')
+
+
+def check_output(output: pathlib.Path, overwrite: bool):
+  if output.exists() and not output.is_dir():
+    raise FileExistsError(f'--output={output} is a file: pass a directory.')
+  if output.is_dir() and any(output.iterdir()) and not overwrite:
+    raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
+                          'replace it, or choose another directory.')
+
+
+def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
+           do_lower_case: bool | None = None, max_seq_length: int = 0,
+           labels: tuple = ()) -> pathlib.Path:
+  """Writes the model at `source` to `output` in format `fmt`; returns the output directory."""
+  if fmt not in FORMATS:
+    raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
+  output = pathlib.Path(paths.absolute(str(output)))
+  check_output(output, overwrite)
+  result = sources.load(paths.absolute(str(source)), vocab_file=vocab_file,
+                        do_lower_case=do_lower_case)
+  _check_kind(result, fmt)
+  _check_casing(result)
+  if labels:
+    if len(labels) != len(result.labels):
+      raise ValueError(f'--labels names {len(labels)} classes but the model has '
+                       f'{len(result.labels)}.')
+    result.labels = tuple(labels)
+  if max_seq_length:
+    result.max_seq_length = max_seq_length
+  output.parent.mkdir(parents=True, exist_ok=True)
+  temp = output.parent / f'.{output.name}.export-{os.getpid()}-{time.time_ns()}'
+  temp.mkdir()
+  try:
+    _writer(fmt)(result, temp)
+    if output.exists():
+      old = output.parent / f'.{output.name}.replaced-{os.getpid()}'
+      output.rename(old)
+      temp.rename(output)
+      shutil.rmtree(old)
+    else:
+      temp.rename(output)
+  finally:
+    if temp.exists():
+      shutil.rmtree(temp, ignore_errors=True)
+  logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
+               result.config['num_layers'], output, fmt)
+  return output
+
+
+_FROM = flags.DEFINE_string('from', None, 'The model: a bertjax workdir or checkpoint, a '
+                            'transformers BERT directory or an original TF checkpoint.')
+_FORMAT = flags.DEFINE_enum('format', None, FORMATS, 'What to write.')
+_OUTPUT = flags.DEFINE_string('output', None, 'The directory to write.')
+_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
+_VOCAB = flags.DEFINE_string('vocab_file', '', 'The vocab, where the source has none beside it.')
+_LOWER = flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'],
+                           'Override the casing the source records.')
+_SEQ = flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length (0 = the '
+                            'length the model was fine-tuned with, else 128).')
+_LABELS = flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
+                            '(a TF1 run_classifier.py checkpoint).')
+
+
+def main(argv):
+  del argv
+  console.install()
+  try:
+    out = export(getattr(flags.FLAGS, 'from'), _FORMAT.value, _OUTPUT.value,
+                 overwrite=_OVERWRITE.value, vocab_file=_VOCAB.value,
+                 do_lower_case={'': None, 'true': True, 'false': False}[_LOWER.value],
+                 max_seq_length=_SEQ.value, labels=tuple(_LABELS.value))
+  except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['from', 'format', 'output'])
+  app.run(main)

@@ -1,0 +1,187 @@
+"""`bertjax.export`: transformers loads each kind with no missing or unexpected keys and computes
+the same outputs; round trips are bit-identical; bad requests are refused and nothing is lost."""
+
+import json
+
+import finetune_runs
+from flax import traverse_util
+import flax.linen as nn
+import hf_checkpoint_test
+import jax
+import numpy as np
+import pytest
+from safetensors import numpy as st_numpy
+import torch
+import transformers
+
+from bertjax import export
+from bertjax.finetune import job
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import sources
+from bertjax.model import encoder
+from bertjax.model import heads
+from bertjax.text import tokenizer
+
+SENTENCES = hf_checkpoint_test.SENTENCES
+CLASSES = {'encoder': transformers.BertModel, 'pretraining': transformers.BertForPreTraining,
+           'classification': transformers.BertForSequenceClassification,
+           'regression': transformers.BertForSequenceClassification,
+           'span': transformers.BertForQuestionAnswering,
+           'tagging': transformers.BertForTokenClassification}
+
+
+def load_reporting(cls, directory):
+  model, info = cls.from_pretrained(str(directory), output_loading_info=True)
+  assert not info['missing_keys'] and not info['unexpected_keys'], info
+  assert not info['mismatched_keys'], info
+  return model.eval()
+
+
+def random_bundle(kind, minilm_dir, num_labels=3):
+  """A small random model of `kind`, as bertjax's own module initialises it."""
+  cfg = encoder.default_config(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
+                               mlp_dim=64, max_position_embeddings=64)
+  module = {'encoder': encoder.BertEncoder(cfg), 'pretraining': heads.BertForPreTraining(cfg),
+            'classification': heads.BertForSequenceClassification(cfg, num_labels),
+            'regression': heads.BertForSequenceClassification(cfg, 1),
+            'span': heads.BertForQuestionAnswering(cfg),
+            'tagging': heads.BertForTokenClassification(cfg, num_labels)}[kind]
+  batch = heads.dummy_batch(1, 4, 2)
+  if kind != 'pretraining':
+    batch.pop('masked_lm_positions')
+  params = nn.unbox(module.init(jax.random.key(1), **batch)['params'])
+  # Non-zero biases and LayerNorms, so that a misplaced one would show.
+  params = jax.tree.map(lambda x: x + 0.01 * np.arange(x.size, dtype=np.float32).reshape(
+      x.shape) % 0.07, params)
+  flat = traverse_util.flatten_dict(params, sep='/')
+  if kind == 'encoder':
+    flat = {f'bert/{k}': v for k, v in flat.items()}
+  flat = {k: np.asarray(v) for k, v in flat.items()}
+  labels = tuple(f'L{i}' for i in range(num_labels)) if kind in ('classification',
+                                                                  'tagging') else ()
+  return module, params, bundle_lib.Bundle(
+      config=cfg.to_dict(), params=flat, kind=kind, vocab_file=str(minilm_dir / 'vocab.txt'),
+      do_lower_case=True, labels=labels, source=f'random {kind}')
+
+
+@pytest.mark.parametrize('kind', list(CLASSES))
+def test_transformers_loads_every_kind_with_equal_outputs(kind, minilm_dir, tmp_path):
+  module, params, result = random_bundle(kind, minilm_dir)
+  out = tmp_path / kind
+  out.mkdir()
+  hf_checkpoint.save(result, out)
+  ref = load_reporting(CLASSES[kind], out)
+  assert json.loads((out / 'config.json').read_text())['architectures'] == [
+      CLASSES[kind].__name__]
+  batch = hf_checkpoint_test.hf_batch(out, SENTENCES, SENTENCES[::-1])
+  with torch.no_grad():
+    theirs = ref(**hf_checkpoint_test.torch_inputs(batch))
+  if kind == 'pretraining':
+    positions = np.tile(np.arange(0, 8, dtype=np.int32), (len(SENTENCES), 1))
+    mlm, nsp = module.apply({'params': params}, **batch, masked_lm_positions=positions)
+    ref_mlm = np.take_along_axis(theirs.prediction_logits.numpy(), positions[..., None], 1)
+    np.testing.assert_allclose(np.asarray(mlm), ref_mlm, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(nsp), theirs.seq_relationship_logits.numpy(),
+                               atol=1e-5, rtol=0)
+    return
+  ours = module.apply({'params': params}, **batch)
+  if kind == 'encoder':
+    np.testing.assert_allclose(np.asarray(ours[0]), theirs.last_hidden_state.numpy(), atol=1e-5,
+                               rtol=0)
+    np.testing.assert_allclose(np.asarray(ours[1]), theirs.pooler_output.numpy(), atol=1e-5,
+                               rtol=0)
+  elif kind == 'span':
+    np.testing.assert_allclose(np.asarray(ours[..., 0]), theirs.start_logits.numpy(), atol=1e-5,
+                               rtol=0)
+    np.testing.assert_allclose(np.asarray(ours[..., 1]), theirs.end_logits.numpy(), atol=1e-5,
+                               rtol=0)
+  else:
+    np.testing.assert_allclose(np.asarray(ours), theirs.logits.numpy(), atol=1e-5, rtol=0)
+  if kind in ('classification', 'tagging'):
+    assert ref.config.id2label == {0: 'L0', 1: 'L1', 2: 'L2'}
+  if kind == 'regression':
+    assert ref.config.problem_type == 'regression' and ref.config.num_labels == 1
+
+
+def test_transformers_round_trip_is_bit_identical(minilm_dir, tmp_path):
+  out = export.export(minilm_dir, 'hf', tmp_path / 'hf')
+  before = st_numpy.load_file(str(minilm_dir / 'model.safetensors'))
+  after = st_numpy.load_file(str(out / 'model.safetensors'))
+  before = {k: v for k, v in before.items() if not k.endswith('position_ids')}
+  assert set(after) == set(before)
+  for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value, err_msg=name)
+  # sentence-transformers' pooling is kept beside the weights.
+  assert json.loads((out / '1_Pooling' / 'config.json').read_text())['pooling_mode_mean_tokens']
+  # Its tokenizer files give transformers the same ids as bertjax's WordPiece.
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  ours = tokenizer.FullTokenizer(out / 'vocab.txt', do_lower_case=True)
+  text = 'Héllo, WORLD! The naïve café’s déjà-vu: 3.14 unaffable'
+  assert tok(text)['input_ids'][1:-1] == ours.encode(text)
+
+
+def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(minilm_dir, tmp_path):
+  data = finetune_runs.write_sst2(tmp_path / 'sst2', n_train=64, n_dev=40)
+  workdir = tmp_path / 'run'
+  job.train_and_evaluate(finetune_runs.tiny_config(
+      data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3}), str(workdir))
+  out = export.export(workdir, 'hf', tmp_path / 'hf')
+  result = sources.load(workdir)
+  assert result.kind == 'classification' and result.labels == ('0', '1')
+  ref = load_reporting(transformers.BertForSequenceClassification, out)
+  assert ref.config.id2label == {0: '0', 1: '1'}
+  sentences = [line.split('\t')[0] for line in
+               (data / 'dev.tsv').read_text().splitlines()[1:]]
+  batch = hf_checkpoint_test.hf_batch(out, sentences)
+  ours_tok = tokenizer.FullTokenizer(result.vocab_file, do_lower_case=True)
+  assert batch['input_ids'][0][1:int(batch['input_mask'][0].sum()) - 1].tolist() == \
+      ours_tok.encode(sentences[0])
+  cfg = encoder.default_config(**result.config)
+  module = heads.BertForSequenceClassification(cfg, 2)
+  tree = traverse_util.unflatten_dict(result.params, sep='/')  # Unscanned, as cfg.
+  ours = np.asarray(module.apply({'params': tree}, **batch))
+  with torch.no_grad():
+    theirs = ref(**hf_checkpoint_test.torch_inputs(batch)).logits.numpy()
+  np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+  assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+  assert len(set(ours.argmax(-1).tolist())) == 2  # Both labels are predicted: a real check.
+
+
+def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
+  out = tmp_path / 'taken'
+  out.mkdir()
+  (out / 'keep.txt').write_text('mine')
+  with pytest.raises(FileExistsError, match='not empty: pass --overwrite'):
+    export.export(minilm_dir, 'hf', out)
+  assert (out / 'keep.txt').read_text() == 'mine'
+  export.export(minilm_dir, 'hf', out, overwrite=True)
+  assert not (out / 'keep.txt').exists() and (out / 'model.safetensors').exists()
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')]
+
+  _, _, tagger = random_bundle('tagging', minilm_dir)
+  with pytest.raises(ValueError, match='--format=tf1 cannot hold .* --format=hf or '
+                     '--format=saved_model'):
+    export._check_kind(tagger, 'tf1')
+  _, _, mean_classifier = random_bundle('classification', minilm_dir)
+  mean_classifier.pooling = 'mean'
+  with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):
+    hf_checkpoint.save(mean_classifier, tmp_path)
+  with pytest.raises(ValueError, match='uncased vocab .* do_lower_case=False'):
+    export.export(minilm_dir, 'hf', tmp_path / 'cased', do_lower_case=False)
+  assert not (tmp_path / 'cased').exists()
+  short_vocab = tmp_path / 'short_vocab.txt'
+  short_vocab.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n')
+  with pytest.raises(ValueError, match='has 4 entries but .* 30522 rows'):
+    export.export(minilm_dir, 'hf', tmp_path / 'short', vocab_file=str(short_vocab))
+
+
+def test_a_padded_vocab_is_cut_back_to_the_vocab_file(minilm_dir, tmp_path):
+  _, _, result = random_bundle('pretraining', minilm_dir)
+  for name in ('bert/embeddings/word_embeddings/embedding', 'mlm/output_bias'):
+    value = result.params[name]
+    result.params[name] = np.concatenate([value, np.ones((70,) + value.shape[1:], np.float32)])
+  hf_checkpoint.save(result, tmp_path)
+  ref = load_reporting(transformers.BertForPreTraining, tmp_path)
+  assert ref.config.vocab_size == 30522
+  assert ref.bert.embeddings.word_embeddings.weight.shape[0] == 30522
