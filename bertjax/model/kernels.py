@@ -21,6 +21,34 @@ def gelu(x):
   return 0.5 * x * (1.0 + jax.lax.erf(x * np.sqrt(0.5).astype(x.dtype)))
 
 
+# XLA's own float32 erf: x * P(x^2) / Q(x^2) on [-4, 4], where erf is +-1 in float32 beyond.
+_ERF_ALPHA = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+              -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+              -1.60960333262415e-02)
+_ERF_BETA = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+             -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def _polynomial(x, coefficients):
+  out = jnp.zeros_like(x)
+  for c in coefficients:
+    out = out * x + jnp.asarray(c, x.dtype)
+  return out
+
+
+def erf_rational(x):
+  """erf in plain arithmetic (no chlo.erf): for exports whose consumer cannot run chlo's
+  decomposition on dynamic shapes (TensorFlow's XlaCallModule)."""
+  x = jnp.clip(x, -4.0, 4.0)
+  x2 = x * x
+  return x * _polynomial(x2, _ERF_ALPHA) / _polynomial(x2, _ERF_BETA)
+
+
+def gelu_rational(x):
+  """gelu with erf_rational: the same function to float32 rounding."""
+  return 0.5 * x * (1.0 + erf_rational(x * np.sqrt(0.5).astype(x.dtype)))
+
+
 def _einsum_f32(spec, lhs, rhs):
   out = jnp.einsum(spec, lhs, rhs, preferred_element_type=jnp.float32)
   return out.astype(jnp.result_type(lhs, rhs))
@@ -92,6 +120,7 @@ def in_float32(fn):
 
 ACTIVATIONS = {
     'gelu': in_float32(gelu),  # BERT's erf GELU.
+    'gelu_rational': in_float32(gelu_rational),  # The same, for exports (interop/saved_model).
     'gelu_tanh': in_float32(functools.partial(jax.nn.gelu, approximate=True)),
     'relu': jax.nn.relu,
 }

@@ -98,6 +98,12 @@ def import_tf():
   return tf, tf_text
 
 
+def drop_pattern() -> str:
+  """RE2 class of the control and format characters the original deletes (and
+  FastBertTokenizer would turn into spaces): removed in-graph before it."""
+  return _re2_class(cp for cp in safe_code_points() if _is_dropped(cp))
+
+
 class FastTokenizer:
   """WordPiece ids from tensorflow-text where that is exact, from the reference elsewhere."""
 
@@ -121,7 +127,7 @@ class FastTokenizer:
         unknown_token=unk_token, lower_case_nfd_strip_accents=do_lower_case)
     safe = safe_code_points()
     self._safe_pattern = _re2_class(safe) + '*'
-    self._drop_pattern = _re2_class(cp for cp in safe if _is_dropped(cp))
+    self._drop_pattern = drop_pattern()
     specials = ''.join(re.escape(t) + '|' for t in self.reference.never_split)
     self._route_pattern = f'(?s).*(?:{specials}[^ \\t\\n\\r]{{{max_input_chars_per_word + 1},}}).*'
     self._encode_fn = tf.function(

@@ -1,0 +1,284 @@
+"""A TensorFlow SavedModel with the WordPiece tokenizer inside: raw strings in, answers out.
+
+The model is the JAX function itself, converted by jax2tf (StableHLO inside an XlaCallModule op,
+for CPU, CUDA and TPU), with its weights as TF variables; tokenization is tensorflow-text's
+FastBertTokenizer with the in-graph clean-up of bertjax's fast path (text/fast_tokenizer.py), so
+ids equal bertjax's wherever its fast path is exact (all text in fast_tokenizer's safe blocks).
+
+Signatures (batch size dynamic, the length padded to the longest input of the batch, at most
+`max_seq_length` tokens; longer inputs are truncated as BERT's scripts do, pairs longest first):
+  serving_default  `text` [B] strings (SQuAD models: `question`, `context`);
+  pairs            `text_a`, `text_b` [B] (sentence-level models);
+and outputs by what the model is for:
+  encoder / pretraining  sequence_output [B, L, D], pooled_output [B, D] (BERT's pooler),
+                         mean_pooled_output [B, D] (mean of the last layer over real tokens),
+                         input_mask [B, L];
+  classification         probabilities [B, C], label [B] (string);
+  regression             score [B];
+  span                   answer [B] (text of the context), score [B] (start + end logits);
+  tagging                words [B, W] (whitespace-split, '' padding), tags [B, W].
+"""
+
+import contextlib
+import functools
+import json
+import pathlib
+
+from flax import traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.interop import bundle as bundle_lib
+from bertjax.model import encoder
+from bertjax.model import heads
+from bertjax.text import fast_tokenizer
+from bertjax.text import tokenizer
+
+MAX_ANSWER_TOKENS = 30  # run_squad.py's max_answer_length.
+PLATFORMS = ('cpu', 'cuda', 'tpu')
+
+
+def _module(result: bundle_lib.Bundle, cfg):
+  if result.kind in ('encoder', 'pretraining'):
+    return encoder.BertEncoder(cfg)
+  if result.kind == 'classification':
+    return heads.BertForSequenceClassification(cfg, len(result.labels), result.pooling)
+  if result.kind == 'regression':
+    return heads.BertForSequenceClassification(cfg, 1, result.pooling)
+  if result.kind == 'span':
+    return heads.BertForQuestionAnswering(cfg)
+  return heads.BertForTokenClassification(cfg, len(result.labels))
+
+
+def _params_tree(result: bundle_lib.Bundle) -> dict:
+  params = bundle_lib.cut_vocab_padding(result)
+  if result.kind in ('encoder', 'pretraining'):  # The encoder's own tree, without `bert/`.
+    params = {k[len('bert/'):]: v for k, v in params.items() if k.startswith('bert/')}
+  return traverse_util.unflatten_dict(params, sep='/')
+
+
+def jax_function(result: bundle_lib.Bundle):
+  """(params, input_ids, input_mask, segment_ids) -> dict of outputs, in float32."""
+  act = result.config['hidden_act']
+  cfg = encoder.default_config(**{**result.config, 'dtype': 'float32', 'scan_layers': False,
+                                  'attention_impl': 'xla', 'remat_policy': 'none',
+                                  'hidden_act': 'gelu_rational' if act == 'gelu' else act})
+  module = _module(result, cfg)
+
+  def fn(params, input_ids, input_mask, segment_ids):
+    out = module.apply({'params': params}, input_ids, input_mask, segment_ids,
+                       deterministic=True)
+    if result.kind in ('encoder', 'pretraining'):
+      seq, pooled = out
+      mask = input_mask.astype(jnp.float32)[..., None]
+      mean = jnp.sum(seq * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1.0)
+      return {'sequence_output': seq, 'pooled_output': pooled, 'mean_pooled_output': mean}
+    if result.kind == 'classification':
+      return {'probabilities': jax.nn.softmax(out, -1)}
+    if result.kind == 'regression':
+      return {'score': out[:, 0]}
+    if result.kind == 'span':
+      return {'start_logits': out[..., 0], 'end_logits': out[..., 1]}
+    return {'tag_ids': jnp.argmax(out, -1).astype(jnp.int32)}
+  return fn
+
+
+class _Inputs:
+  """In-graph WordPiece and BERT's input assembly ([CLS] a [SEP] b [SEP], truncation)."""
+
+  def __init__(self, tf, tf_text, result: bundle_lib.Bundle, max_seq_length: int):
+    vocab = tokenizer.load_vocab(result.vocab_file)
+    self.tf = tf
+    self.fast = tf_text.FastBertTokenizer(
+        vocab=list(vocab), suffix_indicator='##',
+        max_bytes_per_word=4 * tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD,
+        token_out_type=tf.int64, unknown_token='[UNK]',
+        lower_case_nfd_strip_accents=result.do_lower_case)
+    self.drop_pattern = fast_tokenizer.drop_pattern()
+    self.cls, self.sep = vocab['[CLS]'], vocab['[SEP]']
+    self.max_len = max_seq_length
+
+  def clean(self, texts):
+    return self.tf.strings.regex_replace(texts, self.drop_pattern, '')
+
+  def _keep(self, pieces, lengths):
+    tf = self.tf
+    positions = tf.ragged.range(pieces.row_lengths())
+    return tf.ragged.boolean_mask(pieces, positions < tf.expand_dims(lengths, 1))
+
+  def assemble(self, a, b=None):
+    """Ragged ids a (and b) -> dense input_ids, input_mask, segment_ids [B, L]."""
+    tf = self.tf
+    n = a.nrows()
+    cls = tf.fill([n, 1], tf.constant(self.cls, tf.int64))
+    sep = tf.fill([n, 1], tf.constant(self.sep, tf.int64))
+    if b is None:
+      a = self._keep(a, tf.fill([n], tf.constant(self.max_len - 2, tf.int64)))
+      ids = tf.concat([cls, a, sep], 1)
+      segments = tf.zeros_like(ids)
+    else:
+      # The original's _truncate_seq_pair: drop from the longer until they fit (b on a tie).
+      la, lb, budget = a.row_lengths(), b.row_lengths(), self.max_len - 3
+      fits = la + lb <= budget
+      ta = tf.where(fits, la, tf.minimum(la, tf.maximum(budget - lb, (budget + 1) // 2)))
+      tb = tf.where(fits, lb, budget - ta)
+      a, b = self._keep(a, ta), self._keep(b, tb)
+      ids = tf.concat([cls, a, sep, b, sep], 1)
+      segments = tf.concat([tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(sep),
+                            tf.ones_like(b), tf.ones_like(sep)], 1)
+    mask = tf.ones_like(ids)
+    return (tf.cast(ids.to_tensor(), tf.int32), tf.cast(mask.to_tensor(), tf.int32),
+            tf.cast(segments.to_tensor(), tf.int32))
+
+  def tokenize(self, texts):
+    return self.fast.tokenize(self.clean(texts))
+
+
+@contextlib.contextmanager
+def _stablehlo_tensorflow_reads():
+  """jax2tf serializes StableHLO that consumers 4 weeks old can read (1.15 for jax 0.10.2);
+  TensorFlow 2.21's XlaCallModule reads up to 1.13.7. Serialize for 12 weeks back instead, which
+  StableHLO's compatibility rules allow (jax exposes no option for it, hence the patch)."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  from jax._src.export import _export  # pylint: disable=g-import-not-at-top
+  from jax._src.lib import _jax  # pylint: disable=g-import-not-at-top
+  from jax._src.lib.mlir.dialects import hlo  # pylint: disable=g-import-not-at-top
+
+  def to_bytecode(module):
+    version = hlo.get_version_from_compatibility_requirement(
+        hlo.StablehloCompatibilityRequirement.WEEK_12)
+    return _jax.mlir.serialize_portable_artifact(
+        module, version, xla_bridge.get_backend().serialize_with_sdy)
+  original = _export._module_to_bytecode  # pylint: disable=protected-access
+  _export._module_to_bytecode = to_bytecode  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    _export._module_to_bytecode = original  # pylint: disable=protected-access
+
+
+def save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int = 0):
+  """Writes the SavedModel into `output` (and bertjax_export.json beside its files)."""
+  with _stablehlo_tensorflow_reads():
+    _save(result, output, max_seq_length)
+
+
+def _save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int):
+  if not result.vocab_file:
+    raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
+                     'weights were trained with.')
+  tf, tf_text = fast_tokenizer.import_tf()
+  from jax.experimental import jax2tf  # pylint: disable=g-import-not-at-top
+  max_len = max_seq_length or result.max_seq_length
+  max_len = min(max_len, result.config['max_position_embeddings'])
+  inputs = _Inputs(tf, tf_text, result, max_len)
+  flat = traverse_util.flatten_dict(_params_tree(result), sep='/')
+  variables = {k: tf.Variable(v, trainable=False, name=k.replace('/', '.')) for k, v in
+               flat.items()}
+  fn = jax_function(result)
+  converted = jax2tf.convert(
+      lambda flat_params, ids, mask, seg: fn(traverse_util.unflatten_dict(flat_params, sep='/'),
+                                             ids, mask, seg),
+      polymorphic_shapes=[None, '(b, l)', '(b, l)', '(b, l)'], with_gradient=False,
+      native_serialization_platforms=PLATFORMS)
+  module = tf.Module()
+  module.variables_by_name = variables
+  module.tokenizer = inputs.fast
+  labels = tf.constant(list(result.labels) or [''], tf.string)
+
+  def run(ids, mask, seg):
+    return converted(variables, ids, mask, seg)
+
+  def sentence_outputs(ids, mask, seg):
+    out = run(ids, mask, seg)
+    if result.kind in ('encoder', 'pretraining'):
+      return {**out, 'input_mask': mask}
+    if result.kind == 'classification':
+      return {'probabilities': out['probabilities'],
+              'label': tf.gather(labels, tf.argmax(out['probabilities'], -1))}
+    return out  # regression
+
+  signatures = {}
+  text = tf.TensorSpec([None], tf.string)
+  if result.kind == 'span':
+    module.serve = tf.function(functools.partial(_answer, tf, inputs, run),
+                               input_signature=[text, text], autograph=False)
+    signatures['serving_default'] = module.serve.get_concrete_function()
+  elif result.kind == 'tagging':
+    module.serve = tf.function(functools.partial(_tags, tf, inputs, run, labels),
+                               input_signature=[text], autograph=False)
+    signatures['serving_default'] = module.serve.get_concrete_function()
+  else:
+    def single(texts):
+      return sentence_outputs(*inputs.assemble(inputs.tokenize(texts)))
+
+    def pairs(text_a, text_b):
+      return sentence_outputs(*inputs.assemble(inputs.tokenize(text_a),
+                                               inputs.tokenize(text_b)))
+    module.serve = tf.function(lambda text: single(text), input_signature=[text],
+                               autograph=False)
+    module.serve_pairs = tf.function(lambda text_a, text_b: pairs(text_a, text_b),
+                                     input_signature=[text, text], autograph=False)
+    signatures['serving_default'] = module.serve.get_concrete_function()
+    signatures['pairs'] = module.serve_pairs.get_concrete_function()
+  tf.saved_model.save(module, str(output), signatures=signatures)
+  (output / 'bertjax_export.json').write_text(json.dumps(
+      {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
+       'do_lower_case': result.do_lower_case, 'max_seq_length': max_len,
+       'signatures': sorted(signatures), 'platforms': list(PLATFORMS)}, indent=2) + '\n')
+
+
+def _answer(tf, inputs: _Inputs, run, question, context):
+  """The best span of `context` (start <= end < start + 30 tokens, inside the context)."""
+  context = inputs.clean(context)
+  q = inputs.tokenize(question)
+  c_ids, c_starts, c_ends = inputs.fast.tokenize_with_offsets(context)
+  ids, mask, seg = inputs.assemble(q, c_ids)
+  out = run(ids, mask, seg)
+  length = tf.shape(ids)[1]
+  # Token positions of the context: after [CLS] q [SEP]; its kept length from the segment ids.
+  first = tf.reduce_sum(mask * (1 - seg), 1)  # [CLS] q [SEP]
+
+  c_len = tf.reduce_sum(seg, 1) - 1
+  pos = tf.range(length)[None]
+  in_context = (pos >= first[:, None]) & (pos < (first + c_len)[:, None])
+  neg = tf.constant(-1e9, tf.float32)
+  start = tf.where(in_context, out['start_logits'], neg)
+  end = tf.where(in_context, out['end_logits'], neg)
+  i, j = tf.range(length)[:, None], tf.range(length)[None, :]
+  allowed = (j >= i) & (j < i + MAX_ANSWER_TOKENS)
+  scores = tf.where(allowed[None], start[:, :, None] + end[:, None, :], neg)
+  flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
+  best = tf.argmax(flat, -1, output_type=tf.int32)
+  s, e = best // length - first, best % length - first
+  starts = c_starts.to_tensor()
+  ends = c_ends.to_tensor()
+  byte_start = tf.gather(starts, s, batch_dims=1)
+  byte_end = tf.gather(ends, e, batch_dims=1)
+  answer = tf.strings.substr(context, byte_start, byte_end - byte_start)
+  return {'answer': answer, 'score': tf.reduce_max(flat, -1)}
+
+
+def _tags(tf, inputs: _Inputs, run, labels, texts):
+  """A tag per whitespace-separated word: the tag of its first word piece."""
+  words = tf.strings.split(inputs.clean(texts))  # [B, (W)]
+  pieces = inputs.fast.tokenize(words.flat_values)  # [B*W, (P)]
+  per_word = pieces.row_lengths()
+  flat_ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, pieces.row_lengths())
+  ids_per_text = tf.RaggedTensor.from_row_splits(flat_ids, words.row_splits).merge_dims(1, 2)
+  ids, mask, seg = inputs.assemble(ids_per_text)
+  tag_ids = run(ids, mask, seg)['tag_ids']
+  # The first piece of word w sits at 1 + the pieces of the words before it (in its text).
+  lengths = tf.RaggedTensor.from_row_splits(per_word, words.row_splits)
+  firsts = 1 + tf.cumsum(lengths, axis=1, exclusive=True)
+  firsts = firsts.to_tensor(default_value=0)
+  kept = (firsts < tf.cast(tf.reduce_sum(mask, 1) - 1, tf.int64)[:, None]) & (
+      words.to_tensor(default_value='') != '')
+  tags = tf.gather(labels, tf.gather(tag_ids, tf.cast(firsts, tf.int32), batch_dims=1))
+  return {'words': words.to_tensor(default_value=''), 'tags': tf.where(kept, tags, '')}
+
+
+def numpy_outputs(result: bundle_lib.Bundle, batch: dict) -> dict:
+  """What the SavedModel's model part computes, run in JAX (for tests and the benchmark)."""
+  return jax.tree.map(np.asarray, jax.jit(jax_function(result))(_params_tree(result), **batch))
