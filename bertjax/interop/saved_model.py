@@ -260,9 +260,9 @@ def _answer(tf, inputs: _Inputs, run, question, context):
   return {'answer': answer, 'score': tf.reduce_max(flat, -1)}
 
 
-def _tags(tf, inputs: _Inputs, run, labels, texts):
+def _tags(tf, inputs: _Inputs, run, labels, text):
   """A tag per whitespace-separated word: the tag of its first word piece."""
-  words = tf.strings.split(inputs.clean(texts))  # [B, (W)]
+  words = tf.strings.split(inputs.clean(text))  # [B, (W)]
   pieces = inputs.fast.tokenize(words.flat_values)  # [B*W, (P)]
   per_word = pieces.row_lengths()
   flat_ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, pieces.row_lengths())

@@ -3,7 +3,6 @@ the same outputs; round trips are bit-identical; bad requests are refused and no
 
 import json
 
-import finetune_runs
 from flax import traverse_util
 import flax.linen as nn
 import hf_checkpoint_test
@@ -15,7 +14,6 @@ import torch
 import transformers
 
 from bertjax import export
-from bertjax.finetune import job
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sources
@@ -121,11 +119,9 @@ def test_transformers_round_trip_is_bit_identical(minilm_dir, tmp_path):
   assert tok(text)['input_ids'][1:-1] == ours.encode(text)
 
 
-def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(minilm_dir, tmp_path):
-  data = finetune_runs.write_sst2(tmp_path / 'sst2', n_train=64, n_dev=40)
-  workdir = tmp_path / 'run'
-  job.train_and_evaluate(finetune_runs.tiny_config(
-      data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3}), str(workdir))
+def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(fine_tuned_sst2,
+                                                                          tmp_path):
+  workdir, data = fine_tuned_sst2
   out = export.export(workdir, 'hf', tmp_path / 'hf')
   result = sources.load(workdir)
   assert result.kind == 'classification' and result.labels == ('0', '1')

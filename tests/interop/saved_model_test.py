@@ -1,0 +1,183 @@
+"""The SavedModel export, served from raw strings in a fresh process where JAX cannot be imported
+(only tensorflow and tensorflow-text), against bertjax and the published golden values."""
+
+import json
+import subprocess
+import sys
+
+import export_test
+import numpy as np
+import pytest
+
+from bertjax import export
+from bertjax.interop import saved_model
+from bertjax.interop import sources
+from bertjax.text import fast_tokenizer
+from bertjax.text import tokenizer
+
+GOLDEN = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.']
+# all-MiniLM-L6-v2's published cosine similarities of GOLDEN (sentence-transformers).
+GOLDEN_COSINE = np.array([[1, .6660, .1046], [.6660, 1, .1411], [.1046, .1411, 1]])
+
+SERVE = r'''
+import importlib.abc, json, sys
+class NoJax(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path, target=None):
+    if name.split('.')[0] in ('jax', 'jaxlib', 'flax', 'bertjax'):
+      raise ImportError(name + ' may not be imported here')
+sys.meta_path.insert(0, NoJax())
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+requests = json.load(open(sys.argv[1]))
+out = {}
+for name, (path, signature, inputs) in requests.items():
+  fn = tf.saved_model.load(path).signatures[signature]
+  result = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+  out[name] = {k: v.numpy().tolist() if v.dtype != tf.string else
+               [[x.decode() for x in row] if isinstance(row, np.ndarray) else row.decode()
+                for row in v.numpy()] for k, v in result.items()}
+json.dump(out, open(sys.argv[2], 'w'))
+'''
+
+
+def serve(requests: dict, tmp_path) -> dict:
+  """Runs each (SavedModel, signature, inputs) in one fresh TF-only process."""
+  (tmp_path / 'requests.json').write_text(json.dumps(requests))
+  (tmp_path / 'serve.py').write_text(SERVE)
+  proc = subprocess.run([sys.executable, str(tmp_path / 'serve.py'), str(tmp_path /
+                        'requests.json'), str(tmp_path / 'out.json')], capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads((tmp_path / 'out.json').read_text())
+
+
+@pytest.fixture(scope='module')
+def exported(minilm_dir, fine_tuned_sst2, tmp_path_factory):
+  root = tmp_path_factory.mktemp('saved_models')
+  paths = {'minilm': export.export(minilm_dir, 'saved_model', root / 'minilm'),
+           'sst2': export.export(fine_tuned_sst2[0], 'saved_model', root / 'sst2')}
+  bundles = {}
+  for kind in ('span', 'tagging'):
+    _, _, bundles[kind] = export_test.random_bundle(kind, minilm_dir, num_labels=3)
+    (root / kind).mkdir()
+    saved_model.save(bundles[kind], root / kind)
+    paths[kind] = root / kind
+  return {k: str(v) for k, v in paths.items()}, bundles
+
+
+def ids_of(vocab_file, texts, pairs=None, max_len=128):
+  """[CLS] a [SEP] (b [SEP]) ids by bertjax's tokenizer, padded to the longest."""
+  tok = tokenizer.FullTokenizer(vocab_file, do_lower_case=True)
+  cls, sep = tok.vocab['[CLS]'], tok.vocab['[SEP]']
+  rows, segs = [], []
+  for i, text in enumerate(texts):
+    a = tok.encode(text)
+    b = tok.encode(pairs[i]) if pairs else None
+    if b is None:
+      row, seg = [cls, *a[:max_len - 2], sep], None
+    else:
+      while len(a) + len(b) > max_len - 3:
+        (a if len(a) > len(b) else b).pop()
+      row = [cls, *a, sep, *b, sep]
+      seg = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    rows.append(row)
+    segs.append(seg or [0] * len(row))
+  length = max(map(len, rows))
+  batch = {'input_ids': np.zeros((len(rows), length), np.int32)}
+  batch['input_mask'] = np.zeros_like(batch['input_ids'])
+  batch['segment_ids'] = np.zeros_like(batch['input_ids'])
+  for i, (row, seg) in enumerate(zip(rows, segs, strict=True)):
+    batch['input_ids'][i, :len(row)] = row
+    batch['input_mask'][i, :len(row)] = 1
+    batch['segment_ids'][i, :len(row)] = seg
+  return batch
+
+
+def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, fine_tuned_sst2,
+                                                                minilm_dir, tmp_path):
+  paths, bundles = exported
+  workdir, data = fine_tuned_sst2
+  sentences = [line.split('\t')[0] for line in (data / 'dev.tsv').read_text().splitlines()[1:]]
+  context = 'The king doth speak of his lord in the great hall, and my heart is glad.'
+  questions = ['Who speaks?', 'Where does he speak of his lord?']
+  tagged = ['The king speaks , and all listen .', 'Fair is foul']
+  requests = {
+      'golden': (paths['minilm'], 'serving_default', {'text': GOLDEN}),
+      'pairs': (paths['minilm'], 'pairs', {'text_a': GOLDEN, 'text_b': GOLDEN[::-1]}),
+      'sst2': (paths['sst2'], 'serving_default', {'text': sentences}),
+      'span': (paths['span'], 'serving_default',
+               {'question': questions, 'context': [context] * 2}),
+      'tagging': (paths['tagging'], 'serving_default', {'text': tagged}),
+  }
+  out = serve(requests, tmp_path)
+
+  # The sentence-transformers golden matrix from raw strings.
+  mean = np.array(out['golden']['mean_pooled_output'])
+  mean /= np.linalg.norm(mean, axis=1, keepdims=True)
+  np.testing.assert_allclose(mean @ mean.T, GOLDEN_COSINE, atol=1e-3)
+  # Every output equals bertjax's on bertjax's own ids, single texts and pairs alike.
+  minilm = sources.load(minilm_dir)
+  for name, pairs in (('golden', None), ('pairs', GOLDEN[::-1])):
+    batch = ids_of(minilm.vocab_file, GOLDEN, pairs)
+    np.testing.assert_array_equal(np.array(out[name]['input_mask']), batch['input_mask'])
+    ours = saved_model.numpy_outputs(minilm, batch)
+    for key in ('sequence_output', 'pooled_output', 'mean_pooled_output'):
+      np.testing.assert_allclose(np.array(out[name][key]), ours[key], atol=1e-4, err_msg=key)
+
+  # The fine-tuned classifier: probabilities within 1e-4 of bertjax's, and its label names.
+  sst2 = sources.load(workdir)
+  probabilities = saved_model.numpy_outputs(sst2, ids_of(sst2.vocab_file, sentences,
+                                                         max_len=16))['probabilities']
+  np.testing.assert_allclose(np.array(out['sst2']['probabilities']), probabilities, atol=1e-4)
+  assert out['sst2']['label'] == [sst2.labels[i] for i in probabilities.argmax(-1)]
+  assert set(out['sst2']['label']) == {'0', '1'}
+
+  # SQuAD: the answer is the context's text of the best span bertjax's logits give.
+  span = bundles['span']
+  batch = ids_of(span.vocab_file, questions, [context] * 2)
+  logits = saved_model.numpy_outputs(span, batch)
+  tok = tokenizer.FullTokenizer(span.vocab_file, do_lower_case=True)
+  for row, answer in enumerate(out['span']['answer']):
+    first = int((batch['segment_ids'][row] == 0).sum() - (batch['input_mask'][row] == 0).sum())
+    last = int(batch['input_mask'][row].sum()) - 1  # The final [SEP].
+    best = max(((i, j) for i in range(first, last) for j in range(i, min(i + 30, last))),
+               key=lambda ij: logits['start_logits'][row, ij[0]] + logits['end_logits'][row,
+                                                                                       ij[1]])
+    assert answer in context
+    assert tok.encode(answer) == batch['input_ids'][row, best[0]:best[1] + 1].tolist()
+
+  # Tagging: the tag of each word's first piece.
+  tagger = bundles['tagging']
+  tag_ids = saved_model.numpy_outputs(tagger, ids_of(tagger.vocab_file, tagged))['tag_ids']
+  for row, text in enumerate(tagged):
+    words = text.split()
+    firsts = 1 + np.cumsum([0] + [len(tok.encode(w)) for w in words[:-1]])
+    assert out['tagging']['words'][row][:len(words)] == words
+    assert out['tagging']['tags'][row][:len(words)] == [tagger.labels[tag_ids[row, f]]
+                                                        for f in firsts]
+
+
+def test_saved_model_tokenizer_is_bertjax_fast_path(minilm_dir, exported):
+  """The in-graph ids equal bertjax's on varied real text (accents, punctuation, CJK, controls)."""
+  texts = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。', 'tab\there\u200bzero-width',
+           'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120]
+  tf, _ = fast_tokenizer.import_tf()
+  result = sources.load(minilm_dir)
+  loaded = tf.saved_model.load(exported[0]['minilm'])
+  got = loaded.signatures['serving_default'](text=tf.constant(texts))
+  fast = fast_tokenizer.FastTokenizer(result.vocab_file, do_lower_case=True)
+  routed = fast.tf_needs_reference(tf.constant(texts)).numpy()
+  mask = got['input_mask'].numpy()
+  batch = ids_of(result.vocab_file, texts)
+  seq = got['sequence_output'].numpy()
+  ours = saved_model.numpy_outputs(result, batch)['sequence_output']
+  for row in range(len(texts)):
+    if routed[row]:
+      continue  # Lines bertjax routes to the reference tokenizer (documented difference).
+    assert mask[row].sum() == batch['input_mask'][row].sum(), texts[row]
+    np.testing.assert_allclose(seq[row][mask[row] == 1], ours[row][mask[row] == 1], atol=1e-4)
+  # The first three take the fast path (a real check); ß and ﬁ are routed (FastBertTokenizer
+  # folds them to ss and fi, the original does not): the SavedModel cannot route them.
+  assert not routed[:3].any() and routed[3]
+
