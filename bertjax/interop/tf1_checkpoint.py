@@ -158,18 +158,20 @@ def _do_lower_case(folder: pathlib.Path, vocab_file: str) -> bool:
   return True
 
 
-def load(path) -> bundle_lib.Bundle:
-  """A TF1 BERT checkpoint (folder or prefix) as a Bundle; errors name the tensor at fault."""
+def load(path, config_file=None) -> bundle_lib.Bundle:
+  """A TF1 BERT checkpoint (folder or prefix) as a Bundle; errors name the tensor at fault.
+  config_file: its bert_config.json when not beside it (the original scripts' flag)."""
   found = find(path)
   if found is None:
     raise FileNotFoundError(f'{path} is not a TF1 BERT checkpoint: expected a folder with '
                             f'{CONFIG_FILE} and {CHECKPOINT_PREFIX}.index/.data-*, or a '
                             'checkpoint prefix.')
   folder, prefix = found
-  if not (folder / CONFIG_FILE).is_file():
-    raise FileNotFoundError(f'{folder / CONFIG_FILE} not found: the checkpoint {prefix} needs '
-                            'the bert_config.json released with it.')
-  config = config_from_tf1(json.loads((folder / CONFIG_FILE).read_text()))
+  config_file = pathlib.Path(config_file) if config_file else folder / CONFIG_FILE
+  if not config_file.is_file():
+    raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
+                            'bert_config.json released with it.')
+  config = config_from_tf1(json.loads(config_file.read_text()))
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   try:

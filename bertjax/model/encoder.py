@@ -337,17 +337,30 @@ class BertEncoder(nn.Module):
                            kernel_init=initializer(cfg, ('embed', 'mlp')),
                            bias_init=zeros(('mlp',)))
 
-  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
-    """[B, L] ids, mask, segments -> (sequence_output_BxLxD, pooled_output_BxD), compute dtype."""
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True,
+               return_hidden_states=False):
+    """[B, L] ids, mask, segments -> (sequence_output_BxLxD, pooled_output_BxD), compute dtype.
+
+    return_hidden_states=True adds a third output, every layer's output stacked [N+1, B, L, D]
+    (the embeddings first, as transformers' output_hidden_states); a trace-time switch, so off
+    costs nothing. It needs unscanned layers.
+    """
     mask_BxL = input_mask.astype(bool)
     x_BxLxD = self.embeddings(input_ids, segment_ids, deterministic)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
+    hidden = [x_BxLxD]
     if self.config.scan_layers:
+      if return_hidden_states:
+        raise ValueError('return_hidden_states needs model.scan_layers=False (the weights load '
+                         'either way).')
       x_BxLxD, _ = self.layers(x_BxLxD, mask_BxL, deterministic)
     else:
       for layer in self.layers:
         x_BxLxD = layer(x_BxLxD, mask_BxL, deterministic)
+        hidden.append(x_BxLxD)
     pooled_BxD = jnp.tanh(self.pooler(x_BxLxD[:, 0]))
+    if return_hidden_states:
+      return x_BxLxD, pooled_BxD, jnp.stack(hidden)
     return x_BxLxD, pooled_BxD
 
   def word_embedding_table(self):

@@ -1,0 +1,174 @@
+"""Per-token hidden states of chosen layers, as google-research/bert's extract_features.py.
+
+  python -m bertjax.extract_features --input_file=in.txt --output_file=out.jsonl \
+    --vocab_file=vocab.txt --bert_config_file=bert_config.json \
+    --init_checkpoint=bert_model.ckpt --layers=-1,-2,-3,-4 --max_seq_length=128
+
+or --init=DIR for any importable model (a bertjax workdir or checkpoint, a transformers BERT
+directory, a TF1 checkpoint folder), whose vocab and casing are used unless given. An input line
+is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `linex_index`, and
+`features`, one per token ([CLS] and [SEP] included, no padding) with `token` and `layers`: the
+`index` and `values` (rounded to 6 decimals) of each requested layer.
+
+`concat_last_layers` is the paper's feature-based approach (the last four layers concatenated)
+as one call.
+"""
+
+import json
+import pathlib
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from flax import traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax import console
+from bertjax import paths
+from bertjax.interop import sources
+from bertjax.interop import tf1_checkpoint
+from bertjax.model import encoder
+from bertjax.text import tokenizer as tokenizer_lib
+
+
+def read_examples(input_file) -> list[tuple[str, str | None]]:
+  """(text_a, text_b or None) per line of `input_file`."""
+  path = pathlib.Path(input_file)
+  if not path.is_file():
+    raise FileNotFoundError(f'--input_file={input_file} does not exist.')
+  try:
+    lines = path.read_text('utf-8').splitlines()
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{input_file} is not UTF-8 text (byte {e.start}): re-encode it.') from e
+  examples = []
+  for line in lines:
+    a, sep, b = line.strip().partition(' ||| ')
+    examples.append((a, b if sep else None))
+  if not examples:
+    raise ValueError(f'{input_file} is empty: one text (or `a ||| b`) per line expected.')
+  return examples
+
+
+def encode(tok, examples, max_seq_length: int):
+  """Tokens per example and the padded batch, truncated as the original does."""
+  tokens, batch = [], {k: np.zeros((len(examples), max_seq_length), np.int32)
+                       for k in ('input_ids', 'input_mask', 'segment_ids')}
+  for i, (text_a, text_b) in enumerate(examples):
+    a = tok.tokenize(text_a)
+    b = tok.tokenize(text_b) if text_b is not None else None
+    if b is None:
+      a = a[:max_seq_length - 2]
+      row, segments = ['[CLS]', *a, '[SEP]'], [0] * (len(a) + 2)
+    else:
+      while len(a) + len(b) > max_seq_length - 3:
+        (a if len(a) > len(b) else b).pop()
+      row = ['[CLS]', *a, '[SEP]', *b, '[SEP]']
+      segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    tokens.append(row)
+    batch['input_ids'][i, :len(row)] = tok.convert_tokens_to_ids(row)
+    batch['input_mask'][i, :len(row)] = 1
+    batch['segment_ids'][i, :len(row)] = segments
+  return tokens, batch
+
+
+def hidden_states_fn(config):
+  """jit(params, batch) -> [N+1, B, L, D] float32 hidden states (embeddings first)."""
+  model = encoder.BertEncoder(encoder.default_config(**{**config, 'scan_layers': False}))
+
+  @jax.jit
+  def fn(params, batch):
+    return model.apply({'params': params}, **batch, return_hidden_states=True)[2].astype(
+        jnp.float32)
+  return fn
+
+
+def concat_last_layers(config, params, batch, n: int = 4):
+  """The paper's feature-based approach: the last n layers' outputs concatenated, [B, L, n*D]."""
+  states = hidden_states_fn(config)(params, batch)
+  return jnp.concatenate([states[-i] for i in range(1, n + 1)], axis=-1)
+
+
+def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
+        max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
+        do_lower_case: bool | None = None, bert_config_file: str = ''):
+  """Writes the original's JSON lines for every input line; returns the number written."""
+  if bert_config_file:
+    model = tf1_checkpoint.load(init, config_file=bert_config_file)
+    if vocab_file:
+      model.vocab_file = vocab_file
+  else:
+    model = sources.load(init, vocab_file=vocab_file)
+  if do_lower_case is not None:
+    model.do_lower_case = do_lower_case
+  if not model.vocab_file:
+    raise ValueError(f'{init} has no vocab beside it: pass --vocab_file.')
+  if max_seq_length > model.config['max_position_embeddings']:
+    raise ValueError(f'--max_seq_length={max_seq_length} exceeds the model\'s '
+                     f'{model.config["max_position_embeddings"]} positions.')
+  num_layers = model.config['num_layers']
+  bad = [i for i in layers if not -num_layers <= i < num_layers + 1]
+  if bad:
+    raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model (-1 is the '
+                     'last; 0 the embeddings).')
+  tok = tokenizer_lib.FullTokenizer(model.vocab_file, do_lower_case=model.do_lower_case)
+  examples = read_examples(input_file)
+  params = traverse_util.unflatten_dict(
+      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+  fn = hidden_states_fn(model.config)
+  output = pathlib.Path(output_file)
+  output.parent.mkdir(parents=True, exist_ok=True)
+  temp = output.with_name(f'.{output.name}.tmp')
+  with temp.open('w', encoding='utf-8') as f:
+    for start in range(0, len(examples), batch_size):
+      chunk = examples[start:start + batch_size]
+      tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
+                             max_seq_length)
+      states = np.asarray(fn(params, batch))
+      for row in range(len(chunk)):
+        features = [{'token': token, 'layers': [
+            {'index': index, 'values': [round(float(x), 6) for x in states[index][row, t]]}
+            for index in layers]} for t, token in enumerate(tokens[row])]
+        f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
+  temp.replace(output)
+  logging.info('wrote features of %d lines (layers %s) to %s', len(examples), list(layers),
+               output)
+  return len(examples)
+
+
+_INPUT = flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line.')
+_OUTPUT = flags.DEFINE_string('output_file', None, 'JSON lines to write.')
+_VOCAB = flags.DEFINE_string('vocab_file', '', 'The vocab (default: the one beside --init).')
+_CONFIG = flags.DEFINE_string('bert_config_file', '', 'bert_config.json of --init_checkpoint.')
+_CKPT = flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
+_INIT = flags.DEFINE_string('init', '', 'Any importable model directory (instead of '
+                            '--init_checkpoint).')
+_LAYERS = flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output; -1 is the last.')
+_SEQ = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
+_LOWER = flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'], 'Override the casing '
+                           '(default: what the model records, else the vocab\'s).')
+
+
+def main(argv):
+  del argv
+  console.install()
+  init = _INIT.value or _CKPT.value
+  try:
+    if not init:
+      raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
+    run(paths.absolute(init), _INPUT.value, _OUTPUT.value,
+        layers=tuple(int(x) for x in _LAYERS.value.split(',')),
+        max_seq_length=_SEQ.value, batch_size=_BATCH.value, vocab_file=_VOCAB.value,
+        do_lower_case={'': None, 'true': True, 'false': False}[_LOWER.value],
+        bert_config_file=_CONFIG.value)
+  except (ValueError, FileNotFoundError, OSError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['input_file', 'output_file'])
+  app.run(main)

@@ -1,0 +1,85 @@
+"""extract_features: the original's flags and JSON, equal to transformers' hidden states."""
+
+import json
+import subprocess
+import sys
+
+from flax import traverse_util
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bertjax import extract_features
+from bertjax.interop import sources
+
+LINES = ['The weather is lovely today.', "It's so sunny outside! ||| He drove to the stadium.",
+         'A man is playing a guitar on a stage in front of a large, cheering crowd at night.']
+
+
+def test_features_equal_transformers_hidden_states(minilm_dir, tmp_path):
+  (tmp_path / 'in.txt').write_text('\n'.join(LINES) + '\n')
+  n = extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'out.jsonl',
+                           max_seq_length=16, batch_size=2)
+  rows = [json.loads(line) for line in (tmp_path / 'out.jsonl').read_text().splitlines()]
+  assert n == len(rows) == 3 and [r['linex_index'] for r in rows] == [0, 1, 2]
+  tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+  ref = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
+  for line, row in zip(LINES, rows, strict=True):
+    a, _, b = line.partition(' ||| ')
+    enc = tok(a, b or None, truncation='longest_first', max_length=16, return_tensors='pt')
+    with torch.no_grad():
+      states = ref(**enc, output_hidden_states=True).hidden_states
+    tokens = tok.convert_ids_to_tokens(enc['input_ids'][0])
+    assert [f['token'] for f in row['features']] == tokens
+    for t, feature in enumerate(row['features']):
+      assert [layer['index'] for layer in feature['layers']] == [-1, -2, -3, -4]
+      for layer in feature['layers']:
+        np.testing.assert_allclose(layer['values'], states[layer['index']][0, t].numpy(),
+                                   atol=1e-4)
+  assert len(rows[2]['features']) == 16  # Truncated to max_seq_length, [SEP] last.
+
+
+def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
+  model = sources.load(minilm_dir)
+  params = traverse_util.unflatten_dict(
+      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+  tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+  _, batch = extract_features.encode(
+      extract_features.tokenizer_lib.FullTokenizer(model.vocab_file), [(LINES[0], None)], 12)
+  features = np.asarray(extract_features.concat_last_layers(model.config, params, batch))
+  assert features.shape == (1, 12, 4 * 384)
+  enc = tok(LINES[0], return_tensors='pt')
+  with torch.no_grad():
+    states = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()(
+        **enc, output_hidden_states=True).hidden_states
+  length = enc['input_ids'].shape[1]
+  want = np.concatenate([states[-i][0].numpy() for i in range(1, 5)], -1)
+  np.testing.assert_allclose(features[0, :length], want, atol=1e-4)
+
+  (tmp_path / 'in.txt').write_text(LINES[1] + '\n')
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
+                         f'--input_file={tmp_path / "in.txt"}',
+                         f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
+                         '--layers=-1', '--max_seq_length=16'], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  row = json.loads((tmp_path / 'o.jsonl').read_text())
+  assert [f['token'] for f in row['features']][:2] == ['[CLS]', 'it']
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
+                         f'--input_file={tmp_path / "missing.txt"}',
+                         f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
+                         '--do_lower_case=false'], capture_output=True, text=True)
+  assert proc.returncode == 1 and 'uncased vocab' in proc.stderr, proc.stderr[-2000:]
+
+
+def test_bad_layers_and_lengths_are_refused(minilm_dir, tmp_path):
+  (tmp_path / 'in.txt').write_text('hello\n')
+  with pytest.raises(ValueError, match='out of range for a 6-layer model'):
+    extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'o', layers=(-9,))
+  with pytest.raises(ValueError, match='exceeds the model'):
+    extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'o',
+                         max_seq_length=1024)
+  (tmp_path / 'bad.txt').write_bytes(b'caf\xe9\n')
+  with pytest.raises(ValueError, match='not UTF-8'):
+    extract_features.run(str(minilm_dir), tmp_path / 'bad.txt', tmp_path / 'o')
+  assert not (tmp_path / 'o').exists()
