@@ -127,28 +127,33 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   return output
 
 
-_FROM = flags.DEFINE_string('from', None, 'The model: a bertjax workdir or checkpoint, a '
-                            'transformers BERT directory or an original TF checkpoint.')
-_FORMAT = flags.DEFINE_enum('format', None, FORMATS, 'What to write.')
-_OUTPUT = flags.DEFINE_string('output', None, 'The directory to write.')
-_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
-_VOCAB = flags.DEFINE_string('vocab_file', '', 'The vocab, where the source has none beside it.')
-_LOWER = flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'],
-                           'Override the casing the source records.')
-_SEQ = flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length (0 = the '
-                            'length the model was fine-tuned with, else 128).')
-_LABELS = flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
-                            '(a TF1 run_classifier.py checkpoint).')
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Flags exist only when this module is the program (tests import the library part)."""
+  flags.DEFINE_string('from', None, 'The model: a bertjax workdir or checkpoint, a '
+                              'transformers BERT directory or an original TF checkpoint.')
+  flags.DEFINE_enum('format', None, FORMATS, 'What to write.')
+  flags.DEFINE_string('output', None, 'The directory to write.')
+  flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
+  flags.DEFINE_string('vocab_file', '', 'The vocab, where the source has none beside it.')
+  flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'],
+                             'Override the casing the source records.')
+  flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length (0 = the '
+                              'length the model was fine-tuned with, else 128).')
+  flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
+                              '(a TF1 run_classifier.py checkpoint).')
 
 
 def main(argv):
   del argv
   console.install()
   try:
-    out = export(getattr(flags.FLAGS, 'from'), _FORMAT.value, _OUTPUT.value,
-                 overwrite=_OVERWRITE.value, vocab_file=_VOCAB.value,
-                 do_lower_case={'': None, 'true': True, 'false': False}[_LOWER.value],
-                 max_seq_length=_SEQ.value, labels=tuple(_LABELS.value))
+    out = export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
+                 overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
+                 do_lower_case={'': None, 'true': True, 'false': False}[FLAGS.do_lower_case],
+                 max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels))
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
@@ -156,5 +161,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _define_flags()
   flags.mark_flags_as_required(['from', 'format', 'output'])
   app.run(main)

@@ -138,37 +138,44 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   return len(examples)
 
 
-_INPUT = flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line.')
-_OUTPUT = flags.DEFINE_string('output_file', None, 'JSON lines to write.')
-_VOCAB = flags.DEFINE_string('vocab_file', '', 'The vocab (default: the one beside --init).')
-_CONFIG = flags.DEFINE_string('bert_config_file', '', 'bert_config.json of --init_checkpoint.')
-_CKPT = flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
-_INIT = flags.DEFINE_string('init', '', 'Any importable model directory (instead of '
-                            '--init_checkpoint).')
-_LAYERS = flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output; -1 is the last.')
-_SEQ = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.')
-_BATCH = flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
-_LOWER = flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'], 'Override the casing '
-                           '(default: what the model records, else the vocab\'s).')
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Flags exist only when this module is the program (tests import the library part)."""
+  flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line.')
+  flags.DEFINE_string('output_file', None, 'JSON lines to write.')
+  flags.DEFINE_string('vocab_file', '', 'The vocab (default: the one beside --init).')
+  flags.DEFINE_string('bert_config_file', '', 'bert_config.json of --init_checkpoint.')
+  flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
+  flags.DEFINE_string('init', '', 'Any importable model directory (instead of '
+                              '--init_checkpoint).')
+  flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output; -1 is the last.')
+  flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.')
+  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
+  flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'], 'Override the casing '
+                             '(default: what the model records, else the vocab\'s).')
 
 
 def main(argv):
   del argv
   console.install()
-  init = _INIT.value or _CKPT.value
+  init = FLAGS.init or FLAGS.init_checkpoint
   try:
     if not init:
       raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
-    run(paths.absolute(init), _INPUT.value, _OUTPUT.value,
-        layers=tuple(int(x) for x in _LAYERS.value.split(',')),
-        max_seq_length=_SEQ.value, batch_size=_BATCH.value, vocab_file=_VOCAB.value,
-        do_lower_case={'': None, 'true': True, 'false': False}[_LOWER.value],
-        bert_config_file=_CONFIG.value)
+    run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file,
+        layers=tuple(int(x) for x in FLAGS.layers.split(',')),
+        max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case={'': None, 'true': True, 'false': False}[FLAGS.do_lower_case],
+        bert_config_file=FLAGS.bert_config_file)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
 
 
 if __name__ == '__main__':
+  _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file'])
   app.run(main)

@@ -2,6 +2,8 @@
 the same outputs; round trips are bit-identical; bad requests are refused and nothing is lost."""
 
 import json
+import subprocess
+import sys
 
 from flax import traverse_util
 import flax.linen as nn
@@ -181,3 +183,16 @@ def test_a_padded_vocab_is_cut_back_to_the_vocab_file(minilm_dir, tmp_path):
   ref = load_reporting(transformers.BertForPreTraining, tmp_path)
   assert ref.config.vocab_size == 30522
   assert ref.bert.embeddings.word_embeddings.weight.shape[0] == 30522
+
+
+def test_the_command_line_writes_tf1_that_imports_back_exactly(minilm_dir, tmp_path):
+  command = [sys.executable, '-m', 'bertjax.export', f'--from={minilm_dir}', '--format=tf1',
+             f'--output={tmp_path / "tf1"}']
+  proc = subprocess.run(command, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  back, original = sources.load(tmp_path / 'tf1'), sources.load(minilm_dir)
+  assert back.kind == 'encoder' and set(back.params) == set(original.params)
+  for name, value in original.params.items():
+    np.testing.assert_array_equal(back.params[name], value, err_msg=name)
+  proc = subprocess.run(command, capture_output=True, text=True)  # Again: the output is taken.
+  assert proc.returncode == 1 and 'pass --overwrite' in proc.stderr, proc.stderr[-2000:]
