@@ -79,3 +79,18 @@ def allennlp_wheel() -> pathlib.Path:
   if not wheel.exists():
     _missing(f'{wheel} is missing: run `pip download --no-deps allennlp==0.9.0 -d {wheels}`')
   return wheel
+
+
+@pytest.fixture(scope='session')
+def fine_tuned_sst2(tmp_path_factory):
+  """(workdir, data dir) of a classifier fine-tuned here (tiny, SST-2-like, 32 steps) that
+  predicts both labels on its dev set; the export tests export it."""
+  import finetune_runs  # pylint: disable=g-import-not-at-top
+
+  from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('sst2')
+  data = finetune_runs.write_sst2(root / 'data', n_train=64, n_dev=40)
+  workdir = root / 'run'
+  job.train_and_evaluate(finetune_runs.tiny_config(
+      data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3}), str(workdir))
+  return workdir, data
