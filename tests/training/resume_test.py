@@ -219,8 +219,14 @@ def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path, fields, env, refere
   first = pretrain_runs.start(cmd, first_log, env)
   pretrain_runs.wait_for(lambda: 'step 1/12:' in first_log.read_text(), first, first_log,
                          'the first step')
-  second = pretrain_runs.start(cmd, second_log, env)
-  assert pretrain_runs.finish(second, second_log) == 1
+  # Paused while the second one starts, so that it cannot finish its 12 tiny steps before the
+  # second has started up (it keeps its lock while stopped).
+  os.kill(first.pid, signal.SIGSTOP)
+  try:
+    second = pretrain_runs.start(cmd, second_log, env)
+    assert pretrain_runs.finish(second, second_log) == 1
+  finally:
+    os.kill(first.pid, signal.SIGCONT)
   assert re.search(rf'error: {tmp_path} is in use by pid {first.pid} on .* running since',
                    second_log.read_text())
   assert pretrain_runs.finish(first, first_log) == 0  # Untouched by the refused one.
