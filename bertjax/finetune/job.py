@@ -99,16 +99,38 @@ class Setup:
   rules: tuple  # config.mesh.rules, parsed.
 
 
-def setup(config) -> Setup:
-  """The mesh, the task's reader, the model resolved against init_from, the tokenizer."""
+def saved_labels(workdir) -> tuple | None:
+  """The label set a fine-tuning run in `workdir` was trained with (its config.json), if any."""
+  run = init_from.run_config(pathlib.Path(workdir)) if workdir else None
+  if not run or 'labels' not in run:
+    return None
+  return tuple(run['labels'])
+
+
+def setup(config, workdir: str = '') -> Setup:
+  """The mesh, the task's reader, the model resolved against init_from, the tokenizer.
+
+  A run in `workdir` that has a config.json keeps its label set: eval and predict never reread
+  the training file for it, and a resumed fine-tuning whose training file now has other labels
+  stops with an error instead of scoring with a shuffled head.
+  """
   mesh = sharding.make_mesh(config.mesh)
-  task = registry.get_task(config.task, config.data, seed=config.seed)
+  saved = saved_labels(workdir)
+  reuse = saved is not None and config.mode != 'train_eval'
+  task = registry.get_task(config.task, config.data, seed=config.seed,
+                           labels=saved if reuse else ())
+  if saved is not None and tuple(task.labels) != saved:
+    raise ValueError(f'{workdir} was fine-tuned with labels {list(saved)}, but the training '
+                     f'data now has {list(task.labels)}: use another --workdir for a new label '
+                     'set, or the data it was trained on.')
   init_path = init_from.configured(config)
   model_cfg, vocab_file = resolve_model(config, init_path)
   tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
   cfg.pooling = resolve_pooling(config, init_path)
+  cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
+  cfg.labels = list(task.labels)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
                               cfg.data.max_seq_length)
   return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
@@ -224,7 +246,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def _train_and_evaluate(config, workdir: str) -> dict:
-  s = setup(config)
+  s = setup(config, workdir)
   cfg, task = s.config, s.task
   skipped = {}
   _, train_features, _ = _featurized(s, 'train', True, skipped)
@@ -278,7 +300,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   mode=predict: the test split or data.predict_file). Returns the written paths."""
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
-  s = setup(config)
+  s = setup(config, workdir)
   cfg, task = s.config, s.task
   set_steps(cfg, 1)
   train_state.check_config(cfg, s.mesh, len(tokenizer_lib.load_vocab(s.vocab_file)))

@@ -71,6 +71,13 @@ KINDS = {
             batch['label_weights'] * batch['example_weight'][:, None].astype(jnp.float32)),
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
         decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1)),
+    # num_labels is the number of choices per question; inputs are [B, C, L].
+    'multiple_choice': Kind(
+        head=lambda config, num_labels, pooling: heads.BertForMultipleChoice(config, pooling),
+        metrics=lambda logits_BxC, batch: losses.classification(
+            logits_BxC, batch['label'], batch['example_weight']),
+        targets=('label',), loss_weight=_example_weight,
+        decode=lambda logits_NxC: np.argmax(logits_NxC, -1)),
 }
 
 
@@ -101,11 +108,12 @@ def objective(name: str, config: encoder.Config, num_labels: int, pooling: str,
               max_seq_length: int) -> train_state.Objective:
   """The model and loss the training loop runs for a task of kind `name`."""
   kind = get(name)
+  shape = (1, num_labels, max_seq_length) if name == 'multiple_choice' else (1, max_seq_length)
   return train_state.Objective(
       model=kind.head(config, num_labels, pooling),
       loss=functools.partial(_loss, kind),
       normalizers=functools.partial(_normalizers, kind),
-      init_inputs={k: np.zeros((1, max_seq_length), np.int32) for k in MODEL_INPUTS})
+      init_inputs={k: np.zeros(shape, np.int32) for k in MODEL_INPUTS})
 
 
 def predict_step(params, batch, *, model, kind: str):

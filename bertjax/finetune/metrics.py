@@ -108,38 +108,67 @@ def spearman(pred, gold) -> float:
   return _pearson(rank_average_ties(pred_N), rank_average_ties(gold_N))
 
 
+# BILOU's L(ast) and U(nit) are IOBES's E(nd) and S(ingle).
+_PREFIXES = {'B': 'B', 'I': 'I', 'E': 'E', 'S': 'S', 'L': 'E', 'U': 'S'}
+
+
 def _split_tag(tag):
-  """(prefix, type) of an IOB tag: 'O' -> ('O', ''), 'B-PER' -> ('B', 'PER')."""
+  """(prefix, type) of a chunk tag: 'O' -> ('O', ''), 'B-PER' -> ('B', 'PER'), 'L-X' -> ('E',
+  'X')."""
   if tag == 'O':
     return 'O', ''
   prefix, sep, kind = tag.partition('-')
-  if not sep or prefix not in ('B', 'I') or not kind:
-    raise ValueError(f'tag {tag!r} is not an IOB tag: expected O, B-TYPE or I-TYPE')
-  return prefix, kind
+  if not sep or prefix not in _PREFIXES or not kind:
+    raise ValueError(f'tag {tag!r} is not a chunk tag: expected O or B-, I-, E-, S- (L-, U-) '
+                     'followed by a type; set config.data.tag_scheme=plain for per-token tags')
+  return _PREFIXES[prefix], kind
+
+
+def _ends(prev, tag, prev_kind, kind):
+  """conlleval's endOfChunk: does a chunk end between the previous tag and this one?"""
+  return (prev in ('E', 'S') or (prev in ('B', 'I') and tag in ('B', 'S', 'O'))
+          or (prev != 'O' and prev_kind != kind))
+
+
+def _starts(prev, tag, prev_kind, kind):
+  """conlleval's startOfChunk: does a chunk start at this tag?"""
+  return (tag in ('B', 'S') or (prev in ('E', 'S', 'O') and tag in ('E', 'I'))
+          or (tag != 'O' and prev_kind != kind))
 
 
 def chunks(tags) -> list[tuple[str, int, int]]:
   """Entity chunks of one sentence's tags as (type, start, end exclusive), as conlleval finds them.
 
-  Both IOB2 (every chunk opens with B-) and IOB1 (CoNLL-2003: a chunk opens with I-, and B-
-  only separates two adjacent chunks of one type) decode alike: a chunk starts at a B- tag, at
-  an I- tag after O, and at any tag whose type differs from the previous tag's; it ends where
-  the next one starts or at O.
+  conlleval's rules, so IOB2 (every chunk opens with B-), IOB1 (CoNLL-2003: a chunk opens with
+  I-, and B- only separates two adjacent chunks of one type), IOBES/IOES (E- ends a chunk, S- is
+  a one-word chunk) and BILOU (L-, U-) all decode: a chunk starts at B- or S-, at I- or E- after
+  O, E- or S-, and at any tag whose type differs from the previous one's; it ends after E- or
+  S-, before B-, S- or O, and where the type changes.
   """
   found = []
-  start, prev_kind = None, ''
+  start, prev, prev_kind = None, 'O', ''
   for position, tag in enumerate(tags):
     prefix, kind = _split_tag(tag)
-    opens = prefix == 'B' or (prefix == 'I' and kind != prev_kind)
-    if start is not None and (prefix == 'O' or opens):
+    if start is not None and _ends(prev, prefix, prev_kind, kind):
       found.append((prev_kind, start, position))
       start = None
-    if opens:
+    if _starts(prev, prefix, prev_kind, kind):
       start = position
-    prev_kind = kind
+    prev, prev_kind = prefix, kind
   if start is not None:  # A chunk still open at the end of the sentence ends with it.
     found.append((prev_kind, start, len(tags)))
   return found
+
+
+def token_scores(gold_tag_seqs, pred_tag_seqs, labels) -> dict[str, float]:
+  """Per-token accuracy and macro F1 over `labels`: tags that form no chunks (POS, supersenses)."""
+  gold = [t for tags in gold_tag_seqs for t in tags]
+  pred = [t for tags in pred_tag_seqs for t in tags]
+  index = {label: i for i, label in enumerate(labels)}
+  gold_N = np.array([index.get(t, -1) for t in gold])
+  pred_N = np.array([index.get(t, -1) for t in pred])
+  return {'accuracy': accuracy(pred_N, gold_N),
+          'macro_f1': macro_f1(pred_N, gold_N, len(labels))}
 
 
 def entity_scores(gold_tag_seqs, pred_tag_seqs) -> dict[str, float]:

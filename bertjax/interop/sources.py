@@ -54,7 +54,10 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
 
 
 def _task_labels(run: dict) -> tuple[str, tuple]:
-  """(kind, labels) of a fine-tuning run's task."""
+  """(kind, labels) of a fine-tuning run's task: saved in its config.json, or (runs from before
+  labels were saved) the task's fixed label set."""
+  if 'labels' in run and 'kind' in run:
+    return run['kind'], tuple(run['labels'])
   import ml_collections  # pylint: disable=g-import-not-at-top
 
   from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top

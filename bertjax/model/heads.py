@@ -144,18 +144,25 @@ class BertForSequenceClassification(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
-    cfg = self.config
-    x_BxLxD, pooled_BxD = encoder.BertEncoder(cfg, name='bert')(input_ids, input_mask,
-                                                              segment_ids, deterministic)
-    if self.pooling == 'mean':  # Summed in float32: up to 512 bf16 rows otherwise.
-      mask_BxLx1 = jnp.asarray(input_mask, jnp.float32)[..., None]
-      pooled_BxD = (jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, axis=1)
-                    / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1)).astype(x_BxLxD.dtype)
-    elif self.pooling != 'cls':
-      raise ValueError(f'pooling={self.pooling!r} is unknown; valid: {", ".join(POOLINGS)}.')
-    pooled_BxD = kernels.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)
-    logits_BxC = _output_dense(cfg, self.num_labels, 'classifier')(pooled_BxD)
-    return logits_BxC.astype(jnp.float32)
+    return _pooled_logits(self.config, self.num_labels, self.pooling, input_ids, input_mask,
+                          segment_ids, deterministic)
+
+
+def _pooled_logits(cfg: Config, num_labels: int, pooling: str, input_ids, input_mask,
+                   segment_ids, deterministic):
+  """The sequence-level head's body, called inside a compact module: submodules `bert` and
+  `classifier` (transformers' names for both sequence classification and multiple choice)."""
+  x_BxLxD, pooled_BxD = encoder.BertEncoder(cfg, name='bert')(input_ids, input_mask,
+                                                            segment_ids, deterministic)
+  if pooling == 'mean':  # Summed in float32: up to 512 bf16 rows otherwise.
+    mask_BxLx1 = jnp.asarray(input_mask, jnp.float32)[..., None]
+    pooled_BxD = (jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, axis=1)
+                  / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1)).astype(x_BxLxD.dtype)
+  elif pooling != 'cls':
+    raise ValueError(f'pooling={pooling!r} is unknown; valid: {", ".join(POOLINGS)}.')
+  pooled_BxD = kernels.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)
+  logits_BxC = _output_dense(cfg, num_labels, 'classifier')(pooled_BxD)
+  return logits_BxC.astype(jnp.float32)
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -184,6 +191,26 @@ class BertForTokenClassification(nn.Module):
                                                      deterministic)
     x_BxLxD = kernels.Dropout(rate=cfg.dropout_rate)(x_BxLxD, deterministic)
     return _output_dense(cfg, self.num_labels, 'classifier')(x_BxLxD).astype(jnp.float32)
+
+
+class BertForMultipleChoice(nn.Module):
+  """Each [CLS] context [SEP] choice [SEP] row -> pooled -> dropout -> dense(1): logits [B, C].
+
+  Inputs are [B, C, L] (C choices per question); the rows run through the encoder as B*C
+  sequences and one shared linear layer scores each, as the BERT paper's SWAG head; the softmax
+  over a question's C scores is the loss's.
+  """
+
+  config: Config
+  pooling: str = 'cls'
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    batch, choices, length = input_ids.shape
+    flat = [jnp.reshape(x, (batch * choices, length))
+            for x in (input_ids, input_mask, segment_ids)]
+    scores_Nx1 = _pooled_logits(self.config, 1, self.pooling, *flat, deterministic)
+    return jnp.reshape(scores_Nx1, (batch, choices))
 
 
 def dummy_batch(batch_size: int, seq_len: int, max_predictions: int):

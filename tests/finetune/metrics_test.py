@@ -104,8 +104,31 @@ def test_chunks_decode_iob2_and_iob1_alike():
   # An I- of another type starts a new chunk; a lone B- is a one-word chunk.
   assert metrics.chunks(['I-PER', 'I-ORG', 'I-ORG', 'B-MISC']) == [
       ('PER', 0, 1), ('ORG', 1, 3), ('MISC', 3, 4)]
-  with pytest.raises(ValueError, match='not an IOB tag'):
+  with pytest.raises(ValueError, match='not a chunk tag'):
     metrics.chunks(['PER'])
+
+
+def test_chunks_decode_iobes_ioes_and_bilou_as_conlleval():
+  expected = [('PER', 0, 2), ('LOC', 3, 4), ('LOC', 4, 6), ('ORG', 6, 7)]
+  iobes = ['B-PER', 'E-PER', 'O', 'S-LOC', 'B-LOC', 'E-LOC', 'S-ORG']
+  bilou = ['B-PER', 'L-PER', 'O', 'U-LOC', 'B-LOC', 'L-LOC', 'U-ORG']
+  # IOE1: E- closes a chunk only where the next one of the same type follows at once.
+  ioe1 = ['I-PER', 'I-PER', 'O', 'E-LOC', 'I-LOC', 'I-LOC', 'I-ORG']
+  assert metrics.chunks(iobes) == expected
+  assert metrics.chunks(bilou) == expected
+  assert metrics.chunks(ioe1) == expected
+  # An S- inside a chunk ends it and stands alone; an I- after E- starts a new chunk.
+  assert metrics.chunks(['B-X', 'I-X', 'S-X', 'I-X']) == [('X', 0, 2), ('X', 2, 3),
+                                                          ('X', 3, 4)]
+
+
+def test_token_scores_for_tags_without_chunks():
+  gold = [['NN', 'VB', 'DT'], ['NN']]
+  pred = [['NN', 'NN', 'DT'], ['VB']]
+  scores = metrics.token_scores(gold, pred, ('DT', 'NN', 'VB'))
+  assert scores['accuracy'] == 0.5
+  # F1: DT 1, NN 2*1/(2+2)=0.5, VB 0 -> mean 0.5.
+  assert scores['macro_f1'] == pytest.approx(0.5)
 
 
 def test_entity_scores_hand_counted():
