@@ -128,9 +128,13 @@ def setup(config, workdir: str = '') -> Setup:
   tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
+  # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
+  # export read the run's config.json and tokenize as training did.
+  cfg.data.vocab_file = str(pathlib.Path(vocab_file).resolve())
   cfg.pooling = resolve_pooling(config, init_path)
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)
+  cfg.version_2_with_negative = task.version_2
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
                               cfg.data.max_seq_length)
   return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,

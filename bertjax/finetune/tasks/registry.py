@@ -45,6 +45,7 @@ class Task:
   featurize: Callable[..., tuple[dict, Any]]  # (examples, tokenizer, *, is_training).
   evaluate: Callable[..., dict]  # (outputs, features, meta, examples) -> metrics.
   write_predictions: Callable[..., str]  # (outputs, features, meta, examples, split, dir).
+  version_2: bool = False  # Span tasks: SQuAD 2.0's "no answer" is a possible prediction.
 
 
 SQUAD_FILES = {'squad_v1': {'train': 'train-v1.1.json', 'validation': 'dev-v1.1.json'},
@@ -141,7 +142,7 @@ def _squad_task(name, data, path=None, v2=None) -> Task:
     return paths['predictions.json']
 
   return Task(name, 'span', (), 'f1', ('validation',), ('test',), read, featurize, evaluate,
-              write)
+              write, version_2=v2)
 
 
 def _user_span_task(data) -> Task:

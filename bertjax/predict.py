@@ -1,0 +1,275 @@
+"""Predictions of a fine-tuned model on raw text, from the command line or Python.
+
+  python -m bertjax.predict --workdir=/tmp/mine [--input_file=in.txt] [--output_file=out.jsonl]
+  echo 'I loved it' | python -m bertjax.predict --workdir=/tmp/mine
+
+  predictor = Predictor.from_workdir('/tmp/mine')
+  predictor.predict(['I loved it', 'a dull film'])  # -> [{'label': ..., 'probabilities': ...}]
+
+An input line is raw text: `text`, or `text_a ||| text_b` for sentence pairs; `question |||
+context` for span models; `context ||| choice ||| choice ...` for multiple choice; for tagging
+the words are the line split on whitespace. A line that starts with `{` is a JSON object with
+the task's fields instead (text_fields, or text_a/text_b; question/context; tokens;
+context/choices, or SWAG's sent1/sent2/ending0..3). Each output line is a JSON object:
+classification `label` and `probabilities`; regression `value`; span `answer` and `score` (the
+best span's probability among the n-best); tagging `tokens` and `tags` (one per word);
+multiple choice `choice` (an index) and `probabilities`.
+
+The tokenizer, casing, sequence length, kind and labels are those the run was fine-tuned with
+(its config.json); the weights are its latest checkpoint (or --step). Inputs go through the
+very feature code evaluation uses, in batches of --batch_size, so a line gets the label eval
+gave the same example.
+"""
+
+import functools
+import json
+import pathlib
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+
+from bertjax import console
+from bertjax import paths
+from bertjax.finetune import kinds
+from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import features as features_lib
+from bertjax.finetune.tasks import multiple_choice
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import squad_answers
+from bertjax.finetune.tasks import user_data
+from bertjax.interop import init_from
+from bertjax.text import tokenizer as tokenizer_lib
+
+
+class Predictor:
+  """A fine-tuned model with its tokenizer and labels: predict(inputs) -> one dict per input."""
+
+  def __init__(self, run: dict, params, vocab_file: str, batch_size: int = 32):
+    self.run = run
+    self.kind = run['kind']
+    self.labels = tuple(run['labels'])
+    self.data = ml_collections.ConfigDict(run['data'])
+    self.batch_size = batch_size
+    self.tokenizer = tokenizer_lib.FullTokenizer(vocab_file,
+                                                 do_lower_case=self.data.do_lower_case)
+    model = kinds.get(self.kind).head(ml_collections.ConfigDict(run['model']),
+                                      len(self.labels), run.get('pooling', 'cls'))
+    self.params = params
+    self._apply = jax.jit(functools.partial(_apply, model))
+
+  @classmethod
+  def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32) -> 'Predictor':
+    """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`)."""
+    workdir = pathlib.Path(paths.absolute(str(workdir)))
+    run = init_from.run_config(workdir)
+    if run is None:
+      raise FileNotFoundError(f'{workdir} holds no fine-tuning run (config.json and '
+                              'checkpoints/): pass the --workdir a fine-tuning wrote.')
+    if run.get('job') != 'finetune':
+      raise ValueError(f'{workdir} is a {run.get("job", "unknown")} run: predict needs a '
+                       'fine-tuned model (job=finetune).')
+    if 'labels' not in run or 'kind' not in run:
+      task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
+      run = {**run, 'kind': task.kind, 'labels': list(task.labels)}
+    source = workdir / 'checkpoints' / str(step) if step is not None else workdir
+    params = init_from.read_params(source)
+    vocab_file = init_from.vocab_file(str(workdir))
+    if not vocab_file:
+      raise FileNotFoundError(f'{workdir}: the run recorded no vocab file that exists: set '
+                              'the vocab it was trained with in config.json data.vocab_file.')
+    return cls(run, params, vocab_file, batch_size)
+
+  def predict(self, inputs) -> list[dict]:
+    """One dict per input (a raw string or a dict of the task's fields), in order."""
+    inputs = list(inputs)
+    if not inputs:
+      return []
+    examples = [self._example(i, x) for i, x in enumerate(inputs)]
+    return getattr(self, f'_predict_{self.kind}')(examples)
+
+  # -------------------------------------------------------------------------------------------
+  # Raw input -> the examples evaluation reads.
+
+  def _example(self, index, item):
+    where = f'input {index + 1}'
+    if isinstance(item, str):
+      if not item.strip():
+        raise ValueError(f'{where} is empty: every input needs its text.')
+      parts = [p.strip() for p in item.split('|||')]
+    elif isinstance(item, dict):
+      parts = None
+    else:
+      raise ValueError(f'{where} is a {type(item).__name__}: pass a string or a dict.')
+    kind = self.kind
+    if kind in ('classification', 'regression'):
+      if parts is None:
+        fields = user_data.text_fields(self.data.get('text_fields', 'text'))
+        for names in (fields, ('text_a', 'text_b'), ('text_a',), ('text',),
+                      ('sentence1', 'sentence2'), ('sentence',)):
+          if names[0] in item:
+            parts = [str(item[n]) for n in names if item.get(n) is not None]
+            break
+        else:
+          raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
+      if len(parts) > 2 or not all(parts):
+        raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
+      return user_data.Example(where, parts[0], parts[1] if len(parts) > 1 else None, None)
+    if kind == 'span':
+      if parts is None:
+        parts = [str(item.get('question', '')), str(item.get('context', ''))]
+      if len(parts) != 2 or not all(parts):
+        raise ValueError(f'{where}: a span model reads `question ||| context` (or JSON with '
+                         f'question and context), got {str(item)[:80]!r}.')
+      doc_tokens, _ = squad.split_paragraph(parts[1])
+      return squad.Example(where, parts[0], doc_tokens, '', -1, -1, False, [])
+    if kind == 'tagging':
+      words = item.get('tokens') if parts is None else item.split()
+      if not words:
+        raise ValueError(f'{where}: a tagger reads a line of words (or JSON with tokens).')
+      return user_data.Sentence(tuple(map(str, words)), (self.labels[0],) * len(words))
+    if kind == 'multiple_choice':
+      if parts is None:
+        if 'sent1' in item:
+          context = str(item['sent1'])
+          choices = [f'{item.get("sent2", "")} {item[f"ending{i}"]}'.strip()
+                     for i in range(len(self.labels))]
+        else:
+          context, choices = str(item.get('context', '')), list(item.get('choices', []))
+      else:
+        context, choices = parts[0], parts[1:]
+      if len(choices) != len(self.labels) or not context or not all(choices):
+        raise ValueError(f'{where}: this model chooses among {len(self.labels)}: expected '
+                         f'`context ||| choice` x {len(self.labels)} (or JSON context, choices), '
+                         f'got {len(choices)} choices.')
+      return user_data.Choices(where, context, tuple(map(str, choices)), None)
+    raise ValueError(f'predict does not handle kind {kind!r}.')
+
+  # -------------------------------------------------------------------------------------------
+  # Features -> outputs, in batches of fixed shape (one compilation).
+
+  def _outputs(self, feature_arrays: dict) -> np.ndarray:
+    n = len(feature_arrays['input_ids'])
+    outputs = []
+    for start in range(0, n, self.batch_size):
+      batch = {}
+      for key in kinds.MODEL_INPUTS:
+        chunk = feature_arrays[key][start:start + self.batch_size]
+        pad = [(0, self.batch_size - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
+        batch[key] = np.pad(chunk, pad)
+      out = np.asarray(self._apply(self.params, batch))
+      outputs.append(out[:min(self.batch_size, n - start)])
+    return np.concatenate(outputs)
+
+  def _predict_classification(self, examples):
+    feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
+                                self.labels)
+    return registry.predictions_of(self.kind, self.labels, self._outputs(feats))
+
+  _predict_regression = _predict_classification
+
+  def _predict_multiple_choice(self, questions):
+    feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)
+    return registry.predictions_of(self.kind, self.labels, self._outputs(feats))
+
+  def _predict_tagging(self, sentences):
+    feats, meta = conll.convert_sentences(sentences, self.tokenizer, self.data.max_seq_length,
+                                          self.labels)
+    tags = conll.word_predictions(self._outputs(feats), feats, meta, sentences, self.labels)
+    return [{'tokens': list(s.words), 'tags': t} for s, t in zip(sentences, tags, strict=True)]
+
+  def _predict_span(self, examples):
+    data = self.data
+    feats, meta = squad.convert_examples(
+        examples, self.tokenizer, max_seq_length=data.max_seq_length,
+        doc_stride=data.doc_stride, max_query_length=data.max_query_length, is_training=False)
+    logits = self._outputs(feats)
+    predictions, nbest, _ = squad_answers.postprocess(
+        logits[..., 0], logits[..., 1], examples, feats, meta, n_best_size=data.n_best_size,
+        max_answer_length=data.max_answer_length, do_lower_case=data.do_lower_case,
+        version_2_with_negative=bool(self.run.get('version_2_with_negative', False)),
+        null_score_diff_threshold=data.null_score_diff_threshold)
+    out = []
+    for example in examples:
+      answer = predictions[example.qas_id]
+      score = next((n['probability'] for n in nbest[example.qas_id] if n['text'] == answer),
+                   0.0)
+      out.append({'answer': answer, 'score': round(float(score), 6)})
+    return out
+
+
+def _apply(model, params, batch):
+  return model.apply({'params': params}, *(batch[k] for k in kinds.MODEL_INPUTS),
+                     deterministic=True)
+
+
+def read_inputs(lines, source: str) -> list:
+  """Inputs of predict's line format: JSON objects for lines starting with `{`, else raw text."""
+  inputs = []
+  for number, line in enumerate(lines, 1):
+    line = line.rstrip('\n')
+    if not line.strip():
+      raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
+    if line.lstrip().startswith('{'):
+      try:
+        inputs.append(json.loads(line))
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}).') from None
+    else:
+      inputs.append(line)
+  return inputs
+
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Flags exist only when this module is the program (tests import the library part)."""
+  flags.DEFINE_string('workdir', None, 'The fine-tuning run (its config.json and checkpoints).')
+  flags.DEFINE_string('input_file', '', 'One input per line; default: standard input.')
+  flags.DEFINE_string('output_file', '', 'JSON lines to write; default: standard output.')
+  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
+  flags.DEFINE_integer('step', None, 'A checkpoint step (default: the latest).')
+
+
+def main(argv):
+  del argv
+  console.install()
+  try:
+    predictor = Predictor.from_workdir(FLAGS.workdir, FLAGS.step, FLAGS.batch_size)
+    if FLAGS.input_file:
+      path = pathlib.Path(FLAGS.input_file)
+      if not path.is_file():
+        raise FileNotFoundError(f'--input_file={path} does not exist.')
+      try:
+        lines = path.read_text('utf-8').splitlines()
+      except UnicodeDecodeError as e:
+        raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+      source = str(path)
+    else:
+      lines, source = sys.stdin.read().splitlines(), '<stdin>'
+    rows = predictor.predict(read_inputs(lines, source))
+    text = ''.join(json.dumps(row, ensure_ascii=False) + '\n' for row in rows)
+    if FLAGS.output_file:
+      output = pathlib.Path(FLAGS.output_file)
+      output.parent.mkdir(parents=True, exist_ok=True)
+      temp = output.with_name(f'.{output.name}.tmp')
+      temp.write_text(text, encoding='utf-8')
+      temp.replace(output)
+      logging.info('predictions for %d inputs written to %s', len(rows), output)
+    else:
+      sys.stdout.write(text)
+  except (ValueError, FileNotFoundError, OSError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  _define_flags()
+  flags.mark_flags_as_required(['workdir'])
+  app.run(main)
