@@ -366,13 +366,24 @@ def labels_of(examples, *, attr='label') -> tuple[str, ...]:
   return tuple(sorted(seen, key=key))
 
 
+def _chunk_tag(tag):
+  return len(tag) > 2 and tag[1] == '-' and tag[0] in 'BIESLU'
+
+
 def tags_of(sentences) -> tuple[str, ...]:
-  """The tag set of training sentences: 'O' first (when present), then sorted by type, prefix."""
+  """The tag set of training sentences: 'O' first (when present), then by type and prefix.
+
+  With chunk tags (B-/I-/E-/S-/L-/U-TYPE), every prefix the data uses is added for every type
+  it has: an eval sentence may hold I-X where training only had one-word X chunks.
+  """
   seen = {tag for s in sentences for tag in s.tags}
+  if all(t == 'O' or _chunk_tag(t) for t in seen):
+    prefixes = {t[0] for t in seen if t != 'O'}
+    seen |= {f'{p}-{t[2:]}' for t in seen if t != 'O' for p in prefixes}
 
   def key(tag):
     prefix, _, kind = tag.partition('-')
-    return (tag != 'O', kind if kind else prefix, prefix)
+    return (tag != 'O', kind if kind else prefix, 'BIELSU'.find(prefix), prefix)
 
   return tuple(sorted(seen, key=key))
 
