@@ -1,4 +1,4 @@
-"""The user's own task files: formats, label sets, and every kind of bad input named by file:line."""
+"""The user's own task files: formats, label sets, and bad input named by file:line."""
 
 import json
 
