@@ -19,6 +19,7 @@ KINDS = {
     'regression': ('classifier/',),
     'span': ('qa_outputs/',),
     'tagging': ('classifier/',),
+    'multiple_choice': ('classifier/',),  # One score per [CLS] context [SEP] choice [SEP].
 }
 
 

@@ -110,11 +110,13 @@ _HEADS = {
              'qa_outputs/bias': ('qa_outputs.bias', layouts.SAME)},
 }
 _HEADS['regression'] = _HEADS['tagging'] = _HEADS['classification']
+_HEADS['multiple_choice'] = _HEADS['classification']
 # The transformers class of each kind; span and tagging models have no pooler there.
 ARCHITECTURES = {'encoder': 'BertModel', 'pretraining': 'BertForPreTraining',
                  'classification': 'BertForSequenceClassification',
                  'regression': 'BertForSequenceClassification',
-                 'span': 'BertForQuestionAnswering', 'tagging': 'BertForTokenClassification'}
+                 'span': 'BertForQuestionAnswering', 'tagging': 'BertForTokenClassification',
+                 'multiple_choice': 'BertForMultipleChoice'}
 _NO_POOLER = ('span', 'tagging')
 
 
@@ -349,7 +351,8 @@ def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
 
 def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
   """Writes a transformers directory: config.json, model.safetensors, vocab and tokenizer."""
-  if result.kind in ('classification', 'regression') and result.pooling != 'cls':
+  if (result.kind in ('classification', 'regression', 'multiple_choice')
+      and result.pooling != 'cls'):
     raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
                      "transformers' BertForSequenceClassification reads BERT's [CLS] pooler, so "
                      'it would predict something else: export it with --format=saved_model '

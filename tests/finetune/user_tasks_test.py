@@ -12,6 +12,7 @@ import finetune_runs
 import numpy as np
 import pytest
 
+from bertjax import export
 from bertjax import predict
 from bertjax.finetune import job
 from bertjax.pretraining_data import embedded
@@ -77,6 +78,11 @@ def test_csv_classification_labels_saved_and_predict_agrees_with_eval(tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   assert [json.loads(line)['label'] for line in out.stdout.splitlines()] == [
       e['label'] for e in evaluated[:2]]
+
+  # Exported, the labels read from the data are transformers' id2label.
+  export.export(str(workdir), 'hf', tmp_path / 'hf')
+  hf_config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
+  assert hf_config['id2label'] == {'0': 'cold', '1': 'grim', '2': 'warm'}
 
   # The same workdir with a training file whose label set changed: refused, nothing rewritten.
   train.write_text('review,sentiment\n' + ''.join(f'"{t}",{"hot" if y == "warm" else y}\n'

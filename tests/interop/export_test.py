@@ -196,3 +196,21 @@ def test_the_command_line_writes_tf1_that_imports_back_exactly(minilm_dir, tmp_p
     np.testing.assert_array_equal(back.params[name], value, err_msg=name)
   proc = subprocess.run(command, capture_output=True, text=True)  # Again: the output is taken.
   assert proc.returncode == 1 and 'pass --overwrite' in proc.stderr, proc.stderr[-2000:]
+
+
+def test_transformers_loads_a_multiple_choice_model_with_equal_scores(minilm_dir, tmp_path):
+  _, params, result = random_bundle('classification', minilm_dir, num_labels=1)
+  module = heads.BertForMultipleChoice(encoder.default_config(**result.config))
+  result.kind, result.labels = 'multiple_choice', ('0', '1', '2')
+  hf_checkpoint.save(result, tmp_path)
+  ref = load_reporting(transformers.BertForMultipleChoice, tmp_path)
+  contexts = SENTENCES[:2]
+  choices = [SENTENCES[1:4], SENTENCES[::-1][:3]]
+  flat = hf_checkpoint_test.hf_batch(tmp_path, [c for c in contexts for _ in range(3)],
+                                     [x for row in choices for x in row])
+  batch = {k: v.reshape(2, 3, -1) for k, v in flat.items()}
+  with torch.no_grad():
+    theirs = ref(**hf_checkpoint_test.torch_inputs(batch)).logits.numpy()
+  ours = np.asarray(module.apply({'params': params}, **batch))
+  assert ours.shape == (2, 3)
+  np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
