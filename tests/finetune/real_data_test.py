@@ -14,6 +14,7 @@ import pytest
 import user_task_files
 
 from bertjax.finetune import job
+from bertjax.finetune.tasks import wordnet_examples
 from configs import finetune as finetune_config
 
 
@@ -31,9 +32,9 @@ def _finetune(tmp_path, minilm_dir, task, train, evaluation, *, seq, epochs, lr,
 
 @pytest.fixture(scope='module')
 def wordnet_split(wordnet_dir):
-  examples = user_task_files.wordnet_examples(wordnet_dir)
+  examples = wordnet_examples.read_sentences(wordnet_dir)
   assert len(examples) > 30000  # 39,027 sentences where the synset's word occurs once.
-  return user_task_files.split(examples, 400, 160, seed=0)
+  return wordnet_examples.split(examples, 400, 160, seed=0)
 
 
 def test_bbc_topics_from_a_csv_beat_the_commonest_topic(tmp_path, minilm_dir, bbc_dir):
@@ -44,7 +45,7 @@ def test_bbc_topics_from_a_csv_beat_the_commonest_topic(tmp_path, minilm_dir, bb
   result = _finetune(tmp_path, minilm_dir, 'classification', tmp_path / 'train.csv',
                      tmp_path / 'eval.csv', seq=64, epochs=3, lr=1e-4, batch=16,
                      label_field='topic')
-  baseline = user_task_files.most_frequent_label([r['topic'] for r in train],
+  baseline = wordnet_examples.most_frequent_label([r['topic'] for r in train],
                                                  [r['topic'] for r in evaluation])
   saved = json.loads((tmp_path / 'run' / 'config.json').read_text())
   assert saved['labels'] == ['business', 'entertainment', 'politics', 'sports', 'tech']
@@ -55,24 +56,25 @@ def test_bbc_topics_from_a_csv_beat_the_commonest_topic(tmp_path, minilm_dir, bb
 
 def test_wordnet_span_tagging_beats_the_commonest_tag_per_word(tmp_path, minilm_dir,
                                                                 wordnet_split):
-  train, evaluation = (user_task_files.tagging_rows(rows, coarse=True) for rows in wordnet_split)
+  train, evaluation = (wordnet_examples.tagging_rows(rows, coarse=True)
+                       for rows in wordnet_split)
   user_task_files.write_jsonl(tmp_path / 'train.jsonl', train)
   user_task_files.write_jsonl(tmp_path / 'eval.jsonl', evaluation)
   result = _finetune(tmp_path, minilm_dir, 'tagging', tmp_path / 'train.jsonl',
                      tmp_path / 'eval.jsonl', seq=32, epochs=3, lr=2e-4, batch=32)
-  baseline = user_task_files.most_frequent_tag_baseline(train, evaluation)
+  baseline = wordnet_examples.most_frequent_tag_baseline(train, evaluation)
   print(result, baseline)
   assert result['f1'] > baseline + 0.1, (result, baseline)
 
 
 def test_wordnet_blank_filling_beats_chance(tmp_path, minilm_dir, wordnet_split):
-  rows = user_task_files.choice_rows(wordnet_split[0] + wordnet_split[1], seed=0)
+  rows = wordnet_examples.choice_rows(wordnet_split[0] + wordnet_split[1], seed=0)
   train, evaluation = rows[:len(wordnet_split[0])], rows[len(wordnet_split[0]):]
   user_task_files.write_jsonl(tmp_path / 'train.jsonl', train)
   user_task_files.write_jsonl(tmp_path / 'eval.jsonl', evaluation)
   result = _finetune(tmp_path, minilm_dir, 'multiple_choice', tmp_path / 'train.jsonl',
                      tmp_path / 'eval.jsonl', seq=24, epochs=3, lr=1e-4, batch=16)
-  baseline = user_task_files.most_frequent_label([r['label'] for r in train],
+  baseline = wordnet_examples.most_frequent_label([r['label'] for r in train],
                                                  [r['label'] for r in evaluation])
   assert baseline < 0.32
   print(result, baseline)
