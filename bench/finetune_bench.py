@@ -15,7 +15,8 @@ straddles the split):
            commonest tag of each word in training), or blanked among four same-POS choices
            (accuracy vs the commonest answer position; chance 0.25). 4,000/1,000 and
            2,000/500 sentences, 3 epochs, seq 32 and 24 (~5 and ~8 minutes on 2 cores).
-bbc and wordnet get the stratified split of text_classification.split (eval_fraction 0.2, --seed), the
+bbc and wordnet get the stratified split of text_classification.split (eval_fraction 0.2,
+--seed), the
 very call the fine-tuning config makes, so both models see the same train and eval examples.
 
 Baseline: TfidfVectorizer (word 1-2 grams, sublinear tf, min_df 2) + LogisticRegression
