@@ -6,7 +6,8 @@
   hf           a transformers directory (config.json, model.safetensors, vocab and tokenizer files):
                BertModel, BertForPreTraining, BertForSequenceClassification (classification and
                regression), BertForQuestionAnswering, BertForTokenClassification or
-               BertForMultipleChoice, as the model is for. A vocab padded for tensor parallelism is cut back to the vocab file.
+               BertForMultipleChoice, as the model is for. A vocab padded for tensor
+               parallelism is cut back to the vocab file.
   tf1          google-research/bert's layout: bert_config.json, bert_model.ckpt.*, vocab.txt
                (encoders, pre-training heads, run_classifier.py and run_squad.py heads).
   saved_model  a TensorFlow SavedModel with the WordPiece tokenizer inside: serving_default
