@@ -13,13 +13,16 @@ SEQ, BATCH, LABELS = 8, 4, 3
 
 
 def _batch(kind: str, rng) -> dict:
-  batch = {'input_ids': rng.integers(1, 100, (BATCH, SEQ)).astype(np.int32),
-           'input_mask': np.ones((BATCH, SEQ), np.int32),
-           'segment_ids': np.zeros((BATCH, SEQ), np.int32),
+  # Multiple choice: LABELS choices per question, each its own [CLS] context [SEP] choice row.
+  shape = (BATCH, LABELS, SEQ) if kind == 'multiple_choice' else (BATCH, SEQ)
+  batch = {'input_ids': rng.integers(1, 100, shape).astype(np.int32),
+           'input_mask': np.ones(shape, np.int32),
+           'segment_ids': np.zeros(shape, np.int32),
            'example_weight': np.array([1, 1, 1, 0], np.float32)}  # The last row is padding.
   targets = {
       'classification': {'label': rng.integers(0, LABELS, BATCH).astype(np.int32)},
       'regression': {'label': rng.random(BATCH).astype(np.float32)},
+      'multiple_choice': {'label': rng.integers(0, LABELS, BATCH).astype(np.int32)},
       'span': {'start_position': np.array([1, 2, 3, 0], np.int32),
                'end_position': np.array([2, 2, 5, 0], np.int32)},
       'tagging': {'label_ids': rng.integers(0, LABELS, (BATCH, SEQ)).astype(np.int32),
@@ -47,13 +50,19 @@ def test_every_kind_trains_and_decodes(kind):
   outputs, _ = kinds.predict_step(params, batch, model=objective.model, kind=kind)
   decoded = kinds.get(kind).decode(np.asarray(outputs))
   assert decoded.shape[0] == BATCH
+  if kind == 'multiple_choice':  # One score per choice; a choice's score ignores the others.
+    assert outputs.shape == (BATCH, LABELS)
+    alone = kinds.predict_step(params, {k: v[:, :1] if v.ndim == 3 else v
+                                        for k, v in batch.items()},
+                               model=objective.model, kind=kind)[0]
+    np.testing.assert_allclose(np.asarray(alone)[:, 0], np.asarray(outputs)[:, 0], atol=1e-5)
   grads = jax.grad(lambda p: objective.loss(objective.model, p, batch, jax.random.key(1),
                                             normalizers, deterministic=False)[0])(params)
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
 
 
 def test_unknown_kind_lists_the_valid_ones():
-  with pytest.raises(ValueError, match='valid: classification, regression, span, tagging'):
+  with pytest.raises(ValueError, match='valid: classification, regression, span, tagging, multiple_choice'):
     kinds.get('ranking')
 
 
