@@ -36,13 +36,7 @@ from bertjax.text import tokenizer as tokenizer_lib
 
 def read_examples(input_file) -> list[tuple[str, str | None]]:
   """(text_a, text_b or None) per line of `input_file`."""
-  path = pathlib.Path(input_file)
-  if not path.is_file():
-    raise FileNotFoundError(f'--input_file={input_file} does not exist.')
-  try:
-    lines = path.read_text('utf-8').splitlines()
-  except UnicodeDecodeError as e:
-    raise ValueError(f'{input_file} is not UTF-8 text (byte {e.start}): re-encode it.') from e
+  lines = paths.read_text_lines(input_file)
   examples = []
   for line in lines:
     a, sep, b = line.strip().partition(' ||| ')

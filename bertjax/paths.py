@@ -5,6 +5,7 @@ Remote paths (gs://, s3://, ...) are kept as they are; `~` is expanded.
 """
 
 import os
+import pathlib
 import re
 
 # Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from
@@ -34,3 +35,14 @@ def absolute_config(config):
       with config.ignore_type():
         config[key] = absolute_list(value)
   return config
+
+
+def read_text_lines(path, flag: str = 'input_file') -> list[str]:
+  """The lines of a UTF-8 text file given by --`flag`, or an error saying what to do."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'--{flag}={path} does not exist.')
+  try:
+    return path.read_text('utf-8').splitlines()
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None

@@ -243,14 +243,7 @@ def main(argv):
   try:
     predictor = Predictor.from_workdir(FLAGS.workdir, FLAGS.step, FLAGS.batch_size)
     if FLAGS.input_file:
-      path = pathlib.Path(FLAGS.input_file)
-      if not path.is_file():
-        raise FileNotFoundError(f'--input_file={path} does not exist.')
-      try:
-        lines = path.read_text('utf-8').splitlines()
-      except UnicodeDecodeError as e:
-        raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
-      source = str(path)
+      lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:
       lines, source = sys.stdin.read().splitlines(), '<stdin>'
     rows = predictor.predict(read_inputs(lines, source))

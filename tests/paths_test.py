@@ -1,6 +1,7 @@
 """Paths are made absolute at the start of a job."""
 
 import ml_collections
+import pytest
 
 from bertjax import paths
 from bertjax.interop import init_from
@@ -27,3 +28,13 @@ def test_a_relative_init_from_is_resolved(tmp_path, monkeypatch):
   config = ml_collections.ConfigDict({'init_from': 'pre'})
   assert init_from.configured(config) == str(tmp_path / 'pre')
   assert paths.absolute('gs://bucket/dir') == 'gs://bucket/dir'
+
+
+def test_read_text_lines_names_the_flag_and_the_fix(tmp_path):
+  (tmp_path / 'ok.txt').write_text('a\nb ||| c\n', encoding='utf-8')
+  assert paths.read_text_lines(tmp_path / 'ok.txt') == ['a', 'b ||| c']
+  with pytest.raises(FileNotFoundError, match='--input_file=.*none.txt does not exist'):
+    paths.read_text_lines(tmp_path / 'none.txt')
+  (tmp_path / 'l1.txt').write_bytes('caf\xe9\n'.encode('latin-1'))
+  with pytest.raises(ValueError, match='is not UTF-8 text .byte 3.: re-encode it'):
+    paths.read_text_lines(tmp_path / 'l1.txt')

@@ -62,7 +62,8 @@ def test_every_kind_trains_and_decodes(kind):
 
 
 def test_unknown_kind_lists_the_valid_ones():
-  with pytest.raises(ValueError, match='valid: classification, regression, span, tagging, multiple_choice'):
+  with pytest.raises(ValueError, match='valid: classification, regression, span, tagging, '
+                                       'multiple_choice'):
     kinds.get('ranking')
 
 
