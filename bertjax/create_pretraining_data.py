@@ -9,10 +9,12 @@ Input: one sentence per line and a blank line between documents (the original's 
 with --input_format=text one paragraph per line, split into sentences here. Output: shards with
 the original's features (files from either tool are interchangeable), or with
 --nostatic_masking unmasked `input_ids, input_mask, segment_ids, next_sentence_labels` for
-masking in the input pipeline; and `<output>.json` with the settings, the vocab's sha256 and
-the counts, skipped input included. --tokenizer picks the WordPiece path (both exact, the same
-bytes): auto takes the pure-Python reference for small inputs and tensorflow-text past 24 MiB
-per worker, where TensorFlow's start-up pays off. Semantics and deliberate differences are in
+masking in the input pipeline; --nsp=false writes MLM-only instances (one segment of
+contiguous sentences, no next_sentence_labels) for model.nsp=False. Beside them,
+`<output>.json` holds the settings, the vocab's sha256 and the counts, skipped input included.
+--tokenizer picks the WordPiece path (both exact, the same bytes): auto takes the pure-Python
+reference for small inputs and tensorflow-text past 24 MiB per worker, where TensorFlow's
+start-up pays off. Semantics and deliberate differences are in
 bertjax/pretraining_data/instances.py; parallelism, determinism and atomic shards in
 bertjax/pretraining_data/writer.py. On Shakespeare + KJV (8.5 MB, dupe_factor 5) expect about
 116k instances in seconds; bench/create_pretraining_data_bench.py has the figures.
@@ -63,6 +65,9 @@ _INPUT_FORMAT = flags.DEFINE_enum('input_format', 'lines', text_input.INPUT_FORM
 _STATIC_MASKING = flags.DEFINE_bool(
     'static_masking', True, 'Mask here (the original); false: unmasked instances for the '
     "input pipeline's dynamic masking.")
+_NSP = flags.DEFINE_bool(
+    'nsp', _D.nsp, 'Sentence pairs with next_sentence_labels (BERT); false: MLM-only instances, '
+    '[CLS] contiguous sentences of a document up to max_seq_length [SEP] (RoBERTa).')
 _POOL_DOCUMENTS = flags.DEFINE_integer('pool_documents', _D.pool_documents,
                                        'NotNext segments come from this many nearby documents.')
 _POOL_TOKENS = flags.DEFINE_integer('pool_tokens', _D.pool_tokens,
@@ -85,7 +90,8 @@ def main(argv):
       max_seq_length=_MAX_SEQ_LENGTH.value, max_predictions_per_seq=_MAX_PREDICTIONS.value,
       masked_lm_prob=_MASKED_LM_PROB.value, short_seq_prob=_SHORT_SEQ_PROB.value,
       dupe_factor=_DUPE_FACTOR.value, do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
-      static_masking=_STATIC_MASKING.value, pool_documents=_POOL_DOCUMENTS.value,
+      static_masking=_STATIC_MASKING.value, nsp=_NSP.value,
+      pool_documents=_POOL_DOCUMENTS.value,
       pool_tokens=_POOL_TOKENS.value)
   try:
     report = writer.create(

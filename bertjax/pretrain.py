@@ -120,7 +120,7 @@ def data_files(config, workdir) -> tuple[str, str, str]:
   train, eval_ = embedded.pretraining_files(
       f'{workdir}/data', max_seq_length=data.max_seq_length,
       max_predictions_per_seq=data.max_predictions_per_seq, dupe_factor=data.dupe_factor,
-      static_masking=not data.dynamic_masking)
+      static_masking=not data.dynamic_masking, nsp=config.model.nsp)
   return train, eval_, str(embedded.vocab_path())
 
 
@@ -140,12 +140,18 @@ def check_data(config, train_files, eval_files, vocab_file, init_path):
   eval) and their vocab against the model's (data.vocab_file, else the start-from
   checkpoint's). The pipelines read these FileSets: nothing is resolved twice."""
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
+  data = config.data
+  spec = input_pipeline.feature_spec(data.max_seq_length, data.max_predictions_per_seq,
+                                     masked=not data.dynamic_masking, nsp=config.model.nsp)
   checked = []
   for files in (train_files, eval_files):
     checked.append(file_set.resolve(files) if files else None)
     if files:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
+      # The first file's first record: the shapes, the masking and NSP, before compiling.
+      input_pipeline.check_first_record(checked[-1].files[0], spec,
+                                        masked=not data.dynamic_masking)
   return tuple(checked)
 
 
@@ -153,18 +159,27 @@ def masking_config(config, vocab_file):
   """The dynamic-masking settings (None for static masks read from the files)."""
   if not config.data.dynamic_masking:
     return None
+  data = config.data
+  # The cap must not silently lower the rate: a full row's share must fit the predictions.
+  wanted = round((data.max_seq_length - 2) * data.masked_lm_prob)
+  if wanted > data.max_predictions_per_seq:
+    raise ValueError(
+        f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
+        f'{data.max_seq_length}-token row, but data.max_predictions_per_seq='
+        f'{data.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
   vocab = tokenizer.load_vocab(vocab_file)
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
       sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
-      masked_lm_prob=config.data.masked_lm_prob)
+      masked_lm_prob=data.masked_lm_prob,
+      continuation=masking_tf.continuation_flags(vocab) if data.whole_word_masking else None)
 
 
 def _describe(step, means) -> str:
   del step
-  return (f': loss {means["loss"]:.4f}, mlm acc {means["mlm_accuracy"]:.4f}, nsp acc '
-          f'{means.get("nsp_accuracy", float("nan")):.4f}, lr {means["learning_rate"]:.2e}, '
-          f'grad norm {means["grad_norm"]:.3f}')
+  nsp = f', nsp acc {means["nsp_accuracy"]:.4f}' if 'nsp_accuracy' in means else ''
+  return (f': loss {means["loss"]:.4f}, mlm acc {means["mlm_accuracy"]:.4f}{nsp}, lr '
+          f'{means["learning_rate"]:.2e}, grad norm {means["grad_norm"]:.3f}')
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -198,7 +213,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
         max_seq_length=data.max_seq_length,
         max_predictions_per_seq=data.max_predictions_per_seq, seed=config.seed,
         start_example=examples_consumed, masking=masking, num_lanes=data.num_lanes,
-        shuffle_window=data.shuffle_window)
+        shuffle_window=data.shuffle_window, nsp=config.model.nsp)
     for host_batch in dataset.as_numpy_iterator():
       check_ids(host_batch, config.model.vocab_size, train_files)
       yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
@@ -210,7 +225,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
         input_pipeline.eval_dataset, eval_files, global_batch_size=config.eval_batch_size,
         max_seq_length=data.max_seq_length,
         max_predictions_per_seq=data.max_predictions_per_seq, masking=masking,
-        seed=config.seed)
+        seed=config.seed, nsp=config.model.nsp)
     # No in_shardings: the params and the batch arrive committed to their shardings.
     eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
     evaluator = Evaluator(make_eval_ds, eval_fn, mesh, batch_axes, config.max_eval_batches,

@@ -72,7 +72,10 @@ def get_config(arg=None):
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data
   # --nostatic_masking), masked anew each epoch in the pipeline (RoBERTa-style).
   config.data.dynamic_masking = False
-  config.data.masked_lm_prob = 0.15  # Dynamic masking only.
+  # Dynamic masking only (static: create_pretraining_data's flags). BERT 0.15; up to ~0.3 for
+  # MLM-only models (ModernBERT); max_predictions_per_seq must hold the share of a full row.
+  config.data.masked_lm_prob = 0.15
+  config.data.whole_word_masking = False  # Dynamic masking only: mask every piece of a word.
   config.data.shuffle_window = 10_000  # Records permuted together (memory ~ window x record).
   config.data.num_lanes = 16  # Files read in parallel per host.
   config.data.dupe_factor = 5  # Embedded corpus only: passes over it when creating TFRecords.

@@ -389,3 +389,38 @@ def test_gzip_input_writes_the_same_bytes(documents, vocab_file, tmp_path):
   skips = text_input.Skips()
   assert text_input.usable_files([str(fake)], skips) == []
   assert skips.as_dict()['counts'] == {'binary_file': 1}
+
+
+def test_mlm_only_instances_are_whole_runs_of_one_document(documents, vocab_file, tokenized,
+                                                           tmp_path):
+  """--nsp=false: `[CLS] text [SEP]`, one segment, no NSP feature, nothing of the text lost."""
+  corpus = write_corpus(tmp_path / 'mlm.txt', documents[::4])
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'nsp': False, 'dupe_factor': 1,
+                                   'static_masking': False})
+  report, files = run(corpus, tmp_path, settings, vocab_file=vocab_file)
+  tf = fast_tokenizer.import_tf()[0]
+  record = next(iter(tf.data.TFRecordDataset([str(files[0])]))).numpy()
+  assert sorted(tf.train.Example.FromString(record).features.feature) == [
+      'input_ids', 'input_mask', 'segment_ids']
+  assert report['settings']['nsp'] is False and 'next_sentence_labels' not in report['features']
+  spec = {k: v for k, v in original_feature_spec(tf).items()
+          if k in ('input_ids', 'input_mask', 'segment_ids')}
+  data = read_records(files, spec)
+  length = data['input_mask'].sum(axis=1)
+  ids = data['input_ids']
+  assert (ids[:, 0] == CLS).all() and (ids[np.arange(len(ids)), length - 1] == SEP).all()
+  assert (data['segment_ids'] == 0).all()
+  assert ((ids == SEP).sum(axis=1) == 1).all()  # One segment, no pair.
+  # Every token of the corpus lands in exactly one instance (one pass, nothing truncated).
+  corpus_tokens = sum(len(d.tokens) for d in tokenized[::4])
+  assert report['counts']['document_tokens'] == corpus_tokens
+  assert int((length - 2).sum()) == corpus_tokens
+  # Whole sentences up to the row: 92 real tokens of 128 on average here (BERT's pairs: 116,
+  # truncated; the rest is documents' last runs and the sentence that did not fit).
+  assert np.mean(length) > 0.65 * SEQ, np.mean(length)
+  assert np.mean(length == SEQ) < 0.2 and np.percentile(length, 75) > 0.9 * SEQ
+  # Each instance is a contiguous run of one document's tokens.
+  stream = np.concatenate([np.append(d.tokens, -1) for d in tokenized[::4]]).astype('<i4')
+  stream_bytes = stream.tobytes()
+  for i in np.random.default_rng(0).choice(len(ids), 200, replace=False):
+    assert stream_bytes.find(ids[i, 1:length[i] - 1].astype('<i4').tobytes()) % 4 == 0

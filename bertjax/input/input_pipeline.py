@@ -60,6 +60,10 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
     raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
                      'reads unmasked ones: use static masking, or create unmasked instances')
   for name, feature in spec.items():
+    if name == 'next_sentence_labels' and name not in features:
+      raise ValueError(f'{path}: has no next_sentence_labels: MLM-only data (made with '
+                       'create_pretraining_data --nsp=false), but the model has an NSP head. '
+                       'Set --config.model.nsp=False, or make the data with pairs (--nsp)')
     if name not in features:
       raise ValueError(f'{path}: has no feature {name!r} (it has {sorted(features)})')
     kind = 'float_list' if feature.dtype == tf.float32 else 'int64_list'
@@ -98,6 +102,17 @@ def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int
   if count:
     _check_first_record(path, first.numpy(), spec, masked)
   return count
+
+
+def check_first_record(path: str, spec: dict, *, masked: bool = True):
+  """Checks one file's first record against `spec` without counting its records (a config
+  check that runs before anything is compiled)."""
+  try:
+    _, first = _count_and_first(path, False)
+  except tf.errors.OpError as e:
+    raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
+  if first.numpy():
+    _check_first_record(path, first.numpy(), spec, masked)
 
 
 def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None) -> list[int]:
@@ -215,14 +230,16 @@ def _epoch_records(plan, *, seed, num_lanes, window, shard_count, shard_index, s
 def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
                      max_predictions_per_seq: int, seed: int, start_example: int = 0,
                      masking: masking_tf.MaskingConfig | None = None, shuffle: bool = True,
-                     num_lanes: int = 16, shuffle_window: int = 10_000, process_index=None,
-                     process_count=None, record_counts=None) -> tf.data.Dataset:
+                     num_lanes: int = 16, shuffle_window: int = 10_000, nsp: bool = True,
+                     process_index=None, process_count=None,
+                     record_counts=None) -> tf.data.Dataset:
   """This host's endless pre-training batches, from global example `start_example` on.
 
   `file_pattern`: comma-separated globs, or a file_set.FileSet resolved already (files and
   record counts checked against their reports). Static masking (`masking=None`) reads masked
   instances; a MaskingConfig reads unmasked ones
-  and masks them per epoch. Batch b of the stream holds global examples
+  and masks them per epoch. `nsp=False` reads no next_sentence_labels (MLM-only files have
+  none; pair files' are ignored). Batch b of the stream holds global examples
   start_example + b * global_batch_size onwards, so resuming at a checkpointed example count
   yields exactly the batches an uninterrupted run would yield next.
   """
@@ -236,8 +253,7 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   if num_lanes < 1 or shuffle_window < 1:
     raise ValueError(f'num_lanes ({num_lanes}) and shuffle_window ({shuffle_window}) must be >= 1')
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
-                      nsp=masked or masking.use_nsp)
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp)
   checked = file_set.resolved(file_pattern)
   files, shard_count, shard_index = _host_share(checked.files, process_index, process_count)
   counts = inspect_files(files, spec, masked=masked,
@@ -282,7 +298,7 @@ def _padding_record(spec: dict) -> bytes:
 
 def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
                  max_predictions_per_seq: int, masking: masking_tf.MaskingConfig | None = None,
-                 seed: int = 0, process_index=None, process_count=None,
+                 seed: int = 0, nsp: bool = True, process_index=None, process_count=None,
                  record_counts=None) -> tf.data.Dataset:
   """Every eval example exactly once across hosts, in batches with an `example_weight` key.
 
@@ -292,8 +308,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   process_index, process_count, host_batch = _process(process_index, process_count,
                                                       global_batch_size)
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
-                      nsp=masked or masking.use_nsp)
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp)
   checked = file_set.resolved(file_pattern)
   all_files = checked.files
   # Every host counts every file: all need the largest host's share to agree on a batch count.

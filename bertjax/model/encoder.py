@@ -50,6 +50,9 @@ def default_config(**overrides) -> Config:
   # jax.nn.dot_product_attention letting XLA choose; 'cudnn': its fused cuDNN flash kernel (GPU).
   m.attention_impl = 'xla'
   m.scan_layers = False  # Stack the layers with nn.scan: compile time independent of depth.
+  # Pre-training heads: MLM + NSP (BERT); False = MLM only (RoBERTa, ModernBERT): no NSP head,
+  # no NSP loss, data without pairs (create_pretraining_data --nsp=false) or with them ignored.
+  m.nsp = True
   m.remat_policy = 'none'  # Rematerialise each layer: 'none', 'full' or 'dots' (save matmuls).
   for key, value in overrides.items():
     if key not in m:

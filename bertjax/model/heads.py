@@ -99,7 +99,8 @@ class NextSentenceHead(nn.Module):
 
 
 class BertForPreTraining(nn.Module):
-  """Encoder + MLM + NSP: returns (mlm_logits_BxPxV, nsp_logits_Bx2)."""
+  """Encoder + MLM + NSP: returns (mlm_logits_BxPxV, nsp_logits_Bx2); nsp_logits is None (and
+  no NSP head exists) when config.nsp is False."""
 
   config: Config
 
@@ -111,6 +112,8 @@ class BertForPreTraining(nn.Module):
     x_BxLxD, pooled_BxD = bert(input_ids, input_mask, segment_ids, deterministic)
     x_BxPxD = gather_positions(x_BxLxD, masked_lm_positions)
     mlm_logits_BxPxV = MaskedLmHead(cfg, name='mlm')(x_BxPxD, bert.word_embedding_table())
+    if not cfg.nsp:
+      return mlm_logits_BxPxV, None
     nsp_logits_Bx2 = NextSentenceHead(cfg, name='nsp')(pooled_BxD)
     return mlm_logits_BxPxV, nsp_logits_Bx2
 

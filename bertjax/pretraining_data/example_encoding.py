@@ -22,8 +22,9 @@ _MAX_TABLE = 1 << 24
 _TABLES = {}
 
 
-def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True):
-  """{name: (shape, dtype name)} of the records written with these settings."""
+def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True, nsp=True):
+  """{name: (shape, dtype name)} of the records written with these settings (without NSP,
+  no next_sentence_labels)."""
   spec = {
       'input_ids': ((max_seq_length,), 'int64'),
       'input_mask': ((max_seq_length,), 'int64'),
@@ -33,7 +34,8 @@ def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True):
       'masked_lm_weights': ((max_predictions_per_seq,), 'float32'),
       'next_sentence_labels': ((1,), 'int64'),
   }
-  return {k: spec[k] for k in (MASKED_FEATURES if static_masking else UNMASKED_FEATURES)}
+  return {k: spec[k] for k in (MASKED_FEATURES if static_masking else UNMASKED_FEATURES)
+          if nsp or k != 'next_sentence_labels'}
 
 
 def _varint_table(size):

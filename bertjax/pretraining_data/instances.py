@@ -54,12 +54,16 @@ class Settings:
   static_masking: bool = True  # False: unmasked instances for masking in the input pipeline.
   pool_documents: int = 1000  # NotNext candidates: documents around the current one.
   pool_tokens: int = 20_000_000  # ... and at most this many tokens in them.
+  # False (MLM only, RoBERTa's DOC-SENTENCES): `[CLS] sentences [SEP]`, contiguous sentences of
+  # one document up to the target length, no pairs and no next_sentence_labels feature.
+  nsp: bool = True
 
   def validate(self):
     """Raises ValueError for settings the algorithm cannot honour."""
-    if self.max_seq_length < 5:
+    if self.max_seq_length < (5 if self.nsp else 3):
       raise ValueError(f'max_seq_length={self.max_seq_length}: need at least 5 ([CLS] A [SEP] '
-                       'B [SEP] with one token in each segment and room for a short target)')
+                       'B [SEP] with one token in each segment and room for a short target; '
+                       '3 without NSP)')
     if self.static_masking and self.max_predictions_per_seq < 1:
       raise ValueError(f'max_predictions_per_seq={self.max_predictions_per_seq}: need >= 1')
     for name in ('masked_lm_prob', 'short_seq_prob'):
@@ -147,8 +151,40 @@ class InstanceMaker:
       return self._before[index]
     return self._after[index - len(self._before)]
 
+  def _add_single_segments(self, doc):
+    """One MLM-only pass over `doc`: runs of whole sentences, each run ended once it reaches
+    the target length or before a sentence that would overflow the row; a sentence longer
+    than the row alone is cut into row-sized pieces (nothing is dropped)."""
+    rand = self._rng.random
+    max_tokens = self.settings.max_seq_length - 2
+    target = max_tokens
+    if rand() < self.settings.short_seq_prob:
+      target = 1 + int(rand() * max_tokens)  # randint(1, max_tokens), as the original's.
+
+    def emit(a0, a1):
+      self._specs.append((doc.tokens, a0, a1, doc.tokens, 0, 0, False))
+
+    bounds = doc.bounds
+    start = bounds[0]
+    for i in range(len(bounds) - 1):
+      s0, s1 = bounds[i], bounds[i + 1]
+      if s1 - start > max_tokens and s0 > start:
+        emit(start, s0)
+        start = s0
+      while s1 - start > max_tokens:
+        emit(start, start + max_tokens)
+        start += max_tokens
+      if s1 - start >= target:
+        emit(start, s1)
+        start = s1
+    if bounds[-1] > start:
+      emit(start, bounds[-1])
+
   def _add_instances(self, doc):
     """One pass of the original's create_instances_from_document over `doc`."""
+    if not self.settings.nsp:
+      self._add_single_segments(doc)
+      return
     rand = self._rng.random
     max_tokens = self.settings.max_seq_length - 3
     target = max_tokens
@@ -205,7 +241,8 @@ class InstanceMaker:
     num, seq = len(specs), self.settings.max_seq_length
     a_tokens, a0, a1, b_tokens, b0, b1, is_random = zip(*specs, strict=True)
     a0, a1, b0, b1 = (np.array(x, np.int64) for x in (a0, a1, b0, b1))
-    cut_a, cut_b = truncation(a1 - a0, b1 - b0, seq - 3)
+    specials = 3 if self.settings.nsp else 2  # [CLS] A [SEP] (B [SEP]).
+    cut_a, cut_b = truncation(a1 - a0, b1 - b0, seq - specials)
     # Each cut token comes off the front or the back with probability 1/2, as in the original.
     front_a = self._truncation_rng.binomial(cut_a, 0.5)
     front_b = self._truncation_rng.binomial(cut_b, 0.5)
@@ -231,7 +268,7 @@ class InstanceMaker:
         tokens[np.repeat(piece_src, piece_lens) + within])
     is_random = np.array(is_random, np.int64)
     rows = np.arange(num)
-    length = len_a + len_b + 3
+    length = len_a + len_b + specials  # Without NSP both [SEP]s below are the same one.
     ids[:, 0] = self.encoder.cls_id
     ids[rows, len_a + 1] = self.encoder.sep_id
     ids[rows, length - 1] = self.encoder.sep_id
@@ -256,7 +293,8 @@ class InstanceMaker:
       self.counts['masked_lm_predictions'] += int(weights.sum())
       features.update(input_ids=masked, masked_lm_positions=positions, masked_lm_ids=label_ids,
                       masked_lm_weights=weights)
-    features['next_sentence_labels'] = is_random[:, None]
+    if self.settings.nsp:
+      features['next_sentence_labels'] = is_random[:, None]
     return features
 
 

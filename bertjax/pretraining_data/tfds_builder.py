@@ -59,7 +59,7 @@ def examples_of_file(indexed_file, config):
   for batch in batches:
     # The declared dtypes: int64 (the original's) and float32.
     batch = {k: v.astype(np.float32 if v.dtype.kind == 'f' else np.int64) for k, v in batch.items()}
-    for i in range(len(batch['next_sentence_labels'])):
+    for i in range(len(batch['input_ids'])):
       yield f'{file_index}:{number}', {k: v[i] for k, v in batch.items()}
       number += 1
   logging.info('%s: %d instances from %d documents; skipped %s', path, counts['instances'],
@@ -83,7 +83,7 @@ class BertPretraining(tfds.core.GeneratorBasedBuilder):
     settings = self.builder_config.settings
     spec = example_encoding.feature_spec(settings.max_seq_length,
                                          settings.max_predictions_per_seq,
-                                         settings.static_masking)
+                                         settings.static_masking, settings.nsp)
     features = {name: tfds.features.Tensor(shape=shape, dtype=np.dtype(dtype))
                 for name, (shape, dtype) in spec.items()}
     return self.dataset_info_from_configs(

@@ -315,7 +315,8 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
       'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
                    example_encoding.feature_spec(settings.max_seq_length,
                                                  settings.max_predictions_per_seq,
-                                                 settings.static_masking).items()},
+                                                 settings.static_masking,
+                                                 settings.nsp).items()},
       'counts': dict(sorted(counts.items())),
       'unk_fraction': round(counts['unk_tokens'] / max(counts['document_tokens'], 1), 6),
       'skipped': skips.as_dict(),

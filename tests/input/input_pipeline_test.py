@@ -278,9 +278,8 @@ def test_dynamic_masking_is_deterministic_resumable_and_new_each_epoch(unmasked_
 
 def test_dynamic_masking_without_nsp(unmasked_dir):
   folder, _ = unmasked_dir
-  masking = masking_tf.MaskingConfig(vocab_size=30522, mask_id=103, cls_id=101, sep_id=102,
-                                     use_nsp=False)
-  batch = next(_dynamic(folder, masking=masking).as_numpy_iterator())
+  masking = masking_tf.MaskingConfig(vocab_size=30522, mask_id=103, cls_id=101, sep_id=102)
+  batch = next(_dynamic(folder, masking=masking, nsp=False).as_numpy_iterator())
   assert 'next_sentence_labels' not in batch
   assert batch['masked_lm_positions'].shape == (50, 20)
 
