@@ -109,19 +109,64 @@ class Evaluator:
 # The job.
 
 
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Steps [first_step, end_step) at one length, on their own files (the paper's phase 1 at
+  128 tokens, phase 2 at 512). One schedule and optimizer state run through every phase."""
+
+  first_step: int
+  end_step: int
+  max_seq_length: int
+  max_predictions_per_seq: int
+  train_files: object  # Pattern, then a checked file_set.FileSet.
+  eval_files: object  # Pattern or FileSet; '' / None = no eval in this phase.
+
+  def holds(self, step: int) -> bool:
+    """Whether the metrics after `step` steps belong to this phase (its end included)."""
+    return self.first_step < step <= self.end_step
+
+
+def phases(config, workdir) -> list[Phase]:
+  """One phase, or two with config.phase2.fraction > 0; the embedded corpus's files are made
+  on first use at each phase's lengths."""
+  data, second, total = config.data, config.phase2, config.num_train_steps
+  first_steps = round(total * (1 - second.fraction))
+  if second.fraction and not 0 < first_steps < total:
+    raise ValueError(f'phase2.fraction={second.fraction} of num_train_steps={total} leaves '
+                     f'{first_steps} steps in phase 1: both phases need at least one step.')
+  plan = [(0, first_steps, data.max_seq_length, data.max_predictions_per_seq,
+           data.train_files, data.eval_files)]
+  if first_steps < total:
+    if data.train_files and not second.train_files:
+      raise ValueError('phase2.fraction > 0 with data.train_files set: set phase2.train_files '
+                       f'to files made at max_seq_length={second.max_seq_length} and '
+                       f'max_predictions_per_seq={second.max_predictions_per_seq} (and '
+                       'phase2.eval_files), or leave both empty for the embedded corpus.')
+    plan.append((first_steps, total, second.max_seq_length, second.max_predictions_per_seq,
+                 second.train_files, second.eval_files))
+  result = []
+  for first, end, seq, predictions, train, eval_ in plan:
+    if not data.train_files:
+      train, eval_ = embedded.pretraining_files(
+          f'{workdir}/data', max_seq_length=seq, max_predictions_per_seq=predictions,
+          dupe_factor=data.dupe_factor, static_masking=not data.dynamic_masking,
+          nsp=config.model.nsp)
+    result.append(Phase(first, end, seq, predictions, train, eval_))
+  return result
+
+
 def data_files(config, workdir) -> tuple[str, str, str]:
-  """(train pattern, eval pattern, vocab file); the embedded corpus's are made on first use."""
+  """(train pattern, eval pattern, vocab file) of the first phase; the embedded corpus's are
+  made on first use."""
   data = config.data
   if data.train_files:
     return data.train_files, data.eval_files, data.vocab_file
-  if data.eval_files or data.vocab_file:
-    raise ValueError('data.eval_files / data.vocab_file are set but data.train_files is empty '
-                     '(= the embedded corpus, which brings its own): set train_files too.')
-  train, eval_ = embedded.pretraining_files(
-      f'{workdir}/data', max_seq_length=data.max_seq_length,
-      max_predictions_per_seq=data.max_predictions_per_seq, dupe_factor=data.dupe_factor,
-      static_masking=not data.dynamic_masking, nsp=config.model.nsp)
-  return train, eval_, str(embedded.vocab_path())
+  if data.eval_files or data.vocab_file or config.phase2.train_files:
+    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files are set but '
+                     'data.train_files is empty (= the embedded corpus, which brings its own): '
+                     'set train_files too.')
+  first = phases(config, workdir)[0]
+  return first.train_files, first.eval_files, str(embedded.vocab_path())
 
 
 def check_ids(host_batch, vocab_size: int, files: str):
@@ -134,14 +179,17 @@ def check_ids(host_batch, vocab_size: int, files: str):
                      'data.vocab_file and model.vocab_size to that vocab, or remake the data.')
 
 
-def check_data(config, train_files, eval_files, vocab_file, init_path):
+def check_data(config, train_files, eval_files, vocab_file, init_path, *,
+               max_seq_length=None, max_predictions_per_seq=None):
   """(train, eval) FileSets, every data input checked before anything is compiled: the file
   sets against their reports (eval files too: a mistake there would surface only at the first
-  eval) and their vocab against the model's (data.vocab_file, else the start-from
-  checkpoint's). The pipelines read these FileSets: nothing is resolved twice."""
+  eval), their vocab against the model's (data.vocab_file, else the start-from checkpoint's)
+  and their first record against the phase's lengths, the masking and NSP. The pipelines read
+  these FileSets: nothing is resolved twice."""
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
   data = config.data
-  spec = input_pipeline.feature_spec(data.max_seq_length, data.max_predictions_per_seq,
+  spec = input_pipeline.feature_spec(max_seq_length or data.max_seq_length,
+                                     max_predictions_per_seq or data.max_predictions_per_seq,
                                      masked=not data.dynamic_masking, nsp=config.model.nsp)
   checked = []
   for files in (train_files, eval_files):
@@ -149,24 +197,25 @@ def check_data(config, train_files, eval_files, vocab_file, init_path):
     if files:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
-      # The first file's first record: the shapes, the masking and NSP, before compiling.
       input_pipeline.check_first_record(checked[-1].files[0], spec,
                                         masked=not data.dynamic_masking)
   return tuple(checked)
 
 
-def masking_config(config, vocab_file):
-  """The dynamic-masking settings (None for static masks read from the files)."""
+def masking_config(config, vocab_file, lengths=()):
+  """The dynamic-masking settings (None for static masks read from the files), checked
+  against each phase's (max_seq_length, max_predictions_per_seq) (default: data's)."""
   if not config.data.dynamic_masking:
     return None
   data = config.data
-  # The cap must not silently lower the rate: a full row's share must fit the predictions.
-  wanted = round((data.max_seq_length - 2) * data.masked_lm_prob)
-  if wanted > data.max_predictions_per_seq:
-    raise ValueError(
-        f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
-        f'{data.max_seq_length}-token row, but data.max_predictions_per_seq='
-        f'{data.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
+  for seq, predictions in lengths or [(data.max_seq_length, data.max_predictions_per_seq)]:
+    # The cap must not silently lower the rate: a full row's share must fit the predictions.
+    wanted = round((seq - 2) * data.masked_lm_prob)
+    if wanted > predictions:
+      raise ValueError(
+          f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
+          f'{seq}-token row, but max_predictions_per_seq={predictions} caps it: set '
+          f'max_predictions_per_seq >= {wanted}.')
   vocab = tokenizer.load_vocab(vocab_file)
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
@@ -193,53 +242,99 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return _train_and_evaluate(config, workdir)
 
 
+@dataclasses.dataclass
+class PhasedEvaluator:
+  """Each phase's evaluator, chosen by the step: an eval at a phase's last step uses its
+  length and files."""
+
+  evaluators: list  # (Phase, Evaluator) pairs.
+  every_steps: int
+
+  def run(self, params, step: int) -> dict:
+    for phase, evaluator in self.evaluators:
+      if phase.holds(step):
+        return evaluator.run(params, step)
+    return {}
+
+
 def _train_and_evaluate(config, workdir: str) -> dict:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  train_files, eval_files, vocab_file = data_files(config, workdir)
+  _, _, vocab_file = data_files(config, workdir)
   path = init_from.configured(config)
-  train_files, eval_files = check_data(config, train_files, eval_files, vocab_file, path)
+  plan = []
+  for phase in phases(config, workdir):
+    if phase.max_seq_length > config.model.max_position_embeddings:
+      raise ValueError(f'a phase runs at max_seq_length {phase.max_seq_length}, past the position '
+                       f'table (model.max_position_embeddings='
+                       f'{config.model.max_position_embeddings}).')
+    train, eval_ = check_data(config, phase.train_files, phase.eval_files, vocab_file, path,
+                              max_seq_length=phase.max_seq_length,
+                              max_predictions_per_seq=phase.max_predictions_per_seq)
+    plan.append(dataclasses.replace(phase, train_files=train, eval_files=eval_))
   vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
   train_state.check_config(config, mesh, vocab_entries)
-  masking = masking_config(config, vocab_file)
+  masking = masking_config(config, vocab_file,
+                           [(p.max_seq_length, p.max_predictions_per_seq) for p in plan])
   data = config.data
   batch_axes = sharding.batch_axes(rules)
+  if len(plan) > 1:
+    logging.info('two phases: steps 0..%d at %d tokens, %d..%d at %d tokens',
+                 plan[1].first_step, plan[0].max_seq_length, plan[1].first_step,
+                 plan[1].end_step, plan[1].max_seq_length)
 
   def batches(start_step, examples_consumed):
-    del start_step  # The data position is the examples consumed (the batch size may change).
-    dataset = input_pipeline.pretrain_dataset(
-        train_files, global_batch_size=config.global_batch_size,
-        max_seq_length=data.max_seq_length,
-        max_predictions_per_seq=data.max_predictions_per_seq, seed=config.seed,
-        start_example=examples_consumed, masking=masking, num_lanes=data.num_lanes,
-        shuffle_window=data.shuffle_window, nsp=config.model.nsp)
-    for host_batch in dataset.as_numpy_iterator():
-      check_ids(host_batch, config.model.vocab_size, train_files)
-      yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
+    # The data position is the examples consumed; a phase starts its files from its own first
+    # example (the batch size is the same in every phase).
+    for phase in plan:
+      if phase.end_step <= start_step:
+        continue
+      begin = max(start_step, phase.first_step)
+      start = examples_consumed - phase.first_step * config.global_batch_size if (
+          start_step > phase.first_step) else 0
+      dataset = input_pipeline.pretrain_dataset(
+          phase.train_files, global_batch_size=config.global_batch_size,
+          max_seq_length=phase.max_seq_length,
+          max_predictions_per_seq=phase.max_predictions_per_seq, seed=config.seed,
+          start_example=start, masking=masking, num_lanes=data.num_lanes,
+          shuffle_window=data.shuffle_window, nsp=config.model.nsp)
+      for host_batch in dataset.take(phase.end_step - begin).as_numpy_iterator():
+        check_ids(host_batch, config.model.vocab_size, phase.train_files)
+        yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
 
   task = objective(config)
+  # No in_shardings: the params and the batch arrive committed to their shardings.
+  eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
+  evaluators = []
+  for phase in plan:
+    if phase.eval_files:
+      make_eval_ds = functools.partial(
+          input_pipeline.eval_dataset, phase.eval_files,
+          global_batch_size=config.eval_batch_size, max_seq_length=phase.max_seq_length,
+          max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
+          seed=config.seed, nsp=config.model.nsp)
+      evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
+                                          config.max_eval_batches, config.eval_every_steps,
+                                          config.model.vocab_size)))
   evaluator = None
-  if eval_files:
-    make_eval_ds = functools.partial(
-        input_pipeline.eval_dataset, eval_files, global_batch_size=config.eval_batch_size,
-        max_seq_length=data.max_seq_length,
-        max_predictions_per_seq=data.max_predictions_per_seq, masking=masking,
-        seed=config.seed, nsp=config.model.nsp)
-    # No in_shardings: the params and the batch arrive committed to their shardings.
-    eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
-    evaluator = Evaluator(make_eval_ds, eval_fn, mesh, batch_axes, config.max_eval_batches,
-                          config.eval_every_steps, config.model.vocab_size)
+  if len(evaluators) == 1 and len(plan) == 1:
+    evaluator = evaluators[0][1]
+  elif evaluators:
+    evaluator = PhasedEvaluator(evaluators, config.eval_every_steps)
   else:
     logging.warning('data.eval_files is empty: no eval')
 
-
   def load_weights(params, shardings):
     return init_from.load_params(path, params, shardings)[0]
+
+  def sequence_cost(step):
+    phase = next((p for p in plan if p.first_step <= step < p.end_step), plan[-1])
+    return phase.max_seq_length, perf.flops_per_sequence(
+        config.model, phase.max_seq_length, phase.max_predictions_per_seq)
+
   job = loop.Job(
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
-      describe=_describe, best_metric=BEST_METRIC,
-      flops_per_seq=perf.flops_per_sequence(config.model, data.max_seq_length,
-                                            data.max_predictions_per_seq))
+      describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost)
   return loop.run(config, workdir, mesh, job, rules=rules)

@@ -15,7 +15,13 @@ On a pod, run the same command on every host with the size, the data and a bucke
 BERT-Base recipe (paper): batch 256, 1M steps, lr 1e-4, 10k warmup, seq 128 for 90% then 512.
 Arguments: size=tiny|mini|small|medium|base|large, steps=<train steps>, batch=<global batch>,
 seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adamw|lamb,
-init_from=<dir>.
+init_from=<dir>, phase2_fraction=<share of steps at phase2_seq> (0.1 = the paper's two
+phases), phase2_seq=<its length, 512>.
+
+The paper's two phases (90% of the steps at 128 tokens / 20 predictions, 10% at 512 / 80),
+one schedule, the optimizer state carried across:
+  --config=configs/pretrain.py:size=base,vocab=30522,phase2_fraction=0.1 \
+  --config.data.train_files=gs://b/train128-* --config.phase2.train_files=gs://b/train512-* ...
 """
 
 import pathlib
@@ -45,9 +51,13 @@ RECIPES = {
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, size='tiny', steps=0, batch=0, seq=128, dtype='float32',
-                         optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='')
+                         optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='',
+                         phase2_fraction=0.0, phase2_seq=512)
   if arg.size not in RECIPES:
     raise ValueError(f'unknown size {arg.size!r}; valid sizes: {", ".join(RECIPES)}.')
+  if not 0.0 <= arg.phase2_fraction < 1.0:
+    raise ValueError(f'phase2_fraction={arg.phase2_fraction}: the share of the steps run at '
+                     'phase2_seq must be in [0, 1) (the paper: 0.1; 0 = one phase).')
   batch, learning_rate, warmup, steps = RECIPES[arg.size]
   steps = arg.steps or steps
   config = ml_collections.ConfigDict()
@@ -79,6 +89,18 @@ def get_config(arg=None):
   config.data.shuffle_window = 10_000  # Records permuted together (memory ~ window x record).
   config.data.num_lanes = 16  # Files read in parallel per host.
   config.data.dupe_factor = 5  # Embedded corpus only: passes over it when creating TFRecords.
+
+  # The paper's recipe in one run: the last phase2_fraction of the steps at a longer length,
+  # on their own files, with the same learning-rate schedule, optimizer state and batch size.
+  config.phase2 = ml_collections.ConfigDict()
+  config.phase2.fraction = arg.phase2_fraction  # Share of num_train_steps; 0 = one phase.
+  config.phase2.max_seq_length = arg.phase2_seq  # The paper: 512.
+  # Predictions per sequence in phase 2, scaled with the length (the paper: 80 at 512).
+  config.phase2.max_predictions_per_seq = round(
+      config.data.max_predictions_per_seq * arg.phase2_seq / arg.seq)
+  # TFRecords made at phase2's lengths; '' with data.train_files '' = the embedded corpus.
+  config.phase2.train_files = ''
+  config.phase2.eval_files = ''
 
   config.optimizer = common.optimizer_config(
       name=arg.optimizer, learning_rate=learning_rate, warmup_steps=warmup,

@@ -287,13 +287,14 @@ def _train_and_evaluate(config, workdir: str) -> dict:
     logging.warning('config.init_from is empty: fine-tuning a randomly initialised encoder')
   evaluator = (Evaluator(s, eval_sets, jit_predict(s), workdir,
                          cfg.eval_every_steps or steps_per_epoch) if eval_sets else None)
+  flops = perf.flops_per_sequence(cfg.model, cfg.data.max_seq_length, 0)
   job = loop.Job(
       objective=s.objective, batches=batches, evaluator=evaluator,
       load_weights=load_weights if s.init_path else None,
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric,
-      flops_per_seq=perf.flops_per_sequence(cfg.model, cfg.data.max_seq_length, 0))
+      sequence_cost=lambda step: (cfg.data.max_seq_length, flops))
   eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=rules)
   eval_metrics['skipped'] = sum(skipped.values())
   return eval_metrics

@@ -56,7 +56,8 @@ class Job:
   load_weights(params, shardings) -> params: the start-from weights (None: start fresh).
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
   best_metric: the eval metric (higher is better) that ranks checkpoints for keep_best.
-  flops_per_seq: training FLOPs of one sequence, for MFU.
+  sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
+  tokens/s and MFU figures (two-phase pre-training changes the length at a step).
   """
 
   objective: train_state.Objective
@@ -65,7 +66,7 @@ class Job:
   load_weights: Callable | None
   describe: Callable[[int, dict], str]
   best_metric: str
-  flops_per_seq: float
+  sequence_cost: Callable[[int], tuple[int, float]]
 
 
 class _Preemption:
@@ -132,10 +133,11 @@ class _Progress:
     steps_per_sec = (step - self._timer[1]) / max(now - self._timer[0], 1e-9)
     self._timer = (now, step)
     seq_per_sec = steps_per_sec * cfg.global_batch_size
+    tokens, flops = self._job.sequence_cost(step - 1)
     scalars = {f'train/{k}': v for k, v in means.items() if k != 'nonfinite'}
     scalars |= {'train/sequences_per_sec': seq_per_sec,
-                'train/tokens_per_sec': seq_per_sec * cfg.data.max_seq_length}
-    utilisation = perf.mfu(seq_per_sec, self._job.flops_per_seq, jax.device_count(), self._peak)
+                'train/tokens_per_sec': seq_per_sec * tokens}
+    utilisation = perf.mfu(seq_per_sec, flops, jax.device_count(), self._peak)
     if utilisation is not None:
       scalars['train/mfu'] = utilisation
     self._writer.write_scalars(step, scalars)
@@ -219,8 +221,7 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   """Trains `job` per `config` in `workdir`; returns the last eval metrics (for tests and
   notebooks). The config's fields used: seed, model, optimizer, mesh-checked batch sizes,
-  num_train_steps, grad_accum_steps, checkpoint, log_every_steps, data.max_seq_length,
-  peak_tflops."""
+  num_train_steps, grad_accum_steps, checkpoint, log_every_steps, peak_tflops."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
@@ -239,7 +240,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   _write_config(config, workdir, writer, start_step if resumed else None)
 
   logging.info('--- loop: steps %d..%d, %d sequences of %d tokens per step', start_step,
-               total_steps, config.global_batch_size, config.data.max_seq_length)
+               total_steps, config.global_batch_size, job.sequence_cost(start_step)[0])
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)

@@ -1,0 +1,118 @@
+"""The paper's two phases in one run: one schedule, one optimizer state, each phase's length.
+
+A tiny model runs 12 steps: 9 at 32 tokens / 5 predictions, then 3 at 64 / 10 (phase2
+fraction 0.25), on the embedded corpus made at both lengths; the eval at step 9 reads phase 1's
+files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical.
+"""
+
+import shutil
+
+import numpy as np
+import pretrain_runs
+import pytest
+import tensorflow as tf
+
+from bertjax import pretrain
+from bertjax.input import input_pipeline
+from bertjax.training import optimizer
+from configs import pretrain as pretrain_config
+
+STEPS, BOUNDARY = 12, 9
+
+
+def two_phase_config():
+  cfg = pretrain_config.get_config(
+      f'size=tiny,steps={STEPS},seq=32,batch=16,phase2_fraction=0.25,phase2_seq=64')
+  assert cfg.phase2.max_predictions_per_seq == 2 * cfg.data.max_predictions_per_seq
+  return pretrain_runs.set_fields(cfg, {
+      'model.num_layers': 2, 'model.hidden_size': 64, 'model.num_heads': 2,
+      'model.mlp_dim': 128, 'data.max_predictions_per_seq': 5,
+      'phase2.max_predictions_per_seq': 10, 'data.dupe_factor': 1,
+      'data.shuffle_window': 64, 'data.num_lanes': 4, 'checkpoint.every_steps': 5,
+      'checkpoint.keep': 10, 'log_every_steps': 1, 'eval_every_steps': BOUNDARY,
+      'max_eval_batches': 2, 'eval_batch_size': 16, 'optimizer.warmup_steps': 3})
+
+
+def scalars(workdir, tag) -> dict:
+  values = {}
+  for path in sorted(workdir.glob('events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        if value.tag == tag:
+          values[event.step] = float(tf.make_ndarray(value.tensor))
+  return values
+
+
+@pytest.fixture(scope='module')
+def two_phase(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('two_phase')
+  cfg = two_phase_config()
+  metrics = pretrain.train_and_evaluate(cfg, str(workdir))
+  return cfg, workdir, metrics
+
+
+def test_one_schedule_and_optimizer_state_run_through_both_phases(two_phase):
+  cfg, workdir, _ = two_phase
+  rates = scalars(workdir, 'train/learning_rate')
+  schedule = optimizer.learning_rate_schedule(cfg.optimizer)
+  assert sorted(rates) == list(range(1, STEPS + 1))
+  # Every step's rate is the one schedule's (logged at step s: the rate of update s - 1).
+  np.testing.assert_allclose([rates[s] for s in sorted(rates)],
+                             [float(schedule(s - 1)) for s in sorted(rates)], rtol=1e-5)
+  state = pretrain_runs.read_state(workdir, STEPS)
+  assert int(state['step']) == STEPS
+  assert {int(x) for x in jax_scalars(state['opt_state'])} == {STEPS}  # Adam's count too.
+  losses = scalars(workdir, 'train/loss')
+  # The loss goes on from where phase 1 left it (a fresh optimizer or model would not).
+  assert losses[BOUNDARY + 1] < losses[1] - 0.3, losses
+  assert abs(losses[BOUNDARY + 1] - losses[BOUNDARY]) < 0.3, losses
+
+
+def jax_scalars(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return [x for x in jax.tree.leaves(tree) if np.ndim(x) == 0]
+
+
+def test_each_eval_reads_its_phase_files(two_phase):
+  cfg, workdir, metrics = two_phase
+  baselines = scalars(workdir, 'eval/unigram_baseline')
+  assert sorted(baselines) == [BOUNDARY, STEPS]
+  plan = pretrain.phases(cfg, str(workdir))
+  assert [(p.first_step, p.end_step, p.max_seq_length) for p in plan] == [
+      (0, BOUNDARY, 32), (BOUNDARY, STEPS, 64)]
+  for phase, step in zip(plan, (BOUNDARY, STEPS), strict=True):
+    dataset = input_pipeline.eval_dataset(
+        phase.eval_files, global_batch_size=16, max_seq_length=phase.max_seq_length,
+        max_predictions_per_seq=phase.max_predictions_per_seq, process_index=0,
+        process_count=1)
+    assert baselines[step] == pytest.approx(pretrain.unigram_baseline(dataset), rel=1e-6)
+  assert baselines[BOUNDARY] != baselines[STEPS]
+  assert metrics['unigram_baseline'] == pytest.approx(baselines[STEPS], rel=1e-6)
+  assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * 16
+
+
+def test_resume_inside_phase_2_is_bit_exact(two_phase, tmp_path):
+  _, workdir, _ = two_phase
+  resumed = tmp_path / 'resumed'
+  shutil.copytree(workdir, resumed)
+  shutil.rmtree(resumed / 'checkpoints' / str(STEPS))
+  assert pretrain_runs.checkpoint_steps(resumed)[-1] == 10  # Inside phase 2 (steps 10..12).
+  pretrain.train_and_evaluate(two_phase_config(), str(resumed))
+  pretrain_runs.assert_equal_leaves(pretrain_runs.read_state(resumed, STEPS),
+                                    pretrain_runs.read_state(workdir, STEPS))
+
+
+@pytest.mark.parametrize('fraction', ['1.0', '-0.1', '1.5'])
+def test_phase2_fraction_outside_0_1_is_refused(fraction):
+  with pytest.raises(ValueError, match=r'phase2_fraction=.* must be in \[0, 1\)'):
+    pretrain_config.get_config(f'size=tiny,phase2_fraction={fraction}')
+
+
+def test_phase2_needs_its_own_files_when_data_files_are_given(tmp_path):
+  cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
+  cfg.data.train_files = str(tmp_path / 'train-*')
+  with pytest.raises(ValueError, match='set phase2.train_files'):
+    pretrain.phases(cfg, str(tmp_path))
+  cfg = pretrain_config.get_config('size=tiny,steps=5,phase2_fraction=0.01')
+  with pytest.raises(ValueError, match='leaves 5 steps in phase 1'):
+    pretrain.phases(cfg, str(tmp_path))
