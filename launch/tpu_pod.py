@@ -1,0 +1,260 @@
+r"""Runs bertjax.main on a Cloud TPU slice: create, install, run on every worker, resume after
+preemption, delete.
+
+  python -m launch.tpu_pod --name=bert-base --zone=us-west4-a \
+      --accelerator_type=v5litepod-16 --workdir=gs://BUCKET/runs/base --spot -- \
+      --config=configs/pretrain.py:size=base,vocab=30522,phase2_fraction=0.1 \
+      --config.data.train_files=gs://BUCKET/data/train128-* ...
+
+Steps, each a gcloud command printed before it runs (--dry_run prints them and runs nothing):
+  0. with --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
+     config that does not fit fails before a slice is booked;
+  1. a wheel of this checkout (`pip wheel`), or --git_ref=<ref> to pip-install that ref;
+  2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
+  3. the wheel copied to and installed on every worker, with jax[tpu];
+  4. `python -m bertjax.main <flags after --> --workdir=<workdir>` started on every worker
+     (--worker=all) in the background, its log streamed from worker 0 until it ends;
+  5. if the slice was preempted or went into maintenance (the run ended and the queued resource
+     is no longer ACTIVE), the slice is deleted, re-created and step 4 run again: the run
+     resumes from its last checkpoint in the workdir; at most --max_restarts times;
+  6. the slice deleted at the end, whatever happened (--keep leaves it running).
+
+A multi-host slice needs a workdir in a bucket (gs://): hosts cannot share a local path.
+The command building, the retry rule and the argument checks are plain functions (tests:
+tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
+"""
+
+import dataclasses
+import shlex
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+import bertjax
+
+# Zones that host each TPU generation (cloud.google.com/tpu/docs/regions-zones, 2025).
+ZONES = {
+    'v4': ('us-central2-b',),
+    'v5litepod': ('us-central1-a', 'us-south1-a', 'us-west1-c', 'us-west4-a', 'europe-west4-b',
+                  'asia-southeast1-b'),
+    'v5p': ('us-central1-a', 'us-east5-a', 'europe-west4-b'),
+    'v6e': ('us-central1-b', 'us-east1-d', 'us-east5-a', 'us-east5-b', 'europe-west4-a',
+            'asia-northeast1-b'),
+}
+# The TPU VM image of each generation (the base images; jax[tpu] is installed on top).
+RUNTIMES = {'v4': 'tpu-ubuntu2204-base', 'v5litepod': 'v2-alpha-tpuv5-lite',
+            'v5p': 'v2-alpha-tpuv5', 'v6e': 'v2-alpha-tpuv6e'}
+# Accelerator type -> (hosts, libtpu topology for launch/aot_compile.py). v5e/v6e count chips
+# (8 on one host up to 8, else 4 per host); v4/v5p count TensorCores (2 per chip, 4 chips/host).
+SLICES = {
+    **{f'v5litepod-{n}': (1 if n <= 8 else n // 4, f'v5e:{t}') for n, t in
+       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
+        (128, '8x16'), (256, '16x16'))},
+    **{f'v6e-{n}': (1 if n <= 8 else n // 4, f'v6e:{t}') for n, t in
+       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
+        (128, '8x16'), (256, '16x16'))},
+    **{f'v5p-{n}': (n // 8, f'v5p:{t}') for n, t in
+       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
+        (256, '4x4x8'), (512, '4x8x8'))},
+    **{f'v4-{n}': (n // 8, f'v4:{t}') for n, t in
+       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
+        (256, '4x4x8'), (512, '4x8x8'))},
+}
+LOG = '~/bertjax.log'  # On each worker.
+RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
+PREEMPTED_EXIT = 75  # What this launcher exits with when --max_restarts is spent on preemptions.
+
+_NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
+_ZONE = flags.DEFINE_string('zone', None, 'Zone, e.g. us-west4-a (v5e).')
+_TYPE = flags.DEFINE_string('accelerator_type', None, 'e.g. v5litepod-16, v6e-16, v5p-32.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory: gs://... on a multi-host slice.')
+_PROJECT = flags.DEFINE_string('project', '', 'GCP project (default: gcloud\'s).')
+_SPOT = flags.DEFINE_bool('spot', False, 'Spot capacity (preemptible; the run resumes).')
+_RESERVED = flags.DEFINE_bool('reserved', False, 'The project\'s reservation.')
+_RUNTIME = flags.DEFINE_string('runtime_version', '', 'TPU VM image (default per generation).')
+_GIT_REF = flags.DEFINE_string('git_ref', '', 'Install bertjax from this pip ref (e.g. '
+                               'git+https://github.com/ORG/bertjax@v0.2) instead of a wheel.')
+_AOT_CHECK = flags.DEFINE_bool('aot_check', False, 'Compile the step for the slice first.')
+_KEEP = flags.DEFINE_bool('keep', False, 'Leave the slice running at the end.')
+_MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preemptions.')
+_POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls.')
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands, one per line; run none.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+  name: str
+  zone: str
+  accelerator_type: str
+  project: str = ''
+  spot: bool = False
+  reserved: bool = False
+  runtime_version: str = ''
+
+  @property
+  def generation(self) -> str:
+    return self.accelerator_type.rsplit('-', 1)[0]
+
+  @property
+  def hosts(self) -> int:
+    return SLICES[self.accelerator_type][0]
+
+  def gcloud(self, *args) -> list[str]:
+    return ['gcloud', 'compute', 'tpus', *args, f'--zone={self.zone}'] + (
+        [f'--project={self.project}'] if self.project else [])
+
+
+def check(tpu: Slice, workdir: str):
+  """Refuses an unknown accelerator type or zone (listing the known ones), a spot and reserved
+  request at once, and a local workdir on a multi-host slice."""
+  if tpu.accelerator_type not in SLICES:
+    raise ValueError(f'unknown accelerator type {tpu.accelerator_type!r}; known: '
+                     f'{", ".join(SLICES)}')
+  if tpu.zone not in ZONES[tpu.generation]:
+    raise ValueError(f'{tpu.generation} slices are not offered in zone {tpu.zone!r}; zones: '
+                     f'{", ".join(ZONES[tpu.generation])}')
+  if tpu.spot and tpu.reserved:
+    raise ValueError('--spot and --reserved exclude each other: pick one')
+  if tpu.hosts > 1 and not workdir.startswith('gs://'):
+    raise ValueError(f'{tpu.accelerator_type} has {tpu.hosts} hosts, which cannot share the '
+                     f'local path {workdir!r}: use a bucket, --workdir=gs://BUCKET/runs/NAME')
+
+
+def aot_command(tpu: Slice, main_args) -> list[str]:
+  config = [a for a in main_args if a.startswith('--config')]
+  return [sys.executable, '-m', 'launch.aot_compile',
+          f'--topology={SLICES[tpu.accelerator_type][1]}', *config]
+
+
+def wheel_command() -> list[str]:
+  return [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--wheel-dir=dist', '.']
+
+
+def create_command(tpu: Slice) -> list[str]:
+  capacity = ['--spot'] if tpu.spot else ['--reserved'] if tpu.reserved else []
+  return tpu.gcloud('queued-resources', 'create', tpu.name, f'--node-id={tpu.name}',
+                    f'--accelerator-type={tpu.accelerator_type}',
+                    f'--runtime-version={tpu.runtime_version or RUNTIMES[tpu.generation]}',
+                    *capacity)
+
+
+def state_command(tpu: Slice) -> list[str]:
+  return tpu.gcloud('queued-resources', 'describe', tpu.name, '--format=value(state.state)')
+
+
+def delete_command(tpu: Slice) -> list[str]:
+  return tpu.gcloud('queued-resources', 'delete', tpu.name, '--force', '--quiet')
+
+
+def ssh_command(tpu: Slice, command: str, worker: str = 'all') -> list[str]:
+  return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}', f'--command={command}')
+
+
+def install_commands(tpu: Slice, wheel: str, git_ref: str) -> list[list[str]]:
+  """Copy the wheel to every worker (unless a git ref is installed) and pip-install it."""
+  if git_ref:
+    return [ssh_command(tpu, f'pip install -U "jax[tpu]" {shlex.quote(git_ref)}')]
+  return [tpu.gcloud('tpu-vm', 'scp', wheel, f'{tpu.name}:', '--worker=all'),
+          ssh_command(tpu, f'pip install -U "jax[tpu]" ~/{wheel.rsplit("/", 1)[-1]}')]
+
+
+def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
+  """bertjax.main on every worker, in the background: its log to LOG, its exit code to RC."""
+  main = shlex.join(['python3', '-m', 'bertjax.main', *main_args, f'--workdir={workdir}'])
+  # The subshell ignores SIGHUP (inherited by python): the run outlives the ssh session.
+  return ssh_command(tpu, f"rm -f {RC}; (trap '' HUP; {main}; echo $? > {RC}) > {LOG} 2>&1 "
+                          '< /dev/null &')
+
+
+def stream_command(tpu: Slice) -> list[str]:
+  """Worker 0's log until the run ends; exits with the run's exit code."""
+  return ssh_command(tpu, f'tail -n +1 -F {LOG} & while [ ! -f {RC} ]; do sleep 5; done; '
+                          f'sleep 2; kill %1; exit $(cat {RC})', worker='0')
+
+
+def was_preempted(exit_code: int, state: str) -> bool:
+  """The run ended early because the slice went away: the queued resource is no longer ACTIVE
+  (spot preemption, maintenance), or the ssh session was cut (255) with the slice still there
+  but the run not finished."""
+  return state != 'ACTIVE' or exit_code == 255
+
+
+class Runner:
+  """Runs (or, dry, prints) commands; every command is printed before it runs."""
+
+  def __init__(self, dry_run: bool):
+    self.dry_run = dry_run
+
+  def __call__(self, cmd, *, check: bool = True, capture: bool = False):
+    print(shlex.join(cmd), flush=True)
+    if self.dry_run:
+      return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n' if capture else None)
+    result = subprocess.run(cmd, check=False, text=True,
+                            stdout=subprocess.PIPE if capture else None)
+    if check and result.returncode:
+      raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
+    return result
+
+
+def wait_active(tpu: Slice, run: Runner, poll_s: float):
+  while True:
+    state = run(state_command(tpu), capture=True).stdout.strip()
+    if state == 'ACTIVE':
+      return
+    if state in ('FAILED', 'SUSPENDED'):
+      raise RuntimeError(f'queued resource {tpu.name} is {state}: see `gcloud compute tpus '
+                         f'queued-resources describe {tpu.name} --zone={tpu.zone}`')
+    time.sleep(poll_s)
+
+
+def launch(tpu: Slice, main_args, workdir: str, *, run: Runner, git_ref: str = '',
+           aot_check: bool = False, keep: bool = False, max_restarts: int = 10,
+           poll_s: float = 30.0) -> int:
+  """The whole job; returns the run's exit code (PREEMPTED_EXIT when the restarts ran out)."""
+  check(tpu, workdir)
+  if aot_check:
+    run(aot_command(tpu, main_args))
+  wheel = ''
+  if not git_ref:
+    run(wheel_command())
+    wheel = f'dist/bertjax-{bertjax.__version__}-py3-none-any.whl'
+  try:
+    for attempt in range(max_restarts + 1):
+      if attempt:
+        print(f'tpu_pod: the slice was preempted; re-creating it (restart {attempt} of '
+              f'{max_restarts}); the run resumes from its last checkpoint', flush=True)
+        run(delete_command(tpu), check=False)
+      run(create_command(tpu))
+      wait_active(tpu, run, poll_s)
+      for cmd in install_commands(tpu, wheel, git_ref):
+        run(cmd)
+      run(run_command(tpu, main_args, workdir))
+      exit_code = run(stream_command(tpu), check=False).returncode
+      state = run(state_command(tpu), capture=True, check=False).stdout.strip()
+      if not was_preempted(exit_code, state) or run.dry_run:
+        return exit_code
+    return PREEMPTED_EXIT
+  finally:
+    if not keep:
+      run(delete_command(tpu), check=False)
+
+
+def main(argv):
+  tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
+              _RESERVED.value, _RUNTIME.value)
+  try:
+    code = launch(tpu, argv[1:], _WORKDIR.value, run=Runner(_DRY_RUN.value),
+                  git_ref=_GIT_REF.value, aot_check=_AOT_CHECK.value, keep=_KEEP.value,
+                  max_restarts=_MAX_RESTARTS.value, poll_s=_POLL_S.value)
+  except (ValueError, RuntimeError) as e:
+    print(f'tpu_pod: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  sys.exit(code)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['name', 'zone', 'accelerator_type', 'workdir'])
+  app.run(main)

@@ -1,0 +1,48 @@
+"""launch/slurm_gpu.sbatch: one bertjax.main per node through srun, against a fake srun."""
+
+import os
+import pathlib
+import subprocess
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
+
+
+def run_script(tmp_path, *args):
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'srun').write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\n')
+  (bin_dir / 'srun').chmod(0o755)
+  venv = tmp_path / 'venv'
+  (venv / 'bin').mkdir(parents=True)
+  (venv / 'bin' / 'activate').write_text('export ACTIVATED=1\n')
+  env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
+             FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
+             SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8')
+  result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+  log = tmp_path / 'srun.txt'
+  return result, log.read_text().splitlines() if log.exists() else None
+
+
+def test_srun_starts_bertjax_main_with_the_flags_and_the_workdir(tmp_path):
+  result, srun_args = run_script(tmp_path, '/shared/runs/base',
+                                 '--config=configs/pretrain.py:size=base,phase2_fraction=0.1',
+                                 '--config.data.train_files=/shared/data/train128-*')
+  assert result.returncode == 0, result.stderr
+  assert srun_args == ['--kill-on-bad-exit=1', 'python', '-m', 'bertjax.main',
+                       '--config=configs/pretrain.py:size=base,phase2_fraction=0.1',
+                       '--config.data.train_files=/shared/data/train128-*',
+                       '--workdir=/shared/runs/base']
+  assert '4 node(s) x 8 GPU(s), workdir /shared/runs/base' in result.stdout
+
+
+def test_no_workdir_prints_the_usage(tmp_path):
+  result, srun_args = run_script(tmp_path)
+  assert result.returncode == 2 and 'usage: sbatch' in result.stderr and srun_args is None
+
+
+def test_the_batch_directives_ask_for_one_task_per_node_and_requeue():
+  directives = [line for line in SCRIPT.read_text().splitlines() if line.startswith('#SBATCH')]
+  assert '#SBATCH --ntasks-per-node=1' in directives
+  assert '#SBATCH --requeue' in directives and '#SBATCH --signal=TERM@120' in directives
