@@ -43,6 +43,7 @@ from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
 from bertjax.text import tokenizer as tokenizer_lib
 
@@ -169,13 +170,13 @@ class Predictor:
   def _predict_classification(self, examples):
     feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
                                 self.labels)
-    return registry.predictions_of(self.kind, self.labels, self._outputs(feats))
+    return user_tasks.predictions_of(self.kind, self.labels, self._outputs(feats))
 
   _predict_regression = _predict_classification
 
   def _predict_multiple_choice(self, questions):
     feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)
-    return registry.predictions_of(self.kind, self.labels, self._outputs(feats))
+    return user_tasks.predictions_of(self.kind, self.labels, self._outputs(feats))
 
   def _predict_tagging(self, sentences):
     feats, meta = conll.convert_sentences(sentences, self.tokenizer, self.data.max_seq_length,

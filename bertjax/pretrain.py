@@ -127,9 +127,13 @@ class Phase:
 
 
 def phases(config, workdir) -> list[Phase]:
-  """One phase, or two with config.phase2.fraction > 0; the embedded corpus's files are made
-  on first use at each phase's lengths."""
+  """One phase, or two with config.phase2.fraction > 0, with their file patterns; the embedded
+  corpus's files (data.train_files empty) are made on first use at each phase's lengths."""
   data, second, total = config.data, config.phase2, config.num_train_steps
+  if not data.train_files and (data.eval_files or data.vocab_file or second.train_files):
+    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files are set but '
+                     'data.train_files is empty (= the embedded corpus, which brings its own): '
+                     'set train_files too.')
   first_steps = round(total * (1 - second.fraction))
   if second.fraction and not 0 < first_steps < total:
     raise ValueError(f'phase2.fraction={second.fraction} of num_train_steps={total} leaves '
@@ -155,18 +159,9 @@ def phases(config, workdir) -> list[Phase]:
   return result
 
 
-def data_files(config, workdir) -> tuple[str, str, str]:
-  """(train pattern, eval pattern, vocab file) of the first phase; the embedded corpus's are
-  made on first use."""
-  data = config.data
-  if data.train_files:
-    return data.train_files, data.eval_files, data.vocab_file
-  if data.eval_files or data.vocab_file or config.phase2.train_files:
-    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files are set but '
-                     'data.train_files is empty (= the embedded corpus, which brings its own): '
-                     'set train_files too.')
-  first = phases(config, workdir)[0]
-  return first.train_files, first.eval_files, str(embedded.vocab_path())
+def vocab_file(config) -> str:
+  """The vocab the data was made with: data.vocab_file, or the embedded corpus's."""
+  return config.data.vocab_file if config.data.train_files else str(embedded.vocab_path())
 
 
 def check_ids(host_batch, vocab_size: int, files: str):
@@ -179,43 +174,45 @@ def check_ids(host_batch, vocab_size: int, files: str):
                      'data.vocab_file and model.vocab_size to that vocab, or remake the data.')
 
 
-def check_data(config, train_files, eval_files, vocab_file, init_path, *,
-               max_seq_length=None, max_predictions_per_seq=None):
-  """(train, eval) FileSets, every data input checked before anything is compiled: the file
-  sets against their reports (eval files too: a mistake there would surface only at the first
-  eval), their vocab against the model's (data.vocab_file, else the start-from checkpoint's)
-  and their first record against the phase's lengths, the masking and NSP. The pipelines read
-  these FileSets: nothing is resolved twice."""
+def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
+  """The phase with its files resolved to FileSets, every data input checked before anything is
+  compiled: its length against the position table, the file sets against their reports (eval
+  files too: a mistake there would surface only at the first eval), their vocab against the
+  model's (data.vocab_file, else the start-from checkpoint's) and their first record against
+  the phase's lengths, the masking and NSP. The pipelines read these FileSets: nothing is
+  resolved twice."""
+  if phase.max_seq_length > config.model.max_position_embeddings:
+    raise ValueError(f'max_seq_length {phase.max_seq_length} (steps {phase.first_step}..'
+                     f'{phase.end_step}) exceeds the position table '
+                     f'(model.max_position_embeddings={config.model.max_position_embeddings}).')
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
-  data = config.data
-  spec = input_pipeline.feature_spec(max_seq_length or data.max_seq_length,
-                                     max_predictions_per_seq or data.max_predictions_per_seq,
-                                     masked=not data.dynamic_masking, nsp=config.model.nsp)
+  masked = not config.data.dynamic_masking
+  spec = input_pipeline.feature_spec(phase.max_seq_length, phase.max_predictions_per_seq,
+                                     masked=masked, nsp=config.model.nsp)
   checked = []
-  for files in (train_files, eval_files):
+  for files in (phase.train_files, phase.eval_files):
     checked.append(file_set.resolve(files) if files else None)
     if files:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
-      input_pipeline.check_first_record(checked[-1].files[0], spec,
-                                        masked=not data.dynamic_masking)
-  return tuple(checked)
+      input_pipeline.check_first_record(checked[-1].files[0], spec, masked=masked)
+  return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 
 
-def masking_config(config, vocab_file, lengths=()):
+def masking_config(config, vocab_file, plan):
   """The dynamic-masking settings (None for static masks read from the files), checked
-  against each phase's (max_seq_length, max_predictions_per_seq) (default: data's)."""
+  against each phase's lengths."""
   if not config.data.dynamic_masking:
     return None
   data = config.data
-  for seq, predictions in lengths or [(data.max_seq_length, data.max_predictions_per_seq)]:
+  for phase in plan:
     # The cap must not silently lower the rate: a full row's share must fit the predictions.
-    wanted = round((seq - 2) * data.masked_lm_prob)
-    if wanted > predictions:
+    wanted = round((phase.max_seq_length - 2) * data.masked_lm_prob)
+    if wanted > phase.max_predictions_per_seq:
       raise ValueError(
           f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
-          f'{seq}-token row, but max_predictions_per_seq={predictions} caps it: set '
-          f'max_predictions_per_seq >= {wanted}.')
+          f'{phase.max_seq_length}-token row, but max_predictions_per_seq='
+          f'{phase.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
   vocab = tokenizer.load_vocab(vocab_file)
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
@@ -245,9 +242,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 @dataclasses.dataclass
 class PhasedEvaluator:
   """Each phase's evaluator, chosen by the step: an eval at a phase's last step uses its
-  length and files."""
+  length and files (one phase: just that one's)."""
 
-  evaluators: list  # (Phase, Evaluator) pairs.
+  evaluators: list  # (Phase, Evaluator) pairs, for the phases with eval files.
   every_steps: int
 
   def run(self, params, step: int) -> dict:
@@ -261,22 +258,12 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  _, _, vocab_file = data_files(config, workdir)
+  vocab = vocab_file(config)
   path = init_from.configured(config)
-  plan = []
-  for phase in phases(config, workdir):
-    if phase.max_seq_length > config.model.max_position_embeddings:
-      raise ValueError(f'a phase runs at max_seq_length {phase.max_seq_length}, past the position '
-                       f'table (model.max_position_embeddings='
-                       f'{config.model.max_position_embeddings}).')
-    train, eval_ = check_data(config, phase.train_files, phase.eval_files, vocab_file, path,
-                              max_seq_length=phase.max_seq_length,
-                              max_predictions_per_seq=phase.max_predictions_per_seq)
-    plan.append(dataclasses.replace(phase, train_files=train, eval_files=eval_))
-  vocab_entries = len(tokenizer.load_vocab(vocab_file)) if vocab_file else None
+  plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
+  vocab_entries = len(tokenizer.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)
-  masking = masking_config(config, vocab_file,
-                           [(p.max_seq_length, p.max_predictions_per_seq) for p in plan])
+  masking = masking_config(config, vocab, plan)
   data = config.data
   batch_axes = sharding.batch_axes(rules)
   if len(plan) > 1:
@@ -308,22 +295,19 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
   evaluators = []
   for phase in plan:
-    if phase.eval_files:
-      make_eval_ds = functools.partial(
-          input_pipeline.eval_dataset, phase.eval_files,
-          global_batch_size=config.eval_batch_size, max_seq_length=phase.max_seq_length,
-          max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
-          seed=config.seed, nsp=config.model.nsp)
-      evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
-                                          config.max_eval_batches, config.eval_every_steps,
-                                          config.model.vocab_size)))
-  evaluator = None
-  if len(evaluators) == 1 and len(plan) == 1:
-    evaluator = evaluators[0][1]
-  elif evaluators:
-    evaluator = PhasedEvaluator(evaluators, config.eval_every_steps)
-  else:
-    logging.warning('data.eval_files is empty: no eval')
+    if not phase.eval_files:
+      logging.warning('no eval files for steps %d..%d (data.eval_files / phase2.eval_files): '
+                      'no eval there', phase.first_step, phase.end_step)
+      continue
+    make_eval_ds = functools.partial(
+        input_pipeline.eval_dataset, phase.eval_files, global_batch_size=config.eval_batch_size,
+        max_seq_length=phase.max_seq_length,
+        max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
+        seed=config.seed, nsp=config.model.nsp)
+    evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
+                                        config.max_eval_batches, config.eval_every_steps,
+                                        config.model.vocab_size)))
+  evaluator = PhasedEvaluator(evaluators, config.eval_every_steps) if evaluators else None
 
   def load_weights(params, shardings):
     return init_from.load_params(path, params, shardings)[0]

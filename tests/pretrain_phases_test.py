@@ -7,6 +7,7 @@ files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical.
 
 import shutil
 
+import jax
 import numpy as np
 import pretrain_runs
 import pytest
@@ -61,16 +62,12 @@ def test_one_schedule_and_optimizer_state_run_through_both_phases(two_phase):
                              [float(schedule(s - 1)) for s in sorted(rates)], rtol=1e-5)
   state = pretrain_runs.read_state(workdir, STEPS)
   assert int(state['step']) == STEPS
-  assert {int(x) for x in jax_scalars(state['opt_state'])} == {STEPS}  # Adam's count too.
+  counts = {int(x) for x in jax.tree.leaves(state['opt_state']) if np.ndim(x) == 0}
+  assert counts == {STEPS}  # Adam's count too.
   losses = scalars(workdir, 'train/loss')
   # The loss goes on from where phase 1 left it (a fresh optimizer or model would not).
   assert losses[BOUNDARY + 1] < losses[1] - 0.3, losses
   assert abs(losses[BOUNDARY + 1] - losses[BOUNDARY]) < 0.3, losses
-
-
-def jax_scalars(tree):
-  import jax  # pylint: disable=g-import-not-at-top
-  return [x for x in jax.tree.leaves(tree) if np.ndim(x) == 0]
 
 
 def test_each_eval_reads_its_phase_files(two_phase):
@@ -115,4 +112,20 @@ def test_phase2_needs_its_own_files_when_data_files_are_given(tmp_path):
     pretrain.phases(cfg, str(tmp_path))
   cfg = pretrain_config.get_config('size=tiny,steps=5,phase2_fraction=0.01')
   with pytest.raises(ValueError, match='leaves 5 steps in phase 1'):
+    pretrain.phases(cfg, str(tmp_path))
+
+
+def test_a_phase_past_the_position_table_is_refused_before_reading_its_files():
+  cfg = two_phase_config()
+  cfg.model.max_position_embeddings = 48
+  phase = pretrain.Phase(BOUNDARY, STEPS, 64, 10, 'gs://nowhere/train-*', '')
+  with pytest.raises(ValueError, match=r'max_seq_length 64 \(steps 9..12\) exceeds the position '
+                     r'table \(model.max_position_embeddings=48\)'):
+    pretrain.check_data(cfg, phase, '', '')
+
+
+def test_data_fields_without_train_files_are_refused(tmp_path):
+  cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
+  cfg.phase2.train_files = str(tmp_path / 'train512-*')
+  with pytest.raises(ValueError, match='data.train_files is empty .* set train_files too'):
     pretrain.phases(cfg, str(tmp_path))

@@ -19,7 +19,8 @@ def config(corpus, **fields):
 
 
 def check(cfg):
-  pretrain.check_data(cfg, cfg.data.train_files, cfg.data.eval_files, cfg.data.vocab_file, '')
+  for phase in pretrain.phases(cfg, ''):
+    pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
 
 
 def test_matching_vocab_passes(corpus):
@@ -72,7 +73,7 @@ def test_mlm_only_data_fed_to_an_nsp_model_is_refused_before_compiling(mlm_only_
 def test_masking_rate_the_predictions_cannot_hold_is_refused(corpus):
   cfg = config(corpus, data__dynamic_masking=True, data__masked_lm_prob=0.3)
   with pytest.raises(ValueError, match=r'masks 19 tokens .* set max_predictions_per_seq >= 19'):
-    pretrain.masking_config(cfg, cfg.data.vocab_file)
+    pretrain.masking_config(cfg, cfg.data.vocab_file, pretrain.phases(cfg, ''))
 
 
 def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):

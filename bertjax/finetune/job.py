@@ -24,6 +24,7 @@ import numpy as np
 from bertjax import paths
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import task as task_lib
 from bertjax.input import global_batch
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
@@ -89,7 +90,7 @@ def num_steps(config, num_train_features: int) -> int:
 class Setup:
   """What training and prediction share: the task, tokenizer, resolved config and objective."""
 
-  task: registry.Task
+  task: task_lib.Task
   tokenizer: tokenizer_lib.FullTokenizer
   config: ml_collections.ConfigDict  # Unlocked, run-time fields filled in.
   mesh: jax.sharding.Mesh

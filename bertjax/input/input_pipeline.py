@@ -92,27 +92,29 @@ def _count_and_first(path, count_records):
   return count, first
 
 
-def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:
-  """Validates a file's first record against the spec and returns its record count."""
+def _read_head(path: str, count_records: bool) -> tuple[int, bytes]:
+  """(record count or -1, first record or b'') of a file, as a clear error when unreadable."""
   try:
-    counted, first = _count_and_first(path, count is None)
+    counted, first = _count_and_first(path, count_records)
   except tf.errors.OpError as e:
     raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
-  count = int(counted) if count is None else count
-  if count:
-    _check_first_record(path, first.numpy(), spec, masked)
-  return count
+  return int(counted), first.numpy()
+
+
+def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:
+  """Validates a file's first record against the spec and returns its record count."""
+  counted, first = _read_head(path, count is None)
+  if first:
+    _check_first_record(path, first, spec, masked)
+  return counted if count is None else count
 
 
 def check_first_record(path: str, spec: dict, *, masked: bool = True):
   """Checks one file's first record against `spec` without counting its records (a config
   check that runs before anything is compiled)."""
-  try:
-    _, first = _count_and_first(path, False)
-  except tf.errors.OpError as e:
-    raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
-  if first.numpy():
-    _check_first_record(path, first.numpy(), spec, masked)
+  _, first = _read_head(path, False)
+  if first:
+    _check_first_record(path, first, spec, masked)
 
 
 def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None) -> list[int]:

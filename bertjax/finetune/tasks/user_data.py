@@ -295,15 +295,21 @@ def read_swag(path, *, is_training=True, require_labels=True):
     label = None
     if has_labels:
       label = _choice_label(path, number, _field(path, number, record, 'label'), len(endings))
-    if not context or not all(endings):
-      if is_training:
-        skipped['empty_text'] += 1
-        continue
-      raise ValueError(f'{path}:{number}: an empty context or ending: every eval and test '
-                       'question must be complete.')
-    questions.append(Choices(f'{path.name}:{number}', context,
-                             tuple(f'{start} {ending}'.strip() for ending in endings), label))
+    _add_question(questions, skipped, path, number, context,
+                  tuple(f'{start} {ending}'.strip() for ending in endings), label, is_training)
   return _nonempty(path, questions, skipped)
+
+
+def _add_question(questions, skipped, path, number, context, choices, label, is_training):
+  """Appends a complete question; one with an empty context or choice is skipped and counted
+  in training, an error (file:line) in eval and test."""
+  if not context or not all(choices):
+    if not is_training:
+      raise ValueError(f'{path}:{number}: an empty context or choice: every eval and test '
+                       'question must be complete.')
+    skipped['empty_text'] += 1
+    return
+  questions.append(Choices(f'{path.name}:{number}', context, choices, label))
 
 
 def _choice_label(path, number, value, num_choices):
@@ -342,14 +348,8 @@ def read_choices(path, *, fmt='', context_field='context', choices_field='choice
     if require_labels or label_field in record:
       label = _choice_label(path, number, _field(path, number, record, label_field),
                             len(choices))
-    choices = tuple(_text(c).strip() for c in choices)
-    if not context or not all(choices):
-      if is_training:
-        skipped['empty_text'] += 1
-        continue
-      raise ValueError(f'{path}:{number}: an empty context or choice: every eval and test '
-                       'question must be complete.')
-    questions.append(Choices(f'{path.name}:{number}', context, choices, label))
+    _add_question(questions, skipped, path, number, context,
+                  tuple(_text(c).strip() for c in choices), label, is_training)
   return _nonempty(path, questions, skipped)
 
 

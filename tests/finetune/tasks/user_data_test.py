@@ -7,6 +7,7 @@ import pytest
 
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_tasks
 from configs import finetune as finetune_config
 
 
@@ -138,10 +139,10 @@ def test_tag_sets_and_schemes():
   # Every prefix in use is added for every type: I-? none; B, E, S for X and Y.
   assert user_data.tags_of(iobes) == ('B-X', 'E-X', 'S-X', 'B-Y', 'E-Y', 'S-Y')
   data = _data(tag_scheme='auto')
-  assert registry.tag_scheme(data, ('O', 'B-X', 'I-X')) == 'chunks'
-  assert registry.tag_scheme(data, ('NN', 'VB')) == 'plain'
+  assert user_tasks.tag_scheme(data, ('O', 'B-X', 'I-X')) == 'chunks'
+  assert user_tasks.tag_scheme(data, ('NN', 'VB')) == 'plain'
   with pytest.raises(ValueError, match='set tag_scheme=plain'):
-    registry.tag_scheme(_data(tag_scheme='iob2'), ('O', 'NN'))
+    user_tasks.tag_scheme(_data(tag_scheme='iob2'), ('O', 'NN'))
 
 
 def test_choices_rows_must_have_one_number_of_choices(tmp_path):
