@@ -63,3 +63,18 @@ def stderr_held():
       if failed or logging.get_verbosity() >= logging.DEBUG:
         held.seek(0)
         sys.stderr.write(held.read().decode(errors='replace'))
+
+
+def notebook():
+  """A notebook's cell output as the command line's console: bertjax's INFO lines (the progress
+  line, evals) and every library's warnings, as `time message` lines; libraries' INFO lines
+  hidden. (Outside absl's app.run, absl logs at WARNING through whatever the root logger has.)"""
+  logging.set_verbosity(logging.INFO)
+  logger = std_logging.getLogger('absl')
+  if any(isinstance(f, ConsoleFilter) for f in logger.filters):
+    return
+  logger.addFilter(ConsoleFilter())
+  handler = std_logging.StreamHandler(sys.stdout)
+  handler.setFormatter(std_logging.Formatter('%(asctime)s %(message)s', '%H:%M:%S'))
+  logger.addHandler(handler)
+  logger.propagate = False  # Not again through a root handler a library may have set up.

@@ -42,8 +42,8 @@ from bertjax.text import tokenizer  # noqa: E402
 FORMATS = ('hf', 'tf1', 'saved_model')
 # What each format can hold (bundle.KINDS).
 HOLDS = {'hf': tuple(bundle_lib.KINDS), 'tf1': tf1_checkpoint.KINDS,
-         'saved_model': ('encoder', 'pretraining', 'classification', 'regression', 'span',
-                         'tagging')}
+         'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
+                         'span', 'tagging')}
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):

@@ -61,9 +61,11 @@ def hide_accelerators_from_tf():
 
 
 def _cluster_detected() -> bool:
-  """True on a multi-host TPU slice or a SLURM / Open MPI job, which jax configures itself."""
+  """True on a multi-host TPU slice, several slices (GKE multi-slice), or a SLURM / Open MPI
+  job: jax configures itself from their variables."""
   hosts = os.environ.get('TPU_WORKER_HOSTNAMES', '')
   return (len([h for h in hosts.split(',') if h]) > 1
+          or int(os.environ.get('MEGASCALE_NUM_SLICES', 1)) > 1
           or int(os.environ.get('SLURM_NTASKS', 1)) > 1
           or int(os.environ.get('OMPI_COMM_WORLD_SIZE', 1)) > 1)
 

@@ -26,7 +26,6 @@ tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
 
 import dataclasses
 import shlex
-import subprocess
 import sys
 import time
 
@@ -34,38 +33,10 @@ from absl import app
 from absl import flags
 
 import bertjax
+from launch import cloud
 
-# Zones that host each TPU generation (cloud.google.com/tpu/docs/regions-zones, 2025).
-ZONES = {
-    'v4': ('us-central2-b',),
-    'v5litepod': ('us-central1-a', 'us-south1-a', 'us-west1-c', 'us-west4-a', 'europe-west4-b',
-                  'asia-southeast1-b'),
-    'v5p': ('us-central1-a', 'us-east5-a', 'europe-west4-b'),
-    'v6e': ('us-central1-b', 'us-east1-d', 'us-east5-a', 'us-east5-b', 'europe-west4-a',
-            'asia-northeast1-b'),
-}
-# The TPU VM image of each generation (the base images; jax[tpu] is installed on top).
-RUNTIMES = {'v4': 'tpu-ubuntu2204-base', 'v5litepod': 'v2-alpha-tpuv5-lite',
-            'v5p': 'v2-alpha-tpuv5', 'v6e': 'v2-alpha-tpuv6e'}
-# Accelerator type -> (hosts, libtpu topology for launch/aot_compile.py). v5e/v6e count chips
-# (8 on one host up to 8, else 4 per host); v4/v5p count TensorCores (2 per chip, 4 chips/host).
-SLICES = {
-    **{f'v5litepod-{n}': (1 if n <= 8 else n // 4, f'v5e:{t}') for n, t in
-       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
-        (128, '8x16'), (256, '16x16'))},
-    **{f'v6e-{n}': (1 if n <= 8 else n // 4, f'v6e:{t}') for n, t in
-       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
-        (128, '8x16'), (256, '16x16'))},
-    **{f'v5p-{n}': (n // 8, f'v5p:{t}') for n, t in
-       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
-        (256, '4x4x8'), (512, '4x8x8'))},
-    **{f'v4-{n}': (n // 8, f'v4:{t}') for n, t in
-       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
-        (256, '4x4x8'), (512, '4x8x8'))},
-}
 LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
-PREEMPTED_EXIT = 75  # What this launcher exits with when --max_restarts is spent on preemptions.
 
 _NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
 _ZONE = flags.DEFINE_string('zone', None, 'Zone, e.g. us-west4-a (v5e).')
@@ -100,7 +71,7 @@ class Slice:
 
   @property
   def hosts(self) -> int:
-    return SLICES[self.accelerator_type][0]
+    return cloud.SLICES[self.accelerator_type][0]
 
   def gcloud(self, *args) -> list[str]:
     return ['gcloud', 'compute', 'tpus', *args, f'--zone={self.zone}'] + (
@@ -110,12 +81,12 @@ class Slice:
 def check(tpu: Slice, workdir: str):
   """Refuses an unknown accelerator type or zone (listing the known ones), a spot and reserved
   request at once, and a local workdir on a multi-host slice."""
-  if tpu.accelerator_type not in SLICES:
+  if tpu.accelerator_type not in cloud.SLICES:
     raise ValueError(f'unknown accelerator type {tpu.accelerator_type!r}; known: '
-                     f'{", ".join(SLICES)}')
-  if tpu.zone not in ZONES[tpu.generation]:
+                     f'{", ".join(cloud.SLICES)}')
+  if tpu.zone not in cloud.ZONES[tpu.generation]:
     raise ValueError(f'{tpu.generation} slices are not offered in zone {tpu.zone!r}; zones: '
-                     f'{", ".join(ZONES[tpu.generation])}')
+                     f'{", ".join(cloud.ZONES[tpu.generation])}')
   if tpu.spot and tpu.reserved:
     raise ValueError('--spot and --reserved exclude each other: pick one')
   if tpu.hosts > 1 and not workdir.startswith('gs://'):
@@ -126,7 +97,7 @@ def check(tpu: Slice, workdir: str):
 def aot_command(tpu: Slice, main_args) -> list[str]:
   config = [a for a in main_args if a.startswith('--config')]
   return [sys.executable, '-m', 'launch.aot_compile',
-          f'--topology={SLICES[tpu.accelerator_type][1]}', *config]
+          f'--topology={cloud.SLICES[tpu.accelerator_type][1]}', *config]
 
 
 def wheel_command() -> list[str]:
@@ -137,7 +108,7 @@ def create_command(tpu: Slice) -> list[str]:
   capacity = ['--spot'] if tpu.spot else ['--reserved'] if tpu.reserved else []
   return tpu.gcloud('queued-resources', 'create', tpu.name, f'--node-id={tpu.name}',
                     f'--accelerator-type={tpu.accelerator_type}',
-                    f'--runtime-version={tpu.runtime_version or RUNTIMES[tpu.generation]}',
+                    f'--runtime-version={tpu.runtime_version or cloud.RUNTIMES[tpu.generation]}',
                     *capacity)
 
 
@@ -182,24 +153,7 @@ def was_preempted(exit_code: int, state: str) -> bool:
   return state != 'ACTIVE' or exit_code == 255
 
 
-class Runner:
-  """Runs (or, dry, prints) commands; every command is printed before it runs."""
-
-  def __init__(self, dry_run: bool):
-    self.dry_run = dry_run
-
-  def __call__(self, cmd, *, check: bool = True, capture: bool = False):
-    print(shlex.join(cmd), flush=True)
-    if self.dry_run:
-      return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n' if capture else None)
-    result = subprocess.run(cmd, check=False, text=True,
-                            stdout=subprocess.PIPE if capture else None)
-    if check and result.returncode:
-      raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
-    return result
-
-
-def wait_active(tpu: Slice, run: Runner, poll_s: float):
+def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float):
   while True:
     state = run(state_command(tpu), capture=True).stdout.strip()
     if state == 'ACTIVE':
@@ -210,10 +164,10 @@ def wait_active(tpu: Slice, run: Runner, poll_s: float):
     time.sleep(poll_s)
 
 
-def launch(tpu: Slice, main_args, workdir: str, *, run: Runner, git_ref: str = '',
+def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: str = '',
            aot_check: bool = False, keep: bool = False, max_restarts: int = 10,
            poll_s: float = 30.0) -> int:
-  """The whole job; returns the run's exit code (PREEMPTED_EXIT when the restarts ran out)."""
+  """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
   check(tpu, workdir)
   if aot_check:
     run(aot_command(tpu, main_args))
@@ -236,7 +190,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: Runner, git_ref: str = '
       state = run(state_command(tpu), capture=True, check=False).stdout.strip()
       if not was_preempted(exit_code, state) or run.dry_run:
         return exit_code
-    return PREEMPTED_EXIT
+    return cloud.PREEMPTED_EXIT
   finally:
     if not keep:
       run(delete_command(tpu), check=False)
@@ -246,7 +200,7 @@ def main(argv):
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:
-    code = launch(tpu, argv[1:], _WORKDIR.value, run=Runner(_DRY_RUN.value),
+    code = launch(tpu, argv[1:], _WORKDIR.value, run=cloud.Runner(_DRY_RUN.value),
                   git_ref=_GIT_REF.value, aot_check=_AOT_CHECK.value, keep=_KEEP.value,
                   max_restarts=_MAX_RESTARTS.value, poll_s=_POLL_S.value)
   except (ValueError, RuntimeError) as e:

@@ -11,11 +11,11 @@ import jax
 import numpy as np
 import pretrain_runs
 import pytest
-import tensorflow as tf
 
 from bertjax import pretrain
 from bertjax.input import input_pipeline
 from bertjax.training import optimizer
+from bertjax.training import summaries
 from configs import pretrain as pretrain_config
 
 STEPS, BOUNDARY = 12, 9
@@ -35,13 +35,7 @@ def two_phase_config():
 
 
 def scalars(workdir, tag) -> dict:
-  values = {}
-  for path in sorted(workdir.glob('events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      for value in event.summary.value:
-        if value.tag == tag:
-          values[event.step] = float(tf.make_ndarray(value.tensor))
-  return values
+  return summaries.read_scalars(str(workdir), [tag])[tag]
 
 
 @pytest.fixture(scope='module')

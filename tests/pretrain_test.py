@@ -4,8 +4,11 @@ import finetune_runs
 import numpy as np
 import pretrain_runs
 import pytest
+import transformers
 
+from bertjax import export
 from bertjax import pretrain
+from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
 
 
@@ -95,6 +98,14 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
       for split in ('eval', 'train')]
   # Deterministic (seeded): 0.091 vs 0.076 on this corpus.
   assert metrics['mlm_accuracy'] > metrics['unigram_baseline'] + 0.01, metrics
+  # It leaves as transformers' BertForMaskedLM (no NSP head, no pooler) and comes back as such.
+  out = export.export(tmp_path, 'hf', tmp_path / 'hf')
+  model, info = transformers.BertForMaskedLM.from_pretrained(str(out), output_loading_info=True)
+  assert not any(info.values()), info
+  assert model.config.architectures == ['BertForMaskedLM']
+  back = sources.load(out)
+  assert back.kind == 'masked_lm'
+  np.testing.assert_array_equal(back.params['mlm/output_bias'], params['mlm/output_bias'])
 
 
 MLM_ONLY_STEPS = 300

@@ -15,6 +15,7 @@ from bertjax.text import tokenizer
 KINDS = {
     'encoder': (),
     'pretraining': ('mlm/', 'nsp/'),
+    'masked_lm': ('mlm/',),  # MLM-only pre-training (model.nsp=False): no NSP head.
     'classification': ('classifier/',),
     'regression': ('classifier/',),
     'span': ('qa_outputs/',),
@@ -44,10 +45,11 @@ class Bundle:
 
 
 def kind_of(params: dict) -> str:
-  """'pretraining' when the MLM and NSP heads are there, else 'encoder' (task heads are told by
-  their source's metadata, not by name: a classifier and a tagger share `classifier/`)."""
-  if any(k.startswith('mlm/') for k in params) and any(k.startswith('nsp/') for k in params):
-    return 'pretraining'
+  """'pretraining' when the MLM and NSP heads are there, 'masked_lm' for the MLM head alone,
+  else 'encoder' (task heads are told by their source's metadata, not by name: a classifier and
+  a tagger share `classifier/`)."""
+  if any(k.startswith('mlm/') for k in params):
+    return 'pretraining' if any(k.startswith('nsp/') for k in params) else 'masked_lm'
   return 'encoder'
 
 

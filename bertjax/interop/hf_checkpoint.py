@@ -109,15 +109,17 @@ _HEADS = {
     'span': {'qa_outputs/kernel': ('qa_outputs.weight', layouts.TRANSPOSED),
              'qa_outputs/bias': ('qa_outputs.bias', layouts.SAME)},
 }
+_HEADS['masked_lm'] = {k: v for k, v in _HEADS['pretraining'].items() if k.startswith('mlm/')}
 _HEADS['regression'] = _HEADS['tagging'] = _HEADS['classification']
 _HEADS['multiple_choice'] = _HEADS['classification']
 # The transformers class of each kind; span and tagging models have no pooler there.
 ARCHITECTURES = {'encoder': 'BertModel', 'pretraining': 'BertForPreTraining',
+                 'masked_lm': 'BertForMaskedLM',
                  'classification': 'BertForSequenceClassification',
                  'regression': 'BertForSequenceClassification',
                  'span': 'BertForQuestionAnswering', 'tagging': 'BertForTokenClassification',
                  'multiple_choice': 'BertForMultipleChoice'}
-_NO_POOLER = ('span', 'tagging')
+_NO_POOLER = ('span', 'tagging', 'masked_lm')
 
 
 def names(config, kind: str = 'pretraining') -> dict:
@@ -265,14 +267,17 @@ def _hf_names(names: dict, path: str) -> str:
 def _kind(hf_config: dict, state: dict) -> str:
   architecture = (hf_config.get('architectures') or [''])[0]
   for kind, name in ARCHITECTURES.items():
-    if name == architecture and kind not in ('encoder', 'pretraining', 'regression'):
+    # The pre-training heads are told by the weights: bert-base-uncased says BertForMaskedLM
+    # but holds the NSP head too.
+    if name == architecture and kind not in ('encoder', 'pretraining', 'masked_lm',
+                                             'regression'):
       if kind == 'classification' and (hf_config.get('problem_type') == 'regression'
                                        or hf_config.get('num_labels') == 1
                                        or len(hf_config.get('id2label') or {}) == 1):
         return 'regression'
       return kind
-  if 'cls.seq_relationship.weight' in state and 'cls.predictions.bias' in state:
-    return 'pretraining'
+  if 'cls.predictions.bias' in state:
+    return 'pretraining' if 'cls.seq_relationship.weight' in state else 'masked_lm'
   return 'encoder'
 
 

@@ -10,8 +10,8 @@ Signatures (batch size dynamic, the length padded to the longest input of the ba
   serving_default  `text` [B] strings (SQuAD models: `question`, `context`);
   pairs            `text_a`, `text_b` [B] (sentence-level models);
 and outputs by what the model is for:
-  encoder / pretraining  sequence_output [B, L, D], pooled_output [B, D] (BERT's pooler),
-                         mean_pooled_output [B, D] (mean of the last layer over real tokens),
+  encoder, pretraining,  sequence_output [B, L, D], pooled_output [B, D] (BERT's pooler),
+  masked_lm              mean_pooled_output [B, D] (mean of the last layer over real tokens),
                          input_mask [B, L];
   classification         probabilities [B, C], label [B] (string);
   regression             score [B];
@@ -37,10 +37,12 @@ from bertjax.text import tokenizer
 
 MAX_ANSWER_TOKENS = 30  # run_squad.py's max_answer_length.
 PLATFORMS = ('cpu', 'cuda', 'tpu')
+# Exported as the encoder's outputs (the pre-training heads are not served).
+ENCODER_KINDS = ('encoder', 'pretraining', 'masked_lm')
 
 
 def _module(result: bundle_lib.Bundle, cfg):
-  if result.kind in ('encoder', 'pretraining'):
+  if result.kind in ENCODER_KINDS:
     return encoder.BertEncoder(cfg)
   if result.kind == 'classification':
     return heads.BertForSequenceClassification(cfg, len(result.labels), result.pooling)
@@ -53,7 +55,7 @@ def _module(result: bundle_lib.Bundle, cfg):
 
 def _params_tree(result: bundle_lib.Bundle) -> dict:
   params = bundle_lib.cut_vocab_padding(result)
-  if result.kind in ('encoder', 'pretraining'):  # The encoder's own tree, without `bert/`.
+  if result.kind in ENCODER_KINDS:  # The encoder's own tree, without `bert/`.
     params = {k[len('bert/'):]: v for k, v in params.items() if k.startswith('bert/')}
   return traverse_util.unflatten_dict(params, sep='/')
 
@@ -69,7 +71,7 @@ def jax_function(result: bundle_lib.Bundle):
   def fn(params, input_ids, input_mask, segment_ids):
     out = module.apply({'params': params}, input_ids, input_mask, segment_ids,
                        deterministic=True)
-    if result.kind in ('encoder', 'pretraining'):
+    if result.kind in ENCODER_KINDS:
       seq, pooled = out
       mask = input_mask.astype(jnp.float32)[..., None]
       mean = jnp.sum(seq * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1.0)
@@ -192,7 +194,7 @@ def _save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int):
 
   def sentence_outputs(ids, mask, seg):
     out = run(ids, mask, seg)
-    if result.kind in ('encoder', 'pretraining'):
+    if result.kind in ENCODER_KINDS:
       return {**out, 'input_mask': mask}
     if result.kind == 'classification':
       return {'probabilities': out['probabilities'],

@@ -46,6 +46,7 @@ _HEADS = {
         'qa_outputs/bias': ('cls/squad/output_bias', layouts.SAME),
     },
 }
+_HEADS['masked_lm'] = {k: v for k, v in _HEADS['pretraining'].items() if k.startswith('mlm/')}
 KINDS = ('encoder',) + tuple(_HEADS)  # What this format can hold.
 
 
@@ -135,8 +136,10 @@ def find(path) -> tuple[pathlib.Path, str] | None:
 
 
 def _kind(variables: dict) -> str:
-  if 'cls/predictions/output_bias' in variables or 'cls/seq_relationship/output_bias' in variables:
+  if 'cls/seq_relationship/output_bias' in variables:
     return 'pretraining'
+  if 'cls/predictions/output_bias' in variables:
+    return 'masked_lm'
   if 'cls/squad/output_weights' in variables:
     return 'span'
   if 'output_weights' in variables:

@@ -73,15 +73,34 @@ def mesh_shape(mesh_config, num_devices: int) -> tuple:
   return tuple(sizes)
 
 
+def num_slices(devices) -> int:
+  """TPU slices the devices span (multi-slice jobs: joined over the data center network)."""
+  return len({getattr(d, 'slice_index', 0) for d in devices})
+
+
+def device_grid(shape: tuple, devices) -> np.ndarray:
+  """Devices laid out as a (data, fsdp, tensor) array. Within a slice the layout follows the
+  ICI topology; across slices only `data` is split, so that the fsdp and tensor collectives
+  (every layer) stay on ICI and just the gradient reduction crosses the slower DCN."""
+  slices = num_slices(devices)
+  if slices > 1:
+    if shape[0] % slices:
+      raise ValueError(f'mesh {dict(zip(MESH_AXES, shape, strict=True))} over {slices} slices: '
+                       f'mesh.data must be a multiple of {slices} (only data parallelism '
+                       'crosses slices); lower mesh.fsdp or mesh.tensor to fit one slice.')
+    return mesh_utils.create_hybrid_device_mesh((shape[0] // slices, *shape[1:]),
+                                                (slices, 1, 1), devices)
+  try:  # Topology-aware placement (ICI rings on TPU); falls back for simulated/odd layouts.
+    return mesh_utils.create_device_mesh(shape, devices)
+  except (ValueError, NotImplementedError, AssertionError):
+    return np.asarray(devices).reshape(shape)
+
+
 def make_mesh(mesh_config, devices=None) -> jax.sharding.Mesh:
   """A (data, fsdp, tensor) mesh over all devices, laid out to follow the physical topology."""
   devices = jax.devices() if devices is None else devices
-  shape = mesh_shape(mesh_config, len(devices))
-  try:  # Topology-aware placement (ICI rings on TPU); falls back for simulated/odd layouts.
-    grid = mesh_utils.create_device_mesh(shape, devices)
-  except (ValueError, NotImplementedError, AssertionError):
-    grid = np.asarray(devices).reshape(shape)
-  mesh = jax.sharding.Mesh(grid, MESH_AXES)
+  mesh = jax.sharding.Mesh(device_grid(mesh_shape(mesh_config, len(devices)), devices),
+                           MESH_AXES)
   logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
                jax.process_count())
   return mesh

@@ -25,6 +25,7 @@ from bertjax.text import tokenizer
 
 SENTENCES = hf_checkpoint_test.SENTENCES
 CLASSES = {'encoder': transformers.BertModel, 'pretraining': transformers.BertForPreTraining,
+           'masked_lm': transformers.BertForMaskedLM,
            'classification': transformers.BertForSequenceClassification,
            'regression': transformers.BertForSequenceClassification,
            'span': transformers.BertForQuestionAnswering,
@@ -41,14 +42,15 @@ def load_reporting(cls, directory):
 def random_bundle(kind, minilm_dir, num_labels=3):
   """A small random model of `kind`, as bertjax's own module initialises it."""
   cfg = encoder.default_config(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
-                               mlp_dim=64, max_position_embeddings=64)
+                               mlp_dim=64, max_position_embeddings=64, nsp=kind != 'masked_lm')
   module = {'encoder': encoder.BertEncoder(cfg), 'pretraining': heads.BertForPreTraining(cfg),
+            'masked_lm': heads.BertForPreTraining(cfg),
             'classification': heads.BertForSequenceClassification(cfg, num_labels),
             'regression': heads.BertForSequenceClassification(cfg, 1),
             'span': heads.BertForQuestionAnswering(cfg),
             'tagging': heads.BertForTokenClassification(cfg, num_labels)}[kind]
   batch = heads.dummy_batch(1, 4, 2)
-  if kind != 'pretraining':
+  if kind not in ('pretraining', 'masked_lm'):
     batch.pop('masked_lm_positions')
   params = nn.unbox(module.init(jax.random.key(1), **batch)['params'])
   # Non-zero biases and LayerNorms, so that a misplaced one would show.
@@ -77,13 +79,17 @@ def test_transformers_loads_every_kind_with_equal_outputs(kind, minilm_dir, tmp_
   batch = hf_checkpoint_test.hf_batch(out, SENTENCES, SENTENCES[::-1])
   with torch.no_grad():
     theirs = ref(**hf_checkpoint_test.torch_inputs(batch))
-  if kind == 'pretraining':
+  if kind in ('pretraining', 'masked_lm'):
     positions = np.tile(np.arange(0, 8, dtype=np.int32), (len(SENTENCES), 1))
     mlm, nsp = module.apply({'params': params}, **batch, masked_lm_positions=positions)
-    ref_mlm = np.take_along_axis(theirs.prediction_logits.numpy(), positions[..., None], 1)
+    logits = theirs.prediction_logits if kind == 'pretraining' else theirs.logits
+    ref_mlm = np.take_along_axis(logits.numpy(), positions[..., None], 1)
     np.testing.assert_allclose(np.asarray(mlm), ref_mlm, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(np.asarray(nsp), theirs.seq_relationship_logits.numpy(),
-                               atol=1e-5, rtol=0)
+    if kind == 'pretraining':
+      np.testing.assert_allclose(np.asarray(nsp), theirs.seq_relationship_logits.numpy(),
+                                 atol=1e-5, rtol=0)
+    else:
+      assert nsp is None and not any(k.startswith('nsp/') for k in result.params)
     return
   ours = module.apply({'params': params}, **batch)
   if kind == 'encoder':

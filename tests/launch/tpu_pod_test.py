@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from launch import cloud
 from launch import tpu_pod
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -105,7 +106,7 @@ def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
 def test_restarts_run_out_after_max_restarts(tmp_path):
   code, _, calls = launch(tmp_path, '--git_ref=git+https://example.org/bertjax@v1',
                           '--max_restarts=1', exits=['255', '255'])
-  assert code == tpu_pod.PREEMPTED_EXIT
+  assert code == cloud.PREEMPTED_EXIT
   assert sum(c[:4] == CREATE[:4] for c in calls) == 2
 
 
@@ -143,4 +144,4 @@ def test_bad_requests_are_refused_with_the_valid_choices(tpu, workdir, message):
 def test_a_single_host_slice_may_use_a_local_workdir():
   tpu_pod.check(tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-8'), '/tmp/run')
   assert tpu_pod.Slice('b', 'us-east5-a', 'v5p-32').hosts == 4
-  assert tpu_pod.SLICES['v6e-16'] == (4, 'v6e:4x4')
+  assert cloud.SLICES['v6e-16'] == (4, 'v6e:4x4')

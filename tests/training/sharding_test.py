@@ -1,11 +1,13 @@
 """Mesh construction, the logical-axis rules, and batch divisibility checks."""
 
 import sys
+import types
 
 from absl import flags
 import jax
 import ml_collections
 from ml_collections import config_flags
+import numpy as np
 import pytest
 
 from bertjax.model import heads
@@ -88,3 +90,29 @@ def test_batch_split_follows_the_rules():
   sharding.check_divisible(6, mesh, rules)
   with pytest.raises(ValueError, match=r'data-parallel size 2 \(mesh data=2\)'):
     sharding.check_divisible(5, mesh, rules)
+
+
+def _fake_devices(num, per_slice):
+  return [types.SimpleNamespace(id=i, slice_index=i // per_slice, process_index=i // 2,
+                                device_kind='fake', platform='cpu') for i in range(num)]
+
+
+def test_across_slices_only_the_data_axis_is_split():
+  grid = sharding.device_grid((4, 2, 1), _fake_devices(8, per_slice=4))
+  slice_of = np.vectorize(lambda d: d.slice_index)(grid)
+  # Each fsdp group (one data row) lives in one slice; the slices split the data rows.
+  assert (slice_of == slice_of[:, :1, :]).all()
+  assert slice_of[:, 0, 0].tolist() == [0, 0, 1, 1]
+  assert sorted(d.id for d in grid.ravel()) == list(range(8))
+
+
+def test_an_fsdp_axis_wider_than_a_slice_is_refused():
+  with pytest.raises(ValueError, match='mesh.data must be a multiple of 2'):
+    sharding.device_grid((1, 8, 1), _fake_devices(8, per_slice=4))
+
+
+def test_one_slice_keeps_the_plain_layout():
+  devices = _fake_devices(8, per_slice=8)
+  assert sharding.num_slices(devices) == 1
+  grid = sharding.device_grid((4, 2, 1), devices)
+  assert [d.id for d in grid.ravel()] == list(range(8))

@@ -1,0 +1,52 @@
+"""What Cloud TPU offers (zones, VM images, slice shapes) and the command runner the launchers
+(tpu_pod.py, gke_jobset.py) share."""
+
+import shlex
+import subprocess
+
+# Zones that host each TPU generation (cloud.google.com/tpu/docs/regions-zones, 2025).
+ZONES = {
+    'v4': ('us-central2-b',),
+    'v5litepod': ('us-central1-a', 'us-south1-a', 'us-west1-c', 'us-west4-a', 'europe-west4-b',
+                  'asia-southeast1-b'),
+    'v5p': ('us-central1-a', 'us-east5-a', 'europe-west4-b'),
+    'v6e': ('us-central1-b', 'us-east1-d', 'us-east5-a', 'us-east5-b', 'europe-west4-a',
+            'asia-northeast1-b'),
+}
+# The TPU VM image of each generation (the base images; jax[tpu] is installed on top).
+RUNTIMES = {'v4': 'tpu-ubuntu2204-base', 'v5litepod': 'v2-alpha-tpuv5-lite',
+            'v5p': 'v2-alpha-tpuv5', 'v6e': 'v2-alpha-tpuv6e'}
+# Accelerator type -> (hosts, libtpu topology for launch/aot_compile.py). v5e/v6e count chips
+# (8 on one host up to 8, else 4 per host); v4/v5p count TensorCores (2 per chip, 4 chips/host).
+SLICES = {
+    **{f'v5litepod-{n}': (1 if n <= 8 else n // 4, f'v5e:{t}') for n, t in
+       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
+        (128, '8x16'), (256, '16x16'))},
+    **{f'v6e-{n}': (1 if n <= 8 else n // 4, f'v6e:{t}') for n, t in
+       ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'), (32, '4x8'), (64, '8x8'),
+        (128, '8x16'), (256, '16x16'))},
+    **{f'v5p-{n}': (n // 8, f'v5p:{t}') for n, t in
+       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
+        (256, '4x4x8'), (512, '4x8x8'))},
+    **{f'v4-{n}': (n // 8, f'v4:{t}') for n, t in
+       ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
+        (256, '4x4x8'), (512, '4x8x8'))},
+}
+PREEMPTED_EXIT = 75  # What a launcher exits with when its restarts are spent on preemptions.
+
+
+class Runner:
+  """Runs (or, dry, prints) commands; every command is printed before it runs."""
+
+  def __init__(self, dry_run: bool):
+    self.dry_run = dry_run
+
+  def __call__(self, cmd, *, check: bool = True, capture: bool = False):
+    print(shlex.join(cmd), flush=True)
+    if self.dry_run:
+      return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n' if capture else None)
+    result = subprocess.run(cmd, check=False, text=True,
+                            stdout=subprocess.PIPE if capture else None)
+    if check and result.returncode:
+      raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
+    return result

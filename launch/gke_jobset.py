@@ -1,0 +1,224 @@
+r"""Runs bertjax.main on GKE TPU node pools as a JobSet: one or several slices (multi-slice).
+
+  docker build -f launch/Dockerfile -t us-docker.pkg.dev/PROJECT/bertjax/bertjax:v1 . && \
+      docker push us-docker.pkg.dev/PROJECT/bertjax/bertjax:v1
+  python -m launch.gke_jobset --name=bert-large --accelerator_type=v5litepod-16 \
+      --num_slices=2 --image=us-docker.pkg.dev/PROJECT/bertjax/bertjax:v1 \
+      --workdir=gs://BUCKET/runs/large --spot --apply -- \
+      --config=configs/pretrain.py:size=large,vocab=30522 \
+      --config.data.train_files=gs://BUCKET/data/train128-* ...
+
+Writes <name>.jobset.yaml (or --output): a JobSet with one child Job per slice, each Job one
+pod per TPU host of the slice (`exclusive-topology`: a slice's pods share one node pool), every
+pod running `python3 -m bertjax.main <flags after --> --workdir=<workdir>`. jax.distributed finds
+its peers from what GKE sets on TPU pods (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID); with
+--num_slices > 1 the manifest adds the MEGASCALE_* variables that join the slices over the data
+center network, and bertjax's mesh puts the `data` axis across slices (fsdp and tensor stay
+inside one). When a pod fails or a spot node is reclaimed, JobSet re-creates all the Jobs (up to
+--max_restarts) and the run resumes from its last checkpoint in the bucket.
+
+With --apply (needs kubectl pointed at the cluster): `kubectl apply`, slice 0 worker 0's log
+streamed (again after each restart), the JobSet deleted at the end (--keep leaves it). --dry_run
+prints every command and runs none. Tests: tests/launch/gke_jobset_test.py (a fake kubectl).
+"""
+
+import pathlib
+import shlex
+import sys
+
+from absl import app
+from absl import flags
+import yaml
+
+from launch import cloud
+
+# GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).
+ACCELERATORS = {'v4': 'tpu-v4-podslice', 'v5litepod': 'tpu-v5-lite-podslice',
+                'v5p': 'tpu-v5p-slice', 'v6e': 'tpu-v6e-slice'}
+JOB = 'slice'  # The replicated job's name: pods are <name>-slice-<slice>-<host>.
+COMPLETED, FAILED = 'Completed', 'Failed'  # The JobSet's status.terminalState.
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Flags exist only when this module is the program (tests import the functions)."""
+  flags.DEFINE_string('name', None, 'JobSet name (lowercase letters, digits, -).')
+  flags.DEFINE_string('accelerator_type', None, 'Per slice, e.g. v5litepod-16, v6e-8.')
+  flags.DEFINE_integer('num_slices', 1, 'Slices joined over DCN (multi-slice).')
+  flags.DEFINE_string('image', None, 'Container image with bertjax (launch/Dockerfile).')
+  flags.DEFINE_string('workdir', None, 'Run directory in a bucket: gs://...')
+  flags.DEFINE_bool('spot', False, 'Schedule on spot node pools (the run resumes).')
+  flags.DEFINE_integer('max_restarts', 10, 'JobSet restarts (preemptions).')
+  flags.DEFINE_string('output', '', 'Manifest path (default <name>.jobset.yaml).')
+  flags.DEFINE_bool('apply', False, 'kubectl apply it, stream the log, delete at end.')
+  flags.DEFINE_bool('keep', False, 'With --apply: leave the JobSet at the end.')
+  flags.DEFINE_bool('dry_run', False, 'Print the kubectl commands; run none.')
+
+
+def chips_per_host(accelerator_type: str) -> int:
+  """google.com/tpu per pod: the chips of one host (v5e/v6e count chips, v4/v5p cores)."""
+  generation, size = accelerator_type.rsplit('-', 1)
+  hosts = cloud.SLICES[accelerator_type][0]
+  chips = int(size) if generation in ('v5litepod', 'v6e') else int(size) // 2
+  return chips // hosts
+
+
+def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir: str):
+  """Refuses what GKE would reject late or what would run wrong: names, types, a local path."""
+  if accelerator_type not in cloud.SLICES:
+    raise ValueError(f'unknown accelerator type {accelerator_type!r}; known: '
+                     f'{", ".join(cloud.SLICES)}')
+  if not name or not all(c.islower() or c.isdigit() or c == '-' for c in name):
+    raise ValueError(f'--name={name!r}: a JobSet name is lowercase letters, digits and -')
+  if num_slices < 1:
+    raise ValueError(f'--num_slices={num_slices}: at least 1')
+  if not image:
+    raise ValueError('--image is required: an image with bertjax installed, built by '
+                     '`docker build -f launch/Dockerfile -t IMAGE .` and pushed')
+  if not workdir.startswith('gs://'):
+    raise ValueError(f'--workdir={workdir!r}: pods share no local disk and lose it on a '
+                     'restart; use a bucket, --workdir=gs://BUCKET/runs/NAME')
+
+
+def _annotation(key: str) -> dict:
+  return {'valueFrom': {'fieldRef': {'fieldPath': f"metadata.annotations['{key}']"}}}
+
+
+def environment(num_slices: int) -> list[dict]:
+  """Multi-slice: where slice 0's first pod listens, how many slices, which one this is."""
+  if num_slices == 1:
+    return []
+  return [
+      {'name': 'JOBSET_NAME', **_annotation('jobset.sigs.k8s.io/jobset-name')},
+      {'name': 'MEGASCALE_COORDINATOR_ADDRESS',
+       'value': f'$(JOBSET_NAME)-{JOB}-0-0.$(JOBSET_NAME)'},  # Slice 0's first pod.
+      {'name': 'MEGASCALE_NUM_SLICES', 'value': str(num_slices)},
+      {'name': 'MEGASCALE_SLICE_ID', **_annotation('jobset.sigs.k8s.io/job-index')},
+  ]
+
+
+def manifest(name: str, accelerator_type: str, num_slices: int, image: str, workdir: str,
+             main_args, *, spot: bool = False, max_restarts: int = 10) -> dict:
+  """The JobSet, as a dict (yaml.safe_dump writes it)."""
+  check(name, accelerator_type, num_slices, image, workdir)
+  generation = accelerator_type.rsplit('-', 1)[0]
+  hosts, topology = cloud.SLICES[accelerator_type]
+  selector = {'cloud.google.com/gke-tpu-accelerator': ACCELERATORS[generation],
+              'cloud.google.com/gke-tpu-topology': topology.split(':')[1]}
+  pod = {
+      'restartPolicy': 'Never',
+      # The slices' collectives run over the host network (DCN); names resolve as in-cluster.
+      'hostNetwork': True,
+      'dnsPolicy': 'ClusterFirstWithHostNet',
+      'nodeSelector': selector,
+      'containers': [{
+          'name': 'bertjax',
+          'image': image,
+          'command': ['python3', '-m', 'bertjax.main', *main_args, f'--workdir={workdir}'],
+          'ports': [{'containerPort': 8471}, {'containerPort': 8080}],  # TPU runtime, DCN.
+          'env': environment(num_slices),
+          'resources': {'limits': {'google.com/tpu': chips_per_host(accelerator_type)}},
+      }],
+  }
+  if spot:
+    selector['cloud.google.com/gke-spot'] = 'true'
+    pod['tolerations'] = [{'key': 'cloud.google.com/gke-spot', 'operator': 'Equal',
+                           'value': 'true', 'effect': 'NoSchedule'}]
+  if not pod['containers'][0]['env']:
+    del pod['containers'][0]['env']
+  return {
+      'apiVersion': 'jobset.x-k8s.io/v1alpha2',
+      'kind': 'JobSet',
+      'metadata': {'name': name, 'annotations': {
+          # One slice per node pool, and a slice's pods all in the same one (ICI).
+          'alpha.jobset.sigs.k8s.io/exclusive-topology': 'cloud.google.com/gke-nodepool'}},
+      'spec': {
+          # Any pod failing (a preempted spot node included) restarts every Job: the run
+          # resumes from its checkpoint. backoffLimit 0: no Job retries a lone pod.
+          'failurePolicy': {'maxRestarts': max_restarts},
+          'replicatedJobs': [{'name': JOB, 'replicas': num_slices, 'template': {'spec': {
+              'parallelism': hosts, 'completions': hosts, 'backoffLimit': 0,
+              'template': {'spec': pod}}}}],
+      },
+  }
+
+
+def write(spec: dict, path: pathlib.Path) -> pathlib.Path:
+  path.write_text(yaml.safe_dump(spec, sort_keys=False))
+  return path
+
+
+def _worker0(name: str) -> str:
+  return (f'jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/job-index=0,'
+          'batch.kubernetes.io/job-completion-index=0')
+
+
+def apply_command(path) -> list[str]:
+  return ['kubectl', 'apply', '-f', str(path)]
+
+
+def wait_command(name: str) -> list[str]:
+  return ['kubectl', 'wait', '--for=condition=Ready', 'pod', f'--selector={_worker0(name)}',
+          '--timeout=3600s']
+
+
+def logs_command(name: str) -> list[str]:
+  return ['kubectl', 'logs', '--follow', f'--selector={_worker0(name)}', '--tail=-1']
+
+
+def state_command(name: str) -> list[str]:
+  return ['kubectl', 'get', 'jobset', name, '-o', 'jsonpath={.status.terminalState}']
+
+
+def delete_command(name: str) -> list[str]:
+  return ['kubectl', 'delete', 'jobset', name, '--ignore-not-found']
+
+
+def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
+               max_restarts: int = 10) -> int:
+  """Applies the manifest and follows slice 0 worker 0 through JobSet's restarts: 0 when the
+  JobSet completed, 1 when it failed (its restarts spent)."""
+  try:
+    run(apply_command(path))
+    for _ in range(max_restarts + 1):
+      run(wait_command(name), check=False)
+      run(logs_command(name), check=False)
+      state = COMPLETED if run.dry_run else run(state_command(name), capture=True,
+                                                check=False).stdout.strip()
+      if state in (COMPLETED, FAILED):
+        print(f'gke_jobset: {name} {state.lower()}', flush=True)
+        return 0 if state == COMPLETED else 1
+      print(f'gke_jobset: {name} is restarting (a pod failed or was preempted); the run '
+            'resumes from its last checkpoint', flush=True)
+    return cloud.PREEMPTED_EXIT
+  finally:
+    if not keep:
+      run(delete_command(name), check=False)
+
+
+def main(argv):
+  try:
+    spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
+                    FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
+  except ValueError as e:
+    print(f'gke_jobset: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  path = write(spec, pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
+  print(f'gke_jobset: wrote {path}', flush=True)
+  if not (FLAGS.apply or FLAGS.dry_run):
+    print(f'apply it with: {shlex.join(apply_command(path))}')
+    return
+  try:
+    code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run), keep=FLAGS.keep,
+                      max_restarts=FLAGS.max_restarts)
+  except RuntimeError as e:  # kubectl apply failed (no cluster, no JobSet CRD): said by kubectl.
+    print(f'gke_jobset: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  sys.exit(code)
+
+
+if __name__ == '__main__':
+  _define_flags()
+  flags.mark_flags_as_required(['name', 'accelerator_type', 'workdir'])
+  app.run(main)

@@ -1,0 +1,156 @@
+"""The GKE JobSet manifest (single and multi-slice) and the kubectl command lines, against a
+fake kubectl that records its arguments."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from launch import gke_jobset
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+IMAGE = 'us-docker.pkg.dev/p/bertjax/bertjax:v1'
+MAIN_ARGS = ['--config=configs/pretrain.py:size=large,vocab=30522',
+             '--config.data.train_files=gs://b/train-*']
+FAKE_KUBECTL = '''#!{python}
+"""Records its arguments; answers `get jobset` from a scripted list of terminal states."""
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ['FAKE_LOG'], 'a') as f:
+  f.write(json.dumps(args) + '\\n')
+if args[:2] == ['get', 'jobset']:
+  path = os.environ['FAKE_STATES']
+  states = open(path).read().split(',')
+  open(path, 'w').write(','.join(states[1:]))
+  print(states[0])
+elif args[0] == 'logs':
+  print('step 10/10: loss 6.1 (slice 0, worker 0)')
+'''
+
+
+def pod(spec):
+  return spec['spec']['replicatedJobs'][0]['template']['spec']['template']['spec']
+
+
+def test_two_v5e_16_slices():
+  spec = gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE, 'gs://b/runs/large',
+                             MAIN_ARGS, spot=True, max_restarts=5)
+  assert spec['metadata']['annotations'] == {
+      'alpha.jobset.sigs.k8s.io/exclusive-topology': 'cloud.google.com/gke-nodepool'}
+  assert spec['spec']['failurePolicy'] == {'maxRestarts': 5}
+  job = spec['spec']['replicatedJobs'][0]
+  assert (job['name'], job['replicas']) == ('slice', 2)
+  assert {k: job['template']['spec'][k] for k in ('parallelism', 'completions', 'backoffLimit')
+          } == {'parallelism': 4, 'completions': 4, 'backoffLimit': 0}  # 4 hosts of 4 chips.
+  p = pod(spec)
+  assert p['nodeSelector'] == {'cloud.google.com/gke-tpu-accelerator': 'tpu-v5-lite-podslice',
+                               'cloud.google.com/gke-tpu-topology': '4x4',
+                               'cloud.google.com/gke-spot': 'true'}
+  assert p['tolerations'][0]['key'] == 'cloud.google.com/gke-spot'
+  container = p['containers'][0]
+  assert container['image'] == IMAGE
+  assert container['command'] == ['python3', '-m', 'bertjax.main', *MAIN_ARGS,
+                                  '--workdir=gs://b/runs/large']
+  assert container['resources'] == {'limits': {'google.com/tpu': 4}}
+  env = {e['name']: e for e in container['env']}
+  assert env['MEGASCALE_NUM_SLICES']['value'] == '2'
+  assert env['MEGASCALE_COORDINATOR_ADDRESS']['value'] == (
+      '$(JOBSET_NAME)-slice-0-0.$(JOBSET_NAME)')
+  assert env['MEGASCALE_SLICE_ID']['valueFrom']['fieldRef']['fieldPath'] == (
+      "metadata.annotations['jobset.sigs.k8s.io/job-index']")
+
+
+@pytest.mark.parametrize('accelerator_type,hosts,topology,chips', [
+    ('v6e-8', 1, '2x4', 8), ('v5litepod-4', 1, '2x2', 4), ('v5p-32', 4, '2x2x4', 4),
+    ('v4-16', 2, '2x2x2', 4)])
+def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
+  spec = gke_jobset.manifest('bert', accelerator_type, 1, IMAGE, 'gs://b/r', MAIN_ARGS)
+  assert spec['spec']['replicatedJobs'][0]['template']['spec']['parallelism'] == hosts
+  p = pod(spec)
+  assert p['nodeSelector']['cloud.google.com/gke-tpu-topology'] == topology
+  assert p['containers'][0]['resources']['limits']['google.com/tpu'] == chips
+  assert 'env' not in p['containers'][0] and 'tolerations' not in p  # One slice, on demand.
+
+
+@pytest.mark.parametrize('args,message', [
+    (('bert', 'v5e-16', 1, IMAGE, 'gs://b/r'), "unknown accelerator type 'v5e-16'; known: .*"
+                                               'v5litepod-16'),
+    (('Bert_1', 'v6e-8', 1, IMAGE, 'gs://b/r'), 'lowercase letters, digits and -'),
+    (('bert', 'v6e-8', 0, IMAGE, 'gs://b/r'), 'at least 1'),
+    (('bert', 'v6e-8', 1, '', 'gs://b/r'), '--image is required'),
+    (('bert', 'v6e-8', 1, IMAGE, '/tmp/run'), 'pods share no local disk'),
+])
+def test_bad_input_is_refused(args, message):
+  with pytest.raises(ValueError, match=message):
+    gke_jobset.manifest(*args, MAIN_ARGS)
+
+
+def launch(tmp_path, *flags, states=''):
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir(exist_ok=True)
+  fake = bin_dir / 'kubectl'
+  fake.write_text(FAKE_KUBECTL.format(python=sys.executable))
+  fake.chmod(0o755)
+  (tmp_path / 'states').write_text(states)
+  log = tmp_path / 'calls.jsonl'
+  log.write_text('')
+  env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', FAKE_LOG=str(log),
+             FAKE_STATES=str(tmp_path / 'states'))
+  result = subprocess.run(
+      [sys.executable, '-m', 'launch.gke_jobset', '--name=bert-large',
+       '--accelerator_type=v5litepod-16', '--num_slices=2', f'--image={IMAGE}',
+       '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}', *flags, '--',
+       *MAIN_ARGS], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  calls = [json.loads(line) for line in log.read_text().splitlines()]
+  return result.returncode, result.stdout + result.stderr, calls
+
+
+SELECTOR = ('--selector=jobset.sigs.k8s.io/jobset-name=bert-large,jobset.sigs.k8s.io/job-index=0,'
+            'batch.kubernetes.io/job-completion-index=0')
+WAIT = ['wait', '--for=condition=Ready', 'pod', SELECTOR, '--timeout=3600s']
+LOGS = ['logs', '--follow', SELECTOR, '--tail=-1']
+STATE = ['get', 'jobset', 'bert-large', '-o', 'jsonpath={.status.terminalState}']
+DELETE = ['delete', 'jobset', 'bert-large', '--ignore-not-found']
+
+
+def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
+  code, out, calls = launch(tmp_path, '--apply', states=',Completed')
+  assert code == 0, out
+  assert calls == [['apply', '-f', str(tmp_path / 'bert.yaml')], WAIT, LOGS, STATE,
+                   WAIT, LOGS, STATE, DELETE]
+  assert 'bert-large is restarting' in out and 'bert-large completed' in out
+  written = yaml.safe_load((tmp_path / 'bert.yaml').read_text())
+  assert written == gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE,
+                                        'gs://b/runs/large', MAIN_ARGS)
+
+
+def test_a_failed_jobset_exits_1_and_keep_leaves_it(tmp_path):
+  code, out, calls = launch(tmp_path, '--apply', '--keep', states='Failed')
+  assert code == 1, out
+  assert calls[-1] == STATE and DELETE not in calls
+
+
+def test_without_apply_only_the_manifest_is_written(tmp_path):
+  code, out, calls = launch(tmp_path)
+  assert code == 0 and calls == [], out
+  assert f'kubectl apply -f {tmp_path / "bert.yaml"}' in out
+
+
+def test_dry_run_prints_the_commands_and_runs_none(tmp_path):
+  code, out, calls = launch(tmp_path, '--dry_run')
+  assert code == 0 and calls == [], out
+  assert f'kubectl apply -f {tmp_path / "bert.yaml"}\nkubectl wait' in out
+  assert 'kubectl delete jobset bert-large --ignore-not-found' in out
+
+
+def test_a_local_workdir_is_refused_before_anything_runs(tmp_path):
+  bad = subprocess.run(
+      [sys.executable, '-m', 'launch.gke_jobset', '--name=b', '--accelerator_type=v6e-8',
+       f'--image={IMAGE}', '--workdir=/tmp/x', f'--output={tmp_path / "b.yaml"}'],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 2 and 'pods share no local disk' in bad.stderr
+  assert not (tmp_path / 'b.yaml').exists()
