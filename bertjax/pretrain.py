@@ -40,14 +40,17 @@ def loss(model, params, batch, rng, normalizers, *, deterministic):
   """MLM + NSP, each divided by the whole batch's weights (exact under accumulation)."""
   mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
       {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-      batch['masked_lm_positions'], deterministic=deterministic, rngs={'dropout': rng})
+      batch['masked_lm_positions'], deterministic=deterministic, rngs={'dropout': rng},
+      instance_starts=batch.get('instance_starts'))  # Packed rows only.
   return losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers)
 
 
 def normalizers(batch):
   """What each pre-training loss is divided by: the whole (not micro-) batch's weights."""
+  nsp = (jnp.sum(batch['next_sentence_weights']) if 'next_sentence_weights' in batch
+         else jnp.float32(batch['input_ids'].shape[0]))  # Packed: instances, not rows.
   return {'mlm': jnp.maximum(jnp.sum(batch['masked_lm_weights']), 1e-8),
-          'nsp': jnp.float32(batch['input_ids'].shape[0])}
+          'nsp': jnp.maximum(nsp, 1e-8)}
 
 
 def objective(config) -> train_state.Objective:

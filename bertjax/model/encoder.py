@@ -154,6 +154,28 @@ def check_inputs(config: Config, input_ids, segment_ids=None, input_mask=None):
     raise ValueError(f'input_mask shape {np.shape(input_mask)} != input_ids {input_ids.shape}.')
 
 
+def packed_attention_mask(instance_ids_BxL):
+  """[B, L, L]: a token attends to the real tokens of its own instance (a packed row holds
+  several; 0 = padding). Padding queries attend to every real token, as in an unpacked row, so
+  that no softmax row is empty (their outputs are never read)."""
+  query_BxLx1, key_Bx1xL = instance_ids_BxL[:, :, None], instance_ids_BxL[:, None, :]
+  return ((query_BxLx1 == key_Bx1xL) | (query_BxLx1 == 0)) & (key_Bx1xL != 0)
+
+
+def packed_positions(instance_ids_BxL):
+  """Position ids restarting at 0 at each instance's first token (instances are contiguous)."""
+  batch, length = instance_ids_BxL.shape
+  index_BxL = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  starts_BxL = jnp.concatenate([jnp.ones((batch, 1), bool),
+                                instance_ids_BxL[:, 1:] != instance_ids_BxL[:, :-1]], axis=1)
+  return index_BxL - jax.lax.cummax(jnp.where(starts_BxL, index_BxL, 0), axis=1)
+
+
+def _broadcast_mask(mask):
+  """[B, L] key mask or [B, L, L] query x key mask -> broadcastable to [B, H, L, L]."""
+  return mask[:, None, None, :] if mask.ndim == 2 else mask[:, None]
+
+
 def xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout):
   """Plain softmax attention written out, so that attention dropout can be applied."""
   depth = q_BxLxHxK.shape[-1]
@@ -163,7 +185,7 @@ def xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout):
   # Softmax in float32: bfloat16's 8-bit mantissa loses the small probabilities.
   logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)
   neg = jnp.finfo(jnp.float32).min
-  logits_BxHxLxL = jnp.where(mask_BxL[:, None, None, :], logits_BxHxLxL, neg)
+  logits_BxHxLxL = jnp.where(_broadcast_mask(mask_BxL), logits_BxHxLxL, neg)
   probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL, axis=-1).astype(v_BxLxHxK.dtype)
   probs_BxHxLxL = dropout(probs_BxHxLxL)
   return jnp.einsum('bhqs,bshk->bqhk', probs_BxHxLxL, v_BxLxHxK)
@@ -172,7 +194,7 @@ def xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout):
 def fused_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, implementation):
   """jax.nn.dot_product_attention; implementation='cudnn' selects the flash kernel on GPU."""
   return jax.nn.dot_product_attention(
-      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask=mask_BxL[:, None, None, :],
+      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask=_broadcast_mask(mask_BxL),
       implementation=implementation)
 
 
@@ -299,10 +321,11 @@ class Embeddings(nn.Module):
     self.layer_norm = layer_norm(cfg, 'layer_norm')
     self.dropout = kernels.Dropout(rate=cfg.dropout_rate)
 
-  def __call__(self, input_ids_BxL, segment_ids_BxL, deterministic: bool):
+  def __call__(self, input_ids_BxL, segment_ids_BxL, deterministic: bool, positions_BxL=None):
     length = input_ids_BxL.shape[1]
+    positions = jnp.arange(length)[None] if positions_BxL is None else positions_BxL
     x_BxLxD = (self.word_embeddings(input_ids_BxL)
-               + self.position_embeddings(jnp.arange(length))[None]
+               + self.position_embeddings(positions)
                + self.token_type_embeddings(segment_ids_BxL))
     x_BxLxD = self.layer_norm(x_BxLxD)
     return self.dropout(x_BxLxD, deterministic=deterministic)
@@ -341,15 +364,22 @@ class BertEncoder(nn.Module):
                            bias_init=zeros(('mlp',)))
 
   def __call__(self, input_ids, input_mask, segment_ids, deterministic=True,
-               return_hidden_states=False):
+               return_hidden_states=False, instance_starts=None):
     """[B, L] ids, mask, segments -> (sequence_output_BxLxD, pooled_output_BxD), compute dtype.
+
+    Packed rows (several instances each): input_mask holds instance ids (1, 2, ...; 0 = padding)
+    and instance_starts [B, N] the position of each instance's [CLS]. Attention then stays
+    inside an instance, positions restart at each, and the pooled output is [B, N, D], one per
+    instance: the same numbers as the instances run one per row.
 
     return_hidden_states=True adds a third output, every layer's output stacked [N+1, B, L, D]
     (the embeddings first, as transformers' output_hidden_states); a trace-time switch, so off
     costs nothing. It needs unscanned layers.
     """
-    mask_BxL = input_mask.astype(bool)
-    x_BxLxD = self.embeddings(input_ids, segment_ids, deterministic)
+    packed = instance_starts is not None
+    mask_BxL = packed_attention_mask(input_mask) if packed else input_mask.astype(bool)
+    x_BxLxD = self.embeddings(input_ids, segment_ids, deterministic,
+                              packed_positions(input_mask) if packed else None)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
     hidden = [x_BxLxD]
     if self.config.scan_layers:
@@ -361,7 +391,11 @@ class BertEncoder(nn.Module):
       for layer in self.layers:
         x_BxLxD = layer(x_BxLxD, mask_BxL, deterministic)
         hidden.append(x_BxLxD)
-    pooled_BxD = jnp.tanh(self.pooler(x_BxLxD[:, 0]))
+    if packed:
+      cls_BxNxD = jnp.take_along_axis(x_BxLxD, instance_starts[..., None], axis=1)
+      pooled_BxD = jnp.tanh(self.pooler(cls_BxNxD))  # [B, N, D] when packed.
+    else:
+      pooled_BxD = jnp.tanh(self.pooler(x_BxLxD[:, 0]))
     if return_hidden_states:
       return x_BxLxD, pooled_BxD, jnp.stack(hidden)
     return x_BxLxD, pooled_BxD

@@ -106,10 +106,13 @@ class BertForPreTraining(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions,
-               deterministic=True):
+               deterministic=True, instance_starts=None):
+    """Packed rows (instance_starts [B, N], input_mask = instance ids): one NSP prediction per
+    instance, [B, N, 2], read at its own [CLS]."""
     cfg = self.config
     bert = encoder.BertEncoder(cfg, name='bert')
-    x_BxLxD, pooled_BxD = bert(input_ids, input_mask, segment_ids, deterministic)
+    x_BxLxD, pooled_BxD = bert(input_ids, input_mask, segment_ids, deterministic,
+                               instance_starts=instance_starts)
     x_BxPxD = gather_positions(x_BxLxD, masked_lm_positions)
     mlm_logits_BxPxV = MaskedLmHead(cfg, name='mlm')(x_BxPxD, bert.word_embedding_table())
     if not cfg.nsp:

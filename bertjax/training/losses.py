@@ -41,8 +41,9 @@ def is_argmax(logits_BxPxV, ids_BxP):
 
 
 def next_sentence(logits_Bx2, next_sentence_labels_B, example_weight_B=None):
-  """NSP cross-entropy and accuracy; example_weight (0 for padding examples) defaults to 1."""
-  labels_B = next_sentence_labels_B.reshape(-1)
+  """NSP cross-entropy and accuracy; example_weight (0 for padding examples) defaults to 1.
+  Packed rows: logits [B, N, 2], labels and weights [B, N] (0 = no instance there)."""
+  labels_B = next_sentence_labels_B.reshape(logits_Bx2.shape[:-1])
   weights_B = (jnp.ones(labels_B.shape, jnp.float32) if example_weight_B is None
                else example_weight_B)
   metrics = classification(logits_Bx2, labels_B, weights_B)
@@ -57,8 +58,8 @@ def pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers=None):
   """
   metrics = masked_lm(mlm_logits_BxPxV, batch['masked_lm_ids'], batch['masked_lm_weights'])
   if 'next_sentence_labels' in batch:  # Absent when pre-training without NSP (RoBERTa-style).
-    metrics.update(next_sentence(nsp_logits_Bx2, batch['next_sentence_labels'],
-                                 batch.get('example_weight')))
+    weights = batch.get('next_sentence_weights', batch.get('example_weight'))
+    metrics.update(next_sentence(nsp_logits_Bx2, batch['next_sentence_labels'], weights))
   loss = 0.0
   for name in ('mlm', 'nsp'):
     if f'{name}_loss' in metrics:
