@@ -14,6 +14,7 @@ import sys
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+from bertjax import accelerators  # noqa: E402
 from bertjax import console  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 
@@ -47,17 +48,6 @@ _PROCESS_ID = flags.DEFINE_integer(
 flags.mark_flags_as_required(['config'])
 
 JOBS = ('pretrain', 'finetune', 'embed')
-
-
-def hide_accelerators_from_tf():
-  """Keeps TensorFlow on the CPU so that it takes no GPU/TPU memory from JAX."""
-  with console.stderr_held():
-    try:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    except ImportError:
-      return
-    tf.config.set_visible_devices([], 'GPU')
-    tf.config.set_visible_devices([], 'TPU')
 
 
 def _cluster_detected() -> bool:
@@ -144,7 +134,7 @@ def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   console.install()
-  hide_accelerators_from_tf()
+  accelerators.hide_from_tensorflow()
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == 'cpu':

@@ -38,13 +38,14 @@ PREEMPTED_EXIT = 75  # What a launcher exits with when its restarts are spent on
 class Runner:
   """Runs (or, dry, prints) commands; every command is printed before it runs."""
 
-  def __init__(self, dry_run: bool):
+  def __init__(self, dry_run: bool, dry_output: str = ''):
     self.dry_run = dry_run
+    self.dry_output = dry_output  # What a captured command "prints" in a dry run.
 
   def __call__(self, cmd, *, check: bool = True, capture: bool = False):
     print(shlex.join(cmd), flush=True)
     if self.dry_run:
-      return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n' if capture else None)
+      return subprocess.CompletedProcess(cmd, 0, f'{self.dry_output}\n' if capture else None)
     result = subprocess.run(cmd, check=False, text=True,
                             stdout=subprocess.PIPE if capture else None)
     if check and result.returncode:

@@ -22,6 +22,7 @@ streamed (again after each restart), the JobSet deleted at the end (--keep leave
 prints every command and runs none. Tests: tests/launch/gke_jobset_test.py (a fake kubectl).
 """
 
+import math
 import pathlib
 import shlex
 import sys
@@ -57,11 +58,9 @@ def _define_flags():
 
 
 def chips_per_host(accelerator_type: str) -> int:
-  """google.com/tpu per pod: the chips of one host (v5e/v6e count chips, v4/v5p cores)."""
-  generation, size = accelerator_type.rsplit('-', 1)
-  hosts = cloud.SLICES[accelerator_type][0]
-  chips = int(size) if generation in ('v5litepod', 'v6e') else int(size) // 2
-  return chips // hosts
+  """google.com/tpu per pod: the slice's chips (its topology's product) over its hosts."""
+  hosts, topology = cloud.SLICES[accelerator_type]
+  return math.prod(int(n) for n in topology.split(':')[1].split('x')) // hosts
 
 
 def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir: str):
@@ -184,8 +183,7 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
     for _ in range(max_restarts + 1):
       run(wait_command(name), check=False)
       run(logs_command(name), check=False)
-      state = COMPLETED if run.dry_run else run(state_command(name), capture=True,
-                                                check=False).stdout.strip()
+      state = run(state_command(name), capture=True, check=False).stdout.strip()
       if state in (COMPLETED, FAILED):
         print(f'gke_jobset: {name} {state.lower()}', flush=True)
         return 0 if state == COMPLETED else 1
@@ -210,8 +208,8 @@ def main(argv):
     print(f'apply it with: {shlex.join(apply_command(path))}')
     return
   try:
-    code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run), keep=FLAGS.keep,
-                      max_restarts=FLAGS.max_restarts)
+    code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run, dry_output=COMPLETED),
+                      keep=FLAGS.keep, max_restarts=FLAGS.max_restarts)
   except RuntimeError as e:  # kubectl apply failed (no cluster, no JobSet CRD): said by kubectl.
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)

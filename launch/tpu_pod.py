@@ -188,7 +188,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
       run(run_command(tpu, main_args, workdir))
       exit_code = run(stream_command(tpu), check=False).returncode
       state = run(state_command(tpu), capture=True, check=False).stdout.strip()
-      if not was_preempted(exit_code, state) or run.dry_run:
+      if not was_preempted(exit_code, state):
         return exit_code
     return cloud.PREEMPTED_EXIT
   finally:
@@ -200,7 +200,8 @@ def main(argv):
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:
-    code = launch(tpu, argv[1:], _WORKDIR.value, run=cloud.Runner(_DRY_RUN.value),
+    code = launch(tpu, argv[1:], _WORKDIR.value,
+                  run=cloud.Runner(_DRY_RUN.value, dry_output='ACTIVE'),
                   git_ref=_GIT_REF.value, aot_check=_AOT_CHECK.value, keep=_KEEP.value,
                   max_restarts=_MAX_RESTARTS.value, poll_s=_POLL_S.value)
   except (ValueError, RuntimeError) as e:

@@ -19,7 +19,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import safetensors
-import tensorflow as tf
 
 from bertjax import pretrain as pretrain_job
 from bertjax.input import global_batch
@@ -31,6 +30,7 @@ from bertjax.training import checkpoint
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
+from bertjax.training import summaries
 from bertjax.training import train_state
 from configs import finetune as finetune_config
 from configs import pretrain
@@ -292,11 +292,7 @@ def checkpoint_steps(workdir):
 
 
 def event_tags(workdir):
-  tags = set()
-  for path in pathlib.Path(workdir).glob('events.out.tfevents.*'):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      tags.update(value.tag for value in event.summary.value)
-  return tags
+  return set(summaries.read_scalars(str(workdir)))
 
 
 @pytest.fixture(scope='module')
