@@ -79,6 +79,12 @@ _TOKENIZER = flags.DEFINE_enum(
     'WordPiece path (same ids either way): fast (tensorflow-text, needs TF: ~2.5 s to start '
     'per worker), reference (pure Python, ~4x slower per token), auto: fast past '
     f'{writer.FAST_TOKENIZER_MIN_BYTES >> 20} MiB of input per worker.')
+_PACK = flags.DEFINE_bool(
+    'pack', False, 'Pack several instances into each row of max_seq_length (first-fit '
+    'decreasing within batches of 1024 instances): far less padding; train with '
+    '--config.data.max_instances_per_row set to --max_instances_per_row.')
+_MAX_INSTANCES_PER_ROW = flags.DEFINE_integer(
+    'max_instances_per_row', 3, 'With --pack: the most instances in one row (MLPerf BERT: 3).')
 _MAX_LINE_BYTES = flags.DEFINE_integer('max_line_bytes', 100_000,
                                        'Longer lines are skipped and counted.')
 
@@ -92,7 +98,8 @@ def main(argv):
       dupe_factor=_DUPE_FACTOR.value, do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
       static_masking=_STATIC_MASKING.value, nsp=_NSP.value,
       pool_documents=_POOL_DOCUMENTS.value,
-      pool_tokens=_POOL_TOKENS.value)
+      pool_tokens=_POOL_TOKENS.value,
+      max_instances_per_row=_MAX_INSTANCES_PER_ROW.value if _PACK.value else 1)
   try:
     report = writer.create(
         _INPUT_FILE.value, _OUTPUT_FILE.value, settings, vocab_file=_VOCAB_FILE.value,
@@ -106,10 +113,12 @@ def main(argv):
     print(f'create_pretraining_data: error: {e}', file=sys.stderr)
     sys.exit(1)
   counts, skipped = report['counts'], report['skipped']['counts']
-  print(f"wrote {counts['instances']} instances from {counts['documents']} documents to "
+  packed = (f" packed into {counts['rows']} rows" if settings.max_instances_per_row > 1 else '')
+  print(f"wrote {counts['instances']} instances{packed} from {counts['documents']} documents to "
         f"{len(report['output_files'])} shard(s) with {report['settings']['num_workers']} "
         f"worker(s) in {report['seconds']:.1f}s; [UNK] {report['unk_fraction']:.2%} of "
-        f"{counts['document_tokens']} tokens; skipped: {skipped or 'nothing'}; report: "
+        f"{counts['document_tokens']} tokens; padding {report['padding_fraction']:.1%} of the "
+        f"rows; skipped: {skipped or 'nothing'}; report: "
         f"{report['report_file']}")
 
 

@@ -65,7 +65,8 @@ def eval_step(params, batch, *, model):
   """Eval metrics of one batch as (sum, weight); padding examples weigh 0."""
   mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
       {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-      batch['masked_lm_positions'], deterministic=True)
+      batch['masked_lm_positions'], deterministic=True,
+      instance_starts=batch.get('instance_starts'))
   _, metrics = losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch)
   return metrics
 
@@ -157,7 +158,7 @@ def phases(config, workdir) -> list[Phase]:
       train, eval_ = embedded.pretraining_files(
           f'{workdir}/data', max_seq_length=seq, max_predictions_per_seq=predictions,
           dupe_factor=data.dupe_factor, static_masking=not data.dynamic_masking,
-          nsp=config.model.nsp)
+          nsp=config.model.nsp, max_instances_per_row=data.max_instances_per_row)
     result.append(Phase(first, end, seq, predictions, train, eval_))
   return result
 
@@ -191,7 +192,8 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
   masked = not config.data.dynamic_masking
   spec = input_pipeline.feature_spec(phase.max_seq_length, phase.max_predictions_per_seq,
-                                     masked=masked, nsp=config.model.nsp)
+                                     masked=masked, nsp=config.model.nsp,
+                                     max_instances_per_row=config.data.max_instances_per_row)
   checked = []
   for files in (phase.train_files, phase.eval_files):
     checked.append(file_set.resolve(files) if files else None)
@@ -288,7 +290,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
           max_seq_length=phase.max_seq_length,
           max_predictions_per_seq=phase.max_predictions_per_seq, seed=config.seed,
           start_example=start, masking=masking, num_lanes=data.num_lanes,
-          shuffle_window=data.shuffle_window, nsp=config.model.nsp)
+          shuffle_window=data.shuffle_window, nsp=config.model.nsp,
+          max_instances_per_row=data.max_instances_per_row)
       for host_batch in dataset.take(phase.end_step - begin).as_numpy_iterator():
         check_ids(host_batch, config.model.vocab_size, phase.train_files)
         yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
@@ -306,7 +309,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
         input_pipeline.eval_dataset, phase.eval_files, global_batch_size=config.eval_batch_size,
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
-        seed=config.seed, nsp=config.model.nsp)
+        seed=config.seed, nsp=config.model.nsp,
+        max_instances_per_row=config.data.max_instances_per_row)
     evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
                                         config.max_eval_batches, config.eval_every_steps,
                                         config.model.vocab_size)))

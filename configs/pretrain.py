@@ -16,7 +16,7 @@ BERT-Base recipe (paper): batch 256, 1M steps, lr 1e-4, 10k warmup, seq 128 for 
 Arguments: size=tiny|mini|small|medium|base|large, steps=<train steps>, batch=<global batch>,
 seq=<max_seq_length>, vocab=<vocab size>, dtype=float32|bfloat16, optimizer=adamw|lamb,
 init_from=<dir>, phase2_fraction=<share of steps at phase2_seq> (0.1 = the paper's two
-phases), phase2_seq=<its length, 512>.
+phases), phase2_seq=<its length, 512>, pack=<instances per row; 1 = unpacked, 3 = MLPerf's>.
 
 The paper's two phases (90% of the steps at 128 tokens / 20 predictions, 10% at 512 / 80),
 one schedule, the optimizer state carried across:
@@ -52,7 +52,7 @@ RECIPES = {
 def get_config(arg=None):
   arg = common.parse_arg(arg, size='tiny', steps=0, batch=0, seq=128, dtype='float32',
                          optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='',
-                         phase2_fraction=0.0, phase2_seq=512)
+                         phase2_fraction=0.0, phase2_seq=512, pack=1)
   if arg.size not in RECIPES:
     raise ValueError(f'unknown size {arg.size!r}; valid sizes: {", ".join(RECIPES)}.')
   if not 0.0 <= arg.phase2_fraction < 1.0:
@@ -88,6 +88,10 @@ def get_config(arg=None):
   config.data.whole_word_masking = False  # Dynamic masking only: mask every piece of a word.
   config.data.shuffle_window = 10_000  # Records permuted together (memory ~ window x record).
   config.data.num_lanes = 16  # Files read in parallel per host.
+  # Instances per row: 1 = one (BERT). More reads packed files (create_pretraining_data --pack
+  # --max_instances_per_row=N; the embedded corpus is packed so), in every phase: the padding
+  # goes, attention stays inside each instance and the loss counts instances.
+  config.data.max_instances_per_row = arg.pack
   config.data.dupe_factor = 5  # Embedded corpus only: passes over it when creating TFRecords.
 
   # The paper's recipe in one run: the last phase2_fraction of the steps at a longer length,

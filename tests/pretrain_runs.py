@@ -23,18 +23,24 @@ from configs import pretrain
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SEQ, PREDICTIONS, BATCH = 64, 10, 16
+# The resume and multi-host runs read packed rows (3 instances at most): exactness with packing
+# on covers the unpacked case's code paths too.
+PACK = 3
 TIMEOUT_S = 300  # One run on 2 shared CPU cores; a run past this is hung, not slow.
 
 
-def corpus_files(tmp_path_factory) -> dict:
-  """Config fields naming the embedded corpus's TFRecords (made on the session's first call)."""
+def corpus_files(tmp_path_factory, max_instances_per_row: int = 1) -> dict:
+  """Config fields naming the embedded corpus's TFRecords (made on the session's first call),
+  packed `max_instances_per_row` to a row when more than 1."""
   # pretraining_files reuses files whose report records the same settings, so a second module
   # asking for the same folder gets the first one's files.
   folder = tmp_path_factory.getbasetemp() / 'embedded-corpus'
   train, eval_ = embedded.pretraining_files(folder, max_seq_length=SEQ,
-                                            max_predictions_per_seq=PREDICTIONS, dupe_factor=1)
+                                            max_predictions_per_seq=PREDICTIONS, dupe_factor=1,
+                                            max_instances_per_row=max_instances_per_row)
   return {'data.train_files': train, 'data.eval_files': eval_,
-          'data.vocab_file': str(embedded.vocab_path())}
+          'data.vocab_file': str(embedded.vocab_path()),
+          'data.max_instances_per_row': max_instances_per_row}
 
 
 def fields(corpus: dict, **extra) -> dict:

@@ -37,17 +37,21 @@ from bertjax.input import read_order
 from bertjax.pretraining_data import example_encoding
 
 _MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
+_PER_INSTANCE = ('instance_starts', 'next_sentence_labels', 'next_sentence_weights')
 _READ_BUFFER_BYTES = 1 << 20  # Per open file; num_lanes of them per host.
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: bool = True,
-                 nsp: bool = True) -> dict:
+                 nsp: bool = True, max_instances_per_row: int = 1) -> dict:
   """The original BERT TFRecord features as tf.io features: masked (static) instances, or
-  unmasked ones; the format itself is defined once, in example_encoding.feature_spec."""
+  unmasked ones, one per row or packed; the format itself is defined once, in
+  example_encoding.feature_spec. Without NSP no labels are read (pair files' are ignored)."""
   spec = example_encoding.feature_spec(max_seq_length, max_predictions_per_seq,
-                                       static_masking=masked)
+                                       static_masking=masked,
+                                       max_instances_per_row=max_instances_per_row)
   return {name: tf.io.FixedLenFeature(list(shape), tf.dtypes.as_dtype(dtype))
-          for name, (shape, dtype) in spec.items() if nsp or name != 'next_sentence_labels'}
+          for name, (shape, dtype) in spec.items()
+          if nsp or name not in example_encoding.NSP_FEATURES}
 
 
 def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
@@ -59,6 +63,15 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
   if not masked and 'masked_lm_positions' in features:
     raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
                      'reads unmasked ones: use static masking, or create unmasked instances')
+  if 'instance_starts' in features and 'instance_starts' not in spec:
+    raise ValueError(f'{path}: holds packed rows (instance_starts: up to '
+                     f'{len(features["instance_starts"].int64_list.value)} instances per row), '
+                     'but data.max_instances_per_row is 1: set it to that number, or use '
+                     'files made without --pack')
+  if 'instance_starts' not in features and 'instance_starts' in spec:
+    raise ValueError(f'{path}: holds one instance per row, but data.max_instances_per_row is '
+                     f'{spec["instance_starts"].shape[0]}: set it to 1, or make the files with '
+                     'create_pretraining_data --pack')
   for name, feature in spec.items():
     if name == 'next_sentence_labels' and name not in features:
       raise ValueError(f'{path}: has no next_sentence_labels: MLM-only data (made with '
@@ -73,7 +86,9 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
     found, wanted = len(getattr(features[name], kind).value), feature.shape[0]
     if found != wanted:
       setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
-                 'the original spec' if name == 'next_sentence_labels' else 'max_seq_length')
+                 'max_instances_per_row' if 'instance_starts' in spec and name in _PER_INSTANCE
+                 else 'the original spec' if name == 'next_sentence_labels' else
+                 'max_seq_length')
       raise ValueError(f'{path}: feature {name!r} has {found} values, but {setting} gives '
                        f'{wanted}: set {setting} to what the files were made with, or remake them')
 
@@ -160,8 +175,8 @@ def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq
   parsed = tf.io.parse_example(serialized_B, spec)
   batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
            for name, value in parsed.items()}
-  if 'next_sentence_labels' in batch:
-    batch['next_sentence_labels'] = tf.reshape(batch['next_sentence_labels'], [-1])
+  if 'next_sentence_labels' in batch and 'instance_starts' not in batch:
+    batch['next_sentence_labels'] = tf.reshape(batch['next_sentence_labels'], [-1])  # [B]
   if masking is not None:
     # Keyed by the host and the stream position of the batch's first example: hosts draw
     # different masks, every epoch draws new ones, and a resumed run draws the same ones.
@@ -233,7 +248,7 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
                      max_predictions_per_seq: int, seed: int, start_example: int = 0,
                      masking: masking_tf.MaskingConfig | None = None, shuffle: bool = True,
                      num_lanes: int = 16, shuffle_window: int = 10_000, nsp: bool = True,
-                     process_index=None, process_count=None,
+                     max_instances_per_row: int = 1, process_index=None, process_count=None,
                      record_counts=None) -> tf.data.Dataset:
   """This host's endless pre-training batches, from global example `start_example` on.
 
@@ -241,9 +256,10 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   record counts checked against their reports). Static masking (`masking=None`) reads masked
   instances; a MaskingConfig reads unmasked ones
   and masks them per epoch. `nsp=False` reads no next_sentence_labels (MLM-only files have
-  none; pair files' are ignored). Batch b of the stream holds global examples
-  start_example + b * global_batch_size onwards, so resuming at a checkpointed example count
-  yields exactly the batches an uninterrupted run would yield next.
+  none; pair files' are ignored). `max_instances_per_row` > 1 reads packed rows
+  (create_pretraining_data --pack; dynamic masking masks each packed row). Batch b of the
+  stream holds global examples start_example + b * global_batch_size onwards, so resuming at a
+  checkpointed example count yields exactly the batches an uninterrupted run would yield next.
   """
   process_index, process_count, host_batch = _process(process_index, process_count,
                                                       global_batch_size)
@@ -255,7 +271,8 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   if num_lanes < 1 or shuffle_window < 1:
     raise ValueError(f'num_lanes ({num_lanes}) and shuffle_window ({shuffle_window}) must be >= 1')
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp)
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp,
+                      max_instances_per_row=max_instances_per_row)
   checked = file_set.resolved(file_pattern)
   files, shard_count, shard_index = _host_share(checked.files, process_index, process_count)
   counts = inspect_files(files, spec, masked=masked,
@@ -300,7 +317,8 @@ def _padding_record(spec: dict) -> bytes:
 
 def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
                  max_predictions_per_seq: int, masking: masking_tf.MaskingConfig | None = None,
-                 seed: int = 0, nsp: bool = True, process_index=None, process_count=None,
+                 seed: int = 0, nsp: bool = True, max_instances_per_row: int = 1,
+                 process_index=None, process_count=None,
                  record_counts=None) -> tf.data.Dataset:
   """Every eval example exactly once across hosts, in batches with an `example_weight` key.
 
@@ -310,7 +328,8 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   process_index, process_count, host_batch = _process(process_index, process_count,
                                                       global_batch_size)
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp)
+  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp,
+                      max_instances_per_row=max_instances_per_row)
   checked = file_set.resolved(file_pattern)
   all_files = checked.files
   # Every host counts every file: all need the largest host's share to agree on a batch count.

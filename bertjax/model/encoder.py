@@ -17,12 +17,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bertjax.model import attention
 from bertjax.model import kernels
 
 Config = ml_collections.ConfigDict
 
 
-ATTENTION_IMPLS = ('xla', 'dot_product_attention', 'cudnn')
+ATTENTION_IMPLS = attention.IMPLEMENTATIONS
 REMAT_POLICIES = {
     'full': None,  # Recompute everything in the backward pass.
     'dots': jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
@@ -47,7 +48,8 @@ def default_config(**overrides) -> Config:
   m.initializer_range = 0.02  # Stddev of the truncated-normal initialiser.
   m.dtype = 'float32'  # Compute dtype: 'float32' or 'bfloat16'; parameters always stay float32.
   # 'xla': explicit einsum + softmax (supports attention dropout); 'dot_product_attention':
-  # jax.nn.dot_product_attention letting XLA choose; 'cudnn': its fused cuDNN flash kernel (GPU).
+  # jax.nn.dot_product_attention letting XLA choose; 'cudnn': the fused cuDNN flash kernel (GPU);
+  # 'splash': the Pallas splash kernel (TPU). model/attention.py says how each sees padding.
   m.attention_impl = 'xla'
   m.scan_layers = False  # Stack the layers with nn.scan: compile time independent of depth.
   # Pre-training heads: MLM + NSP (BERT); False = MLM only (RoBERTa, ModernBERT): no NSP head,
@@ -154,14 +156,6 @@ def check_inputs(config: Config, input_ids, segment_ids=None, input_mask=None):
     raise ValueError(f'input_mask shape {np.shape(input_mask)} != input_ids {input_ids.shape}.')
 
 
-def packed_attention_mask(instance_ids_BxL):
-  """[B, L, L]: a token attends to the real tokens of its own instance (a packed row holds
-  several; 0 = padding). Padding queries attend to every real token, as in an unpacked row, so
-  that no softmax row is empty (their outputs are never read)."""
-  query_BxLx1, key_Bx1xL = instance_ids_BxL[:, :, None], instance_ids_BxL[:, None, :]
-  return ((query_BxLx1 == key_Bx1xL) | (query_BxLx1 == 0)) & (key_Bx1xL != 0)
-
-
 def packed_positions(instance_ids_BxL):
   """Position ids restarting at 0 at each instance's first token (instances are contiguous)."""
   batch, length = instance_ids_BxL.shape
@@ -169,33 +163,6 @@ def packed_positions(instance_ids_BxL):
   starts_BxL = jnp.concatenate([jnp.ones((batch, 1), bool),
                                 instance_ids_BxL[:, 1:] != instance_ids_BxL[:, :-1]], axis=1)
   return index_BxL - jax.lax.cummax(jnp.where(starts_BxL, index_BxL, 0), axis=1)
-
-
-def _broadcast_mask(mask):
-  """[B, L] key mask or [B, L, L] query x key mask -> broadcastable to [B, H, L, L]."""
-  return mask[:, None, None, :] if mask.ndim == 2 else mask[:, None]
-
-
-def xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout):
-  """Plain softmax attention written out, so that attention dropout can be applied."""
-  depth = q_BxLxHxK.shape[-1]
-  # jnp.einsum, not model.einsum: XLA:CPU (jax 0.10.2) has no kernel for the batched bf16 x
-  # bf16 -> f32 dots of its gradient ("Unsupported element type for DotThunk").
-  logits_BxHxLxL = jnp.einsum('bqhk,bshk->bhqs', q_BxLxHxK, k_BxLxHxK) / np.sqrt(depth)
-  # Softmax in float32: bfloat16's 8-bit mantissa loses the small probabilities.
-  logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)
-  neg = jnp.finfo(jnp.float32).min
-  logits_BxHxLxL = jnp.where(_broadcast_mask(mask_BxL), logits_BxHxLxL, neg)
-  probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL, axis=-1).astype(v_BxLxHxK.dtype)
-  probs_BxHxLxL = dropout(probs_BxHxLxL)
-  return jnp.einsum('bhqs,bshk->bqhk', probs_BxHxLxL, v_BxLxHxK)
-
-
-def fused_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, implementation):
-  """jax.nn.dot_product_attention; implementation='cudnn' selects the flash kernel on GPU."""
-  return jax.nn.dot_product_attention(
-      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask=_broadcast_mask(mask_BxL),
-      implementation=implementation)
 
 
 class ProjectionParams(nn.Module):
@@ -231,12 +198,12 @@ def _drawn_flat(init, leading_dims):
 
 
 class SelfAttention(nn.Module):
-  """Multi-head self-attention over a padding mask."""
+  """Multi-head self-attention within each instance of a row (rows: see TransformerLayer)."""
 
   config: Config
 
   @nn.compact
-  def __call__(self, x_BxLxD, mask_BxL, deterministic: bool):
+  def __call__(self, x_BxLxD, rows, deterministic: bool):
     cfg = self.config
     dtype = compute_dtype(cfg)
     # One matmul for query, key and value (a 3x wider one runs closer to the CPU's peak and
@@ -247,19 +214,29 @@ class SelfAttention(nn.Module):
         x_BxLxD, jnp.stack(weights, axis=1), jnp.stack(biases), dtype=dtype)
     qkv_BxLx3xHxK = kernels.einsum('bld,dthk->blthk', x_BxLxD, kernel_Dx3xHxK) + bias_3xHxK
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
+    ids_BxL = rows['input_mask']
+    packed = 'instance_starts' in rows
     if cfg.attention_impl == 'xla':
       dropout = functools.partial(
           kernels.Dropout(rate=cfg.attention_dropout_rate),
           deterministic=deterministic)
-      out_BxLxHxK = xla_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, dropout)
+      mask = attention.packed_mask(ids_BxL) if packed else ids_BxL > 0
+      out_BxLxHxK = attention.xla(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask, dropout)
+    elif not deterministic and cfg.attention_dropout_rate > 0:
+      raise ValueError(
+          f'attention_impl={cfg.attention_impl!r} has no attention-probability dropout: set '
+          'model.attention_dropout_rate=0 or use attention_impl=xla for training.')
+    elif cfg.attention_impl == 'cudnn':
+      instances = rows['instance_starts'].shape[-1] if packed else 0
+      out_BxLxHxK = attention.cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL, instances)
+    elif cfg.attention_impl == 'splash':
+      if jax.default_backend() == 'gpu':
+        raise ValueError('attention_impl=splash is a TPU kernel: use cudnn on a GPU.')
+      out_BxLxHxK = attention.splash(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL,
+                                     interpret=jax.default_backend() != 'tpu')
     else:
-      if not deterministic and cfg.attention_dropout_rate > 0:
-        raise ValueError(
-            f'attention_impl={cfg.attention_impl!r} has no attention-probability dropout: set '
-            'model.attention_dropout_rate=0 or use attention_impl=xla for training.')
-      implementation = 'cudnn' if cfg.attention_impl == 'cudnn' else None
-      out_BxLxHxK = fused_attention(
-          q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, implementation)
+      out_BxLxHxK = attention.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL,
+                                                    packed)
     return nn.DenseGeneral(
         features=cfg.hidden_size, axis=(-2, -1), dtype=dtype, param_dtype=jnp.float32,
         dot_general=kernels.dot_general,
@@ -291,10 +268,12 @@ class TransformerLayer(nn.Module):
   scanned: bool = False  # nn.scan wants (carry, output); unscanned callers want just x.
 
   @nn.compact
-  def __call__(self, x_BxLxD, mask_BxL, deterministic: bool):
+  def __call__(self, x_BxLxD, rows, deterministic: bool):
+    """rows: {'input_mask': [B, L]} (1 real, 0 padding), with 'instance_starts' [B, N] for
+    packed rows (input_mask then holds instance ids)."""
     cfg = self.config
     drop = functools.partial(kernels.Dropout(rate=cfg.dropout_rate), deterministic=deterministic)
-    y_BxLxD = SelfAttention(cfg, name='attention')(x_BxLxD, mask_BxL, deterministic)
+    y_BxLxD = SelfAttention(cfg, name='attention')(x_BxLxD, rows, deterministic)
     x_BxLxD = layer_norm(cfg, 'attention_layer_norm')(x_BxLxD + drop(y_BxLxD))
     y_BxLxD = Mlp(cfg, name='mlp')(x_BxLxD)
     x_BxLxD = layer_norm(cfg, 'output_layer_norm')(x_BxLxD + drop(y_BxLxD))
@@ -377,7 +356,9 @@ class BertEncoder(nn.Module):
     costs nothing. It needs unscanned layers.
     """
     packed = instance_starts is not None
-    mask_BxL = packed_attention_mask(input_mask) if packed else input_mask.astype(bool)
+    rows = {'input_mask': jnp.asarray(input_mask)}
+    if packed:
+      rows['instance_starts'] = instance_starts
     x_BxLxD = self.embeddings(input_ids, segment_ids, deterministic,
                               packed_positions(input_mask) if packed else None)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
@@ -386,10 +367,10 @@ class BertEncoder(nn.Module):
       if return_hidden_states:
         raise ValueError('return_hidden_states needs model.scan_layers=False (the weights load '
                          'either way).')
-      x_BxLxD, _ = self.layers(x_BxLxD, mask_BxL, deterministic)
+      x_BxLxD, _ = self.layers(x_BxLxD, rows, deterministic)
     else:
       for layer in self.layers:
-        x_BxLxD = layer(x_BxLxD, mask_BxL, deterministic)
+        x_BxLxD = layer(x_BxLxD, rows, deterministic)
         hidden.append(x_BxLxD)
     if packed:
       cls_BxNxD = jnp.take_along_axis(x_BxLxD, instance_starts[..., None], axis=1)

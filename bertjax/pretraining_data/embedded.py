@@ -89,7 +89,7 @@ def _complete(report, pattern, settings) -> bool:
 
 def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq: int,
                       dupe_factor: int, static_masking: bool = True,
-                      nsp: bool = True) -> tuple[str, str]:
+                      nsp: bool = True, max_instances_per_row: int = 1) -> tuple[str, str]:
   """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
 
   Files are reused when their JSON report records the same settings and the shards agree with
@@ -105,9 +105,11 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   directory = pathlib.Path(directory)
   settings = instances.Settings(
       max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-      dupe_factor=dupe_factor, static_masking=static_masking, nsp=nsp)
+      dupe_factor=dupe_factor, static_masking=static_masking, nsp=nsp,
+      max_instances_per_row=max_instances_per_row)
   masking = 'static' if static_masking else 'dynamic'
-  tag = f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masking}' + ('' if nsp else '-mlm')
+  tag = (f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masking}' + ('' if nsp else '-mlm')
+         + (f'-pack{max_instances_per_row}' if max_instances_per_row > 1 else ''))
   # The eval split is small (39 documents): two passes give ~1k instances for steadier figures.
   plans = {'train': (settings, 4), 'eval': (dataclasses.replace(settings, dupe_factor=2), 1)}
   globs = {}

@@ -17,14 +17,19 @@ MASKED_FEATURES = ('input_ids', 'input_mask', 'segment_ids', 'masked_lm_position
                    'masked_lm_ids', 'masked_lm_weights', 'next_sentence_labels')
 # Unmasked instances for dynamic masking in the input pipeline.
 UNMASKED_FEATURES = ('input_ids', 'input_mask', 'segment_ids', 'next_sentence_labels')
+# Added by packing (several instances per row).
+PACKED_FEATURES = ('instance_starts', 'next_sentence_weights')
+NSP_FEATURES = ('next_sentence_labels', 'next_sentence_weights')
 # Token ids, positions and lengths are encoded by table lookup, for values below this.
 _MAX_TABLE = 1 << 24
 _TABLES = {}
 
 
-def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True, nsp=True):
+def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True, nsp=True,
+                 max_instances_per_row=1):
   """{name: (shape, dtype name)} of the records written with these settings (without NSP,
-  no next_sentence_labels)."""
+  no next_sentence_labels). Packed rows (max_instances_per_row > 1, packing.py) add
+  instance_starts and next_sentence_weights and hold a label per instance."""
   spec = {
       'input_ids': ((max_seq_length,), 'int64'),
       'input_mask': ((max_seq_length,), 'int64'),
@@ -34,8 +39,13 @@ def feature_spec(max_seq_length, max_predictions_per_seq, static_masking=True, n
       'masked_lm_weights': ((max_predictions_per_seq,), 'float32'),
       'next_sentence_labels': ((1,), 'int64'),
   }
-  return {k: spec[k] for k in (MASKED_FEATURES if static_masking else UNMASKED_FEATURES)
-          if nsp or k != 'next_sentence_labels'}
+  names = MASKED_FEATURES if static_masking else UNMASKED_FEATURES
+  if max_instances_per_row > 1:
+    per_row = (max_instances_per_row,)
+    spec |= {'instance_starts': (per_row, 'int64'), 'next_sentence_labels': (per_row, 'int64'),
+             'next_sentence_weights': (per_row, 'float32')}
+    names += PACKED_FEATURES
+  return {k: spec[k] for k in names if nsp or k not in NSP_FEATURES}
 
 
 def _varint_table(size):

@@ -57,6 +57,8 @@ class Settings:
   # False (MLM only, RoBERTa's DOC-SENTENCES): `[CLS] sentences [SEP]`, contiguous sentences of
   # one document up to the target length, no pairs and no next_sentence_labels feature.
   nsp: bool = True
+  # Instances per written row: 1 = one per row (the original); more packs them (packing.py).
+  max_instances_per_row: int = 1
 
   def validate(self):
     """Raises ValueError for settings the algorithm cannot honour."""
@@ -69,6 +71,9 @@ class Settings:
     for name in ('masked_lm_prob', 'short_seq_prob'):
       if not 0 <= getattr(self, name) <= 1:
         raise ValueError(f'{name}={getattr(self, name)}: a probability, in [0, 1]')
+    if self.max_instances_per_row < 1:
+      raise ValueError(f'max_instances_per_row={self.max_instances_per_row}: need >= 1 (1 = '
+                       'unpacked)')
     if self.dupe_factor < 1 or self.pool_documents < 2 or self.pool_tokens < 1:
       raise ValueError('dupe_factor must be >= 1, pool_documents >= 2, pool_tokens >= 1')
 

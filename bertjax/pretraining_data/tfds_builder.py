@@ -26,6 +26,7 @@ import tensorflow_datasets as tfds
 
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import packing
 from bertjax.pretraining_data import text_input
 
 
@@ -57,6 +58,8 @@ def examples_of_file(indexed_file, config):
                                               (config.random_seed, file_index), counts)
   number = 0
   for batch in batches:
+    if config.settings.max_instances_per_row > 1:
+      batch = packing.pack_arrays(batch, config.settings.max_instances_per_row)
     # The declared dtypes: int64 (the original's) and float32.
     batch = {k: v.astype(np.float32 if v.dtype.kind == 'f' else np.int64) for k, v in batch.items()}
     for i in range(len(batch['input_ids'])):
@@ -83,7 +86,8 @@ class BertPretraining(tfds.core.GeneratorBasedBuilder):
     settings = self.builder_config.settings
     spec = example_encoding.feature_spec(settings.max_seq_length,
                                          settings.max_predictions_per_seq,
-                                         settings.static_masking, settings.nsp)
+                                         settings.static_masking, settings.nsp,
+                                         settings.max_instances_per_row)
     features = {name: tfds.features.Tensor(shape=shape, dtype=np.dtype(dtype))
                 for name, (shape, dtype) in spec.items()}
     return self.dataset_info_from_configs(

@@ -37,6 +37,7 @@ import numpy as np
 import bertjax
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import packing
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfrecord
 from bertjax.text import tokenizer as tokenization
@@ -132,6 +133,9 @@ def run_worker(job):
       written += len(records)
 
     for batch in batches:
+      if job.settings.max_instances_per_row > 1:
+        batch = packing.pack_arrays(batch, job.settings.max_instances_per_row)
+      counts['rows'] += len(batch['input_ids'])
       buffer.extend(example_encoding.encode_examples(batch))
       if len(buffer) >= job.shuffle_buffer:
         # Write a random half, keep the other half: records leave in random order.
@@ -316,9 +320,13 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
                    example_encoding.feature_spec(settings.max_seq_length,
                                                  settings.max_predictions_per_seq,
                                                  settings.static_masking,
-                                                 settings.nsp).items()},
+                                                 settings.nsp,
+                                                 settings.max_instances_per_row).items()},
       'counts': dict(sorted(counts.items())),
       'unk_fraction': round(counts['unk_tokens'] / max(counts['document_tokens'], 1), 6),
+      # Token slots of the written rows that hold no instance.
+      'padding_fraction': round(
+          1 - counts['instance_tokens'] / max(counts['rows'] * settings.max_seq_length, 1), 6),
       'skipped': skips.as_dict(),
       'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
                   | {'instances': r['counts'].get('instances', 0)} for r in results],

@@ -6,6 +6,8 @@ Hosts are simulated by passing process_index/process_count; multihost_input_test
 real processes.
 """
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -29,13 +31,11 @@ def _int64(values):
 
 
 def _write(path, rows):
-  """Writes dicts of int lists (float lists for masked_lm_weights) as tf.train.Examples."""
+  """Writes dicts of int lists (float lists for *_weights) as tf.train.Examples."""
   with tf.io.TFRecordWriter(str(path)) as writer:
     for row in rows:
-      feature = {k: _int64(v) for k, v in row.items() if k != 'masked_lm_weights'}
-      if 'masked_lm_weights' in row:
-        feature['masked_lm_weights'] = tf.train.Feature(
-            float_list=tf.train.FloatList(value=row['masked_lm_weights']))
+      feature = {k: _int64(v) if not k.endswith('_weights') else tf.train.Feature(
+          float_list=tf.train.FloatList(value=v)) for k, v in row.items()}
       example = tf.train.Example(features=tf.train.Features(feature=feature))
       writer.write(example.SerializeToString())
 
@@ -212,7 +212,8 @@ def _dynamic(folder, **kwargs):
               masking=MASKING, process_index=0, process_count=1, num_lanes=2,
               shuffle_window=64)
   args.update(kwargs)
-  return input_pipeline.pretrain_dataset(str(folder / 'unmasked-*'), **args)
+  pattern = args.pop('pattern', 'unmasked-*')
+  return input_pipeline.pretrain_dataset(str(folder / pattern), **args)
 
 
 def _unmask(batch):
@@ -367,3 +368,68 @@ def test_global_batch_errors_say_what_to_change():
     global_batch.make_global_batch(batch, _mesh(), ('data', 'fsdp'))
   with pytest.raises(ValueError, match='not mesh axes'):
     global_batch.make_global_batch(batch, _mesh(), 'batch')
+
+
+@pytest.fixture(scope='module')
+def packed_unmasked_dir(unmasked_dir, tmp_path_factory):
+  """unmasked_dir's instances packed 3 to a row (the short ones fill gaps), in two files."""
+  from bertjax.pretraining_data import packing  # pylint: disable=g-import-not-at-top
+  folder, originals = unmasked_dir
+  rows = []
+  spec = input_pipeline.feature_spec(128, 20, masked=False)
+  for batch in tf.data.TFRecordDataset(sorted(str(p) for p in folder.glob('unmasked-*'))).batch(
+      1000).map(lambda x: tf.io.parse_example(x, spec)):
+    batch = {k: v.numpy() for k, v in batch.items()}
+    count = len(batch['input_ids'])
+    rows += packing.pack([{k: v[i] for k, v in batch.items()} for i in range(count)],
+                         128, 0, 3, decreasing=True)
+  packed = tmp_path_factory.mktemp('packed')
+  _write(packed / 'packed-0.tfrecord', [{k: list(v) for k, v in r.items()} for r in rows[:200]])
+  _write(packed / 'packed-1.tfrecord', [{k: list(v) for k, v in r.items()} for r in rows[200:]])
+  return packed, rows, originals
+
+
+def test_packed_rows_are_read_and_masked_per_row(packed_unmasked_dir):
+  """Dynamic masking of packed rows: BERT's rule over each row's maskable tokens, never a
+  special token or padding; per-instance features [B, 3]; deterministic and resumable."""
+  folder, rows, originals = packed_unmasked_dir
+  assert 500 < len(rows) < 600  # 600 instances, 60 of them shorter.
+  read = functools.partial(_dynamic, folder, pattern='packed-*', max_instances_per_row=3,
+                           global_batch_size=40)
+  batches = list(read().take(len(rows) // 40).as_numpy_iterator())
+  seen = []
+  for batch in batches:
+    assert batch['next_sentence_labels'].shape == batch['instance_starts'].shape == (40, 3)
+    original = _unmask(batch)
+    for row, orig, mask, positions, weights, starts in zip(
+        batch['input_ids'], original, batch['input_mask'], batch['masked_lm_positions'],
+        batch['masked_lm_weights'], batch['instance_starts'], strict=True):
+      for n, start in enumerate(starts[:mask.max()]):
+        size = int((mask == n + 1).sum())
+        np.testing.assert_array_equal(orig[start:start + size],
+                                      originals[orig[start + 1] - ID_OFFSET][:size])
+        seen.append(orig[start + 1] - ID_OFFSET)
+      real = positions[weights > 0]
+      maskable = np.flatnonzero((mask > 0) & (orig != 101) & (orig != 102))
+      assert set(real) <= set(maskable) and list(real) == sorted(set(real))
+      assert len(real) == min(20, max(1, round(0.15 * len(maskable))))
+      unchosen = np.setdiff1d(np.arange(128), real)
+      np.testing.assert_array_equal(row[unchosen], orig[unchosen])
+  assert len(seen) == len(set(seen)) > 0.9 * 600
+  resumed = list(read(start_example=3 * 40).take(4).as_numpy_iterator())
+  for want, got in zip(batches[3:7], resumed, strict=True):
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_packed_and_unpacked_files_are_told_apart(packed_unmasked_dir, unmasked_dir):
+  folder = packed_unmasked_dir[0]
+  with pytest.raises(ValueError, match='holds packed rows .*up to 3 instances per row.*'
+                     'data.max_instances_per_row is 1'):
+    _dynamic(folder, pattern='packed-*')
+  with pytest.raises(ValueError, match="has 3 values, but "
+                     'max_instances_per_row gives 4'):
+    _dynamic(folder, pattern='packed-*', max_instances_per_row=4)
+  with pytest.raises(ValueError, match='one instance per row, but data.max_instances_per_row '
+                     'is 3'):
+    _dynamic(unmasked_dir[0], max_instances_per_row=3)

@@ -1,7 +1,8 @@
 """Two processes (jax.distributed on 127.0.0.1, gloo collectives, 4 CPU devices each) pre-train
 together through `python -m bertjax.main` into one workdir: a SIGTERM to one of them stops both
 at the same step with a checkpoint there (orbax's preemption sync over jax.distributed), the
-same command resumes both, and they end where one process with 8 devices ends.
+same command resumes both, and they end where one process with 8 devices ends. The rows are
+packed (pretrain_runs.PACK instances at most).
 
 For the two runs to see the same examples in every step, each host reads one of two train files
 in order (shuffle_window=1) and the single process interleaves the same two files: a global
@@ -27,7 +28,7 @@ HOSTS = 2
 
 @pytest.fixture(scope='module')
 def fields(tmp_path_factory):
-  corpus = pretrain_runs.corpus_files(tmp_path_factory)
+  corpus = pretrain_runs.corpus_files(tmp_path_factory, pretrain_runs.PACK)
   train_files = sorted(glob.glob(corpus['data.train_files']))[:HOSTS]
   return pretrain_runs.fields(
       corpus | {'data.train_files': ','.join(map(str, train_files))},

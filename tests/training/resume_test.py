@@ -2,7 +2,8 @@
 where the uninterrupted run ends.
 
 `python -m bertjax.main` runs in subprocesses on 8 simulated CPU devices: 12 steps of a 2-layer
-model with dropout on, a checkpoint every 3 steps, the embedded corpus's TFRecords. Equal means
+model with dropout on, a checkpoint every 3 steps, the embedded corpus's TFRecords packed 3
+instances to a row (pretrain_runs.PACK). Equal means
 every leaf of the saved TrainState (parameters, Adam moments, step, dropout key) is bit-identical,
 which needs the data position from the checkpoint's meta, the dropout key from the state and the
 learning-rate schedule from the step all to be right; only a different mesh, which changes the
@@ -35,7 +36,7 @@ EVERY = 3  # pretrain_runs.fields' checkpoint.every_steps.
 
 @pytest.fixture(scope='module')
 def fields(tmp_path_factory):
-  return pretrain_runs.fields(pretrain_runs.corpus_files(tmp_path_factory))
+  return pretrain_runs.fields(pretrain_runs.corpus_files(tmp_path_factory, pretrain_runs.PACK))
 
 
 @pytest.fixture(scope='module')
