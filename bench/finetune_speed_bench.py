@@ -4,9 +4,11 @@
       [--max_eval=1000] [--epochs=2] [--seq_len=48] [--batch=32] [--lr=1e-4] [--threads=2] \
       [--seed=0] [--workdir=]
 
-Real tasks from WordNet 3.0 (/usr/share/wordnet), written as a user's own CSV files that both
-frameworks read (the same split, examples and order of files):
-  supersense       a synset's definition -> its supersense (45 lexicographer files).
+Real tasks from WordNet 3.0 (/usr/share/wordnet), read by bertjax's WordNet readers, split by
+text_classification.split (stratified, eval_fraction 0.2) and written as a user's own CSV files
+that both frameworks read (the same examples):
+  supersense       a synset's definition -> its supersense (45 lexicographer files; what
+                   task=wordnet reads, duplicates dropped).
   definition_pair  (definition, example sentence) -> does the sentence use the word in this
                    sense? Half the pairs take an example of another synset of the same part of
                    speech (a sentence-pair task, segments A and B).
@@ -41,7 +43,6 @@ import csv  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
-import re  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -49,6 +50,9 @@ import time  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
+
+from bertjax.finetune.tasks import text_classification  # noqa: E402
+from bertjax.finetune.tasks import wordnet_examples  # noqa: E402
 
 _TASKS = flags.DEFINE_list('tasks', ['supersense', 'definition_pair'], 'Tasks to run.')
 _MAX_TRAIN = flags.DEFINE_integer('max_train', 4000, 'Training examples per task.')
@@ -63,8 +67,6 @@ _WORDNET_DIR = flags.DEFINE_string('wordnet_dir', '/usr/share/wordnet', 'WordNet
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Where data and runs go ("" = a temp dir).')
 _WORKER = flags.DEFINE_string('worker', '', 'Internal: run the torch side on this task dir.')
 
-_QUOTED = re.compile(r'"([^"]+)"')
-POS_FILES = ('noun', 'verb', 'adj', 'adv')
 
 
 def minilm_dir() -> pathlib.Path:
@@ -74,56 +76,44 @@ def minilm_dir() -> pathlib.Path:
   return pathlib.Path(spec.submodule_search_locations[0]) / 'model'
 
 
-def synsets(directory):
-  """(pos, supersense number, definition, [example sentences]) per WordNet synset."""
+def task_examples(task):
+  """The task's Examples (text_classification.Example), read by bertjax's own WordNet readers."""
+  if task == 'supersense':  # What task=wordnet reads: duplicates and ambiguous ones dropped.
+    return text_classification.read_wordnet(_WORDNET_DIR.value)
+  synsets = [(pos, definition, [e for e in examples if len(e.split()) >= 3])
+             for pos, _, _, definition, examples in wordnet_examples.glosses(_WORDNET_DIR.value)
+             if definition]
+  synsets = [s for s in synsets if s[2]]
+  by_pos = collections.defaultdict(list)
+  for pos, _, examples in synsets:
+    by_pos[pos] += examples
+  rng = np.random.default_rng(_SEED.value)
   out = []
-  for pos in POS_FILES:
-    with open(pathlib.Path(directory) / f'data.{pos}', encoding='utf-8') as f:
-      for line in f:
-        if line.startswith('  '):
-          continue
-        head, _, gloss = line.partition(' | ')
-        examples = [e.strip() for e in _QUOTED.findall(gloss) if len(e.split()) >= 3]
-        definition = gloss.split('"', 1)[0].strip().rstrip(';').strip()
-        if definition:
-          out.append((pos, int(head.split()[1]), definition, examples))
+  for i, (pos, definition, examples) in enumerate(synsets):
+    # Half the pairs: an example of another synset of the same part of speech.
+    other = by_pos[pos][rng.integers(len(by_pos[pos]))]
+    same = rng.random() < 0.5 or other in examples
+    out.append(text_classification.Example(f'pair-{i}', definition,
+                                           examples[0] if same else other,
+                                           'same' if same else 'other'))
   return out
 
 
-def task_rows(task, items, rng):
-  """Rows {text_a, [text_b], label} of a task, shuffled."""
-  if task == 'supersense':
-    rows = [{'text_a': d, 'label': f'ss{s:02d}'} for _, s, d, _ in items]
-  else:
-    by_pos = collections.defaultdict(list)
-    for pos, _, _, examples in items:
-      by_pos[pos] += examples
-    rows = []
-    for pos, _, definition, examples in items:
-      for example in examples[:1]:
-        if rng.random() < 0.5:
-          rows.append({'text_a': definition, 'text_b': example, 'label': 'same'})
-        else:
-          other = by_pos[pos][rng.integers(len(by_pos[pos]))]
-          if other not in examples:
-            rows.append({'text_a': definition, 'text_b': other, 'label': 'other'})
-  return [rows[i] for i in rng.permutation(len(rows))]
-
-
 def write_task(task, directory: pathlib.Path):
-  """train.csv / eval.csv of a task; eval keeps only labels seen in training."""
-  rng = np.random.default_rng(_SEED.value)
-  rows = task_rows(task, synsets(_WORDNET_DIR.value), rng)
-  train = rows[:_MAX_TRAIN.value]
-  known = {r['label'] for r in train}
-  evaluation = [r for r in rows[_MAX_TRAIN.value:] if r['label'] in known][:_MAX_EVAL.value]
+  """train.csv / eval.csv of a task: text_classification.split's stratified split (the one
+  task=wordnet makes), subsampled to --max_train / --max_eval."""
+  train, evaluation = text_classification.split(
+      task_examples(task), eval_fraction=0.2, seed=_SEED.value, max_train=_MAX_TRAIN.value,
+      max_eval=_MAX_EVAL.value)
+  pair = task == 'definition_pair'
+  fields = ['text_a', 'text_b', 'label'] if pair else ['text_a', 'label']
   directory.mkdir(parents=True, exist_ok=True)
-  fields = ['text_a', 'text_b', 'label'] if 'text_b' in rows[0] else ['text_a', 'label']
   for name, part in (('train', train), ('eval', evaluation)):
     with open(directory / f'{name}.csv', 'w', newline='', encoding='utf-8') as f:
-      writer = csv.DictWriter(f, fields)
-      writer.writeheader()
-      writer.writerows(part)
+      writer = csv.writer(f)
+      writer.writerow(fields)
+      writer.writerows([e.text_a, e.text_b, e.label] if pair else [e.text_a, e.label]
+                       for e in part)
   return len(train), len(evaluation), fields[:-1]
 
 

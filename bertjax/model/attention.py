@@ -17,7 +17,7 @@ Queries at padding positions give values that no real token reads (each kernel i
 
 Attention dropout: the fused kernels have none that trains (cuDNN's takes one static seed, so
 the same mask every step), so they refuse model.attention_dropout_rate > 0 in training. Its
-measured effect on the tiny run is in README.md ("Attention without dropout").
+measured effect on the tiny run is in README.md (Pre-train at scale, "Attention kernels").
 """
 
 import flax.linen as nn

@@ -39,6 +39,7 @@ import random
 import numpy as np
 
 from bertjax.pretraining_data import masking
+from bertjax.pretraining_data import packing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,12 +305,21 @@ class InstanceMaker:
 
 
 def instance_batches(documents, settings, encoder, seed, counts, batch_size=1024):
-  """Yields feature batches (dicts of [N, ...] arrays) made from a stream of Documents."""
+  """Yields feature batches (dicts of [N, ...] arrays) made from a stream of Documents: N
+  instances, or with settings.max_instances_per_row > 1 the rows they pack into
+  (packing.pack_arrays, within each batch); counts['rows'] counts what is yielded."""
   maker = InstanceMaker(settings, encoder, seed, counts)
+
+  def rows(batch):
+    if settings.max_instances_per_row > 1:
+      batch = packing.pack_arrays(batch, settings.max_instances_per_row)
+    counts['rows'] += len(batch['input_ids'])
+    return batch
+
   for document in documents:
     maker.add(document)
     while maker.num_pending() >= batch_size:
-      yield maker.pop_batch(batch_size)
+      yield rows(maker.pop_batch(batch_size))
   maker.finish()
   while maker.num_pending():
-    yield maker.pop_batch(batch_size)
+    yield rows(maker.pop_batch(batch_size))

@@ -108,16 +108,20 @@ def pack(instances: list[dict], max_seq_length: int, max_predictions: int, max_i
 
 
 def pack_arrays(batch: dict, max_instances: int) -> dict:
-  """create_pretraining_data's batch of instances ({name: [n, ...]}) as packed rows
-  ({name: [rows, ...]}), first-fit decreasing within the batch, at the batch's lengths."""
-  names = list(batch)
-  num = len(batch[names[0]])
-  instances = [{k: batch[k][i] for k in names} for i in range(num)]
+  """A batch of instances ({name: [n, ...]}, instances.py) as packed rows ({name: [rows, ...]}),
+  first-fit decreasing within the batch, at the batch's lengths."""
+  masked = 'masked_lm_weights' in batch
+  lengths = np.count_nonzero(batch['input_mask'], axis=1)
+  predictions = (np.count_nonzero(batch['masked_lm_weights'], axis=1) if masked
+                 else np.zeros_like(lengths))
   max_seq_length = batch['input_ids'].shape[1]
-  max_predictions = batch['masked_lm_weights'].shape[1] if 'masked_lm_weights' in batch else 0
-  rows = pack(instances, max_seq_length, max_predictions, max_instances,
-              nsp='next_sentence_labels' in batch, decreasing=True)
-  return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+  max_predictions = batch['masked_lm_weights'].shape[1] if masked else 0
+  rows = first_fit(lengths, predictions, max_seq_length, max_predictions, max_instances,
+                   decreasing=True)
+  packed = [pack_row([{k: v[i] for k, v in batch.items()} for i in row], max_seq_length,
+                     max_predictions, max_instances, nsp='next_sentence_labels' in batch)
+            for row in rows]
+  return {k: np.stack([r[k] for r in packed]) for k in packed[0]}
 
 
 def unpack_row(row: dict, max_seq_length: int | None = None) -> list[dict]:
@@ -146,9 +150,3 @@ def unpack_row(row: dict, max_seq_length: int | None = None) -> list[dict]:
       instance['next_sentence_labels'] = int(row['next_sentence_labels'][n])
     out.append(instance)
   return out
-
-
-def padding_fraction(rows: list[dict]) -> float:
-  """Share of the rows' token slots that are padding."""
-  mask = np.stack([r['input_mask'] for r in rows])
-  return float(np.mean(mask == 0))

@@ -26,7 +26,6 @@ import tensorflow_datasets as tfds
 
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
-from bertjax.pretraining_data import packing
 from bertjax.pretraining_data import text_input
 
 
@@ -58,8 +57,6 @@ def examples_of_file(indexed_file, config):
                                               (config.random_seed, file_index), counts)
   number = 0
   for batch in batches:
-    if config.settings.max_instances_per_row > 1:
-      batch = packing.pack_arrays(batch, config.settings.max_instances_per_row)
     # The declared dtypes: int64 (the original's) and float32.
     batch = {k: v.astype(np.float32 if v.dtype.kind == 'f' else np.int64) for k, v in batch.items()}
     for i in range(len(batch['input_ids'])):

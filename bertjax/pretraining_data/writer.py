@@ -37,7 +37,6 @@ import numpy as np
 import bertjax
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
-from bertjax.pretraining_data import packing
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfrecord
 from bertjax.text import tokenizer as tokenization
@@ -133,9 +132,6 @@ def run_worker(job):
       written += len(records)
 
     for batch in batches:
-      if job.settings.max_instances_per_row > 1:
-        batch = packing.pack_arrays(batch, job.settings.max_instances_per_row)
-      counts['rows'] += len(batch['input_ids'])
       buffer.extend(example_encoding.encode_examples(batch))
       if len(buffer) >= job.shuffle_buffer:
         # Write a random half, keep the other half: records leave in random order.

@@ -230,7 +230,7 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
   return examples
 
 
-def _parse_synset(line, path, line_number):
+def parse_synset(line, path, line_number):
   """(offset, ss_type, supersense, definition) of one data.<pos> line; raises if malformed."""
   head = _SYNSET_HEAD.match(line)
   if not head or ' | ' not in line:
@@ -276,7 +276,7 @@ def read_wordnet(directory, *, stats=None):
                            'reinstall wordnet-base.') from None
         if line.startswith('  '):  # The licence header: lines start with two spaces.
           continue
-        offset, ss_type, supersense, definition = _parse_synset(line, path, line_number)
+        offset, ss_type, supersense, definition = parse_synset(line, path, line_number)
         if ss_type not in ss_types:
           raise ValueError(f'{path}:{line_number}: synset type {ss_type!r} in data.{pos}, '
                            f'which holds only {ss_types!r}: the data files are mixed up.')

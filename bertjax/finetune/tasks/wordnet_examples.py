@@ -44,30 +44,37 @@ def _find(words, lemma_parts):
   return found
 
 
+def glosses(directory='/usr/share/wordnet'):
+  """Yields (part of speech, supersense, lemmas, definition, example sentences) per synset of
+  WordNet 3.0's data.* files (text_classification.parse_synset checks and reads each line)."""
+  for name in WORDNET_FILES:
+    path = pathlib.Path(directory) / f'data.{name}'
+    with open(path, encoding='utf-8') as f:
+      for number, line in enumerate(f, start=1):
+        if line.startswith('  '):  # The licence header.
+          continue
+        _, _, supersense, definition = text_classification.parse_synset(line, path, number)
+        head, _, gloss = line.partition(' | ')
+        fields = head.split()
+        lemmas = [re.sub(r'\(.*\)$', '', fields[4 + 2 * i]).lower()
+                  for i in range(int(fields[3], 16))]
+        yield name, supersense, lemmas, definition, _EXAMPLE.findall(gloss)
+
+
 def read_sentences(directory='/usr/share/wordnet'):
   """[(words, start, end, supersense, pos)]: each example sentence with its lemma's span."""
   out, seen = [], set()
-  for name in WORDNET_FILES:
-    with open(pathlib.Path(directory) / f'data.{name}', encoding='utf-8') as f:
-      for line in f:
-        if line.startswith('  '):
-          continue
-        head, _, gloss = line.partition(' | ')
-        fields = head.split()
-        supersense = text_classification.SUPERSENSES[int(fields[1])]
-        lemmas = [re.sub(r'\(.*\)$', '', fields[4 + 2 * i]).lower()
-                  for i in range(int(fields[3], 16))]
-        for example in _EXAMPLE.findall(gloss):
-          words = example.split()
-          if not 3 <= len(words) <= 30 or example.lower() in seen:
-            continue
-          hits = [(lemma, start) for lemma in lemmas
-                  for start in _find(words, lemma.split('_'))]
-          if len(hits) != 1:
-            continue
-          seen.add(example.lower())
-          lemma, start = hits[0]
-          out.append((tuple(words), start, start + len(lemma.split('_')), supersense, name))
+  for name, supersense, lemmas, _, examples in glosses(directory):
+    for example in examples:
+      words = example.split()
+      if not 3 <= len(words) <= 30 or example.lower() in seen:
+        continue
+      hits = [(lemma, start) for lemma in lemmas for start in _find(words, lemma.split('_'))]
+      if len(hits) != 1:
+        continue
+      seen.add(example.lower())
+      lemma, start = hits[0]
+      out.append((tuple(words), start, start + len(lemma.split('_')), supersense, name))
   return out
 
 
