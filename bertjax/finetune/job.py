@@ -1,17 +1,12 @@
 """Fine-tuning: a task's features, its kind's model and loss, handed to the one training loop.
 
-  task (tasks/registry.py) -> tokenizer and features (host numpy) -> the kind's Objective
-  (kinds.py: encoder + fresh head, loss) -> training/loop.run (batches by step, eval per
-  epoch writing the predictions each benchmark's scorer reads, encoder from init_from).
+  task (tasks/registry.py) -> tokenizer and features (host numpy) -> batches.py (the examples
+  of each step, cut or packed into rows) -> the kind's Objective (kinds.py: encoder + fresh
+  head, loss) -> training/loop.run (eval per epoch writing the predictions each benchmark's
+  scorer reads, encoder from init_from).
 
-Task features fit in host memory, so the example order is a pure function of (seed, step): the
-global batch of step s is rows [s*B, (s+1)*B) of the concatenated per-epoch permutations. A
-resumed run needs only the step; hosts take their own slice of each global batch. Each batch is
-cut to its longest row rounded up to data.pad_to_multiple_of (dynamic padding, as a user of
-transformers' tokenizers pads): the same rows and numbers as full-length batches at a fraction
-of the cost for short texts, one compiled step per length met. Evaluation
-pads the features to a multiple of the eval batch with weight-0 rows and gathers the outputs,
-so every example is scored exactly once whatever the number of hosts.
+Evaluation reads every example exactly once whatever the number of hosts: the last batch is
+filled with weight-0 rows (or packed from the examples left) and the outputs are gathered.
 """
 
 import dataclasses
@@ -25,10 +20,10 @@ import ml_collections
 import numpy as np
 
 from bertjax import paths
+from bertjax.finetune import batches
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
-from bertjax.input import global_batch
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
@@ -151,69 +146,29 @@ def set_steps(cfg, total_steps: int):
   cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
 
 
-@functools.lru_cache(maxsize=2)  # The current epoch and the next: one draw per epoch.
-def _epoch_permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
-  return np.random.default_rng([seed, epoch]).permutation(num_rows)
-
-
-def batch_indices(step: int, batch_size: int, num_rows: int, seed: int) -> np.ndarray:
-  """Rows of the global batch of `step`: a slice of the per-epoch permutations' concatenation."""
-  positions = np.arange(step * batch_size, (step + 1) * batch_size)
-  epochs = positions // num_rows
-  out = np.empty(batch_size, np.int64)
-  for epoch in np.unique(epochs):
-    where = epochs == epoch
-    out[where] = _epoch_permutation(seed, int(epoch), num_rows)[positions[where] % num_rows]
+def layout(s: Setup) -> batches.Layout:
+  """How this run's examples become rows (dynamic padding, packing) on its mesh."""
+  data = s.config.data
+  out = batches.Layout(s.task.kind, data.pad_to_multiple_of, data.max_instances_per_row, s.mesh,
+                       s.rules)
+  batches.check_layout(out)
   return out
 
 
-def _host_rows(global_rows: np.ndarray) -> np.ndarray:
-  """This host's contiguous share of a global batch's rows."""
-  per_host = len(global_rows) // jax.process_count()
-  start = jax.process_index() * per_host
-  return global_rows[start:start + per_host]
-
-
-def batch_length(input_mask: np.ndarray, multiple: int) -> int:
-  """Tokens a batch needs: its longest row's, rounded up to `multiple` (0: the full length).
-  Every host computes it from the global batch's rows, so all agree on the shape."""
-  full = input_mask.shape[-1]
-  if not multiple:
-    return full
-  used = np.flatnonzero(input_mask.reshape(-1, full).any(axis=0))
-  longest = int(used[-1]) + 1 if used.size else 1
-  return min(full, -(-longest // multiple) * multiple)
-
-
-def _device_batch(features: dict, global_rows: np.ndarray, kind: str, weights: np.ndarray,
-                  mesh, rules, multiple: int):
-  """This host's share of a global batch, cut to the batch's length (batch_length)."""
-  length = batch_length(features['input_mask'][global_rows], multiple)
-  rows = _host_rows(global_rows)
-  host = kinds.trim(kind, {k: features[k][rows] for k in kinds.batch_keys(kind)}, length)
-  host['example_weight'] = weights.astype(np.float32)
-  return global_batch.make_global_batch(host, mesh, sharding.batch_axes(rules))
-
-
-def predict(predict_fn, params, features: dict, kind: str, batch_size: int, mesh,
-            rules=sharding.RULES, pad_to_multiple_of: int = 0):
-  """(outputs for every feature row, in order, as host numpy; eval loss metric means). Batches
-  are cut to their longest row rounded up to pad_to_multiple_of (0: never); per-token outputs
-  come back at the features' full length."""
+def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_size: int):
+  """(outputs for every feature row, in order, as host numpy; eval loss metric means)."""
   n = len(features['input_ids'])
-  padded = -(-n // batch_size) * batch_size
   full = features['input_ids'].shape[-1]
   outputs, metrics = [], []
-  for start in range(0, padded, batch_size):
-    global_rows = np.arange(start, start + batch_size)
-    real = global_rows < n
-    batch = _device_batch(features, np.where(real, global_rows, 0), kind, _host_rows(real),
-                          mesh, rules, pad_to_multiple_of)
-    out, m = predict_fn(params, batch)
+  for start in range(0, n, batch_size):
+    examples = np.arange(start, min(start + batch_size, n))
+    batch = batches.device_batch(features, examples, layout, batch_size)
+    out, m = predict_fn(params, batch.arrays)
     # Replicated: every host holds all rows.
-    outputs.append(kinds.untrim(kind, np.asarray(jax.device_get(out)), full))
+    out = np.asarray(jax.device_get(out))
+    outputs.append(batches.example_outputs(batch, out, layout, full)[:len(examples)])
     metrics.append(m)
-  return np.concatenate(outputs)[:n], losses.host_means(metrics)
+  return np.concatenate(outputs), losses.host_means(metrics)
 
 
 def jit_predict(s: Setup):
@@ -241,6 +196,7 @@ class Evaluator:
   s: Setup
   eval_sets: dict  # split -> (examples, features, meta).
   predict_fn: object
+  layout: batches.Layout
   workdir: str
   every_steps: int
 
@@ -248,9 +204,8 @@ class Evaluator:
     """The first split's metrics bare, the others prefixed with their split."""
     results, task, cfg = {}, self.s.task, self.s.config
     for i, (split, (examples, features, meta)) in enumerate(self.eval_sets.items()):
-      outputs, means = predict(self.predict_fn, params, features, task.kind,
-                               cfg.eval_batch_size, self.s.mesh, self.s.rules,
-                               cfg.data.pad_to_multiple_of)
+      outputs, means = predict(self.predict_fn, params, features, self.layout,
+                               cfg.eval_batch_size)
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
       if jax.process_index() == 0:
         out_dir = pathlib.Path(self.workdir) / 'predictions' / f'step_{step}'
@@ -275,6 +230,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train_and_evaluate(config, workdir: str) -> dict:
   s = setup(config, workdir)
   cfg, task = s.config, s.task
+  rows_of = layout(s)
   skipped = {}
   _, train_features, _ = _featurized(s, 'train', True, skipped)
   num_train = len(train_features['input_ids'])
@@ -289,15 +245,15 @@ def _train_and_evaluate(config, workdir: str) -> dict:
                'steps)', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
-  rules = s.rules
-  ones = np.ones(cfg.global_batch_size // jax.process_count(), np.float32)
-  multiple = cfg.data.pad_to_multiple_of
 
-  def batches(start_step, examples_consumed):
+  def step_examples(step):
+    return batches.batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
+
+  def train_batches(start_step, examples_consumed):
     del examples_consumed  # The order is a function of the step.
     for step in range(start_step, total_steps):
-      rows = batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
-      yield _device_batch(train_features, rows, task.kind, ones, s.mesh, rules, multiple)
+      yield batches.device_batch(train_features, step_examples(step), rows_of,
+                                 cfg.global_batch_size).arrays
 
   def load_weights(params, shardings):
     params, report = init_from.load_encoder(s.init_path, params, shardings,
@@ -308,23 +264,26 @@ def _train_and_evaluate(config, workdir: str) -> dict:
 
   if not s.init_path:
     logging.warning('config.init_from is empty: fine-tuning a randomly initialised encoder')
-  evaluator = (Evaluator(s, eval_sets, jit_predict(s), workdir,
+  evaluator = (Evaluator(s, eval_sets, jit_predict(s), rows_of, workdir,
                          cfg.eval_every_steps or steps_per_epoch) if eval_sets else None)
 
   def sequence_cost(step):
-    # The step's own length (batches are cut to their longest row, data.pad_to_multiple_of).
-    rows = batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
-    length = batch_length(train_features['input_mask'][rows], multiple)
-    return length, perf.flops_per_sequence(cfg.model, length, 0)
+    # Per example, what the step computes: its rows (packed or not) at their cut length.
+    host, _ = batches.host_batch(train_features, step_examples(step), rows_of,
+                                 cfg.global_batch_size)
+    rows, length = host['input_ids'].shape[0], host['input_ids'].shape[-1]
+    per_example = rows / cfg.global_batch_size
+    return (length * per_example,
+            perf.flops_per_sequence(cfg.model, length, 0) * per_example)
 
   job = loop.Job(
-      objective=s.objective, batches=batches, evaluator=evaluator,
+      objective=s.objective, batches=train_batches, evaluator=evaluator,
       load_weights=load_weights if s.init_path else None,
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric,
       sequence_cost=sequence_cost)
-  eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=rules)
+  eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=s.rules)
   eval_metrics['skipped'] = sum(skipped.values())
   return eval_metrics
 
@@ -348,6 +307,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
                             'with this --workdir.')
   state, meta = restored
   predict_fn = jit_predict(s)
+  rows_of = layout(s)
   if splits is None:
     splits = task.eval_splits if config.mode == 'eval' else task.test_splits
   written = []
@@ -355,8 +315,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = _featurized(s, split, False)
-      outputs, _ = predict(predict_fn, state.params, features, task.kind,
-                           cfg.eval_batch_size, s.mesh, rules, cfg.data.pad_to_multiple_of)
+      outputs, _ = predict(predict_fn, state.params, features, rows_of, cfg.eval_batch_size)
       if config.mode == 'eval':
         metrics = task.evaluate(outputs, features, feature_meta, examples)
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in

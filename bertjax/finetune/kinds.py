@@ -27,7 +27,8 @@ class Kind:
   model inputs; loss_weight(batch) -> what the summed loss is divided by; decode(outputs) ->
   per-row predictions on the host (class index, value, start/end logits, tag indices);
   per_token: whether the outputs have the token axis (axis 1), like the inputs;
-  token_targets: the targets that have it too."""
+  token_targets: the targets that have it too; packable: one output per example from its
+  [CLS] or its tokens' mean, so several examples can share a row (batches.py)."""
 
   head: Callable[[encoder.Config, int, str], nn.Module]
   metrics: Callable[[jnp.ndarray, dict], dict]
@@ -36,6 +37,7 @@ class Kind:
   decode: Callable[[np.ndarray], np.ndarray]
   per_token: bool = False
   token_targets: tuple[str, ...] = ()
+  packable: bool = False
 
 
 def _example_weight(batch):
@@ -52,14 +54,14 @@ KINDS = {
         metrics=lambda logits_BxC, batch: losses.classification(
             logits_BxC, batch['label'], batch['example_weight']),
         targets=('label',), loss_weight=_example_weight,
-        decode=lambda logits_NxC: np.argmax(logits_NxC, -1)),
+        decode=lambda logits_NxC: np.argmax(logits_NxC, -1), packable=True),
     'regression': Kind(
         head=lambda config, num_labels, pooling: heads.BertForSequenceClassification(
             config, 1, pooling),
         metrics=lambda scores_Bx1, batch: losses.regression(
             scores_Bx1[..., 0], batch['label'], batch['example_weight']),
         targets=('label',), loss_weight=_example_weight,
-        decode=lambda scores_Nx1: scores_Nx1[..., 0]),
+        decode=lambda scores_Nx1: scores_Nx1[..., 0], packable=True),
     'span': Kind(
         head=lambda config, num_labels, pooling: heads.BertForQuestionAnswering(config),
         metrics=lambda logits_BxLx2, batch: losses.span(
@@ -114,10 +116,16 @@ def untrim(name: str, outputs: np.ndarray, max_seq_length: int) -> np.ndarray:
   return np.pad(outputs, pad)
 
 
+def _apply(model, params, batch, **kwargs):
+  """The model on a batch: [B, ...] outputs, or [B, N, ...] for packed rows (instance_starts)."""
+  if 'instance_starts' in batch:
+    kwargs['instance_starts'] = batch['instance_starts']
+  return model.apply({'params': params}, *(batch[k] for k in MODEL_INPUTS), **kwargs)
+
+
 def _loss(kind: Kind, model, params, batch, rng, normalizers, *, deterministic):
   """The kind's summed loss divided by the whole batch's weight (exact under accumulation)."""
-  outputs = model.apply({'params': params}, *(batch[k] for k in MODEL_INPUTS),
-                        deterministic=deterministic, rngs={'dropout': rng})
+  outputs = _apply(model, params, batch, deterministic=deterministic, rngs={'dropout': rng})
   metrics = kind.metrics(outputs, batch)
   return metrics['loss'][0] / normalizers['loss'], metrics
 
@@ -140,6 +148,5 @@ def objective(name: str, config: encoder.Config, num_labels: int, pooling: str,
 
 def predict_step(params, batch, *, model, kind: str):
   """(outputs for every row, eval loss metrics) of one batch; padding rows weigh 0."""
-  outputs = model.apply({'params': params}, *(batch[k] for k in MODEL_INPUTS),
-                        deterministic=True)
+  outputs = _apply(model, params, batch, deterministic=True)
   return outputs, get(kind).metrics(outputs, batch)

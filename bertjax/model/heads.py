@@ -141,7 +141,8 @@ class BertForSequenceClassification(nn.Module):
 
   pooling 'cls' is BERT's pooler (dense + tanh on [CLS]); 'mean' averages the last hidden
   states over the input mask, the pooling sentence-transformers checkpoints are trained with
-  (their pooler weights are left over, untrained).
+  (their pooler weights are left over, untrained). Packed rows (instance_starts [B, N], input
+  mask = instance ids) give [B, N, C], each instance pooled on its own.
   """
 
   config: Config
@@ -149,21 +150,33 @@ class BertForSequenceClassification(nn.Module):
   pooling: str = 'cls'
 
   @nn.compact
-  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True,
+               instance_starts=None):
     return _pooled_logits(self.config, self.num_labels, self.pooling, input_ids, input_mask,
-                          segment_ids, deterministic)
+                          segment_ids, deterministic, instance_starts)
+
+
+def mean_pool(x_BxLxD, instance_ids_BxL, instances: int):
+  """Each instance's mean hidden state, [B, N, D]: instance ids 1..N (0 = padding; an unpacked
+  row is instance 1). Summed in float32: up to 512 bf16 rows otherwise."""
+  member_BxLxN = (jnp.asarray(instance_ids_BxL)[..., None]
+                  == jnp.arange(1, instances + 1)).astype(jnp.float32)
+  sums_BxNxD = jnp.einsum('bln,bld->bnd', member_BxLxN, x_BxLxD.astype(jnp.float32))
+  counts_BxNx1 = jnp.sum(member_BxLxN, axis=1)[..., None]
+  return (sums_BxNxD / jnp.maximum(counts_BxNx1, 1)).astype(x_BxLxD.dtype)
 
 
 def _pooled_logits(cfg: Config, num_labels: int, pooling: str, input_ids, input_mask,
-                   segment_ids, deterministic):
+                   segment_ids, deterministic, instance_starts=None):
   """The sequence-level head's body, called inside a compact module: submodules `bert` and
   `classifier` (transformers' names for both sequence classification and multiple choice)."""
-  x_BxLxD, pooled_BxD = encoder.BertEncoder(cfg, name='bert')(input_ids, input_mask,
-                                                            segment_ids, deterministic)
-  if pooling == 'mean':  # Summed in float32: up to 512 bf16 rows otherwise.
-    mask_BxLx1 = jnp.asarray(input_mask, jnp.float32)[..., None]
-    pooled_BxD = (jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, axis=1)
-                  / jnp.maximum(jnp.sum(mask_BxLx1, axis=1), 1)).astype(x_BxLxD.dtype)
+  x_BxLxD, pooled_BxD = encoder.BertEncoder(cfg, name='bert')(
+      input_ids, input_mask, segment_ids, deterministic, instance_starts=instance_starts)
+  if pooling == 'mean':
+    if instance_starts is None:
+      pooled_BxD = mean_pool(x_BxLxD, input_mask, 1)[:, 0]
+    else:
+      pooled_BxD = mean_pool(x_BxLxD, input_mask, instance_starts.shape[-1])  # [B, N, D].
   elif pooling != 'cls':
     raise ValueError(f'pooling={pooling!r} is unknown; valid: {", ".join(POOLINGS)}.')
   pooled_BxD = kernels.Dropout(rate=cfg.dropout_rate)(pooled_BxD, deterministic)

@@ -57,7 +57,8 @@ class Job:
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
   best_metric: the eval metric (higher is better) that ranks checkpoints for keep_best.
   sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
-  tokens/s and MFU figures (two-phase pre-training changes the length at a step).
+  tokens/s and MFU figures (two-phase pre-training changes the length at a step; fine-tuning
+  counts per example what its cut or packed rows compute).
   """
 
   objective: train_state.Objective
@@ -66,7 +67,7 @@ class Job:
   load_weights: Callable | None
   describe: Callable[[int, dict], str]
   best_metric: str
-  sequence_cost: Callable[[int], tuple[int, float]]
+  sequence_cost: Callable[[int], tuple[float, float]]
 
 
 class _Preemption:
@@ -239,7 +240,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   writer = _metric_writer(workdir)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
-  logging.info('--- loop: steps %d..%d, %d sequences of %d tokens per step', start_step,
+  logging.info('--- loop: steps %d..%d, %d sequences of %.0f tokens per step', start_step,
                total_steps, config.global_batch_size, job.sequence_cost(start_step)[0])
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,

@@ -17,6 +17,7 @@ import pytest
 from safetensors import numpy as st_numpy
 
 from bertjax import pretrain as pretrain_job
+from bertjax.finetune import batches
 from bertjax.finetune import job as finetune
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
@@ -37,15 +38,6 @@ final_params = finetune_runs.final_params
 @pytest.fixture(scope='module')
 def sst2_dir(tmp_path_factory):
   return write_sst2(tmp_path_factory.mktemp('sst2'))
-
-
-def test_batch_indices_are_epoch_permutations():
-  rows = np.concatenate([finetune.batch_indices(s, 4, 10, seed=3) for s in range(5)])
-  np.testing.assert_array_equal(np.sort(rows[:10]), np.arange(10))  # Epoch 0: each row once.
-  np.testing.assert_array_equal(np.sort(rows[10:20]), np.arange(10))
-  assert not np.array_equal(rows[:10], rows[10:20])  # Reshuffled per epoch.
-  np.testing.assert_array_equal(finetune.batch_indices(3, 4, 10, seed=3), rows[12:16])
-  assert not np.array_equal(finetune.batch_indices(0, 4, 10, seed=4), rows[:4])
 
 
 def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, monkeypatch):
@@ -75,22 +67,26 @@ def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, monkeypatch):
   assert len(predictions.splitlines()) == 1 + 24
 
 
-def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch):
-  config = tiny_config(sst2_dir)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
+PACKED = {'data.max_seq_length': 48, 'data.max_instances_per_row': 3}
+
+
+@pytest.mark.parametrize('fields', [{}, PACKED], ids=['one_per_row', 'packed'])
+def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch, fields):
+  config = tiny_config(sst2_dir, **fields)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
   finetune.train_and_evaluate(config, str(tmp_path / 'straight'))
 
-  batch_indices = finetune.batch_indices
+  batch_indices = batches.batch_indices
 
   def crash_at_seven(step, *args, **kwargs):
     if step == 7:
       raise KeyboardInterrupt('killed')
     return batch_indices(step, *args, **kwargs)
 
-  monkeypatch.setattr(finetune, 'batch_indices', crash_at_seven)
+  monkeypatch.setattr(batches, 'batch_indices', crash_at_seven)
   with pytest.raises(KeyboardInterrupt):
     finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
   assert final_params(tmp_path / 'crashed')[1] == 6
-  monkeypatch.setattr(finetune, 'batch_indices', batch_indices)
+  monkeypatch.setattr(batches, 'batch_indices', batch_indices)
   finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
 
   (a, step_a), (b, step_b) = final_params(tmp_path / 'straight'), final_params(tmp_path / 'crashed')
@@ -318,16 +314,6 @@ def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab()
   assert model_cfg.vocab_size == pretrain_job.embedded.VOCAB_SIZE
 
 
-def test_batch_length_is_the_longest_row_rounded_up():
-  mask = np.zeros((3, 32), np.int32)
-  mask[0, :5], mask[1, :11], mask[2, :3] = 1, 1, 1
-  assert finetune.batch_length(mask, 8) == 16
-  assert finetune.batch_length(mask, 0) == 32
-  assert finetune.batch_length(mask[:, None].repeat(2, 1), 4) == 12  # [B, C, L] choices.
-  mask[1, :] = 1
-  assert finetune.batch_length(mask, 5) == 32  # Never past the features' length.
-
-
 def _sst2_long(sst2_dir, tmp_path):
   return tiny_config(sst2_dir, **{'data.max_seq_length': 48})
 
@@ -377,3 +363,44 @@ def test_dynamic_padding_trains_and_predicts_like_full_rows(make_config, request
   assert predictions[0]
   for full_file, cut_file in zip(*predictions, strict=True):
     assert full_file.read_text() == cut_file.read_text()
+
+
+@pytest.mark.parametrize('pooling', ['cls', 'mean'])
+def test_packed_rows_train_and_predict_like_one_per_row(sst2_dir, tmp_path, monkeypatch,
+                                                        pooling):
+  """A step's examples packed 3 to a row (data.max_instances_per_row) give the parameters, eval
+  metrics and predictions of the same examples one per row: each attends to itself, is pooled
+  on its own ([CLS] or mean) and weighs one in the loss. The packed run is also sharded (data 2,
+  fsdp 2, tensor 2: rows rounded up to 4). Dropout off, as in the dynamic padding test."""
+  rows_seen = []
+  pack_rows = batches.pack_rows
+  monkeypatch.setattr(batches, 'pack_rows', lambda *a: (
+      rows_seen.append(len((out := pack_rows(*a))[0]['input_ids'])), out)[1])
+  results = {}
+  for pack in (1, 3):
+    config = _sst2_long(sst2_dir, tmp_path)
+    config.data.max_instances_per_row = pack
+    config.pooling = pooling
+    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+    if pack > 1:
+      config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+    results[pack] = finetune.train_and_evaluate(config, str(tmp_path / f'pack{pack}'))
+  # 16 examples of ~10 tokens per step: 6 rows of 3, rounded up to 8; eval's 24 take 2 batches.
+  assert rows_seen and max(rows_seen) <= 8 and all(n % 4 == 0 for n in rows_seen), rows_seen
+  (a, step_a), (b, step_b) = (final_params(tmp_path / f'pack{p}') for p in (1, 3))
+  assert step_a == step_b == 8
+  for key in a:
+    np.testing.assert_allclose(b[key], a[key], atol=2e-5, rtol=1e-4, err_msg=key)
+  for key, value in results[1].items():
+    assert results[3][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+  predictions = [sorted((tmp_path / f'pack{p}' / 'predictions').rglob('*.*')) for p in (1, 3)]
+  assert len(predictions[0]) == 2  # Two epochs' evals.
+  for one_file, packed_file in zip(*predictions, strict=True):
+    assert packed_file.read_text() == one_file.read_text()
+
+
+def test_packing_a_tagging_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
+  config = _conll_long(allennlp_wheel, minilm_dir, tmp_path)
+  config.data.max_instances_per_row = 2
+  with pytest.raises(ValueError, match='tagging task cannot be packed.*set it to 1'):
+    finetune.train_and_evaluate(config, str(tmp_path / 'run'))

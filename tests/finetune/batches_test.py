@@ -1,0 +1,113 @@
+"""Fine-tuning batches: the example order, dynamic padding's length, and packed rows."""
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax.finetune import batches
+from bertjax.pretraining_data import packing
+from bertjax.training import sharding
+from configs import common
+
+
+def test_batch_indices_are_epoch_permutations():
+  rows = np.concatenate([batches.batch_indices(s, 4, 10, seed=3) for s in range(5)])
+  np.testing.assert_array_equal(np.sort(rows[:10]), np.arange(10))  # Epoch 0: each row once.
+  np.testing.assert_array_equal(np.sort(rows[10:20]), np.arange(10))
+  assert not np.array_equal(rows[:10], rows[10:20])  # Reshuffled per epoch.
+  np.testing.assert_array_equal(batches.batch_indices(3, 4, 10, seed=3), rows[12:16])
+  assert not np.array_equal(batches.batch_indices(0, 4, 10, seed=4), rows[:4])
+
+
+def test_batch_length_is_the_longest_row_rounded_up():
+  mask = np.zeros((3, 32), np.int32)
+  mask[0, :5], mask[1, :11], mask[2, :3] = 1, 1, 1
+  assert batches.batch_length(mask, 8) == 16
+  assert batches.batch_length(mask, 0) == 32
+  assert batches.batch_length(mask[:, None].repeat(2, 1), 4) == 12  # [B, C, L] choices.
+  mask[1, :] = 1
+  assert batches.batch_length(mask, 5) == 32  # Never past the features' length.
+
+
+def features(lengths, seq=32, regression=False):
+  """Classification-like features: row i holds tokens 100*i+1.. and label i (or i / 10)."""
+  n = len(lengths)
+  ids = np.zeros((n, seq), np.int32)
+  mask = np.zeros((n, seq), np.int32)
+  for i, length in enumerate(lengths):
+    ids[i, :length] = 100 * i + 1 + np.arange(length)
+    mask[i, :length] = 1
+  segments = (np.arange(seq) >= 3).astype(np.int32) * mask
+  labels = np.arange(n) / 10 if regression else np.arange(n)
+  return {'input_ids': ids, 'input_mask': mask, 'segment_ids': segments,
+          'label': labels.astype(np.float32 if regression else np.int32)}
+
+
+@pytest.mark.parametrize('kind', ['classification', 'regression'])
+def test_packed_rows_hold_every_example_once_with_its_target(kind):
+  lengths = [5, 30, 12, 7, 20, 3, 9, 16, 11, 25]
+  f = features(lengths, regression=kind == 'regression')
+  examples = np.array([7, 2, 9, 0, 4, 1, 8, 3])  # A step's examples, in the step's order.
+  rows, slots = batches.pack_rows(f, examples, kind, 3, rows_multiple=4)
+  num_rows = len(rows['input_ids'])
+  assert num_rows % 4 == 0 and num_rows < len(examples)
+  assert rows['instance_starts'].shape == rows['label'].shape == (num_rows, 3)
+  assert np.unique(slots).size == len(examples)
+  flat_labels = rows['label'].reshape(-1)
+  flat_weights = rows['example_weight'].reshape(-1)
+  np.testing.assert_array_equal(flat_labels[slots], f['label'][examples])
+  assert flat_weights[slots].tolist() == [1.0] * len(examples)
+  assert flat_weights.sum() == len(examples)  # Empty slots and filler rows weigh 0.
+  seen = []
+  for r in range(num_rows):
+    row = {k: rows[k][r] for k in ('input_ids', 'input_mask', 'segment_ids', 'instance_starts')}
+    for n, instance in enumerate(packing.unpack_row(row)):
+      slot = r * 3 + n
+      if flat_weights[slot]:
+        i = examples[list(slots).index(slot)]
+        seen.append(i)
+        for key in ('input_ids', 'input_mask', 'segment_ids'):
+          np.testing.assert_array_equal(instance[key], f[key][i], err_msg=key)
+      else:  # A filler row: a copy of the step's first example, never counted.
+        np.testing.assert_array_equal(instance['input_ids'], f['input_ids'][examples[0]])
+  assert sorted(seen) == sorted(examples.tolist())
+
+
+def test_one_per_row_fills_a_short_eval_batch_at_weight_zero():
+  f = features([5, 9, 3])
+  mesh = _mesh(8, 1)
+  layout = batches.Layout('classification', 8, 1, mesh)
+  host, slots = batches.host_batch(f, np.array([2, 1]), layout, batch_size=8)
+  assert slots is None
+  assert host['input_ids'].shape == (8, 16)  # Cut to 9 tokens, rounded up to 8.
+  assert host['example_weight'].tolist() == [1, 1] + [0] * 6
+  np.testing.assert_array_equal(host['label'], [2, 1] + [0] * 6)
+
+
+def test_packed_rows_split_over_the_mesh_and_come_back_in_order():
+  lengths = [5, 30, 12, 7, 20, 3, 9, 16, 11, 25]
+  f = features(lengths)
+  mesh = _mesh(2, 2, 2)
+  layout = batches.Layout('classification', 32, 3, mesh)
+  assert layout.rows_multiple == 4  # data 2 x fsdp 2.
+  examples = np.arange(10)[::-1]
+  batch = batches.device_batch(f, examples, layout, batch_size=10)
+  assert batch.arrays['input_ids'].shape[0] % 4 == 0
+  # Outputs [R, N, ...] as the model gives them: here, each slot's label.
+  outputs = np.asarray(batch.arrays['label'])[..., None].astype(np.float32)
+  back = batches.example_outputs(batch, outputs, layout, 32)
+  np.testing.assert_array_equal(back[:, 0], examples)
+
+
+def test_packing_is_refused_for_kinds_without_one_output_per_example():
+  mesh = _mesh(8, 1)
+  for kind in ('span', 'tagging', 'multiple_choice'):
+    with pytest.raises(ValueError, match=f'{kind} task cannot be packed'):
+      batches.check_layout(batches.Layout(kind, 32, 2, mesh))
+  batches.check_layout(batches.Layout('tagging', 32, 1, mesh))  # One per row: fine.
+
+
+def _mesh(data, fsdp, tensor=1):
+  config = common.mesh_config()
+  config.data, config.fsdp, config.tensor = data, fsdp, tensor
+  return sharding.make_mesh(config, jax.devices())
