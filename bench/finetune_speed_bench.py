@@ -2,7 +2,7 @@
 
   python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair] [--max_train=4000] \
       [--max_eval=1000] [--epochs=2] [--seq_len=48] [--batch=32] [--lr=1e-4] [--threads=2] \
-      [--seed=0] [--workdir=]
+      [--seed=0] [--pack=4] [--workdir=]
 
 Real tasks from WordNet 3.0 (/usr/share/wordnet), read by bertjax's WordNet readers, split by
 text_classification.split (stratified, eval_fraction 0.2) and written as a user's own CSV files
@@ -15,9 +15,11 @@ that both frameworks read (the same examples):
 Each framework runs as one command in its own process, timed from start to exit (imports,
 tokenizing, compiling, training, an eval after each epoch, the final save), pinned to the same
 --threads cores:
-  bertjax  python -m bertjax.main --config=configs/finetune.py:task=classification,... with the
-           CSV files, init_from the checkpoint, pooling=cls, its defaults otherwise (dynamic
-           padding: data.pad_to_multiple_of=32; checkpoints as configured).
+  bertjax  python -m bertjax.main --config=configs/finetune.py:task=classification,pack=4,...
+           with the CSV files, init_from the checkpoint, pooling=cls: each step's 32 examples
+           packed up to 4 to a row of seq_len (definitions average 14 tokens of 48; --pack=1:
+           one per row with dynamic padding, data.pad_to_multiple_of=32); its defaults
+           otherwise (packed rows to a multiple of 4, checkpoints as configured).
   torch    the way a transformers user writes it: the fast tokenizer over the dataset once, then
            batches padded to their longest row (tokenizer.pad, as DataCollatorWithPadding),
            BertForSequenceClassification, AdamW (decay 0.01 off biases and LayerNorm, eps 1e-6),
@@ -64,6 +66,7 @@ _LR = flags.DEFINE_float('lr', 1e-4, 'Peak learning rate.')
 flags.DEFINE_integer('threads', 2, 'Cores (and torch threads) for both frameworks.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Split and subsample.')
 _WORDNET_DIR = flags.DEFINE_string('wordnet_dir', '/usr/share/wordnet', 'WordNet data.* dir.')
+_PACK = flags.DEFINE_integer('pack', 4, 'bertjax: examples per row (1 = unpacked).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Where data and runs go ("" = a temp dir).')
 _WORKER = flags.DEFINE_string('worker', '', 'Internal: run the torch side on this task dir.')
 
@@ -122,7 +125,8 @@ def run_bertjax(directory: pathlib.Path, text_fields):
   command = [
       sys.executable, '-m', 'bertjax.main',
       f'--config=configs/finetune.py:task=classification,init_from={minilm_dir()},'
-      f'seq={_SEQ_LEN.value},epochs={_EPOCHS.value},batch={_BATCH.value},lr={_LR.value}',
+      f'seq={_SEQ_LEN.value},epochs={_EPOCHS.value},batch={_BATCH.value},lr={_LR.value},'
+      f'pack={_PACK.value}',
       f'--config.data.train_file={directory / "train.csv"}',
       f'--config.data.eval_file={directory / "eval.csv"}',
       f'--config.data.text_fields={",".join(text_fields)}', '--config.pooling=cls',
@@ -222,7 +226,8 @@ def main(argv):
     return
   root = pathlib.Path(_WORKDIR.value or tempfile.mkdtemp(prefix='finetune_speed_bench-'))
   print(f'{_THREADS} cores; {_MAX_TRAIN.value} train / {_MAX_EVAL.value} eval examples, '
-        f'{_EPOCHS.value} epochs, seq {_SEQ_LEN.value}, batch {_BATCH.value}, lr {_LR.value}')
+        f'{_EPOCHS.value} epochs, seq {_SEQ_LEN.value}, batch {_BATCH.value}, lr {_LR.value}; '
+        f'bertjax packs {_PACK.value} per row')
   print(f'{"task":<17}{"examples":>11}{"bertjax s":>11}{"acc":>8}{"torch s":>10}{"acc":>8}'
         f'{"speed-up":>10}')
   for task in _TASKS.value:

@@ -71,6 +71,7 @@ class Layout:
   max_instances_per_row: int  # 1: one example per row.
   mesh: jax.sharding.Mesh
   rules: tuple = sharding.RULES
+  packed_rows_multiple_of: int = 1
 
   @property
   def packed(self) -> bool:
@@ -78,8 +79,10 @@ class Layout:
 
   @property
   def rows_multiple(self) -> int:
-    """Packed row counts are rounded up to this: every host and batch shard gets whole rows."""
-    return math.lcm(sharding.data_parallel_size(self.mesh, self.rules), jax.process_count())
+    """Packed row counts are rounded up to this: every host and batch shard gets whole rows,
+    and the counts a run meets (shapes to compile) are few."""
+    return math.lcm(sharding.data_parallel_size(self.mesh, self.rules), jax.process_count(),
+                    self.packed_rows_multiple_of)
 
 
 def check_layout(layout: Layout):

@@ -150,7 +150,7 @@ def layout(s: Setup) -> batches.Layout:
   """How this run's examples become rows (dynamic padding, packing) on its mesh."""
   data = s.config.data
   out = batches.Layout(s.task.kind, data.pad_to_multiple_of, data.max_instances_per_row, s.mesh,
-                       s.rules)
+                       s.rules, data.packed_rows_multiple_of)
   batches.check_layout(out)
   return out
 

@@ -8,6 +8,7 @@ names the tensor.
 """
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -202,10 +203,15 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   if not with_heads:
     batch.pop('masked_lm_positions')
   rng = jax.random.key(0) if rng is None else rng
-  fresh = nn.unbox(jax.jit(module.init)(rng, **batch)['params'])
-  fresh = traverse_util.flatten_dict(fresh, sep='/')
-  if not with_heads:  # the encoder's own tree has no 'bert/' level.
-    fresh = {f'bert/{k}': v for k, v in fresh.items()}
+
+  def model_tree(init):
+    tree = traverse_util.flatten_dict(nn.unbox(init(rng, **batch)['params']), sep='/')
+    # The encoder's own tree has no 'bert/' level.
+    return tree if with_heads else {f'bert/{k}': v for k, v in tree.items()}
+
+  # Shapes only: drawing the initial values (a compile and a run, seconds for a small model)
+  # is needed only for parameters the checkpoint lacks.
+  fresh = model_tree(functools.partial(jax.eval_shape, module.init))
 
   table = {k: (v[0], v[1].to_ours) for k, v in names(cfg).items()}
   converted, loaded, initialised = {}, [], []
@@ -227,6 +233,8 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
                      ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
   if cfg.scan_layers:
     converted = layouts.stack_layers(converted, cfg.num_layers)
+  if initialised:
+    fresh = model_tree(jax.jit(module.init))
   params = {}
   for path, value in fresh.items():
     if path in converted:

@@ -13,6 +13,7 @@ import sys
 import finetune_runs
 import numpy as np
 import pretrain_runs
+import pytest
 
 from bertjax.finetune import job as finetune
 
@@ -27,9 +28,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_hosts_equal_one(tmp_path):
+@pytest.mark.parametrize('packed', [False, True], ids=['one_per_row', 'packed'])
+def test_two_hosts_equal_one(tmp_path, packed):
+  """Packed: 16 examples of ~10 tokens in 8 rows of 48 (3 to a row, rounded up to 8 for the
+  data-parallel size), each host sending its 4 rows."""
   data_dir = finetune_runs.write_sst2(tmp_path / 'sst2')
   fields = FIELDS | {'data.data_dir': str(data_dir)}
+  if packed:
+    fields |= {'data.max_seq_length': 48, 'data.max_instances_per_row': 3}
   config = finetune_runs.tiny_config(data_dir, **fields)
   config.unlock()
   finetune.train_and_evaluate(config, str(tmp_path / 'single'))
