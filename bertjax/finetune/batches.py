@@ -86,7 +86,12 @@ class Layout:
 
 
 def check_layout(layout: Layout):
-  """Refuses packing for a kind whose outputs are not one per example."""
+  """Refuses counts below one, and packing for a kind whose outputs are not one per example."""
+  for name in ('max_instances_per_row', 'packed_rows_multiple_of'):
+    if getattr(layout, name) < 1:
+      raise ValueError(f'data.{name}={getattr(layout, name)}: it must be 1 or more (1 = '
+                       + ('one example per row).' if name == 'max_instances_per_row' else
+                          'no rounding).'))
   if layout.packed and not kinds.get(layout.kind).packable:
     packable = ', '.join(k for k, v in kinds.KINDS.items() if v.packable)
     raise ValueError(f'data.max_instances_per_row={layout.max_instances_per_row}: a {layout.kind}'
@@ -99,7 +104,6 @@ class Batch:
 
   arrays: dict
   slots: np.ndarray | None  # Packed: each example's index in the outputs' [rows * N] axis.
-  length: int  # Tokens per row (the features' length when cut to nothing).
 
 
 def pack_rows(features: dict, examples: np.ndarray, kind: str, max_instances: int,
@@ -154,7 +158,7 @@ def device_batch(features: dict, examples: np.ndarray, layout: Layout,
   host, slots = host_batch(features, examples, layout, batch_size)
   mine = {k: host_rows(v) for k, v in host.items()}
   arrays = global_batch.make_global_batch(mine, layout.mesh, sharding.batch_axes(layout.rules))
-  return Batch(arrays, slots, host['input_ids'].shape[-1])
+  return Batch(arrays, slots)
 
 
 def example_outputs(batch: Batch, outputs: np.ndarray, layout: Layout,

@@ -175,28 +175,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   (with_heads=True) or `encoder.BertEncoder`, as float32 numpy arrays; heads the checkpoint lacks
   are initialised from `rng` (default key 0) and listed in report.initialised.
   """
-  directory = pathlib.Path(directory)
-  config_file = directory / 'config.json'
-  if not directory.is_dir():
-    raise FileNotFoundError(f'checkpoint directory {directory} does not exist: pass the folder '
-                            'that holds config.json and model.safetensors.')
-  if not config_file.exists():
-    raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
-                            'directory (expected config.json + model.safetensors).')
-  cfg = config_from_hf(json.loads(config_file.read_text()), **config_overrides)
-  state = _strip_prefix(_read_state_dict(directory))
-
-  embedding = state.get('embeddings.word_embeddings.weight')
-  if embedding is not None and embedding.shape[0] != cfg.vocab_size:
-    raise ValueError(f'embeddings.word_embeddings.weight has {embedding.shape[0]} rows but '
-                     f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is '
-                     'inconsistent.')
-  vocab_entries = None if vocab_file is None else len(tokenizer.load_vocab(vocab_file))
-  if vocab_entries is not None and vocab_entries != cfg.vocab_size:
-    raise ValueError(
-        f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '
-        f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows: use the vocab.txt that '
-        'was saved with this checkpoint.')
+  cfg, state = _read_checked(pathlib.Path(directory), vocab_file, config_overrides)
 
   module = heads.BertForPreTraining(cfg) if with_heads else encoder.BertEncoder(cfg)
   batch = heads.dummy_batch(1, 2, 1)
@@ -214,23 +193,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   fresh = model_tree(functools.partial(jax.eval_shape, module.init))
 
   table = {k: (v[0], v[1].to_ours) for k, v in names(cfg).items()}
-  converted, loaded, initialised = {}, [], []
-  for path in sorted(_unscanned_paths(fresh, cfg)):
-    hf_name, convert = table[path]
-    if hf_name not in state and path == 'mlm/output_bias':
-      hf_name = 'cls.predictions.decoder.bias'  # Some exporters store the bias only here.
-    if hf_name not in state:
-      initialised.append(path)
-      continue
-    value = np.asarray(state[hf_name], np.float32)
-    value = convert(value) if convert else value
-    converted[path] = value
-    loaded.append(path)
-  decoder = state.get('cls.predictions.decoder.weight')
-  if decoder is not None and embedding is not None and not np.array_equal(decoder, embedding):
-    raise ValueError('cls.predictions.decoder.weight differs from '
-                     'embeddings.word_embeddings.weight:'
-                     ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
+  converted, loaded, initialised = _convert(state, _unscanned_paths(fresh, cfg), table)
   if cfg.scan_layers:
     converted = layouts.stack_layers(converted, cfg.num_layers)
   if initialised:
@@ -253,6 +216,55 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
     params = {k[len('bert/'):]: v for k, v in params.items()}
   report = ImportReport(loaded=loaded, initialised=initialised, unused=unused)
   return cfg, traverse_util.unflatten_dict(params, sep='/'), report
+
+
+def _read_checked(directory: pathlib.Path, vocab_file, config_overrides: dict):
+  """(model config, state dict without `bert.`) of a transformers directory, checked against
+  itself (vocab rows, the tied decoder) and the vocab file."""
+  config_file = directory / 'config.json'
+  if not directory.is_dir():
+    raise FileNotFoundError(f'checkpoint directory {directory} does not exist: pass the folder '
+                            'that holds config.json and model.safetensors.')
+  if not config_file.exists():
+    raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
+                            'directory (expected config.json + model.safetensors).')
+  cfg = config_from_hf(json.loads(config_file.read_text()), **config_overrides)
+  state = _strip_prefix(_read_state_dict(directory))
+
+  embedding = state.get('embeddings.word_embeddings.weight')
+  if embedding is not None and embedding.shape[0] != cfg.vocab_size:
+    raise ValueError(f'embeddings.word_embeddings.weight has {embedding.shape[0]} rows but '
+                     f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is '
+                     'inconsistent.')
+  vocab_entries = None if vocab_file is None else len(tokenizer.load_vocab(vocab_file))
+  if vocab_entries is not None and vocab_entries != cfg.vocab_size:
+    raise ValueError(
+        f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '
+        f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows: use the vocab.txt that '
+        'was saved with this checkpoint.')
+  decoder = state.get('cls.predictions.decoder.weight')
+  if decoder is not None and embedding is not None and not np.array_equal(decoder, embedding):
+    raise ValueError('cls.predictions.decoder.weight differs from '
+                     'embeddings.word_embeddings.weight:'
+                     ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
+  return cfg, state
+
+
+def _convert(state: dict, paths, table: dict) -> tuple[dict, list, list]:
+  """(our path -> converted float32 array, loaded paths, paths the checkpoint lacks)."""
+  converted, loaded, initialised = {}, [], []
+  for path in sorted(paths):
+    hf_name, convert = table[path]
+    if hf_name not in state and path == 'mlm/output_bias':
+      hf_name = 'cls.predictions.decoder.bias'  # Some exporters store the bias only here.
+    if hf_name not in state:
+      initialised.append(path)
+      continue
+    value = np.asarray(state[hf_name], np.float32)
+    value = convert(value) if convert else value
+    converted[path] = value
+    loaded.append(path)
+  return converted, loaded, initialised
 
 
 def _unscanned_paths(fresh: dict, cfg) -> list:
