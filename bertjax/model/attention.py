@@ -9,7 +9,9 @@ model.attention_impl picks one; every one gives the same numbers at every real t
                          padding mode: no [B, L, L] bias is built or read), packed rows as each
                          instance's length and offset (cuDNN's packed layout).
   splash                 Pallas splash attention (TPU): padding and instances as segment ids.
-                         Runs in interpret mode off TPU (tests).
+                         Runs in interpret mode when not compiled for a TPU (tests); the
+                         target is the mesh's devices (launch/aot_compile.py compiles for a
+                         TPU slice on a CPU machine), else the default backend.
 
 A row's layout is its input_mask: 0/1 for one instance per row, padding at the end (what every
 bertjax pipeline writes), or instance ids 1, 2, ... for packed rows (pretraining_data/packing.py).
@@ -103,6 +105,13 @@ def cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, input_mask_BxL, max_instances: int):
       q_offsets=offsets_BxN1, kv_offsets=offsets_BxN1,
       scale=float(1 / np.sqrt(q_BxLxHxK.shape[-1])), mask_type=cudnn_lib.MaskType.PADDING,
       qkv_layout='BTNH')
+
+
+def target_platform() -> str:
+  """The platform the traced computation is compiled for: the devices of the mesh it is traced
+  under (jax.set_mesh), else JAX's default backend."""
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.platform if device is not None else jax.default_backend()
 
 
 def splash_block(length: int) -> int:

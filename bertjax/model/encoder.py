@@ -230,10 +230,11 @@ class SelfAttention(nn.Module):
       instances = rows['instance_starts'].shape[-1] if packed else 0
       out_BxLxHxK = attention.cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL, instances)
     elif cfg.attention_impl == 'splash':
-      if jax.default_backend() == 'gpu':
+      platform = attention.target_platform()
+      if platform == 'gpu':
         raise ValueError('attention_impl=splash is a TPU kernel: use cudnn on a GPU.')
       out_BxLxHxK = attention.splash(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL,
-                                     interpret=jax.default_backend() != 'tpu')
+                                     interpret=platform != 'tpu')
     else:
       out_BxLxHxK = attention.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL,
                                                     packed)

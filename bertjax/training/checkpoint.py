@@ -314,15 +314,16 @@ def write_json(path, payload: dict):
 
 
 
-def restore_or_initialize(mngr: ocp.CheckpointManager, state, shardings, global_batch_size: int,
-                          load_weights=None):
+def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_size: int,
+                          initialize):
   """(state, examples consumed, resumed?) in the one order: resume the workdir's newest
-  readable checkpoint, else `load_weights(params, shardings)` (init_from), else `state` fresh.
+  readable checkpoint into `abstract` (ShapeDtypeStructs with shardings; nothing is drawn
+  first), else `initialize()` (init_from's weights, else fresh).
 
   The data position is the examples consumed, not step x batch: a resumed run may change the
   global batch size and still continue the data where it stopped.
   """
-  restored = restore_latest(mngr, abstract_state(state, shardings))
+  restored = restore_latest(mngr, abstract)
   if restored is not None:
     state, meta = restored
     consumed = int(meta['examples_consumed'])
@@ -331,9 +332,7 @@ def restore_or_initialize(mngr: ocp.CheckpointManager, state, shardings, global_
                       'batch size changed; data continues from example %d', consumed,
                       int(state.step) * global_batch_size, consumed)
     return state, consumed, True
-  if load_weights is not None:
-    state = state.replace(params=load_weights(state.params, shardings.params))
-  return state, 0, False
+  return initialize(), 0, False
 
 
 def abstract_state(state, shardings):

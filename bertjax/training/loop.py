@@ -53,7 +53,8 @@ class Job:
   """What a job hands the loop.
 
   batches(start_step, examples_consumed) -> an iterator of global batches from that position.
-  load_weights(params, shardings) -> params: the start-from weights (None: start fresh).
+  load_weights(params, shardings) -> params: the start-from weights placed in `shardings` (None:
+    start fresh). `params` is abstract; leaves it leaves abstract are drawn fresh (a task head).
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
   best_metric: the eval metric (higher is better) that ranks checkpoints for keep_best.
   sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
@@ -208,14 +209,22 @@ def _check_schedule(config, workdir, step: int, schedule):
 
 
 def _initial_state(config, job: Job, tx, mesh, rules, mngr):
-  """(state, its shardings, examples consumed, resumed?): the sharded init, then the workdir's
-  checkpoint, else init_from, else fresh (checkpoint.restore_or_initialize)."""
+  """(state, its shardings, examples consumed, resumed?): the workdir's checkpoint, else
+  init_from's weights with only the rest drawn, else fresh (checkpoint.restore_or_initialize).
+  A resumed run draws no initial values at all."""
   logging.info('--- model and optimizer')
-  state, shardings = train_state.create_train_state(config, job.objective, tx, mesh, rules)
-  logging.info('model: %s, %d parameters', config.model.size, encoder.param_count(state.params))
+  abstract, shardings = train_state.train_state_shapes(config, job.objective, tx, mesh, rules)
+  logging.info('model: %s, %d parameters', config.model.size,
+               encoder.param_count(abstract.params))
+
+  def initialize():
+    loaded = (job.load_weights(abstract.params, shardings.params)
+              if job.load_weights is not None else None)
+    return train_state.create_train_state(config, job.objective, tx, mesh, rules, loaded)[0]
+
   logging.info('--- restore')
   state, consumed, resumed = checkpoint.restore_or_initialize(
-      mngr, state, shardings, config.global_batch_size, job.load_weights)
+      mngr, abstract, config.global_batch_size, initialize)
   return state, shardings, consumed, resumed
 
 

@@ -163,14 +163,29 @@ def train_state_shapes(config, objective: Objective, tx, mesh, rules=sharding.RU
   return checkpoint.abstract_state(nn.unbox(boxed), shardings), shardings
 
 
-def create_train_state(config, objective: Objective, tx, mesh, rules=sharding.RULES):
+def create_train_state(config, objective: Objective, tx, mesh, rules=sharding.RULES,
+                       loaded=None):
   """(state, shardings): initialised directly into its shardings; no unsharded copy exists.
+
+  `loaded`: parameters already placed (init_from), a params tree whose other leaves are
+  abstract (ShapeDtypeStructs). They go into the state as they are, and the init draws only the
+  rest: XLA drops the random draws of what they replace, so a fine-tuning's init compiles and
+  runs little more than its task head. The optimizer state is built from the final parameters.
 
   Called outside the logical-rules context: flax's DenseGeneral constrains its flat kernel at
   init with the 3-axis names otherwise. out_shardings alone places the parameters.
   """
   _, shardings = train_state_shapes(config, objective, tx, mesh, rules)
   init = _state_init(objective, tx)
-  state = jax.jit(lambda k: nn.unbox(init(k)), out_shardings=shardings)(
-      jax.random.PRNGKey(config.seed))
+  given = {k: v for k, v in checkpoint.flatten(loaded or {}).items() if isinstance(v, jax.Array)}
+
+  def make(key, given):
+    state = nn.unbox(init(key))
+    if not given:
+      return state
+    params = flax.traverse_util.unflatten_dict(checkpoint.flatten(state.params) | given, sep='/')
+    return state.replace(params=params, opt_state=tx.init(params))
+
+  state = jax.jit(make, out_shardings=shardings, donate_argnums=1)(
+      jax.random.PRNGKey(config.seed), given)
   return state, shardings

@@ -156,3 +156,37 @@ def test_splash_under_a_mesh_runs_per_device_shard_and_trains_alike():
   np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
   for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1]), strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def pallas_interpret_flags(jaxpr) -> list:
+  """The `interpret` parameter of every pallas_call in a jaxpr, nested jaxprs included."""
+  flags = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'pallas_call':
+      flags.append(eqn.params['interpret'])
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          flags += pallas_interpret_flags(inner)
+  return flags
+
+
+@pytest.mark.parametrize('platform', ['tpu', 'cpu'])
+def test_splash_compiles_the_kernel_for_the_meshs_platform_not_the_hosts(platform):
+  """launch/aot_compile.py traces on a CPU machine under a mesh of TPU devices: the model must
+  emit the real kernel for them, not interpret mode (interpreting only where the target is not
+  a TPU). An abstract mesh with a TPU device stands for the topology's devices."""
+  from jax._src import mesh as mesh_lib  # pylint: disable=g-import-not-at-top  # AbstractDevice.
+  cfg = model_config('splash')
+  _, params, batch = model_setup()
+  batch['input_mask'] = ids(UNPACKED)
+  device = mesh_lib.AbstractDevice('TPU v5 lite' if platform == 'tpu' else 'cpu', None, platform)
+  mesh = jax.sharding.AbstractMesh((1, 1, 1), ('data', 'fsdp', 'tensor'), abstract_device=device)
+  with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+    assert attention.target_platform() == platform
+    traced = jax.make_jaxpr(
+        lambda p: heads.BertForPreTraining(cfg).apply({'params': p}, **batch))(params)
+  flags = pallas_interpret_flags(traced.jaxpr)
+  assert len(flags) == cfg.num_layers, flags
+  assert all(bool(f) == (platform != 'tpu') for f in flags), flags

@@ -150,6 +150,33 @@ def initial_state():
   return jax.device_get(state)
 
 
+def test_loaded_parameters_go_in_as_they_are_and_only_the_rest_is_drawn(initial_state):
+  """init_from's path: the encoder comes loaded (here the fresh one + 1, so it cannot pass for a
+  draw), the heads stay abstract. The state holds the loaded values, draws the heads exactly as
+  a full init does (same key) and builds Adam's state from the final parameters, all in the
+  full init's shardings."""
+  config = small_config()
+  mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
+  objective, tx = pretrain_job.objective(config), optimizer_lib.make(config.optimizer)
+  abstract, shardings = train_state.train_state_shapes(config, objective, tx, mesh)
+  encoder = jax.tree.map(lambda x, s: jax.device_put(x + 1, s), initial_state.params['bert'],
+                         shardings.params['bert'])
+  state, _ = train_state.create_train_state(config, objective, tx, mesh,
+                                            loaded={**abstract.params, 'bert': encoder})
+  got, want = flat(state.params), flat(initial_state.params)
+  assert got.keys() == want.keys()
+  for path in want:
+    np.testing.assert_array_equal(got[path], want[path] + (path.startswith('bert/')),
+                                  err_msg=path)
+  np.testing.assert_array_equal(state.rng, initial_state.rng)
+  assert int(state.step) == 0
+  for moment in jax.tree.leaves(state.opt_state):  # Adam's counts and moments: all zero.
+    assert not np.any(np.asarray(moment))
+  assert jax.tree.structure(state.opt_state) == jax.tree.structure(initial_state.opt_state)
+  for leaf, s in zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True):
+    assert leaf.sharding.is_equivalent_to(s, leaf.ndim)
+
+
 @pytest.fixture(scope='module')
 def unsharded_run(initial_state):
   config = small_config()
@@ -365,6 +392,27 @@ def test_dynamic_masking_run(continued):
   # A's params on freshly masked eval data: as far below uniform as A's static eval.
   assert metrics['mlm_loss'] < np.log(config.model.vocab_size) - 0.5
   assert 0 < metrics['unigram_baseline'] < 0.2
+
+
+def test_a_resumed_run_draws_no_initial_values(pretrained):
+  """Resume restores into the abstract state: initialising first (a full init compile and run
+  of the model, minutes for BERT-Large) would be thrown away."""
+  config, workdir, _ = pretrained
+  objective, tx = pretrain_job.objective(config), optimizer_lib.make(config.optimizer)
+  abstract, _ = train_state.train_state_shapes(config, objective, tx, one_device_mesh())
+
+  def initialize():
+    raise AssertionError('a resumed run drew initial values')
+  mngr = checkpoint.manager(str(workdir), config, best_metric=pretrain_job.BEST_METRIC)
+  try:
+    state, consumed, resumed = checkpoint.restore_or_initialize(
+        mngr, abstract, config.global_batch_size, initialize)
+  finally:
+    mngr.close()
+  assert resumed and int(state.step) == 20 and consumed == 20 * config.global_batch_size
+  got, want = flat(state.params), flat(read_state(workdir / 'checkpoints/20')['params'])
+  for path in want:
+    np.testing.assert_array_equal(got[path], want[path], err_msg=path)
 
 
 def test_init_from_shape_mismatch(pretrained):
