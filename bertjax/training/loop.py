@@ -54,7 +54,7 @@ class Job:
 
   batches(start_step, examples_consumed) -> an iterator of global batches from that position.
   load_weights(params, shardings) -> params: the start-from weights placed in `shardings` (None:
-    start fresh). `params` is abstract; leaves it leaves abstract are drawn fresh (a task head).
+    start fresh). `params` comes abstract; what it returns still abstract (a task head) is drawn.
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
   best_metric: the eval metric (higher is better) that ranks checkpoints for keep_best.
   sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the

@@ -177,7 +177,12 @@ def create_train_state(config, objective: Objective, tx, mesh, rules=sharding.RU
   """
   _, shardings = train_state_shapes(config, objective, tx, mesh, rules)
   init = _state_init(objective, tx)
-  given = {k: v for k, v in checkpoint.flatten(loaded or {}).items() if isinstance(v, jax.Array)}
+  # Every leaf that is not abstract was loaded (host arrays too: never silently redrawn), and
+  # goes in its sharding (a no-op for placed arrays), where the init's output reuses it.
+  flat_shardings = checkpoint.flatten(shardings.params)
+  given = {k: jax.device_put(v, flat_shardings[k])
+           for k, v in checkpoint.flatten(loaded or {}).items()
+           if not isinstance(v, jax.ShapeDtypeStruct)}
 
   def make(key, given):
     state = nn.unbox(init(key))

@@ -152,15 +152,18 @@ def initial_state():
 
 def test_loaded_parameters_go_in_as_they_are_and_only_the_rest_is_drawn(initial_state):
   """init_from's path: the encoder comes loaded (here the fresh one + 1, so it cannot pass for a
-  draw), the heads stay abstract. The state holds the loaded values, draws the heads exactly as
-  a full init does (same key) and builds Adam's state from the final parameters, all in the
-  full init's shardings."""
+  draw; its pooler as numpy), the heads stay abstract. The state holds the loaded values, draws
+  the heads exactly as a full init does (same key) and builds Adam's state from the final
+  parameters, all in the full init's shardings."""
   config = small_config()
   mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))
   objective, tx = pretrain_job.objective(config), optimizer_lib.make(config.optimizer)
   abstract, shardings = train_state.train_state_shapes(config, objective, tx, mesh)
   encoder = jax.tree.map(lambda x, s: jax.device_put(x + 1, s), initial_state.params['bert'],
                          shardings.params['bert'])
+  # A loader may hand host arrays too: loaded all the same, never redrawn.
+  encoder['pooler'] = jax.tree.map(lambda x: np.asarray(x + 1),
+                                   initial_state.params['bert']['pooler'])
   state, _ = train_state.create_train_state(config, objective, tx, mesh,
                                             loaded={**abstract.params, 'bert': encoder})
   got, want = flat(state.params), flat(initial_state.params)
