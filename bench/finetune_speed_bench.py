@@ -1,6 +1,7 @@
 """Fine-tuning all-MiniLM-L6-v2 with bertjax and with transformers + PyTorch: wall time, accuracy.
 
-  python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair] [--max_train=4000] \
+  python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair,sense_tagging] \
+      [--max_train=4000] \
       [--max_eval=1000] [--epochs=2] [--seq_len=48] [--batch=32] [--lr=1e-4] [--threads=2] \
       [--seed=0] [--pack=4] [--workdir=]
 
@@ -12,6 +13,10 @@ that both frameworks read (the same examples):
   definition_pair  (definition, example sentence) -> does the sentence use the word in this
                    sense? Half the pairs take an example of another synset of the same part of
                    speech (a sentence-pair task, segments A and B).
+  sense_tagging    an example sentence (3-30 words) -> the word it illustrates tagged with its
+                   synset's supersense (IOB2, 45 types), every other word O: a tagging task,
+                   scored by entity F1 (conlleval's: type, start and end must match). Written
+                   as JSONL {tokens, tags} (wordnet_examples.split, random, seed --seed).
 Each framework runs as one command in its own process, timed from start to exit (imports,
 tokenizing, compiling, training, an eval after each epoch, the final save), pinned to the same
 --threads cores:
@@ -20,13 +25,19 @@ tokenizing, compiling, training, an eval after each epoch, the final save), pinn
            packed up to 4 to a row of seq_len (definitions average 14 tokens of 48; --pack=1:
            one per row with dynamic padding, data.pad_to_multiple_of=32); its defaults
            otherwise (packed rows to a multiple of 4, checkpoints as configured).
+           sense_tagging runs task=tagging on the JSONL files the same way (tags move with
+           their tokens when packed).
   torch    the way a transformers user writes it: the fast tokenizer over the dataset once, then
            batches padded to their longest row (tokenizer.pad, as DataCollatorWithPadding),
            BertForSequenceClassification, AdamW (decay 0.01 off biases and LayerNorm, eps 1e-6),
            linear warmup 10% then decay, clipping at 1.0, dropout 0.1, eval each epoch,
-           save_pretrained at the end; torch.set_num_threads(--threads).
+           save_pretrained at the end; torch.set_num_threads(--threads). Tagging: words
+           tokenized with is_split_into_words, each word's tag on its first piece (-100 on the
+           rest), BertForTokenClassification, DataCollatorForTokenClassification; a word's
+           prediction is its first piece's, scored by bertjax's conlleval metric.
 Same recipe on both sides: lr, epochs, batch, max length, seed (each framework's own initial
-head and data order). Prints a row per task and framework and the speed ratio. Not a test.
+head and data order). Prints a row per task: both wall times and scores (accuracy; entity F1
+for tagging) and the speed ratio. Not a test.
 """
 
 import os
@@ -102,9 +113,21 @@ def task_examples(task):
   return out
 
 
+def write_tagging(directory: pathlib.Path):
+  """train.jsonl / eval.jsonl of sense_tagging: WordNet example sentences, split at random."""
+  train, evaluation = wordnet_examples.split(wordnet_examples.read_sentences(_WORDNET_DIR.value),
+                                             _MAX_TRAIN.value, _MAX_EVAL.value, seed=_SEED.value)
+  directory.mkdir(parents=True, exist_ok=True)
+  for name, part in (('train', train), ('eval', evaluation)):
+    wordnet_examples.write_jsonl(directory / f'{name}.jsonl', wordnet_examples.tagging_rows(part))
+  return len(train), len(evaluation), None
+
+
 def write_task(task, directory: pathlib.Path):
   """train.csv / eval.csv of a task: text_classification.split's stratified split (the one
   task=wordnet makes), subsampled to --max_train / --max_eval."""
+  if task == 'sense_tagging':
+    return write_tagging(directory)
   train, evaluation = text_classification.split(
       task_examples(task), eval_fraction=0.2, seed=_SEED.value, max_train=_MAX_TRAIN.value,
       max_eval=_MAX_EVAL.value)
@@ -121,15 +144,20 @@ def write_task(task, directory: pathlib.Path):
 
 
 def run_bertjax(directory: pathlib.Path, text_fields):
+  """(seconds, score): the whole bertjax command's wall time; accuracy (entity F1 tagging)."""
   workdir = directory / 'bertjax_run'
+  tagging = text_fields is None
+  suffix = 'jsonl' if tagging else 'csv'
   command = [
       sys.executable, '-m', 'bertjax.main',
-      f'--config=configs/finetune.py:task=classification,init_from={minilm_dir()},'
+      f'--config=configs/finetune.py:task={"tagging" if tagging else "classification"},'
+      f'init_from={minilm_dir()},'
       f'seq={_SEQ_LEN.value},epochs={_EPOCHS.value},batch={_BATCH.value},lr={_LR.value},'
       f'pack={_PACK.value}',
-      f'--config.data.train_file={directory / "train.csv"}',
-      f'--config.data.eval_file={directory / "eval.csv"}',
-      f'--config.data.text_fields={",".join(text_fields)}', '--config.pooling=cls',
+      f'--config.data.train_file={directory / f"train.{suffix}"}',
+      f'--config.data.eval_file={directory / f"eval.{suffix}"}',
+      *([] if tagging else [f'--config.data.text_fields={",".join(text_fields)}',
+                            '--config.pooling=cls']),
       f'--config.seed={_SEED.value}', f'--workdir={workdir}']
   start = time.perf_counter()
   done = subprocess.run(command, cwd=_REPO, capture_output=True, text=True, check=False)
@@ -137,7 +165,7 @@ def run_bertjax(directory: pathlib.Path, text_fields):
   if done.returncode:
     raise SystemExit(f'bertjax failed:\n{done.stderr[-3000:]}')
   results = json.loads((workdir / 'eval_results.json').read_text())
-  return seconds, float(results['accuracy'])
+  return seconds, float(results['f1' if tagging else 'accuracy'])
 
 
 def run_torch(directory: pathlib.Path):
@@ -148,11 +176,11 @@ def run_torch(directory: pathlib.Path):
   seconds = time.perf_counter() - start
   if done.returncode:
     raise SystemExit(f'torch failed:\n{done.stderr[-3000:]}')
-  return seconds, json.loads(done.stdout.strip().splitlines()[-1])['accuracy']
+  return seconds, json.loads(done.stdout.strip().splitlines()[-1])['score']
 
 
 def torch_worker(directory: pathlib.Path):
-  """The transformers side (its own process): prints {"accuracy": ...} last."""
+  """The transformers side (its own process): prints {"score": ...} last."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(_THREADS)
@@ -161,7 +189,46 @@ def torch_worker(directory: pathlib.Path):
   tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir()))
   tokenizer.backend_tokenizer.no_padding()  # tokenizer.json pads and truncates to 128.
   tokenizer.backend_tokenizer.no_truncation()
+  tagging = (directory / 'train.jsonl').exists()
+  side = (_torch_tagging if tagging else _torch_classification)(directory, tokenizer, transformers)
+  model, train_features, eval_features, collate, score = side
+  steps_per_epoch = len(train_features) // _BATCH.value
+  total = steps_per_epoch * _EPOCHS.value
+  no_decay = ('bias', 'LayerNorm.weight')
+  groups = [{'params': [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+             'weight_decay': 0.01},
+            {'params': [p for n, p in model.named_parameters() if n.endswith(no_decay)],
+             'weight_decay': 0.0}]
+  optimizer = torch.optim.AdamW(groups, lr=_LR.value, eps=1e-6)
+  schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
+  generator = torch.Generator().manual_seed(_SEED.value)
+  result = 0.0
+  for _ in range(_EPOCHS.value):
+    model.train()
+    order = torch.randperm(len(train_features), generator=generator).tolist()
+    for step in range(steps_per_epoch):
+      rows = [train_features[i] for i in order[step * _BATCH.value:(step + 1) * _BATCH.value]]
+      loss = model(**collate(rows)).loss
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      optimizer.step()
+      schedule.step()
+      optimizer.zero_grad()
+    model.eval()
+    predictions = []
+    with torch.no_grad():
+      for start in range(0, len(eval_features), 64):
+        batch = collate(eval_features[start:start + 64])
+        batch.pop('labels')
+        predictions += list(model(**batch).logits.argmax(-1).numpy())
+    result = score(predictions)
+  model.save_pretrained(directory / 'torch_run')
+  tokenizer.save_pretrained(directory / 'torch_run')
+  print(json.dumps({'score': result}))
 
+
+def _torch_classification(directory, tokenizer, transformers):
+  """(model, train and eval features, collate, score) of a CSV classification task."""
   def read(name):
     with open(directory / f'{name}.csv', encoding='utf-8') as f:
       return list(csv.DictReader(f))
@@ -181,42 +248,56 @@ def torch_worker(directory: pathlib.Path):
       f['labels'] = labels.index(r['label'])
     return features
 
-  train_features, eval_features = encode(train), encode(evaluation)
-  steps_per_epoch = len(train_features) // _BATCH.value
-  total = steps_per_epoch * _EPOCHS.value
-  no_decay = ('bias', 'LayerNorm.weight')
-  groups = [{'params': [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
-             'weight_decay': 0.01},
-            {'params': [p for n, p in model.named_parameters() if n.endswith(no_decay)],
-             'weight_decay': 0.0}]
-  optimizer = torch.optim.AdamW(groups, lr=_LR.value, eps=1e-6)
-  schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
-  generator = torch.Generator().manual_seed(_SEED.value)
-  accuracy = 0.0
-  for _ in range(_EPOCHS.value):
-    model.train()
-    order = torch.randperm(len(train_features), generator=generator).tolist()
-    for step in range(steps_per_epoch):
-      rows = [train_features[i] for i in order[step * _BATCH.value:(step + 1) * _BATCH.value]]
-      batch = tokenizer.pad(rows, padding='longest', return_tensors='pt')
-      loss = model(**batch).loss
-      loss.backward()
-      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-      optimizer.step()
-      schedule.step()
-      optimizer.zero_grad()
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-      for start in range(0, len(eval_features), 64):
-        batch = tokenizer.pad(eval_features[start:start + 64], padding='longest',
-                              return_tensors='pt')
-        gold = batch.pop('labels')
-        correct += int((model(**batch).logits.argmax(-1) == gold).sum())
-    accuracy = correct / len(eval_features)
-  model.save_pretrained(directory / 'torch_run')
-  tokenizer.save_pretrained(directory / 'torch_run')
-  print(json.dumps({'accuracy': accuracy}))
+  eval_features = encode(evaluation)
+  gold = np.array([f['labels'] for f in eval_features])
+
+  def collate(rows):
+    return tokenizer.pad(rows, padding='longest', return_tensors='pt')
+
+  def score(predictions):  # Accuracy.
+    return float(np.mean(np.array(predictions) == gold))
+
+  return model, encode(train), eval_features, collate, score
+
+
+def _torch_tagging(directory, tokenizer, transformers):
+  """(model, train and eval features, collate, score) of a JSONL tagging task: each word's tag
+  on its first piece, scored per word by bertjax's conlleval entity F1."""
+  from bertjax.finetune import metrics  # pylint: disable=g-import-not-at-top
+
+  def read(name):
+    with open(directory / f'{name}.jsonl', encoding='utf-8') as f:
+      return [json.loads(line) for line in f]
+
+  train, evaluation = read('train'), read('eval')
+  tags = sorted({t for r in train for t in r['tags']})
+  model = transformers.BertForTokenClassification.from_pretrained(
+      str(minilm_dir()), num_labels=len(tags), hidden_dropout_prob=0.1,
+      attention_probs_dropout_prob=0.1)
+
+  def encode(rows):
+    encoded = tokenizer([r['tokens'] for r in rows], is_split_into_words=True, truncation=True,
+                        max_length=_SEQ_LEN.value)
+    features, firsts = [], []
+    for i, r in enumerate(rows):
+      words = encoded.word_ids(i)
+      first = {w: j for j, w in reversed(list(enumerate(words))) if w is not None}
+      labels = [-100] * len(words)
+      for w, j in first.items():
+        labels[j] = tags.index(r['tags'][w]) if r['tags'][w] in tags else -100
+      features.append({k: encoded[k][i] for k in encoded} | {'labels': labels})
+      firsts.append(first)
+    return features, firsts
+
+  (train_features, _), (eval_features, eval_firsts) = encode(train), encode(evaluation)
+  collator = transformers.DataCollatorForTokenClassification(tokenizer, return_tensors='pt')
+
+  def score(predictions):  # Entity F1 over words; a word cut off by truncation is O.
+    predicted = [[tags[int(p[first[w]])] if w in first else 'O' for w in range(len(r['tokens']))]
+                 for p, first, r in zip(predictions, eval_firsts, evaluation, strict=True)]
+    return metrics.entity_scores([r['tags'] for r in evaluation], predicted)['f1']
+
+  return model, train_features, eval_features, collator, score
 
 
 def main(argv):
@@ -228,15 +309,16 @@ def main(argv):
   print(f'{_THREADS} cores; {_MAX_TRAIN.value} train / {_MAX_EVAL.value} eval examples, '
         f'{_EPOCHS.value} epochs, seq {_SEQ_LEN.value}, batch {_BATCH.value}, lr {_LR.value}; '
         f'bertjax packs {_PACK.value} per row')
-  print(f'{"task":<17}{"examples":>11}{"bertjax s":>11}{"acc":>8}{"torch s":>10}{"acc":>8}'
+  print('score: accuracy (sense_tagging: entity F1)')
+  print(f'{"task":<17}{"examples":>11}{"bertjax s":>11}{"score":>8}{"torch s":>10}{"score":>8}'
         f'{"speed-up":>10}')
   for task in _TASKS.value:
     directory = root / task
     num_train, num_eval, text_fields = write_task(task, directory)
-    jax_seconds, jax_accuracy = run_bertjax(directory, text_fields)
-    torch_seconds, torch_accuracy = run_torch(directory)
-    print(f'{task:<17}{f"{num_train}/{num_eval}":>11}{jax_seconds:>11.1f}{jax_accuracy:>8.4f}'
-          f'{torch_seconds:>10.1f}{torch_accuracy:>8.4f}{torch_seconds / jax_seconds:>9.2f}x',
+    jax_seconds, jax_score = run_bertjax(directory, text_fields)
+    torch_seconds, torch_score = run_torch(directory)
+    print(f'{task:<17}{f"{num_train}/{num_eval}":>11}{jax_seconds:>11.1f}{jax_score:>8.4f}'
+          f'{torch_seconds:>10.1f}{torch_score:>8.4f}{torch_seconds / jax_seconds:>9.2f}x',
           flush=True)
 
 

@@ -124,9 +124,10 @@ def get_config(arg=None):
   # same numbers as full rows, less padding computed; one compiled step per length met, so at
   # most max_seq_length / this many). 0 = every batch at max_seq_length (BERT's original).
   config.data.pad_to_multiple_of = 32
-  # Examples per row (classification and regression): > 1 packs a step's examples first-fit
-  # into rows of max_seq_length, each attending only to itself, with positions and pooling per
-  # example. The same examples and loss per step as unpacked, far fewer padding tokens computed
+  # Examples per row (classification, regression, tagging): > 1 packs a step's examples
+  # first-fit into rows of max_seq_length, each attending only to itself, with positions and
+  # pooling per example (tags move with their tokens). Span and multiple-choice tasks: 1 only.
+  # The same examples and loss per step as unpacked, far fewer padding tokens computed
   # for short texts (bench/finetune_speed_bench.py). 1 = one example per row.
   config.data.max_instances_per_row = arg.pack
   # Packed: a step's rows are rounded up to a multiple of this (and of the data-parallel size)

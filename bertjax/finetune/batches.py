@@ -6,9 +6,11 @@ and a resumed run needs only the step. The B examples then go to the device one 
 
   one per row   cut to the batch's longest row rounded up to data.pad_to_multiple_of (dynamic
                 padding, as users of transformers' tokenizers pad);
-  packed        data.max_instances_per_row > 1 (sequence-level kinds): first-fit decreasing
-                into rows of max_seq_length, each example its own instance (input_mask holds
-                instance ids, instance_starts its [CLS], targets and weights [rows, N]).
+  packed        data.max_instances_per_row > 1 (the kinds marked packable): first-fit
+                decreasing into rows of max_seq_length, each example its own instance
+                (input_mask holds instance ids, instance_starts its [CLS], example_weight
+                [rows, N]); sequence-level targets are [rows, N], per-token ones (tagging's)
+                move with their tokens.
 
 Either way a step's loss is the mean over the same B examples, so packing changes the cost,
 not the recipe: global_batch_size stays examples per step. Every host builds the global rows
@@ -86,7 +88,7 @@ class Layout:
 
 
 def check_layout(layout: Layout):
-  """Refuses counts below one, and packing for a kind whose outputs are not one per example."""
+  """Refuses counts below one, and packing for a kind that cannot be packed (kinds.py)."""
   for name in ('max_instances_per_row', 'packed_rows_multiple_of'):
     if getattr(layout, name) < 1:
       raise ValueError(f'data.{name}={getattr(layout, name)}: it must be 1 or more (1 = '
@@ -104,14 +106,15 @@ class Batch:
 
   arrays: dict
   slots: np.ndarray | None  # Packed: each example's index in the outputs' [rows * N] axis.
+  spans: np.ndarray | None = None  # Packed: each example's (row, first token, tokens).
 
 
 def pack_rows(features: dict, examples: np.ndarray, kind: str, max_instances: int,
               rows_multiple: int) -> tuple[dict, np.ndarray]:
   """(global packed rows of `examples`, each example's slot row * N + n): model inputs [R, L],
-  instance_starts, the kind's targets and example_weight [R, N]. The row count is rounded up to
-  rows_multiple with copies of the first example at weight 0 (real tokens keep every attention
-  kernel's softmax finite)."""
+  instance_starts and example_weight [R, N], the kind's targets [R, N] or, per token, [R, L] at
+  their tokens' places. The row count is rounded up to rows_multiple with copies of the first
+  example at weight 0 (real tokens keep every attention kernel's softmax finite)."""
   full = features['input_ids'].shape[1]
   lengths = np.count_nonzero(features['input_mask'][examples], axis=1)
   rows = packing.first_fit(lengths, np.zeros_like(lengths), full, 0, max_instances,
@@ -124,8 +127,18 @@ def pack_rows(features: dict, examples: np.ndarray, kind: str, max_instances: in
   packed = [packing.pack_row([{k: features[k][examples[i]] for k in kinds.MODEL_INPUTS}
                               for i in row], full, 0, max_instances, nsp=False) for row in rows]
   out = {k: np.stack([r[k] for r in packed]) for k in packed[0]}
+  token_targets = kinds.get(kind).token_targets
   for key in kinds.get(kind).targets:
     values = features[key][examples]
+    if key in token_targets:
+      target = np.zeros((num_rows,) + values.shape[1:], values.dtype)
+      for (r, start, length), value in zip(token_spans(out, slots, max_instances), values,
+                                           strict=True):
+        if np.any(value[length:]):
+          raise ValueError(f'{key} of an example has values past its {length} tokens.')
+        target[r, start:start + length] = value[:length]
+      out[key] = target
+      continue
     target = np.zeros((num_rows * max_instances,) + values.shape[1:], values.dtype)
     target[slots] = values
     out[key] = target.reshape((num_rows, max_instances) + values.shape[1:])
@@ -133,6 +146,15 @@ def pack_rows(features: dict, examples: np.ndarray, kind: str, max_instances: in
   weights[slots] = 1.0
   out['example_weight'] = weights.reshape(num_rows, max_instances)
   return out, slots
+
+
+def token_spans(rows: dict, slots: np.ndarray, max_instances: int) -> np.ndarray:
+  """Each packed example's (row, first token, tokens) [E, 3], from its slot and the rows'
+  instance_starts and instance ids."""
+  row, n = np.divmod(slots, max_instances)
+  starts = rows['instance_starts'][row, n]
+  lengths = np.count_nonzero(rows['input_mask'][row] == (n + 1)[:, None], axis=1)
+  return np.stack([row, starts, lengths], axis=1)
 
 
 def host_batch(features: dict, examples: np.ndarray, layout: Layout,
@@ -158,13 +180,19 @@ def device_batch(features: dict, examples: np.ndarray, layout: Layout,
   host, slots = host_batch(features, examples, layout, batch_size)
   mine = {k: host_rows(v) for k, v in host.items()}
   arrays = global_batch.make_global_batch(mine, layout.mesh, sharding.batch_axes(layout.rules))
-  return Batch(arrays, slots)
+  spans = None if slots is None else token_spans(host, slots, layout.max_instances_per_row)
+  return Batch(arrays, slots, spans)
 
 
 def example_outputs(batch: Batch, outputs: np.ndarray, layout: Layout,
                     max_seq_length: int) -> np.ndarray:
   """Per-example outputs of a batch, in the order of its examples (per-token ones at the
-  features' full length)."""
+  features' full length, zeros past the example's tokens)."""
+  if batch.slots is not None and kinds.get(layout.kind).per_token:
+    out = np.zeros((len(batch.spans), max_seq_length) + outputs.shape[2:], outputs.dtype)
+    for i, (r, start, length) in enumerate(batch.spans):
+      out[i, :length] = outputs[r, start:start + length]
+    return out
   if batch.slots is not None:
     return outputs.reshape((-1,) + outputs.shape[2:])[batch.slots]
   return kinds.untrim(layout.kind, outputs, max_seq_length)

@@ -27,8 +27,10 @@ class Kind:
   model inputs; loss_weight(batch) -> what the summed loss is divided by; decode(outputs) ->
   per-row predictions on the host (class index, value, start/end logits, tag indices);
   per_token: whether the outputs have the token axis (axis 1), like the inputs;
-  token_targets: the targets that have it too; packable: one output per example from its
-  [CLS] or its tokens' mean, so several examples can share a row (batches.py)."""
+  token_targets: the targets that have it too; packable: several examples can share a row
+  (batches.py), because each has one output from its own [CLS] or tokens' mean, or one per
+  token with targets that move with their tokens (tagging); span logits are softmaxed over
+  the whole row, so SQuAD is not packable."""
 
   head: Callable[[encoder.Config, int, str], nn.Module]
   metrics: Callable[[jnp.ndarray, dict], dict]
@@ -44,8 +46,23 @@ def _example_weight(batch):
   return jnp.sum(batch['example_weight'])
 
 
+def _token_example_weight(batch):
+  """Each token's example weight [B, L]: its row's ([B] example_weight) or, in packed rows, its
+  instance's ([B, N], read at the token's instance id; padding 0)."""
+  weight = batch['example_weight'].astype(jnp.float32)
+  if 'instance_starts' not in batch:
+    return weight[:, None]
+  ids_BxL = batch['input_mask']
+  per_token = jnp.take_along_axis(weight, jnp.maximum(ids_BxL - 1, 0), axis=1)
+  return jnp.where(ids_BxL > 0, per_token, 0.0)
+
+
+def _tag_weights(batch):
+  return batch['label_weights'] * _token_example_weight(batch)
+
+
 def _label_weight(batch):
-  return jnp.sum(batch['label_weights'] * batch['example_weight'][:, None])
+  return jnp.sum(_tag_weights(batch))
 
 
 KINDS = {
@@ -73,11 +90,10 @@ KINDS = {
         head=lambda config, num_labels, pooling: heads.BertForTokenClassification(
             config, num_labels),
         metrics=lambda logits_BxLxC, batch: losses.classification(
-            logits_BxLxC, batch['label_ids'],
-            batch['label_weights'] * batch['example_weight'][:, None].astype(jnp.float32)),
+            logits_BxLxC, batch['label_ids'], _tag_weights(batch)),
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
         decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1), per_token=True,
-        token_targets=('label_ids', 'label_weights')),
+        token_targets=('label_ids', 'label_weights'), packable=True),
     # num_labels is the number of choices per question; inputs are [B, C, L].
     'multiple_choice': Kind(
         head=lambda config, num_labels, pooling: heads.BertForMultipleChoice(config, pooling),

@@ -198,16 +198,19 @@ class BertForQuestionAnswering(nn.Module):
 
 
 class BertForTokenClassification(nn.Module):
-  """Every position -> dropout -> dense: tag logits [B, L, C]."""
+  """Every position -> dropout -> dense: tag logits [B, L, C]. Packed rows (instance_starts
+  [B, N], input_mask = instance ids) give the same [B, L, C], each token's logits those of its
+  own instance run alone."""
 
   config: Config
   num_labels: int
 
   @nn.compact
-  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True,
+               instance_starts=None):
     cfg = self.config
     x_BxLxD, _ = encoder.BertEncoder(cfg, name='bert')(input_ids, input_mask, segment_ids,
-                                                     deterministic)
+                                                     deterministic, instance_starts=instance_starts)
     x_BxLxD = kernels.Dropout(rate=cfg.dropout_rate)(x_BxLxD, deterministic)
     return _output_dense(cfg, self.num_labels, 'classifier')(x_BxLxD).astype(jnp.float32)
 

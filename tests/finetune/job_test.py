@@ -399,8 +399,46 @@ def test_packed_rows_train_and_predict_like_one_per_row(sst2_dir, tmp_path, monk
     assert packed_file.read_text() == one_file.read_text()
 
 
-def test_packing_a_tagging_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
-  config = _conll_long(allennlp_wheel, minilm_dir, tmp_path)
+def test_packed_tagging_trains_and_predicts_like_one_per_row(allennlp_wheel, minilm_dir,
+                                                             tmp_path, monkeypatch):
+  """CoNLL sentences packed 3 to a row give the parameters, entity scores and tag files of the
+  same sentences one per row: each token's tag moves with it and is read back from its own
+  place in its row. The packed run is sharded (data 2, fsdp 2, tensor 2). Dropout off."""
+  rows_seen = []
+  pack_rows = batches.pack_rows
+  monkeypatch.setattr(batches, 'pack_rows', lambda *a: (
+      rows_seen.append((len(a[1]), len((out := pack_rows(*a))[0]['input_ids']))), out)[1])
+  results = {}
+  for pack in (1, 3):
+    config = _conll_long(allennlp_wheel, minilm_dir, tmp_path / f'data{pack}')
+    config.data.max_instances_per_row = pack
+    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+    if pack > 1:
+      config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+    results[pack] = finetune.train_and_evaluate(config, str(tmp_path / f'pack{pack}'))
+  # A step's 16 sentences of ~10-40 pieces: at most 8 rows of 96 (rounded up to 4).
+  train_rows = [rows for examples, rows in rows_seen if examples == 16]
+  assert train_rows and max(train_rows) <= 8, rows_seen
+  (a, step_a), (b, step_b) = (final_params(tmp_path / f'pack{p}') for p in (1, 3))
+  assert step_a == step_b == 4
+  for key in a:
+    np.testing.assert_allclose(b[key], a[key], atol=2e-5, rtol=1e-4, err_msg=key)
+  for key, value in results[1].items():
+    assert results[3][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+  predictions = [sorted((tmp_path / f'pack{p}' / 'predictions').rglob('*.*')) for p in (1, 3)]
+  assert predictions[0]
+  for one_file, packed_file in zip(*predictions, strict=True):
+    assert packed_file.read_text() == one_file.read_text()
+
+
+def test_packing_a_span_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
+  data_dir = tmp_path / 'squad'
+  data_dir.mkdir()
+  for name in ('train-v1.1.json', 'dev-v1.1.json'):
+    (data_dir / name).write_bytes(squad_json)
+  config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64)
   config.data.max_instances_per_row = 2
-  with pytest.raises(ValueError, match='tagging task cannot be packed.*set it to 1'):
+  with pytest.raises(ValueError, match='span task cannot be packed.*tagging.*set it to 1'):
     finetune.train_and_evaluate(config, str(tmp_path / 'run'))
