@@ -23,7 +23,7 @@ def _accelerator_present() -> bool:
   """A GPU or TPU device node on this host (seen before any library starts)."""
   if os.environ.get('JAX_PLATFORMS', '').strip() == 'cpu':
     return False
-  return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0', '/dev/vfio/0'))
+  return accelerators.device_node_present()
 
 
 _MALLOC_TUNED = False  # Set in __main__, below.
@@ -130,6 +130,14 @@ def parse_flags(argv):
     sys.exit(1)
 
 
+def _job_module(name: str):
+  """The job's module, imported with the C++ start-up lines of what it imports held back
+  (a CUDA build of TensorFlow on a CPU host: 'failed call to cuInit'); shown if it fails."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  with console.stderr_held():
+    return importlib.import_module(name)
+
+
 def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -150,16 +158,13 @@ def _run(argv):
   if config.job == 'pretrain':
     if not workdir:
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
-    from bertjax import pretrain  # pylint: disable=g-import-not-at-top
-    pretrain.train_and_evaluate(config, workdir)
+    _job_module('bertjax.pretrain').train_and_evaluate(config, workdir)
   elif config.job == 'finetune':
     if not workdir:
       raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
-    from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
-    job.run(config, workdir)
+    _job_module('bertjax.finetune.job').run(config, workdir)
   elif config.job == 'embed':
-    from bertjax import embed  # pylint: disable=g-import-not-at-top
-    embed.run(config, workdir)
+    _job_module('bertjax.embed').run(config, workdir)
 
 
 def main(argv):

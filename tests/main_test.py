@@ -10,6 +10,7 @@ import sys
 from absl import logging as absl_logging
 
 from bertjax import console
+from bertjax.training import summaries
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -64,3 +65,28 @@ def test_console_filter_keeps_ours_and_library_warnings():
     assert console_filter.filter(record(orbax, logging.INFO))
   finally:
     absl_logging.set_verbosity(verbosity)
+
+
+def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(tmp_path):
+  # TensorFlow's import costs seconds; a fine-tuning job on a CPU host reads no tf.data, so its
+  # event files are written without it, and TensorBoard's reader still finds its scalars.
+  rows = [(' '.join(['good', 'great', 'fine', 'happy'][(i + j) % 4] if i % 2 else
+                    ['bad', 'awful', 'sad', 'poor'][(i + j) % 4] for j in range(4)),
+           'yes' if i % 2 else 'no') for i in range(64)]
+  (tmp_path / 'train.csv').write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in rows))
+  argv = [f'--config={REPO}/configs/finetune.py:task=classification,size=tiny,seq=16,batch=16,'
+          'epochs=2', '--config.data.train_file=train.csv', '--config.model.vocab_size=1000',
+          '--workdir=w']
+  code = ('import atexit, runpy, sys\n'
+          'atexit.register(lambda: print("tensorflow imported:", "tensorflow" in sys.modules))\n'
+          f'sys.argv = ["bertjax.main", *{argv!r}]\n'
+          'runpy.run_module("bertjax.main", run_name="__main__")\n')
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  env['JAX_PLATFORMS'] = 'cpu'
+  done = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.strip().splitlines()[-1] == 'tensorflow imported: False'
+  scalars = summaries.read_scalars(str(tmp_path / 'w'))
+  assert sorted(scalars['eval/accuracy']) == [3, 6]
+  assert sorted(scalars['train/loss']) == [3, 6]

@@ -23,7 +23,6 @@ from typing import Iterator
 from typing import Protocol
 
 from absl import logging
-from clu import metric_writers
 import flax
 import flax.linen as nn
 import jax
@@ -32,6 +31,7 @@ import ml_collections
 from bertjax import paths
 from bertjax.model import encoder
 from bertjax.training import checkpoint
+from bertjax.training import event_writer
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
@@ -170,9 +170,14 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
 
 
 def _metric_writer(workdir):
-  """TensorBoard on process 0 only; the console gets the progress line, not every scalar."""
+  """TensorBoard on process 0 only; the console gets the progress line, not every scalar. A
+  local workdir's event files are written without TensorFlow (event_writer.py); a remote one's
+  through clu's writer on TensorFlow's file systems, in the background."""
   if jax.process_index() > 0:
-    return metric_writers.MultiWriter([])
+    return event_writer.NoWriter()
+  if '://' not in str(workdir):
+    return event_writer.EventWriter(str(workdir))
+  from clu import metric_writers  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
   return metric_writers.AsyncMultiWriter([metric_writers.SummaryWriter(workdir)])
 
 
@@ -297,7 +302,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           break
   finally:
     preemption.close()
-    writer.flush()
+    writer.close()
   if eval_metrics:
     checkpoint.write_json(f'{workdir}/eval_results.json', eval_metrics)
   return eval_metrics

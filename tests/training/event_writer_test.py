@@ -1,0 +1,61 @@
+"""The TensorFlow-free event writer: TensorBoard and TensorFlow read back what it wrote."""
+
+import subprocess
+import sys
+
+import numpy as np
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from bertjax.training import event_writer
+from bertjax.training import summaries
+
+
+def _write_run(logdir):
+  writer = event_writer.EventWriter(str(logdir))
+  writer.write_hparams({'learning_rate': 1e-4, 'model.size': 'mini', 'pack': 4, 'bf16': True})
+  for step in (1, 2, 3):
+    writer.write_scalars(step, {'train/loss': 4.0 / step, 'train/mfu': np.float32(0.25 * step)})
+  writer.write_scalars(3, {'eval/f1': 0.75})
+  writer.close()
+  return writer.path
+
+
+def test_tensorflow_reads_back_every_scalar_at_its_step(tmp_path):
+  _write_run(tmp_path)
+  scalars = summaries.read_scalars(str(tmp_path))
+  assert set(scalars) == {'train/loss', 'train/mfu', 'eval/f1'}
+  np.testing.assert_allclose([scalars['train/loss'][s] for s in (1, 2, 3)], [4.0, 2.0, 4 / 3],
+                             rtol=1e-6)
+  assert scalars['train/mfu'] == {1: 0.25, 2: 0.5, 3: 0.75}
+  assert scalars['eval/f1'] == {3: 0.75}
+
+
+def test_tensorboard_shows_the_scalars_and_the_hparams(tmp_path):
+  path = _write_run(tmp_path)
+  events = event_accumulator.EventAccumulator(path)
+  events.Reload()
+  assert sorted(events.Tags()['scalars']) == ['eval/f1', 'train/loss', 'train/mfu']
+  assert [(e.step, round(e.value, 6)) for e in events.Scalars('train/loss')] == [
+      (1, 4.0), (2, 2.0), (3, round(4 / 3, 6))]
+  content = events.PluginTagToContent('hparams')
+  session = plugin_data_pb2.HParamsPluginData.FromString(
+      content['_hparams_/session_start_info']).session_start_info
+  assert session.hparams['learning_rate'].number_value == 1e-4
+  assert session.hparams['model.size'].string_value == 'mini'
+  assert session.hparams['pack'].number_value == 4
+  assert session.hparams['bf16'].bool_value
+
+
+def test_two_writers_in_one_logdir_write_two_files(tmp_path):
+  first, second = _write_run(tmp_path), _write_run(tmp_path)
+  assert first != second
+  assert summaries.read_scalars(str(tmp_path))['eval/f1'] == {3: 0.75}
+
+
+def test_writing_events_imports_no_tensorflow(tmp_path):
+  code = ('import sys; from bertjax.training import event_writer; '
+          f'w = event_writer.EventWriter({str(tmp_path)!r}); w.write_scalars(1, {{"a": 1.0}}); '
+          'w.write_hparams({"b": 2}); w.close(); print("tensorflow" in sys.modules)')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == 'False'
