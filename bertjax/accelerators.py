@@ -1,7 +1,10 @@
-"""TensorFlow kept on the CPU beside JAX on the accelerators (jax #22070: TF otherwise takes
-the GPU's memory, or the TPU itself). TF only reads files here (tf.data)."""
+"""Process set-up before JAX compiles anything: TensorFlow kept on the CPU beside JAX on the
+accelerators (jax #22070: TF otherwise takes the GPU's memory, or the TPU itself; TF only reads
+files here, through tf.data), and JAX's persistent compilation cache."""
 
+import hashlib
 import os
+import platform
 
 from bertjax import console
 
@@ -25,3 +28,32 @@ def hide_from_tensorflow():
       return
     tf.config.set_visible_devices([], 'GPU')
     tf.config.set_visible_devices([], 'TPU')
+
+
+def default_compilation_cache_dir() -> str:
+  """JAX_COMPILATION_CACHE_DIR when set, else ~/.cache/bertjax/jax/<machine>: one folder per
+  CPU model and feature set, so a home shared by several kinds of host (a cluster's login and
+  compute nodes) never hands one an executable compiled for another's instruction set."""
+  if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
+    return os.environ['JAX_COMPILATION_CACHE_DIR']
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+      cpu = ''.join(sorted({line for line in f if line.startswith(('model name', 'flags'))}))
+  except OSError:
+    cpu = platform.processor()
+  machine = f'{platform.machine()}-{hashlib.sha256(cpu.encode()).hexdigest()[:12]}'
+  return os.path.join(os.path.expanduser('~'), '.cache', 'bertjax', 'jax', machine)
+
+
+def use_compilation_cache(directory: str):
+  """Keeps compiled programs in `directory` (local or gs://), so a rerun, a resume or the next
+  fine-tuning of the same shapes loads its train step instead of compiling it again (JAX keys
+  each entry by the program, jaxlib, XLA flags and devices); '' turns the cache off. Call
+  before the first compilation."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if not directory:
+    jax.config.update('jax_enable_compilation_cache', False)
+    return
+  if '://' not in directory:
+    directory = os.path.abspath(os.path.expanduser(directory))
+  jax.config.update('jax_compilation_cache_dir', directory)

@@ -45,6 +45,10 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer(
     'process_id', int(os.environ['JAX_PROCESS_ID']) if 'JAX_PROCESS_ID' in os.environ else None,
     'This process (with --coordinator_address).')
+_COMPILATION_CACHE = flags.DEFINE_string(
+    'compilation_cache_dir', accelerators.default_compilation_cache_dir(),
+    "JAX's persistent compilation cache: a rerun or resume loads its compiled steps from here "
+    "instead of compiling them again ('' = off).")
 flags.mark_flags_as_required(['config'])
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -143,6 +147,7 @@ def _run(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   console.install()
   accelerators.hide_from_tensorflow()
+  accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == 'cpu':
@@ -153,6 +158,8 @@ def _run(argv):
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,
                jax.process_index(), jax.process_count(), jax.device_count(),
                jax.local_device_count(), jax.devices())
+  logging.info('compiled programs cached in %s', _COMPILATION_CACHE.value or
+               'nothing (--compilation_cache_dir is empty)')
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
   if config.job == 'pretrain':

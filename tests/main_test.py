@@ -4,11 +4,13 @@ console without library chatter."""
 import logging
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
 from absl import logging as absl_logging
 
+from bertjax import accelerators
 from bertjax import console
 from bertjax.training import summaries
 
@@ -67,26 +69,64 @@ def test_console_filter_keeps_ours_and_library_warnings():
     absl_logging.set_verbosity(verbosity)
 
 
-def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(tmp_path):
-  # TensorFlow's import costs seconds; a fine-tuning job on a CPU host reads no tf.data, so its
-  # event files are written without it, and TensorBoard's reader still finds its scalars.
-  rows = [(' '.join(['good', 'great', 'fine', 'happy'][(i + j) % 4] if i % 2 else
-                    ['bad', 'awful', 'sad', 'poor'][(i + j) % 4] for j in range(4)),
-           'yes' if i % 2 else 'no') for i in range(64)]
-  (tmp_path / 'train.csv').write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in rows))
+def _finetune_in_subprocess(cwd, workdir, *flags_, env=()):
+  """A 6-step tiny fine-tuning through bertjax.main on a CSV in `cwd`; prints at exit whether
+  TensorFlow was imported."""
+  train = pathlib.Path(cwd) / 'train.csv'
+  if not train.exists():
+    rows = [(' '.join(['good', 'great', 'fine', 'happy'][(i + j) % 4] if i % 2 else
+                      ['bad', 'awful', 'sad', 'poor'][(i + j) % 4] for j in range(4)),
+             'yes' if i % 2 else 'no') for i in range(64)]
+    train.write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in rows))
   argv = [f'--config={REPO}/configs/finetune.py:task=classification,size=tiny,seq=16,batch=16,'
           'epochs=2', '--config.data.train_file=train.csv', '--config.model.vocab_size=1000',
-          '--workdir=w']
+          f'--workdir={workdir}', *flags_]
   code = ('import atexit, runpy, sys\n'
           'atexit.register(lambda: print("tensorflow imported:", "tensorflow" in sys.modules))\n'
           f'sys.argv = ["bertjax.main", *{argv!r}]\n'
           'runpy.run_module("bertjax.main", run_name="__main__")\n')
-  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-  env['JAX_PLATFORMS'] = 'cpu'
-  done = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, env=env,
+  environ = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  environ |= {'JAX_PLATFORMS': 'cpu', **dict(env)}
+  done = subprocess.run([sys.executable, '-c', code], cwd=cwd, env=environ,
                         capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
+  return done
+
+
+def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(tmp_path):
+  # TensorFlow's import costs seconds; a fine-tuning job on a CPU host reads no tf.data, so its
+  # event files are written without it, and TensorBoard's reader still finds its scalars.
+  done = _finetune_in_subprocess(tmp_path, 'w', '--compilation_cache_dir=')
   assert done.stdout.strip().splitlines()[-1] == 'tensorflow imported: False'
   scalars = summaries.read_scalars(str(tmp_path / 'w'))
   assert sorted(scalars['eval/accuracy']) == [3, 6]
   assert sorted(scalars['train/loss']) == [3, 6]
+
+
+def test_a_rerun_loads_its_compiled_steps_from_the_cache_and_ends_the_same(tmp_path):
+  cache = tmp_path / 'cache'
+  every_compile = [('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')]  # Tiny compiles too.
+  first = _finetune_in_subprocess(tmp_path, 'w1', f'--compilation_cache_dir={cache}',
+                                  env=every_compile)
+  assert f'compiled programs cached in {cache}' in first.stderr
+  entries = sorted(p.name for p in cache.iterdir())
+  assert any(name.startswith('jit_train_step-') for name in entries), entries
+  _finetune_in_subprocess(tmp_path, 'w2', f'--compilation_cache_dir={cache}', env=every_compile)
+  assert sorted(p.name for p in cache.iterdir()) == entries  # Every program found, none added.
+  # An entry cut short (a process killed while writing it) is reported and compiled again.
+  step = next(p for p in cache.iterdir() if p.name.startswith('jit_train_step-'))
+  step.write_bytes(step.read_bytes()[:step.stat().st_size // 2])
+  third = _finetune_in_subprocess(tmp_path, 'w3', f'--compilation_cache_dir={cache}',
+                                  env=every_compile)
+  assert "Error reading persistent compilation cache entry for 'jit_train_step'" in third.stderr
+  results = [(tmp_path / w / 'eval_results.json').read_text() for w in ('w1', 'w2', 'w3')]
+  assert results[0] == results[1] == results[2]
+
+
+def test_the_default_cache_folder_is_one_per_kind_of_machine(monkeypatch):
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  default = pathlib.Path(accelerators.default_compilation_cache_dir())
+  assert default.parent == pathlib.Path.home() / '.cache' / 'bertjax' / 'jax'
+  assert default.name.startswith(platform.machine() + '-')
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/shared/jax')
+  assert accelerators.default_compilation_cache_dir() == '/shared/jax'
