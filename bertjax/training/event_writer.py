@@ -8,8 +8,9 @@ cores), a real share of a short fine-tuning that never touches tf.data. A remote
 (gs://...) still goes through clu's TensorFlow writer, for TensorFlow's file systems.
 
 EventWriter has the methods of clu's MetricWriter that the loop calls (write_scalars,
-write_hparams, flush, close). Each write is appended and flushed at once: a few records per
-logged step, so TensorBoard follows the run live.
+write_hparams, flush, close). Each write goes to the file at once: a few records per logged
+step, so TensorBoard follows the run live. A full disk stops the events with a warning, never
+the run, and leaves the file ending at a whole record.
 """
 
 import itertools
@@ -17,6 +18,7 @@ import os
 import socket
 import time
 
+from absl import logging
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
@@ -34,12 +36,31 @@ class EventWriter:
     name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.'
             f'{next(_NUMBERS)}.v2')
     self.path = os.path.join(logdir, name)
-    self._file = open(self.path, 'xb')  # pylint: disable=consider-using-with
+    # Unbuffered: each record reaches the file at once, and a failed write can be cut back.
+    self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with
+    self._size = 0  # Bytes of whole records in the file.
+    self._failed = False
     self._write([event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2')])
 
   def _write(self, events):
-    self._file.write(tfrecord.frame([e.SerializeToString() for e in events]))
-    self._file.flush()
+    """Appends whole records. A write that fails (a full disk) is cut back to the last whole
+    record, so readers never meet half of one, and the run goes on without TensorBoard."""
+    if self._failed:
+      return
+    data = memoryview(tfrecord.frame([e.SerializeToString() for e in events]))
+    try:
+      while data:
+        data = data[self._file.write(data):]
+    except OSError as e:
+      self._failed = True
+      try:
+        self._file.truncate(self._size)
+      except OSError:
+        pass
+      logging.warning('TensorBoard events could not be written to %s (%s): the run goes on '
+                      'without them (checkpoints check their own space).', self.path, e)
+      return
+    self._size = self._file.tell()
 
   def _summary(self, step: int, summary) -> event_pb2.Event:
     return event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary)
@@ -54,7 +75,7 @@ class EventWriter:
     self._write([self._summary(0, hparams_summary.hparams_pb(dict(hparams)))])
 
   def flush(self):
-    self._file.flush()
+    pass  # Every write is already in the file.
 
   def close(self):
     self._file.close()

@@ -1,7 +1,10 @@
 """The TensorFlow-free event writer: TensorBoard and TensorFlow read back what it wrote."""
 
+import errno
+import os
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
@@ -59,3 +62,35 @@ def test_writing_events_imports_no_tensorflow(tmp_path):
           'w.write_hparams({"b": 2}); w.close(); print("tensorflow" in sys.modules)')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == 'False'
+
+
+class _FillingFile:
+  """A file on a disk that fills up: after `room` bytes, writes store what fits, then fail."""
+
+  def __init__(self, file, room):
+    self._file, self._room = file, room
+
+  def write(self, data):
+    if self._room <= 0:
+      raise OSError(errno.ENOSPC, 'No space left on device')
+    written = self._file.write(bytes(data[:self._room]))
+    self._room -= written
+    return written
+
+  def __getattr__(self, name):
+    return getattr(self._file, name)
+
+
+def test_a_full_disk_stops_the_events_with_a_warning_and_leaves_whole_records(tmp_path):
+  writer = event_writer.EventWriter(str(tmp_path))
+  writer.write_scalars(1, {'train/loss': 3.0})
+  size = os.path.getsize(writer.path)
+  writer._file = _FillingFile(writer._file, room=10)  # pylint: disable=protected-access
+  with mock.patch.object(event_writer.logging, 'warning') as warning:
+    writer.write_scalars(2, {'train/loss': 2.0})  # 10 bytes of it fit, then the disk is full.
+    writer.write_scalars(3, {'train/loss': 1.0})
+    writer.write_hparams({'lr': 1.0})
+  writer.close()
+  assert warning.call_count == 1 and 'No space left' in warning.call_args.args[-1].strerror
+  assert os.path.getsize(writer.path) == size  # Cut back to the last whole record.
+  assert summaries.read_scalars(str(tmp_path)) == {'train/loss': {1: 3.0}}
