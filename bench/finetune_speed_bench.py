@@ -148,13 +148,13 @@ def write_task(task, directory: pathlib.Path):
   return len(train), len(evaluation), fields[:-1]
 
 
-def run_bertjax(directory: pathlib.Path, text_fields, name='bertjax_run'):
+def run_bertjax(directory: pathlib.Path, text_fields, *, warm=False):
   """(seconds, score): the whole bertjax command's wall time; accuracy (entity F1 tagging).
-  Its compilation cache is the task's own folder: empty for the first run (cold, compiling
-  everything), kept for a --warm rerun."""
-  workdir = directory / name
+  Its compilation cache is the task's own folder: emptied first (cold, compiling everything),
+  or, warm, kept from the cold run."""
+  workdir = directory / ('bertjax_warm' if warm else 'bertjax_run')
   cache = directory / 'jax_cache'
-  if name == 'bertjax_run':
+  if not warm:
     shutil.rmtree(cache, ignore_errors=True)
   tagging = text_fields is None
   suffix = 'jsonl' if tagging else 'csv'
@@ -330,7 +330,7 @@ def main(argv):
     row = (f'{task:<17}{f"{num_train}/{num_eval}":>11}{jax_seconds:>11.1f}{jax_score:>8.4f}'
            f'{torch_seconds:>10.1f}{torch_score:>8.4f}{torch_seconds / jax_seconds:>9.2f}x')
     if _WARM.value:
-      warm_seconds, warm_score = run_bertjax(directory, text_fields, 'bertjax_warm')
+      warm_seconds, warm_score = run_bertjax(directory, text_fields, warm=True)
       row += f'{warm_seconds:>9.1f}{warm_score:>8.4f}{torch_seconds / warm_seconds:>9.2f}x'
     print(row, flush=True)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from absl import logging as absl_logging
+import finetune_runs
 
 from bertjax import accelerators
 from bertjax import console
@@ -17,10 +18,11 @@ from bertjax.training import summaries
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def run_main(cwd, *args):
-  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # Not the checkout's root.
-  env['JAX_PLATFORMS'] = 'cpu'
-  return subprocess.run([sys.executable, '-m', 'bertjax.main', *args], cwd=cwd, env=env,
+def run_main(cwd, *args, python=('-m', 'bertjax.main'), env=()):
+  """bertjax.main (or `python -c CODE` that runs it) started from `cwd`, on the CPU."""
+  environ = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # Not the checkout's.
+  environ |= {'JAX_PLATFORMS': 'cpu', **dict(env)}
+  return subprocess.run([sys.executable, *python, *args], cwd=cwd, env=environ,
                         capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -74,9 +76,9 @@ def _finetune_in_subprocess(cwd, workdir, *flags_, env=()):
   TensorFlow was imported."""
   train = pathlib.Path(cwd) / 'train.csv'
   if not train.exists():
-    rows = [(' '.join(['good', 'great', 'fine', 'happy'][(i + j) % 4] if i % 2 else
-                      ['bad', 'awful', 'sad', 'poor'][(i + j) % 4] for j in range(4)),
-             'yes' if i % 2 else 'no') for i in range(64)]
+    words = {'yes': finetune_runs.POSITIVE, 'no': finetune_runs.NEGATIVE}
+    rows = [(' '.join(words[y][(i + j) % 4] for j in range(4)), y)
+            for i, y in enumerate(['yes', 'no'] * 32)]
     train.write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in rows))
   argv = [f'--config={REPO}/configs/finetune.py:task=classification,size=tiny,seq=16,batch=16,'
           'epochs=2', '--config.data.train_file=train.csv', '--config.model.vocab_size=1000',
@@ -85,10 +87,7 @@ def _finetune_in_subprocess(cwd, workdir, *flags_, env=()):
           'atexit.register(lambda: print("tensorflow imported:", "tensorflow" in sys.modules))\n'
           f'sys.argv = ["bertjax.main", *{argv!r}]\n'
           'runpy.run_module("bertjax.main", run_name="__main__")\n')
-  environ = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-  environ |= {'JAX_PLATFORMS': 'cpu', **dict(env)}
-  done = subprocess.run([sys.executable, '-c', code], cwd=cwd, env=environ,
-                        capture_output=True, text=True, timeout=300, check=False)
+  done = run_main(cwd, python=('-c', code), env=env)
   assert done.returncode == 0, done.stderr[-3000:]
   return done
 
