@@ -39,19 +39,23 @@ from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
 
-FORMATS = ('hf', 'tf1', 'saved_model')
-# What each format can hold (bundle.KINDS).
-HOLDS = {'hf': tuple(bundle_lib.KINDS), 'tf1': tf1_checkpoint.KINDS,
-         'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
-                         'span', 'tagging')}
+FORMATS = tuple(bundle_lib.FORMAT_KINDS)
+# Files only an export writes: --overwrite replaces a folder that holds one of them, nothing else.
+EXPORT_FILES = ('model.safetensors', 'bert_config.json', 'bertjax_export.json', 'saved_model.pb')
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
-  if result.kind not in HOLDS[fmt]:
-    can = [f for f in FORMATS if result.kind in HOLDS[f]]
-    raise ValueError(f'{result.source} is a {result.kind} model; --format={fmt} cannot hold '
-                     f'its head ({fmt} holds: {", ".join(HOLDS[fmt])}): use --format='
-                     f'{" or --format=".join(can)}.')
+  why = bundle_lib.cannot_hold(fmt, result.kind, result.pooling)
+  if why is not None:
+    can = bundle_lib.formats_for(result.kind, result.pooling)
+    fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
+    if result.kind in bundle_lib.POOLED_HEADS and result.pooling != 'cls':
+      fix += ', or fine-tune with --config.pooling=cls for every format'
+    raise ValueError(f'{result.source} is a {result.kind} model; {why}: {fix}.')
+  if fmt == 'tf1' and result.pooling != 'cls':
+    logging.warning('%s is %s-pooled: in google-research/bert, %s-pool get_sequence_output() '
+                    'over the input mask (get_pooled_output() is the [CLS] pooler)',
+                    result.source, result.pooling, result.pooling)
 
 
 def _check_casing(result: bundle_lib.Bundle):
@@ -81,12 +85,33 @@ def _save_tf1(result: bundle_lib.Bundle, output: pathlib.Path):
       indent=2) + '\n')
 
 
-def check_output(output: pathlib.Path, overwrite: bool):
+def check_output(output: pathlib.Path, overwrite: bool, source: str = ''):
+  """Refuses, before anything is read or written, an --output that would lose something: the
+  source itself, a folder inside or around it, a bertjax run, or (without --overwrite) any
+  non-empty folder; --overwrite replaces only what an earlier export wrote."""
   if output.exists() and not output.is_dir():
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
-  if output.is_dir() and any(output.iterdir()) and not overwrite:
+  if source and '://' not in source:
+    src = pathlib.Path(source)
+    src = src.parent if not src.exists() else src  # A TF1 prefix: its folder.
+    src, out = src.resolve(), output.resolve()
+    if out == src or src in out.parents or out in src.parents:
+      where = 'is' if out == src else 'is inside' if src in out.parents else 'holds'
+      raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
+                            f'written beside its source, never over or around it; pass e.g. '
+                            f'--output={src.parent / (src.name + "_export")}.')
+  if not output.is_dir() or not any(output.iterdir()):
+    return
+  if (output / 'checkpoints').is_dir() or (output / '.lock').exists():
+    raise FileExistsError(f'--output={output} holds a bertjax run (checkpoints/): it is never '
+                          'replaced by an export; choose another directory.')
+  if not overwrite:
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
+  if not any((output / name).exists() for name in EXPORT_FILES):
+    raise FileExistsError(f'--output={output} holds files no export wrote (none of '
+                          f'{", ".join(EXPORT_FILES)}): --overwrite replaces only an earlier '
+                          'export; choose another directory or empty it yourself.')
 
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
@@ -96,7 +121,7 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
   output = pathlib.Path(paths.absolute(str(output)))
-  check_output(output, overwrite)
+  check_output(output, overwrite, paths.absolute(str(source)))
   result = sources.load(paths.absolute(str(source)), vocab_file=vocab_file,
                         do_lower_case=do_lower_case)
   _check_kind(result, fmt)

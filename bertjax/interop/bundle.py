@@ -24,6 +24,34 @@ KINDS = {
 }
 
 
+# What each export format holds faithfully. hf and tf1 read a sequence-level head off BERT's
+# [CLS] pooler (transformers' Bert*For*, google-research/bert's get_pooled_output()): a head
+# trained on mean-pooled outputs would predict something else there. The SavedModel carries
+# its own graph, pooling included.
+FORMAT_KINDS = {
+    'hf': tuple(KINDS),
+    'tf1': ('encoder', 'pretraining', 'masked_lm', 'classification', 'span'),
+    'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
+                    'span', 'tagging'),
+}
+POOLED_HEADS = ('classification', 'regression', 'multiple_choice')
+CLS_POOLED_FORMATS = ('hf', 'tf1')
+
+
+def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:
+  """Why `fmt` cannot hold a `kind` model pooled by `pooling` faithfully, or None."""
+  if kind not in FORMAT_KINDS[fmt]:
+    return f'--format={fmt} cannot hold its head ({fmt} holds: {", ".join(FORMAT_KINDS[fmt])})'
+  if fmt in CLS_POOLED_FORMATS and kind in POOLED_HEADS and pooling != 'cls':
+    return (f'its head reads {pooling}-pooled outputs but --format={fmt}\'s readers take '
+            "BERT's [CLS] pooler, so they would predict something else")
+  return None
+
+
+def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
+  return [f for f in FORMAT_KINDS if cannot_hold(f, kind, pooling) is None]
+
+
 @dataclasses.dataclass
 class Bundle:
   config: dict  # The encoder's architecture (encoder.default_config fields).

@@ -47,7 +47,8 @@ _HEADS = {
     },
 }
 _HEADS['masked_lm'] = {k: v for k, v in _HEADS['pretraining'].items() if k.startswith('mlm/')}
-KINDS = ('encoder',) + tuple(_HEADS)  # What this format can hold.
+KINDS = bundle_lib.FORMAT_KINDS['tf1']  # What this format can hold.
+assert set(KINDS) == {'encoder', *_HEADS}, 'bundle.FORMAT_KINDS[tf1] must list _HEADS'
 
 
 def names(config: dict, kind: str) -> dict:

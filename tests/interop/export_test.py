@@ -159,14 +159,26 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   with pytest.raises(FileExistsError, match='not empty: pass --overwrite'):
     export.export(minilm_dir, 'hf', out)
   assert (out / 'keep.txt').read_text() == 'mine'
-  export.export(minilm_dir, 'hf', out, overwrite=True)
-  assert not (out / 'keep.txt').exists() and (out / 'model.safetensors').exists()
+  with pytest.raises(FileExistsError, match='replaces only an earlier export'):
+    export.export(minilm_dir, 'hf', out, overwrite=True)
+  assert (out / 'keep.txt').read_text() == 'mine'
+  earlier = export.export(minilm_dir, 'hf', tmp_path / 'earlier')
+  (earlier / 'stale.txt').write_text('from the earlier export')
+  export.export(minilm_dir, 'hf', earlier, overwrite=True)
+  assert not (earlier / 'stale.txt').exists() and (earlier / 'model.safetensors').exists()
   assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')]
 
   _, _, tagger = random_bundle('tagging', minilm_dir)
   with pytest.raises(ValueError, match='--format=tf1 cannot hold .* --format=hf or '
                      '--format=saved_model'):
     export._check_kind(tagger, 'tf1')
+  _, _, mean_classifier = random_bundle('classification', minilm_dir)
+  mean_classifier.pooling = 'mean'
+  for fmt in ('tf1', 'hf'):  # Both read the [CLS] pooler: refused before anything is written.
+    with pytest.raises(ValueError, match=f'mean-pooled .* --format={fmt}.* --format=saved_model'
+                       '.* --config.pooling=cls'):
+      export._check_kind(mean_classifier, fmt)
+  export._check_kind(mean_classifier, 'saved_model')
   _, _, mean_classifier = random_bundle('classification', minilm_dir)
   mean_classifier.pooling = 'mean'
   with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):
@@ -220,3 +232,26 @@ def test_transformers_loads_a_multiple_choice_model_with_equal_scores(minilm_dir
   ours = np.asarray(module.apply({'params': params}, **batch))
   assert ours.shape == (2, 3)
   np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_an_export_never_goes_over_around_or_into_its_source_or_a_run(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*'))
+  for output, where in ((workdir, 'is the source'), (workdir / 'hf', 'is inside the source'),
+                        (workdir.parent, 'holds the source'),
+                        (workdir / 'checkpoints', 'is inside the source')):
+    with pytest.raises(FileExistsError, match=where):
+      export.export(workdir, 'hf', output, overwrite=True)
+  step = sorted((workdir / 'checkpoints').glob('[0-9]*'))[-1]
+  with pytest.raises(FileExistsError, match='is the source'):
+    export.export(step, 'tf1', step, overwrite=True)
+  other_run = tmp_path / 'other_run'
+  (other_run / 'checkpoints').mkdir(parents=True)
+  (other_run / 'config.json').write_text('{}')
+  with pytest.raises(FileExistsError, match='holds a bertjax run'):
+    export.export(workdir, 'hf', other_run, overwrite=True)
+  assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')) == before
+  assert (other_run / 'config.json').read_text() == '{}'
+  # Beside the source is where it goes.
+  out = export.export(workdir, 'hf', workdir.parent / 'run_hf')
+  assert (out / 'model.safetensors').exists()
