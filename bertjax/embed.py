@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.model import encoder
@@ -86,9 +87,10 @@ def run(config, workdir):
   logging.info('imported %s: %s', checkpoint, report.summary())
   tok = load_tokenizer(checkpoint)
   if config.input_file:
-    sentences = [s for s in pathlib.Path(config.input_file).read_text('utf-8').splitlines() if s]
-    if not sentences:
+    sentences = paths.read_text_lines(config.input_file, 'config.input_file')
+    if not any(s.strip() for s in sentences):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
+    paths.check_no_blank_lines(sentences, config.input_file)
   else:
     sentences = list(config.sentences)
   start = time.perf_counter()

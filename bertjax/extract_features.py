@@ -37,6 +37,8 @@ from bertjax.text import tokenizer as tokenizer_lib
 def read_examples(input_file) -> list[tuple[str, str | None]]:
   """(text_a, text_b or None) per line of `input_file`."""
   lines = paths.read_text_lines(input_file)
+  if lines:
+    paths.check_no_blank_lines(lines, input_file)
   examples = []
   for line in lines:
     a, sep, b = line.strip().partition(' ||| ')

@@ -7,6 +7,7 @@ Remote paths (gs://, s3://, ...) are kept as they are; `~` is expanded.
 import os
 import pathlib
 import re
+import sys
 
 # Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from
 # and its old names.
@@ -20,9 +21,19 @@ def absolute(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def split_list(paths: str) -> list[str]:
+  """The paths (or globs) of a comma-separated setting; a value that names an existing local
+  file or folder as a whole (`my,data.csv`) is that one path, commas and all."""
+  whole = paths.strip()
+  if whole and '://' not in whole and os.path.exists(os.path.expanduser(whole)):
+    return [whole]
+  return [p.strip() for p in paths.split(',') if p.strip()]
+
+
 def absolute_list(paths: str) -> str:
-  """Each of comma-separated paths (or globs) made absolute."""
-  return ','.join(absolute(p.strip()) for p in paths.split(',') if p.strip())
+  """Each of comma-separated paths (or globs) made absolute; an existing path holding commas
+  stays one path."""
+  return ','.join(absolute(p) for p in split_list(paths))
 
 
 def absolute_config(config):
@@ -37,12 +48,49 @@ def absolute_config(config):
   return config
 
 
+def split_lines(text: str) -> list[str]:
+  """The lines of a user's text as they wrote them: broken at \\n, \\r\\n and \\r only, a
+  leading byte order mark (U+FEFF) removed, no empty last line after a final line break.
+
+  Every tool reads a user's lines with this, never str.splitlines(), which also breaks at
+  U+2028, U+2029, U+0085, form feed, \\x1c-\\x1e...: characters that may sit inside one line
+  (a JSON string, a CSV field) and would shift every later line.
+  """
+  if text.startswith('\ufeff'):
+    text = text[1:]
+  if '\r' in text:
+    text = text.replace('\r\n', '\n').replace('\r', '\n')
+  lines = text.split('\n')
+  if lines[-1] == '':
+    lines.pop()
+  return lines
+
+
+def check_no_blank_lines(lines, source: str) -> list[str]:
+  """`lines` unchanged, or an error naming the first blank (whitespace-only) one: tools that
+  give one output per input line read no blank lines (every later output would shift)."""
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
+  return lines
+
+
+def read_stdin_lines() -> list[str]:
+  """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
+  data = sys.stdin.buffer.read()
+  try:
+    return split_lines(data.decode('utf-8'))
+  except UnicodeDecodeError as e:
+    raise ValueError(f'<stdin> is not UTF-8 text (byte {e.start}): re-encode it.') from None
+
+
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:
-  """The lines of a UTF-8 text file given by --`flag`, or an error saying what to do."""
+  """The lines of a UTF-8 text file given by --`flag` (split_lines' rules), or an error saying
+  what to do."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'--{flag}={path} does not exist.')
   try:
-    return path.read_text('utf-8').splitlines()
+    return split_lines(path.read_bytes().decode('utf-8'))
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None

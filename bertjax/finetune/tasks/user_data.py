@@ -18,12 +18,14 @@ Every row keeps where it came from (`file:line`), so every error names it. Rules
 import collections
 import csv
 import dataclasses
+import io
 import json
 import os
 import pathlib
 
 import numpy as np
 
+from bertjax import paths
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 
@@ -57,8 +59,10 @@ def _check_file(path) -> pathlib.Path:
 
 
 def _read_text(path: pathlib.Path) -> str:
+  """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
   try:
-    return path.read_text(encoding='utf-8-sig')
+    with open(path, encoding='utf-8-sig', newline='') as f:
+      return f.read()
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
                      'e.g. `iconv -f latin1 -t utf-8`.') from None
@@ -75,7 +79,7 @@ def format_of(path, configured: str = '', allowed=FORMATS) -> str:
 
 
 def _first_line(text: str) -> tuple[int, str]:
-  for number, line in enumerate(text.splitlines(), 1):
+  for number, line in enumerate(paths.split_lines(text), 1):
     if line.strip():
       return number, line
   return 0, ''
@@ -110,7 +114,7 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
   _check_content(path, fmt, text)
   records = []
   if fmt == 'jsonl':
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(paths.split_lines(text), 1):
       if not line.strip():
         continue
       try:
@@ -123,7 +127,8 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
                          'lines hold one {"field": value, ...} object per line.')
       records.append((number, record))
     return records
-  reader = csv.reader(text.splitlines(keepends=True),
+  # The csv module's own line rules (newline='' semantics): a form feed, U+2028... is text.
+  reader = csv.reader(io.StringIO(text, newline=''),
                       delimiter='\t' if fmt == 'tsv' else ',',
                       quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
   header = None
@@ -162,6 +167,22 @@ def _text(value) -> str:
   return value if isinstance(value, str) else str(value)
 
 
+def _json_type(value) -> str:
+  if isinstance(value, bool):
+    return 'boolean'
+  if isinstance(value, (int, float)):
+    return 'number'
+  return {list: 'list', dict: 'object'}.get(type(value), type(value).__name__)
+
+
+def _text_of(path, number, name, value) -> str:
+  """A text field's value: a string, or '' for null; a number, list, object... is an error."""
+  if value is None or isinstance(value, str):
+    return _text(value)
+  raise ValueError(f'{path}:{number}: field {name!r} is a {_json_type(value)} '
+                   f'({json.dumps(value)[:40]}), not a text: write it as a JSON string.')
+
+
 def text_fields(spec: str) -> tuple[str, ...]:
   fields = tuple(f.strip() for f in spec.split(',') if f.strip())
   if len(fields) not in (1, 2):
@@ -191,11 +212,11 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
                is_training=True, require_labels=True):
   """(examples, skipped Counter) of a classification / regression file."""
   path = _check_file(path)
-  examples, skipped = [], collections.Counter()
+  examples, skipped, spellings = [], collections.Counter(), {}
   records = read_records(path, fmt)
   has_labels = require_labels or any(label_field in r for _, r in records[:1])
   for number, record in records:
-    texts = [_text(_field(path, number, record, f)).strip() for f in fields]
+    texts = [_text_of(path, number, f, _field(path, number, record, f)).strip() for f in fields]
     if not all(texts):
       empty = fields[texts.index('')]
       if is_training:
@@ -211,6 +232,8 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
           skipped['empty_label'] += 1
           continue
         raise ValueError(f'{path}:{number}: field {label_field!r} is empty.')
+      if not regression:
+        _check_spelling(path, number, label, spellings)
     examples.append(Example(f'{path.name}:{number}', texts[0],
                             texts[1] if len(texts) > 1 else None, label))
   if not examples:
@@ -218,18 +241,66 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
   return examples, skipped
 
 
+def _as_number(label):
+  try:
+    return float(label)
+  except (TypeError, ValueError):
+    return None
+
+
+def _check_spelling(path, number, label, spellings):
+  """An error when `label` is a number another label of the file spells otherwise (`1` and
+  `1.0`, `01`): they would be two classes. `spellings`: number -> (label, line) seen first."""
+  value = _as_number(label)
+  if value is None:
+    return
+  first, line = spellings.setdefault(value, (label, number))
+  if first != label:
+    raise ValueError(f'{path}:{number}: label {label!r} is the number that line {line} writes '
+                     f'{first!r}: they would be two classes; write every one of them {first!r}.')
+
+
+def _columns(line: str) -> list[str]:
+  """A CoNLL line's columns: separated by spaces or tabs only (as the format is written)."""
+  return [c for c in line.replace('\t', ' ').split(' ') if c]
+
+
+class _TagScheme:
+  """Where a file's first chunk tag (B-/I-/E-/S-/L-/U-TYPE) and first other tag (not O) are:
+  a file holding both is an error unless config.data.tag_scheme=plain."""
+
+  def __init__(self, path, tag_scheme):
+    self.path, self.check, self.first = path, tag_scheme.lower() != 'plain', {}
+
+  def add(self, number, tag):
+    if not self.check or tag == 'O':
+      return
+    kind = 'chunk' if _chunk_tag(tag) else 'plain'
+    self.first.setdefault(kind, (number, tag))
+    if len(self.first) == 2:
+      (chunk_line, chunk), (plain_line, plain) = self.first['chunk'], self.first['plain']
+      raise ValueError(f'{self.path}:{plain_line}: tag {plain!r} is not O or a chunk tag, but '
+                       f'line {chunk_line} has the chunk tag {chunk!r}: use one tag scheme in a '
+                       'file, or set config.data.tag_scheme=plain (scored per token).')
+
+
 def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int = -1,
-                tokens_field='tokens', tags_field='tags', is_training=True, require_labels=True):
+                tokens_field='tokens', tags_field='tags', is_training=True, require_labels=True,
+                tag_scheme='auto'):
   """(sentences, skipped Counter) of a CoNLL column file or JSONL with tokens and tags lists.
 
   Column files: one word per line, blank lines between sentences, `-DOCSTART-` lines skipped;
   the word and tag columns are config.data.token_column / tag_column (negative from the end).
+  Every word line must have the columns of the file's first one (columns are separated by
+  spaces or tabs; TSV: by tabs). Tags are strings; a file mixing chunk tags (B-X) with other
+  tags than O is an error unless `tag_scheme` is 'plain'.
   """
   path = _check_file(path)
   fmt = format_of(path, fmt, allowed=('conll', 'jsonl', 'tsv'))
   text = _read_text(path)
   _check_content(path, 'conll' if fmt == 'tsv' else fmt, text)
   sentences, skipped = [], collections.Counter()
+  scheme = _TagScheme(path, tag_scheme)
   if fmt == 'jsonl':
     for number, record in read_records(path, 'jsonl'):
       tokens = _field(path, number, record, tokens_field)
@@ -239,6 +310,15 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
       if tags is not None and len(tags) != len(tokens):
         raise ValueError(f'{path}:{number}: {len(tokens)} tokens but {len(tags)} tags: one tag '
                          'per token.')
+      for i, tag in enumerate(tags or ()):
+        if not isinstance(tag, str) or not tag.strip():
+          raise ValueError(f'{path}:{number}: {tags_field}[{i}] is {json.dumps(tag)[:40]}, not '
+                           'a tag: every tag is a non-empty JSON string.')
+        scheme.add(number, tag.strip())
+      for i, token in enumerate(tokens):
+        if token is not None and not isinstance(token, str):
+          raise ValueError(f'{path}:{number}: {tokens_field}[{i}] is a {_json_type(token)} '
+                           f'({json.dumps(token)[:40]}), not a word: write it as a JSON string.')
       if not tokens or not all(_text(t).strip() for t in tokens):
         if is_training:
           skipped['empty_text'] += 1
@@ -246,17 +326,23 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
         raise ValueError(f'{path}:{number}: an empty token list or token: every eval and test '
                          'sentence must have its words.')
       tokens = tuple(_text(t).strip() for t in tokens)
-      sentences.append(Sentence(tokens, tuple(map(_text, tags)) if tags is not None
+      sentences.append(Sentence(tokens, tuple(t.strip() for t in tags) if tags is not None
                                 else ('O',) * len(tokens)))
     return _nonempty(path, sentences, skipped)
   words, tags = [], []
-  for number, line in enumerate(text.splitlines(), 1):
-    columns = line.split('\t') if fmt == 'tsv' else line.split()
-    if not line.strip() or columns[0] == '-DOCSTART-':
+  width = None  # (columns, line) of the first word line.
+  for number, line in enumerate(paths.split_lines(text), 1):
+    columns = line.split('\t') if fmt == 'tsv' else _columns(line)
+    if not line.strip() or columns[0].strip() == '-DOCSTART-':
       if words:
         sentences.append(Sentence(tuple(words), tuple(tags)))
         words, tags = [], []
       continue
+    width = width or (len(columns), number)
+    if len(columns) != width[0]:
+      raise ValueError(f'{path}:{number}: {len(columns)} columns where line {width[1]} has '
+                       f'{width[0]} ({line.strip()[:60]!r}): every word line needs the same '
+                       'columns; fix the line (a word holds no space).')
     try:
       word = columns[token_column].strip()
       tag = columns[tag_column].strip() if require_labels else 'O'
@@ -267,6 +353,8 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
     if require_labels and len(columns) < 2:
       raise ValueError(f'{path}:{number}: {line.strip()!r} has no tag column: lines are '
                        '`word ... tag`.')
+    if require_labels:
+      scheme.add(number, tag)
     words.append(word)
     tags.append(tag)
   if words:
@@ -395,6 +483,9 @@ def check_labels(labelled, labels, what: str):
   for where, values in labelled:
     for value in values:
       if value is not None and value not in known:
+        same = [k for k in labels if _as_number(value) is not None and
+                _as_number(k) == _as_number(value)]
+        fix = (f'write it {same[0]!r} as training does' if same else
+               'fix the label or add training examples with it')
         raise ValueError(f'{where}: {what} label {value!r} never occurs in the training data, '
-                         f'whose labels are {list(labels)}: fix the label or add training '
-                         'examples with it.')
+                         f'whose labels are {list(labels)}: {fix}.')

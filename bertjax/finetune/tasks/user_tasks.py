@@ -206,7 +206,7 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
   def read_file(path, is_training, require_labels=True):
     return user_data.read_tagged(path, fmt=data.format, token_column=data.token_column,
                                  tag_column=data.tag_column, is_training=is_training,
-                                 require_labels=require_labels)
+                                 require_labels=require_labels, tag_scheme=data.tag_scheme)
 
   if path_of is None:
     splits = _UserSplits(name, data, seed, read_file, stratify=False)

@@ -174,3 +174,21 @@ def test_reads_space_separated_documents_and_writes_conlleval_input(tok, tmp_pat
                                '\nAT O I-LOC\n\n')
   with pytest.raises(ValueError, match='sentence 1 has 2 words but 1 predicted tags'):
     conll.write_predictions(tmp_path / 'x.txt', sentences, [['O', 'O'], ['O'], ['O']])
+
+
+def test_a_line_with_other_columns_than_the_file_is_an_error(tmp_path):
+  path = tmp_path / 'eng.testa'
+  path.write_text('-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\n\n'
+                  'German JJ B-NP I-NP I-MISC\n')
+  with pytest.raises(ValueError, match=r"eng.testa:6: 5 columns where line 3 has 4 \('German JJ "
+                                       r"B-NP I-NP I-MISC'\): every word line needs the same "
+                                       r'columns; fix the line'):
+    conll.read_conll(path)
+
+
+def test_a_bom_u2028_and_a_no_break_space_are_no_separators(tmp_path):
+  path = tmp_path / 'eng.train'
+  path.write_bytes('\ufeff-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nre\u2028jects VBZ B-VP O\n'
+                   '10\u00a0000 CD I-NP O\r\n'.encode('utf-8'))
+  assert conll.read_conll(path) == [conll.Sentence(('EU', 're\u2028jects', '10\u00a0000'),
+                                                   ('I-ORG', 'O', 'O'))]

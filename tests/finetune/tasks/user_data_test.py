@@ -5,6 +5,7 @@ import json
 import ml_collections
 import pytest
 
+from bertjax import paths
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_tasks
@@ -169,3 +170,131 @@ def test_swag_csv_layout(tmp_path):
   path.write_text(header.replace(',ending3', ',ending_3') + 'v1,0,x,a,b,g,c,d,e,f,0\n')
   with pytest.raises(ValueError, match=r"swag.csv:2: no field 'ending3'"):
     user_data.read_swag(path)
+
+
+def test_csv_fields_holding_a_form_feed_or_line_separators_are_read(tmp_path):
+  path = tmp_path / 'ff.csv'
+  path.write_bytes('\ufefftext,label\r\n"page\x0cbreak",pos\r\nnext\x0cpage,neg\r\n'
+                   'a\u2028b\u0085c,pos\r\n"two\r\nlines",neg\r\n'.encode('utf-8'))
+  examples, _ = user_data.read_texts(path, fields=('text',), label_field='label')
+  assert [(e.text_a, e.label) for e in examples] == [
+      ('page\x0cbreak', 'pos'), ('next\x0cpage', 'neg'), ('a\u2028b\u0085c', 'pos'),
+      ('two\r\nlines', 'neg')]
+  assert [e.guid for e in examples] == ['ff.csv:2', 'ff.csv:3', 'ff.csv:4', 'ff.csv:6']
+
+
+def test_jsonl_with_a_bom_and_a_raw_u2028_in_a_string(tmp_path):
+  path = tmp_path / 'u.jsonl'
+  path.write_bytes(('\ufeff{"text": "one\u2028line", "label": "a"}\n'
+                    '{"text": "next\u0085line\u2029end", "label": "b"}\n').encode('utf-8'))
+  examples, _ = user_data.read_texts(path, fields=('text',), label_field='label')
+  assert [(e.text_a, e.label, e.guid) for e in examples] == [
+      ('one\u2028line', 'a', 'u.jsonl:1'), ('next\u0085line\u2029end', 'b', 'u.jsonl:2')]
+
+
+@pytest.mark.parametrize('value,kind', [(5, 'number'), (['a'], 'list'), ({'a': 1}, 'object'),
+                                        (True, 'boolean')])
+def test_a_text_field_that_is_not_a_string_is_an_error(tmp_path, value, kind):
+  path = tmp_path / 'n.jsonl'
+  path.write_text(json.dumps({'text': 'ok', 'label': 'a'}) + '\n'
+                  + json.dumps({'text': value, 'label': 'b'}) + '\n')
+  with pytest.raises(ValueError, match=rf"n.jsonl:2: field 'text' is a {kind} .*, not a text: "
+                                       'write it as a JSON string'):
+    user_data.read_texts(path, fields=('text',), label_field='label')
+
+
+def test_one_number_spelled_two_ways_as_labels_is_refused(tmp_path):
+  path = tmp_path / 'l.csv'
+  path.write_text('text,label\na,1\nb,0\nc,1.0\n')
+  with pytest.raises(ValueError, match=r"l.csv:4: label '1.0' is the number that line 2 writes "
+                                       r"'1': they would be two classes; write every one of "
+                                       r"them '1'"):
+    user_data.read_texts(path, fields=('text',), label_field='label')
+  path.write_text('text,label\na,1\nb,0\nc,1\nd,10\n')  # One spelling each: read as given.
+  examples, _ = user_data.read_texts(path, fields=('text',), label_field='label')
+  assert user_data.labels_of(examples) == ('0', '1', '10')
+  values, _ = user_data.read_texts(tmp_path / 'l.csv', fields=('text',), label_field='label',
+                                   regression=True)
+  assert [e.label for e in values] == [1.0, 0.0, 1.0, 10.0]
+
+
+def test_an_eval_label_spelled_otherwise_than_in_training_says_how_training_writes_it(
+    tmp_path):
+  (tmp_path / 'train.csv').write_text('text,label\na,0\nb,1\n')
+  (tmp_path / 'eval.csv').write_text('text,label\na,0\nc,1.0\n')
+  task = registry.get_task('classification', _data(train_file=str(tmp_path / 'train.csv'),
+                                                   eval_file=str(tmp_path / 'eval.csv')))
+  with pytest.raises(ValueError, match=r"eval.csv:3: validation label '1.0' never occurs .* "
+                                       r"write it '1' as training does"):
+    task.read('validation')
+
+
+def test_a_file_named_with_a_comma_is_one_file(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(10))
+  (tmp_path / 'my,data.csv').write_text('text,label\n' + rows)
+  (tmp_path / 'eval,set.csv').write_text('text,label\nx,a\ny,b\n')
+  data = paths.absolute_config(_data(train_file='my,data.csv', eval_file='eval,set.csv'))
+  assert data.train_file == str(tmp_path / 'my,data.csv')
+  task = registry.get_task('classification', data)
+  train, _ = task.read('train')
+  held_out, _ = task.read('validation')
+  assert len(train) == 10 and train[0].guid == 'my,data.csv:2'
+  assert [e.guid for e in held_out] == ['eval,set.csv:2', 'eval,set.csv:3']
+
+
+def test_a_conll_line_with_other_columns_than_the_file_is_an_error(tmp_path):
+  path = tmp_path / 'x.conll'
+  path.write_text('John NNP B-NP B-PER\nlives VBZ B-VP O\n\nParis NNP B-NP I-NP B-LOC\n')
+  with pytest.raises(ValueError, match=r"x.conll:4: 5 columns where line 1 has 4 \('Paris NNP "
+                                       r"B-NP I-NP B-LOC'\): every word line needs the same "
+                                       r'columns; fix the line'):
+    user_data.read_tagged(path)
+  path.write_text('John\tB-PER\nNew York\tB-LOC\n')  # TSV: a space is no column separator.
+  assert user_data.read_tagged(path, fmt='tsv')[0][0].words == ('John', 'New York')
+  path.write_text('John\tB-PER\nParis\tB\tB-LOC\n')
+  with pytest.raises(ValueError, match=r'x.conll:2: 3 columns where line 1 has 2'):
+    user_data.read_tagged(path, fmt='tsv')
+  # Columns are split at spaces and tabs only: a no-break space is part of a word.
+  path.write_text('10\u00a0000 CD O\nParis NNP B-LOC\n')
+  assert user_data.read_tagged(path)[0][0].words == ('10\u00a0000', 'Paris')
+
+
+def test_a_conll_line_holding_u2028_stays_one_line(tmp_path):
+  path = tmp_path / 'u.conll'
+  path.write_bytes('\ufeff-DOCSTART- -X- O\n\nJohn B-PER\nli\x0cves O\n'.encode('utf-8'))
+  sentences, _ = user_data.read_tagged(path)
+  assert sentences == [user_data.Sentence(('John', 'li\x0cves'), ('B-PER', 'O'))]
+
+
+def test_mixed_chunk_and_plain_tags_are_an_error_unless_plain(tmp_path):
+  path = tmp_path / 'm.conll'
+  path.write_text('John B-PER\nSmith I-PER\nParis LOC\nis O\n')
+  with pytest.raises(ValueError, match=r"m.conll:3: tag 'LOC' is not O or a chunk tag, but line "
+                                       r"1 has the chunk tag 'B-PER': use one tag scheme in a "
+                                       r'file, or set config.data.tag_scheme=plain'):
+    user_data.read_tagged(path)
+  sentences, _ = user_data.read_tagged(path, tag_scheme='plain')
+  assert sentences[0].tags == ('B-PER', 'I-PER', 'LOC', 'O')
+  (tmp_path / 'm.jsonl').write_text(json.dumps({'tokens': ['a', 'b'], 'tags': ['B-X', 'Y']}))
+  with pytest.raises(ValueError, match=r"m.jsonl:1: tag 'Y' is not O or a chunk tag"):
+    user_data.read_tagged(tmp_path / 'm.jsonl')
+  (tmp_path / 'm.jsonl').write_text(json.dumps({'tokens': ['a', 'b'], 'tags': ['O', None]}))
+  with pytest.raises(ValueError, match=r'm.jsonl:1: tags\[1\] is null, not a tag'):
+    user_data.read_tagged(tmp_path / 'm.jsonl')
+  (tmp_path / 'm.jsonl').write_text(json.dumps({'tokens': ['a', 1990], 'tags': ['O', 'O']}))
+  with pytest.raises(ValueError, match=r'm.jsonl:1: tokens\[1\] is a number \(1990\), not a '
+                                       'word'):
+    user_data.read_tagged(tmp_path / 'm.jsonl')
+
+
+def test_a_tagging_task_with_an_extra_column_in_eval_is_refused(tmp_path):
+  (tmp_path / 'train.conll').write_text('John NNP B-PER\nlives VBZ O\n\nParis NNP B-LOC\n')
+  (tmp_path / 'eval.conll').write_text('Mary NNP B-PER\n\nRome NNP B-LOC extra\n')
+  data = finetune_config.get_config('task=tagging').data
+  with data.unlocked():
+    data.train_file, data.eval_file = str(tmp_path / 'train.conll'), str(tmp_path / 'eval.conll')
+  task = registry.get_task('tagging', data)
+  assert task.main_metric == 'f1'
+  with pytest.raises(ValueError, match=r'eval.conll:3: 4 columns where line 1 has 3'):
+    task.read('validation')
