@@ -164,10 +164,11 @@ def _define_flags():
   flags.DEFINE_string('output', None, 'The directory to write.')
   flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
   flags.DEFINE_string('vocab_file', '', 'The vocab, where the source has none beside it.')
-  flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'],
-                             'Override the casing the source records.')
+  # A bool flag as the original's (--do_lower_case=False, --nodo_lower_case, ...); unset = the
+  # casing the source records.
+  flags.DEFINE_bool('do_lower_case', None, 'Override the casing the source records.')
   flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length (0 = the '
-                              'length the model was fine-tuned with, else 128).')
+                              'length the model was fine-tuned with, else 128).', lower_bound=0)
   flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
                               '(a TF1 run_classifier.py checkpoint).')
 
@@ -178,7 +179,7 @@ def main(argv):
   try:
     out = export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
                  overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
-                 do_lower_case={'': None, 'true': True, 'false': False}[FLAGS.do_lower_case],
+                 do_lower_case=FLAGS.do_lower_case,
                  max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels))
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)

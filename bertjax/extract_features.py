@@ -147,10 +147,13 @@ def _define_flags():
   flags.DEFINE_string('init', '', 'Any importable model directory (instead of '
                               '--init_checkpoint).')
   flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output; -1 is the last.')
-  flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.')
-  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
-  flags.DEFINE_enum('do_lower_case', '', ['', 'true', 'false'], 'Override the casing '
-                             '(default: what the model records, else the vocab\'s).')
+  flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.',
+                       lower_bound=3)
+  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
+  # A bool flag as the original's: --do_lower_case[=true|false|True|False|1|0],
+  # --nodo_lower_case; unset (None) = what the model records, else the vocab's casing.
+  flags.DEFINE_bool('do_lower_case', None, 'Override the casing (default: what the model '
+                    'records, else the vocab\'s).')
 
 
 def main(argv):
@@ -164,7 +167,7 @@ def main(argv):
         layers=tuple(int(x) for x in FLAGS.layers.split(',')),
         max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
         vocab_file=FLAGS.vocab_file,
-        do_lower_case={'': None, 'true': True, 'false': False}[FLAGS.do_lower_case],
+        do_lower_case=FLAGS.do_lower_case,
         bert_config_file=FLAGS.bert_config_file)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)

@@ -10,12 +10,26 @@ JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 
 import os
 import sys
+import threading
+
+if __name__ == '__main__':
+  import signal  # pylint: disable=g-import-not-at-top
+
+  def _interrupted_early(signum, frame):
+    """Ctrl-C while the modules and the config load: nothing has been written yet."""
+    del signum, frame
+    os.write(2, b'interrupted: nothing was written; rerun the same command to start\n')
+    os._exit(130)  # pylint: disable=protected-access
+
+  if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup / `cmd &` ignore it.
+    signal.signal(signal.SIGINT, _interrupted_early)
 
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from bertjax import accelerators  # noqa: E402
 from bertjax import console  # noqa: E402
+from bertjax.training import config_check  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 
 
@@ -49,6 +63,10 @@ _COMPILATION_CACHE = flags.DEFINE_string(
     'compilation_cache_dir', accelerators.default_compilation_cache_dir(),
     "JAX's persistent compilation cache: a rerun or resume loads its compiled steps from here "
     "instead of compiling them again ('' = off).")
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    'distributed_timeout_s', 300, 'Seconds to wait for every process of a multi-host job to '
+    'connect (with --coordinator_address or a detected cluster) before giving up.',
+    lower_bound=1)
 flags.mark_flags_as_required(['config'])
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -72,11 +90,48 @@ def initialize_distributed():
       raise app.UsageError('--coordinator_address needs --num_processes and --process_id.')
     # Only the CPU backend reads this: CPU-only processes then reduce over TCP.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-    jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
-                               num_processes=_NUM_PROCESSES.value,
-                               process_id=_PROCESS_ID.value)
+    address, count, index = _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value
+    kwargs = dict(coordinator_address=address, num_processes=count, process_id=index)
   elif _cluster_detected():
-    jax.distributed.initialize()
+    address, count, index, kwargs = 'the detected cluster\'s coordinator', None, None, {}
+  else:
+    return
+  timeout = _DISTRIBUTED_TIMEOUT.value
+  who = f'process {index} of {count}' if count else 'this process'
+  logging.info('%s: waiting up to %d s for %s processes at %s (--distributed_timeout_s)', who,
+               timeout, count or 'all', address)
+  sys.stderr.flush()
+  problem = (f'{who} could not start the multi-host job at {address} within {timeout} s: check '
+             f'that all {count or "the"} processes were started with the same '
+             '--coordinator_address and --num_processes and distinct --process_id values, that '
+             'process 0 runs on that host and its port is reachable from here (firewall), or '
+             'raise --distributed_timeout_s')
+  # jax's own timeout ends the process in C++ (a native stack dump, no Python exception): this
+  # watchdog ends it first, with one line; jax's comes later as a backstop.
+  started = threading.Event()
+
+  def watchdog():
+    if not started.wait(timeout):
+      sys.stderr.flush()
+      os.write(2, f'error: {problem}\n'.encode())
+      os._exit(1)  # pylint: disable=protected-access
+
+  threading.Thread(target=watchdog, name='distributed-watchdog', daemon=True).start()
+  try:
+    jax.distributed.initialize(**kwargs, initialization_timeout=timeout + 60)
+  except Exception as e:  # pylint: disable=broad-except  # XlaRuntimeError, RuntimeError, ...
+    raise DistributedStartError(f'{problem} ({type(e).__name__}: {_first_line(e)})') from e
+  finally:
+    started.set()
+
+
+class DistributedStartError(RuntimeError):
+  """jax.distributed did not come up: a peer never started, or the coordinator is unreachable."""
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else ''
 
 
 def _load_config(spec: str):
@@ -145,6 +200,8 @@ def _job_module(name: str):
 def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  # Every config value, before JAX starts, any data is read or anything is compiled.
+  config_check.check(_CONFIG.value)
   console.install()
   accelerators.hide_from_tensorflow()
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
@@ -182,7 +239,7 @@ def main(argv):
   try:
     _run(argv)
   except (ValueError, FileNotFoundError, FloatingPointError, checkpoint.DiskFullError,
-          workdir_lock.WorkdirInUseError) as e:
+          workdir_lock.WorkdirInUseError, DistributedStartError) as e:
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     sys.stderr.flush()
@@ -190,8 +247,107 @@ def main(argv):
     sys.exit(1)
 
 
+def _latest_checkpoint(workdir: str) -> int | None:
+  """The highest finished step in <workdir>/checkpoints (local workdirs; None if unknown)."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  if not workdir or '://' in workdir:
+    return None
+  try:
+    steps = [int(p.name) for p in (pathlib.Path(workdir) / 'checkpoints').iterdir()
+             if p.name.isdigit() and p.is_dir()]
+  except OSError:
+    return None
+  return max(steps, default=None)
+
+
+def interrupted_message(config, workdir: str) -> str:
+  """The one line a Ctrl-C ends with: where the run can be resumed from."""
+  job = config.get('job') if config is not None else None
+  if job == 'embed' or not workdir:
+    return 'interrupted: nothing was written; rerun the same command to start again'
+  if job == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':
+    return f'interrupted: {workdir} is unchanged; rerun the same command to start again'
+  step = _latest_checkpoint(workdir)
+  where = f'{workdir}/checkpoints'
+  if step is None and '://' not in workdir:
+    return (f'interrupted before the first checkpoint in {where}: rerun the same command to '
+            'start again')
+  at = f' (step {step})' if step is not None else ''
+  return (f'interrupted: the last checkpoint in {where}{at} is intact; rerun the same command '
+          'to resume from it')
+
+
+def _install_interrupt_handler():
+  """Ctrl-C ends the process at once with one line (_interrupted), wherever it is: no
+  KeyboardInterrupt is raised, which libraries swallow (a bare `except:` during an import, a gc
+  callback: 'Exception ignored') or which unwinds through XLA and crashes it at exit.
+
+  Python runs a signal handler only between bytecodes of the main thread, i.e. after a long
+  compile returns; the signal's wake-up byte also reaches a watcher thread that ends the process
+  while the main thread is still inside C++. What was saved stays intact: orbax finalises a
+  checkpoint by a rename and removes a half-written one's temporary folder on the next start.
+  """
+  import signal  # pylint: disable=g-import-not-at-top
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # nohup / `cmd &` keep ignoring it.
+    return
+  _STDERR[0] = os.dup(2)  # console.stderr_held() may point fd 2 elsewhere when it comes.
+  # multiprocessing's resource tracker (the corpus writers' workers) outlives an interrupted
+  # run and would add a 'leaked semaphore objects' warning after the line.
+  os.environ['PYTHONWARNINGS'] = ','.join(filter(None, (
+      os.environ.get('PYTHONWARNINGS'), 'ignore::UserWarning:multiprocessing.resource_tracker')))
+  signal.signal(signal.SIGINT, lambda signum, frame: _interrupted())
+  read_end, write_end = os.pipe()
+  os.set_blocking(write_end, False)
+  try:
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+  except ValueError:  # Not the main thread: the handler alone.
+    return
+
+  def watch():
+    while True:
+      if signal.SIGINT in os.read(read_end, 64):
+        _interrupted()
+
+  threading.Thread(target=watch, name='sigint-watcher', daemon=True).start()
+
+
+_EXIT_LOCK = threading.Lock()
+_STDERR = [2]
+
+
+def _interrupted():
+  """Prints the interrupt line and exits 130 (128 + SIGINT) without the interpreter's
+  teardown: XLA's compiler threads still running at exit crash it (a segfault, rc 139)."""
+  if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
+    return
+  try:
+    config, workdir = flags.FLAGS.config, flags.FLAGS.workdir
+  except Exception:  # pylint: disable=broad-except  # The flags are not parsed yet.
+    config = workdir = None
+  try:
+    if config is None:
+      message = 'interrupted before the run started: nothing was written; rerun the command'
+    else:
+      if workdir and '://' not in workdir:
+        workdir = os.path.abspath(workdir)
+      message = interrupted_message(config, workdir)
+  except Exception:  # pylint: disable=broad-except  # Never a traceback here.
+    message = 'interrupted; rerun the same command to resume from the last checkpoint'
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+  except Exception:  # pylint: disable=broad-except
+    pass
+  os.write(_STDERR[0], f'{message}\n'.encode())
+  os._exit(130)  # pylint: disable=protected-access
+
+
 if __name__ == '__main__':
   # On a CPU-only host glibc keeps freed memory mapped (perf.keep_memory_mapped); set before any
   # thread or large allocation exists, i.e. before TensorFlow and XLA start.
   _MALLOC_TUNED = not _accelerator_present() and perf.keep_memory_mapped()
-  app.run(main, flags_parser=parse_flags)
+  _install_interrupt_handler()
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except KeyboardInterrupt:
+    _interrupted()

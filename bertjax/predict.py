@@ -290,8 +290,8 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'The fine-tuning run (its config.json and checkpoints).')
   flags.DEFINE_string('input_file', '', 'One input per line; default: standard input.')
   flags.DEFINE_string('output_file', '', 'JSON lines to write; default: standard output.')
-  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.')
-  flags.DEFINE_integer('step', None, 'A checkpoint step (default: the latest).')
+  flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
+  flags.DEFINE_integer('step', None, 'A checkpoint step (default: the latest).', lower_bound=0)
 
 
 def main(argv):

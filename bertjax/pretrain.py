@@ -22,6 +22,7 @@ from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer
+from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
@@ -238,6 +239,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks.
   """
+  config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):

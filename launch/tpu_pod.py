@@ -7,7 +7,8 @@ preemption, delete.
       --config.data.train_files=gs://BUCKET/data/train128-* ...
 
 Steps, each a gcloud command printed before it runs (--dry_run prints them and runs nothing):
-  0. with --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
+  0. the job's config loaded and checked here (bertjax.main's check: every field's range and
+     type, unknown fields); with --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
      config that does not fit fails before a slice is booked;
   1. a wheel of this checkout (`pip wheel`), or --git_ref=<ref> to pip-install that ref;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
@@ -33,6 +34,7 @@ from absl import app
 from absl import flags
 
 import bertjax
+from bertjax.training import config_check
 from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.
@@ -169,6 +171,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
            poll_s: float = 30.0) -> int:
   """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
   check(tpu, workdir)
+  # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
+  config_check.check_args(main_args)
   if aot_check:
     run(aot_command(tpu, main_args))
   wheel = ''

@@ -28,6 +28,7 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
+from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
@@ -221,6 +222,7 @@ class Evaluator:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Fine-tunes per `config` in `workdir`; returns the final eval metrics (first eval split's
   names bare, others prefixed with their split) plus the skip counts."""
+  config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
@@ -291,6 +293,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
 def run_predict(config, workdir: str, splits=None) -> list:
   """Writes predictions of the workdir's latest checkpoint (mode=eval: eval splits with metrics;
   mode=predict: the test split or data.predict_file). Returns the written paths."""
+  config_check.check(config)
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   s = setup(config, workdir)

@@ -1,0 +1,352 @@
+"""Every value of a job's config checked before anything runs: ranges, signs and types.
+
+`check(config)` raises ValueError with one line, `config.<field>=<value>: <why>; <fix>`, for the
+first field that cannot work. bertjax.main calls it before it starts JAX, the jobs
+(pretrain.train_and_evaluate, finetune.job) before they read data or compile, and the launchers
+on the machine that books the slice. Pure Python: no JAX, no data, no files read.
+
+Checks that need the mesh, the vocab file or init_from's shape (divisibility by the mesh, the
+vocab's size, a checkpoint's position table) stay in training/train_state.check_config.
+"""
+
+import numbers
+import os
+
+from absl import logging
+
+JOBS = ('pretrain', 'finetune', 'embed')
+MODES = ('train_eval', 'eval', 'predict')
+OPTIMIZERS = ('adamw', 'lamb')
+DTYPES = ('float32', 'bfloat16')
+POOLINGS = ('auto', 'cls', 'mean')
+# [CLS], at least one token and [SEP].
+MIN_SEQ_LENGTH = 3
+
+_MISSING = object()
+
+
+class _Checker:
+  """Looks fields up by dotted path (a missing one is skipped: configs differ per job)."""
+
+  def __init__(self, config):
+    self.config = config
+
+  def get(self, path: str):
+    node = self.config
+    for key in path.split('.'):
+      try:
+        node = node[key]
+      except (KeyError, AttributeError, TypeError):
+        return _MISSING
+    return node
+
+  def fail(self, path: str, value, why: str, fix: str):
+    raise ValueError(f'config.{path}={value!r}: {why}; {fix}.')
+
+  def number(self, path: str, *, integer: bool):
+    """The field's value, or _MISSING; raises when it is not a number (bool excluded)."""
+    value = self.get(path)
+    if value is _MISSING:
+      return _MISSING
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok and integer and not isinstance(value, numbers.Integral):
+      ok = float(value).is_integer()
+    if not ok:
+      kind = 'a whole number' if integer else 'a number'
+      self.fail(path, value, f'must be {kind}', f'pass --config.{path}=<{kind}>')
+    return value
+
+  def at_least(self, path: str, low, fix: str = '', *, integer: bool = True, why: str = ''):
+    value = self.number(path, integer=integer)
+    if value is not _MISSING and not value >= low:
+      self.fail(path, value, why or f'must be >= {low}', fix or f'set --config.{path} to {low} '
+                'or more')
+    return value
+
+  def positive(self, path: str, fix: str = '', *, integer: bool = True, why: str = ''):
+    value = self.number(path, integer=integer)
+    if value is not _MISSING and not value > 0:
+      self.fail(path, value, why or 'must be > 0', fix or f'set --config.{path} to a positive '
+                'value')
+    return value
+
+  def fraction(self, path: str, *, closed_high: bool, fix: str = '', why: str = '',
+               open_low: bool = False):
+    """A value in [0, 1) ([0, 1] with closed_high; (0, ...) with open_low)."""
+    value = self.number(path, integer=False)
+    if value is _MISSING:
+      return value
+    low_ok = value > 0 if open_low else value >= 0
+    high_ok = value <= 1 if closed_high else value < 1
+    if not (low_ok and high_ok):
+      interval = f'{"(" if open_low else "["}0, 1{"]" if closed_high else ")"}'
+      self.fail(path, value, why or f'must be in {interval}',
+                fix or f'set --config.{path} to a value in {interval}')
+    return value
+
+  def all_or_positive(self, path: str, what: str):
+    """-1 (= all) or at least 1."""
+    value = self.number(path, integer=True)
+    if value is not _MISSING and value != -1 and value < 1:
+      self.fail(path, value, f'must be -1 ({what}) or >= 1',
+                f'set --config.{path}=-1 for {what}, or a positive count')
+    return value
+
+  def choice(self, path: str, valid):
+    value = self.get(path)
+    if value is not _MISSING and value not in valid:
+      self.fail(path, value, 'is unknown', f'valid: {", ".join(valid)}')
+    return value
+
+
+def check(config) -> None:
+  """Raises ValueError (one line naming the field and the fix) for the first bad value."""
+  c = _Checker(config)
+  job = c.get('job')
+  if job is not _MISSING and job not in JOBS:
+    c.fail('job', job, 'is unknown', f'valid: {", ".join(JOBS)}')
+  if job == 'embed':
+    _check_embed(c)
+    return
+  _check_model(c)
+  _check_training(c, job)
+  _check_optimizer(c, job)
+  _check_mesh_and_checkpoint(c)
+  _check_data(c, job)
+
+
+def _check_embed(c: _Checker):
+  c.choice('dtype', DTYPES)
+  c.at_least('max_seq_length', MIN_SEQ_LENGTH, why='needs room for [CLS], a token and [SEP]')
+  c.positive('batch_size', fix='set --config.batch_size to the sentences per forward pass, '
+             'e.g. 32')
+
+
+def _check_model(c: _Checker):
+  for name in ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+               'max_position_embeddings', 'type_vocab_size'):
+    c.positive(f'model.{name}')
+  hidden, heads = c.get('model.hidden_size'), c.get('model.num_heads')
+  if hidden is not _MISSING and heads is not _MISSING and hidden % heads:
+    c.fail('model.num_heads', heads, f'does not divide model.hidden_size={hidden}',
+           'pick a head count that divides it')
+  for name in ('dropout_rate', 'attention_dropout_rate'):
+    c.fraction(f'model.{name}', closed_high=False, why='a dropout rate must be in [0, 1)',
+               fix=f'set --config.model.{name} to e.g. 0.1 (0 = off)')
+  c.positive('model.layer_norm_eps', integer=False, fix='set --config.model.layer_norm_eps to '
+             'e.g. 1e-12 (BERT)')
+  c.positive('model.initializer_range', integer=False, fix='set '
+             '--config.model.initializer_range to e.g. 0.02 (BERT)')
+  c.choice('model.dtype', DTYPES)
+
+
+def _check_training(c: _Checker, job):
+  c.number('seed', integer=True)
+  c.choice('mode', MODES)
+  c.choice('pooling', POOLINGS)
+  batch = c.positive('global_batch_size', fix='set --config.global_batch_size to the sequences '
+                     'per update over all hosts, e.g. 32')
+  accum = c.at_least('grad_accum_steps', 1, fix='set --config.grad_accum_steps=1 (no '
+                     'accumulation) or more')
+  if batch is not _MISSING and accum is not _MISSING and batch % accum:
+    c.fail('grad_accum_steps', accum, f'does not divide global_batch_size={batch}',
+           'pick a number of micro-batches that divides the batch')
+  c.positive('eval_batch_size', fix='set --config.eval_batch_size to the sequences per eval '
+             'batch over all hosts, e.g. 64')
+  if job == 'pretrain':
+    c.at_least('num_train_steps', 1, fix='set --config.num_train_steps to the optimizer updates '
+               'to run (1 or more)')
+  else:
+    steps = c.at_least('num_train_steps', 0, fix='set --config.num_train_steps to the optimizer '
+                       'updates to run, or 0 to run config.num_epochs')
+    epochs = c.number('num_epochs', integer=False)
+    if steps == 0 and epochs is not _MISSING and not epochs > 0:
+      c.fail('num_epochs', epochs, 'must be > 0 when num_train_steps is 0 (the default)',
+             'set --config.num_epochs to the passes over the training data, e.g. 3, or '
+             '--config.num_train_steps to a step count')
+  c.at_least('eval_every_steps', 0, fix='set --config.eval_every_steps to 0 (the default '
+             'period) or a step count')
+  c.all_or_positive('max_eval_batches', 'the whole eval set')
+  c.at_least('log_every_steps', 1, fix='set --config.log_every_steps to 1 or more')
+  c.at_least('peak_tflops', 0, integer=False, fix='set --config.peak_tflops=0 (looked up) or '
+             "the device's peak dense TFLOP/s")
+
+
+def _check_optimizer(c: _Checker, job):
+  c.choice('optimizer.name', OPTIMIZERS)
+  c.at_least('optimizer.learning_rate', 0, integer=False,
+             why='a negative learning rate climbs the loss (gradient ascent)',
+             fix='set --config.optimizer.learning_rate to a positive peak rate, e.g. 1e-4')
+  end = c.at_least('optimizer.end_learning_rate', 0, integer=False,
+                   fix='set --config.optimizer.end_learning_rate to 0 (BERT) or a small rate')
+  peak = c.get('optimizer.learning_rate')
+  if end is not _MISSING and peak is not _MISSING and end > peak:
+    c.fail('optimizer.end_learning_rate', end, f'exceeds the peak optimizer.learning_rate={peak}',
+           'set it at most to the peak (0 = BERT\'s decay to zero)')
+  warmup = c.at_least('optimizer.warmup_steps', 0,
+                      fix='set --config.optimizer.warmup_steps to 0 (no warmup) or more')
+  total = c.at_least('optimizer.total_steps', 0,
+                     fix='set --config.optimizer.total_steps to the step the decay ends at')
+  if (job == 'pretrain' and warmup is not _MISSING and total is not _MISSING
+      and total and warmup > total):
+    # Legal (the rate still ramps up when the run ends): short smoke runs of a recipe do so.
+    logging.log_first_n(logging.WARNING, 'config.optimizer.warmup_steps=%d is longer than the '
+                        '%d steps of the schedule: the learning rate never reaches its peak', 1,
+                        warmup, total)
+  c.fraction('optimizer.warmup_proportion', closed_high=True,
+             why='the share of the steps spent warming up must be in [0, 1]',
+             fix='set --config.optimizer.warmup_proportion to e.g. 0.1 (BERT)')
+  c.at_least('optimizer.decay_power', 0, integer=False,
+             fix='set --config.optimizer.decay_power to 1 (linear decay, BERT)')
+  for name, typical in (('b1', 0.9), ('b2', 0.999)):
+    c.fraction(f'optimizer.{name}', closed_high=False,
+               fix=f'set --config.optimizer.{name} in [0, 1), e.g. {typical}')
+  c.positive('optimizer.eps', integer=False, fix='set --config.optimizer.eps to e.g. 1e-6 '
+             '(BERT)')
+  c.at_least('optimizer.weight_decay', 0, integer=False,
+             fix='set --config.optimizer.weight_decay to 0 (off) or e.g. 0.01 (BERT)')
+  c.at_least('optimizer.grad_clip_norm', 0, integer=False,
+             fix='set --config.optimizer.grad_clip_norm to 0 (off) or e.g. 1.0 (BERT)')
+
+
+def _check_mesh_and_checkpoint(c: _Checker):
+  data = c.number('mesh.data', integer=True)
+  if data is not _MISSING and data != -1 and data < 1:
+    c.fail('mesh.data', data, 'must be -1 (all devices the other axes leave) or >= 1',
+           'set --config.mesh.data=-1')
+  for name in ('fsdp', 'tensor'):
+    c.at_least(f'mesh.{name}', 1, fix=f'set --config.mesh.{name}=1 (off) or a device count')
+  c.positive('checkpoint.every_steps', fix='set --config.checkpoint.every_steps to a step '
+             'count (checkpoints are also saved at every eval and at the end)')
+  c.at_least('checkpoint.keep', 1, fix='set --config.checkpoint.keep to 1 or more (the latest '
+             'is needed to resume)')
+  c.at_least('checkpoint.keep_best', 0, fix='set --config.checkpoint.keep_best to 0 (none) or '
+             'more')
+
+
+def _check_sequence(c: _Checker, path: str, *, position_table: bool):
+  seq = c.at_least(path, MIN_SEQ_LENGTH, why='needs room for [CLS], a token and [SEP]',
+                   fix=f'set --config.{path} to e.g. 128')
+  table = c.get('model.max_position_embeddings')
+  if position_table and seq is not _MISSING and table is not _MISSING and seq > table:
+    c.fail(path, seq, f'exceeds the position table (model.max_position_embeddings={table})',
+           f'set --config.{path} to at most {table}, or a larger '
+           'model.max_position_embeddings')
+  return seq
+
+
+def _check_data(c: _Checker, job):
+  from_init = c.get('model_from_init') is True  # The position table is init_from's.
+  seq = _check_sequence(c, 'data.max_seq_length', position_table=not from_init)
+  c.at_least('data.max_instances_per_row', 1, fix='set --config.data.max_instances_per_row=1 '
+             '(unpacked) or more')
+  if job == 'pretrain':
+    predictions = c.positive('data.max_predictions_per_seq', fix='set '
+                             '--config.data.max_predictions_per_seq to the files\' value, e.g. 20')
+    if predictions is not _MISSING and seq is not _MISSING and predictions > seq:
+      c.fail('data.max_predictions_per_seq', predictions,
+             f'exceeds data.max_seq_length={seq}', 'set it to the files\' value, at most the '
+             'sequence length')
+    c.fraction('data.masked_lm_prob', closed_high=False, open_low=True,
+               fix='set --config.data.masked_lm_prob to e.g. 0.15 (BERT)')
+    for name in ('shuffle_window', 'num_lanes', 'dupe_factor'):
+      c.at_least(f'data.{name}', 1, fix=f'set --config.data.{name} to 1 or more')
+    fraction = c.fraction('phase2.fraction', closed_high=False,
+                          why='the share of the steps run at phase2.max_seq_length must be in '
+                          '[0, 1)', fix='set --config.phase2.fraction to 0 (one phase) or e.g. '
+                          '0.1 (the paper)')
+    if fraction is not _MISSING and fraction > 0:
+      seq2 = _check_sequence(c, 'phase2.max_seq_length', position_table=True)
+      predictions2 = c.positive('phase2.max_predictions_per_seq',
+                                fix='set --config.phase2.max_predictions_per_seq to the '
+                                'phase 2 files\' value, e.g. 80')
+      if predictions2 is not _MISSING and seq2 is not _MISSING and predictions2 > seq2:
+        c.fail('phase2.max_predictions_per_seq', predictions2,
+               f'exceeds phase2.max_seq_length={seq2}', 'set it to the phase 2 files\' value')
+  elif job == 'finetune':
+    c.at_least('data.pad_to_multiple_of', 0, fix='set --config.data.pad_to_multiple_of to 0 '
+               '(full rows) or e.g. 32')
+    for name in ('packed_rows_multiple_of', 'doc_stride', 'max_query_length',
+                 'max_answer_length', 'n_best_size', 'max_windows'):
+      c.at_least(f'data.{name}', 1, fix=f'set --config.data.{name} to 1 or more')
+    c.number('data.null_score_diff_threshold', integer=False)
+    c.fraction('data.eval_fraction', closed_high=False,
+               fix='set --config.data.eval_fraction to the held-out share, e.g. 0.2')
+    c.all_or_positive('data.max_train_examples', 'all of them')
+    c.all_or_positive('data.max_eval_examples', 'all of them')
+
+
+# ---------------------------------------------------------------------------------------------
+# A job's command line, checked where it is launched (tpu_pod, gke_jobset) before anything is
+# booked: the same loading as bertjax.main's --config flag, then check().
+
+
+def _field_names(config, prefix='') -> list[str]:
+  names = []
+  for key, value in config.items():
+    names.append(prefix + key)
+    if hasattr(value, 'items'):
+      names.extend(_field_names(value, f'{prefix}{key}.'))
+  return names
+
+
+def check_args(main_args) -> object:
+  """Loads the config of bertjax.main's `main_args` (--config=FILE[:ARG] and --config.X=V, as
+  its --config flag does) and checks it; returns the ConfigDict. Raises ValueError with one line
+  for a missing --config, a file that does not load, an unknown field, a value of the wrong
+  type or out of range."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_args = [a for a in main_args if a == '--config' or a.startswith(('--config=',
+                                                                           '--config.'))]
+  spec = next((a.split('=', 1)[1] for a in config_args if a.startswith('--config=')), None)
+  if not spec:
+    raise ValueError('the job has no --config=configs/<file>.py[:args]: pass bertjax.main\'s '
+                     'flags after --, e.g. -- --config=configs/pretrain.py:size=base')
+
+  def parse(args):
+    values = flags.FlagValues()
+    argv = ['bertjax.main', *args]
+    holder = config_flags.DEFINE_config_file('config', None, '', flag_values=values,
+                                             lock_config=True, sys_argv=argv)
+    values(argv)
+    return holder.value
+
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ValueError(f'--config={spec}: no config file {path!r} (from {os.getcwd()}); the '
+                     'configs are configs/pretrain.py, configs/finetune.py, configs/embed.py')
+  try:
+    base = _load_config_file(path, arg)
+  except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
+    raise ValueError(f'--config={spec} does not load: {_one_line(e)}') from None
+  names = _field_names(base)
+  for arg in config_args:
+    if arg.startswith('--config.'):
+      field = arg[len('--config.'):].split('=', 1)[0]
+      if field not in names:
+        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
+        listed = (f'closest valid names: {", ".join(close)}' if close else
+                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
+        raise ValueError(f'unknown config field {field!r} (in {arg}); {listed}')
+  try:
+    config = parse(config_args)
+  except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
+    raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
+  check(config)
+  return config
+
+
+def _load_config_file(path: str, arg: str):
+  """get_config(arg) of a config file, as config_flags calls it (its own errors unwrapped)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _one_line(error: BaseException) -> str:
+  text = ' '.join(str(error).split())
+  return f'{type(error).__name__}: {text}' if text else type(error).__name__

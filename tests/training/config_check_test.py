@@ -1,0 +1,165 @@
+"""Every config value checked before anything runs (bertjax/training/config_check.py), in
+process: one ValueError line naming the field and the fix."""
+
+import pathlib
+
+import pytest
+
+from bertjax.training import config_check
+from configs import embed as embed_config
+from configs import finetune as finetune_config
+from configs import pretrain as pretrain_config
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def configured(config, **fields):
+  """The config with dotted fields (given with '__' for '.') set."""
+  config = config.copy_and_resolve_references()
+  config.unlock()
+  for key, value in fields.items():
+    *parents, leaf = key.split('__')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
+def test_every_shipped_config_passes():
+  for size in pretrain_config.RECIPES:
+    config_check.check(pretrain_config.get_config(f'size={size}'))
+  config_check.check(pretrain_config.get_config('size=base,phase2_fraction=0.1'))
+  config_check.check(pretrain_config.get_config('size=tiny,steps=6'))  # Warmup > steps: legal.
+  for task in finetune_config.TASKS:
+    config_check.check(finetune_config.get_config(f'task={task}'))
+  config_check.check(embed_config.get_config())
+
+
+PRETRAIN = [
+    ({'optimizer__learning_rate': -1e-3}, 'config.optimizer.learning_rate=-0.001: a negative '
+     'learning rate climbs the loss'),
+    ({'global_batch_size': 0}, 'config.global_batch_size=0: must be > 0; set '
+     '--config.global_batch_size'),
+    ({'global_batch_size': -8}, 'config.global_batch_size=-8: must be > 0'),
+    ({'eval_batch_size': 0}, 'config.eval_batch_size=0: must be > 0'),
+    ({'num_train_steps': 0}, 'config.num_train_steps=0: must be >= 1'),
+    ({'grad_accum_steps': 0}, 'config.grad_accum_steps=0: must be >= 1'),
+    ({'grad_accum_steps': 3}, 'config.grad_accum_steps=3: does not divide global_batch_size=64'),
+    ({'log_every_steps': 0}, 'config.log_every_steps=0: must be >= 1'),
+    ({'optimizer__warmup_steps': -1}, 'config.optimizer.warmup_steps=-1: must be >= 0'),
+    ({'optimizer__weight_decay': -0.01}, 'config.optimizer.weight_decay=-0.01: must be >= 0'),
+    ({'optimizer__b2': 1.0}, 'config.optimizer.b2=1.0: must be in [0, 1)'),
+    ({'optimizer__eps': 0.0}, 'config.optimizer.eps=0.0: must be > 0'),
+    ({'optimizer__name': 'sgd'}, "config.optimizer.name='sgd': is unknown; valid: adamw, lamb"),
+    ({'model__dropout_rate': 1.0}, 'config.model.dropout_rate=1.0: a dropout rate must be in '
+     '[0, 1)'),
+    ({'model__attention_dropout_rate': -0.1}, 'config.model.attention_dropout_rate=-0.1'),
+    ({'model__num_heads': 3}, 'config.model.num_heads=3: does not divide model.hidden_size=128'),
+    ({'data__max_seq_length': 0}, 'config.data.max_seq_length=0: needs room for [CLS]'),
+    ({'data__max_seq_length': 1024}, 'config.data.max_seq_length=1024: exceeds the position '
+     'table (model.max_position_embeddings=512); set --config.data.max_seq_length to at most'),
+    ({'data__max_predictions_per_seq': 0}, 'config.data.max_predictions_per_seq=0: must be > 0'),
+    ({'data__masked_lm_prob': 0.0}, 'config.data.masked_lm_prob=0.0: must be in (0, 1)'),
+    ({'data__shuffle_window': 0}, 'config.data.shuffle_window=0: must be >= 1'),
+    ({'phase2__fraction': 1.5}, 'config.phase2.fraction=1.5: the share of the steps'),
+    ({'checkpoint__every_steps': 0}, 'config.checkpoint.every_steps=0: must be > 0'),
+    ({'checkpoint__keep': 0}, 'config.checkpoint.keep=0: must be >= 1'),
+    ({'mesh__data': 0}, 'config.mesh.data=0: must be -1'),
+    ({'mesh__tensor': 0}, 'config.mesh.tensor=0: must be >= 1'),
+    ({'max_eval_batches': 0}, 'config.max_eval_batches=0: must be -1'),
+    ({'eval_every_steps': -5}, 'config.eval_every_steps=-5: must be >= 0'),
+    ({'peak_tflops': -1.0}, 'config.peak_tflops=-1.0: must be >= 0'),
+]
+
+
+@pytest.mark.parametrize('fields, message', PRETRAIN)
+def test_a_bad_pretraining_value_is_one_line_naming_field_and_fix(fields, message):
+  with pytest.raises(ValueError) as e:
+    config_check.check(configured(pretrain_config.get_config('size=tiny'), **fields))
+  assert str(e.value).startswith(message), str(e.value)
+  assert '\n' not in str(e.value) and '; ' in str(e.value)
+
+
+FINETUNE = [
+    ({'num_epochs': -1.0}, 'config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'),
+    ({'num_epochs': 0.0}, 'config.num_epochs=0.0: must be > 0'),
+    ({'num_train_steps': -1}, 'config.num_train_steps=-1: must be >= 0'),
+    ({'optimizer__warmup_proportion': 5.0}, 'config.optimizer.warmup_proportion=5.0: the share '
+     'of the steps spent warming up must be in [0, 1]'),
+    ({'optimizer__learning_rate': -2e-5}, 'config.optimizer.learning_rate=-2e-05'),
+    ({'global_batch_size': 0}, 'config.global_batch_size=0: must be > 0'),
+    ({'eval_batch_size': -1}, 'config.eval_batch_size=-1: must be > 0'),
+    ({'mode': 'train'}, "config.mode='train': is unknown; valid: train_eval, eval, predict"),
+    ({'pooling': 'max'}, "config.pooling='max': is unknown"),
+    ({'data__eval_fraction': 1.0}, 'config.data.eval_fraction=1.0: must be in [0, 1)'),
+    ({'data__doc_stride': 0}, 'config.data.doc_stride=0: must be >= 1'),
+    ({'data__pad_to_multiple_of': -32}, 'config.data.pad_to_multiple_of=-32: must be >= 0'),
+    ({'data__max_train_examples': 0}, 'config.data.max_train_examples=0: must be -1'),
+    ({'model__dropout_rate': 1.5}, 'config.model.dropout_rate=1.5'),
+]
+
+
+@pytest.mark.parametrize('fields, message', FINETUNE)
+def test_a_bad_finetuning_value_is_one_line_naming_field_and_fix(fields, message):
+  with pytest.raises(ValueError) as e:
+    config_check.check(configured(finetune_config.get_config('task=mrpc'), **fields))
+  assert str(e.value).startswith(message), str(e.value)
+
+
+def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields():
+  config_check.check(configured(finetune_config.get_config('task=mrpc'), num_epochs=0.0,
+                                num_train_steps=10))
+  with pytest.raises(ValueError, match=r'^config.batch_size=0: must be > 0'):
+    config_check.check(configured(embed_config.get_config(), batch_size=0))
+
+
+def test_a_value_of_the_wrong_type_is_named():
+  # A ConfigDict refuses it when set; a config read back from a run's config.json does not.
+  config = pretrain_config.get_config('size=tiny').to_dict()
+  config['global_batch_size'] = '8'
+  with pytest.raises(ValueError, match=r"^config.global_batch_size='8': must be a whole number"):
+    config_check.check(config)
+  config['global_batch_size'], config['optimizer']['weight_decay'] = 8, True
+  with pytest.raises(ValueError, match=r'^config.optimizer.weight_decay=True: must be a number'):
+    config_check.check(config)
+
+
+def test_the_jobs_check_before_reading_data_or_compiling(tmp_path):
+  # Called by the library entries too (notebooks), before the workdir is even made.
+  from bertjax import pretrain  # pylint: disable=g-import-not-at-top
+  from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match='config.num_epochs=-1.0'):
+    job.train_and_evaluate(configured(finetune_config.get_config('task=mrpc'), num_epochs=-1.0),
+                           str(tmp_path / 'f'))
+  with pytest.raises(ValueError, match='config.global_batch_size=0'):
+    job.run_predict(configured(finetune_config.get_config('task=mrpc'), mode='eval',
+                               global_batch_size=0), str(tmp_path / 'f'))
+  with pytest.raises(ValueError, match='config.optimizer.learning_rate=-0.001'):
+    pretrain.train_and_evaluate(configured(pretrain_config.get_config('size=tiny'),
+                                           optimizer__learning_rate=-1e-3), str(tmp_path / 'p'))
+  assert not (tmp_path / 'f').exists() and not (tmp_path / 'p').exists()
+
+
+def test_a_launch_command_line_is_checked_as_bertjax_main_loads_it(monkeypatch):
+  monkeypatch.chdir(REPO)
+  config = config_check.check_args(['--config=configs/pretrain.py:size=base,vocab=30522',
+                                    '--config.data.train_files=gs://b/train-*', '--workdir=x'])
+  assert config.data.train_files == 'gs://b/train-*'
+  cases = [
+      (['--workdir=gs://b/r'], 'the job has no --config='),
+      (['--config=configs/pretrain.py', '--config.optimizer.learning_rat=1'],
+       "unknown config field 'optimizer.learning_rat' (in --config.optimizer.learning_rat=1); "
+       'closest valid names: optimizer.learning_rate'),
+      (['--config=configs/pretrain.py:size=huge'], "does not load: ValueError: unknown size "
+       "'huge'"),
+      (['--config=configs/nope.py'], "no config file 'configs/nope.py'"),
+      (['--config=configs/pretrain.py', '--config.global_batch_size=abc'],
+       'flag --config.global_batch_size=abc'),
+      (['--config=configs/pretrain.py', '--config.global_batch_size=-8'],
+       'config.global_batch_size=-8: must be > 0'),
+  ]
+  for args, message in cases:
+    with pytest.raises(ValueError) as e:
+      config_check.check_args(args)
+    assert message in str(e.value) and '\n' not in str(e.value), str(e.value)
