@@ -46,6 +46,7 @@ from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
 from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.training import checkpoint_reader
 
 
 class Predictor:
@@ -68,6 +69,11 @@ class Predictor:
   def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32) -> 'Predictor':
     """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`)."""
     workdir = pathlib.Path(paths.absolute(str(workdir)))
+    if not workdir.exists():
+      raise FileNotFoundError(f'--workdir={workdir} does not exist: pass a fine-tuning run.')
+    if not workdir.is_dir():
+      raise ValueError(f'--workdir={workdir} is a file: pass the folder of a fine-tuning run '
+                       '(its config.json and checkpoints/).')
     run = init_from.run_config(workdir)
     if run is None:
       raise FileNotFoundError(f'{workdir} holds no fine-tuning run (config.json and '
@@ -78,12 +84,16 @@ class Predictor:
     if 'labels' not in run or 'kind' not in run:
       task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
       run = {**run, 'kind': task.kind, 'labels': list(task.labels)}
-    source = workdir / 'checkpoints' / str(step) if step is not None else workdir
-    params = init_from.read_params(source)
     vocab_file = init_from.vocab_file(str(workdir))
     if not vocab_file:
-      raise FileNotFoundError(f'{workdir}: the run recorded no vocab file that exists: set '
-                              'the vocab it was trained with in config.json data.vocab_file.')
+      raise FileNotFoundError(
+          f'{workdir} keeps no copy of its vocab and the one it recorded '
+          f'({run["data"].get("vocab_file")}) no longer exists: put the vocab it was trained '
+          f'with at {workdir}/{init_from.RUN_VOCAB}.')
+    # The digests checked, a damaged newest step skipped with a warning; nothing written.
+    read = checkpoint_reader.read(workdir, step)
+    logging.info('predicting with step %d of %s', read.step, workdir)
+    params = read.params
     return cls(run, params, vocab_file, batch_size)
 
   def predict(self, inputs) -> list[dict]:

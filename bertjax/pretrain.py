@@ -270,6 +270,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(tokenizer.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)
+  if vocab:
+    init_from.keep_run_vocab(workdir, vocab)
   masking = masking_config(config, vocab, plan)
   data = config.data
   batch_axes = sharding.batch_axes(rules)

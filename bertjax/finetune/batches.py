@@ -37,7 +37,13 @@ def _epoch_permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
 
 def batch_indices(step: int, batch_size: int, num_rows: int, seed: int) -> np.ndarray:
   """Examples of the global batch of `step`: a slice of the per-epoch permutations, joined."""
-  positions = np.arange(step * batch_size, (step + 1) * batch_size)
+  return example_indices(step * batch_size, batch_size, num_rows, seed)
+
+
+def example_indices(first: int, batch_size: int, num_rows: int, seed: int) -> np.ndarray:
+  """Examples at positions first..first+batch_size of the stream of per-epoch permutations: a
+  resumed run continues from the examples it consumed, whatever its batch size was."""
+  positions = np.arange(first, first + batch_size)
   epochs = positions // num_rows
   out = np.empty(batch_size, np.int64)
   for epoch in np.unique(epochs):

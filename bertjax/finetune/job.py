@@ -24,10 +24,12 @@ from bertjax.finetune import batches
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
+from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
@@ -41,10 +43,33 @@ from bertjax.training import workdir_lock
 # Set-up.
 
 
-def resolve_model(config, init_path: str) -> tuple[ml_collections.ConfigDict, str]:
-  """(model config, vocab file): the architecture from `init_path` unless a size was given."""
+def resolve_model(config, init_path: str, run: dict | None = None,
+                  workdir: str = '') -> tuple[ml_collections.ConfigDict, str]:
+  """(model config, vocab file): a run that saved checkpoints in `workdir` (`run`, its
+  config.json) keeps its architecture and its own vocab; else the architecture from
+  `init_path` unless a size was given."""
   model_cfg = ml_collections.ConfigDict(config.model.to_dict())
   vocab_file = config.data.vocab_file
+  if run is not None:
+    arch = {k: run['model'][k] for k in init_from.ARCHITECTURE_FIELDS if k in run['model']}
+    differ = {k: (v, model_cfg[k]) for k, v in arch.items() if v != model_cfg[k]}
+    if differ and not config.model_from_init and config.model.size != run['model'].get('size'):
+      raise ValueError(f'{workdir} holds a model of size {run["model"].get("size")} but '
+                       f'config.model.size is {config.model.size}: drop the size, or use another '
+                       '--workdir for a new model.')
+    model_cfg.update(arch)
+    model_cfg.size = run['model'].get('size', model_cfg.size)
+    kept = init_from.vocab_file(workdir)
+    if not kept:
+      raise FileNotFoundError(
+          f'{workdir} keeps no copy of its vocab and the one it recorded '
+          f'({run["data"].get("vocab_file")}) no longer exists: set config.data.vocab_file to '
+          'the vocab it was trained with.')
+    if vocab_file and (not pathlib.Path(vocab_file).is_file() or
+                       pathlib.Path(vocab_file).read_bytes() != pathlib.Path(kept).read_bytes()):
+      raise ValueError(f'{workdir} was trained with the vocab {kept}; config.data.vocab_file='
+                       f'{vocab_file} is another: drop it, or use another --workdir.')
+    return model_cfg, kept
   if init_path:
     arch = init_from.model_config(init_path)
     if config.model_from_init:
@@ -107,6 +132,46 @@ def saved_labels(workdir) -> tuple | None:
   return tuple(run['labels'])
 
 
+# What a fine-tuning run was trained as, beyond its labels and architecture: a resume, eval or
+# predict with another value would train on, or score, a model other than the one trained.
+RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_seq_length',
+              'data.do_lower_case', 'data.text_fields', 'data.label_field', 'data.doc_stride',
+              'data.max_query_length')
+
+
+def _field(tree, dotted: str):
+  for key in dotted.split('.'):
+    if not hasattr(tree, 'keys') or key not in tree:
+      return None
+    tree = tree[key]
+  return tree
+
+
+def trained_run(workdir: str) -> dict | None:
+  """The config.json of a run in `workdir` that saved at least one checkpoint, else None."""
+  if not workdir:
+    return None
+  if init_from.run_folder(pathlib.Path(workdir)) != pathlib.Path(workdir) or not (
+      checkpoint_reader.steps(pathlib.Path(workdir) / 'checkpoints')):
+    return None  # No run, or one that saved nothing yet (a new run may change anything).
+  run = init_from.run_config(pathlib.Path(workdir))
+  if run.get('job') not in (None, 'finetune'):
+    raise ValueError(f'{workdir} holds a {run["job"]} run: fine-tune in another --workdir '
+                     f'(init_from={workdir} starts from its weights).')
+  return run
+
+
+def check_against_run(cfg, run: dict, workdir: str):
+  """Refuses settings that differ from what the run in `workdir` was trained with."""
+  differ = [f'{f} {_field(run, f)!r} (the run) vs {_field(cfg, f)!r}' for f in RUN_FIELDS
+            if _field(run, f) is not None and _field(cfg, f) is not None
+            and _field(run, f) != _field(cfg, f)]
+  if differ:
+    raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
+                     'those overrides to resume, evaluate or predict with the run as trained '
+                     f'({workdir}/config.json), or use another --workdir.')
+
+
 def setup(config, workdir: str = '') -> Setup:
   """The mesh, the task's reader, the model resolved against init_from, the tokenizer.
 
@@ -115,6 +180,7 @@ def setup(config, workdir: str = '') -> Setup:
   stops with an error instead of scoring with a shuffled head.
   """
   mesh = sharding.make_mesh(config.mesh)
+  run = trained_run(workdir)
   saved = saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
   task = registry.get_task(config.task, config.data, seed=config.seed,
@@ -124,21 +190,37 @@ def setup(config, workdir: str = '') -> Setup:
                      f'data now has {list(task.labels)}: use another --workdir for a new label '
                      'set, or the data it was trained on.')
   init_path = init_from.configured(config)
-  model_cfg, vocab_file = resolve_model(config, init_path)
+  model_cfg, vocab_file = resolve_model(config, init_path, run, workdir)
   tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
   # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
   # export read the run's config.json and tokenize as training did.
   cfg.data.vocab_file = str(pathlib.Path(vocab_file).resolve())
-  cfg.pooling = resolve_pooling(config, init_path)
+  cfg.pooling = (run['pooling'] if run is not None and 'pooling' in run
+                 and config.pooling == 'auto' else resolve_pooling(config, init_path))
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)
   cfg.version_2_with_negative = task.version_2
+  if run is not None:
+    check_against_run(cfg, run, workdir)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
                               cfg.data.max_seq_length)
   return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
                sharding.parse_rules(cfg.mesh.rules))
+
+
+def warn_unexportable(kind: str, pooling: str):
+  """Says at the start, not after training, which export formats cannot hold this model."""
+  refused = {f: bundle_lib.cannot_hold(f, kind, pooling) for f in bundle_lib.FORMAT_KINDS}
+  refused = {f: why for f, why in refused.items() if why}
+  if refused:
+    fix = (' (--config.pooling=cls makes a model every format holds)'
+           if kind in bundle_lib.POOLED_HEADS and pooling != 'cls' else '')
+    logging.warning('this %s model (%s pooling) can be exported only as %s: %s%s', kind,
+                    pooling, ', '.join(bundle_lib.formats_for(kind, pooling)) or 'nothing',
+                    '; '.join(refused.values()), fix)
+  return refused
 
 
 def set_steps(cfg, total_steps: int):
@@ -232,6 +314,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train_and_evaluate(config, workdir: str) -> dict:
   s = setup(config, workdir)
   cfg, task = s.config, s.task
+  init_from.keep_run_vocab(workdir, s.vocab_file)
+  warn_unexportable(task.kind, cfg.pooling)
   rows_of = layout(s)
   skipped = {}
   _, train_features, _ = _featurized(s, 'train', True, skipped)
@@ -248,14 +332,19 @@ def _train_and_evaluate(config, workdir: str) -> dict:
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
 
+  # The data position is the examples consumed: a run resumed with another batch size goes on
+  # from the example it stopped at (step x batch would skip or repeat examples).
+  offset = [0]  # Examples consumed minus start step x batch, set when the loop starts.
+
   def step_examples(step):
-    return batches.batch_indices(step, cfg.global_batch_size, num_train, cfg.seed)
+    return batches.example_indices(step * cfg.global_batch_size + offset[0],
+                                   cfg.global_batch_size, num_train, cfg.seed)
 
   def train_batches(start_step, examples_consumed):
-    del examples_consumed  # The order is a function of the step.
-    for step in range(start_step, total_steps):
-      yield batches.device_batch(train_features, step_examples(step), rows_of,
+    offset[0] = examples_consumed - start_step * cfg.global_batch_size  # Before the first batch.
+    return (batches.device_batch(train_features, step_examples(step), rows_of,
                                  cfg.global_batch_size).arrays
+            for step in range(start_step, total_steps))
 
   def load_weights(params, shardings):
     params, report = init_from.load_encoder(s.init_path, params, shardings,
@@ -303,8 +392,12 @@ def run_predict(config, workdir: str, splits=None) -> list:
   rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
   state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)
-  mngr = checkpoint.manager(workdir, cfg, best_metric=task.main_metric)
-  restored = checkpoint.restore_latest(mngr, state)
+  if not checkpoint_reader.steps(pathlib.Path(workdir) / 'checkpoints'):
+    raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
+                            'with this --workdir.')
+  # Read-only: a run may be training in this workdir; nothing of it is cleaned or moved.
+  mngr = checkpoint.manager(workdir, cfg, best_metric=task.main_metric, read_only=True)
+  restored = checkpoint.restore_latest(mngr, state, read_only=True)
   if restored is None:
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
@@ -335,6 +428,10 @@ def run_predict(config, workdir: str, splits=None) -> list:
 
 def run(config, workdir: str):
   """bertjax.main's entry for job=finetune."""
+  if workdir and '://' not in workdir and pathlib.Path(workdir).exists() and not pathlib.Path(
+      workdir).is_dir():
+    raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
+                     'or the run to evaluate or predict with).')
   if config.mode == 'train_eval':
     return train_and_evaluate(config, workdir)
   if config.mode in ('eval', 'predict'):

@@ -15,16 +15,20 @@ from absl import logging
 from flax import traverse_util
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 
 ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
                        'max_position_embeddings', 'type_vocab_size', 'hidden_act',
                        'layer_norm_eps')
+
+# A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
+# vocab it was given moves.
+RUN_VOCAB = 'vocab.txt'
 
 # Old config names of init_from, still read (with a warning naming the new one): pre-training's
 # checkpoint.init_from, fine-tuning's init, feature extraction's checkpoint.
@@ -62,20 +66,6 @@ def is_transformers_dir(path: pathlib.Path) -> bool:
   return (path / 'config.json').exists() and not (path / 'checkpoints').is_dir()
 
 
-def step_dir(path: pathlib.Path) -> pathlib.Path:
-  """A bertjax workdir / checkpoints dir / step dir -> the newest step dir."""
-  if (path / 'checkpoints').is_dir():
-    path = path / 'checkpoints'
-  if (path / 'state').is_dir():
-    return path
-  steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.is_dir() else []
-  if not steps:
-    raise FileNotFoundError(
-        f'init_from={path}: neither a transformers BERT dir (config.json + model.safetensors) '
-        'nor a bertjax workdir / checkpoints dir / checkpoint step (with a state/ item).')
-  return path / str(steps[-1])
-
-
 def model_config(init_from: str) -> dict:
   """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
   path = pathlib.Path(init_from)
@@ -88,51 +78,96 @@ def model_config(init_from: str) -> dict:
   elif is_transformers_dir(path):
     cfg = hf_checkpoint.config_from_hf(json.loads((path / 'config.json').read_text()))
   else:
-    step = step_dir(path)
-    meta_dir = step / 'meta'
-    meta_files = sorted(meta_dir.glob('*')) if meta_dir.is_dir() else []
-    cfg = None
-    for meta_file in meta_files:
-      try:
-        cfg = json.loads(meta_file.read_text())['model']
-        break
-      except (ValueError, KeyError, IsADirectoryError):
-        continue
-    if cfg is None:
-      raise ValueError(f'{step} has no readable meta item with the model config: set '
-                       'config.model (a size) to load it.')
+    cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
 
 
-def run_config(path: pathlib.Path) -> dict | None:
-  """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step)."""
+def newest_meta(path: pathlib.Path) -> dict:
+  """The meta item (step, model config) of the newest step whose meta reads, at a bertjax
+  workdir / checkpoints dir / step dir."""
+  directory, step = checkpoint_reader.locate(path)
+  available = checkpoint_reader.steps(directory)
+  if not available and not path.is_file():
+    raise FileNotFoundError(
+        f'{path}: neither a transformers BERT dir (config.json + model.safetensors), an '
+        'original TF1 checkpoint, nor a bertjax workdir / checkpoints dir / step holding a '
+        'checkpoint.')
+  for candidate in [step] if step is not None else reversed(available):
+    try:
+      meta = checkpoint_reader.read_meta(directory / str(candidate))
+      if isinstance(meta.get('model'), dict):
+        return meta
+    except ValueError:
+      continue
+  raise ValueError(f'{path}: no checkpoint step has a readable meta item with the model '
+                   'config: set config.model (a size) to load it.')
+
+
+def run_folder(path: pathlib.Path) -> pathlib.Path | None:
+  """The workdir of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step)."""
+  path = pathlib.Path(path)
   for folder in (path, *path.parents)[:3]:
     if (folder / 'config.json').is_file() and (folder / 'checkpoints').is_dir():
-      try:
-        return json.loads((folder / 'config.json').read_text())
-      except ValueError:
-        return None
+      return folder
   return None
 
 
+def run_config(path: pathlib.Path) -> dict | None:
+  """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step);
+  None where no run wrote it; an error naming the file where it cannot be read."""
+  folder = run_folder(path)
+  if folder is None:
+    return None
+  try:
+    run = json.loads((folder / 'config.json').read_text(encoding='utf-8'))
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f'{folder / "config.json"} cannot be read ({e}): it was cut short or '
+                     'edited. Restore it from a copy (a resumed run also keeps '
+                     'config-resumed-at-<step>.json beside it).') from None
+  if not isinstance(run, dict):
+    raise ValueError(f'{folder / "config.json"} is not a bertjax run config (a JSON object).')
+  return run
+
+
 def vocab_file(init_from: str) -> str | None:
-  """The vocab of a checkpoint: a transformers dir's vocab.txt, or the vocab a bertjax run
-  recorded in its config.json (the embedded corpus's when it trained on that); else None."""
+  """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt; a bertjax run's own copy
+  (<workdir>/vocab.txt), else the vocab its config.json recorded where that still exists, else
+  the embedded corpus's for a pre-training run on it; else None (never a stand-in)."""
   path = pathlib.Path(init_from)
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     path = tf1[0]
   if is_transformers_dir(path) or tf1 is not None:
     return str(path / 'vocab.txt') if (path / 'vocab.txt').exists() else None
+  folder = run_folder(path)
+  if folder is not None and (folder / RUN_VOCAB).is_file():
+    return str(folder / RUN_VOCAB)
   run = run_config(path)
   if not run or 'data' not in run:
     return None
   recorded = run['data'].get('vocab_file') or ''
   if recorded and pathlib.Path(recorded).is_file():
     return recorded
-  if not run['data'].get('train_files'):
+  if run.get('job') == 'pretrain' and not run['data'].get('train_files') and not recorded:
     from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
     return str(embedded.vocab_path())
   return None
+
+
+def keep_run_vocab(workdir: str, vocab: str):
+  """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
+  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
+  if jax.process_index() != 0 or '://' in workdir:
+    return
+  kept, given = pathlib.Path(workdir) / RUN_VOCAB, pathlib.Path(vocab)
+  if kept.exists():
+    if kept.resolve() != given.resolve() and kept.read_bytes() != given.read_bytes():
+      raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
+                       f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
+                       'another --workdir for a new vocab.')
+    return
+  temp = kept.with_name(f'.{RUN_VOCAB}.tmp')
+  temp.write_bytes(given.read_bytes())
+  temp.replace(kept)
 
 
 def pooling(init_from: str) -> str | None:
@@ -162,19 +197,9 @@ def read_params(path: pathlib.Path, with_heads: bool = True):
     _, params, report = hf_checkpoint.load(path, with_heads=with_heads)
     logging.info('init_from %s (transformers): %s', path, report.summary())
     return params if with_heads else {'bert': params}
-  path = step_dir(path)
-  # Read without a target: arrays come back as host numpy, whatever mesh wrote them.
-  tree = checkpoint.state_metadata(path / 'state')
-  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
-                        is_leaf=lambda m: hasattr(m, 'shape'))
-  restored = ocp.PyTreeCheckpointer().restore(
-      path / 'state', args=ocp.args.PyTreeRestore(
-          item={'params': target},
-          restore_args={'params': jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                               target)},
-          partial_restore=True))
-  logging.info('init_from %s (bertjax checkpoint)', path)
-  return restored['params']
+  read = checkpoint_reader.read(path)
+  logging.info('read %s/%d (bertjax checkpoint, digests checked)', read.directory, read.step)
+  return read.params
 
 
 def _place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,

@@ -6,7 +6,6 @@ bertjax workdir's config.json says what the model is for: pre-training, or the f
 (its kind, labels, pooling, sequence length, vocab and casing).
 """
 
-import json
 import pathlib
 
 from absl import logging
@@ -17,6 +16,7 @@ from bertjax.interop import init_from
 from bertjax.interop import layouts
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 
 
 def format_of(path) -> str:
@@ -66,14 +66,17 @@ def _task_labels(run: dict) -> tuple[str, tuple]:
 
 
 def _read_bertjax(path: pathlib.Path) -> bundle_lib.Bundle:
-  step = init_from.step_dir(path)
-  params = checkpoint.flatten(init_from.read_params(step))
-  params = layouts.unstack_layers({k: v for k, v in params.items()})
-  config = dict(init_from.model_config(str(step)))
-  run = init_from.run_config(step) or {}
-  meta_model = _meta_model(step)
+  read = checkpoint_reader.read(path)  # The digests checked; a damaged newest step skipped.
+  step = read.directory / str(read.step)
+  params = layouts.unstack_layers(checkpoint.flatten(read.params))
+  meta_model = read.meta.get('model')
+  if not isinstance(meta_model, dict):
+    raise ValueError(f'{step}: its meta item has no model config: it was not written by a '
+                     'bertjax run.')
+  config = {k: meta_model[k] for k in init_from.ARCHITECTURE_FIELDS}
   config.update({k: meta_model[k] for k in ('dropout_rate', 'attention_dropout_rate',
                                             'initializer_range') if k in meta_model})
+  run = init_from.run_config(step) or {}
   data = run.get('data', {})
   if run.get('job') == 'finetune':
     kind, labels = _task_labels(run)
@@ -85,12 +88,3 @@ def _read_bertjax(path: pathlib.Path) -> bundle_lib.Bundle:
       do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,
       pooling=pooling if pooling in ('cls', 'mean') else 'cls',
       max_seq_length=int(data.get('max_seq_length', 128)), source=str(step))
-
-
-def _meta_model(step: pathlib.Path) -> dict:
-  for meta_file in sorted((step / 'meta').glob('*')) if (step / 'meta').is_dir() else []:
-    try:
-      return json.loads(meta_file.read_text())['model']
-    except (ValueError, KeyError, IsADirectoryError):
-      continue
-  return {}

@@ -41,7 +41,7 @@ class DamagedCheckpointError(ValueError):
   """A checkpoint's bytes are not what was saved."""
 
 
-def _is_damage(error: BaseException) -> bool:
+def is_damage(error: BaseException) -> bool:
   """True when an error (or one it came from) says a checkpoint's bytes are damaged."""
   seen = 0
   while error is not None and seen < 10:
@@ -101,10 +101,12 @@ def checkpoint_dir(workdir) -> str:
       str(workdir).rstrip('/') + '/checkpoints')
 
 
-def manager(workdir, config, *, best_metric: str) -> ocp.CheckpointManager:
+def manager(workdir, config, *, best_metric: str,
+            read_only: bool = False) -> ocp.CheckpointManager:
   """An orbax manager for <workdir>/checkpoints following config.checkpoint.
 
-  `best_metric` (higher is better) ranks checkpoints for keep_best.
+  `best_metric` (higher is better) ranks checkpoints for keep_best. A `read_only` manager (eval
+  and predict modes) writes, cleans and deletes nothing: a live run may be saving there.
   """
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
   if config.checkpoint.keep_best:
@@ -117,8 +119,10 @@ def manager(workdir, config, *, best_metric: str) -> ocp.CheckpointManager:
       save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(
           config.checkpoint.every_steps),
       preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
-      enable_async_checkpointing=True,
-      cleanup_tmp_directories=True)  # Leftovers of a save killed mid-write.
+      enable_async_checkpointing=not read_only,
+      read_only=read_only,
+      # Leftovers of a save killed mid-write; to a reader they may be a live run's save.
+      cleanup_tmp_directories=not read_only)
   return ocp.CheckpointManager(checkpoint_dir(workdir), item_names=('state', 'meta'),
                                options=options)
 
@@ -225,10 +229,11 @@ def _move_aside(mngr: ocp.CheckpointManager, step: int):
   mngr.reload()
 
 
-def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
+def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool = False):
   """(state, meta) of the newest readable checkpoint, or None when there is none.
 
-  `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into.
+  `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into. A
+  `read_only` caller (eval, predict) skips an unreadable step without moving it aside.
   """
   steps = sorted(mngr.all_steps(), reverse=True)
   for step in steps:
@@ -238,14 +243,15 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
       _check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-      if not _is_damage(e):
+      if not is_damage(e):
         raise RuntimeError(
             f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'
             f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
             '(permissions, memory, the config) and rerun.') from e
       logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
                       'previous one', step, mngr.directory, type(e).__name__, str(e)[:300])
-      _move_aside(mngr, step)
+      if not read_only:
+        _move_aside(mngr, step)
       continue
     meta = restored['meta']
     if int(meta['step']) != step:
@@ -255,8 +261,9 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
                  meta['examples_consumed'])
     return restored['state'], meta
   if steps:
-    message = (f'none of the checkpoints {steps} in {mngr.directory} can be read: they were '
-               'moved aside; delete them or point --workdir elsewhere to start fresh.')
+    message = (f'none of the checkpoints {steps} in {mngr.directory} can be read' + (
+        ': resuming the run that wrote them moves them aside.' if read_only else
+        ': they were moved aside; delete them or point --workdir elsewhere to start fresh.'))
     logging.error(message)  # One line in the log, whatever else is printing at exit.
     raise ValueError(message)
   # A restart after the error above (a job scheduler retrying) must not start fresh either.

@@ -254,6 +254,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   writer = _metric_writer(workdir)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
+  batches = job.batches(start_step, examples_consumed)
   logging.info('--- loop: steps %d..%d, %d sequences of %.0f tokens per step', start_step,
                total_steps, config.global_batch_size, job.sequence_cost(start_step)[0])
   batch_shardings = sharding.batch_sharding(mesh, rules)
@@ -264,7 +265,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
   evaluator, eval_metrics = job.evaluator, {}
   pending = []  # Device metrics not yet read.
   deferred = None  # (step, metrics) of a log step, read once the next step is dispatched.
-  batches = job.batches(start_step, examples_consumed)
   try:
     with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):

@@ -75,24 +75,42 @@ def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch, fields):
   config = tiny_config(sst2_dir, **fields)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
   finetune.train_and_evaluate(config, str(tmp_path / 'straight'))
 
-  batch_indices = batches.batch_indices
+  example_indices = batches.example_indices
 
-  def crash_at_seven(step, *args, **kwargs):
-    if step == 7:
+  def crash_at_seven(first, batch_size, *args, **kwargs):
+    if first == 7 * batch_size:
       raise KeyboardInterrupt('killed')
-    return batch_indices(step, *args, **kwargs)
+    return example_indices(first, batch_size, *args, **kwargs)
 
-  monkeypatch.setattr(batches, 'batch_indices', crash_at_seven)
+  monkeypatch.setattr(batches, 'example_indices', crash_at_seven)
   with pytest.raises(KeyboardInterrupt):
     finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
   assert final_params(tmp_path / 'crashed')[1] == 6
-  monkeypatch.setattr(batches, 'batch_indices', batch_indices)
+  monkeypatch.setattr(batches, 'example_indices', example_indices)
   finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
 
   (a, step_a), (b, step_b) = final_params(tmp_path / 'straight'), final_params(tmp_path / 'crashed')
   assert step_a == step_b == 8
   for key in a:
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
+    sst2_dir, tmp_path, monkeypatch):
+  config = tiny_config(sst2_dir, num_train_steps=3)  # Batch 16: 48 examples consumed.
+  finetune.train_and_evaluate(config, str(tmp_path))
+  example_indices, firsts = batches.example_indices, []
+
+  def recording(first, batch_size, *args, **kwargs):
+    firsts.append((first, batch_size))
+    return example_indices(first, batch_size, *args, **kwargs)
+
+  monkeypatch.setattr(batches, 'example_indices', recording)
+  finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=5, global_batch_size=8),
+                              str(tmp_path))
+  # Steps 3 and 4 at batch 8 read examples 48..63 (step x batch would restart at 24).
+  assert {(48, 8), (56, 8)} <= set(firsts) and not {f for f, _ in firsts} & {24, 32}, firsts
+  assert final_params(tmp_path)[1] == 5
 
 
 def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path):

@@ -107,13 +107,13 @@ def test_damage_is_told_from_other_errors():
              ValueError('NOT_FOUND: Metadata at "a/.zarray" does not exist'),
              json.JSONDecodeError('Expecting value', '{', 1), FileNotFoundError('manifest')]
   for error in damaged:
-    assert checkpoint._is_damage(error), error
+    assert checkpoint.is_damage(error), error
   wrapped = RuntimeError('restore failed')
   wrapped.__cause__ = damaged[0]
-  assert checkpoint._is_damage(wrapped)
+  assert checkpoint.is_damage(wrapped)
   for error in [MemoryError('out of memory'), PermissionError(errno.EACCES, 'denied'),
                 RuntimeError('Checkpoint path should be absolute')]:
-    assert not checkpoint._is_damage(error), error
+    assert not checkpoint.is_damage(error), error
 
 
 def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, monkeypatch):

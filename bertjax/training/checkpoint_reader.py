@@ -1,0 +1,158 @@
+"""The one checked way a tool that only reads a run (predict, export, extract_features, eval,
+init_from) loads its checkpoint: the same checks as training's restore, and nothing written.
+
+A location is a workdir, its checkpoints/ folder or one checkpoints/<step>. The newest step is
+read unless a step is named (`step=` or a step folder). Every array is checked against the
+digest its meta item recorded. A newest step that cannot be read (damaged bytes, a missing or
+truncated _METADATA, a digest that disagrees) is skipped with a warning naming it and the
+previous one is read instead; a step named by the user is never replaced by another. Unlike
+training's restore nothing is moved aside: a reader may share the workdir with a live run, and
+the run that wrote a damaged step is the one to deal with it. A step that disappears while it
+is read (the live run's keep policy deleted it) sends the reader back to the newest step.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+from absl import logging
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from bertjax.training import checkpoint
+
+# Errors of a half-written or damaged orbax step that name no damage (a _METADATA missing or
+# cut short surfaces as one of these inside orbax).
+_UNREADABLE = (AttributeError, KeyError, TypeError, IndexError)
+
+
+@dataclasses.dataclass
+class Read:
+  params: dict  # Host numpy, as saved.
+  meta: dict  # The step's meta item: step, examples consumed, model config, digests.
+  step: int
+  directory: pathlib.Path  # The checkpoints/ folder.
+
+
+def locate(path) -> tuple[pathlib.Path, int | None]:
+  """(checkpoints folder, the step a step folder names or None) of a workdir / checkpoints
+  folder / step folder."""
+  path = pathlib.Path(path)
+  if path.is_file():
+    raise ValueError(f'{path} is a file: pass a bertjax workdir (the folder holding '
+                     'config.json and checkpoints/), its checkpoints/ or one checkpoints/<step>.')
+  if (path / 'checkpoints').is_dir():
+    return path / 'checkpoints', None
+  if path.name.isdigit() and ((path / 'state').is_dir() or (path / 'meta').is_dir()):
+    return path.parent, int(path.name)
+  return path, None
+
+
+def steps(directory: pathlib.Path) -> list[int]:
+  """The complete steps of a checkpoints folder, oldest first (orbax gives a step its number
+  only once it is complete; unreadable ones moved aside keep a suffix)."""
+  try:
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  except OSError:
+    return []
+
+
+def _no_checkpoint(directory: pathlib.Path) -> FileNotFoundError:
+  aside = sorted(p.name for p in directory.glob('*.unreadable-*')) if directory.is_dir() else []
+  if aside:
+    return FileNotFoundError(f'{directory} holds no readable checkpoint, only ones moved aside '
+                             f'as unreadable ({", ".join(aside)}).')
+  where = directory.parent if directory.name == 'checkpoints' else directory
+  return FileNotFoundError(f'{where} holds no checkpoint: pass the --workdir of a run that '
+                           'saved one (its checkpoints/<step> folders), or train it first.')
+
+
+def read_meta(step_dir: pathlib.Path) -> dict:
+  """The meta item of a step folder; DamagedCheckpointError when it has none readable."""
+  files = sorted(p for p in (step_dir / 'meta').glob('*') if p.is_file()) if (
+      step_dir / 'meta').is_dir() else []
+  for meta_file in files:
+    try:
+      meta = json.loads(meta_file.read_text())
+    except (ValueError, UnicodeDecodeError):
+      continue
+    if isinstance(meta, dict) and isinstance(meta.get('step'), int):
+      return meta
+  raise checkpoint.DamagedCheckpointError(f'{step_dir} has no readable meta item (the step, '
+                                          'the model config and the digests)')
+
+
+def _read_step(step_dir: pathlib.Path, step: int) -> tuple[dict, dict]:
+  meta = read_meta(step_dir)
+  if meta['step'] != step:
+    raise ValueError(f'checkpoint {step_dir} says step {meta["step"]}: it was copied or renamed '
+                     'by hand; restore the original folder name.')
+  tree = checkpoint.state_metadata(step_dir / 'state')
+  # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
+  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
+                        is_leaf=lambda m: hasattr(m, 'shape'))
+  restored = ocp.PyTreeCheckpointer().restore(
+      step_dir / 'state', args=ocp.args.PyTreeRestore(
+          item={'params': target},
+          restore_args={'params': jax.tree.map(
+              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
+          partial_restore=True))
+  params = restored['params']
+  saved = {k[len('.params'):]: v for k, v in meta.get('digests', {}).items()
+           if k.startswith('.params')}
+  if saved:
+    found = checkpoint.digests(params)
+    bad = sorted(k for k, v in saved.items() if found.get(k) != v)
+    if bad or set(found) != set(saved):
+      raise checkpoint.DamagedCheckpointError(
+          f'{len(bad)} parameter array(s) differ from what was saved (digest), e.g. '
+          f'{(bad or sorted(set(found) ^ set(saved)))[0]}')
+  return params, meta
+
+
+def read(path, step: int | None = None) -> Read:
+  """The params and meta of the newest readable step at `path` (or of `step` exactly)."""
+  directory, named = locate(path)
+  if step is not None and named is not None and step != named:
+    raise ValueError(f'{path} is step {named} but step {step} was asked for: pass one of them.')
+  step = named if step is None else step
+  for _ in range(3):  # A step deleted while it was read: look again.
+    available = steps(directory)
+    if not available:
+      raise _no_checkpoint(directory)
+    if step is not None and step not in available:
+      raise FileNotFoundError(f'{directory} has no checkpoint step {step}; its steps: '
+                              f'{", ".join(map(str, available))}.')
+    skipped = []
+    for candidate in [step] if step is not None else reversed(available):
+      step_dir = directory / str(candidate)
+      try:
+        params, meta = _read_step(step_dir, candidate)
+      except Exception as e:  # pylint: disable=broad-except  # Classified just below.
+        if not step_dir.exists():
+          break  # Deleted by a live run's keep policy while we read it.
+        if not (checkpoint.is_damage(e) or isinstance(e, _UNREADABLE)):
+          raise RuntimeError(f'checkpoint {step_dir} could not be read ({type(e).__name__}: '
+                             f'{str(e)[:300]}); its files look intact: fix the cause '
+                             '(permissions, memory) and rerun.') from e
+        why = f'{type(e).__name__}: {str(e)[:200]}'
+        if step is not None:
+          raise checkpoint.DamagedCheckpointError(
+              f'checkpoint {step_dir} cannot be read ({why}); its other steps: '
+              f'{", ".join(str(s) for s in available if s != step) or "none"}') from None
+        logging.warning('checkpoint %s cannot be read (%s): reading the previous step', step_dir,
+                        why)
+        skipped.append(candidate)
+        continue
+      if skipped:
+        logging.warning('read step %d of %s: the newer step(s) %s cannot be read (nothing was '
+                        'moved: the run that wrote them resolves them when it resumes)',
+                        candidate, directory, skipped)
+      return Read(params, meta, candidate, directory)
+    else:
+      raise checkpoint.DamagedCheckpointError(
+          f'none of the checkpoints {available} in {directory} can be read (see the warnings '
+          'above): restore them from a copy, or use another run.')
+  raise RuntimeError(f'the checkpoints in {directory} kept disappearing while they were read: '
+                     'is a run with keep=1 saving there every few seconds? Read it later.')

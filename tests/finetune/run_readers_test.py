@@ -1,0 +1,121 @@
+"""A fine-tuning run is read, never written, by eval, predict and export; it keeps what it needs
+(its vocab, its settings) and is never silently read as another model."""
+
+import json
+import shutil
+
+import finetune_runs
+import pytest
+
+from bertjax import export
+from bertjax import predict
+from bertjax.finetune import job
+from bertjax.interop import init_from
+
+
+@pytest.fixture
+def run(fine_tuned_sst2, tmp_path):
+  """A private copy of the session's fine-tuned SST-2 run (tests here damage it)."""
+  workdir, data = fine_tuned_sst2
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  return copy, data
+
+
+def listing(directory):
+  return sorted(str(p.relative_to(directory)) for p in directory.rglob('*'))
+
+
+SENTENCES = ['the king doth speak of love', 'my heart and death and grief']
+
+
+def test_the_run_keeps_its_vocab_and_reads_it_after_the_original_moved(run, tmp_path):
+  workdir, _ = run
+  kept = workdir / init_from.RUN_VOCAB
+  assert kept.is_file()
+  labels = [p['label'] for p in predict.Predictor.from_workdir(workdir).predict(SENTENCES)]
+  config = json.loads((workdir / 'config.json').read_text())
+  config['data']['vocab_file'] = str(tmp_path / 'moved' / 'vocab.txt')  # The base moved.
+  (workdir / 'config.json').write_text(json.dumps(config))
+  moved = predict.Predictor.from_workdir(workdir)
+  assert moved.tokenizer.vocab == predict.Predictor.from_workdir(workdir).tokenizer.vocab
+  assert [p['label'] for p in moved.predict(SENTENCES)] == labels
+  # A run from before the copy was kept, whose vocab is gone: an error, never a stand-in vocab.
+  kept.unlink()
+  with pytest.raises(FileNotFoundError, match='keeps no copy of its vocab'):
+    predict.Predictor.from_workdir(workdir)
+  with pytest.raises(ValueError, match='has no vocab'):
+    export.export(workdir, 'hf', tmp_path / 'hf')
+
+
+def test_readers_skip_a_damaged_newest_step_and_move_nothing(run, tmp_path, caplog):
+  workdir, _ = run
+  steps = sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  assert len(steps) >= 2
+  (workdir / 'checkpoints' / str(steps[-1]) / 'state' / '_METADATA').unlink()
+  before = listing(workdir)
+  predictor = predict.Predictor.from_workdir(workdir)
+  assert len(predictor.predict(SENTENCES)) == 2
+  assert f'checkpoints/{steps[-1]} cannot be read' in caplog.text
+  out = export.export(workdir, 'hf', tmp_path / 'hf')
+  assert (out / 'model.safetensors').is_file()
+  with pytest.raises(ValueError, match=f'cannot be read .* its other steps'):
+    predict.Predictor.from_workdir(workdir, step=steps[-1])
+  with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
+    predict.Predictor.from_workdir(workdir, step=7)
+  assert listing(workdir) == before
+
+
+def test_eval_mode_leaves_a_live_runs_in_flight_save_alone(run):
+  workdir, data = run
+  # What a fine-tuning run that is saving leaves in checkpoints/ while the save is in flight.
+  in_flight = workdir / 'checkpoints' / '70.orbax-checkpoint-tmp-1764000000'
+  (in_flight / 'state').mkdir(parents=True)
+  (in_flight / 'state' / 'part').write_bytes(b'half written')
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mode = 'eval'
+  before = listing(workdir / 'checkpoints')
+  written = job.run(config, str(workdir))
+  assert written and listing(workdir / 'checkpoints') == before
+  assert (in_flight / 'state' / 'part').read_bytes() == b'half written'
+
+
+@pytest.mark.parametrize('override, field', [
+    ({'task': 'tagging'}, None),
+    ({'data.max_seq_length': 32}, 'data.max_seq_length'),
+    ({'data.do_lower_case': False}, 'data.do_lower_case'),
+    ({'pooling': 'mean'}, 'pooling'),
+])
+def test_a_run_is_never_resumed_or_evaluated_as_another_model(run, override, field):
+  workdir, data = run
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 10.0,
+                                              'optimizer.learning_rate': 3e-3})
+  for key, value in override.items():
+    if key == 'task':  # A tagger whose tags are the classifier's label names.
+      rows = ''.join(f'{w} {i % 2}\n' + ('\n' if i % 4 == 3 else '')
+                     for i, w in enumerate(finetune_runs.FILLER * 8))
+      (data / 'tags.conll').write_text(rows)
+      config.task = value
+      config.data.train_file = str(data / 'tags.conll')
+      config.data.eval_file = str(data / 'tags.conll')
+    else:
+      parent, _, name = key.rpartition('.')
+      (config[parent] if parent else config)[name] = value
+  before = listing(workdir)
+  for mode in ('train_eval', 'eval'):
+    config.mode = mode
+    with pytest.raises(ValueError, match=field or 'task|kind|tagging|labels'):
+      job.run(config, str(workdir))
+  assert listing(workdir) == before
+
+
+def test_a_truncated_config_and_a_file_workdir_are_named(run, tmp_path):
+  workdir, _ = run
+  (workdir / 'config.json').write_text((workdir / 'config.json').read_text()[:50])
+  with pytest.raises(ValueError, match='config.json cannot be read .* cut short'):
+    predict.Predictor.from_workdir(workdir)
+  (tmp_path / 'file').write_text('not a run')
+  with pytest.raises(ValueError, match='is a file'):
+    predict.Predictor.from_workdir(tmp_path / 'file')
+  with pytest.raises(ValueError, match='is a file'):
+    job.run(finetune_runs.tiny_config(tmp_path), str(tmp_path / 'file'))

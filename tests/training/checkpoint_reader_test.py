@@ -1,0 +1,121 @@
+"""The readers' checkpoint path (predict, export, extract_features, init_from): digests
+checked, a damaged newest step skipped without moving anything, a named step never replaced."""
+
+import shutil
+
+import flax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
+
+
+@flax.struct.dataclass
+class State:
+  params: dict
+  step: jnp.ndarray
+
+
+def params_of(seed):
+  rng = np.random.default_rng(seed)
+  return {'dense': {'kernel': jnp.asarray(rng.normal(size=(64, 32)), jnp.float32),
+                    'bias': jnp.asarray(rng.normal(size=(32,)), jnp.float32)}}
+
+
+def save_steps(workdir, steps=(1, 2, 3)):
+  config = ml_collections.ConfigDict(
+      {'checkpoint': {'keep': 5, 'keep_best': 0, 'every_steps': 1}})
+  mngr = checkpoint.manager(workdir, config, best_metric='acc')
+  for step in steps:
+    checkpoint.save(mngr, step, State(params_of(step), jnp.int32(step)),
+                    {'step': step, 'examples_consumed': step * 4}, force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+  return workdir / 'checkpoints'
+
+
+def listing(directory):
+  return sorted(str(p.relative_to(directory)) for p in directory.rglob('*'))
+
+
+def largest_data_file(step_dir):
+  return max((p for p in (step_dir / 'state').rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+
+
+def test_reads_the_newest_step_with_its_digests_checked(tmp_path):
+  save_steps(tmp_path)
+  read = checkpoint_reader.read(tmp_path)
+  assert read.step == 3 and read.meta['examples_consumed'] == 12
+  np.testing.assert_array_equal(read.params['dense']['kernel'], params_of(3)['dense']['kernel'])
+  assert checkpoint_reader.read(tmp_path / 'checkpoints' / '2').step == 2
+  assert checkpoint_reader.read(tmp_path, step=1).step == 1
+
+
+@pytest.mark.parametrize('damage', ['flipped_bit', 'no_metadata', 'truncated_metadata', 'meta'])
+def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage, caplog):
+  directory = save_steps(tmp_path)
+  step_dir = directory / '3'
+  if damage == 'flipped_bit':
+    victim = largest_data_file(step_dir)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(bytes(data))
+  elif damage == 'no_metadata':
+    (step_dir / 'state' / '_METADATA').unlink()
+  elif damage == 'truncated_metadata':
+    metadata = step_dir / 'state' / '_METADATA'
+    metadata.write_bytes(metadata.read_bytes()[:40])
+  else:
+    (step_dir / 'meta' / 'metadata').write_text('{"step": ')
+  before = listing(directory)
+  read = checkpoint_reader.read(tmp_path)
+  assert read.step == 2
+  np.testing.assert_array_equal(read.params['dense']['kernel'], params_of(2)['dense']['kernel'])
+  assert 'checkpoints/3 cannot be read' in caplog.text
+  assert listing(directory) == before  # A reader moves nothing: a live run may be writing.
+  # A step the user names is never replaced by another.
+  with pytest.raises(checkpoint.DamagedCheckpointError, match='its other steps: 1, 2'):
+    checkpoint_reader.read(tmp_path, step=3)
+
+
+def test_missing_steps_and_empty_runs_say_what_exists(tmp_path):
+  save_steps(tmp_path)
+  with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps: 1, 2, 3'):
+    checkpoint_reader.read(tmp_path, step=7)
+  (tmp_path / 'empty' / 'checkpoints').mkdir(parents=True)
+  with pytest.raises(FileNotFoundError, match='holds no checkpoint') as error:
+    checkpoint_reader.read(tmp_path / 'empty')
+  assert 'init_from' not in str(error.value)
+  (tmp_path / 'afile').write_text('x')
+  with pytest.raises(ValueError, match='is a file'):
+    checkpoint_reader.read(tmp_path / 'afile')
+
+
+def test_a_step_deleted_while_read_sends_the_reader_to_the_newest(tmp_path, monkeypatch):
+  directory = save_steps(tmp_path)
+  read_step = checkpoint_reader._read_step
+  calls = []
+
+  def deleted_by_a_live_run(step_dir, step):
+    calls.append(step)
+    if len(calls) == 1:  # The run's keep policy deletes step 3 as we read it, after saving 4.
+      save_steps(tmp_path, steps=(4,))
+      shutil.rmtree(step_dir)
+      raise FileNotFoundError(f'{step_dir}/state/_METADATA')
+    return read_step(step_dir, step)
+
+  monkeypatch.setattr(checkpoint_reader, '_read_step', deleted_by_a_live_run)
+  assert checkpoint_reader.read(tmp_path).step == 4
+  assert calls == [3, 4] and (directory / '2').is_dir()
+
+
+def test_every_damaged_step_is_one_clear_error(tmp_path):
+  directory = save_steps(tmp_path, steps=(1, 2))
+  for step in (1, 2):
+    (directory / str(step) / 'state' / '_METADATA').unlink()
+  with pytest.raises(checkpoint.DamagedCheckpointError, match=r'none of the checkpoints \[1, 2\]'):
+    checkpoint_reader.read(tmp_path)
