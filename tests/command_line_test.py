@@ -1,0 +1,205 @@
+"""The commands as a user meets them (issue 28): config errors before anything runs, Ctrl-C,
+a multi-host start whose peer never comes, the original's bool flags, one-line errors."""
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertjax.training import config_check
+from launch import tpu_pod
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = [f'--config={REPO}/configs/pretrain.py:size=tiny,steps=200,seq=32,batch=8',
+        '--config.model.num_layers=1', '--config.data.dupe_factor=1',
+        '--config.checkpoint.every_steps=2', '--config.log_every_steps=1',
+        '--config.optimizer.warmup_steps=2', '--config.eval_every_steps=0']
+
+
+def environ(**extra):
+  env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'XLA_FLAGS')}
+  return env | {'JAX_PLATFORMS': 'cpu', **extra}
+
+
+def run(cwd, *args, timeout=120):
+  return subprocess.run([sys.executable, *args], cwd=cwd, env=environ(), capture_output=True,
+                        text=True, timeout=timeout, check=False)
+
+
+def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
+  done = run(tmp_path, '-m', 'bertjax.main',
+             f'--config={REPO}/configs/finetune.py:task=classification,size=tiny',
+             '--config.num_epochs=-1', '--workdir=w')
+  assert done.returncode == 1, done.stderr
+  assert done.stderr.splitlines()[0].startswith(
+      'error: config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'), done.stderr
+  assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
+
+
+def start(tmp_path, *args):
+  log = tmp_path / 'stderr'
+  process = subprocess.Popen([sys.executable, '-m', 'bertjax.main', *args], cwd=tmp_path,
+                             env=environ(), stdout=subprocess.DEVNULL,
+                             stderr=log.open('w'))
+  return process, log
+
+
+def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_path):
+  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
+  deadline = time.time() + 240
+  saved = tmp_path / 'w' / 'checkpoints'
+  while not (saved.is_dir() and any(p.name.isdigit() for p in saved.iterdir())):
+    assert process.poll() is None, log.read_text()[-3000:]
+    assert time.time() < deadline, log.read_text()[-3000:]
+    time.sleep(0.2)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
+  err = log.read_text()
+  last = err.strip().splitlines()[-1]
+  assert last.startswith(f'interrupted: the last checkpoint in {tmp_path}/w/checkpoints (step '), err
+  assert last.endswith('is intact; rerun the same command to resume from it')
+  assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
+  step = int(last.split('(step ')[1].split(')')[0])
+  assert (tmp_path / 'w' / 'checkpoints' / str(step)).is_dir()
+
+
+@pytest.mark.parametrize('delay', [1.0, 4.0])
+def test_ctrl_c_while_starting_ends_with_one_line(tmp_path, delay):
+  # While the config and the libraries load, TensorFlow imports (a swallowed KeyboardInterrupt
+  # there went on training) or the first step compiles.
+  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
+  time.sleep(delay)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
+  err = log.read_text()
+  assert err.strip().splitlines()[-1].startswith('interrupted'), err
+  assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.parametrize('process_id', [0, 1])
+def test_a_multi_host_start_whose_peer_never_comes_times_out_with_one_line(tmp_path, process_id):
+  address = f'localhost:{free_port()}'
+  began = time.time()
+  done = run(tmp_path, '-m', 'bertjax.main', *TINY, '--workdir=w',
+             f'--coordinator_address={address}', '--num_processes=2',
+             f'--process_id={process_id}', '--distributed_timeout_s=4')
+  assert done.returncode == 1, done.stderr
+  assert time.time() - began < 60
+  lines = done.stderr.strip().splitlines()
+  assert f'process {process_id} of 2: waiting up to 4 s for 2 processes at {address}' in lines[0]
+  assert lines[-1].startswith(f'error: process {process_id} of 2 could not start the multi-host '
+                              f'job at {address} within 4 s: check that all 2 processes'), lines
+  assert 'stack trace' not in done.stderr and 'Fatal Python error' not in done.stderr
+
+
+def test_predict_and_extract_features_refuse_a_batch_size_below_one(tmp_path):
+  for args in (['-m', 'bertjax.predict', '--workdir=w', '--batch_size=0'],
+               ['-m', 'bertjax.predict', '--workdir=w', '--batch_size=-4'],
+               ['-m', 'bertjax.extract_features', '--input_file=i', '--output_file=o',
+                '--init=m', '--batch_size=0']):
+    done = run(tmp_path, *args)
+    assert done.returncode == 1, done.stderr
+    assert 'Flags parsing error: flag --batch_size=' in done.stderr, done.stderr
+    assert 'is not a positive integer' in done.stderr and 'Traceback' not in done.stderr
+
+
+@pytest.mark.parametrize('value', ['--do_lower_case=False', '--do_lower_case=True',
+                                   '--do_lower_case=false', '--do_lower_case=1',
+                                   '--do_lower_case', '--nodo_lower_case'])
+def test_do_lower_case_takes_the_original_bool_forms(tmp_path, value):
+  # The flags parse; the command then stops at the missing model (not at the flag).
+  done = run(tmp_path, '-m', 'bertjax.extract_features', '--input_file=i', '--output_file=o',
+             value)
+  assert done.returncode == 1 and 'Flags parsing error' not in done.stderr, done.stderr
+  assert 'error: pass --init=DIR' in done.stderr
+  done = run(tmp_path, '-m', 'bertjax.export', f'--from={tmp_path}/none', '--format=hf',
+             f'--output={tmp_path}/out', value)
+  assert 'Flags parsing error' not in done.stderr, done.stderr
+
+
+LEARN_VOCAB_ERRORS = [
+    (['--input_file=missing.txt'], "error: --input_file pattern 'missing.txt' matched no files"),
+    (['--input_file=empty.txt'], 'error: the input has no words'),
+    (['--input_file=latin1.txt'], 'not UTF-8'),
+    (['--input_file=good.txt', '--vocab_size=10'], 'error: vocab_size=10 cannot hold'),
+    (['--input_file=good.txt', '--output_file=no/such/dir/vocab.txt'],
+     'error: No such file or directory: no/such/dir/vocab.txt'),
+    (['--input_file=empty.txt', '--model=sentencepiece', '--output_file=v.model'],
+     'no text to learn a SentencePiece model from'),
+]
+
+
+@pytest.mark.parametrize('args, message', LEARN_VOCAB_ERRORS)
+def test_learn_vocab_errors_are_one_line(tmp_path, args, message):
+  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
+  (tmp_path / 'empty.txt').write_text('')
+  (tmp_path / 'latin1.txt').write_bytes('caf\xe9 ol\xe9\n'.encode('latin-1'))
+  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--output_file=vocab.txt',
+             '--vocab_size=128', *args)
+  assert done.returncode == 1, done.stderr
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith('learn_vocab: error: ') and message in last, done.stderr
+  assert 'Traceback' not in done.stderr
+
+
+def test_learn_vocab_refuses_a_vocab_size_below_its_bound(tmp_path):
+  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=x', '--output_file=v.txt',
+             '--vocab_size=-5')
+  assert done.returncode == 1 and 'flag --vocab_size=-5' in done.stderr, done.stderr
+  assert 'Traceback' not in done.stderr
+
+
+@pytest.mark.parametrize('main_args, message', [
+    (['--config.data.train_files=gs://b/train-*'], 'the job has no --config='),
+    (['--config=configs/pretrain.py:size=base', '--config.optimizer.learning_rat=1e-4'],
+     "unknown config field 'optimizer.learning_rat'"),
+    (['--config=configs/pretrain.py:size=base', '--config.global_batch_size=0'],
+     'config.global_batch_size=0: must be > 0'),
+])
+def test_the_tpu_launcher_checks_the_config_before_booking_anything(monkeypatch, main_args,
+                                                                     message):
+  monkeypatch.chdir(REPO)
+  calls = []
+  tpu = tpu_pod.Slice('bert', 'us-west4-a', 'v5litepod-16', spot=True)
+  with pytest.raises(ValueError, match=message):
+    tpu_pod.launch(tpu, main_args, 'gs://b/runs/base', run=lambda cmd, **kw: calls.append(cmd),
+                   git_ref='git+https://example.org/bertjax@v1')
+  assert calls == []
+
+
+def test_the_tpu_launcher_command_fails_on_a_config_typo_with_no_gcloud_call(tmp_path):
+  done = subprocess.run(
+      [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
+       '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--dry_run', '--',
+       '--config=configs/pretrain.py:size=base', '--config.optimizer.learning_rat=1e-4'],
+      cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2, done.stderr
+  assert "tpu_pod: error: unknown config field 'optimizer.learning_rat'" in done.stderr
+  assert 'gcloud' not in done.stdout + done.stderr  # Not even printed as a dry run.
+
+
+def test_the_gke_launcher_checks_the_config_before_writing_or_applying(tmp_path):
+  done = subprocess.run(
+      [sys.executable, '-m', 'launch.gke_jobset', '--name=bert', '--accelerator_type=v6e-8',
+       '--image=gcr.io/p/bertjax:1', '--workdir=gs://b/r', f'--output={tmp_path / "b.yaml"}',
+       '--dry_run', '--', '--config=configs/pretrain.py:size=base',
+       '--config.optimizer.warmup_steps=-1'],
+      cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2, done.stderr
+  assert 'gke_jobset: error: config.optimizer.warmup_steps=-1: must be >= 0' in done.stderr
+  assert not (tmp_path / 'b.yaml').exists() and 'kubectl' not in done.stdout
+
+
+def test_check_args_is_what_the_launchers_use():
+  assert tpu_pod.config_check is config_check
