@@ -15,6 +15,7 @@ as one call.
 """
 
 import json
+import os
 import pathlib
 import sys
 
@@ -91,6 +92,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
         do_lower_case: bool | None = None, bert_config_file: str = ''):
   """Writes the original's JSON lines for every input line; returns the number written."""
+  output = paths.check_output_file(output_file, inputs=(input_file,))
   if bert_config_file:
     model = tf1_checkpoint.load(init, config_file=bert_config_file)
     if vocab_file:
@@ -114,21 +116,24 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   params = traverse_util.unflatten_dict(
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
   fn = hidden_states_fn(model.config)
-  output = pathlib.Path(output_file)
   output.parent.mkdir(parents=True, exist_ok=True)
-  temp = output.with_name(f'.{output.name}.tmp')
-  with temp.open('w', encoding='utf-8') as f:
-    for start in range(0, len(examples), batch_size):
-      chunk = examples[start:start + batch_size]
-      tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
-                             max_seq_length)
-      states = np.asarray(fn(params, batch))
-      for row in range(len(chunk)):
-        features = [{'token': token, 'layers': [
-            {'index': index, 'values': [round(float(x), 6) for x in states[index][row, t]]}
-            for index in layers]} for t, token in enumerate(tokens[row])]
-        f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
-  temp.replace(output)
+  temp = output.with_name(f'.{output.name}.{os.getpid()}.tmp')
+  try:
+    with temp.open('w', encoding='utf-8') as f:
+      for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
+                               max_seq_length)
+        states = np.asarray(fn(params, batch))
+        for row in range(len(chunk)):
+          features = [{'token': token, 'layers': [
+              {'index': index, 'values': [round(float(x), 6) for x in states[index][row, t]]}
+              for index in layers]} for t, token in enumerate(tokens[row])]
+          f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
+    temp.replace(output)
+  finally:
+    if temp.exists():  # Interrupted or failed: nothing half-written is left.
+      temp.unlink()
   logging.info('wrote features of %d lines (layers %s) to %s', len(examples), list(layers),
                output)
   return len(examples)

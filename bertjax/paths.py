@@ -94,3 +94,33 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
     return split_lines(path.read_bytes().decode('utf-8'))
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+
+
+def check_output_file(output, flag: str = 'output_file', inputs=()) -> pathlib.Path:
+  """The absolute --`flag` path, refused before any work when writing it would lose something:
+  one of the `inputs` it was read from, a folder, or a file inside a run's checkpoints/."""
+  out = pathlib.Path(absolute(str(output)))
+  if out.is_dir():
+    raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
+  for source in inputs:
+    if source and '://' not in str(source) and out.resolve() == pathlib.Path(
+        absolute(str(source))).resolve():
+      raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '
+                            'lose the input; name another file.')
+  if 'checkpoints' in out.resolve().parts[:-1]:
+    raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
+                          'elsewhere (checkpoints are only written by their run).')
+  return out
+
+
+def write_atomically(path: pathlib.Path, text: str):
+  """Writes a text file whole or not at all (a temp file beside it, renamed into place); two
+  writers at once each write their own temp file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  temp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+  try:
+    temp.write_text(text, encoding='utf-8')
+    temp.replace(path)
+  finally:
+    if temp.exists():
+      temp.unlink()

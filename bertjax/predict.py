@@ -308,6 +308,8 @@ def main(argv):
   del argv
   console.install()
   try:
+    output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
+              if FLAGS.output_file else None)
     predictor = Predictor.from_workdir(FLAGS.workdir, FLAGS.step, FLAGS.batch_size)
     if FLAGS.input_file:
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
@@ -315,12 +317,8 @@ def main(argv):
       lines, source = paths.read_stdin_lines(), '<stdin>'
     rows = predictor.predict(read_inputs(lines, source))
     text = ''.join(json.dumps(row, ensure_ascii=False) + '\n' for row in rows)
-    if FLAGS.output_file:
-      output = pathlib.Path(FLAGS.output_file)
-      output.parent.mkdir(parents=True, exist_ok=True)
-      temp = output.with_name(f'.{output.name}.tmp')
-      temp.write_text(text, encoding='utf-8')
-      temp.replace(output)
+    if output is not None:
+      paths.write_atomically(output, text)
       logging.info('predictions for %d inputs written to %s', len(rows), output)
     else:
       sys.stdout.write(text)

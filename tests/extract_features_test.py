@@ -83,3 +83,19 @@ def test_bad_layers_and_lengths_are_refused(minilm_dir, tmp_path):
   with pytest.raises(ValueError, match='not UTF-8'):
     extract_features.run(str(minilm_dir), tmp_path / 'bad.txt', tmp_path / 'o')
   assert not (tmp_path / 'o').exists()
+
+
+def test_an_output_that_would_lose_the_input_or_a_run_is_refused_first(minilm_dir, tmp_path):
+  source = tmp_path / 'in.txt'
+  source.write_text('The weather is lovely today.\n')
+  with pytest.raises(FileExistsError, match='is the input it is made from'):
+    extract_features.run(str(minilm_dir), source, source)
+  assert source.read_text() == 'The weather is lovely today.\n'
+  with pytest.raises(IsADirectoryError, match='is a folder'):
+    extract_features.run(str(minilm_dir), source, tmp_path)
+  run_step = tmp_path / 'run' / 'checkpoints' / '10'
+  run_step.mkdir(parents=True)
+  with pytest.raises(FileExistsError, match="inside a run's checkpoints"):
+    extract_features.run(str(minilm_dir), source, run_step / 'features.jsonl')
+  assert not list(run_step.iterdir()) and not [p for p in tmp_path.iterdir()
+                                               if p.name.startswith('.')]

@@ -3,6 +3,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import finetune_runs
 import pytest
@@ -119,3 +121,14 @@ def test_a_truncated_config_and_a_file_workdir_are_named(run, tmp_path):
     predict.Predictor.from_workdir(tmp_path / 'file')
   with pytest.raises(ValueError, match='is a file'):
     job.run(finetune_runs.tiny_config(tmp_path), str(tmp_path / 'file'))
+
+
+def test_predict_never_writes_over_its_input(run, tmp_path):
+  workdir, _ = run
+  source = tmp_path / 'in.txt'
+  source.write_text('\n'.join(SENTENCES) + '\n')
+  result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                           f'--input_file={source}', f'--output_file={source}'],
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 1 and 'is the input it is made from' in result.stderr, result.stderr
+  assert source.read_text() == '\n'.join(SENTENCES) + '\n'
