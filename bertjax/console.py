@@ -4,8 +4,11 @@ INFO lines and C++ start-up chatter only at --verbosity=1 (where they all remain
 import contextlib
 import logging as std_logging
 import os
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 from absl import logging
 
@@ -78,3 +81,79 @@ def notebook():
   handler.setFormatter(std_logging.Formatter('%(asctime)s %(message)s', '%H:%M:%S'))
   logger.addHandler(handler)
   logger.propagate = False  # Not again through a root handler a library may have set up.
+
+
+_EXIT_LOCK = threading.Lock()
+_STDERR = [2]
+_TEMPORARY = set()  # Half-written outputs an interrupt removes before it exits.
+
+
+@contextlib.contextmanager
+def temporary(path):
+  """Marks a file or folder being written for removal if Ctrl-C ends the process meanwhile."""
+  _TEMPORARY.add(str(path))
+  try:
+    yield path
+  finally:
+    _TEMPORARY.discard(str(path))
+
+
+def exit_on_interrupt(message):
+  """Ctrl-C ends the process at once with one line, `message()`, and exit status 130, wherever
+  it is: no KeyboardInterrupt is raised, which libraries swallow (a bare `except:` during an
+  import, a gc callback: 'Exception ignored') or which unwinds through XLA and crashes it at
+  exit.
+
+  Python runs a signal handler only between bytecodes of the main thread, i.e. after a long
+  compile returns; the signal's wake-up byte also reaches a watcher thread that ends the process
+  while the main thread is still inside C++. What was saved stays intact: orbax finalises a
+  checkpoint by a rename (and removes a half-written one's temporary folder on the next start),
+  and every other output is written to a temporary file renamed into place.
+  """
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # nohup / `cmd &` keep ignoring it.
+    return
+  _STDERR[0] = os.dup(2)  # stderr_held() may point fd 2 elsewhere when it comes.
+  # multiprocessing's resource tracker (the corpus writers' workers) outlives an interrupted
+  # run and would add a 'leaked semaphore objects' warning after the line.
+  os.environ['PYTHONWARNINGS'] = ','.join(filter(None, (
+      os.environ.get('PYTHONWARNINGS'), 'ignore::UserWarning:multiprocessing.resource_tracker')))
+  signal.signal(signal.SIGINT, lambda signum, frame: interrupted(message))
+  read_end, write_end = os.pipe()
+  os.set_blocking(write_end, False)
+  try:
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+  except ValueError:  # Not the main thread: the handler alone.
+    return
+
+  def watch():
+    while True:
+      if signal.SIGINT in os.read(read_end, 64):
+        interrupted(message)
+
+  threading.Thread(target=watch, name='sigint-watcher', daemon=True).start()
+
+
+def interrupted(message):
+  """Prints `message()` and exits 130 (128 + SIGINT) without the interpreter's teardown: XLA's
+  compiler threads still running at exit crash it (a segfault, rc 139)."""
+  if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
+    return
+  for path in list(_TEMPORARY):
+    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
+        os.path.exists(path) and os.unlink(path))
+  try:
+    line = message()
+  except Exception:  # pylint: disable=broad-except  # Never a traceback here.
+    line = 'interrupted; rerun the same command'
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+  except Exception:  # pylint: disable=broad-except
+    pass
+  os.write(_STDERR[0], f'{line}\n'.encode())
+  os._exit(130)  # pylint: disable=protected-access
+
+
+def nothing_written(what: str):
+  """The interrupt line of a tool whose outputs are written whole or not at all."""
+  return lambda: f'interrupted: {what}; rerun the same command'

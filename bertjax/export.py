@@ -137,7 +137,8 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   temp = output.parent / f'.{output.name}.export-{os.getpid()}-{time.time_ns()}'
   temp.mkdir()
   try:
-    _writer(fmt)(result, temp)
+    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+      _writer(fmt)(result, temp)
     if output.exists():
       old = output.parent / f'.{output.name}.replaced-{os.getpid()}'
       output.rename(old)
@@ -176,6 +177,8 @@ def _define_flags():
 def main(argv):
   del argv
   console.install()
+  console.exit_on_interrupt(console.nothing_written(
+      'nothing was written (an export is renamed into place only when complete)'))
   try:
     out = export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
                  overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,

@@ -119,7 +119,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   output.parent.mkdir(parents=True, exist_ok=True)
   temp = output.with_name(f'.{output.name}.{os.getpid()}.tmp')
   try:
-    with temp.open('w', encoding='utf-8') as f:
+    with console.temporary(temp), temp.open('w', encoding='utf-8') as f:
       for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
@@ -130,7 +130,8 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
               {'index': index, 'values': [round(float(x), 6) for x in states[index][row, t]]}
               for index in layers]} for t, token in enumerate(tokens[row])]
           f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
-    temp.replace(output)
+      f.close()
+      temp.replace(output)
   finally:
     if temp.exists():  # Interrupted or failed: nothing half-written is left.
       temp.unlink()
@@ -164,6 +165,8 @@ def _define_flags():
 def main(argv):
   del argv
   console.install()
+  console.exit_on_interrupt(console.nothing_written(
+      'nothing was written (features are written whole or not at all)'))
   init = FLAGS.init or FLAGS.init_checkpoint
   try:
     if not init:

@@ -277,77 +277,22 @@ def interrupted_message(config, workdir: str) -> str:
           'to resume from it')
 
 
-def _install_interrupt_handler():
-  """Ctrl-C ends the process at once with one line (_interrupted), wherever it is: no
-  KeyboardInterrupt is raised, which libraries swallow (a bare `except:` during an import, a gc
-  callback: 'Exception ignored') or which unwinds through XLA and crashes it at exit.
-
-  Python runs a signal handler only between bytecodes of the main thread, i.e. after a long
-  compile returns; the signal's wake-up byte also reaches a watcher thread that ends the process
-  while the main thread is still inside C++. What was saved stays intact: orbax finalises a
-  checkpoint by a rename and removes a half-written one's temporary folder on the next start.
-  """
-  import signal  # pylint: disable=g-import-not-at-top
-  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # nohup / `cmd &` keep ignoring it.
-    return
-  _STDERR[0] = os.dup(2)  # console.stderr_held() may point fd 2 elsewhere when it comes.
-  # multiprocessing's resource tracker (the corpus writers' workers) outlives an interrupted
-  # run and would add a 'leaked semaphore objects' warning after the line.
-  os.environ['PYTHONWARNINGS'] = ','.join(filter(None, (
-      os.environ.get('PYTHONWARNINGS'), 'ignore::UserWarning:multiprocessing.resource_tracker')))
-  signal.signal(signal.SIGINT, lambda signum, frame: _interrupted())
-  read_end, write_end = os.pipe()
-  os.set_blocking(write_end, False)
-  try:
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-  except ValueError:  # Not the main thread: the handler alone.
-    return
-
-  def watch():
-    while True:
-      if signal.SIGINT in os.read(read_end, 64):
-        _interrupted()
-
-  threading.Thread(target=watch, name='sigint-watcher', daemon=True).start()
-
-
-_EXIT_LOCK = threading.Lock()
-_STDERR = [2]
-
-
-def _interrupted():
-  """Prints the interrupt line and exits 130 (128 + SIGINT) without the interpreter's
-  teardown: XLA's compiler threads still running at exit crash it (a segfault, rc 139)."""
-  if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
-    return
+def _interrupt_message() -> str:
   try:
     config, workdir = flags.FLAGS.config, flags.FLAGS.workdir
   except Exception:  # pylint: disable=broad-except  # The flags are not parsed yet.
-    config = workdir = None
-  try:
-    if config is None:
-      message = 'interrupted before the run started: nothing was written; rerun the command'
-    else:
-      if workdir and '://' not in workdir:
-        workdir = os.path.abspath(workdir)
-      message = interrupted_message(config, workdir)
-  except Exception:  # pylint: disable=broad-except  # Never a traceback here.
-    message = 'interrupted; rerun the same command to resume from the last checkpoint'
-  try:
-    sys.stdout.flush()
-    sys.stderr.flush()
-  except Exception:  # pylint: disable=broad-except
-    pass
-  os.write(_STDERR[0], f'{message}\n'.encode())
-  os._exit(130)  # pylint: disable=protected-access
+    return 'interrupted before the run started: nothing was written; rerun the command'
+  if workdir and '://' not in workdir:
+    workdir = os.path.abspath(workdir)
+  return interrupted_message(config, workdir)
 
 
 if __name__ == '__main__':
   # On a CPU-only host glibc keeps freed memory mapped (perf.keep_memory_mapped); set before any
   # thread or large allocation exists, i.e. before TensorFlow and XLA start.
   _MALLOC_TUNED = not _accelerator_present() and perf.keep_memory_mapped()
-  _install_interrupt_handler()
+  console.exit_on_interrupt(_interrupt_message)
   try:
     app.run(main, flags_parser=parse_flags)
   except KeyboardInterrupt:
-    _interrupted()
+    console.interrupted(_interrupt_message)

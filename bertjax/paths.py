@@ -117,10 +117,12 @@ def write_atomically(path: pathlib.Path, text: str):
   """Writes a text file whole or not at all (a temp file beside it, renamed into place); two
   writers at once each write their own temp file."""
   path.parent.mkdir(parents=True, exist_ok=True)
+  from bertjax import console  # pylint: disable=g-import-not-at-top
   temp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
   try:
-    temp.write_text(text, encoding='utf-8')
-    temp.replace(path)
+    with console.temporary(temp):
+      temp.write_text(text, encoding='utf-8')
+      temp.replace(path)
   finally:
     if temp.exists():
       temp.unlink()

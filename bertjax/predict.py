@@ -307,6 +307,8 @@ def _define_flags():
 def main(argv):
   del argv
   console.install()
+  console.exit_on_interrupt(console.nothing_written(
+      'nothing was written (predictions are written whole or not at all)'))
   try:
     output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
               if FLAGS.output_file else None)

@@ -203,3 +203,24 @@ def test_the_gke_launcher_checks_the_config_before_writing_or_applying(tmp_path)
 
 def test_check_args_is_what_the_launchers_use():
   assert tpu_pod.config_check is config_check
+
+
+def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir):
+  (tmp_path / 'in.txt').write_text('The weather is lovely today.\n' * 3000)
+  log = tmp_path / 'stderr'
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'bertjax.extract_features', '--input_file=in.txt',
+       '--output_file=out/features.jsonl', f'--init_checkpoint={minilm_dir}',
+       '--max_seq_length=16', '--batch_size=8', '--layers=-1'],
+      cwd=tmp_path, env=environ(), stdout=subprocess.DEVNULL, stderr=log.open('w'))
+  deadline = time.time() + 240
+  while not list((tmp_path / 'out').glob('.features.jsonl.*.tmp')):
+    assert process.poll() is None, log.read_text()[-3000:]
+    assert time.time() < deadline, log.read_text()[-3000:]
+    time.sleep(0.1)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
+  err = log.read_text()
+  assert err.strip().splitlines()[-1].startswith('interrupted: nothing was written'), err
+  assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
+  assert not list((tmp_path / 'out').iterdir())
