@@ -27,8 +27,15 @@ class WorkdirInUseError(RuntimeError):
   """Another live run holds the workdir."""
 
 
+class WorkdirNotAFolderError(ValueError):
+  """--workdir names a file."""
+
+
 def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    return None, WorkdirNotAFolderError(f'--workdir={workdir} is a file: pass a folder (a new '
+                                        'one, or the run to resume).')
   os.makedirs(workdir, exist_ok=True)
   f = open(os.path.join(workdir, LOCK_NAME), 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
   try:

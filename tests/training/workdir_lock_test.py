@@ -33,3 +33,12 @@ def test_a_live_run_blocks_a_second_and_a_killed_one_does_not(tmp_path):
       assert (tmp_path / workdir_lock.LOCK_NAME).read_text().find(f'"pid": {os.getpid()}') > 0
   with workdir_lock.locked(str(tmp_path)):  # Released at the end of the block.
     pass
+
+
+def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
+  named = tmp_path / 'notes.txt'
+  named.write_text('mine')
+  with pytest.raises(ValueError, match='notes.txt is a file: pass a folder'):
+    with workdir_lock.locked(str(named)):
+      pass
+  assert named.read_text() == 'mine'
