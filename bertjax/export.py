@@ -40,8 +40,10 @@ from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
-# Files only an export writes: --overwrite replaces a folder that holds one of them, nothing else.
-EXPORT_FILES = ('model.safetensors', 'bert_config.json', 'bertjax_export.json', 'saved_model.pb')
+# Written last into every export: the files it wrote. --overwrite replaces a folder only when it
+# holds this manifest and nothing else than the files it lists (never a model downloaded by
+# hand, a run, or a user's notes added to an export).
+MANIFEST = '.bertjax_export_manifest.json'
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
@@ -85,10 +87,22 @@ def _save_tf1(result: bundle_lib.Bundle, output: pathlib.Path):
       indent=2) + '\n')
 
 
+def _run_around(path: pathlib.Path) -> pathlib.Path | None:
+  """The bertjax run folder `path` is or is inside, if any."""
+  for folder in (path, *path.parents):
+    if (folder / 'checkpoints').is_dir() and (folder / 'config.json').is_file():
+      return folder
+  return None
+
+
+def _files(folder: pathlib.Path) -> set:
+  return {str(p.relative_to(folder)) for p in folder.rglob('*') if not p.is_dir()}
+
+
 def check_output(output: pathlib.Path, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
-  source itself, a folder inside or around it, a bertjax run, or (without --overwrite) any
-  non-empty folder; --overwrite replaces only what an earlier export wrote."""
+  source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
+  --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote."""
   if output.exists() and not output.is_dir():
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
   if source and '://' not in source:
@@ -100,18 +114,41 @@ def check_output(output: pathlib.Path, overwrite: bool, source: str = ''):
       raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
                             f'written beside its source, never over or around it; pass e.g. '
                             f'--output={src.parent / (src.name + "_export")}.')
+  if (run := _run_around(output.resolve())) is not None:
+    raise FileExistsError(f'--output={output} is {"" if run == output.resolve() else "inside "}'
+                          f'the bertjax run {run}: an export is never written into a run; '
+                          'choose a directory outside it.')
   if not output.is_dir() or not any(output.iterdir()):
     return
-  if (output / 'checkpoints').is_dir() or (output / '.lock').exists():
-    raise FileExistsError(f'--output={output} holds a bertjax run (checkpoints/): it is never '
-                          'replaced by an export; choose another directory.')
   if not overwrite:
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
-  if not any((output / name).exists() for name in EXPORT_FILES):
-    raise FileExistsError(f'--output={output} holds files no export wrote (none of '
-                          f'{", ".join(EXPORT_FILES)}): --overwrite replaces only an earlier '
-                          'export; choose another directory or empty it yourself.')
+  try:
+    listed = set(json.loads((output / MANIFEST).read_text())['files'])
+  except (OSError, ValueError, KeyError, TypeError):
+    raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
+                          '--overwrite replaces only an earlier export; choose another '
+                          'directory, or empty it yourself.') from None
+  extra = sorted(_files(output) - listed - {MANIFEST})
+  if extra:
+    raise FileExistsError(f'--output={output} holds files the earlier export did not write '
+                          f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
+                          'out, or choose another directory.')
+
+
+def _write_manifest(folder: pathlib.Path, fmt: str, source: str):
+  files = sorted(_files(folder))
+  (folder / MANIFEST).write_text(json.dumps({'format': fmt, 'source': source, 'files': files},
+                                            indent=1) + '\n')
+  for name in files:  # Some writers (safetensors) create 0600 files: as readable as the rest.
+    path = folder / name
+    path.chmod(path.stat().st_mode | (0o644 & ~_umask()))
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
 
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
@@ -121,6 +158,7 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
   output = pathlib.Path(paths.absolute(str(output)))
+  sources.format_of(paths.absolute(str(source)))  # A source that does not exist, named first.
   check_output(output, overwrite, paths.absolute(str(source)))
   result = sources.load(paths.absolute(str(source)), vocab_file=vocab_file,
                         do_lower_case=do_lower_case)
@@ -130,7 +168,14 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
     if len(labels) != len(result.labels):
       raise ValueError(f'--labels names {len(labels)} classes but the model has '
                        f'{len(result.labels)}.')
+    if tuple(labels) != tuple(result.labels) and result.labels_named:
+      raise ValueError(f'{result.source} records its labels {list(result.labels)} (class 0 '
+                       f'first): --labels={",".join(labels)} would rename or reorder them; drop '
+                       '--labels.')
     result.labels = tuple(labels)
+  if max_seq_length and fmt != 'saved_model':
+    raise ValueError('--max_seq_length is the SavedModel\'s padded length: hf and tf1 keep no '
+                     'length; drop it.')
   if max_seq_length:
     result.max_seq_length = max_seq_length
   output.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +184,7 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
       _writer(fmt)(result, temp)
+      _write_manifest(temp, fmt, result.source)
     if output.exists():
       old = output.parent / f'.{output.name}.replaced-{os.getpid()}'
       output.rename(old)

@@ -110,7 +110,26 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> pathlib.P
   if 'checkpoints' in out.resolve().parts[:-1]:
     raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
+  if out.exists() and (model := _model_folder(out.resolve().parent)) is not None:
+    raise FileExistsError(f'--{flag}={output} exists in {model[1]} ({model[0]}): writing it '
+                          'would damage that model; name a new file.')
   return out
+
+
+def _model_folder(folder: pathlib.Path) -> tuple[pathlib.Path, str] | None:
+  """(folder, what it is) for `folder` or its parent when it holds a bertjax run, a
+  transformers model, an original TF1 checkpoint or a SavedModel; else None."""
+  for candidate in (folder, folder.parent):
+    if (candidate / 'checkpoints').is_dir() and (candidate / 'config.json').is_file():
+      return candidate, 'a bertjax run'
+    if (candidate / 'config.json').is_file() and any(
+        (candidate / n).exists() for n in ('model.safetensors', 'pytorch_model.bin')):
+      return candidate, 'a transformers model'
+    if (candidate / 'bert_config.json').is_file():
+      return candidate, 'an original TF1 checkpoint'
+    if (candidate / 'saved_model.pb').is_file():
+      return candidate, 'a SavedModel'
+  return None
 
 
 def write_atomically(path: pathlib.Path, text: str):

@@ -44,8 +44,10 @@ from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_tasks
+from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
 from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 
 
@@ -94,6 +96,8 @@ class Predictor:
     read = checkpoint_reader.read(workdir, step)
     logging.info('predicting with step %d of %s', read.step, workdir)
     params = read.params
+    bundle_lib.check_head(run['kind'], run['labels'], checkpoint.flatten(params),
+                          f'{read.directory}/{read.step}')
     return cls(run, params, vocab_file, batch_size)
 
   def predict(self, inputs) -> list[dict]:

@@ -1,6 +1,7 @@
 """extract_features: the original's flags and JSON, equal to transformers' hidden states."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -99,3 +100,9 @@ def test_an_output_that_would_lose_the_input_or_a_run_is_refused_first(minilm_di
     extract_features.run(str(minilm_dir), source, run_step / 'features.jsonl')
   assert not list(run_step.iterdir()) and not [p for p in tmp_path.iterdir()
                                                if p.name.startswith('.')]
+  model = tmp_path / 'model'  # The vocab of the model it reads, or any file of a model folder.
+  shutil.copytree(minilm_dir, model)
+  for output in (model / 'vocab.txt', model / 'config.json'):
+    with pytest.raises(FileExistsError, match='is the input|exists in a transformers model'):
+      extract_features.run(str(model), source, output, vocab_file=str(model / 'vocab.txt'))
+  assert (model / 'vocab.txt').read_bytes() == (minilm_dir / 'vocab.txt').read_bytes()

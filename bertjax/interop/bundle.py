@@ -60,6 +60,7 @@ class Bundle:
   vocab_file: str  # '' when the source has none beside it.
   do_lower_case: bool
   labels: tuple = ()  # Class names (classification) or tags (tagging).
+  labels_named: bool = True  # False: the source had only class numbers (a TF1 classifier).
   pooling: str = 'cls'  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'.
   max_seq_length: int = 128  # What the model was fine-tuned with (serving's padded length).
   source: str = ''  # Where it came from, for messages.
@@ -79,6 +80,17 @@ def kind_of(params: dict) -> str:
   if any(k.startswith('mlm/') for k in params):
     return 'pretraining' if any(k.startswith('nsp/') for k in params) else 'masked_lm'
   return 'encoder'
+
+
+def check_head(kind: str, labels, params: dict, source: str):
+  """The head's outputs must be what the run recorded: one per label (classification,
+  tagging), one (regression, multiple choice), two (span). `params` is flat."""
+  name = 'qa_outputs/kernel' if kind == 'span' else 'classifier/kernel'
+  want = {'classification': len(labels), 'tagging': len(labels), 'span': 2}.get(kind, 1)
+  if name in params and params[name].shape[-1] != want:
+    raise ValueError(f'{source}: its {kind} head has {params[name].shape[-1]} outputs but the run '
+                     f'recorded {want} ({list(labels) if labels else kind}): the checkpoint is not '
+                     "this run's (copied in from another?); use the run that wrote it.")
 
 
 def check_vocab(bundle: Bundle):

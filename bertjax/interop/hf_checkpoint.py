@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import re
 
 from flax import traverse_util
 import flax.linen as nn
@@ -345,6 +346,7 @@ def read(directory) -> bundle_lib.Bundle:
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=str(vocab) if vocab.is_file() else '',
       do_lower_case=do_lower_case, labels=_labels(hf_config, kind), pooling=pooling,
+      labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in _labels(hf_config, kind)),
       max_seq_length=max_seq_length, source=str(directory))
   bundle_lib.check_vocab(result)
   return result

@@ -208,7 +208,8 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab_file,
       do_lower_case=_do_lower_case(folder, vocab_file),
-      labels=tuple(str(i) for i in range(num_labels)), source=prefix, ignored=tuple(ignored))
+      labels=tuple(str(i) for i in range(num_labels)), labels_named=False, source=prefix,
+      ignored=tuple(ignored))
   _read_export_meta(folder, result)
   bundle_lib.check_vocab(result)
   return result
@@ -220,6 +221,7 @@ def _read_export_meta(folder: pathlib.Path, result: bundle_lib.Bundle):
   if meta_file.is_file():
     meta = json.loads(meta_file.read_text())
     result.labels = tuple(meta.get('labels', result.labels))
+    result.labels_named = result.labels_named or 'labels' in meta
     result.max_seq_length = meta.get('max_seq_length', result.max_seq_length)
 
 

@@ -7,7 +7,8 @@ digest its meta item recorded. A newest step that cannot be read (damaged bytes,
 truncated _METADATA, a digest that disagrees) is skipped with a warning naming it and the
 previous one is read instead; a step named by the user is never replaced by another. Unlike
 training's restore nothing is moved aside: a reader may share the workdir with a live run, and
-the run that wrote a damaged step is the one to deal with it. A step that disappears while it
+the run that wrote a damaged step is the one to deal with it. Only a reader's own errors
+(memory, permissions) stop the read. A step that disappears while it
 is read (the live run's keep policy deleted it) sends the reader back to the newest step.
 """
 
@@ -22,9 +23,10 @@ import orbax.checkpoint as ocp
 
 from bertjax.training import checkpoint
 
-# Errors of a half-written or damaged orbax step that name no damage (a _METADATA missing or
-# cut short surfaces as one of these inside orbax).
-_UNREADABLE = (AttributeError, KeyError, TypeError, IndexError)
+# Errors of the reader, not of the step's bytes: they stop the read (an older step would not
+# be read any better). Anything else a step raises (orbax's errors of a missing data file, a
+# _METADATA cut short, a copied folder) makes it unreadable to a reader, which writes nothing.
+_READER_ERRORS = (MemoryError, PermissionError)
 
 
 @dataclasses.dataclass
@@ -132,10 +134,10 @@ def read(path, step: int | None = None) -> Read:
       except Exception as e:  # pylint: disable=broad-except  # Classified just below.
         if not step_dir.exists():
           break  # Deleted by a live run's keep policy while we read it.
-        if not (checkpoint.is_damage(e) or isinstance(e, _UNREADABLE)):
+        if isinstance(e, _READER_ERRORS):
           raise RuntimeError(f'checkpoint {step_dir} could not be read ({type(e).__name__}: '
-                             f'{str(e)[:300]}); its files look intact: fix the cause '
-                             '(permissions, memory) and rerun.') from e
+                             f'{str(e)[:300]}): fix the cause (permissions, memory) and '
+                             'rerun.') from e
         why = f'{type(e).__name__}: {str(e)[:200]}'
         if step is not None:
           raise checkpoint.DamagedCheckpointError(

@@ -127,8 +127,12 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
   workdir, _ = run
   source = tmp_path / 'in.txt'
   source.write_text('\n'.join(SENTENCES) + '\n')
-  result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
-                           f'--input_file={source}', f'--output_file={source}'],
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 1 and 'is the input it is made from' in result.stderr, result.stderr
+  config = (workdir / 'config.json').read_text()
+  for output, message in ((source, 'is the input it is made from'),
+                          (workdir / 'config.json', 'exists in a bertjax run')):
+    result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                             f'--input_file={source}', f'--output_file={output}'],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
   assert source.read_text() == '\n'.join(SENTENCES) + '\n'
+  assert (workdir / 'config.json').read_text() == config

@@ -2,6 +2,7 @@
 the same outputs; round trips are bit-identical; bad requests are refused and nothing is lost."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -163,9 +164,21 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
     export.export(minilm_dir, 'hf', out, overwrite=True)
   assert (out / 'keep.txt').read_text() == 'mine'
   earlier = export.export(minilm_dir, 'hf', tmp_path / 'earlier')
-  (earlier / 'stale.txt').write_text('from the earlier export')
-  export.export(minilm_dir, 'hf', earlier, overwrite=True)
-  assert not (earlier / 'stale.txt').exists() and (earlier / 'model.safetensors').exists()
+  (earlier / 'NOTES.md').write_text('mine, added to the export')
+  with pytest.raises(FileExistsError, match='did not write .*NOTES.md'):
+    export.export(minilm_dir, 'hf', earlier, overwrite=True)
+  assert (earlier / 'NOTES.md').read_text() == 'mine, added to the export'
+  (earlier / 'NOTES.md').unlink()
+  export.export(minilm_dir, 'tf1', earlier, overwrite=True)  # An earlier export: replaced.
+  assert (earlier / 'bert_config.json').exists() and not (earlier / 'model.safetensors').exists()
+  downloaded = tmp_path / 'downloaded'  # A model folder fetched by hand is not an export.
+  shutil.copytree(minilm_dir, downloaded)
+  with pytest.raises(FileExistsError, match='not written by bertjax.export'):
+    export.export(earlier, 'hf', downloaded, overwrite=True)
+  assert sorted(p.name for p in downloaded.iterdir()) == sorted(
+      p.name for p in minilm_dir.iterdir())
+  with pytest.raises(FileNotFoundError, match='nowhere does not exist'):
+    export.export(tmp_path / 'nowhere', 'hf', tmp_path / 'out')
   assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')]
 
   _, _, tagger = random_bundle('tagging', minilm_dir)
@@ -248,10 +261,16 @@ def test_an_export_never_goes_over_around_or_into_its_source_or_a_run(fine_tuned
   other_run = tmp_path / 'other_run'
   (other_run / 'checkpoints').mkdir(parents=True)
   (other_run / 'config.json').write_text('{}')
-  with pytest.raises(FileExistsError, match='holds a bertjax run'):
-    export.export(workdir, 'hf', other_run, overwrite=True)
+  for output in (other_run, other_run / 'checkpoints' / '9', other_run / 'hf'):
+    with pytest.raises(FileExistsError, match='the bertjax run .*other_run'):
+      export.export(workdir, 'hf', output, overwrite=True)
+  with pytest.raises(ValueError, match="records its labels \\['0', '1'\\].* reorder"):
+    export.export(workdir, 'hf', tmp_path / 'relabelled', labels=('1', '0'))
+  with pytest.raises(ValueError, match='SavedModel.s padded length'):
+    export.export(workdir, 'hf', tmp_path / 'short', max_seq_length=8)
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')) == before
   assert (other_run / 'config.json').read_text() == '{}'
+  assert sorted(p.name for p in other_run.iterdir()) == ['checkpoints', 'config.json']
   # Beside the source is where it goes.
   out = export.export(workdir, 'hf', workdir.parent / 'run_hf')
   assert (out / 'model.safetensors').exists()

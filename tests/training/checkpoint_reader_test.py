@@ -55,7 +55,8 @@ def test_reads_the_newest_step_with_its_digests_checked(tmp_path):
   assert checkpoint_reader.read(tmp_path, step=1).step == 1
 
 
-@pytest.mark.parametrize('damage', ['flipped_bit', 'no_metadata', 'truncated_metadata', 'meta'])
+@pytest.mark.parametrize('damage', ['flipped_bit', 'no_metadata', 'truncated_metadata', 'meta',
+                                    'missing_data_file', 'copied_in'])
 def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage, caplog):
   directory = save_steps(tmp_path)
   step_dir = directory / '3'
@@ -69,6 +70,11 @@ def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage,
   elif damage == 'truncated_metadata':
     metadata = step_dir / 'state' / '_METADATA'
     metadata.write_bytes(metadata.read_bytes()[:40])
+  elif damage == 'missing_data_file':
+    largest_data_file(step_dir).unlink()
+  elif damage == 'copied_in':  # Another step's folder copied in under this name.
+    shutil.rmtree(step_dir)
+    shutil.copytree(directory / '1', step_dir)
   else:
     (step_dir / 'meta' / 'metadata').write_text('{"step": ')
   before = listing(directory)
@@ -118,4 +124,15 @@ def test_every_damaged_step_is_one_clear_error(tmp_path):
   for step in (1, 2):
     (directory / str(step) / 'state' / '_METADATA').unlink()
   with pytest.raises(checkpoint.DamagedCheckpointError, match=r'none of the checkpoints \[1, 2\]'):
+    checkpoint_reader.read(tmp_path)
+
+
+def test_a_readers_own_error_stops_the_read_and_names_the_cause(tmp_path, monkeypatch):
+  save_steps(tmp_path)
+
+  def denied(step_dir, step):
+    raise PermissionError(f'{step_dir}/state: permission denied')
+
+  monkeypatch.setattr(checkpoint_reader, '_read_step', denied)
+  with pytest.raises(RuntimeError, match='permission denied.*fix the cause'):
     checkpoint_reader.read(tmp_path)
