@@ -99,7 +99,8 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   # Deterministic (seeded): 0.091 vs 0.076 on this corpus.
   assert metrics['mlm_accuracy'] > metrics['unigram_baseline'] + 0.01, metrics
   # It leaves as transformers' BertForMaskedLM (no NSP head, no pooler) and comes back as such.
-  out = export.export(tmp_path, 'hf', tmp_path / 'hf')
+  # Beside the run (an export never goes into one).
+  out = export.export(tmp_path, 'hf', tmp_path.with_name(tmp_path.name + '_hf'))
   model, info = transformers.BertForMaskedLM.from_pretrained(str(out), output_loading_info=True)
   assert not any(info.values()), info
   assert model.config.architectures == ['BertForMaskedLM']
