@@ -82,6 +82,16 @@ def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
   path = init_from.configured(config)
   checkpoint = pathlib.Path(path) if path else default_checkpoint()
+  if workdir and pathlib.Path(workdir).exists() and not pathlib.Path(workdir).is_dir():
+    raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
+                     'similarity.txt.')
+  if workdir and (pathlib.Path(workdir) / 'checkpoints').is_dir():
+    raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
+                     'their own.')
+  if not init_from.is_transformers_dir(checkpoint):
+    raise ValueError(f'init_from={checkpoint}: embed reads a transformers BERT directory; turn a '
+                     'bertjax run or a TF1 checkpoint into one first: python -m bertjax.export '
+                     f'--from={checkpoint} --format=hf --output=<dir>.')
   model_config, params, report = hf_checkpoint.load(
       checkpoint, with_heads=False, vocab_file=checkpoint / 'vocab.txt', dtype=config.dtype)
   logging.info('imported %s: %s', checkpoint, report.summary())

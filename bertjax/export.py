@@ -221,7 +221,9 @@ def _define_flags():
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:  # `predict --workdir=RUN in.txt` would otherwise read stdin and wait.
+    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
+                         '(--input_file=..., --output_file=...).')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (an export is renamed into place only when complete)'))

@@ -144,6 +144,15 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
 FLAGS = flags.FLAGS
 
 
+def _layers(text: str) -> tuple:
+  try:
+    layers = tuple(int(x) for x in text.split(','))
+  except ValueError:
+    raise ValueError(f'--layers={text!r}: comma-separated layer numbers, e.g. -1,-2,-3,-4 (-1 is '
+                     'the last layer, 0 the embeddings).') from None
+  return layers
+
+
 def _define_flags():
   """Flags exist only when this module is the program (tests import the library part)."""
   flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line.')
@@ -164,7 +173,9 @@ def _define_flags():
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:  # `predict --workdir=RUN in.txt` would otherwise read stdin and wait.
+    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
+                         '(--input_file=..., --output_file=...).')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (features are written whole or not at all)'))
@@ -173,7 +184,7 @@ def main(argv):
     if not init:
       raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
     run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file,
-        layers=tuple(int(x) for x in FLAGS.layers.split(',')),
+        layers=_layers(FLAGS.layers),
         max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
         vocab_file=FLAGS.vocab_file,
         do_lower_case=FLAGS.do_lower_case,

@@ -88,6 +88,8 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   """The lines of a UTF-8 text file given by --`flag` (split_lines' rules), or an error saying
   what to do."""
   path = pathlib.Path(path)
+  if path.is_dir():
+    raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
   if not path.is_file():
     raise FileNotFoundError(f'--{flag}={path} does not exist.')
   try:

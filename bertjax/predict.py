@@ -176,15 +176,18 @@ class Predictor:
 
   def _outputs(self, feature_arrays: dict) -> np.ndarray:
     n = len(feature_arrays['input_ids'])
+    # Rows padded to a power of two up to batch_size: a few compiled shapes, and 2 inputs with
+    # --batch_size=100000 never allocate 100000 rows.
+    size = min(self.batch_size, 1 << max(0, n - 1).bit_length())
     outputs = []
-    for start in range(0, n, self.batch_size):
+    for start in range(0, n, size):
       batch = {}
       for key in kinds.MODEL_INPUTS:
-        chunk = feature_arrays[key][start:start + self.batch_size]
-        pad = [(0, self.batch_size - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
+        chunk = feature_arrays[key][start:start + size]
+        pad = [(0, size - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
         batch[key] = np.pad(chunk, pad)
       out = np.asarray(self._apply(self.params, batch))
-      outputs.append(out[:min(self.batch_size, n - start)])
+      outputs.append(out[:min(size, n - start)])
     return np.concatenate(outputs)
 
   def _predict_classification(self, examples):
@@ -309,7 +312,9 @@ def _define_flags():
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:  # `predict --workdir=RUN in.txt` would otherwise read stdin and wait.
+    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
+                         '(--input_file=..., --output_file=...).')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'))
@@ -321,7 +326,10 @@ def main(argv):
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:
       lines, source = paths.read_stdin_lines(), '<stdin>'
-    rows = predictor.predict(read_inputs(lines, source))
+    inputs = read_inputs(lines, source)
+    if not inputs:
+      raise ValueError(f'{source} holds no inputs: one per line expected.')
+    rows = predictor.predict(inputs)
     text = ''.join(json.dumps(row, ensure_ascii=False) + '\n' for row in rows)
     if output is not None:
       paths.write_atomically(output, text)

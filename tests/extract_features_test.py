@@ -106,3 +106,9 @@ def test_an_output_that_would_lose_the_input_or_a_run_is_refused_first(minilm_di
     with pytest.raises(FileExistsError, match='is the input|exists in a transformers model'):
       extract_features.run(str(model), source, output, vocab_file=str(model / 'vocab.txt'))
   assert (model / 'vocab.txt').read_bytes() == (minilm_dir / 'vocab.txt').read_bytes()
+
+
+def test_layers_that_are_not_numbers_name_the_flag():
+  assert extract_features._layers('-1,-2') == (-1, -2)
+  with pytest.raises(ValueError, match="--layers='a,b': comma-separated layer numbers"):
+    extract_features._layers('a,b')

@@ -97,3 +97,8 @@ def test_pretraining_inputs_with_commas_in_a_name(tmp_path):
       str(tmp_path / 'my,corpus.txt')]
   assert text_input.expand_input_patterns(f'{tmp_path}/b.txt,{tmp_path}/b.txt') == [
       str(tmp_path / 'b.txt')]
+
+
+def test_a_folder_given_as_a_text_file_is_named_as_a_folder(tmp_path):
+  with pytest.raises(IsADirectoryError, match='--input_file=.* is a folder'):
+    paths.read_text_lines(tmp_path)

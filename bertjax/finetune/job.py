@@ -181,6 +181,10 @@ def setup(config, workdir: str = '') -> Setup:
   """
   mesh = sharding.make_mesh(config.mesh)
   run = trained_run(workdir)
+  if run is not None and run.get('task', config.task) != config.task:
+    raise ValueError(f'{workdir} was fine-tuned on task {run["task"]!r} ({run.get("kind")}), not '
+                     f'{config.task!r}: use its task to resume, evaluate or predict, or another '
+                     '--workdir.')
   saved = saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
   task = registry.get_task(config.task, config.data, seed=config.seed,
@@ -197,6 +201,8 @@ def setup(config, workdir: str = '') -> Setup:
   # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
   # export read the run's config.json and tokenize as training did.
   cfg.data.vocab_file = str(pathlib.Path(vocab_file).resolve())
+  # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
+  cfg.data.vocab_sha256 = init_from.file_sha256(vocab_file)
   cfg.pooling = (run['pooling'] if run is not None and 'pooling' in run
                  and config.pooling == 'auto' else resolve_pooling(config, init_path))
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
@@ -406,6 +412,10 @@ def run_predict(config, workdir: str, splits=None) -> list:
   rows_of = layout(s)
   if splits is None:
     splits = task.eval_splits if config.mode == 'eval' else task.test_splits
+  if not splits:
+    raise ValueError(f'task {task.name} has no {"eval" if config.mode == "eval" else "test"} '
+                     'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
+                                     'config.data.predict_file (or test_file)') + '.')
   written = []
   out_dir = pathlib.Path(workdir) / 'predictions' / f'{config.mode}_step_{meta["step"]}'
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):

@@ -8,6 +8,7 @@ architecture, vocab and pooling it implies, and loads its parameters: all of the
 pre-training) or the encoder only (fine-tuning, the task head fresh), checked by name and shape.
 """
 
+import hashlib
 import json
 import pathlib
 
@@ -129,6 +130,19 @@ def run_config(path: pathlib.Path) -> dict | None:
   return run
 
 
+def file_sha256(path) -> str:
+  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def _checked_vocab(path: str, run: dict) -> str:
+  """`path`, when it is the vocab the run recorded (by hash; runs before the hash: unchecked)."""
+  recorded = run.get('data', {}).get('vocab_sha256')
+  if recorded and file_sha256(path) != recorded:
+    raise ValueError(f'{path} is not the vocab this run was trained with (its sha256 differs from '
+                     'the one config.json recorded): it was edited or replaced; restore it.')
+  return path
+
+
 def vocab_file(init_from: str) -> str | None:
   """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt; a bertjax run's own copy
   (<workdir>/vocab.txt), else the vocab its config.json recorded where that still exists, else
@@ -139,14 +153,14 @@ def vocab_file(init_from: str) -> str | None:
   if is_transformers_dir(path) or tf1 is not None:
     return str(path / 'vocab.txt') if (path / 'vocab.txt').exists() else None
   folder = run_folder(path)
-  if folder is not None and (folder / RUN_VOCAB).is_file():
-    return str(folder / RUN_VOCAB)
   run = run_config(path)
+  if folder is not None and (folder / RUN_VOCAB).is_file():
+    return _checked_vocab(str(folder / RUN_VOCAB), run or {})
   if not run or 'data' not in run:
     return None
   recorded = run['data'].get('vocab_file') or ''
   if recorded and pathlib.Path(recorded).is_file():
-    return recorded
+    return _checked_vocab(recorded, run)
   if run.get('job') == 'pretrain' and not run['data'].get('train_files') and not recorded:
     from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
     return str(embedded.vocab_path())

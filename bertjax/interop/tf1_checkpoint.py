@@ -175,7 +175,10 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   if not config_file.is_file():
     raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
                             'bert_config.json released with it.')
-  config = config_from_tf1(json.loads(config_file.read_text()))
+  try:
+    config = config_from_tf1(json.loads(config_file.read_text()))
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   try:

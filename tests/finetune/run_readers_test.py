@@ -1,6 +1,7 @@
 """A fine-tuning run is read, never written, by eval, predict and export; it keeps what it needs
 (its vocab, its settings) and is never silently read as another model."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -9,10 +10,13 @@ import sys
 import finetune_runs
 import pytest
 
+from bertjax import embed
 from bertjax import export
 from bertjax import predict
 from bertjax.finetune import job
+from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
+from configs import embed as embed_config
 
 
 @pytest.fixture
@@ -42,6 +46,13 @@ def test_the_run_keeps_its_vocab_and_reads_it_after_the_original_moved(run, tmp_
   moved = predict.Predictor.from_workdir(workdir)
   assert moved.tokenizer.vocab == predict.Predictor.from_workdir(workdir).tokenizer.vocab
   assert [p['label'] for p in moved.predict(SENTENCES)] == labels
+  # Its vocab cut or edited: refused by its recorded hash (the rows would still fit the model).
+  original = kept.read_bytes()
+  kept.write_bytes(b'\n'.join(original.split(b'\n')[:100]) + b'\n')
+  with pytest.raises(ValueError, match='not the vocab this run was trained with'):
+    predict.Predictor.from_workdir(workdir)
+  with pytest.raises(ValueError, match='not the vocab this run was trained with'):
+    export.export(workdir, 'hf', tmp_path / 'hf')
   # A run from before the copy was kept, whose vocab is gone: an error, never a stand-in vocab.
   kept.unlink()
   with pytest.raises(FileNotFoundError, match='keeps no copy of its vocab'):
@@ -84,6 +95,7 @@ def test_eval_mode_leaves_a_live_runs_in_flight_save_alone(run):
 
 @pytest.mark.parametrize('override, field', [
     ({'task': 'tagging'}, None),
+    ({'task': 'cola'}, "task 'sst2'"),
     ({'data.max_seq_length': 32}, 'data.max_seq_length'),
     ({'data.do_lower_case': False}, 'data.do_lower_case'),
     ({'pooling': 'mean'}, 'pooling'),
@@ -93,7 +105,9 @@ def test_a_run_is_never_resumed_or_evaluated_as_another_model(run, override, fie
   config = finetune_runs.tiny_config(data, **{'num_epochs': 10.0,
                                               'optimizer.learning_rate': 3e-3})
   for key, value in override.items():
-    if key == 'task':  # A tagger whose tags are the classifier's label names.
+    if key == 'task' and value == 'cola':  # Refused before its data is looked for.
+      config.task = value
+    elif key == 'task':  # A tagger whose tags are the classifier's label names.
       rows = ''.join(f'{w} {i % 2}\n' + ('\n' if i % 4 == 3 else '')
                      for i, w in enumerate(finetune_runs.FILLER * 8))
       (data / 'tags.conll').write_text(rows)
@@ -136,3 +150,47 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
     assert result.returncode == 1 and message in result.stderr, result.stderr
   assert source.read_text() == '\n'.join(SENTENCES) + '\n'
   assert (workdir / 'config.json').read_text() == config
+
+
+def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch):
+  workdir, data = run
+  get_task = registry.get_task
+  monkeypatch.setattr(registry, 'get_task', lambda *a, **k: dataclasses.replace(
+      get_task(*a, **k), test_splits=()))
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mode = 'predict'
+  with pytest.raises(ValueError, match='no test data: set config.data.predict_file'):
+    job.run(config, str(workdir))
+
+
+def test_a_large_batch_size_pads_only_to_what_the_inputs_need(run, monkeypatch):
+  workdir, _ = run
+  small = predict.Predictor.from_workdir(workdir).predict(SENTENCES)
+  huge = predict.Predictor.from_workdir(workdir, batch_size=1 << 20)
+  shapes = []
+  apply = huge._apply
+  monkeypatch.setattr(huge, '_apply', lambda p, b: shapes.append(b['input_ids'].shape) or apply(
+      p, b))
+  assert huge.predict(SENTENCES) == small
+  assert [s[0] for s in shapes] == [2]
+
+
+def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path):
+  workdir, _ = run
+  config = embed_config.get_config(f'init_from={workdir}')
+  with pytest.raises(ValueError, match='embed reads a transformers BERT directory.*export'):
+    embed.run(config, str(tmp_path / 'out'))
+  (tmp_path / 'file').write_text('x')
+  with pytest.raises(ValueError, match='is a file'):
+    embed.run(embed_config.get_config(), str(tmp_path / 'file'))
+  with pytest.raises(ValueError, match='is a training run'):
+    embed.run(embed_config.get_config(), str(workdir))
+
+
+def test_tools_refuse_positional_arguments(run, tmp_path):
+  workdir, _ = run
+  (tmp_path / 'in.txt').write_text(SENTENCES[0] + '\n')
+  result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                           str(tmp_path / 'in.txt')], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode != 0 and 'unexpected arguments' in result.stderr, result.stderr

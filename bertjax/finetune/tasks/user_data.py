@@ -128,6 +128,7 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
       records.append((number, record))
     return records
   # The csv module's own line rules (newline='' semantics): a form feed, U+2028... is text.
+  csv.field_size_limit(1 << 30)  # A long document is a valid field (the default stops at 128 KB).
   reader = csv.reader(io.StringIO(text, newline=''),
                       delimiter='\t' if fmt == 'tsv' else ',',
                       quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)

@@ -298,3 +298,13 @@ def test_a_tagging_task_with_an_extra_column_in_eval_is_refused(tmp_path):
   assert task.main_metric == 'f1'
   with pytest.raises(ValueError, match=r'eval.conll:3: 4 columns where line 1 has 3'):
     task.read('validation')
+
+
+def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+  document = 'word ' * 60000  # 300 KB: csv's default limit is 128 KB.
+  (tmp_path / 'train.csv').write_text(f'text,label\n"{document}",long\nshort,short\n')
+  (tmp_path / 'eval.csv').write_text('text,label\nshort,short\n')
+  task = registry.get_task('classification', _data(train_file=str(tmp_path / 'train.csv'),
+                                                   eval_file=str(tmp_path / 'eval.csv')))
+  examples, _ = task.read('train')
+  assert sorted(len(e.text_a) for e in examples) == [5, len(document.strip())]
