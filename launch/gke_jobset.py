@@ -47,11 +47,11 @@ def _define_flags():
   """Flags exist only when this module is the program (tests import the functions)."""
   flags.DEFINE_string('name', None, 'JobSet name (lowercase letters, digits, -).')
   flags.DEFINE_string('accelerator_type', None, 'Per slice, e.g. v5litepod-16, v6e-8.')
-  flags.DEFINE_integer('num_slices', 1, 'Slices joined over DCN (multi-slice).')
+  flags.DEFINE_integer('num_slices', 1, 'Slices joined over DCN (multi-slice).', lower_bound=1)
   flags.DEFINE_string('image', None, 'Container image with bertjax (launch/Dockerfile).')
   flags.DEFINE_string('workdir', None, 'Run directory in a bucket: gs://...')
   flags.DEFINE_bool('spot', False, 'Schedule on spot node pools (the run resumes).')
-  flags.DEFINE_integer('max_restarts', 10, 'JobSet restarts (preemptions).')
+  flags.DEFINE_integer('max_restarts', 10, 'JobSet restarts (preemptions).', lower_bound=0)
   flags.DEFINE_string('output', '', 'Manifest path (default <name>.jobset.yaml).')
   flags.DEFINE_bool('apply', False, 'kubectl apply it, stream the log, delete at end.')
   flags.DEFINE_bool('keep', False, 'With --apply: leave the JobSet at the end.')
@@ -144,6 +144,20 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
   }
 
 
+def check_output(path: pathlib.Path):
+  """Refuses a --output that is a folder or a file other than a JobSet manifest (a user's file
+  is never replaced by a manifest)."""
+  if path.is_dir():
+    raise ValueError(f'--output={path} is a folder: name the manifest file to write.')
+  if path.exists():
+    try:
+      kind = yaml.safe_load(path.read_text()).get('kind')
+    except Exception:  # pylint: disable=broad-except  # Not YAML, not a mapping: not ours.
+      kind = None
+    if kind != 'JobSet':
+      raise ValueError(f'--output={path} exists and is not a JobSet manifest: name a new file.')
+
+
 def write(spec: dict, path: pathlib.Path) -> pathlib.Path:
   path.write_text(yaml.safe_dump(spec, sort_keys=False))
   return path
@@ -202,6 +216,7 @@ def main(argv):
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
     config_check.check_args(argv[1:])
+    check_output(pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)

@@ -26,6 +26,7 @@ tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
 """
 
 import dataclasses
+import re
 import shlex
 import sys
 import time
@@ -52,8 +53,10 @@ _GIT_REF = flags.DEFINE_string('git_ref', '', 'Install bertjax from this pip ref
                                'git+https://github.com/ORG/bertjax@v0.2) instead of a wheel.')
 _AOT_CHECK = flags.DEFINE_bool('aot_check', False, 'Compile the step for the slice first.')
 _KEEP = flags.DEFINE_bool('keep', False, 'Leave the slice running at the end.')
-_MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preemptions.')
-_POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls.')
+_MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preemptions.',
+                                     lower_bound=0)
+_POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls.',
+                             lower_bound=0.0)
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands, one per line; run none.')
 
 
@@ -81,8 +84,11 @@ class Slice:
 
 
 def check(tpu: Slice, workdir: str):
-  """Refuses an unknown accelerator type or zone (listing the known ones), a spot and reserved
-  request at once, and a local workdir on a multi-host slice."""
+  """Refuses a name GCP would refuse, an unknown accelerator type or zone (listing the known
+  ones), a spot and reserved request at once, and a local workdir on a multi-host slice."""
+  if not re.fullmatch(r'[a-z]([-a-z0-9]{0,61}[a-z0-9])?', tpu.name or ''):
+    raise ValueError(f'--name={tpu.name!r}: a TPU VM name is lowercase letters, digits and '
+                     'hyphens, starting with a letter (at most 63).')
   if tpu.accelerator_type not in cloud.SLICES:
     raise ValueError(f'unknown accelerator type {tpu.accelerator_type!r}; known: '
                      f'{", ".join(cloud.SLICES)}')

@@ -138,6 +138,22 @@ def test_without_apply_only_the_manifest_is_written(tmp_path):
   code, out, calls = launch(tmp_path)
   assert code == 0 and calls == [], out
   assert f'kubectl apply -f {tmp_path / "bert.yaml"}' in out
+  code, out, calls = launch(tmp_path)  # Its own earlier manifest is replaced.
+  assert code == 0 and calls == [], out
+
+
+@pytest.mark.parametrize('existing, message', [('file', 'is not a JobSet manifest'),
+                                               ('folder', 'is a folder')])
+def test_the_manifest_never_replaces_a_users_file(tmp_path, existing, message):
+  target = tmp_path / 'bert.yaml'  # What launch() passes as --output.
+  if existing == 'file':
+    target.write_text('review,sentiment\ngood,pos\n')
+  else:
+    target.mkdir()
+  code, out, calls = launch(tmp_path)
+  assert code == 2 and message in out and calls == [], out
+  if existing == 'file':
+    assert target.read_text() == 'review,sentiment\ngood,pos\n'
 
 
 def test_dry_run_prints_the_commands_and_runs_none(tmp_path):

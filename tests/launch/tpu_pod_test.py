@@ -135,6 +135,8 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
      r'has 4 hosts, which cannot share the local path .* use a bucket'),
     (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-16', spot=True, reserved=True), 'gs://b/r',
      'exclude each other'),
+    (tpu_pod.Slice('Bad Name!', 'us-west4-a', 'v5litepod-16'), 'gs://b/r',
+     "--name='Bad Name!': a TPU VM name is lowercase letters"),
 ])
 def test_bad_requests_are_refused_with_the_valid_choices(tpu, workdir, message):
   with pytest.raises(ValueError, match=message):
