@@ -181,6 +181,8 @@ def main(argv):
       'nothing was written (features are written whole or not at all)'))
   init = FLAGS.init or FLAGS.init_checkpoint
   try:
+    if FLAGS.init and FLAGS.init_checkpoint:
+      raise ValueError('--init and --init_checkpoint both name a model: pass one of them.')
     if not init:
       raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
     run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file,

@@ -61,7 +61,8 @@ def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_
   assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
   err = log.read_text()
   last = err.strip().splitlines()[-1]
-  assert last.startswith(f'interrupted: the last checkpoint in {tmp_path}/w/checkpoints (step '), err
+  where = f'{tmp_path}/w/checkpoints'
+  assert last.startswith(f'interrupted: the last checkpoint in {where} (step '), err
   assert last.endswith('is intact; rerun the same command to resume from it')
   assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
   step = int(last.split('(step ')[1].split(')')[0])

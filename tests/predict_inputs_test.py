@@ -19,7 +19,8 @@ def _predictor(kind, labels=('neg', 'pos'), **data):
 
 def _examples(predictor, path):
   inputs = predict.read_inputs(paths.read_text_lines(path), str(path))
-  return [predictor._example(i, x) for i, x in enumerate(inputs)]  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  return [predictor._example(i, x) for i, x in enumerate(inputs)]
 
 
 def test_a_line_holding_u2028_or_a_form_feed_is_one_input(tmp_path):
@@ -79,9 +80,11 @@ def test_pair_and_span_fields_are_checked_too():
 
 def test_tagger_tokens_a_string_is_split_on_whitespace_and_a_list_must_hold_words():
   tagger = _predictor('tagging', labels=('O', 'B-LOC'))
-  sentence = tagger._example(0, {'tokens': 'john  lives in\tparis'})  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  sentence = tagger._example(0, {'tokens': 'john  lives in\tparis'})
   assert sentence.words == ('john', 'lives', 'in', 'paris') and len(sentence.tags) == 4
-  assert tagger._example(0, {'tokens': ['a', 'b']}).words == ('a', 'b')  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  assert tagger._example(0, {'tokens': ['a', 'b']}).words == ('a', 'b')
   with pytest.raises(ValueError, match=r'input 1: tokens\[1\] is 2, not a word'):
     tagger._example(0, {'tokens': ['a', 2]})  # pylint: disable=protected-access
   with pytest.raises(ValueError, match=r"input 1: field 'tokens' is a number"):

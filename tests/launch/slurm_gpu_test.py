@@ -4,6 +4,8 @@ import os
 import pathlib
 import subprocess
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 
@@ -40,6 +42,17 @@ def test_srun_starts_bertjax_main_with_the_flags_and_the_workdir(tmp_path):
 def test_no_workdir_prints_the_usage(tmp_path):
   result, srun_args = run_script(tmp_path)
   assert result.returncode == 2 and 'usage: sbatch' in result.stderr and srun_args is None
+
+
+@pytest.mark.parametrize('args, message', [
+    (('--config=configs/pretrain.py:size=base',),
+     'the first argument is the WORKDIR, got the flag'),
+    (('/shared/runs/base', '--config=configs/pretrain.py', '--workdir=/elsewhere'),
+     'pass the workdir as the first argument, not --workdir=/elsewhere'),
+])
+def test_a_forgotten_or_doubled_workdir_is_refused_before_srun(tmp_path, args, message):
+  result, srun_args = run_script(tmp_path, *args)
+  assert result.returncode == 2 and message in result.stderr and srun_args is None, result.stderr
 
 
 def test_the_batch_directives_ask_for_one_task_per_node_and_requeue():
