@@ -270,8 +270,6 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(tokenizer.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)
-  if vocab:
-    init_from.keep_run_vocab(workdir, vocab)
   masking = masking_config(config, vocab, plan)
   data = config.data
   batch_axes = sharding.batch_axes(rules)
@@ -331,5 +329,6 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   job = loop.Job(
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
-      describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost)
+      describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost,
+      vocab_file=vocab or '')
   return loop.run(config, workdir, mesh, job, rules=rules)

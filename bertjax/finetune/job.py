@@ -320,7 +320,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train_and_evaluate(config, workdir: str) -> dict:
   s = setup(config, workdir)
   cfg, task = s.config, s.task
-  init_from.keep_run_vocab(workdir, s.vocab_file)
   warn_unexportable(task.kind, cfg.pooling)
   rows_of = layout(s)
   skipped = {}
@@ -379,7 +378,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric,
-      sequence_cost=sequence_cost)
+      sequence_cost=sequence_cost,
+      vocab_file=s.vocab_file)
   eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=s.rules)
   eval_metrics['skipped'] = sum(skipped.values())
   return eval_metrics

@@ -27,9 +27,7 @@ ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', '
                        'max_position_embeddings', 'type_vocab_size', 'hidden_act',
                        'layer_norm_eps')
 
-# A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
-# vocab it was given moves.
-RUN_VOCAB = 'vocab.txt'
+RUN_VOCAB = checkpoint.RUN_VOCAB
 
 # Old config names of init_from, still read (with a warning naming the new one): pre-training's
 # checkpoint.init_from, fine-tuning's init, feature extraction's checkpoint.
@@ -165,23 +163,6 @@ def vocab_file(init_from: str) -> str | None:
     from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
     return str(embedded.vocab_path())
   return None
-
-
-def keep_run_vocab(workdir: str, vocab: str):
-  """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
-  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
-  if jax.process_index() != 0 or '://' in workdir:
-    return
-  kept, given = pathlib.Path(workdir) / RUN_VOCAB, pathlib.Path(vocab)
-  if kept.exists():
-    if kept.resolve() != given.resolve() and kept.read_bytes() != given.read_bytes():
-      raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
-                       f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
-                       'another --workdir for a new vocab.')
-    return
-  temp = kept.with_name(f'.{RUN_VOCAB}.tmp')
-  temp.write_bytes(given.read_bytes())
-  temp.replace(kept)
 
 
 def pooling(init_from: str) -> str | None:

@@ -321,6 +321,28 @@ def write_json(path, payload: dict):
 
 
 
+# A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
+# vocab it was given moves (interop/init_from.vocab_file reads it).
+RUN_VOCAB = 'vocab.txt'
+
+
+def keep_run_vocab(workdir: str, vocab: str):
+  """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
+  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
+  if jax.process_index() != 0 or '://' in workdir:
+    return
+  kept, given = pathlib.Path(workdir) / RUN_VOCAB, pathlib.Path(vocab)
+  if kept.exists():
+    if kept.resolve() != given.resolve() and kept.read_bytes() != given.read_bytes():
+      raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
+                       f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
+                       'another --workdir for a new vocab.')
+    return
+  temp = kept.with_name(f'.{RUN_VOCAB}.tmp')
+  temp.write_bytes(given.read_bytes())
+  temp.replace(kept)
+
+
 def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_size: int,
                           initialize):
   """(state, examples consumed, resumed?) in the one order: resume the workdir's newest

@@ -60,6 +60,7 @@ class Job:
   sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
   tokens/s and MFU figures (two-phase pre-training changes the length at a step; fine-tuning
   counts per example what its cut or packed rows compute).
+  vocab_file: the vocab the run tokenizes with, copied beside its config.json.
   """
 
   objective: train_state.Objective
@@ -69,6 +70,7 @@ class Job:
   describe: Callable[[int, dict], str]
   best_metric: str
   sequence_cost: Callable[[int], tuple[float, float]]
+  vocab_file: str = ''  # Kept in the workdir (checkpoint.RUN_VOCAB) once the run trains.
 
 
 class _Preemption:
@@ -251,6 +253,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
     return _read_json(f'{workdir}/eval_results.json') or {}
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
+  if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
+    checkpoint.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
