@@ -136,6 +136,12 @@ class Predictor:
           raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
       if len(parts) > 2 or not all(parts):
         raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
+      pairs = self.run.get('text_pairs')
+      if pairs is not None and pairs != (len(parts) == 2):
+        raise ValueError(
+            f'{where}: this model was fine-tuned on text pairs: give `text_a ||| text_b`.'
+            if pairs else f'{where}: this model reads one text but was given two (`|||` or a '
+            'second field): give one; a text that holds `|||` goes as JSON {"text": ...}.')
       return user_data.Example(where, parts[0], parts[1] if len(parts) > 1 else None, None)
     if kind == 'span':
       if parts is None:

@@ -12,7 +12,7 @@ from bertjax import predict
 def _predictor(kind, labels=('neg', 'pos'), **data):
   """A Predictor with no model: enough for read_inputs / _example."""
   predictor = object.__new__(predict.Predictor)
-  predictor.kind, predictor.labels = kind, tuple(labels)
+  predictor.kind, predictor.labels, predictor.run = kind, tuple(labels), {}
   predictor.data = ml_collections.ConfigDict({'text_fields': 'text', **data})
   return predictor
 

@@ -323,7 +323,10 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   warn_unexportable(task.kind, cfg.pooling)
   rows_of = layout(s)
   skipped = {}
-  _, train_features, _ = _featurized(s, 'train', True, skipped)
+  train_examples, train_features, _ = _featurized(s, 'train', True, skipped)
+  if task.kind in ('classification', 'regression'):
+    # Recorded in config.json: predict refuses a pair for a one-text model and the reverse.
+    cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)
   num_train = len(train_features['input_ids'])
   if num_train == 0:
     raise ValueError(f'task {task.name}: no training features (check config.data.data_dir).')

@@ -194,3 +194,12 @@ def test_tools_refuse_positional_arguments(run, tmp_path):
                            str(tmp_path / 'in.txt')], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode != 0 and 'unexpected arguments' in result.stderr, result.stderr
+
+
+def test_a_one_text_model_refuses_a_pair_and_reads_json_text_as_written(run):
+  workdir, _ = run
+  assert json.loads((workdir / 'config.json').read_text())['text_pairs'] is False
+  predictor = predict.Predictor.from_workdir(workdir)
+  with pytest.raises(ValueError, match='input 1: this model reads one text but was given two'):
+    predictor.predict(['the king ||| doth speak'])
+  assert len(predictor.predict([{'text': 'the king ||| doth speak'}])) == 1
