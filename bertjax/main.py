@@ -134,45 +134,16 @@ def _first_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else ''
 
 
-def _load_config(spec: str):
-  """The ConfigDict of `--config=path.py[:arg]`, loaded as config_flags does."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  path, _, arg = spec.partition(':')
-  module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
 def _config_field_error(argv) -> str | None:
   """'unknown config field X; closest valid names: ...' for a mistyped --config.X, else None."""
-  import difflib  # pylint: disable=g-import-not-at-top
   spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
   if spec is None:
     return None
   try:
-    config = _load_config(spec)
+    config = config_check.load_config(spec)
   except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
     return None
-  names = _field_names(config)
-  for arg in argv:
-    if arg.startswith('--config.'):
-      field = arg[len('--config.'):].split('=', 1)[0]
-      if field not in names:
-        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
-        listed = (f'closest valid names: {", ".join(close)}' if close else
-                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
-        return f'unknown config field {field!r} (in {arg}); {listed}'
-  return None
-
-
-def _field_names(config, prefix='') -> list[str]:
-  names = []
-  for key, value in config.items():
-    names.append(prefix + key)
-    if hasattr(value, 'items'):
-      names.extend(_field_names(value, f'{prefix}{key}.'))
-  return names
+  return config_check.unknown_field(config, argv)
 
 
 def parse_flags(argv):

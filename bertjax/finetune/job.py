@@ -139,14 +139,6 @@ RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_se
               'data.max_query_length')
 
 
-def _field(tree, dotted: str):
-  for key in dotted.split('.'):
-    if not hasattr(tree, 'keys') or key not in tree:
-      return None
-    tree = tree[key]
-  return tree
-
-
 def trained_run(workdir: str) -> dict | None:
   """The config.json of a run in `workdir` that saved at least one checkpoint, else None."""
   if not workdir:
@@ -163,9 +155,9 @@ def trained_run(workdir: str) -> dict | None:
 
 def check_against_run(cfg, run: dict, workdir: str):
   """Refuses settings that differ from what the run in `workdir` was trained with."""
-  differ = [f'{f} {_field(run, f)!r} (the run) vs {_field(cfg, f)!r}' for f in RUN_FIELDS
-            if _field(run, f) is not None and _field(cfg, f) is not None
-            and _field(run, f) != _field(cfg, f)]
+  values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in RUN_FIELDS}
+  differ = [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
+            if old is not None and new is not None and old != new]
   if differ:
     raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
                      'those overrides to resume, evaluate or predict with the run as trained '

@@ -34,7 +34,7 @@ RUN_VOCAB = checkpoint.RUN_VOCAB
 DEPRECATED_NAMES = ('checkpoint.init_from', 'init', 'checkpoint')
 
 
-def _lookup(config, dotted: str):
+def lookup(config, dotted: str):
   """config's value at a dotted name, or None where it has no such field."""
   value = config
   for key in dotted.split('.'):
@@ -48,7 +48,7 @@ def configured(config) -> str:
   """config.init_from, or a deprecated name's value with a warning that names init_from."""
   path = config.init_from
   for name in DEPRECATED_NAMES:
-    old = _lookup(config, name)
+    old = lookup(config, name)
     if not isinstance(old, str) or not old:
       continue
     logging.warning('config.%s is deprecated: use config.init_from (the same meaning in every '

@@ -290,12 +290,33 @@ def _field_names(config, prefix='') -> list[str]:
   return names
 
 
+def unknown_field(config, args) -> str | None:
+  """'unknown config field X; closest valid names: ...' for the first --config.X in `args` that
+  `config` lacks, else None."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  names = _field_names(config)
+  for arg in args:
+    if arg.startswith('--config.'):
+      field = arg[len('--config.'):].split('=', 1)[0]
+      if field not in names:
+        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
+        listed = (f'closest valid names: {", ".join(close)}' if close else
+                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
+        return f'unknown config field {field!r} (in {arg}); {listed}'
+  return None
+
+
+def load_config(spec: str):
+  """The ConfigDict of `--config=path.py[:arg]`, loaded as config_flags does."""
+  path, _, arg = spec.partition(':')
+  return _load_config_file(path, arg)
+
+
 def check_args(main_args) -> object:
   """Loads the config of bertjax.main's `main_args` (--config=FILE[:ARG] and --config.X=V, as
   its --config flag does) and checks it; returns the ConfigDict. Raises ValueError with one line
   for a missing --config, a file that does not load, an unknown field, a value of the wrong
   type or out of range."""
-  import difflib  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   config_args = [a for a in main_args if a == '--config' or a.startswith(('--config=',
@@ -321,15 +342,8 @@ def check_args(main_args) -> object:
     base = _load_config_file(path, arg)
   except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
     raise ValueError(f'--config={spec} does not load: {_one_line(e)}') from None
-  names = _field_names(base)
-  for arg in config_args:
-    if arg.startswith('--config.'):
-      field = arg[len('--config.'):].split('=', 1)[0]
-      if field not in names:
-        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
-        listed = (f'closest valid names: {", ".join(close)}' if close else
-                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
-        raise ValueError(f'unknown config field {field!r} (in {arg}); {listed}')
+  if (unknown := unknown_field(base, config_args)) is not None:
+    raise ValueError(unknown)
   try:
     config = parse(config_args)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
