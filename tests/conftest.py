@@ -13,6 +13,8 @@ os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 
 import pytest  # noqa: E402
 
+from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: E402,F401  (fixtures)
+
 
 def _missing(msg: str):
   """Reference data .ci/run installs: a failure on CI, elsewhere a skip that says how."""

@@ -1,0 +1,361 @@
+"""One file system for every path a user gives: local paths through the OS, URLs (gs://, s3://,
+memory://, ...) through fsspec (gcsfs for gs://, s3fs for s3:// where installed), with one set
+of error messages for a missing file, a missing bucket, no permission and no network.
+
+Every reader and writer of bertjax outside the training loop's own clients (tf.data reads its
+input files through TensorFlow's file systems; orbax writes checkpoints through etils.epath and
+tensorstore) goes through these functions. Libraries that only take local paths (TensorFlow's
+SavedModel and TF1 writers, transformers' folder readers) get one through `local_copy` (a
+remote file or folder downloaded to a temporary folder) or `staged_folder` (written locally,
+then uploaded whole once the block succeeds).
+
+Object stores have no rename and no folders: an atomic write there is one object put (the
+object appears whole or not at all); `makedirs` is a no-op; a "folder" exists when an object
+lies under it. Transient errors (timeouts, 429, 5xx) are retried with backoff by the client
+library (gcsfs: 6 tries); what still fails is reported in one line naming the URL as given.
+"""
+
+import builtins
+import contextlib
+import functools
+import glob as globlib
+import os
+import posixpath
+import shutil
+import socket
+import tempfile
+
+# gcsfs' default file system asks the storage-control API for every bucket's layout first (for
+# zonal buckets); without network that alone takes a minute. Opt back in by setting it to true.
+os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+
+_STORE_HINTS = {
+    'gs': 'check the bucket name, your credentials (`gcloud auth application-default login`) '
+          'and its IAM roles',
+    's3': 'check the bucket name, your AWS credentials and the bucket policy',
+}
+
+
+def is_remote(path) -> bool:
+  """True for a URL (gs://, s3://, memory://, ...); False for a local path or file:// URL."""
+  text = os.fspath(path) if not isinstance(path, str) else path
+  return '://' in text and not text.startswith('file://')
+
+
+def _local(path) -> str:
+  text = os.fspath(path)
+  return text[len('file://'):] if text.startswith('file://') else text
+
+
+def join(path, *parts) -> str:
+  """`path`/`parts` joined with / for a URL, the OS separator for a local path."""
+  path = os.fspath(path)
+  return posixpath.join(path, *parts) if is_remote(path) else os.path.join(_local(path), *parts)
+
+
+def parent(path) -> str:
+  """The folder holding `path` (a URL stays a URL)."""
+  path = os.fspath(path).rstrip('/') if is_remote(path) else os.fspath(path)
+  return posixpath.dirname(path) if is_remote(path) else os.path.dirname(_local(path))
+
+
+def name(path) -> str:
+  """The last part of `path`."""
+  path = os.fspath(path)
+  return posixpath.basename(path.rstrip('/')) if is_remote(path) else os.path.basename(path)
+
+
+@functools.cache
+def _filesystem(protocol: str):
+  import fsspec  # pylint: disable=g-import-not-at-top
+  try:
+    return fsspec.filesystem(protocol)
+  except (ImportError, ValueError) as e:
+    package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)
+    hint = f'pip install {package}' if package else 'install the fsspec package for it'
+    raise ValueError(f'{protocol}:// paths need a file system client: {hint}.') from e
+
+
+_REACHED = set()
+
+
+def _check_reachable(protocol: str, path: str):
+  """A fast, clear error when gs:// has no network: the client would retry for a minute first.
+  One TCP connection to the service (10 s at most), once per process."""
+  if protocol not in ('gs', 'gcs') or protocol in _REACHED:
+    return
+  endpoint = os.environ.get('STORAGE_EMULATOR_HOST', 'https://storage.googleapis.com')
+  scheme, _, hostport = endpoint.partition('://')
+  host, _, port = (hostport or scheme).rstrip('/').partition(':')
+  port = int(port) if port else (80 if scheme == 'http' else 443)
+  try:
+    socket.create_connection((host, port), timeout=10).close()
+  except OSError as e:
+    raise ConnectionError(f'{path}: the storage service ({host}:{port}) cannot be reached: '
+                          f'check the network and retry ({e}).') from None
+  _REACHED.add(protocol)
+
+
+def _fs(path):
+  """(fsspec file system, path as it knows it) for a URL."""
+  path = os.fspath(path)
+  protocol = path.split('://', 1)[0]
+  _check_reachable(protocol, path)
+  fs = _filesystem(protocol)
+  return fs, fs._strip_protocol(path)  # pylint: disable=protected-access
+
+
+def _bucket(path) -> str:
+  protocol, rest = os.fspath(path).split('://', 1)
+  return f'{protocol}://{rest.split("/", 1)[0]}'
+
+
+def _describe(error: BaseException, path) -> BaseException:
+  """The error a user can act on for `error` raised while reaching `path` (the URL as given)."""
+  path = os.fspath(path)
+  protocol = path.split('://', 1)[0] if is_remote(path) else ''
+  hint = _STORE_HINTS.get(protocol, 'check the URL and your credentials')
+  code = getattr(error, 'code', None)
+  text = str(error)
+  if isinstance(error, FileNotFoundError):
+    if is_remote(path) and path.split('://', 1)[1].strip('/'):
+      bucket = _bucket(path)
+      try:
+        missing_bucket = bucket != path.rstrip('/') and not _fs(bucket)[0].exists(
+            _fs(bucket)[1])
+      except Exception:  # pylint: disable=broad-except
+        missing_bucket = False
+      if missing_bucket:
+        return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these '
+                                 f'credentials cannot see it: {hint}.')
+    return FileNotFoundError(f'{path} does not exist.')
+  if isinstance(error, PermissionError) or code in (401, 403) or text.startswith('Forbidden'):
+    return PermissionError(f'{path}: no permission: {hint}.')
+  if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
+      'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
+    return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
+                           f'keeps failing): check the network and retry ({text.splitlines()[0] if text else type(error).__name__}).')
+  return error
+
+
+@contextlib.contextmanager
+def _reaching(path):
+  """Turns a client's errors on `path` into `_describe`'s."""
+  try:
+    yield
+  except (IsADirectoryError, NotADirectoryError, FileExistsError, UnicodeDecodeError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    described = _describe(e, path)
+    if described is e:
+      raise
+    raise described from None
+
+
+def open(path, mode: str = 'r', encoding: str | None = 'utf-8'):  # pylint: disable=redefined-builtin
+  """A file object for `path`. Writing to a URL puts one object when the file is closed."""
+  if 'b' in mode:
+    encoding = None
+  if not is_remote(path):
+    if 'r' in mode and os.path.isdir(_local(path)):
+      raise IsADirectoryError(f'{path} is a folder: name a file.')
+    with _reaching(path):
+      return builtins.open(_local(path), mode, encoding=encoding)  # pylint: disable=consider-using-with
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    if 'r' in mode and not fs.isfile(stripped):
+      if fs.isdir(stripped):
+        raise IsADirectoryError(f'{path} is a folder: name a file.')
+      raise FileNotFoundError(stripped)
+    return fs.open(stripped, mode, encoding=encoding)
+
+
+def read_bytes(path) -> bytes:
+  """The whole file."""
+  if not is_remote(path):
+    if os.path.isdir(_local(path)):
+      raise IsADirectoryError(f'{path} is a folder: name a file.')
+    with _reaching(path), builtins.open(_local(path), 'rb') as f:
+      return f.read()
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    if fs.isdir(stripped) and not fs.isfile(stripped):
+      raise IsADirectoryError(f'{path} is a folder: name a file.')
+    return fs.cat_file(stripped)
+
+
+def read_text(path) -> str:
+  """The whole file as UTF-8 text, or an error naming the file and the first bad byte."""
+  data = read_bytes(path)
+  try:
+    return data.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+
+
+def write_atomically(path, data: str | bytes):
+  """Writes a file whole or not at all: locally a temp file beside it renamed into place (two
+  writers at once each write their own), remotely one object put."""
+  if isinstance(data, str):
+    data = data.encode('utf-8')
+  if is_remote(path):
+    fs, stripped = _fs(path)
+    with _reaching(path):
+      fs.pipe_file(stripped, data)
+    return
+  path = _local(path)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  from bertjax import console  # pylint: disable=g-import-not-at-top
+  temp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                      f'.{os.path.basename(path)}.{os.getpid()}.tmp')
+  try:
+    with console.temporary(temp):
+      with builtins.open(temp, 'wb') as f:
+        f.write(data)
+      os.replace(temp, path)
+  finally:
+    if os.path.exists(temp):
+      os.unlink(temp)
+
+
+def exists(path) -> bool:
+  if not is_remote(path):
+    return os.path.exists(_local(path))
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    return fs.exists(stripped)
+
+
+def isdir(path) -> bool:
+  """A local folder, or a URL some object lies under (or a bucket)."""
+  if not is_remote(path):
+    return os.path.isdir(_local(path))
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    return fs.isdir(stripped)
+
+
+def isfile(path) -> bool:
+  if not is_remote(path):
+    return os.path.isfile(_local(path))
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    return fs.isfile(stripped)
+
+
+def size(path) -> int:
+  """The file's size in bytes."""
+  if not is_remote(path):
+    return os.path.getsize(_local(path))
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    return fs.size(stripped)
+
+
+def listdir(path) -> list[str]:
+  """The names (not paths) directly in a folder, sorted."""
+  if not is_remote(path):
+    return sorted(os.listdir(_local(path)))
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    if not fs.isdir(stripped):
+      raise FileNotFoundError(stripped)
+    return sorted(posixpath.basename(p.rstrip('/')) for p in fs.ls(stripped, detail=False)
+                  if p.rstrip('/') != stripped.rstrip('/'))
+
+
+def glob(pattern) -> list[str]:
+  """The paths matching `pattern` (a URL's matches are URLs), sorted."""
+  if not is_remote(pattern):
+    return sorted(globlib.glob(_local(pattern)))
+  fs, stripped = _fs(pattern)
+  with _reaching(pattern):
+    return sorted(fs.unstrip_protocol(p) for p in fs.glob(stripped))
+
+
+def walk_files(path) -> list[str]:
+  """Every file under a folder, as paths relative to it (with /), sorted."""
+  if not is_remote(path):
+    root = _local(path)
+    found = []
+    for folder, _, names in os.walk(root):
+      found += [os.path.relpath(os.path.join(folder, n), root).replace(os.sep, '/')
+                for n in names]
+    return sorted(found)
+  fs, stripped = _fs(path)
+  with _reaching(path):
+    base = stripped.rstrip('/') + '/'
+    return sorted(p[len(base):] for p in fs.find(stripped) if p.startswith(base))
+
+
+def makedirs(path):
+  """A local folder and its parents (an object store needs none)."""
+  if not is_remote(path):
+    os.makedirs(_local(path), exist_ok=True)
+
+
+def remove(path):
+  """Deletes one file (missing: nothing to do)."""
+  if not is_remote(path):
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(_local(path))
+    return
+  fs, stripped = _fs(path)
+  with _reaching(path), contextlib.suppress(FileNotFoundError):
+    fs.rm_file(stripped)
+
+
+def rmtree(path):
+  """Deletes a folder and everything under it (missing: nothing to do)."""
+  if not is_remote(path):
+    shutil.rmtree(_local(path), ignore_errors=False) if os.path.isdir(_local(path)) else None
+    return
+  fs, stripped = _fs(path)
+  with _reaching(path), contextlib.suppress(FileNotFoundError):
+    if fs.exists(stripped):
+      fs.rm(stripped, recursive=True)
+
+
+def copy(source, destination):
+  """Copies one file; either side may be local or a URL."""
+  if not is_remote(source) and not is_remote(destination):
+    makedirs(parent(destination) or '.')
+    shutil.copyfile(_local(source), _local(destination))
+    return
+  write_atomically(destination, read_bytes(source))
+
+
+def copy_tree(source, destination):
+  """Copies every file under folder `source` to the same place under `destination`."""
+  for relative in walk_files(source):
+    copy(join(source, *relative.split('/')), join(destination, *relative.split('/')))
+
+
+@contextlib.contextmanager
+def local_copy(path):
+  """A local path holding what `path` holds: `path` itself when local, else the remote file
+  or folder downloaded to a temporary folder (deleted after the block)."""
+  if not is_remote(path):
+    yield _local(path)
+    return
+  with tempfile.TemporaryDirectory(prefix='bertjax_download_') as temp:
+    target = os.path.join(temp, name(path) or 'download')
+    if isdir(path) and not isfile(path):
+      copy_tree(path, target)
+      os.makedirs(target, exist_ok=True)
+    else:
+      copy(path, target)
+    yield target
+
+
+@contextlib.contextmanager
+def staged_folder(path):
+  """A local folder to write `path`'s files into: `path` itself when local, else a temporary
+  folder uploaded file by file to `path` once the block ends without error."""
+  if not is_remote(path):
+    os.makedirs(_local(path), exist_ok=True)
+    yield _local(path)
+    return
+  with tempfile.TemporaryDirectory(prefix='bertjax_upload_') as temp:
+    yield temp
+    copy_tree(temp, path)

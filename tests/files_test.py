@@ -1,0 +1,100 @@
+"""bertjax.files: one set of operations and error messages for local paths and URLs, checked on
+a local folder, fsspec's in-memory file system and a real GCS API served locally."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertjax import files
+
+
+@pytest.fixture(params=['local', 'memory', 'gcs'])
+def root(request, tmp_path):
+  if request.param == 'local':
+    return str(tmp_path)
+  if request.param == 'memory':
+    return f'memory://files_test/{tmp_path.name}'
+  return request.getfixturevalue('gcs_bucket')
+
+
+def test_write_read_list_and_remove(root):
+  files.write_atomically(files.join(root, 'd', 'a.txt'), 'héllo\n')
+  files.write_atomically(files.join(root, 'd', 'e', 'b.bin'), b'\xff\x00')
+  assert files.read_text(files.join(root, 'd', 'a.txt')) == 'héllo\n'
+  assert files.read_bytes(files.join(root, 'd', 'e', 'b.bin')) == b'\xff\x00'
+  assert files.isdir(files.join(root, 'd')) and not files.isfile(files.join(root, 'd'))
+  assert files.isfile(files.join(root, 'd', 'a.txt'))
+  assert files.size(files.join(root, 'd', 'a.txt')) == len('héllo\n'.encode())
+  assert files.listdir(files.join(root, 'd')) == ['a.txt', 'e']
+  assert [files.name(p) for p in files.glob(files.join(root, 'd', '*.txt'))] == ['a.txt']
+  assert files.walk_files(files.join(root, 'd')) == ['a.txt', 'e/b.bin']
+  with files.open(files.join(root, 'd', 'a.txt')) as f:
+    assert f.read() == 'héllo\n'
+  with files.open(files.join(root, 'w.txt'), 'w') as f:
+    f.write('one\n')
+  assert files.read_text(files.join(root, 'w.txt')) == 'one\n'
+  files.copy(files.join(root, 'd', 'a.txt'), files.join(root, 'copy.txt'))
+  assert files.read_text(files.join(root, 'copy.txt')) == 'héllo\n'
+  files.remove(files.join(root, 'copy.txt'))
+  assert not files.exists(files.join(root, 'copy.txt'))
+  files.rmtree(files.join(root, 'd'))
+  assert not files.exists(files.join(root, 'd'))
+
+
+def test_errors_name_the_path_as_given(root):
+  missing = files.join(root, 'nope.txt')
+  with pytest.raises(FileNotFoundError, match=f'^{missing} does not exist'):
+    files.read_bytes(missing)
+  files.write_atomically(files.join(root, 'd', 'bad.txt'), b'ok \xc3\x28')
+  with pytest.raises(ValueError, match=r'bad.txt is not UTF-8 text \(byte 3\)'):
+    files.read_text(files.join(root, 'd', 'bad.txt'))
+  with pytest.raises(IsADirectoryError):
+    files.read_bytes(files.join(root, 'd'))
+
+
+def test_local_copy_and_staged_folder(root, tmp_path):
+  files.write_atomically(files.join(root, 'src', 'x', 'y.txt'), 'y')
+  with files.local_copy(files.join(root, 'src')) as local:
+    assert os.path.isdir(local)
+    with open(os.path.join(local, 'x', 'y.txt'), encoding='utf-8') as f:
+      assert f.read() == 'y'
+  with files.staged_folder(files.join(root, 'out')) as local:
+    with open(os.path.join(local, 'z.txt'), 'w', encoding='utf-8') as f:
+      f.write('z')
+  assert files.read_text(files.join(root, 'out', 'z.txt')) == 'z'
+  if not files.is_remote(root):
+    return  # a local folder is written in place (its writers use write_atomically)
+  # A failed block uploads nothing.
+  with pytest.raises(RuntimeError):
+    with files.staged_folder(files.join(root, 'failed')) as local:
+      with open(os.path.join(local, 'z.txt'), 'w', encoding='utf-8') as f:
+        f.write('z')
+      raise RuntimeError('boom')
+  assert not files.exists(files.join(root, 'failed', 'z.txt'))
+
+
+def test_missing_bucket_is_named(gcs_emulator):  # pylint: disable=unused-argument
+  with pytest.raises(FileNotFoundError,
+                     match=r'^gs://no-such-bucket-xyz/run/config.json: the bucket '
+                           r'gs://no-such-bucket-xyz does not exist'):
+    files.read_text('gs://no-such-bucket-xyz/run/config.json')
+
+
+def test_no_network_is_one_line_within_a_minute(tmp_path):
+  """A gs:// URL with the service unreachable (a closed local port stands for no network)."""
+  env = dict(os.environ, STORAGE_EMULATOR_HOST='http://127.0.0.1:9')
+  start = time.time()
+  result = subprocess.run(
+      [sys.executable, '-c', 'from bertjax import files\n'
+       'try:\n  files.read_text("gs://some-bucket/run/config.json")\n'
+       'except ConnectionError as e:\n  print("ERROR", e)\n'],
+      env=env, capture_output=True, text=True, timeout=120, check=True)
+  assert time.time() - start < 60
+  line = [l for l in result.stdout.splitlines() if l.startswith('ERROR')]
+  assert len(line) == 1 and 'gs://some-bucket/run/config.json' in line[0], result.stdout
+  assert 'cannot be reached' in line[0]
+
+

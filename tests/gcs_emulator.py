@@ -1,0 +1,80 @@
+"""A real GCS JSON API served on 127.0.0.1 (the gcp-storage-emulator package) for tests that
+pass gs:// URLs through bertjax, in this process and in the processes it starts.
+
+Who reaches it: bertjax.files through gcsfs (STORAGE_EMULATOR_HOST), orbax's metadata through
+etils.epath's fsspec backend (EPATH_USE_TF=false: TensorFlow's GCS client has no endpoint
+setting) and orbax's arrays through tensorstore (TENSORSTORE_GCS_HTTP_URL).
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ENV_NAMES = ('STORAGE_EMULATOR_HOST', 'TENSORSTORE_GCS_HTTP_URL', 'GOOGLE_AUTH_TOKEN_FOR_TESTING',
+             'EPATH_USE_TF', 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT')
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope='session')
+def gcs_emulator():
+  """The emulator's environment (also set in os.environ for the session)."""
+  port = _free_port()
+  exe = os.path.join(os.path.dirname(sys.executable), 'gcp-storage-emulator')
+  if not os.path.exists(exe):
+    if os.environ.get('CI', '').lower() == 'true':
+      pytest.fail('gcp-storage-emulator is not installed: pip install -e ".[test]"')
+    pytest.skip('gcp-storage-emulator is not installed: pip install -e ".[test]"')
+  process = subprocess.Popen(  # pylint: disable=consider-using-with
+      [exe, 'start', '--host=127.0.0.1', f'--port={port}', '--in-memory'],
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 30
+  while True:
+    try:
+      socket.create_connection(('127.0.0.1', port), timeout=1).close()
+      break
+    except OSError:
+      if time.time() > deadline or process.poll() is not None:
+        process.kill()
+        pytest.fail('gcp-storage-emulator did not start within 30 s')
+      time.sleep(0.2)
+  url = f'http://127.0.0.1:{port}'
+  env = {'STORAGE_EMULATOR_HOST': url, 'TENSORSTORE_GCS_HTTP_URL': url,
+         'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'emulator', 'EPATH_USE_TF': 'false',
+         'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false'}
+  saved = {k: os.environ.get(k) for k in ENV_NAMES}
+  os.environ.update(env)
+  from etils.epath import gpath  # pylint: disable=g-import-not-at-top
+  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
+  from bertjax import files  # pylint: disable=g-import-not-at-top
+  files._filesystem.cache_clear()  # pylint: disable=protected-access
+  try:
+    yield env
+  finally:
+    process.kill()
+    process.wait()
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
+    gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
+    files._filesystem.cache_clear()  # pylint: disable=protected-access
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator):  # pylint: disable=redefined-outer-name,unused-argument
+  """A new, empty bucket on the emulator: its gs:// URL."""
+  import gcsfs  # pylint: disable=g-import-not-at-top
+  bucket = f'test-{uuid.uuid4().hex[:12]}'
+  gcsfs.GCSFileSystem(token='anon').mkdir(bucket)
+  return f'gs://{bucket}'
