@@ -92,8 +92,8 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
         do_lower_case: bool | None = None, bert_config_file: str = ''):
   """Writes the original's JSON lines for every input line; returns the number written."""
-  output = paths.check_output_file(output_file,
-                                   inputs=(input_file, vocab_file, bert_config_file))
+  output = pathlib.Path(paths.check_output_file(output_file,
+                                   inputs=(input_file, vocab_file, bert_config_file)))
   if bert_config_file:
     model = tf1_checkpoint.load(init, config_file=bert_config_file)
     if vocab_file:

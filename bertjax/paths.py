@@ -9,6 +9,8 @@ import pathlib
 import re
 import sys
 
+from bertjax import files
+
 # Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from
 # and its old names.
 _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from|^init|^checkpoint)$')
@@ -85,65 +87,67 @@ def read_stdin_lines() -> list[str]:
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:
-  """The lines of a UTF-8 text file given by --`flag` (split_lines' rules), or an error saying
-  what to do."""
-  path = pathlib.Path(path)
-  if path.is_dir():
+  """The lines of a UTF-8 text file (local or a URL) given by --`flag` (split_lines' rules), or
+  an error saying what to do."""
+  path = str(path)
+  if files.isdir(path) and not files.isfile(path):
     raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
-  if not path.is_file():
+  if not files.isfile(path):
     raise FileNotFoundError(f'--{flag}={path} does not exist.')
-  try:
-    return split_lines(path.read_bytes().decode('utf-8'))
-  except UnicodeDecodeError as e:
-    raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+  return split_lines(files.read_text(path))
 
 
-def check_output_file(output, flag: str = 'output_file', inputs=()) -> pathlib.Path:
-  """The absolute --`flag` path, refused before any work when writing it would lose something:
-  one of the `inputs` it was read from, a folder, or a file inside a run's checkpoints/."""
-  out = pathlib.Path(absolute(str(output)))
-  if out.is_dir():
+def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
+  """The absolute --`flag` path (or URL), refused before any work when writing it would lose
+  something: one of the `inputs` it was read from, a folder, or a file inside a run's
+  checkpoints/ or a model's folder."""
+  out = absolute(str(output))
+  if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
   for source in inputs:
-    if source and '://' not in str(source) and out.resolve() == pathlib.Path(
-        absolute(str(source))).resolve():
+    if source and _same_path(out, str(source)):
       raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '
                             'lose the input; name another file.')
-  if 'checkpoints' in out.resolve().parts[:-1]:
+  parts = (out.split('://', 1)[1].split('/') if files.is_remote(out)
+           else pathlib.Path(out).resolve().parts)
+  if 'checkpoints' in parts[:-1]:
     raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
-  if out.exists() and (model := _model_folder(out.resolve().parent)) is not None:
+  if files.exists(out) and (model := _model_folder(files.parent(_resolved(out)))) is not None:
     raise FileExistsError(f'--{flag}={output} exists in {model[1]} ({model[0]}): writing it '
                           'would damage that model; name a new file.')
   return out
 
 
-def _model_folder(folder: pathlib.Path) -> tuple[pathlib.Path, str] | None:
+def _resolved(path: str) -> str:
+  return path if files.is_remote(path) else str(pathlib.Path(path).resolve())
+
+
+def _same_path(a: str, b: str) -> bool:
+  if files.is_remote(a) or files.is_remote(b):
+    return a.rstrip('/') == b.rstrip('/')
+  return pathlib.Path(a).resolve() == pathlib.Path(absolute(b)).resolve()
+
+
+def _model_folder(folder: str) -> tuple[str, str] | None:
   """(folder, what it is) for `folder` or its parent when it holds a bertjax run, a
   transformers model, an original TF1 checkpoint or a SavedModel; else None."""
-  for candidate in (folder, folder.parent):
-    if (candidate / 'checkpoints').is_dir() and (candidate / 'config.json').is_file():
+  for candidate in (folder, files.parent(folder)):
+    if not candidate:
+      continue
+    inside = lambda *names, c=candidate: files.join(c, *names)
+    if files.isdir(inside('checkpoints')) and files.isfile(inside('config.json')):
       return candidate, 'a bertjax run'
-    if (candidate / 'config.json').is_file() and any(
-        (candidate / n).exists() for n in ('model.safetensors', 'pytorch_model.bin')):
+    if files.isfile(inside('config.json')) and any(
+        files.exists(inside(n)) for n in ('model.safetensors', 'pytorch_model.bin')):
       return candidate, 'a transformers model'
-    if (candidate / 'bert_config.json').is_file():
+    if files.isfile(inside('bert_config.json')):
       return candidate, 'an original TF1 checkpoint'
-    if (candidate / 'saved_model.pb').is_file():
+    if files.isfile(inside('saved_model.pb')):
       return candidate, 'a SavedModel'
   return None
 
 
-def write_atomically(path: pathlib.Path, text: str):
-  """Writes a text file whole or not at all (a temp file beside it, renamed into place); two
-  writers at once each write their own temp file."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  from bertjax import console  # pylint: disable=g-import-not-at-top
-  temp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-  try:
-    with console.temporary(temp):
-      temp.write_text(text, encoding='utf-8')
-      temp.replace(path)
-  finally:
-    if temp.exists():
-      temp.unlink()
+def write_atomically(path, text: str | bytes):
+  """Writes a file whole or not at all (see files.write_atomically): local or a URL."""
+  files.write_atomically(str(path), text)
