@@ -5,7 +5,6 @@ Remote paths (gs://, s3://, ...) are kept as they are; `~` is expanded.
 """
 
 import os
-import pathlib
 import re
 import sys
 
@@ -27,7 +26,7 @@ def split_list(paths: str) -> list[str]:
   """The paths (or globs) of a comma-separated setting; a value that names an existing local
   file or folder as a whole (`my,data.csv`) is that one path, commas and all."""
   whole = paths.strip()
-  if whole and '://' not in whole and os.path.exists(os.path.expanduser(whole)):
+  if whole and '://' not in whole and files.exists(os.path.expanduser(whole)):
     return [whole]
   return [p.strip() for p in paths.split(',') if p.strip()]
 
@@ -109,7 +108,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
       raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '
                             'lose the input; name another file.')
   parts = (out.split('://', 1)[1].split('/') if files.is_remote(out)
-           else pathlib.Path(out).resolve().parts)
+           else os.path.realpath(out).split(os.sep))
   if 'checkpoints' in parts[:-1]:
     raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
@@ -120,13 +119,13 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
 
 
 def _resolved(path: str) -> str:
-  return path if files.is_remote(path) else str(pathlib.Path(path).resolve())
+  return path if files.is_remote(path) else os.path.realpath(path)
 
 
 def _same_path(a: str, b: str) -> bool:
   if files.is_remote(a) or files.is_remote(b):
     return a.rstrip('/') == b.rstrip('/')
-  return pathlib.Path(a).resolve() == pathlib.Path(absolute(b)).resolve()
+  return os.path.realpath(a) == os.path.realpath(absolute(b))
 
 
 def _model_folder(folder: str) -> tuple[str, str] | None:
