@@ -1,0 +1,82 @@
+"""The workdir lock on an object store (the GCS emulator): a lock object with a lease, the
+holder's host and pid; a live holder refuses a second run, a stale one is taken over."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertjax import files
+from bertjax.training import workdir_lock
+
+# A short lease, renewed every 0.5 s, and a short read-back pause: the test waits on neither.
+HOLD = ('import sys, time; from bertjax.training import workdir_lock\n'
+        'workdir_lock.LEASE_S, workdir_lock.CONFIRM_S = 2.0, 0.1\n'
+        'with workdir_lock.locked(sys.argv[1]):\n'
+        '  print("held", flush=True); time.sleep(600)\n')
+
+
+@pytest.fixture
+def short_lease(monkeypatch):
+  monkeypatch.setattr(workdir_lock, 'LEASE_S', 2.0)
+  monkeypatch.setattr(workdir_lock, 'CONFIRM_S', 0.1)
+
+
+def test_a_live_remote_holder_refuses_a_second_run(gcs_bucket, short_lease):
+  workdir = f'{gcs_bucket}/run'
+  holder = subprocess.Popen([sys.executable, '-c', HOLD, workdir], stdout=subprocess.PIPE,
+                            text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    record = json.loads(files.read_text(f'{workdir}/.lock'))
+    assert record['pid'] == holder.pid and record['host'] == socket.gethostname()
+    time.sleep(2.5)  # Past one lease: the holder's renewals keep it.
+    with pytest.raises(workdir_lock.WorkdirInUseError,
+                       match=rf'{workdir} is in use by pid {holder.pid} on '
+                       rf'{socket.gethostname()}, running since .*another --workdir'):
+      with workdir_lock.locked(workdir):
+        pass
+    assert json.loads(files.read_text(f'{workdir}/.lock'))['renewed'] > record['renewed']
+  finally:
+    holder.kill()
+    holder.wait()
+  # Killed: its pid is dead on this host, so the lock is taken at once (no lease wait).
+  with workdir_lock.locked(workdir):
+    with workdir_lock.locked(workdir):  # Nested jobs share it.
+      assert json.loads(files.read_text(f'{workdir}/.lock'))['pid'] == os.getpid()
+  assert not files.exists(f'{workdir}/.lock')  # Removed at the end of the block.
+
+
+def test_a_stale_lock_is_taken_over(gcs_bucket, short_lease):
+  lock = f'{gcs_bucket}/run/.lock'
+  now = time.time()
+  files.write_atomically(lock, json.dumps({  # Another host whose lease expired long ago.
+      'host': 'gone-vm', 'pid': 1, 'since': now - 900, 'renewed': now - 600, 'lease_s': 120}))
+  with workdir_lock.locked(f'{gcs_bucket}/run'):
+    assert json.loads(files.read_text(lock))['host'] == socket.gethostname()
+  assert not files.exists(lock)
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], check=True,
+                        capture_output=True, text=True)
+  files.write_atomically(lock, json.dumps({  # This host, a fresh lease, a dead pid.
+      'host': socket.gethostname(), 'pid': int(dead.stdout), 'since': now, 'renewed': now,
+      'lease_s': 120}))
+  with workdir_lock.locked(f'{gcs_bucket}/run'):
+    assert json.loads(files.read_text(lock))['pid'] == os.getpid()
+  files.write_atomically(lock, json.dumps({  # Another host within its lease: refused.
+      'host': 'other-vm', 'pid': 4242, 'since': now, 'renewed': time.time(), 'lease_s': 120}))
+  with pytest.raises(workdir_lock.WorkdirInUseError, match='in use by pid 4242 on other-vm'):
+    with workdir_lock.locked(f'{gcs_bucket}/run'):
+      pass
+  assert json.loads(files.read_text(lock))['host'] == 'other-vm'  # Left as it was.
+
+
+def test_a_remote_workdir_that_is_a_file_is_named(gcs_bucket):
+  files.write_atomically(f'{gcs_bucket}/notes.txt', 'mine')
+  with pytest.raises(ValueError, match=f'--workdir={gcs_bucket}/notes.txt is a file'):
+    with workdir_lock.locked(f'{gcs_bucket}/notes.txt'):
+      pass
+  assert files.read_text(f'{gcs_bucket}/notes.txt') == 'mine'
