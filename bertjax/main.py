@@ -209,8 +209,9 @@ def main(argv):
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
     _run(argv)
-  except (ValueError, FileNotFoundError, FloatingPointError, checkpoint.DiskFullError,
-          workdir_lock.WorkdirInUseError, DistributedStartError) as e:
+  except (ValueError, FileNotFoundError, PermissionError, ConnectionError, FloatingPointError,
+          checkpoint.DiskFullError, workdir_lock.WorkdirInUseError,
+          DistributedStartError) as e:
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     sys.stderr.flush()
@@ -219,14 +220,16 @@ def main(argv):
 
 
 def _latest_checkpoint(workdir: str) -> int | None:
-  """The highest finished step in <workdir>/checkpoints (local workdirs; None if unknown)."""
-  import pathlib  # pylint: disable=g-import-not-at-top
-  if not workdir or '://' in workdir:
+  """The highest finished step in <workdir>/checkpoints (local or a URL; None if unknown)."""
+  from bertjax import files  # pylint: disable=g-import-not-at-top
+  if not workdir:
     return None
+  folder = files.join(workdir, 'checkpoints')
   try:
-    steps = [int(p.name) for p in (pathlib.Path(workdir) / 'checkpoints').iterdir()
-             if p.name.isdigit() and p.is_dir()]
-  except OSError:
+    # A finished step is a folder named by its number (orbax renames it so when complete).
+    steps = [int(n) for n in files.listdir(folder) if n.isdigit()
+             and (files.is_remote(folder) or files.isdir(files.join(folder, n)))]
+  except (OSError, ValueError):
     return None
   return max(steps, default=None)
 
@@ -240,7 +243,7 @@ def interrupted_message(config, workdir: str) -> str:
     return f'interrupted: {workdir} is unchanged; rerun the same command to start again'
   step = _latest_checkpoint(workdir)
   where = f'{workdir}/checkpoints'
-  if step is None and '://' not in workdir:
+  if step is None:
     return (f'interrupted before the first checkpoint in {where}: rerun the same command to '
             'start again')
   at = f' (step {step})' if step is not None else ''

@@ -9,7 +9,8 @@ beside them (made by another tool) are read as they are. Hidden names and direct
 match, so no temporary file of a running or killed data creation is ever read.
 
 The reports also carry the vocab the data was made with: `check_vocab` compares it with the
-model's vocab before anything is compiled.
+model's vocab before anything is compiled. Files, reports and vocabs are listed and read through
+bertjax.files (local or a URL); tf.data reads the records themselves.
 """
 
 import dataclasses
@@ -18,8 +19,8 @@ import json
 import os
 
 from absl import logging
-import tensorflow as tf
 
+from bertjax import files as files_lib
 from bertjax import paths
 from bertjax.pretraining_data import writer
 
@@ -46,12 +47,12 @@ def _patterns(file_pattern) -> list[str]:
 
 
 def _is_data_file(path: str) -> bool:
-  return not os.path.basename(path).startswith('.') and not tf.io.gfile.isdir(path)
+  return not os.path.basename(path).startswith('.') and not files_lib.isdir(path)
 
 
 def list_files(file_pattern) -> list[str]:
   """Sorted files matching comma-separated patterns or globs (or a list of them)."""
-  files = sorted({f for p in _patterns(file_pattern) for f in tf.io.gfile.glob(p)
+  files = sorted({f for p in _patterns(file_pattern) for f in files_lib.glob(p)
                   if _is_data_file(f)})
   if not files:
     raise FileNotFoundError(f'no files match {file_pattern!r}: check the path and the glob')
@@ -61,11 +62,10 @@ def list_files(file_pattern) -> list[str]:
 def _reports_in(directory: str) -> dict:
   """The create_pretraining_data reports in a directory: path -> report."""
   reports = {}
-  for path in tf.io.gfile.glob(os.path.join(directory, '*.json')):
+  for path in files_lib.glob(files_lib.join(directory, '*.json')):
     try:
-      with tf.io.gfile.GFile(path) as f:
-        report = json.load(f)
-    except (ValueError, UnicodeDecodeError, tf.errors.OpError):
+      report = json.loads(files_lib.read_text(path))
+    except (ValueError, OSError):
       continue
     if (isinstance(report, dict) and _REPORT_TOOL in str(report.get('tool', ''))
         and isinstance(report.get('output_files'), list)):
@@ -97,7 +97,7 @@ def resolve(file_pattern) -> FileSet:
       records = report.get('output_records', {})
       for path in wanted:
         name = os.path.basename(path)
-        found = tf.io.gfile.stat(path).length
+        found = files_lib.size(path)
         if name in sizes and found != sizes[name]:
           raise ValueError(
               f'{path} has {found} bytes but {report_path} recorded {sizes[name]}: the shard '
@@ -127,7 +127,7 @@ def resolved(files) -> FileSet:
 
 def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):
   """Refuses data made with another vocab than the model's, before anything is compiled."""
-  vocab_digest = writer.file_sha256(vocab_file, tf.io.gfile.GFile) if vocab_file else None
+  vocab_digest = writer.file_sha256(vocab_file) if vocab_file else None
   for report_path, report in file_set.reports.items():
     size, digest = report.get('vocab_size'), report.get('vocab_sha256')
     made_with = report.get('settings', {}).get('vocab_file') or '?'

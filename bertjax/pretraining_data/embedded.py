@@ -13,6 +13,7 @@ import pathlib
 
 from absl import logging
 
+from bertjax import files
 from bertjax.text import vocab_learner
 
 NAME = 'shakespeare_kjv'
@@ -22,7 +23,7 @@ DO_LOWER_CASE = True
 
 
 def corpus_dir() -> pathlib.Path:
-  """The folder of the embedded corpus inside the installed package."""
+  """The folder of the embedded corpus inside the installed package (always local)."""
   return pathlib.Path(__file__).resolve().parent / 'corpus'
 
 
@@ -74,7 +75,7 @@ def _complete(report, pattern, settings) -> bool:
   """True when the report exists with these settings and its shards agree with it."""
   from bertjax.input import file_set  # pylint: disable=g-import-not-at-top
   try:
-    recorded = json.loads(report.read_text())
+    recorded = json.loads(files.read_text(report))
   except (OSError, ValueError):
     return False
   wanted = dataclasses.asdict(settings)
@@ -102,7 +103,7 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   from bertjax.pretraining_data import instances  # pylint: disable=g-import-not-at-top
   from bertjax.pretraining_data import writer  # pylint: disable=g-import-not-at-top
 
-  directory = pathlib.Path(directory)
+  directory = str(directory)
   settings = instances.Settings(
       max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
       dupe_factor=dupe_factor, static_masking=static_masking, nsp=nsp,
@@ -114,14 +115,14 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   plans = {'train': (settings, 4), 'eval': (dataclasses.replace(settings, dupe_factor=2), 1)}
   globs = {}
   for split, (split_settings, shards) in plans.items():
-    prefix = directory / f'{tag}-{split}'
-    report_path = pathlib.Path(f'{prefix}.json')
+    prefix = files.join(directory, f'{tag}-{split}')
+    report_path = f'{prefix}.json'
     if jax.process_index() == 0 and not _complete(report_path, f'{prefix}-*-of-*', split_settings):
-      directory.mkdir(parents=True, exist_ok=True)
-      report = writer.create(str(corpus_path(split)), str(prefix), split_settings,
-                                vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
-                                num_output_shards=shards, num_workers=min(shards, 2),
-                                report_file=str(report_path))
+      files.makedirs(directory)
+      report = writer.create(str(corpus_path(split)), prefix, split_settings,
+                             vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
+                             num_output_shards=shards, num_workers=min(shards, 2),
+                             report_file=report_path)
       logging.info('made the embedded corpus\'s %s TFRecords: %d instances in %.1f s (%s)',
                    split, report['counts']['instances'], report['seconds'], directory)
     globs[split] = f'{prefix}-*-of-*'

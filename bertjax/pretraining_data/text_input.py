@@ -18,13 +18,13 @@ files are skipped when empty or binary (a NUL byte in the first 64 KiB).
 
 import collections
 import functools
-import glob
 import gzip
 import itertools
 import os
 
 import numpy as np
 
+from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
@@ -64,13 +64,12 @@ class Skips:
 
 
 def expand_input_patterns(patterns):
-  """Files of comma-separated paths and globs, in the order given (each glob sorted)."""
+  """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
+  (each glob sorted)."""
   files = []
   for pattern in paths_lib.split_list(patterns):  # An existing `my,corpus.txt` is one file.
-    if '://' in pattern:
-      raise ValueError(f'input {pattern!r}: only local files are read here; copy them to local '
-                       'disk, or use the TFDS builder (bertjax/pretraining_data/tfds_builder.py)')
-    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    matches = files_lib.glob(pattern if files_lib.is_remote(pattern)
+                             else os.path.expanduser(pattern))
     if not matches:
       raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
     files.extend(m for m in matches if m not in files)
@@ -80,17 +79,23 @@ def expand_input_patterns(patterns):
 
 
 def open_binary(path):
-  """Opens a text file for binary reading, decompressing it when its name ends in .gz."""
-  return gzip.open(path, 'rb') if str(path).endswith('.gz') else open(path, 'rb')
+  """Opens a text file (local or a URL) for binary reading, decompressing it when its name ends
+  in .gz."""
+  f = files_lib.open(path, 'rb')
+  if not str(path).endswith('.gz'):
+    return f
+  unzipped = gzip.GzipFile(fileobj=f, mode='rb')
+  unzipped.myfileobj = f  # Closed with it, as gzip.open's own file is.
+  return unzipped
 
 
 def usable_files(paths, skips):
   """The paths worth reading; empty, binary and non-regular files are counted in `skips`."""
   usable = []
   for path in paths:
-    if not os.path.isfile(path):
+    if not files_lib.isfile(path):
       skips.add('not_a_file', path)
-    elif os.path.getsize(path) == 0:
+    elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
     else:
       with open_binary(path) as f:

@@ -82,3 +82,22 @@ def frame(records):
   for i, record in enumerate(records):
     parts += (heads[12 * i:12 * i + 12], record, data_crc[4 * i:4 * i + 4])
   return b''.join(parts)
+
+
+def read_records(data: bytes):
+  """The records of TFRecord file bytes, in order (what `frame` wrote). A record cut short at
+  the end (a file still being written) ends the iteration; its lengths' CRC is checked, so a
+  misread length never runs away. Used to read small files (TensorBoard events) without
+  TensorFlow; tf.data reads the training data."""
+  view, offset = memoryview(data), 0
+  while offset + 12 <= len(view):
+    header = np.frombuffer(view[offset:offset + 8], np.uint8)
+    (crc,) = np.frombuffer(view[offset + 8:offset + 12], '<u4')
+    if masked_crc32c(header, [8])[0] != crc:
+      raise ValueError(f'TFRecord data is damaged at byte {offset} (length CRC)')
+    length = int(header.view('<u8')[0])
+    end = offset + 12 + length + 4
+    if end > len(view):
+      return
+    yield bytes(view[offset + 12:offset + 12 + length])
+    offset = end

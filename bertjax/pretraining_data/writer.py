@@ -12,7 +12,9 @@ worker has finished, the JSON report (settings, the vocab's sha256, the counts, 
 shard's bytes and records) is put in place first, then the shards are renamed into place one by
 one. A run killed at any moment leaves either the previous complete set, or shards that
 disagree with the report beside them, which readers refuse (input/file_set.py) and the embedded
-corpus remakes; the next run removes the temporary directories of dead runs. The same seed and
+corpus remakes; the next run removes the temporary directories of dead runs. Outputs in an
+object store (gs://...) are made in a local temporary directory and then put, the report first,
+each shard as one object (through bertjax.files); input files and vocabs may be URLs too. The same seed and
 worker count give byte-identical shards. Memory per worker is bounded by the NotNext pool, the
 shuffle buffer and one tokenization batch, never by the corpus. Records are framed by
 tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
@@ -29,12 +31,15 @@ import platform
 import resource
 import shutil
 import socket
+import tempfile
 import time
 import traceback
 
 import numpy as np
 
 import bertjax
+from bertjax import files as files_lib
+from bertjax import paths as paths_lib
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
@@ -87,10 +92,10 @@ def output_paths(output_file, num_output_shards):
   return outputs
 
 
-def file_sha256(path, opener=open) -> str:
-  """The hex sha256 of a file (the report's `vocab_sha256`); `opener` may be tf.io.gfile.GFile."""
+def file_sha256(path) -> str:
+  """The hex sha256 of a file, local or a URL (the report's `vocab_sha256`)."""
   digest = hashlib.sha256()
-  with opener(path, 'rb') as f:
+  with files_lib.open(path, 'rb') as f:
     for block in iter(lambda: f.read(1 << 20), b''):
       digest.update(block)
   return digest.hexdigest()
@@ -119,7 +124,8 @@ def run_worker(job):
     batches = instances.instance_batches(documents, job.settings, encoder,
                                                 (job.random_seed, job.worker), counts)
     rng = np.random.default_rng([job.random_seed, job.worker, 2])
-    files.extend(open(p, 'wb') for p in job.shard_parts)  # pylint: disable=consider-using-with
+    # Local temp: the parts live in the run's temporary directory (see _temp_parts).
+    files.extend(open(p, 'wb') for p in job.shard_parts)  # pylint: disable=consider-using-with  # local temp
     written, buffer, per_file = 0, [], [0] * len(files)
 
     def emit(records):
@@ -193,7 +199,7 @@ def remove_stale_temp_dirs(directory) -> list[str]:
   removed = []
   host = socket.gethostname()
   try:
-    names = os.listdir(directory)
+    names = os.listdir(directory)  # Local: remote outputs are made in a local temp directory.
   except FileNotFoundError:
     return removed
   for name in names:
@@ -213,6 +219,11 @@ def remove_stale_temp_dirs(directory) -> list[str]:
 def check_outputs(outputs, report_file):
   """Fails before any input is read when an output cannot be written where it is asked for."""
   for path in [*outputs, report_file]:
+    if files_lib.is_remote(path):
+      if files_lib.isdir(path) and not files_lib.isfile(path):
+        raise ValueError(f'output {path} is a folder: give a file path (or, with '
+                         '--num_output_shards, a prefix such as gs://bucket/dir/train)')
+      continue
     if os.path.isdir(path):
       raise ValueError(f'output {path} is a directory: give a file path (or, with '
                        '--num_output_shards, a prefix such as DIR/train)')
@@ -226,27 +237,42 @@ def check_outputs(outputs, report_file):
 
 
 def _write_json(path, value):
-  with open(path, 'w', encoding='utf-8') as f:
+  with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
     json.dump(value, f, indent=1)
     f.flush()
     os.fsync(f.fileno())
+
+
+def _put_in_place(staged, destination):
+  """Moves a finished file from its temporary directory to where it was asked for: a rename
+  beside it, or one object put for a URL."""
+  if files_lib.is_remote(destination):
+    files_lib.copy(staged, destination)
+  else:
+    os.replace(staged, destination)  # Local: both in the output's folder.
 
 
 def _temp_parts(outputs, num_workers):
   """({output: its hidden temp dir}, per worker the part files it writes), dirs created.
 
   Whole shards (shard s by worker s % W) when the worker count divides the shard count, else
-  a part of every shard per worker, concatenated in _stage.
+  a part of every shard per worker, concatenated in _stage. A remote output's temp dir is a
+  local one (tempfile), its shards put once complete.
   """
   temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
-  for directory in sorted({os.path.dirname(p) for p in outputs}):
+  made = {}
+  for directory in sorted({files_lib.parent(p) for p in outputs}):
+    if files_lib.is_remote(directory):
+      made[directory] = tempfile.mkdtemp(prefix=temp_name + '-')  # local temp
+      continue
     os.makedirs(directory, exist_ok=True)
     remove_stale_temp_dirs(directory)
-    os.makedirs(os.path.join(directory, temp_name))
-  temp_dirs = {out: os.path.join(os.path.dirname(out), temp_name) for out in outputs}
+    made[directory] = os.path.join(directory, temp_name)
+    os.makedirs(made[directory])
+  temp_dirs = {out: made[files_lib.parent(out)] for out in outputs}
 
   def part(out, suffix=''):
-    return os.path.join(temp_dirs[out], os.path.basename(out) + suffix)
+    return os.path.join(temp_dirs[out], files_lib.name(out) + suffix)
 
   if len(outputs) % num_workers == 0:
     return temp_dirs, [[part(out) for out in outputs[w::num_workers]]
@@ -281,10 +307,10 @@ def _stage(outputs, parts, temp_dirs, results):
       staged.append(parts[s % num_workers][s // num_workers])
       records.append(results[s % num_workers]['part_records'][s // num_workers])
       continue
-    staged.append(os.path.join(temp_dirs[out], os.path.basename(out)))
-    with open(staged[-1], 'wb') as merged:
+    staged.append(os.path.join(temp_dirs[out], files_lib.name(out)))
+    with open(staged[-1], 'wb') as merged:  # local temp
       for w in range(num_workers):
-        with open(parts[w][s], 'rb') as part:
+        with open(parts[w][s], 'rb') as part:  # local temp
           shutil.copyfileobj(part, merged, 1 << 22)
         os.remove(parts[w][s])
     records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
@@ -295,7 +321,7 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
             seconds):
   """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
   readers, input/file_set.py: a set that disagrees is refused)."""
-  names = [os.path.basename(o) for o in outputs]
+  names = [files_lib.name(o) for o in outputs]
   settings = job.settings
   return {
       'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
@@ -357,8 +383,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
     raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
-  outputs = [os.path.abspath(p) for p in output_paths(output_file, num_output_shards)]
-  report_file = os.path.abspath(
+  outputs = [paths_lib.absolute(p) for p in output_paths(output_file, num_output_shards)]
+  report_file = paths_lib.absolute(
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
   check_outputs(outputs, report_file)
   skips = text_input.Skips()
@@ -372,7 +398,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
-  input_bytes = sum(os.path.getsize(f) for f in files)
+  input_bytes = sum(files_lib.size(f) for f in files)
   # Both WordPiece paths give the same ids, so this choice changes only the speed.
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and
                                input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES)
@@ -395,12 +421,16 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                      records, time.perf_counter() - start)
     # The report first, then the shards (module docstring): a kill in between leaves shards
     # that disagree with the report, which readers refuse.
-    staged_report = os.path.join(temp_dirs[outputs[0]], os.path.basename(report_file))
+    staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
     _write_json(staged_report, report)
-    os.replace(staged_report, report_file)
+    if files_lib.is_remote(report_file) or files_lib.parent(report_file) == files_lib.parent(
+        outputs[0]):
+      _put_in_place(staged_report, report_file)
+    else:  # Another local folder: the rename may cross file systems.
+      files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
     for path, out in zip(staged, outputs, strict=True):
-      os.replace(path, out)
+      _put_in_place(path, out)
   finally:
     for directory in set(temp_dirs.values()):
-      shutil.rmtree(directory, ignore_errors=True)
+      shutil.rmtree(directory, ignore_errors=True)  # local temp
   return report

@@ -7,13 +7,16 @@ so scripts port unchanged, and adds HF's treatment of special tokens: `[MASK]` e
 the text stay whole. It equals HF tokenizers' BertWordPieceTokenizer (given its limit of 100
 characters a word) except where HF departs from the original: HF gives a word-final capital
 sigma the non-final σ, and deletes private-use and unassigned code points. It needs no
-TensorFlow (but for gs:// vocab files); the in-graph fast path is in `fast_tokenizer.py`.
+TensorFlow; vocab and SentencePiece files are read through bertjax.files (local or a URL); the
+in-graph fast path is in `fast_tokenizer.py`.
 """
 
 import collections
 import os
 import re
 import unicodedata
+
+from bertjax import files
 
 # Special tokens. By default they are text like any other when found in raw text ('[MASK]' ->
 # '[', 'mask', ']'), as in the original BERT tokenizer, so raw text can never inject control
@@ -43,20 +46,14 @@ def convert_to_unicode(text):
 
 
 def load_vocab(vocab_file):
-  """Reads a vocab file (one token per line) into an OrderedDict token -> id."""
+  """Reads a vocab file (one token per line; a local path or a URL such as gs://) into an
+  OrderedDict token -> id."""
   path = os.fspath(vocab_file)
-  if '://' in path:  # gs:// etc., which the original read through tf.gfile too.
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only when needed.
-
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
+  if not files.isfile(path):
     raise FileNotFoundError(
         f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped with the '
         'checkpoint (one WordPiece token per line)')
-  with opener(path, 'rb') as f:
-    data = f.read()
+  data = files.read_bytes(path)
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError as e:
@@ -361,14 +358,14 @@ class SentencePieceTokenizer:
                never_split=()):
     import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
     path = os.fspath(spm_model_file)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
       raise FileNotFoundError(
           f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model file '
           'shipped with the checkpoint')
     self.spm_model_file = path
     self.sp_model = sentencepiece.SentencePieceProcessor()
-    try:
-      self.sp_model.Load(path)
+    try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.
+      self.sp_model.LoadFromSerializedProto(files.read_bytes(path))
     except (OSError, RuntimeError) as e:
       raise ValueError(f'{path!r} is not a SentencePiece model ({e}): pass the .model file '
                        'that spm_train wrote') from None

@@ -17,14 +17,13 @@ format), or any UTF-8 text; `.gz` files are read decompressed.
 """
 
 import collections
-import gzip
 import io
 import itertools
-import os
 import types
 
 from absl import logging
 
+from bertjax import files as files_lib
 from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
 
@@ -44,8 +43,7 @@ def input_files(patterns):
 
 def read_lines(path):
   """Yields the lines of a UTF-8 text file (gzip-compressed if it ends in .gz), stripped."""
-  opener = gzip.open if os.fspath(path).endswith('.gz') else open
-  with opener(path, 'rb') as f:
+  with text_input.open_binary(path) as f:
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number, raw in enumerate(f, 1):
       try:
@@ -156,9 +154,9 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
 
 
 def write_vocab(vocab, path):
-  """Writes one token per line, UTF-8, '\\n' line ends."""
-  with open(path, 'w', encoding='utf-8', newline='\n') as f:
-    f.write(''.join(token + '\n' for token in vocab))
+  """Writes one token per line, UTF-8, '\\n' line ends (a local path or a URL, whole or not at
+  all)."""
+  files_lib.write_atomically(path, ''.join(token + '\n' for token in vocab))
 
 
 def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, **kwargs):
@@ -223,5 +221,4 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   except RuntimeError as e:
     raise ValueError(f'SentencePiece training failed: {e}; a "Vocabulary size too high" '
                      'means the corpus is too small for vocab_size: lower it') from None
-  with open(output_file, 'wb') as f:
-    f.write(model.getvalue())
+  files_lib.write_atomically(output_file, model.getvalue())

@@ -20,7 +20,7 @@ stops with an error, and so do later runs in that workdir: never a silent fresh 
 import contextlib
 import errno
 import json
-import pathlib
+import os
 import shutil
 import time
 
@@ -30,6 +30,8 @@ import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+from bertjax import files
 
 # Messages of errors that mean damaged bytes (tensorstore's status codes among them), as
 # opposed to errors of the reader (permissions, memory, a wrong path).
@@ -97,8 +99,8 @@ def _check_restored(step: int, state, meta):
 
 
 def checkpoint_dir(workdir) -> str:
-  return str(pathlib.Path(workdir) / 'checkpoints') if '://' not in str(workdir) else (
-      str(workdir).rstrip('/') + '/checkpoints')
+  return files.join(str(workdir).rstrip('/') if files.is_remote(workdir) else workdir,
+                    'checkpoints')
 
 
 def manager(workdir, config, *, best_metric: str,
@@ -176,7 +178,7 @@ def check_space(mngr: ocp.CheckpointManager, step: int, state):
   # The save in flight first (the next save would wait for it anyway): its bytes count.
   wait(mngr)
   need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
-  free = shutil.disk_usage(directory).free
+  free = shutil.disk_usage(directory).free  # A local folder (remote ones returned above).
   if free < need * 1.05 + (4 << 20):
     raise DiskFullError(f'the disk holding {directory} has {free / 2**20:.0f} MiB free, too little '
                         f'for the checkpoint of step {step} (about {need / 2**20:.0f} MiB, plus '
@@ -310,13 +312,9 @@ def flatten(tree) -> dict:
 
 
 def write_json(path, payload: dict):
-  """Atomically writes a JSON file (process 0 only)."""
+  """Atomically writes a JSON file, local or a URL (process 0 only)."""
   if jax.process_index() == 0:
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + '.tmp')
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
-    tmp.replace(path)
+    files.write_atomically(path, json.dumps(payload, indent=1, sort_keys=True))
 
 
 
@@ -329,18 +327,23 @@ RUN_VOCAB = 'vocab.txt'
 def keep_run_vocab(workdir: str, vocab: str):
   """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
   every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
-  if jax.process_index() != 0 or '://' in workdir:
+  if jax.process_index() != 0:
     return
-  kept, given = pathlib.Path(workdir) / RUN_VOCAB, pathlib.Path(vocab)
-  if kept.exists():
-    if kept.resolve() != given.resolve() and kept.read_bytes() != given.read_bytes():
+  kept = files.join(workdir, RUN_VOCAB)
+  if files.exists(kept):
+    if not _same_file(kept, vocab) and files.read_bytes(kept) != files.read_bytes(vocab):
       raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
                        f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
                        'another --workdir for a new vocab.')
     return
-  temp = kept.with_name(f'.{RUN_VOCAB}.tmp')
-  temp.write_bytes(given.read_bytes())
-  temp.replace(kept)
+  files.write_atomically(kept, files.read_bytes(vocab))
+
+
+def _same_file(a: str, b: str) -> bool:
+  """Whether two paths name one file (two URLs: the same text)."""
+  if files.is_remote(a) or files.is_remote(b):
+    return a.rstrip('/') == b.rstrip('/')
+  return os.path.realpath(a) == os.path.realpath(b)
 
 
 def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_size: int,

@@ -1,11 +1,15 @@
-"""TensorBoard event files for a local workdir, written without TensorFlow.
+"""TensorBoard event files for a workdir (local or a URL), written without TensorFlow.
 
 An event file is a TFRecord file of `Event` protos (tensorboard's own proto classes): the first
 names the file version, each next one holds a step's `Summary`. TensorBoard reads these files
 as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
 hparams as the hparams plugin's session summary. TensorFlow's import takes seconds (~4 s on 2
-cores), a real share of a short fine-tuning that never touches tf.data. A remote workdir
-(gs://...) still goes through clu's TensorFlow writer, for TensorFlow's file systems.
+cores), a real share of a short fine-tuning that never touches tf.data.
+
+An object store (gs://...) cannot append: there the file's bytes are held in memory and the
+whole object is put again at a flush (what TensorFlow's own GCS writer does), through
+bertjax.files; a write flushes when FLUSH_S have passed since the last put, and close always
+does, so TensorBoard follows the run within FLUSH_S. A failed put is retried at the next one.
 
 EventWriter has the methods of clu's MetricWriter that the loop calls (write_scalars,
 write_hparams, flush, close). Each write goes to the file at once: a few records per logged
@@ -23,24 +27,44 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 
+from bertjax import files
 from bertjax.pretraining_data import tfrecord
 
 _NUMBERS = itertools.count()  # Tells apart two writers opened in one second by one process.
+# A remote event file is put again at a write at most this often (and always at close).
+FLUSH_S = 10.0
 
 
 class EventWriter:
   """Appends events to a new events.out.tfevents.* file in `logdir` (made if missing)."""
 
   def __init__(self, logdir: str):
-    os.makedirs(logdir, exist_ok=True)
     name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.'
             f'{next(_NUMBERS)}.v2')
-    self.path = os.path.join(logdir, name)
-    # Unbuffered: each record reaches the file at once, and a failed write can be cut back.
-    self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with
-    self._size = 0  # Bytes of whole records in the file.
+    self.path = files.join(logdir, name)
+    self._remote = files.is_remote(logdir)
     self._failed = False
+    if self._remote:
+      self._data = bytearray()  # The whole file, put again at each flush.
+      self._put_at = None  # time.monotonic() of the last put (None: never put).
+      self._unput = False  # Bytes written since the last put.
+    else:
+      files.makedirs(logdir)
+      # Unbuffered: each record reaches the file at once, and a failed write can be cut back
+      # (a local path: files.open has no unbuffered mode).
+      self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with  # local path
+      self._size = 0  # Bytes of whole records in the file.
     self._write([event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2')])
+
+  def _put(self):
+    """Puts the remote file's bytes as one object; a failure is retried at the next put."""
+    try:
+      files.write_atomically(self.path, bytes(self._data))
+    except OSError as e:
+      logging.warning('TensorBoard events could not be written to %s (%s): retrying at the '
+                      'next write.', self.path, e)
+      return
+    self._put_at, self._unput = time.monotonic(), False
 
   def _write(self, events):
     """Appends whole records. A write that fails (a full disk) is cut back to the last whole
@@ -48,6 +72,12 @@ class EventWriter:
     if self._failed:
       return
     data = memoryview(tfrecord.frame([e.SerializeToString() for e in events]))
+    if self._remote:
+      self._data += data
+      self._unput = True
+      if self._put_at is None or time.monotonic() - self._put_at >= FLUSH_S:
+        self._put()
+      return
     try:
       while data:
         data = data[self._file.write(data):]
@@ -75,10 +105,15 @@ class EventWriter:
     self._write([self._summary(0, hparams_summary.hparams_pb(dict(hparams)))])
 
   def flush(self):
-    pass  # Every write is already in the file.
+    """Every local write is already in the file; a remote file is put now if it changed."""
+    if self._remote and self._unput:
+      self._put()
 
   def close(self):
-    self._file.close()
+    if self._remote:
+      self.flush()
+    else:
+      self._file.close()
 
 
 class NoWriter:

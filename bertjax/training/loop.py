@@ -15,7 +15,6 @@ need step N's state before the next step donates it).
 
 import dataclasses
 import json
-import pathlib
 import signal
 import time
 from typing import Callable
@@ -28,6 +27,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 
+from bertjax import files
 from bertjax import paths
 from bertjax.model import encoder
 from bertjax.training import checkpoint
@@ -158,7 +158,7 @@ def _write_config(config, workdir, writer, resumed_at: int | None):
     writer.write_hparams({k: v for k, v in flax.traverse_util.flatten_dict(
         config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))})
     name = 'config.json' if resumed_at is None else f'config-resumed-at-{resumed_at}.json'
-    checkpoint.write_json(f'{workdir}/{name}', json.loads(config.to_json()))
+    checkpoint.write_json(files.join(workdir, name), json.loads(config.to_json()))
 
 
 def _evaluate(job: Job, params, step: int, writer) -> dict:
@@ -172,21 +172,18 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
 
 
 def _metric_writer(workdir):
-  """TensorBoard on process 0 only; the console gets the progress line, not every scalar. A
-  local workdir's event files are written without TensorFlow (event_writer.py); a remote one's
-  through clu's writer on TensorFlow's file systems, in the background."""
+  """TensorBoard on process 0 only; the console gets the progress line, not every scalar. The
+  event files are written without TensorFlow (event_writer.py), a remote workdir's through
+  bertjax.files."""
   if jax.process_index() > 0:
     return event_writer.NoWriter()
-  if '://' not in str(workdir):
-    return event_writer.EventWriter(str(workdir))
-  from clu import metric_writers  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
-  return metric_writers.AsyncMultiWriter([metric_writers.SummaryWriter(workdir)])
+  return event_writer.EventWriter(str(workdir))
 
 
 def _read_json(path):
+  """A JSON file of the workdir (local or a URL), or None when it is missing or unreadable."""
   try:
-    with open(path, encoding='utf-8') as f:
-      return json.load(f)
+    return json.loads(files.read_text(path))
   except (OSError, ValueError):
     return None
 
@@ -194,9 +191,9 @@ def _read_json(path):
 def _check_schedule(config, workdir, step: int, schedule):
   """Warns when a resumed run's learning-rate schedule differs from the one it started with
   (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
-  resumed = sorted(pathlib.Path(workdir).glob('config-resumed-at-*.json'),
-                   key=lambda p: int(p.stem.rsplit('-', 1)[-1]))
-  last = _read_json(resumed[-1] if resumed else f'{workdir}/config.json')
+  resumed = sorted(files.glob(files.join(workdir, 'config-resumed-at-*.json')),
+                   key=lambda p: int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]))
+  last = _read_json(resumed[-1] if resumed else files.join(workdir, 'config.json'))
   if not last or 'optimizer' not in last:
     return
   old = dict(last['optimizer'])
@@ -250,7 +247,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
     mngr.close()
     logging.info('already at step %d of %d: nothing to do (raise num_train_steps to go on)',
                  start_step, total_steps)
-    return _read_json(f'{workdir}/eval_results.json') or {}
+    return _read_json(files.join(workdir, 'eval_results.json')) or {}
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
@@ -308,5 +305,5 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
     preemption.close()
     writer.close()
   if eval_metrics:
-    checkpoint.write_json(f'{workdir}/eval_results.json', eval_metrics)
+    checkpoint.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
   return eval_metrics

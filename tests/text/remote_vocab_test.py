@@ -1,0 +1,50 @@
+"""Vocab and SentencePiece files by URL (the GCS emulator): the same ids as from local files;
+learn_vocab writes to a bucket; a missing vocab is named by its URL."""
+
+import gzip
+import itertools
+
+import pytest
+
+from bertjax import files
+from bertjax.pretraining_data import embedded
+from bertjax.text import tokenizer
+from bertjax.text import vocab_learner
+
+TEXT = 'The quick brown fox, quoth the Bard, jumped over the lazy dog in 1611. Ångström!'
+
+
+def test_a_gs_vocab_gives_the_ids_of_the_local_file(gcs_bucket):
+  local = str(embedded.vocab_path())
+  files.copy(local, f'{gcs_bucket}/model/vocab.txt')
+  remote = tokenizer.FullTokenizer(f'{gcs_bucket}/model/vocab.txt', do_lower_case=True)
+  assert remote.vocab == tokenizer.load_vocab(local)
+  assert remote.encode(TEXT) == tokenizer.FullTokenizer(local, do_lower_case=True).encode(TEXT)
+
+
+def test_a_missing_gs_vocab_is_named_by_its_url(gcs_bucket):
+  with pytest.raises(FileNotFoundError, match=f"vocab file '{gcs_bucket}/nope/vocab.txt' does "
+                     'not exist'):
+    tokenizer.load_vocab(f'{gcs_bucket}/nope/vocab.txt')
+  with pytest.raises(FileNotFoundError, match=f"SentencePiece model '{gcs_bucket}/x.model'"):
+    tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/x.model')
+
+
+def test_learn_vocab_writes_to_a_bucket_and_sentencepiece_reads_it_back(gcs_bucket, tmp_path):
+  corpus = tmp_path / 'corpus.txt.gz'
+  with gzip.open(embedded.corpus_path('eval'), 'rt', encoding='utf-8') as f:
+    lines = list(itertools.islice(f, 3000))
+  files.write_atomically(f'{gcs_bucket}/text/corpus.txt.gz',
+                         gzip.compress(''.join(lines).encode()))
+  corpus.write_bytes(files.read_bytes(f'{gcs_bucket}/text/corpus.txt.gz'))
+  # Input and output in the bucket; the same model as learned from and to local files.
+  vocab_learner.learn_sentencepiece(f'{gcs_bucket}/text/*.gz', f'{gcs_bucket}/spm/m.model',
+                                    200)
+  vocab_learner.learn_sentencepiece(str(corpus), str(tmp_path / 'm.model'), 200)
+  assert files.read_bytes(f'{gcs_bucket}/spm/m.model') == (tmp_path / 'm.model').read_bytes()
+  remote = tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/spm/m.model')
+  local = tokenizer.SentencePieceTokenizer(str(tmp_path / 'm.model'))
+  assert remote.encode(TEXT) == local.encode(TEXT) and len(remote.vocab) == 200
+  words = vocab_learner.learn_wordpiece(f'{gcs_bucket}/text/corpus.txt.gz',
+                                        f'{gcs_bucket}/wp/vocab.txt', 512)
+  assert list(tokenizer.load_vocab(f'{gcs_bucket}/wp/vocab.txt')) == words
