@@ -19,6 +19,7 @@ files are skipped when empty or binary (a NUL byte in the first 64 KiB).
 import collections
 import functools
 import gzip
+import io
 import itertools
 import os
 
@@ -82,6 +83,9 @@ def open_binary(path):
   """Opens a text file (local or a URL) for binary reading, decompressing it when its name ends
   in .gz."""
   f = files_lib.open(path, 'rb')
+  if files_lib.is_remote(path):
+    # fsspec's files read lines whole (no size limit): buffered, they take readline(limit).
+    f = io.BufferedReader(f, 1 << 20)
   if not str(path).endswith('.gz'):
     return f
   unzipped = gzip.GzipFile(fileobj=f, mode='rb')
