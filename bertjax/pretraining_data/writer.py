@@ -14,8 +14,8 @@ one. A run killed at any moment leaves either the previous complete set, or shar
 disagree with the report beside them, which readers refuse (input/file_set.py) and the embedded
 corpus remakes; the next run removes the temporary directories of dead runs. Outputs in an
 object store (gs://...) are made in a local temporary directory and then put, the report first,
-each shard as one object (through bertjax.files); input files and vocabs may be URLs too. The same seed and
-worker count give byte-identical shards. Memory per worker is bounded by the NotNext pool, the
+each shard as one object (through bertjax.files); input files and vocabs may be URLs too.
+The same seed and worker count give byte-identical shards. Memory per worker is bounded by the NotNext pool, the
 shuffle buffer and one tokenization batch, never by the corpus. Records are framed by
 tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
 """
@@ -124,8 +124,8 @@ def run_worker(job):
     batches = instances.instance_batches(documents, job.settings, encoder,
                                                 (job.random_seed, job.worker), counts)
     rng = np.random.default_rng([job.random_seed, job.worker, 2])
-    # Local temp: the parts live in the run's temporary directory (see _temp_parts).
-    files.extend(open(p, 'wb') for p in job.shard_parts)  # pylint: disable=consider-using-with  # local temp
+    # The parts live in the run's temporary directory (see _temp_parts): local temp.
+    files.extend(open(p, 'wb') for p in job.shard_parts)  # local temp  # pylint: disable=R1732
     written, buffer, per_file = 0, [], [0] * len(files)
 
     def emit(records):
@@ -199,7 +199,7 @@ def remove_stale_temp_dirs(directory) -> list[str]:
   removed = []
   host = socket.gethostname()
   try:
-    names = os.listdir(directory)  # Local: remote outputs are made in a local temp directory.
+    names = os.listdir(directory)  # local temp (a remote output's are in tempfile's folder)
   except FileNotFoundError:
     return removed
   for name in names:
@@ -211,7 +211,7 @@ def remove_stale_temp_dirs(directory) -> list[str]:
     except ValueError:
       continue
     if run_host == host and not _pid_alive(pid):
-      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)  # local temp
       removed.append(os.path.join(directory, name))
   return removed
 
@@ -224,13 +224,13 @@ def check_outputs(outputs, report_file):
         raise ValueError(f'output {path} is a folder: give a file path (or, with '
                          '--num_output_shards, a prefix such as gs://bucket/dir/train)')
       continue
-    if os.path.isdir(path):
+    if files_lib.isdir(path):
       raise ValueError(f'output {path} is a directory: give a file path (or, with '
                        '--num_output_shards, a prefix such as DIR/train)')
     parent = os.path.dirname(os.path.abspath(path))
-    while parent and not os.path.exists(parent):
+    while parent and not files_lib.exists(parent):
       parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
+    if parent and not files_lib.isdir(parent):
       raise ValueError(f'cannot write {path}: {parent} is a file, not a directory')
     if parent and not os.access(parent, os.W_OK | os.X_OK):
       raise ValueError(f'cannot write {path}: no write permission in {parent}')
@@ -249,7 +249,7 @@ def _put_in_place(staged, destination):
   if files_lib.is_remote(destination):
     files_lib.copy(staged, destination)
   else:
-    os.replace(staged, destination)  # Local: both in the output's folder.
+    os.replace(staged, destination)  # local temp, renamed into place beside it
 
 
 def _temp_parts(outputs, num_workers):
@@ -265,10 +265,10 @@ def _temp_parts(outputs, num_workers):
     if files_lib.is_remote(directory):
       made[directory] = tempfile.mkdtemp(prefix=temp_name + '-')  # local temp
       continue
-    os.makedirs(directory, exist_ok=True)
+    files_lib.makedirs(directory)
     remove_stale_temp_dirs(directory)
     made[directory] = os.path.join(directory, temp_name)
-    os.makedirs(made[directory])
+    os.makedirs(made[directory])  # local temp
   temp_dirs = {out: made[files_lib.parent(out)] for out in outputs}
 
   def part(out, suffix=''):
@@ -311,7 +311,7 @@ def _stage(outputs, parts, temp_dirs, results):
     with open(staged[-1], 'wb') as merged:  # local temp
       for w in range(num_workers):
         with open(parts[w][s], 'rb') as part:  # local temp
-          shutil.copyfileobj(part, merged, 1 << 22)
+          shutil.copyfileobj(part, merged, 1 << 22)  # local temp
         os.remove(parts[w][s])
     records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
   return staged, records
@@ -335,7 +335,7 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
       'vocab_size': vocab_size,
       'input_files': list(job.files),
       'output_files': outputs,
-      'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),
+      'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),  # local temp
       'output_records': dict(zip(names, records, strict=True)),
       'report_file': report_file,
       'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in

@@ -178,7 +178,7 @@ def check_space(mngr: ocp.CheckpointManager, step: int, state):
   # The save in flight first (the next save would wait for it anyway): its bytes count.
   wait(mngr)
   need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
-  free = shutil.disk_usage(directory).free  # A local folder (remote ones returned above).
+  free = shutil.disk_usage(directory).free  # A local disk (remote stores returned above).
   if free < need * 1.05 + (4 << 20):
     raise DiskFullError(f'the disk holding {directory} has {free / 2**20:.0f} MiB free, too little '
                         f'for the checkpoint of step {step} (about {need / 2**20:.0f} MiB, plus '

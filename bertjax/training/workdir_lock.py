@@ -66,10 +66,10 @@ def _since(seconds: float) -> str:
 
 def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
+  if files.exists(workdir) and not files.isdir(workdir):
     return None, _not_a_folder(workdir)
-  os.makedirs(workdir, exist_ok=True)
-  f = open(os.path.join(workdir, LOCK_NAME), 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+  files.makedirs(workdir)
+  f = files.open(files.join(workdir, LOCK_NAME), 'a+')  # A local file: flock needs one.
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
