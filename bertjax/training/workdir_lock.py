@@ -96,6 +96,11 @@ def _pid_alive(pid) -> bool:
   return True
 
 
+def _pause(seconds: float):
+  """The wait before a starter reads its lock back (a seam for tests)."""
+  time.sleep(seconds)
+
+
 def _read_holder(lock: str) -> dict | None:
   """The remote lock's record; None when there is none; {} when it is unreadable."""
   try:
@@ -153,7 +158,7 @@ class RemoteLock:
     if who is not None:
       return _in_use(self.workdir, who)
     self._put()
-    time.sleep(self.confirm_s)  # Another starter's put, if any, lands meanwhile.
+    _pause(self.confirm_s)  # Another starter's put, if any, lands meanwhile.
     holder = _read_holder(self.path)
     if not holder or holder.get('token') != self.record['token']:
       return _in_use(self.workdir, self._live_holder(holder) or

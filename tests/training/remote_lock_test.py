@@ -80,3 +80,19 @@ def test_a_remote_workdir_that_is_a_file_is_named(gcs_bucket):
     with workdir_lock.locked(f'{gcs_bucket}/notes.txt'):
       pass
   assert files.read_text(f'{gcs_bucket}/notes.txt') == 'mine'
+
+
+def test_of_two_starters_the_one_whose_lock_stays_wins(gcs_bucket, short_lease, monkeypatch):
+  lock = f'{gcs_bucket}/run/.lock'
+
+  def other_starter_puts(seconds):  # Lands while this one waits to read its lock back.
+    del seconds
+    files.write_atomically(lock, json.dumps({
+        'host': 'other-vm', 'pid': 77, 'since': time.time(), 'renewed': time.time(),
+        'lease_s': 2.0, 'token': 'theirs'}))
+
+  monkeypatch.setattr(workdir_lock, '_pause', other_starter_puts)
+  with pytest.raises(workdir_lock.WorkdirInUseError, match='in use by pid 77 on other-vm'):
+    with workdir_lock.locked(f'{gcs_bucket}/run'):
+      pass
+  assert json.loads(files.read_text(lock))['token'] == 'theirs'  # The winner's lock stays.
