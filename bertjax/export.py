@@ -3,6 +3,9 @@
   python -m bertjax.export --from=<bertjax workdir | workdir/checkpoints/N | transformers dir |
       TF1 checkpoint> --format=hf|tf1|saved_model --output=DIR
 
+--from and --output may be URLs (gs://bucket/run) as well as local paths: every file goes
+through bertjax.files; TensorFlow's writers write into a local temporary folder.
+
   hf           a transformers directory (config.json, model.safetensors, vocab and tokenizer files):
                BertModel, BertForPreTraining, BertForSequenceClassification (classification and
                regression), BertForQuestionAnswering, BertForTokenClassification or
@@ -15,14 +18,16 @@
 
 The output is written into a hidden folder beside DIR and renamed into place when complete, so a
 crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only
-with --overwrite.
+with --overwrite. An object store has no rename: there the export is written to a local temporary
+folder, then uploaded under a manifest that says it is in progress (listing the old files and
+the new), and the manifest of the complete export is written last.
 """
 
+import contextlib
 import json
 import os
-import pathlib
-import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -32,9 +37,11 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 from bertjax import console  # noqa: E402
+from bertjax import files  # noqa: E402
 from bertjax import paths  # noqa: E402
 from bertjax.interop import bundle as bundle_lib  # noqa: E402
 from bertjax.interop import hf_checkpoint  # noqa: E402
+from bertjax.interop import init_from  # noqa: E402
 from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
@@ -76,73 +83,100 @@ def _writer(fmt: str):
   return saved_model.save
 
 
-def _save_tf1(result: bundle_lib.Bundle, output: pathlib.Path):
+def _save_tf1(result: bundle_lib.Bundle, output: str):
   tf1_checkpoint.save(result, output)
   if result.vocab_file:
-    shutil.copyfile(result.vocab_file, output / 'vocab.txt')
+    files.copy(result.vocab_file, files.join(output, 'vocab.txt'))
   # What google-research/bert's scripts are told by flags, kept for bertjax's importer.
-  (output / 'bertjax_export.json').write_text(json.dumps(
+  files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
        'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length},
       indent=2) + '\n')
 
 
-def _run_around(path: pathlib.Path) -> pathlib.Path | None:
-  """The bertjax run folder `path` is or is inside, if any."""
-  for folder in (path, *path.parents):
-    if (folder / 'checkpoints').is_dir() and (folder / 'config.json').is_file():
+def _normalised(path: str) -> str:
+  """A URL without a trailing '/'; a local path absolute, links resolved (as the OS sees it)."""
+  return path.rstrip('/') if files.is_remote(path) else os.path.realpath(path)
+
+
+def _inside(path: str, folder: str) -> bool:
+  """Whether normalised `path` lies under normalised `folder` (compared as strings)."""
+  if files.is_remote(path) != files.is_remote(folder) or path == folder:
+    return False
+  separator = '/' if files.is_remote(path) else os.sep
+  return path.startswith(folder.rstrip(separator) + separator)
+
+
+def _run_around(path: str) -> str | None:
+  """The bertjax run folder `path` (normalised) is or is inside, if any."""
+  for folder in init_from.folders_up(path):
+    if init_from.is_run(folder):
       return folder
   return None
 
 
-def _files(folder: pathlib.Path) -> set:
-  return {str(p.relative_to(folder)) for p in folder.rglob('*') if not p.is_dir()}
-
-
-def check_output(output: pathlib.Path, overwrite: bool, source: str = ''):
+def check_output(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
-  --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote."""
-  if output.exists() and not output.is_dir():
+  --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote.
+  Local paths and URLs alike (URLs compared as strings)."""
+  output = os.fspath(output)
+  if files.isfile(output):
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
-  if source and '://' not in source:
-    src = pathlib.Path(source)
-    src = src.parent if not src.exists() else src  # A TF1 prefix: its folder.
-    src, out = src.resolve(), output.resolve()
-    if out == src or src in out.parents or out in src.parents:
-      where = 'is' if out == src else 'is inside' if src in out.parents else 'holds'
+  out = _normalised(output)
+  if source:
+    src = source if files.exists(source) else files.parent(source)  # A TF1 prefix: its folder.
+    src = _normalised(src)
+    if out == src or _inside(out, src) or _inside(src, out):
+      where = 'is' if out == src else 'is inside' if _inside(out, src) else 'holds'
       raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
                             f'written beside its source, never over or around it; pass e.g. '
-                            f'--output={src.parent / (src.name + "_export")}.')
-  if (run := _run_around(output.resolve())) is not None:
-    raise FileExistsError(f'--output={output} is {"" if run == output.resolve() else "inside "}'
+                            f'--output={src}_export.')
+  if (run := _run_around(out)) is not None:
+    raise FileExistsError(f'--output={output} is {"" if run == out else "inside "}'
                           f'the bertjax run {run}: an export is never written into a run; '
                           'choose a directory outside it.')
-  if not output.is_dir() or not any(output.iterdir()):
+  if not files.isdir(output) or not files.listdir(output):
     return
   if not overwrite:
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
-  try:
-    listed = set(json.loads((output / MANIFEST).read_text())['files'])
-  except (OSError, ValueError, KeyError, TypeError):
+  listed = _listed(output)
+  if listed is None:
     raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
                           '--overwrite replaces only an earlier export; choose another '
-                          'directory, or empty it yourself.') from None
-  extra = sorted(_files(output) - listed - {MANIFEST})
+                          'directory, or empty it yourself.')
+  extra = sorted(set(files.walk_files(output)) - listed - {MANIFEST})
   if extra:
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
 
 
-def _write_manifest(folder: pathlib.Path, fmt: str, source: str):
-  files = sorted(_files(folder))
-  (folder / MANIFEST).write_text(json.dumps({'format': fmt, 'source': source, 'files': files},
-                                            indent=1) + '\n')
-  for name in files:  # Some writers (safetensors) create 0600 files: as readable as the rest.
-    path = folder / name
-    path.chmod(path.stat().st_mode | (0o644 & ~_umask()))
+def _listed(folder: str) -> set | None:
+  """The files an earlier export's manifest in `folder` lists; None without a readable one."""
+  try:
+    return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
+  except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _manifest(fmt: str, source: str, written, in_progress: bool = False) -> str:
+  manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
+  if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
+    manifest['in_progress'] = True
+  return json.dumps(manifest, indent=1) + '\n'
+
+
+def _write_manifest(folder: str, fmt: str, source: str):
+  """The manifest of a complete export in local `folder` (the temporary folder it was written
+  to), every file made as readable as the rest."""
+  written = files.walk_files(folder)
+  files.write_atomically(os.path.join(folder, MANIFEST), _manifest(fmt, source, written))
+  mask = _umask()
+  for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
+    path = os.path.join(folder, *name.split('/'))  # local temp
+    os.chmod(path, os.stat(path).st_mode | (0o644 & ~mask))  # local temp
 
 
 def _umask() -> int:
@@ -151,17 +185,65 @@ def _umask() -> int:
   return mask
 
 
+def _upload(local: str, output: str, fmt: str, source: str):
+  """Puts the export written in `local` at URL `output`, replacing an earlier export there: an
+  in-progress manifest listing the old files and the new first, then the files, then the old
+  ones the new export lacks removed, and the complete manifest last. Cut short anywhere, the
+  folder holds only files its manifest lists (a rerun with --overwrite replaces it)."""
+  written = files.walk_files(local)
+  old = set(files.walk_files(output)) - {MANIFEST} if files.isdir(output) else set()
+  manifest = files.join(output, MANIFEST)
+  files.write_atomically(manifest, _manifest(fmt, source, old | set(written), in_progress=True))
+  for name in written:
+    files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
+  for name in sorted(old - set(written)):
+    files.remove(files.join(output, *name.split('/')))
+  files.write_atomically(manifest, _manifest(fmt, source, written))
+
+
+def _write_remote(result: bundle_lib.Bundle, fmt: str, output: str):
+  with tempfile.TemporaryDirectory(prefix='bertjax_export_') as local:  # local temp
+    with console.temporary(local):  # Ctrl-C removes it too.
+      _writer(fmt)(result, local)
+      _upload(local, output, fmt, result.source)
+
+
+def _write_local(result: bundle_lib.Bundle, fmt: str, output: str):
+  """Writes into a hidden folder beside `output`, renamed into place when complete (a local
+  rename is atomic; object stores have none, see _upload)."""
+  parent, name = files.parent(output), files.name(output)
+  files.makedirs(parent)
+  temp = files.join(parent, f'.{name}.export-{os.getpid()}-{time.time_ns()}')
+  files.makedirs(temp)
+  try:
+    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+      _writer(fmt)(result, temp)
+      _write_manifest(temp, fmt, result.source)
+    if files.exists(output):
+      old = files.join(parent, f'.{name}.replaced-{os.getpid()}')
+      os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
+      os.rename(temp, output)  # local only
+      files.rmtree(old)
+    else:
+      os.rename(temp, output)  # local only
+  finally:
+    with contextlib.suppress(OSError):  # What failed is reported, not this clean-up.
+      files.rmtree(temp)
+
+
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
            do_lower_case: bool | None = None, max_seq_length: int = 0,
-           labels: tuple = ()) -> pathlib.Path:
-  """Writes the model at `source` to `output` in format `fmt`; returns the output directory."""
+           labels: tuple = ()):
+  """Writes the model at `source` to `output` (local paths or URLs) in format `fmt`; returns
+  the output directory (a str, or a Path object where `output` was one)."""
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
-  output = pathlib.Path(paths.absolute(str(output)))
-  sources.format_of(paths.absolute(str(source)))  # A source that does not exist, named first.
-  check_output(output, overwrite, paths.absolute(str(source)))
-  result = sources.load(paths.absolute(str(source)), vocab_file=vocab_file,
-                        do_lower_case=do_lower_case)
+  given = output
+  output = paths.absolute(os.fspath(output)).rstrip('/') or '/'
+  source = paths.absolute(os.fspath(source))
+  sources.format_of(source)  # A source that does not exist, named first.
+  check_output(output, overwrite, source)
+  result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
   _check_kind(result, fmt)
   _check_casing(result)
   if labels:
@@ -178,26 +260,13 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
                      'length; drop it.')
   if max_seq_length:
     result.max_seq_length = max_seq_length
-  output.parent.mkdir(parents=True, exist_ok=True)
-  temp = output.parent / f'.{output.name}.export-{os.getpid()}-{time.time_ns()}'
-  temp.mkdir()
-  try:
-    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
-      _writer(fmt)(result, temp)
-      _write_manifest(temp, fmt, result.source)
-    if output.exists():
-      old = output.parent / f'.{output.name}.replaced-{os.getpid()}'
-      output.rename(old)
-      temp.rename(output)
-      shutil.rmtree(old)
-    else:
-      temp.rename(output)
-  finally:
-    if temp.exists():
-      shutil.rmtree(temp, ignore_errors=True)
+  if files.is_remote(output):
+    _write_remote(result, fmt, output)
+  else:
+    _write_local(result, fmt, output)
   logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                result.config['num_layers'], output, fmt)
-  return output
+  return output if isinstance(given, str) else type(given)(output)
 
 
 FLAGS = flags.FLAGS
@@ -225,8 +294,13 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
                          '(--input_file=..., --output_file=...).')
   console.install()
-  console.exit_on_interrupt(console.nothing_written(
-      'nothing was written (an export is renamed into place only when complete)'))
+  if files.is_remote(FLAGS.output or ''):
+    console.exit_on_interrupt(lambda: (
+        f'interrupted: an upload to {FLAGS.output} cut short leaves files that its manifest '
+        'lists as in progress; rerun the same command with --overwrite'))
+  else:
+    console.exit_on_interrupt(console.nothing_written(
+        'nothing was written (an export is renamed into place only when complete)'))
   try:
     out = export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
                  overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,

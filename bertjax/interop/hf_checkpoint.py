@@ -5,12 +5,16 @@ torch); parameter names with or without the `bert.` prefix; with or without the 
 pre-training heads. What the checkpoint lacks is initialised fresh and listed in the report;
 a shape that does not fit, or a vocabulary that disagrees with the vocab file, is an error that
 names the tensor.
+
+A directory may be a URL (gs://bucket/model) as well as a local path: every file is read and
+written through bertjax.files (the weights as bytes: safetensors and torch read from memory).
 """
 
 import dataclasses
 import functools
+import io
 import json
-import pathlib
+import os
 import re
 
 from flax import traverse_util
@@ -18,6 +22,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import layouts
 from bertjax.model import encoder
@@ -74,23 +79,25 @@ def config_from_hf(hf_config: dict, **overrides):
   return encoder.default_config(size='imported', **fields)
 
 
-def _read_state_dict(directory: pathlib.Path) -> dict:
-  safetensors_file = directory / 'model.safetensors'
-  bin_file = directory / 'pytorch_model.bin'
-  if safetensors_file.exists():
+def _read_state_dict(directory: str) -> dict:
+  safetensors_file = files.join(directory, 'model.safetensors')
+  bin_file = files.join(directory, 'pytorch_model.bin')
+  if files.exists(safetensors_file):
     from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-    try:
-      return st_numpy.load_file(str(safetensors_file))
+    data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
+    try:  # A local file is mapped, not read whole.
+      return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
     except Exception as e:  # safetensors raises its own error types for truncated files.
       raise ValueError(f'{safetensors_file} could not be read ({e}): the file is corrupt or '
                        'truncated; download or save it again.') from e
-  if bin_file.exists():
+  if files.exists(bin_file):
     try:
       import torch  # pylint: disable=g-import-not-at-top
     except ImportError as e:
       raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
                         '`pip install torch`, or convert it to model.safetensors.') from e
-    state = torch.load(str(bin_file), map_location='cpu', weights_only=True)
+    state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
+                       weights_only=True)
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
   raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin: '
                           'point at a transformers BERT directory (save_pretrained output).')
@@ -176,7 +183,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   (with_heads=True) or `encoder.BertEncoder`, as float32 numpy arrays; heads the checkpoint lacks
   are initialised from `rng` (default key 0) and listed in report.initialised.
   """
-  cfg, state = _read_checked(pathlib.Path(directory), vocab_file, config_overrides)
+  cfg, state = _read_checked(os.fspath(directory), vocab_file, config_overrides)
 
   module = heads.BertForPreTraining(cfg) if with_heads else encoder.BertEncoder(cfg)
   batch = heads.dummy_batch(1, 2, 1)
@@ -219,17 +226,17 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   return cfg, traverse_util.unflatten_dict(params, sep='/'), report
 
 
-def _read_checked(directory: pathlib.Path, vocab_file, config_overrides: dict):
+def _read_checked(directory: str, vocab_file, config_overrides: dict):
   """(model config, state dict without `bert.`) of a transformers directory, checked against
   itself (vocab rows, the tied decoder) and the vocab file."""
-  config_file = directory / 'config.json'
-  if not directory.is_dir():
+  config_file = files.join(directory, 'config.json')
+  if not files.isdir(directory):
     raise FileNotFoundError(f'checkpoint directory {directory} does not exist: pass the folder '
                             'that holds config.json and model.safetensors.')
-  if not config_file.exists():
+  if not files.exists(config_file):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  cfg = config_from_hf(json.loads(config_file.read_text()), **config_overrides)
+  cfg = config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
   state = _strip_prefix(_read_state_dict(directory))
 
   embedding = state.get('embeddings.word_embeddings.weight')
@@ -311,11 +318,12 @@ def _labels(hf_config: dict, kind: str) -> tuple:
 
 def read(directory) -> bundle_lib.Bundle:
   """A transformers BERT directory as a Bundle (the head its `architectures` names, if any)."""
-  directory = pathlib.Path(directory)
-  if not (directory / 'config.json').is_file():
-    raise FileNotFoundError(f'{directory / "config.json"} not found: not a transformers BERT '
+  directory = os.fspath(directory)
+  config_file = files.join(directory, 'config.json')
+  if not files.isfile(config_file):
+    raise FileNotFoundError(f'{config_file} not found: not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  hf_config = json.loads((directory / 'config.json').read_text())
+  hf_config = json.loads(files.read_text(config_file))
   config = config_from_hf(hf_config).to_dict()
   state = _strip_prefix(_read_state_dict(directory))
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
@@ -329,25 +337,23 @@ def read(directory) -> bundle_lib.Bundle:
       raise ValueError(f'{directory} lacks {theirs}, which a {ARCHITECTURES[kind]} of its '
                        'config.json has: the checkpoint is incomplete.')
     params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
-  vocab = directory / 'vocab.txt'
-  tokenizer_config = directory / 'tokenizer_config.json'
-  do_lower_case = True
-  if tokenizer_config.is_file():
-    do_lower_case = json.loads(tokenizer_config.read_text()).get('do_lower_case', True)
-  max_seq_length = 128
-  st_config = directory / 'sentence_bert_config.json'
-  if st_config.is_file():
-    max_seq_length = json.loads(st_config.read_text()).get('max_seq_length', 128)
-  pooling = 'cls'
-  pooling_file = directory / '1_Pooling' / 'config.json'
-  if pooling_file.is_file() and json.loads(pooling_file.read_text()).get(
-      'pooling_mode_mean_tokens'):
-    pooling = 'mean'
+  present = set(files.walk_files(directory))  # One listing, not a request per file.
+
+  def beside(*parts) -> dict | None:
+    """A JSON file of the directory, parsed; None where it has none."""
+    if '/'.join(parts) not in present:
+      return None
+    return json.loads(files.read_text(files.join(directory, *parts)))
+  do_lower_case = (beside('tokenizer_config.json') or {}).get('do_lower_case', True)
+  max_seq_length = (beside('sentence_bert_config.json') or {}).get('max_seq_length', 128)
+  pooling = 'mean' if (beside('1_Pooling', 'config.json') or {}).get(
+      'pooling_mode_mean_tokens') else 'cls'
+  vocab = files.join(directory, 'vocab.txt') if 'vocab.txt' in present else ''
   result = bundle_lib.Bundle(
-      config=config, params=params, kind=kind, vocab_file=str(vocab) if vocab.is_file() else '',
+      config=config, params=params, kind=kind, vocab_file=vocab,
       do_lower_case=do_lower_case, labels=_labels(hf_config, kind), pooling=pooling,
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in _labels(hf_config, kind)),
-      max_seq_length=max_seq_length, source=str(directory))
+      max_seq_length=max_seq_length, source=directory)
   bundle_lib.check_vocab(result)
   return result
 
@@ -376,8 +382,9 @@ def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
   return hf
 
 
-def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
-  """Writes a transformers directory: config.json, model.safetensors, vocab and tokenizer."""
+def save(result: bundle_lib.Bundle, output_dir):
+  """Writes a transformers directory (a folder or a URL): config.json, model.safetensors, vocab
+  and tokenizer."""
   if (result.kind in ('classification', 'regression', 'multiple_choice')
       and result.pooling != 'cls'):
     raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
@@ -400,34 +407,36 @@ def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
     name = prefix + theirs if ours.startswith('bert/') else theirs
     tensors[name] = np.ascontiguousarray(layout.to_theirs(params[ours]), np.float32)
   vocab_rows = tensors[f'{prefix}embeddings.word_embeddings.weight'].shape[0]
-  (output_dir / 'config.json').write_text(
-      json.dumps(config_to_hf(result, vocab_rows), indent=2, sort_keys=True) + '\n')
-  st_numpy.save_file(tensors, str(output_dir / 'model.safetensors'), metadata={'format': 'pt'})
+  output_dir = os.fspath(output_dir)
+  files.write_atomically(files.join(output_dir, 'config.json'), json.dumps(
+      config_to_hf(result, vocab_rows), indent=2, sort_keys=True) + '\n')
+  files.write_atomically(files.join(output_dir, 'model.safetensors'),
+                         st_numpy.save(tensors, metadata={'format': 'pt'}))
   write_tokenizer(result, output_dir)
   if result.kind == 'encoder' and result.pooling == 'mean':
-    (output_dir / '1_Pooling').mkdir(exist_ok=True)
-    (output_dir / '1_Pooling' / 'config.json').write_text(json.dumps(
+    files.write_atomically(files.join(output_dir, '1_Pooling', 'config.json'), json.dumps(
         {'word_embedding_dimension': result.config['hidden_size'],
          'pooling_mode_cls_token': False, 'pooling_mode_mean_tokens': True}, indent=2) + '\n')
 
 
-def write_tokenizer(result: bundle_lib.Bundle, output_dir: pathlib.Path):
+def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   """vocab.txt (the file's own entries), tokenizer_config.json with the casing, and the fast
   tokenizer's tokenizer.json, built by the tokenizers library from the same vocab."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   vocab = list(tokenizer.load_vocab(result.vocab_file))
-  (output_dir / 'vocab.txt').write_text(''.join(f'{token}\n' for token in vocab), 'utf-8')
+  files.write_atomically(files.join(output_dir, 'vocab.txt'),
+                         ''.join(f'{token}\n' for token in vocab))
   fast = tokenizers.BertWordPieceTokenizer(
-      str(output_dir / 'vocab.txt'), lowercase=result.do_lower_case,
+      {token: i for i, token in enumerate(vocab)}, lowercase=result.do_lower_case,
       strip_accents=result.do_lower_case, clean_text=True, handle_chinese_chars=True)
-  fast.save(str(output_dir / 'tokenizer.json'))
-  (output_dir / 'tokenizer_config.json').write_text(json.dumps(
+  files.write_atomically(files.join(output_dir, 'tokenizer.json'), fast.to_str(pretty=True))
+  files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
       {'tokenizer_class': 'BertTokenizer', 'do_lower_case': result.do_lower_case,
        'strip_accents': None if result.do_lower_case else False,
        'tokenize_chinese_chars': True, 'model_max_length': result.config[
            'max_position_embeddings'],
        'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]', 'cls_token': '[CLS]',
        'mask_token': '[MASK]'}, indent=2) + '\n')
-  (output_dir / 'special_tokens_map.json').write_text(json.dumps(
+  files.write_atomically(files.join(output_dir, 'special_tokens_map.json'), json.dumps(
       {'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]', 'cls_token': '[CLS]',
        'mask_token': '[MASK]'}, indent=2) + '\n')

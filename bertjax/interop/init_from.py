@@ -6,17 +6,21 @@ vocab.txt and sentence-transformers' 1_Pooling/), an original TF1 BERT checkpoin
 checkpoints/ folder or one checkpoints/<step>. This module sniffs which, reads the
 architecture, vocab and pooling it implies, and loads its parameters: all of them (continued
 pre-training) or the encoder only (fine-tuning, the task head fresh), checked by name and shape.
+
+Every location may be a URL (gs://bucket/run) as well as a local path: files are read through
+bertjax.files, a bertjax checkpoint's arrays through orbax (which reads URLs itself).
 """
 
 import hashlib
 import json
-import pathlib
+import os
 
 from absl import logging
 from flax import traverse_util
 import jax
 import numpy as np
 
+from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import tf1_checkpoint
@@ -60,40 +64,59 @@ def configured(config) -> str:
   return paths.absolute(path)
 
 
-def is_transformers_dir(path: pathlib.Path) -> bool:
+def is_transformers_dir(path) -> bool:
   # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
-  return (path / 'config.json').exists() and not (path / 'checkpoints').is_dir()
+  return (files.exists(files.join(path, 'config.json'))
+          and not files.isdir(files.join(path, 'checkpoints')))
+
+
+def check_exists(path, missing: str):
+  """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
+  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket."""
+  path = os.fspath(path)
+  if files.exists(path) or files.exists(f'{path}.index'):
+    return
+  if files.is_remote(path):
+    scheme, rest = path.split('://', 1)
+    bucket = f'{scheme}://{rest.split("/", 1)[0]}'
+    if bucket != path.rstrip('/') and not files.exists(bucket):
+      raise FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these '
+                              'credentials cannot see it: check the bucket name and that your '
+                              'credentials (`gcloud auth application-default login`) may read '
+                              'it.')
+  raise FileNotFoundError(missing)
 
 
 def model_config(init_from: str) -> dict:
   """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
-  path = pathlib.Path(init_from)
-  if not path.exists() and not pathlib.Path(f'{path}.index').exists():
-    raise FileNotFoundError(f'init_from={init_from} does not exist: pass a transformers BERT '
-                            'dir, an original TF checkpoint or a bertjax workdir / checkpoint.')
+  path = os.fspath(init_from)
+  check_exists(path, f'init_from={init_from} does not exist: pass a transformers BERT dir, an '
+               'original TF checkpoint or a bertjax workdir / checkpoint.')
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     cfg = tf1_checkpoint.config_from_tf1(
-        json.loads((tf1[0] / tf1_checkpoint.CONFIG_FILE).read_text()))
+        json.loads(files.read_text(files.join(tf1[0], tf1_checkpoint.CONFIG_FILE))))
   elif is_transformers_dir(path):
-    cfg = hf_checkpoint.config_from_hf(json.loads((path / 'config.json').read_text()))
+    cfg = hf_checkpoint.config_from_hf(json.loads(files.read_text(files.join(path,
+                                                                             'config.json'))))
   else:
     cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
 
 
-def newest_meta(path: pathlib.Path) -> dict:
+def newest_meta(path) -> dict:
   """The meta item (step, model config) of the newest step whose meta reads, at a bertjax
   workdir / checkpoints dir / step dir."""
+  path = os.fspath(path)
   directory, step = checkpoint_reader.locate(path)
   available = checkpoint_reader.steps(directory)
-  if not available and not path.is_file():
+  if not available and not files.isfile(path):
     raise FileNotFoundError(
         f'{path}: neither a transformers BERT dir (config.json + model.safetensors), an '
         'original TF1 checkpoint, nor a bertjax workdir / checkpoints dir / step holding a '
         'checkpoint.')
   for candidate in [step] if step is not None else reversed(available):
     try:
-      meta = checkpoint_reader.read_meta(directory / str(candidate))
+      meta = checkpoint_reader.read_meta(files.join(directory, str(candidate)))
       if isinstance(meta.get('model'), dict):
         return meta
     except ValueError:
@@ -102,34 +125,53 @@ def newest_meta(path: pathlib.Path) -> dict:
                    'config: set config.model (a size) to load it.')
 
 
-def run_folder(path: pathlib.Path) -> pathlib.Path | None:
-  """The workdir of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step)."""
-  path = pathlib.Path(path)
-  for folder in (path, *path.parents)[:3]:
-    if (folder / 'config.json').is_file() and (folder / 'checkpoints').is_dir():
-      return folder
+def folders_up(path, levels: int | None = None) -> list[str]:
+  """`path` and the folders above it (at most `levels` of them): a URL's stop at its bucket."""
+  found = [os.fspath(path)]
+  while levels is None or len(found) <= levels:
+    up = files.parent(found[-1])
+    if not up or up == found[-1] or (files.is_remote(path) and '://' not in up):
+      break
+    found.append(up)
+  return found
+
+
+def is_run(folder) -> bool:
+  """Whether `folder` is a bertjax run's workdir (its config.json beside checkpoints/)."""
+  return (files.isfile(files.join(folder, 'config.json'))
+          and files.isdir(files.join(folder, 'checkpoints')))
+
+
+def run_folder(path):
+  """The workdir of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step), or
+  None. A str (a local path or a URL) comes back for a str; a caller that passes a Path object
+  gets one back, to compare with its own."""
+  for folder in folders_up(path, 2):
+    if is_run(folder):
+      return folder if isinstance(path, str) else type(path)(folder)
   return None
 
 
-def run_config(path: pathlib.Path) -> dict | None:
+def run_config(path) -> dict | None:
   """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step);
   None where no run wrote it; an error naming the file where it cannot be read."""
   folder = run_folder(path)
   if folder is None:
     return None
+  config_file = files.join(folder, 'config.json')
   try:
-    run = json.loads((folder / 'config.json').read_text(encoding='utf-8'))
-  except (ValueError, UnicodeDecodeError) as e:
-    raise ValueError(f'{folder / "config.json"} cannot be read ({e}): it was cut short or '
+    run = json.loads(files.read_text(config_file))
+  except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
+    raise ValueError(f'{config_file} cannot be read ({e}): it was cut short or '
                      'edited. Restore it from a copy (a resumed run also keeps '
                      'config-resumed-at-<step>.json beside it).') from None
   if not isinstance(run, dict):
-    raise ValueError(f'{folder / "config.json"} is not a bertjax run config (a JSON object).')
+    raise ValueError(f'{config_file} is not a bertjax run config (a JSON object).')
   return run
 
 
 def file_sha256(path) -> str:
-  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+  return hashlib.sha256(files.read_bytes(path)).hexdigest()
 
 
 def _checked_vocab(path: str, run: dict) -> str:
@@ -145,19 +187,20 @@ def vocab_file(init_from: str) -> str | None:
   """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt; a bertjax run's own copy
   (<workdir>/vocab.txt), else the vocab its config.json recorded where that still exists, else
   the embedded corpus's for a pre-training run on it; else None (never a stand-in)."""
-  path = pathlib.Path(init_from)
+  path = os.fspath(init_from)
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     path = tf1[0]
   if is_transformers_dir(path) or tf1 is not None:
-    return str(path / 'vocab.txt') if (path / 'vocab.txt').exists() else None
+    vocab = files.join(path, 'vocab.txt')
+    return vocab if files.exists(vocab) else None
   folder = run_folder(path)
   run = run_config(path)
-  if folder is not None and (folder / RUN_VOCAB).is_file():
-    return _checked_vocab(str(folder / RUN_VOCAB), run or {})
+  if folder is not None and files.isfile(files.join(folder, RUN_VOCAB)):
+    return _checked_vocab(files.join(folder, RUN_VOCAB), run or {})
   if not run or 'data' not in run:
     return None
   recorded = run['data'].get('vocab_file') or ''
-  if recorded and pathlib.Path(recorded).is_file():
+  if recorded and files.isfile(recorded):
     return _checked_vocab(recorded, run)
   if run.get('job') == 'pretrain' and not run['data'].get('train_files') and not recorded:
     from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
@@ -167,10 +210,10 @@ def vocab_file(init_from: str) -> str | None:
 
 def pooling(init_from: str) -> str | None:
   """'mean' or 'cls' when `init_from` is a sentence-transformers dir that says so (1_Pooling/)."""
-  if not init_from or not (
-      config_file := pathlib.Path(init_from) / '1_Pooling' / 'config.json').exists():
+  if not init_from or not files.exists(
+      config_file := files.join(init_from, '1_Pooling', 'config.json')):
     return None
-  pooling_config = json.loads(config_file.read_text())
+  pooling_config = json.loads(files.read_text(config_file))
   if pooling_config.get('pooling_mode_mean_tokens'):
     return 'mean'
   if pooling_config.get('pooling_mode_cls_token'):
@@ -178,7 +221,7 @@ def pooling(init_from: str) -> str | None:
   return None
 
 
-def read_params(path: pathlib.Path, with_heads: bool = True):
+def read_params(path, with_heads: bool = True):
   """Parameters (numpy tree) from a transformers dir, a TF1 checkpoint, a workdir, its
   checkpoints/ or one step."""
   if tf1_checkpoint.find(path) is not None:
@@ -193,7 +236,8 @@ def read_params(path: pathlib.Path, with_heads: bool = True):
     logging.info('init_from %s (transformers): %s', path, report.summary())
     return params if with_heads else {'bert': params}
   read = checkpoint_reader.read(path)
-  logging.info('read %s/%d (bertjax checkpoint, digests checked)', read.directory, read.step)
+  logging.info('read %s (bertjax checkpoint, digests checked)',
+               files.join(read.directory, str(read.step)))
   return read.params
 
 
@@ -229,7 +273,7 @@ def load_params(init_from: str, abstract_params, shardings):
   Every parameter of the model must be present with the model's shape; extra tensors in the
   checkpoint are reported and ignored. Returns (params, unused names).
   """
-  loaded = checkpoint.flatten(read_params(pathlib.Path(init_from)))
+  loaded = checkpoint.flatten(read_params(init_from))
   params = _place(loaded, abstract_params, shardings, f'init_from={init_from}',
                   missing_hint='is it a BERT of this architecture (scan_layers must match for '
                   'bertjax checkpoints)?',
@@ -265,7 +309,7 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
   `shardings`. The task head (everything outside `bert`) keeps its fresh initialisation.
   Returns (params, report) where report lists the loaded, fresh and unused parameter names.
   """
-  source = read_params(pathlib.Path(init_from), with_heads=False)
+  source = read_params(init_from, with_heads=False)
   if 'bert' not in source:
     raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
   wanted = checkpoint.flatten(params['bert'])

@@ -22,13 +22,13 @@ and outputs by what the model is for:
 import contextlib
 import functools
 import json
-import pathlib
 
 from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.model import encoder
 from bertjax.model import heads
@@ -160,13 +160,14 @@ def _stablehlo_tensorflow_reads():
     _export._module_to_bytecode = original  # pylint: disable=protected-access
 
 
-def save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int = 0):
-  """Writes the SavedModel into `output` (and bertjax_export.json beside its files)."""
+def save(result: bundle_lib.Bundle, output, max_seq_length: int = 0):
+  """Writes the SavedModel into `output`, a folder or a URL (TensorFlow writes it into a local
+  folder, uploaded when complete), and bertjax_export.json beside its files."""
   with _stablehlo_tensorflow_reads():
     _save(result, output, max_seq_length)
 
 
-def _save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int):
+def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
   if not result.vocab_file:
     raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
                      'weights were trained with.')
@@ -224,8 +225,9 @@ def _save(result: bundle_lib.Bundle, output: pathlib.Path, max_seq_length: int):
                                      input_signature=[text, text], autograph=False)
     signatures['serving_default'] = module.serve.get_concrete_function()
     signatures['pairs'] = module.serve_pairs.get_concrete_function()
-  tf.saved_model.save(module, str(output), signatures=signatures)
-  (output / 'bertjax_export.json').write_text(json.dumps(
+  with files.staged_folder(output) as local:
+    tf.saved_model.save(module, local, signatures=signatures)
+  files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
        'do_lower_case': result.do_lower_case, 'max_seq_length': max_len,
        'signatures': sorted(signatures), 'platforms': list(PLATFORMS)}, indent=2) + '\n')

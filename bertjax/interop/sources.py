@@ -4,12 +4,15 @@ Accepted: a transformers BERT directory, an original TF1 checkpoint (folder or p
 workdir (pre-training or fine-tuning), its checkpoints/ folder or one checkpoints/<step>. A
 bertjax workdir's config.json says what the model is for: pre-training, or the fine-tuned task
 (its kind, labels, pooling, sequence length, vocab and casing).
+
+Every location may be a URL (gs://bucket/run) as well as a local path (see init_from).
 """
 
-import pathlib
+import os
 
 from absl import logging
 
+from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
@@ -21,10 +24,9 @@ from bertjax.training import checkpoint_reader
 
 def format_of(path) -> str:
   """'tf1', 'hf' or 'bertjax' for a location that exists; errors say what was expected."""
-  path = pathlib.Path(path)
-  if not path.exists() and not pathlib.Path(f'{path}.index').exists():
-    raise FileNotFoundError(f'{path} does not exist: pass a bertjax workdir or checkpoint, a '
-                            'transformers BERT directory or an original TF checkpoint.')
+  path = os.fspath(path)
+  init_from.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
+                         'a transformers BERT directory or an original TF checkpoint.')
   if tf1_checkpoint.find(path) is not None:
     return 'tf1'
   if init_from.is_transformers_dir(path):
@@ -40,7 +42,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
   elif kind == 'hf':
     result = hf_checkpoint.read(path)
   else:
-    result = _read_bertjax(pathlib.Path(path))
+    result = _read_bertjax(os.fspath(path))
   if vocab_file:
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
@@ -66,9 +68,9 @@ def _task_labels(run: dict) -> tuple[str, tuple]:
   return task.kind, tuple(task.labels)
 
 
-def _read_bertjax(path: pathlib.Path) -> bundle_lib.Bundle:
+def _read_bertjax(path: str) -> bundle_lib.Bundle:
   read = checkpoint_reader.read(path)  # The digests checked; a damaged newest step skipped.
-  step = read.directory / str(read.step)
+  step = files.join(read.directory, str(read.step))
   params = layouts.unstack_layers(checkpoint.flatten(read.params))
   meta_model = read.meta.get('model')
   if not isinstance(meta_model, dict):
@@ -85,7 +87,7 @@ def _read_bertjax(path: pathlib.Path) -> bundle_lib.Bundle:
   else:
     kind, labels, pooling = bundle_lib.kind_of(params), (), 'cls'
   return bundle_lib.Bundle(
-      config=config, params=params, kind=kind, vocab_file=init_from.vocab_file(str(step)) or '',
+      config=config, params=params, kind=kind, vocab_file=init_from.vocab_file(step) or '',
       do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,
       pooling=pooling if pooling in ('cls', 'mean') else 'cls',
-      max_seq_length=int(data.get('max_seq_length', 128)), source=str(step))
+      max_seq_length=int(data.get('max_seq_length', 128)), source=step)

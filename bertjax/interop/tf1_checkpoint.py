@@ -7,16 +7,22 @@ code is involved. Heads in the original layouts: pre-training (`cls/predictions/
 `cls/squad/*`. Optimizer slots (`*/adam_m`, `*/adam_v`) and counters (`global_step`, NVIDIA's
 loss-scale variables) are not weights: they are skipped and reported.
 
+A checkpoint may be read from a URL (gs://bucket/bert) and written to one: TensorFlow's reader and
+writer get local files (the checkpoint's own files downloaded, or written to a temporary folder
+then uploaded); the config, vocab and metadata beside it go through bertjax.files.
+
 `hidden_act: gelu` is read as the exact (erf) GELU, which the released checkpoints were trained
 with and transformers uses; `gelu_new` (the tanh approximation) is kept apart.
 """
 
+import contextlib
 import json
 import os
-import pathlib
+import tempfile
 
 import numpy as np
 
+from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import layouts
 
@@ -114,26 +120,42 @@ def config_to_tf1(config: dict, vocab_size: int) -> dict:
           'type_vocab_size': config['type_vocab_size'], 'vocab_size': vocab_size}
 
 
-def find(path) -> tuple[pathlib.Path, str] | None:
+def find(path) -> tuple[str, str] | None:
   """(folder holding bert_config.json, checkpoint prefix) when `path` is a TF1 BERT checkpoint:
   a folder with bert_config.json and one `*.index`, or a prefix such as .../bert_model.ckpt."""
-  path = pathlib.Path(path)
-  if path.is_dir():
-    indexes = sorted(path.glob('*.index'))
-    if not (path / CONFIG_FILE).is_file() or not indexes:
+  path = os.fspath(path)
+  if files.isdir(path):
+    if not files.isfile(files.join(path, CONFIG_FILE)):
       return None
-    preferred = path / f'{CHECKPOINT_PREFIX}.index'
+    indexes = [files.join(path, files.name(p)) for p in files.glob(files.join(path, '*.index'))]
+    if not indexes:
+      return None
+    preferred = files.join(path, f'{CHECKPOINT_PREFIX}.index')
     if preferred in indexes:
-      return path, str(path / CHECKPOINT_PREFIX)
+      return path, files.join(path, CHECKPOINT_PREFIX)
     if len(indexes) > 1:
-      listed = ', '.join(p.name for p in indexes[:4])
-      example = str(indexes[-1])[:-len('.index')]
+      listed = ', '.join(files.name(p) for p in indexes[:4])
+      example = indexes[-1][:-len('.index')]
       raise ValueError(f'{path} holds {len(indexes)} checkpoints ({listed}): pass the prefix of '
                        f'the one to read, e.g. {example}')
-    return path, str(indexes[0])[:-len('.index')]
-  if pathlib.Path(f'{path}.index').is_file():
-    return path.parent, str(path)
+    return path, indexes[0][:-len('.index')]
+  if files.isfile(f'{path}.index'):
+    return files.parent(path), path
   return None
+
+
+@contextlib.contextmanager
+def local_checkpoint(prefix: str):
+  """A local prefix for TensorFlow's reader: `prefix` itself, or (a URL) the checkpoint's own
+  files (.index, .data-*) downloaded to a temporary folder; never the rest of its folder, which
+  may hold other, larger checkpoints."""
+  if not files.is_remote(prefix):
+    yield prefix
+    return
+  with tempfile.TemporaryDirectory(prefix='bertjax_tf1_') as temp:  # local temp
+    for url in files.glob(f'{prefix}.index') + files.glob(f'{prefix}.data-*'):
+      files.copy(url, os.path.join(temp, files.name(url)))  # local temp
+    yield os.path.join(temp, files.name(prefix))  # local temp
 
 
 def _kind(variables: dict) -> str:
@@ -148,12 +170,12 @@ def _kind(variables: dict) -> str:
   return 'encoder'
 
 
-def _do_lower_case(folder: pathlib.Path, vocab_file: str) -> bool:
+def _do_lower_case(folder: str, vocab_file: str) -> bool:
   """From a tokenizer config beside the checkpoint if any, else from the vocab's casing (the
   original's model names say cased/uncased; the vocab says it too)."""
   for name in ('tokenizer_config.json', 'bertjax_export.json'):
-    if (folder / name).is_file():
-      value = json.loads((folder / name).read_text()).get('do_lower_case')
+    if files.isfile(files.join(folder, name)):
+      value = json.loads(files.read_text(files.join(folder, name))).get('do_lower_case')
       if value is not None:
         return bool(value)
   if vocab_file:
@@ -171,18 +193,39 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
                             f'{CONFIG_FILE} and {CHECKPOINT_PREFIX}.index/.data-*, or a '
                             'checkpoint prefix.')
   folder, prefix = found
-  config_file = pathlib.Path(config_file) if config_file else folder / CONFIG_FILE
-  if not config_file.is_file():
+  config_file = os.fspath(config_file) if config_file else files.join(folder, CONFIG_FILE)
+  if not files.isfile(config_file):
     raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
                             'bert_config.json released with it.')
   try:
-    config = config_from_tf1(json.loads(config_file.read_text()))
-  except (ValueError, UnicodeDecodeError) as e:
+    config = config_from_tf1(json.loads(files.read_text(config_file)))
+  except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
     raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
+  with local_checkpoint(prefix) as local_prefix:
+    params, shapes, kind, table = _read_tensors(local_prefix, prefix, config)
+  _check_shapes(params, config, prefix, table)
+  used = {theirs for theirs, _ in table.values()}
+  ignored = sorted(n for n in shapes if n not in used)
+  vocab = files.join(folder, 'vocab.txt')
+  vocab_file = vocab if files.isfile(vocab) else ''
+  num_labels = params['classifier/kernel'].shape[1] if kind == 'classification' else 0
+  result = bundle_lib.Bundle(
+      config=config, params=params, kind=kind, vocab_file=vocab_file,
+      do_lower_case=_do_lower_case(folder, vocab_file),
+      labels=tuple(str(i) for i in range(num_labels)), labels_named=False, source=prefix,
+      ignored=tuple(ignored))
+  _read_export_meta(folder, result)
+  bundle_lib.check_vocab(result)
+  return result
+
+
+def _read_tensors(local_prefix: str, prefix: str, config: dict):
+  """(params, {name: shape} of every tensor, kind, name table) read by TensorFlow's checkpoint
+  reader from `local_prefix`; errors name `prefix`, the checkpoint as the user gave it."""
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   try:
-    reader = tf.train.load_checkpoint(prefix)
+    reader = tf.train.load_checkpoint(local_prefix)
   except Exception as e:  # TF raises DataLossError, NotFoundError, ... for damaged files.
     raise ValueError(f'{prefix} could not be read ({type(e).__name__}: {str(e)[:200]}): the '
                      'checkpoint is incomplete or damaged; download or export it again.') from e
@@ -202,27 +245,14 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
                        f'{str(e)[:200]}): the checkpoint is incomplete or damaged; download or '
                        'export it again.') from e
     params[ours] = np.asarray(layout.to_ours(value), np.float32)
-  _check_shapes(params, config, prefix, table)
-  used = {theirs for theirs, _ in table.values()}
-  ignored = sorted(n for n in shapes if n not in used)
-  vocab = folder / 'vocab.txt'
-  vocab_file = str(vocab) if vocab.is_file() else ''
-  num_labels = params['classifier/kernel'].shape[1] if kind == 'classification' else 0
-  result = bundle_lib.Bundle(
-      config=config, params=params, kind=kind, vocab_file=vocab_file,
-      do_lower_case=_do_lower_case(folder, vocab_file),
-      labels=tuple(str(i) for i in range(num_labels)), labels_named=False, source=prefix,
-      ignored=tuple(ignored))
-  _read_export_meta(folder, result)
-  bundle_lib.check_vocab(result)
-  return result
+  return params, shapes, kind, table
 
 
-def _read_export_meta(folder: pathlib.Path, result: bundle_lib.Bundle):
+def _read_export_meta(folder: str, result: bundle_lib.Bundle):
   """Labels, pooling and length that bertjax's export wrote beside the checkpoint."""
-  meta_file = folder / 'bertjax_export.json'
-  if meta_file.is_file():
-    meta = json.loads(meta_file.read_text())
+  meta_file = files.join(folder, 'bertjax_export.json')
+  if files.isfile(meta_file):
+    meta = json.loads(files.read_text(meta_file))
     result.labels = tuple(meta.get('labels', result.labels))
     result.labels_named = result.labels_named or 'labels' in meta
     result.max_seq_length = meta.get('max_seq_length', result.max_seq_length)
@@ -248,8 +278,9 @@ def _check_shapes(params: dict, config: dict, prefix: str, table: dict):
                        'with this checkpoint.')
 
 
-def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
-  """Writes bert_config.json, bert_model.ckpt.* and vocab.txt into output_dir."""
+def save(result: bundle_lib.Bundle, output_dir):
+  """Writes bert_config.json and bert_model.ckpt.* into output_dir (a folder or a URL: TF's
+  writer writes into a local folder, uploaded when complete)."""
   if result.kind not in KINDS:
     raise ValueError(f'the TF1 format holds {", ".join(KINDS)} models (google-research/bert\'s '
                      f'scripts); a {result.kind} head has no layout there: export it with '
@@ -260,14 +291,14 @@ def save(result: bundle_lib.Bundle, output_dir: pathlib.Path):
   tensors = {theirs: np.ascontiguousarray(layout.to_theirs(result.params[ours]))
              for ours, (theirs, layout) in table.items()}
   vocab_rows = tensors['bert/embeddings/word_embeddings'].shape[0]
-  (output_dir / CONFIG_FILE).write_text(
-      json.dumps(config_to_tf1(result.config, vocab_rows), indent=2, sort_keys=True) + '\n')
   order = sorted(tensors)
-  with tf.device('/cpu:0'):
-    tf.raw_ops.SaveV2(prefix=os.fspath(output_dir / CHECKPOINT_PREFIX), tensor_names=order,
+  with files.staged_folder(output_dir) as local, tf.device('/cpu:0'):
+    tf.raw_ops.SaveV2(prefix=os.path.join(local, CHECKPOINT_PREFIX), tensor_names=order,
                       shape_and_slices=[''] * len(order),
                       tensors=[tf.constant(tensors[n]) for n in order])
+  files.write_atomically(files.join(output_dir, CONFIG_FILE), json.dumps(
+      config_to_tf1(result.config, vocab_rows), indent=2, sort_keys=True) + '\n')
   # The `checkpoint` file lets tf.train.latest_checkpoint (and the original scripts) find it.
-  (output_dir / 'checkpoint').write_text(
-      f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
-      f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
+  files.write_atomically(files.join(output_dir, 'checkpoint'),
+                         f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
+                         f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')

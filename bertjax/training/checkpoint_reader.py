@@ -8,25 +8,29 @@ truncated _METADATA, a digest that disagrees) is skipped with a warning naming i
 previous one is read instead; a step named by the user is never replaced by another. Unlike
 training's restore nothing is moved aside: a reader may share the workdir with a live run, and
 the run that wrote a damaged step is the one to deal with it. Only a reader's own errors
-(memory, permissions) stop the read. A step that disappears while it
+(memory, permissions, no network) stop the read. A step that disappears while it
 is read (the live run's keep policy deleted it) sends the reader back to the newest step.
+
+A location may be a URL (gs://bucket/run) as well as a local path: the listing of steps and the
+meta items go through bertjax.files, the arrays through orbax (which reads URLs itself).
 """
 
 import dataclasses
 import json
-import pathlib
+import os
 
 from absl import logging
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax import files
 from bertjax.training import checkpoint
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
 # be read any better). Anything else a step raises (orbax's errors of a missing data file, a
 # _METADATA cut short, a copied folder) makes it unreadable to a reader, which writes nothing.
-_READER_ERRORS = (MemoryError, PermissionError)
+_READER_ERRORS = (MemoryError, PermissionError, ConnectionError)
 
 
 @dataclasses.dataclass
@@ -34,50 +38,54 @@ class Read:
   params: dict  # Host numpy, as saved.
   meta: dict  # The step's meta item: step, examples consumed, model config, digests.
   step: int
-  directory: pathlib.Path  # The checkpoints/ folder.
+  directory: str  # The checkpoints/ folder (a local path or a URL).
 
 
-def locate(path) -> tuple[pathlib.Path, int | None]:
+def locate(path) -> tuple[str, int | None]:
   """(checkpoints folder, the step a step folder names or None) of a workdir / checkpoints
   folder / step folder."""
-  path = pathlib.Path(path)
-  if path.is_file():
+  path = os.fspath(path)
+  if files.isfile(path):
     raise ValueError(f'{path} is a file: pass a bertjax workdir (the folder holding '
                      'config.json and checkpoints/), its checkpoints/ or one checkpoints/<step>.')
-  if (path / 'checkpoints').is_dir():
-    return path / 'checkpoints', None
-  if path.name.isdigit() and ((path / 'state').is_dir() or (path / 'meta').is_dir()):
-    return path.parent, int(path.name)
+  if files.isdir(files.join(path, 'checkpoints')):
+    return files.join(path, 'checkpoints'), None
+  step = files.name(path)
+  if step.isdigit() and (files.isdir(files.join(path, 'state')) or
+                         files.isdir(files.join(path, 'meta'))):
+    return files.parent(path), int(step)
   return path, None
 
 
-def steps(directory: pathlib.Path) -> list[int]:
+def steps(directory) -> list[int]:
   """The complete steps of a checkpoints folder, oldest first (orbax gives a step its number
-  only once it is complete; unreadable ones moved aside keep a suffix)."""
+  only once it is complete; unreadable ones moved aside keep a suffix). A folder that does not
+  exist has none; a bucket that cannot be reached is an error, not an empty run."""
   try:
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-  except OSError:
+    return sorted(int(name) for name in files.listdir(directory) if name.isdigit())
+  except (FileNotFoundError, NotADirectoryError):
     return []
 
 
-def _no_checkpoint(directory: pathlib.Path) -> FileNotFoundError:
-  aside = sorted(p.name for p in directory.glob('*.unreadable-*')) if directory.is_dir() else []
+def _no_checkpoint(directory: str) -> FileNotFoundError:
+  aside = sorted(files.name(p) for p in files.glob(files.join(directory, '*.unreadable-*'))
+                 ) if files.isdir(directory) else []
   if aside:
     return FileNotFoundError(f'{directory} holds no readable checkpoint, only ones moved aside '
                              f'as unreadable ({", ".join(aside)}).')
-  where = directory.parent if directory.name == 'checkpoints' else directory
+  where = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
   return FileNotFoundError(f'{where} holds no checkpoint: pass the --workdir of a run that '
                            'saved one (its checkpoints/<step> folders), or train it first.')
 
 
-def read_meta(step_dir: pathlib.Path) -> dict:
+def read_meta(step_dir) -> dict:
   """The meta item of a step folder; DamagedCheckpointError when it has none readable."""
-  files = sorted(p for p in (step_dir / 'meta').glob('*') if p.is_file()) if (
-      step_dir / 'meta').is_dir() else []
-  for meta_file in files:
+  meta_dir = files.join(step_dir, 'meta')
+  names = files.listdir(meta_dir) if files.isdir(meta_dir) else []
+  for name in names:
     try:
-      meta = json.loads(meta_file.read_text())
-    except (ValueError, UnicodeDecodeError):
+      meta = json.loads(files.read_text(files.join(meta_dir, name)))
+    except (ValueError, IsADirectoryError, FileNotFoundError):
       continue
     if isinstance(meta, dict) and isinstance(meta.get('step'), int):
       return meta
@@ -85,17 +93,18 @@ def read_meta(step_dir: pathlib.Path) -> dict:
                                           'the model config and the digests)')
 
 
-def _read_step(step_dir: pathlib.Path, step: int) -> tuple[dict, dict]:
+def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   meta = read_meta(step_dir)
   if meta['step'] != step:
     raise ValueError(f'checkpoint {step_dir} says step {meta["step"]}: it was copied or renamed '
                      'by hand; restore the original folder name.')
-  tree = checkpoint.state_metadata(step_dir / 'state')
+  state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
+  tree = checkpoint.state_metadata(state)
   # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
   target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
                         is_leaf=lambda m: hasattr(m, 'shape'))
   restored = ocp.PyTreeCheckpointer().restore(
-      step_dir / 'state', args=ocp.args.PyTreeRestore(
+      state, args=ocp.args.PyTreeRestore(
           item={'params': target},
           restore_args={'params': jax.tree.map(
               lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
@@ -128,16 +137,16 @@ def read(path, step: int | None = None) -> Read:
                               f'{", ".join(map(str, available))}.')
     skipped = []
     for candidate in [step] if step is not None else reversed(available):
-      step_dir = directory / str(candidate)
+      step_dir = files.join(directory, str(candidate))
       try:
         params, meta = _read_step(step_dir, candidate)
       except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-        if not step_dir.exists():
+        if not isinstance(e, ConnectionError) and not files.exists(step_dir):
           break  # Deleted by a live run's keep policy while we read it.
         if isinstance(e, _READER_ERRORS):
           raise RuntimeError(f'checkpoint {step_dir} could not be read ({type(e).__name__}: '
-                             f'{str(e)[:300]}): fix the cause (permissions, memory) and '
-                             'rerun.') from e
+                             f'{str(e)[:300]}): fix the cause (permissions, memory, network) '
+                             'and rerun.') from e
         why = f'{type(e).__name__}: {str(e)[:200]}'
         if step is not None:
           raise checkpoint.DamagedCheckpointError(
