@@ -74,6 +74,8 @@ def _no_checkpoint(directory: str) -> FileNotFoundError:
     return FileNotFoundError(f'{directory} holds no readable checkpoint, only ones moved aside '
                              f'as unreadable ({", ".join(aside)}).')
   where = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
+  if files.is_remote(where) and not files.isdir(where):
+    files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
   return FileNotFoundError(f'{where} holds no checkpoint: pass the --workdir of a run that '
                            'saved one (its checkpoints/<step> folders), or train it first.')
 

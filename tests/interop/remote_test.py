@@ -218,3 +218,20 @@ def test_a_bucket_that_cannot_be_read_is_one_line_within_a_minute(setting, gcs_e
           'no_network': 'cannot be reached: check the network'}[setting]
   assert what in lines[0], lines[0]
   assert not (tmp_path / 'x').exists()
+
+
+def test_a_run_or_model_missing_from_a_bucket_is_named(gcs_bucket):
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/run: the bucket '
+                     'gs://no-such-bucket-xyz does not exist'):
+    checkpoint_reader.read('gs://no-such-bucket-xyz/run')
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/bert: the bucket '
+                     'gs://no-such-bucket-xyz does not exist'):
+    init_from.model_config('gs://no-such-bucket-xyz/bert')
+  run = files.join(gcs_bucket, 'run')
+  with pytest.raises(FileNotFoundError, match=f'^{run} does not exist'):
+    checkpoint_reader.read(run)
+  with pytest.raises(FileNotFoundError, match=f'^init_from={run} does not exist'):
+    init_from.model_config(run)
+  files.write_atomically(files.join(run, 'checkpoints', 'notes.txt'), 'no step yet')
+  with pytest.raises(FileNotFoundError, match=f'^{run} holds no checkpoint'):
+    checkpoint_reader.read(run)
