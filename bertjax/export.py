@@ -241,6 +241,7 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   given = output
   output = paths.absolute(os.fspath(output)).rstrip('/') or '/'
   source = paths.absolute(os.fspath(source))
+  source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
   check_output(output, overwrite, source)
   result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)

@@ -129,7 +129,7 @@ def folders_up(path, levels: int | None = None) -> list[str]:
   """`path` and the folders above it (at most `levels` of them): a URL's stop at its bucket."""
   found = [os.fspath(path)]
   while levels is None or len(found) <= levels:
-    up = files.parent(found[-1])
+    up = files.parent(found[-1]) or ('' if files.is_remote(path) else '.')  # 'run' is in '.'.
     if not up or up == found[-1] or (files.is_remote(path) and '://' not in up):
       break
     found.append(up)
