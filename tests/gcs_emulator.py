@@ -6,6 +6,8 @@ etils.epath's fsspec backend (EPATH_USE_TF=false: TensorFlow's GCS client has no
 setting) and orbax's arrays through tensorstore (TENSORSTORE_GCS_HTTP_URL).
 """
 
+import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -25,17 +27,15 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-@pytest.fixture(scope='session')
-def gcs_emulator():
-  """The emulator's environment (also set in os.environ for the session)."""
+@contextlib.contextmanager
+def running():
+  """Serves the emulator (tests/gcs_emulator_server.py: with the header tensorstore reads) on
+  127.0.0.1 for the block; yields its environment, set in os.environ and restored after."""
   port = _free_port()
-  exe = os.path.join(os.path.dirname(sys.executable), 'gcp-storage-emulator')
-  if not os.path.exists(exe):
-    if os.environ.get('CI', '').lower() == 'true':
-      pytest.fail('gcp-storage-emulator is not installed: pip install -e ".[test]"')
-    pytest.skip('gcp-storage-emulator is not installed: pip install -e ".[test]"')
   process = subprocess.Popen(  # pylint: disable=consider-using-with
-      [exe, 'start', '--host=127.0.0.1', f'--port={port}', '--in-memory'],
+      [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    'gcs_emulator_server.py'),
+       'start', '--host=127.0.0.1', f'--port={port}', '--in-memory'],
       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 30
   while True:
@@ -45,7 +45,7 @@ def gcs_emulator():
     except OSError:
       if time.time() > deadline or process.poll() is not None:
         process.kill()
-        pytest.fail('gcp-storage-emulator did not start within 30 s')
+        raise RuntimeError('gcp-storage-emulator did not start within 30 s')
       time.sleep(0.2)
   url = f'http://127.0.0.1:{port}'
   env = {'STORAGE_EMULATOR_HOST': url, 'TENSORSTORE_GCS_HTTP_URL': url,
@@ -53,10 +53,7 @@ def gcs_emulator():
          'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false'}
   saved = {k: os.environ.get(k) for k in ENV_NAMES}
   os.environ.update(env)
-  from etils.epath import gpath  # pylint: disable=g-import-not-at-top
-  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
-  from bertjax import files  # pylint: disable=g-import-not-at-top
-  files._filesystem.cache_clear()  # pylint: disable=protected-access
+  _clear_caches()
   try:
     yield env
   finally:
@@ -67,8 +64,28 @@ def gcs_emulator():
         os.environ.pop(k, None)
       else:
         os.environ[k] = v
-    gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
-    files._filesystem.cache_clear()  # pylint: disable=protected-access
+    _clear_caches()
+
+
+def _clear_caches():
+  """The clients bertjax and orbax chose for gs:// are cached per process: choose again."""
+  from etils.epath import gpath  # pylint: disable=g-import-not-at-top
+  from bertjax import files  # pylint: disable=g-import-not-at-top
+  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
+  files._filesystem.cache_clear()  # pylint: disable=protected-access
+  files._REACHED.clear()  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope='session')
+def gcs_emulator():
+  """The emulator's environment (also in os.environ for the session)."""
+  if importlib.util.find_spec('gcp_storage_emulator') is None:
+    message = 'gcp-storage-emulator is not installed: pip install -e ".[test]"'
+    if os.environ.get('CI', '').lower() == 'true':
+      pytest.fail(message)
+    pytest.skip(message)
+  with running() as env:
+    yield env
 
 
 @pytest.fixture

@@ -5,21 +5,12 @@ results there, and a second run resumes from them."""
 
 import json
 
-import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-import gcs_emulator_server
 import pretrain_runs
 from bertjax import files
 from bertjax.training import event_writer
 from bertjax.training import summaries
-
-
-@pytest.fixture(scope='module')
-def gcs_emulator():
-  """The emulator with the generation header tensorstore needs (orbax writes the arrays)."""
-  with gcs_emulator_server.running() as env:
-    yield env
 
 
 def test_events_in_a_bucket_are_put_whole_and_read_by_tensorboard(gcs_bucket, tmp_path,
