@@ -11,7 +11,8 @@ from bertjax import console
 
 def device_node_present() -> bool:
   """A GPU or TPU device node on this host (seen before any library starts)."""
-  return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0', '/dev/vfio/0'))
+  nodes = ('/dev/nvidia0', '/dev/accel0', '/dev/vfio/0')
+  return any(os.path.exists(p) for p in nodes)  # local: device nodes
 
 
 def hide_from_tensorflow():
@@ -37,7 +38,7 @@ def default_compilation_cache_dir() -> str:
   if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
     return os.environ['JAX_COMPILATION_CACHE_DIR']
   try:
-    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:  # local: /proc
       cpu = ''.join(sorted({line for line in f if line.startswith(('model name', 'flags'))}))
   except OSError:
     cpu = platform.processor()

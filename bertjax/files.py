@@ -133,8 +133,9 @@ def _describe(error: BaseException, path) -> BaseException:
     return PermissionError(f'{path}: no permission: {hint}.')
   if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
       'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
+    cause = text.splitlines()[0] if text else type(error).__name__
     return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
-                           f'keeps failing): check the network and retry ({text.splitlines()[0] if text else type(error).__name__}).')
+                           f'keeps failing): check the network and retry ({cause}).')
   return error
 
 
@@ -152,7 +153,7 @@ def _reaching(path):
     raise described from None
 
 
-def open(path, mode: str = 'r', encoding: str | None = 'utf-8'):  # pylint: disable=redefined-builtin
+def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
   """A file object for `path`. Writing to a URL puts one object when the file is closed."""
   if 'b' in mode:
     encoding = None
@@ -160,7 +161,8 @@ def open(path, mode: str = 'r', encoding: str | None = 'utf-8'):  # pylint: disa
     if 'r' in mode and os.path.isdir(_local(path)):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
     with _reaching(path):
-      return builtins.open(_local(path), mode, encoding=encoding)  # pylint: disable=consider-using-with
+      return builtins.open(  # pylint: disable=consider-using-with
+          _local(path), mode, encoding=encoding)
   fs, stripped = _fs(path)
   with _reaching(path):
     if 'r' in mode and not fs.isfile(stripped):

@@ -8,7 +8,7 @@ imported, since importing them runs their code.
 
 import importlib.util
 import json
-import pathlib
+import pathlib  # local: installed packages' folders
 import re
 
 from bertjax import files
@@ -30,7 +30,7 @@ def package_dir(name):
   spec = importlib.util.find_spec(name)
   if spec is None or not spec.submodule_search_locations:
     raise FileNotFoundError(f'package {name!r} is not installed: pip install --no-deps it')
-  return pathlib.Path(spec.submodule_search_locations[0])  # An installed package: local.
+  return pathlib.Path(spec.submodule_search_locations[0])  # local: an installed package
 
 
 def split_sentences(text):

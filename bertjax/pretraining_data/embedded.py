@@ -9,7 +9,7 @@ launch/build_corpus.py, whose docstring gives the figures; manifest.json holds t
 
 import dataclasses
 import json
-import pathlib
+import pathlib  # local: the package's own corpus
 
 from absl import logging
 
@@ -22,9 +22,9 @@ VOCAB_SIZE = 8192
 DO_LOWER_CASE = True
 
 
-def corpus_dir() -> pathlib.Path:
+def corpus_dir() -> pathlib.Path:  # local: package data
   """The folder of the embedded corpus inside the installed package (always local)."""
-  return pathlib.Path(__file__).resolve().parent / 'corpus'
+  return pathlib.Path(__file__).resolve().parent / 'corpus'  # local: package data
 
 
 def file_name(split: str = 'train') -> str:
@@ -34,7 +34,7 @@ def file_name(split: str = 'train') -> str:
   return f'{NAME}.txt.gz' if split == 'train' else f'{NAME}_{split}.txt.gz'
 
 
-def corpus_path(split: str = 'train') -> pathlib.Path:
+def corpus_path(split: str = 'train') -> pathlib.Path:  # local: package data
   """The gzip-compressed text of one split ('train' or 'eval')."""
   path = corpus_dir() / file_name(split)
   if not path.is_file():
@@ -43,14 +43,15 @@ def corpus_path(split: str = 'train') -> pathlib.Path:
   return path
 
 
-def vocab_path() -> pathlib.Path:
+def vocab_path() -> pathlib.Path:  # local: package data
   """The lower-case WordPiece vocab.txt learned from the train split."""
   return corpus_dir() / 'vocab.txt'
 
 
 def manifest() -> dict:
   """The counts recorded by launch/build_corpus.py (documents, sentences, words, bytes)."""
-  return json.loads((corpus_dir() / 'manifest.json').read_text(encoding='utf-8'))
+  path = corpus_dir() / 'manifest.json'
+  return json.loads(path.read_text(encoding='utf-8'))  # local: package data
 
 
 def read_documents(path):

@@ -15,9 +15,9 @@ disagree with the report beside them, which readers refuse (input/file_set.py) a
 corpus remakes; the next run removes the temporary directories of dead runs. Outputs in an
 object store (gs://...) are made in a local temporary directory and then put, the report first,
 each shard as one object (through bertjax.files); input files and vocabs may be URLs too.
-The same seed and worker count give byte-identical shards. Memory per worker is bounded by the NotNext pool, the
-shuffle buffer and one tokenization batch, never by the corpus. Records are framed by
-tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
+The same seed and worker count give byte-identical shards. Memory per worker is bounded by the
+NotNext pool, the shuffle buffer and one tokenization batch, never by the corpus. Records are
+framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
 """
 
 import collections
@@ -312,7 +312,7 @@ def _stage(outputs, parts, temp_dirs, results):
       for w in range(num_workers):
         with open(parts[w][s], 'rb') as part:  # local temp
           shutil.copyfileobj(part, merged, 1 << 22)  # local temp
-        os.remove(parts[w][s])
+        os.remove(parts[w][s])  # local temp
     records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
   return staged, records
 

@@ -145,7 +145,8 @@ def _is_disk_full(error: BaseException) -> bool:
 def _complete_steps(mngr: ocp.CheckpointManager) -> list[int]:
   """Steps whose directories were finalized (a failed save never gets its final name)."""
   try:
-    return sorted(int(p.name) for p in mngr.directory.iterdir() if p.name.isdigit())
+    steps = mngr.directory.iterdir()  # local or remote: orbax's own epath client
+    return sorted(int(p.name) for p in steps if p.name.isdigit())
   except OSError:
     return []
 
@@ -178,7 +179,7 @@ def check_space(mngr: ocp.CheckpointManager, step: int, state):
   # The save in flight first (the next save would wait for it anyway): its bytes count.
   wait(mngr)
   need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
-  free = shutil.disk_usage(directory).free  # A local disk (remote stores returned above).
+  free = shutil.disk_usage(directory).free  # local disk (remote stores returned above)
   if free < need * 1.05 + (4 << 20):
     raise DiskFullError(f'the disk holding {directory} has {free / 2**20:.0f} MiB free, too little '
                         f'for the checkpoint of step {step} (about {need / 2**20:.0f} MiB, plus '

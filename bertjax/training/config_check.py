@@ -335,7 +335,7 @@ def check_args(main_args) -> object:
     return holder.value
 
   path, _, arg = spec.partition(':')
-  if not os.path.isfile(path):  # A local Python file (config_flags imports it), never a URL.
+  if not os.path.isfile(path):  # local: config_flags imports it
     raise ValueError(f'--config={spec}: no config file {path!r} (from {os.getcwd()}); the '
                      'configs are configs/pretrain.py, configs/finetune.py, configs/embed.py')
   try:

@@ -52,7 +52,8 @@ class EventWriter:
       files.makedirs(logdir)
       # Unbuffered: each record reaches the file at once, and a failed write can be cut back.
       # A local path (files.open has no unbuffered mode).
-      self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with
+      # local branch: unbuffered, so each record reaches the file at once.
+      self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with # local
       self._size = 0  # Bytes of whole records in the file.
     self._write([event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2')])
 
