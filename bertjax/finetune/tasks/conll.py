@@ -18,6 +18,7 @@ import os
 from absl import logging
 import numpy as np
 
+from bertjax import files
 from bertjax.finetune import metrics
 
 # CoNLL-2003's nine tags; a tag's index is its class id.
@@ -46,7 +47,7 @@ class Alignment:
 def read_conll(path, encoding='utf-8') -> list[Sentence]:
   """Sentences of a CoNLL column file (tag = last column); `-DOCSTART-` lines are skipped."""
   path = os.fspath(path)
-  if not os.path.isfile(path):
+  if not files.isfile(path):
     raise FileNotFoundError(f'CoNLL file {path} does not exist: pass the path of eng.train, '
                             'eng.testa or eng.testb (or any file in that column format)')
   sentences = []
@@ -63,7 +64,7 @@ def read_conll(path, encoding='utf-8') -> list[Sentence]:
   width = None  # (columns, line number) of the first word line: every one must have as many.
   try:
     # Lines end at \n, \r\n or \r only; columns are separated by spaces or tabs only.
-    with open(path, encoding=encoding) as f:
+    with files.open(path, encoding=encoding) as f:
       for line_number, line in enumerate(f, 1):
         fields = [c for c in line.rstrip('\n').replace('\t', ' ').split(' ') if c]
         if not line.strip():
@@ -197,10 +198,10 @@ def write_predictions(path, sentences, predicted_tags) -> str:
     if len(tags) != len(sentence.words):
       raise ValueError(f'sentence {s_index} has {len(sentence.words)} words but '
                        f'{len(tags)} predicted tags: pass word_predictions() of these sentences')
-  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    for sentence, tags in zip(sentences, predicted_tags, strict=True):
-      for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
-        f.write(f'{word} {gold} {pred}\n')
-      f.write('\n')
+  lines = []
+  for sentence, tags in zip(sentences, predicted_tags, strict=True):
+    for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
+      lines.append(f'{word} {gold} {pred}\n')
+    lines.append('\n')
+  files.write_atomically(path, ''.join(lines))  # A local path or a URL.
   return path

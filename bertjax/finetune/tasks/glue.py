@@ -21,12 +21,14 @@ Features are features.py's, which follows run_classifier.py exactly.
 import collections
 import csv
 import dataclasses
+import io
 import os
 import types
 
 from absl import logging
 import numpy as np
 
+from bertjax import files
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import features
 
@@ -180,15 +182,24 @@ def _check_split(task, split):
                      f'{", ".join(task.files)}')
 
 
+def _inside(folder, name) -> str:
+  """`name` in `folder` (either a local path or a URL); an absolute path or URL as it is."""
+  name = os.fspath(name)
+  if files.is_remote(name) or os.path.isabs(name):
+    return name
+  return files.join(os.fspath(folder), name)
+
+
 def task_file(task, data_dir, split) -> str:
-  """Path of a split's TSV: data_dir is the task's folder, or the GLUE root holding it."""
+  """Path of a split's TSV: data_dir is the task's folder, or the GLUE root holding it (a local
+  folder or a URL)."""
   task = _as_task(task)
   _check_split(task, split)
-  path = os.path.join(data_dir, task.files[split])
-  nested = os.path.join(data_dir, task.glue_dir, task.files[split])
-  if not os.path.isfile(path) and os.path.isfile(nested):
+  path = _inside(data_dir, task.files[split])
+  nested = _inside(files.join(os.fspath(data_dir), task.glue_dir), task.files[split])
+  if not files.isfile(path) and files.isfile(nested):
     return nested
-  if not os.path.isfile(path):
+  if not files.isfile(path):
     raise FileNotFoundError(
         f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
         f'{task.glue_dir}/{task.files[split]} from the GLUE download (download_glue_data.py), '
@@ -222,40 +233,40 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
   examples = []
   # utf-8-sig: a byte-order mark (MRPC's files are copied from Microsoft's, which may carry
   # one) would otherwise stick to the first header name.
-  with open(path, encoding='utf-8-sig', newline='') as f:
-    reader = csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE)
-    header = None
-    num_columns = layout.num_columns
-    columns = (layout.text_a, layout.text_b, layout.label, layout.guid)
-    try:
-      for row in reader:
-        line = reader.line_num
-        if not any(field.strip() for field in row):
-          skips['blank line'] += 1
-          continue
-        if layout.header is not None and header is None:
-          header = [field.strip() for field in row]
-          missing = [name for name in layout.header if name not in header]
-          if missing:
-            raise ValueError(
-                f'{path}:{line}: header has columns {header} but GLUE {task.name} {split} '
-                f'needs {list(layout.header)} (missing {missing}): is this the {split} file '
-                f'of {task.glue_dir}?')
-          num_columns = len(header)
-          columns = tuple(_column_index(header, field) for field in columns)
-          continue
-        if len(row) < num_columns:
-          if not skip_malformed:
-            raise ValueError(
-                f'{path}:{line}: {len(row)} columns where GLUE {task.name} {split} rows have '
-                f'{num_columns}: fix the line, or pass skip_malformed=True to skip such rows')
-          skips['too few columns'] += 1
-          skipped_lines.append(line)
-          continue
-        examples.append(_example(task, path, line, row, columns, len(examples)))
-    except UnicodeDecodeError as e:
-      raise ValueError(f'{path}: not UTF-8 text ({e.reason} at byte {e.start}): GLUE files '
-                       'are UTF-8; re-download or re-encode the file') from None
+  try:
+    text = files.read_bytes(path).decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path}: not UTF-8 text ({e.reason} at byte {e.start}): GLUE files '
+                     'are UTF-8; re-download or re-encode the file') from None
+  reader = csv.reader(io.StringIO(text, newline=''), delimiter='\t', quoting=csv.QUOTE_NONE)
+  header = None
+  num_columns = layout.num_columns
+  columns = (layout.text_a, layout.text_b, layout.label, layout.guid)
+  for row in reader:
+    line = reader.line_num
+    if not any(field.strip() for field in row):
+      skips['blank line'] += 1
+      continue
+    if layout.header is not None and header is None:
+      header = [field.strip() for field in row]
+      missing = [name for name in layout.header if name not in header]
+      if missing:
+        raise ValueError(
+            f'{path}:{line}: header has columns {header} but GLUE {task.name} {split} '
+            f'needs {list(layout.header)} (missing {missing}): is this the {split} file '
+            f'of {task.glue_dir}?')
+      num_columns = len(header)
+      columns = tuple(_column_index(header, field) for field in columns)
+      continue
+    if len(row) < num_columns:
+      if not skip_malformed:
+        raise ValueError(
+            f'{path}:{line}: {len(row)} columns where GLUE {task.name} {split} rows have '
+            f'{num_columns}: fix the line, or pass skip_malformed=True to skip such rows')
+      skips['too few columns'] += 1
+      skipped_lines.append(line)
+      continue
+    examples.append(_example(task, path, line, row, columns, len(examples)))
   if not examples:
     raise ValueError(f'{path}: no examples in the file: it is empty or holds only a header; '
                      f're-download the GLUE data for {task.glue_dir}')
@@ -392,14 +403,13 @@ def write_predictions(task, split, outputs, examples, output_dir) -> str:
   _check_split(task, split)
   pred_N = _predictions(task, outputs, len(examples))
   name = task.submission_files.get(split, f'{task.name}-{split}.tsv')
-  os.makedirs(output_dir, exist_ok=True)
-  path = os.path.join(output_dir, name)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write('index\tprediction\n')
-    for example, pred in zip(examples, pred_N, strict=True):
-      if task.kind == _REGRESSION:
-        value = f'{min(max(float(pred), 0.0), 5.0):.3f}'
-      else:
-        value = task.labels[int(pred)]
-      f.write(f'{example.guid}\t{value}\n')
+  lines = ['index\tprediction\n']
+  for example, pred in zip(examples, pred_N, strict=True):
+    if task.kind == _REGRESSION:
+      value = f'{min(max(float(pred), 0.0), 5.0):.3f}'
+    else:
+      value = task.labels[int(pred)]
+    lines.append(f'{example.guid}\t{value}\n')
+  path = files.join(output_dir, name)
+  files.write_atomically(path, ''.join(lines))  # Whole or not at all, locally or in a bucket.
   return path

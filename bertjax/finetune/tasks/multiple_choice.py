@@ -6,10 +6,11 @@ the softmax over them (model/heads.BertForMultipleChoice).
 """
 
 import json
-import pathlib
+import os
 
 import numpy as np
 
+from bertjax import files
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import features as features_lib
 
@@ -53,15 +54,15 @@ def evaluate(logits_NxC, questions) -> dict[str, float]:
 
 
 def write_predictions(path, logits_NxC, questions) -> str:
-  """JSON lines: guid, the chosen index, the probabilities of the choices (and the gold label)."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
+  """JSON lines: guid, the chosen index, the probabilities of the choices (and the gold label),
+  written whole or not at all to `path` (a local path or a URL)."""
   probs = probabilities(logits_NxC)
-  with open(path, 'w', encoding='utf-8') as f:
-    for question, p in zip(questions, probs, strict=True):
-      row = {'guid': question.guid, 'choice': int(np.argmax(p)),
-             'probabilities': [round(float(x), 6) for x in p]}
-      if question.label is not None:
-        row['label'] = question.label
-      f.write(json.dumps(row) + '\n')
-  return str(path)
+  rows = []
+  for question, p in zip(questions, probs, strict=True):
+    row = {'guid': question.guid, 'choice': int(np.argmax(p)),
+           'probabilities': [round(float(x), 6) for x in p]}
+    if question.label is not None:
+      row['label'] = question.label
+    rows.append(json.dumps(row) + '\n')
+  files.write_atomically(os.fspath(path), ''.join(rows))
+  return os.fspath(path)

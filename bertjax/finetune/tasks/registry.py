@@ -11,12 +11,13 @@ import functools
 import importlib.util
 import json
 import os
-import pathlib
 import types
 
 from absl import logging
 import numpy as np
 
+from bertjax import files
+from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
@@ -38,13 +39,15 @@ USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choic
 NAMES = tuple(glue.TASKS) + ('squad_v1', 'squad_v2', 'conll2003', 'bbc', 'wordnet') + USER_TASKS
 
 
-def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> pathlib.Path:
+def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> str:
+  """The file of `split`: data.predict_file for a test split when set, else `file_name` in
+  data.data_dir (a local folder or a URL)."""
   if data.predict_file and split in test_splits:
-    return pathlib.Path(data.predict_file)
-  directory = pathlib.Path(data.data_dir or default_dir)
-  if not str(directory):
+    return data.predict_file
+  directory = data.data_dir or default_dir
+  if not directory:
     raise ValueError('config.data.data_dir is empty: point it at the task\'s files.')
-  return directory / file_name
+  return files.join(directory, file_name)
 
 
 def _glue_task(name, data) -> task_lib.Task:
@@ -54,8 +57,10 @@ def _glue_task(name, data) -> task_lib.Task:
     if data.use_tfds:
       return glue.read_tfds(name, split, data.data_dir or None), collections.Counter()
     if data.predict_file and split in spec.test_splits:  # A file in the test split's layout.
-      files = types.MappingProxyType({**spec.files, split: os.path.abspath(data.predict_file)})
-      return glue.read_examples(dataclasses.replace(spec, files=files), data.data_dir, split)
+      split_files = types.MappingProxyType({**spec.files,
+                                            split: paths.absolute(data.predict_file)})
+      return glue.read_examples(dataclasses.replace(spec, files=split_files), data.data_dir,
+                                split)
     return glue.read_examples(name, data.data_dir, split)
 
   def featurize(examples, tok, *, is_training):
@@ -78,16 +83,16 @@ def _glue_task(name, data) -> task_lib.Task:
 @functools.lru_cache(maxsize=1)
 def _squad_json(path: str) -> list:
   """The dev set's articles, for the official scoring (read once, not at every eval)."""
-  return json.loads(pathlib.Path(path).read_text(encoding='utf-8'))['data']
+  return json.loads(files.read_text(path))['data']
 
 
 def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
   """SQuAD v1.1 / v2.0 from its folder, or (`path(split)` given) any files in SQuAD's JSON."""
   v2 = name == 'squad_v2' if v2 is None else v2
-  files = SQUAD_FILES.get(name, SQUAD_FILES['squad_v1'])
+  names = SQUAD_FILES.get(name, SQUAD_FILES['squad_v1'])
 
   def default_path(split):
-    return _path(data, '', files.get(split, files['validation']), split, ('test',))
+    return _path(data, '', names.get(split, names['validation']), split, ('test',))
 
   path = path or default_path
 
@@ -120,8 +125,9 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
   def write(outputs, features, meta, examples, split, out_dir):
     del split
     predictions, nbest, null_odds = postprocess(outputs, features, meta, examples)
-    paths = squad_answers.write_predictions(out_dir, predictions, nbest, null_odds if v2 else None)
-    return paths['predictions.json']
+    written = squad_answers.write_predictions(out_dir, predictions, nbest,
+                                              null_odds if v2 else None)
+    return written['predictions.json']
 
   return task_lib.Task(
       name, 'span', (), 'f1', ('validation',), ('test',), read, featurize, evaluate, write,
@@ -131,13 +137,14 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
 def _user_span_task(data) -> task_lib.Task:
   """Any SQuAD-format JSON files; v2.0 scoring (no-answer) when a training question is
   impossible."""
-  files = user_tasks.user_files(data)
-  if 'validation' not in files:
+  split_files = user_tasks.user_files(data)
+  if 'validation' not in split_files:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
                      'scored per article, so no split is made from the training file.')
-  text = user_data._read_text(user_data._check_file(files['train']))  # pylint: disable=protected-access
+  train = user_data._check_file(split_files['train'])  # pylint: disable=protected-access
+  text = user_data._read_text(train)  # pylint: disable=protected-access
   v2 = '"is_impossible": true' in text.replace('"is_impossible":true', '"is_impossible": true')
-  return _squad_task('span', data, path=lambda split: files[split], v2=v2)
+  return _squad_task('span', data, path=lambda split: split_files[split], v2=v2)
 
 
 def _conll_task(data) -> task_lib.Task:
@@ -221,14 +228,12 @@ def _topic_task(name, data, seed) -> task_lib.Task:
 
   def write(outputs, features, meta, examples, split, out_dir):
     del meta
-    path = pathlib.Path(out_dir) / f'{name}_{split}.tsv'
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = files.join(out_dir, f'{name}_{split}.tsv')
     guess = predicted(outputs, features, examples)
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write('guid\tlabel\tprediction\n')
-      for example, p in zip(examples, guess, strict=True):
-        f.write(f'{example.guid}\t{example.label}\t{labels[p]}\n')
-    return str(path)
+    rows = [f'{example.guid}\t{example.label}\t{labels[p]}\n'
+            for example, p in zip(examples, guess, strict=True)]
+    files.write_atomically(path, 'guid\tlabel\tprediction\n' + ''.join(rows))
+    return path
 
   return task_lib.Task(
       name, 'classification', labels, 'accuracy', ('validation',), (), read, featurize, evaluate,

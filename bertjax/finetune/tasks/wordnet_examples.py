@@ -15,11 +15,11 @@ examples.
 
 import collections
 import json
-import pathlib
 import re
 
 import numpy as np
 
+from bertjax import files
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import text_classification
 
@@ -48,8 +48,8 @@ def glosses(directory='/usr/share/wordnet'):
   """Yields (part of speech, supersense, lemmas, definition, example sentences) per synset of
   WordNet 3.0's data.* files (text_classification.parse_synset checks and reads each line)."""
   for name in WORDNET_FILES:
-    path = pathlib.Path(directory) / f'data.{name}'
-    with open(path, encoding='utf-8') as f:
+    path = files.join(directory, f'data.{name}')
+    with files.open(path, encoding='utf-8') as f:
       for number, line in enumerate(f, start=1):
         if line.startswith('  '):  # The licence header.
           continue
@@ -120,8 +120,7 @@ def choice_rows(items, seed=0, num_choices=4):
 
 
 def write_jsonl(path, rows):
-  path = pathlib.Path(path)
-  path.write_text(''.join(json.dumps(r) + '\n' for r in rows), encoding='utf-8')
+  files.write_atomically(path, ''.join(json.dumps(r) + '\n' for r in rows))
   return path
 
 
