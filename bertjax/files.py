@@ -110,6 +110,33 @@ def _bucket(path) -> str:
   return f'{protocol}://{rest.split("/", 1)[0]}'
 
 
+def _missing_bucket(path) -> FileNotFoundError | None:
+  """The error for a URL whose bucket does not exist (or these credentials cannot see), else
+  None."""
+  path = os.fspath(path)
+  if not is_remote(path) or not path.split('://', 1)[1].strip('/'):
+    return None
+  bucket = _bucket(path)
+  if bucket == path.rstrip('/'):
+    return None
+  try:
+    fs, stripped = _fs(bucket)
+    if fs.exists(stripped):
+      return None
+  except Exception:  # pylint: disable=broad-except  # The original error is reported instead.
+    return None
+  hint = _STORE_HINTS.get(path.split('://', 1)[0], 'check the URL and your credentials')
+  return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these credentials '
+                           f'cannot see it: {hint}.')
+
+
+def check_exists(path, missing: str):
+  """Raises FileNotFoundError(`missing`) unless `path` exists; for a URL whose bucket does not
+  exist (or cannot be seen) the error names the URL and the bucket instead."""
+  if not exists(path):
+    raise _missing_bucket(path) or FileNotFoundError(missing)
+
+
 def _describe(error: BaseException, path) -> BaseException:
   """The error a user can act on for `error` raised while reaching `path` (the URL as given)."""
   path = os.fspath(path)
@@ -118,17 +145,7 @@ def _describe(error: BaseException, path) -> BaseException:
   code = getattr(error, 'code', None)
   text = str(error)
   if isinstance(error, FileNotFoundError):
-    if is_remote(path) and path.split('://', 1)[1].strip('/'):
-      bucket = _bucket(path)
-      try:
-        missing_bucket = bucket != path.rstrip('/') and not _fs(bucket)[0].exists(
-            _fs(bucket)[1])
-      except Exception:  # pylint: disable=broad-except
-        missing_bucket = False
-      if missing_bucket:
-        return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these '
-                                 f'credentials cannot see it: {hint}.')
-    return FileNotFoundError(f'{path} does not exist.')
+    return _missing_bucket(path) or FileNotFoundError(f'{path} does not exist.')
   if isinstance(error, PermissionError) or code in (401, 403) or text.startswith('Forbidden'):
     return PermissionError(f'{path}: no permission: {hint}.')
   if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(

@@ -76,15 +76,7 @@ def check_exists(path, missing: str):
   path = os.fspath(path)
   if files.exists(path) or files.exists(f'{path}.index'):
     return
-  if files.is_remote(path):
-    scheme, rest = path.split('://', 1)
-    bucket = f'{scheme}://{rest.split("/", 1)[0]}'
-    if bucket != path.rstrip('/') and not files.exists(bucket):
-      raise FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these '
-                              'credentials cannot see it: check the bucket name and that your '
-                              'credentials (`gcloud auth application-default login`) may read '
-                              'it.')
-  raise FileNotFoundError(missing)
+  files.check_exists(path, missing)
 
 
 def model_config(init_from: str) -> dict:
