@@ -9,6 +9,7 @@ CSV / JSONL / TSV files, so that the whole module takes seconds, not minutes.
 import io
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import uuid
@@ -25,6 +26,7 @@ from bertjax import predict
 from bertjax.finetune import job
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
@@ -219,3 +221,27 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
     text_classification.read_wordnet(f'{data}/wordnet')
   with pytest.raises(FileNotFoundError, match=f'BBC News folder {data}/bbc does not exist'):
     text_classification.read_bbc(f'{data}/bbc')
+
+
+def test_user_files_may_be_globs_and_comma_lists_in_a_bucket_or_locally(gcs_bucket, tmp_path):
+  rows = _rows(12, 3)
+  for root in (gcs_bucket, str(tmp_path)):
+    for shard in range(3):  # Three CSV shards and one JSON lines file: 4 rows each.
+      part = rows[4 * shard:4 * shard + 4]
+      files.write_atomically(files.join(root, 'shards', f'train-{shard}.csv'),
+                             'review,sentiment\n' + ''.join(f'{t},{y}\n' for t, y in part))
+    files.write_atomically(files.join(root, 'eval.jsonl'), ''.join(
+        json.dumps({'review': t, 'sentiment': y}) + '\n' for t, y in rows[:4]))
+    config = finetune_config.get_config('task=classification,size=tiny')
+    config.unlock()
+    config.data.train_file = (f'{files.join(root, "shards", "train-[12].csv")},'
+                              f'{files.join(root, "shards", "train-0.csv")}')
+    config.data.eval_file = files.join(root, 'eval.jsonl')
+    config.data.text_fields, config.data.label_field = 'review', 'sentiment'
+    task = registry.get_task('classification', config.data)
+    train, _ = task.read('train')
+    assert [e.text_a for e in train] == [t for t, _ in rows[4:] + rows[:4]]
+    assert len(task.read('validation')[0]) == 4
+    config.data.train_file = files.join(root, 'shards', 'nothing-*.csv')
+    with pytest.raises(FileNotFoundError, match=re.escape(f'{config.data.train_file} matches no')):
+      registry.get_task('classification', config.data)

@@ -12,6 +12,7 @@ from absl import logging
 import numpy as np
 
 from bertjax import files
+from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
@@ -21,11 +22,30 @@ from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
 
 
+_FLAGS = {'train': 'train_file', 'validation': 'eval_file', 'test': 'test_file'}
+
+
 def user_files(data) -> dict:
   """{split: path} of config.data.train_file / eval_file / test_file (those that are set)."""
   files = {'train': data.train_file, 'validation': data.eval_file,
            'test': data.predict_file or data.test_file}
   return {split: str(path) for split, path in files.items() if path}
+
+
+def expand(setting: str, flag: str) -> list[str]:
+  """The files of a train_file / eval_file / test_file setting: one path, or comma-separated
+  paths and globs (`gs://b/train-*.jsonl`: a bucket is listed through bertjax.files), each
+  glob's matches in sorted order. A glob that matches nothing is an error naming it."""
+  found = []
+  for part in paths.split_list(setting):
+    if not any(c in part for c in '*?[') or files.exists(part):
+      found.append(part)
+      continue
+    matches = files.glob(part)
+    if not matches:
+      raise FileNotFoundError(f'{part} matches no file: check config.data.{flag}.')
+    found += matches
+  return found
 
 
 def _random_split(items, fraction, seed):
@@ -56,12 +76,21 @@ class _UserSplits:
       raise ValueError(f'task={name}: set config.data.train_file (and eval_file, test_file) to '
                        'your data: CSV, TSV or JSON lines.')
 
+  def _read_split(self, split, **kwargs):
+    """(items, skipped) of every file the split's setting names, in order."""
+    items, skipped = [], collections.Counter()
+    for path in expand(self.files[split], _FLAGS[split]):
+      more, more_skipped = self._read_file(path, **kwargs)
+      items += more
+      skipped += more_skipped
+    return items, skipped
+
   def _train_and_held_out(self):
     if 'train' in self._cache:
       return
     if 'train' not in self.files:
       raise ValueError(f'task={self.name}: config.data.train_file is empty: training needs it.')
-    items, skipped = self._read_file(self.files['train'], is_training=True)
+    items, skipped = self._read_split('train', is_training=True)
     if skipped:
       logging.warning('%s: skipped %s', self.files['train'],
                       ', '.join(f'{v} rows with {k.replace("_", " ")}' for k, v in
@@ -99,8 +128,7 @@ class _UserSplits:
       raise ValueError(f'task={self.name}: no {split} file: set config.data.'
                        f'{"eval_file" if split == "validation" else "test_file"}.')
     if split not in self._cache:
-      items, _ = self._read_file(self.files[split], is_training=False,
-                                 require_labels=split != 'test')
+      items, _ = self._read_split(split, is_training=False, require_labels=split != 'test')
       self._cache[split] = (_limit(items, self.data.max_eval_examples
                                    if split == 'validation' else -1), collections.Counter())
     return self._cache[split]
