@@ -51,13 +51,6 @@ def load_tokenizer(checkpoint_dir) -> tokenizer.FullTokenizer:
                                  do_lower_case=do_lower_case)
 
 
-def _is_transformers_dir(path: str) -> bool:
-  """init_from.is_transformers_dir for a local folder or a URL: a config.json, and no
-  checkpoints/ beside it (a bertjax run keeps its own config.json there)."""
-  return files.isfile(files.join(path, 'config.json')) and not files.isdir(
-      files.join(path, 'checkpoints'))
-
-
 def encode(tok, sentences, max_seq_length: int) -> dict:
   """[CLS] tokens [SEP], truncated and padded to the longest sentence (at most max_seq_length)."""
   cls_id, sep_id = tok.vocab['[CLS]'], tok.vocab['[SEP]']
@@ -102,7 +95,7 @@ def run(config, workdir):
   if workdir and files.isdir(files.join(workdir, 'checkpoints')):
     raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
                      'their own.')
-  if not _is_transformers_dir(checkpoint):
+  if not init_from.is_transformers_dir(checkpoint):
     raise ValueError(f'init_from={checkpoint}: embed reads a transformers BERT directory; turn a '
                      'bertjax run or a TF1 checkpoint into one first: python -m bertjax.export '
                      f'--from={checkpoint} --format=hf --output=<dir>.')

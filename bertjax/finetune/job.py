@@ -31,6 +31,7 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
@@ -141,12 +142,8 @@ RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_se
 
 
 def has_checkpoint(workdir: str) -> bool:
-  """Whether `workdir` (a local folder or a URL) holds a complete checkpoint: orbax gives a
-  step's folder its number only once the step is complete."""
-  try:
-    return any(name.isdigit() for name in files.listdir(files.join(workdir, 'checkpoints')))
-  except (FileNotFoundError, NotADirectoryError):
-    return False
+  """Whether `workdir` (a local folder or a URL) holds a complete checkpoint."""
+  return bool(checkpoint_reader.steps(files.join(workdir, 'checkpoints')))
 
 
 def _folder_key(path) -> str:
