@@ -68,8 +68,10 @@ def name(path) -> str:
 @functools.cache
 def _filesystem(protocol: str):
   import fsspec  # pylint: disable=g-import-not-at-top
+  # No listings cache: another process (a live run, the other hosts) writes the same folders.
+  options = {'use_listings_cache': False} if protocol in ('gs', 'gcs', 's3', 's3a') else {}
   try:
-    return fsspec.filesystem(protocol)
+    return fsspec.filesystem(protocol, **options)
   except (ImportError, ValueError) as e:
     package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)
     hint = f'pip install {package}' if package else 'install the fsspec package for it'

@@ -7,14 +7,19 @@ Each host feeds its contiguous half of every global batch; the global arrays, an
 dropout masks, are the single process's, so only the order of floating-point sums differs.
 """
 
+import json
+import os
+import pathlib
 import socket
 import sys
 
 import finetune_runs
+import gcs_emulator
 import numpy as np
 import pretrain_runs
 import pytest
 
+from bertjax import files
 from bertjax.finetune import job as finetune
 
 FIELDS = {'mesh.data': 4, 'mesh.fsdp': 2, 'num_train_steps': 6, 'model.vocab_size': 8192,
@@ -28,10 +33,12 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-@pytest.mark.parametrize('packed', [False, True], ids=['one_per_row', 'packed'])
-def test_two_hosts_equal_one(tmp_path, packed):
+@pytest.mark.parametrize('packed,bucket', [(False, False), (True, False), (False, True)],
+                         ids=['one_per_row', 'packed', 'bucket'])
+def test_two_hosts_equal_one(tmp_path, packed, bucket, request):
   """Packed: 16 examples of ~10 tokens in 8 rows of 48 (3 to a row, rounded up to 8 for the
-  data-parallel size), each host sending its 4 rows."""
+  data-parallel size), each host sending its 4 rows. Bucket: the two hosts read the task files
+  from a bucket (the GCS emulator) and write their run there, as on a pod."""
   data_dir = finetune_runs.write_sst2(tmp_path / 'sst2')
   fields = FIELDS | {'data.data_dir': str(data_dir)}
   if packed:
@@ -45,6 +52,12 @@ def test_two_hosts_equal_one(tmp_path, packed):
   workdir = tmp_path / 'two'
   workdir.mkdir()
   logs = [workdir / f'host-{i}.txt' for i in range(2)]
+  if bucket:
+    root = request.getfixturevalue('gcs_bucket')
+    files.copy_tree(str(data_dir), f'{root}/sst2')
+    fields['data.data_dir'] = f'{root}/sst2'
+    env = env | {k: os.environ[k] for k in gcs_emulator.ENV_NAMES}
+    workdir = f'{root}/two'
   command = [sys.executable, '-m', 'bertjax.main', f'--config=configs/finetune.py:{ARG}',
              *[f'--config.{k}={v}' for k, v in fields.items()], f'--workdir={workdir}',
              address, '--num_processes=2']
@@ -54,11 +67,19 @@ def test_two_hosts_equal_one(tmp_path, packed):
     assert pretrain_runs.finish(process, log) == 0, pretrain_runs.log_tail(log)
 
   (one, step_one) = finetune_runs.final_params(tmp_path / 'single')
-  (two, step_two) = finetune_runs.final_params(workdir)
+  if bucket:
+    assert not files.exists(f'{workdir}/.lock')  # Process 0's lease is given back.
+    recorded = json.loads(files.read_text(f'{workdir}/config.json'))
+    assert recorded['data']['data_dir'] == f'{root}/sst2', recorded['data']
+    with files.local_copy(workdir) as local:
+      (two, step_two) = finetune_runs.final_params(local)
+      hosts = (pathlib.Path(local) / 'predictions/step_6/sst2-validation.tsv').read_text()
+  else:
+    (two, step_two) = finetune_runs.final_params(workdir)
+    hosts = (workdir / 'predictions/step_6/sst2-validation.tsv').read_text()
   assert step_one == step_two == 6
   for key in one:
     np.testing.assert_allclose(two[key], one[key], atol=2e-5, rtol=1e-4, err_msg=key)
   single = (tmp_path / 'single/predictions/step_6/sst2-validation.tsv').read_text().splitlines()
-  hosts = (workdir / 'predictions/step_6/sst2-validation.tsv').read_text().splitlines()
   assert len(single) == 1 + 24
-  assert hosts == single
+  assert hosts.splitlines() == single
