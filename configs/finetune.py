@@ -102,6 +102,7 @@ def get_config(arg=None):
   config.data.use_tfds = False  # GLUE only: read the prepared tensorflow-datasets `glue` set.
   # Your own data (task=classification, regression, tagging, span, multiple_choice, swag):
   # CSV / TSV (with a header row) / JSON lines; tagging also CoNLL column files; span SQuAD JSON.
+  # Your files: a path, a URL (gs://...), a glob or a comma list of them (read in order; span: one).
   config.data.train_file = ''
   config.data.eval_file = ''  # '' = hold out eval_fraction of train_file (stratified by label).
   config.data.test_file = ''  # Unlabelled or labelled: predictions are written for it.
