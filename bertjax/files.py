@@ -149,6 +149,8 @@ def _describe(error: BaseException, path) -> BaseException:
   if isinstance(error, FileNotFoundError):
     return _missing_bucket(path) or FileNotFoundError(f'{path} does not exist.')
   if isinstance(error, PermissionError) or code in (401, 403) or text.startswith('Forbidden'):
+    if not is_remote(path):
+      hint = 'check its owner and mode (ls -l) or write elsewhere'
     return PermissionError(f'{path}: no permission: {hint}.')
   if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
       'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):

@@ -98,3 +98,27 @@ def test_no_network_is_one_line_within_a_minute(tmp_path):
   assert 'cannot be reached' in line[0]
 
 
+
+
+def test_the_clients_errors_become_one_set():
+  """What gcsfs raises for no permission (403 as OSError 'Forbidden', 401 as HttpError) and for
+  a service that keeps failing (5xx, aiohttp) turns into the layer's messages."""
+  import gcsfs.retry  # pylint: disable=g-import-not-at-top
+  url = 'gs://bucket/run/config.json'
+  for error in (OSError(f'Forbidden: {url}\nno access'),
+                gcsfs.retry.HttpError({'code': 401, 'message': 'Unauthorized'})):
+    described = files._describe(error, url)  # pylint: disable=protected-access
+    assert isinstance(described, PermissionError)
+    assert str(described).startswith(f'{url}: no permission: check the bucket name, your '
+                                     'credentials')
+  for error in (gcsfs.retry.HttpError({'code': 503, 'message': 'Service Unavailable'}),
+                TimeoutError('timed out')):
+    described = files._describe(error, url)  # pylint: disable=protected-access
+    assert isinstance(described, ConnectionError)
+    assert str(described).startswith(f'{url}: the storage service cannot be reached')
+  local = files._describe(  # pylint: disable=protected-access
+      PermissionError(13, 'denied'), '/data/x')
+  assert str(local) == ('/data/x: no permission: check its owner and mode (ls -l) or write '
+                        'elsewhere.')
+  other = ValueError('a bug')
+  assert files._describe(other, url) is other  # pylint: disable=protected-access
