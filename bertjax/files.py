@@ -72,10 +72,13 @@ def _filesystem(protocol: str):
   options = {'use_listings_cache': False} if protocol in ('gs', 'gcs', 's3', 's3a') else {}
   try:
     return fsspec.filesystem(protocol, **options)
-  except (ImportError, ValueError) as e:
+  except ImportError as e:
     package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)
     hint = f'pip install {package}' if package else 'install the fsspec package for it'
     raise ValueError(f'{protocol}:// paths need a file system client: {hint}.') from e
+  except ValueError as e:  # fsspec knows no such protocol: a typo more likely than a package.
+    raise ValueError(f'{protocol}:// is not a file system fsspec knows: check the URL\'s '
+                     'scheme (gs://, s3://, ...).') from e
 
 
 _REACHED = set()
@@ -103,7 +106,10 @@ def _fs(path):
   path = os.fspath(path)
   protocol = path.split('://', 1)[0]
   _check_reachable(protocol, path)
-  fs = _filesystem(protocol)
+  try:
+    fs = _filesystem(protocol)
+  except ValueError as e:  # Names the URL as given: a command may take several.
+    raise ValueError(f'{path}: {e}') from e.__cause__
   return fs, fs._strip_protocol(path)  # pylint: disable=protected-access
 
 

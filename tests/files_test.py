@@ -83,6 +83,20 @@ def test_missing_bucket_is_named(gcs_emulator):  # pylint: disable=unused-argume
     files.read_text('gs://no-such-bucket-xyz/run/config.json')
 
 
+def test_a_scheme_without_its_client_names_the_url(monkeypatch):
+  """s3:// with s3fs missing says which package to install; a scheme fsspec does not know (a
+  typo) says to check the URL, not to install something; both name the URL as given."""
+  from fsspec.registry import known_implementations  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(known_implementations, 'nos3',
+                      {'class': 'no_such_module_xyz.S3', 'err': 'Install s3fs to access S3'})
+  with pytest.raises(ValueError, match=r'^nos3://b/in.txt: nos3:// paths need a file system '
+                                       r'client: install the fsspec package'):
+    files.read_text('nos3://b/in.txt')
+  with pytest.raises(ValueError, match=r'^g://b/in.txt: g:// is not a file system fsspec knows: '
+                                       r'check the URL'):
+    files.exists('g://b/in.txt')
+
+
 def test_no_network_is_one_line_within_a_minute(tmp_path):
   """A gs:// URL with the service unreachable (a closed local port stands for no network)."""
   env = dict(os.environ, STORAGE_EMULATOR_HOST='http://127.0.0.1:9')
