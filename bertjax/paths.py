@@ -92,6 +92,7 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   if files.isdir(path) and not files.isfile(path):
     raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
   if not files.isfile(path):
+    files.check_exists(path, f'--{flag}={path} does not exist.')  # Names a missing bucket.
     raise FileNotFoundError(f'--{flag}={path} does not exist.')
   return split_lines(files.read_text(path))
 

@@ -73,8 +73,7 @@ class Predictor:
   def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32) -> 'Predictor':
     """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`)."""
     workdir = paths.absolute(str(workdir))  # A local folder or a URL (gs://...).
-    if not files.exists(workdir):
-      raise FileNotFoundError(f'--workdir={workdir} does not exist: pass a fine-tuning run.')
+    files.check_exists(workdir, f'--workdir={workdir} does not exist: pass a fine-tuning run.')
     if not files.isdir(workdir):
       raise ValueError(f'--workdir={workdir} is a file: pass the folder of a fine-tuning run '
                        '(its config.json and checkpoints/).')

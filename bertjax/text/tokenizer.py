@@ -50,9 +50,10 @@ def load_vocab(vocab_file):
   OrderedDict token -> id."""
   path = os.fspath(vocab_file)
   if not files.isfile(path):
-    raise FileNotFoundError(
-        f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped with the '
-        'checkpoint (one WordPiece token per line)')
+    missing = (f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped '
+               'with the checkpoint (one WordPiece token per line)')
+    files.check_exists(path, missing)  # A missing bucket is named as such.
+    raise FileNotFoundError(missing)
   data = files.read_bytes(path)
   try:
     text = data.decode('utf-8')
@@ -359,9 +360,10 @@ class SentencePieceTokenizer:
     import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
     path = os.fspath(spm_model_file)
     if not files.isfile(path):
-      raise FileNotFoundError(
-          f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model file '
-          'shipped with the checkpoint')
+      missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
+                 'file shipped with the checkpoint')
+      files.check_exists(path, missing)  # A missing bucket is named as such.
+      raise FileNotFoundError(missing)
     self.spm_model_file = path
     self.sp_model = sentencepiece.SentencePieceProcessor()
     try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.

@@ -223,6 +223,26 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
     text_classification.read_bbc(f'{data}/bbc')
 
 
+def test_a_missing_bucket_is_named_by_the_readers(gcs_emulator):  # pylint: disable=unused-argument
+  """A typo in the bucket's name is said to be one, not reported as a missing file."""
+  from bertjax import paths  # pylint: disable=g-import-not-at-top
+  from bertjax.text import tokenizer  # pylint: disable=g-import-not-at-top
+  data = 'gs://no-such-bucket-xyz/data'
+  bucket = r'the bucket gs://no-such-bucket-xyz does not exist or these credentials cannot see'
+  readers = [
+      lambda: user_data.read_texts(f'{data}/t.csv', fields=('review',), label_field='sentiment'),
+      lambda: glue.read_examples('sst2', f'{data}/sst2', 'train'),
+      lambda: conll.read_conll(f'{data}/eng.train'),
+      lambda: squad.read_squad(f'{data}/dev-v1.1.json', version_2_with_negative=False,
+                               is_training=False),
+      lambda: tokenizer.load_vocab(f'{data}/vocab.txt'),
+      lambda: paths.read_text_lines(f'{data}/in.txt'),
+      lambda: predict.Predictor.from_workdir(f'{data}/run')]
+  for read in readers:
+    with pytest.raises(FileNotFoundError, match=f'^{data}/.*: {bucket}'):
+      read()
+
+
 def test_user_files_may_be_globs_and_comma_lists_in_a_bucket_or_locally(gcs_bucket, tmp_path):
   rows = _rows(12, 3)
   for root in (gcs_bucket, str(tmp_path)):

@@ -48,8 +48,10 @@ def read_conll(path, encoding='utf-8') -> list[Sentence]:
   """Sentences of a CoNLL column file (tag = last column); `-DOCSTART-` lines are skipped."""
   path = os.fspath(path)
   if not files.isfile(path):
-    raise FileNotFoundError(f'CoNLL file {path} does not exist: pass the path of eng.train, '
-                            'eng.testa or eng.testb (or any file in that column format)')
+    missing = (f'CoNLL file {path} does not exist: pass the path of eng.train, eng.testa or '
+               'eng.testb (or any file in that column format)')
+    files.check_exists(path, missing)  # A missing bucket is named as such.
+    raise FileNotFoundError(missing)
   sentences = []
   words, tags = [], []
 

@@ -200,10 +200,11 @@ def task_file(task, data_dir, split) -> str:
   if not files.isfile(path) and files.isfile(nested):
     return nested
   if not files.isfile(path):
-    raise FileNotFoundError(
-        f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
-        f'{task.glue_dir}/{task.files[split]} from the GLUE download (download_glue_data.py), '
-        'or use read_tfds() with a prepared TFDS glue dataset')
+    missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
+               f'{task.glue_dir}/{task.files[split]} from the GLUE download '
+               '(download_glue_data.py), or use read_tfds() with a prepared TFDS glue dataset')
+    files.check_exists(path, missing)  # A missing bucket is named as such.
+    raise FileNotFoundError(missing)
   return path
 
 

@@ -52,8 +52,9 @@ def _check_file(path) -> str:
   """`path` (a local path or a URL, as given) when it names a file with something in it."""
   path = os.fspath(path)
   if not files.isfile(path):
-    raise FileNotFoundError(f'{path} does not exist: check config.data.train_file / eval_file / '
-                            'test_file.')
+    missing = f'{path} does not exist: check config.data.train_file / eval_file / test_file.'
+    files.check_exists(path, missing)  # A missing bucket is named as such.
+    raise FileNotFoundError(missing)
   if files.size(path) == 0:
     raise ValueError(f'{path} is empty: it holds no examples.')
   return path
