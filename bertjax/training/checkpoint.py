@@ -98,9 +98,16 @@ def _check_restored(step: int, state, meta):
                                    f'e.g. {bad[0]}')
 
 
+def orbax_path(path) -> str:
+  """`path` as orbax's clients (etils.epath, tensorstore) name it: they know gs:// only, not
+  gcsfs' alias gcs:// that bertjax.files takes."""
+  path = str(path)
+  return 'gs://' + path[len('gcs://'):] if path.startswith('gcs://') else path
+
+
 def checkpoint_dir(workdir) -> str:
-  return files.join(str(workdir).rstrip('/') if files.is_remote(workdir) else workdir,
-                    'checkpoints')
+  return orbax_path(files.join(str(workdir).rstrip('/') if files.is_remote(workdir) else workdir,
+                               'checkpoints'))
 
 
 def manager(workdir, config, *, best_metric: str,
@@ -280,7 +287,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
 
 def state_metadata(path):
   """The saved state's tree of array metadata (shape, dtype), read without the arrays."""
-  metadata = ocp.StandardCheckpointer().metadata(path)
+  metadata = ocp.StandardCheckpointer().metadata(orbax_path(path))
   return metadata.item_metadata.tree if hasattr(metadata, 'item_metadata') else metadata
 
 

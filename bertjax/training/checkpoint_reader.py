@@ -106,7 +106,7 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
                         is_leaf=lambda m: hasattr(m, 'shape'))
   restored = ocp.PyTreeCheckpointer().restore(
-      state, args=ocp.args.PyTreeRestore(
+      checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
           item={'params': target},
           restore_args={'params': jax.tree.map(
               lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},

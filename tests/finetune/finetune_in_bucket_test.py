@@ -151,6 +151,19 @@ def test_predict_from_and_to_the_bucket_equals_the_run_copied_locally(bucket_run
     assert got['probabilities'] == pytest.approx(want['probabilities'], abs=1e-5)
 
 
+def test_gcsfs_alias_gcs_url_reads_the_same_run(bucket_run, local_copy):
+  """gcs://bucket/run (gcsfs' alias, which bertjax.files takes) reaches orbax as gs://: its
+  clients know no gcs://, and the checkpoints would be reported unreadable."""
+  from bertjax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  bucket, _, _, texts = bucket_run
+  alias = bucket.replace('gs://', 'gcs://', 1)
+  assert checkpoint.checkpoint_dir(f'{alias}/run/') == f'{bucket}/run/checkpoints'
+  got = predict.Predictor.from_workdir(f'{alias}/run').predict(texts)
+  want = predict.Predictor.from_workdir(local_copy[0]).predict(texts)
+  for a, b in zip(got, want, strict=True):
+    assert a['probabilities'] == pytest.approx(b['probabilities'], abs=1e-5)
+
+
 def test_extract_features_from_and_to_the_bucket_equals_local(bucket_run, local_copy):
   bucket, tmp, env, texts = bucket_run
   _run(['bertjax.extract_features', f'--init={bucket}/run', f'--input_file={bucket}/in.txt',
