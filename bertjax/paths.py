@@ -102,6 +102,9 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   something: one of the `inputs` it was read from, a folder, or a file inside a run's
   checkpoints/ or a model's folder."""
   out = absolute(str(output))
+  if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
+    raise IsADirectoryError(f'--{flag}={output} names a folder (it ends in /): name the file '
+                            'to write.')
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
   for source in inputs:

@@ -102,3 +102,13 @@ def test_pretraining_inputs_with_commas_in_a_name(tmp_path):
 def test_a_folder_given_as_a_text_file_is_named_as_a_folder(tmp_path):
   with pytest.raises(IsADirectoryError, match='--input_file=.* is a folder'):
     paths.read_text_lines(tmp_path)
+
+
+@pytest.mark.parametrize('where', ['local', 'gcs'])
+def test_an_output_file_ending_in_a_slash_is_refused(where, tmp_path, request):
+  """`--output_file=gs://b/out/` would be put as an object named `out/` (a folder's marker to
+  every GCS tool), a local one written as the file `out`: both are refused before any work."""
+  root = str(tmp_path) if where == 'local' else request.getfixturevalue('gcs_bucket')
+  with pytest.raises(IsADirectoryError, match=r'--output_file=.*/new/ names a folder'):
+    paths.check_output_file(f'{root}/new/')
+  assert paths.check_output_file(f'{root}/new/out.jsonl').endswith('/new/out.jsonl')
