@@ -180,10 +180,19 @@ def _reaching(path):
     raise described from None
 
 
+def _check_file_name(path):
+  """Refuses to write a path ending in /: an object store would keep an object named `out/`
+  (a folder's marker to its tools), a local rename would fail obscurely."""
+  if os.fspath(path).endswith(('/', os.sep)):
+    raise IsADirectoryError(f'{path} ends in /: name the file to write, not a folder.')
+
+
 def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
   """A file object for `path`. Writing to a URL puts one object when the file is closed."""
   if 'b' in mode:
     encoding = None
+  if set(mode) & set('wax'):
+    _check_file_name(path)
   if not is_remote(path):
     if 'r' in mode and os.path.isdir(_local(path)):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
@@ -225,6 +234,7 @@ def read_text(path) -> str:
 def write_atomically(path, data: str | bytes):
   """Writes a file whole or not at all: locally a temp file beside it renamed into place (two
   writers at once each write their own), remotely one object put."""
+  _check_file_name(path)
   if isinstance(data, str):
     data = data.encode('utf-8')
   if is_remote(path):

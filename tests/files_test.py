@@ -55,6 +55,14 @@ def test_errors_name_the_path_as_given(root):
     files.read_bytes(files.join(root, 'd'))
 
 
+def test_a_file_to_write_ending_in_a_slash_is_refused(root):
+  """`--output_file=gs://b/vocab/` would otherwise become an object named `vocab/`."""
+  for write in (lambda p: files.write_atomically(p, 'x'), lambda p: files.open(p, 'w')):
+    with pytest.raises(IsADirectoryError, match=r'out/ ends in /: name the file to write'):
+      write(files.join(root, 'out/'))
+  assert not files.exists(files.join(root, 'out'))
+
+
 def test_local_copy_and_staged_folder(root, tmp_path):
   files.write_atomically(files.join(root, 'src', 'x', 'y.txt'), 'y')
   with files.local_copy(files.join(root, 'src')) as local:
