@@ -181,7 +181,14 @@ def _spm_sentences(files, do_lower_case):
 
 
 def check_output_name(model: str, output_file: str):
-  """A binary SentencePiece model must not be named like a text vocab, nor the reverse."""
+  """A binary SentencePiece model must not be named like a text vocab, nor the reverse; and
+  a folder is no file name (in a bucket the vocab would be put as an object of the folder's
+  name, beside its files), checked before the corpus is read."""
+  if output_file.endswith('/') or files_lib.isdir(output_file):
+    example = files_lib.join(output_file.rstrip('/'),
+                             'spm.model' if model == 'sentencepiece' else 'vocab.txt')
+    raise ValueError(f'--output_file={output_file} is a folder: name the file to write, e.g. '
+                     f'--output_file={example}')
   if model == 'sentencepiece' and not output_file.endswith('.model'):
     raise ValueError(f'--model=sentencepiece writes a binary SentencePiece model: name it '
                      f'.model (e.g. --output_file={output_file.rsplit(".", 1)[0]}.model), '

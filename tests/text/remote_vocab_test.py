@@ -30,6 +30,17 @@ def test_a_missing_gs_vocab_is_named_by_its_url(gcs_bucket):
     tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/x.model')
 
 
+def test_learn_vocab_refuses_a_folder_as_its_output(gcs_bucket, tmp_path):
+  """Before the corpus is read: in a bucket the vocab became an object named like the folder,
+  beside the folder's own files; locally the error named a temporary file."""
+  files.write_atomically(f'{gcs_bucket}/text/a.txt', 'x')
+  for folder in (f'{gcs_bucket}/text', f'{gcs_bucket}/new/', str(tmp_path)):
+    with pytest.raises(ValueError, match=f'^--output_file={folder} is a folder: name the file '
+                                         'to write, e.g. --output_file=.*/vocab.txt$'):
+      vocab_learner.check_output_name('wordpiece', folder)
+  assert files.listdir(gcs_bucket) == ['text']
+
+
 def test_learn_vocab_writes_to_a_bucket_and_sentencepiece_reads_it_back(gcs_bucket, tmp_path):
   corpus = tmp_path / 'corpus.txt.gz'
   with gzip.open(embedded.corpus_path('eval'), 'rt', encoding='utf-8') as f:
