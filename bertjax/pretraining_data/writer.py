@@ -236,6 +236,18 @@ def check_outputs(outputs, report_file):
       raise ValueError(f'cannot write {path}: no write permission in {parent}')
 
 
+def check_not_inputs(outputs, inputs):
+  """Fails before any work when an output would overwrite a file it is made from (a corpus
+  file matched by --input_file's globs, the vocab)."""
+  def where(path):
+    return path.rstrip('/') if files_lib.is_remote(path) else os.path.realpath(path)
+  read = {where(p): p for p in inputs if p}
+  for path in outputs:
+    if where(path) in read:
+      raise ValueError(f'output {path} is the input {read[where(path)]}: writing it would lose '
+                       'that input; name another file')
+
+
 def _write_json(path, value):
   with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
     json.dump(value, f, indent=1)
@@ -383,12 +395,19 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
     raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
-  outputs = [paths_lib.absolute(p) for p in output_paths(output_file, num_output_shards)]
+  outputs = output_paths(output_file, num_output_shards)
+  for path in outputs:  # As given: absolute() drops a local path's last /.
+    if path.endswith(('/', os.sep)):  # A bucket would keep an object named `dir/`.
+      raise ValueError(f'output {path} ends in /: give a file path (or, with '
+                       '--num_output_shards, a prefix such as DIR/train)')
+  outputs = [paths_lib.absolute(p) for p in outputs]
   report_file = paths_lib.absolute(
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
   check_outputs(outputs, report_file)
   skips = text_input.Skips()
-  files = text_input.usable_files(text_input.expand_input_patterns(input_file), skips)
+  matched = text_input.expand_input_patterns(input_file)
+  check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
+  files = text_input.usable_files(matched, skips)
   if not files:
     raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
   # Fails here, in the parent, on a missing vocab or one whose casing contradicts

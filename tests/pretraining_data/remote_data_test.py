@@ -6,10 +6,14 @@ import itertools
 import subprocess
 import sys
 
+import pytest
+
 from bertjax import files
 from bertjax.input import file_set
 from bertjax.pretraining_data import embedded
+from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import tfrecord
+from bertjax.pretraining_data import writer
 
 
 def _create(*flags):
@@ -41,3 +45,19 @@ def test_shards_and_report_are_written_to_a_bucket_from_text_there(gcs_bucket):
   for path in resolved.files:
     records = list(tfrecord.read_records(files.read_bytes(path)))
     assert len(records) == resolved.record_counts[path] > 0
+
+
+def test_an_output_over_an_input_or_ending_in_a_slash_is_refused(gcs_bucket, tmp_path):
+  """Before any work: --output_file naming a corpus file its glob matches (or the vocab) was
+  overwritten by the shard; `gs://b/data/` became an object named `data/` after the work."""
+  settings = instances.Settings(max_seq_length=32, max_predictions_per_seq=5)
+  for root in (gcs_bucket, str(tmp_path)):
+    corpus, vocab = files.join(root, 'text', 'a.txt'), files.join(root, 'vocab.txt')
+    files.write_atomically(corpus, 'One sentence here.\nAnother one there.\n')
+    files.copy(str(embedded.vocab_path()), vocab)
+    for output, error in ((corpus, 'is the input'), (vocab, 'is the input'),
+                          (files.join(root, 'data') + '/', 'ends in /')):
+      with pytest.raises(ValueError, match=f'^output {output} {error}'):
+        writer.create(files.join(root, 'text', '*.txt'), output, settings, vocab_file=vocab)
+    assert files.read_text(corpus) == 'One sentence here.\nAnother one there.\n'
+    assert files.listdir(root) == ['text', 'vocab.txt']
