@@ -19,6 +19,7 @@ format), or any UTF-8 text; `.gz` files are read decompressed.
 import collections
 import io
 import itertools
+import os
 import types
 
 from absl import logging
@@ -39,6 +40,15 @@ def input_files(patterns):
   if not isinstance(patterns, str):
     patterns = ','.join(patterns)
   return text_input.expand_input_patterns(patterns)
+
+
+def _check_not_an_input(output_file, inputs):
+  """Fails before the corpus is read when the output would overwrite a file of it."""
+  def where(path):
+    return path.rstrip('/') if files_lib.is_remote(path) else os.path.realpath(path)
+  if where(output_file) in {where(p) for p in inputs}:
+    raise ValueError(f'--output_file={output_file} is one of the --input_file files: writing '
+                     'it would lose that input; name another file')
 
 
 def read_lines(path):
@@ -162,6 +172,7 @@ def write_vocab(vocab, path):
 def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, **kwargs):
   """Learns a WordPiece vocab from files/globs and writes it to `output_file`; returns it."""
   files = input_files(patterns)
+  _check_not_an_input(output_file, files)
   words = count_words(files, do_lower_case)
   logging.info('%d files: %d words, %d distinct', len(files), sum(words.values()), len(words))
   vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
@@ -204,6 +215,7 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   """Learns an ALBERT-style SentencePiece model from files/globs and writes the .model file."""
   import sentencepiece  # pylint: disable=g-import-not-at-top
   files = input_files(patterns)
+  _check_not_an_input(output_file, files)
   sentences = _spm_sentences(files, do_lower_case)
   first = next(sentences, None)
   if first is None:

@@ -41,6 +41,19 @@ def test_learn_vocab_refuses_a_folder_as_its_output(gcs_bucket, tmp_path):
   assert files.listdir(gcs_bucket) == ['text']
 
 
+def test_learn_vocab_refuses_to_overwrite_its_input(gcs_bucket, tmp_path):
+  """--output_file naming a corpus file that --input_file's glob matches was overwritten by the
+  vocab, in a bucket and locally."""
+  for root in (gcs_bucket, str(tmp_path)):
+    corpus = files.join(root, 'text', 'a.txt')
+    files.write_atomically(corpus, 'some words here\n')
+    with pytest.raises(ValueError, match='is one of the --input_file files'):
+      vocab_learner.learn_wordpiece(files.join(root, 'text', '*.txt'), corpus, 128)
+    with pytest.raises(ValueError, match='is one of the --input_file files'):
+      vocab_learner.learn_sentencepiece(corpus, corpus, 128)
+    assert files.read_text(corpus) == 'some words here\n'
+
+
 def test_learn_vocab_writes_to_a_bucket_and_sentencepiece_reads_it_back(gcs_bucket, tmp_path):
   corpus = tmp_path / 'corpus.txt.gz'
   with gzip.open(embedded.corpus_path('eval'), 'rt', encoding='utf-8') as f:
