@@ -243,6 +243,8 @@ def write_atomically(path, data: str | bytes):
       fs.pipe_file(stripped, data)
     return
   path = _local(path)
+  if os.path.isdir(path):  # Else the rename's error names the temp file.
+    raise IsADirectoryError(f'{path} is a folder: name the file to write.')
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   from bertjax import console  # pylint: disable=g-import-not-at-top
   temp = os.path.join(os.path.dirname(os.path.abspath(path)),

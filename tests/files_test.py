@@ -63,6 +63,12 @@ def test_a_file_to_write_ending_in_a_slash_is_refused(root):
   assert not files.exists(files.join(root, 'out'))
 
 
+def test_writing_over_a_local_folder_names_the_folder(tmp_path):
+  with pytest.raises(IsADirectoryError, match=f'^{tmp_path} is a folder: name the file'):
+    files.write_atomically(str(tmp_path), 'x')
+  assert not os.listdir(tmp_path)
+
+
 def test_local_copy_and_staged_folder(root, tmp_path):
   files.write_atomically(files.join(root, 'src', 'x', 'y.txt'), 'y')
   with files.local_copy(files.join(root, 'src')) as local:
