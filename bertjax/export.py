@@ -121,6 +121,7 @@ def check_output(output, overwrite: bool, source: str = ''):
   --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote.
   Local paths and URLs alike (URLs compared as strings)."""
   output = os.fspath(output)
+  files.check_bucket(output)
   if files.isfile(output):
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
   out = _normalised(output)

@@ -145,6 +145,15 @@ def check_exists(path, missing: str):
     raise _missing_bucket(path) or FileNotFoundError(missing)
 
 
+def check_bucket(path):
+  """Raises check_exists' missing-bucket error for a URL whose bucket does not exist (or these
+  credentials cannot see); nothing for a local path. Writers call it before any work: the put at
+  the end would fail only after it, naming the object it put."""
+  error = _missing_bucket(path)
+  if error is not None:
+    raise error
+
+
 def _describe(error: BaseException, path) -> BaseException:
   """The error a user can act on for `error` raised while reaching `path` (the URL as given)."""
   path = os.fspath(path)

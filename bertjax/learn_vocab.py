@@ -59,6 +59,8 @@ def main(argv):
     vocab_learner.check_output_name(_MODEL.value, _OUTPUT_FILE.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  except OSError as e:  # A bucket that does not exist, no network: one line.
+    _fail(_one_line(e))
   try:
     _learn()
   except UnicodeDecodeError as e:

@@ -105,6 +105,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
     raise IsADirectoryError(f'--{flag}={output} names a folder (it ends in /): name the file '
                             'to write.')
+  files.check_bucket(out)
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
   for source in inputs:

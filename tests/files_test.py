@@ -95,6 +95,9 @@ def test_missing_bucket_is_named(gcs_emulator):  # pylint: disable=unused-argume
                      match=r'^gs://no-such-bucket-xyz/run/config.json: the bucket '
                            r'gs://no-such-bucket-xyz does not exist'):
     files.read_text('gs://no-such-bucket-xyz/run/config.json')
+  with pytest.raises(FileNotFoundError, match=r'^gs://no-such-bucket-xyz/out.txt: the bucket'):
+    files.check_bucket('gs://no-such-bucket-xyz/out.txt')  # Before a writer's work.
+  files.check_bucket('/no/such/local/folder/out.txt')  # Local paths: nothing to check.
 
 
 def test_a_scheme_without_its_client_names_the_url(monkeypatch):

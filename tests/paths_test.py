@@ -112,3 +112,9 @@ def test_an_output_file_ending_in_a_slash_is_refused(where, tmp_path, request):
   with pytest.raises(IsADirectoryError, match=r'--output_file=.*/new/ names a folder'):
     paths.check_output_file(f'{root}/new/')
   assert paths.check_output_file(f'{root}/new/out.jsonl').endswith('/new/out.jsonl')
+
+
+@pytest.mark.usefixtures('gcs_emulator')
+def test_an_output_file_in_a_missing_bucket_is_refused():
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/o.jsonl: the bucket'):
+    paths.check_output_file('gs://no-such-bucket-xyz/o.jsonl')

@@ -220,6 +220,7 @@ def check_outputs(outputs, report_file):
   """Fails before any input is read when an output cannot be written where it is asked for."""
   for path in [*outputs, report_file]:
     if files_lib.is_remote(path):
+      files_lib.check_bucket(path)
       if files_lib.isdir(path) and not files_lib.isfile(path):
         raise ValueError(f'output {path} is a folder: give a file path (or, with '
                          '--num_output_shards, a prefix such as gs://bucket/dir/train)')

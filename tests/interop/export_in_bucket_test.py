@@ -173,6 +173,9 @@ def test_export_refusals_hold_for_urls(minilm_url, gcs_bucket):
   assert files.read_text(files.join(earlier, 'NOTES.md')) == 'mine'
   with pytest.raises(FileNotFoundError, match=f'^{gcs_bucket}/nowhere does not exist'):
     export.export(files.join(gcs_bucket, 'nowhere'), 'hf', files.join(gcs_bucket, 'out'))
+  # A typo in the output's bucket is named before the export is made, by the URL as given.
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/hf: the bucket'):
+    export.check_output('gs://no-such-bucket-xyz/hf', overwrite=False, source=minilm_url)
 
 
 def test_a_bertjax_run_in_a_bucket_reads_as_the_local_one(fine_tuned_sst2, gcs_bucket):

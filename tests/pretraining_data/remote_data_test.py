@@ -61,3 +61,5 @@ def test_an_output_over_an_input_or_ending_in_a_slash_is_refused(gcs_bucket, tmp
         writer.create(files.join(root, 'text', '*.txt'), output, settings, vocab_file=vocab)
     assert files.read_text(corpus) == 'One sentence here.\nAnother one there.\n'
     assert files.listdir(root) == ['text', 'vocab.txt']
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/train: the bucket'):
+    writer.check_outputs(['gs://no-such-bucket-xyz/train'], f'{gcs_bucket}/train.json')

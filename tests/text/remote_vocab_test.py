@@ -39,6 +39,8 @@ def test_learn_vocab_refuses_a_folder_as_its_output(gcs_bucket, tmp_path):
                                          'to write, e.g. --output_file=.*/vocab.txt$'):
       vocab_learner.check_output_name('wordpiece', folder)
   assert files.listdir(gcs_bucket) == ['text']
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/v.txt: the bucket'):
+    vocab_learner.check_output_name('wordpiece', 'gs://no-such-bucket-xyz/v.txt')
 
 
 def test_learn_vocab_refuses_to_overwrite_its_input(gcs_bucket, tmp_path):
