@@ -152,6 +152,7 @@ class RemoteLock:
 
   def acquire(self) -> Exception | None:
     """Takes the lock (then renews it until release) or returns the error naming the holder."""
+    files.check_bucket(self.workdir)  # Named as given, not as the lock object's URL.
     if files.isfile(self.workdir):
       return _not_a_folder(self.workdir)
     who = self._live_holder(_read_holder(self.path))
@@ -206,15 +207,19 @@ def locked(workdir: str):
   remote = files.is_remote(workdir)
   f, error, remote_lock = None, None, None
   if jax.process_index() == 0:
-    if remote:
-      remote_lock = RemoteLock(workdir)
-      error = remote_lock.acquire()
-    else:
-      f, error = _acquire(workdir)
+    try:
+      if remote:
+        remote_lock = RemoteLock(workdir)
+        error = remote_lock.acquire()
+      else:
+        f, error = _acquire(workdir)
+    except OSError as e:  # No bucket, permission or network: told to the other processes too,
+      error = e           # which would otherwise wait for process 0's answer until timeout.
   if jax.process_count() > 1:
     free = multihost_utils.broadcast_one_to_all(np.int32(error is None))
     if not free and error is None:
-      error = WorkdirInUseError(f'process 0 found {workdir} in use by another run')
+      error = WorkdirInUseError(f'process 0 could not take {workdir}: another run holds it or '
+                                'it cannot be written (process 0\'s error says which)')
   if error is not None:
     raise error
   if f is not None:

@@ -82,6 +82,20 @@ def test_a_remote_workdir_that_is_a_file_is_named(gcs_bucket):
   assert files.read_text(f'{gcs_bucket}/notes.txt') == 'mine'
 
 
+@pytest.mark.usefixtures('gcs_emulator')
+def test_a_missing_bucket_is_named_and_told_to_the_other_processes(monkeypatch):
+  """The error names --workdir as given (not its .lock object); on a pod process 0 still tells
+  the other processes, which would otherwise wait for its answer until the job's timeout."""
+  told = []
+  monkeypatch.setattr(workdir_lock.jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(workdir_lock.multihost_utils, 'broadcast_one_to_all',
+                      lambda x: told.append(int(x)) or x)
+  with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/run: the bucket'):
+    with workdir_lock.locked('gs://no-such-bucket-xyz/run'):
+      pass
+  assert told == [0]
+
+
 def test_of_two_starters_the_one_whose_lock_stays_wins(gcs_bucket, short_lease, monkeypatch):
   lock = f'{gcs_bucket}/run/.lock'
 
