@@ -16,8 +16,11 @@ _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from|^init|^checkpoint)$')
 
 
 def absolute(path: str) -> str:
-  """An absolute local path; '' and remote URLs unchanged."""
-  if not path or '://' in path:
+  """An absolute local path (a file:// URL becomes one: the OS calls on it take no URL); '' and
+  remote URLs unchanged."""
+  if path.startswith('file://'):
+    path = path[len('file://'):]
+  elif not path or '://' in path:
     return path
   return os.path.abspath(os.path.expanduser(path))
 

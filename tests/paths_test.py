@@ -118,3 +118,10 @@ def test_an_output_file_ending_in_a_slash_is_refused(where, tmp_path, request):
 def test_an_output_file_in_a_missing_bucket_is_refused():
   with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/o.jsonl: the bucket'):
     paths.check_output_file('gs://no-such-bucket-xyz/o.jsonl')
+
+
+def test_a_file_url_is_a_local_path(tmp_path):
+  """export --output=file:///... renamed its finished folder to the URL itself (failing after
+  the work): the OS calls after absolute() take no URL."""
+  assert paths.absolute(f'file://{tmp_path}/out') == f'{tmp_path}/out'
+  assert paths.absolute('gs://b/out') == 'gs://b/out'
