@@ -86,6 +86,8 @@ def notebook():
 _EXIT_LOCK = threading.Lock()
 _STDERR = [2]
 _TEMPORARY = set()  # Half-written outputs an interrupt removes before it exits.
+_AT_INTERRUPT = []  # Clean-ups an interrupt runs before it exits (e.g. a remote lock's removal).
+_AT_INTERRUPT_S = 5.0  # The most an interrupt waits for them: a dead network must not hang it.
 
 
 @contextlib.contextmanager
@@ -96,6 +98,29 @@ def temporary(path):
     yield path
   finally:
     _TEMPORARY.discard(str(path))
+
+
+@contextlib.contextmanager
+def at_interrupt(callback):
+  """Runs `callback()` if Ctrl-C ends the process inside the block (which skips `finally`),
+  for at most a few seconds together with the others."""
+  _AT_INTERRUPT.append(callback)
+  try:
+    yield
+  finally:
+    _AT_INTERRUPT.remove(callback)
+
+
+def _run_at_interrupt():
+  def run():
+    for callback in list(_AT_INTERRUPT):
+      try:
+        callback()
+      except Exception:  # pylint: disable=broad-except  # Best effort: the exit goes on.
+        pass
+  thread = threading.Thread(target=run, name='at-interrupt', daemon=True)
+  thread.start()
+  thread.join(_AT_INTERRUPT_S)
 
 
 def exit_on_interrupt(message):
@@ -141,6 +166,7 @@ def interrupted(message):
   for path in list(_TEMPORARY):  # local temp: this process's own temporary files
     shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (  # local temp
         os.path.exists(path) and os.unlink(path))  # local temp
+  _run_at_interrupt()
   try:
     line = message()
   except Exception:  # pylint: disable=broad-except  # Never a traceback here.

@@ -30,6 +30,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from bertjax import console
 from bertjax import files
 
 LOCK_NAME = '.lock'
@@ -229,7 +230,11 @@ def locked(workdir: str):
     f.flush()
   _ACTIVE.add(workdir)
   try:
-    yield
+    if remote_lock is None:
+      yield
+    else:  # Ctrl-C skips `finally`: a restart on another host would wait out the lease.
+      with console.at_interrupt(remote_lock.release):
+        yield
   finally:
     _ACTIVE.discard(workdir)
     if f is not None:

@@ -96,6 +96,27 @@ def test_a_missing_bucket_is_named_and_told_to_the_other_processes(monkeypatch):
   assert told == [0]
 
 
+def test_ctrl_c_removes_the_lock(gcs_bucket):
+  """Ctrl-C ends a run without its `finally` (console.interrupted): the lock object is removed
+  all the same, so that a restart on another host need not wait out the lease."""
+  import signal  # pylint: disable=g-import-not-at-top
+  workdir = f'{gcs_bucket}/run'
+  script = ('from bertjax import console\n'
+            'console.exit_on_interrupt(lambda: "interrupted")\n' + HOLD)
+  holder = subprocess.Popen(  # SIGINT as a terminal sends it, even where pytest ignores it.
+      [sys.executable, '-c', script, workdir], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    assert files.exists(f'{workdir}/.lock')
+    holder.send_signal(signal.SIGINT)
+    assert holder.wait(timeout=60) == 130
+  finally:
+    holder.kill()
+  assert 'interrupted' in holder.stderr.read()
+  assert not files.exists(f'{workdir}/.lock')
+
+
 def test_of_two_starters_the_one_whose_lock_stays_wins(gcs_bucket, short_lease, monkeypatch):
   lock = f'{gcs_bucket}/run/.lock'
 
