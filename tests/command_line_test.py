@@ -134,8 +134,8 @@ LEARN_VOCAB_ERRORS = [
     (['--input_file=empty.txt'], 'error: the input has no words'),
     (['--input_file=latin1.txt'], 'not UTF-8'),
     (['--input_file=good.txt', '--vocab_size=10'], 'error: vocab_size=10 cannot hold'),
-    (['--input_file=good.txt', '--output_file=no/such/dir/vocab.txt'],
-     'error: No such file or directory: no/such/dir/vocab.txt'),
+    (['--input_file=good.txt', '--output_file=good.txt'],
+     'error: --output_file=good.txt is one of the --input_file files'),
     (['--input_file=empty.txt', '--model=sentencepiece', '--output_file=v.model'],
      'no text to learn a SentencePiece model from'),
 ]
@@ -152,6 +152,16 @@ def test_learn_vocab_errors_are_one_line(tmp_path, args, message):
   last = done.stderr.strip().splitlines()[-1]
   assert last.startswith('learn_vocab: error: ') and message in last, done.stderr
   assert 'Traceback' not in done.stderr
+
+
+def test_learn_vocab_makes_the_output_folder_as_a_bucket_would(tmp_path):
+  """An object store has no folders; locally the missing ones are made, so one command works
+  for both."""
+  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
+  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=good.txt',
+             '--output_file=new/dir/vocab.txt', '--vocab_size=128')
+  assert done.returncode == 0, done.stderr
+  assert 'the' in (tmp_path / 'new/dir/vocab.txt').read_text().split()
 
 
 def test_learn_vocab_refuses_a_vocab_size_below_its_bound(tmp_path):
