@@ -145,6 +145,13 @@ def check_exists(path, missing: str):
     raise _missing_bucket(path) or FileNotFoundError(missing)
 
 
+def require_file(path, missing: str):
+  """Raises FileNotFoundError(`missing`) unless `path` is a file; for a URL whose bucket does
+  not exist (or cannot be seen) the error names the URL and the bucket instead."""
+  if not isfile(path):
+    raise _missing_bucket(path) or FileNotFoundError(missing)
+
+
 def check_bucket(path):
   """Raises check_exists' missing-bucket error for a URL whose bucket does not exist (or these
   credentials cannot see); nothing for a local path. Writers call it before any work: the put at
@@ -268,38 +275,31 @@ def write_atomically(path, data: str | bytes):
       os.unlink(temp)
 
 
-def exists(path) -> bool:
+def _ask(path, local, method: str):
+  """`local(path)` for a local path, else the client's `method` on the URL (errors described)."""
   if not is_remote(path):
-    return os.path.exists(_local(path))
+    return local(_local(path))
   fs, stripped = _fs(path)
   with _reaching(path):
-    return fs.exists(stripped)
+    return getattr(fs, method)(stripped)
+
+
+def exists(path) -> bool:
+  return _ask(path, os.path.exists, 'exists')
 
 
 def isdir(path) -> bool:
   """A local folder, or a URL some object lies under (or a bucket)."""
-  if not is_remote(path):
-    return os.path.isdir(_local(path))
-  fs, stripped = _fs(path)
-  with _reaching(path):
-    return fs.isdir(stripped)
+  return _ask(path, os.path.isdir, 'isdir')
 
 
 def isfile(path) -> bool:
-  if not is_remote(path):
-    return os.path.isfile(_local(path))
-  fs, stripped = _fs(path)
-  with _reaching(path):
-    return fs.isfile(stripped)
+  return _ask(path, os.path.isfile, 'isfile')
 
 
 def size(path) -> int:
   """The file's size in bytes."""
-  if not is_remote(path):
-    return os.path.getsize(_local(path))
-  fs, stripped = _fs(path)
-  with _reaching(path):
-    return fs.size(stripped)
+  return _ask(path, os.path.getsize, 'size')
 
 
 def listdir(path) -> list[str]:

@@ -94,9 +94,7 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   path = str(path)
   if files.isdir(path) and not files.isfile(path):
     raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
-  if not files.isfile(path):
-    files.check_exists(path, f'--{flag}={path} does not exist.')  # Names a missing bucket.
-    raise FileNotFoundError(f'--{flag}={path} does not exist.')
+  files.require_file(path, f'--{flag}={path} does not exist.')
   return split_lines(files.read_text(path))
 
 
@@ -112,7 +110,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
   for source in inputs:
-    if source and _same_path(out, str(source)):
+    if source and same_path(out, str(source)):
       raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '
                             'lose the input; name another file.')
   parts = (out.split('://', 1)[1].split('/') if files.is_remote(out)
@@ -130,7 +128,8 @@ def _resolved(path: str) -> str:
   return path if files.is_remote(path) else os.path.realpath(path)
 
 
-def _same_path(a: str, b: str) -> bool:
+def same_path(a: str, b: str) -> bool:
+  """Whether two paths (local, resolved; or URLs, a trailing / ignored) name one file."""
   if files.is_remote(a) or files.is_remote(b):
     return a.rstrip('/') == b.rstrip('/')
   return os.path.realpath(a) == os.path.realpath(absolute(b))

@@ -49,11 +49,9 @@ def load_vocab(vocab_file):
   """Reads a vocab file (one token per line; a local path or a URL such as gs://) into an
   OrderedDict token -> id."""
   path = os.fspath(vocab_file)
-  if not files.isfile(path):
-    missing = (f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped '
-               'with the checkpoint (one WordPiece token per line)')
-    files.check_exists(path, missing)  # A missing bucket is named as such.
-    raise FileNotFoundError(missing)
+  missing = (f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped '
+             'with the checkpoint (one WordPiece token per line)')
+  files.require_file(path, missing)
   data = files.read_bytes(path)
   try:
     text = data.decode('utf-8')
@@ -359,11 +357,9 @@ class SentencePieceTokenizer:
                never_split=()):
     import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
     path = os.fspath(spm_model_file)
-    if not files.isfile(path):
-      missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
-                 'file shipped with the checkpoint')
-      files.check_exists(path, missing)  # A missing bucket is named as such.
-      raise FileNotFoundError(missing)
+    missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
+               'file shipped with the checkpoint')
+    files.require_file(path, missing)
     self.spm_model_file = path
     self.sp_model = sentencepiece.SentencePieceProcessor()
     try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.

@@ -47,11 +47,9 @@ class Alignment:
 def read_conll(path, encoding='utf-8') -> list[Sentence]:
   """Sentences of a CoNLL column file (tag = last column); `-DOCSTART-` lines are skipped."""
   path = os.fspath(path)
-  if not files.isfile(path):
-    missing = (f'CoNLL file {path} does not exist: pass the path of eng.train, eng.testa or '
-               'eng.testb (or any file in that column format)')
-    files.check_exists(path, missing)  # A missing bucket is named as such.
-    raise FileNotFoundError(missing)
+  missing = (f'CoNLL file {path} does not exist: pass the path of eng.train, eng.testa or '
+             'eng.testb (or any file in that column format)')
+  files.require_file(path, missing)
   sentences = []
   words, tags = [], []
 

@@ -199,12 +199,10 @@ def task_file(task, data_dir, split) -> str:
   nested = _inside(files.join(os.fspath(data_dir), task.glue_dir), task.files[split])
   if not files.isfile(path) and files.isfile(nested):
     return nested
-  if not files.isfile(path):
-    missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
-               f'{task.glue_dir}/{task.files[split]} from the GLUE download '
-               '(download_glue_data.py), or use read_tfds() with a prepared TFDS glue dataset')
-    files.check_exists(path, missing)  # A missing bucket is named as such.
-    raise FileNotFoundError(missing)
+  missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
+             f'{task.glue_dir}/{task.files[split]} from the GLUE download '
+             '(download_glue_data.py), or use read_tfds() with a prepared TFDS glue dataset')
+  files.require_file(path, missing)
   return path
 
 

@@ -46,11 +46,9 @@ class Example(typing.NamedTuple):
 
 def _load_json(path):
   path = os.fspath(path)
-  if not files.isfile(path):
-    missing = (f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, '
-               'dev-v1.1.json, train-v2.0.json or dev-v2.0.json')
-    files.check_exists(path, missing)  # A missing bucket is named as such.
-    raise FileNotFoundError(missing)
+  missing = (f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, '
+             'dev-v1.1.json, train-v2.0.json or dev-v2.0.json')
+  files.require_file(path, missing)
   raw = files.read_bytes(path)
   if not raw.strip():
     raise ValueError(f'SQuAD file {path!r} is empty: download it again')

@@ -51,10 +51,8 @@ class Choices:
 def _check_file(path) -> str:
   """`path` (a local path or a URL, as given) when it names a file with something in it."""
   path = os.fspath(path)
-  if not files.isfile(path):
-    missing = f'{path} does not exist: check config.data.train_file / eval_file / test_file.'
-    files.check_exists(path, missing)  # A missing bucket is named as such.
-    raise FileNotFoundError(missing)
+  missing = f'{path} does not exist: check config.data.train_file / eval_file / test_file.'
+  files.require_file(path, missing)
   if files.size(path) == 0:
     raise ValueError(f'{path} is empty: it holds no examples.')
   return path
