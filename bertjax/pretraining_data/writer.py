@@ -240,13 +240,11 @@ def check_outputs(outputs, report_file):
 def check_not_inputs(outputs, inputs):
   """Fails before any work when an output would overwrite a file it is made from (a corpus
   file matched by --input_file's globs, the vocab)."""
-  def where(path):
-    return path.rstrip('/') if files_lib.is_remote(path) else os.path.realpath(path)
-  read = {where(p): p for p in inputs if p}
   for path in outputs:
-    if where(path) in read:
-      raise ValueError(f'output {path} is the input {read[where(path)]}: writing it would lose '
-                       'that input; name another file')
+    for source in inputs:
+      if source and paths_lib.same_path(path, source):
+        raise ValueError(f'output {path} is the input {source}: writing it would lose that '
+                         'input; name another file')
 
 
 def _write_json(path, value):

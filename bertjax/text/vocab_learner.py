@@ -19,12 +19,12 @@ format), or any UTF-8 text; `.gz` files are read decompressed.
 import collections
 import io
 import itertools
-import os
 import types
 
 from absl import logging
 
 from bertjax import files as files_lib
+from bertjax import paths
 from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
 
@@ -44,9 +44,7 @@ def input_files(patterns):
 
 def _check_not_an_input(output_file, inputs):
   """Fails before the corpus is read when the output would overwrite a file of it."""
-  def where(path):
-    return path.rstrip('/') if files_lib.is_remote(path) else os.path.realpath(path)
-  if where(output_file) in {where(p) for p in inputs}:
+  if any(paths.same_path(output_file, p) for p in inputs):
     raise ValueError(f'--output_file={output_file} is one of the --input_file files: writing '
                      'it would lose that input; name another file')
 

@@ -50,9 +50,8 @@ class EventWriter:
       self._unput = False  # Bytes written since the last put.
     else:
       files.makedirs(logdir)
-      # Unbuffered: each record reaches the file at once, and a failed write can be cut back.
-      # A local path (files.open has no unbuffered mode).
-      # local branch: unbuffered, so each record reaches the file at once.
+      # Unbuffered (files.open has no such mode): each record reaches the file at once, and a
+      # failed write can be cut back.
       self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with # local
       self._size = 0  # Bytes of whole records in the file.
     self._write([event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2')])
