@@ -4,6 +4,7 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.extend.core  # noqa: F401  # ClosedJaxpr, Jaxpr (jax.extend is not imported by jax)
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -136,8 +137,19 @@ def _dot_generals(jaxpr):
   for eqn in jaxpr.eqns:
     if eqn.primitive.name == 'dot_general':
       yield eqn
-    for sub in jax.core.jaxprs_in_params(eqn.params):
+    for sub in _sub_jaxprs(eqn.params):
       yield from _dot_generals(sub)
+
+
+def _sub_jaxprs(params):
+  """The jaxprs an equation's params hold (scan/cond/remat/custom_vjp bodies), read by type:
+  jax.core.jaxprs_in_params is gone from jax 0.12."""
+  for value in params.values():
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(item, jax.extend.core.ClosedJaxpr):
+        yield item.jaxpr
+      elif isinstance(item, jax.extend.core.Jaxpr):
+        yield item
 
 
 def test_bfloat16_matmuls_accumulate_in_float32():
