@@ -183,3 +183,42 @@ def interrupted(message):
 def nothing_written(what: str):
   """The interrupt line of a tool whose outputs are written whole or not at all."""
   return lambda: f'interrupted: {what}; rerun the same command'
+
+
+def duration(seconds: float) -> str:
+  """'3.2 s', '4m05s', '2h03m': a wall time as a person reads it."""
+  if seconds < 60:
+    return f'{seconds:.1f} s'
+  minutes, secs = divmod(int(round(seconds)), 60)
+  if minutes < 60:
+    return f'{minutes}m{secs:02d}s'
+  hours, minutes = divmod(minutes, 60)
+  return f'{hours}h{minutes:02d}m'
+
+
+def summary_line(job: str, seconds: float, *, stopped: str = '', metrics=(),
+                 outputs=()) -> str:
+  """The last line of every job: how it ended, its wall time, its final metrics (name, value
+  pairs) and where its outputs are (what, where pairs):
+
+    finetune finished in 2m14s: eval accuracy 0.9120, loss 0.2810; results RUN/eval_results.json,
+      checkpoints RUN/checkpoints (step 600)
+
+  all on one line; `stopped` (why) instead of 'finished' for a job that ended early by design
+  (early stopping, a step limit reached by time)."""
+  ended = f'stopped ({stopped})' if stopped else 'finished'
+  line = f'{job} {ended} in {duration(seconds)}'
+  shown = [f'{name} {value:.4g}' if isinstance(value, float) else f'{name} {value}'
+           for name, value in metrics]
+  if shown:
+    line += ': ' + ', '.join(shown)
+  if outputs:
+    line += '; ' + ', '.join(f'{what} {where}' for what, where in outputs)
+  return line
+
+
+def summary(job: str, seconds: float, **kwargs):
+  """Prints summary_line(...) as the console's last line (stdout, flushed after stderr so a
+  terminal shows it after every log line)."""
+  sys.stderr.flush()
+  print(summary_line(job, seconds, **kwargs), flush=True)
