@@ -6,7 +6,9 @@
   echo 'I loved it' | python -m bertjax.predict --workdir=/tmp/mine
 
   predictor = Predictor.from_workdir('/tmp/mine')
-  predictor.predict(['I loved it', 'a dull film'])  # -> [{'label': ..., 'probabilities': ...}]
+  predictor.predict(['I loved it', 'a dull film'])
+  # -> [{'label': 'pos', 'probabilities': {'neg': 0.0213..., 'pos': 0.9786...},
+  #      'logits': {'neg': -1.91..., 'pos': 1.90...}}, ...]
 
 An input line is raw text: `text`, or `text_a ||| text_b` for sentence pairs; `question |||
 context` for span models; `context ||| choice ||| choice ...` for multiple choice; for tagging
@@ -15,7 +17,10 @@ the task's fields instead (text_fields, or text_a/text_b; question/context; toke
 context/choices, or SWAG's sent1/sent2/ending0..3). Each output line is a JSON object:
 classification `label` and `probabilities`; regression `value`; span `answer` and `score` (the
 best span's probability among the n-best); tagging `tokens` and `tags` (one per word);
-multiple choice `choice` (an index) and `probabilities`.
+multiple choice `choice` (an index) and `probabilities`; probabilities and scores rounded to 6
+decimals. In Python, predict() gives the same fields unrounded, and the model's raw outputs:
+`logits` (classification: per label; multiple choice: per choice; tagging: per word, per tag,
+with per-word `probabilities`), span `start_logit` and `end_logit` of the answer.
 
 The tokenizer, casing, sequence length, kind and labels are those the run was fine-tuned with
 (its config.json); the weights are its latest checkpoint (or --step). Inputs go through the
@@ -23,9 +28,12 @@ very feature code evaluation uses, in batches of --batch_size, so a line gets th
 gave the same example.
 """
 
+import contextlib
 import functools
 import json
+import logging as std_logging
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -45,7 +53,6 @@ from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import user_data
-from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
 from bertjax.text import tokenizer as tokenizer_lib
@@ -56,8 +63,10 @@ from bertjax.training import checkpoint_reader
 class Predictor:
   """A fine-tuned model with its tokenizer and labels: predict(inputs) -> one dict per input."""
 
-  def __init__(self, run: dict, params, vocab_file: str, batch_size: int = 32):
+  def __init__(self, run: dict, params, vocab_file: str, batch_size: int = 32,
+               step: int | None = None):
     self.run = run
+    self.step = step  # The checkpoint step the params are from (None: given directly).
     self.kind = run['kind']
     self.labels = tuple(run['labels'])
     self.data = ml_collections.ConfigDict(run['data'])
@@ -70,8 +79,17 @@ class Predictor:
     self._apply = jax.jit(functools.partial(_apply, model))
 
   @classmethod
-  def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32) -> 'Predictor':
-    """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`)."""
+  def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32,
+                   verbose: bool = False) -> 'Predictor':
+    """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`).
+
+    Quiet unless something needs the user (a damaged step skipped); verbose=True shows every
+    library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
+    with _lines_held(verbose):
+      return cls._from_workdir(workdir, step, batch_size)
+
+  @classmethod
+  def _from_workdir(cls, workdir, step, batch_size) -> 'Predictor':
     workdir = paths.absolute(str(workdir))  # A local folder or a URL (gs://...).
     files.check_exists(workdir, f'--workdir={workdir} does not exist: pass a fine-tuning run.')
     if not files.isdir(workdir):
@@ -99,10 +117,14 @@ class Predictor:
     params = read.params
     bundle_lib.check_head(run['kind'], run['labels'], checkpoint.flatten(params),
                           f'{read.directory}/{read.step}')
-    return cls(run, params, vocab_file, batch_size)
+    return cls(run, params, vocab_file, batch_size, step=read.step)
 
   def predict(self, inputs) -> list[dict]:
-    """One dict per input (a raw string or a dict of the task's fields), in order."""
+    """One dict per input (a raw string or a dict of the task's fields), in order, at full
+    precision (Python floats), with the model's logits: see the module docstring."""
+    if isinstance(inputs, (str, bytes, dict)):
+      raise ValueError(f'predict takes a list of inputs, got one {type(inputs).__name__}: '
+                       'pass [input] for one.')
     inputs = list(inputs)
     if not inputs:
       return []
@@ -121,7 +143,9 @@ class Predictor:
     elif isinstance(item, dict):
       parts = None
     else:
-      raise ValueError(f'{where} is a {type(item).__name__}: pass a string or a dict.')
+      name = type(item).__name__
+      raise ValueError(f'{where} is {"an" if name[0] in "aeiou" else "a"} {name} '
+                       f'({str(item)[:40]}): pass a string or a dict.')
     kind = self.kind
     if kind in ('classification', 'regression'):
       if parts is None:
@@ -200,19 +224,27 @@ class Predictor:
   def _predict_classification(self, examples):
     feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
                                 self.labels)
-    return user_tasks.predictions_of(self.kind, self.labels, self._outputs(feats))
+    return _choices(self.kind, self.labels, self._outputs(feats))
 
   _predict_regression = _predict_classification
 
   def _predict_multiple_choice(self, questions):
     feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)
-    return user_tasks.predictions_of(self.kind, self.labels, self._outputs(feats))
+    return _choices(self.kind, self.labels, self._outputs(feats))
 
   def _predict_tagging(self, sentences):
     feats, meta = conll.convert_sentences(sentences, self.tokenizer, self.data.max_seq_length,
                                           self.labels)
-    tags = conll.word_predictions(self._outputs(feats), feats, meta, sentences, self.labels)
-    return [{'tokens': list(s.words), 'tags': t} for s, t in zip(sentences, tags, strict=True)]
+    logits_NxLxC = self._outputs(feats)
+    tags = conll.word_predictions(logits_NxLxC, feats, meta, sentences, self.labels)
+    out = []
+    for sentence, words, logits_WxC in zip(sentences, tags, _word_logits(
+        logits_NxLxC, feats, meta, sentences), strict=True):
+      probs_WxC = multiple_choice.probabilities(logits_WxC)
+      out.append({'tokens': list(sentence.words), 'tags': words,
+                  'probabilities': [_by_label(self.labels, p) for p in probs_WxC],
+                  'logits': [_by_label(self.labels, x) for x in logits_WxC]})
+    return out
 
   def _predict_span(self, examples):
     data = self.data
@@ -228,10 +260,93 @@ class Predictor:
     out = []
     for example in examples:
       answer = predictions[example.qas_id]
-      score = next((n['probability'] for n in nbest[example.qas_id] if n['text'] == answer),
-                   0.0)
-      out.append({'answer': answer, 'score': round(float(score), 6)})
+      best = next((n for n in nbest[example.qas_id] if n['text'] == answer),
+                  {'probability': 0.0, 'start_logit': None, 'end_logit': None})
+      out.append({'answer': answer, 'score': float(best['probability']),
+                  'start_logit': _float_or_none(best['start_logit']),
+                  'end_logit': _float_or_none(best['end_logit'])})
     return out
+
+
+# What the command line writes of predict()'s fields, per kind: its JSON lines as before the
+# Python API gave logits (probabilities and scores rounded to 6 decimals: a person reads them,
+# and eval's prediction files round the same way).
+_LINE_FIELDS = {'classification': ('label', 'probabilities'), 'regression': ('value',),
+                'multiple_choice': ('choice', 'probabilities'), 'tagging': ('tokens', 'tags'),
+                'span': ('answer', 'score')}
+_ROUNDED = ('probabilities', 'score')
+
+
+def jsonl_row(kind: str, prediction: dict) -> dict:
+  """The command line's output line of one predict() result."""
+  return {name: _rounded(prediction[name]) if name in _ROUNDED else prediction[name]
+          for name in _LINE_FIELDS[kind]}
+
+
+def _rounded(value):
+  if isinstance(value, dict):
+    return {k: round(v, 6) for k, v in value.items()}
+  if isinstance(value, list):
+    return [round(v, 6) for v in value]
+  return round(value, 6)
+
+
+def _by_label(labels, values) -> dict:
+  return {label: float(v) for label, v in zip(labels, values, strict=True)}
+
+
+def _float_or_none(value):
+  return None if value is None else float(value)
+
+
+def _choices(kind, labels, outputs) -> list[dict]:
+  """Classification / regression / multiple-choice predictions of outputs [N, C]."""
+  outputs_NxC = np.asarray(outputs, np.float64)  # float32 logits, exactly.
+  if kind == 'regression':
+    return [{'value': float(v)} for v in outputs_NxC[:, 0]]
+  probs_NxC = multiple_choice.probabilities(outputs_NxC)
+  if kind == 'multiple_choice':
+    return [{'choice': int(np.argmax(p)), 'probabilities': [float(x) for x in p],
+             'logits': [float(x) for x in logits]}
+            for p, logits in zip(probs_NxC, outputs_NxC, strict=True)]
+  return [{'label': labels[int(np.argmax(p))], 'probabilities': _by_label(labels, p),
+           'logits': _by_label(labels, logits)}
+          for p, logits in zip(probs_NxC, outputs_NxC, strict=True)]
+
+
+def _word_logits(logits_NxLxC, features, meta, sentences) -> list[np.ndarray]:
+  """Per sentence, the logits [W, C] of each word's first piece (conll.word_predictions'
+  alignment, which has already checked that every word has exactly one)."""
+  logits_NxLxC = np.asarray(logits_NxLxC, np.float64)
+  word_index_NxL = np.asarray(meta.word_index)
+  example_index_N = np.asarray(features['example_index'])
+  out = [np.zeros((len(s.words), logits_NxLxC.shape[-1])) for s in sentences]
+  for row, position in zip(*np.nonzero(word_index_NxL >= 0), strict=True):
+    word = int(word_index_NxL[row, position])
+    out[int(example_index_N[row])][word] = logits_NxLxC[row, position]
+  return out
+
+
+@contextlib.contextmanager
+def _lines_held(verbose: bool):
+  """Libraries' lines a user cannot act on (orbax's INFO lines and its warning on every
+  restore) held while a model loads, as the command line's console does; verbose: every line,
+  bertjax's INFO lines included, whatever the absl verbosity is."""
+  logger = std_logging.getLogger('absl')
+  if verbose:
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(max(verbosity, logging.INFO))  # Never less than --verbosity=1 gives.
+    try:
+      yield
+    finally:
+      logging.set_verbosity(verbosity)
+    return
+  held = console.ConsoleFilter()
+  logger.addFilter(held)
+  try:
+    yield
+  finally:
+    logger.removeFilter(held)
 
 
 def _apply(model, params, batch):
@@ -325,6 +440,7 @@ def main(argv):
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'))
+  start = time.perf_counter()
   try:
     output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
               if FLAGS.output_file else None)
@@ -337,15 +453,23 @@ def main(argv):
     if not inputs:
       raise ValueError(f'{source} holds no inputs: one per line expected.')
     rows = predictor.predict(inputs)
-    text = ''.join(json.dumps(row, ensure_ascii=False) + '\n' for row in rows)
+    text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
+                   for row in rows)
     if output is not None:
       paths.write_atomically(output, text)
-      logging.info('predictions for %d inputs written to %s', len(rows), output)
     else:
       sys.stdout.write(text)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
+  summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],
+                 outputs=[('predictions', output or 'stdout')])
+  if output is not None:
+    console.summary('predict', time.perf_counter() - start, **summary)
+  else:  # stdout carries the predictions alone (`predict | jq`): the last line goes to stderr.
+    sys.stdout.flush()
+    print(console.summary_line('predict', time.perf_counter() - start, **summary),
+          file=sys.stderr, flush=True)
 
 
 if __name__ == '__main__':

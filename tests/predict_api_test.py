@@ -1,0 +1,182 @@
+"""predict's Python API: full-precision probabilities with the logits, quiet loading, every kind's
+fields; its command line: the JSON lines as before and the summary line, off stdout in a pipe."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from bertjax import predict
+from bertjax.finetune import kinds
+from bertjax.interop import init_from
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SENTENCES = ['the king doth speak of love', 'my heart and death and grief']
+# The TensorFlow / XLA start-up lines a console must never show at default verbosity.
+START_UP = ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core', 'absl::InitializeLog')
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+  """`code` in a plain Python process, as a user's script runs it (no test set-up)."""
+  clean = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL',)}
+  return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                        timeout=300, check=False, cwd=REPO, env={**clean, **env})
+
+
+def test_probabilities_are_full_precision_softmax_of_the_logits(fine_tuned_sst2):
+  workdir, _ = fine_tuned_sst2
+  predictor = predict.Predictor.from_workdir(workdir)
+  rows = predictor.predict(SENTENCES)
+  assert predictor.step == max(int(p.name) for p in (workdir / 'checkpoints').iterdir()
+                               if p.name.isdigit())
+  for row in rows:
+    assert set(row) == {'label', 'probabilities', 'logits'}
+    labels = list(row['logits'])
+    assert all(type(v) is float for v in [*row['probabilities'].values(),
+                                          *row['logits'].values()])
+    logits = np.array([row['logits'][k] for k in labels])
+    want = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose([row['probabilities'][k] for k in labels], want, rtol=1e-12)
+    assert row['label'] == labels[int(np.argmax(logits))]
+  # Not rounded: the 6-decimal rounding is the command line's alone.
+  values = [v for row in rows for v in row['probabilities'].values()]
+  assert any(v != round(v, 6) for v in values)
+  assert [predict.jsonl_row('classification', r) for r in rows] == [
+      {'label': r['label'], 'probabilities': {k: round(v, 6) for k, v in
+                                              r['probabilities'].items()}} for r in rows]
+
+
+def test_loading_is_quiet_in_a_plain_python_session(fine_tuned_sst2):
+  workdir, _ = fine_tuned_sst2
+  code = ('from bertjax import predict; '
+          f'p = predict.Predictor.from_workdir({str(workdir)!r}{{}}); '
+          f'import json; print(json.dumps(p.predict({SENTENCES!r})))')
+  quiet = _python(code.format(''))
+  assert quiet.returncode == 0, quiet.stderr[-2000:]
+  assert quiet.stderr == ''
+  rows = json.loads(quiet.stdout)
+  assert len(rows) == 2 and all('logits' in r for r in rows)
+  # Asked for, the lines are there: orbax's, and which step was read.
+  loud = _python(code.format(', verbose=True'))
+  assert loud.returncode == 0, loud.stderr[-2000:]
+  assert 'predicting with step' in loud.stderr and 'orbax' in loud.stderr
+  assert json.loads(loud.stdout) == rows
+
+
+def test_a_damaged_step_is_still_said_when_quiet(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  newest = max((copy / 'checkpoints').glob('[0-9]*'), key=lambda p: int(p.name))
+  (newest / 'state' / '_METADATA').unlink()
+  result = _python(f'from bertjax import predict; predict.Predictor.from_workdir({str(copy)!r})')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f'checkpoints/{newest.name} cannot be read' in result.stderr
+
+
+def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  predictor = predict.Predictor.from_workdir(workdir)
+  assert predictor.predict([]) == []
+  assert len(predictor.predict(iter(SENTENCES))) == 2  # Any iterable, a generator included.
+  with pytest.raises(ValueError, match='takes a list of inputs, got one str: pass'):
+    predictor.predict(SENTENCES[0])
+  with pytest.raises(ValueError, match=r'input 2 is an int \(3\): pass a string or a dict'):
+    predictor.predict([SENTENCES[0], 3])
+  with pytest.raises(ValueError, match=r'input 1 is a NoneType'):
+    predictor.predict([None])
+  with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
+    predict.Predictor.from_workdir(workdir, step=7)
+  # A pre-training run's workdir: refused by its config, before any checkpoint is read.
+  pretrain = tmp_path / 'pretrain'
+  shutil.copytree(workdir, pretrain)
+  config = json.loads((pretrain / 'config.json').read_text())
+  (pretrain / 'config.json').write_text(json.dumps({**config, 'job': 'pretrain'}))
+  with pytest.raises(ValueError, match='is a pretrain run: predict needs a fine-tuned model'):
+    predict.Predictor.from_workdir(pretrain)
+
+
+def _untrained(workdir, kind, labels, **data) -> predict.Predictor:
+  """A predictor of another kind on the SST-2 run's encoder settings, its head untrained."""
+  run = json.loads((workdir / 'config.json').read_text())
+  run = {**run, 'kind': kind, 'labels': list(labels), 'data': {**run['data'], **data}}
+  seq = run['data']['max_seq_length']
+  objective = kinds.objective(kind, ml_collections.ConfigDict(run['model']), len(labels),
+                              run['pooling'], seq)
+  params = objective.model.init(jax.random.PRNGKey(0), *objective.init_inputs.values(),
+                                deterministic=True)['params']
+  return predict.Predictor(run, params, init_from.vocab_file(str(workdir)))
+
+
+def _softmax(values):
+  values = np.asarray(values, np.float64)
+  return np.exp(values - values.max()) / np.exp(values - values.max()).sum()
+
+
+def test_every_kind_gives_its_fields_and_its_logits(fine_tuned_sst2):
+  workdir, _ = fine_tuned_sst2
+  tagger = _untrained(workdir, 'tagging', ('O', 'B-X', 'I-X'))
+  [tagged] = tagger.predict(['the king doth speak'])
+  assert tagged['tokens'] == ['the', 'king', 'doth', 'speak'] and len(tagged['tags']) == 4
+  for tag, probs, logits in zip(tagged['tags'], tagged['probabilities'], tagged['logits'],
+                                strict=True):
+    assert max(logits, key=logits.get) == tag == max(probs, key=probs.get)
+    np.testing.assert_allclose(list(probs.values()), _softmax(list(logits.values())),
+                               rtol=1e-12)
+  assert predict.jsonl_row('tagging', tagged) == {'tokens': tagged['tokens'],
+                                                  'tags': tagged['tags']}
+
+  chooser = _untrained(workdir, 'multiple_choice', ('0', '1', '2'))
+  [chosen] = chooser.predict(['the king ||| doth speak ||| of love ||| and grief'])
+  assert chosen['choice'] == int(np.argmax(chosen['logits'])) and len(chosen['logits']) == 3
+  np.testing.assert_allclose(chosen['probabilities'], _softmax(chosen['logits']), rtol=1e-12)
+
+  regressor = _untrained(workdir, 'regression', ('score',))
+  [value] = regressor.predict(['the king doth speak'])
+  assert set(value) == {'value'} and type(value['value']) is float
+
+  reader = _untrained(workdir, 'span', (), max_query_length=4, doc_stride=8)
+  [span] = reader.predict(['who speaks ||| the king doth speak of love'])
+  assert span['answer'] and span['answer'] in 'the king doth speak of love'
+  assert 0 < span['score'] <= 1 and type(span['start_logit']) is float
+  assert type(span['end_logit']) is float
+  assert predict.jsonl_row('span', span) == {'answer': span['answer'],
+                                             'score': round(span['score'], 6)}
+
+
+def _predict_cli(*args, stdin=None):
+  return subprocess.run([sys.executable, '-m', 'bertjax.predict', *args], input=stdin,
+                        capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+
+
+def test_the_command_line_ends_with_its_summary_line(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  source = tmp_path / 'in.txt'
+  source.write_text('\n'.join(SENTENCES) + '\n')
+  out = tmp_path / 'out.jsonl'
+  result = _predict_cli(f'--workdir={workdir}', f'--input_file={source}', f'--output_file={out}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  last = result.stdout.splitlines()[-1]
+  assert last.startswith('predict finished in ') and 'inputs 2' in last, result.stdout
+  assert last.endswith(f'predictions {out}')
+  assert not any(m in result.stderr for m in START_UP), result.stderr
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  want = predict.Predictor.from_workdir(workdir).predict(SENTENCES)
+  assert rows == [predict.jsonl_row('classification', r) for r in want]
+
+
+def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2):
+  workdir, _ = fine_tuned_sst2
+  result = _predict_cli(f'--workdir={workdir}', stdin='\n'.join(SENTENCES) + '\n')
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = [json.loads(line) for line in result.stdout.splitlines()]  # What `| jq` reads.
+  assert len(rows) == 2 and all(set(r) == {'label', 'probabilities'} for r in rows)
+  last = result.stderr.splitlines()[-1]
+  assert last.startswith('predict finished in ') and last.endswith('predictions stdout')
