@@ -2,11 +2,13 @@
 
   data files (the embedded corpus's made on first use) -> check the config -> Objective
   (BertForPreTraining, MLM + NSP loss) -> tf.data batches from the examples consumed so far
-  -> training/loop.run (eval on the held-out files, with the unigram baseline).
+  -> training/loop.run (eval on the held-out files, with the unigram baseline) -> the summary
+  line.
 """
 
 import dataclasses
 import functools
+import time
 
 from absl import logging
 import jax
@@ -237,13 +239,18 @@ def _describe(step, means) -> str:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Pre-trains per `config`, writing checkpoints and TensorBoard logs to `workdir`.
 
-  Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks.
+  Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks; the
+  console's last line is the run's summary (loop.summary).
   """
+  start = time.perf_counter()
   config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
-    return _train_and_evaluate(config, workdir)
+    outcome = _train_and_evaluate(config, workdir)
+  loop.summary('pretrain', time.perf_counter() - start, outcome, workdir,
+               main_metric=BEST_METRIC)
+  return outcome.eval_metrics
 
 
 @dataclasses.dataclass
@@ -261,7 +268,7 @@ class PhasedEvaluator:
     return {}
 
 
-def _train_and_evaluate(config, workdir: str) -> dict:
+def _train_and_evaluate(config, workdir: str) -> loop.Outcome:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)

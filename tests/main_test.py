@@ -5,6 +5,7 @@ import logging
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 
@@ -96,7 +97,15 @@ def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(t
   # TensorFlow's import costs seconds; a fine-tuning job on a CPU host reads no tf.data, so its
   # event files are written without it, and TensorBoard's reader still finds its scalars.
   done = _finetune_in_subprocess(tmp_path, 'w', '--compilation_cache_dir=')
-  assert done.stdout.strip().splitlines()[-1] == 'tensorflow imported: False'
+  lines = done.stdout.strip().splitlines()
+  assert lines[-1] == 'tensorflow imported: False'  # Printed at exit, after the job.
+  # The job's last line: its summary, after every log line.
+  workdir = tmp_path / 'w'
+  assert re.fullmatch(
+      rf'finetune finished in \d+\.\d s: step 6/6, train loss [\d.]+, eval accuracy [\d.]+, '
+      rf'macro_f1 [\d.]+, loss [\d.]+; eval results {workdir}/eval_results.json, predictions '
+      rf'{workdir}/predictions/step_6, checkpoints {workdir}/checkpoints \(step 6\), TensorBoard '
+      rf'{workdir}', lines[-2]), done.stdout
   scalars = summaries.read_scalars(str(tmp_path / 'w'))
   assert sorted(scalars['eval/accuracy']) == [3, 6]
   assert sorted(scalars['train/loss']) == [3, 6]

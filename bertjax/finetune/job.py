@@ -3,7 +3,7 @@
   task (tasks/registry.py) -> tokenizer and features (host numpy) -> batches.py (the examples
   of each step, cut or packed into rows) -> the kind's Objective (kinds.py: encoder + fresh
   head, loss) -> training/loop.run (eval per epoch writing the predictions each benchmark's
-  scorer reads, encoder from init_from).
+  scorer reads, encoder from init_from) -> the summary line.
 
 Evaluation reads every example exactly once whatever the number of hosts: the last batch is
 filled with weight-0 rows (or packed from the examples left) and the outputs are gathered.
@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import os
+import time
 
 from absl import logging
 import flax.linen as nn
@@ -20,6 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.finetune import batches
@@ -315,15 +317,25 @@ class Evaluator:
 
 def train_and_evaluate(config, workdir: str) -> dict:
   """Fine-tunes per `config` in `workdir`; returns the final eval metrics (first eval split's
-  names bare, others prefixed with their split) plus the skip counts."""
+  names bare, others prefixed with their split) plus the skip counts. The console's last line
+  is the run's summary."""
+  start = time.perf_counter()
   config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
-    return _train_and_evaluate(config, workdir)
+    outcome, main_metric, skipped = _train_and_evaluate(config, workdir)
+  outputs = [] if outcome.eval_step is None else [
+      ('eval results', files.join(workdir, 'eval_results.json')),
+      ('predictions', files.join(workdir, 'predictions', f'step_{outcome.eval_step}'))]
+  loop.summary('finetune', time.perf_counter() - start, outcome, workdir,
+               main_metric=main_metric, outputs=outputs,
+               metrics=[('skipped examples', skipped)] if skipped else [])
+  return outcome.eval_metrics | {'skipped': skipped}
 
 
-def _train_and_evaluate(config, workdir: str) -> dict:
+def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
+  """(how the loop ended, the task's main metric, the examples skipped)."""
   s = setup(config, workdir)
   cfg, task = s.config, s.task
   warn_unexportable(task.kind, cfg.pooling)
@@ -389,14 +401,15 @@ def _train_and_evaluate(config, workdir: str) -> dict:
       best_metric=task.main_metric,
       sequence_cost=sequence_cost,
       vocab_file=s.vocab_file)
-  eval_metrics = loop.run(cfg, workdir, s.mesh, job, rules=s.rules)
-  eval_metrics['skipped'] = sum(skipped.values())
-  return eval_metrics
+  return loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric, sum(
+      skipped.values())
 
 
 def run_predict(config, workdir: str, splits=None) -> list:
   """Writes predictions of the workdir's latest checkpoint (mode=eval: eval splits with metrics;
-  mode=predict: the test split or data.predict_file). Returns the written paths."""
+  mode=predict: the test split or data.predict_file). Returns the written paths; the console's
+  last line is the summary."""
+  start = time.perf_counter()
   config_check.check(config)
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
@@ -425,7 +438,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
     raise ValueError(f'task {task.name} has no {"eval" if config.mode == "eval" else "test"} '
                      'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
                                      'config.data.predict_file (or test_file)') + '.')
-  written = []
+  written, shown = [], [('step', meta['step'])]
   out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{meta["step"]}')
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
@@ -435,6 +448,10 @@ def run_predict(config, workdir: str, splits=None) -> list:
         metrics = task.evaluate(outputs, features, feature_meta, examples)
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in
                                                      sorted(metrics.items())))
+        shown += [(f'{split} {k}', metrics[k]) for k in sorted(
+            metrics, key=lambda k: (k != task.main_metric, k))]
+      else:
+        shown.append((f'{split} examples', len(examples)))
       if jax.process_index() == 0:  # Every host computed the same; one writes.
         if config.mode == 'eval':
           files.write_atomically(files.join(out_dir, f'{split}_results.json'),
@@ -444,6 +461,10 @@ def run_predict(config, workdir: str, splits=None) -> list:
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
                      written[-1])
   mngr.close()
+  if jax.process_index() == 0:
+    kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
+    console.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,
+                    outputs=[(kind, out_dir)])
   return written
 
 

@@ -1,7 +1,8 @@
 """The one training loop: pre-training and fine-tuning both run it.
 
   mesh -> check the config -> sharded init (eval_shape, then jit with out_shardings) -> resume /
-  init_from / fresh -> loop (train_step, log, eval, checkpoint, preemption) -> wait for saves.
+  init_from / fresh -> loop (train_step, log, eval, checkpoint, preemption) -> wait for saves
+  -> the Outcome, which the job prints as its summary line once its workdir is released.
 
 What differs between jobs comes in as arguments: the Objective (model and loss), a resumable
 source of global batches, an evaluator, how to load start-from weights and what the progress
@@ -27,6 +28,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.model import encoder
@@ -71,6 +73,41 @@ class Job:
   best_metric: str
   sequence_cost: Callable[[int], tuple[float, float]]
   vocab_file: str = ''  # Kept in the workdir (checkpoint.RUN_VOCAB) once the run trains.
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """How a run ended: what `summary` reports."""
+
+  eval_metrics: dict  # The last eval's; {} when none ran (a finished run's eval_results.json).
+  step: int  # The step it ended at, its last checkpoint.
+  total_steps: int
+  train_loss: float | None  # Mean loss of the steps logged last; None: this call trained none.
+  eval_step: int | None  # The step of eval_metrics (None: no eval).
+  stopped: str = ''  # Why it ended before total_steps by design (preemption); '' = it did not.
+
+
+def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_metric: str,
+            outputs=(), metrics=()):
+  """Prints the run's last console line (process 0 only): how it ended, its step and train
+  loss, the last eval's metrics (`main_metric` first, the loss last), `metrics`, `outputs`
+  (what, where), its checkpoints and TensorBoard folder. The job calls it once its saves are
+  done and its workdir released."""
+  if jax.process_index() > 0:
+    return
+  done = ('' if outcome.train_loss is not None or outcome.step < outcome.total_steps
+          else ' (reached before: nothing to do)')
+  shown = [('step', f'{outcome.step}/{outcome.total_steps}{done}')]
+  if outcome.train_loss is not None:
+    shown.append(('train loss', outcome.train_loss))
+  results = outcome.eval_metrics
+  names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
+  shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
+  outputs = [*outputs,
+             ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
+             ('TensorBoard', workdir)]
+  console.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
+                  outputs=outputs)
 
 
 class _Preemption:
@@ -119,6 +156,7 @@ class _Progress:
                    jax.devices()[0].device_kind)
     self._timer = (time.perf_counter(), start_step)
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
+    self.last_loss = None  # The mean train loss of the steps logged last.
 
   def restart_timer(self, step: int):
     self._timer = (time.perf_counter(), step)
@@ -132,6 +170,7 @@ class _Progress:
           f'(grad_norm {means["grad_norm"]}); nothing after step {self.checked_step} was '
           'saved: lower the learning rate or resume with more warmup.')
     self.checked_step = step
+    self.last_loss = float(means['loss'])
     cfg = self._config
     now = time.perf_counter()
     steps_per_sec = (step - self._timer[1]) / max(now - self._timer[0], 1e-9)
@@ -232,10 +271,11 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   return state, shardings, consumed, resumed
 
 
-def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
-  """Trains `job` per `config` in `workdir`; returns the last eval metrics (for tests and
-  notebooks). The config's fields used: seed, model, optimizer, mesh-checked batch sizes,
-  num_train_steps, grad_accum_steps, checkpoint, log_every_steps, peak_tflops."""
+def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcome:
+  """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
+  tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
+  optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
+  log_every_steps, peak_tflops."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
@@ -247,7 +287,9 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
     mngr.close()
     logging.info('already at step %d of %d: nothing to do (raise num_train_steps to go on)',
                  start_step, total_steps)
-    return _read_json(files.join(workdir, 'eval_results.json')) or {}
+    # A finished run's last eval is its last step's (the loop always evaluates there).
+    results = _read_json(files.join(workdir, 'eval_results.json')) or {}
+    return Outcome(results, start_step, total_steps, None, start_step if results else None)
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
@@ -263,7 +305,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
                                        batch_shardings)
   progress = _Progress(config, job, writer, start_step)
   preemption = _Preemption(mngr)
-  evaluator, eval_metrics = job.evaluator, {}
+  evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
+  done = start_step
   pending = []  # Device metrics not yet read.
   deferred = None  # (step, metrics) of a log step, read once the next step is dispatched.
   try:
@@ -288,7 +331,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           deferred, pending = (done, pending), []
 
         if do_eval:
-          eval_metrics = _evaluate(job, state.params, done, writer)
+          eval_metrics, eval_step = _evaluate(job, state.params, done, writer), done
           progress.restart_timer(done)
         if will_save:
           best = eval_metrics.get(job.best_metric) if do_eval else None
@@ -300,10 +343,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> dict:
           logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
         if preempted and not is_last:
           logging.warning('preempted: saved step %d, exiting', done)
+          stopped = f'preempted at step {done}: rerun the same command to resume'
           break
   finally:
     preemption.close()
     writer.close()
   if eval_metrics:
     checkpoint.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
-  return eval_metrics
+  return Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step, stopped)

@@ -6,6 +6,7 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 
 import json
 import pathlib
+import re
 import zipfile
 
 import finetune_runs
@@ -113,15 +114,38 @@ def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
   assert final_params(tmp_path)[1] == 5
 
 
-def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path):
+def _last_line(capsys) -> str:
+  return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
   config = tiny_config(sst2_dir, num_train_steps=2)
-  finetune.train_and_evaluate(config, str(tmp_path))
+  result = finetune.train_and_evaluate(config, str(tmp_path))
+  # Every mode ends with its summary line: how it ended, the task's metrics, where outputs are.
+  assert re.fullmatch(
+      rf'finetune finished in \d+\.\d s: step 2/2, train loss [\d.]+, eval accuracy '
+      rf'{result["accuracy"]:.4g}, loss [\d.]+; eval results {tmp_path}/eval_results.json, '
+      rf'predictions {tmp_path}/predictions/step_2, checkpoints {tmp_path}/checkpoints \(step 2\), '
+      rf'TensorBoard {tmp_path}', _last_line(capsys))
+  config.mode = 'eval'
+  finetune.run(config, str(tmp_path))
+  assert re.fullmatch(rf'finetune eval finished in \d+\.\d s: step 2, validation accuracy '
+                      rf'{result["accuracy"]:.4g}; results and predictions '
+                      rf'{tmp_path}/predictions/eval_step_2', _last_line(capsys))
   config.mode = 'predict'
   (path,) = finetune.run(config, str(tmp_path))
+  assert re.fullmatch(rf'finetune predict finished in \d+\.\d s: step 2, test examples 10; '
+                      rf'predictions {tmp_path}/predictions/predict_step_2', _last_line(capsys))
   lines = pathlib.Path(path).read_text().splitlines()
   assert lines[0] == 'index\tprediction'
   assert [line.split('\t')[0] for line in lines[1:]] == [str(i) for i in range(10)]
   assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
+  # Run again, the finished run says so and trains nothing.
+  config.mode = 'train_eval'
+  finetune.train_and_evaluate(config, str(tmp_path))
+  assert re.fullmatch(
+      rf'finetune finished in \d+\.\d s: step 2/2 \(reached before: nothing to do\), eval '
+      rf'accuracy {result["accuracy"]:.4g}, loss [\d.]+; eval results .*', _last_line(capsys))
 
   config.mode = 'predict'
   with pytest.raises(FileNotFoundError, match='fine-tune first'):

@@ -107,6 +107,12 @@ def test_sigterm_saves_where_it_stopped_and_exits_0(interrupted):
   assert pretrain_runs.read_meta(interrupted.workdir, stopped)['examples_consumed'] == (
       stopped * pretrain_runs.BATCH)
   assert f'restored step {stopped} ' in interrupted.logs[2]
+  # Its last line says it stopped early, where, and how to go on.
+  workdir = interrupted.workdir
+  assert re.fullmatch(
+      rf'pretrain stopped \(preempted at step {stopped}: rerun the same command to resume\) in '
+      rf'[\dms. ]+: step {stopped}/{STEPS}, train loss [\d.]+; checkpoints {workdir}/checkpoints '
+      rf'\(step {stopped}\), TensorBoard {workdir}', last_line(interrupted.logs[1]))
 
 
 def test_killed_then_preempted_run_ends_bit_identical(interrupted, reference):
@@ -192,8 +198,18 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, fields, 
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == names
 
 
+def last_line(text: str) -> str:
+  return text.strip().splitlines()[-1]
+
+
 def test_the_console_carries_only_what_a_user_acts_on(reference):
   text = (reference / 'log.txt').read_text()
+  # The last line, after orbax's background saves and every log line: the run's summary.
+  assert re.fullmatch(
+      rf'pretrain finished in [\dms. ]+: step {STEPS}/{STEPS}, train loss [\d.]+, eval '
+      r'mlm_accuracy [\d.]+, mlm_loss [\d.]+, nsp_accuracy [\d.]+, nsp_loss [\d.]+, '
+      rf'unigram_baseline [\d.]+; checkpoints {reference}/checkpoints \(step {STEPS}\), '
+      rf'TensorBoard {reference}', last_line(text))
   for noise in ('checkpoint_manager.py', 'orbax', 'Setting work unit notes', 'cuInit',
                 "backend 'tpu'", '_CHECKPOINT_METADATA'):
     assert noise not in text, noise
@@ -238,10 +254,14 @@ def test_a_finished_run_says_so_and_an_extension_logs_the_schedule_change(
     tmp_path, fields, env, reference):
   shutil.copytree(reference / 'checkpoints', tmp_path / 'checkpoints')
   shutil.copy(reference / 'config.json', tmp_path / 'config.json')
+  shutil.copy(reference / 'eval_results.json', tmp_path / 'eval_results.json')
   before = sorted(p.name for p in tmp_path.iterdir())
   log = tmp_path.parent / f'{tmp_path.name}-log.txt'
   pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS, fields), log, env)
   assert 'already at step 12 of 12: nothing to do' in log.read_text()
+  assert re.fullmatch(rf'pretrain finished in [\d.]+ s: step 12/12 \(reached before: nothing to '
+                      r'do\), eval mlm_accuracy [\d.]+, .*; checkpoints .*', last_line(
+                          log.read_text()))
   assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ['.lock'])  # No events.
   pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS + 1, fields), log, env)
   assert re.search(r'the learning-rate schedule differs .*optimizer.total_steps 12 -> 13.* at '
