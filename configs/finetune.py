@@ -92,6 +92,11 @@ def get_config(arg=None):
   # hidden states), or 'auto': a sentence-transformers checkpoint's own pooling (1_Pooling/),
   # else 'cls'.
   config.pooling = 'auto'
+  # The export formats you mean to use (bertjax.export --format), a comma list: one that cannot
+  # hold this run's head and pooling (hf or tf1 for a mean-pooled classifier) stops the run at
+  # its start instead of the export after training. '' = none asked (the start line still says
+  # which formats will hold it).
+  config.export_format = ''
 
   config.data = ml_collections.ConfigDict()
   # The task's files: GLUE's <TASK> folder (train.tsv, dev.tsv, test.tsv), SQuAD's folder

@@ -99,13 +99,14 @@ def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(t
   done = _finetune_in_subprocess(tmp_path, 'w', '--compilation_cache_dir=')
   lines = done.stdout.strip().splitlines()
   assert lines[-1] == 'tensorflow imported: False'  # Printed at exit, after the job.
-  # The job's last line: its summary, after every log line.
+  # The job's last line: its summary, after every log line; its first: what exports hold it.
   workdir = tmp_path / 'w'
   assert re.fullmatch(
       rf'finetune finished in \d+\.\d s: step 6/6, train loss [\d.]+, eval accuracy [\d.]+, '
       rf'macro_f1 [\d.]+, loss [\d.]+; eval results {workdir}/eval_results.json, predictions '
       rf'{workdir}/predictions/step_6, checkpoints {workdir}/checkpoints \(step 6\), TensorBoard '
       rf'{workdir}', lines[-2]), done.stdout
+  assert 'classification head on the [CLS] pooler: exports to hf, tf1, saved_model' in done.stderr
   scalars = summaries.read_scalars(str(tmp_path / 'w'))
   assert sorted(scalars['eval/accuracy']) == [3, 6]
   assert sorted(scalars['train/loss']) == [3, 6]

@@ -3,7 +3,8 @@
   task (tasks/registry.py) -> tokenizer and features (host numpy) -> batches.py (the examples
   of each step, cut or packed into rows) -> the kind's Objective (kinds.py: encoder + fresh
   head, loss) -> training/loop.run (eval per epoch writing the predictions each benchmark's
-  scorer reads, encoder from init_from) -> the summary line.
+  scorer reads, encoder from init_from) -> the summary line. At the start, before any data is
+  read, a line says which export formats will hold the head (export_formats.py).
 
 Evaluation reads every example exactly once whatever the number of hosts: the last batch is
 filled with weight-0 rows (or packed from the examples left) and the outputs are gathered.
@@ -25,10 +26,10 @@ from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.finetune import batches
+from bertjax.finetune import export_formats
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
-from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
@@ -99,10 +100,16 @@ def resolve_model(config, init_path: str, run: dict | None = None,
   return model_cfg, vocab_file
 
 
-def resolve_pooling(config, init_path: str) -> str:
+def resolve_pooling(config, run: dict | None, init_path: str) -> tuple[str, str]:
+  """(pooling, where pooling=auto found it): config.pooling, else the run's own (`run`, its
+  config.json), else init_from's sentence-transformers pooling, else cls."""
   if config.pooling != 'auto':
-    return config.pooling
-  return init_from.pooling(init_path) or 'cls'
+    return config.pooling, ''
+  if run is not None and 'pooling' in run:
+    return run['pooling'], 'pooling=auto: the run in this workdir was trained so'
+  found = init_from.pooling(init_path)
+  return (found, "pooling=auto: init_from's sentence-transformers pooling") if found else (
+      'cls', '')
 
 
 def num_steps(config, num_train_features: int) -> int:
@@ -211,8 +218,7 @@ def setup(config, workdir: str = '') -> Setup:
                          else os.path.realpath(vocab_file))
   # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
   cfg.data.vocab_sha256 = init_from.file_sha256(vocab_file)
-  cfg.pooling = (run['pooling'] if run is not None and 'pooling' in run
-                 and config.pooling == 'auto' else resolve_pooling(config, init_path))
+  cfg.pooling = resolve_pooling(config, run, init_path)[0]
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)
   cfg.version_2_with_negative = task.version_2
@@ -224,17 +230,13 @@ def setup(config, workdir: str = '') -> Setup:
                sharding.parse_rules(cfg.mesh.rules))
 
 
-def warn_unexportable(kind: str, pooling: str):
-  """Says at the start, not after training, which export formats cannot hold this model."""
-  refused = {f: bundle_lib.cannot_hold(f, kind, pooling) for f in bundle_lib.FORMAT_KINDS}
-  refused = {f: why for f, why in refused.items() if why}
-  if refused:
-    fix = (' (--config.pooling=cls makes a model every format holds)'
-           if kind in bundle_lib.POOLED_HEADS and pooling != 'cls' else '')
-    logging.warning('this %s model (%s pooling) can be exported only as %s: %s%s', kind,
-                    pooling, ', '.join(bundle_lib.formats_for(kind, pooling)) or 'nothing',
-                    '; '.join(refused.values()), fix)
-  return refused
+def check_head(config, workdir: str) -> tuple[str, str]:
+  """(kind, pooling) of the run's head, known before any data is read, with
+  config.export_format checked against them."""
+  kind = export_formats.task_kind(config)
+  pooling, found = resolve_pooling(config, trained_run(workdir), init_from.configured(config))
+  export_formats.check(config, kind, pooling, found)
+  return kind, pooling
 
 
 def set_steps(cfg, total_steps: int):
@@ -323,6 +325,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
+  logging.info('%s', export_formats.statement(*check_head(config, workdir)))
   with workdir_lock.locked(workdir):
     outcome, main_metric, skipped = _train_and_evaluate(config, workdir)
   outputs = [] if outcome.eval_step is None else [
@@ -338,7 +341,6 @@ def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
   """(how the loop ended, the task's main metric, the examples skipped)."""
   s = setup(config, workdir)
   cfg, task = s.config, s.task
-  warn_unexportable(task.kind, cfg.pooling)
   rows_of = layout(s)
   skipped = {}
   train_examples, train_features, _ = _featurized(s, 'train', True, skipped)
@@ -413,6 +415,7 @@ def run_predict(config, workdir: str, splits=None) -> list:
   config_check.check(config)
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
+  check_head(config, workdir)
   s = setup(config, workdir)
   cfg, task = s.config, s.task
   set_steps(cfg, 1)

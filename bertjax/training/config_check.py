@@ -113,6 +113,7 @@ def check(config) -> None:
   _check_optimizer(c, job)
   _check_mesh_and_checkpoint(c)
   _check_data(c, job)
+  _check_export_format(c)
 
 
 def _check_embed(c: _Checker):
@@ -274,6 +275,27 @@ def _check_data(c: _Checker, job):
                fix='set --config.data.eval_fraction to the held-out share, e.g. 0.2')
     c.all_or_positive('data.max_train_examples', 'all of them')
     c.all_or_positive('data.max_eval_examples', 'all of them')
+
+
+def export_formats(value: str) -> list[str]:
+  """config.export_format's names: a comma list ('' = none asked)."""
+  return [name.strip() for name in value.split(',') if name.strip()]
+
+
+def _check_export_format(c: _Checker):
+  """Known format names only; whether they hold the run's head is checked by the job, which
+  knows its kind and pooling (finetune/export_formats.py)."""
+  value = c.get('export_format')
+  if value is _MISSING or not isinstance(value, str):
+    return
+  import difflib  # pylint: disable=g-import-not-at-top
+  from bertjax.interop import bundle  # pylint: disable=g-import-not-at-top  # numpy: only here.
+  for name in export_formats(value):
+    if name not in bundle.FORMAT_KINDS:
+      close = difflib.get_close_matches(name, bundle.FORMAT_KINDS, n=1)
+      c.fail('export_format', value, f'{name!r} is not an export format'
+             + (f' (did you mean {close[0]}?)' if close else ''),
+             f'valid: {", ".join(bundle.FORMAT_KINDS)}, or a comma list of them (\'\' = none)')
 
 
 # ---------------------------------------------------------------------------------------------

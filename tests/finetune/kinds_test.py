@@ -141,12 +141,3 @@ def test_packed_tagging_gives_every_token_its_logits_alone_and_the_same_loss():
   r, start, length = spans[np.argmax(spans[:, 1])]
   assert np.max(np.abs(other[r, start:start + length] - want[np.argmax(spans[:, 1]), :length])
                 ) > 1e-3
-
-
-def test_a_run_whose_head_an_export_cannot_hold_is_told_at_its_start(caplog):
-  from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
-  assert set(job.warn_unexportable('classification', 'mean')) == {'hf', 'tf1'}
-  assert 'can be exported only as saved_model' in caplog.text
-  assert '--config.pooling=cls' in caplog.text
-  assert set(job.warn_unexportable('tagging', 'cls')) == {'tf1'}
-  assert not job.warn_unexportable('classification', 'cls')

@@ -97,6 +97,10 @@ FINETUNE = [
     ({'data__pad_to_multiple_of': -32}, 'config.data.pad_to_multiple_of=-32: must be >= 0'),
     ({'data__max_train_examples': 0}, 'config.data.max_train_examples=0: must be -1'),
     ({'model__dropout_rate': 1.5}, 'config.model.dropout_rate=1.5'),
+    ({'export_format': 'hff'}, "config.export_format='hff': 'hff' is not an export format (did "
+     "you mean hf?); valid: hf, tf1, saved_model"),
+    ({'export_format': 'saved_model,onnx'}, "config.export_format='saved_model,onnx': 'onnx' is "
+     'not an export format; valid: hf,'),
 ]
 
 
@@ -110,6 +114,10 @@ def test_a_bad_finetuning_value_is_one_line_naming_field_and_fix(fields, message
 def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields():
   config_check.check(configured(finetune_config.get_config('task=mrpc'), num_epochs=0.0,
                                 num_train_steps=10))
+  # Export formats: a comma list, spaces and empty items allowed ('' = none asked).
+  config_check.check(configured(finetune_config.get_config('task=mrpc'),
+                                export_format=' hf, saved_model,,'))
+  assert config_check.export_formats(' hf, saved_model,,') == ['hf', 'saved_model']
   with pytest.raises(ValueError, match=r'^config.batch_size=0: must be > 0'):
     config_check.check(configured(embed_config.get_config(), batch_size=0))
 
