@@ -1,7 +1,7 @@
 """Export a model to the formats other tools load.
 
   python -m bertjax.export --from=<bertjax workdir | workdir/checkpoints/N | transformers dir |
-      TF1 checkpoint> --format=hf|tf1|saved_model --output=DIR
+      TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers --output=DIR
 
 --from and --output may be URLs (gs://bucket/run) as well as local paths: every file goes
 through bertjax.files; TensorFlow's writers write into a local temporary folder.
@@ -10,11 +10,17 @@ through bertjax.files; TensorFlow's writers write into a local temporary folder.
                BertModel, BertForPreTraining, BertForSequenceClassification (classification and
                regression), BertForQuestionAnswering, BertForTokenClassification or
                BertForMultipleChoice, as the model is for. A vocab padded for tensor
-               parallelism is cut back to the vocab file.
+               parallelism is cut back to the vocab file. An encoder from a
+               sentence-transformers model (or a mean-pooled one) is written as one too (below).
   tf1          google-research/bert's layout: bert_config.json, bert_model.ckpt.*, vocab.txt
                (encoders, pre-training heads, run_classifier.py and run_squad.py heads).
   saved_model  a TensorFlow SavedModel with the WordPiece tokenizer inside: serving_default
                takes raw strings (and pairs for pair tasks) and returns what the model is for.
+  sentence_transformers  a folder SentenceTransformer(DIR) loads with no custom code: the
+               encoder's transformers files, its pooling, max_seq_length, prompts, Normalize
+               (a source's own, or --normalize), and a sequence-level head (classification,
+               regression, multiple choice; mean- or [CLS]-pooled) as Dense layers, so that
+               encode(texts) returns its logits ((text_a, text_b) tuples for pair tasks).
 
 The output is written into a hidden folder beside DIR and renamed into place when complete, so a
 crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only
@@ -42,6 +48,7 @@ from bertjax import paths  # noqa: E402
 from bertjax.interop import bundle as bundle_lib  # noqa: E402
 from bertjax.interop import hf_checkpoint  # noqa: E402
 from bertjax.interop import init_from  # noqa: E402
+from bertjax.interop import sentence_transformers  # noqa: E402
 from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
@@ -59,7 +66,8 @@ def _check_kind(result: bundle_lib.Bundle, fmt: str):
     can = bundle_lib.formats_for(result.kind, result.pooling)
     fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
     if result.kind in bundle_lib.POOLED_HEADS and result.pooling != 'cls':
-      fix += ', or fine-tune with --config.pooling=cls for every format'
+      fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
+              'loads its encoder), or fine-tune with --config.pooling=cls for every format')
     raise ValueError(f'{result.source} is a {result.kind} model; {why}: {fix}.')
   if fmt == 'tf1' and result.pooling != 'cls':
     logging.warning('%s is %s-pooled: in google-research/bert, %s-pool get_sequence_output() '
@@ -76,11 +84,21 @@ def _check_casing(result: bundle_lib.Bundle):
 
 def _writer(fmt: str):
   if fmt == 'hf':
-    return hf_checkpoint.save
+    return _save_hf
+  if fmt == 'sentence_transformers':
+    return sentence_transformers.save
   if fmt == 'tf1':
     return _save_tf1
   from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
   return saved_model.save
+
+
+def _save_hf(result: bundle_lib.Bundle, output: str):
+  hf_checkpoint.save(result, output)
+  # An embedding model stays one: SentenceTransformer(DIR) finds its pooling, length and
+  # normalisation instead of guessing them (mean, 512, none).
+  if sentence_transformers.is_written_for(result):
+    sentence_transformers.write_modules(result, output)
 
 
 def _save_tf1(result: bundle_lib.Bundle, output: str):
@@ -234,9 +252,19 @@ def _write_local(result: bundle_lib.Bundle, fmt: str, output: str):
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
            do_lower_case: bool | None = None, max_seq_length: int = 0,
-           labels: tuple = ()):
+           labels: tuple = (), normalize: bool | None = None):
   """Writes the model at `source` to `output` (local paths or URLs) in format `fmt`; returns
   the output directory (a str, or a Path object where `output` was one)."""
+  written, _ = _export(source, fmt, output, overwrite=overwrite, vocab_file=vocab_file,
+                       do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                       labels=labels, normalize=normalize)
+  return written
+
+
+def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
+            do_lower_case: bool | None, max_seq_length: int, labels: tuple,
+            normalize: bool | None):
+  """export(), also returning the Bundle it wrote."""
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
   given = output
@@ -257,18 +285,26 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
                        f'first): --labels={",".join(labels)} would rename or reorder them; drop '
                        '--labels.')
     result.labels = tuple(labels)
-  if max_seq_length and fmt != 'saved_model':
-    raise ValueError('--max_seq_length is the SavedModel\'s padded length: hf and tf1 keep no '
-                     'length; drop it.')
+  if max_seq_length and fmt not in ('saved_model', 'sentence_transformers'):
+    raise ValueError('--max_seq_length is the SavedModel\'s padded length and '
+                     'sentence-transformers\' max_seq_length: hf and tf1 keep no length; drop '
+                     'it.')
   if max_seq_length:
     result.max_seq_length = max_seq_length
+  if normalize is not None:
+    if fmt != 'sentence_transformers' and not (
+        fmt == 'hf' and sentence_transformers.is_written_for(result)):
+      raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
+                       f'--format={fmt} of a {result.kind} model does not write: use '
+                       '--format=sentence_transformers, or drop it.')
+    result.normalize = normalize
   if files.is_remote(output):
     _write_remote(result, fmt, output)
   else:
     _write_local(result, fmt, output)
   logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                result.config['num_layers'], output, fmt)
-  return output if isinstance(given, str) else type(given)(output)
+  return (output if isinstance(given, str) else type(given)(output)), result
 
 
 FLAGS = flags.FLAGS
@@ -285,10 +321,33 @@ def _define_flags():
   # A bool flag as the original's (--do_lower_case=False, --nodo_lower_case, ...); unset = the
   # casing the source records.
   flags.DEFINE_bool('do_lower_case', None, 'Override the casing the source records.')
-  flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length (0 = the '
-                              'length the model was fine-tuned with, else 128).', lower_bound=0)
+  flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length; '
+                       'sentence_transformers: the length longer texts are cut to (0 = the '
+                       'length the source records, else 128).', lower_bound=0)
   flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
                               '(a TF1 run_classifier.py checkpoint).')
+  # Unset = the source's own: normalised where its modules.json lists a Normalize module.
+  flags.DEFINE_bool('normalize', None, 'sentence_transformers: L2-normalise the embeddings '
+                    '(a Normalize module), or --nonormalize to drop the source\'s.')
+
+
+def _quiet_tensorflow(fmt: str, source: str):
+  """Imports TensorFlow, where this export needs it, with its C++ start-up lines (oneDNN,
+  cuInit, absl::InitializeLog) held back: shown if the import fails or at --verbosity=1."""
+  if fmt in ('tf1', 'saved_model') or sources.format_of(source) == 'tf1':
+    from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
+    with console.stderr_held():
+      fast_tokenizer.import_tf()
+
+
+def loading_lines(fmt: str, output: str) -> list[str]:
+  """What a user types to load the export (read from what was written)."""
+  if fmt == 'saved_model':
+    from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
+    return saved_model.loading_lines(output)
+  if fmt == 'sentence_transformers':
+    return sentence_transformers.loading_lines(output)
+  return []
 
 
 def main(argv):
@@ -303,15 +362,25 @@ def main(argv):
   else:
     console.exit_on_interrupt(console.nothing_written(
         'nothing was written (an export is renamed into place only when complete)'))
+  start = time.perf_counter()
   try:
-    out = export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
-                 overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
-                 do_lower_case=FLAGS.do_lower_case,
-                 max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels))
+    _quiet_tensorflow(FLAGS.format, paths.absolute(FLAGS['from'].value))
+    out, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
+                          overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
+                          do_lower_case=FLAGS.do_lower_case,
+                          max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels),
+                          normalize=FLAGS.normalize)
+    lines = loading_lines(FLAGS.format, out)
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  print(f'wrote {out}')
+  for line in lines:
+    print(line)
+  metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
+  if FLAGS.format in ('saved_model', 'sentence_transformers'):
+    metrics.append(('max_seq_length', result.max_seq_length))
+  console.summary('export', time.perf_counter() - start, metrics=metrics,
+                  outputs=[(FLAGS.format, out)])
 
 
 if __name__ == '__main__':

@@ -27,13 +27,20 @@ KINDS = {
 # What each export format holds faithfully. hf and tf1 read a sequence-level head off BERT's
 # [CLS] pooler (transformers' Bert*For*, google-research/bert's get_pooled_output()): a head
 # trained on mean-pooled outputs would predict something else there. The SavedModel carries
-# its own graph, pooling included.
+# its own graph, pooling included. sentence-transformers runs modules after the encoder
+# (pooling, Dense layers): one vector per text (or text pair), so the encoder's embedding or a
+# sequence-level head's scores, never one per token (span, tagging).
 FORMAT_KINDS = {
     'hf': tuple(KINDS),
     'tf1': ('encoder', 'pretraining', 'masked_lm', 'classification', 'span'),
     'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
                     'span', 'tagging'),
+    'sentence_transformers': ('encoder', 'pretraining', 'masked_lm', 'classification',
+                              'regression', 'multiple_choice'),
 }
+# Why a format cannot hold what it lacks, where its list alone does not say.
+_WHY_NOT = {'sentence_transformers': "SentenceTransformer.encode gives one vector per text, "
+                                     "a span or tagging head one per token"}
 POOLED_HEADS = ('classification', 'regression', 'multiple_choice')
 CLS_POOLED_FORMATS = ('hf', 'tf1')
 
@@ -41,7 +48,9 @@ CLS_POOLED_FORMATS = ('hf', 'tf1')
 def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:
   """Why `fmt` cannot hold a `kind` model pooled by `pooling` faithfully, or None."""
   if kind not in FORMAT_KINDS[fmt]:
-    return f'--format={fmt} cannot hold its head ({fmt} holds: {", ".join(FORMAT_KINDS[fmt])})'
+    why = f': {_WHY_NOT[fmt]}' if fmt in _WHY_NOT else ''
+    return (f'--format={fmt} cannot hold its head ({fmt} holds: {", ".join(FORMAT_KINDS[fmt])})'
+            f'{why}')
   if fmt in CLS_POOLED_FORMATS and kind in POOLED_HEADS and pooling != 'cls':
     return (f'its head reads {pooling}-pooled outputs but --format={fmt}\'s readers take '
             "BERT's [CLS] pooler, so they would predict something else")
@@ -64,6 +73,14 @@ class Bundle:
   pooling: str = 'cls'  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'.
   max_seq_length: int = 128  # What the model was fine-tuned with (serving's padded length).
   source: str = ''  # Where it came from, for messages.
+  # What a sentence-transformers model does after the encoder, read from the source's own files
+  # (modules.json, config_sentence_transformers.json): its embeddings L2-normalised, the prompts
+  # prepended by name (encode(prompt_name='query')), the similarity function. `embedding` says
+  # the source is such a model (its transformers export writes these files too).
+  embedding: bool = False
+  normalize: bool = False
+  prompts: dict = dataclasses.field(default_factory=dict)
+  similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
 
   def encoder_params(self) -> dict:

@@ -286,3 +286,38 @@ def _tags(tf, inputs: _Inputs, run, labels, text):
 def numpy_outputs(result: bundle_lib.Bundle, batch: dict) -> dict:
   """What the SavedModel's model part computes, run in JAX (for tests and the benchmark)."""
   return jax.tree.map(np.asarray, jax.jit(jax_function(result))(_params_tree(result), **batch))
+
+
+def loading_lines(output) -> list[str]:
+  """The lines that load the SavedModel at `output` in a TensorFlow program, and each
+  signature's inputs and outputs (names, dtypes, shapes) as its saved_model.pb records them."""
+  tf, _ = fast_tokenizer.import_tf()
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  proto = saved_model_pb2.SavedModel.FromString(
+      files.read_bytes(files.join(str(output), 'saved_model.pb')))
+  signatures = proto.meta_graphs[0].signature_def
+
+  def described(tensors) -> str:
+    return ', '.join(f'{name}: {tf.dtypes.as_dtype(info.dtype).name} {_shape(info)}'
+                     for name, info in sorted(tensors.items()))
+  lines = ['load it with:', '  import tensorflow as tf',
+           "  import tensorflow_text  # registers the tokenizer's ops",
+           f'  model = tf.saved_model.load({str(output)!r})']
+  names = sorted((n for n in signatures if not n.startswith('__')),  # __saved_model_init_op
+                 key=lambda n: (n != 'serving_default', n))
+  if names:
+    first = signatures[names[0]]
+    example = ', '.join(f'{name}=tf.constant([...])' for name in sorted(first.inputs))
+    lines.append(f'  outputs = model.signatures[{names[0]!r}]({example})')
+  lines.append('signatures:')
+  for name in names:
+    lines.append(f'  {name}({described(signatures[name].inputs)}) -> '
+                 f'{described(signatures[name].outputs)}')
+  return lines
+
+
+def _shape(info) -> str:
+  if info.tensor_shape.unknown_rank:
+    return '[?]'
+  return '[' + ', '.join('None' if d.size < 0 else str(d.size)
+                         for d in info.tensor_shape.dim) + ']'

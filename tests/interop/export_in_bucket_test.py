@@ -66,7 +66,7 @@ def test_the_command_line_exports_hf_from_a_bucket_to_a_bucket(minilm_url, minil
   out = files.join(gcs_bucket, 'exports', 'hf')
   proc = run_export(f'--from={minilm_url}', '--format=hf', f'--output={out}')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert f'wrote {out}' in proc.stdout
+  assert proc.stdout.splitlines()[-1].endswith(f'; hf {out}'), proc.stdout
   assert assert_complete_export(out)['source'] == minilm_url
   with files.local_copy(out) as local:
     before = st_numpy.load_file(os.path.join(minilm_dir, 'model.safetensors'))

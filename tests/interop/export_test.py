@@ -189,9 +189,10 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   mean_classifier.pooling = 'mean'
   for fmt in ('tf1', 'hf'):  # Both read the [CLS] pooler: refused before anything is written.
     with pytest.raises(ValueError, match=f'mean-pooled .* --format={fmt}.* --format=saved_model'
-                       '.* --config.pooling=cls'):
+                       ' or --format=sentence_transformers .* --config.pooling=cls'):
       export._check_kind(mean_classifier, fmt)
   export._check_kind(mean_classifier, 'saved_model')
+  export._check_kind(mean_classifier, 'sentence_transformers')
   _, _, mean_classifier = random_bundle('classification', minilm_dir)
   mean_classifier.pooling = 'mean'
   with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):

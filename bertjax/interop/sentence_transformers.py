@@ -1,0 +1,173 @@
+"""A sentence-transformers model folder: `SentenceTransformer(dir)` loads it with no custom code.
+
+The folder is the transformers export of the encoder (config.json says BertModel,
+model.safetensors, the tokenizer files) plus the modules sentence-transformers runs after it:
+
+  modules.json                      the pipeline: Transformer ('' = this folder), Pooling,
+                                    Dense layers for a head, Normalize
+  sentence_bert_config.json         max_seq_length (longer texts are truncated), do_lower_case
+  config_sentence_transformers.json prompts, similarity function
+  1_Pooling/config.json             mean of the last layer over real tokens, or its [CLS] row
+  2_Dense/, 3_Dense/                a sequence-level head: BERT's pooler (dense + tanh) where
+                                    the head reads it, then the classifier (identity activation),
+                                    so that encode() returns the head's logits
+  N_Normalize                       listed, never written: every release (3.0 to 6.x) builds a
+                                    Normalize without reading its folder, as the published
+                                    all-MiniLM-L6-v2 has none (an empty folder cannot be stored in
+                                    a bucket or a git repository)
+
+The layout is the one sentence-transformers 3.0 to 5.x save (legacy key names that 6.x reads
+too), so every release since 3.0 loads it. An encoder from a sentence-transformers source keeps
+its pooling, normalisation, length and prompts; any other encoder (a pre-training run, a plain
+BERT) gets mean pooling, what SentenceTransformer builds around a plain transformers model.
+"""
+
+import dataclasses
+import json
+
+from absl import logging
+import numpy as np
+
+from bertjax import files
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_checkpoint
+
+# The oldest release whose layout this is (similarity_fn_name came in 3.0); a loader warns only
+# when the folder claims a newer release than its own.
+LAYOUT_VERSION = '3.0.0'
+_MODULE = 'sentence_transformers.models.'
+_IDENTITY = 'torch.nn.modules.linear.Identity'
+_TANH = 'torch.nn.modules.activation.Tanh'
+# A pair task's head reads [CLS] a [SEP] b [SEP]: encode([(a, b), ...]) tokenises it so.
+PAIR_NOTE = 'encode() takes (text_a, text_b) tuples for a pair task'
+
+
+def is_written_for(result: bundle_lib.Bundle) -> bool:
+  """Whether a transformers export of `result` is also a sentence-transformers model: an
+  encoder from one, or a mean-pooled one (a run fine-tuned from one)."""
+  return result.kind == 'encoder' and (result.embedding or result.pooling == 'mean')
+
+
+def embedding_pooling(result: bundle_lib.Bundle) -> str:
+  """The Pooling module's mode: a sequence-level head's own, a sentence-transformers source's,
+  else mean (sentence-transformers' default around a plain transformers model)."""
+  if result.kind in bundle_lib.POOLED_HEADS or result.embedding:
+    return result.pooling
+  return 'mean'
+
+
+def _pooling_config(dimension: int, mode: str) -> dict:
+  """Every key sentence-transformers 3.x-5.x write (6.x reads them as its `pooling_mode`)."""
+  return {'word_embedding_dimension': dimension,
+          'pooling_mode_cls_token': mode == 'cls',
+          'pooling_mode_mean_tokens': mode == 'mean',
+          'pooling_mode_max_tokens': False,
+          'pooling_mode_mean_sqrt_len_tokens': False,
+          'pooling_mode_weightedmean_tokens': False,
+          'pooling_mode_lasttoken': False,
+          'include_prompt': True}
+
+
+def _json(value) -> str:
+  return json.dumps(value, indent=2) + '\n'
+
+
+def _write_dense(folder: str, kernel_DxC, bias_C, activation: str):
+  """A sentence-transformers Dense module: config.json and the torch Linear's weights."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  files.write_atomically(files.join(folder, 'config.json'), _json(
+      {'in_features': int(kernel_DxC.shape[0]), 'out_features': int(kernel_DxC.shape[1]),
+       'bias': True, 'activation_function': activation}))
+  # torch.nn.Linear keeps its weight as [out, in].
+  files.write_atomically(files.join(folder, 'model.safetensors'), st_numpy.save(
+      {'linear.weight': np.ascontiguousarray(np.asarray(kernel_DxC, np.float32).T),
+       'linear.bias': np.ascontiguousarray(np.asarray(bias_C, np.float32))},
+      metadata={'format': 'pt'}))
+
+
+def write_modules(result: bundle_lib.Bundle, output_dir):
+  """The sentence-transformers files beside a transformers export of `result`'s encoder."""
+  output_dir = str(output_dir)
+  mode = embedding_pooling(result)
+  modules = [('Transformer', ''), ('Pooling', '1_Pooling')]
+  files.write_atomically(files.join(output_dir, '1_Pooling', 'config.json'),
+                         _json(_pooling_config(result.config['hidden_size'], mode)))
+  if result.kind in bundle_lib.POOLED_HEADS:
+    if mode == 'cls':  # The head reads BERT's pooler, which sentence-transformers' cls lacks.
+      path = f'{len(modules)}_Dense'
+      _write_dense(files.join(output_dir, path), result.params['bert/pooler/kernel'],
+                   result.params['bert/pooler/bias'], _TANH)
+      modules.append(('Dense', path))
+    path = f'{len(modules)}_Dense'
+    _write_dense(files.join(output_dir, path), result.params['classifier/kernel'],
+                 result.params['classifier/bias'], _IDENTITY)
+    modules.append(('Dense', path))
+  if result.normalize:
+    modules.append(('Normalize', f'{len(modules)}_Normalize'))
+  files.write_atomically(files.join(output_dir, 'modules.json'), _json(
+      [{'idx': i, 'name': str(i), 'path': path, 'type': _MODULE + kind}
+       for i, (kind, path) in enumerate(modules)]))
+  length = min(result.max_seq_length, result.config['max_position_embeddings'])
+  # do_lower_case here lowercases before the tokenizer; the tokenizer files already fold case
+  # as the model was trained (tokenizer_config.json), as sentence-transformers' own BERT
+  # models say.
+  files.write_atomically(files.join(output_dir, 'sentence_bert_config.json'), _json(
+      {'max_seq_length': length, 'do_lower_case': False}))
+  files.write_atomically(files.join(output_dir, 'config_sentence_transformers.json'), _json(
+      {'__version__': {'sentence_transformers': LAYOUT_VERSION},
+       'model_type': 'SentenceTransformer', 'prompts': dict(result.prompts),
+       'default_prompt_name': None, 'similarity_fn_name': result.similarity_fn_name}))
+  if result.kind in bundle_lib.POOLED_HEADS:  # What the head is for, for bertjax's importer.
+    files.write_atomically(files.join(output_dir, 'bertjax_export.json'), _json(
+        {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
+         'do_lower_case': result.do_lower_case, 'max_seq_length': length}))
+
+
+def save(result: bundle_lib.Bundle, output_dir):
+  """Writes a sentence-transformers folder (a local folder or a URL): the encoder's
+  transformers files and the modules after it (a head as Dense layers)."""
+  why = bundle_lib.cannot_hold('sentence_transformers', result.kind, result.pooling)
+  if why is not None:
+    raise ValueError(f'{result.source} is a {result.kind} model; {why}.')
+  encoder = dataclasses.replace(result, kind='encoder', params=result.encoder_params(),
+                                labels=())
+  hf_checkpoint.save(encoder, output_dir)
+  if result.kind == 'classification':  # transformers' config keeps the class names.
+    config_file = files.join(str(output_dir), 'config.json')
+    config = json.loads(files.read_text(config_file))
+    config['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
+    config['label2id'] = {label: i for i, label in enumerate(result.labels)}
+    files.write_atomically(config_file, json.dumps(config, indent=2, sort_keys=True) + '\n')
+  write_modules(result, output_dir)
+  logging.info('sentence-transformers modules: pooling %s%s%s, max_seq_length %d',
+               embedding_pooling(result),
+               f', {result.kind} head as Dense' if result.kind in bundle_lib.POOLED_HEADS else '',
+               ', normalised' if result.normalize else '', result.max_seq_length)
+
+
+def loading_lines(output) -> list[str]:
+  """The lines that load the folder at `output` with sentence-transformers, and the modules
+  its modules.json lists."""
+  output = str(output)
+  modules = json.loads(files.read_text(files.join(output, 'modules.json')))
+  length = json.loads(files.read_text(files.join(output, 'sentence_bert_config.json')))[
+      'max_seq_length']
+  chain = []
+  for module in modules:
+    kind = module['type'].rsplit('.', 1)[-1]
+    if kind == 'Pooling':
+      config = json.loads(files.read_text(files.join(output, module['path'], 'config.json')))
+      kind += f' ({"mean" if config["pooling_mode_mean_tokens"] else "cls"})'
+    elif kind == 'Dense':
+      config = json.loads(files.read_text(files.join(output, module['path'], 'config.json')))
+      kind += (f' ({config["in_features"]} -> {config["out_features"]}, '
+               f'{config["activation_function"].rsplit(".", 1)[-1]})')
+    chain.append(kind)
+  head = files.exists(files.join(output, 'bertjax_export.json'))
+  what = 'logits = model.encode(texts)  # the head\'s outputs' if head else (
+      'embeddings = model.encode(texts)')
+  lines = ['load it with:', '  from sentence_transformers import SentenceTransformer',
+           f'  model = SentenceTransformer({output!r})', f'  {what}']
+  if head:
+    lines.append(f'  # {PAIR_NOTE}')
+  return lines + [f'modules: {" -> ".join(chain)}; max_seq_length {length}']
