@@ -11,7 +11,8 @@ the original's features (files from either tool are interchangeable), or with
 --nostatic_masking unmasked `input_ids, input_mask, segment_ids, next_sentence_labels` for
 masking in the input pipeline; --nsp=false writes MLM-only instances (one segment of
 contiguous sentences, no next_sentence_labels) for model.nsp=False. Beside them,
-`<output>.json` holds the settings, the vocab's sha256 and the counts, skipped input included.
+`<output>.json` holds the settings, the vocab's sha256 and the counts, skipped input included;
+the console's last line sums them up (instances, documents, shards, where they are).
 --tokenizer picks the WordPiece path (both exact, the same bytes): auto takes the pure-Python
 reference for small inputs and tensorflow-text past 24 MiB per worker, where TensorFlow's
 start-up pays off. Semantics and deliberate differences are in
@@ -21,10 +22,12 @@ bertjax/pretraining_data/writer.py. On Shakespeare + KJV (8.5 MB, dupe_factor 5)
 """
 
 import sys
+import time
 
 from absl import app
 from absl import flags
 
+from bertjax import console
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import writer
@@ -90,6 +93,7 @@ _MAX_LINE_BYTES = flags.DEFINE_integer('max_line_bytes', 100_000,
 
 
 def main(argv):
+  start = time.perf_counter()
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   settings = instances.Settings(
@@ -113,14 +117,19 @@ def main(argv):
     print(f'create_pretraining_data: error: {e}', file=sys.stderr)
     sys.exit(1)
   counts, skipped = report['counts'], report['skipped']['counts']
-  packed = (f" packed into {counts['rows']} rows" if settings.max_instances_per_row > 1 else '')
-  print(f"wrote {counts['instances']} instances{packed} from {counts['documents']} documents to "
-        f"{len(report['output_files'])} shard(s) with {report['settings']['num_workers']} "
-        f"worker(s) in {report['seconds']:.1f}s; [UNK] {report['unk_fraction']:.2%} of "
-        f"{counts['document_tokens']} tokens; padding {report['padding_fraction']:.1%} of the "
-        f"rows; skipped: {skipped or 'nothing'}; report: "
-        f"{report['report_file']}")
-
+  shards, num_shards = report['output_files'], _NUM_OUTPUT_SHARDS.value
+  rows = [('rows', counts['rows'])] if settings.max_instances_per_row > 1 else []
+  skipped = '; '.join(f'{n} {why}' for why, n in sorted(skipped.items())) or 'nothing'
+  metrics = [('instances', counts['instances']), *rows, ('documents', counts['documents']),
+             ('shards', len(shards)), ('workers', report['settings']['num_workers']),
+             ('[UNK]', f"{report['unk_fraction']:.2%} of {counts['document_tokens']} tokens"),
+             ('padding', f"{report['padding_fraction']:.1%} of the rows"), ('skipped', skipped)]
+  # N shards named <prefix>-0000i-of-0000N: shown as the glob that matches them.
+  suffix = f'-00000-of-{num_shards:05d}'
+  where = (f'{shards[0][:-len(suffix)]}-?????-of-{num_shards:05d}' if num_shards
+           else ','.join(shards))
+  console.summary('create_pretraining_data', time.perf_counter() - start, metrics=metrics,
+                  outputs=[('shards', where), ('report', report['report_file'])])
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['input_file', 'output_file'])

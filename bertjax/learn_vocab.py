@@ -6,15 +6,19 @@ r"""Learns a WordPiece vocab.txt (BERT) or a SentencePiece .model (ALBERT) from 
 Input: one sentence per line, blank lines between documents (create_pretraining_data's format);
 `.gz` files are read decompressed. The WordPiece vocab has [PAD] [UNK] [CLS] [SEP] [MASK] at ids
 0-4 and exactly --vocab_size lines (keep it a multiple of 128 for TPU-friendly matmuls); the
-SentencePiece model has <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4, as ALBERT's.
+SentencePiece model has <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4, as ALBERT's. The
+console's last line says how many entries were written where.
 """
 
 import sys
+import time
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from bertjax import console
+from bertjax import paths
 from bertjax.text import vocab_learner
 
 MODELS = ('wordpiece', 'sentencepiece')
@@ -53,6 +57,7 @@ flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
 
 
 def main(argv):
+  start = time.perf_counter()
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
@@ -62,7 +67,7 @@ def main(argv):
   except OSError as e:  # A bucket that does not exist, no network: one line.
     _fail(_one_line(e))
   try:
-    _learn()
+    metrics, outputs = _learn()
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
           'first, e.g. iconv -f latin1 -t utf-8')
@@ -75,21 +80,23 @@ def main(argv):
   if _VOCAB_SIZE.value % 128:
     logging.warning('vocab_size=%d is not a multiple of 128: the embedding and MLM-decoder '
                     'matmuls pad it on TPUs', _VOCAB_SIZE.value)
+  console.summary('learn_vocab', time.perf_counter() - start, metrics=metrics, outputs=outputs)
 
 
-def _learn():
+def _learn() -> tuple[list, list]:
+  """Learns and writes the vocab; (metrics, outputs) for the summary line."""
+  output = paths.absolute(_OUTPUT_FILE.value)
   if _MODEL.value == 'wordpiece':
     vocab = vocab_learner.learn_wordpiece(
         _INPUT_FILE.value, _OUTPUT_FILE.value, _VOCAB_SIZE.value, _DO_LOWER_CASE.value,
         num_unused=_NUM_UNUSED.value, min_frequency=_MIN_FREQUENCY.value,
         max_alphabet=_MAX_ALPHABET.value)
-    logging.info('wrote %d tokens to %s', len(vocab), _OUTPUT_FILE.value)
-  else:
-    vocab_learner.learn_sentencepiece(
-        _INPUT_FILE.value, _OUTPUT_FILE.value, _VOCAB_SIZE.value, _DO_LOWER_CASE.value,
-        model_type=_SPM_MODEL_TYPE.value, character_coverage=_CHARACTER_COVERAGE.value,
-        input_sentence_size=_INPUT_SENTENCE_SIZE.value, num_threads=_NUM_THREADS.value)
-    logging.info('wrote the SentencePiece model %s', _OUTPUT_FILE.value)
+    return [('tokens', len(vocab))], [('vocab', output)]
+  vocab_learner.learn_sentencepiece(
+      _INPUT_FILE.value, _OUTPUT_FILE.value, _VOCAB_SIZE.value, _DO_LOWER_CASE.value,
+      model_type=_SPM_MODEL_TYPE.value, character_coverage=_CHARACTER_COVERAGE.value,
+      input_sentence_size=_INPUT_SENTENCE_SIZE.value, num_threads=_NUM_THREADS.value)
+  return [('pieces', _VOCAB_SIZE.value)], [('SentencePiece model', output)]
 
 
 def _one_line(error: BaseException) -> str:

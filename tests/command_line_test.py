@@ -3,6 +3,7 @@ a multi-host start whose peer never comes, the original's bool flags, one-line e
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -162,6 +163,8 @@ def test_learn_vocab_makes_the_output_folder_as_a_bucket_would(tmp_path):
              '--output_file=new/dir/vocab.txt', '--vocab_size=128')
   assert done.returncode == 0, done.stderr
   assert 'the' in (tmp_path / 'new/dir/vocab.txt').read_text().split()
+  assert re.fullmatch(rf'learn_vocab finished in \d+\.\d s: tokens 128; vocab '
+                      rf'{tmp_path}/new/dir/vocab.txt', done.stdout.strip().splitlines()[-1])
 
 
 def test_learn_vocab_refuses_a_vocab_size_below_its_bound(tmp_path):

@@ -13,6 +13,7 @@ import hashlib
 import json
 import pathlib
 import random
+import re
 import subprocess
 import sys
 
@@ -343,7 +344,12 @@ def test_cli_with_two_workers_is_deterministic(documents, vocab_file, tmp_path):
         capture_output=True, text=True, timeout=300, check=False,
         cwd=pathlib.Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert 'wrote' in result.stdout
+    # The last line: the counts, and where the shards and the report are.
+    assert re.fullmatch(
+        r'create_pretraining_data finished in \d+\.\d s: instances \d+, documents '
+        rf'{len(documents[::6])}, shards 3, workers 2, \[UNK\] [\d.]+% of \d+ tokens, padding '
+        rf'[\d.]+% of the rows, skipped nothing; shards {out}-\?\?\?\?\?-of-00003, report '
+        rf'{out}.json', result.stdout.strip().splitlines()[-1]), result.stdout
     return sorted(pathlib.Path(out).parent.glob(pathlib.Path(out).name + '-*'))
 
   first, second = cli(tmp_path / 'a' / 'train'), cli(tmp_path / 'b' / 'train')
