@@ -2,6 +2,8 @@
 (only tensorflow and tensorflow-text), against bertjax and the published golden values."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -181,3 +183,49 @@ def test_saved_model_tokenizer_is_bertjax_fast_path(minilm_dir, exported):
   # folds them to ss and fi, the original does not): the SavedModel cannot route them.
   assert not routed[:3].any() and routed[3]
 
+
+
+TF_START_UP = ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core', 'I0000')
+
+
+def run_export(*flags):
+  """The command as a user's shell runs it (no TF_CPP_MIN_LOG_LEVEL of the tests' own)."""
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.export', *flags], capture_output=True,
+                        text=True, timeout=600, env=env)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
+def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, tmp_path):
+  out = tmp_path / 'minilm'
+  proc = run_export(f'--from={minilm_dir}', '--format=saved_model', f'--output={out}')
+  lines = (proc.stdout + proc.stderr).splitlines()
+  assert not [line for line in lines if any(s in line for s in TF_START_UP)], lines
+  printed = proc.stdout.splitlines()
+  assert re.fullmatch(r'export finished in [0-9.]+ s: kind encoder, layers 6, max_seq_length '
+                      f'256; saved_model {re.escape(str(out))}', printed[-1]), printed[-1]
+  assert printed[:4] == ['load it with:', '  import tensorflow as tf',
+                         "  import tensorflow_text  # registers the tokenizer's ops",
+                         f"  model = tf.saved_model.load('{out}')"]
+  # Each signature as the written SavedModel has it, loaded the way the lines say.
+  tf, _ = fast_tokenizer.import_tf()
+  loaded = tf.saved_model.load(str(out))
+  assert sorted(loaded.signatures) == ['pairs', 'serving_default']
+  for name, fn in loaded.signatures.items():
+    inputs = ', '.join(f'{k}: {v.dtype.name} {v.shape.as_list()}'
+                       for k, v in sorted(fn.structured_input_signature[1].items()))
+    outputs = ', '.join(f'{k}: {v.dtype.name} {v.shape.as_list()}'
+                        for k, v in sorted(fn.structured_outputs.items()))
+    assert f'  {name}({inputs}) -> {outputs}' in printed, (name, printed)
+  assert '  serving_default(text: string [None]) -> input_mask: int32 [None, None], ' \
+         'mean_pooled_output: float32 [None, 384]' in '\n'.join(printed)
+
+  # tf1 too: quiet by default, the held lines shown at --verbosity=1.
+  proc = run_export(f'--from={minilm_dir}', '--format=tf1', f'--output={tmp_path / "tf1"}')
+  lines = (proc.stdout + proc.stderr).splitlines()
+  assert not [line for line in lines if any(s in line for s in TF_START_UP)], lines
+  assert proc.stdout.splitlines()[-1].endswith(f'; tf1 {tmp_path / "tf1"}')
+  proc = run_export(f'--from={minilm_dir}', '--format=tf1', f'--output={tmp_path / "tf1"}',
+                    '--overwrite', '--verbosity=1')
+  assert [line for line in proc.stderr.splitlines() if any(s in line for s in TF_START_UP)]
