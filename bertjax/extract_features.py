@@ -21,10 +21,10 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from absl import app
 from absl import flags
-from absl import logging
 from flax import traverse_util
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,7 @@ from bertjax import paths
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
+from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer as tokenizer_lib
 
 
@@ -97,6 +98,11 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         do_lower_case: bool | None = None, bert_config_file: str = ''):
   """Writes the original's JSON lines for every input line; returns the number written."""
   output = paths.check_output_file(output_file, inputs=(input_file, vocab_file, bert_config_file))
+  if bert_config_file or tf1_checkpoint.find(init) is not None:
+    # TensorFlow reads the checkpoint: its C++ start-up lines (oneDNN, cuInit,
+    # absl::InitializeLog) held back, shown if the import fails or at --verbosity=1.
+    with console.stderr_held():
+      fast_tokenizer.import_tf()
   if bert_config_file:
     model = tf1_checkpoint.load(init, config_file=bert_config_file)
     if vocab_file:
@@ -141,8 +147,6 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   finally:
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
       os.unlink(temp)  # local temp
-  logging.info('wrote features of %d lines (layers %s) to %s', len(examples), list(layers),
-               output)
   return len(examples)
 
 
@@ -196,20 +200,23 @@ def main(argv):
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (features are written whole or not at all)'))
   init = FLAGS.init or FLAGS.init_checkpoint
+  start = time.perf_counter()
   try:
     if FLAGS.init and FLAGS.init_checkpoint:
       raise ValueError('--init and --init_checkpoint both name a model: pass one of them.')
     if not init:
       raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
-    run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file,
-        layers=_layers(FLAGS.layers),
-        max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
-        vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case,
-        bert_config_file=FLAGS.bert_config_file)
+    layers = _layers(FLAGS.layers)
+    lines = run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file, layers=layers,
+                max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
+                vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+                bert_config_file=FLAGS.bert_config_file)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
+  console.summary('extract_features', time.perf_counter() - start,
+                  metrics=[('inputs', lines), ('layers', ','.join(map(str, layers)))],
+                  outputs=[('features', paths.absolute(FLAGS.output_file))])
 
 
 if __name__ == '__main__':

@@ -1,6 +1,7 @@
 """extract_features: the original's flags and JSON, equal to transformers' hidden states."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import torch
 import transformers
 
+from bertjax import export
 from bertjax import extract_features
 from bertjax.interop import sources
 
@@ -112,3 +114,25 @@ def test_layers_that_are_not_numbers_name_the_flag():
   assert extract_features._layers('-1,-2') == (-1, -2)
   with pytest.raises(ValueError, match="--layers='a,b': comma-separated layer numbers"):
     extract_features._layers('a,b')
+
+
+def test_the_command_line_ends_with_its_summary_and_holds_tensorflows_start_up(minilm_dir,
+                                                                              tmp_path):
+  tf1 = export.export(minilm_dir, 'tf1', tmp_path / 'tf1')  # Read through TensorFlow.
+  (tmp_path / 'in.txt').write_text('\n'.join(LINES[:2]) + '\n')
+  out = tmp_path / 'o.jsonl'
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  for model in ([f'--init={tf1}'],
+                [f'--init_checkpoint={tf1}/bert_model.ckpt', f'--vocab_file={tf1}/vocab.txt',
+                 f'--bert_config_file={tf1}/bert_config.json']):
+    proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', *model,
+                           f'--input_file={tmp_path / "in.txt"}', f'--output_file={out}',
+                           '--layers=-1,0', '--max_seq_length=16'],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith('extract_features finished in '), proc.stdout
+    assert last.endswith(f': inputs 2, layers -1,0; features {out}'), last
+    for start_up in ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core'):
+      assert start_up not in proc.stderr, proc.stderr
+    assert len(out.read_text().splitlines()) == 2
