@@ -65,6 +65,9 @@ def test_two_hosts_equal_one(tmp_path, packed, bucket, request):
                for i in range(2)]
   for process, log in zip(processes, logs, strict=True):
     assert pretrain_runs.finish(process, log) == 0, pretrain_runs.log_tail(log)
+  # Process 0 ends with the summary line; process 1 prints none.
+  assert logs[0].read_text().strip().splitlines()[-1].startswith('finetune finished in ')
+  assert 'finetune finished' not in logs[1].read_text()
 
   (one, step_one) = finetune_runs.final_params(tmp_path / 'single')
   if bucket:

@@ -125,6 +125,11 @@ def test_sigterm_to_one_host_stops_both_at_the_same_step(preempted):
   assert pretrain_runs.checkpoint_steps(workdir)[-1] == stopped
   assert pretrain_runs.read_meta(workdir, stopped)['examples_consumed'] == (
       stopped * pretrain_runs.BATCH)
+  # One summary line, process 0's, its last; process 1 prints none.
+  host_0, host_1 = preempted[1]
+  assert host_0.strip().splitlines()[-1].startswith(
+      f'pretrain stopped (preempted at step {stopped}: rerun the same command to resume) in ')
+  assert 'pretrain stopped' not in host_1
 
 
 def test_both_hosts_resume_train_to_the_end_and_evaluate(preempted, resumed, single_process):
@@ -140,6 +145,9 @@ def test_both_hosts_resume_train_to_the_end_and_evaluate(preempted, resumed, sin
     for key in want:
       assert got[key] == pytest.approx(want[key], abs=1e-4), key
   assert pretrain_runs.checkpoint_steps(workdir)[-1] == STEPS
+  assert re.match(rf'pretrain finished in .*: step {STEPS}/{STEPS}, train loss ',
+                  logs[0].strip().splitlines()[-1]), logs[0][-2000:]
+  assert 'pretrain finished' not in logs[1]
   assert pretrain_runs.read_meta(workdir, STEPS)['mesh'] == {'data': 4, 'fsdp': 2, 'tensor': 1}
 
 
