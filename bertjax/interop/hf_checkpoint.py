@@ -456,8 +456,9 @@ def save(result: bundle_lib.Bundle, output_dir):
       and result.pooling != 'cls'):
     raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
                      "transformers' BertForSequenceClassification reads BERT's [CLS] pooler, so "
-                     'it would predict something else: export it with --format=saved_model '
-                     '(which keeps the pooling).')
+                     'it would predict something else: export it with '
+                     '--format=sentence_transformers or --format=saved_model (which keep the '
+                     'pooling).')
   if not result.vocab_file:
     raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
                      'weights were trained with.')

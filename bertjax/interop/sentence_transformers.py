@@ -17,9 +17,15 @@ model.safetensors, the tokenizer files) plus the modules sentence-transformers r
                                     a bucket or a git repository)
 
 The layout is the one sentence-transformers 3.0 to 5.x save (legacy key names that 6.x reads
-too), so every release since 3.0 loads it. An encoder from a sentence-transformers source keeps
-its pooling, normalisation, length and prompts; any other encoder (a pre-training run, a plain
-BERT) gets mean pooling, what SentenceTransformer builds around a plain transformers model.
+too), so every release since 3.0 loads it (3.4.1, 5.1.2 and 6.2.0 tested). An encoder from a
+sentence-transformers source keeps its pooling, normalisation, length and prompts; any other
+encoder (a pre-training run, a plain BERT) gets mean pooling, what SentenceTransformer builds
+around a plain transformers model.
+
+A pair task's encode takes (text_a, text_b) tuples, tokenised [CLS] a [SEP] b [SEP] with
+segment ids. A pair cut to fit max_seq_length with both texts longer than half of it keeps one
+token more of the second text (transformers' tokenizers) where BERT's scripts and bertjax keep
+it of the first.
 """
 
 import dataclasses

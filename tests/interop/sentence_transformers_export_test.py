@@ -14,6 +14,7 @@ import sentence_transformers as st_library
 
 from bertjax import embed
 from bertjax import export
+from bertjax import files
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import saved_model
 from bertjax.interop import sentence_transformers
@@ -222,3 +223,26 @@ def test_token_level_heads_are_refused_naming_the_formats_that_hold_them(kind, m
   with pytest.raises(ValueError, match='one vector per text'):
     sentence_transformers.save(result, tmp_path)
   assert not list(tmp_path.iterdir())
+
+
+def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, gcs_bucket, tmp_path):
+  """--overwrite over an earlier export with a head: its Dense modules and bertjax_export.json
+  are gone, and what is left loads as the new model (no 2_Normalize object either)."""
+  _, _, classifier = export_test.random_bundle('classification', minilm_dir)
+  (tmp_path / 'classifier').mkdir()
+  hf_checkpoint.save(classifier, tmp_path / 'classifier')  # A [CLS]-pooled transformers one.
+  url = files.join(gcs_bucket, 'exports', 'st')
+  export.export(tmp_path / 'classifier', 'sentence_transformers', url)
+  assert {'2_Dense/model.safetensors', '3_Dense/config.json', 'bertjax_export.json'} <= set(
+      files.walk_files(url))
+  with pytest.raises(FileExistsError, match='pass --overwrite'):
+    export.export(minilm_dir, 'sentence_transformers', url)
+  export.export(minilm_dir, 'sentence_transformers', url, overwrite=True)
+  written = set(files.walk_files(url))
+  assert not [name for name in written if 'Dense' in name or 'Normalize' in name], written
+  assert 'bertjax_export.json' not in written
+  with files.local_copy(url) as local:
+    model = load(local)
+    assert [type(m).__name__ for m in model] == ['Transformer', 'Pooling', 'Normalize']
+    np.testing.assert_allclose(model.encode(GOLDEN), bertjax_embeddings(minilm_dir, GOLDEN, 256),
+                               atol=1e-5, rtol=0)
