@@ -57,9 +57,10 @@ def statement(kind: str, pooling: str) -> str:
   return line + (f' ({"; ".join(notes)})' if notes else '')
 
 
-def check(config, kind: str, pooling: str, pooling_from: str = ''):
+def check(config, kind: str, pooling: str, pooling_from: str = '', trained: bool = False):
   """Refuses, in one line naming why and what to do, a config.export_format that cannot hold
-  this run's head; `pooling_from` says where an 'auto' pooling came from."""
+  this run's head; `pooling_from` says where an 'auto' pooling came from, `trained` that the
+  workdir holds the run already (its pooling is kept: another one needs a new workdir)."""
   holding, need_cls, _ = _split(kind, pooling)
   for fmt in config_check.export_formats(config.export_format):
     if fmt in holding:
@@ -68,7 +69,8 @@ def check(config, kind: str, pooling: str, pooling_from: str = ''):
     if fmt in need_cls:
       why = (f"{fmt} reads only [CLS]-pooled heads and this run's {kind} head is on "
              f'{pooling}-pooled outputs{f" ({pooling_from})" if pooling_from else ""}')
-      fix = f'fine-tune with --config.pooling=cls for {fmt}, or {other}'
+      fix = (f'fine-tune with --config.pooling=cls{" in a new --workdir" if trained else ""} '
+             f'for {fmt}, or {other}')
     else:
       why = f'{fmt} cannot hold a {kind} head ({fmt} holds: {", ".join(bundle.FORMAT_KINDS[fmt])})'
       fix = other if holding else f'{other}: drop --config.export_format'

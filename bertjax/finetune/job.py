@@ -233,9 +233,9 @@ def setup(config, workdir: str = '') -> Setup:
 def check_head(config, workdir: str) -> tuple[str, str]:
   """(kind, pooling) of the run's head, known before any data is read, with
   config.export_format checked against them."""
-  kind = export_formats.task_kind(config)
-  pooling, found = resolve_pooling(config, trained_run(workdir), init_from.configured(config))
-  export_formats.check(config, kind, pooling, found)
+  kind, run = export_formats.task_kind(config), trained_run(workdir)
+  pooling, found = resolve_pooling(config, run, init_from.configured(config))
+  export_formats.check(config, kind, pooling, found, trained=run is not None)
   return kind, pooling
 
 

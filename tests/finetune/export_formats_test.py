@@ -88,7 +88,8 @@ def test_a_format_that_cannot_hold_the_kind_names_those_that_can(tmp_path):
 def test_a_resumed_run_is_checked_with_the_pooling_it_was_trained_with(tmp_path, monkeypatch):
   monkeypatch.setattr(job, 'trained_run', lambda workdir: {'pooling': 'mean', 'kind': 'regression'})
   with pytest.raises(ValueError, match=r"head is on mean-pooled outputs \(pooling=auto: the run "
-                                       'in this workdir was trained so\\)'):
+                                       r'in this workdir was trained so\); fine-tune with '
+                                       r'--config.pooling=cls in a new --workdir for hf'):
     job.check_head(_config('regression', export_format='hf'), str(tmp_path))
   # An explicit pooling is the one checked (a different one is refused later, with the run's).
   assert job.check_head(_config('regression', export_format='hf', pooling='cls'),
@@ -105,9 +106,9 @@ def test_the_kind_known_before_reading_is_the_task_s(tmp_path):
   (tmp_path / 's.csv').write_text(
       'video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,'
       'label\n' + ''.join(f'v{i},{i},a b,a,b,gold,c,d,e,f,{i}\n' for i in (0, 1)))
-  (tmp_path / 'q.json').write_text(json.dumps({'version': '1.1', 'data': [{'title': 't', 'paragraphs': [
-      {'context': 'a b c', 'qas': [{'id': '1', 'question': 'b?',
-                                    'answers': [{'text': 'b', 'answer_start': 2}]}]}]}]}))
+  question = {'id': '1', 'question': 'b?', 'answers': [{'text': 'b', 'answer_start': 2}]}
+  (tmp_path / 'q.json').write_text(json.dumps({'version': '1.1', 'data': [
+      {'title': 't', 'paragraphs': [{'context': 'a b c', 'qas': [question]}]}]}))
   files = {'classification': 'c.csv', 'regression': 'r.csv', 'tagging': 't.jsonl',
            'multiple_choice': 'm.jsonl', 'swag': 's.csv', 'span': 'q.json'}
   assert set(files) == set(registry.USER_TASKS)
