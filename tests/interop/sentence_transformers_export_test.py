@@ -8,6 +8,7 @@ import export_test
 import finetune_runs
 from flax import traverse_util
 import numpy as np
+import pretrain_runs
 import pytest
 import saved_model_test
 import sentence_transformers as st_library
@@ -246,3 +247,22 @@ def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, gcs_buc
     assert [type(m).__name__ for m in model] == ['Transformer', 'Pooling', 'Normalize']
     np.testing.assert_allclose(model.encode(GOLDEN), bertjax_embeddings(minilm_dir, GOLDEN, 256),
                                atol=1e-5, rtol=0)
+
+
+def test_a_pre_training_run_exports_its_encoder_mean_pooled(tmp_path_factory, tmp_path):
+  """A bertjax pre-training run (its MLM and NSP heads dropped): sentence-transformers' own
+  default for an encoder without metadata, mean pooling, at the run's sequence length."""
+  from bertjax import pretrain  # pylint: disable=g-import-not-at-top
+  cfg = pretrain_runs.config(2, pretrain_runs.fields(pretrain_runs.corpus_files(
+      tmp_path_factory), checkpoint__every_steps=2, max_eval_batches=1))
+  pretrain.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  out = export.export(tmp_path / 'run', 'sentence_transformers', tmp_path / 'st')
+  result = sources.load(tmp_path / 'run')
+  assert result.kind == 'pretraining' and module_types(out) == ['Transformer', 'Pooling']
+  model = load(out)
+  assert model.max_seq_length == pretrain_runs.SEQ
+  texts = ['the king doth speak of his lord', 'my heart is glad']
+  batch = saved_model_test.ids_of(result.vocab_file, texts)
+  np.testing.assert_allclose(model.encode(texts),
+                             saved_model.numpy_outputs(result, batch)['mean_pooled_output'],
+                             atol=1e-5, rtol=0)
