@@ -108,7 +108,10 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
   # What google-research/bert's scripts are told by flags, kept for bertjax's importer.
   files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
-       'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length},
+       'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length,
+       # A sentence-transformers model's own, so that it comes back as one.
+       'embedding': result.embedding, 'normalize': result.normalize,
+       'prompts': result.prompts, 'similarity_fn_name': result.similarity_fn_name},
       indent=2) + '\n')
 
 

@@ -256,6 +256,12 @@ def _read_export_meta(folder: str, result: bundle_lib.Bundle):
     result.labels = tuple(meta.get('labels', result.labels))
     result.labels_named = result.labels_named or 'labels' in meta
     result.max_seq_length = meta.get('max_seq_length', result.max_seq_length)
+    if meta.get('pooling') in ('cls', 'mean'):
+      result.pooling = meta['pooling']
+    result.embedding = bool(meta.get('embedding', result.embedding))
+    result.normalize = bool(meta.get('normalize', result.normalize))
+    result.prompts = dict(meta.get('prompts') or {})
+    result.similarity_fn_name = meta.get('similarity_fn_name') or result.similarity_fn_name
 
 
 def _check_shapes(params: dict, config: dict, prefix: str, table: dict):

@@ -89,9 +89,14 @@ def test_minilm_encodes_in_sentence_transformers_as_in_bertjax(minilm_dir, tmp_p
   as_hf = load(hf)
   assert as_hf.max_seq_length == 256
   np.testing.assert_allclose(as_hf.encode(GOLDEN), theirs, atol=1e-6, rtol=0)
-  # And once more through the sentence-transformers export: nothing is lost on the way.
+  # Through the sentence-transformers export again, or the TF1 format: nothing is lost.
   again = export.export(hf, 'sentence_transformers', tmp_path / 'again')
   assert sorted(p.name for p in again.rglob('*')) == sorted(p.name for p in out.rglob('*'))
+  tf1 = export.export(minilm_dir, 'tf1', tmp_path / 'tf1')
+  back = export.export(tf1, 'sentence_transformers', tmp_path / 'from_tf1')
+  for name in ('modules.json', 'sentence_bert_config.json', 'config_sentence_transformers.json',
+               '1_Pooling/config.json'):
+    assert (back / name).read_text() == (out / name).read_text(), name
 
 
 def test_normalisation_is_the_sources_unless_asked(minilm_dir, tmp_path):
