@@ -25,6 +25,7 @@ import pathlib  # local: the installed default checkpoint's folder.
 import time
 
 from absl import logging
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +33,8 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import paths
-from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
+from bertjax.interop import sources
 from bertjax.model import encoder
 from bertjax.text import tokenizer
 
@@ -104,22 +105,6 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
   return np.concatenate(out)
 
 
-def _sentence_transformers(directory) -> dict:
-  """What SentenceTransformer(directory) does after the encoder: pooling, normalize, length;
-  {} for a plain transformers folder (no modules.json, no 1_Pooling/)."""
-  modules_file = files.join(directory, 'modules.json')
-  modules = json.loads(files.read_text(modules_file)) if files.exists(modules_file) else []
-  pooling = init_from.pooling(directory)
-  if not modules and pooling is None:
-    return {}
-  found = {'normalize': any(str(m.get('type', '')).endswith('Normalize') for m in modules),
-           'pooling': pooling or 'mean'}
-  length_file = files.join(directory, 'sentence_bert_config.json')
-  if files.exists(length_file):
-    found['max_seq_length'] = json.loads(files.read_text(length_file)).get('max_seq_length')
-  return found
-
-
 class Embedder:
   """A BERT and its tokenizer: encode(sentences) -> [N, D] float32 embeddings."""
 
@@ -154,20 +139,28 @@ class Embedder:
       raise ValueError(f'{source}: embeddings are read from a transformers BERT folder; turn a '
                        'bertjax run or a TF1 checkpoint into one first: python -m '
                        f'bertjax.export --from={source} --format=hf --output=<dir>.')
-    with _verbose(verbose), files.local_copy(source) as local:  # A URL's folder downloaded.
-      if not files.isfile(files.join(local, 'vocab.txt')):
+    with _verbose(verbose):
+      # The one reader of model folders: the weights, and what sentence-transformers runs after
+      # the encoder (pooling, Normalize, length), as export reads them.
+      model = sources.load(source)
+      if not model.vocab_file:
         raise FileNotFoundError(f'{source} has no vocab.txt: embeddings need the WordPiece '
                                 'vocab the model was trained with beside it.')
-      model_config, params, report = hf_checkpoint.load(
-          local, with_heads=False, vocab_file=os.path.join(local, 'vocab.txt'), dtype=dtype)
-      tok = load_tokenizer(local)
-      said = _sentence_transformers(local)
-      logging.info('imported %s: %s', source, report.summary())
-    length = max_seq_length or min(said.get('max_seq_length') or 512,
-                                   model_config.max_position_embeddings)
-    return cls(model_config, params, tok, pooling=pooling or said.get('pooling', 'mean'),
-               normalize=said.get('normalize', False) if normalize is None else normalize,
-               max_seq_length=length, batch_size=batch_size, source=source)
+      tok = tokenizer.FullTokenizer(model.vocab_file, do_lower_case=model.do_lower_case)
+      logging.info('imported %s: %s-pooled%s, %d tokens at most', source,
+                   pooling or (model.pooling if model.embedding else 'mean'),
+                   ', normalised' if model.normalize else '', model.max_seq_length)
+    model_config = encoder.default_config(**{**model.config, 'scan_layers': False,
+                                             'dtype': dtype})
+    params = traverse_util.unflatten_dict(
+        {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+    # A plain BERT folder (no sentence-transformers modules): mean-pooled, not normalised, as
+    # SentenceTransformer reads one.
+    return cls(model_config, params, tok,
+               pooling=pooling or (model.pooling if model.embedding else 'mean'),
+               normalize=(model.embedding and model.normalize) if normalize is None else normalize,
+               max_seq_length=max_seq_length or model.max_seq_length, batch_size=batch_size,
+               source=source)
 
   @property
   def dimension(self) -> int:

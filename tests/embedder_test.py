@@ -65,7 +65,7 @@ def test_a_plain_transformers_folder_is_mean_pooled_unnormalised(minilm_dir, tmp
     (plain / name).unlink()
   embedder = embed.Embedder.from_pretrained(plain, max_seq_length=32)
   assert (embedder.pooling, embedder.normalize) == ('mean', False)
-  assert embed.Embedder.from_pretrained(plain).max_seq_length == 512  # Its position table.
+  assert embed.Embedder.from_pretrained(plain).max_seq_length == 128  # As export reads it.
   np.testing.assert_allclose(embedder.encode(README), reference(plain, README, 32), atol=1e-5,
                              rtol=0)
   cls = embed.Embedder.from_pretrained(plain, pooling='cls', max_seq_length=32)
