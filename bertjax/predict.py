@@ -32,6 +32,7 @@ import contextlib
 import functools
 import json
 import logging as std_logging
+import numbers
 import sys
 import time
 
@@ -65,6 +66,8 @@ class Predictor:
 
   def __init__(self, run: dict, params, vocab_file: str, batch_size: int = 32,
                step: int | None = None):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+      raise ValueError(f'batch_size={batch_size!r}: inputs per forward pass, at least 1.')
     self.run = run
     self.step = step  # The checkpoint step the params are from (None: given directly).
     self.kind = run['kind']
@@ -85,8 +88,10 @@ class Predictor:
 
     Quiet unless something needs the user (a damaged step skipped); verbose=True shows every
     library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
+    if step is not None and (isinstance(step, bool) or not isinstance(step, numbers.Integral)):
+      raise ValueError(f'step={step!r}: a checkpoint step is a number, e.g. step=600.')
     with _lines_held(verbose):
-      return cls._from_workdir(workdir, step, batch_size)
+      return cls._from_workdir(workdir, None if step is None else int(step), batch_size)
 
   @classmethod
   def _from_workdir(cls, workdir, step, batch_size) -> 'Predictor':

@@ -94,6 +94,12 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
     predictor.predict([None])
   with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
     predict.Predictor.from_workdir(workdir, step=7)
+  with pytest.raises(ValueError, match="step='32': a checkpoint step is a number"):
+    predict.Predictor.from_workdir(workdir, step='32')
+  assert predict.Predictor.from_workdir(workdir, step=np.int64(predictor.step)).step == (
+      predictor.step)
+  with pytest.raises(ValueError, match='batch_size=0: inputs per forward pass, at least 1'):
+    predict.Predictor.from_workdir(workdir, batch_size=0)
   # A pre-training run's workdir: refused by its config, before any checkpoint is read.
   pretrain = tmp_path / 'pretrain'
   shutil.copytree(workdir, pretrain)
