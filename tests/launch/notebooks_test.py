@@ -85,6 +85,7 @@ def test_quickstart(tmp_path, monkeypatch):
   notebook = execute('quickstart', tmp_path, monkeypatch)
   text = ''.join(outputs(notebook, 'stream'))
   assert 'eval: MLM accuracy' in text, text
+  assert 'pretrain finished in ' in text, text  # The job's summary line reaches the notebook.
   assert len(outputs(notebook, 'image/png')) == 1  # The loss and accuracy plot.
   assert outputs(notebook, 'text/html'), 'TensorBoard was not shown'
   assert list((tmp_path / 'bertjax_quickstart' / 'checkpoints').glob('6'))
