@@ -17,7 +17,6 @@ import json
 import os
 import re
 
-from absl import logging
 from flax import traverse_util
 import flax.linen as nn
 import jax
@@ -345,84 +344,17 @@ def read(directory) -> bundle_lib.Bundle:
     if '/'.join(parts) not in present:
       return None
     return json.loads(files.read_text(files.join(directory, *parts)))
-  tokenizer_config = beside('tokenizer_config.json') or {}
   vocab = files.join(directory, 'vocab.txt') if 'vocab.txt' in present else ''
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab,
-      do_lower_case=tokenizer_config.get('do_lower_case', True),
+      do_lower_case=(beside('tokenizer_config.json') or {}).get('do_lower_case', True),
       labels=_labels(hf_config, kind), pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in _labels(hf_config, kind)),
       source=directory)
-  _read_sentence_transformers(result, beside, tokenizer_config)
+  # What runs after the encoder in sentence-transformers: sentence_transformers.read_modules.
+  result.max_seq_length = (beside('sentence_bert_config.json') or {}).get('max_seq_length', 128)
   bundle_lib.check_vocab(result)
   return result
-
-
-# sentence-transformers' Pooling modes bertjax computes (its embed job and mean-pooled heads).
-_POOLINGS = {'mean': 'mean', 'cls': 'cls', 'pooling_mode_mean_tokens': 'mean',
-             'pooling_mode_cls_token': 'cls'}
-
-
-def _pooling_mode(pooling_config: dict) -> str:
-  """The mode of a Pooling module's config.json: 6.x's `pooling_mode`, or the older bools."""
-  if 'pooling_mode' in pooling_config:
-    mode = pooling_config['pooling_mode']
-    return mode if isinstance(mode, str) else '+'.join(mode)
-  modes = [k for k, v in pooling_config.items() if k.startswith('pooling_mode_') and v is True]
-  return '+'.join(modes) or 'mean'  # No mode set: sentence-transformers' default.
-
-
-def _read_sentence_transformers(result: bundle_lib.Bundle, beside, tokenizer_config: dict):
-  """What SentenceTransformer(dir) runs after the encoder, from the folder's own files: pooling,
-  normalisation, length, prompts, similarity, and a head bertjax's export wrote as Dense layers.
-  A folder without modules.json that has 1_Pooling/ (bertjax's transformers export before it
-  wrote modules.json) is read as SentenceTransformer builds it: Transformer + Pooling."""
-  modules = beside('modules.json')
-  if modules is None:
-    modules = ([{'type': 'Pooling', 'path': '1_Pooling'}]
-               if beside('1_Pooling', 'config.json') is not None else [])
-  kinds = [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
-  st_config = beside('sentence_bert_config.json') or {}
-  if not kinds:
-    result.max_seq_length = st_config.get('max_seq_length', 128)
-    return
-  result.embedding = True
-  # 6.x keeps the length in the tokenizer's model_max_length; earlier releases here.
-  length = st_config.get('max_seq_length') or tokenizer_config.get('model_max_length') or 128
-  result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
-  result.normalize = any(kind == 'Normalize' for kind, _ in kinds)
-  model_config = beside('config_sentence_transformers.json') or {}
-  result.prompts = dict(model_config.get('prompts') or {})
-  result.similarity_fn_name = model_config.get('similarity_fn_name') or 'cosine'
-  pooling = [path for kind, path in kinds if kind == 'Pooling']
-  mode = _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
-  if mode and mode not in _POOLINGS:
-    logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
-                    '(its embeddings differ from SentenceTransformer\'s)', result.source, mode)
-  result.pooling = _POOLINGS.get(mode, 'mean')
-  denses = [path for kind, path in kinds if kind == 'Dense']
-  meta = beside('bertjax_export.json')
-  if denses and meta is not None and meta.get('kind') in bundle_lib.POOLED_HEADS:
-    _read_head(result, meta, denses[-1])
-    return
-  others = [kind for kind, _ in kinds if kind not in ('Transformer', 'Pooling', 'Normalize')]
-  if others:
-    logging.warning('%s runs %s after pooling, which bertjax does not import: its embeddings '
-                    'differ from SentenceTransformer\'s', result.source, ', '.join(others))
-
-
-def _read_head(result: bundle_lib.Bundle, meta: dict, dense: str):
-  """The sequence-level head bertjax's sentence-transformers export wrote: the classifier
-  is the last Dense (BERT's pooler, a Dense before it, is also in the encoder's weights)."""
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  weights = st_numpy.load(files.read_bytes(files.join(result.source, *dense.split('/'),
-                                                      'model.safetensors')))
-  result.kind, result.pooling = meta['kind'], meta.get('pooling', result.pooling)
-  result.labels = tuple(meta.get('labels', ()))
-  result.labels_named = bool(result.labels)
-  result.params['classifier/kernel'] = np.asarray(weights['linear.weight'], np.float32).T
-  result.params['classifier/bias'] = np.asarray(weights['linear.bias'], np.float32)
-  result.embedding = False  # Its pooling is bertjax's ('cls' is BERT's pooler).
 
 
 def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:

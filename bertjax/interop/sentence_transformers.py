@@ -20,7 +20,8 @@ The layout is the one sentence-transformers 3.0 to 5.x save (legacy key names th
 too), so every release since 3.0 loads it (3.4.1, 5.1.2 and 6.2.0 tested). An encoder from a
 sentence-transformers source keeps its pooling, normalisation, length and prompts; any other
 encoder (a pre-training run, a plain BERT) gets mean pooling, what SentenceTransformer builds
-around a plain transformers model.
+around a plain transformers model. read_modules reads these files back (and the layout 6.x
+saves: `pooling_mode`, the length in tokenizer_config.json).
 
 A pair task's encode takes (text_a, text_b) tuples, tokenised [CLS] a [SEP] b [SEP] with
 segment ids. A pair cut to fit max_seq_length with both texts longer than half of it keeps one
@@ -149,6 +150,81 @@ def save(result: bundle_lib.Bundle, output_dir):
                embedding_pooling(result),
                f', {result.kind} head as Dense' if result.kind in bundle_lib.POOLED_HEADS else '',
                ', normalised' if result.normalize else '', result.max_seq_length)
+
+
+# sentence-transformers' Pooling modes bertjax computes (its embed job and mean-pooled heads).
+_POOLINGS = {'mean': 'mean', 'cls': 'cls', 'pooling_mode_mean_tokens': 'mean',
+             'pooling_mode_cls_token': 'cls'}
+
+
+def _pooling_mode(pooling_config: dict) -> str:
+  """The mode of a Pooling module's config.json: 6.x's `pooling_mode`, or the older bools."""
+  if 'pooling_mode' in pooling_config:
+    mode = pooling_config['pooling_mode']
+    return mode if isinstance(mode, str) else '+'.join(mode)
+  modes = [k for k, v in pooling_config.items() if k.startswith('pooling_mode_') and v is True]
+  return '+'.join(modes) or 'mean'  # No mode set: sentence-transformers' default.
+
+
+def read_modules(result: bundle_lib.Bundle):
+  """Sets what SentenceTransformer(dir) runs after the encoder of the transformers folder
+  `result.source`, from the folder's own files: pooling, normalisation, length, prompts,
+  similarity, and a head bertjax's export wrote as Dense layers. A folder without modules.json
+  that has 1_Pooling/ (bertjax's transformers export before it wrote modules.json) is read as
+  SentenceTransformer builds it: Transformer + Pooling. A plain transformers folder is left
+  as it is."""
+  directory = result.source
+  present = set(files.walk_files(directory))  # One listing, not a request per file.
+
+  def beside(*parts) -> dict | None:
+    if '/'.join(parts) not in present:
+      return None
+    return json.loads(files.read_text(files.join(directory, *parts)))
+  modules = beside('modules.json')
+  if modules is None:
+    modules = ([{'type': 'Pooling', 'path': '1_Pooling'}]
+               if beside('1_Pooling', 'config.json') is not None else [])
+  kinds = [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
+  if not kinds:
+    return
+  result.embedding = True
+  # 6.x keeps the length in the tokenizer's model_max_length; earlier releases here.
+  length = ((beside('sentence_bert_config.json') or {}).get('max_seq_length')
+            or (beside('tokenizer_config.json') or {}).get('model_max_length') or 128)
+  result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
+  result.normalize = any(kind == 'Normalize' for kind, _ in kinds)
+  model_config = beside('config_sentence_transformers.json') or {}
+  result.prompts = dict(model_config.get('prompts') or {})
+  result.similarity_fn_name = model_config.get('similarity_fn_name') or 'cosine'
+  pooling = [path for kind, path in kinds if kind == 'Pooling']
+  mode = _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
+  if mode and mode not in _POOLINGS:
+    logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
+                    '(its embeddings differ from SentenceTransformer\'s)', directory, mode)
+  result.pooling = _POOLINGS.get(mode, 'mean')
+  denses = [path for kind, path in kinds if kind == 'Dense']
+  meta = beside('bertjax_export.json')
+  if denses and meta is not None and meta.get('kind') in bundle_lib.POOLED_HEADS:
+    _read_head(result, meta, denses[-1])
+    return
+  others = [kind for kind, _ in kinds if kind not in ('Transformer', 'Pooling', 'Normalize')]
+  if others:
+    logging.warning('%s runs %s after pooling, which bertjax does not import: its embeddings '
+                    'differ from SentenceTransformer\'s', directory, ', '.join(others))
+
+
+def _read_head(result: bundle_lib.Bundle, meta: dict, dense: str):
+  """The sequence-level head bertjax's export wrote: the classifier is the last Dense (BERT's
+  pooler, a Dense before it, is also in the encoder's weights)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  weights = st_numpy.load(files.read_bytes(files.join(result.source, *dense.split('/'),
+                                                      'model.safetensors')))
+  result.kind, result.pooling = meta['kind'], meta.get('pooling', result.pooling)
+  result.labels = tuple(meta.get('labels', ()))
+  result.labels_named = bool(result.labels)
+  result.params['classifier/kernel'] = np.asarray(weights['linear.weight'], np.float32).T
+  result.params['classifier/bias'] = np.asarray(weights['linear.bias'], np.float32)
+  result.embedding = False  # Its pooling is bertjax's ('cls' is BERT's pooler).
 
 
 def loading_lines(output) -> list[str]:

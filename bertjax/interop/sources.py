@@ -1,9 +1,10 @@
 """Any importable model location -> a Bundle: what export and extract_features read.
 
-Accepted: a transformers BERT directory, an original TF1 checkpoint (folder or prefix), a bertjax
-workdir (pre-training or fine-tuning), its checkpoints/ folder or one checkpoints/<step>. A
-bertjax workdir's config.json says what the model is for: pre-training, or the fine-tuned task
-(its kind, labels, pooling, sequence length, vocab and casing).
+Accepted: a transformers BERT directory (with the sentence-transformers modules beside it, if
+any), an original TF1 checkpoint (folder or prefix), a bertjax workdir (pre-training or
+fine-tuning), its checkpoints/ folder or one checkpoints/<step>. A bertjax workdir's config.json
+says what the model is for: pre-training, or the fine-tuned task (its kind, labels, pooling,
+sequence length, vocab and casing).
 
 Every location may be a URL (gs://bucket/run) as well as a local path (see init_from).
 """
@@ -17,6 +18,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import layouts
+from bertjax.interop import sentence_transformers
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -41,6 +43,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
     result = tf1_checkpoint.load(path)
   elif kind == 'hf':
     result = hf_checkpoint.read(path)
+    sentence_transformers.read_modules(result)
   else:
     result = _read_bertjax(os.fspath(path))
   if vocab_file:
