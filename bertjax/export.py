@@ -298,8 +298,8 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
     raise ValueError('--max_seq_length is the SavedModel\'s padded length and '
                      'sentence-transformers\' max_seq_length: hf and tf1 keep no length; drop '
                      'it.')
-  if max_seq_length:
-    result.max_seq_length = max_seq_length
+  if max_seq_length:  # No longer than its position embeddings: what both writers use.
+    result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
   if normalize is not None:
     if fmt != 'sentence_transformers' and not (
         fmt == 'hf' and sentence_transformers.is_written_for(result)):
