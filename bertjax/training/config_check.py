@@ -292,7 +292,7 @@ def _check_export_format(c: _Checker):
   from bertjax.interop import bundle  # pylint: disable=g-import-not-at-top  # numpy: only here.
   for name in export_formats(value):
     if name not in bundle.FORMAT_KINDS:
-      close = difflib.get_close_matches(name, bundle.FORMAT_KINDS, n=1)
+      close = difflib.get_close_matches(name.lower(), bundle.FORMAT_KINDS, n=1)
       c.fail('export_format', value, f'{name!r} is not an export format'
              + (f' (did you mean {close[0]}?)' if close else ''),
              f'valid: {", ".join(bundle.FORMAT_KINDS)}, or a comma list of them (\'\' = none)')

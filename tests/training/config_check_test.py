@@ -99,6 +99,8 @@ FINETUNE = [
     ({'model__dropout_rate': 1.5}, 'config.model.dropout_rate=1.5'),
     ({'export_format': 'hff'}, "config.export_format='hff': 'hff' is not an export format (did "
      "you mean hf?); valid: hf, tf1, saved_model"),
+    ({'export_format': 'HF'}, "config.export_format='HF': 'HF' is not an export format (did you "
+     'mean hf?)'),
     ({'export_format': 'saved_model,onnx'}, "config.export_format='saved_model,onnx': 'onnx' is "
      'not an export format; valid: hf,'),
 ]
