@@ -83,6 +83,29 @@ def notebook():
   logger.propagate = False  # Not again through a root handler a library may have set up.
 
 
+@contextlib.contextmanager
+def library_lines_held(verbose: bool = False):
+  """For the Python API (Predictor, Embedder, export): libraries' lines a user cannot act on
+  (orbax's INFO lines and its warning on every restore) held while a model loads, as the command
+  line's console holds them; verbose: every line, bertjax's INFO lines included, whatever the
+  absl verbosity is."""
+  if verbose:
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(max(verbosity, logging.INFO))  # Never less than --verbosity=1 gives.
+    try:
+      yield
+    finally:
+      logging.set_verbosity(verbosity)
+    return
+  logger = std_logging.getLogger('absl')
+  held = ConsoleFilter()
+  logger.addFilter(held)
+  try:
+    yield
+  finally:
+    logger.removeFilter(held)
+
+
 _EXIT_LOCK = threading.Lock()
 _STDERR = [2]
 _TEMPORARY = set()  # Half-written outputs an interrupt removes before it exits.

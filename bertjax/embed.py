@@ -15,7 +15,6 @@ model folder is downloaded to a temporary folder first, the outputs are written 
 bertjax.files.
 """
 
-import contextlib
 import functools
 import importlib.util
 import io
@@ -139,7 +138,7 @@ class Embedder:
       raise ValueError(f'{source}: embeddings are read from a transformers BERT folder; turn a '
                        'bertjax run or a TF1 checkpoint into one first: python -m '
                        f'bertjax.export --from={source} --format=hf --output=<dir>.')
-    with _verbose(verbose):
+    with console.library_lines_held(verbose):
       # The one reader of model folders: the weights, and what sentence-transformers runs after
       # the encoder (pooling, Normalize, length), as export reads them.
       model = sources.load(source)
@@ -193,20 +192,6 @@ class Embedder:
       out.append(np.asarray(self._pooled(self.params, batch))[:len(chunk)])
     return np.concatenate(out)
 
-
-@contextlib.contextmanager
-def _verbose(verbose: bool):
-  """bertjax's INFO lines while a model loads, whatever the absl verbosity (a plain Python
-  session shows warnings only)."""
-  if not verbose:
-    yield
-    return
-  verbosity = logging.get_verbosity()
-  logging.set_verbosity(max(verbosity, logging.INFO))
-  try:
-    yield
-  finally:
-    logging.set_verbosity(verbosity)
 
 
 def run(config, workdir):

@@ -282,7 +282,8 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
   check_output(output, overwrite, source)
-  result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
+  with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
+    result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
   _check_kind(result, fmt)
   _check_casing(result)
   if labels:

@@ -28,10 +28,8 @@ very feature code evaluation uses, in batches of --batch_size, so a line gets th
 gave the same example.
 """
 
-import contextlib
 import functools
 import json
-import logging as std_logging
 import numbers
 import sys
 import time
@@ -90,7 +88,7 @@ class Predictor:
     library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
     if step is not None and (isinstance(step, bool) or not isinstance(step, numbers.Integral)):
       raise ValueError(f'step={step!r}: a checkpoint step is a number, e.g. step=600.')
-    with _lines_held(verbose):
+    with console.library_lines_held(verbose):
       return cls._from_workdir(workdir, None if step is None else int(step), batch_size)
 
   @classmethod
@@ -330,28 +328,6 @@ def _word_logits(logits_NxLxC, features, meta, sentences) -> list[np.ndarray]:
     word = int(word_index_NxL[row, position])
     out[int(example_index_N[row])][word] = logits_NxLxC[row, position]
   return out
-
-
-@contextlib.contextmanager
-def _lines_held(verbose: bool):
-  """Libraries' lines a user cannot act on (orbax's INFO lines and its warning on every
-  restore) held while a model loads, as the command line's console does; verbose: every line,
-  bertjax's INFO lines included, whatever the absl verbosity is."""
-  logger = std_logging.getLogger('absl')
-  if verbose:
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity(max(verbosity, logging.INFO))  # Never less than --verbosity=1 gives.
-    try:
-      yield
-    finally:
-      logging.set_verbosity(verbosity)
-    return
-  held = console.ConsoleFilter()
-  logger.addFilter(held)
-  try:
-    yield
-  finally:
-    logger.removeFilter(held)
 
 
 def _apply(model, params, batch):

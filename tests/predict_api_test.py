@@ -70,6 +70,17 @@ def test_loading_is_quiet_in_a_plain_python_session(fine_tuned_sst2):
   assert json.loads(loud.stdout) == rows
 
 
+def test_export_is_quiet_in_a_plain_python_session(fine_tuned_sst2, tmp_path):
+  """bertjax.export.export() in Python: the folder it wrote, and not one library line."""
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'st'
+  result = _python(f'from bertjax import export; print(export.export({str(workdir)!r}, '
+                   f'"sentence_transformers", {str(out)!r}))')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stderr == ''
+  assert result.stdout.strip() == str(out) and (out / 'modules.json').is_file()
+
+
 def test_a_damaged_step_is_still_said_when_quiet(fine_tuned_sst2, tmp_path):
   workdir, _ = fine_tuned_sst2
   copy = tmp_path / 'run'
