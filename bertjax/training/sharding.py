@@ -99,8 +99,11 @@ def device_grid(shape: tuple, devices) -> np.ndarray:
 def make_mesh(mesh_config, devices=None) -> jax.sharding.Mesh:
   """A (data, fsdp, tensor) mesh over all devices, laid out to follow the physical topology."""
   devices = jax.devices() if devices is None else devices
+  # Auto axes: the model places its arrays by logical constraints (with_sharding_constraint),
+  # which under Explicit axes would be assertions. Named, as the defaults change across jax
+  # releases (jax 0.12's AbstractMesh defaults to Explicit).
   mesh = jax.sharding.Mesh(device_grid(mesh_shape(mesh_config, len(devices)), devices),
-                           MESH_AXES)
+                           MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
   logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
                jax.process_count())
   return mesh

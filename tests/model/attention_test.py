@@ -182,7 +182,9 @@ def test_splash_compiles_the_kernel_for_the_meshs_platform_not_the_hosts(platfor
   _, params, batch = model_setup()
   batch['input_mask'] = ids(UNPACKED)
   device = mesh_lib.AbstractDevice('TPU v5 lite' if platform == 'tpu' else 'cpu', None, platform)
-  mesh = jax.sharding.AbstractMesh((1, 1, 1), ('data', 'fsdp', 'tensor'), abstract_device=device)
+  # Auto axes, as sharding.make_mesh makes them (jax 0.12's AbstractMesh defaults to Explicit).
+  mesh = jax.sharding.AbstractMesh((1, 1, 1), ('data', 'fsdp', 'tensor'), abstract_device=device,
+                                   axis_types=(jax.sharding.AxisType.Auto,) * 3)
   with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
     assert attention.target_platform() == platform
     traced = jax.make_jaxpr(
