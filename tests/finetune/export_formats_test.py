@@ -3,6 +3,7 @@ export_format that cannot, before any data is read or anything compiled."""
 
 import json
 
+import config_fields
 import pytest
 
 from bertjax.finetune import export_formats
@@ -13,15 +14,7 @@ from configs import finetune as finetune_config
 
 
 def _config(task='classification', **fields):
-  config = finetune_config.get_config(f'task={task},size=tiny')
-  config.unlock()
-  for key, value in fields.items():
-    *parents, leaf = key.split('__')
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+  return config_fields.configured(finetune_config.get_config(f'task={task},size=tiny'), **fields)
 
 
 @pytest.mark.parametrize('kind, pooling', [('classification', 'mean'), ('classification', 'cls'),

@@ -3,6 +3,7 @@ process: one ValueError line naming the field and the fix."""
 
 import pathlib
 
+import config_fields
 import pytest
 
 from bertjax.training import config_check
@@ -11,19 +12,7 @@ from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def configured(config, **fields):
-  """The config with dotted fields (given with '__' for '.') set."""
-  config = config.copy_and_resolve_references()
-  config.unlock()
-  for key, value in fields.items():
-    *parents, leaf = key.split('__')
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+configured = config_fields.configured
 
 
 def test_every_shipped_config_passes():
