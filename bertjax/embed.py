@@ -206,10 +206,7 @@ def run(config, workdir):
   if workdir and files.isdir(files.join(workdir, 'checkpoints')):
     raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
                      'their own.')
-  if not init_from.is_transformers_dir(checkpoint):
-    raise ValueError(f'init_from={checkpoint}: embed reads a transformers BERT directory; turn a '
-                     'bertjax run or a TF1 checkpoint into one first: python -m bertjax.export '
-                     f'--from={checkpoint} --format=hf --output=<dir>.')
+  # A bertjax run or TF1 checkpoint is refused by from_pretrained, which names the export.
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                       max_seq_length=config.max_seq_length,

@@ -75,3 +75,14 @@ def test_empty_input_file_is_an_error(tmp_path, minilm_dir):
 def test_unknown_config_argument():
   with pytest.raises(ValueError, match=r"unknown config argument 'size'; valid ones"):
     embed_config.get_config('size=base')
+
+
+def test_a_training_run_as_source_gets_one_message_naming_the_export(tmp_path):
+  run = tmp_path / 'run'  # A bertjax workdir: what a user tries after pre-training.
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text('{"job": "pretrain"}')
+  with pytest.raises(ValueError) as error:
+    embed.run(embed_config.get_config(f'init_from={run}'), None)
+  assert f'bertjax.export --from={run} --format=hf' in str(error.value)
+  with pytest.raises(FileNotFoundError, match=f'{tmp_path}/none does not exist'):
+    embed.run(embed_config.get_config(f'init_from={tmp_path}/none'), None)
