@@ -29,7 +29,7 @@ def test_tensorflow_then_torch_and_triton_in_one_process():
   assert run.returncode == 0 and run.stdout.strip() == 'alive', (run.returncode, run.stderr[-2000:])
 
 
-def test_bertjax_import_loads_nothing_heavy_without_triton():
+def test_importing_bertjax_loads_neither_tensorflow_nor_jax_nor_torch():
   """Importing the package alone brings neither TensorFlow nor jax (a CLI's --help stays fast);
   with triton installed it adds only triton's native library."""
   run = subprocess.run([sys.executable, '-c', 'import sys, bertjax; print(sorted(m for m in '
