@@ -141,7 +141,8 @@ def _model_folder(folder: str) -> tuple[str, str] | None:
   for candidate in (folder, files.parent(folder)):
     if not candidate:
       continue
-    inside = lambda *names, c=candidate: files.join(c, *names)
+    def inside(*names, c=candidate):
+      return files.join(c, *names)
     if files.isdir(inside('checkpoints')) and files.isfile(inside('config.json')):
       return candidate, 'a bertjax run'
     if files.isfile(inside('config.json')) and any(

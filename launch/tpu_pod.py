@@ -8,8 +8,8 @@ preemption, delete.
 
 Steps, each a gcloud command printed before it runs (--dry_run prints them and runs nothing):
   0. the job's config loaded and checked here (bertjax.main's check: every field's range and
-     type, unknown fields); with --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
-     config that does not fit fails before a slice is booked;
+     type, unknown fields); with --aot_check, `python -m launch.aot_compile` for the slice's
+     topology, here, so that a config that does not fit fails before a slice is booked;
   1. a wheel of this checkout (`pip wheel`), or --git_ref=<ref> to pip-install that ref;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
   3. the wheel copied to and installed on every worker, with jax[tpu];

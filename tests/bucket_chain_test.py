@@ -70,7 +70,7 @@ def test_every_step_wrote_into_the_bucket(chain):
   fine = files.listdir(f'{bucket}/fine')
   assert {'checkpoints', 'config.json', 'vocab.txt'} <= set(fine), fine
   assert not files.exists(f'{bucket}/fine/.lock')  # The run's lease is given back at its end.
-  rows = [json.loads(l) for l in files.read_text(
+  rows = [json.loads(row) for row in files.read_text(
       f'{bucket}/out/predictions.jsonl').splitlines()]
   assert len(rows) == len(sentences) and all(r['label'] in ('0', '1') for r in rows)
   assert files.isfile(f'{bucket}/export/hf/model.safetensors')
@@ -82,7 +82,7 @@ def test_exports_from_the_bucket_equal_bertjax(chain):
   """transformers on the hf export and TensorFlow on the SavedModel give the probabilities
   predict wrote from the bucket's run."""
   bucket, _, sentences = chain
-  rows = [json.loads(l) for l in files.read_text(
+  rows = [json.loads(row) for row in files.read_text(
       f'{bucket}/out/predictions.jsonl').splitlines()]
   ours = np.array([[r['probabilities'][k] for k in ('0', '1')] for r in rows])
   import torch  # pylint: disable=g-import-not-at-top

@@ -11,9 +11,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 
+from gcs_emulator import gcs_bucket  # noqa: E402,F401  (fixtures)
+from gcs_emulator import gcs_emulator  # noqa: E402,F401  (fixtures)
 import pytest  # noqa: E402
-
-from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: E402,F401  (fixtures)
 
 
 def _missing(msg: str):

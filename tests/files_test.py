@@ -124,7 +124,7 @@ def test_no_network_is_one_line_within_a_minute(tmp_path):
        'except ConnectionError as e:\n  print("ERROR", e)\n'],
       env=env, capture_output=True, text=True, timeout=120, check=True)
   assert time.time() - start < 60
-  line = [l for l in result.stdout.splitlines() if l.startswith('ERROR')]
+  line = [x for x in result.stdout.splitlines() if x.startswith('ERROR')]
   assert len(line) == 1 and 'gs://some-bucket/run/config.json' in line[0], result.stdout
   assert 'cannot be reached' in line[0]
 

@@ -42,10 +42,10 @@ def running():
     try:
       socket.create_connection(('127.0.0.1', port), timeout=1).close()
       break
-    except OSError:
+    except OSError as error:
       if time.time() > deadline or process.poll() is not None:
         process.kill()
-        raise RuntimeError('gcp-storage-emulator did not start within 30 s')
+        raise RuntimeError('gcp-storage-emulator did not start within 30 s') from error
       time.sleep(0.2)
   url = f'http://127.0.0.1:{port}'
   env = {'STORAGE_EMULATOR_HOST': url, 'TENSORSTORE_GCS_HTTP_URL': url,
@@ -70,6 +70,7 @@ def running():
 def _clear_caches():
   """The clients bertjax and orbax chose for gs:// are cached per process: choose again."""
   from etils.epath import gpath  # pylint: disable=g-import-not-at-top
+
   from bertjax import files  # pylint: disable=g-import-not-at-top
   gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
   files._filesystem.cache_clear()  # pylint: disable=protected-access

@@ -29,8 +29,8 @@ def test_the_own_data_example_runs_as_written(minilm_dir, tmp_path):
                        capture_output=True, text=True, timeout=900)
   assert run.returncode == 0, run.stderr[-3000:]
   # The fine-tuning run: its start line names the formats, its summary line the accuracy.
-  assert re.search(r'classification head on mean-pooled outputs: exports to .*sentence_transformers',
-                   run.stderr), run.stderr[-3000:]
+  assert re.search(r'classification head on mean-pooled outputs: exports to '
+                   r'.*sentence_transformers', run.stderr), run.stderr[-3000:]
   finished = [line for line in run.stdout.splitlines() if line.startswith('finetune finished')]
   assert len(finished) == 1, run.stdout
   accuracy = float(re.search(r'eval accuracy ([0-9.]+)', finished[0]).group(1))

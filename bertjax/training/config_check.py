@@ -289,6 +289,7 @@ def _check_export_format(c: _Checker):
   if value is _MISSING or not isinstance(value, str):
     return
   import difflib  # pylint: disable=g-import-not-at-top
+
   from bertjax.interop import bundle  # pylint: disable=g-import-not-at-top  # numpy: only here.
   for name in export_formats(value):
     if name not in bundle.FORMAT_KINDS:

@@ -178,8 +178,8 @@ def test_extract_features_from_and_to_the_bucket_equals_local(bucket_run, local_
   for got, want in zip(remote.splitlines(), local, strict=True):
     got, want = json.loads(got), json.loads(want)
     assert [f['token'] for f in got['features']] == [f['token'] for f in want['features']]
-    np.testing.assert_allclose([l['values'] for f in got['features'] for l in f['layers']],
-                               [l['values'] for f in want['features'] for l in f['layers']],
+    np.testing.assert_allclose([x['values'] for f in got['features'] for x in f['layers']],
+                               [x['values'] for f in want['features'] for x in f['layers']],
                                atol=1e-5)
 
 

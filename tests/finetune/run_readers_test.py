@@ -72,7 +72,7 @@ def test_readers_skip_a_damaged_newest_step_and_move_nothing(run, tmp_path, capl
   assert f'checkpoints/{steps[-1]} cannot be read' in caplog.text
   out = export.export(workdir, 'hf', tmp_path / 'hf')
   assert (out / 'model.safetensors').is_file()
-  with pytest.raises(ValueError, match=f'cannot be read .* its other steps'):
+  with pytest.raises(ValueError, match='cannot be read .* its other steps'):
     predict.Predictor.from_workdir(workdir, step=steps[-1])
   with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
     predict.Predictor.from_workdir(workdir, step=7)

@@ -5,9 +5,9 @@ results there, and a second run resumes from them."""
 
 import json
 
+import pretrain_runs
 from tensorboard.backend.event_processing import event_accumulator
 
-import pretrain_runs
 from bertjax import files
 from bertjax.training import event_writer
 from bertjax.training import summaries

@@ -259,7 +259,7 @@ def test_a_finished_run_says_so_and_an_extension_logs_the_schedule_change(
   log = tmp_path.parent / f'{tmp_path.name}-log.txt'
   pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS, fields), log, env)
   assert 'already at step 12 of 12: nothing to do' in log.read_text()
-  assert re.fullmatch(rf'pretrain finished in [\d.]+ s: step 12/12 \(reached before: nothing to '
+  assert re.fullmatch(r'pretrain finished in [\d.]+ s: step 12/12 \(reached before: nothing to '
                       r'do\), eval mlm_accuracy [\d.]+, .*; checkpoints .*', last_line(
                           log.read_text()))
   assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ['.lock'])  # No events.

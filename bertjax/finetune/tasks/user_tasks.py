@@ -21,7 +21,6 @@ from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
 
-
 _FLAGS = {'train': 'train_file', 'validation': 'eval_file', 'test': 'test_file'}
 
 
