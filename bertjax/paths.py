@@ -10,9 +10,8 @@ import sys
 
 from bertjax import files
 
-# Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from
-# and its old names.
-_PATH_FIELD = re.compile(r'(_files?|_dir|^init_from|^init|^checkpoint)$')
+# Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from.
+_PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 
 
 def absolute(path: str) -> str:

@@ -5,7 +5,6 @@ checkpoint and logging blocks.
 file accepts and their defaults are given by the file itself.
 """
 
-from absl import logging
 import ml_collections
 
 from bertjax.model import encoder
@@ -23,6 +22,10 @@ SIZES = {
 }
 
 
+# Config arguments that were renamed: given, they are refused with the new name.
+RENAMED_ARGS = {'init': 'init_from', 'checkpoint': 'init_from'}
+
+
 def parse_arg(arg, **defaults):
   """Parses `k=v,k=v` into a ConfigDict over `defaults`, values cast to the defaults' types."""
   parsed = ml_collections.ConfigDict(defaults)
@@ -34,6 +37,9 @@ def parse_arg(arg, **defaults):
     key, sep, value = item.partition('=')
     if not sep:
       raise ValueError(f'config argument {item!r} is not key=value (got {arg!r}).')
+    if key not in defaults and RENAMED_ARGS.get(key) in defaults:
+      raise ValueError(f'config argument {key!r} was renamed {RENAMED_ARGS[key]!r}: pass '
+                       f'{RENAMED_ARGS[key]}={value}.')
     if key not in defaults:
       raise ValueError(f'unknown config argument {key!r}; valid ones: {sorted(defaults)}.')
     default = defaults[key]
@@ -51,18 +57,6 @@ def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
   if size not in SIZES:
     raise ValueError(f'unknown model size {size!r}; valid sizes: {", ".join(SIZES)}.')
   return encoder.default_config(size=size, **{**SIZES[size], **overrides})
-
-
-def parse_deprecated_arg(arg, renames: dict, **defaults):
-  """parse_arg that also takes old argument names (renames: old -> new), with a warning."""
-  items = []
-  for item in (arg or '').split(','):
-    key, sep, value = item.partition('=')
-    if key in renames:
-      logging.warning('config argument %r is deprecated: use %r.', key, renames[key])
-      item = f'{renames[key]}{sep}{value}'
-    items.append(item)
-  return parse_arg(','.join(items), **defaults)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,6 +78,10 @@ def optimizer_config(*, learning_rate: float, warmup_steps, total_steps,
   o.eps = 1e-6  # BERT's; not optax's default 1e-8.
   o.weight_decay = 0.01  # Decoupled; never on LayerNorm or biases.
   o.grad_clip_norm = 1.0  # Global-norm clipping (BERT: 1.0); 0 = off.
+  # Layer-wise learning-rate decay in (0, 1] (ELECTRA; fine-tuning: 0.8 Base, 0.9 Large); 1 =
+  # off. Of L layers, layer i (0 = lowest) trains at lr * decay**(L - i), the embeddings at
+  # lr * decay**(L + 1), the pooler and heads at lr.
+  o.layer_decay = 1.0
   return o
 
 
@@ -105,7 +103,6 @@ def checkpoint_config(*, every_steps: int, keep: int) -> ml_collections.ConfigDi
   c.every_steps = every_steps  # Async save period; also saved at every eval, the end, SIGTERM.
   c.keep = keep  # The last K are kept ...
   c.keep_best = 0  # ... plus the K best by the job's main eval metric (0 = none).
-  c.init_from = ''  # Deprecated: use config.init_from.
   return c
 
 

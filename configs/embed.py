@@ -23,12 +23,10 @@ except ImportError:  # Loaded by path (--config=<checkout>/configs/...) from ano
 
 
 def get_config(arg=None):
-  arg = common.parse_deprecated_arg(arg, {'checkpoint': 'init_from'}, init_from='',
-                                    dtype='float32')
+  arg = common.parse_arg(arg, init_from='', dtype='float32')
   config = ml_collections.ConfigDict()
   config.job = 'embed'  # Which job bertjax.main runs.
   config.init_from = arg.init_from  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
-  config.checkpoint = ''  # Deprecated: use init_from.
   config.dtype = arg.dtype  # Compute dtype of the encoder: float32 or bfloat16.
   config.max_seq_length = 128  # Longer sentences are truncated (the checkpoint was trained so).
   config.batch_size = 32  # Sentences per forward pass.

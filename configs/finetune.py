@@ -74,9 +74,8 @@ USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choic
 
 
 def get_config(arg=None):
-  arg = common.parse_deprecated_arg(arg, {'init': 'init_from'}, task='mrpc', size='',
-                                    init_from='', dtype='float32', epochs=0.0, batch=0, lr=0.0,
-                                    seq=0, pack=1)
+  arg = common.parse_arg(arg, task='mrpc', size='', init_from='', dtype='float32', epochs=0.0,
+                         batch=0, lr=0.0, seq=0, pack=1)
   if arg.task not in TASKS:
     raise ValueError(f'unknown task {arg.task!r}; valid tasks: {", ".join(TASKS)}.')
   seq, learning_rate, epochs, batch = TASKS[arg.task]
@@ -89,7 +88,6 @@ def get_config(arg=None):
   # Start from these weights (the encoder; the head starts fresh): a transformers BERT dir, a
   # bertjax workdir or checkpoints/<step>. '' = random init (a smoke test only).
   config.init_from = arg.init_from
-  config.init = ''  # Deprecated: use init_from.
   # '' = the shape of init_from (its config.json); a size from configs/common.py must fit it.
   config.model = common.model_config(arg.size or 'tiny', dtype=arg.dtype)
   config.model_from_init = not arg.size  # True: config.model is init_from's shape.

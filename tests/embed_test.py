@@ -33,7 +33,7 @@ def test_embed_job_bfloat16_close_to_float32(tmp_path, minilm_dir):
 def test_main_cli(tmp_path, minilm_dir):
   env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
   result = subprocess.run(
-      [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:checkpoint={minilm_dir}',
+      [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:init_from={minilm_dir}',
        f'--workdir={tmp_path}', '--config.max_seq_length=16'],
       capture_output=True, text=True, timeout=300, check=False, env=env,
       cwd=pathlib.Path(__file__).resolve().parents[1])

@@ -33,11 +33,6 @@ ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', '
 
 RUN_VOCAB = checkpoint.RUN_VOCAB
 
-# Old config names of init_from, still read (with a warning naming the new one): pre-training's
-# checkpoint.init_from, fine-tuning's init, feature extraction's checkpoint.
-DEPRECATED_NAMES = ('checkpoint.init_from', 'init', 'checkpoint')
-
-
 def lookup(config, dotted: str):
   """config's value at a dotted name, or None where it has no such field."""
   value = config
@@ -49,19 +44,8 @@ def lookup(config, dotted: str):
 
 
 def configured(config) -> str:
-  """config.init_from, or a deprecated name's value with a warning that names init_from."""
-  path = config.init_from
-  for name in DEPRECATED_NAMES:
-    old = lookup(config, name)
-    if not isinstance(old, str) or not old:
-      continue
-    logging.warning('config.%s is deprecated: use config.init_from (the same meaning in every '
-                    'job).', name)
-    if path and path != old:
-      raise ValueError(f'config.init_from={path!r} and the deprecated config.{name}={old!r} '
-                       'disagree: set only init_from.')
-    path = old
-  return paths.absolute(path)
+  """config.init_from as an absolute path or URL ('' when unset)."""
+  return paths.absolute(config.init_from)
 
 
 def is_transformers_dir(path) -> bool:

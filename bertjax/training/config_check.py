@@ -208,6 +208,9 @@ def _check_optimizer(c: _Checker, job):
              fix='set --config.optimizer.weight_decay to 0 (off) or e.g. 0.01 (BERT)')
   c.at_least('optimizer.grad_clip_norm', 0, integer=False,
              fix='set --config.optimizer.grad_clip_norm to 0 (off) or e.g. 1.0 (BERT)')
+  c.fraction('optimizer.layer_decay', closed_high=True, open_low=True,
+             why='the per-layer learning-rate factor must be in (0, 1]',
+             fix='set --config.optimizer.layer_decay=1.0 (off) or e.g. 0.8 (ELECTRA, Base)')
 
 
 def _check_mesh_and_checkpoint(c: _Checker):
@@ -313,6 +316,12 @@ def _field_names(config, prefix='') -> list[str]:
   return names
 
 
+# Fields that were renamed (removed under their old name): pre-training's checkpoint.init_from,
+# fine-tuning's init, feature extraction's checkpoint.
+RENAMED_FIELDS = {'checkpoint.init_from': 'init_from', 'init': 'init_from',
+                  'checkpoint': 'init_from'}
+
+
 def unknown_field(config, args) -> str | None:
   """'unknown config field X; closest valid names: ...' for the first --config.X in `args` that
   `config` lacks, else None."""
@@ -321,6 +330,9 @@ def unknown_field(config, args) -> str | None:
   for arg in args:
     if arg.startswith('--config.'):
       field = arg[len('--config.'):].split('=', 1)[0]
+      if field in RENAMED_FIELDS and field not in names:
+        return (f'config.{field} was renamed: use --config.{RENAMED_FIELDS[field]} (in {arg}; '
+                'the same field in every job).')
       if field not in names:
         close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
         listed = (f'closest valid names: {", ".join(close)}' if close else

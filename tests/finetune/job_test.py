@@ -156,7 +156,7 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
     minilm_dir, sst2_dir, tmp_path, monkeypatch):
   config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
                                                        'optimizer.weight_decay': 0.0})
-  config.init = str(minilm_dir)
+  config.init_from = str(minilm_dir)
   config.model_from_init = True
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0
@@ -179,7 +179,7 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
 
 def test_size_that_does_not_fit_the_checkpoint(minilm_dir, sst2_dir, tmp_path):
   config = tiny_config(sst2_dir)
-  config.init = str(minilm_dir)  # tiny: hidden 128, the checkpoint 384.
+  config.init_from = str(minilm_dir)  # tiny: hidden 128, the checkpoint 384.
   with pytest.raises(ValueError, match='hidden_size 384 in the checkpoint vs 128'):
     finetune.train_and_evaluate(config, str(tmp_path))
   assert not (tmp_path / 'config.json').exists()
@@ -285,7 +285,7 @@ def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_
 
   config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
                                                        'optimizer.weight_decay': 0.0})
-  config.init = str(tmp_path / 'pre')
+  config.init_from = str(tmp_path / 'pre')
   config.model_from_init = True
   config.model.scan_layers = True
   finetune.train_and_evaluate(config, str(tmp_path / 'fine'))

@@ -76,9 +76,10 @@ def test_every_task_preset_names_no_kind_of_its_own():
   assert all(len(preset) == 4 for preset in finetune_config.TASKS.values())
 
 
-def test_old_init_argument_still_works():
-  config = finetune_config.get_config('task=sst2,init=/ckpt/bert')
-  assert config.init_from == '/ckpt/bert'
+def test_a_renamed_argument_is_refused_with_its_new_name():
+  with pytest.raises(ValueError, match="config argument 'init' was renamed 'init_from': pass "
+                     'init_from=/ckpt/bert'):
+    finetune_config.get_config('task=sst2,init=/ckpt/bert')
 
 
 def test_packed_tagging_gives_every_token_its_logits_alone_and_the_same_loss():

@@ -77,6 +77,9 @@ FINETUNE = [
     ({'optimizer__warmup_proportion': 5.0}, 'config.optimizer.warmup_proportion=5.0: the share '
      'of the steps spent warming up must be in [0, 1]'),
     ({'optimizer__learning_rate': -2e-5}, 'config.optimizer.learning_rate=-2e-05'),
+    ({'optimizer__layer_decay': 0.0}, 'config.optimizer.layer_decay=0.0: the per-layer '
+     'learning-rate factor must be in (0, 1]; set --config.optimizer.layer_decay=1.0 (off)'),
+    ({'optimizer__layer_decay': 1.25}, 'config.optimizer.layer_decay=1.25: the per-layer'),
     ({'global_batch_size': 0}, 'config.global_batch_size=0: must be > 0'),
     ({'eval_batch_size': -1}, 'config.eval_batch_size=-1: must be > 0'),
     ({'mode': 'train'}, "config.mode='train': is unknown; valid: train_eval, eval, predict"),
@@ -162,3 +165,12 @@ def test_a_launch_command_line_is_checked_as_bertjax_main_loads_it(monkeypatch):
     with pytest.raises(ValueError) as e:
       config_check.check_args(args)
     assert message in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize('old, config_file', [('checkpoint.init_from', 'pretrain'),
+                                              ('init', 'finetune'), ('checkpoint', 'embed')])
+def test_a_renamed_start_from_field_is_refused_naming_init_from(old, config_file):
+  config = config_check.load_config(f'{REPO}/configs/{config_file}.py')
+  message = config_check.unknown_field(config, [f'--config.{old}=/runs/pre'])
+  assert message == (f'config.{old} was renamed: use --config.init_from (in '
+                     f'--config.{old}=/runs/pre; the same field in every job).')

@@ -8,9 +8,7 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 import functools
 import json
 import pathlib
-from unittest import mock
 
-from absl import logging
 import flax
 import flax.linen as nn
 import jax
@@ -32,7 +30,6 @@ from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
 from bertjax.training import summaries
 from bertjax.training import train_state
-from configs import finetune as finetune_config
 from configs import pretrain
 
 VOCAB = 512
@@ -569,16 +566,3 @@ def test_rules_table_is_a_config_field(corpus_files, tmp_path, monkeypatch):
   assert kernel_spec(config, tmp_path / 'default') == jax.sharding.PartitionSpec('fsdp', 'tensor')
   config.mesh.rules = 'batch=data+fsdp,vocab=tensor,heads=tensor,mlp=tensor'
   assert kernel_spec(config, tmp_path / 'replicated') == jax.sharding.PartitionSpec(None, 'tensor')
-
-
-@pytest.mark.parametrize('old', ['checkpoint.init_from', 'init'])
-def test_old_start_from_name_still_works_and_warns(old, pretrained, tmp_path):
-  config = (pretrain if old != 'init' else finetune_config).get_config()
-  parent, _, field = old.rpartition('.')
-  (config[parent] if parent else config)[field] = str(pretrained[1])
-  with mock.patch.object(logging, 'warning') as warning:
-    assert init_from.configured(config) == str(pretrained[1])
-  assert 'use config.init_from' in warning.call_args[0][0]
-  config.init_from = str(tmp_path)
-  with pytest.raises(ValueError, match='disagree: set only init_from'):
-    init_from.configured(config)
