@@ -59,16 +59,12 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
   return result
 
 
-def _task_labels(run: dict) -> tuple[str, tuple]:
-  """(kind, labels) of a fine-tuning run's task: saved in its config.json, or (runs from before
-  labels were saved) the task's fixed label set."""
+def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
+  """(kind, labels) of a fine-tuning run's task, as its config.json records them."""
   if 'labels' in run and 'kind' in run:
     return run['kind'], tuple(run['labels'])
-  import ml_collections  # pylint: disable=g-import-not-at-top
-
-  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
-  task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
-  return task.kind, tuple(task.labels)
+  raise ValueError(f'{step}: the run\'s config.json does not record its task\'s kind and labels '
+                   '(every fine-tuning run writes them): restore the config.json the run wrote.')
 
 
 def _read_bertjax(path: str) -> bundle_lib.Bundle:
@@ -85,7 +81,7 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
   run = init_from.run_config(step) or {}
   data = run.get('data', {})
   if run.get('job') == 'finetune':
-    kind, labels = _task_labels(run)
+    kind, labels = _task_labels(run, step)
     pooling = run.get('pooling', 'cls')
   else:
     kind, labels, pooling = bundle_lib.kind_of(params), (), 'cls'

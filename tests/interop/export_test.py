@@ -275,3 +275,15 @@ def test_an_export_never_goes_over_around_or_into_its_source_or_a_run(fine_tuned
   # Beside the source is where it goes.
   out = export.export(workdir, 'hf', workdir.parent / 'run_hf')
   assert (out / 'model.safetensors').exists()
+
+
+def test_a_run_whose_config_lost_its_labels_is_refused_by_name(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  run = json.loads((copy / 'config.json').read_text())
+  del run['labels']
+  (copy / 'config.json').write_text(json.dumps(run))
+  with pytest.raises(ValueError, match="config.json does not record its task's kind and labels"):
+    export.export(str(copy), 'hf', str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
