@@ -1,7 +1,11 @@
 """Export a model to the formats other tools load.
 
   python -m bertjax.export --from=<bertjax workdir | workdir/checkpoints/N | transformers dir |
-      TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers --output=DIR
+      TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers --output=DIR \
+      [--step=best|latest|N]
+
+--step picks a bertjax run's checkpoint (default: the latest; best: the one its evals ranked
+best, kept by checkpoint.keep_best).
 
 --from and --output may be URLs (gs://bucket/run) as well as local paths: every file goes
 through bertjax.files; TensorFlow's writers write into a local temporary folder.
@@ -58,6 +62,7 @@ from bertjax.interop import sentence_transformers  # noqa: E402
 from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
+from bertjax.training import checkpoint_reader  # noqa: E402
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
@@ -261,18 +266,19 @@ def _write_local(result: bundle_lib.Bundle, fmt: str, output: str):
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
            do_lower_case: bool | None = None, max_seq_length: int = 0,
-           labels: tuple = (), normalize: bool | None = None):
+           labels: tuple = (), normalize: bool | None = None, step=None):
   """Writes the model at `source` to `output` (local paths or URLs) in format `fmt`; returns
-  the output directory (a str, or a Path object where `output` was one)."""
+  the output directory (a str, or a Path object where `output` was one). `step` picks a bertjax
+  run's checkpoint: 'best', 'latest' (None) or a step number."""
   written, _ = _export(source, fmt, output, overwrite=overwrite, vocab_file=vocab_file,
                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                       labels=labels, normalize=normalize)
+                       labels=labels, normalize=normalize, step=step)
   return written
 
 
 def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
             do_lower_case: bool | None, max_seq_length: int, labels: tuple,
-            normalize: bool | None):
+            normalize: bool | None, step=None):
   """export(), also returning the Bundle it wrote."""
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
@@ -281,6 +287,7 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   source = paths.absolute(os.fspath(source))
   source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
+  source = checkpoint_reader.step_path(source, step)
   check_output(output, overwrite, source)
   with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
     result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
@@ -326,6 +333,8 @@ def _define_flags():
                               'transformers BERT directory or an original TF checkpoint.')
   flags.DEFINE_enum('format', None, FORMATS, 'What to write.')
   flags.DEFINE_string('output', None, 'The directory to write.')
+  flags.DEFINE_string('step', None, 'A bertjax run\'s checkpoint: best (as the run ranked its '
+                      'evals; needs checkpoint.keep_best), latest (the default) or a step number.')
   flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
   flags.DEFINE_string('vocab_file', '', 'The vocab, where the source has none beside it.')
   # A bool flag as the original's (--do_lower_case=False, --nodo_lower_case, ...); unset = the
@@ -379,7 +388,8 @@ def main(argv):
                           overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
                           do_lower_case=FLAGS.do_lower_case,
                           max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels),
-                          normalize=FLAGS.normalize)
+                          normalize=FLAGS.normalize,
+                          step=checkpoint_reader.parse_step(FLAGS.step, text=True))
     lines = loading_lines(FLAGS.format, out)
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)

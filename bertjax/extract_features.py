@@ -8,7 +8,8 @@ Every path may be a URL (gs://...): the input is read and the output written thr
 bertjax.files (written to a local temporary file, then put as one object when whole).
 
 or --init=DIR for any importable model (a bertjax workdir or checkpoint, a transformers BERT
-directory, a TF1 checkpoint folder), whose vocab and casing are used unless given. An input line
+directory, a TF1 checkpoint folder), whose vocab and casing are used unless given; a bertjax
+run's checkpoint is its latest unless --step=best|latest|N names another. An input line
 is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `linex_index`, and
 `features`, one per token ([CLS] and [SEP] included, no padding) with `token` and `layers`: the
 `index` and `values` (rounded to 6 decimals) of each requested layer.
@@ -38,6 +39,7 @@ from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
 from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.training import checkpoint_reader
 
 
 def read_examples(input_file) -> list[tuple[str, str | None]]:
@@ -95,8 +97,9 @@ def concat_last_layers(config, params, batch, n: int = 4):
 
 def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
-        do_lower_case: bool | None = None, bert_config_file: str = ''):
-  """Writes the original's JSON lines for every input line; returns the number written."""
+        do_lower_case: bool | None = None, bert_config_file: str = '', step=None):
+  """Writes the original's JSON lines for every input line; returns the number written. `step`
+  picks a bertjax run's checkpoint: 'best', 'latest' (None) or a step number."""
   output = paths.check_output_file(output_file, inputs=(input_file, vocab_file, bert_config_file))
   if bert_config_file or tf1_checkpoint.find(init) is not None:
     # TensorFlow reads the checkpoint: its C++ start-up lines (oneDNN, cuInit,
@@ -108,7 +111,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
     if vocab_file:
       model.vocab_file = vocab_file
   else:
-    model = sources.load(init, vocab_file=vocab_file)
+    model = sources.load(checkpoint_reader.step_path(init, step), vocab_file=vocab_file)
   if do_lower_case is not None:
     model.do_lower_case = do_lower_case
   if not model.vocab_file:
@@ -186,6 +189,8 @@ def _define_flags():
   flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.',
                        lower_bound=3)
   flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
+  flags.DEFINE_string('step', None, 'A bertjax run\'s checkpoint (--init): best, latest (the '
+                      'default) or a step number.')
   # A bool flag as the original's: --do_lower_case[=true|false|True|False|1|0],
   # --nodo_lower_case; unset (None) = what the model records, else the vocab's casing.
   flags.DEFINE_bool('do_lower_case', None, 'Override the casing (default: what the model '
@@ -210,7 +215,8 @@ def main(argv):
     lines = run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file, layers=layers,
                 max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
                 vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-                bert_config_file=FLAGS.bert_config_file)
+                bert_config_file=FLAGS.bert_config_file,
+                step=checkpoint_reader.parse_step(FLAGS.step, text=True))
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)

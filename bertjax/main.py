@@ -50,6 +50,9 @@ from ml_collections import config_flags  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Where outputs (and checkpoints) are written.')
+_STEP = flags.DEFINE_string(
+    'step', None, 'job=finetune, --config.mode=eval or predict: the checkpoint to read: best (as '
+    'the run ranked its evals; needs checkpoint.keep_best), latest (the default) or a step number.')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', os.environ.get('JAX_COORDINATOR_ADDRESS', ''),
     'HOST:PORT of process 0 for jax.distributed; empty = single process or auto-detected.')
@@ -190,6 +193,14 @@ def _run(argv):
                'nothing (--compilation_cache_dir is empty)')
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
+  step = None
+  if _STEP.value is not None:
+    if config.job != 'finetune':
+      raise ValueError(f'--step={_STEP.value} picks the checkpoint a fine-tuning run evaluates or '
+                       f'predicts with (--config.mode=eval or predict); job={config.job} reads '
+                       'none: drop it (bertjax.export and extract_features take --step too).')
+    from bertjax.training import checkpoint_reader  # pylint: disable=g-import-not-at-top
+    step = checkpoint_reader.parse_step(_STEP.value, text=True)
   if config.job == 'pretrain':
     if not workdir:
       raise app.UsageError('--workdir is required: checkpoints and logs go there.')
@@ -197,7 +208,7 @@ def _run(argv):
   elif config.job == 'finetune':
     if not workdir:
       raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
-    _job_module('bertjax.finetune.job').run(config, workdir)
+    _job_module('bertjax.finetune.job').run(config, workdir, step=step)
   elif config.job == 'embed':
     _job_module('bertjax.embed').run(config, workdir)
 

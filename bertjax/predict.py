@@ -23,14 +23,14 @@ decimals. In Python, predict() gives the same fields unrounded, and the model's 
 with per-word `probabilities`), span `start_logit` and `end_logit` of the answer.
 
 The tokenizer, casing, sequence length, kind and labels are those the run was fine-tuned with
-(its config.json); the weights are its latest checkpoint (or --step). Inputs go through the
+(its config.json); the weights are its latest checkpoint (or --step=best|latest|N; the same
+values as step= in Python). Inputs go through the
 very feature code evaluation uses, in batches of --batch_size, so a line gets the label eval
 gave the same example.
 """
 
 import functools
 import json
-import numbers
 import sys
 import time
 
@@ -80,16 +80,16 @@ class Predictor:
     self._apply = jax.jit(functools.partial(_apply, model))
 
   @classmethod
-  def from_workdir(cls, workdir, step: int | None = None, batch_size: int = 32,
+  def from_workdir(cls, workdir, step: int | str | None = None, batch_size: int = 32,
                    verbose: bool = False) -> 'Predictor':
-    """The model a fine-tuning run in `workdir` wrote (its latest checkpoint, or `step`).
+    """The model a fine-tuning run in `workdir` wrote: its latest checkpoint, or `step` ('best':
+    the one its evals ranked best, kept by checkpoint.keep_best; 'latest'; a step number).
 
     Quiet unless something needs the user (a damaged step skipped); verbose=True shows every
     library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
-    if step is not None and (isinstance(step, bool) or not isinstance(step, numbers.Integral)):
-      raise ValueError(f'step={step!r}: a checkpoint step is a number, e.g. step=600.')
+    step = checkpoint_reader.parse_step(step)  # Refused before anything is read.
     with console.library_lines_held(verbose):
-      return cls._from_workdir(workdir, None if step is None else int(step), batch_size)
+      return cls._from_workdir(workdir, step, batch_size)
 
   @classmethod
   def _from_workdir(cls, workdir, step, batch_size) -> 'Predictor':
@@ -411,7 +411,8 @@ def _define_flags():
   flags.DEFINE_string('input_file', '', 'One input per line; default: standard input.')
   flags.DEFINE_string('output_file', '', 'JSON lines to write; default: standard output.')
   flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
-  flags.DEFINE_integer('step', None, 'A checkpoint step (default: the latest).', lower_bound=0)
+  flags.DEFINE_string('step', None, 'The checkpoint: best (as the run ranked its evals; needs '
+                      'checkpoint.keep_best), latest (the default) or a step number.')
 
 
 def main(argv):
@@ -425,7 +426,8 @@ def main(argv):
   try:
     output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
               if FLAGS.output_file else None)
-    predictor = Predictor.from_workdir(FLAGS.workdir, FLAGS.step, FLAGS.batch_size)
+    predictor = Predictor.from_workdir(
+        FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size)
     if FLAGS.input_file:
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:

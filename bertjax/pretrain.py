@@ -32,7 +32,13 @@ from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
 
-BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints for keep_best.
+BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints (keep_best, --step=best).
+
+
+def eval_metric_names(config) -> tuple:
+  """The eval metrics a run of `config` reports, in the order a user would rank by."""
+  return ('mlm_accuracy', 'mlm_loss') + (('nsp_accuracy', 'nsp_loss') if config.model.nsp
+                                         else ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +250,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """
   start = time.perf_counter()
   config_check.check(config)  # Before any data is read or anything compiled.
+  loop.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
@@ -337,5 +344,5 @@ def _train_and_evaluate(config, workdir: str) -> loop.Outcome:
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
       describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost,
-      vocab_file=vocab or '')
+      vocab_file=vocab or '', metric_names=eval_metric_names(config))
   return loop.run(config, workdir, mesh, job, rules=rules)

@@ -102,7 +102,11 @@ def checkpoint_config(*, every_steps: int, keep: int) -> ml_collections.ConfigDi
   c = ml_collections.ConfigDict()
   c.every_steps = every_steps  # Async save period; also saved at every eval, the end, SIGTERM.
   c.keep = keep  # The last K are kept ...
-  c.keep_best = 0  # ... plus the K best by the job's main eval metric (0 = none).
+  c.keep_best = 0  # ... plus the K best by best_metric (0 = none; --step=best needs 1).
+  # The eval metric that ranks checkpoints (keep_best, --step=best) and early stopping; '' =
+  # the job's main one (pre-training mlm_accuracy, fine-tuning the task's, e.g. accuracy).
+  c.best_metric = ''
+  c.best_mode = ''  # 'max' (higher is better) or 'min'; '' = 'min' for loss-like names.
   return c
 
 

@@ -173,4 +173,7 @@ def get_config(arg=None):
 
   common.add_logging(config, log_every_steps=50)
   config.eval_every_steps = 0  # 0 = at the end of every epoch (and at the last step).
+  # Stop after this many evals without an improvement of checkpoint.best_metric (0 = never);
+  # the best step's checkpoint is kept (keep_best >= 1) and its predictions are the run's.
+  config.early_stopping_patience = 0
   return config.lock()

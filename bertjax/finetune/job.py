@@ -330,7 +330,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     outcome, main_metric, skipped = _train_and_evaluate(config, workdir)
   outputs = [] if outcome.eval_step is None else [
       ('eval results', files.join(workdir, 'eval_results.json')),
-      ('predictions', files.join(workdir, 'predictions', f'step_{outcome.eval_step}'))]
+      ('predictions', files.join(workdir, 'predictions', f'step_{outcome.eval_step}' if (
+          not outcome.early_stopped) else f'step_{outcome.best_step}'))]
   loop.summary('finetune', time.perf_counter() - start, outcome, workdir,
                main_metric=main_metric, outputs=outputs,
                metrics=[('skipped examples', skipped)] if skipped else [])
@@ -402,15 +403,16 @@ def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric,
       sequence_cost=sequence_cost,
-      vocab_file=s.vocab_file)
+      vocab_file=s.vocab_file, early_stopping_patience=cfg.early_stopping_patience)
   return loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric, sum(
       skipped.values())
 
 
-def run_predict(config, workdir: str, splits=None) -> list:
-  """Writes predictions of the workdir's latest checkpoint (mode=eval: eval splits with metrics;
-  mode=predict: the test split or data.predict_file). Returns the written paths; the console's
-  last line is the summary."""
+def run_predict(config, workdir: str, splits=None, step=None) -> list:
+  """Writes predictions of the workdir's latest checkpoint, or of `step` ('best', 'latest' or a
+  number: checkpoint_reader.resolve_step) (mode=eval: eval splits with metrics; mode=predict:
+  the test split or data.predict_file). Returns the written paths; the console's last line is
+  the summary."""
   start = time.perf_counter()
   config_check.check(config)
   workdir = paths.absolute(workdir)
@@ -428,7 +430,8 @@ def run_predict(config, workdir: str, splits=None) -> list:
                             'with this --workdir.')
   # Read-only: a run may be training in this workdir; nothing of it is cleaned or moved.
   mngr = checkpoint.manager(workdir, cfg, best_metric=task.main_metric, read_only=True)
-  restored = checkpoint.restore_latest(mngr, state, read_only=True)
+  restored = checkpoint.restore_latest(mngr, state, read_only=True,
+                                       step=checkpoint_reader.resolve_step(workdir, step))
   if restored is None:
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
@@ -471,13 +474,17 @@ def run_predict(config, workdir: str, splits=None) -> list:
   return written
 
 
-def run(config, workdir: str):
-  """bertjax.main's entry for job=finetune."""
+def run(config, workdir: str, step=None):
+  """bertjax.main's entry for job=finetune; `step` (--step) picks the checkpoint of modes eval
+  and predict."""
   if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
                      'or the run to evaluate or predict with).')
   if config.mode == 'train_eval':
+    if step is not None:
+      raise ValueError(f'--step={step} picks the checkpoint that --config.mode=eval or predict '
+                       'reads: training resumes from the newest; drop --step.')
     return train_and_evaluate(config, workdir)
   if config.mode in ('eval', 'predict'):
-    return run_predict(config, workdir)
+    return run_predict(config, workdir, step=step)
   raise ValueError(f'config.mode={config.mode!r} is unknown; valid: train_eval, eval, predict.')

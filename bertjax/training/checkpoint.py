@@ -4,7 +4,11 @@ Checkpoints are orbax CheckpointManager steps under <workdir>/checkpoints/<step>
 items: `state` (the TrainState: params, optimizer state, step, dropout RNG) and `meta` (JSON:
 the step, the number of training examples consumed, which is the data position, the model
 config and the mesh that wrote it). Saves are asynchronous; the manager keeps the last
-`keep` steps plus the `keep_best` best by the job's eval metric (pre-training: MLM accuracy).
+`keep` steps plus the `keep_best` best by checkpoint.best_metric (default: the job's main eval
+metric, pre-training's MLM accuracy, a task's own) in checkpoint.best_mode ('max' or 'min';
+default: 'min' for loss-like names). An eval step's meta item records its rank (`ranking`: the
+metric, mode and value), which readers use for --step=best; every eval's metrics are also kept
+in <workdir>/eval_history.json, from which early stopping counts after a resume.
 
 Restoring reads each array straight into the sharding the current mesh asks for, so a run may
 resume on a different mesh shape. The meta item records a digest of every array of the state
@@ -110,18 +114,43 @@ def checkpoint_dir(workdir) -> str:
                                'checkpoints'))
 
 
-def manager(workdir, config, *, best_metric: str,
+# Metric names (or parts of them) where lower is better: best_mode's default.
+LOSS_LIKE = ('loss', 'mse', 'perplexity', 'error')
+MODES = ('max', 'min')
+
+
+def best_mode(metric: str, mode: str = '') -> str:
+  """'max' or 'min' for `metric`: `mode` when given, else 'min' for loss-like names."""
+  if mode:
+    return mode
+  return 'min' if any(part in metric.rsplit('/', 1)[-1] for part in LOSS_LIKE) else 'max'
+
+
+def rank(value, step: int, mode: str) -> tuple:
+  """A sort key, larger = better: the better value, and among equal values the earlier step
+  (a later tie is no improvement, for keep_best, --step=best and early stopping alike)."""
+  if value is None:
+    return (float('-inf'), -step)
+  return (value if mode == 'max' else -value, -step)
+
+
+def manager(workdir, config, *, best_metric: str, mode: str = 'max', keep_best: int | None = None,
             read_only: bool = False) -> ocp.CheckpointManager:
   """An orbax manager for <workdir>/checkpoints following config.checkpoint.
 
-  `best_metric` (higher is better) ranks checkpoints for keep_best. A `read_only` manager (eval
-  and predict modes) writes, cleans and deletes nothing: a live run may be saving there.
+  `best_metric` in `mode` ranks checkpoints for the `keep_best` best (None: the config's). A
+  `read_only` manager (eval and predict modes) writes, cleans and deletes nothing: a live run
+  may be saving there.
   """
+  keep_best = config.checkpoint.keep_best if keep_best is None else keep_best
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
-  if config.checkpoint.keep_best:
+  if keep_best:
+    # The step rides in the saved metrics so that ties go to the earlier step (get_metric_fn
+    # sees the metrics only); a step saved under another metric ranks last.
     policies.append(ocp.checkpoint_managers.BestN(
-        get_metric_fn=lambda metrics: metrics[best_metric], n=config.checkpoint.keep_best,
-        keep_checkpoints_without_metrics=False))
+        get_metric_fn=lambda metrics: rank(metrics.get(best_metric), metrics.get('step', 0),
+                                           mode),
+        n=keep_best, keep_checkpoints_without_metrics=False))
   options = ocp.CheckpointManagerOptions(
       # Only every N steps (orbax would also save the first step of a run by default); the
       # loop forces the last step and preemption saves.
@@ -134,6 +163,35 @@ def manager(workdir, config, *, best_metric: str,
       cleanup_tmp_directories=not read_only)
   return ocp.CheckpointManager(checkpoint_dir(workdir), item_names=('state', 'meta'),
                                options=options)
+
+
+# Every eval's metrics by step, beside config.json: what early stopping counts from after a
+# resume (checkpoints of older evals may be gone by then).
+EVAL_HISTORY = 'eval_history.json'
+
+
+def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
+  """{step: metrics} of the evals recorded in `workdir` at steps <= `up_to_step` (an eval
+  recorded after the checkpoint a run resumes from is done again)."""
+  path = files.join(workdir, EVAL_HISTORY)
+  if not files.exists(path):
+    return {}
+  recorded = json.loads(files.read_text(path))
+  return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
+
+
+def record_eval(workdir, history: dict[int, dict]):
+  """Writes the eval history (process 0, atomically)."""
+  write_json(files.join(workdir, EVAL_HISTORY), {str(k): v for k, v in sorted(history.items())})
+
+
+def since_best(history: dict[int, dict], metric: str, mode: str) -> tuple[int | None, int]:
+  """(the best step, the evals after it) of an eval history ranked by `metric` in `mode`."""
+  steps = sorted(s for s in history if metric in history[s])
+  if not steps:
+    return None, 0
+  best = max(steps, key=lambda s: rank(history[s][metric], s, mode))
+  return best, sum(s > best for s in steps)
 
 
 class DiskFullError(OSError):
@@ -239,14 +297,22 @@ def _move_aside(mngr: ocp.CheckpointManager, step: int):
   mngr.reload()
 
 
-def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool = False):
-  """(state, meta) of the newest readable checkpoint, or None when there is none.
+def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool = False,
+                   step: int | None = None):
+  """(state, meta) of the newest readable checkpoint (or of `step` exactly), or None when
+  there is none.
 
   `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into. A
-  `read_only` caller (eval, predict) skips an unreadable step without moving it aside.
+  `read_only` caller (eval, predict) skips an unreadable step without moving it aside; a step
+  it names is never replaced by another.
   """
   steps = sorted(mngr.all_steps(), reverse=True)
-  for step in steps:
+  if step is not None:
+    if step not in steps:
+      raise FileNotFoundError(f'{mngr.directory} has no checkpoint step {step}; its steps: '
+                              f'{", ".join(map(str, sorted(steps))) or "none"}.')
+    steps = [step]
+  for step in steps:  # The named step, or every step newest first.
     _check_params_fit(mngr, step, abstract_state.params)
     try:
       restored = mngr.restore(step, args=ocp.args.Composite(

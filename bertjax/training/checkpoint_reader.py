@@ -2,10 +2,12 @@
 init_from) loads its checkpoint: the same checks as training's restore, and nothing written.
 
 A location is a workdir, its checkpoints/ folder or one checkpoints/<step>. The newest step is
-read unless a step is named (`step=` or a step folder). Every array is checked against the
-digest its meta item recorded. A newest step that cannot be read (damaged bytes, a missing or
-truncated _METADATA, a digest that disagrees) is skipped with a warning naming it and the
-previous one is read instead; a step named by the user is never replaced by another. Unlike
+read unless a step is named (`step=` or a step folder): every reader takes the same values,
+resolved here by `resolve_step`: 'latest' (or None), 'best' (the step the run ranked best at
+its evals, as each eval step's meta item records it) or a step number. Every array is checked
+against the digest its meta item recorded. A newest step that cannot be read (damaged bytes, a
+missing or truncated _METADATA, a digest that disagrees) is skipped with a warning naming it and
+the previous one is read instead; a step named by the user is never replaced by another. Unlike
 training's restore nothing is moved aside: a reader may share the workdir with a live run, and
 the run that wrote a damaged step is the one to deal with it. Only a reader's own errors
 (memory, permissions, no network) stop the read. A step that disappears while it
@@ -17,6 +19,7 @@ meta items go through bertjax.files, the arrays through orbax (which reads URLs 
 
 import dataclasses
 import json
+import numbers
 import os
 
 from absl import logging
@@ -124,8 +127,109 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   return params, meta
 
 
-def read(path, step: int | None = None) -> Read:
-  """The params and meta of the newest readable step at `path` (or of `step` exactly)."""
+def parse_step(step, *, text: bool = False) -> int | str | None:
+  """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
+  or a number >= 0 (`text`: a command line's flag, where the number is a digit string)."""
+  if step is None or step == 'latest' or (text and step == ''):
+    return None
+  if step == 'best':
+    return 'best'
+  if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step >= 0:
+    return int(step)
+  if text and isinstance(step, str) and step.strip().isdigit():
+    return int(step)
+  if text:
+    raise ValueError(f'--step={step}: pass best, latest or a checkpoint step number (0 or more, '
+                     'one of the run\'s checkpoints/<step> folders).')
+  raise ValueError(f'step={step!r}: a checkpoint step is a number (0 or more, e.g. step=600), '
+                   "'best' or 'latest'.")
+
+
+def _run_config(workdir) -> dict | None:
+  """The config the run in `workdir` last ran with (a resume's own, else config.json)."""
+  try:
+    resumed = sorted(files.glob(files.join(workdir, 'config-resumed-at-*.json')),
+                     key=lambda p: int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]))
+    return json.loads(files.read_text(resumed[-1] if resumed else
+                                      files.join(workdir, 'config.json')))
+  except (OSError, ValueError):
+    return None
+
+
+def best_step(directory) -> int:
+  """The step the run ranked best among the steps kept in a checkpoints folder (its evals'
+  `ranking` in the meta items); ValueError saying what to do when it kept or ranked none."""
+  available = steps(directory)
+  if not available:
+    raise _no_checkpoint(directory)
+  workdir = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
+  listed = ', '.join(map(str, available))
+  run = _run_config(workdir)
+  kept = run.get('checkpoint', {}) if isinstance(run, dict) else {}
+  if run is not None and not (kept.get('keep_best') or run.get('early_stopping_patience')):
+    raise ValueError(
+        f'--step=best: {workdir} was trained with checkpoint.keep_best=0, so its best checkpoint '
+        f'may have been deleted (it kept the newest {kept.get("keep", "few")}): pass '
+        f'--step=latest or one of its steps ({listed}); train with '
+        '--config.checkpoint.keep_best=1 to keep the best.')
+  ranked = {}
+  for step in available:
+    try:
+      ranking = read_meta(files.join(directory, str(step))).get('ranking')
+    except (ValueError, OSError):
+      continue  # An unreadable meta: the step cannot be read anyway.
+    if isinstance(ranking, dict) and isinstance(ranking.get('value'), (int, float)):
+      ranked[step] = ranking
+  if not ranked:
+    raise ValueError(f'--step=best: no checkpoint in {directory} ({listed}) was saved at an '
+                     'eval, so none is ranked: pass --step=latest or a step number, or train '
+                     'with evals (eval files, eval_every_steps) and checkpoint.keep_best=1.')
+  # The newest eval's metric and mode rank (a resumed run may have changed them).
+  metric, mode = ranked[max(ranked)]['metric'], ranked[max(ranked)]['mode']
+  same = [s for s in ranked if (ranked[s]['metric'], ranked[s]['mode']) == (metric, mode)]
+  best = max(same, key=lambda s: checkpoint.rank(ranked[s]['value'], s, mode))
+  logging.info('step=best: step %d of %s (%s %.4g, %s is better)', best, directory, metric,
+               ranked[best]['value'], 'higher' if mode == 'max' else 'lower')
+  return best
+
+
+def resolve_step(path, step) -> int | None:
+  """The step number a reader's `step` (None, 'latest', 'best', a number) names at `path`
+  (None: the newest readable). A number the run does not have names the steps it does."""
+  step = parse_step(step)
+  directory, named = locate(path)
+  if step is not None and named is not None and step != named:
+    raise ValueError(f'{path} is step {named} but step={step} was asked for: pass one of them.')
+  if step == 'best':
+    return best_step(directory)
+  if step is not None:
+    available = steps(directory)
+    if not available:
+      raise _no_checkpoint(directory)
+    if step not in available:
+      raise FileNotFoundError(f'{directory} has no checkpoint step {step}; its steps: '
+                              f'{", ".join(map(str, available))}.')
+  return step
+
+
+def step_path(path, step) -> str:
+  """`path` (a workdir, checkpoints/ or a step folder), or its folder of `step` when one is
+  named ('best', a number): what sources.load and init_from read."""
+  if parse_step(step) is None:
+    return os.fspath(path)
+  directory, named = locate(path)
+  if not steps(directory):
+    raise ValueError(f'step={step} names a checkpoint of a bertjax run, and {path} holds none '
+                     '(no checkpoints/<step> folders): drop the step for another kind of model.')
+  resolved = resolve_step(path, step)
+  return os.fspath(path) if named is not None else files.join(directory, str(resolved))
+
+
+def read(path, step: int | str | None = None) -> Read:
+  """The params and meta of the newest readable step at `path` (or of `step` exactly: a
+  number or 'best'; None or 'latest' = the newest)."""
+  if step is not None:
+    step = resolve_step(path, step)
   directory, named = locate(path)
   if step is not None and named is not None and step != named:
     raise ValueError(f'{path} is step {named} but step {step} was asked for: pass one of them.')

@@ -226,6 +226,12 @@ def _check_mesh_and_checkpoint(c: _Checker):
              'is needed to resume)')
   c.at_least('checkpoint.keep_best', 0, fix='set --config.checkpoint.keep_best to 0 (none) or '
              'more')
+  mode = c.get('checkpoint.best_mode')
+  if mode is not _MISSING and mode not in ('', 'max', 'min'):
+    c.fail('checkpoint.best_mode', mode, 'is unknown', "valid: max (higher is better), min, or "
+           "'' (min for loss-like metrics, else max)")
+  c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience to 0 (off) '
+             'or the evaluations to wait for an improvement')
 
 
 def _check_sequence(c: _Checker, path: str, *, position_table: bool):

@@ -58,11 +58,17 @@ class Job:
   load_weights(params, shardings) -> params: the start-from weights placed in `shardings` (None:
     start fresh). `params` comes abstract; what it returns still abstract (a task head) is drawn.
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
-  best_metric: the eval metric (higher is better) that ranks checkpoints for keep_best.
+  best_metric: the job's main eval metric: what ranks checkpoints (keep_best, --step=best) and
+    early stopping unless config.checkpoint.best_metric names another.
   sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
   tokens/s and MFU figures (two-phase pre-training changes the length at a step; fine-tuning
   counts per example what its cut or packed rows compute).
   vocab_file: the vocab the run tokenizes with, copied beside its config.json.
+  metric_names: the eval metrics the job computes, known before its first eval (a
+    checkpoint.best_metric among none of them stops the run at its start); () = known only once
+    the first eval has run (it stops there, before anything is saved).
+  early_stopping_patience: evaluations without an improvement of the best metric after which
+    the run stops (0 = never).
   """
 
   objective: train_state.Objective
@@ -73,6 +79,8 @@ class Job:
   best_metric: str
   sequence_cost: Callable[[int], tuple[float, float]]
   vocab_file: str = ''  # Kept in the workdir (checkpoint.RUN_VOCAB) once the run trains.
+  metric_names: tuple = ()
+  early_stopping_patience: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +93,10 @@ class Outcome:
   train_loss: float | None  # Mean loss of the steps logged last; None: this call trained none.
   eval_step: int | None  # The step of eval_metrics (None: no eval).
   stopped: str = ''  # Why it ended before total_steps by design (preemption); '' = it did not.
+  # The step its evals ranked best and its value of best_metric (None: no best kept, no eval).
+  best_step: int | None = None
+  best: tuple = ()  # (metric, value) of best_step.
+  early_stopped: bool = False  # Stopped by early stopping (best_step is what it hands on).
 
 
 def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_metric: str,
@@ -103,6 +115,8 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
   results = outcome.eval_metrics
   names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
   shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
+  if outcome.best_step is not None:
+    shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g})'))
   outputs = [*outputs,
              ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
              ('TensorBoard', workdir)]
@@ -200,6 +214,35 @@ def _write_config(config, workdir, writer, resumed_at: int | None):
     checkpoint.write_json(files.join(workdir, name), json.loads(config.to_json()))
 
 
+def check_best_metric(metric: str, names):
+  """Refuses a best metric that is not among the eval metrics `names` (any when () or None)."""
+  if names and metric not in names:
+    raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
+                     f'job; valid: {", ".join(names)}.')
+
+
+def _ranking(config, job: Job) -> tuple[str, str, int]:
+  """(best metric, its mode, keep_best): config.checkpoint's, else the job's main metric; early
+  stopping keeps the best step at least (it is what the run hands on)."""
+  metric = config.checkpoint.best_metric or job.best_metric
+  check_best_metric(metric, job.metric_names)
+  if job.early_stopping_patience and job.evaluator is None:
+    raise ValueError(f'config.early_stopping_patience={job.early_stopping_patience} counts '
+                     'evaluations, but this run has no eval data: give it some (an eval file or '
+                     'split), or set it to 0.')
+  keep_best = config.checkpoint.keep_best or (1 if job.early_stopping_patience else 0)
+  return metric, checkpoint.best_mode(metric, config.checkpoint.best_mode), keep_best
+
+
+def _early_stop(history: dict, metric: str, mode: str, patience: int) -> str:
+  """Why the run stops early after the evals in `history` ('' = it goes on)."""
+  best_step, waited = checkpoint.since_best(history, metric, mode)
+  if not patience or waited < patience:
+    return ''
+  return (f'early: {metric} did not improve for {waited} evaluations after step {best_step}, '
+          f'its best ({history[best_step][metric]:.4g})')
+
+
 def _evaluate(job: Job, params, step: int, writer) -> dict:
   start = time.perf_counter()
   metrics = job.evaluator.run(params, step)
@@ -279,17 +322,29 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
-  mngr = checkpoint.manager(workdir, config, best_metric=job.best_metric)
+  metric, mode, keep_best = _ranking(config, job)
+  patience = job.early_stopping_patience
+  mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)
   state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
                                                                       rules, mngr)
   start_step, total_steps = int(state.step), config.num_train_steps
-  if resumed and start_step >= total_steps:
+  # The evals up to the resumed step, as recorded: early stopping counts on from them.
+  history = checkpoint.eval_history(workdir, start_step) if resumed else {}
+
+  def best_of(history) -> dict:
+    best_step = checkpoint.since_best(history, metric, mode)[0] if keep_best else None
+    return {} if best_step is None else dict(
+        best_step=best_step, best=(metric, history[best_step][metric]))
+
+  stopped = _early_stop(history, metric, mode, patience) if resumed else ''
+  if resumed and (start_step >= total_steps or stopped):
     mngr.close()
-    logging.info('already at step %d of %d: nothing to do (raise num_train_steps to go on)',
-                 start_step, total_steps)
+    logging.info('already at step %d of %d%s: nothing to do', start_step, total_steps,
+                 f', stopped {stopped}' if stopped else ' (raise num_train_steps to go on)')
     # A finished run's last eval is its last step's (the loop always evaluates there).
     results = _read_json(files.join(workdir, 'eval_results.json')) or {}
-    return Outcome(results, start_step, total_steps, None, start_step if results else None)
+    return Outcome(results, start_step, total_steps, None, start_step if results else None,
+                   stopped, early_stopped=bool(stopped), **best_of(history))
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
@@ -330,17 +385,29 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
         elif done % config.log_every_steps == 0:
           deferred, pending = (done, pending), []
 
+        value = None
         if do_eval:
           eval_metrics, eval_step = _evaluate(job, state.params, done, writer), done
           progress.restart_timer(done)
+          if eval_metrics:
+            check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
+            value = eval_metrics[metric]
+            history[done] = eval_metrics
+            checkpoint.record_eval(workdir, history)
+            stopped = _early_stop(history, metric, mode, patience)
         if will_save:
-          best = eval_metrics.get(job.best_metric) if do_eval else None
           consumed = examples_consumed + (done - start_step) * config.global_batch_size
           meta = {'step': done, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
                   'model': json.loads(config.model.to_json())}
+          if value is not None:  # What --step=best reads back.
+            meta['ranking'] = {'metric': metric, 'mode': mode, 'value': value}
           checkpoint.save(mngr, done, state, meta, force=True,
-                          metrics=None if best is None else {job.best_metric: best})
+                          metrics=None if value is None else {metric: value, 'step': done})
           logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
+        if stopped and not is_last:
+          logging.warning('stopped %s: saved step %d, exiting', stopped, done)
+          break
+        stopped = ''  # Early stopping at the last step: the run finished anyway.
         if preempted and not is_last:
           logging.warning('preempted: saved step %d, exiting', done)
           stopped = f'preempted at step {done}: rerun the same command to resume'
@@ -350,4 +417,5 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
     writer.close()
   if eval_metrics:
     checkpoint.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
-  return Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step, stopped)
+  return Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step, stopped,
+                 early_stopped=stopped.startswith('early'), **best_of(history))

@@ -1,0 +1,119 @@
+"""The best checkpoint: keep_best keeps what the evals rank best by checkpoint.best_metric, and
+--step=best|latest|N resolves the same way for every reader (checkpoint_reader.resolve_step).
+
+Tiny fine-tuning runs (the SST-2-layout task of finetune_runs) evaluated at every step.
+"""
+
+import json
+import pathlib
+
+import finetune_runs
+import pytest
+
+from bertjax import pretrain
+from bertjax.finetune import job as finetune
+from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
+from bertjax.training import config_check
+from configs import pretrain as pretrain_config
+
+
+@pytest.fixture(scope='module')
+def sst2_dir(tmp_path_factory):
+  return finetune_runs.write_sst2(tmp_path_factory.mktemp('sst2'))
+
+
+def kept_steps(workdir) -> set[int]:
+  return set(checkpoint_reader.steps(pathlib.Path(workdir) / 'checkpoints'))
+
+
+def history(workdir) -> dict[int, dict]:
+  recorded = json.loads((pathlib.Path(workdir) / checkpoint.EVAL_HISTORY).read_text())
+  return {int(k): v for k, v in recorded.items()}
+
+
+def run(sst2_dir, workdir, **fields):
+  config = finetune_runs.tiny_config(sst2_dir, **{
+      'num_train_steps': 6, 'eval_every_steps': 1, 'checkpoint.every_steps': 1000,
+      'checkpoint.keep': 1, **fields})
+  return finetune.train_and_evaluate(config, str(workdir))
+
+
+@pytest.fixture(scope='module')
+def best_by_loss(sst2_dir, tmp_path_factory):
+  """keep=1, keep_best=1, ranked by the eval loss (lower is better) at a rate that moves it."""
+  workdir = tmp_path_factory.mktemp('best') / 'run'
+  run(sst2_dir, workdir, **{'checkpoint.keep_best': 1, 'checkpoint.best_metric': 'loss',
+                            'optimizer.learning_rate': 3e-3})
+  return workdir
+
+
+def test_keeps_the_newest_and_the_best_the_evals_name(best_by_loss):
+  evals = history(best_by_loss)
+  assert sorted(evals) == [1, 2, 3, 4, 5, 6]
+  losses = {step: metrics['loss'] for step, metrics in evals.items()}
+  best = min(losses, key=lambda s: (losses[s], s))
+  assert kept_steps(best_by_loss) == {6, best}
+  assert checkpoint_reader.resolve_step(best_by_loss, 'best') == best
+  assert checkpoint_reader.resolve_step(best_by_loss, 'latest') is None
+  assert checkpoint_reader.read(best_by_loss, 'best').step == best
+  ranking = checkpoint_reader.read_meta(best_by_loss / 'checkpoints' / str(best))['ranking']
+  assert ranking == {'metric': 'loss', 'mode': 'min', 'value': losses[best]}
+  assert checkpoint_reader.step_path(best_by_loss, 'best') == str(
+      best_by_loss / 'checkpoints' / str(best))
+
+
+def test_a_tie_keeps_the_earlier_step(sst2_dir, tmp_path):
+  # Learning rate 0: every eval gives the same accuracy; a later tie is no improvement.
+  workdir = tmp_path / 'flat'
+  run(sst2_dir, workdir, **{'checkpoint.keep_best': 1, 'optimizer.learning_rate': 0.0,
+                            'num_train_steps': 3})
+  assert len({m['accuracy'] for m in history(workdir).values()}) == 1
+  assert kept_steps(workdir) == {1, 3}
+  assert checkpoint_reader.resolve_step(workdir, 'best') == 1
+
+
+def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
+  for text in ('-1', 'abc', '1.5', 'Best'):
+    with pytest.raises(ValueError, match=f'--step={text}: pass best, latest or a checkpoint'):
+      checkpoint_reader.parse_step(text, text=True)
+  assert checkpoint_reader.parse_step('12', text=True) == 12
+  assert checkpoint_reader.parse_step('latest', text=True) is None
+  with pytest.raises(ValueError, match=r"step=-1: a checkpoint step is a number \(0 or more"):
+    checkpoint_reader.parse_step(-1)
+  with pytest.raises(ValueError, match="step=True: a checkpoint step is a number"):
+    checkpoint_reader.parse_step(True)
+  with pytest.raises(FileNotFoundError, match='no checkpoint step 99; its steps: '):
+    checkpoint_reader.resolve_step(best_by_loss, 99)
+  # A run that kept no best: 'best' says why and what to pass instead.
+  plain = tmp_path / 'plain'
+  run(sst2_dir, plain, num_train_steps=2)
+  with pytest.raises(ValueError, match=r'keep_best=0, so its best checkpoint may have been '
+                     r'deleted .* pass --step=latest or one of its steps \(2\); train with '
+                     r'--config.checkpoint.keep_best=1'):
+    checkpoint_reader.resolve_step(plain, 'best')
+  with pytest.raises(ValueError, match='holds none'):
+    checkpoint_reader.step_path(tmp_path, 'best')
+
+
+def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
+  assert checkpoint.best_mode('loss') == checkpoint.best_mode('dev/mse') == 'min'
+  assert checkpoint.best_mode('mlm_loss') == 'min'
+  assert checkpoint.best_mode('accuracy') == checkpoint.best_mode('f1') == 'max'
+  assert checkpoint.best_mode('loss', 'max') == 'max'
+  config = finetune_runs.tiny_config(sst2_dir, **{'checkpoint.best_mode': 'highest'})
+  with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='highest': is unknown; "
+                     'valid: max'):
+    config_check.check(config)
+  # Pre-training knows its metrics before it reads any data.
+  config = pretrain_config.get_config('size=tiny,steps=2')
+  config.checkpoint.best_metric = 'mlm_acc'
+  with pytest.raises(ValueError, match=r"best_metric='mlm_acc' is not an eval metric of this "
+                     'job; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss'):
+    pretrain.train_and_evaluate(config, str(tmp_path / 'pretrain'))
+  # A task's metrics are known at its first eval: the run stops there, nothing saved.
+  workdir = tmp_path / 'typo'
+  with pytest.raises(ValueError, match=r"best_metric='acuracy' is not an eval metric of this "
+                     r'job; valid: accuracy, loss'):
+    run(sst2_dir, workdir, **{'checkpoint.best_metric': 'acuracy'})
+  assert kept_steps(workdir) == set()
