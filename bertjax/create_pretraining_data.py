@@ -9,8 +9,10 @@ Input: one sentence per line and a blank line between documents (the original's 
 with --input_format=text one paragraph per line, split into sentences here. Output: shards with
 the original's features (files from either tool are interchangeable), or with
 --nostatic_masking unmasked `input_ids, input_mask, segment_ids, next_sentence_labels` for
-masking in the input pipeline; --nsp=false writes MLM-only instances (one segment of
-contiguous sentences, no next_sentence_labels) for model.nsp=False. Beside them,
+masking in the input pipeline; --masking=wordpiece|whole_word|ngram|span picks what the static
+masks cover (bertjax/pretraining_data/masking.py; the original's --do_whole_word_mask is
+--masking=whole_word, accepted with a warning); --nsp=false writes MLM-only instances (one
+segment of contiguous sentences, no next_sentence_labels) for model.nsp=False. Beside them,
 `<output>.json` holds the settings, the vocab's sha256 and the counts, skipped input included;
 the console's last line sums them up (instances, documents, shards, where they are).
 --tokenizer picks the WordPiece path (both exact, the same bytes): auto takes the pure-Python
@@ -19,6 +21,10 @@ start-up pays off. Semantics and deliberate differences are in
 bertjax/pretraining_data/instances.py; parallelism, determinism and atomic shards in
 bertjax/pretraining_data/writer.py. On Shakespeare + KJV (8.5 MB, dupe_factor 5) expect about
 116k instances in seconds; bench/create_pretraining_data_bench.py has the figures.
+
+Instead of --input_file, --tfds_name reads a prepared TFDS dataset (Wikipedia, C4, your own
+builder), one document per example's --tfds_text_field, each worker its own part of
+--tfds_split (bertjax/pretraining_data/tfds_source.py); the report records the dataset.
 """
 
 import sys
@@ -29,11 +35,22 @@ from absl import flags
 
 from bertjax import console
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import masking
 from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import tfds_source
 from bertjax.pretraining_data import writer
 
 _D = instances.Settings()
 _INPUT_FILE = flags.DEFINE_string('input_file', None, 'Comma-separated input files and globs.')
+_TFDS_NAME = flags.DEFINE_string(
+    'tfds_name', None, 'Instead of --input_file: a prepared TFDS dataset (wikipedia/20230601.en, '
+    'your builder\'s name; name:version pins one), one document per example.')
+_TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'With --tfds_name: the split, in '
+                                  "TFDS's syntax (train, train[:10%]).")
+_TFDS_TEXT_FIELD = flags.DEFINE_string('tfds_text_field', 'text',
+                                       'With --tfds_name: the text feature of each example.')
+_TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'With --tfds_name: where it is '
+                                     "prepared (default: TFDS's, ~/tensorflow_datasets).")
 _OUTPUT_FILE = flags.DEFINE_string(
     'output_file', None, 'Comma-separated output files, or a prefix with --num_output_shards.')
 _VOCAB_FILE = flags.DEFINE_string('vocab_file', None, 'WordPiece vocab.txt of the model.')
@@ -41,8 +58,13 @@ _SPM_MODEL_FILE = flags.DEFINE_string('spm_model_file', None,
                                       'SentencePiece .model instead of --vocab_file (ALBERT).')
 _DO_LOWER_CASE = flags.DEFINE_bool('do_lower_case', True,
                                    'Lower-case the text; must match the vocab (checked).')
-_DO_WHOLE_WORD_MASK = flags.DEFINE_bool('do_whole_word_mask', _D.do_whole_word_mask,
-                                        'Mask every piece of a word together.')
+_MASKING = flags.DEFINE_enum(
+    'masking', _D.masking, masking.STRATEGIES, 'What is masked, 15% of the tokens: wordpiece '
+    '(BERT: each piece on its own), whole_word (every piece of a word), ngram (n-grams of 1-3 '
+    "whole words, TF Model Garden's), span (SpanBERT's: whole-word spans of mean 3.8 words).")
+_DO_WHOLE_WORD_MASK = flags.DEFINE_bool(
+    'do_whole_word_mask', None, "The original script's name: --do_whole_word_mask is "
+    '--masking=whole_word (accepted with a warning, so its command lines run).')
 _MAX_SEQ_LENGTH = flags.DEFINE_integer('max_seq_length', _D.max_seq_length,
                                        'Tokens per instance, [CLS] and [SEP]s included.')
 _MAX_PREDICTIONS = flags.DEFINE_integer('max_predictions_per_seq', _D.max_predictions_per_seq,
@@ -92,24 +114,54 @@ _MAX_LINE_BYTES = flags.DEFINE_integer('max_line_bytes', 100_000,
                                        'Longer lines are skipped and counted.')
 
 
+def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bool | None):
+  """--masking, with the original's --[no]do_whole_word_mask read as whole_word (wordpiece);
+  returns (strategy, a warning or ''); raises app.UsageError when the two disagree."""
+  if do_whole_word_mask is None:
+    return strategy, ''
+  whole = strategy != 'wordpiece'
+  if strategy_given and whole != do_whole_word_mask:
+    flag = '--do_whole_word_mask' if do_whole_word_mask else '--nodo_whole_word_mask'
+    raise app.UsageError(f'{flag} contradicts --masking={strategy}: pass --masking alone '
+                         f'(one of {", ".join(masking.STRATEGIES)})')
+  if not strategy_given:
+    strategy = 'whole_word' if do_whole_word_mask else 'wordpiece'
+  return strategy, (f'warning: --{"" if do_whole_word_mask else "no"}do_whole_word_mask is the '
+                    f'original\'s flag: masking={strategy} (pass --masking={strategy} instead)')
+
+
 def main(argv):
   start = time.perf_counter()
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  strategy, warning = masking_strategy(_MASKING.value, flags.FLAGS['masking'].present,
+                                       _DO_WHOLE_WORD_MASK.value)
+  if warning:
+    print(warning, file=sys.stderr)
   settings = instances.Settings(
       max_seq_length=_MAX_SEQ_LENGTH.value, max_predictions_per_seq=_MAX_PREDICTIONS.value,
       masked_lm_prob=_MASKED_LM_PROB.value, short_seq_prob=_SHORT_SEQ_PROB.value,
-      dupe_factor=_DUPE_FACTOR.value, do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
+      dupe_factor=_DUPE_FACTOR.value, masking=strategy,
       static_masking=_STATIC_MASKING.value, nsp=_NSP.value,
       pool_documents=_POOL_DOCUMENTS.value,
       pool_tokens=_POOL_TOKENS.value,
       max_instances_per_row=_MAX_INSTANCES_PER_ROW.value if _PACK.value else 1)
+  tfds = None
+  if _TFDS_NAME.value:
+    tfds = tfds_source.Source(_TFDS_NAME.value, _TFDS_SPLIT.value, _TFDS_TEXT_FIELD.value,
+                              _TFDS_DATA_DIR.value or '')
+  if (not _INPUT_FILE.value) == (tfds is None):
+    raise app.UsageError('pass exactly one input: --input_file (text files) or --tfds_name '
+                         f'(a prepared TFDS dataset); got {"both" if tfds else "neither"}')
   try:
     report = writer.create(
         _INPUT_FILE.value, _OUTPUT_FILE.value, settings, vocab_file=_VOCAB_FILE.value,
         spm_model_file=_SPM_MODEL_FILE.value, do_lower_case=_DO_LOWER_CASE.value,
         num_output_shards=_NUM_OUTPUT_SHARDS.value, num_workers=_NUM_WORKERS.value or None,
-        random_seed=_RANDOM_SEED.value, input_format=_INPUT_FORMAT.value,
+        random_seed=_RANDOM_SEED.value,
+        # A TFDS text is paragraphs, unless --input_format says otherwise.
+        input_format=_INPUT_FORMAT.value if tfds is None or flags.FLAGS['input_format'].present
+        else 'text', tfds=tfds,
         max_line_bytes=_MAX_LINE_BYTES.value, shuffle_buffer=_SHUFFLE_BUFFER.value,
         tokenizer=_TOKENIZER.value, max_unk_fraction=_MAX_UNK_FRACTION.value)
   except (ValueError, OSError, RuntimeError) as e:
@@ -132,5 +184,5 @@ def main(argv):
                   outputs=[('shards', where), ('report', report['report_file'])])
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['input_file', 'output_file'])
+  flags.mark_flags_as_required(['output_file'])
   app.run(main)

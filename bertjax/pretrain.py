@@ -232,7 +232,7 @@ def masking_config(config, vocab_file, plan):
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
       sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
       masked_lm_prob=data.masked_lm_prob,
-      continuation=masking_tf.continuation_flags(vocab) if data.whole_word_masking else None)
+      continuation=masking_tf.continuation_flags(vocab), strategy=data.masking)
 
 
 def _describe(step, means) -> str:

@@ -85,7 +85,10 @@ def get_config(arg=None):
   # Dynamic masking only (static: create_pretraining_data's flags). BERT 0.15; up to ~0.3 for
   # MLM-only models (ModernBERT); max_predictions_per_seq must hold the share of a full row.
   config.data.masked_lm_prob = 0.15
-  config.data.whole_word_masking = False  # Dynamic masking only: mask every piece of a word.
+  # Dynamic masking only (static: create_pretraining_data --masking): wordpiece (BERT: each
+  # piece alone), whole_word (every piece of a word), ngram (1-3 whole words, TF Model
+  # Garden), span (SpanBERT: whole-word spans, geometric lengths of mean 3.8 words).
+  config.data.masking = 'wordpiece'
   config.data.shuffle_window = 10_000  # Records permuted together (memory ~ window x record).
   config.data.num_lanes = 16  # Files read in parallel per host.
   # Instances per row: 1 = one (BERT). More reads packed files (create_pretraining_data --pack

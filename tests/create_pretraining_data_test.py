@@ -284,7 +284,7 @@ def test_instances_are_text_of_the_corpus(unmasked, tokenized):
 
 def test_whole_word_masking_never_splits_a_word(documents, vocab_file, encoder, tmp_path):
   corpus = write_corpus(tmp_path / 'wwm.txt', documents[::6])
-  settings = instances.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True,
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'masking': 'whole_word',
                                           'dupe_factor': 2})
   _, files = run(corpus, tmp_path, settings, vocab_file=vocab_file)
   data = read_records(files, original_feature_spec(fast_tokenizer.import_tf()[0]))

@@ -86,7 +86,7 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   cfg = pretrain_runs.config(MLM_ONLY_STEPS, pretrain_runs.fields(
       {}, model__nsp=False, model__hidden_size=128, model__mlp_dim=512,
       data__dynamic_masking=True,
-      data__whole_word_masking=True, data__masked_lm_prob=0.2, log_every_steps=50,
+      data__masking='whole_word', data__masked_lm_prob=0.2, log_every_steps=50,
       checkpoint__every_steps=1000, max_eval_batches=8, eval_every_steps=0))
   cfg.data.max_predictions_per_seq = 13  # 20% of a 64-token row.
   metrics = pretrain.train_and_evaluate(cfg, str(tmp_path))

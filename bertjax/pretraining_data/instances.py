@@ -23,7 +23,8 @@ Where this differs from the original, and why:
   * Order. The original shuffles all documents before and all instances after; a stream
     cannot, so the writer shuffles records in a bounded buffer (pretraining_writer.py) and the
     input pipeline shuffles again.
-  * Masking budget: 15% of the maskable tokens rather than of all tokens (see masking.py).
+  * Masking budget: 15% of the maskable tokens rather than of all tokens (see masking.py),
+    which also holds the strategies (masking=wordpiece|whole_word|ngram|span).
   * Truncation removes the same number of tokens from each segment as the original, and draws
     how many of them come off the front as a Binomial(n, 1/2): the distribution of the
     original's token-by-token coin flips, in one vectorised step per batch.
@@ -51,7 +52,9 @@ class Settings:
   masked_lm_prob: float = 0.15  # Fraction of maskable tokens chosen for prediction.
   short_seq_prob: float = 0.1  # Probability of a shorter target length per document pass.
   dupe_factor: int = 10  # Passes over each document, each with new packing and masks.
-  do_whole_word_mask: bool = False  # Mask all pieces of a word together.
+  # wordpiece (the original), whole_word (its --do_whole_word_mask), ngram (TF Model Garden's),
+  # span (SpanBERT's): see masking.py.
+  masking: str = 'wordpiece'
   static_masking: bool = True  # False: unmasked instances for masking in the input pipeline.
   pool_documents: int = 1000  # NotNext candidates: documents around the current one.
   pool_tokens: int = 20_000_000  # ... and at most this many tokens in them.
@@ -67,6 +70,11 @@ class Settings:
       raise ValueError(f'max_seq_length={self.max_seq_length}: need at least 5 ([CLS] A [SEP] '
                        'B [SEP] with one token in each segment and room for a short target; '
                        '3 without NSP)')
+    masking.check_strategy(self.masking)
+    if not self.static_masking and self.masking != 'wordpiece':
+      raise ValueError(f'masking={self.masking} chooses static masks, but static_masking=False '
+                       'writes unmasked instances: choose it where they are masked '
+                       f'(--config.data.masking={self.masking})')
     if self.static_masking and self.max_predictions_per_seq < 1:
       raise ValueError(f'max_predictions_per_seq={self.max_predictions_per_seq}: need >= 1')
     for name in ('masked_lm_prob', 'short_seq_prob'):
@@ -290,12 +298,11 @@ class InstanceMaker:
     if self.settings.static_masking:
       # As the original, [CLS] and [SEP] are never chosen, wherever they are.
       candidates = input_mask & (ids != self.encoder.cls_id) & (ids != self.encoder.sep_id)
-      continuation = self.encoder.continuation if self.settings.do_whole_word_mask else None
       masked, positions, label_ids, weights = masking.mask_batch(
           ids, candidates, self._np_rng, masked_lm_prob=self.settings.masked_lm_prob,
           max_predictions=self.settings.max_predictions_per_seq,
           vocab_size=self.encoder.vocab_size, mask_id=self.encoder.mask_id,
-          continuation=continuation)
+          strategy=self.settings.masking, continuation=self.encoder.continuation)
       self.counts['masked_lm_predictions'] += int(weights.sum())
       features.update(input_ids=masked, masked_lm_positions=positions, masked_lm_ids=label_ids,
                       masked_lm_weights=weights)

@@ -14,11 +14,14 @@ import os
 
 from absl import logging
 
+from bertjax.pretraining_data import masking
+
 JOBS = ('pretrain', 'finetune', 'embed')
 MODES = ('train_eval', 'eval', 'predict')
 OPTIMIZERS = ('adamw', 'lamb')
 DTYPES = ('float32', 'bfloat16')
 POOLINGS = ('auto', 'cls', 'mean')
+MASKING_STRATEGIES = masking.STRATEGIES  # wordpiece, whole_word, ngram, span
 # [CLS], at least one token and [SEP].
 MIN_SEQ_LENGTH = 3
 
@@ -259,6 +262,7 @@ def _check_data(c: _Checker, job):
              'sequence length')
     c.fraction('data.masked_lm_prob', closed_high=False, open_low=True,
                fix='set --config.data.masked_lm_prob to e.g. 0.15 (BERT)')
+    c.choice('data.masking', MASKING_STRATEGIES)
     for name in ('shuffle_window', 'num_lanes', 'dupe_factor'):
       c.at_least(f'data.{name}', 1, fix=f'set --config.data.{name} to 1 or more')
     fraction = c.fraction('phase2.fraction', closed_high=False,
@@ -326,6 +330,9 @@ def _field_names(config, prefix='') -> list[str]:
 # fine-tuning's init, feature extraction's checkpoint.
 RENAMED_FIELDS = {'checkpoint.init_from': 'init_from', 'init': 'init_from',
                   'checkpoint': 'init_from'}
+# Fields replaced by a field of another kind: (what to pass instead, what the new field holds).
+REPLACED_FIELDS = {'data.whole_word_masking': (
+    'data.masking=whole_word', f'data.masking is one of {", ".join(masking.STRATEGIES)}')}
 
 
 def unknown_field(config, args) -> str | None:
@@ -336,6 +343,9 @@ def unknown_field(config, args) -> str | None:
   for arg in args:
     if arg.startswith('--config.'):
       field = arg[len('--config.'):].split('=', 1)[0]
+      if field in REPLACED_FIELDS and field not in names:
+        replacement, holds = REPLACED_FIELDS[field]
+        return f'config.{field} was replaced: use --config.{replacement} (in {arg}; {holds}).'
       if field in RENAMED_FIELDS and field not in names:
         return (f'config.{field} was renamed: use --config.{RENAMED_FIELDS[field]} (in {arg}; '
                 'the same field in every job).')

@@ -39,7 +39,8 @@ def _words(row_ids, row_mask):
 def test_whole_word_masking_takes_whole_words_under_the_original_budget_rule():
   continuation = np.arange(VOCAB) >= PIECES
   config = masking_tf.MaskingConfig(vocab_size=VOCAB, mask_id=MASK, cls_id=CLS, sep_id=SEP,
-                                    masked_lm_prob=0.15, continuation=continuation)
+                                    masked_lm_prob=0.15, continuation=continuation,
+                                    strategy='whole_word')
   rng = np.random.default_rng(0)
   chosen_total = maskable_total = partial = 0
   for step in range(6):  # Then two batches of long words, where budgets often cannot be met.

@@ -27,10 +27,10 @@ def test_mask_batch_budget_labels_and_whole_words():
   candidates = (np.arange(seq) > 0) & (np.arange(seq) < (length - 1)[:, None])
   continuation = np.zeros(vocab_size, bool)
   continuation[500:] = True  # Half the vocab are '##' pieces: words of several pieces.
-  for whole_words in (None, continuation):
+  for strategy, whole_words in (('wordpiece', None), ('whole_word', continuation)):
     masked, positions, labels, weights = masking.mask_batch(
         ids, candidates, rng, masked_lm_prob=0.15, max_predictions=8, vocab_size=vocab_size,
-        mask_id=3, continuation=whole_words)
+        mask_id=3, strategy=strategy, continuation=whole_words)
     count = weights.sum(axis=1).astype(int)
     budget = masking.num_to_predict(candidates.sum(axis=1), 0.15, 8)
     assert np.all(count <= budget) and np.mean(count == budget) > 0.9

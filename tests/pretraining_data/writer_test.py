@@ -181,7 +181,7 @@ def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
       input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1500,
       control_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
       minloglevel=2)
-  settings = instances.Settings(**{**SETTINGS.__dict__, 'do_whole_word_mask': True})
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'masking': 'whole_word'})
   report, files = run(corpus, tmp_path, settings, spm_model_file=str(tmp_path / 'sp.model'))
   data = read_records(files)
   assert len(data['input_ids']) == report['counts']['instances'] > 500

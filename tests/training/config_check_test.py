@@ -51,6 +51,8 @@ PRETRAIN = [
     ({'data__max_predictions_per_seq': 0}, 'config.data.max_predictions_per_seq=0: must be > 0'),
     ({'data__masked_lm_prob': 0.0}, 'config.data.masked_lm_prob=0.0: must be in (0, 1)'),
     ({'data__shuffle_window': 0}, 'config.data.shuffle_window=0: must be >= 1'),
+    ({'data__masking': 'spans'}, "config.data.masking='spans': is unknown; valid: wordpiece, "
+     'whole_word, ngram, span'),
     ({'phase2__fraction': 1.5}, 'config.phase2.fraction=1.5: the share of the steps'),
     ({'checkpoint__every_steps': 0}, 'config.checkpoint.every_steps=0: must be > 0'),
     ({'checkpoint__keep': 0}, 'config.checkpoint.keep=0: must be >= 1'),
@@ -174,3 +176,11 @@ def test_a_renamed_start_from_field_is_refused_naming_init_from(old, config_file
   message = config_check.unknown_field(config, [f'--config.{old}=/runs/pre'])
   assert message == (f'config.{old} was renamed: use --config.init_from (in '
                      f'--config.{old}=/runs/pre; the same field in every job).')
+
+
+def test_the_whole_word_bool_is_refused_naming_data_masking():
+  config = config_check.load_config(f'{REPO}/configs/pretrain.py')
+  message = config_check.unknown_field(config, ['--config.data.whole_word_masking=True'])
+  assert message == ('config.data.whole_word_masking was replaced: use '
+                     '--config.data.masking=whole_word (in --config.data.whole_word_masking=True; '
+                     'data.masking is one of wordpiece, whole_word, ngram, span).')
