@@ -360,6 +360,8 @@ def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
                'steps)', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch)
+  if cfg.optimizer.layer_decay != 1.0:
+    logging.info('%s', optimizer_lib.layer_decay_line(cfg))
 
   # The data position is the examples consumed: a run resumed with another batch size goes on
   # from the example it stopped at (step x batch would skip or repeat examples).

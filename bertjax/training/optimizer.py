@@ -1,4 +1,5 @@
-"""BERT's optimisers with optax: AdamW and LAMB, warmup + decay, clipping, per-param rules.
+"""BERT's optimisers with optax: AdamW and LAMB, warmup + decay, clipping, per-param rules,
+layer-wise learning-rate decay.
 
 Per-parameter policy is an ordered list of (regex, value) rules matched against the parameter's
 path ('bert/layers_0/attention/query/kernel'); the first match wins.
@@ -8,6 +9,7 @@ import re
 
 import flax
 import jax
+import numpy as np
 import optax
 
 # BERT decays every weight matrix and embedding, never LayerNorm parameters or biases.
@@ -15,6 +17,18 @@ WEIGHT_DECAY_RULES = (
     (r'layer_norm/(scale|bias)$', 0.0),
     (r'bias$', 0.0),  # Dense biases and the MLM output_bias.
     (r'.*', 1.0),
+)
+
+# Layer-wise learning-rate decay (ELECTRA, Clark et al. 2020): a parameter's depth, counted from
+# the input. With L layers, depth d gets the rate lr * decay**(L + 1 - d): the embeddings
+# (depth 0) decay**(L + 1), layer i (depth i + 1) decay**(L - i), the rest (depth L + 1: the
+# pooler, task heads, MLM/NSP heads) lr itself.
+LAYER_DECAY_RULES = (
+    (r'^bert/embeddings/', 'embeddings'),  # Word, position, token type, their LayerNorm.
+    (r'^bert/layers_\d+/', 'layer'),  # Unrolled layers: the index is in the name.
+    # nn.scan (model.scan_layers): one array per weight, layer i at index i of its leading axis.
+    (r'^bert/layers/', 'stacked'),
+    (r'.*', 'top'),
 )
 
 
@@ -41,6 +55,67 @@ def weight_decay_mask(params, rules=WEIGHT_DECAY_RULES):
   return jax.tree.map(lambda v: v > 0, match_rules(params, rules))
 
 
+def _layer_index(path: str) -> int:
+  return int(re.search(r'layers_(\d+)/', path).group(1))
+
+
+def layer_decay_factors(tree, decay: float, rules=LAYER_DECAY_RULES):
+  """A tree of constants (numpy, float32) that each leaf's update is multiplied by: decay**(L +
+  1 - depth) per LAYER_DECAY_RULES, with L read from the tree (the unrolled layers' count or the
+  stacked layers' leading axis). A stacked leaf's factor is [L, 1, ...], one per layer."""
+  paths = param_paths(tree)
+  kinds = flax.traverse_util.flatten_dict(match_rules(tree, rules), sep='/')
+  # Leaves as flatten_dict sees them: arrays, ShapeDtypeStructs or boxed (nn.Partitioned).
+  shapes = {path: np.shape(getattr(leaf, 'value', leaf)) for path, leaf in
+            flax.traverse_util.flatten_dict(flax.core.unfreeze(tree), sep='/').items()}
+  depths = {path: _layer_index(path) + 1 for path, kind in kinds.items() if kind == 'layer'}
+  stacked = {shapes[path][0] for path, kind in kinds.items() if kind == 'stacked'}
+  if not depths and not stacked:
+    raise ValueError('optimizer.layer_decay needs the encoder\'s layers (parameters under '
+                     'bert/layers_<i>/ or bert/layers/), and this model has none: set '
+                     '--config.optimizer.layer_decay=1.0.')
+  num_layers = max([*depths.values(), *stacked])
+
+  def factor(path):
+    kind, shape = kinds[path], shapes[path]
+    if kind == 'stacked':
+      depth = np.arange(1, shape[0] + 1).reshape((-1,) + (1,) * (len(shape) - 1))
+    elif kind == 'embeddings':
+      depth = 0
+    elif kind == 'layer':
+      depth = depths[path]
+    else:
+      depth = num_layers + 1
+    # float64 powers, rounded once: the factor a hand computation gets.
+    return np.asarray(np.float64(decay) ** (num_layers + 1 - depth), np.float32)
+
+  return jax.tree.map(factor, paths)
+
+
+def layer_decay_line(config) -> str:
+  """A run's start line for its layer-wise decay: the extremes of its factors."""
+  decay, num_layers = config.optimizer.layer_decay, config.model.num_layers
+  return (f'layer-wise LR decay {decay:g}: embeddings x{decay ** (num_layers + 1):.3g}, top '
+          f'layer x{decay:.3g}, pooler and heads x1 ({num_layers} layers)')
+
+
+def scale_by_layer_decay(inner: optax.GradientTransformation,
+                         decay: float) -> optax.GradientTransformation:
+  """`inner` with its updates then multiplied by layer_decay_factors, as a learning rate would.
+
+  The factors are trace-time constants built from the updates' paths and shapes, not state:
+  the optimizer state is inner's own, so a checkpoint resumes with the decay on or off, and
+  sharded updates multiply by a broadcast constant.
+  """
+
+  def update(updates, state, params=None, **extra_args):
+    updates, state = inner.update(updates, state, params, **extra_args)
+    factors = layer_decay_factors(updates, decay)
+    return jax.tree.map(lambda u, f: u * f.astype(u.dtype), updates, factors), state
+
+  return optax.GradientTransformationExtraArgs(inner.init, update)
+
+
 def learning_rate_schedule(config) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then polynomial decay to end_learning_rate (power 1 =
   BERT's linear decay)."""
@@ -52,7 +127,8 @@ def learning_rate_schedule(config) -> optax.Schedule:
 
 
 def make(config) -> optax.GradientTransformation:
-  """The optimiser config.name ('adamw' or 'lamb') with clipping and the decay mask.
+  """The optimiser config.name ('adamw' or 'lamb') with clipping, the decay mask and layer-wise
+  learning-rate decay.
 
   The mask is a function of the parameter tree, so the same optimiser initialises on boxed
   (logically annotated) parameters under jax.eval_shape and updates plain ones.
@@ -69,4 +145,9 @@ def make(config) -> optax.GradientTransformation:
     raise ValueError(f'optimizer.name={config.name!r} is unknown; valid: adamw, lamb.')
   if config.grad_clip_norm > 0:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
+  # Optimizer configs written before the field (built by hand in tests) mean off.
+  layer_decay = config.get('layer_decay', 1.0)
+  if layer_decay != 1.0:
+    # Last, on the whole update (weight decay included), as optax applies the learning rate.
+    opt = scale_by_layer_decay(opt, layer_decay)
   return opt
