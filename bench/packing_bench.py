@@ -31,9 +31,9 @@ import numpy as np  # noqa: E402
 
 from bertjax import accelerators  # noqa: E402
 from bertjax import pretrain  # noqa: E402
-from bertjax.input import file_set  # noqa: E402
 from bertjax.input import input_pipeline  # noqa: E402
 from bertjax.pretraining_data import embedded  # noqa: E402
+from bertjax.records import file_set  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402

@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import functools
 import glob as globlib
+import hashlib
 import os
 import posixpath
 import shutil
@@ -222,6 +223,15 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
         raise IsADirectoryError(f'{path} is a folder: name a file.')
       raise FileNotFoundError(stripped)
     return fs.open(stripped, mode, encoding=encoding)
+
+
+def sha256(path) -> str:
+  """The hex sha256 of a file, local or a URL, read in 1 MiB blocks (vocab digests)."""
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
 
 
 def read_bytes(path) -> bytes:

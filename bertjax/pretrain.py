@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import paths
-from bertjax.input import file_set
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
 from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
+from bertjax.records import file_set
 from bertjax.text import tokenizer
 from bertjax.training import config_check
 from bertjax.training import loop

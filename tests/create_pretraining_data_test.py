@@ -449,7 +449,7 @@ def test_packed_files_hold_exactly_the_unpacked_instances(masked, corpus_file, v
                                                           tmp_path):
   """--pack rows: every instance of the same unpacked run exactly once, with less padding."""
   from bertjax.input import input_pipeline  # pylint: disable=g-import-not-at-top
-  from bertjax.pretraining_data import packing  # pylint: disable=g-import-not-at-top
+  from bertjax.records import packing  # pylint: disable=g-import-not-at-top
   settings = instances.Settings(**{**SETTINGS.__dict__, 'max_instances_per_row': 3})
   report, files = run(corpus_file, tmp_path, settings, vocab_file=vocab_file)
   rows = read_records(files, input_pipeline.feature_spec(SEQ, PRED, max_instances_per_row=3))

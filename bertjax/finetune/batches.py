@@ -26,7 +26,7 @@ import numpy as np
 
 from bertjax.finetune import kinds
 from bertjax.input import global_batch
-from bertjax.pretraining_data import packing
+from bertjax.records import packing
 from bertjax.training import sharding
 
 

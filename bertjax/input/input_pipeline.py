@@ -31,10 +31,10 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from bertjax.input import file_set
 from bertjax.input import masking_tf
 from bertjax.input import read_order
 from bertjax.pretraining_data import example_encoding
+from bertjax.records import file_set
 
 _MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
 _PER_INSTANCE = ('instance_starts', 'next_sentence_labels', 'next_sentence_weights')

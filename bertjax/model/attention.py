@@ -14,7 +14,7 @@ model.attention_impl picks one; every one gives the same numbers at every real t
                          TPU slice on a CPU machine), else the default backend.
 
 A row's layout is its input_mask: 0/1 for one instance per row, padding at the end (what every
-bertjax pipeline writes), or instance ids 1, 2, ... for packed rows (pretraining_data/packing.py).
+bertjax pipeline writes), or instance ids 1, 2, ... for packed rows (records/packing.py).
 Queries at padding positions give values that no real token reads (each kernel its own).
 
 Attention dropout: the fused kernels have none that trains (cuDNN's takes one static seed, so

@@ -74,7 +74,7 @@ def documents(split: str = 'train'):
 
 def _complete(report, pattern, settings) -> bool:
   """True when the report exists with these settings and its shards agree with it."""
-  from bertjax.input import file_set  # pylint: disable=g-import-not-at-top
+  from bertjax.records import file_set  # pylint: disable=g-import-not-at-top
   try:
     recorded = json.loads(files.read_text(report))
   except (OSError, ValueError):

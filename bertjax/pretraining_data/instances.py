@@ -40,7 +40,7 @@ import random
 import numpy as np
 
 from bertjax.pretraining_data import masking
-from bertjax.pretraining_data import packing
+from bertjax.records import packing
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bertjax.finetune import batches
-from bertjax.pretraining_data import packing
+from bertjax.records import packing
 from bertjax.training import sharding
 from configs import common
 

@@ -373,7 +373,7 @@ def test_global_batch_errors_say_what_to_change():
 @pytest.fixture(scope='module')
 def packed_unmasked_dir(unmasked_dir, tmp_path_factory):
   """unmasked_dir's instances packed 3 to a row (the short ones fill gaps), in two files."""
-  from bertjax.pretraining_data import packing  # pylint: disable=g-import-not-at-top
+  from bertjax.records import packing  # pylint: disable=g-import-not-at-top
   folder, originals = unmasked_dir
   rows = []
   spec = input_pipeline.feature_spec(128, 20, masked=False)

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from bertjax.input import file_set
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import writer
+from bertjax.records import file_set
 
 ARGS = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
 SCRIPT = ('import sys; from bertjax.pretraining_data import embedded; '

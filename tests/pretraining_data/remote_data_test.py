@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from bertjax import files
-from bertjax.input import file_set
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import tfrecord
 from bertjax.pretraining_data import writer
+from bertjax.records import file_set
 
 
 def _create(*flags):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bertjax.input import file_set
+from bertjax.records import file_set
 
 
 def make_set(directory, sizes, name='train', vocab=b'[PAD]\n[UNK]\n'):

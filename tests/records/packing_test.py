@@ -9,7 +9,7 @@ import pytest
 from bertjax import pretrain
 from bertjax.model import encoder
 from bertjax.model import heads
-from bertjax.pretraining_data import packing
+from bertjax.records import packing
 from bertjax.training import losses
 
 LENGTHS = (10, 20, 7, 25, 14, 31, 5, 18)  # Real tokens per instance ([CLS] ... [SEP]).

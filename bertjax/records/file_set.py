@@ -22,7 +22,6 @@ from absl import logging
 
 from bertjax import files as files_lib
 from bertjax import paths
-from bertjax.pretraining_data import writer
 
 _REPORT_TOOL = 'create_pretraining_data'
 
@@ -127,7 +126,7 @@ def resolved(files) -> FileSet:
 
 def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):
   """Refuses data made with another vocab than the model's, before anything is compiled."""
-  vocab_digest = writer.file_sha256(vocab_file) if vocab_file else None
+  vocab_digest = files_lib.sha256(vocab_file) if vocab_file else None
   for report_path, report in file_set.reports.items():
     size, digest = report.get('vocab_size'), report.get('vocab_sha256')
     made_with = report.get('settings', {}).get('vocab_file') or '?'
