@@ -1,8 +1,9 @@
 """Pre-training TFRecord shards from text files, over worker processes on one host.
 
-Worker w of W reads every input file but keeps documents w, w + W, ... (text_input.py),
-makes their instances (instances.py) with the seed (random_seed, w), shuffles the
-serialized records in a bounded buffer and deals them round-robin to its files: whole shards
+Worker w of W reads every input file but keeps documents w, w + W, ... (text_input.py), or,
+from a TFDS dataset, reads part w of the split's W even parts (tfds_source.py); it makes their
+instances (instances.py) with the seed (random_seed, w), shuffles the serialized records in a
+bounded buffer and deals them round-robin to its files: whole shards
 (s = w, w + W, ...) when the shard count is a multiple of W, else one part of every shard, the
 parts concatenated in worker order at the end (TFRecord files concatenate).
 
@@ -43,6 +44,7 @@ from bertjax import paths as paths_lib
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import tfds_source
 from bertjax.pretraining_data import tfrecord
 from bertjax.text import tokenizer as tokenization
 
@@ -74,6 +76,7 @@ class Job:
   random_seed: int
   worker: int
   num_workers: int
+  tfds_source: object = None  # A tfds_source.Source read instead of `files`.
 
 
 def output_paths(output_file, num_output_shards):
@@ -118,8 +121,12 @@ def run_worker(job):
     encoder = text_input.cached_encoder(job.vocab_file, job.spm_model_file,
                                                job.do_lower_case, job.fast_tokenizer)
     ready = time.perf_counter()
-    raw = text_input.raw_documents(job.files, job.input_format, job.max_line_bytes, skips,
-                                          where, job.worker, job.num_workers)
+    if job.tfds_source is None:
+      raw = text_input.raw_documents(job.files, job.input_format, job.max_line_bytes, skips,
+                                     where, job.worker, job.num_workers)
+    else:
+      raw = tfds_source.raw_documents(job.tfds_source, job.input_format, job.max_line_bytes,
+                                      skips, where, job.worker, job.num_workers)
     documents = text_input.tokenized_documents(raw, encoder, skips, where)
     batches = instances.instance_batches(documents, job.settings, encoder,
                                                 (job.random_seed, job.worker), counts)
@@ -329,7 +336,7 @@ def _stage(outputs, parts, temp_dirs, results):
 
 
 def _report(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
-            seconds):
+            seconds, source=None):
   """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
   readers, input/file_set.py: a set that disagrees is refused)."""
   names = [files_lib.name(o) for o in outputs]
@@ -344,7 +351,8 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
           'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
       'vocab_sha256': file_sha256(job.vocab_file or job.spm_model_file),
       'vocab_size': vocab_size,
-      'input_files': list(job.files),
+      # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
+      **({'tfds_source': source} if source else {'input_files': list(job.files)}),
       'output_files': outputs,
       'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),  # local temp
       'output_records': dict(zip(names, records, strict=True)),
@@ -378,10 +386,13 @@ def default_num_workers() -> int:
 
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
-           input_format='lines', max_line_bytes=100_000, shuffle_buffer=10_000,
-           tokenizer='auto', report_file=None, max_unk_fraction=MAX_UNK_FRACTION):
+           input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
+           tokenizer='auto', report_file=None, max_unk_fraction=MAX_UNK_FRACTION,
+           tfds=None):
   """Writes the shards and the JSON report; returns the report (a dict).
 
+  input_file: comma-separated files and globs, or None with `tfds`, a tfds_source.Source (one
+  of the two). input_format: None = 'lines' for files, 'text' for a TFDS dataset.
   num_workers: worker processes; None = the cores available. The bytes written depend on
   (random_seed, num_workers), so pass it explicitly to reproduce files on another machine.
   """
@@ -394,6 +405,13 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
     raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
+  if (not input_file) == (tfds is None):
+    raise ValueError('pass exactly one input: --input_file (text files) or --tfds_name (a '
+                     f'TFDS dataset); got {"both" if input_file else "neither"}')
+  if input_format is None:
+    input_format = 'lines' if input_file else 'text'
+  if input_format not in text_input.INPUT_FORMATS:
+    raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
   outputs = output_paths(output_file, num_output_shards)
   for path in outputs:  # As given: absolute() drops a local path's last /.
     if path.endswith(('/', os.sep)):  # A bucket would keep an object named `dir/`.
@@ -404,11 +422,17 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
   check_outputs(outputs, report_file)
   skips = text_input.Skips()
-  matched = text_input.expand_input_patterns(input_file)
-  check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
-  files = text_input.usable_files(matched, skips)
-  if not files:
-    raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
+  source = None
+  if tfds is not None:
+    tfds, source = tfds_source.check(tfds)
+    check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
+    files = []
+  else:
+    matched = text_input.expand_input_patterns(input_file)
+    check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
+    files = text_input.usable_files(matched, skips)
+    if not files:
+      raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
   # Fails here, in the parent, on a missing vocab or one whose casing contradicts
   # do_lower_case, before any worker starts.
   vocab = tokenization.from_files(vocab_file or None, spm_model_file or None,
@@ -417,15 +441,16 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
   input_bytes = sum(files_lib.size(f) for f in files)
-  # Both WordPiece paths give the same ids, so this choice changes only the speed.
-  fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and
-                               input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES)
+  # Both WordPiece paths give the same ids, so this choice changes only the speed. A TFDS
+  # source's workers import TensorFlow anyway (tf.data reads it), so auto takes the fast path.
+  fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and (
+      tfds is not None or input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES))
 
   temp_dirs, parts = _temp_parts(outputs, num_workers)
   try:
     jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
                 do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
-                w, num_workers) for w in range(num_workers)]
+                w, num_workers, tfds) for w in range(num_workers)]
     results, counts = _run_workers(jobs, skips)
     unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
     if unk_fraction > max_unk_fraction:
@@ -436,7 +461,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
           'or raise --max_unk_fraction if this is intended. No shard was written.')
     staged, records = _stage(outputs, parts, temp_dirs, results)
     report = _report(jobs[0], len(vocab), outputs, report_file, results, counts, skips, staged,
-                     records, time.perf_counter() - start)
+                     records, time.perf_counter() - start, source)
     # The report first, then the shards (module docstring): a kill in between leaves shards
     # that disagree with the report, which readers refuse.
     staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))

