@@ -8,7 +8,11 @@
 
 Each input file is one stream with the seed (random_seed, file index): its documents, NotNext
 pool and masks are those create_pretraining_data makes for a worker that owns exactly that file.
-So the unit of parallelism is the file; split a corpus into many files. With use_beam=False (the
+So the unit of parallelism is the file; split a corpus into many files. Instead of files,
+`tfds_source=tfds_source.Source('wikipedia/20230601.en', 'train', 'text')` reads a prepared
+TFDS dataset in `num_parts` even parts of its split, part p with the seed (random_seed, p): the
+instances create_pretraining_data makes from it with --num_workers=num_parts (the work items
+are the parts). With use_beam=False (the
 default) TFDS runs the generator in this process, which is fine for small corpora and needs no
 Beam; at scale set use_beam=True and run on a Beam runner (Dataflow, Flink, Spark), where every
 file is a separate work item. TFDS shuffles the examples by key when it writes them, which
@@ -27,6 +31,7 @@ import tensorflow_datasets as tfds
 from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import tfds_source as tfds_source_lib
 
 
 @dataclasses.dataclass(eq=False)
@@ -42,16 +47,26 @@ class BertPretrainingConfig(tfds.core.BuilderConfig):
   input_format: str = 'lines'  # 'lines' (a sentence per line) or 'text' (paragraphs).
   max_line_bytes: int = 100_000
   use_beam: bool = False  # Generate with Apache Beam (needs `pip install apache-beam`).
+  # Instead of input_files: a prepared TFDS dataset (input_format 'text': paragraphs), read in
+  # num_parts parts (the work items).
+  tfds_source: tfds_source_lib.Source | None = None
+  num_parts: int = 64
 
 
 def examples_of_file(indexed_file, config):
-  """(key, features) of every instance made from one file; keys are unique across files."""
+  """(key, features) of every instance made from one file, or with config.tfds_source from
+  one part of its split (indexed_file: (part, None)); keys are unique across files (parts)."""
   file_index, path = indexed_file
   encoder = text_input.cached_encoder(config.vocab_file, config.spm_model_file,
                                              config.do_lower_case)
   skips, where, counts = text_input.Skips(), {}, collections.Counter()
-  raw = text_input.raw_documents([path], config.input_format, config.max_line_bytes,
-                                        skips, where)
+  if config.tfds_source is None:
+    raw = text_input.raw_documents([path], config.input_format, config.max_line_bytes,
+                                   skips, where)
+  else:
+    path = f'{config.tfds_source.name}[{config.tfds_source.split}] part {file_index}'
+    raw = tfds_source_lib.raw_documents(config.tfds_source, 'text', config.max_line_bytes, skips,
+                                        where, file_index, config.num_parts)
   documents = text_input.tokenized_documents(raw, encoder, skips, where)
   batches = instances.instance_batches(documents, config.settings, encoder,
                                               (config.random_seed, file_index), counts)
@@ -92,10 +107,16 @@ class BertPretraining(tfds.core.GeneratorBasedBuilder):
         features=tfds.features.FeaturesDict(features))
 
   def _split_generators(self, dl_manager):
-    del dl_manager  # Local files only: nothing to download.
+    del dl_manager  # Local files or a prepared TFDS dataset: nothing to download.
     config = self.builder_config
+    if config.tfds_source is not None:
+      if config.input_files:
+        raise ValueError('BertPretrainingConfig: pass input_files or tfds_source, not both')
+      tfds_source_lib.check(config.tfds_source)  # Fails here on a missing dataset or field.
+      return {'train': self._generate_examples([None] * config.num_parts)}
     if not config.input_files:
-      raise ValueError('BertPretrainingConfig.input_files is empty: pass the text files')
+      raise ValueError('BertPretrainingConfig.input_files is empty: pass the text files (or '
+                       'tfds_source)')
     skips = text_input.Skips()
     files = text_input.usable_files(
         text_input.expand_input_patterns(','.join(config.input_files)), skips)

@@ -22,8 +22,10 @@ from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
+from bertjax.pretraining_data import tfds_builder
 from bertjax.pretraining_data import tfds_source
 from bertjax.pretraining_data import writer
+from bertjax.text import fast_tokenizer
 
 SETTINGS = instances.Settings(dupe_factor=2)
 BLANK_TEXTS = ('', ' \n\t\n ')
@@ -203,3 +205,35 @@ def test_one_input_exactly(data_dir, vocab_file, tmp_path):
     assert run.returncode != 0
     assert 'exactly one input' in run.stderr and word in run.stderr, run.stderr
   assert not (tmp_path / 'out').exists()
+
+
+def parsed_rows(files):
+  """Every record parsed with the original's spec, as a sorted list of hashable rows."""
+  tf = fast_tokenizer.import_tf()[0]
+  ints = {k: tf.io.FixedLenFeature([n], tf.int64) for k, n in (
+      ('input_ids', 128), ('input_mask', 128), ('segment_ids', 128),
+      ('masked_lm_positions', 20), ('masked_lm_ids', 20), ('next_sentence_labels', 1))}
+  spec = ints | {'masked_lm_weights': tf.io.FixedLenFeature([20], tf.float32)}
+  return sorted(tuple(v.numpy().tobytes() for _, v in sorted(
+      tf.io.parse_single_example(r, spec).items()))
+      for r in tf.data.TFRecordDataset([str(f) for f in files]))
+
+
+def test_tfds_builder_reads_a_tfds_source_as_the_command_line_does(data_dir, vocab_file,
+                                                                    tmp_path):
+  config = tfds_builder.BertPretrainingConfig(
+      name='texts', vocab_file=vocab_file, settings=SETTINGS, random_seed=3,
+      tfds_source=source(data_dir), num_parts=2)
+  builder = tfds_builder.BertPretraining(config=config, data_dir=str(tmp_path / 'built'))
+  builder.download_and_prepare()
+  cli_report = writer.create(None, str(tmp_path / 'cli' / 'train'), SETTINGS,
+                             vocab_file=vocab_file, num_workers=2, random_seed=3,
+                             tfds=source(data_dir))
+  built = parsed_rows(sorted(pathlib.Path(builder.data_dir).glob('*.tfrecord*')))
+  assert len(built) == cli_report['counts']['instances'] > 1000
+  assert built == parsed_rows(cli_report['output_files'])
+  config = tfds_builder.BertPretrainingConfig(
+      name='wrong', vocab_file=vocab_file, settings=SETTINGS,
+      tfds_source=source(data_dir, text_field='title_'))
+  with pytest.raises(ValueError, match='text features: body, title'):
+    tfds_builder.BertPretraining(config=config, data_dir=str(tmp_path / 'w')).download_and_prepare()
