@@ -239,8 +239,8 @@ def _early_stop(history: dict, metric: str, mode: str, patience: int) -> str:
   best_step, waited = checkpoint.since_best(history, metric, mode)
   if not patience or waited < patience:
     return ''
-  return (f'early: {metric} did not improve for {waited} evaluations after step {best_step}, '
-          f'its best ({history[best_step][metric]:.4g})')
+  return (f'early: {metric} did not improve for {waited} evaluation{"s" * (waited > 1)} after '
+          f'step {best_step}, its best ({history[best_step][metric]:.4g})')
 
 
 def _evaluate(job: Job, params, step: int, writer) -> dict:

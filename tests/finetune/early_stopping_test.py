@@ -72,7 +72,7 @@ def test_the_live_run_summary(sst2_dir, tmp_path, capsys):
   workdir = tmp_path / 'live'
   finetune.train_and_evaluate(flat_config(sst2_dir, 10, early_stopping_patience=1), str(workdir))
   line = summary_line(capsys)
-  assert line.startswith('finetune stopped (early: accuracy did not improve for 1 evaluations '
+  assert line.startswith('finetune stopped (early: accuracy did not improve for 1 evaluation '
                          'after step 1'), line
   assert 'step 2/10' in line and 'best step 1 (accuracy' in line, line
   assert f'predictions {workdir}/predictions/step_1' in line, line
