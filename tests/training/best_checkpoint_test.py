@@ -8,6 +8,7 @@ import json
 import pathlib
 
 import finetune_runs
+import pretrain_runs
 import pytest
 
 from bertjax import pretrain
@@ -61,6 +62,20 @@ def test_keeps_the_newest_and_the_best_the_evals_name(best_by_loss):
   assert ranking == {'metric': 'loss', 'mode': 'min', 'value': losses[best]}
   assert checkpoint_reader.step_path(best_by_loss, 'best') == str(
       best_by_loss / 'checkpoints' / str(best))
+
+
+def test_pretraining_keeps_its_best_by_mlm_accuracy(tmp_path_factory, tmp_path):
+  fields = pretrain_runs.fields(pretrain_runs.corpus_files(tmp_path_factory), **{
+      'eval_every_steps': 1, 'checkpoint.every_steps': 1000, 'checkpoint.keep': 1,
+      'checkpoint.keep_best': 1, 'optimizer.learning_rate': 1e-2, 'optimizer.warmup_steps': 0})
+  workdir = tmp_path / 'pretrain'
+  pretrain.train_and_evaluate(pretrain_runs.config(4, fields), str(workdir))
+  accuracy = {step: m['mlm_accuracy'] for step, m in history(workdir).items()}
+  best = max(accuracy, key=lambda s: (accuracy[s], -s))
+  assert sorted(accuracy) == [1, 2, 3, 4] and kept_steps(workdir) == {4, best}
+  assert checkpoint_reader.resolve_step(workdir, 'best') == best
+  ranking = checkpoint_reader.read_meta(workdir / 'checkpoints' / str(best))['ranking']
+  assert ranking['metric'] == 'mlm_accuracy' and ranking['mode'] == 'max'
 
 
 def test_a_tie_keeps_the_earlier_step(sst2_dir, tmp_path):
