@@ -20,7 +20,11 @@ the model's shape comes from the checkpoint; with a size it must fit it.
 Modes (--config.mode): train_eval (fine-tune, evaluate every epoch and at the end, write the
 eval predictions), eval (the workdir's latest checkpoint on the eval splits), predict (writes
 predictions for the test split, or --config.data.predict_file, in the format each benchmark's
-scorer reads). A killed run resumes from its workdir.
+scorer reads). A killed run resumes from its workdir. eval and predict read the checkpoint
+--step names: latest (the default), best (the one its evals ranked best by
+checkpoint.best_metric, kept with --config.checkpoint.keep_best=1) or a step number.
+--config.early_stopping_patience=N stops after N evals without an improvement; the best step's
+predictions are then the run's.
 
 A run starts by saying which export formats will hold its head (--config.export_format names
 the ones you need: one that cannot hold it stops the run there) and ends with its summary line.
@@ -82,7 +86,7 @@ def get_config(arg=None):
   max_windows = 4 if arg.task == 'bbc' else 1  # BBC articles run ~500 wordpieces.
   config = ml_collections.ConfigDict()
   config.job = 'finetune'  # Which job bertjax.main runs.
-  config.mode = 'train_eval'  # 'train_eval', 'eval' (latest checkpoint) or 'predict' (test).
+  config.mode = 'train_eval'  # 'train_eval', 'eval' (--step's checkpoint) or 'predict' (test).
   config.task = arg.task  # One of TASKS.
   config.seed = 0  # Head init, dropout and example order derive from it.
   # Start from these weights (the encoder; the head starts fresh): a transformers BERT dir, a
