@@ -19,7 +19,9 @@ import builtins
 import contextlib
 import functools
 import glob as globlib
+import gzip
 import hashlib
+import io
 import os
 import posixpath
 import shutil
@@ -223,6 +225,20 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
         raise IsADirectoryError(f'{path} is a folder: name a file.')
       raise FileNotFoundError(stripped)
     return fs.open(stripped, mode, encoding=encoding)
+
+
+def open_binary(path):
+  """A text file (local or a URL) open for binary reading, decompressed when its name ends in
+  .gz."""
+  f = open(path, 'rb')
+  if is_remote(path):
+    # fsspec's files read lines whole (no size limit): buffered, they take readline(limit).
+    f = io.BufferedReader(f, 1 << 20)
+  if not str(path).endswith('.gz'):
+    return f
+  unzipped = gzip.GzipFile(fileobj=f, mode='rb')
+  unzipped.myfileobj = f  # Closed with it, as gzip.open's own file is.
+  return unzipped
 
 
 def sha256(path) -> str:

@@ -28,8 +28,8 @@ if __name__ == '__main__':
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from bertjax import accelerators  # noqa: E402
+from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
-from bertjax.training import config_check  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 
 

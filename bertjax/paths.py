@@ -157,3 +157,17 @@ def _model_folder(folder: str) -> tuple[str, str] | None:
 def write_atomically(path, text: str | bytes):
   """Writes a file whole or not at all (see files.write_atomically): local or a URL."""
   files.write_atomically(str(path), text)
+
+
+def expand_input_patterns(patterns) -> list[str]:
+  """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
+  (each glob sorted, each file once)."""
+  found = []
+  for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
+    matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
+    if not matches:
+      raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
+    found.extend(m for m in matches if m not in found)
+  if not found:
+    raise ValueError('--input_file is empty: pass comma-separated files or globs')
+  return found

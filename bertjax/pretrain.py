@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import config_check
 from bertjax import paths
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
@@ -24,7 +25,6 @@ from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import tokenizer
-from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf

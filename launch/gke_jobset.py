@@ -31,7 +31,7 @@ from absl import app
 from absl import flags
 import yaml
 
-from bertjax.training import config_check
+from bertjax import config_check
 from launch import cloud
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).

@@ -35,7 +35,7 @@ from absl import app
 from absl import flags
 
 import bertjax
-from bertjax.training import config_check
+from bertjax import config_check
 from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.

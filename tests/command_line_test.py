@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bertjax.training import config_check
+from bertjax import config_check
 from launch import tpu_pod
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

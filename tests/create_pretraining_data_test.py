@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from bertjax.pretraining_data import corpora
-from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import writer
+from bertjax.records import example_encoding
 from bertjax.text import fast_tokenizer
 
 SEQ, PRED = 128, 20

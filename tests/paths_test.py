@@ -90,12 +90,11 @@ def test_an_existing_path_with_commas_is_one_path(tmp_path, monkeypatch):
 
 
 def test_pretraining_inputs_with_commas_in_a_name(tmp_path):
-  from bertjax.pretraining_data import text_input  # pylint: disable=import-outside-toplevel
   (tmp_path / 'my,corpus.txt').write_text('a sentence.\n')
   (tmp_path / 'b.txt').write_text('b sentence.\n')
-  assert text_input.expand_input_patterns(str(tmp_path / 'my,corpus.txt')) == [
+  assert paths.expand_input_patterns(str(tmp_path / 'my,corpus.txt')) == [
       str(tmp_path / 'my,corpus.txt')]
-  assert text_input.expand_input_patterns(f'{tmp_path}/b.txt,{tmp_path}/b.txt') == [
+  assert paths.expand_input_patterns(f'{tmp_path}/b.txt,{tmp_path}/b.txt') == [
       str(tmp_path / 'b.txt')]
 
 

@@ -7,9 +7,9 @@ What each format holds is bundle.FORMAT_KINDS / cannot_hold (one table); here it
     [CLS]-pooled heads: fine-tune with pooling=cls for them)
 """
 
+from bertjax import config_check
 from bertjax.finetune.tasks import registry
 from bertjax.interop import bundle
-from bertjax.training import config_check
 
 # User-file tasks whose kind is not their name (the others: classification, regression, ...).
 _USER_TASK_KINDS = {'swag': 'multiple_choice'}

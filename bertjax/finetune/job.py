@@ -22,6 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bertjax import config_check
 from bertjax import console
 from bertjax import files
 from bertjax import paths
@@ -35,7 +36,6 @@ from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
-from bertjax.training import config_check
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
@@ -217,7 +217,7 @@ def setup(config, workdir: str = '') -> Setup:
   cfg.data.vocab_file = (vocab_file if files.is_remote(vocab_file)
                          else os.path.realpath(vocab_file))
   # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
-  cfg.data.vocab_sha256 = init_from.file_sha256(vocab_file)
+  cfg.data.vocab_sha256 = files.sha256(vocab_file)
   cfg.pooling = resolve_pooling(config, run, init_path)[0]
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from bertjax.input import masking_tf
 from bertjax.input import read_order
-from bertjax.pretraining_data import example_encoding
+from bertjax.records import example_encoding
 from bertjax.records import file_set
 
 _MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')

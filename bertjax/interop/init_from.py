@@ -11,7 +11,6 @@ Every location may be a URL (gs://bucket/run) as well as a local path: files are
 bertjax.files, a bertjax checkpoint's arrays through orbax (which reads URLs itself).
 """
 
-import hashlib
 import json
 import os
 
@@ -146,14 +145,10 @@ def run_config(path) -> dict | None:
   return run
 
 
-def file_sha256(path) -> str:
-  return hashlib.sha256(files.read_bytes(path)).hexdigest()
-
-
 def _checked_vocab(path: str, run: dict) -> str:
   """`path`, when it is the vocab the run recorded (by hash; runs before the hash: unchecked)."""
   recorded = run.get('data', {}).get('vocab_sha256')
-  if recorded and file_sha256(path) != recorded:
+  if recorded and files.sha256(path) != recorded:
     raise ValueError(f'{path} is not the vocab this run was trained with (its sha256 differs from '
                      'the one config.json recorded): it was edited or replaced; restore it.')
   return path

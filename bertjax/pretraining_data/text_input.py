@@ -18,15 +18,11 @@ files are skipped when empty or binary (a NUL byte in the first 64 KiB).
 
 import collections
 import functools
-import gzip
-import io
 import itertools
-import os
 
 import numpy as np
 
 from bertjax import files as files_lib
-from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer as tokenization
@@ -64,35 +60,6 @@ class Skips:
             'examples': {k: v for k, v in sorted(self.examples.items()) if v}}
 
 
-def expand_input_patterns(patterns):
-  """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
-  (each glob sorted)."""
-  files = []
-  for pattern in paths_lib.split_list(patterns):  # An existing `my,corpus.txt` is one file.
-    matches = files_lib.glob(pattern if files_lib.is_remote(pattern)
-                             else os.path.expanduser(pattern))
-    if not matches:
-      raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
-    files.extend(m for m in matches if m not in files)
-  if not files:
-    raise ValueError('--input_file is empty: pass comma-separated files or globs')
-  return files
-
-
-def open_binary(path):
-  """Opens a text file (local or a URL) for binary reading, decompressing it when its name ends
-  in .gz."""
-  f = files_lib.open(path, 'rb')
-  if files_lib.is_remote(path):
-    # fsspec's files read lines whole (no size limit): buffered, they take readline(limit).
-    f = io.BufferedReader(f, 1 << 20)
-  if not str(path).endswith('.gz'):
-    return f
-  unzipped = gzip.GzipFile(fileobj=f, mode='rb')
-  unzipped.myfileobj = f  # Closed with it, as gzip.open's own file is.
-  return unzipped
-
-
 def usable_files(paths, skips):
   """The paths worth reading; empty, binary and non-regular files are counted in `skips`."""
   usable = []
@@ -102,7 +69,7 @@ def usable_files(paths, skips):
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
     else:
-      with open_binary(path) as f:
+      with files_lib.open_binary(path) as f:
         try:
           head = f.read(_SNIFF_BYTES)
         except (OSError, EOFError):  # A .gz name on something that is not (all) gzip.
@@ -149,7 +116,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
   for path in paths:
     where['path'] = path
     sentences, started = [], False
-    with open_binary(path) as f:
+    with files_lib.open_binary(path) as f:
       for line_number, (raw, too_long) in enumerate(_lines(f, max_line_bytes), 1):
         where['line'] = line_number
         if not too_long and _is_blank(raw):

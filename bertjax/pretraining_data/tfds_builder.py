@@ -28,10 +28,11 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bertjax.pretraining_data import example_encoding
+from bertjax import paths
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source as tfds_source_lib
+from bertjax.records import example_encoding
 
 
 @dataclasses.dataclass(eq=False)
@@ -119,7 +120,7 @@ class BertPretraining(tfds.core.GeneratorBasedBuilder):
                        'tfds_source)')
     skips = text_input.Skips()
     files = text_input.usable_files(
-        text_input.expand_input_patterns(','.join(config.input_files)), skips)
+        paths.expand_input_patterns(','.join(config.input_files)), skips)
     if skips.counts:
       logging.warning('skipped input files: %s', skips.as_dict())
     return {'train': self._generate_examples(files)}

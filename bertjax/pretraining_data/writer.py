@@ -12,7 +12,7 @@ Crash safety. Everything is written in a hidden directory beside the outputs
 worker has finished, the JSON report (settings, the vocab's sha256, the counts, and each
 shard's bytes and records) is put in place first, then the shards are renamed into place one by
 one. A run killed at any moment leaves either the previous complete set, or shards that
-disagree with the report beside them, which readers refuse (input/file_set.py) and the embedded
+disagree with the report beside them, which readers refuse (records/file_set.py) and the embedded
 corpus remakes; the next run removes the temporary directories of dead runs. Outputs in an
 object store (gs://...) are made in a local temporary directory and then put, the report first,
 each shard as one object (through bertjax.files); input files and vocabs may be URLs too.
@@ -24,7 +24,6 @@ framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenize
 import collections
 import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
@@ -41,11 +40,11 @@ import numpy as np
 import bertjax
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
-from bertjax.pretraining_data import example_encoding
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source
-from bertjax.pretraining_data import tfrecord
+from bertjax.records import example_encoding
+from bertjax.records import tfrecord
 from bertjax.text import tokenizer as tokenization
 
 TOKENIZERS = ('auto', 'fast', 'reference')
@@ -93,15 +92,6 @@ def output_paths(output_file, num_output_shards):
   if len(set(outputs)) != len(outputs):
     raise ValueError(f'--output_file lists a file twice: {output_file}')
   return outputs
-
-
-def file_sha256(path) -> str:
-  """The hex sha256 of a file, local or a URL (the report's `vocab_sha256`)."""
-  digest = hashlib.sha256()
-  with files_lib.open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def _peak_rss_mb():
@@ -338,7 +328,7 @@ def _stage(outputs, parts, temp_dirs, results):
 def _report(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
             seconds, source=None):
   """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
-  readers, input/file_set.py: a set that disagrees is refused)."""
+  readers, records/file_set.py: a set that disagrees is refused)."""
   names = [files_lib.name(o) for o in outputs]
   settings = job.settings
   return {
@@ -349,7 +339,7 @@ def _report(job, vocab_size, outputs, report_file, results, counts, skips, stage
           'num_workers': job.num_workers, 'input_format': job.input_format,
           'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
           'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
-      'vocab_sha256': file_sha256(job.vocab_file or job.spm_model_file),
+      'vocab_sha256': files_lib.sha256(job.vocab_file or job.spm_model_file),
       'vocab_size': vocab_size,
       # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
       **({'tfds_source': source} if source else {'input_files': list(job.files)}),
@@ -428,7 +418,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
     files = []
   else:
-    matched = text_input.expand_input_patterns(input_file)
+    matched = paths_lib.expand_input_patterns(input_file)
     check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
     files = text_input.usable_files(matched, skips)
     if not files:

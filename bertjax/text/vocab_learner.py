@@ -25,7 +25,6 @@ from absl import logging
 
 from bertjax import files as files_lib
 from bertjax import paths
-from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
@@ -39,7 +38,7 @@ def input_files(patterns):
   """Expands comma-separated files and globs (a str or a list) into a list of files."""
   if not isinstance(patterns, str):
     patterns = ','.join(patterns)
-  return text_input.expand_input_patterns(patterns)
+  return paths.expand_input_patterns(patterns)
 
 
 def _check_not_an_input(output_file, inputs):
@@ -51,7 +50,7 @@ def _check_not_an_input(output_file, inputs):
 
 def read_lines(path):
   """Yields the lines of a UTF-8 text file (gzip-compressed if it ends in .gz), stripped."""
-  with text_input.open_binary(path) as f:
+  with files_lib.open_binary(path) as f:
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number, raw in enumerate(f, 1):
       try:

@@ -28,7 +28,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 
 from bertjax import files
-from bertjax.pretraining_data import tfrecord
+from bertjax.records import tfrecord
 
 _NUMBERS = itertools.count()  # Tells apart two writers opened in one second by one process.
 # A remote event file is put again at a write at most this often (and always at close).

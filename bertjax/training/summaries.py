@@ -6,7 +6,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from bertjax import files
-from bertjax.pretraining_data import tfrecord
+from bertjax.records import tfrecord
 
 
 def read_scalars(workdir: str, tags=None) -> dict[str, dict[int, float]]:

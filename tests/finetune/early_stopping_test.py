@@ -11,10 +11,10 @@ import pathlib
 import finetune_runs
 import pytest
 
+from bertjax import config_check
 from bertjax import predict
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint_reader
-from bertjax.training import config_check
 
 
 @pytest.fixture(scope='module')

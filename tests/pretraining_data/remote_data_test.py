@@ -11,9 +11,9 @@ import pytest
 from bertjax import files
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
-from bertjax.pretraining_data import tfrecord
 from bertjax.pretraining_data import writer
 from bertjax.records import file_set
+from bertjax.records import tfrecord
 
 
 def _create(*flags):

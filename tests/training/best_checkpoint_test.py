@@ -11,11 +11,11 @@ import finetune_runs
 import pretrain_runs
 import pytest
 
+from bertjax import config_check
 from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
-from bertjax.training import config_check
 from configs import pretrain as pretrain_config
 
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from bertjax.pretraining_data import example_encoding
-from bertjax.pretraining_data import tfrecord
+from bertjax.records import example_encoding
+from bertjax.records import tfrecord
 from bertjax.text import fast_tokenizer
 
 

@@ -1,4 +1,4 @@
-"""Every config value checked before anything runs (bertjax/training/config_check.py), in
+"""Every config value checked before anything runs (bertjax/config_check.py), in
 process: one ValueError line naming the field and the fix."""
 
 import pathlib
@@ -6,12 +6,12 @@ import pathlib
 import config_fields
 import pytest
 
-from bertjax.training import config_check
+from bertjax import config_check
 from configs import embed as embed_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 configured = config_fields.configured
 
 
