@@ -7,15 +7,8 @@ bounded buffer and deals them round-robin to its files: whole shards
 (s = w, w + W, ...) when the shard count is a multiple of W, else one part of every shard, the
 parts concatenated in worker order at the end (TFRecord files concatenate).
 
-Crash safety. Everything is written in a hidden directory beside the outputs
-(`.create_pretraining_data-tmp-<host>-<pid>-<ns>/`), which no shard pattern matches. When every
-worker has finished, the JSON report (settings, the vocab's sha256, the counts, and each
-shard's bytes and records) is put in place first, then the shards are renamed into place one by
-one. A run killed at any moment leaves either the previous complete set, or shards that
-disagree with the report beside them, which readers refuse (records/file_set.py) and the embedded
-corpus remakes; the next run removes the temporary directories of dead runs. Outputs in an
-object store (gs://...) are made in a local temporary directory and then put, the report first,
-each shard as one object (through bertjax.files); input files and vocabs may be URLs too.
+Where the shards go, crash-safe through a hidden temporary directory, is shard_outputs.py; the
+JSON report beside them is creation_report.py. Input files and vocabs may be URLs.
 The same seed and worker count give byte-identical shards. Memory per worker is bounded by the
 NotNext pool, the shuffle buffer and one tokenization batch, never by the corpus. Records are
 framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenizer.
@@ -24,23 +17,19 @@ framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenize
 import collections
 import concurrent.futures
 import dataclasses
-import json
 import multiprocessing
 import os
-import platform
 import resource
-import shutil
-import socket
-import tempfile
 import time
 import traceback
 
 import numpy as np
 
-import bertjax
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
+from bertjax.pretraining_data import creation_report
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import shard_outputs
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source
 from bertjax.records import example_encoding
@@ -52,7 +41,6 @@ TOKENIZERS = ('auto', 'fast', 'reference')
 # tokenizer runs at ~2M tokens (~8 MB) per second. Below this much input per worker, 'auto'
 # takes the reference path.
 FAST_TOKENIZER_MIN_BYTES = 24 << 20
-TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
 # Above this fraction of [UNK] tokens the vocab does not fit the text (a truncated vocab, the
 # wrong casing or script): refused unless --max_unk_fraction is raised.
 MAX_UNK_FRACTION = 0.05
@@ -76,22 +64,6 @@ class Job:
   worker: int
   num_workers: int
   tfds_source: object = None  # A tfds_source.Source read instead of `files`.
-
-
-def output_paths(output_file, num_output_shards):
-  """Shard paths: the comma-separated list, or `prefix-00000-of-0000N` for N shards."""
-  outputs = [p.strip() for p in output_file.split(',') if p.strip()]
-  if not outputs:
-    raise ValueError('--output_file is empty: pass comma-separated files or, with '
-                     '--num_output_shards, one prefix')
-  if num_output_shards:
-    if len(outputs) != 1:
-      raise ValueError('--num_output_shards takes one --output_file prefix, got '
-                       f'{len(outputs)} files; pass either a list or a prefix with a count')
-    return [f'{outputs[0]}-{i:05d}-of-{num_output_shards:05d}' for i in range(num_output_shards)]
-  if len(set(outputs)) != len(outputs):
-    raise ValueError(f'--output_file lists a file twice: {output_file}')
-  return outputs
 
 
 def _peak_rss_mb():
@@ -121,7 +93,7 @@ def run_worker(job):
     batches = instances.instance_batches(documents, job.settings, encoder,
                                                 (job.random_seed, job.worker), counts)
     rng = np.random.default_rng([job.random_seed, job.worker, 2])
-    # The parts live in the run's temporary directory (see _temp_parts): local temp.
+    # The parts live in the run's temporary directory (shard_outputs.temp_parts): local temp.
     files.extend(open(p, 'wb') for p in job.shard_parts)  # local temp  # pylint: disable=R1732
     written, buffer, per_file = 0, [], [0] * len(files)
 
@@ -177,117 +149,6 @@ def _run_jobs(jobs):
     return results
 
 
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # Alive, another user's.
-    return True
-  return True
-
-
-def remove_stale_temp_dirs(directory) -> list[str]:
-  """Removes the temporary directories that dead runs on this host left in `directory`.
-
-  A directory of a live run, or of a run on another host (a shared file system), is kept.
-  Returns the removed paths.
-  """
-  removed = []
-  host = socket.gethostname()
-  try:
-    names = os.listdir(directory)  # local temp (a remote output's are in tempfile's folder)
-  except FileNotFoundError:
-    return removed
-  for name in names:
-    if not name.startswith(TEMP_DIR_PREFIX):
-      continue
-    try:
-      run_host, pid, _ = name[len(TEMP_DIR_PREFIX):].rsplit('-', 2)
-      pid = int(pid)
-    except ValueError:
-      continue
-    if run_host == host and not _pid_alive(pid):
-      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)  # local temp
-      removed.append(os.path.join(directory, name))
-  return removed
-
-
-def check_outputs(outputs, report_file):
-  """Fails before any input is read when an output cannot be written where it is asked for."""
-  for path in [*outputs, report_file]:
-    if files_lib.is_remote(path):
-      files_lib.check_bucket(path)
-      if files_lib.isdir(path) and not files_lib.isfile(path):
-        raise ValueError(f'output {path} is a folder: give a file path (or, with '
-                         '--num_output_shards, a prefix such as gs://bucket/dir/train)')
-      continue
-    if files_lib.isdir(path):
-      raise ValueError(f'output {path} is a directory: give a file path (or, with '
-                       '--num_output_shards, a prefix such as DIR/train)')
-    parent = os.path.dirname(os.path.abspath(path))
-    while parent and not files_lib.exists(parent):
-      parent = os.path.dirname(parent)
-    if parent and not files_lib.isdir(parent):
-      raise ValueError(f'cannot write {path}: {parent} is a file, not a directory')
-    if parent and not os.access(parent, os.W_OK | os.X_OK):
-      raise ValueError(f'cannot write {path}: no write permission in {parent}')
-
-
-def check_not_inputs(outputs, inputs):
-  """Fails before any work when an output would overwrite a file it is made from (a corpus
-  file matched by --input_file's globs, the vocab)."""
-  for path in outputs:
-    for source in inputs:
-      if source and paths_lib.same_path(path, source):
-        raise ValueError(f'output {path} is the input {source}: writing it would lose that '
-                         'input; name another file')
-
-
-def _write_json(path, value):
-  with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
-    json.dump(value, f, indent=1)
-    f.flush()
-    os.fsync(f.fileno())
-
-
-def _put_in_place(staged, destination):
-  """Moves a finished file from its temporary directory to where it was asked for: a rename
-  beside it, or one object put for a URL."""
-  if files_lib.is_remote(destination):
-    files_lib.copy(staged, destination)
-  else:
-    os.replace(staged, destination)  # local temp, renamed into place beside it
-
-
-def _temp_parts(outputs, num_workers):
-  """({output: its hidden temp dir}, per worker the part files it writes), dirs created.
-
-  Whole shards (shard s by worker s % W) when the worker count divides the shard count, else
-  a part of every shard per worker, concatenated in _stage. A remote output's temp dir is a
-  local one (tempfile), its shards put once complete.
-  """
-  temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
-  made = {}
-  for directory in sorted({files_lib.parent(p) for p in outputs}):
-    if files_lib.is_remote(directory):
-      made[directory] = tempfile.mkdtemp(prefix=temp_name + '-')  # local temp
-      continue
-    files_lib.makedirs(directory)
-    remove_stale_temp_dirs(directory)
-    made[directory] = os.path.join(directory, temp_name)
-    os.makedirs(made[directory])  # local temp
-  temp_dirs = {out: made[files_lib.parent(out)] for out in outputs}
-
-  def part(out, suffix=''):
-    return os.path.join(temp_dirs[out], files_lib.name(out) + suffix)
-
-  if len(outputs) % num_workers == 0:
-    return temp_dirs, [[part(out) for out in outputs[w::num_workers]]
-                       for w in range(num_workers)]
-  return temp_dirs, [[part(out, f'.w{w:03d}') for out in outputs] for w in range(num_workers)]
-
-
 def _run_workers(jobs, skips):
   """The workers' results and their summed counts; raises when any failed or none made data."""
   results = _run_jobs(jobs)
@@ -303,67 +164,6 @@ def _run_workers(jobs, skips):
     raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
   counts.pop('shard_instances', None)
   return results, counts
-
-
-def _stage(outputs, parts, temp_dirs, results):
-  """(each shard's complete file in its temp dir, its record count): whole parts as they are,
-  else every worker's part of the shard concatenated in worker order (TFRecords concatenate)."""
-  num_workers = len(parts)
-  staged, records = [], []
-  for s, out in enumerate(outputs):
-    if len(outputs) % num_workers == 0:
-      staged.append(parts[s % num_workers][s // num_workers])
-      records.append(results[s % num_workers]['part_records'][s // num_workers])
-      continue
-    staged.append(os.path.join(temp_dirs[out], files_lib.name(out)))
-    with open(staged[-1], 'wb') as merged:  # local temp
-      for w in range(num_workers):
-        with open(parts[w][s], 'rb') as part:  # local temp
-          shutil.copyfileobj(part, merged, 1 << 22)  # local temp
-        os.remove(parts[w][s])  # local temp
-    records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
-  return staged, records
-
-
-def _report(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
-            seconds, source=None):
-  """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
-  readers, records/file_set.py: a set that disagrees is refused)."""
-  names = [files_lib.name(o) for o in outputs]
-  settings = job.settings
-  return {
-      'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
-      'settings': dataclasses.asdict(settings) | {
-          'vocab_file': job.vocab_file or None, 'spm_model_file': job.spm_model_file or None,
-          'do_lower_case': job.do_lower_case, 'random_seed': job.random_seed,
-          'num_workers': job.num_workers, 'input_format': job.input_format,
-          'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
-          'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
-      'vocab_sha256': files_lib.sha256(job.vocab_file or job.spm_model_file),
-      'vocab_size': vocab_size,
-      # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
-      **({'tfds_source': source} if source else {'input_files': list(job.files)}),
-      'output_files': outputs,
-      'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),  # local temp
-      'output_records': dict(zip(names, records, strict=True)),
-      'report_file': report_file,
-      'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
-                   example_encoding.feature_spec(settings.max_seq_length,
-                                                 settings.max_predictions_per_seq,
-                                                 settings.static_masking,
-                                                 settings.nsp,
-                                                 settings.max_instances_per_row).items()},
-      'counts': dict(sorted(counts.items())),
-      'unk_fraction': round(counts['unk_tokens'] / max(counts['document_tokens'], 1), 6),
-      # Token slots of the written rows that hold no instance.
-      'padding_fraction': round(
-          1 - counts['instance_tokens'] / max(counts['rows'] * settings.max_seq_length, 1), 6),
-      'skipped': skips.as_dict(),
-      'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
-                  | {'instances': r['counts'].get('instances', 0)} for r in results],
-      'seconds': seconds,
-      'host': platform.node(),
-  }
 
 
 def default_num_workers() -> int:
@@ -402,24 +202,16 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     input_format = 'lines' if input_file else 'text'
   if input_format not in text_input.INPUT_FORMATS:
     raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
-  outputs = output_paths(output_file, num_output_shards)
-  for path in outputs:  # As given: absolute() drops a local path's last /.
-    if path.endswith(('/', os.sep)):  # A bucket would keep an object named `dir/`.
-      raise ValueError(f'output {path} ends in /: give a file path (or, with '
-                       '--num_output_shards, a prefix such as DIR/train)')
-  outputs = [paths_lib.absolute(p) for p in outputs]
-  report_file = paths_lib.absolute(
-      report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
-  check_outputs(outputs, report_file)
+  outputs, report_file = shard_outputs.resolve(output_file, num_output_shards, report_file)
   skips = text_input.Skips()
   source = None
   if tfds is not None:
     tfds, source = tfds_source.check(tfds)
-    check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
+    shard_outputs.check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
     files = []
   else:
     matched = paths_lib.expand_input_patterns(input_file)
-    check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
+    shard_outputs.check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
     files = text_input.usable_files(matched, skips)
     if not files:
       raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
@@ -436,7 +228,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and (
       tfds is not None or input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES))
 
-  temp_dirs, parts = _temp_parts(outputs, num_workers)
+  temp_dirs, parts = shard_outputs.temp_parts(outputs, num_workers)
   try:
     jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
                 do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
@@ -449,21 +241,10 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
           f'({vocab_file or spm_model_file}, {len(vocab)} entries) does not fit this text -- '
           'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
           'or raise --max_unk_fraction if this is intended. No shard was written.')
-    staged, records = _stage(outputs, parts, temp_dirs, results)
-    report = _report(jobs[0], len(vocab), outputs, report_file, results, counts, skips, staged,
-                     records, time.perf_counter() - start, source)
-    # The report first, then the shards (module docstring): a kill in between leaves shards
-    # that disagree with the report, which readers refuse.
-    staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
-    _write_json(staged_report, report)
-    if files_lib.is_remote(report_file) or files_lib.parent(report_file) == files_lib.parent(
-        outputs[0]):
-      _put_in_place(staged_report, report_file)
-    else:  # Another local folder: the rename may cross file systems.
-      files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
-    for path, out in zip(staged, outputs, strict=True):
-      _put_in_place(path, out)
+    staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
+    report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results, counts,
+                                   skips, staged, records, time.perf_counter() - start, source)
+    shard_outputs.publish(report, report_file, staged, outputs, temp_dirs)
   finally:
-    for directory in set(temp_dirs.values()):
-      shutil.rmtree(directory, ignore_errors=True)  # local temp
+    shard_outputs.remove_temp_dirs(temp_dirs)
   return report

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from bertjax.pretraining_data import embedded
-from bertjax.pretraining_data import writer
+from bertjax.pretraining_data import shard_outputs
 from bertjax.records import file_set
 
 ARGS = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
@@ -65,4 +65,4 @@ def test_kill_at_a_random_moment_then_rerun(reference, tmp_path, trial):
     for name, data in seen.items():
       assert data == expected[name], name
   assert contents(embedded.pretraining_files(tmp_path, **ARGS)) == expected
-  assert not list(tmp_path.glob(writer.TEMP_DIR_PREFIX + '*'))
+  assert not list(tmp_path.glob(shard_outputs.TEMP_DIR_PREFIX + '*'))

@@ -14,6 +14,7 @@ import pytest
 
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import shard_outputs
 from bertjax.pretraining_data import writer
 from bertjax.text import fast_tokenizer
 
@@ -146,14 +147,14 @@ def test_failed_worker_leaves_no_shard(documents, vocab_file, tmp_path, monkeypa
 
 
 def test_output_paths():
-  assert writer.output_paths('a.tfrecord, b.tfrecord', 0) == ['a.tfrecord',
+  assert shard_outputs.output_paths('a.tfrecord, b.tfrecord', 0) == ['a.tfrecord',
                                                                         'b.tfrecord']
-  assert writer.output_paths('d/train', 2) == ['d/train-00000-of-00002',
+  assert shard_outputs.output_paths('d/train', 2) == ['d/train-00000-of-00002',
                                                           'd/train-00001-of-00002']
   with pytest.raises(ValueError, match='one --output_file prefix'):
-    writer.output_paths('a,b', 2)
+    shard_outputs.output_paths('a,b', 2)
   with pytest.raises(ValueError, match='twice'):
-    writer.output_paths('a,a', 0)
+    shard_outputs.output_paths('a,a', 0)
 
 
 def test_text_format_splits_paragraphs_into_the_same_sentences(documents, vocab_file,
@@ -215,7 +216,7 @@ def test_a_vocab_that_does_not_fit_the_text_is_refused(documents, vocab_file, tm
     run(corpus, tmp_path / 'out', vocab_file=str(truncated))
   assert not (tmp_path / 'out').exists() or not any(
       p for p in (tmp_path / 'out').iterdir() if not p.name.startswith('.'))
-  assert not list((tmp_path / 'out').glob(writer.TEMP_DIR_PREFIX + '*'))
+  assert not list((tmp_path / 'out').glob(shard_outputs.TEMP_DIR_PREFIX + '*'))
   report, _ = run(corpus, tmp_path / 'out', vocab_file=str(truncated), max_unk_fraction=1.0)
   assert report['unk_fraction'] > 0.5
   report, _ = run(corpus, tmp_path / 'ok', vocab_file=vocab_file)
@@ -239,24 +240,24 @@ def test_report_records_each_shard_and_is_in_place_before_the_shards(documents, 
       raise KeyboardInterrupt
     real_replace(src, dst)
 
-  monkeypatch.setattr(writer.os, 'replace', dying_replace)
+  monkeypatch.setattr(shard_outputs.os, 'replace', dying_replace)
   for f in files:
     f.unlink()
   with pytest.raises(KeyboardInterrupt):
     run(corpus, tmp_path / 'out', vocab_file=vocab_file, num_workers=2)
   assert calls[0].endswith('.json')
-  assert not list((tmp_path / 'out').glob(writer.TEMP_DIR_PREFIX + '*'))
+  assert not list((tmp_path / 'out').glob(shard_outputs.TEMP_DIR_PREFIX + '*'))
 
 
 def test_stale_temp_dirs_of_dead_runs_are_removed(tmp_path):
-  host = writer.socket.gethostname()
+  host = shard_outputs.socket.gethostname()
   dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
                         capture_output=True, text=True, check=True).stdout.strip()
-  stale = tmp_path / f'{writer.TEMP_DIR_PREFIX}{host}-{dead}-1'
-  live = tmp_path / f'{writer.TEMP_DIR_PREFIX}{host}-{os.getpid()}-2'
-  other_host = tmp_path / f'{writer.TEMP_DIR_PREFIX}elsewhere-{dead}-3'
+  stale = tmp_path / f'{shard_outputs.TEMP_DIR_PREFIX}{host}-{dead}-1'
+  live = tmp_path / f'{shard_outputs.TEMP_DIR_PREFIX}{host}-{os.getpid()}-2'
+  other_host = tmp_path / f'{shard_outputs.TEMP_DIR_PREFIX}elsewhere-{dead}-3'
   for d in (stale, live, other_host):
     d.mkdir()
     (d / 'train-00000-of-00001').write_bytes(b'partial')
-  assert writer.remove_stale_temp_dirs(tmp_path) == [str(stale)]
+  assert shard_outputs.remove_stale_temp_dirs(tmp_path) == [str(stale)]
   assert live.exists() and other_host.exists() and not stale.exists()

@@ -1,0 +1,53 @@
+"""The JSON report beside a shard set: settings, vocab digest, counts, shard bytes and records.
+
+Readers check a shard set against it (records/file_set.py) and refuse one that disagrees.
+"""
+
+import dataclasses
+import os
+import platform
+
+import bertjax
+from bertjax import files as files_lib
+from bertjax.records import example_encoding
+
+
+def build(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
+          seconds, source=None):
+  """The JSON report: settings, vocab, counts, and each shard's bytes and records (checked by
+  readers, records/file_set.py: a set that disagrees is refused)."""
+  names = [files_lib.name(o) for o in outputs]
+  settings = job.settings
+  return {
+      'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
+      'settings': dataclasses.asdict(settings) | {
+          'vocab_file': job.vocab_file or None, 'spm_model_file': job.spm_model_file or None,
+          'do_lower_case': job.do_lower_case, 'random_seed': job.random_seed,
+          'num_workers': job.num_workers, 'input_format': job.input_format,
+          'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
+          'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
+      'vocab_sha256': files_lib.sha256(job.vocab_file or job.spm_model_file),
+      'vocab_size': vocab_size,
+      # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
+      **({'tfds_source': source} if source else {'input_files': list(job.files)}),
+      'output_files': outputs,
+      'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),  # local temp
+      'output_records': dict(zip(names, records, strict=True)),
+      'report_file': report_file,
+      'features': {k: f'{dtype}{list(shape)}' for k, (shape, dtype) in
+                   example_encoding.feature_spec(settings.max_seq_length,
+                                                 settings.max_predictions_per_seq,
+                                                 settings.static_masking,
+                                                 settings.nsp,
+                                                 settings.max_instances_per_row).items()},
+      'counts': dict(sorted(counts.items())),
+      'unk_fraction': round(counts['unk_tokens'] / max(counts['document_tokens'], 1), 6),
+      # Token slots of the written rows that hold no instance.
+      'padding_fraction': round(
+          1 - counts['instance_tokens'] / max(counts['rows'] * settings.max_seq_length, 1), 6),
+      'skipped': skips.as_dict(),
+      'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
+                  | {'instances': r['counts'].get('instances', 0)} for r in results],
+      'seconds': seconds,
+      'host': platform.node(),
+  }

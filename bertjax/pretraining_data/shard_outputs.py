@@ -1,0 +1,207 @@
+"""Where the shards go: output paths, checks before any work, a hidden temporary directory, and
+the finished files put in place, the report first.
+
+Crash safety. Everything is written in a hidden directory beside the outputs
+(`.create_pretraining_data-tmp-<host>-<pid>-<ns>/`), which no shard pattern matches. When every
+worker has finished, the JSON report (creation_report.py) is put in place first, then the shards
+are renamed into place one by one. A run killed at any moment leaves either the previous
+complete set, or shards that disagree with the report beside them, which readers refuse
+(records/file_set.py) and the embedded corpus remakes; the next run removes the temporary
+directories of dead runs. Outputs in an object store (gs://...) are made in a local temporary
+directory and then put, the report first, each shard as one object (through bertjax.files).
+"""
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+
+from bertjax import files as files_lib
+from bertjax import paths as paths_lib
+
+TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
+
+
+def output_paths(output_file, num_output_shards):
+  """Shard paths: the comma-separated list, or `prefix-00000-of-0000N` for N shards."""
+  outputs = [p.strip() for p in output_file.split(',') if p.strip()]
+  if not outputs:
+    raise ValueError('--output_file is empty: pass comma-separated files or, with '
+                     '--num_output_shards, one prefix')
+  if num_output_shards:
+    if len(outputs) != 1:
+      raise ValueError('--num_output_shards takes one --output_file prefix, got '
+                       f'{len(outputs)} files; pass either a list or a prefix with a count')
+    return [f'{outputs[0]}-{i:05d}-of-{num_output_shards:05d}' for i in range(num_output_shards)]
+  if len(set(outputs)) != len(outputs):
+    raise ValueError(f'--output_file lists a file twice: {output_file}')
+  return outputs
+
+
+
+def resolve(output_file, num_output_shards, report_file):
+  """(the shards' absolute paths, the report's), checked writable before any input is read."""
+  outputs = output_paths(output_file, num_output_shards)
+  for path in outputs:  # As given: absolute() drops a local path's last /.
+    if path.endswith(('/', os.sep)):  # A bucket would keep an object named `dir/`.
+      raise ValueError(f'output {path} ends in /: give a file path (or, with '
+                       '--num_output_shards, a prefix such as DIR/train)')
+  outputs = [paths_lib.absolute(p) for p in outputs]
+  report_file = paths_lib.absolute(
+      report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
+  check_outputs(outputs, report_file)
+  return outputs, report_file
+
+
+def check_outputs(outputs, report_file):
+  """Fails before any input is read when an output cannot be written where it is asked for."""
+  for path in [*outputs, report_file]:
+    if files_lib.is_remote(path):
+      files_lib.check_bucket(path)
+      if files_lib.isdir(path) and not files_lib.isfile(path):
+        raise ValueError(f'output {path} is a folder: give a file path (or, with '
+                         '--num_output_shards, a prefix such as gs://bucket/dir/train)')
+      continue
+    if files_lib.isdir(path):
+      raise ValueError(f'output {path} is a directory: give a file path (or, with '
+                       '--num_output_shards, a prefix such as DIR/train)')
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not files_lib.exists(parent):
+      parent = os.path.dirname(parent)
+    if parent and not files_lib.isdir(parent):
+      raise ValueError(f'cannot write {path}: {parent} is a file, not a directory')
+    if parent and not os.access(parent, os.W_OK | os.X_OK):
+      raise ValueError(f'cannot write {path}: no write permission in {parent}')
+
+
+def check_not_inputs(outputs, inputs):
+  """Fails before any work when an output would overwrite a file it is made from (a corpus
+  file matched by --input_file's globs, the vocab)."""
+  for path in outputs:
+    for source in inputs:
+      if source and paths_lib.same_path(path, source):
+        raise ValueError(f'output {path} is the input {source}: writing it would lose that '
+                         'input; name another file')
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Alive, another user's.
+    return True
+  return True
+
+
+def remove_stale_temp_dirs(directory) -> list[str]:
+  """Removes the temporary directories that dead runs on this host left in `directory`.
+
+  A directory of a live run, or of a run on another host (a shared file system), is kept.
+  Returns the removed paths.
+  """
+  removed = []
+  host = socket.gethostname()
+  try:
+    names = os.listdir(directory)  # local temp (a remote output's are in tempfile's folder)
+  except FileNotFoundError:
+    return removed
+  for name in names:
+    if not name.startswith(TEMP_DIR_PREFIX):
+      continue
+    try:
+      run_host, pid, _ = name[len(TEMP_DIR_PREFIX):].rsplit('-', 2)
+      pid = int(pid)
+    except ValueError:
+      continue
+    if run_host == host and not _pid_alive(pid):
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)  # local temp
+      removed.append(os.path.join(directory, name))
+  return removed
+
+
+def temp_parts(outputs, num_workers):
+  """({output: its hidden temp dir}, per worker the part files it writes), dirs created.
+
+  Whole shards (shard s by worker s % W) when the worker count divides the shard count, else
+  a part of every shard per worker, concatenated in stage. A remote output's temp dir is a
+  local one (tempfile), its shards put once complete.
+  """
+  temp_name = f'{TEMP_DIR_PREFIX}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}'
+  made = {}
+  for directory in sorted({files_lib.parent(p) for p in outputs}):
+    if files_lib.is_remote(directory):
+      made[directory] = tempfile.mkdtemp(prefix=temp_name + '-')  # local temp
+      continue
+    files_lib.makedirs(directory)
+    remove_stale_temp_dirs(directory)
+    made[directory] = os.path.join(directory, temp_name)
+    os.makedirs(made[directory])  # local temp
+  temp_dirs = {out: made[files_lib.parent(out)] for out in outputs}
+
+  def part(out, suffix=''):
+    return os.path.join(temp_dirs[out], files_lib.name(out) + suffix)
+
+  if len(outputs) % num_workers == 0:
+    return temp_dirs, [[part(out) for out in outputs[w::num_workers]]
+                       for w in range(num_workers)]
+  return temp_dirs, [[part(out, f'.w{w:03d}') for out in outputs] for w in range(num_workers)]
+
+
+def stage(outputs, parts, temp_dirs, results):
+  """(each shard's complete file in its temp dir, its record count): whole parts as they are,
+  else every worker's part of the shard concatenated in worker order (TFRecords concatenate)."""
+  num_workers = len(parts)
+  staged, records = [], []
+  for s, out in enumerate(outputs):
+    if len(outputs) % num_workers == 0:
+      staged.append(parts[s % num_workers][s // num_workers])
+      records.append(results[s % num_workers]['part_records'][s // num_workers])
+      continue
+    staged.append(os.path.join(temp_dirs[out], files_lib.name(out)))
+    with open(staged[-1], 'wb') as merged:  # local temp
+      for w in range(num_workers):
+        with open(parts[w][s], 'rb') as part:  # local temp
+          shutil.copyfileobj(part, merged, 1 << 22)  # local temp
+        os.remove(parts[w][s])  # local temp
+    records.append(sum(results[w]['part_records'][s] for w in range(num_workers)))
+  return staged, records
+
+
+def _write_json(path, value):
+  with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
+    json.dump(value, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _put_in_place(staged, destination):
+  """Moves a finished file from its temporary directory to where it was asked for: a rename
+  beside it, or one object put for a URL."""
+  if files_lib.is_remote(destination):
+    files_lib.copy(staged, destination)
+  else:
+    os.replace(staged, destination)  # local temp, renamed into place beside it
+
+
+def publish(report, report_file, staged, outputs, temp_dirs):
+  """Puts the report, then each staged shard, where they were asked for."""
+  # The report first, then the shards (module docstring): a kill in between leaves shards
+  # that disagree with the report, which readers refuse.
+  staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
+  _write_json(staged_report, report)
+  if files_lib.is_remote(report_file) or files_lib.parent(report_file) == files_lib.parent(
+      outputs[0]):
+    _put_in_place(staged_report, report_file)
+  else:  # Another local folder: the rename may cross file systems.
+    files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
+  for path, out in zip(staged, outputs, strict=True):
+    _put_in_place(path, out)
+
+
+def remove_temp_dirs(temp_dirs):
+  """Removes this run's temporary directories, whatever they still hold."""
+  for directory in set(temp_dirs.values()):
+    shutil.rmtree(directory, ignore_errors=True)  # local temp
