@@ -27,7 +27,7 @@ from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import text_classification
-from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_tasks
 
 SQUAD_FILES = {'squad_v1': {'train': 'train-v1.1.json', 'validation': 'dev-v1.1.json'},
@@ -141,8 +141,8 @@ def _user_span_task(data) -> task_lib.Task:
   if 'validation' not in split_files:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
                      'scored per article, so no split is made from the training file.')
-  train = user_data._check_file(split_files['train'])  # pylint: disable=protected-access
-  text = user_data._read_text(train)  # pylint: disable=protected-access
+  train = user_formats.check_file(split_files['train'])
+  text = user_formats.file_text(train)
   v2 = '"is_impossible": true' in text.replace('"is_impossible":true', '"is_impossible": true')
   return _squad_task('span', data, path=lambda split: split_files[split], v2=v2)
 

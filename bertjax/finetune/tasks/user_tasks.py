@@ -20,6 +20,7 @@ from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_labels
 
 _FLAGS = {'train': 'train_file', 'validation': 'eval_file', 'test': 'test_file'}
 
@@ -147,7 +148,7 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
   if regression:
     labels = ()
   elif not labels:
-    labels = user_data.labels_of(splits.train())
+    labels = user_labels.labels_of(splits.train())
     if len(labels) < 2:
       raise ValueError(f'{splits.files["train"]}: every example has label {labels[0]!r}: a '
                        'classifier needs at least two labels.')
@@ -155,7 +156,7 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
   def read(split):
     examples, skipped = splits.read(split)
     if not regression and split != 'train':
-      user_data.check_labels(((e.guid, (e.label,)) for e in examples), labels, split)
+      user_labels.check_labels(((e.guid, (e.label,)) for e in examples), labels, split)
     return examples, skipped
 
   def featurize(examples, tok, *, is_training):
@@ -239,7 +240,7 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
     read_split = splits.read
     eval_splits, test_splits = splits.eval_splits(), splits.test_splits()
     if not labels:
-      labels = user_data.tags_of(splits.train())
+      labels = user_labels.tags_of(splits.train())
   else:  # A preset: fixed files and tag set.
     def read_split(split):
       return read_file(path_of(split), split == 'train', require_labels=True)
@@ -250,7 +251,7 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
   def read(split):
     sentences, skipped = read_split(split)
     if split != 'train':
-      user_data.check_labels(((f'{split} sentence {i} ({" ".join(s.words[:6])}...)', s.tags)
+      user_labels.check_labels(((f'{split} sentence {i} ({" ".join(s.words[:6])}...)', s.tags)
                               for i, s in enumerate(sentences)), labels, split)
     return sentences, skipped
 

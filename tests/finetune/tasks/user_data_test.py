@@ -8,6 +8,7 @@ import pytest
 from bertjax import paths
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_labels
 from bertjax.finetune.tasks import user_tasks
 from configs import finetune as finetune_config
 
@@ -41,7 +42,7 @@ def test_pairs_numbers_as_labels_and_label_order(tmp_path):
                           for i, y in enumerate([10, 2, 2.0, 10])))
   examples, _ = user_data.read_texts(path, fields=('q', 'a'), label_field='y')
   assert [(e.text_a, e.text_b) for e in examples][0] == ('q0', 'a0')
-  assert user_data.labels_of(examples) == ('2', '10')  # Numeric strings sorted by value.
+  assert user_labels.labels_of(examples) == ('2', '10')  # Numeric strings sorted by value.
   values, _ = user_data.read_texts(path, fields=('q', 'a'), label_field='y', regression=True)
   assert [e.label for e in values] == [10.0, 2.0, 2.0, 10.0]
 
@@ -126,7 +127,7 @@ def test_conll_columns_and_jsonl_tagging_with_any_tag_set(tmp_path):
   sentences, _ = user_data.read_tagged(tmp_path / 't.conll', tag_column=1)
   assert sentences == [user_data.Sentence(('The', 'dog'), ('DT', 'NN')),
                        user_data.Sentence(('Runs',), ('VBZ',))]
-  assert user_data.tags_of(sentences) == ('DT', 'NN', 'VBZ')
+  assert user_labels.tags_of(sentences) == ('DT', 'NN', 'VBZ')
   (tmp_path / 't.jsonl').write_text(json.dumps({'tokens': ['a', 'b'], 'tags': ['S-X', 'O']})
                                     + '\n' + json.dumps({'tokens': ['c'], 'tags': ['O', 'O']}))
   with pytest.raises(ValueError, match=r't.jsonl:2: 1 tokens but 2 tags'):
@@ -135,10 +136,10 @@ def test_conll_columns_and_jsonl_tagging_with_any_tag_set(tmp_path):
 
 def test_tag_sets_and_schemes():
   iob = [user_data.Sentence(('a', 'b'), ('B-X', 'O'))]
-  assert user_data.tags_of(iob) == ('O', 'B-X')
+  assert user_labels.tags_of(iob) == ('O', 'B-X')
   iobes = [user_data.Sentence(('a', 'b', 'c'), ('B-X', 'E-X', 'S-Y'))]
   # Every prefix in use is added for every type: I-? none; B, E, S for X and Y.
-  assert user_data.tags_of(iobes) == ('B-X', 'E-X', 'S-X', 'B-Y', 'E-Y', 'S-Y')
+  assert user_labels.tags_of(iobes) == ('B-X', 'E-X', 'S-X', 'B-Y', 'E-Y', 'S-Y')
   data = _data(tag_scheme='auto')
   assert user_tasks.tag_scheme(data, ('O', 'B-X', 'I-X')) == 'chunks'
   assert user_tasks.tag_scheme(data, ('NN', 'VB')) == 'plain'
@@ -212,7 +213,7 @@ def test_one_number_spelled_two_ways_as_labels_is_refused(tmp_path):
     user_data.read_texts(path, fields=('text',), label_field='label')
   path.write_text('text,label\na,1\nb,0\nc,1\nd,10\n')  # One spelling each: read as given.
   examples, _ = user_data.read_texts(path, fields=('text',), label_field='label')
-  assert user_data.labels_of(examples) == ('0', '1', '10')
+  assert user_labels.labels_of(examples) == ('0', '1', '10')
   values, _ = user_data.read_texts(tmp_path / 'l.csv', fields=('text',), label_field='label',
                                    regression=True)
   assert [e.label for e in values] == [1.0, 0.0, 1.0, 10.0]

@@ -1,0 +1,131 @@
+"""A user's data file as rows: its format from the extension, its content checked against that,
+CSV/TSV (with a header) and JSON lines read as (line number, {field: value}).
+
+The first of user_data.py's rules: the format is the file's extension (.csv, .tsv, .jsonl/.json,
+and for tagging .conll/.txt columns) unless `data.format` says otherwise, and the content must
+agree with it. Every error names the file and the line.
+"""
+
+import csv
+import io
+import json
+import os
+
+from bertjax import files
+from bertjax import paths
+
+FORMATS = ('csv', 'tsv', 'jsonl')
+_EXTENSIONS = {'.csv': 'csv', '.tsv': 'tsv', '.jsonl': 'jsonl', '.json': 'jsonl',
+               '.ndjson': 'jsonl', '.conll': 'conll', '.txt': 'conll', '.iob': 'conll',
+               '.bio': 'conll'}
+
+
+def check_file(path) -> str:
+  """`path` (a local path or a URL, as given) when it names a file with something in it."""
+  path = os.fspath(path)
+  missing = f'{path} does not exist: check config.data.train_file / eval_file / test_file.'
+  files.require_file(path, missing)
+  if files.size(path) == 0:
+    raise ValueError(f'{path} is empty: it holds no examples.')
+  return path
+
+
+def file_text(path) -> str:
+  """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
+  try:
+    return files.read_bytes(path).decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
+                     'e.g. `iconv -f latin1 -t utf-8`.') from None
+
+
+def _suffix(path) -> str:
+  """The extension of the file's name ('.csv'), '' for none."""
+  stem, suffix = os.path.splitext(files.name(path))
+  return suffix if stem and suffix != '.' else ''
+
+
+def format_of(path, configured: str = '', allowed=FORMATS) -> str:
+  """The file's format: `configured` if set, else its extension's."""
+  fmt = configured or _EXTENSIONS.get(_suffix(path).lower(), '')
+  if fmt not in allowed:
+    raise ValueError(f'{path}: cannot tell the format from the extension '
+                     f'{_suffix(path)!r}: name the file .{" / .".join(allowed)} or '
+                     f'set config.data.format to one of {", ".join(allowed)}.')
+  return fmt
+
+
+def _first_line(text: str) -> tuple[int, str]:
+  for number, line in enumerate(paths.split_lines(text), 1):
+    if line.strip():
+      return number, line
+  return 0, ''
+
+
+def check_content(path, fmt, text):
+  """An error when the content is plainly another format than the one `fmt` names."""
+  number, line = _first_line(text)
+  if not line:
+    raise ValueError(f'{path} holds only blank lines: it holds no examples.')
+  looks_json = line.lstrip().startswith(('{', '['))
+  fix = 'rename the file or set config.data.format'
+  if fmt == 'jsonl' and not looks_json:
+    raise ValueError(f'{path}:{number}: the extension says JSON lines but the line is not a '
+                     f'JSON object ({line[:60]!r}): {fix}.')
+  if fmt in ('csv', 'tsv', 'conll') and looks_json:
+    raise ValueError(f'{path}:{number}: the extension says {fmt.upper()} but the line is JSON '
+                     f'({line[:60]!r}): {fix} (jsonl).')
+  if fmt == 'tsv' and '\t' not in line and ',' in line:
+    raise ValueError(f'{path}:{number}: the extension says TSV but the header has no tab and '
+                     f'has commas ({line[:60]!r}): it looks like CSV; {fix}.')
+  if fmt == 'csv' and ',' not in line and '\t' in line:
+    raise ValueError(f'{path}:{number}: the extension says CSV but the header has no comma and '
+                     f'has tabs ({line[:60]!r}): it looks like TSV; {fix}.')
+
+
+def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
+  """(line number, {field: value}) of every data row of a CSV/TSV (with a header) or JSONL file."""
+  path = check_file(path)
+  fmt = format_of(path, fmt)
+  text = file_text(path)
+  check_content(path, fmt, text)
+  records = []
+  if fmt == 'jsonl':
+    for number, line in enumerate(paths.split_lines(text), 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{path}:{number}: not valid JSON ({e.msg} at column {e.colno}): '
+                         'JSON lines hold one object per line.') from None
+      if not isinstance(record, dict):
+        raise ValueError(f'{path}:{number}: a JSON {type(record).__name__}, not an object: JSON '
+                         'lines hold one {"field": value, ...} object per line.')
+      records.append((number, record))
+    return records
+  # The csv module's own line rules (newline='' semantics): a form feed, U+2028... is text.
+  csv.field_size_limit(1 << 30)  # A long document is a valid field (the default stops at 128 KB).
+  reader = csv.reader(io.StringIO(text, newline=''),
+                      delimiter='\t' if fmt == 'tsv' else ',',
+                      quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
+  header = None
+  try:
+    for row in reader:
+      number = reader.line_num
+      if header is None:
+        header = [h.strip() for h in row]
+        if len(set(header)) != len(header) or '' in header:
+          raise ValueError(f'{path}:{number}: the header {header} has an empty or repeated '
+                           'column name: the first line names the columns.')
+        continue
+      if not any(cell.strip() for cell in row):
+        continue
+      if len(row) != len(header):
+        raise ValueError(f'{path}:{number}: {len(row)} columns where the header has '
+                         f'{len(header)} ({", ".join(header)}): quote fields that hold the '
+                         'separator.')
+      records.append((number, dict(zip(header, row, strict=True))))
+  except csv.Error as e:
+    raise ValueError(f'{path}:{reader.line_num}: {e}') from None
+  return records

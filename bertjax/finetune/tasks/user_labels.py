@@ -1,0 +1,110 @@
+"""Labels and tags of a user's data: their values, one spelling each, their sets from training
+data, one tag scheme per file, and an eval or test label training never had refused.
+"""
+
+import numpy as np
+
+
+def label_value(path, number, value, regression):
+  if regression:
+    try:
+      label = float(value)
+    except (TypeError, ValueError):
+      raise ValueError(f'{path}:{number}: label {value!r} is not a number (regression '
+                       'labels are numbers).') from None
+    if not np.isfinite(label):
+      raise ValueError(f'{path}:{number}: label {value!r} is not a finite number.')
+    return label
+  if isinstance(value, bool) or value is None:
+    return str(value).lower() if value is not None else ''
+  if isinstance(value, float) and value.is_integer():
+    value = int(value)
+  return str(value).strip()
+
+
+def _as_number(label):
+  try:
+    return float(label)
+  except (TypeError, ValueError):
+    return None
+
+
+def check_spelling(path, number, label, spellings):
+  """An error when `label` is a number another label of the file spells otherwise (`1` and
+  `1.0`, `01`): they would be two classes. `spellings`: number -> (label, line) seen first."""
+  value = _as_number(label)
+  if value is None:
+    return
+  first, line = spellings.setdefault(value, (label, number))
+  if first != label:
+    raise ValueError(f'{path}:{number}: label {label!r} is the number that line {line} writes '
+                     f'{first!r}: they would be two classes; write every one of them {first!r}.')
+
+
+def labels_of(examples, *, attr='label') -> tuple[str, ...]:
+  """The label set of training examples, sorted (numeric strings by value)."""
+  seen = {getattr(e, attr) for e in examples}
+
+  def key(label):
+    try:
+      return (0, float(label), label)
+    except ValueError:
+      return (1, 0.0, label)
+
+  return tuple(sorted(seen, key=key))
+
+
+def _chunk_tag(tag):
+  return len(tag) > 2 and tag[1] == '-' and tag[0] in 'BIESLU'
+
+
+class TagScheme:
+  """Where a file's first chunk tag (B-/I-/E-/S-/L-/U-TYPE) and first other tag (not O) are:
+  a file holding both is an error unless config.data.tag_scheme=plain."""
+
+  def __init__(self, path, tag_scheme):
+    self.path, self.check, self.first = path, tag_scheme.lower() != 'plain', {}
+
+  def add(self, number, tag):
+    if not self.check or tag == 'O':
+      return
+    kind = 'chunk' if _chunk_tag(tag) else 'plain'
+    self.first.setdefault(kind, (number, tag))
+    if len(self.first) == 2:
+      (chunk_line, chunk), (plain_line, plain) = self.first['chunk'], self.first['plain']
+      raise ValueError(f'{self.path}:{plain_line}: tag {plain!r} is not O or a chunk tag, but '
+                       f'line {chunk_line} has the chunk tag {chunk!r}: use one tag scheme in a '
+                       'file, or set config.data.tag_scheme=plain (scored per token).')
+
+
+def tags_of(sentences) -> tuple[str, ...]:
+  """The tag set of training sentences: 'O' first (when present), then by type and prefix.
+
+  With chunk tags (B-/I-/E-/S-/L-/U-TYPE), every prefix the data uses is added for every type
+  it has: an eval sentence may hold I-X where training only had one-word X chunks.
+  """
+  seen = {tag for s in sentences for tag in s.tags}
+  if all(t == 'O' or _chunk_tag(t) for t in seen):
+    prefixes = {t[0] for t in seen if t != 'O'}
+    seen |= {f'{p}-{t[2:]}' for t in seen if t != 'O' for p in prefixes}
+
+  def key(tag):
+    prefix, _, kind = tag.partition('-')
+    return (tag != 'O', kind if kind else prefix, 'BIELSU'.find(prefix), prefix)
+
+  return tuple(sorted(seen, key=key))
+
+
+def check_labels(labelled, labels, what: str):
+  """An error for a label training never had, listing those it had; `labelled` yields
+  (where, labels of one example)."""
+  known = set(labels)
+  for where, values in labelled:
+    for value in values:
+      if value is not None and value not in known:
+        same = [k for k in labels if _as_number(value) is not None and
+                _as_number(k) == _as_number(value)]
+        fix = (f'write it {same[0]!r} as training does' if same else
+               'fix the label or add training examples with it')
+        raise ValueError(f'{where}: {what} label {value!r} never occurs in the training data, '
+                         f'whose labels are {list(labels)}: {fix}.')
