@@ -25,7 +25,7 @@ import numpy as np
 from bertjax import files as files_lib
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
-from bertjax.text import tokenizer as tokenization
+from bertjax.text import vocab_files
 
 INPUT_FORMATS = ('lines', 'text')
 _SNIFF_BYTES = 1 << 16
@@ -153,8 +153,8 @@ class Encoder:
     self._fast = None
     if spm_model_file or not fast:
       # The reference WordPiece path needs no TensorFlow; SentencePiece has no fast path here.
-      self.tokenizer = tokenization.from_files(vocab_file, spm_model_file,
-                                               do_lower_case=do_lower_case, never_split=())
+      self.tokenizer = vocab_files.from_files(vocab_file, spm_model_file,
+                                              do_lower_case=do_lower_case, never_split=())
       vocab = self.tokenizer.vocab
       if spm_model_file:
         # SentencePiece marks the start of a word, WordPiece the continuation.

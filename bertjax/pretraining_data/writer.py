@@ -34,7 +34,7 @@ from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source
 from bertjax.records import example_encoding
 from bertjax.records import tfrecord
-from bertjax.text import tokenizer as tokenization
+from bertjax.text import vocab_files
 
 TOKENIZERS = ('auto', 'fast', 'reference')
 # The fast tokenizer needs TensorFlow, whose import takes ~2.5 s per worker; the reference
@@ -217,8 +217,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
   # Fails here, in the parent, on a missing vocab or one whose casing contradicts
   # do_lower_case, before any worker starts.
-  vocab = tokenization.from_files(vocab_file or None, spm_model_file or None,
-                                  do_lower_case=do_lower_case).vocab
+  vocab = vocab_files.from_files(vocab_file or None, spm_model_file or None,
+                                 do_lower_case=do_lower_case).vocab
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')

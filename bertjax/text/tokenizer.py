@@ -1,4 +1,4 @@
-"""BERT tokenization: the exact reference WordPiece path, vocab files, and SentencePiece.
+"""BERT tokenization: the exact reference WordPiece path and its vocab files.
 
 The WordPiece path reproduces google-research/bert's tokenization.py token for token (cleaning,
 CJK splitting, lower-casing with NFD accent stripping, punctuation splitting, greedy
@@ -7,8 +7,8 @@ so scripts port unchanged, and adds HF's treatment of special tokens: `[MASK]` e
 the text stay whole. It equals HF tokenizers' BertWordPieceTokenizer (given its limit of 100
 characters a word) except where HF departs from the original: HF gives a word-final capital
 sigma the non-final σ, and deletes private-use and unassigned code points. It needs no
-TensorFlow; vocab and SentencePiece files are read through bertjax.files (local or a URL); the
-in-graph fast path is in `fast_tokenizer.py`.
+TensorFlow; vocab files are read through bertjax.files (local or a URL); the in-graph fast
+path is in `fast_tokenizer.py`, SentencePiece in `sentencepiece_tokenizer.py`.
 """
 
 import collections
@@ -348,85 +348,3 @@ class FullTokenizer:
   def convert_ids_to_tokens(self, ids):
     """Ids to tokens; raises KeyError for an id not in the vocab."""
     return convert_by_vocab(self.inv_vocab, ids)
-
-
-class SentencePieceTokenizer:
-  """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
-
-  def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
-               never_split=()):
-    import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
-    path = os.fspath(spm_model_file)
-    missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
-               'file shipped with the checkpoint')
-    files.require_file(path, missing)
-    self.spm_model_file = path
-    self.sp_model = sentencepiece.SentencePieceProcessor()
-    try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.
-      self.sp_model.LoadFromSerializedProto(files.read_bytes(path))
-    except (OSError, RuntimeError) as e:
-      raise ValueError(f'{path!r} is not a SentencePiece model ({e}): pass the .model file '
-                       'that spm_train wrote') from None
-    self.do_lower_case = do_lower_case
-    self.keep_accents = keep_accents
-    self.vocab = collections.OrderedDict(
-        (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
-    self.inv_vocab = {v: k for k, v in self.vocab.items()}
-    self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
-    self.never_split = tuple(t for t in never_split if t in self.vocab)
-    # Control symbols such as [MASK] are never produced by SentencePiece from text, so special
-    # tokens written in the text are cut out first, as on the WordPiece path.
-    self._chunker = BasicTokenizer(do_lower_case, self.never_split)
-
-  def preprocess_text(self, text):
-    """ALBERT's normalisation: collapse spaces, plain quotes, NFKD accent stripping, lower."""
-    text = ' '.join(text.strip().split()).replace('``', '"').replace("''", '"')
-    if not self.keep_accents:
-      text = ''.join(c for c in unicodedata.normalize('NFKD', text)
-                     if not unicodedata.combining(c))
-    return text.lower() if self.do_lower_case else text
-
-  def _encode_pieces(self, text):
-    pieces = []
-    for piece in self.sp_model.EncodeAsPieces(text):
-      # As ALBERT: keep a trailing comma after digits a separate piece ("9," -> "9", ",").
-      if len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
-        cur = self.sp_model.EncodeAsPieces(piece[:-1].replace('\u2581', ''))
-        if piece[0] != '\u2581' and cur[0][0] == '\u2581':
-          cur = [cur[0][1:]] + cur[1:] if len(cur[0]) > 1 else cur[1:]
-        pieces.extend(cur + [piece[-1]])
-      else:
-        pieces.append(piece)
-    return pieces
-
-  def tokenize(self, text):
-    """Text to SentencePiece pieces."""
-    tokens = []
-    for is_special, piece in self._chunker.chunks(text):
-      if is_special:
-        tokens.append(piece)
-      else:
-        tokens.extend(self._encode_pieces(self.preprocess_text(piece)))
-    return tokens
-
-  def encode(self, text):
-    """Text to ids (no [CLS]/[SEP] added)."""
-    return self.convert_tokens_to_ids(self.tokenize(text))
-
-  def convert_tokens_to_ids(self, tokens):
-    """Pieces to ids; unknown pieces map to the unk id, as SentencePiece does."""
-    return [self.sp_model.PieceToId(t) for t in tokens]
-
-  def convert_ids_to_tokens(self, ids):
-    """Ids to pieces."""
-    return [self.sp_model.IdToPiece(int(i)) for i in ids]
-
-
-def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwargs):
-  """A WordPiece FullTokenizer for a vocab file, or a SentencePieceTokenizer for a .model."""
-  if (vocab_file is None) == (spm_model_file is None):
-    raise ValueError('pass exactly one of vocab_file= (WordPiece vocab.txt, BERT) and '
-                     'spm_model_file= (SentencePiece .model, ALBERT)')
-  if spm_model_file is not None:
-    return SentencePieceTokenizer(spm_model_file, do_lower_case=do_lower_case, **kwargs)
-  return FullTokenizer(vocab_file, do_lower_case=do_lower_case, **kwargs)

@@ -9,8 +9,8 @@ of the training text and its [UNK] rate there is 0 (only words over 200 characte
 always maps to [UNK], and characters past `max_alphabet` are not covered).
 
 SentencePiece: `sentencepiece.SentencePieceTrainer` on text normalised as
-`tokenizer.SentencePieceTokenizer` normalises it, with ALBERT's ids: <pad> 0, <unk> 1, then the
-control symbols [CLS] [SEP] [MASK].
+`sentencepiece_tokenizer.SentencePieceTokenizer` normalises it, with ALBERT's ids: <pad> 0,
+<unk> 1, then the control symbols [CLS] [SEP] [MASK].
 
 Input files: one sentence per line and a blank line between documents (create_pretraining_data's
 format), or any UTF-8 text; `.gz` files are read decompressed.
@@ -25,6 +25,7 @@ from absl import logging
 
 from bertjax import files as files_lib
 from bertjax import paths
+from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
@@ -185,7 +186,7 @@ def _spm_sentences(files, do_lower_case):
   for path in files:
     for line in read_lines(path):
       if line:
-        yield tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
+        yield sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
 
 
 def check_output_name(model: str, output_file: str):

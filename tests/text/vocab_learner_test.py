@@ -9,6 +9,7 @@ import pytest
 
 from bertjax.pretraining_data import corpora
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 from bertjax.text import vocab_learner
 
 # Accents, a non-Latin script with a final sigma, CJK (split per character), an em dash and a
@@ -140,7 +141,7 @@ def test_glob_matching_nothing(tmp_path):
 def test_sentencepiece_model_with_bertjax_tokenizer(corpus_file, tmp_path):
   model_file = tmp_path / 'spm.model'
   vocab_learner.learn_sentencepiece(str(corpus_file), model_file, 1000)
-  sp = tokenizer.from_files(spm_model_file=model_file, never_split=tokenizer.SPECIAL_TOKENS)
+  sp = vocab_files.from_files(spm_model_file=model_file, never_split=tokenizer.SPECIAL_TOKENS)
   assert sp.convert_ids_to_tokens(range(5)) == ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]']
   assert sp.unk_token == '<unk>' and len(sp.vocab) == 1000
   tokens = sp.tokenize('In the beginning God created the [MASK] and the Earth.')

@@ -1,0 +1,84 @@
+"""SentencePiece tokenization (ALBERT's), with the WordPiece FullTokenizer's interface.
+
+The model file is read through bertjax.files (local or a URL); special tokens written in the
+text stay whole, as on the WordPiece path (tokenizer.py).
+"""
+
+import collections
+import os
+import unicodedata
+
+from bertjax import files
+from bertjax.text import tokenizer
+
+
+class SentencePieceTokenizer:
+  """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
+
+  def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
+               never_split=()):
+    import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
+    path = os.fspath(spm_model_file)
+    missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
+               'file shipped with the checkpoint')
+    files.require_file(path, missing)
+    self.spm_model_file = path
+    self.sp_model = sentencepiece.SentencePieceProcessor()
+    try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.
+      self.sp_model.LoadFromSerializedProto(files.read_bytes(path))
+    except (OSError, RuntimeError) as e:
+      raise ValueError(f'{path!r} is not a SentencePiece model ({e}): pass the .model file '
+                       'that spm_train wrote') from None
+    self.do_lower_case = do_lower_case
+    self.keep_accents = keep_accents
+    self.vocab = collections.OrderedDict(
+        (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
+    self.never_split = tuple(t for t in never_split if t in self.vocab)
+    # Control symbols such as [MASK] are never produced by SentencePiece from text, so special
+    # tokens written in the text are cut out first, as on the WordPiece path.
+    self._chunker = tokenizer.BasicTokenizer(do_lower_case, self.never_split)
+
+  def preprocess_text(self, text):
+    """ALBERT's normalisation: collapse spaces, plain quotes, NFKD accent stripping, lower."""
+    text = ' '.join(text.strip().split()).replace('``', '"').replace("''", '"')
+    if not self.keep_accents:
+      text = ''.join(c for c in unicodedata.normalize('NFKD', text)
+                     if not unicodedata.combining(c))
+    return text.lower() if self.do_lower_case else text
+
+  def _encode_pieces(self, text):
+    pieces = []
+    for piece in self.sp_model.EncodeAsPieces(text):
+      # As ALBERT: keep a trailing comma after digits a separate piece ("9," -> "9", ",").
+      if len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
+        cur = self.sp_model.EncodeAsPieces(piece[:-1].replace('\u2581', ''))
+        if piece[0] != '\u2581' and cur[0][0] == '\u2581':
+          cur = [cur[0][1:]] + cur[1:] if len(cur[0]) > 1 else cur[1:]
+        pieces.extend(cur + [piece[-1]])
+      else:
+        pieces.append(piece)
+    return pieces
+
+  def tokenize(self, text):
+    """Text to SentencePiece pieces."""
+    tokens = []
+    for is_special, piece in self._chunker.chunks(text):
+      if is_special:
+        tokens.append(piece)
+      else:
+        tokens.extend(self._encode_pieces(self.preprocess_text(piece)))
+    return tokens
+
+  def encode(self, text):
+    """Text to ids (no [CLS]/[SEP] added)."""
+    return self.convert_tokens_to_ids(self.tokenize(text))
+
+  def convert_tokens_to_ids(self, tokens):
+    """Pieces to ids; unknown pieces map to the unk id, as SentencePiece does."""
+    return [self.sp_model.PieceToId(t) for t in tokens]
+
+  def convert_ids_to_tokens(self, ids):
+    """Ids to pieces."""
+    return [self.sp_model.IdToPiece(int(i)) for i in ids]
