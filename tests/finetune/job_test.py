@@ -329,17 +329,18 @@ def test_epochs_end_at_an_epoch_boundary():
 
 def test_read_counters_are_not_counted_as_skips(monkeypatch):
   """A reader's counters of what it read or repaired are not skips; what it dropped is."""
-  from bertjax.finetune.tasks import text_classification  # pylint: disable=g-import-not-at-top
+  from bertjax.finetune.tasks import labelled_split  # pylint: disable=g-import-not-at-top
+  from bertjax.finetune.tasks import wordnet_glosses  # pylint: disable=g-import-not-at-top
 
   def read_wordnet(directory, *, stats):
     del directory
     stats.update({'synsets_read': 2225, 'cp1252_decoded': 1, 'duplicate_dropped': 98,
                   'no_definition_dropped': 0})
-    return [text_classification.Example(f'g{i}', f'text {i}', None,
-                                        text_classification.SUPERSENSES[i % 3])
+    return [labelled_split.Example(f'g{i}', f'text {i}', None,
+                                   wordnet_glosses.SUPERSENSES[i % 3])
             for i in range(30)]
 
-  monkeypatch.setattr(text_classification, 'read_wordnet', read_wordnet)
+  monkeypatch.setattr(wordnet_glosses, 'read_wordnet', read_wordnet)
   config = finetune_config.get_config('task=wordnet')
   config.data.data_dir = '/nowhere'
   task = registry.get_task('wordnet', config.data, seed=0)

@@ -122,10 +122,9 @@ def test_one_update_is_the_plain_update_times_the_factor(scan, name):
 def test_off_is_bit_identical_and_the_state_is_the_same_either_way():
   params = init(classifier())
   grads = jax.tree.map(lambda p: 0.3 * p + 0.01, params)
-  # An optimizer config from before the field: today's optimizer.
-  before = ml_collections.ConfigDict({k: v for k, v in opt_config().items()
-                                      if k != 'layer_decay'})
-  today, off = optimizer.make(before), optimizer.make(opt_config(layer_decay=1.0))
+  # Off is the optimizer without the wrapper; the wrapper at 1.0 multiplies by exact ones.
+  today = optimizer.make(opt_config(layer_decay=1.0))
+  off = optimizer.scale_by_layer_decay(optimizer.make(opt_config(layer_decay=1.0)), 1.0)
   a, state_a = jax.jit(today.update)(grads, today.init(params), params)
   b, state_b = jax.jit(off.update)(grads, off.init(params), params)
   for x, y in zip(jax.tree.leaves((a, state_a)), jax.tree.leaves((b, state_b)), strict=True):

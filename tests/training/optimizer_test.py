@@ -15,7 +15,8 @@ from configs import common
 def opt_config(**overrides):
   c = ml_collections.ConfigDict(dict(
       name='adamw', learning_rate=0.1, end_learning_rate=0.0, warmup_steps=0, total_steps=100,
-      decay_power=1.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, grad_clip_norm=0.0))
+      decay_power=1.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, grad_clip_norm=0.0,
+      layer_decay=1.0))
   c.update(overrides)
   return c
 
