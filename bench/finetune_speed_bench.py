@@ -6,7 +6,7 @@
       [--seed=0] [--pack=4] [--warm] [--workdir=]
 
 Real tasks from WordNet 3.0 (/usr/share/wordnet), read by bertjax's WordNet readers, split by
-text_classification.split (stratified, eval_fraction 0.2) and written as a user's own CSV files
+labelled_split.split (stratified, eval_fraction 0.2) and written as a user's own CSV files
 that both frameworks read (the same examples):
   supersense       a synset's definition -> its supersense (45 lexicographer files; what
                    task=wordnet reads, duplicates dropped).
@@ -67,8 +67,9 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax.finetune.tasks import text_classification  # noqa: E402
+from bertjax.finetune.tasks import labelled_split  # noqa: E402
 from bertjax.finetune.tasks import wordnet_examples  # noqa: E402
+from bertjax.finetune.tasks import wordnet_glosses  # noqa: E402
 
 _TASKS = flags.DEFINE_list('tasks', ['supersense', 'definition_pair'], 'Tasks to run.')
 _MAX_TRAIN = flags.DEFINE_integer('max_train', 4000, 'Training examples per task.')
@@ -96,9 +97,9 @@ def minilm_dir() -> pathlib.Path:
 
 
 def task_examples(task):
-  """The task's Examples (text_classification.Example), read by bertjax's own WordNet readers."""
+  """The task's Examples (labelled_split.Example), read by bertjax's own WordNet readers."""
   if task == 'supersense':  # What task=wordnet reads: duplicates and ambiguous ones dropped.
-    return text_classification.read_wordnet(_WORDNET_DIR.value)
+    return wordnet_glosses.read_wordnet(_WORDNET_DIR.value)
   synsets = [(pos, definition, [e for e in examples if len(e.split()) >= 3])
              for pos, _, _, definition, examples in wordnet_examples.glosses(_WORDNET_DIR.value)
              if definition]
@@ -112,9 +113,9 @@ def task_examples(task):
     # Half the pairs: an example of another synset of the same part of speech.
     other = by_pos[pos][rng.integers(len(by_pos[pos]))]
     same = rng.random() < 0.5 or other in examples
-    out.append(text_classification.Example(f'pair-{i}', definition,
-                                           examples[0] if same else other,
-                                           'same' if same else 'other'))
+    out.append(labelled_split.Example(f'pair-{i}', definition,
+                                      examples[0] if same else other,
+                                      'same' if same else 'other'))
   return out
 
 
@@ -129,11 +130,11 @@ def write_tagging(directory: pathlib.Path):
 
 
 def write_task(task, directory: pathlib.Path):
-  """train.csv / eval.csv of a task: text_classification.split's stratified split (the one
+  """train.csv / eval.csv of a task: labelled_split.split's stratified split (the one
   task=wordnet makes), subsampled to --max_train / --max_eval."""
   if task == 'sense_tagging':
     return write_tagging(directory)
-  train, evaluation = text_classification.split(
+  train, evaluation = labelled_split.split(
       task_examples(task), eval_fraction=0.2, seed=_SEED.value, max_train=_MAX_TRAIN.value,
       max_eval=_MAX_EVAL.value)
   pair = task == 'definition_pair'

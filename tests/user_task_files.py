@@ -3,7 +3,8 @@
 import csv
 import pathlib
 
-from bertjax.finetune.tasks import text_classification
+from bertjax.finetune.tasks import bbc_news
+from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import wordnet_examples
 
 write_jsonl = wordnet_examples.write_jsonl
@@ -11,9 +12,9 @@ write_jsonl = wordnet_examples.write_jsonl
 
 def bbc_rows(bbc_dir, num_train, num_eval, seed=0):
   """(train, eval) rows {text, topic}: title and first paragraph of each article."""
-  examples = text_classification.read_bbc(bbc_dir)
-  train, evaluation = text_classification.split(examples, eval_fraction=0.2, seed=seed,
-                                                max_train=num_train, max_eval=num_eval)
+  examples = bbc_news.read_bbc(bbc_dir)
+  train, evaluation = labelled_split.split(examples, eval_fraction=0.2, seed=seed,
+                                           max_train=num_train, max_eval=num_eval)
 
   def rows(items):
     return [{'text': ' '.join(e.text_a.split('\n')[:2]), 'topic': e.label} for e in items]

@@ -24,12 +24,13 @@ from bertjax import extract_features
 from bertjax import files
 from bertjax import predict
 from bertjax.finetune import job
+from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
-from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import wordnet_glosses
 from configs import embed as embed_config
 from configs import finetune as finetune_config
 
@@ -231,9 +232,9 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
   with pytest.raises(FileNotFoundError, match=f"SQuAD file '{data}/dev-v1.1.json' does not"):
     squad.read_squad(f'{data}/dev-v1.1.json', version_2_with_negative=False, is_training=False)
   with pytest.raises(ValueError, match=f'{data}/wordnet/data.noun:1: not UTF-8'):
-    text_classification.read_wordnet(f'{data}/wordnet')
+    wordnet_glosses.read_wordnet(f'{data}/wordnet')
   with pytest.raises(FileNotFoundError, match=f'BBC News folder {data}/bbc does not exist'):
-    text_classification.read_bbc(f'{data}/bbc')
+    bbc_news.read_bbc(f'{data}/bbc')
 
 
 def test_a_missing_bucket_is_named_by_the_readers(gcs_emulator):  # pylint: disable=unused-argument

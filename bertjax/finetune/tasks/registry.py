@@ -19,16 +19,19 @@ import numpy as np
 from bertjax import files
 from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
+from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.finetune.tasks import task as task_lib
-from bertjax.finetune.tasks import text_classification
+from bertjax.finetune.tasks import text_windows
 from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_tasks
+from bertjax.finetune.tasks import wordnet_glosses
 
 SQUAD_FILES = {'squad_v1': {'train': 'train-v1.1.json', 'validation': 'dev-v1.1.json'},
                'squad_v2': {'train': 'train-v2.0.json', 'validation': 'dev-v2.0.json'}}
@@ -179,11 +182,11 @@ def _bbc_dir() -> str:
 def _topic_task(name, data, seed) -> task_lib.Task:
   """BBC News topics / WordNet supersenses: one corpus, a deterministic stratified split."""
   if name == 'bbc':
-    labels = tuple(text_classification.BBC_LABELS)
-    reader, default_dir = text_classification.read_bbc, _bbc_dir
+    labels = tuple(bbc_news.BBC_LABELS)
+    reader, default_dir = bbc_news.read_bbc, _bbc_dir
   else:
-    labels = tuple(text_classification.SUPERSENSES)
-    reader, default_dir = text_classification.read_wordnet, lambda: WORDNET_DIR
+    labels = tuple(wordnet_glosses.SUPERSENSES)
+    reader, default_dir = wordnet_glosses.read_wordnet, lambda: WORDNET_DIR
   cache = {}
 
   def read(split):
@@ -194,7 +197,7 @@ def _topic_task(name, data, seed) -> task_lib.Task:
       logging.info('%s: %s', name, ', '.join(f'{k} {v}' for k, v in sorted(stats.items())))
       dropped = collections.Counter({k: v for k, v in stats.items()
                                      if k.endswith('_dropped') and v})
-      train, held_out = text_classification.split(
+      train, held_out = labelled_split.split(
           examples, eval_fraction=data.eval_fraction, seed=seed,
           max_train=None if data.max_train_examples < 0 else data.max_train_examples,
           max_eval=None if data.max_eval_examples < 0 else data.max_eval_examples)
@@ -207,7 +210,7 @@ def _topic_task(name, data, seed) -> task_lib.Task:
     del is_training
     if data.max_windows == 1:
       return features.encode(examples, tok, data.max_seq_length, name, labels), None
-    return text_classification.windowed_features(
+    return text_windows.windowed_features(
         examples, tok, data.max_seq_length, labels, stride=data.doc_stride,
         max_windows=data.max_windows), None
 
@@ -215,7 +218,7 @@ def _topic_task(name, data, seed) -> task_lib.Task:
     """Per example: the argmax of its windows' mean logits."""
     if 'example_index' not in features:
       return np.argmax(outputs, -1)
-    return np.argmax(text_classification.example_logits(
+    return np.argmax(text_windows.example_logits(
         outputs, features['example_index'], len(examples)), -1)
 
   def evaluate(outputs, features, meta, examples):

@@ -16,9 +16,9 @@ from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
+from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import task as task_lib
-from bertjax.finetune.tasks import text_classification
 from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_labels
 
@@ -99,7 +99,7 @@ class _UserSplits:
     if 'validation' not in self.files:
       data = self.data
       if self._stratify:
-        items, held_out = text_classification.split(
+        items, held_out = labelled_split.split(
             items, eval_fraction=data.eval_fraction, seed=self.seed)
       else:
         items, held_out = _random_split(items, data.eval_fraction, self.seed)

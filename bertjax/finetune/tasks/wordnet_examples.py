@@ -21,7 +21,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax.finetune import metrics
-from bertjax.finetune.tasks import text_classification
+from bertjax.finetune.tasks import wordnet_glosses
 
 WORDNET_FILES = ('noun', 'verb', 'adj', 'adv')
 _EXAMPLE = re.compile(r'"([^"]+)"')
@@ -46,14 +46,14 @@ def _find(words, lemma_parts):
 
 def glosses(directory='/usr/share/wordnet'):
   """Yields (part of speech, supersense, lemmas, definition, example sentences) per synset of
-  WordNet 3.0's data.* files (text_classification.parse_synset checks and reads each line)."""
+  WordNet 3.0's data.* files (wordnet_glosses.parse_synset checks and reads each line)."""
   for name in WORDNET_FILES:
     path = files.join(directory, f'data.{name}')
     with files.open(path, encoding='utf-8') as f:
       for number, line in enumerate(f, start=1):
         if line.startswith('  '):  # The licence header.
           continue
-        _, _, supersense, definition = text_classification.parse_synset(line, path, number)
+        _, _, supersense, definition = wordnet_glosses.parse_synset(line, path, number)
         head, _, gloss = line.partition(' | ')
         fields = head.split()
         lemmas = [re.sub(r'\(.*\)$', '', fields[4 + 2 * i]).lower()

