@@ -29,10 +29,10 @@ from bertjax import paths
 from bertjax.finetune import batches
 from bertjax.finetune import export_formats
 from bertjax.finetune import kinds
+from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import init_from
-from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer as tokenizer_lib
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -46,70 +46,6 @@ from bertjax.training import workdir_lock
 
 # ---------------------------------------------------------------------------------------------
 # Set-up.
-
-
-def resolve_model(config, init_path: str, run: dict | None = None,
-                  workdir: str = '') -> tuple[ml_collections.ConfigDict, str]:
-  """(model config, vocab file): a run that saved checkpoints in `workdir` (`run`, its
-  config.json) keeps its architecture and its own vocab; else the architecture from
-  `init_path` unless a size was given."""
-  model_cfg = ml_collections.ConfigDict(config.model.to_dict())
-  vocab_file = config.data.vocab_file
-  if run is not None:
-    arch = {k: run['model'][k] for k in init_from.ARCHITECTURE_FIELDS if k in run['model']}
-    differ = {k: (v, model_cfg[k]) for k, v in arch.items() if v != model_cfg[k]}
-    if differ and not config.model_from_init and config.model.size != run['model'].get('size'):
-      raise ValueError(f'{workdir} holds a model of size {run["model"].get("size")} but '
-                       f'config.model.size is {config.model.size}: drop the size, or use another '
-                       '--workdir for a new model.')
-    model_cfg.update(arch)
-    model_cfg.size = run['model'].get('size', model_cfg.size)
-    kept = init_from.vocab_file(workdir)
-    if not kept:
-      raise FileNotFoundError(
-          f'{workdir} keeps no copy of its vocab and the one it recorded '
-          f'({run["data"].get("vocab_file")}) no longer exists: set config.data.vocab_file to '
-          'the vocab it was trained with.')
-    if vocab_file and (not files.isfile(vocab_file) or
-                       files.read_bytes(vocab_file) != files.read_bytes(kept)):
-      raise ValueError(f'{workdir} was trained with the vocab {kept}; config.data.vocab_file='
-                       f'{vocab_file} is another: drop it, or use another --workdir.')
-    return model_cfg, kept
-  if init_path:
-    arch = init_from.model_config(init_path)
-    if config.model_from_init:
-      model_cfg.update(arch)
-      model_cfg.size = 'from-init'
-    else:
-      differ = {k: (arch[k], model_cfg[k]) for k in arch if arch[k] != model_cfg[k]}
-      if differ:
-        raise ValueError(
-            f'init_from={init_path} does not fit config.model (size {model_cfg.size}): '
-            + ', '.join(f'{k} {a} in the checkpoint vs {b}' for k, (a, b) in differ.items())
-            + '. Leave size empty to take the checkpoint\'s shape.')
-    vocab_file = vocab_file or init_from.vocab_file(init_path) or ''
-  if not vocab_file:
-    if init_path:
-      raise ValueError(f'init_from={init_path} has no vocab.txt: set config.data.vocab_file to '
-                       'the vocab its weights were trained with.')
-    # A random encoder (a smoke test): any vocab fits it, the embedded corpus's one is at hand.
-    logging.info('no init_from and no data.vocab_file: a random encoder with the embedded '
-                 "corpus's %d-entry vocab", embedded.VOCAB_SIZE)
-    model_cfg.vocab_size = embedded.VOCAB_SIZE
-    vocab_file = str(embedded.vocab_path())
-  return model_cfg, vocab_file
-
-
-def resolve_pooling(config, run: dict | None, init_path: str) -> tuple[str, str]:
-  """(pooling, where pooling=auto found it): config.pooling, else the run's own (`run`, its
-  config.json), else init_from's sentence-transformers pooling, else cls."""
-  if config.pooling != 'auto':
-    return config.pooling, ''
-  if run is not None and 'pooling' in run:
-    return run['pooling'], 'pooling=auto: the run in this workdir was trained so'
-  found = init_from.pooling(init_path)
-  return (found, "pooling=auto: init_from's sentence-transformers pooling") if found else (
-      'cls', '')
 
 
 def num_steps(config, num_train_features: int) -> int:
@@ -135,57 +71,6 @@ class Setup:
   rules: tuple  # config.mesh.rules, parsed.
 
 
-def saved_labels(workdir) -> tuple | None:
-  """The label set a fine-tuning run in `workdir` was trained with (its config.json), if any."""
-  run = init_from.run_config(workdir) if workdir else None
-  if not run or 'labels' not in run:
-    return None
-  return tuple(run['labels'])
-
-
-# What a fine-tuning run was trained as, beyond its labels and architecture: a resume, eval or
-# predict with another value would train on, or score, a model other than the one trained.
-RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_seq_length',
-              'data.do_lower_case', 'data.text_fields', 'data.label_field', 'data.doc_stride',
-              'data.max_query_length')
-
-
-def has_checkpoint(workdir: str) -> bool:
-  """Whether `workdir` (a local folder or a URL) holds a complete checkpoint."""
-  return bool(checkpoint_reader.steps(files.join(workdir, 'checkpoints')))
-
-
-def _folder_key(path) -> str:
-  """`path` in one spelling, to tell whether two paths name one folder."""
-  path = os.fspath(path)
-  return path.rstrip('/') if files.is_remote(path) else os.path.abspath(path)
-
-
-def trained_run(workdir: str) -> dict | None:
-  """The config.json of a run in `workdir` that saved at least one checkpoint, else None."""
-  if not workdir:
-    return None
-  folder = init_from.run_folder(workdir)
-  if folder is None or _folder_key(folder) != _folder_key(workdir) or not has_checkpoint(workdir):
-    return None  # No run, or one that saved nothing yet (a new run may change anything).
-  run = init_from.run_config(workdir)
-  if run.get('job') not in (None, 'finetune'):
-    raise ValueError(f'{workdir} holds a {run["job"]} run: fine-tune in another --workdir '
-                     f'(init_from={workdir} starts from its weights).')
-  return run
-
-
-def check_against_run(cfg, run: dict, workdir: str):
-  """Refuses settings that differ from what the run in `workdir` was trained with."""
-  values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in RUN_FIELDS}
-  differ = [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
-            if old is not None and new is not None and old != new]
-  if differ:
-    raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
-                     'those overrides to resume, evaluate or predict with the run as trained '
-                     f'({workdir}/config.json), or use another --workdir.')
-
-
 def setup(config, workdir: str = '') -> Setup:
   """The mesh, the task's reader, the model resolved against init_from, the tokenizer.
 
@@ -194,12 +79,12 @@ def setup(config, workdir: str = '') -> Setup:
   stops with an error instead of scoring with a shuffled head.
   """
   mesh = sharding.make_mesh(config.mesh)
-  run = trained_run(workdir)
+  run = run_config.trained_run(workdir)
   if run is not None and run.get('task', config.task) != config.task:
     raise ValueError(f'{workdir} was fine-tuned on task {run["task"]!r} ({run.get("kind")}), not '
                      f'{config.task!r}: use its task to resume, evaluate or predict, or another '
                      '--workdir.')
-  saved = saved_labels(workdir)
+  saved = run_config.saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
   task = registry.get_task(config.task, config.data, seed=config.seed,
                            labels=saved if reuse else ())
@@ -208,7 +93,7 @@ def setup(config, workdir: str = '') -> Setup:
                      f'data now has {list(task.labels)}: use another --workdir for a new label '
                      'set, or the data it was trained on.')
   init_path = init_from.configured(config)
-  model_cfg, vocab_file = resolve_model(config, init_path, run, workdir)
+  model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
   tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
@@ -218,12 +103,12 @@ def setup(config, workdir: str = '') -> Setup:
                          else os.path.realpath(vocab_file))
   # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
   cfg.data.vocab_sha256 = files.sha256(vocab_file)
-  cfg.pooling = resolve_pooling(config, run, init_path)[0]
+  cfg.pooling = run_config.resolve_pooling(config, run, init_path)[0]
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)
   cfg.version_2_with_negative = task.version_2
   if run is not None:
-    check_against_run(cfg, run, workdir)
+    run_config.check_against_run(cfg, run, workdir)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
                               cfg.data.max_seq_length)
   return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
@@ -233,8 +118,8 @@ def setup(config, workdir: str = '') -> Setup:
 def check_head(config, workdir: str) -> tuple[str, str]:
   """(kind, pooling) of the run's head, known before any data is read, with
   config.export_format checked against them."""
-  kind, run = export_formats.task_kind(config), trained_run(workdir)
-  pooling, found = resolve_pooling(config, run, init_from.configured(config))
+  kind, run = export_formats.task_kind(config), run_config.trained_run(workdir)
+  pooling, found = run_config.resolve_pooling(config, run, init_from.configured(config))
   export_formats.check(config, kind, pooling, found, trained=run is not None)
   return kind, pooling
 
@@ -427,7 +312,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
   state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)
-  if not has_checkpoint(workdir):
+  if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
   # Read-only: a run may be training in this workdir; nothing of it is cleaned or moved.

@@ -8,6 +8,7 @@ import pytest
 
 from bertjax.finetune import export_formats
 from bertjax.finetune import job
+from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.interop import bundle
 from configs import finetune as finetune_config
@@ -79,7 +80,8 @@ def test_a_format_that_cannot_hold_the_kind_names_those_that_can(tmp_path):
 
 
 def test_a_resumed_run_is_checked_with_the_pooling_it_was_trained_with(tmp_path, monkeypatch):
-  monkeypatch.setattr(job, 'trained_run', lambda workdir: {'pooling': 'mean', 'kind': 'regression'})
+  monkeypatch.setattr(run_config, 'trained_run',
+                      lambda workdir: {'pooling': 'mean', 'kind': 'regression'})
   with pytest.raises(ValueError, match=r"head is on mean-pooled outputs \(pooling=auto: the run "
                                        r'in this workdir was trained so\); fine-tune with '
                                        r'--config.pooling=cls in a new --workdir for hf'):

@@ -349,14 +349,6 @@ def test_read_counters_are_not_counted_as_skips(monkeypatch):
 
 
 
-def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab():
-  config = finetune_config.get_config('task=sst2,size=tiny')
-  config.data.vocab_file = ''
-  model_cfg, vocab_file = finetune.resolve_model(config, '')
-  assert vocab_file == str(pretrain_job.embedded.vocab_path())
-  assert model_cfg.vocab_size == pretrain_job.embedded.VOCAB_SIZE
-
-
 def _sst2_long(sst2_dir, tmp_path):
   return tiny_config(sst2_dir, **{'data.max_seq_length': 48})
 
