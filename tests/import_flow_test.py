@@ -20,7 +20,7 @@ STAGES = (
     ('training',),
     ('interop',),
     ('pretrain', 'finetune', 'config_check'),  # config_check: the jobs' configs, at their start.
-    ('predict', 'embed', 'extract_features', 'export'),
+    ('predict', 'predict_inputs', 'embed', 'extract_features', 'export'),
     ('main',),
 )
 STAGE = {unit: i for i, units in enumerate(STAGES) for unit in units}

@@ -14,6 +14,7 @@ import pytest
 
 from bertjax import export
 from bertjax import predict
+from bertjax import predict_inputs
 from bertjax.finetune import job
 from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
@@ -211,4 +212,4 @@ def test_predict_refuses_a_pretraining_workdir_and_blank_lines(tmp_path):
   with pytest.raises(FileNotFoundError, match='holds no fine-tuning run'):
     predict.Predictor.from_workdir(tmp_path)
   with pytest.raises(ValueError, match=r'in.txt:2 is empty'):
-    predict.read_inputs(['a', ' ', 'b'], 'in.txt')
+    predict_inputs.read_inputs(['a', ' ', 'b'], 'in.txt')

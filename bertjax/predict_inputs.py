@@ -1,0 +1,148 @@
+"""Raw inputs (text lines, strings, JSON objects) -> the examples a kind's evaluation reads.
+
+predict's line format: a line is raw text (`text`, `text_a ||| text_b`, `question ||| context`,
+`context ||| choice ||| ...`, a tagger's words) or, starting with `{`, a JSON object with the
+task's fields. Every error names the input (its line, or its index in a Python list) and the fix.
+"""
+
+import json
+
+from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import user_data
+
+
+def read_inputs(lines, source: str) -> list:
+  """Inputs of predict's line format: JSON objects for lines starting with `{`, else raw text.
+
+  `lines` are paths.split_lines' (a U+2028 or form feed inside a line is part of it); a blank
+  line is an error naming it, since every later output would be misaligned.
+  """
+  inputs = []
+  for number, line in enumerate(lines, 1):
+    line = line.rstrip('\r\n')
+    if number == 1:
+      line = line.removeprefix('\ufeff')
+    if not line.strip():
+      raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
+    if line.lstrip().startswith('{'):
+      try:
+        inputs.append(json.loads(line))
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}).') from None
+    else:
+      inputs.append(line)
+  return inputs
+
+
+def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None):
+  """Input `index` (a raw string or a dict of the task's fields) as the example the eval of
+  `kind` reads; `labels`, `data` (config.data) and `text_pairs` (None: either) are the run's."""
+  where = f'input {index + 1}'
+  if isinstance(item, str):
+    if not item.strip():
+      raise ValueError(f'{where} is empty: every input needs its text.')
+    parts = [p.strip() for p in item.split('|||')]
+  elif isinstance(item, dict):
+    parts = None
+  else:
+    name = type(item).__name__
+    raise ValueError(f'{where} is {"an" if name[0] in "aeiou" else "a"} {name} '
+                     f'({str(item)[:40]}): pass a string or a dict.')
+  if kind in ('classification', 'regression'):
+    if parts is None:
+      fields = user_data.text_fields(data.get('text_fields', 'text'))
+      for names in (fields, ('text_a', 'text_b'), ('text_a',), ('text',),
+                    ('sentence1', 'sentence2'), ('sentence',)):
+        if names[0] in item:
+          parts = [_string(where, item, names[0])]
+          if len(names) > 1 and item.get(names[1]) is not None:
+            parts.append(_string(where, item, names[1]))
+          break
+      else:
+        raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
+    if len(parts) > 2 or not all(parts):
+      raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
+    pairs = text_pairs
+    if pairs is not None and pairs != (len(parts) == 2):
+      raise ValueError(
+          f'{where}: this model was fine-tuned on text pairs: give `text_a ||| text_b`.'
+          if pairs else f'{where}: this model reads one text but was given two (`|||` or a '
+          'second field): give one; a text that holds `|||` goes as JSON {"text": ...}.')
+    return user_data.Example(where, parts[0], parts[1] if len(parts) > 1 else None, None)
+  if kind == 'span':
+    if parts is None:
+      parts = [_string(where, item, 'question'), _string(where, item, 'context')]
+    if len(parts) != 2 or not all(parts):
+      raise ValueError(f'{where}: a span model reads `question ||| context` (or JSON with '
+                       f'question and context), got {str(item)[:80]!r}.')
+    doc_tokens, _ = squad.split_paragraph(parts[1])
+    return squad.Example(where, parts[0], doc_tokens, '', -1, -1, False, [])
+  if kind == 'tagging':
+    words = item.split() if parts is not None else _tokens(where, item)
+    if not words:
+      raise ValueError(f'{where}: a tagger reads a line of words (or JSON with tokens).')
+    return user_data.Sentence(tuple(words), (labels[0],) * len(words))
+  if kind == 'multiple_choice':
+    if parts is None:
+      if 'sent1' in item:
+        context = _string(where, item, 'sent1')
+        start = _string(where, item, 'sent2', required=False)
+        choices = [f'{start} {_string(where, item, f"ending{i}")}'.strip()
+                   for i in range(len(labels))]
+      else:
+        context, choices = _string(where, item, 'context'), item.get('choices', [])
+        if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+          raise ValueError(f'{where}: field \'choices\' must be a JSON list of strings, got '
+                           f'{json.dumps(choices)[:60]}.')
+    else:
+      context, choices = parts[0], parts[1:]
+    if len(choices) != len(labels) or not context or not all(choices):
+      raise ValueError(f'{where}: this model chooses among {len(labels)}: expected '
+                       f'`context ||| choice` x {len(labels)} (or JSON context, choices), '
+                       f'got {len(choices)} choices.')
+    return user_data.Choices(where, context, tuple(choices), None)
+  raise ValueError(f'predict does not handle kind {kind!r}.')
+
+
+def _json_type(value) -> str:
+  if isinstance(value, bool):
+    return 'boolean'
+  if isinstance(value, (int, float)):
+    return 'number'
+  return {list: 'list', dict: 'object', type(None): 'null'}.get(type(value), type(value).__name__)
+
+
+def _string(where, item: dict, name: str, required: bool = True) -> str:
+  """The text of JSON field `name`, or an error naming the input, the field and the fix."""
+  if name not in item or item[name] is None:
+    if not required:
+      return ''
+    if name not in item:
+      raise ValueError(f'{where} has no field {name!r} (it has {sorted(item)}): add it.')
+    raise ValueError(f'{where}: field {name!r} is null: give its text as a JSON string.')
+  value = item[name]
+  if not isinstance(value, str):
+    raise ValueError(f'{where}: field {name!r} is a {_json_type(value)} '
+                     f'({json.dumps(value)[:40]}), not a string: give its text as a JSON string.')
+  if required and not value.strip():
+    raise ValueError(f'{where}: field {name!r} is empty: every input needs its text.')
+  return value
+
+
+def _tokens(where, item: dict) -> list[str]:
+  """A tagger's words: a JSON list of strings, or one string of words split on whitespace (as
+  a raw line is)."""
+  if 'tokens' not in item:
+    raise ValueError(f'{where} has no field \'tokens\' (it has {sorted(item)}): a tagger reads '
+                     'a line of words, or JSON with tokens.')
+  tokens = item['tokens']
+  if isinstance(tokens, str):
+    return tokens.split()
+  if not isinstance(tokens, list):
+    raise ValueError(f'{where}: field \'tokens\' is a {_json_type(tokens)}, not a list of words: '
+                     'give ["word", ...] or a string of words.')
+  for i, token in enumerate(tokens):
+    if not isinstance(token, str) or not token.strip():
+      raise ValueError(f'{where}: tokens[{i}] is {json.dumps(token)[:40]}, not a word: every '
+                       'token must be a non-empty JSON string.')
+  return [t.strip() for t in tokens]
