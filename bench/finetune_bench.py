@@ -10,7 +10,7 @@ that none straddles the split):
   bbc      BBC News topic (5 classes) of an article; title + body.
   wordnet  WordNet 3.0 supersense (45 lexicographer files) of a synset's definition.
   wordnet_tagging / wordnet_choice  a user's own JSONL files (task=tagging, task=multiple_choice)
-           built from WordNet's example sentences (finetune/tasks/wordnet_examples.py): the
+           built from WordNet's example sentences (tests/wordnet_examples.py): the
            word a sentence illustrates tagged with its part of speech (IOB2; entity F1 vs the
            commonest tag of each word in training), or blanked among four same-POS choices
            (accuracy vs the commonest answer position; chance 0.25). 4,000/1,000 and
@@ -48,6 +48,8 @@ import sys
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+# tests/wordnet_examples.py builds the your-own-files tasks; appended, so it shadows nothing.
+sys.path.append(os.path.join(os.path.dirname(__file__), '..', 'tests'))
 
 import collections  # noqa: E402
 import json  # noqa: E402
@@ -78,7 +80,7 @@ _DEFAULTS = {
     'wordnet': dict(max_train=8000, max_eval=2000, epochs=2.0, seq_len=32, batch=32,
                     max_windows=1),
 }
-# Your-own-files tasks (bertjax/finetune/tasks/wordnet_examples.py), written as JSONL and
+# Your-own-files tasks (tests/wordnet_examples.py), written as JSONL and
 # fine-tuned with task=tagging / task=multiple_choice; their baselines are the commonest tag
 # per word (entity F1) and the commonest answer position (accuracy; chance is 0.25).
 _FILE_TASKS = {
@@ -202,8 +204,9 @@ def finetune_minilm(task, data_dir, init, setting):
 
 def file_task(task, init, setting):
   """(row, notes) of a task fine-tuned from JSONL files, beside its simple baseline."""
+  import wordnet_examples  # pylint: disable=g-import-not-at-top
+
   from bertjax.finetune import job as finetune  # pylint: disable=g-import-not-at-top
-  from bertjax.finetune.tasks import wordnet_examples  # pylint: disable=g-import-not-at-top
   from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top
   sentences = wordnet_examples.read_sentences(_WORDNET_DIR.value)
   train, evaluation = wordnet_examples.split(sentences, setting['max_train'],

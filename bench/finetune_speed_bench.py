@@ -52,6 +52,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 _REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 sys.path.insert(0, _REPO)
+# tests/wordnet_examples.py builds the tagging task; appended, so it shadows nothing.
+sys.path.append(os.path.join(_REPO, 'tests'))
 
 import collections  # noqa: E402
 import csv  # noqa: E402
@@ -66,9 +68,9 @@ import time  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
+import wordnet_examples  # noqa: E402
 
 from bertjax.finetune.tasks import labelled_split  # noqa: E402
-from bertjax.finetune.tasks import wordnet_examples  # noqa: E402
 from bertjax.finetune.tasks import wordnet_glosses  # noqa: E402
 
 _TASKS = flags.DEFINE_list('tasks', ['supersense', 'definition_pair'], 'Tasks to run.')

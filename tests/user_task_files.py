@@ -3,9 +3,10 @@
 import csv
 import pathlib
 
+import wordnet_examples
+
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import labelled_split
-from bertjax.finetune.tasks import wordnet_examples
 
 write_jsonl = wordnet_examples.write_jsonl
 

@@ -12,9 +12,9 @@ import json
 
 import pytest
 import user_task_files
+import wordnet_examples
 
 from bertjax.finetune import job
-from bertjax.finetune.tasks import wordnet_examples
 from configs import finetune as finetune_config
 
 

@@ -1,7 +1,8 @@
 """Tagging and multiple-choice tasks built from WordNet's example sentences, with their baselines.
 
 Real text with real labels for the tagging and multiple-choice kinds (written as a user's own
-JSONL files by the tests and bench/finetune_bench.py). WordNet 3.0 glosses end with example
+JSONL files by the tests and bench/finetune_bench.py, which puts tests/ on sys.path: test data,
+not part of the library). WordNet 3.0 glosses end with example
 sentences ("I can breathe better when the air is clean").
 In an example of a synset, the synset's word (lemma) shows the sense: `read_sentences` finds
 that word in the sentence (inflected forms allowed: up to three extra letters per word) and
