@@ -21,7 +21,7 @@ Where this differs from the original, and why:
     more than pool_tokens / 2 tokens). Memory then does not grow with the corpus. Documents
     whose neighbours in the input are related (chapters of one book) get harder negatives.
   * Order. The original shuffles all documents before and all instances after; a stream
-    cannot, so the writer shuffles records in a bounded buffer (pretraining_writer.py) and the
+    cannot, so the writer shuffles records in a bounded buffer (pretraining_data/writer.py) and the
     input pipeline shuffles again.
   * Masking budget: 15% of the maskable tokens rather than of all tokens (see masking.py),
     which also holds the strategies (masking=wordpiece|whole_word|ngram|span).

@@ -1,7 +1,7 @@
 """Which TFRecord files a pattern names, checked against the JSON reports written beside them.
 
 create_pretraining_data writes `<prefix>.json` beside its shards with each shard's bytes and
-record count (pretraining_data/writer.py). A pattern's files are refused when they disagree
+record count (pretraining_data/creation_report.py). A pattern's files are refused when they disagree
 with the report that lists them: a listed shard that the pattern would match is missing, a
 shard's size differs (modified, or left by a run killed while renaming), or a matched file
 sits beside reports but is listed in none (a leftover of another run). Files without any report
