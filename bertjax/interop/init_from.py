@@ -25,12 +25,13 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import run_files
 
 ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
                        'max_position_embeddings', 'type_vocab_size', 'hidden_act',
                        'layer_norm_eps')
 
-RUN_VOCAB = checkpoint.RUN_VOCAB
+RUN_VOCAB = run_files.RUN_VOCAB
 
 def lookup(config, dotted: str):
   """config's value at a dotted name, or None where it has no such field."""

@@ -8,23 +8,22 @@ config and the mesh that wrote it). Saves are asynchronous; the manager keeps th
 metric, pre-training's MLM accuracy, a task's own) in checkpoint.best_mode ('max' or 'min';
 default: 'min' for loss-like names). An eval step's meta item records its rank (`ranking`: the
 metric, mode and value), which readers use for --step=best; every eval's metrics are also kept
-in <workdir>/eval_history.json, from which early stopping counts after a resume.
+in <workdir>/eval_history.json (run_files.py), from which early stopping counts after a resume.
 
 Restoring reads each array straight into the sharding the current mesh asks for, so a run may
 resume on a different mesh shape. The meta item records a digest of every array of the state
-(an order-sensitive sum of its bits, computed on the device in any sharding), checked after each
-restore, so a flipped bit is found even where the storage format has no checksum. A newest
-checkpoint whose bytes are damaged (half-written, a file missing or truncated, a digest that
-disagrees, a meta without its step) is moved aside to <step>.unreadable-<time> with a warning
-and the previous one is used; nothing is deleted. Any other restore error (permissions, memory,
-a bug) stops the run with the checkpoints left where they are. When none is readable the run
-stops with an error, and so do later runs in that workdir: never a silent fresh start.
+(checkpoint_damage.py: an order-sensitive sum of its bits, computed on the device in any
+sharding), checked after each restore, so a flipped bit is found even where the storage format
+has no checksum. A newest checkpoint whose bytes are damaged (half-written, a file missing or
+truncated, a digest that disagrees, a meta without its step) is moved aside to
+<step>.unreadable-<time> with a warning and the previous one is used; nothing is deleted. Any
+other restore error (permissions, memory, a bug) stops the run with the checkpoints left where
+they are. When none is readable the run stops with an error, and so do later runs in that
+workdir: never a silent fresh start.
 """
 
 import contextlib
 import errno
-import json
-import os
 import shutil
 import time
 
@@ -32,74 +31,10 @@ from absl import logging
 import flax
 import jax
 from jax.experimental import multihost_utils
-import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from bertjax import files
-
-# Messages of errors that mean damaged bytes (tensorstore's status codes among them), as
-# opposed to errors of the reader (permissions, memory, a wrong path).
-_DAMAGE_MARKERS = ('OUT_OF_RANGE', 'NOT_FOUND', 'DATA_LOSS', 'INVALID_ARGUMENT', 'does not exist',
-                   'corrupt', 'Corrupt', 'checksum', 'truncated', 'Unexpected end', 'decode')
-
-
-class DamagedCheckpointError(ValueError):
-  """A checkpoint's bytes are not what was saved."""
-
-
-def is_damage(error: BaseException) -> bool:
-  """True when an error (or one it came from) says a checkpoint's bytes are damaged."""
-  seen = 0
-  while error is not None and seen < 10:
-    if isinstance(error, (DamagedCheckpointError, FileNotFoundError, json.JSONDecodeError,
-                          UnicodeDecodeError)):
-      return True
-    if isinstance(error, (PermissionError, MemoryError)):
-      return False
-    if any(marker in str(error) for marker in _DAMAGE_MARKERS):
-      return True
-    error, seen = error.__cause__ or error.__context__, seen + 1
-  return False
-
-
-def _digest(x):
-  """A uint32 digest of an array's bits: sum of bits x an odd weight per position, mod 2^32."""
-  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-    x = jax.random.key_data(x)
-  if x.dtype == jnp.bool_:
-    x = x.astype(jnp.uint8)
-  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
-  bits = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)  # 8 bytes: [..., 2].
-  index = jnp.zeros(bits.shape, jnp.uint32)
-  stride = 1
-  for dim in reversed(range(bits.ndim)):
-    index = index + jax.lax.broadcasted_iota(jnp.uint32, bits.shape, dim) * jnp.uint32(stride)
-    stride = stride * bits.shape[dim] % (1 << 32)
-  weight = index * jnp.uint32(2654435761) * jnp.uint32(2) + jnp.uint32(1)  # Odd: no bit lost.
-  return jnp.sum(bits * weight, dtype=jnp.uint32)
-
-
-_digests = jax.jit(lambda tree: jax.tree.map(_digest, tree))
-
-
-def digests(state) -> dict:
-  """{path: digest} of every array of a (sharded) state; the same for any sharding."""
-  values = jax.device_get(_digests(state))
-  return {jax.tree_util.keystr(path): int(v)
-          for path, v in jax.tree_util.tree_flatten_with_path(values)[0]}
-
-
-def _check_restored(step: int, state, meta):
-  """Raises DamagedCheckpointError when the meta or the arrays are not what was saved."""
-  if not isinstance(meta, dict) or not all(
-      isinstance(meta.get(k), int) for k in ('step', 'examples_consumed')):
-    raise DamagedCheckpointError(f'its meta item lacks the step or the examples consumed: {meta}')
-  if 'digests' in meta:
-    found = digests(state)
-    bad = sorted(k for k, v in meta['digests'].items() if found.get(k) != v)
-    if bad:
-      raise DamagedCheckpointError(f'{len(bad)} array(s) differ from what was saved (digest), '
-                                   f'e.g. {bad[0]}')
+from bertjax.training import checkpoint_damage
 
 
 def orbax_path(path) -> str:
@@ -163,26 +98,6 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max', keep_best: 
       cleanup_tmp_directories=not read_only)
   return ocp.CheckpointManager(checkpoint_dir(workdir), item_names=('state', 'meta'),
                                options=options)
-
-
-# Every eval's metrics by step, beside config.json: what early stopping counts from after a
-# resume (checkpoints of older evals may be gone by then).
-EVAL_HISTORY = 'eval_history.json'
-
-
-def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
-  """{step: metrics} of the evals recorded in `workdir` at steps <= `up_to_step` (an eval
-  recorded after the checkpoint a run resumes from is done again)."""
-  path = files.join(workdir, EVAL_HISTORY)
-  if not files.exists(path):
-    return {}
-  recorded = json.loads(files.read_text(path))
-  return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
-
-
-def record_eval(workdir, history: dict[int, dict]):
-  """Writes the eval history (process 0, atomically)."""
-  write_json(files.join(workdir, EVAL_HISTORY), {str(k): v for k, v in sorted(history.items())})
 
 
 def since_best(history: dict[int, dict], metric: str, mode: str) -> tuple[int | None, int]:
@@ -256,7 +171,7 @@ def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=N
   """Starts an async save of `state` and `meta` (plus the state's digests) at `step`
   (every_steps apart unless force), once the disk is known to hold it."""
   check_space(mngr, step, state)
-  meta = meta | {'digests': digests(state)}
+  meta = meta | {'digests': checkpoint_damage.digests(state)}
   with disk_full_as_one_error(mngr):  # Also reports the failure of the previous save.
     return mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(meta)),
@@ -317,9 +232,9 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
     try:
       restored = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-      _check_restored(step, restored['state'], restored['meta'])
+      checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-      if not is_damage(e):
+      if not checkpoint_damage.is_damage(e):
         raise RuntimeError(
             f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'
             f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
@@ -382,42 +297,6 @@ def _check_params_fit(mngr: ocp.CheckpointManager, step: int, abstract_params):
 def flatten(tree) -> dict:
   """{'a/b/c': leaf} of a nested dict of parameters."""
   return flax.traverse_util.flatten_dict(dict(tree), sep='/')
-
-
-
-def write_json(path, payload: dict):
-  """Atomically writes a JSON file, local or a URL (process 0 only)."""
-  if jax.process_index() == 0:
-    files.write_atomically(path, json.dumps(payload, indent=1, sort_keys=True))
-
-
-
-
-# A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
-# vocab it was given moves (interop/init_from.vocab_file reads it).
-RUN_VOCAB = 'vocab.txt'
-
-
-def keep_run_vocab(workdir: str, vocab: str):
-  """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
-  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
-  if jax.process_index() != 0:
-    return
-  kept = files.join(workdir, RUN_VOCAB)
-  if files.exists(kept):
-    if not _same_file(kept, vocab) and files.read_bytes(kept) != files.read_bytes(vocab):
-      raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
-                       f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
-                       'another --workdir for a new vocab.')
-    return
-  files.write_atomically(kept, files.read_bytes(vocab))
-
-
-def _same_file(a: str, b: str) -> bool:
-  """Whether two paths name one file (two URLs: the same text)."""
-  if files.is_remote(a) or files.is_remote(b):
-    return a.rstrip('/') == b.rstrip('/')
-  return os.path.realpath(a) == os.path.realpath(b)
 
 
 def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_size: int,

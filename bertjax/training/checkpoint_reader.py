@@ -29,6 +29,7 @@ import orbax.checkpoint as ocp
 
 from bertjax import files
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_damage
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
 # be read any better). Anything else a step raises (orbax's errors of a missing data file, a
@@ -94,7 +95,7 @@ def read_meta(step_dir) -> dict:
       continue
     if isinstance(meta, dict) and isinstance(meta.get('step'), int):
       return meta
-  raise checkpoint.DamagedCheckpointError(f'{step_dir} has no readable meta item (the step, '
+  raise checkpoint_damage.DamagedCheckpointError(f'{step_dir} has no readable meta item (the step, '
                                           'the model config and the digests)')
 
 
@@ -118,10 +119,10 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   saved = {k[len('.params'):]: v for k, v in meta.get('digests', {}).items()
            if k.startswith('.params')}
   if saved:
-    found = checkpoint.digests(params)
+    found = checkpoint_damage.digests(params)
     bad = sorted(k for k, v in saved.items() if found.get(k) != v)
     if bad or set(found) != set(saved):
-      raise checkpoint.DamagedCheckpointError(
+      raise checkpoint_damage.DamagedCheckpointError(
           f'{len(bad)} parameter array(s) differ from what was saved (digest), e.g. '
           f'{(bad or sorted(set(found) ^ set(saved)))[0]}')
   return params, meta
@@ -255,7 +256,7 @@ def read(path, step: int | str | None = None) -> Read:
                              'and rerun.') from e
         why = f'{type(e).__name__}: {str(e)[:200]}'
         if step is not None:
-          raise checkpoint.DamagedCheckpointError(
+          raise checkpoint_damage.DamagedCheckpointError(
               f'checkpoint {step_dir} cannot be read ({why}); its other steps: '
               f'{", ".join(str(s) for s in available if s != step) or "none"}') from None
         logging.warning('checkpoint %s cannot be read (%s): reading the previous step', step_dir,
@@ -268,7 +269,7 @@ def read(path, step: int | str | None = None) -> Read:
                         candidate, directory, skipped)
       return Read(params, meta, candidate, directory)
     else:
-      raise checkpoint.DamagedCheckpointError(
+      raise checkpoint_damage.DamagedCheckpointError(
           f'none of the checkpoints {available} in {directory} can be read (see the warnings '
           'above): restore them from a copy, or use another run.')
   raise RuntimeError(f'the checkpoints in {directory} kept disappearing while they were read: '

@@ -37,6 +37,7 @@ from bertjax.training import event_writer
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
+from bertjax.training import run_files
 from bertjax.training import sharding
 from bertjax.training import train_state
 
@@ -78,7 +79,7 @@ class Job:
   describe: Callable[[int, dict], str]
   best_metric: str
   sequence_cost: Callable[[int], tuple[float, float]]
-  vocab_file: str = ''  # Kept in the workdir (checkpoint.RUN_VOCAB) once the run trains.
+  vocab_file: str = ''  # Kept in the workdir (run_files.RUN_VOCAB) once the run trains.
   metric_names: tuple = ()
   early_stopping_patience: int = 0
 
@@ -211,7 +212,7 @@ def _write_config(config, workdir, writer, resumed_at: int | None):
     writer.write_hparams({k: v for k, v in flax.traverse_util.flatten_dict(
         config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))})
     name = 'config.json' if resumed_at is None else f'config-resumed-at-{resumed_at}.json'
-    checkpoint.write_json(files.join(workdir, name), json.loads(config.to_json()))
+    run_files.write_json(files.join(workdir, name), json.loads(config.to_json()))
 
 
 def check_best_metric(metric: str, names):
@@ -329,7 +330,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
                                                                       rules, mngr)
   start_step, total_steps = int(state.step), config.num_train_steps
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
-  history = checkpoint.eval_history(workdir, start_step) if resumed else {}
+  history = run_files.eval_history(workdir, start_step) if resumed else {}
 
   def best_of(history) -> dict:
     best_step = checkpoint.since_best(history, metric, mode)[0] if keep_best else None
@@ -348,7 +349,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
-    checkpoint.keep_run_vocab(workdir, job.vocab_file)
+    run_files.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
@@ -393,7 +394,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
             check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
             value = eval_metrics[metric]
             history[done] = eval_metrics
-            checkpoint.record_eval(workdir, history)
+            run_files.record_eval(workdir, history)
             stopped = _early_stop(history, metric, mode, patience)
         if will_save:
           consumed = examples_consumed + (done - start_step) * config.global_batch_size
@@ -416,6 +417,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
     preemption.close()
     writer.close()
   if eval_metrics:
-    checkpoint.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
+    run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
   return Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step, stopped,
                  early_stopped=stopped.startswith('early'), **best_of(history))

@@ -16,6 +16,7 @@ from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import run_files
 from configs import pretrain as pretrain_config
 
 
@@ -29,7 +30,7 @@ def kept_steps(workdir) -> set[int]:
 
 
 def history(workdir) -> dict[int, dict]:
-  recorded = json.loads((pathlib.Path(workdir) / checkpoint.EVAL_HISTORY).read_text())
+  recorded = json.loads((pathlib.Path(workdir) / run_files.EVAL_HISTORY).read_text())
   return {int(k): v for k, v in recorded.items()}
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_damage
 from bertjax.training import checkpoint_reader
 
 
@@ -84,7 +85,7 @@ def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage,
   assert 'checkpoints/3 cannot be read' in caplog.text
   assert listing(directory) == before  # A reader moves nothing: a live run may be writing.
   # A step the user names is never replaced by another.
-  with pytest.raises(checkpoint.DamagedCheckpointError, match='its other steps: 1, 2'):
+  with pytest.raises(checkpoint_damage.DamagedCheckpointError, match='its other steps: 1, 2'):
     checkpoint_reader.read(tmp_path, step=3)
 
 
@@ -123,7 +124,8 @@ def test_every_damaged_step_is_one_clear_error(tmp_path):
   directory = save_steps(tmp_path, steps=(1, 2))
   for step in (1, 2):
     (directory / str(step) / 'state' / '_METADATA').unlink()
-  with pytest.raises(checkpoint.DamagedCheckpointError, match=r'none of the checkpoints \[1, 2\]'):
+  with pytest.raises(checkpoint_damage.DamagedCheckpointError,
+                     match=r'none of the checkpoints \[1, 2\]'):
     checkpoint_reader.read(tmp_path)
 
 

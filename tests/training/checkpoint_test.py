@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_damage
 
 
 @flax.struct.dataclass
@@ -57,18 +58,19 @@ def largest_data_file(step_dir):
 
 def test_digest_sees_every_bit_and_no_sharding():
   x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 16)), jnp.float32)
-  base = checkpoint.digests({'x': x})
+  base = checkpoint_damage.digests({'x': x})
   mesh = jax.make_mesh((8,), ('d',))
   sharded = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('d')))
-  assert checkpoint.digests({'x': sharded}) == base
+  assert checkpoint_damage.digests({'x': sharded}) == base
   bits = np.asarray(x).view(np.uint32).copy()
   for index, bit in [(0, 0), (37, 31), (127, 5)]:
     flipped = bits.copy().reshape(-1)
     flipped[index] ^= np.uint32(1 << bit)
-    assert checkpoint.digests({'x': jnp.asarray(flipped.view(np.float32).reshape(8, 16))}) != base
+    flipped_x = jnp.asarray(flipped.view(np.float32).reshape(8, 16))
+    assert checkpoint_damage.digests({'x': flipped_x}) != base
   swapped = np.asarray(x).copy()
   swapped[[0, 1]] = swapped[[1, 0]]
-  assert checkpoint.digests({'x': jnp.asarray(swapped)}) != base
+  assert checkpoint_damage.digests({'x': jnp.asarray(swapped)}) != base
 
 
 def test_a_flipped_bit_falls_back_to_the_previous_checkpoint(tmp_path):
@@ -107,13 +109,13 @@ def test_damage_is_told_from_other_errors():
              ValueError('NOT_FOUND: Metadata at "a/.zarray" does not exist'),
              json.JSONDecodeError('Expecting value', '{', 1), FileNotFoundError('manifest')]
   for error in damaged:
-    assert checkpoint.is_damage(error), error
+    assert checkpoint_damage.is_damage(error), error
   wrapped = RuntimeError('restore failed')
   wrapped.__cause__ = damaged[0]
-  assert checkpoint.is_damage(wrapped)
+  assert checkpoint_damage.is_damage(wrapped)
   for error in [MemoryError('out of memory'), PermissionError(errno.EACCES, 'denied'),
                 RuntimeError('Checkpoint path should be absolute')]:
-    assert not checkpoint.is_damage(error), error
+    assert not checkpoint_damage.is_damage(error), error
 
 
 def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, monkeypatch):

@@ -1,0 +1,66 @@
+"""The files a run keeps beside its checkpoints: config.json, results, eval history, its vocab.
+
+<workdir>/config.json and eval_results.json are written whole by process 0; eval_history.json
+holds every eval's metrics by step, what early stopping counts from after a resume (checkpoints
+of older evals may be gone by then); vocab.txt is the run's own copy of its vocab.
+"""
+
+import json
+import os
+
+import jax
+
+from bertjax import files
+
+# Every eval's metrics by step, beside config.json: what early stopping counts from after a
+# resume (checkpoints of older evals may be gone by then).
+EVAL_HISTORY = 'eval_history.json'
+
+
+def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
+  """{step: metrics} of the evals recorded in `workdir` at steps <= `up_to_step` (an eval
+  recorded after the checkpoint a run resumes from is done again)."""
+  path = files.join(workdir, EVAL_HISTORY)
+  if not files.exists(path):
+    return {}
+  recorded = json.loads(files.read_text(path))
+  return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
+
+
+def record_eval(workdir, history: dict[int, dict]):
+  """Writes the eval history (process 0, atomically)."""
+  write_json(files.join(workdir, EVAL_HISTORY), {str(k): v for k, v in sorted(history.items())})
+
+
+def write_json(path, payload: dict):
+  """Atomically writes a JSON file, local or a URL (process 0 only)."""
+  if jax.process_index() == 0:
+    files.write_atomically(path, json.dumps(payload, indent=1, sort_keys=True))
+
+
+# A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
+# vocab it was given moves (interop/init_from.vocab_file reads it).
+RUN_VOCAB = 'vocab.txt'
+
+
+def keep_run_vocab(workdir: str, vocab: str):
+  """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
+  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
+  if jax.process_index() != 0:
+    return
+  kept = files.join(workdir, RUN_VOCAB)
+  if files.exists(kept):
+    if not _same_file(kept, vocab) and files.read_bytes(kept) != files.read_bytes(vocab):
+      raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
+                       f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
+                       'another --workdir for a new vocab.')
+    return
+  files.write_atomically(kept, files.read_bytes(vocab))
+
+
+def _same_file(a: str, b: str) -> bool:
+  """Whether two paths name one file (two URLs: the same text)."""
+  if files.is_remote(a) or files.is_remote(b):
+    return a.rstrip('/') == b.rstrip('/')
+  return os.path.realpath(a) == os.path.realpath(b)
+
