@@ -52,14 +52,14 @@ _THREADS = _early_flag('threads', 2)
 if _THREADS < len(os.sched_getaffinity(0)):
   os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:_THREADS])
 # glibc unmaps large blocks on free, so every step would page-fault in XLA's temp arena again
-# (perf.keep_memory_mapped; bertjax.main does the same on CPU hosts). Same for both
+# (malloc_tuning.keep_memory_mapped; bertjax.main does the same on CPU hosts). Same for both
 # frameworks; --notune_malloc measures without it.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
-from bertjax.training import perf  # noqa: E402
+from bertjax import malloc_tuning  # noqa: E402
 
-_TUNE_MALLOC = _early_flag('tune_malloc', True) and perf.keep_memory_mapped()
+_TUNE_MALLOC = _early_flag('tune_malloc', True) and malloc_tuning.keep_memory_mapped()
 
 import functools  # noqa: E402
 import multiprocessing  # noqa: E402

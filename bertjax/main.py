@@ -30,7 +30,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from bertjax import accelerators  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
-from bertjax.training import perf  # noqa: E402
+from bertjax import malloc_tuning  # noqa: E402
 
 
 def _accelerator_present() -> bool:
@@ -273,9 +273,9 @@ def _interrupt_message() -> str:
 
 
 if __name__ == '__main__':
-  # On a CPU-only host glibc keeps freed memory mapped (perf.keep_memory_mapped); set before any
-  # thread or large allocation exists, i.e. before TensorFlow and XLA start.
-  _MALLOC_TUNED = not _accelerator_present() and perf.keep_memory_mapped()
+  # On a CPU-only host glibc keeps freed memory mapped (malloc_tuning.keep_memory_mapped); set
+  # before any thread or large allocation exists, i.e. before TensorFlow and XLA start.
+  _MALLOC_TUNED = not _accelerator_present() and malloc_tuning.keep_memory_mapped()
   console.exit_on_interrupt(_interrupt_message)
   try:
     app.run(main, flags_parser=parse_flags)
