@@ -363,6 +363,19 @@ def load_config(spec: str):
   return _load_config_file(path, arg)
 
 
+def config_field_error(argv) -> str | None:
+  """'unknown config field X; closest valid names: ...' for a mistyped --config.X in bertjax.main's
+  `argv`, else None (also when its --config does not load: the original error is shown then)."""
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  if spec is None:
+    return None
+  try:
+    config = load_config(spec)
+  except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
+    return None
+  return unknown_field(config, argv)
+
+
 def check_args(main_args) -> object:
   """Loads the config of bertjax.main's `main_args` (--config=FILE[:ARG] and --config.X=V, as
   its --config flag does) and checks it; returns the ConfigDict. Raises ValueError with one line

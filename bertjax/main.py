@@ -137,18 +137,6 @@ def _first_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else ''
 
 
-def _config_field_error(argv) -> str | None:
-  """'unknown config field X; closest valid names: ...' for a mistyped --config.X, else None."""
-  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
-  if spec is None:
-    return None
-  try:
-    config = config_check.load_config(spec)
-  except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
-    return None
-  return config_check.unknown_field(config, argv)
-
-
 def parse_flags(argv):
   """absl's flag parsing, with a one-line error for a mistyped config field."""
   try:
@@ -158,7 +146,7 @@ def parse_flags(argv):
           file=sys.stderr)
     sys.exit(1)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    message = _config_field_error(argv) or f'{type(e).__name__}: {e}'
+    message = config_check.config_field_error(argv) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
     sys.exit(1)
 

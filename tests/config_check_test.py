@@ -184,3 +184,12 @@ def test_the_whole_word_bool_is_refused_naming_data_masking():
   assert message == ('config.data.whole_word_masking was replaced: use '
                      '--config.data.masking=whole_word (in --config.data.whole_word_masking=True; '
                      'data.masking is one of wordpiece, whole_word, ngram, span).')
+
+
+def test_config_field_error_names_a_mistyped_field_of_main_s_argv():
+  argv = ['bertjax.main', f'--config={REPO}/configs/pretrain.py',
+          '--config.optimizer.learning_rat=1']
+  assert "unknown config field 'optimizer.learning_rat'" in config_check.config_field_error(argv)
+  assert config_check.config_field_error(argv[:2]) is None  # Every field known.
+  # A config that does not load: None, so that main shows the original error.
+  assert config_check.config_field_error(['bertjax.main', '--config=/nowhere.py', argv[2]]) is None
