@@ -1,8 +1,11 @@
 """Shared test set-up: 8 simulated CPU devices, and paths to the offline reference data."""
 
+import atexit
 import importlib.util
 import os
 import pathlib
+import shutil
+import tempfile
 
 # Must run before jax is imported anywhere, so that sharding is exercised on 8 devices.
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
@@ -10,6 +13,13 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+# One compilation cache for the session and the commands its tests start: the same tiny models
+# compile in many tests, and a hit loads the executable instead (measured on
+# tests/finetune/job_test.py: 28% less CPU time from an empty cache). Fresh each session.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='bertjax-tests-jax-cache-')
+  atexit.register(shutil.rmtree, os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.5')
 
 from gcs_emulator import gcs_bucket  # noqa: E402,F401  (fixtures)
 from gcs_emulator import gcs_emulator  # noqa: E402,F401  (fixtures)

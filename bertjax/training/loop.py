@@ -340,8 +340,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   stopped = _early_stop(history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
-    logging.info('already at step %d of %d%s: nothing to do', start_step, total_steps,
-                 f', stopped {stopped}' if stopped else ' (raise num_train_steps to go on)')
+    logging.info('already at step %d of %d: nothing to do%s', start_step, total_steps,
+                 f' (stopped {stopped})' if stopped else ' (raise num_train_steps to go on)')
     # A finished run's last eval is its last step's (the loop always evaluates there).
     results = _read_json(files.join(workdir, 'eval_results.json')) or {}
     return Outcome(results, start_step, total_steps, None, start_step if results else None,
