@@ -178,7 +178,7 @@ def test_a_large_batch_size_pads_only_to_what_the_inputs_need(run, monkeypatch):
 def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path):
   workdir, _ = run
   config = embed_config.get_config(f'init_from={workdir}')
-  with pytest.raises(ValueError, match='embeddings are read from a transformers BERT folder.*export'):
+  with pytest.raises(ValueError, match='read from a transformers BERT folder.*export'):
     embed.run(config, str(tmp_path / 'out'))
   (tmp_path / 'file').write_text('x')
   with pytest.raises(ValueError, match='is a file'):
