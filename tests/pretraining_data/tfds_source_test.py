@@ -10,14 +10,11 @@ import pathlib
 import subprocess
 import sys
 
-from absl import flags
-from absl.testing import flagsaver
 from etils import epath
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bertjax import create_pretraining_data as cli
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
@@ -141,14 +138,25 @@ def test_parts_cover_the_split_once_and_empty_parts_read_nothing(data_dir):
       '\n'.join(line.strip() for line in paths_lib.split_lines(t) if line.strip()) for t in texts}
 
 
-def test_mocked_wikipedia_through_the_command_line(vocab_file, tmp_path, capsys):
+# The command line in a process of its own (this one's absl flags may hold other commands'),
+# with TFDS's mock inside it: one worker, which runs in that process, reads the mocked split.
+_MOCKED_CLI = """
+import sys
+from absl import app
+import tensorflow_datasets as tfds
+from bertjax import create_pretraining_data as cli
+with tfds.testing.mock_data(num_examples=40):
+  app.run(cli.main, argv=sys.argv)
+"""
+
+
+def test_mocked_wikipedia_through_the_command_line(vocab_file, tmp_path):
   out = tmp_path / 'wiki' / 'train'
-  argv = ['create_pretraining_data', '--tfds_name=wikipedia/20230601.en',
-          '--tfds_text_field=text', f'--output_file={out}', f'--vocab_file={vocab_file}',
-          '--num_workers=1', '--dupe_factor=1']
-  # Mocked in this process only: one worker, which runs here.
-  with tfds.testing.mock_data(num_examples=40), flagsaver.flagsaver():
-    cli.main(flags.FLAGS(argv))
+  argv = ['--tfds_name=wikipedia/20230601.en', '--tfds_text_field=text', f'--output_file={out}',
+          f'--vocab_file={vocab_file}', '--num_workers=1', '--dupe_factor=1']
+  done = subprocess.run([sys.executable, '-c', _MOCKED_CLI, *argv], capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
   report = writer_report(out)
   assert report['tfds_source']['name'] == 'wikipedia/20230601.en'
   assert report['tfds_source']['version'] == '1.0.0'
@@ -156,7 +164,7 @@ def test_mocked_wikipedia_through_the_command_line(vocab_file, tmp_path, capsys)
   # Every example is a document, or a blank text counted as skipped.
   skipped = report['skipped']['counts'].get('empty_text', 0)
   assert report['counts']['documents'] + skipped == 40 and report['counts']['instances'] > 0
-  last = capsys.readouterr().out.strip().splitlines()[-1]
+  last = done.stdout.strip().splitlines()[-1]
   assert 'create_pretraining_data' in last and f"instances {report['counts']['instances']}" in last
 
 

@@ -159,7 +159,8 @@ def test_fine_tuning_with_layer_decay_learns_on_a_sharded_scanned_model(tmp_path
       'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3, 'optimizer.layer_decay': DECAY,
       'model.scan_layers': True})
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
-  with caplog.at_level(logging.INFO):
+  # absl's logger, whose level an earlier test's verbosity may have raised.
+  with caplog.at_level(logging.INFO, logger='absl'):
     metrics = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
   assert ('layer-wise LR decay 0.8: embeddings x0.512, top layer x0.8, pooler and heads x1 '
           '(2 layers)') in caplog.text
