@@ -108,6 +108,11 @@ def _lines(f, max_line_bytes):
     yield b'', True
 
 
+def sentences_of(text: str, input_format: str) -> list[str]:
+  """A stripped, non-empty line's sentences: the line itself ('lines'), or split ('text')."""
+  return [text] if input_format == 'lines' else corpora.split_sentences(text)
+
+
 def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num_parts=1):
   """Yields this part's documents as lists of sentence strings; `where` tracks file:line."""
   if input_format not in INPUT_FORMATS:
@@ -138,10 +143,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
         except UnicodeDecodeError:
           skips.add('invalid_utf8', f'{path}:{line_number}')
           continue
-        if input_format == 'lines':
-          sentences.append(text)
-        else:
-          sentences.extend(corpora.split_sentences(text))
+        sentences.extend(sentences_of(text, input_format))
     if sentences:
       yield sentences
 

@@ -28,7 +28,6 @@ import dataclasses
 import numpy as np
 
 from bertjax import paths as paths_lib
-from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import text_input
 from bertjax.text import fast_tokenizer
 
@@ -168,10 +167,7 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
       if len(line.encode('utf-8')) > max_line_bytes:
         skips.add('line_too_long', place)
         continue
-      if input_format == 'lines':
-        sentences.append(line)
-      else:
-        sentences.extend(corpora.split_sentences(line))
+      sentences.extend(text_input.sentences_of(line, input_format))
     if sentences:
       yield sentences
     else:
