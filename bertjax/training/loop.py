@@ -315,6 +315,23 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   return state, shardings, consumed, resumed
 
 
+def _best_of(history: dict, metric: str, mode: str) -> dict:
+  """Outcome's best_step and best (metric, value) from the recorded evals, if any."""
+  best_step = checkpoint.since_best(history, metric, mode)[0]
+  return {} if best_step is None else dict(best_step=best_step,
+                                           best=(metric, history[best_step][metric]))
+
+
+def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str, best: dict) -> Outcome:
+  """The Outcome of a run resumed at its end, or after it stopped early: its recorded eval."""
+  logging.info('already at step %d of %d: nothing to do%s', step, total_steps,
+               f' (stopped {stopped})' if stopped else ' (raise num_train_steps to go on)')
+  # A finished run's last eval is its last step's (the loop always evaluates there).
+  results = _read_json(files.join(workdir, 'eval_results.json')) or {}
+  return Outcome(results, step, total_steps, None, step if results else None, stopped,
+                 early_stopped=bool(stopped), **best)
+
+
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcome:
   """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
   tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
@@ -333,19 +350,12 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
   def best_of(history) -> dict:
-    best_step = checkpoint.since_best(history, metric, mode)[0] if keep_best else None
-    return {} if best_step is None else dict(
-        best_step=best_step, best=(metric, history[best_step][metric]))
+    return _best_of(history, metric, mode) if keep_best else {}
 
   stopped = _early_stop(history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
-    logging.info('already at step %d of %d: nothing to do%s', start_step, total_steps,
-                 f' (stopped {stopped})' if stopped else ' (raise num_train_steps to go on)')
-    # A finished run's last eval is its last step's (the loop always evaluates there).
-    results = _read_json(files.join(workdir, 'eval_results.json')) or {}
-    return Outcome(results, start_step, total_steps, None, start_step if results else None,
-                   stopped, early_stopped=bool(stopped), **best_of(history))
+    return _nothing_to_do(workdir, start_step, total_steps, stopped, best_of(history))
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
@@ -399,9 +409,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
         if will_save:
           consumed = examples_consumed + (done - start_step) * config.global_batch_size
           meta = {'step': done, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
-                  'model': json.loads(config.model.to_json())}
-          if value is not None:  # What --step=best reads back.
-            meta['ranking'] = {'metric': metric, 'mode': mode, 'value': value}
+                  'model': json.loads(config.model.to_json()),
+                  # What --step=best reads back.
+                  **({} if value is None else {'ranking': {'metric': metric, 'mode': mode,
+                                                           'value': value}})}
           checkpoint.save(mngr, done, state, meta, force=True,
                           metrics=None if value is None else {metric: value, 'step': done})
           logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
