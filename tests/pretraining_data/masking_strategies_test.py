@@ -62,12 +62,18 @@ def test_each_strategy_masks_15_percent_under_the_budget(corpus, strategy):
   assert span_words.min() == 1 and span_words.max() == most
 
 
-def test_ngram_lengths_follow_one_over_n(corpus):
+def _span_lengths(corpus, strategy):
+  """Every span's length in words, and the first span's of each row with a full budget (19+
+  predictions left: what the drawn length law gives, before the budget's end cuts it)."""
   encoder, ids, maskable = corpus
-  _, chosen, span_ids = _mask(corpus, 'ngram')
+  _, chosen, span_ids = _mask(corpus, strategy)
   _, span_words, _, first, budget = masking_corpus.statistics(ids, maskable, chosen, span_ids,
                                                               encoder.continuation)
-  first = first[budget >= 19]
+  return span_words, first[budget >= 19]
+
+
+def test_ngram_lengths_follow_one_over_n(corpus):
+  span_words, first = _span_lengths(corpus, 'ngram')
   assert first.size > 1500
   for n, share in enumerate(masking_corpus.expected_ngram_shares(), 1):
     measured = np.mean(first == n)
@@ -78,11 +84,7 @@ def test_ngram_lengths_follow_one_over_n(corpus):
 
 
 def test_span_lengths_are_spanbert_geometric(corpus):
-  encoder, ids, maskable = corpus
-  _, chosen, span_ids = _mask(corpus, 'span')
-  _, span_words, _, first, budget = masking_corpus.statistics(ids, maskable, chosen, span_ids,
-                                                              encoder.continuation)
-  first = first[budget >= 19]
+  span_words, first = _span_lengths(corpus, 'span')
   expected = masking_corpus.expected_span_mean()
   assert abs(expected - 3.797) < 0.001  # The paper's 3.8: clipping (min(L, 10)) would be 4.46.
   assert abs(first.mean() - expected) < 4 * first.std() / np.sqrt(first.size), first.mean()
