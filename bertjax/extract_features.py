@@ -38,7 +38,7 @@ from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
 from bertjax.text import fast_tokenizer
-from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 
 
@@ -124,7 +124,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   if bad:
     raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model (-1 is the '
                      'last; 0 the embeddings).')
-  tok = tokenizer_lib.FullTokenizer(model.vocab_file, do_lower_case=model.do_lower_case)
+  tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
   examples = read_examples(input_file)
   params = traverse_util.unflatten_dict(
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')

@@ -54,7 +54,7 @@ from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
-from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 
@@ -72,8 +72,7 @@ class Predictor:
     self.labels = tuple(run['labels'])
     self.data = ml_collections.ConfigDict(run['data'])
     self.batch_size = batch_size
-    self.tokenizer = tokenizer_lib.FullTokenizer(vocab_file,
-                                                 do_lower_case=self.data.do_lower_case)
+    self.tokenizer = vocab_files.for_model(vocab_file, self.data.do_lower_case)
     model = kinds.get(self.kind).head(ml_collections.ConfigDict(run['model']),
                                       len(self.labels), run.get('pooling', 'cls'))
     self.params = params

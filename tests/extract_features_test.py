@@ -49,7 +49,7 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
   _, batch = extract_features.encode(
-      extract_features.tokenizer_lib.FullTokenizer(model.vocab_file), [(LINES[0], None)], 12)
+      extract_features.vocab_files.for_model(model.vocab_file, True), [(LINES[0], None)], 12)
   features = np.asarray(extract_features.concat_last_layers(model.config, params, batch))
   assert features.shape == (1, 12, 4 * 384)
   enc = tok(LINES[0], return_tensors='pt')

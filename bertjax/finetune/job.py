@@ -33,7 +33,7 @@ from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import init_from
-from bertjax.text import tokenizer as tokenizer_lib
+from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
@@ -62,7 +62,7 @@ class Setup:
   """What training and prediction share: the task, tokenizer, resolved config and objective."""
 
   task: task_lib.Task
-  tokenizer: tokenizer_lib.FullTokenizer
+  tokenizer: object  # vocab_files.for_model's: WordPiece or SentencePiece, same interface.
   config: ml_collections.ConfigDict  # Unlocked, run-time fields filled in.
   mesh: jax.sharding.Mesh
   objective: train_state.Objective
@@ -94,7 +94,8 @@ def setup(config, workdir: str = '') -> Setup:
                      'set, or the data it was trained on.')
   init_path = init_from.configured(config)
   model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
-  tok = tokenizer_lib.FullTokenizer(vocab_file, do_lower_case=config.data.do_lower_case)
+  # vocab.txt or a SentencePiece model (the one init_from's pre-training used), told by the file.
+  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case)
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
   # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
@@ -239,7 +240,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
   eval_sets = {split: _featurized(s, split, False, skipped) for split in task.eval_splits}
   total_steps = num_steps(cfg, num_train)
   set_steps(cfg, total_steps)
-  train_state.check_config(cfg, s.mesh, len(tokenizer_lib.load_vocab(s.vocab_file)))
+  train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   steps_per_epoch = max(1, num_train // cfg.global_batch_size)
   logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.1f epochs of %d '
                'steps)', task.name, task.kind, cfg.pooling, num_train,
@@ -308,7 +309,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   s = setup(config, workdir)
   cfg, task = s.config, s.task
   set_steps(cfg, 1)
-  train_state.check_config(cfg, s.mesh, len(tokenizer_lib.load_vocab(s.vocab_file)))
+  train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
   state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertjax.pretraining_data import masking
+from bertjax.text import vocab_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +35,9 @@ class MaskingConfig:
   sep_id: int  # [SEP]
   pad_id: int = 0  # [PAD]
   masked_lm_prob: float = 0.15  # Fraction of maskable tokens chosen for prediction.
-  # True per vocab id for a word's continuation pieces (WordPiece '##'): the words that every
-  # strategy but wordpiece masks whole. None: wordpiece only.
+  # True per vocab id for a word's continuation pieces (WordPiece '##', SentencePiece: no '▁';
+  # continuation_flags): the words that every strategy but wordpiece masks whole. None:
+  # wordpiece only.
   continuation: np.ndarray | None = None
   strategy: str = 'wordpiece'  # One of masking.STRATEGIES: wordpiece, whole_word, ngram, span.
 
@@ -56,12 +58,10 @@ class MaskingConfig:
                        f'{self.vocab_size}')
 
 
-def continuation_flags(vocab: dict) -> np.ndarray:
-  """True for WordPiece continuation pieces ('##...'), indexed by id."""
-  flags = np.zeros(len(vocab), bool)
-  for token, index in vocab.items():
-    flags[index] = token.startswith('##')
-  return flags
+def continuation_flags(vocab: dict, sentencepiece: bool = False) -> np.ndarray:
+  """True per id for a word's continuation pieces: WordPiece's '##...'; for a SentencePiece
+  vocab every piece but a '▁' word start (the rule static masking uses), indexed by id."""
+  return vocab_files.continuation_flags(vocab, sentencepiece)
 
 
 def _whole_words(input_ids_BxL, maskable_BxL, num_to_mask_B, seed, continuation):

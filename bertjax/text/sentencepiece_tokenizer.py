@@ -4,7 +4,6 @@ The model file is read through bertjax.files (local or a URL); special tokens wr
 text stay whole, as on the WordPiece path (tokenizer.py).
 """
 
-import collections
 import os
 import unicodedata
 
@@ -16,23 +15,20 @@ class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
 
   def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
-               never_split=()):
-    import sentencepiece  # pylint: disable=g-import-not-at-top  # Only this path needs it.
+               never_split=(), check_casing=True):
     path = os.fspath(spm_model_file)
     missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
                'file shipped with the checkpoint')
     files.require_file(path, missing)
     self.spm_model_file = path
-    self.sp_model = sentencepiece.SentencePieceProcessor()
-    try:  # From its bytes: the file may be a URL, which SentencePiece cannot open.
-      self.sp_model.LoadFromSerializedProto(files.read_bytes(path))
-    except (OSError, RuntimeError) as e:
-      raise ValueError(f'{path!r} is not a SentencePiece model ({e}): pass the .model file '
-                       'that spm_train wrote') from None
+    self.vocab_file = path  # FullTokenizer's name for the file its vocab came from.
+    # From its bytes: the file may be a URL, which SentencePiece cannot open.
+    self.vocab, self.sp_model = tokenizer.sentencepiece_vocab(path, files.read_bytes(path))
+    if check_casing:  # As for a vocab.txt: upper-case pieces mean a cased model.
+      tokenizer.validate_case_matches_vocab(self.vocab, do_lower_case,
+                                            f'SentencePiece model {path!r}')
     self.do_lower_case = do_lower_case
     self.keep_accents = keep_accents
-    self.vocab = collections.OrderedDict(
-        (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
     self.never_split = tuple(t for t in never_split if t in self.vocab)

@@ -1,7 +1,18 @@
-"""A tokenizer from a checkpoint's vocab: a WordPiece vocab.txt or a SentencePiece .model."""
+"""A tokenizer from a checkpoint's vocab: a WordPiece vocab.txt or a SentencePiece .model.
 
+`for_model` is the one place a model's recorded vocab file and casing become its tokenizer
+(fine-tuning, predict, extract_features, embed): the kind of tokenizer is told from the file
+itself, so a run's own copy of its vocab (<workdir>/vocab.txt, whichever the kind) reads right.
+"""
+
+import numpy as np
+
+from bertjax import files
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
+
+# SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
+WORD_START = '\u2581'
 
 
 def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwargs):
@@ -13,3 +24,32 @@ def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwarg
     return sentencepiece_tokenizer.SentencePieceTokenizer(spm_model_file,
                                                           do_lower_case=do_lower_case, **kwargs)
   return tokenizer.FullTokenizer(vocab_file, do_lower_case=do_lower_case, **kwargs)
+
+
+def is_sentencepiece(vocab_file) -> bool:
+  """Whether `vocab_file` (a path or URL that exists) is a SentencePiece model."""
+  return tokenizer.is_sentencepiece_model(vocab_file, files.read_bytes(str(vocab_file)))
+
+
+def for_model(vocab_file, do_lower_case: bool, **kwargs):
+  """The tokenizer a model was trained with, from the vocab file and casing its run or source
+  records: SentencePiece for a SentencePiece model, else WordPiece; casing checked for both."""
+  vocab_file = str(vocab_file)
+  files.require_file(vocab_file, f'vocab file {vocab_file!r} does not exist: pass the vocab.txt '
+                     'or SentencePiece .model the model was trained with')
+  if is_sentencepiece(vocab_file):
+    return from_files(spm_model_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
+  return from_files(vocab_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
+
+
+def continuation_flags(vocab: dict, sentencepiece: bool) -> np.ndarray:
+  """True per id for the pieces that continue a word (the ones whole-word masking keeps with
+  the piece before): WordPiece's '##' pieces; for SentencePiece every piece but a word start
+  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>), as create_pretraining_data's."""
+  flags = np.zeros(len(vocab), bool)
+  for token, index in vocab.items():
+    if sentencepiece:
+      flags[index] = not token.startswith((WORD_START, '[', '<'))
+    else:
+      flags[index] = token.startswith('##')
+  return flags

@@ -289,12 +289,17 @@ def test_sentencepiece(tmp_path, corpus_lines):
       vocab_size=1000, model_type='unigram', pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
       control_symbols=['[CLS]', '[SEP]', '[MASK]'], input_sentence_size=5000,
       minloglevel=2)
-  sp = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True)
+  # Trained on raw text, the model is cased: refused with do_lower_case=True, as a vocab.txt.
+  with pytest.raises(ValueError, match='cased vocab .* pass do_lower_case=False'):
+    vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True)
+  vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=False)
+  sp = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', do_lower_case=True,
+                              check_casing=False)
   assert isinstance(sp, sentencepiece_tokenizer.SentencePieceTokenizer)
   assert [sp.vocab[t] for t in ('<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]')] == [0, 1, 2, 3, 4]
   assert sp.vocab['[MASK]'] not in sp.encode('the [MASK] sat')  # Text, by default.
   specials = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model',
-                                    never_split=tokenizer.SPECIAL_TOKENS)
+                                    never_split=tokenizer.SPECIAL_TOKENS, check_casing=False)
   assert specials.encode('the [MASK] sat') == sp.convert_tokens_to_ids(
       ['\u2581the', '[MASK]'] + sp.tokenize('sat'))
   for line in corpus_lines[1::997]:
