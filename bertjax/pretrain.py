@@ -25,6 +25,7 @@ from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
@@ -227,12 +228,19 @@ def masking_config(config, vocab_file, plan):
           f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
           f'{phase.max_seq_length}-token row, but max_predictions_per_seq='
           f'{phase.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
-  vocab = tokenizer.load_vocab(vocab_file)
+  vocab = tokenizer.load_vocab(vocab_file)  # A vocab.txt's tokens or a SentencePiece model's.
+  missing = [t for t in ('[MASK]', '[CLS]', '[SEP]') if t not in vocab]
+  if missing:
+    raise ValueError(f'data.vocab_file={vocab_file} has no {missing}: dynamic masking needs '
+                     'them (a SentencePiece model as control symbols, which learn_vocab '
+                     '--model=sentencepiece adds)')
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
       sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
       masked_lm_prob=data.masked_lm_prob,
-      continuation=masking_tf.continuation_flags(vocab), strategy=data.masking)
+      # Whole words by '##' continuations, or by SentencePiece's '▁' word starts.
+      continuation=masking_tf.continuation_flags(vocab, vocab_files.is_sentencepiece(vocab_file)),
+      strategy=data.masking)
 
 
 def _describe(step, means) -> str:
