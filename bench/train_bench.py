@@ -71,7 +71,7 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax import pretrain as pretrain_job  # noqa: E402
+from bertjax import pretrain_objective  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
@@ -127,7 +127,7 @@ def bertjax_runner(config, batch):
   mesh = sharding.make_mesh(config.mesh)
   tx = optimizer_lib.make(config.optimizer)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
-  objective = pretrain_job.objective(config)
+  objective = pretrain_objective.objective(config)
   rules = sharding.parse_rules(config.mesh.rules)
   state, state_shardings = train_state.create_train_state(config, objective, tx, mesh, rules)
   batch_shardings = sharding.batch_sharding(mesh, rules)

@@ -1,9 +1,9 @@
-"""BERT pre-training: the MLM + NSP objective, its eval, and the job that hands them to the loop.
+"""BERT pre-training: the job that hands the MLM + NSP objective and its eval to the loop.
 
   data files (the embedded corpus's made on first use) -> check the config -> Objective
-  (BertForPreTraining, MLM + NSP loss) -> tf.data batches from the examples consumed so far
-  -> training/loop.run (eval on the held-out files, with the unigram baseline) -> the summary
-  line.
+  (pretrain_objective.py: BertForPreTraining, MLM + NSP loss) -> tf.data batches from the
+  examples consumed so far -> training/loop.run (eval on the held-out files, with the unigram
+  baseline) -> the summary line.
 """
 
 import dataclasses
@@ -12,16 +12,15 @@ import time
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax import config_check
 from bertjax import paths
+from bertjax import pretrain_objective
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
 from bertjax.interop import init_from
-from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import tokenizer
@@ -33,52 +32,18 @@ from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
 
-BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints (keep_best, --step=best).
-
-
-def eval_metric_names(config) -> tuple:
-  """The eval metrics a run of `config` reports, in the order a user would rank by."""
-  return ('mlm_accuracy', 'mlm_loss') + (('nsp_accuracy', 'nsp_loss') if config.model.nsp
-                                         else ())
+# The objective lives in pretrain_objective.py, which imports no TensorFlow (the train step and
+# the bench need only it); the job's callers keep finding it here.
+BEST_METRIC = pretrain_objective.BEST_METRIC
+eval_metric_names = pretrain_objective.eval_metric_names
+loss = pretrain_objective.loss
+normalizers = pretrain_objective.normalizers
+objective = pretrain_objective.objective
+eval_step = pretrain_objective.eval_step
 
 
 # ---------------------------------------------------------------------------------------------
-# The objective.
-
-
-def loss(model, params, batch, rng, normalizers, *, deterministic):
-  """MLM + NSP, each divided by the whole batch's weights (exact under accumulation)."""
-  mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
-      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-      batch['masked_lm_positions'], deterministic=deterministic, rngs={'dropout': rng},
-      instance_starts=batch.get('instance_starts'))  # Packed rows only.
-  return losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch, normalizers)
-
-
-def normalizers(batch):
-  """What each pre-training loss is divided by: the whole (not micro-) batch's weights."""
-  nsp = (jnp.sum(batch['next_sentence_weights']) if 'next_sentence_weights' in batch
-         else jnp.float32(batch['input_ids'].shape[0]))  # Packed: instances, not rows.
-  return {'mlm': jnp.maximum(jnp.sum(batch['masked_lm_weights']), 1e-8),
-          'nsp': jnp.maximum(nsp, 1e-8)}
-
-
-def objective(config) -> train_state.Objective:
-  """BertForPreTraining with BERT's loss, initialised on a zero batch of the data's shapes."""
-  return train_state.Objective(
-      model=heads.BertForPreTraining(config.model), loss=loss, normalizers=normalizers,
-      init_inputs=heads.dummy_batch(1, config.data.max_seq_length,
-                                    config.data.max_predictions_per_seq))
-
-
-def eval_step(params, batch, *, model):
-  """Eval metrics of one batch as (sum, weight); padding examples weigh 0."""
-  mlm_logits_BxPxV, nsp_logits_Bx2 = model.apply(
-      {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-      batch['masked_lm_positions'], deterministic=True,
-      instance_starts=batch.get('instance_starts'))
-  _, metrics = losses.pretraining(mlm_logits_BxPxV, nsp_logits_Bx2, batch)
-  return metrics
+# The eval.
 
 
 def unigram_baseline(dataset) -> float:

@@ -19,6 +19,7 @@ STAGES = (
     ('input',),
     ('training',),
     ('interop',),
+    ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
     ('pretrain', 'finetune', 'config_check'),  # config_check: the jobs' configs, at their start.
     ('predict', 'predict_inputs', 'embed', 'extract_features', 'export'),
     ('main',),
