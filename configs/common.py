@@ -53,10 +53,14 @@ def parse_arg(arg, **defaults):
 
 
 def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
-  """The encoder's hyper-parameters for one of SIZES; overrides set any field."""
+  """The encoder's hyper-parameters for one of SIZES; overrides set any field. The attention
+  kernel and the layer stacking are 'auto': chosen by the platform the run lands on
+  (bertjax/model/platform_defaults.py: GPU cudnn + unrolled, TPU/CPU xla + scanned from 12
+  layers on); a value given here or on the command line is kept."""
   if size not in SIZES:
     raise ValueError(f'unknown model size {size!r}; valid sizes: {", ".join(SIZES)}.')
-  return encoder.default_config(size=size, **{**SIZES[size], **overrides})
+  return encoder.default_config(size=size, **{'attention_impl': 'auto', 'scan_layers': 'auto',
+                                              **SIZES[size], **overrides})
 
 
 # ---------------------------------------------------------------------------------------------

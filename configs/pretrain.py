@@ -65,8 +65,8 @@ def get_config(arg=None):
   config.seed = 0  # Parameter init, dropout and data order all derive from it.
   # vocab_size must equal data.vocab_file's entries: 8192 for the embedded corpus, 30522 for
   # BERT's uncased vocab (pass vocab=30522, or pad to 30592 for tensor parallelism > 2).
-  config.model = common.model_config(arg.size, dtype=arg.dtype, vocab_size=arg.vocab,
-                                     scan_layers=arg.size in ('base', 'large'))
+  # attention_impl and scan_layers: 'auto', chosen by the platform at the run's start.
+  config.model = common.model_config(arg.size, dtype=arg.dtype, vocab_size=arg.vocab)
   config.num_train_steps = ml_collections.FieldReference(steps)  # Optimizer updates.
   config.global_batch_size = arg.batch or batch  # Sequences per update, over all hosts.
   config.grad_accum_steps = 1  # Micro-batches per update (memory): batch/accum run at once.

@@ -13,6 +13,7 @@ import ml_collections
 
 from bertjax import files
 from bertjax.interop import init_from
+from bertjax.model import platform_defaults
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint_reader
 
@@ -33,6 +34,11 @@ def resolve_model(config, init_path: str, run: dict | None = None,
                        '--workdir for a new model.')
     model_cfg.update(arch)
     model_cfg.size = run['model'].get('size', model_cfg.size)
+    if platform_defaults.is_auto(model_cfg.scan_layers) and 'scan_layers' in run['model']:
+      # Its layout too (stacked or per-layer, as its checkpoints hold it), whatever platform
+      # evaluates or resumes it.
+      with model_cfg.ignore_type():
+        model_cfg.scan_layers = bool(run['model']['scan_layers'])
     kept = init_from.vocab_file(workdir)
     if not kept:
       raise FileNotFoundError(

@@ -19,6 +19,7 @@ import numpy as np
 
 from bertjax.model import attention
 from bertjax.model import kernels
+from bertjax.model import platform_defaults
 
 Config = ml_collections.ConfigDict
 
@@ -50,8 +51,12 @@ def default_config(**overrides) -> Config:
   # 'xla': explicit einsum + softmax (supports attention dropout); 'dot_product_attention':
   # jax.nn.dot_product_attention letting XLA choose; 'cudnn': the fused cuDNN flash kernel (GPU);
   # 'splash': the Pallas splash kernel (TPU). model/attention.py says how each sees padding.
+  # 'auto' (the configs' default): the platform's choice, model/platform_defaults.py.
   m.attention_impl = 'xla'
-  m.scan_layers = False  # Stack the layers with nn.scan: compile time independent of depth.
+  # Stack the layers with nn.scan: compile time independent of depth, a slower step on a GPU.
+  # True, False or 'auto' (the configs' default; model/platform_defaults.py): any type, so
+  # that --config.model.scan_layers=false and =auto both parse.
+  m.scan_layers = ml_collections.FieldReference(False, field_type=object)
   # Pre-training heads: MLM + NSP (BERT); False = MLM only (RoBERTa, ModernBERT): no NSP head,
   # no NSP loss, data without pairs (create_pretraining_data --nsp=false) or with them ignored.
   m.nsp = True
@@ -115,8 +120,13 @@ def check_config(config: Config):
         'pick a head count that divides it.')
   for field, valid in (('hidden_act', kernels.ACTIVATIONS), ('attention_impl', ATTENTION_IMPLS),
                        ('remat_policy', ('none', *REMAT_POLICIES))):
-    if config[field] not in valid:
-      raise ValueError(f'model.{field}={config[field]!r} is unknown; valid: {", ".join(valid)}.')
+    if config[field] not in valid and not (field == 'attention_impl'
+                                           and platform_defaults.is_auto(config[field])):
+      raise ValueError(f'model.{field}={config[field]!r} is unknown; valid: {", ".join(valid)}'
+                       f'{", auto" * (field == "attention_impl")}.')
+  if not (isinstance(config.scan_layers, bool) or platform_defaults.is_auto(config.scan_layers)):
+    raise ValueError(f'model.scan_layers={config.scan_layers!r} is unknown; valid: True, False, '
+                     'auto.')
   if config.dtype not in ('float32', 'bfloat16'):
     raise ValueError(f'model.dtype={config.dtype!r}; valid: float32, bfloat16.')
 
@@ -328,9 +338,14 @@ class BertEncoder(nn.Module):
   def setup(self):
     cfg = self.config
     check_config(cfg)
+    if any(platform_defaults.is_auto(cfg[k]) for k in ('attention_impl', 'scan_layers')):
+      # Built outside a run (the loop settles 'auto' before the first trace): the choice for the
+      # platform this is compiled for.
+      cfg = platform_defaults.resolve(cfg, attention.target_platform())[0]
+    self.scanned = cfg.scan_layers
     self.embeddings = Embeddings(cfg)
     layer = _layer_class(cfg)
-    if cfg.scan_layers:
+    if self.scanned:
       stack = nn.scan(layer, variable_axes={'params': 0}, split_rngs={'params': True,
                       'dropout': True}, in_axes=(nn.broadcast, nn.broadcast),
                       length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
@@ -364,7 +379,7 @@ class BertEncoder(nn.Module):
                               packed_positions(input_mask) if packed else None)
     x_BxLxD = nn.with_logical_constraint(x_BxLxD, ('batch', 'length', 'activation_embed'))
     hidden = [x_BxLxD]
-    if self.config.scan_layers:
+    if self.scanned:
       if return_hidden_states:
         raise ValueError('return_hidden_states needs model.scan_layers=False (the weights load '
                          'either way).')

@@ -32,6 +32,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.model import encoder
+from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import event_writer
 from bertjax.training import losses
@@ -295,11 +296,27 @@ def _check_schedule(config, workdir, step: int, schedule):
       old.get('total_steps'), workdir)
 
 
+def _saved_layout(mngr) -> bool | None:
+  """Whether the newest readable checkpoint holds stacked (nn.scan) layers; None: none."""
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      params = checkpoint.state_metadata(mngr.directory / str(step) / 'state')['params']
+    except Exception:  # pylint: disable=broad-except  # Unreadable: restore_latest decides.
+      continue
+    return platform_defaults.scanned_layout(params)
+  return None
+
+
 def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   """(state, its shardings, examples consumed, resumed?): the workdir's checkpoint, else
   init_from's weights with only the rest drawn, else fresh (checkpoint.restore_or_initialize).
   A resumed run draws no initial values at all."""
   logging.info('--- model and optimizer')
+  # model.attention_impl / scan_layers 'auto' settle here, once, before the model is first
+  # traced: for the mesh's platform, keeping the layout of the checkpoint a resume reads. In
+  # place: the job's objective and evaluator hold this config.model; config.json records it.
+  logging.info('%s', platform_defaults.settle(config.model, platform_defaults.platform_of(mesh),
+                                              saved_scan=_saved_layout(mngr)))
   abstract, shardings = train_state.train_state_shapes(config, job.objective, tx, mesh, rules)
   logging.info('model: %s, %d parameters', config.model.size,
                encoder.param_count(abstract.params))
