@@ -193,16 +193,26 @@ class _Progress:
     self._timer = (now, step)
     seq_per_sec = steps_per_sec * cfg.global_batch_size
     tokens, flops = self._job.sequence_cost(step - 1)
+    real = means.pop('real_tokens', None)  # Per step (perf.real_tokens); None: no input_mask.
     scalars = {f'train/{k}': v for k, v in means.items() if k != 'nonfinite'}
     scalars |= {'train/sequences_per_sec': seq_per_sec,
                 'train/tokens_per_sec': seq_per_sec * tokens}
     utilisation = perf.mfu(seq_per_sec, flops, jax.device_count(), self._peak)
+    share = None if real is None else real / (cfg.global_batch_size * tokens)
+    if share is not None:
+      scalars |= {'train/real_tokens_per_sec': steps_per_sec * real,
+                  'train/real_token_share': share}
     if utilisation is not None:
       scalars['train/mfu'] = utilisation
+      if share is not None:
+        scalars['train/real_mfu'] = utilisation * share
     self._writer.write_scalars(step, scalars)
-    logging.info('step %d/%d%s | %.2f steps/s, %.1f seq/s%s, ETA %s', step,
+    logging.info('step %d/%d%s | %.2f steps/s, %.1f seq/s%s%s, ETA %s', step,
                  cfg.num_train_steps, self._job.describe(step, means), steps_per_sec,
-                 seq_per_sec, f', MFU {utilisation:.1%}' if utilisation is not None else '',
+                 seq_per_sec, '' if share is None else
+                 f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
+                 '' if utilisation is None else f', MFU {utilisation:.1%}' + (
+                     '' if share is None else f' (real {utilisation * share:.1%})'),
                  format_duration((cfg.num_train_steps - step) / max(steps_per_sec, 1e-9)))
 
 
@@ -395,9 +405,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   try:
     with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
+        batch = next(batches)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
-          state, metrics = step_fn(state, next(batches))
-        pending.append(metrics)
+          state, metrics = step_fn(state, batch)
+        pending.append(metrics | perf.real_tokens(batch))  # Padding counts as no work there.
         if deferred is not None:
           progress.log(*deferred)
           deferred = None
