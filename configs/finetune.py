@@ -128,8 +128,8 @@ def get_config(arg=None):
   # iob2, iobes, ioes, bilou (entity F1 as conlleval scores it) or plain (per-token accuracy).
   config.data.tag_scheme = 'auto'
   config.data.predict_file = ''  # predict mode: this file instead of the test split.
-  # WordPiece vocab; '' = init_from's vocab.txt (or the embedded corpus's for bertjax checkpoints
-  # pre-trained on it). Its size must match model.vocab_size.
+  # WordPiece vocab.txt or SentencePiece .model (told by the file); '' = init_from's (a bertjax
+  # run's own copy; the embedded corpus's for one pre-trained on it). Size = model.vocab_size.
   config.data.vocab_file = ''
   config.data.do_lower_case = True  # Must match the vocab / checkpoint (uncased vs cased).
   config.data.max_seq_length = arg.seq or seq  # Tokens per input window, [CLS]/[SEP] included.

@@ -76,7 +76,9 @@ def get_config(arg=None):
   # made under <workdir>/data on first use.
   config.data.train_files = ''
   config.data.eval_files = ''  # Held-out TFRecords; '' with train_files '' = embedded eval split.
-  config.data.vocab_file = ''  # Must match model.vocab_size; '' = the embedded corpus's vocab.
+  # The vocab.txt or SentencePiece .model the data was made with (told by the file), checked
+  # against the data's report and model.vocab_size; '' = the embedded corpus's vocab.
+  config.data.vocab_file = ''
   config.data.max_seq_length = arg.seq  # Must equal the files' max_seq_length.
   config.data.max_predictions_per_seq = 20  # Must equal the files' (static masking).
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data

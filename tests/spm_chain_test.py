@@ -1,0 +1,226 @@
+"""A SentencePiece vocabulary through the whole chain, with a tiny model and few steps.
+
+The embedded corpus -> learn_vocab's SentencePiece model -> create_pretraining_data with it
+(static masks; unmasked for dynamic whole-word masking) -> pre-training -> fine-tuning a
+classifier and a tagger from that run (the tokenizer comes from its workdir) -> predict on raw
+text -> extract_features. The ids are checked against SentencePiece's own, and data or models
+of another vocab are refused.
+"""
+
+import itertools
+import json
+import pathlib
+
+import finetune_runs
+import numpy as np
+import pretrain_runs
+import pytest
+import sentencepiece
+
+from bertjax import extract_features
+from bertjax import predict
+from bertjax import pretrain
+from bertjax.finetune import job
+from bertjax.input import input_pipeline
+from bertjax.pretraining_data import embedded
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import writer
+from bertjax.text import sentencepiece_tokenizer
+from bertjax.text import vocab_files
+from bertjax.text import vocab_learner
+from configs import finetune as finetune_config
+
+VOCAB = 1024  # A multiple of 128: model.vocab_size needs no padding.
+SEQ, PREDICTIONS = pretrain_runs.SEQ, pretrain_runs.PREDICTIONS
+
+
+def _write_corpus(path, split, sentences_per_document=40, documents=40):
+  """The first sentences of an embedded corpus split, cut into short documents."""
+  lines = list(itertools.islice(itertools.chain.from_iterable(embedded.documents(split)),
+                                sentences_per_document * documents))
+  chunks = [lines[i:i + sentences_per_document]
+            for i in range(0, len(lines), sentences_per_document)]
+  path.write_text(''.join(''.join(s + '\n' for s in chunk) + '\n' for chunk in chunks))
+  return path
+
+
+def _make_data(folder, corpus, static_masking=True, **vocab):
+  settings = instances.Settings(max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
+                                dupe_factor=1, static_masking=static_masking)
+  writer.create(str(corpus), str(folder / 'train'), settings, num_output_shards=1,
+                num_workers=1, **vocab)
+  return str(folder / 'train-*-of-*')
+
+
+@pytest.fixture(scope='module')
+def chain(tmp_path_factory):
+  root = tmp_path_factory.mktemp('spm_chain')
+  corpus = _write_corpus(root / 'corpus.txt', 'train')
+  spm_model = root / 'spm.model'
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), spm_model, VOCAB,
+                                    input_sentence_size=20_000)
+  data = {'static': _make_data(root / 'static', corpus, spm_model_file=str(spm_model)),
+          'unmasked': _make_data(root / 'unmasked', corpus, static_masking=False,
+                                 spm_model_file=str(spm_model))}
+  workdir = root / 'pretrain'
+  fields = pretrain_runs.fields({'data.train_files': data['static'],
+                                 'data.eval_files': data['static'],
+                                 'data.vocab_file': str(spm_model)}, model__vocab_size=VOCAB)
+  pretrain.train_and_evaluate(pretrain_runs.config(4, fields), str(workdir))
+  processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+  return root, corpus, spm_model, processor, data, workdir, fields
+
+
+def _restored_ids(batch):
+  """input_ids with the masked positions given back their original ids."""
+  ids = batch['input_ids'].copy()
+  for row in range(ids.shape[0]):
+    chosen = batch['masked_lm_weights'][row] > 0
+    ids[row, batch['masked_lm_positions'][row][chosen]] = batch['masked_lm_ids'][row][chosen]
+  return ids
+
+
+def test_pretraining_data_holds_sentencepiece_ids(chain):
+  _, corpus, spm_model, processor, data, workdir, _ = chain
+  # SentencePiece's own ids of every corpus line (lower-cased, as the uncased model reads it).
+  stream = ' ' + ' '.join(' '.join(map(str, processor.encode(line.lower())))
+                          for line in corpus.read_text().splitlines() if line) + ' '
+  batch = next(input_pipeline.pretrain_dataset(
+      data['static'], global_batch_size=8, max_seq_length=SEQ,
+      max_predictions_per_seq=PREDICTIONS, seed=0, shuffle=False).as_numpy_iterator())
+  cls_id, sep_id = processor.piece_to_id('[CLS]'), processor.piece_to_id('[SEP]')
+  for row in _restored_ids(batch):
+    assert row[0] == cls_id
+    first_sep = int(np.flatnonzero(row == sep_id)[0])
+    segment_a = row[1:first_sep]
+    # Segment A is whole sentences of one document: a run of the corpus's ids.
+    assert f' {" ".join(map(str, segment_a))} ' in stream
+  # The run keeps its SentencePiece model as its vocab; a reader gets a SentencePiece tokenizer.
+  kept = workdir / 'vocab.txt'
+  assert kept.read_bytes() == spm_model.read_bytes() and vocab_files.is_sentencepiece(kept)
+  tok = vocab_files.for_model(kept, do_lower_case=True)
+  assert isinstance(tok, sentencepiece_tokenizer.SentencePieceTokenizer)
+  with pytest.raises(ValueError, match='uncased vocab .* pass do_lower_case=True'):
+    vocab_files.for_model(kept, do_lower_case=False)
+
+
+def test_dynamic_whole_word_masks_never_split_a_word(chain):
+  root, _, spm_model, processor, data, _, fields = chain
+  config = pretrain_runs.config(2, fields | {'data.train_files': data['unmasked'],
+                                             'data.eval_files': data['unmasked'],
+                                             'data.dynamic_masking': True,
+                                             'data.masking': 'whole_word'})
+  plan = [pretrain.check_data(config, phase, str(spm_model), '')
+          for phase in pretrain.phases(config, str(root / 'dynamic'))]
+  masking = pretrain.masking_config(config, str(spm_model), plan)
+  batches = input_pipeline.pretrain_dataset(
+      plan[0].train_files, global_batch_size=16, max_seq_length=SEQ,
+      max_predictions_per_seq=PREDICTIONS, seed=3, masking=masking)
+  pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+  multi_piece_words = 0
+  for batch in batches.take(4).as_numpy_iterator():
+    original = _restored_ids(batch)
+    for row in range(original.shape[0]):
+      length = int(batch['input_mask'][row].sum())
+      chosen = set(batch['masked_lm_positions'][row][batch['masked_lm_weights'][row] > 0])
+      assert chosen
+      # Words by SentencePiece's own marks: a piece without '▁' continues the word before,
+      # unless that is a special token (a segment cut at its front starts mid-word).
+      special = [pieces[i].startswith(('[', '<')) for i in original[row, :length]]
+      starts = [p for p in range(length) if special[p] or (p and special[p - 1])
+                or pieces[original[row, p]].startswith('▁')]
+      for start, end in zip(starts, starts[1:] + [length], strict=True):
+        masked = chosen & set(range(start, end))
+        assert not masked or len(masked) == end - start, (row, start, end, masked)
+        multi_piece_words += bool(masked) and end - start > 1
+  assert multi_piece_words > 0  # Words of several pieces were masked, whole.
+  # The job itself trains on these batches.
+  metrics = pretrain.train_and_evaluate(config, str(root / 'dynamic'))
+  assert np.isfinite(metrics['mlm_loss'])
+
+
+def test_data_of_another_vocab_is_refused(chain):
+  root, corpus, spm_model, _, data, _, fields = chain
+  wordpiece = _make_data(root / 'wordpiece', corpus, vocab_file=str(embedded.vocab_path()))
+  config = pretrain_runs.config(2, fields | {'data.train_files': wordpiece,
+                                             'data.eval_files': ''})
+  with pytest.raises(ValueError, match=r'made with a 8192-entry vocab .*vocab\.txt'):
+    pretrain.train_and_evaluate(config, str(root / 'refused1'))
+  other = root / 'other.model'  # Same size, another corpus: other ids.
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path('eval')), other, VOCAB)
+  config = pretrain_runs.config(2, fields | {'data.vocab_file': str(other)})
+  with pytest.raises(ValueError, match=r'made with another vocab .* than '
+                     r'data.vocab_file=.*other\.model .*the ids would mean other tokens'):
+    pretrain.train_and_evaluate(config, str(root / 'refused2'))
+
+
+def _finetune_config(task, workdir, **data):
+  config = finetune_config.get_config(f'task={task},init_from={workdir},seq=24,batch=16,'
+                                      'lr=3e-3,epochs=3')
+  config.unlock()
+  config.eval_batch_size = 16
+  config.checkpoint.every_steps = 1000
+  for key, value in data.items():
+    config.data[key] = str(value)
+  return config
+
+
+def _last_predictions(workdir, name):
+  steps = sorted((workdir / 'predictions').glob('step_*'), key=lambda p: int(p.name[5:]))
+  return steps[-1] / name
+
+
+def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp_path):
+  _, _, spm_model, processor, _, pretrained, _ = chain
+  rng = np.random.default_rng(0)
+  labels = rng.choice(['warm', 'cold'], 100)
+  words = {'warm': finetune_runs.POSITIVE, 'cold': finetune_runs.NEGATIVE}
+  rows = [(' '.join(rng.choice(words[y] + finetune_runs.FILLER, 5)), y) for y in labels]
+  for name, part in (('train.tsv', rows[:80]), ('eval.tsv', rows[80:])):
+    (tmp_path / name).write_text('text\tlabel\n' + ''.join(f'{t}\t{y}\n' for t, y in part))
+  workdir = tmp_path / 'classify'
+  job.train_and_evaluate(_finetune_config('classification', pretrained,
+                                          train_file=tmp_path / 'train.tsv',
+                                          eval_file=tmp_path / 'eval.tsv'), str(workdir))
+  # No data.vocab_file: the run took the pre-training run's SentencePiece model.
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert pathlib.Path(saved['data']['vocab_file']).read_bytes() == spm_model.read_bytes()
+  predictor = predict.Predictor.from_workdir(workdir, batch_size=8)
+  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  text = rows[80][0]
+  assert predictor.tokenizer.encode(text.upper()) == processor.encode(text)
+  evaluated = [json.loads(line) for line in _last_predictions(
+      workdir, 'validation_predictions.jsonl').read_text().splitlines()]
+  predicted = predictor.predict([t for t, _ in rows[80:]])
+  assert [p['label'] for p in predicted] == [e['label'] for e in evaluated]
+
+  # Tagging, from the same pre-training run.
+  def sentence():
+    tokens = list(rng.choice(finetune_runs.FILLER, 5))
+    at = int(rng.integers(0, 5))
+    tokens[at] = str(rng.choice(finetune_runs.POSITIVE))
+    return {'tokens': tokens, 'tags': ['B-GOOD' if i == at else 'O' for i in range(5)]}
+
+  tagged = [sentence() for _ in range(100)]
+  for name, part in (('train.jsonl', tagged[:80]), ('eval.jsonl', tagged[80:])):
+    (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
+  tagger = tmp_path / 'tag'
+  job.train_and_evaluate(_finetune_config('tagging', pretrained,
+                                          train_file=tmp_path / 'train.jsonl',
+                                          eval_file=tmp_path / 'eval.jsonl'), str(tagger))
+  evaluated = [line.split()[2] for line in _last_predictions(
+      tagger, 'validation_predictions.txt').read_text().splitlines() if line.strip()]
+  predicted = predict.Predictor.from_workdir(tagger).predict(
+      [' '.join(r['tokens']) for r in tagged[80:]])
+  assert [t for p in predicted for t in p['tags']] == evaluated
+
+  # Features of raw text from the pre-training run, in SentencePiece's pieces.
+  lines = ['Thou art more lovely', 'In the beginning God created the heaven']
+  (tmp_path / 'in.txt').write_text('\n'.join(lines) + '\n')
+  extract_features.run(str(pretrained), str(tmp_path / 'in.txt'), str(tmp_path / 'out.jsonl'),
+                       layers=(-1,), max_seq_length=16, batch_size=2)
+  out = [json.loads(line) for line in (tmp_path / 'out.jsonl').read_text().splitlines()]
+  for line, record in zip(lines, out, strict=True):
+    assert [f['token'] for f in record['features']] == [
+        '[CLS]', *processor.encode(line.lower(), out_type=str), '[SEP]']
+    assert len(record['features'][0]['layers'][0]['values']) == 64
