@@ -9,6 +9,9 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
+from matmul_precision import needs_eight_devices
+from matmul_precision import splash_runs_here
 import numpy as np
 import pytest
 
@@ -48,14 +51,17 @@ def assert_equal_at_real_tokens(got, want, input_mask, atol=1e-5):
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=atol)
 
 
+@pytest.mark.parametrize('impl', ['dot_product_attention',
+                                  pytest.param('splash', marks=splash_runs_here)])
 @pytest.mark.parametrize('rows', [UNPACKED, PACKED], ids=['unpacked', 'packed'])
-def test_dot_product_attention_and_splash_equal_xla(rows):
+def test_dot_product_attention_and_splash_equal_xla(rows, impl):
   q, k, v = qkv()
   mask = ids(rows)
   packed = rows is PACKED
   want = reference(q, k, v, mask, packed)
-  assert_equal_at_real_tokens(attention.dot_product_attention(q, k, v, mask, packed), want, mask)
-  assert_equal_at_real_tokens(attention.splash(q, k, v, mask, interpret=True), want, mask)
+  got = (attention.dot_product_attention(q, k, v, mask, packed) if impl != 'splash' else
+         attention.splash(q, k, v, mask, interpret=True))
+  assert_equal_at_real_tokens(got, want, mask)
   # The comparison can fail: attention across the instances of a packed row differs.
   if packed:
     crossed = attention.xla(q, k, v, mask > 0, lambda p: p)
@@ -63,6 +69,7 @@ def test_dot_product_attention_and_splash_equal_xla(rows):
                            np.asarray(want)[np.asarray(mask) > 0], atol=1e-3)
 
 
+@splash_runs_here
 def test_splash_refuses_a_length_its_blocks_cannot_tile():
   q, k, v = (x[:, :48] for x in qkv())
   with pytest.raises(ValueError, match=r'max_seq_length \(48\) to be a multiple of 128'):
@@ -118,7 +125,8 @@ def model_setup():
   return cfg, params, batch
 
 
-@pytest.mark.parametrize('impl', ['dot_product_attention', 'splash'])
+@pytest.mark.parametrize('impl', ['dot_product_attention',
+                                  pytest.param('splash', marks=splash_runs_here)])
 @pytest.mark.parametrize('rows', [UNPACKED, PACKED], ids=['unpacked', 'packed'])
 def test_model_outputs_equal_across_kernels(impl, rows):
   cfg, params, batch = model_setup()
@@ -135,6 +143,8 @@ def test_model_outputs_equal_across_kernels(impl, rows):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
+@needs_eight_devices
+@splash_runs_here
 def test_splash_under_a_mesh_runs_per_device_shard_and_trains_alike():
   """With jax.set_mesh over 8 devices (data 2, fsdp 2, tensor 2), splash runs inside shard_map
   on each device's rows and heads; its loss and gradients equal XLA attention's."""
@@ -172,6 +182,7 @@ def pallas_interpret_flags(jaxpr) -> list:
   return flags
 
 
+@splash_runs_here
 @pytest.mark.parametrize('platform', ['tpu', 'cpu'])
 def test_splash_compiles_the_kernel_for_the_meshs_platform_not_the_hosts(platform):
   """launch/aot_compile.py traces on a CPU machine under a mesh of TPU devices: the model must

@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.extend.core  # noqa: F401  # ClosedJaxpr, Jaxpr (jax.extend is not imported by jax)
 import jax.numpy as jnp
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 
