@@ -63,6 +63,7 @@ from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
 from bertjax.training import checkpoint_reader  # noqa: E402
+from bertjax.training import kinds  # noqa: E402
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
@@ -76,7 +77,7 @@ def _check_kind(result: bundle_lib.Bundle, fmt: str):
   if why is not None:
     can = bundle_lib.formats_for(result.kind, result.pooling)
     fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
-    if result.kind in bundle_lib.POOLED_HEADS and result.pooling != 'cls':
+    if kinds.get(result.kind).pooled and result.pooling != 'cls':
       fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
               'loads its encoder), or fine-tune with --config.pooling=cls for every format')
     raise ValueError(f'{result.source} is a {result.kind} model; {why}: {fix}.')

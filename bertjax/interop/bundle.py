@@ -10,48 +10,26 @@ import dataclasses
 import numpy as np
 
 from bertjax.text import tokenizer
+from bertjax.training import kinds
 
-# What a model is for, and the head parameters (beside `bert/...`) that make it so.
-KINDS = {
-    'encoder': (),
-    'pretraining': ('mlm/', 'nsp/'),
-    'masked_lm': ('mlm/',),  # MLM-only pre-training (model.nsp=False): no NSP head.
-    'classification': ('classifier/',),
-    'regression': ('classifier/',),
-    'span': ('qa_outputs/',),
-    'tagging': ('classifier/',),
-    'multiple_choice': ('classifier/',),  # One score per [CLS] context [SEP] choice [SEP].
-}
-
-
-# What each export format holds faithfully. hf and tf1 read a sequence-level head off BERT's
-# [CLS] pooler (transformers' Bert*For*, google-research/bert's get_pooled_output()): a head
-# trained on mean-pooled outputs would predict something else there. The SavedModel carries
-# its own graph, pooling included. sentence-transformers runs modules after the encoder
-# (pooling, Dense layers): one vector per text (or text pair), so the encoder's embedding or a
-# sequence-level head's scores, never one per token (span, tagging).
-FORMAT_KINDS = {
-    'hf': tuple(KINDS),
-    'tf1': ('encoder', 'pretraining', 'masked_lm', 'classification', 'span'),
-    'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
-                    'span', 'tagging'),
-    'sentence_transformers': ('encoder', 'pretraining', 'masked_lm', 'classification',
-                              'regression', 'multiple_choice'),
-}
-# Why a format cannot hold what it lacks, where its list alone does not say.
-_WHY_NOT = {'sentence_transformers': "SentenceTransformer.encode gives one vector per text, "
-                                     "a span or tagging head one per token"}
-POOLED_HEADS = ('classification', 'regression', 'multiple_choice')
+# What each export format holds is the kind table's (training/kinds.py: each kind's holder per
+# format, or why the format cannot hold it); these are views of it for the export's messages.
+FORMAT_KINDS = {fmt: kinds.held_by(fmt) for fmt in kinds.FORMATS}
+POOLED_HEADS = tuple(name for name, kind in kinds.KINDS.items() if kind.pooled)
+# hf and tf1 read a sequence-level head off BERT's [CLS] pooler (transformers' Bert*For*,
+# google-research/bert's get_pooled_output()): a head trained on mean-pooled outputs would
+# predict something else there. The SavedModel carries its own graph, pooling included;
+# sentence-transformers writes the pooling as a module.
 CLS_POOLED_FORMATS = ('hf', 'tf1')
 
 
 def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:
   """Why `fmt` cannot hold a `kind` model pooled by `pooling` faithfully, or None."""
-  if kind not in FORMAT_KINDS[fmt]:
-    why = f': {_WHY_NOT[fmt]}' if fmt in _WHY_NOT else ''
+  why = kinds.get(kind).why_not(fmt)
+  if why is not None:
     return (f'--format={fmt} cannot hold its head ({fmt} holds: {", ".join(FORMAT_KINDS[fmt])})'
-            f'{why}')
-  if fmt in CLS_POOLED_FORMATS and kind in POOLED_HEADS and pooling != 'cls':
+            f': {why}')
+  if fmt in CLS_POOLED_FORMATS and kinds.get(kind).pooled and pooling != 'cls':
     return (f'its head reads {pooling}-pooled outputs but --format={fmt}\'s readers take '
             "BERT's [CLS] pooler, so they would predict something else")
   return None
@@ -65,7 +43,7 @@ def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
 class Bundle:
   config: dict  # The encoder's architecture (encoder.default_config fields).
   params: dict  # Flat, unscanned, float32 numpy: 'bert/...', and the head's.
-  kind: str  # One of KINDS.
+  kind: str  # One of training/kinds.KINDS.
   vocab_file: str  # '' when the source has none beside it.
   do_lower_case: bool
   labels: tuple = ()  # Class names (classification) or tags (tagging).
@@ -102,8 +80,11 @@ def kind_of(params: dict) -> str:
 def check_head(kind: str, labels, params: dict, source: str):
   """The head's outputs must be what the run recorded: one per label (classification,
   tagging), one (regression, multiple choice), two (span). `params` is flat."""
-  name = 'qa_outputs/kernel' if kind == 'span' else 'classifier/kernel'
-  want = {'classification': len(labels), 'tagging': len(labels), 'span': 2}.get(kind, 1)
+  table = kinds.get(kind)
+  if table.outputs is None:  # No task head (an encoder, pre-training's heads).
+    return
+  name = f'{table.head_params[0]}kernel'
+  want = table.outputs(len(labels))
   if name in params and params[name].shape[-1] != want:
     raise ValueError(f'{source}: its {kind} head has {params[name].shape[-1]} outputs but the run '
                      f'recorded {want} ({list(labels) if labels else kind}): the checkpoint is not '

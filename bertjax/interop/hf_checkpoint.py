@@ -28,6 +28,7 @@ from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.text import tokenizer
+from bertjax.training import kinds
 
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
                 'gelu_fast': 'gelu_tanh', 'relu': 'relu'}
@@ -103,37 +104,23 @@ def _read_state_dict(directory: str) -> dict:
                           'point at a transformers BERT directory (save_pretrained output).')
 
 
-_HEADS = {
-    'pretraining': {
-        'mlm/transform/kernel': ('cls.predictions.transform.dense.weight', layouts.TRANSPOSED),
-        'mlm/transform/bias': ('cls.predictions.transform.dense.bias', layouts.SAME),
-        'mlm/layer_norm/scale': ('cls.predictions.transform.LayerNorm.weight', layouts.SAME),
-        'mlm/layer_norm/bias': ('cls.predictions.transform.LayerNorm.bias', layouts.SAME),
-        'mlm/output_bias': ('cls.predictions.bias', layouts.SAME),
-        'nsp/dense/kernel': ('cls.seq_relationship.weight', layouts.TRANSPOSED),
-        'nsp/dense/bias': ('cls.seq_relationship.bias', layouts.SAME),
-    },
-    'classification': {'classifier/kernel': ('classifier.weight', layouts.TRANSPOSED),
-                       'classifier/bias': ('classifier.bias', layouts.SAME)},
-    'span': {'qa_outputs/kernel': ('qa_outputs.weight', layouts.TRANSPOSED),
-             'qa_outputs/bias': ('qa_outputs.bias', layouts.SAME)},
-}
-_HEADS['masked_lm'] = {k: v for k, v in _HEADS['pretraining'].items() if k.startswith('mlm/')}
-_HEADS['regression'] = _HEADS['tagging'] = _HEADS['classification']
-_HEADS['multiple_choice'] = _HEADS['classification']
-# The transformers class of each kind; span and tagging models have no pooler there.
-ARCHITECTURES = {'encoder': 'BertModel', 'pretraining': 'BertForPreTraining',
-                 'masked_lm': 'BertForMaskedLM',
-                 'classification': 'BertForSequenceClassification',
-                 'regression': 'BertForSequenceClassification',
-                 'span': 'BertForQuestionAnswering', 'tagging': 'BertForTokenClassification',
-                 'multiple_choice': 'BertForMultipleChoice'}
-_NO_POOLER = ('span', 'tagging', 'masked_lm')
+def _hf(kind: str) -> kinds.Transformers:
+  """How the kind table says a transformers directory holds `kind`."""
+  holder = kinds.get(kind).holder('hf')
+  if holder is None:
+    raise ValueError(f'transformers cannot hold a {kind} model: {kinds.get(kind).why_not("hf")}.')
+  return holder
+
+
+def _head(kind: str) -> dict:
+  """bertjax path -> (transformers name, layout) of `kind`'s head tensors."""
+  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
+          for ours, (theirs, transposed) in _hf(kind).head.items()}
 
 
 def names(config, kind: str = 'pretraining') -> dict:
   """bertjax path (unscanned) -> (transformers name without `bert.`, layout): the encoder, and
-  the head of `kind` (one of bundle.KINDS)."""
+  the head of `kind` (one of training/kinds.KINDS)."""
   h = config['num_heads']
   m = {
       'bert/embeddings/word_embeddings/embedding': 'embeddings.word_embeddings.weight',
@@ -164,7 +151,7 @@ def names(config, kind: str = 'pretraining') -> dict:
     m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', layouts.SAME)
     m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', layouts.TRANSPOSED)
     m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', layouts.SAME)
-  m.update(_HEADS.get(kind, {}))
+  m.update(_head(kind))
   return m
 
 
@@ -293,24 +280,21 @@ def _hf_names(names: dict, path: str) -> str:
 
 
 def _kind(hf_config: dict, state: dict) -> str:
+  """A task head is told by its class (a BertForSequenceClassification with one output is a
+  regression); the pre-training heads by the weights: bert-base-uncased says BertForMaskedLM
+  but holds the NSP head too."""
   architecture = (hf_config.get('architectures') or [''])[0]
-  for kind, name in ARCHITECTURES.items():
-    # The pre-training heads are told by the weights: bert-base-uncased says BertForMaskedLM
-    # but holds the NSP head too.
-    if name == architecture and kind not in ('encoder', 'pretraining', 'masked_lm',
-                                             'regression'):
-      if kind == 'classification' and (hf_config.get('problem_type') == 'regression'
-                                       or hf_config.get('num_labels') == 1
-                                       or len(hf_config.get('id2label') or {}) == 1):
-        return 'regression'
-      return kind
-  if 'cls.predictions.bias' in state:
-    return 'pretraining' if 'cls.seq_relationship.weight' in state else 'masked_lm'
-  return 'encoder'
+  scored = (hf_config.get('problem_type') == 'regression' or hf_config.get('num_labels') == 1
+            or len(hf_config.get('id2label') or {}) == 1)
+  tasks = [name for name, kind in kinds.KINDS.items()
+           if kind.task and getattr(kind.holder('hf'), 'architecture', '') == architecture]
+  if tasks:  # Classification and regression share their class: its outputs tell them apart.
+    return next((n for n in tasks if kinds.get(n).scored == scored), tasks[0])
+  return kinds.told_by(state, 'hf')
 
 
 def _labels(hf_config: dict, kind: str) -> tuple:
-  if kind not in ('classification', 'tagging'):
+  if not kinds.get(kind).named_labels:
     return ()
   id2label = hf_config.get('id2label') or {}
   return tuple(id2label[k] for k in sorted(id2label, key=int))
@@ -334,7 +318,7 @@ def read(directory) -> bundle_lib.Bundle:
     if theirs not in state:
       if ours.startswith('bert/pooler/'):
         continue  # Span and tagging models (and some exports) have no pooler.
-      raise ValueError(f'{directory} lacks {theirs}, which a {ARCHITECTURES[kind]} of its '
+      raise ValueError(f'{directory} lacks {theirs}, which a {_hf(kind).architecture} of its '
                        'config.json has: the checkpoint is incomplete.')
     params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
   present = set(files.walk_files(directory))  # One listing, not a request per file.
@@ -360,7 +344,7 @@ def read(directory) -> bundle_lib.Bundle:
 def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
   cfg = result.config
   act = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new', 'relu': 'relu'}[cfg['hidden_act']]
-  hf = {'architectures': [ARCHITECTURES[result.kind]], 'model_type': 'bert',
+  hf = {'architectures': [_hf(result.kind).architecture], 'model_type': 'bert',
         'vocab_size': vocab_rows, 'hidden_size': cfg['hidden_size'],
         'num_hidden_layers': cfg['num_layers'], 'num_attention_heads': cfg['num_heads'],
         'intermediate_size': cfg['mlp_dim'], 'hidden_act': act,
@@ -371,21 +355,17 @@ def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
         'layer_norm_eps': cfg['layer_norm_eps'], 'pad_token_id': 0,
         'position_embedding_type': 'absolute', 'tie_word_embeddings': True,
         'torch_dtype': 'float32'}
-  if result.kind in ('classification', 'tagging'):
+  if kinds.get(result.kind).named_labels:
     hf['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
     hf['label2id'] = {label: i for i, label in enumerate(result.labels)}
-  if result.kind == 'classification':
-    hf['problem_type'] = 'single_label_classification'
-  if result.kind == 'regression':
-    hf.update(problem_type='regression', id2label={'0': 'LABEL_0'}, label2id={'LABEL_0': 0})
+  hf.update(_hf(result.kind).config)  # What the class reads besides (problem_type, ...).
   return hf
 
 
 def save(result: bundle_lib.Bundle, output_dir):
   """Writes a transformers directory (a folder or a URL): config.json, model.safetensors, vocab
   and tokenizer."""
-  if (result.kind in ('classification', 'regression', 'multiple_choice')
-      and result.pooling != 'cls'):
+  if kinds.get(result.kind).pooled and result.pooling != 'cls':
     raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
                      "transformers' BertForSequenceClassification reads BERT's [CLS] pooler, so "
                      'it would predict something else: export it with '
@@ -396,13 +376,14 @@ def save(result: bundle_lib.Bundle, output_dir):
                      'weights were trained with.')
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   params = bundle_lib.cut_vocab_padding(result)
-  prefix = '' if result.kind == 'encoder' else 'bert.'
+  # BertModel's own names; a class with a head keeps the encoder under `bert.`.
+  prefix = 'bert.' if kinds.get(result.kind).head_params else ''
   tensors = {}
   for ours, (theirs, layout) in names(result.config, result.kind).items():
-    if ours.startswith('bert/pooler/') and result.kind in _NO_POOLER:
+    if ours.startswith('bert/pooler/') and not _hf(result.kind).pooler:
       continue
     if ours not in params:
-      raise ValueError(f'{result.source} has no {ours}, which a {ARCHITECTURES[result.kind]} '
+      raise ValueError(f'{result.source} has no {ours}, which a {_hf(result.kind).architecture} '
                        'needs.')
     name = prefix + theirs if ours.startswith('bert/') else theirs
     tensors[name] = np.ascontiguousarray(layout.to_theirs(params[ours]), np.float32)

@@ -25,37 +25,37 @@ import json
 
 from flax import traverse_util
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.model import encoder
-from bertjax.model import heads
 from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer
+from bertjax.training import kinds
 
 MAX_ANSWER_TOKENS = 30  # run_squad.py's max_answer_length.
 PLATFORMS = ('cpu', 'cuda', 'tpu')
-# Exported as the encoder's outputs (the pre-training heads are not served).
-ENCODER_KINDS = ('encoder', 'pretraining', 'masked_lm')
+
+
+def _served(result: bundle_lib.Bundle) -> kinds.Served:
+  """How the kind table says a SavedModel serves `result`'s kind."""
+  served = kinds.get(result.kind).holder('saved_model')
+  if served is None:
+    raise ValueError(f'{result.source} is a {result.kind} model; '
+                     f'{bundle_lib.cannot_hold("saved_model", result.kind)}.')
+  return served
 
 
 def _module(result: bundle_lib.Bundle, cfg):
-  if result.kind in ENCODER_KINDS:
+  if _served(result).encoder:  # The pre-training heads are not served.
     return encoder.BertEncoder(cfg)
-  if result.kind == 'classification':
-    return heads.BertForSequenceClassification(cfg, len(result.labels), result.pooling)
-  if result.kind == 'regression':
-    return heads.BertForSequenceClassification(cfg, 1, result.pooling)
-  if result.kind == 'span':
-    return heads.BertForQuestionAnswering(cfg)
-  return heads.BertForTokenClassification(cfg, len(result.labels))
+  return kinds.get(result.kind).head(cfg, len(result.labels), result.pooling)
 
 
 def _params_tree(result: bundle_lib.Bundle) -> dict:
   params = bundle_lib.cut_vocab_padding(result)
-  if result.kind in ENCODER_KINDS:  # The encoder's own tree, without `bert/`.
+  if _served(result).encoder:  # The encoder's own tree, without `bert/`.
     params = {k[len('bert/'):]: v for k, v in params.items() if k.startswith('bert/')}
   return traverse_util.unflatten_dict(params, sep='/')
 
@@ -67,22 +67,12 @@ def jax_function(result: bundle_lib.Bundle):
                                   'attention_impl': 'xla', 'remat_policy': 'none',
                                   'hidden_act': 'gelu_rational' if act == 'gelu' else act})
   module = _module(result, cfg)
+  compute = _served(result).compute
 
   def fn(params, input_ids, input_mask, segment_ids):
     out = module.apply({'params': params}, input_ids, input_mask, segment_ids,
                        deterministic=True)
-    if result.kind in ENCODER_KINDS:
-      seq, pooled = out
-      mask = input_mask.astype(jnp.float32)[..., None]
-      mean = jnp.sum(seq * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1.0)
-      return {'sequence_output': seq, 'pooled_output': pooled, 'mean_pooled_output': mean}
-    if result.kind == 'classification':
-      return {'probabilities': jax.nn.softmax(out, -1)}
-    if result.kind == 'regression':
-      return {'score': out[:, 0]}
-    if result.kind == 'span':
-      return {'start_logits': out[..., 0], 'end_logits': out[..., 1]}
-    return {'tag_ids': jnp.argmax(out, -1).astype(jnp.int32)}
+    return compute(out, input_mask)
   return fn
 
 
@@ -193,44 +183,62 @@ def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
   def run(ids, mask, seg):
     return converted(variables, ids, mask, seg)
 
-  def sentence_outputs(ids, mask, seg):
-    out = run(ids, mask, seg)
-    if result.kind in ENCODER_KINDS:
-      return {**out, 'input_mask': mask}
-    if result.kind == 'classification':
-      return {'probabilities': out['probabilities'],
-              'label': tf.gather(labels, tf.argmax(out['probabilities'], -1))}
-    return out  # regression
-
-  signatures = {}
-  text = tf.TensorSpec([None], tf.string)
-  if result.kind == 'span':
-    module.serve = tf.function(functools.partial(_answer, tf, inputs, run),
-                               input_signature=[text, text], autograph=False)
-    signatures['serving_default'] = module.serve.get_concrete_function()
-  elif result.kind == 'tagging':
-    module.serve = tf.function(functools.partial(_tags, tf, inputs, run, labels),
-                               input_signature=[text], autograph=False)
-    signatures['serving_default'] = module.serve.get_concrete_function()
-  else:
-    def single(texts):
-      return sentence_outputs(*inputs.assemble(inputs.tokenize(texts)))
-
-    def pairs(text_a, text_b):
-      return sentence_outputs(*inputs.assemble(inputs.tokenize(text_a),
-                                               inputs.tokenize(text_b)))
-    module.serve = tf.function(lambda text: single(text), input_signature=[text],
-                               autograph=False)
-    module.serve_pairs = tf.function(lambda text_a, text_b: pairs(text_a, text_b),
-                                     input_signature=[text, text], autograph=False)
-    signatures['serving_default'] = module.serve.get_concrete_function()
-    signatures['pairs'] = module.serve_pairs.get_concrete_function()
+  served = _served(result)
+  signatures = _SIGNATURES[served.signature](tf, module, inputs, run, labels, served.outputs)
   with files.staged_folder(output) as local:
     tf.saved_model.save(module, local, signatures=signatures)
   files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
        'do_lower_case': result.do_lower_case, 'max_seq_length': max_len,
        'signatures': sorted(signatures), 'platforms': list(PLATFORMS)}, indent=2) + '\n')
+
+
+def _texts(tf, module, inputs: _Inputs, run, labels, served: tuple) -> dict:
+  """serving_default (text) and pairs (text_a, text_b): the `served` outputs per text or pair."""
+  outputs = _sentence_outputs(tf, run, labels, served)
+
+  def single(texts):
+    return outputs(*inputs.assemble(inputs.tokenize(texts)))
+
+  def pairs(text_a, text_b):
+    return outputs(*inputs.assemble(inputs.tokenize(text_a), inputs.tokenize(text_b)))
+  text = tf.TensorSpec([None], tf.string)
+  module.serve = tf.function(lambda text: single(text), input_signature=[text], autograph=False)
+  module.serve_pairs = tf.function(lambda text_a, text_b: pairs(text_a, text_b),
+                                   input_signature=[text, text], autograph=False)
+  return {'serving_default': module.serve.get_concrete_function(),
+          'pairs': module.serve_pairs.get_concrete_function()}
+
+
+def _sentence_outputs(tf, run, labels, served: tuple):
+  """(ids, mask, seg) -> the sentence signatures' outputs: the model's, and where the kind
+  table's `served` outputs list them, the input mask and the label's name."""
+  def outputs(ids, mask, seg):
+    out = run(ids, mask, seg)
+    if 'input_mask' in served:
+      out = {**out, 'input_mask': mask}
+    if 'label' in served:
+      out = {**out, 'label': tf.gather(labels, tf.argmax(out['probabilities'], -1))}
+    return out
+  return outputs
+
+
+def _answer_signature(tf, module, inputs: _Inputs, run, labels, served: tuple) -> dict:
+  """serving_default (question, context): the answer's text in the context."""
+  del labels, served  # The answer and its score, always.
+  text = tf.TensorSpec([None], tf.string)
+  module.serve = tf.function(functools.partial(_answer, tf, inputs, run),
+                             input_signature=[text, text], autograph=False)
+  return {'serving_default': module.serve.get_concrete_function()}
+
+
+def _tags_signature(tf, module, inputs: _Inputs, run, labels, served: tuple) -> dict:
+  """serving_default (text): a tag per whitespace-separated word."""
+  del served  # The words and their tags, always.
+  text = tf.TensorSpec([None], tf.string)
+  module.serve = tf.function(functools.partial(_tags, tf, inputs, run, labels),
+                             input_signature=[text], autograph=False)
+  return {'serving_default': module.serve.get_concrete_function()}
 
 
 def _answer(tf, inputs: _Inputs, run, question, context):
@@ -281,6 +289,10 @@ def _tags(tf, inputs: _Inputs, run, labels, text):
       words.to_tensor(default_value='') != '')
   tags = tf.gather(labels, tf.gather(tag_ids, tf.cast(firsts, tf.int32), batch_dims=1))
   return {'words': words.to_tensor(default_value=''), 'tags': tf.where(kept, tags, '')}
+
+
+# The kind table's Served.signature -> the signatures it writes.
+_SIGNATURES = {'texts': _texts, 'answer': _answer_signature, 'tags': _tags_signature}
 
 
 def numpy_outputs(result: bundle_lib.Bundle, batch: dict) -> dict:

@@ -38,6 +38,7 @@ import numpy as np
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
+from bertjax.training import kinds
 
 # The oldest release whose layout this is (similarity_fn_name came in 3.0); a loader warns only
 # when the folder claims a newer release than its own.
@@ -49,16 +50,22 @@ _TANH = 'torch.nn.modules.activation.Tanh'
 PAIR_NOTE = 'encode() takes (text_a, text_b) tuples for a pair task'
 
 
+def _head_as_dense(kind: str) -> bool:
+  """Whether the kind table says the folder runs `kind`'s head as Dense layers after pooling
+  (a sequence-level head), rather than giving the encoder's embedding."""
+  return getattr(kinds.get(kind).holder('sentence_transformers'), 'head_as_dense', False)
+
+
 def is_written_for(result: bundle_lib.Bundle) -> bool:
   """Whether a transformers export of `result` is also a sentence-transformers model: an
   encoder from one, or a mean-pooled one (a run fine-tuned from one)."""
-  return result.kind == 'encoder' and (result.embedding or result.pooling == 'mean')
+  return not kinds.get(result.kind).head_params and (result.embedding or result.pooling == 'mean')
 
 
 def embedding_pooling(result: bundle_lib.Bundle) -> str:
   """The Pooling module's mode: a sequence-level head's own, a sentence-transformers source's,
   else mean (sentence-transformers' default around a plain transformers model)."""
-  if result.kind in bundle_lib.POOLED_HEADS or result.embedding:
+  if _head_as_dense(result.kind) or result.embedding:
     return result.pooling
   return 'mean'
 
@@ -99,7 +106,7 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
   modules = [('Transformer', ''), ('Pooling', '1_Pooling')]
   files.write_atomically(files.join(output_dir, '1_Pooling', 'config.json'),
                          _json(_pooling_config(result.config['hidden_size'], mode)))
-  if result.kind in bundle_lib.POOLED_HEADS:
+  if _head_as_dense(result.kind):
     if mode == 'cls':  # The head reads BERT's pooler, which sentence-transformers' cls lacks.
       path = f'{len(modules)}_Dense'
       _write_dense(files.join(output_dir, path), result.params['bert/pooler/kernel'],
@@ -124,7 +131,7 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
       {'__version__': {'sentence_transformers': LAYOUT_VERSION},
        'model_type': 'SentenceTransformer', 'prompts': dict(result.prompts),
        'default_prompt_name': None, 'similarity_fn_name': result.similarity_fn_name}))
-  if result.kind in bundle_lib.POOLED_HEADS:  # What the head is for, for bertjax's importer.
+  if _head_as_dense(result.kind):  # What the head is for, for bertjax's importer.
     files.write_atomically(files.join(output_dir, 'bertjax_export.json'), _json(
         {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
          'do_lower_case': result.do_lower_case, 'max_seq_length': length}))
@@ -139,7 +146,7 @@ def save(result: bundle_lib.Bundle, output_dir):
   encoder = dataclasses.replace(result, kind='encoder', params=result.encoder_params(),
                                 labels=())
   hf_checkpoint.save(encoder, output_dir)
-  if result.kind == 'classification':  # transformers' config keeps the class names.
+  if kinds.get(result.kind).named_labels:  # transformers' config keeps the class names.
     config_file = files.join(str(output_dir), 'config.json')
     config = json.loads(files.read_text(config_file))
     config['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
@@ -148,7 +155,7 @@ def save(result: bundle_lib.Bundle, output_dir):
   write_modules(result, output_dir)
   logging.info('sentence-transformers modules: pooling %s%s%s, max_seq_length %d',
                embedding_pooling(result),
-               f', {result.kind} head as Dense' if result.kind in bundle_lib.POOLED_HEADS else '',
+               f', {result.kind} head as Dense' if _head_as_dense(result.kind) else '',
                ', normalised' if result.normalize else '', result.max_seq_length)
 
 
@@ -184,30 +191,31 @@ def read_modules(result: bundle_lib.Bundle):
   if modules is None:
     modules = ([{'type': 'Pooling', 'path': '1_Pooling'}]
                if beside('1_Pooling', 'config.json') is not None else [])
-  kinds = [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
-  if not kinds:
+  steps = [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
+  if not steps:
     return
   result.embedding = True
   # 6.x keeps the length in the tokenizer's model_max_length; earlier releases here.
   length = ((beside('sentence_bert_config.json') or {}).get('max_seq_length')
             or (beside('tokenizer_config.json') or {}).get('model_max_length') or 128)
   result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
-  result.normalize = any(kind == 'Normalize' for kind, _ in kinds)
+  result.normalize = any(kind == 'Normalize' for kind, _ in steps)
   model_config = beside('config_sentence_transformers.json') or {}
   result.prompts = dict(model_config.get('prompts') or {})
   result.similarity_fn_name = model_config.get('similarity_fn_name') or 'cosine'
-  pooling = [path for kind, path in kinds if kind == 'Pooling']
+  pooling = [path for kind, path in steps if kind == 'Pooling']
   mode = _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
   if mode and mode not in _POOLINGS:
     logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
                     '(its embeddings differ from SentenceTransformer\'s)', directory, mode)
   result.pooling = _POOLINGS.get(mode, 'mean')
-  denses = [path for kind, path in kinds if kind == 'Dense']
+  denses = [path for kind, path in steps if kind == 'Dense']
   meta = beside('bertjax_export.json')
-  if denses and meta is not None and meta.get('kind') in bundle_lib.POOLED_HEADS:
+  if denses and meta is not None and meta.get('kind') in kinds.KINDS and _head_as_dense(
+      meta['kind']):
     _read_head(result, meta, denses[-1])
     return
-  others = [kind for kind, _ in kinds if kind not in ('Transformer', 'Pooling', 'Normalize')]
+  others = [kind for kind, _ in steps if kind not in ('Transformer', 'Pooling', 'Normalize')]
   if others:
     logging.warning('%s runs %s after pooling, which bertjax does not import: its embeddings '
                     'differ from SentenceTransformer\'s', directory, ', '.join(others))

@@ -38,14 +38,7 @@ def format_of(path) -> str:
 
 def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundle_lib.Bundle:
   """The model at `path`; vocab_file / do_lower_case override what the source says."""
-  kind = format_of(path)
-  if kind == 'tf1':
-    result = tf1_checkpoint.load(path)
-  elif kind == 'hf':
-    result = hf_checkpoint.read(path)
-    sentence_transformers.read_modules(result)
-  else:
-    result = _read_bertjax(os.fspath(path))
+  result = _READERS[format_of(path)](path)
   if vocab_file:
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
@@ -57,6 +50,17 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundl
                  'counters), e.g. %s', result.source, len(result.ignored),
                  ', '.join(result.ignored[:4]))
   return result
+
+
+def _read_hf(path) -> bundle_lib.Bundle:
+  result = hf_checkpoint.read(path)
+  sentence_transformers.read_modules(result)
+  return result
+
+
+# format_of's answer -> its reader.
+_READERS = {'tf1': tf1_checkpoint.load, 'hf': _read_hf,
+            'bertjax': lambda path: _read_bertjax(os.fspath(path))}
 
 
 def _task_labels(run: dict, step: str) -> tuple[str, tuple]:

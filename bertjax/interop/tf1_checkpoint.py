@@ -25,36 +25,22 @@ import numpy as np
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import layouts
+from bertjax.training import kinds
 
 CONFIG_FILE = 'bert_config.json'
 CHECKPOINT_PREFIX = 'bert_model.ckpt'
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
 _NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
                 'current_loss_scale')
-# Heads beside the encoder, per kind: bertjax path -> (TF1 name, layout).
-_HEADS = {
-    'pretraining': {
-        'mlm/transform/kernel': ('cls/predictions/transform/dense/kernel', layouts.SAME),
-        'mlm/transform/bias': ('cls/predictions/transform/dense/bias', layouts.SAME),
-        'mlm/layer_norm/scale': ('cls/predictions/transform/LayerNorm/gamma', layouts.SAME),
-        'mlm/layer_norm/bias': ('cls/predictions/transform/LayerNorm/beta', layouts.SAME),
-        'mlm/output_bias': ('cls/predictions/output_bias', layouts.SAME),
-        # run_pretraining.py stores this [2, D] ("output_weights", transposed).
-        'nsp/dense/kernel': ('cls/seq_relationship/output_weights', layouts.TRANSPOSED),
-        'nsp/dense/bias': ('cls/seq_relationship/output_bias', layouts.SAME),
-    },
-    'classification': {  # run_classifier.py: [num_labels, D].
-        'classifier/kernel': ('output_weights', layouts.TRANSPOSED),
-        'classifier/bias': ('output_bias', layouts.SAME),
-    },
-    'span': {  # run_squad.py: [2, D].
-        'qa_outputs/kernel': ('cls/squad/output_weights', layouts.TRANSPOSED),
-        'qa_outputs/bias': ('cls/squad/output_bias', layouts.SAME),
-    },
-}
-_HEADS['masked_lm'] = {k: v for k, v in _HEADS['pretraining'].items() if k.startswith('mlm/')}
-KINDS = bundle_lib.FORMAT_KINDS['tf1']  # What this format can hold.
-assert set(KINDS) == {'encoder', *_HEADS}, 'bundle.FORMAT_KINDS[tf1] must list _HEADS'
+# What this format can hold: the kind table's kinds with a TF1 layout.
+KINDS = kinds.held_by('tf1')
+
+
+def _head(kind: str) -> dict:
+  """bertjax path -> (TF1 variable, layout) of `kind`'s head (the kind table's)."""
+  holder = kinds.get(kind).holder('tf1')
+  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
+          for ours, (theirs, transposed) in holder.head.items()}
 
 
 def names(config: dict, kind: str) -> dict:
@@ -87,7 +73,7 @@ def names(config: dict, kind: str) -> dict:
     for dense, tf_dense in (('intermediate', 'intermediate'), ('output', 'output')):
       m[f'{ours}/mlp/{dense}/kernel'] = (f'{theirs}/{tf_dense}/dense/kernel', layouts.SAME)
       m[f'{ours}/mlp/{dense}/bias'] = (f'{theirs}/{tf_dense}/dense/bias', layouts.SAME)
-  m.update(_HEADS.get(kind, {}))
+  m.update(_head(kind))
   return m
 
 
@@ -158,18 +144,6 @@ def local_checkpoint(prefix: str):
     yield os.path.join(temp, files.name(prefix))  # local temp
 
 
-def _kind(variables: dict) -> str:
-  if 'cls/seq_relationship/output_bias' in variables:
-    return 'pretraining'
-  if 'cls/predictions/output_bias' in variables:
-    return 'masked_lm'
-  if 'cls/squad/output_weights' in variables:
-    return 'span'
-  if 'output_weights' in variables:
-    return 'classification'
-  return 'encoder'
-
-
 def _do_lower_case(folder: str, vocab_file: str) -> bool:
   """From a tokenizer config beside the checkpoint if any, else from the vocab's casing (the
   original's model names say cased/uncased; the vocab says it too)."""
@@ -208,7 +182,9 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   ignored = sorted(n for n in shapes if n not in used)
   vocab = files.join(folder, 'vocab.txt')
   vocab_file = vocab if files.isfile(vocab) else ''
-  num_labels = params['classifier/kernel'].shape[1] if kind == 'classification' else 0
+  # run_classifier.py keeps no class names: a classifier's are its class numbers.
+  named = kinds.get(kind).named_labels
+  num_labels = params['classifier/kernel'].shape[1] if named else 0
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab_file,
       do_lower_case=_do_lower_case(folder, vocab_file),
@@ -230,7 +206,7 @@ def _read_tensors(local_prefix: str, prefix: str, config: dict):
     raise ValueError(f'{prefix} could not be read ({type(e).__name__}: {str(e)[:200]}): the '
                      'checkpoint is incomplete or damaged; download or export it again.') from e
   shapes = reader.get_variable_to_shape_map()
-  kind = _kind(shapes)
+  kind = kinds.told_by(shapes, 'tf1')
   table = names(config, kind)
   params = {}
   for ours, (theirs, layout) in sorted(table.items()):
@@ -289,7 +265,8 @@ def save(result: bundle_lib.Bundle, output_dir):
   writer writes into a local folder, uploaded when complete)."""
   if result.kind not in KINDS:
     raise ValueError(f'the TF1 format holds {", ".join(KINDS)} models (google-research/bert\'s '
-                     f'scripts); a {result.kind} head has no layout there: export it with '
+                     f'scripts); a {result.kind} head has no layout there '
+                     f'({kinds.get(result.kind).why_not("tf1")}): export it with '
                      '--format=hf or --format=saved_model.')
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()

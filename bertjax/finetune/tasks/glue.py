@@ -31,6 +31,7 @@ import numpy as np
 from bertjax import files
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import features
+from bertjax.training import kinds
 
 _CLASSIFICATION = 'classification'
 _REGRESSION = 'regression'
@@ -58,7 +59,12 @@ class GlueTask:
   @property
   def num_classes(self) -> int:
     """Output width of the head: the label count, or 1 for regression."""
-    return len(self.labels) if self.kind == _CLASSIFICATION else 1
+    return kinds.get(self.kind).outputs(len(self.labels))
+
+  @property
+  def scored(self) -> bool:
+    """Whether the labels are scores (STS-B's regression), not class names."""
+    return kinds.get(self.kind).scored
 
 
 def _task(name, kind, labels, task_metrics, glue_dir, submission, mnli=False):
@@ -282,7 +288,7 @@ def _example(task, path, line, row, columns, row_number):
   label = None
   if label_col is not None:
     text = row[label_col].strip()
-    if task.kind == _REGRESSION:
+    if task.scored:
       try:
         label = float(text)
       except ValueError:
@@ -339,7 +345,7 @@ def read_tfds(task_name, split, data_dir=None) -> list[Example]:
   for record in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
     label = None
     if not is_test:  # TFDS marks missing test labels with -1.
-      if task.kind == _REGRESSION:
+      if task.scored:
         label = float(record['label'])
       else:
         label = _TFDS_LABELS[task.name][label_feature.int2str(int(record['label']))]
@@ -355,13 +361,13 @@ def convert_examples(examples, tokenizer, max_seq_length, task) -> dict[str, np.
   """Model inputs for GLUE examples, one row each: [CLS] a [SEP] (b [SEP]), padded with 0."""
   task = _as_task(task)
   return features.encode(examples, tokenizer, max_seq_length, f'GLUE {task.name}', task.labels,
-                         regression=task.kind == _REGRESSION)
+                         regression=task.scored)
 
 
 def _predictions(task, outputs, num_rows):
   """Class indices [N] (argmax of logits [N, C]) or scores [N] (regression), shape-checked."""
   outputs = np.asarray(outputs)
-  if task.kind == _REGRESSION:
+  if task.scored:
     if outputs.ndim == 2 and outputs.shape[1] == 1:
       outputs = outputs[:, 0]
     expected = f'[{num_rows}]'
@@ -372,7 +378,7 @@ def _predictions(task, outputs, num_rows):
   if not ok:
     raise ValueError(f'GLUE {task.name} outputs have shape {outputs.shape}, expected {expected} '
                      '(one row per feature, in feature order)')
-  return outputs.astype(np.float64) if task.kind == _REGRESSION else outputs.argmax(axis=-1)
+  return outputs.astype(np.float64) if task.scored else outputs.argmax(axis=-1)
 
 
 def evaluate(task, outputs, features, examples) -> dict[str, float]:
@@ -384,7 +390,7 @@ def evaluate(task, outputs, features, examples) -> dict[str, float]:
   if any(label is None for label in gold):
     raise ValueError(f'GLUE {task.name}: the examples have no gold labels (a test split): '
                      'use write_predictions() and submit the file to the GLUE leaderboard')
-  if task.kind == _REGRESSION:
+  if task.scored:
     gold_N = np.asarray(gold, np.float64)
   else:
     gold_N = np.asarray([task.labels.index(label) for label in gold])
@@ -404,7 +410,7 @@ def write_predictions(task, split, outputs, examples, output_dir) -> str:
   name = task.submission_files.get(split, f'{task.name}-{split}.tsv')
   lines = ['index\tprediction\n']
   for example, pred in zip(examples, pred_N, strict=True):
-    if task.kind == _REGRESSION:
+    if task.scored:
       value = f'{min(max(float(pred), 0.0), 5.0):.3f}'
     else:
       value = task.labels[int(pred)]

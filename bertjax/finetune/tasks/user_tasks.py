@@ -21,6 +21,7 @@ from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_labels
+from bertjax.training import kinds
 
 _FLAGS = {'train': 'train_file', 'validation': 'eval_file', 'test': 'test_file'}
 
@@ -136,7 +137,7 @@ class _UserSplits:
 
 def text_task(name, data, seed, labels) -> task_lib.Task:
   """classification / regression on the user's CSV, TSV or JSONL files."""
-  regression = name == 'regression'
+  regression = kinds.get(name).scored  # The task is named by its kind.
   fields = user_data.text_fields(data.text_fields)
 
   def read_file(path, is_training, require_labels=True):
@@ -194,18 +195,9 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
 
 
 def predictions_of(kind, labels, outputs) -> list[dict]:
-  """predict's JSON fields of classification / regression / multiple-choice outputs."""
-  outputs = np.asarray(outputs, np.float64)
-  if kind == 'regression':
-    return [{'value': float(v)} for v in outputs[:, 0]]
-  probs = multiple_choice.probabilities(outputs)
-  if kind == 'multiple_choice':
-    return [{'choice': int(np.argmax(p)), 'probabilities': [round(float(x), 6) for x in p]}
-            for p in probs]
-  return [{'label': labels[int(np.argmax(p))],
-           'probabilities': {label: round(float(x), 6) for label, x in zip(labels, p,
-                                                                          strict=True)}}
-          for p in probs]
+  """predict's JSON fields of classification / regression / multiple-choice outputs (the kind
+  table's predictions), probabilities to 6 decimals."""
+  return kinds.get(kind).predictions(labels, outputs, logits=False, digits=6)
 
 
 def tag_scheme(data, labels) -> str:
