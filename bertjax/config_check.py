@@ -117,6 +117,8 @@ def check(config) -> None:
   _check_mesh_and_checkpoint(c)
   _check_data(c, job)
   _check_export_format(c)
+  if job == 'finetune':
+    _check_best_metric(c)
 
 
 def _check_embed(c: _Checker):
@@ -235,6 +237,18 @@ def _check_mesh_and_checkpoint(c: _Checker):
            "'' (min for loss-like metrics, else max)")
   c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience to 0 (off) '
              'or the evaluations to wait for an improvement')
+
+
+def _check_best_metric(c: _Checker):
+  """A best_metric that no eval of the task reports: a typo, otherwise found at the first eval."""
+  metric, task = c.get('checkpoint.best_metric'), c.get('task')
+  if not metric or metric is _MISSING or task is _MISSING:
+    return
+  from bertjax.finetune.tasks import metric_names  # pylint: disable=g-import-not-at-top
+  valid = metric_names.of_task(task)
+  if valid is not None and metric not in valid:
+    c.fail('checkpoint.best_metric', metric, f'is not an eval metric of task {task}',
+           f"valid: {', '.join(valid)} ('' = the task's main metric)")
 
 
 def _check_sequence(c: _Checker, path: str, *, position_table: bool):
