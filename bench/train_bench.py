@@ -2,36 +2,56 @@
 
   python bench/train_bench.py [--sizes=tiny,mini,base] [--batches=32,32,8] [--seq_len=128] \
       [--threads=2] [--steps=4] [--rounds=3] [--dtype=float32|bfloat16] [--peak_tflops=0] \
-      [--notune_malloc] [--scan_layers=config|on|off]
+      [--notune_malloc] [--scan_layers=config|on|off] [--attention_impl=config|xla|...] \
+      [--attention_dropout=-1] [--torch_variants=stock,gathered,compiled] \
+      [--torch_compile_backend=inductor] [--interleave=auto|on|off]
 
-Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; dropout
-0.1 everywhere; float32 parameters, compute in --dtype) of:
-  bertjax     train_state.train_step on configs/pretrain.py's config, jitted with the state
-              donated under the mesh and the logical-axis rules, as the training loop runs it;
-  torch stock transformers' BertForPreTraining with `labels`: vocab logits at every position;
-  torch gath. the same model with the MLM head applied only at the gathered masked positions,
-              as the original BERT (and bertjax) does.
-For bfloat16, PyTorch runs under torch.autocast('cpu', bfloat16), its mixed precision.
-All three see the same batch (the same masked positions, ids, weights and NSP labels). Each
-runs in its own process (spawned, so no thread pool or allocator is shared: in one process,
-bertjax's base step ran up to 60% slower once torch had run); the measurements are interleaved
-(rounds of `steps` updates each, in turn) so that a noisy, shared machine slows them alike. The
-figures are medians over rounds, and the ratio is bertjax over the faster PyTorch variant,
-taken round by round, from wall time and (robust to other load on the machine, but blind to
-idle threads) from the process's CPU time. GFLOP/s use bertjax/training/perf.py's count, the
-same for all three; MFU is against --peak_tflops or, on CPU, the measured peak of a 3072^3 matmul in
---dtype (the better of jax and torch), printed first.
+The whole GPU table (BERT-Base/128 batch 256, BERT-Large/512 batch 32, bf16; one GPU; needs
+jax with its CUDA plugin, flax, optax, orbax, ml_collections, torch and transformers, and no
+TensorFlow; several minutes, most of them compiling):
+  python bench/train_bench.py --sizes=base,large --batches=256,32 --seq_len=128,512 \
+      --dtype=bfloat16 --threads=16 --steps=20 --rounds=3
+Add --attention_dropout=0 for the settings of issue 29's table (cuDNN's attention has no
+dropout: with BERT's 0.1 the platform's 'auto' choice is XLA's attention).
 
-On a GPU (JAX_PLATFORMS=cuda; the default here is cpu), BERT-Base/128 and Large/512:
-  JAX_PLATFORMS=cuda python bench/train_bench.py --notorch --dtype=bfloat16 --threads=16 \
-      --attention_impl=cudnn --sizes=base --batches=256 --seq_len=128
-  (the same with --sizes=large --batches=64 --seq_len=512); MFU is against the chip's peak
-  from bertjax/training/perf.py.
+Times full pre-training updates (forward, backward, clipping, AdamW with weight decay; hidden
+dropout 0.1 and the config's attention dropout; float32 parameters, compute in --dtype;
+--max_predictions masked positions, by default BERT's 20 per 128 tokens) of:
+  bertjax        train_state.train_step on configs/pretrain.py's config, its 'auto' attention
+                 and layer stacking settled for the platform (model/platform_defaults.py, as the
+                 loop does), jitted with the state donated under the mesh and the logical-axis
+                 rules, as the training loop runs it;
+  torch stock    transformers' BertForPreTraining with `labels`: vocab logits at every position;
+  torch gathered the same model with the MLM head applied only at the gathered masked positions,
+                 as the original BERT (and bertjax) does, eager;
+  torch compiled the gathered one, its forward and loss under torch.compile
+                 (--torch_compile_backend; backward through AOTAutograd).
+The device is the platform's that jax runs on (the GPU where jax has one, else the CPU); PyTorch
+runs on the same one: on a GPU, SDPA attention, fused AdamW and torch.autocast('cuda', bfloat16)
+for bfloat16; on the CPU, torch.autocast('cpu', bfloat16). --torch_variants defaults to
+gathered,compiled on a GPU (what a GPU user runs) and stock,gathered on the CPU.
+All see the same batch (the same masked positions, ids, weights and NSP labels) and dropout.
+Each runs in its own process (spawned, so no thread pool or allocator is shared: in one process,
+bertjax's base step ran up to 60% slower once torch had run). On the CPU the measurements are
+interleaved (rounds of `steps` updates each, in turn) so that a noisy, shared machine slows them
+alike; on a GPU each process has the GPU to itself (it starts, is timed and exits before the
+next starts: jax reserves most of the GPU's memory); --interleave chooses. The figures are
+medians over rounds. 'bertjax speed-up' is the PyTorch variant's time per update over
+bertjax's (above 1: bertjax is faster), taken round by round, from wall time and (robust to
+other load on the machine, but blind to idle threads) from the process's CPU time; the 'vs
+faster torch' row is it against the faster PyTorch variant of each round.
+'first step s' is what a user waits before the first update is done: building the model and
+its optimizer state, compiling (jax.jit; torch.compile) and running that update.
+GFLOP/s use bertjax/training/perf.py's count, the same for all; MFU is against --peak_tflops,
+else the chip's peak from perf.py (H100: 989 bf16 TFLOP/s), else on the CPU the measured peak
+of a 3072^3 matmul in --dtype (the better of jax and torch), printed first.
 
 Threads: torch.set_num_threads(--threads); XLA:CPU uses one thread per schedulable core, so the
-process is pinned to --threads cores when the machine has more. Extra XLA flags go through
-XLA_FLAGS as usual. Run on one CPU device: do not force more host devices.
-Not a test: figures only.
+process is pinned to --threads cores when the machine has more (on a GPU, give it all cores:
+jax and torch.compile compile on them). Extra XLA flags go through XLA_FLAGS as usual. Run on
+one device: do not force more host devices. The step imports no TensorFlow, so this runs where
+none is installed (tests/no_tensorflow_step_test.py). Not a test: figures only
+(tests/train_bench_test.py runs it tiny so that it cannot rot).
 """
 
 import os
@@ -54,14 +74,12 @@ if _THREADS < len(os.sched_getaffinity(0)):
 # glibc unmaps large blocks on free, so every step would page-fault in XLA's temp arena again
 # (malloc_tuning.keep_memory_mapped; bertjax.main does the same on CPU hosts). Same for both
 # frameworks; --notune_malloc measures without it.
-os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from bertjax import malloc_tuning  # noqa: E402
 
 _TUNE_MALLOC = _early_flag('tune_malloc', True) and malloc_tuning.keep_memory_mapped()
 
-import functools  # noqa: E402
 import multiprocessing  # noqa: E402
 import time  # noqa: E402
 
@@ -72,36 +90,62 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bertjax import pretrain_objective  # noqa: E402
+from bertjax.model import platform_defaults  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402
 from configs import pretrain  # noqa: E402
 
+TORCH_VARIANTS = ('stock', 'gathered', 'compiled')
+# What PyTorch runs by default where jax runs: a GPU user runs the gathered head, eager and
+# compiled; on the CPU, the stock model beside the gathered one.
+DEFAULT_TORCH_VARIANTS = {'gpu': ('gathered', 'compiled'), 'cpu': ('stock', 'gathered')}
+TORCH_DEVICE = {'gpu': 'cuda', 'cpu': 'cpu'}  # jax's platform -> torch's device type.
+
 _SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')
 _BATCHES = flags.DEFINE_list('batches', ['32', '32', '8'], 'Batch per size (one per size).')
-_SEQ_LEN = flags.DEFINE_integer('seq_len', 128, 'Sequence length.')
-_PREDICTIONS = flags.DEFINE_integer('max_predictions', 20, 'Masked positions per sequence.')
+_SEQ_LEN = flags.DEFINE_list('seq_len', ['128'], 'Sequence length: one for every size, or one '
+                             'per size (e.g. 128,512 for Base/128 and Large/512).')
+_PREDICTIONS = flags.DEFINE_integer('max_predictions', 0, 'Masked positions per sequence (0: '
+                                    "BERT's 20 per 128 tokens: 20 at 128, 80 at 512).")
 _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size (BERT uncased: 30522).')
 _STEPS = flags.DEFINE_integer('steps', 4, 'Updates per timed chunk.')
-_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Interleaved rounds (each times every framework).')
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds (each times every framework).')
 _THREADS_FLAG = flags.DEFINE_integer('threads', 2, 'CPU threads for XLA and torch.')
 flags.DEFINE_bool('tune_malloc', True, 'Keep large allocations mapped across steps (glibc '
                   'mallopt: one arena, no mmap, no trim); applies to both frameworks.')
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: the '
                            "chip's known peak, or on CPU a measured matmul peak).")
 _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
-                          "bertjax's nn.scan over layers: as configs/pretrain.py sets it (base "
-                          'and large: on, for compile time), or forced.')
+                          "bertjax's nn.scan over layers: as configs/pretrain.py sets it, or "
+                          'forced.')
 _ATTENTION = flags.DEFINE_enum(
-    'attention_impl', 'xla', ['xla', 'dot_product_attention', 'cudnn'],
-    "bertjax's model.attention_impl; the fused ones ('cudnn': the GPU flash kernel) have no "
-    'attention-probability dropout, so it is set to 0 for them (for PyTorch too).')
+    'attention_impl', 'config', ['config', 'xla', 'dot_product_attention', 'cudnn'],
+    "bertjax's model.attention_impl: as configs/pretrain.py sets it ('auto': the platform's "
+    'choice, model/platform_defaults.py), or forced. The fused ones (cudnn: the GPU flash '
+    'kernel) refuse attention-probability dropout in training, so forcing one sets it to 0 (for '
+    'PyTorch too).')
+_ATTENTION_DROPOUT = flags.DEFINE_float(
+    'attention_dropout', -1.0, 'Attention-probability dropout for both frameworks (-1: the '
+    "config's, BERT's 0.1, which keeps 'auto' off cuDNN; 0 lets it pick cuDNN on a GPU).")
+_INTERLEAVE = flags.DEFINE_enum(
+    'interleave', 'auto', ['auto', 'on', 'off'], 'Time the frameworks round by round, all '
+    'processes alive (on), or one process at a time (off); auto: on for the CPU (a shared '
+    "machine's load slows them alike), off for an accelerator (each has its memory to itself).")
 _TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
+_TORCH_VARIANTS = flags.DEFINE_list(
+    'torch_variants', [], f'PyTorch variants, of {", ".join(TORCH_VARIANTS)} (empty: '
+    f'{",".join(DEFAULT_TORCH_VARIANTS["gpu"])} on a GPU, '
+    f'{",".join(DEFAULT_TORCH_VARIANTS["cpu"])} on the CPU).')
+_COMPILE_BACKEND = flags.DEFINE_string(
+    'torch_compile_backend', 'inductor', "torch.compile's backend for the compiled variant "
+    "(inductor: what users run; on the CPU it needs a C++ compiler. aot_eager traces the same "
+    'graphs, forward and backward, without generating code).')
 _DTYPE = flags.DEFINE_enum(
     'dtype', 'float32', ['float32', 'bfloat16'],
-    'Compute dtype (parameters and optimizer state stay float32 in all three): bertjax\'s '
-    'model.dtype; PyTorch runs under torch.autocast(cpu, bfloat16) for bfloat16.')
+    "Compute dtype (parameters and optimizer state stay float32 in all): bertjax's model.dtype; "
+    'PyTorch runs under torch.autocast(<device>, bfloat16) for bfloat16.')
 _TORCH_ATTN = flags.DEFINE_enum('torch_attn', 'sdpa', ['sdpa', 'eager'],
                                 'transformers attention implementation.')
 
@@ -109,7 +153,8 @@ _TORCH_ATTN = flags.DEFINE_enum('torch_attn', 'sdpa', ['sdpa', 'eager'],
 def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
   """A full-length pre-training batch with distinct, sorted masked positions per row."""
   rng = np.random.default_rng(seed)
-  input_ids = rng.integers(1000, vocab_size, (batch_size, seq_len)).astype(np.int32)
+  low = min(1000, vocab_size // 2)  # Above the special tokens.
+  input_ids = rng.integers(low, vocab_size, (batch_size, seq_len)).astype(np.int32)
   segment_ids = np.zeros((batch_size, seq_len), np.int32)
   segment_ids[:, seq_len // 2:] = 1
   positions = np.stack([np.sort(rng.choice(np.arange(1, seq_len), predictions, replace=False))
@@ -117,7 +162,7 @@ def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
   return dict(
       input_ids=input_ids, input_mask=np.ones((batch_size, seq_len), np.int32),
       segment_ids=segment_ids, masked_lm_positions=positions,
-      masked_lm_ids=rng.integers(1000, vocab_size, (batch_size, predictions)).astype(np.int32),
+      masked_lm_ids=rng.integers(low, vocab_size, (batch_size, predictions)).astype(np.int32),
       masked_lm_weights=np.ones((batch_size, predictions), np.float32),
       next_sentence_labels=rng.integers(0, 2, (batch_size, 1)).astype(np.int32))
 
@@ -147,11 +192,14 @@ def bertjax_runner(config, batch):
   return run
 
 
-def torch_runner(config, batch, variant, attn_implementation):
-  """A function running n PyTorch updates of one variant ('stock' or 'gathered')."""
+def torch_runner(config, batch, variant, *, device_type, attn_implementation,
+                 compile_backend='inductor'):
+  """A function running n PyTorch updates of one variant (TORCH_VARIANTS) on `device_type`
+  ('cuda' or 'cpu'), synchronising once per call as bertjax's runner does."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   mcfg, ocfg = config.model, config.optimizer
+  device = torch.device(device_type)
   hf = transformers.BertConfig(
       vocab_size=mcfg.vocab_size, hidden_size=mcfg.hidden_size,
       num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
@@ -160,66 +208,62 @@ def torch_runner(config, batch, variant, attn_implementation):
       layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=attn_implementation)
 
   def tensor(x):
-    return torch.tensor(np.asarray(x), dtype=torch.long)
+    return torch.tensor(np.asarray(x), dtype=torch.long, device=device)
 
   inputs = dict(input_ids=tensor(batch['input_ids']),
                 attention_mask=tensor(batch['input_mask']),
                 token_type_ids=tensor(batch['segment_ids']))
   positions = tensor(batch['masked_lm_positions'])
   ids = tensor(batch['masked_lm_ids'])
-  weights = torch.tensor(batch['masked_lm_weights'])
+  weights = torch.tensor(batch['masked_lm_weights'], device=device)
   nsp_labels = tensor(batch['next_sentence_labels']).reshape(-1)
-  labels = torch.full(inputs['input_ids'].shape, -100, dtype=torch.long)  # -100: not a target.
-  labels.scatter_(1, positions, ids)
+  labels = torch.full(inputs['input_ids'].shape, -100, dtype=torch.long, device=device)
+  labels.scatter_(1, positions, ids)  # -100: not a target.
 
-  def make_model_and_opt():
-    torch.manual_seed(0)
-    ref = transformers.BertForPreTraining(hf).train()
+  torch.manual_seed(0)
+  ref = transformers.BertForPreTraining(hf).to(device).train()
 
-    def no_decay(name):  # BERT decays no LayerNorm parameter and no bias.
-      return name.endswith('bias') or 'LayerNorm' in name
+  def no_decay(name):  # BERT decays no LayerNorm parameter and no bias.
+    return name.endswith('bias') or 'LayerNorm' in name
 
-    groups = [
-        {'params': [p for n, p in ref.named_parameters() if not no_decay(n)],
-         'weight_decay': ocfg.weight_decay},
-        {'params': [p for n, p in ref.named_parameters() if no_decay(n)], 'weight_decay': 0.0}]
-    opt = torch.optim.AdamW(groups, lr=ocfg.learning_rate, betas=(ocfg.b1, ocfg.b2),
-                            eps=ocfg.eps)
-    return ref, opt
-
-  def update(ref, opt, loss):
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(ref.parameters(), ocfg.grad_clip_norm)
-    opt.step()
-    return loss.item()
-
-  ref, opt = make_model_and_opt()
-
+  groups = [
+      {'params': [p for n, p in ref.named_parameters() if not no_decay(n)],
+       'weight_decay': ocfg.weight_decay},
+      {'params': [p for n, p in ref.named_parameters() if no_decay(n)], 'weight_decay': 0.0}]
+  # On a GPU, the fused kernel a GPU user picks (one launch for all parameters).
+  fused = {'fused': True} if device.type == 'cuda' else {}
+  opt = torch.optim.AdamW(groups, lr=ocfg.learning_rate, betas=(ocfg.b1, ocfg.b2),
+                          eps=ocfg.eps, **fused)
   # Mixed precision as PyTorch users run it: float32 parameters, autocast compute.
-  autocast = functools.partial(torch.autocast, 'cpu', dtype=torch.bfloat16,
-                               enabled=mcfg.dtype == 'bfloat16')
+  bf16 = mcfg.dtype == 'bfloat16'
 
-  def stock(n):
-    for _ in range(n):
-      with autocast():
-        out = ref(**inputs, labels=labels, next_sentence_label=nsp_labels)
-      loss = update(ref, opt, out.loss)
-    return loss
+  def stock_loss():
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+      return ref(**inputs, labels=labels, next_sentence_label=nsp_labels).loss
 
-  def gathered(n):  # The MLM head only at the masked positions, as the original BERT does.
+  def gathered_loss():  # The MLM head only at the masked positions, as the original BERT does.
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+      seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
+      seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
+      mlm_logits, nsp_logits = ref.cls(seq, pooled)
+      mlm = torch.nn.functional.cross_entropy(
+          mlm_logits.flatten(0, 1).float(), ids.flatten(), reduction='none')
+      return ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
+              + torch.nn.functional.cross_entropy(nsp_logits.float(), nsp_labels))
+
+  loss_fn = stock_loss if variant == 'stock' else gathered_loss
+  if variant == 'compiled':
+    loss_fn = torch.compile(gathered_loss, backend=compile_backend)
+
+  def run(n):
     for _ in range(n):
-      with autocast():
-        seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
-        seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
-        mlm_logits, nsp_logits = ref.cls(seq, pooled)
-        mlm = torch.nn.functional.cross_entropy(
-            mlm_logits.flatten(0, 1).float(), ids.flatten(), reduction='none')
-        loss = ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
-                + torch.nn.functional.cross_entropy(nsp_logits.float(), nsp_labels))
-      loss = update(ref, opt, loss)
-    return loss
-  return {'stock': stock, 'gathered': gathered}[variant]
+      loss = loss_fn()
+      opt.zero_grad(set_to_none=True)
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(ref.parameters(), ocfg.grad_clip_norm)
+      opt.step()
+    return loss.item()  # The one sync: on a GPU the updates queue up, as bertjax's do.
+  return run
 
 
 def timed(run, steps):
@@ -240,9 +284,12 @@ def make_config(s):
     config.data.max_predictions_per_seq = s['predictions']
     if s['scan'] != 'config':
       config.model.scan_layers = s['scan'] == 'on'
-    config.model.attention_impl = s['attention']
-    if s['attention'] != 'xla':
-      config.model.attention_dropout_rate = 0.0
+    if s['attention'] != 'config':
+      config.model.attention_impl = s['attention']
+      if s['attention'] != 'xla':  # The fused kernels refuse it in training (attention.py).
+        config.model.attention_dropout_rate = 0.0
+    if s['attention_dropout'] >= 0:
+      config.model.attention_dropout_rate = s['attention_dropout']
   return config
 
 
@@ -252,24 +299,39 @@ def worker(conn, framework, settings):
   Each framework runs alone in its process so that none shares another's thread pools or
   allocator: in one process, bertjax's base step ran 60% slower once torch had run there (on
   this 2-core machine; torch's OpenMP spinning was ruled out with OMP_WAIT_POLICY=PASSIVE).
+  Its first message is ('ready', seconds to its first update done, what it runs on).
   """
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(settings['threads'])
   config = make_config(settings)
   batch = make_batch(settings['vocab'], settings['batch'], settings['seq'],
                      settings['predictions'])
+  start = time.perf_counter()
   if framework == 'bertjax':
+    device = jax.devices()[0]
+    # 'auto' attention and layer stacking settle for this platform, as the loop's start does.
+    choice = platform_defaults.settle(config.model, device.platform)
+    info = dict(choice=choice, platform=device.platform, device_kind=device.device_kind,
+                devices=len(jax.devices()), versions=f'jax {jax.__version__}',
+                prng=jax.config.jax_default_prng_impl,
+                peak=perf.peak_flops_per_device(settings['peak_tflops'], device))
     run = bertjax_runner(config, batch)
   else:
-    run = torch_runner(config, batch, framework.split()[1], settings['attn'])
-  run(1)  # Compile / warm up (allocator, caches).
-  conn.send('ready')
+    import transformers  # pylint: disable=g-import-not-at-top
+    info = dict(versions=f'torch {torch.__version__}, transformers {transformers.__version__}')
+    run = torch_runner(config, batch, framework.split()[1], device_type=settings['device'],
+                       attn_implementation=settings['attn'],
+                       compile_backend=settings['compile_backend'])
+  run(1)  # Builds and compiles (jax.jit; torch.compile on its first call).
+  first_step = time.perf_counter() - start
+  run(1)  # Warms up what the first update set up (allocator, caches, optimizer state).
+  conn.send(('ready', first_step, info))
   while (steps := conn.recv()) is not None:
     conn.send(timed(run, steps))
 
 
 def measured_matmul_peak(dtype, threads, n=3072):
-  """GFLOP/s of a large [n, n] x [n, n] matmul, the best of jax and torch: the CPU's
+  """GFLOP/s of a large [n, n] x [n, n] matmul on the CPU, the best of jax and torch: its
   practical peak for this dtype (bfloat16 accumulates in float32), for a CPU 'MFU'."""
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(threads)
@@ -286,74 +348,153 @@ def measured_matmul_peak(dtype, threads, n=3072):
   return best
 
 
-def main(argv):
-  del argv
-  import torch  # pylint: disable=g-import-not-at-top
-  if len(jax.devices()) != 1:
-    raise SystemExit(f'{len(jax.devices())} devices: run with one (drop '
-                     '--xla_force_host_platform_device_count from XLA_FLAGS).')
-  if len(_BATCHES.value) != len(_SIZES.value):
-    raise SystemExit(f'--batches needs one value per size ({len(_SIZES.value)}).')
-  peak = perf.peak_flops_per_device(_PEAK.value)
-  print(f'device {jax.devices()[0].device_kind}; jax {jax.__version__}, torch {torch.__version__}'
-        f'; threads {_THREADS_FLAG.value}, cores {len(os.sched_getaffinity(0))}, '
+class Worker:
+  """A framework's worker process and the end of its pipe."""
+
+  def __init__(self, context, framework, settings):
+    self.name = framework
+    self.conn, child = context.Pipe()
+    self.process = context.Process(target=worker, args=(child, framework, settings),
+                                   daemon=True)
+    self.process.start()
+    child.close()  # So that a worker that dies reads as EOF here, not as a hang.
+    try:
+      _, self.first_step, self.info = self.conn.recv()
+    except EOFError:
+      raise SystemExit(f'the {framework} worker died while starting (its error is '
+                       'above)') from None
+
+  def time(self, steps):
+    self.conn.send(steps)
+    return self.conn.recv()
+
+  def stop(self):
+    self.conn.send(None)
+    self.process.join()
+
+
+def per_size(values, sizes, name):
+  """A flag's list: one value for every size, or one per size."""
+  if len(values) not in (1, len(sizes)):
+    raise SystemExit(f'--{name} needs one value, or one per size ({len(sizes)}).')
+  return values * len(sizes) if len(values) == 1 else values
+
+
+def _header(info, peak):
+  """Prints what the table below ran on, once: the device, versions, threads, settings."""
+  print(f'device {info["device_kind"]} ({info["platform"]}); {info["versions"]}; threads '
+        f'{_THREADS_FLAG.value}, cores {len(os.sched_getaffinity(0))}, '
         f'XLA_FLAGS="{os.environ.get("XLA_FLAGS", "")}"; malloc tuned {_TUNE_MALLOC}; '
-        f'PRNG {jax.config.jax_default_prng_impl}; load average {os.getloadavg()[0]:.1f}')
-  if not peak:
+        f'PRNG {info["prng"]}; load average {os.getloadavg()[0]:.1f}')
+  if info['platform'] == 'cpu' and not _PEAK.value:
     gemm = measured_matmul_peak(_DTYPE.value, _THREADS_FLAG.value)
     peak = max(gemm.values()) * 1e9
     print(f'measured {_DTYPE.value} matmul peak (3072^3): jax {gemm["jax"]:.0f} GFLOP/s, torch '
           f'{gemm["torch"]:.0f} GFLOP/s; MFU below is against the better of the two')
-  print(f'seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, vocab {_VOCAB.value}, '
-        f'compute {_DTYPE.value} (float32 parameters), dropout 0.1, AdamW + clipping; '
-        f'{_ROUNDS.value} rounds x {_STEPS.value} updates, each framework in its own process; '
-        f'torch attention {_TORCH_ATTN.value}; bertjax scan_layers {_SCAN.value}, attention '
-        f'{_ATTENTION.value}')
-  print(f'{"size":<6}{"batch":>6} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}{"GFLOP/s":>9}'
-        f'{"MFU":>7}{"ms/step":>9}{"CPU ms/step":>12}{"bertjax speed-up":>18}{"(CPU time)":>12}')
-  frameworks = ['bertjax'] + (['torch stock', 'torch gathered'] if _TORCH.value else [])
-  context = multiprocessing.get_context('spawn')  # Fresh interpreters: no shared pools.
-  for size, batch_size in zip(_SIZES.value, map(int, _BATCHES.value), strict=True):
-    settings = dict(size=size, batch=batch_size, seq=_SEQ_LEN.value, vocab=_VOCAB.value,
-                    dtype=_DTYPE.value, predictions=_PREDICTIONS.value, scan=_SCAN.value,
-                    threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value,
-                    attention=_ATTENTION.value)
-    workers = {}
-    for name in frameworks:  # One at a time, so that compiling does not overlap timing.
-      parent, child = context.Pipe()
-      process = context.Process(target=worker, args=(child, name, settings), daemon=True)
-      process.start()
-      child.close()  # So that a worker that dies reads as EOF here, not as a hang.
-      try:
-        parent.recv()
-      except EOFError:
-        raise SystemExit(f'the {name} worker died while starting (its error is above)') from None
-      workers[name] = (parent, process)
-    times = {name: [] for name in frameworks}
+  elif peak:
+    print(f'MFU below is against {peak / 1e12:.0f} TFLOP/s per device')
+  else:
+    print('no MFU: the peak of this device is not known (set --peak_tflops)')
+  print(f'compute {_DTYPE.value} (float32 parameters), AdamW + clipping; {_ROUNDS.value} '
+        f'rounds x {_STEPS.value} updates, each framework in its own process; torch attention '
+        f'{_TORCH_ATTN.value}, torch.compile backend {_COMPILE_BACKEND.value}')
+  print(f'{"size":<6}{"batch":>6}{"seq":>5} {"framework":<15}{"seq/s":>8}{"tokens/s":>10}'
+        f'{"GFLOP/s":>10}{"MFU":>7}{"ms/step":>9}{"CPU ms/step":>12}{"first step s":>13}'
+        f'{"bertjax speed-up":>18}{"(CPU time)":>12}')
+  return peak
+
+
+def _rows(size, batch_size, seq, times, first_steps, flops, peak):
+  """The table's rows of one size: each framework, then bertjax's ratio to the faster torch."""
+  ours = times['bertjax']
+  torch_names = [name for name in times if name != 'bertjax']
+  if torch_names:  # Round by round, the faster of them.
+    times['vs faster torch'] = np.min([times[name] for name in torch_names], axis=0)
+  for name, t in times.items():
+    wall, cpu = np.median(t, axis=0)
+    speedup = '' if name == 'bertjax' else (
+        f'{np.median(t[:, 0] / ours[:, 0]):>17.2f}x{np.median(t[:, 1] / ours[:, 1]):>11.2f}x')
+    head = f'{size:<6}{batch_size:>6}{seq:>5} {name:<15}'
+    if name == 'vs faster torch':
+      print(f'{head}{"":>69}{speedup}', flush=True)
+      continue
+    per_sec = batch_size / wall
+    mfu = f'{per_sec * flops / peak:>7.1%}' if peak else f'{"-":>7}'
+    print(f'{head}{per_sec:>8.1f}{per_sec * seq:>10.0f}{per_sec * flops / 1e9:>10.1f}{mfu}'
+          f'{wall * 1e3:>9.1f}{cpu * 1e3:>12.1f}{first_steps[name]:>13.1f}{speedup}',
+          flush=True)
+
+
+def _measure(context, ours, frameworks, settings, *, interleaved):
+  """({framework: [rounds, (wall, cpu)]}, {framework: first step seconds}) of bertjax (its
+  worker `ours`, started) and the PyTorch `frameworks`: interleaved round by round (a shared
+  CPU's load then slows them alike), or one process at a time (each has the accelerator and its
+  memory to itself)."""
+  workers, times = [ours], {}
+
+  def rounds(group):
     for _ in range(_ROUNDS.value):
-      for name, (conn, _) in workers.items():
-        conn.send(_STEPS.value)
-        times[name].append(conn.recv())
-    for conn, process in workers.values():
-      conn.send(None)
-      process.join()
-    times = {name: np.asarray(t) for name, t in times.items()}  # [rounds, (wall, cpu)]
-    flops = perf.flops_per_sequence(make_config(settings).model, _SEQ_LEN.value,
-                                    _PREDICTIONS.value)
-    ours = times['bertjax']
-    if _TORCH.value:
-      times['vs faster torch'] = np.minimum(times['torch stock'], times['torch gathered'])
-    for name, t in times.items():
-      wall, cpu = np.median(t, axis=0)
-      speedup = '' if name == 'bertjax' else (
-          f'{np.median(t[:, 0] / ours[:, 0]):>17.2f}x{np.median(t[:, 1] / ours[:, 1]):>11.2f}x')
-      if name == 'vs faster torch':  # Round by round, the faster of the two.
-        print(f'{size:<6}{batch_size:>6} {name:<15}{"":>55}{speedup}', flush=True)
-        continue
-      per_sec = batch_size / wall
-      print(f'{size:<6}{batch_size:>6} {name:<15}{per_sec:>8.1f}{per_sec * _SEQ_LEN.value:>10.0f}'
-            f'{per_sec * flops / 1e9:>9.1f}{per_sec * flops / peak:>7.1%}{wall * 1e3:>9.1f}'
-            f'{cpu * 1e3:>12.1f}{speedup}', flush=True)
+      for w in group:
+        times.setdefault(w.name, []).append(w.time(_STEPS.value))
+
+  if interleaved:
+    workers += [Worker(context, name, settings) for name in frameworks]
+    rounds(workers)
+    for w in workers:
+      w.stop()
+  else:
+    rounds(workers)
+    ours.stop()
+    for name in frameworks:
+      workers.append(Worker(context, name, settings))
+      rounds(workers[-1:])
+      workers[-1].stop()
+  return ({name: np.asarray(t) for name, t in times.items()},
+          {w.name: w.first_step for w in workers})
+
+
+def main(argv):
+  del argv
+  sizes = _SIZES.value
+  batches = [int(b) for b in per_size(_BATCHES.value, sizes, 'batches')]
+  seq_lens = [int(s) for s in per_size(_SEQ_LEN.value, sizes, 'seq_len')]
+  unknown = set(_TORCH_VARIANTS.value) - set(TORCH_VARIANTS)
+  if unknown:
+    raise SystemExit(f'--torch_variants: unknown {sorted(unknown)}; valid: '
+                     f'{", ".join(TORCH_VARIANTS)}.')
+  context = multiprocessing.get_context('spawn')  # Fresh interpreters: no shared pools.
+  peak, info = None, None
+  for size, batch_size, seq in zip(sizes, batches, seq_lens, strict=True):
+    settings = dict(size=size, batch=batch_size, seq=seq, vocab=_VOCAB.value,
+                    dtype=_DTYPE.value, predictions=_PREDICTIONS.value or 20 * seq // 128,
+                    scan=_SCAN.value, threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value,
+                    attention=_ATTENTION.value, attention_dropout=_ATTENTION_DROPOUT.value,
+                    peak_tflops=_PEAK.value,
+                    compile_backend=_COMPILE_BACKEND.value)
+    # bertjax first: it says which platform jax runs on, which PyTorch then runs on too. This
+    # process never touches the accelerator (it would hold memory the workers need).
+    ours = Worker(context, 'bertjax', settings)
+    if info is None:
+      info = ours.info
+      if info['devices'] != 1:
+        raise SystemExit(f'{info["devices"]} devices: run with one (drop '
+                         '--xla_force_host_platform_device_count from XLA_FLAGS; '
+                         'CUDA_VISIBLE_DEVICES=0).')
+      if _TORCH.value and info['platform'] not in TORCH_DEVICE:
+        raise SystemExit(f'jax runs on {info["platform"]}, where PyTorch does not: --notorch.')
+      peak = _header(info, info['peak'])
+    variants = _TORCH_VARIANTS.value or DEFAULT_TORCH_VARIANTS.get(info['platform'], ())
+    frameworks = [f'torch {v}' for v in variants] if _TORCH.value else []
+    settings['device'] = TORCH_DEVICE.get(info['platform'])
+    interleaved = (_INTERLEAVE.value == 'on' if _INTERLEAVE.value != 'auto'
+                   else info['platform'] == 'cpu')
+    times, first_steps = _measure(context, ours, frameworks, settings, interleaved=interleaved)
+    model = make_config(settings).model
+    print(f'# {size}/{seq}: {settings["predictions"]} predictions, dropout {model.dropout_rate}, '
+          f'attention dropout {model.attention_dropout_rate}; bertjax {ours.info["choice"]}',
+          flush=True)
+    flops = perf.flops_per_sequence(model, seq, settings['predictions'])
+    _rows(size, batch_size, seq, times, first_steps, flops, peak)
 
 
 if __name__ == '__main__':
