@@ -114,6 +114,7 @@ def _save_hf(result: bundle_lib.Bundle, output: str):
 
 
 def _save_tf1(result: bundle_lib.Bundle, output: str):
+  bundle_lib.check_tokenizer(result, 'tf1')
   tf1_checkpoint.save(result, output)
   if result.vocab_file:
     files.copy(result.vocab_file, files.join(output, 'vocab.txt'))
@@ -293,6 +294,7 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
     result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
   _check_kind(result, fmt)
+  bundle_lib.check_tokenizer(result, fmt)
   _check_casing(result)
   if labels:
     if len(labels) != len(result.labels):

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 from bertjax.training import kinds
 
 # What each export format holds is the kind table's (training/kinds.py: each kind's holder per
@@ -21,6 +22,9 @@ POOLED_HEADS = tuple(name for name, kind in kinds.KINDS.items() if kind.pooled)
 # predict something else there. The SavedModel carries its own graph, pooling included;
 # sentence-transformers writes the pooling as a module.
 CLS_POOLED_FORMATS = ('hf', 'tf1')
+# The formats that write a SentencePiece model's tokenizer as its readers tokenize (the others
+# would write its pieces as a WordPiece vocab.txt: ids that mean other tokens).
+SENTENCEPIECE_FORMATS = ()
 
 
 def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:
@@ -64,8 +68,22 @@ class Bundle:
   def encoder_params(self) -> dict:
     return {k: v for k, v in self.params.items() if k.startswith('bert/')}
 
+  def is_sentencepiece(self) -> bool:
+    """Whether the vocab is a SentencePiece model (told by the file, whatever its name)."""
+    return bool(self.vocab_file) and vocab_files.is_sentencepiece(self.vocab_file)
+
   def vocab_entries(self) -> int | None:
     return len(tokenizer.load_vocab(self.vocab_file)) if self.vocab_file else None
+
+
+def check_tokenizer(bundle: Bundle, fmt: str):
+  """Refuses a format that cannot yet write `bundle`'s SentencePiece tokenizer faithfully."""
+  if bundle.is_sentencepiece() and fmt not in SENTENCEPIECE_FORMATS:
+    held = (f'--format={" or --format=".join(SENTENCEPIECE_FORMATS)} hold'
+            if SENTENCEPIECE_FORMATS else 'no format holds')
+    raise ValueError(f'{bundle.source}\'s vocab {bundle.vocab_file} is a SentencePiece model: '
+                     f'--format={fmt} cannot yet write its tokenizer (it would write its pieces '
+                     f'as a WordPiece vocab, whose ids mean other tokens); {held} it.')
 
 
 def kind_of(params: dict) -> str:

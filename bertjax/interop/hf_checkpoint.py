@@ -399,6 +399,7 @@ def save(result: bundle_lib.Bundle, output_dir):
 def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   """vocab.txt (the file's own entries), tokenizer_config.json with the casing, and the fast
   tokenizer's tokenizer.json, built by the tokenizers library from the same vocab."""
+  bundle_lib.check_tokenizer(result, 'hf')
   import tokenizers  # pylint: disable=g-import-not-at-top
   vocab = list(tokenizer.load_vocab(result.vocab_file))
   files.write_atomically(files.join(output_dir, 'vocab.txt'),

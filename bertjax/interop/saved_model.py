@@ -80,6 +80,7 @@ class _Inputs:
   """In-graph WordPiece and BERT's input assembly ([CLS] a [SEP] b [SEP], truncation)."""
 
   def __init__(self, tf, tf_text, result: bundle_lib.Bundle, max_seq_length: int):
+    bundle_lib.check_tokenizer(result, 'saved_model')
     vocab = tokenizer.load_vocab(result.vocab_file)
     self.tf = tf
     self.fast = tf_text.FastBertTokenizer(
