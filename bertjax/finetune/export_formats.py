@@ -10,6 +10,7 @@ What each format holds is bundle.FORMAT_KINDS / cannot_hold (one table); here it
 from bertjax import config_check
 from bertjax.finetune.tasks import registry
 from bertjax.interop import bundle
+from bertjax.training import kinds as kind_table
 
 # User-file tasks whose kind is not their name (the others: classification, regression, ...).
 _USER_TASK_KINDS = {'swag': 'multiple_choice'}
@@ -24,7 +25,7 @@ def task_kind(config) -> str:
 
 
 def _head(kind: str, pooling: str) -> str:
-  if kind not in bundle.POOLED_HEADS:
+  if not kind_table.get(kind).pooled:  # Only a pooled head's pooling is worth naming.
     return f'{kind} head'
   return f"{kind} head on {'the [CLS] pooler' if pooling == 'cls' else f'{pooling}-pooled outputs'}"
 

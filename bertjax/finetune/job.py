@@ -231,7 +231,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
   rows_of = layout(s)
   skipped = {}
   train_examples, train_features, _ = _featurized(s, 'train', True, skipped)
-  if task.kind in ('classification', 'regression'):
+  if kinds.get(task.kind).example == 'texts':
     # Recorded in config.json: predict refuses a pair for a one-text model and the reverse.
     cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)
   num_train = len(train_features['input_ids'])

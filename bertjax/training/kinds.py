@@ -86,7 +86,11 @@ class Kind:
   named_labels: the labels are class or tag names (transformers' id2label); scored: the label is
   a real number the head predicts (regression), not a class; predictions(labels, outputs [N, C],
   logits=, digits=) -> the JSON fields of each row's prediction (sequence-level kinds), with
-  the logits or not, probabilities rounded to `digits` (None: as computed).
+  the logits or not, probabilities rounded to `digits` (None: as computed). example: what one
+  example of the task is, as predict reads it (predict_inputs.py): 'texts' (a text, or a pair
+  text_a and text_b: a run records which it trained on, config.json's text_pairs, and predict
+  refuses the other), 'question' (a question and its context), 'words' (a sentence's words),
+  'choices' (a context and its choices); None: no task examples.
 
   Formats (FORMATS): each is its holder (Transformers, Tf1, Served, SentenceTransformers) or a
   string saying why the format cannot hold the kind."""
@@ -110,6 +114,7 @@ class Kind:
   named_labels: bool = False
   scored: bool = False
   predictions: Callable[..., list] | None = None
+  example: str | None = None
 
   @property
   def task(self) -> bool:
@@ -273,7 +278,7 @@ KINDS = {
         targets=('label',), loss_weight=_example_weight,
         decode=lambda logits_NxC: np.argmax(logits_NxC, -1), packable=True,
         outputs=lambda num_labels: num_labels, pooled=True, named_labels=True,
-        predictions=_class_rows),
+        predictions=_class_rows, example='texts'),
     'regression': Kind(
         head_params=('classifier/',),
         hf=Transformers('BertForSequenceClassification', _frozen(_HF_CLASSIFIER),
@@ -287,7 +292,8 @@ KINDS = {
             scores_Bx1[..., 0], batch['label'], batch['example_weight']),
         targets=('label',), loss_weight=_example_weight,
         decode=lambda scores_Nx1: scores_Nx1[..., 0], packable=True,
-        outputs=lambda num_labels: 1, pooled=True, scored=True, predictions=_value_rows),
+        outputs=lambda num_labels: 1, pooled=True, scored=True, predictions=_value_rows,
+        example='texts'),
     'span': Kind(
         head_params=('qa_outputs/',),
         hf=Transformers('BertForQuestionAnswering', _frozen(_HF_SPAN), pooler=False),
@@ -304,7 +310,7 @@ KINDS = {
             batch['example_weight']),
         targets=('start_position', 'end_position'), loss_weight=_example_weight,
         decode=lambda logits_NxLx2: logits_NxLx2, per_token=True,
-        outputs=lambda num_labels: 2),
+        outputs=lambda num_labels: 2, example='question'),
     'tagging': Kind(
         head_params=('classifier/',),
         hf=Transformers('BertForTokenClassification', _frozen(_HF_CLASSIFIER), pooler=False),
@@ -319,7 +325,7 @@ KINDS = {
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
         decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1), per_token=True,
         token_targets=('label_ids', 'label_weights'), packable=True,
-        outputs=lambda num_labels: num_labels, named_labels=True),
+        outputs=lambda num_labels: num_labels, named_labels=True, example='words'),
     # num_labels is the number of choices per question; inputs are [B, C, L]. One score per
     # [CLS] context [SEP] choice [SEP].
     'multiple_choice': Kind(
@@ -334,7 +340,8 @@ KINDS = {
             logits_BxC, batch['label'], batch['example_weight']),
         targets=('label',), loss_weight=_example_weight,
         decode=lambda logits_NxC: np.argmax(logits_NxC, -1), choices=True,
-        outputs=lambda num_labels: 1, pooled=True, predictions=_choice_rows),
+        outputs=lambda num_labels: 1, pooled=True, predictions=_choice_rows,
+        example='choices'),
 }
 
 

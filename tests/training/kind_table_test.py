@@ -19,8 +19,6 @@ TABLE = 'bertjax/training/kinds.py'
 NOT_YET_MOVED = {
     'bertjax/predict.py',  # _choices: kinds.get(kind).predictions(labels, outputs, logits=True).
     'bertjax/predict_inputs.py',  # One example reader per kind: a table keyed by kind.
-    'bertjax/finetune/job.py',  # text_pairs recorded for kinds.get(kind).pooled, not by name.
-    'bertjax/finetune/export_formats.py',  # _head: kinds.get(kind).pooled.
 }
 HOLDERS = {'hf': kinds.Transformers, 'tf1': kinds.Tf1, 'saved_model': kinds.Served,
            'sentence_transformers': kinds.SentenceTransformers}
@@ -160,7 +158,7 @@ def test_every_kind_says_how_each_format_holds_it_or_why_not(name):
 @pytest.mark.parametrize('name', sorted(kinds.KINDS))
 def test_a_task_kind_has_everything_fine_tuning_reads(name):
   kind = kinds.get(name)
-  fields = (kind.head, kind.loss_weight, kind.decode, kind.outputs)
+  fields = (kind.head, kind.loss_weight, kind.decode, kind.outputs, kind.example)
   if kind.task:
     assert all(f is not None for f in fields) and kind.targets and kind.head_params, name
     assert (kind.predictions is not None) == (not kind.per_token), name

@@ -13,6 +13,7 @@ import numpy as np
 from bertjax import files
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import features as features_lib
+from bertjax.training import kinds as kind_table
 
 
 def convert(questions, tokenizer, max_seq_length) -> dict[str, np.ndarray]:
@@ -42,10 +43,7 @@ def convert(questions, tokenizer, max_seq_length) -> dict[str, np.ndarray]:
           'example_index': np.arange(num, dtype=np.int32), 'label': label}
 
 
-def probabilities(logits_NxC) -> np.ndarray:
-  logits_NxC = np.asarray(logits_NxC, np.float64)
-  exp = np.exp(logits_NxC - logits_NxC.max(-1, keepdims=True))
-  return exp / exp.sum(-1, keepdims=True)
+probabilities = kind_table.probabilities  # predict.py's name for it, until it calls the table.
 
 
 def evaluate(logits_NxC, questions) -> dict[str, float]:
@@ -56,11 +54,11 @@ def evaluate(logits_NxC, questions) -> dict[str, float]:
 def write_predictions(path, logits_NxC, questions) -> str:
   """JSON lines: guid, the chosen index, the probabilities of the choices (and the gold label),
   written whole or not at all to `path` (a local path or a URL)."""
-  probs = probabilities(logits_NxC)
+  predictions = kind_table.get('multiple_choice').predictions((), logits_NxC, logits=False,
+                                                             digits=6)
   rows = []
-  for question, p in zip(questions, probs, strict=True):
-    row = {'guid': question.guid, 'choice': int(np.argmax(p)),
-           'probabilities': [round(float(x), 6) for x in p]}
+  for question, prediction in zip(questions, predictions, strict=True):
+    row = {'guid': question.guid, **prediction}
     if question.label is not None:
       row['label'] = question.label
     rows.append(json.dumps(row) + '\n')

@@ -39,7 +39,6 @@ CONLL_FILES = {'train': 'train.txt', 'validation': 'valid.txt', 'test': 'test.tx
 # Tasks read from the user's own files (config.data.train_file, ...), one per kind; swag reads
 # SWAG's CSV layout as multiple choice.
 USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choice', 'swag')
-NAMES = tuple(glue.TASKS) + ('squad_v1', 'squad_v2', 'conll2003', 'bbc', 'wordnet') + USER_TASKS
 
 
 def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> str:
@@ -243,26 +242,35 @@ def _topic_task(name, data, seed) -> task_lib.Task:
       write)
 
 
+def _named(make):
+  """A task made from its name and config.data alone (its files fix seed and labels)."""
+  return lambda name, data, seed, labels: make(name, data)
+
+
+# Task name -> (name, data, seed, labels) -> the Task. The user-file tasks (USER_TASKS) read their
+# label set from the training file unless given the one a fine-tuned checkpoint recorded.
+_MAKERS = {
+    **{name: _named(_glue_task) for name in glue.TASKS},
+    **{name: _named(_squad_task) for name in SQUAD_FILES},
+    'conll2003': lambda name, data, seed, labels: _conll_task(data),
+    'bbc': lambda name, data, seed, labels: _topic_task(name, data, seed),
+    'wordnet': lambda name, data, seed, labels: _topic_task(name, data, seed),
+    'classification': user_tasks.text_task,
+    'regression': user_tasks.text_task,
+    'tagging': user_tasks.tagging_task,
+    'span': lambda name, data, seed, labels: _user_span_task(data),
+    'multiple_choice': user_tasks.choice_task,
+    'swag': user_tasks.choice_task,
+}
+NAMES = tuple(_MAKERS)
+
+
 def get_task(name: str, data, seed: int = 0, labels=()) -> task_lib.Task:
   """The task `name` reading its files as `data` (config.data) says.
 
   User-file tasks read their label set from the training file unless `labels` (the set a
   fine-tuned checkpoint was trained with, from its config.json) is given.
   """
-  if name in ('classification', 'regression'):
-    return user_tasks.text_task(name, data, seed, labels)
-  if name == 'tagging':
-    return user_tasks.tagging_task(name, data, seed, labels)
-  if name == 'span':
-    return _user_span_task(data)
-  if name in ('multiple_choice', 'swag'):
-    return user_tasks.choice_task(name, data, seed, labels)
-  if name in glue.TASKS:
-    return _glue_task(name, data)
-  if name in SQUAD_FILES:
-    return _squad_task(name, data)
-  if name == 'conll2003':
-    return _conll_task(data)
-  if name in ('bbc', 'wordnet'):
-    return _topic_task(name, data, seed)
-  raise ValueError(f'unknown task {name!r}; valid tasks: {", ".join(NAMES)}.')
+  if name not in _MAKERS:
+    raise ValueError(f'unknown task {name!r}; valid tasks: {", ".join(NAMES)}.')
+  return _MAKERS[name](name, data, seed, labels)
