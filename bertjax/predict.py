@@ -54,6 +54,7 @@ from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
+from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -73,8 +74,11 @@ class Predictor:
     self.data = ml_collections.ConfigDict(run['data'])
     self.batch_size = batch_size
     self.tokenizer = vocab_files.for_model(vocab_file, self.data.do_lower_case)
-    model = kinds.get(self.kind).head(ml_collections.ConfigDict(run['model']),
-                                      len(self.labels), run.get('pooling', 'cls'))
+    # The recorded model as this platform runs it: a run trained on a GPU records cudnn
+    # attention, which a CPU or TPU cannot run; the layout is the params'.
+    model_config = platform_defaults.for_inference(
+        run['model'], jax.default_backend(), saved_scan=platform_defaults.scanned_layout(params))
+    model = kinds.get(self.kind).head(model_config, len(self.labels), run.get('pooling', 'cls'))
     self.params = params
     self._apply = jax.jit(functools.partial(_apply, model))
 

@@ -25,7 +25,8 @@ from a checkpoint keeps the layout that checkpoint was written with, whatever th
 The training loop settles the fields once at its start (settle) and records the settled values
 in config.json and each checkpoint's meta; a model built outside a run with 'auto' resolves it
 at trace time for the platform it is compiled for (encoder.BertEncoder), so no kernel ever sees
-'auto'.
+'auto'. Inference from a recorded config (predict, extract_features, embed: for_inference)
+keeps the weights' layout and the recorded kernel where it runs, else takes this platform's.
 """
 
 import ml_collections
@@ -36,6 +37,10 @@ AUTO = 'auto'
 SCAN_FROM_LAYERS = 12
 # The attention kernel each platform prefers when the config lets it run (see the docstring).
 ATTENTION = {'gpu': 'cudnn', 'tpu': 'xla', 'cpu': 'xla'}
+# The platforms a kernel runs on where that is not all of them (xla and dot_product_attention
+# run everywhere): a run trained on a GPU records cudnn, which a CPU or TPU cannot run; splash
+# runs on a CPU only in Pallas' interpret mode, far too slow to serve with.
+RUNS_ON = {'cudnn': ('gpu',), 'splash': ('tpu',)}
 
 
 def platform_of(mesh) -> str:
@@ -114,3 +119,25 @@ def settle(model_config, platform: str, *, saved_scan: bool | None = None) -> st
     model_config.attention_impl = resolved.attention_impl
     model_config.scan_layers = resolved.scan_layers
   return line
+
+
+def for_inference(recorded, platform: str, *,
+                  saved_scan: bool | None = None) -> ml_collections.ConfigDict:
+  """The model config that runs a recorded model (a run's config.json or checkpoint meta
+  'model' block, a full model ConfigDict) for inference on `platform`.
+
+  The layout is the weights': saved_scan (scanned_layout of the params to be applied) where
+  given, else the recorded scan_layers. The attention kernel is the recorded one where it runs
+  on `platform` (the numerics the run's evals saw), else the platform's inference choice:
+  the kernel changes no weight, so a run trained with cudnn on a GPU predicts on a CPU or TPU.
+  """
+  model_config = ml_collections.ConfigDict(
+      recorded.to_dict() if hasattr(recorded, 'to_dict') else dict(recorded))
+  with model_config.ignore_type():
+    kernel = model_config.attention_impl
+    if platform not in RUNS_ON.get(kernel, (platform,)) or (
+        kernel == 'cudnn' and _cudnn_blocker(model_config, training=False)):
+      model_config.attention_impl = AUTO
+    if saved_scan is not None:
+      model_config.scan_layers = AUTO  # resolve() takes the saved layout for 'auto'.
+  return resolve(model_config, platform, training=False, saved_scan=saved_scan)[0]
