@@ -87,10 +87,13 @@ def environment(devices: int, jax_cache) -> dict:
 
   The persistent compilation cache lets every run after the first load the compiled steps
   instead of compiling them (seconds each on 2 shared cores); the executables are the same.
+  Under pytest it is the session's one cache (tests/conftest.py), so that the commands of
+  every test share it; `jax_cache` serves a caller outside a test session.
   """
   return dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
               XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
-              JAX_COMPILATION_CACHE_DIR=str(jax_cache),
+              JAX_COMPILATION_CACHE_DIR=os.environ.get('JAX_COMPILATION_CACHE_DIR',
+                                                       str(jax_cache)),
               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get('PYTHONPATH', '')]))
 

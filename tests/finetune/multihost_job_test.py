@@ -33,19 +33,41 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _fields(data_dir, packed: bool) -> dict:
+  fields = FIELDS | {'data.data_dir': str(data_dir)}
+  if packed:
+    fields |= {'data.max_seq_length': 48, 'data.max_instances_per_row': 3}
+  return fields
+
+
+@pytest.fixture(scope='module')
+def single_process_run(tmp_path_factory):
+  """packed -> the workdir of one process with 8 devices on the same task (the reference; run
+  once per layout and shared by the variants: the task files are the same, seed 0)."""
+  runs = {}
+
+  def run(packed: bool) -> pathlib.Path:
+    if packed not in runs:
+      root = tmp_path_factory.mktemp('packed' if packed else 'one_per_row')
+      data_dir = finetune_runs.write_sst2(root / 'sst2')
+      config = finetune_runs.tiny_config(data_dir, **_fields(data_dir, packed))
+      config.unlock()
+      finetune.train_and_evaluate(config, str(root / 'single'))
+      runs[packed] = root / 'single'
+    return runs[packed]
+
+  return run
+
+
 @pytest.mark.parametrize('packed,bucket', [(False, False), (True, False), (False, True)],
                          ids=['one_per_row', 'packed', 'bucket'])
-def test_two_hosts_equal_one(tmp_path, packed, bucket, request):
+def test_two_hosts_equal_one(tmp_path, packed, bucket, request, single_process_run):
   """Packed: 16 examples of ~10 tokens in 8 rows of 48 (3 to a row, rounded up to 8 for the
   data-parallel size), each host sending its 4 rows. Bucket: the two hosts read the task files
   from a bucket (the GCS emulator) and write their run there, as on a pod."""
   data_dir = finetune_runs.write_sst2(tmp_path / 'sst2')
-  fields = FIELDS | {'data.data_dir': str(data_dir)}
-  if packed:
-    fields |= {'data.max_seq_length': 48, 'data.max_instances_per_row': 3}
-  config = finetune_runs.tiny_config(data_dir, **fields)
-  config.unlock()
-  finetune.train_and_evaluate(config, str(tmp_path / 'single'))
+  fields = _fields(data_dir, packed)
+  single_dir = single_process_run(packed)
 
   env = pretrain_runs.environment(4, tmp_path / 'jax-cache')
   address = f'--coordinator_address=127.0.0.1:{_free_port()}'
@@ -69,7 +91,7 @@ def test_two_hosts_equal_one(tmp_path, packed, bucket, request):
   assert logs[0].read_text().strip().splitlines()[-1].startswith('finetune finished in ')
   assert 'finetune finished' not in logs[1].read_text()
 
-  (one, step_one) = finetune_runs.final_params(tmp_path / 'single')
+  (one, step_one) = finetune_runs.final_params(single_dir)
   if bucket:
     assert not files.exists(f'{workdir}/.lock')  # Process 0's lease is given back.
     recorded = json.loads(files.read_text(f'{workdir}/config.json'))
@@ -83,6 +105,6 @@ def test_two_hosts_equal_one(tmp_path, packed, bucket, request):
   assert step_one == step_two == 6
   for key in one:
     np.testing.assert_allclose(two[key], one[key], atol=2e-5, rtol=1e-4, err_msg=key)
-  single = (tmp_path / 'single/predictions/step_6/sst2-validation.tsv').read_text().splitlines()
+  single = (single_dir / 'predictions/step_6/sst2-validation.tsv').read_text().splitlines()
   assert len(single) == 1 + 24
   assert hosts.splitlines() == single
