@@ -243,17 +243,36 @@ def load_params(init_from: str, abstract_params, shardings):
   """Parameters from `init_from` placed into `shardings`; the check is by name and shape.
 
   Every parameter of the model must be present with the model's shape; extra tensors in the
-  checkpoint are reported and ignored. Returns (params, unused names).
+  checkpoint are reported and ignored. The encoder's layers load stacked (nn.scan) or per layer,
+  whichever the model has. Returns (params, unused names).
   """
-  loaded = checkpoint.flatten(read_params(init_from))
+  loaded = _encoder_layout_of(checkpoint.flatten(read_params(init_from)),
+                              checkpoint.flatten(abstract_params), init_from)
   params = _place(loaded, abstract_params, shardings, f'init_from={init_from}',
-                  missing_hint='is it a BERT of this architecture (scan_layers must match for '
-                  'bertjax checkpoints)?',
+                  missing_hint='is it a BERT of this architecture?',
                   shape_hint='set the model size / vocab_size of the checkpoint.')
   unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
   if unused:
     logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
   return params, unused
+
+
+def _encoder_layout_of(loaded: dict, wanted: dict, source: str) -> dict:
+  """`loaded` (flat, the encoder under bert/) with its layers laid out as `wanted`'s: continued
+  pre-training may scan where the base run unrolled (model/platform_defaults.py: a TPU run
+  scans base, a GPU run unrolls it); the weights are the same either way."""
+  def encoder_of(flat):
+    return {k[len('bert/'):]: v for k, v in flat.items() if k.startswith('bert/')}
+  bert = encoder_of(loaded)
+  # Stacked, the layers it has (a count that differs from the model's shows in the shapes).
+  num_layers = len({k.split('/', 1)[0] for k in bert if k.startswith('layers_')})
+  converted = _convert_layer_layout(bert, encoder_of(wanted), num_layers)
+  if converted is bert:
+    return loaded
+  logging.info('init_from %s: its encoder layers %s for this model', source,
+               'stacked (nn.scan)' if num_layers else 'unstacked from nn.scan')
+  return {**{k: v for k, v in loaded.items() if not k.startswith('bert/')},
+          **{f'bert/{k}': v for k, v in converted.items()}}
 
 
 def _convert_layer_layout(loaded: dict, wanted: dict, num_layers: int) -> dict:
