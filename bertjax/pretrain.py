@@ -317,5 +317,6 @@ def _train_and_evaluate(config, workdir: str) -> loop.Outcome:
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
       describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost,
-      vocab_file=vocab or '', metric_names=eval_metric_names(config))
+      vocab_file=vocab or '', metric_names=eval_metric_names(config),
+      early_stopping_patience=config.early_stopping_patience)
   return loop.run(config, workdir, mesh, job, rules=rules)

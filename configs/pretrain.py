@@ -125,4 +125,8 @@ def get_config(arg=None):
   config.eval_every_steps = 200  # Eval over all of data.eval_files; 0 = only at the end.
   config.eval_batch_size = config.global_batch_size  # Over all hosts.
   config.max_eval_batches = -1  # Cap per eval (-1: the whole eval set, exactly once).
+  # Stop after this many evals without an improvement of checkpoint.best_metric (default: the
+  # eval MLM accuracy; 0 = never): a run past its best on held-out text ends there, its best step
+  # kept (keep_best >= 1) for --step=best.
+  config.early_stopping_patience = 0
   return config.lock()

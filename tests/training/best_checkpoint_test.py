@@ -79,6 +79,23 @@ def test_pretraining_keeps_its_best_by_mlm_accuracy(tmp_path_factory, tmp_path):
   assert ranking['metric'] == 'mlm_accuracy' and ranking['mode'] == 'max'
 
 
+def test_pretraining_stops_early_and_hands_on_its_best_step(tmp_path_factory, tmp_path, capsys):
+  # Learning rate 0: every eval equals the first, so none improves on step 1's: with patience 2
+  # the run stops after the evals at steps 2 and 3, long before its 10 steps.
+  fields = pretrain_runs.fields(pretrain_runs.corpus_files(tmp_path_factory), **{
+      'eval_every_steps': 1, 'checkpoint.every_steps': 1000, 'checkpoint.keep': 1,
+      'optimizer.learning_rate': 0.0, 'early_stopping_patience': 2})
+  workdir = tmp_path / 'pretrain'
+  pretrain.train_and_evaluate(pretrain_runs.config(10, fields), str(workdir))
+  assert sorted(history(workdir)) == [1, 2, 3]
+  assert kept_steps(workdir) == {1, 3}
+  assert checkpoint_reader.resolve_step(workdir, 'best') == 1
+  summary = capsys.readouterr().out.strip().splitlines()[-1]
+  assert summary.startswith('pretrain stopped (early: mlm_accuracy did not improve for 2 '
+                            'evaluations after step 1'), summary
+  assert 'step 3/10' in summary and 'best step 1 (mlm_accuracy 0)' in summary, summary
+
+
 def test_a_tie_keeps_the_earlier_step(sst2_dir, tmp_path):
   # Learning rate 0: every eval gives the same accuracy; a later tie is no improvement.
   workdir = tmp_path / 'flat'
