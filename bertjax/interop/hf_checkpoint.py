@@ -24,6 +24,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_sentencepiece
 from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
@@ -328,7 +329,9 @@ def read(directory) -> bundle_lib.Bundle:
     if '/'.join(parts) not in present:
       return None
     return json.loads(files.read_text(files.join(directory, *parts)))
-  vocab = files.join(directory, 'vocab.txt') if 'vocab.txt' in present else ''
+  # A WordPiece vocab.txt, else an ALBERT-style SentencePiece model (hf_sentencepiece's export).
+  vocab = next((files.join(directory, name) for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE)
+                if name in present), '')
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab,
       do_lower_case=(beside('tokenizer_config.json') or {}).get('do_lower_case', True),
@@ -398,8 +401,11 @@ def save(result: bundle_lib.Bundle, output_dir):
 
 def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   """vocab.txt (the file's own entries), tokenizer_config.json with the casing, and the fast
-  tokenizer's tokenizer.json, built by the tokenizers library from the same vocab."""
-  bundle_lib.check_tokenizer(result, 'hf')
+  tokenizer's tokenizer.json, built by the tokenizers library from the same vocab; a
+  SentencePiece model as AlbertTokenizer's files (hf_sentencepiece)."""
+  if result.is_sentencepiece():
+    hf_sentencepiece.write(result, output_dir)
+    return
   import tokenizers  # pylint: disable=g-import-not-at-top
   vocab = list(tokenizer.load_vocab(result.vocab_file))
   files.write_atomically(files.join(output_dir, 'vocab.txt'),

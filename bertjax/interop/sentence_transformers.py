@@ -143,6 +143,7 @@ def save(result: bundle_lib.Bundle, output_dir):
   why = bundle_lib.cannot_hold('sentence_transformers', result.kind, result.pooling)
   if why is not None:
     raise ValueError(f'{result.source} is a {result.kind} model; {why}.')
+  bundle_lib.check_tokenizer(result, 'sentence_transformers')
   encoder = dataclasses.replace(result, kind='encoder', params=result.encoder_params(),
                                 labels=())
   hf_checkpoint.save(encoder, output_dir)

@@ -1,13 +1,33 @@
 """Exports of a model whose vocab is a SentencePiece model: a tiny pre-training run on
-learn_vocab's model and a classifier fine-tuned from it (tests/spm_runs.py). A format that cannot
-write the SentencePiece tokenizer faithfully refuses, naming the ones that can."""
+learn_vocab's model and a classifier fine-tuned from it (tests/spm_runs.py). transformers loads
+the hf export offline with a tokenizer that gives bertjax's ids and a model that gives its
+outputs; a format that cannot write the SentencePiece tokenizer faithfully refuses."""
 
+
+from flax import traverse_util
+import numpy as np
 import pytest
 import spm_runs
+import torch
+import transformers
 
 from bertjax import export
-from bertjax.interop import hf_checkpoint
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_sentencepiece
+from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
+from bertjax.model import encoder
+from bertjax.pretraining_data import embedded
+from bertjax.text import sentencepiece_tokenizer
+from bertjax.text import vocab_files
+from bertjax.text import vocab_learner
+from bertjax.training import kinds
+
+# Casing, accents, digits and commas, CJK, full-width and ligatures, quotes, spaces, empty.
+ODD_TEXTS = ['', 'The KING doth Speak', 'Café, naïve RÉSUMÉ; Ångström', '1895, 9,000 and 3.14',
+             '日本語 中文 한국어', 'Ｆｕｌｌ ﬁne ½', "``so'' said   he\t\n", 'İ ß Ǆ straße',
+             "o'er th' 22, x,y"]
+PAIRS = [('The king doth speak', 'my heart'), ('sweet love', 'Fair is foul, and foul is fair')]
 
 
 @pytest.fixture(scope='module')
@@ -19,15 +39,95 @@ def runs(tmp_path_factory):
           'texts': texts}
 
 
-@pytest.mark.parametrize('fmt', ['hf', 'tf1', 'saved_model', 'sentence_transformers'])
+def bertjax_outputs(bundle, batch):
+  """bertjax's own head outputs (a classifier's logits) for a batch, in float32."""
+  cfg = encoder.default_config(**{**bundle.config, 'dtype': 'float32', 'scan_layers': False,
+                                  'attention_impl': 'xla', 'remat_policy': 'none'})
+  module = kinds.get(bundle.kind).head(cfg, len(bundle.labels), bundle.pooling)
+  params = traverse_util.unflatten_dict(bundle.params, sep='/')
+  return np.asarray(module.apply({'params': params}, batch['input_ids'], batch['input_mask'],
+                                 batch['segment_ids'], deterministic=True))
+
+
+def test_transformers_loads_the_tokenizer_and_classifier_with_bertjax_ids_and_outputs(
+    runs, tmp_path):
+  out = export.export(runs['classify'], 'hf', tmp_path / 'hf')
+  assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
+  assert not (out / 'vocab.txt').exists()
+  ours = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
+  theirs = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert type(theirs).__name__.startswith('AlbertTokenizer')
+  for token, piece in (('cls', '[CLS]'), ('sep', '[SEP]'), ('mask', '[MASK]'), ('pad', '<pad>'),
+                       ('unk', '<unk>')):
+    assert getattr(theirs, f'{token}_token_id') == ours.vocab[piece], token
+  for text in ODD_TEXTS + runs['texts']:
+    assert theirs(text)['input_ids'] == [ours.vocab['[CLS]'], *ours.encode(text),
+                                         ours.vocab['[SEP]']], text
+  for a, b in PAIRS:
+    enc = theirs(a, b)
+    assert enc['input_ids'] == [2, *ours.encode(a), 3, *ours.encode(b), 3]
+    assert enc['token_type_ids'] == [0] * (len(ours.encode(a)) + 2) + [1] * (
+        len(ours.encode(b)) + 1)
+  # The classifier's outputs from transformers' own tokenization equal bertjax's.
+  model = transformers.BertForSequenceClassification.from_pretrained(str(out)).eval()
+  texts = runs['texts'][:6] + ODD_TEXTS[1:4]
+  enc = theirs(texts, padding=True, return_tensors='np')
+  batch = {'input_ids': enc['input_ids'].astype(np.int32),
+           'input_mask': enc['attention_mask'].astype(np.int32),
+           'segment_ids': enc['token_type_ids'].astype(np.int32)}
+  with torch.no_grad():
+    logits = model(**{k: torch.tensor(v, dtype=torch.long) for k, v in enc.items()}).logits
+  bundle = sources.load(str(runs['classify']))
+  np.testing.assert_allclose(logits.numpy(), bertjax_outputs(bundle, batch), atol=1e-5, rtol=0)
+  assert model.config.id2label == dict(enumerate(bundle.labels))
+  # Read back, the export is a SentencePiece model again, with the same weights.
+  back = sources.load(str(out))
+  assert isinstance(vocab_files.for_model(back.vocab_file, back.do_lower_case),
+                    sentencepiece_tokenizer.SentencePieceTokenizer)
+  assert back.kind == 'classification' and back.labels == bundle.labels
+  for name, value in bundle.params.items():
+    np.testing.assert_array_equal(back.params[name], value)
+
+
+def test_the_pretraining_run_exports_for_transformers(runs, tmp_path):
+  out = export.export(runs['pretrained'], 'hf', tmp_path / 'hf')
+  model = transformers.BertForPreTraining.from_pretrained(str(out))
+  assert model.config.vocab_size == spm_runs.VOCAB
+  # The casing check holds for SentencePiece: an uncased model is not exported cased.
+  with pytest.raises(ValueError, match='is an uncased vocab .* pass do_lower_case=True'):
+    export.export(runs['pretrained'], 'hf', tmp_path / 'cased', do_lower_case=False)
+
+
+def test_a_cased_sentencepiece_tokenizer_keeps_its_casing_in_transformers(tmp_path):
+  cased = tmp_path / 'cased.model'
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), cased, 512,
+                                    do_lower_case=False, input_sentence_size=5_000)
+  bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind='encoder',
+                             vocab_file=str(cased), do_lower_case=False)
+  hf_sentencepiece.write(bundle, str(tmp_path))
+  theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+  ours = vocab_files.for_model(cased, do_lower_case=False)
+  for text in ODD_TEXTS:
+    assert theirs(text, add_special_tokens=False)['input_ids'] == ours.encode(text), text
+  assert theirs('KING')['input_ids'] != theirs('king')['input_ids']
+
+
+def test_a_bpe_sentencepiece_model_is_refused_for_transformers(tmp_path):
+  bpe = tmp_path / 'bpe.model'
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), bpe, 512, model_type='bpe',
+                                    input_sentence_size=5_000)
+  with pytest.raises(ValueError, match='not a unigram model .*AlbertTokenizer reads unigram'):
+    hf_sentencepiece.build(str(bpe), do_lower_case=True)
+
+
+@pytest.mark.parametrize('fmt', ['tf1', 'saved_model', 'sentence_transformers'])
 def test_a_format_without_sentencepiece_refuses(runs, fmt, tmp_path):
   with pytest.raises(ValueError, match=r'vocab .*vocab\.txt is a SentencePiece model: '
                      rf'--format={fmt} cannot yet write its tokenizer'):
     export.export(runs['classify'], fmt, tmp_path / 'out')
   assert not (tmp_path / 'out').exists()
   # The writer itself refuses too (a library caller skips export's checks).
-  if fmt == 'hf':
-    (tmp_path / 'direct').mkdir()
+  if fmt == 'sentence_transformers':
     with pytest.raises(ValueError, match='SentencePiece model'):
-      hf_checkpoint.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
-    assert not (tmp_path / 'direct' / 'vocab.txt').exists()
+      sentence_transformers.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
+    assert not (tmp_path / 'direct').exists()

@@ -1,0 +1,159 @@
+"""A SentencePiece model's tokenizer as transformers' AlbertTokenizer (ALBERT's tokenization).
+
+A transformers folder gets the model file as `spiece.model` (AlbertTokenizer's name for it) and a
+`tokenizer.json` built here with the tokenizers library, in the pipeline AlbertTokenizer builds:
+ALBERT's normalisation (`` and '' to ", NFKD accent stripping, lower case) then the model's own
+normaliser (its precompiled charsmap), whitespace split with '▁' word starts, the unigram model
+with the piece scores. transformers reads the tokenizer.json, so loading needs neither the
+sentencepiece package nor its protobuf (transformers 5 cannot convert a .model file where
+protobuf is older than the sentencepiece_model_pb2 it ships).
+
+ALBERT keeps a trailing comma after digits a piece of its own ('9,' -> '9', ','): AlbertTokenizer
+does it by scoring such pieces 100 lower (transformers' AlbertConverter), and so does this file.
+`check` tokenizes probe texts both ways and refuses a model whose ids would differ (a BPE model, a
+model without the dummy '▁' prefix or with extra whitespace kept, user-defined pieces).
+"""
+
+import json
+
+from bertjax import files
+from bertjax.interop import bundle as bundle_lib
+from bertjax.text import vocab_files
+
+MODEL_FILE = 'spiece.model'  # transformers' AlbertTokenizer.vocab_files_names.
+SPECIAL = {'cls_token': '[CLS]', 'sep_token': '[SEP]', 'mask_token': '[MASK]',
+           'pad_token': '<pad>', 'unk_token': '<unk>', 'bos_token': '[CLS]', 'eos_token': '[SEP]'}
+# Texts whose ids must agree: casing, accents, digits and commas, CJK, full-width letters,
+# ligatures, quotes, runs of spaces, the empty string.
+PROBES = ('', 'Hello World', 'THE KING doth SPEAK, and ALL listen.', 'Café naïve résumé ÅNGSTRÖM',
+          'in 1895, 9,000 men; 3.14 and 1,2,3, 42,', '日本語のテキスト 中文 한국어',
+          'Ａll ｆｕｌｌｗｉｄｔｈ ①②', "``quoted'' text \"here\"", '  many   spaces\there\n  x  ',
+          'emoji 🙂 ﬁ ligature ½', 'İstanbul ß straße Ǆ', 'x,y 1,2 a1, 22, 9,',
+          "don't won't o'er th'", 'ÀÉÎÕÜ àéîõü ñ ç', 'tab\tnew\nline\r\nend')
+
+
+def _fields(data: bytes):
+  """(field number, wire type, value) of a serialized protobuf message, in order: varints as
+  ints, length-delimited fields as bytes (fixed-width ones skipped as bytes too)."""
+  i = 0
+
+  def varint():
+    nonlocal i
+    shift = value = 0
+    while True:
+      byte = data[i]
+      i += 1
+      value |= (byte & 0x7F) << shift
+      shift += 7
+      if byte < 0x80:
+        return value
+  while i < len(data):
+    key = varint()
+    number, wire = key >> 3, key & 7
+    if wire == 0:
+      yield number, wire, varint()
+    elif wire == 2:
+      size = varint()
+      yield number, wire, data[i:i + size]
+      i += size
+    elif wire in (1, 5):
+      size = 8 if wire == 1 else 4
+      yield number, wire, data[i:i + size]
+      i += size
+    else:
+      raise ValueError(f'unsupported protobuf wire type {wire}')
+
+
+def _normalizer(model_bytes: bytes) -> tuple[bytes, int]:
+  """(precompiled charsmap, model type: 1 unigram, 2 BPE, ...) of a serialized ModelProto."""
+  charsmap, model_type = b'', 1
+  for number, _, value in _fields(model_bytes):
+    if number == 2:  # trainer_spec: model_type is its field 3.
+      model_type = next((v for n, w, v in _fields(value) if n == 3 and w == 0), 1)
+    elif number == 3:  # normalizer_spec: precompiled_charsmap is its field 2.
+      charsmap = next((v for n, w, v in _fields(value) if n == 2 and w == 2), b'')
+  return charsmap, model_type
+
+
+def _keeps_digit_comma(piece: str) -> bool:
+  """transformers' check_number_comma: a piece that does not end in a digit and a comma."""
+  return len(piece) < 2 or piece[-1] != ',' or not piece[-2].isdigit()
+
+
+def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
+  """The tokenizers.Tokenizer that AlbertTokenizer builds for this model and casing."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import decoders  # pylint: disable=g-import-not-at-top
+  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import pre_tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import processors  # pylint: disable=g-import-not-at-top
+  ours = vocab_files.for_model(spm_model_file, do_lower_case, check_casing=False)
+  sp = ours.sp_model
+  charsmap, model_type = _normalizer(files.read_bytes(spm_model_file))
+  if model_type != 1:
+    raise ValueError(f'SentencePiece model {spm_model_file} is not a unigram model (type '
+                     f'{model_type}): AlbertTokenizer reads unigram models only, so transformers '
+                     'would give other ids; use --format=saved_model or tf1.')
+  vocab = []
+  for i in range(sp.GetPieceSize()):
+    piece, score = sp.IdToPiece(i), sp.GetScore(i)
+    vocab.append((piece, score if _keeps_digit_comma(piece) else score - 100))
+  tok = tokenizers.Tokenizer(tokenizers.models.Unigram(vocab, unk_id=sp.unk_id(),
+                                                       byte_fallback=False))
+  steps = [normalizers.Replace('``', '"'), normalizers.Replace("''", '"')]
+  if not keep_accents:
+    steps += [normalizers.NFKD(), normalizers.StripAccents()]
+  if do_lower_case:
+    steps.append(normalizers.Lowercase())
+  if charsmap:
+    steps.append(normalizers.Precompiled(charsmap))
+  tok.normalizer = normalizers.Sequence(steps)
+  tok.pre_tokenizer = pre_tokenizers.Sequence([
+      pre_tokenizers.WhitespaceSplit(),
+      pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='always')])
+  tok.decoder = decoders.Metaspace(replacement='▁', prepend_scheme='always')
+  cls, sep = SPECIAL['cls_token'], SPECIAL['sep_token']
+  tok.post_processor = processors.TemplateProcessing(
+      single=f'{cls}:0 $A:0 {sep}:0', pair=f'{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1',
+      special_tokens=[(cls, sp.PieceToId(cls)), (sep, sp.PieceToId(sep))])
+  tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False)
+                          for t in dict.fromkeys(SPECIAL.values())])
+  return tok, ours
+
+
+def check(result: bundle_lib.Bundle, tok, ours):
+  """Refuses a tokenizer.json whose ids differ from bertjax's on the probes or the vocab's own
+  pieces (spelt as text)."""
+  missing = [t for t in dict.fromkeys(SPECIAL.values()) if t not in ours.vocab]
+  if missing:
+    raise ValueError(f'SentencePiece model {result.vocab_file} lacks {", ".join(missing)}: '
+                     "AlbertTokenizer's special pieces (learn_vocab --model=sentencepiece writes "
+                     'them); transformers could not build its inputs.')
+  pieces = [p.replace('▁', ' ') for p in ours.vocab if not p.startswith(('[', '<'))]
+  texts = list(PROBES) + [''.join(pieces[i:i + 16]) for i in range(0, len(pieces), 16)]
+  for text in texts:
+    want, got = ours.encode(text), tok.encode(text, add_special_tokens=False).ids
+    if want != got:
+      raise ValueError(
+          f'SentencePiece model {result.vocab_file}: transformers\' AlbertTokenizer would give '
+          f'other ids than bertjax for {text!r} ({got[:12]} vs {want[:12]}): its normaliser or '
+          'options differ from ALBERT\'s; use --format=saved_model or tf1, which keep the model '
+          'file itself.')
+
+
+def write(result: bundle_lib.Bundle, output_dir):
+  """spiece.model, tokenizer.json, tokenizer_config.json and special_tokens_map.json, after
+  `check`."""
+  tok, ours = build(result.vocab_file, result.do_lower_case)
+  check(result, tok, ours)
+  files.copy(result.vocab_file, files.join(output_dir, MODEL_FILE))
+  files.write_atomically(files.join(output_dir, 'tokenizer.json'), tok.to_str(pretty=True))
+  files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
+      {'tokenizer_class': 'AlbertTokenizer', 'do_lower_case': result.do_lower_case,
+       'keep_accents': False, 'remove_space': True,
+       # BERT's segment ids: AlbertTokenizer's own list leaves token_type_ids out.
+       'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
+       'model_max_length': result.config['max_position_embeddings'], **SPECIAL},
+      indent=2) + '\n')
+  files.write_atomically(files.join(output_dir, 'special_tokens_map.json'), json.dumps(
+      SPECIAL, indent=2) + '\n')
