@@ -10,6 +10,7 @@ of another vocab are refused.
 import itertools
 import json
 import pathlib
+import shutil
 
 import finetune_runs
 import numpy as np
@@ -21,7 +22,12 @@ from bertjax import extract_features
 from bertjax import predict
 from bertjax import pretrain
 from bertjax.finetune import job
+from bertjax.finetune.tasks import squad
+from bertjax.finetune.tasks import squad_answers
 from bertjax.input import input_pipeline
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
+from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import writer
@@ -149,7 +155,8 @@ def test_data_of_another_vocab_is_refused(chain):
   other = root / 'other.model'  # Same size, another corpus: other ids.
   vocab_learner.learn_sentencepiece(str(embedded.corpus_path('eval')), other, VOCAB)
   config = pretrain_runs.config(2, fields | {'data.vocab_file': str(other)})
-  with pytest.raises(ValueError, match=r'made with another vocab .* than '
+  # The data's SentencePiece model is named (the report records it as spm_model_file).
+  with pytest.raises(ValueError, match=r'made with another vocab \(.*spm\.model, sha256 .* than '
                      r'data.vocab_file=.*other\.model .*the ids would mean other tokens'):
     pretrain.train_and_evaluate(config, str(root / 'refused2'))
 
@@ -224,3 +231,124 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
     assert [f['token'] for f in record['features']] == [
         '[CLS]', *processor.encode(line.lower(), out_type=str), '[SEP]']
     assert len(record['features'][0]['layers'][0]['values']) == 64
+
+
+def _squad_file(path, paragraphs):
+  """SQuAD v1.1 JSON of [(context, [(question, answer), ...])], each answer at its first place."""
+  data = [{'title': 'spm', 'paragraphs': [
+      {'context': context, 'qas': [
+          {'id': f'q{p}_{q}', 'question': question,
+           'answers': [{'text': answer, 'answer_start': context.index(answer)}]}
+          for q, (question, answer) in enumerate(qas)]}
+      for p, (context, qas) in enumerate(paragraphs)]}]
+  path.write_text(json.dumps({'version': '1.1', 'data': data}))
+  return path
+
+
+def test_span_decoding_gives_the_original_text_of_sentencepiece_pieces(chain, tmp_path):
+  _, _, spm_model, _, _, _, _ = chain
+  tok = vocab_files.for_model(spm_model, do_lower_case=True)
+  context = ("Steve Smith's Café, (1895-1943): THE Lord's anointed;  thou art more LOVELY, "
+             'and Ａll the heaven.')
+  answers = ["Smith's Café", '1895', "THE Lord's", 'anointed', 'thou art more LOVELY', 'Steve',
+             'Ａll the heaven']
+  path = _squad_file(tmp_path / 'gold.json', [(context, [('which?', a) for a in answers])])
+  examples, skips = squad.read_squad(path, False)
+  assert not skips
+  features, meta = squad.convert_examples(examples, tok, max_seq_length=64, doc_stride=16,
+                                          max_query_length=8)
+  # The pieces are SentencePiece's: '▁' word starts and pieces that continue a word.
+  pieces = {t for m in meta for t in m['tokens']}
+  assert '▁the' in pieces and {'e', 've'} <= pieces  # '▁st' 'e' 've': Steve.
+  start_NxL = np.zeros(features['input_ids'].shape, np.float32)
+  end_NxL = np.zeros_like(start_NxL)
+  rows = np.arange(len(meta))
+  start_NxL[rows, features['start_position']] = 1.0
+  end_NxL[rows, features['end_position']] = 1.0
+  predictions, _, _ = squad_answers.postprocess(start_NxL, end_NxL, examples, features, meta)
+  # Each gold span reads back as the original's characters (casing, accents, NFKC-changed
+  # letters of the same length), not as pieces; '1895' is cut out of '(1895-1943):'.
+  assert predictions == {f'q0_{i}': a for i, a in enumerate(answers)}
+
+
+def _span_rows(rng, n):
+  """Paragraphs whose answer is the one 'good' word, capitalised and followed by punctuation."""
+  rows = []
+  for _ in range(n):
+    words = [str(w) for w in rng.choice(finetune_runs.FILLER, 7)]
+    key = str(rng.choice(finetune_runs.POSITIVE)).capitalize()
+    words.insert(int(rng.integers(1, 7)), f'{key},')
+    words[0] = words[0].capitalize()
+    rows.append((' '.join(words) + '.', [('Which word is good?', key)]))
+  return rows
+
+
+def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, tmp_path):
+  _, _, _, _, _, pretrained, _ = chain
+  rows = _span_rows(np.random.default_rng(1), 100)
+  train = _squad_file(tmp_path / 'train.json', rows[:80])
+  evaluation = _squad_file(tmp_path / 'eval.json', rows[80:])
+  workdir = tmp_path / 'span'
+  config = _finetune_config('span', pretrained, train_file=train, eval_file=evaluation)
+  config.data.max_seq_length = 32
+  config.data.max_query_length = 8
+  config.data.doc_stride = 16
+  result = job.train_and_evaluate(config, str(workdir))
+  assert {'exact_match', 'f1'} <= set(result)
+  evaluated = json.loads(_last_predictions(workdir, 'predictions.json').read_text())
+  predictor = predict.Predictor.from_workdir(workdir)
+  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  predicted = predictor.predict([{'question': qas[0][0], 'context': context}
+                                 for context, qas in rows[80:]])
+  answers = [p['answer'] for p in predicted]
+  assert answers == [evaluated[f'q{i}_0'] for i in range(20)]
+  for answer, (context, _) in zip(answers, rows[80:], strict=True):
+    # The original's characters: its capitals and spacing, no '▁' nor lower-cased pieces.
+    assert answer and answer in context and '▁' not in answer, (answer, context)
+  assert any(any(c.isupper() for c in a) for a in answers)
+
+
+def test_multiple_choice_from_a_transformers_folder_with_spiece_model(chain, tmp_path):
+  _, _, spm_model, processor, _, pretrained, _ = chain
+  # The pre-trained run as a transformers folder whose vocab is an ALBERT-style spiece.model.
+  # The weights through hf_checkpoint.save, which writes WordPiece tokenizers only: it is
+  # handed a stand-in vocab.txt of the same size, then the folder's tokenizer is spiece.model.
+  hf_dir = tmp_path / 'hf'
+  hf_dir.mkdir()
+  bundle = sources.load(str(pretrained))
+  stand_in = tmp_path / 'stand_in_vocab.txt'
+  specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+  stand_in.write_text(''.join(f'{t}\n' for t in specials + [f'w{i}' for i in range(5, VOCAB)]))
+  bundle.vocab_file = str(stand_in)
+  hf_checkpoint.save(bundle, hf_dir)
+  for name in ('vocab.txt', 'tokenizer.json'):
+    (hf_dir / name).unlink(missing_ok=True)
+  shutil.copy(spm_model, hf_dir / 'spiece.model')
+  assert init_from.vocab_file(str(hf_dir)) == str(hf_dir / 'spiece.model')
+
+  rng = np.random.default_rng(2)
+  records = []
+  for _ in range(100):
+    key = str(rng.choice(finetune_runs.POSITIVE + finetune_runs.NEGATIVE))
+    choices = [' '.join(rng.choice(finetune_runs.FILLER, 3)) for _ in range(3)]
+    label = int(rng.integers(0, 3))
+    choices[label] = f'{key} {choices[label]}'
+    records.append({'context': f'The {key} king doth speak.', 'choices': choices,
+                    'label': label})
+  for name, part in (('train.jsonl', records[:80]), ('eval.jsonl', records[80:])):
+    (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
+  workdir = tmp_path / 'choice'
+  job.train_and_evaluate(_finetune_config('multiple_choice', hf_dir,
+                                          train_file=tmp_path / 'train.jsonl',
+                                          eval_file=tmp_path / 'eval.jsonl'), str(workdir))
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert pathlib.Path(saved['data']['vocab_file']).read_bytes() == spm_model.read_bytes()
+  evaluated = [json.loads(line) for line in _last_predictions(
+      workdir, 'validation_predictions.jsonl').read_text().splitlines()]
+  predictor = predict.Predictor.from_workdir(workdir)
+  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  context = records[80]['context']
+  assert predictor.tokenizer.encode(context) == processor.encode(context.lower())
+  predicted = predictor.predict([' ||| '.join([r['context'], *r['choices']])
+                                 for r in records[80:]])
+  assert [p['choice'] for p in predicted] == [e['choice'] for e in evaluated]

@@ -32,6 +32,9 @@ ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', '
                        'layer_norm_eps')
 
 RUN_VOCAB = run_files.RUN_VOCAB
+# A transformers folder's SentencePiece model (transformers' VOCAB_FILES_NAMES for ALBERT).
+SENTENCEPIECE_MODEL = 'spiece.model'
+
 
 def lookup(config, dotted: str):
   """config's value at a dotted name, or None where it has no such field."""
@@ -156,15 +159,21 @@ def _checked_vocab(path: str, run: dict) -> str:
 
 
 def vocab_file(init_from: str) -> str | None:
-  """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt; a bertjax run's own copy
+  """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt (a transformers dir's
+  SentencePiece spiece.model where it has no vocab.txt); a bertjax run's own copy
   (<workdir>/vocab.txt), else the vocab its config.json recorded where that still exists, else
   the embedded corpus's for a pre-training run on it; else None (never a stand-in)."""
   path = os.fspath(init_from)
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     path = tf1[0]
   if is_transformers_dir(path) or tf1 is not None:
-    vocab = files.join(path, 'vocab.txt')
-    return vocab if files.exists(vocab) else None
+    # transformers' name for a SentencePiece model (ALBERT, T5): the tokenizers read it by its
+    # content (vocab_files.for_model), so it stands where vocab.txt would.
+    names = ('vocab.txt',) if tf1 is not None else ('vocab.txt', SENTENCEPIECE_MODEL)
+    for name in names:
+      if files.exists(vocab := files.join(path, name)):
+        return vocab
+    return None
   folder = run_folder(path)
   run = run_config(path)
   if folder is not None and files.isfile(files.join(folder, RUN_VOCAB)):

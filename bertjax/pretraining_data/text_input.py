@@ -158,12 +158,8 @@ class Encoder:
       self.tokenizer = vocab_files.from_files(vocab_file, spm_model_file,
                                               do_lower_case=do_lower_case, never_split=())
       vocab = self.tokenizer.vocab
-      if spm_model_file:
-        # SentencePiece marks the start of a word, WordPiece the continuation.
-        continuation = [not (t.startswith('\u2581') or t.startswith('[') or t.startswith('<'))
-                        for t in vocab]
-      else:
-        continuation = [t.startswith('##') for t in vocab]
+      # SentencePiece marks the start of a word, WordPiece the continuation.
+      continuation = vocab_files.continuation_flags(vocab, bool(spm_model_file))
     else:
       # never_split=(): '[MASK]' written in the text is text, as in the original tokenizer.
       self._fast = fast_tokenizer.FastTokenizer(vocab_file, do_lower_case, never_split=())
@@ -178,7 +174,7 @@ class Encoder:
       self._encode_fn = tf.function(encode, input_signature=[tf.TensorSpec([None], tf.string)],
                                     autograph=False)
       vocab = self.tokenizer.vocab
-      continuation = [t.startswith('##') for t in vocab]
+      continuation = vocab_files.continuation_flags(vocab, False)
     missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
     if missing:
       raise ValueError(f'the vocab has no {missing}: pre-training instances need [CLS], [SEP] '
@@ -186,7 +182,7 @@ class Encoder:
     self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]'))
     self.vocab_size = len(vocab)
     self.unk_id = vocab.get('[UNK]', vocab.get('<unk>'))
-    self.continuation = np.array(continuation, bool)
+    self.continuation = continuation
 
   def encode_batch(self, texts):
     """Ids of every text: (flat int32 ids, row splits [len(texts) + 1])."""

@@ -129,7 +129,9 @@ def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | N
   vocab_digest = files_lib.sha256(vocab_file) if vocab_file else None
   for report_path, report in file_set.reports.items():
     size, digest = report.get('vocab_size'), report.get('vocab_sha256')
-    made_with = report.get('settings', {}).get('vocab_file') or '?'
+    # The report records a WordPiece vocab as vocab_file, a SentencePiece model as spm_model_file.
+    settings = report.get('settings', {})
+    made_with = settings.get('vocab_file') or settings.get('spm_model_file') or '?'
     if size is not None and size > model_vocab_size:
       raise ValueError(
           f'the data ({report_path}) was made with a {size}-entry vocab ({made_with}) but the '

@@ -10,6 +10,15 @@ import unicodedata
 from bertjax import files
 from bertjax.text import tokenizer
 
+# SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
+WORD_START = '\u2581'
+
+
+def continues_word(piece: str) -> bool:
+  """Whether a SentencePiece piece continues the word before it: every piece but a word start
+  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>)."""
+  return not piece.startswith((WORD_START, '[', '<'))
+
 
 class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
@@ -49,8 +58,8 @@ class SentencePieceTokenizer:
     for piece in self.sp_model.EncodeAsPieces(text):
       # As ALBERT: keep a trailing comma after digits a separate piece ("9," -> "9", ",").
       if len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
-        cur = self.sp_model.EncodeAsPieces(piece[:-1].replace('\u2581', ''))
-        if piece[0] != '\u2581' and cur[0][0] == '\u2581':
+        cur = self.sp_model.EncodeAsPieces(piece[:-1].replace(WORD_START, ''))
+        if piece[0] != WORD_START and cur[0][0] == WORD_START:
           cur = [cur[0][1:]] + cur[1:] if len(cur[0]) > 1 else cur[1:]
         pieces.extend(cur + [piece[-1]])
       else:
@@ -78,3 +87,15 @@ class SentencePieceTokenizer:
   def convert_ids_to_tokens(self, ids):
     """Ids to pieces."""
     return [self.sp_model.IdToPiece(int(i)) for i in ids]
+
+  @staticmethod
+  def pieces_text(pieces) -> str:
+    """Pieces back to text in normal_form's spelling (a '▁' starts a word): what SQuAD's
+    decoding looks for in the original text (squad_answers.get_final_text)."""
+    return ' '.join(''.join(pieces).replace(WORD_START, ' ').split())
+
+  def normal_form(self, text) -> str:
+    """`text` as the pieces spell it: preprocess_text's casing and accents, then the model's
+    own normalizer (NFKC by default; it writes spaces as '▁'), words joined by single spaces."""
+    normalized = self.sp_model.normalize(self.preprocess_text(text))
+    return ' '.join(normalized.replace(WORD_START, ' ').split())

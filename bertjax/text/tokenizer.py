@@ -28,6 +28,13 @@ DEFAULT_MAX_INPUT_CHARS_PER_WORD = 200
 _CASED_FRACTION = 0.01
 # Per-word results are cached; the cache is dropped when it grows past this many words.
 _CACHE_SIZE = 1 << 20
+# WordPiece's mark of a piece that continues the word before it ('##ing').
+CONTINUATION_PREFIX = '##'
+
+
+def continues_word(piece: str) -> bool:
+  """Whether a WordPiece piece continues the word before it (whole-word masking, span text)."""
+  return piece.startswith(CONTINUATION_PREFIX)
 
 
 def convert_to_unicode(text):
@@ -287,7 +294,7 @@ class WordpieceTokenizer:
     while start < n:
       end = min(n, start + self._max_piece_chars)
       while start < end:
-        piece = word[start:end] if start == 0 else '##' + word[start:end]
+        piece = word[start:end] if start == 0 else CONTINUATION_PREFIX + word[start:end]
         if piece in self.vocab:
           break
         end -= 1
@@ -374,3 +381,16 @@ class FullTokenizer:
   def convert_ids_to_tokens(self, ids):
     """Ids to tokens; raises KeyError for an id not in the vocab."""
     return convert_by_vocab(self.inv_vocab, ids)
+
+  @staticmethod
+  def pieces_text(pieces) -> str:
+    """Pieces back to text in normal_form's spelling ('##' pieces joined to their word): what
+    SQuAD's decoding looks for in the original text (squad_answers.get_final_text)."""
+    # run_squad.py's own rule, kept to the character: a '##' anywhere is dropped.
+    text = ' '.join(pieces).replace(' ' + CONTINUATION_PREFIX, '')
+    return ' '.join(text.replace(CONTINUATION_PREFIX, '').split())
+
+  def normal_form(self, text) -> str:
+    """`text` as the tokenizer sees it before WordPiece: cleaned, cased as the model, accents
+    and punctuation split as BasicTokenizer does, words joined by single spaces."""
+    return ' '.join(BasicTokenizer(self.do_lower_case, never_split=()).tokenize(text))

@@ -12,7 +12,7 @@ from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 
 # SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
-WORD_START = '\u2581'
+WORD_START = sentencepiece_tokenizer.WORD_START
 
 
 def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwargs):
@@ -45,11 +45,11 @@ def for_model(vocab_file, do_lower_case: bool, **kwargs):
 def continuation_flags(vocab: dict, sentencepiece: bool) -> np.ndarray:
   """True per id for the pieces that continue a word (the ones whole-word masking keeps with
   the piece before): WordPiece's '##' pieces; for SentencePiece every piece but a word start
-  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>), as create_pretraining_data's."""
+  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>): the one rule of static and
+  dynamic masking."""
+  continues = (sentencepiece_tokenizer.continues_word if sentencepiece
+               else tokenizer.continues_word)
   flags = np.zeros(len(vocab), bool)
   for token, index in vocab.items():
-    if sentencepiece:
-      flags[index] = not token.startswith((WORD_START, '[', '<'))
-    else:
-      flags[index] = token.startswith('##')
+    flags[index] = continues(token)
   return flags

@@ -2,7 +2,8 @@
 
 <workdir>/config.json and eval_results.json are written whole by process 0; eval_history.json
 holds every eval's metrics by step, what early stopping counts from after a resume (checkpoints
-of older evals may be gone by then); vocab.txt is the run's own copy of its vocab.
+of older evals may be gone by then); vocab.txt is the run's own copy of its vocab (a WordPiece
+vocab or a SentencePiece model, told by its bytes).
 """
 
 import json
@@ -39,7 +40,9 @@ def write_json(path, payload: dict):
 
 
 # A run's own copy of its vocab, beside its config.json: the run reads the same wherever the
-# vocab it was given moves (interop/init_from.vocab_file reads it).
+# vocab it was given moves (interop/init_from.vocab_file reads it). A SentencePiece model is
+# kept under this name too: every reader tells the kind from the file's bytes
+# (vocab_files.for_model), so one name serves both and every existing workdir still reads.
 RUN_VOCAB = 'vocab.txt'
 
 

@@ -5,7 +5,8 @@ fine-tuned with it is only comparable to the paper's numbers if the labels and t
 the same: paragraphs split on whitespace into words, answers located by character offset, the
 wordpiece span tightened to the tokenized answer (`_improve_answer_span`), long paragraphs cut
 into overlapping windows with each token scored in the window where it has the most context, and
-predicted wordpieces projected back onto the original characters (`get_final_text`).
+predicted pieces projected back onto the original characters (`get_final_text`; WordPiece or
+SentencePiece, each tokenizer reading its own pieces back as text).
 
 Departures, each where the original would crash or silently mislabel: a training question with
 several answers trains on the first (the original raises); a training answer that is not where
@@ -173,12 +174,21 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True):
 
 
 def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
-  """Tightens a word-aligned wordpiece span to the tokenized answer ('1895' in '(1895-1943)')."""
-  tok_answer_text = ' '.join(tokenizer.tokenize(orig_answer_text))
-  for new_start in range(input_start, input_end + 1):
-    for new_end in range(input_end, new_start - 1, -1):
-      if ' '.join(doc_tokens[new_start:new_end + 1]) == tok_answer_text:
-        return new_start, new_end
+  """Tightens a word-aligned piece span to the tokenized answer ('1895' in '(1895-1943)').
+
+  The original compares pieces; where no span's pieces are the answer's, the pieces' text is
+  compared (tokenizer.pieces_text): a SentencePiece answer tokenized alone starts with '▁',
+  which '1895' after '(' does not have. For WordPiece this only tightens an answer that starts
+  inside a word, which the original leaves on its whole words.
+  """
+  answer_pieces = tokenizer.tokenize(orig_answer_text)
+  answer_text = tokenizer.pieces_text(answer_pieces)
+  for same in (lambda pieces: pieces == answer_pieces,
+               lambda pieces: answer_text and tokenizer.pieces_text(pieces) == answer_text):
+    for new_start in range(input_start, input_end + 1):
+      for new_end in range(input_end, new_start - 1, -1):
+        if same(doc_tokens[new_start:new_end + 1]):
+          return new_start, new_end
   return input_start, input_end
 
 
@@ -269,8 +279,9 @@ def convert_examples(examples, tokenizer, max_seq_length=384, doc_stride=128,
       rows['start_position'].append(start_position)
       rows['end_position'].append(end_position)
       rows['example_index'].append(example_index)
+      # The tokenizer too: it alone knows how its pieces read back as text (squad_answers).
       meta.append({'tokens': tokens, 'token_to_orig_map': token_to_orig_map,
-                   'token_is_max_context': token_is_max_context})
+                   'token_is_max_context': token_is_max_context, 'tokenizer': tokenizer})
   features = {
       key: np.asarray(rows[key], np.int32).reshape(-1, max_seq_length)
       for key in ('input_ids', 'input_mask', 'segment_ids')}

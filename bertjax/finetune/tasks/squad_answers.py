@@ -24,14 +24,19 @@ def _strip_spaces(text):
   return ''.join(chars), ns_to_s_map
 
 
-def get_final_text(pred_text, orig_text, do_lower_case):
-  """Projects de-tokenized wordpiece text back onto the original words' characters.
+def get_final_text(pred_text, orig_text, do_lower_case, normal_form=None):
+  """Projects de-tokenized piece text back onto the original words' characters.
 
-  E.g. pred 'steve smith', orig "Steve Smith's" -> 'Steve Smith'. Falls back to `orig_text`
-  when the alignment is lost (the tokenizer changed the characters' count, e.g. accents).
+  E.g. pred 'steve smith', orig "Steve Smith's" -> 'Steve Smith'. `normal_form(orig_text)`:
+  the original as the tokenizer spells it (its normal_form; default: WordPiece's
+  BasicTokenizer with `do_lower_case`, as run_squad.py). Falls back to `orig_text` when the
+  alignment is lost (the tokenizer changed the characters' count, e.g. ligatures).
   """
-  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case, never_split=())
-  tok_text = ' '.join(basic.tokenize(orig_text))
+  if normal_form is None:
+    basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case, never_split=())
+    tok_text = ' '.join(basic.tokenize(orig_text))
+  else:
+    tok_text = normal_form(orig_text)
   start = tok_text.find(pred_text)
   if start == -1:
     return orig_text
@@ -106,11 +111,13 @@ def _nbest(prelim, meta, example, *, n_best_size, do_lower_case, null_logits):
     if len(nbest) >= n_best_size:
       break
     if start > 0:
-      tok_text = ' '.join(meta[f]['tokens'][start:end + 1])
-      tok_text = ' '.join(tok_text.replace(' ##', '').replace('##', '').split())
+      # The tokenizer that made the pieces reads them back: WordPiece joins '##' pieces to
+      # their word, SentencePiece starts a word at each '▁'.
+      tok = meta[f]['tokenizer']
+      tok_text = tok.pieces_text(meta[f]['tokens'][start:end + 1])
       orig_map = meta[f]['token_to_orig_map']
       orig_text = ' '.join(example.doc_tokens[orig_map[start]:orig_map[end] + 1])
-      text = get_final_text(tok_text, orig_text, do_lower_case)
+      text = get_final_text(tok_text, orig_text, do_lower_case, tok.normal_form)
     else:
       text = ''
     if text in seen:
