@@ -79,6 +79,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from bertjax import pretrain  # noqa: E402
 from bertjax.model import encoder  # noqa: E402
+from bertjax.model import platform_defaults  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
@@ -151,11 +152,20 @@ def abstract_batch(config, batch_sharding) -> dict:
           for name, shape in shapes.items()}
 
 
+def settle_model(config, devices) -> str:
+  """config.model's 'auto' fields (attention kernel, layer scan) chosen, in place, for the
+  platform `devices` are, as the training loop chooses them at a run's start on that platform
+  (model/platform_defaults.py); returns the statement of the choice."""
+  return platform_defaults.settle(config.model, devices[0].platform)
+
+
 def compile_train_step(config, devices):
-  """(compiled train_step, mesh, abstract state) for `config` on a mesh over `devices`.
+  """(compiled train_step, mesh, abstract state) for `config` on a mesh over `devices`;
+  config.model's 'auto' fields are settled for their platform (settle_model).
 
   Raises ValueError before tracing anything when the config cannot run on that mesh.
   """
+  settle_model(config, devices)
   mesh = sharding.make_mesh(config.mesh, devices)
   train_state.check_config(config, mesh, vocab_entries=None)
   hosts = len({d.process_index for d in devices})
@@ -273,6 +283,9 @@ def main(argv):
             if hbm_bytes is None else f'{devices[0].device_kind} chips (TPU compiler, libtpu)')
   hosts = len({d.process_index for d in devices})
   print(f'target: --topology={_TOPOLOGY.value}: {len(devices)} {target}, {hosts} host(s)')
+  # 'auto' settled before anything reads the fields: the unroll and FLOP-count choices below
+  # take the layer scan the slice will run, not the string.
+  print(f'model: {settle_model(config, devices)}')
   mcfg = config.model
   print(f'config: {mcfg.size} ({mcfg.num_layers} layers, hidden {mcfg.hidden_size}, vocab '
         f'{mcfg.vocab_size}, {mcfg.dtype}, scan_layers={mcfg.scan_layers}, remat='

@@ -1,5 +1,11 @@
 """launch/aot_compile.py on the CPU fallback: 8 simulated devices (conftest), a tiny config."""
 
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
 import jax
 import pytest
 
@@ -60,3 +66,36 @@ def test_topology_names_are_checked():
     aot_compile.topology_devices('v9:4x4')
   with pytest.raises(ValueError, match='xla_force_host_platform_device_count=64'):
     aot_compile.topology_devices('cpu:64')
+
+
+@pytest.mark.parametrize('platform, layers, want', [
+    ('tpu', 12, ('xla', True)), ('tpu', 2, ('xla', False)), ('cpu', 12, ('xla', True)),
+    ('gpu', 12, ('cudnn', False))])
+def test_auto_is_settled_for_the_platform_it_compiles_for(platform, layers, want):
+  """The configs' 'auto' (a string, true in an `if`) becomes what a run on that platform gets."""
+  config = pretrain.get_config('size=tiny,seq=32,batch=16,vocab=512,dtype=bfloat16')
+  config.model.num_layers, config.model.attention_dropout_rate = layers, 0.0
+  assert (config.model.attention_impl, config.model.scan_layers) == ('auto', 'auto')
+  devices = [types.SimpleNamespace(platform=platform)] * 8
+  line = aot_compile.settle_model(config, devices)
+  assert (config.model.attention_impl, config.model.scan_layers) == want
+  assert line == (f'attention {want[0]}, layers {"scanned" if want[1] else "unrolled"}: '
+                  f'{platform.upper()} defaults')
+
+
+def test_the_command_prints_and_counts_the_settled_scan():
+  """With 'auto' settled to unrolled layers (tiny on a CPU), --count_flops has no scan to unroll:
+  XLA's count of this compile is complete (the string 'auto', true in an `if`, compiled two
+  needless copies); the lines name the settled choice, never 'auto'."""
+  repo = pathlib.Path(__file__).resolve().parents[2]
+  result = subprocess.run(
+      [sys.executable, '-m', 'launch.aot_compile', '--topology=cpu:2', '--count_flops',
+       '--config=configs/pretrain.py:size=tiny,seq=16,batch=4,vocab=256',
+       '--config.data.max_predictions_per_seq=2', '--config.mesh.data=2'],
+      cwd=repo, capture_output=True, text=True, timeout=600, check=False,
+      env={**os.environ, 'XLA_FLAGS': ''})
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = result.stdout
+  assert 'model: attention xla, layers unrolled: CPU defaults' in out, out
+  assert 'scan_layers=False' in out and 'auto' not in out, out
+  assert '(this compile)' in out and 'unrolled 1- and 2-layer copies' not in out, out
