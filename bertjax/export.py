@@ -17,6 +17,8 @@ through bertjax.files; TensorFlow's writers write into a local temporary folder.
                parallelism is cut back to the vocab file. An encoder from a
                sentence-transformers model (or a mean-pooled one) is written as one too (below).
   tf1          google-research/bert's layout: bert_config.json, bert_model.ckpt.*, vocab.txt
+               (a SentencePiece model: spiece.model beside it, as google-research/albert's
+               30k-clean.model)
                (encoders, pre-training heads, run_classifier.py and run_squad.py heads).
   saved_model  a TensorFlow SavedModel with the WordPiece tokenizer inside: serving_default
                takes raw strings (and pairs for pair tasks) and returns what the model is for.
@@ -117,7 +119,10 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
   bundle_lib.check_tokenizer(result, 'tf1')
   tf1_checkpoint.save(result, output)
   if result.vocab_file:
-    files.copy(result.vocab_file, files.join(output, 'vocab.txt'))
+    # A SentencePiece model beside the checkpoint as google-research/albert ships its
+    # 30k-clean.model (its scripts take --spm_model_file); a WordPiece vocab as vocab.txt.
+    name = (tf1_checkpoint.SENTENCEPIECE_MODEL if result.is_sentencepiece() else 'vocab.txt')
+    files.copy(result.vocab_file, files.join(output, name))
   # What google-research/bert's scripts are told by flags, kept for bertjax's importer.
   files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,

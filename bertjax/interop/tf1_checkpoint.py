@@ -29,6 +29,9 @@ from bertjax.training import kinds
 
 CONFIG_FILE = 'bert_config.json'
 CHECKPOINT_PREFIX = 'bert_model.ckpt'
+# A SentencePiece model beside the checkpoint (bertjax's export writes this name; ALBERT's own
+# releases name theirs 30k-clean.model: any one *.model is read).
+SENTENCEPIECE_MODEL = 'spiece.model'
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
 _NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
                 'current_loss_scale')
@@ -144,6 +147,19 @@ def local_checkpoint(prefix: str):
     yield os.path.join(temp, files.name(prefix))  # local temp
 
 
+def _vocab_beside(folder: str) -> str:
+  """The checkpoint's vocab.txt, else its one SentencePiece *.model; '' when it has neither."""
+  vocab = files.join(folder, 'vocab.txt')
+  if files.isfile(vocab):
+    return vocab
+  models = sorted(files.glob(files.join(folder, '*.model')))
+  if len(models) > 1:
+    raise ValueError(f'{folder} holds {len(models)} SentencePiece models '
+                     f'({", ".join(map(files.name, models))}): keep the one the checkpoint was '
+                     'trained with, or pass --vocab_file.')
+  return models[0] if models else ''
+
+
 def _do_lower_case(folder: str, vocab_file: str) -> bool:
   """From a tokenizer config beside the checkpoint if any, else from the vocab's casing (the
   original's model names say cased/uncased; the vocab says it too)."""
@@ -180,8 +196,7 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   _check_shapes(params, config, prefix, table)
   used = {theirs for theirs, _ in table.values()}
   ignored = sorted(n for n in shapes if n not in used)
-  vocab = files.join(folder, 'vocab.txt')
-  vocab_file = vocab if files.isfile(vocab) else ''
+  vocab_file = _vocab_beside(folder)
   # run_classifier.py keeps no class names: a classifier's are its class numbers.
   named = kinds.get(kind).named_labels
   num_labels = params['classifier/kernel'].shape[1] if named else 0

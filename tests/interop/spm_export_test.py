@@ -16,6 +16,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
+from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
 from bertjax.pretraining_data import embedded
 from bertjax.text import sentencepiece_tokenizer
@@ -120,7 +121,26 @@ def test_a_bpe_sentencepiece_model_is_refused_for_transformers(tmp_path):
     hf_sentencepiece.build(str(bpe), do_lower_case=True)
 
 
-@pytest.mark.parametrize('fmt', ['tf1', 'saved_model', 'sentence_transformers'])
+def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(runs, tmp_path):
+  out = export.export(runs['classify'], 'tf1', tmp_path / 'tf1')
+  assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
+  assert not (out / 'vocab.txt').exists()
+  bundle = sources.load(str(runs['classify']))
+  back = tf1_checkpoint.load(str(out))
+  assert back.vocab_file == str(out / 'spiece.model') and back.is_sentencepiece()
+  assert (back.kind, back.labels, back.do_lower_case) == ('classification', bundle.labels, True)
+  assert set(back.params) == set(bundle.params)
+  for name, value in bundle.params.items():
+    np.testing.assert_array_equal(back.params[name], value)
+  # ALBERT's own name for the file reads too; two models beside it are ambiguous.
+  (out / 'spiece.model').rename(out / '30k-clean.model')
+  assert tf1_checkpoint.load(str(out)).vocab_file == str(out / '30k-clean.model')
+  (out / 'other.model').write_bytes(runs['spm_model'].read_bytes())
+  with pytest.raises(ValueError, match='holds 2 SentencePiece models'):
+    tf1_checkpoint.load(str(out))
+
+
+@pytest.mark.parametrize('fmt', ['saved_model', 'sentence_transformers'])
 def test_a_format_without_sentencepiece_refuses(runs, fmt, tmp_path):
   with pytest.raises(ValueError, match=r'vocab .*vocab\.txt is a SentencePiece model: '
                      rf'--format={fmt} cannot yet write its tokenizer'):
