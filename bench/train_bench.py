@@ -118,8 +118,9 @@ flags.DEFINE_bool('tune_malloc', True, 'Keep large allocations mapped across ste
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak TFLOP/s of the device, for MFU (0: the '
                            "chip's known peak, or on CPU a measured matmul peak).")
 _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
-                          "bertjax's nn.scan over layers: as configs/pretrain.py sets it, or "
-                          'forced.')
+                          "bertjax's nn.scan over layers: as configs/pretrain.py sets it ('auto':"
+                          " the platform's choice, model/platform_defaults.py: unrolled on a GPU, "
+                          'scanned from 12 layers on a TPU or CPU), or forced.')
 _ATTENTION = flags.DEFINE_enum(
     'attention_impl', 'config', ['config', 'xla', 'dot_product_attention', 'cudnn'],
     "bertjax's model.attention_impl: as configs/pretrain.py sets it ('auto': the platform's "
