@@ -58,6 +58,7 @@ from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import kinds as kind_table
 
 
 class Predictor:
@@ -161,13 +162,15 @@ class Predictor:
   def _predict_classification(self, examples):
     feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
                                 self.labels)
-    return _choices(self.kind, self.labels, self._outputs(feats))
+    return kinds.get(self.kind).predictions(self.labels, self._outputs(feats), logits=True,
+                                             digits=None)
 
   _predict_regression = _predict_classification
 
   def _predict_multiple_choice(self, questions):
     feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)
-    return _choices(self.kind, self.labels, self._outputs(feats))
+    return kinds.get(self.kind).predictions(self.labels, self._outputs(feats), logits=True,
+                                             digits=None)
 
   def _predict_tagging(self, sentences):
     feats, meta = conll.convert_sentences(sentences, self.tokenizer, self.data.max_seq_length,
@@ -177,7 +180,7 @@ class Predictor:
     out = []
     for sentence, words, logits_WxC in zip(sentences, tags, _word_logits(
         logits_NxLxC, feats, meta, sentences), strict=True):
-      probs_WxC = multiple_choice.probabilities(logits_WxC)
+      probs_WxC = kind_table.probabilities(logits_WxC)
       out.append({'tokens': list(sentence.words), 'tags': words,
                   'probabilities': [_by_label(self.labels, p) for p in probs_WxC],
                   'logits': [_by_label(self.labels, x) for x in logits_WxC]})
@@ -234,21 +237,6 @@ def _by_label(labels, values) -> dict:
 
 def _float_or_none(value):
   return None if value is None else float(value)
-
-
-def _choices(kind, labels, outputs) -> list[dict]:
-  """Classification / regression / multiple-choice predictions of outputs [N, C]."""
-  outputs_NxC = np.asarray(outputs, np.float64)  # float32 logits, exactly.
-  if kind == 'regression':
-    return [{'value': float(v)} for v in outputs_NxC[:, 0]]
-  probs_NxC = multiple_choice.probabilities(outputs_NxC)
-  if kind == 'multiple_choice':
-    return [{'choice': int(np.argmax(p)), 'probabilities': [float(x) for x in p],
-             'logits': [float(x) for x in logits]}
-            for p, logits in zip(probs_NxC, outputs_NxC, strict=True)]
-  return [{'label': labels[int(np.argmax(p))], 'probabilities': _by_label(labels, p),
-           'logits': _by_label(labels, logits)}
-          for p, logits in zip(probs_NxC, outputs_NxC, strict=True)]
 
 
 def _word_logits(logits_NxLxC, features, meta, sentences) -> list[np.ndarray]:

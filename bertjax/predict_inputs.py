@@ -9,6 +9,7 @@ import json
 
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
+from bertjax.training import kinds as kind_table
 
 
 def read_inputs(lines, source: str) -> list:
@@ -48,60 +49,84 @@ def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None):
     name = type(item).__name__
     raise ValueError(f'{where} is {"an" if name[0] in "aeiou" else "a"} {name} '
                      f'({str(item)[:40]}): pass a string or a dict.')
-  if kind in ('classification', 'regression'):
-    if parts is None:
-      fields = user_data.text_fields(data.get('text_fields', 'text'))
-      for names in (fields, ('text_a', 'text_b'), ('text_a',), ('text',),
-                    ('sentence1', 'sentence2'), ('sentence',)):
-        if names[0] in item:
-          parts = [_string(where, item, names[0])]
-          if len(names) > 1 and item.get(names[1]) is not None:
-            parts.append(_string(where, item, names[1]))
-          break
-      else:
-        raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
-    if len(parts) > 2 or not all(parts):
-      raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
-    pairs = text_pairs
-    if pairs is not None and pairs != (len(parts) == 2):
-      raise ValueError(
-          f'{where}: this model was fine-tuned on text pairs: give `text_a ||| text_b`.'
-          if pairs else f'{where}: this model reads one text but was given two (`|||` or a '
-          'second field): give one; a text that holds `|||` goes as JSON {"text": ...}.')
-    return user_data.Example(where, parts[0], parts[1] if len(parts) > 1 else None, None)
-  if kind == 'span':
-    if parts is None:
-      parts = [_string(where, item, 'question'), _string(where, item, 'context')]
-    if len(parts) != 2 or not all(parts):
-      raise ValueError(f'{where}: a span model reads `question ||| context` (or JSON with '
-                       f'question and context), got {str(item)[:80]!r}.')
-    doc_tokens, _ = squad.split_paragraph(parts[1])
-    return squad.Example(where, parts[0], doc_tokens, '', -1, -1, False, [])
-  if kind == 'tagging':
-    words = item.split() if parts is not None else _tokens(where, item)
-    if not words:
-      raise ValueError(f'{where}: a tagger reads a line of words (or JSON with tokens).')
-    return user_data.Sentence(tuple(words), (labels[0],) * len(words))
-  if kind == 'multiple_choice':
-    if parts is None:
-      if 'sent1' in item:
-        context = _string(where, item, 'sent1')
-        start = _string(where, item, 'sent2', required=False)
-        choices = [f'{start} {_string(where, item, f"ending{i}")}'.strip()
-                   for i in range(len(labels))]
-      else:
-        context, choices = _string(where, item, 'context'), item.get('choices', [])
-        if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
-          raise ValueError(f'{where}: field \'choices\' must be a JSON list of strings, got '
-                           f'{json.dumps(choices)[:60]}.')
+  form = getattr(kind_table.KINDS.get(kind), 'example', None)
+  if form not in _READERS:
+    raise ValueError(f'predict does not handle kind {kind!r}.')
+  return _READERS[form](where, item, parts, labels, data, text_pairs)
+
+
+def _texts(where, item, parts, labels, data, text_pairs):
+  """A text or a pair (text_a, text_b): classification's and regression's examples."""
+  del labels
+  if parts is None:
+    fields = user_data.text_fields(data.get('text_fields', 'text'))
+    for names in (fields, ('text_a', 'text_b'), ('text_a',), ('text',),
+                  ('sentence1', 'sentence2'), ('sentence',)):
+      if names[0] in item:
+        parts = [_string(where, item, names[0])]
+        if len(names) > 1 and item.get(names[1]) is not None:
+          parts.append(_string(where, item, names[1]))
+        break
     else:
-      context, choices = parts[0], parts[1:]
-    if len(choices) != len(labels) or not context or not all(choices):
-      raise ValueError(f'{where}: this model chooses among {len(labels)}: expected '
-                       f'`context ||| choice` x {len(labels)} (or JSON context, choices), '
-                       f'got {len(choices)} choices.')
-    return user_data.Choices(where, context, tuple(choices), None)
-  raise ValueError(f'predict does not handle kind {kind!r}.')
+      raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
+  if len(parts) > 2 or not all(parts):
+    raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
+  if text_pairs is not None and text_pairs != (len(parts) == 2):
+    raise ValueError(
+        f'{where}: this model was fine-tuned on text pairs: give `text_a ||| text_b`.'
+        if text_pairs else f'{where}: this model reads one text but was given two (`|||` or a '
+        'second field): give one; a text that holds `|||` goes as JSON {"text": ...}.')
+  return user_data.Example(where, parts[0], parts[1] if len(parts) > 1 else None, None)
+
+
+def _question(where, item, parts, labels, data, text_pairs):
+  """A question and its context: a span model's example."""
+  del labels, data, text_pairs
+  if parts is None:
+    parts = [_string(where, item, 'question'), _string(where, item, 'context')]
+  if len(parts) != 2 or not all(parts):
+    raise ValueError(f'{where}: a span model reads `question ||| context` (or JSON with '
+                     f'question and context), got {str(item)[:80]!r}.')
+  doc_tokens, _ = squad.split_paragraph(parts[1])
+  return squad.Example(where, parts[0], doc_tokens, '', -1, -1, False, [])
+
+
+def _words(where, item, parts, labels, data, text_pairs):
+  """A sentence's words, each given the first tag (eval reads a tag per word; none is scored)."""
+  del data, text_pairs
+  words = item.split() if parts is not None else _tokens(where, item)
+  if not words:
+    raise ValueError(f'{where}: a tagger reads a line of words (or JSON with tokens).')
+  return user_data.Sentence(tuple(words), (labels[0],) * len(words))
+
+
+def _choices(where, item, parts, labels, data, text_pairs):
+  """A context and its choices, one per label (SWAG's sent1/sent2/endings, or context and
+  choices)."""
+  del data, text_pairs
+  if parts is None:
+    if 'sent1' in item:
+      context = _string(where, item, 'sent1')
+      start = _string(where, item, 'sent2', required=False)
+      choices = [f'{start} {_string(where, item, f"ending{i}")}'.strip()
+                 for i in range(len(labels))]
+    else:
+      context, choices = _string(where, item, 'context'), item.get('choices', [])
+      if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+        raise ValueError(f'{where}: field \'choices\' must be a JSON list of strings, got '
+                         f'{json.dumps(choices)[:60]}.')
+  else:
+    context, choices = parts[0], parts[1:]
+  if len(choices) != len(labels) or not context or not all(choices):
+    raise ValueError(f'{where}: this model chooses among {len(labels)}: expected '
+                     f'`context ||| choice` x {len(labels)} (or JSON context, choices), '
+                     f'got {len(choices)} choices.')
+  return user_data.Choices(where, context, tuple(choices), None)
+
+
+# A kind's example form (training/kinds.py Kind.example) -> (where, item, parts: the raw
+# string's `|||` parts or None for a dict, labels, data, text_pairs) -> the example.
+_READERS = {'texts': _texts, 'question': _question, 'words': _words, 'choices': _choices}
 
 
 def _json_type(value) -> str:

@@ -8,18 +8,13 @@ import pathlib
 import numpy as np
 import pytest
 
+from bertjax import predict_inputs
 from bertjax.interop import bundle
 from bertjax.interop import saved_model
 from bertjax.training import kinds
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / 'bertjax'
 TABLE = 'bertjax/training/kinds.py'
-# Modules that still branch on a kind's name, to be moved onto the table (issue 33, item 1):
-# each entry goes when its module does (the test fails on an entry that no longer branches).
-NOT_YET_MOVED = {
-    'bertjax/predict.py',  # _choices: kinds.get(kind).predictions(labels, outputs, logits=True).
-    'bertjax/predict_inputs.py',  # One example reader per kind: a table keyed by kind.
-}
 HOLDERS = {'hf': kinds.Transformers, 'tf1': kinds.Tf1, 'saved_model': kinds.Served,
            'sentence_transformers': kinds.SentenceTransformers}
 
@@ -109,11 +104,8 @@ def _package_branches() -> dict:
 
 def test_no_module_branches_on_a_kind_name_outside_the_table():
   found = _package_branches()
-  new = {name: lines for name, lines in found.items() if name not in NOT_YET_MOVED}
-  assert not new, 'look the kind up in bertjax/training/kinds.py instead:\n' + '\n'.join(
-      f'{name}:{line}' for name, lines in new.items() for line in lines)
-  moved = sorted(NOT_YET_MOVED - set(found))
-  assert not moved, f'no longer branch on a kind: take them off NOT_YET_MOVED: {moved}'
+  assert not found, 'look the kind up in bertjax/training/kinds.py instead:\n' + '\n'.join(
+      f'{name}:{line}' for name, lines in found.items() for line in lines)
 
 
 def test_the_check_sees_every_form_of_a_kind_branch(tmp_path):
@@ -162,6 +154,7 @@ def test_a_task_kind_has_everything_fine_tuning_reads(name):
   if kind.task:
     assert all(f is not None for f in fields) and kind.targets and kind.head_params, name
     assert (kind.predictions is not None) == (not kind.per_token), name
+    assert kind.example in predict_inputs._READERS, name  # predict reads its examples.
   else:  # The encoder and pre-training's heads: pretrain.py's objective trains them.
     assert all(f is None for f in fields) and kind.predictions is None, name
 
@@ -207,3 +200,19 @@ def test_predictions_rows_per_kind():
   assert short[0] == {'choice': 1, 'probabilities': [0.11, 0.79, 0.11]}
   assert kinds.get('regression').predictions((), logits_NxC[:, :1], logits=True, digits=2) == [
       {'value': 0.0}, {'value': 1.0}]
+
+
+@pytest.mark.parametrize('kind', ['encoder', 'pretraining', 'no_such_kind'])
+def test_predict_refuses_a_kind_without_task_examples(kind):
+  with pytest.raises(ValueError, match=f"predict does not handle kind '{kind}'"):
+    predict_inputs.example(0, 'a text', kind, ('a', 'b'), {}, None)
+
+
+def test_predict_reads_each_example_form_by_its_kind():
+  def read(kind, line):
+    return predict_inputs.example(0, line, kind, ('x', 'y'), {}, None)
+  for kind in ('classification', 'regression'):
+    assert (read(kind, 'a ||| b').text_a, read(kind, 'a ||| b').text_b) == ('a', 'b'), kind
+  assert read('span', 'who ||| a context').question_text == 'who'
+  assert read('tagging', 'who ||| a context').words == ('who', '|||', 'a', 'context')
+  assert read('multiple_choice', 'who ||| a ||| b').choices == ('a', 'b')

@@ -43,9 +43,6 @@ def convert(questions, tokenizer, max_seq_length) -> dict[str, np.ndarray]:
           'example_index': np.arange(num, dtype=np.int32), 'label': label}
 
 
-probabilities = kind_table.probabilities  # predict.py's name for it, until it calls the table.
-
-
 def evaluate(logits_NxC, questions) -> dict[str, float]:
   gold = np.array([q.label for q in questions])
   return {'accuracy': metrics.accuracy(np.argmax(logits_NxC, -1), gold)}
