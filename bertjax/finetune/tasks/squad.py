@@ -24,6 +24,7 @@ from absl import logging
 import numpy as np
 
 from bertjax import files
+from bertjax.text import sentencepiece_tokenizer
 
 # Characters that separate words of a paragraph (the original's list, incl. narrow no-break space).
 _WHITESPACE = frozenset(' \t\r\n\u202f')
@@ -176,15 +177,17 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True):
 def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
   """Tightens a word-aligned piece span to the tokenized answer ('1895' in '(1895-1943)').
 
-  The original compares pieces; where no span's pieces are the answer's, the pieces' text is
-  compared (tokenizer.pieces_text): a SentencePiece answer tokenized alone starts with '▁',
-  which '1895' after '(' does not have. For WordPiece this only tightens an answer that starts
-  inside a word, which the original leaves on its whole words.
+  The original compares pieces, and WordPiece keeps exactly that (its labels are the paper's).
+  A SentencePiece answer tokenized alone starts with '▁', which '1895' after '(' does not
+  have: where no span's pieces are the answer's, its pieces' text is compared
+  (tokenizer.pieces_text).
   """
   answer_pieces = tokenizer.tokenize(orig_answer_text)
   answer_text = tokenizer.pieces_text(answer_pieces)
-  for same in (lambda pieces: pieces == answer_pieces,
-               lambda pieces: answer_text and tokenizer.pieces_text(pieces) == answer_text):
+  passes = [lambda pieces: pieces == answer_pieces]
+  if isinstance(tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer):
+    passes.append(lambda pieces: answer_text and tokenizer.pieces_text(pieces) == answer_text)
+  for same in passes:
     for new_start in range(input_start, input_end + 1):
       for new_end in range(input_end, new_start - 1, -1):
         if same(doc_tokens[new_start:new_end + 1]):

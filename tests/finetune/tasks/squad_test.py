@@ -221,6 +221,17 @@ def test_each_token_is_predicted_only_from_its_most_centred_window(tok):
     assert predictions == {'q': expected}
 
 
+def test_answer_span_is_tightened_as_the_original_does(tok):
+  # run_squad.py's rule: the span shrinks to the answer's own wordpieces ('1895' inside
+  # '(1895-1943)'); an answer that starts inside a word ('boarding' in 'snowboarding': 'snow',
+  # '##boarding') keeps the whole word, as there the pieces differ.
+  doc = tok.tokenize('(1895-1943)')
+  assert squad._improve_answer_span(doc, 0, len(doc) - 1, tok, '1895') == (1, 1)
+  doc = tok.tokenize('snowboarding')
+  assert doc == ['snow', '##boarding']
+  assert squad._improve_answer_span(doc, 0, 1, tok, 'boarding') == (0, 1)
+
+
 def test_get_final_text_projects_onto_original_characters():
   assert squad_answers.get_final_text('steve smith', "Steve Smith's", True) == 'Steve Smith'
   assert squad_answers.get_final_text('1882', '1882,', True) == '1882'
