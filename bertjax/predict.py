@@ -138,7 +138,8 @@ class Predictor:
     # Raw input -> the examples evaluation reads.
     examples = [predict_inputs.example(i, x, self.kind, self.labels, self.data,
                                        self.run.get('text_pairs')) for i, x in enumerate(inputs)]
-    return getattr(self, f'_predict_{self.kind}')(examples)
+    # By the example form (Kind.example): a new kind of an existing form needs no method.
+    return getattr(self, f'_predict_{kinds.get(self.kind).example}')(examples)
 
   # -------------------------------------------------------------------------------------------
   # Features -> outputs, in batches of fixed shape (one compilation).
@@ -159,20 +160,18 @@ class Predictor:
       outputs.append(out[:min(size, n - start)])
     return np.concatenate(outputs)
 
-  def _predict_classification(self, examples):
+  def _predict_texts(self, examples):
     feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
                                 self.labels)
     return kinds.get(self.kind).predictions(self.labels, self._outputs(feats), logits=True,
                                              digits=None)
 
-  _predict_regression = _predict_classification
-
-  def _predict_multiple_choice(self, questions):
+  def _predict_choices(self, questions):
     feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)
     return kinds.get(self.kind).predictions(self.labels, self._outputs(feats), logits=True,
                                              digits=None)
 
-  def _predict_tagging(self, sentences):
+  def _predict_words(self, sentences):
     feats, meta = conll.convert_sentences(sentences, self.tokenizer, self.data.max_seq_length,
                                           self.labels)
     logits_NxLxC = self._outputs(feats)
@@ -186,7 +185,7 @@ class Predictor:
                   'logits': [_by_label(self.labels, x) for x in logits_WxC]})
     return out
 
-  def _predict_span(self, examples):
+  def _predict_question(self, examples):
     data = self.data
     feats, meta = squad.convert_examples(
         examples, self.tokenizer, max_seq_length=data.max_seq_length,
@@ -208,19 +207,15 @@ class Predictor:
     return out
 
 
-# What the command line writes of predict()'s fields, per kind: its JSON lines as before the
-# Python API gave logits (probabilities and scores rounded to 6 decimals: a person reads them,
-# and eval's prediction files round the same way).
-_LINE_FIELDS = {'classification': ('label', 'probabilities'), 'regression': ('value',),
-                'multiple_choice': ('choice', 'probabilities'), 'tagging': ('tokens', 'tags'),
-                'span': ('answer', 'score')}
+# The command line writes a kind's Kind.line_fields of predict()'s, probabilities and scores
+# rounded to 6 decimals: a person reads them, and eval's prediction files round the same way.
 _ROUNDED = ('probabilities', 'score')
 
 
 def jsonl_row(kind: str, prediction: dict) -> dict:
   """The command line's output line of one predict() result."""
   return {name: _rounded(prediction[name]) if name in _ROUNDED else prediction[name]
-          for name in _LINE_FIELDS[kind]}
+          for name in kinds.get(kind).line_fields}
 
 
 def _rounded(value):

@@ -90,7 +90,9 @@ class Kind:
   example of the task is, as predict reads it (predict_inputs.py): 'texts' (a text, or a pair
   text_a and text_b: a run records which it trained on, config.json's text_pairs, and predict
   refuses the other), 'question' (a question and its context), 'words' (a sentence's words),
-  'choices' (a context and its choices); None: no task examples.
+  'choices' (a context and its choices); None: no task examples. line_fields: the fields of a
+  prediction that predict's command line writes (its JSON lines as before the Python API gave
+  logits).
 
   Formats (FORMATS): each is its holder (Transformers, Tf1, Served, SentenceTransformers) or a
   string saying why the format cannot hold the kind."""
@@ -115,6 +117,7 @@ class Kind:
   scored: bool = False
   predictions: Callable[..., list] | None = None
   example: str | None = None
+  line_fields: tuple[str, ...] = ()
 
   @property
   def task(self) -> bool:
@@ -278,7 +281,7 @@ KINDS = {
         targets=('label',), loss_weight=_example_weight,
         decode=lambda logits_NxC: np.argmax(logits_NxC, -1), packable=True,
         outputs=lambda num_labels: num_labels, pooled=True, named_labels=True,
-        predictions=_class_rows, example='texts'),
+        predictions=_class_rows, example='texts', line_fields=('label', 'probabilities')),
     'regression': Kind(
         head_params=('classifier/',),
         hf=Transformers('BertForSequenceClassification', _frozen(_HF_CLASSIFIER),
@@ -293,7 +296,7 @@ KINDS = {
         targets=('label',), loss_weight=_example_weight,
         decode=lambda scores_Nx1: scores_Nx1[..., 0], packable=True,
         outputs=lambda num_labels: 1, pooled=True, scored=True, predictions=_value_rows,
-        example='texts'),
+        example='texts', line_fields=('value',)),
     'span': Kind(
         head_params=('qa_outputs/',),
         hf=Transformers('BertForQuestionAnswering', _frozen(_HF_SPAN), pooler=False),
@@ -310,7 +313,7 @@ KINDS = {
             batch['example_weight']),
         targets=('start_position', 'end_position'), loss_weight=_example_weight,
         decode=lambda logits_NxLx2: logits_NxLx2, per_token=True,
-        outputs=lambda num_labels: 2, example='question'),
+        outputs=lambda num_labels: 2, example='question', line_fields=('answer', 'score')),
     'tagging': Kind(
         head_params=('classifier/',),
         hf=Transformers('BertForTokenClassification', _frozen(_HF_CLASSIFIER), pooler=False),
@@ -325,7 +328,8 @@ KINDS = {
         targets=('label_ids', 'label_weights'), loss_weight=_label_weight,
         decode=lambda logits_NxLxC: np.argmax(logits_NxLxC, -1), per_token=True,
         token_targets=('label_ids', 'label_weights'), packable=True,
-        outputs=lambda num_labels: num_labels, named_labels=True, example='words'),
+        outputs=lambda num_labels: num_labels, named_labels=True, example='words',
+        line_fields=('tokens', 'tags')),
     # num_labels is the number of choices per question; inputs are [B, C, L]. One score per
     # [CLS] context [SEP] choice [SEP].
     'multiple_choice': Kind(
@@ -341,7 +345,7 @@ KINDS = {
         targets=('label',), loss_weight=_example_weight,
         decode=lambda logits_NxC: np.argmax(logits_NxC, -1), choices=True,
         outputs=lambda num_labels: 1, pooled=True, predictions=_choice_rows,
-        example='choices'),
+        example='choices', line_fields=('choice', 'probabilities')),
 }
 
 

@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from bertjax import predict
 from bertjax import predict_inputs
 from bertjax.interop import bundle
 from bertjax.interop import saved_model
@@ -155,6 +156,7 @@ def test_a_task_kind_has_everything_fine_tuning_reads(name):
     assert all(f is not None for f in fields) and kind.targets and kind.head_params, name
     assert (kind.predictions is not None) == (not kind.per_token), name
     assert kind.example in predict_inputs._READERS, name  # predict reads its examples.
+    assert hasattr(predict.Predictor, f'_predict_{kind.example}') and kind.line_fields, name
   else:  # The encoder and pre-training's heads: pretrain.py's objective trains them.
     assert all(f is None for f in fields) and kind.predictions is None, name
 
