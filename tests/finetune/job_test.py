@@ -13,6 +13,7 @@ import finetune_runs
 import flax
 import glue_files
 import jax
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 from safetensors import numpy as st_numpy

@@ -2,6 +2,7 @@
 
 import flax.linen as nn
 import jax
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 

@@ -15,6 +15,7 @@ import time
 
 import export_test
 import hf_checkpoint_test
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 from safetensors import numpy as st_numpy

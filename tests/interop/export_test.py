@@ -10,6 +10,7 @@ from flax import traverse_util
 import flax.linen as nn
 import hf_checkpoint_test
 import jax
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 from safetensors import numpy as st_numpy

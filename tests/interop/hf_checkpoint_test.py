@@ -5,6 +5,7 @@ import pathlib
 import shutil
 
 import jax
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 import torch

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import export_test
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 

@@ -7,6 +7,7 @@ import json
 import export_test
 import finetune_runs
 from flax import traverse_util
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pretrain_runs
 import pytest

@@ -9,6 +9,7 @@ import json
 import shutil
 
 import hf_checkpoint_test
+from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
 import torch
