@@ -159,18 +159,19 @@ def _checked_vocab(path: str, run: dict) -> str:
 
 
 def vocab_file(init_from: str) -> str | None:
-  """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt (a transformers dir's
-  SentencePiece spiece.model where it has no vocab.txt); a bertjax run's own copy
-  (<workdir>/vocab.txt), else the vocab its config.json recorded where that still exists, else
-  the embedded corpus's for a pre-training run on it; else None (never a stand-in)."""
+  """The vocab of a checkpoint: a transformers or TF1 dir's vocab.txt, else its SentencePiece
+  model (a transformers dir's spiece.model; a TF1 dir's one *.model, as tf1_checkpoint reads it:
+  two are refused); a bertjax run's own copy (<workdir>/vocab.txt), else the vocab its
+  config.json recorded where that still exists, else the embedded corpus's for a pre-training
+  run on it; else None (never a stand-in)."""
   path = os.fspath(init_from)
   if (tf1 := tf1_checkpoint.find(path)) is not None:
-    path = tf1[0]
-  if is_transformers_dir(path) or tf1 is not None:
+    # The importer's own rule, so fine-tuning reads the tokenizer that export and predict read.
+    return tf1_checkpoint.vocab_beside(tf1[0]) or None
+  if is_transformers_dir(path):
     # transformers' name for a SentencePiece model (ALBERT, T5): the tokenizers read it by its
     # content (vocab_files.for_model), so it stands where vocab.txt would.
-    names = ('vocab.txt',) if tf1 is not None else ('vocab.txt', SENTENCEPIECE_MODEL)
-    for name in names:
+    for name in ('vocab.txt', SENTENCEPIECE_MODEL):
       if files.exists(vocab := files.join(path, name)):
         return vocab
     return None

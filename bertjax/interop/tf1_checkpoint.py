@@ -147,7 +147,7 @@ def local_checkpoint(prefix: str):
     yield os.path.join(temp, files.name(prefix))  # local temp
 
 
-def _vocab_beside(folder: str) -> str:
+def vocab_beside(folder: str) -> str:
   """The checkpoint's vocab.txt, else its one SentencePiece *.model; '' when it has neither."""
   vocab = files.join(folder, 'vocab.txt')
   if files.isfile(vocab):
@@ -196,7 +196,7 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   _check_shapes(params, config, prefix, table)
   used = {theirs for theirs, _ in table.values()}
   ignored = sorted(n for n in shapes if n not in used)
-  vocab_file = _vocab_beside(folder)
+  vocab_file = vocab_beside(folder)
   # run_classifier.py keeps no class names: a classifier's are its class numbers.
   named = kinds.get(kind).named_labels
   num_labels = params['classifier/kernel'].shape[1] if named else 0

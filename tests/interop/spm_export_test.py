@@ -15,6 +15,7 @@ import transformers
 from bertjax import export
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_sentencepiece
+from bertjax.interop import init_from
 from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
@@ -152,3 +153,39 @@ def test_a_format_without_sentencepiece_refuses(runs, fmt, tmp_path):
     with pytest.raises(ValueError, match='SentencePiece model'):
       sentence_transformers.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
     assert not (tmp_path / 'direct').exists()
+
+
+def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, tmp_path):
+  hf = export.export(runs['classify'], 'hf', tmp_path / 'hf')
+  bundle = sources.load(str(runs['classify']))
+  back = sources.load(str(hf))
+  assert back.vocab_file == str(hf / 'spiece.model') and back.is_sentencepiece()
+  # From the transformers folder on, as from the run: export reads its vocab and casing.
+  out = export.export(str(hf), 'tf1', tmp_path / 'tf1')
+  assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
+  again = tf1_checkpoint.load(str(out))
+  assert (again.kind, again.labels, again.do_lower_case) == ('classification', bundle.labels, True)
+  assert set(again.params) == set(bundle.params)
+  for name, value in bundle.params.items():
+    np.testing.assert_array_equal(again.params[name], value)
+  ours = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
+  theirs = vocab_files.for_model(again.vocab_file, again.do_lower_case)
+  for text in ODD_TEXTS + runs['texts']:
+    assert theirs.encode(text) == ours.encode(text), text
+
+
+def test_fine_tuning_from_the_tf1_export_equals_fine_tuning_from_the_run(runs, tmp_path):
+  tf1 = export.export(runs['pretrained'], 'tf1', tmp_path / 'tf1')
+  assert init_from.vocab_file(str(tf1)) == str(tf1 / 'spiece.model')
+  classify, _ = spm_runs.classifier(tf1, tmp_path / 'finetune', epochs=1)
+  ours, theirs = sources.load(str(runs['classify'])), sources.load(str(classify))
+  assert theirs.is_sentencepiece() and theirs.labels == ours.labels
+  # The same encoder and tokenizer, the same data and seed: the same fine-tuned weights.
+  for name, value in ours.params.items():
+    np.testing.assert_allclose(theirs.params[name], value, atol=1e-6, rtol=0, err_msg=name)
+  # ALBERT's file name reads too; two models beside the checkpoint are ambiguous.
+  (tf1 / 'spiece.model').rename(tf1 / '30k-clean.model')
+  assert init_from.vocab_file(str(tf1)) == str(tf1 / '30k-clean.model')
+  (tf1 / 'other.model').write_bytes(runs['spm_model'].read_bytes())
+  with pytest.raises(ValueError, match='holds 2 SentencePiece models'):
+    init_from.vocab_file(str(tf1))
