@@ -2,6 +2,8 @@
 a GPU run unrolls them (model/platform_defaults.py), so continued pre-training loads stacked
 (nn.scan) layers into per-layer ones and back, every value unchanged."""
 
+import json
+
 import flax
 import flax.linen as nn
 import jax
@@ -9,7 +11,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+import safetensors
 
+from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import layouts
 from bertjax.model import encoder
@@ -97,3 +101,19 @@ def test_another_depth_is_refused_by_its_shapes_in_either_layout(tmp_path, mesh)
   abstract, shardings = abstract_params(model_config(False), mesh)  # 3 layers, unrolled.
   with pytest.raises(ValueError, match=r'lacks \d+ parameters .*layers_2/'):
     init_from.load_params(base, abstract, shardings)
+
+
+def test_a_transformers_bert_loads_into_scanned_layers(minilm_dir, mesh):
+  """What a TPU or CPU run of base (scanned by default) continues from: per-layer tensors."""
+  cfg = hf_checkpoint.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
+  cfg.scan_layers = True
+  abstract, shardings = abstract_params(cfg, mesh)
+  params, unused = init_from.load_params(str(minilm_dir), abstract, shardings)
+  assert unused == []
+  got = flat(params)
+  with safetensors.safe_open(str(minilm_dir / 'model.safetensors'), 'np') as f:
+    for i in (0, 5):
+      np.testing.assert_array_equal(
+          got['bert/layers/mlp/intermediate/kernel'][i],
+          f.get_tensor(f'encoder.layer.{i}.intermediate.dense.weight').T)
+  assert got['bert/layers/mlp/intermediate/kernel'].shape[0] == 6
