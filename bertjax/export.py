@@ -27,6 +27,7 @@ through bertjax.files; TensorFlow's writers write into a local temporary folder.
                (a source's own, or --normalize), and a sequence-level head (classification,
                regression, multiple choice; mean- or [CLS]-pooled) as Dense layers, so that
                encode(texts) returns its logits ((text_a, text_b) tuples for pair tasks).
+               A SentencePiece model's tokenizer is written as for hf (AlbertTokenizer's).
 
 The output is written into a hidden folder beside DIR and renamed into place when complete, so a
 crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only

@@ -16,7 +16,7 @@ from bertjax import export
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import init_from
-from bertjax.interop import sentence_transformers
+from bertjax.interop import saved_model
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
@@ -142,17 +142,15 @@ def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(run
     tf1_checkpoint.load(str(out))
 
 
-@pytest.mark.parametrize('fmt', ['saved_model', 'sentence_transformers'])
-def test_a_format_without_sentencepiece_refuses(runs, fmt, tmp_path):
+def test_saved_model_refuses_until_it_holds_the_sentencepiece_tokenizer(runs, tmp_path):
   with pytest.raises(ValueError, match=r'vocab .*vocab\.txt is a SentencePiece model: '
-                     rf'--format={fmt} cannot yet write its tokenizer'):
-    export.export(runs['classify'], fmt, tmp_path / 'out')
+                     '--format=saved_model cannot yet write its tokenizer'):
+    export.export(runs['classify'], 'saved_model', tmp_path / 'out')
   assert not (tmp_path / 'out').exists()
   # The writer itself refuses too (a library caller skips export's checks).
-  if fmt == 'sentence_transformers':
-    with pytest.raises(ValueError, match='SentencePiece model'):
-      sentence_transformers.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
-    assert not (tmp_path / 'direct').exists()
+  with pytest.raises(ValueError, match='SentencePiece model'):
+    saved_model.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
+  assert not (tmp_path / 'direct').exists()
 
 
 def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, tmp_path):
@@ -189,3 +187,28 @@ def test_fine_tuning_from_the_tf1_export_equals_fine_tuning_from_the_run(runs, t
   (tf1 / 'other.model').write_bytes(runs['spm_model'].read_bytes())
   with pytest.raises(ValueError, match='holds 2 SentencePiece models'):
     init_from.vocab_file(str(tf1))
+
+
+def test_sentence_transformers_encodes_the_pretraining_run_as_bertjax(runs, tmp_path):
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  out = export.export(runs['pretrained'], 'sentence_transformers', tmp_path / 'st')
+  assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
+  model = SentenceTransformer(str(out), device='cpu')
+  assert type(model.tokenizer).__name__.startswith('AlbertTokenizer')
+  result = sources.load(str(runs['pretrained']))
+  ours = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
+  texts = ODD_TEXTS + runs['texts'][:4]
+  rows = [[ours.vocab['[CLS]'], *ours.encode(t)[:spm_runs.SEQ - 2], ours.vocab['[SEP]']]
+          for t in texts]
+  width = max(map(len, rows))
+  batch = {'input_ids': np.array([r + [0] * (width - len(r)) for r in rows], np.int32),
+           'input_mask': np.array([[1] * len(r) + [0] * (width - len(r)) for r in rows],
+                                  np.int32)}
+  batch['segment_ids'] = np.zeros_like(batch['input_ids'])
+  for text, row in zip(texts, rows, strict=True):  # Its own tokenization gives bertjax's ids.
+    assert model.tokenize([text])['input_ids'][0].tolist() == row, text
+  np.testing.assert_allclose(model.encode(texts),
+                             saved_model.numpy_outputs(result, batch)['mean_pooled_output'],
+                             atol=1e-5, rtol=0)
+  back = sources.load(str(out))
+  assert back.is_sentencepiece() and back.pooling == 'mean' and back.embedding
