@@ -28,6 +28,7 @@ from bertjax.text import vocab_files
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
+from bertjax.training import progress
 from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
@@ -219,7 +220,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Pre-trains per `config`, writing checkpoints and TensorBoard logs to `workdir`.
 
   Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks; the
-  console's last line is the run's summary (loop.summary).
+  console's last line is the run's summary (progress.summary).
   """
   start = time.perf_counter()
   config_check.check(config)  # Before any data is read or anything compiled.
@@ -228,7 +229,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
     outcome = _train_and_evaluate(config, workdir)
-  loop.summary('pretrain', time.perf_counter() - start, outcome, workdir,
+  progress.summary('pretrain', time.perf_counter() - start, outcome, workdir,
                main_metric=BEST_METRIC)
   return outcome.eval_metrics
 
@@ -248,7 +249,7 @@ class PhasedEvaluator:
     return {}
 
 
-def _train_and_evaluate(config, workdir: str) -> loop.Outcome:
+def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)

@@ -40,6 +40,7 @@ from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
+from bertjax.training import progress
 from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
@@ -218,13 +219,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
       ('eval results', files.join(workdir, 'eval_results.json')),
       ('predictions', files.join(workdir, 'predictions', f'step_{outcome.eval_step}' if (
           not outcome.early_stopped) else f'step_{outcome.best_step}'))]
-  loop.summary('finetune', time.perf_counter() - start, outcome, workdir,
+  progress.summary('finetune', time.perf_counter() - start, outcome, workdir,
                main_metric=main_metric, outputs=outputs,
                metrics=[('skipped examples', skipped)] if skipped else [])
   return outcome.eval_metrics | {'skipped': skipped}
 
 
-def _train_and_evaluate(config, workdir: str) -> tuple[loop.Outcome, str, int]:
+def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, int]:
   """(how the loop ended, the task's main metric, the examples skipped)."""
   s = setup(config, workdir)
   cfg, task = s.config, s.task

@@ -28,16 +28,15 @@ import flax.linen as nn
 import jax
 import ml_collections
 
-from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.model import encoder
 from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import event_writer
-from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
+from bertjax.training import progress as progress_lib
 from bertjax.training import run_files
 from bertjax.training import sharding
 from bertjax.training import train_state
@@ -85,47 +84,6 @@ class Job:
   early_stopping_patience: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-  """How a run ended: what `summary` reports."""
-
-  eval_metrics: dict  # The last eval's; {} when none ran (a finished run's eval_results.json).
-  step: int  # The step it ended at, its last checkpoint.
-  total_steps: int
-  train_loss: float | None  # Mean loss of the steps logged last; None: this call trained none.
-  eval_step: int | None  # The step of eval_metrics (None: no eval).
-  stopped: str = ''  # Why it ended before total_steps by design (preemption); '' = it did not.
-  # The step its evals ranked best and its value of best_metric (None: no best kept, no eval).
-  best_step: int | None = None
-  best: tuple = ()  # (metric, value) of best_step.
-  early_stopped: bool = False  # Stopped by early stopping (best_step is what it hands on).
-
-
-def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_metric: str,
-            outputs=(), metrics=()):
-  """Prints the run's last console line (process 0 only): how it ended, its step and train
-  loss, the last eval's metrics (`main_metric` first, the loss last), `metrics`, `outputs`
-  (what, where), its checkpoints and TensorBoard folder. The job calls it once its saves are
-  done and its workdir released."""
-  if jax.process_index() > 0:
-    return
-  done = ('' if outcome.train_loss is not None or outcome.step < outcome.total_steps
-          else ' (reached before: nothing to do)')
-  shown = [('step', f'{outcome.step}/{outcome.total_steps}{done}')]
-  if outcome.train_loss is not None:
-    shown.append(('train loss', outcome.train_loss))
-  results = outcome.eval_metrics
-  names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
-  shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
-  if outcome.best_step is not None:
-    shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g})'))
-  outputs = [*outputs,
-             ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
-             ('TensorBoard', workdir)]
-  console.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
-                  outputs=outputs)
-
-
 class _Preemption:
   """SIGTERM (a preempted VM) asks for a save and a clean exit at the next step boundary.
 
@@ -153,67 +111,6 @@ class _Preemption:
   def close(self):
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
-
-
-def format_duration(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
-
-
-class _Progress:
-  """The progress line and the train/ scalars: rates count training time only."""
-
-  def __init__(self, config, job: Job, writer, start_step: int):
-    self._config, self._job, self._writer = config, job, writer
-    self._peak = perf.peak_flops_per_device(config.peak_tflops)
-    if self._peak is None:
-      logging.info('no MFU: the peak FLOP/s of a %r device is not known; set '
-                   '--config.peak_tflops=<TFLOP/s per device> to see it',
-                   jax.devices()[0].device_kind)
-    self._timer = (time.perf_counter(), start_step)
-    self.checked_step = start_step  # Last step whose loss and grads were checked finite.
-    self.last_loss = None  # The mean train loss of the steps logged last.
-
-  def restart_timer(self, step: int):
-    self._timer = (time.perf_counter(), step)
-
-  def log(self, step: int, pending: list):
-    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them."""
-    means = losses.host_means(pending)
-    if means['nonfinite']:
-      raise FloatingPointError(
-          f'loss or gradients became NaN/Inf between steps {self.checked_step + 1} and {step} '
-          f'(grad_norm {means["grad_norm"]}); nothing after step {self.checked_step} was '
-          'saved: lower the learning rate or resume with more warmup.')
-    self.checked_step = step
-    self.last_loss = float(means['loss'])
-    cfg = self._config
-    now = time.perf_counter()
-    steps_per_sec = (step - self._timer[1]) / max(now - self._timer[0], 1e-9)
-    self._timer = (now, step)
-    seq_per_sec = steps_per_sec * cfg.global_batch_size
-    tokens, flops = self._job.sequence_cost(step - 1)
-    real = means.pop('real_tokens', None)  # Per step (perf.real_tokens); None: no input_mask.
-    scalars = {f'train/{k}': v for k, v in means.items() if k != 'nonfinite'}
-    scalars |= {'train/sequences_per_sec': seq_per_sec,
-                'train/tokens_per_sec': seq_per_sec * tokens}
-    utilisation = perf.mfu(seq_per_sec, flops, jax.device_count(), self._peak)
-    share = None if real is None else real / (cfg.global_batch_size * tokens)
-    if share is not None:
-      scalars |= {'train/real_tokens_per_sec': steps_per_sec * real,
-                  'train/real_token_share': share}
-    if utilisation is not None:
-      scalars['train/mfu'] = utilisation
-      if share is not None:
-        scalars['train/real_mfu'] = utilisation * share
-    self._writer.write_scalars(step, scalars)
-    logging.info('step %d/%d%s | %.2f steps/s, %.1f seq/s%s%s, ETA %s', step,
-                 cfg.num_train_steps, self._job.describe(step, means), steps_per_sec,
-                 seq_per_sec, '' if share is None else
-                 f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
-                 '' if utilisation is None else f', MFU {utilisation:.1%}' + (
-                     '' if share is None else f' (real {utilisation * share:.1%})'),
-                 format_duration((cfg.num_train_steps - step) / max(steps_per_sec, 1e-9)))
 
 
 def _write_config(config, workdir, writer, resumed_at: int | None):
@@ -349,17 +246,18 @@ def _best_of(history: dict, metric: str, mode: str) -> dict:
                                            best=(metric, history[best_step][metric]))
 
 
-def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str, best: dict) -> Outcome:
+def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
+                   best: dict) -> progress_lib.Outcome:
   """The Outcome of a run resumed at its end, or after it stopped early: its recorded eval."""
   logging.info('already at step %d of %d: nothing to do%s', step, total_steps,
                f' (stopped {stopped})' if stopped else ' (raise num_train_steps to go on)')
   # A finished run's last eval is its last step's (the loop always evaluates there).
   results = _read_json(files.join(workdir, 'eval_results.json')) or {}
-  return Outcome(results, step, total_steps, None, step if results else None, stopped,
-                 early_stopped=bool(stopped), **best)
+  return progress_lib.Outcome(results, step, total_steps, None, step if results else None,
+                              stopped, early_stopped=bool(stopped), **best)
 
 
-def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcome:
+def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progress_lib.Outcome:
   """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
   tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
   optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
@@ -396,7 +294,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
-  progress = _Progress(config, job, writer, start_step)
+  progress = progress_lib.Progress(config, job, writer, start_step)
   preemption = _Preemption(mngr)
   evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
   done = start_step
@@ -457,5 +355,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> Outcom
     writer.close()
   if eval_metrics:
     run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
-  return Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step, stopped,
-                 early_stopped=stopped.startswith('early'), **best_of(history))
+  return progress_lib.Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step,
+                              stopped, early_stopped=stopped.startswith('early'),
+                              **best_of(history))

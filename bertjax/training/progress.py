@@ -1,0 +1,117 @@
+"""What a run tells its user: the progress line and train/ scalars while it trains (rates,
+ETA, MFU over padded and real tokens, the NaN check), and its summary line when it ends.
+"""
+
+import dataclasses
+import time
+
+from absl import logging
+import jax
+
+from bertjax import console
+from bertjax import files
+from bertjax.training import losses
+from bertjax.training import perf
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """How a run ended: what `summary` reports."""
+
+  eval_metrics: dict  # The last eval's; {} when none ran (a finished run's eval_results.json).
+  step: int  # The step it ended at, its last checkpoint.
+  total_steps: int
+  train_loss: float | None  # Mean loss of the steps logged last; None: this call trained none.
+  eval_step: int | None  # The step of eval_metrics (None: no eval).
+  stopped: str = ''  # Why it ended before total_steps by design (preemption); '' = it did not.
+  # The step its evals ranked best and its value of best_metric (None: no best kept, no eval).
+  best_step: int | None = None
+  best: tuple = ()  # (metric, value) of best_step.
+  early_stopped: bool = False  # Stopped by early stopping (best_step is what it hands on).
+
+
+def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_metric: str,
+            outputs=(), metrics=()):
+  """Prints the run's last console line (process 0 only): how it ended, its step and train
+  loss, the last eval's metrics (`main_metric` first, the loss last), `metrics`, `outputs`
+  (what, where), its checkpoints and TensorBoard folder. The job calls it once its saves are
+  done and its workdir released."""
+  if jax.process_index() > 0:
+    return
+  done = ('' if outcome.train_loss is not None or outcome.step < outcome.total_steps
+          else ' (reached before: nothing to do)')
+  shown = [('step', f'{outcome.step}/{outcome.total_steps}{done}')]
+  if outcome.train_loss is not None:
+    shown.append(('train loss', outcome.train_loss))
+  results = outcome.eval_metrics
+  names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
+  shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
+  if outcome.best_step is not None:
+    shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g})'))
+  outputs = [*outputs,
+             ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
+             ('TensorBoard', workdir)]
+  console.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
+                  outputs=outputs)
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+class Progress:
+  """The progress line and the train/ scalars: rates count training time only."""
+
+  def __init__(self, config, job, writer, start_step: int):
+    # job: the loop's Job (its describe and sequence_cost).
+    self._config, self._job, self._writer = config, job, writer
+    self._peak = perf.peak_flops_per_device(config.peak_tflops)
+    if self._peak is None:
+      logging.info('no MFU: the peak FLOP/s of a %r device is not known; set '
+                   '--config.peak_tflops=<TFLOP/s per device> to see it',
+                   jax.devices()[0].device_kind)
+    self._timer = (time.perf_counter(), start_step)
+    self.checked_step = start_step  # Last step whose loss and grads were checked finite.
+    self.last_loss = None  # The mean train loss of the steps logged last.
+
+  def restart_timer(self, step: int):
+    self._timer = (time.perf_counter(), step)
+
+  def log(self, step: int, pending: list):
+    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them."""
+    means = losses.host_means(pending)
+    if means['nonfinite']:
+      raise FloatingPointError(
+          f'loss or gradients became NaN/Inf between steps {self.checked_step + 1} and {step} '
+          f'(grad_norm {means["grad_norm"]}); nothing after step {self.checked_step} was '
+          'saved: lower the learning rate or resume with more warmup.')
+    self.checked_step = step
+    self.last_loss = float(means['loss'])
+    cfg = self._config
+    now = time.perf_counter()
+    steps_per_sec = (step - self._timer[1]) / max(now - self._timer[0], 1e-9)
+    self._timer = (now, step)
+    seq_per_sec = steps_per_sec * cfg.global_batch_size
+    tokens, flops = self._job.sequence_cost(step - 1)
+    real = means.pop('real_tokens', None)  # Per step (perf.real_tokens); None: no input_mask.
+    scalars = {f'train/{k}': v for k, v in means.items() if k != 'nonfinite'}
+    scalars |= {'train/sequences_per_sec': seq_per_sec,
+                'train/tokens_per_sec': seq_per_sec * tokens}
+    utilisation = perf.mfu(seq_per_sec, flops, jax.device_count(), self._peak)
+    share = None if real is None else real / (cfg.global_batch_size * tokens)
+    if share is not None:
+      scalars |= {'train/real_tokens_per_sec': steps_per_sec * real,
+                  'train/real_token_share': share}
+    if utilisation is not None:
+      scalars['train/mfu'] = utilisation
+      if share is not None:
+        scalars['train/real_mfu'] = utilisation * share
+    self._writer.write_scalars(step, scalars)
+    logging.info('step %d/%d%s | %.2f steps/s, %.1f seq/s%s%s, ETA %s', step,
+                 cfg.num_train_steps, self._job.describe(step, means), steps_per_sec,
+                 seq_per_sec, '' if share is None else
+                 f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
+                 '' if utilisation is None else f', MFU {utilisation:.1%}' + (
+                     '' if share is None else f' (real {utilisation * share:.1%})'),
+                 format_duration((cfg.num_train_steps - step) / max(steps_per_sec, 1e-9)))
