@@ -49,27 +49,30 @@ def _glue(name: str) -> tuple[str, ...]:
   return tuple(names)
 
 
+# Task name -> its eval's metric names (GLUE's tasks are read from glue.TASKS instead).
+_BY_TASK = {
+    'classification': lambda: _CLASSIFICATION,
+    'bbc': lambda: _CLASSIFICATION,
+    'wordnet': lambda: _CLASSIFICATION,
+    'regression': lambda: _REGRESSION,
+    'multiple_choice': lambda: ('accuracy',),  # multiple_choice.evaluate.
+    'swag': lambda: ('accuracy',),
+    'tagging': _tagging,
+    'conll2003': _tagging,
+    'squad_v1': lambda: _squad(False),
+    'squad_v2': lambda: _squad(True),
+    # v1.1 or v2.0 scoring, by the user's file.
+    'span': lambda: tuple(dict.fromkeys(_squad(False) + _squad(True))),
+}
+
+
 def of_task(task: str) -> tuple[str, ...] | None:
   """The metric names an eval of `task` can report (its loss first); None for a task not
   known here (an unknown task is refused by the config itself)."""
-  if task in ('classification', 'bbc', 'wordnet'):
-    names = _CLASSIFICATION
-  elif task == 'regression':
-    names = _REGRESSION
-  elif task in ('multiple_choice', 'swag'):
-    names = ('accuracy',)  # multiple_choice.evaluate.
-  elif task in ('tagging', 'conll2003'):
-    names = _tagging()
-  elif task == 'squad_v1':
-    names = _squad(False)
-  elif task == 'squad_v2':
-    names = _squad(True)
-  elif task == 'span':  # v1.1 or v2.0 scoring, by the user's file.
-    names = tuple(dict.fromkeys(_squad(False) + _squad(True)))
-  else:
-    # Only now GLUE's module (it imports JAX): every other task is known without it.
-    from bertjax.finetune.tasks import glue  # pylint: disable=g-import-not-at-top
-    if task not in glue.TASKS:
-      return None
-    names = _glue(task)
-  return (LOSS, *names)
+  if task in _BY_TASK:
+    return (LOSS, *_BY_TASK[task]())
+  # Only now GLUE's module (it imports JAX): every other task is known without it.
+  from bertjax.finetune.tasks import glue  # pylint: disable=g-import-not-at-top
+  if task not in glue.TASKS:
+    return None
+  return (LOSS, *_glue(task))
