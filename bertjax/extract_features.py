@@ -110,12 +110,8 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
     # absl::InitializeLog) held back, shown if the import fails or at --verbosity=1.
     with console.stderr_held():
       fast_tokenizer.import_tf()
-  if bert_config_file:
-    model = tf1_checkpoint.load(init, config_file=bert_config_file)
-    if vocab_file:
-      model.vocab_file = vocab_file
-  else:
-    model = sources.load(checkpoint_reader.step_path(init, step), vocab_file=vocab_file)
+  # The one loader (any source, the run's step, the original's separate bert_config.json).
+  model = sources.load(init, vocab_file=vocab_file, step=step, bert_config_file=bert_config_file)
   if do_lower_case is not None:
     model.do_lower_case = do_lower_case
   if not model.vocab_file:

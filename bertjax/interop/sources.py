@@ -36,9 +36,17 @@ def format_of(path) -> str:
   return 'bertjax'
 
 
-def load(path, vocab_file: str = '', do_lower_case: bool | None = None) -> bundle_lib.Bundle:
-  """The model at `path`; vocab_file / do_lower_case override what the source says."""
-  result = _READERS[format_of(path)](path)
+def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=None,
+         bert_config_file: str = '') -> bundle_lib.Bundle:
+  """The model at `path`: THE loader of a checkpoint for reading (export, extract_features,
+  embed, predict). `step`: a bertjax run's checkpoint ('best', 'latest' or None, a number);
+  vocab_file / do_lower_case override what the source says; bert_config_file: a TF1
+  checkpoint's config kept apart from it (the original extract_features' flags)."""
+  if bert_config_file:
+    result = tf1_checkpoint.load(path, config_file=bert_config_file)
+  else:
+    path = checkpoint_reader.step_path(path, step)
+    result = _READERS[format_of(path)](path)
   if vocab_file:
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
