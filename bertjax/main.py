@@ -28,6 +28,7 @@ if __name__ == '__main__':
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from bertjax import accelerators  # noqa: E402
+from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
 from bertjax import malloc_tuning  # noqa: E402
@@ -146,7 +147,7 @@ def parse_flags(argv):
           file=sys.stderr)
     sys.exit(1)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    message = config_check.config_field_error(argv) or f'{type(e).__name__}: {e}'
+    message = config_args.config_field_error(argv) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
     sys.exit(1)
 

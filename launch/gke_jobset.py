@@ -31,7 +31,7 @@ from absl import app
 from absl import flags
 import yaml
 
-from bertjax import config_check
+from bertjax import config_args
 from launch import cloud
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).
@@ -215,7 +215,7 @@ def main(argv):
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
-    config_check.check_args(argv[1:])
+    config_args.check_args(argv[1:])
     check_output(pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)

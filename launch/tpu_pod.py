@@ -35,7 +35,7 @@ from absl import app
 from absl import flags
 
 import bertjax
-from bertjax import config_check
+from bertjax import config_args
 from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.
@@ -178,7 +178,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
   check(tpu, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
-  config_check.check_args(main_args)
+  config_args.check_args(main_args)
   if aot_check:
     run(aot_command(tpu, main_args))
   wheel = ''

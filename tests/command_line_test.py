@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bertjax import config_check
+from bertjax import config_args
 from launch import tpu_pod
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -216,7 +216,7 @@ def test_the_gke_launcher_checks_the_config_before_writing_or_applying(tmp_path)
 
 
 def test_check_args_is_what_the_launchers_use():
-  assert tpu_pod.config_check is config_check
+  assert tpu_pod.config_args is config_args
 
 
 def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir):

@@ -20,7 +20,8 @@ STAGES = (
     ('training',),
     ('interop',),
     ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
-    ('pretrain', 'finetune', 'config_check'),  # config_check: the jobs' configs, at their start.
+    # config_check: the jobs' configs, at their start; config_args: a job's command line, checked.
+    ('pretrain', 'finetune', 'config_check', 'config_args'),
     ('predict', 'predict_inputs', 'embed', 'extract_features', 'export'),
     ('main',),
 )

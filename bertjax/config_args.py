@@ -1,0 +1,125 @@
+"""A job's command line (--config=FILE[:ARG] and --config.X=V) loaded as bertjax.main loads it.
+
+Where a job is launched (launch/tpu_pod.py, launch/gke_jobset.py) its config is loaded as
+bertjax.main's --config flag loads it, then config_check.check()ed, before anything is booked;
+a mistyped, renamed or replaced field is named with its closest valid names or its new name
+(bertjax.main shows the same line for a flag it cannot parse).
+"""
+
+import os
+
+from bertjax import config_check
+from bertjax.pretraining_data import masking
+
+
+def _field_names(config, prefix='') -> list[str]:
+  names = []
+  for key, value in config.items():
+    names.append(prefix + key)
+    if hasattr(value, 'items'):
+      names.extend(_field_names(value, f'{prefix}{key}.'))
+  return names
+
+
+# Fields that were renamed (removed under their old name): pre-training's checkpoint.init_from,
+# fine-tuning's init, feature extraction's checkpoint.
+RENAMED_FIELDS = {'checkpoint.init_from': 'init_from', 'init': 'init_from',
+                  'checkpoint': 'init_from'}
+# Fields replaced by a field of another kind: (what to pass instead, what the new field holds).
+REPLACED_FIELDS = {'data.whole_word_masking': (
+    'data.masking=whole_word', f'data.masking is one of {", ".join(masking.STRATEGIES)}')}
+
+
+def unknown_field(config, args) -> str | None:
+  """'unknown config field X; closest valid names: ...' for the first --config.X in `args` that
+  `config` lacks, else None."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  names = _field_names(config)
+  for arg in args:
+    if arg.startswith('--config.'):
+      field = arg[len('--config.'):].split('=', 1)[0]
+      if field in REPLACED_FIELDS and field not in names:
+        replacement, holds = REPLACED_FIELDS[field]
+        return f'config.{field} was replaced: use --config.{replacement} (in {arg}; {holds}).'
+      if field in RENAMED_FIELDS and field not in names:
+        return (f'config.{field} was renamed: use --config.{RENAMED_FIELDS[field]} (in {arg}; '
+                'the same field in every job).')
+      if field not in names:
+        close = difflib.get_close_matches(field, names, n=3, cutoff=0.5)
+        listed = (f'closest valid names: {", ".join(close)}' if close else
+                  f'valid top-level fields: {", ".join(sorted(n for n in names if "." not in n))}')
+        return f'unknown config field {field!r} (in {arg}); {listed}'
+  return None
+
+
+def load_config(spec: str):
+  """The ConfigDict of `--config=path.py[:arg]`, loaded as config_flags does."""
+  path, _, arg = spec.partition(':')
+  return _load_config_file(path, arg)
+
+
+def config_field_error(argv) -> str | None:
+  """'unknown config field X; closest valid names: ...' for a mistyped --config.X in bertjax.main's
+  `argv`, else None (also when its --config does not load: the original error is shown then)."""
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  if spec is None:
+    return None
+  try:
+    config = load_config(spec)
+  except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
+    return None
+  return unknown_field(config, argv)
+
+
+def check_args(main_args) -> object:
+  """Loads the config of bertjax.main's `main_args` (--config=FILE[:ARG] and --config.X=V, as
+  its --config flag does) and checks it; returns the ConfigDict. Raises ValueError with one line
+  for a missing --config, a file that does not load, an unknown field, a value of the wrong
+  type or out of range."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_args = [a for a in main_args if a == '--config' or a.startswith(('--config=',
+                                                                           '--config.'))]
+  spec = next((a.split('=', 1)[1] for a in config_args if a.startswith('--config=')), None)
+  if not spec:
+    raise ValueError('the job has no --config=configs/<file>.py[:args]: pass bertjax.main\'s '
+                     'flags after --, e.g. -- --config=configs/pretrain.py:size=base')
+
+  def parse(args):
+    values = flags.FlagValues()
+    argv = ['bertjax.main', *args]
+    holder = config_flags.DEFINE_config_file('config', None, '', flag_values=values,
+                                             lock_config=True, sys_argv=argv)
+    values(argv)
+    return holder.value
+
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):  # local: config_flags imports it
+    raise ValueError(f'--config={spec}: no config file {path!r} (from {os.getcwd()}); the '
+                     'configs are configs/pretrain.py, configs/finetune.py, configs/embed.py')
+  try:
+    base = _load_config_file(path, arg)
+  except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
+    raise ValueError(f'--config={spec} does not load: {_one_line(e)}') from None
+  if (unknown := unknown_field(base, config_args)) is not None:
+    raise ValueError(unknown)
+  try:
+    config = parse(config_args)
+  except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
+    raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
+  config_check.check(config)
+  return config
+
+
+def _load_config_file(path: str, arg: str):
+  """get_config(arg) of a config file, as config_flags calls it (its own errors unwrapped)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _one_line(error: BaseException) -> str:
+  text = ' '.join(str(error).split())
+  return f'{type(error).__name__}: {text}' if text else type(error).__name__

@@ -1,0 +1,60 @@
+"""A job's command line loaded as bertjax.main loads it (bertjax/config_args.py): the launchers'
+check, and the one line for a mistyped, renamed or replaced field."""
+
+import pathlib
+
+import pytest
+
+from bertjax import config_args
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_a_launch_command_line_is_checked_as_bertjax_main_loads_it(monkeypatch):
+  monkeypatch.chdir(REPO)
+  config = config_args.check_args(['--config=configs/pretrain.py:size=base,vocab=30522',
+                                    '--config.data.train_files=gs://b/train-*', '--workdir=x'])
+  assert config.data.train_files == 'gs://b/train-*'
+  cases = [
+      (['--workdir=gs://b/r'], 'the job has no --config='),
+      (['--config=configs/pretrain.py', '--config.optimizer.learning_rat=1'],
+       "unknown config field 'optimizer.learning_rat' (in --config.optimizer.learning_rat=1); "
+       'closest valid names: optimizer.learning_rate'),
+      (['--config=configs/pretrain.py:size=huge'], "does not load: ValueError: unknown size "
+       "'huge'"),
+      (['--config=configs/nope.py'], "no config file 'configs/nope.py'"),
+      (['--config=configs/pretrain.py', '--config.global_batch_size=abc'],
+       'flag --config.global_batch_size=abc'),
+      (['--config=configs/pretrain.py', '--config.global_batch_size=-8'],
+       'config.global_batch_size=-8: must be > 0'),
+  ]
+  for args, message in cases:
+    with pytest.raises(ValueError) as e:
+      config_args.check_args(args)
+    assert message in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize('old, config_file', [('checkpoint.init_from', 'pretrain'),
+                                              ('init', 'finetune'), ('checkpoint', 'embed')])
+def test_a_renamed_start_from_field_is_refused_naming_init_from(old, config_file):
+  config = config_args.load_config(f'{REPO}/configs/{config_file}.py')
+  message = config_args.unknown_field(config, [f'--config.{old}=/runs/pre'])
+  assert message == (f'config.{old} was renamed: use --config.init_from (in '
+                     f'--config.{old}=/runs/pre; the same field in every job).')
+
+
+def test_the_whole_word_bool_is_refused_naming_data_masking():
+  config = config_args.load_config(f'{REPO}/configs/pretrain.py')
+  message = config_args.unknown_field(config, ['--config.data.whole_word_masking=True'])
+  assert message == ('config.data.whole_word_masking was replaced: use '
+                     '--config.data.masking=whole_word (in --config.data.whole_word_masking=True; '
+                     'data.masking is one of wordpiece, whole_word, ngram, span).')
+
+
+def test_config_field_error_names_a_mistyped_field_of_main_s_argv():
+  argv = ['bertjax.main', f'--config={REPO}/configs/pretrain.py',
+          '--config.optimizer.learning_rat=1']
+  assert "unknown config field 'optimizer.learning_rat'" in config_args.config_field_error(argv)
+  assert config_args.config_field_error(argv[:2]) is None  # Every field known.
+  # A config that does not load: None, so that main shows the original error.
+  assert config_args.config_field_error(['bertjax.main', '--config=/nowhere.py', argv[2]]) is None
