@@ -35,6 +35,7 @@ from bertjax import paths
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 
@@ -109,7 +110,7 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
   out = []
   for start in range(0, len(sentences), batch_size):
     batch = encode(tok, sentences[start:start + batch_size], max_seq_length)
-    encoder.check_inputs(model_config, **batch)
+    encoder_config.check_inputs(model_config, **batch)
     out.append(np.asarray(pooled(params, batch)))
   return np.concatenate(out)
 
@@ -159,8 +160,8 @@ class Embedder:
       logging.info('imported %s: %s-pooled%s, %d tokens at most', source,
                    pooling or (model.pooling if model.embedding else 'mean'),
                    ', normalised' if model.normalize else '', model.max_seq_length)
-    model_config = encoder.default_config(**{**model.config, 'scan_layers': False,
-                                             'dtype': dtype})
+    model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
+                                                    'dtype': dtype})
     params = traverse_util.unflatten_dict(
         {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
     # A plain BERT folder (no sentence-transformers modules): mean-pooled, not normalised, as

@@ -37,6 +37,7 @@ from bertjax import paths
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
 from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
@@ -84,7 +85,7 @@ def hidden_states_fn(config):
   per-layer params (a Bundle's; return_hidden_states needs the layers unrolled)."""
   # A recorded kernel this platform cannot run (a GPU run's cudnn on a CPU) becomes its own.
   model = encoder.BertEncoder(platform_defaults.for_inference(
-      encoder.default_config(**config), jax.default_backend(), saved_scan=False))
+      encoder_config.default_config(**config), jax.default_backend(), saved_scan=False))
 
   @jax.jit
   def fn(params, batch):

@@ -7,7 +7,7 @@ file accepts and their defaults are given by the file itself.
 
 import ml_collections
 
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.training import sharding
 
 # layers, hidden, heads, mlp (intermediate). tiny..medium are the compact BERTs of Turc et al.
@@ -59,8 +59,8 @@ def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
   layers on); a value given here or on the command line is kept."""
   if size not in SIZES:
     raise ValueError(f'unknown model size {size!r}; valid sizes: {", ".join(SIZES)}.')
-  return encoder.default_config(size=size, **{'attention_impl': 'auto', 'scan_layers': 'auto',
-                                              **SIZES[size], **overrides})
+  return encoder_config.default_config(
+      size=size, **{'attention_impl': 'auto', 'scan_layers': 'auto', **SIZES[size], **overrides})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from bertjax import extract_features
 from bertjax import predict
 from bertjax.finetune import kinds
 from bertjax.interop import init_from
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
@@ -30,7 +30,7 @@ SENTENCES = ['the king doth speak of love', 'my heart and death and grief', 'o b
 
 def recorded(**fields) -> ml_collections.ConfigDict:
   """A model block as a run's config.json records it (settled: no 'auto')."""
-  return ml_collections.ConfigDict(encoder.default_config(**{
+  return ml_collections.ConfigDict(encoder_config.default_config(**{
       'num_layers': 2, 'hidden_size': 64, 'num_heads': 4, 'mlp_dim': 128, 'dtype': 'bfloat16',
       **fields}).to_dict())
 
@@ -41,7 +41,7 @@ def test_a_gpu_runs_cudnn_becomes_the_platforms_kernel_where_it_cannot_run(platf
     got = platform_defaults.for_inference(recorded(attention_impl='cudnn', scan_layers=scan),
                                           platform)
     assert (got.attention_impl, got.scan_layers) == (kernel, scan)
-    encoder.check_config(got)
+    encoder_config.check_config(got)
 
 
 def test_a_kernel_that_runs_here_is_kept_and_splash_only_on_a_tpu():
@@ -148,8 +148,8 @@ def test_embed_of_a_gpu_recorded_config_equals_the_xla_one(gpu_recorded_run):
   run = init_from.run_config(copy)
   encoder_params = checkpoint_reader.read(copy).params['bert']
   tok = vocab_files.for_model(init_from.vocab_file(copy), True)
-  vectors = [embed.embed_sentences(encoder.default_config(**{**run['model'],
-                                                             'attention_impl': kernel}),
+  vectors = [embed.embed_sentences(encoder_config.default_config(**{**run['model'],
+                                                                    'attention_impl': kernel}),
                                    encoder_params, tok, SENTENCES, max_seq_length=16)
              for kernel in ('cudnn', 'xla')]
   assert vectors[0].shape == (len(SENTENCES), run['model']['hidden_size'])

@@ -45,7 +45,7 @@ def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
 
 @dataclasses.dataclass
 class Bundle:
-  config: dict  # The encoder's architecture (encoder.default_config fields).
+  config: dict  # The encoder's architecture (encoder_config.default_config fields).
   params: dict  # Flat, unscanned, float32 numpy: 'bert/...', and the head's.
   kind: str  # One of training/kinds.KINDS.
   vocab_file: str  # '' when the source has none beside it.

@@ -27,6 +27,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import layouts
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.text import tokenizer
 from bertjax.training import kinds
@@ -78,7 +79,7 @@ def config_from_hf(hf_config: dict, **overrides):
       initializer_range=hf_config.get('initializer_range', 0.02),
   )
   fields.update(overrides)
-  return encoder.default_config(size='imported', **fields)
+  return encoder_config.default_config(size='imported', **fields)
 
 
 def _read_state_dict(directory: str) -> dict:

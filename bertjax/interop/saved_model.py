@@ -30,6 +30,7 @@ import numpy as np
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.text import fast_tokenizer
 from bertjax.text import tokenizer
 from bertjax.training import kinds
@@ -63,9 +64,9 @@ def _params_tree(result: bundle_lib.Bundle) -> dict:
 def jax_function(result: bundle_lib.Bundle):
   """(params, input_ids, input_mask, segment_ids) -> dict of outputs, in float32."""
   act = result.config['hidden_act']
-  cfg = encoder.default_config(**{**result.config, 'dtype': 'float32', 'scan_layers': False,
-                                  'attention_impl': 'xla', 'remat_policy': 'none',
-                                  'hidden_act': 'gelu_rational' if act == 'gelu' else act})
+  cfg = encoder_config.default_config(**{**result.config, 'dtype': 'float32', 'scan_layers': False,
+                                         'attention_impl': 'xla', 'remat_policy': 'none',
+                                         'hidden_act': 'gelu_rational' if act == 'gelu' else act})
   module = _module(result, cfg)
   compute = _served(result).compute
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.training import checkpoint
 from bertjax.training import sharding
 
@@ -53,7 +53,7 @@ class Objective:
 def check_config(config, mesh, vocab_entries: int | None):
   """Raises before anything is compiled when the config cannot run on this mesh and data."""
   mcfg = config.model
-  encoder.check_config(mcfg)
+  encoder_config.check_config(mcfg)
   rules = sharding.parse_rules(config.mesh.rules)
   dp = sharding.data_parallel_size(mesh, rules)
   k = config.grad_accum_steps

@@ -22,6 +22,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sources
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.text import tokenizer
 
@@ -43,8 +44,9 @@ def load_reporting(cls, directory):
 
 def random_bundle(kind, minilm_dir, num_labels=3):
   """A small random model of `kind`, as bertjax's own module initialises it."""
-  cfg = encoder.default_config(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
-                               mlp_dim=64, max_position_embeddings=64, nsp=kind != 'masked_lm')
+  cfg = encoder_config.default_config(vocab_size=30522, hidden_size=32, num_layers=2,
+                                      num_heads=4, mlp_dim=64, max_position_embeddings=64,
+                                      nsp=kind != 'masked_lm')
   module = {'encoder': encoder.BertEncoder(cfg), 'pretraining': heads.BertForPreTraining(cfg),
             'masked_lm': heads.BertForPreTraining(cfg),
             'classification': heads.BertForSequenceClassification(cfg, num_labels),
@@ -143,7 +145,7 @@ def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(fine_t
   ours_tok = tokenizer.FullTokenizer(result.vocab_file, do_lower_case=True)
   assert batch['input_ids'][0][1:int(batch['input_mask'][0].sum()) - 1].tolist() == \
       ours_tok.encode(sentences[0])
-  cfg = encoder.default_config(**result.config)
+  cfg = encoder_config.default_config(**result.config)
   module = heads.BertForSequenceClassification(cfg, 2)
   tree = traverse_util.unflatten_dict(result.params, sep='/')  # Unscanned, as cfg.
   ours = np.asarray(module.apply({'params': tree}, **batch))
@@ -233,7 +235,7 @@ def test_the_command_line_writes_tf1_that_imports_back_exactly(minilm_dir, tmp_p
 
 def test_transformers_loads_a_multiple_choice_model_with_equal_scores(minilm_dir, tmp_path):
   _, params, result = random_bundle('classification', minilm_dir, num_labels=1)
-  module = heads.BertForMultipleChoice(encoder.default_config(**result.config))
+  module = heads.BertForMultipleChoice(encoder_config.default_config(**result.config))
   result.kind, result.labels = 'multiple_choice', ('0', '1', '2')
   hf_checkpoint.save(result, tmp_path)
   ref = load_reporting(transformers.BertForMultipleChoice, tmp_path)

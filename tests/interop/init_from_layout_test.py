@@ -16,7 +16,7 @@ import safetensors
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import layouts
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.training import checkpoint
 from bertjax.training import sharding
@@ -31,9 +31,9 @@ class State:
 
 
 def model_config(scan_layers: bool, num_layers: int = 3):
-  return encoder.default_config(num_layers=num_layers, hidden_size=32, num_heads=2, mlp_dim=64,
-                                vocab_size=128, max_position_embeddings=SEQ,
-                                scan_layers=scan_layers)
+  return encoder_config.default_config(num_layers=num_layers, hidden_size=32, num_heads=2,
+                                       mlp_dim=64, vocab_size=128, max_position_embeddings=SEQ,
+                                       scan_layers=scan_layers)
 
 
 def abstract_params(config, mesh):

@@ -21,7 +21,7 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import saved_model
 from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 
 GOLDEN = saved_model_test.GOLDEN
@@ -146,7 +146,7 @@ def mean_pooled_classifier(minilm_dir, tmp_path_factory):
 
 def logits_of(result, batch, pooling=None):
   """The bertjax module's logits of a Bundle's sequence-level head."""
-  cfg = encoder.default_config(**result.config)
+  cfg = encoder_config.default_config(**result.config)
   pooling = pooling or result.pooling
   if result.kind == 'multiple_choice':
     module = heads.BertForMultipleChoice(cfg, pooling)

@@ -19,7 +19,7 @@ from bertjax.interop import init_from
 from bertjax.interop import saved_model
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.pretraining_data import embedded
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import vocab_files
@@ -44,8 +44,8 @@ def runs(tmp_path_factory):
 
 def bertjax_outputs(bundle, batch):
   """bertjax's own head outputs (a classifier's logits) for a batch, in float32."""
-  cfg = encoder.default_config(**{**bundle.config, 'dtype': 'float32', 'scan_layers': False,
-                                  'attention_impl': 'xla', 'remat_policy': 'none'})
+  cfg = encoder_config.default_config(**{**bundle.config, 'dtype': 'float32', 'scan_layers': False,
+                                         'attention_impl': 'xla', 'remat_policy': 'none'})
   module = kinds.get(bundle.kind).head(cfg, len(bundle.labels), bundle.pooling)
   params = traverse_util.unflatten_dict(bundle.params, sep='/')
   return np.asarray(module.apply({'params': params}, batch['input_ids'], batch['input_mask'],

@@ -18,6 +18,7 @@ import transformers
 from bertjax.interop import init_from
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.text import fast_tokenizer
 
@@ -109,7 +110,7 @@ def test_tf1_import_matches_transformers(minilm_dir, minilm_tf1):
   result = tf1_checkpoint.load(folder)
   assert result.kind == 'encoder' and result.do_lower_case
   assert set(result.ignored) >= {'global_step', 'bert/embeddings/word_embeddings/adam_m'}
-  cfg = encoder.default_config(**result.config)
+  cfg = encoder_config.default_config(**result.config)
   batch = hf_checkpoint_test.hf_batch(minilm_dir, SENTENCES, SENTENCES[::-1])
   tree = init_from.read_params(folder, with_heads=False)['bert']
   seq, pooled = encoder.BertEncoder(cfg).apply({'params': tree}, **batch)
@@ -132,7 +133,7 @@ def test_tf1_import_with_heads_matches_transformers_pretraining(minilm_dir, tmp_
                                config.to_dict(), minilm_dir / 'vocab.txt')
   result = tf1_checkpoint.load(folder)
   assert result.kind == 'pretraining'
-  cfg = encoder.default_config(**result.config)
+  cfg = encoder_config.default_config(**result.config)
   tree = init_from.read_params(folder, with_heads=True)
   batch = hf_checkpoint_test.hf_batch(minilm_dir, SENTENCES, SENTENCES[::-1])
   positions = np.tile(np.arange(1, 6, dtype=np.int32), (len(SENTENCES), 1))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bertjax.model import attention
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.training import sharding
 
@@ -112,8 +112,8 @@ def test_cudnn_kernel_equals_xla_on_gpu(rows):
 
 
 def model_config(impl='xla'):
-  return encoder.default_config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2,
-                                mlp_dim=64, max_position_embeddings=L, attention_impl=impl)
+  return encoder_config.default_config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2,
+                                       mlp_dim=64, max_position_embeddings=L, attention_impl=impl)
 
 
 def model_setup():

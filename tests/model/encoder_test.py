@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from configs import common
 
@@ -244,14 +245,14 @@ def test_dropout_is_active_in_training_only():
 def test_check_inputs_rejects_out_of_range_ids():
   cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64)
   ids = np.zeros((2, 8), np.int32)
-  encoder.check_inputs(cfg, ids, np.zeros_like(ids), np.ones_like(ids))
+  encoder_config.check_inputs(cfg, ids, np.zeros_like(ids), np.ones_like(ids))
   ids[1, 3] = 500
   with pytest.raises(ValueError, match=r'token id 500 at position \(1, 3\) is outside'):
-    encoder.check_inputs(cfg, ids)
+    encoder_config.check_inputs(cfg, ids)
   with pytest.raises(ValueError, match='exceeds max_position_embeddings 64'):
-    encoder.check_inputs(cfg, np.zeros((1, 65), np.int32))
+    encoder_config.check_inputs(cfg, np.zeros((1, 65), np.int32))
   with pytest.raises(ValueError, match='segment id 2'):
-    encoder.check_inputs(cfg, np.zeros((1, 4), np.int32), np.full((1, 4), 2))
+    encoder_config.check_inputs(cfg, np.zeros((1, 4), np.int32), np.full((1, 4), 2))
 
 
 def test_config_validation():

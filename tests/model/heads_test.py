@@ -7,7 +7,7 @@ from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, n
 import numpy as np
 import pytest
 
-from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 
 
@@ -33,8 +33,8 @@ def test_tied_logits_gradients_equal_autodiff():
 def test_packed_sequence_classification_equals_one_per_row(pooling):
   """Examples packed into rows (instance ids, instance_starts) give each example's logits as
   one per row does (fp32), [CLS] or mean pooled: attention, positions and pooling per example."""
-  cfg = encoder.default_config(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
-                               mlp_dim=64, max_position_embeddings=32)
+  cfg = encoder_config.default_config(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                                      mlp_dim=64, max_position_embeddings=32)
   model = heads.BertForSequenceClassification(cfg, 3, pooling)
   rng = np.random.default_rng(0)
   lengths = [(9, 4), (5, 2), (12, 6), (3, 1), (7, 7)]  # (tokens, first segment-1 token).

@@ -22,6 +22,7 @@ import pytest
 from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
 from configs import common
 from configs import finetune as finetune_config
@@ -101,9 +102,9 @@ def test_auto_never_gives_a_config_the_encoder_refuses():
       (True, False)):
     config = common.model_config(size, dtype=dtype, attention_dropout_rate=rate)
     resolved, _ = platform_defaults.resolve(config, platform, training=training)
-    encoder.check_config(resolved)
+    encoder_config.check_config(resolved)
     assert isinstance(resolved.scan_layers, bool)
-    assert resolved.attention_impl in encoder.ATTENTION_IMPLS
+    assert resolved.attention_impl in encoder_config.ATTENTION_IMPLS
     if resolved.attention_impl != 'xla':  # The fused kernels: no dropout, bf16 (cuDNN).
       assert (platform, dtype, resolved.attention_impl) == ('gpu', 'bfloat16', 'cudnn')
       assert rate == 0 or not training
@@ -151,10 +152,10 @@ def test_command_line_values_parse_and_win(monkeypatch):
   assert model.scan_layers == 'auto'
   with pytest.raises(ValueError, match="model.scan_layers='yes' is unknown; valid: True, False, "
                      'auto'):
-    encoder.check_config(common.model_config('tiny', scan_layers='yes'))
+    encoder_config.check_config(common.model_config('tiny', scan_layers='yes'))
   with pytest.raises(ValueError, match="model.attention_impl='flash' is unknown; valid: xla, "
                      'dot_product_attention, cudnn, splash, auto'):
-    encoder.check_config(common.model_config('tiny', attention_impl='flash'))
+    encoder_config.check_config(common.model_config('tiny', attention_impl='flash'))
 
 
 def test_a_model_built_outside_a_run_resolves_auto_for_its_platform():

@@ -8,6 +8,7 @@ import pytest
 
 from bertjax import pretrain
 from bertjax.model import encoder
+from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.records import packing
 from bertjax.training import losses
@@ -66,8 +67,8 @@ def where_packed(unpacked):
 
 @pytest.fixture(scope='module')
 def model():
-  cfg = encoder.default_config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
-                               mlp_dim=64, max_position_embeddings=64)
+  cfg = encoder_config.default_config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
+                                      mlp_dim=64, max_position_embeddings=64)
   module = heads.BertForPreTraining(cfg)
   params = nn.unbox(module.init(jax.random.key(0), **heads.dummy_batch(1, SEQ, PREDICTIONS))
                     ['params'])
