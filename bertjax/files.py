@@ -13,11 +13,12 @@ Object stores have no rename and no folders: an atomic write there is one object
 object appears whole or not at all); `makedirs` is a no-op; a "folder" exists when an object
 lies under it. Transient errors (timeouts, 429, 5xx) are retried with backoff by the client
 library (gcsfs: 6 tries); what still fails is reported in one line naming the URL as given.
+Which client serves a URL, whether its service can be reached and whether its bucket exists
+are object_store.py's.
 """
 
 import builtins
 import contextlib
-import functools
 import glob as globlib
 import gzip
 import hashlib
@@ -25,18 +26,9 @@ import io
 import os
 import posixpath
 import shutil
-import socket
 import tempfile
 
-# gcsfs' default file system asks the storage-control API for every bucket's layout first (for
-# zonal buckets); without network that alone takes a minute. Opt back in by setting it to true.
-os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
-
-_STORE_HINTS = {
-    'gs': 'check the bucket name, your credentials (`gcloud auth application-default login`) '
-          'and its IAM roles',
-    's3': 'check the bucket name, your AWS credentials and the bucket policy',
-}
+from bertjax import object_store
 
 
 def is_remote(path) -> bool:
@@ -68,77 +60,9 @@ def name(path) -> str:
   return posixpath.basename(path.rstrip('/')) if is_remote(path) else os.path.basename(path)
 
 
-@functools.cache
-def _filesystem(protocol: str):
-  import fsspec  # pylint: disable=g-import-not-at-top
-  # No listings cache: another process (a live run, the other hosts) writes the same folders.
-  options = {'use_listings_cache': False} if protocol in ('gs', 'gcs', 's3', 's3a') else {}
-  try:
-    return fsspec.filesystem(protocol, **options)
-  except ImportError as e:
-    package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)
-    hint = f'pip install {package}' if package else 'install the fsspec package for it'
-    raise ValueError(f'{protocol}:// paths need a file system client: {hint}.') from e
-  except ValueError as e:  # fsspec knows no such protocol: a typo more likely than a package.
-    raise ValueError(f'{protocol}:// is not a file system fsspec knows: check the URL\'s '
-                     'scheme (gs://, s3://, ...).') from e
-
-
-_REACHED = set()
-
-
-def _check_reachable(protocol: str, path: str):
-  """A fast, clear error when gs:// has no network: the client would retry for a minute first.
-  One TCP connection to the service (10 s at most), once per process."""
-  if protocol not in ('gs', 'gcs') or protocol in _REACHED:
-    return
-  endpoint = os.environ.get('STORAGE_EMULATOR_HOST', 'https://storage.googleapis.com')
-  scheme, _, hostport = endpoint.partition('://')
-  host, _, port = (hostport or scheme).rstrip('/').partition(':')
-  port = int(port) if port else (80 if scheme == 'http' else 443)
-  try:
-    socket.create_connection((host, port), timeout=10).close()
-  except OSError as e:
-    raise ConnectionError(f'{path}: the storage service ({host}:{port}) cannot be reached: '
-                          f'check the network and retry ({e}).') from None
-  _REACHED.add(protocol)
-
-
-def _fs(path):
-  """(fsspec file system, path as it knows it) for a URL."""
-  path = os.fspath(path)
-  protocol = path.split('://', 1)[0]
-  _check_reachable(protocol, path)
-  try:
-    fs = _filesystem(protocol)
-  except ValueError as e:  # Names the URL as given: a command may take several.
-    raise ValueError(f'{path}: {e}') from e.__cause__
-  return fs, fs._strip_protocol(path)  # pylint: disable=protected-access
-
-
-def _bucket(path) -> str:
-  protocol, rest = os.fspath(path).split('://', 1)
-  return f'{protocol}://{rest.split("/", 1)[0]}'
-
-
 def _missing_bucket(path) -> FileNotFoundError | None:
-  """The error for a URL whose bucket does not exist (or these credentials cannot see), else
-  None."""
-  path = os.fspath(path)
-  if not is_remote(path) or not path.split('://', 1)[1].strip('/'):
-    return None
-  bucket = _bucket(path)
-  if bucket == path.rstrip('/'):
-    return None
-  try:
-    fs, stripped = _fs(bucket)
-    if fs.exists(stripped):
-      return None
-  except Exception:  # pylint: disable=broad-except  # The original error is reported instead.
-    return None
-  hint = _STORE_HINTS.get(path.split('://', 1)[0], 'check the URL and your credentials')
-  return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these credentials '
-                           f'cannot see it: {hint}.')
+  """object_store.missing_bucket's error for a URL; None for a local path."""
+  return object_store.missing_bucket(path) if is_remote(path) else None
 
 
 def check_exists(path, missing: str):
@@ -168,7 +92,7 @@ def _describe(error: BaseException, path) -> BaseException:
   """The error a user can act on for `error` raised while reaching `path` (the URL as given)."""
   path = os.fspath(path)
   protocol = path.split('://', 1)[0] if is_remote(path) else ''
-  hint = _STORE_HINTS.get(protocol, 'check the URL and your credentials')
+  hint = object_store.STORE_HINTS.get(protocol, 'check the URL and your credentials')
   code = getattr(error, 'code', None)
   text = str(error)
   if isinstance(error, FileNotFoundError):
@@ -218,7 +142,7 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
     with _reaching(path):
       return builtins.open(  # pylint: disable=consider-using-with
           _local(path), mode, encoding=encoding)
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path):
     if 'r' in mode and not fs.isfile(stripped):
       if fs.isdir(stripped):
@@ -257,7 +181,7 @@ def read_bytes(path) -> bytes:
       raise IsADirectoryError(f'{path} is a folder: name a file.')
     with _reaching(path), builtins.open(_local(path), 'rb') as f:
       return f.read()
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path):
     if fs.isdir(stripped) and not fs.isfile(stripped):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
@@ -280,7 +204,7 @@ def write_atomically(path, data: str | bytes):
   if isinstance(data, str):
     data = data.encode('utf-8')
   if is_remote(path):
-    fs, stripped = _fs(path)
+    fs, stripped = object_store.client(path)
     with _reaching(path):
       fs.pipe_file(stripped, data)
     return
@@ -305,7 +229,7 @@ def _ask(path, local, method: str):
   """`local(path)` for a local path, else the client's `method` on the URL (errors described)."""
   if not is_remote(path):
     return local(_local(path))
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path):
     return getattr(fs, method)(stripped)
 
@@ -332,7 +256,7 @@ def listdir(path) -> list[str]:
   """The names (not paths) directly in a folder, sorted."""
   if not is_remote(path):
     return sorted(os.listdir(_local(path)))
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path):
     if not fs.isdir(stripped):
       raise FileNotFoundError(stripped)
@@ -344,7 +268,7 @@ def glob(pattern) -> list[str]:
   """The paths matching `pattern` (a URL's matches are URLs), sorted."""
   if not is_remote(pattern):
     return sorted(globlib.glob(_local(pattern)))
-  fs, stripped = _fs(pattern)
+  fs, stripped = object_store.client(pattern)
   with _reaching(pattern):
     return sorted(fs.unstrip_protocol(p) for p in fs.glob(stripped))
 
@@ -358,7 +282,7 @@ def walk_files(path) -> list[str]:
       found += [os.path.relpath(os.path.join(folder, n), root).replace(os.sep, '/')
                 for n in names]
     return sorted(found)
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path):
     base = stripped.rstrip('/') + '/'
     return sorted(p[len(base):] for p in fs.find(stripped) if p.startswith(base))
@@ -376,7 +300,7 @@ def remove(path):
     with contextlib.suppress(FileNotFoundError):
       os.unlink(_local(path))
     return
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path), contextlib.suppress(FileNotFoundError):
     fs.rm_file(stripped)
 
@@ -386,7 +310,7 @@ def rmtree(path):
   if not is_remote(path):
     shutil.rmtree(_local(path), ignore_errors=False) if os.path.isdir(_local(path)) else None
     return
-  fs, stripped = _fs(path)
+  fs, stripped = object_store.client(path)
   with _reaching(path), contextlib.suppress(FileNotFoundError):
     if fs.exists(stripped):
       fs.rm(stripped, recursive=True)

@@ -71,10 +71,10 @@ def _clear_caches():
   """The clients bertjax and orbax chose for gs:// are cached per process: choose again."""
   from etils.epath import gpath  # pylint: disable=g-import-not-at-top
 
-  from bertjax import files  # pylint: disable=g-import-not-at-top
+  from bertjax import object_store  # pylint: disable=g-import-not-at-top
   gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
-  files._filesystem.cache_clear()  # pylint: disable=protected-access
-  files._REACHED.clear()  # pylint: disable=protected-access
+  object_store.filesystem.cache_clear()
+  object_store.REACHED.clear()
 
 
 @pytest.fixture(scope='session')

@@ -1,0 +1,97 @@
+"""URLs' file systems: the fsspec client of each scheme, a fast check that the service can be
+reached, and a missing bucket told apart from a missing object.
+
+bertjax/files.py is the one file-system layer every reader and writer uses; it asks this module
+for the client of a URL (gs:// through gcsfs, s3:// through s3fs, memory:// ...), and for the
+error to show when the bucket of a URL does not exist or these credentials cannot see it.
+"""
+
+import functools
+import os
+import socket
+
+# gcsfs' default file system asks the storage-control API for every bucket's layout first (for
+# zonal buckets); without network that alone takes a minute. Opt back in by setting it to true.
+os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+
+STORE_HINTS = {
+    'gs': 'check the bucket name, your credentials (`gcloud auth application-default login`) '
+          'and its IAM roles',
+    's3': 'check the bucket name, your AWS credentials and the bucket policy',
+}
+
+
+@functools.cache
+def filesystem(protocol: str):
+  """The fsspec file system of a URL scheme (one per process), or a ValueError saying which
+  package to install."""
+  import fsspec  # pylint: disable=g-import-not-at-top
+  # No listings cache: another process (a live run, the other hosts) writes the same folders.
+  options = {'use_listings_cache': False} if protocol in ('gs', 'gcs', 's3', 's3a') else {}
+  try:
+    return fsspec.filesystem(protocol, **options)
+  except ImportError as e:
+    package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)
+    hint = f'pip install {package}' if package else 'install the fsspec package for it'
+    raise ValueError(f'{protocol}:// paths need a file system client: {hint}.') from e
+  except ValueError as e:  # fsspec knows no such protocol: a typo more likely than a package.
+    raise ValueError(f'{protocol}:// is not a file system fsspec knows: check the URL\'s '
+                     'scheme (gs://, s3://, ...).') from e
+
+
+REACHED = set()
+
+
+def check_reachable(protocol: str, path: str):
+  """A fast, clear error when gs:// has no network: the client would retry for a minute first.
+  One TCP connection to the service (10 s at most), once per process."""
+  if protocol not in ('gs', 'gcs') or protocol in REACHED:
+    return
+  endpoint = os.environ.get('STORAGE_EMULATOR_HOST', 'https://storage.googleapis.com')
+  scheme, _, hostport = endpoint.partition('://')
+  host, _, port = (hostport or scheme).rstrip('/').partition(':')
+  port = int(port) if port else (80 if scheme == 'http' else 443)
+  try:
+    socket.create_connection((host, port), timeout=10).close()
+  except OSError as e:
+    raise ConnectionError(f'{path}: the storage service ({host}:{port}) cannot be reached: '
+                          f'check the network and retry ({e}).') from None
+  REACHED.add(protocol)
+
+
+def client(path):
+  """(fsspec file system, path as it knows it) for a URL."""
+  path = os.fspath(path)
+  protocol = path.split('://', 1)[0]
+  check_reachable(protocol, path)
+  try:
+    fs = filesystem(protocol)
+  except ValueError as e:  # Names the URL as given: a command may take several.
+    raise ValueError(f'{path}: {e}') from e.__cause__
+  return fs, fs._strip_protocol(path)  # pylint: disable=protected-access
+
+
+def bucket_of(path) -> str:
+  """The bucket's URL of an object's URL."""
+  protocol, rest = os.fspath(path).split('://', 1)
+  return f'{protocol}://{rest.split("/", 1)[0]}'
+
+
+def missing_bucket(path) -> FileNotFoundError | None:
+  """The error for a URL whose bucket does not exist (or these credentials cannot see), else
+  None."""
+  path = os.fspath(path)
+  if not path.split('://', 1)[1].strip('/'):
+    return None
+  bucket = bucket_of(path)
+  if bucket == path.rstrip('/'):
+    return None
+  try:
+    fs, stripped = client(bucket)
+    if fs.exists(stripped):
+      return None
+  except Exception:  # pylint: disable=broad-except  # The original error is reported instead.
+    return None
+  hint = STORE_HINTS.get(path.split('://', 1)[0], 'check the URL and your credentials')
+  return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these credentials '
+                           f'cannot see it: {hint}.')
