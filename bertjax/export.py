@@ -20,8 +20,10 @@ through bertjax.files; TensorFlow's writers write into a local temporary folder.
                (a SentencePiece model: spiece.model beside it, as google-research/albert's
                30k-clean.model)
                (encoders, pre-training heads, run_classifier.py and run_squad.py heads).
-  saved_model  a TensorFlow SavedModel with the WordPiece tokenizer inside: serving_default
+  saved_model  a TensorFlow SavedModel with the tokenizer inside: serving_default
                takes raw strings (and pairs for pair tasks) and returns what the model is for.
+               A SentencePiece model's in-graph tokenizer gives bertjax's ids (sentence-level
+               kinds; span and tagging models of a SentencePiece vocab are refused).
   sentence_transformers  a folder SentenceTransformer(DIR) loads with no custom code: the
                encoder's transformers files, its pooling, max_seq_length, prompts, Normalize
                (a source's own, or --normalize), and a sequence-level head (classification,

@@ -24,7 +24,7 @@ POOLED_HEADS = tuple(name for name, kind in kinds.KINDS.items() if kind.pooled)
 CLS_POOLED_FORMATS = ('hf', 'tf1')
 # The formats that write a SentencePiece model's tokenizer as its readers tokenize (the others
 # would write its pieces as a WordPiece vocab.txt: ids that mean other tokens).
-SENTENCEPIECE_FORMATS = ('hf', 'tf1', 'sentence_transformers')
+SENTENCEPIECE_FORMATS = ('hf', 'tf1', 'sentence_transformers', 'saved_model')
 
 
 def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:
@@ -84,6 +84,14 @@ def check_tokenizer(bundle: Bundle, fmt: str):
     raise ValueError(f'{bundle.source}\'s vocab {bundle.vocab_file} is a SentencePiece model: '
                      f'--format={fmt} cannot yet write its tokenizer (it would write its pieces '
                      f'as a WordPiece vocab, whose ids mean other tokens); {held} it.')
+  served = kinds.get(bundle.kind).holder('saved_model') if fmt == 'saved_model' else None
+  if bundle.is_sentencepiece() and served is not None and served.signature != 'texts':
+    # Its answer and tag signatures cut text by WordPiece's byte offsets and words.
+    raise ValueError(f'{bundle.source} is a {bundle.kind} model whose vocab {bundle.vocab_file} '
+                     'is a SentencePiece model: --format=saved_model holds SentencePiece '
+                     'models of sentence-level kinds only (its in-graph tokenizer gives no '
+                     'offsets for answers or words for tags); export it with --format=hf or '
+                     '--format=tf1.')
 
 
 def kind_of(params: dict) -> str:

@@ -1,9 +1,12 @@
-"""A TensorFlow SavedModel with the WordPiece tokenizer inside: raw strings in, answers out.
+"""A TensorFlow SavedModel with the tokenizer inside: raw strings in, answers out.
 
 The model is the JAX function itself, converted by jax2tf (StableHLO inside an XlaCallModule op,
 for CPU, CUDA and TPU), with its weights as TF variables; tokenization is tensorflow-text's
 FastBertTokenizer with the in-graph clean-up of bertjax's fast path (text/fast_tokenizer.py), so
 ids equal bertjax's wherever its fast path is exact (all text in fast_tokenizer's safe blocks).
+A SentencePiece model's tokenizer is tensorflow-text's SentencepieceTokenizer fed the model's
+bytes, after ALBERT's normalisation in TF ops (text/sentencepiece_graph.py): bertjax's ids on
+all text; sentence-level kinds only (answers and tags need WordPiece's offsets and words).
 
 Signatures (batch size dynamic, the length padded to the longest input of the batch, at most
 `max_seq_length` tokens; longer inputs are truncated as BERT's scripts do, pairs longest first):
@@ -32,7 +35,9 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.model import encoder
 from bertjax.model import encoder_config
 from bertjax.text import fast_tokenizer
+from bertjax.text import sentencepiece_graph
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 from bertjax.training import kinds
 
 MAX_ANSWER_TOKENS = 30  # run_squad.py's max_answer_length.
@@ -78,12 +83,23 @@ def jax_function(result: bundle_lib.Bundle):
 
 
 class _Inputs:
-  """In-graph WordPiece and BERT's input assembly ([CLS] a [SEP] b [SEP], truncation)."""
+  """In-graph WordPiece (or ALBERT's SentencePiece) and BERT's input assembly ([CLS] a [SEP]
+  b [SEP], truncation)."""
 
   def __init__(self, tf, tf_text, result: bundle_lib.Bundle, max_seq_length: int):
     bundle_lib.check_tokenizer(result, 'saved_model')
-    vocab = tokenizer.load_vocab(result.vocab_file)
     self.tf = tf
+    self.max_len = max_seq_length
+    self.sentencepiece = None
+    if result.is_sentencepiece():
+      # The model's bytes go into the graph; sentencepiece_graph gives bertjax's ids.
+      vocab = vocab_files.for_model(result.vocab_file, result.do_lower_case).vocab
+      self.sentencepiece = sentencepiece_graph.Tokenizer(
+          tf, tf_text, files.read_bytes(result.vocab_file), result.do_lower_case)
+      self.fast = self.sentencepiece.sp  # What the module keeps (its model resource).
+      self.cls, self.sep = vocab['[CLS]'], vocab['[SEP]']
+      return
+    vocab = tokenizer.load_vocab(result.vocab_file)
     self.fast = tf_text.FastBertTokenizer(
         vocab=list(vocab), suffix_indicator='##',
         max_bytes_per_word=4 * tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD,
@@ -91,9 +107,10 @@ class _Inputs:
         lower_case_nfd_strip_accents=result.do_lower_case)
     self.drop_pattern = fast_tokenizer.drop_pattern()
     self.cls, self.sep = vocab['[CLS]'], vocab['[SEP]']
-    self.max_len = max_seq_length
 
   def clean(self, texts):
+    if self.sentencepiece is not None:  # preprocess_text does its own clean-up.
+      return texts
     return self.tf.strings.regex_replace(texts, self.drop_pattern, '')
 
   def _keep(self, pieces, lengths):
@@ -126,6 +143,8 @@ class _Inputs:
             tf.cast(segments.to_tensor(), tf.int32))
 
   def tokenize(self, texts):
+    if self.sentencepiece is not None:
+      return self.sentencepiece.tokenize(texts)
     return self.fast.tokenize(self.clean(texts))
 
 
@@ -192,6 +211,7 @@ def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
   files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
        'do_lower_case': result.do_lower_case, 'max_seq_length': max_len,
+       'tokenizer': 'sentencepiece' if result.is_sentencepiece() else 'wordpiece',
        'signatures': sorted(signatures), 'platforms': list(PLATFORMS)}, indent=2) + '\n')
 
 

@@ -8,6 +8,7 @@ from flax import traverse_util
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
+import saved_model_test
 import spm_runs
 import torch
 import transformers
@@ -142,15 +143,70 @@ def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(run
     tf1_checkpoint.load(str(out))
 
 
-def test_saved_model_refuses_until_it_holds_the_sentencepiece_tokenizer(runs, tmp_path):
-  with pytest.raises(ValueError, match=r'vocab .*vocab\.txt is a SentencePiece model: '
-                     '--format=saved_model cannot yet write its tokenizer'):
-    export.export(runs['classify'], 'saved_model', tmp_path / 'out')
-  assert not (tmp_path / 'out').exists()
-  # The writer itself refuses too (a library caller skips export's checks).
-  with pytest.raises(ValueError, match='SentencePiece model'):
-    saved_model.save(sources.load(str(runs['classify'])), tmp_path / 'direct')
-  assert not (tmp_path / 'direct').exists()
+def spm_batch(tok, texts, pairs=None, max_len=128) -> dict:
+  """[CLS] a [SEP] (b [SEP]) ids by bertjax's tokenizer, pairs truncated longest first."""
+  rows, segs = [], []
+  for i, text in enumerate(texts):
+    a, b = tok.encode(text), (tok.encode(pairs[i]) if pairs else None)
+    if b is None:
+      rows.append([tok.vocab['[CLS]'], *a[:max_len - 2], tok.vocab['[SEP]']])
+      segs.append([0] * len(rows[-1]))
+      continue
+    while len(a) + len(b) > max_len - 3:
+      (a if len(a) > len(b) else b).pop()
+    rows.append([tok.vocab['[CLS]'], *a, tok.vocab['[SEP]'], *b, tok.vocab['[SEP]']])
+    segs.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
+  width = max(map(len, rows))
+  pad = lambda row: row + [0] * (width - len(row))  # noqa: E731
+  return {'input_ids': np.array([pad(r) for r in rows], np.int32),
+          'input_mask': np.array([pad([1] * len(r)) for r in rows], np.int32),
+          'segment_ids': np.array([pad(s) for s in segs], np.int32)}
+
+
+def test_saved_model_serves_raw_text_with_the_sentencepiece_tokenizer_in_the_graph(
+    runs, tmp_path):
+  paths = {name: str(export.export(runs[name], 'saved_model', tmp_path / name))
+           for name in ('pretrained', 'classify')}
+  texts = ODD_TEXTS + runs['texts']
+  requests = {
+      'text': (paths['pretrained'], 'serving_default', {'text': texts}),
+      'pairs': (paths['pretrained'], 'pairs', {'text_a': [a for a, _ in PAIRS] + texts[:4],
+                                               'text_b': [b for _, b in PAIRS] + texts[4:8]}),
+      'classify': (paths['classify'], 'serving_default', {'text': texts}),
+  }
+  out = saved_model_test.serve(requests, tmp_path)  # TensorFlow alone: no jax, no bertjax.
+  tok = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
+  pretrained = sources.load(str(runs['pretrained']))
+  for name, pairs in (('text', None), ('pairs', requests['pairs'][2]['text_b'])):
+    firsts = requests[name][2].get('text', requests[name][2].get('text_a'))
+    batch = spm_batch(tok, firsts, pairs, pretrained.max_seq_length)
+    np.testing.assert_array_equal(np.array(out[name]['input_mask']), batch['input_mask'])
+    ours = saved_model.numpy_outputs(pretrained, batch)
+    for key in ('sequence_output', 'pooled_output', 'mean_pooled_output'):
+      np.testing.assert_allclose(np.array(out[name][key]), ours[key], atol=1e-5, rtol=0,
+                                 err_msg=f'{name} {key}')
+  classify = sources.load(str(runs['classify']))
+  ours = saved_model.numpy_outputs(classify, spm_batch(tok, texts,
+                                                       max_len=classify.max_seq_length))
+  np.testing.assert_allclose(np.array(out['classify']['probabilities']),
+                             ours['probabilities'], atol=1e-5, rtol=0)
+  assert out['classify']['label'] == [classify.labels[i]
+                                      for i in ours['probabilities'].argmax(-1)]
+
+
+def test_saved_model_refuses_sentencepiece_answers_and_tags(tmp_path):
+  spm_model = tmp_path / 'spm.model'
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), spm_model, 512,
+                                    input_sentence_size=5_000)
+  for kind in ('span', 'tagging'):
+    bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind=kind,
+                               vocab_file=str(spm_model), do_lower_case=True,
+                               labels=('O', 'X'), source='model')
+    with pytest.raises(ValueError, match=f'is a {kind} model whose vocab .* is a SentencePiece '
+                       'model: --format=saved_model holds SentencePiece models of '
+                       'sentence-level kinds only'):
+      saved_model.save(bundle, tmp_path / kind)
+    assert not (tmp_path / kind).exists()
 
 
 def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, tmp_path):
