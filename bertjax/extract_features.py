@@ -18,6 +18,7 @@ is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `li
 as one call.
 """
 
+import functools
 import json
 import os
 import sys
@@ -34,6 +35,8 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import paths
+from bertjax.finetune import kinds
+from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
@@ -83,15 +86,9 @@ def encode(tok, examples, max_seq_length: int):
 def hidden_states_fn(config):
   """jit(params, batch) -> [N+1, B, L, D] float32 hidden states (embeddings first), of
   per-layer params (a Bundle's; return_hidden_states needs the layers unrolled)."""
-  # A recorded kernel this platform cannot run (a GPU run's cudnn on a CPU) becomes its own.
-  model = encoder.BertEncoder(platform_defaults.for_inference(
-      encoder_config.default_config(**config), jax.default_backend(), saved_scan=False))
-
-  @jax.jit
-  def fn(params, batch):
-    return model.apply({'params': params}, **batch, return_hidden_states=True)[2].astype(
-        jnp.float32)
-  return fn
+  return forward(platform_defaults.for_inference(
+      encoder_config.default_config(**config), jax.default_backend(), saved_scan=False),
+      'hidden_states')
 
 
 def concat_last_layers(config, params, batch, n: int = 4):
@@ -112,9 +109,8 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
     with console.stderr_held():
       fast_tokenizer.import_tf()
   # The one loader (any source, the run's step, the original's separate bert_config.json).
-  model = sources.load(init, vocab_file=vocab_file, step=step, bert_config_file=bert_config_file)
-  if do_lower_case is not None:
-    model.do_lower_case = do_lower_case
+  model = sources.load(init, vocab_file=vocab_file, do_lower_case=do_lower_case, step=step,
+                       bert_config_file=bert_config_file)
   if not model.vocab_file:
     raise ValueError(f'{init} has no vocab beside it: pass --vocab_file.')
   if max_seq_length > model.config['max_position_embeddings']:
@@ -125,10 +121,9 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   if bad:
     raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model (-1 is the '
                      'last; 0 the embeddings).')
-  tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
+  tok = tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
   examples = read_examples(input_file)
-  params = traverse_util.unflatten_dict(
-      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+  params = encoder_params(model)
   fn = hidden_states_fn(model.config)
   temp = _temporary_beside(output)
   try:
@@ -163,6 +158,103 @@ def _temporary_beside(output: str) -> str:
     return temp
   files.makedirs(os.path.dirname(output) or '.')
   return os.path.join(os.path.dirname(output), f'.{os.path.basename(output)}.{os.getpid()}.tmp')
+
+
+# -------------------------------------------------------------------------------------------
+# The one inference path of every tool that reads a model (predict, embed, these features): the
+# platform's encoder (+ head) and padded batches; the model comes from sources.load.
+
+OUTPUTS = ('logits', 'hidden_states', 'pooled')
+POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
+
+
+def tokenizer(model: bundle_lib.Bundle, missing: str):
+  """The loaded model's tokenizer (its vocab and casing); FileNotFoundError(missing) without
+  a vocab."""
+  if not model.vocab_file:
+    raise FileNotFoundError(missing)
+  return vocab_files.for_model(model.vocab_file, model.do_lower_case)
+
+
+def encoder_params(model: bundle_lib.Bundle) -> dict:
+  """The loaded model's encoder as a nested tree without the 'bert' level (one per layer)."""
+  return traverse_util.unflatten_dict(
+      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+
+
+def model_config(recorded, params):
+  """The recorded model config as this platform runs `params` (a tree with the encoder under
+  'bert'): a kernel the platform cannot run becomes its own, the layout is the params'."""
+  return platform_defaults.for_inference(recorded, jax.default_backend(),
+                                         saved_scan=platform_defaults.scanned_layout(params))
+
+
+def forward(config, output: str, *, head=None, pooling: str = 'mean', normalize: bool = False):
+  """jit(params, batch) -> `output` (OUTPUTS) of the model `config` describes (for_inference'd):
+  'logits' runs `head` (a task head module), the others the encoder (params without 'bert')."""
+  if output not in OUTPUTS:
+    raise ValueError(f'output={output!r}; valid: {", ".join(OUTPUTS)}.')
+  if output == 'logits':
+    return jax.jit(functools.partial(_logits, head))
+  if pooling not in POOLINGS:
+    raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
+  bert = encoder.BertEncoder(config)
+  if output == 'hidden_states':
+    return jax.jit(functools.partial(_hidden_states, bert))
+  return jax.jit(functools.partial(_pooled, bert, pooling, normalize))
+
+
+def _logits(head, params, batch):
+  return head.apply({'params': params}, *(batch[k] for k in kinds.MODEL_INPUTS),
+                    deterministic=True)
+
+
+def _hidden_states(bert, params, batch):
+  return bert.apply({'params': params}, **batch, return_hidden_states=True)[2].astype(
+      jnp.float32)
+
+
+def _pooled(bert, pooling, normalize, params, batch):
+  x_BxLxD, _ = bert.apply({'params': params}, **batch)
+  x_BxLxD = x_BxLxD.astype(jnp.float32)
+  if pooling == 'cls':
+    pooled_BxD = x_BxLxD[:, 0]
+  else:
+    mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
+    pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)
+  if not normalize:
+    return pooled_BxD
+  return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
+
+
+def rows_per_batch(n: int, batch_size: int) -> int:
+  """Rows padded to a power of two up to batch_size: a few compiled shapes whatever the inputs,
+  and 2 inputs with batch_size=100000 never allocate 100000 rows."""
+  return min(batch_size, 1 << max(0, n - 1).bit_length())
+
+
+def padded(arrays: dict, rows: int, length: int | None = None) -> dict:
+  """[n, ...] arrays padded with zeros to `rows` rows (and `length` tokens where given): the
+  padding is masked out (input_mask 0) and its rows cut off by the caller."""
+  out = {}
+  for key, value in arrays.items():
+    pad = [(0, rows - len(value))] + [(0, 0)] * (value.ndim - 1)
+    if length is not None:
+      pad[1] = (0, length - value.shape[1])
+    out[key] = np.pad(value, pad)
+  return out
+
+
+def outputs(fn, params, arrays: dict, batch_size: int) -> np.ndarray:
+  """fn's outputs for every row of `arrays` (the model inputs, [N, L]), batch-major, in
+  batches of rows_per_batch rows."""
+  n = len(arrays['input_ids'])
+  rows = rows_per_batch(n, batch_size)
+  out = []
+  for start in range(0, n, rows):
+    chunk = {k: v[start:start + rows] for k, v in arrays.items()}
+    out.append(np.asarray(fn(params, padded(chunk, rows)))[:min(rows, n - start)])
+  return np.concatenate(out)
 
 
 FLAGS = flags.FLAGS

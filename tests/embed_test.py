@@ -78,12 +78,11 @@ def test_unknown_config_argument():
     embed_config.get_config('size=base')
 
 
-def test_a_training_run_as_source_gets_one_message_naming_the_export(tmp_path):
-  run = tmp_path / 'run'  # A bertjax workdir: what a user tries after pre-training.
+def test_a_training_run_without_a_checkpoint_gets_one_message_saying_so(tmp_path):
+  run = tmp_path / 'run'  # A bertjax workdir: read by the one loader, as export reads it.
   (run / 'checkpoints').mkdir(parents=True)
   (run / 'config.json').write_text('{"job": "pretrain"}')
-  with pytest.raises(ValueError) as error:
+  with pytest.raises(FileNotFoundError, match=f'{run} holds no checkpoint: pass the --workdir'):
     embed.run(embed_config.get_config(f'init_from={run}'), None)
-  assert f'bertjax.export --from={run} --format=hf' in str(error.value)
   with pytest.raises(FileNotFoundError, match=f'{tmp_path}/none does not exist'):
     embed.run(embed_config.get_config(f'init_from={tmp_path}/none'), None)

@@ -99,8 +99,10 @@ def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
   run = tmp_path / 'run'  # A bertjax workdir: its config.json is the run's, not a BertConfig.
   (run / 'checkpoints').mkdir(parents=True)
   (run / 'config.json').write_text('{"job": "finetune"}')
-  with pytest.raises(ValueError, match='turn a bertjax run .* into one first'):
+  with pytest.raises(FileNotFoundError, match='holds no checkpoint'):
     embed.Embedder.from_pretrained(run)
+  with pytest.raises(ValueError, match='step=3 names a checkpoint of a bertjax run'):
+    embed.Embedder.from_pretrained(embed.default_checkpoint(), step=3)
   with pytest.raises(ValueError, match=r"pooling='max'; valid: mean, cls"):
     embed.Embedder.from_pretrained(embed.default_checkpoint(), pooling='max')
   with pytest.raises(ValueError, match="max_seq_length=1024: between 3 and the model's 512"):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import finetune_runs
+import numpy as np
 import pytest
 
 from bertjax import embed
@@ -178,8 +179,11 @@ def test_a_large_batch_size_pads_only_to_what_the_inputs_need(run, monkeypatch):
 def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path):
   workdir, _ = run
   config = embed_config.get_config(f'init_from={workdir}')
-  with pytest.raises(ValueError, match='read from a transformers BERT folder.*export'):
-    embed.run(config, str(tmp_path / 'out'))
+  before = sorted(p.relative_to(workdir) for p in workdir.rglob('*'))
+  vectors = embed.run(config, str(tmp_path / 'out'))  # The run itself: no export first.
+  np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1, rtol=1e-5)
+  np.testing.assert_array_equal(np.load(tmp_path / 'out' / 'embeddings.npy'), vectors)
+  assert sorted(p.relative_to(workdir) for p in workdir.rglob('*')) == before  # Read only.
   (tmp_path / 'file').write_text('x')
   with pytest.raises(ValueError, match='is a file'):
     embed.run(embed_config.get_config(), str(tmp_path / 'file'))
