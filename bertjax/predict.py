@@ -29,7 +29,6 @@ very feature code evaluation uses, in batches of --batch_size, so a line gets th
 gave the same example.
 """
 
-import functools
 import json
 import sys
 import time
@@ -37,11 +36,12 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import jax
+from flax import traverse_util
 import ml_collections
 import numpy as np
 
 from bertjax import console
+from bertjax import extract_features
 from bertjax import files
 from bertjax import paths
 from bertjax import predict_inputs
@@ -52,11 +52,9 @@ from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
-from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import init_from
-from bertjax.model import platform_defaults
+from bertjax.interop import sources
 from bertjax.text import vocab_files
-from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import kinds as kind_table
 
@@ -77,11 +75,11 @@ class Predictor:
     self.tokenizer = vocab_files.for_model(vocab_file, self.data.do_lower_case)
     # The recorded model as this platform runs it: a run trained on a GPU records cudnn
     # attention, which a CPU or TPU cannot run; the layout is the params'.
-    model_config = platform_defaults.for_inference(
-        run['model'], jax.default_backend(), saved_scan=platform_defaults.scanned_layout(params))
+    model_config = extract_features.model_config(run['model'], params)
     model = kinds.get(self.kind).head(model_config, len(self.labels), run.get('pooling', 'cls'))
     self.params = params
-    self._apply = jax.jit(functools.partial(_apply, model))
+    # The one inference path (extract_features.forward), its head's logits.
+    self._apply = extract_features.forward(model_config, 'logits', head=model)
 
   @classmethod
   def from_workdir(cls, workdir, step: int | str | None = None, batch_size: int = 32,
@@ -118,13 +116,13 @@ class Predictor:
           f'{workdir} keeps no copy of its vocab and the one it recorded '
           f'({run["data"].get("vocab_file")}) no longer exists: put the vocab it was trained '
           f'with at {files.join(workdir, init_from.RUN_VOCAB)}.')
-    # The digests checked, a damaged newest step skipped with a warning; nothing written.
-    read = checkpoint_reader.read(workdir, step)
-    logging.info('predicting with step %d of %s', read.step, workdir)
-    params = read.params
-    bundle_lib.check_head(run['kind'], run['labels'], checkpoint.flatten(params),
-                          f'{read.directory}/{read.step}')
-    return cls(run, params, vocab_file, batch_size, step=read.step)
+    # The one loader: the digests checked, a damaged newest step skipped with a warning, the
+    # head checked against the run's labels; nothing written. Its params are per layer.
+    model = sources.load(workdir, vocab_file=vocab_file, step=step)
+    read_step = int(files.name(model.source))  # The loader's source is <checkpoints>/<step>.
+    logging.info('predicting with step %d of %s', read_step, workdir)
+    params = traverse_util.unflatten_dict(model.params, sep='/')
+    return cls(run, params, vocab_file, batch_size, step=read_step)
 
   def predict(self, inputs) -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
@@ -145,20 +143,9 @@ class Predictor:
   # Features -> outputs, in batches of fixed shape (one compilation).
 
   def _outputs(self, feature_arrays: dict) -> np.ndarray:
-    n = len(feature_arrays['input_ids'])
-    # Rows padded to a power of two up to batch_size: a few compiled shapes, and 2 inputs with
-    # --batch_size=100000 never allocate 100000 rows.
-    size = min(self.batch_size, 1 << max(0, n - 1).bit_length())
-    outputs = []
-    for start in range(0, n, size):
-      batch = {}
-      for key in kinds.MODEL_INPUTS:
-        chunk = feature_arrays[key][start:start + size]
-        pad = [(0, size - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
-        batch[key] = np.pad(chunk, pad)
-      out = np.asarray(self._apply(self.params, batch))
-      outputs.append(out[:min(size, n - start)])
-    return np.concatenate(outputs)
+    return extract_features.outputs(self._apply, self.params,
+                                    {k: feature_arrays[k] for k in kinds.MODEL_INPUTS},
+                                    self.batch_size)
 
   def _predict_texts(self, examples):
     feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
@@ -245,12 +232,6 @@ def _word_logits(logits_NxLxC, features, meta, sentences) -> list[np.ndarray]:
     word = int(word_index_NxL[row, position])
     out[int(example_index_N[row])][word] = logits_NxLxC[row, position]
   return out
-
-
-def _apply(model, params, batch):
-  return model.apply({'params': params}, *(batch[k] for k in kinds.MODEL_INPUTS),
-                     deterministic=True)
-
 
 
 
