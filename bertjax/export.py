@@ -1,7 +1,7 @@
 """Export a model to the formats other tools load.
 
   python -m bertjax.export --from=<bertjax workdir | workdir/checkpoints/N | transformers dir |
-      TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers --output=DIR \
+      TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers|onnx --output=DIR \
       [--step=best|latest|N]
 
 --step picks a bertjax run's checkpoint (default: the latest; best: the one its evals ranked
@@ -30,6 +30,10 @@ through bertjax.files; TensorFlow's writers write into a local temporary folder.
                regression, multiple choice; mean- or [CLS]-pooled) as Dense layers, so that
                encode(texts) returns its logits ((text_a, text_b) tuples for pair tasks).
                A SentencePiece model's tokenizer is written as for hf (AlbertTokenizer's).
+  onnx         model.onnx, which onnxruntime runs: transformers' class of the hf export,
+               converted by torch.onnx.export (pip install bertjax[onnx]); ids in, what the
+               SavedModel's model part computes out (interop/onnx_export.py); the tokenizer
+               outside the graph, its files beside it as hf writes them.
 
 The output is written into a hidden folder beside DIR and renamed into place when complete, so a
 crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only
@@ -106,6 +110,9 @@ def _writer(fmt: str):
     return sentence_transformers.save
   if fmt == 'tf1':
     return _save_tf1
+  if fmt == 'onnx':
+    from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
+    return onnx_export.save
   from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
   return saved_model.save
 
@@ -292,6 +299,9 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   """export(), also returning the Bundle it wrote."""
   if fmt not in FORMATS:
     raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
+  if fmt == 'onnx':  # torch and the exporter are an extra: said before anything is read.
+    from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
+    onnx_export.check_installed()
   given = output
   output = paths.absolute(os.fspath(output)).rstrip('/') or '/'
   source = paths.absolute(os.fspath(source))
@@ -377,6 +387,9 @@ def loading_lines(fmt: str, output: str) -> list[str]:
     return saved_model.loading_lines(output)
   if fmt == 'sentence_transformers':
     return sentence_transformers.loading_lines(output)
+  if fmt == 'onnx':
+    from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
+    return onnx_export.loading_lines(output)
   return []
 
 

@@ -21,7 +21,7 @@ from bertjax.model import heads
 from bertjax.training import losses
 
 # The export formats, in the order they are offered (bertjax.export --format).
-FORMATS = ('hf', 'tf1', 'saved_model', 'sentence_transformers')
+FORMATS = ('hf', 'tf1', 'saved_model', 'sentence_transformers', 'onnx')
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -65,6 +65,14 @@ class SentenceTransformers:
   head_as_dense: bool  # Its head runs as Dense layers after pooling (else: the embedding).
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Onnx:
+  """How the ONNX graph (interop/onnx_export.py, transformers' class converted) holds the kind."""
+
+  outputs: tuple[str, ...]  # The graph's outputs, named as the SavedModel's model part.
+  encoder: bool = False  # The encoder's outputs (the pre-training heads are not exported).
+
+
 @dataclasses.dataclass(frozen=True)
 class Kind:
   """One kind. Model and training: head(config, num_labels, pooling) -> the encoder + head
@@ -94,7 +102,7 @@ class Kind:
   prediction that predict's command line writes (its JSON lines as before the Python API gave
   logits).
 
-  Formats (FORMATS): each is its holder (Transformers, Tf1, Served, SentenceTransformers) or a
+  Formats (FORMATS): each is its holder (Transformers, Tf1, Served, SentenceTransformers, Onnx) or a
   string saying why the format cannot hold the kind."""
 
   head_params: tuple[str, ...]
@@ -102,6 +110,7 @@ class Kind:
   tf1: Tf1 | str
   saved_model: Served | str
   sentence_transformers: SentenceTransformers | str
+  onnx: Onnx | str
   head: Callable[[encoder.Config, int, str], nn.Module] | None = None
   metrics: Callable[[jnp.ndarray, dict], dict] | None = None
   targets: tuple[str, ...] = ()
@@ -238,6 +247,7 @@ def _mlm_only(head: dict) -> types.MappingProxyType:
 _ENCODER_SERVED = Served('texts', ('sequence_output', 'pooled_output', 'mean_pooled_output',
                                    'input_mask'), _encoder_outputs, encoder=True)
 _EMBEDDING = SentenceTransformers(head_as_dense=False)
+_ENCODER_ONNX = Onnx(('sequence_output', 'pooled_output', 'mean_pooled_output'), encoder=True)
 _PER_TOKEN = ('SentenceTransformer.encode gives one vector per text, a span or tagging head one '
               'per token')
 _NOT_IN_ORIGINAL = "google-research/bert's scripts have no {} head"
@@ -251,20 +261,20 @@ KINDS = {
         head_params=(),
         hf=Transformers('BertModel', _frozen({})),
         tf1=Tf1(_frozen({})),
-        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING),
+        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING, onnx=_ENCODER_ONNX),
     'pretraining': Kind(
         head_params=('mlm/', 'nsp/'),
         hf=Transformers('BertForPreTraining', _frozen(_HF_PRETRAINING),
                         markers=('cls.predictions.bias', 'cls.seq_relationship.weight')),
         tf1=Tf1(_frozen(_TF1_PRETRAINING), markers=('cls/seq_relationship/output_bias',)),
-        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING),
+        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING, onnx=_ENCODER_ONNX),
     # MLM-only pre-training (model.nsp=False): no NSP head.
     'masked_lm': Kind(
         head_params=('mlm/',),
         hf=Transformers('BertForMaskedLM', _mlm_only(_HF_PRETRAINING), pooler=False,
                         markers=('cls.predictions.bias',)),
         tf1=Tf1(_mlm_only(_TF1_PRETRAINING), markers=('cls/predictions/output_bias',)),
-        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING),
+        saved_model=_ENCODER_SERVED, sentence_transformers=_EMBEDDING, onnx=_ENCODER_ONNX),
     'classification': Kind(
         head_params=('classifier/',),
         hf=Transformers('BertForSequenceClassification', _frozen(_HF_CLASSIFIER),
@@ -275,6 +285,7 @@ KINDS = {
         saved_model=Served('texts', ('probabilities', 'label'),
                            lambda logits_BxC, _: {'probabilities': jax.nn.softmax(logits_BxC, -1)}),
         sentence_transformers=SentenceTransformers(head_as_dense=True),
+        onnx=Onnx(('logits', 'probabilities')),
         head=heads.BertForSequenceClassification,
         metrics=lambda logits_BxC, batch: losses.classification(
             logits_BxC, batch['label'], batch['example_weight']),
@@ -289,6 +300,7 @@ KINDS = {
         tf1=_NOT_IN_ORIGINAL.format('regression'),
         saved_model=Served('texts', ('score',), lambda scores_Bx1, _: {'score': scores_Bx1[:, 0]}),
         sentence_transformers=SentenceTransformers(head_as_dense=True),
+        onnx=Onnx(('score',)),
         head=lambda config, num_labels, pooling: heads.BertForSequenceClassification(
             config, 1, pooling),
         metrics=lambda scores_Bx1, batch: losses.regression(
@@ -306,7 +318,7 @@ KINDS = {
             markers=('cls/squad/output_weights',)),
         saved_model=Served('answer', ('answer', 'score'), lambda logits_BxLx2, _: {
             'start_logits': logits_BxLx2[..., 0], 'end_logits': logits_BxLx2[..., 1]}),
-        sentence_transformers=_PER_TOKEN,
+        sentence_transformers=_PER_TOKEN, onnx=Onnx(('start_logits', 'end_logits')),
         head=lambda config, num_labels, pooling: heads.BertForQuestionAnswering(config),
         metrics=lambda logits_BxLx2, batch: losses.span(
             logits_BxLx2, batch['start_position'], batch['end_position'],
@@ -320,7 +332,7 @@ KINDS = {
         tf1=_NOT_IN_ORIGINAL.format('token-classification'),
         saved_model=Served('tags', ('words', 'tags'), lambda logits_BxLxC, _: {
             'tag_ids': jnp.argmax(logits_BxLxC, -1).astype(jnp.int32)}),
-        sentence_transformers=_PER_TOKEN,
+        sentence_transformers=_PER_TOKEN, onnx=Onnx(('logits', 'tag_ids')),
         head=lambda config, num_labels, pooling: heads.BertForTokenClassification(
             config, num_labels),
         metrics=lambda logits_BxLxC, batch: losses.classification(
@@ -339,6 +351,8 @@ KINDS = {
         saved_model=('its signatures take a text or a pair per row, not a question with its '
                      'choices'),
         sentence_transformers=SentenceTransformers(head_as_dense=True),
+        onnx=('not yet: its inputs are [B, C, L] (a question with its choices) and the graph '
+              'takes [batch, sequence] rows'),
         head=lambda config, num_labels, pooling: heads.BertForMultipleChoice(config, pooling),
         metrics=lambda logits_BxC, batch: losses.classification(
             logits_BxC, batch['label'], batch['example_weight']),

@@ -17,7 +17,7 @@ from bertjax.training import kinds
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / 'bertjax'
 TABLE = 'bertjax/training/kinds.py'
 HOLDERS = {'hf': kinds.Transformers, 'tf1': kinds.Tf1, 'saved_model': kinds.Served,
-           'sentence_transformers': kinds.SentenceTransformers}
+           'sentence_transformers': kinds.SentenceTransformers, 'onnx': kinds.Onnx}
 
 
 def _is_kind(node) -> bool:
@@ -169,7 +169,10 @@ def test_the_views_of_the_table_are_what_the_formats_held_before():
       'saved_model': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression',
                       'span', 'tagging'),
       'sentence_transformers': ('encoder', 'pretraining', 'masked_lm', 'classification',
-                                'regression', 'multiple_choice')}
+                                'regression', 'multiple_choice'),
+      # What the SavedModel holds, through transformers' classes (interop/onnx_export.py).
+      'onnx': ('encoder', 'pretraining', 'masked_lm', 'classification', 'regression', 'span',
+               'tagging')}
   assert bundle.POOLED_HEADS == ('classification', 'regression', 'multiple_choice')
   assert 'one vector per text' in bundle.cannot_hold('sentence_transformers', 'tagging')
   assert "bert's scripts have no regression head" in bundle.cannot_hold('tf1', 'regression')
