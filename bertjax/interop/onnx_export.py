@@ -182,6 +182,6 @@ def loading_lines(output) -> list[str]:
   return ['load it with:', '  import onnxruntime, transformers',
           f'  session = onnxruntime.InferenceSession({files.join(str(output), MODEL)!r})',
           f'  tokenizer = transformers.AutoTokenizer.from_pretrained({str(output)!r})',
-          "  inputs = tokenizer(['a text'], padding=True, return_tensors='np')",
+          "  inputs = tokenizer(['a text'], padding=True, truncation=True, return_tensors='np')",
           f'  {", ".join(meta["outputs"])} = session.run(None, dict(inputs))',
           f'inputs: {", ".join(f"{name}: int64 [batch, sequence]" for name in meta["inputs"])}']
