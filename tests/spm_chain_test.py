@@ -7,7 +7,6 @@ text -> extract_features. The ids are checked against SentencePiece's own, and d
 of another vocab are refused.
 """
 
-import itertools
 import json
 import pathlib
 import shutil
@@ -17,6 +16,7 @@ import numpy as np
 import pretrain_runs
 import pytest
 import sentencepiece
+import spm_runs
 
 from bertjax import extract_features
 from bertjax import predict
@@ -29,50 +29,23 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
-from bertjax.pretraining_data import instances
-from bertjax.pretraining_data import writer
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import vocab_files
 from bertjax.text import vocab_learner
 from configs import finetune as finetune_config
 
-VOCAB = 1024  # A multiple of 128: model.vocab_size needs no padding.
-SEQ, PREDICTIONS = pretrain_runs.SEQ, pretrain_runs.PREDICTIONS
-
-
-def _write_corpus(path, split, sentences_per_document=40, documents=40):
-  """The first sentences of an embedded corpus split, cut into short documents."""
-  lines = list(itertools.islice(itertools.chain.from_iterable(embedded.documents(split)),
-                                sentences_per_document * documents))
-  chunks = [lines[i:i + sentences_per_document]
-            for i in range(0, len(lines), sentences_per_document)]
-  path.write_text(''.join(''.join(s + '\n' for s in chunk) + '\n' for chunk in chunks))
-  return path
-
-
-def _make_data(folder, corpus, static_masking=True, **vocab):
-  settings = instances.Settings(max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
-                                dupe_factor=1, static_masking=static_masking)
-  writer.create(str(corpus), str(folder / 'train'), settings, num_output_shards=1,
-                num_workers=1, **vocab)
-  return str(folder / 'train-*-of-*')
+VOCAB, SEQ, PREDICTIONS = spm_runs.VOCAB, spm_runs.SEQ, spm_runs.PREDICTIONS
 
 
 @pytest.fixture(scope='module')
 def chain(tmp_path_factory):
-  root = tmp_path_factory.mktemp('spm_chain')
-  corpus = _write_corpus(root / 'corpus.txt', 'train')
-  spm_model = root / 'spm.model'
-  vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), spm_model, VOCAB,
-                                    input_sentence_size=20_000)
-  data = {'static': _make_data(root / 'static', corpus, spm_model_file=str(spm_model)),
-          'unmasked': _make_data(root / 'unmasked', corpus, static_masking=False,
-                                 spm_model_file=str(spm_model))}
-  workdir = root / 'pretrain'
-  fields = pretrain_runs.fields({'data.train_files': data['static'],
-                                 'data.eval_files': data['static'],
-                                 'data.vocab_file': str(spm_model)}, model__vocab_size=VOCAB)
-  pretrain.train_and_evaluate(pretrain_runs.config(4, fields), str(workdir))
+  spm_model, workdir = spm_runs.shared_pretrained(tmp_path_factory)
+  root = workdir.parent
+  corpus = root / 'corpus.txt'
+  data = {'static': str(root / 'static' / 'train-*-of-*'),
+          'unmasked': spm_runs.make_data(root / 'unmasked', corpus, static_masking=False,
+                                         spm_model_file=str(spm_model))}
+  fields = spm_runs.pretrain_fields(spm_model, data['static'])
   processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
   return root, corpus, spm_model, processor, data, workdir, fields
 
@@ -147,7 +120,7 @@ def test_dynamic_whole_word_masks_never_split_a_word(chain):
 
 def test_data_of_another_vocab_is_refused(chain):
   root, corpus, spm_model, _, data, _, fields = chain
-  wordpiece = _make_data(root / 'wordpiece', corpus, vocab_file=str(embedded.vocab_path()))
+  wordpiece = spm_runs.make_data(root / 'wordpiece', corpus, vocab_file=str(embedded.vocab_path()))
   config = pretrain_runs.config(2, fields | {'data.train_files': wordpiece,
                                              'data.eval_files': ''})
   with pytest.raises(ValueError, match=r'made with a 8192-entry vocab .*vocab\.txt'):

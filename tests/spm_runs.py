@@ -62,6 +62,17 @@ def pretrained(root, steps=4):
   return spm_model, workdir
 
 
+_SHARED = {}
+
+
+def shared_pretrained(tmp_path_factory):
+  """The session's one `pretrained` run (spm model, workdir), made on first use: the chain and
+  export tests read it and write only beside it, in folders of their own."""
+  if 'run' not in _SHARED:
+    _SHARED['run'] = pretrained(tmp_path_factory.mktemp('spm_pretrained'))
+  return _SHARED['run']
+
+
 def finetune_config_for(task, init_from, epochs=3, **data):
   """A fine-tuning config of `task` from `init_from`, data fields (train_file=...) as given."""
   config = finetune_config.get_config(f'task={task},init_from={init_from},seq=24,batch=16,'

@@ -37,7 +37,7 @@ PAIRS = [('The king doth speak', 'my heart'), ('sweet love', 'Fair is foul, and 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp('spm_export')
-  spm_model, pretrained = spm_runs.pretrained(root)
+  spm_model, pretrained = spm_runs.shared_pretrained(tmp_path_factory)
   classify, texts = spm_runs.classifier(pretrained, root / 'finetune', epochs=1)
   return {'spm_model': spm_model, 'pretrained': pretrained, 'classify': classify,
           'texts': texts}
