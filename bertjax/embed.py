@@ -6,7 +6,7 @@
 
 The model is read by interop/sources.load (a transformers / sentence-transformers folder, a TF1
 checkpoint, a bertjax run at any step: Embedder.from_pretrained(RUN, step='best')) and run by
-the one inference path (extract_features.forward, its pooled output). A bertjax fine-tuning run
+the one inference path (inference.forward, its pooled output). A bertjax fine-tuning run
 pools as its head did (its recorded pooling); a pre-training run is mean-pooled.
 
 A sentence-transformers folder says how it pools (1_Pooling/: mean, or the [CLS] token's
@@ -31,8 +31,8 @@ from absl import logging
 import numpy as np
 
 from bertjax import console
-from bertjax import extract_features
 from bertjax import files
+from bertjax import inference
 from bertjax import paths
 from bertjax.interop import init_from
 from bertjax.interop import sources
@@ -79,12 +79,12 @@ def encode(tok, sentences, max_seq_length: int) -> dict:
           'segment_ids': np.zeros_like(input_ids)}
 
 
-POOLINGS = extract_features.POOLINGS
+POOLINGS = inference.POOLINGS
 
 
 def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, batch_size=32):
   """Unit-norm mean-pooled embeddings, [N, D] float32."""
-  pooled = extract_features.forward(extract_features.model_config(model_config, {'bert': params}),
+  pooled = inference.forward(inference.model_config(model_config, {'bert': params}),
                                     'pooled', pooling='mean', normalize=True)
   out = []
   for start in range(0, len(sentences), batch_size):
@@ -109,9 +109,9 @@ class Embedder:
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
-    # The one inference path (extract_features.forward), its pooled output.
-    self._pooled = extract_features.forward(
-        extract_features.model_config(model_config, {'bert': params}), 'pooled',
+    # The one inference path (inference.forward), its pooled output.
+    self._pooled = inference.forward(
+        inference.model_config(model_config, {'bert': params}), 'pooled',
         pooling=pooling, normalize=normalize)
 
   @classmethod
@@ -132,14 +132,14 @@ class Embedder:
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.
       model = sources.load(source, step=step)
-      tok = extract_features.tokenizer(model, f'{source} has no vocab beside it: embeddings '
+      tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings '
                                        'need the vocab the model was trained with.')
       pooling = pooling or _pooling(model, sources.format_of(source))
       logging.info('imported %s: %s-pooled%s, %d tokens at most', model.source, pooling,
                    ', normalised' if model.normalize else '', model.max_seq_length)
     model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
                                                     'dtype': dtype})
-    return cls(model_config, extract_features.encoder_params(model), tok, pooling=pooling,
+    return cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
                normalize=(model.embedding and model.normalize) if normalize is None else normalize,
                max_seq_length=max_seq_length or model.max_seq_length, batch_size=batch_size,
                source=model.source or source)

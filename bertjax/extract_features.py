@@ -17,13 +17,9 @@ is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `li
 `concat_last_layers` is the paper's feature-based approach (the last four layers concatenated)
 as one call.
 
-The module also holds the one inference path of the tools that read a model (`forward`,
-`outputs`): the platform's encoder (+ head) over a model from interop/sources.load, whose three
-outputs are predict's logits, embed's pooled vectors and these hidden states. It reads no
-checkpoint (tests/checkpoint_reads_test.py keeps sources.load the only reader).
+The model runs through bertjax/inference.py, the one inference path of predict, embed and this.
 """
 
-import functools
 import json
 import os
 import sys
@@ -32,23 +28,19 @@ import time
 
 from absl import app
 from absl import flags
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bertjax import console
 from bertjax import files
+from bertjax import inference
 from bertjax import paths
-from bertjax.finetune import kinds
-from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
-from bertjax.model import encoder
 from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
 from bertjax.text import fast_tokenizer
-from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 
 
@@ -91,7 +83,7 @@ def encode(tok, examples, max_seq_length: int):
 def hidden_states_fn(config):
   """jit(params, batch) -> [N+1, B, L, D] float32 hidden states (embeddings first), of
   per-layer params (a Bundle's; return_hidden_states needs the layers unrolled)."""
-  return forward(platform_defaults.for_inference(
+  return inference.forward(platform_defaults.for_inference(
       encoder_config.default_config(**config), jax.default_backend(), saved_scan=False),
       'hidden_states')
 
@@ -126,9 +118,9 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   if bad:
     raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model (-1 is the '
                      'last; 0 the embeddings).')
-  tok = tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
+  tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
   examples = read_examples(input_file)
-  params = encoder_params(model)
+  params = inference.encoder_params(model)
   fn = hidden_states_fn(model.config)
   temp = _temporary_beside(output)
   try:
@@ -163,103 +155,6 @@ def _temporary_beside(output: str) -> str:
     return temp
   files.makedirs(os.path.dirname(output) or '.')
   return os.path.join(os.path.dirname(output), f'.{os.path.basename(output)}.{os.getpid()}.tmp')
-
-
-# -------------------------------------------------------------------------------------------
-# The one inference path of every tool that reads a model (predict, embed, these features): the
-# platform's encoder (+ head) and padded batches; the model comes from sources.load.
-
-OUTPUTS = ('logits', 'hidden_states', 'pooled')
-POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
-
-
-def tokenizer(model: bundle_lib.Bundle, missing: str):
-  """The loaded model's tokenizer (its vocab and casing); FileNotFoundError(missing) without
-  a vocab."""
-  if not model.vocab_file:
-    raise FileNotFoundError(missing)
-  return vocab_files.for_model(model.vocab_file, model.do_lower_case)
-
-
-def encoder_params(model: bundle_lib.Bundle) -> dict:
-  """The loaded model's encoder as a nested tree without the 'bert' level (one per layer)."""
-  return traverse_util.unflatten_dict(
-      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
-
-
-def model_config(recorded, params):
-  """The recorded model config as this platform runs `params` (a tree with the encoder under
-  'bert'): a kernel the platform cannot run becomes its own, the layout is the params'."""
-  return platform_defaults.for_inference(recorded, jax.default_backend(),
-                                         saved_scan=platform_defaults.scanned_layout(params))
-
-
-def forward(config, output: str, *, head=None, pooling: str = 'mean', normalize: bool = False):
-  """jit(params, batch) -> `output` (OUTPUTS) of the model `config` describes (for_inference'd):
-  'logits' runs `head` (a task head module), the others the encoder (params without 'bert')."""
-  if output not in OUTPUTS:
-    raise ValueError(f'output={output!r}; valid: {", ".join(OUTPUTS)}.')
-  if output == 'logits':
-    return jax.jit(functools.partial(_logits, head))
-  if pooling not in POOLINGS:
-    raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
-  bert = encoder.BertEncoder(config)
-  if output == 'hidden_states':
-    return jax.jit(functools.partial(_hidden_states, bert))
-  return jax.jit(functools.partial(_pooled, bert, pooling, normalize))
-
-
-def _logits(head, params, batch):
-  return head.apply({'params': params}, *(batch[k] for k in kinds.MODEL_INPUTS),
-                    deterministic=True)
-
-
-def _hidden_states(bert, params, batch):
-  return bert.apply({'params': params}, **batch, return_hidden_states=True)[2].astype(
-      jnp.float32)
-
-
-def _pooled(bert, pooling, normalize, params, batch):
-  x_BxLxD, _ = bert.apply({'params': params}, **batch)
-  x_BxLxD = x_BxLxD.astype(jnp.float32)
-  if pooling == 'cls':
-    pooled_BxD = x_BxLxD[:, 0]
-  else:
-    mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
-    pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)
-  if not normalize:
-    return pooled_BxD
-  return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
-
-
-def rows_per_batch(n: int, batch_size: int) -> int:
-  """Rows padded to a power of two up to batch_size: a few compiled shapes whatever the inputs,
-  and 2 inputs with batch_size=100000 never allocate 100000 rows."""
-  return min(batch_size, 1 << max(0, n - 1).bit_length())
-
-
-def padded(arrays: dict, rows: int, length: int | None = None) -> dict:
-  """[n, ...] arrays padded with zeros to `rows` rows (and `length` tokens where given): the
-  padding is masked out (input_mask 0) and its rows cut off by the caller."""
-  out = {}
-  for key, value in arrays.items():
-    pad = [(0, rows - len(value))] + [(0, 0)] * (value.ndim - 1)
-    if length is not None:
-      pad[1] = (0, length - value.shape[1])
-    out[key] = np.pad(value, pad)
-  return out
-
-
-def outputs(fn, params, arrays: dict, batch_size: int) -> np.ndarray:
-  """fn's outputs for every row of `arrays` (the model inputs, [N, L]), batch-major, in
-  batches of rows_per_batch rows."""
-  n = len(arrays['input_ids'])
-  rows = rows_per_batch(n, batch_size)
-  out = []
-  for start in range(0, n, rows):
-    chunk = {k: v[start:start + rows] for k, v in arrays.items()}
-    out.append(np.asarray(fn(params, padded(chunk, rows)))[:min(rows, n - start)])
-  return np.concatenate(out)
 
 
 FLAGS = flags.FLAGS

@@ -41,8 +41,8 @@ import ml_collections
 import numpy as np
 
 from bertjax import console
-from bertjax import extract_features
 from bertjax import files
+from bertjax import inference
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.finetune import kinds
@@ -75,11 +75,11 @@ class Predictor:
     self.tokenizer = vocab_files.for_model(vocab_file, self.data.do_lower_case)
     # The recorded model as this platform runs it: a run trained on a GPU records cudnn
     # attention, which a CPU or TPU cannot run; the layout is the params'.
-    model_config = extract_features.model_config(run['model'], params)
+    model_config = inference.model_config(run['model'], params)
     model = kinds.get(self.kind).head(model_config, len(self.labels), run.get('pooling', 'cls'))
     self.params = params
-    # The one inference path (extract_features.forward), its head's logits.
-    self._apply = extract_features.forward(model_config, 'logits', head=model)
+    # The one inference path (inference.forward), its head's logits.
+    self._apply = inference.forward(model_config, 'logits', head=model)
 
   @classmethod
   def from_workdir(cls, workdir, step: int | str | None = None, batch_size: int = 32,
@@ -143,7 +143,7 @@ class Predictor:
   # Features -> outputs, in batches of fixed shape (one compilation).
 
   def _outputs(self, feature_arrays: dict) -> np.ndarray:
-    return extract_features.outputs(self._apply, self.params,
+    return inference.outputs(self._apply, self.params,
                                     {k: feature_arrays[k] for k in kinds.MODEL_INPUTS},
                                     self.batch_size)
 

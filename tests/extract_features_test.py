@@ -16,6 +16,7 @@ import transformers
 from bertjax import export
 from bertjax import extract_features
 from bertjax.interop import sources
+from bertjax.text import vocab_files
 
 LINES = ['The weather is lovely today.', "It's so sunny outside! ||| He drove to the stadium.",
          'A man is playing a guitar on a stage in front of a large, cheering crowd at night.']
@@ -50,7 +51,7 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
   _, batch = extract_features.encode(
-      extract_features.vocab_files.for_model(model.vocab_file, True), [(LINES[0], None)], 12)
+      vocab_files.for_model(model.vocab_file, True), [(LINES[0], None)], 12)
   features = np.asarray(extract_features.concat_last_layers(model.config, params, batch))
   assert features.shape == (1, 12, 4 * 384)
   enc = tok(LINES[0], return_tensors='pt')

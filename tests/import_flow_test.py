@@ -22,7 +22,8 @@ STAGES = (
     ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
     # config_check: the jobs' configs, at their start; config_args: a job's command line, checked.
     ('pretrain', 'finetune', 'config_check', 'config_args'),
-    ('predict', 'predict_inputs', 'embed', 'extract_features', 'export'),
+    # inference: the one inference path that predict, embed and extract_features run.
+    ('predict', 'predict_inputs', 'embed', 'extract_features', 'export', 'inference'),
     ('main',),
 )
 STAGE = {unit: i for i, units in enumerate(STAGES) for unit in units}

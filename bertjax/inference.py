@@ -1,0 +1,112 @@
+"""The one inference path of every tool that reads a model (predict, embed, extract_features):
+the platform's encoder (+ head) over a model from interop/sources.load, in padded batches.
+
+Its three outputs are predict's logits, embed's pooled vectors and extract_features' hidden
+states. It reads no checkpoint (tests/checkpoint_reads_test.py keeps sources.load the only
+reader).
+"""
+
+import functools
+
+from flax import traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.finetune import kinds
+from bertjax.interop import bundle as bundle_lib
+from bertjax.model import encoder
+from bertjax.model import platform_defaults
+from bertjax.text import vocab_files
+
+OUTPUTS = ('logits', 'hidden_states', 'pooled')
+POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
+
+
+def tokenizer(model: bundle_lib.Bundle, missing: str):
+  """The loaded model's tokenizer (its vocab and casing); FileNotFoundError(missing) without
+  a vocab."""
+  if not model.vocab_file:
+    raise FileNotFoundError(missing)
+  return vocab_files.for_model(model.vocab_file, model.do_lower_case)
+
+
+def encoder_params(model: bundle_lib.Bundle) -> dict:
+  """The loaded model's encoder as a nested tree without the 'bert' level (one per layer)."""
+  return traverse_util.unflatten_dict(
+      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+
+
+def model_config(recorded, params):
+  """The recorded model config as this platform runs `params` (a tree with the encoder under
+  'bert'): a kernel the platform cannot run becomes its own, the layout is the params'."""
+  return platform_defaults.for_inference(recorded, jax.default_backend(),
+                                         saved_scan=platform_defaults.scanned_layout(params))
+
+
+def forward(config, output: str, *, head=None, pooling: str = 'mean', normalize: bool = False):
+  """jit(params, batch) -> `output` (OUTPUTS) of the model `config` describes (for_inference'd):
+  'logits' runs `head` (a task head module), the others the encoder (params without 'bert')."""
+  if output not in OUTPUTS:
+    raise ValueError(f'output={output!r}; valid: {", ".join(OUTPUTS)}.')
+  if output == 'logits':
+    return jax.jit(functools.partial(_logits, head))
+  if pooling not in POOLINGS:
+    raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
+  bert = encoder.BertEncoder(config)
+  if output == 'hidden_states':
+    return jax.jit(functools.partial(_hidden_states, bert))
+  return jax.jit(functools.partial(_pooled, bert, pooling, normalize))
+
+
+def _logits(head, params, batch):
+  return head.apply({'params': params}, *(batch[k] for k in kinds.MODEL_INPUTS),
+                    deterministic=True)
+
+
+def _hidden_states(bert, params, batch):
+  return bert.apply({'params': params}, **batch, return_hidden_states=True)[2].astype(
+      jnp.float32)
+
+
+def _pooled(bert, pooling, normalize, params, batch):
+  x_BxLxD, _ = bert.apply({'params': params}, **batch)
+  x_BxLxD = x_BxLxD.astype(jnp.float32)
+  if pooling == 'cls':
+    pooled_BxD = x_BxLxD[:, 0]
+  else:
+    mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
+    pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)
+  if not normalize:
+    return pooled_BxD
+  return pooled_BxD / jnp.maximum(jnp.linalg.norm(pooled_BxD, axis=-1, keepdims=True), 1e-12)
+
+
+def rows_per_batch(n: int, batch_size: int) -> int:
+  """Rows padded to a power of two up to batch_size: a few compiled shapes whatever the inputs,
+  and 2 inputs with batch_size=100000 never allocate 100000 rows."""
+  return min(batch_size, 1 << max(0, n - 1).bit_length())
+
+
+def padded(arrays: dict, rows: int, length: int | None = None) -> dict:
+  """[n, ...] arrays padded with zeros to `rows` rows (and `length` tokens where given): the
+  padding is masked out (input_mask 0) and its rows cut off by the caller."""
+  out = {}
+  for key, value in arrays.items():
+    pad = [(0, rows - len(value))] + [(0, 0)] * (value.ndim - 1)
+    if length is not None:
+      pad[1] = (0, length - value.shape[1])
+    out[key] = np.pad(value, pad)
+  return out
+
+
+def outputs(fn, params, arrays: dict, batch_size: int) -> np.ndarray:
+  """fn's outputs for every row of `arrays` (the model inputs, [N, L]), batch-major, in
+  batches of rows_per_batch rows."""
+  n = len(arrays['input_ids'])
+  rows = rows_per_batch(n, batch_size)
+  out = []
+  for start in range(0, n, rows):
+    chunk = {k: v[start:start + rows] for k, v in arrays.items()}
+    out.append(np.asarray(fn(params, padded(chunk, rows)))[:min(rows, n - start)])
+  return np.concatenate(out)
