@@ -21,7 +21,7 @@ POOLED_HEADS = tuple(name for name, kind in kinds.KINDS.items() if kind.pooled)
 # google-research/bert's get_pooled_output()): a head trained on mean-pooled outputs would
 # predict something else there. The SavedModel carries its own graph, pooling included;
 # sentence-transformers writes the pooling as a module.
-CLS_POOLED_FORMATS = ('hf', 'tf1')
+CLS_POOLED_FORMATS = ('hf', 'tf1', 'onnx')  # onnx: converted from the hf export.
 # The formats that write a SentencePiece model's tokenizer as its readers tokenize (the others
 # would write its pieces as a WordPiece vocab.txt: ids that mean other tokens).
 SENTENCEPIECE_FORMATS = ('hf', 'tf1', 'sentence_transformers', 'saved_model')
