@@ -9,11 +9,14 @@ later one is an eval without improvement, so the step a run stops at is known ex
 import pathlib
 
 import finetune_runs
+import numpy as np
 import pytest
 
 from bertjax import config_check
+from bertjax import export
 from bertjax import predict
 from bertjax.finetune import job as finetune
+from bertjax.interop import sources
 from bertjax.training import checkpoint_reader
 
 
@@ -66,6 +69,26 @@ def test_stops_names_the_best_step_and_hands_it_on(stopped_run, sst2_dir, capsys
     finetune.run(config, str(stopped_run), step=2)
   with pytest.raises(ValueError, match='--step=best picks the checkpoint that --config.mode=eval'):
     finetune.run(flat_config(sst2_dir, 10), str(stopped_run), step='best')
+
+
+def test_the_export_of_a_run_stopped_early_is_its_best_step(sst2_dir, tmp_path):
+  # A learning rate that moves the weights, ranked so that a falling eval loss is no
+  # improvement ('max'): the run stops at its first falling eval, and the best step's weights
+  # differ from the last step's. What export writes with --step=best is the best step's.
+  workdir = tmp_path / 'run'
+  finetune.train_and_evaluate(flat_config(sst2_dir, 12, **{
+      'optimizer.learning_rate': 1e-3, 'optimizer.warmup_steps': 0,
+      'checkpoint.best_metric': 'loss', 'checkpoint.best_mode': 'max',
+      'early_stopping_patience': 1}), str(workdir))
+  best, last = checkpoint_reader.resolve_step(workdir, 'best'), max(kept_steps(workdir))
+  assert best < last < 12, (best, last)
+  exported = sources.load(str(export.export(str(workdir), 'hf', tmp_path / 'hf', step='best')))
+  at_best = sources.load(str(workdir), step=best)
+  at_last = sources.load(str(workdir), step=last)
+  assert exported.params.keys() == at_best.params.keys()
+  for key, value in at_best.params.items():
+    np.testing.assert_allclose(exported.params[key], value, atol=1e-6, err_msg=key)
+  assert any(not np.allclose(at_last.params[k], v) for k, v in at_best.params.items())
 
 
 def test_the_live_run_summary(sst2_dir, tmp_path, capsys):
