@@ -12,10 +12,12 @@ import sys
 
 from etils import epath
 import numpy as np
+import pretrain_runs
 import pytest
 import tensorflow_datasets as tfds
 
 from bertjax import paths as paths_lib
+from bertjax import pretrain
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
@@ -23,6 +25,7 @@ from bertjax.pretraining_data import tfds_builder
 from bertjax.pretraining_data import tfds_source
 from bertjax.pretraining_data import writer
 from bertjax.text import fast_tokenizer
+from configs import pretrain as pretrain_config
 
 SETTINGS = instances.Settings(dupe_factor=2)
 BLANK_TEXTS = ('', ' \n\t\n ')
@@ -166,6 +169,18 @@ def test_mocked_wikipedia_through_the_command_line(vocab_file, tmp_path):
   assert report['counts']['documents'] + skipped == 40 and report['counts']['instances'] > 0
   last = done.stdout.strip().splitlines()[-1]
   assert 'create_pretraining_data' in last and f"instances {report['counts']['instances']}" in last
+  # A tiny pre-training run reads them (its data checks hold: the same vocab, the same shape).
+  files = ','.join(report['output_files'])
+  config = pretrain_runs.set_fields(
+      pretrain_config.get_config('size=tiny,steps=2,seq=128,batch=8,vocab=30522'), {
+          'data.train_files': files, 'data.eval_files': files, 'data.vocab_file': vocab_file,
+          'data.max_predictions_per_seq': 20, 'data.shuffle_window': 64, 'data.num_lanes': 4,
+          'model.num_layers': 2, 'model.hidden_size': 64, 'model.num_heads': 2,
+          'model.mlp_dim': 128, 'max_eval_batches': 1, 'checkpoint.every_steps': 1000})
+  workdir = tmp_path / 'pretrain'
+  metrics = pretrain.train_and_evaluate(config, str(workdir))
+  assert np.isfinite(metrics['mlm_loss']) and 0 <= metrics['mlm_accuracy'] <= 1, metrics
+  assert (workdir / 'checkpoints' / '2').is_dir()
 
 
 def writer_report(out):
