@@ -24,7 +24,7 @@ POOLED_HEADS = tuple(name for name, kind in kinds.KINDS.items() if kind.pooled)
 CLS_POOLED_FORMATS = ('hf', 'tf1', 'onnx')  # onnx: converted from the hf export.
 # The formats that write a SentencePiece model's tokenizer as its readers tokenize (the others
 # would write its pieces as a WordPiece vocab.txt: ids that mean other tokens).
-SENTENCEPIECE_FORMATS = ('hf', 'tf1', 'sentence_transformers', 'saved_model')
+SENTENCEPIECE_FORMATS = ('hf', 'tf1', 'sentence_transformers', 'saved_model', 'onnx')
 
 
 def cannot_hold(fmt: str, kind: str, pooling: str = 'cls') -> str | None:

@@ -14,7 +14,6 @@ from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, n
 import numpy as np
 import onnxruntime
 import pytest
-import sentencepiece
 import transformers
 
 from bertjax import export
@@ -166,16 +165,6 @@ def test_the_command_exports_a_fine_tuned_classifier_that_onnxruntime_runs_equal
   assert enc['input_ids'].shape[0] == len(sentences) + 2
 
 
-def tiny_sentencepiece(tmp_path) -> str:
-  text = tmp_path / 'text.txt'
-  text.write_text('\n'.join(['the king doth speak of his lord', 'fair is foul and foul is fair',
-                             'my heart is glad in the great hall'] * 20))
-  sentencepiece.SentencePieceTrainer.train(
-      input=str(text), model_prefix=str(tmp_path / 'spm'), vocab_size=30,
-      user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2)
-  return str(tmp_path / 'spm.model')
-
-
 def test_what_onnx_cannot_hold_is_refused_and_nothing_is_lost(minilm_dir, minilm_onnx, tmp_path,
                                                               monkeypatch):
   _, _, choices = export_test.random_bundle('classification', minilm_dir)
@@ -189,10 +178,6 @@ def test_what_onnx_cannot_hold_is_refused_and_nothing_is_lost(minilm_dir, minilm
   mean_classifier.pooling = 'mean'
   with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):
     onnx_export.save(mean_classifier, tmp_path / 'direct')
-  _, _, spm = export_test.random_bundle('encoder', minilm_dir)
-  spm.vocab_file = tiny_sentencepiece(tmp_path)
-  with pytest.raises(ValueError, match='is a SentencePiece model: --format=onnx cannot yet'):
-    onnx_export.save(spm, tmp_path / 'direct')
   assert not (tmp_path / 'direct').exists()
 
   # An existing folder is never lost: refused without --overwrite, and with it unless it is an

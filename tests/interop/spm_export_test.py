@@ -7,6 +7,7 @@ outputs; a format that cannot write the SentencePiece tokenizer faithfully refus
 from flax import traverse_util
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
+import onnx_export_test
 import pytest
 import saved_model_test
 import spm_runs
@@ -243,6 +244,20 @@ def test_fine_tuning_from_the_tf1_export_equals_fine_tuning_from_the_run(runs, t
   (tf1 / 'other.model').write_bytes(runs['spm_model'].read_bytes())
   with pytest.raises(ValueError, match='holds 2 SentencePiece models'):
     init_from.vocab_file(str(tf1))
+
+
+def test_onnx_runs_the_sentencepiece_classifier_as_bertjax(runs, tmp_path):
+  # The tokenizer outside the graph is the hf export's (AlbertTokenizer's files): its ids are
+  # bertjax's, and onnxruntime's logits and probabilities equal bertjax's own at 1e-5.
+  out = export.export(str(runs['classify']), 'onnx', tmp_path / 'onnx')
+  assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
+  ours = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
+  texts = ODD_TEXTS + runs['texts'][:4]
+  enc, _ = onnx_export_test.run_onnx(out, texts)
+  for text, ids, mask in zip(texts, enc['input_ids'], enc['attention_mask'], strict=True):
+    assert ids[mask == 1].tolist() == [ours.vocab['[CLS]'], *ours.encode(text),
+                                       ours.vocab['[SEP]']], text
+  onnx_export_test.assert_equal_outputs(sources.load(str(runs['classify'])), out, texts)
 
 
 def test_sentence_transformers_encodes_the_pretraining_run_as_bertjax(runs, tmp_path):
