@@ -38,7 +38,8 @@ def test_the_start_line_names_the_formats_the_table_gives(kind, pooling):
 def test_a_mean_pooled_classifier_is_told_which_formats_need_cls_pooling():
   line = export_formats.statement('classification', 'mean')
   assert line.startswith('classification head on mean-pooled outputs: exports to '), line
-  assert "hf, tf1 and onnx read only [CLS]-pooled heads: fine-tune with pooling=cls for them" in line
+  assert ('hf, tf1 and onnx read only [CLS]-pooled heads: fine-tune with pooling=cls for them'
+          in line)
   tagging = export_formats.statement('tagging', 'cls')
   assert tagging.endswith(' cannot hold a tagging head)') and 'tf1' in tagging.split('(')[1]
   assert 'pooling' not in tagging  # A token-level head: no pooling to change.
