@@ -42,11 +42,17 @@ def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
   assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
 
 
+def _default_sigint():
+  """Ctrl-C as a terminal delivers it, even where pytest itself runs with SIGINT ignored (a
+  script that started it with `&`): the child starts with the default disposition."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(tmp_path, *args):
   log = tmp_path / 'stderr'
   process = subprocess.Popen([sys.executable, '-m', 'bertjax.main', *args], cwd=tmp_path,
                              env=environ(), stdout=subprocess.DEVNULL,
-                             stderr=log.open('w'))
+                             stderr=log.open('w'), preexec_fn=_default_sigint)
   return process, log
 
 
@@ -226,7 +232,8 @@ def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm
       [sys.executable, '-m', 'bertjax.extract_features', '--input_file=in.txt',
        '--output_file=out/features.jsonl', f'--init_checkpoint={minilm_dir}',
        '--max_seq_length=16', '--batch_size=8', '--layers=-1'],
-      cwd=tmp_path, env=environ(), stdout=subprocess.DEVNULL, stderr=log.open('w'))
+      cwd=tmp_path, env=environ(), stdout=subprocess.DEVNULL, stderr=log.open('w'),
+      preexec_fn=_default_sigint)
   deadline = time.time() + 240
   while not list((tmp_path / 'out').glob('.features.jsonl.*.tmp')):
     assert process.poll() is None, log.read_text()[-3000:]
