@@ -144,9 +144,9 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
   with pytest.raises(ValueError, match=r"best_metric='mlm_acc' is not an eval metric of this "
                      'job; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss'):
     pretrain.train_and_evaluate(config, str(tmp_path / 'pretrain'))
-  # A task's metrics are known at its first eval: the run stops there, nothing saved.
+  # A task's metrics are known from its name too: the run is refused before it starts.
   workdir = tmp_path / 'typo'
-  with pytest.raises(ValueError, match=r"best_metric='acuracy' is not an eval metric of this "
-                     r'job; valid: accuracy, loss'):
+  with pytest.raises(ValueError, match=r"best_metric='acuracy': is not an eval metric of task "
+                     r'sst2; valid: loss, accuracy'):
     run(sst2_dir, workdir, **{'checkpoint.best_metric': 'acuracy'})
   assert kept_steps(workdir) == set()

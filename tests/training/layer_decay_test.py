@@ -79,7 +79,7 @@ def test_rates_of_a_tiny_model_are_the_hand_computed_ones(boxed):
 
 
 def test_pretraining_heads_train_at_the_full_rate_and_base_has_its_thirteen_depths():
-  cfg = common.model_config('base')
+  cfg = common.model_config('base', scan_layers=False)  # Per-layer names: layers_<i>.
   params = jax.eval_shape(lambda: flax.linen.unbox(heads.BertForPreTraining(cfg).init(
       jax.random.key(0), **heads.dummy_batch(1, 8, 2))['params']))
   factors = flatten(optimizer.layer_decay_factors(params, 0.9), sep='/')
