@@ -32,7 +32,6 @@ from bertjax.pretraining_data import embedded
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import vocab_files
 from bertjax.text import vocab_learner
-from configs import finetune as finetune_config
 
 VOCAB, SEQ, PREDICTIONS = spm_runs.VOCAB, spm_runs.SEQ, spm_runs.PREDICTIONS
 
@@ -134,17 +133,6 @@ def test_data_of_another_vocab_is_refused(chain):
     pretrain.train_and_evaluate(config, str(root / 'refused2'))
 
 
-def _finetune_config(task, workdir, **data):
-  config = finetune_config.get_config(f'task={task},init_from={workdir},seq=24,batch=16,'
-                                      'lr=3e-3,epochs=3')
-  config.unlock()
-  config.eval_batch_size = 16
-  config.checkpoint.every_steps = 1000
-  for key, value in data.items():
-    config.data[key] = str(value)
-  return config
-
-
 def _last_predictions(workdir, name):
   steps = sorted((workdir / 'predictions').glob('step_*'), key=lambda p: int(p.name[5:]))
   return steps[-1] / name
@@ -159,7 +147,7 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
   for name, part in (('train.tsv', rows[:80]), ('eval.tsv', rows[80:])):
     (tmp_path / name).write_text('text\tlabel\n' + ''.join(f'{t}\t{y}\n' for t, y in part))
   workdir = tmp_path / 'classify'
-  job.train_and_evaluate(_finetune_config('classification', pretrained,
+  job.train_and_evaluate(spm_runs.finetune_config_for('classification', pretrained,
                                           train_file=tmp_path / 'train.tsv',
                                           eval_file=tmp_path / 'eval.tsv'), str(workdir))
   # No data.vocab_file: the run took the pre-training run's SentencePiece model.
@@ -185,7 +173,7 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
   for name, part in (('train.jsonl', tagged[:80]), ('eval.jsonl', tagged[80:])):
     (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
   tagger = tmp_path / 'tag'
-  job.train_and_evaluate(_finetune_config('tagging', pretrained,
+  job.train_and_evaluate(spm_runs.finetune_config_for('tagging', pretrained,
                                           train_file=tmp_path / 'train.jsonl',
                                           eval_file=tmp_path / 'eval.jsonl'), str(tagger))
   evaluated = [line.split()[2] for line in _last_predictions(
@@ -262,7 +250,7 @@ def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, 
   train = _squad_file(tmp_path / 'train.json', rows[:80])
   evaluation = _squad_file(tmp_path / 'eval.json', rows[80:])
   workdir = tmp_path / 'span'
-  config = _finetune_config('span', pretrained, train_file=train, eval_file=evaluation)
+  config = spm_runs.finetune_config_for('span', pretrained, train_file=train, eval_file=evaluation)
   config.data.max_seq_length = 32
   config.data.max_query_length = 8
   config.data.doc_stride = 16
@@ -311,7 +299,7 @@ def test_multiple_choice_from_a_transformers_folder_with_spiece_model(chain, tmp
   for name, part in (('train.jsonl', records[:80]), ('eval.jsonl', records[80:])):
     (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
   workdir = tmp_path / 'choice'
-  job.train_and_evaluate(_finetune_config('multiple_choice', hf_dir,
+  job.train_and_evaluate(spm_runs.finetune_config_for('multiple_choice', hf_dir,
                                           train_file=tmp_path / 'train.jsonl',
                                           eval_file=tmp_path / 'eval.jsonl'), str(workdir))
   saved = json.loads((workdir / 'config.json').read_text())
