@@ -72,7 +72,6 @@ from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
 from bertjax.training import checkpoint_reader  # noqa: E402
-from bertjax.training import kinds  # noqa: E402
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
@@ -82,14 +81,7 @@ MANIFEST = '.bertjax_export_manifest.json'
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
-  why = bundle_lib.cannot_hold(fmt, result.kind, result.pooling)
-  if why is not None:
-    can = bundle_lib.formats_for(result.kind, result.pooling)
-    fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
-    if kinds.get(result.kind).pooled and result.pooling != 'cls':
-      fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
-              'loads its encoder), or fine-tune with --config.pooling=cls for every format')
-    raise ValueError(f'{result.source} is a {result.kind} model; {why}: {fix}.')
+  bundle_lib.check_holds(result, fmt)
   if fmt == 'tf1' and result.pooling != 'cls':
     logging.warning('%s is %s-pooled: in google-research/bert, %s-pool get_sequence_output() '
                     'over the input mask (get_pooled_output() is the [CLS] pooler)',

@@ -43,6 +43,20 @@ def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
   return [f for f in FORMAT_KINDS if cannot_hold(f, kind, pooling) is None]
 
 
+def check_holds(result: 'Bundle', fmt: str):
+  """Refuses `fmt` for `result` when it cannot hold its head faithfully, naming what can: every
+  writer calls it, so a library caller that skips the export command is refused the same way."""
+  why = cannot_hold(fmt, result.kind, result.pooling)
+  if why is None:
+    return
+  can = formats_for(result.kind, result.pooling)
+  fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
+  if kinds.get(result.kind).pooled and result.pooling != 'cls':
+    fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
+            'loads its encoder), or fine-tune with --config.pooling=cls for every format')
+  raise ValueError(f'{result.source} is a {result.kind} model; {why}: {fix}.')
+
+
 @dataclasses.dataclass
 class Bundle:
   config: dict  # The encoder's architecture (encoder_config.default_config fields).

@@ -369,12 +369,7 @@ def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
 def save(result: bundle_lib.Bundle, output_dir):
   """Writes a transformers directory (a folder or a URL): config.json, model.safetensors, vocab
   and tokenizer."""
-  if kinds.get(result.kind).pooled and result.pooling != 'cls':
-    raise ValueError(f'this {result.kind} head reads {result.pooling}-pooled outputs; '
-                     "transformers' BertForSequenceClassification reads BERT's [CLS] pooler, so "
-                     'it would predict something else: export it with '
-                     '--format=sentence_transformers or --format=saved_model (which keep the '
-                     'pooling).')
+  bundle_lib.check_holds(result, 'hf')
   if not result.vocab_file:
     raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
                      'weights were trained with.')

@@ -57,18 +57,8 @@ def check_installed():
 
 def _holder(result: bundle_lib.Bundle) -> kinds.Onnx:
   """How the kind table says the ONNX export holds `result`'s kind."""
-  held = kinds.get(result.kind).holder('onnx')
-  if held is None:
-    raise ValueError(f'{result.source} is a {result.kind} model; '
-                     f'{bundle_lib.cannot_hold("onnx", result.kind)}.')
-  if kinds.get(result.kind).pooled and result.pooling != 'cls':
-    # The graph is transformers' Bert*For* class, whose head reads BERT's [CLS] pooler.
-    raise ValueError(f'{result.source}\'s {result.kind} head reads {result.pooling}-pooled '
-                     "outputs but --format=onnx converts transformers' class, which reads BERT's "
-                     '[CLS] pooler, so it would predict something else: use '
-                     '--format=saved_model or --format=sentence_transformers, or fine-tune with '
-                     '--config.pooling=cls.')
-  return held
+  bundle_lib.check_holds(result, 'onnx')  # Its graph is transformers' class: [CLS]-pooled.
+  return kinds.get(result.kind).holder('onnx')
 
 
 def _transformers_model(result: bundle_lib.Bundle, held: kinds.Onnx, folder: str):

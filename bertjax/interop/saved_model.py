@@ -46,11 +46,8 @@ PLATFORMS = ('cpu', 'cuda', 'tpu')
 
 def _served(result: bundle_lib.Bundle) -> kinds.Served:
   """How the kind table says a SavedModel serves `result`'s kind."""
-  served = kinds.get(result.kind).holder('saved_model')
-  if served is None:
-    raise ValueError(f'{result.source} is a {result.kind} model; '
-                     f'{bundle_lib.cannot_hold("saved_model", result.kind)}.')
-  return served
+  bundle_lib.check_holds(result, 'saved_model')
+  return kinds.get(result.kind).holder('saved_model')
 
 
 def _module(result: bundle_lib.Bundle, cfg):

@@ -140,9 +140,7 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
 def save(result: bundle_lib.Bundle, output_dir):
   """Writes a sentence-transformers folder (a local folder or a URL): the encoder's
   transformers files and the modules after it (a head as Dense layers)."""
-  why = bundle_lib.cannot_hold('sentence_transformers', result.kind, result.pooling)
-  if why is not None:
-    raise ValueError(f'{result.source} is a {result.kind} model; {why}.')
+  bundle_lib.check_holds(result, 'sentence_transformers')
   bundle_lib.check_tokenizer(result, 'sentence_transformers')
   encoder = dataclasses.replace(result, kind='encoder', params=result.encoder_params(),
                                 labels=())
