@@ -162,6 +162,30 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   return metrics
 
 
+def _rank(eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
+          patience: int) -> tuple[dict | None, str]:
+  """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None
+  without metrics; why early stopping ends the run, or '')."""
+  if not eval_metrics:
+    return None, ''
+  check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
+  history[step] = eval_metrics
+  run_files.record_eval(workdir, history)
+  ranking = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
+  return ranking, _early_stop(history, metric, mode, patience)
+
+
+def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | None):
+  """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
+  --step=best (its ranking) read back."""
+  meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+          'model': json.loads(config.model.to_json()),
+          **({} if ranking is None else {'ranking': ranking})}
+  metrics = None if ranking is None else {ranking['metric']: ranking['value'], 'step': step}
+  checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
+  logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
+
+
 def _metric_writer(workdir):
   """TensorBoard on process 0 only; the console gets the progress line, not every scalar. The
   event files are written without TensorFlow (event_writer.py), a remote workdir's through
@@ -239,9 +263,9 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   return state, shardings, consumed, resumed
 
 
-def _best_of(history: dict, metric: str, mode: str) -> dict:
+def _best_of(history: dict, metric: str, mode: str, keep_best: bool) -> dict:
   """Outcome's best_step and best (metric, value) from the recorded evals, if any."""
-  best_step = checkpoint.since_best(history, metric, mode)[0]
+  best_step = checkpoint.since_best(history, metric, mode)[0] if keep_best else None
   return {} if best_step is None else dict(best_step=best_step,
                                            best=(metric, history[best_step][metric]))
 
@@ -274,13 +298,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
-  def best_of(history) -> dict:
-    return _best_of(history, metric, mode) if keep_best else {}
-
   stopped = _early_stop(history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
-    return _nothing_to_do(workdir, start_step, total_steps, stopped, best_of(history))
+    return _nothing_to_do(workdir, start_step, total_steps, stopped,
+                          _best_of(history, metric, mode, keep_best))
   if resumed:
     _check_schedule(config, workdir, start_step, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
@@ -298,50 +320,28 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   preemption = _Preemption(mngr)
   evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
   done = start_step
-  pending = []  # Device metrics not yet read.
-  deferred = None  # (step, metrics) of a log step, read once the next step is dispatched.
   try:
     with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         batch = next(batches)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
-        pending.append(metrics | perf.real_tokens(batch))  # Padding counts as no work there.
-        if deferred is not None:
-          progress.log(*deferred)
-          deferred = None
         done = step + 1
         preempted = preemption.reached(done)
         is_last = done == total_steps
         do_eval = evaluator is not None and (is_last or (
             evaluator.every_steps and done % evaluator.every_steps == 0))
         will_save = is_last or preempted or do_eval or mngr.should_save(done)
-        if will_save:  # Read now: a NaN state must never be saved.
-          progress.log(done, pending)
-          pending = []
-        elif done % config.log_every_steps == 0:
-          deferred, pending = (done, pending), []
-
-        value = None
+        # perf.real_tokens: padding counts as no work in the real-token rates.
+        progress.step_done(done, metrics | perf.real_tokens(batch), read_now=will_save)
+        ranked = None
         if do_eval:
           eval_metrics, eval_step = _evaluate(job, state.params, done, writer), done
           progress.restart_timer(done)
-          if eval_metrics:
-            check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
-            value = eval_metrics[metric]
-            history[done] = eval_metrics
-            run_files.record_eval(workdir, history)
-            stopped = _early_stop(history, metric, mode, patience)
+          ranked, stopped = _rank(eval_metrics, done, history, workdir, metric, mode, patience)
         if will_save:
           consumed = examples_consumed + (done - start_step) * config.global_batch_size
-          meta = {'step': done, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
-                  'model': json.loads(config.model.to_json()),
-                  # What --step=best reads back.
-                  **({} if value is None else {'ranking': {'metric': metric, 'mode': mode,
-                                                           'value': value}})}
-          checkpoint.save(mngr, done, state, meta, force=True,
-                          metrics=None if value is None else {metric: value, 'step': done})
-          logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, done)
+          _save(mngr, config, mesh, state, done, consumed, ranked)
         if stopped and not is_last:
           logging.warning('stopped %s: saved step %d, exiting', stopped, done)
           break
@@ -357,4 +357,4 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
   return progress_lib.Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step,
                               stopped, early_stopped=stopped.startswith('early'),
-                              **best_of(history))
+                              **_best_of(history, metric, mode, keep_best))

@@ -74,6 +74,22 @@ class Progress:
     self._timer = (time.perf_counter(), start_step)
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
     self.last_loss = None  # The mean train loss of the steps logged last.
+    self._pending = []  # Device metrics of the steps not yet read.
+    self._deferred = None  # (step, metrics) of a log step, read once the next is dispatched.
+
+  def step_done(self, step: int, metrics: dict, *, read_now: bool):
+    """Takes `step`'s device metrics, called once the next step could be dispatched. A log
+    step's are read one step later, so the host never waits for the device there; `read_now`
+    reads them at once (before an eval or a save: a NaN state must never be saved)."""
+    self._pending.append(metrics)
+    if self._deferred is not None:
+      self.log(*self._deferred)
+      self._deferred = None
+    if read_now:
+      self.log(step, self._pending)
+      self._pending = []
+    elif step % self._config.log_every_steps == 0:
+      self._deferred, self._pending = (step, self._pending), []
 
   def restart_timer(self, step: int):
     self._timer = (time.perf_counter(), step)
