@@ -138,6 +138,18 @@ def _last_predictions(workdir, name):
   return steps[-1] / name
 
 
+def _reads_back(workdir, spm_model, **predictor_args):
+  """(a Predictor of the fine-tuned run, its last eval's predictions), once the run is checked
+  to keep the SentencePiece model as its vocab and its predictor to tokenize with it."""
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert pathlib.Path(saved['data']['vocab_file']).read_bytes() == spm_model.read_bytes()
+  predictor = predict.Predictor.from_workdir(workdir, **predictor_args)
+  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  evaluated = [json.loads(line) for line in _last_predictions(
+      workdir, 'validation_predictions.jsonl').read_text().splitlines()]
+  return predictor, evaluated
+
+
 def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp_path):
   _, _, spm_model, processor, _, pretrained, _ = chain
   rng = np.random.default_rng(0)
@@ -147,18 +159,13 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
   for name, part in (('train.tsv', rows[:80]), ('eval.tsv', rows[80:])):
     (tmp_path / name).write_text('text\tlabel\n' + ''.join(f'{t}\t{y}\n' for t, y in part))
   workdir = tmp_path / 'classify'
-  job.train_and_evaluate(spm_runs.finetune_config_for('classification', pretrained,
-                                          train_file=tmp_path / 'train.tsv',
-                                          eval_file=tmp_path / 'eval.tsv'), str(workdir))
+  job.train_and_evaluate(spm_runs.finetune_config_for(
+      'classification', pretrained, train_file=tmp_path / 'train.tsv',
+      eval_file=tmp_path / 'eval.tsv'), str(workdir))
   # No data.vocab_file: the run took the pre-training run's SentencePiece model.
-  saved = json.loads((workdir / 'config.json').read_text())
-  assert pathlib.Path(saved['data']['vocab_file']).read_bytes() == spm_model.read_bytes()
-  predictor = predict.Predictor.from_workdir(workdir, batch_size=8)
-  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  predictor, evaluated = _reads_back(workdir, spm_model, batch_size=8)
   text = rows[80][0]
   assert predictor.tokenizer.encode(text.upper()) == processor.encode(text)
-  evaluated = [json.loads(line) for line in _last_predictions(
-      workdir, 'validation_predictions.jsonl').read_text().splitlines()]
   predicted = predictor.predict([t for t, _ in rows[80:]])
   assert [p['label'] for p in predicted] == [e['label'] for e in evaluated]
 
@@ -173,9 +180,9 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
   for name, part in (('train.jsonl', tagged[:80]), ('eval.jsonl', tagged[80:])):
     (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
   tagger = tmp_path / 'tag'
-  job.train_and_evaluate(spm_runs.finetune_config_for('tagging', pretrained,
-                                          train_file=tmp_path / 'train.jsonl',
-                                          eval_file=tmp_path / 'eval.jsonl'), str(tagger))
+  job.train_and_evaluate(spm_runs.finetune_config_for(
+      'tagging', pretrained, train_file=tmp_path / 'train.jsonl',
+      eval_file=tmp_path / 'eval.jsonl'), str(tagger))
   evaluated = [line.split()[2] for line in _last_predictions(
       tagger, 'validation_predictions.txt').read_text().splitlines() if line.strip()]
   predicted = predict.Predictor.from_workdir(tagger).predict(
@@ -299,15 +306,10 @@ def test_multiple_choice_from_a_transformers_folder_with_spiece_model(chain, tmp
   for name, part in (('train.jsonl', records[:80]), ('eval.jsonl', records[80:])):
     (tmp_path / name).write_text(''.join(json.dumps(r) + '\n' for r in part))
   workdir = tmp_path / 'choice'
-  job.train_and_evaluate(spm_runs.finetune_config_for('multiple_choice', hf_dir,
-                                          train_file=tmp_path / 'train.jsonl',
-                                          eval_file=tmp_path / 'eval.jsonl'), str(workdir))
-  saved = json.loads((workdir / 'config.json').read_text())
-  assert pathlib.Path(saved['data']['vocab_file']).read_bytes() == spm_model.read_bytes()
-  evaluated = [json.loads(line) for line in _last_predictions(
-      workdir, 'validation_predictions.jsonl').read_text().splitlines()]
-  predictor = predict.Predictor.from_workdir(workdir)
-  assert isinstance(predictor.tokenizer, sentencepiece_tokenizer.SentencePieceTokenizer)
+  job.train_and_evaluate(spm_runs.finetune_config_for(
+      'multiple_choice', hf_dir, train_file=tmp_path / 'train.jsonl',
+      eval_file=tmp_path / 'eval.jsonl'), str(workdir))
+  predictor, evaluated = _reads_back(workdir, spm_model)
   context = records[80]['context']
   assert predictor.tokenizer.encode(context) == processor.encode(context.lower())
   predicted = predictor.predict([' ||| '.join([r['context'], *r['choices']])
