@@ -35,7 +35,6 @@ from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
-from bertjax.training import perf
 from bertjax.training import progress as progress_lib
 from bertjax.training import run_files
 from bertjax.training import sharding
@@ -332,8 +331,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
         do_eval = evaluator is not None and (is_last or (
             evaluator.every_steps and done % evaluator.every_steps == 0))
         will_save = is_last or preempted or do_eval or mngr.should_save(done)
-        # perf.real_tokens: padding counts as no work in the real-token rates.
-        progress.step_done(done, metrics | perf.real_tokens(batch), read_now=will_save)
+        progress.step_done(done, metrics, read_now=will_save)
         ranked = None
         if do_eval:
           eval_metrics, eval_step = _evaluate(job, state.params, done, writer), done

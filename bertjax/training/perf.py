@@ -55,17 +55,13 @@ def mfu(sequences_per_second: float, flops_per_seq: float, num_devices: int,
   return sequences_per_second * flops_per_seq / (num_devices * peak_per_device)
 
 
-@jax.jit
-def _real_token_pair(input_mask_BxL):
-  # Nonzero, not the sum: packed rows hold instance ids 1, 2, ... (records/packing.py). Counted
-  # exactly in int32, then float32 so that the host's sum over many steps cannot overflow.
-  return jnp.sum(input_mask_BxL != 0, dtype=jnp.int32).astype(jnp.float32), jnp.float32(1)
-
-
 def real_tokens(batch) -> dict:
-  """{'real_tokens': (count, 1)}: the global batch's real tokens as a device metric pair (mean
-  over steps = real tokens per step); {} for a batch without input_mask. Dispatched, not read:
-  no sync."""
+  """{'real_tokens': (count, 1)}: the global batch's real tokens as a metric pair (mean over
+  steps = real tokens per step), computed inside the train step (no dispatch of its own); {}
+  for a batch without input_mask."""
   if 'input_mask' not in batch:
     return {}
-  return {'real_tokens': _real_token_pair(batch['input_mask'])}
+  # Nonzero, not the sum: packed rows hold instance ids 1, 2, ... (records/packing.py). Counted
+  # exactly in int32, then float32 so that the host's sum over many steps cannot overflow.
+  count = jnp.sum(batch['input_mask'] != 0, dtype=jnp.int32).astype(jnp.float32)
+  return {'real_tokens': (count, jnp.float32(1))}

@@ -22,6 +22,7 @@ import optax
 
 from bertjax.model import encoder_config
 from bertjax.training import checkpoint
+from bertjax.training import perf
 from bertjax.training import sharding
 
 
@@ -129,6 +130,7 @@ def train_step(state: TrainState, batch, *, objective: Objective, tx, schedule,
   one = jnp.float32(1)
   metrics.update(loss=(loss, one), grad_norm=(grad_norm, one),
                  learning_rate=(schedule(state.step), one), nonfinite=(nonfinite, one))
+  metrics.update(perf.real_tokens(batch))  # Padding counts as no work in the real-token rates.
   new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
   return new_state, metrics
 
