@@ -1,4 +1,6 @@
-"""Import a transformers BERT directory (config.json + weights) into bertjax params and config.
+"""Transformers BERT directories in and out: read into bertjax params and config, or written.
+
+Which transformers name and layout each tensor has, and the config.json fields, are hf_names'.
 
 Accepted: `model.safetensors` (preferred, read without torch) or `pytorch_model.bin` (needs
 torch); parameter names with or without the `bert.` prefix; with or without the `cls.*`
@@ -24,16 +26,13 @@ import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_names
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import layouts
 from bertjax.model import encoder
-from bertjax.model import encoder_config
 from bertjax.model import heads
 from bertjax.text import tokenizer
 from bertjax.training import kinds
-
-_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
-                'gelu_fast': 'gelu_tanh', 'relu': 'relu'}
 
 
 @dataclasses.dataclass
@@ -51,35 +50,6 @@ class ImportReport:
     if self.unused:
       lines.append(f'not used ({len(self.unused)}): ' + ', '.join(self.unused))
     return '\n'.join(lines)
-
-
-def config_from_hf(hf_config: dict, **overrides):
-  """A bertjax model config block from a transformers BertConfig dict."""
-  if hf_config.get('model_type', 'bert') != 'bert':
-    raise ValueError(f'model_type {hf_config.get("model_type")!r} is not bert: only BERT '
-                     'checkpoints (BertModel / BertForPreTraining) can be imported.')
-  if hf_config.get('position_embedding_type', 'absolute') != 'absolute':
-    raise ValueError('only absolute position embeddings are supported, got '
-                     f'{hf_config["position_embedding_type"]!r}.')
-  act = hf_config.get('hidden_act', 'gelu')
-  if act not in _ACTIVATIONS:
-    raise ValueError(f'hidden_act {act!r} is not supported; known: {", ".join(_ACTIVATIONS)}.')
-  fields = dict(
-      vocab_size=hf_config['vocab_size'],
-      hidden_size=hf_config['hidden_size'],
-      num_layers=hf_config['num_hidden_layers'],
-      num_heads=hf_config['num_attention_heads'],
-      mlp_dim=hf_config['intermediate_size'],
-      max_position_embeddings=hf_config.get('max_position_embeddings', 512),
-      type_vocab_size=hf_config.get('type_vocab_size', 2),
-      hidden_act=_ACTIVATIONS[act],
-      dropout_rate=hf_config.get('hidden_dropout_prob', 0.1),
-      attention_dropout_rate=hf_config.get('attention_probs_dropout_prob', 0.1),
-      layer_norm_eps=hf_config.get('layer_norm_eps', 1e-12),
-      initializer_range=hf_config.get('initializer_range', 0.02),
-  )
-  fields.update(overrides)
-  return encoder_config.default_config(size='imported', **fields)
 
 
 def _read_state_dict(directory: str) -> dict:
@@ -106,65 +76,6 @@ def _read_state_dict(directory: str) -> dict:
                           'point at a transformers BERT directory (save_pretrained output).')
 
 
-def _hf(kind: str) -> kinds.Transformers:
-  """How the kind table says a transformers directory holds `kind`."""
-  holder = kinds.get(kind).holder('hf')
-  if holder is None:
-    raise ValueError(f'transformers cannot hold a {kind} model: {kinds.get(kind).why_not("hf")}.')
-  return holder
-
-
-def _head(kind: str) -> dict:
-  """bertjax path -> (transformers name, layout) of `kind`'s head tensors."""
-  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
-          for ours, (theirs, transposed) in _hf(kind).head.items()}
-
-
-def names(config, kind: str = 'pretraining') -> dict:
-  """bertjax path (unscanned) -> (transformers name without `bert.`, layout): the encoder, and
-  the head of `kind` (one of training/kinds.KINDS)."""
-  h = config['num_heads']
-  m = {
-      'bert/embeddings/word_embeddings/embedding': 'embeddings.word_embeddings.weight',
-      'bert/embeddings/position_embeddings/embedding': 'embeddings.position_embeddings.weight',
-      'bert/embeddings/token_type_embeddings/embedding': 'embeddings.token_type_embeddings.weight',
-      'bert/embeddings/layer_norm/scale': 'embeddings.LayerNorm.weight',
-      'bert/embeddings/layer_norm/bias': 'embeddings.LayerNorm.bias',
-      'bert/pooler/bias': 'pooler.dense.bias',
-  }
-  m = {k: (v, layouts.SAME) for k, v in m.items()}
-  m['bert/pooler/kernel'] = ('pooler.dense.weight', layouts.TRANSPOSED)
-  for i in range(config['num_layers']):
-    ours, theirs = f'bert/layers_{i}', f'encoder.layer.{i}'
-    for name in ('query', 'key', 'value'):
-      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.attention.self.{name}.weight',
-                                              layouts.heads_kernel(h, transposed=True))
-      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}.attention.self.{name}.bias',
-                                            layouts.heads_bias(h))
-    m[f'{ours}/attention/out/kernel'] = (f'{theirs}.attention.output.dense.weight',
-                                         layouts.heads_output_kernel(h, transposed=True))
-    m[f'{ours}/attention/out/bias'] = (f'{theirs}.attention.output.dense.bias', layouts.SAME)
-    for ln, hf_ln in (('attention_layer_norm', 'attention.output.LayerNorm'),
-                      ('output_layer_norm', 'output.LayerNorm')):
-      m[f'{ours}/{ln}/scale'] = (f'{theirs}.{hf_ln}.weight', layouts.SAME)
-      m[f'{ours}/{ln}/bias'] = (f'{theirs}.{hf_ln}.bias', layouts.SAME)
-    m[f'{ours}/mlp/intermediate/kernel'] = (f'{theirs}.intermediate.dense.weight',
-                                            layouts.TRANSPOSED)
-    m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', layouts.SAME)
-    m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', layouts.TRANSPOSED)
-    m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', layouts.SAME)
-  m.update(_head(kind))
-  return m
-
-
-def _strip_prefix(state: dict) -> dict:
-  """Drops `bert.` (BertForPreTraining) so both layouts use BertModel's names."""
-  out = {}
-  for name, value in state.items():
-    out[name[len('bert.'):] if name.startswith('bert.') else name] = value
-  return out
-
-
 def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_overrides):
   """Reads a transformers BERT directory.
 
@@ -189,7 +100,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   # is needed only for parameters the checkpoint lacks.
   fresh = model_tree(functools.partial(jax.eval_shape, module.init))
 
-  table = {k: (v[0], v[1].to_ours) for k, v in names(cfg).items()}
+  table = {k: (v[0], v[1].to_ours) for k, v in hf_names.names(cfg).items()}
   converted, loaded, initialised = _convert(state, _unscanned_paths(fresh, cfg), table)
   if cfg.scan_layers:
     converted = layouts.stack_layers(converted, cfg.num_layers)
@@ -225,8 +136,8 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
   if not files.exists(config_file):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  cfg = config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
-  state = _strip_prefix(_read_state_dict(directory))
+  cfg = hf_names.config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
+  state = hf_names.strip_prefix(_read_state_dict(directory))
 
   embedding = state.get('embeddings.word_embeddings.weight')
   if embedding is not None and embedding.shape[0] != cfg.vocab_size:
@@ -281,27 +192,6 @@ def _hf_names(names: dict, path: str) -> str:
   return names[path][0]
 
 
-def _kind(hf_config: dict, state: dict) -> str:
-  """A task head is told by its class (a BertForSequenceClassification with one output is a
-  regression); the pre-training heads by the weights: bert-base-uncased says BertForMaskedLM
-  but holds the NSP head too."""
-  architecture = (hf_config.get('architectures') or [''])[0]
-  scored = (hf_config.get('problem_type') == 'regression' or hf_config.get('num_labels') == 1
-            or len(hf_config.get('id2label') or {}) == 1)
-  tasks = [name for name, kind in kinds.KINDS.items()
-           if kind.task and getattr(kind.holder('hf'), 'architecture', '') == architecture]
-  if tasks:  # Classification and regression share their class: its outputs tell them apart.
-    return next((n for n in tasks if kinds.get(n).scored == scored), tasks[0])
-  return kinds.told_by(state, 'hf')
-
-
-def _labels(hf_config: dict, kind: str) -> tuple:
-  if not kinds.get(kind).named_labels:
-    return ()
-  id2label = hf_config.get('id2label') or {}
-  return tuple(id2label[k] for k in sorted(id2label, key=int))
-
-
 def read(directory) -> bundle_lib.Bundle:
   """A transformers BERT directory as a Bundle (the head its `architectures` names, if any)."""
   directory = os.fspath(directory)
@@ -310,18 +200,19 @@ def read(directory) -> bundle_lib.Bundle:
     raise FileNotFoundError(f'{config_file} not found: not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
   hf_config = json.loads(files.read_text(config_file))
-  config = config_from_hf(hf_config).to_dict()
-  state = _strip_prefix(_read_state_dict(directory))
+  config = hf_names.config_from_hf(hf_config).to_dict()
+  state = hf_names.strip_prefix(_read_state_dict(directory))
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
     state['cls.predictions.bias'] = state['cls.predictions.decoder.bias']
-  kind = _kind(hf_config, state)
+  kind = hf_names.kind_of(hf_config, state)
   params = {}
-  for ours, (theirs, layout) in names(config, kind).items():
+  for ours, (theirs, layout) in hf_names.names(config, kind).items():
     if theirs not in state:
       if ours.startswith('bert/pooler/'):
         continue  # Span and tagging models (and some exports) have no pooler.
-      raise ValueError(f'{directory} lacks {theirs}, which a {_hf(kind).architecture} of its '
-                       'config.json has: the checkpoint is incomplete.')
+      raise ValueError(f'{directory} lacks {theirs}, which a '
+                       f'{hf_names.holder(kind).architecture} of its config.json has: the '
+                       'checkpoint is incomplete.')
     params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
   present = set(files.walk_files(directory))  # One listing, not a request per file.
 
@@ -333,37 +224,17 @@ def read(directory) -> bundle_lib.Bundle:
   # A WordPiece vocab.txt, else an ALBERT-style SentencePiece model (hf_sentencepiece's export).
   vocab = next((files.join(directory, name) for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE)
                 if name in present), '')
+  labels = hf_names.labels_of(hf_config, kind)
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab,
       do_lower_case=(beside('tokenizer_config.json') or {}).get('do_lower_case', True),
-      labels=_labels(hf_config, kind), pooling='cls',
-      labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in _labels(hf_config, kind)),
+      labels=labels, pooling='cls',
+      labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
       source=directory)
   # What runs after the encoder in sentence-transformers: sentence_transformers.read_modules.
   result.max_seq_length = (beside('sentence_bert_config.json') or {}).get('max_seq_length', 128)
   bundle_lib.check_vocab(result)
   return result
-
-
-def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
-  cfg = result.config
-  act = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new', 'relu': 'relu'}[cfg['hidden_act']]
-  hf = {'architectures': [_hf(result.kind).architecture], 'model_type': 'bert',
-        'vocab_size': vocab_rows, 'hidden_size': cfg['hidden_size'],
-        'num_hidden_layers': cfg['num_layers'], 'num_attention_heads': cfg['num_heads'],
-        'intermediate_size': cfg['mlp_dim'], 'hidden_act': act,
-        'hidden_dropout_prob': cfg['dropout_rate'],
-        'attention_probs_dropout_prob': cfg['attention_dropout_rate'],
-        'max_position_embeddings': cfg['max_position_embeddings'],
-        'type_vocab_size': cfg['type_vocab_size'], 'initializer_range': cfg['initializer_range'],
-        'layer_norm_eps': cfg['layer_norm_eps'], 'pad_token_id': 0,
-        'position_embedding_type': 'absolute', 'tie_word_embeddings': True,
-        'torch_dtype': 'float32'}
-  if kinds.get(result.kind).named_labels:
-    hf['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
-    hf['label2id'] = {label: i for i, label in enumerate(result.labels)}
-  hf.update(_hf(result.kind).config)  # What the class reads besides (problem_type, ...).
-  return hf
 
 
 def save(result: bundle_lib.Bundle, output_dir):
@@ -378,18 +249,18 @@ def save(result: bundle_lib.Bundle, output_dir):
   # BertModel's own names; a class with a head keeps the encoder under `bert.`.
   prefix = 'bert.' if kinds.get(result.kind).head_params else ''
   tensors = {}
-  for ours, (theirs, layout) in names(result.config, result.kind).items():
-    if ours.startswith('bert/pooler/') and not _hf(result.kind).pooler:
+  for ours, (theirs, layout) in hf_names.names(result.config, result.kind).items():
+    if ours.startswith('bert/pooler/') and not hf_names.holder(result.kind).pooler:
       continue
     if ours not in params:
-      raise ValueError(f'{result.source} has no {ours}, which a {_hf(result.kind).architecture} '
-                       'needs.')
+      raise ValueError(f'{result.source} has no {ours}, which a '
+                       f'{hf_names.holder(result.kind).architecture} needs.')
     name = prefix + theirs if ours.startswith('bert/') else theirs
     tensors[name] = np.ascontiguousarray(layout.to_theirs(params[ours]), np.float32)
   vocab_rows = tensors[f'{prefix}embeddings.word_embeddings.weight'].shape[0]
   output_dir = os.fspath(output_dir)
   files.write_atomically(files.join(output_dir, 'config.json'), json.dumps(
-      config_to_hf(result, vocab_rows), indent=2, sort_keys=True) + '\n')
+      hf_names.config_to_hf(result, vocab_rows), indent=2, sort_keys=True) + '\n')
   files.write_atomically(files.join(output_dir, 'model.safetensors'),
                          st_numpy.save(tensors, metadata={'format': 'pt'}))
   write_tokenizer(result, output_dir)

@@ -22,6 +22,7 @@ import numpy as np
 from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import hf_names
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -75,8 +76,7 @@ def model_config(init_from: str) -> dict:
     cfg = tf1_checkpoint.config_from_tf1(
         json.loads(files.read_text(files.join(tf1[0], tf1_checkpoint.CONFIG_FILE))))
   elif is_transformers_dir(path):
-    cfg = hf_checkpoint.config_from_hf(json.loads(files.read_text(files.join(path,
-                                                                             'config.json'))))
+    cfg = hf_names.config_from_hf(json.loads(files.read_text(files.join(path, 'config.json'))))
   else:
     cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}

@@ -1,6 +1,6 @@
 """How one tensor is laid out in bertjax and in a foreign format, both ways.
 
-A name table (hf_checkpoint.NAMES, tf1_checkpoint.NAMES) maps each bertjax parameter path, in
+A name table (hf_names.names, tf1_checkpoint.names) maps each bertjax parameter path, in
 the unscanned flat form `bert/layers_<i>/...`, to (foreign name, layout). A layout is a pair of
 functions: `to_ours` turns the foreign array into bertjax's, `to_theirs` turns it back; every pair
 is exact (a reshape or a transpose), so round trips are bit-identical.

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import safetensors
 
-from bertjax.interop import hf_checkpoint
+from bertjax.interop import hf_names
 from bertjax.interop import init_from
 from bertjax.interop import layouts
 from bertjax.model import encoder_config
@@ -105,7 +105,7 @@ def test_another_depth_is_refused_by_its_shapes_in_either_layout(tmp_path, mesh)
 
 def test_a_transformers_bert_loads_into_scanned_layers(minilm_dir, mesh):
   """What a TPU or CPU run of base (scanned by default) continues from: per-layer tensors."""
-  cfg = hf_checkpoint.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
+  cfg = hf_names.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
   cfg.scan_layers = True
   abstract, shardings = abstract_params(cfg, mesh)
   params, unused = init_from.load_params(str(minilm_dir), abstract, shardings)

@@ -21,6 +21,7 @@ import safetensors
 from bertjax import pretrain as pretrain_job
 from bertjax.input import global_batch
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import hf_names
 from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
@@ -456,7 +457,7 @@ def test_init_from_transformers_dir(minilm_dir, monkeypatch):
     return imported[-1]
   hf_load = hf_checkpoint.load
   monkeypatch.setattr(hf_checkpoint, 'load', load)
-  hf_config = hf_checkpoint.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
+  hf_config = hf_names.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
   assert (hf_config.num_layers, hf_config.hidden_size, hf_config.num_heads, hf_config.mlp_dim,
           hf_config.vocab_size) == (6, 384, 12, 1536, 30522)
   mesh = sharding.make_mesh(mesh_config(data=2, fsdp=2, tensor=2))

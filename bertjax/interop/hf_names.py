@@ -1,0 +1,150 @@
+"""Which transformers name and layout each bertjax tensor has, and config.json <-> our config.
+
+The pure mapping between bertjax and transformers' BERT classes, with no file read or written
+(hf_checkpoint loads and saves through it): the name table (our unscanned parameter path ->
+transformers' tensor name and layout, the heads' names from the kind table), the config.json
+fields both ways, and what a config.json says of the model's kind and labels.
+"""
+
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import layouts
+from bertjax.model import encoder_config
+from bertjax.training import kinds
+
+_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
+                'gelu_fast': 'gelu_tanh', 'relu': 'relu'}
+
+
+def config_from_hf(hf_config: dict, **overrides):
+  """A bertjax model config block from a transformers BertConfig dict."""
+  if hf_config.get('model_type', 'bert') != 'bert':
+    raise ValueError(f'model_type {hf_config.get("model_type")!r} is not bert: only BERT '
+                     'checkpoints (BertModel / BertForPreTraining) can be imported.')
+  if hf_config.get('position_embedding_type', 'absolute') != 'absolute':
+    raise ValueError('only absolute position embeddings are supported, got '
+                     f'{hf_config["position_embedding_type"]!r}.')
+  act = hf_config.get('hidden_act', 'gelu')
+  if act not in _ACTIVATIONS:
+    raise ValueError(f'hidden_act {act!r} is not supported; known: {", ".join(_ACTIVATIONS)}.')
+  fields = dict(
+      vocab_size=hf_config['vocab_size'],
+      hidden_size=hf_config['hidden_size'],
+      num_layers=hf_config['num_hidden_layers'],
+      num_heads=hf_config['num_attention_heads'],
+      mlp_dim=hf_config['intermediate_size'],
+      max_position_embeddings=hf_config.get('max_position_embeddings', 512),
+      type_vocab_size=hf_config.get('type_vocab_size', 2),
+      hidden_act=_ACTIVATIONS[act],
+      dropout_rate=hf_config.get('hidden_dropout_prob', 0.1),
+      attention_dropout_rate=hf_config.get('attention_probs_dropout_prob', 0.1),
+      layer_norm_eps=hf_config.get('layer_norm_eps', 1e-12),
+      initializer_range=hf_config.get('initializer_range', 0.02),
+  )
+  fields.update(overrides)
+  return encoder_config.default_config(size='imported', **fields)
+
+
+
+def holder(kind: str) -> kinds.Transformers:
+  """How the kind table says a transformers directory holds `kind`."""
+  found = kinds.get(kind).holder('hf')
+  if found is None:
+    raise ValueError(f'transformers cannot hold a {kind} model: {kinds.get(kind).why_not("hf")}.')
+  return found
+
+
+def _head(kind: str) -> dict:
+  """bertjax path -> (transformers name, layout) of `kind`'s head tensors."""
+  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
+          for ours, (theirs, transposed) in holder(kind).head.items()}
+
+
+def names(config, kind: str = 'pretraining') -> dict:
+  """bertjax path (unscanned) -> (transformers name without `bert.`, layout): the encoder, and
+  the head of `kind` (one of training/kinds.KINDS)."""
+  h = config['num_heads']
+  m = {
+      'bert/embeddings/word_embeddings/embedding': 'embeddings.word_embeddings.weight',
+      'bert/embeddings/position_embeddings/embedding': 'embeddings.position_embeddings.weight',
+      'bert/embeddings/token_type_embeddings/embedding': 'embeddings.token_type_embeddings.weight',
+      'bert/embeddings/layer_norm/scale': 'embeddings.LayerNorm.weight',
+      'bert/embeddings/layer_norm/bias': 'embeddings.LayerNorm.bias',
+      'bert/pooler/bias': 'pooler.dense.bias',
+  }
+  m = {k: (v, layouts.SAME) for k, v in m.items()}
+  m['bert/pooler/kernel'] = ('pooler.dense.weight', layouts.TRANSPOSED)
+  for i in range(config['num_layers']):
+    ours, theirs = f'bert/layers_{i}', f'encoder.layer.{i}'
+    for name in ('query', 'key', 'value'):
+      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.attention.self.{name}.weight',
+                                              layouts.heads_kernel(h, transposed=True))
+      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}.attention.self.{name}.bias',
+                                            layouts.heads_bias(h))
+    m[f'{ours}/attention/out/kernel'] = (f'{theirs}.attention.output.dense.weight',
+                                         layouts.heads_output_kernel(h, transposed=True))
+    m[f'{ours}/attention/out/bias'] = (f'{theirs}.attention.output.dense.bias', layouts.SAME)
+    for ln, hf_ln in (('attention_layer_norm', 'attention.output.LayerNorm'),
+                      ('output_layer_norm', 'output.LayerNorm')):
+      m[f'{ours}/{ln}/scale'] = (f'{theirs}.{hf_ln}.weight', layouts.SAME)
+      m[f'{ours}/{ln}/bias'] = (f'{theirs}.{hf_ln}.bias', layouts.SAME)
+    m[f'{ours}/mlp/intermediate/kernel'] = (f'{theirs}.intermediate.dense.weight',
+                                            layouts.TRANSPOSED)
+    m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', layouts.SAME)
+    m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', layouts.TRANSPOSED)
+    m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', layouts.SAME)
+  m.update(_head(kind))
+  return m
+
+
+
+def strip_prefix(state: dict) -> dict:
+  """Drops `bert.` (BertForPreTraining) so both layouts use BertModel's names."""
+  out = {}
+  for name, value in state.items():
+    out[name[len('bert.'):] if name.startswith('bert.') else name] = value
+  return out
+
+
+
+def kind_of(hf_config: dict, state: dict) -> str:
+  """A task head is told by its class (a BertForSequenceClassification with one output is a
+  regression); the pre-training heads by the weights: bert-base-uncased says BertForMaskedLM
+  but holds the NSP head too."""
+  architecture = (hf_config.get('architectures') or [''])[0]
+  scored = (hf_config.get('problem_type') == 'regression' or hf_config.get('num_labels') == 1
+            or len(hf_config.get('id2label') or {}) == 1)
+  tasks = [name for name, kind in kinds.KINDS.items()
+           if kind.task and getattr(kind.holder('hf'), 'architecture', '') == architecture]
+  if tasks:  # Classification and regression share their class: its outputs tell them apart.
+    return next((n for n in tasks if kinds.get(n).scored == scored), tasks[0])
+  return kinds.told_by(state, 'hf')
+
+
+def labels_of(hf_config: dict, kind: str) -> tuple:
+  if not kinds.get(kind).named_labels:
+    return ()
+  id2label = hf_config.get('id2label') or {}
+  return tuple(id2label[k] for k in sorted(id2label, key=int))
+
+
+
+def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
+  """transformers' config.json of `result`, its word embeddings `vocab_rows` long."""
+  cfg = result.config
+  act = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new', 'relu': 'relu'}[cfg['hidden_act']]
+  hf = {'architectures': [holder(result.kind).architecture], 'model_type': 'bert',
+        'vocab_size': vocab_rows, 'hidden_size': cfg['hidden_size'],
+        'num_hidden_layers': cfg['num_layers'], 'num_attention_heads': cfg['num_heads'],
+        'intermediate_size': cfg['mlp_dim'], 'hidden_act': act,
+        'hidden_dropout_prob': cfg['dropout_rate'],
+        'attention_probs_dropout_prob': cfg['attention_dropout_rate'],
+        'max_position_embeddings': cfg['max_position_embeddings'],
+        'type_vocab_size': cfg['type_vocab_size'], 'initializer_range': cfg['initializer_range'],
+        'layer_norm_eps': cfg['layer_norm_eps'], 'pad_token_id': 0,
+        'position_embedding_type': 'absolute', 'tie_word_embeddings': True,
+        'torch_dtype': 'float32'}
+  if kinds.get(result.kind).named_labels:
+    hf['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
+    hf['label2id'] = {label: i for i, label in enumerate(result.labels)}
+  hf.update(holder(result.kind).config)  # What the class reads besides (problem_type, ...).
+  return hf
