@@ -25,6 +25,7 @@ import transformers
 
 from bertjax import export
 from bertjax import files
+from bertjax.interop import export_folder
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import saved_model
@@ -34,7 +35,7 @@ from bertjax.text import fast_tokenizer
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 
-MANIFEST = export.MANIFEST
+MANIFEST = export_folder.MANIFEST
 
 
 def run_export(*flags, env=None, timeout=300):
@@ -176,7 +177,7 @@ def test_export_refusals_hold_for_urls(minilm_url, gcs_bucket):
     export.export(files.join(gcs_bucket, 'nowhere'), 'hf', files.join(gcs_bucket, 'out'))
   # A typo in the output's bucket is named before the export is made, by the URL as given.
   with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/hf: the bucket'):
-    export.check_output('gs://no-such-bucket-xyz/hf', overwrite=False, source=minilm_url)
+    export_folder.check('gs://no-such-bucket-xyz/hf', overwrite=False, source=minilm_url)
 
 
 def test_a_bertjax_run_in_a_bucket_reads_as_the_local_one(fine_tuned_sst2, gcs_bucket):

@@ -1,0 +1,170 @@
+"""An export's output folder: what --output may replace, its manifest, and writing it whole.
+
+check() refuses, before anything is read, an --output that would lose something; write() puts an
+export there complete or not at all: a local folder is written beside and renamed into place, a
+URL is uploaded under a manifest that says it is in progress until the last file is there.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from typing import Callable
+
+from bertjax import console
+from bertjax import files
+from bertjax.interop import init_from
+
+# Written last into every export: the files it wrote. --overwrite replaces a folder only when it
+# holds this manifest and nothing else than the files it lists (never a model downloaded by
+# hand, a run, or a user's notes added to an export).
+MANIFEST = '.bertjax_export_manifest.json'
+
+
+def _normalised(path: str) -> str:
+  """A URL without a trailing '/'; a local path absolute, links resolved (as the OS sees it)."""
+  return path.rstrip('/') if files.is_remote(path) else os.path.realpath(path)
+
+
+def _inside(path: str, folder: str) -> bool:
+  """Whether normalised `path` lies under normalised `folder` (compared as strings)."""
+  if files.is_remote(path) != files.is_remote(folder) or path == folder:
+    return False
+  separator = '/' if files.is_remote(path) else os.sep
+  return path.startswith(folder.rstrip(separator) + separator)
+
+
+def _run_around(path: str) -> str | None:
+  """The bertjax run folder `path` (normalised) is or is inside, if any."""
+  for folder in init_from.folders_up(path):
+    if init_from.is_run(folder):
+      return folder
+  return None
+
+
+def check(output, overwrite: bool, source: str = ''):
+  """Refuses, before anything is read or written, an --output that would lose something: the
+  source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
+  --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote.
+  Local paths and URLs alike (URLs compared as strings)."""
+  output = os.fspath(output)
+  files.check_bucket(output)
+  if files.isfile(output):
+    raise FileExistsError(f'--output={output} is a file: pass a directory.')
+  out = _normalised(output)
+  if source:
+    src = source if files.exists(source) else files.parent(source)  # A TF1 prefix: its folder.
+    src = _normalised(src)
+    if out == src or _inside(out, src) or _inside(src, out):
+      where = 'is' if out == src else 'is inside' if _inside(out, src) else 'holds'
+      raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
+                            f'written beside its source, never over or around it; pass e.g. '
+                            f'--output={src}_export.')
+  if (run := _run_around(out)) is not None:
+    raise FileExistsError(f'--output={output} is {"" if run == out else "inside "}'
+                          f'the bertjax run {run}: an export is never written into a run; '
+                          'choose a directory outside it.')
+  if not files.isdir(output) or not files.listdir(output):
+    return
+  if not overwrite:
+    raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
+                          'replace it, or choose another directory.')
+  listed = _listed(output)
+  if listed is None:
+    raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
+                          '--overwrite replaces only an earlier export; choose another '
+                          'directory, or empty it yourself.')
+  extra = sorted(set(files.walk_files(output)) - listed - {MANIFEST})
+  if extra:
+    raise FileExistsError(f'--output={output} holds files the earlier export did not write '
+                          f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
+                          'out, or choose another directory.')
+
+
+def _listed(folder: str) -> set | None:
+  """The files an earlier export's manifest in `folder` lists; None without a readable one."""
+  try:
+    return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
+  except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _manifest(fmt: str, source: str, written, in_progress: bool = False) -> str:
+  manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
+  if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
+    manifest['in_progress'] = True
+  return json.dumps(manifest, indent=1) + '\n'
+
+
+def _write_manifest(folder: str, fmt: str, source: str):
+  """The manifest of a complete export in local `folder` (the temporary folder it was written
+  to), every file made as readable as the rest."""
+  written = files.walk_files(folder)
+  files.write_atomically(os.path.join(folder, MANIFEST), _manifest(fmt, source, written))
+  mask = _umask()
+  for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
+    path = os.path.join(folder, *name.split('/'))  # local temp
+    os.chmod(path, os.stat(path).st_mode | (0o644 & ~mask))  # local temp
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def _upload(local: str, output: str, fmt: str, source: str):
+  """Puts the export written in `local` at URL `output`, replacing an earlier export there: an
+  in-progress manifest listing the old files and the new first, then the files, then the old
+  ones the new export lacks removed, and the complete manifest last. Cut short anywhere, the
+  folder holds only files its manifest lists (a rerun with --overwrite replaces it)."""
+  written = files.walk_files(local)
+  old = set(files.walk_files(output)) - {MANIFEST} if files.isdir(output) else set()
+  manifest = files.join(output, MANIFEST)
+  files.write_atomically(manifest, _manifest(fmt, source, old | set(written), in_progress=True))
+  for name in written:
+    files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
+  for name in sorted(old - set(written)):
+    files.remove(files.join(output, *name.split('/')))
+  files.write_atomically(manifest, _manifest(fmt, source, written))
+
+
+def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+  with tempfile.TemporaryDirectory(prefix='bertjax_export_') as local:  # local temp
+    with console.temporary(local):  # Ctrl-C removes it too.
+      write_into(local)
+      _upload(local, output, fmt, source)
+
+
+def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+  """Writes into a hidden folder beside `output`, renamed into place when complete (a local
+  rename is atomic; object stores have none, see _upload)."""
+  parent, name = files.parent(output), files.name(output)
+  files.makedirs(parent)
+  temp = files.join(parent, f'.{name}.export-{os.getpid()}-{time.time_ns()}')
+  files.makedirs(temp)
+  try:
+    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+      write_into(temp)
+      _write_manifest(temp, fmt, source)
+    if files.exists(output):
+      old = files.join(parent, f'.{name}.replaced-{os.getpid()}')
+      os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
+      os.rename(temp, output)  # local only
+      files.rmtree(old)
+    else:
+      os.rename(temp, output)  # local only
+  finally:
+    with contextlib.suppress(OSError):  # What failed is reported, not this clean-up.
+      files.rmtree(temp)
+
+
+def write(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+  """Puts at `output` (absolute, a local path or a URL) the files `write_into(folder)` writes
+  into an empty temporary folder, with the manifest that names `fmt`, `source` and every file;
+  replaces what check() let through."""
+  if files.is_remote(output):
+    _write_remote(output, fmt, source, write_into)
+  else:
+    _write_local(output, fmt, source, write_into)
