@@ -169,6 +169,20 @@ def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp
   predicted = predictor.predict([t for t, _ in rows[80:]])
   assert [p['label'] for p in predicted] == [e['label'] for e in evaluated]
 
+  # Regression on the same texts: the share of warm words, read back as numbers.
+  scores = [sum(w in finetune_runs.POSITIVE for w in t.split()) / 5 for t, _ in rows]
+  for name, part in (('train_r.tsv', slice(0, 80)), ('eval_r.tsv', slice(80, None))):
+    (tmp_path / name).write_text('text\tlabel\n' + ''.join(
+        f'{t}\t{s}\n' for (t, _), s in zip(rows[part], scores[part], strict=True)))
+  regressor = tmp_path / 'regress'
+  job.train_and_evaluate(spm_runs.finetune_config_for(
+      'regression', pretrained, train_file=tmp_path / 'train_r.tsv',
+      eval_file=tmp_path / 'eval_r.tsv'), str(regressor))
+  predictor, evaluated = _reads_back(regressor, spm_model)
+  predicted = [p['value'] for p in predictor.predict([t for t, _ in rows[80:]])]
+  np.testing.assert_allclose(predicted, [e['value'] for e in evaluated], atol=1e-5)
+  assert np.corrcoef(predicted, scores[80:])[0, 1] > 0.5  # It learned the warm words.
+
   # Tagging, from the same pre-training run.
   def sentence():
     tokens = list(rng.choice(finetune_runs.FILLER, 5))
