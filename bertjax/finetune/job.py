@@ -1,10 +1,10 @@
 """Fine-tuning: a task's features, its kind's model and loss, handed to the one training loop.
 
-  task (tasks/registry.py) -> tokenizer and features (host numpy) -> batches.py (the examples
-  of each step, cut or packed into rows) -> the kind's Objective (kinds.py: encoder + fresh
-  head, loss) -> training/loop.run (eval per epoch writing the predictions each benchmark's
-  scorer reads, encoder from init_from) -> the summary line. At the start, before any data is
-  read, a line says which export formats will hold the head (export_formats.py).
+  task (tasks/registry.py) -> tokenizer and features (host numpy; job_setup.py) -> batches.py
+  (the examples of each step, cut or packed into rows) -> the kind's Objective (kinds.py:
+  encoder + fresh head, loss) -> training/loop.run (eval per epoch writing the predictions each
+  benchmark's scorer reads, encoder from init_from) -> the summary line. At the start, before
+  any data is read, a line says which export formats will hold the head (export_formats.py).
 
 Evaluation reads every example exactly once whatever the number of hosts: the last batch is
 filled with weight-0 rows (or packed from the examples left) and the outputs are gathered.
@@ -13,13 +13,11 @@ filled with weight-0 rows (or packed from the examples left) and the outputs are
 import dataclasses
 import functools
 import json
-import os
 import time
 
 from absl import logging
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 
 from bertjax import config_check
@@ -28,12 +26,10 @@ from bertjax import files
 from bertjax import paths
 from bertjax.finetune import batches
 from bertjax.finetune import export_formats
+from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
-from bertjax.finetune.tasks import registry
-from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import init_from
-from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
@@ -41,104 +37,11 @@ from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
 from bertjax.training import progress
-from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
 
 # ---------------------------------------------------------------------------------------------
-# Set-up.
-
-
-def num_steps(config, num_train_features: int) -> int:
-  if config.num_train_steps:
-    return config.num_train_steps
-  # Whole epochs of whole batches (the original run_classifier.py floors too): N epochs end on
-  # the step of the N-th per-epoch eval, not one step into the next epoch (a second eval).
-  steps_per_epoch = max(1, num_train_features // config.global_batch_size)
-  return max(1, int(config.num_epochs * steps_per_epoch))
-
-
-@dataclasses.dataclass
-class Setup:
-  """What training and prediction share: the task, tokenizer, resolved config and objective."""
-
-  task: task_lib.Task
-  tokenizer: object  # vocab_files.for_model's: WordPiece or SentencePiece, same interface.
-  config: ml_collections.ConfigDict  # Unlocked, run-time fields filled in.
-  mesh: jax.sharding.Mesh
-  objective: train_state.Objective
-  init_path: str
-  vocab_file: str
-  rules: tuple  # config.mesh.rules, parsed.
-
-
-def setup(config, workdir: str = '') -> Setup:
-  """The mesh, the task's reader, the model resolved against init_from, the tokenizer.
-
-  A run in `workdir` that has a config.json keeps its label set: eval and predict never reread
-  the training file for it, and a resumed fine-tuning whose training file now has other labels
-  stops with an error instead of scoring with a shuffled head.
-  """
-  mesh = sharding.make_mesh(config.mesh)
-  run = run_config.trained_run(workdir)
-  if run is not None and run.get('task', config.task) != config.task:
-    raise ValueError(f'{workdir} was fine-tuned on task {run["task"]!r} ({run.get("kind")}), not '
-                     f'{config.task!r}: use its task to resume, evaluate or predict, or another '
-                     '--workdir.')
-  saved = run_config.saved_labels(workdir)
-  reuse = saved is not None and config.mode != 'train_eval'
-  task = registry.get_task(config.task, config.data, seed=config.seed,
-                           labels=saved if reuse else ())
-  if saved is not None and tuple(task.labels) != saved:
-    raise ValueError(f'{workdir} was fine-tuned with labels {list(saved)}, but the training '
-                     f'data now has {list(task.labels)}: use another --workdir for a new label '
-                     'set, or the data it was trained on.')
-  init_path = init_from.configured(config)
-  model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
-  # vocab.txt or a SentencePiece model (the one init_from's pre-training used), told by the file.
-  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case)
-  cfg = ml_collections.ConfigDict(config.to_dict())
-  cfg.model = model_cfg
-  # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
-  # export read the run's config.json and tokenize as training did.
-  cfg.data.vocab_file = (vocab_file if files.is_remote(vocab_file)
-                         else os.path.realpath(vocab_file))
-  # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
-  cfg.data.vocab_sha256 = files.sha256(vocab_file)
-  cfg.pooling = run_config.resolve_pooling(config, run, init_path)[0]
-  cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
-  cfg.labels = list(task.labels)
-  cfg.version_2_with_negative = task.version_2
-  if run is not None:
-    run_config.check_against_run(cfg, run, workdir)
-  objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
-                              cfg.data.max_seq_length)
-  return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
-               sharding.parse_rules(cfg.mesh.rules))
-
-
-def check_head(config, workdir: str) -> tuple[str, str]:
-  """(kind, pooling) of the run's head, known before any data is read, with
-  config.export_format checked against them."""
-  kind, run = export_formats.task_kind(config), run_config.trained_run(workdir)
-  pooling, found = run_config.resolve_pooling(config, run, init_from.configured(config))
-  export_formats.check(config, kind, pooling, found, trained=run is not None)
-  return kind, pooling
-
-
-def set_steps(cfg, total_steps: int):
-  cfg.num_train_steps = total_steps
-  cfg.optimizer.total_steps = total_steps
-  cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
-
-
-def layout(s: Setup) -> batches.Layout:
-  """How this run's examples become rows (dynamic padding, packing) on its mesh."""
-  data = s.config.data
-  out = batches.Layout(s.task.kind, data.pad_to_multiple_of, data.max_instances_per_row, s.mesh,
-                       s.rules, data.packed_rows_multiple_of)
-  batches.check_layout(out)
-  return out
+# Evaluation.
 
 
 def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_size: int):
@@ -157,29 +60,17 @@ def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_si
   return np.concatenate(outputs), losses.host_means(metrics)
 
 
-def jit_predict(s: Setup):
+def jit_predict(s: job_setup.Setup):
   replicated = jax.sharding.NamedSharding(s.mesh, jax.sharding.PartitionSpec())
   return jax.jit(functools.partial(kinds.predict_step, model=s.objective.model, kind=s.task.kind),
                  out_shardings=(replicated, replicated))
-
-
-def _featurized(s: Setup, split: str, is_training: bool, skipped=None):
-  examples, split_skipped = s.task.read(split)
-  if split_skipped:
-    logging.warning('%s: skipped %d examples (%s)', split, sum(split_skipped.values()),
-                    ', '.join(f'{k}: {v}' for k, v in sorted(split_skipped.items())))
-  if skipped is not None:
-    skipped.update({k if split == 'train' else f'{split}/{k}': v
-                    for k, v in split_skipped.items()})
-  features, meta = s.task.featurize(examples, s.tokenizer, is_training=is_training)
-  return examples, features, meta
 
 
 @dataclasses.dataclass
 class Evaluator:
   """Every eval split scored with the task's own metrics; predictions written per eval."""
 
-  s: Setup
+  s: job_setup.Setup
   eval_sets: dict  # split -> (examples, features, meta).
   predict_fn: object
   layout: batches.Layout
@@ -212,7 +103,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
-  logging.info('%s', export_formats.statement(*check_head(config, workdir)))
+  logging.info('%s', export_formats.statement(*job_setup.check_head(config, workdir)))
   with workdir_lock.locked(workdir):
     outcome, main_metric, skipped = _train_and_evaluate(config, workdir)
   outputs = [] if outcome.eval_step is None else [
@@ -227,20 +118,21 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, int]:
   """(how the loop ended, the task's main metric, the examples skipped)."""
-  s = setup(config, workdir)
+  s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
-  rows_of = layout(s)
+  rows_of = job_setup.layout(s)
   skipped = {}
-  train_examples, train_features, _ = _featurized(s, 'train', True, skipped)
+  train_examples, train_features, _ = job_setup.featurized(s, 'train', True, skipped)
   if kinds.get(task.kind).example == 'texts':
     # Recorded in config.json: predict refuses a pair for a one-text model and the reverse.
     cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)
   num_train = len(train_features['input_ids'])
   if num_train == 0:
     raise ValueError(f'task {task.name}: no training features (check config.data.data_dir).')
-  eval_sets = {split: _featurized(s, split, False, skipped) for split in task.eval_splits}
-  total_steps = num_steps(cfg, num_train)
-  set_steps(cfg, total_steps)
+  eval_sets = {split: job_setup.featurized(s, split, False, skipped)
+               for split in task.eval_splits}
+  total_steps = job_setup.num_steps(cfg, num_train)
+  job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   steps_per_epoch = max(1, num_train // cfg.global_batch_size)
   logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.1f epochs of %d '
@@ -306,10 +198,10 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   config_check.check(config)
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
-  check_head(config, workdir)
-  s = setup(config, workdir)
+  job_setup.check_head(config, workdir)
+  s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
-  set_steps(cfg, 1)
+  job_setup.set_steps(cfg, 1)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   rules = s.rules
   tx = optimizer_lib.make(cfg.optimizer)
@@ -326,7 +218,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                             'with this --workdir.')
   state, meta = restored
   predict_fn = jit_predict(s)
-  rows_of = layout(s)
+  rows_of = job_setup.layout(s)
   if splits is None:
     splits = task.eval_splits if config.mode == 'eval' else task.test_splits
   if not splits:
@@ -337,7 +229,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{meta["step"]}')
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
-      examples, features, feature_meta = _featurized(s, split, False)
+      examples, features, feature_meta = job_setup.featurized(s, split, False)
       outputs, _ = predict(predict_fn, state.params, features, rows_of, cfg.eval_batch_size)
       if config.mode == 'eval':
         metrics = task.evaluate(outputs, features, feature_meta, examples)

@@ -8,6 +8,7 @@ import pytest
 
 from bertjax.finetune import export_formats
 from bertjax.finetune import job
+from bertjax.finetune import job_setup
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.interop import bundle
@@ -77,7 +78,7 @@ def test_a_format_that_cannot_hold_the_kind_names_those_that_can(tmp_path):
   assert str(error.value).startswith("config.export_format='tf1': tf1 cannot hold a tagging head "
                                      f'(tf1 holds: {", ".join(bundle.FORMAT_KINDS["tf1"])}); '
                                      f'export as {", ".join(bundle.formats_for("tagging"))}.')
-  assert job.check_head(_config('tagging', export_format='hf'), '') == ('tagging', 'cls')
+  assert job_setup.check_head(_config('tagging', export_format='hf'), '') == ('tagging', 'cls')
 
 
 def test_a_resumed_run_is_checked_with_the_pooling_it_was_trained_with(tmp_path, monkeypatch):
@@ -86,10 +87,10 @@ def test_a_resumed_run_is_checked_with_the_pooling_it_was_trained_with(tmp_path,
   with pytest.raises(ValueError, match=r"head is on mean-pooled outputs \(pooling=auto: the run "
                                        r'in this workdir was trained so\); fine-tune with '
                                        r'--config.pooling=cls in a new --workdir for hf'):
-    job.check_head(_config('regression', export_format='hf'), str(tmp_path))
+    job_setup.check_head(_config('regression', export_format='hf'), str(tmp_path))
   # An explicit pooling is the one checked (a different one is refused later, with the run's).
-  assert job.check_head(_config('regression', export_format='hf', pooling='cls'),
-                        str(tmp_path)) == ('regression', 'cls')
+  assert job_setup.check_head(_config('regression', export_format='hf', pooling='cls'),
+                              str(tmp_path)) == ('regression', 'cls')
 
 
 def test_the_kind_known_before_reading_is_the_task_s(tmp_path):

@@ -21,6 +21,7 @@ from safetensors import numpy as st_numpy
 from bertjax import pretrain as pretrain_job
 from bertjax.finetune import batches
 from bertjax.finetune import job as finetune
+from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
@@ -323,9 +324,9 @@ def test_mean_pooling_head_and_its_detection(minilm_dir):
 def test_epochs_end_at_an_epoch_boundary():
   config = finetune_config.get_config('task=sst2')
   config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 1.0
-  assert finetune.num_steps(config, 12_400) == 387  # 387.5 batches: not one step into epoch 2.
+  assert job_setup.num_steps(config, 12_400) == 387  # 387.5 batches: not one step into epoch 2.
   config.num_epochs = 3.0
-  assert finetune.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
+  assert job_setup.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
 def test_read_counters_are_not_counted_as_skips(monkeypatch):

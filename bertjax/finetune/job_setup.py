@@ -1,0 +1,132 @@
+"""Fine-tuning's set-up, shared by training, eval and predict: task, tokenizer, config, objective.
+
+setup() resolves a config against init_from and the run already in the workdir (its task, label
+set, model, vocab and pooling); check_head() checks the export format before any data is read;
+layout() says how examples become rows; featurized() reads and featurizes a split. job.py's
+train_and_evaluate and its eval and predict modes start here.
+"""
+
+import dataclasses
+import os
+
+from absl import logging
+import jax
+import ml_collections
+
+from bertjax import files
+from bertjax.finetune import batches
+from bertjax.finetune import export_formats
+from bertjax.finetune import kinds
+from bertjax.finetune import run_config
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import task as task_lib
+from bertjax.interop import init_from
+from bertjax.text import vocab_files
+from bertjax.training import sharding
+from bertjax.training import train_state
+
+
+def num_steps(config, num_train_features: int) -> int:
+  if config.num_train_steps:
+    return config.num_train_steps
+  # Whole epochs of whole batches (the original run_classifier.py floors too): N epochs end on
+  # the step of the N-th per-epoch eval, not one step into the next epoch (a second eval).
+  steps_per_epoch = max(1, num_train_features // config.global_batch_size)
+  return max(1, int(config.num_epochs * steps_per_epoch))
+
+
+@dataclasses.dataclass
+class Setup:
+  """What training and prediction share: the task, tokenizer, resolved config and objective."""
+
+  task: task_lib.Task
+  tokenizer: object  # vocab_files.for_model's: WordPiece or SentencePiece, same interface.
+  config: ml_collections.ConfigDict  # Unlocked, run-time fields filled in.
+  mesh: jax.sharding.Mesh
+  objective: train_state.Objective
+  init_path: str
+  vocab_file: str
+  rules: tuple  # config.mesh.rules, parsed.
+
+
+def setup(config, workdir: str = '') -> Setup:
+  """The mesh, the task's reader, the model resolved against init_from, the tokenizer.
+
+  A run in `workdir` that has a config.json keeps its label set: eval and predict never reread
+  the training file for it, and a resumed fine-tuning whose training file now has other labels
+  stops with an error instead of scoring with a shuffled head.
+  """
+  mesh = sharding.make_mesh(config.mesh)
+  run = run_config.trained_run(workdir)
+  if run is not None and run.get('task', config.task) != config.task:
+    raise ValueError(f'{workdir} was fine-tuned on task {run["task"]!r} ({run.get("kind")}), not '
+                     f'{config.task!r}: use its task to resume, evaluate or predict, or another '
+                     '--workdir.')
+  saved = run_config.saved_labels(workdir)
+  reuse = saved is not None and config.mode != 'train_eval'
+  task = registry.get_task(config.task, config.data, seed=config.seed,
+                           labels=saved if reuse else ())
+  if saved is not None and tuple(task.labels) != saved:
+    raise ValueError(f'{workdir} was fine-tuned with labels {list(saved)}, but the training '
+                     f'data now has {list(task.labels)}: use another --workdir for a new label '
+                     'set, or the data it was trained on.')
+  init_path = init_from.configured(config)
+  model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
+  # vocab.txt or a SentencePiece model (the one init_from's pre-training used), told by the file.
+  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case)
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  cfg.model = model_cfg
+  # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and
+  # export read the run's config.json and tokenize as training did.
+  cfg.data.vocab_file = (vocab_file if files.is_remote(vocab_file)
+                         else os.path.realpath(vocab_file))
+  # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
+  cfg.data.vocab_sha256 = files.sha256(vocab_file)
+  cfg.pooling = run_config.resolve_pooling(config, run, init_path)[0]
+  cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
+  cfg.labels = list(task.labels)
+  cfg.version_2_with_negative = task.version_2
+  if run is not None:
+    run_config.check_against_run(cfg, run, workdir)
+  objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
+                              cfg.data.max_seq_length)
+  return Setup(task, tok, cfg, mesh, objective, init_path, vocab_file,
+               sharding.parse_rules(cfg.mesh.rules))
+
+
+def check_head(config, workdir: str) -> tuple[str, str]:
+  """(kind, pooling) of the run's head, known before any data is read, with
+  config.export_format checked against them."""
+  kind, run = export_formats.task_kind(config), run_config.trained_run(workdir)
+  pooling, found = run_config.resolve_pooling(config, run, init_from.configured(config))
+  export_formats.check(config, kind, pooling, found, trained=run is not None)
+  return kind, pooling
+
+
+def set_steps(cfg, total_steps: int):
+  cfg.num_train_steps = total_steps
+  cfg.optimizer.total_steps = total_steps
+  cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
+
+
+def layout(s: Setup) -> batches.Layout:
+  """How this run's examples become rows (dynamic padding, packing) on its mesh."""
+  data = s.config.data
+  out = batches.Layout(s.task.kind, data.pad_to_multiple_of, data.max_instances_per_row, s.mesh,
+                       s.rules, data.packed_rows_multiple_of)
+  batches.check_layout(out)
+  return out
+
+
+def featurized(s: Setup, split: str, is_training: bool, skipped=None):
+  """(examples, features, meta) of a split; its skip counts logged, and added to `skipped`
+  (named by split but for train) when given."""
+  examples, split_skipped = s.task.read(split)
+  if split_skipped:
+    logging.warning('%s: skipped %d examples (%s)', split, sum(split_skipped.values()),
+                    ', '.join(f'{k}: {v}' for k, v in sorted(split_skipped.items())))
+  if skipped is not None:
+    skipped.update({k if split == 'train' else f'{split}/{k}': v
+                    for k, v in split_skipped.items()})
+  features, meta = s.task.featurize(examples, s.tokenizer, is_training=is_training)
+  return examples, features, meta
