@@ -20,6 +20,7 @@ from bertjax import pretrain_objective
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
+from bertjax.input import record_check
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
@@ -167,16 +168,16 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
                      f'(model.max_position_embeddings={config.model.max_position_embeddings}).')
   model_vocab = vocab_file or (init_from.vocab_file(init_path) if init_path else None)
   masked = not config.data.dynamic_masking
-  spec = input_pipeline.feature_spec(phase.max_seq_length, phase.max_predictions_per_seq,
-                                     masked=masked, nsp=config.model.nsp,
-                                     max_instances_per_row=config.data.max_instances_per_row)
+  spec = record_check.feature_spec(phase.max_seq_length, phase.max_predictions_per_seq,
+                                   masked=masked, nsp=config.model.nsp,
+                                   max_instances_per_row=config.data.max_instances_per_row)
   checked = []
   for files in (phase.train_files, phase.eval_files):
     checked.append(file_set.resolve(files) if files else None)
     if files:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
-      input_pipeline.check_first_record(checked[-1].files[0], spec, masked=masked)
+      record_check.check_first_record(checked[-1].files[0], spec, masked=masked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 
 

@@ -448,11 +448,11 @@ def _instance_keys(instances_):
 def test_packed_files_hold_exactly_the_unpacked_instances(masked, corpus_file, vocab_file,
                                                           tmp_path):
   """--pack rows: every instance of the same unpacked run exactly once, with less padding."""
-  from bertjax.input import input_pipeline  # pylint: disable=g-import-not-at-top
+  from bertjax.input import record_check  # pylint: disable=g-import-not-at-top
   from bertjax.records import packing  # pylint: disable=g-import-not-at-top
   settings = instances.Settings(**{**SETTINGS.__dict__, 'max_instances_per_row': 3})
   report, files = run(corpus_file, tmp_path, settings, vocab_file=vocab_file)
-  rows = read_records(files, input_pipeline.feature_spec(SEQ, PRED, max_instances_per_row=3))
+  rows = read_records(files, record_check.feature_spec(SEQ, PRED, max_instances_per_row=3))
   unpacked_report, unpacked = masked
   num_rows = len(rows['input_ids'])
   assert report['counts']['rows'] == num_rows == sum(report['output_records'].values())

@@ -15,7 +15,8 @@ that mixing is window-local (plus lanes and file order) rather than a global shu
 would need random access to single records (ArrayRecord-style files) and random reads on GCS.
 Files are checked against the JSON reports beside them (file_set.py), whose record counts
 are used; files without a report are counted once when the pipeline is built (a sequential
-read of this host's files), or pass `record_counts` (path -> count).
+read of this host's files), or pass `record_counts` (path -> count). Every file's first record
+is checked against the feature spec first (record_check.py).
 
 Iterate with `dataset.as_numpy_iterator()`; `global_batch.make_global_batch` turns each batch
 into global arrays. TF must not see the accelerators (main.py hides them before building the
@@ -23,126 +24,15 @@ pipeline). The order depends on the seed, the files and process_count: resuming 
 number of hosts continues from the same example count, but in a different order.
 """
 
-import concurrent.futures
-
 from absl import logging
-from google.protobuf import message
 import jax
 import numpy as np
 import tensorflow as tf
 
 from bertjax.input import masking_tf
 from bertjax.input import read_order
-from bertjax.records import example_encoding
+from bertjax.input import record_check
 from bertjax.records import file_set
-
-_MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
-_PER_INSTANCE = ('instance_starts', 'next_sentence_labels', 'next_sentence_weights')
-_READ_BUFFER_BYTES = 1 << 20  # Per open file; num_lanes of them per host.
-
-
-def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: bool = True,
-                 nsp: bool = True, max_instances_per_row: int = 1) -> dict:
-  """The original BERT TFRecord features as tf.io features: masked (static) instances, or
-  unmasked ones, one per row or packed; the format itself is defined once, in
-  example_encoding.feature_spec. Without NSP no labels are read (pair files' are ignored)."""
-  spec = example_encoding.feature_spec(max_seq_length, max_predictions_per_seq,
-                                       static_masking=masked,
-                                       max_instances_per_row=max_instances_per_row)
-  return {name: tf.io.FixedLenFeature(list(shape), tf.dtypes.as_dtype(dtype))
-          for name, (shape, dtype) in spec.items()
-          if nsp or name not in example_encoding.NSP_FEATURES}
-
-
-def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
-  """Raises a ValueError saying how a file's first record differs from the feature spec."""
-  try:
-    features = tf.train.Example.FromString(record).features.feature
-  except message.DecodeError as e:
-    raise ValueError(f'{path}: records are not tf.train.Example protos ({e})') from e
-  if not masked and 'masked_lm_positions' in features:
-    raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
-                     'reads unmasked ones: use static masking, or create unmasked instances')
-  if 'instance_starts' in features and 'instance_starts' not in spec:
-    raise ValueError(f'{path}: holds packed rows (instance_starts: up to '
-                     f'{len(features["instance_starts"].int64_list.value)} instances per row), '
-                     'but data.max_instances_per_row is 1: set it to that number, or use '
-                     'files made without --pack')
-  if 'instance_starts' not in features and 'instance_starts' in spec:
-    raise ValueError(f'{path}: holds one instance per row, but data.max_instances_per_row is '
-                     f'{spec["instance_starts"].shape[0]}: set it to 1, or make the files with '
-                     'create_pretraining_data --pack')
-  for name, feature in spec.items():
-    if name == 'next_sentence_labels' and name not in features:
-      raise ValueError(f'{path}: has no next_sentence_labels: MLM-only data (made with '
-                       'create_pretraining_data --nsp=false), but the model has an NSP head. '
-                       'Set --config.model.nsp=False, or make the data with pairs (--nsp)')
-    if name not in features:
-      raise ValueError(f'{path}: has no feature {name!r} (it has {sorted(features)})')
-    kind = 'float_list' if feature.dtype == tf.float32 else 'int64_list'
-    if features[name].WhichOneof('kind') != kind:
-      raise ValueError(f'{path}: feature {name!r} is a {features[name].WhichOneof("kind")}, '
-                       f'expected {kind}')
-    found, wanted = len(getattr(features[name], kind).value), feature.shape[0]
-    if found != wanted:
-      setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
-                 'max_instances_per_row' if 'instance_starts' in spec and name in _PER_INSTANCE
-                 else 'the original spec' if name == 'next_sentence_labels' else
-                 'max_seq_length')
-      raise ValueError(f'{path}: feature {name!r} has {found} values, but {setting} gives '
-                       f'{wanted}: set {setting} to what the files were made with, or remake them')
-
-
-@tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool)])
-def _count_and_first(path, count_records):
-  """A file's record count (-1 when not counted) and its first record (b'' when empty)."""
-  records = tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES)
-  first = records.take(1).reduce(tf.constant(b''), lambda _, record: record)
-  # Counting batches, not records: a reduce step per record would cost 20x more (measured).
-  count = tf.cond(
-      count_records,
-      lambda: records.batch(4096).reduce(
-          np.int64(0), lambda n, batch: n + tf.shape(batch, out_type=tf.int64)[0]),
-      lambda: np.int64(-1))
-  return count, first
-
-
-def _read_head(path: str, count_records: bool) -> tuple[int, bytes]:
-  """(record count or -1, first record or b'') of a file, as a clear error when unreadable."""
-  try:
-    counted, first = _count_and_first(path, count_records)
-  except tf.errors.OpError as e:
-    raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
-  return int(counted), first.numpy()
-
-
-def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:
-  """Validates a file's first record against the spec and returns its record count."""
-  counted, first = _read_head(path, count is None)
-  if first:
-    _check_first_record(path, first, spec, masked)
-  return counted if count is None else count
-
-
-def check_first_record(path: str, spec: dict, *, masked: bool = True):
-  """Checks one file's first record against `spec` without counting its records (a config
-  check that runs before anything is compiled)."""
-  _, first = _read_head(path, False)
-  if first:
-    _check_first_record(path, first, spec, masked)
-
-
-def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None) -> list[int]:
-  """Record counts of `files`, after checking each file's first record against `spec`."""
-  known = dict(record_counts or {})
-
-  def inspect(path):
-    return _inspect_file(path, spec, masked, known.get(path))
-
-  first = inspect(files[0])  # Traces _count_and_first once, before threads race to trace it.
-  with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-    # TF releases the GIL while reading, so the other files are read in parallel.
-    return [first] + list(pool.map(inspect, files[1:]))
 
 
 def _process(process_index, process_count, global_batch_size: int) -> tuple[int, int, int]:
@@ -225,7 +115,7 @@ def _epoch_records(plan, *, seed, num_lanes, window, shard_count, shard_index, s
   records = lanes.interleave(
       # TFRecordDataset's skip seeks past records without parsing them.
       lambda files, n, skip: tf.data.TFRecordDataset(
-          files[:n], buffer_size=_READ_BUFFER_BYTES).skip(skip),
+          files[:n], buffer_size=record_check.READ_BUFFER_BYTES).skip(skip),
       cycle_length=num_lanes, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=True)
   if shard_count > 1:
@@ -271,12 +161,12 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   if num_lanes < 1 or shuffle_window < 1:
     raise ValueError(f'num_lanes ({num_lanes}) and shuffle_window ({shuffle_window}) must be >= 1')
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp,
-                      max_instances_per_row=max_instances_per_row)
+  spec = record_check.feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
+                                   nsp=nsp, max_instances_per_row=max_instances_per_row)
   checked = file_set.resolved(file_pattern)
   files, shard_count, shard_index = _host_share(checked.files, process_index, process_count)
-  counts = inspect_files(files, spec, masked=masked,
-                         record_counts=checked.record_counts | dict(record_counts or {}))
+  counts = record_check.inspect_files(
+      files, spec, masked=masked, record_counts=checked.record_counts | dict(record_counts or {}))
   for path in [f for f, n in zip(files, counts, strict=True) if n == 0]:
     logging.warning('%s holds no records; skipping it', path)
   files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
@@ -328,13 +218,13 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   process_index, process_count, host_batch = _process(process_index, process_count,
                                                       global_batch_size)
   masked = masking is None
-  spec = feature_spec(max_seq_length, max_predictions_per_seq, masked=masked, nsp=nsp,
-                      max_instances_per_row=max_instances_per_row)
+  spec = record_check.feature_spec(max_seq_length, max_predictions_per_seq, masked=masked,
+                                   nsp=nsp, max_instances_per_row=max_instances_per_row)
   checked = file_set.resolved(file_pattern)
   all_files = checked.files
+  known = checked.record_counts | dict(record_counts or {})
   # Every host counts every file: all need the largest host's share to agree on a batch count.
-  counts = inspect_files(all_files, spec, masked=masked,
-                         record_counts=checked.record_counts | dict(record_counts or {}))
+  counts = record_check.inspect_files(all_files, spec, masked=masked, record_counts=known)
   counts = dict(zip(all_files, counts, strict=True))
   shares = [_host_share(all_files, i, process_count, log=i == process_index)
             for i in range(process_count)]
@@ -345,7 +235,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
     raise ValueError(f'no eval examples in {str(file_pattern)!r}')
   files, shard_count, shard_index = shares[process_index]
 
-  records = tf.data.TFRecordDataset(files, buffer_size=_READ_BUFFER_BYTES)
+  records = tf.data.TFRecordDataset(files, buffer_size=record_check.READ_BUFFER_BYTES)
   if shard_count > 1:
     records = records.shard(shard_count, shard_index)
   padding = num_batches * host_batch - lengths[process_index]

@@ -17,6 +17,7 @@ from bertjax.input import global_batch
 from bertjax.input import input_pipeline
 from bertjax.input import masking_tf
 from bertjax.input import read_order
+from bertjax.input import record_check
 
 SEQ, PRED = 16, 4
 SIZES = (5, 9, 3, 7, 11, 2, 6)  # Uneven on purpose; 43 examples.
@@ -376,7 +377,7 @@ def packed_unmasked_dir(unmasked_dir, tmp_path_factory):
   from bertjax.records import packing  # pylint: disable=g-import-not-at-top
   folder, originals = unmasked_dir
   rows = []
-  spec = input_pipeline.feature_spec(128, 20, masked=False)
+  spec = record_check.feature_spec(128, 20, masked=False)
   for batch in tf.data.TFRecordDataset(sorted(str(p) for p in folder.glob('unmasked-*'))).batch(
       1000).map(lambda x: tf.io.parse_example(x, spec)):
     batch = {k: v.numpy() for k, v in batch.items()}
