@@ -70,6 +70,7 @@ from bertjax.interop import sentence_transformers  # noqa: E402
 from bertjax.interop import sources  # noqa: E402
 from bertjax.interop import tf1_checkpoint  # noqa: E402
 from bertjax.text import tokenizer  # noqa: E402
+from bertjax.text import vocab_files  # noqa: E402
 from bertjax.training import checkpoint_reader  # noqa: E402
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
@@ -86,7 +87,7 @@ def _check_kind(result: bundle_lib.Bundle, fmt: str):
 def _check_casing(result: bundle_lib.Bundle):
   if result.vocab_file:
     tokenizer.validate_case_matches_vocab(
-        tokenizer.load_vocab(result.vocab_file), result.do_lower_case,
+        vocab_files.load_vocab(result.vocab_file), result.do_lower_case,
         f'vocab file {result.vocab_file}')
 
 

@@ -24,7 +24,6 @@ from bertjax.input import record_check
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
-from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import loop
 from bertjax.training import losses
@@ -195,7 +194,7 @@ def masking_config(config, vocab_file, plan):
           f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
           f'{phase.max_seq_length}-token row, but max_predictions_per_seq='
           f'{phase.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
-  vocab = tokenizer.load_vocab(vocab_file)  # A vocab.txt's tokens or a SentencePiece model's.
+  vocab = vocab_files.load_vocab(vocab_file)  # A vocab.txt's tokens or a SentencePiece model's.
   missing = [t for t in ('[MASK]', '[CLS]', '[SEP]') if t not in vocab]
   if missing:
     raise ValueError(f'data.vocab_file={vocab_file} has no {missing}: dynamic masking needs '
@@ -257,7 +256,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab = vocab_file(config)
   path = init_from.configured(config)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
-  vocab_entries = len(tokenizer.load_vocab(vocab)) if vocab else None
+  vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)
   masking = masking_config(config, vocab, plan)
   data = config.data

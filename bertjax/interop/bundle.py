@@ -9,7 +9,6 @@ import dataclasses
 
 import numpy as np
 
-from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import kinds
 
@@ -87,7 +86,7 @@ class Bundle:
     return bool(self.vocab_file) and vocab_files.is_sentencepiece(self.vocab_file)
 
   def vocab_entries(self) -> int | None:
-    return len(tokenizer.load_vocab(self.vocab_file)) if self.vocab_file else None
+    return len(vocab_files.load_vocab(self.vocab_file)) if self.vocab_file else None
 
 
 def check_tokenizer(bundle: Bundle, fmt: str):

@@ -32,6 +32,7 @@ from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.text import tokenizer
+from bertjax.text import vocab_files
 from bertjax.training import kinds
 
 
@@ -144,7 +145,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
     raise ValueError(f'embeddings.word_embeddings.weight has {embedding.shape[0]} rows but '
                      f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is '
                      'inconsistent.')
-  vocab_entries = None if vocab_file is None else len(tokenizer.load_vocab(vocab_file))
+  vocab_entries = None if vocab_file is None else len(vocab_files.load_vocab(vocab_file))
   if vocab_entries is not None and vocab_entries != cfg.vocab_size:
     raise ValueError(
         f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '

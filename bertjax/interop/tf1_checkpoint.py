@@ -170,7 +170,8 @@ def _do_lower_case(folder: str, vocab_file: str) -> bool:
         return bool(value)
   if vocab_file:
     from bertjax.text import tokenizer  # pylint: disable=g-import-not-at-top
-    return not tokenizer.vocab_looks_cased(tokenizer.load_vocab(vocab_file))
+    from bertjax.text import vocab_files  # pylint: disable=g-import-not-at-top
+    return not tokenizer.vocab_looks_cased(vocab_files.load_vocab(vocab_file))
   return True
 
 

@@ -4,6 +4,7 @@ The model file is read through bertjax.files (local or a URL); special tokens wr
 text stay whole, as on the WordPiece path (tokenizer.py).
 """
 
+import collections
 import os
 import unicodedata
 
@@ -20,6 +21,29 @@ def continues_word(piece: str) -> bool:
   return not piece.startswith((WORD_START, '[', '<'))
 
 
+def is_sentencepiece_model(path, data: bytes) -> bool:
+  """Whether a vocab file is a SentencePiece model (binary) rather than a WordPiece vocab.txt.
+
+  Told by the name (.model) or by the bytes, since a run keeps its copy as <workdir>/vocab.txt
+  whatever the format: a serialized ModelProto opens with its first piece (field 1, b'\\n') and
+  holds NUL bytes (its float scores and zero ids), which no vocab.txt has.
+  """
+  return os.fspath(path).endswith('.model') or (data[:1] == b'\n' and b'\x00' in data)
+
+
+def sentencepiece_vocab(path, data: bytes):
+  """A SentencePiece model's pieces as an OrderedDict piece -> id (its ids, in order)."""
+  import sentencepiece  # pylint: disable=g-import-not-at-top  # Only SentencePiece needs it.
+  model = sentencepiece.SentencePieceProcessor()
+  try:
+    model.LoadFromSerializedProto(data)
+  except (OSError, RuntimeError) as e:
+    raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model ({e}): pass the .model '
+                     'file that spm_train (or learn_vocab --model=sentencepiece) wrote') from None
+  return collections.OrderedDict(
+      (model.IdToPiece(i), i) for i in range(model.GetPieceSize())), model
+
+
 class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
 
@@ -32,7 +56,7 @@ class SentencePieceTokenizer:
     self.spm_model_file = path
     self.vocab_file = path  # FullTokenizer's name for the file its vocab came from.
     # From its bytes: the file may be a URL, which SentencePiece cannot open.
-    self.vocab, self.sp_model = tokenizer.sentencepiece_vocab(path, files.read_bytes(path))
+    self.vocab, self.sp_model = sentencepiece_vocab(path, files.read_bytes(path))
     if check_casing:  # As for a vocab.txt: upper-case pieces mean a cased model.
       tokenizer.validate_case_matches_vocab(self.vocab, do_lower_case,
                                             f'SentencePiece model {path!r}')

@@ -52,40 +52,24 @@ def convert_to_unicode(text):
   raise TypeError(f'expected str or UTF-8 bytes, got {type(text).__name__}')
 
 
-def is_sentencepiece_model(path, data: bytes) -> bool:
-  """Whether a vocab file is a SentencePiece model (binary) rather than a WordPiece vocab.txt.
-
-  Told by the name (.model) or by the bytes, since a run keeps its copy as <workdir>/vocab.txt
-  whatever the format: a serialized ModelProto opens with its first piece (field 1, b'\\n') and
-  holds NUL bytes (its float scores and zero ids), which no vocab.txt has.
-  """
-  return os.fspath(path).endswith('.model') or (data[:1] == b'\n' and b'\x00' in data)
-
-
-def sentencepiece_vocab(path, data: bytes):
-  """A SentencePiece model's pieces as an OrderedDict piece -> id (its ids, in order)."""
-  import sentencepiece  # pylint: disable=g-import-not-at-top  # Only SentencePiece needs it.
-  model = sentencepiece.SentencePieceProcessor()
-  try:
-    model.LoadFromSerializedProto(data)
-  except (OSError, RuntimeError) as e:
-    raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model ({e}): pass the .model '
-                     'file that spm_train (or learn_vocab --model=sentencepiece) wrote') from None
-  return collections.OrderedDict(
-      (model.IdToPiece(i), i) for i in range(model.GetPieceSize())), model
-
-
 def load_vocab(vocab_file):
-  """Reads a vocab file (one token per line; a local path or a URL such as gs://) into an
-  OrderedDict token -> id; a SentencePiece model gives its pieces (is_sentencepiece_model), so
-  every size and id check holds for both kinds of vocab."""
+  """Reads a WordPiece vocab file (one token per line; a local path or a URL such as gs://)
+  into an OrderedDict token -> id; vocab_files.load_vocab also reads a SentencePiece model."""
   path = os.fspath(vocab_file)
   missing = (f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped '
              'with the checkpoint (one WordPiece token per line)')
   files.require_file(path, missing)
-  data = files.read_bytes(path)
-  if is_sentencepiece_model(path, data):
-    return sentencepiece_vocab(path, data)[0]
+  return read_vocab(path, files.read_bytes(path))
+
+
+def read_vocab(path, data: bytes):
+  """A WordPiece vocab.txt's bytes as an OrderedDict token -> id (`path` names it in errors)."""
+  path = os.fspath(path)
+  # A SentencePiece model holds NUL bytes (its float scores), which no vocab.txt has: refused
+  # here rather than read as tokens by chance of its bytes decoding.
+  if b'\x00' in data:
+    raise ValueError(f'vocab file {path!r} is binary, not a WordPiece vocab.txt (a SentencePiece '
+                     '.model?): vocab_files.load_vocab reads either kind')
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError as e:

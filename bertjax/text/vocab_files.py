@@ -5,6 +5,8 @@
 itself, so a run's own copy of its vocab (<workdir>/vocab.txt, whichever the kind) reads right.
 """
 
+import os
+
 import numpy as np
 
 from bertjax import files
@@ -28,7 +30,20 @@ def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwarg
 
 def is_sentencepiece(vocab_file) -> bool:
   """Whether `vocab_file` (a path or URL that exists) is a SentencePiece model."""
-  return tokenizer.is_sentencepiece_model(vocab_file, files.read_bytes(str(vocab_file)))
+  return sentencepiece_tokenizer.is_sentencepiece_model(vocab_file,
+                                                        files.read_bytes(str(vocab_file)))
+
+
+def load_vocab(vocab_file):
+  """A vocab file's entries as an OrderedDict token -> id, whichever the kind: a vocab.txt's
+  tokens or a SentencePiece model's pieces, so every size and id check holds for both."""
+  path = os.fspath(vocab_file)
+  files.require_file(path, f'vocab file {path!r} does not exist: pass the vocab.txt or '
+                     'SentencePiece .model shipped with the checkpoint')
+  data = files.read_bytes(path)
+  if sentencepiece_tokenizer.is_sentencepiece_model(path, data):
+    return sentencepiece_tokenizer.sentencepiece_vocab(path, data)[0]
+  return tokenizer.read_vocab(path, data)
 
 
 def for_model(vocab_file, do_lower_case: bool, **kwargs):
