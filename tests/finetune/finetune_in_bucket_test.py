@@ -26,7 +26,7 @@ from bertjax import predict
 from bertjax.finetune import job
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
-from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import glue_readers
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
@@ -222,9 +222,9 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
   with pytest.raises(FileNotFoundError, match=f'{data}/none.csv does not exist'):
     user_data.read_texts(f'{data}/none.csv', fields=('review',), label_field='sentiment')
   with pytest.raises(ValueError, match=f'{data}/sst2/train.tsv: not UTF-8 text'):
-    glue.read_examples('sst2', f'{data}/sst2', 'train')
+    glue_readers.read_examples('sst2', f'{data}/sst2', 'train')
   with pytest.raises(FileNotFoundError, match=f'{data}/sst2/dev.tsv does not exist'):
-    glue.read_examples('sst2', f'{data}/sst2', 'validation')
+    glue_readers.read_examples('sst2', f'{data}/sst2', 'validation')
   with pytest.raises(ValueError, match=f'{data}/conll.txt is not utf-8-sig text'):
     conll.read_conll(f'{data}/conll.txt')
   with pytest.raises(FileNotFoundError, match=f'CoNLL file {data}/none.txt does not exist'):
@@ -245,7 +245,7 @@ def test_a_missing_bucket_is_named_by_the_readers(gcs_emulator):  # pylint: disa
   bucket = r'the bucket gs://no-such-bucket-xyz does not exist or these credentials cannot see'
   readers = [
       lambda: user_data.read_texts(f'{data}/t.csv', fields=('review',), label_field='sentiment'),
-      lambda: glue.read_examples('sst2', f'{data}/sst2', 'train'),
+      lambda: glue_readers.read_examples('sst2', f'{data}/sst2', 'train'),
       lambda: conll.read_conll(f'{data}/eng.train'),
       lambda: squad.read_squad(f'{data}/dev-v1.1.json', version_2_with_negative=False,
                                is_training=False),

@@ -25,6 +25,7 @@ from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import glue_readers
 from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
 from bertjax.model import encoder
@@ -267,7 +268,7 @@ def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_p
   paths = finetune.run(config, str(tmp_path / 'run'))
   assert sorted(pathlib.Path(p).name for p in paths) == sorted(spec.submission_files.values())
   for path, split in zip(paths, spec.test_splits, strict=True):
-    test_examples, _ = glue.read_examples(task, tmp_path / 'glue', split)
+    test_examples, _ = glue_readers.read_examples(task, tmp_path / 'glue', split)
     rows = pathlib.Path(path).read_text().splitlines()[1:]
     assert [r.split('\t')[0] for r in rows] == [e.guid for e in test_examples]
     values = [r.split('\t')[1] for r in rows]

@@ -23,6 +23,7 @@ from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import glue_readers
 from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
@@ -57,13 +58,13 @@ def _glue_task(name, data) -> task_lib.Task:
 
   def read(split):
     if data.use_tfds:
-      return glue.read_tfds(name, split, data.data_dir or None), collections.Counter()
+      return glue_readers.read_tfds(name, split, data.data_dir or None), collections.Counter()
     if data.predict_file and split in spec.test_splits:  # A file in the test split's layout.
       split_files = types.MappingProxyType({**spec.files,
                                             split: paths.absolute(data.predict_file)})
-      return glue.read_examples(dataclasses.replace(spec, files=split_files), data.data_dir,
-                                split)
-    return glue.read_examples(name, data.data_dir, split)
+      return glue_readers.read_examples(dataclasses.replace(spec, files=split_files),
+                                        data.data_dir, split)
+    return glue_readers.read_examples(name, data.data_dir, split)
 
   def featurize(examples, tok, *, is_training):
     del is_training

@@ -8,6 +8,7 @@ import pytest
 
 from bertjax.finetune import metrics
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import glue_readers
 from bertjax.text import tokenizer
 
 Ex = glue.Example
@@ -45,7 +46,7 @@ def test_reads_every_split_in_its_real_layout(tmp_path, name):
   for split, want in expected.items():
     # data_dir may be the task's folder or the GLUE root holding it.
     for data_dir in (tmp_path / task.glue_dir, tmp_path):
-      examples, skips = glue.read_examples(name, data_dir, split)
+      examples, skips = glue_readers.read_examples(name, data_dir, split)
       assert examples == want, split
       assert skips == ({'too few columns': 1} if (name, split) == ('qqp', 'train') else {})
 
@@ -56,8 +57,8 @@ def test_malformed_rows_skip_in_train_and_fail_elsewhere(tmp_path):
   dev.write_text(dev.read_text() + '\n\tstray half row\t1\n4\t5\t6\tA?\tB?\t1\n')
   with pytest.raises(ValueError, match=r'dev.tsv:4: 3 columns where GLUE qqp validation rows '
                                        r'have 6.*skip_malformed=True'):
-    glue.read_examples('qqp', tmp_path, 'validation')
-  examples, skips = glue.read_examples('qqp', tmp_path, 'validation', skip_malformed=True)
+    glue_readers.read_examples('qqp', tmp_path, 'validation')
+  examples, skips = glue_readers.read_examples('qqp', tmp_path, 'validation', skip_malformed=True)
   assert [e.guid for e in examples] == ['201359', '4']
   assert skips == {'too few columns': 1, 'blank line': 1}
 
@@ -73,19 +74,19 @@ def test_malformed_rows_skip_in_train_and_fail_elsewhere(tmp_path):
 def test_bad_files_fail_with_file_and_line(tmp_path, content, message):
   (tmp_path / 'train.tsv').write_text(content)
   with pytest.raises(ValueError, match=message):
-    glue.read_examples('qnli', tmp_path, 'train')
+    glue_readers.read_examples('qnli', tmp_path, 'train')
 
 
 def test_bad_score_missing_file_and_unknown_split(tmp_path):
   (tmp_path / 'dev.tsv').write_text(
       f'{glue_files.STSB_COLS}\tscore\n0\tg\tf\ty\to\ts\ts\tA.\tB.\thigh\n')
   with pytest.raises(ValueError, match=r'dev.tsv:2: STS-B score \'high\' is not a number'):
-    glue.read_examples('stsb', tmp_path, 'validation')
+    glue_readers.read_examples('stsb', tmp_path, 'validation')
   with pytest.raises(FileNotFoundError, match=r'test.tsv does not exist.*STS-B/test.tsv'):
-    glue.read_examples('stsb', tmp_path, 'test')
+    glue_readers.read_examples('stsb', tmp_path, 'test')
   with pytest.raises(ValueError, match='no split .validation.: valid splits are train, '
                                        'validation_matched'):
-    glue.read_examples('mnli', tmp_path, 'validation')
+    glue_readers.read_examples('mnli', tmp_path, 'validation')
 
 
 def _pieces(tok, features, row):
@@ -170,7 +171,8 @@ def test_evaluate_plumbs_the_task_metrics(full_tokenizer):
 
 
 def test_submission_files(tmp_path):
-  examples, _ = glue.read_examples('mnli', write_glue(tmp_path, ['mnli']), 'test_mismatched')
+  data_dir = write_glue(tmp_path, ['mnli'])
+  examples, _ = glue_readers.read_examples('mnli', data_dir, 'test_mismatched')
   logits = np.array([[0.1, 0.2, 3.0]])  # 'neutral' in run_classifier.py's label order.
   path = glue.write_predictions('mnli', 'test_mismatched', logits, examples, tmp_path / 'out')
   assert os.path.basename(path) == 'MNLI-mm.tsv'
@@ -190,7 +192,7 @@ def test_submission_files(tmp_path):
 def test_tfds_unprepared_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match=r'glue/rte is not prepared in .*tfds build '
                                               r'glue/rte --data_dir DIR'):
-    glue.read_tfds('rte', 'train', data_dir=str(tmp_path))
+    glue_readers.read_tfds('rte', 'train', data_dir=str(tmp_path))
 
 
 def test_tfds_records_map_to_tsv_examples(tmp_path):
@@ -215,9 +217,9 @@ def test_tfds_records_map_to_tsv_examples(tmp_path):
   tfds.folder_dataset.write_metadata(
       data_dir=str(out), features=features, split_infos=None, check_data=False,
       filename_template='{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}')
-  assert glue.read_tfds('mnli', 'validation_matched', data_dir=str(tmp_path)) == [
+  assert glue_readers.read_tfds('mnli', 'validation_matched', data_dir=str(tmp_path)) == [
       Ex('0', 'P zero.', 'H zero.', 'contradiction'), Ex('1', 'P one.', 'H one.', 'entailment')]
-  assert glue.read_tfds('mnli', 'test_matched', data_dir=str(tmp_path)) == [
+  assert glue_readers.read_tfds('mnli', 'test_matched', data_dir=str(tmp_path)) == [
       Ex('0', 'P t.', 'H t.', None)]
   with pytest.raises(ValueError, match='has no split .train.; it has'):
-    glue.read_tfds('mnli', 'train', data_dir=str(tmp_path))
+    glue_readers.read_tfds('mnli', 'train', data_dir=str(tmp_path))
