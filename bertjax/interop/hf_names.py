@@ -44,7 +44,6 @@ def config_from_hf(hf_config: dict, **overrides):
   return encoder_config.default_config(size='imported', **fields)
 
 
-
 def holder(kind: str) -> kinds.Transformers:
   """How the kind table says a transformers directory holds `kind`."""
   found = kinds.get(kind).holder('hf')
@@ -96,14 +95,12 @@ def names(config, kind: str = 'pretraining') -> dict:
   return m
 
 
-
 def strip_prefix(state: dict) -> dict:
   """Drops `bert.` (BertForPreTraining) so both layouts use BertModel's names."""
   out = {}
   for name, value in state.items():
     out[name[len('bert.'):] if name.startswith('bert.') else name] = value
   return out
-
 
 
 def kind_of(hf_config: dict, state: dict) -> str:
@@ -121,11 +118,11 @@ def kind_of(hf_config: dict, state: dict) -> str:
 
 
 def labels_of(hf_config: dict, kind: str) -> tuple:
+  """The class names of a kind with named labels, in class-id order (id2label); () otherwise."""
   if not kinds.get(kind).named_labels:
     return ()
   id2label = hf_config.get('id2label') or {}
   return tuple(id2label[k] for k in sorted(id2label, key=int))
-
 
 
 def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:

@@ -36,7 +36,6 @@ _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
 _NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
                 'current_loss_scale')
 # What this format can hold: the kind table's kinds with a TF1 layout.
-KINDS = kinds.held_by('tf1')
 
 
 def _head(kind: str) -> dict:
@@ -279,11 +278,7 @@ def _check_shapes(params: dict, config: dict, prefix: str, table: dict):
 def save(result: bundle_lib.Bundle, output_dir):
   """Writes bert_config.json and bert_model.ckpt.* into output_dir (a folder or a URL: TF's
   writer writes into a local folder, uploaded when complete)."""
-  if result.kind not in KINDS:
-    raise ValueError(f'the TF1 format holds {", ".join(KINDS)} models (google-research/bert\'s '
-                     f'scripts); a {result.kind} head has no layout there '
-                     f'({kinds.get(result.kind).why_not("tf1")}): export it with '
-                     '--format=hf or --format=saved_model.')
+  bundle_lib.check_holds(result, 'tf1')  # Its kinds, [CLS]-pooled (get_pooled_output()).
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   table = names(result.config, result.kind)

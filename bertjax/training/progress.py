@@ -78,9 +78,9 @@ class Progress:
     self._deferred = None  # (step, metrics) of a log step, read once the next is dispatched.
 
   def step_done(self, step: int, metrics: dict, *, read_now: bool):
-    """Takes `step`'s device metrics, called once the next step could be dispatched. A log
-    step's are read one step later, so the host never waits for the device there; `read_now`
-    reads them at once (before an eval or a save: a NaN state must never be saved)."""
+    """Takes the metrics of `step`, just dispatched. A log step's are read after the next step
+    is dispatched, so the host never waits for the device there; `read_now` reads them at once
+    (before an eval or a save: a NaN state must never be saved)."""
     self._pending.append(metrics)
     if self._deferred is not None:
       self.log(*self._deferred)

@@ -21,6 +21,7 @@ from bertjax import export
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sources
+from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder
 from bertjax.model import encoder_config
 from bertjax.model import heads
@@ -198,8 +199,10 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   export._check_kind(mean_classifier, 'sentence_transformers')
   _, _, mean_classifier = random_bundle('classification', minilm_dir)
   mean_classifier.pooling = 'mean'
-  with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):
-    hf_checkpoint.save(mean_classifier, tmp_path)
+  for writer in (hf_checkpoint, tf1_checkpoint):  # A library caller skips export's checks.
+    with pytest.raises(ValueError, match='mean-pooled .* --format=saved_model'):
+      writer.save(mean_classifier, tmp_path / 'direct')
+  assert not (tmp_path / 'direct').exists()
   with pytest.raises(ValueError, match='uncased vocab .* do_lower_case=False'):
     export.export(minilm_dir, 'hf', tmp_path / 'cased', do_lower_case=False)
   assert not (tmp_path / 'cased').exists()
