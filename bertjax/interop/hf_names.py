@@ -52,47 +52,15 @@ def holder(kind: str) -> kinds.Transformers:
   return found
 
 
-def _head(kind: str) -> dict:
-  """bertjax path -> (transformers name, layout) of `kind`'s head tensors."""
-  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
-          for ours, (theirs, transposed) in holder(kind).head.items()}
+# transformers' BertModel names (BertForPreTraining's add `bert.`: strip_prefix drops it).
+SPELLING = layouts.Spelling(sep='.', root='', layer='encoder.layer.{i}', table='weight',
+                            kernel='weight', transposed=True, norm=('weight', 'bias'))
 
 
 def names(config, kind: str = 'pretraining') -> dict:
   """bertjax path (unscanned) -> (transformers name without `bert.`, layout): the encoder, and
   the head of `kind` (one of training/kinds.KINDS)."""
-  h = config['num_heads']
-  m = {
-      'bert/embeddings/word_embeddings/embedding': 'embeddings.word_embeddings.weight',
-      'bert/embeddings/position_embeddings/embedding': 'embeddings.position_embeddings.weight',
-      'bert/embeddings/token_type_embeddings/embedding': 'embeddings.token_type_embeddings.weight',
-      'bert/embeddings/layer_norm/scale': 'embeddings.LayerNorm.weight',
-      'bert/embeddings/layer_norm/bias': 'embeddings.LayerNorm.bias',
-      'bert/pooler/bias': 'pooler.dense.bias',
-  }
-  m = {k: (v, layouts.SAME) for k, v in m.items()}
-  m['bert/pooler/kernel'] = ('pooler.dense.weight', layouts.TRANSPOSED)
-  for i in range(config['num_layers']):
-    ours, theirs = f'bert/layers_{i}', f'encoder.layer.{i}'
-    for name in ('query', 'key', 'value'):
-      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.attention.self.{name}.weight',
-                                              layouts.heads_kernel(h, transposed=True))
-      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}.attention.self.{name}.bias',
-                                            layouts.heads_bias(h))
-    m[f'{ours}/attention/out/kernel'] = (f'{theirs}.attention.output.dense.weight',
-                                         layouts.heads_output_kernel(h, transposed=True))
-    m[f'{ours}/attention/out/bias'] = (f'{theirs}.attention.output.dense.bias', layouts.SAME)
-    for ln, hf_ln in (('attention_layer_norm', 'attention.output.LayerNorm'),
-                      ('output_layer_norm', 'output.LayerNorm')):
-      m[f'{ours}/{ln}/scale'] = (f'{theirs}.{hf_ln}.weight', layouts.SAME)
-      m[f'{ours}/{ln}/bias'] = (f'{theirs}.{hf_ln}.bias', layouts.SAME)
-    m[f'{ours}/mlp/intermediate/kernel'] = (f'{theirs}.intermediate.dense.weight',
-                                            layouts.TRANSPOSED)
-    m[f'{ours}/mlp/intermediate/bias'] = (f'{theirs}.intermediate.dense.bias', layouts.SAME)
-    m[f'{ours}/mlp/output/kernel'] = (f'{theirs}.output.dense.weight', layouts.TRANSPOSED)
-    m[f'{ours}/mlp/output/bias'] = (f'{theirs}.output.dense.bias', layouts.SAME)
-  m.update(_head(kind))
-  return m
+  return layouts.names(config, SPELLING, holder(kind).head)
 
 
 def strip_prefix(state: dict) -> dict:

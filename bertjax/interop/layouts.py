@@ -3,7 +3,8 @@
 A name table (hf_names.names, tf1_checkpoint.names) maps each bertjax parameter path, in
 the unscanned flat form `bert/layers_<i>/...`, to (foreign name, layout). A layout is a pair of
 functions: `to_ours` turns the foreign array into bertjax's, `to_theirs` turns it back; every pair
-is exact (a reshape or a transpose), so round trips are bit-identical.
+is exact (a reshape or a transpose), so round trips are bit-identical. names() is the one walk
+over BERT's tensors; a format gives only its Spelling of them and its heads (the kind table's).
 
 bertjax keeps attention projections split by head: query/key/value kernels [D, H, K] and biases
 [H, K], the output kernel [H, K, D]. Dense kernels are [in, out] as in TF; torch stores [out, in].
@@ -52,6 +53,58 @@ def heads_output_kernel(num_heads: int, transposed: bool) -> Layout:
     w = w.reshape(-1, w.shape[-1])
     return w.T if transposed else w
   return Layout(to_ours, to_theirs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+  """How a format names BERT's encoder tensors (transformers: `encoder.layer.0.output.dense.weight`;
+  TF1: `bert/encoder/layer_0/output/dense/kernel`)."""
+  sep: str                # between the parts of a name
+  root: str               # before `embeddings`, `encoder` and `pooler` ('' for none)
+  layer: str              # one layer's prefix, `{i}` its index
+  table: str              # an embedding table's last part ('' for none)
+  kernel: str             # a dense kernel's last part (a dense bias is `bias` everywhere)
+  transposed: bool        # dense kernels [out, in] (torch) instead of [in, out] (TF, bertjax)
+  norm: tuple[str, str]   # a LayerNorm's scale and bias
+
+
+def names(config, spelling: Spelling, head: dict) -> dict:
+  """bertjax path (unscanned) -> (foreign name, Layout): the encoder and pooler spelled by
+  `spelling`, then `head` (a kind holder's {bertjax path: (foreign name, transposed)})."""
+  s, h = spelling, config['num_heads']
+  dense = TRANSPOSED if s.transposed else SAME
+  m = {}
+
+  def name(*parts):
+    return s.sep.join(p for p in (s.root, *parts) if p)
+
+  def linear(ours, theirs, kernel=dense, bias=SAME):
+    m[f'{ours}/kernel'] = (name(*theirs, s.kernel), kernel)
+    m[f'{ours}/bias'] = (name(*theirs, 'bias'), bias)
+
+  def norm(ours, theirs):
+    m[f'{ours}/scale'] = (name(*theirs, s.norm[0]), SAME)
+    m[f'{ours}/bias'] = (name(*theirs, s.norm[1]), SAME)
+
+  for table in ('word', 'position', 'token_type'):
+    m[f'bert/embeddings/{table}_embeddings/embedding'] = (
+        name('embeddings', f'{table}_embeddings', s.table), SAME)
+  norm('bert/embeddings/layer_norm', ('embeddings', 'LayerNorm'))
+  linear('bert/pooler', ('pooler', 'dense'))
+  for i in range(config['num_layers']):
+    ours, theirs = f'bert/layers_{i}', s.layer.format(i=i)
+    for qkv in ('query', 'key', 'value'):
+      linear(f'{ours}/attention/{qkv}', (theirs, 'attention', 'self', qkv),
+             heads_kernel(h, s.transposed), heads_bias(h))
+    linear(f'{ours}/attention/out', (theirs, 'attention', 'output', 'dense'),
+           heads_output_kernel(h, s.transposed))
+    norm(f'{ours}/attention_layer_norm', (theirs, 'attention', 'output', 'LayerNorm'))
+    norm(f'{ours}/output_layer_norm', (theirs, 'output', 'LayerNorm'))
+    linear(f'{ours}/mlp/intermediate', (theirs, 'intermediate', 'dense'))
+    linear(f'{ours}/mlp/output', (theirs, 'output', 'dense'))
+  m.update({ours: (theirs, TRANSPOSED if transposed else SAME)
+            for ours, (theirs, transposed) in head.items()})
+  return m
 
 
 def unstack_layers(flat: dict) -> dict:

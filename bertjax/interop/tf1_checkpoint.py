@@ -35,48 +35,14 @@ SENTENCEPIECE_MODEL = 'spiece.model'
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
 _NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
                 'current_loss_scale')
-# What this format can hold: the kind table's kinds with a TF1 layout.
-
-
-def _head(kind: str) -> dict:
-  """bertjax path -> (TF1 variable, layout) of `kind`'s head (the kind table's)."""
-  holder = kinds.get(kind).holder('tf1')
-  return {ours: (theirs, layouts.TRANSPOSED if transposed else layouts.SAME)
-          for ours, (theirs, transposed) in holder.head.items()}
+SPELLING = layouts.Spelling(sep='/', root='bert', layer='encoder/layer_{i}', table='',
+                            kernel='kernel', transposed=False, norm=('gamma', 'beta'))
 
 
 def names(config: dict, kind: str) -> dict:
-  """bertjax path (unscanned) -> (TF1 variable name, layout), for the encoder and kind's head."""
-  h = config['num_heads']
-  m = {
-      'bert/embeddings/word_embeddings/embedding': 'bert/embeddings/word_embeddings',
-      'bert/embeddings/position_embeddings/embedding': 'bert/embeddings/position_embeddings',
-      'bert/embeddings/token_type_embeddings/embedding': 'bert/embeddings/token_type_embeddings',
-      'bert/embeddings/layer_norm/scale': 'bert/embeddings/LayerNorm/gamma',
-      'bert/embeddings/layer_norm/bias': 'bert/embeddings/LayerNorm/beta',
-      'bert/pooler/kernel': 'bert/pooler/dense/kernel',
-      'bert/pooler/bias': 'bert/pooler/dense/bias',
-  }
-  m = {k: (v, layouts.SAME) for k, v in m.items()}
-  for i in range(config['num_layers']):
-    ours, theirs = f'bert/layers_{i}', f'bert/encoder/layer_{i}'
-    for name in ('query', 'key', 'value'):
-      m[f'{ours}/attention/{name}/kernel'] = (f'{theirs}/attention/self/{name}/kernel',
-                                              layouts.heads_kernel(h, transposed=False))
-      m[f'{ours}/attention/{name}/bias'] = (f'{theirs}/attention/self/{name}/bias',
-                                            layouts.heads_bias(h))
-    m[f'{ours}/attention/out/kernel'] = (f'{theirs}/attention/output/dense/kernel',
-                                         layouts.heads_output_kernel(h, transposed=False))
-    m[f'{ours}/attention/out/bias'] = (f'{theirs}/attention/output/dense/bias', layouts.SAME)
-    for ln, tf_ln in (('attention_layer_norm', 'attention/output/LayerNorm'),
-                      ('output_layer_norm', 'output/LayerNorm')):
-      m[f'{ours}/{ln}/scale'] = (f'{theirs}/{tf_ln}/gamma', layouts.SAME)
-      m[f'{ours}/{ln}/bias'] = (f'{theirs}/{tf_ln}/beta', layouts.SAME)
-    for dense, tf_dense in (('intermediate', 'intermediate'), ('output', 'output')):
-      m[f'{ours}/mlp/{dense}/kernel'] = (f'{theirs}/{tf_dense}/dense/kernel', layouts.SAME)
-      m[f'{ours}/mlp/{dense}/bias'] = (f'{theirs}/{tf_dense}/dense/bias', layouts.SAME)
-  m.update(_head(kind))
-  return m
+  """bertjax path (unscanned) -> (TF1 variable name, layout), for the encoder and kind's head
+  (the kind table's TF1 layout)."""
+  return layouts.names(config, SPELLING, kinds.get(kind).holder('tf1').head)
 
 
 def config_from_tf1(tf1_config: dict) -> dict:
