@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 
+from absl import app
 from absl import logging
 
 # Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
@@ -30,6 +31,14 @@ class ConsoleFilter(std_logging.Filter):
     if record.levelno >= std_logging.WARNING:
       return ours or not any(m in record.getMessage() for m in _QUIET_WARNINGS)
     return ours
+
+
+def refuse_arguments(argv, flags_hint: str):
+  """A command's words after its flags are a usage error that names its flags: read as nothing,
+  `predict --workdir=RUN in.txt` would wait on standard input instead."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
+                         f'({flags_hint}).')
 
 
 def install():

@@ -132,8 +132,7 @@ def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bo
 
 def main(argv):
   start = time.perf_counter()
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_file=...')
   strategy, warning = masking_strategy(_MASKING.value, flags.FLAGS['masking'].present,
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:

@@ -241,9 +241,7 @@ def loading_lines(fmt: str, output: str) -> list[str]:
 
 
 def main(argv):
-  if len(argv) > 1:  # `predict --workdir=RUN in.txt` would otherwise read stdin and wait.
-    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
-                         '(--input_file=..., --output_file=...).')
+  console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
   if files.is_remote(FLAGS.output or ''):
     console.exit_on_interrupt(lambda: (

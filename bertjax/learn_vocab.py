@@ -58,8 +58,7 @@ flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
 
 def main(argv):
   start = time.perf_counter()
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_size=...')
   try:
     vocab_learner.check_output_name(_MODEL.value, _OUTPUT_FILE.value)
   except ValueError as e:

@@ -161,8 +161,7 @@ def _job_module(name: str):
 
 
 def _run(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  console.refuse_arguments(argv, '--config=..., --workdir=...')
   # Every config value, before JAX starts, any data is read or anything is compiled.
   config_check.check(_CONFIG.value)
   console.install()

@@ -249,9 +249,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:  # `predict --workdir=RUN in.txt` would otherwise read stdin and wait.
-    raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
-                         '(--input_file=..., --output_file=...).')
+  console.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'))

@@ -245,3 +245,19 @@ def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm
   assert err.strip().splitlines()[-1].startswith('interrupted: nothing was written'), err
   assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
   assert not list((tmp_path / 'out').iterdir())
+
+
+@pytest.mark.parametrize('command, flags, named', [
+    ('bertjax.main', TINY[:1] + ['--workdir=w'], '--config=..., --workdir=...'),
+    ('bertjax.export', ['--from=w', '--format=hf', '--output=out'], '--from=..., --format=...'),
+    ('bertjax.create_pretraining_data', ['--input_file=a.txt', '--output_file=o',
+                                         '--vocab_file=v.txt'], '--input_file=..., --output_file'),
+    ('bertjax.learn_vocab', ['--input_file=a.txt', '--output_file=v.txt', '--vocab_size=99'],
+     '--input_file=..., --output_file=..., --vocab_size=...'),
+])
+def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_path, command,
+                                                                          flags, named):
+  done = run(tmp_path, '-m', command, *flags, 'stray.txt')
+  assert done.returncode == 1, done.stderr
+  assert f"unexpected arguments ['stray.txt']: every input is a --flag ({named}" in done.stderr
+  assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
