@@ -77,6 +77,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from bertjax import console  # noqa: E402
 from bertjax import pretrain  # noqa: E402
 from bertjax.model import encoder  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
@@ -275,8 +276,7 @@ def _memory_savers(config) -> list[str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  console.refuse_arguments(argv, '--config=..., --topology=...')
   config = _CONFIG.value
   devices, hbm_bytes = topology_devices(_TOPOLOGY.value)
   target = ('simulated CPU devices (CPU compiler: memory is only a rough guide for a TPU)'

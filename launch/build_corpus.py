@@ -37,6 +37,7 @@ import pathlib
 from absl import app
 from absl import flags
 
+from bertjax import console
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer
@@ -119,8 +120,7 @@ def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  console.refuse_arguments(argv, '--output_dir=...')
   manifest = build(source_documents(), flags.FLAGS.output_dir)
   for split, counts in manifest['splits'].items():
     print(split, ', '.join(f'{key} {value:,}' for key, value in counts.items()
