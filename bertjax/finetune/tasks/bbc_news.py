@@ -57,18 +57,7 @@ def _drop_near_duplicates(examples, threshold, stats, what):
     for j, count in shared.items():
       if count >= threshold * min(len(grams), len(shingles[j])):
         parent[max(root(i), root(j))] = min(root(i), root(j))
-  groups = collections.defaultdict(list)
-  for i in range(len(examples)):
-    groups[root(i)].append(i)
-  kept, near, ambiguous = [], 0, 0
-  for i, example in enumerate(examples):
-    group = groups[root(i)]
-    if len({examples[j].label for j in group}) > 1:
-      ambiguous += 1
-    elif group[0] == i:
-      kept.append(example)
-    else:
-      near += 1
+  kept, near, ambiguous = labelled_split.keep_one_per_group(examples, root)
   stats['near_duplicate_dropped'] += near
   stats['ambiguous_dropped'] += ambiguous
   if near or ambiguous:

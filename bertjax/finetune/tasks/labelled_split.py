@@ -33,20 +33,29 @@ def _dedup_key(example):
   return tuple(' '.join(t.lower().split()) if t else t for t in (example.text_a, example.text_b))
 
 
-def drop_duplicates(examples, stats, what):
-  """Keeps the first copy of each text; drops all copies of a text that has different labels."""
+def keep_one_per_group(examples, group_of) -> tuple[list, int, int]:
+  """(kept, copies dropped, ambiguous dropped): the first example of each group (`group_of(i)`
+  names example i's) when the whole group shares one label; none of a group whose labels differ
+  (unlearnable)."""
   groups = collections.defaultdict(list)
-  for example in examples:
-    groups[_dedup_key(example)].append(example)
-  kept, duplicates, ambiguous = [], 0, 0
-  for example in examples:
-    group = groups[_dedup_key(example)]
-    if len({e.label for e in group}) > 1:
+  for i in range(len(examples)):
+    groups[group_of(i)].append(i)
+  kept, copies, ambiguous = [], 0, 0
+  for i, example in enumerate(examples):
+    group = groups[group_of(i)]
+    if len({examples[j].label for j in group}) > 1:
       ambiguous += 1
-    elif group[0] is example:
+    elif group[0] == i:
       kept.append(example)
     else:
-      duplicates += 1
+      copies += 1
+  return kept, copies, ambiguous
+
+
+def drop_duplicates(examples, stats, what):
+  """Keeps the first copy of each text; drops all copies of a text that has different labels."""
+  keys = [_dedup_key(example) for example in examples]
+  kept, duplicates, ambiguous = keep_one_per_group(examples, keys.__getitem__)
   stats['duplicate_dropped'] += duplicates
   stats['ambiguous_dropped'] += ambiguous
   if duplicates or ambiguous:
