@@ -44,6 +44,18 @@ def test_write_read_list_and_remove(root):
   assert not files.exists(files.join(root, 'd'))
 
 
+@pytest.mark.parametrize('end', [b'\r', b'\r\r', b'\n', b'\r\n', b'\x00', b''])
+def test_bytes_come_back_whole_whatever_they_end_with(root, end):
+  """Every byte, the last one too: the bucket tests' emulator once dropped a final \r (its
+  multipart parser), which cut the last record of 1 in 256 TensorBoard event files."""
+  data = bytes(range(256)) + end
+  files.write_atomically(files.join(root, 'b.bin'), data)
+  assert files.read_bytes(files.join(root, 'b.bin')) == data
+  with files.open(files.join(root, 'o.bin'), 'wb') as f:
+    f.write(data)
+  assert files.read_bytes(files.join(root, 'o.bin')) == data
+
+
 def test_errors_name_the_path_as_given(root):
   missing = files.join(root, 'nope.txt')
   with pytest.raises(FileNotFoundError, match=f'^{missing} does not exist'):
