@@ -68,8 +68,7 @@ def test_tf1_spells_the_same_tensors_in_tensorflows_layout(ours, theirs):
     tf = layout.to_theirs(value)
     # TensorFlow keeps dense kernels [in, out] where torch keeps [out, in]; tables and vectors
     # are the same in both.
-    dense = name.endswith('/kernel') and not name.startswith('cls/squad')
-    expected = theirs[torch_name].T if dense else theirs[torch_name]
+    expected = theirs[torch_name].T if name.endswith('/kernel') else theirs[torch_name]
     np.testing.assert_array_equal(tf, expected, err_msg=f'{path} -> {name}')
     np.testing.assert_array_equal(layout.to_ours(tf), value)
     assert name.startswith(('bert/', 'cls/')), name

@@ -37,12 +37,13 @@ def keep_one_per_group(examples, group_of) -> tuple[list, int, int]:
   """(kept, copies dropped, ambiguous dropped): the first example of each group (`group_of(i)`
   names example i's) when the whole group shares one label; none of a group whose labels differ
   (unlearnable)."""
+  keys = [group_of(i) for i in range(len(examples))]
   groups = collections.defaultdict(list)
-  for i in range(len(examples)):
-    groups[group_of(i)].append(i)
+  for i, key in enumerate(keys):
+    groups[key].append(i)
   kept, copies, ambiguous = [], 0, 0
   for i, example in enumerate(examples):
-    group = groups[group_of(i)]
+    group = groups[keys[i]]
     if len({examples[j].label for j in group}) > 1:
       ambiguous += 1
     elif group[0] == i:
