@@ -1,13 +1,14 @@
 """Self-attention kernels, and how a row's padding and packed instances reach each of them.
 
 model.attention_impl picks one; every one gives the same numbers at every real token:
-  xla                    softmax(q.k / sqrt(d) masked) . v written out: any backend, and the
-                         only one with attention dropout.
+  xla                    softmax(q.k / sqrt(d) masked) . v written out: any backend, with
+                         attention dropout drawn from the run's PRNG key.
   dot_product_attention  jax.nn.dot_product_attention, XLA's choice of kernel: padding as
                          sequence lengths, packed rows as a [B, L, L] mask.
   cudnn                  cuDNN's fused flash kernel (GPU): padding as sequence lengths (cuDNN's
                          padding mode: no [B, L, L] bias is built or read), packed rows as each
-                         instance's length and offset (cuDNN's packed layout).
+                         instance's length and offset (cuDNN's packed layout); attention
+                         dropout inside the kernel with unrolled layers (cudnn_dropout.py).
   splash                 Pallas splash attention (TPU): padding and instances as segment ids.
                          Runs in interpret mode when not compiled for a TPU (tests); the
                          target is the mesh's devices (launch/aot_compile.py compiles for a
@@ -17,9 +18,11 @@ A row's layout is its input_mask: 0/1 for one instance per row, padding at the e
 bertjax pipeline writes), or instance ids 1, 2, ... for packed rows (records/packing.py).
 Queries at padding positions give values that no real token reads (each kernel its own).
 
-Attention dropout: the fused kernels have none that trains (cuDNN's takes one static seed, so
-the same mask every step), so they refuse model.attention_dropout_rate > 0 in training. Its
-measured effect on the tiny run is in README.md (Pre-train at scale, "Attention kernels").
+Attention dropout: xla draws it from the run's PRNG key, as every other dropout; cudnn draws
+it inside the kernel (model/cudnn_dropout.py: unrolled layers, checked on the GPU before a run
+relies on it); dot_product_attention and splash have none and refuse
+model.attention_dropout_rate > 0 in training. Its measured effect on the tiny run is in
+README.md (Pre-train at scale, "Attention kernels").
 """
 
 import flax.linen as nn
@@ -91,20 +94,27 @@ def dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, input_mask_BxL, packe
       key_value_seq_lengths=lengths_B, implementation=implementation)
 
 
-def cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, input_mask_BxL, max_instances: int):
+def cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, input_mask_BxL, max_instances: int, *,
+          dropout_rate: float = 0.0, seed: int = 0):
   """cuDNN's flash kernel: one instance per row (max_instances 0) in its padding mode, packed
-  rows in its packed layout (segment lengths and offsets). GPU only."""
-  if not max_instances:
+  rows in its packed layout (segment lengths and offsets). GPU only. dropout_rate > 0 drops
+  attention probabilities inside the kernel, from the Philox stream of `seed` (a static int:
+  model/cudnn_dropout.py says how the masks move from step to step and what that needs)."""
+  if not max_instances and not dropout_rate:
     return dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, input_mask_BxL, False,
                                  implementation='cudnn')
-  # The packed layout is not in jax.nn.dot_product_attention's signature (jax 0.10.2).
+  # Dropout and the packed layout are not in jax.nn.dot_product_attention's signature.
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_lib  # pylint: disable=g-import-not-at-top
-  lengths_BxN, offsets_BxN1 = instance_segments(input_mask_BxL, max_instances)
+  if max_instances:
+    lengths, offsets = instance_segments(input_mask_BxL, max_instances)
+    layout = dict(q_seqlen=lengths, kv_seqlen=lengths, q_offsets=offsets, kv_offsets=offsets)
+  else:
+    lengths_B = sequence_lengths(input_mask_BxL)
+    layout = dict(q_seqlen=lengths_B, kv_seqlen=lengths_B)
   return cudnn_lib.dot_product_attention(
-      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, q_seqlen=lengths_BxN, kv_seqlen=lengths_BxN,
-      q_offsets=offsets_BxN1, kv_offsets=offsets_BxN1,
+      q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, **layout,
       scale=float(1 / np.sqrt(q_BxLxHxK.shape[-1])), mask_type=cudnn_lib.MaskType.PADDING,
-      qkv_layout='BTNH')
+      seed=int(seed), dropout_rate=float(dropout_rate), qkv_layout='BTNH')
 
 
 def target_platform() -> str:

@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 
 from bertjax.model import attention
+from bertjax.model import cudnn_dropout
 from bertjax.model import encoder_config
 from bertjax.model import kernels
 from bertjax.model import platform_defaults
@@ -115,6 +116,8 @@ class SelfAttention(nn.Module):
   """Multi-head self-attention within each instance of a row (rows: see TransformerLayer)."""
 
   config: Config
+  layer_index: int = 0  # Seeds cuDNN's attention dropout (cudnn_dropout.layer_seed).
+  scanned: bool = False
 
   @nn.compact
   def __call__(self, x_BxLxD, rows, deterministic: bool):
@@ -136,13 +139,21 @@ class SelfAttention(nn.Module):
           deterministic=deterministic)
       mask = attention.packed_mask(ids_BxL) if packed else ids_BxL > 0
       out_BxLxHxK = attention.xla(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask, dropout)
+    elif cfg.attention_impl == 'cudnn':
+      instances = rows['instance_starts'].shape[-1] if packed else 0
+      rate = 0.0 if deterministic else cfg.attention_dropout_rate
+      if rate and self.scanned:
+        raise ValueError(
+            "attention_impl='cudnn' draws attention dropout inside the kernel, which needs "
+            'unrolled layers (model/cudnn_dropout.py): set model.scan_layers=False, or '
+            'model.attention_dropout_rate=0, or attention_impl=xla.')
+      out_BxLxHxK = attention.cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL, instances,
+                                    dropout_rate=rate,
+                                    seed=cudnn_dropout.layer_seed(self.layer_index))
     elif not deterministic and cfg.attention_dropout_rate > 0:
       raise ValueError(
           f'attention_impl={cfg.attention_impl!r} has no attention-probability dropout: set '
-          'model.attention_dropout_rate=0 or use attention_impl=xla for training.')
-    elif cfg.attention_impl == 'cudnn':
-      instances = rows['instance_starts'].shape[-1] if packed else 0
-      out_BxLxHxK = attention.cudnn(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, ids_BxL, instances)
+          'model.attention_dropout_rate=0 or use attention_impl=xla or cudnn for training.')
     elif cfg.attention_impl == 'splash':
       platform = attention.target_platform()
       if platform == 'gpu':
@@ -181,6 +192,7 @@ class TransformerLayer(nn.Module):
 
   config: Config
   scanned: bool = False  # nn.scan wants (carry, output); unscanned callers want just x.
+  layer_index: int = 0  # Unrolled layers only (under nn.scan one module serves every layer).
 
   @nn.compact
   def __call__(self, x_BxLxD, rows, deterministic: bool):
@@ -188,7 +200,8 @@ class TransformerLayer(nn.Module):
     packed rows (input_mask then holds instance ids)."""
     cfg = self.config
     drop = functools.partial(kernels.Dropout(rate=cfg.dropout_rate), deterministic=deterministic)
-    y_BxLxD = SelfAttention(cfg, name='attention')(x_BxLxD, rows, deterministic)
+    y_BxLxD = SelfAttention(cfg, self.layer_index, self.scanned, name='attention')(
+        x_BxLxD, rows, deterministic)
     x_BxLxD = layer_norm(cfg, 'attention_layer_norm')(x_BxLxD + drop(y_BxLxD))
     y_BxLxD = Mlp(cfg, name='mlp')(x_BxLxD)
     x_BxLxD = layer_norm(cfg, 'output_layer_norm')(x_BxLxD + drop(y_BxLxD))
@@ -255,7 +268,7 @@ class BertEncoder(nn.Module):
                       length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
       self.layers = stack(cfg, scanned=True)
     else:
-      self.layers = [layer(cfg) for _ in range(cfg.num_layers)]
+      self.layers = [layer(cfg, layer_index=i) for i in range(cfg.num_layers)]
     # Square hidden->hidden projections shard their output like an MLP's input.
     self.pooler = nn.Dense(cfg.hidden_size, dtype=compute_dtype(cfg), param_dtype=jnp.float32,
                            dot_general=kernels.dot_general,

@@ -16,9 +16,11 @@ on a GPU the step time wins over a month of training. On a TPU nn.scan keeps the
 kernel with attention dropout that runs any length; the splash kernel stays an explicit choice.
 
 cuDNN is picked only where it can run the config: bfloat16 compute (its kernel has no float32),
-a head dim that is a multiple of 8 up to 128, and no attention dropout in training (it has none
-that trains: model/attention.py); otherwise 'auto' is the XLA attention and the message says
-what to change to get cuDNN.
+a head dim that is a multiple of 8 up to 128, and, for attention dropout in training, unrolled
+layers (cuDNN draws it inside the kernel: model/cudnn_dropout.py); otherwise 'auto' is the XLA
+attention and the message says what to change to get cuDNN. A GPU run that trains with cuDNN's
+attention dropout checks first that it trains (cudnn_dropout.check, in settle) and says that a
+resume is then not bit for bit.
 
 scan_layers is the parameter layout (stacked 'layers/...' vs 'layers_<i>/...'): a run resumed
 from a checkpoint keeps the layout that checkpoint was written with, whatever the platform.
@@ -30,6 +32,8 @@ keeps the weights' layout and the recorded kernel where it runs, else takes this
 """
 
 import ml_collections
+
+from bertjax.model import cudnn_dropout
 
 AUTO = 'auto'
 # Layers from which the TPU and CPU defaults stack them with nn.scan: base (12) and large (24),
@@ -61,15 +65,16 @@ def scanned_layout(params) -> bool | None:
   return False if any(name.startswith('layers_') for name in names) else None
 
 
-def _cudnn_blocker(model_config, training: bool) -> str:
+def _cudnn_blocker(model_config, training: bool, scan: bool = False) -> str:
   """Why cuDNN's flash kernel cannot run this config ('' = it can)."""
   head_dim = model_config.hidden_size // model_config.num_heads
   if model_config.dtype != 'bfloat16':
     return 'cudnn needs model.dtype=bfloat16'
   if head_dim % 8 or head_dim > 128:
     return f'cudnn needs a head dim that is a multiple of 8 up to 128, not {head_dim}'
-  if training and model_config.attention_dropout_rate > 0:
-    return ('cudnn has no attention dropout: model.attention_dropout_rate=0 gives cudnn')
+  if training and model_config.attention_dropout_rate > 0 and scan:
+    return ("cudnn's attention dropout needs unrolled layers, these are scanned: "
+            'model.attention_dropout_rate=0 gives cudnn')
   return ''
 
 
@@ -84,12 +89,6 @@ def resolve(model_config, platform: str, *, training: bool = True,
   """
   resolved = ml_collections.ConfigDict(model_config.to_dict())
   auto = False
-  attention, why_attention = model_config.attention_impl, 'set'
-  if is_auto(attention):
-    auto = True
-    attention, why_attention = ATTENTION.get(platform, 'xla'), ''
-    if attention == 'cudnn' and (blocker := _cudnn_blocker(model_config, training)):
-      attention, why_attention = 'xla', blocker
   scan, why_scan = model_config.scan_layers, 'set'
   if is_auto(scan):
     auto = True
@@ -102,6 +101,12 @@ def resolve(model_config, platform: str, *, training: bool = True,
     raise ValueError(f'model.scan_layers={scan} but the checkpoint this run resumes from holds '
                      f'{layout} layers: drop the override (auto keeps the checkpoint\'s '
                      'layout), or use another --workdir.')
+  attention, why_attention = model_config.attention_impl, 'set'
+  if is_auto(attention):
+    auto = True
+    attention, why_attention = ATTENTION.get(platform, 'xla'), ''
+    if attention == 'cudnn' and (blocker := _cudnn_blocker(model_config, training, scan)):
+      attention, why_attention = 'xla', blocker
   with resolved.ignore_type():  # 'auto' (a string) becomes a bool.
     resolved.attention_impl = attention
     resolved.scan_layers = bool(scan)
@@ -111,10 +116,25 @@ def resolve(model_config, platform: str, *, training: bool = True,
   return resolved, f'{line}: {platform.upper()} defaults' if auto else f'{line}: as configured'
 
 
-def settle(model_config, platform: str, *, saved_scan: bool | None = None) -> str:
+def settle(model_config, platform: str, *, saved_scan: bool | None = None,
+           dropout_check=cudnn_dropout.check) -> str:
   """resolve() written into `model_config` itself, for the job's modules that already hold it
-  (they read their config when first traced); returns the statement of the choice."""
+  (they read their config when first traced); returns the statement of the choice.
+
+  A training run that lands on cuDNN's attention dropout on a GPU first runs dropout_check()
+  (cudnn_dropout.check: '' where it trains, else why not): where it fails, 'auto' takes the XLA
+  attention and says why, and an explicit cudnn is refused."""
   resolved, line = resolve(model_config, platform, saved_scan=saved_scan)
+  if (platform == 'gpu' and resolved.attention_impl == 'cudnn'
+      and resolved.attention_dropout_rate > 0 and (failure := dropout_check())):
+    if not is_auto(model_config.attention_impl):
+      raise ValueError(f'model.attention_impl=cudnn with attention dropout: {failure}. Use '
+                       'attention_impl=xla (or auto), or model.attention_dropout_rate=0.')
+    resolved.attention_impl = 'xla'
+    line = line.replace('attention cudnn', f'attention xla ({failure})', 1)
+  if resolved.attention_impl == 'cudnn' and resolved.attention_dropout_rate > 0:
+    line += ("; cuDNN draws the attention-dropout masks: a resumed run is not bit for bit the "
+             'uninterrupted one')
   with model_config.ignore_type():
     model_config.attention_impl = resolved.attention_impl
     model_config.scan_layers = resolved.scan_layers

@@ -76,14 +76,21 @@ def test_explicit_values_win_on_every_platform(platform):
   assert line.endswith(f'{platform.upper()} defaults')
 
 
-def test_gpu_training_with_attention_dropout_gets_xla_attention_and_says_how_to_get_cudnn():
+def test_gpu_training_with_attention_dropout_gets_cudnn_unrolled_and_xla_where_scanned():
   resolved, line = platform_defaults.resolve(bf16_config(attention_dropout_rate=0.1), 'gpu')
-  assert (resolved.attention_impl, resolved.scan_layers) == ('xla', False)
-  assert line == ('attention xla (cudnn has no attention dropout: '
-                  'model.attention_dropout_rate=0 gives cudnn), layers unrolled: GPU defaults')
-  # Inference has no dropout: cuDNN runs it.
+  assert (resolved.attention_impl, resolved.scan_layers) == ('cudnn', False)
+  assert line == 'attention cudnn, layers unrolled: GPU defaults'
+  # A run resumed from scanned layers (a TPU run's checkpoint): cuDNN's dropout needs them
+  # unrolled (model/cudnn_dropout.py), so the XLA attention, saying how to get cuDNN.
+  resolved, line = platform_defaults.resolve(bf16_config(attention_dropout_rate=0.1), 'gpu',
+                                             saved_scan=True)
+  assert (resolved.attention_impl, resolved.scan_layers) == ('xla', True)
+  assert line == ("attention xla (cudnn's attention dropout needs unrolled layers, these are "
+                  'scanned: model.attention_dropout_rate=0 gives cudnn), layers scanned (the '
+                  "checkpoint's layout): GPU defaults")
+  # Inference has no dropout: cuDNN runs scanned layers too.
   resolved, _ = platform_defaults.resolve(bf16_config(attention_dropout_rate=0.1), 'gpu',
-                                          training=False)
+                                          training=False, saved_scan=True)
   assert resolved.attention_impl == 'cudnn'
 
 
@@ -105,9 +112,9 @@ def test_auto_never_gives_a_config_the_encoder_refuses():
     encoder_config.check_config(resolved)
     assert isinstance(resolved.scan_layers, bool)
     assert resolved.attention_impl in encoder_config.ATTENTION_IMPLS
-    if resolved.attention_impl != 'xla':  # The fused kernels: no dropout, bf16 (cuDNN).
+    if resolved.attention_impl != 'xla':  # cuDNN: bf16; dropout with unrolled layers only.
       assert (platform, dtype, resolved.attention_impl) == ('gpu', 'bfloat16', 'cudnn')
-      assert rate == 0 or not training
+      assert rate == 0 or not training or not resolved.scan_layers
 
 
 def test_a_resume_keeps_the_checkpoints_layout_and_refuses_a_contradicting_override():
