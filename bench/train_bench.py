@@ -41,7 +41,9 @@ bertjax's (above 1: bertjax is faster), taken round by round, from wall time and
 other load on the machine, but blind to idle threads) from the process's CPU time; the 'vs
 faster torch' row is it against the faster PyTorch variant of each round.
 'first step s' is what a user waits before the first update is done: building the model and
-its optimizer state, compiling (jax.jit; torch.compile) and running that update.
+its optimizer state, compiling (jax.jit; torch.compile) and running that update. A line after
+each size splits bertjax's: the state (its init compiled and run), the step's trace, lowering
+and XLA compile (cold: the bench turns JAX's compilation cache off), and its StableHLO size.
 GFLOP/s use bertjax/training/perf.py's count, the same for all; MFU is against --peak_tflops,
 else the chip's peak from perf.py (H100: 989 bf16 TFLOP/s), else on the CPU the measured peak
 of a 3072^3 matmul in --dtype (the better of jax and torch), printed first.
@@ -168,7 +170,11 @@ def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
 
 
 def bertjax_runner(config, batch):
-  """A function running n train steps (state donated, kept across calls) and blocking."""
+  """(a function running n train steps (state donated, kept across calls) and blocking, where
+  the first step's time went: {'state': building the state (its init compiled and run),
+  'trace', 'lower', 'compile': the step's jax trace, its lowering and XLA's compile, in seconds;
+  'hlo_lines': the lowered step's StableHLO lines})."""
+  start = time.perf_counter()
   mesh = sharding.make_mesh(config.mesh)
   tx = optimizer_lib.make(config.optimizer)
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
@@ -179,17 +185,28 @@ def bertjax_runner(config, batch):
   step_fn = train_state.jit_train_step(config, objective, tx, schedule, state_shardings,
                                        batch_shardings)
   device_batch = jax.device_put(batch, batch_shardings)
+  jax.block_until_ready((state, device_batch))
+  times = {'state': time.perf_counter() - start}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    start = time.perf_counter()
+    traced = step_fn.trace(state, device_batch)
+    times['trace'] = time.perf_counter() - start
+    lowered = traced.lower()
+    times['lower'] = time.perf_counter() - start - times['trace']
+    compiled = lowered.compile()
+    times['compile'] = time.perf_counter() - start - times['trace'] - times['lower']
+  times['hlo_lines'] = lowered.as_text().count('\n')
   holder = {'state': state}
 
   def run(n):
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       state, metrics = holder['state'], None
       for _ in range(n):
-        state, metrics = step_fn(state, device_batch)
+        state, metrics = compiled(state, device_batch)
       jax.block_until_ready((state, metrics))
       holder['state'] = state
     return float(metrics['loss'][0])
-  return run
+  return run, times
 
 
 def torch_runner(config, batch, variant, *, device_type, attn_implementation,
@@ -308,6 +325,7 @@ def worker(conn, framework, settings):
                      settings['predictions'])
   start = time.perf_counter()
   if framework == 'bertjax':
+    jax.config.update('jax_enable_compilation_cache', False)  # Every compile timed cold.
     device = jax.devices()[0]
     # 'auto' attention and layer stacking settle for this platform, as the loop's start does.
     choice = platform_defaults.settle(config.model, device.platform)
@@ -315,7 +333,7 @@ def worker(conn, framework, settings):
                 devices=len(jax.devices()), versions=f'jax {jax.__version__}',
                 prng=jax.config.jax_default_prng_impl,
                 peak=perf.peak_flops_per_device(settings['peak_tflops'], device))
-    run = bertjax_runner(config, batch)
+    run, info['first_step'] = bertjax_runner(config, batch)
   else:
     import transformers  # pylint: disable=g-import-not-at-top
     info = dict(versions=f'torch {torch.__version__}, transformers {transformers.__version__}')
@@ -495,6 +513,11 @@ def main(argv):
           flush=True)
     flops = perf.flops_per_sequence(model, seq, settings['predictions'])
     _rows(size, batch_size, seq, times, first_steps, flops, peak)
+    split = ours.info['first_step']
+    print(f'# {size}/{seq} bertjax first step {first_steps["bertjax"]:.1f} s: state '
+          f'{split["state"]:.1f} s (init compiled and run), step traced {split["trace"]:.1f} s, '
+          f'lowered {split["lower"]:.1f} s, compiled by XLA {split["compile"]:.1f} s '
+          f'({split["hlo_lines"]:,} StableHLO lines)', flush=True)
 
 
 if __name__ == '__main__':

@@ -50,3 +50,12 @@ def test_the_bench_times_bertjax_and_every_torch_variant_on_the_cpu():
   ratios = [rows[name][7] for name in FRAMEWORKS[1:]]
   faster = re.search(r'^tiny +4 +32 vs faster torch +([\d.]+)x +([\d.]+)x$', out, re.M)
   assert faster and float(faster.group(1)) == min(ratios), out
+  # Where bertjax's first step went: its parts add up to no more than the whole, cold.
+  split = re.search(r'^# tiny/32 bertjax first step ([\d.]+) s: state ([\d.]+) s \(init compiled '
+                    r'and run\), step traced ([\d.]+) s, lowered ([\d.]+) s, compiled by XLA '
+                    r'([\d.]+) s \(([\d,]+) StableHLO lines\)$', out, re.M)
+  assert split, out
+  whole, *parts = (float(v) for v in split.groups()[:5])
+  assert whole == rows['bertjax'][6] and all(p >= 0 for p in parts), out
+  assert sum(parts) <= whole + 0.2 and parts[3] > 0, out  # Each part printed to 0.1 s.
+  assert int(split.group(6).replace(',', '')) > 500, out
