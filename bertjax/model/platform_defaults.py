@@ -125,6 +125,9 @@ def settle(model_config, platform: str, *, saved_scan: bool | None = None,
   (cudnn_dropout.check: '' where it trains, else why not): where it fails, 'auto' takes the XLA
   attention and says why, and an explicit cudnn is refused."""
   resolved, line = resolve(model_config, platform, saved_scan=saved_scan)
+  if resolved.attention_impl == 'cudnn' and platform != 'gpu':
+    raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
+                     'use attention_impl=auto (or xla).')
   if (platform == 'gpu' and resolved.attention_impl == 'cudnn'
       and resolved.attention_dropout_rate > 0 and (failure := dropout_check())):
     if not is_auto(model_config.attention_impl):

@@ -178,3 +178,10 @@ def test_the_check_is_not_run_where_nothing_needs_it():
   for platform, overrides in [('gpu', dict(attention_dropout_rate=0.0)), ('tpu', {}),
                               ('cpu', {}), ('gpu', dict(dtype='float32'))]:
     platform_defaults.settle(gpu_config(**overrides), platform, dropout_check=never)
+
+
+@pytest.mark.parametrize('platform', ['cpu', 'tpu'])
+def test_cudnn_set_for_a_run_off_a_gpu_is_refused_before_anything_compiles(platform):
+  with pytest.raises(ValueError, match=f'cudnn is a GPU kernel and this run is on {platform}: '
+                     'use attention_impl=auto'):
+    platform_defaults.settle(gpu_config(attention_impl='cudnn'), platform)
