@@ -5,6 +5,11 @@ refusal under nn.scan, and what a run picks when the check fails. The real kerne
 where a GPU is present."""
 
 import collections
+import json
+import os
+import pathlib
+import re
+import subprocess
 
 import flax.linen as nn
 import jax
@@ -117,8 +122,6 @@ def lowered_for_cuda(cfg, monkeypatch, deterministic=False):
 
 def fmha_calls(text):
   """(custom call name, seed, dropout rate) of each cuDNN attention call in lowered text."""
-  import json  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
   calls = []
   for name, config in re.findall(r'custom_call @(__cudnn\$fmha\w*)\(.*?backend_config = '
                                  r'"((?:[^"\\]|\\.)*)"', text):
@@ -185,3 +188,18 @@ def test_cudnn_set_for_a_run_off_a_gpu_is_refused_before_anything_compiles(platf
   with pytest.raises(ValueError, match=f'cudnn is a GPU kernel and this run is on {platform}: '
                      'use attention_impl=auto'):
     platform_defaults.settle(gpu_config(attention_impl='cudnn'), platform)
+
+
+def test_the_gpu_check_script_reports_what_a_run_would_be_told():
+  """bench/gpu_checks.sh check, prepared for a lent GPU, runs here too: off a GPU it exits 1
+  with the reason a run would be given."""
+  if jax.default_backend() == 'gpu':
+    pytest.skip('on a GPU the script measures the real kernel (bench/gpu_checks.sh)')
+  repo = pathlib.Path(__file__).resolve().parents[2]
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='')
+  run = subprocess.run(['bash', 'bench/gpu_checks.sh', 'check'], capture_output=True, text=True,
+                       timeout=120, cwd=repo, env=env)
+  assert run.returncode == 1, (run.stdout, run.stderr)
+  assert run.stdout.startswith('=== check ('), run.stdout
+  assert run.stderr.strip().endswith('cuDNN attention dropout failed to run here (RuntimeError: '
+                                     'cuDNN is not detected.)'), run.stderr

@@ -1,0 +1,53 @@
+#!/bin/bash
+# Issue 29's GPU measurements, in parts that each end well inside one 10-minute call of a lent
+# GPU machine (one H100 or H200; its image has jax with the CUDA plugin, flax, optax, orbax,
+# torch and transformers, no TensorFlow). From the repository root:
+#
+#   bash bench/gpu_checks.sh check   # cuDNN's attention dropout: the check a GPU run makes
+#                                    # before relying on it, its measures printed (~1 min)
+#   bash bench/gpu_checks.sh tests   # JAX_PLATFORMS=cuda pytest tests/model (~3 min)
+#   bash bench/gpu_checks.sh base    # the table's BERT-Base/128 batch 256 rows, defaults (~6 min)
+#   bash bench/gpu_checks.sh large   # BERT-Large/512 batch 32 (~7 min)
+#
+# 'check tests' runs two parts in one call. Every part prints what it measured; the table rows
+# come with bertjax's first step split into state, trace, lowering and XLA compile.
+# ml_collections (pure Python) is the one package these need beyond that image: carry its wheel
+# (the device README: pip download --no-deps ... ml_collections) and put it on PYTHONPATH.
+# tests/model/platform_defaults_test.py is left out of 'tests': it runs the CPU jobs, which
+# import the TensorFlow input pipeline; it checks configs only and runs in CI.
+set -o pipefail
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large ..." >&2; exit 2; }
+status=0
+for part in "$@"; do
+  echo "=== $part ($(date -u +%H:%M:%S))"
+  case "$part" in
+    check)
+      python - <<'EOF' || status=1
+import jax
+from bertjax.model import cudnn_dropout
+print(jax.devices()[0].device_kind, jax.__version__)
+try:
+  measured = cudnn_dropout.measure()
+except Exception as e:  # What a run would be told.
+  raise SystemExit(f'cuDNN attention dropout failed to run here ({type(e).__name__}: {e})')
+print(measured)
+verdict = cudnn_dropout.judge(measured)
+raise SystemExit(verdict or print('cuDNN attention dropout trains: forward = backward, a new '
+                                  'mask each step and each layer, the kept share as the rate'))
+EOF
+      ;;
+    tests)
+      JAX_PLATFORMS=cuda python -m pytest -q -p no:cacheprovider tests/model \
+          --ignore=tests/model/platform_defaults_test.py || status=1 ;;
+    base)
+      python bench/train_bench.py --sizes=base --batches=256 --seq_len=128 --dtype=bfloat16 \
+          --threads=16 --steps=20 --rounds=3 || status=1 ;;
+    large)
+      python bench/train_bench.py --sizes=large --batches=32 --seq_len=512 --dtype=bfloat16 \
+          --threads=16 --steps=10 --rounds=3 || status=1 ;;
+    *)
+      echo "unknown part '$part': check, tests, base or large" >&2; exit 2 ;;
+  esac
+done
+exit $status
