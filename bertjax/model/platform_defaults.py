@@ -31,7 +31,9 @@ at trace time for the platform it is compiled for (encoder.BertEncoder), so no k
 keeps the weights' layout and the recorded kernel where it runs, else takes this platform's.
 """
 
+import jax
 import ml_collections
+import numpy as np
 
 from bertjax.model import cudnn_dropout
 
@@ -102,6 +104,15 @@ def resolve(model_config, platform: str, *, training: bool = True,
                      f'{layout} layers: drop the override (auto keeps the checkpoint\'s '
                      'layout), or use another --workdir.')
   attention, why_attention = model_config.attention_impl, 'set'
+  if attention == 'cudnn' and training and platform != 'gpu':
+    raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
+                     'use attention_impl=auto (or xla).')
+  if (attention == 'cudnn' and training and model_config.attention_dropout_rate > 0 and scan):
+    fix = ("model.scan_layers=False, " if saved_scan is None else '')  # A scanned checkpoint's
+    raise ValueError(                                                  # layout stays.
+        "model.attention_impl=cudnn draws attention dropout inside the kernel, which needs "
+        f'unrolled layers, and these are scanned: set {fix}model.attention_dropout_rate=0, or '
+        'attention_impl=auto (or xla).')
   if is_auto(attention):
     auto = True
     attention, why_attention = ATTENTION.get(platform, 'xla'), ''
@@ -116,32 +127,44 @@ def resolve(model_config, platform: str, *, training: bool = True,
   return resolved, f'{line}: {platform.upper()} defaults' if auto else f'{line}: as configured'
 
 
-def settle(model_config, platform: str, *, saved_scan: bool | None = None,
+def settle(model_config, platform: str, *, saved_scan: bool | None = None, packed: bool = False,
            dropout_check=cudnn_dropout.check) -> str:
   """resolve() written into `model_config` itself, for the job's modules that already hold it
   (they read their config when first traced); returns the statement of the choice.
 
-  A training run that lands on cuDNN's attention dropout on a GPU first runs dropout_check()
-  (cudnn_dropout.check: '' where it trains, else why not): where it fails, 'auto' takes the XLA
-  attention and says why, and an explicit cudnn is refused."""
+  A training run that lands on cuDNN's attention dropout on a GPU first runs
+  dropout_check(packed) (cudnn_dropout.check: '' where it trains, else why not; packed: the
+  run's rows hold several instances), agreed between processes: where it fails on any, 'auto'
+  takes the XLA attention and says why, and an explicit cudnn is refused."""
   resolved, line = resolve(model_config, platform, saved_scan=saved_scan)
-  if resolved.attention_impl == 'cudnn' and platform != 'gpu':
-    raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
-                     'use attention_impl=auto (or xla).')
   if (platform == 'gpu' and resolved.attention_impl == 'cudnn'
-      and resolved.attention_dropout_rate > 0 and (failure := dropout_check())):
+      and resolved.attention_dropout_rate > 0
+      and (failure := _on_every_process(dropout_check(packed)))):
     if not is_auto(model_config.attention_impl):
       raise ValueError(f'model.attention_impl=cudnn with attention dropout: {failure}. Use '
                        'attention_impl=xla (or auto), or model.attention_dropout_rate=0.')
     resolved.attention_impl = 'xla'
     line = line.replace('attention cudnn', f'attention xla ({failure})', 1)
   if resolved.attention_impl == 'cudnn' and resolved.attention_dropout_rate > 0:
-    line += ("; cuDNN draws the attention-dropout masks: a resumed run is not bit for bit the "
-             'uninterrupted one')
+    line += ("; cuDNN draws the attention-dropout masks, not the run's key: a resumed run is not "
+             'bit for bit the uninterrupted one, and each device draws the same masks')
   with model_config.ignore_type():
     model_config.attention_impl = resolved.attention_impl
     model_config.scan_layers = resolved.scan_layers
   return line
+
+
+def _on_every_process(failure: str) -> str:
+  """This process's check failure, or another process's: every process compiles the same
+  program (different kernels would diverge or hang the collectives), so one failure is all's."""
+  if jax.process_count() == 1:
+    return failure
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  failed = multihost_utils.process_allgather(np.int32(bool(failure)))
+  if failure or not np.any(failed):
+    return failure
+  return (f'cuDNN attention dropout failed its check on process '
+          f'{int(np.argmax(failed))} of {jax.process_count()}')
 
 
 def for_inference(recorded, platform: str, *,

@@ -245,8 +245,9 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   # model.attention_impl / scan_layers 'auto' settle here, once, before the model is first
   # traced: for the mesh's platform, keeping the layout of the checkpoint a resume reads. In
   # place: the job's objective and evaluator hold this config.model; config.json records it.
+  packed = config.get('data', {}).get('max_instances_per_row', 1) > 1
   logging.info('%s', platform_defaults.settle(config.model, platform_defaults.platform_of(mesh),
-                                              saved_scan=_saved_layout(mngr)))
+                                              saved_scan=_saved_layout(mngr), packed=packed))
   abstract, shardings = train_state.train_state_shapes(config, job.objective, tx, mesh, rules)
   logging.info('model: %s, %d parameters', config.model.size,
                encoder.param_count(abstract.params))

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.model import cudnn_dropout
 from bertjax.model import encoder_config
 from bertjax.training import checkpoint
 from bertjax.training import perf
@@ -137,12 +138,14 @@ def train_step(state: TrainState, batch, *, objective: Objective, tx, schedule,
 
 def jit_train_step(config, objective: Objective, tx, schedule, state_shardings,
                    batch_shardings):
-  """train_step jitted once with explicit shardings and the state donated."""
+  """train_step jitted once with explicit shardings and the state donated; where cuDNN draws
+  the attention dropout, compiled with its calls out of XLA's command buffers
+  (model/cudnn_dropout.py)."""
   return jax.jit(
       functools.partial(train_step, objective=objective, tx=tx, schedule=schedule,
                         grad_accum_steps=config.grad_accum_steps),
       in_shardings=(state_shardings, batch_shardings), out_shardings=(state_shardings, None),
-      donate_argnums=0)
+      donate_argnums=0, compiler_options=cudnn_dropout.compiler_options(config.model))
 
 
 def _state_init(objective: Objective, tx):

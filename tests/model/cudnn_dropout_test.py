@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 from jax.experimental import io_callback
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -25,10 +26,12 @@ from bertjax.model import platform_defaults
 from configs import common
 
 
-def stand_in(*, masks_move=True, backward_follows=True, seeds_used=True, drops=True):
-  """A kernel(q, k, v, input_mask, rate, seed) that draws its dropout mask the way XLA runs
-  cuDNN's: from (seed, an offset that each call site advances by itself after each execution),
-  the forward and backward calls counting separately; each keyword breaks one of those."""
+def stand_in(*, masks_move=True, backward_follows=True, seeds_used=True, drops=True,
+             rows_and_heads_differ=True, stream_shifts=False):
+  """A kernel(q, k, v, input_mask, max_instances, rate, seed) that draws its dropout mask the
+  way XLA runs cuDNN's: from (seed, an offset that each call site advances by itself after each
+  execution), the forward and backward calls counting separately; each keyword but the first
+  four breaks one of those (stream_shifts: each step's mask is the last one's moved a key on)."""
   counters = collections.Counter()
 
   def offset(site):
@@ -38,15 +41,26 @@ def stand_in(*, masks_move=True, backward_follows=True, seeds_used=True, drops=T
       return np.int32(value + (0 if backward_follows or site[0] == 'fwd' else 1000))
     return io_callback(host, jax.ShapeDtypeStruct((), jnp.int32))
 
-  def kernel(q, k, v, input_mask, rate, seed):
+  def kernel(q, k, v, input_mask, max_instances, rate, seed):
+    ids = input_mask
+    attends = ((ids[:, :, None] == ids[:, None, :]) if max_instances
+               else jnp.ones_like(ids[:, :, None] == ids[:, None, :])) & (ids[:, None, :] > 0)
     probs = jax.nn.softmax(
-        jnp.where(input_mask[:, None, None, :] > 0,
-                  jnp.einsum('bqhk,bshk->bhqs', q, k).astype(jnp.float32) / 8, -1e9), axis=-1)
+        jnp.where(attends[:, None], jnp.einsum('bqhk,bshk->bhqs', q, k).astype(jnp.float32) / 8,
+                  -1e9), axis=-1)
 
     def dropped(site):
-      key = jax.random.fold_in(jax.random.key(seed if seeds_used else 0), offset(site))
+      key = jax.random.key(seed if seeds_used else 0)
       keep = 1 - rate if drops else 1.0
-      return probs * jax.random.bernoulli(key, keep, probs.shape) / keep
+      b, h, length, _ = probs.shape
+      if stream_shifts:  # One long stream, read from the step's offset on.
+        stream = jax.random.bernoulli(key, keep, (b, h, length, 2 * length))
+        mask = jax.lax.dynamic_slice_in_dim(stream, offset(site) % length, length, axis=3)
+      else:
+        key = jax.random.fold_in(key, offset(site))
+        mask = jax.random.bernoulli(
+            key, keep, probs.shape if rows_and_heads_differ else (1, 1, length, length))
+      return probs * mask / keep
 
     @jax.custom_vjp
     def attend(v):
@@ -64,12 +78,14 @@ def stand_in(*, masks_move=True, backward_follows=True, seeds_used=True, drops=T
   return kernel
 
 
-def test_a_kernel_that_trains_passes_the_check():
-  measured = cudnn_dropout.measure(stand_in())
+@pytest.mark.parametrize('packed', [False, True], ids=['padded', 'packed'])
+def test_a_kernel_that_trains_passes_the_check(packed):
+  measured = cudnn_dropout.measure(stand_in(), packed=packed)
   assert measured['backward_agreement'] == 1.0
-  assert measured['kept'] == pytest.approx(0.5, abs=0.02)
-  assert measured['run_change'] == pytest.approx(0.5, abs=0.02)  # Two masks at rate 0.5.
-  assert measured['layer_change'] == pytest.approx(0.5, abs=0.02)
+  assert measured['kept'] == pytest.approx(0.5, abs=0.03)
+  for what in ('run', 'layer', 'row', 'head'):  # Two independent masks at rate 0.5.
+    assert measured[f'{what}_change'] == pytest.approx(0.5, abs=0.03), what
+  assert measured['run_shift'] < 0.6
   assert cudnn_dropout.judge(measured) == ''
 
 
@@ -78,9 +94,27 @@ def test_a_kernel_that_trains_passes_the_check():
     (dict(masks_move=False), 'the same attention-dropout mask every step'),
     (dict(seeds_used=False), 'the same attention-dropout mask in every layer'),
     (dict(drops=False), 'keeps 100% of the attention probabilities at dropout rate 0.5'),
+    (dict(rows_and_heads_differ=False), 'the same attention-dropout mask in every row'),
+    (dict(stream_shifts=True), "mask repeats the last step's, shifted"),
 ])
 def test_each_way_the_masks_can_go_wrong_fails_the_check(broken, says):
   assert says in cudnn_dropout.judge(cudnn_dropout.measure(stand_in(**broken)))
+
+
+def test_the_check_compiles_as_a_dropping_train_step_does():
+  """The probe's program and a train step that drops in cuDNN leave cuDNN's calls out of XLA's
+  command buffers (a CUDA graph would replay a recorded offset); XLA takes the option (here on
+  the CPU: it checks the names whatever the platform)."""
+  module = cudnn_dropout
+  assert 'CUDNN' not in module.COMPILER_OPTIONS['xla_gpu_enable_command_buffer'].split(',')
+  doubled = jax.jit(lambda x: 2 * x, compiler_options=module.COMPILER_OPTIONS)(jnp.ones(3))
+  np.testing.assert_array_equal(doubled, [2, 2, 2])
+  def model(**overrides):
+    return encoder_config.default_config(**{'dtype': 'bfloat16', 'attention_impl': 'cudnn',
+                                            'attention_dropout_rate': 0.1, **overrides})
+  assert module.compiler_options(model()) == module.COMPILER_OPTIONS
+  assert module.compiler_options(model(attention_dropout_rate=0.0)) is None
+  assert module.compiler_options(model(attention_impl='xla')) is None
 
 
 def test_the_check_reports_a_kernel_that_cannot_run():
@@ -147,6 +181,18 @@ def test_evaluation_runs_cudnn_without_dropout(monkeypatch):
   assert calls and all('Dropout' not in name and rate == 0 for name, _, rate in calls)
 
 
+def test_remat_recomputes_each_forward_with_its_own_seed(monkeypatch):
+  """Under remat a layer's forward runs twice (the pass and its recomputation), two calls of
+  the same seed, each at the step's offset: the recomputed mask is the forward's."""
+  calls = fmha_calls(lowered_for_cuda(tiny_model(remat_policy='full'), monkeypatch))
+  seeds = [cudnn_dropout.layer_seed(i) for i in range(3)]
+  forward = collections.Counter(s for name, s, _ in calls
+                                if name == '__cudnn$fmhaSoftmaxDropout')
+  backward = collections.Counter(s for name, s, _ in calls
+                                 if name == '__cudnn$fmhaSoftmaxDropoutBackward')
+  assert forward == {seed: 2 for seed in seeds} and backward == {seed: 1 for seed in seeds}
+
+
 def test_scanned_layers_refuse_cudnn_dropout_naming_the_fix(monkeypatch):
   with pytest.raises(ValueError, match='needs unrolled layers.*scan_layers=False'):
     lowered_for_cuda(tiny_model(scan_layers=True), monkeypatch)
@@ -157,30 +203,56 @@ def gpu_config(**overrides):
 
 
 def test_a_gpu_run_keeps_cudnn_with_dropout_where_the_check_passes():
-  model = gpu_config()
-  line = platform_defaults.settle(model, 'gpu', dropout_check=lambda: '')
+  model, asked = gpu_config(), []
+  line = platform_defaults.settle(model, 'gpu', packed=True,
+                                  dropout_check=lambda packed: asked.append(packed) or '')
+  assert asked == [True]  # The check runs the run's row layout.
   assert (model.attention_impl, model.scan_layers) == ('cudnn', False)
-  assert line == ('attention cudnn, layers unrolled: GPU defaults; cuDNN draws the '
-                  'attention-dropout masks: a resumed run is not bit for bit the uninterrupted '
-                  'one')
+  assert line == ("attention cudnn, layers unrolled: GPU defaults; cuDNN draws the "
+                  "attention-dropout masks, not the run's key: a resumed run is not bit for bit "
+                  'the uninterrupted one, and each device draws the same masks')
 
 
 def test_a_failed_check_gives_auto_the_xla_attention_and_refuses_an_explicit_cudnn():
   model = gpu_config()
-  line = platform_defaults.settle(model, 'gpu', dropout_check=lambda: 'it broke')
+  line = platform_defaults.settle(model, 'gpu', dropout_check=lambda packed: 'it broke')
   assert model.attention_impl == 'xla'
   assert line == 'attention xla (it broke), layers unrolled: GPU defaults'
   with pytest.raises(ValueError, match='attention_impl=cudnn with attention dropout: it broke'):
     platform_defaults.settle(gpu_config(attention_impl='cudnn'), 'gpu',
-                             dropout_check=lambda: 'it broke')
+                             dropout_check=lambda packed: 'it broke')
 
 
 def test_the_check_is_not_run_where_nothing_needs_it():
-  def never():
+  def never(packed):
     raise AssertionError('checked')
   for platform, overrides in [('gpu', dict(attention_dropout_rate=0.0)), ('tpu', {}),
                               ('cpu', {}), ('gpu', dict(dtype='float32'))]:
     platform_defaults.settle(gpu_config(**overrides), platform, dropout_check=never)
+
+
+def test_cudnn_set_with_scanned_layers_is_refused_before_the_check_or_a_trace():
+  def never(packed):
+    raise AssertionError('checked')
+  with pytest.raises(ValueError, match='needs unrolled layers, and these are scanned: set '
+                     'model.scan_layers=False, model.attention_dropout_rate=0, or'):
+    platform_defaults.settle(gpu_config(attention_impl='cudnn', scan_layers=True), 'gpu',
+                             dropout_check=never)
+  # Resuming scanned layers (a checkpoint's layout stays): no scan_layers=False to offer.
+  with pytest.raises(ValueError, match='these are scanned: set model.attention_dropout_rate=0'):
+    platform_defaults.settle(gpu_config(attention_impl='cudnn'), 'gpu', saved_scan=True,
+                             dropout_check=never)
+
+
+def test_a_train_step_that_drops_in_cudnn_compiles_without_cudnn_command_buffers(monkeypatch):
+  from bertjax.training import train_state  # pylint: disable=g-import-not-at-top
+  seen = []
+  monkeypatch.setattr(train_state.jax, 'jit', lambda fn, **kw: seen.append(kw) or fn)
+  for model, options in [(gpu_config(attention_impl='cudnn'), cudnn_dropout.COMPILER_OPTIONS),
+                         (gpu_config(attention_impl='xla'), None)]:
+    config = ml_collections.ConfigDict(dict(model=model.to_dict(), grad_accum_steps=1))
+    train_state.jit_train_step(config, None, None, None, None, None)
+    assert seen.pop()['compiler_options'] == options
 
 
 @pytest.mark.parametrize('platform', ['cpu', 'tpu'])

@@ -149,7 +149,7 @@ def test_command_line_values_parse_and_win(monkeypatch):
                         '--config.model.scan_layers=false',
                         '--config.model.attention_impl=cudnn').model
   assert model.scan_layers is False and model.attention_impl == 'cudnn'
-  assert platform_defaults.resolve(model, 'tpu')[1] == ('attention cudnn (set), layers unrolled '
+  assert platform_defaults.resolve(model, 'gpu')[1] == ('attention cudnn (set), layers unrolled '
                                                         '(set): as configured')
   model = parsed_config(monkeypatch, '--config=configs/finetune.py:task=sst2',
                         '--config.model.scan_layers').model
