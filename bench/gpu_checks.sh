@@ -4,7 +4,7 @@
 # torch and transformers, no TensorFlow). From the repository root:
 #
 #   bash bench/gpu_checks.sh check   # cuDNN's attention dropout: the check a GPU run makes
-#                                    # before relying on it, its measures printed (~1 min)
+#                                    # before relying on it, padded and packed rows (~1 min)
 #   bash bench/gpu_checks.sh tests   # JAX_PLATFORMS=cuda pytest tests/model (~3 min)
 #   bash bench/gpu_checks.sh base    # the table's BERT-Base/128 batch 256 rows, defaults (~6 min)
 #   bash bench/gpu_checks.sh large   # BERT-Large/512 batch 32 (~7 min)
@@ -27,14 +27,21 @@ for part in "$@"; do
 import jax
 from bertjax.model import cudnn_dropout
 print(jax.devices()[0].device_kind, jax.__version__)
-try:
-  measured = cudnn_dropout.measure()
-except Exception as e:  # What a run would be told.
-  raise SystemExit(f'cuDNN attention dropout failed to run here ({type(e).__name__}: {e})')
-print(measured)
-verdict = cudnn_dropout.judge(measured)
-raise SystemExit(verdict or print('cuDNN attention dropout trains: forward = backward, a new '
-                                  'mask each step and each layer, the kept share as the rate'))
+failures = []
+for packed in (False, True):  # The run's row layout decides which one a run checks.
+  layout = 'packed' if packed else 'padded'
+  try:
+    measured = cudnn_dropout.measure(packed=packed)
+  except Exception as e:  # What a run would be told.
+    failures.append(f'{layout}: cuDNN attention dropout failed to run here '
+                    f'({type(e).__name__}: {e})')
+    continue
+  print(layout, measured)
+  verdict = cudnn_dropout.judge(measured)
+  print(layout, verdict or 'trains: forward = backward, a new mask each step, layer, row and '
+        'head, the kept share as the rate')
+  failures += [f'{layout}: {verdict}'] if verdict else []
+raise SystemExit('\n'.join(failures) or None)
 EOF
       ;;
     tests)
