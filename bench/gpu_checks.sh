@@ -9,7 +9,8 @@
 #   bash bench/gpu_checks.sh base    # the table's BERT-Base/128 batch 256 rows, defaults (~6 min)
 #   bash bench/gpu_checks.sh large   # BERT-Large/512 batch 32 (~7 min)
 #
-# 'check tests' runs two parts in one call. Every part prints what it measured; the table rows
+# The times are estimates from issue 29's H100 compile times: this script has not yet run on a
+# GPU. 'check tests' runs two parts in one call. Every part prints what it measured; the table rows
 # come with bertjax's first step split into state, trace, lowering and XLA compile.
 # ml_collections (pure Python) is the one package these need beyond that image: carry its wheel
 # (the device README: pip download --no-deps ... ml_collections) and put it on PYTHONPATH.
