@@ -108,8 +108,9 @@ def resolve(model_config, platform: str, *, training: bool = True,
     raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
                      'use attention_impl=auto (or xla).')
   if (attention == 'cudnn' and training and model_config.attention_dropout_rate > 0 and scan):
-    fix = ("model.scan_layers=False, " if saved_scan is None else '')  # A scanned checkpoint's
-    raise ValueError(                                                  # layout stays.
+    # A scanned checkpoint's layout stays: unrolling is no fix for its resume.
+    fix = 'model.scan_layers=False, ' if saved_scan is None else ''
+    raise ValueError(
         "model.attention_impl=cudnn draws attention dropout inside the kernel, which needs "
         f'unrolled layers, and these are scanned: set {fix}model.attention_dropout_rate=0, or '
         'attention_impl=auto (or xla).')
