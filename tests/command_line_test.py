@@ -5,12 +5,12 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+import two_processes
 
 from bertjax import config_args
 from launch import tpu_pod
@@ -89,15 +89,10 @@ def test_ctrl_c_while_starting_ends_with_one_line(tmp_path, delay):
   assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
 
 
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
 
 @pytest.mark.parametrize('process_id', [0, 1])
 def test_a_multi_host_start_whose_peer_never_comes_times_out_with_one_line(tmp_path, process_id):
-  address = f'localhost:{free_port()}'
+  address = f'localhost:{two_processes.free_port()}'
   began = time.time()
   done = run(tmp_path, '-m', 'bertjax.main', *TINY, '--workdir=w',
              f'--coordinator_address={address}', '--num_processes=2',

@@ -16,22 +16,18 @@ import time
 import uuid
 
 import pytest
+import two_processes
 
 ENV_NAMES = ('STORAGE_EMULATOR_HOST', 'TENSORSTORE_GCS_HTTP_URL', 'GOOGLE_AUTH_TOKEN_FOR_TESTING',
              'EPATH_USE_TF', 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT')
 
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
 
 
 @contextlib.contextmanager
 def running():
   """Serves the emulator (tests/gcs_emulator_server.py: with the header tensorstore reads) on
   127.0.0.1 for the block; yields its environment, set in os.environ and restored after."""
-  port = _free_port()
+  port = two_processes.free_port()
   process = subprocess.Popen(  # pylint: disable=consider-using-with
       [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                     'gcs_emulator_server.py'),

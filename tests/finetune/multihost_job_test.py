@@ -10,7 +10,6 @@ dropout masks, are the single process's, so only the order of floating-point sum
 import json
 import os
 import pathlib
-import socket
 import sys
 
 import finetune_runs
@@ -18,6 +17,7 @@ import gcs_emulator
 import numpy as np
 import pretrain_runs
 import pytest
+import two_processes
 
 from bertjax import files
 from bertjax.finetune import job as finetune
@@ -26,11 +26,6 @@ FIELDS = {'mesh.data': 4, 'mesh.fsdp': 2, 'num_train_steps': 6, 'model.vocab_siz
           'eval_batch_size': 16, 'log_every_steps': 2, 'checkpoint.every_steps': 3}
 ARG = 'task=sst2,size=tiny,seq=16,batch=16,lr=1e-3'
 
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
 
 
 def _fields(data_dir, packed: bool) -> dict:
@@ -70,7 +65,7 @@ def test_two_hosts_equal_one(tmp_path, packed, bucket, request, single_process_r
   single_dir = single_process_run(packed)
 
   env = pretrain_runs.environment(4, tmp_path / 'jax-cache')
-  address = f'--coordinator_address=127.0.0.1:{_free_port()}'
+  address = f'--coordinator_address=127.0.0.1:{two_processes.free_port()}'
   workdir = tmp_path / 'two'
   workdir.mkdir()
   logs = [workdir / f'host-{i}.txt' for i in range(2)]

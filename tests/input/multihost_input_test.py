@@ -7,14 +7,12 @@ to JSON and the test compares the two processes' views.
 """
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import two_processes
 
 SIZES = (5, 9, 3, 7, 11, 6)  # train-*: host 0 reads files 0, 2, 4 (19 examples), host 1 22.
 ONE_FILE = 13  # one-*: a single file, so both hosts read it and keep alternate examples.
@@ -94,40 +92,11 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
   jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope='module')
 def results(tmp_path_factory):
   folder = tmp_path_factory.mktemp('multihost')
   _write_fixtures(folder)
-  repo = pathlib.Path(__file__).resolve().parents[2]
-  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
-             XLA_FLAGS='--xla_force_host_platform_device_count=4',
-             PYTHONPATH=os.pathsep.join([str(repo), os.environ.get('PYTHONPATH', '')]))
-  port = _free_port()
-  logs = [open(folder / f'log-{i}.txt', 'w') for i in range(2)]
-  workers = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(folder)],
-                              env=env, stdout=logs[i], stderr=subprocess.STDOUT)
-             for i in range(2)]
-  try:
-    for worker in workers:
-      worker.wait(timeout=TIMEOUT_S)
-  except subprocess.TimeoutExpired:
-    pytest.fail(f'workers did not finish in {TIMEOUT_S}s; logs in {folder}')
-  finally:
-    for worker in workers:  # Never leave a worker waiting on its peer.
-      if worker.poll() is None:
-        worker.kill()
-        worker.wait()
-    for log in logs:
-      log.close()
-  for i, worker in enumerate(workers):
-    assert worker.returncode == 0, (folder / f'log-{i}.txt').read_text()[-3000:]
-  return [json.loads((folder / f'result-{i}.json').read_text()) for i in range(2)]
+  return two_processes.run_workers(__file__, folder, devices=4, timeout_s=TIMEOUT_S)
 
 
 def _flat(batches):

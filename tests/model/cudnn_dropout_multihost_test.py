@@ -4,13 +4,11 @@ attention-dropout check fails on one process only, every process settles on the 
 check passed names the process that failed."""
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import sys
 
 import pytest
+import two_processes
 
 TIMEOUT_S = 120
 
@@ -35,35 +33,10 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
   jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope='module')
 def results(tmp_path_factory):
-  folder = tmp_path_factory.mktemp('multihost_check')
-  repo = pathlib.Path(__file__).resolve().parents[2]
-  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', XLA_FLAGS='',
-             PYTHONPATH=os.pathsep.join([str(repo), os.environ.get('PYTHONPATH', '')]))
-  port = _free_port()
-  code = (f'import pathlib, sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r}); '
-          'import cudnn_dropout_multihost_test as t; '
-          f't._worker(int(sys.argv[1]), {port}, pathlib.Path({str(folder)!r}))')
-  procs = [subprocess.Popen([sys.executable, '-c', code, str(i)], env=env, cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for i in range(2)]
-  outputs = []
-  try:
-    for p in procs:
-      outputs.append(p.communicate(timeout=TIMEOUT_S)[0])
-  finally:
-    for p in procs:
-      p.kill()
-  for p, out in zip(procs, outputs, strict=True):
-    assert p.returncode == 0, out[-3000:]
-  return [json.loads((folder / f'result-{i}.json').read_text()) for i in range(2)]
+  return two_processes.run_workers(__file__, tmp_path_factory.mktemp('multihost_check'),
+                                   devices=1, timeout_s=TIMEOUT_S)
 
 
 def test_one_process_failing_the_check_gives_every_process_the_xla_attention(results):
@@ -77,3 +50,7 @@ def test_every_process_passing_keeps_cudnn(results):
   assert [r['both_pass'] for r in results] == ['cudnn', 'cudnn']
   assert all(r['both_pass_line'].startswith('attention cudnn, layers unrolled: GPU defaults; ')
              for r in results)
+
+
+if __name__ == '__main__':
+  _worker(int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]))

@@ -105,16 +105,15 @@ def test_the_check_compiles_as_a_dropping_train_step_does():
   """The probe's program and a train step that drops in cuDNN leave cuDNN's calls out of XLA's
   command buffers (a CUDA graph would replay a recorded offset); XLA takes the option (here on
   the CPU: it checks the names whatever the platform)."""
-  module = cudnn_dropout
-  assert 'CUDNN' not in module.COMPILER_OPTIONS['xla_gpu_enable_command_buffer'].split(',')
-  doubled = jax.jit(lambda x: 2 * x, compiler_options=module.COMPILER_OPTIONS)(jnp.ones(3))
+  assert 'CUDNN' not in cudnn_dropout.COMPILER_OPTIONS['xla_gpu_enable_command_buffer'].split(',')
+  doubled = jax.jit(lambda x: 2 * x, compiler_options=cudnn_dropout.COMPILER_OPTIONS)(jnp.ones(3))
   np.testing.assert_array_equal(doubled, [2, 2, 2])
   def model(**overrides):
     return encoder_config.default_config(**{'dtype': 'bfloat16', 'attention_impl': 'cudnn',
                                             'attention_dropout_rate': 0.1, **overrides})
-  assert module.compiler_options(model()) == module.COMPILER_OPTIONS
-  assert module.compiler_options(model(attention_dropout_rate=0.0)) is None
-  assert module.compiler_options(model(attention_impl='xla')) is None
+  assert cudnn_dropout.compiler_options(model()) == cudnn_dropout.COMPILER_OPTIONS
+  assert cudnn_dropout.compiler_options(model(attention_dropout_rate=0.0)) is None
+  assert cudnn_dropout.compiler_options(model(attention_impl='xla')) is None
 
 
 def test_the_check_reports_a_kernel_that_cannot_run():

@@ -13,12 +13,12 @@ off because its masks follow the rows; what is left is the order of floating-poi
 import glob
 import re
 import signal
-import socket
 import subprocess
 import time
 
 import pretrain_runs
 import pytest
+import two_processes
 
 from bertjax import pretrain
 
@@ -43,16 +43,11 @@ def single_process(tmp_path_factory, fields):
   return workdir, pretrain.train_and_evaluate(pretrain_runs.config(STEPS, fields), str(workdir))
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
 
 def start_hosts(workdir, fields, env, tag: str) -> tuple[list[subprocess.Popen], list]:
   """Both processes of one job; logs in workdir/<tag>-host-<i>.txt."""
   workdir.mkdir(exist_ok=True)
-  address = f'--coordinator_address=127.0.0.1:{_free_port()}'
+  address = f'--coordinator_address=127.0.0.1:{two_processes.free_port()}'
   logs = [workdir / f'{tag}-host-{i}.txt' for i in range(HOSTS)]
   processes = [pretrain_runs.start(
       pretrain_runs.command(workdir, STEPS, fields, address, f'--num_processes={HOSTS}',
