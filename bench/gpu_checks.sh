@@ -8,6 +8,10 @@
 #   bash bench/gpu_checks.sh tests   # JAX_PLATFORMS=cuda pytest tests/model (~3 min)
 #   bash bench/gpu_checks.sh base    # the table's BERT-Base/128 batch 256 rows, defaults (~6 min)
 #   bash bench/gpu_checks.sh large   # BERT-Large/512 batch 32 (~7 min)
+#   bash bench/gpu_checks.sh profile # where the Base/128 batch 256 step's time goes, by part of
+#                                    # the model and kind of op (bench/step_profile.py, ~4 min)
+#   bash bench/gpu_checks.sh flags   # bertjax's Base/128 row again under XLA flags that trade
+#                                    # autotuning (compile time) for kernel choice (~7 min)
 #
 # The times are estimates from issue 29's H100 compile times: this script has not yet run on a
 # GPU. 'check tests' runs two parts in one call. Every part prints what it measured; the table rows
@@ -18,7 +22,7 @@
 # import the TensorFlow input pipeline; it checks configs only and runs in CI.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large|profile|flags ..." >&2; exit 2; }
 status=0
 for part in "$@"; do
   echo "=== $part ($(date -u +%H:%M:%S))"
@@ -54,8 +58,17 @@ EOF
     large)
       python bench/train_bench.py --sizes=large --batches=32 --seq_len=512 --dtype=bfloat16 \
           --threads=16 --steps=10 --rounds=3 || status=1 ;;
+    flags)  # Triton's GEMM autotuning is much of an XLA:GPU compile: without it, or untuned.
+      for flag in --xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0; do
+        echo "--- XLA_FLAGS=$flag"
+        XLA_FLAGS="${XLA_FLAGS:-} $flag" python bench/train_bench.py --sizes=base --batches=256 \
+            --seq_len=128 --dtype=bfloat16 --threads=16 --steps=20 --rounds=3 --notorch || status=1
+      done ;;
+    profile)
+      python bench/step_profile.py --sizes=base --batches=256 --seq_len=128 --dtype=bfloat16 \
+          --threads=16 --steps=10 --top=25 || status=1 ;;
     *)
-      echo "unknown part '$part': check, tests, base or large" >&2; exit 2 ;;
+      echo "unknown part '$part': check, tests, base, large, profile or flags" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -169,11 +169,12 @@ def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
       next_sentence_labels=rng.integers(0, 2, (batch_size, 1)).astype(np.int32))
 
 
-def bertjax_runner(config, batch):
-  """(a function running n train steps (state donated, kept across calls) and blocking, where
-  the first step's time went: {'state': building the state (its init compiled and run),
-  'trace', 'lower', 'compile': the step's jax trace, its lowering and XLA's compile, in seconds;
-  'hlo_lines': the lowered step's StableHLO lines})."""
+def bertjax_step(config, batch):
+  """bertjax's train step compiled as the loop compiles it, with what it runs on: (compiled
+  step, state, batch on the devices, mesh, rules, where the first step's time went: {'state':
+  building the state (its init compiled and run), 'trace', 'lower', 'compile': the step's jax
+  trace, its lowering and XLA's compile, in seconds; 'hlo_lines': the lowered step's StableHLO
+  lines})."""
   start = time.perf_counter()
   mesh = sharding.make_mesh(config.mesh)
   tx = optimizer_lib.make(config.optimizer)
@@ -196,6 +197,13 @@ def bertjax_runner(config, batch):
     compiled = lowered.compile()
     times['compile'] = time.perf_counter() - start - times['trace'] - times['lower']
   times['hlo_lines'] = lowered.as_text().count('\n')
+  return compiled, state, device_batch, mesh, rules, times
+
+
+def bertjax_runner(config, batch):
+  """(a function running n train steps (state donated, kept across calls) and blocking, where
+  the first step's time went (bertjax_step's))."""
+  compiled, state, device_batch, mesh, rules, times = bertjax_step(config, batch)
   holder = {'state': state}
 
   def run(n):

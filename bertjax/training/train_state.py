@@ -124,9 +124,10 @@ def train_step(state: TrainState, batch, *, objective: Objective, tx, schedule,
             grad_fn(state.params, first, rng, normalizers))))
     (loss, metrics, grads), _ = jax.lax.scan(
         accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
-  grad_norm = optax.global_norm(grads)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+  with jax.named_scope('optimizer'):  # Names its ops in profiles (bench/step_profile.py).
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
   nonfinite = 1.0 - (jnp.isfinite(loss) & jnp.isfinite(grad_norm)).astype(jnp.float32)
   one = jnp.float32(1)
   metrics.update(loss=(loss, one), grad_norm=(grad_norm, one),

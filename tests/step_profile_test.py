@@ -1,0 +1,131 @@
+"""bench/step_profile.py: the step's trace read back and laid out by part and kind of op.
+
+It runs tiny on the CPU so that it cannot rot; the GPU's own op forms (cuBLAS and cuDNN custom
+calls, Triton GEMM fusions) are checked on HLO text of the form XLA:GPU prints.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / 'bench'))
+import step_profile  # noqa: E402
+
+# An XLA:GPU step's ops (shortened): cuDNN's fused attention with dropout, a cuBLAS GEMM, a
+# Triton GEMM fusion, dropout bits fused into a GELU, the optimizer's update, a copy fusion.
+GPU_HLO = '''HloModule jit_train_step, is_scheduled=true
+
+%fused_gelu (p0: bf16[8,128,3072]) -> bf16[8,128,3072] {
+  %p0 = bf16[8,128,3072]{2,1,0} parameter(0)
+  %bits = u32[8,128,3072]{2,1,0} custom-call(), custom_call_target="cu_threefry2x32", metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/Dropout_0/threefry2x32"}
+  ROOT %gelu = bf16[8,128,3072]{2,1,0} multiply(%p0, %p0), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/mlp/mul"}
+}
+
+%triton_gemm_computation (p0: bf16[1024,768], p1: bf16[768,3072]) -> bf16[1024,3072] {
+  %p0 = bf16[1024,768]{1,0} parameter(0)
+  %p1 = bf16[768,3072]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[1024,3072]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(train_step)/transpose(jvp(BertForPreTraining))/bert/layers_3/mlp/intermediate/dot_general"}
+}
+
+%fused_adam (p0: f32[768], p1: f32[768]) -> f32[768] {
+  %p0 = f32[768]{0} parameter(0)
+  %p1 = f32[768]{0} parameter(1)
+  ROOT %add.9 = f32[768]{0} add(%p0, %p1), metadata={op_name="jit(train_step)/optimizer/add"}
+}
+
+%fused_copy (p0: bf16[768,3072]) -> bf16[3072,768] {
+  %p0 = bf16[768,3072]{1,0} parameter(0)
+  ROOT %transpose.4 = bf16[3072,768]{1,0} transpose(%p0), dimensions={1,0}
+}
+
+ENTRY %main (a: bf16[8,12,128,64], b: bf16[1024,768], c: bf16[768,3072], d: f32[768]) -> (bf16[8,12,128,64], u8[0]) {
+  %a = bf16[8,12,128,64]{3,2,1,0} parameter(0)
+  %b = bf16[1024,768]{1,0} parameter(1)
+  %c = bf16[768,3072]{1,0} parameter(2)
+  %d = f32[768]{0} parameter(3)
+  %custom-call.7 = (bf16[8,12,128,64]{3,2,1,0}, u8[0]{0}) custom-call(%a, %a, %a), custom_call_target="__cudnn$fmhaSoftmaxDropout", backend_config={"cudnn_fmha_backend_config":{"dropout_rate":0.1,"seed":42}}, metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/attention/dot_product_attention"}
+  %cublas-gemm.2 = (bf16[1024,3072]{1,0}, s8[4194304]{0}) custom-call(%b, %c), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/mlp/intermediate/dot_general"}
+  %gemm_fusion = bf16[1024,3072]{1,0} fusion(%b, %c), kind=kCustom, calls=%triton_gemm_computation, backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+  %loop_fusion = bf16[8,128,3072]{2,1,0} fusion(%a), kind=kLoop, calls=%fused_gelu
+  %adam_fusion = f32[768]{0} fusion(%d, %d), kind=kLoop, calls=%fused_adam
+  %copy_fusion = bf16[3072,768]{1,0} fusion(%c), kind=kLoop, calls=%fused_copy
+  ROOT %tuple = (bf16[8,12,128,64]{3,2,1,0}, u8[0]{0}) tuple(%a, %a)
+}
+'''  # noqa: E501  (HLO's lines as XLA prints them)
+
+
+def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
+  instructions, computations = step_profile.parse_hlo(GPU_HLO)
+  found = {name: (step_profile.kind(name, instructions, computations),
+                  step_profile.part(source := step_profile.source(name, instructions,
+                                                                  computations)),
+                  step_profile.direction(source))
+           for name in computations['main'] if instructions[name].opcode not in
+           step_profile.CONTAINERS}
+  assert found == {
+      'custom-call.7': ('attention kernel', 'attention', 'forward'),
+      'cublas-gemm.2': ('matmul', 'mlp', 'forward'),
+      # A fusion XLA made has no metadata of its own: its root's tells where it came from.
+      'gemm_fusion': ('matmul', 'mlp', 'backward'),
+      'loop_fusion': ('random bits', 'mlp', 'forward'),  # Dropout bits fused into the GELU.
+      'adam_fusion': ('elementwise', 'optimizer', 'update'),
+      'copy_fusion': ('copy/transpose', 'other', 'forward'),
+  }, found
+
+
+@pytest.mark.parametrize('op_name, expected', [
+    ('jit(train_step)/jvp(BertForPreTraining)/bert/embeddings/layer_norm/mul', 'embeddings'),
+    ('jit(train_step)/jvp(BertForPreTraining)/bert/layers_0/attention/Dropout_0/mul',
+     'attention'),
+    ('jit(train_step)/transpose(jvp(BertForPreTraining))/bert/layers_11/output_layer_norm/mul',
+     'layer norms'),
+    ('jit(train_step)/jvp(BertForPreTraining)/bert/layers_2/Dropout_0/select_n', 'dropout'),
+    ('jit(train_step)/jvp(BertForPreTraining)/bert/layers/while/body/add', 'residual adds'),
+    ('jit(train_step)/jvp(BertForPreTraining)/mlm/layer_norm/mul', 'mlm head'),
+    ('jit(train_step)/transpose(jvp())/reduce_sum', 'loss'),
+    ('jit(train_step)/optimizer/sqrt', 'optimizer'),
+    ('jit(train_step)/add', 'other'),
+])
+def test_parts_follow_the_name_stack(op_name, expected):
+  assert step_profile.part(op_name) == expected
+
+
+def test_the_cpu_step_is_profiled_by_part_kind_and_op():
+  env = dict(os.environ, XLA_FLAGS='', JAX_PLATFORMS='cpu', CUDA_VISIBLE_DEVICES='')
+  run = subprocess.run(
+      [sys.executable, 'bench/step_profile.py', '--sizes=tiny', '--batches=4', '--seq_len=32',
+       '--vocab=512', '--steps=2', '--top=6'],
+      capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+  assert run.returncode == 0, run.stderr[-3000:]
+  out = run.stdout
+  assert out.startswith('# tiny/32 batch 4, float32, dropout 0.1, attention dropout 0.1; '
+                        'attention xla, layers unrolled: CPU defaults; cpu (cpu)'), out
+  head = re.search(r'^step ([\d.]+) ms wall; ops ([\d.]+) ms \(\d+% of the wall; (\d+) ops, '
+                   r'timed on /host:CPU; per update, over 2\)$', out, re.M)
+  assert head and float(head.group(1)) > 0 and int(head.group(3)) > 100, out
+  ops_ms = float(head.group(2))
+  parts = {m.group(1): [float(v) for v in m.groups()[1:]] for m in re.finditer(
+      r'^  ([a-z ]+?) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)%$', out, re.M)}
+  # The model's every part, the loss and the optimizer took time; the optimizer only updates,
+  # the layers run forward and backward.
+  assert {'embeddings', 'attention', 'mlp', 'layer norms', 'mlm head', 'nsp head', 'pooler',
+          'loss', 'optimizer'} <= set(parts), out
+  for name in ('attention', 'mlp', 'mlm head'):
+    forward, backward, update, _, _ = parts[name]
+    assert forward > 0 and backward > 0 and update == 0, (name, out)
+  assert parts['optimizer'][:2] == [0, 0] and parts['optimizer'][2] > 0, out
+  for name, (forward, backward, update, ms, _) in parts.items():
+    assert ms == pytest.approx(forward + backward + update, abs=0.02), (name, out)
+  assert sum(p[4] for p in parts.values()) == pytest.approx(100, abs=0.1 * len(parts)), out
+  assert sum(p[3] for p in parts.values()) == pytest.approx(ops_ms, abs=0.01 * len(parts)), out
+  kinds = dict(re.findall(r'^  (matmul|elementwise|reduction|random bits|copy/transpose) +'
+                          r'([\d.]+) +[\d.]+%$', out, re.M))
+  assert {'matmul', 'elementwise', 'random bits'} <= set(kinds), out
+  top = re.findall(r'^  \S+ +([\d.]+) +[\d.]+% +(\d+)  ([a-z /]+), (.+)$', out, re.M)
+  assert len(top) == 6, out
+  assert [float(t[0]) for t in top] == sorted((float(t[0]) for t in top), reverse=True), out
