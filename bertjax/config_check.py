@@ -175,6 +175,10 @@ def _check_training(c: _Checker, job):
   c.at_least('log_every_steps', 1, fix='set --config.log_every_steps to 1 or more')
   c.at_least('peak_tflops', 0, integer=False, fix='set --config.peak_tflops=0 (looked up) or '
              "the device's peak dense TFLOP/s")
+  c.at_least('profile_steps', 0, fix='set --config.profile_steps to 0 (no trace) or the '
+             'steps to trace')
+  c.at_least('profile_start_step', 0, fix='set --config.profile_start_step to the step after '
+             'which the trace starts, e.g. 10')
 
 
 def _check_optimizer(c: _Checker, job):

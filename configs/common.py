@@ -119,3 +119,7 @@ def add_logging(config, *, log_every_steps: int = 50):
   config.log_every_steps = log_every_steps  # Progress line and TensorBoard scalars.
   # Peak dense TFLOP/s per device for MFU; 0 = looked up from the device kind (TPU/GPU).
   config.peak_tflops = 0.0
+  # A jax.profiler trace of this many steps (0 = none) into <workdir>/plugins/profile, for
+  # TensorBoard's profile tab; it starts after step profile_start_step (past the compile).
+  config.profile_steps = 0
+  config.profile_start_step = 10

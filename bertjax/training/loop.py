@@ -285,7 +285,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
   tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
   optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
-  log_every_steps, peak_tflops."""
+  log_every_steps, peak_tflops, profile_steps, profile_start_step."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
@@ -317,6 +317,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
   progress = progress_lib.Progress(config, job, writer, start_step)
+  trace = progress_lib.Trace(config, workdir, start_step, total_steps)
   preemption = _Preemption(mngr)
   evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
   done = start_step
@@ -324,9 +325,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         batch = next(batches)
+        trace.before(step)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
         done = step + 1
+        trace.after(done, state)
         preempted = preemption.reached(done)
         is_last = done == total_steps
         do_eval = evaluator is not None and (is_last or (
@@ -350,6 +353,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           stopped = f'preempted at step {done}: rerun the same command to resume'
           break
   finally:
+    trace.stop()
     preemption.close()
     writer.close()
   if eval_metrics:

@@ -1,8 +1,11 @@
 """What a run tells its user: the progress line and train/ scalars while it trains (rates,
-ETA, MFU over padded and real tokens, the NaN check), and its summary line when it ends.
+ETA, MFU over padded and real tokens, the NaN check), a profiler trace of the steps asked for,
+and its summary line when it ends.
 """
 
 import dataclasses
+import shutil
+import tempfile
 import time
 
 from absl import logging
@@ -131,3 +134,47 @@ class Progress:
                  '' if utilisation is None else f', MFU {utilisation:.1%}' + (
                      '' if share is None else f' (real {utilisation * share:.1%})'),
                  format_duration((cfg.num_train_steps - step) / max(steps_per_sec, 1e-9)))
+
+
+class Trace:
+  """jax.profiler's trace of config.profile_steps steps from step config.profile_start_step on,
+  in <workdir>/plugins/profile/<time>/, where TensorBoard's profile tab (tensorboard-plugin-
+  profile, or xprof) finds it beside the scalars. Process 0 traces its host and devices (the
+  others would write the same file name where processes share a host)."""
+
+  def __init__(self, config, workdir: str, start_step: int, total_steps: int):
+    self._count = config.profile_steps if jax.process_index() == 0 else 0
+    # Never the step this process compiles: a resumed run traces from its second step on.
+    self._first = max(config.profile_start_step, start_step + 1)
+    self._workdir, self._folder = workdir, None
+    if self._count and self._first >= total_steps:
+      logging.warning('no profiler trace: it would start after step %d, and this run ends at '
+                      'step %d; lower --config.profile_start_step', self._first, total_steps)
+      self._count = 0
+
+  def before(self, step: int):
+    """Starts the trace before the first step asked for (step: the one about to run)."""
+    if self._count and step == self._first:
+      # The profiler writes local files: a gs:// workdir gets them copied when it stops.
+      self._folder = (tempfile.mkdtemp(prefix='bertjax-trace-') if files.is_remote(
+          self._workdir) else self._workdir)
+      jax.profiler.start_trace(self._folder)
+
+  def after(self, done: int, state):
+    """Stops the trace once the last step asked for is done (done: steps done)."""
+    if self._folder is not None and done >= self._first + self._count:
+      self.stop(state)
+
+  def stop(self, state=None):
+    """Stops an open trace (also when the loop ends early), its steps' device work inside it."""
+    if self._folder is None:
+      return
+    folder, self._folder = self._folder, None
+    jax.block_until_ready(state)
+    jax.profiler.stop_trace()
+    where = files.join(self._workdir, 'plugins', 'profile')
+    if folder != self._workdir:
+      files.copy_tree(files.join(folder, 'plugins', 'profile'), where)
+      shutil.rmtree(folder, ignore_errors=True)
+    logging.info('profiler trace of steps %d-%d: %s (TensorBoard --logdir %s, its profile '
+                 'tab)', self._first + 1, self._first + self._count, where, self._workdir)

@@ -325,8 +325,10 @@ def event_tags(workdir):
 
 @pytest.fixture(scope='module')
 def pretrained(corpus_files, tmp_path_factory):
-  """(config, workdir, eval metrics) of a 20-step run: workdir A for init_from."""
+  """(config, workdir, eval metrics) of a 20-step run, its updates 13 and 14 traced by the
+  profiler: workdir A for init_from."""
   config = e2e_config(corpus_files, steps=20)
+  config.profile_steps, config.profile_start_step = 2, 12
   workdir = tmp_path_factory.mktemp('pretrained')
   return config, workdir, pretrain_job.train_and_evaluate(config, str(workdir))
 
@@ -350,6 +352,15 @@ def test_end_to_end(pretrained):
   state = read_state(workdir / 'checkpoints/20')
   assert int(state['step']) == 20
   assert json.loads((workdir / 'config.json').read_text())['num_train_steps'] == 20
+
+
+def test_the_profiled_steps_are_traced_for_tensorboard(pretrained):
+  (path,) = (pretrained[1] / 'plugins/profile').glob('*/*.xplane.pb')
+  data = jax.profiler.ProfileData.from_file(str(path))
+  events = [(e.name, dict(e.stats)) for plane in data.planes for line in plane.lines
+            for e in line.events]
+  assert sorted(stats['step_num'] for name, stats in events if name == 'train') == [12, 13]
+  assert any(stats.get('hlo_module') == 'jit_train_step' for _, stats in events)
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,82 @@
+"""progress.Trace: the loop's profiler trace of the steps a config asks for, where TensorBoard's
+profile tab finds it (a gs:// workdir's too), never of the step a process compiles."""
+
+import glob
+import logging as std_logging
+import os
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertjax import files
+from bertjax.training import progress
+
+
+def _config(steps, start):
+  return ml_collections.ConfigDict(dict(profile_steps=steps, profile_start_step=start))
+
+
+def _run(trace, start_step, total_steps):
+  """The loop's calls around each step, on a small jitted function."""
+  f = jax.jit(lambda x: jnp.tanh(x @ x))
+  x = jnp.ones((32, 32))
+  try:
+    for step in range(start_step, total_steps):
+      trace.before(step)
+      with jax.profiler.StepTraceAnnotation('train', step_num=step):
+        x = f(x)
+      trace.after(step + 1, x)
+  finally:
+    trace.stop()
+
+
+def _traced_steps(path):
+  """The step numbers of the 'train' annotations in one .xplane.pb."""
+  data = jax.profiler.ProfileData.from_file(path)
+  return sorted(dict(e.stats)['step_num'] for plane in data.planes for line in plane.lines
+                for e in line.events if e.name == 'train')
+
+
+def test_the_steps_asked_for_are_traced_beside_the_scalars(tmp_path):
+  _run(progress.Trace(_config(2, 3), str(tmp_path), 0, 10), 0, 10)
+  (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
+  assert _traced_steps(path) == [3, 4]  # The 4th and 5th updates: after step 3 is done.
+
+
+def test_a_resumed_run_leaves_its_compiling_step_out(tmp_path):
+  _run(progress.Trace(_config(2, 3), str(tmp_path), 7, 12), 7, 12)
+  (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
+  assert _traced_steps(path) == [8, 9]
+
+
+def test_a_window_cut_by_the_end_is_closed_with_what_ran(tmp_path):
+  _run(progress.Trace(_config(5, 3), str(tmp_path), 0, 6), 0, 6)
+  (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
+  assert _traced_steps(path) == [3, 4, 5]
+
+
+def test_a_window_past_the_end_says_so(tmp_path, caplog):
+  with caplog.at_level(std_logging.WARNING):
+    _run(progress.Trace(_config(2, 10), str(tmp_path), 0, 8), 0, 8)
+  assert not (tmp_path / 'plugins').exists()
+  assert 'no profiler trace: it would start after step 10, and this run ends at step 8' in (
+      caplog.text)
+
+
+def test_no_trace_unless_asked(tmp_path):
+  _run(progress.Trace(_config(0, 0), str(tmp_path), 0, 4), 0, 4)
+  assert not os.listdir(tmp_path)
+
+
+def test_a_bucket_workdir_gets_the_trace_copied(gcs_bucket, tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))  # Where the trace is written first.
+  workdir = f'{gcs_bucket}/run'
+  _run(progress.Trace(_config(2, 1), workdir, 0, 4), 0, 4)
+  (name,) = [n for n in files.walk_files(workdir) if n.endswith('.xplane.pb')]
+  assert name.startswith('plugins/profile/'), name
+  local = tmp_path / 'trace.xplane.pb'
+  local.write_bytes(files.read_bytes(f'{workdir}/{name}'))
+  assert _traced_steps(str(local)) == [1, 2]
+  assert [p.name for p in tmp_path.iterdir()] == ['trace.xplane.pb']  # The local copy: gone.
