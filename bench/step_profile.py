@@ -19,8 +19,9 @@ update it prints:
     stream; on the CPU, XLA's thunks, which may run side by side, so their sum can pass the
     wall time);
   - the time by part: embeddings, attention (projections, the kernel and its dropout), the MLP,
-    the layer norms, hidden dropout, the residual adds, the pooler, the MLM and NSP heads, the
-    loss and the optimizer (clipping, AdamW), forward and backward apart;
+    the layer norms, hidden dropout, the residual adds, nn.scan's slicing where layers are
+    scanned, the pooler, the MLM and NSP heads, the loss and the optimizer (clipping, AdamW),
+    forward and backward apart (a fusion counts where its result's code is);
   - the time by kind of op: matmuls, the fused attention kernel, elementwise and reduction
     fusions, copies and transposes, random bits, collectives;
   - the --top ops, with their kind and the code they came from.
@@ -33,6 +34,7 @@ on one device. Not a test: figures only (tests/step_profile_test.py runs it tiny
 import collections
 import dataclasses
 import glob
+import math
 import os
 import re
 import sys
@@ -63,6 +65,7 @@ PARTS = (
     ('layer norms', r'_layer_norm/'),
     ('dropout', r'/layers[^/]*/.*[Dd]ropout'),
     ('residual adds', r'/layers'),
+    ('layer scan', r'/bert/while/'),  # nn.scan's slicing of stacked weights and activations.
     ('pooler', r'/pooler/'),
     ('mlm head', r'/mlm/'),
     ('nsp head', r'/nsp/'),
@@ -147,6 +150,12 @@ def source(name, instructions, computations):
   return next((i.op_name for i in _inside(name, instructions, computations) if i.op_name), '')
 
 
+def _elements(text):
+  """How many elements an instruction's (first) result holds."""
+  shape = re.search(r'=\s*\(?\w+\[([\d,]*)\]', text)
+  return 0 if shape is None else math.prod(int(d) for d in shape.group(1).split(',') if d)
+
+
 def kind(name, instructions, computations):
   """What sort of work an op is: matmul, attention kernel, collective, random bits, copy or
   transpose, reduction, elementwise (or its opcode)."""
@@ -163,10 +172,11 @@ def kind(name, instructions, computations):
     return 'matmul'
   if opcodes & COLLECTIVES:
     return 'collective'
-  # Dropout's mask bits (threefry) are usually fused into the op that applies them.
+  # Dropout's mask bits are usually fused into the op that applies them: threefry's uint32
+  # shifts and xors over an activation's shape (a key's own hashing, a few words, is not).
   if opcodes & {'rng', 'rng-bit-generator'} or any(
-      re.search(r'threefry|random_bits', n) for n in
-      [source(name, instructions, computations)] + [i.op_name for i in inside]):
+      i.opcode in ('xor', 'shift-left', 'shift-right-logical') and _elements(i.text) >= 1024
+      and re.search(r'=\s*u32\[', i.text) for i in [op, *inside]):
     return 'random bits'
   if ({i.opcode for i in inside} if op.opcode == 'fusion' else {op.opcode}) <= _MOVES:
     return 'copy/transpose'

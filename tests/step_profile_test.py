@@ -22,7 +22,8 @@ GPU_HLO = '''HloModule jit_train_step, is_scheduled=true
 
 %fused_gelu (p0: bf16[8,128,3072]) -> bf16[8,128,3072] {
   %p0 = bf16[8,128,3072]{2,1,0} parameter(0)
-  %bits = u32[8,128,3072]{2,1,0} custom-call(), custom_call_target="cu_threefry2x32", metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/Dropout_0/threefry2x32"}
+  %key = u32[2]{0} xor(%k, %k), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/Dropout_0/xor"}
+  %bits = u32[8,128,3072]{2,1,0} xor(%k, %k), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/Dropout_0/xor"}
   ROOT %gelu = bf16[8,128,3072]{2,1,0} multiply(%p0, %p0), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/mlp/mul"}
 }
 
@@ -34,6 +35,7 @@ GPU_HLO = '''HloModule jit_train_step, is_scheduled=true
 
 %fused_adam (p0: f32[768], p1: f32[768]) -> f32[768] {
   %p0 = f32[768]{0} parameter(0)
+  %fold = u32[2]{0} shift-left(%p0, %p0), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/Dropout_0/shift_left"}
   %p1 = f32[768]{0} parameter(1)
   ROOT %add.9 = f32[768]{0} add(%p0, %p1), metadata={op_name="jit(train_step)/optimizer/add"}
 }
@@ -73,7 +75,7 @@ def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
       # A fusion XLA made has no metadata of its own: its root's tells where it came from.
       'gemm_fusion': ('matmul', 'mlp', 'backward'),
       'loop_fusion': ('random bits', 'mlp', 'forward'),  # Dropout bits fused into the GELU.
-      'adam_fusion': ('elementwise', 'optimizer', 'update'),
+      'adam_fusion': ('elementwise', 'optimizer', 'update'),  # A key's hash is no mask.
       'copy_fusion': ('copy/transpose', 'other', 'forward'),
   }, found
 
@@ -86,6 +88,8 @@ def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
      'layer norms'),
     ('jit(train_step)/jvp(BertForPreTraining)/bert/layers_2/Dropout_0/select_n', 'dropout'),
     ('jit(train_step)/jvp(BertForPreTraining)/bert/layers/while/body/add', 'residual adds'),
+    ('jit(train_step)/transpose(jvp(BertForPreTraining))/bert/while/body/closed_call',
+     'layer scan'),
     ('jit(train_step)/jvp(BertForPreTraining)/mlm/layer_norm/mul', 'mlm head'),
     ('jit(train_step)/transpose(jvp())/reduce_sum', 'loss'),
     ('jit(train_step)/optimizer/sqrt', 'optimizer'),
