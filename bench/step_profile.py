@@ -295,7 +295,8 @@ def profile(settings, steps, top, trace_dir):
   _table('kind', [(k, [], ms) for k, ms in per_kind.items()], ops_ms)
   if unknown:
     print(f'  ops not in the printed module: {unknown:.2f} ms')
-  print(f'top {top} ops{"":<18}{"ms":>10}{"share":>8}{"calls":>7}  kind, code')
+  if top:
+    print(f'{f"top {top} ops":<34}{"ms":>8}{"share":>8}{"calls":>7}  kind, code')
   for ms, calls, name, op_kind, op_name in sorted(listed, reverse=True)[:top]:
     code = re.sub(r'^jit\(train_step\)/', '', op_name) or '(no source)'
     print(f'  {name[:32]:<32}{ms:>8.2f}{ms / ops_ms:>8.1%}{calls:>7.0f}  {op_kind}, '
@@ -309,6 +310,18 @@ def main(argv):
   batches = [int(b) for b in train_bench.per_size(train_bench._BATCHES.value, sizes, 'batches')]
   seq_lens = [int(s) for s in train_bench.per_size(train_bench._SEQ_LEN.value, sizes,
                                                    'seq_len')]
+  steps, top, trace_dir = train_bench._STEPS.value, _TOP.value, _TRACE_DIR.value
+  if steps < 1 or top < 0:
+    raise SystemExit('--steps needs 1 or more updates to profile, --top 0 or more ops.')
+  if trace_dir:  # Checked before anything compiles.
+    if '://' in trace_dir:
+      raise SystemExit(f'--trace_dir={trace_dir}: the profiler writes a local folder; copy it '
+                       'to the bucket afterwards.')
+    try:
+      os.makedirs(trace_dir, exist_ok=True)
+    except OSError as e:
+      raise SystemExit(f'--trace_dir={trace_dir} cannot be written ({e}): give a writable '
+                       'folder.') from None
   if len(jax.devices()) != 1:
     raise SystemExit(f'{len(jax.devices())} devices: run with one (drop '
                      '--xla_force_host_platform_device_count from XLA_FLAGS; '
@@ -320,12 +333,11 @@ def main(argv):
                     predictions=train_bench._PREDICTIONS.value or 20 * seq // 128,
                     scan=train_bench._SCAN.value, attention=train_bench._ATTENTION.value,
                     attention_dropout=train_bench._ATTENTION_DROPOUT.value)
-    if _TRACE_DIR.value:
-      profile(settings, train_bench._STEPS.value, _TOP.value,
-              os.path.join(_TRACE_DIR.value, f'{size}_{seq}'))
+    if trace_dir:
+      profile(settings, steps, top, os.path.join(trace_dir, f'{size}_{seq}'))
     else:
-      with tempfile.TemporaryDirectory() as trace_dir:
-        profile(settings, train_bench._STEPS.value, _TOP.value, trace_dir)
+      with tempfile.TemporaryDirectory() as folder:
+        profile(settings, steps, top, folder)
 
 
 if __name__ == '__main__':

@@ -156,9 +156,14 @@ class Trace:
     """Starts the trace before the first step asked for (step: the one about to run)."""
     if self._count and step == self._first:
       # The profiler writes local files: a gs:// workdir gets them copied when it stops.
-      self._folder = (tempfile.mkdtemp(prefix='bertjax-trace-') if files.is_remote(
-          self._workdir) else self._workdir)
-      jax.profiler.start_trace(self._folder)
+      folder = (tempfile.mkdtemp(prefix='bertjax-trace-') if files.is_remote(self._workdir)
+                else self._workdir)
+      try:
+        jax.profiler.start_trace(folder)
+      except (RuntimeError, OSError) as e:  # E.g. a notebook's own trace is running.
+        logging.warning('no profiler trace: it did not start (%s); training goes on', e)
+        return
+      self._folder = folder
 
   def after(self, done: int, state):
     """Stops the trace once the last step asked for is done (done: steps done)."""
@@ -171,10 +176,18 @@ class Trace:
       return
     folder, self._folder = self._folder, None
     jax.block_until_ready(state)
-    jax.profiler.stop_trace()
     where = files.join(self._workdir, 'plugins', 'profile')
-    if folder != self._workdir:
-      files.copy_tree(files.join(folder, 'plugins', 'profile'), where)
-      shutil.rmtree(folder, ignore_errors=True)
+    # The trace is a diagnosis: a failure to write it (a full disk) never ends the run.
+    try:
+      jax.profiler.stop_trace()
+      if folder != self._workdir:
+        files.copy_tree(files.join(folder, 'plugins', 'profile'), where)
+    except (RuntimeError, OSError) as e:
+      logging.warning('the profiler trace was not written to %s (%s); training goes on',
+                      where, e)
+      return
+    finally:
+      if folder != self._workdir:
+        shutil.rmtree(folder, ignore_errors=True)
     logging.info('profiler trace of steps %d-%d: %s (TensorBoard --logdir %s, its profile '
                  'tab)', self._first + 1, self._first + self._count, where, self._workdir)

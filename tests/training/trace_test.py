@@ -80,3 +80,30 @@ def test_a_bucket_workdir_gets_the_trace_copied(gcs_bucket, tmp_path, monkeypatc
   local.write_bytes(files.read_bytes(f'{workdir}/{name}'))
   assert _traced_steps(str(local)) == [1, 2]
   assert [p.name for p in tmp_path.iterdir()] == ['trace.xplane.pb']  # The local copy: gone.
+
+
+def test_a_trace_already_running_is_left_alone_and_training_goes_on(tmp_path, caplog):
+  jax.profiler.start_trace(str(tmp_path / 'notebook'))  # A notebook's own trace.
+  try:
+    with caplog.at_level(std_logging.WARNING):
+      _run(progress.Trace(_config(2, 1), str(tmp_path / 'run'), 0, 4), 0, 4)
+  finally:
+    jax.profiler.stop_trace()
+  assert 'no profiler trace: it did not start' in caplog.text
+  assert not (tmp_path / 'run').exists()
+  assert glob.glob(str(tmp_path / 'notebook/plugins/profile/*/*.xplane.pb'))  # Its own, whole.
+
+
+def test_a_trace_that_cannot_be_written_warns_and_training_goes_on(tmp_path, caplog,
+                                                                  monkeypatch):
+  stop = jax.profiler.stop_trace
+
+  def full_disk():
+    stop()
+    raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: No space left on device')
+
+  monkeypatch.setattr(jax.profiler, 'stop_trace', full_disk)
+  with caplog.at_level(std_logging.WARNING):
+    _run(progress.Trace(_config(1, 1), str(tmp_path), 0, 4), 0, 4)  # Steps after it run.
+  assert 'the profiler trace was not written to' in caplog.text
+  assert 'No space left on device' in caplog.text
