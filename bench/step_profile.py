@@ -199,13 +199,19 @@ def direction(op_name):
   return 'backward' if 'transpose(' in op_name else 'forward'
 
 
-def op_times(trace_dir, module):
-  """({op name: (total ns, count)} of `module`'s ops in the trace, where they ran): a GPU's
-  (or TPU's) device planes where they hold XLA ops, else the host's (the CPU's thunks)."""
+def read_trace(trace_dir):
+  """The newest trace under trace_dir (jax.profiler.ProfileData)."""
   paths = glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)
   if not paths:
     raise SystemExit(f'the profiler wrote no trace under {trace_dir}')
-  data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
+  return jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
+
+
+def op_times(data, module, known=()):
+  """({op name: [total ns, count]} of `module`'s ops in a trace (ProfileData), the planes they
+  ran on): a GPU's (or TPU's) device planes where they hold XLA ops, else the host's (the
+  CPU's thunks). An event names its op in its hlo_op stat (a GPU's kernels, the CPU's thunks),
+  or, on a line of XLA ops, by its own name (one of `known`)."""
 
   def collect(planes):
     times, used = collections.defaultdict(lambda: [0, 0]), []
@@ -217,9 +223,10 @@ def op_times(trace_dir, module):
       for line in lines:
         for event in line.events:
           stats = dict(event.stats)
-          if 'hlo_op' in stats and stats.get('hlo_module') == module:
-            times[stats['hlo_op']][0] += event.duration_ns
-            times[stats['hlo_op']][1] += 1
+          op = stats.get('hlo_op', event.name if event.name in known else None)
+          if op is not None and stats.get('hlo_module', module) == module:
+            times[op][0] += event.duration_ns
+            times[op][1] += 1
             used += [] if plane.name in used else [plane.name]
     return times, ', '.join(used)
 
@@ -229,9 +236,9 @@ def op_times(trace_dir, module):
   if not times:
     times, where = collect([p for p in planes if p.name.startswith('/host:')])
   if not times:
-    raise SystemExit(f'the trace in {trace_dir} holds no timed op of {module} (on a GPU the '
-                     'profiler needs CUPTI, the libcupti of the CUDA toolkit)')
-  return times, where
+    raise SystemExit(f'the trace holds no timed op of {module} (on a GPU the profiler needs '
+                     'CUPTI, the libcupti of the CUDA toolkit)')
+  return dict(times), where
 
 
 def _table(title, rows, total_ms, columns=()):
@@ -267,7 +274,7 @@ def profile(settings, steps, top, trace_dir):
   wall_ms = (time.perf_counter() - start) / steps * 1e3
   with jax.profiler.trace(trace_dir):
     state = run(state, steps)
-  times, where = op_times(trace_dir, module)
+  times, where = op_times(read_trace(trace_dir), module, instructions)
 
   per_part = collections.defaultdict(lambda: collections.Counter())
   per_kind, listed, unknown = collections.Counter(), [], 0

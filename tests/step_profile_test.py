@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import jax
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -78,6 +79,40 @@ def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
       'adam_fusion': ('elementwise', 'optimizer', 'update'),  # A key's hash is no mask.
       'copy_fusion': ('copy/transpose', 'other', 'forward'),
   }, found
+
+
+def _gpu_trace(xla_ops_line):
+  """A GPU trace (XSpace text): the host's thunk-less plane, then the device's stream of
+  kernels (a cuBLAS GEMM in two kernels, cuDNN's attention, a kernel of another program) and,
+  with xla_ops_line, the line of XLA ops a trace may also carry over the same time."""
+  def event(name, duration_us, op, module='jit_train_step'):
+    return (f'events {{ metadata_id: {names[name]} offset_ps: 0 duration_ps: '
+            f'{duration_us * 1000000} stats {{ metadata_id: 1 str_value: "{op}" }} '
+            f'stats {{ metadata_id: 2 str_value: "{module}" }} }}')
+  names = {'sm90_gemm': 10, 'splitk_reduce': 11, 'cudnn_fmha': 12, 'other': 13,
+           'cublas-gemm.2': 14, 'custom-call.7': 15}
+  stream = [event('sm90_gemm', 30, 'cublas-gemm.2'), event('splitk_reduce', 2, 'cublas-gemm.2'),
+            event('cudnn_fmha', 50, 'custom-call.7'), event('other', 99, 'x', module='jit_init')]
+  ops = [event('cublas-gemm.2', 33, 'cublas-gemm.2'), event('custom-call.7', 51, 'custom-call.7')]
+  lines = [('Stream #7(Compute)', stream)] + ([('XLA Ops', ops)] if xla_ops_line else [])
+  return ('planes { id: 1 name: "/host:CPU" lines { id: 1 name: "python" } }\n'
+          'planes { id: 2 name: "/device:GPU:0" '
+          + ''.join(f'lines {{ id: {i + 1} name: "{name}" timestamp_ns: 1000 {" ".join(evs)} }} '
+                    for i, (name, evs) in enumerate(lines))
+          + ''.join(f'event_metadata {{ key: {k} value {{ id: {k} name: "{n}" }} }} '
+                    for n, k in names.items())
+          + 'stat_metadata { key: 1 value { id: 1 name: "hlo_op" } } '
+          'stat_metadata { key: 2 value { id: 2 name: "hlo_module" } } }')
+
+
+@pytest.mark.parametrize('xla_ops_line, expected', [
+    (False, {'cublas-gemm.2': [32000, 2], 'custom-call.7': [50000, 1]}),  # Kernels summed.
+    (True, {'cublas-gemm.2': [33000, 1], 'custom-call.7': [51000, 1]}),  # That line alone.
+])
+def test_a_gpu_trace_is_timed_by_its_kernels_once_each(xla_ops_line, expected):
+  data = jax.profiler.ProfileData.from_text_proto(_gpu_trace(xla_ops_line))
+  times, where = step_profile.op_times(data, 'jit_train_step')
+  assert (times, where) == (expected, '/device:GPU:0')
 
 
 @pytest.mark.parametrize('op_name, expected', [
