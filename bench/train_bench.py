@@ -479,24 +479,30 @@ def _measure(context, ours, frameworks, settings, *, interleaved):
           {w.name: w.first_step for w in workers})
 
 
-def main(argv):
-  del argv
+def settings_per_size():
+  """The benchmark setting of each --sizes entry (a plain dict: make_config, make_batch and the
+  workers read it) from the flags."""
   sizes = _SIZES.value
   batches = [int(b) for b in per_size(_BATCHES.value, sizes, 'batches')]
   seq_lens = [int(s) for s in per_size(_SEQ_LEN.value, sizes, 'seq_len')]
+  return [dict(size=size, batch=batch_size, seq=seq, vocab=_VOCAB.value, dtype=_DTYPE.value,
+               predictions=_PREDICTIONS.value or max(1, 20 * seq // 128), scan=_SCAN.value,
+               threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value, attention=_ATTENTION.value,
+               attention_dropout=_ATTENTION_DROPOUT.value, peak_tflops=_PEAK.value,
+               compile_backend=_COMPILE_BACKEND.value)
+          for size, batch_size, seq in zip(sizes, batches, seq_lens, strict=True)]
+
+
+def main(argv):
+  del argv
   unknown = set(_TORCH_VARIANTS.value) - set(TORCH_VARIANTS)
   if unknown:
     raise SystemExit(f'--torch_variants: unknown {sorted(unknown)}; valid: '
                      f'{", ".join(TORCH_VARIANTS)}.')
   context = multiprocessing.get_context('spawn')  # Fresh interpreters: no shared pools.
   peak, info = None, None
-  for size, batch_size, seq in zip(sizes, batches, seq_lens, strict=True):
-    settings = dict(size=size, batch=batch_size, seq=seq, vocab=_VOCAB.value,
-                    dtype=_DTYPE.value, predictions=_PREDICTIONS.value or 20 * seq // 128,
-                    scan=_SCAN.value, threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value,
-                    attention=_ATTENTION.value, attention_dropout=_ATTENTION_DROPOUT.value,
-                    peak_tflops=_PEAK.value,
-                    compile_backend=_COMPILE_BACKEND.value)
+  for settings in settings_per_size():
+    size, batch_size, seq = settings['size'], settings['batch'], settings['seq']
     # bertjax first: it says which platform jax runs on, which PyTorch then runs on too. This
     # process never touches the accelerator (it would hold memory the workers need).
     ours = Worker(context, 'bertjax', settings)

@@ -15,7 +15,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'bench'))
-import step_profile  # noqa: E402
+import hlo_profile  # noqa: E402  (no side effects: bench/step_profile.py's reading)
 
 # An XLA:GPU step's ops (shortened): cuDNN's fused attention with dropout, a cuBLAS GEMM, a
 # Triton GEMM fusion, dropout bits fused into a GELU, the optimizer's update, a copy fusion.
@@ -41,6 +41,19 @@ GPU_HLO = '''HloModule jit_train_step, is_scheduled=true
   ROOT %add.9 = f32[768]{0} add(%p0, %p1), metadata={op_name="jit(train_step)/optimizer/add"}
 }
 
+%fused_bias_gelu (p0: bf16[1024,3072], p1: bf16[3072]) -> bf16[1024,3072] {
+  %p0 = bf16[1024,3072]{1,0} parameter(0)
+  %p1 = bf16[3072]{0} parameter(1)
+  %b = bf16[1024,3072]{1,0} broadcast(%p1), dimensions={1}
+  ROOT %add.2 = bf16[1024,3072]{1,0} add(%p0, %b), metadata={op_name="jit(train_step)/jvp(BertForPreTraining)/bert/layers_3/mlp/intermediate/add"}
+}
+
+%small_call (p: (f32[768], f32[768], f32[768], f32[768], f32[768], /*index=5*/f32[768])) -> f32[768] {
+  %p = (f32[768]{0}, f32[768]{0}, f32[768]{0}, f32[768]{0}, f32[768]{0}, /*index=5*/f32[768]{0}) parameter(0)
+  %e = f32[768]{0} get-tuple-element(%p), index=5
+  ROOT %scale = f32[768]{0} multiply(%e, %e), metadata={op_name="jit(train_step)/optimizer/matmul_free_scale"}
+}
+
 %fused_copy (p0: bf16[768,3072]) -> bf16[3072,768] {
   %p0 = bf16[768,3072]{1,0} parameter(0)
   ROOT %transpose.4 = bf16[3072,768]{1,0} transpose(%p0), dimensions={1,0}
@@ -57,19 +70,22 @@ ENTRY %main (a: bf16[8,12,128,64], b: bf16[1024,768], c: bf16[768,3072], d: f32[
   %loop_fusion = bf16[8,128,3072]{2,1,0} fusion(%a), kind=kLoop, calls=%fused_gelu
   %adam_fusion = f32[768]{0} fusion(%d, %d), kind=kLoop, calls=%fused_adam
   %copy_fusion = bf16[3072,768]{1,0} fusion(%c), kind=kLoop, calls=%fused_copy
+  %gelu_fusion = bf16[1024,3072]{1,0} fusion(%gemm_fusion, %c), kind=kLoop, calls=%fused_bias_gelu
+  %t = (f32[768]{0}, f32[768]{0}, f32[768]{0}, f32[768]{0}, f32[768]{0}, /*index=5*/f32[768]{0}) tuple(%d, %d, %d, %d, %d, /*index=5*/%d)
+  %call.1 = f32[768]{0} call(%t), to_apply=%small_call
   ROOT %tuple = (bf16[8,12,128,64]{3,2,1,0}, u8[0]{0}) tuple(%a, %a)
 }
 '''  # noqa: E501  (HLO's lines as XLA prints them)
 
 
 def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
-  instructions, computations = step_profile.parse_hlo(GPU_HLO)
-  found = {name: (step_profile.kind(name, instructions, computations),
-                  step_profile.part(source := step_profile.source(name, instructions,
+  instructions, computations = hlo_profile.parse_hlo(GPU_HLO)
+  found = {name: (hlo_profile.kind(name, instructions, computations),
+                  hlo_profile.part(source := hlo_profile.source(name, instructions,
                                                                   computations)),
-                  step_profile.direction(source))
+                  hlo_profile.direction(source))
            for name in computations['main'] if instructions[name].opcode not in
-           step_profile.CONTAINERS}
+           hlo_profile.CONTAINERS or name == 'call.1'}
   assert found == {
       'custom-call.7': ('attention kernel', 'attention', 'forward'),
       'cublas-gemm.2': ('matmul', 'mlp', 'forward'),
@@ -78,7 +94,25 @@ def test_gpu_ops_are_told_apart_by_kind_part_and_direction():
       'loop_fusion': ('random bits', 'mlp', 'forward'),  # Dropout bits fused into the GELU.
       'adam_fusion': ('elementwise', 'optimizer', 'update'),  # A key's hash is no mask.
       'copy_fusion': ('copy/transpose', 'other', 'forward'),
+      # A GEMM's consumer is no matmul; nor is an op whose name says 'matmul'.
+      'gelu_fusion': ('elementwise', 'mlp', 'forward'),
+      'call.1': ('elementwise', 'optimizer', 'update'),
   }, found
+  # A computation whose header holds /*index=5*/ is its own, not its neighbour's tail.
+  assert computations['small_call'] == ['p', 'e', 'scale'], computations['small_call']
+  assert computations['fused_copy'] == ['p0', 'transpose.4'], computations['fused_copy']
+
+
+def test_a_container_counts_only_where_nothing_inside_it_was_timed():
+  instructions, computations = hlo_profile.parse_hlo(GPU_HLO)
+  # XLA:CPU runs a small call as one thunk: its time is the call's.
+  untimed = {'call.1': [4_000_000, 2]}
+  _, per_kind, listed, _ = hlo_profile.attribute(untimed, instructions, computations, 2)
+  assert per_kind == {'elementwise': 2.0} and listed[0][2] == 'call.1'
+  # Where its inside was timed, the container would count that time twice.
+  timed = {'call.1': [4_000_000, 2], 'scale': [3_000_000, 2]}
+  _, per_kind, listed, _ = hlo_profile.attribute(timed, instructions, computations, 2)
+  assert per_kind == {'elementwise': 1.5} and [op[2] for op in listed] == ['scale']
 
 
 def _gpu_trace(xla_ops_line):
@@ -111,7 +145,7 @@ def _gpu_trace(xla_ops_line):
 ])
 def test_a_gpu_trace_is_timed_by_its_kernels_once_each(xla_ops_line, expected):
   data = jax.profiler.ProfileData.from_text_proto(_gpu_trace(xla_ops_line))
-  times, where = step_profile.op_times(data, 'jit_train_step')
+  times, where = hlo_profile.op_times(data, 'jit_train_step')
   assert (times, where) == (expected, '/device:GPU:0')
 
 
@@ -131,23 +165,26 @@ def test_a_gpu_trace_is_timed_by_its_kernels_once_each(xla_ops_line, expected):
     ('jit(train_step)/add', 'other'),
 ])
 def test_parts_follow_the_name_stack(op_name, expected):
-  assert step_profile.part(op_name) == expected
+  assert hlo_profile.part(op_name) == expected
 
 
-def test_the_cpu_step_is_profiled_by_part_kind_and_op():
+@pytest.mark.parametrize('scan', ['off', 'on'])
+def test_the_cpu_step_is_profiled_by_part_kind_and_op(scan):
   env = dict(os.environ, XLA_FLAGS='', JAX_PLATFORMS='cpu', CUDA_VISIBLE_DEVICES='')
   run = subprocess.run(
       [sys.executable, 'bench/step_profile.py', '--sizes=tiny', '--batches=4', '--seq_len=32',
-       '--vocab=512', '--steps=2', '--top=6'],
+       '--vocab=512', '--steps=2', '--top=6', f'--scan_layers={scan}'],
       capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
   assert run.returncode == 0, run.stderr[-3000:]
   out = run.stdout
+  layers = 'unrolled' if scan == 'off' else 'scanned'
   assert out.startswith('# tiny/32 batch 4, float32, dropout 0.1, attention dropout 0.1; '
-                        'attention xla, layers unrolled: CPU defaults; cpu (cpu)'), out
-  head = re.search(r'^step ([\d.]+) ms wall; ops ([\d.]+) ms \(\d+% of the wall; (\d+) ops, '
-                   r'timed on /host:CPU; per update, over 2\)$', out, re.M)
-  assert head and float(head.group(1)) > 0 and int(head.group(3)) > 100, out
-  ops_ms = float(head.group(2))
+                        f'attention xla, layers {layers} (set): CPU defaults; cpu (cpu)'), out
+  head = re.search(r'^step ([\d.]+) ms wall \(([\d.]+) ms traced\); ops ([\d.]+) ms \(\d+% '
+                   r'of the traced wall; (\d+) ops, timed on /host:CPU; per update, over 2\)$',
+                   out, re.M)
+  assert head and float(head.group(1)) > 0 and int(head.group(4)) > 100, out
+  ops_ms = float(head.group(3))
   parts = {m.group(1): [float(v) for v in m.groups()[1:]] for m in re.finditer(
       r'^  ([a-z ]+?) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)%$', out, re.M)}
   # The model's every part, the loss and the optimizer took time; the optimizer only updates,
@@ -165,6 +202,9 @@ def test_the_cpu_step_is_profiled_by_part_kind_and_op():
   kinds = dict(re.findall(r'^  (matmul|elementwise|reduction|random bits|copy/transpose) +'
                           r'([\d.]+) +[\d.]+%$', out, re.M))
   assert {'matmul', 'elementwise', 'random bits'} <= set(kinds), out
-  top = re.findall(r'^  \S+ +([\d.]+) +[\d.]+% +(\d+)  ([a-z /]+), (.+)$', out, re.M)
+  assert ('layer scan' in parts) == (scan == 'on'), out  # nn.scan's slicing, its own part.
+  top = re.findall(r'^  (\S+) +([\d.]+) +[\d.]+% +(\d+)  ([a-z /]+), (.+)$', out, re.M)
   assert len(top) == 6, out
-  assert [float(t[0]) for t in top] == sorted((float(t[0]) for t in top), reverse=True), out
+  # A loop is timed through the ops inside it: the loop's own span would count them twice.
+  assert not any(t[0].startswith(('while', 'call')) for t in top), out
+  assert [float(t[1]) for t in top] == sorted((float(t[1]) for t in top), reverse=True), out

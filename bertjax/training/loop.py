@@ -353,9 +353,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           stopped = f'preempted at step {done}: rerun the same command to resume'
           break
   finally:
-    trace.stop()
-    preemption.close()
-    writer.close()
+    try:
+      trace.stop()
+    finally:
+      preemption.close()
+      writer.close()
   if eval_metrics:
     run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
   return progress_lib.Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step,

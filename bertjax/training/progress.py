@@ -137,57 +137,82 @@ class Progress:
 
 
 class Trace:
-  """jax.profiler's trace of config.profile_steps steps from step config.profile_start_step on,
-  in <workdir>/plugins/profile/<time>/, where TensorBoard's profile tab (tensorboard-plugin-
-  profile, or xprof) finds it beside the scalars. Process 0 traces its host and devices (the
-  others would write the same file name where processes share a host)."""
+  """jax.profiler's trace of the updates after step config.profile_start_step, up to
+  profile_start_step + profile_steps, in <workdir>/plugins/profile/<time>/, where TensorBoard's
+  profile tab (tensorboard-plugin-profile, or xprof) finds it beside the scalars. A resumed run
+  traces what is left of that window after the step it compiles, and nothing once the window
+  is behind it. Process 0 traces its host and devices (the others would write the same file
+  name where processes share a host)."""
 
   def __init__(self, config, workdir: str, start_step: int, total_steps: int):
-    self._count = config.profile_steps if jax.process_index() == 0 else 0
-    # Never the step this process compiles: a resumed run traces from its second step on.
+    count = config.profile_steps if jax.process_index() == 0 else 0
+    # Step indices [first, end): never the step this process compiles (start_step).
     self._first = max(config.profile_start_step, start_step + 1)
-    self._workdir, self._folder = workdir, None
-    if self._count and self._first >= total_steps:
+    self._end = config.profile_start_step + count
+    self._workdir, self._folder, self._traced = workdir, None, 0
+    if count and self._first >= total_steps:
       logging.warning('no profiler trace: it would start after step %d, and this run ends at '
                       'step %d; lower --config.profile_start_step', self._first, total_steps)
-      self._count = 0
+      self._end = 0
+    elif count and self._first >= self._end:
+      logging.info('no profiler trace: its updates %d-%d came before this run\'s first',
+                   config.profile_start_step + 1, self._end)
 
   def before(self, step: int):
     """Starts the trace before the first step asked for (step: the one about to run)."""
-    if self._count and step == self._first:
-      # The profiler writes local files: a gs:// workdir gets them copied when it stops.
-      folder = (tempfile.mkdtemp(prefix='bertjax-trace-') if files.is_remote(self._workdir)
-                else self._workdir)
-      try:
-        jax.profiler.start_trace(folder)
-      except (RuntimeError, OSError) as e:  # E.g. a notebook's own trace is running.
-        logging.warning('no profiler trace: it did not start (%s); training goes on', e)
-        return
-      self._folder = folder
+    if step != self._first or step >= self._end:
+      return
+    # The profiler writes local files: a gs:// workdir gets them copied when it stops.
+    remote = files.is_remote(self._workdir)
+    folder = tempfile.mkdtemp(prefix='bertjax-trace-') if remote else self._workdir
+    try:
+      jax.profiler.start_trace(folder)
+    except Exception as e:  # pylint: disable=broad-except  E.g. a notebook's own trace runs.
+      logging.warning('no profiler trace: it did not start (%s); training goes on', e)
+      if remote:
+        shutil.rmtree(folder, ignore_errors=True)
+      return
+    self._folder = folder
 
   def after(self, done: int, state):
-    """Stops the trace once the last step asked for is done (done: steps done)."""
-    if self._folder is not None and done >= self._first + self._count:
-      self.stop(state)
+    """Counts a traced update; stops the trace after the last one asked for (done: steps
+    done)."""
+    if self._folder is not None:
+      self._traced += 1
+      if done >= self._end:
+        self.stop(state)
 
   def stop(self, state=None):
-    """Stops an open trace (also when the loop ends early), its steps' device work inside it."""
+    """Stops an open trace (also when the loop ends early), its updates' device work inside
+    it. The trace is a diagnosis: failing to write it (a full disk) warns and never ends the
+    run; a device error met while waiting for the traced updates is raised, the trace closed."""
     if self._folder is None:
       return
     folder, self._folder = self._folder, None
-    jax.block_until_ready(state)
     where = files.join(self._workdir, 'plugins', 'profile')
-    # The trace is a diagnosis: a failure to write it (a full disk) never ends the run.
     try:
-      jax.profiler.stop_trace()
-      if folder != self._workdir:
-        files.copy_tree(files.join(folder, 'plugins', 'profile'), where)
-    except (RuntimeError, OSError) as e:
-      logging.warning('the profiler trace was not written to %s (%s); training goes on',
-                      where, e)
-      return
+      jax.block_until_ready(state)
     finally:
+      written = _stop_trace(where)
       if folder != self._workdir:
+        try:
+          if written:
+            files.copy_tree(files.join(folder, 'plugins', 'profile'), where)
+        except Exception as e:  # pylint: disable=broad-except  gcsfs's errors are not OSError.
+          logging.warning('the profiler trace was not copied to %s (%s); training goes on',
+                          where, e)
+          written = False
         shutil.rmtree(folder, ignore_errors=True)
-    logging.info('profiler trace of steps %d-%d: %s (TensorBoard --logdir %s, its profile '
-                 'tab)', self._first + 1, self._first + self._count, where, self._workdir)
+    if written:
+      logging.info('profiler trace of updates %d-%d: %s (TensorBoard --logdir %s, its profile '
+                   'tab)', self._first + 1, self._first + self._traced, where, self._workdir)
+
+
+def _stop_trace(where) -> bool:
+  """Stops jax's trace, writing it; False (and a warning) where that failed."""
+  try:
+    jax.profiler.stop_trace()
+    return True
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning('the profiler trace was not written to %s (%s); training goes on', where, e)
+    return False

@@ -9,6 +9,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 import ml_collections
+import pytest
 
 from bertjax import files
 from bertjax.training import progress
@@ -45,16 +46,42 @@ def test_the_steps_asked_for_are_traced_beside_the_scalars(tmp_path):
   assert _traced_steps(path) == [3, 4]  # The 4th and 5th updates: after step 3 is done.
 
 
-def test_a_resumed_run_leaves_its_compiling_step_out(tmp_path):
-  _run(progress.Trace(_config(2, 3), str(tmp_path), 7, 12), 7, 12)
+def test_a_resumed_run_traces_what_is_left_of_the_window_after_its_compiling_step(tmp_path,
+                                                                                  caplog):
+  with caplog.at_level(std_logging.INFO):
+    _run(progress.Trace(_config(5, 3), str(tmp_path), 5, 12), 5, 12)  # Window: steps 3-7.
   (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
-  assert _traced_steps(path) == [8, 9]
+  assert _traced_steps(path) == [6, 7]
+  assert 'profiler trace of updates 7-8: ' in caplog.text  # Updates count from 1.
 
 
-def test_a_window_cut_by_the_end_is_closed_with_what_ran(tmp_path):
-  _run(progress.Trace(_config(5, 3), str(tmp_path), 0, 6), 0, 6)
+def test_a_run_resumed_past_the_window_traces_nothing(tmp_path, caplog):
+  with caplog.at_level(std_logging.INFO):
+    _run(progress.Trace(_config(2, 3), str(tmp_path), 7, 12), 7, 12)
+  assert not (tmp_path / 'plugins').exists()
+  assert "no profiler trace: its updates 4-5 came before this run's first" in caplog.text
+
+
+def test_a_device_error_while_waiting_is_raised_with_the_trace_closed(tmp_path, monkeypatch):
+  def failing(_):
+    raise jax.errors.JaxRuntimeError('INTERNAL: device lost')
+
+  trace = progress.Trace(_config(1, 1), str(tmp_path), 0, 4)
+  monkeypatch.setattr(jax, 'block_until_ready', failing)
+  with pytest.raises(jax.errors.JaxRuntimeError, match='device lost'):
+    _run(trace, 0, 4)
+  monkeypatch.undo()
+  assert glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))  # Written, and closed:
+  jax.profiler.start_trace(str(tmp_path / 'next'))  # a new trace can start.
+  jax.profiler.stop_trace()
+
+
+def test_a_window_cut_by_the_end_is_closed_with_what_ran(tmp_path, caplog):
+  with caplog.at_level(std_logging.INFO):
+    _run(progress.Trace(_config(5, 3), str(tmp_path), 0, 6), 0, 6)
   (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
   assert _traced_steps(path) == [3, 4, 5]
+  assert 'profiler trace of updates 4-6: ' in caplog.text  # What ran, not what was asked.
 
 
 def test_a_window_past_the_end_says_so(tmp_path, caplog):
@@ -107,3 +134,16 @@ def test_a_trace_that_cannot_be_written_warns_and_training_goes_on(tmp_path, cap
     _run(progress.Trace(_config(1, 1), str(tmp_path), 0, 4), 0, 4)  # Steps after it run.
   assert 'the profiler trace was not written to' in caplog.text
   assert 'No space left on device' in caplog.text
+
+
+def test_a_failed_copy_to_the_bucket_warns_and_leaves_no_local_folder(gcs_bucket, tmp_path,
+                                                                      monkeypatch, caplog):
+  def failing(*_):
+    raise ValueError('HttpError 503')  # gcsfs's errors are not OSErrors.
+
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+  monkeypatch.setattr(files, 'copy_tree', failing)
+  with caplog.at_level(std_logging.WARNING):
+    _run(progress.Trace(_config(2, 1), f'{gcs_bucket}/run', 0, 4), 0, 4)  # Steps after it run.
+  assert 'the profiler trace was not copied to' in caplog.text and 'HttpError 503' in caplog.text
+  assert not os.listdir(tmp_path)
