@@ -170,7 +170,7 @@ class Trace:
     except Exception as e:  # pylint: disable=broad-except  E.g. a notebook's own trace runs.
       logging.warning('no profiler trace: it did not start (%s); training goes on', e)
       if remote:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)  # local: the profiler's temp folder
       return
     self._folder = folder
 
@@ -202,7 +202,7 @@ class Trace:
           logging.warning('the profiler trace was not copied to %s (%s); training goes on',
                           where, e)
           written = False
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)  # local: the profiler's temp folder
     if written:
       logging.info('profiler trace of updates %d-%d: %s (TensorBoard --logdir %s, its profile '
                    'tab)', self._first + 1, self._first + self._traced, where, self._workdir)

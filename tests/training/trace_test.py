@@ -48,7 +48,7 @@ def test_the_steps_asked_for_are_traced_beside_the_scalars(tmp_path):
 
 def test_a_resumed_run_traces_what_is_left_of_the_window_after_its_compiling_step(tmp_path,
                                                                                   caplog):
-  with caplog.at_level(std_logging.INFO):
+  with caplog.at_level(std_logging.INFO, logger='absl'):
     _run(progress.Trace(_config(5, 3), str(tmp_path), 5, 12), 5, 12)  # Window: steps 3-7.
   (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
   assert _traced_steps(path) == [6, 7]
@@ -56,7 +56,7 @@ def test_a_resumed_run_traces_what_is_left_of_the_window_after_its_compiling_ste
 
 
 def test_a_run_resumed_past_the_window_traces_nothing(tmp_path, caplog):
-  with caplog.at_level(std_logging.INFO):
+  with caplog.at_level(std_logging.INFO, logger='absl'):
     _run(progress.Trace(_config(2, 3), str(tmp_path), 7, 12), 7, 12)
   assert not (tmp_path / 'plugins').exists()
   assert "no profiler trace: its updates 4-5 came before this run's first" in caplog.text
@@ -77,7 +77,7 @@ def test_a_device_error_while_waiting_is_raised_with_the_trace_closed(tmp_path, 
 
 
 def test_a_window_cut_by_the_end_is_closed_with_what_ran(tmp_path, caplog):
-  with caplog.at_level(std_logging.INFO):
+  with caplog.at_level(std_logging.INFO, logger='absl'):
     _run(progress.Trace(_config(5, 3), str(tmp_path), 0, 6), 0, 6)
   (path,) = glob.glob(str(tmp_path / 'plugins/profile/*/*.xplane.pb'))
   assert _traced_steps(path) == [3, 4, 5]
