@@ -322,7 +322,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
   done = start_step
   try:
-    with checkpoint.closing(mngr), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         batch = next(batches)
         trace.before(step)
@@ -353,11 +353,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           stopped = f'preempted at step {done}: rerun the same command to resume'
           break
   finally:
-    try:
-      trace.stop()
-    finally:
-      preemption.close()
-      writer.close()
+    preemption.close()
+    writer.close()
   if eval_metrics:
     run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
   return progress_lib.Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step,

@@ -158,6 +158,13 @@ class Trace:
       logging.info('no profiler trace: its updates %d-%d came before this run\'s first',
                    config.profile_start_step + 1, self._end)
 
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    """The loop's end, early too (a stop, a preemption, an error): closes an open trace."""
+    self.stop()
+
   def before(self, step: int):
     """Starts the trace before the first step asked for (step: the one about to run)."""
     if step != self._first or step >= self._end:
