@@ -20,8 +20,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.model import attention
 from bertjax.model import cudnn_dropout
 from bertjax.model import encoder_config
+from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import perf
 from bertjax.training import sharding
@@ -149,13 +151,45 @@ def jit_train_step(config, objective: Objective, tx, schedule, state_shardings,
       donate_argnums=0, compiler_options=cudnn_dropout.compiler_options(config.model))
 
 
+def _scanned(model_config) -> bool:
+  """Whether the model stacks its layers (an 'auto' choice resolved as the encoder resolves it
+  for a model built outside a run)."""
+  if platform_defaults.is_auto(model_config.scan_layers):
+    model_config = platform_defaults.resolve(model_config, attention.target_platform())[0]
+  return bool(model_config.scan_layers)
+
+
+def drawn_params(model, key, inputs):
+  """The model's initial parameters, boxed with their logical axis names.
+
+  Unrolled layers are drawn as the scanned layout draws them (the same model with
+  scan_layers=True), then taken apart: one seed gives the same weights in either layout, which
+  the platforms' defaults choose differently (model/platform_defaults.py), and the init compiles
+  one layer's draws instead of each layer's (BERT-Base on 2 CPU cores: 5.2 s -> 3.1 s)."""
+  if _scanned(model.config):
+    return model.init(key, **inputs, deterministic=True)['params']
+  config = model.config.copy_and_resolve_references()
+  with config.ignore_type():  # An 'auto' field resolved to False holds a str type.
+    config.scan_layers = True
+  stacked = flax.traverse_util.flatten_dict(
+      model.clone(config=config).init(key, **inputs, deterministic=True)['params'], sep='/')
+  params = {}
+  for path, box in stacked.items():
+    if not path.startswith('bert/layers/'):
+      params[path] = box
+      continue
+    for i in range(config.num_layers):
+      params[path.replace('bert/layers/', f'bert/layers_{i}/', 1)] = (
+          box.replace(value=box.value[i], names=box.names[1:])
+          if isinstance(box, nn.LogicallyPartitioned) else box[i])
+  return flax.traverse_util.unflatten_dict(params, sep='/')
+
+
 def _state_init(objective: Objective, tx):
   """init(key) -> the TrainState with its parameters boxed with their logical axis names."""
 
   def init(key):
-    variables = objective.model.init(jax.random.fold_in(key, 0), **objective.init_inputs,
-                                     deterministic=True)
-    params = variables['params']
+    params = drawn_params(objective.model, jax.random.fold_in(key, 0), objective.init_inputs)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                       rng=jax.random.fold_in(key, 1))
 
