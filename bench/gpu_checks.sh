@@ -9,7 +9,11 @@
 #   bash bench/gpu_checks.sh base    # the table's BERT-Base/128 batch 256 rows, defaults (~6 min)
 #   bash bench/gpu_checks.sh large   # BERT-Large/512 batch 32 (~7 min)
 #   bash bench/gpu_checks.sh profile # where the Base/128 batch 256 step's time goes, by part of
-#                                    # the model and kind of op (bench/step_profile.py, ~4 min)
+#                                    # the model and kind of op, and where its compile's time
+#                                    # goes, by phase (bench/step_profile.py, ~4 min)
+#   bash bench/gpu_checks.sh scan    # the same with layers scanned, cuDNN attention without
+#                                    # attention dropout (issue 29's setting where nn.scan cost
+#                                    # 37% of the throughput on an H100: where it goes; ~3 min)
 #   bash bench/gpu_checks.sh flags   # bertjax's Base/128 row again under XLA flags that trade
 #                                    # autotuning (compile time) for kernel choice (~7 min)
 #
@@ -22,7 +26,7 @@
 # import the TensorFlow input pipeline; it checks configs only and runs in CI.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large|profile|flags ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large|profile|scan|flags ..." >&2; exit 2; }
 status=0
 for part in "$@"; do
   echo "=== $part ($(date -u +%H:%M:%S))"
@@ -64,11 +68,13 @@ EOF
         XLA_FLAGS="${XLA_FLAGS:-} $flag" python bench/train_bench.py --sizes=base --batches=256 \
             --seq_len=128 --dtype=bfloat16 --threads=16 --steps=20 --rounds=3 --notorch || status=1
       done ;;
-    profile)
+    profile|scan)
       python bench/step_profile.py --sizes=base --batches=256 --seq_len=128 --dtype=bfloat16 \
-          --threads=16 --steps=10 --top=25 || status=1 ;;
+          --threads=16 --steps=10 --top=25 --compile_top=15 \
+          $([ "$part" = scan ] && echo --scan_layers=on --attention_impl=cudnn \
+              --attention_dropout=0) || status=1 ;;
     *)
-      echo "unknown part '$part': check, tests, base, large, profile or flags" >&2; exit 2 ;;
+      echo "unknown part '$part': check, tests, base, large, profile, scan or flags" >&2; exit 2 ;;
   esac
 done
 exit $status

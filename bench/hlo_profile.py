@@ -225,3 +225,74 @@ def attribute(times, instructions, computations, steps):
     per_kind[op_kind] += ms
     listed.append((ms, count / steps, name, op_kind, op_name))
   return per_part, per_kind, listed, unknown
+
+
+# Where an XLA compile's time goes, from the compiler's own trace events (TraceMe spans: its
+# pass pipelines, passes, autotuners, code generation, on its threads). An event takes the
+# phase of the outermost span around it (its thread's name first) that names one, so a kernel
+# compiled to try it while autotuning counts as autotuning; what no span names is 'HLO passes'
+# under a pass pipeline, else 'other'.
+COMPILE_PHASES = (
+    ('autotuning', r'autotun|algorithm.?picker'),
+    ('cuDNN graphs', r'cudnn'),
+    ('code generation', r'llvm|ptx|cubin|gpuasm|codegen|fusioncompiler|jitcompiler|emit|'
+                        r'kernel|triton'),
+)
+_PIPELINE = re.compile(r'hlo passes|pass pipeline|runhlopasses|optimizehlo', re.I)
+# jax's own Python frames and its wrapper around the backend compile: they wait on the
+# compiler's threads, so their time is not the compiler's work.
+_NOT_COMPILER = re.compile(r'^\$|^backend_compile')
+
+
+def _nested(events):
+  """(event, [enclosing events, outermost first]) of one thread's events."""
+  stack = []
+  for event in sorted(events, key=lambda e: (e.start_ns, -e.duration_ns)):
+    while stack and event.start_ns >= stack[-1].end_ns:
+      stack.pop()
+    yield event, list(stack)
+    stack.append(event)
+
+
+def compile_phases(data):
+  """From a trace of an XLA compile (ProfileData): ({phase: [ms on the compiling thread, ms on
+  the threads beside it]}, [(ms, calls, event name, phase)]), in self time (an event's time less
+  that of the events inside it on its thread). The compiling thread (the one whose compiler
+  spans are longest) adds up to the compile's wall time, a span that waits on other threads
+  counting as its own phase; the threads beside it (parallel code generation, autotuning) are
+  busy time, which can pass the wall time."""
+  threads = []
+  for plane in data.planes:
+    if not plane.name.startswith('/host:'):
+      continue
+    for line in plane.lines:
+      nested = list(_nested(line.events))
+      inner_ns = collections.Counter()
+      for event, outer in nested:
+        if outer:
+          inner_ns[id(outer[-1])] += event.duration_ns
+      rows, extent_ns = [], 0
+      for event, outer in nested:
+        if _NOT_COMPILER.search(event.name):
+          continue
+        if not any(not _NOT_COMPILER.search(e.name) for e in outer):
+          extent_ns += event.duration_ns  # An outermost compiler span of this thread.
+        chain = [line.name] + [e.name for e in outer] + [event.name]
+        phase = next((p for name in chain for p, pattern in COMPILE_PHASES
+                      if re.search(pattern, name, re.I)), None)
+        if phase is None:
+          phase = 'HLO passes' if any(_PIPELINE.search(n) for n in chain) else 'other'
+        rows.append((event.name, phase, (event.duration_ns - inner_ns[id(event)]) / 1e6))
+      threads.append((extent_ns, rows))
+  threads.sort(key=lambda t: -t[0])
+  per_phase = collections.defaultdict(lambda: [0.0, 0.0])
+  per_event = collections.defaultdict(lambda: [0.0, 0, ''])
+  for i, (_, rows) in enumerate(threads):
+    for name, phase, ms in rows:
+      per_phase[phase][min(i, 1)] += ms
+      row = per_event[name]
+      row[0] += ms
+      row[1] += 1
+      row[2] = phase
+  return dict(per_phase), sorted(
+      ((ms, n, name, phase) for name, (ms, n, phase) in per_event.items()), reverse=True)

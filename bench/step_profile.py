@@ -2,7 +2,7 @@
 
   python bench/step_profile.py [--sizes=base] [--batches=8] [--seq_len=128] [--dtype=float32] \
       [--scan_layers=config|on|off] [--attention_impl=config|...] [--attention_dropout=-1] \
-      [--steps=4] [--top=15] [--trace_dir=DIR]
+      [--steps=4] [--top=15] [--compile_top=10] [--trace_dir=DIR]
 
 Issue 29's GPU question, where the BERT-Base/128 step's time goes (one GPU, ~4 min, most of it
 compiling; needs what bench/train_bench.py needs less torch):
@@ -25,8 +25,14 @@ it came from. Per update it prints:
   - the time by kind of op: matmuls, the fused attention kernel, elementwise and reduction
     fusions, copies and transposes, random bits (the fusions making dropout's masks),
     collectives, other libraries' custom calls;
-  - the --top ops, with their kind and the code they came from.
---trace_dir keeps the trace for TensorBoard's profile plugin or xprof. It takes
+  - the --top ops, with their kind and the code they came from;
+  - where the step's compile went (traced too, which slows it): building the state, jax's
+    trace and lowering, then XLA's compile by phase, from the compiler's own trace events on
+    its compiling thread (which add up to the compile's wall time): HLO passes, autotuning
+    (GEMM and fusion autotuners, with the kernels they compile to try), code generation (LLVM,
+    PTX), cuDNN graphs, other; the same phases' busy time on the threads beside it, and the
+    --compile_top events (issue 29: the GPU compile takes 97-153 s where XLA:CPU takes 5-8 s).
+--trace_dir keeps the traces for TensorBoard's profile plugin or xprof. It takes
 bench/train_bench.py's flags for the setting (--sizes, --batches, --seq_len, --max_predictions,
 --vocab, --dtype, --scan_layers, --attention_impl, --attention_dropout, --steps, --threads); run
 on one device. Not a test: figures only (tests/step_profile_test.py runs it tiny).
@@ -49,8 +55,10 @@ import train_bench  # noqa: E402  (its flags, config, batch and compiled step)
 from bertjax.model import platform_defaults  # noqa: E402
 
 _TOP = flags.DEFINE_integer('top', 15, 'How many of the costliest ops to list.')
-_TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'Keep the trace here (else a temporary '
+_TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'Keep the traces here (else a temporary '
                                  'folder, removed at the end).')
+_COMPILE_TOP = flags.DEFINE_integer('compile_top', 10, 'How many of the costliest compiler '
+                                    'events to list.')
 
 def _table(title, rows, total_ms, columns=()):
   """Prints rows (name, [ms per column...], ms) sorted by ms, with each one's share."""
@@ -60,14 +68,33 @@ def _table(title, rows, total_ms, columns=()):
           f'{ms:>10.2f}{ms / total_ms:>8.1%}')
 
 
-def profile(settings, steps, top, trace_dir):
+def print_compile(times, trace_dir, top):
+  """Prints where XLA's compile of the step went (hlo_profile.compile_phases), per phase."""
+  per_phase, events = hlo_profile.compile_phases(hlo_profile.read_trace(trace_dir))
+  thread_ms = sum(ms for ms, _ in per_phase.values())
+  print(f'compile: state {times["state"]:.1f} s, trace {times["trace"]:.1f} s, lowering '
+        f'{times["lower"]:.1f} s, XLA {times["compile"]:.1f} s (traced; '
+        f'{times["hlo_lines"]:,} StableHLO lines); XLA\'s compiling thread {thread_ms / 1e3:.1f} s')
+  print(f'{"compile phase":<26}{"thread s":>10}{"share":>8}{"beside s":>10}')
+  for phase, (ms, beside_ms) in sorted(per_phase.items(), key=lambda kv: -kv[1][0]):
+    print(f'  {phase:<24}{ms / 1e3:>10.2f}{ms / max(thread_ms, 1e-9):>8.1%}'
+          f'{beside_ms / 1e3:>10.2f}')
+  if top:
+    print(f'{f"top {top} compiler events":<50}{"s":>8}{"calls":>7}  phase')
+  for ms, calls, name, phase in events[:top]:
+    print(f'  {name[:48]:<48}{ms / 1e3:>8.2f}{calls:>7}  {phase}')
+
+
+def profile(settings, steps, top, trace_dir, compile_top=0):
   """Compiles, times and profiles one setting's step; prints its breakdown (module doc)."""
   config = train_bench.make_config(settings)
   device = jax.devices()[0]
   choice = platform_defaults.settle(config.model, device.platform)
   batch = train_bench.make_batch(settings['vocab'], settings['batch'], settings['seq'],
                                  settings['predictions'])
-  compiled, state, device_batch, mesh, rules, _ = train_bench.bertjax_step(config, batch)
+  compile_dir = os.path.join(trace_dir, 'compile')
+  compiled, state, device_batch, mesh, rules, first = train_bench.bertjax_step(
+      config, batch, compile_trace_dir=compile_dir)
   hlo = compiled.as_text()
   module = re.match(r'HloModule\s+([\w.\-]+)', hlo).group(1)
   instructions, computations = hlo_profile.parse_hlo(hlo)
@@ -83,9 +110,10 @@ def profile(settings, steps, top, trace_dir):
 
   state, _ = run(state, 2)  # Warm-up: allocator, autotuned kernels.
   state, wall_ms = run(state, steps)
-  with jax.profiler.trace(trace_dir):
+  step_dir = os.path.join(trace_dir, 'step')
+  with jax.profiler.trace(step_dir):
     state, traced_ms = run(state, steps)
-  times, where = hlo_profile.op_times(hlo_profile.read_trace(trace_dir), module, instructions)
+  times, where = hlo_profile.op_times(hlo_profile.read_trace(step_dir), module, instructions)
   per_part, per_kind, listed, unknown = hlo_profile.attribute(times, instructions,
                                                               computations, steps)
   ops_ms = sum(per_kind.values()) + unknown
@@ -108,6 +136,7 @@ def profile(settings, steps, top, trace_dir):
     code = re.sub(r'^jit\(train_step\)/', '', op_name) or '(no source)'
     print(f'  {name[:32]:<32}{ms:>8.2f}{ms / ops_ms:>8.1%}{calls:>7.0f}  {op_kind}, '
           f'{code[:110]}')
+  print_compile(first, compile_dir, compile_top)
   sys.stdout.flush()
 
 
@@ -128,8 +157,10 @@ def _writable(folder):
 def main(argv):
   del argv
   steps, top, trace_dir = train_bench._STEPS.value, _TOP.value, _TRACE_DIR.value
-  if steps < 1 or top < 0:
-    raise SystemExit('--steps needs 1 or more updates to profile, --top 0 or more ops.')
+  compile_top = _COMPILE_TOP.value
+  if steps < 1 or top < 0 or compile_top < 0:
+    raise SystemExit('--steps needs 1 or more updates to profile, --top and --compile_top 0 '
+                     'or more.')
   if trace_dir:
     _writable(trace_dir)
   if len(jax.devices()) != 1:
@@ -140,10 +171,10 @@ def main(argv):
   for settings in train_bench.settings_per_size():
     name = f'{settings["size"]}_{settings["seq"]}'
     if trace_dir:
-      profile(settings, steps, top, os.path.join(trace_dir, name))
+      profile(settings, steps, top, os.path.join(trace_dir, name), compile_top)
     else:
       with tempfile.TemporaryDirectory() as folder:
-        profile(settings, steps, top, folder)
+        profile(settings, steps, top, folder, compile_top)
 
 
 if __name__ == '__main__':

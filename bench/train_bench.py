@@ -82,6 +82,7 @@ from bertjax import malloc_tuning  # noqa: E402
 
 _TUNE_MALLOC = _early_flag('tune_malloc', True) and malloc_tuning.keep_memory_mapped()
 
+import contextlib  # noqa: E402
 import multiprocessing  # noqa: E402
 import time  # noqa: E402
 
@@ -169,12 +170,12 @@ def make_batch(vocab_size, batch_size, seq_len, predictions, seed=0):
       next_sentence_labels=rng.integers(0, 2, (batch_size, 1)).astype(np.int32))
 
 
-def bertjax_step(config, batch):
+def bertjax_step(config, batch, compile_trace_dir=''):
   """bertjax's train step compiled as the loop compiles it, with what it runs on: (compiled
   step, state, batch on the devices, mesh, rules, where the first step's time went: {'state':
   building the state (its init compiled and run), 'trace', 'lower', 'compile': the step's jax
   trace, its lowering and XLA's compile, in seconds; 'hlo_lines': the lowered step's StableHLO
-  lines})."""
+  lines}). With compile_trace_dir, XLA's compile runs under jax.profiler, tracing there."""
   start = time.perf_counter()
   mesh = sharding.make_mesh(config.mesh)
   tx = optimizer_lib.make(config.optimizer)
@@ -194,7 +195,9 @@ def bertjax_step(config, batch):
     times['trace'] = time.perf_counter() - start
     lowered = traced.lower()
     times['lower'] = time.perf_counter() - start - times['trace']
-    compiled = lowered.compile()
+    with (jax.profiler.trace(compile_trace_dir) if compile_trace_dir
+          else contextlib.nullcontext()):
+      compiled = lowered.compile()
     times['compile'] = time.perf_counter() - start - times['trace'] - times['lower']
   times['hlo_lines'] = lowered.as_text().count('\n')
   return compiled, state, device_batch, mesh, rules, times

@@ -149,6 +149,50 @@ def test_a_gpu_trace_is_timed_by_its_kernels_once_each(xla_ops_line, expected):
   assert (times, where) == (expected, '/device:GPU:0')
 
 
+def _compile_trace():
+  """A trace of an XLA:GPU compile (XSpace text): the Python thread waiting in jax's wrapper,
+  the compiling thread (pass pipelines, the GEMM autotuner inside one, with a Triton kernel
+  compiled to try it, then PTX and cuDNN), and a thread beside it generating code."""
+  def event(name, start_ms, ms):
+    return (f'events {{ metadata_id: {names.setdefault(name, len(names) + 1)} '
+            f'offset_ps: {start_ms * 10**9} duration_ps: {ms * 10**9} }}')
+  names = {}
+  python = [event('$stages.py:586 compile', 0, 100), event('backend_compile_and_load', 1, 98)]
+  compiler = [event('PjRtStreamExecutorClient::Compile', 1, 98),
+              event('GpuCompiler::RunHloPasses', 2, 60),
+              event('algebraic-simplifier', 3, 5),
+              event('gemm-fusion-autotuner', 10, 40),
+              event('TritonWrapper', 20, 30),  # A candidate kernel, compiled to be timed.
+              event('GpuCompiler::RunBackend', 62, 36),
+              event('CompileModuleToLlvmIr', 63, 10),
+              event('CompileToPtx', 73, 15),
+              event('CuDnnFusionCompiler', 88, 8)]
+  beside = [event('CompileToPtx', 74, 12), event('CompileToPtx', 86, 6)]
+  lines = [('python', python), ('XlaCompile', compiler), ('xla_gpu_compile_pool', beside)]
+  return ('planes { id: 1 name: "/host:CPU" '
+          + ''.join(f'lines {{ id: {i + 1} name: "{name}" timestamp_ns: 1000 {" ".join(evs)} }} '
+                    for i, (name, evs) in enumerate(lines))
+          + ''.join(f'event_metadata {{ key: {k} value {{ id: {k} name: "{n}" }} }} '
+                    for n, k in names.items()) + ' }')
+
+
+def test_a_compile_trace_is_split_by_phase_on_the_compiling_thread():
+  data = jax.profiler.ProfileData.from_text_proto(_compile_trace())
+  per_phase, events = hlo_profile.compile_phases(data)
+  # The compiling thread adds up to its span (98 ms), jax's waiting wrapper counts nowhere:
+  # autotuning holds the Triton kernel it compiled; a pipeline's own time is HLO passes.
+  assert {p: [round(t, 6) for t in ms] for p, ms in per_phase.items()} == {
+      'other': [2 + 3, 0],  # The client's and the backend's own time, outside the phases.
+      'HLO passes': [60 - 5 - 40 + 5, 0],
+      'autotuning': [40, 0],
+      'code generation': [10 + 15, 18],
+      'cuDNN graphs': [8, 0]}
+  assert sum(ms for ms, _ in per_phase.values()) == pytest.approx(98)
+  assert events[0] == (pytest.approx(15 + 18), 3, 'CompileToPtx', 'code generation')
+  assert ('TritonWrapper', 'autotuning') in {(e[2], e[3]) for e in events}
+  assert not any(e[2].startswith(('$', 'backend_compile')) for e in events)
+
+
 @pytest.mark.parametrize('op_name, expected', [
     ('jit(train_step)/jvp(BertForPreTraining)/bert/embeddings/layer_norm/mul', 'embeddings'),
     ('jit(train_step)/jvp(BertForPreTraining)/bert/layers_0/attention/Dropout_0/mul',
@@ -208,3 +252,14 @@ def test_the_cpu_step_is_profiled_by_part_kind_and_op(scan):
   # A loop is timed through the ops inside it: the loop's own span would count them twice.
   assert not any(t[0].startswith(('while', 'call')) for t in top), out
   assert [float(t[1]) for t in top] == sorted((float(t[1]) for t in top), reverse=True), out
+  # XLA's compile, traced: its compiling thread's phases add up to (nearly) its wall time.
+  first = re.search(r'^compile: state [\d.]+ s, trace [\d.]+ s, lowering [\d.]+ s, XLA '
+                    r'([\d.]+) s \(traced; [\d,]+ StableHLO lines\); XLA\'s compiling thread '
+                    r'([\d.]+) s$', out, re.M)
+  assert first and 0 < float(first.group(2)) <= float(first.group(1)) + 0.05, out
+  phases = dict(re.findall(r'^  ([a-zA-Z ]+?) +([\d.]+) +[\d.]+% +[\d.]+$', out, re.M))
+  assert {'HLO passes', 'code generation'} <= set(phases), out
+  assert sum(map(float, phases.values())) == pytest.approx(float(first.group(2)), abs=0.05), out
+  events = re.findall(r'^  (\S.*?) +([\d.]+) +(\d+)  (HLO passes|code generation|other|'
+                      r'autotuning|cuDNN graphs)$', out, re.M)
+  assert 0 < len(events) <= 10, out
