@@ -14,6 +14,11 @@
 #   bash bench/gpu_checks.sh scan    # the same with layers scanned, cuDNN attention without
 #                                    # attention dropout (issue 29's setting where nn.scan cost
 #                                    # 37% of the throughput on an H100: where it goes; ~3 min)
+#   bash bench/gpu_checks.sh unroll  # bertjax's Base/128 row with layers scanned 2, then 4 per
+#                                    # trip (model.scan_unroll), cuDNN attention without attention
+#                                    # dropout: issue 29's scanned 2744 vs unrolled 4316 seq/s
+#                                    # setting, for a loop between the two in compile and speed
+#                                    # (~6 min)
 #   bash bench/gpu_checks.sh flags   # bertjax's Base/128 row again under XLA flags that trade
 #                                    # autotuning (compile time) for kernel choice (~7 min)
 #
@@ -26,7 +31,7 @@
 # import the TensorFlow input pipeline; it checks configs only and runs in CI.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large|profile|scan|flags ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_checks.sh check|tests|base|large|profile|scan|unroll|flags ..." >&2; exit 2; }
 status=0
 for part in "$@"; do
   echo "=== $part ($(date -u +%H:%M:%S))"
@@ -62,6 +67,13 @@ EOF
     large)
       python bench/train_bench.py --sizes=large --batches=32 --seq_len=512 --dtype=bfloat16 \
           --threads=16 --steps=10 --rounds=3 || status=1 ;;
+    unroll)
+      for unroll in 2 4; do
+        echo "--- model.scan_unroll=$unroll"
+        python bench/train_bench.py --sizes=base --batches=256 --seq_len=128 --dtype=bfloat16 \
+            --threads=16 --steps=20 --rounds=3 --notorch --scan_layers=on --scan_unroll=$unroll \
+            --attention_impl=cudnn --attention_dropout=0 || status=1
+      done ;;
     flags)  # Triton's GEMM autotuning is much of an XLA:GPU compile: without it, or untuned.
       for flag in --xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0; do
         echo "--- XLA_FLAGS=$flag"
@@ -74,7 +86,7 @@ EOF
           $([ "$part" = scan ] && echo --scan_layers=on --attention_impl=cudnn \
               --attention_dropout=0) || status=1 ;;
     *)
-      echo "unknown part '$part': check, tests, base, large, profile, scan or flags" >&2; exit 2 ;;
+      echo "unknown part '$part': check, tests, base, large, profile, scan, unroll or flags" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -1,8 +1,8 @@
 """Where bertjax's training step spends its time, op by op, on the device it runs on.
 
   python bench/step_profile.py [--sizes=base] [--batches=8] [--seq_len=128] [--dtype=float32] \
-      [--scan_layers=config|on|off] [--attention_impl=config|...] [--attention_dropout=-1] \
-      [--steps=4] [--top=15] [--compile_top=10] [--trace_dir=DIR]
+      [--scan_layers=config|on|off] [--scan_unroll=1] [--attention_impl=config|...] \
+      [--attention_dropout=-1] [--steps=4] [--top=15] [--compile_top=10] [--trace_dir=DIR]
 
 Issue 29's GPU question, where the BERT-Base/128 step's time goes (one GPU, ~4 min, most of it
 compiling; needs what bench/train_bench.py needs less torch):
@@ -34,8 +34,8 @@ it came from. Per update it prints:
     --compile_top events (issue 29: the GPU compile takes 97-153 s where XLA:CPU takes 5-8 s).
 --trace_dir keeps the traces for TensorBoard's profile plugin or xprof. It takes
 bench/train_bench.py's flags for the setting (--sizes, --batches, --seq_len, --max_predictions,
---vocab, --dtype, --scan_layers, --attention_impl, --attention_dropout, --steps, --threads); run
-on one device. Not a test: figures only (tests/step_profile_test.py runs it tiny).
+--vocab, --dtype, --scan_layers, --scan_unroll, --attention_impl, --attention_dropout, --steps,
+--threads); run on one device. Not a test: figures only (tests/step_profile_test.py runs it tiny).
 """
 
 import os

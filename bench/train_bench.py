@@ -2,7 +2,8 @@
 
   python bench/train_bench.py [--sizes=tiny,mini,base] [--batches=32,32,8] [--seq_len=128] \
       [--threads=2] [--steps=4] [--rounds=3] [--dtype=float32|bfloat16] [--peak_tflops=0] \
-      [--notune_malloc] [--scan_layers=config|on|off] [--attention_impl=config|xla|...] \
+      [--notune_malloc] [--scan_layers=config|on|off] [--scan_unroll=1] \
+      [--attention_impl=config|xla|...] \
       [--attention_dropout=-1] [--torch_variants=stock,gathered,compiled] \
       [--torch_compile_backend=inductor] [--interleave=auto|on|off]
 
@@ -124,6 +125,8 @@ _SCAN = flags.DEFINE_enum('scan_layers', 'config', ['config', 'on', 'off'],
                           "bertjax's nn.scan over layers: as configs/pretrain.py sets it ('auto':"
                           " the platform's choice, model/platform_defaults.py: unrolled on a GPU, "
                           'scanned from 12 layers on a TPU or CPU), or forced.')
+_UNROLL = flags.DEFINE_integer('scan_unroll', 1, "bertjax's model.scan_unroll: scanned layers "
+                               'per trip of the layer loop (1 to the layer count).')
 _ATTENTION = flags.DEFINE_enum(
     'attention_impl', 'config', ['config', 'xla', 'dot_product_attention', 'cudnn'],
     "bertjax's model.attention_impl: as configs/pretrain.py sets it ('auto': the platform's "
@@ -312,6 +315,7 @@ def make_config(s):
     config.data.max_predictions_per_seq = s['predictions']
     if s['scan'] != 'config':
       config.model.scan_layers = s['scan'] == 'on'
+    config.model.scan_unroll = s.get('unroll', 1)
     if s['attention'] != 'config':
       config.model.attention_impl = s['attention']
       if s['attention'] == 'dot_product_attention':  # No dropout in it (attention.py).
@@ -490,6 +494,7 @@ def settings_per_size():
   seq_lens = [int(s) for s in per_size(_SEQ_LEN.value, sizes, 'seq_len')]
   return [dict(size=size, batch=batch_size, seq=seq, vocab=_VOCAB.value, dtype=_DTYPE.value,
                predictions=_PREDICTIONS.value or max(1, 20 * seq // 128), scan=_SCAN.value,
+               unroll=_UNROLL.value,
                threads=_THREADS_FLAG.value, attn=_TORCH_ATTN.value, attention=_ATTENTION.value,
                attention_dropout=_ATTENTION_DROPOUT.value, peak_tflops=_PEAK.value,
                compile_backend=_COMPILE_BACKEND.value)

@@ -265,7 +265,8 @@ class BertEncoder(nn.Module):
     if self.scanned:
       stack = nn.scan(layer, variable_axes={'params': 0}, split_rngs={'params': True,
                       'dropout': True}, in_axes=(nn.broadcast, nn.broadcast),
-                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
+                      length=cfg.num_layers, unroll=cfg.get('scan_unroll', 1),
+                      metadata_params={nn.PARTITION_NAME: 'layers'})
       self.layers = stack(cfg, scanned=True)
     else:
       self.layers = [layer(cfg, layer_index=i) for i in range(cfg.num_layers)]

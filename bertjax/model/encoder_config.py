@@ -49,6 +49,10 @@ def default_config(**overrides) -> Config:
   # True, False or 'auto' (the configs' default; model/platform_defaults.py): any type, so
   # that --config.model.scan_layers=false and =auto both parse.
   m.scan_layers = ml_collections.FieldReference(False, field_type=object)
+  # Scanned layers only: layers per trip of the loop (lax.scan's unroll). Each trip compiles
+  # its layers one after another, as unrolled layers are, so k > 1 trades compile time for
+  # fewer trips; num_layers runs the loop once, its layers in the stacked layout.
+  m.scan_unroll = 1
   # Pre-training heads: MLM + NSP (BERT); False = MLM only (RoBERTa, ModernBERT): no NSP head,
   # no NSP loss, data without pairs (create_pretraining_data --nsp=false) or with them ignored.
   m.nsp = True
@@ -75,6 +79,11 @@ def check_config(config: Config):
   if not (isinstance(config.scan_layers, bool) or platform_defaults.is_auto(config.scan_layers)):
     raise ValueError(f'model.scan_layers={config.scan_layers!r} is unknown; valid: True, False, '
                      'auto.')
+  if (isinstance(config.get('scan_unroll', 1), bool)
+      or not isinstance(config.get('scan_unroll', 1), int)
+      or not 1 <= config.get('scan_unroll', 1) <= config.num_layers):
+    raise ValueError(f'model.scan_unroll={config.scan_unroll!r}: layers per trip of the layer '
+                     f'loop, an integer from 1 to num_layers ({config.num_layers}).')
   if config.dtype not in ('float32', 'bfloat16'):
     raise ValueError(f'model.dtype={config.dtype!r}; valid: float32, bfloat16.')
 

@@ -122,7 +122,9 @@ def resolve(model_config, platform: str, *, training: bool = True,
   with resolved.ignore_type():  # 'auto' (a string) becomes a bool.
     resolved.attention_impl = attention
     resolved.scan_layers = bool(scan)
-  parts = [f'attention {attention}', f'layers {"scanned" if scan else "unrolled"}']
+  unroll = model_config.get('scan_unroll', 1)
+  layers = 'unrolled' if not scan else 'scanned' + (f', {unroll} per trip' if unroll > 1 else '')
+  parts = [f'attention {attention}', f'layers {layers}']
   reasons = (why_attention, why_scan)
   line = ', '.join(f'{p} ({r})' if r else p for p, r in zip(parts, reasons, strict=True))
   return resolved, f'{line}: {platform.upper()} defaults' if auto else f'{line}: as configured'

@@ -232,6 +232,41 @@ def test_scan_and_remat_equal_plain_loop(remat_policy):
   assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
 
 
+def test_scan_unroll_changes_the_loop_not_the_numbers():
+  """Layers per trip of the layer loop (model.scan_unroll): the same outputs under dropout and
+  the same gradients as one layer per trip, with a trip count that leaves a remainder (3 layers,
+  2 per trip) and with the whole stack in one trip; the compiled loop holds that many layers."""
+  batch = tiny_setup()[2]
+  rngs = {'dropout': jax.random.key(3)}
+
+  def run(unroll):
+    cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
+                              num_layers=3, scan_layers=True, scan_unroll=unroll)
+    params = heads.BertForPreTraining(cfg).init(jax.random.key(0), **batch)['params']
+
+    def loss(p):
+      mlm, nsp = apply(cfg, {'params': p}, batch, deterministic=False, rngs=rngs)
+      return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2), (mlm, nsp)
+    step = jax.jit(jax.grad(loss, has_aux=True))
+    hlo = step.lower(params).compile().as_text()
+    return step(params), hlo
+
+  (want_grads, want_out), hlo_1 = run(1)
+  for unroll in (2, 3):
+    (grads, out), hlo = run(unroll)
+    for a, b in zip(jax.tree.leaves((grads, out)), jax.tree.leaves((want_grads, want_out)),
+                    strict=True):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-5)
+    # More layers per trip: more of the layer's matmuls in the compiled program.
+    assert hlo.count(' dot(') > hlo_1.count(' dot('), unroll
+
+
+@pytest.mark.parametrize('unroll', [0, 3, True])  # The config refuses a float or str itself.
+def test_scan_unroll_outside_one_to_num_layers_is_refused(unroll):
+  with pytest.raises(ValueError, match=r'scan_unroll=.*an integer from 1 to num_layers \(2\)'):
+    encoder_config.check_config(common.model_config('tiny', scan_unroll=unroll))
+
+
 def test_dropout_is_active_in_training_only():
   cfg, variables, batch = tiny_setup()
   train = functools.partial(apply, cfg, variables, batch, deterministic=False)

@@ -51,6 +51,12 @@ def test_tpu_and_cpu_defaults_scan_base_and_large_with_xla_attention(platform):
                     f'{platform.upper()} defaults')
 
 
+def test_the_statement_names_scanned_layers_per_trip():
+  resolved, line = platform_defaults.resolve(bf16_config('base', scan_unroll=4), 'tpu')
+  assert (resolved.scan_layers, resolved.scan_unroll) == (True, 4)
+  assert line == 'attention xla, layers scanned, 4 per trip: TPU defaults'
+
+
 def test_cpu_keeps_what_the_configs_chose_before_auto():
   # Before 'auto': pre-training scanned base and large, fine-tuning (tiny..) never; xla always.
   for size in pretrain_config.RECIPES:
