@@ -57,3 +57,15 @@ def test_the_tree_and_its_logical_axes_are_the_models_own(scan):
   assert set(own) == set(drawn)
   for name, box in own.items():
     assert (drawn[name].names, drawn[name].value.shape) == (box.names, box.value.shape), name
+
+
+@pytest.mark.parametrize('unroll', [1, 2])
+def test_scanned_layers_are_the_models_own_draws_at_any_layers_per_trip(unroll):
+  model, inputs = _model(True, 'pretraining')
+  model.config.scan_unroll = unroll
+  key = jax.random.PRNGKey(3)
+  own = _flat(model.init(key, **inputs, deterministic=True)['params'])
+  drawn = _flat(train_state.drawn_params(model, key, inputs))
+  assert set(own) == set(drawn)
+  for name, value in own.items():
+    np.testing.assert_array_equal(value, drawn[name], err_msg=name)
