@@ -228,30 +228,48 @@ def attribute(times, instructions, computations, steps):
 
 
 # Where an XLA compile's time goes, from the compiler's own trace events (TraceMe spans: its
-# pass pipelines, passes, autotuners, code generation, on its threads). An event takes the
-# phase of the outermost span around it (its thread's name first) that names one, so a kernel
-# compiled to try it while autotuning counts as autotuning; what no span names is 'HLO passes'
-# under a pass pipeline, else 'other'.
+# pass pipelines, passes, autotuners, code generation, on its threads). On the compiling thread
+# an event takes the phase of the outermost span around it (the thread's name first) that names
+# one, so a kernel compiled to try it while autotuning counts as autotuning; what no span names
+# is 'HLO passes' under a pass pipeline (XLA:GPU's 'HLO Transforms:<module>' and '<pipeline>
+# (<module>)', XLA:CPU's 'HLO passes ...'), else 'other'. A pass that rewrites HLO for a library
+# or a kernel ('triton-gemm-rewriter', 'cudnn-norm-rewriter') names no phase. On the threads
+# beside it, work done while the compiling thread autotunes or builds cuDNN graphs (candidate
+# kernels compiled in a pool) takes that phase; other work takes its own spans' phase.
 COMPILE_PHASES = (
     ('autotuning', r'autotun|algorithm.?picker'),
     ('cuDNN graphs', r'cudnn'),
-    ('code generation', r'llvm|ptx|cubin|gpuasm|codegen|fusioncompiler|jitcompiler|emit|'
-                        r'kernel|triton'),
+    ('code generation', r'llvm|ptx|cubin|gpuasm|compiling ir|codegen|fusioncompiler|'
+                        r'jitcompiler|emit|kernel|triton'),
 )
-_PIPELINE = re.compile(r'hlo passes|pass pipeline|runhlopasses|optimizehlo', re.I)
+_PIPELINE = re.compile(r'hlo passes|hlo transforms|pass pipeline|runhlopasses|optimizehlo|'
+                       r' \([\w.\-]+\)$', re.I)
+_REWRITE_PASS = re.compile(r'-(rewriter|converter|normalizer|canonicalizer)$', re.I)
 # jax's own Python frames and its wrapper around the backend compile: they wait on the
-# compiler's threads, so their time is not the compiler's work.
+# compiler's threads, so their time is not the compiler's work, and they name no phase.
 _NOT_COMPILER = re.compile(r'^\$|^backend_compile')
+_LENDING = ('autotuning', 'cuDNN graphs')  # Phases whose kernels other threads compile.
 
 
 def _nested(events):
-  """(event, [enclosing events, outermost first]) of one thread's events."""
+  """(event, [enclosing events, outermost first]) of one thread's events. Where spans overlap
+  without nesting, an event's enclosing ones are those still open at its start."""
   stack = []
   for event in sorted(events, key=lambda e: (e.start_ns, -e.duration_ns)):
-    while stack and event.start_ns >= stack[-1].end_ns:
-      stack.pop()
+    stack = [e for e in stack if e.end_ns > event.start_ns]
     yield event, list(stack)
     stack.append(event)
+
+
+def _phase(chain):
+  """The phase of an event from its chain of names (thread, enclosing spans, its own)."""
+  chain = [n for n in chain if not _NOT_COMPILER.search(n)]
+  named = [n for n in chain if not _REWRITE_PASS.search(n)]
+  for name in named:
+    for phase, pattern in COMPILE_PHASES:
+      if re.search(pattern, name, re.I):
+        return phase
+  return 'HLO passes' if any(_PIPELINE.search(n) for n in chain) else 'other'
 
 
 def compile_phases(data):
@@ -269,30 +287,29 @@ def compile_phases(data):
       nested = list(_nested(line.events))
       inner_ns = collections.Counter()
       for event, outer in nested:
-        if outer:
-          inner_ns[id(outer[-1])] += event.duration_ns
+        if outer:  # What of it lies inside its parent.
+          inner_ns[id(outer[-1])] += min(event.end_ns, outer[-1].end_ns) - event.start_ns
       rows, extent_ns = [], 0
       for event, outer in nested:
         if _NOT_COMPILER.search(event.name):
           continue
         if not any(not _NOT_COMPILER.search(e.name) for e in outer):
           extent_ns += event.duration_ns  # An outermost compiler span of this thread.
-        chain = [line.name] + [e.name for e in outer] + [event.name]
-        phase = next((p for name in chain for p, pattern in COMPILE_PHASES
-                      if re.search(pattern, name, re.I)), None)
-        if phase is None:
-          phase = 'HLO passes' if any(_PIPELINE.search(n) for n in chain) else 'other'
-        rows.append((event.name, phase, (event.duration_ns - inner_ns[id(event)]) / 1e6))
+        rows.append((event, _phase([line.name] + [e.name for e in outer] + [event.name]),
+                     max(0, event.duration_ns - inner_ns[id(event)]) / 1e6))
       threads.append((extent_ns, rows))
   threads.sort(key=lambda t: -t[0])
+  # The compiling thread's lending spans (autotuning, cuDNN graphs), outermost, as intervals.
+  lending = [(e.start_ns, e.end_ns, phase) for e, phase, _ in (threads[0][1] if threads else ())
+             if phase in _LENDING]
   per_phase = collections.defaultdict(lambda: [0.0, 0.0])
-  per_event = collections.defaultdict(lambda: [0.0, 0, ''])
+  per_event = collections.defaultdict(lambda: [0.0, 0])
   for i, (_, rows) in enumerate(threads):
-    for name, phase, ms in rows:
+    for event, phase, ms in rows:
+      if i:
+        phase = next((p for start, end, p in lending if start <= event.start_ns < end), phase)
       per_phase[phase][min(i, 1)] += ms
-      row = per_event[name]
-      row[0] += ms
-      row[1] += 1
-      row[2] = phase
+      per_event[event.name, phase][0] += ms
+      per_event[event.name, phase][1] += 1
   return dict(per_phase), sorted(
-      ((ms, n, name, phase) for name, (ms, n, phase) in per_event.items()), reverse=True)
+      ((ms, n, name, phase) for (name, phase), (ms, n) in per_event.items()), reverse=True)

@@ -143,6 +143,13 @@ def _check_model(c: _Checker):
   c.positive('model.initializer_range', integer=False, fix='set '
              '--config.model.initializer_range to e.g. 0.02 (BERT)')
   c.choice('model.dtype', DTYPES)
+  unroll = c.positive('model.scan_unroll', fix='set --config.model.scan_unroll to the scanned '
+                      'layers per trip of the layer loop, e.g. 1')
+  layers = c.get('model.num_layers')
+  if (unroll is not _MISSING and layers is not _MISSING and unroll > layers
+      and c.get('model.scan_layers') is True):
+    c.fail('model.scan_unroll', unroll, f'exceeds model.num_layers={layers}',
+           f'set --config.model.scan_unroll to {layers} or fewer scanned layers per trip')
 
 
 def _check_training(c: _Checker, job):

@@ -42,6 +42,8 @@ PRETRAIN = [
      '[0, 1)'),
     ({'model__attention_dropout_rate': -0.1}, 'config.model.attention_dropout_rate=-0.1'),
     ({'model__num_heads': 3}, 'config.model.num_heads=3: does not divide model.hidden_size=128'),
+    ({'model__scan_unroll': 0}, 'config.model.scan_unroll=0: must be > 0; set '
+     '--config.model.scan_unroll to the scanned layers per trip'),
     ({'data__max_seq_length': 0}, 'config.data.max_seq_length=0: needs room for [CLS]'),
     ({'data__max_seq_length': 1024}, 'config.data.max_seq_length=1024: exceeds the position '
      'table (model.max_position_embeddings=512); set --config.data.max_seq_length to at most'),
@@ -67,6 +69,16 @@ def test_a_bad_pretraining_value_is_one_line_naming_field_and_fix(fields, messag
     config_check.check(configured(pretrain_config.get_config('size=tiny'), **fields))
   assert str(e.value).startswith(message), str(e.value)
   assert '\n' not in str(e.value) and '; ' in str(e.value)
+
+
+def test_more_scanned_layers_per_trip_than_layers_is_refused_and_unscanned_ones_ignore_it():
+  config = configured(pretrain_config.get_config('size=tiny'), model__scan_unroll=3)
+  config_check.check(config)  # 'auto': a tiny model's layers are unrolled on every platform.
+  with config.ignore_type():
+    config.model.scan_layers = True
+  with pytest.raises(ValueError, match=r'^config.model.scan_unroll=3: exceeds model.num_layers=2; '
+                     r'set --config.model.scan_unroll to 2 or fewer scanned layers per trip.$'):
+    config_check.check(config)
 
 
 FINETUNE = [

@@ -79,10 +79,10 @@ def check_config(config: Config):
   if not (isinstance(config.scan_layers, bool) or platform_defaults.is_auto(config.scan_layers)):
     raise ValueError(f'model.scan_layers={config.scan_layers!r} is unknown; valid: True, False, '
                      'auto.')
-  if (isinstance(config.get('scan_unroll', 1), bool)
-      or not isinstance(config.get('scan_unroll', 1), int)
-      or not 1 <= config.get('scan_unroll', 1) <= config.num_layers):
-    raise ValueError(f'model.scan_unroll={config.scan_unroll!r}: layers per trip of the layer '
+  unroll = config.get('scan_unroll', 1)
+  if (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1
+      or (unroll > config.num_layers and config.scan_layers is True)):
+    raise ValueError(f'model.scan_unroll={unroll!r}: scanned layers per trip of the layer '
                      f'loop, an integer from 1 to num_layers ({config.num_layers}).')
   if config.dtype not in ('float32', 'bfloat16'):
     raise ValueError(f'model.dtype={config.dtype!r}; valid: float32, bfloat16.')

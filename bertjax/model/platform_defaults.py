@@ -123,7 +123,9 @@ def resolve(model_config, platform: str, *, training: bool = True,
     resolved.attention_impl = attention
     resolved.scan_layers = bool(scan)
   unroll = model_config.get('scan_unroll', 1)
-  layers = 'unrolled' if not scan else 'scanned' + (f', {unroll} per trip' if unroll > 1 else '')
+  layers = 'scanned' if scan else 'unrolled'
+  if unroll > 1:  # Said where it applies, and where it does not.
+    layers += f' {unroll} per trip' if scan else f' (model.scan_unroll={unroll} unused)'
   parts = [f'attention {attention}', f'layers {layers}']
   reasons = (why_attention, why_scan)
   line = ', '.join(f'{p} ({r})' if r else p for p, r in zip(parts, reasons, strict=True))

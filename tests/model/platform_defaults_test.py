@@ -54,7 +54,10 @@ def test_tpu_and_cpu_defaults_scan_base_and_large_with_xla_attention(platform):
 def test_the_statement_names_scanned_layers_per_trip():
   resolved, line = platform_defaults.resolve(bf16_config('base', scan_unroll=4), 'tpu')
   assert (resolved.scan_layers, resolved.scan_unroll) == (True, 4)
-  assert line == 'attention xla, layers scanned, 4 per trip: TPU defaults'
+  assert line == 'attention xla, layers scanned 4 per trip: TPU defaults'
+  # Where layers are not scanned, the line says the value is unused.
+  _, line = platform_defaults.resolve(bf16_config('tiny', scan_unroll=2), 'cpu')
+  assert line == 'attention xla, layers unrolled (model.scan_unroll=2 unused): CPU defaults'
 
 
 def test_cpu_keeps_what_the_configs_chose_before_auto():
