@@ -326,7 +326,7 @@ def make_config(s):
     config.data.max_predictions_per_seq = s['predictions']
     if s['scan'] != 'config':
       config.model.scan_layers = s['scan'] == 'on'
-    config.model.scan_unroll = s.get('unroll', 1)
+    config.model.scan_unroll = s['unroll']
     if s['attention'] != 'config':
       config.model.attention_impl = s['attention']
       if s['attention'] == 'dot_product_attention':  # No dropout in it (attention.py).

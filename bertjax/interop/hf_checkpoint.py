@@ -28,9 +28,9 @@ from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_names
 from bertjax.interop import hf_sentencepiece
-from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
+from bertjax.model import layer_stack
 from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import kinds
@@ -104,7 +104,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   table = {k: (v[0], v[1].to_ours) for k, v in hf_names.names(cfg).items()}
   converted, loaded, initialised = _convert(state, _unscanned_paths(fresh, cfg), table)
   if cfg.scan_layers:
-    converted = layouts.stack_layers(converted, cfg.num_layers)
+    converted = layer_stack.stack_layers(converted, cfg.num_layers)
   if initialised:
     fresh = model_tree(jax.jit(module.init))
   params = {}

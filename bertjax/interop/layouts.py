@@ -105,26 +105,3 @@ def names(config, spelling: Spelling, head: dict) -> dict:
   m.update({ours: (theirs, TRANSPOSED if transposed else SAME)
             for ours, (theirs, transposed) in head.items()})
   return m
-
-
-def unstack_layers(flat: dict) -> dict:
-  """nn.scan's `bert/layers/...` [num_layers, ...] -> `bert/layers_<i>/...`; others unchanged."""
-  out = {}
-  for key, value in flat.items():
-    prefix, _, rest = key.partition('layers/')
-    if prefix in ('bert/', '') and rest and key.startswith(prefix + 'layers/'):
-      for i in range(value.shape[0]):
-        out[f'{prefix}layers_{i}/{rest}'] = value[i]
-    else:
-      out[key] = value
-  return out
-
-
-def stack_layers(flat: dict, num_layers: int) -> dict:
-  """`bert/layers_<i>/...` -> `bert/layers/...` with a leading layer axis (nn.scan's layout)."""
-  out = {k: v for k, v in flat.items() if not k.startswith('bert/layers_')}
-  suffixes = {k.split('/', 2)[2] for k in flat if k.startswith('bert/layers_0/')}
-  for suffix in suffixes:
-    out[f'bert/layers/{suffix}'] = np.stack(
-        [flat[f'bert/layers_{i}/{suffix}'] for i in range(num_layers)])
-  return out

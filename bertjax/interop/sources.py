@@ -17,9 +17,9 @@ from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
-from bertjax.interop import layouts
 from bertjax.interop import sentence_transformers
 from bertjax.interop import tf1_checkpoint
+from bertjax.model import layer_stack
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 
@@ -82,7 +82,7 @@ def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
 def _read_bertjax(path: str) -> bundle_lib.Bundle:
   read = checkpoint_reader.read(path)  # The digests checked; a damaged newest step skipped.
   step = files.join(read.directory, str(read.step))
-  params = layouts.unstack_layers(checkpoint.flatten(read.params))
+  params = layer_stack.unstack_layers(checkpoint.flatten(read.params))
   meta_model = read.meta.get('model')
   if not isinstance(meta_model, dict):
     raise ValueError(f'{step}: its meta item has no model config: it was not written by a '

@@ -15,6 +15,7 @@ need step N's state before the next step donates it).
 """
 
 import dataclasses
+import itertools
 import json
 import signal
 import time
@@ -27,6 +28,7 @@ import flax
 import flax.linen as nn
 import jax
 import ml_collections
+from orbax.checkpoint import multihost
 
 from bertjax import files
 from bertjax import paths
@@ -110,6 +112,24 @@ class _Preemption:
   def close(self):
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
+
+
+# How long the processes of a job wait for each other at the first step (the slowest host's
+# compile of the step, on a pod minutes at most).
+FIRST_STEP_BARRIER_S = 1800
+_first_steps = itertools.count()  # Barrier keys are used once: every process counts the same.
+
+
+def _compile_together(step_fn, state, batch):
+  """Several processes: each compiles the step, then all wait at one barrier before any runs
+  it. A step's first collectives set up their communicators in a rendezvous that gloo (CPU
+  processes) gives up after 30 s, so a host whose compile or input came 30 s late failed the
+  job; after the barrier they start within a round trip of each other."""
+  if jax.process_count() == 1:
+    return
+  step_fn.lower(state, batch).compile()  # jit's own cache: the step's first call reuses it.
+  multihost.get_barrier_sync_fn()(key=f'bertjax-first-step-{next(_first_steps)}',
+                                  timeout_ms=FIRST_STEP_BARRIER_S * 1000)
 
 
 def _write_config(config, workdir, writer, resumed_at: int | None):
@@ -325,6 +345,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         batch = next(batches)
+        if step == start_step:
+          _compile_together(step_fn, state, batch)
         trace.before(step)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)

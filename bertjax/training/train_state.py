@@ -23,6 +23,7 @@ import optax
 from bertjax.model import attention
 from bertjax.model import cudnn_dropout
 from bertjax.model import encoder_config
+from bertjax.model import layer_stack
 from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import perf
@@ -174,17 +175,8 @@ def drawn_params(model, key, inputs):
   drawn = model.clone(config=config).init(key, **inputs, deterministic=True)['params']
   if _scanned(model.config):
     return drawn
-  stacked = flax.traverse_util.flatten_dict(drawn, sep='/')
-  params = {}
-  for path, box in stacked.items():
-    if not path.startswith('bert/layers/'):
-      params[path] = box
-      continue
-    for i in range(config.num_layers):
-      params[path.replace('bert/layers/', f'bert/layers_{i}/', 1)] = (
-          box.replace(value=box.value[i], names=box.names[1:])
-          if isinstance(box, nn.LogicallyPartitioned) else box[i])
-  return flax.traverse_util.unflatten_dict(params, sep='/')
+  return flax.traverse_util.unflatten_dict(
+      layer_stack.unstack_layers(flax.traverse_util.flatten_dict(drawn, sep='/')), sep='/')
 
 
 def _state_init(objective: Objective, tx):

@@ -15,9 +15,9 @@ import safetensors
 
 from bertjax.interop import hf_names
 from bertjax.interop import init_from
-from bertjax.interop import layouts
 from bertjax.model import encoder_config
 from bertjax.model import heads
+from bertjax.model import layer_stack
 from bertjax.training import checkpoint
 from bertjax.training import sharding
 
@@ -72,7 +72,7 @@ def test_a_scanned_run_loads_unrolled_and_back_unchanged(tmp_path, mesh):
   abstract, shardings = abstract_params(model_config(False), mesh)
   unrolled, unused = init_from.load_params(base, abstract, shardings)
   assert unused == []
-  got, want = flat(unrolled), layouts.unstack_layers(flat(scanned))
+  got, want = flat(unrolled), layer_stack.unstack_layers(flat(scanned))
   assert got.keys() == want.keys() and 'bert/layers_2/mlp/intermediate/kernel' in got
   for path in want:
     np.testing.assert_array_equal(got[path], want[path], err_msg=path)

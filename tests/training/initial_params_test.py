@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bertjax import pretrain_objective
-from bertjax.interop import layouts
 from bertjax.model import heads
+from bertjax.model import layer_stack
 from bertjax.training import train_state
 from configs import pretrain
 
@@ -37,7 +37,7 @@ def test_unrolled_layers_start_from_the_scanned_layouts_weights(kind):
   key = jax.random.PRNGKey(7)
   unrolled = _flat(train_state.drawn_params(*_model(False, kind)[:1], key,
                                             _model(False, kind)[1]))
-  scanned = layouts.unstack_layers(_flat(train_state.drawn_params(
+  scanned = layer_stack.unstack_layers(_flat(train_state.drawn_params(
       _model(True, kind)[0], key, _model(True, kind)[1])))
   assert set(unrolled) == set(scanned) and any('layers_1/' in k for k in unrolled)
   for name, value in unrolled.items():

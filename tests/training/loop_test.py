@@ -26,6 +26,7 @@ from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint
+from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
@@ -578,3 +579,37 @@ def test_rules_table_is_a_config_field(corpus_files, tmp_path, monkeypatch):
   assert kernel_spec(config, tmp_path / 'default') == jax.sharding.PartitionSpec('fsdp', 'tensor')
   config.mesh.rules = 'batch=data+fsdp,vocab=tensor,heads=tensor,mlp=tensor'
   assert kernel_spec(config, tmp_path / 'replicated') == jax.sharding.PartitionSpec(None, 'tensor')
+
+
+def test_several_processes_compile_the_first_step_then_meet_before_it_runs(monkeypatch, request):
+  """gloo gives a step's first collectives 30 s to find every process: each process compiles
+  the step first, then all wait at one barrier (unique keys), and the step's first call then
+  compiles nothing. One process neither compiles ahead nor waits."""
+  compiles, barriers = [], []
+  monitoring = jax._src.monitoring  # pylint: disable=protected-access
+
+  def listener(name, _, **kw):
+    if name.endswith('backend_compile_duration'):
+      compiles.append(name)
+
+  monitoring.register_event_duration_secs_listener(listener)
+  request.addfinalizer(lambda: monitoring.unregister_event_duration_listener(listener))
+
+  def barrier_fn():
+    return lambda key, timeout_ms: barriers.append((key, timeout_ms, len(compiles)))
+
+  monkeypatch.setattr(loop.multihost, 'get_barrier_sync_fn', barrier_fn)
+  step_fn = jax.jit(lambda state, batch: (state + batch.sum(), batch.mean()))
+  state, batch = np.float32(1.0), np.arange(6, dtype=np.float32)
+  loop._compile_together(step_fn, state, batch)  # pylint: disable=protected-access
+  assert not barriers  # One process.
+  monkeypatch.setattr(loop.jax, 'process_count', lambda: 2)
+  before = len(compiles)
+  loop._compile_together(step_fn, state, batch)  # pylint: disable=protected-access
+  loop._compile_together(step_fn, state, batch)  # pylint: disable=protected-access
+  (key1, timeout_ms, compiled_at), (key2, _, _) = barriers
+  assert compiled_at == before + 1, compiles  # The step was compiled before the barrier.
+  assert key1 != key2 and timeout_ms == loop.FIRST_STEP_BARRIER_S * 1000
+  monkeypatch.undo()
+  step_fn(state, batch)
+  assert len(compiles) == before + 1, compiles  # The step's first call reused that compile.
