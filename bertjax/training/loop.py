@@ -301,6 +301,62 @@ def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
                               stopped, early_stopped=bool(stopped), **best)
 
 
+@dataclasses.dataclass
+class _Boundary:
+  """What the loop does between steps: evaluate, rank the eval, save, and decide whether the run
+  stops (early stopping, preemption). Holds the run's evals: its history and the last one."""
+
+  config: ml_collections.ConfigDict
+  job: Job
+  workdir: str
+  mesh: jax.sharding.Mesh
+  mngr: object
+  writer: object
+  progress: progress_lib.Progress
+  history: dict
+  ranking: tuple  # (best metric, its mode, keep_best): _ranking's.
+  start_step: int
+  examples_consumed: int
+  eval_metrics: dict = dataclasses.field(default_factory=dict)
+  eval_step: int | None = None
+
+  def after(self, state, done: int, metrics, preempted: bool) -> str:
+    """After step `done` ran: why the run stops there ('' = it goes on)."""
+    evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
+    do_eval = evaluator is not None and (is_last or (
+        evaluator.every_steps and done % evaluator.every_steps == 0))
+    will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
+    self.progress.step_done(done, metrics, read_now=will_save)
+    ranked, stopped = None, ''
+    if do_eval:
+      self.eval_metrics, self.eval_step = _evaluate(self.job, state.params, done,
+                                                    self.writer), done
+      self.progress.restart_timer(done)
+      metric, mode, _ = self.ranking
+      ranked, stopped = _rank(self.eval_metrics, done, self.history, self.workdir, metric, mode,
+                              self.job.early_stopping_patience)
+    if will_save:
+      consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
+      _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
+    if is_last:
+      return ''  # Early stopping at the last step: the run finished anyway.
+    if stopped:
+      logging.warning('stopped %s: saved step %d, exiting', stopped, done)
+      return stopped
+    if preempted:
+      logging.warning('preempted: saved step %d, exiting', done)
+      return f'preempted at step {done}: rerun the same command to resume'
+    return ''
+
+  def outcome(self, done: int, last_loss, stopped: str) -> progress_lib.Outcome:
+    """How the run ended; its last eval is kept as eval_results.json."""
+    if self.eval_metrics:
+      run_files.write_json(files.join(self.workdir, 'eval_results.json'), self.eval_metrics)
+    return progress_lib.Outcome(self.eval_metrics, done, self.config.num_train_steps, last_loss,
+                                self.eval_step, stopped, early_stopped=stopped.startswith('early'),
+                                **_best_of(self.history, *self.ranking))
+
+
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progress_lib.Outcome:
   """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
   tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
@@ -337,10 +393,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
   progress = progress_lib.Progress(config, job, writer, start_step)
+  boundary = _Boundary(config, job, workdir, mesh, mngr, writer, progress, history,
+                       (metric, mode, keep_best), start_step, examples_consumed)
   trace = progress_lib.Trace(config, workdir, start_step, total_steps)
   preemption = _Preemption(mngr)
-  evaluator, eval_metrics, eval_step, stopped = job.evaluator, {}, None, ''
-  done = start_step
+  done, stopped = start_step, ''
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
@@ -352,33 +409,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           state, metrics = step_fn(state, batch)
         done = step + 1
         trace.after(done, state)
-        preempted = preemption.reached(done)
-        is_last = done == total_steps
-        do_eval = evaluator is not None and (is_last or (
-            evaluator.every_steps and done % evaluator.every_steps == 0))
-        will_save = is_last or preempted or do_eval or mngr.should_save(done)
-        progress.step_done(done, metrics, read_now=will_save)
-        ranked = None
-        if do_eval:
-          eval_metrics, eval_step = _evaluate(job, state.params, done, writer), done
-          progress.restart_timer(done)
-          ranked, stopped = _rank(eval_metrics, done, history, workdir, metric, mode, patience)
-        if will_save:
-          consumed = examples_consumed + (done - start_step) * config.global_batch_size
-          _save(mngr, config, mesh, state, done, consumed, ranked)
-        if stopped and not is_last:
-          logging.warning('stopped %s: saved step %d, exiting', stopped, done)
-          break
-        stopped = ''  # Early stopping at the last step: the run finished anyway.
-        if preempted and not is_last:
-          logging.warning('preempted: saved step %d, exiting', done)
-          stopped = f'preempted at step {done}: rerun the same command to resume'
+        stopped = boundary.after(state, done, metrics, preemption.reached(done))
+        if stopped:
           break
   finally:
     preemption.close()
     writer.close()
-  if eval_metrics:
-    run_files.write_json(files.join(workdir, 'eval_results.json'), eval_metrics)
-  return progress_lib.Outcome(eval_metrics, done, total_steps, progress.last_loss, eval_step,
-                              stopped, early_stopped=stopped.startswith('early'),
-                              **_best_of(history, metric, mode, keep_best))
+  return boundary.outcome(done, progress.last_loss, stopped)
