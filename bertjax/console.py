@@ -17,7 +17,10 @@ from absl import logging
 _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a healthy checkpoint.
                    'Metadata file does not exist',
                    # orbax's background threads on a full disk, said once by the run's error.
-                   'No space left on device')
+                   'No space left on device',
+                   # orbax when a save waited over 1 s for the one before (a loaded machine,
+                   # saves every few steps): the progress line's rate at that step shows it.
+                   'Waiting for previous save to complete')
 
 
 class ConsoleFilter(std_logging.Filter):

@@ -66,6 +66,12 @@ def test_console_filter_keeps_ours_and_library_warnings():
     assert console_filter.filter(record(orbax, logging.WARNING, 'a real problem'))
     assert not console_filter.filter(record(orbax, logging.WARNING,
                                      'Metadata file does not exist: /w/1/_CHECKPOINT_METADATA'))
+    # A save that waited for the one before: the progress line's rate shows it (a loaded CI
+    # machine's 1.1 s wait put orbax's line among the pre-training run's).
+    assert not console_filter.filter(record(orbax, logging.WARNING,
+                                     'Waiting for previous save to complete took 1.102294 '
+                                     'seconds. If this number is high, consider checkpointing '
+                                     'less frequently.'))
     absl_logging.set_verbosity(absl_logging.DEBUG)  # --verbosity=1: everything.
     assert console_filter.filter(record(orbax, logging.INFO))
   finally:
