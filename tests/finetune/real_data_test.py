@@ -9,31 +9,27 @@ and a simple baseline computed beside it (small sizes; bench/finetune_bench.py s
 """
 
 import json
-import os
-import pathlib
 import subprocess
 import sys
 
+import pretrain_runs
 import pytest
 import user_task_files
 import wordnet_examples
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _finetune(tmp_path, minilm_dir, task, train, evaluation, *, seq, epochs, lr, batch, **data):
   """The user's command on their own files, on a laptop's one CPU device: what these tests
   check is learning, which the suite's 8 simulated devices only slow down (1.6x, measured on
   the blank filling: 224 s against 141 s); sharding has its own tests."""
-  args = [f'--config={REPO}/configs/finetune.py:task={task},init_from={minilm_dir},seq={seq},'
-          f'epochs={epochs},lr={lr},batch={batch}',
+  args = [f'--config={pretrain_runs.REPO}/configs/finetune.py:task={task},'
+          f'init_from={minilm_dir},seq={seq},epochs={epochs},lr={lr},batch={batch}',
           f'--config.data.train_file={train}', f'--config.data.eval_file={evaluation}',
           '--config.checkpoint.every_steps=100000',
           '--config.eval_every_steps=100000',  # Once, at the end.
           *(f'--config.data.{key}={value}' for key, value in data.items()),
           f'--workdir={tmp_path / "run"}']
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  env = pretrain_runs.environment(1, tmp_path / 'jax-cache')  # The session's cache in pytest.
   done = subprocess.run([sys.executable, '-m', 'bertjax.main', *args], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=900, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
