@@ -79,6 +79,7 @@ def test_masking_rate_the_predictions_cannot_hold_is_refused(corpus):
     pretrain.masking_config(cfg, cfg.data.vocab_file, pretrain.phases(cfg, ''))
 
 
+@pytest.mark.usefixtures('one_device')  # Learning, not sharding (tests/conftest.py).
 def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   """model.nsp=False on MLM-only data, dynamic whole-word masking at 20%: no NSP head or
   metric, and an MLM accuracy above always guessing the commonest token."""

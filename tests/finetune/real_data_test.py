@@ -79,8 +79,10 @@ def test_wordnet_blank_filling_beats_chance(tmp_path, minilm_dir, wordnet_split)
   train, evaluation = rows[:len(wordnet_split[0])], rows[len(wordnet_split[0]):]
   user_task_files.write_jsonl(tmp_path / 'train.jsonl', train)
   user_task_files.write_jsonl(tmp_path / 'eval.jsonl', evaluation)
+  # Two epochs (measured, one device: accuracy 0.419 in 96 s; three epochs gave 0.375 in 129 s,
+  # one 0.375; the commonest answer position 0.2625).
   result = _finetune(tmp_path, minilm_dir, 'multiple_choice', tmp_path / 'train.jsonl',
-                     tmp_path / 'eval.jsonl', seq=24, epochs=3, lr=1e-4, batch=16)
+                     tmp_path / 'eval.jsonl', seq=24, epochs=2, lr=1e-4, batch=16)
   baseline = wordnet_examples.most_frequent_label([r['label'] for r in train],
                                                  [r['label'] for r in evaluation])
   assert baseline < 0.32

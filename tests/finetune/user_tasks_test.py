@@ -20,6 +20,9 @@ from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# The user's files, learning and predict agreeing with eval are the subject here: one device
+# (tests/conftest.py); sharding has its own tests, the bertjax.predict command runs on 8.
+pytestmark = pytest.mark.usefixtures('one_device')
 
 
 def _config(task, seq=24, epochs=10.0, **data):

@@ -54,9 +54,12 @@ def _kernel_spec(tmp_path) -> str:
   return str(tmp_path / 'jupyter')
 
 
-def execute(name, tmp_path, monkeypatch):
-  """The notebook after running every cell in a fresh kernel started in its folder."""
+def execute(name, tmp_path, monkeypatch, devices=None):
+  """The notebook after running every cell in a fresh kernel started in its folder; `devices`
+  simulated CPU devices in that kernel (None: the test session's 8)."""
   monkeypatch.setenv('BERTJAX_SMOKE', '1')
+  if devices:
+    monkeypatch.setenv('XLA_FLAGS', f'--xla_force_host_platform_device_count={devices}')
   monkeypatch.setenv('TMPDIR', str(tmp_path))  # The notebooks' workdirs are under tempdir.
   monkeypatch.setenv('JUPYTER_PATH', _kernel_spec(tmp_path))
   notebook = read(name)
@@ -82,7 +85,8 @@ def outputs(notebook, kind):
 
 
 def test_quickstart(tmp_path, monkeypatch):
-  notebook = execute('quickstart', tmp_path, monkeypatch)
+  # One device, as a Colab CPU runtime has (the TPU notebook below runs on all 8).
+  notebook = execute('quickstart', tmp_path, monkeypatch, devices=1)
   text = ''.join(outputs(notebook, 'stream'))
   assert 'eval: MLM accuracy' in text, text
   assert 'pretrain finished in ' in text, text  # The job's summary line reaches the notebook.
@@ -92,7 +96,8 @@ def test_quickstart(tmp_path, monkeypatch):
 
 
 def test_finetune_predict_export(tmp_path, monkeypatch):
-  notebook = execute('finetune_predict_export', tmp_path, monkeypatch)
+  # One device, as a Colab CPU runtime has (the TPU notebook below runs on all 8).
+  notebook = execute('finetune_predict_export', tmp_path, monkeypatch, devices=1)
   text = ''.join(outputs(notebook, 'stream'))
   # The notebook itself asserts that transformers gives bertjax's probabilities.
   assert 'largest difference from bertjax' in text, text
