@@ -67,14 +67,20 @@ def one_device(monkeypatch):
 
   For the long runs whose subject is learning (an accuracy past a baseline), not sharding:
   the 8 simulated devices on the CI's 2 cores only slow their steps down (the MLM-only run's
-  300 steps: 2m36s on 8 devices, 1m34s on 1, the same losses). Sharding keeps its own tests.
+  300 steps: 2m36s on 8 devices, 1m30s on 1, the same losses). Sharding keeps its own tests.
+  A test that built no mesh through it fails: the patch would have missed the jobs.
   """
   import jax  # pylint: disable=g-import-not-at-top
 
   from bertjax.training import sharding  # pylint: disable=g-import-not-at-top
-  make_mesh = sharding.make_mesh
-  monkeypatch.setattr(sharding, 'make_mesh',
-                      lambda mesh_config, devices=None: make_mesh(mesh_config, jax.devices()[:1]))
+  make_mesh, meshes = sharding.make_mesh, []
+
+  def first_device(mesh_config, devices=None):
+    meshes.append(make_mesh(mesh_config, (jax.devices() if devices is None else devices)[:1]))
+    return meshes[-1]
+  monkeypatch.setattr(sharding, 'make_mesh', first_device)
+  yield
+  assert meshes, 'one_device: no job built its mesh through sharding.make_mesh'
 
 
 def _missing(msg: str):

@@ -30,7 +30,6 @@ from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
 from bertjax.model import encoder
 from bertjax.model import heads
-from bertjax.training import sharding
 from configs import finetune as finetune_config
 from configs import pretrain
 
@@ -44,14 +43,12 @@ def sst2_dir(tmp_path_factory):
   return write_sst2(tmp_path_factory.mktemp('sst2'))
 
 
-def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, monkeypatch):
+def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, request):
   config = tiny_config(sst2_dir, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   sharded = finetune.train_and_evaluate(config, str(tmp_path / 'eight'))
 
-  make_mesh = sharding.make_mesh
-  monkeypatch.setattr(sharding, 'make_mesh',
-                      lambda mesh_config: make_mesh(mesh_config, jax.devices()[:1]))
+  request.getfixturevalue('one_device')  # From here on, one device (tests/conftest.py).
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
   single = finetune.train_and_evaluate(config, str(tmp_path / 'one'))
 

@@ -20,9 +20,9 @@ from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-# The user's files, learning and predict agreeing with eval are the subject here: one device
-# (tests/conftest.py); sharding has its own tests, the bertjax.predict command runs on 8.
-pytestmark = pytest.mark.usefixtures('one_device')
+# The user's files, learning and predict agreeing with eval are the subject of the training
+# tests: one device (tests/conftest.py); sharding has its own tests, bertjax.predict runs on 8.
+ONE_DEVICE = pytest.mark.usefixtures('one_device')
 
 
 def _config(task, seq=24, epochs=10.0, **data):
@@ -48,6 +48,7 @@ def _last_predictions(workdir, name):
   return steps[-1] / name
 
 
+@ONE_DEVICE
 def test_csv_classification_labels_saved_and_predict_agrees_with_eval(tmp_path):
   rng = np.random.default_rng(0)
   labels = rng.choice(['warm', 'cold', 'grim'], 120)
@@ -99,6 +100,7 @@ def test_csv_classification_labels_saved_and_predict_agrees_with_eval(tmp_path):
   assert json.loads((workdir / 'config.json').read_text())['labels'] == saved['labels']
 
 
+@ONE_DEVICE
 def test_tagging_iobes_jsonl_and_predict_agrees_with_eval(tmp_path):
   rng = np.random.default_rng(1)
 
@@ -155,6 +157,7 @@ def _swag_rows(rng, n):
   return lines
 
 
+@ONE_DEVICE
 def test_swag_csv_train_eval_predict_and_raw_text(tmp_path):
   rng = np.random.default_rng(2)
   lines = _swag_rows(rng, 100)
@@ -191,6 +194,7 @@ def test_swag_csv_train_eval_predict_and_raw_text(tmp_path):
     predictor.predict(['a ||| b ||| c'])
 
 
+@ONE_DEVICE
 def test_span_on_squad_json_files_and_predict_agrees_with_eval(tmp_path, allennlp_wheel):
   with zipfile.ZipFile(allennlp_wheel) as wheel:
     (tmp_path / 'squad.json').write_bytes(wheel.read('allennlp/tests/fixtures/data/squad.json'))
