@@ -1,14 +1,17 @@
 """Checkpoint integrity: digests, damaged bytes fall back, other errors leave checkpoints be,
-a full disk is one clear error."""
+a full disk is one clear error; one CPU process saves replicated arrays whole, and checkpoints
+of either kind read back."""
 
 import errno
 import json
+import logging
 
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from bertjax.training import checkpoint
@@ -130,3 +133,68 @@ def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, monkeypatch):
   with pytest.raises(checkpoint.DiskFullError, match=r'is full: .* last complete one \(step 1\) '
                      r'is intact and a rerun resumes from it'):
     checkpoint.wait(mngr)
+
+
+def replicated_state(seed):
+  """make_state's arrays replicated over the 8 devices, in shapes no other test saves (a
+  program compiled for a shape is cached for the process)."""
+  rng = np.random.default_rng(seed)
+  everywhere = jax.sharding.NamedSharding(jax.make_mesh((8,), ('data',)),
+                                          jax.sharding.PartitionSpec())
+  state = State(params={'dense': {'kernel': jnp.asarray(rng.normal(size=(40, 24)), jnp.float32),
+                                  'bias': jnp.asarray(rng.normal(size=(24,)), jnp.bfloat16)}},
+                step=jnp.int32(seed))
+  return jax.device_put(state, everywhere)
+
+
+def compiles_while(caplog, action) -> list[str]:
+  """The names of the programs jax compiles while `action()` runs."""
+  caplog.clear()
+  with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+    action()
+  return [r.getMessage().split(' ')[1] for r in caplog.records
+          if r.getMessage().startswith('Compiling ')]
+
+
+def test_one_cpu_process_saves_replicated_arrays_whole(tmp_path, caplog):
+  """orbax's replica-parallel save slices a replicated array per replica, compiling a program
+  per shape, which on one CPU process parallelizes nothing; bertjax's handler saves it whole.
+  The two write the same arrays, each readable by the other."""
+  state = replicated_state(3)
+  ours = ocp.Checkpointer(checkpoint.state_handler())
+  orbaxs = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())  # orbax's default handler.
+  assert compiles_while(caplog, lambda: ours.save(tmp_path / 'ours', args=ocp.args.PyTreeSave(
+      state))) == []
+  # The check can fail: orbax's default compiles its slices for the same arrays.
+  assert 'slice' in ' '.join(compiles_while(caplog, lambda: orbaxs.save(
+      tmp_path / 'orbaxs', args=ocp.args.PyTreeSave(state))))
+  abstract = checkpoint.abstract_state(state, jax.tree.map(lambda x: x.sharding, state))
+  restore_args = ocp.checkpoint_utils.construct_restore_args(abstract)
+  for got in [ours.restore(tmp_path / 'orbaxs', args=ocp.args.PyTreeRestore(
+                  abstract, restore_args=restore_args)),
+              orbaxs.restore(tmp_path / 'ours', args=ocp.args.PyTreeRestore(
+                  abstract, restore_args=restore_args)),
+              ocp.StandardCheckpointer().restore(tmp_path / 'ours', abstract)]:
+    for got_leaf, want in zip(jax.tree.leaves(got), jax.tree.leaves(state), strict=True):
+      assert got_leaf.dtype == want.dtype and got_leaf.sharding == want.sharding
+      np.testing.assert_array_equal(np.asarray(got_leaf), np.asarray(want))
+
+
+def test_a_workdir_saved_with_orbaxs_standard_handler_resumes(tmp_path):
+  """Workdirs written before bertjax had its own state handler (orbax's StandardSave) resume
+  through today's manager, digests checked."""
+  old = ocp.CheckpointManager(checkpoint.checkpoint_dir(tmp_path), item_names=('state', 'meta'))
+  for step in (1, 2):
+    state = make_state(step)
+    meta = {'step': step, 'examples_consumed': step * 4,
+            'digests': checkpoint_damage.digests(state)}
+    old.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                           meta=ocp.args.JsonSave(meta)))
+  old.wait_until_finished()
+  old.close()
+  state, meta = restore(tmp_path)
+  assert meta['step'] == 2
+  for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(make_state(2)), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  save_steps(tmp_path, steps=(3,))  # And it goes on saving in the same workdir.
+  assert restore(tmp_path)[1]['step'] == 3
