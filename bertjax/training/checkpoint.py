@@ -113,18 +113,17 @@ def state_handler() -> ocp.PyTreeCheckpointHandler:
   written once, and each reads the other's checkpoints (tests/training/checkpoint_test.py).
   Elsewhere orbax decides (it turns it off where JAX_PLATFORMS names a GPU).
   """
-  cpu_only = jax.process_count() == 1 and jax.default_backend() == 'cpu'
-  handlers = [(ty, ocp.type_handlers.get_type_handler(ty))
-              for ty in ocp.type_handlers.supported_types()]
-  if cpu_only:
-    # The default handler's own array-metadata store, as orbax finds it (that attribute).
-    store = getattr(ocp.type_handlers.get_type_handler(jax.Array), '_array_metadata_store', None)
-    whole = ocp.type_handlers.ArrayHandler(use_replica_parallel=False, array_metadata_store=store)
-    handlers = [(ty, whole if ty is jax.Array else h) for ty, h in handlers]
+  handlers = {ty: ocp.type_handlers.get_type_handler(ty)
+              for ty in ocp.type_handlers.supported_types()}
+  if jax.process_count() == 1 and jax.default_backend() == 'cpu':
+    # Keeps the default handler's array-metadata store (the attribute orbax itself reads).
+    handlers[jax.Array] = ocp.type_handlers.ArrayHandler(
+        use_replica_parallel=False,
+        array_metadata_store=getattr(handlers[jax.Array], '_array_metadata_store', None))
   return ocp.PyTreeCheckpointHandler(
       # StandardCheckpointHandler's limits (PyTreeCheckpointHandler's default is none).
       save_concurrent_gb=96, restore_concurrent_gb=96,
-      type_handler_registry=ocp.type_handlers.create_type_handler_registry(*handlers))
+      type_handler_registry=ocp.type_handlers.create_type_handler_registry(*handlers.items()))
 
 
 def since_best(history: dict[int, dict], metric: str, mode: str) -> tuple[int | None, int]:

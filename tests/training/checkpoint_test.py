@@ -158,8 +158,8 @@ def compiles_while(caplog, action) -> list[str]:
 
 def test_one_cpu_process_saves_replicated_arrays_whole(tmp_path, caplog):
   """orbax's replica-parallel save slices a replicated array per replica, compiling a program
-  per shape, which on one CPU process parallelizes nothing; bertjax's handler saves it whole.
-  The two write the same arrays, each readable by the other."""
+  per shape and device, which on one CPU process parallelizes nothing; bertjax's handler saves
+  it whole. Each reads the other's checkpoint, bit for bit."""
   state = replicated_state(3)
   ours = ocp.Checkpointer(checkpoint.state_handler())
   orbaxs = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())  # orbax's default handler.
