@@ -27,10 +27,15 @@ RENAMED_ARGS = {'init': 'init_from', 'checkpoint': 'init_from'}
 
 
 def parse_arg(arg, **defaults):
-  """Parses `k=v,k=v` into a ConfigDict over `defaults`, values cast to the defaults' types."""
+  """Parses `k=v,k=v` into a ConfigDict over `defaults`, values cast to the defaults' types.
+
+  A value that is not of its default's type, or a key given twice, is refused naming the key:
+  never read as something else. Whole numbers may be written as 1e5 or 100_000.
+  """
   parsed = ml_collections.ConfigDict(defaults)
   if not arg:
     return parsed
+  given = {}
   for item in arg.split(','):
     if not item:
       continue
@@ -42,14 +47,44 @@ def parse_arg(arg, **defaults):
                        f'{RENAMED_ARGS[key]}={value}.')
     if key not in defaults:
       raise ValueError(f'unknown config argument {key!r}; valid ones: {sorted(defaults)}.')
-    default = defaults[key]
-    if isinstance(default, bool):
-      parsed[key] = value.lower() in ('1', 'true', 'yes')
-    elif default is None:
-      parsed[key] = value
-    else:
-      parsed[key] = type(default)(value)
+    if key in given:
+      raise ValueError(f'config argument {key!r} is given twice ({key}={given[key]}, then '
+                       f'{item}): pass it once.')
+    given[key] = value
+    parsed[key] = _cast(key, value, defaults[key])
   return parsed
+
+
+_BOOLS = {'1': True, 'true': True, 'yes': True, 'on': True,
+          '0': False, 'false': False, 'no': False, 'off': False}
+
+
+def _cast(key, value, default):
+  """`value` as the type of `default`, or a ValueError naming `key` and what it takes."""
+  if default is None or isinstance(default, str):
+    return value
+  if isinstance(default, bool):
+    if value.strip().lower() in _BOOLS:
+      return _BOOLS[value.strip().lower()]
+    kind = 'true or false'
+  elif isinstance(default, int):
+    try:
+      return int(value)
+    except ValueError:
+      try:
+        number = float(value)
+      except ValueError:
+        number = None
+      if number is not None and number.is_integer():
+        return int(number)  # 1e5, 2.0: whole numbers written as floats.
+    kind = 'a whole number'
+  else:
+    try:
+      return type(default)(value)
+    except ValueError:
+      pass
+    kind = f'a {type(default).__name__}'
+  raise ValueError(f'config argument {key}={value!r}: {key} takes {kind} (default {default}).')
 
 
 def model_config(size: str, **overrides) -> ml_collections.ConfigDict:

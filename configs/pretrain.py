@@ -105,8 +105,9 @@ def get_config(arg=None):
   config.phase2.fraction = arg.phase2_fraction  # Share of num_train_steps; 0 = one phase.
   config.phase2.max_seq_length = arg.phase2_seq  # The paper: 512.
   # Predictions per sequence in phase 2, scaled with the length (the paper: 80 at 512).
+  # (seq=0 or less is left to config_check, which names data.max_seq_length and the fix.)
   config.phase2.max_predictions_per_seq = round(
-      config.data.max_predictions_per_seq * arg.phase2_seq / arg.seq)
+      config.data.max_predictions_per_seq * arg.phase2_seq / arg.seq) if arg.seq > 0 else 0
   # TFRecords made at phase2's lengths; '' with data.train_files '' = the embedded corpus.
   config.phase2.train_files = ''
   config.phase2.eval_files = ''

@@ -58,3 +58,38 @@ def test_config_field_error_names_a_mistyped_field_of_main_s_argv():
   assert config_args.config_field_error(argv[:2]) is None  # Every field known.
   # A config that does not load: None, so that main shows the original error.
   assert config_args.config_field_error(['bertjax.main', '--config=/nowhere.py', argv[2]]) is None
+
+
+def test_a_config_argument_of_the_wrong_type_or_given_twice_is_refused_naming_it(monkeypatch):
+  """configs/common.parse_arg: `file.py:k=v,...` values are cast to their defaults' types; a
+  value that does not cast, a key given twice, or seq=0 is one line naming the argument, never
+  read as something else (a last-wins duplicate, a typo read as false) or a bare traceback."""
+  monkeypatch.chdir(REPO)
+  assert config_args.check_args(['--config=configs/pretrain.py:steps=1e5']).num_train_steps == (
+      100_000)
+  assert config_args.check_args(['--config=configs/pretrain.py:steps=2_000']).num_train_steps == (
+      2_000)
+  cases = [
+      ('pretrain.py:steps=2.5', "config argument steps='2.5': steps takes a whole number"),
+      ('pretrain.py:steps=', "config argument steps='': steps takes a whole number"),
+      ('pretrain.py:batch=256,batch=512', "config argument 'batch' is given twice (batch=256, "
+       'then batch=512): pass it once.'),
+      ('finetune.py:task=sst2,epochs=three', "config argument epochs='three': epochs takes a "
+       'float'),
+      ('pretrain.py:seq=0', 'config.data.max_seq_length=0: needs room for [CLS]'),
+  ]
+  for arg, message in cases:
+    with pytest.raises(ValueError) as e:
+      config_args.check_args([f'--config=configs/{arg}'])
+    assert message in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+def test_a_true_or_false_argument_takes_only_true_or_false_words():
+  from configs import common  # pylint: disable=g-import-not-at-top
+  for word, value in [('true', True), ('Yes', True), ('on', True), ('1', True), ('false', False),
+                      ('NO', False), ('off', False), ('0', False)]:
+    assert common.parse_arg(f'flag={word}', flag=not value).flag is value
+  for typo in ('ture', '', 'flase', '2'):
+    with pytest.raises(ValueError, match=f"config argument flag='{typo}': flag takes true or "
+                       'false'):
+      common.parse_arg(f'flag={typo}', flag=True)
