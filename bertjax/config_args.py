@@ -7,6 +7,7 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 """
 
 import os
+import sys
 
 from bertjax import config_check
 from bertjax.pretraining_data import masking
@@ -58,10 +59,24 @@ def load_config(spec: str):
   return _load_config_file(path, arg)
 
 
+def config_spec(argv) -> str | None:
+  """FILE[:ARG] of the --config=FILE[:ARG] in `argv`, None without one. Raises ValueError for
+  a repeated --config=: absl would keep the last file yet register the --config.X overrides
+  against the first, so a second file is refused rather than half-applied."""
+  specs = [a.split('=', 1)[1] for a in argv if a.startswith('--config=')]
+  if len(specs) > 1:
+    raise ValueError(f'--config= is given {len(specs)} times ({", then ".join(specs)}): pass '
+                     'one --config=FILE[:ARG], and change its fields with --config.X=V.')
+  return specs[0] if specs else None
+
+
 def config_field_error(argv) -> str | None:
   """'unknown config field X; closest valid names: ...' for a mistyped --config.X in bertjax.main's
   `argv`, else None (also when its --config does not load: the original error is shown then)."""
-  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  try:
+    spec = config_spec(argv)
+  except ValueError as e:
+    return str(e)
   if spec is None:
     return None
   try:
@@ -69,6 +84,22 @@ def config_field_error(argv) -> str | None:
   except Exception:  # pylint: disable=broad-except  # Then the original error is shown.
     return None
   return unknown_field(config, argv)
+
+
+def parse_flags(argv):
+  """absl's flag parsing (app.run's flags_parser) for bertjax.main and launch.aot_compile: a
+  mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit 1."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    config_spec(argv)
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
+          file=sys.stderr)
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    message = config_field_error(argv) or f'{type(e).__name__}: {e}'
+    print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
+  sys.exit(1)
 
 
 def check_args(main_args) -> object:
@@ -80,7 +111,7 @@ def check_args(main_args) -> object:
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   config_args = [a for a in main_args if a == '--config' or a.startswith(('--config=',
                                                                            '--config.'))]
-  spec = next((a.split('=', 1)[1] for a in config_args if a.startswith('--config=')), None)
+  spec = config_spec(config_args)
   if not spec:
     raise ValueError('the job has no --config=configs/<file>.py[:args]: pass bertjax.main\'s '
                      'flags after --, e.g. -- --config=configs/pretrain.py:size=base')

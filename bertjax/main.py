@@ -138,20 +138,6 @@ def _first_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else ''
 
 
-def parse_flags(argv):
-  """absl's flag parsing, with a one-line error for a mistyped config field."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
-          file=sys.stderr)
-    sys.exit(1)
-  except (AttributeError, KeyError, TypeError, ValueError) as e:
-    message = config_args.config_field_error(argv) or f'{type(e).__name__}: {e}'
-    print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
-    sys.exit(1)
-
-
 def _job_module(name: str):
   """The job's module, imported with the C++ start-up lines of what it imports held back
   (a CUDA build of TensorFlow on a CPU host: 'failed call to cuInit'); shown if it fails."""
@@ -266,6 +252,6 @@ if __name__ == '__main__':
   _MALLOC_TUNED = not _accelerator_present() and malloc_tuning.keep_memory_mapped()
   console.exit_on_interrupt(_interrupt_message)
   try:
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=config_args.parse_flags)
   except KeyboardInterrupt:
     console.interrupted(_interrupt_message)

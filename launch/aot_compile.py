@@ -77,6 +77,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from bertjax import config_args  # noqa: E402
 from bertjax import console  # noqa: E402
 from bertjax import pretrain  # noqa: E402
 from bertjax.model import encoder  # noqa: E402
@@ -349,4 +350,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=config_args.parse_flags)

@@ -2,6 +2,8 @@
 check, and the one line for a mistyped, renamed or replaced field."""
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -93,3 +95,25 @@ def test_a_true_or_false_argument_takes_only_true_or_false_words():
     with pytest.raises(ValueError, match=f"config argument flag='{typo}': flag takes true or "
                        'false'):
       common.parse_arg(f'flag={typo}', flag=True)
+
+
+def test_a_second_config_file_is_refused(monkeypatch):
+  """absl keeps the last --config=FILE yet registers the --config.X overrides against the first
+  (an AttributeError, a DuplicateFlagError, or without overrides the last file silently): the
+  launchers' check and bertjax.main refuse a second one in one line."""
+  monkeypatch.chdir(REPO)
+  args = ['--config=configs/pretrain.py:size=base', '--config=configs/finetune.py:task=sst2']
+  message = ('--config= is given 2 times (configs/pretrain.py:size=base, then '
+             'configs/finetune.py:task=sst2): pass one --config=FILE[:ARG], and change its '
+             'fields with --config.X=V.')
+  for extra in ([], ['--config.num_epochs=2']):
+    with pytest.raises(ValueError) as e:
+      config_args.check_args(args + extra)
+    assert str(e.value) == message
+    assert config_args.config_field_error(['bertjax.main', *args, *extra]) == message
+  for command in (['bertjax.main', '--workdir=/nonexistent'],
+                  ['launch.aot_compile', '--topology=cpu:8']):
+    run = subprocess.run([sys.executable, '-m', *command, *args], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert run.returncode == 1, run.stderr
+    assert f'FATAL Flags parsing error: {message}' in run.stderr, run.stderr
