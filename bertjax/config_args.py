@@ -72,7 +72,8 @@ def config_spec(argv) -> str | None:
 
 def config_field_error(argv) -> str | None:
   """'unknown config field X; closest valid names: ...' for a mistyped --config.X in bertjax.main's
-  `argv`, else None (also when its --config does not load: the original error is shown then)."""
+  `argv`, config_spec's line for a second --config=, else None (also when its --config does not
+  load: the original error is shown then)."""
   try:
     spec = config_spec(argv)
   except ValueError as e:

@@ -5,6 +5,7 @@ checkpoint and logging blocks.
 file accepts and their defaults are given by the file itself.
 """
 
+from absl import flags
 import ml_collections
 
 from bertjax.model import encoder_config
@@ -55,36 +56,30 @@ def parse_arg(arg, **defaults):
   return parsed
 
 
-_BOOLS = {'1': True, 'true': True, 'yes': True, 'on': True,
-          '0': False, 'false': False, 'no': False, 'off': False}
-
-
 def _cast(key, value, default):
-  """`value` as the type of `default`, or a ValueError naming `key` and what it takes."""
+  """`value` as the type of `default`, or a ValueError naming `key` and what it takes. A
+  true/false value takes the words a --config.X=V bool flag takes (absl's parser)."""
   if default is None or isinstance(default, str):
     return value
-  if isinstance(default, bool):
-    if value.strip().lower() in _BOOLS:
-      return _BOOLS[value.strip().lower()]
-    kind = 'true or false'
-  elif isinstance(default, int):
-    try:
-      return int(value)
-    except ValueError:
-      try:
-        number = float(value)
-      except ValueError:
-        number = None
-      if number is not None and number.is_integer():
-        return int(number)  # 1e5, 2.0: whole numbers written as floats.
-    kind = 'a whole number'
-  else:
-    try:
-      return type(default)(value)
-    except ValueError:
-      pass
-    kind = f'a {type(default).__name__}'
-  raise ValueError(f'config argument {key}={value!r}: {key} takes {kind} (default {default}).')
+  parse, kind = {bool: (flags.BooleanParser().parse, 'true or false'),
+                 int: (_whole_number, 'a whole number')}.get(
+                     type(default), (type(default), f'a {type(default).__name__}'))
+  try:
+    return parse(value)
+  except ValueError:
+    raise ValueError(f'config argument {key}={value!r}: {key} takes {kind} (default '
+                     f'{default}).') from None
+
+
+def _whole_number(value: str) -> int:
+  """int(value), also for a whole number written as a float (1e5, 2.0)."""
+  try:
+    return int(value)
+  except ValueError:
+    number = float(value)
+    if not number.is_integer():
+      raise
+    return int(number)
 
 
 def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
