@@ -63,7 +63,13 @@ def config_spec(argv) -> str | None:
   """FILE[:ARG] of the --config=FILE[:ARG] in `argv`, None without one. Raises ValueError for
   a repeated --config=: absl would keep the last file yet register the --config.X overrides
   against the first, so a second file is refused rather than half-applied."""
-  specs = [a.split('=', 1)[1] for a in argv if a.startswith('--config=')]
+  specs, args = [], iter(argv)
+  for arg in args:  # absl's forms: --config=F, --config F, -config=F, -config F; '--' ends flags.
+    if arg == '--':
+      break
+    name, eq, value = arg.partition('=')
+    if name in ('--config', '-config'):
+      specs.append(value if eq else next(args, ''))
   if len(specs) > 1:
     raise ValueError(f'--config= is given {len(specs)} times ({", then ".join(specs)}): pass '
                      'one --config=FILE[:ARG], and change its fields with --config.X=V.')

@@ -118,3 +118,16 @@ def test_a_second_config_file_is_refused(monkeypatch):
                          text=True, timeout=300, check=False)
     assert run.returncode == 1, run.stderr
     assert f'FATAL Flags parsing error: {message}' in run.stderr, run.stderr
+
+
+def test_every_absl_form_of_config_is_counted():
+  """absl takes --config FILE and -config[=]FILE as well as --config=FILE; a second file in any
+  form is refused, and what follows '--' is an argument, not a flag."""
+  assert config_args.config_spec(['m', '--config', 'a.py:k=1', '--workdir=w']) == 'a.py:k=1'
+  assert config_args.config_spec(['m', '-config=a.py']) == 'a.py'
+  assert config_args.config_spec(['m', '--config=a.py', '--', '--config=b.py']) == 'a.py'
+  for second in (['--config', 'b.py'], ['-config', 'b.py'], ['-config=b.py']):
+    with pytest.raises(ValueError, match=r'given 2 times \(a.py, then b.py\)'):
+      config_args.config_spec(['m', '--config=a.py', *second])
+  argv = ['bertjax.main', '--config', f'{REPO}/configs/pretrain.py', '--config.optimizer.lr=1']
+  assert "unknown config field 'optimizer.lr'" in config_args.config_field_error(argv)
