@@ -117,18 +117,20 @@ def test_predict_and_extract_features_refuse_a_batch_size_below_one(tmp_path):
     assert 'is not a positive integer' in done.stderr and 'Traceback' not in done.stderr
 
 
-@pytest.mark.parametrize('value', ['--do_lower_case=False', '--do_lower_case=True',
-                                   '--do_lower_case=false', '--do_lower_case=1',
-                                   '--do_lower_case', '--nodo_lower_case'])
-def test_do_lower_case_takes_the_original_bool_forms(tmp_path, value):
-  # The flags parse; the command then stops at the missing model (not at the flag).
+def test_do_lower_case_takes_the_original_bool_forms(tmp_path):
+  # Every form in one command line (absl parses a repeated flag in turn; the bare form last, so
+  # that it could not swallow a following argument): the flags parse, and the command then stops
+  # at the missing model (not at a flag).
+  forms = ['--do_lower_case=False', '--do_lower_case=True', '--do_lower_case=false',
+           '--do_lower_case=1', '--nodo_lower_case', '--do_lower_case']
   done = run(tmp_path, '-m', 'bertjax.extract_features', '--input_file=i', '--output_file=o',
-             value)
+             *forms)
   assert done.returncode == 1 and 'Flags parsing error' not in done.stderr, done.stderr
   assert 'error: pass --init=DIR' in done.stderr
   done = run(tmp_path, '-m', 'bertjax.export', f'--from={tmp_path}/none', '--format=hf',
-             f'--output={tmp_path}/out', value)
+             f'--output={tmp_path}/out', *forms)
   assert 'Flags parsing error' not in done.stderr, done.stderr
+  assert done.returncode == 1 and f'{tmp_path}/none' in done.stderr, done.stderr
 
 
 LEARN_VOCAB_ERRORS = [

@@ -161,5 +161,6 @@ def fine_tuned_sst2(tmp_path_factory):
   data = finetune_runs.write_sst2(root / 'data', n_train=64, n_dev=40)
   workdir = root / 'run'
   job.train_and_evaluate(finetune_runs.tiny_config(
-      data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3}), str(workdir))
+      data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3,
+               'checkpoint.every_steps': 1000}), str(workdir))  # Saved at each epoch's eval.
   return workdir, data

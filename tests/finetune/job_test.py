@@ -36,6 +36,9 @@ from configs import pretrain
 write_sst2 = finetune_runs.write_sst2
 tiny_config = finetune_runs.tiny_config
 final_params = finetune_runs.final_params
+# Runs whose subject is not sharding take the first device only (tests/conftest.py): the
+# 8 simulated devices only slow them down; sharding, resume and packing keep all 8 below.
+ONE_DEVICE = pytest.mark.usefixtures('one_device')
 
 
 @pytest.fixture(scope='module')
@@ -44,7 +47,9 @@ def sst2_dir(tmp_path_factory):
 
 
 def test_learns_and_eight_devices_equal_one(sst2_dir, tmp_path, request):
-  config = tiny_config(sst2_dir, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  # One eval and one save, at the end: what the test reads (resume tests save every 3 steps).
+  config = tiny_config(sst2_dir, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3,
+                                    'eval_every_steps': 32, 'checkpoint.every_steps': 1000})
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   sharded = finetune.train_and_evaluate(config, str(tmp_path / 'eight'))
 
@@ -96,6 +101,7 @@ def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch, fields):
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@ONE_DEVICE
 def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
     sst2_dir, tmp_path, monkeypatch):
   config = tiny_config(sst2_dir, num_train_steps=3)  # Batch 16: 48 examples consumed.
@@ -152,6 +158,7 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
     finetune.run(config, str(tmp_path / 'empty'))
 
 
+@ONE_DEVICE
 def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
     minilm_dir, sst2_dir, tmp_path, monkeypatch):
   config = tiny_config(sst2_dir, num_train_steps=1, **{'optimizer.learning_rate': 0.0,
@@ -215,6 +222,7 @@ def _minilm_tiny(task, data_dir, minilm_dir, seq, **overrides):
   return config
 
 
+@ONE_DEVICE
 def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_path):
   with zipfile.ZipFile(allennlp_wheel) as wheel:
     squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
@@ -232,6 +240,7 @@ def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_pa
   assert set(written) == qids
 
 
+@ONE_DEVICE
 def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
   with zipfile.ZipFile(allennlp_wheel) as wheel:
     text = wheel.read('allennlp/tests/fixtures/data/conll2003.txt')
@@ -250,6 +259,7 @@ def test_conll_end_to_end_tags_every_word(allennlp_wheel, minilm_dir, tmp_path):
   assert all(line.split()[-1] in conll.LABELS for line in lines)
 
 
+@ONE_DEVICE
 @pytest.mark.parametrize('task', sorted(glue.TASKS))
 def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_path):
   """Each GLUE task's preset on its hand-made files in the real layout (tests/glue_files.py)."""
@@ -275,6 +285,7 @@ def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_p
       assert set(values) <= set(spec.labels)
 
 
+@ONE_DEVICE
 def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):
   """Pre-train 2 steps, then fine-tune from that workdir: shape from its meta, layers stacked."""
   pre = pretrain.get_config('size=tiny,steps=2,batch=8,seq=32')

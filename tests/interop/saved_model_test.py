@@ -56,9 +56,16 @@ def serve(requests: dict, tmp_path) -> dict:
 
 
 @pytest.fixture(scope='module')
-def exported(minilm_dir, fine_tuned_sst2, tmp_path_factory):
+def minilm_command(minilm_dir, tmp_path_factory):
+  """MiniLM's SavedModel as `python -m bertjax.export` writes it: (its folder, the process)."""
+  out = tmp_path_factory.mktemp('command') / 'minilm'
+  return out, run_export(f'--from={minilm_dir}', '--format=saved_model', f'--output={out}')
+
+
+@pytest.fixture(scope='module')
+def exported(minilm_dir, minilm_command, fine_tuned_sst2, tmp_path_factory):
   root = tmp_path_factory.mktemp('saved_models')
-  paths = {'minilm': export.export(minilm_dir, 'saved_model', root / 'minilm'),
+  paths = {'minilm': minilm_command[0],  # The command's; the others written in this process.
            'sst2': export.export(fine_tuned_sst2[0], 'saved_model', root / 'sst2')}
   bundles = {}
   for kind in ('span', 'tagging'):
@@ -198,9 +205,9 @@ def run_export(*flags):
   return proc
 
 
-def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, tmp_path):
-  out = tmp_path / 'minilm'
-  proc = run_export(f'--from={minilm_dir}', '--format=saved_model', f'--output={out}')
+def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, minilm_command,
+                                                                  tmp_path):
+  out, proc = minilm_command
   lines = (proc.stdout + proc.stderr).splitlines()
   assert not [line for line in lines if any(s in line for s in TF_START_UP)], lines
   printed = proc.stdout.splitlines()
