@@ -219,34 +219,29 @@ def test_the_console_carries_only_what_a_user_acts_on(reference):
   assert len(re.findall(r'step \d+/12:', text)) == STEPS  # log_every_steps=1.
 
 
-def test_a_relative_workdir_resumes_and_moves_nothing_aside(tmp_path, fields, env, reference):
+def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path, fields, env, reference):
+  """The first run names its workdir relative to where it starts, resumes the reference's step
+  6 and moves nothing aside; the second names it absolute and is refused by its lock."""
   for step in (3, 6):
     shutil.copytree(reference / 'checkpoints' / str(step), tmp_path / 'checkpoints' / str(step))
   relative = os.path.relpath(tmp_path, pretrain_runs.REPO)  # The commands run in the checkout.
-  log = tmp_path / 'log.txt'
-  pretrain_runs.run(pretrain_runs.command(relative, STEPS, fields), log, env)
-  assert 'restored step 6 ' in log.read_text()
-  assert not list((tmp_path / 'checkpoints').glob('*.unreadable-*'))
-  assert_ends_like_reference(tmp_path, reference)
-
-
-def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path, fields, env, reference):
-  cmd = pretrain_runs.command(tmp_path, STEPS, fields)
   first_log, second_log = tmp_path / 'first.txt', tmp_path / 'second.txt'
-  first = pretrain_runs.start(cmd, first_log, env)
-  pretrain_runs.wait_for(lambda: 'step 1/12:' in first_log.read_text(), first, first_log,
-                         'the first step')
-  # Paused while the second one starts, so that it cannot finish its 12 tiny steps before the
+  first = pretrain_runs.start(pretrain_runs.command(relative, STEPS, fields), first_log, env)
+  pretrain_runs.wait_for(lambda: 'step 7/12:' in first_log.read_text(), first, first_log,
+                         'the first step after the resume')
+  # Paused while the second one starts, so that it cannot finish its tiny steps before the
   # second has started up (it keeps its lock while stopped).
   os.kill(first.pid, signal.SIGSTOP)
   try:
-    second = pretrain_runs.start(cmd, second_log, env)
+    second = pretrain_runs.start(pretrain_runs.command(tmp_path, STEPS, fields), second_log, env)
     assert pretrain_runs.finish(second, second_log) == 1
   finally:
     os.kill(first.pid, signal.SIGCONT)
   assert re.search(rf'error: {tmp_path} is in use by pid {first.pid} on .* running since',
                    second_log.read_text())
   assert pretrain_runs.finish(first, first_log) == 0  # Untouched by the refused one.
+  assert 'restored step 6 ' in first_log.read_text()
+  assert not list((tmp_path / 'checkpoints').glob('*.unreadable-*'))
   assert_ends_like_reference(tmp_path, reference)
 
 
