@@ -35,6 +35,10 @@ from bertjax.text import vocab_learner
 
 VOCAB, SEQ, PREDICTIONS = spm_runs.VOCAB, spm_runs.SEQ, spm_runs.PREDICTIONS
 
+# The fine-tuning jobs here are about the SentencePiece chain, not sharding: one device
+# (conftest.py). The pre-training runs keep the 8 devices whose step the chain compiled.
+ONE_DEVICE = pytest.mark.usefixtures('one_device')
+
 
 @pytest.fixture(scope='module')
 def chain(tmp_path_factory):
@@ -150,6 +154,7 @@ def _reads_back(workdir, spm_model, **predictor_args):
   return predictor, evaluated
 
 
+@ONE_DEVICE
 def test_finetune_predict_and_features_with_the_pretraining_tokenizer(chain, tmp_path):
   _, _, spm_model, processor, _, pretrained, _ = chain
   rng = np.random.default_rng(0)
@@ -265,6 +270,7 @@ def _span_rows(rng, n):
   return rows
 
 
+@ONE_DEVICE
 def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, tmp_path):
   _, _, _, _, _, pretrained, _ = chain
   rows = _span_rows(np.random.default_rng(1), 100)
@@ -290,6 +296,7 @@ def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, 
   assert any(any(c.isupper() for c in a) for a in answers)
 
 
+@ONE_DEVICE
 def test_multiple_choice_from_a_transformers_folder_with_spiece_model(chain, tmp_path):
   _, _, spm_model, processor, _, pretrained, _ = chain
   # The pre-trained run as a transformers folder whose vocab is an ALBERT-style spiece.model.

@@ -217,6 +217,7 @@ def test_a_resume_keeps_the_layout_its_checkpoint_was_written_with(corpus_fields
   assert 'layers' in params and 'layers_0' not in params
 
 
+@pytest.mark.usefixtures('one_device')  # The choice, not sharding (conftest.py).
 def test_fine_tuning_records_the_choice_and_eval_reads_the_runs_layout(tmp_path, caplog):
   data_dir = finetune_runs.write_sst2(tmp_path / 'sst2')
   workdir = tmp_path / 'run'
