@@ -35,8 +35,9 @@ from bertjax.text import vocab_learner
 
 VOCAB, SEQ, PREDICTIONS = spm_runs.VOCAB, spm_runs.SEQ, spm_runs.PREDICTIONS
 
-# The fine-tuning jobs here are about the SentencePiece chain, not sharding: one device
-# (conftest.py). The pre-training runs keep the 8 devices whose step the chain compiled.
+# The sentence and tagging fine-tunes here are about the SentencePiece chain, not sharding: one
+# device (conftest.py); job_test evaluates those kinds on 8. The span and multiple-choice runs,
+# and the pre-training runs (whose step the chain compiled), keep the 8 devices.
 ONE_DEVICE = pytest.mark.usefixtures('one_device')
 
 
@@ -270,7 +271,6 @@ def _span_rows(rng, n):
   return rows
 
 
-@ONE_DEVICE
 def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, tmp_path):
   _, _, _, _, _, pretrained, _ = chain
   rows = _span_rows(np.random.default_rng(1), 100)
@@ -296,7 +296,6 @@ def test_span_finetunes_and_predicts_raw_text_from_the_sentencepiece_run(chain, 
   assert any(any(c.isupper() for c in a) for a in answers)
 
 
-@ONE_DEVICE
 def test_multiple_choice_from_a_transformers_folder_with_spiece_model(chain, tmp_path):
   _, _, spm_model, processor, _, pretrained, _ = chain
   # The pre-trained run as a transformers folder whose vocab is an ALBERT-style spiece.model.
