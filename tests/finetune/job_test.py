@@ -284,7 +284,6 @@ def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_p
       assert set(values) <= set(spec.labels)
 
 
-@ONE_DEVICE
 def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):
   """Pre-train 2 steps, then fine-tune from that workdir: shape from its meta, layers stacked."""
   pre = pretrain.get_config('size=tiny,steps=2,batch=8,seq=32')
