@@ -137,6 +137,12 @@ def main(argv):
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:
     print(warning, file=sys.stderr)
+  if _PACK.value and _MAX_INSTANCES_PER_ROW.value == 1:
+    raise app.UsageError('--pack with --max_instances_per_row=1 packs nothing: pass 2 or more '
+                         '(MLPerf BERT: 3), or leave --pack out for one instance per row')
+  if not _PACK.value and flags.FLAGS['max_instances_per_row'].present:
+    raise app.UsageError('--max_instances_per_row is read with --pack only: add --pack, or '
+                         'leave it out for one instance per row')
   settings = instances.Settings(
       max_seq_length=_MAX_SEQ_LENGTH.value, max_predictions_per_seq=_MAX_PREDICTIONS.value,
       masked_lm_prob=_MASKED_LM_PROB.value, short_seq_prob=_SHORT_SEQ_PROB.value,

@@ -129,9 +129,13 @@ def _resolved(path: str) -> str:
 
 def same_path(a: str, b: str) -> bool:
   """Whether two paths (local, resolved; or URLs, a trailing / ignored) name one file."""
-  if files.is_remote(a) or files.is_remote(b):
-    return a.rstrip('/') == b.rstrip('/')
-  return os.path.realpath(a) == os.path.realpath(absolute(b))
+  return file_key(a) == file_key(b)
+
+
+def file_key(path: str) -> str:
+  """One name per file: a local path resolved (links, `.`, `..`), a URL without a trailing /."""
+  path = os.fspath(path)
+  return path.rstrip('/') if files.is_remote(path) else os.path.realpath(absolute(path))
 
 
 def _model_folder(folder: str) -> tuple[str, str] | None:
@@ -162,12 +166,18 @@ def write_atomically(path, text: str | bytes):
 def expand_input_patterns(patterns) -> list[str]:
   """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
   (each glob sorted, each file once)."""
-  found = []
+  found, seen = [], set()
   for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
     matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
     if not matches:
       raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
-    found.extend(m for m in matches if m not in found)
+    for match in matches:
+      # Each file once, however it is spelled (a/x, ./a/x, a link to it): read twice, its
+      # text would silently weigh double.
+      key = file_key(match)
+      if key not in seen:
+        seen.add(key)
+        found.append(match)
   if not found:
     raise ValueError('--input_file is empty: pass comma-separated files or globs')
   return found

@@ -134,7 +134,8 @@ def phases(config, workdir) -> list[Phase]:
       train, eval_ = embedded.pretraining_files(
           f'{workdir}/data', max_seq_length=seq, max_predictions_per_seq=predictions,
           dupe_factor=data.dupe_factor, static_masking=not data.dynamic_masking,
-          nsp=config.model.nsp, max_instances_per_row=data.max_instances_per_row)
+          nsp=config.model.nsp, max_instances_per_row=data.max_instances_per_row,
+          masking=data.masking, masked_lm_prob=data.masked_lm_prob)
     result.append(Phase(first, end, seq, predictions, train, eval_))
   return result
 
@@ -176,6 +177,9 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
     if files:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
+      if masked:
+        file_set.check_masking(checked[-1], masking=config.data.masking,
+                               masked_lm_prob=config.data.masked_lm_prob)
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 

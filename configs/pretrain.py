@@ -84,12 +84,13 @@ def get_config(arg=None):
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data
   # --nostatic_masking), masked anew each epoch in the pipeline (RoBERTa-style).
   config.data.dynamic_masking = False
-  # Dynamic masking only (static: create_pretraining_data's flags). BERT 0.15; up to ~0.3 for
-  # MLM-only models (ModernBERT); max_predictions_per_seq must hold the share of a full row.
+  # Share of tokens masked. BERT 0.15; up to ~0.3 for MLM-only models (ModernBERT);
+  # max_predictions_per_seq must hold the share of a full row. Static masks: must equal the
+  # files' (create_pretraining_data --masked_lm_prob; checked against their report).
   config.data.masked_lm_prob = 0.15
-  # Dynamic masking only (static: create_pretraining_data --masking): wordpiece (BERT: each
-  # piece alone), whole_word (every piece of a word), ngram (1-3 whole words, TF Model
-  # Garden), span (SpanBERT: whole-word spans, geometric lengths of mean 3.8 words).
+  # What is masked: wordpiece (BERT: each piece alone), whole_word (every piece of a word),
+  # ngram (1-3 whole words, TF Model Garden), span (SpanBERT: whole-word spans, geometric
+  # lengths of mean 3.8 words). Static masks: must equal the files' (--masking; checked).
   config.data.masking = 'wordpiece'
   config.data.shuffle_window = 10_000  # Records permuted together (memory ~ window x record).
   config.data.num_lanes = 16  # Files read in parallel per host.

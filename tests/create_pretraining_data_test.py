@@ -389,12 +389,17 @@ def test_gzip_input_writes_the_same_bytes(documents, vocab_file, tmp_path):
   (_, plain), (_, unzipped) = [run(path, tmp_path / name, vocab_file=vocab_file)
                                for path, name in ((corpus, 'plain'), (zipped, 'gz'))]
   assert [f.read_bytes() for f in plain] == [f.read_bytes() for f in unzipped]
-  # A .gz name on a file that is not gzip is a counted skip, not a crash.
+  # A .gz name on a file that is not gzip, or a gzip cut short, is a counted skip that says
+  # so, not a crash (nor 'binary_file').
   fake = tmp_path / 'fake.txt.gz'
   fake.write_bytes(b'not gzip at all\n')
+  cut = tmp_path / 'cut.txt.gz'
+  cut.write_bytes(gzip.compress(b'a short text\n' * 100)[:40])
   skips = text_input.Skips()
-  assert text_input.usable_files([str(fake)], skips) == []
-  assert skips.as_dict()['counts'] == {'binary_file': 1}
+  assert text_input.usable_files([str(fake), str(cut)], skips) == []
+  assert skips.as_dict()['counts'] == {'damaged_compressed_file': 2}
+  assert [e.split(' ')[0] for e in skips.as_dict()['examples']['damaged_compressed_file']] == [
+      str(fake), str(cut)]
 
 
 def test_mlm_only_instances_are_whole_runs_of_one_document(documents, vocab_file, tokenized,

@@ -54,6 +54,10 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
       raise ValueError(f'{path}: has no next_sentence_labels: MLM-only data (made with '
                        'create_pretraining_data --nsp=false), but the model has an NSP head. '
                        'Set --config.model.nsp=False, or make the data with pairs (--nsp)')
+    if masked and name == 'masked_lm_positions' and name not in features:
+      raise ValueError(f'{path}: holds unmasked instances (made with --nostatic_masking), but '
+                       'static masking reads masked ones: set --config.data.dynamic_masking=True '
+                       'to mask them as they are read, or make the files with static masks')
     if name not in features:
       raise ValueError(f'{path}: has no feature {name!r} (it has {sorted(features)})')
     kind = 'float_list' if feature.dtype == tf.float32 else 'int64_list'

@@ -91,11 +91,14 @@ def _complete(report, pattern, settings) -> bool:
 
 def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq: int,
                       dupe_factor: int, static_masking: bool = True,
-                      nsp: bool = True, max_instances_per_row: int = 1) -> tuple[str, str]:
+                      nsp: bool = True, max_instances_per_row: int = 1,
+                      masking: str = 'wordpiece',
+                      masked_lm_prob: float = 0.15) -> tuple[str, str]:
   """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
 
   Files are reused when their JSON report records the same settings and the shards agree with
-  it, and remade otherwise (after a killed creation, too).
+  it, and remade otherwise (after a killed creation, too). `masking` and `masked_lm_prob` are
+  the static masks' (unmasked files for dynamic masking ignore them).
   Process 0 writes; the others wait for it (multi-host needs a shared directory).
   """
   import jax  # pylint: disable=g-import-not-at-top
@@ -108,9 +111,12 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   settings = instances.Settings(
       max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
       dupe_factor=dupe_factor, static_masking=static_masking, nsp=nsp,
-      max_instances_per_row=max_instances_per_row)
-  masking = 'static' if static_masking else 'dynamic'
-  tag = (f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masking}' + ('' if nsp else '-mlm')
+      max_instances_per_row=max_instances_per_row,
+      **({'masking': masking, 'masked_lm_prob': masked_lm_prob} if static_masking else {}))
+  masks = ('static' + ('' if settings.masking == 'wordpiece' else f'-{settings.masking}')
+           + ('' if settings.masked_lm_prob == 0.15 else f'-p{settings.masked_lm_prob:g}')
+           if static_masking else 'dynamic')
+  tag = (f'{NAME}-{max_seq_length}-{max_predictions_per_seq}-{masks}' + ('' if nsp else '-mlm')
          + (f'-pack{max_instances_per_row}' if max_instances_per_row > 1 else ''))
   # The eval split is small (39 documents): two passes give ~1k instances for steadier figures.
   plans = {'train': (settings, 4), 'eval': (dataclasses.replace(settings, dupe_factor=2), 1)}

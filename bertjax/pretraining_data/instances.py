@@ -80,6 +80,20 @@ class Settings:
     for name in ('masked_lm_prob', 'short_seq_prob'):
       if not 0 <= getattr(self, name) <= 1:
         raise ValueError(f'{name}={getattr(self, name)}: a probability, in [0, 1]')
+    if self.static_masking:
+      if not self.masked_lm_prob:
+        raise ValueError('masked_lm_prob=0 would still mask one token per instance (the '
+                         'least it masks): pass a rate in (0, 1], e.g. 0.15 (BERT)')
+      # The cap must not silently lower the rate (as dynamic masking refuses it too): a full
+      # instance's share must fit the predictions.
+      maskable = self.max_seq_length - (3 if self.nsp else 2)
+      wanted = int(np.rint(maskable * self.masked_lm_prob))
+      if wanted > self.max_predictions_per_seq:
+        raise ValueError(
+            f'masked_lm_prob={self.masked_lm_prob} masks {wanted} of a full instance\'s '
+            f'{maskable} tokens, but max_predictions_per_seq={self.max_predictions_per_seq} '
+            f'caps it: set max_predictions_per_seq to {wanted} or more (BERT: 20 at 128 '
+            'tokens, 80 at 512)')
     if self.max_instances_per_row < 1:
       raise ValueError(f'max_instances_per_row={self.max_instances_per_row}: need >= 1 (1 = '
                        'unpacked)')
@@ -125,6 +139,9 @@ class InstanceMaker:
 
   def add(self, document):
     """Adds a document; documents are processed once enough later ones are in the pool."""
+    self.counts['sentences'] += len(document.bounds) - 1
+    if self.settings.nsp:
+      document = self._split_long_sentences(document)
     self._after.append(document)
     self._tokens[1] += len(document.tokens)
     half_docs, half_tokens = self.settings.pool_documents // 2, self.settings.pool_tokens // 2
@@ -144,7 +161,6 @@ class InstanceMaker:
     document = self._after.popleft()
     self._tokens[1] -= len(document.tokens)
     self.counts['documents'] += 1
-    self.counts['sentences'] += len(document.bounds) - 1
     self.counts['document_tokens'] += len(document.tokens)
     if self.encoder.unk_id is not None:
       self.counts['unk_tokens'] += int(np.count_nonzero(document.tokens == self.encoder.unk_id))
@@ -156,9 +172,25 @@ class InstanceMaker:
     while len(self._before) > half_docs or (self._before and self._tokens[0] > half_tokens):
       self._tokens[0] -= len(self._before.popleft().tokens)
 
+  def _split_long_sentences(self, document):
+    """The document with each sentence longer than a pair's room cut into pieces of half that
+    room: the original truncates such a sentence to one row and drops the rest of it (all but
+    a row of an unpunctuated paragraph of --input_format=text). Two halves make a row, so
+    pairs of pieces lose at most a token to truncation."""
+    room = self.settings.max_seq_length - 3
+    bounds = np.asarray(document.bounds)
+    if not (np.diff(bounds) > room).any():
+      return document
+    half = (room + 1) // 2
+    pieces = [np.arange(s0, s1, half if s1 - s0 > room else room)
+              for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True)]
+    self.counts['long_sentences_split'] += int((np.diff(bounds) > room).sum())
+    return document._replace(bounds=[*np.concatenate(pieces).tolist(), int(bounds[-1])])
+
   def _random_other_document(self, document):
     size = len(self._before) + len(self._after)
     if size == 0:  # Nothing else in this stream: the original falls back to the same one.
+      self.counts['not_next_from_same_document'] += 1
       return document
     index = int(self._rng.random() * size)
     if index < len(self._before):
@@ -263,6 +295,7 @@ class InstanceMaker:
     a0, a1 = a0 + front_a, a1 - (cut_a - front_a)
     b0, b1 = b0 + front_b, b1 - (cut_b - front_b)
     len_a, len_b = a1 - a0, b1 - b0
+    self.counts['truncated_tokens'] += int(cut_a.sum() + cut_b.sum())
     # One gather for the whole batch from the documents it uses, laid end to end.
     slots = {}
     a_slot = [slots.setdefault(id(t), len(slots)) for t in a_tokens]

@@ -51,8 +51,39 @@ def resolve(output_file, num_output_shards, report_file):
   outputs = [paths_lib.absolute(p) for p in outputs]
   report_file = paths_lib.absolute(
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
+  # Two spellings of one file (a/x, ./a/x, a link to it) would be two shards written into one.
+  first = {}
+  for i, path in enumerate([*outputs, report_file]):
+    earlier = first.setdefault(paths_lib.file_key(path), (i, path))
+    if earlier[0] != i:
+      earlier = earlier[1]
+      what = 'the report' if i == len(outputs) else 'the output'
+      raise ValueError(f'{what} {path} is the same file as the output {earlier}: every shard '
+                       'and the report need a file of their own; name another file')
   check_outputs(outputs, report_file)
+  check_earlier_set(outputs, report_file)
   return outputs, report_file
+
+
+def check_earlier_set(outputs, report_file):
+  """Fails before any work when the report would replace that of another set of shards that is
+  still there (another shard count or list on the same prefix): those shards would be left
+  without the report that their readers check them against."""
+  try:
+    earlier = json.loads(files_lib.read_bytes(report_file))
+    listed = earlier['output_files']
+  except (OSError, ValueError, KeyError, TypeError):
+    return  # No report yet, or not one of ours: nothing a reader checks would be lost.
+  if not isinstance(listed, list):
+    return
+  ours = {paths_lib.file_key(out) for out in outputs}
+  kept = [path for path in listed if isinstance(path, str)
+          and paths_lib.file_key(path) not in ours and files_lib.exists(path)]
+  if kept:
+    raise ValueError(
+        f'{report_file} is the report of another set of shards, still there ({len(kept)} not '
+        f'among this run\'s outputs, e.g. {kept[0]}): writing this set would leave them '
+        'unchecked. Remove that set (its shards and report) or pass another --output_file.')
 
 
 def check_outputs(outputs, report_file):

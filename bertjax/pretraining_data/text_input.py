@@ -13,7 +13,8 @@ its own documents, so the work is balanced however the files are sized. Lines th
 used are skipped and counted by reason, with the first few file:line examples: invalid UTF-8,
 or longer than `max_line_bytes` (read in bounded pieces, never held whole); sentences without
 a single token are counted as `no_tokens` (the examples are their text). Whole
-files are skipped when empty or binary (a NUL byte in the first 64 KiB).
+files are skipped when empty, binary (a NUL byte in the first 64 KiB) or compressed and cut
+short or damaged within it.
 """
 
 import collections
@@ -72,8 +73,9 @@ def usable_files(paths, skips):
       with files_lib.open_binary(path) as f:
         try:
           head = f.read(_SNIFF_BYTES)
-        except (OSError, EOFError):  # A .gz name on something that is not (all) gzip.
-          head = b'\x00'
+        except (OSError, EOFError) as e:  # A .gz cut short, or a .gz name on another format.
+          skips.add('damaged_compressed_file', f'{path} ({e})')
+          continue
         if b'\x00' in head:
           skips.add('binary_file', path)
           continue

@@ -159,16 +159,17 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
     except UnicodeDecodeError:
       skips.add('invalid_utf8', place)
       continue
-    sentences = []
+    sentences, too_long = [], False
     for line in paths_lib.split_lines(text):
       line = line.strip()
       if not line:
         continue
       if len(line.encode('utf-8')) > max_line_bytes:
         skips.add('line_too_long', place)
+        too_long = True
         continue
       sentences.extend(text_input.sentences_of(line, input_format))
     if sentences:
       yield sentences
-    else:
+    elif not too_long:  # A text of only too-long lines is counted once, as line_too_long.
       skips.add('empty_text', place)

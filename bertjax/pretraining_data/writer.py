@@ -17,6 +17,7 @@ framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenize
 import collections
 import concurrent.futures
 import dataclasses
+import errno
 import multiprocessing
 import os
 import resource
@@ -124,11 +125,22 @@ def run_worker(job):
             'peak_rss_mb': _peak_rss_mb(), 'error': None}
   except Exception as e:  # pylint: disable=broad-except  # Reported with the place, below.
     place = f"{where['path']}:{where.get('line', '?')}" if 'path' in where else 'start-up'
-    return {'worker': job.worker, 'error': f'{type(e).__name__}: {e} (while reading {place})',
+    error = (disk_full(e, job.shard_parts[0]) if isinstance(e, OSError) and e.errno in _DISK_FULL
+             else f'{type(e).__name__}: {e} (while reading {place})')
+    return {'worker': job.worker, 'error': error,
             'traceback': traceback.format_exc()}
   finally:
     for f in files:
       f.close()
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def disk_full(e, path) -> str:
+  """What to do when writing `path` (or its temporary files beside it) hit a full disk."""
+  return (f'the disk is full writing {files_lib.parent(path)} ({e.strerror}): free space there '
+          'or pass an --output_file on another disk; an earlier set there is kept')
 
 
 def _run_jobs(jobs):
@@ -191,6 +203,13 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   num_workers = default_num_workers() if num_workers is None else num_workers
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
+  for name, value, low in (('random_seed', random_seed, 0), ('num_output_shards',
+                           num_output_shards or 0, 0), ('max_line_bytes', max_line_bytes, 1)):
+    if value < low:
+      raise ValueError(f'--{name}={value}: need >= {low}')
+  if not 0 <= max_unk_fraction <= 1:  # nan too: it would let any vocab through.
+    raise ValueError(f'--max_unk_fraction={max_unk_fraction}: a fraction of the tokens, in '
+                     f'[0, 1] (default {MAX_UNK_FRACTION})')
   if tokenizer not in TOKENIZERS:
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
@@ -241,10 +260,25 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
           f'({vocab_file or spm_model_file}, {len(vocab)} entries) does not fit this text -- '
           'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
           'or raise --max_unk_fraction if this is intended. No shard was written.')
-    staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
-    report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results, counts,
-                                   skips, staged, records, time.perf_counter() - start, source)
-    shard_outputs.publish(report, report_file, staged, outputs, temp_dirs)
+    if counts['not_next_from_same_document']:
+      # A worker's NotNext candidates are its own documents (every num_workers-th one).
+      raise ValueError(
+          f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
+          'take their second segment from their own document (a worker\'s pool of nearby '
+          'documents held no other one), which makes their NSP labels wrong: with '
+          f'{counts["documents"]} documents, pass fewer --num_workers (at most half the '
+          'documents), more text, a larger --pool_tokens, or --nsp=false for MLM-only '
+          'instances. No shard was written.')
+    try:
+      staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
+      report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results,
+                                     counts, skips, staged, records,
+                                     time.perf_counter() - start, source)
+      shard_outputs.publish(report, report_file, staged, outputs, temp_dirs)
+    except OSError as e:
+      if e.errno not in _DISK_FULL:
+        raise
+      raise ValueError(f'{disk_full(e, outputs[0])}. No shard was written.') from None
   finally:
     shard_outputs.remove_temp_dirs(temp_dirs)
   return report

@@ -16,6 +16,7 @@ bertjax.files (local or a URL); tf.data reads the records themselves.
 import dataclasses
 import fnmatch
 import json
+import math
 import os
 
 from absl import logging
@@ -122,6 +123,23 @@ def resolve(file_pattern) -> FileSet:
 def resolved(files) -> FileSet:
   """`files` as a FileSet: one already resolved as it is, a pattern resolved now."""
   return files if isinstance(files, FileSet) else resolve(files)
+
+
+def check_masking(file_set: FileSet, *, masking: str, masked_lm_prob: float):
+  """Refuses statically masked data whose report names other masking than the config's: the
+  files' masks are what trains, and the run's config would record the other."""
+  for report_path, report in file_set.reports.items():
+    settings = report.get('settings', {})
+    made, rate = settings.get('masking'), settings.get('masked_lm_prob')
+    if not settings.get('static_masking', True) or made is None or rate is None:
+      continue  # Unmasked files (the first record check names them), or an older report.
+    if made != masking or not math.isclose(rate, masked_lm_prob):
+      raise ValueError(
+          f'the data ({report_path}) holds the masks it was made with ({made}, '
+          f'masked_lm_prob {rate}), which are what trains, not config.data.masking={masking} '
+          f'at masked_lm_prob {masked_lm_prob}: set --config.data.masking={made} '
+          f'--config.data.masked_lm_prob={rate} to record what trains, or make the files '
+          'unmasked (--nostatic_masking) and set --config.data.dynamic_masking=True')
 
 
 def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):

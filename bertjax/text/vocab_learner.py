@@ -52,8 +52,16 @@ def _check_not_an_input(output_file, inputs):
 def read_lines(path):
   """Yields the lines of a UTF-8 text file (gzip-compressed if it ends in .gz), stripped."""
   with files_lib.open_binary(path) as f:
+    lines = iter(f)
     # Decoded line by line, so that an error names the line with the bad bytes.
-    for number, raw in enumerate(f, 1):
+    for number in itertools.count(1):
+      try:
+        raw = next(lines)
+      except StopIteration:
+        return
+      except (OSError, EOFError) as e:  # A .gz cut short, or a .gz name on another format.
+        raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole gzip file? '
+                         'Compress it again, or leave it out') from None
       try:
         line = raw.decode('utf-8')
       except UnicodeDecodeError as e:
