@@ -50,7 +50,7 @@ eval_step = pretrain_objective.eval_step
 def unigram_baseline(dataset) -> float:
   """MLM accuracy of always predicting the eval set's most frequent target token."""
   counts = {}
-  for batch in dataset.as_numpy_iterator():
+  for batch in input_pipeline.host_batches(dataset, 'the eval files'):
     ids = batch['masked_lm_ids'][batch['masked_lm_weights'] > 0]
     for token, n in zip(*np.unique(ids, return_counts=True), strict=True):
       counts[int(token)] = counts.get(int(token), 0) + int(n)
@@ -76,7 +76,8 @@ class Evaluator:
     if self.baseline is None:
       self.baseline = unigram_baseline(self.make_dataset(process_index=0, process_count=1))
     outputs = []
-    for i, host_batch in enumerate(self.make_dataset().as_numpy_iterator()):
+    for i, host_batch in enumerate(input_pipeline.host_batches(self.make_dataset(),
+                                                               'the eval files')):
       if 0 <= self.max_batches <= i:
         break
       check_ids(host_batch, self.vocab_size, 'the eval files')
@@ -286,7 +287,8 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
           start_example=start, masking=masking, num_lanes=data.num_lanes,
           shuffle_window=data.shuffle_window, nsp=config.model.nsp,
           max_instances_per_row=data.max_instances_per_row)
-      for host_batch in dataset.take(phase.end_step - begin).as_numpy_iterator():
+      for host_batch in input_pipeline.host_batches(dataset.take(phase.end_step - begin),
+                                                    phase.train_files):
         check_ids(host_batch, config.model.vocab_size, phase.train_files)
         yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
 

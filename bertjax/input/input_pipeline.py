@@ -254,3 +254,19 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
       to_batch, num_parallel_calls=tf.data.AUTOTUNE)
   batches = batches.apply(tf.data.experimental.assert_cardinality(num_batches))
   return batches.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def host_batches(dataset, files):
+  """The dataset's batches as numpy; a damaged TFRecord file of `files` (a pattern or a
+  FileSet) is a one-line error with what to do, not TensorFlow's DataLossError."""
+  batches = dataset.as_numpy_iterator()
+  while True:
+    try:
+      batch = next(batches)
+    except StopIteration:
+      return
+    except tf.errors.DataLossError as e:
+      raise ValueError(f'the data ({files}) holds a damaged TFRecord file '
+                       f'({e.message.splitlines()[0]}): remake it with create_pretraining_data, '
+                       'or leave it out of the pattern') from None
+    yield batch

@@ -192,3 +192,19 @@ def test_pack_flags_that_would_be_ignored_are_refused(corpus, vocab_file, tmp_pa
     run = subprocess.run(base + extra, capture_output=True, text=True, check=False)
     assert run.returncode != 0 and message in run.stderr, run.stderr
   assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_shard_is_named_when_training_reads_it(corpus, vocab_file, tmp_path):
+  from bertjax.input import input_pipeline  # noqa: PLC0415  # TensorFlow: this test only.
+  report = create(corpus, tmp_path / 'train', vocab_file, num_output_shards=1)
+  shard = pathlib.Path(report['output_files'][0])
+  data = bytearray(shard.read_bytes())
+  data[len(data) // 2] ^= 0xFF  # Same size: the report still agrees; the record's CRC not.
+  shard.write_bytes(bytes(data))
+  dataset = input_pipeline.pretrain_dataset(
+      str(tmp_path / 'train-*'), global_batch_size=8, max_seq_length=64,
+      max_predictions_per_seq=10, seed=0, num_lanes=1, shuffle_window=16)
+  with pytest.raises(ValueError, match=r'the data \(.*train-\*\) holds a damaged TFRecord file '
+                     r'\(.*\): remake it with create_pretraining_data'):
+    for _ in input_pipeline.host_batches(dataset, str(tmp_path / 'train-*')):
+      pass
