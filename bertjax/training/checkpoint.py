@@ -79,14 +79,22 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max', keep_best: 
   """
   keep_best = config.checkpoint.keep_best if keep_best is None else keep_best
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
+
+  def ranked(metrics):
+    return rank(metrics.get(best_metric), metrics.get('step', 0), mode)
+
   if keep_best:
     # The step rides in the saved metrics so that ties go to the earlier step (get_metric_fn
-    # sees the metrics only); a step saved under another metric ranks last.
+    # sees the metrics only); a step saved under another metric, or at no eval, ranks last.
+    # Steps without metrics are kept: orbax reads a step's metrics back from its folder, and
+    # runs saved before best_fn was set (below) have none there, so after a resume their best
+    # would be deleted at the first save.
     policies.append(ocp.checkpoint_managers.BestN(
-        get_metric_fn=lambda metrics: rank(metrics.get(best_metric), metrics.get('step', 0),
-                                           mode),
-        n=keep_best, keep_checkpoints_without_metrics=False))
+        get_metric_fn=ranked, n=keep_best, keep_checkpoints_without_metrics=True))
   options = ocp.CheckpointManagerOptions(
+      # Set, orbax writes each save's metrics into its step folder, so that a resumed run
+      # still ranks the steps saved before it (the preservation policy above decides).
+      best_fn=ranked if keep_best else None,
       # Only every N steps (orbax would also save the first step of a run by default); the
       # loop forces the last step and preemption saves.
       save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(

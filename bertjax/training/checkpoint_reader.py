@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import run_files
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
 # be read any better). Anything else a step raises (orbax's errors of a missing data file, a
@@ -137,7 +138,7 @@ def parse_step(step, *, text: bool = False) -> int | str | None:
     return 'best'
   if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step >= 0:
     return int(step)
-  if text and isinstance(step, str) and step.strip().isdigit():
+  if text and isinstance(step, str) and step.strip().isascii() and step.strip().isdigit():
     return int(step)
   if text:
     raise ValueError(f'--step={step}: pass best, latest or a checkpoint step number (0 or more, '
@@ -189,6 +190,23 @@ def best_step(directory) -> int:
   metric, mode = ranked[max(ranked)]['metric'], ranked[max(ranked)]['mode']
   same = [s for s in ranked if (ranked[s]['metric'], ranked[s]['mode']) == (metric, mode)]
   best = max(same, key=lambda s: checkpoint.rank(ranked[s]['value'], s, mode))
+  # Every eval was saved and recorded: a better eval than the kept ones is a lost best, never
+  # to be swapped silently for another step.
+  try:
+    history = run_files.eval_history(workdir, up_to_step=max(available))
+  except (OSError, ValueError):
+    history = {}
+  recorded, _ = checkpoint.since_best(history, metric, mode)
+  if recorded is not None and recorded != best and (
+      checkpoint.rank(history[recorded][metric], recorded, mode)
+      > checkpoint.rank(ranked[best]['value'], best, mode)):
+    why = ('unreadable' if recorded in available else 'gone (deleted, or never kept: '
+           'checkpoint.keep_best)')
+    raise ValueError(
+        f'--step=best: the run\'s best eval by {metric} was step {recorded} '
+        f'({history[recorded][metric]:.4g}, {run_files.EVAL_HISTORY}), but its checkpoint is '
+        f'{why}; the best of the steps kept is {best} ({ranked[best]["value"]:.4g}): pass '
+        f'--step={best} to read that one, or --step=latest.')
   logging.info('step=best: step %d of %s (%s %.4g, %s is better)', best, directory, metric,
                ranked[best]['value'], 'higher' if mode == 'max' else 'lower')
   return best

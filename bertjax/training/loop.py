@@ -200,7 +200,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | N
   meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
           'model': json.loads(config.model.to_json()),
           **({} if ranking is None else {'ranking': ranking})}
-  metrics = None if ranking is None else {ranking['metric']: ranking['value'], 'step': step}
+  # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
+  metrics = {'step': step} | ({} if ranking is None else {ranking['metric']: ranking['value']})
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 

@@ -150,3 +150,56 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
                      r'sst2; valid: loss, accuracy'):
     run(sst2_dir, workdir, **{'checkpoint.best_metric': 'acuracy'})
   assert kept_steps(workdir) == set()
+
+
+def _save_ranked(workdir, values: dict[int, float], keep_best=1):
+  """Saves tiny states at `values`' steps, each ranked by its eval loss, as the loop does
+  (the meta's ranking, the manager's metrics, the run's eval history and config)."""
+  import checkpoint_test  # noqa: PLC0415  # Its tiny state.
+  config = checkpoint_test.config()
+  config.checkpoint.keep, config.checkpoint.keep_best = 1, keep_best
+  mngr = checkpoint.manager(workdir, config, best_metric='loss', mode='min')
+  evals = run_files.eval_history(workdir, up_to_step=10**9)
+  for step, loss in values.items():
+    ranking = {'metric': 'loss', 'mode': 'min', 'value': loss}
+    checkpoint.save(mngr, step, checkpoint_test.make_state(step),
+                    {'step': step, 'ranking': ranking}, force=True,
+                    metrics={'step': step, 'loss': loss})
+    checkpoint.wait(mngr)
+    evals[step] = {'loss': loss}
+  mngr.close()
+  run_files.record_eval(workdir, evals)
+  (pathlib.Path(workdir) / 'config.json').write_text(json.dumps(config.to_dict()))
+
+
+def test_a_resumed_run_keeps_the_best_saved_before_it(tmp_path):
+  """orbax ranks a step by the metrics it reads back from the step's folder: a resumed run's
+  manager must still see the best of the first run, or its first save deletes it."""
+  _save_ranked(tmp_path, {1: 0.5, 2: 0.1, 3: 0.4})
+  assert kept_steps(tmp_path) == {2, 3}
+  _save_ranked(tmp_path, {4: 0.6, 5: 0.7})  # A new manager: the resume.
+  assert kept_steps(tmp_path) == {2, 5}
+  assert checkpoint_reader.resolve_step(tmp_path, 'best') == 2
+  # A step saved before orbax kept its metrics (no metrics item) is kept, never deleted unranked.
+  import shutil  # noqa: PLC0415
+  shutil.rmtree(tmp_path / 'checkpoints' / '2' / 'metrics')
+  _save_ranked(tmp_path, {6: 0.8})
+  assert kept_steps(tmp_path) == {2, 5, 6}  # 5: the best of the steps orbax can rank.
+
+
+def test_step_best_never_reads_another_step_for_a_lost_best(tmp_path):
+  _save_ranked(tmp_path, {2: 0.1, 4: 0.3}, keep_best=2)
+  assert checkpoint_reader.resolve_step(tmp_path, 'best') == 2
+  meta = tmp_path / 'checkpoints' / '2' / 'meta' / 'metadata'
+  meta.write_text('')  # Unreadable: its ranking cannot be read back.
+  with pytest.raises(ValueError, match=r'--step=best: the run\'s best eval by loss was step 2 '
+                     r'\(0.1, eval_history.json\), but its checkpoint is unreadable; the best of '
+                     r'the steps kept is 4 \(0.3\): pass --step=4'):
+    checkpoint_reader.resolve_step(tmp_path, 'best')
+  import shutil  # noqa: PLC0415
+  shutil.rmtree(tmp_path / 'checkpoints' / '2')
+  with pytest.raises(ValueError, match=r'step 2 .*but its checkpoint is gone'):
+    checkpoint_reader.resolve_step(tmp_path, 'best')
+  assert checkpoint_reader.resolve_step(tmp_path, 4) == 4
+  with pytest.raises(ValueError, match=r'--step=²: pass best, latest or a checkpoint step'):
+    checkpoint_reader.parse_step('²', text=True)
