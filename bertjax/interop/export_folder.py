@@ -58,9 +58,11 @@ def check(output, overwrite: bool, source: str = ''):
     src = _normalised(src)
     if out == src or _inside(out, src) or _inside(src, out):
       where = 'is' if out == src else 'is inside' if _inside(out, src) else 'holds'
+      # A run's step: beside the run (a folder inside a run is refused below), else the source.
+      beside = _run_around(src) or src
       raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
                             f'written beside its source, never over or around it; pass e.g. '
-                            f'--output={src}_export.')
+                            f'--output={beside}_export.')
   if (run := _run_around(out)) is not None:
     raise FileExistsError(f'--output={output} is {"" if run == out else "inside "}'
                           f'the bertjax run {run}: an export is never written into a run; '

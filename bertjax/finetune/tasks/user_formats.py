@@ -83,6 +83,21 @@ def check_content(path, fmt, text):
                      f'has tabs ({line[:60]!r}): it looks like TSV; {fix}.')
 
 
+class _RepeatedKey(Exception):
+  """A JSON object that names one key twice (its key in args[0])."""
+
+
+def _object(pairs) -> dict:
+  """A JSON object; a repeated key is refused: json.loads would keep the last value silently,
+  where CSV and TSV refuse a repeated column."""
+  record = {}
+  for key, value in pairs:
+    if key in record:
+      raise _RepeatedKey(key)
+    record[key] = value
+  return record
+
+
 def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
   """(line number, {field: value}) of every data row of a CSV/TSV (with a header) or JSONL file."""
   path = check_file(path)
@@ -95,10 +110,13 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
       if not line.strip():
         continue
       try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=_object)
       except json.JSONDecodeError as e:
         raise ValueError(f'{path}:{number}: not valid JSON ({e.msg} at column {e.colno}): '
                          'JSON lines hold one object per line.') from None
+      except _RepeatedKey as e:
+        raise ValueError(f'{path}:{number}: the key {e.args[0]!r} is written twice in one '
+                         'object: write each field once.') from None
       if not isinstance(record, dict):
         raise ValueError(f'{path}:{number}: a JSON {type(record).__name__}, not an object: JSON '
                          'lines hold one {"field": value, ...} object per line.')
@@ -122,9 +140,13 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
       if not any(cell.strip() for cell in row):
         continue
       if len(row) != len(header):
+        # TSV is read unquoted (QUOTE_NONE): quoting a field cannot hide a tab in it.
+        fix = ('quote fields that hold the separator' if fmt == 'csv' else
+               'a field may not hold a tab: replace it with a space, or write the file as CSV '
+               'with quoted fields' if len(row) > len(header) else
+               'write one value per column, separated by tabs')
         raise ValueError(f'{path}:{number}: {len(row)} columns where the header has '
-                         f'{len(header)} ({", ".join(header)}): quote fields that hold the '
-                         'separator.')
+                         f'{len(header)} ({", ".join(header)}): {fix}.')
       records.append((number, dict(zip(header, row, strict=True))))
   except csv.Error as e:
     raise ValueError(f'{path}:{reader.line_num}: {e}') from None

@@ -2,6 +2,9 @@
 data, one tag scheme per file, and an eval or test label training never had refused.
 """
 
+import json
+import math
+
 import numpy as np
 
 
@@ -15,6 +18,10 @@ def label_value(path, number, value, regression):
     if not np.isfinite(label):
       raise ValueError(f'{path}:{number}: label {value!r} is not a finite number.')
     return label
+  if isinstance(value, (list, dict)):  # Its repr would become a class named "['negative']".
+    kind = 'object' if isinstance(value, dict) else 'list'
+    raise ValueError(f'{path}:{number}: the label is a {kind} ({json.dumps(value)[:40]}), not '
+                     'a single value: write it as a JSON string or number.')
   if isinstance(value, bool) or value is None:
     return str(value).lower() if value is not None else ''
   if isinstance(value, float) and value.is_integer():
@@ -46,10 +53,12 @@ def labels_of(examples, *, attr='label') -> tuple[str, ...]:
   seen = {getattr(e, attr) for e in examples}
 
   def key(label):
-    try:
-      return (0, float(label), label)
-    except ValueError:
+    # nan and inf sort as text: NaN compares false both ways, which made the order depend on
+    # the set's (hash-seeded) order, and a resumed run then saw its labels as changed.
+    value = _as_number(label)
+    if value is None or not math.isfinite(value):
       return (1, 0.0, label)
+    return (0, value, label)
 
   return tuple(sorted(seen, key=key))
 

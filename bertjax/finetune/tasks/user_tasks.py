@@ -36,17 +36,20 @@ def user_files(data) -> dict:
 def expand(setting: str, flag: str) -> list[str]:
   """The files of a train_file / eval_file / test_file setting: one path, or comma-separated
   paths and globs (`gs://b/train-*.jsonl`: a bucket is listed through bertjax.files), each
-  glob's matches in sorted order. A glob that matches nothing is an error naming it."""
-  found = []
+  glob's matches in sorted order. A glob that matches nothing is an error naming it. A file
+  named twice (overlapping globs, `./x.csv,x.csv`, a link) is read once, as first spelled:
+  read twice, its rows would count double."""
+  found = {}
   for part in paths.split_list(setting):
     if not any(c in part for c in '*?[') or files.exists(part):
-      found.append(part)
-      continue
-    matches = files.glob(part)
-    if not matches:
-      raise FileNotFoundError(f'{part} matches no file: check config.data.{flag}.')
-    found += matches
-  return found
+      matches = [part]
+    else:
+      matches = files.glob(part)
+      if not matches:
+        raise FileNotFoundError(f'{part} matches no file: check config.data.{flag}.')
+    for path in matches:
+      found.setdefault(paths.file_key(path), path)
+  return list(found.values())
 
 
 def _random_split(items, fraction, seed):

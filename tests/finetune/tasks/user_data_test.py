@@ -1,6 +1,10 @@
 """The user's own task files: formats, label sets, and bad input named by file:line."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import ml_collections
 import pytest
@@ -8,9 +12,12 @@ import pytest
 from bertjax import paths
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_data
+from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_labels
 from bertjax.finetune.tasks import user_tasks
 from configs import finetune as finetune_config
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _data(**fields):
@@ -309,3 +316,76 @@ def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path)
                                                    eval_file=str(tmp_path / 'eval.csv')))
   examples, _ = task.read('train')
   assert sorted(len(e.text_a) for e in examples) == [5, len(document.strip())]
+
+
+def test_a_jsonl_row_naming_a_key_twice_is_refused(tmp_path):
+  path = tmp_path / 'd.jsonl'
+  path.write_text('{"review": "fine", "sentiment": "positive"}\n'
+                  '{"review": "dull", "sentiment": "positive", "sentiment": "negative"}\n')
+  with pytest.raises(ValueError, match=r"d.jsonl:2: the key 'sentiment' is written twice in one "
+                                       r'object: write each field once\.$'):
+    user_formats.read_records(path)
+
+
+@pytest.mark.parametrize('value,kind', [(['negative'], 'list'), ({'name': 'negative'}, 'object')])
+def test_a_label_that_is_a_list_or_object_is_refused(tmp_path, value, kind):
+  path = tmp_path / 'l.jsonl'
+  path.write_text(json.dumps({'text': 'ok', 'label': 'positive'}) + '\n'
+                  + json.dumps({'text': 'bad', 'label': value}) + '\n')
+  with pytest.raises(ValueError, match=rf'l.jsonl:2: the label is a {kind} \(.*\), not a single '
+                                       'value: write it as a JSON string or number'):
+    user_data.read_texts(path, fields=('text',), label_field='label')
+
+
+def test_number_boolean_and_null_labels_read_as_before(tmp_path):
+  path = tmp_path / 'l.jsonl'
+  path.write_text(''.join(json.dumps({'text': f't{i}', 'label': y}) + '\n'
+                          for i, y in enumerate([3, 2.5, True, None, 'x'])))
+  examples, skipped = user_data.read_texts(path, fields=('text',), label_field='label')
+  assert [e.label for e in examples] == ['3', '2.5', 'true', 'x']
+  assert skipped == {'empty_label': 1}
+
+
+def test_nan_and_inf_labels_sort_as_text_whatever_the_input_order():
+  def examples(labels):
+    return [user_data.Example(f'x:{i}', 't', None, y) for i, y in enumerate(labels)]
+  one = ['nan', '10', 'a', 'inf', '2', '0', '-inf']
+  assert (user_labels.labels_of(examples(one)) == user_labels.labels_of(examples(reversed(one)))
+          == user_labels.labels_of(tuple(examples(sorted(one))))
+          == ('0', '2', '10', '-inf', 'a', 'inf', 'nan'))
+
+
+def test_a_nan_label_sorts_alike_under_every_hash_seed():
+  # A set's order of strings follows the hash seed: NaN, comparing false both ways, let it through.
+  code = ('from bertjax.finetune.tasks import user_data, user_labels\n'
+          "print(user_labels.labels_of([user_data.Example('x', 't', None, y) "
+          "for y in ('0', 'nan', '1', '2')]))")
+  orders = {subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                           check=True, cwd=REPO, env={**os.environ, 'PYTHONHASHSEED': str(seed)}
+                           ).stdout.strip() for seed in range(6)}
+  assert orders == {"('0', '1', '2', 'nan')"}
+
+
+def test_a_file_named_twice_in_a_setting_is_read_once(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  for name in ('train.csv', 'train2.csv'):
+    (tmp_path / name).write_text('text,label\na,x\nb,y\n')
+  (tmp_path / 'link.csv').symlink_to(tmp_path / 'train.csv')
+  assert user_tasks.expand('train*.csv,train.csv', 'train_file') == ['train.csv', 'train2.csv']
+  assert user_tasks.expand('./train.csv,train.csv,link.csv,train2.csv', 'train_file') == [
+      './train.csv', 'train2.csv']
+  task = registry.get_task('classification', _data(train_file='train.csv,./train.csv,link.csv',
+                                                   eval_file='train2.csv'))
+  assert [e.guid for e in task.read('train')[0]] == ['train.csv:2', 'train.csv:3']
+
+
+def test_a_tsv_row_with_too_many_columns_says_a_tab_is_no_part_of_a_field(tmp_path):
+  (tmp_path / 'x.tsv').write_text('text\tlabel\nfine\tpos\nhas\ta tab\tneg\n')
+  with pytest.raises(ValueError, match=r'x.tsv:3: 3 columns where the header has 2 \(text, label\)'
+                                       r': a field may not hold a tab: replace it with a space, or '
+                                       r'write the file as CSV with quoted fields\.$'):
+    user_formats.read_records(tmp_path / 'x.tsv')
+  (tmp_path / 'x.csv').write_text('text,label\nfine,pos\nhas, a comma,neg\n')
+  with pytest.raises(ValueError, match=r'x.csv:3: 3 columns where the header has 2 \(text, label\)'
+                                       r': quote fields that hold the separator\.$'):
+    user_formats.read_records(tmp_path / 'x.csv')
