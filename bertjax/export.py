@@ -173,12 +173,13 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
                        f'first): --labels={",".join(labels)} would rename or reorder them; drop '
                        '--labels.')
     result.labels = tuple(labels)
-  if max_seq_length and fmt not in ('saved_model', 'sentence_transformers'):
-    raise ValueError('--max_seq_length is the SavedModel\'s padded length and '
-                     'sentence-transformers\' max_seq_length: hf and tf1 keep no length; drop '
-                     'it.')
-  if max_seq_length:  # No longer than its position embeddings: what both writers use.
+  if max_seq_length and fmt == 'tf1':
+    raise ValueError('--max_seq_length is the SavedModel\'s padded length, sentence-'
+                     'transformers\' max_seq_length and the transformers tokenizer\'s '
+                     'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
+  if max_seq_length:  # No longer than its position embeddings: what every writer uses.
     result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
+    result.tokenizer_max_length = result.max_seq_length
   if normalize is not None:
     if fmt != 'sentence_transformers' and not (
         fmt == 'hf' and sentence_transformers.is_written_for(result)):
@@ -209,8 +210,9 @@ def _define_flags():
   # casing the source records.
   flags.DEFINE_bool('do_lower_case', None, 'Override the casing the source records.')
   flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length; '
-                       'sentence_transformers: the length longer texts are cut to (0 = the '
-                       'length the source records, else 128).', lower_bound=0)
+                       'sentence_transformers, and hf and onnx\'s tokenizer (model_max_length): '
+                       'the length longer texts are cut to (0 = the length the source records, '
+                       'else 128; the position table for a model with no task).', lower_bound=0)
   flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
                               '(a TF1 run_classifier.py checkpoint).')
   # Unset = the source's own: normalised where its modules.json lists a Normalize module.

@@ -77,6 +77,9 @@ class Bundle:
   prompts: dict = dataclasses.field(default_factory=dict)
   similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
+  # The transformers tokenizer's model_max_length when set (export --max_seq_length); 0: what
+  # tokenizer_settings says.
+  tokenizer_max_length: int = 0
 
   def encoder_params(self) -> dict:
     return {k: v for k, v in self.params.items() if k.startswith('bert/')}
@@ -87,6 +90,21 @@ class Bundle:
 
   def vocab_entries(self) -> int | None:
     return len(vocab_files.load_vocab(self.vocab_file)) if self.vocab_file else None
+
+
+def tokenizer_settings(bundle: Bundle) -> dict:
+  """What a transformers tokenizer written for `bundle` sets so that it gives bertjax's ids.
+
+  A task head or a sentence-embedding model reads texts as bertjax's predict and embed do: cut
+  at the length it was trained with, and `[SEP]`, `[MASK]`... in a text are text, split as
+  BERT's tokenizer splits them (split_special_tokens). A model with no task (an encoder, MLM
+  and NSP heads) keeps transformers' defaults: its position table as the length, and `[MASK]`
+  in a text a mask, as fill-mask pipelines write it.
+  """
+  positions = bundle.config['max_position_embeddings']
+  reads_texts = kinds.get(bundle.kind).example is not None or bundle.embedding
+  length = bundle.tokenizer_max_length or (bundle.max_seq_length if reads_texts else positions)
+  return {'model_max_length': min(length, positions), 'split_special_tokens': reads_texts}
 
 
 def check_tokenizer(bundle: Bundle, fmt: str):

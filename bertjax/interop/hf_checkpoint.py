@@ -285,8 +285,7 @@ def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
       {'tokenizer_class': 'BertTokenizer', 'do_lower_case': result.do_lower_case,
        'strip_accents': None if result.do_lower_case else False,
-       'tokenize_chinese_chars': True, 'model_max_length': result.config[
-           'max_position_embeddings'],
+       'tokenize_chinese_chars': True, **bundle_lib.tokenizer_settings(result),
        'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]', 'cls_token': '[CLS]',
        'mask_token': '[MASK]'}, indent=2) + '\n')
   files.write_atomically(files.join(output_dir, 'special_tokens_map.json'), json.dumps(

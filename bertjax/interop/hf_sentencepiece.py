@@ -153,7 +153,7 @@ def write(result: bundle_lib.Bundle, output_dir):
        'keep_accents': False, 'remove_space': True,
        # BERT's segment ids: AlbertTokenizer's own list leaves token_type_ids out.
        'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
-       'model_max_length': result.config['max_position_embeddings'], **SPECIAL},
+       **bundle_lib.tokenizer_settings(result), **SPECIAL},
       indent=2) + '\n')
   files.write_atomically(files.join(output_dir, 'special_tokens_map.json'), json.dumps(
       SPECIAL, indent=2) + '\n')

@@ -18,6 +18,7 @@ import torch
 import transformers
 
 from bertjax import export
+from bertjax import predict
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sources
@@ -75,6 +76,7 @@ def random_bundle(kind, minilm_dir, num_labels=3):
 @pytest.mark.parametrize('kind', list(CLASSES))
 def test_transformers_loads_every_kind_with_equal_outputs(kind, minilm_dir, tmp_path):
   module, params, result = random_bundle(kind, minilm_dir)
+  result.max_seq_length = 32  # As a run fine-tuned at 32 tokens records it.
   out = tmp_path / kind
   out.mkdir()
   hf_checkpoint.save(result, out)
@@ -84,6 +86,14 @@ def test_transformers_loads_every_kind_with_equal_outputs(kind, minilm_dir, tmp_
   batch = hf_checkpoint_test.hf_batch(out, SENTENCES, SENTENCES[::-1])
   with torch.no_grad():
     theirs = ref(**hf_checkpoint_test.torch_inputs(batch))
+  # A task head reads texts as bertjax's predict does (its length, [SEP] in a text is text); a
+  # model with no task keeps transformers' defaults ([MASK] in a text is a mask).
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  task = kind not in ('encoder', 'pretraining', 'masked_lm')
+  assert tok.model_max_length == (32 if task else 64)  # Its length; the position table.
+  split = tok.tokenize('a [SEP] b [MASK]')
+  assert split == (['a', '[', 'sep', ']', 'b', '[', 'mask', ']'] if task else
+                   ['a', '[SEP]', 'b', '[MASK]'])
   if kind in ('pretraining', 'masked_lm'):
     positions = np.tile(np.arange(0, 8, dtype=np.int32), (len(SENTENCES), 1))
     mlm, nsp = module.apply({'params': params}, **batch, masked_lm_positions=positions)
@@ -128,8 +138,11 @@ def test_transformers_round_trip_is_bit_identical(minilm_dir, tmp_path):
   # Its tokenizer files give transformers the same ids as bertjax's WordPiece.
   tok = transformers.AutoTokenizer.from_pretrained(str(out))
   ours = tokenizer.FullTokenizer(out / 'vocab.txt', do_lower_case=True)
-  text = 'Héllo, WORLD! The naïve café’s déjà-vu: 3.14 unaffable'
+  text = 'Héllo, WORLD! The naïve café’s déjà-vu: 3.14 unaffable [SEP] [MASK] [CLS]'
   assert tok(text)['input_ids'][1:-1] == ours.encode(text)
+  # Cut where bertjax's embed cuts (sentence-transformers' 256), not at the position table.
+  long_text = ' '.join(['unaffable déjà-vu'] * 200)
+  assert tok(long_text, truncation=True)['input_ids'][1:-1] == ours.encode(long_text)[:254]
 
 
 def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(fine_tuned_sst2,
@@ -155,6 +168,18 @@ def test_a_fine_tuned_classifier_predicts_the_same_labels_in_transformers(fine_t
   np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
   assert (ours.argmax(-1) == theirs.argmax(-1)).all()
   assert len(set(ours.argmax(-1).tolist())) == 2  # Both labels are predicted: a real check.
+  # A text longer than the run's length, with BERT's special words in it: transformers'
+  # tokenizer cuts and splits it as bertjax's predict does, so the probabilities agree.
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert tok.model_max_length == json.loads((workdir / 'config.json').read_text())['data'][
+      'max_seq_length']
+  odd = ['[SEP] ' + ' [MASK] '.join(sentences) * 4]
+  assert len(ours_tok.encode(odd[0])) > tok.model_max_length
+  with torch.no_grad():
+    probabilities = torch.softmax(ref(**tok(odd, truncation=True, return_tensors='pt')).logits,
+                                  -1).numpy()[0]
+  predicted = predict.Predictor.from_workdir(workdir).predict(odd)[0]['probabilities']
+  np.testing.assert_allclose(probabilities, [predicted['0'], predicted['1']], atol=1e-5)
 
 
 def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
@@ -273,8 +298,8 @@ def test_an_export_never_goes_over_around_or_into_its_source_or_a_run(fine_tuned
       export.export(workdir, 'hf', output, overwrite=True)
   with pytest.raises(ValueError, match="records its labels \\['0', '1'\\].* reorder"):
     export.export(workdir, 'hf', tmp_path / 'relabelled', labels=('1', '0'))
-  with pytest.raises(ValueError, match='SavedModel.s padded length'):
-    export.export(workdir, 'hf', tmp_path / 'short', max_seq_length=8)
+  with pytest.raises(ValueError, match='SavedModel.s padded length.*tf1 keeps no length'):
+    export.export(workdir, 'tf1', tmp_path / 'short', max_seq_length=8)
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')) == before
   assert (other_run / 'config.json').read_text() == '{}'
   assert sorted(p.name for p in other_run.iterdir()) == ['checkpoints', 'config.json']
