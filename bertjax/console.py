@@ -215,6 +215,17 @@ def interrupted(message):
   os._exit(130)  # pylint: disable=protected-access
 
 
+def fail(message: str):
+  """Ends a command with its error as the last line, exit status 1. What libraries print while
+  the process ends is dropped (at --verbosity=1 kept): an unreadable checkpoint leaves
+  tensorstore's background reads failing into a closed event loop, a traceback each."""
+  print(message, file=sys.stderr)
+  sys.stderr.flush()
+  if logging.get_verbosity() < logging.DEBUG:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+  sys.exit(1)
+
+
 def nothing_written(what: str):
   """The interrupt line of a tool whose outputs are written whole or not at all."""
   return lambda: f'interrupted: {what}; rerun the same command'

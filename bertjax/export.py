@@ -51,7 +51,6 @@ sentence_transformers: its modules) and ends on its summary line:
 import functools
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -263,8 +262,7 @@ def main(argv):
                           step=checkpoint_reader.parse_step(FLAGS.step, text=True))
     lines = loading_lines(FLAGS.format, out)
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    console.fail(f'error: {e}')
   for line in lines:
     print(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]

@@ -22,7 +22,6 @@ The model runs through bertjax/inference.py, the one inference path of predict, 
 
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -209,8 +208,7 @@ def main(argv):
                 bert_config_file=FLAGS.bert_config_file,
                 step=checkpoint_reader.parse_step(FLAGS.step, text=True))
   except (ValueError, FileNotFoundError, OSError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    console.fail(f'error: {e}')
   console.summary('extract_features', time.perf_counter() - start,
                   metrics=[('inputs', lines), ('layers', ','.join(map(str, layers)))],
                   outputs=[('features', paths.absolute(FLAGS.output_file))])

@@ -200,8 +200,7 @@ def main(argv):
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     sys.stderr.flush()
-    print(f'error: {e}\n(--verbosity=1 shows where it was raised)', file=sys.stderr)
-    sys.exit(1)
+    console.fail(f'error: {e}\n(--verbosity=1 shows where it was raised)')
 
 
 def _latest_checkpoint(workdir: str) -> int | None:

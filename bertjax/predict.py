@@ -274,8 +274,7 @@ def main(argv):
     else:
       sys.stdout.write(text)
   except (ValueError, FileNotFoundError, OSError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    console.fail(f'error: {e}')
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],
                  outputs=[('predictions', output or 'stdout')])
   if output is not None:

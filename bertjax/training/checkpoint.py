@@ -305,8 +305,15 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
 
 def state_metadata(path):
   """The saved state's tree of array metadata (shape, dtype), read without the arrays."""
-  metadata = ocp.StandardCheckpointer().metadata(orbax_path(path))
-  return metadata.item_metadata.tree if hasattr(metadata, 'item_metadata') else metadata
+  # Closed after use: an open checkpointer's background tasks print tracebacks at exit.
+  with ocp.StandardCheckpointer() as checkpointer:
+    metadata = checkpointer.metadata(orbax_path(path))
+  if hasattr(metadata, 'item_metadata'):
+    if metadata.item_metadata is None:  # orbax found no array metadata to read.
+      raise checkpoint_damage.DamagedCheckpointError(
+          f'{path} has no readable array metadata (a file of the step is missing or damaged)')
+    return metadata.item_metadata.tree
+  return metadata
 
 
 def _check_params_fit(mngr: ocp.CheckpointManager, step: int, abstract_params):

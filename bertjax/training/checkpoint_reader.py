@@ -100,12 +100,28 @@ def read_meta(step_dir) -> dict:
                                           'the model config and the digests)')
 
 
+def _check_state_files(state: str):
+  """Refuses a state folder missing the files orbax's OCDBT layout reads: given one, orbax's
+  read of it fails late and leaves tensorstore retrying in the background, printing tracebacks
+  for as long as the process lives."""
+  if not files.exists(files.join(state, '_METADATA')):
+    raise checkpoint_damage.DamagedCheckpointError(f'{state} has no _METADATA file')
+  folders = [state] + [files.join(state, name) for name in files.listdir(state)
+                       if name.startswith('ocdbt.process_')]
+  for folder in folders:
+    data = files.join(folder, 'd')
+    if files.exists(files.join(folder, 'manifest.ocdbt')) and not (
+        files.isdir(data) and files.listdir(data)):
+      raise checkpoint_damage.DamagedCheckpointError(f'{data} (its data files) is missing')
+
+
 def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   meta = read_meta(step_dir)
   if meta['step'] != step:
     raise ValueError(f'checkpoint {step_dir} says step {meta["step"]}: it was copied or renamed '
                      'by hand; restore the original folder name.')
   state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
+  _check_state_files(state)
   tree = checkpoint.state_metadata(state)
   # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
   target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],

@@ -80,6 +80,24 @@ def test_readers_skip_a_damaged_newest_step_and_move_nothing(run, tmp_path, capl
   assert listing(workdir) == before
 
 
+def test_a_damaged_step_named_on_the_command_line_ends_with_one_error_line(run, tmp_path):
+  """The step's data folder gone: the command's last line is the error naming it, with no
+  traceback of the background reads orbax would leave failing (it is refused before orbax
+  reads it)."""
+  workdir, _ = run
+  step = max(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  shutil.rmtree(workdir / 'checkpoints' / str(step) / 'state' / 'd')
+  (tmp_path / 'in.txt').write_text(SENTENCES[0] + '\n')
+  done = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                         f'--step={step}', f'--input_file={tmp_path / "in.txt"}'],
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 1 and not done.stdout
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith(f'error: checkpoint {workdir}/checkpoints/{step} cannot be read'), last
+  assert 'state/d (its data files) is missing' in last
+  assert 'Traceback' not in done.stderr, done.stderr[-2000:]
+
+
 def test_eval_mode_leaves_a_live_runs_in_flight_save_alone(run):
   workdir, data = run
   # What a fine-tuning run that is saving leaves in checkpoints/ while the save is in flight.

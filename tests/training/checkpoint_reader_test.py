@@ -57,7 +57,8 @@ def test_reads_the_newest_step_with_its_digests_checked(tmp_path):
 
 
 @pytest.mark.parametrize('damage', ['flipped_bit', 'no_metadata', 'truncated_metadata', 'meta',
-                                    'missing_data_file', 'copied_in'])
+                                    'missing_data_file', 'copied_in', 'no_data_folder',
+                                    'flipped_manifest_bit'])
 def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage, caplog):
   directory = save_steps(tmp_path)
   step_dir = directory / '3'
@@ -73,6 +74,13 @@ def test_a_damaged_newest_step_is_skipped_and_nothing_is_moved(tmp_path, damage,
     metadata.write_bytes(metadata.read_bytes()[:40])
   elif damage == 'missing_data_file':
     largest_data_file(step_dir).unlink()
+  elif damage == 'no_data_folder':  # OCDBT's data folder of the state, gone.
+    shutil.rmtree(step_dir / 'state' / 'd')
+  elif damage == 'flipped_manifest_bit':  # Its root manifest's data, where the tree is listed.
+    victim = next((step_dir / 'state' / 'd').iterdir())
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(bytes(data))
   elif damage == 'copied_in':  # Another step's folder copied in under this name.
     shutil.rmtree(step_dir)
     shutil.copytree(directory / '1', step_dir)
