@@ -29,6 +29,7 @@ from bertjax.finetune import export_formats
 from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune.tasks import metric_names
 from bertjax.interop import init_from
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -116,6 +117,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return outcome.eval_metrics | {'skipped': skipped}
 
 
+def _eval_metric_names(task, evaluator) -> tuple:
+  """The names the job's evals report, where its data decided them (the task's, its loss
+  first; a later eval split's with the split as a prefix); () when the task name did."""
+  if not task.metric_names or evaluator is None:
+    return ()
+  first = (metric_names.LOSS, *task.metric_names)
+  later = list(evaluator.eval_sets)[1:]
+  return first + tuple(f'{split}/{name}' for split in later for name in first)
+
+
 def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, int]:
   """(how the loop ended, the task's main metric, the examples skipped)."""
   s = job_setup.setup(config, workdir)
@@ -182,7 +193,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
       load_weights=load_weights if s.init_path else None,
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
-      best_metric=task.main_metric,
+      best_metric=task.main_metric, metric_names=_eval_metric_names(task, evaluator),
       sequence_cost=sequence_cost,
       vocab_file=s.vocab_file, early_stopping_patience=cfg.early_stopping_patience)
   return loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric, sum(

@@ -66,3 +66,18 @@ def test_the_listed_names_are_what_the_user_task_evals_report(task, tmp_path):
                             examples)
   assert ('loss', *reported) == metric_names.of_task(task)
   assert found.main_metric in reported
+
+
+def test_a_best_metric_its_tag_set_never_reports_is_refused_before_training(tmp_path):
+  """Tagging's names depend on the data (entities for chunk tags, tokens for plain ones), so
+  the config check accepts both; once the files are read the job knows which, and refuses the
+  other before any step (not at the first eval, with the training before it lost)."""
+  rows = ''.join(f'{{"tokens": ["w{i}", "runs"], "tags": ["NOUN", "VERB"]}}\n' for i in range(12))
+  (tmp_path / 'train.jsonl').write_text(rows)
+  config = _config('tagging', checkpoint__best_metric='f1',
+                   data__train_file=str(tmp_path / 'train.jsonl'))
+  config_check.check(config)  # Either scheme's name passes here.
+  with pytest.raises(ValueError, match=r"best_metric='f1' is not an eval metric of this job; "
+                     r'valid: loss, accuracy, macro_f1'):
+    job.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not list((tmp_path / 'run').rglob('checkpoints/*'))

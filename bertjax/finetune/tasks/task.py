@@ -22,3 +22,7 @@ class Task:
   evaluate: Callable[..., dict]  # (outputs, features, meta, examples) -> metrics.
   write_predictions: Callable[..., str]  # (outputs, features, meta, examples, split, dir).
   version_2: bool = False  # Span tasks: SQuAD 2.0's "no answer" is a possible prediction.
+  # What `evaluate` reports, where the data decides it (a tagging set scored by entities or by
+  # token): checked against checkpoint.best_metric before training. (): known from the task
+  # name alone (config_check's metric_names).
+  metric_names: tuple = ()

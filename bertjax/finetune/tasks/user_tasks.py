@@ -266,9 +266,13 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
     return conll.write_predictions(files.join(out_dir, f'{split}_predictions.txt'), sentences,
                                    tags)
 
+  # The scorers' own names, run on a toy input (as metric_names does for the task's name).
+  toy = [['B-X', 'O']]
+  names = tuple(metrics_lib.token_scores(toy, toy, ('B-X', 'O')) if scheme == 'plain'
+                else metrics_lib.entity_scores(toy, toy))
   return task_lib.Task(
       name, 'tagging', labels, 'f1' if scheme == 'chunks' else 'accuracy', eval_splits, test_splits,
-      read, featurize, evaluate, write)
+      read, featurize, evaluate, write, metric_names=names)
 
 
 def choice_task(name, data, seed, labels) -> task_lib.Task:
