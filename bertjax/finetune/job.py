@@ -241,9 +241,10 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = job_setup.featurized(s, split, False)
-      outputs, _ = predict(predict_fn, state.params, features, rows_of, cfg.eval_batch_size)
-      if config.mode == 'eval':
-        metrics = task.evaluate(outputs, features, feature_meta, examples)
+      outputs, means = predict(predict_fn, state.params, features, rows_of, cfg.eval_batch_size)
+      if config.mode == 'eval':  # What the training run's evals report, its loss too.
+        metrics = {'loss': means['loss'], **task.evaluate(outputs, features, feature_meta,
+                                                          examples)}
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in
                                                      sorted(metrics.items())))
         shown += [(f'{split} {k}', metrics[k]) for k in sorted(

@@ -122,6 +122,10 @@ def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
   assert final_params(tmp_path)[1] == 5
 
 
+# console.duration's forms: '3.2 s', or '1m50s' on a loaded machine.
+TOOK = r'(\d+\.\d s|\d+m\d\ds)'
+
+
 def _last_line(capsys) -> str:
   return capsys.readouterr().out.strip().splitlines()[-1]
 
@@ -131,18 +135,23 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
   result = finetune.train_and_evaluate(config, str(tmp_path))
   # Every mode ends with its summary line: how it ended, the task's metrics, where outputs are.
   assert re.fullmatch(
-      rf'finetune finished in \d+\.\d s: step 2/2, train loss [\d.]+, eval accuracy '
+      rf'finetune finished in {TOOK}: step 2/2, train loss [\d.]+, eval accuracy '
       rf'{result["accuracy"]:.4g}, loss [\d.]+; eval results {tmp_path}/eval_results.json, '
       rf'predictions {tmp_path}/predictions/step_2, checkpoints {tmp_path}/checkpoints \(step 2\), '
       rf'TensorBoard {tmp_path}', _last_line(capsys))
   config.mode = 'eval'
   finetune.run(config, str(tmp_path))
-  assert re.fullmatch(rf'finetune eval finished in \d+\.\d s: step 2, validation accuracy '
-                      rf'{result["accuracy"]:.4g}; results and predictions '
-                      rf'{tmp_path}/predictions/eval_step_2', _last_line(capsys))
+  # The training run's eval again, its loss too (what a best_metric=loss run ranked by).
+  assert re.fullmatch(rf'finetune eval finished in {TOOK}: step 2, validation accuracy '
+                      rf'{result["accuracy"]:.4g}, validation loss {result["loss"]:.4g}; results '
+                      rf'and predictions {tmp_path}/predictions/eval_step_2', _last_line(capsys))
+  evaluated = json.loads((tmp_path / 'predictions' / 'eval_step_2' /
+                          'validation_results.json').read_text())
+  assert [evaluated[k] for k in ('accuracy', 'loss')] == pytest.approx(
+      [result['accuracy'], result['loss']], rel=1e-5)
   config.mode = 'predict'
   (path,) = finetune.run(config, str(tmp_path))
-  assert re.fullmatch(rf'finetune predict finished in \d+\.\d s: step 2, test examples 10; '
+  assert re.fullmatch(rf'finetune predict finished in {TOOK}: step 2, test examples 10; '
                       rf'predictions {tmp_path}/predictions/predict_step_2', _last_line(capsys))
   lines = pathlib.Path(path).read_text().splitlines()
   assert lines[0] == 'index\tprediction'
@@ -152,7 +161,7 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
   config.mode = 'train_eval'
   finetune.train_and_evaluate(config, str(tmp_path))
   assert re.fullmatch(
-      rf'finetune finished in \d+\.\d s: step 2/2 \(reached before: nothing to do\), eval '
+      rf'finetune finished in {TOOK}: step 2/2 \(reached before: nothing to do\), eval '
       rf'accuracy {result["accuracy"]:.4g}, loss [\d.]+; eval results .*', _last_line(capsys))
 
   config.mode = 'predict'
