@@ -42,7 +42,9 @@ def test_the_bench_times_bertjax_and_every_torch_variant_on_the_cpu():
   for name, values in rows.items():
     seq_per_s, tokens_per_s, gflops, mfu, ms, _, first_step = values[:7]
     assert seq_per_s > 0 and first_step > 0, (name, values)
-    assert tokens_per_s == pytest.approx(seq_per_s * 32, rel=0.01, abs=1)
+    # seq/s is printed to 0.1 (32 tokens a sequence: up to 1.6 tokens/s off at a slow machine's
+    # few seq/s), tokens/s to 1.
+    assert abs(tokens_per_s - seq_per_s * 32) <= 0.051 * 32 + 0.51, (name, values)
     # Printed to 0.1 each: ms's rounding, plus seq/s's carried into 4000 / seq/s.
     assert abs(ms - 4000 / seq_per_s) <= 0.051 + 4000 / seq_per_s**2 * 0.051, (name, values)
     assert mfu == pytest.approx(gflops / 1000 * 100, abs=0.06)  # Against 1 TFLOP/s.
