@@ -186,6 +186,38 @@ def default_num_workers() -> int:
     return os.cpu_count() or 1
 
 
+def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fraction):
+  """Refuses settings out of range before any work, naming the flag."""
+  for name, value, low in (('random_seed', random_seed, 0), ('num_output_shards',
+                           num_output_shards, 0), ('max_line_bytes', max_line_bytes, 1)):
+    if value < low:
+      raise ValueError(f'--{name}={value}: need >= {low}')
+  if not 0 <= max_unk_fraction <= 1:  # nan too: it would let any vocab through.
+    raise ValueError(f'--max_unk_fraction={max_unk_fraction}: a fraction of the tokens, in '
+                     f'[0, 1] (default {MAX_UNK_FRACTION})')
+
+
+def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction):
+  """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
+  a vocab that does not fit the text, NotNext pairs from their own document."""
+  unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
+  if unk_fraction > max_unk_fraction:
+    raise ValueError(
+        f'{unk_fraction:.1%} of the tokens are [UNK] (limit {max_unk_fraction:.0%}): the vocab '
+        f'({vocab_file}, {vocab_size} entries) does not fit this text -- '
+        'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
+        'or raise --max_unk_fraction if this is intended. No shard was written.')
+  if counts['not_next_from_same_document']:
+    # A worker's NotNext candidates are its own documents (every num_workers-th one).
+    raise ValueError(
+        f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
+        'take their second segment from their own document (a worker\'s pool of nearby '
+        'documents held no other one), which makes their NSP labels wrong: with '
+        f'{counts["documents"]} documents, pass fewer --num_workers (at most half the '
+        'documents), more text, a larger --pool_tokens, or --nsp=false for MLM-only '
+        'instances. No shard was written.')
+
+
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
@@ -203,13 +235,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   num_workers = default_num_workers() if num_workers is None else num_workers
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
-  for name, value, low in (('random_seed', random_seed, 0), ('num_output_shards',
-                           num_output_shards or 0, 0), ('max_line_bytes', max_line_bytes, 1)):
-    if value < low:
-      raise ValueError(f'--{name}={value}: need >= {low}')
-  if not 0 <= max_unk_fraction <= 1:  # nan too: it would let any vocab through.
-    raise ValueError(f'--max_unk_fraction={max_unk_fraction}: a fraction of the tokens, in '
-                     f'[0, 1] (default {MAX_UNK_FRACTION})')
+  _check_numbers(random_seed, num_output_shards or 0, max_line_bytes, max_unk_fraction)
   if tokenizer not in TOKENIZERS:
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
@@ -253,22 +279,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                 do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
                 w, num_workers, tfds) for w in range(num_workers)]
     results, counts = _run_workers(jobs, skips)
-    unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
-    if unk_fraction > max_unk_fraction:
-      raise ValueError(
-          f'{unk_fraction:.1%} of the tokens are [UNK] (limit {max_unk_fraction:.0%}): the vocab '
-          f'({vocab_file or spm_model_file}, {len(vocab)} entries) does not fit this text -- '
-          'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
-          'or raise --max_unk_fraction if this is intended. No shard was written.')
-    if counts['not_next_from_same_document']:
-      # A worker's NotNext candidates are its own documents (every num_workers-th one).
-      raise ValueError(
-          f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
-          'take their second segment from their own document (a worker\'s pool of nearby '
-          'documents held no other one), which makes their NSP labels wrong: with '
-          f'{counts["documents"]} documents, pass fewer --num_workers (at most half the '
-          'documents), more text, a larger --pool_tokens, or --nsp=false for MLM-only '
-          'instances. No shard was written.')
+    _check_counts(counts, len(vocab), vocab_file or spm_model_file, max_unk_fraction)
     try:
       staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
       report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results,
