@@ -4,6 +4,7 @@ to orbax (which refuses relative paths), to worker processes and after a `cd` in
 Remote paths (gs://, s3://, ...) are kept as they are; `~` is expanded.
 """
 
+import io
 import os
 import re
 import sys
@@ -67,6 +68,22 @@ def split_lines(text: str) -> list[str]:
   if lines[-1] == '':
     lines.pop()
   return lines
+
+
+class UniversalLines:
+  """A binary file read line by line as `split_lines` breaks text (at \\n, \\r\\n or a lone
+  \\r, each given back as \\n), still as bytes, so that the caller decodes and counts each line
+  itself: io's universal newlines over latin-1, which maps every byte to one character and
+  back, so `readline(limit)` still counts bytes."""
+
+  def __init__(self, binary_file):
+    self._text = io.TextIOWrapper(binary_file, encoding='latin-1', newline=None)
+
+  def readline(self, limit: int = -1) -> bytes:
+    return self._text.readline(limit).encode('latin-1')
+
+  def __iter__(self):
+    return (line.encode('latin-1') for line in self._text)
 
 
 def check_no_blank_lines(lines, source: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Pre-training text files -> tokenized documents: streaming, partitioned, bad input counted.
 
-Two input formats, both with a blank (whitespace-only) line between documents:
+Two input formats, both with a blank (whitespace-only) line between documents (a line ends at
+\n, \r\n or a lone \r, as in every tool: `paths.split_lines`):
   lines: the original's, one sentence per line;
   text: one paragraph of running text per line, split into sentences by
         `corpora.split_sentences`.
@@ -24,6 +25,7 @@ import itertools
 import numpy as np
 
 from bertjax import files as files_lib
+from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
@@ -124,7 +126,8 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
     where['path'] = path
     sentences, started = [], False
     with files_lib.open_binary(path) as f:
-      for line_number, (raw, too_long) in enumerate(_lines(f, max_line_bytes), 1):
+      for line_number, (raw, too_long) in enumerate(
+          _lines(paths_lib.UniversalLines(f), max_line_bytes), 1):
         where['line'] = line_number
         if not too_long and _is_blank(raw):
           if started:

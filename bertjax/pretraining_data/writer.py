@@ -232,6 +232,9 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   """
   start = time.perf_counter()
   settings.validate()
+  # The report names absolute paths (a relative one means another file after a cd).
+  vocab_file, spm_model_file = (paths_lib.absolute(p) if p else p
+                                for p in (vocab_file, spm_model_file))
   num_workers = default_num_workers() if num_workers is None else num_workers
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
@@ -255,7 +258,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     shard_outputs.check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
     files = []
   else:
-    matched = paths_lib.expand_input_patterns(input_file)
+    matched = [paths_lib.absolute(p) for p in paths_lib.expand_input_patterns(input_file)]
     shard_outputs.check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
     files = text_input.usable_files(matched, skips)
     if not files:

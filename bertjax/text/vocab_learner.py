@@ -52,7 +52,7 @@ def _check_not_an_input(output_file, inputs):
 def read_lines(path):
   """Yields the lines of a UTF-8 text file (gzip-compressed if it ends in .gz), stripped."""
   with files_lib.open_binary(path) as f:
-    lines = iter(f)
+    lines = iter(paths.UniversalLines(f))  # A lone CR ends a line too, as in every tool.
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number in itertools.count(1):
       try:

@@ -6,6 +6,7 @@ Each case is small and runs in this process (one worker), except the CLI error c
 import os
 import pathlib
 import random
+import shutil
 import subprocess
 import sys
 
@@ -175,6 +176,21 @@ def test_text_format_splits_paragraphs_into_the_same_sentences(documents, vocab_
   assert [f.read_bytes() for f in text_files] == [f.read_bytes() for f in line_files]
 
 
+def test_every_line_break_makes_the_same_instances(documents, vocab_file, tmp_path):
+  # \n, \r\n and a lone \r (old Mac files) end a line, as in every tool (paths.split_lines):
+  # a CR-only file read at \n alone would be one long line, its documents run together.
+  lf = write_corpus(tmp_path / 'lf.txt', documents[:40])
+  text = lf.read_bytes()
+  (tmp_path / 'crlf.txt').write_bytes(text.replace(b'\n', b'\r\n'))
+  (tmp_path / 'cr.txt').write_bytes(text.replace(b'\n', b'\r'))
+  results = [run(tmp_path / f'{name}.txt', tmp_path / name, vocab_file=vocab_file)
+             for name in ('lf', 'crlf', 'cr')]
+  assert len({r['counts']['documents'] for r, _ in results}) == 1
+  assert results[0][0]['counts']['documents'] == 40
+  shards = [[f.read_bytes() for f in files] for _, files in results]
+  assert shards[0] == shards[1] == shards[2]
+
+
 def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
   sentencepiece = pytest.importorskip('sentencepiece')
   corpus = write_corpus(tmp_path / 'c.txt', documents[:80])
@@ -249,6 +265,18 @@ def test_report_records_each_shard_and_is_in_place_before_the_shards(documents, 
     run(corpus, tmp_path / 'out', vocab_file=vocab_file, num_workers=2)
   assert calls[0].endswith('.json')
   assert not list((tmp_path / 'out').glob(shard_outputs.TEMP_DIR_PREFIX + '*'))
+
+
+def test_the_report_names_absolute_paths(documents, vocab_file, tmp_path, monkeypatch):
+  # Typed relative, as on a command line: after a cd they would name other files.
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:30])
+  shutil.copy(vocab_file, tmp_path / 'vocab.txt')
+  monkeypatch.chdir(tmp_path)
+  report = writer.create('./c.txt,c*.txt', 'out/train', SETTINGS, vocab_file='vocab.txt',
+                         num_output_shards=1, num_workers=1, random_seed=7)
+  assert report['input_files'] == [str(corpus)]
+  assert report['settings']['vocab_file'] == str(tmp_path / 'vocab.txt')
+  assert report['output_files'] == [str(tmp_path / 'out' / 'train-00000-of-00001')]
 
 
 def test_stale_temp_dirs_of_dead_runs_are_removed(tmp_path):

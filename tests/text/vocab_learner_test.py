@@ -128,6 +128,18 @@ def test_bad_input(tmp_path, content, error, match):
   assert not (tmp_path / 'vocab.txt').exists()
 
 
+def test_a_lone_carriage_return_ends_a_line(corpus_file, tmp_path):
+  # An old Mac file (CR only) is its lines, not one: SentencePiece would drop a sentence
+  # longer than its max_sentence_length whole.
+  text = corpus_file.read_bytes().replace(b'\r\n', b'\n')
+  (tmp_path / 'cr.txt').write_bytes(text.replace(b'\n', b'\r'))
+  (tmp_path / 'crlf.txt').write_bytes(text.replace(b'\n', b'\r\n'))
+  (tmp_path / 'lf.txt').write_bytes(text)
+  lines = [list(vocab_learner.read_lines(str(tmp_path / f'{name}.txt')))
+           for name in ('lf', 'crlf', 'cr')]
+  assert len(lines[0]) > 100 and lines[0] == lines[1] == lines[2]
+
+
 def test_glob_matching_nothing(tmp_path):
   (tmp_path / 'a.txt').write_text('some words\n')
   with pytest.raises(FileNotFoundError, match='matched no files'):
