@@ -183,18 +183,21 @@ def write_atomically(path, text: str | bytes):
 def expand_input_patterns(patterns) -> list[str]:
   """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
   (each glob sorted, each file once)."""
-  found, seen = [], set()
+  found = []
   for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
     matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
     if not matches:
       raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
-    for match in matches:
-      # Each file once, however it is spelled (a/x, ./a/x, a link to it): read twice, its
-      # text would silently weigh double.
-      key = file_key(match)
-      if key not in seen:
-        seen.add(key)
-        found.append(match)
+    found.extend(matches)
   if not found:
     raise ValueError('--input_file is empty: pass comma-separated files or globs')
-  return found
+  return each_file_once(found)
+
+
+def each_file_once(file_paths) -> list[str]:
+  """`file_paths` with each file once, as first spelled, however else it is spelled (a/x,
+  ./a/x, a link to it): a file read twice would silently weigh double."""
+  found = {}
+  for path in file_paths:
+    found.setdefault(file_key(path), path)
+  return list(found.values())

@@ -32,12 +32,19 @@ def _squad(version_2: bool) -> tuple[str, ...]:
 
 
 @functools.cache
-def _tagging() -> tuple[str, ...]:
+def tagging(scheme: str) -> tuple[str, ...]:
+  """What a tagging eval reports: a chunk scheme ('chunks') scores entities, a plain tag set
+  ('plain': POS, supersenses) scores tokens."""
   from bertjax.finetune import metrics  # pylint: disable=g-import-not-at-top
   tags = [['B-X', 'O']]
-  # Chunk schemes score entities; a plain tag set (POS, supersenses) scores tokens.
-  return tuple(dict.fromkeys([*metrics.entity_scores(tags, tags),
-                              *metrics.token_scores(tags, tags, ('B-X', 'O'))]))
+  if scheme == 'plain':
+    return tuple(metrics.token_scores(tags, tags, ('B-X', 'O')))
+  return tuple(metrics.entity_scores(tags, tags))
+
+
+def _tagging() -> tuple[str, ...]:
+  """Either scheme's names: which one a tagging set has is known from its data."""
+  return tuple(dict.fromkeys(tagging('chunks') + tagging('plain')))
 
 
 def _glue(name: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import labelled_split
+from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import user_data
@@ -39,17 +40,16 @@ def expand(setting: str, flag: str) -> list[str]:
   glob's matches in sorted order. A glob that matches nothing is an error naming it. A file
   named twice (overlapping globs, `./x.csv,x.csv`, a link) is read once, as first spelled:
   read twice, its rows would count double."""
-  found = {}
+  found = []
   for part in paths.split_list(setting):
     if not any(c in part for c in '*?[') or files.exists(part):
-      matches = [part]
+      found.append(part)
     else:
       matches = files.glob(part)
       if not matches:
         raise FileNotFoundError(f'{part} matches no file: check config.data.{flag}.')
-    for path in matches:
-      found.setdefault(paths.file_key(path), path)
-  return list(found.values())
+      found.extend(matches)
+  return paths.each_file_once(found)
 
 
 def _random_split(items, fraction, seed):
@@ -266,13 +266,9 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
     return conll.write_predictions(files.join(out_dir, f'{split}_predictions.txt'), sentences,
                                    tags)
 
-  # The scorers' own names, run on a toy input (as metric_names does for the task's name).
-  toy = [['B-X', 'O']]
-  names = tuple(metrics_lib.token_scores(toy, toy, ('B-X', 'O')) if scheme == 'plain'
-                else metrics_lib.entity_scores(toy, toy))
   return task_lib.Task(
       name, 'tagging', labels, 'f1' if scheme == 'chunks' else 'accuracy', eval_splits, test_splits,
-      read, featurize, evaluate, write, metric_names=names)
+      read, featurize, evaluate, write, metric_names=metric_names.tagging(scheme))
 
 
 def choice_task(name, data, seed, labels) -> task_lib.Task:
