@@ -24,6 +24,7 @@ workdir: never a silent fresh start.
 
 import contextlib
 import errno
+import os
 import shutil
 import time
 
@@ -32,6 +33,7 @@ import flax
 import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
+import tensorstore as ts
 
 from bertjax import files
 from bertjax.training import checkpoint_damage
@@ -264,6 +266,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
   for step in steps:  # The named step, or every step newest first.
     _check_params_fit(mngr, step, abstract_state.params)
     try:
+      check_tree(mngr.directory / str(step) / 'state')
       restored = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.PyTreeRestore(
               abstract_state, restore_args=ocp.checkpoint_utils.construct_restore_args(
@@ -303,8 +306,28 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
   return None
 
 
+def check_tree(path):
+  """Refuses a saved state whose OCDBT tree (its root manifest's data, checksummed) cannot be
+  listed: orbax would fail on it too, but leave tensorstore calling into a closed event loop,
+  printing tracebacks after the error."""
+  path = orbax_path(path)
+  if not files.exists(files.join(path, 'manifest.ocdbt')):
+    return  # Not OCDBT, or no manifest at all: orbax's own reading decides.
+  remote = files.is_remote(path)
+  base = path.rstrip('/') + '/' if remote else f'file://{os.path.abspath(path)}/'
+  try:
+    store = ts.KvStore.open({'driver': 'ocdbt', 'base': base}).result()
+    store.list().result()
+  except ValueError as e:  # tensorstore's errors: DATA_LOSS, NOT_FOUND, ...
+    if remote and not any(m in str(e) for m in ('DATA_LOSS', 'checksum', 'Error decoding')):
+      return  # Perhaps not damage (credentials this client lacks): orbax's reading decides.
+    raise checkpoint_damage.DamagedCheckpointError(
+        f'{path}: its tree cannot be read ({" ".join(str(e).split())[:600]})') from None
+
+
 def state_metadata(path):
   """The saved state's tree of array metadata (shape, dtype), read without the arrays."""
+  check_tree(path)
   # Closed after use: an open checkpointer's background tasks print tracebacks at exit.
   with ocp.StandardCheckpointer() as checkpointer:
     metadata = checkpointer.metadata(orbax_path(path))

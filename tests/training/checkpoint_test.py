@@ -5,6 +5,9 @@ of either kind read back."""
 import errno
 import json
 import logging
+import pathlib
+import subprocess
+import sys
 
 import flax
 import jax
@@ -85,6 +88,37 @@ def test_a_flipped_bit_falls_back_to_the_previous_checkpoint(tmp_path):
   state, meta = restore(tmp_path)
   assert meta['step'] == 1 and int(state.step) == 1
   assert len(list((tmp_path / 'checkpoints').glob('2.unreadable-*'))) == 1
+
+
+_READ_DAMAGED_TREE = """
+import pathlib, sys
+import checkpoint_test
+from bertjax.training import checkpoint_reader
+workdir = pathlib.Path(sys.argv[2])
+if sys.argv[1] == 'resume':
+  state, meta = checkpoint_test.restore(workdir)
+else:
+  meta = checkpoint_reader.read(workdir).meta
+print('read step', meta['step'])
+"""
+
+
+@pytest.mark.parametrize('reader', ['resume', 'predict'])
+def test_a_damaged_tree_falls_back_with_no_traceback(tmp_path, reader):
+  # The root manifest's data (where the tree is listed) damaged: orbax read it and left
+  # tensorstore calling into a closed event loop, a traceback on stderr after the warning.
+  save_steps(tmp_path)
+  victim = next((tmp_path / 'checkpoints' / '2' / 'state' / 'd').iterdir())
+  data = bytearray(victim.read_bytes())
+  data[len(data) // 2] ^= 0x10
+  victim.write_bytes(bytes(data))
+  out = subprocess.run([sys.executable, '-c', _READ_DAMAGED_TREE, reader, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=pathlib.Path(__file__).parent, check=False)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == 'read step 1'
+  assert 'state: its tree cannot be read (' in out.stderr
+  assert 'Traceback' not in out.stderr and 'Event loop is closed' not in out.stderr
 
 
 def test_a_meta_without_its_step_falls_back(tmp_path):
