@@ -9,6 +9,7 @@ Checks that need the mesh, the vocab file or init_from's shape (divisibility by 
 vocab's size, a checkpoint's position table) stay in training/train_state.check_config.
 """
 
+import math
 import numbers
 
 from absl import logging
@@ -23,6 +24,11 @@ POOLINGS = ('auto', 'cls', 'mean')
 MASKING_STRATEGIES = masking.STRATEGIES  # wordpiece, whole_word, ngram, span
 # [CLS], at least one token and [SEP].
 MIN_SEQ_LENGTH = 3
+# The model's choices, named here without importing the model (JAX): model/encoder_config's
+# check_config holds the same lists (config_check_test keeps them equal).
+ATTENTION_IMPLS = ('auto', 'xla', 'dot_product_attention', 'cudnn', 'splash')
+ACTIVATIONS = ('gelu', 'gelu_rational', 'gelu_tanh', 'relu')
+REMAT_POLICIES = ('none', 'full', 'dots')
 
 _MISSING = object()
 
@@ -56,6 +62,8 @@ class _Checker:
     if not ok:
       kind = 'a whole number' if integer else 'a number'
       self.fail(path, value, f'must be {kind}', f'pass --config.{path}=<{kind}>')
+    if not math.isfinite(value):  # inf passes every range check, then fails mid-run.
+      self.fail(path, value, 'must be a finite number', f'pass --config.{path}=<a finite number>')
     return value
 
   def at_least(self, path: str, low, fix: str = '', *, integer: bool = True, why: str = ''):
@@ -107,6 +115,14 @@ def check(config) -> None:
   job = c.get('job')
   if job is not _MISSING and job not in JOBS:
     c.fail('job', job, 'is unknown', f'valid: {", ".join(JOBS)}')
+  # A job set on another job's config (--config.job=finetune on configs/pretrain.py) would
+  # fail deep in the job, on the first field its own config has and this one lacks.
+  for other, marker, config_file in (('finetune', 'task', 'finetune'),
+                                     ('pretrain', 'phase2', 'pretrain'),
+                                     ('embed', 'sentences', 'embed')):
+    if job == other and c.get(marker) is _MISSING:
+      c.fail('job', job, f'but the config is not a {other} config (it has no {marker} field)',
+             f'load configs/{config_file}.py (or a copy of it) instead of setting config.job')
   if job == 'embed':
     _check_embed(c)
     return
@@ -143,6 +159,13 @@ def _check_model(c: _Checker):
   c.positive('model.initializer_range', integer=False, fix='set '
              '--config.model.initializer_range to e.g. 0.02 (BERT)')
   c.choice('model.dtype', DTYPES)
+  c.choice('model.attention_impl', ATTENTION_IMPLS)
+  c.choice('model.hidden_act', ACTIVATIONS)
+  c.choice('model.remat_policy', REMAT_POLICIES)
+  scan = c.get('model.scan_layers')
+  if scan is not _MISSING and not isinstance(scan, bool) and scan != 'auto':
+    # A word such as 'no' would be True to Python: refused before anything reads it.
+    c.fail('model.scan_layers', scan, 'is unknown', 'valid: True, False, auto')
   unroll = c.positive('model.scan_unroll', fix='set --config.model.scan_unroll to the scanned '
                       'layers per trip of the layer loop, e.g. 1')
   layers = c.get('model.num_layers')
@@ -308,6 +331,12 @@ def _check_data(c: _Checker, job):
                  'max_answer_length', 'n_best_size', 'max_windows'):
       c.at_least(f'data.{name}', 1, fix=f'set --config.data.{name} to 1 or more')
     c.number('data.null_score_diff_threshold', integer=False)
+    stride, windows = c.get('data.doc_stride'), c.get('data.max_windows')
+    if (seq is not _MISSING and windows is not _MISSING and windows > 1
+        and stride is not _MISSING and stride > seq - 2):
+      c.fail('data.doc_stride', stride, f'exceeds the {seq - 2} pieces a window holds at '
+             f'data.max_seq_length={seq}, so the pieces between windows would never be read',
+             f'set --config.data.doc_stride={seq - 2} (windows back to back) or less')
     c.fraction('data.eval_fraction', closed_high=False,
                fix='set --config.data.eval_fraction to the held-out share, e.g. 0.2')
     c.all_or_positive('data.max_train_examples', 'all of them')

@@ -27,11 +27,13 @@ SIZES = {
 RENAMED_ARGS = {'init': 'init_from', 'checkpoint': 'init_from'}
 
 
-def parse_arg(arg, **defaults):
+def parse_arg(arg, *, recipe=(), **defaults):
   """Parses `k=v,k=v` into a ConfigDict over `defaults`, values cast to the defaults' types.
 
   A value that is not of its default's type, or a key given twice, is refused naming the key:
-  never read as something else. Whole numbers may be written as 1e5 or 100_000.
+  never read as something else. Whole numbers may be written as 1e5 or 100_000. The keys in
+  `recipe` default to 0, which stands for the recipe's own value (the size's or the task's):
+  given as 0, such a key is refused, since it would silently mean that value.
   """
   parsed = ml_collections.ConfigDict(defaults)
   if not arg:
@@ -53,6 +55,9 @@ def parse_arg(arg, **defaults):
                        f'{item}): pass it once.')
     given[key] = value
     parsed[key] = _cast(key, value, defaults[key])
+    if key in recipe and parsed[key] == 0:
+      raise ValueError(f'config argument {key}={value}: 0 stands for the recipe\'s own value '
+                       f'here, so leave {key} out for that, or pass a positive {key}.')
   return parsed
 
 
@@ -105,7 +110,7 @@ def optimizer_config(*, learning_rate: float, warmup_steps, total_steps,
   o.learning_rate = learning_rate  # Peak, reached at the end of warmup.
   o.end_learning_rate = 0.0  # Reached at total_steps.
   o.warmup_steps = warmup_steps  # Linear warmup from 0.
-  o.total_steps = total_steps  # Decay ends here.
+  o.total_steps = total_steps  # Decay ends here; 0 = at the run's last step (num_train_steps).
   o.decay_power = 1.0  # 1 = BERT's linear decay; LAMB papers use 1 too.
   o.b1 = 0.9
   o.b2 = 0.999

@@ -79,7 +79,7 @@ USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choic
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, task='mrpc', size='', init_from='', dtype='float32', epochs=0.0,
-                         batch=0, lr=0.0, seq=0, pack=1)
+                         batch=0, lr=0.0, seq=0, pack=1, recipe=('epochs', 'batch', 'lr', 'seq'))
   if arg.task not in TASKS:
     raise ValueError(f'unknown task {arg.task!r}; valid tasks: {", ".join(TASKS)}.')
   seq, learning_rate, epochs, batch = TASKS[arg.task]
@@ -168,7 +168,8 @@ def get_config(arg=None):
   config.grad_accum_steps = 1  # Micro-batches per update (memory).
   config.eval_batch_size = 64  # Over all hosts; the eval set is padded to a multiple of it.
 
-  # Warmup and total steps are set at run time from num_train_steps (or the epochs).
+  # Warmup and total steps 0: set at run time, total_steps = the run's steps (num_train_steps
+  # or the epochs), warmup_steps = warmup_proportion of them. A value of your own is kept.
   config.optimizer = common.optimizer_config(learning_rate=arg.lr or learning_rate,
                                              warmup_steps=0, total_steps=0)
   config.optimizer.warmup_proportion = 0.1  # BERT's: warmup over the first 10% of the steps.

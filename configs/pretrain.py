@@ -52,7 +52,7 @@ RECIPES = {
 def get_config(arg=None):
   arg = common.parse_arg(arg, size='tiny', steps=0, batch=0, seq=128, dtype='float32',
                          optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='',
-                         phase2_fraction=0.0, phase2_seq=512, pack=1)
+                         phase2_fraction=0.0, phase2_seq=512, pack=1, recipe=('steps', 'batch'))
   if arg.size not in RECIPES:
     raise ValueError(f'unknown size {arg.size!r}; valid sizes: {", ".join(RECIPES)}.')
   if not 0.0 <= arg.phase2_fraction < 1.0:
@@ -113,9 +113,12 @@ def get_config(arg=None):
   config.phase2.train_files = ''
   config.phase2.eval_files = ''
 
+  # The decay ends with the run: total_steps follows num_train_steps until it is set itself
+  # (a derived reference, `+ 0`: setting it never changes num_train_steps, as a shared one
+  # would), to run part of a longer schedule (num_train_steps=1000 of total_steps=1000000).
   config.optimizer = common.optimizer_config(
       name=arg.optimizer, learning_rate=learning_rate, warmup_steps=warmup,
-      total_steps=config.get_ref('num_train_steps'))
+      total_steps=config.get_ref('num_train_steps') + 0)
   config.mesh = common.mesh_config()
   config.checkpoint = common.checkpoint_config(every_steps=200, keep=3)
   # Start from these weights (continued pre-training): a bertjax workdir, its checkpoints/<step>

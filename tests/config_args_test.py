@@ -79,6 +79,13 @@ def test_a_config_argument_of_the_wrong_type_or_given_twice_is_refused_naming_it
       ('finetune.py:task=sst2,epochs=three', "config argument epochs='three': epochs takes a "
        'float'),
       ('pretrain.py:seq=0', 'config.data.max_seq_length=0: needs room for [CLS]'),
+      # 0 is the recipe's value for these: given, it was silently 2e-5, 32, 128, 3 and 600.
+      ('finetune.py:task=sst2,lr=0', "config argument lr=0: 0 stands for the recipe's own value "
+       'here, so leave lr out for that, or pass a positive lr.'),
+      ('finetune.py:task=sst2,batch=0', 'config argument batch=0: 0 stands for'),
+      ('finetune.py:task=sst2,seq=0', 'config argument seq=0: 0 stands for'),
+      ('finetune.py:task=sst2,epochs=0.0', 'config argument epochs=0.0: 0 stands for'),
+      ('pretrain.py:steps=0', 'config argument steps=0: 0 stands for'),
   ]
   for arg, message in cases:
     with pytest.raises(ValueError) as e:

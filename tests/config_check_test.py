@@ -60,6 +60,17 @@ PRETRAIN = [
     ({'max_eval_batches': 0}, 'config.max_eval_batches=0: must be -1'),
     ({'eval_every_steps': -5}, 'config.eval_every_steps=-5: must be >= 0'),
     ({'peak_tflops': -1.0}, 'config.peak_tflops=-1.0: must be >= 0'),
+    # Each of these passed the check and failed in the job (or later): inf on the first NaN
+    # step, 'no' as a scanned model, an unknown kernel once JAX had started.
+    ({'optimizer__learning_rate': float('inf')}, 'config.optimizer.learning_rate=inf: must be '
+     'a finite number'),
+    ({'model__scan_layers': 'no'}, "config.model.scan_layers='no': is unknown; valid: True, "
+     'False, auto'),
+    ({'model__attention_impl': 'bogus'}, "config.model.attention_impl='bogus': is unknown; "
+     'valid: auto, xla,'),
+    ({'model__remat_policy': 'some'}, "config.model.remat_policy='some': is unknown"),
+    ({'job': 'finetune'}, "config.job='finetune': but the config is not a finetune config (it "
+     'has no task field); load configs/finetune.py'),
 ]
 
 
@@ -97,6 +108,12 @@ FINETUNE = [
     ({'pooling': 'max'}, "config.pooling='max': is unknown"),
     ({'data__eval_fraction': 1.0}, 'config.data.eval_fraction=1.0: must be in [0, 1)'),
     ({'data__doc_stride': 0}, 'config.data.doc_stride=0: must be >= 1'),
+    ({'num_epochs': float('inf')}, 'config.num_epochs=inf: must be a finite number'),
+    ({'job': 'pretrain'}, "config.job='pretrain': but the config is not a pretrain config"),
+    # Windows further apart than a window is long would never read the pieces between them.
+    ({'data__max_windows': 4}, 'config.data.doc_stride=128: exceeds the 126 pieces a window '
+     'holds at data.max_seq_length=128, so the pieces between windows would never be read; set '
+     '--config.data.doc_stride=126 (windows back to back) or less'),
     ({'data__pad_to_multiple_of': -32}, 'config.data.pad_to_multiple_of=-32: must be >= 0'),
     ({'data__max_train_examples': 0}, 'config.data.max_train_examples=0: must be -1'),
     ({'model__dropout_rate': 1.5}, 'config.model.dropout_rate=1.5'),
@@ -114,6 +131,22 @@ def test_a_bad_finetuning_value_is_one_line_naming_field_and_fix(fields, message
   with pytest.raises(ValueError) as e:
     config_check.check(configured(finetune_config.get_config('task=mrpc'), **fields))
   assert str(e.value).startswith(message), str(e.value)
+
+
+def test_the_model_choices_named_without_jax_are_the_models():
+  from bertjax.model import attention  # pylint: disable=g-import-not-at-top
+  from bertjax.model import encoder_config  # pylint: disable=g-import-not-at-top
+  from bertjax.model import kernels  # pylint: disable=g-import-not-at-top
+  assert config_check.ATTENTION_IMPLS == ('auto', *attention.IMPLEMENTATIONS)
+  assert config_check.ACTIVATIONS == tuple(kernels.ACTIVATIONS)
+  assert config_check.REMAT_POLICIES == ('none', *encoder_config.REMAT_POLICIES)
+
+
+def test_bbc_windows_follow_a_shorter_length_only_when_their_stride_does():
+  config = configured(finetune_config.get_config('task=bbc'), data__max_seq_length=64)
+  with pytest.raises(ValueError, match=r'^config.data.doc_stride=126: exceeds the 62 pieces'):
+    config_check.check(config)
+  config_check.check(finetune_config.get_config('task=bbc,seq=64'))  # Derived from seq.
 
 
 def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields():

@@ -147,9 +147,10 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   steps_per_epoch = max(1, num_train // cfg.global_batch_size)
   logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.1f epochs of %d '
-               'steps)', task.name, task.kind, cfg.pooling, num_train,
+               'steps), warmup %d', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
-               total_steps, total_steps / steps_per_epoch, steps_per_epoch)
+               total_steps, total_steps / steps_per_epoch, steps_per_epoch,
+               cfg.optimizer.warmup_steps)
   if cfg.optimizer.layer_decay != 1.0:
     logging.info('%s', optimizer_lib.layer_decay_line(cfg))
 

@@ -22,6 +22,7 @@ from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import init_from
 from bertjax.text import vocab_files
+from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
 from bertjax.training import train_state
 
@@ -104,9 +105,13 @@ def check_head(config, workdir: str) -> tuple[str, str]:
 
 
 def set_steps(cfg, total_steps: int):
+  """The run's steps, and the schedule's where the config leaves them 0 (its default): the
+  decay ends with the run and warmup takes optimizer.warmup_proportion of it (BERT's). An
+  optimizer.total_steps or warmup_steps of the user's own is kept, never overwritten."""
   cfg.num_train_steps = total_steps
-  cfg.optimizer.total_steps = total_steps
-  cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
+  optimizer_lib.resolve_total_steps(cfg)
+  if not cfg.optimizer.warmup_steps:
+    cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
 
 
 def layout(s: Setup) -> batches.Layout:

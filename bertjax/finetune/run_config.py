@@ -65,6 +65,14 @@ def resolve_model(config, init_path: str, run: dict | None = None,
     vocab_file = vocab_file or init_from.vocab_file(init_path) or ''
   if not vocab_file:
     if init_path:
+      unrecorded = next((f for f in init_from.folders_up(init_path, 2)
+                         if files.isdir(files.join(f, 'checkpoints'))
+                         and not files.exists(files.join(f, 'config.json'))), None)
+      if unrecorded is not None:  # A run's checkpoints without the run's record of itself.
+        raise ValueError(f'init_from={init_path}: the run {unrecorded} has checkpoints but no '
+                         'config.json (its record of the model, vocab and settings): copy it '
+                         'back from where the run was made, or set config.data.vocab_file to '
+                         'the vocab its weights were trained with.')
       raise ValueError(f'init_from={init_path} has no vocab.txt: set config.data.vocab_file to '
                        'the vocab its weights were trained with.')
     # A random encoder (a smoke test): any vocab fits it, the embedded corpus's one is at hand.

@@ -116,9 +116,21 @@ def scale_by_layer_decay(inner: optax.GradientTransformation,
   return optax.GradientTransformationExtraArgs(inner.init, update)
 
 
+def resolve_total_steps(config):
+  """`config` (a training config) with optimizer.total_steps 0 set to num_train_steps, the
+  default: the decay ends with the run. A total_steps of its own is kept, so that a run can
+  train part of a longer schedule. Returns the config."""
+  if not config.optimizer.total_steps:
+    config.optimizer.total_steps = config.num_train_steps
+  return config
+
+
 def learning_rate_schedule(config) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then polynomial decay to end_learning_rate (power 1 =
   BERT's linear decay)."""
+  if config.total_steps <= 0:  # 0 = num_train_steps, which the optimizer's config lacks.
+    raise ValueError(f'optimizer.total_steps={config.total_steps} is not resolved: pass the '
+                     'training config through optimizer.resolve_total_steps first')
   warmup = optax.linear_schedule(0.0, config.learning_rate, config.warmup_steps)
   decay = optax.polynomial_schedule(
       init_value=config.learning_rate, end_value=config.end_learning_rate,

@@ -1,5 +1,8 @@
 """The run config: what a fine-tuning run resolves before any run or checkpoint exists."""
 
+import pytest
+
+from bertjax.finetune import job_setup
 from bertjax.finetune import run_config
 from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
@@ -11,3 +14,33 @@ def test_no_init_from_and_no_vocab_is_a_random_encoder_with_the_embedded_vocab()
   model_cfg, vocab_file = run_config.resolve_model(config, '')
   assert vocab_file == str(embedded.vocab_path())
   assert model_cfg.vocab_size == embedded.VOCAB_SIZE
+
+
+def test_the_schedule_follows_the_run_unless_set():
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  job_setup.set_steps(config, 200)  # The defaults: BERT's 10% warmup, decay over the run.
+  assert (config.num_train_steps, config.optimizer.total_steps,
+          config.optimizer.warmup_steps) == (200, 200, 20)
+  # A user's own warmup and schedule length are kept (they were overwritten, silently).
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  config.optimizer.warmup_steps, config.optimizer.total_steps = 7, 1000
+  job_setup.set_steps(config, 200)
+  assert (config.num_train_steps, config.optimizer.total_steps,
+          config.optimizer.warmup_steps) == (200, 1000, 7)
+
+
+def test_a_run_without_its_config_json_is_named_as_such(tmp_path, monkeypatch):
+  # Its checkpoints are there, its record of the vocab is not: "has no vocab.txt" was false
+  # (its vocab.txt copy may well be there).
+  run = tmp_path / 'run'
+  (run / 'checkpoints' / '3').mkdir(parents=True)
+  (run / 'vocab.txt').write_text('[PAD]\n')
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  monkeypatch.setattr(run_config.init_from, 'model_config', lambda path: {})
+  for path in (run, run / 'checkpoints' / '3'):
+    with pytest.raises(ValueError, match=rf'^init_from={path}: the run {run} has checkpoints '
+                       'but no config.json .*: copy it back'):
+      run_config.resolve_model(config, str(path))
+  (run / 'checkpoints').rename(tmp_path / 'elsewhere')  # Not a run at all: the plain message.
+  with pytest.raises(ValueError, match='has no vocab.txt'):
+    run_config.resolve_model(config, str(run))

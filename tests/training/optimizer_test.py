@@ -1,5 +1,7 @@
 """Optimisers against hand-computed updates; the weight-decay mask; the schedule."""
 
+import pathlib
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -7,10 +9,12 @@ import ml_collections
 import numpy as np
 import pytest
 
+from bertjax import config_args
 from bertjax.model import heads
 from bertjax.training import optimizer
 from configs import common
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def opt_config(**overrides):
   c = ml_collections.ConfigDict(dict(
@@ -84,6 +88,26 @@ def test_schedule_warmup_then_linear_decay():
   assert float(schedule(10)) == pytest.approx(1e-4)
   assert float(schedule(60)) == pytest.approx(5e-5)
   assert float(schedule(110)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_run_can_train_part_of_a_longer_schedule(monkeypatch):
+  # num_train_steps and optimizer.total_steps are two settings: one FieldReference made the
+  # last of the two flags set both, so a 1200-step run of a 600-step schedule ran 600 steps.
+  monkeypatch.chdir(REPO)
+  config_file = '--config=configs/pretrain.py:size=tiny'
+  for flags in (['--config.num_train_steps=1200', '--config.optimizer.total_steps=600'],
+                ['--config.optimizer.total_steps=600', '--config.num_train_steps=1200']):
+    config = optimizer.resolve_total_steps(config_args.check_args([config_file, *flags]))
+    assert (config.num_train_steps, config.optimizer.total_steps) == (1200, 600)
+  # Unset, the decay ends with the run, however long it is made.
+  config = config_args.check_args([config_file, '--config.num_train_steps=1200'])
+  assert config.optimizer.total_steps == 1200
+  assert float(optimizer.learning_rate_schedule(config.optimizer)(1200)) == 0.0
+  # A config that leaves it 0 (fine-tuning's, before its steps are known) is resolved first.
+  config.optimizer.total_steps = 0
+  with pytest.raises(ValueError, match='total_steps=0 is not resolved'):
+    optimizer.learning_rate_schedule(config.optimizer)
+  assert optimizer.resolve_total_steps(config).optimizer.total_steps == 1200
 
 
 def test_gradient_clipping():
