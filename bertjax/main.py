@@ -195,7 +195,8 @@ def main(argv):
   try:
     _run(argv)
   except (ValueError, FileNotFoundError, PermissionError, ConnectionError, FloatingPointError,
-          checkpoint.DiskFullError, workdir_lock.WorkdirInUseError,
+          NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
+          checkpoint.RestoreError, workdir_lock.WorkdirInUseError,
           DistributedStartError) as e:
     if logging.get_verbosity() >= logging.DEBUG:
       raise

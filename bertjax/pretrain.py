@@ -254,7 +254,18 @@ class PhasedEvaluator:
     return {}
 
 
+def _check_workdir_job(workdir: str):
+  """Refuses a workdir that holds another job's run (a fine-tuning run's checkpoints would
+  only be told apart by their classifier's parameters, after the data is made)."""
+  if init_from.is_run(workdir):
+    job = (init_from.run_config(workdir) or {}).get('job', 'pretrain')
+    if job != 'pretrain':
+      raise ValueError(f'{workdir} holds a {job} run: pre-train in another --workdir '
+                       '(init_from=<a run> starts from its weights).')
+
+
 def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
+  _check_workdir_job(workdir)
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)

@@ -123,3 +123,13 @@ def test_data_fields_without_train_files_are_refused(tmp_path):
   cfg.phase2.train_files = str(tmp_path / 'train512-*')
   with pytest.raises(ValueError, match='data.train_files is empty .* set train_files too'):
     pretrain.phases(cfg, str(tmp_path))
+
+
+def test_a_workdir_holding_a_finetuning_run_is_refused_by_name(tmp_path):
+  # Refused before any data is made: it was told only by the classifier's parameters.
+  (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+  (tmp_path / 'config.json').write_text('{"job": "finetune", "task": "sst2"}')
+  with pytest.raises(ValueError, match=rf'^{tmp_path} holds a finetune run: pre-train in '
+                     'another --workdir'):
+    pretrain.train_and_evaluate(pretrain_config.get_config('size=tiny'), str(tmp_path))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['.lock', 'checkpoints', 'config.json']

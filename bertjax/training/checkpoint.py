@@ -149,6 +149,11 @@ class DiskFullError(OSError):
   """A checkpoint could not be written for lack of space; the previous ones are intact."""
 
 
+class RestoreError(RuntimeError):
+  """An intact checkpoint could not be restored (memory, permissions, another config): nothing
+  was moved, and the message says what to change."""
+
+
 def _is_disk_full(error: BaseException) -> bool:
   seen = 0
   while error is not None and seen < 10:
@@ -274,8 +279,9 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
           meta=ocp.args.JsonRestore()))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
+      _check_same_structure(e, mngr.directory, step)
       if not checkpoint_damage.is_damage(e):
-        raise RuntimeError(
+        raise RestoreError(
             f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'
             f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
             '(permissions, memory, the config) and rerun.') from e
@@ -323,6 +329,22 @@ def check_tree(path):
       return  # Perhaps not damage (credentials this client lacks): orbax's reading decides.
     raise checkpoint_damage.DamagedCheckpointError(
         f'{path}: its tree cannot be read ({" ".join(str(e).split())[:600]})') from None
+
+
+def _check_same_structure(error: BaseException, directory, step: int):
+  """Raises a one-line RestoreError when `error` is orbax's refusal of a state whose tree
+  differs from the checkpoint's (another optimizer: adamw <-> lamb, clipping on or off)."""
+  text = str(error)
+  if 'tree structures do not match' not in text:
+    return
+  lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+  where = lines[0].rstrip(':') if lines else '?'
+  raise RestoreError(
+      f'checkpoint step {step} in {directory} holds another training state than this config '
+      f'builds (they differ at {where}): the optimizer settings that shape its state '
+      '(optimizer.name, optimizer.grad_clip_norm on or off, optimizer.layer_decay) must be the '
+      "ones the run was written with (its config.json), or start another --workdir with "
+      'init_from=<this workdir> to keep only its weights. Nothing was moved.') from None
 
 
 def state_metadata(path):

@@ -223,13 +223,37 @@ def _read_json(path):
     return None
 
 
-def _check_schedule(config, workdir, step: int, schedule):
-  """Warns when a resumed run's learning-rate schedule differs from the one it started with
-  (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
+# Settings that decide which examples a step reads: changed on a resume, the run goes on at
+# its example count in another order (or other files), not where it stopped.
+_ORDER_FIELDS = ('seed', 'data.train_files', 'data.train_file', 'phase2.train_files')
+
+
+def _last_config(workdir) -> dict | None:
+  """The config the run last ran with: its newest config-resumed-at-N.json, else config.json."""
   resumed = sorted(files.glob(files.join(workdir, 'config-resumed-at-*.json')),
                    key=lambda p: int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]))
-  last = _read_json(resumed[-1] if resumed else files.join(workdir, 'config.json'))
-  if not last or 'optimizer' not in last:
+  return _read_json(resumed[-1] if resumed else files.join(workdir, 'config.json'))
+
+
+def _check_data_order(config, last: dict, step: int, examples_consumed: int):
+  """Warns when a resumed run reads its data in another order or from other files than the
+  run it continues: examples seen may come again, others never."""
+  flat_last = flax.traverse_util.flatten_dict(last, sep='.')
+  flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
+  changed = [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in _ORDER_FIELDS
+             if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]]
+  if changed:
+    logging.warning(
+        'the data order differs from the one this run last ran with (%s): from step %d it '
+        'reads on at example %d of another order, so examples already seen may come again and '
+        'others never (dropout draws differ too). To resume exactly, keep the old values.',
+        ', '.join(changed), step, examples_consumed)
+
+
+def _check_schedule(config, last: dict, workdir, step: int, schedule):
+  """Warns when a resumed run's learning-rate schedule differs from the one it started with
+  (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
+  if 'optimizer' not in last:
     return
   old = dict(last['optimizer'])
   fields = ('learning_rate', 'end_learning_rate', 'warmup_steps', 'total_steps', 'decay_power')
@@ -364,6 +388,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
   log_every_steps, peak_tflops, profile_steps, profile_start_step."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
+  optimizer_lib.resolve_total_steps(config)  # Before config.json records it.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
   metric, mode, keep_best = _ranking(config, job)
@@ -380,8 +405,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     mngr.close()
     return _nothing_to_do(workdir, start_step, total_steps, stopped,
                           _best_of(history, metric, mode, keep_best))
-  if resumed:
-    _check_schedule(config, workdir, start_step, schedule)
+  last = _last_config(workdir) if resumed else None
+  if last:
+    _check_schedule(config, last, workdir, start_step, schedule)
+    _check_data_order(config, last, start_step, examples_consumed)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
     run_files.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir)

@@ -65,11 +65,25 @@ def _since(seconds: float) -> str:
   return time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(seconds))
 
 
+def _folders_above(workdir: str) -> list[str]:
+  """The folders above a local `workdir`, nearest first."""
+  found, path = [], os.path.dirname(workdir.rstrip('/'))
+  while path and path not in found:
+    found.append(path)
+    path = os.path.dirname(path)
+  return found
+
+
 def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
   if files.exists(workdir) and not files.isdir(workdir):
     return None, _not_a_folder(workdir)
-  files.makedirs(workdir)
+  try:
+    files.makedirs(workdir)
+  except NotADirectoryError:  # A file where a folder above it should be.
+    above = next(p for p in _folders_above(workdir) if files.exists(p))
+    return None, WorkdirNotAFolderError(f'--workdir={workdir} is under {above}, which is a '
+                                        'file: pass a --workdir under a folder.')
   f = files.open(files.join(workdir, LOCK_NAME), 'a+')  # A local file: flock needs one.
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

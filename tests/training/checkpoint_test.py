@@ -141,6 +141,36 @@ def test_an_error_that_is_not_damage_moves_nothing(tmp_path, monkeypatch):
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before
 
 
+@flax.struct.dataclass
+class OptState:
+  params: dict
+  opt_state: tuple
+  step: jnp.ndarray
+
+
+def test_another_optimizer_state_is_one_line_and_moves_nothing(tmp_path):
+  # adamw -> lamb on a resume: orbax's refusal of the tree came out as a traceback.
+  def state(moments):
+    params = make_state(1).params
+    return OptState(params, tuple(jax.tree.map(jnp.zeros_like, params) for _ in range(moments)),
+                    jnp.int32(1))
+
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+  checkpoint.save(mngr, 1, state(2), {'step': 1, 'examples_consumed': 4}, force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+  before = sorted(p.name for p in (tmp_path / 'checkpoints').iterdir())
+  other = state(1)
+  abstract = checkpoint.abstract_state(other, jax.tree.map(lambda x: x.sharding, other))
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+  with pytest.raises(checkpoint.RestoreError) as e:
+    checkpoint.restore_latest(mngr, abstract)
+  assert str(e.value).startswith(f'checkpoint step 1 in {tmp_path}/checkpoints holds another '
+                                 'training state than this config builds (they differ at ')
+  assert 'optimizer.name' in str(e.value) and '\n' not in str(e.value)
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before
+
+
 def test_damage_is_told_from_other_errors():
   damaged = [ValueError('OUT_OF_RANGE: Requested byte range [0, 9) is not valid'),
              ValueError('NOT_FOUND: Metadata at "a/.zarray" does not exist'),

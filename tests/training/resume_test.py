@@ -261,6 +261,17 @@ def test_a_finished_run_says_so_and_an_extension_logs_the_schedule_change(
   pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS + 1, fields), log, env)
   assert re.search(r'the learning-rate schedule differs .*optimizer.total_steps 12 -> 13.* at '
                    r'step 12 the rate goes from \S+ to \S+', log.read_text())
+  assert 'the data order differs' not in log.read_text()
+  # Another seed reads on in another order: said, since the resume is then not exact. The
+  # schedule of the last run (13 steps) is kept, so only the order is named.
+  seed_log = tmp_path.parent / f'{tmp_path.name}-seed-log.txt'
+  pretrain_runs.run(pretrain_runs.command(tmp_path, STEPS + 2, fields,
+                                          '--config.optimizer.total_steps=13',
+                                          '--config.seed=7'), seed_log, env)
+  assert re.search(r'the data order differs from the one this run last ran with \(seed 0 -> 7\)'
+                   r': from step 13 it reads on at example \d+ of another order',
+                   seed_log.read_text())
+  assert 'the learning-rate schedule differs' not in seed_log.read_text()
 
 
 def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, fields, env, reference):

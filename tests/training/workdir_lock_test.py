@@ -42,3 +42,9 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
     with workdir_lock.locked(str(named)):
       pass
   assert named.read_text() == 'mine'
+  # Under a file: was a bare NotADirectoryError traceback.
+  with pytest.raises(ValueError, match=rf'^--workdir={named}/run/a is under {named}, which is a '
+                     'file: pass a --workdir under a folder.$'):
+    with workdir_lock.locked(str(named / 'run' / 'a')):
+      pass
+  assert named.read_text() == 'mine'
