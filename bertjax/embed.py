@@ -25,6 +25,7 @@ import io
 import json
 import os
 import pathlib  # local: the installed default checkpoint's folder.
+import sys
 import time
 
 from absl import logging
@@ -236,3 +237,12 @@ def run(config, workdir):
                   metrics=[('sentences', len(sentences)), ('dimension', embedder.dimension)],
                   outputs=outputs)
   return vectors
+
+
+# The embed job is configured as every bertjax job (configs/embed.py through bertjax.main); run
+# as a module, this file refuses in one line rather than exit 0 having done nothing.
+COMMAND = ('python -m bertjax.main --config=configs/embed.py[:init_from=DIR] '
+           '[--config.input_file=FILE] [--workdir=OUT]')
+
+if __name__ == '__main__':
+  sys.exit(f'error: bertjax.embed is not a command line; run the embed job: {COMMAND}')

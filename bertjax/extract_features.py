@@ -10,9 +10,14 @@ bertjax.files (written to a local temporary file, then put as one object when wh
 or --init=DIR for any importable model (a bertjax workdir or checkpoint, a transformers BERT
 directory, a TF1 checkpoint folder), whose vocab and casing are used unless given; a bertjax
 run's checkpoint is its latest unless --step=best|latest|N names another. An input line
-is `text_a` or `text_a ||| text_b`. Each output line is the original's JSON: `linex_index`, and
+is `text_a` or `text_a ||| text_b`, split at the last ` ||| ` as the original's greedy
+`^(.*) \|\|\| (.*)$` splits it. Each output line is the original's JSON: `linex_index`, and
 `features`, one per token ([CLS] and [SEP] included, no padding) with `token` and `layers`: the
 `index` and `values` (rounded to 6 decimals) of each requested layer.
+
+--layers index the Transformer layers' outputs as the original's (its all_encoder_layers[i]):
+0 is the first layer's output, -1 (and num_layers - 1) the last; the embeddings are not a layer
+here, as there, so a script written for the original gets the same vectors.
 
 `concat_last_layers` is the paper's feature-based approach (the last four layers concatenated)
 as one call.
@@ -44,14 +49,16 @@ from bertjax.training import checkpoint_reader
 
 
 def read_examples(input_file) -> list[tuple[str, str | None]]:
-  """(text_a, text_b or None) per line of `input_file`."""
+  """(text_a, text_b or None) per line of `input_file`, split as the original splits it."""
   lines = paths.read_text_lines(input_file)
   if lines:
     paths.check_no_blank_lines(lines, input_file)
   examples = []
   for line in lines:
-    a, sep, b = line.strip().partition(' ||| ')
-    examples.append((a, b if sep else None))
+    # The original's re.match(r'^(.*) \|\|\| (.*)$', line.strip()): greedy, so the last
+    # separator splits; `a ||| b ||| c` is ('a ||| b', 'c').
+    a, sep, b = line.strip().rpartition(' ||| ')
+    examples.append((a, b) if sep else (b, None))
   if not examples:
     raise ValueError(f'{input_file} is empty: one text (or `a ||| b`) per line expected.')
   return examples
@@ -113,10 +120,11 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
     raise ValueError(f'--max_seq_length={max_seq_length} exceeds the model\'s '
                      f'{model.config["max_position_embeddings"]} positions.')
   num_layers = model.config['num_layers']
-  bad = [i for i in layers if not -num_layers <= i < num_layers + 1]
+  bad = [i for i in layers if not -num_layers <= i < num_layers]
   if bad:
-    raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model (-1 is the '
-                     'last; 0 the embeddings).')
+    raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model: 0 to '
+                     f'{num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, '
+                     '-1 the last; the embeddings are not a layer, as in the original).')
   tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
   examples = read_examples(input_file)
   params = inference.encoder_params(model)
@@ -128,10 +136,13 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         chunk = examples[start:start + batch_size]
         tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
                                max_seq_length)
+        # states[0] is the embeddings: the original's layer i is states[i + 1] (i >= 0), and
+        # states[i] from the end.
         states = np.asarray(fn(params, batch))
         for row in range(len(chunk)):
           features = [{'token': token, 'layers': [
-              {'index': index, 'values': [round(float(x), 6) for x in states[index][row, t]]}
+              {'index': index, 'values': [round(float(x), 6) for x in
+                                          states[index + 1 if index >= 0 else index][row, t]]}
               for index in layers]} for t, token in enumerate(tokens[row])]
           f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
       f.close()
@@ -164,7 +175,7 @@ def _layers(text: str) -> tuple:
     layers = tuple(int(x) for x in text.split(','))
   except ValueError:
     raise ValueError(f'--layers={text!r}: comma-separated layer numbers, e.g. -1,-2,-3,-4 (-1 is '
-                     'the last layer, 0 the embeddings).') from None
+                     'the last layer, 0 the first).') from None
   return layers
 
 
@@ -177,7 +188,8 @@ def _define_flags():
   flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
   flags.DEFINE_string('init', '', 'Any importable model directory (instead of '
                               '--init_checkpoint).')
-  flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output; -1 is the last.')
+  flags.DEFINE_string('layers', '-1,-2,-3,-4', 'Layers to output, as the original\'s: 0 is the '
+                      'first Transformer layer, -1 the last (the embeddings are not a layer).')
   flags.DEFINE_integer('max_seq_length', 128, 'Tokens per input, [CLS] and [SEP] included.',
                        lower_bound=3)
   flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)

@@ -102,8 +102,12 @@ def padded(arrays: dict, rows: int, length: int | None = None) -> dict:
 
 def outputs(fn, params, arrays: dict, batch_size: int) -> np.ndarray:
   """fn's outputs for every row of `arrays` (the model inputs, [N, L]), batch-major, in
-  batches of rows_per_batch rows."""
+  batches of rows_per_batch rows; N may be 0 (e.g. span inputs whose contexts have no
+  wordpieces: no windows), giving [0, ...] outputs."""
   n = len(arrays['input_ids'])
+  if not n:  # The outputs' shape and dtype, traced for one row, nothing run.
+    shape = jax.eval_shape(fn, params, padded(arrays, 1))
+    return np.zeros((0, *shape.shape[1:]), shape.dtype)
   rows = rows_per_batch(n, batch_size)
   out = []
   for start in range(0, n, rows):

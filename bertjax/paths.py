@@ -116,8 +116,9 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
 
 def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   """The absolute --`flag` path (or URL), refused before any work when writing it would lose
-  something: one of the `inputs` it was read from, a folder, or a file inside a run's
-  checkpoints/ or a model's folder."""
+  something: one of the `inputs` it was read from, a folder, any path inside a bertjax run (at
+  any depth: a run's files are written by the run alone) or a run's checkpoints/, or an
+  existing file of a model's folder."""
   out = absolute(str(output))
   if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
     raise IsADirectoryError(f'--{flag}={output} names a folder (it ends in /): name the file '
@@ -134,10 +135,34 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   if 'checkpoints' in parts[:-1]:
     raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
-  if files.exists(out) and (model := _model_folder(files.parent(_resolved(out)))) is not None:
+  exists = files.exists(out)
+  if (run := _run_around(_resolved(out))) is not None:
+    raise FileExistsError(f'--{flag}={output} {"exists" if exists else "would be"} in a bertjax '
+                          f'run ({run}): tools that read a run never write into it; write it '
+                          'elsewhere.')
+  if exists and (model := _model_folder(files.parent(_resolved(out)))) is not None:
     raise FileExistsError(f'--{flag}={output} exists in {model[1]} ({model[0]}): writing it '
                           'would damage that model; name a new file.')
   return out
+
+
+def _is_run(folder: str) -> bool:
+  """Whether `folder` holds a bertjax run (its markers: config.json and checkpoints/)."""
+  return (files.isdir(files.join(folder, 'checkpoints')) and
+          files.isfile(files.join(folder, 'config.json')))
+
+
+def _run_around(path: str) -> str | None:
+  """The bertjax run that `path` (resolved) lies in, at any depth; else None."""
+  folder = files.parent(path)
+  while folder:
+    if _is_run(folder):
+      return folder
+    parent = files.parent(folder)
+    if parent == folder or (files.is_remote(folder) and '/' not in folder.split('://', 1)[1]):
+      return None  # The root, or a bucket (gs://b).
+    folder = parent
+  return None
 
 
 def _resolved(path: str) -> str:
@@ -156,15 +181,13 @@ def file_key(path: str) -> str:
 
 
 def _model_folder(folder: str) -> tuple[str, str] | None:
-  """(folder, what it is) for `folder` or its parent when it holds a bertjax run, a
-  transformers model, an original TF1 checkpoint or a SavedModel; else None."""
+  """(folder, what it is) for `folder` or its parent when it holds a transformers model, an
+  original TF1 checkpoint or a SavedModel; else None (a bertjax run: _run_around)."""
   for candidate in (folder, files.parent(folder)):
     if not candidate:
       continue
     def inside(*names, c=candidate):
       return files.join(c, *names)
-    if files.isdir(inside('checkpoints')) and files.isfile(inside('config.json')):
-      return candidate, 'a bertjax run'
     if files.isfile(inside('config.json')) and any(
         files.exists(inside(n)) for n in ('model.safetensors', 'pytorch_model.bin')):
       return candidate, 'a transformers model'

@@ -16,11 +16,13 @@ the words are the line split on whitespace. A line that starts with `{` is a JSO
 the task's fields instead (text_fields, or text_a/text_b; question/context; tokens;
 context/choices, or SWAG's sent1/sent2/ending0..3). Each output line is a JSON object:
 classification `label` and `probabilities`; regression `value`; span `answer` and `score` (the
-best span's probability among the n-best); tagging `tokens` and `tags` (one per word);
-multiple choice `choice` (an index) and `probabilities`; probabilities and scores rounded to 6
-decimals. In Python, predict() gives the same fields unrounded, and the model's raw outputs:
-`logits` (classification: per label; multiple choice: per choice; tagging: per word, per tag,
-with per-word `probabilities`), span `start_logit` and `end_logit` of the answer.
+best span's probability among the n-best; null, with the answer "", when the context has no
+wordpieces, e.g. only zero-width characters: nothing was read, so nothing is claimed);
+tagging `tokens` and `tags` (one per word); multiple choice `choice` (an index) and
+`probabilities`; probabilities and scores rounded to 6 decimals. In Python, predict() gives
+the same fields unrounded, and the model's raw outputs: `logits` (classification: per label;
+multiple choice: per choice; tagging: per word, per tag, with per-word `probabilities`), span
+`start_logit` and `end_logit` of the answer.
 
 The tokenizer, casing, sequence length, kind and labels are those the run was fine-tuned with
 (its config.json); the weights are its latest checkpoint (or --step=best|latest|N; the same
@@ -186,9 +188,10 @@ class Predictor:
     out = []
     for example in examples:
       answer = predictions[example.qas_id]
+      # No entry: the context has no wordpieces, nothing was read or scored (score null).
       best = next((n for n in nbest[example.qas_id] if n['text'] == answer),
-                  {'probability': 0.0, 'start_logit': None, 'end_logit': None})
-      out.append({'answer': answer, 'score': float(best['probability']),
+                  {'probability': None, 'start_logit': None, 'end_logit': None})
+      out.append({'answer': answer, 'score': _float_or_none(best['probability']),
                   'start_logit': _float_or_none(best['start_logit']),
                   'end_logit': _float_or_none(best['end_logit'])})
     return out
@@ -206,6 +209,8 @@ def jsonl_row(kind: str, prediction: dict) -> dict:
 
 
 def _rounded(value):
+  if value is None:
+    return None
   if isinstance(value, dict):
     return {k: round(v, 6) for k, v in value.items()}
   if isinstance(value, list):

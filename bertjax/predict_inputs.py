@@ -92,12 +92,12 @@ def _question(where, item, parts, labels, data, text_pairs):
 
 
 def _words(where, item, parts, labels, data, text_pairs):
-  """A sentence's words, each given the first tag (eval reads a tag per word; none is scored)."""
-  del data, text_pairs
+  """A sentence's words, without gold tags (None per word: nothing is scored)."""
+  del labels, data, text_pairs
   words = item.split() if parts is not None else _tokens(where, item)
   if not words:
     raise ValueError(f'{where}: a tagger reads a line of words (or JSON with tokens).')
-  return user_data.Sentence(tuple(words), (labels[0],) * len(words))
+  return user_data.Sentence(tuple(words), (None,) * len(words))
 
 
 def _choices(where, item, parts, labels, data, text_pairs):

@@ -86,3 +86,15 @@ def test_a_training_run_without_a_checkpoint_gets_one_message_saying_so(tmp_path
     embed.run(embed_config.get_config(f'init_from={run}'), None)
   with pytest.raises(FileNotFoundError, match=f'{tmp_path}/none does not exist'):
     embed.run(embed_config.get_config(f'init_from={tmp_path}/none'), None)
+
+
+def test_the_module_as_a_command_names_the_embed_job():
+  """`python -m bertjax.embed --input_file=x` did nothing and exited 0: it is no command line,
+  so it says, in one line, which command runs the embed job."""
+  result = subprocess.run([sys.executable, '-m', 'bertjax.embed', '--input_file=x'],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert result.returncode == 1 and result.stdout == ''
+  assert result.stderr == ('error: bertjax.embed is not a command line; run the embed job: '
+                           f'{embed.COMMAND}\n')
+  assert embed.COMMAND.startswith('python -m bertjax.main --config=configs/embed.py')

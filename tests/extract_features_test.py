@@ -138,3 +138,28 @@ def test_the_command_line_ends_with_its_summary_and_holds_tensorflows_start_up(m
     for start_up in ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core'):
       assert start_up not in proc.stderr, proc.stderr
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_layers_and_the_separator_mean_what_they_mean_in_the_original(minilm_dir, tmp_path):
+  """google-research/bert's --layers index all_encoder_layers: 0 is the first Transformer
+  layer's output (transformers' hidden_states[1]), -1 the last; the embeddings are none. Its
+  greedy `^(.*) \\|\\|\\| (.*)$` splits `a ||| b ||| c` at the last separator."""
+  source = tmp_path / 'in.txt'
+  source.write_text('the king ||| doth speak ||| of love\n')
+  assert extract_features.read_examples(source) == [('the king ||| doth speak', 'of love')]
+  extract_features.run(str(minilm_dir), source, tmp_path / 'o.jsonl', layers=(0, 5, -1, -6),
+                       max_seq_length=24)
+  [row] = [json.loads(line) for line in (tmp_path / 'o.jsonl').read_text().splitlines()]
+  tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+  enc = tok('the king ||| doth speak', 'of love', return_tensors='pt')
+  with torch.no_grad():
+    states = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()(
+        **enc, output_hidden_states=True).hidden_states
+  assert [f['token'] for f in row['features']] == tok.convert_ids_to_tokens(enc['input_ids'][0])
+  for t, feature in enumerate(row['features']):
+    assert [layer['index'] for layer in feature['layers']] == [0, 5, -1, -6]
+    for layer, want in zip(feature['layers'], (1, 6, 6, 1), strict=True):
+      np.testing.assert_allclose(layer['values'], states[want][0, t].numpy(), atol=1e-4)
+  with pytest.raises(ValueError, match=r'--layers \[6\] out of range for a 6-layer model: 0 to '
+                                       r'5 or -6 to -1'):
+    extract_features.run(str(minilm_dir), source, tmp_path / 'o2.jsonl', layers=(6,))

@@ -124,3 +124,22 @@ def test_a_file_url_is_a_local_path(tmp_path):
   the work): the OS calls after absolute() take no URL."""
   assert paths.absolute(f'file://{tmp_path}/out') == f'{tmp_path}/out'
   assert paths.absolute('gs://b/out') == 'gs://b/out'
+
+
+def test_an_output_anywhere_inside_a_run_is_refused(tmp_path):
+  """predict --output_file=RUN/predictions/step_8/sst2_dev.tsv overwrote the run's own
+  predictions: only the output's folder and its parent were checked for a run."""
+  run = tmp_path / 'run'
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text('{"job": "finetune"}')
+  existing = run / 'predictions' / 'step_8' / 'sst2_dev.tsv'
+  existing.parent.mkdir(parents=True)
+  existing.write_text('guid\tlabel\tprediction\n')
+  with pytest.raises(FileExistsError, match=f'sst2_dev.tsv exists in a bertjax run \\({run}\\)'):
+    paths.check_output_file(existing)
+  new = run / 'predictions' / 'step_8' / 'deeper' / 'new.jsonl'
+  with pytest.raises(FileExistsError, match=f'new.jsonl would be in a bertjax run \\({run}\\)'):
+    paths.check_output_file(new)
+  assert existing.read_text() == 'guid\tlabel\tprediction\n'
+  assert paths.check_output_file(tmp_path / 'beside' / 'out.jsonl') == str(
+      tmp_path / 'beside' / 'out.jsonl')

@@ -16,6 +16,8 @@ import pytest
 from bertjax import predict
 from bertjax.finetune import kinds
 from bertjax.interop import init_from
+from bertjax.pretraining_data import embedded
+from configs import finetune as finetune_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SENTENCES = ['the king doth speak of love', 'my heart and death and grief']
@@ -197,3 +199,26 @@ def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2):
   assert len(rows) == 2 and all(set(r) == {'label', 'probabilities'} for r in rows)
   last = result.stderr.splitlines()[-1]
   assert last.startswith('predict finished in ') and last.endswith('predictions stdout')
+
+
+def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
+  """A zero-width space has no wordpiece, so the context has no window: alone it left predict
+  no rows to run (a crash), beside another line it got '' with score 1.0 (full confidence in
+  what was never read). It gets '' and score null; the other line is unaffected."""
+  config = finetune_config.get_config('task=span,size=tiny,seq=32')
+  config.unlock()
+  config.model.vocab_size = embedded.VOCAB_SIZE
+  config.data.max_query_length, config.data.doc_stride = 4, 8
+  run = {'kind': 'span', 'labels': [], 'data': config.data.to_dict(),
+         'model': config.model.to_dict(), 'pooling': 'cls'}
+  objective = kinds.objective('span', config.model, 0, 'cls', 32)
+  params = objective.model.init(jax.random.PRNGKey(0), *objective.init_inputs.values(),
+                                deterministic=True)['params']
+  reader = predict.Predictor(run, params, str(embedded.vocab_path()))
+  unread = {'answer': '', 'score': None, 'start_logit': None, 'end_logit': None}
+  assert reader.predict(['who ||| \u200b']) == [unread]
+  question = 'who speaks ||| the king doth speak of love'
+  blank, read = reader.predict(['who ||| \u200b', question])
+  assert blank == unread and read == reader.predict([question])[0]
+  assert read['answer'] and 0 < read['score'] <= 1
+  assert predict.jsonl_row('span', blank) == {'answer': '', 'score': None}

@@ -27,10 +27,10 @@ LABELS = ('O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', 'B-LOC', 'I-LOC', 'B-MISC', '
 
 @dataclasses.dataclass(frozen=True)
 class Sentence:
-  """One sentence: its words and their gold tags (one each)."""
+  """One sentence: its words and their gold tags (one each; None where the data has none)."""
 
   words: tuple[str, ...]
-  tags: tuple[str, ...]
+  tags: tuple[str | None, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,9 @@ def convert_sentences(sentences, tokenizer, max_seq_length, labels=LABELS):
   """(features, Alignment) for tagging: [CLS] pieces [SEP] per window of whole words.
 
   label_ids/label_weights are set on the first piece of each word; a sentence whose pieces
-  do not fit in max_seq_length - 2 takes several consecutive rows (same example_index).
+  do not fit in max_seq_length - 2 takes several consecutive rows (same example_index). A word
+  without a gold tag (None: unlabelled test data) is aligned and predicted like any other,
+  with label weight 0.
   """
   window = max_seq_length - 2
   if window < 1:
@@ -117,7 +119,7 @@ def convert_sentences(sentences, tokenizer, max_seq_length, labels=LABELS):
                        f'{len(sentence.tags)} tags: each word needs exactly one tag')
     pieces, labelled = [], []
     for w_index, (word, tag) in enumerate(zip(sentence.words, sentence.tags, strict=True)):
-      if tag not in label_index:
+      if tag is not None and tag not in label_index:
         raise ValueError(f'sentence {s_index} word {w_index} ({word!r}) has tag {tag!r}, not '
                          f'one of {labels}: pass labels= the tag set of your data')
       word_pieces, truncated = _word_pieces(tokenizer, word, window)
@@ -125,7 +127,7 @@ def convert_sentences(sentences, tokenizer, max_seq_length, labels=LABELS):
       if len(pieces) + len(word_pieces) > window:  # Whole words only: start the next row.
         rows.append((s_index, pieces, labelled))
         pieces, labelled = [], []
-      labelled.append((len(pieces) + 1, w_index, label_index[tag]))  # +1 for [CLS].
+      labelled.append((len(pieces) + 1, w_index, label_index.get(tag)))  # +1 for [CLS].
       pieces.extend(word_pieces)
     rows.append((s_index, pieces, labelled))
   if num_truncated_words:
@@ -145,9 +147,10 @@ def convert_sentences(sentences, tokenizer, max_seq_length, labels=LABELS):
     input_mask_NxL[row, :len(tokens)] = 1
     example_index_N[row] = s_index
     for position, w_index, label_id in labelled:
-      label_ids_NxL[row, position] = label_id
-      label_weights_NxL[row, position] = 1.0
       word_index_NxL[row, position] = w_index
+      if label_id is not None:  # No gold tag: nothing to learn or score here.
+        label_ids_NxL[row, position] = label_id
+        label_weights_NxL[row, position] = 1.0
   features = {'input_ids': input_ids_NxL, 'input_mask': input_mask_NxL,
               'segment_ids': np.zeros((num, max_seq_length), np.int32),
               'example_index': example_index_N, 'label_ids': label_ids_NxL,
@@ -188,8 +191,16 @@ def evaluate(logits, features, meta, sentences, labels=LABELS) -> dict[str, floa
   return metrics.entity_scores([sentence.tags for sentence in sentences], predicted)
 
 
+def _one_column(text: str) -> str:
+  """`text` as one column: inner whitespace (a JSONL token 'New York') becomes '_', so that
+  conlleval's whitespace split still finds every line's columns."""
+  return '_'.join(text.split())
+
+
 def write_predictions(path, sentences, predicted_tags) -> str:
-  """Writes `word gold pred` lines, a blank line after each sentence (conlleval's input)."""
+  """Writes `word gold pred` lines (conlleval's input), or `word pred` when the sentences have
+  no gold tags (unlabelled test data), a blank line after each sentence; whitespace inside a
+  word or tag is written as '_' (`New_York`), so that each line keeps its column count."""
   path = os.fspath(path)
   if len(predicted_tags) != len(sentences):
     raise ValueError(f'{len(predicted_tags)} predicted sentences for {len(sentences)} '
@@ -198,10 +209,15 @@ def write_predictions(path, sentences, predicted_tags) -> str:
     if len(tags) != len(sentence.words):
       raise ValueError(f'sentence {s_index} has {len(sentence.words)} words but '
                        f'{len(tags)} predicted tags: pass word_predictions() of these sentences')
+  gold = {tag is not None for sentence in sentences for tag in sentence.tags}
+  if len(gold) > 1:  # One column count in a file: conlleval reads every line alike.
+    raise ValueError('some words have gold tags and others none: pass sentences that are all '
+                     'labelled (word gold pred lines) or all unlabelled (word pred lines)')
   lines = []
   for sentence, tags in zip(sentences, predicted_tags, strict=True):
-    for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
-      lines.append(f'{word} {gold} {pred}\n')
+    for word, gold_tag, pred in zip(sentence.words, sentence.tags, tags, strict=True):
+      columns = (word, pred) if gold_tag is None else (word, gold_tag, pred)
+      lines.append(' '.join(_one_column(c) for c in columns) + '\n')
     lines.append('\n')
   files.write_atomically(path, ''.join(lines))  # A local path or a URL.
   return path

@@ -9,7 +9,6 @@ import collections
 import dataclasses
 import functools
 import importlib.util
-import json
 import os
 import types
 
@@ -30,7 +29,6 @@ from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.finetune.tasks import text_windows
-from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_tasks
 from bertjax.finetune.tasks import wordnet_glosses
 
@@ -85,8 +83,9 @@ def _glue_task(name, data) -> task_lib.Task:
 
 @functools.lru_cache(maxsize=1)
 def _squad_json(path: str) -> list:
-  """The dev set's articles, for the official scoring (read once, not at every eval)."""
-  return json.loads(files.read_text(path))['data']
+  """The dev set's articles, for the official scoring (read once, not at every eval), decoded
+  as read_squad decodes them (squad.load_json: a BOM allowed)."""
+  return squad.load_json(path)['data']
 
 
 def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
@@ -101,8 +100,9 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
 
   def read(split):
     # Eval splits keep every question (the official scorers count them all).
+    # The test split may be unlabelled: its questions are predicted, never scored.
     return squad.read_squad(path(split), version_2_with_negative=v2,
-                            is_training=split == 'train')
+                            is_training=split == 'train', labelled=split != 'test')
 
   def featurize(examples, tok, *, is_training):
     return squad.convert_examples(examples, tok, max_seq_length=data.max_seq_length,
@@ -110,24 +110,26 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
                                   max_query_length=data.max_query_length,
                                   is_training=is_training)
 
-  def postprocess(outputs, features, meta, examples):
-    return squad_answers.postprocess(outputs[..., 0], outputs[..., 1], examples, features, meta,
-                             n_best_size=data.n_best_size,
-                             max_answer_length=data.max_answer_length,
-                             do_lower_case=data.do_lower_case, version_2_with_negative=v2,
-                             null_score_diff_threshold=data.null_score_diff_threshold)
+  def decode(outputs, features, meta, examples):
+    return squad_answers.decode(outputs[..., 0], outputs[..., 1], examples, features, meta,
+                                n_best_size=data.n_best_size,
+                                max_answer_length=data.max_answer_length,
+                                do_lower_case=data.do_lower_case, version_2_with_negative=v2,
+                                null_score_diff_threshold=data.null_score_diff_threshold)
 
   def evaluate(outputs, features, meta, examples):
-    predictions, _, null_odds = postprocess(outputs, features, meta, examples)
+    decoded = decode(outputs, features, meta, examples)
     dataset = _squad_json(str(path('validation')))
     if v2:
-      return squad_metrics.evaluate_v2(dataset, predictions, null_odds,
-                                       threshold=data.null_score_diff_threshold)
-    return squad_metrics.evaluate_v1(dataset, predictions)
+      # best_* search every threshold, so they weigh each question's uncut best span.
+      return squad_metrics.evaluate_v2(dataset, decoded.predictions, decoded.null_odds,
+                                       threshold=data.null_score_diff_threshold,
+                                       best_spans=decoded.best_spans)
+    return squad_metrics.evaluate_v1(dataset, decoded.predictions)
 
   def write(outputs, features, meta, examples, split, out_dir):
     del split
-    predictions, nbest, null_odds = postprocess(outputs, features, meta, examples)
+    predictions, nbest, null_odds, _ = decode(outputs, features, meta, examples)
     written = squad_answers.write_predictions(out_dir, predictions, nbest,
                                               null_odds if v2 else None)
     return written['predictions.json']
@@ -138,16 +140,24 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
 
 
 def _user_span_task(data) -> task_lib.Task:
-  """Any SQuAD-format JSON files; v2.0 scoring (no-answer) when a training question is
-  impossible."""
+  """Any SQuAD-format JSON files; v2.0 scoring (no-answer) when the training and eval files are
+  v2.0 (squad.is_version_2: their version field, else any question marked is_impossible)."""
   split_files = user_tasks.user_files(data)
   if 'validation' not in split_files:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
                      'scored per article, so no split is made from the training file.')
-  train = user_formats.check_file(split_files['train'])
-  text = user_formats.file_text(train)
-  v2 = '"is_impossible": true' in text.replace('"is_impossible":true', '"is_impossible": true')
-  return _squad_task('span', data, path=lambda split: split_files[split], v2=v2)
+  versions = {split: squad.is_version_2(squad.load_json(split_files[split]))
+              for split in ('train', 'validation')}
+  if versions['train'] != versions['validation']:
+    v1_file = split_files['train' if not versions['train'] else 'validation']
+    raise ValueError(
+        f'task=span: config.data.train_file {split_files["train"]} is '
+        f'{squad.version_name(versions["train"])} but config.data.eval_file '
+        f'{split_files["validation"]} is {squad.version_name(versions["validation"])}: both '
+        f'must be one version; to train and score v2.0, give every question of {v1_file} '
+        '"is_impossible": false (and "version": "v2.0" if it has a version field)')
+  return _squad_task('span', data, path=lambda split: split_files[split],
+                     v2=versions['train'])
 
 
 def _conll_task(data) -> task_lib.Task:

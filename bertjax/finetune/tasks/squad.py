@@ -12,7 +12,9 @@ Departures, each where the original would crash or silently mislabel: a training
 several answers trains on the first (the original raises); a training answer that is not where
 `answer_start` says is a counted, logged skip; an evaluation question is never dropped, so the
 official scorers see every question; a question with no valid span predicts '' instead of the
-original's placeholder 'empty'.
+original's placeholder 'empty'; a v1.1 evaluation question without answers is refused when read
+(the scorer would die on it at the first eval); a test file (labelled=False) may hold questions
+without answers.
 """
 
 import collections
@@ -46,7 +48,9 @@ class Example(typing.NamedTuple):
   answers: list  # Every gold answer text (empty for an impossible question).
 
 
-def _load_json(path):
+def load_json(path):
+  """A SQuAD file's JSON (local or a URL), decoded as JSON bytes are (UTF-8, a BOM allowed), or
+  an error saying what is wrong with it: every reader of a SQuAD file reads it with this."""
   path = os.fspath(path)
   missing = (f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, '
              'dev-v1.1.json, train-v2.0.json or dev-v2.0.json')
@@ -74,21 +78,32 @@ def _field(obj, key, kind, path, where):
   return value
 
 
-def _check_version(dataset, path, version_2_with_negative):
-  """Refuses a v1.1 file read as v2.0 and the reverse, by its version field or its contents."""
+def is_version_2(dataset) -> bool:
+  """Whether a loaded SQuAD file is v2.0: by its version field, else (some copies drop the
+  field) by its contents, as v2.0 marks every question with is_impossible."""
   version = str(dataset.get('version', ''))
   if version:
-    is_v2 = version.lstrip('v').startswith('2')
-  else:  # Some copies drop the field; v2.0 marks every question with is_impossible.
-    is_v2 = any('is_impossible' in qa for article in dataset['data'] if isinstance(article, dict)
-                for p in article.get('paragraphs', ()) if isinstance(p, dict)
-                for qa in p.get('qas', ()) if isinstance(qa, dict))
+    return version.lstrip('v').startswith('2')
+  return any('is_impossible' in qa for article in dataset['data'] if isinstance(article, dict)
+             for p in article.get('paragraphs', ()) if isinstance(p, dict)
+             for qa in p.get('qas', ()) if isinstance(qa, dict))
+
+
+def version_name(is_v2: bool) -> str:
+  """How messages name a SQuAD version."""
+  return 'v2.0 (with unanswerable questions)' if is_v2 else 'v1.1'
+
+
+def _check_version(dataset, path, version_2_with_negative):
+  """Refuses a v1.1 file read as v2.0 and the reverse, by its version field or its contents."""
+  is_v2 = is_version_2(dataset)
   if is_v2 != version_2_with_negative:
-    found = 'v2.0 (with unanswerable questions)' if is_v2 else 'v1.1'
+    version = str(dataset.get('version', ''))
     raise ValueError(
-        f'SQuAD file {path!r} is {found} (version field {version or "absent"!r}) but '
-        f'version_2_with_negative={version_2_with_negative}: pass '
-        f'version_2_with_negative={is_v2}, or the file of the other version')
+        f'SQuAD file {path!r} is {version_name(is_v2)} (version field {version or "absent"!r}) '
+        f'but is read as {version_name(not is_v2)}: read it with '
+        f'version_2_with_negative={is_v2} (fine-tuning: task={"squad_v2" if is_v2 else "squad_v1"};'
+        ' task=span finds the version in its files), or pass the file of the other version')
 
 
 def split_paragraph(context):
@@ -121,15 +136,20 @@ def locate_answer(context, doc_tokens, char_to_word_offset, text, answer_start):
   return start, end
 
 
-def read_squad(path, version_2_with_negative=False, *, is_training=True):
+def read_squad(path, version_2_with_negative=False, *, is_training=True, labelled=True):
   """Reads a SQuAD json file into (examples, Counter of skip reasons).
 
   Training questions whose answer cannot be located are skipped and counted; evaluation
-  questions (is_training=False) are all kept, with every gold answer, located or not.
+  questions (is_training=False) are all kept, with every gold answer, located or not. A v1.1
+  evaluation question without answers is an error (the scorer has nothing to score it
+  against). labelled=False reads questions to predict (a test file): `answers` and
+  `is_impossible` may be missing (none; answerable), and the file's version is not checked,
+  since a question is predicted alike from a file of either version.
   """
-  dataset = _load_json(path)
+  dataset = load_json(path)
   path = os.fspath(path)
-  _check_version(dataset, path, version_2_with_negative)
+  if labelled:
+    _check_version(dataset, path, version_2_with_negative)
   examples, skips = [], collections.Counter()
   for a, article in enumerate(dataset['data']):
     for p, paragraph in enumerate(_field(article, 'paragraphs', list, path, f'article {a}')):
@@ -139,10 +159,16 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True):
       for q, qa in enumerate(_field(paragraph, 'qas', list, path, where)):
         qas_id = str(_field(qa, 'id', (str, int), path, f'{where} question {q}'))
         question = _field(qa, 'question', str, path, f'question {qas_id!r}')
-        answers = _field(qa, 'answers', list, path, f'question {qas_id!r}')
-        is_impossible = False
-        if version_2_with_negative:
+        answers, is_impossible = [], False
+        if labelled or 'answers' in qa:
+          answers = _field(qa, 'answers', list, path, f'question {qas_id!r}')
+        if version_2_with_negative and (labelled or 'is_impossible' in qa):
           is_impossible = _field(qa, 'is_impossible', bool, path, f'question {qas_id!r}')
+        if labelled and not is_training and not answers and not is_impossible and (
+            not version_2_with_negative):
+          raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has no answers: a v1.1 '
+                           'evaluation question needs its gold answers (v1.1 has no '
+                           'unanswerable questions); add them or remove the question')
         texts, span, text, reason = [], None, '', _SKIP_NO_ANSWER
         for answer in answers:
           where_answer = f'an answer of question {qas_id!r}'
@@ -159,7 +185,7 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True):
               span, text = (start, found), answer_text
         if is_impossible:
           texts = []  # v2.0 dev lists no answers here; plausible_answers are never gold.
-        elif span is None:
+        elif span is None and (labelled or answers):  # An unlabelled question skips nothing.
           if is_training:
             skips[reason] += 1
             logging.warning('SQuAD %s: skipping question %s: %s (answer %r)', path, qas_id,

@@ -65,9 +65,15 @@ def _articles(dataset_json):
 
 
 def _questions(dataset_json):
+  """(question id as a string, question) of every question.
+
+  Predictions and null odds are keyed by the id as text (JSON object keys are strings, and
+  read_squad keys an integer id `7` as '7'), so an integer id is compared as its text.
+  """
   for article in _articles(dataset_json):
     for paragraph in article['paragraphs']:
-      yield from paragraph['qas']
+      for qa in paragraph['qas']:
+        yield str(qa['id']), qa
 
 
 def _missing(qid):
@@ -77,14 +83,17 @@ def _missing(qid):
 def evaluate_v1(dataset_json, predictions):
   """{'exact_match', 'f1'} in percent over every question, as the official v1.1 script."""
   exact = f1 = total = 0.0
-  for qa in _questions(dataset_json):
+  for qid, qa in _questions(dataset_json):
     total += 1
-    if qa['id'] not in predictions:
-      _missing(qa['id'])
-      continue
     truths = [answer['text'] for answer in qa['answers']]
-    exact += max_over_ground_truths(exact_match_score, predictions[qa['id']], truths)
-    f1 += max_over_ground_truths(f1_score, predictions[qa['id']], truths)
+    if not truths:  # v1.1 has no unanswerable questions: there is nothing to score against.
+      raise ValueError(f'SQuAD v1.1 question {qid!r} has no answers: give it its gold answers '
+                       'or remove it (squad.read_squad refuses such a file when it reads it)')
+    if qid not in predictions:
+      _missing(qid)
+      continue
+    exact += max_over_ground_truths(exact_match_score, predictions[qid], truths)
+    f1 += max_over_ground_truths(f1_score, predictions[qid], truths)
   if not total:
     raise ValueError('the SQuAD dataset holds no questions: pass the file the predictions are for')
   return {'exact_match': 100.0 * exact / total, 'f1': 100.0 * f1 / total}
@@ -106,23 +115,34 @@ def _best_threshold(predictions, scores, null_odds, has_answer):
   return 100.0 * best / len(scores), best_threshold
 
 
-def evaluate_v2(dataset_json, predictions, null_odds=None, threshold=1.0):
-  """exact/f1 (percent), HasAns_/NoAns_ breakdown, best_* over thresholds when null_odds given.
-
-  A question whose null odds exceed `threshold` counts as answered '' (the v2.0 script's
-  --na-prob-thresh, default 1.0); without null_odds every question's odds are 0, as there.
-  """
-  exact_raw, f1_raw, has_answer = {}, {}, {}
-  for qa in _questions(dataset_json):
-    qid = qa['id']
-    has_answer[qid] = bool(qa['answers'])
-    truths = [a['text'] for a in qa['answers'] if normalize_answer(a['text'])] or ['']
+def _raw_scores(predictions, truths_of, warn):
+  """{qid: exact}, {qid: f1} of each question's prediction (0 without one)."""
+  exact_raw, f1_raw = {}, {}
+  for qid, truths in truths_of.items():
     if qid not in predictions:
-      _missing(qid)
+      if warn:
+        _missing(qid)
       exact_raw[qid] = f1_raw[qid] = 0.0
       continue
     exact_raw[qid] = max_over_ground_truths(exact_match_score, predictions[qid], truths)
     f1_raw[qid] = max_over_ground_truths(f1_score_v2, predictions[qid], truths)
+  return exact_raw, f1_raw
+
+
+def evaluate_v2(dataset_json, predictions, null_odds=None, threshold=1.0, best_spans=None):
+  """exact/f1 (percent), HasAns_/NoAns_ breakdown, best_* over thresholds when null_odds given.
+
+  A question whose null odds exceed `threshold` counts as answered '' (the v2.0 script's
+  --na-prob-thresh, default 1.0); without null_odds every question's odds are 0, as there.
+  best_spans ({qid: the best non-null span's text}, squad_answers.decode's): what each question
+  answers at a threshold above its odds, for best_*; without it they read `predictions`, as the
+  v2.0 script does, and cannot find a threshold above the one the predictions were cut at.
+  """
+  truths_of, has_answer = {}, {}
+  for qid, qa in _questions(dataset_json):
+    has_answer[qid] = bool(qa['answers'])
+    truths_of[qid] = [a['text'] for a in qa['answers'] if normalize_answer(a['text'])] or ['']
+  exact_raw, f1_raw = _raw_scores(predictions, truths_of, warn=True)
   if not has_answer:
     raise ValueError('the SQuAD dataset holds no questions: pass the file the predictions are for')
   if null_odds is not None:
@@ -148,8 +168,12 @@ def evaluate_v2(dataset_json, predictions, null_odds=None, threshold=1.0):
       result[prefix + 'f1'] = 100.0 * sum(f1[q] for q in qids) / len(qids)
       result[prefix + 'total'] = len(qids)
   if null_odds is not None:
+    answered = predictions
+    if best_spans is not None:
+      answered = {qid: best_spans.get(qid, '') for qid in has_answer}
+      exact_raw, f1_raw = _raw_scores(answered, truths_of, warn=False)
     result['best_exact'], result['best_exact_thresh'] = _best_threshold(
-        predictions, exact_raw, odds, has_answer)
+        answered, exact_raw, odds, has_answer)
     result['best_f1'], result['best_f1_thresh'] = _best_threshold(
-        predictions, f1_raw, odds, has_answer)
+        answered, f1_raw, odds, has_answer)
   return result

@@ -128,6 +128,10 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
   Every word line must have the columns of the file's first one (columns are separated by
   spaces or tabs; TSV: by tabs). Tags are strings; a file mixing chunk tags (B-X) with other
   tags than O is an error unless `tag_scheme` is 'plain'.
+
+  require_labels=False (test data) keeps the tags a file has and gives a file without them
+  (JSONL without the tags field in its first row, a column file of one column) the tag None
+  for every word: no gold, never invented.
   """
   path = user_formats.check_file(path)
   fmt = user_formats.format_of(path, fmt, allowed=('conll', 'jsonl', 'tsv'))
@@ -136,9 +140,12 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
   sentences, skipped = [], collections.Counter()
   scheme = user_labels.TagScheme(path, tag_scheme)
   if fmt == 'jsonl':
-    for number, record in user_formats.read_records(path, 'jsonl'):
+    records = user_formats.read_records(path, 'jsonl')
+    # As read_texts: the first row says whether the file has tags; then every row needs them.
+    has_tags = require_labels or any(tags_field in r for _, r in records[:1])
+    for number, record in records:
       tokens = _field(path, number, record, tokens_field)
-      tags = _field(path, number, record, tags_field) if require_labels else None
+      tags = _field(path, number, record, tags_field) if has_tags else None
       if not isinstance(tokens, list) or (tags is not None and not isinstance(tags, list)):
         raise ValueError(f'{path}:{number}: {tokens_field!r} and {tags_field!r} must be lists.')
       if tags is not None and len(tags) != len(tokens):
@@ -161,7 +168,7 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
                          'sentence must have its words.')
       tokens = tuple(_text(t).strip() for t in tokens)
       sentences.append(Sentence(tokens, tuple(t.strip() for t in tags) if tags is not None
-                                else ('O',) * len(tokens)))
+                                else (None,) * len(tokens)))
     return _nonempty(path, sentences, skipped)
   words, tags = [], []
   width = None  # (columns, line) of the first word line.
@@ -177,9 +184,11 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
       raise ValueError(f'{path}:{number}: {len(columns)} columns where line {width[1]} has '
                        f'{width[0]} ({line.strip()[:60]!r}): every word line needs the same '
                        'columns; fix the line (a word holds no space).')
+    # Unlabelled data may have a single column, the words: then no word has a gold tag.
+    has_tag = require_labels or len(columns) > 1
     try:
       word = columns[token_column].strip()
-      tag = columns[tag_column].strip() if require_labels else 'O'
+      tag = columns[tag_column].strip() if has_tag else None
     except IndexError:
       raise ValueError(f'{path}:{number}: {len(columns)} columns, but config.data.token_column='
                        f'{token_column} and tag_column={tag_column}: {line.strip()[:60]!r}.'
@@ -187,7 +196,7 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
     if require_labels and len(columns) < 2:
       raise ValueError(f'{path}:{number}: {line.strip()!r} has no tag column: lines are '
                        '`word ... tag`.')
-    if require_labels:
+    if has_tag:
       scheme.add(number, tag)
     words.append(word)
     tags.append(tag)

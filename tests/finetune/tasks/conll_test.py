@@ -192,3 +192,17 @@ def test_a_bom_u2028_and_a_no_break_space_are_no_separators(tmp_path):
                    '10\u00a0000 CD I-NP O\r\n'.encode('utf-8'))
   assert conll.read_conll(path) == [conll.Sentence(('EU', 're\u2028jects', '10\u00a0000'),
                                                    ('I-ORG', 'O', 'O'))]
+
+
+def test_predictions_without_gold_are_two_columns_and_words_keep_one_column(tmp_path):
+  """conlleval splits lines on whitespace: a word holding a space ('New York', possible in
+  JSONL) is written New_York; sentences without gold (None) are `word pred`."""
+  labelled = [conll.Sentence(('Anna', 'New York'), ('B-PER', 'B-LOC'))]
+  path = conll.write_predictions(tmp_path / 'gold.txt', labelled, [['B-PER', 'O']])
+  assert open(path).read() == 'Anna B-PER B-PER\nNew_York B-LOC O\n\n'
+  unlabelled = [conll.Sentence(('Anna', 'New\tYork '), (None, None))]
+  path = conll.write_predictions(tmp_path / 'none.txt', unlabelled, [['B-PER', 'O']])
+  assert open(path).read() == 'Anna B-PER\nNew_York O\n\n'
+  with pytest.raises(ValueError, match='some words have gold tags and others none'):
+    conll.write_predictions(tmp_path / 'mixed.txt', labelled + unlabelled,
+                            [['O', 'O'], ['O', 'O']])

@@ -12,15 +12,18 @@ import copy
 import json
 import logging
 import math
+import pathlib
 import zipfile
 
 import numpy as np
 import pytest
 
+from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
 from bertjax.text import tokenizer
+from configs import finetune as finetune_config
 
 SAMPLE = 'allennlp/tests/fixtures/data/squad.json'
 SCORER = 'allennlp/tools/squad_eval.py'
@@ -487,3 +490,202 @@ def test_bad_files_and_versions_raise_clear_errors(sample, tmp_path, tok):
     squad_answers.postprocess(start[1:], end[1:], examples, features, meta)
   with pytest.raises(ValueError, match='examples were passed'):
     squad_answers.postprocess(start, end, examples[:1], features, meta)
+
+
+def _span_data(tmp_path, train, dev, test=None, **fields):
+  """config.data of task=span over SQuAD datasets written to tmp_path (small windows)."""
+  config = finetune_config.get_config('task=span')
+  config.unlock()
+  config.data.train_file = str(_write(tmp_path, train, 'train.json'))
+  config.data.eval_file = str(dev if isinstance(dev, pathlib.Path) else
+                              _write(tmp_path, dev, 'dev.json'))
+  if test is not None:
+    config.data.test_file = str(_write(tmp_path, test, 'test.json'))
+  config.data.max_seq_length, config.data.doc_stride, config.data.max_query_length = 64, 16, 12
+  for key, value in fields.items():
+    config.data[key] = value
+  return config.data
+
+
+def _task_outputs(task, split, tok, adjust=None):
+  """(examples, features, meta, outputs [N, L, 2]) of gold one-hot logits on `split`."""
+  examples, _ = task.read(split)
+  features, meta = task.featurize(examples, tok, is_training=False)
+  start, end = _gold_logits(features)
+  if adjust is not None:
+    adjust(examples, features, start, end)
+  return examples, features, meta, np.stack([start, end], -1)
+
+
+def _one_question(qid, version=None, **fields):
+  qa = {'id': qid, 'question': 'who speaks', 'answers': [{'text': 'the king',
+                                                         'answer_start': 0}], **fields}
+  dataset = {'data': [{'title': 't', 'paragraphs': [
+      {'context': 'the king doth speak', 'qas': [qa]}]}]}
+  if version:
+    dataset['version'] = version
+  return dataset
+
+
+def test_integer_question_ids_are_scored_as_their_text(tmp_path):
+  """An id written as a JSON number (`"id": 7`) is read as '7' and so keyed in predictions and
+  null odds (JSON keys are text): the scorers must look it up as '7', not score it 0."""
+  v1 = _one_question(7, '1.1')
+  examples, _ = squad.read_squad(_write(tmp_path, v1), is_training=False)
+  assert [e.qas_id for e in examples] == ['7']
+  assert squad_metrics.evaluate_v1(v1, {'7': 'the king'}) == {'exact_match': 100.0, 'f1': 100.0}
+  v2 = _one_question(7, 'v2.0', is_impossible=False)
+  result = squad_metrics.evaluate_v2(v2, {'7': 'the king'}, {'7': -1.0})
+  assert (result['exact'], result['best_exact'], result['best_exact_thresh']) == (
+      100.0, 100.0, -1.0)
+
+
+def test_a_v1_eval_question_without_answers_is_refused_when_read(tmp_path, caplog):
+  dataset = _one_question('q1', '1.1')
+  dataset['data'][0]['paragraphs'][0]['qas'].append(
+      {'id': 'q_none', 'question': 'who else', 'answers': []})
+  path = _write(tmp_path, dataset)
+  with pytest.raises(ValueError, match=f"SQuAD file '{path}': question 'q_none' has no answers"):
+    squad.read_squad(path, is_training=False)
+  # Training skips it, counted; the scorer itself names it rather than dying in max().
+  examples, skips = squad.read_squad(path)
+  assert [e.qas_id for e in examples] == ['q1'] and skips == collections.Counter(
+      {'answerable question without answers': 1})
+  with pytest.raises(ValueError, match="question 'q_none' has no answers"):
+    squad_metrics.evaluate_v1(dataset, {'q1': 'the king', 'q_none': ''})
+
+
+def test_an_unlabelled_test_file_is_read_for_predictions(sample, tmp_path, tok):
+  """config.data.test_file may hold questions without answers (and, for v2.0, without
+  is_impossible): mode=predict reads them; eval data still needs its labels."""
+  unlabelled = copy.deepcopy(sample)
+  for qa in _questions(unlabelled):
+    del qa['answers']
+  path = _write(tmp_path, unlabelled, 'test.json')
+  for v2 in (False, True):
+    examples, skips = squad.read_squad(path, v2, is_training=False, labelled=False)
+    assert [e.qas_id for e in examples] == [qa['id'] for qa in _questions(sample)]
+    assert not skips and all(e.answers == [] and not e.is_impossible for e in examples)
+  with pytest.raises(ValueError, match="question '.*' has no 'answers'"):
+    squad.read_squad(path, is_training=False)  # Labelled: eval data.
+  task = registry.get_task('span', _span_data(tmp_path, sample, sample, test=unlabelled))
+  examples, features, meta, outputs = _task_outputs(task, 'test', tok)
+  written = pathlib.Path(task.write_predictions(outputs, features, meta, examples, 'test',
+                                                str(tmp_path / 'out')))
+  assert sorted(json.loads(written.read_text())) == sorted(qa['id'] for qa in _questions(sample))
+
+
+def test_the_eval_file_is_decoded_alike_by_reading_and_scoring(sample, tmp_path, tok):
+  """A UTF-8 BOM before the JSON: read_squad reads it, so the scorer's copy must too (it read
+  it with plain read_text and failed at the first eval, after the whole training)."""
+  dev = tmp_path / 'dev_bom.json'
+  dev.write_bytes(b'\xef\xbb\xbf' + json.dumps(sample).encode('utf-8'))
+  task = registry.get_task('span', _span_data(tmp_path, sample, dev))
+  examples, features, meta, outputs = _task_outputs(task, 'validation', tok)
+  assert task.evaluate(outputs, features, meta, examples) == {'exact_match': 100.0, 'f1': 100.0}
+
+
+def test_span_finds_the_squad_version_as_read_squad_does(sample, tmp_path):
+  v2 = _v2_dataset(sample)
+  answerable_v2 = copy.deepcopy(v2)  # v2.0 all the same, with no impossible question.
+  for paragraph in answerable_v2['data'][0]['paragraphs']:
+    paragraph['qas'] = [qa for qa in paragraph['qas'] if not qa['is_impossible']]
+  unversioned = copy.deepcopy(answerable_v2)
+  del unversioned['version']  # v2.0 by its is_impossible fields.
+  for train in (v2, answerable_v2, unversioned):
+    assert registry.get_task('span', _span_data(tmp_path, train, v2)).version_2
+  assert not registry.get_task('span', _span_data(tmp_path, sample, sample)).version_2
+  # JSON's own spacing (`"is_impossible" : true`) is the same file.
+  spaced = tmp_path / 'spaced.json'
+  spaced.write_text(json.dumps(v2).replace('"is_impossible": ', '"is_impossible" : '))
+  data = _span_data(tmp_path, v2, spaced)
+  data.train_file = str(spaced)
+  assert registry.get_task('span', data).version_2
+  for train, dev, v1_file in ((sample, v2, 'train.json'), (v2, sample, 'dev.json')):
+    with pytest.raises(ValueError, match=(
+        r'task=span: config.data.train_file .*train.json is (v1.1|v2.0).* but '
+        r'config.data.eval_file .*dev.json is .*: both must be one version; .*give every '
+        f'question of .*{v1_file} "is_impossible": false')) as error:
+      registry.get_task('span', _span_data(tmp_path, train, dev))
+    assert 'version_2_with_negative' not in str(error.value)
+
+
+def test_a_context_without_wordpieces_predicts_nothing_and_claims_nothing(tok, tmp_path):
+  """A paragraph of zero-width characters has no window: '' with no n-best entry (its
+  probability 1.0 claimed full confidence), infinite odds in v2.0, written as standard JSON."""
+  blank = squad.Example('blank', 'who', ['\u200b'], '', -1, -1, False, [])
+  words, _ = squad.split_paragraph('the king doth speak')
+  normal = squad.Example('normal', 'who speaks', words, '', -1, -1, False, [])
+  features, meta = squad.convert_examples([blank, normal], tok, max_seq_length=24,
+                                          doc_stride=8, max_query_length=4, is_training=False)
+  assert set(features['example_index'].tolist()) == {1}
+  start, end = np.zeros((2, len(meta), 24))
+  start[:, 6] = end[:, 7] = 5.0  # 'the king' in the normal question's window.
+  for v2 in (False, True):
+    predictions, nbest, null_odds = squad_answers.postprocess(
+        start, end, [blank, normal], features, meta, version_2_with_negative=v2)
+    assert predictions['blank'] == '' and nbest['blank'] == []
+    assert predictions['normal'] != '' and nbest['normal'][0]['probability'] > 0.5
+  assert null_odds['blank'] == math.inf
+  squad_answers.write_predictions(tmp_path, predictions, nbest, null_odds)
+
+  def refuse(constant):
+    raise ValueError(f'{constant} is not standard JSON')
+  written = json.loads((tmp_path / 'null_odds.json').read_text(), parse_constant=refuse)
+  assert written['blank'] > 1e300 and written['normal'] == null_odds['normal']
+
+
+def _flip(examples, features, start, end, qid_index=0, null=1.5):
+  """Null score 2 * null at every window of example qid_index (its gold span scores 2)."""
+  rows = _features_by_example(features)[qid_index]
+  start[rows, 0] = end[rows, 0] = null
+
+
+def test_null_odds_weigh_the_best_span_even_when_n_best_holds_only_the_null(sample, tmp_path,
+                                                                               tok):
+  dataset = _v2_dataset(sample)
+  examples, _ = squad.read_squad(_write(tmp_path, dataset), True)
+  features, meta = squad.convert_examples(examples, tok, max_seq_length=64, doc_stride=16,
+                                          max_query_length=12)
+  start, end = _gold_logits(features)
+  _flip(examples, features, start, end)  # Null 3 against the gold span's 2: odds 1.0.
+  flipped = examples[0]
+  for n_best_size in (1, 2, 20):
+    outputs = {}
+    for threshold in (0.0, 1.0):
+      predictions, nbest, null_odds = squad_answers.postprocess(
+          start, end, examples, features, meta, version_2_with_negative=True,
+          null_score_diff_threshold=threshold, n_best_size=n_best_size)
+      outputs[threshold] = predictions[flipped.qas_id]
+      assert null_odds[flipped.qas_id] == 1.0, n_best_size
+      assert len(nbest[flipped.qas_id]) <= max(n_best_size, 2)
+    assert outputs == {0.0: '', 1.0: flipped.orig_answer_text}, n_best_size
+
+
+def test_best_thresholds_weigh_the_answers_cut_at_the_configured_threshold(sample, tmp_path,
+                                                                           tok):
+  """At threshold 0 the flipped question answers '' (odds 1.0); best_* search the thresholds
+  above it too, so they must see its best span: 100 at threshold 1.0."""
+  dataset = _v2_dataset(sample)
+  examples, _ = squad.read_squad(_write(tmp_path, dataset), True)
+  features, meta = squad.convert_examples(examples, tok, max_seq_length=64, doc_stride=16,
+                                          max_query_length=12)
+  start, end = _gold_logits(features)
+  _flip(examples, features, start, end)
+  decoded = squad_answers.decode(start, end, examples, features, meta,
+                                 version_2_with_negative=True)
+  assert decoded.predictions[examples[0].qas_id] == ''
+  assert decoded.best_spans[examples[0].qas_id] == examples[0].orig_answer_text
+  assert decoded[:3] == squad_answers.postprocess(start, end, examples, features, meta,
+                                                  version_2_with_negative=True)
+  result = squad_metrics.evaluate_v2(dataset, decoded.predictions, decoded.null_odds,
+                                     threshold=0.0, best_spans=decoded.best_spans)
+  assert result['exact'] == pytest.approx(100.0 * 6 / 7)
+  assert (result['best_exact'], result['best_exact_thresh']) == (100.0, 1.0)
+  assert (result['best_f1'], result['best_f1_thresh']) == (100.0, 1.0)
+  # The fine-tuning task's evaluation passes them (its threshold: 0, config's default).
+  task = registry.get_task('span', _span_data(tmp_path, dataset, dataset))
+  examples, features, meta, outputs = _task_outputs(task, 'validation', tok, _flip)
+  task_result = task.evaluate(outputs, features, meta, examples)
+  assert (task_result['best_exact'], task_result['best_exact_thresh']) == (100.0, 1.0)
+  assert task_result['exact'] == pytest.approx(100.0 * 6 / 7)

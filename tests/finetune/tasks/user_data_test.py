@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import ml_collections
+import numpy as np
 import pytest
 
 from bertjax import paths
@@ -15,9 +16,15 @@ from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_labels
 from bertjax.finetune.tasks import user_tasks
+from bertjax.text import tokenizer
 from configs import finetune as finetune_config
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def tok(minilm_dir):
+  return tokenizer.FullTokenizer(minilm_dir / 'vocab.txt', do_lower_case=True)
 
 
 def _data(**fields):
@@ -389,3 +396,56 @@ def test_a_tsv_row_with_too_many_columns_says_a_tab_is_no_part_of_a_field(tmp_pa
   with pytest.raises(ValueError, match=r'x.csv:3: 3 columns where the header has 2 \(text, label\)'
                                        r': quote fields that hold the separator\.$'):
     user_formats.read_records(tmp_path / 'x.csv')
+
+
+def _tagging_task(tmp_path, test_name, test_text):
+  (tmp_path / 'train.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in (
+      {'tokens': ['John', 'lives', 'in', 'New York'], 'tags': ['B-PER', 'O', 'O', 'B-LOC']},
+      {'tokens': ['Mary', 'left'], 'tags': ['B-PER', 'O']})))
+  (tmp_path / test_name).write_text(test_text)
+  data = finetune_config.get_config('task=tagging').data
+  with data.unlocked():
+    data.train_file = data.eval_file = str(tmp_path / 'train.jsonl')  # No held-out split.
+    data.test_file = str(tmp_path / test_name)
+    data.max_seq_length = 16
+  return registry.get_task('tagging', data)
+
+
+def _test_predictions(task, tmp_path, tok):
+  """The task's test_predictions.txt lines, every word predicted 'O' (the fake model)."""
+  sentences, _ = task.read('test')
+  features, meta = task.featurize(sentences, tok, is_training=False)
+  outputs = np.zeros((*meta.word_index.shape, len(task.labels)), np.float32)
+  outputs[..., task.labels.index('O')] = 1.0
+  path = task.write_predictions(outputs, features, meta, sentences, 'test', str(tmp_path))
+  return sentences, features, pathlib.Path(path).read_text().split('\n')
+
+
+@pytest.mark.parametrize('name,text', [
+    ('test.jsonl', json.dumps({'tokens': ['Anna', 'saw', 'New York'],
+                               'tags': ['B-PER', 'O', 'B-LOC']}) + '\n'),
+    ('test.conll', 'Anna B-PER\nsaw O\nNew_York B-LOC\n'),
+])
+def test_test_predictions_keep_the_gold_tags_the_test_file_has(tmp_path, name, text, tok):
+  """conlleval scores test_predictions.txt against its gold column: the file's own tags, not
+  'O' for every word; a JSONL token holding a space is written as one column."""
+  task = _tagging_task(tmp_path, name, text)
+  sentences, _, lines = _test_predictions(task, tmp_path, tok)
+  assert sentences[0].tags == ('B-PER', 'O', 'B-LOC')
+  assert lines == ['Anna B-PER O', 'saw O O', 'New_York B-LOC O', '', '']
+
+
+@pytest.mark.parametrize('name,text', [
+    ('test.jsonl', json.dumps({'tokens': ['Anna', 'saw', 'New York']}) + '\n'),
+    ('test.conll', 'Anna\nsaw\nNew_York\n'),
+])
+def test_unlabelled_test_predictions_are_word_and_prediction(tmp_path, name, text, tok):
+  """Without gold tags none is invented: `word pred` lines, and the words carry no weight."""
+  task = _tagging_task(tmp_path, name, text)
+  sentences, features, lines = _test_predictions(task, tmp_path, tok)
+  assert sentences[0].tags == (None, None, None)
+  assert not features['label_weights'].any()
+  assert lines == ['Anna O', 'saw O', 'New_York O', '', '']
+  # Eval data still needs its tags.
+  with pytest.raises(ValueError, match=f"{name}:1: (no field 'tags'|'Anna' has no tag column)"):
+    user_data.read_tagged(tmp_path / name, is_training=False)
