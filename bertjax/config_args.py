@@ -7,6 +7,7 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 """
 
 import os
+import re
 import sys
 
 from bertjax import config_check
@@ -37,8 +38,11 @@ def unknown_field(config, args) -> str | None:
   import difflib  # pylint: disable=g-import-not-at-top
   names = _field_names(config)
   for arg in args:
-    if arg.startswith('--config.'):
-      field = arg[len('--config.'):].split('=', 1)[0]
+    if arg == '--':  # absl: what follows is an argument, not a flag.
+      break
+    flag = _config_flag(arg)
+    if flag is not None and flag[0]:
+      field = flag[0]
       if field in REPLACED_FIELDS and field not in names:
         replacement, holds = REPLACED_FIELDS[field]
         return f'config.{field} was replaced: use --config.{replacement} (in {arg}; {holds}).'
@@ -63,17 +67,88 @@ def config_spec(argv) -> str | None:
   """FILE[:ARG] of the --config=FILE[:ARG] in `argv`, None without one. Raises ValueError for
   a repeated --config=: absl would keep the last file yet register the --config.X overrides
   against the first, so a second file is refused rather than half-applied."""
-  specs, args = [], iter(argv)
-  for arg in args:  # absl's forms: --config=F, --config F, -config=F, -config F; '--' ends flags.
-    if arg == '--':
-      break
-    name, eq, value = arg.partition('=')
-    if name in ('--config', '-config'):
-      specs.append(value if eq else next(args, ''))
+  specs = flag_values(argv, 'config')
   if len(specs) > 1:
     raise ValueError(f'--config= is given {len(specs)} times ({", then ".join(specs)}): pass '
                      'one --config=FILE[:ARG], and change its fields with --config.X=V.')
   return specs[0] if specs else None
+
+
+# A --config flag as absl and config_flags read it: one or two dashes, then `config` (the file)
+# or `config.FIELD` (an override; `noconfig.FIELD` sets a bool field false), then `=VALUE` or not.
+_CONFIG_FLAG = re.compile(r'--?(?P<no>no)?config(?:\.(?P<field>[^=]+))?(?P<value>=.*)?', re.S)
+
+
+def _config_flag(arg: str) -> tuple[str, str | None, bool] | None:
+  """(field, '' for the file flag itself; the value after '=', or None; whether it is the
+  --noconfig.FIELD form) of a --config flag in any of absl's forms, else None."""
+  match = _CONFIG_FLAG.fullmatch(arg)
+  if match is None or (match['no'] and not match['field']):
+    return None
+  value = match['value']
+  return match['field'] or '', value[1:] if value is not None else None, bool(match['no'])
+
+
+def flag_values(argv, name: str) -> list[str]:
+  """The values given to the (non-bool) flag `name` in `argv`, in each form absl reads:
+  --name=V, --name V, -name=V, -name V ('' for a last --name with nothing after it); '--' ends
+  the flags."""
+  values, args = [], iter(argv)
+  for arg in args:
+    if arg == '--':
+      break
+    flag, eq, value = arg.partition('=')
+    if flag in (f'--{name}', f'-{name}'):
+      values.append(value if eq else next(args, ''))
+  return values
+
+
+def _is_bool_field(config, field: str) -> bool:
+  node = config
+  for key in field.split('.'):
+    try:
+      node = node[key]
+    except (KeyError, AttributeError, TypeError):
+      return False
+  return isinstance(node, bool)
+
+
+def config_flags(argv, config) -> list[str]:
+  """bertjax.main's --config and --config.X flags among `argv`, each as one argument, read as
+  absl reads them: `--config FILE` and `--config.X V` take the argument after them (so become
+  --config=FILE and --config.X=V), a bool field's bare --config.X or --noconfig.X takes none;
+  other flags, and whatever follows '--', are left out. `config` (the file's ConfigDict) says
+  which fields are bools."""
+  flags_, args = [], iter(argv)
+  for arg in args:
+    if arg == '--':
+      break
+    flag = _config_flag(arg)
+    if flag is None:
+      continue
+    field, value, negated = flag
+    name = f'--{"no" if negated else ""}config{"." + field if field else ""}'
+    if value is None and not negated and not (field and _is_bool_field(config, field)):
+      value = next(args, None)  # None: absl's 'Missing value' when the flags are parsed.
+    flags_.append(name if value is None else f'{name}={value}')
+  return flags_
+
+
+def with_config_file(argv, spec: str) -> list[str]:
+  """`argv` with its --config=FILE[:ARG] (in whichever absl form) replaced by --config=`spec`:
+  the job's flags for a machine that holds the file elsewhere."""
+  result, args = [], iter(argv)
+  for arg in args:
+    if arg == '--':
+      result.extend([arg, *args])
+      break
+    flag, eq, _ = arg.partition('=')
+    if flag in ('--config', '-config'):
+      if not eq:
+        next(args, None)
+      arg = f'--config={spec}'
+    result.append(arg)
+  return result
 
 
 def config_field_error(argv) -> str | None:
@@ -115,10 +190,8 @@ def check_args(main_args) -> object:
   for a missing --config, a file that does not load, an unknown field, a value of the wrong
   type or out of range."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  config_args = [a for a in main_args if a == '--config' or a.startswith(('--config=',
-                                                                           '--config.'))]
-  spec = config_spec(config_args)
+  from ml_collections import config_flags as ml_config_flags  # pylint: disable=g-import-not-at-top
+  spec = config_spec(main_args)
   if not spec:
     raise ValueError('the job has no --config=configs/<file>.py[:args]: pass bertjax.main\'s '
                      'flags after --, e.g. -- --config=configs/pretrain.py:size=base')
@@ -126,8 +199,8 @@ def check_args(main_args) -> object:
   def parse(args):
     values = flags.FlagValues()
     argv = ['bertjax.main', *args]
-    holder = config_flags.DEFINE_config_file('config', None, '', flag_values=values,
-                                             lock_config=True, sys_argv=argv)
+    holder = ml_config_flags.DEFINE_config_file('config', None, '', flag_values=values,
+                                                lock_config=True, sys_argv=argv)
     values(argv)
     return holder.value
 
@@ -139,10 +212,11 @@ def check_args(main_args) -> object:
     base = _load_config_file(path, arg)
   except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
     raise ValueError(f'--config={spec} does not load: {_one_line(e)}') from None
-  if (unknown := unknown_field(base, config_args)) is not None:
+  job_flags = config_flags(main_args, base)
+  if (unknown := unknown_field(base, job_flags)) is not None:
     raise ValueError(unknown)
   try:
-    config = parse(config_args)
+    config = parse(job_flags)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
     raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
   config_check.check(config)

@@ -8,11 +8,15 @@ r"""Compiles the pre-training step for a TPU slice ahead of time, on any machine
 It builds train_step exactly as the training loop does (train_state.train_state_shapes for the
 state's shapes and shardings, train_state.jit_train_step, lowered under the same mesh and
 rules), on abstract inputs (ShapeDtypeStructs with shardings) over the devices of a topology
-description from libtpu, and compiles it with the TPU compiler. A config that cannot be sharded
-fails before anything is traced; one that does not fit fails in the compiler with
-RESOURCE_EXHAUSTED. Printed: the per-device memory (arguments, outputs, temporaries, generated
-code) against the chip's HBM, XLA's FLOPs per device against bertjax/training/perf.py's formula,
-and the shardings of the biggest parameters.
+description from libtpu, and compiles it with the TPU compiler: once per phase of the run
+(pretrain.phases: with phase2.fraction > 0 phase 2 is its own compile, at phase2's length and
+predictions), each on the batch the input pipeline gives (packed rows, pack=N, carry the
+instances' starts and NSP labels). The config is checked first as bertjax.main checks it
+(config_check); a fine-tuning or embedding config is refused (this compiles pre-training's
+step). A config that cannot be sharded fails before anything is traced; one that does not fit
+fails in the compiler with RESOURCE_EXHAUSTED. Printed per phase: the per-device memory
+(arguments, outputs, temporaries, generated code) against the chip's HBM, XLA's FLOPs per device
+against bertjax/training/perf.py's formula; then the shardings of the biggest parameters.
 
 --topology=<gen>:<chips> is v4:2x2x4 (v4-32, 16 chips), v5e:4x4 (v5litepod-16), v5p:2x2x4,
 v6e:4x4, ...: libtpu's names. --topology=cpu:N compiles for N simulated CPU devices instead (no
@@ -78,10 +82,12 @@ import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from bertjax import config_args  # noqa: E402
+from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
 from bertjax import pretrain  # noqa: E402
 from bertjax.model import encoder  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
+from bertjax.records import example_encoding  # noqa: E402
 from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
@@ -141,17 +147,36 @@ def topology_devices(topology: str) -> tuple[list, int | None]:
   return list(description.devices), hbm_gib * GIB
 
 
-def abstract_batch(config, batch_sharding) -> dict:
-  """The global batch train_step receives (global_batch.make_global_batch), shapes only."""
-  batch, length, predictions = (config.global_batch_size, config.data.max_seq_length,
-                                config.data.max_predictions_per_seq)
-  shapes = {name: (batch, length) for name in ('input_ids', 'input_mask', 'segment_ids')}
-  shapes |= {name: (batch, predictions)
-             for name in ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')}
-  shapes['next_sentence_labels'] = (batch,)  # Static-masking files carry NSP labels.
-  return {name: jax.ShapeDtypeStruct(
-      shape, jnp.float32 if name == 'masked_lm_weights' else jnp.int32, sharding=batch_sharding)
-          for name, shape in shapes.items()}
+def step_phases(config) -> list[pretrain.Phase]:
+  """The run's phases as pretrain.phases plans them (one; two with phase2.fraction > 0), each a
+  batch shape train_step is compiled for. Nothing is read or made: with the embedded corpus
+  (data.train_files '') the plan is taken with placeholder file names, whose shapes are the
+  same."""
+  if not config.data.train_files:  # phases() would make the corpus's files under a workdir.
+    config = config.copy_and_resolve_references()
+    config.data.train_files = config.phase2.train_files = '<the embedded corpus>'
+  return pretrain.phases(config, workdir='')
+
+
+def abstract_batch(config, batch_sharding, phase: pretrain.Phase | None = None) -> dict:
+  """The global batch train_step receives in `phase` (default: data's lengths), shapes only:
+  the features input_pipeline reads (record_check.feature_spec: packed rows add instance_starts
+  and next_sentence_weights, and hold a label per instance; no NSP, no labels) as int32 and
+  float32, an unpacked row's one label as [B]; dynamic masking adds the masked_lm_* that static
+  files hold, so the keys are the same."""
+  length, predictions = ((phase.max_seq_length, phase.max_predictions_per_seq) if phase else
+                         (config.data.max_seq_length, config.data.max_predictions_per_seq))
+  instances = config.data.max_instances_per_row
+  spec = example_encoding.feature_spec(length, predictions, static_masking=True,
+                                       nsp=config.model.nsp, max_instances_per_row=instances)
+  batch = {}
+  for name, (shape, dtype) in spec.items():
+    if name == 'next_sentence_labels' and instances == 1:
+      shape = ()  # input_pipeline reshapes the one label per row to [B].
+    batch[name] = jax.ShapeDtypeStruct(
+        (config.global_batch_size, *shape), jnp.float32 if dtype == 'float32' else jnp.int32,
+        sharding=batch_sharding)
+  return batch
 
 
 def settle_model(config, devices) -> str:
@@ -161,9 +186,10 @@ def settle_model(config, devices) -> str:
   return platform_defaults.settle(config.model, devices[0].platform)
 
 
-def compile_train_step(config, devices):
-  """(compiled train_step, mesh, abstract state) for `config` on a mesh over `devices`;
-  config.model's 'auto' fields are settled for their platform (settle_model).
+def compile_train_step(config, devices, phase: pretrain.Phase | None = None):
+  """(compiled train_step, mesh, abstract state) for `config` on a mesh over `devices`, for the
+  batches of `phase` (step_phases; default: data's lengths); config.model's 'auto' fields are
+  settled for their platform (settle_model).
 
   Raises ValueError before tracing anything when the config cannot run on that mesh.
   """
@@ -174,6 +200,7 @@ def compile_train_step(config, devices):
   if config.global_batch_size % hosts:
     raise ValueError(f'global_batch_size {config.global_batch_size} is not divisible by the '
                      f'{hosts} hosts of this slice.')
+  optimizer_lib.resolve_total_steps(config)  # As the loop does: total_steps 0 = the run's steps.
   schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
   tx = optimizer_lib.make(config.optimizer)
   objective = pretrain.objective(config)
@@ -183,7 +210,7 @@ def compile_train_step(config, devices):
   step_fn = train_state.jit_train_step(config, objective, tx, schedule, state_shardings,
                                        batch_shardings)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    lowered = step_fn.lower(state, abstract_batch(config, batch_shardings))
+    lowered = step_fn.lower(state, abstract_batch(config, batch_shardings, phase))
   return lowered.compile(), mesh, state
 
 
@@ -229,7 +256,7 @@ def matmul_loops(compiled) -> int:
   return sum(has_matmul(body) for body in re.findall(r' while\(.*?body=%([\w.\-]+)', text))
 
 
-def unrolled_flops_per_device(config, devices) -> tuple[float | None, int]:
+def unrolled_flops_per_device(config, devices, phase=None) -> tuple[float | None, int]:
   """(XLA's FLOPs per device, while loops left) of the step without layer scan or accumulation.
 
   Extrapolated from 1- and 2-layer copies: the layers are identical, so FLOPs are linear in
@@ -241,7 +268,7 @@ def unrolled_flops_per_device(config, devices) -> tuple[float | None, int]:
     variant.model.num_layers = layers
     variant.model.scan_layers = False
     variant.grad_accum_steps = 1
-    compiled = compile_train_step(variant, devices)[0]
+    compiled = compile_train_step(variant, devices, phase)[0]
     counts.append(xla_flops_per_device(compiled))
   if None in counts:
     return None, 0
@@ -276,10 +303,69 @@ def _memory_savers(config) -> list[str]:
   return savers
 
 
+def check_job(config) -> list[pretrain.Phase]:
+  """The run's phases (step_phases), after the config is checked as bertjax.main checks it
+  (config_check) and found to be a pre-training job's; raises ValueError (one line) otherwise."""
+  config_check.check(config)
+  if config.job != 'pretrain':
+    raise ValueError(f'config.job={config.job!r}: launch/aot_compile.py compiles the '
+                     'pre-training step only; pass a pre-training config, '
+                     '--config=configs/pretrain.py:...')
+  return step_phases(config)
+
+
+def print_memory(compiled, state, hbm_bytes):
+  """The step's per-device memory from XLA's buffer assignment, against the chip's HBM."""
+  memory = memory_per_device(compiled)
+  state_bytes = shard_bytes(state)
+  print('  per-device memory (XLA buffer assignment):')
+  print(f'    arguments       {memory["arguments"] / GIB:8.3f} GiB  (train state '
+        f'{state_bytes / GIB:.3f} GiB per the shardings; the rest: batch, TPU tile padding)')
+  print(f'    outputs         {memory["outputs"] / GIB:8.3f} GiB  ({memory["aliased"] / GIB:.3f} '
+        'GiB of it reuses the donated state)')
+  print(f'    temporaries     {memory["temporaries"] / GIB:8.3f} GiB')
+  print(f'    generated code  {memory["generated_code"] / GIB:8.3f} GiB')
+  if hbm_bytes is None:
+    print(f'    total           {memory["total"] / GIB:8.3f} GiB  (CPU: no HBM to compare with)')
+  else:
+    print(f'    total           {memory["total"] / GIB:8.3f} GiB  of {hbm_bytes / GIB:.0f} GiB '
+          f'HBM ({memory["total"] / hbm_bytes:.0%})')
+
+
+def print_flops(config, phase, compiled, devices, hbm_bytes):
+  """XLA's FLOPs per device of the phase's step against bertjax/training/perf.py's formula."""
+  mcfg = config.model
+  formula = perf.flops_per_sequence(mcfg, phase.max_seq_length, phase.max_predictions_per_seq)
+  formula_per_device = formula * config.global_batch_size / len(devices)
+  xla, loops = xla_flops_per_device(compiled), matmul_loops(compiled)
+  how = 'this compile'
+  unroll = (mcfg.scan_layers or config.grad_accum_steps > 1) and not _COUNT_FLOPS.value
+  if _COUNT_FLOPS.value and (mcfg.scan_layers or config.grad_accum_steps > 1):
+    start = time.perf_counter()
+    xla, loops = unrolled_flops_per_device(config, devices, phase)
+    how = (f'unrolled 1- and 2-layer copies, {time.perf_counter() - start:.0f} s, extrapolated '
+           'to the depth')
+  ratio = f', XLA / formula {xla / formula_per_device:.2f}' if xla else ''
+  print(f'  FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), '
+        f'bertjax/training/perf.py {formula_per_device:.3e}{ratio}')
+  if loops:
+    print(f'    XLA\'s figure is a lower bound: {loops} while loop(s) with matmuls (layer scan, '
+          'accumulation, or the compiler\'s own), each body counted once'
+          + ('; --count_flops unrolls the layers' if unroll else ''))
+  peak = perf.peak_flops_per_device(config.peak_tflops, device=devices[0])
+  if peak and hbm_bytes is not None:
+    print(f'    at {peak / 1e12:.0f} TFLOP/s per chip: a step takes >= '
+          f'{formula_per_device / peak * 1e3:.1f} ms at 100% MFU')
+
+
 def main(argv):
   console.refuse_arguments(argv, '--config=..., --topology=...')
   config = _CONFIG.value
-  devices, hbm_bytes = topology_devices(_TOPOLOGY.value)
+  try:
+    phases = check_job(config)
+    devices, hbm_bytes = topology_devices(_TOPOLOGY.value)
+  except ValueError as e:
+    raise SystemExit(f'aot_compile: error: {e}') from None
   target = ('simulated CPU devices (CPU compiler: memory is only a rough guide for a TPU)'
             if hbm_bytes is None else f'{devices[0].device_kind} chips (TPU compiler, libtpu)')
   hosts = len({d.process_index for d in devices})
@@ -287,61 +373,32 @@ def main(argv):
   # 'auto' settled before anything reads the fields: the unroll and FLOP-count choices below
   # take the layer scan the slice will run, not the string.
   print(f'model: {settle_model(config, devices)}')
-  mcfg = config.model
+  mcfg, instances = config.model, config.data.max_instances_per_row
   print(f'config: {mcfg.size} ({mcfg.num_layers} layers, hidden {mcfg.hidden_size}, vocab '
         f'{mcfg.vocab_size}, {mcfg.dtype}, scan_layers={mcfg.scan_layers}, remat='
-        f'{mcfg.remat_policy}), {config.optimizer.name}, batch {config.global_batch_size} x seq '
-        f'{config.data.max_seq_length} (grad_accum_steps {config.grad_accum_steps})')
+        f'{mcfg.remat_policy}), {config.optimizer.name}, batch {config.global_batch_size} '
+        f'(grad_accum_steps {config.grad_accum_steps}), '
+        + (f'packed rows of up to {instances} instances' if instances > 1 else 'unpacked rows'))
 
-  start = time.perf_counter()
-  try:
-    compiled, mesh, state = compile_train_step(config, devices)
-  except jax.errors.JaxRuntimeError as e:
-    if 'RESOURCE_EXHAUSTED' not in str(e):
-      raise
-    raise SystemExit(f'{e}\n\nDOES NOT FIT on one {devices[0].device_kind}: try '
-                     f'{", or ".join(_memory_savers(config))}.') from None
-  seconds = time.perf_counter() - start
-  print(f'mesh: {dict(mesh.shape)}; lowered and compiled in {seconds:.0f} s')
-
-  memory = memory_per_device(compiled)
-  state_bytes = shard_bytes(state)
-  print('per-device memory (XLA buffer assignment):')
-  print(f'  arguments       {memory["arguments"] / GIB:8.3f} GiB  (train state '
-        f'{state_bytes / GIB:.3f} GiB per the shardings; the rest: batch, TPU tile padding)')
-  print(f'  outputs         {memory["outputs"] / GIB:8.3f} GiB  ({memory["aliased"] / GIB:.3f} '
-        'GiB of it reuses the donated state)')
-  print(f'  temporaries     {memory["temporaries"] / GIB:8.3f} GiB')
-  print(f'  generated code  {memory["generated_code"] / GIB:8.3f} GiB')
-  if hbm_bytes is None:
-    print(f'  total           {memory["total"] / GIB:8.3f} GiB  (CPU: no HBM to compare with)')
-  else:
-    print(f'  total           {memory["total"] / GIB:8.3f} GiB  of {hbm_bytes / GIB:.0f} GiB HBM '
-          f'({memory["total"] / hbm_bytes:.0%})')
-
-  formula = perf.flops_per_sequence(mcfg, config.data.max_seq_length,
-                                    config.data.max_predictions_per_seq)
-  formula_per_device = formula * config.global_batch_size / len(devices)
-  xla, loops = xla_flops_per_device(compiled), matmul_loops(compiled)
-  how = 'this compile'
-  unroll = (mcfg.scan_layers or config.grad_accum_steps > 1) and not _COUNT_FLOPS.value
-  if _COUNT_FLOPS.value and (mcfg.scan_layers or config.grad_accum_steps > 1):
+  for number, phase in enumerate(phases, 1):
+    print(f'phase {number} of {len(phases)}: steps {phase.first_step}..{phase.end_step}, batch '
+          f'{config.global_batch_size} x seq {phase.max_seq_length}, '
+          f'{phase.max_predictions_per_seq} predictions per row')
     start = time.perf_counter()
-    xla, loops = unrolled_flops_per_device(config, devices)
-    how = (f'unrolled 1- and 2-layer copies, {time.perf_counter() - start:.0f} s, extrapolated '
-           'to the depth')
-  ratio = f', XLA / formula {xla / formula_per_device:.2f}' if xla else ''
-  print(f'FLOPs per device per step: XLA {xla or float("nan"):.3e} ({how}), '
-        'bertjax/training/perf.py '
-        f'{formula_per_device:.3e}{ratio}')
-  if loops:
-    print(f'  XLA\'s figure is a lower bound: {loops} while loop(s) with matmuls (layer scan, '
-          'accumulation, or the compiler\'s own), each body counted once'
-          + ('; --count_flops unrolls the layers' if unroll else ''))
-  peak = perf.peak_flops_per_device(config.peak_tflops, device=devices[0])
-  if peak and hbm_bytes is not None:
-    print(f'  at {peak / 1e12:.0f} TFLOP/s per chip: a step takes >= '
-          f'{formula_per_device / peak * 1e3:.1f} ms at 100% MFU')
+    try:
+      compiled, mesh, state = compile_train_step(config, devices, phase)
+    except ValueError as e:
+      raise SystemExit(f'aot_compile: error: {e}') from None
+    except jax.errors.JaxRuntimeError as e:
+      if 'RESOURCE_EXHAUSTED' not in str(e):
+        raise
+      raise SystemExit(f'{e}\n\nphase {number} (seq {phase.max_seq_length}) DOES NOT FIT on '
+                       f'one {devices[0].device_kind}: try '
+                       f'{", or ".join(_memory_savers(config))}.') from None
+    print(f'  mesh: {dict(mesh.shape)}; lowered and compiled in '
+          f'{time.perf_counter() - start:.0f} s')
+    print_memory(compiled, state, hbm_bytes)
+    print_flops(config, phase, compiled, devices, hbm_bytes)
 
   print(f'parameters: {encoder.param_count(state.params):,}; the biggest, with their '
         'shardings (optimizer moments follow them):')

@@ -1,8 +1,16 @@
-"""What Cloud TPU offers (zones, VM images, slice shapes) and the command runner the launchers
-(tpu_pod.py, gke_jobset.py) share."""
+"""What Cloud TPU offers (zones, VM images, slice shapes), and what the launchers (tpu_pod.py,
+gke_jobset.py) share: the command runner, the job's --workdir and where its config file lies."""
 
+import os
+import pathlib
 import shlex
 import subprocess
+
+from bertjax import config_args
+
+# This checkout's configs/: what launch/Dockerfile copies into the image and tpu_pod.py copies to
+# every worker (each config file imports configs.common).
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / 'configs'
 
 # Zones that host each TPU generation (cloud.google.com/tpu/docs/regions-zones, 2025).
 ZONES = {
@@ -51,3 +59,25 @@ class Runner:
     if check and result.returncode:
       raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
     return result
+
+
+def check_workdir(main_args, workdir: str):
+  """Refuses a --workdir among the job's flags that differs from the launcher's --workdir:
+  bertjax.main would take whichever came last, silently (launch/slurm_gpu.sbatch refuses it
+  too)."""
+  for value in config_args.flag_values(main_args, 'workdir'):
+    if value != workdir:
+      raise ValueError(f'the job\'s flags (after --) set --workdir={value}, the launcher\'s '
+                       f'--workdir={workdir}: pass the run directory once, as the launcher\'s '
+                       '--workdir (before --)')
+
+
+def config_in_checkout(spec: str) -> str | None:
+  """configs/<path>[:ARG] for the job's --config=FILE[:ARG] when FILE (from the current directory)
+  lies in this checkout's configs/: where an image or a worker holds it, from the root of its
+  own copy of the checkout; None when FILE lies elsewhere."""
+  path, colon, arg = spec.partition(':')
+  absolute = pathlib.Path(os.path.abspath(path)).resolve()
+  if not absolute.is_relative_to(CONFIGS):
+    return None
+  return f'configs/{absolute.relative_to(CONFIGS).as_posix()}{colon}{arg}'

@@ -10,7 +10,9 @@ r"""Runs bertjax.main on GKE TPU node pools as a JobSet: one or several slices (
 
 Writes <name>.jobset.yaml (or --output): a JobSet with one child Job per slice, each Job one
 pod per TPU host of the slice (`exclusive-topology`: a slice's pods share one node pool), every
-pod running `python3 -m bertjax.main <flags after --> --workdir=<workdir>`. jax.distributed finds
+pod running `python3 -m bertjax.main <flags after --> --workdir=<workdir>` from the image's
+checkout, which holds configs/ and no other config file (a --config=FILE elsewhere is refused,
+as is a --workdir after -- that differs from --workdir). jax.distributed finds
 its peers from what GKE sets on TPU pods (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID); with
 --num_slices > 1 the manifest adds the MEGASCALE_* variables that join the slices over the data
 center network, and bertjax's mesh puts the `data` axis across slices (fsdp and tensor stay
@@ -81,6 +83,21 @@ def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir
                      'restart; use a bucket, --workdir=gs://BUCKET/runs/NAME')
 
 
+def image_job(main_args) -> list[str]:
+  """The job's flags as the image runs them, from its checkout's root: a --config=FILE in this
+  checkout's configs/ as configs/<path>. Raises ValueError for a FILE elsewhere, which the image
+  does not hold (launch/Dockerfile copies configs/ only)."""
+  spec = config_args.config_spec(main_args)
+  if spec is None:
+    return list(main_args)  # config_args.check_args says what to pass.
+  in_image = cloud.config_in_checkout(spec)
+  if in_image is None:
+    raise ValueError(f'--config={spec}: the image holds only this checkout\'s configs/ '
+                     '(launch/Dockerfile copies it): move the file into configs/, rebuild and '
+                     'push the image, and pass --config=configs/<file>.py')
+  return config_args.with_config_file(main_args, in_image)
+
+
 def _annotation(key: str) -> dict:
   return {'valueFrom': {'fieldRef': {'fieldPath': f"metadata.annotations['{key}']"}}}
 
@@ -102,6 +119,8 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
              main_args, *, spot: bool = False, max_restarts: int = 10) -> dict:
   """The JobSet, as a dict (yaml.safe_dump writes it)."""
   check(name, accelerator_type, num_slices, image, workdir)
+  cloud.check_workdir(main_args, workdir)
+  main_args = image_job(main_args)
   generation = accelerator_type.rsplit('-', 1)[0]
   hosts, topology = cloud.SLICES[accelerator_type]
   selector = {'cloud.google.com/gke-tpu-accelerator': ACCELERATORS[generation],

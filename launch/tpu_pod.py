@@ -8,13 +8,17 @@ preemption, delete.
 
 Steps, each a gcloud command printed before it runs (--dry_run prints them and runs nothing):
   0. the job's config loaded and checked here (bertjax.main's check: every field's range and
-     type, unknown fields); with --aot_check, `python -m launch.aot_compile` for the slice's
-     topology, here, so that a config that does not fit fails before a slice is booked;
+     type, unknown fields), and a --workdir after -- that differs from --workdir refused; with
+     --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
+     config that does not fit fails before a slice is booked;
   1. a wheel of this checkout (`pip wheel`), or --git_ref=<ref> to pip-install that ref;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
-  3. the wheel copied to and installed on every worker, with jax[tpu];
+  3. the wheel and this checkout's configs/ copied to every worker's home (the wheel holds
+     the bertjax package only), the wheel installed with jax[tpu]; a --config=FILE from outside
+     configs/ is copied as ~/bertjax_job_config.py and the job's flag names that copy;
   4. `python -m bertjax.main <flags after --> --workdir=<workdir>` started on every worker
-     (--worker=all) in the background, its log streamed from worker 0 until it ends;
+     (--worker=all, in its home) in the background, its log streamed from worker 0 until it
+     ends;
   5. if the slice was preempted or went into maintenance (the run ended and the queued resource
      is no longer ACTIVE), the slice is deleted, re-created and step 4 run again: the run
      resumes from its last checkpoint in the workdir; at most --max_restarts times;
@@ -26,6 +30,7 @@ tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
 """
 
 import dataclasses
+import os
 import re
 import shlex
 import sys
@@ -40,6 +45,9 @@ from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
+# On each worker, in its home: the job's config file when it lies outside this checkout's configs/
+# (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
+WORKER_CONFIG = 'bertjax_job_config.py'
 
 _NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
 _ZONE = flags.DEFINE_string('zone', None, 'Zone, e.g. us-west4-a (v5e).')
@@ -102,10 +110,11 @@ def check(tpu: Slice, workdir: str):
                      f'local path {workdir!r}: use a bucket, --workdir=gs://BUCKET/runs/NAME')
 
 
-def aot_command(tpu: Slice, main_args) -> list[str]:
-  config = [a for a in main_args if a.startswith('--config')]
+def aot_command(tpu: Slice, config_flags) -> list[str]:
+  """launch.aot_compile for the slice's topology; `config_flags`: the job's --config flags
+  (config_args.config_flags)."""
   return [sys.executable, '-m', 'launch.aot_compile',
-          f'--topology={cloud.SLICES[tpu.accelerator_type][1]}', *config]
+          f'--topology={cloud.SLICES[tpu.accelerator_type][1]}', *config_flags]
 
 
 def wheel_command() -> list[str]:
@@ -132,12 +141,33 @@ def ssh_command(tpu: Slice, command: str, worker: str = 'all') -> list[str]:
   return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}', f'--command={command}')
 
 
-def install_commands(tpu: Slice, wheel: str, git_ref: str) -> list[list[str]]:
-  """Copy the wheel to every worker (unless a git ref is installed) and pip-install it."""
+def worker_job(main_args) -> tuple[str, list[str]]:
+  """(the config file to copy to every worker as ~/WORKER_CONFIG, '' for none; the job's flags
+  as the workers run them, in their home). A --config=FILE in this checkout's configs/ is found
+  there as configs/<path> (install_commands copies configs/); one from elsewhere is copied."""
+  spec = config_args.config_spec(main_args)
+  if spec is None:
+    return '', list(main_args)  # config_args.check_args says what to pass.
+  on_worker = cloud.config_in_checkout(spec)
+  if on_worker is not None:
+    return '', config_args.with_config_file(main_args, on_worker)
+  path, colon, arg = spec.partition(':')
+  return path, config_args.with_config_file(main_args, f'{WORKER_CONFIG}{colon}{arg}')
+
+
+def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
+                     ) -> list[list[str]]:
+  """Copy the wheel (unless a git ref is installed) and this checkout's configs/ to every
+  worker's home, and `job_config` (a config file from elsewhere, worker_job) as WORKER_CONFIG;
+  pip-install bertjax."""
+  sources = ([wheel] if wheel else []) + [os.path.relpath(cloud.CONFIGS)]
+  copies = [tpu.gcloud('tpu-vm', 'scp', '--recurse', *sources, f'{tpu.name}:', '--worker=all')]
+  if job_config:
+    copies.append(tpu.gcloud('tpu-vm', 'scp', job_config, f'{tpu.name}:{WORKER_CONFIG}',
+                             '--worker=all'))
   if git_ref:
-    return [ssh_command(tpu, f'pip install -U "jax[tpu]" {shlex.quote(git_ref)}')]
-  return [tpu.gcloud('tpu-vm', 'scp', wheel, f'{tpu.name}:', '--worker=all'),
-          ssh_command(tpu, f'pip install -U "jax[tpu]" ~/{wheel.rsplit("/", 1)[-1]}')]
+    return copies + [ssh_command(tpu, f'pip install -U "jax[tpu]" {shlex.quote(git_ref)}')]
+  return copies + [ssh_command(tpu, f'pip install -U "jax[tpu]" ~/{wheel.rsplit("/", 1)[-1]}')]
 
 
 def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
@@ -177,10 +207,15 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
            poll_s: float = 30.0) -> int:
   """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
   check(tpu, workdir)
+  cloud.check_workdir(main_args, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
-  config_args.check_args(main_args)
+  config = config_args.check_args(main_args)
+  if aot_check and config.job != 'pretrain':
+    raise ValueError(f'--aot_check compiles the pre-training step only, and this job is '
+                     f'config.job={config.job!r}: leave --aot_check out')
+  job_config, worker_args = worker_job(main_args)
   if aot_check:
-    run(aot_command(tpu, main_args))
+    run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''
   if not git_ref:
     run(wheel_command())
@@ -193,9 +228,9 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
         run(delete_command(tpu), check=False)
       run(create_command(tpu))
       wait_active(tpu, run, poll_s)
-      for cmd in install_commands(tpu, wheel, git_ref):
+      for cmd in install_commands(tpu, wheel, git_ref, job_config):
         run(cmd)
-      run(run_command(tpu, main_args, workdir))
+      run(run_command(tpu, worker_args, workdir))
       exit_code = run(stream_command(tpu), check=False).returncode
       state = run(state_command(tpu), capture=True, check=False).stdout.strip()
       if not was_preempted(exit_code, state):

@@ -8,7 +8,10 @@ import types
 
 import jax
 import pytest
+import tensorflow as tf
 
+from bertjax.input import input_pipeline
+from bertjax.input import record_check
 from bertjax.training import perf
 from bertjax.training import train_state
 from configs import pretrain
@@ -99,3 +102,68 @@ def test_the_command_prints_and_counts_the_settled_scan():
   assert 'model: attention xla, layers unrolled: CPU defaults' in out, out
   assert 'scan_layers=False' in out and 'auto' not in out, out
   assert '(this compile)' in out and 'unrolled 1- and 2-layer copies' not in out, out
+
+
+@pytest.mark.parametrize('pack, nsp', [(1, True), (3, True), (3, False), (1, False)])
+def test_the_compiled_batch_is_the_one_the_input_pipeline_yields(tmp_path, pack, nsp):
+  """abstract_batch has the keys, shapes and dtypes of input_pipeline.pretrain_dataset's batches
+  for the same lengths: packed rows (pack=N) add instance_starts and next_sentence_weights and
+  hold a label per instance; MLM-only rows hold none."""
+  config = tiny_config()
+  config.data.max_instances_per_row, config.model.nsp = pack, nsp
+  spec = record_check.feature_spec(32, 4, nsp=nsp, max_instances_per_row=pack)
+  path = str(tmp_path / 'train.tfrecord')
+  with tf.io.TFRecordWriter(path) as writer:
+    for _ in range(16):
+      writer.write(input_pipeline._padding_record(spec))  # pylint: disable=protected-access
+  dataset = input_pipeline.pretrain_dataset(
+      path, global_batch_size=16, max_seq_length=32, max_predictions_per_seq=4, seed=0,
+      nsp=nsp, max_instances_per_row=pack, process_index=0, process_count=1)
+  read = {name: (tuple(s.shape), s.dtype.name) for name, s in dataset.element_spec.items()}
+
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  compiled = {name: (x.shape, x.dtype.name)
+              for name, x in aot_compile.abstract_batch(config, sharding).items()}
+  assert compiled == read
+  assert ('instance_starts' in compiled) == (pack > 1)
+
+
+def run_aot(*args):
+  repo = pathlib.Path(__file__).resolve().parents[2]
+  return subprocess.run([sys.executable, '-m', 'launch.aot_compile', *args], cwd=repo,
+                        capture_output=True, text=True, timeout=600, check=False,
+                        env={**os.environ, 'XLA_FLAGS': ''})
+
+
+def test_every_phase_is_compiled_with_its_lengths_and_the_packed_rows():
+  """phase2_fraction > 0: the run's last steps are at phase2's length and predictions, a step
+  compiled on its own (the longest, so the one that may not fit); pack=2: packed rows."""
+  result = run_aot('--topology=cpu:2', '--config=configs/pretrain.py:size=tiny,seq=16,batch=4,'
+                   'vocab=256,steps=10,phase2_fraction=0.2,phase2_seq=32,pack=2',
+                   '--config.data.max_predictions_per_seq=2',
+                   '--config.phase2.max_predictions_per_seq=4', '--config.mesh.data=2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = result.stdout
+  assert 'batch 4 (grad_accum_steps 1), packed rows of up to 2 instances' in out, out
+  assert 'phase 1 of 2: steps 0..8, batch 4 x seq 16, 2 predictions per row' in out, out
+  assert 'phase 2 of 2: steps 8..10, batch 4 x seq 32, 4 predictions per row' in out, out
+  assert out.count('lowered and compiled in') == 2, out
+  # Each compile is its phase's step: twice the tokens, nearly twice XLA's FLOPs.
+  flops = [float(line.split('XLA ')[1].split()[0]) for line in out.splitlines()
+           if 'FLOPs per device per step' in line]
+  assert len(flops) == 2 and flops[1] > 1.5 * flops[0], out
+
+
+@pytest.mark.parametrize('config, message', [
+    ('configs/finetune.py:task=mrpc,size=tiny',
+     "aot_compile: error: config.job='finetune': launch/aot_compile.py compiles the "
+     'pre-training step only; pass a pre-training config, --config=configs/pretrain.py:...'),
+    # Found by bertjax.main's check (config_check), not by anything the compile reads.
+    ('configs/pretrain.py:size=tiny --config.data.masked_lm_prob=1.5',
+     'aot_compile: error: config.data.masked_lm_prob=1.5: '),
+])
+def test_a_config_the_run_would_refuse_is_refused_in_one_line(config, message):
+  result = run_aot('--topology=cpu:2', f'--config={config.split()[0]}', *config.split()[1:])
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+  assert 'lowered and compiled' not in result.stdout

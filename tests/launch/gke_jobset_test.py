@@ -32,6 +32,12 @@ elif args[0] == 'logs':
 '''
 
 
+@pytest.fixture(autouse=True)
+def _in_the_checkout(monkeypatch):
+  """The launcher runs from the checkout: a job's --config=FILE is read from there."""
+  monkeypatch.chdir(REPO)
+
+
 def pod(spec):
   return spec['spec']['replicatedJobs'][0]['template']['spec']['template']['spec']
 
@@ -89,7 +95,7 @@ def test_bad_input_is_refused(args, message):
     gke_jobset.manifest(*args, MAIN_ARGS)
 
 
-def launch(tmp_path, *flags, states=''):
+def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir(exist_ok=True)
   fake = bin_dir / 'kubectl'
@@ -104,7 +110,7 @@ def launch(tmp_path, *flags, states=''):
       [sys.executable, '-m', 'launch.gke_jobset', '--name=bert-large',
        '--accelerator_type=v5litepod-16', '--num_slices=2', f'--image={IMAGE}',
        '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}', *flags, '--',
-       *MAIN_ARGS], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+       *main_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
   return result.returncode, result.stdout + result.stderr, calls
 
@@ -170,3 +176,46 @@ def test_a_local_workdir_is_refused_before_anything_runs(tmp_path):
       cwd=REPO, capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and 'pods share no local disk' in bad.stderr
   assert not (tmp_path / 'b.yaml').exists()
+
+
+def test_a_config_file_the_image_does_not_hold_is_refused(tmp_path):
+  """The image holds this checkout's configs/ only (launch/Dockerfile): a config file from
+  elsewhere passes the local check but would fail in every pod."""
+  outside = tmp_path / 'my_config.py'
+  outside.write_text('from configs import pretrain\n\n\ndef get_config(arg):\n'
+                     '  return pretrain.get_config(arg)\n')
+  for config in ([f'--config={outside}:size=large'], ['--config', f'{outside}:size=large']):
+    with pytest.raises(ValueError) as e:
+      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', config + MAIN_ARGS[1:])
+    assert str(e.value) == (f'--config={outside}:size=large: the image holds only this '
+                            'checkout\'s configs/ (launch/Dockerfile copies it): move the file '
+                            'into configs/, rebuild and push the image, and pass '
+                            '--config=configs/<file>.py')
+  code, out, calls = launch(tmp_path, '--apply', main_args=[f'--config={outside}:size=large'])
+  assert code == 2 and 'gke_jobset: error: --config=' in out and calls == [], out
+  assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()
+
+
+@pytest.mark.parametrize('config', [
+    ['--config', 'configs/pretrain.py:size=large'],  # absl's --flag value form.
+    [f'--config={REPO}/configs/pretrain.py:size=large'],  # This checkout's file, absolute.
+    ['--config=./configs/../configs/pretrain.py:size=large'],
+])
+def test_a_config_file_in_configs_is_named_where_the_image_holds_it(config):
+  spec = gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', config + MAIN_ARGS[1:])
+  assert pod(spec)['containers'][0]['command'] == [
+      'python3', '-m', 'bertjax.main', '--config=configs/pretrain.py:size=large', *MAIN_ARGS[1:],
+      '--workdir=gs://b/r']
+
+
+def test_a_job_workdir_other_than_the_launchers_is_refused(tmp_path):
+  for extra in (['--workdir=gs://b/other'], ['--workdir', 'gs://b/other']):
+    with pytest.raises(ValueError) as e:
+      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', MAIN_ARGS + extra)
+    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://b/other, the '
+                            'launcher\'s --workdir=gs://b/r: pass the run directory once, as '
+                            'the launcher\'s --workdir (before --)')
+  code, out, calls = launch(tmp_path, '--apply', main_args=MAIN_ARGS + ['--workdir=gs://b/x'])
+  assert code == 2 and 'gke_jobset: error: the job\'s flags (after --) set --workdir=gs://b/x' in (
+      out) and calls == [], out
+  assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()

@@ -3,11 +3,14 @@
 import json
 import os
 import pathlib
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from bertjax import config_args
 from launch import cloud
 from launch import tpu_pod
 
@@ -71,6 +74,7 @@ CREATE = ['compute', 'tpus', 'queued-resources', 'create', 'bert', '--node-id=be
           ZONE]
 DESCRIBE = ['compute', 'tpus', 'queued-resources', 'describe', 'bert',
             '--format=value(state.state)', ZONE]
+COPY = ['compute', 'tpus', 'tpu-vm', 'scp', '--recurse', 'configs', 'bert:', '--worker=all', ZONE]
 INSTALL = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all',
            '--command=pip install -U "jax[tpu]" git+https://example.org/bertjax@v1', ZONE]
 START = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all', f'--command={RUN}', ZONE]
@@ -82,7 +86,7 @@ def test_a_run_creates_installs_runs_streams_and_deletes(tmp_path):
   code, out, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
                             states=['PROVISIONING', 'ACTIVE', 'ACTIVE'])
   assert code == 0, out
-  assert calls == [CREATE, DESCRIBE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE, DELETE]
+  assert calls == [CREATE, DESCRIBE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE, DELETE]
   assert 'step 10/10: loss 6.1 (worker 0 log)' in out
 
 
@@ -91,7 +95,7 @@ def test_a_preempted_slice_is_recreated_and_the_run_resumed(tmp_path):
                             states=['ACTIVE', 'SUSPENDED', 'ACTIVE', 'ACTIVE'],
                             exits=['255', '0'])
   assert code == 0, out
-  attempt = [CREATE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE]
+  attempt = [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]
   assert calls == attempt + [DELETE] + attempt + [DELETE]
   assert 'preempted; re-creating it (restart 1 of 10)' in out
 
@@ -100,7 +104,7 @@ def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
   code, _, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
                           '--keep', exits=['1'])
   assert code == 1
-  assert calls == [CREATE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE]  # --keep: no delete.
+  assert calls == [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]  # --keep: no delete.
 
 
 def test_restarts_run_out_after_max_restarts(tmp_path):
@@ -121,8 +125,9 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
   assert lines[2] == ('gcloud compute tpus queued-resources create bert --node-id=bert '
                       '--accelerator-type=v5litepod-16 --runtime-version=v2-alpha-tpuv5-lite '
                       '--reserved --zone=us-west4-a')
-  assert lines[4] == ('gcloud compute tpus tpu-vm scp dist/bertjax-0.1.0-py3-none-any.whl bert: '
-                      '--worker=all --zone=us-west4-a')
+  assert lines[4] == ('gcloud compute tpus tpu-vm scp --recurse '
+                      'dist/bertjax-0.1.0-py3-none-any.whl configs bert: --worker=all '
+                      '--zone=us-west4-a')
   assert len(lines) == 10 and lines[-1].startswith('gcloud compute tpus queued-resources delete')
 
 
@@ -147,3 +152,106 @@ def test_a_single_host_slice_may_use_a_local_workdir():
   tpu_pod.check(tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-8'), '/tmp/run')
   assert tpu_pod.Slice('b', 'us-east5-a', 'v5p-32').hosts == 4
   assert cloud.SLICES['v6e-16'] == (4, 'v6e:4x4')
+
+
+def launch_in_process(main_args, workdir='gs://b/runs/base', **kwargs):
+  """tpu_pod.launch with a runner that records each command and answers as a healthy slice
+  whose run succeeds; returns the commands."""
+  calls = []
+
+  def run(cmd, **_):
+    calls.append(cmd)
+    return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n')
+
+  code = tpu_pod.launch(slice_(), main_args, workdir, run=run, poll_s=0,
+                        git_ref='git+https://example.org/bertjax@v1', **kwargs)
+  assert code == 0
+  return calls
+
+
+def worker_home(calls, home):
+  """What the launcher's `gcloud ... scp` commands leave in a worker's home (`home`), copied
+  from the current directory as scp copies (--recurse: folders whole; NAME:PATH: that name)."""
+  for cmd in calls:
+    if cmd[:5] != ['gcloud', 'compute', 'tpus', 'tpu-vm', 'scp']:
+      continue
+    paths = [a for a in cmd[5:] if not a.startswith('--')]
+    *sources, dest = paths
+    for source in sources:
+      target = home / (dest.partition(':')[2] or pathlib.Path(source).name)
+      if pathlib.Path(source).is_dir():
+        assert '--recurse' in cmd, cmd
+        shutil.copytree(source, target, dirs_exist_ok=True)
+      else:
+        shutil.copy(source, target)
+
+
+def worker_job(calls) -> list[str]:
+  """bertjax.main's flags in the command the launcher starts on every worker."""
+  command = next(a for c in calls for a in c if 'python3 -m bertjax.main' in a)
+  words = shlex.split(command.partition('python3 -m bertjax.main ')[2])
+  return words[:words.index('--workdir=gs://b/runs/base;') + 1]
+
+
+@pytest.mark.parametrize('config', [
+    ['--config', 'configs/pretrain.py:size=base,steps=7'],  # absl's --flag value form.
+    [f'--config={REPO}/configs/pretrain.py:size=base,steps=7'],  # An absolute local path.
+    ['--config=OUTSIDE:size=base,steps=7'],  # A file outside configs/ (importing configs').
+])
+def test_the_workers_hold_the_config_file_the_job_names(tmp_path, monkeypatch, config):
+  """A worker runs bertjax.main in its home, which holds only what the launcher copies there
+  (the wheel has the bertjax package only): the job's config file and configs/ (every config
+  imports configs.common) must be among the copies, at the path the worker's --config names.
+  The worker's home is rebuilt from the scp commands and the job's config loaded there, in a
+  process that cannot import this checkout's configs."""
+  outside = tmp_path / 'experiments' / 'jax.py'  # A module's name: must not shadow jax there.
+  outside.parent.mkdir()
+  outside.write_text('from configs import pretrain\n\n\ndef get_config(arg):\n'
+                     '  return pretrain.get_config(arg)\n')
+  config = [a.replace('OUTSIDE', str(outside)) for a in config]
+  monkeypatch.chdir(REPO)
+  calls = launch_in_process(config)
+  home = tmp_path / 'home'
+  home.mkdir()
+  worker_home(calls, home)
+  job = worker_job(calls)
+  script = ('import sys; from bertjax import config_args; '
+            'print(config_args.check_args(sys.argv[1:]).num_train_steps)')
+  loaded = subprocess.run([sys.executable, '-c', script, *job], cwd=home, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, 'PYTHONPATH': ''})
+  assert loaded.returncode == 0 and loaded.stdout.strip() == '7', (job, loaded.stderr)
+  # Read from the home, not from this machine's disk (which a worker does not have).
+  config_file = config_args.config_spec(job).partition(':')[0]
+  assert (home / config_file).resolve().is_relative_to(home), job
+  assert not (home / 'jax.py').exists()
+
+
+def test_a_job_workdir_other_than_the_launchers_is_refused_before_anything_runs(monkeypatch):
+  monkeypatch.chdir(REPO)
+  calls = []
+  for extra in (['--workdir=gs://b/other'], ['--workdir', 'gs://b/other'],
+                ['-workdir=gs://b/other']):
+    with pytest.raises(ValueError) as e:
+      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base',
+                     run=lambda cmd, **_: calls.append(cmd))
+    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://b/other, the '
+                            'launcher\'s --workdir=gs://b/runs/base: pass the run directory '
+                            'once, as the launcher\'s --workdir (before --)')
+  assert calls == []
+  # The launcher's own workdir repeated after -- changes nothing: it runs.
+  calls = launch_in_process(MAIN_ARGS + ['--workdir=gs://b/runs/base'])
+  assert worker_job(calls)[-1] == '--workdir=gs://b/runs/base;'
+
+
+def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretraining(
+    monkeypatch):
+  monkeypatch.chdir(REPO)
+  calls = launch_in_process(['--config', 'configs/pretrain.py:size=base',
+                             '--config.num_train_steps', '5', '--config.model.nsp',
+                             '--workdir', 'gs://b/runs/base'], aot_check=True)
+  assert calls[0][1:] == ['-m', 'launch.aot_compile', '--topology=v5e:4x4',
+                          '--config=configs/pretrain.py:size=base',
+                          '--config.num_train_steps=5', '--config.model.nsp']
+  with pytest.raises(ValueError, match=r"--aot_check compiles the pre-training step only, and "
+                     r"this job is config.job='finetune': leave --aot_check out"):
+    launch_in_process(['--config=configs/finetune.py:task=mrpc'], aot_check=True)
