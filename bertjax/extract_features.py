@@ -127,6 +127,10 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
                      '-1 the last; the embeddings are not a layer, as in the original).')
   tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
   examples = read_examples(input_file)
+  pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
+  encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
+                                f'the inputs of {input_file} (line {pairs[0] + 1} first)'
+                                if pairs else '')
   params = inference.encoder_params(model)
   fn = hidden_states_fn(model.config)
   temp = _temporary_beside(output)

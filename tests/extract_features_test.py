@@ -163,3 +163,21 @@ def test_layers_and_the_separator_mean_what_they_mean_in_the_original(minilm_dir
   with pytest.raises(ValueError, match=r'--layers \[6\] out of range for a 6-layer model: 0 to '
                                        r'5 or -6 to -1'):
     extract_features.run(str(minilm_dir), source, tmp_path / 'o2.jsonl', layers=(6,))
+
+
+def test_pairs_for_a_model_without_a_second_segment_are_refused(minilm_dir, tmp_path):
+  # type_vocab_size 1: segment id 1 was clamped to segment A's row, silently.
+  config = transformers.BertConfig.from_pretrained(minilm_dir)
+  config.type_vocab_size, config.num_hidden_layers = 1, 1
+  transformers.BertModel(config).save_pretrained(tmp_path / 'one_segment')
+  shutil.copy(minilm_dir / 'vocab.txt', tmp_path / 'one_segment' / 'vocab.txt')
+  (tmp_path / 'in.txt').write_text('a good film\nthe film is good ||| the movie was bad\n')
+  with pytest.raises(ValueError, match=rf'^the inputs of {tmp_path}/in.txt \(line 2 first\) hold '
+                     r'text pairs \(segment id 1\), but the model has type_vocab_size=1'):
+    extract_features.run(str(tmp_path / 'one_segment'), tmp_path / 'in.txt', tmp_path / 'o',
+                         layers=(-1,))
+  assert not (tmp_path / 'o').exists()
+  (tmp_path / 'single.txt').write_text('a good film\n')  # Single texts are read as before.
+  extract_features.run(str(tmp_path / 'one_segment'), tmp_path / 'single.txt', tmp_path / 'o',
+                       layers=(-1,))
+  assert len((tmp_path / 'o').read_text().splitlines()) == 1

@@ -21,6 +21,7 @@ from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import init_from
+from bertjax.model import encoder_config
 from bertjax.text import vocab_files
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
@@ -134,4 +135,6 @@ def featurized(s: Setup, split: str, is_training: bool, skipped=None):
     skipped.update({k if split == 'train' else f'{split}/{k}': v
                     for k, v in split_skipped.items()})
   features, meta = s.task.featurize(examples, s.tokenizer, is_training=is_training)
+  encoder_config.check_segments(s.config.model.type_vocab_size, features['segment_ids'],
+                                f'task {s.task.name}\'s {split} examples')
   return examples, features, meta

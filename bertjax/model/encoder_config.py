@@ -88,6 +88,17 @@ def check_config(config: Config):
     raise ValueError(f'model.dtype={config.dtype!r}; valid: float32, bfloat16.')
 
 
+def check_segments(type_vocab_size: int, segment_ids, what: str):
+  """Refuses sentence-B tokens for a model without a segment B embedding (type_vocab_size 1):
+  the lookup would clamp them to segment A's row, silently (transformers raises)."""
+  top = int(np.max(segment_ids, initial=0))
+  if top >= type_vocab_size:
+    raise ValueError(
+        f'{what} hold text pairs (segment id {top}), but the model has type_vocab_size='
+        f'{type_vocab_size}: it was trained on single texts and has no embedding for a second '
+        'one. Give it single texts, or a model with type_vocab_size 2.')
+
+
 def check_inputs(config: Config, input_ids, segment_ids=None, input_mask=None):
   """Checks a host batch against the model; raises ValueError saying what is wrong.
 

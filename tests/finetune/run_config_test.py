@@ -1,5 +1,8 @@
 """The run config: what a fine-tuning run resolves before any run or checkpoint exists."""
 
+import types
+
+import numpy as np
 import pytest
 
 from bertjax.finetune import job_setup
@@ -44,3 +47,18 @@ def test_a_run_without_its_config_json_is_named_as_such(tmp_path, monkeypatch):
   (run / 'checkpoints').rename(tmp_path / 'elsewhere')  # Not a run at all: the plain message.
   with pytest.raises(ValueError, match='has no vocab.txt'):
     run_config.resolve_model(config, str(run))
+
+
+def test_pairs_for_a_model_without_a_second_segment_are_refused_before_training():
+  # A pair task (MRPC) from a type_vocab_size=1 model: sentence B was read as sentence A.
+  pairs = {'segment_ids': np.array([[0, 0, 1, 1, 0]])}
+  task = types.SimpleNamespace(name='mrpc', read=lambda split: ([], {}),
+                               featurize=lambda examples, tok, is_training: (pairs, None))
+  config = finetune_config.get_config('task=mrpc,size=tiny')
+  setup = types.SimpleNamespace(task=task, tokenizer=None, config=config)
+  config.model.type_vocab_size = 1
+  with pytest.raises(ValueError, match=r"^task mrpc's train examples hold text pairs \(segment "
+                     r'id 1\), but the model has type_vocab_size=1'):
+    job_setup.featurized(setup, 'train', True)
+  config.model.type_vocab_size = 2
+  assert job_setup.featurized(setup, 'train', True)[1] is pairs
