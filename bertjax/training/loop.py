@@ -294,7 +294,11 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   logging.info('%s', platform_defaults.settle(config.model, platform_defaults.platform_of(mesh),
                                               saved_scan=_saved_layout(mngr), packed=packed))
   abstract, shardings = train_state.train_state_shapes(config, job.objective, tx, mesh, rules)
-  logging.info('model: %s, %d parameters', config.model.size,
+  # The shape beside the size's name: model.size is a label, which --config.model.* fields
+  # may have made another shape than its name says.
+  m = config.model
+  logging.info('model: %s (%d layers, hidden %d, %d heads, mlp %d), %d parameters', m.size,
+               m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim,
                encoder.param_count(abstract.params))
 
   def initialize():

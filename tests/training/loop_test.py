@@ -7,6 +7,7 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 
 import functools
 import json
+import logging
 import pathlib
 
 import flax
@@ -426,6 +427,17 @@ def test_a_resumed_run_draws_no_initial_values(pretrained):
   got, want = flat(state.params), flat(read_state(workdir / 'checkpoints/20')['params'])
   for path in want:
     np.testing.assert_array_equal(got[path], want[path], err_msg=path)
+
+
+def test_the_model_line_names_its_shape_beside_its_size(pretrained, caplog):
+  # model.size is a label: --config.model.num_layers=2 on size=base logged 'model: base'.
+  config, workdir, _ = pretrained
+  caplog.set_level(logging.INFO)
+  pretrain_job.train_and_evaluate(ml_collections.ConfigDict(config.to_dict()), str(workdir))
+  m = config.model
+  assert (f'model: {m.size} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} '
+          f'heads, mlp {m.mlp_dim}), ') in caplog.text
+  assert 'already at step 20 of 20: nothing to do' in caplog.text
 
 
 def test_init_from_shape_mismatch(pretrained):
