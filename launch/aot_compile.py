@@ -84,7 +84,14 @@ from ml_collections import config_flags  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
-from bertjax import pretrain  # noqa: E402
+
+# pretrain imports TensorFlow (its input pipeline): its C++ start-up lines (oneDNN, and a
+# CUDA build probing for a GPU when its devices are first listed) are held back, shown only if
+# this fails, as bertjax.main holds a job's.
+with console.stderr_held():
+  from bertjax import pretrain  # noqa: E402  # pylint: disable=g-import-not-at-top
+  from bertjax.text import fast_tokenizer  # noqa: E402  # pylint: disable=g-import-not-at-top
+  fast_tokenizer.import_tf()[0].config.list_physical_devices()
 from bertjax.model import encoder  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
 from bertjax.records import example_encoding  # noqa: E402

@@ -152,6 +152,8 @@ def test_every_phase_is_compiled_with_its_lengths_and_the_packed_rows():
   flops = [float(line.split('XLA ')[1].split()[0]) for line in out.splitlines()
            if 'FLOPs per device per step' in line]
   assert len(flops) == 2 and flops[1] > 1.5 * flops[0], out
+  # TensorFlow's C++ start-up lines (oneDNN, a CUDA build's cuInit probe) are held back.
+  assert 'oneDNN' not in result.stderr and 'cuInit' not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize('config, message', [
