@@ -142,8 +142,11 @@ class Embedder:
                                                     'dtype': dtype})
     return cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
                normalize=(model.embedding and model.normalize) if normalize is None else normalize,
-               max_seq_length=max_seq_length or model.max_seq_length, batch_size=batch_size,
-               source=model.source or source)
+               # A model's own length, never more than its position table (a 64-position
+               # model was refused at the default 128).
+               max_seq_length=max_seq_length or min(
+                   model.max_seq_length, model.config['max_position_embeddings']),
+               batch_size=batch_size, source=model.source or source)
 
   @property
   def dimension(self) -> int:

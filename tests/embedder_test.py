@@ -74,6 +74,18 @@ def test_a_plain_transformers_folder_is_mean_pooled_unnormalised(minilm_dir, tmp
                              atol=1e-5, rtol=0)
 
 
+def test_a_short_position_table_is_the_default_length(minilm_dir, tmp_path):
+  # 64 positions: the default length 128 was refused ('between 3 and the model's 64').
+  config = transformers.BertConfig.from_pretrained(minilm_dir)
+  config.max_position_embeddings, config.num_hidden_layers = 64, 1
+  transformers.BertModel(config).save_pretrained(tmp_path / 'short')
+  shutil.copy(minilm_dir / 'vocab.txt', tmp_path / 'short' / 'vocab.txt')
+  embedder = embed.Embedder.from_pretrained(tmp_path / 'short')
+  assert embedder.max_seq_length == 64
+  np.testing.assert_allclose(embedder.encode(README), reference(tmp_path / 'short', README, 64),
+                             atol=1e-5, rtol=0)
+
+
 def test_any_number_of_sentences_compiles_few_shapes(minilm, monkeypatch):
   shapes = []
   pooled = minilm._pooled
