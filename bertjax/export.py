@@ -160,6 +160,9 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   export_folder.check(output, overwrite, source)
   with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
     result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
+  if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
+    raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
+                     f'{result.not_computed}, so its export would give other embeddings.')
   _check_kind(result, fmt)
   bundle_lib.check_tokenizer(result, fmt)
   _check_casing(result)

@@ -77,6 +77,9 @@ class Bundle:
   prompts: dict = dataclasses.field(default_factory=dict)
   similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
+  # What the source computes that bertjax does not (a sentence-transformers max pooling, a
+  # Dense module), said as a sentence: embed warns of it, an export refuses it ('' for nothing).
+  not_computed: str = ''
   # The transformers tokenizer's model_max_length when set (export --max_seq_length); 0: what
   # tokenizer_settings says.
   tokenizer_max_length: int = 0

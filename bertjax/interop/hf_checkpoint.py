@@ -3,10 +3,14 @@
 Which transformers name and layout each tensor has, and the config.json fields, are hf_names'.
 
 Accepted: `model.safetensors` (preferred, read without torch) or `pytorch_model.bin` (needs
-torch); parameter names with or without the `bert.` prefix; with or without the `cls.*`
-pre-training heads. What the checkpoint lacks is initialised fresh and listed in the report;
-a shape that does not fit, or a vocabulary that disagrees with the vocab file, is an error that
-names the tensor.
+torch), each whole or sharded (`*.index.json` names the shards); parameter names with or without
+the `bert.` prefix; with or without the `cls.*` pre-training heads. The vocab is `vocab.txt`, else
+`spiece.model`, else tokenizer.json's WordPiece vocab (transformers 5.x saves no vocab.txt). What
+the checkpoint lacks is initialised fresh and listed in the report; a shape that does not fit, or
+a vocabulary that disagrees with the vocab file, is an error that names the tensor. What bertjax
+would change rather than hold is refused, naming the field or tensors: weights the model does
+not read (layers past num_hidden_layers, another kind's head), an untied MLM decoder, tokens
+added past the vocab, tokenizer settings bertjax's tokenizer does not reproduce.
 
 A directory may be a URL (gs://bucket/model) as well as a local path: every file is read and
 written through bertjax.files (the weights as bytes: safetensors and torch read from memory).
@@ -14,6 +18,7 @@ written through bertjax.files (the weights as bytes: safetensors and torch read 
 
 import dataclasses
 import functools
+import hashlib
 import io
 import json
 import os
@@ -53,28 +58,65 @@ class ImportReport:
     return '\n'.join(lines)
 
 
+# transformers' names for a checkpoint saved whole, and for one split into shards (save_pretrained's
+# max_shard_size) whose index maps each tensor to its shard file.
+SAFETENSORS_FILE = 'model.safetensors'
+BIN_FILE = 'pytorch_model.bin'
+_INDEX_SUFFIX = '.index.json'
+
+
+def _read_safetensors(safetensors_file: str) -> dict:
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
+  try:  # A local file is mapped, not read whole.
+    return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
+  except Exception as e:  # safetensors raises its own error types for truncated files.
+    raise ValueError(f'{safetensors_file} could not be read ({e}): the file is corrupt or '
+                     'truncated; download or save it again.') from e
+
+
+def _read_bin(bin_file: str) -> dict:
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
+                      '`pip install torch`, or convert it to model.safetensors.') from e
+  state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
+                     weights_only=True)
+  return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+
+
+def _read_shards(index_file: str, read_one) -> dict:
+  """The tensors of a sharded checkpoint: each shard its index's weight_map names, read once."""
+  try:
+    weight_map = json.loads(files.read_text(index_file))['weight_map']
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'{index_file} is not a transformers shard index (JSON with a weight_map): '
+                     'download or save the checkpoint again.') from e
+  directory = files.parent(index_file)
+  state = {}
+  for shard in sorted(set(weight_map.values())):
+    shard_file = files.join(directory, shard)
+    if not files.exists(shard_file):
+      raise FileNotFoundError(f'{shard_file}, a shard {index_file} lists, is missing: download '
+                              'or save the checkpoint again.')
+    state.update(read_one(shard_file))
+  missing = sorted(set(weight_map) - set(state))
+  if missing:
+    raise ValueError(f'{index_file} lists {len(missing)} tensors its shards lack, e.g. '
+                     f'{missing[:3]}: the checkpoint is incomplete; download or save it again.')
+  return state
+
+
 def _read_state_dict(directory: str) -> dict:
-  safetensors_file = files.join(directory, 'model.safetensors')
-  bin_file = files.join(directory, 'pytorch_model.bin')
-  if files.exists(safetensors_file):
-    from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-    data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
-    try:  # A local file is mapped, not read whole.
-      return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
-    except Exception as e:  # safetensors raises its own error types for truncated files.
-      raise ValueError(f'{safetensors_file} could not be read ({e}): the file is corrupt or '
-                       'truncated; download or save it again.') from e
-  if files.exists(bin_file):
-    try:
-      import torch  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
-                        '`pip install torch`, or convert it to model.safetensors.') from e
-    state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
-                       weights_only=True)
-    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
-  raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin: '
-                          'point at a transformers BERT directory (save_pretrained output).')
+  for name, read_one in ((SAFETENSORS_FILE, _read_safetensors), (BIN_FILE, _read_bin)):
+    if files.exists(whole := files.join(directory, name)):
+      return read_one(whole)
+    if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
+      return _read_shards(index, read_one)
+  raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin '
+                          '(whole or sharded with an .index.json): point at a transformers BERT '
+                          'directory (save_pretrained output).')
 
 
 def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_overrides):
@@ -139,6 +181,13 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
                             'directory (expected config.json + model.safetensors).')
   cfg = hf_names.config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
   state = hf_names.strip_prefix(_read_state_dict(directory))
+  check_tokenizer_settings(directory)
+  extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
+           if n.startswith('encoder.layer.')]
+  if extra:
+    raise ValueError(f'{directory} holds layers past the {cfg.num_layers} its config.json '
+                     f'describes, e.g. {", ".join(extra[:3])}: they would be dropped; fix '
+                     'num_hidden_layers in config.json.')
 
   embedding = state.get('embeddings.word_embeddings.weight')
   if embedding is not None and embedding.shape[0] != cfg.vocab_size:
@@ -151,12 +200,19 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
         f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '
         f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows: use the vocab.txt that '
         'was saved with this checkpoint.')
+  _check_tied_decoder(state)
+  return cfg, state
+
+
+def _check_tied_decoder(state: dict):
+  """Refuses an MLM decoder that is not the word embeddings (tie_word_embeddings=False): bertjax
+  ties them, as BERT does, so its own decoder would be replaced."""
   decoder = state.get('cls.predictions.decoder.weight')
+  embedding = state.get('embeddings.word_embeddings.weight')
   if decoder is not None and embedding is not None and not np.array_equal(decoder, embedding):
     raise ValueError('cls.predictions.decoder.weight differs from '
                      'embeddings.word_embeddings.weight:'
                      ' bertjax ties the MLM decoder to the word embeddings, as BERT does.')
-  return cfg, state
 
 
 def _convert(state: dict, paths, table: dict) -> tuple[dict, list, list]:
@@ -193,6 +249,129 @@ def _hf_names(names: dict, path: str) -> str:
   return names[path][0]
 
 
+def _json_beside(directory: str, name: str, present=None) -> dict:
+  """A JSON file of the directory, parsed; {} where it has none. `present`: the directory's
+  listing (files.walk_files) where the caller has it, saving a request per file."""
+  there = (name in present) if present is not None else files.isfile(files.join(directory, name))
+  return json.loads(files.read_text(files.join(directory, name))) if there else {}
+
+
+def do_lower_case_of(directory, present=None) -> bool:
+  """The casing of a transformers directory's tokenizer: tokenizer_config.json's do_lower_case,
+  else BertTokenizer's default (lower case). tokenizer.json's normalizer is not read: BertTokenizer
+  (transformers 4.x fast and 5.x) rebuilds it from these settings when it loads."""
+  config = _json_beside(os.fspath(directory), 'tokenizer_config.json', present)
+  return bool(config.get('do_lower_case', True))
+
+
+def check_tokenizer_settings(directory, present=None):
+  """Refuses a tokenizer that bertjax's (the original BERT's: accents stripped exactly when
+  lower-casing, CJK characters split) would not reproduce: its ids would be other tokens."""
+  directory = os.fspath(directory)
+  config = _json_beside(directory, 'tokenizer_config.json', present)
+  lower = do_lower_case_of(directory, present)
+  for field, wanted, does in (
+      ('strip_accents', lower, 'strips accents exactly when it lower-cases'),
+      ('tokenize_chinese_chars', True, 'splits Chinese characters')):
+    value = config.get(field)
+    # Unset: the original's behaviour (strip_accents follows the casing).
+    if value is not None and bool(value) != wanted:
+      raise ValueError(f'{files.join(directory, "tokenizer_config.json")} sets {field}: '
+                       f'{json.dumps(value)} (do_lower_case {json.dumps(lower)}): bertjax\'s '
+                       f'tokenizer, the original BERT\'s, {does}, so its ids would differ; this '
+                       'model\'s tokenizer cannot be reproduced.')
+
+
+def _cache_folder() -> str:
+  """Where vocab files derived from a checkpoint's tokenizer.json are kept (BERTJAX_CACHE, else
+  $XDG_CACHE_HOME/bertjax, else ~/.cache/bertjax)."""
+  if os.environ.get('BERTJAX_CACHE'):
+    return os.environ['BERTJAX_CACHE']
+  return os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
+                      'bertjax')
+
+
+def vocab_from_tokenizer_json(directory, present=None) -> str:
+  """A vocab.txt holding the WordPiece vocab of the directory's tokenizer.json ('' where it has
+  none): transformers 5.x saves no vocab.txt. Written once into the cache under its content's
+  sha256, so the same vocab is always the same path (runs record and check it by hash)."""
+  directory = os.fspath(directory)
+  model = _json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  if model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
+    return ''
+  vocab = model['vocab']
+  by_id = sorted(vocab, key=vocab.get)
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece vocab does not '
+                     f'number its {len(vocab)} tokens 0..{len(vocab) - 1}: it cannot be written '
+                     'as a vocab.txt; save the tokenizer again, or pass its vocab.txt.')
+  text = ''.join(f'{token}\n' for token in by_id)
+  digest = hashlib.sha256(text.encode('utf-8')).hexdigest()
+  path = os.path.join(_cache_folder(), 'hf_vocab', digest[:32], 'vocab.txt')  # local cache
+  if not os.path.isfile(path) or files.sha256(path) != digest:
+    files.write_atomically(path, text)
+  return path
+
+
+def vocab_beside(directory, present=None) -> str:
+  """A transformers directory's vocab: its vocab.txt, else its SentencePiece model (ALBERT-style,
+  hf_sentencepiece's export), else its tokenizer.json's WordPiece vocab; '' for none."""
+  directory = os.fspath(directory)
+  for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE):
+    if (name in present) if present is not None else files.exists(files.join(directory, name)):
+      return files.join(directory, name)
+  return vocab_from_tokenizer_json(directory, present)
+
+
+def check_added_tokens(directory, entries: int, rows: int, present=None):
+  """Refuses a model whose tokenizer added tokens past its vocab (add_tokens +
+  resize_token_embeddings): bertjax's tokenizer would split them and its exports cut their rows
+  as vocab padding. Rows past the vocab are padding only when no added token names them."""
+  directory = os.fspath(directory)
+  tokenizer_json = _json_beside(directory, 'tokenizer.json', present)
+  added = {t.get('content'): t.get('id') for t in tokenizer_json.get('added_tokens') or []}
+  added.update(_json_beside(directory, 'added_tokens.json', present))
+  beyond = sorted((i, token) for token, i in added.items()
+                  if isinstance(i, int) and i >= entries)
+  if beyond:
+    raise ValueError(f'{directory}\'s tokenizer adds {len(beyond)} tokens past its {entries}-entry '
+                     f'vocab (ids {beyond[0][0]}.., e.g. '
+                     f'{", ".join(repr(t) for _, t in beyond[:3])}; {rows} embedding rows): '
+                     'bertjax\'s WordPiece tokenizer cannot hold added tokens; it cannot import '
+                     'this model.')
+
+
+def checked_vocab(directory) -> str:
+  """The vocab of a transformers directory (vocab_beside), its tokenizer checked as read()
+  checks it: settings bertjax's tokenizer reproduces, no tokens added past the vocab."""
+  directory = os.fspath(directory)
+  check_tokenizer_settings(directory)
+  vocab = vocab_beside(directory)
+  if vocab and not vocab_files.is_sentencepiece(vocab):
+    rows = json.loads(files.read_text(files.join(directory, 'config.json'))).get('vocab_size', 0)
+    check_added_tokens(directory, len(vocab_files.load_vocab(vocab)), rows)
+  return vocab
+
+
+def _weights_not_read(state: dict, table: dict, num_layers: int) -> list:
+  """Weights of BERT's own layout in `state` that `table` does not read: layers past
+  num_layers, and any kind's head but this kind's. Buffers (position_ids) and whatever else
+  a checkpoint keeps are not weights of the model and are left alone."""
+  read = {theirs for theirs, _ in table.values()} | {'cls.predictions.decoder.weight',
+                                                    'cls.predictions.decoder.bias'}
+  heads_ = {theirs for kind in kinds.KINDS.values() if kind.holder('hf') is not None
+            for theirs, _ in kind.holder('hf').head.values()}
+  unread = []
+  for name in state:
+    if name in read:
+      continue
+    layer = re.fullmatch(r'encoder\.layer\.(\d+)\.(.*)', name)
+    if name in heads_ or (layer and int(layer.group(1)) >= num_layers
+                          and f'encoder.layer.0.{layer.group(2)}' in read):
+      unread.append(name)
+  return sorted(unread)
+
+
 def read(directory) -> bundle_lib.Bundle:
   """A transformers BERT directory as a Bundle (the head its `architectures` names, if any)."""
   directory = os.fspath(directory)
@@ -203,11 +382,19 @@ def read(directory) -> bundle_lib.Bundle:
   hf_config = json.loads(files.read_text(config_file))
   config = hf_names.config_from_hf(hf_config).to_dict()
   state = hf_names.strip_prefix(_read_state_dict(directory))
+  _check_tied_decoder(state)
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
     state['cls.predictions.bias'] = state['cls.predictions.decoder.bias']
   kind = hf_names.kind_of(hf_config, state)
+  table = hf_names.names(config, kind)
+  unread = _weights_not_read(state, table, config['num_layers'])
+  if unread:
+    raise ValueError(f'{directory} holds {len(unread)} weights that its config.json\'s model '
+                     f'({kind}, {config["num_layers"]} layers) does not read, e.g. '
+                     f'{", ".join(unread[:3])}: they would be dropped; fix config.json '
+                     '(num_hidden_layers, architectures) to describe these weights.')
   params = {}
-  for ours, (theirs, layout) in hf_names.names(config, kind).items():
+  for ours, (theirs, layout) in table.items():
     if theirs not in state:
       if ours.startswith('bert/pooler/'):
         continue  # Span and tagging models (and some exports) have no pooler.
@@ -216,24 +403,20 @@ def read(directory) -> bundle_lib.Bundle:
                        'checkpoint is incomplete.')
     params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
   present = set(files.walk_files(directory))  # One listing, not a request per file.
-
-  def beside(*parts) -> dict | None:
-    """A JSON file of the directory, parsed; None where it has none."""
-    if '/'.join(parts) not in present:
-      return None
-    return json.loads(files.read_text(files.join(directory, *parts)))
-  # A WordPiece vocab.txt, else an ALBERT-style SentencePiece model (hf_sentencepiece's export).
-  vocab = next((files.join(directory, name) for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE)
-                if name in present), '')
+  check_tokenizer_settings(directory, present)
   labels = hf_names.labels_of(hf_config, kind)
   result = bundle_lib.Bundle(
-      config=config, params=params, kind=kind, vocab_file=vocab,
-      do_lower_case=(beside('tokenizer_config.json') or {}).get('do_lower_case', True),
+      config=config, params=params, kind=kind, vocab_file=vocab_beside(directory, present),
+      do_lower_case=do_lower_case_of(directory, present),
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
       source=directory)
+  if result.vocab_file and not result.is_sentencepiece():
+    check_added_tokens(directory, result.vocab_entries(),
+                       params['bert/embeddings/word_embeddings/embedding'].shape[0], present)
   # What runs after the encoder in sentence-transformers: sentence_transformers.read_modules.
-  result.max_seq_length = (beside('sentence_bert_config.json') or {}).get('max_seq_length', 128)
+  result.max_seq_length = _json_beside(directory, 'sentence_bert_config.json',
+                                       present).get('max_seq_length', 128)
   bundle_lib.check_vocab(result)
   return result
 

@@ -23,6 +23,12 @@ def config_from_hf(hf_config: dict, **overrides):
   if hf_config.get('position_embedding_type', 'absolute') != 'absolute':
     raise ValueError('only absolute position embeddings are supported, got '
                      f'{hf_config["position_embedding_type"]!r}.')
+  for field in ('is_decoder', 'add_cross_attention'):
+    # A decoder's self-attention is causal (and cross-attends to an encoder): bertjax's encoder
+    # attends both ways, so its outputs would differ.
+    if hf_config.get(field):
+      raise ValueError(f'config.json sets {field}: true (a BertLMHeadModel / decoder): bertjax '
+                       'imports bidirectional BERT encoders only; use a BERT encoder checkpoint.')
   act = hf_config.get('hidden_act', 'gelu')
   if act not in _ACTIVATIONS:
     raise ValueError(f'hidden_act {act!r} is not supported; known: {", ".join(_ACTIVATIONS)}.')
@@ -76,6 +82,16 @@ def kind_of(hf_config: dict, state: dict) -> str:
   regression); the pre-training heads by the weights: bert-base-uncased says BertForMaskedLM
   but holds the NSP head too."""
   architecture = (hf_config.get('architectures') or [''])[0]
+  if hf_config.get('problem_type') == 'multi_label_classification':
+    # Its classes are independent sigmoids: read as one softmax, every format would answer
+    # single-label probabilities.
+    raise ValueError('config.json says problem_type: multi_label_classification: bertjax holds '
+                     'single-label classifiers only (one softmax over the classes); it cannot '
+                     'import this model.')
+  if architecture.startswith('Bert') and architecture not in _READ_ARCHITECTURES:
+    raise ValueError(f'config.json names {architecture}, whose head bertjax does not hold '
+                     f'(it reads {", ".join(sorted(_READ_ARCHITECTURES))}): its head would be '
+                     'dropped.')
   scored = (hf_config.get('problem_type') == 'regression' or hf_config.get('num_labels') == 1
             or len(hf_config.get('id2label') or {}) == 1)
   tasks = [name for name, kind in kinds.KINDS.items()
@@ -83,6 +99,11 @@ def kind_of(hf_config: dict, state: dict) -> str:
   if tasks:  # Classification and regression share their class: its outputs tell them apart.
     return next((n for n in tasks if kinds.get(n).scored == scored), tasks[0])
   return kinds.told_by(state, 'hf')
+
+
+# The classes whose heads the kind table reads (BertForMaskedLM and BertModel included).
+_READ_ARCHITECTURES = frozenset(kind.holder('hf').architecture for kind in kinds.KINDS.values()
+                                if kind.holder('hf') is not None)
 
 
 def labels_of(hf_config: dict, kind: str) -> tuple:

@@ -33,8 +33,6 @@ ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', '
                        'layer_norm_eps')
 
 RUN_VOCAB = run_files.RUN_VOCAB
-# A transformers folder's SentencePiece model (transformers' VOCAB_FILES_NAMES for ALBERT).
-SENTENCEPIECE_MODEL = 'spiece.model'
 
 
 def lookup(config, dotted: str):
@@ -169,12 +167,11 @@ def vocab_file(init_from: str) -> str | None:
     # The importer's own rule, so fine-tuning reads the tokenizer that export and predict read.
     return tf1_checkpoint.vocab_beside(tf1[0]) or None
   if is_transformers_dir(path):
-    # transformers' name for a SentencePiece model (ALBERT, T5): the tokenizers read it by its
-    # content (vocab_files.for_model), so it stands where vocab.txt would.
-    for name in ('vocab.txt', SENTENCEPIECE_MODEL):
-      if files.exists(vocab := files.join(path, name)):
-        return vocab
-    return None
+    # Its vocab.txt, else a SentencePiece model (ALBERT, T5: the tokenizers read it by its
+    # content, vocab_files.for_model), else tokenizer.json's WordPiece vocab (transformers 5.x
+    # saves no vocab.txt), as hf_checkpoint reads it for export and predict; a tokenizer
+    # bertjax's would not reproduce (its settings, tokens added past the vocab) is refused.
+    return hf_checkpoint.checked_vocab(path) or None
   folder = run_folder(path)
   run = run_config(path)
   if folder is not None and files.isfile(files.join(folder, RUN_VOCAB)):

@@ -205,6 +205,7 @@ def read_modules(result: bundle_lib.Bundle):
   pooling = [path for kind, path in steps if kind == 'Pooling']
   mode = _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
   if mode and mode not in _POOLINGS:
+    result.not_computed = f'it pools by {mode}, which bertjax does not compute'
     logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
                     '(its embeddings differ from SentenceTransformer\'s)', directory, mode)
   result.pooling = _POOLINGS.get(mode, 'mean')
@@ -216,6 +217,9 @@ def read_modules(result: bundle_lib.Bundle):
     return
   others = [kind for kind, _ in steps if kind not in ('Transformer', 'Pooling', 'Normalize')]
   if others:
+    result.not_computed = '; '.join(filter(None, [
+        result.not_computed, f'it runs {", ".join(others)} after pooling, which bertjax does '
+        'not import']))
     logging.warning('%s runs %s after pooling, which bertjax does not import: its embeddings '
                     'differ from SentenceTransformer\'s', directory, ', '.join(others))
 

@@ -5,7 +5,10 @@ Read with `tf.train.load_checkpoint` and written with TensorFlow's SaveV2 op, so
 code is involved. Heads in the original layouts: pre-training (`cls/predictions/*`,
 `cls/seq_relationship/*`), run_classifier.py's `output_weights`/`output_bias` and run_squad.py's
 `cls/squad/*`. Optimizer slots (`*/adam_m`, `*/adam_v`) and counters (`global_step`, NVIDIA's
-loss-scale variables) are not weights: they are skipped and reported.
+loss-scale variables) are not weights: they are skipped and reported. Weights the model of
+`bert_config.json` does not read (layers past its num_hidden_layers, another kind's head) are
+refused, naming them. `layer_norm_eps` is the original's fixed 1e-12 both ways: a model with
+another is refused for export.
 
 A checkpoint may be read from a URL (gs://bucket/bert) and written to one: TensorFlow's reader and
 writer get local files (the checkpoint's own files downloaded, or written to a temporary folder
@@ -18,6 +21,7 @@ with and transformers uses; `gelu_new` (the tanh approximation) is kept apart.
 import contextlib
 import json
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -35,6 +39,8 @@ SENTENCEPIECE_MODEL = 'spiece.model'
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'relu': 'relu'}
 _NOT_WEIGHTS = ('adam_m', 'adam_v', 'global_step', 'loss_scale', 'good_steps',
                 'current_loss_scale')
+# google-research/bert's modeling.py: layer_norm() uses tf.contrib's fixed epsilon.
+_TF1_LAYER_NORM_EPS = 1e-12
 SPELLING = layouts.Spelling(sep='/', root='bert', layer='encoder/layer_{i}', table='',
                             kernel='kernel', transposed=False, norm=('gamma', 'beta'))
 
@@ -59,7 +65,8 @@ def config_from_tf1(tf1_config: dict) -> dict:
       type_vocab_size=tf1_config.get('type_vocab_size', 2), hidden_act=_ACTIVATIONS[act],
       dropout_rate=tf1_config.get('hidden_dropout_prob', 0.1),
       attention_dropout_rate=tf1_config.get('attention_probs_dropout_prob', 0.1),
-      layer_norm_eps=1e-12, initializer_range=tf1_config.get('initializer_range', 0.02))
+      layer_norm_eps=_TF1_LAYER_NORM_EPS,
+      initializer_range=tf1_config.get('initializer_range', 0.02))
 
 
 def config_to_tf1(config: dict, vocab_size: int) -> dict:
@@ -154,13 +161,15 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
     raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
                             'bert_config.json released with it.')
   try:
-    config = config_from_tf1(json.loads(files.read_text(config_file)))
+    tf1_config = json.loads(files.read_text(config_file))
   except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
     raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
+  config = config_from_tf1(tf1_config)  # Its own errors (an activation) say what is wrong.
   with local_checkpoint(prefix) as local_prefix:
     params, shapes, kind, table = _read_tensors(local_prefix, prefix, config)
   _check_shapes(params, config, prefix, table)
   used = {theirs for theirs, _ in table.values()}
+  _check_all_read(shapes, used, config, prefix, kind)
   ignored = sorted(n for n in shapes if n not in used)
   vocab_file = vocab_beside(folder)
   # run_classifier.py keeps no class names: a classifier's are its class numbers.
@@ -205,6 +214,27 @@ def _read_tensors(local_prefix: str, prefix: str, config: dict):
   return params, shapes, kind, table
 
 
+def _check_all_read(shapes: dict, used: set, config: dict, prefix: str, kind: str):
+  """Refuses weights of BERT's own layout the `kind` model does not read: layers past
+  bert_config.json's num_hidden_layers, another kind's head. Optimizer slots (`.../adam_m`) and
+  counters have other names and stay skipped."""
+  heads_ = {theirs for k in kinds.KINDS.values() if k.holder('tf1') is not None
+            for theirs, _ in k.holder('tf1').head.values()}
+  unread = []
+  for name in sorted(shapes):
+    if name in used:
+      continue
+    layer = re.fullmatch(r'bert/encoder/layer_(\d+)/(.*)', name)
+    if name in heads_ or (layer and int(layer.group(1)) >= config['num_layers']
+                          and f'bert/encoder/layer_0/{layer.group(2)}' in used):
+      unread.append(name)
+  if unread:
+    raise ValueError(f'{prefix} holds {len(unread)} weights that the model of {CONFIG_FILE} '
+                     f'({kind}, {config["num_layers"]} layers) does not read, e.g. '
+                     f'{", ".join(unread[:3])}: they would be dropped; use the {CONFIG_FILE} '
+                     'released with this checkpoint.')
+
+
 def _read_export_meta(folder: str, result: bundle_lib.Bundle):
   """Labels, pooling and length that bertjax's export wrote beside the checkpoint."""
   meta_file = files.join(folder, 'bertjax_export.json')
@@ -245,6 +275,11 @@ def save(result: bundle_lib.Bundle, output_dir):
   """Writes bert_config.json and bert_model.ckpt.* into output_dir (a folder or a URL: TF's
   writer writes into a local folder, uploaded when complete)."""
   bundle_lib.check_holds(result, 'tf1')  # Its kinds, [CLS]-pooled (get_pooled_output()).
+  if result.config['layer_norm_eps'] != _TF1_LAYER_NORM_EPS:
+    raise ValueError(f'{result.source} has layer_norm_eps={result.config["layer_norm_eps"]}: '
+                     f"google-research/bert's modeling.py fixes it at {_TF1_LAYER_NORM_EPS} and "
+                     f'{CONFIG_FILE} has no field for it, so --format=tf1 cannot hold this '
+                     'model; use --format=hf.')
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   table = names(result.config, result.kind)
@@ -253,9 +288,13 @@ def save(result: bundle_lib.Bundle, output_dir):
   vocab_rows = tensors['bert/embeddings/word_embeddings'].shape[0]
   order = sorted(tensors)
   with files.staged_folder(output_dir) as local, tf.device('/cpu:0'):
-    tf.raw_ops.SaveV2(prefix=os.path.join(local, CHECKPOINT_PREFIX), tensor_names=order,
-                      shape_and_slices=[''] * len(order),
-                      tensors=[tf.constant(tensors[n]) for n in order])
+    try:
+      tf.raw_ops.SaveV2(prefix=os.path.join(local, CHECKPOINT_PREFIX), tensor_names=order,
+                        shape_and_slices=[''] * len(order),
+                        tensors=[tf.constant(tensors[n]) for n in order])
+    except tf.errors.OpError as e:  # A full disk (OutOfRangeError), no permission, ...
+      raise OSError(f'{output_dir}: the checkpoint could not be written ({type(e).__name__}: '
+                    f'{e.message[:200]}); free space or pick another --output.') from None
   files.write_atomically(files.join(output_dir, CONFIG_FILE), json.dumps(
       config_to_tf1(result.config, vocab_rows), indent=2, sort_keys=True) + '\n')
   # The `checkpoint` file lets tf.train.latest_checkpoint (and the original scripts) find it.
