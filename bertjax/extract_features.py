@@ -11,7 +11,7 @@ or --init=DIR for any importable model (a bertjax workdir or checkpoint, a trans
 directory, a TF1 checkpoint folder), whose vocab and casing are used unless given; a bertjax
 run's checkpoint is its latest unless --step=best|latest|N names another. An input line
 is `text_a` or `text_a ||| text_b`, split at the last ` ||| ` as the original's greedy
-`^(.*) \|\|\| (.*)$` splits it. Each output line is the original's JSON: `linex_index`, and
+regex `^(.*) \\|\\|\\| (.*)$` splits it. Each output line is the original's JSON: `linex_index`, and
 `features`, one per token ([CLS] and [SEP] included, no padding) with `token` and `layers`: the
 `index` and `values` (rounded to 6 decimals) of each requested layer.
 

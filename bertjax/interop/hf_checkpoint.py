@@ -308,7 +308,7 @@ def vocab_from_tokenizer_json(directory, present=None) -> str:
   text = ''.join(f'{token}\n' for token in by_id)
   digest = hashlib.sha256(text.encode('utf-8')).hexdigest()
   path = os.path.join(_cache_folder(), 'hf_vocab', digest[:32], 'vocab.txt')  # local cache
-  if not os.path.isfile(path) or files.sha256(path) != digest:
+  if not os.path.isfile(path) or files.sha256(path) != digest:  # local: this machine's cache
     files.write_atomically(path, text)
   return path
 

@@ -7,7 +7,6 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 
 import functools
 import json
-import logging
 import pathlib
 
 import flax
@@ -429,15 +428,27 @@ def test_a_resumed_run_draws_no_initial_values(pretrained):
     np.testing.assert_array_equal(got[path], want[path], err_msg=path)
 
 
-def test_the_model_line_names_its_shape_beside_its_size(pretrained, caplog):
+def test_the_model_line_names_its_shape_beside_its_size(pretrained, monkeypatch):
   # model.size is a label: --config.model.num_layers=2 on size=base logged 'model: base'.
+  # The loop's INFO lines recorded as it makes them, whatever handlers, filters and verbosity
+  # earlier tests of this process left on absl's logger.
   config, workdir, _ = pretrained
-  caplog.set_level(logging.INFO)
+  lines, absl_logging = [], loop.logging
+
+  class Recorded:  # loop's own `logging`: its INFO lines kept, every call passed on.
+    def __getattr__(self, name):
+      return getattr(absl_logging, name)
+
+    def info(self, message, *args):
+      lines.append(message % args)
+      absl_logging.info(message, *args)
+
+  monkeypatch.setattr(loop, 'logging', Recorded())
   pretrain_job.train_and_evaluate(ml_collections.ConfigDict(config.to_dict()), str(workdir))
   m = config.model
   assert (f'model: {m.size} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} '
-          f'heads, mlp {m.mlp_dim}), ') in caplog.text
-  assert 'already at step 20 of 20: nothing to do' in caplog.text
+          f'heads, mlp {m.mlp_dim}), ') in '\n'.join(lines)
+  assert 'already at step 20 of 20: nothing to do' in '\n'.join(lines)
 
 
 def test_init_from_shape_mismatch(pretrained):
