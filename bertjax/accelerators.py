@@ -7,6 +7,7 @@ import os
 import platform
 
 from bertjax import console
+from bertjax import paths
 
 
 def device_node_present() -> bool:
@@ -32,7 +33,7 @@ def hide_from_tensorflow():
 
 
 def default_compilation_cache_dir() -> str:
-  """JAX_COMPILATION_CACHE_DIR when set, else ~/.cache/bertjax/jax/<machine>: one folder per
+  """JAX_COMPILATION_CACHE_DIR when set, else <paths.cache_root()>/jax/<machine>: one folder per
   CPU model and feature set, so a home shared by several kinds of host (a cluster's login and
   compute nodes) never hands one an executable compiled for another's instruction set."""
   if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
@@ -43,7 +44,7 @@ def default_compilation_cache_dir() -> str:
   except OSError:
     cpu = platform.processor()
   machine = f'{platform.machine()}-{hashlib.sha256(cpu.encode()).hexdigest()[:12]}'
-  return os.path.join(os.path.expanduser('~'), '.cache', 'bertjax', 'jax', machine)
+  return os.path.join(paths.cache_root(), 'jax', machine)
 
 
 def use_compilation_cache(directory: str):

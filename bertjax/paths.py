@@ -25,6 +25,13 @@ def absolute(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def cache_root() -> str:
+  """This machine's folder for what bertjax derives and keeps (compiled programs, vocabs read
+  from a tokenizer.json): BERTJAX_CACHE when set, else ~/.cache/bertjax."""
+  return os.environ.get('BERTJAX_CACHE') or os.path.join(os.path.expanduser('~'), '.cache',
+                                                          'bertjax')
+
+
 def split_list(paths: str) -> list[str]:
   """The paths (or globs) of a comma-separated setting; a value that names an existing local
   file or folder as a whole (`my,data.csv`) is that one path, commas and all."""

@@ -18,7 +18,6 @@ written through bertjax.files (the weights as bytes: safetensors and torch read 
 
 import dataclasses
 import functools
-import hashlib
 import io
 import json
 import os
@@ -33,6 +32,7 @@ from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_names
 from bertjax.interop import hf_sentencepiece
+from bertjax.interop import hf_tokenizer_files
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.model import layer_stack
@@ -181,7 +181,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
                             'directory (expected config.json + model.safetensors).')
   cfg = hf_names.config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
   state = hf_names.strip_prefix(_read_state_dict(directory))
-  check_tokenizer_settings(directory)
+  hf_tokenizer_files.check_tokenizer_settings(directory)
   extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
            if n.startswith('encoder.layer.')]
   if extra:
@@ -249,110 +249,6 @@ def _hf_names(names: dict, path: str) -> str:
   return names[path][0]
 
 
-def _json_beside(directory: str, name: str, present=None) -> dict:
-  """A JSON file of the directory, parsed; {} where it has none. `present`: the directory's
-  listing (files.walk_files) where the caller has it, saving a request per file."""
-  there = (name in present) if present is not None else files.isfile(files.join(directory, name))
-  return json.loads(files.read_text(files.join(directory, name))) if there else {}
-
-
-def do_lower_case_of(directory, present=None) -> bool:
-  """The casing of a transformers directory's tokenizer: tokenizer_config.json's do_lower_case,
-  else BertTokenizer's default (lower case). tokenizer.json's normalizer is not read: BertTokenizer
-  (transformers 4.x fast and 5.x) rebuilds it from these settings when it loads."""
-  config = _json_beside(os.fspath(directory), 'tokenizer_config.json', present)
-  return bool(config.get('do_lower_case', True))
-
-
-def check_tokenizer_settings(directory, present=None):
-  """Refuses a tokenizer that bertjax's (the original BERT's: accents stripped exactly when
-  lower-casing, CJK characters split) would not reproduce: its ids would be other tokens."""
-  directory = os.fspath(directory)
-  config = _json_beside(directory, 'tokenizer_config.json', present)
-  lower = do_lower_case_of(directory, present)
-  for field, wanted, does in (
-      ('strip_accents', lower, 'strips accents exactly when it lower-cases'),
-      ('tokenize_chinese_chars', True, 'splits Chinese characters')):
-    value = config.get(field)
-    # Unset: the original's behaviour (strip_accents follows the casing).
-    if value is not None and bool(value) != wanted:
-      raise ValueError(f'{files.join(directory, "tokenizer_config.json")} sets {field}: '
-                       f'{json.dumps(value)} (do_lower_case {json.dumps(lower)}): bertjax\'s '
-                       f'tokenizer, the original BERT\'s, {does}, so its ids would differ; this '
-                       'model\'s tokenizer cannot be reproduced.')
-
-
-def _cache_folder() -> str:
-  """Where vocab files derived from a checkpoint's tokenizer.json are kept (BERTJAX_CACHE, else
-  $XDG_CACHE_HOME/bertjax, else ~/.cache/bertjax)."""
-  if os.environ.get('BERTJAX_CACHE'):
-    return os.environ['BERTJAX_CACHE']
-  return os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
-                      'bertjax')
-
-
-def vocab_from_tokenizer_json(directory, present=None) -> str:
-  """A vocab.txt holding the WordPiece vocab of the directory's tokenizer.json ('' where it has
-  none): transformers 5.x saves no vocab.txt. Written once into the cache under its content's
-  sha256, so the same vocab is always the same path (runs record and check it by hash)."""
-  directory = os.fspath(directory)
-  model = _json_beside(directory, 'tokenizer.json', present).get('model') or {}
-  if model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
-    return ''
-  vocab = model['vocab']
-  by_id = sorted(vocab, key=vocab.get)
-  if sorted(vocab.values()) != list(range(len(vocab))):
-    raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece vocab does not '
-                     f'number its {len(vocab)} tokens 0..{len(vocab) - 1}: it cannot be written '
-                     'as a vocab.txt; save the tokenizer again, or pass its vocab.txt.')
-  text = ''.join(f'{token}\n' for token in by_id)
-  digest = hashlib.sha256(text.encode('utf-8')).hexdigest()
-  path = os.path.join(_cache_folder(), 'hf_vocab', digest[:32], 'vocab.txt')  # local cache
-  if not os.path.isfile(path) or files.sha256(path) != digest:  # local: this machine's cache
-    files.write_atomically(path, text)
-  return path
-
-
-def vocab_beside(directory, present=None) -> str:
-  """A transformers directory's vocab: its vocab.txt, else its SentencePiece model (ALBERT-style,
-  hf_sentencepiece's export), else its tokenizer.json's WordPiece vocab; '' for none."""
-  directory = os.fspath(directory)
-  for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE):
-    if (name in present) if present is not None else files.exists(files.join(directory, name)):
-      return files.join(directory, name)
-  return vocab_from_tokenizer_json(directory, present)
-
-
-def check_added_tokens(directory, entries: int, rows: int, present=None):
-  """Refuses a model whose tokenizer added tokens past its vocab (add_tokens +
-  resize_token_embeddings): bertjax's tokenizer would split them and its exports cut their rows
-  as vocab padding. Rows past the vocab are padding only when no added token names them."""
-  directory = os.fspath(directory)
-  tokenizer_json = _json_beside(directory, 'tokenizer.json', present)
-  added = {t.get('content'): t.get('id') for t in tokenizer_json.get('added_tokens') or []}
-  added.update(_json_beside(directory, 'added_tokens.json', present))
-  beyond = sorted((i, token) for token, i in added.items()
-                  if isinstance(i, int) and i >= entries)
-  if beyond:
-    raise ValueError(f'{directory}\'s tokenizer adds {len(beyond)} tokens past its {entries}-entry '
-                     f'vocab (ids {beyond[0][0]}.., e.g. '
-                     f'{", ".join(repr(t) for _, t in beyond[:3])}; {rows} embedding rows): '
-                     'bertjax\'s WordPiece tokenizer cannot hold added tokens; it cannot import '
-                     'this model.')
-
-
-def checked_vocab(directory) -> str:
-  """The vocab of a transformers directory (vocab_beside), its tokenizer checked as read()
-  checks it: settings bertjax's tokenizer reproduces, no tokens added past the vocab."""
-  directory = os.fspath(directory)
-  check_tokenizer_settings(directory)
-  vocab = vocab_beside(directory)
-  if vocab and not vocab_files.is_sentencepiece(vocab):
-    rows = json.loads(files.read_text(files.join(directory, 'config.json'))).get('vocab_size', 0)
-    check_added_tokens(directory, len(vocab_files.load_vocab(vocab)), rows)
-  return vocab
-
-
 def _weights_not_read(state: dict, table: dict, num_layers: int) -> list:
   """Weights of BERT's own layout in `state` that `table` does not read: layers past
   num_layers, and any kind's head but this kind's. Buffers (position_ids) and whatever else
@@ -403,20 +299,18 @@ def read(directory) -> bundle_lib.Bundle:
                        'checkpoint is incomplete.')
     params[ours] = np.asarray(layout.to_ours(np.asarray(state[theirs], np.float32)))
   present = set(files.walk_files(directory))  # One listing, not a request per file.
-  check_tokenizer_settings(directory, present)
+  vocab_file = hf_tokenizer_files.checked_vocab(
+      directory, params['bert/embeddings/word_embeddings/embedding'].shape[0], present)
   labels = hf_names.labels_of(hf_config, kind)
   result = bundle_lib.Bundle(
-      config=config, params=params, kind=kind, vocab_file=vocab_beside(directory, present),
-      do_lower_case=do_lower_case_of(directory, present),
+      config=config, params=params, kind=kind, vocab_file=vocab_file,
+      do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present),
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
       source=directory)
-  if result.vocab_file and not result.is_sentencepiece():
-    check_added_tokens(directory, result.vocab_entries(),
-                       params['bert/embeddings/word_embeddings/embedding'].shape[0], present)
   # What runs after the encoder in sentence-transformers: sentence_transformers.read_modules.
-  result.max_seq_length = _json_beside(directory, 'sentence_bert_config.json',
-                                       present).get('max_seq_length', 128)
+  result.max_seq_length = hf_tokenizer_files.json_beside(
+      directory, 'sentence_bert_config.json', present).get('max_seq_length', 128)
   bundle_lib.check_vocab(result)
   return result
 

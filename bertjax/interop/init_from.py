@@ -23,6 +23,7 @@ from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import tf1_checkpoint
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -171,7 +172,7 @@ def vocab_file(init_from: str) -> str | None:
     # content, vocab_files.for_model), else tokenizer.json's WordPiece vocab (transformers 5.x
     # saves no vocab.txt), as hf_checkpoint reads it for export and predict; a tokenizer
     # bertjax's would not reproduce (its settings, tokens added past the vocab) is refused.
-    return hf_checkpoint.checked_vocab(path) or None
+    return hf_tokenizer_files.checked_vocab(path) or None
   folder = run_folder(path)
   run = run_config(path)
   if folder is not None and files.isfile(files.join(folder, RUN_VOCAB)):

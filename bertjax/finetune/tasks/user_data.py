@@ -137,40 +137,54 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
   fmt = user_formats.format_of(path, fmt, allowed=('conll', 'jsonl', 'tsv'))
   text = user_formats.file_text(path)
   user_formats.check_content(path, 'conll' if fmt == 'tsv' else fmt, text)
-  sentences, skipped = [], collections.Counter()
   scheme = user_labels.TagScheme(path, tag_scheme)
   if fmt == 'jsonl':
-    records = user_formats.read_records(path, 'jsonl')
-    # As read_texts: the first row says whether the file has tags; then every row needs them.
-    has_tags = require_labels or any(tags_field in r for _, r in records[:1])
-    for number, record in records:
-      tokens = _field(path, number, record, tokens_field)
-      tags = _field(path, number, record, tags_field) if has_tags else None
-      if not isinstance(tokens, list) or (tags is not None and not isinstance(tags, list)):
-        raise ValueError(f'{path}:{number}: {tokens_field!r} and {tags_field!r} must be lists.')
-      if tags is not None and len(tags) != len(tokens):
-        raise ValueError(f'{path}:{number}: {len(tokens)} tokens but {len(tags)} tags: one tag '
-                         'per token.')
-      for i, tag in enumerate(tags or ()):
-        if not isinstance(tag, str) or not tag.strip():
-          raise ValueError(f'{path}:{number}: {tags_field}[{i}] is {json.dumps(tag)[:40]}, not '
-                           'a tag: every tag is a non-empty JSON string.')
-        scheme.add(number, tag.strip())
-      for i, token in enumerate(tokens):
-        if token is not None and not isinstance(token, str):
-          raise ValueError(f'{path}:{number}: {tokens_field}[{i}] is a {_json_type(token)} '
-                           f'({json.dumps(token)[:40]}), not a word: write it as a JSON string.')
-      if not tokens or not all(_text(t).strip() for t in tokens):
-        if is_training:
-          skipped['empty_text'] += 1
-          continue
-        raise ValueError(f'{path}:{number}: an empty token list or token: every eval and test '
-                         'sentence must have its words.')
-      tokens = tuple(_text(t).strip() for t in tokens)
-      sentences.append(Sentence(tokens, tuple(t.strip() for t in tags) if tags is not None
-                                else (None,) * len(tokens)))
-    return _nonempty(path, sentences, skipped)
-  words, tags = [], []
+    sentences, skipped = _tagged_records(path, tokens_field, tags_field, scheme, is_training,
+                                         require_labels)
+  else:
+    sentences, skipped = _tagged_lines(path, text, fmt, token_column, tag_column, scheme,
+                                       require_labels), collections.Counter()
+  return _nonempty(path, sentences, skipped)
+
+
+def _tagged_records(path, tokens_field, tags_field, scheme, is_training, require_labels):
+  """read_tagged's JSONL: (sentences, skipped) of rows with a tokens list and a tags list."""
+  sentences, skipped = [], collections.Counter()
+  records = user_formats.read_records(path, 'jsonl')
+  # As read_texts: the first row says whether the file has tags; then every row needs them.
+  has_tags = require_labels or any(tags_field in r for _, r in records[:1])
+  for number, record in records:
+    tokens = _field(path, number, record, tokens_field)
+    tags = _field(path, number, record, tags_field) if has_tags else None
+    if not isinstance(tokens, list) or (tags is not None and not isinstance(tags, list)):
+      raise ValueError(f'{path}:{number}: {tokens_field!r} and {tags_field!r} must be lists.')
+    if tags is not None and len(tags) != len(tokens):
+      raise ValueError(f'{path}:{number}: {len(tokens)} tokens but {len(tags)} tags: one tag '
+                       'per token.')
+    for i, tag in enumerate(tags or ()):
+      if not isinstance(tag, str) or not tag.strip():
+        raise ValueError(f'{path}:{number}: {tags_field}[{i}] is {json.dumps(tag)[:40]}, not '
+                         'a tag: every tag is a non-empty JSON string.')
+      scheme.add(number, tag.strip())
+    for i, token in enumerate(tokens):
+      if token is not None and not isinstance(token, str):
+        raise ValueError(f'{path}:{number}: {tokens_field}[{i}] is a {_json_type(token)} '
+                         f'({json.dumps(token)[:40]}), not a word: write it as a JSON string.')
+    if not tokens or not all(_text(t).strip() for t in tokens):
+      if is_training:
+        skipped['empty_text'] += 1
+        continue
+      raise ValueError(f'{path}:{number}: an empty token list or token: every eval and test '
+                       'sentence must have its words.')
+    tokens = tuple(_text(t).strip() for t in tokens)
+    sentences.append(Sentence(tokens, tuple(t.strip() for t in tags) if tags is not None
+                              else (None,) * len(tokens)))
+  return sentences, skipped
+
+
+def _tagged_lines(path, text, fmt, token_column, tag_column, scheme, require_labels):
+  """read_tagged's column files (CoNLL, TSV): the sentences, one word per line."""
+  sentences, words, tags = [], [], []
   width = None  # (columns, line) of the first word line.
   for number, line in enumerate(paths.split_lines(text), 1):
     columns = line.split('\t') if fmt == 'tsv' else _columns(line)
@@ -202,7 +216,7 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
     tags.append(tag)
   if words:
     sentences.append(Sentence(tuple(words), tuple(tags)))
-  return _nonempty(path, sentences, skipped)
+  return sentences
 
 
 def _nonempty(path, items, skipped):

@@ -1,0 +1,113 @@
+"""A transformers directory's tokenizer files, read as bertjax's tokenizer reads text: its vocab
+(vocab.txt, a SentencePiece model, or tokenizer.json's WordPiece vocab where transformers 5.x
+saved no vocab.txt), its casing, and the checks that refuse a tokenizer bertjax's would not
+reproduce (accent and CJK settings, tokens added past the vocab).
+
+Every file is read through bertjax.files, so a directory may be a URL as well as a local path.
+"""
+
+import hashlib
+import json
+import os
+
+from bertjax import files
+from bertjax import paths
+from bertjax.interop import hf_sentencepiece
+from bertjax.text import vocab_files
+
+
+def json_beside(directory: str, name: str, present=None) -> dict:
+  """A JSON file of the directory, parsed; {} where it has none. `present`: the directory's
+  listing (files.walk_files) where the caller has it, saving a request per file."""
+  there = (name in present) if present is not None else files.isfile(files.join(directory, name))
+  return json.loads(files.read_text(files.join(directory, name))) if there else {}
+
+
+def do_lower_case_of(directory, present=None) -> bool:
+  """The casing of a transformers directory's tokenizer: tokenizer_config.json's do_lower_case,
+  else BertTokenizer's default (lower case). tokenizer.json's normalizer is not read: BertTokenizer
+  (transformers 4.x fast and 5.x) rebuilds it from these settings when it loads."""
+  config = json_beside(os.fspath(directory), 'tokenizer_config.json', present)
+  return bool(config.get('do_lower_case', True))
+
+
+def check_tokenizer_settings(directory, present=None):
+  """Refuses a tokenizer that bertjax's (the original BERT's: accents stripped exactly when
+  lower-casing, CJK characters split) would not reproduce: its ids would be other tokens."""
+  directory = os.fspath(directory)
+  config = json_beside(directory, 'tokenizer_config.json', present)
+  lower = do_lower_case_of(directory, present)
+  for field, wanted, does in (
+      ('strip_accents', lower, 'strips accents exactly when it lower-cases'),
+      ('tokenize_chinese_chars', True, 'splits Chinese characters')):
+    value = config.get(field)
+    # Unset: the original's behaviour (strip_accents follows the casing).
+    if value is not None and bool(value) != wanted:
+      raise ValueError(f'{files.join(directory, "tokenizer_config.json")} sets {field}: '
+                       f'{json.dumps(value)} (do_lower_case {json.dumps(lower)}): bertjax\'s '
+                       f'tokenizer, the original BERT\'s, {does}, so its ids would differ; this '
+                       'model\'s tokenizer cannot be reproduced.')
+
+
+def vocab_from_tokenizer_json(directory, present=None) -> str:
+  """A vocab.txt holding the WordPiece vocab of the directory's tokenizer.json ('' where it has
+  none): transformers 5.x saves no vocab.txt. Written once into the cache under its content's
+  sha256, so the same vocab is always the same path (runs record and check it by hash)."""
+  directory = os.fspath(directory)
+  model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  if model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
+    return ''
+  vocab = model['vocab']
+  by_id = sorted(vocab, key=vocab.get)
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece vocab does not '
+                     f'number its {len(vocab)} tokens 0..{len(vocab) - 1}: it cannot be written '
+                     'as a vocab.txt; save the tokenizer again, or pass its vocab.txt.')
+  text = ''.join(f'{token}\n' for token in by_id)
+  digest = hashlib.sha256(text.encode('utf-8')).hexdigest()
+  path = os.path.join(paths.cache_root(), 'hf_vocab', digest[:32], 'vocab.txt')  # local cache
+  if not os.path.isfile(path) or files.sha256(path) != digest:  # local: this machine's cache
+    files.write_atomically(path, text)
+  return path
+
+
+def vocab_beside(directory, present=None) -> str:
+  """A transformers directory's vocab: its vocab.txt, else its SentencePiece model (ALBERT-style,
+  hf_sentencepiece's export), else its tokenizer.json's WordPiece vocab; '' for none."""
+  directory = os.fspath(directory)
+  for name in ('vocab.txt', hf_sentencepiece.MODEL_FILE):
+    if (name in present) if present is not None else files.exists(files.join(directory, name)):
+      return files.join(directory, name)
+  return vocab_from_tokenizer_json(directory, present)
+
+
+def check_added_tokens(directory, entries: int, rows: int, present=None):
+  """Refuses a model whose tokenizer added tokens past its vocab (add_tokens +
+  resize_token_embeddings): bertjax's tokenizer would split them and its exports cut their rows
+  as vocab padding. Rows past the vocab are padding only when no added token names them."""
+  directory = os.fspath(directory)
+  tokenizer_json = json_beside(directory, 'tokenizer.json', present)
+  added = {t.get('content'): t.get('id') for t in tokenizer_json.get('added_tokens') or []}
+  added.update(json_beside(directory, 'added_tokens.json', present))
+  beyond = sorted((i, token) for token, i in added.items()
+                  if isinstance(i, int) and i >= entries)
+  if beyond:
+    raise ValueError(f'{directory}\'s tokenizer adds {len(beyond)} tokens past its {entries}-entry '
+                     f'vocab (ids {beyond[0][0]}.., e.g. '
+                     f'{", ".join(repr(t) for _, t in beyond[:3])}; {rows} embedding rows): '
+                     'bertjax\'s WordPiece tokenizer cannot hold added tokens; it cannot import '
+                     'this model.')
+
+
+def checked_vocab(directory, rows: int | None = None, present=None) -> str:
+  """The vocab of a transformers directory (vocab_beside), its tokenizer checked: settings
+  bertjax's tokenizer reproduces, no tokens added past the vocab. `rows`: the word embedding's
+  rows (default: config.json's vocab_size)."""
+  directory = os.fspath(directory)
+  check_tokenizer_settings(directory, present)
+  vocab = vocab_beside(directory, present)
+  if vocab and not vocab_files.is_sentencepiece(vocab):
+    if rows is None:
+      rows = json_beside(directory, 'config.json', present).get('vocab_size', 0)
+    check_added_tokens(directory, len(vocab_files.load_vocab(vocab)), rows, present)
+  return vocab
