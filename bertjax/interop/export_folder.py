@@ -8,9 +8,12 @@ URL is uploaded under a manifest that says it is in progress until the last file
 import contextlib
 import json
 import os
+import socket
 import tempfile
 import time
 from typing import Callable
+
+from absl import logging
 
 from bertjax import console
 from bertjax import files
@@ -139,19 +142,65 @@ def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str]
       _upload(local, output, fmt, source)
 
 
+def _owner() -> str:
+  """This process as the hidden folders beside an output name it: host and pid."""
+  return f'{socket.gethostname()}-{os.getpid()}'
+
+
+def _killed(owner: str) -> bool:
+  """Whether the process `owner` (host-pid) named was on this host and no longer runs; a folder
+  of another host's process is never taken for a killed one's."""
+  host, _, pid = owner.rpartition('-')
+  if host != socket.gethostname() or not pid.isdigit():
+    return False
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return True
+  except OSError:  # Alive, someone else's.
+    return False
+  return False
+
+
+def _recover(parent: str, name: str):
+  """What an export killed beside `name` left (SIGKILL skips every clean-up): the export it was
+  replacing, renamed aside in the instant between its two renames, goes back in place; its
+  half-written folder is removed. Both are said on the console."""
+  output = os.path.join(parent, name)  # local only
+  for entry in sorted(os.listdir(parent)):  # local only
+    for kind in ('replaced', 'export'):
+      prefix = f'.{name}.{kind}-'
+      if not entry.startswith(prefix):
+        continue
+      owner = entry[len(prefix):]
+      owner = owner.rsplit('-', 1)[0] if kind == 'export' else owner  # export-<owner>-<ns>
+      if not _killed(owner):
+        continue
+      path = os.path.join(parent, entry)  # local only
+      if kind == 'replaced' and not os.path.exists(output):  # local only
+        os.rename(path, output)  # local only
+        logging.warning(f'{output}: put back the export an export killed while replacing it had '
+                     f'moved to {entry}.')
+      else:
+        files.rmtree(path)
+        logging.warning(f'removed {path}: what an export killed before it finished left behind.')
+
+
 def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
   """Writes into a hidden folder beside `output`, renamed into place when complete (a local
-  rename is atomic; object stores have none, see _upload)."""
+  rename is atomic; object stores have none, see _upload). What a killed export left beside
+  `output` is cleared first (_recover)."""
   parent, name = files.parent(output), files.name(output)
   files.makedirs(parent)
-  temp = files.join(parent, f'.{name}.export-{os.getpid()}-{time.time_ns()}')
+  _recover(parent, name)
+  temp = files.join(parent, f'.{name}.export-{_owner()}-{time.time_ns()}')
   files.makedirs(temp)
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
       write_into(temp)
       _write_manifest(temp, fmt, source)
     if files.exists(output):
-      old = files.join(parent, f'.{name}.replaced-{os.getpid()}')
+      old = files.join(parent, f'.{name}.replaced-{_owner()}')
       os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
       os.rename(temp, output)  # local only
       files.rmtree(old)

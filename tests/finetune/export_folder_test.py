@@ -1,8 +1,13 @@
 """bertjax.export's refusal of --output=RUN for a fine-tuning run: the folder it suggests lies
 beside the run, where an export may go (checked in-process on a folder laid out as a run)."""
 
+import json
 import os
+import pathlib
 import re
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -32,3 +37,74 @@ def test_over_a_model_folder_the_suggested_output_is_beside_it(tmp_path):
   (model / 'config.json').write_text('{}')
   with pytest.raises(FileExistsError, match=re.escape(f'--output={model}_export.')):
     export_folder.check(str(model), True, str(model))
+
+
+_KILLED_MIDWAY = '''
+import os, sys, time
+from bertjax.interop import export_folder
+def write_into(folder):
+  open(os.path.join(folder, 'model.safetensors'), 'w').write('half')
+  print('writing', flush=True)
+  time.sleep(60)
+export_folder.write(sys.argv[1], 'hf', 'src', write_into)
+'''
+
+
+def _dead_owner():
+  """host-pid of a process that has ended."""
+  process = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                           capture_output=True, text=True, check=True)
+  return f'{socket.gethostname()}-{process.stdout.strip()}'
+
+
+def _write(output, text):
+  export_folder.write(str(output), 'hf', 'src',
+                      lambda folder: (pathlib.Path(folder) / 'config.json').write_text(text))
+
+
+def test_an_export_killed_midway_leaves_nothing_the_next_one_keeps(tmp_path, caplog):
+  output = tmp_path / 'out'
+  process = subprocess.Popen([sys.executable, '-c', _KILLED_MIDWAY, str(output)],
+                             stdout=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'writing\n'
+  process.kill()  # SIGKILL: no clean-up of its own runs.
+  process.wait()
+  assert [p.name for p in tmp_path.iterdir()][0].startswith('.out.export-')
+  _write(output, 'new')
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+  assert (output / 'config.json').read_text() == 'new'
+  assert 'what an export killed before it finished left behind' in caplog.text
+
+
+def test_the_export_a_killed_one_was_replacing_goes_back_in_place(tmp_path):
+  # Killed between its two renames: the earlier export aside, the new one complete but hidden.
+  owner = _dead_owner()
+  aside = tmp_path / f'.out.replaced-{owner}'
+  aside.mkdir()
+  (aside / 'config.json').write_text('earlier')
+  (aside / export_folder.MANIFEST).write_text(json.dumps({'files': ['config.json']}))
+  (tmp_path / f'.out.export-{owner}-1').mkdir()
+  _write(tmp_path / 'elsewhere', 'other')  # Another output's export touches neither.
+  assert not (tmp_path / 'out').exists() and aside.is_dir()
+  export_folder.check(str(tmp_path / 'out'), overwrite=True)
+  _write(tmp_path / 'out', 'new')
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['elsewhere', 'out']
+  assert (tmp_path / 'out' / 'config.json').read_text() == 'new'
+
+
+def test_the_put_back_export_is_the_earlier_one(tmp_path):
+  owner = _dead_owner()
+  aside = tmp_path / f'.out.replaced-{owner}'
+  aside.mkdir()
+  (aside / 'config.json').write_text('earlier')
+  export_folder._recover(str(tmp_path), 'out')  # pylint: disable=protected-access
+  assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'
+
+
+def test_a_running_exports_folder_is_left_alone(tmp_path):
+  live = tmp_path / f'.out.export-{socket.gethostname()}-{os.getpid()}-1'
+  other_host = tmp_path / '.out.export-elsewhere-1-1'
+  live.mkdir()
+  other_host.mkdir()
+  _write(tmp_path / 'out', 'new')
+  assert live.is_dir() and other_host.is_dir()
