@@ -25,6 +25,7 @@ import re
 import tempfile
 
 import numpy as np
+from absl import logging
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
@@ -280,6 +281,10 @@ def save(result: bundle_lib.Bundle, output_dir):
                      f"google-research/bert's modeling.py fixes it at {_TF1_LAYER_NORM_EPS} and "
                      f'{CONFIG_FILE} has no field for it, so --format=tf1 cannot hold this '
                      'model; use --format=hf.')
+  if result.config['hidden_act'] == 'gelu_tanh':
+    logging.warning("%s: hidden_act gelu_new (the tanh GELU) is written as it is: transformers' "
+                    "converter and bertjax read it, but google-research/bert's modeling.py "
+                    'knows only gelu (erf), relu, tanh and linear, and refuses it.', output_dir)
   from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
   tf, _ = fast_tokenizer.import_tf()
   table = names(result.config, result.kind)

@@ -302,3 +302,10 @@ def test_a_tf1_write_that_fails_names_the_output(encoder_dir, tmp_path, monkeypa
       f'{tmp_path / "out"}: the checkpoint could not be written (OutOfRangeError: No space '
       'left on device)')):
     tf1_checkpoint.save(sources.load(encoder_dir), tmp_path / 'out')
+
+
+def test_a_tf1_export_of_the_tanh_gelu_says_the_original_refuses_it(tmp_path, caplog):
+  make(tmp_path / 'model', hidden_act='gelu_new')
+  export.export(tmp_path / 'model', 'tf1', tmp_path / 'out')
+  assert json.loads((tmp_path / 'out' / 'bert_config.json').read_text())['hidden_act'] == 'gelu_new'
+  assert "google-research/bert's modeling.py knows only gelu" in caplog.text
