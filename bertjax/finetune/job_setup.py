@@ -73,6 +73,8 @@ def setup(config, workdir: str = '') -> Setup:
                      f'data now has {list(task.labels)}: use another --workdir for a new label '
                      'set, or the data it was trained on.')
   init_path = init_from.configured(config)
+  if run is None:  # A run's own casing is checked against its config.json.
+    run_config.check_casing(config, init_path)
   model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
   # vocab.txt or a SentencePiece model (the one init_from's pre-training used), told by the file.
   tok = vocab_files.for_model(vocab_file, config.data.do_lower_case)

@@ -12,10 +12,26 @@ from absl import logging
 import ml_collections
 
 from bertjax import files
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import platform_defaults
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint_reader
+
+
+def check_casing(config, init_path: str):
+  """A transformers folder records its tokenizer's casing (tokenizer_config.json's
+  do_lower_case, else BertTokenizer's lower case): fine-tuning it with the other casing would
+  feed its weights text it never saw tokenized that way."""
+  if not init_path or not init_from.is_transformers_dir(init_path):
+    return
+  theirs = hf_tokenizer_files.do_lower_case_of(init_path)
+  if theirs != bool(config.data.do_lower_case):
+    raise ValueError(f'init_from={init_path} was trained on '
+                     f'{"lower-cased" if theirs else "cased"} text (its tokenizer: '
+                     f'do_lower_case {str(theirs).lower()}) but config.data.do_lower_case is '
+                     f'{bool(config.data.do_lower_case)}: pass '
+                     f'--config.data.do_lower_case={theirs}.')
 
 
 def resolve_model(config, init_path: str, run: dict | None = None,

@@ -1,5 +1,6 @@
 """The run config: what a fine-tuning run resolves before any run or checkpoint exists."""
 
+import json
 import types
 
 import numpy as np
@@ -62,3 +63,17 @@ def test_pairs_for_a_model_without_a_second_segment_are_refused_before_training(
     job_setup.featurized(setup, 'train', True)
   config.model.type_vocab_size = 2
   assert job_setup.featurized(setup, 'train', True)[1] is pairs
+
+
+@pytest.mark.parametrize('recorded, lower', [({'do_lower_case': False}, False), ({}, True)])
+def test_fine_tuning_from_a_transformers_folder_takes_no_other_casing(tmp_path, recorded, lower):
+  (tmp_path / 'config.json').write_text('{}')
+  if recorded:
+    (tmp_path / 'tokenizer_config.json').write_text(json.dumps(recorded))
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  config.data.do_lower_case = not lower
+  with pytest.raises(ValueError, match=rf'^init_from={tmp_path} was trained on .* '
+                     rf'--config.data.do_lower_case={lower}\.$'):
+    run_config.check_casing(config, str(tmp_path))
+  config.data.do_lower_case = lower
+  run_config.check_casing(config, str(tmp_path))
