@@ -22,7 +22,6 @@ bertjax.files.
 
 import importlib.util
 import io
-import json
 import os
 import pathlib  # local: the installed default checkpoint's folder.
 import sys
@@ -35,6 +34,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import inference
 from bertjax import paths
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.model import encoder_config
@@ -57,13 +57,11 @@ def default_checkpoint() -> pathlib.Path:  # local: an installed package's folde
 
 
 def load_tokenizer(checkpoint_dir):
-  """The tokenizer saved beside a transformers checkpoint (its vocab.txt and casing)."""
+  """The tokenizer saved beside a transformers checkpoint (its vocab, casing and settings, read
+  and checked as every reader of the folder does: interop/hf_tokenizer_files)."""
   checkpoint_dir = os.fspath(checkpoint_dir)
-  do_lower_case = True
-  config_file = files.join(checkpoint_dir, 'tokenizer_config.json')
-  if files.exists(config_file):
-    do_lower_case = json.loads(files.read_text(config_file)).get('do_lower_case', True)
-  return vocab_files.for_model(files.join(checkpoint_dir, 'vocab.txt'), do_lower_case)
+  return vocab_files.for_model(hf_tokenizer_files.checked_vocab(checkpoint_dir),
+                               hf_tokenizer_files.do_lower_case_of(checkpoint_dir))
 
 
 def encode(tok, sentences, max_seq_length: int) -> dict:

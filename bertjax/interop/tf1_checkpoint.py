@@ -24,8 +24,8 @@ import os
 import re
 import tempfile
 
-import numpy as np
 from absl import logging
+import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
