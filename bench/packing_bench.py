@@ -82,8 +82,7 @@ class Runner:
     self.instances = np.mean([b['next_sentence_weights'].sum() if pack > 1 else len(b['input_ids'])
                               for b in host_batches])
     self.batches = [jax.device_put(b, shardings) for b in host_batches]
-    tx = optimizer_lib.make(config.optimizer)
-    schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
+    tx, schedule = optimizer_lib.for_run(config)
     objective = pretrain.objective(config)
     self.state, state_shardings = train_state.create_train_state(config, objective, tx,
                                                                  self.mesh, self.rules)

@@ -191,8 +191,7 @@ def bertjax_step(config, batch, compile_trace_dir=''):
   lines}). With compile_trace_dir, XLA's compile runs under jax.profiler, tracing there."""
   start = time.perf_counter()
   mesh = sharding.make_mesh(config.mesh)
-  tx = optimizer_lib.make(config.optimizer)
-  schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
+  tx, schedule = optimizer_lib.for_run(config)
   objective = pretrain_objective.objective(config)
   rules = sharding.parse_rules(config.mesh.rules)
   state, state_shardings = train_state.create_train_state(config, objective, tx, mesh, rules)

@@ -207,9 +207,7 @@ def compile_train_step(config, devices, phase: pretrain.Phase | None = None):
   if config.global_batch_size % hosts:
     raise ValueError(f'global_batch_size {config.global_batch_size} is not divisible by the '
                      f'{hosts} hosts of this slice.')
-  optimizer_lib.resolve_total_steps(config)  # As the loop does: total_steps 0 = the run's steps.
-  schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
-  tx = optimizer_lib.make(config.optimizer)
+  tx, schedule = optimizer_lib.for_run(config)  # As the loop: total_steps 0 = the run's steps.
   objective = pretrain.objective(config)
   rules = sharding.parse_rules(config.mesh.rules)
   state, state_shardings = train_state.train_state_shapes(config, objective, tx, mesh, rules)

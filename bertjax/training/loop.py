@@ -392,9 +392,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
   log_every_steps, peak_tflops, profile_steps, profile_start_step."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
-  optimizer_lib.resolve_total_steps(config)  # Before config.json records it.
-  schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
-  tx = optimizer_lib.make(config.optimizer)
+  tx, schedule = optimizer_lib.for_run(config)  # total_steps resolved before config.json.
   metric, mode, keep_best = _ranking(config, job)
   patience = job.early_stopping_patience
   mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)

@@ -125,6 +125,13 @@ def resolve_total_steps(config):
   return config
 
 
+def for_run(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """(optimizer, learning-rate schedule) of a training config, its total_steps resolved first
+  (resolve_total_steps): what the loop, the AOT check and the benches each build a step with."""
+  resolve_total_steps(config)
+  return make(config.optimizer), learning_rate_schedule(config.optimizer)
+
+
 def learning_rate_schedule(config) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then polynomial decay to end_learning_rate (power 1 =
   BERT's linear decay)."""
