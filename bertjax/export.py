@@ -189,7 +189,8 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
                        f'--format={fmt} of a {result.kind} model does not write: use '
                        '--format=sentence_transformers, or drop it.')
     result.normalize = normalize
-  export_folder.write(output, fmt, result.source, functools.partial(_writer(fmt), result))
+  export_folder.write(output, fmt, result.source, functools.partial(_writer(fmt), result),
+                      overwrite)
   logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                result.config['num_layers'], output, fmt)
   return (output if isinstance(given, str) else type(given)(output)), result

@@ -53,6 +53,9 @@ def check(output, overwrite: bool, source: str = ''):
   Local paths and URLs alike (URLs compared as strings)."""
   output = os.fspath(output)
   files.check_bucket(output)
+  if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
+    # What a killed export left beside it, first: an export put back is checked as any other.
+    _recover(*os.path.split(os.path.realpath(output)))  # local only
   if files.isfile(output):
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
   out = _normalised(output)
@@ -177,19 +180,26 @@ def _recover(parent: str, name: str):
       if not _killed(owner):
         continue
       path = os.path.join(parent, entry)  # local only
-      if kind == 'replaced' and not os.path.exists(output):  # local only
+      if kind == 'replaced' and not os.path.lexists(output):  # local only
         os.rename(path, output)  # local only
-        logging.warning(f'{output}: put back the export an export killed while replacing it had '
-                     f'moved to {entry}.')
+        logging.warning('%s: put back the export that an export killed while replacing it had '
+                        'moved to %s.', output, entry)
+        continue
+      if os.path.islink(path):  # local only
+        os.unlink(path)  # The link, never what it points to.
       else:
         files.rmtree(path)
-        logging.warning(f'removed {path}: what an export killed before it finished left behind.')
+      logging.warning('removed %s: what an export killed before it finished left behind.', path)
 
 
-def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None],
+                 overwrite: bool):
   """Writes into a hidden folder beside `output`, renamed into place when complete (a local
   rename is atomic; object stores have none, see _upload). What a killed export left beside
-  `output` is cleared first (_recover)."""
+  `output` is cleared first (_recover). An `output` that is a link is written where it points
+  (the link stays); one that appeared meanwhile (another export) is checked again, as check()
+  would, before it is replaced."""
+  output = os.path.realpath(output)  # local only
   parent, name = files.parent(output), files.name(output)
   files.makedirs(parent)
   _recover(parent, name)
@@ -200,6 +210,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
       write_into(temp)
       _write_manifest(temp, fmt, source)
     if files.exists(output):
+      check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
       old = files.join(parent, f'.{name}.replaced-{_owner()}')
       os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
       os.rename(temp, output)  # local only
@@ -211,11 +222,12 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
       files.rmtree(temp)
 
 
-def write(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
+          overwrite: bool = False):
   """Puts at `output` (absolute, a local path or a URL) the files `write_into(folder)` writes
   into an empty temporary folder, with the manifest that names `fmt`, `source` and every file;
-  replaces what check() let through."""
+  replaces what check(output, overwrite) let through."""
   if files.is_remote(output):
     _write_remote(output, fmt, source, write_into)
   else:
-    _write_local(output, fmt, source, write_into)
+    _write_local(output, fmt, source, write_into, overwrite)

@@ -57,9 +57,11 @@ def _dead_owner():
   return f'{socket.gethostname()}-{process.stdout.strip()}'
 
 
-def _write(output, text):
-  export_folder.write(str(output), 'hf', 'src',
-                      lambda folder: (pathlib.Path(folder) / 'config.json').write_text(text))
+def _write(output, text, overwrite=False, meanwhile=lambda: None):
+  def write_into(folder):
+    (pathlib.Path(folder) / 'config.json').write_text(text)
+    meanwhile()
+  export_folder.write(str(output), 'hf', 'src', write_into, overwrite)
 
 
 def test_an_export_killed_midway_leaves_nothing_the_next_one_keeps(tmp_path, caplog):
@@ -87,7 +89,8 @@ def test_the_export_a_killed_one_was_replacing_goes_back_in_place(tmp_path):
   _write(tmp_path / 'elsewhere', 'other')  # Another output's export touches neither.
   assert not (tmp_path / 'out').exists() and aside.is_dir()
   export_folder.check(str(tmp_path / 'out'), overwrite=True)
-  _write(tmp_path / 'out', 'new')
+  assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'  # Put back by the check.
+  _write(tmp_path / 'out', 'new', overwrite=True)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['elsewhere', 'out']
   assert (tmp_path / 'out' / 'config.json').read_text() == 'new'
 
@@ -108,3 +111,43 @@ def test_a_running_exports_folder_is_left_alone(tmp_path):
   other_host.mkdir()
   _write(tmp_path / 'out', 'new')
   assert live.is_dir() and other_host.is_dir()
+
+
+def test_a_put_back_export_is_checked_as_one_in_place(tmp_path):
+  aside = tmp_path / f'.out.replaced-{_dead_owner()}'
+  aside.mkdir()
+  (aside / 'config.json').write_text('earlier')
+  (aside / 'MY_NOTES.txt').write_text('mine')  # Added by hand: no export may delete it.
+  (aside / export_folder.MANIFEST).write_text(json.dumps({'files': ['config.json']}))
+  with pytest.raises(FileExistsError, match='exists and is not empty: pass --overwrite'):
+    export_folder.check(str(tmp_path / 'out'), overwrite=False)
+  with pytest.raises(FileExistsError, match=r'holds files the earlier export did not write '
+                     r'\(MY_NOTES.txt\)'):
+    export_folder.check(str(tmp_path / 'out'), overwrite=True)
+  assert (tmp_path / 'out' / 'MY_NOTES.txt').read_text() == 'mine'
+
+
+def test_an_output_written_meanwhile_is_not_replaced_without_overwrite(tmp_path):
+  output = tmp_path / 'out'
+  export_folder.check(str(output), overwrite=False)
+  with pytest.raises(FileExistsError, match='exists and is not empty'):
+    _write(output, 'second', meanwhile=lambda: _write(output, 'first'))
+  assert (output / 'config.json').read_text() == 'first'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+  _write(output, 'third', overwrite=True, meanwhile=lambda: _write(output, 'x', overwrite=True))
+  assert (output / 'config.json').read_text() == 'third'
+
+
+def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path):
+  (tmp_path / 'big').mkdir()
+  link = tmp_path / 'small' / 'out'
+  link.parent.mkdir()
+  link.symlink_to(tmp_path / 'big' / 'out')
+  export_folder.check(str(link), overwrite=False)
+  _write(link, 'new')
+  assert link.is_symlink() and (tmp_path / 'big' / 'out' / 'config.json').read_text() == 'new'
+  export_folder.check(str(link), overwrite=True)
+  _write(link, 'again', overwrite=True)
+  assert link.is_symlink() and (tmp_path / 'big' / 'out' / 'config.json').read_text() == 'again'
+  assert sorted(p.name for p in link.parent.iterdir()) == ['out']
+  assert sorted(p.name for p in (tmp_path / 'big').iterdir()) == ['out']
