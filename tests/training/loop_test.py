@@ -8,6 +8,7 @@ context) on random batches; loop-level tests run train_and_evaluate on a one-lay
 import functools
 import json
 import pathlib
+import re
 
 import flax
 import flax.linen as nn
@@ -233,14 +234,14 @@ def test_grad_accumulation_equals_whole_batch(initial_state, unaccumulated_run):
 
 @pytest.mark.parametrize('change, mesh, vocab_entries, message', [
     (dict(global_batch_size=12), dict(data=8), None,
-     'global batch size 12 is not divisible by the data-parallel size 8'),
+     '^global_batch_size 12 is not divisible by the data-parallel size 8'),
     (dict(global_batch_size=32, grad_accum_steps=3), dict(data=8), None,
      'global_batch_size 32 is not divisible by grad_accum_steps 3'),
     (dict(global_batch_size=32, grad_accum_steps=8), dict(data=8), None,
      r'micro-batch 4 \(global_batch_size / grad_accum_steps\) is not divisible by the '
      'data-parallel size 8'),
     (dict(eval_batch_size=20), dict(data=8), None,
-     'global batch size 20 is not divisible by the data-parallel size 8'),
+     '^eval_batch_size 20 is not divisible by the data-parallel size 8'),
     ({'data.max_seq_length': 64, 'model.max_position_embeddings': 32}, dict(data=8), None,
      r'max_seq_length 64 exceeds .*max_position_embeddings=32'),
     ({'model.vocab_size': VOCAB}, dict(data=8), 8192,
@@ -640,3 +641,52 @@ def test_several_processes_compile_the_first_step_then_meet_before_it_runs(monke
   monkeypatch.undo()
   step_fn(state, batch)
   assert len(compiles) == before + 1, compiles  # The step's first call reused that compile.
+
+
+def _two_phase(steps=20, fraction=0.5, batch=64):
+  config = pretrain.get_config(f'size=tiny,steps={steps}')
+  config.phase2.fraction = fraction
+  config.global_batch_size = batch
+  return config
+
+
+def test_a_two_phase_resume_that_would_read_phase_two_from_the_wrong_example_is_refused():
+  last = json.loads(_two_phase().to_json())  # Phase 2 from step 10, batch 64.
+  # Resumed at 16 with a batch of 128: phase 2 would start at example 1024 - 10 x 128 < 0.
+  with pytest.raises(ValueError, match=r'consumed 1024 examples in 16 steps, not 16 x '
+                     r'global_batch_size 128: .* keep num_train_steps=20, phase2.fraction=0.5 '
+                     r'and global_batch_size=64, or start another --workdir with init_from=W'):
+    loop._check_phases(_two_phase(batch=128), last, 'W', 16, 1024)
+  # Stretched to 40 steps: phase 2 moves to step 20, and step 16 was trained in phase 2.
+  with pytest.raises(ValueError, match=r'this run ran with its second phase from step 10 and '
+                     r'would now run with its second phase from step 20 \(num_train_steps or '
+                     r'phase2.fraction changed\)'):
+    loop._check_phases(_two_phase(steps=40), last, 'W', 16, 1024)
+  with pytest.raises(ValueError, match=r'ran in one phase and would now run with its second phase '
+                     r'from step 10'):
+    loop._check_phases(_two_phase(), json.loads(_two_phase(fraction=0).to_json()), 'W', 16, 1024)
+  loop._check_phases(_two_phase(), last, 'W', 16, 1024)  # The same run: resumes.
+  loop._check_phases(_two_phase(steps=40, batch=128), last, 'W', 8, 512)  # Still in phase 1.
+  loop._check_phases(_two_phase(fraction=0, batch=128), json.loads(
+      _two_phase(fraction=0).to_json()), 'W', 16, 1024)  # One phase reads from example 1024.
+
+
+def test_another_embedded_corpus_on_a_resume_is_said(caplog):
+  last = json.loads(pretrain.get_config('size=tiny').to_json())
+  config = pretrain.get_config('size=tiny')
+  config.data.dupe_factor = 2  # The same file names in <workdir>/data, other examples.
+  loop._check_data_order(config, last, 50, 3200)
+  assert re.search(r'the data order differs .*\(data.dupe_factor 5 -> 2\)', caplog.text)
+  caplog.clear()
+  config.data.train_files = last['data']['train_files'] = 'records/train-*'
+  loop._check_data_order(config, last, 50, 3200)  # Own files: their records are checked.
+  assert 'the data order differs' not in caplog.text
+
+
+def test_a_resume_compares_with_the_config_that_wrote_its_checkpoint(tmp_path):
+  for name, seed in (('config.json', 0), ('config-resumed-at-6.json', 1),
+                     ('config-resumed-at-9.json', 2)):  # 9: a resume that failed at once.
+    (tmp_path / name).write_text(json.dumps({'seed': seed}))
+  assert loop._last_config(str(tmp_path), 9) == {'seed': 1}
+  assert loop._last_config(str(tmp_path), 12) == {'seed': 2}
+  assert loop._last_config(str(tmp_path), 6) == {'seed': 0}
