@@ -179,6 +179,9 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
     raise ValueError('--max_seq_length is the SavedModel\'s padded length, sentence-'
                      'transformers\' max_seq_length and the transformers tokenizer\'s '
                      'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
+  if max_seq_length and max_seq_length < 3:
+    raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
+                     '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
   if max_seq_length:  # No longer than its position embeddings: what every writer uses.
     result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
     result.tokenizer_max_length = result.max_seq_length

@@ -22,6 +22,7 @@ from bertjax.interop import tf1_checkpoint
 from bertjax.model import layer_stack
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import kinds
 
 
 def format_of(path) -> str:
@@ -48,6 +49,12 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
     path = checkpoint_reader.step_path(path, step)
     result = _READERS[format_of(path)](path)
   if vocab_file:
+    run = (init_from.run_config(path) if format_of(path) == 'bertjax' else None) or {}
+    recorded = run.get('data', {}).get('vocab_sha256')
+    if recorded and files.sha256(str(vocab_file)) != recorded:
+      raise ValueError(f'--vocab_file={vocab_file} is not the vocab {result.source} was trained '
+                       "with (its sha256 differs from the one the run's config.json recorded): "
+                       'drop --vocab_file; the run reads its own.')
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
     result.do_lower_case = do_lower_case
@@ -97,6 +104,13 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
     pooling = run.get('pooling', 'cls')
   else:
     kind, labels, pooling = bundle_lib.kind_of(params), (), 'cls'
+    kept = kinds.get(kind).head_params
+    task_heads = sorted({prefix for table in kinds.KINDS.values() for prefix in table.head_params
+                         if prefix not in kept and any(k.startswith(prefix) for k in params)})
+    if task_heads:  # A fine-tuned model whose run record is gone: its head would be dropped.
+      raise ValueError(f'{step} holds a task head ({", ".join(task_heads)}) but its run has no '
+                       "config.json (the record of the head's kind, labels, casing and length): "
+                       'copy back the config.json the run wrote.')
   return bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=init_from.vocab_file(step) or '',
       do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,

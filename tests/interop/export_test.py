@@ -318,3 +318,24 @@ def test_a_run_whose_config_lost_its_labels_is_refused_by_name(fine_tuned_sst2, 
   with pytest.raises(ValueError, match="config.json does not record its task's kind and labels"):
     export.export(str(copy), 'hf', str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+def test_a_run_without_its_config_or_with_another_vocab_or_no_length_is_refused(
+    fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  swapped = tmp_path / 'swapped.txt'
+  words = (copy / 'vocab.txt').read_text().splitlines()
+  words[5], words[6] = words[6], words[5]  # The same size: only its hash tells.
+  swapped.write_text('\n'.join(words) + '\n')
+  with pytest.raises(ValueError, match=r'--vocab_file=.*swapped.txt is not the vocab .* was '
+                     'trained with .*: drop --vocab_file'):
+    export.export(str(copy), 'hf', str(tmp_path / 'out'), vocab_file=str(swapped))
+  with pytest.raises(ValueError, match=r'--max_seq_length=2 leaves no room for a token'):
+    export.export(str(copy), 'saved_model', str(tmp_path / 'out'), max_seq_length=2)
+  (copy / 'config.json').unlink()  # Its head's kind and labels are gone with it.
+  with pytest.raises(ValueError, match=r'holds a task head \(classifier/\) but its run has no '
+                     'config.json'):
+    export.export(str(copy), 'hf', str(tmp_path / 'out'), vocab_file=str(copy / 'vocab.txt'))
+  assert not (tmp_path / 'out').exists()
