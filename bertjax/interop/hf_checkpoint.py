@@ -358,6 +358,8 @@ def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   fast = tokenizers.BertWordPieceTokenizer(
       {token: i for i, token in enumerate(vocab)}, lowercase=result.do_lower_case,
       strip_accents=result.do_lower_case, clean_text=True, handle_chinese_chars=True)
+  # The original's limit (a longer word is [UNK]); the library's default is 100.
+  fast._tokenizer.model.max_input_chars_per_word = tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD  # pylint: disable=protected-access
   files.write_atomically(files.join(output_dir, 'tokenizer.json'), fast.to_str(pretty=True))
   files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
       {'tokenizer_class': 'BertTokenizer', 'do_lower_case': result.do_lower_case,

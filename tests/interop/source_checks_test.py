@@ -21,6 +21,7 @@ from bertjax.interop import hf_names
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
+from bertjax.text import vocab_files
 
 WORDS = ('the is was to of and in it he she they this that on for with film movie great dull '
          'weather lovely today sunny outside drove stadium').split()
@@ -309,3 +310,14 @@ def test_a_tf1_export_of_the_tanh_gelu_says_the_original_refuses_it(tmp_path, ca
   export.export(tmp_path / 'model', 'tf1', tmp_path / 'out')
   assert json.loads((tmp_path / 'out' / 'bert_config.json').read_text())['hidden_act'] == 'gelu_new'
   assert "google-research/bert's modeling.py knows only gelu" in caplog.text
+
+
+def test_the_exported_tokenizer_json_splits_a_word_as_long_as_the_original_does(encoder_dir,
+                                                                               tmp_path):
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  export.export(encoder_dir, 'hf', tmp_path / 'out')
+  theirs = tokenizers.Tokenizer.from_file(str(tmp_path / 'out' / 'tokenizer.json'))
+  ours = vocab_files.for_model(encoder_dir / 'vocab.txt', True)
+  for word in ('ab' * 60, 'ab' * 100, 'ab' * 101):  # 120 and 200 characters: pieces; 202: [UNK].
+    assert theirs.encode(word, add_special_tokens=False).ids == ours.encode(word)
+  assert ours.encode('ab' * 101) == [ours.vocab['[UNK]']]
