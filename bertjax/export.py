@@ -48,6 +48,7 @@ sentence_transformers: its modules) and ends on its summary line:
   export finished in 14.2 s: kind encoder, layers 6, max_seq_length 256; saved_model DIR
 """
 
+import errno
 import functools
 import json
 import os
@@ -248,6 +249,19 @@ def loading_lines(fmt: str, output: str) -> list[str]:
   return []
 
 
+def _disk_error(e: OSError) -> str:
+  """One line for an output the disk cannot take: full, read-only or not ours; '' otherwise."""
+  what = f'--output={FLAGS.output}'
+  if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    return (f'error: the disk holding {what} is full ({e.strerror}): nothing was replaced. Free '
+            'space (replacing an export needs room for both until the old one is removed) or '
+            'pass another --output.')
+  if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+    return (f'error: {what} cannot be written ({e.strerror}): nothing was written; pass a '
+            'folder you may write to.')
+  return ''
+
+
 def main(argv):
   console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
@@ -268,7 +282,9 @@ def main(argv):
                           normalize=FLAGS.normalize,
                           step=checkpoint_reader.parse_step(FLAGS.step, text=True))
     lines = loading_lines(FLAGS.format, out)
-  except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
+  except OSError as e:
+    console.fail(_disk_error(e) or f'error: {e}')
+  except ValueError as e:
     console.fail(f'error: {e}')
   for line in lines:
     print(line)

@@ -53,6 +53,13 @@ def check(output, overwrite: bool, source: str = ''):
   Local paths and URLs alike (URLs compared as strings)."""
   output = os.fspath(output)
   files.check_bucket(output)
+  if not files.is_remote(output):
+    above = os.path.dirname(os.path.abspath(output))  # local only
+    while above != os.path.dirname(above) and not os.path.exists(above):  # local only
+      above = os.path.dirname(above)  # local only
+    if os.path.isfile(above):  # local only
+      raise FileExistsError(f'--output={output} is under {above}, which is a file: pass a '
+                            'directory path.')
   if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
     # What a killed export left beside it, first: an export put back is checked as any other.
     _recover(*os.path.split(os.path.realpath(output)))  # local only

@@ -23,8 +23,10 @@ and outputs by what the model is for:
 """
 
 import contextlib
+import errno
 import functools
 import json
+import os
 
 from flax import traverse_util
 import jax
@@ -204,7 +206,13 @@ def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
   served = _served(result)
   signatures = _SIGNATURES[served.signature](tf, module, inputs, run, labels, served.outputs)
   with files.staged_folder(output) as local:
-    tf.saved_model.save(module, local, signatures=signatures)
+    try:
+      tf.saved_model.save(module, local, signatures=signatures)
+    except tf.errors.OpError as e:  # A full disk (ResourceExhausted), no permission, ...
+      if isinstance(e, tf.errors.ResourceExhaustedError) or 'No space left' in e.message:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(output)) from None
+      raise OSError(errno.EIO, f'the SavedModel could not be written ({type(e).__name__}: '
+                    f'{e.message.splitlines()[-1][:200]})', str(output)) from None
   files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
       {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
        'do_lower_case': result.do_lower_case, 'max_seq_length': max_len,

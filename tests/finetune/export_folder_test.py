@@ -151,3 +151,11 @@ def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path):
   assert link.is_symlink() and (tmp_path / 'big' / 'out' / 'config.json').read_text() == 'again'
   assert sorted(p.name for p in link.parent.iterdir()) == ['out']
   assert sorted(p.name for p in (tmp_path / 'big').iterdir()) == ['out']
+
+
+def test_an_output_under_a_file_is_one_line(tmp_path):
+  (tmp_path / 'notes').write_text('mine')
+  with pytest.raises(FileExistsError, match=r'--output=.*notes/sub/out is under .*notes, which '
+                     'is a file: pass a directory path'):
+    export_folder.check(str(tmp_path / 'notes' / 'sub' / 'out'), overwrite=False)
+  assert (tmp_path / 'notes').read_text() == 'mine'

@@ -6,8 +6,12 @@ vocab.txt) that it is read as transformers reads it.
 """
 
 import json
+import os
 import pathlib
 import re
+import shlex
+import subprocess
+import sys
 
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
@@ -16,6 +20,7 @@ import torch
 import transformers
 
 from bertjax import export
+from bertjax.interop import export_folder
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import init_from
@@ -321,3 +326,30 @@ def test_the_exported_tokenizer_json_splits_a_word_as_long_as_the_original_does(
   for word in ('ab' * 60, 'ab' * 100, 'ab' * 101):  # 120 and 200 characters: pieces; 202: [UNK].
     assert theirs.encode(word, add_special_tokens=False).ids == ours.encode(word)
   assert ours.encode('ab' * 101) == [ours.vocab['[UNK]']]
+
+
+@pytest.mark.parametrize('fmt', ['hf', 'saved_model'])
+def test_an_export_to_a_full_disk_is_one_line_and_replaces_nothing(encoder_dir, tmp_path, fmt):
+  """The output on a 96 KiB tmpfs (a private mount namespace) that holds an earlier export."""
+  if subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode:
+    message = 'unshare -rm (user and mount namespaces) is not permitted on this machine'
+    if os.environ.get('CI', '').lower() == 'true':  # CI has them: it runs this test.
+      pytest.fail(message)
+    pytest.skip(message)
+  disk, kept = tmp_path / 'disk', tmp_path / 'kept'
+  disk.mkdir()
+  export_cmd = shlex.join([sys.executable, '-m', 'bertjax.export', f'--from={encoder_dir}',
+                           f'--format={fmt}', f'--output={disk}/out', '--overwrite'])
+  earlier = (f'mkdir {disk}/out && echo earlier > {disk}/out/config.json && echo '
+             f"'{{\"files\": [\"config.json\"]}}' > {disk}/out/{export_folder.MANIFEST}")
+  script = (f'mount -t tmpfs -o size=96k tmpfs {disk} && {earlier} && {export_cmd}; rc=$?; '
+            f'cp -a {disk}/. {kept}/; exit $rc')
+  process = subprocess.run(['unshare', '-rm', 'sh', '-c', script], capture_output=True,
+                           text=True, check=False, cwd=pathlib.Path(__file__).parents[2])
+  assert process.returncode == 1, process.stderr[-3000:]
+  assert re.search(rf'^error: the disk holding --output={disk}/out is full \(No space left on '
+                   r'device\): nothing was replaced\. Free space .* or pass another --output\.$',
+                   process.stderr, re.M), process.stderr[-3000:]
+  assert 'Traceback' not in process.stderr
+  assert (kept / 'out' / 'config.json').read_text() == 'earlier\n'
+  assert sorted(p.name for p in kept.iterdir()) == ['out']
