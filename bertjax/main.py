@@ -8,6 +8,7 @@ jax.distributed finds its peers by itself; elsewhere pass --coordinator_address=
 JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 """
 
+import errno
 import os
 import sys
 import threading
@@ -194,14 +195,38 @@ def main(argv):
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
     _run(argv)
-  except (ValueError, FileNotFoundError, PermissionError, ConnectionError, FloatingPointError,
-          NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
-          checkpoint.RestoreError, workdir_lock.WorkdirInUseError,
-          DistributedStartError) as e:
+  except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
+    message = _storage_error(e)
+    if message is None and not isinstance(e, (
+        ValueError, FileNotFoundError, PermissionError, ConnectionError, FloatingPointError,
+        NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
+        checkpoint.RestoreError, workdir_lock.WorkdirInUseError, DistributedStartError)):
+      raise
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     sys.stderr.flush()
-    console.fail(f'error: {e}\n(--verbosity=1 shows where it was raised)')
+    console.fail(f'error: {message or e}\n(--verbosity=1 shows where it was raised)')
+
+
+# What to do when the disk refuses a write (the run's config, its lock, its logs, the workdir
+# itself: checkpoint saving says its own DiskFullError).
+_STORAGE_FIXES = {
+    errno.ENOSPC: 'free space or pass another --workdir',
+    errno.EDQUOT: 'free space (or raise the quota) or pass another --workdir',
+    errno.EROFS: 'remount it writable or pass another --workdir',
+    errno.EACCES: 'check its owner and mode (ls -l) or pass another --workdir',
+}
+
+
+def _storage_error(error: BaseException) -> str | None:
+  """The one line for an OSError of a full, over-quota, read-only or forbidden disk: the path,
+  the reason and what to do; None for any other error (other OSErrors keep their traceback)."""
+  if not isinstance(error, OSError) or error.errno not in _STORAGE_FIXES:
+    return None
+  named = error.filename is not None and not isinstance(error.filename, int)  # Not an fd.
+  where = f'{os.fsdecode(error.filename)}: ' if named else ''
+  return (f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; the checkpoints '
+          'already written are kept and the run resumes from the last one')
 
 
 def _latest_checkpoint(workdir: str) -> int | None:

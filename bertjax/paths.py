@@ -123,9 +123,13 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
 
 def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   """The absolute --`flag` path (or URL), refused before any work when writing it would lose
-  something: one of the `inputs` it was read from, a folder, any path inside a bertjax run (at
-  any depth: a run's files are written by the run alone) or a run's checkpoints/, or an
-  existing file of a model's folder."""
+  something: one of the `inputs` it was read from, a folder, a file that is not a regular one
+  (a device such as /dev/null, a fifo, a socket: the atomic write would replace it by a regular
+  file), any path inside a bertjax run (at any depth: a run's files are written by the run
+  alone) or a run's checkpoints/, or an existing file of a model's folder.
+
+  A local symbolic link comes back as the file it points to: the atomic write (a temp file
+  renamed into place) then replaces that file, beside it, rather than the link itself."""
   out = absolute(str(output))
   if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
     raise IsADirectoryError(f'--{flag}={output} names a folder (it ends in /): name the file '
@@ -133,6 +137,14 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   files.check_bucket(out)
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
+  if not files.is_remote(out):
+    # Through its links (/dev/stdout is one to a terminal or a pipe), before resolving them:
+    # a pipe's link resolves to no path at all.
+    if os.path.exists(out) and not os.path.isfile(out):
+      raise ValueError(f'--{flag}={output} is not a regular file (a device, fifo or socket): '
+                       'pass a file path.')
+    if os.path.islink(out):
+      out = os.path.realpath(out)
   for source in inputs:
     if source and same_path(out, str(source)):
       raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '

@@ -14,7 +14,9 @@ An input line is raw text: `text`, or `text_a ||| text_b` for sentence pairs; `q
 context` for span models; `context ||| choice ||| choice ...` for multiple choice; for tagging
 the words are the line split on whitespace. A line that starts with `{` is a JSON object with
 the task's fields instead (text_fields, or text_a/text_b; question/context; tokens;
-context/choices, or SWAG's sent1/sent2/ending0..3). Each output line is a JSON object:
+context/choices, or SWAG's sent1/sent2/ending0..3). A blank line is refused, and so is a text
+that holds no wordpieces (only control or zero-width characters: the model would read an empty
+input), but for a span model's context (see below). Each output line is a JSON object:
 classification `label` and `probabilities`; regression `value`; span `answer` and `score` (the
 best span's probability among the n-best; null, with the answer "", when the context has no
 wordpieces, e.g. only zero-width characters: nothing was read, so nothing is claimed);
@@ -137,7 +139,8 @@ class Predictor:
       return []
     # Raw input -> the examples evaluation reads.
     examples = [predict_inputs.example(i, x, self.kind, self.labels, self.data,
-                                       self.run.get('text_pairs')) for i, x in enumerate(inputs)]
+                                       self.run.get('text_pairs'), self.tokenizer)
+                for i, x in enumerate(inputs)]
     # By the example form (Kind.example): a new kind of an existing form needs no method.
     return getattr(self, f'_predict_{kinds.get(self.kind).example}')(examples)
 
@@ -268,7 +271,7 @@ def main(argv):
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:
       lines, source = paths.read_stdin_lines(), '<stdin>'
-    inputs = predict_inputs.read_inputs(lines, source)
+    inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
     if not inputs:
       raise ValueError(f'{source} holds no inputs: one per line expected.')
     rows = predictor.predict(inputs)

@@ -12,11 +12,12 @@ from bertjax.finetune.tasks import user_data
 from bertjax.training import kinds as kind_table
 
 
-def read_inputs(lines, source: str) -> list:
+def read_inputs(lines, source: str, tokenizer=None) -> list:
   """Inputs of predict's line format: JSON objects for lines starting with `{`, else raw text.
 
   `lines` are paths.split_lines' (a U+2028 or form feed inside a line is part of it); a blank
-  line is an error naming it, since every later output would be misaligned.
+  line is an error naming it, since every later output would be misaligned. With the model's
+  `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields).
   """
   inputs = []
   for number, line in enumerate(lines, 1):
@@ -25,7 +26,11 @@ def read_inputs(lines, source: str) -> list:
       line = line.removeprefix('\ufeff')
     if not line.strip():
       raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
-    if line.lstrip().startswith('{'):
+    is_json = line.lstrip().startswith('{')
+    if tokenizer is not None and not is_json and _no_pieces(line, tokenizer):
+      raise ValueError(f'{source}:{number} is empty: {_NO_PIECES.format(line[:40])}: one input '
+                       'per line (remove it).')
+    if is_json:
       try:
         inputs.append(json.loads(line))
       except json.JSONDecodeError as e:
@@ -35,9 +40,15 @@ def read_inputs(lines, source: str) -> list:
   return inputs
 
 
-def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None):
+def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None, tokenizer=None):
   """Input `index` (a raw string or a dict of the task's fields) as the example the eval of
-  `kind` reads; `labels`, `data` (config.data) and `text_pairs` (None: either) are the run's."""
+  `kind` reads; `labels`, `data` (config.data) and `text_pairs` (None: either) are the run's.
+
+  With the model's `tokenizer`, a text that holds no wordpieces (only control or zero-width
+  characters) is refused as an empty one is: the model would read [CLS] [SEP] and its answer
+  would be the empty input's, for every such line. A span model's context is not checked: one
+  without pieces is answered null (nothing read, nothing claimed).
+  """
   where = f'input {index + 1}'
   if isinstance(item, str):
     if not item.strip():
@@ -52,7 +63,24 @@ def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None):
   form = getattr(kind_table.KINDS.get(kind), 'example', None)
   if form not in _READERS:
     raise ValueError(f'predict does not handle kind {kind!r}.')
-  return _READERS[form](where, item, parts, labels, data, text_pairs)
+  read = _READERS[form](where, item, parts, labels, data, text_pairs)
+  if tokenizer is not None:
+    for text in _READ_TEXTS.get(form, lambda _: ())(read):
+      if text is not None and _no_pieces(text, tokenizer):
+        raise ValueError(f'{where} is empty: {_NO_PIECES.format(text[:40])}: every input needs '
+                         'its text.')
+  return read
+
+
+_NO_PIECES = ('{!r} holds no wordpieces (the tokenizer drops control and zero-width '
+              'characters)')
+
+
+def _no_pieces(text: str, tokenizer) -> bool:
+  """Whether `text` yields no wordpieces. Only a text without a letter or digit is tokenized
+  (one with a letter or digit always yields a piece, if only [UNK]): the inputs are tokenized
+  again for their features."""
+  return not any(c.isalnum() for c in text) and not tokenizer.tokenize(text)
 
 
 def _texts(where, item, parts, labels, data, text_pairs):
@@ -127,6 +155,13 @@ def _choices(where, item, parts, labels, data, text_pairs):
 # A kind's example form (training/kinds.py Kind.example) -> (where, item, parts: the raw
 # string's `|||` parts or None for a dict, labels, data, text_pairs) -> the example.
 _READERS = {'texts': _texts, 'question': _question, 'words': _words, 'choices': _choices}
+
+# A form's example -> the texts the model reads, each of which needs a wordpiece (a tagger's
+# words as one text: a word without pieces among others is read as [UNK]). Not 'question':
+# predict answers null for a context without pieces.
+_READ_TEXTS = {'texts': lambda e: (e.text_a, e.text_b),
+               'choices': lambda c: (c.context, *c.choices),
+               'words': lambda s: (' '.join(s.words),)}
 
 
 def _json_type(value) -> str:

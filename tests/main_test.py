@@ -11,6 +11,7 @@ import sys
 
 from absl import logging as absl_logging
 import finetune_runs
+import pytest
 
 from bertjax import accelerators
 from bertjax import console
@@ -47,6 +48,39 @@ def test_config_files_load_from_another_directory_and_bad_input_is_one_error(tmp
   assert last[-2].startswith('error: no files match') and f'{tmp_path}/nowhere/train-*' in last[-2]
   assert 'Traceback' not in done.stderr and 'cuInit' not in done.stderr
   assert (tmp_path / 'relative' / 'w' / '.lock').exists()  # The workdir, made absolute.
+
+
+_KEPT = 'the checkpoints already written are kept and the run resumes from the last one'
+
+
+@pytest.mark.parametrize('raised, line', [
+    ("OSError(errno.ENOSPC, 'No space left on device', '/w/config.json')",  # run_files
+     f'error: /w/config.json: No space left on device: free space or pass another --workdir; '
+     f'{_KEPT}'),
+    ("OSError(errno.ENOSPC, 'No space left on device')",  # workdir_lock's flush: no path.
+     f'error: No space left on device: free space or pass another --workdir; {_KEPT}'),
+    ("OSError(errno.EROFS, 'Read-only file system', '/ro/w')",  # os.makedirs of the workdir.
+     f'error: /ro/w: Read-only file system: remount it writable or pass another --workdir; '
+     f'{_KEPT}'),
+    ("PermissionError(errno.EACCES, 'Permission denied', '/w/.lock')",
+     f'error: /w/.lock: Permission denied: check its owner and mode (ls -l) or pass another '
+     f'--workdir; {_KEPT}'),
+    ("OSError(errno.EIO, 'Input/output error', '/w/x')", None),  # Any other: its traceback.
+])
+def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised, line):
+  """A full or read-only disk outside checkpoint saving (the run's config.json, its lock, the
+  workdir itself) gave a raw traceback."""
+  code = ('import errno, sys\nfrom bertjax import main\n'
+          f'def _run(argv):\n  raise {raised}\n'
+          'main._run = _run\nmain.main(sys.argv)\n')
+  done = run_main(tmp_path, python=('-c', code))
+  assert done.returncode == 1, done.stderr
+  lines = done.stderr.strip().splitlines()
+  if line is None:
+    assert 'Traceback' in done.stderr, done.stderr
+    assert lines[-1] == "OSError: [Errno 5] Input/output error: '/w/x'", done.stderr
+    return
+  assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
 def record(pathname, level, message='m'):

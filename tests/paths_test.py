@@ -1,6 +1,8 @@
 """Paths are made absolute at the start of a job."""
 
 import io
+import os
+import stat
 
 import ml_collections
 import pytest
@@ -143,3 +145,37 @@ def test_an_output_anywhere_inside_a_run_is_refused(tmp_path):
   assert existing.read_text() == 'guid\tlabel\tprediction\n'
   assert paths.check_output_file(tmp_path / 'beside' / 'out.jsonl') == str(
       tmp_path / 'beside' / 'out.jsonl')
+
+
+def test_an_output_that_is_a_link_writes_the_file_it_points_to(tmp_path):
+  """predict --output_file=o/link.jsonl replaced the link by a regular file and never wrote
+  its target: the atomic write's rename landed on the link."""
+  (tmp_path / 'data').mkdir()
+  target = tmp_path / 'data' / 'target.jsonl'
+  target.write_text('old\n')
+  (tmp_path / 'o').mkdir()
+  link = tmp_path / 'o' / 'link.jsonl'
+  link.symlink_to('../data/target.jsonl')  # Relative: resolved from the link's folder.
+  out = paths.check_output_file(link)
+  assert out == str(target)
+  paths.write_atomically(out, 'new\n')
+  assert link.is_symlink() and target.read_text() == 'new\n'
+  assert sorted(p.name for p in target.parent.iterdir()) == ['target.jsonl']  # No temp left.
+  dangling = tmp_path / 'o' / 'dangling.jsonl'  # A link to a file not written yet: as `>`.
+  dangling.symlink_to(tmp_path / 'data' / 'later.jsonl')
+  paths.write_atomically(paths.check_output_file(dangling), 'x\n')
+  assert dangling.is_symlink() and (tmp_path / 'data' / 'later.jsonl').read_text() == 'x\n'
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused(tmp_path):
+  """--output_file=/dev/null (a fifo stands for a device here) was replaced by a regular file:
+  as root, that damages /dev/null for every program."""
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  link = tmp_path / 'link.jsonl'
+  link.symlink_to(fifo)  # /dev/stdout is a link too.
+  for given in (fifo, link):
+    with pytest.raises(ValueError, match=f'^--output_file={given} is not a regular file '
+                       r'\(a device, fifo or socket\): pass a file path\.$'):
+      paths.check_output_file(given)
+  assert stat.S_ISFIFO(os.stat(fifo).st_mode) and link.is_symlink()

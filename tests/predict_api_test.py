@@ -222,3 +222,21 @@ def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
   assert blank == unread and read == reader.predict([question])[0]
   assert read['answer'] and 0 < read['score'] <= 1
   assert predict.jsonl_row('span', blank) == {'answer': '', 'score': None}
+
+
+def test_an_input_without_wordpieces_is_refused_as_an_empty_one_is():
+  """`\x00\x00\x00` or zero-width spaces got a label, the empty input's probabilities, while
+  an empty input was refused."""
+  config = finetune_config.get_config('task=classification,size=tiny,seq=32')
+  config.unlock()
+  config.model.vocab_size = embedded.VOCAB_SIZE
+  run = {'kind': 'classification', 'labels': ['neg', 'pos'], 'data': config.data.to_dict(),
+         'model': config.model.to_dict(), 'pooling': 'cls'}
+  objective = kinds.objective('classification', config.model, 2, 'cls', 32)
+  params = objective.model.init(jax.random.PRNGKey(0), *objective.init_inputs.values(),
+                                deterministic=True)['params']
+  classifier = predict.Predictor(run, params, str(embedded.vocab_path()))
+  for text in ('\x00\x00\x00', '\x01\x02\x7f', '\u200b\u200b'):
+    with pytest.raises(ValueError, match=r'^input 2 is empty: .* holds no wordpieces'):
+      classifier.predict(['the king doth speak', text])
+  assert len(classifier.predict(['the king\u200b doth speak'])) == 1

@@ -1,6 +1,7 @@
 """predict's input lines and JSON fields, read as the user wrote them (no model needed)."""
 
 import json
+import re
 
 import ml_collections
 import pytest
@@ -86,3 +87,49 @@ def test_tagger_tokens_a_string_is_split_on_whitespace_and_a_list_must_hold_word
     tagger(0, {'tokens': 3})
   with pytest.raises(ValueError, match=r"input 1 has no field 'tokens'"):
     tagger(0, {'words': ['a']})
+
+
+NO_PIECES = ['\x00\x00\x00', '\x01\x02\x7f', '\u200b\u200b']  # Nothing the tokenizer keeps.
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+  from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
+  from bertjax.text import vocab_files  # pylint: disable=g-import-not-at-top
+  return vocab_files.for_model(str(embedded.vocab_path()), True)
+
+
+@pytest.mark.parametrize('text', NO_PIECES)
+def test_a_line_without_wordpieces_is_refused_as_a_blank_line_is(tokenizer, text):
+  """Each got a label, the empty input's probabilities, while blank lines were refused."""
+  assert [tokenizer.tokenize(t) for t in NO_PIECES] == [[], [], []]
+  with pytest.raises(ValueError, match=f'^in.txt:2 is empty: {re.escape(repr(text))} holds no '
+                     r'wordpieces \(the tokenizer drops .*\): one input per line \(remove it\)'):
+    predict_inputs.read_inputs(['a', text, 'b'], 'in.txt', tokenizer)
+  assert predict_inputs.read_inputs(['a', text], 'in.txt') == ['a', text]  # No tokenizer given.
+  # Python's inputs, JSON fields, a choice, a tagger's words and a pair's second text: where
+  # example() reads them.
+  for kind, item in (('classification', text), ('classification', {'text': text}),
+                     ('multiple_choice', f'ctx ||| a ||| b ||| {text}'),
+                     ('tagging', {'tokens': [text]})):
+    with pytest.raises(ValueError, match=f'^input 3 is empty: {re.escape(repr(text))} holds no '
+                       'wordpieces .*: every input needs its text'):
+      predict_inputs.example(2, item, kind, ('0', '1', '2'), ml_collections.ConfigDict(
+          {'text_fields': 'text'}), tokenizer=tokenizer)
+  with pytest.raises(ValueError, match=f'^input 1 is empty: {re.escape(repr(text))}'):
+    predict_inputs.example(0, f'a ||| {text}', 'classification', ('0', '1'),
+                           ml_collections.ConfigDict({'text_fields': 'text'}), True, tokenizer)
+
+
+def test_a_text_with_some_wordpieces_is_read_and_a_span_context_without_any_too(tokenizer):
+  data = ml_collections.ConfigDict({'text_fields': 'text'})
+  assert predict_inputs.example(0, '\x00a\u200b', 'classification', ('0', '1'), data,
+                                tokenizer=tokenizer).text_a == '\x00a\u200b'
+  assert predict_inputs.example(0, '\U0001F600', 'classification', ('0', '1'), data,
+                                tokenizer=tokenizer).text_a == '\U0001F600'  # [UNK] is read.
+  assert predict_inputs.example(0, 'a \u200b', 'tagging', ('O',), data,
+                                tokenizer=tokenizer).words == ('a', '\u200b')
+  # A span's context without pieces is answered null (predict_api_test), not refused.
+  span = predict_inputs.example(0, 'who ||| \u200b', 'span', (), data, tokenizer=tokenizer)
+  assert span.question_text == 'who'
+  assert predict_inputs.read_inputs(['who ||| \u200b'], 'in.txt', tokenizer) == ['who ||| \u200b']

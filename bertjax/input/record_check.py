@@ -6,6 +6,7 @@ anything is compiled), rather than as a parse error inside tf.data.
 """
 
 import concurrent.futures
+import re
 
 from google.protobuf import message
 import numpy as np
@@ -93,8 +94,21 @@ def _read_head(path: str, count_records: bool) -> tuple[int, bytes]:
   try:
     counted, first = _count_and_first(path, count_records)
   except tf.errors.OpError as e:
-    raise ValueError(f'{path}: not a readable TFRecord file ({e.message})') from e
+    raise ValueError(f'{path}: not a readable TFRecord file ({_reason(e.message)}): recreate it '
+                     'with create_pretraining_data') from e
   return int(counted), first.numpy()
+
+
+def _reason(text: str) -> str:
+  """The line of a TensorFlow error that says what is wrong ('truncated record at 99821'):
+  a graph's error also carries where the op was defined (a stack of `File ...` lines) and the
+  node it ran in, none of it about the file."""
+  lines = [line.strip() for line in text.splitlines()]
+  said = [line for line in lines if line and not line.startswith(
+      ('Graph execution error', 'Detected at node', 'File "', '[['))]
+  reason = said[-1] if said else text.strip()
+  reason = re.sub(r"\s*\[\[.*?\]\]|\s*\[Op:[^\]]*\]|' failed with .*$", '', reason)
+  return reason.strip() or 'unreadable'
 
 
 def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:

@@ -126,16 +126,18 @@ def batch_sharding(mesh: jax.sharding.Mesh, rules=RULES) -> jax.sharding.NamedSh
   return jax.sharding.NamedSharding(mesh, spec)
 
 
-def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh, rules=RULES):
-  """Raises, before compiling, when the batch cannot be split evenly over the mesh."""
+def check_divisible(global_batch_size: int, mesh: jax.sharding.Mesh, rules=RULES,
+                    name: str = 'global_batch_size'):
+  """Raises, before compiling, when the batch cannot be split evenly over the mesh; the error
+  names the setting it checks (`name`: global_batch_size, eval_batch_size, ...)."""
   dp = data_parallel_size(mesh, rules)
   if global_batch_size % dp:
     split = ' x '.join(f'{a}={mesh.shape[a]}' for a in batch_axes(rules))
     raise ValueError(
-        f'global batch size {global_batch_size} is not divisible by the data-parallel size {dp} '
+        f'{name} {global_batch_size} is not divisible by the data-parallel size {dp} '
         f'(mesh {split}): use a multiple of {dp}, or move devices to the tensor axis.')
   if global_batch_size % jax.process_count():
-    raise ValueError(f'global batch size {global_batch_size} is not divisible by the '
+    raise ValueError(f'{name} {global_batch_size} is not divisible by the '
                      f'{jax.process_count()} hosts.')
 
 

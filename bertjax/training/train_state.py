@@ -66,14 +66,15 @@ def check_config(config, mesh, vocab_entries: int | None):
     raise ValueError(f'global_batch_size {config.global_batch_size} is not divisible by '
                      f'grad_accum_steps {k}.')
   # The whole batch first, then the micro-batch with its own message: checking only the
-  # micro-batch reported it as "global batch size".
+  # micro-batch reported it as "global batch size". Each names the setting it checks.
   sharding.check_divisible(config.global_batch_size, mesh, rules)
   if config.global_batch_size % (dp * k):
     raise ValueError(f'the micro-batch {config.global_batch_size // k} (global_batch_size / '
                      f'grad_accum_steps) is not divisible by the data-parallel size {dp}: '
                      'use fewer grad_accum_steps or a larger global_batch_size.')
-  sharding.check_divisible(config.global_batch_size // k, mesh, rules)  # Its host split.
-  sharding.check_divisible(config.eval_batch_size, mesh, rules)
+  sharding.check_divisible(config.global_batch_size // k, mesh, rules,  # Its host split.
+                           'the micro-batch (global_batch_size / grad_accum_steps)')
+  sharding.check_divisible(config.eval_batch_size, mesh, rules, 'eval_batch_size')
   if config.data.max_seq_length > mcfg.max_position_embeddings:
     raise ValueError(f'data.max_seq_length {config.data.max_seq_length} exceeds the position '
                      f'table (model.max_position_embeddings={mcfg.max_position_embeddings}).')

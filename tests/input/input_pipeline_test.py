@@ -343,6 +343,21 @@ def test_bad_inputs_fail_early_with_what_to_change(static_dir, unmasked_dir, tmp
     _pretrain(tmp_path, pattern='garbage.tfrecord')
 
 
+def test_a_truncated_file_is_one_line_naming_it_and_what_to_do(tmp_path):
+  """A copy cut short: TensorFlow's error carries the graph's stack (20 lines); the user gets
+  the file, TensorFlow's reason and the fix, on one line."""
+  path = tmp_path / 'cut.tfrecord'
+  _write(path, [{'input_ids': list(range(SEQ))}] * 50)
+  data = path.read_bytes()
+  path.write_bytes(data[:-10])  # Its last record's header whole, its data cut.
+  spec = record_check.feature_spec(SEQ, PRED)
+  with pytest.raises(ValueError) as raised:
+    record_check.inspect_files([str(path)], spec)
+  last = len(data) - len(data) // 50  # Where the last record (the one cut) starts.
+  assert str(raised.value) == (f'{path}: not a readable TFRecord file (truncated record at '
+                               f'{last}): recreate it with create_pretraining_data')
+
+
 def _mesh():
   devices = np.array(jax.devices()[:8]).reshape(2, 2, 2)
   return jax.sharding.Mesh(devices, ('data', 'fsdp', 'tensor'))
