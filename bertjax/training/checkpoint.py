@@ -286,7 +286,8 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
             f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
             '(permissions, memory, the config) and rerun.') from e
       logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
-                      'previous one', step, mngr.directory, type(e).__name__, str(e)[:300])
+                      'previous one', step, mngr.directory, type(e).__name__,
+                      ' '.join(str(e).split())[:300])  # One line, whatever the library said.
       if not read_only:
         _move_aside(mngr, step)
       continue
@@ -314,8 +315,10 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
 
 def check_tree(path):
   """Refuses a saved state whose OCDBT tree (its root manifest's data, checksummed) cannot be
-  listed: orbax would fail on it too, but leave tensorstore calling into a closed event loop,
-  printing tracebacks after the error."""
+  listed, or, on a local disk, one of whose chunks cannot be read (a data file cut short):
+  orbax would fail on it too, but leave tensorstore calling into a closed event loop, printing
+  hundreds of tracebacks after the error. The local read warms the page cache orbax then reads
+  from; a bucket's chunks are not read twice (orbax's reading decides there)."""
   path = orbax_path(path)
   if not files.exists(files.join(path, 'manifest.ocdbt')):
     return  # Not OCDBT, or no manifest at all: orbax's own reading decides.
@@ -323,8 +326,11 @@ def check_tree(path):
   base = path.rstrip('/') + '/' if remote else f'file://{os.path.abspath(path)}/'
   try:
     store = ts.KvStore.open({'driver': 'ocdbt', 'base': base}).result()
-    store.list().result()
-  except ValueError as e:  # tensorstore's errors: DATA_LOSS, NOT_FOUND, ...
+    keys = store.list().result()
+    if not remote:
+      for read in [store.read(key) for key in keys]:
+        read.result()
+  except ValueError as e:  # tensorstore's errors: DATA_LOSS, NOT_FOUND, OUT_OF_RANGE, ...
     if remote and not any(m in str(e) for m in ('DATA_LOSS', 'checksum', 'Error decoding')):
       return  # Perhaps not damage (credentials this client lacks): orbax's reading decides.
     raise checkpoint_damage.DamagedCheckpointError(

@@ -103,15 +103,21 @@ print('read step', meta['step'])
 """
 
 
+@pytest.mark.parametrize('damage', ['manifest', 'cut'])
 @pytest.mark.parametrize('reader', ['resume', 'predict'])
-def test_a_damaged_tree_falls_back_with_no_traceback(tmp_path, reader):
-  # The root manifest's data (where the tree is listed) damaged: orbax read it and left
-  # tensorstore calling into a closed event loop, a traceback on stderr after the warning.
+def test_a_damaged_tree_falls_back_with_no_traceback(tmp_path, reader, damage):
+  # The root manifest's data (where the tree is listed) damaged, or the arrays' data file cut
+  # short: orbax read it and left tensorstore calling into a closed event loop, tracebacks on
+  # stderr after the warning (hundreds of them for a cut file).
   save_steps(tmp_path)
-  victim = next((tmp_path / 'checkpoints' / '2' / 'state' / 'd').iterdir())
-  data = bytearray(victim.read_bytes())
-  data[len(data) // 2] ^= 0x10
-  victim.write_bytes(bytes(data))
+  if damage == 'manifest':
+    victim = next((tmp_path / 'checkpoints' / '2' / 'state' / 'd').iterdir())
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(bytes(data))
+  else:
+    victim = largest_data_file(tmp_path / 'checkpoints' / '2')
+    victim.write_bytes(victim.read_bytes()[:1000])
   out = subprocess.run([sys.executable, '-c', _READ_DAMAGED_TREE, reader, str(tmp_path)],
                        capture_output=True, text=True, timeout=120,
                        cwd=pathlib.Path(__file__).parent, check=False)
