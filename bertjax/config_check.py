@@ -230,8 +230,10 @@ def _check_optimizer(c: _Checker, job):
       and total and warmup > total):
     # Legal (the rate still ramps up when the run ends): short smoke runs of a recipe do so.
     logging.log_first_n(logging.WARNING, 'config.optimizer.warmup_steps=%d is longer than the '
-                        '%d steps of the schedule: the learning rate never reaches its peak', 1,
-                        warmup, total)
+                        '%d steps of the schedule: the learning rate still rises when the run '
+                        'ends (never reaching its peak, never decaying); set '
+                        '--config.optimizer.warmup_steps below %d for a warmup and a decay', 1,
+                        warmup, total, total)
   c.fraction('optimizer.warmup_proportion', closed_high=True,
              why='the share of the steps spent warming up must be in [0, 1]',
              fix='set --config.optimizer.warmup_proportion to e.g. 0.1 (BERT)')

@@ -305,14 +305,18 @@ def _check_schedule(config, last: dict, workdir, step: int, schedule):
              if k in old and old[k] != config.optimizer[k]]
   if not changed:
     return
-  old_rate = optimizer_lib.learning_rate_schedule(
-      ml_collections.ConfigDict({k: old[k] for k in fields}))(step)
+  old_rate = float(optimizer_lib.learning_rate_schedule(
+      ml_collections.ConfigDict({k: old[k] for k in fields}))(step))
+  new_rate = float(schedule(step))
+  at_step = (f'the rate goes from {old_rate:.3g} to {new_rate:.3g}' if old_rate != new_rate
+             else f'the rate is unchanged ({new_rate:.3g}) but follows another curve from here')
+  keep = (f'keep optimizer.total_steps={old.get("total_steps")} (the rate stays at '
+          'end_learning_rate after it), or start' if old.get('warmup_steps', 0) <= old.get(
+              'total_steps', 0) else 'start')
   logging.warning(
       'the learning-rate schedule differs from the one this run last ran with (%s): at step %d '
-      'the rate goes from %.3g to %.3g. To extend a run without that jump, keep '
-      'optimizer.total_steps=%s (the rate stays at end_learning_rate after it) or start a new '
-      'run with init_from=%s.', ', '.join(changed), step, float(old_rate), float(schedule(step)),
-      old.get('total_steps'), workdir)
+      '%s. To extend a run without that change, %s a new run with init_from=%s.',
+      ', '.join(changed), step, at_step, keep, workdir)
 
 
 def _saved_layout(mngr) -> bool | None:

@@ -690,3 +690,23 @@ def test_a_resume_compares_with_the_config_that_wrote_its_checkpoint(tmp_path):
   assert loop._last_config(str(tmp_path), 9) == {'seed': 1}
   assert loop._last_config(str(tmp_path), 12) == {'seed': 2}
   assert loop._last_config(str(tmp_path), 6) == {'seed': 0}
+
+
+def test_a_schedule_change_on_a_resume_says_what_happens_at_its_step(caplog):
+  def config(steps, warmup):
+    c = pretrain.get_config(f'size=tiny,steps={steps}')
+    c.optimizer.warmup_steps = warmup
+    return optimizer_lib.resolve_total_steps(c)
+  last = json.loads(config(50, 60).to_json())  # Still warming up when it ended at 50.
+  now = config(52, 60)
+  loop._check_schedule(now, last, 'W', 40, optimizer_lib.learning_rate_schedule(now.optimizer))
+  # Both still on the same warmup at step 40: no jump there, yet not the same schedule.
+  assert re.search(r'at step 40 the rate is unchanged \(\S+\) but follows another curve from '
+                   r'here\. To extend a run without that change, start a new run with '
+                   r'init_from=W', caplog.text)
+  caplog.clear()
+  last = json.loads(config(50, 10).to_json())
+  now = config(60, 10)
+  loop._check_schedule(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
+  assert re.search(r'at step 50 the rate goes from 0 to \S+\. To extend a run without that '
+                   r'change, keep optimizer.total_steps=50 .*, or start a new run', caplog.text)
