@@ -34,7 +34,9 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
       try:
         inputs.append(json.loads(line))
       except json.JSONDecodeError as e:
-        raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}).') from None
+        raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}): a line that starts '
+                         'with { is read as a JSON object of the task\'s fields; for raw text '
+                         'that starts with {, pass it as {"text": "..."}.') from None
     else:
       inputs.append(line)
   return inputs
@@ -88,15 +90,18 @@ def _texts(where, item, parts, labels, data, text_pairs):
   del labels
   if parts is None:
     fields = user_data.text_fields(data.get('text_fields', 'text'))
-    for names in (fields, ('text_a', 'text_b'), ('text_a',), ('text',),
-                  ('sentence1', 'sentence2'), ('sentence',)):
+    accepted = (fields, ('text_a', 'text_b'), ('text_a',), ('text',), ('sentence1', 'sentence2'),
+                ('sentence',))
+    for names in accepted:
       if names[0] in item:
         parts = [_string(where, item, names[0])]
         if len(names) > 1 and item.get(names[1]) is not None:
           parts.append(_string(where, item, names[1]))
         break
     else:
-      raise ValueError(f'{where} has none of the fields {fields}: {sorted(item)}.')
+      known = sorted({name for names in accepted for name in names})
+      raise ValueError(f'{where} has none of the fields it reads ({", ".join(known)}): it has '
+                       f'{sorted(item)}.')
   if len(parts) > 2 or not all(parts):
     raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
   if text_pairs is not None and text_pairs != (len(parts) == 2):

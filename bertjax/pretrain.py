@@ -73,8 +73,10 @@ class Evaluator:
 
   def run(self, params, step: int) -> dict:
     del step
-    if self.baseline is None:
-      self.baseline = unigram_baseline(self.make_dataset(process_index=0, process_count=1))
+    if self.baseline is None:  # Over the batches the metrics see (max_batches caps both).
+      whole = self.make_dataset(process_index=0, process_count=1)
+      self.baseline = unigram_baseline(whole.take(self.max_batches) if self.max_batches >= 0
+                                       else whole)
     outputs = []
     for i, host_batch in enumerate(input_pipeline.host_batches(self.make_dataset(),
                                                                'the eval files')):

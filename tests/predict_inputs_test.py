@@ -133,3 +133,13 @@ def test_a_text_with_some_wordpieces_is_read_and_a_span_context_without_any_too(
   span = predict_inputs.example(0, 'who ||| \u200b', 'span', (), data, tokenizer=tokenizer)
   assert span.question_text == 'who'
   assert predict_inputs.read_inputs(['who ||| \u200b'], 'in.txt', tokenizer) == ['who ||| \u200b']
+
+
+def test_a_json_mistake_says_how_the_line_was_read_and_what_is_read():
+  with pytest.raises(ValueError, match=r'^in.txt:1: not valid JSON \(.*\): a line that starts '
+                     r'with \{ is read as a JSON object .* pass it as \{"text": "..."\}\.$'):
+    predict_inputs.read_inputs(['{spoiler} great film'], 'in.txt')
+  with pytest.raises(ValueError, match=r"^input 1 has none of the fields it reads \(.*review, "
+                     r"sentence, sentence1, sentence2, text, text_a, text_b\): it has \['body'\]"):
+    predict_inputs.example(0, {'body': 'x'}, 'classification', ('0', '1'),
+                           ml_collections.ConfigDict({'text_fields': 'review'}))

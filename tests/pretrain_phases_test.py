@@ -76,7 +76,10 @@ def test_each_eval_reads_its_phase_files(two_phase):
         phase.eval_files, global_batch_size=16, max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq, process_index=0,
         process_count=1)
-    assert baselines[step] == pytest.approx(pretrain.unigram_baseline(dataset), rel=1e-6)
+    # Over the batches the accuracies see: max_eval_batches caps both.
+    assert baselines[step] == pytest.approx(
+        pretrain.unigram_baseline(dataset.take(cfg.max_eval_batches)), rel=1e-6)
+    assert baselines[step] != pytest.approx(pretrain.unigram_baseline(dataset), rel=1e-6)
   assert baselines[BOUNDARY] != baselines[STEPS]
   assert metrics['unigram_baseline'] == pytest.approx(baselines[STEPS], rel=1e-6)
   assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * 16
