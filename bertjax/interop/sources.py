@@ -101,6 +101,11 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
   data = run.get('data', {})
   if run.get('job') == 'finetune':
     kind, labels = _task_labels(run, step)
+    saved = read.meta.get('labels')
+    if saved is not None and tuple(saved) != labels:
+      raise ValueError(f"{step} was saved with the labels {saved} (its head's order), but the "
+                       f"run's config.json lists {list(labels)}: config.json was edited or is "
+                       "another run's; restore the one the run wrote.")
     pooling = run.get('pooling', 'cls')
   else:
     kind, labels, pooling = bundle_lib.kind_of(params), (), 'cls'

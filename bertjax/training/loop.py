@@ -199,6 +199,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | N
   --step=best (its ranking) read back."""
   meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
           'model': json.loads(config.model.to_json()),
+          # A task's labels in head order: a config.json edited later cannot reorder them.
+          **({'labels': list(config.labels)} if config.get('labels') else {}),
           **({} if ranking is None else {'ranking': ranking})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if ranking is None else {ranking['metric']: ranking['value']})

@@ -339,3 +339,17 @@ def test_a_run_without_its_config_or_with_another_vocab_or_no_length_is_refused(
                      'config.json'):
     export.export(str(copy), 'hf', str(tmp_path / 'out'), vocab_file=str(copy / 'vocab.txt'))
   assert not (tmp_path / 'out').exists()
+
+
+def test_labels_reordered_in_config_json_are_refused(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  run = json.loads((copy / 'config.json').read_text())
+  assert run['labels'] == ['0', '1']
+  run['labels'] = ['1', '0']  # Every answer would be the other label.
+  (copy / 'config.json').write_text(json.dumps(run))
+  with pytest.raises(ValueError, match=r"was saved with the labels \['0', '1'\] \(its head's "
+                     r"order\), but the run's config.json lists \['1', '0'\]"):
+    export.export(str(copy), 'hf', str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
