@@ -140,7 +140,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   if not files.is_remote(out):
     # Through its links (/dev/stdout is one to a terminal or a pipe), before resolving them:
     # a pipe's link resolves to no path at all.
-    if os.path.exists(out) and not os.path.isfile(out):
+    if os.path.exists(out) and not os.path.isfile(out):  # local: not a URL
       raise ValueError(f'--{flag}={output} is not a regular file (a device, fifo or socket): '
                        'pass a file path.')
     if os.path.islink(out):

@@ -193,7 +193,7 @@ def _recover(parent: str, name: str):
                         'moved to %s.', output, entry)
         continue
       if os.path.islink(path):  # local only
-        os.unlink(path)  # The link, never what it points to.
+        os.unlink(path)  # local: the link, never what it points to.
       else:
         files.rmtree(path)
       logging.warning('removed %s: what an export killed before it finished left behind.', path)
