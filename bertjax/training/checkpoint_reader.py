@@ -163,12 +163,17 @@ def parse_step(step, *, text: bool = False) -> int | str | None:
                    "'best' or 'latest'.")
 
 
+def resumed_configs(workdir) -> list[tuple[int, str]]:
+  """(step, path) of every config-resumed-at-<step>.json a resume of the run wrote, in order."""
+  return sorted((int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]), p)
+                for p in files.glob(files.join(workdir, 'config-resumed-at-*.json')))
+
+
 def _run_config(workdir) -> dict | None:
   """The config the run in `workdir` last ran with (a resume's own, else config.json)."""
   try:
-    resumed = sorted(files.glob(files.join(workdir, 'config-resumed-at-*.json')),
-                     key=lambda p: int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]))
-    return json.loads(files.read_text(resumed[-1] if resumed else
+    resumed = resumed_configs(workdir)
+    return json.loads(files.read_text(resumed[-1][1] if resumed else
                                       files.join(workdir, 'config.json')))
   except (OSError, ValueError):
     return None

@@ -38,6 +38,7 @@ from bertjax.training import checkpoint
 from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import progress as progress_lib
+from bertjax.training import resume_checks
 from bertjax.training import run_files
 from bertjax.training import sharding
 from bertjax.training import train_state
@@ -225,102 +226,6 @@ def _read_json(path):
     return None
 
 
-# Settings that decide which examples a step reads: changed on a resume, the run goes on at
-# its example count in another order (or other files), not where it stopped.
-_ORDER_FIELDS = ('seed', 'data.train_files', 'data.train_file', 'phase2.train_files')
-# With the embedded corpus (data.train_files empty) the files are made in <workdir>/data from
-# these: changed, the same names hold other examples.
-_EMBEDDED_FIELDS = ('data.dupe_factor', 'data.max_seq_length', 'data.max_predictions_per_seq',
-                    'data.dynamic_masking', 'data.masking', 'data.masked_lm_prob',
-                    'data.max_instances_per_row', 'model.nsp', 'phase2.max_seq_length',
-                    'phase2.max_predictions_per_seq')
-
-
-def _last_config(workdir, step: int) -> dict | None:
-  """The config the run ran with when it wrote checkpoint `step`: the config-resumed-at-M.json
-  with the largest M below `step`, else config.json. (A resume that failed before its first
-  checkpoint left one at M = `step`: it wrote nothing this run continues.)"""
-  resumed = sorted((int(files.name(p)[:-len('.json')].rsplit('-', 1)[-1]), p)
-                   for p in files.glob(files.join(workdir, 'config-resumed-at-*.json')))
-  before = [p for at, p in resumed if at < step]
-  return _read_json(before[-1] if before else files.join(workdir, 'config.json'))
-
-
-def _phase2_start(flat: dict) -> int | None:
-  """The step pre-training's second phase starts at (pretrain.phases' rule); None: one phase."""
-  fraction = flat.get('phase2.fraction') or 0
-  return round(flat.get('num_train_steps', 0) * (1 - fraction)) if fraction else None
-
-
-def _check_phases(config, last: dict, workdir, step: int, examples_consumed: int):
-  """Refuses a resume that would read the second phase's files from another example than the
-  run reached: that phase reads on from (examples consumed - its first step x the batch), true
-  only while the phase boundary and the batch are the ones the run ran with."""
-  flat_last = flax.traverse_util.flatten_dict(last, sep='.')
-  flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
-  old, new = _phase2_start(flat_last), _phase2_start(flat_now)
-  if not any(start is not None and start < step for start in (old, new)):
-    return  # In phase 1 either way: its files are read from the examples consumed.
-  keep = (f"keep num_train_steps={flat_last.get('num_train_steps')}, "
-          f"phase2.fraction={flat_last.get('phase2.fraction') or 0} and "
-          f"global_batch_size={flat_last.get('global_batch_size')}, or start another --workdir "
-          f'with init_from={workdir}')
-  if old != new:
-    def said(start):
-      return 'in one phase' if start is None else f'with its second phase from step {start}'
-    raise ValueError(f'this run ran {said(old)} and would now run {said(new)} '
-                     f'(num_train_steps or phase2.fraction changed): resumed at step {step}, '
-                     f'its phases would read their files from the wrong example; {keep}.')
-  if examples_consumed != step * config.global_batch_size:
-    raise ValueError(f'this two-phase run consumed {examples_consumed} examples in {step} steps, '
-                     f'not {step} x global_batch_size {config.global_batch_size}: with another '
-                     'batch its second phase would read its files from the wrong example; '
-                     f'{keep}.')
-
-
-def _check_data_order(config, last: dict, step: int, examples_consumed: int):
-  """Warns when a resumed run reads its data in another order or from other files than the
-  run it continues: examples seen may come again, others never."""
-  flat_last = flax.traverse_util.flatten_dict(last, sep='.')
-  flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
-  fields = _ORDER_FIELDS
-  if flat_now.get('data.train_files', 'none') == flat_last.get('data.train_files', 'none') == '':
-    fields += _EMBEDDED_FIELDS
-  changed = [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in fields
-             if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]]
-  if changed:
-    logging.warning(
-        'the data order differs from the one this run last ran with (%s): from step %d it '
-        'reads on at example %d of another order, so examples already seen may come again and '
-        'others never (dropout draws differ too). To resume exactly, keep the old values.',
-        ', '.join(changed), step, examples_consumed)
-
-
-def _check_schedule(config, last: dict, workdir, step: int, schedule):
-  """Warns when a resumed run's learning-rate schedule differs from the one it started with
-  (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
-  if 'optimizer' not in last:
-    return
-  old = dict(last['optimizer'])
-  fields = ('learning_rate', 'end_learning_rate', 'warmup_steps', 'total_steps', 'decay_power')
-  changed = [f'optimizer.{k} {old.get(k)} -> {config.optimizer[k]}' for k in fields
-             if k in old and old[k] != config.optimizer[k]]
-  if not changed:
-    return
-  old_rate = float(optimizer_lib.learning_rate_schedule(
-      ml_collections.ConfigDict({k: old[k] for k in fields}))(step))
-  new_rate = float(schedule(step))
-  at_step = (f'the rate goes from {old_rate:.3g} to {new_rate:.3g}' if old_rate != new_rate
-             else f'the rate is unchanged ({new_rate:.3g}) but follows another curve from here')
-  keep = (f'keep optimizer.total_steps={old.get("total_steps")} (the rate stays at '
-          'end_learning_rate after it), or start' if old.get('warmup_steps', 0) <= old.get(
-              'total_steps', 0) else 'start')
-  logging.warning(
-      'the learning-rate schedule differs from the one this run last ran with (%s): at step %d '
-      '%s. To extend a run without that change, %s a new run with init_from=%s.',
-      ', '.join(changed), step, at_step, keep, workdir)
-
-
 def _saved_layout(mngr) -> bool | None:
   """Whether the newest readable checkpoint holds stacked (nn.scan) layers; None: none."""
   for step in sorted(mngr.all_steps(), reverse=True):
@@ -457,11 +362,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     mngr.close()
     return _nothing_to_do(workdir, start_step, total_steps, stopped,
                           _best_of(history, metric, mode, keep_best))
-  last = _last_config(workdir, start_step) if resumed else None
-  if last:
-    _check_schedule(config, last, workdir, start_step, schedule)
-    _check_phases(config, last, workdir, start_step, examples_consumed)
-    _check_data_order(config, last, start_step, examples_consumed)
+  if resumed:
+    resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
     run_files.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir)
