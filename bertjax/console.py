@@ -22,6 +22,19 @@ _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a health
                    # saves every few steps): the progress line's rate at that step shows it.
                    'Waiting for previous save to complete')
 
+# The exit status of a run that saved and stopped because it was preempted (SIGTERM): not 0, so
+# that a scheduler (a JobSet, SLURM, a wrapper) restarts it rather than taking it for done
+# (EX_TEMPFAIL: try again). The launchers exit with it too when their restarts run out.
+PREEMPTED_EXIT = 75
+_PREEMPTED = threading.Event()
+
+
+def preempted(stopped: str = '') -> bool:
+  """Records that the job ended preempted (`stopped` says so); whether one did."""
+  if stopped.startswith('preempted'):
+    _PREEMPTED.set()
+  return _PREEMPTED.is_set()
+
 
 class ConsoleFilter(std_logging.Filter):
   """The console carries bertjax's lines and every library's warnings and errors; libraries'

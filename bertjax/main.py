@@ -195,6 +195,8 @@ def main(argv):
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
     _run(argv)
+    if console.preempted():  # Saved and stopped: a scheduler must run it again, not end it.
+      sys.exit(console.PREEMPTED_EXIT)
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
     message = _storage_error(e)
     if message is None and not isinstance(e, (

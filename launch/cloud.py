@@ -7,6 +7,7 @@ import shlex
 import subprocess
 
 from bertjax import config_args
+from bertjax import console
 
 # This checkout's configs/: what launch/Dockerfile copies into the image and tpu_pod.py copies to
 # every worker (each config file imports configs.common).
@@ -40,7 +41,8 @@ SLICES = {
        ((8, '2x2x1'), (16, '2x2x2'), (32, '2x2x4'), (64, '2x4x4'), (128, '4x4x4'),
         (256, '4x4x8'), (512, '4x8x8'))},
 }
-PREEMPTED_EXIT = 75  # What a launcher exits with when its restarts are spent on preemptions.
+# What a launcher exits with when its restarts are spent on preemptions: bertjax.main's own.
+PREEMPTED_EXIT = console.PREEMPTED_EXIT
 
 
 class Runner:

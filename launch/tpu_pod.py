@@ -186,9 +186,10 @@ def stream_command(tpu: Slice) -> list[str]:
 
 def was_preempted(exit_code: int, state: str) -> bool:
   """The run ended early because the slice went away: the queued resource is no longer ACTIVE
-  (spot preemption, maintenance), or the ssh session was cut (255) with the slice still there
-  but the run not finished."""
-  return state != 'ACTIVE' or exit_code == 255
+  (spot preemption, maintenance), the ssh session was cut (255) with the slice still there
+  but the run not finished, or the run itself saved and stopped on a SIGTERM
+  (cloud.PREEMPTED_EXIT: a maintenance event on a slice still ACTIVE)."""
+  return state != 'ACTIVE' or exit_code in (255, cloud.PREEMPTED_EXIT)
 
 
 def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float):

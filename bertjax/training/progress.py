@@ -39,6 +39,7 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
   loss, the last eval's metrics (`main_metric` first, the loss last), `metrics`, `outputs`
   (what, where), its checkpoints and TensorBoard folder. The job calls it once its saves are
   done and its workdir released."""
+  console.preempted(outcome.stopped)  # Every host: each exits with PREEMPTED_EXIT.
   if jax.process_index() > 0:
     return
   done = ('' if outcome.train_loss is not None or outcome.step < outcome.total_steps

@@ -10,17 +10,20 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 
 
-def run_script(tmp_path, *args):
+def run_script(tmp_path, *args, srun_exit=0):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
-  (bin_dir / 'srun').write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\n')
-  (bin_dir / 'srun').chmod(0o755)
+  (bin_dir / 'srun').write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\nexit {srun_exit}\n')
+  (bin_dir / 'scontrol').write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG.scontrol"\n')
+  for tool in ('srun', 'scontrol'):
+    (bin_dir / tool).chmod(0o755)
   venv = tmp_path / 'venv'
   (venv / 'bin').mkdir(parents=True)
   (venv / 'bin' / 'activate').write_text('export ACTIVATED=1\n')
   env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
              FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
-             SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8')
+             SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8',
+             SLURM_JOB_ID='4242')
   result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
                           text=True, timeout=60)
   log = tmp_path / 'srun.txt'
@@ -59,3 +62,18 @@ def test_the_batch_directives_ask_for_one_task_per_node_and_requeue():
   directives = [line for line in SCRIPT.read_text().splitlines() if line.startswith('#SBATCH')]
   assert '#SBATCH --ntasks-per-node=1' in directives
   assert '#SBATCH --requeue' in directives and '#SBATCH --signal=TERM@120' in directives
+
+
+@pytest.mark.parametrize('srun_exit, requeued', [(75, True), (0, False), (1, False)])
+def test_a_run_that_saved_and_stopped_is_requeued_and_no_other(tmp_path, srun_exit, requeued):
+  """75: bertjax.main saved and stopped on SIGTERM (preemption, the time limit): the job goes
+  back in the queue and resumes. A finished or failed run is not requeued; the status passes."""
+  result, _ = run_script(tmp_path, '/shared/runs/base', '--config=configs/pretrain.py',
+                         srun_exit=srun_exit)
+  assert result.returncode == srun_exit, result.stderr
+  scontrol = tmp_path / 'srun.txt.scontrol'
+  if requeued:
+    assert scontrol.read_text().split() == ['requeue', '4242']
+    assert 'requeueing job 4242 to resume from its last checkpoint' in result.stdout
+  else:
+    assert not scontrol.exists()

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from bertjax import config_args
+from bertjax import console
 from launch import cloud
 from launch import tpu_pod
 
@@ -255,3 +256,11 @@ def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretr
   with pytest.raises(ValueError, match=r"--aot_check compiles the pre-training step only, and "
                      r"this job is config.job='finetune': leave --aot_check out"):
     launch_in_process(['--config=configs/finetune.py:task=mrpc'], aot_check=True)
+
+
+def test_what_counts_as_a_preemption():
+  assert tpu_pod.was_preempted(0, 'PREEMPTED') and tpu_pod.was_preempted(1, 'SUSPENDING')
+  assert tpu_pod.was_preempted(255, 'ACTIVE')  # The ssh session cut, the run not finished.
+  # The run saved and stopped on a SIGTERM (maintenance) while the slice stayed ACTIVE.
+  assert tpu_pod.was_preempted(console.PREEMPTED_EXIT, 'ACTIVE')
+  assert not tpu_pod.was_preempted(0, 'ACTIVE') and not tpu_pod.was_preempted(1, 'ACTIVE')

@@ -20,6 +20,7 @@ import pretrain_runs
 import pytest
 import two_processes
 
+from bertjax import console
 from bertjax import pretrain
 
 STEPS = 9
@@ -56,10 +57,13 @@ def start_hosts(workdir, fields, env, tag: str) -> tuple[list[subprocess.Popen],
 
 
 def finish_hosts(processes, logs, timeout=pretrain_runs.TIMEOUT_S) -> list[int]:
-  """Exit codes; a host that fails gets its peer killed (it would wait on collectives)."""
+  """Exit codes; a host that fails gets its peer killed (it would wait on collectives). A host
+  that saved and stopped preempted (console.PREEMPTED_EXIT) has not failed: its peer may still
+  be finishing its own save."""
   deadline = time.monotonic() + timeout
   while any(p.poll() is None for p in processes):
-    failed = [i for i, p in enumerate(processes) if p.poll() not in (None, 0)]
+    failed = [i for i, p in enumerate(processes)
+              if p.poll() not in (None, 0, console.PREEMPTED_EXIT)]
     if failed or time.monotonic() > deadline:
       for p in processes:
         if p.poll() is None:
@@ -89,7 +93,7 @@ def preempted(tmp_path_factory, fields, env):
     if processes[1].poll() is not None:  # Host 0 would wait for its peer until timeouts.
       processes[0].kill()
   processes[1].send_signal(signal.SIGTERM)  # Only host 1: jax.distributed tells host 0.
-  assert finish_hosts(processes, logs) == [0] * HOSTS
+  assert finish_hosts(processes, logs) == [console.PREEMPTED_EXIT] * HOSTS  # Both: run again.
   return workdir, [log.read_text() for log in logs]
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pretrain_runs
 import pytest
 
+from bertjax import console
 from bertjax import pretrain
 from bertjax.training import checkpoint
 from bertjax.training import optimizer as optimizer_lib
@@ -97,8 +98,9 @@ def test_sigkill_then_restart_resumes_from_the_last_checkpoint(interrupted):
   assert not interrupted.leftovers  # A save cut short by the kill is cleaned up.
 
 
-def test_sigterm_saves_where_it_stopped_and_exits_0(interrupted):
-  assert interrupted.stopped_code == 0, interrupted.logs[1][-3000:]
+def test_sigterm_saves_where_it_stopped_and_exits_for_a_rerun(interrupted):
+  # Not 0: a scheduler that restarts failed jobs (a JobSet, SLURM) must not take it for done.
+  assert interrupted.stopped_code == console.PREEMPTED_EXIT, interrupted.logs[1][-3000:]
   stopped = int(re.search(r'preempted: saved step (\d+)', interrupted.logs[1]).group(1))
   assert interrupted.after_kill[-1] < stopped < STEPS
   # The save at the stop is forced: usually between the periodic ones, and always the last one.
