@@ -81,6 +81,12 @@ def _candidate_spans(feature_indexes, start_NxL, end_NxL, meta, *, n_best_size,
   A span is (score, start_logit, end_logit, feature, start_index, end_index); run_squad.py's
   rules: both ends in the window's document part, start in its max-context half, end >= start,
   at most max_answer_length tokens; SQuAD 2.0 adds the best null (0, 0) span.
+
+  The n_best_size positions are ranked among the window's own tokens only: positions past them
+  hold padding, whose outputs depend on how far its batch was padded (a row cut to its batch's
+  longest and padded back with zeros; full rows in predict), so an answer would change with the
+  other rows of its batch. run_squad.py ranks every position and then drops padding ones, the
+  same whenever a trained model's padding logits stay below its top n_best_size.
   """
   prelim = []
   score_null, null_logits, null_feature = math.inf, (0.0, 0.0), None
@@ -92,8 +98,8 @@ def _candidate_spans(feature_indexes, start_NxL, end_NxL, meta, *, n_best_size,
     num_tokens = len(meta[f]['tokens'])
     token_to_orig_map = meta[f]['token_to_orig_map']
     token_is_max_context = meta[f]['token_is_max_context']
-    end_indexes = _best_indexes(end_L, n_best_size)
-    for start in _best_indexes(start_L, n_best_size):
+    end_indexes = _best_indexes(end_L[:num_tokens], n_best_size)
+    for start in _best_indexes(start_L[:num_tokens], n_best_size):
       if start >= num_tokens or start not in token_to_orig_map:
         continue
       if not token_is_max_context.get(start, False):

@@ -224,6 +224,34 @@ def test_each_token_is_predicted_only_from_its_most_centred_window(tok):
     assert predictions == {'q': expected}
 
 
+@pytest.mark.parametrize('version_2', [False, True])
+def test_an_answer_does_not_depend_on_how_far_its_row_was_padded(tok, version_2):
+  """Eval cuts a batch to its longest row and pads the outputs back with zeros; predict runs full
+  rows. Padding positions must not crowd the real ones out of the n best: an uncertain model
+  (every logit negative) still answers 'paris' whatever stands past the window's tokens."""
+  words = 'The cat sat on a mat in Paris near Rome with John Smith today'.split()
+  example = squad.Example('q', 'where ?', words, '', -1, -1, False, ['Paris'])
+  length = 64
+  features, meta = squad.convert_examples([example], tok, max_seq_length=length, doc_stride=32,
+                                          max_query_length=8, is_training=False)
+  num_tokens = len(meta[0]['tokens'])
+  assert num_tokens < 32
+  logits = np.random.default_rng(0).normal(-6.0, 1.0, size=(1, length, 2))
+  logits[0, meta[0]['tokens'].index('paris')] = -1.0
+  logits[0, 0] = -2.0  # [CLS]: the null answer scores below 'paris'.
+  answers = []
+  for padding in (logits[0, num_tokens:], np.zeros_like(logits[0, num_tokens:]),
+                  np.full_like(logits[0, num_tokens:], 3.0)):
+    rows = logits.copy()
+    rows[0, num_tokens:] = padding
+    decoded = squad_answers.decode(rows[..., 0], rows[..., 1], [example], features, meta,
+                                   version_2_with_negative=version_2)
+    answers.append((decoded.predictions['q'], [e['text'] for e in decoded.nbest['q']],
+                    decoded.null_odds.get('q')))
+  assert answers[0][0] == 'Paris'
+  assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
 def test_answer_span_is_tightened_as_the_original_does(tok):
   # run_squad.py's rule: the span shrinks to the answer's own wordpieces ('1895' inside
   # '(1895-1943)'); an answer that starts inside a word ('boarding' in 'snowboarding': 'snow',
