@@ -1,6 +1,7 @@
 """Process set-up before JAX compiles anything: TensorFlow kept on the CPU beside JAX on the
 accelerators (jax #22070: TF otherwise takes the GPU's memory, or the TPU itself; TF only reads
-files here, through tf.data), and JAX's persistent compilation cache."""
+files here, through tf.data), JAX's persistent compilation cache, and a TPU VM's peers (its
+metadata server) for jax.distributed."""
 
 import hashlib
 import os
@@ -9,11 +10,34 @@ import platform
 from bertjax import console
 from bertjax import paths
 
+_TPU_NODES = ('/dev/accel0', '/dev/vfio/0')
+
 
 def device_node_present() -> bool:
   """A GPU or TPU device node on this host (seen before any library starts)."""
-  nodes = ('/dev/nvidia0', '/dev/accel0', '/dev/vfio/0')
-  return any(os.path.exists(p) for p in nodes)  # local: device nodes
+  return any(os.path.exists(p) for p in ('/dev/nvidia0', *_TPU_NODES))  # local: device nodes
+
+
+def tpu_vm_workers(timeout_s: float = 5.0) -> int:
+  """The hosts of the Cloud TPU slice this TPU VM belongs to, from its metadata server's
+  worker-network-endpoints (what `gcloud ... tpu-vm ssh --worker=all` starts a command on); 1
+  off a TPU VM or when the server does not say. A TPU VM sets no variable that names its peers
+  (GKE does: TPU_WORKER_HOSTNAMES), yet every host of a pod slice must start jax.distributed:
+  checkpoints and the hosts' barriers go through it."""
+  if (not any(os.path.exists(p) for p in _TPU_NODES)  # local: device nodes
+      or 'TPU_SKIP_MDS_QUERY' in os.environ):
+    return 1
+  import urllib.request  # pylint: disable=g-import-not-at-top
+  server = os.environ.get('GCE_METADATA_IP', 'metadata.google.internal')
+  request = urllib.request.Request(
+      f'http://{server}/computeMetadata/v1/instance/attributes/worker-network-endpoints',
+      headers={'Metadata-Flavor': 'Google'})
+  try:
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+      endpoints = response.read().decode()
+  except (OSError, ValueError):  # Not on GCE, or not a slice's VM: one host.
+    return 1
+  return max(1, len([e for e in endpoints.strip().split(',') if e.strip()]))
 
 
 def hide_from_tensorflow():

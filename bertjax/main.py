@@ -78,13 +78,14 @@ JOBS = ('pretrain', 'finetune', 'embed')
 
 
 def _cluster_detected() -> bool:
-  """True on a multi-host TPU slice, several slices (GKE multi-slice), or a SLURM / Open MPI
-  job: jax configures itself from their variables."""
+  """True on a multi-host TPU slice (GKE's variables, or a TPU VM's metadata server), several
+  slices (GKE multi-slice), or a SLURM / Open MPI job: jax configures itself from them."""
   hosts = os.environ.get('TPU_WORKER_HOSTNAMES', '')
   return (len([h for h in hosts.split(',') if h]) > 1
           or int(os.environ.get('MEGASCALE_NUM_SLICES', 1)) > 1
           or int(os.environ.get('SLURM_NTASKS', 1)) > 1
-          or int(os.environ.get('OMPI_COMM_WORLD_SIZE', 1)) > 1)
+          or int(os.environ.get('OMPI_COMM_WORLD_SIZE', 1)) > 1
+          or (not hosts and accelerators.tpu_vm_workers() > 1))
 
 
 def initialize_distributed():

@@ -179,3 +179,56 @@ def test_the_default_cache_folder_is_one_per_kind_of_machine(monkeypatch):
   assert default.name.startswith(platform.machine() + '-')
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/shared/jax')
   assert accelerators.default_compilation_cache_dir() == '/shared/jax'
+
+
+@pytest.mark.parametrize('endpoints, workers', [
+    ('10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5', 4),  # Today's format: the hosts' addresses.
+    ('w-0:0:10.0.0.2,w-1:1:10.0.0.3', 2),  # The older name:id:ip triples.
+    ('10.0.0.2', 1),  # A single-host slice: no jax.distributed.
+])
+def test_a_tpu_vms_peers_come_from_its_metadata_server(monkeypatch, tmp_path, endpoints,
+                                                       workers):
+  """`gcloud ... tpu-vm ssh --worker=all --command='python -m bertjax.main ...'` sets no
+  variable naming the slice's hosts: main must still start jax.distributed on each (orbax's
+  saves and the hosts' barriers need it), from what the VM's metadata server says."""
+  import http.server  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+
+  asked = []
+
+  class Metadata(http.server.BaseHTTPRequestHandler):
+
+    def do_GET(self):  # pylint: disable=invalid-name
+      asked.append((self.path, self.headers.get('Metadata-Flavor')))
+      body = endpoints.encode()
+      self.send_response(200)
+      self.send_header('Content-Length', str(len(body)))
+      self.end_headers()
+      self.wfile.write(body)
+
+    def log_message(self, *args):
+      del args
+
+  server = http.server.HTTPServer(('127.0.0.1', 0), Metadata)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    monkeypatch.setenv('GCE_METADATA_IP', f'127.0.0.1:{server.server_port}')
+    for name in ('TPU_SKIP_MDS_QUERY', 'TPU_WORKER_HOSTNAMES', 'SLURM_NTASKS',
+                 'OMPI_COMM_WORLD_SIZE', 'MEGASCALE_NUM_SLICES'):
+      monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(accelerators, '_TPU_NODES', (str(tmp_path / 'none'),))
+    assert accelerators.tpu_vm_workers() == 1 and not asked  # No TPU here: nothing is asked.
+    (tmp_path / 'accel0').touch()
+    monkeypatch.setattr(accelerators, '_TPU_NODES', (str(tmp_path / 'accel0'),))
+    assert accelerators.tpu_vm_workers() == workers
+    assert asked[-1] == ('/computeMetadata/v1/instance/attributes/worker-network-endpoints',
+                         'Google')
+    # main starts jax.distributed on a slice of several hosts only.
+    node = str(tmp_path / 'accel0')
+    code = (f'from bertjax import accelerators\naccelerators._TPU_NODES = ({node!r},)\n'
+            'from bertjax import main\nprint(main._cluster_detected())')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            env=dict(os.environ), timeout=120, check=True)
+    assert result.stdout.strip() == str(workers > 1), result.stderr
+  finally:
+    server.shutdown()
