@@ -13,7 +13,10 @@ SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 def run_script(tmp_path, *args, srun_exit=0):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
-  (bin_dir / 'srun').write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\nexit {srun_exit}\n')
+  (bin_dir / 'srun').write_text(
+      '#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\n'
+      'echo "$JAX_LOCAL_DEVICE_IDS $SRUN_CPUS_PER_TASK" > "$FAKE_LOG.env"\n'
+      f'exit {srun_exit}\n')
   (bin_dir / 'scontrol').write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG.scontrol"\n')
   for tool in ('srun', 'scontrol'):
     (bin_dir / tool).chmod(0o755)
@@ -23,7 +26,8 @@ def run_script(tmp_path, *args, srun_exit=0):
   env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
              FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
              SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8',
-             SLURM_JOB_ID='4242')
+             SLURM_JOB_ID='4242', SLURM_CPUS_PER_TASK='16')
+  env.pop('JAX_LOCAL_DEVICE_IDS', None)
   result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
                           text=True, timeout=60)
   log = tmp_path / 'srun.txt'
@@ -39,7 +43,11 @@ def test_srun_starts_bertjax_main_with_the_flags_and_the_workdir(tmp_path):
                        '--config=configs/pretrain.py:size=base,phase2_fraction=0.1',
                        '--config.data.train_files=/shared/data/train128-*',
                        '--workdir=/shared/runs/base']
-  assert '4 node(s) x 8 GPU(s), workdir /shared/runs/base' in result.stdout
+  assert '4 node(s) x 8 GPU(s) (devices 0,1,2,3,4,5,6,7), workdir /shared/runs/base' in (
+      result.stdout)
+  # One process per node drives all 8 GPUs (jax.distributed would take SLURM_LOCALID's GPU
+  # alone), with the task's 16 CPUs for tf.data.
+  assert (tmp_path / 'srun.txt.env').read_text().split() == ['0,1,2,3,4,5,6,7', '16']
 
 
 def test_no_workdir_prints_the_usage(tmp_path):
@@ -62,6 +70,7 @@ def test_the_batch_directives_ask_for_one_task_per_node_and_requeue():
   directives = [line for line in SCRIPT.read_text().splitlines() if line.startswith('#SBATCH')]
   assert '#SBATCH --ntasks-per-node=1' in directives
   assert '#SBATCH --requeue' in directives and '#SBATCH --signal=TERM@120' in directives
+  assert '#SBATCH --open-mode=append' in directives  # A requeued job's log goes on.
 
 
 @pytest.mark.parametrize('srun_exit, requeued', [(75, True), (0, False), (1, False)])
