@@ -110,3 +110,50 @@ def test_tpu_pretrain_prints_the_mesh_over_all_devices(tmp_path, monkeypatch):
   import jax  # pylint: disable=g-import-not-at-top  # The test's devices are the kernel's.
   assert f"mesh: {{'data': {jax.device_count()}, 'fsdp': 1, 'tensor': 1}}" in text, text
   assert "checkpoints: ['2', '4']" in text, text
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_on_colab_the_setup_cell_installs_once_cloned_and_a_rerun_does_not_clone_again(
+    name, tmp_path, monkeypatch):
+  """Colab: the notebook alone in /content (on sys.path), bertjax not installed. The setup cell
+  clones and installs it; run again (a rerun, a restarted runtime), it finds its clone instead
+  of cloning over it, and still installs while pip has not (the cloned folder `bertjax` is
+  importable by name alone: it must not pass for the installed package)."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  content = tmp_path / 'content'
+  content.mkdir()
+  monkeypatch.chdir(content)
+  calls = []
+
+  def run(command, check=False):
+    calls.append(command)
+    if command[:2] == ['git', 'clone']:
+      if (content / 'bertjax').exists():  # What git does: exit status 128.
+        raise subprocess.CalledProcessError(128, command)
+      (content / 'bertjax' / 'configs').mkdir(parents=True)
+      (content / 'bertjax' / 'configs' / 'pretrain.py').touch()
+      (content / 'bertjax' / 'bertjax').mkdir()
+    return subprocess.CompletedProcess(command, 0)
+
+  version = importlib.metadata.version
+
+  def not_installed(distribution):
+    if distribution == 'bertjax':
+      raise importlib.metadata.PackageNotFoundError(distribution)
+    return version(distribution)
+
+  monkeypatch.setattr(subprocess, 'run', run)
+  monkeypatch.setattr(importlib.metadata, 'version', not_installed)
+  monkeypatch.setattr(sys, 'path', [str(content), *sys.path])
+  setup = next(cell.source for cell in read(name).cells
+               if cell.cell_type == 'code' and cell.source.startswith('# Setup. On Colab'))
+  setup = setup.replace("'https://github.com/YOUR-ORG/bertjax'",
+                        "'https://github.com/example-org/bertjax'")
+  install = [sys.executable, '-m', 'pip', 'install', '-q', '-e', str(content / 'bertjax')]
+  for _ in range(2):
+    scope = {}
+    exec(compile(setup, f'{name} setup', 'exec'), scope)  # pylint: disable=exec-used
+    assert scope['CHECKOUT'] == content / 'bertjax'
+  assert calls == [['git', 'clone', '-q', '--depth=1', 'https://github.com/example-org/bertjax',
+                    'bertjax'], install, install]
