@@ -30,7 +30,8 @@ The tokenizer, casing, sequence length, kind and labels are those the run was fi
 (its config.json); the weights are its latest checkpoint (or --step=best|latest|N; the same
 values as step= in Python). Inputs go through the
 very feature code evaluation uses, in batches of --batch_size, so a line gets the label eval
-gave the same example.
+gave the same example (bbc, wordnet with data.max_windows > 1: the mean of the logits of a
+text's windows, as eval reads it).
 """
 
 import json
@@ -56,6 +57,7 @@ from bertjax.finetune.tasks import multiple_choice
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
+from bertjax.finetune.tasks import text_windows
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.text import vocab_files
@@ -153,10 +155,19 @@ class Predictor:
                                     self.batch_size)
 
   def _predict_texts(self, examples):
-    feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
-                                self.labels)
-    return kinds.get(self.kind).predictions(self.labels, self._outputs(feats), logits=True,
-                                             digits=None)
+    if (self.data.get('max_windows', 1) > 1
+        and self.run.get('task') in registry.WINDOWED_TASKS):
+      # Eval's features (bbc, wordnet: up to max_windows windows of a text, one row each), and
+      # eval's per-text mean of their logits; a task that does not window gives one row each.
+      task = registry.get_task(self.run['task'], self.data, labels=self.labels)
+      feats, _ = task.featurize(examples, self.tokenizer, is_training=False)
+      logits = text_windows.example_logits(self._outputs(feats), feats['example_index'],
+                                           len(examples))
+    else:
+      feats = features_lib.encode(examples, self.tokenizer, self.data.max_seq_length, 'predict',
+                                  self.labels)
+      logits = self._outputs(feats)
+    return kinds.get(self.kind).predictions(self.labels, logits, logits=True, digits=None)
 
   def _predict_choices(self, questions):
     feats = multiple_choice.convert(questions, self.tokenizer, self.data.max_seq_length)

@@ -15,6 +15,11 @@ import pytest
 
 from bertjax import predict
 from bertjax.finetune import kinds
+from bertjax.finetune.tasks import bbc_news
+from bertjax.finetune.tasks import features
+from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import text_windows
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
@@ -240,3 +245,34 @@ def test_an_input_without_wordpieces_is_refused_as_an_empty_one_is():
     with pytest.raises(ValueError, match=r'^input 2 is empty: .* holds no wordpieces'):
       classifier.predict(['the king doth speak', text])
   assert len(classifier.predict(['the king\u200b doth speak'])) == 1
+
+
+def test_a_long_text_gets_the_mean_of_the_windows_eval_reads():
+  """bbc eval averages the logits of up to data.max_windows windows of a text; predict read the
+  first window alone, so a served label could differ from the one eval scored."""
+  config = finetune_config.get_config('task=bbc,size=tiny,seq=16')
+  config.unlock()
+  config.model.vocab_size = embedded.VOCAB_SIZE
+  assert config.data.max_windows == 4 and config.data.doc_stride == 14
+  labels = list(bbc_news.BBC_LABELS)
+  run = {'kind': 'classification', 'labels': labels, 'data': config.data.to_dict(),
+         'model': config.model.to_dict(), 'pooling': 'cls', 'task': 'bbc', 'text_pairs': False}
+  objective = kinds.objective('classification', config.model, len(labels), 'cls', 16)
+  params = objective.model.init(jax.random.PRNGKey(0), *objective.init_inputs.values(),
+                                deterministic=True)['params']
+  classifier = predict.Predictor(run, params, str(embedded.vocab_path()))
+  long = ' '.join(['the king doth speak of love'] * 4 + ['my heart and death and grief'] * 6)
+  texts = [long, 'the king doth speak']
+  # Eval's path: the task's features (one row per window), the per-text mean of their logits.
+  task = registry.get_task('bbc', config.data)
+  examples = [glue.Example(f'x{i}', t, None, None) for i, t in enumerate(texts)]
+  feats, _ = task.featurize(examples, classifier.tokenizer, is_training=False)
+  assert np.bincount(feats['example_index']).tolist() == [4, 1]
+  want = text_windows.example_logits(classifier._outputs(feats), feats['example_index'], 2)
+  first = classifier._outputs(features.encode(examples, classifier.tokenizer, 16, 'bbc', labels))
+  rows = classifier.predict(texts)
+  got = np.array([[row['logits'][k] for k in labels] for row in rows])
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert not np.allclose(got[0], first[0], atol=1e-4)  # Not the first window alone.
+  np.testing.assert_allclose(got[1], first[1], rtol=1e-6)  # A short text: its one window.
+  assert [row['label'] for row in rows] == [labels[i] for i in np.argmax(want, -1)]

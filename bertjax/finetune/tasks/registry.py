@@ -189,6 +189,10 @@ def _bbc_dir() -> str:
   return os.path.join(spec.submodule_search_locations[0], 'bbcnews', 'data')
 
 
+# The tasks that read a text over data.max_windows windows (_topic_task): eval and predict alike.
+WINDOWED_TASKS = ('bbc', 'wordnet')
+
+
 def _topic_task(name, data, seed) -> task_lib.Task:
   """BBC News topics / WordNet supersenses: one corpus, a deterministic stratified split."""
   if name == 'bbc':
