@@ -39,17 +39,31 @@ def _as_number(label):
 def check_spelling(path, number, label, spellings):
   """An error when `label` is a number another label of the file spells otherwise (`1` and
   `1.0`, `01`): they would be two classes. `spellings`: number -> (label, line) seen first."""
-  value = _as_number(label)
-  if value is None:
-    return
-  first, line = spellings.setdefault(value, (label, number))
+  first, line = _first_spelling(label, number, spellings)
   if first != label:
-    raise ValueError(f'{path}:{number}: label {label!r} is the number that line {line} writes '
-                     f'{first!r}: they would be two classes; write every one of them {first!r}.')
+    raise _two_spellings(f'{path}:{number}', label, f'line {line}', first)
+
+
+def _first_spelling(label, where, spellings):
+  """(label, where) of the first label that is `label`'s number; `label` itself if none."""
+  value = _as_number(label)
+  return (label, where) if value is None else spellings.setdefault(value, (label, where))
+
+
+def _two_spellings(where, label, first_where, first) -> ValueError:
+  return ValueError(f'{where}: label {label!r} is the number that {first_where} writes '
+                    f'{first!r}: they would be two classes; write every one of them {first!r}.')
 
 
 def labels_of(examples, *, attr='label') -> tuple[str, ...]:
-  """The label set of training examples, sorted (numeric strings by value)."""
+  """The label set of training examples, sorted (numeric strings by value). A number spelled
+  two ways is an error across files (examples named `file:line`) as it is within one."""
+  spellings = {}
+  for example in examples:
+    label = getattr(example, attr)
+    first, where = _first_spelling(label, example.guid, spellings)
+    if first != label:
+      raise _two_spellings(example.guid, label, where, first)
   seen = {getattr(e, attr) for e in examples}
 
   def key(label):

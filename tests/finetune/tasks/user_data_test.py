@@ -244,6 +244,34 @@ def test_an_eval_label_spelled_otherwise_than_in_training_says_how_training_writ
     task.read('validation')
 
 
+def test_a_number_spelled_two_ways_in_two_files_is_refused_as_in_one(tmp_path):
+  """train_file=a.csv,b.csv, a.csv writing 1/0 and b.csv (a pandas export) 1.0/0.0, made a
+  4-way head ('0', '0.0', '1', '1.0'): each file was checked alone."""
+  (tmp_path / 'a.csv').write_text('text,label\n' + 'good,1\nbad,0\n' * 10)
+  (tmp_path / 'b.csv').write_text('text,label\n' + 'nice,1.0\nawful,0.0\n' * 10)
+  (tmp_path / 'one.csv').write_text('text,label\ngood,1\nbad,0\nok,1\nnice,1.0\n')
+  (tmp_path / 'e.csv').write_text('text,label\ngreat,1\npoor,0\n')
+  message = ("{}: label '1.0' is the number that {} writes '1': they would be two classes; "
+             "write every one of them '1'")
+  with pytest.raises(ValueError, match=message.format('one.csv:5', 'line 2')):
+    registry.get_task('classification', _data(train_file=str(tmp_path / 'one.csv'),
+                                              eval_file=str(tmp_path / 'e.csv')))
+  both = f'{tmp_path / "a.csv"},{tmp_path / "b.csv"}'
+  with pytest.raises(ValueError, match=message.format('b.csv:2', 'a.csv:2')):
+    registry.get_task('classification', _data(train_file=both, eval_file=str(tmp_path / 'e.csv')))
+  # Eval held out of the training files: what is left for training, in the split's order.
+  with pytest.raises(ValueError, match=r"[ab]\.csv:\d+: label '.+' is the number that "
+                                       r"[ab]\.csv:\d+ writes '.+': they would be two classes"):
+    registry.get_task('classification', _data(train_file=both))
+  # Eval files are held to training's spelling, whichever of them writes it otherwise.
+  task = registry.get_task('classification', _data(
+      train_file=str(tmp_path / 'a.csv'), eval_file=f'{tmp_path / "e.csv"},{tmp_path / "b.csv"}'))
+  assert task.labels == ('0', '1')
+  with pytest.raises(ValueError, match=r"b.csv:2: validation label '1.0' never occurs .* "
+                                       r"write it '1' as training does"):
+    task.read('validation')
+
+
 def test_a_file_named_with_a_comma_is_one_file(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(10))
