@@ -45,17 +45,18 @@ def f1(pred, gold) -> float:
 
 
 def macro_f1(pred, gold, num_classes: int) -> float:
-  """Unweighted mean over classes 0..num_classes-1 of each class's one-vs-rest F1.
-
-  A class absent from both predictions and gold scores 0, as scikit-learn's zero_division=0.
-  """
+  """Unweighted mean of each class's one-vs-rest F1 over the classes of 0..num_classes-1 that
+  the gold labels or the predictions hold: scikit-learn's f1_score(average='macro'), so a class
+  the eval set lacks and the model never predicts does not pull the mean down (a rare class a
+  stratified split kept for training alone). 0 when there is nothing to score."""
   pred_N, gold_N = _pair(pred, gold, 'macro_f1')
   scores = []
   for c in range(num_classes):
     true_pos = np.sum((pred_N == c) & (gold_N == c))
     denom = np.sum(pred_N == c) + np.sum(gold_N == c)
-    scores.append(2 * true_pos / denom if denom else 0.0)
-  return float(np.mean(scores))
+    if denom:
+      scores.append(2 * true_pos / denom)
+  return float(np.mean(scores)) if scores else 0.0
 
 
 def matthews_corrcoef(pred, gold) -> float:
