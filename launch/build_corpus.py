@@ -80,6 +80,9 @@ def write_gzip(path, text):
 
 def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY):
   """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest."""
+  if '://' in str(output_dir):  # pathlib would make a local folder named 'gs:'.
+    raise ValueError(f'--output_dir={output_dir} is a URL: the corpus is built in a local '
+                     'folder; copy it to the bucket afterwards (gsutil cp -r).')
   output_dir = pathlib.Path(output_dir)
   output_dir.mkdir(parents=True, exist_ok=True)
   splits = dict(zip(embedded.SPLITS, split_documents(documents, eval_every), strict=True))
@@ -121,7 +124,10 @@ def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL
 
 def main(argv):
   console.refuse_arguments(argv, '--output_dir=...')
-  manifest = build(source_documents(), flags.FLAGS.output_dir)
+  try:
+    manifest = build(source_documents(), flags.FLAGS.output_dir)
+  except ValueError as e:
+    console.fail(f'error: {e}')
   for split, counts in manifest['splits'].items():
     print(split, ', '.join(f'{key} {value:,}' for key, value in counts.items()
                            if isinstance(value, int)))

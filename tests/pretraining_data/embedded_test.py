@@ -109,3 +109,11 @@ def test_build_is_byte_deterministic(tmp_path, sources):
                                 'shakespeare_kjv_eval.txt.gz', 'vocab.txt']
   eval_documents = list(embedded.read_documents(tmp_path / 'a' / 'shakespeare_kjv_eval.txt.gz'))
   assert eval_documents == subset[9::10]
+
+
+def test_a_url_output_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match=r'--output_dir=gs://b/corpus is a URL: the corpus is '
+                     r'built in a local folder'):
+    build_corpus.build([[['One sentence.']]], 'gs://b/corpus')
+  assert not list(tmp_path.iterdir())  # No local 'gs:' folder.
