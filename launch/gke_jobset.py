@@ -20,14 +20,17 @@ inside one). When a pod fails or a spot node is reclaimed, JobSet re-creates all
 --max_restarts) and the run resumes from its last checkpoint in the bucket.
 
 With --apply (needs kubectl pointed at the cluster): `kubectl apply`, slice 0 worker 0's log
-streamed (again after each restart), the JobSet deleted at the end (--keep leaves it). --dry_run
-prints every command and runs none. Tests: tests/launch/gke_jobset_test.py (a fake kubectl).
+streamed (again after each restart, however long pods wait for capacity) until the JobSet has a
+terminal state, the JobSet deleted then (--keep leaves it; so does Ctrl-C, which prints the
+kubectl delete). --dry_run prints every command and runs none. Tests:
+tests/launch/gke_jobset_test.py (a fake kubectl).
 """
 
 import math
 import pathlib
 import shlex
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -57,6 +60,8 @@ def _define_flags():
   flags.DEFINE_string('output', '', 'Manifest path (default <name>.jobset.yaml).')
   flags.DEFINE_bool('apply', False, 'kubectl apply it, stream the log, delete at end.')
   flags.DEFINE_bool('keep', False, 'With --apply: leave the JobSet at the end.')
+  flags.DEFINE_float('poll_seconds', 30.0, 'With --apply: seconds between looks at a JobSet '
+                     'that has not ended.', lower_bound=0.0)
   flags.DEFINE_bool('dry_run', False, 'Print the kubectl commands; run none.')
 
 
@@ -209,24 +214,29 @@ def delete_command(name: str) -> list[str]:
 
 
 def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
-               max_restarts: int = 10) -> int:
-  """Applies the manifest and follows slice 0 worker 0 through JobSet's restarts: 0 when the
-  JobSet completed, 1 when it failed (its restarts spent)."""
+               poll_s: float = 30.0) -> int:
+  """Applies the manifest and follows slice 0 worker 0 until the JobSet has a terminal state
+  (through JobSet's restarts, pods pending for capacity): 0 when it completed, 1 when it failed
+  (its restarts spent); deleted then unless `keep`. Ctrl-C leaves it running."""
+  run(apply_command(path))
   try:
-    run(apply_command(path))
-    for _ in range(max_restarts + 1):
+    while True:
       run(wait_command(name), check=False)
       run(logs_command(name), check=False)
       state = run(state_command(name), capture=True, check=False).stdout.strip()
       if state in (COMPLETED, FAILED):
-        print(f'gke_jobset: {name} {state.lower()}', flush=True)
-        return 0 if state == COMPLETED else 1
-      print(f'gke_jobset: {name} is restarting (a pod failed or was preempted); the run '
-            'resumes from its last checkpoint', flush=True)
-    return cloud.PREEMPTED_EXIT
-  finally:
-    if not keep:
-      run(delete_command(name), check=False)
+        break
+      print(f'gke_jobset: {name} has not ended (its pods pending, or restarting after a failed '
+            'or preempted one: the run resumes from its last checkpoint)', flush=True)
+      time.sleep(poll_s)
+  except KeyboardInterrupt:
+    print(f'gke_jobset: interrupted; {name} is left running: delete it with '
+          f'{shlex.join(delete_command(name))}', file=sys.stderr, flush=True)
+    return 130
+  print(f'gke_jobset: {name} {state.lower()}', flush=True)
+  if not keep:
+    run(delete_command(name), check=False)
+  return 0 if state == COMPLETED else 1
 
 
 def main(argv):
@@ -246,7 +256,7 @@ def main(argv):
     return
   try:
     code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run, dry_output=COMPLETED),
-                      keep=FLAGS.keep, max_restarts=FLAGS.max_restarts)
+                      keep=FLAGS.keep, poll_s=FLAGS.poll_seconds)
   except RuntimeError as e:  # kubectl apply failed (no cluster, no JobSet CRD): said by kubectl.
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)

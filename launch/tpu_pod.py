@@ -18,13 +18,17 @@ Steps, each a gcloud command printed before it runs (--dry_run prints them and r
      configs/ is copied as ~/bertjax_job_config.py and the job's flag names that copy;
   4. `python -m bertjax.main <flags after --> --workdir=<workdir>` started on every worker
      (--worker=all, in its home) in the background, its log streamed from worker 0 until it
-     ends;
-  5. if the slice was preempted or went into maintenance (the run ended and the queued resource
-     is no longer ACTIVE), the slice is deleted, re-created and step 4 run again: the run
+     ends (an ssh session cut while the slice is not preempted is re-attached to);
+  5. if the slice was preempted or went into maintenance (the run did not finish and the queued
+     resource is SUSPENDED or the like, or the run saved and stopped on a SIGTERM, exit 75), at
+     any step from 2 on, the slice is deleted, re-created and steps 3-4 run again: the run
      resumes from its last checkpoint in the workdir; at most --max_restarts times;
-  6. the slice deleted at the end, whatever happened (--keep leaves it running).
+  6. the slice deleted at the end, whatever happened (--keep leaves it running); a queued
+     resource of that name that exists already is refused, never deleted.
 
-A multi-host slice needs a workdir in a bucket (gs://): hosts cannot share a local path.
+The workdir lies in a bucket (gs://): hosts cannot share a local path, and a VM's disk goes
+with the slice when it is deleted; a single-host slice may use a local path with --keep and
+without --spot.
 The command building, the retry rule and the argument checks are plain functions (tests:
 tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
 """
@@ -48,11 +52,16 @@ RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
 # On each worker, in its home: the job's config file when it lies outside this checkout's configs/
 # (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
 WORKER_CONFIG = 'bertjax_job_config.py'
+# The queued resource's states (state.state) of a slice that went away (spot preemption,
+# maintenance): the run is resumed on a new one.
+PREEMPTED = ('PREEMPTED', 'SUSPENDING', 'SUSPENDED', 'FAILED')
+REATTACH = 5  # Re-attaches to worker 0's log after an ssh session cut (255) on a live slice.
 
 _NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
 _ZONE = flags.DEFINE_string('zone', None, 'Zone, e.g. us-west4-a (v5e).')
 _TYPE = flags.DEFINE_string('accelerator_type', None, 'e.g. v5litepod-16, v6e-16, v5p-32.')
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory: gs://... on a multi-host slice.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory: gs://... (a local path only '
+                               'on a single-host slice, with --keep and no --spot).')
 _PROJECT = flags.DEFINE_string('project', '', 'GCP project (default: gcloud\'s).')
 _SPOT = flags.DEFINE_bool('spot', False, 'Spot capacity (preemptible; the run resumes).')
 _RESERVED = flags.DEFINE_bool('reserved', False, 'The project\'s reservation.')
@@ -91,9 +100,10 @@ class Slice:
         [f'--project={self.project}'] if self.project else [])
 
 
-def check(tpu: Slice, workdir: str):
+def check(tpu: Slice, workdir: str, keep: bool = False):
   """Refuses a name GCP would refuse, an unknown accelerator type or zone (listing the known
-  ones), a spot and reserved request at once, and a local workdir on a multi-host slice."""
+  ones), a spot and reserved request at once, and a local workdir on a multi-host slice, or on
+  one that is deleted (at the end, or on a preemption: its checkpoints with it)."""
   if not re.fullmatch(r'[a-z]([-a-z0-9]{0,61}[a-z0-9])?', tpu.name or ''):
     raise ValueError(f'--name={tpu.name!r}: a TPU VM name is lowercase letters, digits and '
                      'hyphens, starting with a letter (at most 63).')
@@ -108,6 +118,10 @@ def check(tpu: Slice, workdir: str):
   if tpu.hosts > 1 and not workdir.startswith('gs://'):
     raise ValueError(f'{tpu.accelerator_type} has {tpu.hosts} hosts, which cannot share the '
                      f'local path {workdir!r}: use a bucket, --workdir=gs://BUCKET/runs/NAME')
+  if (tpu.spot or not keep) and not workdir.startswith('gs://'):
+    raise ValueError(f'the local path {workdir!r} lies on the VM\'s disk, deleted with the slice '
+                     'and its checkpoints (at the end, or on a preemption): use a bucket, '
+                     '--workdir=gs://BUCKET/runs/NAME, or pass --keep without --spot')
 
 
 def aot_command(tpu: Slice, config_flags) -> list[str]:
@@ -185,29 +199,88 @@ def stream_command(tpu: Slice) -> list[str]:
 
 
 def was_preempted(exit_code: int, state: str) -> bool:
-  """The run ended early because the slice went away: the queued resource is no longer ACTIVE
-  (spot preemption, maintenance), the ssh session was cut (255) with the slice still there
-  but the run not finished, or the run itself saved and stopped on a SIGTERM
-  (cloud.PREEMPTED_EXIT: a maintenance event on a slice still ACTIVE)."""
-  return state != 'ACTIVE' or exit_code in (255, cloud.PREEMPTED_EXIT)
+  """The run did not finish because the slice went away: the queued resource's state is among
+  PREEMPTED (spot preemption, maintenance), or the run itself saved and stopped on a SIGTERM
+  (cloud.PREEMPTED_EXIT: a maintenance event on a slice still ACTIVE). A run that exited 0
+  finished, whatever the state."""
+  return exit_code != 0 and (exit_code == cloud.PREEMPTED_EXIT or state in PREEMPTED)
 
 
-def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float):
+def describe(tpu: Slice, run: cloud.Runner, poll_s: float, tries: int = 3) -> str:
+  """The queued resource's state, asked up to `tries` times (poll_s apart) while gcloud fails;
+  '' when it failed every time."""
+  for attempt in range(tries):
+    if attempt:
+      time.sleep(poll_s)
+    result = run(state_command(tpu), capture=True, check=False)
+    if not result.returncode and result.stdout.strip():
+      return result.stdout.strip()
+  return ''
+
+
+def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float) -> bool:
+  """Waits for the queued resource to be ACTIVE: False when it was preempted first."""
   while True:
-    state = run(state_command(tpu), capture=True).stdout.strip()
+    state = describe(tpu, run, poll_s)
     if state == 'ACTIVE':
-      return
-    if state in ('FAILED', 'SUSPENDED'):
-      raise RuntimeError(f'queued resource {tpu.name} is {state}: see `gcloud compute tpus '
-                         f'queued-resources describe {tpu.name} --zone={tpu.zone}`')
+      return True
+    if state in ('PREEMPTED', 'SUSPENDING', 'SUSPENDED'):
+      return False
+    if state in ('', 'FAILED'):  # FAILED before ACTIVE: it could not be created.
+      raise RuntimeError(f'queued resource {tpu.name} is {state or "not readable"}: see `gcloud '
+                         f'compute tpus queued-resources describe {tpu.name} --zone={tpu.zone}`')
     time.sleep(poll_s)
+
+
+def create(tpu: Slice, run: cloud.Runner):
+  """Creates the queued resource; refuses one of that name that exists already (a run still
+  going, or one left by --keep), which is not this process's to delete."""
+  code = run(create_command(tpu), check=False).returncode
+  if not code:
+    return
+  state = describe(tpu, run, 0, tries=1)
+  if state:
+    raise RuntimeError(f'queued resource {tpu.name} exists already ({state}): follow its run with '
+                       f'{shlex.join(stream_command(tpu))}, or delete it with '
+                       f'{shlex.join(delete_command(tpu))} and run this again')
+  raise RuntimeError(f'gcloud exited with {code}: {shlex.join(create_command(tpu))}')
+
+
+def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float) -> bool:
+  """Waits for the slice to be ACTIVE and runs `commands` (install, start the run): False when
+  the slice was preempted on the way (a command failed and the queued resource is PREEMPTED)."""
+  if not wait_active(tpu, run, poll_s):
+    return False
+  try:
+    for cmd in commands:
+      run(cmd)
+  except RuntimeError:
+    if describe(tpu, run, poll_s) in PREEMPTED:
+      return False
+    raise
+  return True
+
+
+def follow(tpu: Slice, run: cloud.Runner, poll_s: float) -> tuple[int, str]:
+  """Streams worker 0's log until the run ends: (its exit code, the queued resource's state).
+  An ssh session cut (255) while the slice is not preempted is re-attached to, REATTACH times at
+  most, poll_s apart: the run goes on in the background."""
+  for attempt in range(REATTACH + 1):
+    exit_code = run(stream_command(tpu), check=False).returncode
+    state = describe(tpu, run, poll_s)
+    if exit_code != 255 or state in PREEMPTED or attempt == REATTACH:
+      break
+    print(f'tpu_pod: the ssh session to worker 0 was cut and {tpu.name} is '
+          f'{state or "not readable"}: re-attaching to its run', flush=True)
+    time.sleep(poll_s)
+  return exit_code, state
 
 
 def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: str = '',
            aot_check: bool = False, keep: bool = False, max_restarts: int = 10,
            poll_s: float = 30.0) -> int:
   """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
-  check(tpu, workdir)
+  check(tpu, workdir, keep)
   cloud.check_workdir(main_args, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
   config = config_args.check_args(main_args)
@@ -221,24 +294,31 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   if not git_ref:
     run(wheel_command())
     wheel = f'dist/bertjax-{bertjax.__version__}-py3-none-any.whl'
+  commands = install_commands(tpu, wheel, git_ref, job_config) + [
+      run_command(tpu, worker_args, workdir)]
+  owned = False  # The slice is this process's to delete at the end.
   try:
     for attempt in range(max_restarts + 1):
       if attempt:
         print(f'tpu_pod: the slice was preempted; re-creating it (restart {attempt} of '
               f'{max_restarts}); the run resumes from its last checkpoint', flush=True)
         run(delete_command(tpu), check=False)
-      run(create_command(tpu))
-      wait_active(tpu, run, poll_s)
-      for cmd in install_commands(tpu, wheel, git_ref, job_config):
-        run(cmd)
-      run(run_command(tpu, worker_args, workdir))
-      exit_code = run(stream_command(tpu), check=False).returncode
-      state = run(state_command(tpu), capture=True, check=False).stdout.strip()
+      create(tpu, run)
+      owned = True
+      if not start(tpu, run, commands, poll_s):
+        continue
+      exit_code, state = follow(tpu, run, poll_s)
+      if exit_code == 255 and state not in PREEMPTED:
+        owned = False  # Its run may go on.
+        raise RuntimeError(f'the ssh session to worker 0 of {tpu.name} was cut {REATTACH + 1} '
+                           'times while the slice was not preempted; it is left running: follow '
+                           f'its run with {shlex.join(stream_command(tpu))}, or delete it with '
+                           f'{shlex.join(delete_command(tpu))}')
       if not was_preempted(exit_code, state):
         return exit_code
     return cloud.PREEMPTED_EXIT
   finally:
-    if not keep:
+    if owned and not keep:
       run(delete_command(tpu), check=False)
 
 

@@ -109,7 +109,8 @@ def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS):
   result = subprocess.run(
       [sys.executable, '-m', 'launch.gke_jobset', '--name=bert-large',
        '--accelerator_type=v5litepod-16', '--num_slices=2', f'--image={IMAGE}',
-       '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}', *flags, '--',
+       '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}', '--poll_seconds=0',
+       *flags, '--',
        *main_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
   return result.returncode, result.stdout + result.stderr, calls
@@ -128,10 +129,38 @@ def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
   assert code == 0, out
   assert calls == [['apply', '-f', str(tmp_path / 'bert.yaml')], WAIT, LOGS, STATE,
                    WAIT, LOGS, STATE, DELETE]
-  assert 'bert-large is restarting' in out and 'bert-large completed' in out
+  assert 'bert-large has not ended' in out and 'bert-large completed' in out
   written = yaml.safe_load((tmp_path / 'bert.yaml').read_text())
   assert written == gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE,
                                         'gs://b/runs/large', MAIN_ARGS)
+
+
+def test_a_running_jobset_is_followed_until_it_ends_and_never_deleted_before(tmp_path):
+  """Passes without a terminal state (kubectl wait failing fast before the pods exist, or timing
+  out while spot capacity is pending) are no restarts: --max_restarts is JobSet's, not a count
+  of them after which the launcher would delete a JobSet still running."""
+  code, out, calls = launch(tmp_path, '--apply', '--max_restarts=1',
+                            states=',' * 5 + 'Completed')
+  assert code == 0, out
+  assert calls[1:] == [WAIT, LOGS, STATE] * 6 + [DELETE]
+
+
+def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_delete_it(capsys):
+  calls = []
+
+  def run(cmd, **_):
+    calls.append(cmd[1])
+    if cmd[1] == 'logs':
+      raise KeyboardInterrupt
+    return subprocess.CompletedProcess(cmd, 0, '')
+
+  try:
+    code = gke_jobset.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
+  except KeyboardInterrupt:
+    pytest.fail(f'Ctrl-C was not handled; kubectl ran: {calls}')
+  assert code == 130 and calls == ['apply', 'wait', 'logs']
+  assert capsys.readouterr().err == ('gke_jobset: interrupted; bert is left running: delete it '
+                                     'with kubectl delete jobset bert --ignore-not-found\n')
 
 
 def test_a_failed_jobset_exits_1_and_keep_leaves_it(tmp_path):

@@ -1,5 +1,6 @@
 """The TPU pod launcher's command lines, against a fake gcloud that records its arguments."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -110,7 +111,7 @@ def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
 
 def test_restarts_run_out_after_max_restarts(tmp_path):
   code, _, calls = launch(tmp_path, '--git_ref=git+https://example.org/bertjax@v1',
-                          '--max_restarts=1', exits=['255', '255'])
+                          '--max_restarts=1', exits=['75', '75'])
   assert code == cloud.PREEMPTED_EXIT
   assert sum(c[:4] == CREATE[:4] for c in calls) == 2
 
@@ -149,8 +150,20 @@ def test_bad_requests_are_refused_with_the_valid_choices(tpu, workdir, message):
     tpu_pod.check(tpu, workdir)
 
 
-def test_a_single_host_slice_may_use_a_local_workdir():
-  tpu_pod.check(tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-8'), '/tmp/run')
+def test_a_local_workdir_only_on_a_single_host_slice_kept_and_not_spot(tmp_path):
+  """Deleting the slice (at the end, or on a preemption) deletes the VM's disk, checkpoints and
+  all: a re-created slice would start the run again from step 0."""
+  one_host = tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-8')
+  tpu_pod.check(one_host, '/tmp/run', keep=True)
+  for tpu, keep in ((one_host, False), (dataclasses.replace(one_host, spot=True), True)):
+    with pytest.raises(ValueError, match=r"^the local path '/tmp/run' lies on the VM's disk, .*: "
+                       r'use a bucket, --workdir=gs://BUCKET/runs/NAME, or pass --keep without '
+                       r'--spot$'):
+      tpu_pod.check(tpu, '/tmp/run', keep=keep)
+  code, out, calls = launch(tmp_path, '--accelerator_type=v5litepod-8', '--workdir=/home/me/run',
+                            '--spot', '--keep')
+  assert code == 2 and "error: the local path '/home/me/run' lies on the VM's disk" in out, out
+  assert calls == []
   assert tpu_pod.Slice('b', 'us-east5-a', 'v5p-32').hosts == 4
   assert cloud.SLICES['v6e-16'] == (4, 'v6e:4x4')
 
@@ -259,8 +272,97 @@ def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretr
 
 
 def test_what_counts_as_a_preemption():
-  assert tpu_pod.was_preempted(0, 'PREEMPTED') and tpu_pod.was_preempted(1, 'SUSPENDING')
-  assert tpu_pod.was_preempted(255, 'ACTIVE')  # The ssh session cut, the run not finished.
+  assert tpu_pod.was_preempted(255, 'PREEMPTED') and tpu_pod.was_preempted(1, 'SUSPENDING')
   # The run saved and stopped on a SIGTERM (maintenance) while the slice stayed ACTIVE.
   assert tpu_pod.was_preempted(console.PREEMPTED_EXIT, 'ACTIVE')
   assert not tpu_pod.was_preempted(0, 'ACTIVE') and not tpu_pod.was_preempted(1, 'ACTIVE')
+  assert not tpu_pod.was_preempted(0, 'SUSPENDED')  # Finished: never run again.
+  assert not tpu_pod.was_preempted(1, '')  # The state unknown (gcloud failing): not preempted.
+
+
+def launch_scripted(monkeypatch, states=(), exits=(), fails=(), **kwargs):
+  """tpu_pod.launch in this process, its runner answering as FAKE_GCLOUD does (`states` for
+  describe, ERROR where gcloud fails; `exits` for worker 0's ssh) and failing each command in
+  `fails` once (exit 255, as ssh does when the slice goes away): (launch's exit code or its
+  error, the gcloud calls as FAKE_GCLOUD records them)."""
+  monkeypatch.chdir(REPO)
+  states, exits, fails, calls = list(states), list(exits), list(fails), []
+
+  def run(cmd, check=True, capture=False):
+    args = cmd[1:]
+    calls.append(args)
+    code, out = 0, ''
+    if 'describe' in args:
+      state = states.pop(0) if states else 'ACTIVE'
+      code, out = (1, '') if state == 'ERROR' else (0, f'{state}\n')
+    elif args in fails:
+      fails.remove(args)
+      code = 255
+    elif '--worker=0' in args:
+      code = int(exits.pop(0)) if exits else 0
+    if check and code:
+      raise RuntimeError(f'{cmd[0]} exited with {code}: {shlex.join(cmd)}')
+    return subprocess.CompletedProcess(cmd, code, out if capture else None)
+
+  try:
+    result = tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=run, poll_s=0,
+                            git_ref='git+https://example.org/bertjax@v1', **kwargs)
+  except RuntimeError as e:
+    result = str(e)
+  return result, calls
+
+
+ATTEMPT = [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]
+
+
+def test_a_cut_ssh_session_on_a_live_slice_is_reattached_not_deleted(monkeypatch):
+  code, calls = launch_scripted(monkeypatch, exits=['255', '0'])
+  assert code == 0 and calls == ATTEMPT + [LOGS, DESCRIBE, DELETE]
+  # Cut every time: the slice, whose run may go on, is left, with what to do about it.
+  error, calls = launch_scripted(monkeypatch, exits=['255'] * (tpu_pod.REATTACH + 1))
+  assert error.startswith('the ssh session to worker 0 of bert was cut 6 times while the slice '
+                          'was not preempted; it is left running: follow its run with gcloud '
+                          'compute tpus tpu-vm ssh bert --worker=0'), error
+  assert error.endswith('or delete it with gcloud compute tpus queued-resources delete bert '
+                        '--force --quiet --zone=us-west4-a')
+  assert calls == ATTEMPT + [LOGS, DESCRIBE] * tpu_pod.REATTACH  # No delete, no re-create.
+
+
+def test_a_finished_run_is_never_run_again_and_a_failing_describe_is_asked_again(monkeypatch):
+  # Exit 0: finished, even if the slice was preempted just after.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['0'])
+  assert code == 0 and calls == ATTEMPT + [DELETE]
+  # gcloud failing on describe is asked again; the run's own failure is not a preemption.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'ERROR', 'ACTIVE'], exits=['1'])
+  assert code == 1 and calls == ATTEMPT + [DESCRIBE, DELETE]
+
+
+def test_an_existing_queued_resource_is_refused_and_left(monkeypatch):
+  """The same command run again while the slice of an earlier one exists (its launcher died, or
+  --keep): the create fails, and that slice is not this process's to delete."""
+  error, calls = launch_scripted(monkeypatch, fails=[CREATE])
+  assert error.startswith('queued resource bert exists already (ACTIVE): follow its run with '
+                          'gcloud compute tpus tpu-vm ssh bert --worker=0 '), error
+  assert error.endswith(', or delete it with gcloud compute tpus queued-resources delete bert '
+                        '--force --quiet --zone=us-west4-a and run this again')
+  assert calls == [CREATE, DESCRIBE]
+  # A create that failed otherwise (no such resource): gcloud's error, nothing deleted.
+  error, calls = launch_scripted(monkeypatch, states=['ERROR'], fails=[CREATE])
+  assert error.startswith('gcloud exited with 255: gcloud compute tpus queued-resources create')
+  assert calls == [CREATE, DESCRIBE]
+
+
+def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
+  # Suspended while waiting to be ACTIVE.
+  code, calls = launch_scripted(monkeypatch, states=['PROVISIONING', 'SUSPENDED'])
+  assert code == 0 and calls == [CREATE, DESCRIBE, DESCRIBE, DELETE] + ATTEMPT + [DELETE]
+  # Preempted during the install: ssh exits 255 and the slice is SUSPENDED.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], fails=[INSTALL])
+  assert code == 0 and calls == ATTEMPT[:4] + [DESCRIBE, DELETE] + ATTEMPT + [DELETE]
+  # Counted against --max_restarts.
+  code, calls = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
+  assert code == cloud.PREEMPTED_EXIT and calls == [CREATE, DESCRIBE, DELETE]
+  # An install that fails on a slice still ACTIVE is an error, as before.
+  error, calls = launch_scripted(monkeypatch, fails=[INSTALL])
+  assert error.startswith('gcloud exited with 255: gcloud compute tpus tpu-vm ssh bert')
+  assert calls == ATTEMPT[:4] + [DESCRIBE, DELETE]
