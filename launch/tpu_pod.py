@@ -55,6 +55,13 @@ WORKER_CONFIG = 'bertjax_job_config.py'
 # The queued resource's states (state.state) of a slice that went away (spot preemption,
 # maintenance): the run is resumed on a new one.
 PREEMPTED = ('PREEMPTED', 'SUSPENDING', 'SUSPENDED', 'FAILED')
+# bertjax needs Python >= 3.11 and the TPU runtime images hold Ubuntu 22.04's 3.10: each worker
+# gets a venv of a Python uv provides (its own build when the image lacks that version).
+VENV = '~/bertjax-venv'
+PYTHON = f'{VENV}/bin/python'
+UV = 'python3 -m uv'
+VENV_SETUP = (f'python3 -m pip install -q --user -U uv && {UV} venv -q --allow-existing '
+              f'--python 3.12 {VENV}')
 REATTACH = 5  # Re-attaches to worker 0's log after an ssh session cut (255) on a live slice.
 
 _NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
@@ -179,14 +186,15 @@ def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
   if job_config:
     copies.append(tpu.gcloud('tpu-vm', 'scp', job_config, f'{tpu.name}:{WORKER_CONFIG}',
                              '--worker=all'))
-  if git_ref:
-    return copies + [ssh_command(tpu, f'pip install -U "jax[tpu]" {shlex.quote(git_ref)}')]
-  return copies + [ssh_command(tpu, f'pip install -U "jax[tpu]" ~/{wheel.rsplit("/", 1)[-1]}')]
+  package = shlex.quote(git_ref) if git_ref else f'~/{wheel.rsplit("/", 1)[-1]}'
+  return copies + [ssh_command(tpu, f'{VENV_SETUP} && {UV} pip install -q --python {PYTHON} '
+                                    f'-U "jax[tpu]" {package}')]
 
 
 def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
   """bertjax.main on every worker, in the background: its log to LOG, its exit code to RC."""
-  main = shlex.join(['python3', '-m', 'bertjax.main', *main_args, f'--workdir={workdir}'])
+  # PYTHON unquoted: its ~ expands on the worker.
+  main = f'{PYTHON} -m bertjax.main ' + shlex.join([*main_args, f'--workdir={workdir}'])
   # The subshell ignores SIGHUP (inherited by python): the run outlives the ssh session.
   return ssh_command(tpu, f"rm -f {RC}; (trap '' HUP; {main}; echo $? > {RC}) > {LOG} 2>&1 "
                           '< /dev/null &')

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -65,7 +66,7 @@ def slice_():
 
 
 ZONE = '--zone=us-west4-a'
-RUN = ("rm -f ~/bertjax.rc; (trap '' HUP; python3 -m bertjax.main "
+RUN = ("rm -f ~/bertjax.rc; (trap '' HUP; ~/bertjax-venv/bin/python -m bertjax.main "
        '--config=configs/pretrain.py:size=base,vocab=30522 '
        "'--config.data.train_files=gs://b/train-*' --workdir=gs://b/runs/base; "
        'echo $? > ~/bertjax.rc) > ~/bertjax.log 2>&1 < /dev/null &')
@@ -78,7 +79,10 @@ DESCRIBE = ['compute', 'tpus', 'queued-resources', 'describe', 'bert',
             '--format=value(state.state)', ZONE]
 COPY = ['compute', 'tpus', 'tpu-vm', 'scp', '--recurse', 'configs', 'bert:', '--worker=all', ZONE]
 INSTALL = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all',
-           '--command=pip install -U "jax[tpu]" git+https://example.org/bertjax@v1', ZONE]
+           '--command=python3 -m pip install -q --user -U uv && python3 -m uv venv -q '
+           '--allow-existing --python 3.12 ~/bertjax-venv && python3 -m uv pip install -q '
+           '--python ~/bertjax-venv/bin/python -U "jax[tpu]" git+https://example.org/bertjax@v1',
+           ZONE]
 START = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all', f'--command={RUN}', ZONE]
 LOGS = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0', f'--command={STREAM}', ZONE]
 DELETE = ['compute', 'tpus', 'queued-resources', 'delete', 'bert', '--force', '--quiet', ZONE]
@@ -202,8 +206,8 @@ def worker_home(calls, home):
 
 def worker_job(calls) -> list[str]:
   """bertjax.main's flags in the command the launcher starts on every worker."""
-  command = next(a for c in calls for a in c if 'python3 -m bertjax.main' in a)
-  words = shlex.split(command.partition('python3 -m bertjax.main ')[2])
+  command = next(a for c in calls for a in c if 'python -m bertjax.main' in a)
+  words = shlex.split(command.partition('python -m bertjax.main ')[2])
   return words[:words.index('--workdir=gs://b/runs/base;') + 1]
 
 
@@ -366,3 +370,19 @@ def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
   error, calls = launch_scripted(monkeypatch, fails=[INSTALL])
   assert error.startswith('gcloud exited with 255: gcloud compute tpus tpu-vm ssh bert')
   assert calls == ATTEMPT[:4] + [DESCRIBE, DELETE]
+
+
+def test_the_workers_python_is_one_bertjax_installs_on():
+  """The TPU images hold Python 3.10 (Ubuntu 22.04): each worker's venv takes a version that
+  pyproject's requires-python admits, and the run starts with that venv's python."""
+  import tomllib  # pylint: disable=g-import-not-at-top
+  pyproject = pathlib.Path(tpu_pod.__file__).resolve().parents[1] / 'pyproject.toml'
+  spec = tomllib.loads(pyproject.read_text())['project']['requires-python']  # >=3.11,<3.14
+  bounds = dict((op, (int(a), int(b))) for op, a, b in re.findall(r'(>=|<)(\d+)\.(\d+)', spec))
+  version = tuple(map(int, re.search(r'--python (\d+)\.(\d+) ', tpu_pod.VENV_SETUP).groups()))
+  assert bounds['>='] <= version < bounds['<'], (spec, version)
+  install = tpu_pod.install_commands(slice_(), 'dist/bertjax-0.1.0-py3-none-any.whl', '')[-1]
+  assert f'--python {tpu_pod.PYTHON} -U "jax[tpu]" ~/bertjax-0.1.0-py3-none-any.whl' in (
+      install[-2])
+  assert tpu_pod.run_command(slice_(), ['--config=c.py'], 'gs://b/r')[-2].startswith(
+      f"--command=rm -f ~/bertjax.rc; (trap '' HUP; {tpu_pod.PYTHON} -m bertjax.main ")
