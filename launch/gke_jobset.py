@@ -103,6 +103,9 @@ def image_job(main_args) -> list[str]:
   return config_args.with_config_file(main_args, in_image)
 
 
+GRACE_S = 300  # The pods' terminationGracePeriodSeconds.
+
+
 def _annotation(key: str) -> dict:
   return {'valueFrom': {'fieldRef': {'fieldPath': f"metadata.annotations['{key}']"}}}
 
@@ -132,6 +135,9 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
               'cloud.google.com/gke-tpu-topology': topology.split(':')[1]}
   pod = {
       'restartPolicy': 'Never',
+      # SIGTERM (a drain, maintenance, a JobSet restart) to the kill: the run saves at its next
+      # step and exits 75; Kubernetes' default of 30 s can cut a Large model's save short.
+      'terminationGracePeriodSeconds': GRACE_S,
       # The slices' collectives run over the host network (DCN); names resolve as in-cluster.
       'hostNetwork': True,
       'dnsPolicy': 'ClusterFirstWithHostNet',
@@ -139,7 +145,10 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
       'containers': [{
           'name': 'bertjax',
           'image': image,
-          'command': ['python3', '-m', 'bertjax.main', *main_args, f'--workdir={workdir}'],
+          # Kubernetes expands $(NAME) in a command and reads $$ as $: each $ is doubled so
+          # that the job gets its flags as given.
+          'command': ['python3', '-m', 'bertjax.main',
+                      *(a.replace('$', '$$') for a in [*main_args, f'--workdir={workdir}'])],
           'ports': [{'containerPort': 8471}, {'containerPort': 8080}],  # TPU runtime, DCN.
           'env': environment(num_slices),
           'resources': {'limits': {'google.com/tpu': chips_per_host(accelerator_type)}},

@@ -57,6 +57,7 @@ def test_two_v5e_16_slices():
                                'cloud.google.com/gke-tpu-topology': '4x4',
                                'cloud.google.com/gke-spot': 'true'}
   assert p['tolerations'][0]['key'] == 'cloud.google.com/gke-spot'
+  assert p['terminationGracePeriodSeconds'] == gke_jobset.GRACE_S >= 120  # Time to save.
   container = p['containers'][0]
   assert container['image'] == IMAGE
   assert container['command'] == ['python3', '-m', 'bertjax.main', *MAIN_ARGS,
@@ -248,3 +249,12 @@ def test_a_job_workdir_other_than_the_launchers_is_refused(tmp_path):
   assert code == 2 and 'gke_jobset: error: the job\'s flags (after --) set --workdir=gs://b/x' in (
       out) and calls == [], out
   assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()
+
+
+def test_a_dollar_in_a_flag_reaches_the_job_as_written():
+  """Kubernetes expands $(VAR) in a container's command and reads $$ as $."""
+  args = ['--config=configs/pretrain.py', '--config.data.train_files=gs://b/$(JOBSET_NAME)/a$$b']
+  command = pod(gke_jobset.manifest('bert', 'v5litepod-16', 1, IMAGE, 'gs://b/r$1',
+                                    args))['containers'][0]['command']
+  assert command[-2:] == ['--config.data.train_files=gs://b/$$(JOBSET_NAME)/a$$$$b',
+                          '--workdir=gs://b/r$$1']
