@@ -6,14 +6,15 @@ dies, however it dies, so a lock left by a killed run never blocks a restart. Ot
 a multi-host job take no lock.
 
 An object store (gs://, s3://) has no flock. There process 0 puts a lock object <workdir>/.lock
-holding JSON {host, pid, since, renewed, lease_s, token} and a daemon thread renews it every
-lease/4; the block's end removes it. A starter finding a lock whose lease has not expired is
+holding JSON {host, pid, since, started, renewed, lease_s, token} and a daemon thread renews it
+every lease/4; the block's end removes it. A starter finding a lock whose lease has not expired is
 refused, naming the holder. An expired lease (a killed run, a lost VM) is taken over, and so is
-one of this host whose pid is dead (a restart need not wait for the lease). Object stores have
-no compare-and-swap here, so a starter writes its lock, waits a moment and reads it back: of two
-starting at once, the one whose token is still there won, the other is refused. The lease is
-judged by the holder's clock: hosts whose clocks differ by more than a few seconds shorten or
-lengthen it by that much.
+one of this host whose process is gone (a restart need not wait for the lease): its pid dead, or
+alive but started at another time than the holder (a restarted pod's python is pid 1 again).
+Object stores have no compare-and-swap here, so a starter writes its lock, waits a moment and
+reads it back: of two starting at once, the one whose token is still there won, the other is
+refused. The lease is judged by the holder's clock: hosts whose clocks differ by more than a
+few seconds shorten or lengthen it by that much.
 """
 
 import contextlib
@@ -99,6 +100,25 @@ def _acquire(workdir: str):
   return f, None
 
 
+def _start_ticks(pid) -> str | None:
+  """When process `pid` of this host started (clock ticks since boot, /proc/PID/stat's 22nd
+  field); None where that cannot be read (not Linux, no such process)."""
+  try:
+    with open(f'/proc/{int(pid)}/stat', encoding='ascii') as f:  # local: the kernel's table
+      return f.read().rpartition(')')[2].split()[19]
+  except (OSError, ValueError, TypeError, IndexError):
+    return None
+
+
+def _holder_alive(pid, started) -> bool:
+  """Whether the lock's holder, `pid` of this host started at `started`, still runs: a pid
+  alive now may be another process's (a restarted container's python is pid 1 again)."""
+  if not _pid_alive(pid):
+    return False
+  now = _start_ticks(pid)
+  return started is None or now is None or now == started
+
+
 def _pid_alive(pid) -> bool:
   """Whether process `pid` of this host lives (a pid that is not one counts as alive: the lease
   decides then)."""
@@ -136,7 +156,8 @@ class RemoteLock:
     self.lease_s = LEASE_S if lease_s is None else lease_s
     self.confirm_s = CONFIRM_S if confirm_s is None else confirm_s
     self.record = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time(),
-                   'lease_s': self.lease_s, 'token': uuid.uuid4().hex}
+                   'started': _start_ticks(os.getpid()), 'lease_s': self.lease_s,
+                   'token': uuid.uuid4().hex}
     self._stop = threading.Event()
     self._thread = None
 
@@ -155,7 +176,7 @@ class RemoteLock:
       logging.warning('taking over %s: its lease (pid %s on %s) expired %.0f s ago', self.path,
                       pid, host, age - lease)
       return None
-    if host == socket.gethostname() and not _pid_alive(pid):
+    if host == socket.gethostname() and not _holder_alive(pid, holder.get('started')):
       logging.warning('taking over %s: its holder, pid %s on this host, is dead', self.path, pid)
       return None
     return (f'pid {pid} on {host}, running since {_since(since)} (lock {self.path}, renewed '

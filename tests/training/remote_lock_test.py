@@ -3,6 +3,7 @@ holder's host and pid; a live holder refuses a second run, a stale one is taken 
 
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -18,6 +19,11 @@ HOLD = ('import sys, time; from bertjax.training import workdir_lock\n'
         'workdir_lock.LEASE_S, workdir_lock.CONFIRM_S = 2.0, 0.1\n'
         'with workdir_lock.locked(sys.argv[1]):\n'
         '  print("held", flush=True); time.sleep(600)\n')
+
+
+def _start_ticks() -> str:
+  """When this process started, in clock ticks since boot (proc(5): stat's 22nd field)."""
+  return pathlib.Path('/proc/self/stat').read_text().rpartition(')')[2].split()[19]
 
 
 @pytest.fixture
@@ -66,6 +72,12 @@ def test_a_stale_lock_is_taken_over(gcs_bucket, short_lease):
       'lease_s': 120}))
   with workdir_lock.locked(f'{gcs_bucket}/run'):
     assert json.loads(files.read_text(lock))['pid'] == os.getpid()
+  files.write_atomically(lock, json.dumps({  # This host, a fresh lease, a pid alive now (this
+      # process's) but not the holder's: a restarted container's python has the same pid 1.
+      'host': socket.gethostname(), 'pid': os.getpid(), 'since': now, 'renewed': now,
+      'started': str(int(_start_ticks()) - 100), 'lease_s': 120}))
+  with workdir_lock.locked(f'{gcs_bucket}/run'):
+    assert json.loads(files.read_text(lock))['started'] == _start_ticks()
   files.write_atomically(lock, json.dumps({  # Another host within its lease: refused.
       'host': 'other-vm', 'pid': 4242, 'since': now, 'renewed': time.time(), 'lease_s': 120}))
   with pytest.raises(workdir_lock.WorkdirInUseError, match='in use by pid 4242 on other-vm'):
