@@ -37,7 +37,10 @@ import dataclasses
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app
@@ -176,6 +179,25 @@ def worker_job(main_args) -> tuple[str, list[str]]:
   return path, config_args.with_config_file(main_args, f'{WORKER_CONFIG}{colon}{arg}')
 
 
+def check_on_worker(job_config: str, worker_args):
+  """Loads the job's config as a worker will, before a slice is booked: in a home holding only
+  configs/ and `job_config` as WORKER_CONFIG, in a process that sees nothing of this machine's
+  PYTHONPATH. A config from elsewhere that imports a module beside it (found here through
+  PYTHONPATH or the current directory) would fail on every worker."""
+  with tempfile.TemporaryDirectory() as home:
+    shutil.copytree(cloud.CONFIGS, os.path.join(home, 'configs'))
+    shutil.copy(job_config, os.path.join(home, WORKER_CONFIG))
+    script = 'import sys; from bertjax import config_args; config_args.check_args(sys.argv[1:])'
+    loaded = subprocess.run([sys.executable, '-c', script, *worker_args], cwd=home, text=True,
+                            capture_output=True, env={**os.environ, 'PYTHONPATH': ''},
+                            check=False, timeout=300)
+  if loaded.returncode:
+    said = [line for line in loaded.stderr.strip().splitlines() if line.strip()]
+    raise ValueError(f'--config={job_config} loads here but not on a worker, which holds only '
+                     f'it and configs/ ({said[-1] if said else "no message"}): put what it '
+                     'imports into it or into configs/')
+
+
 def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
                      ) -> list[list[str]]:
   """Copy the wheel (unless a git ref is installed) and this checkout's configs/ to every
@@ -296,6 +318,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
     raise ValueError(f'--aot_check compiles the pre-training step only, and this job is '
                      f'config.job={config.job!r}: leave --aot_check out')
   job_config, worker_args = worker_job(main_args)
+  if job_config:
+    check_on_worker(job_config, worker_args)
   if aot_check:
     run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''

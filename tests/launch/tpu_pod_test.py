@@ -386,3 +386,24 @@ def test_the_workers_python_is_one_bertjax_installs_on():
       install[-2])
   assert tpu_pod.run_command(slice_(), ['--config=c.py'], 'gs://b/r')[-2].startswith(
       f"--command=rm -f ~/bertjax.rc; (trap '' HUP; {tpu_pod.PYTHON} -m bertjax.main ")
+
+
+def test_a_config_importing_a_module_beside_it_is_refused_before_booking(tmp_path, monkeypatch):
+  """Here the module is found through PYTHONPATH; a worker gets the config file alone."""
+  experiments = tmp_path / 'experiments'
+  experiments.mkdir()
+  (experiments / 'mycommon.py').write_text('STEPS = 7\n')
+  (experiments / 'my.py').write_text(
+      'import mycommon\nfrom configs import pretrain\n\n\ndef get_config(arg):\n'
+      '  config = pretrain.get_config(arg)\n  config.num_train_steps = mycommon.STEPS\n'
+      '  return config\n')
+  monkeypatch.chdir(REPO)
+  monkeypatch.setenv('PYTHONPATH', str(experiments))
+  monkeypatch.syspath_prepend(str(experiments))
+  calls = []
+  with pytest.raises(ValueError, match=rf'--config={experiments}/my.py loads here but not on a '
+                     r"worker, .*No module named 'mycommon'.*: put what it imports into it or "
+                     r'into configs/'):
+    tpu_pod.launch(slice_(), [f'--config={experiments}/my.py:size=base'], 'gs://b/runs/base',
+                   run=lambda cmd, **_: calls.append(cmd))
+  assert calls == []  # Nothing booked, nothing built.
