@@ -147,10 +147,11 @@ def topology_devices(topology: str) -> tuple[list, int | None]:
     description = topologies.get_topology_desc(topology_name=topology, platform='tpu',
                                                chip_config_name=chip_config)
   except Exception as e:  # libtpu missing, or a shape it does not know.
-    raise RuntimeError(
-        f'libtpu cannot describe the TPU topology {topology!r}: {e}\nIs libtpu installed '
-        f'(`pip install -e ".[tpu]"`) and {shape!r} a {generation} slice shape? '
-        '--topology=cpu:N checks the sharding without libtpu.') from e
+    said = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    raise ValueError(
+        f'--topology={topology}: libtpu cannot describe it ({said}): install libtpu (`pip '
+        f'install -e ".[tpu]"`) and name a {generation} slice shape, or pass --topology=cpu:N '
+        'to check the sharding without libtpu.') from e
   return list(description.devices), hbm_gib * GIB
 
 

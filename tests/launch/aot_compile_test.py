@@ -169,3 +169,13 @@ def test_a_config_the_run_would_refuse_is_refused_in_one_line(config, message):
   assert result.returncode == 1, result.stdout + result.stderr
   assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
   assert 'lowered and compiled' not in result.stdout
+
+
+def test_a_topology_libtpu_cannot_describe_is_refused_in_one_line():
+  """Here libtpu is absent (CI); on a machine with it, 9x9 is no v5e slice shape."""
+  result = run_aot('--topology=v5e:9x9', '--config=configs/pretrain.py:size=tiny')
+  message = 'aot_compile: error: --topology=v5e:9x9: libtpu cannot describe it ('
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+  assert result.stderr.strip().splitlines()[-1].endswith(
+      'or pass --topology=cpu:N to check the sharding without libtpu.'), result.stderr
