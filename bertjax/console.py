@@ -171,11 +171,12 @@ def _run_at_interrupt():
   thread.join(_AT_INTERRUPT_S)
 
 
-def exit_on_interrupt(message):
+def exit_on_interrupt(message, terminate: bool = False):
   """Ctrl-C ends the process at once with one line, `message()`, and exit status 130, wherever
-  it is: no KeyboardInterrupt is raised, which libraries swallow (a bare `except:` during an
-  import, a gc callback: 'Exception ignored') or which unwinds through XLA and crashes it at
-  exit.
+  it is (`terminate`: SIGTERM too, status 143, for tools whose temporary outputs it would leave
+  behind; the training loop saves on a SIGTERM instead): no KeyboardInterrupt is raised, which
+  libraries swallow (a bare `except:` during an import, a gc callback: 'Exception ignored') or
+  which unwinds through XLA and crashes it at exit.
 
   Python runs a signal handler only between bytecodes of the main thread, i.e. after a long
   compile returns; the signal's wake-up byte also reaches a watcher thread that ends the process
@@ -191,6 +192,8 @@ def exit_on_interrupt(message):
   os.environ['PYTHONWARNINGS'] = ','.join(filter(None, (
       os.environ.get('PYTHONWARNINGS'), 'ignore::UserWarning:multiprocessing.resource_tracker')))
   signal.signal(signal.SIGINT, lambda signum, frame: interrupted(message))
+  if terminate:
+    signal.signal(signal.SIGTERM, lambda signum, frame: interrupted(message, 143))
   read_end, write_end = os.pipe()
   os.set_blocking(write_end, False)
   try:
@@ -200,15 +203,18 @@ def exit_on_interrupt(message):
 
   def watch():
     while True:
-      if signal.SIGINT in os.read(read_end, 64):
+      received = os.read(read_end, 64)
+      if signal.SIGINT in received:
         interrupted(message)
+      if terminate and signal.SIGTERM in received:
+        interrupted(message, 143)
 
   threading.Thread(target=watch, name='sigint-watcher', daemon=True).start()
 
 
-def interrupted(message):
-  """Prints `message()` and exits 130 (128 + SIGINT) without the interpreter's teardown: XLA's
-  compiler threads still running at exit crash it (a segfault, rc 139)."""
+def interrupted(message, code: int = 130):
+  """Prints `message()` and exits `code` (130: 128 + SIGINT) without the interpreter's teardown:
+  XLA's compiler threads still running at exit crash it (a segfault, rc 139)."""
   if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
     return
   for path in list(_TEMPORARY):  # local temp: this process's own temporary files
@@ -225,7 +231,7 @@ def interrupted(message):
   except Exception:  # pylint: disable=broad-except
     pass
   os.write(_STDERR[0], f'{line}\n'.encode())
-  os._exit(130)  # pylint: disable=protected-access
+  os._exit(code)  # pylint: disable=protected-access
 
 
 def fail(message: str):

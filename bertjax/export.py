@@ -268,10 +268,11 @@ def main(argv):
   if files.is_remote(FLAGS.output or ''):
     console.exit_on_interrupt(lambda: (
         f'interrupted: an upload to {FLAGS.output} cut short leaves files that its manifest '
-        'lists as in progress; rerun the same command with --overwrite'))
+        'lists as in progress; rerun the same command with --overwrite'), terminate=True)
   else:
     console.exit_on_interrupt(console.nothing_written(
-        'nothing was written (an export is renamed into place only when complete)'))
+        'nothing was written (an export is renamed into place only when complete)'),
+        terminate=True)
   start = time.perf_counter()
   try:
     _quiet_tensorflow(FLAGS.format, paths.absolute(FLAGS['from'].value))

@@ -209,7 +209,7 @@ def main(argv):
   console.refuse_arguments(argv, '--init=..., --input_file=..., --output_file=...')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
-      'nothing was written (features are written whole or not at all)'))
+      'nothing was written (features are written whole or not at all)'), terminate=True)
   init = FLAGS.init or FLAGS.init_checkpoint
   start = time.perf_counter()
   try:

@@ -271,7 +271,7 @@ def main(argv):
   console.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
-      'nothing was written (predictions are written whole or not at all)'))
+      'nothing was written (predictions are written whole or not at all)'), terminate=True)
   start = time.perf_counter()
   try:
     output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))

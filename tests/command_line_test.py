@@ -222,7 +222,9 @@ def test_check_args_is_what_the_launchers_use():
   assert tpu_pod.config_args is config_args
 
 
-def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir):
+@pytest.mark.parametrize('signum, code', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir,
+                                                                          signum, code):
   (tmp_path / 'in.txt').write_text('The weather is lovely today.\n' * 3000)
   log = tmp_path / 'stderr'
   process = subprocess.Popen(
@@ -236,8 +238,8 @@ def test_ctrl_c_in_extract_features_leaves_nothing_half_written(tmp_path, minilm
     assert process.poll() is None, log.read_text()[-3000:]
     assert time.time() < deadline, log.read_text()[-3000:]
     time.sleep(0.1)
-  process.send_signal(signal.SIGINT)
-  assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
+  process.send_signal(signum)
+  assert process.wait(timeout=60) == code, log.read_text()[-3000:]
   err = log.read_text()
   assert err.strip().splitlines()[-1].startswith('interrupted: nothing was written'), err
   assert 'Traceback' not in err and 'KeyboardInterrupt' not in err

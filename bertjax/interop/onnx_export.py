@@ -131,7 +131,8 @@ def _exported(result: bundle_lib.Bundle, held: kinds.Onnx):
   """The ONNX program of `result` (torch.onnx.ONNXProgram)."""
   import torch  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix='bertjax_onnx_') as folder:  # local: the hf export
-    model = _transformers_model(result, held, folder)
+    with console.temporary(folder):  # An interrupt or SIGTERM removes it too.
+      model = _transformers_model(result, held, folder)
   graph = _graph_module(torch, model, outputs(result, held))
   # A padded batch of 2 x 8, so that no size is 1 (the exporter would specialise it).
   ids = torch.full((2, 8), 100, dtype=torch.int64)
