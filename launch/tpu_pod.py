@@ -161,8 +161,9 @@ def delete_command(tpu: Slice) -> list[str]:
   return tpu.gcloud('queued-resources', 'delete', tpu.name, '--force', '--quiet')
 
 
-def ssh_command(tpu: Slice, command: str, worker: str = 'all') -> list[str]:
-  return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}', f'--command={command}')
+def ssh_command(tpu: Slice, command: str, worker: str = 'all', *ssh_flags: str) -> list[str]:
+  return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}',
+                    *(f'--ssh-flag={f}' for f in ssh_flags), f'--command={command}')
 
 
 def worker_job(main_args) -> tuple[str, list[str]]:
@@ -223,9 +224,11 @@ def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
 
 
 def stream_command(tpu: Slice) -> list[str]:
-  """Worker 0's log until the run ends; exits with the run's exit code."""
+  """Worker 0's log until the run ends; exits with the run's exit code. A VM gone without a
+  word (no FIN) ends the session (255) within 2 minutes instead of leaving it hanging."""
   return ssh_command(tpu, f'tail -n +1 -F {LOG} & while [ ! -f {RC} ]; do sleep 5; done; '
-                          f'sleep 2; kill %1; exit $(cat {RC})', worker='0')
+                          f'sleep 2; kill %1; exit $(cat {RC})', '0',
+                     '-o ServerAliveInterval=30', '-o ServerAliveCountMax=4')
 
 
 def was_preempted(exit_code: int, state: str) -> bool:

@@ -84,7 +84,9 @@ INSTALL = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all',
            '--python ~/bertjax-venv/bin/python -U "jax[tpu]" git+https://example.org/bertjax@v1',
            ZONE]
 START = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all', f'--command={RUN}', ZONE]
-LOGS = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0', f'--command={STREAM}', ZONE]
+LOGS = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0',
+        '--ssh-flag=-o ServerAliveInterval=30', '--ssh-flag=-o ServerAliveCountMax=4',
+        f'--command={STREAM}', ZONE]
 DELETE = ['compute', 'tpus', 'queued-resources', 'delete', 'bert', '--force', '--quiet', ZONE]
 
 
