@@ -52,6 +52,7 @@ from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
+PID = '~/bertjax.pid'  # The run's process (its subshell), written when it starts.
 # On each worker, in its home: the job's config file when it lies outside this checkout's configs/
 # (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
 WORKER_CONFIG = 'bertjax_job_config.py'
@@ -219,15 +220,19 @@ def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
   # PYTHON unquoted: its ~ expands on the worker.
   main = f'{PYTHON} -m bertjax.main ' + shlex.join([*main_args, f'--workdir={workdir}'])
   # The subshell ignores SIGHUP (inherited by python): the run outlives the ssh session.
-  return ssh_command(tpu, f"rm -f {RC}; (trap '' HUP; {main}; echo $? > {RC}) > {LOG} 2>&1 "
-                          '< /dev/null &')
+  return ssh_command(tpu, f"rm -f {RC} {PID}; (trap '' HUP; {main}; echo $? > {RC}) > {LOG} "
+                          f'2>&1 < /dev/null & echo $! > {PID}')
 
 
 def stream_command(tpu: Slice) -> list[str]:
-  """Worker 0's log until the run ends; exits with the run's exit code. A VM gone without a
-  word (no FIN) ends the session (255) within 2 minutes instead of leaving it hanging."""
-  return ssh_command(tpu, f'tail -n +1 -F {LOG} & while [ ! -f {RC} ]; do sleep 5; done; '
-                          f'sleep 2; kill %1; exit $(cat {RC})', '0',
+  """Worker 0's log until the run ends; exits with the run's exit code, or PREEMPTED_EXIT when
+  the run is gone without one (the VM rebooted for maintenance: the run resumes on a new
+  slice). A VM gone without a word (no FIN) ends the session (255) within 2 minutes instead of
+  leaving it hanging."""
+  gone = (f'! kill -0 "$(cat {PID} 2>/dev/null)" 2>/dev/null && [ ! -f {RC} ]')
+  return ssh_command(tpu, f'tail -n +1 -F {LOG} & while [ ! -f {RC} ]; do if {gone}; then '
+                          f'kill %1; exit {cloud.PREEMPTED_EXIT}; fi; sleep 5; done; sleep 2; '
+                          f'kill %1; exit $(cat {RC})', '0',
                      '-o ServerAliveInterval=30', '-o ServerAliveCountMax=4')
 
 

@@ -66,12 +66,13 @@ def slice_():
 
 
 ZONE = '--zone=us-west4-a'
-RUN = ("rm -f ~/bertjax.rc; (trap '' HUP; ~/bertjax-venv/bin/python -m bertjax.main "
+RUN = ("rm -f ~/bertjax.rc ~/bertjax.pid; (trap '' HUP; ~/bertjax-venv/bin/python -m bertjax.main "
        '--config=configs/pretrain.py:size=base,vocab=30522 '
        "'--config.data.train_files=gs://b/train-*' --workdir=gs://b/runs/base; "
-       'echo $? > ~/bertjax.rc) > ~/bertjax.log 2>&1 < /dev/null &')
-STREAM = ('tail -n +1 -F ~/bertjax.log & while [ ! -f ~/bertjax.rc ]; do sleep 5; done; '
-          'sleep 2; kill %1; exit $(cat ~/bertjax.rc)')
+       'echo $? > ~/bertjax.rc) > ~/bertjax.log 2>&1 < /dev/null & echo $! > ~/bertjax.pid')
+STREAM = ('tail -n +1 -F ~/bertjax.log & while [ ! -f ~/bertjax.rc ]; do if ! kill -0 '
+          '"$(cat ~/bertjax.pid 2>/dev/null)" 2>/dev/null && [ ! -f ~/bertjax.rc ]; then kill %1; '
+          'exit 75; fi; sleep 5; done; sleep 2; kill %1; exit $(cat ~/bertjax.rc)')
 CREATE = ['compute', 'tpus', 'queued-resources', 'create', 'bert', '--node-id=bert',
           '--accelerator-type=v5litepod-16', '--runtime-version=v2-alpha-tpuv5-lite', '--spot',
           ZONE]
@@ -387,7 +388,8 @@ def test_the_workers_python_is_one_bertjax_installs_on():
   assert f'--python {tpu_pod.PYTHON} -U "jax[tpu]" ~/bertjax-0.1.0-py3-none-any.whl' in (
       install[-2])
   assert tpu_pod.run_command(slice_(), ['--config=c.py'], 'gs://b/r')[-2].startswith(
-      f"--command=rm -f ~/bertjax.rc; (trap '' HUP; {tpu_pod.PYTHON} -m bertjax.main ")
+      f"--command=rm -f ~/bertjax.rc ~/bertjax.pid; (trap '' HUP; {tpu_pod.PYTHON} -m "
+      'bertjax.main ')
 
 
 def test_a_config_importing_a_module_beside_it_is_refused_before_booking(tmp_path, monkeypatch):
@@ -409,3 +411,31 @@ def test_a_config_importing_a_module_beside_it_is_refused_before_booking(tmp_pat
     tpu_pod.launch(slice_(), [f'--config={experiments}/my.py:size=base'], 'gs://b/runs/base',
                    run=lambda cmd, **_: calls.append(cmd))
   assert calls == []  # Nothing booked, nothing built.
+
+
+@pytest.mark.parametrize('ends, code', [('exits 3', 3), ('is killed', cloud.PREEMPTED_EXIT)])
+def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp_path, ends,
+                                                                           code):
+  """The worker's two commands run by bash in a home of their own, bertjax.main a stand-in: the
+  stream gives the run's status; a run gone without one (a VM rebooted for maintenance, which
+  takes the process, the ssh session and no file with it) ends it with 75, a restart."""
+  python = tmp_path / 'bertjax-venv' / 'bin' / 'python'
+  python.parent.mkdir(parents=True)
+  python.write_text('#!/bin/bash\necho "step 1/9"\nsleep 2\nexit 3\n')
+  python.chmod(0o755)
+  env = dict(os.environ, HOME=str(tmp_path))
+
+  def command(argv):
+    return next(a for a in argv if a.startswith('--command=')).partition('=')[2]
+
+  subprocess.run(['bash', '-c', command(tpu_pod.run_command(slice_(), ['--config=c.py'],
+                                                            'gs://b/r'))],
+                 env=env, check=True, timeout=30)
+  if ends == 'is killed':
+    run = int((tmp_path / 'bertjax.pid').read_text())
+    subprocess.run(['pkill', '-KILL', '-P', str(run)], check=False)  # The run, then its shell.
+    os.kill(run, 9)
+  stream = subprocess.run(['bash', '-c', command(tpu_pod.stream_command(slice_()))], env=env,
+                          capture_output=True, text=True, timeout=60)
+  assert stream.returncode == code, stream.stderr
+  assert 'step 1/9' in stream.stdout
