@@ -6,7 +6,9 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 (bertjax.main shows the same line for a flag it cannot parse).
 """
 
+import hashlib
 import os
+import pathlib  # local: config files are imported from local paths only
 import re
 import sys
 
@@ -235,3 +237,35 @@ def _load_config_file(path: str, arg: str):
 def _one_line(error: BaseException) -> str:
   text = ' '.join(str(error).split())
   return f'{type(error).__name__}: {text}' if text else type(error).__name__
+
+
+# Set by launch/gke_jobset.py: the digest of the launcher's configs/, which it checked the job's
+# config against; a pod whose image holds other configs/ refuses to run (configs_check).
+CONFIGS_DIGEST_ENV = 'BERTJAX_CONFIGS_SHA256'
+
+
+def configs_digest(folder) -> str:
+  """sha256 of a configs/ folder: its .py files' paths (relative) and bytes, in sorted order."""
+  root = pathlib.Path(folder)  # local: config files are imported from local paths only
+  digest = hashlib.sha256()
+  files = sorted(p for p in root.rglob('*.py') if '__pycache__' not in p.parts)  # local: same
+  for path in files:
+    digest.update(path.relative_to(root).as_posix().encode() + b'\0')
+    digest.update(path.read_bytes() + b'\0')  # local: a config file, read as it was loaded
+  return digest.hexdigest()
+
+
+def configs_check(config_file: str):
+  """Refuses a job whose configs/ (the folder holding `config_file`) differ from those the
+  launcher checked it against (CONFIGS_DIGEST_ENV): a GKE image built before configs/ changed
+  would run other settings than the ones checked, silently."""
+  want = os.environ.get(CONFIGS_DIGEST_ENV)
+  if not want:
+    return
+  above = pathlib.Path(config_file).resolve().parents  # local: config files are local
+  folder = next((p for p in above if p.name == 'configs'), None)
+  if folder is None or configs_digest(folder) != want:
+    raise ValueError(f'this image\'s configs/ ({folder or "none holds " + config_file}) differ '
+                     'from the ones the launcher checked the job against: rebuild and push the '
+                     'image from that checkout (docker build -f launch/Dockerfile), then launch '
+                     'again')

@@ -150,6 +150,7 @@ def _job_module(name: str):
 
 def _run(argv):
   console.refuse_arguments(argv, '--config=..., --workdir=...')
+  config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
   # Every config value, before JAX starts, any data is read or anything is compiled.
   config_check.check(_CONFIG.value)
   console.install()

@@ -150,7 +150,11 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
           'command': ['python3', '-m', 'bertjax.main',
                       *(a.replace('$', '$$') for a in [*main_args, f'--workdir={workdir}'])],
           'ports': [{'containerPort': 8471}, {'containerPort': 8080}],  # TPU runtime, DCN.
-          'env': environment(num_slices),
+          # The image's tag may be pushed again: every pod pulls what it names now, and
+          # refuses configs/ other than the ones checked here (config_args.configs_check).
+          'imagePullPolicy': 'Always',
+          'env': [{'name': config_args.CONFIGS_DIGEST_ENV,
+                   'value': config_args.configs_digest(cloud.CONFIGS)}, *environment(num_slices)],
           'resources': {'limits': {'google.com/tpu': chips_per_host(accelerator_type)}},
       }],
   }
@@ -158,8 +162,6 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
     selector['cloud.google.com/gke-spot'] = 'true'
     pod['tolerations'] = [{'key': 'cloud.google.com/gke-spot', 'operator': 'Equal',
                            'value': 'true', 'effect': 'NoSchedule'}]
-  if not pod['containers'][0]['env']:
-    del pod['containers'][0]['env']
   return {
       'apiVersion': 'jobset.x-k8s.io/v1alpha2',
       'kind': 'JobSet',

@@ -260,3 +260,24 @@ def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_pat
   assert done.returncode == 1, done.stderr
   assert f"unexpected arguments ['stray.txt']: every input is a --flag ({named}" in done.stderr
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
+
+
+def test_a_pod_whose_configs_differ_from_the_launchers_refuses_to_run(tmp_path):
+  """gke_jobset sets the digest of the configs/ it checked the job against; an image built from
+  other configs/ (a config edited and not rebuilt) must not run them silently."""
+  configs = tmp_path / 'image' / 'configs'
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.copytree(REPO / 'configs', configs, ignore=shutil.ignore_patterns('__pycache__'))
+  checked = config_args.configs_digest(configs)
+  assert checked == config_args.configs_digest(REPO / 'configs')
+  with (configs / 'common.py').open('a') as f:
+    f.write('\n# Edited after the image was built.\n')
+  args = ['-m', 'bertjax.main', '--config=configs/pretrain.py:size=tiny', f'--workdir={tmp_path}/w']
+  result = subprocess.run([sys.executable, *args], cwd=tmp_path / 'image', capture_output=True,
+                          text=True, timeout=120, env=environ(BERTJAX_CONFIGS_SHA256=checked))
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.strip().splitlines()[-2] == (
+      f"error: this image's configs/ ({configs}) differ from the ones the launcher checked the "
+      'job against: rebuild and push the image from that checkout (docker build -f '
+      'launch/Dockerfile), then launch again')
+  assert not (tmp_path / 'w').exists()

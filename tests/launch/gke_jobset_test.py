@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from bertjax import config_args
 from launch import gke_jobset
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -80,7 +81,10 @@ def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
   p = pod(spec)
   assert p['nodeSelector']['cloud.google.com/gke-tpu-topology'] == topology
   assert p['containers'][0]['resources']['limits']['google.com/tpu'] == chips
-  assert 'env' not in p['containers'][0] and 'tolerations' not in p  # One slice, on demand.
+  # One slice (no MEGASCALE_*), on demand; the launcher's configs/, which the pod checks.
+  assert p['containers'][0]['env'] == [{'name': 'BERTJAX_CONFIGS_SHA256',
+                                        'value': config_args.configs_digest(REPO / 'configs')}]
+  assert 'tolerations' not in p and p['containers'][0]['imagePullPolicy'] == 'Always'
 
 
 @pytest.mark.parametrize('args,message', [
