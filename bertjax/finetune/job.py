@@ -229,6 +229,11 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
   state, meta = restored
+  saved = meta.get('labels')  # The head's order, as the checkpoint was saved.
+  if saved is not None and tuple(saved) != tuple(task.labels):
+    raise ValueError(f"{workdir} step {meta['step']} was saved with the labels {list(saved)} (its "
+                     f"head's order), but the run's config.json lists {list(task.labels)}: "
+                     "config.json was edited or is another run's; restore the one the run wrote.")
   predict_fn = jit_predict(s)
   rows_of = job_setup.layout(s)
   if splits is None:

@@ -68,6 +68,10 @@ def setup(config, workdir: str = '') -> Setup:
   reuse = saved is not None and config.mode != 'train_eval'
   task = registry.get_task(config.task, config.data, seed=config.seed,
                            labels=saved if reuse else ())
+  if reuse and tuple(task.labels) != saved:  # A task whose labels are its own (GLUE's).
+    raise ValueError(f'{workdir}/config.json lists the labels {list(saved)}, but task '
+                     f'{config.task} has {list(task.labels)}: config.json was edited or is '
+                     "another run's; restore the one the run wrote.")
   if saved is not None and tuple(task.labels) != saved:
     raise ValueError(f'{workdir} was fine-tuned with labels {list(saved)}, but the training '
                      f'data now has {list(task.labels)}: use another --workdir for a new label '

@@ -125,6 +125,9 @@ def saved_labels(workdir) -> tuple | None:
 RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_seq_length',
               'data.do_lower_case', 'data.text_fields', 'data.label_field', 'data.doc_stride',
               'data.max_query_length')
+# Tasks that hold their eval split out of the training examples, drawn by config.seed, when
+# data.eval_file is empty (the user-file tasks), or always (bbc, wordnet).
+_HELD_OUT_ALWAYS = ('bbc', 'wordnet')
 
 
 def has_checkpoint(workdir: str) -> bool:
@@ -152,11 +155,46 @@ def trained_run(workdir: str) -> dict | None:
   return run
 
 
+def _held_out(config) -> bool:
+  """Whether a config's eval examples are drawn out of its training examples by its seed."""
+  return config.get('task') in _HELD_OUT_ALWAYS or bool(
+      init_from.lookup(config, 'data.train_file') and not init_from.lookup(config,
+                                                                           'data.eval_file'))
+
+
+def _differences(run: dict, cfg, fields) -> list[str]:
+  values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in fields}
+  return [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
+          if old is not None and new is not None and old != new]
+
+
 def check_against_run(cfg, run: dict, workdir: str):
-  """Refuses settings that differ from what the run in `workdir` was trained with."""
-  values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in RUN_FIELDS}
-  differ = [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
-            if old is not None and new is not None and old != new]
+  """Refuses settings that differ from what the run in `workdir` was trained with: the model's
+  (RUN_FIELDS); the seed and fraction that hold its eval examples out of its training ones; an
+  eval file it had, dropped (eval would score training examples); on a resume, its batch (its
+  epochs are counted in it), max_train_examples and an eval file added to a held-out split (its
+  eval examples would be trained on). An eval or predict may name another eval file."""
+  training = cfg.get('mode', 'train_eval') == 'train_eval'
+  fields = RUN_FIELDS + (('data.max_train_examples',) if training else ())
+  differ = _differences(run, cfg, fields)
+  scoring = cfg.get('mode', 'train_eval') in ('train_eval', 'eval')
+  if scoring and _held_out(run) and _held_out(cfg):  # Both draw eval out of the training ones.
+    differ += [f'{d}: it draws the eval examples held out of the training ones'
+               for d in _differences(run, cfg, ('seed', 'data.eval_fraction'))]
+  eval_files = (init_from.lookup(run, 'data.eval_file'), init_from.lookup(cfg, 'data.eval_file'))
+  if scoring and not _held_out(run) and _held_out(cfg):
+    differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: without it, '
+                  'eval examples would be held out of the ones it trained on')
+  elif training and _held_out(run) and not _held_out(cfg):
+    differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
+                  'examples, held out of the training file, would be trained on')
+  if (training and not cfg.get('num_train_steps') and run.get(
+      'global_batch_size', cfg.get('global_batch_size')) != cfg.get('global_batch_size')):
+    differ.append(f'global_batch_size {run["global_batch_size"]!r} (the run) vs '
+                  f'{cfg.get("global_batch_size")!r}: its steps are counted in epochs of its '
+                  'batch (--config.grad_accum_steps splits a batch that does not fit; '
+                  '--config.num_train_steps=N trains to step N at the new batch, from the '
+                  'examples consumed)')
   if differ:
     raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
                      'those overrides to resume, evaluate or predict with the run as trained '

@@ -1,6 +1,7 @@
 """The run config: what a fine-tuning run resolves before any run or checkpoint exists."""
 
 import json
+import re
 import types
 
 import numpy as np
@@ -77,3 +78,51 @@ def test_fine_tuning_from_a_transformers_folder_takes_no_other_casing(tmp_path, 
     run_config.check_casing(config, str(tmp_path))
   config.data.do_lower_case = lower
   run_config.check_casing(config, str(tmp_path))
+
+
+def _user_run(**data):
+  """A user-file classification run's config (as config.json holds it) and a copy to change."""
+  config = finetune_config.get_config('task=classification,size=tiny,batch=8')
+  config.data.train_file = '/data/reviews.csv'
+  for key, value in data.items():
+    config.data[key] = value
+  return config.to_dict(), config
+
+
+@pytest.mark.parametrize('mode, change, named', [
+    # Its eval examples are held out of reviews.csv by the seed and the fraction.
+    ('eval', {'seed': 1}, 'seed 0 (the run) vs 1: it draws the eval examples held out'),
+    ('eval', {'data.eval_fraction': 0.3}, 'data.eval_fraction 0.2 (the run) vs 0.3: it draws'),
+    ('train_eval', {'data.eval_file': '/data/ev.csv'},
+     "its eval examples, held out of the training file, would be trained on"),
+    ('train_eval', {'global_batch_size': 16},
+     'global_batch_size 8 (the run) vs 16: its steps are counted in epochs of its batch'),
+    ('train_eval', {'data.max_train_examples': 10}, 'data.max_train_examples -1 (the run) vs 10'),
+])
+def test_a_config_that_would_train_on_or_score_other_examples_is_refused(mode, change, named):
+  run, config = _user_run()
+  config.mode = mode
+  for key, value in change.items():
+    parent, _, leaf = key.rpartition('.')
+    (config[parent] if parent else config)[leaf] = value
+  with pytest.raises(ValueError, match=re.escape(named)):
+    run_config.check_against_run(config, run, '/runs/r')
+
+
+def test_an_eval_file_dropped_is_refused_and_another_named_for_eval_is_not():
+  run, config = _user_run(eval_file='/data/ev.csv')
+  config.mode = 'eval'
+  config.data.eval_file = ''  # Eval would score examples held out of the training ones.
+  with pytest.raises(ValueError, match="without it, eval examples would be held out of the "
+                     "ones it trained on"):
+    run_config.check_against_run(config, run, '/runs/r')
+  run, config = _user_run()
+  config.mode = 'eval'
+  config.data.eval_file = '/data/new_test.csv'  # A file of one's own to score: the user's call.
+  config.seed = 1  # Irrelevant then.
+  run_config.check_against_run(config, run, '/runs/r')
+  config.mode, config.seed, config.data.eval_file = 'train_eval', 0, ''
+  config.data.max_eval_examples = 5  # Scores fewer: refused nowhere.
+  run_config.check_against_run(config, run, '/runs/r')
+  config.global_batch_size, config.num_train_steps = 16, 40  # Steps asked for: from the examples
+  run_config.check_against_run(config, run, '/runs/r')  # consumed, at the new batch.

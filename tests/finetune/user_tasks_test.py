@@ -99,6 +99,21 @@ def test_csv_classification_labels_saved_and_predict_agrees_with_eval(tmp_path):
                                    label_field='sentiment'), str(workdir))
   assert json.loads((workdir / 'config.json').read_text())['labels'] == saved['labels']
 
+  # Its config.json's labels reordered by hand: eval and predict would give every example
+  # another label; the checkpoint's own record of its head's order refuses them.
+  edited = json.loads((workdir / 'config.json').read_text())
+  edited['labels'] = ['warm', 'grim', 'cold']
+  (workdir / 'config.json').write_text(json.dumps(edited))
+  for mode in ('eval', 'predict'):
+    config = _config('classification', eval_file=tmp_path / 'eval.tsv',
+                     test_file=tmp_path / 'eval.tsv', text_fields='review',
+                     label_field='sentiment')
+    config.mode = mode
+    with pytest.raises(ValueError, match=r"was saved with the labels \['cold', 'grim', 'warm'\] "
+                       r"\(its head's order\), but the run's config.json lists \['warm', 'grim', "
+                       r"'cold'\]"):
+      job.run(config, str(workdir))
+
 
 @ONE_DEVICE
 def test_tagging_iobes_jsonl_and_predict_agrees_with_eval(tmp_path):

@@ -353,3 +353,15 @@ def test_labels_reordered_in_config_json_are_refused(fine_tuned_sst2, tmp_path):
                      r"order\), but the run's config.json lists \['1', '0'\]"):
     export.export(str(copy), 'hf', str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+  # The fine-tuning job's own eval and predict modes read the run the same way.
+  import finetune_runs  # pylint: disable=g-import-not-at-top
+
+  from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
+  for mode in ('eval', 'predict'):
+    config = finetune_runs.tiny_config(fine_tuned_sst2[1])
+    config.mode = mode
+    with pytest.raises(ValueError, match=r"config.json lists the labels \['1', '0'\], but task "
+                       r"sst2 has \['0', '1'\]: config.json was edited"):
+      job.run(config, str(copy))
+  assert not (copy / 'predictions').exists() or not any(
+      p.name.startswith(('eval_', 'predict_')) for p in (copy / 'predictions').iterdir())
