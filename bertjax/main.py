@@ -10,11 +10,11 @@ JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 
 import errno
 import os
+import signal
 import sys
 import threading
 
 if __name__ == '__main__':
-  import signal  # pylint: disable=g-import-not-at-top
 
   def _interrupted_early(signum, frame):
     """Ctrl-C while the modules and the config load: nothing has been written yet."""
@@ -158,6 +158,9 @@ def _run(argv):
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() == 1:  # Several: jax.distributed's own SIGTERM notice, which the
+    # loop's preemption check reads (a Python handler here would replace it).
+    signal.signal(signal.SIGTERM, _stopped_outside_the_loop)
   if jax.default_backend() == 'cpu':
     logging.info('CPU backend: freed memory kept mapped for reuse (%s)',
                  'on' if _MALLOC_TUNED else 'off')
@@ -263,6 +266,15 @@ def interrupted_message(config, workdir: str) -> str:
   at = f' (step {step})' if step is not None else ''
   return (f'interrupted: the last checkpoint in {where}{at} is intact; rerun the same command '
           'to resume from it')
+
+
+def _stopped_outside_the_loop(signum, frame):
+  """SIGTERM (a preemption, a scheduler's stop) while the job reads its data, compiles or
+  writes its results: nothing half-written stays; the exit status 75 (console.PREEMPTED_EXIT)
+  asks a scheduler to run it again, as after a save in the loop, which handles it there."""
+  del signum, frame
+  console.interrupted(lambda: _interrupt_message().replace('interrupted', 'stopped (SIGTERM)', 1),
+                      console.PREEMPTED_EXIT)
 
 
 def _interrupt_message() -> str:

@@ -90,6 +90,24 @@ def test_ctrl_c_while_starting_ends_with_one_line(tmp_path, delay):
 
 
 
+def test_sigterm_before_the_first_step_exits_75_for_a_rerun(tmp_path):
+  """A preemption while the job makes its data or compiles: nothing was trained, nothing is
+  lost, and the status asks a scheduler (SLURM's requeue, tpu_pod, a JobSet) to run it again,
+  as a SIGTERM inside the loop does after its save; it was killed with 143 (no rerun)."""
+  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
+  deadline = time.time() + 240
+  while 'process 0/1' not in log.read_text():  # Logged once jax.distributed was settled.
+    assert process.poll() is None, log.read_text()[-3000:]
+    assert time.time() < deadline, log.read_text()[-3000:]
+    time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=60) == 75, log.read_text()[-3000:]
+  err = log.read_text()
+  assert err.strip().splitlines()[-1].startswith('stopped (SIGTERM) before the first checkpoint '
+                                                 f'in {tmp_path}/w/checkpoints: rerun'), err
+  assert 'Traceback' not in err and 'step 1/200' not in err
+
+
 @pytest.mark.parametrize('process_id', [0, 1])
 def test_a_multi_host_start_whose_peer_never_comes_times_out_with_one_line(tmp_path, process_id):
   address = f'localhost:{two_processes.free_port()}'
