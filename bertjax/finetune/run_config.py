@@ -6,6 +6,7 @@ settings in RUN_FIELDS (check_against_run). A resume, eval or predict with other
 train on, or score, a model other than the one trained, so they are refused by name.
 """
 
+import hashlib
 import os
 
 from absl import logging
@@ -162,6 +163,23 @@ def _held_out(config) -> bool:
                                                                            'data.eval_file'))
 
 
+def data_digest(setting: str) -> str:
+  """sha256 over the files a train_file setting names (each file's sha256, in reading order)."""
+  from bertjax.finetune.tasks import user_tasks  # pylint: disable=g-import-not-at-top
+  digest = hashlib.sha256()
+  for path in user_tasks.expand(setting, 'train_file'):
+    digest.update(files.sha256(path).encode())
+  return digest.hexdigest()
+
+
+def records_training_data(cfg) -> bool:
+  """Whether a job reads its training file's content: training, or scoring eval examples held
+  out of it (its data.train_sha256 is then compared with the run's)."""
+  mode = cfg.get('mode', 'train_eval')
+  return bool(init_from.lookup(cfg, 'data.train_file')) and (
+      mode == 'train_eval' or (mode == 'eval' and _held_out(cfg)))
+
+
 def _differences(run: dict, cfg, fields) -> list[str]:
   values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in fields}
   return [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
@@ -195,6 +213,17 @@ def check_against_run(cfg, run: dict, workdir: str):
                   'batch (--config.grad_accum_steps splits a batch that does not fit; '
                   '--config.num_train_steps=N trains to step N at the new batch, from the '
                   'examples consumed)')
+  if training and (run.get('init_from') or '') != (cfg.get('init_from') or ''):
+    logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
+                    'began from %s); to start from those weights, fine-tune in another --workdir',
+                    cfg.get('init_from') or "''", workdir, run.get('init_from') or 'random weights')
+  digests = (init_from.lookup(run, 'data.train_sha256'),
+             init_from.lookup(cfg, 'data.train_sha256'))
+  if None not in digests and digests[0] != digests[1]:
+    differ.append(f'data.train_file {init_from.lookup(cfg, "data.train_file")!r} holds other rows '
+                  f'than it did (sha256 {digests[0][:12]}... vs {digests[1][:12]}...): rows added, '
+                  'removed, edited or reordered change the example order and the held-out eval '
+                  'examples; restore the file the run was trained on')
   if differ:
     raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
                      'those overrides to resume, evaluate or predict with the run as trained '

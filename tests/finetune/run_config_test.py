@@ -126,3 +126,34 @@ def test_an_eval_file_dropped_is_refused_and_another_named_for_eval_is_not():
   run_config.check_against_run(config, run, '/runs/r')
   config.global_batch_size, config.num_train_steps = 16, 40  # Steps asked for: from the examples
   run_config.check_against_run(config, run, '/runs/r')  # consumed, at the new batch.
+
+
+def test_a_training_file_changed_under_a_run_is_refused(tmp_path):
+  """Rows added, edited or reordered between a kill and the resume: the example order and the
+  held-out eval examples would change, silently (the path is the same)."""
+  train = tmp_path / 'reviews.csv'
+  train.write_text('review,sentiment\ngood,1\nbad,0\n')
+  run, config = _user_run()
+  config.unlock()  # As job_setup's copy of the config is.
+  run['data']['train_file'] = config.data.train_file = str(train)
+  run['data']['train_sha256'] = run_config.data_digest(str(train))
+  assert run_config.records_training_data(config)
+  config.data.train_sha256 = run_config.data_digest(str(train))
+  run_config.check_against_run(config, run, '/runs/r')  # Unchanged: resumes.
+  for rows in ('good,1\nbad,0\nfine,1\n', 'bad,0\ngood,1\n', 'good,1\nbad,1\n'):
+    train.write_text('review,sentiment\n' + rows)
+    config.data.train_sha256 = run_config.data_digest(str(train))
+    with pytest.raises(ValueError, match=f"data.train_file '{train}' holds other rows than it "
+                       r'did \(sha256 [0-9a-f]{12}\.\.\. vs [0-9a-f]{12}\.\.\.\): rows added'):
+      run_config.check_against_run(config, run, '/runs/r')
+  config.mode = 'predict'  # Predictions read no training rows: not computed, not compared.
+  assert not run_config.records_training_data(config)
+
+
+def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):
+  run, config = _user_run()
+  config.init_from = '/models/minilm'
+  with caplog.at_level('WARNING'):
+    run_config.check_against_run(config, run, '/runs/r')
+  assert ("init_from=/models/minilm is not loaded: /runs/r resumes from its own checkpoint (the "
+          "run began from random weights)") in caplog.text
