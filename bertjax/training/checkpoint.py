@@ -253,6 +253,11 @@ def _move_aside(mngr: ocp.CheckpointManager, step: int):
   mngr.reload()
 
 
+# How often a reader (read_only) lists the steps again when the one it reads vanishes: a live
+# run in the workdir deletes its older steps (checkpoint.keep) as it saves newer ones.
+READ_RETRIES = 3
+
+
 def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool = False,
                    step: int | None = None):
   """(state, meta) of the newest readable checkpoint (or of `step` exactly), or None when
@@ -260,8 +265,38 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
 
   `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into. A
   `read_only` caller (eval, predict) skips an unreadable step without moving it aside; a step
-  it names is never replaced by another.
+  it names is never replaced by another. A step that vanishes while a reader reads it (a live
+  run's keep policy deleted it) is no damage: the reader lists the steps again and reads the
+  newest, READ_RETRIES times at most.
   """
+  named = step
+  for attempt in range(READ_RETRIES + 1 if read_only else 1):
+    if attempt:
+      mngr.reload()  # The live run's steps as they are now.
+    vanished, result = _restore_newest(mngr, abstract_state, read_only=read_only, step=named)
+    if vanished is None:
+      return result
+    if named is not None:
+      break  # A named step is never replaced by another.
+    logging.info('checkpoint step %d in %s was deleted while it was read (a live run saving '
+                 'there keeps only its newest steps): reading the newest step again', vanished,
+                 mngr.directory)
+  mngr.reload()
+  kept = ', '.join(map(str, sorted(mngr.all_steps()))) or 'none yet'
+  raise RestoreError(
+      f'the run in {_workdir_of(mngr)} is saving now and removed step {vanished} while it was '
+      f'read: run again, or pass --step=<a kept step> (kept now: {kept}).')
+
+
+def _workdir_of(mngr: ocp.CheckpointManager) -> str:
+  directory = str(mngr.directory).rstrip('/')
+  return directory.rsplit('/', 1)[0] if directory.endswith('/checkpoints') else directory
+
+
+def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool,
+                    step: int | None) -> tuple[int | None, tuple | None]:
+  """restore_latest's one pass over the steps listed: (None, its result), or (the step, None)
+  when a reader's step vanished while it was read."""
   steps = sorted(mngr.all_steps(), reverse=True)
   if step is not None:
     if step not in steps:
@@ -279,6 +314,8 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
           meta=ocp.args.JsonRestore()))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
+      if read_only and not _exists(mngr.directory / str(step)):
+        return step, None  # Deleted by a live run's keep policy, not damaged.
       _check_same_structure(e, mngr.directory, step)
       if not checkpoint_damage.is_damage(e):
         raise RestoreError(
@@ -297,8 +334,11 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
                        'copied or renamed by hand; restore the original directory name.')
     logging.info('restored step %d from %s (%d examples consumed)', step, mngr.directory,
                  meta['examples_consumed'])
-    return restored['state'], meta
+    return None, (restored['state'], meta)
   if steps:
+    gone = [s for s in steps if read_only and not _exists(mngr.directory / str(s))]
+    if gone:
+      return gone[0], None  # Read while the live run was deleting it: not damage either.
     message = (f'none of the checkpoints {steps} in {mngr.directory} can be read' + (
         ': resuming the run that wrote them moves them aside.' if read_only else
         ': they were moved aside; delete them or point --workdir elsewhere to start fresh.'))
@@ -310,7 +350,16 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bo
     raise ValueError(f'{mngr.directory} holds no readable checkpoint, only ones moved aside as '
                      f'unreadable ({", ".join(aside)}): repair or delete them, or point '
                      '--workdir elsewhere to start fresh.')
-  return None
+  return None, None
+
+
+def _exists(path) -> bool:
+  """Whether a step folder (an epath, local or remote) is still there; True when that cannot
+  be told (the error is then classified as before)."""
+  try:
+    return path.exists()
+  except Exception:  # pylint: disable=broad-except  # No answer is no proof it vanished.
+    return True
 
 
 def check_tree(path):

@@ -276,13 +276,31 @@ def _best_of(history: dict, metric: str, mode: str, keep_best: bool) -> dict:
 
 def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
                    best: dict) -> progress_lib.Outcome:
-  """The Outcome of a run resumed at its end, or after it stopped early: its recorded eval."""
+  """The Outcome of a run resumed at its end, past it (a config with fewer steps) or after it
+  stopped early: its last recorded eval, at the step that eval ran."""
+  eval_step, results = _last_eval(workdir, step, total_steps)
+  last = (f'the last eval was at step {eval_step}' if eval_step is not None else
+          'no eval was recorded')
+  if step > total_steps and not stopped:
+    stopped = (f"already at step {step}, past this config's {total_steps} steps: nothing to do; "
+               f'{last}')
+    logging.info('%s (raise num_train_steps, or the epochs, past %d to go on)', stopped, step)
+    return progress_lib.Outcome(results, step, total_steps, None, eval_step, stopped, **best)
   logging.info('already at step %d of %d: nothing to do%s', step, total_steps,
                f' (stopped {stopped})' if stopped else ' (raise num_train_steps to go on)')
-  # A finished run's last eval is its last step's (the loop always evaluates there).
+  return progress_lib.Outcome(results, step, total_steps, None, eval_step, stopped,
+                              early_stopped=bool(stopped), **best)
+
+
+def _last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
+  """(step, metrics) of the run's last eval up to `step`, from its eval history; (None, {})
+  when none is recorded. A run without a history (written before it was kept) that ended at
+  this config's last step evaluated there: its eval_results.json."""
+  history = run_files.eval_history(workdir, step)
+  if history:
+    return max(history), history[max(history)]
   results = _read_json(files.join(workdir, 'eval_results.json')) or {}
-  return progress_lib.Outcome(results, step, total_steps, None, step if results else None,
-                              stopped, early_stopped=bool(stopped), **best)
+  return (step, results) if results and step == total_steps else (None, {})
 
 
 @dataclasses.dataclass

@@ -42,7 +42,8 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
   console.preempted(outcome.stopped)  # Every host: each exits with PREEMPTED_EXIT.
   if jax.process_index() > 0:
     return
-  done = ('' if outcome.train_loss is not None or outcome.step < outcome.total_steps
+  # A step past the total is said by the stop itself (loop._nothing_to_do).
+  done = ('' if outcome.train_loss is not None or outcome.step != outcome.total_steps
           else ' (reached before: nothing to do)')
   shown = [('step', f'{outcome.step}/{outcome.total_steps}{done}')]
   if outcome.train_loss is not None:

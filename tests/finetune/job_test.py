@@ -7,6 +7,7 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 import json
 import pathlib
 import re
+import threading
 import zipfile
 
 import finetune_runs
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from safetensors import numpy as st_numpy
 
+from bertjax import console
 from bertjax import pretrain as pretrain_job
 from bertjax.finetune import batches
 from bertjax.finetune import job as finetune
@@ -30,6 +32,7 @@ from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
 from bertjax.model import encoder
 from bertjax.model import heads
+from bertjax.training import loop
 from configs import finetune as finetune_config
 from configs import pretrain
 
@@ -167,6 +170,32 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
   config.mode = 'predict'
   with pytest.raises(FileNotFoundError, match='fine-tune first'):
     finetune.run(config, str(tmp_path / 'empty'))
+
+
+@ONE_DEVICE
+def test_a_run_resumed_with_fewer_steps_than_it_took_names_its_last_eval(
+    sst2_dir, tmp_path, monkeypatch, capsys):
+  # Preempted at step 5 (saved there) after its eval at step 4 (the first epoch's end), then
+  # rerun with 4 steps: it said 'finetune finished ...: step 5/4' and named predictions/step_5,
+  # which does not exist, beside step 4's figures.
+  monkeypatch.setattr(console, '_PREEMPTED', threading.Event())  # Process-wide otherwise.
+  monkeypatch.setattr(loop._Preemption, 'reached', lambda self, step: step == 5)  # pylint: disable=protected-access
+  finetune.train_and_evaluate(tiny_config(sst2_dir), str(tmp_path))
+  history = json.loads((tmp_path / 'eval_history.json').read_text())
+  assert list(history) == ['4'] and final_params(tmp_path)[1] == 5
+  assert [p.name for p in (tmp_path / 'predictions').iterdir()] == ['step_4']
+  capsys.readouterr()
+  monkeypatch.setattr(console, '_PREEMPTED', threading.Event())  # The rerun is no preemption.
+
+  result = finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=4), str(tmp_path))
+  assert result == history['4'] | {'skipped': 0}
+  assert re.fullmatch(
+      rf"finetune stopped \(already at step 5, past this config's 4 steps: nothing to do; the "
+      rf'last eval was at step 4\) in {TOOK}: step 5/4, eval '
+      rf'accuracy {history["4"]["accuracy"]:.4g}, loss {history["4"]["loss"]:.4g}; eval results '
+      rf'{tmp_path}/eval_results.json, predictions {tmp_path}/predictions/step_4, checkpoints '
+      rf'{tmp_path}/checkpoints \(step 5\), TensorBoard {tmp_path}', _last_line(capsys))
+  assert final_params(tmp_path)[1] == 5 and not console.preempted()
 
 
 @ONE_DEVICE

@@ -147,6 +147,82 @@ def test_an_error_that_is_not_damage_moves_nothing(tmp_path, monkeypatch):
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before
 
 
+class LiveRun:
+  """A run training in the workdir now, saving every step with checkpoint.keep=1: each save
+  deletes the step before it (orbax's retention), whoever is reading that one."""
+
+  def __init__(self, workdir):
+    live = config()
+    live.checkpoint.keep = 1
+    self.mngr = checkpoint.manager(workdir, live, best_metric='acc')
+
+  def save(self, step):
+    checkpoint.save(self.mngr, step, make_state(step),
+                    {'step': step, 'examples_consumed': step * 4}, force=True)
+    checkpoint.wait(self.mngr)
+
+
+def reading_races(monkeypatch, live, races):
+  """The live run saves the next step (deleting the one read) just before a reader reads a
+  step, the first `races` times."""
+  read = checkpoint._check_params_fit  # pylint: disable=protected-access  # The first read.
+
+  def raced(mngr, step, abstract_params):
+    if len(live.saved) < races:
+      live.saved.append(step + 1)
+      live.save(step + 1)
+      assert not (mngr.directory / str(step)).exists()
+    return read(mngr, step, abstract_params)
+
+  live.saved = []
+  monkeypatch.setattr(checkpoint, '_check_params_fit', raced)
+
+
+def read_only_restore(workdir, step=None):
+  mngr = checkpoint.manager(workdir, config(), best_metric='acc', read_only=True)
+  abstract = checkpoint.abstract_state(make_state(0), jax.tree.map(lambda x: x.sharding,
+                                                                    make_state(0)))
+  try:
+    return checkpoint.restore_latest(mngr, abstract, read_only=True, step=step)
+  finally:
+    mngr.close()
+
+
+def test_a_reader_reads_the_newer_step_a_live_run_kept(tmp_path, monkeypatch, caplog):
+  # eval or predict on a live run's workdir: it listed [1], the run saved 2 and deleted 1 before
+  # 1 was read. That was reported as damage ('cannot be read', then 'none of the checkpoints
+  # [1] ... can be read').
+  save_steps(tmp_path, steps=(1,))
+  live = LiveRun(tmp_path)
+  reading_races(monkeypatch, live, races=1)
+  with caplog.at_level(logging.INFO):
+    state, meta = read_only_restore(tmp_path)
+  assert live.saved == [2] and meta['step'] == 2 and int(state.step) == 2
+  np.testing.assert_array_equal(np.asarray(state.params['dense']['kernel']),
+                                np.asarray(make_state(2).params['dense']['kernel']))
+  assert 'cannot be read' not in caplog.text and 'was deleted while it was read' in caplog.text
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == ['2']
+  live.mngr.close()
+
+
+@pytest.mark.parametrize('named', [False, True], ids=['newest', 'named'])
+def test_a_step_a_live_run_keeps_deleting_is_a_race_not_damage(tmp_path, monkeypatch, named):
+  # Newest: the run deletes each step as it is read, more times than the reader retries. Named
+  # (--step=1): a named step is never swapped for another, so no retry.
+  save_steps(tmp_path, steps=(1,))
+  live = LiveRun(tmp_path)
+  reading_races(monkeypatch, live, races=100)
+  with pytest.raises(checkpoint.RestoreError) as e:
+    read_only_restore(tmp_path, step=1 if named else None)
+  last = live.saved[-1]
+  assert live.saved == ([2] if named else list(range(2, 3 + checkpoint.READ_RETRIES)))
+  assert str(e.value) == (f'the run in {tmp_path} is saving now and removed step {last - 1} '
+                          'while it was read: run again, or pass --step=<a kept step> (kept '
+                          f'now: {last}).')
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == [str(last)]
+  live.mngr.close()
+
+
 @flax.struct.dataclass
 class OptState:
   params: dict

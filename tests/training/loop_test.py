@@ -453,6 +453,28 @@ def test_the_model_line_names_its_shape_beside_its_size(pretrained, monkeypatch)
   assert 'already at step 20 of 20: nothing to do' in '\n'.join(lines)
 
 
+def test_a_run_resumed_past_its_steps_reports_the_eval_its_history_holds(tmp_path):
+  # Evals at 4, 8 and 12, checkpoint 12 lost: resumed from 9 with 6 steps. eval_results.json is
+  # step 12's; it said 'step 9/6' beside step 12's figures as the eval at step 9.
+  evals = {4: {'accuracy': 0.5}, 8: {'accuracy': 0.75}, 12: {'accuracy': 0.9}}
+  (tmp_path / 'eval_history.json').write_text(json.dumps({str(k): v for k, v in evals.items()}))
+  (tmp_path / 'eval_results.json').write_text(json.dumps(evals[12]))
+  outcome = loop._nothing_to_do(str(tmp_path), 9, 6, '', {})  # pylint: disable=protected-access
+  assert (outcome.step, outcome.total_steps, outcome.eval_step) == (9, 6, 8)
+  assert outcome.eval_metrics == evals[8] and not outcome.early_stopped
+  assert outcome.stopped == ("already at step 9, past this config's 6 steps: nothing to do; the "
+                             'last eval was at step 8')
+  # At its end, as before; a workdir without a history reads its eval_results.json there only.
+  outcome = loop._nothing_to_do(str(tmp_path), 12, 12, '', {})  # pylint: disable=protected-access
+  assert (outcome.eval_step, outcome.eval_metrics, outcome.stopped) == (12, evals[12], '')
+  (tmp_path / 'eval_history.json').unlink()
+  outcome = loop._nothing_to_do(str(tmp_path), 12, 12, '', {})  # pylint: disable=protected-access
+  assert (outcome.eval_step, outcome.eval_metrics) == (12, evals[12])
+  outcome = loop._nothing_to_do(str(tmp_path), 9, 6, '', {})  # pylint: disable=protected-access
+  assert (outcome.eval_step, outcome.eval_metrics) == (None, {})
+  assert outcome.stopped.endswith('nothing to do; no eval was recorded')
+
+
 def test_init_from_shape_mismatch(pretrained):
   config = ml_collections.ConfigDict(pretrained[0].to_dict())
   config.model.update(dict(hidden_size=32, num_heads=2))
