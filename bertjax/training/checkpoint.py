@@ -314,8 +314,8 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
           meta=ocp.args.JsonRestore()))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-      if read_only and not _exists(mngr.directory / str(step)):
-        return step, None  # Deleted by a live run's keep policy, not damaged.
+      if read_only and (not _exists(mngr.directory / str(step)) or _newer_now(mngr, step)):
+        return step, None  # Deleted (or being deleted) by a live run's keep policy: no damage.
       _check_same_structure(e, mngr.directory, step)
       if not checkpoint_damage.is_damage(e):
         raise RestoreError(
@@ -351,6 +351,16 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
                      f'unreadable ({", ".join(aside)}): repair or delete them, or point '
                      '--workdir elsewhere to start fresh.')
   return None, None
+
+
+def _newer_now(mngr: ocp.CheckpointManager, step: int) -> bool:
+  """Whether a step newer than `step` was saved since the steps were listed: a live run is
+  saving there, and its keep policy may be deleting `step` (its files going one by one)."""
+  try:
+    mngr.reload()
+    return any(s > step for s in mngr.all_steps())
+  except Exception:  # pylint: disable=broad-except  # No answer: classified as before.
+    return False
 
 
 def _exists(path) -> bool:

@@ -431,10 +431,13 @@ def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp
   subprocess.run(['bash', '-c', command(tpu_pod.run_command(slice_(), ['--config=c.py'],
                                                             'gs://b/r'))],
                  env=env, check=True, timeout=30)
-  if ends == 'is killed':
+  if ends == 'is killed':  # The shell first: killed after its python, it would write 137.
     run = int((tmp_path / 'bertjax.pid').read_text())
-    subprocess.run(['pkill', '-KILL', '-P', str(run)], check=False)  # The run, then its shell.
+    children = subprocess.run(['pgrep', '-P', str(run)], capture_output=True, text=True,
+                              check=False).stdout.split()
     os.kill(run, 9)
+    for child in children:
+      os.kill(int(child), 9)
   stream = subprocess.run(['bash', '-c', command(tpu_pod.stream_command(slice_()))], env=env,
                           capture_output=True, text=True, timeout=60)
   assert stream.returncode == code, stream.stderr
