@@ -156,7 +156,7 @@ class Predictor:
 
   def _predict_texts(self, examples):
     if (self.data.get('max_windows', 1) > 1
-        and self.run.get('task') in registry.WINDOWED_TASKS):
+        and self.run.get('task') in registry.TOPIC_TASKS):
       # Eval's features (bbc, wordnet: up to max_windows windows of a text, one row each), and
       # eval's per-text mean of their logits; a task that does not window gives one row each.
       task = registry.get_task(self.run['task'], self.data, labels=self.labels)

@@ -56,14 +56,20 @@ def start(tmp_path, *args):
   return process, log
 
 
-def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_path):
-  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
-  deadline = time.time() + 240
-  saved = tmp_path / 'w' / 'checkpoints'
-  while not (saved.is_dir() and any(p.name.isdigit() for p in saved.iterdir())):
+def wait_until(condition, process, log, timeout=240, pause=0.2):
+  """Waits for `condition()` while the process runs; its log's tail if it ends or times out."""
+  deadline = time.time() + timeout
+  while not condition():
     assert process.poll() is None, log.read_text()[-3000:]
     assert time.time() < deadline, log.read_text()[-3000:]
-    time.sleep(0.2)
+    time.sleep(pause)
+
+
+def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_path):
+  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
+  saved = tmp_path / 'w' / 'checkpoints'
+  wait_until(lambda: saved.is_dir() and any(p.name.isdigit() for p in saved.iterdir()), process,
+             log)
   process.send_signal(signal.SIGINT)
   assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
   err = log.read_text()
@@ -95,11 +101,8 @@ def test_sigterm_before_the_first_step_exits_75_for_a_rerun(tmp_path):
   lost, and the status asks a scheduler (SLURM's requeue, tpu_pod, a JobSet) to run it again,
   as a SIGTERM inside the loop does after its save; it was killed with 143 (no rerun)."""
   process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
-  deadline = time.time() + 240
-  while 'process 0/1' not in log.read_text():  # Logged once jax.distributed was settled.
-    assert process.poll() is None, log.read_text()[-3000:]
-    assert time.time() < deadline, log.read_text()[-3000:]
-    time.sleep(0.05)
+  # Logged once jax.distributed was settled.
+  wait_until(lambda: 'process 0/1' in log.read_text(), process, log, pause=0.05)
   process.send_signal(signal.SIGTERM)
   assert process.wait(timeout=60) == 75, log.read_text()[-3000:]
   err = log.read_text()

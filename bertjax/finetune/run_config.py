@@ -13,6 +13,8 @@ from absl import logging
 import ml_collections
 
 from bertjax import files
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import platform_defaults
@@ -126,9 +128,6 @@ def saved_labels(workdir) -> tuple | None:
 RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_seq_length',
               'data.do_lower_case', 'data.text_fields', 'data.label_field', 'data.doc_stride',
               'data.max_query_length')
-# Tasks that hold their eval split out of the training examples, drawn by config.seed, when
-# data.eval_file is empty (the user-file tasks), or always (bbc, wordnet).
-_HELD_OUT_ALWAYS = ('bbc', 'wordnet')
 
 
 def has_checkpoint(workdir: str) -> bool:
@@ -158,14 +157,14 @@ def trained_run(workdir: str) -> dict | None:
 
 def _held_out(config) -> bool:
   """Whether a config's eval examples are drawn out of its training examples by its seed."""
-  return config.get('task') in _HELD_OUT_ALWAYS or bool(
+  # Always for the topic tasks; for the user-file tasks when data.eval_file is empty.
+  return config.get('task') in registry.TOPIC_TASKS or bool(
       init_from.lookup(config, 'data.train_file') and not init_from.lookup(config,
                                                                            'data.eval_file'))
 
 
 def data_digest(setting: str) -> str:
   """sha256 over the files a train_file setting names (each file's sha256, in reading order)."""
-  from bertjax.finetune.tasks import user_tasks  # pylint: disable=g-import-not-at-top
   digest = hashlib.sha256()
   for path in user_tasks.expand(setting, 'train_file'):
     digest.update(files.sha256(path).encode())

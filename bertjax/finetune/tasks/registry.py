@@ -189,8 +189,9 @@ def _bbc_dir() -> str:
   return os.path.join(spec.submodule_search_locations[0], 'bbcnews', 'data')
 
 
-# The tasks that read a text over data.max_windows windows (_topic_task): eval and predict alike.
-WINDOWED_TASKS = ('bbc', 'wordnet')
+# The _topic_task tasks: each reads a text over data.max_windows windows (eval and predict
+# alike) and holds its eval examples out of its labelled texts by config.seed.
+TOPIC_TASKS = ('bbc', 'wordnet')
 
 
 def _topic_task(name, data, seed) -> task_lib.Task:
