@@ -41,6 +41,10 @@ from bertjax.training import progress
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
 
+# What a run's checkpoint that does not fit its own config.json means.
+_EDITED_CONFIG = ("the run's config.json was edited or is another run's: restore the one the "
+                  'run wrote.')
+
 # ---------------------------------------------------------------------------------------------
 # Evaluation.
 
@@ -216,19 +220,19 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   job_setup.set_steps(cfg, 1)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   rules = s.rules
-  tx = optimizer_lib.make(cfg.optimizer)
-  state, _ = train_state.train_state_shapes(cfg, s.objective, tx, s.mesh, rules)
+  abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
+                                                       optimizer_lib.make(cfg.optimizer), s.mesh,
+                                                       rules)
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
-  # Read-only: a run may be training in this workdir; nothing of it is cleaned or moved.
-  mngr = checkpoint.manager(workdir, cfg, best_metric=task.main_metric, read_only=True)
-  restored = checkpoint.restore_latest(mngr, state, read_only=True,
-                                       step=checkpoint_reader.resolve_step(workdir, step))
-  if restored is None:
-    raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
-                            'with this --workdir.')
-  state, meta = restored
+  # The one reader of a run's checkpoint (predict's and export's): digests checked, a live
+  # run's deletions told from damage, nothing of the workdir written, cleaned or moved.
+  read = checkpoint_reader.read(workdir, step)
+  params = init_from.place(checkpoint.flatten(read.params), abstract.params, shardings.params,
+                           f'{workdir} step {read.step}', missing_hint=_EDITED_CONFIG,
+                           shape_hint=_EDITED_CONFIG)
+  meta = read.meta
   saved = meta.get('labels')  # The head's order, as the checkpoint was saved.
   if saved is not None and tuple(saved) != tuple(task.labels):
     raise ValueError(f"{workdir} step {meta['step']} was saved with the labels {list(saved)} (its "
@@ -247,7 +251,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = job_setup.featurized(s, split, False)
-      outputs, means = predict(predict_fn, state.params, features, rows_of, cfg.eval_batch_size)
+      outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size)
       if config.mode == 'eval':  # What the training run's evals report, its loss too.
         metrics = {'loss': means['loss'], **task.evaluate(outputs, features, feature_meta,
                                                           examples)}
@@ -262,10 +266,9 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
           files.write_atomically(files.join(out_dir, f'{split}_results.json'),
                                  json.dumps(metrics, indent=1, sort_keys=True))
         written.append(task.write_predictions(outputs, features, feature_meta, examples, split,
-                                            out_dir))
+                                              out_dir))
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
                      written[-1])
-  mngr.close()
   if jax.process_index() == 0:
     kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
     console.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,

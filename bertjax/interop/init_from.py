@@ -221,7 +221,7 @@ def read_params(path, with_heads: bool = True):
   return read.params
 
 
-def _place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
+def place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
            shape_hint: str):
   """`abstract_tree` filled from the flat `loaded` dict (checked by name and shape), placed
   into `shardings`."""
@@ -256,7 +256,7 @@ def load_params(init_from: str, abstract_params, shardings):
   """
   loaded = _encoder_layout_of(checkpoint.flatten(read_params(init_from)),
                               checkpoint.flatten(abstract_params), init_from)
-  params = _place(loaded, abstract_params, shardings, f'init_from={init_from}',
+  params = place(loaded, abstract_params, shardings, f'init_from={init_from}',
                   missing_hint='is it a BERT of this architecture?',
                   shape_hint='set the model size / vocab_size of the checkpoint.')
   unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
@@ -313,7 +313,7 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
     raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
   wanted = checkpoint.flatten(params['bert'])
   loaded = _convert_layer_layout(checkpoint.flatten(source['bert']), wanted, num_layers)
-  bert = _place(loaded, params['bert'], shardings['bert'], f'init_from={init_from}',
+  bert = place(loaded, params['bert'], shardings['bert'], f'init_from={init_from}',
                 missing_hint='is it a BERT checkpoint?',
                 shape_hint='leave the size empty to take the checkpoint\'s shape.')
   fresh = sorted(k for k in checkpoint.flatten(params) if not k.startswith('bert/'))

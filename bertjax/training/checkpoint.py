@@ -71,13 +71,12 @@ def rank(value, step: int, mode: str) -> tuple:
   return (value if mode == 'max' else -value, -step)
 
 
-def manager(workdir, config, *, best_metric: str, mode: str = 'max', keep_best: int | None = None,
-            read_only: bool = False) -> ocp.CheckpointManager:
-  """An orbax manager for <workdir>/checkpoints following config.checkpoint.
+def manager(workdir, config, *, best_metric: str, mode: str = 'max',
+            keep_best: int | None = None) -> ocp.CheckpointManager:
+  """An orbax manager for <workdir>/checkpoints following config.checkpoint: the run's own,
+  which writes, cleans and deletes there (a tool that only reads a run: checkpoint_reader).
 
-  `best_metric` in `mode` ranks checkpoints for the `keep_best` best (None: the config's). A
-  `read_only` manager (eval and predict modes) writes, cleans and deletes nothing: a live run
-  may be saving there.
+  `best_metric` in `mode` ranks checkpoints for the `keep_best` best (None: the config's).
   """
   keep_best = config.checkpoint.keep_best if keep_best is None else keep_best
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
@@ -102,10 +101,8 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max', keep_best: 
       save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(
           config.checkpoint.every_steps),
       preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
-      enable_async_checkpointing=not read_only,
-      read_only=read_only,
-      # Leftovers of a save killed mid-write; to a reader they may be a live run's save.
-      cleanup_tmp_directories=not read_only)
+      # Leftovers of a save killed mid-write.
+      cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
       checkpoint_dir(workdir), options=options,
       item_handlers={'state': state_handler(), 'meta': ocp.JsonCheckpointHandler()})
@@ -253,57 +250,12 @@ def _move_aside(mngr: ocp.CheckpointManager, step: int):
   mngr.reload()
 
 
-# How often a reader (read_only) lists the steps again when the one it reads vanishes: a live
-# run in the workdir deletes its older steps (checkpoint.keep) as it saves newer ones.
-READ_RETRIES = 3
-
-
-def restore_latest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool = False,
-                   step: int | None = None):
-  """(state, meta) of the newest readable checkpoint (or of `step` exactly), or None when
-  there is none.
-
-  `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into. A
-  `read_only` caller (eval, predict) skips an unreadable step without moving it aside; a step
-  it names is never replaced by another. A step that vanishes while a reader reads it (a live
-  run's keep policy deleted it) is no damage: the reader lists the steps again and reads the
-  newest, READ_RETRIES times at most.
-  """
-  named = step
-  for attempt in range(READ_RETRIES + 1 if read_only else 1):
-    if attempt:
-      mngr.reload()  # The live run's steps as they are now.
-    vanished, result = _restore_newest(mngr, abstract_state, read_only=read_only, step=named)
-    if vanished is None:
-      return result
-    if named is not None:
-      break  # A named step is never replaced by another.
-    logging.info('checkpoint step %d in %s was deleted while it was read (a live run saving '
-                 'there keeps only its newest steps): reading the newest step again', vanished,
-                 mngr.directory)
-  mngr.reload()
-  kept = ', '.join(map(str, sorted(mngr.all_steps()))) or 'none yet'
-  raise RestoreError(
-      f'the run in {_workdir_of(mngr)} is saving now and removed step {vanished} while it was '
-      f'read: run again, or pass --step=<a kept step> (kept now: {kept}).')
-
-
-def _workdir_of(mngr: ocp.CheckpointManager) -> str:
-  directory = str(mngr.directory).rstrip('/')
-  return directory.rsplit('/', 1)[0] if directory.endswith('/checkpoints') else directory
-
-
-def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: bool,
-                    step: int | None) -> tuple[int | None, tuple | None]:
-  """restore_latest's one pass over the steps listed: (None, its result), or (the step, None)
-  when a reader's step vanished while it was read."""
+def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
+  """(state, meta) of the newest readable checkpoint, or None when there is none: the run's
+  own resume. `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into.
+  A newest step whose bytes are damaged is moved aside and the previous one read."""
   steps = sorted(mngr.all_steps(), reverse=True)
-  if step is not None:
-    if step not in steps:
-      raise FileNotFoundError(f'{mngr.directory} has no checkpoint step {step}; its steps: '
-                              f'{", ".join(map(str, sorted(steps))) or "none"}.')
-    steps = [step]
-  for step in steps:  # The named step, or every step newest first.
+  for step in steps:
     _check_params_fit(mngr, step, abstract_state.params)
     try:
       check_tree(mngr.directory / str(step) / 'state')
@@ -314,8 +266,6 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
           meta=ocp.args.JsonRestore()))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-      if read_only and (not _exists(mngr.directory / str(step)) or _newer_now(mngr, step)):
-        return step, None  # Deleted (or being deleted) by a live run's keep policy: no damage.
       _check_same_structure(e, mngr.directory, step)
       if not checkpoint_damage.is_damage(e):
         raise RestoreError(
@@ -325,8 +275,7 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
       logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
                       'previous one', step, mngr.directory, type(e).__name__,
                       ' '.join(str(e).split())[:300])  # One line, whatever the library said.
-      if not read_only:
-        _move_aside(mngr, step)
+      _move_aside(mngr, step)
       continue
     meta = restored['meta']
     if int(meta['step']) != step:
@@ -334,14 +283,10 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
                        'copied or renamed by hand; restore the original directory name.')
     logging.info('restored step %d from %s (%d examples consumed)', step, mngr.directory,
                  meta['examples_consumed'])
-    return None, (restored['state'], meta)
+    return restored['state'], meta
   if steps:
-    gone = [s for s in steps if read_only and not _exists(mngr.directory / str(s))]
-    if gone:
-      return gone[0], None  # Read while the live run was deleting it: not damage either.
-    message = (f'none of the checkpoints {steps} in {mngr.directory} can be read' + (
-        ': resuming the run that wrote them moves them aside.' if read_only else
-        ': they were moved aside; delete them or point --workdir elsewhere to start fresh.'))
+    message = (f'none of the checkpoints {steps} in {mngr.directory} can be read: they were '
+               'moved aside; delete them or point --workdir elsewhere to start fresh.')
     logging.error(message)  # One line in the log, whatever else is printing at exit.
     raise ValueError(message)
   # A restart after the error above (a job scheduler retrying) must not start fresh either.
@@ -350,26 +295,7 @@ def _restore_newest(mngr: ocp.CheckpointManager, abstract_state, *, read_only: b
     raise ValueError(f'{mngr.directory} holds no readable checkpoint, only ones moved aside as '
                      f'unreadable ({", ".join(aside)}): repair or delete them, or point '
                      '--workdir elsewhere to start fresh.')
-  return None, None
-
-
-def _newer_now(mngr: ocp.CheckpointManager, step: int) -> bool:
-  """Whether a step newer than `step` was saved since the steps were listed: a live run is
-  saving there, and its keep policy may be deleting `step` (its files going one by one)."""
-  try:
-    mngr.reload()
-    return any(s > step for s in mngr.all_steps())
-  except Exception:  # pylint: disable=broad-except  # No answer: classified as before.
-    return False
-
-
-def _exists(path) -> bool:
-  """Whether a step folder (an epath, local or remote) is still there; True when that cannot
-  be told (the error is then classified as before)."""
-  try:
-    return path.exists()
-  except Exception:  # pylint: disable=broad-except  # No answer is no proof it vanished.
-    return True
+  return None
 
 
 def check_tree(path):

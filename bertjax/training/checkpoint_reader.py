@@ -287,8 +287,8 @@ def read(path, step: int | str | None = None) -> Read:
       try:
         params, meta = _read_step(step_dir, candidate)
       except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-        if not isinstance(e, ConnectionError) and not files.exists(step_dir):
-          break  # Deleted by a live run's keep policy while we read it.
+        if not isinstance(e, ConnectionError) and _raced(directory, step_dir, available):
+          break  # Deleted (or being deleted) by a live run's keep policy while we read it.
         if isinstance(e, _READER_ERRORS):
           raise RuntimeError(f'checkpoint {step_dir} could not be read ({type(e).__name__}: '
                              f'{str(e)[:300]}): fix the cause (permissions, memory, network) '
@@ -313,3 +313,13 @@ def read(path, step: int | str | None = None) -> Read:
           'above): restore them from a copy, or use another run.')
   raise RuntimeError(f'the checkpoints in {directory} kept disappearing while they were read: '
                      'is a run with keep=1 saving there every few seconds? Read it later.')
+
+
+def _raced(directory: str, step_dir: str, listed: list[int]) -> bool:
+  """Whether a step that failed to read was deleted while it was read, or is being deleted:
+  its folder is gone, or a step newer than all those `listed` appeared meanwhile (a live run
+  saving there, whose keep policy removes an older step's files one by one)."""
+  try:
+    return not files.exists(step_dir) or max(steps(directory), default=0) > max(listed)
+  except Exception:  # pylint: disable=broad-except  # No answer: classified as damage or not.
+    return False

@@ -1,6 +1,8 @@
 """The readers' checkpoint path (predict, export, extract_features, init_from): digests
 checked, a damaged newest step skipped without moving anything, a named step never replaced."""
 
+import logging
+import pathlib
 import shutil
 
 import flax
@@ -126,6 +128,84 @@ def test_a_step_deleted_while_read_sends_the_reader_to_the_newest(tmp_path, monk
   monkeypatch.setattr(checkpoint_reader, '_read_step', deleted_by_a_live_run)
   assert checkpoint_reader.read(tmp_path).step == 4
   assert calls == [3, 4] and (directory / '2').is_dir()
+
+
+class LiveRun:
+  """A run training in the workdir now, saving every step with checkpoint.keep=1: each save
+  deletes the step before it (orbax's retention), whoever is reading that one."""
+
+  def __init__(self, workdir):
+    self.mngr = checkpoint.manager(workdir, ml_collections.ConfigDict(
+        {'checkpoint': {'keep': 1, 'keep_best': 0, 'every_steps': 1}}), best_metric='acc')
+    self.saved = []
+
+  def save(self, step):
+    checkpoint.save(self.mngr, step, State(params_of(step), jnp.int32(step)),
+                    {'step': step, 'examples_consumed': step * 4}, force=True)
+    checkpoint.wait(self.mngr)
+    self.saved.append(step)
+
+
+def reading_races(monkeypatch, live, races, *, half_deleted=False):
+  """The live run saves the next step (deleting the one read, or, `half_deleted`, leaving its
+  folder with a file gone, as a delete in progress does) just before a reader reads a step,
+  the first `races` times."""
+  read_step = checkpoint_reader._read_step  # pylint: disable=protected-access
+
+  def raced(step_dir, step):
+    if len(live.saved) < races:
+      kept = shutil.copytree(step_dir, f'{step_dir}.kept') if half_deleted else None
+      live.save(step + 1)
+      if kept:
+        shutil.move(kept, step_dir)
+        (pathlib.Path(step_dir) / 'state' / '_METADATA').unlink()
+    return read_step(step_dir, step)
+
+  monkeypatch.setattr(checkpoint_reader, '_read_step', raced)
+
+
+@pytest.mark.parametrize('half_deleted', [False, True], ids=['deleted', 'being_deleted'])
+def test_a_reader_reads_the_newer_step_a_live_run_kept(tmp_path, monkeypatch, caplog,
+                                                        half_deleted):
+  # eval, predict or export on a live run's workdir: it listed [1], the run saved 2 and deleted
+  # 1 (or was deleting it) before 1 was read. A step being deleted was reported as damage.
+  save_steps(tmp_path, steps=(1,))
+  live = LiveRun(tmp_path)
+  reading_races(monkeypatch, live, races=1, half_deleted=half_deleted)
+  with caplog.at_level(logging.WARNING):  # INFO may be off: absl's verbosity is per process.
+    read = checkpoint_reader.read(tmp_path)
+  assert live.saved == [2] and read.step == 2 and read.meta['step'] == 2
+  np.testing.assert_array_equal(read.params['dense']['kernel'], params_of(2)['dense']['kernel'])
+  assert 'cannot be read' not in caplog.text  # No damage said: the step was deleted.
+  live.mngr.close()
+
+
+@pytest.mark.parametrize('named', [False, True], ids=['newest', 'named'])
+def test_a_step_a_live_run_keeps_deleting_is_a_race_not_damage(tmp_path, monkeypatch, named):
+  # Newest: the run deletes each step as it is read, every time the reader looks again. Named
+  # (step=1): a named step is never swapped for another; it is said to be gone.
+  save_steps(tmp_path, steps=(1,))
+  live = LiveRun(tmp_path)
+  reading_races(monkeypatch, live, races=100)
+  if named:
+    with pytest.raises(FileNotFoundError, match='has no checkpoint step 1; its steps: 2'):
+      checkpoint_reader.read(tmp_path, step=1)
+    assert live.saved == [2]
+  else:
+    with pytest.raises(RuntimeError, match='kept disappearing while they were read'):
+      checkpoint_reader.read(tmp_path)
+    assert live.saved == [2, 3, 4]
+  live.mngr.close()
+
+
+def test_a_damaged_newest_step_beside_no_live_run_is_still_damage(tmp_path, caplog):
+  # The race test above must not make damage a race: with no newer step appearing, a newest
+  # step with a file missing is skipped as unreadable, with the warning naming it.
+  save_steps(tmp_path, steps=(1, 2))
+  (tmp_path / 'checkpoints' / '2' / 'state' / '_METADATA').unlink()
+  with caplog.at_level(logging.WARNING):
+    assert checkpoint_reader.read(tmp_path).step == 1
+  assert 'checkpoints/2 cannot be read' in caplog.text
 
 
 def test_every_damaged_step_is_one_clear_error(tmp_path):
