@@ -262,13 +262,19 @@ def _minilm_tiny(task, data_dir, minilm_dir, seq, **overrides):
   return config
 
 
-def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_path):
+def _squad_dir(allennlp_wheel, tmp_path):
+  """(a SQuAD v1.1 folder, its JSON): allennlp's real fixture as both train and dev."""
   with zipfile.ZipFile(allennlp_wheel) as wheel:
     squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
   data_dir = tmp_path / 'squad'
   data_dir.mkdir()
   for name in ('train-v1.1.json', 'dev-v1.1.json'):
     (data_dir / name).write_bytes(squad_json)
+  return data_dir, squad_json
+
+
+def test_squad_end_to_end_writes_every_answer(allennlp_wheel, minilm_dir, tmp_path):
+  data_dir, squad_json = _squad_dir(allennlp_wheel, tmp_path)
   config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64, **{'data.doc_stride': 32,
                                                                   'data.max_query_length': 16})
   results = finetune.train_and_evaluate(config, str(tmp_path / 'run'))
@@ -514,12 +520,7 @@ def test_packed_tagging_trains_and_predicts_like_one_per_row(allennlp_wheel, min
 
 
 def test_packing_a_span_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
-  with zipfile.ZipFile(allennlp_wheel) as wheel:
-    squad_json = wheel.read('allennlp/tests/fixtures/data/squad.json')
-  data_dir = tmp_path / 'squad'
-  data_dir.mkdir()
-  for name in ('train-v1.1.json', 'dev-v1.1.json'):
-    (data_dir / name).write_bytes(squad_json)
+  data_dir, _ = _squad_dir(allennlp_wheel, tmp_path)
   config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64)
   config.data.max_instances_per_row = 2
   with pytest.raises(ValueError, match='span task cannot be packed.*tagging.*set it to 1'):
