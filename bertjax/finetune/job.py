@@ -138,6 +138,8 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   rows_of = job_setup.layout(s)
   skipped = {}
   train_examples, train_features, _ = job_setup.featurized(s, 'train', True, skipped)
+  cfg.data.train_features_sha256 = run_config.features_digest(train_features)
+  run_config.check_training_features(cfg, workdir, cfg.data.train_features_sha256)
   if kinds.get(task.kind).example == 'texts':
     # Recorded in config.json: predict refuses a pair for a one-text model and the reverse.
     cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)

@@ -11,6 +11,7 @@ import os
 
 from absl import logging
 import ml_collections
+import numpy as np
 
 from bertjax import files
 from bertjax.finetune.tasks import registry
@@ -169,6 +170,34 @@ def data_digest(setting: str) -> str:
   for path in user_tasks.expand(setting, 'train_file'):
     digest.update(files.sha256(path).encode())
   return digest.hexdigest()
+
+
+def features_digest(features: dict) -> str:
+  """sha256 over a split's features (each array's name, dtype, shape and bytes): what a run
+  trained on, whatever read it (a GLUE, SQuAD or CoNLL folder, TFDS, the user's files)."""
+  digest = hashlib.sha256()
+  for name in sorted(features):
+    array = np.asarray(features[name])
+    digest.update(f'{name} {array.dtype} {array.shape};'.encode())
+    digest.update(repr(array.tolist()).encode() if array.dtype == object else
+                  np.ascontiguousarray(array).tobytes())
+  return digest.hexdigest()
+
+
+def check_training_features(cfg, workdir: str, digest: str):
+  """Refuses to resume a run whose training features differ from the ones it was trained on
+  (its config.json's data.train_features_sha256): its epochs and example order would go on
+  over other examples. A user's training file is told by name first (data.train_sha256)."""
+  run = trained_run(workdir)
+  recorded = init_from.lookup(run, 'data.train_features_sha256') if run else None
+  if recorded is None or recorded == digest:
+    return
+  where = cfg.data.get('train_file') or cfg.data.get('data_dir') or 'TFDS'
+  raise ValueError(
+      f'{workdir} was fine-tuned on other training examples: task {cfg.task} reads other '
+      f'features from {where} now (sha256 {recorded[:12]}... then, {digest[:12]}... now): its '
+      'training files were changed, or read or tokenized otherwise. Restore the data the run '
+      'was trained on to resume it, or fine-tune in another --workdir.')
 
 
 def records_training_data(cfg) -> bool:

@@ -7,6 +7,7 @@ Shakespeare words (a sentence with "love" or "sweet" is positive), so runs take 
 import json
 import pathlib
 import re
+import shutil
 import threading
 import zipfile
 
@@ -123,6 +124,24 @@ def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
   # Steps 3 and 4 at batch 8 read examples 48..63 (step x batch would restart at 24).
   assert {(48, 8), (56, 8)} <= set(firsts) and not {f for f, _ in firsts} & {24, 32}, firsts
   assert final_params(tmp_path)[1] == 5
+
+
+@ONE_DEVICE
+def test_a_preset_tasks_training_files_changed_under_a_run_are_refused_on_resume(
+    sst2_dir, tmp_path):
+  # A GLUE folder (data_dir) edited between a run and its resume: the run went on over other
+  # examples in another order, silently (only a user's train_file was digested).
+  data = tmp_path / 'sst2'
+  shutil.copytree(sst2_dir, data)
+  finetune.train_and_evaluate(tiny_config(data, num_train_steps=2), str(tmp_path / 'run'))
+  finetune.train_and_evaluate(tiny_config(data, num_train_steps=3), str(tmp_path / 'run'))
+  train = next(data.rglob('train.tsv'))
+  rows = train.read_text().splitlines(keepends=True)
+  train.write_text(''.join(rows[:1] + rows[2:]))  # One row gone.
+  with pytest.raises(ValueError, match=r'fine-tuned on other training examples: task sst2 reads '
+                     r'other features from .*sst2 now .*Restore the data'):
+    finetune.train_and_evaluate(tiny_config(data, num_train_steps=4), str(tmp_path / 'run'))
+  assert final_params(tmp_path / 'run')[1] == 3  # Nothing of the run was touched.
 
 
 # console.duration's forms: '3.2 s', or '1m50s' on a loaded machine.
