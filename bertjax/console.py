@@ -184,14 +184,17 @@ def exit_on_interrupt(message, terminate: bool = False):
   checkpoint by a rename (and removes a half-written one's temporary folder on the next start),
   and every other output is written to a temporary file renamed into place.
   """
-  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # nohup / `cmd &` keep ignoring it.
+  # nohup and a script's `cmd &` leave SIGINT ignored: it stays so; SIGTERM is still handled.
+  sigint = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+  if not (sigint or terminate):
     return
   _STDERR[0] = os.dup(2)  # stderr_held() may point fd 2 elsewhere when it comes.
   # multiprocessing's resource tracker (the corpus writers' workers) outlives an interrupted
   # run and would add a 'leaked semaphore objects' warning after the line.
   os.environ['PYTHONWARNINGS'] = ','.join(filter(None, (
       os.environ.get('PYTHONWARNINGS'), 'ignore::UserWarning:multiprocessing.resource_tracker')))
-  signal.signal(signal.SIGINT, lambda signum, frame: interrupted(message))
+  if sigint:
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted(message))
   if terminate:
     signal.signal(signal.SIGTERM, lambda signum, frame: interrupted(message, 143))
   read_end, write_end = os.pipe()
@@ -204,7 +207,7 @@ def exit_on_interrupt(message, terminate: bool = False):
   def watch():
     while True:
       received = os.read(read_end, 64)
-      if signal.SIGINT in received:
+      if sigint and signal.SIGINT in received:
         interrupted(message)
       if terminate and signal.SIGTERM in received:
         interrupted(message, 143)

@@ -243,9 +243,15 @@ def test_check_args_is_what_the_launchers_use():
   assert tpu_pod.config_args is config_args
 
 
-@pytest.mark.parametrize('signum, code', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def _ignore_sigint():  # What a script's `cmd &` (and nohup) starts a command with.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize('signum, code, start', [
+    (signal.SIGINT, 130, _default_sigint), (signal.SIGTERM, 143, _default_sigint),
+    (signal.SIGTERM, 143, _ignore_sigint)], ids=['SIGINT', 'SIGTERM', 'SIGTERM-background'])
 def test_ctrl_c_or_sigterm_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir,
-                                                                          signum, code):
+                                                                          signum, code, start):
   (tmp_path / 'in.txt').write_text('The weather is lovely today.\n' * 3000)
   log = tmp_path / 'stderr'
   process = subprocess.Popen(
@@ -253,7 +259,7 @@ def test_ctrl_c_or_sigterm_in_extract_features_leaves_nothing_half_written(tmp_p
        '--output_file=out/features.jsonl', f'--init_checkpoint={minilm_dir}',
        '--max_seq_length=16', '--batch_size=8', '--layers=-1'],
       cwd=tmp_path, env=environ(), stdout=subprocess.DEVNULL, stderr=log.open('w'),
-      preexec_fn=_default_sigint)
+      preexec_fn=start)
   deadline = time.time() + 240
   while not list((tmp_path / 'out').glob('.features.jsonl.*.tmp')):
     assert process.poll() is None, log.read_text()[-3000:]
