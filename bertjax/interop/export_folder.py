@@ -18,6 +18,7 @@ from absl import logging
 from bertjax import console
 from bertjax import files
 from bertjax.interop import init_from
+from bertjax.training import workdir_lock
 
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
 # holds this manifest and nothing else than the files it lists (never a model downloaded by
@@ -153,14 +154,18 @@ def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str]
 
 
 def _owner() -> str:
-  """This process as the hidden folders beside an output name it: host and pid."""
-  return f'{socket.gethostname()}-{os.getpid()}'
+  """This process as the hidden folders beside an output name it: host, pid and when the pid
+  started (a restarted container's process may have the pid of the one killed)."""
+  return f'{socket.gethostname()}-{os.getpid()}.{workdir_lock.start_ticks(os.getpid()) or ""}'
 
 
 def _killed(owner: str) -> bool:
-  """Whether the process `owner` (host-pid) named was on this host and no longer runs; a folder
-  of another host's process is never taken for a killed one's."""
-  host, _, pid = owner.rpartition('-')
+  """Whether the process `owner` (host-pid.start) named was on this host and no longer runs; a
+  folder of another host's process is never taken for a killed one's. A pid alive now that
+  started at another time is another process (folders named before the start was recorded,
+  host-pid, go by the pid alone)."""
+  host, _, process = owner.rpartition('-')
+  pid, _, started = process.partition('.')
   if host != socket.gethostname() or not pid.isdigit():
     return False
   try:
@@ -168,8 +173,9 @@ def _killed(owner: str) -> bool:
   except ProcessLookupError:
     return True
   except OSError:  # Alive, someone else's.
-    return False
-  return False
+    pass
+  now = workdir_lock.start_ticks(pid)
+  return bool(started) and now is not None and now != started
 
 
 def _recover(parent: str, name: str):

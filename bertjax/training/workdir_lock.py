@@ -100,7 +100,7 @@ def _acquire(workdir: str):
   return f, None
 
 
-def _start_ticks(pid) -> str | None:
+def start_ticks(pid) -> str | None:
   """When process `pid` of this host started (clock ticks since boot, /proc/PID/stat's 22nd
   field); None where that cannot be read (not Linux, no such process)."""
   try:
@@ -115,7 +115,7 @@ def _holder_alive(pid, started) -> bool:
   alive now may be another process's (a restarted container's python is pid 1 again)."""
   if not _pid_alive(pid):
     return False
-  now = _start_ticks(pid)
+  now = start_ticks(pid)
   return started is None or now is None or now == started
 
 
@@ -156,7 +156,7 @@ class RemoteLock:
     self.lease_s = LEASE_S if lease_s is None else lease_s
     self.confirm_s = CONFIRM_S if confirm_s is None else confirm_s
     self.record = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time(),
-                   'started': _start_ticks(os.getpid()), 'lease_s': self.lease_s,
+                   'started': start_ticks(os.getpid()), 'lease_s': self.lease_s,
                    'token': uuid.uuid4().hex}
     self._stop = threading.Event()
     self._thread = None

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from bertjax.interop import export_folder
+from bertjax.training import workdir_lock
 
 
 def _run(folder):
@@ -111,6 +112,23 @@ def test_a_running_exports_folder_is_left_alone(tmp_path):
   other_host.mkdir()
   _write(tmp_path / 'out', 'new')
   assert live.is_dir() and other_host.is_dir()
+
+
+def test_a_killed_exports_folders_are_told_from_a_live_process_with_its_pid(tmp_path):
+  # A restarted container: the export killed there was pid 1, and the rerun is pid 1 again. By
+  # its pid alone the killed export looked alive, so the export it had moved aside was never
+  # put back. Its folders now carry when the pid started.
+  here = f'{socket.gethostname()}-{os.getpid()}'
+  killed_owner = f'{here}.{int(workdir_lock.start_ticks(os.getpid())) - 100}'
+  aside = tmp_path / f'.out.replaced-{killed_owner}'
+  aside.mkdir()
+  (aside / 'config.json').write_text('earlier')
+  (tmp_path / f'.out.export-{killed_owner}-1').mkdir()
+  live = tmp_path / f'.out.export-{export_folder._owner()}-2'  # pylint: disable=protected-access
+  live.mkdir()
+  export_folder._recover(str(tmp_path), 'out')  # pylint: disable=protected-access
+  assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['out', live.name])
 
 
 def test_a_put_back_export_is_checked_as_one_in_place(tmp_path):
