@@ -133,6 +133,11 @@ def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bo
 def main(argv):
   start = time.perf_counter()
   console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_file=...')
+  # Ctrl-C or SIGTERM (a scheduler's): the run's hidden temporary folder removed and the
+  # workers ended, one line, status 130 / 143; a SIGKILL ends the workers too (writer.py).
+  console.exit_on_interrupt(console.nothing_written(
+      'no shard was written (a set is put in place only once all its shards are made; an '
+      'earlier set there is kept)'), terminate=True)
   strategy, warning = masking_strategy(_MASKING.value, flags.FLAGS['masking'].present,
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:

@@ -33,11 +33,13 @@ import hashlib
 import importlib.metadata
 import json
 import pathlib
+import tempfile
 
 from absl import app
 from absl import flags
 
 from bertjax import console
+from bertjax import files
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer
@@ -71,28 +73,45 @@ def format_documents(documents):
   return '\n\n'.join('\n'.join(document) for document in documents) + '\n'
 
 
-def write_gzip(path, text):
-  """Writes `text` gzip-compressed with a fixed header (mtime 0, no name): same bytes each run."""
-  data = gzip.compress(text.encode('utf-8'), compresslevel=9, mtime=0)
-  pathlib.Path(path).write_bytes(data)
-  return len(data)
+def gzip_bytes(text):
+  """`text` gzip-compressed with a fixed header (mtime 0, no name): same bytes each run."""
+  return gzip.compress(text.encode('utf-8'), compresslevel=9, mtime=0)
 
 
-def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY):
-  """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest."""
+def check_output_dir(output_dir):
+  """Refuses, before any work, an --output_dir that cannot be a local folder."""
   if '://' in str(output_dir):  # pathlib would make a local folder named 'gs:'.
     raise ValueError(f'--output_dir={output_dir} is a URL: the corpus is built in a local '
                      'folder; copy it to the bucket afterwards (gsutil cp -r).')
+  existing = pathlib.Path(output_dir).absolute()
+  while not existing.exists() and existing != existing.parent:
+    existing = existing.parent
+  if not existing.is_dir():
+    raise ValueError(f'--output_dir={output_dir}: {existing} is a file, not a folder; pass a '
+                     'folder (made if missing)')
+
+
+def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY):
+  """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest.
+
+  Everything is made first (the vocab learned from the train split in a temporary folder),
+  then each file is put in place whole (files.write_atomically), the manifest last: a build
+  killed while making leaves the earlier corpus as it was.
+  """
+  check_output_dir(output_dir)
   output_dir = pathlib.Path(output_dir)
-  output_dir.mkdir(parents=True, exist_ok=True)
   splits = dict(zip(embedded.SPLITS, split_documents(documents, eval_every), strict=True))
   paths = {split: output_dir / embedded.file_name(split) for split in splits}
   texts = {split: format_documents(docs) for split, docs in splits.items()}
-  gzip_bytes = {split: write_gzip(paths[split], texts[split]) for split in splits}
-  vocab_file = output_dir / 'vocab.txt'
-  vocab_learner.learn_wordpiece([str(paths['train'])], vocab_file, vocab_size,
-                                do_lower_case=embedded.DO_LOWER_CASE)
-  wordpiece = tokenizer.FullTokenizer(vocab_file, do_lower_case=embedded.DO_LOWER_CASE)
+  compressed = {split: gzip_bytes(texts[split]) for split in splits}
+  with tempfile.TemporaryDirectory(prefix='build_corpus-') as temp:
+    train = pathlib.Path(temp) / paths['train'].name  # The name tells the learner it is gzip.
+    train.write_bytes(compressed['train'])
+    vocab_file = pathlib.Path(temp) / 'vocab.txt'
+    vocab_learner.learn_wordpiece([str(train)], vocab_file, vocab_size,
+                                  do_lower_case=embedded.DO_LOWER_CASE)
+    vocab_text = vocab_file.read_bytes()
+    wordpiece = tokenizer.FullTokenizer(vocab_file, do_lower_case=embedded.DO_LOWER_CASE)
   unk_id = wordpiece.vocab['[UNK]']
   manifest = {
       'name': embedded.NAME,
@@ -114,11 +133,15 @@ def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL
         'wordpiece_tokens': len(ids),
         'unk_tokens': ids.count(unk_id),
         'text_bytes': len(texts[split].encode('utf-8')),
-        'gzip_bytes': gzip_bytes[split],
+        'gzip_bytes': len(compressed[split]),
         'text_sha256': hashlib.sha256(texts[split].encode('utf-8')).hexdigest(),
     }
-  (output_dir / 'manifest.json').write_text(json.dumps(manifest, indent=2, sort_keys=True) + '\n',
-                                            encoding='utf-8')
+  output_dir.mkdir(parents=True, exist_ok=True)
+  for split in splits:
+    files.write_atomically(str(paths[split]), compressed[split])
+  files.write_atomically(str(output_dir / vocab_file.name), vocab_text)
+  files.write_atomically(str(output_dir / 'manifest.json'),
+                         json.dumps(manifest, indent=2, sort_keys=True) + '\n')
   return manifest
 
 
@@ -128,6 +151,9 @@ def main(argv):
     manifest = build(source_documents(), flags.FLAGS.output_dir)
   except ValueError as e:
     console.fail(f'error: {e}')
+  except OSError as e:  # No permission, a full disk: one line, not a traceback.
+    console.fail(f'error: cannot write the corpus to --output_dir={flags.FLAGS.output_dir} '
+                 f'({e.strerror or e}): pass a folder you may write to')
   for split, counts in manifest['splits'].items():
     print(split, ', '.join(f'{key} {value:,}' for key, value in counts.items()
                            if isinstance(value, int)))

@@ -97,8 +97,9 @@ class Settings:
     if self.max_instances_per_row < 1:
       raise ValueError(f'max_instances_per_row={self.max_instances_per_row}: need >= 1 (1 = '
                        'unpacked)')
-    if self.dupe_factor < 1 or self.pool_documents < 2 or self.pool_tokens < 1:
-      raise ValueError('dupe_factor must be >= 1, pool_documents >= 2, pool_tokens >= 1')
+    for name, low in (('dupe_factor', 1), ('pool_documents', 2), ('pool_tokens', 1)):
+      if getattr(self, name) < low:
+        raise ValueError(f'{name}={getattr(self, name)}: need >= {low}')
 
 
 def truncation(len_a, len_b, max_tokens):

@@ -11,8 +11,10 @@ directories of dead runs. Outputs in an object store (gs://...) are made in a lo
 directory and then put, the report first, each shard as one object (through bertjax.files).
 """
 
+import fnmatch
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -20,6 +22,7 @@ import time
 
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
+from bertjax.records import file_set
 
 TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
 
@@ -34,20 +37,32 @@ def output_paths(output_file, num_output_shards):
     if len(outputs) != 1:
       raise ValueError('--num_output_shards takes one --output_file prefix, got '
                        f'{len(outputs)} files; pass either a list or a prefix with a count')
+    _check_name(outputs[0], 'prefix')
     return [f'{outputs[0]}-{i:05d}-of-{num_output_shards:05d}' for i in range(num_output_shards)]
   if len(set(outputs)) != len(outputs):
     raise ValueError(f'--output_file lists a file twice: {output_file}')
+  for path in outputs:
+    _check_name(path, 'file')
   return outputs
+
+
+def _check_name(path, what):
+  """Refuses an output (a file, or the prefix of N shards) that ends in a separator or whose
+  name is hidden: `DIR/` would write `DIR/-00000-of-00001` and the report `DIR/.json`, which
+  readers skip (hidden), so the set would train unchecked."""
+  name = path.rstrip('/' + os.sep).rsplit('/', 1)[-1].rsplit(os.sep, 1)[-1]
+  if path.endswith(('/', os.sep)) or not name:  # A bucket would keep an object named `dir/`.
+    raise ValueError(f'--output_file={path} ends in /: give a {what} path (or, with '
+                     '--num_output_shards, a prefix such as DIR/train)')
+  if name.startswith('.'):
+    raise ValueError(f'--output_file={path}: a name starting with "." is hidden and readers '
+                     f'skip hidden files; give a {what} name such as DIR/train')
 
 
 
 def resolve(output_file, num_output_shards, report_file):
   """(the shards' absolute paths, the report's), checked writable before any input is read."""
-  outputs = output_paths(output_file, num_output_shards)
-  for path in outputs:  # As given: absolute() drops a local path's last /.
-    if path.endswith(('/', os.sep)):  # A bucket would keep an object named `dir/`.
-      raise ValueError(f'output {path} ends in /: give a file path (or, with '
-                       '--num_output_shards, a prefix such as DIR/train)')
+  outputs = output_paths(output_file, num_output_shards)  # Names checked as given.
   outputs = [paths_lib.absolute(p) for p in outputs]
   report_file = paths_lib.absolute(
       report_file or (output_file.strip() if num_output_shards else outputs[0]) + '.json')
@@ -62,7 +77,63 @@ def resolve(output_file, num_output_shards, report_file):
                        'and the report need a file of their own; name another file')
   check_outputs(outputs, report_file)
   check_earlier_set(outputs, report_file)
+  check_other_sets(outputs, report_file,
+                   paths_lib.absolute(output_file.strip()) if num_output_shards else None)
   return outputs, report_file
+
+
+def _shard_prefix(report_path, listed):
+  """The prefix of a set of N shards (`<prefix>-0000i-of-0000N`, its report `<prefix>.json`)
+  from its report, or None for a list of files."""
+  prefix = files_lib.name(report_path)[:-len('.json')]
+  shard = re.compile(re.escape(prefix) + r'-\d{5}-of-\d{5}')
+  if listed and all(shard.fullmatch(name) for name in listed):
+    return prefix
+  return None
+
+
+def check_other_sets(outputs, report_file, prefix=None):
+  """Fails before any work when this set would break or blur another set's report beside it:
+  an output that another report lists (overwritten, both sets would be refused), or a prefix
+  that overlaps another set's so that one's `<prefix>-*` glob, the readers' pattern, would
+  read both sets (`train-*` also matching `train-eval-*`). `prefix`: this run's, with
+  --num_output_shards."""
+  ours = {}
+  for out in outputs:
+    ours.setdefault(files_lib.parent(out), set()).add(files_lib.name(out))
+  ours_report = paths_lib.file_key(report_file)
+  for directory, names in sorted(ours.items()):
+    try:
+      reports = file_set.reports_in(directory)
+    except OSError:
+      continue  # No folder yet (made later), or unreadable: nothing there to break.
+    for report_path, report in sorted(reports.items()):
+      if paths_lib.file_key(report_path) == ours_report:
+        continue  # This set's own report: check_earlier_set.
+      listed = [files_lib.name(p) for p in report['output_files'] if isinstance(p, str)]
+      taken = sorted(names & set(listed))
+      if taken:
+        raise ValueError(
+            f'{files_lib.join(directory, taken[0])} is a shard of the set that {report_path} '
+            'lists: writing it would leave both sets unreadable; pick another --output_file')
+      other = _shard_prefix(report_path, listed)
+      mine = files_lib.name(prefix) if prefix and files_lib.parent(prefix) == directory else None
+      clash = None
+      if other is not None:
+        clash = next((n for n in sorted(names) if fnmatch.fnmatchcase(n, f'{other}-*')), None)
+      if clash:
+        raise ValueError(
+            f'{report_path}\'s shards are read as {other}-*, which would also match this '
+            f'set\'s {files_lib.join(directory, clash)} (training on both sets): pick an '
+            f'--output_file whose name does not start with "{other}-", e.g. '
+            f'{other}_{clash[len(other) + 1:].split("-")[0]}, or write it to another folder')
+      clash = mine and next((n for n in listed if fnmatch.fnmatchcase(n, f'{mine}-*')), None)
+      if clash:
+        raise ValueError(
+            f'this set\'s shards would be read as {mine}-*, which also matches '
+            f'{files_lib.join(directory, clash)} of the set that {report_path} lists '
+            f'(training on both sets): pick another --output_file prefix, or write it to '
+            'another folder')
 
 
 def check_earlier_set(outputs, report_file):

@@ -13,7 +13,9 @@ Documents are numbered in reading order across all files, and part `p` of `n` ke
 its own documents, so the work is balanced however the files are sized. Lines that cannot be
 used are skipped and counted by reason, with the first few file:line examples: invalid UTF-8,
 or longer than `max_line_bytes` (read in bounded pieces, never held whole); sentences without
-a single token are counted as `no_tokens` (the examples are their text). Whole
+a single token, or without a visible character (`has_text`: SentencePiece would make a '▁' of
+a zero-width space), are counted as `no_tokens` (the examples are their text). A file whose
+lines are mostly not UTF-8 is refused (writer.py), not skipped line by line. Whole
 files are skipped when empty, binary (a NUL byte in the first 64 KiB) or compressed and cut
 short or damaged within it.
 """
@@ -21,6 +23,7 @@ short or damaged within it.
 import collections
 import functools
 import itertools
+import unicodedata
 
 import numpy as np
 
@@ -45,6 +48,14 @@ class Skips:
   def __init__(self):
     self.counts = collections.Counter()
     self.examples = collections.defaultdict(list)
+    # path -> [text lines read, of them not UTF-8]: a file mostly not UTF-8 is refused
+    # (writer.py), a few bad lines are skipped. Not in the report; summed over the workers.
+    self.file_lines = {}
+
+  def add_file_lines(self, path, lines, invalid):
+    tally = self.file_lines.setdefault(path, [0, 0])
+    tally[0] += lines
+    tally[1] += invalid
 
   def add(self, reason, place):
     """Counts one skip; `place` (file, file:line or text) is kept for the first few."""
@@ -124,7 +135,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
   index = 0  # Documents started so far, over all files: the partition key.
   for path in paths:
     where['path'] = path
-    sentences, started = [], False
+    sentences, started, lines, invalid = [], False, 0, 0
     with files_lib.open_binary(path) as f:
       for line_number, (raw, too_long) in enumerate(
           _lines(paths_lib.UniversalLines(f), max_line_bytes), 1):
@@ -140,6 +151,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
           index += 1
         if not mine:
           continue
+        lines += 1
         if too_long:
           skips.add('line_too_long', f'{path}:{line_number}')
           continue
@@ -147,8 +159,10 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
           text = raw.decode('utf-8').strip()
         except UnicodeDecodeError:
           skips.add('invalid_utf8', f'{path}:{line_number}')
+          invalid += 1
           continue
         sentences.extend(sentences_of(text, input_format))
+    skips.add_file_lines(path, lines, invalid)
     if sentences:
       yield sentences
 
@@ -215,12 +229,27 @@ def cached_encoder(vocab_file, spm_model_file, do_lower_case, fast=True):
   return Encoder(vocab_file or None, spm_model_file or None, do_lower_case, fast)
 
 
+def has_text(text: str) -> bool:
+  """Whether `text` holds a character other than spaces (Zs, tab, line ends), control and
+  format characters (Cc, Cf: zero-width spaces and joiners, a byte-order mark), NUL and U+FFFD:
+  what BERT's text cleaning removes (tokenizer.BasicTokenizer), so that a sentence without one
+  has no WordPiece tokens."""
+  for char in text:  # Normal text returns at its first character.
+    if char in ' \t\n\r\x00\ufffd':
+      continue
+    if unicodedata.category(char) not in ('Zs', 'Cc', 'Cf'):  # BERT's whitespace: Zs.
+      return True
+  return False
+
+
 def tokenized_documents(raw_docs, encoder, skips, where, batch_sentences=16384):
   """Documents of token ids from lists of sentences, tokenized in batches of sentences."""
 
   def flush(batch):
     texts = [s for doc in batch for s in doc]
-    flat, splits = encoder.encode_batch(texts)
+    # A sentence of only invisible characters (U+200B, U+FEFF, controls) is no sentence: the
+    # WordPiece path's text cleaning gives it no tokens, SentencePiece would give it '▁'.
+    flat, splits = encoder.encode_batch([t if has_text(t) else '' for t in texts])
     for i in np.flatnonzero(np.diff(splits) == 0).tolist():
       skips.add('no_tokens', repr(texts[i][:40]))
     first = 0

@@ -16,16 +16,21 @@ framed by tfrecord.py, so a worker imports TensorFlow only for the fast tokenize
 
 import collections
 import concurrent.futures
+import contextlib
+import ctypes
 import dataclasses
 import errno
 import multiprocessing
 import os
 import resource
+import signal
+import sys
 import time
 import traceback
 
 import numpy as np
 
+from bertjax import console
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import creation_report
@@ -45,6 +50,11 @@ FAST_TOKENIZER_MIN_BYTES = 24 << 20
 # Above this fraction of [UNK] tokens the vocab does not fit the text (a truncated vocab, the
 # wrong casing or script): refused unless --max_unk_fraction is raised.
 MAX_UNK_FRACTION = 0.05
+# A file with more of its text lines not UTF-8 (and more than a few of them) is in another
+# encoding (Latin-1, UTF-16, cp1252), not UTF-8 with a stray bad line: refused rather than
+# read with most of its text skipped, as learn_vocab refuses it. Per file, all workers summed.
+MAX_INVALID_UTF8_FRACTION = 0.01
+_FEW_INVALID_UTF8_LINES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +130,7 @@ def run_worker(job):
       f.close()  # Here, so that a full disk is an error of this worker.
     counts['shard_instances'] = written
     return {'worker': job.worker, 'counts': dict(counts), 'skips': skips.as_dict(),
-            'part_records': per_file,
+            'file_lines': skips.file_lines, 'part_records': per_file,
             'startup_seconds': ready - start, 'seconds': time.perf_counter() - start,
             'peak_rss_mb': _peak_rss_mb(), 'error': None}
   except Exception as e:  # pylint: disable=broad-except  # Reported with the place, below.
@@ -143,21 +153,58 @@ def disk_full(e, path) -> str:
           'or pass an --output_file on another disk; an earlier set there is kept')
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent_pid):
+  """A worker's start: it ends when the process that started it ends, however that ends
+  (SIGKILL from a scheduler or the OOM killer, which runs no clean-up), instead of writing
+  on for hours into a folder nobody reads; Ctrl-C is the parent's to handle (it ends the
+  workers), so a terminal's Ctrl-C to the process group prints no worker tracebacks."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  if sys.platform.startswith('linux'):
+    try:
+      libc = ctypes.CDLL(None, use_errno=True)
+      libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # No prctl (another libc): the check below still runs.
+      pass
+  if os.getppid() != parent_pid:  # The parent died before prctl: no signal will come.
+    os._exit(1)  # pylint: disable=protected-access
+
+
+def _kill_workers(pool):
+  """Ends the pool's worker processes at once (an interrupt, an error while waiting)."""
+  for process in list((getattr(pool, '_processes', None) or {}).values()):
+    try:
+      process.kill()
+    except (OSError, ValueError):  # Already gone, or closed.
+      pass
+
+
 def _run_jobs(jobs):
   if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything.
     return [run_worker(jobs[0])]
   # spawn, not fork: the parent may have TensorFlow's threads running (tests, notebooks).
   context = multiprocessing.get_context('spawn')
-  with concurrent.futures.ProcessPoolExecutor(len(jobs), mp_context=context) as pool:
-    futures = [pool.submit(run_worker, job) for job in jobs]
-    results = []
-    for job, future in zip(jobs, futures, strict=True):
-      try:
-        results.append(future.result())
-      except concurrent.futures.process.BrokenProcessPool as e:
-        results.append({'worker': job.worker, 'error': f'the worker process died ({e}): killed '
-                        'or out of memory (lower --pool_tokens or --shuffle_buffer)? Or started '
-                        "from a script without an `if __name__ == '__main__':` guard?"})
+  pool = concurrent.futures.ProcessPoolExecutor(
+      len(jobs), mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),))
+  # A Ctrl-C or SIGTERM (console.exit_on_interrupt, which exits without unwinding) or a
+  # KeyboardInterrupt here ends the workers too; a SIGKILL to this process, _die_with_parent.
+  with pool, console.at_interrupt(lambda: _kill_workers(pool)):
+    try:
+      futures = [pool.submit(run_worker, job) for job in jobs]
+      results = []
+      for job, future in zip(jobs, futures, strict=True):
+        try:
+          results.append(future.result())
+        except concurrent.futures.process.BrokenProcessPool as e:
+          results.append({'worker': job.worker, 'error': f'the worker process died ({e}): '
+                          'killed or out of memory (lower --pool_tokens or --shuffle_buffer)? '
+                          "Or started from a script without an `if __name__ == '__main__':` "
+                          'guard?'})
+    except BaseException:
+      _kill_workers(pool)  # Else leaving the block waits for them to finish.
+      raise
     return results
 
 
@@ -172,10 +219,26 @@ def _run_workers(jobs, skips):
   for r in results:
     counts.update(r['counts'])
     skips.merge(r['skips'])
+    for path, (lines, invalid) in r.get('file_lines', {}).items():
+      skips.add_file_lines(path, lines, invalid)
+  _check_utf8(skips)
   if not counts['instances']:
     raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
   counts.pop('shard_instances', None)
   return results, counts
+
+
+def _check_utf8(skips):
+  """Refuses an input file whose lines are mostly not UTF-8 (another encoding): read line
+  by line, most of its text would be skipped and the data made from the rest."""
+  for path, (lines, invalid) in skips.file_lines.items():
+    if invalid > _FEW_INVALID_UTF8_LINES and invalid > MAX_INVALID_UTF8_FRACTION * lines:
+      line = next((p for p in skips.examples.get('invalid_utf8', [])
+                   if p.startswith(f'{path}:')), path)
+      raise ValueError(
+          f'{path}: {invalid} of its {lines} text lines are not UTF-8 (e.g. {line}; the limit '
+          f'is {MAX_INVALID_UTF8_FRACTION:.0%}): re-encode the file as UTF-8 (e.g. iconv -f '
+          'latin1 -t utf-8), or leave it out. No shard was written.')
 
 
 def default_num_workers() -> int:
@@ -186,10 +249,12 @@ def default_num_workers() -> int:
     return os.cpu_count() or 1
 
 
-def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fraction):
+def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fraction,
+                   shuffle_buffer=1):
   """Refuses settings out of range before any work, naming the flag."""
   for name, value, low in (('random_seed', random_seed, 0), ('num_output_shards',
-                           num_output_shards, 0), ('max_line_bytes', max_line_bytes, 1)):
+                           num_output_shards, 0), ('max_line_bytes', max_line_bytes, 1),
+                           ('shuffle_buffer', shuffle_buffer, 1)):
     if value < low:
       raise ValueError(f'--{name}={value}: need >= {low}')
   if not 0 <= max_unk_fraction <= 1:  # nan too: it would let any vocab through.
@@ -238,7 +303,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   num_workers = default_num_workers() if num_workers is None else num_workers
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers}: need at least 1')
-  _check_numbers(random_seed, num_output_shards or 0, max_line_bytes, max_unk_fraction)
+  _check_numbers(random_seed, num_output_shards or 0, max_line_bytes, max_unk_fraction,
+                 shuffle_buffer)
   if tokenizer not in TOKENIZERS:
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
@@ -277,7 +343,10 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       tfds is not None or input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES))
 
   temp_dirs, parts = shard_outputs.temp_parts(outputs, num_workers)
+  held = contextlib.ExitStack()
   try:
+    for directory in sorted(set(temp_dirs.values())):  # An interrupt removes them too.
+      held.enter_context(console.temporary(directory))
     jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
                 do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
                 w, num_workers, tfds) for w in range(num_workers)]
@@ -295,4 +364,5 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       raise ValueError(f'{disk_full(e, outputs[0])}. No shard was written.') from None
   finally:
     shard_outputs.remove_temp_dirs(temp_dirs)
+    held.close()
   return report

@@ -59,7 +59,7 @@ def list_files(file_pattern) -> list[str]:
   return files
 
 
-def _reports_in(directory: str) -> dict:
+def reports_in(directory: str) -> dict:
   """The create_pretraining_data reports in a directory: path -> report."""
   reports = {}
   for path in files_lib.glob(files_lib.join(directory, '*.json')):
@@ -78,8 +78,9 @@ def resolve(file_pattern) -> FileSet:
   patterns = _patterns(file_pattern)
   files = list_files(file_pattern)
   reports, counts, covered, report_files = {}, {}, set(), set()
+  contributions = {}  # pattern -> {report path: the files of its set that it matches}
   for directory in sorted({os.path.dirname(f) for f in files}):
-    beside = _reports_in(directory)
+    beside = reports_in(directory)
     report_files.update(beside)
     for report_path, report in sorted(beside.items()):
       listed = [os.path.join(directory, os.path.basename(o)) for o in report['output_files']]
@@ -87,6 +88,10 @@ def resolve(file_pattern) -> FileSet:
       if not set(wanted) & set(files):
         continue
       reports[report_path] = report
+      for pattern in patterns:
+        mine = [p for p in wanted if fnmatch.fnmatchcase(p, pattern)]
+        if mine:
+          contributions.setdefault(pattern, {})[report_path] = mine
       missing = [p for p in wanted if p not in files]
       if missing:
         raise ValueError(
@@ -113,11 +118,33 @@ def resolve(file_pattern) -> FileSet:
           f'{len(strays)} file(s) match {file_pattern!r} but no report beside them lists them '
           f'({", ".join(strays[:3])}): leftovers of another run? Move them away or narrow the '
           'pattern')
+  for pattern, sets in contributions.items():
+    if len(sets) > 1:
+      _warn_sets_merged(pattern, sets)
   if not reports:
     logging.info('no create_pretraining_data report beside %s: the files are read unchecked',
                  file_pattern)
   return FileSet([f for f in files if f not in report_files], counts, reports,
                  ','.join(_patterns(file_pattern)))
+
+
+_WARNED = set()  # (pattern, its reports) warned about: once per process, not per read.
+
+
+def _warn_sets_merged(pattern, sets):
+  """Warns (once) that one pattern reads the shards of several sets, e.g. `train-*` matching
+  the sets `train` and `train-eval`: maybe meant, often an eval set trained on."""
+  key = (pattern, tuple(sorted(sets)))
+  if key in _WARNED:
+    return
+  _WARNED.add(key)
+  shown = '; '.join(
+      f'{report} ({len(names)} file(s): '
+      f'{", ".join(os.path.basename(n) for n in names[:2])}{", ..." if len(names) > 2 else ""})'
+      for report, names in sorted(sets.items()))
+  logging.warning('%s matches the shards of %d sets, all read: %s. If that is not meant, narrow '
+                  'the pattern to one set (e.g. PREFIX-?????-of-?????) or pass the sets '
+                  'comma-separated', pattern, len(sets), shown)
 
 
 def resolved(files) -> FileSet:

@@ -245,6 +245,9 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         num_threads=num_threads,
         minloglevel=2)
   except RuntimeError as e:
-    raise ValueError(f'SentencePiece training failed: {e}; a "Vocabulary size too high" '
-                     'means the corpus is too small for vocab_size: lower it') from None
+    hint = ('vocab_size is below the characters the corpus needs (each is a piece): raise '
+            'it, or lower character_coverage' if 'required_chars' in str(e) else
+            'a "Vocabulary size too high" means the corpus is too small for vocab_size: lower '
+            'it')
+    raise ValueError(f'SentencePiece training failed: {e}; {hint}') from None
   files_lib.write_atomically(output_file, model.getvalue())

@@ -4,6 +4,8 @@ import ast
 import gzip
 import hashlib
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -117,3 +119,33 @@ def test_a_url_output_is_refused_before_anything_is_written(tmp_path, monkeypatc
                      r'built in a local folder'):
     build_corpus.build([[['One sentence.']]], 'gs://b/corpus')
   assert not list(tmp_path.iterdir())  # No local 'gs:' folder.
+
+
+def test_an_output_dir_that_is_a_file_is_one_line(tmp_path):
+  (tmp_path / 'file').write_text('kept\n')
+  for output_dir in (tmp_path / 'file', tmp_path / 'file' / 'sub'):
+    with pytest.raises(ValueError, match=rf'--output_dir={output_dir}: {tmp_path}/file is a '
+                       r'file, not a folder; pass a folder'):
+      build_corpus.build([[['One sentence.']]], output_dir)
+  run = subprocess.run([sys.executable, '-m', 'launch.build_corpus',
+                        f'--output_dir={tmp_path}/file/sub'], capture_output=True, text=True,
+                       check=False, cwd=pathlib.Path(__file__).resolve().parents[2])
+  assert run.returncode == 1, run.stderr
+  assert run.stderr.strip().splitlines() == [
+      f'error: --output_dir={tmp_path}/file/sub: {tmp_path}/file is a file, not a folder; pass '
+      'a folder (made if missing)'], run.stderr
+  assert (tmp_path / 'file').read_text() == 'kept\n'
+
+
+def test_a_failed_build_leaves_the_earlier_corpus_whole(tmp_path, monkeypatch):
+  documents = [[f'Sentence {i} of document {d} , said the king .' for i in range(3)]
+               for d in range(20)]
+  build_corpus.build(documents, tmp_path, vocab_size=100, eval_every=10)
+  earlier = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+  def killed(*args, **kwargs):
+    raise KeyboardInterrupt  # As a Ctrl-C while the vocab is learned.
+  monkeypatch.setattr(build_corpus.vocab_learner, 'learn_wordpiece', killed)
+  with pytest.raises(KeyboardInterrupt):
+    build_corpus.build(documents[::-1], tmp_path, vocab_size=100, eval_every=10)
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier

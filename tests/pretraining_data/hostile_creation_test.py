@@ -207,3 +207,130 @@ def test_a_damaged_shard_is_named_when_training_reads_it(corpus, vocab_file, tmp
                      r'\(.*\): remake it with create_pretraining_data'):
     for _ in input_pipeline.host_batches(dataset, str(tmp_path / 'train-*')):
       pass
+
+
+@pytest.mark.parametrize('output, shards, message', [
+    ('{d}/', 1, r'--output_file=.*/ ends in /: give a prefix path'),
+    ('{d}/.train', 2, r'--output_file=.*/\.train: a name starting with "\." is hidden'),
+    ('{d}/.', 1, r'is hidden'),
+    ('{d}/a,{d}/.b', 0, r'--output_file=.*/\.b: a name starting with "\." is hidden'),
+])
+def test_an_output_name_readers_would_skip_is_refused(corpus, vocab_file, tmp_path, output,
+                                                      shards, message):
+  """`DIR/` with one shard would write DIR/-00000-of-00001 and the report DIR/.json, which
+  readers skip (hidden): the data would train with every check off."""
+  with pytest.raises(ValueError, match=message):
+    create(corpus, output.format(d=tmp_path), vocab_file, num_output_shards=shards)
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_shard_another_report_lists_is_not_overwritten(corpus, vocab_file, tmp_path):
+  first = create(corpus, tmp_path / 'train', vocab_file, num_output_shards=2)
+  before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+  with pytest.raises(ValueError, match=r'train-00000-of-00002 is a shard of the set that '
+                     r'.*/train\.json lists: .*pick another --output_file'):
+    create(corpus, tmp_path / 'train-00000-of-00002', vocab_file)
+  with pytest.raises(ValueError, match=r'is a shard of the set that .*/train\.json lists'):
+    create(corpus, f'{tmp_path}/other,{tmp_path}/train-00001-of-00002', vocab_file)
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+  assert len(file_set.resolve(str(tmp_path / 'train-*')).files) == 2
+  assert first['output_files'] == [str(tmp_path / f'train-0000{i}-of-00002') for i in (0, 1)]
+
+
+def test_a_prefix_another_sets_glob_would_match_is_refused(corpus, vocab_file, tmp_path):
+  """`train-*` (README's pattern) must not also read a set named train-eval."""
+  create(corpus, tmp_path / 'train', vocab_file, num_output_shards=1)
+  with pytest.raises(ValueError, match=r'train\.json\'s shards are read as train-\*, which '
+                     r'would also match this set\'s .*train-eval-00000-of-00001 .*whose name '
+                     r'does not start with "train-", e.g. train_eval'):
+    create(corpus, tmp_path / 'train-eval', vocab_file, num_output_shards=1)
+  (tmp_path / 'b').mkdir()
+  create(corpus, tmp_path / 'b' / 'train-eval', vocab_file, num_output_shards=1)
+  with pytest.raises(ValueError, match=r'this set\'s shards would be read as train-\*, which '
+                     r'also matches .*train-eval-00000-of-00001 of the set that '
+                     r'.*train-eval\.json lists'):
+    create(corpus, tmp_path / 'b' / 'train', vocab_file, num_output_shards=2)
+  # Names that no `<prefix>-*` of the other matches are fine.
+  create(corpus, tmp_path / 'train_eval', vocab_file, num_output_shards=1)
+  assert sorted(os.listdir(tmp_path / 'b')) == ['train-eval-00000-of-00001', 'train-eval.json']
+
+
+def test_a_pattern_reading_two_sets_is_warned_about(corpus, vocab_file, tmp_path, caplog):
+  """Sets made apart and copied into one folder: `train-*` reads both, which may be meant
+  (so not refused) but is said once, naming each set's files."""
+  for name in ('train', 'train-eval'):
+    (tmp_path / name).mkdir()
+    create(corpus, tmp_path / name / name, vocab_file, num_output_shards=1)
+    for path in (tmp_path / name).iterdir():
+      path.rename(tmp_path / path.name)
+  with caplog.at_level('WARNING'):
+    files = file_set.resolve(str(tmp_path / 'train-*'))
+    file_set.resolve(str(tmp_path / 'train-*'))
+  assert len(files.files) == 2 and len(files.reports) == 2
+  warnings = [r.getMessage() for r in caplog.records if 'matches the shards of' in r.getMessage()]
+  assert len(warnings) == 1, warnings
+  assert (f'train-* matches the shards of 2 sets, all read: {tmp_path}/train-eval.json (1 '
+          f'file(s): train-eval-00000-of-00001); {tmp_path}/train.json (1 file(s): '
+          'train-00000-of-00001)') in warnings[0]
+  caplog.clear()
+  with caplog.at_level('WARNING'):  # One set per pattern: nothing to say.
+    file_set.resolve(f'{tmp_path}/train-0*,{tmp_path}/train-eval-*')
+  assert 'matches the shards of' not in caplog.text
+
+
+def test_a_file_mostly_not_utf8_is_refused(corpus, vocab_file, tmp_path):
+  """A Latin-1 file read line by line would lose most of its text (learn_vocab refuses it);
+  a few bad lines in a UTF-8 file are skipped and counted."""
+  text = corpus.read_text()
+  latin = tmp_path / 'latin1.txt'
+  latin.write_bytes(text.replace('e', 'é').encode('latin-1'))
+  (tmp_path / 'out').mkdir()
+  with pytest.raises(ValueError, match=rf'{latin}: \d+ of its \d+ text lines are not UTF-8 '
+                     rf'\(e\.g\. {latin}:1; the limit is 1%\): re-encode the file as UTF-8 '
+                     r'\(e\.g\. iconv -f latin1 -t utf-8\), or leave it out. No shard was written'):
+    create(f'{corpus},{latin}', tmp_path / 'out' / 'train', vocab_file, num_output_shards=1)
+  assert os.listdir(tmp_path / 'out') == []
+  lines = text.encode().split(b'\n')
+  for i in (3, 40, 80):
+    lines[i] = 'caf\xe9'.encode('latin-1')
+  (tmp_path / 'few.txt').write_bytes(b'\n'.join(lines))
+  report = create(tmp_path / 'few.txt', tmp_path / 'out' / 'few', vocab_file, num_workers=2)
+  assert report['skipped']['counts']['invalid_utf8'] == 3
+
+
+def test_sentences_of_invisible_characters_are_dropped(corpus, vocab_file, tmp_path):
+  """Lines of only zero-width or format characters are no sentences on either path (the
+  WordPiece path gives them no tokens; SentencePiece would make '▁' rows of them): the shards
+  are those of the text without them."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  text = corpus.read_text()
+  junk = ['\u200b', '\ufeff', '\u200c\u200d', ' \u200b\u2060 ', '\x01\u200b']
+  lines = text.split('\n')
+  for i, line in zip((2, 30, 61, 90, 121), junk, strict=True):
+    lines.insert(i, line)
+  (tmp_path / 'junk.txt').write_text('\n'.join(lines))
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=400,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      minloglevel=2)
+  for name, vocab in (('wp', {'vocab_file': vocab_file}),
+                      ('spm', {'spm_model_file': str(tmp_path / 'sp.model')})):
+    reports = [writer.create(str(source), str(tmp_path / f'{name}-{source.stem}'), SETTINGS,
+                             num_output_shards=1, random_seed=7, num_workers=1,
+                             do_lower_case=name == 'wp', **vocab)
+               for source in (corpus, tmp_path / 'junk.txt')]
+    assert reports[1]['skipped']['counts'].get('no_tokens') == len(junk), name
+    assert reports[1]['counts'] == reports[0]['counts'], name
+    shards = [pathlib.Path(r['output_files'][0]).read_bytes() for r in reports]
+    assert shards[0] == shards[1], name
+
+
+def test_more_flags_out_of_range_are_named(corpus, vocab_file, tmp_path):
+  for value in (0, -5):
+    with pytest.raises(ValueError, match=rf'--shuffle_buffer={value}: need >= 1'):
+      create(corpus, tmp_path / 'out', vocab_file, shuffle_buffer=value)
+  for name, value, low in (('dupe_factor', 0, 1), ('pool_documents', 1, 2),
+                           ('pool_tokens', 0, 1)):
+    with pytest.raises(ValueError, match=rf'^{name}={value}: need >= {low}$'):
+      instances.Settings(**{name: value}).validate()
+  assert os.listdir(tmp_path) == []

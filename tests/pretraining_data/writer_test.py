@@ -68,20 +68,23 @@ def test_bad_input_is_counted_and_skipped(documents, vocab_file, tmp_path):
   good.write_bytes(b'\n'.join(lines))
   (tmp_path / 'empty.txt').write_bytes(b'')
   (tmp_path / 'garbage.txt').write_bytes(os.urandom(50_000) + b'\x00')
-  rng = random.Random(0)
-  noisy = bytes(rng.randrange(1, 256) for _ in range(20_000))
-  (tmp_path / 'noisy.txt').write_bytes(noisy)
   report, files = run(str(tmp_path / '*.txt'), tmp_path / 'out', vocab_file=vocab_file)
   skipped = report['skipped']
   assert skipped['counts']['empty_file'] == 1 and skipped['counts']['binary_file'] == 1
   assert skipped['counts']['line_too_long'] == 1
   assert skipped['examples']['line_too_long'] == [f'{good}:11']
   assert f'{good}:6' in skipped['examples']['invalid_utf8']
-  assert skipped['counts']['invalid_utf8'] > 10  # The noisy file's lines, too.
+  assert skipped['counts']['invalid_utf8'] == 1
   assert skipped['counts']['no_tokens'] >= 1
   assert report['counts']['documents'] >= 30
   data = read_records(files)
   assert len(data['input_ids']) == report['counts']['instances'] > 500
+  # A file of noise is mostly not UTF-8: refused, not read line by line (writer._check_utf8).
+  rng = random.Random(0)
+  noisy = bytes(rng.randrange(1, 256) for _ in range(20_000))
+  (tmp_path / 'noisy.txt').write_bytes(noisy)
+  with pytest.raises(ValueError, match=r'noisy\.txt: \d+ of its \d+ text lines are not UTF-8'):
+    run(str(tmp_path / '*.txt'), tmp_path / 'out2', vocab_file=vocab_file)
 
 
 def test_single_sentence_documents_are_balanced(documents, vocab_file, tmp_path):

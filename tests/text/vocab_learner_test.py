@@ -174,6 +174,13 @@ def test_sentencepiece_errors(tmp_path):
   tiny.write_text('to be or not to be\n')
   with pytest.raises(ValueError, match='lower it'):
     vocab_learner.learn_sentencepiece(str(tiny), tmp_path / 'spm.model', 5000)
+  # 300 distinct characters need 300 pieces: the vocab is too small, not too large.
+  wide = tmp_path / 'wide.txt'
+  wide.write_text(''.join(' '.join(chr(0x4e00 + i + j) for j in range(10)) + '\n'
+                          for i in range(300)))
+  with pytest.raises(ValueError, match=r'smaller than required_chars.*vocab_size is below the '
+                     r'characters the corpus needs \(each is a piece\): raise it'):
+    vocab_learner.learn_sentencepiece(str(wide), tmp_path / 'spm.model', 100)
 
 
 def test_output_names_match_what_is_written():
