@@ -138,7 +138,9 @@ def check(config) -> None:
 
 def _check_embed(c: _Checker):
   c.choice('dtype', DTYPES)
-  c.at_least('max_seq_length', MIN_SEQ_LENGTH, why='needs room for [CLS], a token and [SEP]')
+  if c.get('max_seq_length') != 0:  # 0: the model's own length (MiniLM's 256).
+    c.at_least('max_seq_length', MIN_SEQ_LENGTH, fix='set --config.max_seq_length to 3 or more, '
+               'or 0 for the model\'s own length', why='needs room for [CLS], a token and [SEP]')
   c.positive('batch_size', fix='set --config.batch_size to the sentences per forward pass, '
              'e.g. 32')
 

@@ -15,9 +15,10 @@ reads them; a plain transformers BERT folder is mean-pooled and not normalised (
 sentence-transformers makes of one). Both can be overridden.
 
 The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prints the
-cosine-similarity matrix. init_from, input_file and the workdir may be URLs (gs://...): a remote
-model folder is downloaded to a temporary folder first, the outputs are written through
-bertjax.files.
+cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to MATRIX_ROWS
+sentences: both grow with the square of the inputs). init_from, input_file and the workdir may
+be URLs (gs://...): a remote model folder is downloaded to a temporary folder first, the outputs
+are written through bertjax.files.
 """
 
 import importlib.util
@@ -34,6 +35,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import inference
 from bertjax import paths
+from bertjax import predict_inputs
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
@@ -134,17 +136,20 @@ class Embedder:
       tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings '
                                        'need the vocab the model was trained with.')
       pooling = pooling or _pooling(model, sources.format_of(source))
-      logging.info('imported %s: %s-pooled%s, %d tokens at most', model.source, pooling,
-                   ', normalised' if model.normalize else '', model.max_seq_length)
+      normalize = (model.embedding and model.normalize) if normalize is None else normalize
+      # A model's own length (0 or None), never more than its position table (a 64-position
+      # model was refused at the default 128); a length given wins.
+      max_seq_length = max_seq_length or min(model.max_seq_length,
+                                             model.config['max_position_embeddings'])
+      logging.info('imported %s: %s-pooled%s, %d tokens at most%s', model.source, pooling,
+                   ', normalised' if normalize else '', max_seq_length,
+                   '' if max_seq_length == model.max_seq_length
+                   else f' (the model says {model.max_seq_length})')
     model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
                                                     'dtype': dtype})
     return cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
-               normalize=(model.embedding and model.normalize) if normalize is None else normalize,
-               # A model's own length, never more than its position table (a 64-position
-               # model was refused at the default 128).
-               max_seq_length=max_seq_length or min(
-                   model.max_seq_length, model.config['max_position_embeddings']),
-               batch_size=batch_size, source=model.source or source)
+               normalize=normalize, max_seq_length=max_seq_length, batch_size=batch_size,
+               source=model.source or source)
 
   @property
   def dimension(self) -> int:
@@ -188,6 +193,13 @@ def _pooling(model, fmt: str) -> str:
 
 
 
+# The job's outputs grow with the square of the sentences: above these, the printed table is
+# cut (embeddings.npy always holds every vector; its dot products are the cosines).
+PRINTED_ROWS = 50  # Sentences printed with their similarities (to the first PRINTED_COLUMNS).
+PRINTED_COLUMNS = 8
+MATRIX_ROWS = 1000  # similarity.txt is written up to this many sentences (~7 MB of text).
+
+
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
   start = time.perf_counter()
@@ -200,6 +212,8 @@ def run(config, workdir):
   if workdir and files.isdir(files.join(workdir, 'checkpoints')):
     raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
                      'their own.')
+  if workdir:  # Refused as extract_features and predict refuse an output, in their words.
+    paths.check_output_folder(workdir, ('embeddings.npy', 'similarity.txt'))
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                       max_seq_length=config.max_seq_length,
@@ -209,35 +223,62 @@ def run(config, workdir):
     if not any(s.strip() for s in sentences):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
     paths.check_no_blank_lines(sentences, config.input_file)
+    where = [f'{config.input_file}:{n}' for n in range(1, len(sentences) + 1)]
   else:
     sentences = list(config.sentences)
+    where = [f'config.sentences[{i}]' for i in range(len(sentences))]
   if not sentences:
     raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
                      'embed.')
+  for sentence, name in zip(sentences, where, strict=True):
+    # A line of control or zero-width characters only would be embedded as the empty input.
+    predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)
   encode_start = time.perf_counter()
   vectors = embedder.encode(sentences)
   seconds = time.perf_counter() - encode_start
-  similarity = vectors @ vectors.T
-  width = min(max(len(s) for s in sentences), 40)
+  n = len(sentences)
+  shown = [_printable(s) for s in sentences[:PRINTED_ROWS]]
+  width = min(max(len(s) for s in shown), 40)
   model_config = embedder.model_config
   print(f'cosine similarity ({model_config.num_layers} layers, hidden '
-        f'{model_config.hidden_size}, {config.dtype}; {len(sentences)} sentences in '
-        f'{seconds:.2f} s incl. compile):')
-  for sentence, row in zip(sentences, similarity, strict=True):
-    print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row[:8]))
+        f'{model_config.hidden_size}, {config.dtype}; {n} sentences of at most '
+        f'{embedder.max_seq_length} tokens in {seconds:.2f} s incl. compile):')
+  printed = vectors[:PRINTED_ROWS] @ vectors[:PRINTED_COLUMNS].T
+  for sentence, row in zip(shown, printed, strict=True):
+    print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row))
+  if n > PRINTED_ROWS:
+    more = n - PRINTED_ROWS
+    print(f'  ... {more} more sentence{"s" if more > 1 else ""} not printed (the first '
+          f'{PRINTED_ROWS} are)')
   outputs = [('embeddings', 'not written (no --workdir)')]
   if workdir:
-    embeddings, table = io.BytesIO(), io.StringIO()
+    embeddings = io.BytesIO()
     np.save(embeddings, vectors)
-    np.savetxt(table, similarity, fmt='%.4f')
-    written = files.join(workdir, 'embeddings.npy'), files.join(workdir, 'similarity.txt')
-    files.write_atomically(written[0], embeddings.getvalue())
-    files.write_atomically(written[1], table.getvalue())
-    outputs = [('embeddings', written[0]), ('similarities', written[1])]
+    written = files.join(workdir, 'embeddings.npy')
+    files.write_atomically(written, embeddings.getvalue())
+    outputs = [('embeddings', written)]
+    if n <= MATRIX_ROWS:
+      table = io.StringIO()
+      np.savetxt(table, vectors @ vectors.T, fmt='%.4f')
+      files.write_atomically(files.join(workdir, 'similarity.txt'), table.getvalue())
+      outputs.append(('similarities', files.join(workdir, 'similarity.txt')))
+    else:
+      print(f'similarity.txt not written: {n} sentences make a {n} x {n} matrix (it is written '
+            f'up to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit '
+            f'vectors: v = numpy.load({written!r}); v @ v.T')
+      outputs.append(('similarities', f'not written (over {MATRIX_ROWS} sentences)'))
   console.summary('embed', time.perf_counter() - start,
-                  metrics=[('sentences', len(sentences)), ('dimension', embedder.dimension)],
+                  metrics=[('sentences', n), ('dimension', embedder.dimension)],
                   outputs=outputs)
   return vectors
+
+
+def _printable(text: str) -> str:
+  """`text` as one line of the printed table: control and other unprintable characters (BEL,
+  ESC, a line break, zero-width ones) escaped (\\x07, \\x1b, \\u200b), as repr shows them."""
+  if text.isprintable():
+    return text
+  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # The embed job is configured as every bertjax job (configs/embed.py through bertjax.main); run

@@ -27,6 +27,8 @@ The model runs through bertjax/inference.py, the one inference path of predict, 
 
 import json
 import os
+import shutil
+import sys
 import tempfile
 import time
 
@@ -40,6 +42,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import inference
 from bertjax import paths
+from bertjax import predict_inputs
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder_config
@@ -47,20 +50,32 @@ from bertjax.model import platform_defaults
 from bertjax.text import fast_tokenizer
 from bertjax.training import checkpoint_reader
 
+STDIO = '-'  # --input_file=- reads standard input, --output_file=- writes standard output.
 
-def read_examples(input_file) -> list[tuple[str, str | None]]:
-  """(text_a, text_b or None) per line of `input_file`, split as the original splits it."""
-  lines = paths.read_text_lines(input_file)
+
+def read_examples(input_file, tokenizer=None) -> list[tuple[str, str | None]]:
+  """(text_a, text_b or None) per line of `input_file` ('-': standard input), split as the
+  original splits it. With the model's `tokenizer`, a text that holds no wordpieces (only
+  control or zero-width characters) is refused as predict refuses it: the model would read
+  [CLS] [SEP] and give the empty input's features."""
+  if str(input_file) == STDIO:
+    lines, source = paths.read_stdin_lines(), '<stdin>'
+  else:
+    lines, source = paths.read_text_lines(input_file), str(input_file)
   if lines:
-    paths.check_no_blank_lines(lines, input_file)
+    paths.check_no_blank_lines(lines, source)
   examples = []
-  for line in lines:
+  for number, line in enumerate(lines, 1):
     # The original's re.match(r'^(.*) \|\|\| (.*)$', line.strip()): greedy, so the last
     # separator splits; `a ||| b ||| c` is ('a ||| b', 'c').
     a, sep, b = line.strip().rpartition(' ||| ')
     examples.append((a, b) if sep else (b, None))
+    if tokenizer is not None:
+      for text in examples[-1]:
+        if text is not None:
+          predict_inputs.check_wordpieces(text, f'{source}:{number}', tokenizer)
   if not examples:
-    raise ValueError(f'{input_file} is empty: one text (or `a ||| b`) per line expected.')
+    raise ValueError(f'{source} is empty: one text (or `a ||| b`) per line expected.')
   return examples
 
 
@@ -100,12 +115,24 @@ def concat_last_layers(config, params, batch, n: int = 4):
   return jnp.concatenate([states[-i] for i in range(1, n + 1)], axis=-1)
 
 
+class Written(int):
+  """run()'s result: the number of lines written, with `step`, the checkpoint step read from a
+  bertjax run (None for another source)."""
+  step: int | None = None
+
+
 def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
-        do_lower_case: bool | None = None, bert_config_file: str = '', step=None):
-  """Writes the original's JSON lines for every input line; returns the number written. `step`
-  picks a bertjax run's checkpoint: 'best', 'latest' (None) or a step number."""
-  output = paths.check_output_file(output_file, inputs=(input_file, vocab_file, bert_config_file))
+        do_lower_case: bool | None = None, bert_config_file: str = '', step=None) -> Written:
+  """Writes the original's JSON lines for every input line; returns the number written (and
+  the step read, `.step`). `step` picks a bertjax run's checkpoint: 'best', 'latest' (None) or
+  a step number. input_file / output_file '-': standard input / output."""
+  to_stdout = str(output_file) == STDIO
+  output = None if to_stdout else paths.check_output_file(
+      output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
+  if vocab_file and files.isdir(vocab_file) and not files.isfile(vocab_file):
+    raise IsADirectoryError(f'--vocab_file={vocab_file} is a folder: name the vocab file '
+                            '(vocab.txt, or a SentencePiece .model) in it.')
   if bert_config_file or tf1_checkpoint.find(init) is not None:
     # TensorFlow reads the checkpoint: its C++ start-up lines (oneDNN, cuInit,
     # absl::InitializeLog) held back, shown if the import fails or at --verbosity=1.
@@ -126,44 +153,59 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
                      f'{num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, '
                      '-1 the last; the embeddings are not a layer, as in the original).')
   tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
-  examples = read_examples(input_file)
+  examples = read_examples(input_file, tok)
   pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
   encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
                                 f'the inputs of {input_file} (line {pairs[0] + 1} first)'
                                 if pairs else '')
   params = inference.encoder_params(model)
   fn = hidden_states_fn(model.config)
+  # states[0] is the embeddings: the original's layer i is states[i + 1] (i >= 0), and
+  # states[i] from the end. Only these come to the host.
+  picked = np.asarray([index + 1 if index >= 0 else index for index in layers])
+  # Rows padded to a power of two up to batch_size (inference.rows_per_batch, as predict and
+  # embed): a few compiled shapes, and one line with --batch_size=1024 runs one row, not 1024
+  # (padding rows are cut off). Tokens stay padded to --max_seq_length, as the original pads
+  # them: cut to the batch's longest, the values moved by up to 3e-6 (float32 sums in another
+  # order), where the rows' padding leaves them bit-identical.
+  rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
   try:
     with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
-      for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        tokens, batch = encode(tok, chunk + [('', None)] * (batch_size - len(chunk)),
-                               max_seq_length)
-        # states[0] is the embeddings: the original's layer i is states[i + 1] (i >= 0), and
-        # states[i] from the end.
-        states = np.asarray(fn(params, batch))
+      for start in range(0, len(examples), rows):
+        chunk = examples[start:start + rows]
+        tokens, batch = encode(tok, chunk, max_seq_length)
+        batch = inference.padded(batch, rows)
+        states = np.asarray(fn(params, batch)[picked])
         for row in range(len(chunk)):
           features = [{'token': token, 'layers': [
-              {'index': index, 'values': [round(float(x), 6) for x in
-                                          states[index + 1 if index >= 0 else index][row, t]]}
-              for index in layers]} for t, token in enumerate(tokens[row])]
+              {'index': index, 'values': [round(float(x), 6) for x in states[j, row, t]]}
+              for j, index in enumerate(layers)]} for t, token in enumerate(tokens[row])]
           f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
       f.close()
-      if files.is_remote(output):
+      if to_stdout:
+        with open(temp, encoding='utf-8') as whole:  # local temp, written whole: now shown
+          shutil.copyfileobj(whole, sys.stdout)  # local temp, to standard output
+        sys.stdout.flush()
+      elif files.is_remote(output):
         files.copy(temp, output)  # One object put: the whole file or none.
       else:
         os.replace(temp, output)  # local temp, renamed into place
   finally:
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
       os.unlink(temp)  # local temp
-  return len(examples)
+  written = Written(len(examples))
+  if (not bert_config_file and sources.format_of(init) == 'bertjax'
+      and files.name(model.source).isdigit()):
+    written.step = int(files.name(model.source))  # The loader's source is <checkpoints>/<step>.
+  return written
 
 
-def _temporary_beside(output: str) -> str:
+def _temporary_beside(output: str | None) -> str:
   """A local file to write `output`'s lines into: beside a local output (renamed into place
-  when whole), in the temporary folder for a URL (uploaded as one object when whole)."""
-  if files.is_remote(output):
+  when whole), in the temporary folder for a URL (uploaded as one object when whole) or for
+  standard output (None: copied there when whole)."""
+  if output is None or files.is_remote(output):
     handle, temp = tempfile.mkstemp(prefix='bertjax_features_', suffix='.jsonl')
     os.close(handle)
     return temp
@@ -185,8 +227,9 @@ def _layers(text: str) -> tuple:
 
 def _define_flags():
   """Flags exist only when this module is the program (tests import the library part)."""
-  flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line.')
-  flags.DEFINE_string('output_file', None, 'JSON lines to write.')
+  flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line; - reads '
+                      'standard input.')
+  flags.DEFINE_string('output_file', None, 'JSON lines to write; - writes standard output.')
   flags.DEFINE_string('vocab_file', '', 'The vocab (default: the one beside --init).')
   flags.DEFINE_string('bert_config_file', '', 'bert_config.json of --init_checkpoint.')
   flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
@@ -225,9 +268,16 @@ def main(argv):
                 step=checkpoint_reader.parse_step(FLAGS.step, text=True))
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
-  console.summary('extract_features', time.perf_counter() - start,
-                  metrics=[('inputs', lines), ('layers', ','.join(map(str, layers)))],
-                  outputs=[('features', paths.absolute(FLAGS.output_file))])
+  metrics = [('inputs', int(lines)), ('layers', ','.join(map(str, layers)))]
+  if lines.step is not None:
+    metrics.append(('step', lines.step))
+  if FLAGS.output_file != STDIO:
+    console.summary('extract_features', time.perf_counter() - start, metrics=metrics,
+                    outputs=[('features', paths.absolute(FLAGS.output_file))])
+  else:  # stdout carries the features alone (`... | jq`): the last line goes to stderr.
+    print(console.summary_line('extract_features', time.perf_counter() - start,
+                               metrics=metrics, outputs=[('features', 'stdout')]),
+          file=sys.stderr, flush=True)
 
 
 if __name__ == '__main__':

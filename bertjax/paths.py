@@ -117,11 +117,19 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   path = str(path)
   if files.isdir(path) and not files.isfile(path):
     raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
+  if not files.is_remote(path) and os.path.exists(path) and not os.path.isfile(path):  # local
+    # A pipe or a device (/dev/stdin, <(cmd)): read as a stream, as cat reads it.
+    with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
+      data = stream.read()
+    try:
+      return split_lines(data.decode('utf-8'))
+    except UnicodeDecodeError as e:
+      raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
   files.require_file(path, f'--{flag}={path} does not exist.')
   return split_lines(files.read_text(path))
 
 
-def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
+def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str = '') -> str:
   """The absolute --`flag` path (or URL), refused before any work when writing it would lose
   something: one of the `inputs` it was read from, a folder, a file that is not a regular one
   (a device such as /dev/null, a fifo, a socket: the atomic write would replace it by a regular
@@ -129,39 +137,54 @@ def check_output_file(output, flag: str = 'output_file', inputs=()) -> str:
   alone) or a run's checkpoints/, or an existing file of a model's folder.
 
   A local symbolic link comes back as the file it points to: the atomic write (a temp file
-  renamed into place) then replaces that file, beside it, rather than the link itself."""
+  renamed into place) then replaces that file, beside it, rather than the link itself.
+  `shown` names the output in the errors (default: --`flag`=`output`)."""
   out = absolute(str(output))
+  shown = shown or f'--{flag}={output}'
   if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
-    raise IsADirectoryError(f'--{flag}={output} names a folder (it ends in /): name the file '
+    raise IsADirectoryError(f'{shown} names a folder (it ends in /): name the file '
                             'to write.')
   files.check_bucket(out)
   if files.isdir(out) and not files.isfile(out):
-    raise IsADirectoryError(f'--{flag}={output} is a folder: name the file to write.')
+    raise IsADirectoryError(f'{shown} is a folder: name the file to write.')
   if not files.is_remote(out):
     # Through its links (/dev/stdout is one to a terminal or a pipe), before resolving them:
     # a pipe's link resolves to no path at all.
     if os.path.exists(out) and not os.path.isfile(out):  # local: not a URL
-      raise ValueError(f'--{flag}={output} is not a regular file (a device, fifo or socket): '
+      raise ValueError(f'{shown} is not a regular file (a device, fifo or socket): '
                        'pass a file path.')
     if os.path.islink(out):
       out = os.path.realpath(out)
   for source in inputs:
     if source and same_path(out, str(source)):
-      raise FileExistsError(f'--{flag}={output} is the input it is made from: writing it would '
+      raise FileExistsError(f'{shown} is the input it is made from: writing it would '
                             'lose the input; name another file.')
   parts = (out.split('://', 1)[1].split('/') if files.is_remote(out)
            else os.path.realpath(out).split(os.sep))
   if 'checkpoints' in parts[:-1]:
-    raise FileExistsError(f'--{flag}={output} is inside a run\'s checkpoints/: write it '
+    raise FileExistsError(f'{shown} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
   exists = files.exists(out)
   if (run := _run_around(_resolved(out))) is not None:
-    raise FileExistsError(f'--{flag}={output} {"exists" if exists else "would be"} in a bertjax '
+    raise FileExistsError(f'{shown} {"exists" if exists else "would be"} in a bertjax '
                           f'run ({run}): tools that read a run never write into it; write it '
                           'elsewhere.')
   if exists and (model := _model_folder(files.parent(_resolved(out)))) is not None:
-    raise FileExistsError(f'--{flag}={output} exists in {model[1]} ({model[0]}): writing it '
+    raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
                           'would damage that model; name a new file.')
+  return out
+
+
+def check_output_folder(folder, names, flag: str = 'workdir') -> str:
+  """The absolute --`flag` folder, refused before any work when writing `names` into it would
+  lose something, as check_output_file refuses an output file (in its words), or when it is the
+  folder of a model (a transformers model, a TF1 checkpoint, a SavedModel) or inside one."""
+  out = absolute(str(folder))
+  for name in names:
+    check_output_file(files.join(out, name), flag, shown=f'{name} in --{flag}={folder}')
+  if (model := _model_folder(_resolved(out))) is not None:
+    raise FileExistsError(f'--{flag}={folder} is in {model[1]} ({model[0]}): tools that read a '
+                          'model never write into it; pass a folder of its own.')
   return out
 
 

@@ -281,6 +281,9 @@ def main(argv):
     if FLAGS.input_file:
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:
+      if sys.stdin.isatty():  # Else a terminal waits for lines with no word of why.
+        print('reading inputs from standard input, one per line (Ctrl-D ends)', file=sys.stderr,
+              flush=True)
       lines, source = paths.read_stdin_lines(), '<stdin>'
     inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
     if not inputs:

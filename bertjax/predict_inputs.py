@@ -27,9 +27,8 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
     if not line.strip():
       raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
     is_json = line.lstrip().startswith('{')
-    if tokenizer is not None and not is_json and _no_pieces(line, tokenizer):
-      raise ValueError(f'{source}:{number} is empty: {_NO_PIECES.format(line[:40])}: one input '
-                       'per line (remove it).')
+    if tokenizer is not None and not is_json:
+      check_wordpieces(line, f'{source}:{number}', tokenizer)
     if is_json:
       try:
         inputs.append(json.loads(line))
@@ -76,6 +75,15 @@ def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None, t
 
 _NO_PIECES = ('{!r} holds no wordpieces (the tokenizer drops control and zero-width '
               'characters)')
+
+
+def check_wordpieces(text: str, where: str, tokenizer):
+  """Refuses a line (`where`: file:line) that holds no wordpieces, only control or zero-width
+  characters: the model would read [CLS] [SEP], the empty input, whatever the line held
+  (predict, extract_features and embed alike)."""
+  if _no_pieces(text, tokenizer):
+    raise ValueError(f'{where} is empty: {_NO_PIECES.format(text[:40])}: one input per line '
+                     '(remove it).')
 
 
 def _no_pieces(text: str, tokenizer) -> bool:

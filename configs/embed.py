@@ -7,6 +7,8 @@ any CPU in ~5 s: "weather is lovely" vs "so sunny" 0.666, vs "drove to the stadi
 the last line `embed finished in 4.8 s: sentences 5, dimension 384; embeddings
 /tmp/bertjax_embed/embeddings.npy, similarities /tmp/bertjax_embed/similarity.txt`.
 Arguments: init_from=<transformers BERT dir> (checkpoint= still read), dtype=float32|bfloat16.
+Over 50 sentences the printed table shows the first 50; over 1000 similarity.txt is not written
+(embeddings.npy always is: its dot products are the cosines).
 The same in Python: bertjax.embed.Embedder.from_pretrained(dir).encode(sentences).
 """
 
@@ -28,7 +30,9 @@ def get_config(arg=None):
   config.job = 'embed'  # Which job bertjax.main runs.
   config.init_from = arg.init_from  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
   config.dtype = arg.dtype  # Compute dtype of the encoder: float32 or bfloat16.
-  config.max_seq_length = 128  # Longer sentences are truncated (the checkpoint was trained so).
+  # Tokens per sentence, longer ones truncated; 0 = the model's own length (all-MiniLM-L6-v2:
+  # 256, its sentence_bert_config.json, as SentenceTransformer.encode cuts).
+  config.max_seq_length = 0
   config.batch_size = 32  # Sentences per forward pass.
   config.input_file = ''  # Text file, one sentence per line; '' = the sentences below.
   config.sentences = [  # Embedded when input_file is empty.

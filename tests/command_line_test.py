@@ -308,3 +308,36 @@ def test_a_pod_whose_configs_differ_from_the_launchers_refuses_to_run(tmp_path):
       'job against: rebuild and push the image from that checkout (docker build -f '
       'launch/Dockerfile), then launch again')
   assert not (tmp_path / 'w').exists()
+
+
+# predict with its loader stubbed (no model needed): what it says while it waits for stdin.
+_PREDICT_ON_STDIN = '''
+import sys
+from absl import app
+from bertjax import predict
+class Loaded:
+  tokenizer, kind, step = None, 'classification', 1
+predict.Predictor.from_workdir = classmethod(lambda cls, *args, **kwargs: Loaded())
+predict._define_flags()
+app.run(predict.main, argv=['predict', '--workdir=w'])
+'''
+
+
+def test_predict_on_a_terminal_says_it_reads_standard_input(tmp_path):
+  """`predict --workdir=RUN` on a terminal waited for lines without a word."""
+  primary, secondary = os.openpty()
+  try:
+    proc = subprocess.Popen([sys.executable, '-c', _PREDICT_ON_STDIN], stdin=secondary,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=environ())
+    os.close(secondary)
+    os.write(primary, b'\x04')  # Ctrl-D: the terminal's end of input (no lines).
+    _, stderr = proc.communicate(timeout=120)
+  finally:
+    os.close(primary)
+  assert stderr.splitlines() == [
+      'reading inputs from standard input, one per line (Ctrl-D ends)',
+      'error: <stdin> holds no inputs: one per line expected.'], stderr
+  piped = subprocess.run([sys.executable, '-c', _PREDICT_ON_STDIN], input='', cwd=REPO,
+                         env=environ(), capture_output=True, text=True, timeout=120, check=False)
+  assert piped.stderr.splitlines() == ['error: <stdin> holds no inputs: one per line expected.']

@@ -98,3 +98,96 @@ def test_the_module_as_a_command_names_the_embed_job():
   assert result.stderr == ('error: bertjax.embed is not a command line; run the embed job: '
                            f'{embed.COMMAND}\n')
   assert embed.COMMAND.startswith('python -m bertjax.main --config=configs/embed.py')
+
+
+def _config(minilm_dir, **fields):
+  config = embed_config.get_config(f'init_from={minilm_dir}')
+  with config.unlocked():
+    for name, value in fields.items():
+      config[name] = value
+  return config
+
+
+LONG = ' '.join(f'the {i}th sentence of the long line' for i in range(30))  # 200+ tokens
+
+
+def test_the_job_cuts_at_the_models_length_as_sentence_transformers_does(tmp_path, minilm_dir,
+                                                                        capsys, caplog):
+  """configs/embed.py cut at 128 where MiniLM says 256: a 200-token line was 0.969 off."""
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  reference = SentenceTransformer(str(minilm_dir), device='cpu')
+  assert reference.max_seq_length == 256
+  assert 128 < len(reference.tokenizer(LONG)['input_ids']) < 256
+  source = tmp_path / 'in.txt'
+  source.write_text(f'{LONG}\nThe weather is lovely today.\n')
+  got = embed.run(_config(minilm_dir, input_file=str(source)), None)
+  want = reference.encode([LONG, 'The weather is lovely today.'])
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  assert 'sentences of at most 256 tokens' in capsys.readouterr().out
+  assert caplog.messages[-1].endswith('mean-pooled, normalised, 256 tokens at most')
+  # A length given wins, and the log and the table say which is in effect.
+  short = embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=128), None)
+  assert 'sentences of at most 128 tokens' in capsys.readouterr().out
+  assert caplog.messages[-1].endswith('128 tokens at most (the model says 256)')
+  assert float(short[0] @ want[0]) < 0.99
+
+
+def test_a_workdir_in_a_run_or_a_model_folder_is_refused_as_other_tools_refuse(tmp_path,
+                                                                               minilm_dir):
+  run = tmp_path / 'run'
+  (run / 'checkpoints' / '10').mkdir(parents=True)
+  (run / 'predictions').mkdir()
+  (run / 'config.json').write_text('{"job": "finetune"}')
+  model = tmp_path / 'model'
+  model.mkdir()
+  (model / 'config.json').write_text('{}')
+  (model / 'model.safetensors').write_bytes(b'')
+  for workdir, message in (
+      (run / 'checkpoints' / '10', rf"embeddings.npy in --workdir={run}/checkpoints/10 is "
+                                   r"inside a run's checkpoints/: write it elsewhere"),
+      (run / 'checkpoints', r"inside a run's checkpoints/"),
+      (run / 'predictions', rf'embeddings.npy in --workdir={run}/predictions would be in a '
+                            rf'bertjax run \({run}\): tools that read a run never write into it'),
+      (model, rf'--workdir={model} is in a transformers model \({model}\): tools that read a '
+              'model never write into it; pass a folder of its own'),
+      (model / 'sub', 'is in a transformers model')):
+    with pytest.raises(FileExistsError, match=message):
+      embed.run(_config(minilm_dir), workdir)
+  assert not list(tmp_path.rglob('*.npy')) and not list(tmp_path.rglob('similarity.txt'))
+
+
+def test_many_sentences_print_a_capped_table_and_no_square_matrix(tmp_path, minilm_dir, capsys,
+                                                                  monkeypatch):
+  monkeypatch.setattr(embed, 'PRINTED_ROWS', 3)
+  monkeypatch.setattr(embed, 'MATRIX_ROWS', 4)
+  lines = ['ring \x07 the bell', 'an \x1b[31m escape', 'a man plays a guitar', 'a dog runs',
+           'the sun is out', 'it rains']
+  source = tmp_path / 'in.txt'
+  source.write_text('\n'.join(lines) + '\n')
+  vectors = embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16),
+                      tmp_path / 'out')
+  out = capsys.readouterr().out
+  assert '\x07' not in out and '\x1b' not in out
+  assert 'ring \\x07 the bell' in out and 'an \\x1b[31m escape' in out
+  table = [line for line in out.splitlines() if line.startswith('  ')]
+  assert len(table) == 4 and table[-1] == '  ... 3 more sentences not printed (the first 3 are)'
+  assert 'similarity.txt not written: 6 sentences make a 6 x 6 matrix' in out
+  assert out.splitlines()[-1].endswith('similarities not written (over 4 sentences)')
+  np.testing.assert_array_equal(np.load(tmp_path / 'out' / 'embeddings.npy'), vectors)
+  assert vectors.shape == (6, 384) and not (tmp_path / 'out' / 'similarity.txt').exists()
+  source.write_text('\n'.join(lines[2:]) + '\n')  # 4: the matrix, the whole table.
+  embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16), tmp_path / 'out')
+  assert np.loadtxt(tmp_path / 'out' / 'similarity.txt').shape == (4, 4)
+  out = capsys.readouterr().out
+  assert '  ... 1 more sentence not printed (the first 3 are)' in out
+  assert 'not written' not in out
+
+
+@pytest.mark.parametrize('line', ['\u200b\u200b', '\x00'])
+def test_a_line_without_wordpieces_is_refused_as_predict_refuses_it(tmp_path, minilm_dir, line):
+  source = tmp_path / 'in.txt'
+  source.write_text(f'a good film\n{line}\n')
+  with pytest.raises(ValueError, match=rf'^{source}:2 is empty: .* holds no wordpieces \(the '
+                     r'tokenizer drops control and zero-width characters\): one input per line'):
+    embed.run(_config(minilm_dir, input_file=str(source)), tmp_path / 'out')
+  assert not (tmp_path / 'out').exists()

@@ -1,5 +1,6 @@
 """extract_features: the original's flags and JSON, equal to transformers' hidden states."""
 
+import io
 import json
 import os
 import shutil
@@ -181,3 +182,82 @@ def test_pairs_for_a_model_without_a_second_segment_are_refused(minilm_dir, tmp_
   extract_features.run(str(tmp_path / 'one_segment'), tmp_path / 'single.txt', tmp_path / 'o',
                        layers=(-1,))
   assert len((tmp_path / 'o').read_text().splitlines()) == 1
+
+
+def test_one_line_with_a_large_batch_size_runs_one_row(minilm_dir, tmp_path, monkeypatch):
+  """Every batch was padded to --batch_size rows: one line at 1024 took 91 s and 7.8 GB."""
+  shapes, hidden_states_fn = [], extract_features.hidden_states_fn
+
+  def spied(config):
+    fn = hidden_states_fn(config)
+    def run(params, batch):
+      shapes.append(batch['input_ids'].shape)
+      return fn(params, batch)
+    return run
+
+  monkeypatch.setattr(extract_features, 'hidden_states_fn', spied)
+  (tmp_path / 'in.txt').write_text(LINES[0] + '\n')
+  extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'big.jsonl',
+                       max_seq_length=16, batch_size=1024)
+  assert shapes == [(1, 16)]
+  (tmp_path / 'in.txt').write_text('\n'.join(LINES) + '\n')  # 3 lines: rows of 2 and 4.
+  for batch_size in (2, 1024):
+    extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / f'{batch_size}.jsonl',
+                         max_seq_length=16, batch_size=batch_size)
+  assert shapes[1:] == [(2, 16), (2, 16), (4, 16)]
+  rows = [[json.loads(line) for line in (tmp_path / f'{b}.jsonl').read_text().splitlines()]
+          for b in (2, 1024)]
+  for a, b in zip(*rows, strict=True):  # The same up to float32 sums over other row counts.
+    assert [f['token'] for f in a['features']] == [f['token'] for f in b['features']]
+    np.testing.assert_allclose([f['layers'][0]['values'] for f in a['features']],
+                               [f['layers'][0]['values'] for f in b['features']], atol=3e-6)
+
+
+@pytest.mark.parametrize('line', ['\u200b\u200b', '\x00', 'a good film ||| \u200b'])
+def test_a_line_without_wordpieces_is_refused_as_predict_refuses_it(minilm_dir, tmp_path, line):
+  """It was extracted as [CLS] [SEP], the empty input's features, whatever the line held."""
+  source = tmp_path / 'in.txt'
+  source.write_text(f'a good film\n{line}\n')
+  with pytest.raises(ValueError, match=rf'^{source}:2 is empty: .* holds no wordpieces \(the '
+                     r'tokenizer drops control and zero-width characters\): one input per line'):
+    extract_features.run(str(minilm_dir), source, tmp_path / 'o.jsonl')
+  assert not (tmp_path / 'o.jsonl').exists()
+
+
+def test_standard_input_and_output_and_a_vocab_folder(minilm_dir, tmp_path, monkeypatch):
+  """/dev/stdin said 'does not exist', --output_file=- wrote a file named '-', a --vocab_file
+  that is a folder said 'does not exist'."""
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
+                         '--input_file=/dev/stdin', '--output_file=-', f'--init={minilm_dir}',
+                         '--layers=-1', '--max_seq_length=16'], input=LINES[0] + '\n',
+                        capture_output=True, text=True, cwd=tmp_path, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  [row] = [json.loads(line) for line in proc.stdout.splitlines()]  # The features alone.
+  assert [f['token'] for f in row['features']][:3] == ['[CLS]', 'the', 'weather']
+  assert proc.stderr.splitlines()[-1].endswith(': inputs 1, layers -1; features stdout')
+  assert not (tmp_path / '-').exists()
+  # --input_file=- reads standard input; the same features.
+  monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(LINES[0].encode() + b'\n')))
+  extract_features.run(str(minilm_dir), '-', tmp_path / 'o.jsonl', layers=(-1,),
+                       max_seq_length=16)
+  assert json.loads((tmp_path / 'o.jsonl').read_text()) == row
+  with pytest.raises(IsADirectoryError, match=rf'^--vocab_file={minilm_dir} is a folder: name '
+                     'the vocab file'):
+    extract_features.run(str(minilm_dir), tmp_path / 'o.jsonl', tmp_path / 'o2.jsonl',
+                         vocab_file=str(minilm_dir))
+
+
+def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  steps = sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  (tmp_path / 'in.txt').write_text('a gripping film\n')
+  written = extract_features.run(str(workdir), tmp_path / 'in.txt', tmp_path / 'o.jsonl',
+                                 layers=(-1,), max_seq_length=16, step=steps[0])
+  assert (written, written.step) == (1, steps[0])
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', f'--init={workdir}',
+                         f'--input_file={tmp_path / "in.txt"}', '--layers=-1',
+                         f'--output_file={tmp_path / "o.jsonl"}', '--max_seq_length=16'],
+                        capture_output=True, text=True, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines()[-1].endswith(
+      f': inputs 1, layers -1, step {steps[-1]}; features {tmp_path / "o.jsonl"}')

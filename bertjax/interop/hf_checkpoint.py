@@ -169,6 +169,14 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   return cfg, traverse_util.unflatten_dict(params, sep='/'), report
 
 
+def _read_config(config_file: str):
+  """config.json's JSON, or one line naming the file and what is wrong with it."""
+  try:
+    return json.loads(files.read_text(config_file))
+  except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
+    raise ValueError(f'{config_file} is not a transformers config (JSON) file: {e}.') from None
+
+
 def _read_checked(directory: str, vocab_file, config_overrides: dict):
   """(model config, state dict without `bert.`) of a transformers directory, checked against
   itself (vocab rows, the tied decoder) and the vocab file."""
@@ -179,7 +187,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
   if not files.exists(config_file):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  cfg = hf_names.config_from_hf(json.loads(files.read_text(config_file)), **config_overrides)
+  cfg = hf_names.config_from_hf(_read_config(config_file), config_file, **config_overrides)
   state = hf_names.strip_prefix(_read_state_dict(directory))
   hf_tokenizer_files.check_tokenizer_settings(directory)
   extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
@@ -275,8 +283,8 @@ def read(directory) -> bundle_lib.Bundle:
   if not files.isfile(config_file):
     raise FileNotFoundError(f'{config_file} not found: not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  hf_config = json.loads(files.read_text(config_file))
-  config = hf_names.config_from_hf(hf_config).to_dict()
+  hf_config = _read_config(config_file)
+  config = hf_names.config_from_hf(hf_config, config_file).to_dict()
   state = hf_names.strip_prefix(_read_state_dict(directory))
   _check_tied_decoder(state)
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:

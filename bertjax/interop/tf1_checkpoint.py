@@ -52,11 +52,23 @@ def names(config: dict, kind: str) -> dict:
   return layouts.names(config, SPELLING, kinds.get(kind).holder('tf1').head)
 
 
-def config_from_tf1(tf1_config: dict) -> dict:
-  """bertjax encoder fields from a bert_config.json."""
+# The fields a bert_config.json has no default for here: the model's shape.
+REQUIRED = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+            'intermediate_size')
+
+
+def config_from_tf1(tf1_config: dict, source: str = CONFIG_FILE) -> dict:
+  """bertjax encoder fields from a bert_config.json (read from `source`, named in the errors)."""
+  if not isinstance(tf1_config, dict):
+    raise ValueError(f'{source} holds a JSON {type(tf1_config).__name__}, not an object: pass '
+                     f'the {CONFIG_FILE} released with the checkpoint.')
+  missing = [field for field in REQUIRED if field not in tf1_config]
+  if missing:
+    raise ValueError(f'{source} lacks {", ".join(missing)}: not a {CONFIG_FILE} (it sets '
+                     f'{", ".join(REQUIRED)}); pass the one released with the checkpoint.')
   act = tf1_config.get('hidden_act', 'gelu')
   if act not in _ACTIVATIONS:
-    raise ValueError(f'hidden_act {act!r} in {CONFIG_FILE} is not supported; known: '
+    raise ValueError(f'hidden_act {act!r} in {source} is not supported; known: '
                      f'{", ".join(_ACTIVATIONS)}.')
   return dict(
       vocab_size=tf1_config['vocab_size'], hidden_size=tf1_config['hidden_size'],
@@ -165,7 +177,7 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
     tf1_config = json.loads(files.read_text(config_file))
   except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
     raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
-  config = config_from_tf1(tf1_config)  # Its own errors (an activation) say what is wrong.
+  config = config_from_tf1(tf1_config, config_file)  # Its errors name the file and field.
   with local_checkpoint(prefix) as local_prefix:
     params, shapes, kind, table = _read_tensors(local_prefix, prefix, config)
   _check_shapes(params, config, prefix, table)

@@ -3,6 +3,8 @@
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import jax
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
@@ -12,6 +14,7 @@ import torch
 import transformers
 
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import sources
 from bertjax.model import encoder
 from bertjax.model import heads
 
@@ -179,3 +182,33 @@ def test_scanned_import_equals_unscanned(minilm_dir, minilm):
   want, _ = encoder.BertEncoder(cfg).apply({'params': params}, **batch)
   got, _ = jax.jit(encoder.BertEncoder(cfg_scan).apply)({'params': params_scan}, **batch)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+
+
+def test_a_config_json_without_the_models_shape_or_not_json_is_one_line(tmp_path, minilm_dir):
+  """{} gave KeyError 'vocab_size'; a malformed one 'Expecting , delimiter' naming no file."""
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / 'model.safetensors').symlink_to(minilm_dir / 'model.safetensors')
+  shutil.copy(minilm_dir / 'vocab.txt', folder / 'vocab.txt')
+  config_file = folder / 'config.json'
+  for text, message in (
+      ('{}', rf'^{config_file} lacks vocab_size, hidden_size, num_hidden_layers, '
+             r'num_attention_heads, intermediate_size: not a transformers BERT config.json'),
+      ('{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, '
+       '"num_attention_heads": 12}', rf'^{config_file} lacks intermediate_size: '),
+      ('{"vocab_size": 30522 "hidden_size": 384}',
+       rf'^{config_file} is not a transformers config \(JSON\) file: Expecting \',\' delimiter'),
+      ('[]', rf'^{config_file} holds a JSON list, not an object')):
+    config_file.write_text(text)
+    for load in (sources.load, lambda d: hf_checkpoint.load(d, with_heads=False)):
+      with pytest.raises(ValueError, match=message):
+        load(str(folder))
+  config_file.write_text('{}')  # The command line: one line, the file and the fields named.
+  (tmp_path / 'in.txt').write_text('hello\n')
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', f'--init={folder}',
+                         f'--input_file={tmp_path / "in.txt"}',
+                         f'--output_file={tmp_path / "o.jsonl"}'],
+                        capture_output=True, text=True, check=False)
+  assert proc.returncode == 1 and proc.stderr.startswith(f'error: {config_file} lacks '
+                                                         'vocab_size, '), proc.stderr[-2000:]
+  assert len(proc.stderr.splitlines()) == 1 and 'Traceback' not in proc.stderr

@@ -205,3 +205,26 @@ def test_nvidia_padded_vocab_is_accepted(minilm_dir, tmp_path):
   result = tf1_checkpoint.load(folder)
   assert result.params['bert/embeddings/word_embeddings/embedding'].shape[0] == 30528
   assert result.vocab_entries() == 30522
+
+
+def test_a_bert_config_file_without_the_models_shape_is_one_line(minilm_dir, tmp_path):
+  """--bert_config_file={} (or a bertjax run's config.json) gave KeyError 'vocab_size'."""
+  config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, intermediate_size=64)
+  torch.manual_seed(0)
+  folder = write_with_tf_saver(original_names(transformers.BertModel(config).state_dict(), 2),
+                               tmp_path / 'tf1', config.to_dict(), minilm_dir / 'vocab.txt',
+                               slots=False)
+  config_file = tmp_path / 'config.json'
+  for text, missing in (('{}', 'vocab_size, hidden_size, num_hidden_layers, num_attention_heads, '
+                               'intermediate_size'),
+                        (json.dumps({'job': 'pretrain', 'model': config.to_dict()}),
+                         'vocab_size, hidden_size, num_hidden_layers, num_attention_heads, '
+                         'intermediate_size'),
+                        (json.dumps({k: v for k, v in config.to_dict().items()
+                                     if k != 'num_attention_heads'}), 'num_attention_heads')):
+    config_file.write_text(text)
+    with pytest.raises(ValueError, match=rf'^{config_file} lacks {missing}: not a '
+                       r'bert_config.json \(it sets .*\); pass the one released with the '
+                       'checkpoint'):
+      tf1_checkpoint.load(folder / 'bert_model.ckpt', config_file=config_file)
