@@ -31,8 +31,8 @@ from bertjax.finetune import kinds
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import metric_names
 from bertjax.interop import init_from
+from bertjax.interop import sources
 from bertjax.training import checkpoint
-from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
@@ -228,18 +228,16 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
-  # The one reader of a run's checkpoint (predict's and export's): digests checked, a live
-  # run's deletions told from damage, nothing of the workdir written, cleaned or moved.
-  read = checkpoint_reader.read(workdir, step)
-  params = init_from.place(checkpoint.flatten(read.params), abstract.params, shardings.params,
-                           f'{workdir} step {read.step}', missing_hint=_EDITED_CONFIG,
-                           shape_hint=_EDITED_CONFIG)
-  meta = read.meta
-  saved = meta.get('labels')  # The head's order, as the checkpoint was saved.
-  if saved is not None and tuple(saved) != tuple(task.labels):
-    raise ValueError(f"{workdir} step {meta['step']} was saved with the labels {list(saved)} (its "
-                     f"head's order), but the run's config.json lists {list(task.labels)}: "
-                     "config.json was edited or is another run's; restore the one the run wrote.")
+  # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
+  # checked, the head's labels against config.json's, a live run's deletions told from damage,
+  # nothing of the workdir written, cleaned or moved.
+  model = sources.load(workdir, step=step)
+  read_step = int(files.name(model.source))
+  params = init_from.place(
+      init_from.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
+                                  model.source),
+      abstract.params, shardings.params, model.source, missing_hint=_EDITED_CONFIG,
+      shape_hint=_EDITED_CONFIG)
   predict_fn = jit_predict(s)
   rows_of = job_setup.layout(s)
   if splits is None:
@@ -248,8 +246,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     raise ValueError(f'task {task.name} has no {"eval" if config.mode == "eval" else "test"} '
                      'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
                                      'config.data.predict_file (or test_file)') + '.')
-  written, shown = [], [('step', meta['step'])]
-  out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{meta["step"]}')
+  written, shown = [], [('step', read_step)]
+  out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{read_step}')
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = job_setup.featurized(s, split, False)

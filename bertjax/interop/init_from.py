@@ -254,7 +254,7 @@ def load_params(init_from: str, abstract_params, shardings):
   checkpoint are reported and ignored. The encoder's layers load stacked (nn.scan) or per layer,
   whichever the model has. Returns (params, unused names).
   """
-  loaded = _encoder_layout_of(checkpoint.flatten(read_params(init_from)),
+  loaded = encoder_layout_of(checkpoint.flatten(read_params(init_from)),
                               checkpoint.flatten(abstract_params), init_from)
   params = place(loaded, abstract_params, shardings, f'init_from={init_from}',
                   missing_hint='is it a BERT of this architecture?',
@@ -265,7 +265,7 @@ def load_params(init_from: str, abstract_params, shardings):
   return params, unused
 
 
-def _encoder_layout_of(loaded: dict, wanted: dict, source: str) -> dict:
+def encoder_layout_of(loaded: dict, wanted: dict, source: str) -> dict:
   """`loaded` (flat, the encoder under bert/) with its layers laid out as `wanted`'s: continued
   pre-training may scan where the base run unrolled (model/platform_defaults.py: a TPU run
   scans base, a GPU run unrolls it); the weights are the same either way."""
