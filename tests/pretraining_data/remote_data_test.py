@@ -3,6 +3,7 @@ process: input text, vocab, shards and report by URL; a missing vocab URL is nam
 
 import gzip
 import itertools
+import re
 import subprocess
 import sys
 
@@ -56,9 +57,9 @@ def test_an_output_over_an_input_or_ending_in_a_slash_is_refused(gcs_bucket, tmp
     corpus, vocab = files.join(root, 'text', 'a.txt'), files.join(root, 'vocab.txt')
     files.write_atomically(corpus, 'One sentence here.\nAnother one there.\n')
     files.copy(str(embedded.vocab_path()), vocab)
-    for output, error in ((corpus, 'is the input'), (vocab, 'is the input'),
-                          (files.join(root, 'data') + '/', 'ends in /')):
-      with pytest.raises(ValueError, match=f'^output {output} {error}'):
+    for output, error in ((corpus, 'output {} is the input'), (vocab, 'output {} is the input'),
+                          (files.join(root, 'data') + '/', '--output_file={} ends in /')):
+      with pytest.raises(ValueError, match='^' + re.escape(error.format(output))):
         writer.create(files.join(root, 'text', '*.txt'), output, settings, vocab_file=vocab)
     assert files.read_text(corpus) == 'One sentence here.\nAnother one there.\n'
     assert files.listdir(root) == ['text', 'vocab.txt']
