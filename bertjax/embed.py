@@ -209,10 +209,7 @@ def run(config, workdir):
   if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
                      'similarity.txt.')
-  if workdir and files.isdir(files.join(workdir, 'checkpoints')):
-    raise ValueError(f'--workdir={workdir} is a training run: embeddings go to a folder of '
-                     'their own.')
-  if workdir:  # Refused as extract_features and predict refuse an output, in their words.
+  if workdir:  # In a run or a model folder: refused as predict's and extract_features' outputs.
     paths.check_output_folder(workdir, ('embeddings.npy', 'similarity.txt'))
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,

@@ -104,11 +104,15 @@ def check_no_blank_lines(lines, source: str) -> list[str]:
 
 def read_stdin_lines() -> list[str]:
   """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
-  data = sys.stdin.buffer.read()
+  return _utf8_lines(sys.stdin.buffer.read(), '<stdin>')
+
+
+def _utf8_lines(data: bytes, name: str) -> list[str]:
+  """split_lines of a stream's bytes (standard input, a pipe, a device), decoded as UTF-8."""
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
-    raise ValueError(f'<stdin> is not UTF-8 text (byte {e.start}): re-encode it.') from None
+    raise ValueError(f'{name} is not UTF-8 text (byte {e.start}): re-encode it.') from None
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:
@@ -120,11 +124,7 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   if not files.is_remote(path) and os.path.exists(path) and not os.path.isfile(path):  # local
     # A pipe or a device (/dev/stdin, <(cmd)): read as a stream, as cat reads it.
     with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
-      data = stream.read()
-    try:
-      return split_lines(data.decode('utf-8'))
-    except UnicodeDecodeError as e:
-      raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+      return _utf8_lines(stream.read(), path)
   files.require_file(path, f'--{flag}={path} does not exist.')
   return split_lines(files.read_text(path))
 

@@ -283,6 +283,21 @@ def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction):
         'instances. No shard was written.')
 
 
+def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
+  """(the text files to read, the TFDS source checked, its description for the report), refused
+  where an output would overwrite an input or the vocab; unusable files counted in `skips`."""
+  if tfds is not None:
+    tfds, source = tfds_source.check(tfds)
+    shard_outputs.check_not_inputs(outputs, vocab_files_given)
+    return [], tfds, source
+  matched = [paths_lib.absolute(p) for p in paths_lib.expand_input_patterns(input_file)]
+  shard_outputs.check_not_inputs(outputs, [*matched, *vocab_files_given])
+  files = text_input.usable_files(matched, skips)
+  if not files:
+    raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
+  return files, None, None
+
+
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
@@ -318,17 +333,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
   outputs, report_file = shard_outputs.resolve(output_file, num_output_shards, report_file)
   skips = text_input.Skips()
-  source = None
-  if tfds is not None:
-    tfds, source = tfds_source.check(tfds)
-    shard_outputs.check_not_inputs([*outputs, report_file], [vocab_file, spm_model_file])
-    files = []
-  else:
-    matched = [paths_lib.absolute(p) for p in paths_lib.expand_input_patterns(input_file)]
-    shard_outputs.check_not_inputs([*outputs, report_file], [*matched, vocab_file, spm_model_file])
-    files = text_input.usable_files(matched, skips)
-    if not files:
-      raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
+  files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
+                                [vocab_file, spm_model_file], skips)
   # Fails here, in the parent, on a missing vocab or one whose casing contradicts
   # do_lower_case, before any worker starts.
   vocab = vocab_files.from_files(vocab_file or None, spm_model_file or None,

@@ -205,7 +205,8 @@ def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path):
   (tmp_path / 'file').write_text('x')
   with pytest.raises(ValueError, match='is a file'):
     embed.run(embed_config.get_config(), str(tmp_path / 'file'))
-  with pytest.raises(ValueError, match='is a training run'):
+  with pytest.raises(FileExistsError, match='embeddings.npy in --workdir=.* would be in a '
+                     'bertjax run'):
     embed.run(embed_config.get_config(), str(workdir))
 
 
