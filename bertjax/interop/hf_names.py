@@ -15,24 +15,13 @@ _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'g
                 'gelu_fast': 'gelu_tanh', 'relu': 'relu'}
 
 
-# The fields a BertConfig has no default for here: the model's shape.
-REQUIRED = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
-            'intermediate_size')
-
-
 def config_from_hf(hf_config: dict, source: str = 'config.json', **overrides):
   """A bertjax model config block from a transformers BertConfig dict (read from `source`,
   named in the errors)."""
-  if not isinstance(hf_config, dict):
-    raise ValueError(f'{source} holds a JSON {type(hf_config).__name__}, not an object: pass a '
-                     'transformers BERT config.json.')
-  missing = [field for field in REQUIRED if field not in hf_config]
-  if missing and hf_config.get('model_type', 'bert') == 'bert':
-    raise ValueError(f'{source} lacks {", ".join(missing)}: not a transformers BERT config.json '
-                     f'(it sets {", ".join(REQUIRED)}); pass the one saved with the weights.')
-  if hf_config.get('model_type', 'bert') != 'bert':
+  if isinstance(hf_config, dict) and hf_config.get('model_type', 'bert') != 'bert':
     raise ValueError(f'model_type {hf_config.get("model_type")!r} is not bert: only BERT '
                      'checkpoints (BertModel / BertForPreTraining) can be imported.')
+  layouts.check_config_file(hf_config, source, 'the config.json saved with the weights')
   if hf_config.get('position_embedding_type', 'absolute') != 'absolute':
     raise ValueError('only absolute position embeddings are supported, got '
                      f'{hf_config["position_embedding_type"]!r}.')

@@ -15,6 +15,23 @@ from typing import Callable
 
 import numpy as np
 
+# The fields of a BERT config file (transformers' config.json and TF1's bert_config.json spell
+# them alike) that have no default: the model's shape.
+SHAPE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+                'intermediate_size')
+
+
+def check_config_file(config, source: str, expected: str):
+  """Refuses in one line a config file's JSON that is not an object or lacks SHAPE_FIELDS,
+  naming `source` and the file `expected` there."""
+  if not isinstance(config, dict):
+    raise ValueError(f'{source} holds a JSON {type(config).__name__}, not an object: pass '
+                     f'{expected}.')
+  missing = [field for field in SHAPE_FIELDS if field not in config]
+  if missing:
+    raise ValueError(f'{source} lacks {", ".join(missing)}: not a BERT config (it sets '
+                     f'{", ".join(SHAPE_FIELDS)}); pass {expected}.')
+
 
 @dataclasses.dataclass(frozen=True)
 class Layout:

@@ -52,20 +52,9 @@ def names(config: dict, kind: str) -> dict:
   return layouts.names(config, SPELLING, kinds.get(kind).holder('tf1').head)
 
 
-# The fields a bert_config.json has no default for here: the model's shape.
-REQUIRED = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
-            'intermediate_size')
-
-
 def config_from_tf1(tf1_config: dict, source: str = CONFIG_FILE) -> dict:
   """bertjax encoder fields from a bert_config.json (read from `source`, named in the errors)."""
-  if not isinstance(tf1_config, dict):
-    raise ValueError(f'{source} holds a JSON {type(tf1_config).__name__}, not an object: pass '
-                     f'the {CONFIG_FILE} released with the checkpoint.')
-  missing = [field for field in REQUIRED if field not in tf1_config]
-  if missing:
-    raise ValueError(f'{source} lacks {", ".join(missing)}: not a {CONFIG_FILE} (it sets '
-                     f'{", ".join(REQUIRED)}); pass the one released with the checkpoint.')
+  layouts.check_config_file(tf1_config, source, f'the {CONFIG_FILE} released with the checkpoint')
   act = tf1_config.get('hidden_act', 'gelu')
   if act not in _ACTIVATIONS:
     raise ValueError(f'hidden_act {act!r} in {source} is not supported; known: '

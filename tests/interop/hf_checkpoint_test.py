@@ -193,7 +193,8 @@ def test_a_config_json_without_the_models_shape_or_not_json_is_one_line(tmp_path
   config_file = folder / 'config.json'
   for text, message in (
       ('{}', rf'^{config_file} lacks vocab_size, hidden_size, num_hidden_layers, '
-             r'num_attention_heads, intermediate_size: not a transformers BERT config.json'),
+             r'num_attention_heads, intermediate_size: not a BERT config .*; pass the '
+             'config.json saved with the weights'),
       ('{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, '
        '"num_attention_heads": 12}', rf'^{config_file} lacks intermediate_size: '),
       ('{"vocab_size": 30522 "hidden_size": 384}',

@@ -224,7 +224,7 @@ def test_a_bert_config_file_without_the_models_shape_is_one_line(minilm_dir, tmp
                         (json.dumps({k: v for k, v in config.to_dict().items()
                                      if k != 'num_attention_heads'}), 'num_attention_heads')):
     config_file.write_text(text)
-    with pytest.raises(ValueError, match=rf'^{config_file} lacks {missing}: not a '
-                       r'bert_config.json \(it sets .*\); pass the one released with the '
+    with pytest.raises(ValueError, match=rf'^{config_file} lacks {missing}: not a BERT '
+                       r'config \(it sets .*\); pass the bert_config.json released with the '
                        'checkpoint'):
       tf1_checkpoint.load(folder / 'bert_model.ckpt', config_file=config_file)
