@@ -210,7 +210,7 @@ def _temporary_beside(output: str | None) -> str:
     os.close(handle)
     return temp
   files.makedirs(os.path.dirname(output) or '.')
-  return os.path.join(os.path.dirname(output), f'.{os.path.basename(output)}.{os.getpid()}.tmp')
+  return files.temporary_beside(output)
 
 
 FLAGS = flags.FLAGS

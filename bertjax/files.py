@@ -29,6 +29,7 @@ import shutil
 import tempfile
 
 from bertjax import object_store
+from bertjax import processes
 
 
 def is_remote(path) -> bool:
@@ -213,8 +214,7 @@ def write_atomically(path, data: str | bytes):
     raise IsADirectoryError(f'{path} is a folder: name the file to write.')
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   from bertjax import console  # pylint: disable=g-import-not-at-top
-  temp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                      f'.{os.path.basename(path)}.{os.getpid()}.tmp')
+  temp = temporary_beside(path)
   try:
     with console.temporary(temp):
       with builtins.open(temp, 'wb') as f:
@@ -223,6 +223,24 @@ def write_atomically(path, data: str | bytes):
   finally:
     if os.path.exists(temp):
       os.unlink(temp)
+
+
+def temporary_beside(path) -> str:
+  """A hidden local file beside local `path` to write it into before renaming it into place,
+  named for this process (processes.mark: two writers at once each write their own). The ones
+  writers of `path` killed on this host left (SIGKILL runs no clean-up) are removed first."""
+  folder, name = os.path.split(os.path.abspath(_local(path)))
+  prefix = f'.{name}.'
+  try:
+    left = [entry for entry in os.listdir(folder)  # local temp
+            if entry.startswith(prefix) and entry.endswith('.tmp')]
+  except FileNotFoundError:
+    left = []
+  for entry in left:
+    if processes.ended(entry[len(prefix):-len('.tmp')]):
+      with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(folder, entry))  # local temp
+  return os.path.join(folder, f'{prefix}{processes.mark()}.tmp')
 
 
 def _ask(path, local, method: str):

@@ -2,6 +2,7 @@
 a local folder, fsspec's in-memory file system and a real GCS API served locally."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from bertjax import files
+from bertjax import processes
 
 
 @pytest.fixture(params=['local', 'memory', 'gcs'])
@@ -79,6 +81,34 @@ def test_writing_over_a_local_folder_names_the_folder(tmp_path):
   with pytest.raises(IsADirectoryError, match=f'^{tmp_path} is a folder: name the file'):
     files.write_atomically(str(tmp_path), 'x')
   assert not os.listdir(tmp_path)
+
+
+def _killed_mark() -> str:
+  """processes.mark() of a process of this host that was killed (SIGKILL: no clean-up ran)."""
+  child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+  started = processes.start_ticks(child.pid)
+  child.kill()
+  child.wait()
+  return f'{socket.gethostname()}-{child.pid}.{started}'
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+  """SIGKILL leaves a writer's hidden temporary file (a killed extract_features: a whole
+  output's size); the next write of that file removes it. A live writer's (this process, as
+  another writer of it would be), another host's (a shared disk) and another file's stay."""
+  killed = tmp_path / f'.out.jsonl.{_killed_mark()}.tmp'
+  live = tmp_path / f'.out.jsonl.{processes.mark()}.tmp'
+  elsewhere = tmp_path / f'.out.jsonl.{socket.gethostname()}x-1.1.tmp'
+  other_file = tmp_path / f'.other.jsonl.{_killed_mark()}.tmp'
+  for path in (killed, live, elsewhere, other_file):
+    path.write_text('half')
+  temp = files.temporary_beside(str(tmp_path / 'out.jsonl'))
+  assert temp == str(live)
+  assert not killed.exists()
+  assert elsewhere.exists() and other_file.exists() and live.exists()
+  live.unlink()
+  files.write_atomically(str(tmp_path / 'other.jsonl'), 'whole')
+  assert sorted(os.listdir(tmp_path)) == sorted([elsewhere.name, 'other.jsonl'])
 
 
 def test_local_copy_and_staged_folder(root, tmp_path):

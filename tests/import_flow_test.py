@@ -12,7 +12,8 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 
 STAGES = (
-    ('console', 'files', 'object_store', 'paths', 'accelerators', 'malloc_tuning', 'records'),
+    ('console', 'files', 'object_store', 'paths', 'processes', 'accelerators', 'malloc_tuning',
+     'records'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),

@@ -8,7 +8,6 @@ URL is uploaded under a manifest that says it is in progress until the last file
 import contextlib
 import json
 import os
-import socket
 import tempfile
 import time
 from typing import Callable
@@ -17,8 +16,8 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import processes
 from bertjax.interop import init_from
-from bertjax.training import workdir_lock
 
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
 # holds this manifest and nothing else than the files it lists (never a model downloaded by
@@ -153,31 +152,6 @@ def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str]
       _upload(local, output, fmt, source)
 
 
-def _owner() -> str:
-  """This process as the hidden folders beside an output name it: host, pid and when the pid
-  started (a restarted container's process may have the pid of the one killed)."""
-  return f'{socket.gethostname()}-{os.getpid()}.{workdir_lock.start_ticks(os.getpid()) or ""}'
-
-
-def _killed(owner: str) -> bool:
-  """Whether the process `owner` (host-pid.start) named was on this host and no longer runs; a
-  folder of another host's process is never taken for a killed one's. A pid alive now that
-  started at another time is another process (folders named before the start was recorded,
-  host-pid, go by the pid alone)."""
-  host, _, process = owner.rpartition('-')
-  pid, _, started = process.partition('.')
-  if host != socket.gethostname() or not pid.isdigit():
-    return False
-  try:
-    os.kill(int(pid), 0)
-  except ProcessLookupError:
-    return True
-  except OSError:  # Alive, someone else's.
-    pass
-  now = workdir_lock.start_ticks(pid)
-  return bool(started) and now is not None and now != started
-
-
 def _recover(parent: str, name: str):
   """What an export killed beside `name` left (SIGKILL skips every clean-up): the export it was
   replacing, renamed aside in the instant between its two renames, goes back in place; its
@@ -190,7 +164,7 @@ def _recover(parent: str, name: str):
         continue
       owner = entry[len(prefix):]
       owner = owner.rsplit('-', 1)[0] if kind == 'export' else owner  # export-<owner>-<ns>
-      if not _killed(owner):
+      if not processes.ended(owner):
         continue
       path = os.path.join(parent, entry)  # local only
       if kind == 'replaced' and not os.path.lexists(output):  # local only
@@ -216,7 +190,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   parent, name = files.parent(output), files.name(output)
   files.makedirs(parent)
   _recover(parent, name)
-  temp = files.join(parent, f'.{name}.export-{_owner()}-{time.time_ns()}')
+  temp = files.join(parent, f'.{name}.export-{processes.mark()}-{time.time_ns()}')
   files.makedirs(temp)
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
@@ -224,7 +198,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
       _write_manifest(temp, fmt, source)
     if files.exists(output):
       check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
-      old = files.join(parent, f'.{name}.replaced-{_owner()}')
+      old = files.join(parent, f'.{name}.replaced-{processes.mark()}')
       os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
       os.rename(temp, output)  # local only
       files.rmtree(old)

@@ -22,6 +22,7 @@ import time
 
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
+from bertjax import processes
 from bertjax.records import file_set
 
 TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
@@ -188,16 +189,6 @@ def check_not_inputs(outputs, inputs):
                          'input; name another file')
 
 
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # Alive, another user's.
-    return True
-  return True
-
-
 def remove_stale_temp_dirs(directory) -> list[str]:
   """Removes the temporary directories that dead runs on this host left in `directory`.
 
@@ -218,7 +209,7 @@ def remove_stale_temp_dirs(directory) -> list[str]:
       pid = int(pid)
     except ValueError:
       continue
-    if run_host == host and not _pid_alive(pid):
+    if run_host == host and not processes.alive(pid):
       shutil.rmtree(os.path.join(directory, name), ignore_errors=True)  # local temp
       removed.append(os.path.join(directory, name))
   return removed

@@ -33,6 +33,7 @@ import numpy as np
 
 from bertjax import console
 from bertjax import files
+from bertjax import processes
 
 LOCK_NAME = '.lock'
 # A remote lock's lease: renewed every LEASE_S / 4, taken over LEASE_S after its last renewal.
@@ -100,37 +101,6 @@ def _acquire(workdir: str):
   return f, None
 
 
-def start_ticks(pid) -> str | None:
-  """When process `pid` of this host started (clock ticks since boot, /proc/PID/stat's 22nd
-  field); None where that cannot be read (not Linux, no such process)."""
-  try:
-    with open(f'/proc/{int(pid)}/stat', encoding='ascii') as f:  # local: the kernel's table
-      return f.read().rpartition(')')[2].split()[19]
-  except (OSError, ValueError, TypeError, IndexError):
-    return None
-
-
-def _holder_alive(pid, started) -> bool:
-  """Whether the lock's holder, `pid` of this host started at `started`, still runs: a pid
-  alive now may be another process's (a restarted container's python is pid 1 again)."""
-  if not _pid_alive(pid):
-    return False
-  now = start_ticks(pid)
-  return started is None or now is None or now == started
-
-
-def _pid_alive(pid) -> bool:
-  """Whether process `pid` of this host lives (a pid that is not one counts as alive: the lease
-  decides then)."""
-  try:
-    os.kill(int(pid), 0)
-  except ProcessLookupError:
-    return False
-  except (PermissionError, ValueError, TypeError, OverflowError):  # Another user's, or junk.
-    return True
-  return True
-
-
 def _pause(seconds: float):
   """The wait before a starter reads its lock back (a seam for tests)."""
   time.sleep(seconds)
@@ -156,7 +126,7 @@ class RemoteLock:
     self.lease_s = LEASE_S if lease_s is None else lease_s
     self.confirm_s = CONFIRM_S if confirm_s is None else confirm_s
     self.record = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time(),
-                   'started': start_ticks(os.getpid()), 'lease_s': self.lease_s,
+                   'started': processes.start_ticks(os.getpid()), 'lease_s': self.lease_s,
                    'token': uuid.uuid4().hex}
     self._stop = threading.Event()
     self._thread = None
@@ -176,7 +146,7 @@ class RemoteLock:
       logging.warning('taking over %s: its lease (pid %s on %s) expired %.0f s ago', self.path,
                       pid, host, age - lease)
       return None
-    if host == socket.gethostname() and not _holder_alive(pid, holder.get('started')):
+    if host == socket.gethostname() and not processes.alive(pid, holder.get('started')):
       logging.warning('taking over %s: its holder, pid %s on this host, is dead', self.path, pid)
       return None
     return (f'pid {pid} on {host}, running since {_since(since)} (lock {self.path}, renewed '

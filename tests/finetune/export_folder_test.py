@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from bertjax import processes
 from bertjax.interop import export_folder
-from bertjax.training import workdir_lock
 
 
 def _run(folder):
@@ -119,12 +119,12 @@ def test_a_killed_exports_folders_are_told_from_a_live_process_with_its_pid(tmp_
   # its pid alone the killed export looked alive, so the export it had moved aside was never
   # put back. Its folders now carry when the pid started.
   here = f'{socket.gethostname()}-{os.getpid()}'
-  killed_owner = f'{here}.{int(workdir_lock.start_ticks(os.getpid())) - 100}'
+  killed_owner = f'{here}.{int(processes.start_ticks(os.getpid())) - 100}'
   aside = tmp_path / f'.out.replaced-{killed_owner}'
   aside.mkdir()
   (aside / 'config.json').write_text('earlier')
   (tmp_path / f'.out.export-{killed_owner}-1').mkdir()
-  live = tmp_path / f'.out.export-{export_folder._owner()}-2'  # pylint: disable=protected-access
+  live = tmp_path / f'.out.export-{processes.mark()}-2'
   live.mkdir()
   export_folder._recover(str(tmp_path), 'out')  # pylint: disable=protected-access
   assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'

@@ -1,0 +1,49 @@
+"""This host's processes as files name them: the mark a writer puts in its temporary names and
+locks (host, pid and when the pid started), and whether the process a mark names has ended.
+
+A killed process (SIGKILL, the OOM killer, a lost container) runs no clean-up: what it left is
+told from a live writer's by its mark. The pid alone does not tell: a restarted container's
+python is pid 1 again, so the mark carries the pid's start time too. A mark of another host (a
+shared file system) is never taken for a dead one: this host cannot see its processes.
+"""
+
+import os
+import socket
+
+
+def start_ticks(pid) -> str | None:
+  """When process `pid` of this host started (clock ticks since boot, /proc/PID/stat's 22nd
+  field); None where that cannot be read (not Linux, no such process)."""
+  try:
+    with open(f'/proc/{int(pid)}/stat', encoding='ascii') as f:  # local: the kernel's table
+      return f.read().rpartition(')')[2].split()[19]
+  except (OSError, ValueError, TypeError, IndexError):
+    return None
+
+
+def alive(pid, started: str | None = None) -> bool:
+  """Whether process `pid` of this host runs, and is the one that started at `started` (when
+  given and readable). A pid that is not one (junk) counts as alive: nothing is taken from it."""
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except (PermissionError, ValueError, TypeError, OverflowError):  # Another user's, or junk.
+    return True
+  now = start_ticks(pid)
+  return started is None or now is None or now == started
+
+
+def mark() -> str:
+  """This process as names carry it: host-pid.start (start empty where it cannot be read)."""
+  return f'{socket.gethostname()}-{os.getpid()}.{start_ticks(os.getpid()) or ""}'
+
+
+def ended(owner: str) -> bool:
+  """Whether the process a mark() names was on this host and no longer runs. A mark without the
+  start (host-pid, as older names were) goes by the pid alone."""
+  host, _, process = owner.rpartition('-')
+  pid, _, started = process.partition('.')
+  if host != socket.gethostname() or not pid.isdigit():
+    return False
+  return not alive(pid, started or None)
