@@ -230,6 +230,9 @@ def run(config, workdir):
   for sentence, name in zip(sentences, where, strict=True):
     # A line of control or zero-width characters only would be embedded as the empty input.
     predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)
+  # Sentences longer than the length are embedded from their start (as SentenceTransformer
+  # embeds them): how many, said on the summary line.
+  cut = sum(len(embedder.tokenizer.encode(s)) > embedder.max_seq_length - 2 for s in sentences)
   encode_start = time.perf_counter()
   vectors = embedder.encode(sentences)
   seconds = time.perf_counter() - encode_start
@@ -265,7 +268,9 @@ def run(config, workdir):
             f'vectors: v = numpy.load({written!r}); v @ v.T')
       outputs.append(('similarities', f'not written (over {MATRIX_ROWS} sentences)'))
   console.summary('embed', time.perf_counter() - start,
-                  metrics=[('sentences', n), ('dimension', embedder.dimension)],
+                  metrics=[('sentences', n), ('dimension', embedder.dimension)]
+                  + ([('cut', f'{cut} (longer than {embedder.max_seq_length} tokens)')]
+                     if cut else []),
                   outputs=outputs)
   return vectors
 

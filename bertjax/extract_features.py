@@ -80,12 +80,15 @@ def read_examples(input_file, tokenizer=None) -> list[tuple[str, str | None]]:
 
 
 def encode(tok, examples, max_seq_length: int):
-  """Tokens per example and the padded batch, truncated as the original does."""
+  """Tokens per example, the padded batch, and how many examples were cut to max_seq_length (as
+  the original cuts them: a pair's longer text first)."""
   tokens, batch = [], {k: np.zeros((len(examples), max_seq_length), np.int32)
                        for k in ('input_ids', 'input_mask', 'segment_ids')}
+  cut = 0
   for i, (text_a, text_b) in enumerate(examples):
     a = tok.tokenize(text_a)
     b = tok.tokenize(text_b) if text_b is not None else None
+    cut += len(a) + len(b or ()) + (2 if b is None else 3) > max_seq_length
     if b is None:
       a = a[:max_seq_length - 2]
       row, segments = ['[CLS]', *a, '[SEP]'], [0] * (len(a) + 2)
@@ -98,7 +101,7 @@ def encode(tok, examples, max_seq_length: int):
     batch['input_ids'][i, :len(row)] = tok.convert_tokens_to_ids(row)
     batch['input_mask'][i, :len(row)] = 1
     batch['segment_ids'][i, :len(row)] = segments
-  return tokens, batch
+  return tokens, batch, cut
 
 
 def hidden_states_fn(config):
@@ -117,8 +120,10 @@ def concat_last_layers(config, params, batch, n: int = 4):
 
 class Written(int):
   """run()'s result: the number of lines written, with `step`, the checkpoint step read from a
-  bertjax run (None for another source)."""
+  bertjax run (None for another source), and `cut`, how many inputs were longer than
+  max_seq_length (their features end there)."""
   step: int | None = None
+  cut: int = 0
 
 
 def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
@@ -170,11 +175,13 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   # order), where the rows' padding leaves them bit-identical.
   rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
+  cut = 0
   try:
     with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
       for start in range(0, len(examples), rows):
         chunk = examples[start:start + rows]
-        tokens, batch = encode(tok, chunk, max_seq_length)
+        tokens, batch, chunk_cut = encode(tok, chunk, max_seq_length)
+        cut += chunk_cut
         batch = inference.padded(batch, rows)
         states = np.asarray(fn(params, batch)[picked])
         for row in range(len(chunk)):
@@ -195,6 +202,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
       os.unlink(temp)  # local temp
   written = Written(len(examples))
+  written.cut = cut
   if (not bert_config_file and sources.format_of(init) == 'bertjax'
       and files.name(model.source).isdigit()):
     written.step = int(files.name(model.source))  # The loader's source is <checkpoints>/<step>.
@@ -271,6 +279,8 @@ def main(argv):
   metrics = [('inputs', int(lines)), ('layers', ','.join(map(str, layers)))]
   if lines.step is not None:
     metrics.append(('step', lines.step))
+  if lines.cut:  # Their features stop at the cut: said, as the original never said it.
+    metrics.append(('cut', f'{lines.cut} (longer than --max_seq_length={FLAGS.max_seq_length})'))
   if FLAGS.output_file != STDIO:
     console.summary('extract_features', time.perf_counter() - start, metrics=metrics,
                     outputs=[('features', paths.absolute(FLAGS.output_file))])

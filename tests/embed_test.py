@@ -123,11 +123,16 @@ def test_the_job_cuts_at_the_models_length_as_sentence_transformers_does(tmp_pat
   got = embed.run(_config(minilm_dir, input_file=str(source)), None)
   want = reference.encode([LONG, 'The weather is lovely today.'])
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-  assert 'sentences of at most 256 tokens' in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert 'sentences of at most 256 tokens' in out and 'cut to' not in out
   assert caplog.messages[-1].endswith('mean-pooled, normalised, 256 tokens at most')
   # A length given wins, and the log and the table say which is in effect.
   short = embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=128), None)
-  assert 'sentences of at most 128 tokens' in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert 'sentences of at most 128 tokens' in out
+  assert out.splitlines()[-1].startswith('embed finished in ')  # The long line, counted:
+  assert out.splitlines()[-1].split(': ')[1].startswith(
+      'sentences 2, dimension 384, cut 1 (longer than 128 tokens);')
   assert caplog.messages[-1].endswith('128 tokens at most (the model says 256)')
   assert float(short[0] @ want[0]) < 0.99
 

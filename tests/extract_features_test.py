@@ -27,6 +27,7 @@ def test_features_equal_transformers_hidden_states(minilm_dir, tmp_path):
   (tmp_path / 'in.txt').write_text('\n'.join(LINES) + '\n')
   n = extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'out.jsonl',
                            max_seq_length=16, batch_size=2)
+  assert (n, n.cut) == (3, 1)  # The third line is longer than 16 tokens: counted.
   rows = [json.loads(line) for line in (tmp_path / 'out.jsonl').read_text().splitlines()]
   assert n == len(rows) == 3 and [r['linex_index'] for r in rows] == [0, 1, 2]
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
@@ -51,7 +52,7 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
   params = traverse_util.unflatten_dict(
       {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
-  _, batch = extract_features.encode(
+  _, batch, _ = extract_features.encode(
       vocab_files.for_model(model.vocab_file, True), [(LINES[0], None)], 12)
   features = np.asarray(extract_features.concat_last_layers(model.config, params, batch))
   assert features.shape == (1, 12, 4 * 384)
@@ -71,6 +72,14 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   row = json.loads((tmp_path / 'o.jsonl').read_text())
   assert [f['token'] for f in row['features']][:2] == ['[CLS]', 'it']
+  assert ': inputs 1, layers -1; features ' in proc.stdout.splitlines()[-1]  # Nothing cut.
+  (tmp_path / 'in.txt').write_text(LINES[2] + '\n')
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
+                         f'--input_file={tmp_path / "in.txt"}',
+                         f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
+                         '--layers=-1', '--max_seq_length=16'], capture_output=True, text=True)
+  assert ': inputs 1, layers -1, cut 1 (longer than --max_seq_length=16); features ' in (
+      proc.stdout.splitlines()[-1]), proc.stderr[-2000:]
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
                          f'--input_file={tmp_path / "missing.txt"}',
                          f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',

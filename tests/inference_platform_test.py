@@ -136,7 +136,7 @@ def test_extract_features_of_a_gpu_recorded_run_equals_the_runs_own(gpu_recorded
   run = init_from.run_config(copy)
   encoder_params = checkpoint_reader.read(copy).params['bert']
   tok = vocab_files.for_model(init_from.vocab_file(copy), True)
-  _, batch = extract_features.encode(tok, [(SENTENCES[0], None)], 16)
+  _, batch, _ = extract_features.encode(tok, [(SENTENCES[0], None)], 16)
   got = extract_features.concat_last_layers(run['model'], encoder_params, batch, n=2)
   xla = {**run['model'], 'attention_impl': 'xla'}
   want = extract_features.concat_last_layers(xla, encoder_params, batch, n=2)
