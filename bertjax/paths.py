@@ -112,7 +112,8 @@ def _utf8_lines(data: bytes, name: str) -> list[str]:
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
-    raise ValueError(f'{name} is not UTF-8 text (byte {e.start}): re-encode it.') from None
+    raise ValueError(f'{name} is not UTF-8 text (byte {e.start}): re-encode it '
+                     f'({files.reencode_hint(data[:64])}).') from None
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:

@@ -69,6 +69,12 @@ class Skips:
       room = _EXAMPLES_PER_REASON - len(self.examples[reason])
       self.examples[reason].extend(other['examples'].get(reason, [])[:max(room, 0)])
 
+  def described(self) -> str:
+    """The skips in words: 'N reason (e.g. place), ...'."""
+    return ', '.join(f'{count} {reason} (e.g. {self.examples[reason][0]})'
+                     if self.examples.get(reason) else f'{count} {reason}'
+                     for reason, count in sorted(self.counts.items()))
+
   def as_dict(self):
     return {'counts': dict(sorted(self.counts.items())),
             'examples': {k: v for k, v in sorted(self.examples.items()) if v}}
@@ -90,7 +96,9 @@ def usable_files(paths, skips):
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
         if b'\x00' in head:
-          skips.add('binary_file', path)
+          wide = files_lib.wide_encoding(head)
+          skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '
+                                   f'{files_lib.reencode_hint(head)})' if wide else path)
           continue
       usable.append(path)
   return usable

@@ -223,7 +223,7 @@ def _run_workers(jobs, skips):
       skips.add_file_lines(path, lines, invalid)
   _check_utf8(skips)
   if not counts['instances']:
-    raise ValueError(f'no instances: the input has no usable sentences ({skips.as_dict()})')
+    raise ValueError(f'no instances: the input has no usable sentences ({skips.described()})')
   counts.pop('shard_instances', None)
   return results, counts
 
@@ -294,7 +294,7 @@ def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
   shard_outputs.check_not_inputs(outputs, [*matched, *vocab_files_given])
   files = text_input.usable_files(matched, skips)
   if not files:
-    raise ValueError(f'no readable text in --input_file={input_file}: {skips.as_dict()}')
+    raise ValueError(f'no readable text in --input_file={input_file}: {skips.described()}')
   return files, None, None
 
 

@@ -67,8 +67,8 @@ def read_lines(path):
       except UnicodeDecodeError as e:
         raise ValueError(
             f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
-            f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 (e.g. iconv -f '
-            'latin1 -t utf-8)') from None
+            f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
+            f'({files_lib.reencode_hint(raw[:64])})') from None
       yield line.strip()
 
 

@@ -298,6 +298,29 @@ def test_a_file_mostly_not_utf8_is_refused(corpus, vocab_file, tmp_path):
   assert report['skipped']['counts']['invalid_utf8'] == 3
 
 
+@pytest.mark.parametrize('encoding', ['utf-16', 'utf-16-le', 'utf-32'])
+def test_a_utf16_or_utf32_file_is_named_as_such(corpus, vocab_file, tmp_path, encoding):
+  """Windows tools write UTF-16 (with a byte-order mark, or without: PowerShell, 'utf-16-le'):
+  its NUL bytes made it a binary file, with no word of what to do (and learn_vocab said to
+  convert from Latin-1). Both now name the encoding and the command that converts it."""
+  wide = tmp_path / 'wide.txt'
+  wide.write_bytes(corpus.read_text()[:5000].encode(encoding))
+  name = encoding[:6].upper()
+  (tmp_path / 'out').mkdir()
+  with pytest.raises(ValueError, match=rf'^no readable text in --input_file={wide}: 1 binary_file '
+                     rf'\(e\.g\. {wide} \({name} text\? re-encode it as UTF-8: e\.g\. iconv -f '
+                     rf'{name} -t utf-8\)\)$'):
+    create(wide, tmp_path / 'out' / 'train', vocab_file, num_output_shards=1)
+  assert os.listdir(tmp_path / 'out') == []
+  if encoding == 'utf-16-le':  # ASCII with NULs between is valid UTF-8: learn_vocab's word
+    return  # splitting drops the NULs (as BERT's text cleaning does) and learns the words.
+  proc = subprocess.run([sys.executable, '-m', 'bertjax.learn_vocab', f'--input_file={wide}',
+                         f'--output_file={tmp_path / "vocab.txt"}', '--vocab_size=100'],
+                        capture_output=True, text=True, check=False)
+  assert proc.returncode == 1 and f'iconv -f {name} -t utf-8' in proc.stderr, proc.stderr
+  assert not (tmp_path / 'vocab.txt').exists()
+
+
 def test_sentences_of_invisible_characters_are_dropped(corpus, vocab_file, tmp_path):
   """Lines of only zero-width or format characters are no sentences on either path (the
   WordPiece path gives them no tokens; SentencePiece would make '▁' rows of them): the shards

@@ -32,11 +32,12 @@ def check_file(path) -> str:
 
 def file_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
+  data = files.read_bytes(path)
   try:
-    return files.read_bytes(path).decode('utf-8-sig')
+    return data.decode('utf-8-sig')
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
-                     'e.g. `iconv -f latin1 -t utf-8`.') from None
+                     f'{files.reencode_hint(data[:64])}.') from None
 
 
 def _suffix(path) -> str:
