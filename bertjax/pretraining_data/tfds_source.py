@@ -27,6 +27,7 @@ import dataclasses
 
 import numpy as np
 
+from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import text_input
 from bertjax.text import fast_tokenizer
@@ -93,6 +94,19 @@ def _read_config():
   return _tfds().ReadConfig(try_autocache=False)
 
 
+def _prepared_versions(builder) -> list[str]:
+  """The versions of `builder`'s dataset (and config) prepared beside the one it looked for,
+  oldest first: folders holding TFDS's dataset_info.json."""
+  parent = files_lib.parent(str(builder.data_dir))
+  try:
+    names = files_lib.listdir(parent)
+  except (OSError, ValueError):
+    return []
+  versions = [name for name in names
+              if files_lib.exists(files_lib.join(parent, name, 'dataset_info.json'))]
+  return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split('.')])
+
+
 def check(source) -> tuple[Source, dict]:
   """(the source pinned to the version found, the report's description of it): fails early,
   in the parent, on a missing dataset, field or split, or data not prepared."""
@@ -108,7 +122,10 @@ def check(source) -> tuple[Source, dict]:
     builder.as_dataset(split=source.split, decoders=_decoders(source),
                        read_config=_read_config())
   except AssertionError:  # TFDS's way of saying `could not find data in DIR`.
-    raise ValueError(f'--tfds_name={source.name} is not prepared in {builder.data_dir}: '
+    prepared = _prepared_versions(builder)
+    there = (f' (prepared there: {", ".join(prepared)}; pin one as --tfds_name='
+             f'{source.name.split(":")[0]}:{prepared[-1]})' if prepared else '')
+    raise ValueError(f'--tfds_name={source.name} is not prepared in {builder.data_dir}{there}: '
                      f'{_build_hint(source)}') from None
   except ValueError as e:  # Unknown split, or a slice out of range.
     known = ', '.join(builder.info.splits.keys())

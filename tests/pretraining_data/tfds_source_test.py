@@ -211,6 +211,15 @@ def test_a_catalog_dataset_not_prepared_says_to_build_it(vocab_file, tmp_path):
     writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file, num_workers=1,
                   tfds=tfds_source.Source('wikipedia/20230601.en', data_dir=str(empty)))
   assert not empty.exists()  # Nothing was downloaded or prepared there.
+  # Another version prepared there is named, with the pin that reads it.
+  older = empty / 'wikipedia' / '20230601.en' / '0.9.0'
+  older.mkdir(parents=True)
+  (older / 'dataset_info.json').write_text('{}')
+  (empty / 'wikipedia' / '20230601.en' / '0.8.0').mkdir()  # Not prepared: no dataset_info.
+  with pytest.raises(ValueError, match=r'not prepared in .*1\.0\.0 \(prepared there: 0\.9\.0; '
+                     r'pin one as --tfds_name=wikipedia/20230601\.en:0\.9\.0\): prepare it first'):
+    writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file, num_workers=1,
+                  tfds=tfds_source.Source('wikipedia/20230601.en', data_dir=str(empty)))
 
 
 def test_one_input_exactly(data_dir, vocab_file, tmp_path):
