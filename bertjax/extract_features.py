@@ -25,6 +25,7 @@ as one call.
 The model runs through bertjax/inference.py, the one inference path of predict, embed and this.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -118,10 +119,11 @@ def concat_last_layers(config, params, batch, n: int = 4):
   return jnp.concatenate([states[-i] for i in range(1, n + 1)], axis=-1)
 
 
-class Written(int):
-  """run()'s result: the number of lines written, with `step`, the checkpoint step read from a
-  bertjax run (None for another source), and `cut`, how many inputs were longer than
-  max_seq_length (their features end there)."""
+@dataclasses.dataclass(frozen=True)
+class Written:
+  """run()'s result: the lines written; the checkpoint step read from a bertjax run (None for
+  another source); how many inputs were longer than max_seq_length (their features end there)."""
+  lines: int
   step: int | None = None
   cut: int = 0
 
@@ -129,9 +131,9 @@ class Written(int):
 def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
         do_lower_case: bool | None = None, bert_config_file: str = '', step=None) -> Written:
-  """Writes the original's JSON lines for every input line; returns the number written (and
-  the step read, `.step`). `step` picks a bertjax run's checkpoint: 'best', 'latest' (None) or
-  a step number. input_file / output_file '-': standard input / output."""
+  """Writes the original's JSON lines for every input line; returns what it wrote (Written:
+  the lines, the step read, the inputs cut). `step` picks a bertjax run's checkpoint: 'best',
+  'latest' (None) or a step number. input_file / output_file '-': standard input / output."""
   to_stdout = str(output_file) == STDIO
   output = None if to_stdout else paths.check_output_file(
       output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
@@ -201,12 +203,10 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   finally:
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
       os.unlink(temp)  # local temp
-  written = Written(len(examples))
-  written.cut = cut
-  if (not bert_config_file and sources.format_of(init) == 'bertjax'
-      and files.name(model.source).isdigit()):
-    written.step = int(files.name(model.source))  # The loader's source is <checkpoints>/<step>.
-  return written
+  from_run = (not bert_config_file and sources.format_of(init) == 'bertjax'
+              and files.name(model.source).isdigit())
+  # The loader's source is <checkpoints>/<step>.
+  return Written(len(examples), int(files.name(model.source)) if from_run else None, cut)
 
 
 def _temporary_beside(output: str | None) -> str:
@@ -269,18 +269,19 @@ def main(argv):
     if not init:
       raise ValueError('pass --init=DIR (any importable model) or --init_checkpoint=PREFIX.')
     layers = _layers(FLAGS.layers)
-    lines = run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file, layers=layers,
+    written = run(paths.absolute(init), FLAGS.input_file, FLAGS.output_file, layers=layers,
                 max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
                 vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
                 bert_config_file=FLAGS.bert_config_file,
                 step=checkpoint_reader.parse_step(FLAGS.step, text=True))
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
-  metrics = [('inputs', int(lines)), ('layers', ','.join(map(str, layers)))]
-  if lines.step is not None:
-    metrics.append(('step', lines.step))
-  if lines.cut:  # Their features stop at the cut: said, as the original never said it.
-    metrics.append(('cut', f'{lines.cut} (longer than --max_seq_length={FLAGS.max_seq_length})'))
+  metrics = [('inputs', written.lines), ('layers', ','.join(map(str, layers)))]
+  if written.step is not None:
+    metrics.append(('step', written.step))
+  if written.cut:  # Their features stop at the cut: said, as the original never said it.
+    metrics.append(('cut', f'{written.cut} (longer than --max_seq_length='
+                           f'{FLAGS.max_seq_length})'))
   if FLAGS.output_file != STDIO:
     console.summary('extract_features', time.perf_counter() - start, metrics=metrics,
                     outputs=[('features', paths.absolute(FLAGS.output_file))])

@@ -27,9 +27,9 @@ def test_features_equal_transformers_hidden_states(minilm_dir, tmp_path):
   (tmp_path / 'in.txt').write_text('\n'.join(LINES) + '\n')
   n = extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'out.jsonl',
                            max_seq_length=16, batch_size=2)
-  assert (n, n.cut) == (3, 1)  # The third line is longer than 16 tokens: counted.
+  assert (n.lines, n.cut) == (3, 1)  # The third line is longer than 16 tokens: counted.
   rows = [json.loads(line) for line in (tmp_path / 'out.jsonl').read_text().splitlines()]
-  assert n == len(rows) == 3 and [r['linex_index'] for r in rows] == [0, 1, 2]
+  assert n.lines == len(rows) == 3 and [r['linex_index'] for r in rows] == [0, 1, 2]
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
   ref = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
   for line, row in zip(LINES, rows, strict=True):
@@ -262,7 +262,7 @@ def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path):
   (tmp_path / 'in.txt').write_text('a gripping film\n')
   written = extract_features.run(str(workdir), tmp_path / 'in.txt', tmp_path / 'o.jsonl',
                                  layers=(-1,), max_seq_length=16, step=steps[0])
-  assert (written, written.step) == (1, steps[0])
+  assert written == extract_features.Written(lines=1, step=steps[0])
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', f'--init={workdir}',
                          f'--input_file={tmp_path / "in.txt"}', '--layers=-1',
                          f'--output_file={tmp_path / "o.jsonl"}', '--max_seq_length=16'],

@@ -129,7 +129,7 @@ def test_extract_features_of_a_gpu_recorded_run_equals_the_runs_own(gpu_recorded
     out = tmp_path / f'{source.parent.name}.jsonl'
     assert extract_features.run(str(source), str(tmp_path / 'in.txt'), str(out),
                                 layers=(-1, -2, 0), max_seq_length=16,
-                                batch_size=2) == len(SENTENCES)
+                                batch_size=2).lines == len(SENTENCES)
     outputs.append(out.read_text())
   assert outputs[0] == outputs[1] and outputs[0].count('\n') == len(SENTENCES)
   # The recorded block itself (cudnn, its layout) given to the library functions.
