@@ -175,8 +175,12 @@ def parse_flags(argv):
   mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit 1."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   try:
-    config_spec(argv)
+    spec = config_spec(argv)
+    if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
+      load_config_file(spec)
     return flags.FLAGS(argv)
+  except ConfigFileError as e:
+    print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
   except flags.Error as e:
     print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
           file=sys.stderr)
@@ -206,14 +210,7 @@ def check_args(main_args) -> object:
     values(argv)
     return holder.value
 
-  path, _, arg = spec.partition(':')
-  if not os.path.isfile(path):  # local: config_flags imports it
-    raise ValueError(f'--config={spec}: no config file {path!r} (from {os.getcwd()}); the '
-                     'configs are configs/pretrain.py, configs/finetune.py, configs/embed.py')
-  try:
-    base = _load_config_file(path, arg)
-  except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
-    raise ValueError(f'--config={spec} does not load: {_one_line(e)}') from None
+  base = load_config_file(spec)
   job_flags = config_flags(main_args, base)
   if (unknown := unknown_field(base, job_flags)) is not None:
     raise ValueError(unknown)
@@ -225,12 +222,33 @@ def check_args(main_args) -> object:
   return config
 
 
+class ConfigFileError(ValueError):
+  """A --config=FILE[:ARG] that does not load: no such file, or the file or get_config(ARG)
+  raises (an unknown key or value in ARG, a syntax error)."""
+
+
+def load_config_file(spec: str):
+  """get_config(ARG) of a --config=FILE[:ARG], or a ConfigFileError of one line saying why not."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):  # local: config_flags imports it
+    where = ('is a folder: name a config file' if os.path.isdir(path)  # local: same
+             else f': no config file {path!r} (from {os.getcwd()})')
+    raise ConfigFileError(f'--config={spec}{" " if where[0] != ":" else ""}{where}; the configs '
+                          'are configs/pretrain.py, configs/finetune.py, configs/embed.py')
+  try:
+    return _load_config_file(path, arg)
+  except Exception as e:  # pylint: disable=broad-except  # Whatever the file raises.
+    raise ConfigFileError(f'--config={spec} does not load: {_one_line(e)}') from None
+
+
 def _load_config_file(path: str, arg: str):
   """get_config(arg) of a config file, as config_flags calls it (its own errors unwrapped)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  if not callable(getattr(module, 'get_config', None)):
+    raise AttributeError(f'{path} defines no get_config(arg) function')
   return module.get_config(arg) if arg else module.get_config()
 
 

@@ -5,6 +5,8 @@ checkpoint and logging blocks.
 file accepts and their defaults are given by the file itself.
 """
 
+import difflib
+
 from absl import flags
 import ml_collections
 
@@ -25,6 +27,14 @@ SIZES = {
 
 # Config arguments that were renamed: given, they are refused with the new name.
 RENAMED_ARGS = {'init': 'init_from', 'checkpoint': 'init_from'}
+
+
+def did_you_mean(word: str, choices) -> str:
+  """" (did you mean 'x'?)" for the choice closest to a mistyped `word`, else ''."""
+  close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+  if not close and word.lower() in {str(c).lower() for c in choices}:
+    close = [c for c in choices if str(c).lower() == word.lower()]
+  return f' (did you mean {close[0]!r}?)' if close else ''
 
 
 def parse_arg(arg, *, recipe=(), **defaults):
@@ -49,7 +59,8 @@ def parse_arg(arg, *, recipe=(), **defaults):
       raise ValueError(f'config argument {key!r} was renamed {RENAMED_ARGS[key]!r}: pass '
                        f'{RENAMED_ARGS[key]}={value}.')
     if key not in defaults:
-      raise ValueError(f'unknown config argument {key!r}; valid ones: {sorted(defaults)}.')
+      raise ValueError(f'unknown config argument {key!r}{did_you_mean(key, defaults)}; valid '
+                       f'ones: {sorted(defaults)}; any field is set with --config.FIELD=VALUE.')
     if key in given:
       raise ValueError(f'config argument {key!r} is given twice ({key}={given[key]}, then '
                        f'{item}): pass it once.')

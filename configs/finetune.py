@@ -81,7 +81,8 @@ def get_config(arg=None):
   arg = common.parse_arg(arg, task='mrpc', size='', init_from='', dtype='float32', epochs=0.0,
                          batch=0, lr=0.0, seq=0, pack=1, recipe=('epochs', 'batch', 'lr', 'seq'))
   if arg.task not in TASKS:
-    raise ValueError(f'unknown task {arg.task!r}; valid tasks: {", ".join(TASKS)}.')
+    raise ValueError(f'unknown task {arg.task!r}{common.did_you_mean(arg.task, TASKS)}; valid '
+                     f'tasks: {", ".join(TASKS)}.')
   seq, learning_rate, epochs, batch = TASKS[arg.task]
   max_windows = 4 if arg.task == 'bbc' else 1  # BBC articles run ~500 wordpieces.
   config = ml_collections.ConfigDict()

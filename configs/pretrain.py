@@ -54,7 +54,8 @@ def get_config(arg=None):
                          optimizer='adamw', vocab=embedded.VOCAB_SIZE, init_from='',
                          phase2_fraction=0.0, phase2_seq=512, pack=1, recipe=('steps', 'batch'))
   if arg.size not in RECIPES:
-    raise ValueError(f'unknown size {arg.size!r}; valid sizes: {", ".join(RECIPES)}.')
+    raise ValueError(f'unknown size {arg.size!r}{common.did_you_mean(arg.size, RECIPES)}; valid '
+                     f'sizes: {", ".join(RECIPES)}.')
   if not 0.0 <= arg.phase2_fraction < 1.0:
     raise ValueError(f'phase2_fraction={arg.phase2_fraction}: the share of the steps run at '
                      'phase2_seq must be in [0, 1) (the paper: 0.1; 0 = one phase).')

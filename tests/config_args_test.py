@@ -1,6 +1,7 @@
 """A job's command line loaded as bertjax.main loads it (bertjax/config_args.py): the launchers'
 check, and the one line for a mistyped, renamed or replaced field."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -125,6 +126,36 @@ def test_a_second_config_file_is_refused(monkeypatch):
                          text=True, timeout=300, check=False)
     assert run.returncode == 1, run.stderr
     assert f'FATAL Flags parsing error: {message}' in run.stderr, run.stderr
+
+
+def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
+  """bertjax.main (and aot_compile) showed a config file that does not load as a traceback: 41
+  lines for a missing file (or one named from another folder), 17 around 'unknown task' for a
+  typo in the argument string. One line now, as the launchers' check says it."""
+  (tmp_path / 'no_function.py').write_text('x = 1\n')
+  (tmp_path / 'broken.py').write_text('def get_config(:\n')
+  cases = [
+      ([f'--config={REPO}/configs/finetune.py:task=mprc'],
+       f"--config={REPO}/configs/finetune.py:task=mprc does not load: ValueError: unknown task "
+       "'mprc' (did you mean 'mrpc'?); valid tasks: cola, "),
+      ([f'--config={REPO}/configs/pretrain.py:sise=tiny'],
+       "unknown config argument 'sise' (did you mean 'size'?); valid ones: "),
+      (['--config=configs/pretrain.py:size=tiny'],
+       f"--config=configs/pretrain.py:size=tiny: no config file 'configs/pretrain.py' (from "
+       f'{tmp_path}); the configs are configs/pretrain.py, '),
+      ([f'--config={REPO}/configs'], f'--config={REPO}/configs is a folder: name a config file'),
+      (['--config=no_function.py'], 'no_function.py defines no get_config(arg) function'),
+      (['--config=broken.py'], '--config=broken.py does not load: SyntaxError: '),
+  ]
+  for args, message in cases:
+    run = subprocess.run([sys.executable, '-m', 'bertjax.main', *args, '--workdir=out'],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, 'PYTHONPATH': str(REPO)})
+    assert run.returncode == 1, run.stderr
+    assert 'Traceback' not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert run.stderr.startswith('FATAL Flags parsing error: --config='), run.stderr
+    assert message in run.stderr, run.stderr
+  assert not (tmp_path / 'out').exists()
 
 
 def test_every_absl_form_of_config_is_counted():

@@ -74,7 +74,8 @@ def test_empty_input_file_is_an_error(tmp_path, minilm_dir):
 
 
 def test_unknown_config_argument():
-  with pytest.raises(ValueError, match=r"unknown config argument 'size'; valid ones"):
+  with pytest.raises(ValueError, match=r"unknown config argument 'size'; valid ones: \['dtype', "
+                     r"'init_from'\]; any field is set with --config.FIELD=VALUE"):
     embed_config.get_config('size=base')
 
 
