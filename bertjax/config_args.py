@@ -59,6 +59,35 @@ def unknown_field(config, args) -> str | None:
   return None
 
 
+def ignored_override(config, overrides) -> str | None:
+  """The line refusing a --config.X=V (`overrides`: the fields given, as config_flags records
+  them) that the job would not apply, or apply otherwise than it reads, else None:
+  - model.size: the size is the argument string's size= (the override would only relabel);
+  - a fine-tuning's task: task= in the argument string picks the task's recipe (length, rate,
+    epochs, batch, windows), which an override would leave at the other task's;
+  - a fine-tuning's architecture (model.num_layers, hidden_act, ...) from init_from without
+    size=: the shape is init_from's (or the resumed run's) whatever was given."""
+  from bertjax.interop import init_from  # pylint: disable=g-import-not-at-top  # jax, orbax.
+  fields = set(overrides)
+  if 'model.size' in fields:
+    return ('config.model.size is the argument string\'s size= (e.g. --config=configs/'
+            f'{config.job}.py:size=base), which sets the whole shape: pass it there.')
+  if config.job != 'finetune':
+    return None
+  if 'task' in fields:
+    return (f'--config.task={config.task}: the task is the argument string\'s task= (e.g. '
+            f'--config=configs/finetune.py:task={config.task}), which also picks its recipe '
+            '(length, learning rate, epochs, batch): pass it there.')
+  architecture = sorted(f for f in fields if f.startswith('model.')
+                        and f[len('model.'):] in init_from.ARCHITECTURE_FIELDS)
+  if architecture and config.get('model_from_init', False) and config.get('init_from'):
+    return (f'--config.{architecture[0]}={config.model[architecture[0][len("model."):]]} is not '
+            'applied: without size= a fine-tuning takes the model\'s shape from init_from (or '
+            'from the run it resumes). Drop it, or pass size= in the argument string to set the '
+            'shape (it must fit init_from\'s checkpoint).')
+  return None
+
+
 def load_config(spec: str):
   """The ConfigDict of `--config=path.py[:arg]`, loaded as config_flags does."""
   path, _, arg = spec.partition(':')
@@ -208,17 +237,19 @@ def check_args(main_args) -> object:
     holder = ml_config_flags.DEFINE_config_file('config', None, '', flag_values=values,
                                                 lock_config=True, sys_argv=argv)
     values(argv)
-    return holder.value
+    return holder.value, ml_config_flags.get_override_values(values['config'])
 
   base = load_config_file(spec)
   job_flags = config_flags(main_args, base)
   if (unknown := unknown_field(base, job_flags)) is not None:
     raise ValueError(unknown)
   try:
-    config = parse(job_flags)
+    config, overrides = parse(job_flags)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
     raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
   config_check.check(config)
+  if (ignored := ignored_override(config, overrides)) is not None:
+    raise ValueError(ignored)
   return config
 
 

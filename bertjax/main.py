@@ -153,6 +153,9 @@ def _run(argv):
   config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
   # Every config value, before JAX starts, any data is read or anything is compiled.
   config_check.check(_CONFIG.value)
+  if (ignored := config_args.ignored_override(
+      _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
+    raise ValueError(ignored)
   console.install()
   accelerators.hide_from_tensorflow()
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
@@ -205,8 +208,8 @@ def main(argv):
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
     message = _storage_error(e)
     if message is None and not isinstance(e, (
-        ValueError, FileNotFoundError, PermissionError, ConnectionError, FloatingPointError,
-        NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
+        ValueError, FileNotFoundError, FileExistsError, PermissionError, ConnectionError,
+        FloatingPointError, NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
         checkpoint.RestoreError, workdir_lock.WorkdirInUseError, DistributedStartError)):
       raise
     if logging.get_verbosity() >= logging.DEBUG:

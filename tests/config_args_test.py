@@ -158,6 +158,45 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
   assert not (tmp_path / 'out').exists()
 
 
+def test_an_override_the_job_would_not_apply_is_refused(monkeypatch, tmp_path):
+  """Pass S: --config.model.num_layers=1 on a fine-tuning from init_from ran the checkpoint's 2
+  layers without a word; --config.task=squad_v2 kept sst2's recipe (128 tokens, lr 2e-5, batch
+  32, not 384 / 5e-5 / 48); --config.model.size=base relabelled a tiny model 'base'. Each is
+  refused in one line saying where the value belongs, by the launchers' check and by main."""
+  monkeypatch.chdir(REPO)
+  cases = [
+      (['--config=configs/finetune.py:task=sst2,init_from=/runs/pre',
+        '--config.model.num_layers=1'],
+       '--config.model.num_layers=1 is not applied: without size= a fine-tuning takes the '
+       "model's shape from init_from"),
+      (['--config=configs/finetune.py:task=sst2,init_from=/runs/pre',
+        '--config.model.hidden_act=relu'], '--config.model.hidden_act=relu is not applied'),
+      (['--config=configs/finetune.py', '--config.task=squad_v2'],
+       "--config.task=squad_v2: the task is the argument string's task= (e.g. "
+       '--config=configs/finetune.py:task=squad_v2), which also picks its recipe'),
+      (['--config=configs/pretrain.py:size=tiny', '--config.model.size=base'],
+       "config.model.size is the argument string's size= (e.g. "
+       '--config=configs/pretrain.py:size=base)'),
+  ]
+  for args, message in cases:
+    with pytest.raises(ValueError) as e:
+      config_args.check_args(args)
+    assert str(e.value).startswith(message), str(e.value)
+  # Applied, so accepted: the shape with size= (checked against init_from by the job), a model
+  # field that is not the shape, and the shape of a fine-tuning from scratch.
+  for args in (['--config=configs/finetune.py:task=sst2,size=tiny,init_from=/runs/pre',
+                '--config.model.num_layers=1'],
+               ['--config=configs/finetune.py:task=sst2,init_from=/runs/pre',
+                '--config.model.dropout_rate=0.2'],
+               ['--config=configs/finetune.py:task=sst2', '--config.model.vocab_size=1000']):
+    config_args.check_args(args)
+  run = subprocess.run([sys.executable, '-m', 'bertjax.main', *cases[0][0],
+                        f'--workdir={tmp_path / "run"}'], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, check=False)
+  assert run.returncode == 1 and f'error: {cases[0][1]}' in run.stderr, run.stderr
+  assert not (tmp_path / 'run').exists()
+
+
 def test_every_absl_form_of_config_is_counted():
   """absl takes --config FILE and -config[=]FILE as well as --config=FILE; a second file in any
   form is refused, and what follows '--' is an argument, not a flag."""

@@ -159,6 +159,13 @@ def test_a_workdir_in_a_run_or_a_model_folder_is_refused_as_other_tools_refuse(t
       (model / 'sub', 'is in a transformers model')):
     with pytest.raises(FileExistsError, match=message):
       embed.run(_config(minilm_dir), workdir)
+  # Through bertjax.main: the one line (a FileExistsError was a traceback there).
+  result = subprocess.run(
+      [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:init_from={minilm_dir}',
+       f'--workdir={model}'], capture_output=True, text=True, timeout=300, check=False,
+      cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+  assert f'error: --workdir={model} is in a transformers model' in result.stderr
   assert not list(tmp_path.rglob('*.npy')) and not list(tmp_path.rglob('similarity.txt'))
 
 
