@@ -178,7 +178,9 @@ def _check_model(c: _Checker):
 
 
 def _check_training(c: _Checker, job):
-  c.number('seed', integer=True)
+  seed = c.number('seed', integer=True)
+  if seed is not _MISSING and not 0 <= seed < 2**32:  # PRNGKey folds 2**32 + 5 into 5.
+    c.fail('seed', seed, 'must be in [0, 2**32)', 'pass --config.seed=<0 .. 4294967295>')
   c.choice('mode', MODES)
   c.choice('pooling', POOLINGS)
   batch = c.positive('global_batch_size', fix='set --config.global_batch_size to the sequences '
@@ -221,6 +223,10 @@ def _check_optimizer(c: _Checker, job):
   end = c.at_least('optimizer.end_learning_rate', 0, integer=False,
                    fix='set --config.optimizer.end_learning_rate to 0 (BERT) or a small rate')
   peak = c.get('optimizer.learning_rate')
+  if peak == 0:  # Legal (a run that moves nothing: tests of init_from do so), rarely meant.
+    logging.log_first_n(logging.WARNING, 'config.optimizer.learning_rate=0: the parameters never '
+                        'change (every step computes its gradients for nothing); set '
+                        '--config.optimizer.learning_rate to a peak rate, e.g. 1e-4', 1)
   if end is not _MISSING and peak is not _MISSING and end > peak:
     c.fail('optimizer.end_learning_rate', end, f'exceeds the peak optimizer.learning_rate={peak}',
            'set it at most to the peak (0 = BERT\'s decay to zero)')
@@ -320,6 +326,13 @@ def _check_data(c: _Checker, job):
                           why='the share of the steps run at phase2.max_seq_length must be in '
                           '[0, 1)', fix='set --config.phase2.fraction to 0 (one phase) or e.g. '
                           '0.1 (the paper)')
+    if fraction == 0:  # Files for a phase no step runs: the user meant two phases.
+      for name in ('train_files', 'eval_files'):
+        if c.get(f'phase2.{name}') not in (_MISSING, '', None):
+          c.fail(f'phase2.{name}', c.get(f'phase2.{name}'), 'is set but phase2.fraction=0: no '
+                 'step runs phase 2', 'pass phase2_fraction=0.1 (the paper) in the argument '
+                 'string (--config=configs/pretrain.py:...,phase2_fraction=0.1), or drop '
+                 f'--config.phase2.{name}')
     if fraction is not _MISSING and fraction > 0:
       seq2 = _check_sequence(c, 'phase2.max_seq_length', position_table=True)
       predictions2 = c.positive('phase2.max_predictions_per_seq',

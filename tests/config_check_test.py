@@ -71,6 +71,12 @@ PRETRAIN = [
     ({'model__remat_policy': 'some'}, "config.model.remat_policy='some': is unknown"),
     ({'job': 'finetune'}, "config.job='finetune': but the config is not a finetune config (it "
      'has no task field); load configs/finetune.py'),
+    # Pass S: 2**32 + 5 initialised as 5 (PRNGKey folds it); 2**64 died in a traceback after the
+    # data was made. Phase 2's files beside phase2.fraction=0 were read by no step.
+    ({'seed': 2**32 + 5}, 'config.seed=4294967301: must be in [0, 2**32); pass --config.seed='),
+    ({'seed': -1}, 'config.seed=-1: must be in [0, 2**32)'),
+    ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
+     'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
 ]
 
 
@@ -124,6 +130,32 @@ FINETUNE = [
     ({'export_format': 'saved_model,torchscript'}, "config.export_format='saved_model,torchscript'"
      ": 'torchscript' is not an export format; valid: hf,"),
 ]
+
+
+def test_a_schedule_that_wastes_the_run_is_warned_about(caplog, monkeypatch):
+  """Pass S: learning rate 0, a decay ending before the run (steps 5-12 at rate 0, logged as
+  -5.96e-11) and a fine-tuning warmup longer than its steps passed without a word."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+
+  from bertjax.finetune import job_setup  # pylint: disable=g-import-not-at-top
+  from bertjax.training import optimizer  # pylint: disable=g-import-not-at-top
+  # Said once per process: here every time, whatever this process logged before.
+  monkeypatch.setattr(logging, 'log_first_n',
+                      lambda level, message, n, *args: logging.log(level, message, *args))
+  config = configured(pretrain_config.get_config('size=tiny,steps=12'),
+                      optimizer__learning_rate=0.0, optimizer__total_steps=4)
+  config_check.check(config)
+  optimizer.resolve_total_steps(config)
+  config = configured(finetune_config.get_config('task=mrpc'), optimizer__warmup_steps=1000)
+  job_setup.set_steps(config, 20)
+  warned = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any(m.startswith('config.optimizer.learning_rate=0: the parameters never change')
+             for m in warned), warned
+  assert ("config.optimizer.total_steps=4 ends the schedule before the run's 12 steps: steps 5 "
+          'to 12 train at optimizer.end_learning_rate=0; set --config.optimizer.total_steps to '
+          '0 (the run\'s steps) or 12 or more') in warned, warned
+  assert any(m.startswith('config.optimizer.warmup_steps=1000 is longer than the 20 steps of '
+                          'the schedule') for m in warned), warned
 
 
 @pytest.mark.parametrize('fields, message', FINETUNE)

@@ -119,8 +119,16 @@ def set_steps(cfg, total_steps: int):
   optimizer.total_steps or warmup_steps of the user's own is kept, never overwritten."""
   cfg.num_train_steps = total_steps
   optimizer_lib.resolve_total_steps(cfg)
-  if not cfg.optimizer.warmup_steps:
+  if not cfg.optimizer.warmup_steps:  # 0 is the default: warmup_proportion=0 is no warmup.
     cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
+  elif cfg.optimizer.warmup_steps > cfg.optimizer.total_steps:
+    logging.log_first_n(logging.WARNING, 'config.optimizer.warmup_steps=%d is longer than the '
+                        '%d steps of the schedule: the learning rate still rises when the run '
+                        'ends (never reaching its peak, never decaying); set '
+                        '--config.optimizer.warmup_steps below %d, or leave it 0 for '
+                        'optimizer.warmup_proportion of the steps', 1,
+                        cfg.optimizer.warmup_steps, cfg.optimizer.total_steps,
+                        cfg.optimizer.total_steps)
 
 
 def layout(s: Setup) -> batches.Layout:

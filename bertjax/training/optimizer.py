@@ -7,6 +7,7 @@ path ('bert/layers_0/attention/query/kernel'); the first match wins.
 
 import re
 
+from absl import logging
 import flax
 import jax
 import numpy as np
@@ -122,6 +123,13 @@ def resolve_total_steps(config):
   train part of a longer schedule. Returns the config."""
   if not config.optimizer.total_steps:
     config.optimizer.total_steps = config.num_train_steps
+  elif config.optimizer.total_steps < config.num_train_steps:
+    logging.log_first_n(
+        logging.WARNING, 'config.optimizer.total_steps=%d ends the schedule before the run\'s %d '
+        'steps: steps %d to %d train at optimizer.end_learning_rate=%g; set '
+        '--config.optimizer.total_steps to 0 (the run\'s steps) or %d or more', 1,
+        config.optimizer.total_steps, config.num_train_steps, config.optimizer.total_steps + 1,
+        config.num_train_steps, config.optimizer.end_learning_rate, config.num_train_steps)
   return config
 
 
