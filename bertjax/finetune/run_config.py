@@ -21,6 +21,7 @@ from bertjax.interop import init_from
 from bertjax.model import platform_defaults
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint_reader
+from bertjax.training import resume_checks
 
 
 def check_casing(config, init_path: str):
@@ -52,6 +53,13 @@ def resolve_model(config, init_path: str, run: dict | None = None,
       raise ValueError(f'{workdir} holds a model of size {run["model"].get("size")} but '
                        f'config.model.size is {config.model.size}: drop the size, or use another '
                        '--workdir for a new model.')
+    if differ and not config.model_from_init:  # The size's, then a --config.model.* changed.
+      said = ', '.join(f'model.{k} {a!r} in the run vs {b!r}' for k, (a, b) in differ.items())
+      if set(differ) & set(resume_checks.FUNCTION_FIELDS):  # Weights under another function.
+        raise ValueError(f'{workdir} holds another model than config.model ({said}): drop the '
+                         'override, or use another --workdir for a new model.')
+      logging.warning('%s holds another model shape than config.model (%s): the run\'s is '
+                      'used, as its checkpoints hold it', workdir, said)
     model_cfg.update(arch)
     model_cfg.size = run['model'].get('size', model_cfg.size)
     if platform_defaults.is_auto(model_cfg.scan_layers) and 'scan_layers' in run['model']:

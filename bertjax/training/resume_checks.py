@@ -22,6 +22,7 @@ def check(config, workdir, step: int, examples_consumed: int, schedule):
   """All of the below, against the config that wrote checkpoint `step` (none: nothing)."""
   last = _last_config(workdir, step)
   if last:
+    _check_model(config, last, workdir, step)
     _check_schedule(config, last, workdir, step, schedule)
     _check_phases(config, last, workdir, step, examples_consumed)
     _check_data_order(config, last, step, examples_consumed)
@@ -80,6 +81,24 @@ def _check_phases(config, last: dict, workdir, step: int, examples_consumed: int
                      f'not {step} x global_batch_size {config.global_batch_size}: with another '
                      'batch its second phase would read its files from the wrong example; '
                      f'{keep}.')
+
+
+# What the model computes with the same shapes (the shapes a restore checks itself): changed on
+# a resume, the run's weights would go on under another function.
+FUNCTION_FIELDS = ('hidden_act', 'layer_norm_eps')
+
+
+def _check_model(config, last: dict, workdir, step: int):
+  """Refuses a resume whose model computes another function than the run's (relu for gelu,
+  another LayerNorm epsilon): its checkpoint restores (the shapes fit) and trains on silently."""
+  old = last.get('model', {})
+  changed = [f'model.{k} {old[k]!r} -> {config.model[k]!r}' for k in FUNCTION_FIELDS
+             if k in old and k in config.model and old[k] != config.model[k]]
+  if changed:
+    raise ValueError(f'{workdir} was trained to step {step} with another model than this config '
+                     f'makes ({", ".join(changed)}): its weights would go on under another '
+                     'function; keep the old values, or start another --workdir with '
+                     f'init_from={workdir}.')
 
 
 def _check_data_order(config, last: dict, step: int, examples_consumed: int):

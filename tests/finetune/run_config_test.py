@@ -157,3 +157,25 @@ def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):
     run_config.check_against_run(config, run, '/runs/r')
   assert ("init_from=/models/minilm is not loaded: /runs/r resumes from its own checkpoint (the "
           "run began from random weights)") in caplog.text
+
+
+def test_a_resume_with_another_model_function_is_refused_and_another_shape_said(tmp_path,
+                                                                                caplog):
+  """Pass S: with size= given, a --config.model.* override on a resume was replaced by the
+  run's value without a word: hidden_act or layer_norm_eps (weights under another function)
+  is refused; a shape field is said, and the run's shape (its checkpoints') is used."""
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  run = {'model': {**config.model.to_dict()}, 'data': {'vocab_file': ''}}
+  for field, value in (('hidden_act', 'relu'), ('layer_norm_eps', 1e-5)):
+    changed = finetune_config.get_config('task=sst2,size=tiny')
+    changed.model[field] = value
+    with pytest.raises(ValueError, match=rf'{tmp_path} holds another model than config.model '
+                       rf"\(model.{field} .* in the run vs {value!r}\): drop the override"):
+      run_config.resolve_model(changed, '', run, str(tmp_path))
+  changed = finetune_config.get_config('task=sst2,size=tiny')
+  changed.model.num_layers = 1
+  with caplog.at_level('WARNING'), pytest.raises(FileNotFoundError, match='keeps no copy of its '
+                                                 'vocab'):
+    run_config.resolve_model(changed, '', run, str(tmp_path))
+  assert (f"{tmp_path} holds another model shape than config.model (model.num_layers 2 in the "
+          "run vs 1): the run's is used") in caplog.text

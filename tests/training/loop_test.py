@@ -707,6 +707,21 @@ def test_another_embedded_corpus_on_a_resume_is_said(caplog):
   assert 'the data order differs' not in caplog.text
 
 
+def test_a_resume_with_a_model_of_another_function_is_refused(tmp_path):
+  """Pass S: a resume with --config.model.hidden_act=relu restored the gelu run's weights (the
+  shapes fit) and trained them on under relu without a word."""
+  (tmp_path / 'config.json').write_text(pretrain.get_config('size=tiny').to_json())
+  config = pretrain.get_config('size=tiny')
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)  # The same model.
+  for field, value in (('hidden_act', 'relu'), ('layer_norm_eps', 1e-5)):
+    changed = pretrain.get_config('size=tiny')
+    changed.model[field] = value
+    with pytest.raises(ValueError, match=rf"{tmp_path} was trained to step 6 with another model "
+                       rf"than this config makes \(model.{field} .* -> {value!r}\): its weights "
+                       'would go on under another function'):
+      resume_checks.check(changed, str(tmp_path), 6, 384, lambda step: 0.0)
+
+
 def test_a_resume_compares_with_the_config_that_wrote_its_checkpoint(tmp_path):
   for name, seed in (('config.json', 0), ('config-resumed-at-6.json', 1),
                      ('config-resumed-at-9.json', 2)):  # 9: a resume that failed at once.
