@@ -1,8 +1,9 @@
 """An export's output folder: what --output may replace, its manifest, and writing it whole.
 
 check() refuses, before anything is read, an --output that would lose something; write() puts an
-export there complete or not at all: a local folder is written beside and renamed into place, a
-URL is uploaded under a manifest that says it is in progress until the last file is there.
+export there complete or not at all, checking the output again just before (another export or a
+user may have written there meanwhile): a local folder is written beside and renamed into place,
+a URL is uploaded under a manifest that says it is in progress until the last file is there.
 """
 
 import contextlib
@@ -18,11 +19,12 @@ from bertjax import console
 from bertjax import files
 from bertjax import processes
 from bertjax.interop import init_from
+from bertjax.training import run_files
 
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
 # holds this manifest and nothing else than the files it lists (never a model downloaded by
 # hand, a run, or a user's notes added to an export).
-MANIFEST = '.bertjax_export_manifest.json'
+MANIFEST = run_files.EXPORT_MANIFEST
 
 
 def _normalised(path: str) -> str:
@@ -50,7 +52,8 @@ def check(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
   --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote.
-  Local paths and URLs alike (URLs compared as strings)."""
+  Local paths and URLs alike (URLs compared as strings). Returns the files there (relative
+  names, the manifest left out) that the export replaces: all listed by the earlier export."""
   output = os.fspath(output)
   files.check_bucket(output)
   if not files.is_remote(output):
@@ -81,7 +84,7 @@ def check(output, overwrite: bool, source: str = ''):
                           f'the bertjax run {run}: an export is never written into a run; '
                           'choose a directory outside it.')
   if not files.isdir(output) or not files.listdir(output):
-    return
+    return set()
   if not overwrite:
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
@@ -90,11 +93,13 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
                           '--overwrite replaces only an earlier export; choose another '
                           'directory, or empty it yourself.')
-  extra = sorted(set(files.walk_files(output)) - listed - {MANIFEST})
+  there = set(files.walk_files(output)) - {MANIFEST}
+  extra = sorted(there - listed)
   if extra:
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
+  return there
 
 
 def _listed(folder: str) -> set | None:
@@ -129,14 +134,22 @@ def _umask() -> int:
   return mask
 
 
-def _upload(local: str, output: str, fmt: str, source: str):
-  """Puts the export written in `local` at URL `output`, replacing an earlier export there: an
-  in-progress manifest listing the old files and the new first, then the files, then the old
-  ones the new export lacks removed, and the complete manifest last. Cut short anywhere, the
-  folder holds only files its manifest lists (a rerun with --overwrite replaces it)."""
+def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
+  """Puts the export written in `local` at URL `output`, replacing an earlier export there: the
+  output checked again as check() did at the start (another export or a user may have written
+  there meanwhile), an in-progress manifest listing the old files and the new, then the files,
+  then the old ones the new export lacks removed, and the complete manifest last. Only what the
+  re-check found listed by an earlier export's manifest is ever removed. Cut short anywhere,
+  the folder holds only files its manifest lists (a rerun with --overwrite replaces it)."""
   written = files.walk_files(local)
-  old = set(files.walk_files(output)) - {MANIFEST} if files.isdir(output) else set()
   manifest = files.join(output, MANIFEST)
+  # An object store has no atomic rename (as _write_local's) nor a write-if-absent here: what
+  # is written under `output` between the re-check's listing and the in-progress manifest
+  # below (a few requests, nothing else in between) is not seen by it. A user's file written
+  # then is kept (only what `old` names is removed) unless the export writes the same name; a
+  # second export started then mixes its files with these. Once the manifest is there, another
+  # export's check refuses the folder without --overwrite, and with it replaces this one.
+  old = check(output, overwrite)
   files.write_atomically(manifest, _manifest(fmt, source, old | set(written), in_progress=True))
   for name in written:
     files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
@@ -145,11 +158,12 @@ def _upload(local: str, output: str, fmt: str, source: str):
   files.write_atomically(manifest, _manifest(fmt, source, written))
 
 
-def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None]):
+def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None],
+                  overwrite: bool):
   with tempfile.TemporaryDirectory(prefix='bertjax_export_') as local:  # local temp
     with console.temporary(local):  # Ctrl-C removes it too.
       write_into(local)
-      _upload(local, output, fmt, source)
+      _upload(local, output, fmt, source, overwrite)
 
 
 def _recover(parent: str, name: str):
@@ -215,6 +229,6 @@ def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
   into an empty temporary folder, with the manifest that names `fmt`, `source` and every file;
   replaces what check(output, overwrite) let through."""
   if files.is_remote(output):
-    _write_remote(output, fmt, source, write_into)
+    _write_remote(output, fmt, source, write_into, overwrite)
   else:
     _write_local(output, fmt, source, write_into, overwrite)

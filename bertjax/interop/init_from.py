@@ -59,11 +59,32 @@ def is_transformers_dir(path) -> bool:
 
 def check_exists(path, missing: str):
   """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
-  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket."""
+  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
+  An export cut short is refused (check_complete)."""
   path = os.fspath(path)
-  if files.exists(path) or files.exists(f'{path}.index'):
+  if not (files.exists(path) or files.exists(f'{path}.index')):
+    files.check_exists(path, missing)
+  check_complete(path)
+
+
+def check_complete(path):
+  """Refuses an export whose upload was cut short (its manifest, run_files.EXPORT_MANIFEST,
+  still says in progress): its folder may hold two exports' files mixed, which would load
+  without an error. `path`: the folder, or a TF1 prefix in it."""
+  path = os.fspath(path)
+  folder = path if files.isdir(path) else files.parent(path) or '.'  # A TF1 prefix: its folder.
+  try:
+    manifest = json.loads(files.read_text(files.join(folder, run_files.EXPORT_MANIFEST)))
+  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
+    return  # No manifest (not an export), or one that says nothing readable: nothing to refuse.
+  if not isinstance(manifest, dict) or not manifest.get('in_progress'):
     return
-  files.check_exists(path, missing)
+  rerun = 'rerun the export that writes it, with --overwrite'
+  if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
+    rerun += (f': python -m bertjax.export --from={manifest["source"]} '
+              f'--format={manifest["format"]} --output={folder} --overwrite')
+  raise ValueError(f'{folder} is an export cut short (its {run_files.EXPORT_MANIFEST} says in '
+                   f'progress: its files may be two exports\' mixed): {rerun}.')
 
 
 def model_config(init_from: str) -> dict:
@@ -203,7 +224,8 @@ def pooling(init_from: str) -> str | None:
 
 def read_params(path, with_heads: bool = True):
   """Parameters (numpy tree) from a transformers dir, a TF1 checkpoint, a workdir, its
-  checkpoints/ or one step."""
+  checkpoints/ or one step (not an export cut short)."""
+  check_complete(path)
   if tf1_checkpoint.find(path) is not None:
     tf1 = tf1_checkpoint.load(path)
     logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; skipped %d that are not '

@@ -26,7 +26,8 @@ from bertjax.training import kinds
 
 
 def format_of(path) -> str:
-  """'tf1', 'hf' or 'bertjax' for a location that exists; errors say what was expected."""
+  """'tf1', 'hf' or 'bertjax' for a location that exists and is not an export cut short
+  (init_from.check_exists); errors say what was expected."""
   path = os.fspath(path)
   init_from.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
                          'a transformers BERT directory or an original TF checkpoint.')
@@ -44,6 +45,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
   vocab_file / do_lower_case override what the source says; bert_config_file: a TF1
   checkpoint's config kept apart from it (the original extract_features' flags)."""
   if bert_config_file:
+    init_from.check_complete(path)  # format_of's check, which this TF1 reader skips.
     result = tf1_checkpoint.load(path, config_file=bert_config_file)
   else:
     path = checkpoint_reader.step_path(path, step)

@@ -44,6 +44,9 @@ def write_json(path, payload: dict):
 # kept under this name too: every reader tells the kind from the file's bytes
 # (vocab_files.for_model), so one name serves both and every existing workdir still reads.
 RUN_VOCAB = 'vocab.txt'
+# Written last into every export (interop/export_folder.py): the files it wrote, and while an
+# upload is under way `in_progress` (every reader of a model refuses such a folder).
+EXPORT_MANIFEST = '.bertjax_export_manifest.json'
 
 
 def keep_run_vocab(workdir: str, vocab: str):

@@ -13,6 +13,8 @@ import pytest
 
 from bertjax import processes
 from bertjax.interop import export_folder
+from bertjax.interop import init_from
+from bertjax.interop import sources
 
 
 def _run(folder):
@@ -43,6 +45,7 @@ def test_over_a_model_folder_the_suggested_output_is_beside_it(tmp_path):
 _KILLED_MIDWAY = '''
 import os, sys, time
 from bertjax.interop import export_folder
+from bertjax.interop import sources
 def write_into(folder):
   open(os.path.join(folder, 'model.safetensors'), 'w').write('half')
   print('writing', flush=True)
@@ -177,3 +180,29 @@ def test_an_output_under_a_file_is_one_line(tmp_path):
                      'is a file: pass a directory path'):
     export_folder.check(str(tmp_path / 'notes' / 'sub' / 'out'), overwrite=False)
   assert (tmp_path / 'notes').read_text() == 'mine'
+
+
+def test_a_local_export_cut_short_is_refused_by_the_readers(tmp_path):
+  # A bucket's export cut short, copied down (gsutil cp -r): its manifest still in progress.
+  hf, tf1 = tmp_path / 'hf', tmp_path / 'tf1'
+  hf.mkdir()
+  tf1.mkdir()
+  (hf / 'config.json').write_text('{}')
+  (tf1 / 'bert_model.ckpt.index').write_text('')
+  for folder in (hf, tf1):
+    (folder / export_folder.MANIFEST).write_text(json.dumps(
+        {'format': folder.name, 'source': 'gs://b/src', 'files': [], 'in_progress': True}))
+  for path, folder in ((hf, hf), (tf1, tf1), (tf1 / 'bert_model.ckpt', tf1)):
+    with pytest.raises(ValueError, match=re.escape(
+        f'{folder} is an export cut short (its {export_folder.MANIFEST} says in progress')
+        + '.*' + re.escape(f'--from=gs://b/src --format={folder.name} --output={folder} '
+                           '--overwrite.')):
+      sources.format_of(str(path))
+  with pytest.raises(ValueError, match='is an export cut short'):
+    sources.load(str(tf1 / 'bert_model.ckpt'), bert_config_file=str(tmp_path / 'config.json'))
+  # The training jobs' init_from (pre-training and fine-tuning) reads through init_from.
+  for read in (init_from.model_config, init_from.read_params):
+    with pytest.raises(ValueError, match=f'{hf} is an export cut short'):
+      read(str(hf))
+  (hf / export_folder.MANIFEST).write_text(json.dumps({'format': 'hf', 'files': []}))
+  assert sources.format_of(str(hf)) == 'hf'  # Complete: read as before.

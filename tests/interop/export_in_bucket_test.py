@@ -9,6 +9,7 @@ this process (an export's writer is all that differs between formats).
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -178,6 +179,92 @@ def test_export_refusals_hold_for_urls(minilm_url, gcs_bucket):
   # A typo in the output's bucket is named before the export is made, by the URL as given.
   with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/hf: the bucket'):
     export_folder.check('gs://no-such-bucket-xyz/hf', overwrite=False, source=minilm_url)
+
+
+def _write(output, text, overwrite=False, meanwhile=lambda: None, also=''):
+  """export_folder.write of an export of config.json (`text`) and the file `also` to `output`;
+  `meanwhile` runs after the export is made and before it is uploaded."""
+  def write_into(folder):
+    for name, content in (('config.json', text), (also, '')):
+      if name:
+        with open(os.path.join(folder, name), 'w', encoding='utf-8') as f:
+          f.write(content)
+    meanwhile()
+  export_folder.write(output, 'hf', 'src', write_into, overwrite)
+
+
+def test_an_output_written_meanwhile_in_a_bucket_is_checked_again(gcs_bucket):
+  # The report's race: a file written into the output while the export runs, which the upload
+  # deleted (no --overwrite), and a second export to the same output whose files the first
+  # one deleted. Checked again before the upload, as a local output is before its rename.
+  out = files.join(gcs_bucket, 'race')
+  notes = files.join(out, 'notes.txt')
+  export_folder.check(out, overwrite=False)
+  with pytest.raises(FileExistsError, match='exists and is not empty: pass --overwrite'):
+    _write(out, 'export', meanwhile=lambda: files.write_atomically(notes, 'mine'))
+  assert files.walk_files(out) == ['notes.txt']
+  twice = files.join(gcs_bucket, 'twice')
+  export_folder.check(twice, overwrite=False)
+  with pytest.raises(FileExistsError, match='exists and is not empty: pass --overwrite'):
+    _write(twice, 'first', meanwhile=lambda: _write(twice, 'second'))
+  assert assert_complete_export(twice)['files'] == ['config.json']
+  assert files.read_text(files.join(twice, 'config.json')) == 'second'
+  # --overwrite replaces an earlier export written meanwhile, not a user's file added to it.
+  _write(twice, 'third', overwrite=True, meanwhile=lambda: _write(twice, 'x', overwrite=True))
+  assert files.read_text(files.join(twice, 'config.json')) == 'third'
+  assert_complete_export(twice)
+  added = files.join(twice, 'NOTES.md')
+  with pytest.raises(FileExistsError, match='did not write .*NOTES.md'):
+    _write(twice, 'fourth', overwrite=True, meanwhile=lambda: files.write_atomically(added, 'me'))
+  assert files.read_text(added) == 'me'
+  assert files.read_text(files.join(twice, 'config.json')) == 'third'
+
+
+def test_a_file_added_after_the_last_check_is_kept_by_overwrite(gcs_bucket, monkeypatch):
+  # What is left of the race: a file written between the re-check and the upload is not seen
+  # by the check, but the upload removes only what the earlier export's manifest listed.
+  out = files.join(gcs_bucket, 'earlier')
+  _write(out, 'earlier', also='old.bin')
+  checked = export_folder.check
+  added = files.join(out, 'notes.txt')
+
+  def check_then_write(*args, **kwargs):
+    replaced = checked(*args, **kwargs)
+    files.write_atomically(added, 'mine')
+    return replaced
+  monkeypatch.setattr(export_folder, 'check', check_then_write)
+  _write(out, 'new', overwrite=True)
+  assert files.read_text(added) == 'mine'
+  assert files.walk_files(out) == sorted([MANIFEST, 'config.json', 'notes.txt'])
+  assert json.loads(files.read_text(files.join(out, MANIFEST)))['files'] == ['config.json']
+
+
+def test_an_export_cut_short_in_a_bucket_is_refused_by_its_readers(minilm_url, gcs_bucket,
+                                                                   tmp_path):
+  # An upload SIGKILLed midway leaves its manifest in progress over two exports' files mixed.
+  out = files.join(gcs_bucket, 'cut_short')
+  export.export(minilm_url, 'hf', out)
+  manifest = files.join(out, MANIFEST)
+  written = json.loads(files.read_text(manifest))
+  files.write_atomically(manifest, json.dumps({**written, 'in_progress': True}))
+  refused = (f'^{re.escape(out)} is an export cut short \\(its {re.escape(MANIFEST)} says in '
+             'progress.*: rerun the export that writes it, with --overwrite: '
+             + re.escape(f'python -m bertjax.export --from={minilm_url} --format=hf '
+                         f'--output={out} --overwrite.') + '$')
+  with pytest.raises(ValueError, match=refused):
+    sources.format_of(out)
+  with pytest.raises(ValueError, match=refused):
+    sources.load(out)
+  with pytest.raises(ValueError, match=refused):
+    export.export(out, 'tf1', files.join(gcs_bucket, 'again'))
+  proc = run_export(f'--from={out}', '--format=hf', f'--output={tmp_path / "again"}')
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  lines = printed(proc)
+  assert len(lines) == 1 and lines[0].startswith(f'error: {out} is an export cut short'), lines
+  assert not (tmp_path / 'again').exists() and not files.exists(files.join(gcs_bucket, 'again'))
+  # The rerun it names replaces it; what it wrote reads again.
+  export.export(minilm_url, 'hf', out, overwrite=True)
+  assert sources.format_of(out) == 'hf'
 
 
 def test_a_bertjax_run_in_a_bucket_reads_as_the_local_one(fine_tuned_sst2, gcs_bucket):
