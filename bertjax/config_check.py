@@ -127,6 +127,12 @@ def check(config) -> None:
     _check_embed(c)
     return
   _check_model(c)
+  impl, rate = c.get('model.attention_impl'), c.get('model.attention_dropout_rate')
+  if (impl in ('splash', 'dot_product_attention') and rate is not _MISSING and rate > 0
+      and c.get('mode') in (_MISSING, 'train_eval')):  # Else refused once traced, data read.
+    c.fail('model.attention_impl', impl, f'has no attention-probability dropout, and '
+           f'model.attention_dropout_rate={rate} trains with it', 'set '
+           '--config.model.attention_dropout_rate=0, or attention_impl=auto (xla or cudnn)')
   _check_training(c, job)
   _check_optimizer(c, job)
   _check_mesh_and_checkpoint(c)

@@ -1,6 +1,7 @@
 """What Cloud TPU offers (zones, VM images, slice shapes), and what the launchers (tpu_pod.py,
 gke_jobset.py) share: the command runner, the job's --workdir and where its config file lies."""
 
+import math
 import os
 import pathlib
 import shlex
@@ -61,6 +62,37 @@ class Runner:
     if check and result.returncode:
       raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
     return result
+
+
+def devices(accelerator_type: str, num_slices: int = 1) -> int:
+  """The JAX devices of `num_slices` slices of a type: its topology's chips (one device each,
+  v4/v5p's two TensorCores included)."""
+  _, topology = SLICES[accelerator_type]
+  return math.prod(int(n) for n in topology.split(':')[1].split('x')) * num_slices
+
+
+def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
+  """Refuses, before a slice is booked, a config that fails on a TPU slice of that size at its
+  start: a GPU kernel (attention_impl=cudnn, as platform_defaults resolves it for 'tpu'), or a
+  batch the slice's devices cannot split (the data and fsdp axes: all devices over tensor)."""
+  from bertjax.model import platform_defaults  # pylint: disable=g-import-not-at-top  # jax.
+  training = config.job == 'pretrain' or config.get('mode', 'train_eval') == 'train_eval'
+  platform_defaults.resolve(config.model, 'tpu', training=training)
+  count = devices(accelerator_type, num_slices)
+  tensor = config.mesh.get('tensor', 1)
+  if count % tensor:
+    raise ValueError(f'config.mesh.tensor={tensor} does not divide the {count} devices of '
+                     f'{num_slices} x {accelerator_type}: pick a tensor size that divides it')
+  split = count // tensor
+  micro = config.global_batch_size // config.get('grad_accum_steps', 1)
+  for name, value in (('global_batch_size', config.global_batch_size),
+                      ('the micro-batch (global_batch_size / grad_accum_steps)', micro),
+                      ('eval_batch_size', config.eval_batch_size)):
+    if value % split:
+      raise ValueError(f'{name}={value} cannot be split over the {split} batch shards of '
+                       f'{num_slices} x {accelerator_type} ({count} devices / mesh.tensor '
+                       f'{tensor}): pass a multiple of {split}, e.g. '
+                       f'{max(split, value // split * split)}')
 
 
 def check_workdir(main_args, workdir: str):

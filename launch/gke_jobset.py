@@ -26,7 +26,6 @@ kubectl delete). --dry_run prints every command and runs none. Tests:
 tests/launch/gke_jobset_test.py (a fake kubectl).
 """
 
-import math
 import pathlib
 import shlex
 import sys
@@ -67,8 +66,7 @@ def _define_flags():
 
 def chips_per_host(accelerator_type: str) -> int:
   """google.com/tpu per pod: the slice's chips (its topology's product) over its hosts."""
-  hosts, topology = cloud.SLICES[accelerator_type]
-  return math.prod(int(n) for n in topology.split(':')[1].split('x')) // hosts
+  return cloud.devices(accelerator_type) // cloud.SLICES[accelerator_type][0]
 
 
 def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir: str):
@@ -255,7 +253,8 @@ def main(argv):
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
-    config_args.check_args(argv[1:])
+    cloud.check_for_slice(config_args.check_args(argv[1:]), FLAGS.accelerator_type,
+                          FLAGS.num_slices)
     check_output(pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)

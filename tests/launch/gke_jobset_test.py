@@ -203,6 +203,13 @@ def test_dry_run_prints_the_commands_and_runs_none(tmp_path):
   assert 'kubectl delete jobset bert-large --ignore-not-found' in out
 
 
+def test_a_batch_the_slices_cannot_split_is_refused_before_the_manifest(tmp_path):
+  code, out, calls = launch(tmp_path, main_args=MAIN_ARGS + ['--config.global_batch_size=48'])
+  assert code == 2 and ('gke_jobset: error: global_batch_size=48 cannot be split over the 32 '
+                        'batch shards of 2 x v5litepod-16') in out, out
+  assert calls == [] and not (tmp_path / 'bert.yaml').exists()
+
+
 def test_a_local_workdir_is_refused_before_anything_runs(tmp_path):
   bad = subprocess.run(
       [sys.executable, '-m', 'launch.gke_jobset', '--name=b', '--accelerator_type=v6e-8',

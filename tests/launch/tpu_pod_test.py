@@ -264,6 +264,31 @@ def test_a_job_workdir_other_than_the_launchers_is_refused_before_anything_runs(
   assert worker_job(calls)[-1] == '--workdir=gs://b/runs/base;'
 
 
+def test_a_config_that_fails_on_the_slice_is_refused_before_booking(monkeypatch):
+  """Pass S: these passed the launchers' check, then failed on the booked slice at their start
+  (cudnn on a TPU; a batch 16 devices cannot split) or once traced, the data read (splash with
+  attention dropout, on any platform)."""
+  monkeypatch.chdir(REPO)
+  for extra, message in (
+      (['--config.model.attention_impl=cudnn'], 'model.attention_impl=cudnn is a GPU kernel and '
+       'this run is on tpu'),
+      (['--config.global_batch_size=100'], 'global_batch_size=100 cannot be split over the 16 '
+       'batch shards of 1 x v5litepod-16 (16 devices / mesh.tensor 1): pass a multiple of 16, '
+       'e.g. 96'),
+      (['--config.global_batch_size=128', '--config.grad_accum_steps=16'], 'the micro-batch '
+       '(global_batch_size / grad_accum_steps)=8 cannot be split over the 16 batch shards'),
+      (['--config.mesh.tensor=3'], 'config.mesh.tensor=3 does not divide the 16 devices'),
+      (['--config.model.attention_impl=splash'], "config.model.attention_impl='splash': has no "
+       'attention-probability dropout, and model.attention_dropout_rate=0.1 trains with it')):
+    calls = []
+    with pytest.raises(ValueError, match=re.escape(message)):
+      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base',
+                     run=lambda cmd, _calls=calls, **_: _calls.append(cmd))
+    assert calls == [], extra
+  assert launch_in_process(MAIN_ARGS + ['--config.model.attention_impl=splash',
+                                        '--config.model.attention_dropout_rate=0'])
+
+
 def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretraining(
     monkeypatch):
   monkeypatch.chdir(REPO)
