@@ -10,9 +10,11 @@ remote file or folder downloaded to a temporary folder) or `staged_folder` (writ
 then uploaded whole once the block succeeds).
 
 Object stores have no rename and no folders: an atomic write there is one object put (the
-object appears whole or not at all); `makedirs` is a no-op; a "folder" exists when an object
-lies under it. Transient errors (timeouts, 429, 5xx) are retried with backoff by the client
-library (gcsfs: 6 tries); what still fails is reported in one line naming the URL as given.
+object appears whole or not at all); `makedirs` makes nothing; a "folder" exists when an object
+lies under it, and a write under an object is refused as a disk refuses a file under a file.
+A URL is read and written as orbax names it (`normalised`: gs://b//x is gs://b/x). Transient
+errors (timeouts, 429, 5xx) are retried with backoff by the client library (gcsfs: 6 tries);
+what still fails is reported in one line naming the URL as given.
 Which client serves a URL, whether its service can be reached and whether its bucket exists
 are object_store.py's.
 """
@@ -36,6 +38,12 @@ def is_remote(path) -> bool:
   """True for a URL (gs://, s3://, memory://, ...); False for a local path or file:// URL."""
   text = os.fspath(path) if not isinstance(path, str) else path
   return '://' in text and not text.startswith('file://')
+
+
+def normalised(path) -> str:
+  """A URL spelled as every client stores it (object_store.normalised: gs://b//x is gs://b/x);
+  a local path unchanged (the OS reads // as /)."""
+  return object_store.normalised(path) if is_remote(path) else os.fspath(path)
 
 
 def _local(path) -> str:
@@ -82,11 +90,57 @@ def require_file(path, missing: str):
 
 def check_bucket(path):
   """Raises check_exists' missing-bucket error for a URL whose bucket does not exist (or these
-  credentials cannot see); nothing for a local path. Writers call it before any work: the put at
-  the end would fail only after it, naming the object it put."""
+  credentials cannot see), or check_folders' for a URL under an object; nothing for a local path.
+  Writers call it before any work: the put at the end would fail only after it, naming the
+  object it put (or, under an object, succeed: see check_folders)."""
   error = _missing_bucket(path)
   if error is not None:
     raise error
+  if is_remote(path):
+    check_folders(path)
+
+
+# The folders (URLs) seen to be no object, nor any folder above them in their bucket: asked once
+# per process, not at every put (a run puts its event file and its lock again every few seconds).
+# An object another process puts at such a name later goes unseen, as it did before any check.
+_FOLDERS_SEEN = set()
+
+
+def check_folders(path):
+  """Raises NotADirectoryError, in one line, when a folder above `path` is a file: locally the
+  nearest one that exists; in a bucket any of them that is an object, which a put does not
+  refuse: the name would become a file and a folder at once (gs://b/in.txt and
+  gs://b/in.txt/out.jsonl), which no local copy can hold and tools read as one or the other."""
+  if is_remote(path):
+    _check_folders(path, parent(normalised(path)))
+  else:
+    _check_folders(path, os.path.dirname(os.path.abspath(_local(path))))
+
+
+def _check_folders(path, folder: str):
+  """check_folders of `path` from `folder` up (a URL's up to its bucket, not included)."""
+  if not is_remote(path):
+    while not os.path.exists(folder) and folder != os.path.dirname(folder):
+      folder = os.path.dirname(folder)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+      raise _under_a_file(path, folder)
+    return
+  fs, _ = object_store.client(path)
+  asked = []
+  while folder not in _FOLDERS_SEEN and '/' in folder.partition('://')[2]:
+    try:
+      under = fs.isfile(fs._strip_protocol(folder))  # pylint: disable=protected-access
+    except Exception:  # pylint: disable=broad-except  # Write-only credentials: the put decides.
+      return
+    if under:
+      raise _under_a_file(path, folder)
+    asked.append(folder)
+    folder = parent(folder)
+  _FOLDERS_SEEN.update(asked)
+
+
+def _under_a_file(path, folder) -> NotADirectoryError:
+  return NotADirectoryError(f'cannot write {path}: {folder} is a file, not a directory')
 
 
 def _describe(error: BaseException, path) -> BaseException:
@@ -135,14 +189,22 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
   """A file object for `path`. Writing to a URL puts one object when the file is closed."""
   if 'b' in mode:
     encoding = None
-  if set(mode) & set('wax'):
+  writes = bool(set(mode) & set('wax'))
+  if writes:
     _check_file_name(path)
   if not is_remote(path):
     if 'r' in mode and os.path.isdir(_local(path)):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
     with _reaching(path):
-      return builtins.open(  # pylint: disable=consider-using-with
-          _local(path), mode, encoding=encoding)
+      try:
+        return builtins.open(  # pylint: disable=consider-using-with
+            _local(path), mode, encoding=encoding)
+      except NotADirectoryError:
+        if writes:
+          check_folders(path)  # A file where a folder should be: said as in a bucket.
+        raise
+  if writes:
+    check_folders(path)
   fs, stripped = object_store.client(path)
   with _reaching(path):
     if 'r' in mode and not fs.isfile(stripped):
@@ -229,6 +291,7 @@ def write_atomically(path, data: str | bytes):
   if isinstance(data, str):
     data = data.encode('utf-8')
   if is_remote(path):
+    check_folders(path)
     fs, stripped = object_store.client(path)
     with _reaching(path):
       fs.pipe_file(stripped, data)
@@ -236,7 +299,11 @@ def write_atomically(path, data: str | bytes):
   path = _local(path)
   if os.path.isdir(path):  # Else the rename's error names the temp file.
     raise IsADirectoryError(f'{path} is a folder: name the file to write.')
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  except (FileExistsError, NotADirectoryError):
+    check_folders(path)  # A file where a folder should be: said as in a bucket.
+    raise
   from bertjax import console  # pylint: disable=g-import-not-at-top
   temp = temporary_beside(path)
   try:
@@ -331,9 +398,16 @@ def walk_files(path) -> list[str]:
 
 
 def makedirs(path):
-  """A local folder and its parents (an object store needs none)."""
-  if not is_remote(path):
+  """A local folder and its parents (an object store needs none, but refuses, as a disk does,
+  one that is an object or lies under one: check_folders)."""
+  if is_remote(path):
+    _check_folders(path, normalised(path).rstrip('/'))  # The folder itself, then those above.
+    return
+  try:
     os.makedirs(_local(path), exist_ok=True)
+  except (FileExistsError, NotADirectoryError):
+    _check_folders(path, os.path.abspath(_local(path)))  # A file where a folder should be.
+    raise
 
 
 def remove(path):

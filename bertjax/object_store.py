@@ -8,6 +8,7 @@ error to show when the bucket of a URL does not exist or these credentials canno
 
 import functools
 import os
+import re
 import socket
 
 # gcsfs' default file system asks the storage-control API for every bucket's layout first (for
@@ -59,8 +60,22 @@ def check_reachable(protocol: str, path: str):
   REACHED.add(protocol)
 
 
+def normalised(path) -> str:
+  """A URL with each run of slashes after its bucket made one (gs://b//runs//x is gs://b/runs/x;
+  a trailing / stays one): the objects orbax and tensorstore write for it, and what // means in
+  a local path. fsspec alone would put `b//runs/x` under names beginning with /, which no other
+  tool reads: one run split between two spellings (`gs://b/` + `/runs/x` is a common one).
+  http(s) URLs are kept as given: their path is the server's to read, a query may hold //."""
+  path = os.fspath(path)
+  protocol, rest = path.split('://', 1)
+  if protocol in ('http', 'https'):
+    return path
+  bucket = rest.split('/', 1)[0]
+  return f'{protocol}://{bucket}{re.sub("/{2,}", "/", rest[len(bucket):])}'
+
+
 def client(path):
-  """(fsspec file system, path as it knows it) for a URL."""
+  """(fsspec file system, path as it knows it, normalised) for a URL."""
   path = os.fspath(path)
   protocol = path.split('://', 1)[0]
   check_reachable(protocol, path)
@@ -68,7 +83,7 @@ def client(path):
     fs = filesystem(protocol)
   except ValueError as e:  # Names the URL as given: a command may take several.
     raise ValueError(f'{path}: {e}') from e.__cause__
-  return fs, fs._strip_protocol(path)  # pylint: disable=protected-access
+  return fs, fs._strip_protocol(normalised(path))  # pylint: disable=protected-access
 
 
 def bucket_of(path) -> str:
@@ -79,13 +94,12 @@ def bucket_of(path) -> str:
 
 def missing_bucket(path) -> FileNotFoundError | None:
   """The error for a URL whose bucket does not exist (or these credentials cannot see), else
-  None."""
+  None. A URL that is the bucket itself is named once, as the bucket (an export to a bucket's
+  root would otherwise be checked only at its first put, named by that object's URL)."""
   path = os.fspath(path)
   if not path.split('://', 1)[1].strip('/'):
     return None
   bucket = bucket_of(path)
-  if bucket == path.rstrip('/'):
-    return None
   try:
     fs, stripped = client(bucket)
     if fs.exists(stripped):
@@ -93,5 +107,6 @@ def missing_bucket(path) -> FileNotFoundError | None:
   except Exception:  # pylint: disable=broad-except  # The original error is reported instead.
     return None
   hint = STORE_HINTS.get(path.split('://', 1)[0], 'check the URL and your credentials')
-  return FileNotFoundError(f'{path}: the bucket {bucket} does not exist or these credentials '
+  named = '' if bucket == path.rstrip('/') else f'{path}: '
+  return FileNotFoundError(f'{named}the bucket {bucket} does not exist or these credentials '
                            f'cannot see it: {hint}.')

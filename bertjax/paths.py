@@ -1,7 +1,8 @@
 """Paths made absolute once, at the start of a job: a relative path would mean another place
 to orbax (which refuses relative paths), to worker processes and after a `cd` in a notebook.
 
-Remote paths (gs://, s3://, ...) are kept as they are; `~` is expanded.
+Remote paths (gs://, s3://, ...) are only normalised (files.normalised: gs://b//x is gs://b/x, as
+orbax names it); `~` is expanded.
 """
 
 import io
@@ -16,12 +17,13 @@ _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 
 
 def absolute(path: str) -> str:
-  """An absolute local path (a file:// URL becomes one: the OS calls on it take no URL); '' and
-  remote URLs unchanged."""
+  """An absolute local path (a file:// URL becomes one: the OS calls on it take no URL); a
+  remote URL normalised (files.normalised: what bertjax's files, orbax and TensorFlow then name
+  is one place); '' unchanged."""
   if path.startswith('file://'):
     path = path[len('file://'):]
   elif not path or '://' in path:
-    return path
+    return files.normalised(path) if path else path
   return os.path.abspath(os.path.expanduser(path))
 
 
@@ -146,6 +148,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     raise IsADirectoryError(f'{shown} names a folder (it ends in /): name the file '
                             'to write.')
   files.check_bucket(out)
+  files.check_folders(out)  # Under a file: refused before any work (a URL's asked once).
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'{shown} is a folder: name the file to write.')
   if not files.is_remote(out):
@@ -218,9 +221,11 @@ def same_path(a: str, b: str) -> bool:
 
 
 def file_key(path: str) -> str:
-  """One name per file: a local path resolved (links, `.`, `..`), a URL without a trailing /."""
+  """One name per file: a local path resolved (links, `.`, `..`), a URL normalised, without a
+  trailing /."""
   path = os.fspath(path)
-  return path.rstrip('/') if files.is_remote(path) else os.path.realpath(absolute(path))
+  return (files.normalised(path).rstrip('/') if files.is_remote(path)
+          else os.path.realpath(absolute(path)))
 
 
 def _model_folder(folder: str) -> tuple[str, str] | None:

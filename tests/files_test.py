@@ -17,7 +17,8 @@ from bertjax import processes
 def root(request, tmp_path):
   if request.param == 'local':
     return str(tmp_path)
-  if request.param == 'memory':
+  if request.param == 'memory':  # Its "bucket" made first: a test run alone finds it too.
+    files.write_atomically('memory://files_test/.bucket', b'')
     return f'memory://files_test/{tmp_path.name}'
   return request.getfixturevalue('gcs_bucket')
 
@@ -147,6 +148,80 @@ def test_missing_bucket_is_named(gcs_emulator):  # pylint: disable=unused-argume
   with pytest.raises(FileNotFoundError, match=r'^gs://no-such-bucket-xyz/out.txt: the bucket'):
     files.check_bucket('gs://no-such-bucket-xyz/out.txt')  # Before a writer's work.
   files.check_bucket('/no/such/local/folder/out.txt')  # Local paths: nothing to check.
+
+
+@pytest.mark.usefixtures('gcs_emulator')
+def test_a_missing_buckets_root_is_named_as_the_bucket():
+  """`export --output=gs://typo` was refused only at its first put, named by that object's URL
+  (gs://typo/.bertjax_export_manifest.json): the bucket given is named, once, before any work."""
+  for url in ('gs://no-such-bucket-xyz', 'gs://no-such-bucket-xyz/'):
+    with pytest.raises(FileNotFoundError, match=r'^the bucket gs://no-such-bucket-xyz does not '
+                                                r'exist or these credentials cannot see it'):
+      files.check_bucket(url)
+  with pytest.raises(FileNotFoundError, match=r'^the bucket gs://no-such-bucket-xyz does not'):
+    files.listdir('gs://no-such-bucket-xyz')
+
+
+def test_a_url_with_repeated_slashes_is_the_one_place_orbax_writes(root):
+  """`--workdir=gs://b//ds` (`gs://b/` + `/ds`): fsspec alone put config.json, results and events
+  under objects named `b//ds/...` while orbax put checkpoints under `b/ds/`, and nothing found
+  the run again. Every spelling is one place, as a local path's // is."""
+  given = root + '//ds//d/a.txt'
+  files.write_atomically(given, 'one\n')
+  with files.open(root + '//ds/w.txt', 'w') as f:
+    f.write('two\n')
+  assert files.read_text(files.join(root, 'ds', 'd', 'a.txt')) == 'one\n'
+  assert files.read_text(root + '/ds//w.txt') == 'two\n'
+  assert files.walk_files(root) == ['ds/d/a.txt', 'ds/w.txt']  # No object named `/ds/...`.
+  assert files.listdir(root + '//ds') == ['d', 'w.txt']
+  assert files.isfile(root + '/ds//d//a.txt') and files.isdir(root + '//ds//d/')
+  assert [files.name(p) for p in files.glob(root + '//ds//d/*.txt')] == ['a.txt']
+  files.remove(root + '//ds//w.txt')
+  assert not files.exists(files.join(root, 'ds', 'w.txt'))
+  if files.is_remote(root):
+    protocol, rest = root.split('://', 1)
+    assert files.normalised(f'{root}//ds///') == f'{protocol}://{rest}/ds/'  # Still a folder.
+  assert files.normalised('https://host//x?u=http://y') == 'https://host//x?u=http://y'
+
+
+def test_a_file_under_a_file_is_refused_alike(root):
+  """gs://b/in.txt/f.jsonl with gs://b/in.txt a file was put, making in.txt a file and a folder
+  at once; a disk refuses it. Every writer refuses it in the same line, and writes nothing."""
+  files.write_atomically(files.join(root, 'in.txt'), 'kept\n')
+  folder = files.join(root, 'in.txt')
+  writes = {files.join(folder, 'f.jsonl'): lambda p: files.write_atomically(p, 'x'),
+            files.join(folder, 'd', 'o.jsonl'): lambda p: files.open(p, 'w').close(),
+            files.join(folder, 'logs'): files.makedirs,
+            files.join(folder, 'shard'): files.check_bucket if files.is_remote(root) else (
+                files.check_folders)}
+  for path, write in writes.items():
+    with pytest.raises(NotADirectoryError,
+                       match=f'^cannot write {path}: {folder} is a file, not a directory$'):
+      write(path)
+  with pytest.raises(NotADirectoryError, match=f'^cannot write {folder}: {folder} is a file'):
+    files.makedirs(folder)
+  assert files.read_text(folder) == 'kept\n' and files.walk_files(root) == ['in.txt']
+
+
+def test_the_folders_of_a_url_are_asked_about_once(monkeypatch, gcs_bucket):
+  """A run puts its event file and lock again every few seconds, a writer its shards one by one:
+  the folders above a URL are asked about (one isfile each) at its first write only."""
+  fs, _ = files.object_store.client(gcs_bucket)
+  asked = []
+  isfile = fs.isfile
+  monkeypatch.setattr(fs, 'isfile', lambda p: asked.append(p) or isfile(p))
+  bucket = gcs_bucket[len('gs://'):]
+  files.write_atomically(f'{gcs_bucket}/run/events/a', 'x')
+  assert asked == [f'{bucket}/run/events', f'{bucket}/run']
+  asked.clear()
+  for _ in range(3):
+    files.write_atomically(f'{gcs_bucket}/run/events/a', 'x')
+  files.write_atomically(f'{gcs_bucket}/run/config.json', '{}')
+  with files.open(f'{gcs_bucket}/run/results.json', 'w') as f:
+    f.write('{}')
+  assert not asked
+  files.write_atomically(f'{gcs_bucket}/run/checkpoints/1', '{}')
+  assert asked == [f'{bucket}/run/checkpoints']
 
 
 def test_a_scheme_without_its_client_names_the_url(monkeypatch):

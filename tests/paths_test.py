@@ -179,3 +179,37 @@ def test_an_output_that_is_not_a_regular_file_is_refused(tmp_path):
                        r'\(a device, fifo or socket\): pass a file path\.$'):
       paths.check_output_file(given)
   assert stat.S_ISFIFO(os.stat(fifo).st_mode) and link.is_symlink()
+
+
+def test_a_url_with_repeated_slashes_is_made_one_spelling(tmp_path, monkeypatch):
+  """`--workdir=gs://b//ds` (`gs://b/` + `/ds`): the jobs hand the workdir, init_from and every
+  path field to bertjax's files, orbax and TensorFlow as paths.absolute makes them, so all of
+  them name gs://b/ds, as orbax does by itself; an output that is its input spelled otherwise
+  is that input."""
+  monkeypatch.chdir(tmp_path)
+  assert paths.absolute('gs://b//ds') == 'gs://b/ds'
+  assert paths.absolute('gs://b///runs//x/') == 'gs://b/runs/x/'  # Still a folder.
+  config = ml_collections.ConfigDict({
+      'init_from': 'gs://b//pre', 'data': {'train_files': 'gs://b//t/train-*,a//b.txt'}})
+  paths.absolute_config(config)
+  assert config.init_from == 'gs://b/pre'
+  assert config.data.train_files == f'gs://b/t/train-*,{tmp_path}/a/b.txt'
+  assert paths.same_path('gs://b//in.txt', 'gs://b/in.txt/')
+  assert paths.each_file_once(['gs://b/x', 'gs://b//x']) == ['gs://b/x']
+  given = f'memory://paths_test/{tmp_path.name}//in.txt'
+  paths.write_atomically(given, 'a\n')
+  with pytest.raises(FileExistsError, match='is the input it is made from'):
+    paths.check_output_file(f'memory://paths_test/{tmp_path.name}/in.txt', inputs=(given,))
+
+
+@pytest.mark.parametrize('where', ['local', 'gcs'])
+def test_an_output_under_a_file_is_refused_before_any_work(where, tmp_path, request):
+  """extract_features --output_file=gs://b/in.txt/f.jsonl (gs://b/in.txt a file) ran to its
+  end and put the object, making in.txt a file and a folder at once; a local one failed only
+  at its first write. Both are refused first, in the same line."""
+  root = str(tmp_path) if where == 'local' else request.getfixturevalue('gcs_bucket')
+  paths.write_atomically(f'{root}/in.txt', 'a\n')
+  for output in (f'{root}/in.txt/f.jsonl', f'{root}/in.txt/sub/f.jsonl'):
+    with pytest.raises(NotADirectoryError, match=f'^cannot write {output}: {root}/in.txt is a '
+                                                 'file, not a directory$'):
+      paths.check_output_file(output)
