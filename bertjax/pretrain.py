@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from bertjax import config_check
+from bertjax import files
 from bertjax import paths
 from bertjax import pretrain_objective
 from bertjax.input import global_batch
@@ -25,6 +26,7 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import vocab_files
+from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
@@ -175,9 +177,9 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
                                    masked=masked, nsp=config.model.nsp,
                                    max_instances_per_row=config.data.max_instances_per_row)
   checked = []
-  for files in (phase.train_files, phase.eval_files):
-    checked.append(file_set.resolve(files) if files else None)
-    if files:
+  for pattern in (phase.train_files, phase.eval_files):
+    checked.append(file_set.resolve(pattern) if pattern else None)
+    if pattern:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
                            vocab_file=model_vocab)
       if masked:
@@ -266,6 +268,19 @@ def _check_workdir_job(workdir: str):
                        '(init_from=<a run> starts from its weights).')
 
 
+def _say_init_from_on_a_resume(path: str, workdir: str):
+  """Warns that init_from is not read by a run that resumes from its own checkpoints (another
+  one than the run began from: fine-tuning says the same)."""
+  if not (init_from.is_run(workdir)
+          and checkpoint_reader.steps(files.join(workdir, 'checkpoints'))):
+    return
+  began = paths.absolute((init_from.run_config(workdir) or {}).get('init_from') or '')
+  if path != began:
+    logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
+                    'began from %s); to start from those weights, pre-train in another '
+                    '--workdir', path or "''", workdir, began or 'random weights')
+
+
 def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   _check_workdir_job(workdir)
   logging.info('--- mesh and data')
@@ -273,6 +288,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   mesh = sharding.make_mesh(config.mesh)
   vocab = vocab_file(config)
   path = init_from.configured(config)
+  _say_init_from_on_a_resume(path, workdir)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)

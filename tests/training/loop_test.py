@@ -707,6 +707,23 @@ def test_another_embedded_corpus_on_a_resume_is_said(caplog):
   assert 'the data order differs' not in caplog.text
 
 
+def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
+  """Pass S: a pre-training resumed with init_from= (even one that does not exist) said nothing
+  of it; fine-tuning says it is not loaded, and now pre-training does too."""
+  run = tmp_path / 'run'
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'init_from': ''}))
+  pretrain_job._say_init_from_on_a_resume('/models/other', str(run))  # pylint: disable=protected-access
+  assert caplog.messages == []  # No checkpoint yet: init_from is what the run starts from.
+  (run / 'checkpoints' / '4').mkdir()
+  pretrain_job._say_init_from_on_a_resume('', str(run))  # pylint: disable=protected-access
+  assert caplog.messages == []  # As the run began.
+  pretrain_job._say_init_from_on_a_resume('/models/other', str(run))  # pylint: disable=protected-access
+  assert caplog.messages == [f'init_from=/models/other is not loaded: {run} resumes from its own '
+                             'checkpoint (the run began from random weights); to start from '
+                             'those weights, pre-train in another --workdir']
+
+
 def test_a_resume_with_a_model_of_another_function_is_refused(tmp_path):
   """Pass S: a resume with --config.model.hidden_act=relu restored the gelu run's weights (the
   shapes fit) and trained them on under relu without a word."""
