@@ -360,8 +360,10 @@ def _check_data(c: _Checker, job):
       c.fail('data.doc_stride', stride, f'exceeds the {seq - 2} pieces a window holds at '
              f'data.max_seq_length={seq}, so the pieces between windows would never be read',
              f'set --config.data.doc_stride={seq - 2} (windows back to back) or less')
-    c.fraction('data.eval_fraction', closed_high=False,
-               fix='set --config.data.eval_fraction to the held-out share, e.g. 0.2')
+    c.fraction('data.eval_fraction', closed_high=False, open_low=True,
+               why='the share of a train_file held out for eval must be in (0, 1)',
+               fix='set --config.data.eval_fraction to the held-out share, e.g. 0.2 (or name '
+               'an eval_file)')
     c.all_or_positive('data.max_train_examples', 'all of them')
     c.all_or_positive('data.max_eval_examples', 'all of them')
 

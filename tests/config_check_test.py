@@ -112,7 +112,8 @@ FINETUNE = [
     ({'eval_batch_size': -1}, 'config.eval_batch_size=-1: must be > 0'),
     ({'mode': 'train'}, "config.mode='train': is unknown; valid: train_eval, eval, predict"),
     ({'pooling': 'max'}, "config.pooling='max': is unknown"),
-    ({'data__eval_fraction': 1.0}, 'config.data.eval_fraction=1.0: must be in [0, 1)'),
+    ({'data__eval_fraction': 1.0}, 'config.data.eval_fraction=1.0: the share of a train_file '
+     'held out for eval must be in (0, 1)'),
     ({'data__doc_stride': 0}, 'config.data.doc_stride=0: must be >= 1'),
     ({'num_epochs': float('inf')}, 'config.num_epochs=inf: must be a finite number'),
     ({'job': 'pretrain'}, "config.job='pretrain': but the config is not a pretrain config"),
@@ -123,6 +124,8 @@ FINETUNE = [
     ({'data__pad_to_multiple_of': -32}, 'config.data.pad_to_multiple_of=-32: must be >= 0'),
     ({'data__max_train_examples': 0}, 'config.data.max_train_examples=0: must be -1'),
     ({'model__dropout_rate': 1.5}, 'config.model.dropout_rate=1.5'),
+    ({'data__eval_fraction': 0.0}, 'config.data.eval_fraction=0.0: the share of a train_file '
+     'held out for eval must be in (0, 1); set --config.data.eval_fraction'),
     ({'export_format': 'hff'}, "config.export_format='hff': 'hff' is not an export format (did "
      "you mean hf?); valid: hf, tf1, saved_model"),
     ({'export_format': 'HF'}, "config.export_format='HF': 'HF' is not an export format (did you "

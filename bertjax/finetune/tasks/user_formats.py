@@ -49,6 +49,9 @@ def _suffix(path) -> str:
 def format_of(path, configured: str = '', allowed=FORMATS) -> str:
   """The file's format: `configured` if set, else its extension's."""
   fmt = configured or _EXTENSIONS.get(_suffix(path).lower(), '')
+  if configured and fmt not in allowed:  # The value given is wrong, not the file's name.
+    raise ValueError(f'config.data.format={configured!r} cannot read {path}: set it to one of '
+                     f'{", ".join(allowed)}, or to \'\' to go by the extension.')
   if fmt not in allowed:
     raise ValueError(f'{path}: cannot tell the format from the extension '
                      f'{_suffix(path)!r}: name the file .{" / .".join(allowed)} or '

@@ -86,6 +86,17 @@ def test_bad_training_files(tmp_path, name, content, message):
     user_data.read_texts(path, fields=('text',), label_field='label')
 
 
+def test_a_wrong_format_value_is_named_not_the_files_extension(tmp_path):
+  """Pass S: --config.data.format=xlsx on a .csv said 'cannot tell the format from the extension
+  .csv' (the extension is fine; the value is wrong)."""
+  path = tmp_path / 'x.csv'
+  path.write_text('text,label\nfine,pos\n')
+  with pytest.raises(ValueError, match=rf"^config.data.format='xlsx' cannot read {path}: set it "
+                     r"to one of csv, tsv, jsonl, or to '' to go by the extension.$"):
+    user_formats.format_of(path, 'xlsx')
+  assert user_formats.format_of(path, 'tsv') == 'tsv'  # A format given wins over the name.
+
+
 def test_missing_and_non_utf8_files(tmp_path):
   with pytest.raises(FileNotFoundError, match='does not exist'):
     user_data.read_texts(tmp_path / 'none.csv', fields=('text',), label_field='label')
