@@ -33,7 +33,7 @@ Expected, on 2 CPU cores: README's own-data example (all-MiniLM-L6-v2, 48 CSV ro
 epochs=10, lr=1e-4) reaches accuracy 1.0 on its 10 held-out rows in ~30 s;
 bench/finetune_bench.py fine-tunes the real all-MiniLM-L6-v2 on BBC News topics (accuracy ~0.97
 vs TF-IDF + logistic regression on the same split); see README.
-Arguments: task=<one of TASKS>, size=''|tiny|...|large, init_from=<dir> (init= still read),
+Arguments: task=<one of TASKS>, size=''|tiny|...|large, init_from=<dir> (was init=),
 dtype=float32|bfloat16, epochs=, batch=, lr=, seq=, pack=<examples per row; 1 = unpacked>.
 """
 

@@ -34,7 +34,7 @@ def default_config(**overrides) -> Config:
   m.mlp_dim = 3072  # F: feed-forward ("intermediate") width.
   m.max_position_embeddings = 512  # Rows of the position table: the longest sequence allowed.
   m.type_vocab_size = 2  # Segment (token type) ids: A and B.
-  m.hidden_act = 'gelu'  # 'gelu' (exact erf, as BERT), 'gelu_tanh' (approximate) or 'relu'.
+  m.hidden_act = 'gelu'  # 'gelu' (exact erf, as BERT), 'gelu_tanh', 'gelu_rational' or 'relu'.
   m.dropout_rate = 0.1  # On embeddings and block outputs (BERT: 0.1).
   m.attention_dropout_rate = 0.1  # On attention probabilities (BERT: 0.1; 0 for fused kernels).
   m.layer_norm_eps = 1e-12  # BERT's LayerNorm epsilon (the TF original's value).

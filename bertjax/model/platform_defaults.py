@@ -124,8 +124,11 @@ def resolve(model_config, platform: str, *, training: bool = True,
     resolved.scan_layers = bool(scan)
   unroll = model_config.get('scan_unroll', 1)
   layers = 'scanned' if scan else 'unrolled'
-  if unroll > 1:  # Said where it applies, and where it does not.
-    layers += f' {unroll} per trip' if scan else f' (model.scan_unroll={unroll} unused)'
+  if unroll > 1 and scan:  # Said where it applies, and where it does not.
+    layers += f' {unroll} per trip'
+  elif unroll > 1:
+    unused = f'model.scan_unroll={unroll} unused'
+    why_scan = f'{why_scan}; {unused}' if why_scan else unused
   parts = [f'attention {attention}', f'layers {layers}']
   reasons = (why_attention, why_scan)
   line = ', '.join(f'{p} ({r})' if r else p for p, r in zip(parts, reasons, strict=True))

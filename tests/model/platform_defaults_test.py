@@ -58,6 +58,10 @@ def test_the_statement_names_scanned_layers_per_trip():
   # Where layers are not scanned, the line says the value is unused.
   _, line = platform_defaults.resolve(bf16_config('tiny', scan_unroll=2), 'cpu')
   assert line == 'attention xla, layers unrolled (model.scan_unroll=2 unused): CPU defaults'
+  _, line = platform_defaults.resolve(bf16_config('tiny', scan_unroll=3, scan_layers=False,
+                                                  attention_impl='xla'), 'cpu')
+  assert line == ('attention xla (set), layers unrolled (set; model.scan_unroll=3 unused): as '
+                  'configured')  # One parenthesis, not two.
 
 
 def test_cpu_keeps_what_the_configs_chose_before_auto():
