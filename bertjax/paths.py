@@ -6,6 +6,7 @@ orbax names it); `~` is expanded.
 """
 
 import io
+import json
 import os
 import re
 import sys
@@ -192,17 +193,26 @@ def check_output_folder(folder, names, flag: str = 'workdir') -> str:
   return out
 
 
-def _is_run(folder: str) -> bool:
-  """Whether `folder` holds a bertjax run (its markers: config.json and checkpoints/)."""
-  return (files.isdir(files.join(folder, 'checkpoints')) and
-          files.isfile(files.join(folder, 'config.json')))
+def is_run(folder) -> bool:
+  """Whether `folder` is a bertjax run's workdir: its config.json beside checkpoints/, or, before
+  the first checkpoint (a bucket has no empty checkpoints/ folder), a config.json that is a
+  run's (it names its job), not a transformers model's."""
+  config = files.join(folder, 'config.json')
+  if not files.isfile(config):
+    return False
+  if files.isdir(files.join(folder, 'checkpoints')):
+    return True
+  try:
+    return 'job' in json.loads(files.read_text(config))
+  except (OSError, ValueError, TypeError):  # Not JSON (or not an object): no run's.
+    return False
 
 
 def _run_around(path: str) -> str | None:
   """The bertjax run that `path` (resolved) lies in, at any depth; else None."""
   folder = files.parent(path)
   while folder:
-    if _is_run(folder):
+    if is_run(folder):
       return folder
     parent = files.parent(folder)
     if parent == folder or (files.is_remote(folder) and '/' not in folder.split('://', 1)[1]):

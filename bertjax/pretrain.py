@@ -261,7 +261,7 @@ class PhasedEvaluator:
 def _check_workdir_job(workdir: str):
   """Refuses a workdir that holds another job's run (a fine-tuning run's checkpoints would
   only be told apart by their classifier's parameters, after the data is made)."""
-  if init_from.is_run(workdir):
+  if paths.is_run(workdir):
     job = (init_from.run_config(workdir) or {}).get('job', 'pretrain')
     if job != 'pretrain':
       raise ValueError(f'{workdir} holds a {job} run: pre-train in another --workdir '
@@ -271,7 +271,7 @@ def _check_workdir_job(workdir: str):
 def _say_init_from_on_a_resume(path: str, workdir: str):
   """Warns that init_from is not read by a run that resumes from its own checkpoints (another
   one than the run began from: fine-tuning says the same)."""
-  if not (init_from.is_run(workdir)
+  if not (paths.is_run(workdir)
           and checkpoint_reader.steps(files.join(workdir, 'checkpoints'))):
     return
   began = paths.absolute((init_from.run_config(workdir) or {}).get('init_from') or '')

@@ -213,3 +213,21 @@ def test_an_output_under_a_file_is_refused_before_any_work(where, tmp_path, requ
     with pytest.raises(NotADirectoryError, match=f'^cannot write {output}: {root}/in.txt is a '
                                                  'file, not a directory$'):
       paths.check_output_file(output)
+
+
+def test_a_run_before_its_first_checkpoint_is_a_run(tmp_path):
+  """Pass R: a run in a bucket has no checkpoints/ until its first save (object stores hold no
+  empty folders): its config.json was taken for a transformers model's ('lacks vocab_size ...:
+  not a BERT config'), and a tool could write into the run. Its config.json names its job."""
+  from bertjax.interop import sources  # pylint: disable=g-import-not-at-top
+  run, model = tmp_path / 'run', tmp_path / 'model'
+  run.mkdir()
+  model.mkdir()
+  (run / 'config.json').write_text('{"job": "finetune", "model": {}}')
+  (model / 'config.json').write_text('{"hidden_size": 8}')
+  assert paths.is_run(str(run)) and not paths.is_run(str(model))
+  assert sources.format_of(str(run)) == 'bertjax' and sources.format_of(str(model)) == 'hf'
+  with pytest.raises(FileNotFoundError, match=f'{run} holds no checkpoint: pass the --workdir'):
+    sources.load(str(run))
+  with pytest.raises(FileExistsError, match=f'would be in a bertjax run \\({run}\\)'):
+    paths.check_output_file(str(run / 'out' / 'p.jsonl'))

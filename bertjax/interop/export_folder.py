@@ -17,6 +17,7 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import paths
 from bertjax import processes
 from bertjax.interop import init_from
 from bertjax.training import run_files
@@ -43,7 +44,7 @@ def _inside(path: str, folder: str) -> bool:
 def _run_around(path: str) -> str | None:
   """The bertjax run folder `path` (normalised) is or is inside, if any."""
   for folder in init_from.folders_up(path):
-    if init_from.is_run(folder):
+    if paths.is_run(folder):
       return folder
   return None
 

@@ -53,8 +53,7 @@ def configured(config) -> str:
 
 def is_transformers_dir(path) -> bool:
   # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
-  return (files.exists(files.join(path, 'config.json'))
-          and not files.isdir(files.join(path, 'checkpoints')))
+  return files.exists(files.join(path, 'config.json')) and not paths.is_run(path)
 
 
 def check_exists(path, missing: str):
@@ -135,18 +134,12 @@ def folders_up(path, levels: int | None = None) -> list[str]:
   return found
 
 
-def is_run(folder) -> bool:
-  """Whether `folder` is a bertjax run's workdir (its config.json beside checkpoints/)."""
-  return (files.isfile(files.join(folder, 'config.json'))
-          and files.isdir(files.join(folder, 'checkpoints')))
-
-
 def run_folder(path):
   """The workdir of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step), or
   None. A str (a local path or a URL) comes back for a str; a caller that passes a Path object
   gets one back, to compare with its own."""
   for folder in folders_up(path, 2):
-    if is_run(folder):
+    if paths.is_run(folder):
       return folder if isinstance(path, str) else type(path)(folder)
   return None
 
