@@ -23,6 +23,9 @@ _EXTENSIONS = {'.csv': 'csv', '.tsv': 'tsv', '.jsonl': 'jsonl', '.json': 'jsonl'
 def check_file(path) -> str:
   """`path` (a local path or a URL, as given) when it names a file with something in it."""
   path = os.fspath(path)
+  if files.isdir(path) and not files.isfile(path):
+    raise IsADirectoryError(f'{path} is a folder: config.data.train_file / eval_file / test_file '
+                            'name one file (a preset task\'s folder is config.data.data_dir).')
   missing = f'{path} does not exist: check config.data.train_file / eval_file / test_file.'
   files.require_file(path, missing)
   if files.size(path) == 0:

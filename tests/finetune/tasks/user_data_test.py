@@ -100,6 +100,8 @@ def test_a_wrong_format_value_is_named_not_the_files_extension(tmp_path):
 def test_missing_and_non_utf8_files(tmp_path):
   with pytest.raises(FileNotFoundError, match='does not exist'):
     user_data.read_texts(tmp_path / 'none.csv', fields=('text',), label_field='label')
+  with pytest.raises(IsADirectoryError, match=f'^{tmp_path} is a folder: config.data.train_file '):
+    user_data.read_texts(tmp_path, fields=('text',), label_field='label')  # Said 'does not exist'.
   (tmp_path / 'l1.csv').write_bytes('text,label\ncaf\xe9,x\n'.encode('latin-1'))
   with pytest.raises(ValueError, match='is not UTF-8 text'):
     user_data.read_texts(tmp_path / 'l1.csv', fields=('text',), label_field='label')
