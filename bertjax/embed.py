@@ -103,8 +103,9 @@ class Embedder:
     if pooling not in POOLINGS:
       raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
     if not 2 < max_seq_length <= model_config.max_position_embeddings:
-      raise ValueError(f'max_seq_length={max_seq_length}: between 3 and the model\'s '
-                       f'{model_config.max_position_embeddings} positions.')
+      raise ValueError(f'max_seq_length={max_seq_length} must be between 3 and the model\'s '
+                       f'{model_config.max_position_embeddings} positions: pass one in that '
+                       'range, or 0 (None in Python) for the model\'s own length.')
     if batch_size < 1:
       raise ValueError(f'batch_size={batch_size}: at least 1.')
     self.model_config, self.params, self.tokenizer = model_config, params, tok

@@ -77,7 +77,9 @@ def check_config(config, mesh, vocab_entries: int | None):
   sharding.check_divisible(config.eval_batch_size, mesh, rules, 'eval_batch_size')
   if config.data.max_seq_length > mcfg.max_position_embeddings:
     raise ValueError(f'data.max_seq_length {config.data.max_seq_length} exceeds the position '
-                     f'table (model.max_position_embeddings={mcfg.max_position_embeddings}).')
+                     f'table (model.max_position_embeddings={mcfg.max_position_embeddings}): '
+                     f'pass seq={mcfg.max_position_embeddings} or less in the argument string '
+                     '(or --config.data.max_seq_length).')
   if vocab_entries is not None and vocab_entries != mcfg.vocab_size:
     if vocab_entries > mcfg.vocab_size or mcfg.vocab_size % 128:
       raise ValueError(
