@@ -102,7 +102,8 @@ def task_file(task, data_dir, split) -> str:
     return nested
   missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
              f'{task.glue_dir}/{task.files[split]} from the GLUE download '
-             '(download_glue_data.py), or use read_tfds() with a prepared TFDS glue dataset')
+             '(download_glue_data.py) as --config.data.data_dir, or use read_tfds() with a '
+             'prepared TFDS glue dataset')
   files.require_file(path, missing)
   return path
 
