@@ -152,7 +152,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   steps_per_epoch = max(1, num_train // cfg.global_batch_size)
-  logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.1f epochs of %d '
+  logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.3g epochs of %d '
                'steps), warmup %d', task.name, task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
                total_steps, total_steps / steps_per_epoch, steps_per_epoch,
