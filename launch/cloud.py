@@ -73,26 +73,32 @@ def devices(accelerator_type: str, num_slices: int = 1) -> int:
 
 def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
   """Refuses, before a slice is booked, a config that fails on a TPU slice of that size at its
-  start: a GPU kernel (attention_impl=cudnn, as platform_defaults resolves it for 'tpu'), or a
-  batch the slice's devices cannot split (the data and fsdp axes: all devices over tensor)."""
-  from bertjax.model import platform_defaults  # pylint: disable=g-import-not-at-top  # jax.
+  start: a GPU kernel (attention_impl=cudnn, as platform_defaults resolves it for 'tpu'), a mesh
+  the slice's devices do not fill, or a batch its batch axes cannot split (sharding's own
+  arithmetic: mesh_shape, the rules' batch axes)."""
+  if config.job not in ('pretrain', 'finetune'):
+    return  # The embed job has no mesh, nor a training batch.
+  # pylint: disable=g-import-not-at-top  # Both import JAX.
+  from bertjax.model import platform_defaults
+  from bertjax.training import sharding
   training = config.job == 'pretrain' or config.get('mode', 'train_eval') == 'train_eval'
   platform_defaults.resolve(config.model, 'tpu', training=training)
   count = devices(accelerator_type, num_slices)
-  tensor = config.mesh.get('tensor', 1)
-  if count % tensor:
-    raise ValueError(f'config.mesh.tensor={tensor} does not divide the {count} devices of '
-                     f'{num_slices} x {accelerator_type}: pick a tensor size that divides it')
-  split = count // tensor
+  where = f'{num_slices} x {accelerator_type} ({count} devices)'
+  try:
+    shape = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, count), strict=True))
+  except ValueError as e:
+    raise ValueError(f'on {where}: {e}') from None
+  axes = sharding.batch_axes(sharding.parse_rules(config.mesh.rules))
+  split = math.prod(shape[axis] for axis in axes)
   micro = config.global_batch_size // config.get('grad_accum_steps', 1)
   for name, value in (('global_batch_size', config.global_batch_size),
                       ('the micro-batch (global_batch_size / grad_accum_steps)', micro),
                       ('eval_batch_size', config.eval_batch_size)):
     if value % split:
       raise ValueError(f'{name}={value} cannot be split over the {split} batch shards of '
-                       f'{num_slices} x {accelerator_type} ({count} devices / mesh.tensor '
-                       f'{tensor}): pass a multiple of {split}, e.g. '
-                       f'{max(split, value // split * split)}')
+                       f'{where}, mesh {" x ".join(f"{a}={shape[a]}" for a in axes)}: pass a '
+                       f'multiple of {split}, e.g. {max(split, value // split * split)}')
 
 
 def check_workdir(main_args, workdir: str):

@@ -273,11 +273,11 @@ def test_a_config_that_fails_on_the_slice_is_refused_before_booking(monkeypatch)
       (['--config.model.attention_impl=cudnn'], 'model.attention_impl=cudnn is a GPU kernel and '
        'this run is on tpu'),
       (['--config.global_batch_size=100'], 'global_batch_size=100 cannot be split over the 16 '
-       'batch shards of 1 x v5litepod-16 (16 devices / mesh.tensor 1): pass a multiple of 16, '
-       'e.g. 96'),
+       'batch shards of 1 x v5litepod-16 (16 devices), mesh data=16 x fsdp=1: pass a multiple '
+       'of 16, e.g. 96'),
       (['--config.global_batch_size=128', '--config.grad_accum_steps=16'], 'the micro-batch '
        '(global_batch_size / grad_accum_steps)=8 cannot be split over the 16 batch shards'),
-      (['--config.mesh.tensor=3'], 'config.mesh.tensor=3 does not divide the 16 devices'),
+      (['--config.mesh.tensor=3'], 'on 1 x v5litepod-16 (16 devices): mesh '),
       (['--config.model.attention_impl=splash'], "config.model.attention_impl='splash': has no "
        'attention-probability dropout, and model.attention_dropout_rate=0.1 trains with it')):
     calls = []
@@ -287,6 +287,10 @@ def test_a_config_that_fails_on_the_slice_is_refused_before_booking(monkeypatch)
     assert calls == [], extra
   assert launch_in_process(MAIN_ARGS + ['--config.model.attention_impl=splash',
                                         '--config.model.attention_dropout_rate=0'])
+  # A batch split over the data axis only (the rules' choice): 4 shards, not 16.
+  assert launch_in_process(MAIN_ARGS + [
+      '--config.mesh.fsdp=4', '--config.global_batch_size=4', '--config.eval_batch_size=4',
+      '--config.mesh.rules=batch=data,embed=fsdp,mlp=tensor,heads=tensor,vocab=tensor'])
 
 
 def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretraining(
