@@ -100,12 +100,6 @@ def check_bucket(path):
     check_folders(path)
 
 
-# The folders (URLs) seen to be no object, nor any folder above them in their bucket: asked once
-# per process, not at every put (a run puts its event file and its lock again every few seconds).
-# An object another process puts at such a name later goes unseen, as it did before any check.
-_FOLDERS_SEEN = set()
-
-
 def check_folders(path):
   """Raises NotADirectoryError, in one line, when a folder above `path` is a file: locally the
   nearest one that exists; in a bucket any of them that is an object, which a put does not
@@ -125,18 +119,9 @@ def _check_folders(path, folder: str):
     if os.path.exists(folder) and not os.path.isdir(folder):
       raise _under_a_file(path, folder)
     return
-  fs, _ = object_store.client(path)
-  asked = []
-  while folder not in _FOLDERS_SEEN and '/' in folder.partition('://')[2]:
-    try:
-      under = fs.isfile(fs._strip_protocol(folder))  # pylint: disable=protected-access
-    except Exception:  # pylint: disable=broad-except  # Write-only credentials: the put decides.
-      return
-    if under:
-      raise _under_a_file(path, folder)
-    asked.append(folder)
-    folder = parent(folder)
-  _FOLDERS_SEEN.update(asked)
+  above = object_store.object_at_or_above(folder)
+  if above is not None:
+    raise _under_a_file(path, above)
 
 
 def _under_a_file(path, folder) -> NotADirectoryError:
@@ -251,37 +236,13 @@ def read_bytes(path) -> bytes:
     return fs.cat_file(stripped)
 
 
-def wide_encoding(head: bytes) -> str | None:
-  """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
-  write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
-  between most letters (ASCII in UTF-16 without a mark); else None."""
-  if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
-    return 'UTF-32'
-  if head.startswith((b'\xff\xfe', b'\xfe\xff')):
-    return 'UTF-16'
-  pairs = len(head) // 2
-  if pairs >= 4:
-    for text, nul in ((head[0:2 * pairs:2], head[1:2 * pairs:2]),
-                      (head[1:2 * pairs:2], head[0:2 * pairs:2])):
-      if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
-        return 'UTF-16'
-  return None
-
-
-def reencode_hint(head: bytes) -> str:
-  """How to re-encode a file that is not UTF-8 (e.g. iconv ...), by its first bytes: from
-  UTF-16 or UTF-32 where wide_encoding sees them, else from Latin-1 (the most common other)."""
-  return f'e.g. iconv -f {wide_encoding(head) or "latin1"} -t utf-8'
-
-
 def read_text(path) -> str:
   """The whole file as UTF-8 text, or an error naming the file and the first bad byte."""
   data = read_bytes(path)
   try:
     return data.decode('utf-8')
   except UnicodeDecodeError as e:
-    raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it '
-                     f'({reencode_hint(data[:64])}).') from None
+    raise ValueError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it.') from None
 
 
 def write_atomically(path, data: str | bytes):

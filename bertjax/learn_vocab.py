@@ -18,7 +18,6 @@ from absl import flags
 from absl import logging
 
 from bertjax import console
-from bertjax import files
 from bertjax import paths
 from bertjax.text import vocab_learner
 
@@ -70,7 +69,7 @@ def main(argv):
     metrics, outputs = _learn()
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
-          f'first, {files.reencode_hint(e.object[:64])}')
+          f'first, {paths.reencode_hint(e.object[:64])}')
   except (ValueError, OSError, RuntimeError, EOFError) as e:
     # Bad input or settings (a missing or empty file, a vocab_size the text cannot fill, an
     # output folder that cannot be written): one line, not a traceback.

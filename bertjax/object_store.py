@@ -8,6 +8,7 @@ error to show when the bucket of a URL does not exist or these credentials canno
 
 import functools
 import os
+import posixpath
 import re
 import socket
 
@@ -84,6 +85,31 @@ def client(path):
   except ValueError as e:  # Names the URL as given: a command may take several.
     raise ValueError(f'{path}: {e}') from e.__cause__
   return fs, fs._strip_protocol(normalised(path))  # pylint: disable=protected-access
+
+
+# The folders (URLs) seen to be no object, nor any folder above them in their bucket: asked once
+# per process, not at every put (a run puts its event file and its lock again every few seconds).
+# An object another process puts at such a name later goes unseen, as it did before any check.
+_FOLDERS_SEEN = set()
+
+
+def object_at_or_above(folder: str) -> str | None:
+  """The first of `folder` and the folders above it (up to its bucket, not included) that is an
+  object (a put under it would make one name a file and a folder at once), else None; None too
+  where the store cannot be asked (write-only credentials: the put decides)."""
+  fs, _ = client(folder)
+  asked = []
+  folder = normalised(folder).rstrip('/')
+  while folder not in _FOLDERS_SEEN and '/' in folder.partition('://')[2]:
+    try:
+      if fs.isfile(client(folder)[1]):
+        return folder
+    except Exception:  # pylint: disable=broad-except  # Write-only credentials, and the like.
+      return None
+    asked.append(folder)
+    folder = posixpath.dirname(folder)
+  _FOLDERS_SEEN.update(asked)
+  return None
 
 
 def bucket_of(path) -> str:

@@ -105,18 +105,42 @@ def check_no_blank_lines(lines, source: str) -> list[str]:
   return lines
 
 
+def wide_encoding(head: bytes) -> str | None:
+  """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
+  write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
+  between most letters (ASCII in UTF-16 without a mark); else None."""
+  if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
+    return 'UTF-32'
+  if head.startswith((b'\xff\xfe', b'\xfe\xff')):
+    return 'UTF-16'
+  pairs = len(head) // 2
+  if pairs >= 4:
+    for text, nul in ((head[0:2 * pairs:2], head[1:2 * pairs:2]),
+                      (head[1:2 * pairs:2], head[0:2 * pairs:2])):
+      if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
+        return 'UTF-16'
+  return None
+
+
+def reencode_hint(head: bytes) -> str:
+  """How to re-encode a file that is not UTF-8 (e.g. iconv ...), by its first bytes: from
+  UTF-16 or UTF-32 where wide_encoding sees them, else from Latin-1 (the most common other)."""
+  return f'e.g. iconv -f {wide_encoding(head) or "latin1"} -t utf-8'
+
+
 def read_stdin_lines() -> list[str]:
   """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
   return _utf8_lines(sys.stdin.buffer.read(), '<stdin>')
 
 
 def _utf8_lines(data: bytes, name: str) -> list[str]:
-  """split_lines of a stream's bytes (standard input, a pipe, a device), decoded as UTF-8."""
+  """split_lines of a file's or a stream's bytes (standard input, a pipe, a device), decoded as
+  UTF-8, or an error naming the encoding to convert from."""
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
     raise ValueError(f'{name} is not UTF-8 text (byte {e.start}): re-encode it '
-                     f'({files.reencode_hint(data[:64])}).') from None
+                     f'({reencode_hint(data[:64])}).') from None
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:
@@ -130,7 +154,7 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
     with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
       return _utf8_lines(stream.read(), path)
   files.require_file(path, f'--{flag}={path} does not exist.')
-  return split_lines(files.read_text(path))
+  return _utf8_lines(files.read_bytes(path), path)
 
 
 def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str = '') -> str:

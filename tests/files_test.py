@@ -64,15 +64,8 @@ def test_errors_name_the_path_as_given(root):
   with pytest.raises(FileNotFoundError, match=f'^{missing} does not exist'):
     files.read_bytes(missing)
   files.write_atomically(files.join(root, 'd', 'bad.txt'), b'ok \xc3\x28')
-  with pytest.raises(ValueError, match=r'bad.txt is not UTF-8 text \(byte 3\): re-encode it '
-                     r'\(e\.g\. iconv -f latin1 -t utf-8\)'):
+  with pytest.raises(ValueError, match=r'bad.txt is not UTF-8 text \(byte 3\): re-encode it'):
     files.read_text(files.join(root, 'd', 'bad.txt'))
-  for encoding, name in (('utf-16', 'UTF-16'), ('utf-32', 'UTF-32')):
-    files.write_atomically(files.join(root, 'd', 'wide.txt'), 'a line\nand another\n'.encode(
-        encoding))  # What Windows' Notepad ('Unicode') and PowerShell's `>` write.
-    with pytest.raises(ValueError, match=rf'wide.txt is not UTF-8 text \(byte \d\): re-encode '
-                       rf'it \(e\.g\. iconv -f {name} -t utf-8\)'):
-      files.read_text(files.join(root, 'd', 'wide.txt'))
   with pytest.raises(IsADirectoryError):
     files.read_bytes(files.join(root, 'd'))
 

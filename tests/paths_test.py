@@ -231,3 +231,14 @@ def test_a_run_before_its_first_checkpoint_is_a_run(tmp_path):
     sources.load(str(run))
   with pytest.raises(FileExistsError, match=f'would be in a bertjax run \\({run}\\)'):
     paths.check_output_file(str(run / 'out' / 'p.jsonl'))
+
+
+def test_a_file_not_utf8_names_the_encoding_to_convert_from(tmp_path):
+  """A UTF-16 or UTF-32 file (Notepad's 'Unicode', PowerShell's `>`) was told to convert from
+  Latin-1; each is named by its byte-order mark, and Latin-1 stays the guess for the rest."""
+  for encoding, name in (('latin-1', 'latin1'), ('utf-16', 'UTF-16'), ('utf-32', 'UTF-32')):
+    path = tmp_path / f'{encoding}.txt'
+    path.write_bytes('a line, café\nand another\n'.encode(encoding))
+    with pytest.raises(ValueError, match=rf'{path} is not UTF-8 text \(byte \d+\): re-encode '
+                       rf'it \(e\.g\. iconv -f {name} -t utf-8\)'):
+      paths.read_text_lines(str(path))

@@ -96,9 +96,9 @@ def usable_files(paths, skips):
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
         if b'\x00' in head:
-          wide = files_lib.wide_encoding(head)
+          wide = paths_lib.wide_encoding(head)
           skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '
-                                   f'{files_lib.reencode_hint(head)})' if wide else path)
+                                   f'{paths_lib.reencode_hint(head)})' if wide else path)
           continue
       usable.append(path)
   return usable

@@ -68,7 +68,7 @@ def read_lines(path):
         raise ValueError(
             f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
             f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
-            f'({files_lib.reencode_hint(raw[:64])})') from None
+            f'({paths.reencode_hint(raw[:64])})') from None
       yield line.strip()
 
 
