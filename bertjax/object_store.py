@@ -97,12 +97,12 @@ def object_at_or_above(folder: str) -> str | None:
   """The first of `folder` and the folders above it (up to its bucket, not included) that is an
   object (a put under it would make one name a file and a folder at once), else None; None too
   where the store cannot be asked (write-only credentials: the put decides)."""
-  fs, _ = client(folder)
   asked = []
-  folder = normalised(folder).rstrip('/')
-  while folder not in _FOLDERS_SEEN and '/' in folder.partition('://')[2]:
+  folder = folder.rstrip('/')
+  while folder not in _FOLDERS_SEEN and '/' in folder.partition('://')[2]:  # Not the bucket.
     try:
-      if fs.isfile(client(folder)[1]):
+      fs, stripped = client(folder)
+      if fs.isfile(stripped):
         return folder
     except Exception:  # pylint: disable=broad-except  # Write-only credentials, and the like.
       return None
