@@ -11,6 +11,7 @@ import tempfile
 import threading
 
 from absl import app
+from absl import flags
 from absl import logging
 
 # Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
@@ -51,10 +52,33 @@ class ConsoleFilter(std_logging.Filter):
 
 def refuse_arguments(argv, flags_hint: str):
   """A command's words after its flags are a usage error that names its flags: read as nothing,
-  `predict --workdir=RUN in.txt` would wait on standard input instead."""
+  `predict --workdir=RUN in.txt` would wait on standard input instead. Then check_flags."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
                          f'({flags_hint}).')
+  check_flags(sys.argv[1:])
+
+
+def check_flags(words):
+  """A text flag given no value takes the next word (absl's rule): `--workdir --step=best` ran a
+  job in a folder named '--step=best'. Refused, naming both. A flag given twice keeps the last
+  value (absl's rule too): said, since a launcher script's second override hides the first."""
+  for name in flags.FLAGS:
+    flag = flags.FLAGS[name]
+    if flag.present and isinstance(flag.value, str) and flag.value.startswith('--'):
+      raise app.UsageError(f'--{name} took the next word {flag.value!r} as its value: give it '
+                           f'one (--{name}=VALUE), or drop it.')
+  given = {}
+  for word in words:
+    if word == '--':
+      break
+    if word.startswith('--') and '=' in word:
+      name, value = word[2:].split('=', 1)
+      given.setdefault(name, []).append(value)
+  for name, values in given.items():
+    if len(set(values)) > 1:
+      logging.warning('--%s is given %d times (%s): the last, %s, is used', name, len(values),
+                      ', '.join(values), values[-1])
 
 
 def install():

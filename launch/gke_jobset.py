@@ -36,6 +36,7 @@ from absl import flags
 import yaml
 
 from bertjax import config_args
+from bertjax import console
 from launch import cloud
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).
@@ -249,6 +250,7 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
 
 
 def main(argv):
+  console.check_flags(sys.argv[1:])  # The launcher's own flags (argv[1:] is the job's).
   try:
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)

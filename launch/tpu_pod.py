@@ -48,6 +48,7 @@ from absl import flags
 
 import bertjax
 from bertjax import config_args
+from bertjax import console
 from launch import cloud
 
 LOG = '~/bertjax.log'  # On each worker.
@@ -364,6 +365,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
 
 
 def main(argv):
+  console.check_flags(sys.argv[1:])  # The launcher's own flags (argv[1:] is the job's).
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:

@@ -289,6 +289,36 @@ def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_pat
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize('command, flags', [
+    ('bertjax.main', TINY[:1] + ['--workdir', '--config.seed=1']),
+    ('bertjax.export', ['--from=w', '--format=hf', '--output=o', '--vocab_file', '--step=1']),
+])
+def test_a_flag_given_no_value_is_refused_not_fed_the_next_flag(tmp_path, command, flags):
+  """absl gives a text flag with no value the next word: `--workdir --config.seed=1` ran a
+  pre-training in a folder named '--config.seed=1'."""
+  done = run(tmp_path, '-m', command, *flags)
+  assert done.returncode == 1, done.stderr
+  name = flags[-2][2:]
+  assert f"--{name} took the next word '{flags[-1]}' as its value" in done.stderr, done.stderr
+  assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
+
+
+def test_a_launcher_flag_given_no_value_is_refused():
+  done = run(REPO, '-m', 'launch.tpu_pod', '--name=x', '--zone=z', '--accelerator_type=v5p-8',
+             '--workdir=gs://b/r', '--project', '--dry_run', '--', TINY[0])
+  assert done.returncode == 1, done.stderr
+  assert "--project took the next word '--dry_run' as its value" in done.stderr, done.stderr
+
+
+def test_a_flag_given_twice_is_said_with_the_value_used(tmp_path):
+  done = run(tmp_path, '-m', 'bertjax.main', *TINY[:1], '--workdir=w',
+             '--config.optimizer.learning_rate=1e-4', '--config.optimizer.learning_rate=3e-4',
+             '--config.num_train_steps=0')  # Stops at the config check: nothing runs.
+  assert done.returncode == 1, done.stderr
+  assert ('--config.optimizer.learning_rate is given 2 times (1e-4, 3e-4): the last, 3e-4, is '
+          'used') in done.stderr, done.stderr
+
+
 def test_a_pod_whose_configs_differ_from_the_launchers_refuses_to_run(tmp_path):
   """gke_jobset sets the digest of the configs/ it checked the job against; an image built from
   other configs/ (a config edited and not rebuilt) must not run them silently."""
