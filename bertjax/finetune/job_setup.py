@@ -34,7 +34,12 @@ def num_steps(config, num_train_features: int) -> int:
   # Whole epochs of whole batches (the original run_classifier.py floors too): N epochs end on
   # the step of the N-th per-epoch eval, not one step into the next epoch (a second eval).
   steps_per_epoch = max(1, num_train_features // config.global_batch_size)
-  return max(1, int(config.num_epochs * steps_per_epoch))
+  steps = config.num_epochs * steps_per_epoch
+  if steps < 1:
+    logging.warning('num_epochs=%g is %.3g of a step (%d train features, batch %d): running 1 '
+                    'step; set --config.num_train_steps to choose the steps instead',
+                    config.num_epochs, steps, num_train_features, config.global_batch_size)
+  return max(1, int(steps))
 
 
 @dataclasses.dataclass

@@ -399,6 +399,20 @@ def test_epochs_end_at_an_epoch_boundary():
   assert job_setup.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
+def test_a_fraction_of_a_step_is_said_to_run_one(caplog):
+  config = finetune_config.get_config('task=sst2')
+  config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 0.001
+  with caplog.at_level('WARNING'):
+    assert job_setup.num_steps(config, 3_200) == 1
+  assert 'num_epochs=0.001 is 0.1 of a step (3200 train features, batch 32): running 1' in (
+      caplog.text), caplog.text
+  caplog.clear()
+  config.num_epochs = 0.01
+  with caplog.at_level('WARNING'):
+    assert job_setup.num_steps(config, 3_200) == 1
+  assert not caplog.text
+
+
 def test_read_counters_are_not_counted_as_skips(monkeypatch):
   """A reader's counters of what it read or repaired are not skips; what it dropped is."""
   from bertjax.finetune.tasks import labelled_split  # pylint: disable=g-import-not-at-top
