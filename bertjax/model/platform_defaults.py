@@ -107,6 +107,11 @@ def resolve(model_config, platform: str, *, training: bool = True,
   if attention == 'cudnn' and training and platform != 'gpu':
     raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
                      'use attention_impl=auto (or xla).')
+  if attention == 'cudnn' and platform == 'gpu' and (
+      blocker := _cudnn_blocker(model_config, training=False)):  # As auto would not take it.
+    raise ValueError(f'model.attention_impl=cudnn cannot run this model ({blocker}): set '
+                     'model.dtype=bfloat16 where that is the cause, or use attention_impl=auto '
+                     '(or xla).')
   if (attention == 'cudnn' and training and model_config.attention_dropout_rate > 0 and scan):
     # A scanned checkpoint's layout stays: unrolling is no fix for its resume.
     fix = 'model.scan_layers=False, ' if saved_scan is None else ''

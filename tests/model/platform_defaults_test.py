@@ -114,6 +114,12 @@ def test_gpu_float32_or_odd_head_dims_get_xla_attention():
   resolved, line = platform_defaults.resolve(bf16_config(hidden_size=120, num_heads=2), 'gpu')
   assert resolved.attention_impl == 'xla'
   assert 'head dim that is a multiple of 8 up to 128, not 60' in line
+  # Set explicitly, the same blockers are refused before anything is compiled, not at trace.
+  with pytest.raises(ValueError, match=r'cudnn cannot run this model \(cudnn needs model.dtype'):
+    platform_defaults.resolve(bf16_config(dtype='float32', attention_impl='cudnn'), 'gpu')
+  with pytest.raises(ValueError, match='multiple of 8 up to 128, not 60'):
+    platform_defaults.resolve(bf16_config(hidden_size=120, num_heads=2, attention_impl='cudnn'),
+                              'gpu', training=False)
 
 
 def test_auto_never_gives_a_config_the_encoder_refuses():
@@ -158,7 +164,7 @@ def parsed_config(monkeypatch, *argv):
 
 
 def test_command_line_values_parse_and_win(monkeypatch):
-  model = parsed_config(monkeypatch, '--config=configs/pretrain.py:size=base',
+  model = parsed_config(monkeypatch, '--config=configs/pretrain.py:size=base,dtype=bfloat16',
                         '--config.model.scan_layers=false',
                         '--config.model.attention_impl=cudnn').model
   assert model.scan_layers is False and model.attention_impl == 'cudnn'
