@@ -49,8 +49,13 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'A config file and its argument string: configs/pretrain.py:size=base '
+    '(pre-training), configs/finetune.py:task=mrpc,init_from=DIR (fine-tuning: GLUE, SQuAD, '
+    'CoNLL or your own files), configs/embed.py:init_from=DIR (sentence embeddings). Each '
+    "file's docstring lists its arguments (an unknown one names the closest); "
+    '--config.FIELD=VALUE then sets one field, e.g. --config.optimizer.learning_rate=1e-4 (an '
+    'unknown field lists the valid ones).', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Where outputs (and checkpoints) are written.')
 _STEP = flags.DEFINE_string(
     'step', None, 'job=finetune, --config.mode=eval or predict: the checkpoint to read: best (as '

@@ -371,3 +371,12 @@ def test_predict_on_a_terminal_says_it_reads_standard_input(tmp_path):
   piped = subprocess.run([sys.executable, '-c', _PREDICT_ON_STDIN], input='', cwd=REPO,
                          env=environ(), capture_output=True, text=True, timeout=120, check=False)
   assert piped.stderr.splitlines() == ['error: <stdin> holds no inputs: one per line expected.']
+
+
+def test_help_names_the_configs_and_how_to_set_a_field(tmp_path):
+  done = run(tmp_path, '-m', 'bertjax.main', '--help')
+  assert done.returncode == 0, done.stderr
+  text = ' '.join(done.stdout.split())  # absl wraps the help text.
+  for config in ('configs/pretrain.py:size=', 'configs/finetune.py:task=', 'configs/embed.py'):
+    assert config in text, text
+  assert '--config.FIELD=VALUE' in text
