@@ -8,6 +8,7 @@ the softmax over them (model/heads.BertForMultipleChoice).
 import json
 import os
 
+from absl import logging
 import numpy as np
 
 from bertjax import files
@@ -25,6 +26,7 @@ def convert(questions, tokenizer, max_seq_length) -> dict[str, np.ndarray]:
   num_choices = len(questions[0].choices) if questions else 0
   shape = (num, num_choices, max_seq_length)
   input_ids, input_mask, segment_ids = (np.zeros(shape, np.int32) for _ in range(3))
+  num_truncated = 0
   for row, question in enumerate(questions):
     if len(question.choices) != num_choices:
       raise ValueError(f'{question.guid}: {len(question.choices)} choices, but '
@@ -33,11 +35,16 @@ def convert(questions, tokenizer, max_seq_length) -> dict[str, np.ndarray]:
     context = tokenizer.tokenize(question.context)
     for c, choice in enumerate(question.choices):
       tokens_a, tokens_b = list(context), tokenizer.tokenize(choice)
+      length = len(tokens_a) + len(tokens_b)
       features_lib.truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+      num_truncated += length > len(tokens_a) + len(tokens_b)
       tokens = ['[CLS]'] + tokens_a + ['[SEP]'] + tokens_b + ['[SEP]']
       input_ids[row, c, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
       input_mask[row, c, :len(tokens)] = 1
       segment_ids[row, c, len(tokens_a) + 2:len(tokens)] = 1
+  if num_truncated:  # As features.encode says it of other pairs.
+    logging.info('multiple choice: %d of %d (context, choice) pairs truncated to '
+                 'max_seq_length=%d', num_truncated, num * num_choices, max_seq_length)
   label = np.array([q.label if q.label is not None else 0 for q in questions], np.int32)
   return {'input_ids': input_ids, 'input_mask': input_mask, 'segment_ids': segment_ids,
           'example_index': np.arange(num, dtype=np.int32), 'label': label}
