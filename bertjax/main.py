@@ -244,18 +244,19 @@ def _storage_error(error: BaseException) -> str | None:
           'already written are kept and the run resumes from the last one')
 
 
-def _latest_checkpoint(workdir: str) -> int | None:
-  """The highest finished step in <workdir>/checkpoints (local or a URL; None if unknown)."""
+def _latest_checkpoint(workdir: str) -> int | str | None:
+  """The highest finished step in <workdir>/checkpoints (local or a URL; None: none yet), or
+  why it could not be listed (the storage failing: what ended the run, often)."""
   from bertjax import files  # pylint: disable=g-import-not-at-top
-  if not workdir:
-    return None
   folder = files.join(workdir, 'checkpoints')
   try:
+    if not files.exists(folder):
+      return None
     # A finished step is a folder named by its number (orbax renames it so when complete).
     steps = [int(n) for n in files.listdir(folder) if n.isdigit()
              and (files.is_remote(folder) or files.isdir(files.join(folder, n)))]
-  except (OSError, ValueError):
-    return None
+  except Exception as e:  # pylint: disable=broad-except  # OSError, gcsfs' and HTTP errors.
+    return f'{type(e).__name__}: {_first_line(e)}'
   return max(steps, default=None)
 
 
@@ -268,6 +269,9 @@ def interrupted_message(config, workdir: str) -> str:
     return f'interrupted: {workdir} is unchanged; rerun the same command to start again'
   step = _latest_checkpoint(workdir)
   where = f'{workdir}/checkpoints'
+  if isinstance(step, str):
+    return (f'interrupted: {where} could not be listed ({step}); once the storage answers, '
+            'rerun the same command: it resumes from the last complete checkpoint there')
   if step is None:
     return (f'interrupted before the first checkpoint in {where}: rerun the same command to '
             'start again')
