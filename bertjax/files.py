@@ -144,6 +144,8 @@ def _describe(error: BaseException, path) -> BaseException:
   if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
       'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
     cause = text.splitlines()[0] if text else type(error).__name__
+    if isinstance(error, TimeoutError) and is_remote(path):  # fsspec's says nothing more.
+      cause = f'{cause}: no data for {object_store.STALL_S} s on each of its tries'
     return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
                            f'keeps failing): check the network and retry ({cause}).')
   return error

@@ -23,6 +23,9 @@ STORE_HINTS = {
 }
 
 
+STALL_S = 60  # Seconds without data that fail a request to gs:// (gcsfs tries each 6 times).
+
+
 @functools.cache
 def filesystem(protocol: str):
   """The fsspec file system of a URL scheme (one per process), or a ValueError saying which
@@ -31,6 +34,12 @@ def filesystem(protocol: str):
   # No listings cache: another process (a live run, the other hosts) writes the same folders.
   options = {'use_listings_cache': False} if protocol in ('gs', 'gcs', 's3', 's3a') else {}
   try:
+    if protocol in ('gs', 'gcs'):
+      import aiohttp  # pylint: disable=g-import-not-at-top  # gcsfs' HTTP client.
+      # gcsfs' default (requests_timeout=None) is no limit at all: a server that takes the
+      # connection and never answers held a tool for good, without a word. No data for STALL_S
+      # on a request fails it (a large upload, sending, is not cut short); gcsfs retries it.
+      options['requests_timeout'] = aiohttp.ClientTimeout(sock_connect=30, sock_read=STALL_S)
     return fsspec.filesystem(protocol, **options)
   except ImportError as e:
     package = {'gs': 'gcsfs', 's3': 's3fs', 'az': 'adlfs', 'abfs': 'adlfs'}.get(protocol)

@@ -248,6 +248,36 @@ def test_no_network_is_one_line_within_a_minute(tmp_path):
 
 
 
+def test_a_storage_server_that_never_answers_is_one_line_not_a_hang(tmp_path):
+  """A service that takes the connection and sends nothing (gcsfs' default: no time limit at
+  all) held a tool for good without a word. Here the limit is cut to 0.3 s and gcsfs' back-off
+  between its tries (~30 s) to nothing."""
+  server = socket.socket()
+  server.bind(('127.0.0.1', 0))
+  server.listen(16)
+  held = []
+  import threading  # pylint: disable=g-import-not-at-top
+  threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(64)],
+                   daemon=True).start()
+  env = dict(os.environ, STORAGE_EMULATOR_HOST=f'http://127.0.0.1:{server.getsockname()[1]}')
+  code = ('import asyncio\nfrom bertjax import files, object_store\n'
+          'object_store.STALL_S = 0.3\nsleep = asyncio.sleep\n'
+          'async def quick(delay, *args, **kwargs):\n  await sleep(0)\n'
+          'asyncio.sleep = quick\n'
+          'try:\n  files.read_text("gs://some-bucket/run/config.json")\n'
+          'except ConnectionError as e:\n  print("ERROR", e)\n')
+  try:
+    result = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True,
+                            text=True, timeout=120, check=True)
+  finally:
+    server.close()
+  line = [x for x in result.stdout.splitlines() if x.startswith('ERROR')]
+  assert len(line) == 1, (result.stdout, result.stderr[-2000:])
+  assert line[0].startswith('ERROR gs://some-bucket/run/config.json: the storage service cannot '
+                            'be reached'), line
+  assert 'no data for 0.3 s on each of its tries' in line[0], line
+
+
 def test_the_clients_errors_become_one_set():
   """What gcsfs raises for no permission (403 as OSError 'Forbidden', 401 as HttpError) and for
   a service that keeps failing (5xx, aiohttp) turns into the layer's messages."""
