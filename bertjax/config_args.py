@@ -199,12 +199,28 @@ def config_field_error(argv) -> str | None:
   return unknown_field(config, argv)
 
 
+def missing_flagfile(argv) -> str | None:
+  """The one line for a --flagfile that cannot be read, else None. config_flags reads the
+  command line's flag files when --config is defined (on import), with a traceback."""
+  for name in flag_values(argv, 'flagfile'):
+    try:
+      with open(name, encoding='utf-8'):  # local: absl reads flag files from this machine.
+        pass
+    except OSError as e:
+      return f'--flagfile={name} cannot be read ({e.strerror}): check the path.'
+  return None
+
+
 def parse_flags(argv):
   """absl's flag parsing (app.run's flags_parser) for bertjax.main and launch.aot_compile: a
   mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit 1."""
   from absl import flags  # pylint: disable=g-import-not-at-top
+  expanded = argv
   try:
-    spec = config_spec(argv)
+    # The lines of any --flagfile in place, as absl reads them: a mistyped field there is
+    # named as it is on the command line (else absl's repr of an AttributeError).
+    expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
+    spec = config_spec(expanded)
     if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
       load_config_file(spec)
     return flags.FLAGS(argv)
@@ -214,7 +230,7 @@ def parse_flags(argv):
     print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
           file=sys.stderr)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    message = config_field_error(argv) or f'{type(e).__name__}: {e}'
+    message = config_field_error(expanded) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
   sys.exit(1)
 

@@ -134,7 +134,13 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
   typo in the argument string. One line now, as the launchers' check says it."""
   (tmp_path / 'no_function.py').write_text('x = 1\n')
   (tmp_path / 'broken.py').write_text('def get_config(:\n')
+  (tmp_path / 'flags.txt').write_text('--config.optimizer.learnin_rate=1e-4\n')
   cases = [
+      ([f'--config={REPO}/configs/pretrain.py', '--flagfile=flags.txt'],  # absl's repr before.
+       "unknown config field 'optimizer.learnin_rate' (in --config.optimizer.learnin_rate=1e-4)"
+       '; closest valid names: optimizer.learning_rate'),
+      ([f'--config={REPO}/configs/pretrain.py', '--flagfile=nope.txt'],  # A traceback before.
+       '--flagfile=nope.txt cannot be read (No such file or directory): check the path.'),
       ([f'--config={REPO}/configs/finetune.py:task=mprc'],
        f"--config={REPO}/configs/finetune.py:task=mprc does not load: ValueError: unknown task "
        "'mprc' (did you mean 'mrpc'?); valid tasks: cola, "),
@@ -153,7 +159,7 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
                          env={**os.environ, 'PYTHONPATH': str(REPO)})
     assert run.returncode == 1, run.stderr
     assert 'Traceback' not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert run.stderr.startswith('FATAL Flags parsing error: --config='), run.stderr
+    assert run.stderr.startswith('FATAL Flags parsing error: '), run.stderr
     assert message in run.stderr, run.stderr
   assert not (tmp_path / 'out').exists()
 
