@@ -227,8 +227,15 @@ def parse_flags(argv):
   except ConfigFileError as e:
     print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
   except flags.Error as e:
-    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.',
-          file=sys.stderr)
+    group = re.match(r'flag --config\.([\w.]+)=.*as a ConfigDict', str(e), re.S)
+    if group and (spec := config_spec(expanded)):  # ml_collections': 'malformed node ...'.
+      field = group[1]
+      names = [n for n in _field_names(load_config(spec)) if n.startswith(f'{field}.')]
+      print(f'FATAL Flags parsing error: config.{field} is a group of fields, not a value: set '
+            f'one with --config.{field}.NAME=VALUE ({", ".join(names)})', file=sys.stderr)
+    else:
+      print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on '
+            'flags.', file=sys.stderr)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     message = config_field_error(expanded) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)

@@ -139,6 +139,9 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
       ([f'--config={REPO}/configs/pretrain.py', '--flagfile=flags.txt'],  # absl's repr before.
        "unknown config field 'optimizer.learnin_rate' (in --config.optimizer.learnin_rate=1e-4)"
        '; closest valid names: optimizer.learning_rate'),
+      ([f'--config={REPO}/configs/pretrain.py', '--config.optimizer=adamw'],  # ast's error.
+       'config.optimizer is a group of fields, not a value: set one with '
+       '--config.optimizer.NAME=VALUE (optimizer.b1, '),
       ([f'--config={REPO}/configs/pretrain.py', '--flagfile=nope.txt'],  # A traceback before.
        '--flagfile=nope.txt cannot be read (No such file or directory): check the path.'),
       ([f'--config={REPO}/configs/finetune.py:task=mprc'],
