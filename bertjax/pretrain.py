@@ -31,6 +31,7 @@ from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
 from bertjax.training import progress
+from bertjax.training import resume_checks
 from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
@@ -268,11 +269,25 @@ def _check_workdir_job(workdir: str):
                        '(init_from=<a run> starts from its weights).')
 
 
-def _say_init_from_on_a_resume(path: str, workdir: str):
+def _check_init_from_function(config, path: str):
+  """Refuses init_from weights trained under another activation or LayerNorm epsilon than the
+  run's model (the shapes fit, so they would load and train on as another function)."""
+  source = init_from.model_config(path)
+  fields = [k for k in resume_checks.FUNCTION_FIELDS if source[k] != config.model[k]]
+  if fields:
+    said = ', '.join(f'model.{k}={source[k]!r} (this run: {config.model[k]!r})' for k in fields)
+    fix = ' '.join(f'--config.model.{k}={source[k]}' for k in fields)
+    raise ValueError(f'init_from={path} was trained with {said}: set {fix} so that its weights '
+                     'compute what they were trained to.')
+
+
+def _say_init_from_on_a_resume(path: str, workdir: str, config=None):
   """Warns that init_from is not read by a run that resumes from its own checkpoints (another
-  one than the run began from: fine-tuning says the same)."""
+  one than the run began from: fine-tuning says the same); else checks what it will load."""
   if not (paths.is_run(workdir)
           and checkpoint_reader.steps(files.join(workdir, 'checkpoints'))):
+    if path and config is not None:
+      _check_init_from_function(config, path)
     return
   began = paths.absolute((init_from.run_config(workdir) or {}).get('init_from') or '')
   if path != began:
@@ -288,7 +303,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   mesh = sharding.make_mesh(config.mesh)
   vocab = vocab_file(config)
   path = init_from.configured(config)
-  _say_init_from_on_a_resume(path, workdir)
+  _say_init_from_on_a_resume(path, workdir, config)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)

@@ -707,6 +707,28 @@ def test_another_embedded_corpus_on_a_resume_is_said(caplog):
   assert 'the data order differs' not in caplog.text
 
 
+def test_init_from_weights_of_another_function_are_refused(tmp_path):
+  """Pass T: continued pre-training from a transformers model with hidden_act relu (or another
+  layer_norm_eps) loaded (the shapes fit) and trained on under gelu / 1e-12, without a word."""
+  config = pretrain.get_config('size=tiny')
+  model = config.model
+  source = tmp_path / 'hf'
+  source.mkdir()
+  hf = {'model_type': 'bert', 'vocab_size': model.vocab_size, 'hidden_size': model.hidden_size,
+        'num_hidden_layers': model.num_layers, 'num_attention_heads': model.num_heads,
+        'intermediate_size': model.mlp_dim, 'hidden_act': 'relu', 'layer_norm_eps': 1e-7,
+        'max_position_embeddings': model.max_position_embeddings, 'type_vocab_size': 2}
+  (source / 'config.json').write_text(json.dumps(hf))
+  with pytest.raises(ValueError, match=re.escape(
+      f"init_from={source} was trained with model.hidden_act='relu' (this run: 'gelu'), "
+      "model.layer_norm_eps=1e-07 (this run: 1e-12): set --config.model.hidden_act=relu "
+      '--config.model.layer_norm_eps=1e-07 so that')):
+    pretrain_job._say_init_from_on_a_resume(str(source), str(tmp_path / 'run'), config)  # pylint: disable=protected-access
+  hf.update(hidden_act='gelu', layer_norm_eps=1e-12)
+  (source / 'config.json').write_text(json.dumps(hf))
+  pretrain_job._say_init_from_on_a_resume(str(source), str(tmp_path / 'run'), config)  # pylint: disable=protected-access
+
+
 def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
   """Pass S: a pre-training resumed with init_from= (even one that does not exist) said nothing
   of it; fine-tuning says it is not loaded, and now pre-training does too."""
