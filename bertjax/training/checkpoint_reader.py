@@ -21,6 +21,7 @@ import dataclasses
 import json
 import numbers
 import os
+import re
 
 from absl import logging
 import jax
@@ -51,8 +52,7 @@ def locate(path) -> tuple[str, int | None]:
   folder / step folder."""
   path = os.fspath(path)
   if files.isfile(path):
-    raise ValueError(f'{path} is a file: pass a bertjax workdir (the folder holding '
-                     'config.json and checkpoints/), its checkpoints/ or one checkpoints/<step>.')
+    raise ValueError(_a_file(path))
   if files.isdir(files.join(path, 'checkpoints')):
     return files.join(path, 'checkpoints'), None
   step = files.name(path)
@@ -60,6 +60,19 @@ def locate(path) -> tuple[str, int | None]:
                          files.isdir(files.join(path, 'meta'))):
     return files.parent(path), int(step)
   return path, None
+
+
+def _a_file(path: str) -> str:
+  """What to pass instead of a model's file: its TF1 prefix, or the folder that holds it."""
+  name = files.name(path)
+  tf1 = re.fullmatch(r'(.+\.ckpt(?:-\d+)?)\.(?:index|meta|data-\d+-of-\d+)', name)
+  if tf1:
+    return (f'{path} is one file of a TF1 checkpoint: pass its prefix '
+            f'{files.join(files.parent(path), tf1[1])} (or the folder, where it is the only one '
+            'beside bert_config.json).')
+  return (f'{path} is a file: pass the folder that holds it ({files.parent(path)}): a '
+          'transformers BERT directory, an original TF checkpoint, or a bertjax workdir (its '
+          'checkpoints/ or one checkpoints/<step>).')
 
 
 def steps(directory) -> list[int]:

@@ -353,3 +353,18 @@ def test_an_export_to_a_full_disk_is_one_line_and_replaces_nothing(encoder_dir, 
   assert 'Traceback' not in process.stderr
   assert (kept / 'out' / 'config.json').read_text() == 'earlier\n'
   assert sorted(p.name for p in kept.iterdir()) == ['out']
+
+
+def test_a_models_file_given_for_its_folder_says_what_to_pass(tmp_path):
+  """Pass T: a TF1 checkpoint's .index, or a config.json / weights file, was told to pass 'a
+  bertjax workdir', never the prefix or the folder holding it."""
+  (tmp_path / 'model.ckpt-20.index').write_bytes(b'x')
+  (tmp_path / 'config.json').write_text('{}')
+  with pytest.raises(ValueError, match=re.escape(
+      f'{tmp_path}/model.ckpt-20.index is one file of a TF1 checkpoint: pass its prefix '
+      f'{tmp_path}/model.ckpt-20 (or the folder')):
+    sources.load(tmp_path / 'model.ckpt-20.index')
+  with pytest.raises(ValueError, match=re.escape(
+      f'{tmp_path}/config.json is a file: pass the folder that holds it ({tmp_path}): a '
+      'transformers BERT directory')):
+    sources.load(tmp_path / 'config.json')
