@@ -108,6 +108,8 @@ def newest_meta(path) -> dict:
   directory, step = checkpoint_reader.locate(path)
   available = checkpoint_reader.steps(directory)
   if not available and not files.isfile(path):
+    if tf1 := checkpoint_reader.tf1_without_config(path):
+      raise FileNotFoundError(tf1)
     raise FileNotFoundError(
         f'{path}: neither a transformers BERT dir (config.json + model.safetensors), an '
         'original TF1 checkpoint, nor a bertjax workdir / checkpoints dir / step holding a '

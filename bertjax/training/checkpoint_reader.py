@@ -85,6 +85,17 @@ def steps(directory) -> list[int]:
     return []
 
 
+def tf1_without_config(folder: str) -> str | None:
+  """The line for a folder holding a TF1 checkpoint but not the bert_config.json it is read
+  with (a TF1 reader would take it for a model), else None."""
+  indexes = files.glob(files.join(folder, '*.index')) if files.isdir(folder) else []
+  if not indexes:
+    return None
+  return (f'{folder} holds a TF1 checkpoint ({files.name(indexes[0])}) but no bert_config.json: '
+          'put the bert_config.json it was trained with beside it (extract_features also takes '
+          '--bert_config_file=...).')
+
+
 def _no_checkpoint(directory: str) -> FileNotFoundError:
   aside = sorted(files.name(p) for p in files.glob(files.join(directory, '*.unreadable-*'))
                  ) if files.isdir(directory) else []
@@ -94,6 +105,8 @@ def _no_checkpoint(directory: str) -> FileNotFoundError:
   where = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
   if files.is_remote(where) and not files.isdir(where):
     files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
+  if tf1 := tf1_without_config(where):
+    return FileNotFoundError(tf1)
   return FileNotFoundError(f'{where} holds no checkpoint: pass the --workdir of a run that '
                            'saved one (its checkpoints/<step> folders), or train it first.')
 

@@ -368,3 +368,15 @@ def test_a_models_file_given_for_its_folder_says_what_to_pass(tmp_path):
       f'{tmp_path}/config.json is a file: pass the folder that holds it ({tmp_path}): a '
       'transformers BERT directory')):
     sources.load(tmp_path / 'config.json')
+
+
+def test_a_tf1_folder_without_its_config_names_the_missing_file(tmp_path):
+  (tmp_path / 'bert_model.ckpt.index').write_bytes(b'x')
+  (tmp_path / 'bert_model.ckpt.data-00000-of-00001').write_bytes(b'x')
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path} holds a TF1 checkpoint (bert_model.ckpt.index) but no bert_config.json: put '
+      'the bert_config.json it was trained with beside it')):
+    sources.load(tmp_path)
+  with pytest.raises(FileNotFoundError, match=re.escape(  # Fine-tuning's and pre-training's.
+      f'{tmp_path} holds a TF1 checkpoint (bert_model.ckpt.index) but no bert_config.json')):
+    init_from.model_config(str(tmp_path))
