@@ -107,6 +107,11 @@ class Predictor:
       raise ValueError(f'--workdir={workdir} is a file: pass the folder of a fine-tuning run '
                        '(its config.json and checkpoints/).')
     run = init_from.run_config(workdir)
+    if run is None and init_from.is_transformers_dir(workdir):
+      raise ValueError(f'{workdir} is a transformers model, not a fine-tuning run: predict '
+                       "reads bertjax's fine-tuning runs (their task, labels and length); "
+                       'fine-tune from it (configs/finetune.py:init_from=...), or run it in '
+                       'transformers.')
     if run is None:
       raise FileNotFoundError(f'{workdir} holds no fine-tuning run (config.json and '
                               'checkpoints/): pass the --workdir a fine-tuning wrote.')

@@ -233,5 +233,9 @@ def test_span_on_squad_json_files_and_predict_agrees_with_eval(tmp_path, allennl
 def test_predict_refuses_a_pretraining_workdir_and_blank_lines(tmp_path):
   with pytest.raises(FileNotFoundError, match='holds no fine-tuning run'):
     predict.Predictor.from_workdir(tmp_path)
+  (tmp_path / 'config.json').write_text('{"model_type": "bert"}')  # Pass T: was the line above.
+  with pytest.raises(ValueError, match='is a transformers model, not a fine-tuning run: predict '
+                     "reads bertjax's fine-tuning runs"):
+    predict.Predictor.from_workdir(tmp_path)
   with pytest.raises(ValueError, match=r'in.txt:2 is empty'):
     predict_inputs.read_inputs(['a', ' ', 'b'], 'in.txt')
