@@ -231,9 +231,18 @@ class Encoder:
     return flat, splits
 
 
-@functools.lru_cache(maxsize=4)
 def cached_encoder(vocab_file, spm_model_file, do_lower_case, fast=True):
-  """One Encoder per process and vocab: building one takes a while (TF, the fast tokenizer)."""
+  """One Encoder per process and vocab: building one takes a while (TF, the fast tokenizer).
+  Keyed by the vocab's content, not only its path: a vocab learned again at the same path in
+  the same process (a notebook) gets a new Encoder, never the old ids."""
+  digest = (files_lib.sha256(vocab_file or spm_model_file) if (vocab_file or spm_model_file)
+            else '')
+  return _encoder(vocab_file, spm_model_file, do_lower_case, fast, digest)
+
+
+@functools.lru_cache(maxsize=4)
+def _encoder(vocab_file, spm_model_file, do_lower_case, fast, digest):
+  del digest  # The cache key's.
   return Encoder(vocab_file or None, spm_model_file or None, do_lower_case, fast)
 
 

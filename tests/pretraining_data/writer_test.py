@@ -294,3 +294,18 @@ def test_stale_temp_dirs_of_dead_runs_are_removed(tmp_path):
     (d / 'train-00000-of-00001').write_bytes(b'partial')
   assert shard_outputs.remove_stale_temp_dirs(tmp_path) == [str(stale)]
   assert live.exists() and other_host.exists() and not stale.exists()
+
+
+def test_a_vocab_learned_again_at_the_same_path_is_not_the_cached_one(tmp_path):
+  """Pass U: data created twice in one process (a notebook), the vocab learned again at the same
+  path between, tokenized with the first vocab: its ids passed every check."""
+  from bertjax.pretraining_data import text_input  # pylint: disable=g-import-not-at-top
+  vocab = tmp_path / 'vocab.txt'
+  specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+  vocab.write_text('\n'.join(specials + ['the', 'cat']) + '\n')
+  first = text_input.cached_encoder(str(vocab), '', True, False)
+  assert first.encode_batch(['the cat'])[0].tolist() == [5, 6]
+  vocab.write_text('\n'.join(specials + ['cat', 'the']) + '\n')
+  again = text_input.cached_encoder(str(vocab), '', True, False)
+  assert again.encode_batch(['the cat'])[0].tolist() == [6, 5]
+  assert text_input.cached_encoder(str(vocab), '', True, False) is again  # Still cached.

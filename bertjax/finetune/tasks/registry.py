@@ -81,10 +81,16 @@ def _glue_task(name, data) -> task_lib.Task:
       tuple(spec.test_splits), read, featurize, evaluate, write)
 
 
-@functools.lru_cache(maxsize=1)
 def _squad_json(path: str) -> list:
   """The dev set's articles, for the official scoring (read once, not at every eval), decoded
-  as read_squad decodes them (squad.load_json: a BOM allowed)."""
+  as read_squad decodes them (squad.load_json: a BOM allowed). Keyed by the file's content: a
+  file rewritten at the same path in the same process (a notebook) is read again."""
+  return _squad_json_of(path, files.sha256(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _squad_json_of(path: str, digest: str) -> list:
+  del digest  # The cache key's.
   return squad.load_json(path)['data']
 
 

@@ -717,3 +717,13 @@ def test_best_thresholds_weigh_the_answers_cut_at_the_configured_threshold(sampl
   task_result = task.evaluate(outputs, features, meta, examples)
   assert (task_result['best_exact'], task_result['best_exact_thresh']) == (100.0, 1.0)
   assert task_result['exact'] == pytest.approx(100.0 * 6 / 7)
+
+
+def test_a_dev_file_rewritten_at_the_same_path_is_scored_from_its_new_answers(tmp_path):
+  """Pass U: a second fine-tuning in one process scored against the first file's answers."""
+  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'dev.json'
+  path.write_text(json.dumps({'data': [{'title': 'a'}]}))
+  assert registry._squad_json(str(path)) == [{'title': 'a'}]  # pylint: disable=protected-access
+  path.write_text(json.dumps({'data': [{'title': 'b'}]}))
+  assert registry._squad_json(str(path)) == [{'title': 'b'}]  # pylint: disable=protected-access
