@@ -33,6 +33,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_names
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import hf_tokenizer_files
+from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.model import layer_stack
@@ -108,12 +109,14 @@ def _read_shards(index_file: str, read_one) -> dict:
   return state
 
 
-def _read_state_dict(directory: str) -> dict:
+def _read_state_dict(directory: str) -> tuple[dict, str]:
+  """(tensors by BertModel's names (hf_names.strip_prefix), the file read: the index if
+  sharded)."""
   for name, read_one in ((SAFETENSORS_FILE, _read_safetensors), (BIN_FILE, _read_bin)):
     if files.exists(whole := files.join(directory, name)):
-      return read_one(whole)
+      return hf_names.strip_prefix(read_one(whole)), whole
     if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
-      return _read_shards(index, read_one)
+      return hf_names.strip_prefix(_read_shards(index, read_one)), index
   raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin '
                           '(whole or sharded with an .index.json): point at a transformers BERT '
                           'directory (save_pretrained output).')
@@ -188,7 +191,8 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
   cfg = hf_names.config_from_hf(_read_config(config_file), config_file, **config_overrides)
-  state = hf_names.strip_prefix(_read_state_dict(directory))
+  state, weights_file = _read_state_dict(directory)
+  _check_encoder_present(state, hf_names.names(cfg), weights_file)
   hf_tokenizer_files.check_tokenizer_settings(directory)
   extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
            if n.startswith('encoder.layer.')]
@@ -210,6 +214,48 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
         'was saved with this checkpoint.')
   _check_tied_decoder(state)
   return cfg, state
+
+
+def _check_encoder_present(state: dict, table: dict, weights_file: str):
+  """Refuses a checkpoint that lacks any of the encoder's tensors (the embeddings, the layers):
+  they would start at random. The pooler and the heads may be absent (read says which)."""
+  missing = [theirs for ours, (theirs, _) in table.items()
+             if ours.startswith('bert/') and not ours.startswith('bert/pooler/')
+             and theirs not in state]
+  if not missing:
+    return
+  word = 'embeddings.word_embeddings.weight'
+  prefixed = sorted(n for n in state if n.endswith('.' + word))
+  if prefixed:
+    prefix = prefixed[0][:-len(word)]
+    raise ValueError(f'{weights_file} names its tensors under {prefix!r} ({prefixed[0]}, ...), '
+                     "which transformers' BertModel does not load either (it reads them with or "
+                     f'without `bert.`): rename them without {prefix!r}, or save the BERT model '
+                     'itself with save_pretrained.')
+  raise ValueError(f'{weights_file} lacks {len(missing)} of the encoder\'s tensors, e.g. '
+                   f'{", ".join(missing[:3])}: the checkpoint is incomplete (they would start at '
+                   'random); convert or save the whole model again.')
+
+
+def _check_shapes(state: dict, table: dict, config: dict, weights_file: str, config_file: str):
+  """Refuses a tensor whose shape is not the one config.json implies, naming both and the
+  fields (what BertModel.from_pretrained refuses too)."""
+  for ours, (shape, fields) in layouts.expected_shapes(config).items():
+    if ours not in table or table[ours][0] not in state:
+      continue
+    theirs, layout = table[ours]
+    want = tuple(jax.eval_shape(layout.to_theirs,
+                                jax.ShapeDtypeStruct(shape, np.float32)).shape)
+    if tuple(state[theirs].shape) != want:
+      said = ', '.join(f'{f}={config[_OURS.get(f, f)]}' for f in fields)
+      raise ValueError(f'{theirs} in {weights_file} has shape {tuple(state[theirs].shape)}, but '
+                       f'{config_file} implies {want}' + (f' ({said})' if said else '') +
+                       ': fix config.json to describe these weights (use the one saved with '
+                       'them).')
+
+
+# The config file's shape fields bertjax names otherwise.
+_OURS = {'num_attention_heads': 'num_heads', 'intermediate_size': 'mlp_dim'}
 
 
 def _check_tied_decoder(state: dict):
@@ -285,12 +331,14 @@ def read(directory) -> bundle_lib.Bundle:
                             'directory (expected config.json + model.safetensors).')
   hf_config = _read_config(config_file)
   config = hf_names.config_from_hf(hf_config, config_file).to_dict()
-  state = hf_names.strip_prefix(_read_state_dict(directory))
+  state, weights_file = _read_state_dict(directory)
   _check_tied_decoder(state)
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
     state['cls.predictions.bias'] = state['cls.predictions.decoder.bias']
   kind = hf_names.kind_of(hf_config, state)
   table = hf_names.names(config, kind)
+  _check_encoder_present(state, table, weights_file)
+  _check_shapes(state, table, config, weights_file, config_file)
   unread = _weights_not_read(state, table, config['num_layers'])
   if unread:
     raise ValueError(f'{directory} holds {len(unread)} weights that its config.json\'s model '
@@ -338,6 +386,11 @@ def save(result: bundle_lib.Bundle, output_dir):
   for ours, (theirs, layout) in hf_names.names(result.config, result.kind).items():
     if ours.startswith('bert/pooler/') and not hf_names.holder(result.kind).pooler:
       continue
+    if ours not in params and ours.startswith('bert/pooler/'):
+      raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or '
+                       'a BertModel without its pooling layer), which the '
+                       f'{hf_names.holder(result.kind).architecture} this export writes carries: '
+                       'use --format=onnx, or --format=hf for a masked-LM, span or tagging model.')
     if ours not in params:
       raise ValueError(f'{result.source} has no {ours}, which a '
                        f'{hf_names.holder(result.kind).architecture} needs.')

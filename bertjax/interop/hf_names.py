@@ -72,10 +72,16 @@ def names(config, kind: str = 'pretraining') -> dict:
 
 
 def strip_prefix(state: dict) -> dict:
-  """Drops `bert.` (BertForPreTraining) so both layouts use BertModel's names."""
+  """BertModel's names, as transformers' from_pretrained reads a checkpoint: drops `bert.`
+  (BertForPreTraining and the task classes), and renames the old `LayerNorm.gamma` / `.beta`
+  (the original bert-base-uncased pytorch_model.bin) to `.weight` / `.bias`. Any other prefix
+  (a wrapper's `model.`) is kept: transformers does not load it either."""
   out = {}
   for name, value in state.items():
-    out[name[len('bert.'):] if name.startswith('bert.') else name] = value
+    name = name[len('bert.'):] if name.startswith('bert.') else name
+    name = name.replace('LayerNorm.gamma', 'LayerNorm.weight').replace('LayerNorm.beta',
+                                                                       'LayerNorm.bias')
+    out[name] = value
   return out
 
 

@@ -122,3 +122,36 @@ def names(config, spelling: Spelling, head: dict) -> dict:
   m.update({ours: (theirs, TRANSPOSED if transposed else SAME)
             for ours, (theirs, transposed) in head.items()})
   return m
+
+
+def expected_shapes(config) -> dict:
+  """bertjax path (unscanned) -> (shape, the config file's fields it follows) of the encoder,
+  the pooler and the pre-training heads `config` (bertjax's fields) describes: a task head's
+  outputs follow its labels, not the config's shape fields, and are not here."""
+  d, h, f, vocab = (config['hidden_size'], config['num_heads'], config['mlp_dim'],
+                    config['vocab_size'])
+  hidden, heads = ('hidden_size',), ('hidden_size', 'num_attention_heads')
+  m = {'bert/embeddings/word_embeddings/embedding': ((vocab, d), ('vocab_size', 'hidden_size')),
+       'bert/embeddings/position_embeddings/embedding': (
+           (config['max_position_embeddings'], d), ('max_position_embeddings', 'hidden_size')),
+       'bert/embeddings/token_type_embeddings/embedding': (
+           (config['type_vocab_size'], d), ('type_vocab_size', 'hidden_size')),
+       'bert/pooler/kernel': ((d, d), hidden), 'mlm/transform/kernel': ((d, d), hidden),
+       'mlm/output_bias': ((vocab,), ('vocab_size',)), 'nsp/dense/kernel': ((d, 2), hidden),
+       'nsp/dense/bias': ((2,), ())}
+  for norm in ('bert/embeddings/layer_norm', 'mlm/layer_norm'):
+    m.update({f'{norm}/scale': ((d,), hidden), f'{norm}/bias': ((d,), hidden)})
+  m.update({'bert/pooler/bias': ((d,), hidden), 'mlm/transform/bias': ((d,), hidden)})
+  for i in range(config['num_layers']):
+    layer = f'bert/layers_{i}'
+    for qkv in ('query', 'key', 'value'):
+      m[f'{layer}/attention/{qkv}/kernel'] = ((d, h, d // h), heads)
+      m[f'{layer}/attention/{qkv}/bias'] = ((h, d // h), heads)
+    m[f'{layer}/attention/out/kernel'] = ((h, d // h, d), heads)
+    m[f'{layer}/mlp/intermediate/kernel'] = ((d, f), ('hidden_size', 'intermediate_size'))
+    m[f'{layer}/mlp/intermediate/bias'] = ((f,), ('intermediate_size',))
+    m[f'{layer}/mlp/output/kernel'] = ((f, d), ('intermediate_size', 'hidden_size'))
+    for part in ('attention/out/bias', 'mlp/output/bias', 'attention_layer_norm/scale',
+                 'attention_layer_norm/bias', 'output_layer_norm/scale', 'output_layer_norm/bias'):
+      m[f'{layer}/{part}'] = ((d,), hidden)
+  return m

@@ -178,6 +178,7 @@ def save(result: bundle_lib.Bundle, output, max_seq_length: int = 0):
 
 
 def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
+  _served(result)  # What it refuses, before TensorFlow starts.
   if not result.vocab_file:
     raise ValueError(f'{result.source} has no vocab file: pass --vocab_file, the vocab its '
                      'weights were trained with.')
