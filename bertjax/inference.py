@@ -24,17 +24,45 @@ POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CL
 
 
 def tokenizer(model: bundle_lib.Bundle, missing: str):
-  """The loaded model's tokenizer (its vocab and casing); FileNotFoundError(missing) without
-  a vocab."""
+  """The loaded model's tokenizer (its vocab and casing; the text lower-cased first where a
+  sentence-transformers model says so); FileNotFoundError(missing) without a vocab."""
   if not model.vocab_file:
     raise FileNotFoundError(missing)
-  return vocab_files.for_model(model.vocab_file, model.do_lower_case)
+  tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
+  return _LowerCased(tok) if model.lowercase_input else tok
+
+
+class _LowerCased:
+  """A tokenizer that lower-cases the text first, character by character as the tokenizers
+  library's Lowercase normalizer does (sentence-transformers' do_lower_case), accents kept:
+  the cased tokenizer's do_lower_case would strip them too."""
+
+  def __init__(self, tok):
+    self._tok = tok
+
+  def encode(self, text):
+    return self._tok.encode(''.join(c.lower() for c in text))
+
+  def tokenize(self, text):
+    return self._tok.tokenize(''.join(c.lower() for c in text))
+
+  def __getattr__(self, name):
+    return getattr(self._tok, name)
 
 
 def encoder_params(model: bundle_lib.Bundle) -> dict:
-  """The loaded model's encoder as a nested tree without the 'bert' level (one per layer)."""
-  return traverse_util.unflatten_dict(
-      {k[len('bert/'):]: v for k, v in model.encoder_params().items()}, sep='/')
+  """The loaded model's encoder as a nested tree without the 'bert' level (one per layer).
+
+  A model without BERT's pooler (BertForMaskedLM, a span or tagging model, BertModel without
+  its pooling layer) gets a zero placeholder: the encoder module always computes a pooled
+  output, but what this module serves (hidden states, and embed's mean or [CLS] pooling of the
+  sequence output) never reads it, so no output depends on the placeholder."""
+  params = {k[len('bert/'):]: v for k, v in model.encoder_params().items()}
+  if 'pooler/kernel' not in params:
+    d = model.config['hidden_size']
+    params.update({'pooler/kernel': np.zeros((d, d), np.float32),
+                   'pooler/bias': np.zeros((d,), np.float32)})
+  return traverse_util.unflatten_dict(params, sep='/')
 
 
 def model_config(recorded, params):

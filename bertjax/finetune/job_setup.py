@@ -20,6 +20,7 @@ from bertjax.finetune import kinds
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import encoder_config
 from bertjax.text import vocab_files
@@ -86,7 +87,11 @@ def setup(config, workdir: str = '') -> Setup:
     run_config.check_casing(config, init_path)
   model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
   # vocab.txt or a SentencePiece model (the one init_from's pre-training used), told by the file.
-  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case)
+  # Messages name the vocab where the user's init_from holds it (a tokenizer.json's vocab is
+  # read into a cache file the user never named).
+  name = hf_tokenizer_files.vocab_name(vocab_file, init_path) if init_path else ''
+  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case, vocab_name=name)
+  vocab_files.check_input_tokens(tok, name)  # [CLS] and [SEP]: one line, not a KeyError later.
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
   # The vocab actually used (init_from's when data.vocab_file is empty), so that predict and

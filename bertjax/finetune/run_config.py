@@ -16,27 +16,46 @@ import numpy as np
 from bertjax import files
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
+from bertjax.interop import bundle
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import platform_defaults
 from bertjax.pretraining_data import embedded
+from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 from bertjax.training import resume_checks
 
 
 def check_casing(config, init_path: str):
-  """A transformers folder records its tokenizer's casing (tokenizer_config.json's
-  do_lower_case, else BertTokenizer's lower case): fine-tuning it with the other casing would
-  feed its weights text it never saw tokenized that way."""
+  """A transformers folder that records its tokenizer's casing (tokenizer_config.json's
+  do_lower_case, else tokenizer.json's normalizer) is fine-tuned with that casing: the other
+  would feed its weights text it never saw tokenized that way. A folder that records none
+  takes config.data.do_lower_case (checked against its vocab by the tokenizer)."""
   if not init_path or not init_from.is_transformers_dir(init_path):
     return
-  theirs = hf_tokenizer_files.do_lower_case_of(init_path)
-  if theirs != bool(config.data.do_lower_case):
+  theirs, where = hf_tokenizer_files.recorded_lower_case(init_path)
+  if theirs is not None and theirs != bool(config.data.do_lower_case):
     raise ValueError(f'init_from={init_path} was trained on '
-                     f'{"lower-cased" if theirs else "cased"} text (its tokenizer: '
-                     f'do_lower_case {str(theirs).lower()}) but config.data.do_lower_case is '
-                     f'{bool(config.data.do_lower_case)}: pass '
+                     f'{"lower-cased" if theirs else "cased"} text ({where}) but '
+                     f'config.data.do_lower_case is {bool(config.data.do_lower_case)}: pass '
                      f'--config.data.do_lower_case={theirs}.')
+
+
+def check_vocab_rows(init_path: str, vocab_file: str, rows: int, given: bool):
+  """init_from's `rows` word-embedding rows must be its vocab's entries (or their padding,
+  bundle.vocab_misfit): another vocab's ids would mean other tokens. The fix is the vocab, never
+  --config.model.vocab_size (a fine-tuning takes init_from's shape). `given`: the user's
+  config.data.vocab_file, else init_from's own."""
+  entries = len(vocab_files.load_vocab(vocab_file))
+  why = bundle.misfit_at(init_path, vocab_file, entries, rows)
+  if not why:
+    return
+  which = (f'config.data.vocab_file={vocab_file}' if given else
+           f'its {hf_tokenizer_files.vocab_name(vocab_file, init_path)}')
+  raise ValueError(f'init_from={init_path} has {rows} word-embedding rows but {which} has '
+                   f'{entries} entries ({why}): it is not the vocab the checkpoint was trained '
+                   'with; pass --config.data.vocab_file=VOCAB, the vocab.txt trained with it '
+                   f'({rows} entries, or fewer padded to {rows}).')
 
 
 def resolve_model(config, init_path: str, run: dict | None = None,
@@ -90,7 +109,10 @@ def resolve_model(config, init_path: str, run: dict | None = None,
             f'init_from={init_path} does not fit config.model (size {model_cfg.size}): '
             + ', '.join(f'{k} {a} in the checkpoint vs {b}' for k, (a, b) in differ.items())
             + '. Leave size empty to take the checkpoint\'s shape.')
+    given = bool(vocab_file)
     vocab_file = vocab_file or init_from.vocab_file(init_path) or ''
+    if vocab_file:
+      check_vocab_rows(init_path, vocab_file, arch['vocab_size'], given)
   if not vocab_file:
     if init_path:
       unrecorded = next((f for f in init_from.folders_up(init_path, 2)

@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from bertjax import files
 from bertjax.text import vocab_files
 from bertjax.training import kinds
 
@@ -42,13 +43,23 @@ def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
   return [f for f in FORMAT_KINDS if cannot_hold(f, kind, pooling) is None]
 
 
+# Formats that carry BERT's pooler whatever the head (the original modeling.py's variables; the
+# SavedModel serves the encoder module, which computes it).
+POOLER_FORMATS = ('tf1', 'saved_model')
+
+
 def check_holds(result: 'Bundle', fmt: str):
   """Refuses `fmt` for `result` when it cannot hold its head faithfully, naming what can: every
   writer calls it, so a library caller that skips the export command is refused the same way."""
+  pooler = 'bert/pooler/kernel' in result.params
+  if fmt in POOLER_FORMATS and not pooler:
+    raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or a '
+                     f'BertModel without its pooling layer): --format={fmt} carries one; use '
+                     '--format=hf or --format=onnx.')
   why = cannot_hold(fmt, result.kind, result.pooling)
   if why is None:
     return
-  can = formats_for(result.kind, result.pooling)
+  can = [f for f in formats_for(result.kind, result.pooling) if pooler or f not in POOLER_FORMATS]
   fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
   if kinds.get(result.kind).pooled and result.pooling != 'cls':
     fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
@@ -74,6 +85,9 @@ class Bundle:
   # the source is such a model (its transformers export writes these files too).
   embedding: bool = False
   normalize: bool = False
+  # sentence_bert_config.json's do_lower_case: the text lower-cased before a cased tokenizer
+  # (inference.tokenizer wraps it so), kept by the sentence-transformers export.
+  lowercase_input: bool = False
   prompts: dict = dataclasses.field(default_factory=dict)
   similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
@@ -151,24 +165,82 @@ def check_head(kind: str, labels, params: dict, source: str):
                      "this run's (copied in from another?); use the run that wrote it.")
 
 
-def check_vocab(bundle: Bundle):
-  """The vocab file must have as many entries as the embedding rows, or fewer when the rows are
-  padded (NVIDIA: 30,528 for 30,522; tensor parallelism: a multiple of 128)."""
+# Vocab padding fills the embedding rows up to the next multiple of one of these (NVIDIA: 30,528
+# rows for 30,522 entries; 64 and 128 for matmul tiles and tensor parallelism).
+PADDING_MULTIPLES = (8, 64, 128)
+
+
+def padded_sizes(entries: int) -> list[int]:
+  """The row counts a vocab of `entries` is padded to: the smallest multiple of 8, 64 or 128 at
+  or above it."""
+  return sorted({-(-entries // m) * m for m in PADDING_MULTIPLES})
+
+
+def vocab_misfit(entries: int, rows: int, own_padding: bool = False) -> str:
+  """Why a vocab of `entries` cannot be the one `rows` embedding rows were trained with ('' when
+  it can). Fewer entries are padding only when `rows` is a padded size (padded_sizes): any more
+  rows were trained tokens the vocab does not name. `own_padding`: the vocab and rows are a
+  bertjax run's own, which pads to any multiple of 128 (training/train_state: never targets)."""
+  if entries == rows:
+    return ''
+  if entries > rows:
+    return f'ids {rows}..{entries - 1} have no embedding row'
+  if rows in padded_sizes(entries) or (own_padding and rows % 128 == 0):
+    return ''
+  return (f'{rows} rows is not vocab padding of {entries} entries (that is '
+          f'{" or ".join(map(str, padded_sizes(entries)))} rows), so rows '
+          f'{entries}..{rows - 1} are trained tokens the vocab does not name')
+
+
+def run_padded(source: str, vocab_file: str, rows: int) -> bool:
+  """Whether `source` is (in) a bertjax run whose config.json records this vocab (by hash) and
+  `rows` rows: its padding is the run's own, whatever multiple of 128."""
+  from bertjax.interop import init_from  # pylint: disable=g-import-not-at-top  (imports this)
+  try:
+    run = init_from.run_config(source) if source and vocab_file else None
+  except ValueError:
+    return False
+  if not run:
+    return False
+  recorded = (run.get('data') or {}).get('vocab_sha256')
+  return bool(recorded) and (run.get('model') or {}).get('vocab_size') == rows and (
+      files.sha256(vocab_file) == recorded)
+
+
+def misfit_at(source: str, vocab_file: str, entries: int, rows: int) -> str:
+  """vocab_misfit for the vocab and rows of `source`, a bertjax run's own padding accepted."""
+  why = vocab_misfit(entries, rows)
+  if why and entries < rows and rows % 128 == 0 and run_padded(source, vocab_file, rows):
+    return ''
+  return why
+
+
+def _misfit(bundle: Bundle) -> tuple[int | None, int, str]:
+  """(vocab entries, embedding rows, misfit_at's reason) of `bundle`."""
   entries = bundle.vocab_entries()
   rows = bundle.params['bert/embeddings/word_embeddings/embedding'].shape[0]
-  if entries is None or entries == rows:
-    return
-  if entries > rows or rows % 8:
+  if entries is None:
+    return None, rows, ''
+  return entries, rows, misfit_at(bundle.source, bundle.vocab_file, entries, rows)
+
+
+def check_vocab(bundle: Bundle):
+  """The vocab file must have as many entries as the embedding rows, or fewer when the rows are
+  its padding (vocab_misfit: NVIDIA's 30,528 for 30,522; a multiple of 64 or 128)."""
+  entries, rows, why = _misfit(bundle)
+  if why:
     raise ValueError(
         f'vocab file {bundle.vocab_file} has {entries} entries but {bundle.source}\'s word '
-        f'embeddings have {rows} rows: use the vocab.txt this checkpoint was trained with.')
+        f'embeddings have {rows} rows ({why}): it is not the vocab this checkpoint was trained '
+        f'with; pass that one (--vocab_file=VOCAB, {rows} entries or fewer padded to {rows}).')
 
 
 def cut_vocab_padding(bundle: Bundle) -> dict:
-  """params with padded vocab rows (beyond the vocab file's entries) cut off."""
-  entries = bundle.vocab_entries()
+  """params with padded vocab rows (beyond the vocab file's entries) cut off; rows that are not
+  padding (check_vocab refuses them) are all kept, never cut."""
+  entries, rows, why = _misfit(bundle)
   params = dict(bundle.params)
-  if entries is None:
+  if entries is None or entries >= rows or why:
     return params
   for name in ('bert/embeddings/word_embeddings/embedding', 'mlm/output_bias'):
     if name in params and params[name].shape[0] > entries:

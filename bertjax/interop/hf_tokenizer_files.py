@@ -23,12 +23,52 @@ def json_beside(directory: str, name: str, present=None) -> dict:
   return json.loads(files.read_text(files.join(directory, name))) if there else {}
 
 
+def _normalizer_lower_case(normalizer) -> bool | None:
+  """Whether a tokenizer.json normalizer lower-cases: a BertNormalizer's `lowercase`, a
+  Lowercase step (in a Sequence too); None where it says nothing."""
+  if not isinstance(normalizer, dict):
+    return None
+  if normalizer.get('type') == 'BertNormalizer' and isinstance(normalizer.get('lowercase'), bool):
+    return normalizer['lowercase']
+  if normalizer.get('type') == 'Lowercase':
+    return True
+  if normalizer.get('type') == 'Sequence':
+    said = [_normalizer_lower_case(n) for n in normalizer.get('normalizers') or []]
+    return True if True in said else (False if False in said else None)
+  return None
+
+
+def recorded_lower_case(directory, present=None) -> tuple[bool | None, str]:
+  """(casing, where the folder says it): tokenizer_config.json's do_lower_case, else
+  tokenizer.json's normalizer (its `lowercase`, as the tokenizers library applies it);
+  (None, '') where neither says, so that a default is never taken for the folder's setting."""
+  directory = os.fspath(directory)
+  config = json_beside(directory, 'tokenizer_config.json', present)
+  if isinstance(config.get('do_lower_case'), bool):
+    return config['do_lower_case'], (f'{files.join(directory, "tokenizer_config.json")}: '
+                                     f'do_lower_case {json.dumps(config["do_lower_case"])}')
+  lower = _normalizer_lower_case(json_beside(directory, 'tokenizer.json', present).get(
+      'normalizer'))
+  if lower is None:
+    return None, ''
+  where = files.join(directory, 'tokenizer.json')
+  return lower, f'{where}\'s normalizer: lowercase {json.dumps(lower)}'
+
+
 def do_lower_case_of(directory, present=None) -> bool:
-  """The casing of a transformers directory's tokenizer: tokenizer_config.json's do_lower_case,
-  else BertTokenizer's default (lower case). tokenizer.json's normalizer is not read: BertTokenizer
-  (transformers 4.x fast and 5.x) rebuilds it from these settings when it loads."""
-  config = json_beside(os.fspath(directory), 'tokenizer_config.json', present)
-  return bool(config.get('do_lower_case', True))
+  """The casing of a transformers directory's tokenizer (recorded_lower_case), else
+  BertTokenizer's default (lower case)."""
+  lower, _ = recorded_lower_case(directory, present)
+  return True if lower is None else lower
+
+
+def vocab_name(vocab_file: str, directory) -> str:
+  """How a message names a directory's vocab: its file, or its tokenizer.json for the vocab
+  vocab_from_tokenizer_json wrote to this machine's cache (a path the user never gave)."""
+  cache = os.path.join(paths.cache_root(), 'hf_vocab', '')
+  if os.fspath(vocab_file).startswith(cache):
+    return f'the vocab of {files.join(os.fspath(directory), "tokenizer.json")}'
+  return f'vocab file {os.fspath(vocab_file)!r}'
 
 
 def check_tokenizer_settings(directory, present=None):

@@ -26,6 +26,10 @@ SPECIAL_TOKENS = ('[UNK]', '[SEP]', '[PAD]', '[CLS]', '[MASK]')
 DEFAULT_MAX_INPUT_CHARS_PER_WORD = 200
 # A vocab is taken as cased when at least this fraction of its word tokens has upper case.
 _CASED_FRACTION = 0.01
+# The special tokens every BERT input is built with ([CLS] text [SEP]); pre-training adds [MASK].
+INPUT_TOKENS = ('[CLS]', '[SEP]')
+# A byte order mark some editors write at the start of a UTF-8 file: not part of the first token.
+_BOM = '\ufeff'
 # Per-word results are cached; the cache is dropped when it grows past this many words.
 _CACHE_SIZE = 1 << 20
 # WordPiece's mark of a piece that continues the word before it ('##ing').
@@ -76,6 +80,7 @@ def read_vocab(path, data: bytes):
     raise ValueError(
         f'vocab file {path!r} is not UTF-8 text ({e.reason} at byte {e.start}): it is '
         'corrupt or not a vocab file; pass the vocab.txt of a BERT checkpoint') from None
+  text = text.removeprefix(_BOM)
   if not text.strip():
     raise ValueError(f'vocab file {path!r} is empty: pass the vocab.txt of a BERT checkpoint')
   lines = text.split('\n')
@@ -91,6 +96,18 @@ def read_vocab(path, data: bytes):
           f'{index + 1}): ids would be ambiguous; the file is damaged or was edited by hand')
     vocab[token] = index
   return vocab
+
+
+def check_special_tokens(vocab, vocab_name: str, needed=INPUT_TOKENS):
+  """Refuses a vocab that lacks special tokens `needed` to build model inputs, in one line
+  naming it (`vocab_name`: 'vocab file ...') and every one it lacks."""
+  missing = [t for t in needed if t not in vocab]
+  if missing:
+    raise ValueError(
+        f'{vocab_name} has no {", ".join(missing)} entr{"y" if len(missing) == 1 else "ies"}, '
+        f'which BERT builds its inputs with ({" ".join(needed)}): it is not a BERT vocab; pass '
+        'the vocab.txt the checkpoint was trained with (a BERT vocab lists [PAD] [UNK] [CLS] '
+        '[SEP] [MASK])')
 
 
 def convert_by_vocab(vocab, items):
@@ -299,16 +316,19 @@ class FullTokenizer:
 
   def __init__(self, vocab_file, do_lower_case=True,
                max_input_chars_per_word=DEFAULT_MAX_INPUT_CHARS_PER_WORD,
-               never_split=(), unk_token='[UNK]', check_casing=True):
+               never_split=(), unk_token='[UNK]', check_casing=True, vocab_name=''):
     self.vocab_file = os.fspath(vocab_file)
+    # How messages name the vocab: the file, or where the user's folder holds it (a vocab
+    # read from a tokenizer.json is written to a cache file the user never named).
+    self.vocab_name = vocab_name or f'vocab file {self.vocab_file!r}'
     self.vocab = load_vocab(vocab_file)
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     if unk_token not in self.vocab:
       raise ValueError(
-          f'vocab file {self.vocab_file!r} has no {unk_token!r} entry, which WordPiece emits '
+          f'{self.vocab_name} has no {unk_token!r} entry, which WordPiece emits '
           'for words it cannot cover: add it, or pass unk_token= the spelling your vocab uses')
     if check_casing:
-      validate_case_matches_vocab(self.vocab, do_lower_case, f'vocab file {self.vocab_file!r}')
+      validate_case_matches_vocab(self.vocab, do_lower_case, self.vocab_name)
     self.do_lower_case = do_lower_case
     self.max_input_chars_per_word = max_input_chars_per_word
     self.unk_token = unk_token
@@ -359,8 +379,15 @@ class FullTokenizer:
     return ids
 
   def convert_tokens_to_ids(self, tokens):
-    """Tokens to ids; raises KeyError for a token not in the vocab."""
-    return convert_by_vocab(self.vocab, tokens)
+    """Tokens to ids; raises KeyError for a token not in the vocab, ValueError (one line naming
+    the vocab) for a special token ([CLS], [SEP], ...) it lacks."""
+    try:
+      return convert_by_vocab(self.vocab, tokens)
+    except KeyError as e:
+      if e.args and e.args[0] in SPECIAL_TOKENS:
+        check_special_tokens(self.vocab, self.vocab_name,
+                             tuple(dict.fromkeys(INPUT_TOKENS + (e.args[0],))))
+      raise
 
   def convert_ids_to_tokens(self, ids):
     """Ids to tokens; raises KeyError for an id not in the vocab."""

@@ -46,15 +46,24 @@ def load_vocab(vocab_file):
   return tokenizer.read_vocab(path, data)
 
 
-def for_model(vocab_file, do_lower_case: bool, **kwargs):
+def for_model(vocab_file, do_lower_case: bool, vocab_name: str = '', **kwargs):
   """The tokenizer a model was trained with, from the vocab file and casing its run or source
-  records: SentencePiece for a SentencePiece model, else WordPiece; casing checked for both."""
+  records: SentencePiece for a SentencePiece model, else WordPiece; casing checked for both.
+  `vocab_name`: how a WordPiece vocab's messages name it ('' for 'vocab file <path>')."""
   vocab_file = str(vocab_file)
   files.require_file(vocab_file, f'vocab file {vocab_file!r} does not exist: pass the vocab.txt '
                      'or SentencePiece .model the model was trained with')
   if is_sentencepiece(vocab_file):
     return from_files(spm_model_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
-  return from_files(vocab_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
+  return from_files(vocab_file=vocab_file, do_lower_case=do_lower_case, vocab_name=vocab_name,
+                    **kwargs)
+
+
+def check_input_tokens(tok, vocab_name: str = ''):
+  """Refuses, in one line, a tokenizer whose vocab lacks [CLS] or [SEP] (every BERT input holds
+  them), before any example is featurized (where it was a KeyError)."""
+  name = vocab_name or getattr(tok, 'vocab_name', '') or f'vocab file {tok.vocab_file!r}'
+  tokenizer.check_special_tokens(tok.vocab, name)
 
 
 def continuation_flags(vocab: dict, sentencepiece: bool) -> np.ndarray:

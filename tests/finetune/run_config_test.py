@@ -66,11 +66,11 @@ def test_pairs_for_a_model_without_a_second_segment_are_refused_before_training(
   assert job_setup.featurized(setup, 'train', True)[1] is pairs
 
 
-@pytest.mark.parametrize('recorded, lower', [({'do_lower_case': False}, False), ({}, True)])
+@pytest.mark.parametrize('recorded, lower', [({'do_lower_case': False}, False),
+                                             ({'do_lower_case': True}, True)])
 def test_fine_tuning_from_a_transformers_folder_takes_no_other_casing(tmp_path, recorded, lower):
   (tmp_path / 'config.json').write_text('{}')
-  if recorded:
-    (tmp_path / 'tokenizer_config.json').write_text(json.dumps(recorded))
+  (tmp_path / 'tokenizer_config.json').write_text(json.dumps(recorded))
   config = finetune_config.get_config('task=sst2,size=tiny')
   config.data.do_lower_case = not lower
   with pytest.raises(ValueError, match=rf'^init_from={tmp_path} was trained on .* '
@@ -78,6 +78,16 @@ def test_fine_tuning_from_a_transformers_folder_takes_no_other_casing(tmp_path, 
     run_config.check_casing(config, str(tmp_path))
   config.data.do_lower_case = lower
   run_config.check_casing(config, str(tmp_path))
+
+
+def test_fine_tuning_from_a_folder_that_records_no_casing_takes_the_users(tmp_path):
+  """Pass T: lower case is only a default where the folder says nothing; an explicit choice
+  was refused as contradicting what 'the folder' said (a dead end with a cased vocab)."""
+  (tmp_path / 'config.json').write_text('{}')
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  for lower in (True, False):
+    config.data.do_lower_case = lower
+    run_config.check_casing(config, str(tmp_path))
 
 
 def _user_run(**data):
