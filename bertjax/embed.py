@@ -111,6 +111,7 @@ class Embedder:
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
+    self.not_computed = ''  # What SentenceTransformer runs after pooling that bertjax does not.
     # The one inference path (inference.forward), its pooled output.
     self._pooled = inference.forward(
         inference.model_config(model_config, {'bert': params}), 'pooled',
@@ -134,8 +135,8 @@ class Embedder:
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.
       model = sources.load(source, step=step)
-      tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings '
-                                       'need the vocab the model was trained with.')
+      tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings need the '
+                                       'vocab the model was trained with.')
       pooling = pooling or _pooling(model, sources.format_of(source))
       normalize = (model.embedding and model.normalize) if normalize is None else normalize
       # A model's own length (0 or None), never more than its position table (a 64-position
@@ -148,9 +149,12 @@ class Embedder:
                    else f' (the model says {model.max_seq_length})')
     model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
                                                     'dtype': dtype})
-    return cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
-               normalize=normalize, max_seq_length=max_seq_length, batch_size=batch_size,
-               source=model.source or source)
+    embedder = cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
+                   normalize=normalize, max_seq_length=max_seq_length, batch_size=batch_size,
+                   source=model.source or source)
+    # What SentenceTransformer runs that these vectors lack (a Dense): said by the job's summary.
+    embedder.not_computed = model.not_computed
+    return embedder
 
   @property
   def dimension(self) -> int:
@@ -269,11 +273,17 @@ def run(config, workdir):
             f'vectors: v = numpy.load({written!r}); v @ v.T')
       outputs.append(('similarities', f'not written (over {MATRIX_ROWS} sentences)'))
   console.summary('embed', time.perf_counter() - start,
-                  metrics=[('sentences', n), ('dimension', embedder.dimension)]
+                  metrics=[('sentences', n), ('dimension', _dimension(embedder))]
                   + ([('cut', f'{cut} (longer than {embedder.max_seq_length} tokens)')]
                      if cut else []),
                   outputs=outputs)
   return vectors
+
+
+def _dimension(embedder: Embedder):
+  """The dimension written, and why SentenceTransformer's differ where they do."""
+  return (f'{embedder.dimension} (not SentenceTransformer\'s vectors: {embedder.not_computed})'
+          if embedder.not_computed else embedder.dimension)
 
 
 def _printable(text: str) -> str:

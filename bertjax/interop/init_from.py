@@ -205,16 +205,12 @@ def vocab_file(init_from: str) -> str | None:
 
 
 def pooling(init_from: str) -> str | None:
-  """'mean' or 'cls' when `init_from` is a sentence-transformers dir that says so (1_Pooling/)."""
-  if not init_from or not files.exists(
-      config_file := files.join(init_from, '1_Pooling', 'config.json')):
+  """'mean' or 'cls' when `init_from` is a sentence-transformers dir that says so (its Pooling
+  module, in the layout of any release: sentence_transformers.pooling_of)."""
+  from bertjax.interop import sentence_transformers  # pylint: disable=g-import-not-at-top
+  if not init_from or not is_transformers_dir(init_from):
     return None
-  pooling_config = json.loads(files.read_text(config_file))
-  if pooling_config.get('pooling_mode_mean_tokens'):
-    return 'mean'
-  if pooling_config.get('pooling_mode_cls_token'):
-    return 'cls'
-  return None
+  return sentence_transformers.pooling_of(init_from)
 
 
 def read_params(path, with_heads: bool = True):

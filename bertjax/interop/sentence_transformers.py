@@ -122,11 +122,10 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
       [{'idx': i, 'name': str(i), 'path': path, 'type': _MODULE + kind}
        for i, (kind, path) in enumerate(modules)]))
   length = min(result.max_seq_length, result.config['max_position_embeddings'])
-  # do_lower_case here lowercases before the tokenizer; the tokenizer files already fold case
-  # as the model was trained (tokenizer_config.json), as sentence-transformers' own BERT
-  # models say.
+  # do_lower_case here lowercases before the tokenizer; the tokenizer files fold case as the
+  # model was trained (tokenizer_config.json); a source that lower-cased first keeps doing so.
   files.write_atomically(files.join(output_dir, 'sentence_bert_config.json'), _json(
-      {'max_seq_length': length, 'do_lower_case': False}))
+      {'max_seq_length': length, 'do_lower_case': result.lowercase_input}))
   files.write_atomically(files.join(output_dir, 'config_sentence_transformers.json'), _json(
       {'__version__': {'sentence_transformers': LAYOUT_VERSION},
        'model_type': 'SentenceTransformer', 'prompts': dict(result.prompts),
@@ -172,64 +171,134 @@ def _pooling_mode(pooling_config: dict) -> str:
   return '+'.join(modes) or 'mean'  # No mode set: sentence-transformers' default.
 
 
-def read_modules(result: bundle_lib.Bundle):
-  """Sets what SentenceTransformer(dir) runs after the encoder of the transformers folder
-  `result.source`, from the folder's own files: pooling, normalisation, length, prompts,
-  similarity, and a head bertjax's export wrote as Dense layers. A folder without modules.json
-  that has 1_Pooling/ (bertjax's transformers export before it wrote modules.json) is read as
-  SentenceTransformer builds it: Transformer + Pooling. A plain transformers folder is left
-  as it is."""
-  directory = result.source
-  present = set(files.walk_files(directory))  # One listing, not a request per file.
+def _json_files(directory):
+  """read(*parts) -> the JSON file at `directory`/parts, or None: one listing of the folder,
+  not a request per file."""
+  present = set(files.walk_files(directory))
 
-  def beside(*parts) -> dict | None:
+  def read(*parts) -> dict | list | None:
     if '/'.join(parts) not in present:
       return None
     return json.loads(files.read_text(files.join(directory, *parts)))
+  read.present = present
+  return read
+
+
+def _steps(beside) -> list[tuple[str, str]]:
+  """(module type, path) of each module SentenceTransformer(dir) runs: modules.json's; without
+  it, Transformer + Pooling where 1_Pooling/ exists (bertjax's exports before modules.json)."""
   modules = beside('modules.json')
   if modules is None:
-    modules = ([{'type': 'Pooling', 'path': '1_Pooling'}]
+    modules = ([{'type': 'Transformer', 'path': ''}, {'type': 'Pooling', 'path': '1_Pooling'}]
                if beside('1_Pooling', 'config.json') is not None else [])
-  steps = [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
-  if not steps:
+  return [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
+
+
+def _mode_of(beside, steps) -> str:
+  """The raw pooling mode of the first Pooling module ('' when there is none)."""
+  pooling = [path for kind, path in steps if kind == 'Pooling']
+  return _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
+
+
+def pooling_of(directory) -> str | None:
+  """'mean' or 'cls': how the sentence-transformers folder `directory` pools (either layout of
+  its Pooling config); None without a Pooling module; ValueError for a mode bertjax lacks."""
+  beside = _json_files(directory)
+  mode = _mode_of(beside, _steps(beside))
+  if mode and mode not in _POOLINGS:
+    raise ValueError(f'{directory} pools by {mode}, which bertjax does not compute: set '
+                     'config.pooling=mean or cls (its embeddings then differ).')
+  return _POOLINGS.get(mode)
+
+
+def transformer_folder(directory) -> str:
+  """The Transformer module's folder (relative) where `directory`'s modules.json puts it in a
+  subfolder (sentence-transformers 1.x: 0_Transformer/), else ''."""
+  if not files.exists(files.join(directory, 'modules.json')):
+    return ''
+  steps = _steps(_json_files(directory))
+  return next((path for kind, path in steps if kind == 'Transformer'), '')
+
+
+def _check_not_a_module(directory, present: set):
+  """Refuses the Transformer module folder of a sentence-transformers 1.x model (its parent's
+  modules.json names it): the pooling and Normalize are the parent's."""
+  if 'modules.json' in present or 'sentence_bert_config.json' not in present:
     return
+  parent = files.parent(str(directory).rstrip('/'))
+  name = str(directory).rstrip('/').rsplit('/', 1)[-1]
+  if parent and transformer_folder(parent).strip('/') == name:
+    raise ValueError(f'{directory} is the Transformer module of the sentence-transformers model '
+                     f'{parent} (whose modules.json holds its pooling and Normalize): pass '
+                     f'{parent}.')
+
+
+def read_modules(result: bundle_lib.Bundle, root=None):
+  """Sets what SentenceTransformer(root) runs after the encoder (read from `result.source`; the
+  root is that folder unless a 1.x layout keeps the encoder in a subfolder): pooling,
+  normalisation, length, lower-casing, prompts, similarity, and a head bertjax's export wrote
+  as Dense layers. A folder without modules.json that has 1_Pooling/ (bertjax's transformers
+  export before it wrote modules.json) is read as SentenceTransformer builds it: Transformer +
+  Pooling. A plain transformers folder is left as it is; a 1.x Transformer module folder is
+  refused (its pooling is its parent's)."""
+  root = result.source if root is None else root
+  beside = _json_files(root)
+  steps = _steps(beside)
+  if not steps:
+    if root == result.source:
+      _check_not_a_module(root, beside.present)
+    return
+  in_model = beside if root == result.source else _json_files(result.source)
   result.embedding = True
   # 6.x keeps the length in the tokenizer's model_max_length; earlier releases here.
-  length = ((beside('sentence_bert_config.json') or {}).get('max_seq_length')
-            or (beside('tokenizer_config.json') or {}).get('model_max_length') or 128)
+  settings = in_model('sentence_bert_config.json') or {}
+  length = (settings.get('max_seq_length')
+            or (in_model('tokenizer_config.json') or {}).get('model_max_length') or 128)
   result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
+  result.lowercase_input = bool(settings.get('do_lower_case'))
   result.normalize = any(kind == 'Normalize' for kind, _ in steps)
   model_config = beside('config_sentence_transformers.json') or {}
   result.prompts = dict(model_config.get('prompts') or {})
   result.similarity_fn_name = model_config.get('similarity_fn_name') or 'cosine'
-  pooling = [path for kind, path in steps if kind == 'Pooling']
-  mode = _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
+  mode = _mode_of(beside, steps)
   if mode and mode not in _POOLINGS:
     result.not_computed = f'it pools by {mode}, which bertjax does not compute'
     logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
-                    '(its embeddings differ from SentenceTransformer\'s)', directory, mode)
+                    '(its embeddings differ from SentenceTransformer\'s)', root, mode)
   result.pooling = _POOLINGS.get(mode, 'mean')
   denses = [path for kind, path in steps if kind == 'Dense']
   meta = beside('bertjax_export.json')
   if denses and meta is not None and meta.get('kind') in kinds.KINDS and _head_as_dense(
       meta['kind']):
-    _read_head(result, meta, denses[-1])
+    _read_head(result, meta, files.join(root, *denses[-1].split('/')))
     return
+  _note_modules_not_run(result, root, steps, beside)
+
+
+def _note_modules_not_run(result: bundle_lib.Bundle, root, steps, beside):
+  """Says (not_computed, and a warning) which modules after pooling bertjax does not run, and
+  the dimension SentenceTransformer's vectors have where a Dense changes it."""
   others = [kind for kind, _ in steps if kind not in ('Transformer', 'Pooling', 'Normalize')]
-  if others:
-    result.not_computed = '; '.join(filter(None, [
-        result.not_computed, f'it runs {", ".join(others)} after pooling, which bertjax does '
-        'not import']))
-    logging.warning('%s runs %s after pooling, which bertjax does not import: its embeddings '
-                    'differ from SentenceTransformer\'s', directory, ', '.join(others))
+  if not others:
+    return
+  hidden = result.config['hidden_size']
+  dims = [(beside(*path.split('/'), 'config.json') or {}).get('out_features')
+          for kind, path in steps if kind == 'Dense']
+  theirs = (f' ({hidden}-dimensional, where SentenceTransformer\'s are {dims[-1]}-dimensional)'
+            if dims and dims[-1] and dims[-1] != hidden else '')
+  result.not_computed = '; '.join(filter(None, [
+      result.not_computed, f'it runs {", ".join(others)} after pooling, which bertjax does '
+      f'not import: these are the pooled vectors before it{theirs}']))
+  logging.warning('%s runs %s after pooling, which bertjax does not import: its vectors are '
+                  'the pooled ones before it%s, not SentenceTransformer\'s embeddings', root,
+                  ', '.join(others), theirs)
 
 
 def _read_head(result: bundle_lib.Bundle, meta: dict, dense: str):
-  """The sequence-level head bertjax's export wrote: the classifier is the last Dense (BERT's
-  pooler, a Dense before it, is also in the encoder's weights)."""
+  """The sequence-level head bertjax's export wrote: the classifier is the last Dense (the
+  folder `dense`; BERT's pooler, a Dense before it, is also in the encoder's weights)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  weights = st_numpy.load(files.read_bytes(files.join(result.source, *dense.split('/'),
-                                                      'model.safetensors')))
+  weights = st_numpy.load(files.read_bytes(files.join(dense, 'model.safetensors')))
   result.kind, result.pooling = meta['kind'], meta.get('pooling', result.pooling)
   result.labels = tuple(meta.get('labels', ()))
   result.labels_named = bool(result.labels)

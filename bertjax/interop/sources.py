@@ -26,7 +26,8 @@ from bertjax.training import kinds
 
 
 def format_of(path) -> str:
-  """'tf1', 'hf' or 'bertjax' for a location that exists and is not an export cut short
+  """'tf1', 'hf', 'st_layout' (a sentence-transformers 1.x folder: its model in a module
+  folder) or 'bertjax' for a location that exists and is not an export cut short
   (init_from.check_exists); errors say what was expected."""
   path = os.fspath(path)
   init_from.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
@@ -35,6 +36,8 @@ def format_of(path) -> str:
     return 'tf1'
   if init_from.is_transformers_dir(path):
     return 'hf'
+  if sentence_transformers.transformer_folder(path):
+    return 'st_layout'
   return 'bertjax'
 
 
@@ -75,8 +78,18 @@ def _read_hf(path) -> bundle_lib.Bundle:
   return result
 
 
+def _read_st_layout(root) -> bundle_lib.Bundle:
+  """A sentence-transformers 1.x folder (modules.json puts the model in 0_Transformer/): the
+  encoder from the Transformer module's folder, what runs after it from `root`."""
+  folder = sentence_transformers.transformer_folder(root)
+  result = hf_checkpoint.read(files.join(root, *folder.split('/')))
+  sentence_transformers.read_modules(result, root)
+  result.source = os.fspath(root)
+  return result
+
+
 # format_of's answer -> its reader.
-_READERS = {'tf1': tf1_checkpoint.load, 'hf': _read_hf,
+_READERS = {'tf1': tf1_checkpoint.load, 'hf': _read_hf, 'st_layout': _read_st_layout,
             'bertjax': lambda path: _read_bertjax(os.fspath(path))}
 
 
