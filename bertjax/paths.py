@@ -5,6 +5,7 @@ Remote paths (gs://, s3://, ...) are only normalised (files.normalised: gs://b//
 orbax names it); `~` is expanded.
 """
 
+import copy
 import io
 import json
 import os
@@ -48,6 +49,13 @@ def absolute_list(paths: str) -> str:
   """Each of comma-separated paths (or globs) made absolute; an existing path holding commas
   stays one path."""
   return ','.join(absolute(p) for p in split_list(paths))
+
+
+def own_copy(config):
+  """A job's own copy of the caller's ConfigDict: a job makes its paths absolute and settles its
+  'auto' fields in it, which in the caller's (a notebook's, reused after os.chdir or for a
+  second run) would silently carry the first run's folder and choices into the next."""
+  return copy.deepcopy(config)
 
 
 def absolute_config(config):

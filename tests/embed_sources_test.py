@@ -44,3 +44,16 @@ def test_a_run_embeds_at_the_step_asked_for(fine_tuned_sst2):
     assert np.abs(older - newest).max() > 1e-4
   with pytest.raises(FileNotFoundError, match='has no checkpoint step 999999; its steps'):
     embed.Embedder.from_pretrained(workdir, step=999999)
+
+
+def test_a_run_given_by_a_relative_path_loads(fine_tuned_sst2, monkeypatch):
+  """Pass U: sources.load('run') from the run's parent folder called every healthy step
+  damaged ('none of the checkpoints ... can be read'): orbax took the relative path."""
+  from bertjax.interop import sources  # pylint: disable=g-import-not-at-top
+  workdir, _ = fine_tuned_sst2
+  monkeypatch.chdir(workdir.parent)
+  relative = sources.load(workdir.name)
+  absolute = sources.load(workdir)
+  assert sorted(relative.params) == sorted(absolute.params)
+  for name, value in absolute.params.items():
+    np.testing.assert_array_equal(relative.params[name], value)

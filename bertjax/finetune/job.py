@@ -105,6 +105,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   names bare, others prefixed with their split) plus the skip counts. The console's last line
   is the run's summary."""
   start = time.perf_counter()
+  config = paths.own_copy(config)
   config_check.check(config)  # Before any data is read or anything compiled.
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
@@ -213,6 +214,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   the test split or data.predict_file). Returns the written paths; the console's last line is
   the summary."""
   start = time.perf_counter()
+  config = paths.own_copy(config)
   config_check.check(config)
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)

@@ -41,8 +41,11 @@ from bertjax.training import checkpoint_damage
 
 def orbax_path(path) -> str:
   """`path` as orbax's clients (etils.epath, tensorstore) name it: they know gs:// only, not
-  gcsfs' alias gcs:// that bertjax.files takes."""
+  gcsfs' alias gcs:// that bertjax.files takes; a local path absolute (a relative one failed
+  every restore, which then read as a damaged checkpoint)."""
   path = str(path)
+  if '://' not in path:
+    return os.path.abspath(path)  # local: orbax takes local paths absolute.
   return 'gs://' + path[len('gcs://'):] if path.startswith('gcs://') else path
 
 

@@ -558,3 +558,23 @@ def test_packing_a_span_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
   config.data.max_instances_per_row = 2
   with pytest.raises(ValueError, match='span task cannot be packed.*tagging.*set it to 1'):
     finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_a_job_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
+  """Pass U: a job made the caller's paths absolute in place, so a notebook that reused its
+  config after os.chdir trained on the first folder's files, saying nothing."""
+  monkeypatch.chdir(tmp_path)
+  config = finetune_config.get_config('task=classification,size=tiny')
+  config.data.train_file = 'train.csv'
+  with pytest.raises(FileNotFoundError):
+    finetune.train_and_evaluate(config, 'w')
+  assert config.data.train_file == 'train.csv'
+  config.mode = 'eval'
+  with pytest.raises((FileNotFoundError, ValueError)):
+    finetune.run_predict(config, 'w')
+  assert config.data.train_file == 'train.csv'
+  config = pretrain.get_config('size=tiny')
+  config.data.train_files = 'records/train-*'
+  with pytest.raises((FileNotFoundError, ValueError)):
+    pretrain_job.train_and_evaluate(config, 'w')
+  assert config.data.train_files == 'records/train-*'
