@@ -378,6 +378,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   stopped = _early_stop(history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
+    if changed := resume_checks.changed_fields(config, workdir, start_step):
+      logging.warning('this run has ended, so this config trains nothing: its changes (%s) '
+                      'take effect in another --workdir (or with more steps, from step %d)',
+                      ', '.join(changed), start_step)
     return _nothing_to_do(workdir, start_step, total_steps, stopped,
                           _best_of(history, metric, mode, keep_best))
   if resumed:

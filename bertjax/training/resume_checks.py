@@ -28,6 +28,24 @@ def check(config, workdir, step: int, examples_consumed: int, schedule):
     _check_data_order(config, last, step, examples_consumed)
 
 
+# Fields a run fills in itself (digests, resolved steps, what it read): not a user's change.
+_RUN_FILLED = ('data.train_features_sha256', 'data.vocab_sha256', 'text_pairs', 'init_from',
+               'num_train_steps', 'optimizer.total_steps', 'model.attention_impl',
+               'model.scan_layers')
+
+
+def changed_fields(config, workdir, step: int) -> list[str]:
+  """'field old -> new' for each setting of `config` that differs from the config the run at
+  `workdir` last ran with up to `step` (what a finished run's rerun leaves unused)."""
+  last = _last_config(workdir, step)
+  if not last:
+    return []
+  flat_last = flax.traverse_util.flatten_dict(last, sep='.')
+  flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
+  return [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in sorted(flat_now)
+          if k in flat_last and flat_last[k] != flat_now[k] and not k.startswith(_RUN_FILLED)]
+
+
 # Settings that decide which examples a step reads: changed on a resume, the run goes on at
 # its example count in another order (or other files), not where it stopped.
 _ORDER_FIELDS = ('seed', 'data.train_files', 'data.train_file', 'phase2.train_files')

@@ -445,12 +445,27 @@ def test_the_model_line_names_its_shape_beside_its_size(pretrained, monkeypatch)
       lines.append(message % args)
       absl_logging.info(message, *args)
 
+    def warning(self, message, *args):
+      lines.append(message % args)
+      absl_logging.warning(message, *args)
+
   monkeypatch.setattr(loop, 'logging', Recorded())
   pretrain_job.train_and_evaluate(ml_collections.ConfigDict(config.to_dict()), str(workdir))
   m = config.model
   assert (f'model: {m.size} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} '
           f'heads, mlp {m.mlp_dim}), ') in '\n'.join(lines)
   assert 'already at step 20 of 20: nothing to do' in '\n'.join(lines)
+  assert 'trains nothing' not in '\n'.join(lines)  # The run's own config.
+  # Pass U: a notebook's edited cell rerun on a finished run returned its old metrics, saying
+  # only 'nothing to do': the changes are named.
+  lines.clear()
+  changed = ml_collections.ConfigDict(config.to_dict())
+  changed.optimizer.learning_rate *= 10
+  pretrain_job.train_and_evaluate(changed, str(workdir))
+  lr = config.optimizer.learning_rate
+  assert ('this run has ended, so this config trains nothing: its changes (optimizer.'
+          f'learning_rate {lr!r} -> {lr * 10!r}) take effect in another --workdir') in (
+              '\n'.join(lines)), lines
 
 
 def test_a_run_resumed_past_its_steps_reports_the_eval_its_history_holds(tmp_path):
