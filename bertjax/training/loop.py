@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import json
 import signal
+import threading
 import time
 from typing import Callable
 from typing import Iterator
@@ -97,8 +98,12 @@ class _Preemption:
     self._mngr = mngr
     self._requested = False
     self._previous = None
-    if jax.process_count() == 1:
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._handle)
+    elif jax.process_count() == 1:  # Python takes signal handlers in the main thread only.
+      logging.warning('this run is not in the main thread (a notebook running it in the '
+                      'background): SIGTERM is not watched, so a preemption loses the steps '
+                      'since the last checkpoint')
 
   def _handle(self, signum, frame):
     del frame

@@ -41,7 +41,10 @@ LEASE_S = 120.0
 # How long a starter waits before reading its remote lock back (another starter's put lands
 # within this).
 CONFIRM_S = 2.0
-_ACTIVE = set()  # Workdirs whose block runs in this process: nested jobs share the lock.
+# Workdirs whose block runs in this process -> the thread running it: a job nested in it (the
+# same thread) shares the lock; another thread of this process (a notebook's background run)
+# is refused as another process is (the file lock, held by this process, would let it in).
+_ACTIVE = {}
 
 
 class WorkdirInUseError(RuntimeError):
@@ -208,6 +211,11 @@ def locked(workdir: str):
   """Holds the workdir's lock (process 0) for the duration of the block; every process of a
   multi-host job raises when process 0 finds the workdir in use."""
   if workdir in _ACTIVE:
+    if _ACTIVE[workdir] != threading.get_ident():
+      raise WorkdirInUseError(
+          f'{workdir} is in use by another run of this process (another thread, e.g. a '
+          'notebook cell still training in the background): wait for it to end, or use '
+          'another --workdir.')
     yield
     return
   remote = files.is_remote(workdir)
@@ -233,7 +241,7 @@ def locked(workdir: str):
     f.truncate()
     f.write(json.dumps({'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time()}))
     f.flush()
-  _ACTIVE.add(workdir)
+  _ACTIVE[workdir] = threading.get_ident()
   try:
     if remote_lock is None:
       yield
@@ -241,7 +249,7 @@ def locked(workdir: str):
       with console.at_interrupt(remote_lock.release):
         yield
   finally:
-    _ACTIVE.discard(workdir)
+    _ACTIVE.pop(workdir, None)
     if f is not None:
       f.close()  # Releases the lock; the file stays (its content is only informative).
     if remote_lock is not None:

@@ -48,3 +48,50 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
     with workdir_lock.locked(str(named / 'run' / 'a')):
       pass
   assert named.read_text() == 'mine'
+
+
+def test_another_thread_of_this_process_is_refused_a_nested_job_is_not(tmp_path):
+  """Pass U: a notebook's run in a background thread held the lock, and the next cell's run on
+  the same workdir went in (both wrote config.json and event files): the file lock is the
+  process's, so threads are told apart here."""
+  import threading  # pylint: disable=g-import-not-at-top
+  workdir = str(tmp_path)
+  held, release, done = threading.Event(), threading.Event(), []
+
+  def background():
+    with workdir_lock.locked(workdir):
+      held.set()
+      release.wait(30)
+    done.append(True)
+
+  thread = threading.Thread(target=background)
+  thread.start()
+  assert held.wait(30)
+  try:
+    with pytest.raises(workdir_lock.WorkdirInUseError, match='in use by another run of this '
+                       'process'):
+      with workdir_lock.locked(workdir):
+        pass
+  finally:
+    release.set()
+    thread.join(30)
+  assert done
+  with workdir_lock.locked(workdir):
+    with workdir_lock.locked(workdir):  # A job nested in a job: the same thread shares it.
+      pass
+
+
+def test_a_run_outside_the_main_thread_says_sigterm_is_not_watched(caplog):
+  """Pass U: training in a thread ended in 'signal only works in main thread', after the data
+  was made and config.json written."""
+  import threading  # pylint: disable=g-import-not-at-top
+
+  from bertjax.training import loop  # pylint: disable=g-import-not-at-top
+  made = []
+  with caplog.at_level('WARNING'):
+    thread = threading.Thread(target=lambda: made.append(loop._Preemption(None)))  # pylint: disable=protected-access
+    thread.start()
+    thread.join(30)
+  assert made and not made[0].reached(0)
+  made[0].close()
+  assert 'SIGTERM is not watched' in caplog.text
