@@ -138,10 +138,14 @@ class Predictor:
   def predict(self, inputs) -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
     precision (Python floats), with the model's logits: see the module docstring."""
-    if isinstance(inputs, (str, bytes, dict)):
+    if isinstance(inputs, (str, bytes, dict)) or getattr(inputs, 'ndim', 1) == 0:
       raise ValueError(f'predict takes a list of inputs, got one {type(inputs).__name__}: '
                        'pass [input] for one.')
-    inputs = list(inputs)
+    try:
+      inputs = list(inputs)
+    except TypeError:  # None, a number: Python's 'not iterable' names no fix.
+      raise ValueError(f'predict takes a list of inputs (texts, or dicts of the task\'s fields), '
+                       f'got {inputs!r}.') from None
     if not inputs:
       return []
     # Raw input -> the examples evaluation reads.

@@ -110,6 +110,11 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
     predictor.predict([SENTENCES[0], 3])
   with pytest.raises(ValueError, match=r'input 1 is a NoneType'):
     predictor.predict([None])
+  with pytest.raises(ValueError, match=r'takes a list of inputs .*, got None\.'):  # Pass U.
+    predictor.predict(None)
+  with pytest.raises(ValueError, match='takes a list of inputs, got one ndarray'):
+    predictor.predict(np.array(SENTENCES[0]))
+  assert len(predictor.predict(np.array(SENTENCES))) == 2
   with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
     predict.Predictor.from_workdir(workdir, step=7)
   with pytest.raises(ValueError, match="step='32': a checkpoint step is a number"):
