@@ -379,3 +379,10 @@ def test_help_names_the_configs_and_how_to_set_a_field(tmp_path):
   for config in ('configs/pretrain.py:size=', 'configs/finetune.py:task=', 'configs/embed.py'):
     assert config in text, text
   assert '--config.FIELD=VALUE' in text
+
+
+def test_the_data_tools_import_side_by_side():
+  """Pass U: importing create_pretraining_data and learn_vocab in one kernel (a notebook) was a
+  DuplicateFlagError: a command's flags exist only when it is the program."""
+  done = run(REPO, '-c', 'import bertjax.create_pretraining_data, bertjax.learn_vocab')
+  assert done.returncode == 0, done.stderr
