@@ -123,7 +123,9 @@ def notebook():
   hidden. (Outside absl's app.run, absl logs at WARNING through whatever the root logger has.)"""
   logging.set_verbosity(logging.INFO)
   logger = std_logging.getLogger('absl')
-  if any(isinstance(f, ConsoleFilter) for f in logger.filters):
+  # By name, not isinstance: after importlib.reload(console) (%autoreload) the filter set up by
+  # the module's former self is another class, and a second handler would print every line twice.
+  if any(type(f).__name__ == ConsoleFilter.__name__ for f in logger.filters):
     return
   logger.addFilter(ConsoleFilter())
   handler = std_logging.StreamHandler(sys.stdout)

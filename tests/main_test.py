@@ -256,3 +256,17 @@ def test_a_tpu_vms_peers_come_from_its_metadata_server(monkeypatch, tmp_path, en
     assert result.stdout.strip() == str(workers > 1), result.stderr
   finally:
     server.shutdown()
+
+
+def test_a_notebooks_console_set_up_twice_prints_each_line_once(tmp_path):
+  """Pass U: the setup cell rerun after importlib.reload(console) (%autoreload) printed every
+  bertjax line twice."""
+  code = ('import importlib\nfrom absl import logging\nfrom bertjax import console\n'
+          'console.notebook()\nimportlib.reload(console)\nconsole.notebook()\n'
+          'console.notebook()\nlogging.info("one line")\n')
+  script = tmp_path / 'bertjax' / 'cell.py'  # A bertjax path: the console keeps its lines.
+  script.parent.mkdir()
+  script.write_text(code)
+  done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                        timeout=120, check=True)
+  assert done.stdout.count('one line') == 1, done.stdout + done.stderr
