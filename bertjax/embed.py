@@ -62,8 +62,9 @@ def load_tokenizer(checkpoint_dir):
   """The tokenizer saved beside a transformers checkpoint (its vocab, casing and settings, read
   and checked as every reader of the folder does: interop/hf_tokenizer_files)."""
   checkpoint_dir = os.fspath(checkpoint_dir)
-  return vocab_files.for_model(hf_tokenizer_files.checked_vocab(checkpoint_dir),
-                               hf_tokenizer_files.do_lower_case_of(checkpoint_dir))
+  vocab_file = hf_tokenizer_files.checked_vocab(checkpoint_dir)
+  return vocab_files.for_model(vocab_file, hf_tokenizer_files.do_lower_case_of(
+      checkpoint_dir, vocab_file=vocab_file))
 
 
 def encode(tok, sentences, max_seq_length: int) -> dict:

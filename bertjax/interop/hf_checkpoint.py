@@ -360,7 +360,7 @@ def read(directory) -> bundle_lib.Bundle:
   labels = hf_names.labels_of(hf_config, kind)
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab_file,
-      do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present),
+      do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present, vocab_file),
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
       source=directory)

@@ -13,6 +13,7 @@ import os
 from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_sentencepiece
+from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 
 
@@ -55,10 +56,14 @@ def recorded_lower_case(directory, present=None) -> tuple[bool | None, str]:
   return lower, f'{where}\'s normalizer: lowercase {json.dumps(lower)}'
 
 
-def do_lower_case_of(directory, present=None) -> bool:
-  """The casing of a transformers directory's tokenizer (recorded_lower_case), else
-  BertTokenizer's default (lower case)."""
+def do_lower_case_of(directory, present=None, vocab_file: str = '') -> bool:
+  """The casing of a transformers directory's tokenizer (recorded_lower_case); where the folder
+  records none, its vocab's (`vocab_file`: the one casing its check accepts, so a cased folder
+  without tokenizer_config.json reads as it was trained), else BertTokenizer's default (lower
+  case)."""
   lower, _ = recorded_lower_case(directory, present)
+  if lower is None and vocab_file and not vocab_files.is_sentencepiece(vocab_file):
+    return not tokenizer.vocab_looks_cased(vocab_files.load_vocab(vocab_file))
   return True if lower is None else lower
 
 

@@ -157,3 +157,16 @@ def test_a_byte_order_mark_is_not_part_of_the_first_token(tmp_path):
     vocab = read(path)
     assert next(iter(vocab)) == '[PAD]' and vocab['[PAD]'] == 0 and len(vocab) == len(VOCAB)
   assert vocab_files.for_model(path, True).convert_tokens_to_ids(['[PAD]']) == [0]
+
+
+def test_a_cased_folder_that_records_no_casing_reads_cased(tmp_path):
+  """Pass T: a cased model saved without tokenizer_config.json could not be embedded (the
+  default lower case against its cased vocab was refused, and embed has no casing setting):
+  where nothing is recorded, the vocab's casing is the one its check accepts."""
+  from bertjax import embed  # pylint: disable=g-import-not-at-top
+  make(tmp_path, vocab=CASED)  # No tokenizer files beside vocab.txt.
+  assert sources.load(tmp_path).do_lower_case is False
+  tok = embed.load_tokenizer(tmp_path)
+  assert tok.tokenize('The weather') == ['The', 'weather']  # Lower-cased: 'the'.
+  embedder = embed.Embedder.from_pretrained(tmp_path)
+  assert embedder.encode(['The weather']).shape == (1, 32)
