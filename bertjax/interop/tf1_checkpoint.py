@@ -83,12 +83,13 @@ def config_to_tf1(config: dict, vocab_size: int) -> dict:
           'type_vocab_size': config['type_vocab_size'], 'vocab_size': vocab_size}
 
 
-def find(path) -> tuple[str, str] | None:
+def find(path, with_config: bool = True) -> tuple[str, str] | None:
   """(folder holding bert_config.json, checkpoint prefix) when `path` is a TF1 BERT checkpoint:
-  a folder with bert_config.json and one `*.index`, or a prefix such as .../bert_model.ckpt."""
+  a folder with bert_config.json and one `*.index`, or a prefix such as .../bert_model.ckpt.
+  with_config=False: the config is given apart (--bert_config_file), not needed beside it."""
   path = os.fspath(path)
   if files.isdir(path):
-    if not files.isfile(files.join(path, CONFIG_FILE)):
+    if with_config and not files.isfile(files.join(path, CONFIG_FILE)):
       return None
     indexes = [files.join(path, files.name(p)) for p in files.glob(files.join(path, '*.index'))]
     if not indexes:
@@ -152,7 +153,7 @@ def _do_lower_case(folder: str, vocab_file: str) -> bool:
 def load(path, config_file=None) -> bundle_lib.Bundle:
   """A TF1 BERT checkpoint (folder or prefix) as a Bundle; errors name the tensor at fault.
   config_file: its bert_config.json when not beside it (the original scripts' flag)."""
-  found = find(path)
+  found = find(path, with_config=not config_file)
   if found is None:
     raise FileNotFoundError(f'{path} is not a TF1 BERT checkpoint: expected a folder with '
                             f'{CONFIG_FILE} and {CHECKPOINT_PREFIX}.index/.data-*, or a '

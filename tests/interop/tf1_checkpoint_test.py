@@ -228,3 +228,15 @@ def test_a_bert_config_file_without_the_models_shape_is_one_line(minilm_dir, tmp
                        r'config \(it sets .*\); pass the bert_config.json released with the '
                        'checkpoint'):
       tf1_checkpoint.load(folder / 'bert_model.ckpt', config_file=config_file)
+
+
+def test_a_folder_whose_config_is_given_apart_is_read(minilm_tf1, tmp_path):
+  """Pass T: --init_checkpoint=FOLDER --bert_config_file=CONFIG (the config kept elsewhere, as
+  the original scripts allow) said the folder needed a bert_config.json."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  folder, _ = minilm_tf1
+  bare = tmp_path / 'bare'
+  shutil.copytree(folder, bare)
+  (bare / 'bert_config.json').rename(tmp_path / 'config.json')
+  result = tf1_checkpoint.load(bare, config_file=tmp_path / 'config.json')
+  assert result.params.keys() == tf1_checkpoint.load(folder).params.keys()
