@@ -357,7 +357,8 @@ def read(directory) -> bundle_lib.Bundle:
   present = set(files.walk_files(directory))  # One listing, not a request per file.
   vocab_file = hf_tokenizer_files.checked_vocab(
       directory, params['bert/embeddings/word_embeddings/embedding'].shape[0], present)
-  labels = hf_names.labels_of(hf_config, kind)
+  head = params.get('classifier/kernel')  # Its width: the classes, where no id2label names them.
+  labels = hf_names.labels_of(hf_config, kind, head.shape[-1] if head is not None else 0)
   result = bundle_lib.Bundle(
       config=config, params=params, kind=kind, vocab_file=vocab_file,
       do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present, vocab_file),

@@ -114,11 +114,14 @@ _READ_ARCHITECTURES = frozenset(kind.holder('hf').architecture for kind in kinds
                                 if kind.holder('hf') is not None)
 
 
-def labels_of(hf_config: dict, kind: str) -> tuple:
-  """The class names of a kind with named labels, in class-id order (id2label); () otherwise."""
+def labels_of(hf_config: dict, kind: str, width: int = 0) -> tuple:
+  """The class names of a kind with named labels, in class-id order (id2label); () otherwise.
+  A config.json without id2label (transformers 5 leaves its default out) has transformers'
+  names for the head's `width` classes, LABEL_0 ..., as transformers reads it."""
   if not kinds.get(kind).named_labels:
     return ()
-  id2label = hf_config.get('id2label') or {}
+  id2label = hf_config.get('id2label') or {
+      str(i): f'LABEL_{i}' for i in range(hf_config.get('num_labels') or width)}
   return tuple(id2label[k] for k in sorted(id2label, key=int))
 
 

@@ -380,3 +380,13 @@ def test_a_tf1_folder_without_its_config_names_the_missing_file(tmp_path):
   with pytest.raises(FileNotFoundError, match=re.escape(  # Fine-tuning's and pre-training's.
       f'{tmp_path} holds a TF1 checkpoint (bert_model.ckpt.index) but no bert_config.json')):
     init_from.model_config(str(tmp_path))
+
+
+def test_a_tagger_saved_without_id2label_reads_transformers_label_names(tmp_path):
+  """Pass T: transformers 5 leaves a default id2label out of config.json; such a
+  BertForTokenClassification was refused ('its tagging head has 2 outputs but ... 0')."""
+  make(tmp_path, 'BertForTokenClassification')
+  assert 'id2label' not in json.loads((tmp_path / 'config.json').read_text())
+  result = sources.load(tmp_path)
+  assert (result.kind, result.labels, result.labels_named) == (
+      'tagging', ('LABEL_0', 'LABEL_1'), False)
