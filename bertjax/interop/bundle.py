@@ -56,6 +56,11 @@ def check_holds(result: 'Bundle', fmt: str):
     raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or a '
                      f'BertModel without its pooling layer): --format={fmt} carries one; use '
                      '--format=hf or --format=onnx.')
+  if fmt in POOLER_FORMATS and result.lowercase_input:
+    raise ValueError(f'{result.source} lower-cases its text before its cased tokenizer (its '
+                     "sentence_bert_config.json's do_lower_case), which "
+                     f'--format={fmt} cannot carry (its tokenizer would see the capitals): use '
+                     '--format=hf or --format=sentence_transformers.')
   why = cannot_hold(fmt, result.kind, result.pooling)
   if why is None:
     return

@@ -87,6 +87,10 @@ def test_do_lower_case_is_kept_through_an_export(tmp_path):
   out = export.export(folder, 'sentence_transformers', tmp_path / 'out')
   assert json.loads((out / 'sentence_bert_config.json').read_text())['do_lower_case'] is True
   np.testing.assert_allclose(encode_st(out), encode_st(folder), atol=1e-5)
+  for fmt in ('tf1', 'saved_model'):  # Their tokenizers would see the capitals.
+    with pytest.raises(ValueError, match=f'lower-cases its text .* which --format={fmt} cannot'):
+      export.export(folder, fmt, tmp_path / fmt)
+    assert not (tmp_path / fmt).exists()
 
 
 def test_a_1x_layout_reads_the_model_from_its_module_folder(tmp_path):
