@@ -152,7 +152,7 @@ def _last_line(capsys) -> str:
   return capsys.readouterr().out.strip().splitlines()[-1]
 
 
-def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
+def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, caplog):
   config = tiny_config(sst2_dir, num_train_steps=2)
   result = finetune.train_and_evaluate(config, str(tmp_path))
   # Every mode ends with its summary line: how it ended, the task's metrics, where outputs are.
@@ -179,9 +179,11 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys):
   assert lines[0] == 'index\tprediction'
   assert [line.split('\t')[0] for line in lines[1:]] == [str(i) for i in range(10)]
   assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
-  # Run again, the finished run says so and trains nothing.
+  # Run again, the finished run says so and trains nothing; the same config names no change.
   config.mode = 'train_eval'
-  finetune.train_and_evaluate(config, str(tmp_path))
+  with caplog.at_level('WARNING'):
+    finetune.train_and_evaluate(config, str(tmp_path))
+  assert 'trains nothing' not in caplog.text, caplog.text
   assert re.fullmatch(
       rf'finetune finished in {TOOK}: step 2/2 \(reached before: nothing to do\), eval '
       rf'accuracy {result["accuracy"]:.4g}, loss [\d.]+; eval results .*', _last_line(capsys))
