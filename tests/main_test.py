@@ -83,28 +83,27 @@ def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised
   assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
-def test_the_interrupt_line_tells_no_checkpoint_from_storage_that_does_not_answer(
-    tmp_path, monkeypatch):
+def test_the_interrupt_line_tells_no_checkpoint_from_storage_that_does_not_answer(tmp_path):
   """Storage failing mid-run (the usual reason it ends) said 'before the first checkpoint' of a
-  run that had written several."""
-  import ml_collections  # pylint: disable=g-import-not-at-top
-
-  from bertjax import files  # pylint: disable=g-import-not-at-top
-  from bertjax import main  # pylint: disable=g-import-not-at-top
-  config = ml_collections.ConfigDict({'job': 'pretrain'})
+  run that had written several. (In its own process: bertjax.main defines --config, as
+  launch.aot_compile does, which other tests of a worker import.)"""
   workdir = tmp_path / 'w'
-  assert main.interrupted_message(config, str(workdir)).startswith(
-      'interrupted before the first checkpoint in ')
-  (workdir / 'checkpoints' / '4').mkdir(parents=True)
-  assert '(step 4) is intact' in main.interrupted_message(config, str(workdir))
-
-  def failing(path):
-    raise OSError(f'HTTP 503 listing {path}')
-  monkeypatch.setattr(files, 'listdir', failing)
-  line = main.interrupted_message(config, str(workdir))
-  assert line.startswith(f'interrupted: {workdir}/checkpoints could not be listed (OSError: HTTP '
-                         '503 listing '), line
-  assert 'resumes from the last complete checkpoint' in line
+  code = ('import sys, ml_collections\nfrom bertjax import files, main\n'
+          "config = ml_collections.ConfigDict({'job': 'pretrain'})\n"
+          'print(main.interrupted_message(config, sys.argv[1]))\n'
+          "files.os.makedirs(sys.argv[1] + '/checkpoints/4')\n"
+          'print(main.interrupted_message(config, sys.argv[1]))\n'
+          'def failing(path):\n  raise OSError(f"HTTP 503 listing {path}")\n'
+          'files.listdir = failing\n'
+          'print(main.interrupted_message(config, sys.argv[1]))\n')
+  done = run_main(tmp_path, str(workdir), python=('-c', code))
+  assert done.returncode == 0, done.stderr
+  none, intact, unlisted = done.stdout.strip().splitlines()
+  assert none.startswith('interrupted before the first checkpoint in ')
+  assert '(step 4) is intact' in intact
+  assert unlisted.startswith(f'interrupted: {workdir}/checkpoints could not be listed (OSError: '
+                             'HTTP 503 listing '), unlisted
+  assert 'resumes from the last complete checkpoint' in unlisted
 
 
 def record(pathname, level, message='m'):

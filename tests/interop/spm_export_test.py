@@ -200,7 +200,8 @@ def test_saved_model_refuses_sentencepiece_answers_and_tags(tmp_path):
   vocab_learner.learn_sentencepiece(str(embedded.corpus_path()), spm_model, 512,
                                     input_sentence_size=5_000)
   for kind in ('span', 'tagging'):
-    bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind=kind,
+    bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64},
+                               params={'bert/pooler/kernel': None}, kind=kind,  # As trained.
                                vocab_file=str(spm_model), do_lower_case=True,
                                labels=('O', 'X'), source='model')
     with pytest.raises(ValueError, match=f'is a {kind} model whose vocab .* is a SentencePiece '
