@@ -204,7 +204,8 @@ def missing_flagfile(argv) -> str | None:
   command line's flag files when --config is defined (on import), with a traceback."""
   for name in flag_values(argv, 'flagfile'):
     try:
-      with open(name, encoding='utf-8'):  # local: absl reads flag files from this machine.
+      local = os.path.expanduser(name.strip())  # As absl names it: `~` expanded.
+      with open(local, encoding='utf-8'):  # local: absl reads flag files from this machine.
         pass
     except OSError as e:
       return f'--flagfile={name} cannot be read ({e.strerror}): check the path.'

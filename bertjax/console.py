@@ -76,7 +76,7 @@ def check_flags(words):
       name, value = word[2:].split('=', 1)
       given.setdefault(name, []).append(value)
   for name, values in given.items():
-    if len(set(values)) > 1:
+    if len(set(values)) > 1 and name != 'flagfile':  # absl reads every --flagfile.
       logging.warning('--%s is given %d times (%s): the last, %s, is used', name, len(values),
                       ', '.join(values), values[-1])
 

@@ -145,7 +145,7 @@ def _describe(error: BaseException, path) -> BaseException:
       'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
     cause = text.splitlines()[0] if text else type(error).__name__
     if isinstance(error, TimeoutError) and is_remote(path):  # fsspec's says nothing more.
-      cause = f'{cause}: no data for {object_store.STALL_S} s on each of its tries'
+      cause = f'{cause}: no answer (no data for {object_store.STALL_S} s) on each of its tries'
     return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
                            f'keeps failing): check the network and retry ({cause}).')
   return error

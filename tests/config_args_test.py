@@ -167,6 +167,15 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
   assert not (tmp_path / 'out').exists()
 
 
+def test_a_flagfile_under_home_is_read_as_absl_reads_it(tmp_path, monkeypatch):
+  """Review: bash leaves `~` after --flagfile= unexpanded; absl expands it."""
+  monkeypatch.setenv('HOME', str(tmp_path))
+  (tmp_path / 'flags.txt').write_text('--config.seed=3\n')
+  assert config_args.missing_flagfile(['--flagfile=~/flags.txt']) is None
+  assert config_args.missing_flagfile(['--flagfile=~/nope.txt']).startswith(
+      '--flagfile=~/nope.txt cannot be read')
+
+
 def test_an_override_the_job_would_not_apply_is_refused(monkeypatch, tmp_path):
   """Pass S: --config.model.num_layers=1 on a fine-tuning from init_from ran the checkpoint's 2
   layers without a word; --config.task=squad_v2 kept sst2's recipe (128 tokens, lr 2e-5, batch

@@ -275,7 +275,7 @@ def test_a_storage_server_that_never_answers_is_one_line_not_a_hang(tmp_path):
   assert len(line) == 1, (result.stdout, result.stderr[-2000:])
   assert line[0].startswith('ERROR gs://some-bucket/run/config.json: the storage service cannot '
                             'be reached'), line
-  assert 'no data for 0.3 s on each of its tries' in line[0], line
+  assert 'no answer (no data for 0.3 s) on each of its tries' in line[0], line
 
 
 def test_the_clients_errors_become_one_set():

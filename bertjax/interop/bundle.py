@@ -53,10 +53,11 @@ def check_holds(result: 'Bundle', fmt: str):
   writer calls it, so a library caller that skips the export command is refused the same way."""
   pooler = 'bert/pooler/kernel' in result.params
   if fmt in POOLER_FORMATS and not pooler:
+    holds = '--format=onnx' + (' or --format=hf' if result.kind != 'encoder' else '')
     raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or a '
                      f'BertModel without its pooling layer): --format={fmt} carries one; use '
-                     '--format=hf or --format=onnx.')
-  if fmt in POOLER_FORMATS and result.lowercase_input:
+                     f'{holds}.')
+  if fmt not in ('hf', 'sentence_transformers') and result.lowercase_input:
     raise ValueError(f'{result.source} lower-cases its text before its cased tokenizer (its '
                      "sentence_bert_config.json's do_lower_case), which "
                      f'--format={fmt} cannot carry (its tokenizer would see the capitals): use '
@@ -171,26 +172,26 @@ def check_head(kind: str, labels, params: dict, source: str):
 
 
 # Vocab padding fills the embedding rows up to the next multiple of one of these (NVIDIA: 30,528
-# rows for 30,522 entries; 64 and 128 for matmul tiles and tensor parallelism).
-PADDING_MULTIPLES = (8, 64, 128)
+# rows for 30,522 entries; 64 and 128 for matmul tiles; Megatron: 128 x its tensor-parallel
+# size, 30,720 at 8).
+PADDING_MULTIPLES = (8, 64, 128, 256, 512, 1024)
 
 
 def padded_sizes(entries: int) -> list[int]:
-  """The row counts a vocab of `entries` is padded to: the smallest multiple of 8, 64 or 128 at
-  or above it."""
+  """The row counts a vocab of `entries` is padded to: the smallest multiple of one of
+  PADDING_MULTIPLES at or above it."""
   return sorted({-(-entries // m) * m for m in PADDING_MULTIPLES})
 
 
-def vocab_misfit(entries: int, rows: int, own_padding: bool = False) -> str:
+def vocab_misfit(entries: int, rows: int) -> str:
   """Why a vocab of `entries` cannot be the one `rows` embedding rows were trained with ('' when
   it can). Fewer entries are padding only when `rows` is a padded size (padded_sizes): any more
-  rows were trained tokens the vocab does not name. `own_padding`: the vocab and rows are a
-  bertjax run's own, which pads to any multiple of 128 (training/train_state: never targets)."""
+  rows were trained tokens the vocab does not name."""
   if entries == rows:
     return ''
   if entries > rows:
     return f'ids {rows}..{entries - 1} have no embedding row'
-  if rows in padded_sizes(entries) or (own_padding and rows % 128 == 0):
+  if rows in padded_sizes(entries):
     return ''
   return (f'{rows} rows is not vocab padding of {entries} entries (that is '
           f'{" or ".join(map(str, padded_sizes(entries)))} rows), so rows '
@@ -198,18 +199,18 @@ def vocab_misfit(entries: int, rows: int, own_padding: bool = False) -> str:
 
 
 def run_padded(source: str, vocab_file: str, rows: int) -> bool:
-  """Whether `source` is (in) a bertjax run whose config.json records this vocab (by hash) and
-  `rows` rows: its padding is the run's own, whatever multiple of 128."""
+  """Whether `source` is (in) a bertjax run whose config.json records `rows` rows and this vocab
+  (by hash, where the run recorded one: fine-tuning does): its padding is the run's own, any
+  multiple of 128 (training/train_state pads so; padding rows are never targets)."""
   from bertjax.interop import init_from  # pylint: disable=g-import-not-at-top  (imports this)
   try:
     run = init_from.run_config(source) if source and vocab_file else None
   except ValueError:
     return False
-  if not run:
+  if not run or (run.get('model') or {}).get('vocab_size') != rows:
     return False
   recorded = (run.get('data') or {}).get('vocab_sha256')
-  return bool(recorded) and (run.get('model') or {}).get('vocab_size') == rows and (
-      files.sha256(vocab_file) == recorded)
+  return not recorded or files.sha256(vocab_file) == recorded
 
 
 def misfit_at(source: str, vocab_file: str, entries: int, rows: int) -> str:

@@ -4,10 +4,13 @@ Which transformers name and layout each tensor has, and the config.json fields, 
 
 Accepted: `model.safetensors` (preferred, read without torch) or `pytorch_model.bin` (needs
 torch), each whole or sharded (`*.index.json` names the shards); parameter names with or without
-the `bert.` prefix; with or without the `cls.*` pre-training heads. The vocab is `vocab.txt`, else
-`spiece.model`, else tokenizer.json's WordPiece vocab (transformers 5.x saves no vocab.txt). What
-the checkpoint lacks is initialised fresh and listed in the report; a shape that does not fit, or
-a vocabulary that disagrees with the vocab file, is an error that names the tensor. What bertjax
+the `bert.` prefix, the old LayerNorm `gamma`/`beta` as `weight`/`bias` (as from_pretrained reads
+them); with or without the `cls.*` pre-training heads. The vocab is `vocab.txt`, else
+`spiece.model`, else tokenizer.json's WordPiece vocab (transformers 5.x saves no vocab.txt). A
+missing pooler or head is initialised fresh and listed in the report; a missing encoder tensor
+(another prefix, an incomplete file), a shape that does not fit config.json, or a vocabulary that
+disagrees with the vocab file (bundle.vocab_misfit: padding allowed) is an error that names the
+tensor. What bertjax
 would change rather than hold is refused, naming the field or tensors: weights the model does
 not read (layers past num_hidden_layers, another kind's head), an untied MLM decoder, tokens
 added past the vocab, tokenizer settings bertjax's tokenizer does not reproduce.
@@ -207,11 +210,12 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
                      f'config.json says vocab_size={cfg.vocab_size}: the checkpoint is '
                      'inconsistent.')
   vocab_entries = None if vocab_file is None else len(vocab_files.load_vocab(vocab_file))
-  if vocab_entries is not None and vocab_entries != cfg.vocab_size:
+  if vocab_entries is not None and (
+      why := bundle_lib.vocab_misfit(vocab_entries, cfg.vocab_size)):  # Padding allowed.
     raise ValueError(
         f'vocab file {vocab_file} has {vocab_entries} entries but the checkpoint\'s '
-        f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows: use the vocab.txt that '
-        'was saved with this checkpoint.')
+        f'embeddings.word_embeddings.weight has {cfg.vocab_size} rows ({why}): use the '
+        'vocab.txt that was saved with this checkpoint.')
   _check_tied_decoder(state)
   return cfg, state
 

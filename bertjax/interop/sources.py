@@ -1,7 +1,8 @@
 """Any importable model location -> a Bundle: what export and extract_features read.
 
 Accepted: a transformers BERT directory (with the sentence-transformers modules beside it, if
-any), an original TF1 checkpoint (folder or prefix), a bertjax workdir (pre-training or
+any; a sentence-transformers 1.x folder, its model in a module folder such as 0_Transformer/),
+an original TF1 checkpoint (folder or prefix), a bertjax workdir (pre-training or
 fine-tuning), its checkpoints/ folder or one checkpoints/<step>. A bertjax workdir's config.json
 says what the model is for: pre-training, or the fine-tuned task (its kind, labels, pooling,
 sequence length, vocab and casing).

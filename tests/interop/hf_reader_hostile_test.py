@@ -115,14 +115,16 @@ def test_tf1_saved_model_and_sentence_transformers_refuse_a_model_without_a_pool
   result = sources.load(tmp_path / 'model')
   for fmt, save in (('tf1', tf1_checkpoint.save), ('saved_model', saved_model.save)):
     with pytest.raises(ValueError, match=rf'^{tmp_path}/model has no pooler \(a masked-LM, span '
-                       rf'or tagging model.*\): --format={fmt} carries one; use --format=hf or '
-                       '--format=onnx'):
+                       rf'or tagging model.*\): --format={fmt} carries one; use --format=onnx '
+                       'or --format=hf'):
       save(result, tmp_path / fmt)
     assert not (tmp_path / fmt).exists()
   encoder_only = dataclasses.replace(result, kind='encoder', params=result.encoder_params())
   with pytest.raises(ValueError, match=r'has no pooler .* which the BertModel this export writes '
                      'carries: use --format=onnx'):
     hf_checkpoint.save(encoder_only, tmp_path / 'st')
+  with pytest.raises(ValueError, match=r'carries one; use --format=onnx\.$'):  # hf refuses it.
+    tf1_checkpoint.save(encoder_only, tmp_path / 'tf1')
 
 
 @pytest.mark.parametrize('field, tensor, message', [

@@ -87,10 +87,22 @@ def test_do_lower_case_is_kept_through_an_export(tmp_path):
   out = export.export(folder, 'sentence_transformers', tmp_path / 'out')
   assert json.loads((out / 'sentence_bert_config.json').read_text())['do_lower_case'] is True
   np.testing.assert_allclose(encode_st(out), encode_st(folder), atol=1e-5)
-  for fmt in ('tf1', 'saved_model'):  # Their tokenizers would see the capitals.
+  for fmt in ('tf1', 'saved_model', 'onnx'):  # Their tokenizers would see the capitals.
     with pytest.raises(ValueError, match=f'lower-cases its text .* which --format={fmt} cannot'):
       export.export(folder, fmt, tmp_path / fmt)
     assert not (tmp_path / fmt).exists()
+
+
+def test_fine_tuning_refuses_a_model_that_lower_cases_first(tmp_path):
+  """Review: fine-tuning's readers tokenize with the folder's cased tokenizer; the model was
+  trained on lower-cased text."""
+  from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top
+  folder = st_folder(tmp_path / 'st', LEGACY_MEAN, lower=True)
+  config = finetune_config.get_config('task=sst2')
+  config.data.do_lower_case = False
+  with pytest.raises(ValueError, match="lower-cases its text .*, which fine-tuning's readers do "
+                     'not do'):
+    run_config.check_casing(config, str(folder))
 
 
 def test_a_1x_layout_reads_the_model_from_its_module_folder(tmp_path):

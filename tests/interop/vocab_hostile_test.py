@@ -55,19 +55,34 @@ def finetune_config_for(init: pathlib.Path, **data):
 
 
 def test_padding_is_only_the_next_multiple_of_8_64_or_128():
-  assert bundle.padded_sizes(30522) == [30528, 30592]
-  for entries, rows in ((30522, 30528), (30522, 30592), (120, 128), (96, 96)):
+  # NVIDIA's 30,528, 128's 30,592, Megatron's 128 x tensor parallelism 8: 30,720.
+  assert bundle.padded_sizes(30522) == [30528, 30592, 30720]
+  for entries, rows in ((30522, 30528), (30522, 30592), (30522, 30720), (120, 128), (96, 96)):
     assert not bundle.vocab_misfit(entries, rows), (entries, rows)
   for entries, rows in ((88, 96), (128, 136), (30000, 32000), (100, 96)):
     assert bundle.vocab_misfit(entries, rows), (entries, rows)
-  assert not bundle.vocab_misfit(30000, 32000, own_padding=True)  # A bertjax run's own.
+
+
+def test_a_bertjax_runs_own_padding_is_any_multiple_of_128(tmp_path):
+  """A run pads its vocab to any multiple of 128 (train_state): its own config.json says so, a
+  pre-training run's without a vocab digest (review: only fine-tuning records one)."""
+  vocab = write_vocab(tmp_path / 'vocab.txt', VOCAB + [f'##y{i}' for i in range(4)])  # 100.
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'model': {'vocab_size': 384}}))
+  assert bundle.vocab_misfit(100, 384)  # Not another tool's padding...
+  assert not bundle.misfit_at(str(run), str(vocab), 100, 384)  # ...but this run's own.
+  (run / 'config.json').write_text(json.dumps({'job': 'finetune', 'model': {'vocab_size': 384},
+                                               'data': {'vocab_sha256': 'f' * 64}}))
+  assert bundle.misfit_at(str(run), str(vocab), 100, 384)  # Another vocab than the run's.
 
 
 def test_a_short_vocab_that_is_not_padding_is_refused_not_cut(tmp_path):
-  """88 entries for 96 rows: 8 trained rows, not padding (88's padding is 88 or 128 rows)."""
+  """88 entries for 96 rows: 8 trained rows, not padding (88's padding is 88, 128, ... rows)."""
   folder = make(tmp_path / 'short', VOCAB[:88])
   with pytest.raises(ValueError, match=r'has 88 entries but .* have 96 rows \(96 rows is not '
-                     r'vocab padding of 88 entries \(that is 88 or 128 rows\).*pass that one'):
+                     r'vocab padding of 88 entries \(that is 88 or 128 or 256 or 512 or 1024 '
+                     r'rows\).*pass that one'):
     sources.load(folder)
   with pytest.raises(ValueError, match=r'^init_from=.* has 96 word-embedding rows but its vocab '
                      r"file '.*vocab.txt' has 88 entries .*--config.data.vocab_file="):
