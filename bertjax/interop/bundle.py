@@ -53,7 +53,8 @@ def check_holds(result: 'Bundle', fmt: str):
   writer calls it, so a library caller that skips the export command is refused the same way."""
   pooler = 'bert/pooler/kernel' in result.params
   if fmt in POOLER_FORMATS and not pooler:
-    holds = '--format=onnx' + (' or --format=hf' if result.kind != 'encoder' else '')
+    hf = kinds.get(result.kind).holder('hf')  # A BertModel (an encoder's) needs its pooler.
+    holds = '--format=onnx' + (' or --format=hf' if hf is not None and not hf.pooler else '')
     raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or a '
                      f'BertModel without its pooling layer): --format={fmt} carries one; use '
                      f'{holds}.')

@@ -152,7 +152,7 @@ def _last_line(capsys) -> str:
   return capsys.readouterr().out.strip().splitlines()[-1]
 
 
-def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, caplog):
+def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, monkeypatch):
   config = tiny_config(sst2_dir, num_train_steps=2)
   result = finetune.train_and_evaluate(config, str(tmp_path))
   # Every mode ends with its summary line: how it ended, the task's metrics, where outputs are.
@@ -181,9 +181,9 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, caplog
   assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
   # Run again, the finished run says so and trains nothing; the same config names no change.
   config.mode = 'train_eval'
-  with caplog.at_level('WARNING'):
-    finetune.train_and_evaluate(config, str(tmp_path))
-  assert 'trains nothing' not in caplog.text, caplog.text
+  warned = recorded_warnings(monkeypatch, loop)
+  finetune.train_and_evaluate(config, str(tmp_path))
+  assert not [w for w in warned if 'trains nothing' in w], warned
   assert re.fullmatch(
       rf'finetune finished in {TOOK}: step 2/2 \(reached before: nothing to do\), eval '
       rf'accuracy {result["accuracy"]:.4g}, loss [\d.]+; eval results .*', _last_line(capsys))
@@ -401,18 +401,34 @@ def test_epochs_end_at_an_epoch_boundary():
   assert job_setup.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
-def test_a_fraction_of_a_step_is_said_to_run_one(caplog):
+def recorded_warnings(monkeypatch, module) -> list:
+  """The warnings `module` logs from now on, through its own `logging` (passed on too): what
+  earlier tests of this process left on absl's logger changes nothing."""
+  lines, absl_logging = [], module.logging
+
+  class Recorded:
+    def __getattr__(self, name):
+      return getattr(absl_logging, name)
+
+    def warning(self, message, *args):
+      lines.append(message % args)
+      absl_logging.warning(message, *args)
+
+  monkeypatch.setattr(module, 'logging', Recorded())
+  return lines
+
+
+def test_a_fraction_of_a_step_is_said_to_run_one(monkeypatch):
   config = finetune_config.get_config('task=sst2')
   config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 0.001
-  with caplog.at_level('WARNING'):
-    assert job_setup.num_steps(config, 3_200) == 1
-  assert 'num_epochs=0.001 is 0.1 of a step (3200 train features, batch 32): running 1' in (
-      caplog.text), caplog.text
-  caplog.clear()
+  warned = recorded_warnings(monkeypatch, job_setup)
+  assert job_setup.num_steps(config, 3_200) == 1
+  assert warned == ['num_epochs=0.001 is 0.1 of a step (3200 train features, batch 32): running '
+                    '1 step; set --config.num_train_steps to choose the steps instead'], warned
+  warned.clear()
   config.num_epochs = 0.01
-  with caplog.at_level('WARNING'):
-    assert job_setup.num_steps(config, 3_200) == 1
-  assert not caplog.text
+  assert job_setup.num_steps(config, 3_200) == 1
+  assert not warned
 
 
 def test_read_counters_are_not_counted_as_skips(monkeypatch):

@@ -109,20 +109,30 @@ def test_pair_truncation_token_by_token(full_tokenizer):
     assert features[key].dtype == np.int32, key
 
 
-def test_truncated_pairs_are_counted_for_glue_and_multiple_choice(full_tokenizer, caplog):
+def test_truncated_pairs_are_counted_for_glue_and_multiple_choice(full_tokenizer, monkeypatch):
   """A user's long inputs are cut as the original cuts them; how many is said (at INFO: shown
-  by the console, which carries bertjax's lines), for single texts, pairs and choices."""
+  by the console, which carries bertjax's lines), for single texts, pairs and choices. The
+  modules' own `logging` is recorded: whatever verbosity and handlers earlier tests of this
+  process left on absl's logger."""
+  from bertjax.finetune.tasks import features  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import multiple_choice  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import user_data  # pylint: disable=g-import-not-at-top
+  lines = []
+
+  class Recorded:
+    def info(self, message, *args):
+      lines.append(message % args)
+
+  monkeypatch.setattr(features, 'logging', Recorded())
+  monkeypatch.setattr(multiple_choice, 'logging', Recorded())
   examples = [Ex('0', 'The cat sat on the mat.', 'A dog ran in the park today!', '1'),
               Ex('1', 'The cat', 'ran', '1')]
-  with caplog.at_level('INFO'):
-    glue.convert_examples(examples, full_tokenizer, 12, 'mrpc')
-    question = user_data.Choices('q', 'The cat sat on the mat.', ('A dog ran', 'ok'), 0)
-    multiple_choice.convert([question], full_tokenizer, 11)
-  assert 'GLUE mrpc: 1 of 2 examples truncated to max_seq_length=12' in caplog.text, caplog.text
-  assert ('multiple choice: 1 of 2 (context, choice) pairs truncated to max_seq_length=11'
-          in caplog.text), caplog.text
+  glue.convert_examples(examples, full_tokenizer, 12, 'mrpc')
+  question = user_data.Choices('q', 'The cat sat on the mat.', ('A dog ran', 'ok'), 0)
+  multiple_choice.convert([question], full_tokenizer, 11)
+  assert lines == ['GLUE mrpc: 1 of 2 examples truncated to max_seq_length=12',
+                   'multiple choice: 1 of 2 (context, choice) pairs truncated to '
+                   'max_seq_length=11'], lines
 
 
 def test_pair_encoding_equals_transformers(full_tokenizer, minilm_dir):
