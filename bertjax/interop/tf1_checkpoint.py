@@ -29,6 +29,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import layouts
 from bertjax.training import kinds
 
@@ -136,18 +137,15 @@ def vocab_beside(folder: str) -> str:
 
 
 def _do_lower_case(folder: str, vocab_file: str) -> bool:
-  """From a tokenizer config beside the checkpoint if any, else from the vocab's casing (the
-  original's model names say cased/uncased; the vocab says it too)."""
-  for name in ('tokenizer_config.json', 'bertjax_export.json'):
-    if files.isfile(files.join(folder, name)):
-      value = json.loads(files.read_text(files.join(folder, name))).get('do_lower_case')
-      if value is not None:
-        return bool(value)
-  if vocab_file:
-    from bertjax.text import tokenizer  # pylint: disable=g-import-not-at-top
-    from bertjax.text import vocab_files  # pylint: disable=g-import-not-at-top
-    return not tokenizer.vocab_looks_cased(vocab_files.load_vocab(vocab_file))
-  return True
+  """bertjax's own TF1 export records its casing in bertjax_export.json; else what a
+  transformers folder's reader takes (hf_tokenizer_files.do_lower_case_of: a tokenizer config
+  beside the checkpoint, else the vocab's casing, else lower case)."""
+  recorded = files.join(folder, 'bertjax_export.json')
+  if files.isfile(recorded):
+    value = json.loads(files.read_text(recorded)).get('do_lower_case')
+    if value is not None:
+      return bool(value)
+  return hf_tokenizer_files.do_lower_case_of(folder, vocab_file=vocab_file)
 
 
 def load(path, config_file=None) -> bundle_lib.Bundle:
