@@ -13,6 +13,7 @@ import re
 import sys
 
 from bertjax import config_check
+from bertjax import console
 from bertjax.pretraining_data import masking
 
 
@@ -98,7 +99,7 @@ def config_spec(argv) -> str | None:
   """FILE[:ARG] of the --config=FILE[:ARG] in `argv`, None without one. Raises ValueError for
   a repeated --config=: absl would keep the last file yet register the --config.X overrides
   against the first, so a second file is refused rather than half-applied."""
-  specs = flag_values(argv, 'config')
+  specs = console.flag_values(argv, 'config')
   if len(specs) > 1:
     raise ValueError(f'--config= is given {len(specs)} times ({", then ".join(specs)}): pass '
                      'one --config=FILE[:ARG], and change its fields with --config.X=V.')
@@ -118,20 +119,6 @@ def _config_flag(arg: str) -> tuple[str, str | None, bool] | None:
     return None
   value = match['value']
   return match['field'] or '', value[1:] if value is not None else None, bool(match['no'])
-
-
-def flag_values(argv, name: str) -> list[str]:
-  """The values given to the (non-bool) flag `name` in `argv`, in each form absl reads:
-  --name=V, --name V, -name=V, -name V ('' for a last --name with nothing after it); '--' ends
-  the flags."""
-  values, args = [], iter(argv)
-  for arg in args:
-    if arg == '--':
-      break
-    flag, eq, value = arg.partition('=')
-    if flag in (f'--{name}', f'-{name}'):
-      values.append(value if eq else next(args, ''))
-  return values
 
 
 def _is_bool_field(config, field: str) -> bool:
@@ -202,7 +189,7 @@ def config_field_error(argv) -> str | None:
 def missing_flagfile(argv) -> str | None:
   """The one line for a --flagfile that cannot be read, else None. config_flags reads the
   command line's flag files when --config is defined (on import), with a traceback."""
-  for name in flag_values(argv, 'flagfile'):
+  for name in console.flag_values(argv, 'flagfile'):
     try:
       local = os.path.expanduser(name.strip())  # As absl names it: `~` expanded.
       with open(local, encoding='utf-8'):  # local: absl reads flag files from this machine.

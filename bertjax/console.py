@@ -68,17 +68,38 @@ def check_flags(words):
     if flag.present and isinstance(flag.value, str) and flag.value.startswith('--'):
       raise app.UsageError(f'--{name} took the next word {flag.value!r} as its value: give it '
                            f'one (--{name}=VALUE), or drop it.')
-  given = {}
-  for word in words:
-    if word == '--':
-      break
-    if word.startswith('--') and '=' in word:
-      name, value = word[2:].split('=', 1)
-      given.setdefault(name, []).append(value)
-  for name, values in given.items():
-    if len(set(values)) > 1 and name != 'flagfile':  # absl reads every --flagfile.
+  for name in sorted({w.lstrip('-').partition('=')[0] for w in _flag_words(words)}):
+    if name == 'flagfile' or name not in flags.FLAGS:  # absl reads every --flagfile.
+      continue
+    flag = flags.FLAGS[name]
+    if isinstance(flag, flags.MultiFlag):  # Each value is kept.
+      continue
+    values = flag_values(words, name, boolean=flag.boolean)
+    if len(set(values)) > 1:
       logging.warning('--%s is given %d times (%s): the last, %s, is used', name, len(values),
                       ', '.join(values), values[-1])
+
+
+def _flag_words(words):
+  for word in words:
+    if word == '--':
+      return
+    if word.startswith('-') and len(word) > 1:
+      yield word
+
+
+def flag_values(argv, name: str, boolean: bool = False) -> list[str]:
+  """The values given to the flag `name` in `argv`, in each form absl reads: --name=V, --name V,
+  -name=V, -name V ('' for a last --name with nothing after it; a boolean flag's only in the
+  =V form); '--' ends the flags."""
+  values, args = [], iter(argv)
+  for arg in args:
+    if arg == '--':
+      break
+    flag, eq, value = arg.partition('=')
+    if flag in (f'--{name}', f'-{name}') and (eq or not boolean):
+      values.append(value if eq else next(args, ''))
+  return values
 
 
 def install():
@@ -134,12 +155,21 @@ def notebook():
   logger.propagate = False  # Not again through a root handler a library may have set up.
 
 
+class _WarningsOnly(ConsoleFilter):
+  """The console's warnings alone: bertjax's INFO lines held too."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return record.levelno >= std_logging.WARNING and super().filter(record)
+
+
 @contextlib.contextmanager
-def library_lines_held(verbose: bool = False):
+def library_lines_held(verbose: bool = False, quiet: bool = False):
   """For the Python API (Predictor, Embedder, export): libraries' lines a user cannot act on
   (orbax's INFO lines and its warning on every restore) held while a model loads, as the command
-  line's console holds them; verbose: every line, bertjax's INFO lines included, whatever the
-  absl verbosity is."""
+  line's console holds them; quiet: bertjax's INFO lines held as well (a notebook's
+  console.notebook() shows them: 'predicting with step N' is the command line's, not an
+  object's), warnings still shown; verbose: every line, bertjax's INFO lines included, whatever
+  the absl verbosity is."""
   if verbose:
     verbosity = logging.get_verbosity()
     logging.set_verbosity(max(verbosity, logging.INFO))  # Never less than --verbosity=1 gives.
@@ -149,7 +179,7 @@ def library_lines_held(verbose: bool = False):
       logging.set_verbosity(verbosity)
     return
   logger = std_logging.getLogger('absl')
-  held = ConsoleFilter()
+  held = _WarningsOnly() if quiet else ConsoleFilter()
   logger.addFilter(held)
   try:
     yield

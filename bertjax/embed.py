@@ -132,7 +132,7 @@ class Embedder:
     init_from.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
                            '(config.json, model.safetensors, vocab.txt), a bertjax run or a TF1 '
                            'checkpoint.')
-    with console.library_lines_held(verbose):
+    with console.library_lines_held(verbose, quiet=True):
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.
       model = sources.load(source, step=step)

@@ -96,7 +96,7 @@ class Predictor:
     Quiet unless something needs the user (a damaged step skipped); verbose=True shows every
     library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
     step = checkpoint_reader.parse_step(step)  # Refused before anything is read.
-    with console.library_lines_held(verbose):
+    with console.library_lines_held(verbose, quiet=True):
       return cls._from_workdir(workdir, step, batch_size)
 
   @classmethod

@@ -7,7 +7,6 @@ import pathlib
 import shlex
 import subprocess
 
-from bertjax import config_args
 from bertjax import console
 
 # This checkout's configs/: what launch/Dockerfile copies into the image and tpu_pod.py copies to
@@ -105,7 +104,7 @@ def check_workdir(main_args, workdir: str):
   """Refuses a --workdir among the job's flags that differs from the launcher's --workdir:
   bertjax.main would take whichever came last, silently (launch/slurm_gpu.sbatch refuses it
   too)."""
-  for value in config_args.flag_values(main_args, 'workdir'):
+  for value in console.flag_values(main_args, 'workdir'):
     if value != workdir:
       raise ValueError(f'the job\'s flags (after --) set --workdir={value}, the launcher\'s '
                        f'--workdir={workdir}: pass the run directory once, as the launcher\'s '

@@ -317,6 +317,11 @@ def test_a_flag_given_twice_is_said_with_the_value_used(tmp_path):
   assert done.returncode == 1, done.stderr
   assert ('--config.optimizer.learning_rate is given 2 times (1e-4, 3e-4): the last, 3e-4, is '
           'used') in done.stderr, done.stderr
+  # In each form absl reads: `--flag value` as well as `--flag=value`.
+  spaced = run(tmp_path, '-m', 'bertjax.main', *TINY[:1], '--workdir', 'w', '-workdir=v',
+               '--config.num_train_steps=0')
+  assert spaced.returncode == 1, spaced.stderr
+  assert '--workdir is given 2 times (w, v): the last, v, is used' in spaced.stderr, spaced.stderr
 
 
 def test_a_pod_whose_configs_differ_from_the_launchers_refuses_to_run(tmp_path):

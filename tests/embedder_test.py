@@ -131,6 +131,12 @@ def test_a_plain_python_session_stays_quiet():
   assert result.returncode == 0, result.stderr[-2000:]
   assert result.stderr == ''
   assert json.loads(result.stdout)[0][1] == pytest.approx(0.666, abs=1e-3)
+  # A notebook's console (console.notebook(): bertjax's INFO lines shown): loading stays quiet.
+  cell = subprocess.run([sys.executable, '-c', 'from bertjax import console; console.notebook(); '
+                         + code], capture_output=True, text=True, timeout=300, check=False,
+                        cwd=REPO, env=env)
+  assert cell.returncode == 0, cell.stderr[-2000:]
+  assert cell.stderr == '' and len(cell.stdout.splitlines()) == 1, cell.stdout[-2000:]
 
 
 def test_a_model_in_a_bucket_is_read_as_the_local_one(minilm, minilm_dir, gcs_bucket):

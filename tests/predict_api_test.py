@@ -75,6 +75,12 @@ def test_loading_is_quiet_in_a_plain_python_session(fine_tuned_sst2):
   assert loud.returncode == 0, loud.stderr[-2000:]
   assert 'predicting with step' in loud.stderr and 'orbax' in loud.stderr
   assert json.loads(loud.stdout) == rows
+  # A notebook's console (console.notebook(): bertjax's INFO lines shown) still loads quietly:
+  # the step read is the object's `step`, not a line in the cell.
+  cell = _python('from bertjax import console; console.notebook(); ' + code.format(''))
+  assert cell.returncode == 0, cell.stderr[-2000:]
+  assert 'predicting with step' not in cell.stdout + cell.stderr
+  assert json.loads(cell.stdout.strip().splitlines()[-1]) == rows
 
 
 def test_export_is_quiet_in_a_plain_python_session(fine_tuned_sst2, tmp_path):

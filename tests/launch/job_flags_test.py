@@ -8,6 +8,7 @@ from ml_collections import config_flags
 import pytest
 
 from bertjax import config_args
+from bertjax import console
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -76,6 +77,6 @@ def test_config_flags_are_each_one_argument_as_absl_reads_them(monkeypatch):
   assert config_args.config_flags(argv, config) == [
       '--config=configs/pretrain.py:size=base', '--config.model.nsp',
       '--noconfig.data.dynamic_masking', '--config.num_train_steps=5', '--config.seed=3']
-  assert config_args.flag_values(argv, 'workdir') == ['gs://b/r']
+  assert console.flag_values(argv, 'workdir') == ['gs://b/r']
   assert config_args.with_config_file(argv, 'elsewhere.py:size=base')[:3] == [
       '--config=elsewhere.py:size=base', '--workdir', 'gs://b/r']
