@@ -182,6 +182,11 @@ def _run(argv):
                jax.local_device_count(), jax.devices())
   logging.info('compiled programs cached in %s', _COMPILATION_CACHE.value or
                'nothing (--compilation_cache_dir is empty)')
+  if jax.process_count() > 1:  # Every host the same config and workdir, or none starts.
+    from bertjax import paths  # pylint: disable=g-import-not-at-top
+    from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+    hosts.check_same_command(paths.absolute_config(paths.own_copy(config)),
+                             paths.absolute(workdir) if workdir else '')
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
   step = None

@@ -3,7 +3,8 @@
 Process 0 holds an exclusive `fcntl.flock` on <workdir>/.lock for the whole run and writes who
 holds it (host, pid, start time) into the file. The kernel drops the lock when the process
 dies, however it dies, so a lock left by a killed run never blocks a restart. Other processes of
-a multi-host job take no lock.
+a multi-host job take no lock: they read process 0's token in it (training/hosts.py), which
+tells a workdir the hosts share from a folder on each host's own disk.
 
 An object store (gs://, s3://) has no flock. There process 0 puts a lock object <workdir>/.lock
 holding JSON {host, pid, since, started, renewed, lease_s, token} and a daemon thread renews it
@@ -34,6 +35,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import processes
+from bertjax.training import hosts
 
 LOCK_NAME = '.lock'
 # A remote lock's lease: renewed every LEASE_S / 4, taken over LEASE_S after its last renewal.
@@ -110,7 +112,8 @@ def _pause(seconds: float):
 
 
 def _read_holder(lock: str) -> dict | None:
-  """The remote lock's record; None when there is none; {} when it is unreadable."""
+  """The lock's record (remote, or a local one read by the other hosts); None when there is
+  none; {} when it is unreadable."""
   try:
     holder = json.loads(files.read_text(lock))
   except FileNotFoundError:
@@ -236,13 +239,20 @@ def locked(workdir: str):
                                 'it cannot be written (process 0\'s error says which)')
   if error is not None:
     raise error
+  token = remote_lock.record['token'] if remote_lock is not None else uuid.uuid4().hex
   if f is not None:
     f.seek(0)
     f.truncate()
-    f.write(json.dumps({'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time()}))
+    f.write(json.dumps({'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.time(),
+                        'token': token}))
     f.flush()
+    os.fsync(f.fileno())  # local: the lock is a local file (flock); the other hosts read it next
   _ACTIVE[workdir] = threading.get_ident()
   try:
+    # Every host reads the token process 0 just wrote: a folder on each host's own disk is not
+    # a multi-host workdir (each checkpoint's parts would be spread over the hosts' disks).
+    hosts.check_shared(workdir, token,
+                       lambda: (_read_holder(files.join(workdir, LOCK_NAME)) or {}).get('token'))
     if remote_lock is None:
       yield
     else:  # Ctrl-C skips `finally`: a restart on another host would wait out the lease.

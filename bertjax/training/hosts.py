@@ -1,0 +1,93 @@
+"""What the hosts of a multi-host job must share, checked at its start on every host.
+
+The same command: a host given another config or workdir (a SLURM script's per-node override,
+a hand-started host with an older flag file) would compile another step or write elsewhere: the
+job hangs in a collective or trains with settings nobody chose. Every host compares its digest
+of (config, workdir) with the others', and a host whose differs names the fields.
+
+A workdir every host writes to and reads from (a bucket, or a file system shared by the hosts):
+orbax writes each checkpoint in parts, one per host, and process 0 finishes it. A local folder
+on each host leaves every checkpoint incomplete, found only at the resume. Process 0 writes a
+token into the workdir's lock (workdir_lock); each host reads it back there before any step.
+"""
+
+import hashlib
+import json
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+# The fields a differing host names at most.
+_NAMED = 6
+
+
+def _gathered(values: np.ndarray) -> np.ndarray:
+  """Every host's `values`, stacked by process index."""
+  return np.asarray(multihost_utils.process_allgather(values))
+
+
+def _flat(tree, prefix='') -> dict:
+  if not isinstance(tree, dict):
+    return {prefix: tree}
+  flat = {}
+  for key, value in tree.items():
+    flat |= _flat(value, f'{prefix}.{key}' if prefix else key)
+  return flat
+
+
+def check_same_command(config, workdir: str):
+  """Raises on every host when any host runs another config or workdir than process 0; the
+  hosts that differ name the first fields that do."""
+  if jax.process_count() == 1:
+    return
+  text = json.dumps({'workdir': workdir, 'config': json.loads(config.to_json_best_effort())},
+                    sort_keys=True)
+  digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+  digests = _gathered(digest)
+  differ = [i for i in range(len(digests)) if (digests[i] != digests[0]).any()]
+  if not differ:
+    return
+  # Process 0's command, for the others to name what differs (every host takes this branch).
+  encoded = np.frombuffer(text.encode(), np.uint8)
+  longest = int(_gathered(np.int32(len(encoded))).max())
+  buffer = np.zeros(longest, np.uint8)
+  buffer[:len(encoded)] = encoded
+  first = bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))).rstrip(b'\0')
+  others = ', '.join(map(str, differ))
+  hint = ('run the same command, config and --workdir on every host (the launchers in launch/ '
+          'do)')
+  if jax.process_index() not in differ:
+    raise ValueError(f'process {others} of this job run another config or --workdir than '
+                     f'process 0 (their lines name the fields): {hint}.')
+  mine, theirs = _flat(json.loads(text)), _flat(json.loads(first.decode()))
+  fields = [k for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)]
+  named = '; '.join(f'{k}={mine.get(k)!r} here, {theirs.get(k)!r} on process 0'
+                    for k in fields[:_NAMED])
+  more = f' (and {len(fields) - _NAMED} more)' if len(fields) > _NAMED else ''
+  raise ValueError(f'process {jax.process_index()} runs another command than process 0: '
+                   f'{named}{more}: {hint}.')
+
+
+def check_shared(workdir: str, token: str, read_token):
+  """Raises on every host when a host does not read process 0's `token` (written just before)
+  with `read_token()`: the workdir is not one folder for all the hosts."""
+  if jax.process_count() == 1:
+    return
+  sent = np.zeros(64, np.uint8)
+  if jax.process_index() == 0:
+    sent[:len(token)] = np.frombuffer(token.encode(), np.uint8)
+  expected = bytes(np.asarray(multihost_utils.broadcast_one_to_all(sent))).rstrip(b'\0').decode()
+  try:
+    seen = read_token() == expected
+  except OSError:
+    seen = False
+  seen_by = _gathered(np.int32(seen))
+  blind = [str(i) for i, ok in enumerate(seen_by) if not ok]
+  if blind:
+    raise ValueError(
+        f'--workdir={workdir} is not one folder for every host: process {", ".join(blind)} '
+        'does not see the lock process 0 just wrote there. Every host writes its part of each '
+        'checkpoint into the workdir, so a folder on each host\'s own disk leaves every '
+        'checkpoint incomplete: pass a bucket (gs://...) or a folder on a file system all the '
+        'hosts share.')

@@ -1,0 +1,111 @@
+"""A multi-host job's hosts (two real processes, jax.distributed on 127.0.0.1, gloo) refuse to
+start on different commands, or on a workdir that is a folder on each host's own disk (simulated
+by one folder per process); the same command in one shared folder starts. Then through
+bertjax.main: a host given another --config override stops both, with one line each."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import two_processes
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TIMEOUT_S = 240
+
+
+def _worker(process_id: int, port: int, folder: pathlib.Path):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2,
+                             process_id=process_id, initialization_timeout=60)
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
+  from configs import pretrain  # pylint: disable=g-import-not-at-top
+
+  def outcome(check) -> str:
+    try:
+      check()
+    except ValueError as e:
+      return str(e)
+    return 'ok'
+
+  def locked(workdir):
+    with workdir_lock.locked(str(workdir)):
+      pass
+
+  config = pretrain.get_config('size=tiny')
+  other = pretrain.get_config('size=tiny')
+  if process_id == 1:
+    other.optimizer.learning_rate = 3e-4
+    other.data.train_files = '/elsewhere/*.tfrecord'
+  result = {
+      'same': outcome(lambda: hosts.check_same_command(config, '/runs/w')),
+      'other_config': outcome(lambda: hosts.check_same_command(other, '/runs/w')),
+      'other_workdir': outcome(lambda: hosts.check_same_command(config, f'/runs/w{process_id}')),
+      'shared': outcome(lambda: locked(folder / 'shared')),
+      'own_disks': outcome(lambda: locked(folder / f'disk-{process_id}')),
+  }
+  (folder / f'result-{process_id}.json').write_text(json.dumps(result))
+
+
+@pytest.fixture(scope='module')
+def results(tmp_path_factory):
+  return two_processes.run_workers(__file__, tmp_path_factory.mktemp('hosts'), devices=1,
+                                   timeout_s=TIMEOUT_S)
+
+
+def test_the_same_command_in_a_shared_workdir_starts(results):
+  assert [r['same'] for r in results] == ['ok', 'ok']
+  assert [r['shared'] for r in results] == ['ok', 'ok']
+
+
+def test_another_config_on_one_host_is_refused_on_both_naming_the_fields(results):
+  first, second = (r['other_config'] for r in results)
+  assert first.startswith('process 1 of this job run another config or --workdir than process 0')
+  assert second.startswith('process 1 runs another command than process 0: '
+                           "config.data.train_files='/elsewhere/*.tfrecord' here, ")
+  assert "config.optimizer.learning_rate=0.0003 here, 0.002 on process 0" in second
+  assert second.endswith('run the same command, config and --workdir on every host (the '
+                         'launchers in launch/ do).')
+  assert "workdir='/runs/w1' here, '/runs/w0' on process 0" in results[1]['other_workdir']
+  assert results[0]['other_workdir'].startswith('process 1 of this job run another config')
+
+
+def test_a_folder_on_each_hosts_disk_is_refused_on_both(results):
+  for result in results:
+    assert 'is not one folder for every host: process 1 does not see the lock process 0 just ' \
+        'wrote there' in result['own_disks'], result['own_disks']
+    assert 'pass a bucket (gs://...) or a folder on a file system all the hosts share' in \
+        result['own_disks']
+
+
+def test_main_stops_both_hosts_when_one_is_given_another_override(tmp_path):
+  address = f'--coordinator_address=127.0.0.1:{two_processes.free_port()}'
+  env = {k: v for k, v in __import__('os').environ.items() if k not in ('PYTHONPATH',
+                                                                        'XLA_FLAGS')}
+  env |= {'JAX_PLATFORMS': 'cpu'}
+  extra = [[], ['--config.optimizer.warmup_steps=7']]
+  hosts = [subprocess.Popen(
+      [sys.executable, '-m', 'bertjax.main', f'--config={REPO}/configs/pretrain.py:size=tiny',
+       '--workdir=w', address, '--num_processes=2', f'--process_id={i}', *extra[i]],
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i in range(2)]
+  try:
+    errors = [host.communicate(timeout=TIMEOUT_S)[1] for host in hosts]
+  finally:
+    for host in hosts:
+      if host.poll() is None:
+        host.kill()
+  assert [host.returncode for host in hosts] == [1, 1], errors
+  last = [e.strip().splitlines()[-2] for e in errors]  # Before '(--verbosity=1 shows ...)'.
+  assert last[0].startswith('error: process 1 of this job run another config'), errors[0]
+  assert last[1].startswith('error: process 1 runs another command than process 0: '
+                            'config.optimizer.warmup_steps=7 here, '), errors[1]
+  assert not (tmp_path / 'w').exists()  # Nothing written: no host got as far as the lock.
+
+
+if __name__ == '__main__':
+  _worker(int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]))
