@@ -305,6 +305,8 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab = vocab_file(config)
   path = init_from.configured(config)
   _say_init_from_on_a_resume(path, workdir, config)
+  # The data's vocab (checked against the files below) must be the weights' own.
+  init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)

@@ -18,6 +18,7 @@ import pytest
 import sentencepiece
 import spm_runs
 
+from bertjax import export
 from bertjax import extract_features
 from bertjax import predict
 from bertjax import pretrain
@@ -136,6 +137,41 @@ def test_data_of_another_vocab_is_refused(chain):
   with pytest.raises(ValueError, match=r'made with another vocab \(.*spm\.model, sha256 .* than '
                      r'data.vocab_file=.*other\.model .*the ids would mean other tokens'):
     pretrain.train_and_evaluate(config, str(root / 'refused2'))
+
+
+def test_a_vocab_other_than_the_runs_is_refused_by_every_reader_of_it(chain, tmp_path):
+  """A pre-training run records no vocab hash: its own copy (vocab.txt) is what another vocab is
+  told from, by export, extract_features, fine-tuning and continued pre-training from it."""
+  root, corpus, spm_model, _, data, workdir, fields = chain
+  wordpiece = root / 'wordpiece-1024.txt'  # The run's size, another kind: only the ids differ.
+  wordpiece.write_text(''.join(w + '\n' for w in list(
+      vocab_files.load_vocab(embedded.vocab_path()))[:spm_runs.VOCAB]))
+  rows = tmp_path / 'train.tsv'
+  rows.write_text('text\tlabel\n' + 'a warm day\twarm\n' * 8 + 'a cold day\tcold\n' * 8)
+  other = root / 'other-vocab.model'  # Same size, another corpus: other ids.
+  vocab_learner.learn_sentencepiece(str(embedded.corpus_path('eval')), other, spm_runs.VOCAB)
+  for vocab, why in ((wordpiece, 'a SentencePiece model vs a WordPiece vocab'),
+                     (other, 'two different SentencePiece models')):
+    said = rf'is not the vocab {workdir} was trained with \(.*vocab\.txt: {why}\)'
+    with pytest.raises(ValueError, match='--vocab_file=.*' + said):
+      export.export(str(workdir), 'hf', str(tmp_path / 'hf'), vocab_file=str(vocab))
+    with pytest.raises(ValueError, match='--vocab_file=.*' + said):
+      sources.load(str(workdir), vocab_file=str(vocab))
+    config = spm_runs.finetune_config_for('classification', workdir, train_file=rows,
+                                          vocab_file=vocab)
+    with pytest.raises(ValueError, match='config.data.vocab_file=.*' + said):
+      job.train_and_evaluate(config, str(tmp_path / 'finetune'))
+  # Continued pre-training on data made with the other model, named as the data's vocab.
+  made = spm_runs.make_data(tmp_path / 'other', corpus, spm_model_file=str(other))
+  config = pretrain_runs.config(2, fields | {'data.train_files': made, 'data.eval_files': '',
+                                             'data.vocab_file': str(other),
+                                             'init_from': str(workdir)})
+  with pytest.raises(ValueError, match=rf'data.vocab_file=.*other-vocab.model is not the vocab '
+                     rf'{workdir} was trained with'):
+    pretrain.train_and_evaluate(config, str(tmp_path / 'continued'))
+  # Its own vocab, wherever it lies, is read as before.
+  assert sources.load(str(workdir), vocab_file=str(spm_model)).vocab_file == str(spm_model)
+  assert not (tmp_path / 'hf').exists() and not (tmp_path / 'finetune' / 'checkpoints').exists()
 
 
 def _last_predictions(workdir, name):

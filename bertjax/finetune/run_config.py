@@ -119,6 +119,8 @@ def resolve_model(config, init_path: str, run: dict | None = None,
     vocab_file = vocab_file or init_from.vocab_file(init_path) or ''
     if vocab_file:
       check_vocab_rows(init_path, vocab_file, arch['vocab_size'], given)
+    if given:  # Another vocab of the same size would map every id to another token.
+      init_from.check_same_vocab(init_path, vocab_file, 'config.data.vocab_file')
   if not vocab_file:
     if init_path:
       unrecorded = next((f for f in init_from.folders_up(init_path, 2)

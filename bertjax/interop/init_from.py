@@ -25,6 +25,7 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import tf1_checkpoint
+from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import run_files
@@ -171,6 +172,17 @@ def _checked_vocab(path: str, run: dict) -> str:
     raise ValueError(f'{path} is not the vocab this run was trained with (its sha256 differs from '
                      'the one config.json recorded): it was edited or replaced; restore it.')
   return path
+
+
+def check_same_vocab(init_path: str, vocab: str, given: str):
+  """Refuses `vocab` (set as `given`, e.g. 'data.vocab_file') where the weights at `init_path`
+  were trained with another one: same size or not, every id would mean another token."""
+  own = vocab_file(init_path) if init_path and vocab else None
+  why = vocab_files.difference(own, vocab) if own else ''
+  if why:
+    raise ValueError(f'{given}={vocab} is not the vocab {init_path} was trained with ({own}: '
+                     f'{why}): drop {given} (its own is read), or start from weights trained '
+                     'with that vocab.')
 
 
 def vocab_file(init_from: str) -> str | None:

@@ -55,12 +55,9 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
     path = checkpoint_reader.step_path(path, step)
     result = _READERS[format_of(path)](path)
   if vocab_file:
-    run = (init_from.run_config(path) if format_of(path) == 'bertjax' else None) or {}
-    recorded = run.get('data', {}).get('vocab_sha256')
-    if recorded and files.sha256(str(vocab_file)) != recorded:
-      raise ValueError(f'--vocab_file={vocab_file} is not the vocab {result.source} was trained '
-                       "with (its sha256 differs from the one the run's config.json recorded): "
-                       'drop --vocab_file; the run reads its own.')
+    # Only where the model keeps none beside it (a TF1 checkpoint may not) is it the vocab;
+    # elsewhere it must be the model's own (another would map every id to another token).
+    init_from.check_same_vocab(path, str(vocab_file), '--vocab_file')
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
     result.do_lower_case = do_lower_case

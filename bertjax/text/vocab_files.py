@@ -46,6 +46,28 @@ def load_vocab(vocab_file):
   return tokenizer.read_vocab(path, data)
 
 
+def difference(first, second) -> str:
+  """'' when two vocab files give the same ids (the same bytes, or a vocab.txt's same tokens in
+  the same order whatever its line ends), else how they differ, in a few words."""
+  first, second = str(first), str(second)
+  if files.read_bytes(first) == files.read_bytes(second):
+    return ''
+  kinds = is_sentencepiece(first), is_sentencepiece(second)
+  if kinds[0] != kinds[1]:
+    return ('a SentencePiece model vs a WordPiece vocab' if kinds[0] else
+            'a WordPiece vocab vs a SentencePiece model')
+  if kinds[0]:  # Pieces, scores, normaliser: any other byte may tokenize otherwise.
+    return 'two different SentencePiece models'
+  a, b = list(load_vocab(first)), list(load_vocab(second))
+  if a == b:
+    return ''
+  common = min(len(a), len(b))
+  at = next((i for i in range(common) if a[i] != b[i]), common)
+  if at == common:
+    return f'{len(a)} vs {len(b)} entries'
+  return f'id {at} is {a[at]!r} vs {b[at]!r}'
+
+
 def for_model(vocab_file, do_lower_case: bool, vocab_name: str = '', **kwargs):
   """The tokenizer a model was trained with, from the vocab file and casing its run or source
   records: SentencePiece for a SentencePiece model, else WordPiece; casing checked for both.
