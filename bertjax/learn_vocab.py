@@ -51,8 +51,11 @@ def _define_flags():
   flags.DEFINE_float(
       'character_coverage', 1.0, 'sentencepiece: fraction of characters covered (ALBERT: '
       '0.99995; ~0.9995 for CJK).', lower_bound=0.0, upper_bound=1.0)
-  flags.DEFINE_enum('spm_model_type', 'unigram', ['unigram', 'bpe'],
-                    'sentencepiece: the algorithm (ALBERT: unigram).')
+  flags.DEFINE_enum(
+      'spm_model_type', 'unigram', ['unigram', 'bpe'], 'sentencepiece: the algorithm (ALBERT: '
+      "unigram). Export to hf, onnx or sentence_transformers needs unigram (transformers' "
+      'AlbertTokenizer reads unigram models only): a bpe model exports to tf1 and saved_model '
+      'only.')
   flags.DEFINE_integer(
       'input_sentence_size', 0, 'sentencepiece: train on this many sampled lines (0: all).',
       lower_bound=0)
@@ -68,6 +71,15 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   except OSError as e:  # A bucket that does not exist, no network: one line.
     _fail(_one_line(e))
+  try:  # Not into a bertjax run nor over a model's file: before the corpus is read.
+    paths.check_output_file(FLAGS.output_file)
+  except (ValueError, OSError) as e:
+    _fail(_one_line(e))
+  if FLAGS.model == 'sentencepiece' and FLAGS.spm_model_type != 'unigram':
+    logging.warning('--spm_model_type=%s: transformers reads unigram models only, so this '
+                    'model exports to tf1 and saved_model, not to hf, onnx or '
+                    'sentence_transformers (pass --spm_model_type=unigram for those)',
+                    FLAGS.spm_model_type)
   try:
     metrics, outputs = _learn()
   except UnicodeDecodeError as e:

@@ -18,10 +18,21 @@ from bertjax import files
 _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 
 
+# Schemes whose `SCHEME:/x` (one slash) is a URL missing a slash, not a local folder `SCHEME:`.
+_URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss', 'file')
+_ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECASE)
+
+
 def absolute(path: str) -> str:
   """An absolute local path (a file:// URL becomes one: the OS calls on it take no URL); a
   remote URL normalised (files.normalised: what bertjax's files, orbax and TensorFlow then name
-  is one place); '' unchanged."""
+  is one place); '' unchanged. `gs:/x` (a URL missing a slash) is refused: it would be a local
+  folder named `gs:`."""
+  if _ONE_SLASH_URL.match(path):
+    scheme, rest = path.split(':/', 1)
+    rest = '/' + rest if scheme.lower() == 'file' else rest  # file:///x: no host, a local path.
+    raise ValueError(f'{path} looks like a URL missing a slash: write {scheme}://{rest} (or '
+                     f'./{path} for a local folder)')
   if path.startswith('file://'):
     path = path[len('file://'):]
   elif not path or '://' in path:
@@ -300,6 +311,7 @@ def expand_input_patterns(patterns) -> list[str]:
   for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
     matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
     if not matches:
+      absolute(pattern)  # `gs:/b/x` matched no local file: said to be a URL missing a slash.
       raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')
     found.extend(matches)
   if not found:

@@ -3,6 +3,8 @@
 import io
 import os
 import stat
+import subprocess
+import sys
 
 import ml_collections
 import pytest
@@ -242,3 +244,31 @@ def test_a_file_not_utf8_names_the_encoding_to_convert_from(tmp_path):
     with pytest.raises(ValueError, match=rf'{path} is not UTF-8 text \(byte \d+\): re-encode '
                        rf'it \(e\.g\. iconv -f {name} -t utf-8\)'):
       paths.read_text_lines(str(path))
+
+
+@pytest.mark.parametrize('path, fix', [
+    ('gs:/tmp/x', 'gs://tmp/x'), ('S3:/bucket/a', 'S3://bucket/a'),
+    ('https:/host/f.txt', 'https://host/f.txt'), ('file:/tmp/x', 'file:///tmp/x')])
+def test_a_url_missing_a_slash_is_refused_not_made_a_local_folder(path, fix, tmp_path,
+                                                                  monkeypatch):
+  """`gs:/tmp/x` was the local folder ./gs:/tmp/x in the current directory."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match=f'^{path} looks like a URL missing a slash: write {fix} '
+                     rf'\(or ./{path} for a local folder\)$'):
+    paths.absolute(path)
+  with pytest.raises(ValueError, match='looks like a URL missing a slash'):
+    paths.expand_input_patterns(path)
+  assert paths.absolute(f'./{path}') == f'{tmp_path}/{path}'
+  assert paths.absolute('gsx:/y') == f'{tmp_path}/gsx:/y'
+  assert paths.absolute('gs://b/x') == 'gs://b/x'
+
+
+def test_a_url_missing_a_slash_ends_a_command_in_one_line(tmp_path):
+  done = subprocess.run([sys.executable, '-m', 'bertjax.export', '--from=gs:/b/run',
+                         '--format=hf', '--output=out'], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=120, check=False,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+      'error: gs:/b/run looks like a URL missing a slash: write gs://b/run (or ./gs:/b/run for a '
+      'local folder)'), done.stderr
+  assert not list(tmp_path.iterdir())

@@ -20,6 +20,7 @@ import collections
 import io
 import itertools
 import types
+import unicodedata
 
 from absl import logging
 
@@ -197,6 +198,25 @@ def _spm_sentences(files, do_lower_case):
         yield sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
 
 
+# Characters that show nothing: spaces (U+00A0 too), controls, format characters (U+200B, U+FEFF).
+_INVISIBLE = frozenset(('Zs', 'Zl', 'Zp', 'Cc', 'Cf'))
+
+
+def _visible(text: str) -> bool:
+  return any(unicodedata.category(c) not in _INVISIBLE for c in text)
+
+
+def _until_visible(sentences) -> list:
+  """The sentences taken from the iterator up to and including the first with a visible
+  character (all of them when none has one: the input has no text)."""
+  taken = []
+  for sentence in sentences:
+    taken.append(sentence)
+    if _visible(sentence):
+      break
+  return taken
+
+
 def check_output_name(model: str, output_file: str):
   """A binary SentencePiece model must not be named like a text vocab, nor the reverse; and
   a folder is no file name (in a bucket the vocab would be put as an object of the folder's
@@ -224,15 +244,15 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   files = input_files(patterns)
   _check_not_an_input(output_file, files)
   sentences = _spm_sentences(files, do_lower_case)
-  first = next(sentences, None)
-  if first is None:
+  leading = _until_visible(sentences)
+  if not leading or not _visible(leading[-1]):
     raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from')
   # Sampling (input_sentence_size > 0) and seeding both go through this generator.
   sentencepiece.set_random_generator_seed(seed)
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=itertools.chain([first], sentences),
+        sentence_iterator=itertools.chain(leading, sentences),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
