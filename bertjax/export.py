@@ -290,6 +290,9 @@ def main(argv):
   for line in lines:
     print(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
+  step = files.name(result.source)  # A run's <checkpoints>/<step>: said, as predict says it.
+  if step.isdigit() and files.name(files.parent(result.source)) == 'checkpoints':
+    metrics.insert(0, ('step', int(step)))
   if FLAGS.format in ('saved_model', 'sentence_transformers'):
     metrics.append(('max_seq_length', result.max_seq_length))
   console.summary('export', time.perf_counter() - start, metrics=metrics,

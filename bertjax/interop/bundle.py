@@ -48,26 +48,53 @@ def formats_for(kind: str, pooling: str = 'cls') -> list[str]:
 POOLER_FORMATS = ('tf1', 'saved_model')
 
 
+# The formats whose tokenizer is transformers' (AlbertTokenizer for a SentencePiece model).
+TRANSFORMERS_TOKENIZER_FORMATS = ('hf', 'sentence_transformers', 'onnx')
+
+
+def _serves_texts_only(bundle: 'Bundle') -> bool:
+  """Whether the SavedModel refuses `bundle`: a SentencePiece model of a kind served by
+  answers or tags (its in-graph tokenizer gives no offsets or words)."""
+  served = kinds.get(bundle.kind).holder('saved_model')
+  return bundle.is_sentencepiece() and served is not None and served.signature != 'texts'
+
+
+def holders(bundle: 'Bundle', without: tuple = ()) -> list[str]:
+  """The formats that hold `bundle` whole: its head, its pooler where a format carries one, its
+  lower-casing and its tokenizer; `without`: formats known to refuse it for another reason."""
+  pooler = 'bert/pooler/kernel' in bundle.params
+  return [f for f in formats_for(bundle.kind, bundle.pooling)
+          if f not in without and (pooler or f not in POOLER_FORMATS)
+          and (f in ('hf', 'sentence_transformers') or not bundle.lowercase_input)
+          and not (f == 'saved_model' and _serves_texts_only(bundle))]
+
+
+def use(formats) -> str:
+  """'use --format=a or --format=b', or that no format holds the model."""
+  return (f'use --format={" or --format=".join(formats)}' if formats else
+          'no export format holds it (its checkpoint is read by bertjax itself)')
+
+
 def check_holds(result: 'Bundle', fmt: str):
   """Refuses `fmt` for `result` when it cannot hold its head faithfully, naming what can: every
   writer calls it, so a library caller that skips the export command is refused the same way."""
   pooler = 'bert/pooler/kernel' in result.params
   if fmt in POOLER_FORMATS and not pooler:
-    hf = kinds.get(result.kind).holder('hf')  # A BertModel (an encoder's) needs its pooler.
-    holds = '--format=onnx' + (' or --format=hf' if hf is not None and not hf.pooler else '')
+    # A BertModel (an encoder's) needs its pooler in hf too.
+    hf = kinds.get(result.kind).holder('hf')
+    can = [f for f in holders(result) if f == 'onnx' or (f == 'hf' and not hf.pooler)]
     raise ValueError(f'{result.source} has no pooler (a masked-LM, span or tagging model, or a '
-                     f'BertModel without its pooling layer): --format={fmt} carries one; use '
-                     f'{holds}.')
+                     f'BertModel without its pooling layer): --format={fmt} carries one; '
+                     f'{use(can)}.')
   if fmt not in ('hf', 'sentence_transformers') and result.lowercase_input:
     raise ValueError(f'{result.source} lower-cases its text before its cased tokenizer (its '
                      "sentence_bert_config.json's do_lower_case), which "
-                     f'--format={fmt} cannot carry (its tokenizer would see the capitals): use '
-                     '--format=hf or --format=sentence_transformers.')
+                     f'--format={fmt} cannot carry (its tokenizer would see the capitals): '
+                     f'{use(holders(result))}.')
   why = cannot_hold(fmt, result.kind, result.pooling)
   if why is None:
     return
-  can = [f for f in formats_for(result.kind, result.pooling) if pooler or f not in POOLER_FORMATS]
-  fix = f'use --format={" or --format=".join(can)}' if can else 'no format holds it'
+  fix = use(holders(result))
   if kinds.get(result.kind).pooled and result.pooling != 'cls':
     fix += (' (SentenceTransformer(DIR).encode(texts) returns its logits, transformers '
             'loads its encoder), or fine-tune with --config.pooling=cls for every format')
@@ -139,14 +166,12 @@ def check_tokenizer(bundle: Bundle, fmt: str):
     raise ValueError(f'{bundle.source}\'s vocab {bundle.vocab_file} is a SentencePiece model: '
                      f'--format={fmt} cannot yet write its tokenizer (it would write its pieces '
                      f'as a WordPiece vocab, whose ids mean other tokens); {held} it.')
-  served = kinds.get(bundle.kind).holder('saved_model') if fmt == 'saved_model' else None
-  if bundle.is_sentencepiece() and served is not None and served.signature != 'texts':
+  if fmt == 'saved_model' and _serves_texts_only(bundle):
     # Its answer and tag signatures cut text by WordPiece's byte offsets and words.
     raise ValueError(f'{bundle.source} is a {bundle.kind} model whose vocab {bundle.vocab_file} '
                      'is a SentencePiece model: --format=saved_model holds SentencePiece '
                      'models of sentence-level kinds only (its in-graph tokenizer gives no '
-                     'offsets for answers or words for tags); export it with --format=hf or '
-                     '--format=tf1.')
+                     f'offsets for answers or words for tags); {use(holders(bundle))}.')
 
 
 def kind_of(params: dict) -> str:

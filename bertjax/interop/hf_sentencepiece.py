@@ -80,6 +80,15 @@ def _keeps_digit_comma(piece: str) -> bool:
   return len(piece) < 2 or piece[-1] != ',' or not piece[-2].isdigit()
 
 
+def _without_transformers(result: bundle_lib.Bundle) -> list[str]:
+  """The formats that hold `result` with a tokenizer of their own (the model file itself)."""
+  return bundle_lib.holders(result, bundle_lib.TRANSFORMERS_TOKENIZER_FORMATS)
+
+
+class NotUnigramError(ValueError):
+  """A SentencePiece model transformers' AlbertTokenizer cannot read (bpe)."""
+
+
 def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
   """The tokenizers.Tokenizer that AlbertTokenizer builds for this model and casing."""
   import tokenizers  # pylint: disable=g-import-not-at-top
@@ -91,9 +100,9 @@ def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
   sp = ours.sp_model
   charsmap, model_type = _normalizer(files.read_bytes(spm_model_file))
   if model_type != 1:
-    raise ValueError(f'SentencePiece model {spm_model_file} is not a unigram model (type '
-                     f'{model_type}): AlbertTokenizer reads unigram models only, so transformers '
-                     'would give other ids; use --format=saved_model or tf1.')
+    raise NotUnigramError(f'SentencePiece model {spm_model_file} is not a unigram model (type '
+                          f'{model_type}): AlbertTokenizer reads unigram models only, so '
+                          'transformers would give other ids')
   vocab = []
   for i in range(sp.GetPieceSize()):
     piece, score = sp.IdToPiece(i), sp.GetScore(i)
@@ -137,14 +146,18 @@ def check(result: bundle_lib.Bundle, tok, ours):
       raise ValueError(
           f'SentencePiece model {result.vocab_file}: transformers\' AlbertTokenizer would give '
           f'other ids than bertjax for {text!r} ({got[:12]} vs {want[:12]}): its normaliser or '
-          'options differ from ALBERT\'s; use --format=saved_model or tf1, which keep the model '
-          'file itself.')
+          'options differ from ALBERT\'s (transformers\' lower-casing of a final Σ, or its '
+          'dropping of combining marks); '
+          f'{bundle_lib.use(_without_transformers(result))}.')
 
 
 def write(result: bundle_lib.Bundle, output_dir):
   """spiece.model, tokenizer.json, tokenizer_config.json and special_tokens_map.json, after
   `check`."""
-  tok, ours = build(result.vocab_file, result.do_lower_case)
+  try:
+    tok, ours = build(result.vocab_file, result.do_lower_case)
+  except NotUnigramError as e:
+    raise ValueError(f'{e}; {bundle_lib.use(_without_transformers(result))}.') from None
   check(result, tok, ours)
   files.copy(result.vocab_file, files.join(output_dir, MODEL_FILE))
   files.write_atomically(files.join(output_dir, 'tokenizer.json'), tok.to_str(pretty=True))

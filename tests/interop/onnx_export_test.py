@@ -146,8 +146,9 @@ def test_the_command_exports_a_fine_tuned_classifier_that_onnxruntime_runs_equal
   out = tmp_path / 'sst2'
   proc = run_export(f'--from={workdir}', '--format=onnx', f'--output={out}')
   printed = proc.stdout.splitlines()
-  assert re.fullmatch(r'export finished in [0-9.]+ s: kind classification, layers \d+; onnx '
-                      f'{re.escape(str(out))}', printed[-1]), printed[-1]
+  step = max(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  assert re.fullmatch(rf'export finished in [0-9.]+ s: step {step}, kind classification, layers '
+                      rf'\d+; onnx {re.escape(str(out))}', printed[-1]), printed[-1]
   assert 'Loading weights' not in proc.stderr and 'torchvision' not in proc.stderr, proc.stderr
   # The lines it prints load and run it as they say.
   assert printed[0] == 'load it with:', printed

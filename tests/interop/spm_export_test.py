@@ -209,6 +209,18 @@ def test_saved_model_refuses_sentencepiece_answers_and_tags(tmp_path):
                        'sentence-level kinds only'):
       saved_model.save(bundle, tmp_path / kind)
     assert not (tmp_path / kind).exists()
+    # Every refusal names the formats that do hold it: never one that refuses it too (tf1
+    # holds no tagging head, the SavedModel no SentencePiece one of these kinds).
+    holders = {'span': ['hf', 'tf1', 'onnx'], 'tagging': ['hf', 'onnx']}[kind]
+    assert bundle_lib.holders(bundle) == holders
+    for fmt in ('saved_model', 'tf1', 'sentence_transformers'):
+      if fmt in holders:
+        continue
+      with pytest.raises(ValueError) as refused:
+        bundle_lib.check_holds(bundle, fmt)
+        bundle_lib.check_tokenizer(bundle, fmt)
+      assert str(refused.value).endswith(f'use --format={" or --format=".join(holders)}.'), (
+          refused.value)
 
 
 def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, tmp_path):
