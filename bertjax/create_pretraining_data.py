@@ -77,7 +77,7 @@ _RANDOM_SEED = flags.DEFINE_integer('random_seed', 12345, 'Seed; same seed and w
 _DUPE_FACTOR = flags.DEFINE_integer('dupe_factor', _D.dupe_factor,
                                     'Passes over the input, each with new packing and masks.')
 _MASKED_LM_PROB = flags.DEFINE_float('masked_lm_prob', _D.masked_lm_prob,
-                                     'Fraction of tokens chosen for prediction.')
+                                     'Fraction of tokens chosen for prediction, in (0, 1).')
 _SHORT_SEQ_PROB = flags.DEFINE_float('short_seq_prob', _D.short_seq_prob,
                                      'Probability of a shorter target length.')
 _NUM_WORKERS = flags.DEFINE_integer(
@@ -133,6 +133,20 @@ def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bo
                     f'original\'s flag: masking={strategy} (pass --masking={strategy} instead)')
 
 
+def check_unmasked(static_masking: bool, given: list[str]):
+  """Refuses masking flags given with --nostatic_masking: unmasked instances are masked by the
+  trainer, at its config.data settings, so these would be recorded but never read."""
+  unread = [name for name in ('masked_lm_prob', 'max_predictions_per_seq') if name in given]
+  if not static_masking and unread:
+    one = len(unread) == 1
+    raise app.UsageError(
+        f'{" and ".join(f"--{n}" for n in unread)} {"is" if one else "are"} read with static '
+        'masking only, but --nostatic_masking writes unmasked instances: choose '
+        f'{"it" if one else "them"} where they are masked '
+        f'({" ".join(f"--config.data.{n}" for n in unread)}), or leave '
+        f'{"it" if one else "them"} out here')
+
+
 def check_paths(output_file: str, num_output_shards: int, vocab_file: str | None):
   """Refuses, before any work, shards or a report that would be written into a bertjax run (its
   checkpoints/ too) or over a model's file, and a SentencePiece model given as --vocab_file."""
@@ -160,6 +174,7 @@ def main(argv):
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:
     print(warning, file=sys.stderr)
+  check_unmasked(_STATIC_MASKING.value, [n for n in flags.FLAGS if flags.FLAGS[n].present])
   if _PACK.value and _MAX_INSTANCES_PER_ROW.value == 1:
     raise app.UsageError('--pack with --max_instances_per_row=1 packs nothing: pass 2 or more '
                          '(MLPerf BERT: 3), or leave --pack out for one instance per row')

@@ -81,7 +81,8 @@ def get_config(arg=None):
   # against the data's report and model.vocab_size; '' = the embedded corpus's vocab.
   config.data.vocab_file = ''
   config.data.max_seq_length = arg.seq  # Must equal the files' max_seq_length.
-  config.data.max_predictions_per_seq = 20  # Must equal the files' (static masking).
+  # Must equal the files' (static masking); phase2's follows it (below).
+  config.data.max_predictions_per_seq = ml_collections.FieldReference(20)
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data
   # --nostatic_masking), masked anew each epoch in the pipeline (RoBERTa-style).
   config.data.dynamic_masking = False
@@ -106,10 +107,12 @@ def get_config(arg=None):
   config.phase2 = ml_collections.ConfigDict()
   config.phase2.fraction = arg.phase2_fraction  # Share of num_train_steps; 0 = one phase.
   config.phase2.max_seq_length = arg.phase2_seq  # The paper: 512.
-  # Predictions per sequence in phase 2, scaled with the length (the paper: 80 at 512).
-  # (seq=0 or less is left to config_check, which names data.max_seq_length and the fix.)
-  config.phase2.max_predictions_per_seq = round(
-      config.data.max_predictions_per_seq * arg.phase2_seq / arg.seq) if arg.seq > 0 else 0
+  # Predictions per sequence in phase 2, scaled with the length (the paper: 80 at 512), rounded
+  # half up: a derived reference, so it follows --config.data.max_predictions_per_seq until it
+  # is set itself. (seq=0 or less is left to config_check, which names data.max_seq_length.)
+  config.phase2.max_predictions_per_seq = (
+      (config.data.get_ref('max_predictions_per_seq') * arg.phase2_seq * 2 + arg.seq)
+      // (2 * arg.seq) if arg.seq > 0 else 0)
   # TFRecords made at phase2's lengths; '' with data.train_files '' = the embedded corpus.
   config.phase2.train_files = ''
   config.phase2.eval_files = ''

@@ -4,6 +4,7 @@ process: one ValueError line naming the field and the fix."""
 import config_fields
 import pytest
 
+from bertjax import config_args
 from bertjax import config_check
 from configs import embed as embed_config
 from configs import finetune as finetune_config
@@ -220,3 +221,16 @@ def test_the_jobs_check_before_reading_data_or_compiling(tmp_path):
     pretrain.train_and_evaluate(configured(pretrain_config.get_config('size=tiny'),
                                            optimizer__learning_rate=-1e-3), str(tmp_path / 'p'))
   assert not (tmp_path / 'f').exists() and not (tmp_path / 'p').exists()
+
+
+@pytest.mark.parametrize('overrides, predictions', [
+    ([], 40),
+    (['--config.data.max_predictions_per_seq=5'], 10),  # Follows phase 1's, scaled.
+    (['--config.data.max_predictions_per_seq=5', '--config.phase2.max_predictions_per_seq=12'],
+     12),  # Set itself: kept.
+])
+def test_phase2_predictions_follow_the_command_line(overrides, predictions):
+  # As bertjax.main's --config flag parses them (sys_argv), the config then checked.
+  config = config_args.check_args(
+      [f'--config={pretrain_config.__file__}:size=tiny,seq=32,phase2_seq=64', *overrides])
+  assert config.phase2.max_predictions_per_seq == predictions

@@ -32,8 +32,57 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int, *, masked: b
           if nsp or name not in example_encoding.NSP_FEATURES}
 
 
-def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
-  """Raises a ValueError saying how a file's first record differs from the feature spec."""
+def _named(which: str) -> tuple[str, str]:
+  """(' (what the files are)', the config section of their lengths) for the config field that
+  names the files, e.g. 'phase2.train_files'; ('', '') unnamed (an input pipeline's own)."""
+  if not which:
+    return '', ''
+  section, _, field = which.partition('.')
+  phase = "phase 2's " if section == 'phase2' else ''
+  return f' ({phase}{field.replace("_files", "")} files, {which})', f'{section}.'
+
+
+def _packing_mismatch(path, features, spec, which):
+  """The error for packed rows read as one instance per row or the reverse, or None."""
+  where, _ = _named(which)
+  if ('instance_starts' in features) == ('instance_starts' in spec):
+    return None
+  if which.endswith('eval_files'):  # The train files, checked first, were read as the config.
+    made = 'packed rows' if 'instance_starts' in features else 'one instance per row'
+    return (f'{path}{where}: holds {made}, unlike the train files: make train and eval files '
+            'alike, packed both (create_pretraining_data --pack) or neither')
+  if 'instance_starts' in features:
+    return (f'{path}{where}: holds packed rows (instance_starts: up to '
+            f'{len(features["instance_starts"].int64_list.value)} instances per row), but '
+            'data.max_instances_per_row is 1: set it to that number, or use files made without '
+            '--pack')
+  return (f'{path}{where}: holds one instance per row, but data.max_instances_per_row is '
+          f'{spec["instance_starts"].shape[0]}: set it to 1, or make the files with '
+          'create_pretraining_data --pack')
+
+
+def _length_mismatch(path, name, found, wanted, spec, which):
+  """The error for a feature of another length than the config's: the setting to change."""
+  where, section = _named(which)
+  setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
+             'max_instances_per_row' if 'instance_starts' in spec and name in _PER_INSTANCE
+             else 'the original spec' if name == 'next_sentence_labels' else 'max_seq_length')
+  if which.endswith('eval_files') and setting != 'the original spec':
+    return (f'{path}{where}: feature {name!r} has {found} values, but the train files\' '
+            f'{setting} gives {wanted}: make train and eval files alike (the same '
+            'create_pretraining_data lengths and --pack)')
+  if section and setting != 'the original spec':
+    setting = f'{"data." if setting == "max_instances_per_row" else section}{setting}'
+    return (f'{path}{where}: feature {name!r} has {found} values, but {setting} gives '
+            f'{wanted}: set --config.{setting} to what these files were made with, or remake '
+            'them')
+  return (f'{path}: feature {name!r} has {found} values, but {setting} gives {wanted}: set '
+          f'{setting} to what the files were made with, or remake them')
+
+
+def _check_first_record(path: str, record: bytes, spec: dict, masked: bool, which: str = ''):
+  """Raises a ValueError saying how a file's first record differs from the feature spec;
+  `which` is the config field naming the files ('phase2.train_files'), for the message."""
   try:
     features = tf.train.Example.FromString(record).features.feature
   except message.DecodeError as e:
@@ -41,15 +90,9 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
   if not masked and 'masked_lm_positions' in features:
     raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
                      'reads unmasked ones: use static masking, or create unmasked instances')
-  if 'instance_starts' in features and 'instance_starts' not in spec:
-    raise ValueError(f'{path}: holds packed rows (instance_starts: up to '
-                     f'{len(features["instance_starts"].int64_list.value)} instances per row), '
-                     'but data.max_instances_per_row is 1: set it to that number, or use '
-                     'files made without --pack')
-  if 'instance_starts' not in features and 'instance_starts' in spec:
-    raise ValueError(f'{path}: holds one instance per row, but data.max_instances_per_row is '
-                     f'{spec["instance_starts"].shape[0]}: set it to 1, or make the files with '
-                     'create_pretraining_data --pack')
+  packing = _packing_mismatch(path, features, spec, which)
+  if packing:
+    raise ValueError(packing)
   for name, feature in spec.items():
     if name == 'next_sentence_labels' and name not in features:
       raise ValueError(f'{path}: has no next_sentence_labels: MLM-only data (made with '
@@ -67,12 +110,7 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool):
                        f'expected {kind}')
     found, wanted = len(getattr(features[name], kind).value), feature.shape[0]
     if found != wanted:
-      setting = ('max_predictions_per_seq' if name in _MASKED_FEATURES else
-                 'max_instances_per_row' if 'instance_starts' in spec and name in _PER_INSTANCE
-                 else 'the original spec' if name == 'next_sentence_labels' else
-                 'max_seq_length')
-      raise ValueError(f'{path}: feature {name!r} has {found} values, but {setting} gives '
-                       f'{wanted}: set {setting} to what the files were made with, or remake them')
+      raise ValueError(_length_mismatch(path, name, found, wanted, spec, which))
 
 
 @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool)])
@@ -119,12 +157,14 @@ def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int
   return counted if count is None else count
 
 
-def check_first_record(path: str, spec: dict, *, masked: bool = True):
+def check_first_record(path: str, spec: dict, *, masked: bool = True, which: str = ''):
   """Checks one file's first record against `spec` without counting its records (a config
-  check that runs before anything is compiled)."""
+  check that runs before anything is compiled). `which`: the config field that names the
+  files ('data.train_files', 'phase2.train_files', 'data.eval_files', ...), so an error names
+  that phase's setting; eval files, checked after the train files, must be made alike."""
   _, first = _read_head(path, False)
   if first:
-    _check_first_record(path, first, spec, masked)
+    _check_first_record(path, first, spec, masked, which)
 
 
 def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None) -> list[int]:

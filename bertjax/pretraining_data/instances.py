@@ -83,7 +83,11 @@ class Settings:
     if self.static_masking:
       if not self.masked_lm_prob:
         raise ValueError('masked_lm_prob=0 would still mask one token per instance (the '
-                         'least it masks): pass a rate in (0, 1], e.g. 0.15 (BERT)')
+                         'least it masks): pass a rate in (0, 1), e.g. 0.15 (BERT)')
+      if self.masked_lm_prob == 1:  # Training reads the files' rate, in (0, 1) as its own.
+        raise ValueError('masked_lm_prob=1 masks every token (nothing left to predict from), '
+                         'which training refuses (config.data.masked_lm_prob in (0, 1)): pass '
+                         'a rate in (0, 1), e.g. 0.15 (BERT)')
       # The cap must not silently lower the rate (as dynamic masking refuses it too): a full
       # instance's share must fit the predictions.
       maskable = self.max_seq_length - (3 if self.nsp else 2)

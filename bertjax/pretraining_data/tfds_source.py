@@ -63,6 +63,13 @@ def _builder(source):
   try:
     return tfds.builder(source.name, data_dir=source.data_dir or None)
   except tfds.core.registered.DatasetNotFoundError as e:
+    # Another version of it prepared there (TFDS reads a folder only at the version asked for).
+    name, _, version = source.name.partition(':')
+    folder = files_lib.join(source.data_dir or _default_data_dir(tfds), *name.split('/'))
+    prepared = _prepared_versions(folder)
+    if prepared:
+      raise ValueError(_not_prepared(source, files_lib.join(folder, version) if version
+                                     else folder, prepared)) from None
     # TFDS's own message lists every catalog name (hundreds of lines): its first line only.
     where = source.data_dir or 'the default data_dir'
     raise ValueError(f'--tfds_name={source.name}: {str(e).splitlines()[0]} Neither a registered '
@@ -94,17 +101,29 @@ def _read_config():
   return _tfds().ReadConfig(try_autocache=False)
 
 
-def _prepared_versions(builder) -> list[str]:
-  """The versions of `builder`'s dataset (and config) prepared beside the one it looked for,
-  oldest first: folders holding TFDS's dataset_info.json."""
-  parent = files_lib.parent(str(builder.data_dir))
+def _default_data_dir(tfds) -> str:
+  """TFDS's default data_dir ($TFDS_DATA_DIR, else ~/tensorflow_datasets)."""
+  return str(getattr(tfds.core.constants, 'DATA_DIR', '~/tensorflow_datasets'))
+
+
+def _prepared_versions(folder: str) -> list[str]:
+  """The versions prepared in a dataset's (and config's) folder, oldest first: its
+  subfolders holding TFDS's dataset_info.json."""
   try:
-    names = files_lib.listdir(parent)
+    names = files_lib.listdir(folder)
   except (OSError, ValueError):
     return []
   versions = [name for name in names
-              if files_lib.exists(files_lib.join(parent, name, 'dataset_info.json'))]
+              if files_lib.exists(files_lib.join(folder, name, 'dataset_info.json'))]
   return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split('.')])
+
+
+def _not_prepared(source, where, prepared) -> str:
+  """The error for a dataset not prepared in `where`, naming the versions that are (with the
+  pin that reads one) and how to prepare it."""
+  there = (f' (prepared there: {", ".join(prepared)}; pin one as --tfds_name='
+           f'{source.name.split(":")[0]}:{prepared[-1]})' if prepared else '')
+  return f'--tfds_name={source.name} is not prepared in {where}{there}: {_build_hint(source)}'
 
 
 def check(source) -> tuple[Source, dict]:
@@ -122,11 +141,8 @@ def check(source) -> tuple[Source, dict]:
     builder.as_dataset(split=source.split, decoders=_decoders(source),
                        read_config=_read_config())
   except AssertionError:  # TFDS's way of saying `could not find data in DIR`.
-    prepared = _prepared_versions(builder)
-    there = (f' (prepared there: {", ".join(prepared)}; pin one as --tfds_name='
-             f'{source.name.split(":")[0]}:{prepared[-1]})' if prepared else '')
-    raise ValueError(f'--tfds_name={source.name} is not prepared in {builder.data_dir}{there}: '
-                     f'{_build_hint(source)}') from None
+    prepared = _prepared_versions(files_lib.parent(str(builder.data_dir)))
+    raise ValueError(_not_prepared(source, builder.data_dir, prepared)) from None
   except ValueError as e:  # Unknown split, or a slice out of range.
     known = ', '.join(builder.info.splits.keys())
     raise ValueError(f'--tfds_split={source.split}: {str(e).splitlines()[0]} ({source.name} '

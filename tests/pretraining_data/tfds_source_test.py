@@ -222,6 +222,19 @@ def test_a_catalog_dataset_not_prepared_says_to_build_it(vocab_file, tmp_path):
                   tfds=tfds_source.Source('wikipedia/20230601.en', data_dir=str(empty)))
 
 
+def test_an_unregistered_dataset_at_another_version_names_the_prepared_one(vocab_file,
+                                                                          tmp_path):
+  # A builder's prepared folder alone (not registered here), asked for at a version it lacks.
+  prepared = tmp_path / 'tfds' / 'my_texts_xyz' / '1.0.0'
+  prepared.mkdir(parents=True)
+  (prepared / 'dataset_info.json').write_text('{}')
+  with pytest.raises(ValueError, match=r'--tfds_name=my_texts_xyz:1\.0\.1 is not prepared in '
+                     r'.*my_texts_xyz/1\.0\.1 \(prepared there: 1\.0\.0; pin one as '
+                     r'--tfds_name=my_texts_xyz:1\.0\.0\): prepare it first'):
+    writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file, num_workers=1,
+                  tfds=tfds_source.Source('my_texts_xyz:1.0.1', data_dir=str(tmp_path / 'tfds')))
+
+
 def test_one_input_exactly(data_dir, vocab_file, tmp_path):
   corpus = tmp_path / 'c.txt'
   corpus.write_text('One sentence.\nTwo.\n')
