@@ -116,10 +116,11 @@ def phases(config, workdir) -> list[Phase]:
   """One phase, or two with config.phase2.fraction > 0, with their file patterns; the embedded
   corpus's files (data.train_files empty) are made on first use at each phase's lengths."""
   data, second, total = config.data, config.phase2, config.num_train_steps
-  if not data.train_files and (data.eval_files or data.vocab_file or second.train_files):
-    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files are set but '
-                     'data.train_files is empty (= the embedded corpus, which brings its own): '
-                     'set train_files too.')
+  if not data.train_files and (data.eval_files or data.vocab_file or second.train_files
+                               or second.eval_files):
+    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files / phase2.eval_files '
+                     'are set but data.train_files is empty (= the embedded corpus, which brings '
+                     'its own): set train_files too.')
   first_steps = round(total * (1 - second.fraction))
   if second.fraction and not 0 < first_steps < total:
     raise ValueError(f'phase2.fraction={second.fraction} of num_train_steps={total} leaves '
@@ -186,7 +187,9 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
       if masked:
         file_set.check_masking(checked[-1], masking=config.data.masking,
                                masked_lm_prob=config.data.masked_lm_prob)
-      record_check.check_first_record(checked[-1].files[0], spec, masked=masked)
+      field = ('train_files', 'eval_files')[len(checked) - 1]
+      record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
+                                      which=f'{"phase2" if phase.first_step else "data"}.{field}')
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 
 

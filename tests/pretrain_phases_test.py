@@ -5,6 +5,7 @@ fraction 0.25), on the embedded corpus made at both lengths; the eval at step 9 
 files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical.
 """
 
+import json
 import shutil
 
 import jax
@@ -14,6 +15,7 @@ import pytest
 
 from bertjax import pretrain
 from bertjax.input import input_pipeline
+from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer
 from bertjax.training import summaries
 from configs import pretrain as pretrain_config
@@ -31,7 +33,8 @@ def two_phase_config():
       'phase2.max_predictions_per_seq': 10, 'data.dupe_factor': 1,
       'data.shuffle_window': 64, 'data.num_lanes': 4, 'checkpoint.every_steps': 5,
       'checkpoint.keep': 10, 'log_every_steps': 1, 'eval_every_steps': BOUNDARY,
-      'max_eval_batches': 2, 'eval_batch_size': 16, 'optimizer.warmup_steps': 3})
+      'max_eval_batches': 2, 'eval_batch_size': 16, 'optimizer.warmup_steps': 3,
+      'checkpoint.keep_best': 1})
 
 
 def scalars(workdir, tag) -> dict:
@@ -85,6 +88,18 @@ def test_each_eval_reads_its_phase_files(two_phase):
   assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * 16
 
 
+def test_the_best_checkpoint_is_phase_2s(two_phase):
+  # Pass Y: phase 1's eval (other data, another unigram baseline) outranked phase 2's.
+  _, workdir, _ = two_phase
+  evals = {int(k): v['mlm_accuracy'] for k, v in json.loads(
+      (workdir / 'eval_history.json').read_text()).items()}
+  assert sorted(evals) == [BOUNDARY, STEPS] and evals[BOUNDARY] > evals[STEPS], evals
+  assert checkpoint_reader.resolve_step(workdir, 'best') == STEPS
+  ranking = pretrain_runs.read_meta(workdir, STEPS)['ranking']
+  assert ranking['phase_start'] == BOUNDARY and 'phase_start' not in pretrain_runs.read_meta(
+      workdir, BOUNDARY)['ranking']
+
+
 def test_resume_inside_phase_2_is_bit_exact(two_phase, tmp_path):
   _, workdir, _ = two_phase
   resumed = tmp_path / 'resumed'
@@ -126,6 +141,32 @@ def test_data_fields_without_train_files_are_refused(tmp_path):
   cfg.phase2.train_files = str(tmp_path / 'train512-*')
   with pytest.raises(ValueError, match='data.train_files is empty .* set train_files too'):
     pretrain.phases(cfg, str(tmp_path))
+
+
+def test_phase2_eval_files_without_train_files_are_refused(tmp_path):
+  # Pass Y: they were ignored, the embedded corpus's eval files read instead, without a word.
+  cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
+  cfg.phase2.eval_files = str(tmp_path / 'eval512-*')
+  with pytest.raises(ValueError, match='phase2.eval_files are set but data.train_files is empty'):
+    pretrain.phases(cfg, str(tmp_path))
+
+
+def test_a_phase_without_eval_files_shows_no_eval(monkeypatch):
+  # Pass Y: phase 2 without eval files printed 'eval at step 12:  (0.0 s)' at each eval.
+  import types  # noqa: PLC0415
+
+  from bertjax.training import loop  # noqa: PLC0415
+  phase1 = pretrain.Phase(0, BOUNDARY, 32, 5, 'train-*', 'eval-*')
+  first = types.SimpleNamespace(run=lambda params, step: {'mlm_accuracy': 0.5})
+  job = types.SimpleNamespace(evaluator=pretrain.PhasedEvaluator([(phase1, first)], 3))
+  shown, written = [], []
+  monkeypatch.setattr(loop, 'logging', types.SimpleNamespace(
+      info=lambda message, *args: shown.append(message % args)))
+  writer = types.SimpleNamespace(write_scalars=lambda step, scalars: written.append(step))
+  assert loop._evaluate(job, None, STEPS, writer) == {}  # pylint: disable=protected-access
+  assert shown == [] and written == []
+  assert loop._evaluate(job, None, 6, writer) == {'mlm_accuracy': 0.5}  # pylint: disable=protected-access
+  assert written == [6] and shown[0].startswith('eval at step 6: mlm_accuracy 0.5000'), shown
 
 
 def test_a_workdir_holding_a_finetuning_run_is_refused_by_name(tmp_path):

@@ -74,6 +74,37 @@ def rank(value, step: int, mode: str) -> tuple:
   return (value if mode == 'max' else -value, -step)
 
 
+def phase_start(config, step: int) -> int:
+  """The first step of the phase whose eval ran after `step` steps (`config`: a ConfigDict or
+  a run's config.json): pre-training's second phase (phase2.fraction > 0, pretrain.phases'
+  boundary) starts there, every other run and phase at 0.
+
+  The rule of a two-phase run's best: evals rank only against evals of their own phase (the
+  phases evaluate other data: another length, another unigram baseline), and a later phase's
+  above an earlier's. So the best is the best eval of the last phase that evaluated: phase 1's
+  until phase 2 has an eval, then phase 2's (the final model's phase), whatever phase 1 scored.
+  """
+  fraction = (config.get('phase2') or {}).get('fraction') or 0
+  boundary = round(config.get('num_train_steps', 0) * (1 - fraction)) if fraction else 0
+  return boundary if 0 < boundary < step else 0
+
+
+def _ranked_only(best: ocp.checkpoint_managers.BestN, metric: str):
+  """`best` over the steps whose metrics hold `metric` (saved at an eval); a step saved at no
+  eval is never kept as a best (a run without evals would keep its first save forever). Steps
+  without metrics (saved before orbax kept them) are kept, as BestN keeps them."""
+
+  class RankedOnly(ocp.checkpoint_managers.PreservationPolicy):
+    def should_preserve(self, checkpoints, *, context):
+      ranked = [i for i, c in enumerate(checkpoints)
+                if c.metrics is None or c.metrics.get(metric) is not None]
+      kept = best.should_preserve([checkpoints[i] for i in ranked], context=context)
+      chosen = {i for i, keep in zip(ranked, kept, strict=True) if keep}
+      return [i in chosen for i in range(len(checkpoints))]
+
+  return RankedOnly()
+
+
 def manager(workdir, config, *, best_metric: str, mode: str = 'max',
             keep_best: int | None = None) -> ocp.CheckpointManager:
   """An orbax manager for <workdir>/checkpoints following config.checkpoint: the run's own,
@@ -84,17 +115,19 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max',
   keep_best = config.checkpoint.keep_best if keep_best is None else keep_best
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
 
-  def ranked(metrics):
-    return rank(metrics.get(best_metric), metrics.get('step', 0), mode)
+  def ranked(metrics):  # A later phase's eval first (phase_start), then rank's order.
+    return (metrics.get('phase_start', 0),
+            *rank(metrics.get(best_metric), metrics.get('step', 0), mode))
 
   if keep_best:
     # The step rides in the saved metrics so that ties go to the earlier step (get_metric_fn
-    # sees the metrics only); a step saved under another metric, or at no eval, ranks last.
+    # sees the metrics only), and so does the first step of the eval's phase; a step saved
+    # under another metric, or at no eval, is not ranked (LatestN alone keeps it).
     # Steps without metrics are kept: orbax reads a step's metrics back from its folder, and
     # runs saved before best_fn was set (below) have none there, so after a resume their best
     # would be deleted at the first save.
-    policies.append(ocp.checkpoint_managers.BestN(
-        get_metric_fn=ranked, n=keep_best, keep_checkpoints_without_metrics=True))
+    policies.append(_ranked_only(ocp.checkpoint_managers.BestN(
+        get_metric_fn=ranked, n=keep_best, keep_checkpoints_without_metrics=True), best_metric))
   options = ocp.CheckpointManagerOptions(
       # Set, orbax writes each save's metrics into its step folder, so that a resumed run
       # still ranks the steps saved before it (the preservation policy above decides).
@@ -136,12 +169,15 @@ def state_handler() -> ocp.PyTreeCheckpointHandler:
       type_handler_registry=ocp.type_handlers.create_type_handler_registry(*handlers.items()))
 
 
-def since_best(history: dict[int, dict], metric: str, mode: str) -> tuple[int | None, int]:
-  """(the best step, the evals after it) of an eval history ranked by `metric` in `mode`."""
+def since_best(history: dict[int, dict], metric: str, mode: str,
+               config=None) -> tuple[int | None, int]:
+  """(the best step, the evals after it) of an eval history ranked by `metric` in `mode`,
+  a later phase's evals above an earlier's (phase_start; `config` None: one phase)."""
   steps = sorted(s for s in history if metric in history[s])
   if not steps:
     return None, 0
-  best = max(steps, key=lambda s: rank(history[s][metric], s, mode))
+  best = max(steps, key=lambda s: (phase_start(config, s) if config is not None else 0,
+                                   *rank(history[s][metric], s, mode)))
   return best, sum(s > best for s in steps)
 
 

@@ -236,17 +236,21 @@ def best_step(directory) -> int:
   # The newest eval's metric and mode rank (a resumed run may have changed them).
   metric, mode = ranked[max(ranked)]['metric'], ranked[max(ranked)]['mode']
   same = [s for s in ranked if (ranked[s]['metric'], ranked[s]['mode']) == (metric, mode)]
-  best = max(same, key=lambda s: checkpoint.rank(ranked[s]['value'], s, mode))
+  config = run if isinstance(run, dict) else {}
+
+  def key(step, value):  # A two-phase run's best is of its last phase that evaluated.
+    return checkpoint.phase_start(config, step), *checkpoint.rank(value, step, mode)
+
+  best = max(same, key=lambda s: key(s, ranked[s]['value']))
   # Every eval was saved and recorded: a better eval than the kept ones is a lost best, never
   # to be swapped silently for another step.
   try:
     history = run_files.eval_history(workdir, up_to_step=max(available))
   except (OSError, ValueError):
     history = {}
-  recorded, _ = checkpoint.since_best(history, metric, mode)
+  recorded, _ = checkpoint.since_best(history, metric, mode, config)
   if recorded is not None and recorded != best and (
-      checkpoint.rank(history[recorded][metric], recorded, mode)
-      > checkpoint.rank(ranked[best]['value'], best, mode)):
+      key(recorded, history[recorded][metric]) > key(best, ranked[best]['value'])):
     why = ('unreadable' if recorded in available else 'gone (deleted, or never kept: '
            'checkpoint.keep_best)')
     raise ValueError(
@@ -256,6 +260,10 @@ def best_step(directory) -> int:
         f'--step={best} to read that one, or --step=latest.')
   logging.info('step=best: step %d of %s (%s %.4g, %s is better)', best, directory, metric,
                ranked[best]['value'], 'higher' if mode == 'max' else 'lower')
+  boundary = checkpoint.phase_start(config, max(available))
+  if checkpoint.phase_start(config, best) < boundary:
+    logging.warning('step=best: step %d is of phase 1 (steps 0..%d): phase 2 has no eval to '
+                    'rank; pass --step=latest for the model phase 2 trained', best, boundary)
   return best
 
 

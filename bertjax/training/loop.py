@@ -168,9 +168,9 @@ def _ranking(config, job: Job) -> tuple[str, str, int]:
   return metric, checkpoint.best_mode(metric, config.checkpoint.best_mode), keep_best
 
 
-def _early_stop(history: dict, metric: str, mode: str, patience: int) -> str:
+def _early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:
   """Why the run stops early after the evals in `history` ('' = it goes on)."""
-  best_step, waited = checkpoint.since_best(history, metric, mode)
+  best_step, waited = checkpoint.since_best(history, metric, mode, config)
   if not patience or waited < patience:
     return ''
   return (f'early: {metric} did not improve for {waited} evaluation{"s" * (waited > 1)} after '
@@ -180,6 +180,8 @@ def _early_stop(history: dict, metric: str, mode: str, patience: int) -> str:
 def _evaluate(job: Job, params, step: int, writer) -> dict:
   start = time.perf_counter()
   metrics = job.evaluator.run(params, step)
+  if not metrics:  # A phase without eval files (said at the start): nothing to show.
+    return metrics
   writer.write_scalars(step, {f'eval/{k}': v for k, v in metrics.items()})
   logging.info('eval at step %d: %s (%.1f s)', step,
                ', '.join(f'{k} {v:.4f}' for k, v in sorted(metrics.items())),
@@ -187,17 +189,20 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   return metrics
 
 
-def _rank(eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
+def _rank(config, eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
           patience: int) -> tuple[dict | None, str]:
   """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None
-  without metrics; why early stopping ends the run, or '')."""
+  without metrics; why early stopping ends the run, or ''). An eval of a two-phase run's second
+  phase records where that phase starts: it ranks above the first's (checkpoint.phase_start)."""
   if not eval_metrics:
     return None, ''
   check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
   history[step] = eval_metrics
   run_files.record_eval(workdir, history)
   ranking = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
-  return ranking, _early_stop(history, metric, mode, patience)
+  if phase_start := checkpoint.phase_start(config, step):
+    ranking['phase_start'] = phase_start
+  return ranking, _early_stop(config, history, metric, mode, patience)
 
 
 def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | None):
@@ -209,7 +214,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | N
           **({'labels': list(config.labels)} if config.get('labels') else {}),
           **({} if ranking is None else {'ranking': ranking})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
-  metrics = {'step': step} | ({} if ranking is None else {ranking['metric']: ranking['value']})
+  metrics = {'step': step} | ({} if ranking is None else {
+      ranking['metric']: ranking['value'], 'phase_start': ranking.get('phase_start', 0)})
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 
@@ -272,11 +278,15 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   return state, shardings, consumed, resumed
 
 
-def _best_of(history: dict, metric: str, mode: str, keep_best: bool) -> dict:
-  """Outcome's best_step and best (metric, value) from the recorded evals, if any."""
-  best_step = checkpoint.since_best(history, metric, mode)[0] if keep_best else None
-  return {} if best_step is None else dict(best_step=best_step,
-                                           best=(metric, history[best_step][metric]))
+def _best_of(config, done: int, history: dict, metric: str, mode: str, keep_best: bool) -> dict:
+  """Outcome's best_step and best (metric, value) from the recorded evals, if any; a note when
+  a two-phase run at `done` steps has its best in phase 1 (phase 2 had no eval to rank)."""
+  best_step = checkpoint.since_best(history, metric, mode, config)[0] if keep_best else None
+  if best_step is None:
+    return {}
+  earlier = checkpoint.phase_start(config, best_step) < checkpoint.phase_start(config, done)
+  return dict(best_step=best_step, best=(metric, history[best_step][metric]),
+              best_note=', of phase 1: phase 2 has no eval' if earlier else '')
 
 
 def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
@@ -336,12 +346,13 @@ class _Boundary:
     self.progress.step_done(done, metrics, read_now=will_save)
     ranked, stopped = None, ''
     if do_eval:
-      self.eval_metrics, self.eval_step = _evaluate(self.job, state.params, done,
-                                                    self.writer), done
+      evaluated = _evaluate(self.job, state.params, done, self.writer)
+      if evaluated:  # Empty in a phase without eval files: the last eval stays the last.
+        self.eval_metrics, self.eval_step = evaluated, done
       self.progress.restart_timer(done)
       metric, mode, _ = self.ranking
-      ranked, stopped = _rank(self.eval_metrics, done, self.history, self.workdir, metric, mode,
-                              self.job.early_stopping_patience)
+      ranked, stopped = _rank(self.config, evaluated, done, self.history, self.workdir, metric,
+                              mode, self.job.early_stopping_patience)
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
       _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
@@ -361,7 +372,7 @@ class _Boundary:
       run_files.write_json(files.join(self.workdir, 'eval_results.json'), self.eval_metrics)
     return progress_lib.Outcome(self.eval_metrics, done, self.config.num_train_steps, last_loss,
                                 self.eval_step, stopped, early_stopped=stopped.startswith('early'),
-                                **_best_of(self.history, *self.ranking))
+                                **_best_of(self.config, done, self.history, *self.ranking))
 
 
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progress_lib.Outcome:
@@ -380,7 +391,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
-  stopped = _early_stop(history, metric, mode, patience) if resumed else ''
+  stopped = _early_stop(config, history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
     if changed := resume_checks.changed_fields(config, workdir, start_step):
@@ -388,7 +399,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                       'take effect in another --workdir (or with more steps, from step %d)',
                       ', '.join(changed), start_step)
     return _nothing_to_do(workdir, start_step, total_steps, stopped,
-                          _best_of(history, metric, mode, keep_best))
+                          _best_of(config, start_step, history, metric, mode, keep_best))
   if resumed:
     resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.

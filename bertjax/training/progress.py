@@ -30,6 +30,7 @@ class Outcome:
   # The step its evals ranked best and its value of best_metric (None: no best kept, no eval).
   best_step: int | None = None
   best: tuple = ()  # (metric, value) of best_step.
+  best_note: str = ''  # Said after the value (', of phase 1: phase 2 has no eval').
   early_stopped: bool = False  # Stopped by early stopping (best_step is what it hands on).
 
 
@@ -52,7 +53,8 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
   names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
   shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
   if outcome.best_step is not None:
-    shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g})'))
+    shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g}'
+                                 f'{outcome.best_note})'))
   outputs = [*outputs,
              ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
              ('TensorBoard', workdir)]

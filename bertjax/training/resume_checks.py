@@ -82,6 +82,7 @@ def _check_phases(config, last: dict, workdir, step: int, examples_consumed: int
   flat_last = flax.traverse_util.flatten_dict(last, sep='.')
   flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
   old, new = _phase2_start(flat_last), _phase2_start(flat_now)
+  _check_two_phase_batch(config, flat_last, workdir, step, examples_consumed, new)
   if not any(start is not None and start < step for start in (old, new)):
     return  # In phase 1 either way: its files are read from the examples consumed.
   keep = (f"keep num_train_steps={flat_last.get('num_train_steps')}, "
@@ -95,10 +96,35 @@ def _check_phases(config, last: dict, workdir, step: int, examples_consumed: int
                      f'(num_train_steps or phase2.fraction changed): resumed at step {step}, '
                      f'its phases would read their files from the wrong example; {keep}.')
   if examples_consumed != step * config.global_batch_size:
+    earlier = flat_last.get('global_batch_size') == config.global_batch_size
     raise ValueError(f'this two-phase run consumed {examples_consumed} examples in {step} steps, '
-                     f'not {step} x global_batch_size {config.global_batch_size}: with another '
-                     'batch its second phase would read its files from the wrong example; '
-                     f'{keep}.')
+                     f'not {step} x global_batch_size {config.global_batch_size}' + (
+                         ' (its batch changed at an earlier resume): its second phase cannot '
+                         'find where it stopped; start another --workdir with '
+                         f'init_from={workdir}.' if earlier else
+                         ': with another batch its second phase would read its files from the '
+                         f'wrong example; {keep}.'))
+
+
+def _check_two_phase_batch(config, flat_last: dict, workdir, step: int, examples_consumed: int,
+                           phase2_start: int | None):
+  """Refuses another global batch size on the resume of a two-phase run, in either phase:
+  its second phase reads its files from (examples consumed - its first step x the batch), so a
+  batch changed in phase 1 would stop the run at its first resume in phase 2."""
+  batch, last_batch = config.global_batch_size, flat_last.get('global_batch_size')
+  if phase2_start is None or step > phase2_start:
+    return  # One phase (the data goes on from the examples consumed), or _check_phases' case.
+  if last_batch is not None and last_batch != batch:
+    raise ValueError(f'this two-phase run ran with global_batch_size={last_batch} and would '
+                     f'resume at step {step} with {batch}: its second phase reads its files from '
+                     f'step x batch, so keep global_batch_size={last_batch}, or start another '
+                     f'--workdir with init_from={workdir}.')
+  if examples_consumed != step * batch:
+    raise ValueError(f'this run consumed {examples_consumed} examples in {step} steps, not {step} '
+                     f'x global_batch_size {batch} (its batch changed at an earlier resume): its '
+                     'second phase would read its files from the wrong example; run it in one '
+                     f'phase (phase2.fraction=0), or start another --workdir with '
+                     f'init_from={workdir}.')
 
 
 # What the model computes with the same shapes (the shapes a restore checks itself): changed on
@@ -127,6 +153,11 @@ def _check_data_order(config, last: dict, step: int, examples_consumed: int):
   fields = _ORDER_FIELDS
   if flat_now.get('data.train_files', 'none') == flat_last.get('data.train_files', 'none') == '':
     fields += _EMBEDDED_FIELDS
+  # phase2.* decide what a step read only once the run trained in its second phase (a run of
+  # one phase, or one still in its first, read nothing of them).
+  start = _phase2_start(flat_last)
+  if start is None or step <= start:
+    fields = tuple(k for k in fields if not k.startswith('phase2.'))
   changed = [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in fields
              if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]]
   if changed:

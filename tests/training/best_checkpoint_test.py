@@ -203,3 +203,74 @@ def test_step_best_never_reads_another_step_for_a_lost_best(tmp_path):
   assert checkpoint_reader.resolve_step(tmp_path, 4) == 4
   with pytest.raises(ValueError, match=r'--step=²: pass best, latest or a checkpoint step'):
     checkpoint_reader.parse_step('²', text=True)
+
+
+def _save_as_the_loop(workdir, values: dict[int, float | None], *, keep_best=1, steps=16,
+                      fraction=0.25):
+  """Saves tiny states at `values`' steps as the loop does (loop._rank, then loop._save; None:
+  a save at no eval) for a run of `steps` steps whose second phase is `fraction` of them."""
+  import types  # noqa: PLC0415
+
+  import checkpoint_test  # noqa: PLC0415  # Its tiny state.
+  import ml_collections  # noqa: PLC0415
+
+  from bertjax.training import loop  # noqa: PLC0415
+  config = checkpoint_test.config()
+  config.checkpoint.keep, config.checkpoint.keep_best = 1, keep_best
+  config.num_train_steps = steps
+  config.phase2 = ml_collections.ConfigDict({'fraction': fraction})
+  config.model = ml_collections.ConfigDict({'size': 'tiny'})
+  mngr = checkpoint.manager(workdir, config, best_metric='loss', mode='min')
+  history = {}
+  for step, loss in values.items():
+    ranking = None if loss is None else loop._rank(  # pylint: disable=protected-access
+        config, {'loss': loss}, step, history, str(workdir), 'loss', 'min', 0)[0]
+    loop._save(mngr, config, types.SimpleNamespace(shape={'data': 1}),  # pylint: disable=protected-access
+               checkpoint_test.make_state(step), step, step * 4, ranking)
+    checkpoint.wait(mngr)
+  mngr.close()
+  (pathlib.Path(workdir) / 'config.json').write_text(json.dumps(config.to_dict()))
+  return config, history
+
+
+def test_a_two_phase_run_ranks_only_its_last_evaluated_phase(tmp_path, monkeypatch):
+  """Pass Y: phase 1's evals (other data: 128 tokens, another unigram baseline) were ranked
+  against phase 2's, and its best was a phase-1 step. Phase 2 starts at step 12 of 16."""
+  from bertjax.training import loop  # noqa: PLC0415
+  config, evals = _save_as_the_loop(tmp_path / 'two', {4: 0.1, 8: 0.2, 12: 0.3, 14: 0.5,
+                                                       16: 0.6})
+  assert kept_steps(tmp_path / 'two') == {14, 16}  # Not step 4: its loss is of other data.
+  assert checkpoint_reader.resolve_step(tmp_path / 'two', 'best') == 14
+  assert checkpoint.since_best(evals, 'loss', 'min', config) == (14, 1)  # Early stopping's.
+  best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
+  assert best == {'best_step': 14, 'best': ('loss', 0.5), 'best_note': ''}
+  # Phase 2 without evals: phase 1's best, said by the summary and --step=best.
+  warnings = _recorded_warnings(monkeypatch, checkpoint_reader)
+  config, evals = _save_as_the_loop(tmp_path / 'one', {4: 0.1, 8: 0.2, 16: None})
+  assert checkpoint_reader.resolve_step(tmp_path / 'one', 'best') == 4
+  assert any('step 4 is of phase 1 (steps 0..12): phase 2 has no eval' in w for w in warnings)
+  best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
+  assert best['best_step'] == 4 and best['best_note'] == ', of phase 1: phase 2 has no eval'
+
+
+def test_saves_at_no_eval_are_never_kept_as_the_best(tmp_path):
+  # Pass Y: keep_best=1 without any eval kept the first save (2) forever beside the newest.
+  _save_as_the_loop(tmp_path, {2: None, 4: None, 6: None, 8: None}, fraction=0)
+  assert kept_steps(tmp_path) == {8}
+  _save_as_the_loop(tmp_path, {10: 0.5, 12: None, 14: None}, fraction=0)  # One eval: kept.
+  assert kept_steps(tmp_path) == {10, 14}
+
+
+def _recorded_warnings(monkeypatch, module) -> list:
+  """The warnings `module` logs, through its own `logging` (finetune/job_test's way)."""
+  lines, absl_logging = [], module.logging
+
+  class Recorded:
+    def __getattr__(self, name):
+      return getattr(absl_logging, name)
+
+    def warning(self, message, *args):
+      lines.append(message % args)
+
+  monkeypatch.setattr(module, 'logging', Recorded())
+  return lines

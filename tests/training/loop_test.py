@@ -705,7 +705,7 @@ def test_a_two_phase_resume_that_would_read_phase_two_from_the_wrong_example_is_
                      r'from step 10'):
     phases(_two_phase(), json.loads(_two_phase(fraction=0).to_json()), 'W', 16, 1024)
   phases(_two_phase(), last, 'W', 16, 1024)  # The same run: resumes.
-  phases(_two_phase(steps=40, batch=128), last, 'W', 8, 512)  # Still in phase 1.
+  phases(_two_phase(steps=40), last, 'W', 8, 512)  # Still in phase 1.
   phases(_two_phase(fraction=0, batch=128), json.loads(
       _two_phase(fraction=0).to_json()), 'W', 16, 1024)  # One phase reads from example 1024.
 
