@@ -115,8 +115,8 @@ def test_tf1_saved_model_and_sentence_transformers_refuse_a_model_without_a_pool
   result = sources.load(tmp_path / 'model')
   for fmt, save in (('tf1', tf1_checkpoint.save), ('saved_model', saved_model.save)):
     with pytest.raises(ValueError, match=rf'^{tmp_path}/model has no pooler \(a masked-LM, span '
-                       rf'or tagging model.*\): --format={fmt} carries one; use --format=onnx '
-                       'or --format=hf'):
+                       rf'or tagging model.*\): --format={fmt} carries one; use --format=hf '
+                       r'or --format=onnx\.$'):
       save(result, tmp_path / fmt)
     assert not (tmp_path / fmt).exists()
   encoder_only = dataclasses.replace(result, kind='encoder', params=result.encoder_params())
