@@ -34,7 +34,6 @@ from absl import app
 from absl import flags
 
 from bertjax import console
-from bertjax import files
 from bertjax import paths
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
@@ -147,9 +146,9 @@ def check_unmasked(static_masking: bool, given: list[str]):
         f'{"it" if one else "them"} out here')
 
 
-def check_paths(output_file: str, num_output_shards: int, vocab_file: str | None):
+def check_paths(output_file: str, num_output_shards: int):
   """Refuses, before any work, shards or a report that would be written into a bertjax run (its
-  checkpoints/ too) or over a model's file, and a SentencePiece model given as --vocab_file."""
+  checkpoints/ too) or over a model's file."""
   outputs = shard_outputs.output_paths(output_file, num_output_shards)
   report = (output_file.strip() if num_output_shards else outputs[0]) + '.json'
   # N shards share their prefix's folder: the first stands for them all.
@@ -157,9 +156,6 @@ def check_paths(output_file: str, num_output_shards: int, vocab_file: str | None
     paths.check_output_file(path, shown=f'--output_file={output_file}' if len(outputs) == 1
                             or num_output_shards else f'{path} of --output_file={output_file}')
   paths.check_output_file(report, shown=f'the report {report} of --output_file={output_file}')
-  if vocab_file and files.isfile(vocab_file) and b'\x00' in files.read_bytes(vocab_file):
-    raise ValueError(f'--vocab_file={vocab_file} is binary, not a WordPiece vocab.txt (a '
-                     f'SentencePiece model?): pass it as --spm_model_file={vocab_file}')
 
 
 def main(argv):
@@ -197,7 +193,7 @@ def main(argv):
     raise app.UsageError('pass exactly one input: --input_file (text files) or --tfds_name '
                          f'(a prepared TFDS dataset); got {"both" if tfds else "neither"}')
   try:
-    check_paths(_OUTPUT_FILE.value, _NUM_OUTPUT_SHARDS.value, _VOCAB_FILE.value)
+    check_paths(_OUTPUT_FILE.value, _NUM_OUTPUT_SHARDS.value)
     report = writer.create(
         _INPUT_FILE.value, _OUTPUT_FILE.value, settings, vocab_file=_VOCAB_FILE.value,
         spm_model_file=_SPM_MODEL_FILE.value, do_lower_case=_DO_LOWER_CASE.value,

@@ -238,11 +238,13 @@ def test_create_pretraining_data_never_writes_into_a_run_or_over_a_models_file(t
 
 def test_a_sentencepiece_model_given_as_vocab_file_names_the_flag_to_pass(tmp_path):
   (tmp_path / 'x.model').write_bytes(b'\n\x07\n\x05<pad>\x15\x00\x00\x00\x00')
-  done = run(tmp_path, '-m', 'bertjax.create_pretraining_data', '--input_file=x.model',
+  (tmp_path / 'in.txt').write_text('the cat sat on the mat.\nthe dog sat.\n')
+  done = run(tmp_path, '-m', 'bertjax.create_pretraining_data', '--input_file=in.txt',
              '--vocab_file=x.model', '--output_file=out/train', '--num_output_shards=1')
-  assert done.stderr.strip().splitlines()[-1] == (
-      'create_pretraining_data: error: --vocab_file=x.model is binary, not a WordPiece '
-      'vocab.txt (a SentencePiece model?): pass it as --spm_model_file=x.model'), done.stderr
+  assert done.stderr.strip().splitlines()[-1].endswith(
+      "x.model' is binary, not a WordPiece vocab.txt (a SentencePiece model?): pass it as the "
+      'SentencePiece model (create_pretraining_data --spm_model_file; every other reader tells '
+      'the two by their content)'), done.stderr
 
 
 def test_learn_vocab_warns_that_a_bpe_model_exports_to_tf1_and_saved_model_only(tmp_path):

@@ -73,7 +73,8 @@ def read_vocab(path, data: bytes):
   # here rather than read as tokens by chance of its bytes decoding.
   if b'\x00' in data:
     raise ValueError(f'vocab file {path!r} is binary, not a WordPiece vocab.txt (a SentencePiece '
-                     '.model?): vocab_files.load_vocab reads either kind')
+                     'model?): pass it as the SentencePiece model (create_pretraining_data '
+                     '--spm_model_file; every other reader tells the two by their content)')
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError as e:

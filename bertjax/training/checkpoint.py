@@ -74,6 +74,13 @@ def rank(value, step: int, mode: str) -> tuple:
   return (value if mode == 'max' else -value, -step)
 
 
+def phase2_start(num_train_steps: int, fraction: float) -> int | None:
+  """The step pre-training's second phase starts at (phase2.fraction of num_train_steps, the
+  last ones); None for one phase. The one rule of the boundary: pretrain.phases, resume_checks
+  and the best checkpoint's ranking read it here."""
+  return round(num_train_steps * (1 - fraction)) if fraction else None
+
+
 def phase_start(config, step: int) -> int:
   """The first step of the phase whose eval ran after `step` steps (`config`: a ConfigDict or
   a run's config.json): pre-training's second phase (phase2.fraction > 0, pretrain.phases'
@@ -84,8 +91,8 @@ def phase_start(config, step: int) -> int:
   above an earlier's. So the best is the best eval of the last phase that evaluated: phase 1's
   until phase 2 has an eval, then phase 2's (the final model's phase), whatever phase 1 scored.
   """
-  fraction = (config.get('phase2') or {}).get('fraction') or 0
-  boundary = round(config.get('num_train_steps', 0) * (1 - fraction)) if fraction else 0
+  boundary = phase2_start(config.get('num_train_steps', 0),
+                          (config.get('phase2') or {}).get('fraction') or 0) or 0
   return boundary if 0 < boundary < step else 0
 
 

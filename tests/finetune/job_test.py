@@ -15,6 +15,7 @@ import finetune_runs
 import flax
 import glue_files
 import jax
+import log_records
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
@@ -181,7 +182,7 @@ def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, monkey
   assert {line.split('\t')[1] for line in lines[1:]} <= {'0', '1'}
   # Run again, the finished run says so and trains nothing; the same config names no change.
   config.mode = 'train_eval'
-  warned = recorded_warnings(monkeypatch, loop)
+  warned = log_records.recorded_warnings(monkeypatch, loop)
   finetune.train_and_evaluate(config, str(tmp_path))
   assert not [w for w in warned if 'trains nothing' in w], warned
   assert re.fullmatch(
@@ -401,27 +402,10 @@ def test_epochs_end_at_an_epoch_boundary():
   assert job_setup.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
-def recorded_warnings(monkeypatch, module) -> list:
-  """The warnings `module` logs from now on, through its own `logging` (passed on too): what
-  earlier tests of this process left on absl's logger changes nothing."""
-  lines, absl_logging = [], module.logging
-
-  class Recorded:
-    def __getattr__(self, name):
-      return getattr(absl_logging, name)
-
-    def warning(self, message, *args):
-      lines.append(message % args)
-      absl_logging.warning(message, *args)
-
-  monkeypatch.setattr(module, 'logging', Recorded())
-  return lines
-
-
 def test_a_fraction_of_a_step_is_said_to_run_one(monkeypatch):
   config = finetune_config.get_config('task=sst2')
   config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 0.001
-  warned = recorded_warnings(monkeypatch, job_setup)
+  warned = log_records.recorded_warnings(monkeypatch, job_setup)
   assert job_setup.num_steps(config, 3_200) == 1
   assert warned == ['num_epochs=0.001 is 0.1 of a step (3200 train features, batch 32): running '
                     '1 step; set --config.num_train_steps to choose the steps instead'], warned

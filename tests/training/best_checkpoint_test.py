@@ -8,6 +8,7 @@ import json
 import pathlib
 
 import finetune_runs
+import log_records
 import pretrain_runs
 import pytest
 
@@ -245,7 +246,7 @@ def test_a_two_phase_run_ranks_only_its_last_evaluated_phase(tmp_path, monkeypat
   best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
   assert best == {'best_step': 14, 'best': ('loss', 0.5), 'best_note': ''}
   # Phase 2 without evals: phase 1's best, said by the summary and --step=best.
-  warnings = _recorded_warnings(monkeypatch, checkpoint_reader)
+  warnings = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
   config, evals = _save_as_the_loop(tmp_path / 'one', {4: 0.1, 8: 0.2, 16: None})
   assert checkpoint_reader.resolve_step(tmp_path / 'one', 'best') == 4
   assert any('step 4 is of phase 1 (steps 0..12): phase 2 has no eval' in w for w in warnings)
@@ -261,16 +262,3 @@ def test_saves_at_no_eval_are_never_kept_as_the_best(tmp_path):
   assert kept_steps(tmp_path) == {10, 14}
 
 
-def _recorded_warnings(monkeypatch, module) -> list:
-  """The warnings `module` logs, through its own `logging` (finetune/job_test's way)."""
-  lines, absl_logging = [], module.logging
-
-  class Recorded:
-    def __getattr__(self, name):
-      return getattr(absl_logging, name)
-
-    def warning(self, message, *args):
-      lines.append(message % args)
-
-  monkeypatch.setattr(module, 'logging', Recorded())
-  return lines

@@ -6,6 +6,7 @@ first ones, tests/training/resume_test.py runs them in real resumes.
 
 import json
 
+import log_records
 import pytest
 
 from bertjax.training import resume_checks
@@ -18,21 +19,6 @@ def _config(steps=20, fraction=0.5, batch=64, seq2=512):
   config.global_batch_size = batch
   config.phase2.max_seq_length = seq2
   return config
-
-
-def _recorded_warnings(monkeypatch) -> list:
-  """The warnings resume_checks logs, through its own `logging` (finetune/job_test's way)."""
-  lines, absl_logging = [], resume_checks.logging
-
-  class Recorded:
-    def __getattr__(self, name):
-      return getattr(absl_logging, name)
-
-    def warning(self, message, *args):
-      lines.append(message % args)
-
-  monkeypatch.setattr(resume_checks, 'logging', Recorded())
-  return lines
 
 
 def test_another_batch_on_a_two_phase_resume_is_refused_in_phase_1_too():
@@ -63,7 +49,7 @@ def test_another_batch_on_a_two_phase_resume_is_refused_in_phase_1_too():
 def test_phase2_fields_are_no_data_order_change_before_phase_2_ran(monkeypatch):
   """Pass Y: a one-phase run resumed as two phases was told that phase2.max_seq_length and
   max_predictions_per_seq (never read) changed its data order."""
-  warnings = _recorded_warnings(monkeypatch)
+  warnings = log_records.recorded_warnings(monkeypatch, resume_checks)
   order = resume_checks._check_data_order  # pylint: disable=protected-access
   one = json.loads(_config(fraction=0, seq2=512).to_json())
   order(_config(seq2=64), one, 8, 512)
