@@ -123,6 +123,7 @@ def check(config) -> None:
     if job == other and c.get(marker) is _MISSING:
       c.fail('job', job, f'but the config is not a {other} config (it has no {marker} field)',
              f'load configs/{config_file}.py (or a copy of it) instead of setting config.job')
+  _check_init_from_step(c)
   if job == 'embed':
     _check_embed(c)
     return
@@ -140,6 +141,18 @@ def check(config) -> None:
   _check_export_format(c)
   if job == 'finetune':
     _check_best_metric(c)
+
+
+def _check_init_from_step(c: _Checker):
+  step = c.get('init_from_step')
+  if step is _MISSING or step == 'latest':
+    return
+  if step != 'best' and not (isinstance(step, str) and step.isascii() and step.isdigit()):
+    c.fail('init_from_step', step, 'is no checkpoint step',
+           "pass latest, best or a step number (one of init_from's checkpoints/<step> folders)")
+  if not c.get('init_from'):
+    c.fail('init_from_step', step, 'names a checkpoint of init_from, which is empty',
+           'set init_from=<a bertjax run> too, or drop init_from_step')
 
 
 def _check_embed(c: _Checker):

@@ -30,7 +30,6 @@ from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
-from bertjax.training import perf
 from bertjax.training import progress
 from bertjax.training import resume_checks
 from bertjax.training import sharding
@@ -286,19 +285,21 @@ def _check_init_from_function(config, path: str):
                      'compute what they were trained to.')
 
 
-def _say_init_from_on_a_resume(path: str, workdir: str, config=None):
+def _say_init_from_on_a_resume(path: str, workdir: str, config):
   """Warns that init_from is not read by a run that resumes from its own checkpoints (another
-  one than the run began from: fine-tuning says the same); else checks what it will load."""
+  one than the run began from, or another step of it: fine-tuning says the same); else checks
+  what it will load (`path`: init_from.configured)."""
   if not (paths.is_run(workdir)
           and checkpoint_reader.steps(files.join(workdir, 'checkpoints'))):
-    if path and config is not None:
+    if path:
       _check_init_from_function(config, path)
     return
-  began = paths.absolute((init_from.run_config(workdir) or {}).get('init_from') or '')
-  if path != began:
+  began = init_from.named(init_from.run_config(workdir) or {})
+  if init_from.named(config) != began:
     logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
                     'began from %s); to start from those weights, pre-train in another '
-                    '--workdir', path or "''", workdir, began or 'random weights')
+                    '--workdir', init_from.named(config) or "''", workdir,
+                    began or 'random weights')
 
 
 def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
@@ -366,15 +367,10 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   def load_weights(params, shardings):
     return init_from.load_params(path, params, shardings)[0]
 
-  def sequence_cost(step):
-    phase = next((p for p in plan if p.first_step <= step < p.end_step), plan[-1])
-    return phase.max_seq_length, perf.flops_per_sequence(
-        config.model, phase.max_seq_length, phase.max_predictions_per_seq)
-
   job = loop.Job(
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
-      describe=_describe, best_metric=BEST_METRIC, sequence_cost=sequence_cost,
+      describe=_describe, best_metric=BEST_METRIC,
       vocab_file=vocab or '', metric_names=eval_metric_names(config),
       early_stopping_patience=config.early_stopping_patience)
   return loop.run(config, workdir, mesh, job, rules=rules)

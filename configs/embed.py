@@ -29,6 +29,7 @@ def get_config(arg=None):
   config = ml_collections.ConfigDict()
   config.job = 'embed'  # Which job bertjax.main runs.
   config.init_from = arg.init_from  # transformers BERT dir; '' = all-MiniLM-L6-v2 package.
+  config.init_from_step = 'latest'  # Of a bertjax run in init_from: latest, best or a number.
   config.dtype = arg.dtype  # Compute dtype of the encoder: float32 or bfloat16.
   # Tokens per sentence, longer ones truncated; 0 = the model's own length (all-MiniLM-L6-v2:
   # 256, its sentence_bert_config.json, as SentenceTransformer.encode cuts).

@@ -93,6 +93,7 @@ def get_config(arg=None):
   # Start from these weights (the encoder; the head starts fresh): a transformers BERT dir, a
   # bertjax workdir or checkpoints/<step>. '' = random init (a smoke test only).
   config.init_from = arg.init_from
+  config.init_from_step = 'latest'  # Of a bertjax run in init_from: latest, best or a number.
   # '' = the shape of init_from (its config.json); a size from configs/common.py must fit it.
   config.model = common.model_config(arg.size or 'tiny', dtype=arg.dtype)
   config.model_from_init = not arg.size  # True: config.model is init_from's shape.

@@ -129,6 +129,7 @@ def get_config(arg=None):
   # or a transformers BERT dir; encoder and heads are loaded, the optimizer starts fresh.
   # Ignored when the workdir already holds a checkpoint (that one is resumed).
   config.init_from = arg.init_from
+  config.init_from_step = 'latest'  # Of a bertjax run in init_from: latest, best or a number.
 
   common.add_logging(config, log_every_steps=50)
   config.eval_every_steps = 200  # Eval over all of data.eval_files; 0 = only at the end.

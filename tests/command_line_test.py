@@ -2,34 +2,24 @@
 a multi-host start whose peer never comes, the original's bool flags, one-line errors."""
 
 import os
-import pathlib
-import re
 import signal
 import subprocess
 import sys
 import time
 
+from commands import REPO
+from commands import environ
+from commands import run
 import pytest
 import two_processes
 
 from bertjax import config_args
 from launch import tpu_pod
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = [f'--config={REPO}/configs/pretrain.py:size=tiny,steps=200,seq=32,batch=8',
         '--config.model.num_layers=1', '--config.data.dupe_factor=1',
         '--config.checkpoint.every_steps=2', '--config.log_every_steps=1',
         '--config.optimizer.warmup_steps=2', '--config.eval_every_steps=0']
-
-
-def environ(**extra):
-  env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'XLA_FLAGS')}
-  return env | {'JAX_PLATFORMS': 'cpu', **extra}
-
-
-def run(cwd, *args, timeout=120):
-  return subprocess.run([sys.executable, *args], cwd=cwd, env=environ(), capture_output=True,
-                        text=True, timeout=timeout, check=False)
 
 
 def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
@@ -152,116 +142,6 @@ def test_do_lower_case_takes_the_original_bool_forms(tmp_path):
              f'--output={tmp_path}/out', *forms)
   assert 'Flags parsing error' not in done.stderr, done.stderr
   assert done.returncode == 1 and f'{tmp_path}/none' in done.stderr, done.stderr
-
-
-LEARN_VOCAB_ERRORS = [
-    (['--input_file=missing.txt'], "error: --input_file pattern 'missing.txt' matched no files"),
-    (['--input_file=empty.txt'], 'error: the input has no words'),
-    (['--input_file=latin1.txt'], 'not UTF-8'),
-    (['--input_file=good.txt', '--vocab_size=10'], 'error: vocab_size=10 cannot hold'),
-    (['--input_file=good.txt', '--output_file=good.txt'],
-     'error: --output_file=good.txt is one of the --input_file files'),
-    (['--input_file=empty.txt', '--model=sentencepiece', '--output_file=v.model'],
-     'no text to learn a SentencePiece model from'),
-    # Zero-width and no-break spaces only: SentencePiece said to lower vocab_size.
-    (['--input_file=invisible.txt', '--model=sentencepiece', '--output_file=v.model'],
-     'no text to learn a SentencePiece model from'),
-]
-
-
-@pytest.mark.parametrize('args, message', LEARN_VOCAB_ERRORS)
-def test_learn_vocab_errors_are_one_line(tmp_path, args, message):
-  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
-  (tmp_path / 'empty.txt').write_text('')
-  (tmp_path / 'latin1.txt').write_bytes('caf\xe9 ol\xe9\n'.encode('latin-1'))
-  (tmp_path / 'invisible.txt').write_text('   \n\t\n\u200b\n\ufeff\u00a0\u200b\n')
-  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--output_file=vocab.txt',
-             '--vocab_size=128', *args)
-  assert done.returncode == 1, done.stderr
-  last = done.stderr.strip().splitlines()[-1]
-  assert last.startswith('learn_vocab: error: ') and message in last, done.stderr
-  assert 'Traceback' not in done.stderr
-
-
-def test_learn_vocab_makes_the_output_folder_as_a_bucket_would(tmp_path):
-  """An object store has no folders; locally the missing ones are made, so one command works
-  for both."""
-  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
-  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=good.txt',
-             '--output_file=new/dir/vocab.txt', '--vocab_size=128')
-  assert done.returncode == 0, done.stderr
-  assert 'the' in (tmp_path / 'new/dir/vocab.txt').read_text().split()
-  assert re.fullmatch(rf'learn_vocab finished in \d+\.\d s: tokens 128; vocab '
-                      rf'{tmp_path}/new/dir/vocab.txt', done.stdout.strip().splitlines()[-1])
-
-
-def _a_run_and_a_model(tmp_path) -> dict:  # Every file's bytes.
-  (tmp_path / 'run/checkpoints').mkdir(parents=True)
-  (tmp_path / 'run/config.json').write_text('{"job": "pretrain"}')
-  (tmp_path / 'run/vocab.txt').write_text('[PAD]\n')
-  (tmp_path / 'model').mkdir()
-  for name in ('config.json', 'model.safetensors', 'spiece.model'):
-    (tmp_path / 'model' / name).write_text('{}')
-  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
-  return {p: p.read_bytes() for p in tmp_path.glob('**/*') if p.is_file()}
-
-
-@pytest.mark.parametrize('output, message', [
-    ('run/config.json', 'exists in a bertjax run'), ('run/vocab.txt', 'exists in a bertjax run'),
-    ('run/new.txt', 'would be in a bertjax run'),
-    ('run/checkpoints/v.txt', "is inside a run's checkpoints/"),
-    ('model/spiece.model', 'exists in a transformers model')])
-def test_learn_vocab_never_writes_into_a_run_or_over_a_models_file(tmp_path, output, message):
-  before = _a_run_and_a_model(tmp_path)
-  kind = ['--model=sentencepiece', '--vocab_size=18'] if output.endswith('.model') else []
-  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=good.txt',
-             f'--output_file={output}', '--vocab_size=128', *kind)
-  last = done.stderr.strip().splitlines()[-1]
-  assert last.startswith(f'learn_vocab: error: --output_file={output} {message}'), done.stderr
-  assert {p: p.read_bytes() for p in tmp_path.glob('**/*') if p.is_file()} == before
-
-
-@pytest.mark.parametrize('output, message', [
-    ('run/checkpoints/train', "--output_file=run/checkpoints/train is inside a run's checkpoints"),
-    ('run/config', '--output_file=run/config would be in a bertjax run'),
-    ('model/config', 'report model/config.json of --output_file=model/config exists in a '
-     'transformers model')])
-def test_create_pretraining_data_never_writes_into_a_run_or_over_a_models_file(tmp_path, output,
-                                                                              message):
-  before = _a_run_and_a_model(tmp_path)
-  done = run(tmp_path, '-m', 'bertjax.create_pretraining_data', '--input_file=good.txt',
-             f'--vocab_file={REPO}/bertjax/pretraining_data/corpus/vocab.txt',
-             f'--output_file={output}', '--num_output_shards=1', '--num_workers=1')
-  assert done.returncode == 1 and message in done.stderr.strip().splitlines()[-1], done.stderr
-  assert {p: p.read_bytes() for p in tmp_path.glob('**/*') if p.is_file()} == before
-
-
-def test_a_sentencepiece_model_given_as_vocab_file_names_the_flag_to_pass(tmp_path):
-  (tmp_path / 'x.model').write_bytes(b'\n\x07\n\x05<pad>\x15\x00\x00\x00\x00')
-  (tmp_path / 'in.txt').write_text('the cat sat on the mat.\nthe dog sat.\n')
-  done = run(tmp_path, '-m', 'bertjax.create_pretraining_data', '--input_file=in.txt',
-             '--vocab_file=x.model', '--output_file=out/train', '--num_output_shards=1')
-  assert done.stderr.strip().splitlines()[-1].endswith(
-      "x.model' is binary, not a WordPiece vocab.txt (a SentencePiece model?): pass it as the "
-      'SentencePiece model (create_pretraining_data --spm_model_file; every other reader tells '
-      'the two by their content)'), done.stderr
-
-
-def test_learn_vocab_warns_that_a_bpe_model_exports_to_tf1_and_saved_model_only(tmp_path):
-  (tmp_path / 'good.txt').write_text('the cat sat on the mat\n\nthe dog sat\n')
-  for kind, warned in (('bpe', True), ('unigram', False)):
-    done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=good.txt', '--vocab_size=18',
-               '--model=sentencepiece', f'--spm_model_type={kind}', f'--output_file={kind}.model')
-    assert done.returncode == 0, done.stderr
-    assert ('transformers reads unigram models only, so this model exports to tf1 and '
-            'saved_model' in done.stderr) == warned, done.stderr
-
-
-def test_learn_vocab_refuses_a_vocab_size_below_its_bound(tmp_path):
-  done = run(tmp_path, '-m', 'bertjax.learn_vocab', '--input_file=x', '--output_file=v.txt',
-             '--vocab_size=-5')
-  assert done.returncode == 1 and 'flag --vocab_size=-5' in done.stderr, done.stderr
-  assert 'Traceback' not in done.stderr
 
 
 @pytest.mark.parametrize('main_args, message', [
@@ -450,10 +330,3 @@ def test_help_names_the_configs_and_how_to_set_a_field(tmp_path):
   for config in ('configs/pretrain.py:size=', 'configs/finetune.py:task=', 'configs/embed.py'):
     assert config in text, text
   assert '--config.FIELD=VALUE' in text
-
-
-def test_the_data_tools_import_side_by_side():
-  """Pass U: importing create_pretraining_data and learn_vocab in one kernel (a notebook) was a
-  DuplicateFlagError: a command's flags exist only when it is the program."""
-  done = run(REPO, '-c', 'import bertjax.create_pretraining_data, bertjax.learn_vocab')
-  assert done.returncode == 0, done.stderr

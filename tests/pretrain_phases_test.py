@@ -6,6 +6,7 @@ files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical.
 """
 
 import json
+import re
 import shutil
 
 import jax
@@ -13,8 +14,10 @@ import numpy as np
 import pretrain_runs
 import pytest
 
+from bertjax import config_check
 from bertjax import pretrain
 from bertjax.input import input_pipeline
+from bertjax.interop import init_from
 from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer
 from bertjax.training import summaries
@@ -109,6 +112,50 @@ def test_resume_inside_phase_2_is_bit_exact(two_phase, tmp_path):
   pretrain.train_and_evaluate(two_phase_config(), str(resumed))
   pretrain_runs.assert_equal_leaves(pretrain_runs.read_state(resumed, STEPS),
                                     pretrain_runs.read_state(workdir, STEPS))
+
+
+@pytest.mark.parametrize('step, folder', [('latest', ''), ('best', f'/checkpoints/{STEPS}'),
+                                          (str(BOUNDARY), f'/checkpoints/{BOUNDARY}')])
+def test_init_from_step_names_the_checkpoint_read(two_phase, step, folder):
+  """Pass V F12: init_from read a run's newest step only; its best (or any step) took a path."""
+  _, workdir, _ = two_phase
+  config = pretrain_config.get_config(f'size=tiny,init_from={workdir}')
+  config.init_from_step = step
+  assert init_from.configured(config) == f'{workdir}{folder}'
+
+
+def test_init_from_step_refuses_a_step_the_run_lacks(two_phase):
+  _, workdir, _ = two_phase
+  config = pretrain_config.get_config(f'size=tiny,init_from={workdir}')
+  config.init_from_step = '7'
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'config.init_from_step=7 (init_from={workdir}): {workdir}/checkpoints has no checkpoint '
+      'step 7; its steps: 5, 9, 10, 12.')):
+    init_from.configured(config)
+
+
+def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):
+  _, workdir, _ = two_phase
+  cfg = pretrain_runs.set_fields(two_phase_config(), {
+      'phase2.fraction': 0.0, 'num_train_steps': 1, 'optimizer.learning_rate': 0.0,
+      'eval_every_steps': 0, 'init_from': str(workdir), 'init_from_step': str(BOUNDARY)})
+  pretrain.train_and_evaluate(cfg, str(tmp_path / 'continued'))
+  got = pretrain_runs.flat(pretrain_runs.read_state(tmp_path / 'continued', 1)['params'])
+  want = pretrain_runs.flat(pretrain_runs.read_state(workdir, BOUNDARY)['params'])
+  assert got.keys() == want.keys()
+  assert all(np.array_equal(got[k], want[k]) for k in want)  # A rate of 0 moves nothing.
+  assert not all(np.array_equal(got[k], v) for k, v in pretrain_runs.flat(
+      pretrain_runs.read_state(workdir, STEPS)['params']).items())
+
+
+@pytest.mark.parametrize('step, message', [
+    ('last', "config.init_from_step='last': is no checkpoint step; pass latest, best or a step"),
+    ('best', "config.init_from_step='best': names a checkpoint of init_from, which is empty")])
+def test_a_bad_init_from_step_is_refused_before_anything_runs(step, message):
+  config = pretrain_config.get_config('size=tiny')
+  config.init_from_step = step
+  with pytest.raises(ValueError, match=re.escape(message)):
+    config_check.check(config)
 
 
 @pytest.mark.parametrize('fraction', ['1.0', '-0.1', '1.5'])

@@ -36,7 +36,6 @@ from bertjax.training import checkpoint
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
-from bertjax.training import perf
 from bertjax.training import progress
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
@@ -187,22 +186,12 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   evaluator = (Evaluator(s, eval_sets, jit_predict(s), rows_of, workdir,
                          cfg.eval_every_steps or steps_per_epoch) if eval_sets else None)
 
-  def sequence_cost(step):
-    # Per example, what the step computes: its rows (packed or not) at their cut length.
-    host, _ = batches.host_batch(train_features, step_examples(step), rows_of,
-                                 cfg.global_batch_size)
-    rows, length = host['input_ids'].shape[0], host['input_ids'].shape[-1]
-    per_example = rows / cfg.global_batch_size
-    return (length * per_example,
-            perf.flops_per_sequence(cfg.model, length, 0) * per_example)
-
   job = loop.Job(
       objective=s.objective, batches=train_batches, evaluator=evaluator,
       load_weights=load_weights if s.init_path else None,
       describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric, metric_names=_eval_metric_names(task, evaluator),
-      sequence_cost=sequence_cost,
       vocab_file=s.vocab_file, early_stopping_patience=cfg.early_stopping_patience)
   return loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric, sum(
       skipped.values())

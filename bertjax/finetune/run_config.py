@@ -279,10 +279,10 @@ def check_against_run(cfg, run: dict, workdir: str):
                   'batch (--config.grad_accum_steps splits a batch that does not fit; '
                   '--config.num_train_steps=N trains to step N at the new batch, from the '
                   'examples consumed)')
-  if training and (run.get('init_from') or '') != (cfg.get('init_from') or ''):
+  if training and init_from.named(run) != init_from.named(cfg):
     logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
                     'began from %s); to start from those weights, fine-tune in another --workdir',
-                    cfg.get('init_from') or "''", workdir, run.get('init_from') or 'random weights')
+                    init_from.named(cfg) or "''", workdir, init_from.named(run) or 'random weights')
   digests = (init_from.lookup(run, 'data.train_sha256'),
              init_from.lookup(cfg, 'data.train_sha256'))
   if None not in digests and digests[0] != digests[1]:

@@ -48,8 +48,26 @@ def lookup(config, dotted: str):
 
 
 def configured(config) -> str:
-  """config.init_from as an absolute path or URL ('' when unset)."""
-  return paths.absolute(config.init_from)
+  """config.init_from as an absolute path or URL ('' when unset); where it is a bertjax run,
+  its checkpoint folder of config.init_from_step ('best', a number; 'latest' = the run itself,
+  whose newest readable step is read)."""
+  path = paths.absolute(config.init_from)
+  step = config.get('init_from_step', 'latest')
+  if not path or checkpoint_reader.parse_step(step, text=True) is None:
+    return path
+  try:
+    return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True))
+  except (ValueError, FileNotFoundError) as e:
+    said = str(e).removeprefix(f'--step={step}: ').removeprefix(f'step={step} ')
+    raise type(e)(f'config.init_from_step={step} (init_from={path}): {said}') from None
+
+
+def named(config) -> str:
+  """init_from as a config (or a run's config.json) names it: the absolute path, with its step
+  ('RUN (step best)') where init_from_step names one; '' when unset."""
+  path = paths.absolute(config.get('init_from') or '')
+  step = config.get('init_from_step') or 'latest'
+  return f'{path} (step {step})' if path and step != 'latest' else path
 
 
 def is_transformers_dir(path) -> bool:

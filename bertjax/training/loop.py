@@ -38,6 +38,7 @@ from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
+from bertjax.training import perf
 from bertjax.training import progress as progress_lib
 from bertjax.training import resume_checks
 from bertjax.training import run_files
@@ -64,9 +65,6 @@ class Job:
   describe(step, means) -> the progress line's part before '|' (the metrics a user watches).
   best_metric: the job's main eval metric: what ranks checkpoints (keep_best, --step=best) and
     early stopping unless config.checkpoint.best_metric names another.
-  sequence_cost(step) -> (tokens, training FLOPs) of one sequence at that step, for the
-  tokens/s and MFU figures (two-phase pre-training changes the length at a step; fine-tuning
-  counts per example what its cut or packed rows compute).
   vocab_file: the vocab the run tokenizes with, copied beside its config.json.
   metric_names: the eval metrics the job computes, known before its first eval (a
     checkpoint.best_metric among none of them stops the run at its start); () = known only once
@@ -81,7 +79,6 @@ class Job:
   load_weights: Callable | None
   describe: Callable[[int, dict], str]
   best_metric: str
-  sequence_cost: Callable[[int], tuple[float, float]]
   vocab_file: str = ''  # Kept in the workdir (run_files.RUN_VOCAB) once the run trains.
   metric_names: tuple = ()
   early_stopping_patience: int = 0
@@ -337,13 +334,16 @@ class _Boundary:
   eval_metrics: dict = dataclasses.field(default_factory=dict)
   eval_step: int | None = None
 
-  def after(self, state, done: int, metrics, preempted: bool) -> str:
-    """After step `done` ran: why the run stops there ('' = it goes on)."""
+  def after(self, state, done: int, metrics, preempted: bool, cost: tuple[float, float],
+            compile_seconds: float) -> str:
+    """After step `done` ran (its perf.step_cost, and the seconds its call spent compiling):
+    why the run stops there ('' = it goes on)."""
     evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
     do_eval = evaluator is not None and (is_last or (
         evaluator.every_steps and done % evaluator.every_steps == 0))
     will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
-    self.progress.step_done(done, metrics, read_now=will_save)
+    self.progress.step_done(done, metrics, cost, read_now=will_save,
+                            compile_seconds=compile_seconds)
     ranked, stopped = None, ''
     if do_eval:
       evaluated = _evaluate(self.job, state.params, done, self.writer)
@@ -408,8 +408,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   _write_config(config, workdir, writer, start_step if resumed else None)
 
   batches = job.batches(start_step, examples_consumed)
-  logging.info('--- loop: steps %d..%d, %d sequences of %.0f tokens per step', start_step,
-               total_steps, config.global_batch_size, job.sequence_cost(start_step)[0])
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
@@ -418,19 +416,29 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                        (metric, mode, keep_best), start_step, examples_consumed)
   trace = progress_lib.Trace(config, workdir, start_step, total_steps)
   preemption = _Preemption(mngr)
-  done, stopped = start_step, ''
+  done, stopped, shapes = start_step, '', set()
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         batch = next(batches)
+        # A batch shape not seen yet compiles the step in the call (seconds to minutes): that
+        # time is no training, so the rates leave it out.
+        shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
+        started = time.perf_counter()
         if step == start_step:
+          logging.info('--- loop: steps %d..%d, %d sequences of %.0f tokens per step', step,
+                       total_steps, config.global_batch_size,
+                       perf.step_cost(config.model, batch)[0] / config.global_batch_size)
           _compile_together(step_fn, state, batch)
         trace.before(step)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
+        compiling = 0.0 if shape in shapes else time.perf_counter() - started
+        shapes.add(shape)
         done = step + 1
         trace.after(done, state)
-        stopped = boundary.after(state, done, metrics, preemption.reached(done))
+        stopped = boundary.after(state, done, metrics, preemption.reached(done),
+                                 perf.step_cost(config.model, batch), compiling)
         if stopped:
           break
   finally:

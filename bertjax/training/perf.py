@@ -11,6 +11,8 @@ other metrics at log steps) and MFU scaled by their share. The scaling is linear
 attention's quadratic term makes it a slight overestimate for short rows.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -36,6 +38,19 @@ def flops_per_sequence(model_config, seq_len: int, predictions: int) -> float:
           + 6 * predictions * (d * d + d * model_config.vocab_size))
 
 
+def step_cost(model_config, batch) -> tuple[float, float]:
+  """(padded tokens, training FLOPs) of one step on `batch`, read from its shapes alone (no
+  device read, no wait): every row at its cut length ([B, L], or [B, C, L] choices), and the MLM
+  head at the gathered positions of a batch that has them. Summed per step by the progress line,
+  so that a window of steps of several lengths (two-phase pre-training; fine-tuning's batches
+  cut to their longest row) reports each step's own work."""
+  *rows, length = batch['input_ids'].shape
+  positions = batch.get('masked_lm_positions')
+  predictions = 0 if positions is None else positions.shape[-1]
+  count = math.prod(rows)
+  return count * length, count * flops_per_sequence(model_config, length, predictions)
+
+
 def peak_flops_per_device(override_tflops: float = 0.0, device=None) -> float | None:
   """Peak FLOP/s of one device: the override, else looked up by kind; None if unknown (CPU)."""
   if override_tflops:
@@ -47,12 +62,13 @@ def peak_flops_per_device(override_tflops: float = 0.0, device=None) -> float | 
   return None
 
 
-def mfu(sequences_per_second: float, flops_per_seq: float, num_devices: int,
+def mfu(per_second: float, flops_each: float, num_devices: int,
         peak_per_device: float | None) -> float | None:
-  """Achieved / peak FLOP/s over all devices, or None when the peak is unknown."""
+  """Achieved / peak FLOP/s over all devices (`per_second` sequences or steps of `flops_each`
+  FLOPs), or None when the peak is unknown."""
   if not peak_per_device:
     return None
-  return sequences_per_second * flops_per_seq / (num_devices * peak_per_device)
+  return per_second * flops_each / (num_devices * peak_per_device)
 
 
 def real_tokens(batch) -> dict:

@@ -71,7 +71,7 @@ class Progress:
   """The progress line and the train/ scalars: rates count training time only."""
 
   def __init__(self, config, job, writer, start_step: int):
-    # job: the loop's Job (its describe and sequence_cost).
+    # job: the loop's Job (its describe).
     self._config, self._job, self._writer = config, job, writer
     self._peak = perf.peak_flops_per_device(config.peak_tflops)
     if self._peak is None:
@@ -79,16 +79,20 @@ class Progress:
                    '--config.peak_tflops=<TFLOP/s per device> to see it',
                    jax.devices()[0].device_kind)
     self._timer = (time.perf_counter(), start_step)
+    self._compiling = 0.0  # Seconds spent compiling since the timer started: not training.
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
     self.last_loss = None  # The mean train loss of the steps logged last.
-    self._pending = []  # Device metrics of the steps not yet read.
-    self._deferred = None  # (step, metrics) of a log step, read once the next is dispatched.
+    self._pending = []  # (device metrics, perf.step_cost) of the steps not yet read.
+    self._deferred = None  # (step, pending) of a log step, read once the next is dispatched.
 
-  def step_done(self, step: int, metrics: dict, *, read_now: bool):
-    """Takes the metrics of `step`, just dispatched. A log step's are read after the next step
-    is dispatched, so the host never waits for the device there; `read_now` reads them at once
-    (before an eval or a save: a NaN state must never be saved)."""
-    self._pending.append(metrics)
+  def step_done(self, step: int, metrics: dict, cost: tuple[float, float], *, read_now: bool,
+                compile_seconds: float = 0.0):
+    """Takes the metrics of `step`, just dispatched, and its (padded tokens, FLOPs); its call
+    spent `compile_seconds` compiling a new batch shape, left out of the rates. A log step's are
+    read after the next step is dispatched, so the host never waits for the device there;
+    `read_now` reads them at once (before an eval or a save: a NaN state must never be saved)."""
+    self._compiling += compile_seconds
+    self._pending.append((metrics, cost))
     if self._deferred is not None:
       self.log(*self._deferred)
       self._deferred = None
@@ -99,11 +103,13 @@ class Progress:
       self._deferred, self._pending = (step, self._pending), []
 
   def restart_timer(self, step: int):
-    self._timer = (time.perf_counter(), step)
+    self._timer, self._compiling = (time.perf_counter(), step), 0.0
 
   def log(self, step: int, pending: list):
-    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them."""
-    means = losses.host_means(pending)
+    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them.
+    The figures per token and the MFU average the steps' own costs: a window may hold steps of
+    several lengths."""
+    means = losses.host_means([metrics for metrics, _ in pending])
     if means['nonfinite']:
       raise FloatingPointError(
           f'loss or gradients became NaN/Inf between steps {self.checked_step + 1} and {step} '
@@ -113,16 +119,18 @@ class Progress:
     self.last_loss = float(means['loss'])
     cfg = self._config
     now = time.perf_counter()
-    steps_per_sec = (step - self._timer[1]) / max(now - self._timer[0], 1e-9)
-    self._timer = (now, step)
-    seq_per_sec = steps_per_sec * cfg.global_batch_size
-    tokens, flops = self._job.sequence_cost(step - 1)
+    training = max(now - self._timer[0] - self._compiling, 1e-9)
+    steps_per_sec = (step - self._timer[1]) / training
+    self._timer, self._compiling = (now, step), 0.0
+    padded = sum(cost[0] for _, cost in pending) / len(pending)  # Tokens per step.
+    flops = sum(cost[1] for _, cost in pending) / len(pending)  # FLOPs per step.
     real = means.pop('real_tokens', None)  # Per step (perf.real_tokens); None: no input_mask.
     scalars = {f'train/{k}': v for k, v in means.items() if k != 'nonfinite'}
+    seq_per_sec = steps_per_sec * cfg.global_batch_size
     scalars |= {'train/sequences_per_sec': seq_per_sec,
-                'train/tokens_per_sec': seq_per_sec * tokens}
-    utilisation = perf.mfu(seq_per_sec, flops, jax.device_count(), self._peak)
-    share = None if real is None else real / (cfg.global_batch_size * tokens)
+                'train/tokens_per_sec': steps_per_sec * padded}
+    utilisation = perf.mfu(steps_per_sec, flops, jax.device_count(), self._peak)
+    share = None if real is None else real / padded
     if share is not None:
       scalars |= {'train/real_tokens_per_sec': steps_per_sec * real,
                   'train/real_token_share': share}

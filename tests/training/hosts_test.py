@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import commands
 import pytest
 import two_processes
 
@@ -84,9 +85,7 @@ def test_a_folder_on_each_hosts_disk_is_refused_on_both(results):
 
 def test_main_stops_both_hosts_when_one_is_given_another_override(tmp_path):
   address = f'--coordinator_address=127.0.0.1:{two_processes.free_port()}'
-  env = {k: v for k, v in __import__('os').environ.items() if k not in ('PYTHONPATH',
-                                                                        'XLA_FLAGS')}
-  env |= {'JAX_PLATFORMS': 'cpu'}
+  env = commands.environ()
   extra = [[], ['--config.optimizer.warmup_steps=7']]
   hosts = [subprocess.Popen(
       [sys.executable, '-m', 'bertjax.main', f'--config={REPO}/configs/pretrain.py:size=tiny',

@@ -750,15 +750,26 @@ def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
   run = tmp_path / 'run'
   (run / 'checkpoints').mkdir(parents=True)
   (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'init_from': ''}))
-  pretrain_job._say_init_from_on_a_resume('/models/other', str(run))  # pylint: disable=protected-access
+  config = pretrain.get_config('size=tiny')
+  pretrain_job._say_init_from_on_a_resume('', str(run), config)  # pylint: disable=protected-access
   assert caplog.messages == []  # No checkpoint yet: init_from is what the run starts from.
   (run / 'checkpoints' / '4').mkdir()
-  pretrain_job._say_init_from_on_a_resume('', str(run))  # pylint: disable=protected-access
+  pretrain_job._say_init_from_on_a_resume('', str(run), config)  # pylint: disable=protected-access
   assert caplog.messages == []  # As the run began.
-  pretrain_job._say_init_from_on_a_resume('/models/other', str(run))  # pylint: disable=protected-access
+  config.init_from = '/models/other'
+  pretrain_job._say_init_from_on_a_resume('/models/other', str(run), config)  # pylint: disable=protected-access
   assert caplog.messages == [f'init_from=/models/other is not loaded: {run} resumes from its own '
                              'checkpoint (the run began from random weights); to start from '
                              'those weights, pre-train in another --workdir']
+  caplog.clear()  # Another step of the run it began from is not loaded either.
+  (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'init_from': '/models/other'}))
+  pretrain_job._say_init_from_on_a_resume('/models/other', str(run), config)  # pylint: disable=protected-access
+  assert caplog.messages == []
+  config.init_from_step = 'best'
+  pretrain_job._say_init_from_on_a_resume('/models/other/checkpoints/8', str(run), config)  # pylint: disable=protected-access
+  assert caplog.messages == [f'init_from=/models/other (step best) is not loaded: {run} resumes '
+                             'from its own checkpoint (the run began from /models/other); to '
+                             'start from those weights, pre-train in another --workdir']
 
 
 def test_a_resume_with_a_model_of_another_function_is_refused(tmp_path):

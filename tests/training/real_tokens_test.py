@@ -4,6 +4,7 @@ TensorBoard and on the progress line."""
 
 import logging
 
+import jax
 import numpy as np
 import pytest
 
@@ -18,19 +19,19 @@ from configs import pretrain
 SEQ, PREDICTIONS, BATCH, STEPS = 32, 4, 16, 3
 
 
-def padded_batches(vocab_size: int) -> list[dict]:
-  """STEPS host batches whose rows hold 8..SEQ real tokens, the rest padding (as unpacked
-  pre-training rows do: [CLS] ... [SEP] then zeros)."""
+def padded_batches(vocab_size: int, seqs=(SEQ,) * STEPS) -> list[dict]:
+  """Host batches of rows `seqs[i]` long, which hold 8.. real tokens, the rest padding (as
+  unpacked pre-training rows do: [CLS] ... [SEP] then zeros)."""
   rng = np.random.default_rng(0)
   batches = []
-  for _ in range(STEPS):
-    lengths = rng.integers(8, SEQ + 1, BATCH)
-    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+  for seq in seqs:
+    lengths = rng.integers(8, seq + 1, BATCH)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
     positions = np.stack([np.sort(rng.choice(np.arange(1, n - 1), PREDICTIONS, replace=False))
                           for n in lengths]).astype(np.int32)
     batches.append(dict(
-        input_ids=rng.integers(5, vocab_size, (BATCH, SEQ)).astype(np.int32) * mask,
-        input_mask=mask, segment_ids=np.zeros((BATCH, SEQ), np.int32),
+        input_ids=rng.integers(5, vocab_size, (BATCH, seq)).astype(np.int32) * mask,
+        input_mask=mask, segment_ids=np.zeros((BATCH, seq), np.int32),
         masked_lm_positions=positions,
         masked_lm_ids=rng.integers(5, vocab_size, (BATCH, PREDICTIONS)).astype(np.int32),
         masked_lm_weights=np.ones((BATCH, PREDICTIONS), np.float32),
@@ -38,15 +39,17 @@ def padded_batches(vocab_size: int) -> list[dict]:
   return batches
 
 
-def test_real_token_figures_are_the_padded_ones_times_the_real_share(tmp_path, caplog):
-  config = pretrain.get_config(f'size=tiny,steps={STEPS},batch={BATCH},seq={SEQ}')
+def run_logged_once(tmp_path, caplog, seqs):
+  """Trains on batches of rows `seqs[i]` long with one log at the end; (its config, the host
+  batches, the train/ scalars of that log, its progress line)."""
+  config = pretrain.get_config(f'size=tiny,steps={len(seqs)},batch={BATCH},seq={max(seqs)}')
   config.model.update(dict(num_layers=1, hidden_size=64, num_heads=2, mlp_dim=128))
   config.data.max_predictions_per_seq = PREDICTIONS
-  config.log_every_steps = STEPS  # One log: the figures of all three batches.
+  config.log_every_steps = len(seqs)  # One log: the figures of every batch.
   config.peak_tflops = 1.0  # A known peak, so that the CPU shows an MFU.
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  host_batches = padded_batches(config.model.vocab_size)
+  host_batches = padded_batches(config.model.vocab_size, seqs)
 
   def batches(start_step, examples_consumed):
     del examples_consumed
@@ -55,22 +58,46 @@ def test_real_token_figures_are_the_padded_ones_times_the_real_share(tmp_path, c
 
   job = loop.Job(
       objective=pretrain_objective.objective(config), batches=batches, evaluator=None,
-      load_weights=None, describe=lambda step, means: '', best_metric='mlm_accuracy',
-      sequence_cost=lambda step: (SEQ, perf.flops_per_sequence(config.model, SEQ, PREDICTIONS)))
+      load_weights=None, describe=lambda step, means: '', best_metric='mlm_accuracy')
   with caplog.at_level(logging.INFO, logger='absl'):
     loop.run(config, str(tmp_path), mesh, job, rules=rules)
+  steps = len(seqs)
+  scalars = {tag: values[steps] for tag, values in summaries.read_scalars(str(tmp_path)).items()}
+  line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(f'step {steps}/'))
+  return config, host_batches, scalars, line
 
+
+def test_real_token_figures_are_the_padded_ones_times_the_real_share(tmp_path, caplog):
+  _, host_batches, scalars, line = run_logged_once(tmp_path, caplog, (SEQ,) * STEPS)
   share = sum(np.count_nonzero(b['input_mask']) for b in host_batches) / (STEPS * BATCH * SEQ)
   assert 0.4 < share < 0.8  # The data has padding: real < padded.
-  scalars = {tag: values[STEPS] for tag, values in summaries.read_scalars(str(tmp_path)).items()}
   assert scalars['train/real_token_share'] == pytest.approx(share, rel=1e-5)
   assert scalars['train/real_tokens_per_sec'] == pytest.approx(
       scalars['train/tokens_per_sec'] * share, rel=1e-5)
   assert scalars['train/real_mfu'] == pytest.approx(scalars['train/mfu'] * share, rel=1e-5)
-  line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(f'step {STEPS}/'))
+  assert scalars['train/tokens_per_sec'] == pytest.approx(
+      scalars['train/sequences_per_sec'] * SEQ, rel=1e-5)
   real_mfu = scalars['train/mfu'] * share
   assert f'real tokens/s ({share:.0%} of the padded)' in line, line
   assert f'MFU {scalars["train/mfu"]:.1%} (real {real_mfu:.1%})' in line, line
+
+
+def test_a_window_of_two_lengths_counts_each_steps_own_work(tmp_path, caplog):
+  """A log window across a length change (a two-phase run's boundary; fine-tuning's batches
+  cut to their longest row) counts each step at its own length, not all at the last one's."""
+  seqs = (SEQ, SEQ, SEQ // 2)
+  config, host_batches, scalars, _ = run_logged_once(tmp_path, caplog, seqs)
+  padded = sum(b['input_mask'].size for b in host_batches)
+  share = sum(np.count_nonzero(b['input_mask']) for b in host_batches) / padded
+  assert scalars['train/real_token_share'] == pytest.approx(share, rel=1e-5)
+  steps_per_sec = scalars['train/sequences_per_sec'] / BATCH
+  assert scalars['train/tokens_per_sec'] == pytest.approx(
+      steps_per_sec * padded / len(seqs), rel=1e-5)
+  flops = sum(BATCH * perf.flops_per_sequence(config.model, seq, PREDICTIONS)
+              for seq in seqs) / len(seqs)  # Per step: each at its own length.
+  devices = jax.device_count()
+  assert scalars['train/mfu'] == pytest.approx(steps_per_sec * flops / (devices * 1e12),
+                                               rel=1e-5)
 
 
 def test_packed_rows_count_their_tokens_not_their_instance_ids():
