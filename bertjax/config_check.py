@@ -222,8 +222,8 @@ def _check_training(c: _Checker, job):
       c.fail('num_epochs', epochs, 'must be > 0 when num_train_steps is 0 (the default)',
              'set --config.num_epochs to the passes over the training data, e.g. 3, or '
              '--config.num_train_steps to a step count')
-  c.at_least('eval_every_steps', 0, fix='set --config.eval_every_steps to 0 (the default '
-             'period) or a step count')
+  c.at_least('eval_every_steps', 0, fix='set --config.eval_every_steps to a step count, or 0 '
+             '(an eval ' + ('at each epoch' if job == 'finetune' else 'at the end only') + ')')
   c.all_or_positive('max_eval_batches', 'the whole eval set')
   c.at_least('log_every_steps', 1, fix='set --config.log_every_steps to 1 or more')
   c.at_least('peak_tflops', 0, integer=False, fix='set --config.peak_tflops=0 (looked up) or '

@@ -30,6 +30,7 @@ from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
+from bertjax.training import perf
 from bertjax.training import progress
 from bertjax.training import resume_checks
 from bertjax.training import sharding
@@ -367,10 +368,15 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   def load_weights(params, shardings):
     return init_from.load_params(path, params, shardings)[0]
 
+  def remaining_flops(step):  # Phase 2's steps cost ~4x phase 1's at the paper's lengths.
+    return sum(max(p.end_step - max(step, p.first_step), 0) * config.global_batch_size
+               * perf.flops_per_sequence(config.model, p.max_seq_length,
+                                         p.max_predictions_per_seq) for p in plan)
+
   job = loop.Job(
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None,
       describe=_describe, best_metric=BEST_METRIC,
       vocab_file=vocab or '', metric_names=eval_metric_names(config),
-      early_stopping_patience=config.early_stopping_patience)
+      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops)
   return loop.run(config, workdir, mesh, job, rules=rules)

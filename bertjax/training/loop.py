@@ -17,6 +17,7 @@ need step N's state before the next step donates it).
 import dataclasses
 import itertools
 import json
+import math
 import signal
 import threading
 import time
@@ -71,6 +72,9 @@ class Job:
     the first eval has run (it stops there, before anything is saved).
   early_stopping_patience: evaluations without an improvement of the best metric after which
     the run stops (0 = never).
+  remaining_flops(step) -> the training FLOPs of the steps from `step` to the end, for the
+    ETA, where later steps cost other than the last ones (two-phase pre-training's longer
+    phase 2); None: every step left costs what the last ones did.
   """
 
   objective: train_state.Objective
@@ -82,6 +86,7 @@ class Job:
   vocab_file: str = ''  # Kept in the workdir (run_files.RUN_VOCAB) once the run trains.
   metric_names: tuple = ()
   early_stopping_patience: int = 0
+  remaining_flops: Callable[[int], float] | None = None
 
 
 class _Preemption:
@@ -133,6 +138,15 @@ def _compile_together(step_fn, state, batch):
   step_fn.lower(state, batch).compile()  # jit's own cache: the step's first call reuses it.
   multihost.get_barrier_sync_fn()(key=f'bertjax-first-step-{next(_first_steps)}',
                                   timeout_ms=FIRST_STEP_BARRIER_S * 1000)
+
+
+def _batch_words(batch, global_batch_size: int) -> str:
+  """'16 sequences of 128 tokens', or where the step computes other rows (packed, choices):
+  '16 sequences in 8 rows of 128 tokens'."""
+  *rows, length = batch['input_ids'].shape
+  rows = math.prod(rows)
+  return (f'{global_batch_size} sequences of {length} tokens' if rows == global_batch_size else
+          f'{global_batch_size} sequences in {rows} rows of {length} tokens')
 
 
 def _write_config(config, workdir, writer, resumed_at: int | None):
@@ -335,27 +349,29 @@ class _Boundary:
   eval_step: int | None = None
 
   def after(self, state, done: int, metrics, preempted: bool, cost: tuple[float, float],
-            compile_seconds: float) -> str:
-    """After step `done` ran (its perf.step_cost, and the seconds its call spent compiling):
+            not_training: float) -> str:
+    """After step `done` ran (its perf.step_cost, and the seconds since the last step that were
+    no training: a compile, an input pipeline's start, a profiler trace's start and write):
     why the run stops there ('' = it goes on)."""
     evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
     do_eval = evaluator is not None and (is_last or (
         evaluator.every_steps and done % evaluator.every_steps == 0))
     will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
     self.progress.step_done(done, metrics, cost, read_now=will_save,
-                            compile_seconds=compile_seconds)
+                            not_training=not_training)
     ranked, stopped = None, ''
     if do_eval:
       evaluated = _evaluate(self.job, state.params, done, self.writer)
       if evaluated:  # Empty in a phase without eval files: the last eval stays the last.
         self.eval_metrics, self.eval_step = evaluated, done
-      self.progress.restart_timer(done)
       metric, mode, _ = self.ranking
       ranked, stopped = _rank(self.config, evaluated, done, self.history, self.workdir, metric,
                               mode, self.job.early_stopping_patience)
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
       _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
+      self.progress.saved_step = done
+      self.progress.restart_timer(done)  # The eval and the save's blocking part: no training.
     if is_last:
       return ''  # Early stopping at the last step: the run finished anyway.
     if stopped:
@@ -411,7 +427,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   batch_shardings = sharding.batch_sharding(mesh, rules)
   step_fn = train_state.jit_train_step(config, job.objective, tx, schedule, state_shardings,
                                        batch_shardings)
-  progress = progress_lib.Progress(config, job, writer, start_step)
+  progress = progress_lib.Progress(config, job, writer, start_step,
+                                   start_step if resumed else None)
   boundary = _Boundary(config, job, workdir, mesh, mngr, writer, progress, history,
                        (metric, mode, keep_best), start_step, examples_consumed)
   trace = progress_lib.Trace(config, workdir, start_step, total_steps)
@@ -420,25 +437,26 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
-        batch = next(batches)
-        # A batch shape not seen yet compiles the step in the call (seconds to minutes): that
-        # time is no training, so the rates leave it out.
-        shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
         started = time.perf_counter()
+        batch = next(batches)
+        # A batch shape not seen yet compiles the step in the call (seconds to minutes), and
+        # comes first from a pipeline just started (a run's start, phase 2's files): that time
+        # is no training, so the rates leave it out.
+        shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
         if step == start_step:
-          logging.info('--- loop: steps %d..%d, %d sequences of %.0f tokens per step', step,
-                       total_steps, config.global_batch_size,
-                       perf.step_cost(config.model, batch)[0] / config.global_batch_size)
+          logging.info('--- loop: steps %d..%d, %s per step', step, total_steps,
+                       _batch_words(batch, config.global_batch_size))
           _compile_together(step_fn, state, batch)
         trace.before(step)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
-        compiling = 0.0 if shape in shapes else time.perf_counter() - started
+        not_training = 0.0 if shape in shapes else time.perf_counter() - started
         shapes.add(shape)
         done = step + 1
         trace.after(done, state)
         stopped = boundary.after(state, done, metrics, preemption.reached(done),
-                                 perf.step_cost(config.model, batch), compiling)
+                                 perf.step_cost(config.model, batch),
+                                 not_training + trace.overhead())
         if stopped:
           break
   finally:

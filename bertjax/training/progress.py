@@ -70,8 +70,9 @@ def format_duration(seconds: float) -> str:
 class Progress:
   """The progress line and the train/ scalars: rates count training time only."""
 
-  def __init__(self, config, job, writer, start_step: int):
-    # job: the loop's Job (its describe).
+  def __init__(self, config, job, writer, start_step: int, saved_step: int | None):
+    # job: the loop's Job (its describe and remaining_flops); saved_step: the newest checkpoint
+    # (None: none yet), kept by the loop as it saves.
     self._config, self._job, self._writer = config, job, writer
     self._peak = perf.peak_flops_per_device(config.peak_tflops)
     if self._peak is None:
@@ -79,19 +80,21 @@ class Progress:
                    '--config.peak_tflops=<TFLOP/s per device> to see it',
                    jax.devices()[0].device_kind)
     self._timer = (time.perf_counter(), start_step)
-    self._compiling = 0.0  # Seconds spent compiling since the timer started: not training.
+    self._not_training = 0.0  # Seconds since the timer started that were no training.
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
+    self.saved_step = saved_step
     self.last_loss = None  # The mean train loss of the steps logged last.
     self._pending = []  # (device metrics, perf.step_cost) of the steps not yet read.
     self._deferred = None  # (step, pending) of a log step, read once the next is dispatched.
 
   def step_done(self, step: int, metrics: dict, cost: tuple[float, float], *, read_now: bool,
-                compile_seconds: float = 0.0):
-    """Takes the metrics of `step`, just dispatched, and its (padded tokens, FLOPs); its call
-    spent `compile_seconds` compiling a new batch shape, left out of the rates. A log step's are
-    read after the next step is dispatched, so the host never waits for the device there;
-    `read_now` reads them at once (before an eval or a save: a NaN state must never be saved)."""
-    self._compiling += compile_seconds
+                not_training: float = 0.0):
+    """Takes the metrics of `step`, just dispatched, and its (padded tokens, FLOPs);
+    `not_training` seconds since the last step (a compile, an input pipeline's start, a trace)
+    are left out of the rates. A log step's are read after the next step is dispatched, so the
+    host never waits for the device there; `read_now` reads them at once (before an eval or a
+    save: a NaN state must never be saved)."""
+    self._not_training += not_training
     self._pending.append((metrics, cost))
     if self._deferred is not None:
       self.log(*self._deferred)
@@ -103,7 +106,7 @@ class Progress:
       self._deferred, self._pending = (step, self._pending), []
 
   def restart_timer(self, step: int):
-    self._timer, self._compiling = (time.perf_counter(), step), 0.0
+    self._timer, self._not_training = (time.perf_counter(), step), 0.0
 
   def log(self, step: int, pending: list):
     """Reads the device metrics of the steps up to `step`, checks them, logs and writes them.
@@ -111,17 +114,20 @@ class Progress:
     several lengths."""
     means = losses.host_means([metrics for metrics, _ in pending])
     if means['nonfinite']:
+      saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
+               'raise the warmup' if self.saved_step is None else
+               f'the newest checkpoint is step {self.saved_step}: lower the learning rate, or '
+               'resume from it with more warmup')
       raise FloatingPointError(
           f'loss or gradients became NaN/Inf between steps {self.checked_step + 1} and {step} '
-          f'(grad_norm {means["grad_norm"]}); nothing after step {self.checked_step} was '
-          'saved: lower the learning rate or resume with more warmup.')
+          f'(grad_norm {means["grad_norm"]}); {saved}.')
     self.checked_step = step
     self.last_loss = float(means['loss'])
     cfg = self._config
     now = time.perf_counter()
-    training = max(now - self._timer[0] - self._compiling, 1e-9)
+    training = max(now - self._timer[0] - self._not_training, 1e-9)
     steps_per_sec = (step - self._timer[1]) / training
-    self._timer, self._compiling = (now, step), 0.0
+    self._timer, self._not_training = (now, step), 0.0
     padded = sum(cost[0] for _, cost in pending) / len(pending)  # Tokens per step.
     flops = sum(cost[1] for _, cost in pending) / len(pending)  # FLOPs per step.
     real = means.pop('real_tokens', None)  # Per step (perf.real_tokens); None: no input_mask.
@@ -145,7 +151,15 @@ class Progress:
                  f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
                  '' if utilisation is None else f', MFU {utilisation:.1%}' + (
                      '' if share is None else f' (real {utilisation * share:.1%})'),
-                 format_duration((cfg.num_train_steps - step) / max(steps_per_sec, 1e-9)))
+                 format_duration(self._seconds_left(step, steps_per_sec, flops)))
+
+  def _seconds_left(self, step: int, steps_per_sec: float, flops: float) -> float:
+    """The ETA: the steps left at this rate, or where the job knows its later steps cost
+    otherwise (two-phase pre-training's longer phase 2), their FLOPs at this FLOP rate."""
+    steps_left = self._config.num_train_steps - step
+    if self._job.remaining_flops is None or not flops:
+      return steps_left / max(steps_per_sec, 1e-9)
+    return self._job.remaining_flops(step) / max(steps_per_sec * flops, 1e-9)
 
 
 class Trace:
@@ -162,6 +176,7 @@ class Trace:
     self._first = max(config.profile_start_step, start_step + 1)
     self._end = config.profile_start_step + count
     self._workdir, self._folder, self._traced = workdir, None, 0
+    self._overhead = 0.0  # Seconds starting and writing the trace: no training.
     if count and self._first >= total_steps:
       logging.warning('no profiler trace: it would start after step %d, and this run ends at '
                       'step %d; lower --config.profile_start_step', self._first, total_steps)
@@ -184,8 +199,10 @@ class Trace:
     # The profiler writes local files: a gs:// workdir gets them copied when it stops.
     remote = files.is_remote(self._workdir)
     folder = tempfile.mkdtemp(prefix='bertjax-trace-') if remote else self._workdir
+    started = time.perf_counter()
     try:
       jax.profiler.start_trace(folder)
+      self._overhead += time.perf_counter() - started
     except Exception as e:  # pylint: disable=broad-except  E.g. a notebook's own trace runs.
       logging.warning('no profiler trace: it did not start (%s); training goes on', e)
       if remote:
@@ -210,8 +227,9 @@ class Trace:
     folder, self._folder = self._folder, None
     where = files.join(self._workdir, 'plugins', 'profile')
     try:
-      jax.block_until_ready(state)
+      jax.block_until_ready(state)  # Training: the traced updates' device work.
     finally:
+      started = time.perf_counter()  # From here on the device is idle: no training.
       written = _stop_trace(where)
       if folder != self._workdir:
         try:
@@ -222,9 +240,16 @@ class Trace:
                           where, e)
           written = False
         shutil.rmtree(folder, ignore_errors=True)  # local: the profiler's temp folder
+      self._overhead += time.perf_counter() - started
     if written:
       logging.info('profiler trace of updates %d-%d: %s (TensorBoard --logdir %s, its profile '
                    'tab)', self._first + 1, self._first + self._traced, where, self._workdir)
+
+  def overhead(self) -> float:
+    """The seconds spent starting and writing the trace since the last call: the progress line
+    leaves them out of its rates."""
+    seconds, self._overhead = self._overhead, 0.0
+    return seconds
 
 
 def _stop_trace(where) -> bool:

@@ -26,16 +26,18 @@ class Writer:
 
 
 class Job:
+  remaining_flops = None
+
   @staticmethod
   def describe(step, means):
     del step, means
     return ''
 
 
-def metrics():
+def metrics(nonfinite=0.0):
   one = np.float32(1)
   return {'loss': (np.float32(2.0), one), 'grad_norm': (np.float32(1.0), one),
-          'learning_rate': (np.float32(1e-4), one), 'nonfinite': (np.float32(0), one)}
+          'learning_rate': (np.float32(1e-4), one), 'nonfinite': (np.float32(nonfinite), one)}
 
 
 @pytest.mark.parametrize('compile_seconds', [0.0, 30.0])
@@ -45,12 +47,12 @@ def test_compile_time_is_left_out_of_the_rates(monkeypatch, compile_seconds):
   config = pretrain.get_config('size=tiny,steps=100,batch=8,seq=32')
   config.log_every_steps = 4
   writer = Writer()
-  line = progress.Progress(config, Job(), writer, start_step=0)
+  line = progress.Progress(config, Job(), writer, start_step=0, saved_step=None)
   for step in range(1, 5):
     # Step 1's call compiles (compile_seconds), then every step trains 0.5 s.
     clock.now += 0.5 + (compile_seconds if step == 1 else 0.0)
     line.step_done(step, metrics(), (8 * 32, 1e9), read_now=step == 4,
-                   compile_seconds=compile_seconds if step == 1 else 0.0)
+                   not_training=compile_seconds if step == 1 else 0.0)
   scalars = writer.scalars[4]
   assert scalars['train/sequences_per_sec'] == pytest.approx(8 / 0.5)
   assert scalars['train/tokens_per_sec'] == pytest.approx(8 * 32 / 0.5)
@@ -59,3 +61,39 @@ def test_compile_time_is_left_out_of_the_rates(monkeypatch, compile_seconds):
     clock.now += 0.25
     line.step_done(step, metrics(), (8 * 32, 1e9), read_now=step == 8)
   assert writer.scalars[8]['train/sequences_per_sec'] == pytest.approx(8 / 0.25)
+
+
+@pytest.mark.parametrize('saved_step, said', [
+    (None, 'no checkpoint was saved, so a rerun starts over: lower the learning rate or raise '
+     'the warmup.'),
+    (8, 'the newest checkpoint is step 8: lower the learning rate, or resume from it with more '
+     'warmup.')])
+def test_a_nan_names_the_newest_checkpoint_not_the_last_checked_step(saved_step, said):
+  """Pass AA: 'nothing after step 0 was saved' where no checkpoint existed (the last checked
+  step was said, not the last saved one)."""
+  config = pretrain.get_config('size=tiny,steps=100,batch=8,seq=32')
+  line = progress.Progress(config, Job(), Writer(), start_step=8, saved_step=saved_step)
+  line.checked_step = 12
+  with pytest.raises(FloatingPointError) as raised:
+    line.step_done(13, metrics(nonfinite=1.0), (8 * 32, 1e9), read_now=True)
+  assert str(raised.value) == ('loss or gradients became NaN/Inf between steps 13 and 13 '
+                               f'(grad_norm 1.0); {said}')
+
+
+def test_the_eta_weights_the_steps_left_by_their_flops(monkeypatch, caplog):
+  """Pass AA: a two-phase run's ETA in phase 1 counted phase 2's 4x heavier steps at phase 1's
+  rate."""
+  clock = Clock()
+  monkeypatch.setattr(progress.time, 'perf_counter', clock)
+  config = pretrain.get_config('size=tiny,steps=100,batch=8,seq=32')
+
+  class TwoPhases(Job):
+    # Steps 0..49 cost 1 GFLOP, 50..99 cost 4.
+    remaining_flops = staticmethod(lambda step: (max(50 - step, 0) + 4 * min(100 - step, 50)) * 1e9)
+
+  line = progress.Progress(config, TwoPhases(), Writer(), start_step=0, saved_step=None)
+  clock.now += 10.0  # 10 steps of 1 GFLOP at 1 step/s.
+  with caplog.at_level('INFO', logger='absl'):
+    line.step_done(10, metrics(), (8 * 32, 1e9), read_now=True)
+  # 40 steps at 1 s, then 50 steps of 4 s: 240 s, not the 90 s of 90 steps at 1 step/s.
+  assert caplog.records[-1].getMessage().endswith('ETA 0:04:00'), caplog.records[-1].getMessage()

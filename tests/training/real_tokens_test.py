@@ -107,3 +107,26 @@ def test_packed_rows_count_their_tokens_not_their_instance_ids():
   real, weight = perf.real_tokens({'input_mask': mask})['real_tokens']
   assert (float(real), float(weight)) == (9.0, 1.0)
   assert perf.real_tokens({'input_ids': mask}) == {}
+
+
+def test_filler_rows_and_instances_at_weight_0_are_no_real_tokens():
+  """Pass AA: packed fine-tuning rounds its rows up with copies of an example at weight 0;
+  they were counted, overstating the real share by 13%."""
+  mask = np.array([[1, 1, 2, 2, 2, 0], [1, 1, 1, 0, 0, 0]], np.int32)
+  packed = {'input_mask': mask, 'example_weight': np.array([[1, 1], [0, 0]], np.float32)}
+  assert float(perf.real_tokens(packed)['real_tokens'][0]) == 5.0  # Row 1 is filler.
+  packed['example_weight'] = np.array([[1, 0], [1, 0]], np.float32)
+  assert float(perf.real_tokens(packed)['real_tokens'][0]) == 5.0  # Instance 2 of row 0.
+  rows = {'input_mask': mask, 'example_weight': np.array([1, 0], np.float32)}
+  assert float(perf.real_tokens(rows)['real_tokens'][0]) == 5.0  # A short batch's fill row.
+  choices = {'input_mask': np.ones((2, 3, 4), np.int32),
+             'example_weight': np.array([1, 0], np.float32)}
+  assert float(perf.real_tokens(choices)['real_tokens'][0]) == 12.0
+
+
+@pytest.mark.parametrize('shape, words', [
+    ((16, 128), '16 sequences of 128 tokens'),
+    ((8, 128), '16 sequences in 8 rows of 128 tokens'),  # Packed.
+    ((16, 4, 64), '16 sequences in 64 rows of 64 tokens')])  # Four choices each.
+def test_the_start_line_says_the_rows_the_step_computes(shape, words):
+  assert loop._batch_words({'input_ids': np.zeros(shape)}, 16) == words  # pylint: disable=protected-access
