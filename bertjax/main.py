@@ -186,7 +186,7 @@ def _run(argv):
     from bertjax import paths  # pylint: disable=g-import-not-at-top
     from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
     hosts.check_same_command(paths.absolute_config(paths.own_copy(config)),
-                             paths.absolute(workdir) if workdir else '')
+                             paths.absolute(workdir) if workdir else '', step=_STEP.value)
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
   step = None

@@ -33,6 +33,8 @@ from bertjax.finetune.tasks import metric_names
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
+from bertjax.training import hosts
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
@@ -197,6 +199,15 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
       skipped.values())
 
 
+def _checkpoints_seen(workdir: str, step) -> str:
+  """What this host reads in `workdir`: its checkpoint steps and the one `step` names."""
+  try:
+    steps = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
+    return f'steps {steps}, step={step} -> {checkpoint_reader.resolve_step(workdir, step)}'
+  except (OSError, ValueError) as e:  # Said the same way by each host that meets it.
+    return f'{type(e).__name__}: {e}'
+
+
 def run_predict(config, workdir: str, splits=None, step=None) -> list:
   """Writes predictions of the workdir's latest checkpoint, or of `step` ('best', 'latest' or a
   number: checkpoint_reader.resolve_step) (mode=eval: eval splits with metrics; mode=predict:
@@ -216,6 +227,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
                                                        rules)
+  hosts.check_same_view(workdir, _checkpoints_seen(workdir, step))
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')

@@ -36,13 +36,13 @@ def _flat(tree, prefix='') -> dict:
   return flat
 
 
-def check_same_command(config, workdir: str):
-  """Raises on every host when any host runs another config or workdir than process 0; the
-  hosts that differ name the first fields that do."""
+def check_same_command(config, workdir: str, **flags):
+  """Raises on every host when any host runs another config, workdir or `flags` (--step) than
+  process 0; the hosts that differ name the first fields that do."""
   if jax.process_count() == 1:
     return
-  text = json.dumps({'workdir': workdir, 'config': json.loads(config.to_json_best_effort())},
-                    sort_keys=True)
+  text = json.dumps({'workdir': workdir, 'config': json.loads(config.to_json_best_effort()),
+                     **{f'--{name}': value for name, value in flags.items()}}, sort_keys=True)
   digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
   digests = _gathered(digest)
   differ = [i for i in range(len(digests)) if (digests[i] != digests[0]).any()]
@@ -55,11 +55,11 @@ def check_same_command(config, workdir: str):
   buffer[:len(encoded)] = encoded
   first = bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))).rstrip(b'\0')
   others = ', '.join(map(str, differ))
-  hint = ('run the same command, config and --workdir on every host (the launchers in launch/ '
-          'do)')
+  hint = ('run the same command, config, --workdir and flags on every host (the launchers in '
+          'launch/ do)')
   if jax.process_index() not in differ:
-    raise ValueError(f'process {others} of this job run another config or --workdir than '
-                     f'process 0 (their lines name the fields): {hint}.')
+    raise ValueError(f'process {others} of this job run another config, --workdir or flags '
+                     f'than process 0 (their lines name the fields): {hint}.')
   mine, theirs = _flat(json.loads(text)), _flat(json.loads(first.decode()))
   fields = [k for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)]
   named = '; '.join(f'{k}={mine.get(k)!r} here, {theirs.get(k)!r} on process 0'
@@ -91,3 +91,28 @@ def check_shared(workdir: str, token: str, read_token):
         'checkpoint into the workdir, so a folder on each host\'s own disk leaves every '
         'checkpoint incomplete: pass a bucket (gs://...) or a folder on a file system all the '
         'hosts share.')
+
+
+def check_same_view(workdir: str, seen: str):
+  """Raises on every host when the hosts read other things at `workdir` (`seen`: what this host
+  reads there, e.g. its checkpoint steps): a folder on each host's own disk, or a run that
+  saved between their reads. Readers (eval, predict) take no lock, so check_shared's token
+  is not there to read."""
+  if jax.process_count() == 1:
+    return
+  # The whole view's digest, and its first bytes to name it.
+  shown = np.frombuffer(seen.encode()[:_VIEW_BYTES], np.uint8)
+  buffer = np.zeros(32 + _VIEW_BYTES, np.uint8)
+  buffer[:32] = np.frombuffer(hashlib.sha256(seen.encode()).digest(), np.uint8)
+  buffer[32:32 + len(shown)] = shown
+  rows = _gathered(buffer)
+  if len({bytes(row[:32]) for row in rows}) > 1:
+    views = [bytes(row[32:]).rstrip(b'\0').decode(errors='replace') for row in rows]
+    said = '; '.join(f'process {i}: {view}' for i, view in enumerate(views))
+    raise ValueError(
+        f'--workdir={workdir} reads differently on the hosts ({said}): pass a bucket '
+        '(gs://...) or a folder on a file system all the hosts share, and a run that is not '
+        'saving (or --step=N).')
+
+
+_VIEW_BYTES = 200  # Of a view named in the error.

@@ -48,6 +48,11 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
       'other_workdir': outcome(lambda: hosts.check_same_command(config, f'/runs/w{process_id}')),
       'shared': outcome(lambda: locked(folder / 'shared')),
       'own_disks': outcome(lambda: locked(folder / f'disk-{process_id}')),
+      'other_step': outcome(lambda: hosts.check_same_command(
+          config, '/runs/w', step=('best', 'latest')[process_id])),
+      'same_view': outcome(lambda: hosts.check_same_view('/runs/w', 'steps [2, 8]')),
+      'other_view': outcome(lambda: hosts.check_same_view(
+          '/runs/w', ('steps [2, 8]', 'steps []')[process_id])),
   }
   (folder / f'result-{process_id}.json').write_text(json.dumps(result))
 
@@ -65,11 +70,12 @@ def test_the_same_command_in_a_shared_workdir_starts(results):
 
 def test_another_config_on_one_host_is_refused_on_both_naming_the_fields(results):
   first, second = (r['other_config'] for r in results)
-  assert first.startswith('process 1 of this job run another config or --workdir than process 0')
+  assert first.startswith('process 1 of this job run another config, --workdir or flags than '
+                          'process 0')
   assert second.startswith('process 1 runs another command than process 0: '
                            "config.data.train_files='/elsewhere/*.tfrecord' here, ")
   assert "config.optimizer.learning_rate=0.0003 here, 0.002 on process 0" in second
-  assert second.endswith('run the same command, config and --workdir on every host (the '
+  assert second.endswith('run the same command, config, --workdir and flags on every host (the '
                          'launchers in launch/ do).')
   assert "workdir='/runs/w1' here, '/runs/w0' on process 0" in results[1]['other_workdir']
   assert results[0]['other_workdir'].startswith('process 1 of this job run another config')
@@ -81,6 +87,24 @@ def test_a_folder_on_each_hosts_disk_is_refused_on_both(results):
         'wrote there' in result['own_disks'], result['own_disks']
     assert 'pass a bucket (gs://...) or a folder on a file system all the hosts share' in \
         result['own_disks']
+
+
+def test_another_step_flag_on_one_host_is_refused_on_both(results):
+  """Pass AB: --step=best on one host, latest on the other, ended in a device_put assertion
+  and the parameters printed."""
+  assert results[1]['other_step'].startswith(
+      "process 1 runs another command than process 0: --step='latest' here, 'best' on process 0")
+  assert results[0]['other_step'].startswith('process 1 of this job run another config')
+
+
+def test_a_reader_whose_hosts_see_other_checkpoints_is_refused_on_both(results):
+  """Pass AB: eval/predict on a workdir one host does not see hung 5 minutes, then aborted."""
+  assert [r['same_view'] for r in results] == ['ok', 'ok']
+  for result in results:
+    assert result['other_view'] == (
+        '--workdir=/runs/w reads differently on the hosts (process 0: steps [2, 8]; process 1: '
+        'steps []): pass a bucket (gs://...) or a folder on a file system all the hosts share, '
+        'and a run that is not saving (or --step=N).')
 
 
 def test_main_stops_both_hosts_when_one_is_given_another_override(tmp_path):

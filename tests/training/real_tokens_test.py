@@ -3,6 +3,7 @@ with real-token figures that are the padded ones times the data's share of real 
 TensorBoard and on the progress line."""
 
 import logging
+import time
 
 import jax
 import numpy as np
@@ -39,13 +40,15 @@ def padded_batches(vocab_size: int, seqs=(SEQ,) * STEPS) -> list[dict]:
   return batches
 
 
-def run_logged_once(tmp_path, caplog, seqs):
-  """Trains on batches of rows `seqs[i]` long with one log at the end; (its config, the host
-  batches, the train/ scalars of that log, its progress line)."""
+def run_logged_once(tmp_path, caplog, seqs, *, log_every_steps=0, on_first_batch=None):
+  """Trains on batches of rows `seqs[i]` long with one log at the end (or every
+  `log_every_steps`); (its config, the host batches, the train/ scalars of that log, its
+  progress line). `on_first_batch()` runs as the first batch is drawn."""
   config = pretrain.get_config(f'size=tiny,steps={len(seqs)},batch={BATCH},seq={max(seqs)}')
   config.model.update(dict(num_layers=1, hidden_size=64, num_heads=2, mlp_dim=128))
   config.data.max_predictions_per_seq = PREDICTIONS
-  config.log_every_steps = len(seqs)  # One log: the figures of every batch.
+  config.log_every_steps = log_every_steps or len(seqs)  # One log: the figures of every batch.
+  config.checkpoint.every_steps = config.log_every_steps
   config.peak_tflops = 1.0  # A known peak, so that the CPU shows an MFU.
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
@@ -53,7 +56,9 @@ def run_logged_once(tmp_path, caplog, seqs):
 
   def batches(start_step, examples_consumed):
     del examples_consumed
-    for host_batch in host_batches[start_step:]:
+    for i, host_batch in enumerate(host_batches[start_step:]):
+      if i == 0 and on_first_batch:
+        on_first_batch()
       yield global_batch.make_global_batch(host_batch, mesh, sharding.batch_axes(rules))
 
   job = loop.Job(
@@ -98,6 +103,27 @@ def test_a_window_of_two_lengths_counts_each_steps_own_work(tmp_path, caplog):
   devices = jax.device_count()
   assert scalars['train/mfu'] == pytest.approx(steps_per_sec * flops / (devices * 1e12),
                                                rel=1e-5)
+
+
+def test_the_rates_leave_out_saves_and_the_pipelines_start(tmp_path, caplog, monkeypatch):
+  """Pass AA: the window after a save (or an eval) and the first (the input pipeline's start)
+  ran at half the rate of the others. Each save and the first batch take 100 s more here (a
+  shifted clock): a window that counted them would show under 1 sequence/s."""
+  offset = [0.0]
+  clock = time.perf_counter
+  monkeypatch.setattr(time, 'perf_counter', lambda: clock() + offset[0])
+  save = loop._save  # pylint: disable=protected-access
+
+  def slow_save(*args, **kwargs):
+    save(*args, **kwargs)
+    offset[0] += 100.0
+
+  monkeypatch.setattr(loop, '_save', slow_save)
+  run_logged_once(tmp_path, caplog, (SEQ,) * 6, log_every_steps=2,
+                  on_first_batch=lambda: offset.__setitem__(0, offset[0] + 100.0))
+  rates = summaries.read_scalars(str(tmp_path))['train/sequences_per_sec']
+  assert sorted(rates) == [2, 4, 6]
+  assert min(rates.values()) > 1.0, rates  # 2 steps of 16 sequences in well under 32 s.
 
 
 def test_packed_rows_count_their_tokens_not_their_instance_ids():
