@@ -4,6 +4,7 @@ gke_jobset.py) share: the command runner, the job's --workdir and where its conf
 import math
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 
@@ -109,6 +110,14 @@ def check_workdir(main_args, workdir: str):
       raise ValueError(f'the job\'s flags (after --) set --workdir={value}, the launcher\'s '
                        f'--workdir={workdir}: pass the run directory once, as the launcher\'s '
                        '--workdir (before --)')
+
+
+def check_bucket_path(workdir: str):
+  """Refuses a gs:// workdir that names no bucket (gs://, gs:///runs): the run would fail only
+  on the booked slice, at its first write."""
+  if not re.fullmatch(r'gs://[a-z0-9][-a-z0-9_.]*(/.*)?', workdir):
+    raise ValueError(f'--workdir={workdir!r} names no bucket (lowercase letters, digits, -, _ '
+                     'and .): pass --workdir=gs://BUCKET/path')
 
 
 def config_in_checkout(spec: str) -> str | None:

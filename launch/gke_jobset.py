@@ -85,6 +85,7 @@ def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir
   if not workdir.startswith('gs://'):
     raise ValueError(f'--workdir={workdir!r}: pods share no local disk and lose it on a '
                      'restart; use a bucket, --workdir=gs://BUCKET/runs/NAME')
+  cloud.check_bucket_path(workdir)
 
 
 def image_job(main_args) -> list[str]:

@@ -24,7 +24,8 @@ Steps, each a gcloud command printed before it runs (--dry_run prints them and r
      any step from 2 on, the slice is deleted, re-created and steps 3-4 run again: the run
      resumes from its last checkpoint in the workdir; at most --max_restarts times;
   6. the slice deleted at the end, whatever happened (--keep leaves it running); a queued
-     resource of that name that exists already is refused, never deleted.
+     resource of that name that exists already is refused, never deleted. Ctrl-C leaves the
+     slice and its run going, and prints how to follow the run and how to delete the slice.
 
 The workdir lies in a bucket (gs://): hosts cannot share a local path, and a VM's disk goes
 with the slice when it is deleted; a single-host slice may use a local path with --keep and
@@ -68,6 +69,10 @@ UV = 'python3 -m uv'
 VENV_SETUP = (f'python3 -m pip install -q --user -U uv && {UV} venv -q --allow-existing '
               f'--python 3.12 {VENV}')
 REATTACH = 5  # Re-attaches to worker 0's log after an ssh session cut (255) on a live slice.
+# A preempted slice's delete is tried this many times (gcloud failing: a transient 503), and the
+# slice looked for this many times after, until it is gone, before the launcher gives up.
+DELETE_TRIES = 3
+GONE_POLLS = 10
 
 _NAME = flags.DEFINE_string('name', None, 'Name of the TPU VM (and of its queued resource).')
 _ZONE = flags.DEFINE_string('zone', None, 'Zone, e.g. us-west4-a (v5e).')
@@ -127,6 +132,8 @@ def check(tpu: Slice, workdir: str, keep: bool = False):
                      f'{", ".join(cloud.ZONES[tpu.generation])}')
   if tpu.spot and tpu.reserved:
     raise ValueError('--spot and --reserved exclude each other: pick one')
+  if workdir.startswith('gs://'):
+    cloud.check_bucket_path(workdir)
   if tpu.hosts > 1 and not workdir.startswith('gs://'):
     raise ValueError(f'{tpu.accelerator_type} has {tpu.hosts} hosts, which cannot share the '
                      f'local path {workdir!r}: use a bucket, --workdir=gs://BUCKET/runs/NAME')
@@ -271,18 +278,56 @@ def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float) -> bool:
     time.sleep(poll_s)
 
 
-def create(tpu: Slice, run: cloud.Runner):
+def create(tpu: Slice, run: cloud.Runner, restart: bool = False):
   """Creates the queued resource; refuses one of that name that exists already (a run still
-  going, or one left by --keep), which is not this process's to delete."""
+  going, or one left by --keep), which is not this process's to delete. On a `restart` the one
+  there is this launch's own preempted slice, which delete_preempted could not remove."""
   code = run(create_command(tpu), check=False).returncode
   if not code:
     return
   state = describe(tpu, run, 0, tries=1)
+  if state and restart:
+    raise RuntimeError(_not_deleted(tpu, state))
   if state:
     raise RuntimeError(f'queued resource {tpu.name} exists already ({state}): follow its run with '
                        f'{shlex.join(stream_command(tpu))}, or delete it with '
                        f'{shlex.join(delete_command(tpu))} and run this again')
   raise RuntimeError(f'gcloud exited with {code}: {shlex.join(create_command(tpu))}')
+
+
+def _not_deleted(tpu: Slice, state: str) -> str:
+  return (f'the preempted slice {tpu.name} of this launch could not be deleted to re-create it '
+          f'({state or "its state not readable"}): delete it with '
+          f'{shlex.join(delete_command(tpu))} and run this again (the run resumes from its last '
+          'checkpoint)')
+
+
+def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
+  """Deletes this launch's own preempted slice before it is re-created: the delete tried
+  DELETE_TRIES times while gcloud fails (a transient 503), then the slice waited for until
+  describe no longer finds it. Raises RuntimeError, naming it as this launch's own, when it
+  stays (create would take it for another run's)."""
+  state = ''
+  for attempt in range(DELETE_TRIES):
+    if attempt:
+      time.sleep(poll_s)
+    if run(delete_command(tpu), check=False).returncode:
+      continue
+    for _ in range(GONE_POLLS):
+      state = describe(tpu, run, poll_s, tries=1)
+      if not state:
+        return
+      time.sleep(poll_s)
+  raise RuntimeError(_not_deleted(tpu, state or describe(tpu, run, poll_s, tries=1)))
+
+
+def check_git_ref(git_ref: str):
+  """Warns about a git ref that names no commit: every restart installs the ref again, and a
+  branch or tag moved in between resumes the run on other code."""
+  if git_ref.startswith('git+') and not re.search(r'@[0-9a-f]{40}(#.*)?$', git_ref):
+    print(f'tpu_pod: warning: --git_ref={git_ref} names no commit: a branch or tag can move '
+          'between preemption restarts, each of which installs it again; pin a commit, '
+          '...@<40 hex digits>', file=sys.stderr, flush=True)
 
 
 def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float) -> bool:
@@ -330,6 +375,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   job_config, worker_args = worker_job(main_args)
   if job_config:
     check_on_worker(job_config, worker_args)
+  check_git_ref(git_ref)
   if aot_check:
     run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''
@@ -339,13 +385,15 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   commands = install_commands(tpu, wheel, git_ref, job_config) + [
       run_command(tpu, worker_args, workdir)]
   owned = False  # The slice is this process's to delete at the end.
+  booked = False  # A slice was asked for: Ctrl-C leaves it, and its run, alone.
   try:
     for attempt in range(max_restarts + 1):
       if attempt:
         print(f'tpu_pod: the slice was preempted; re-creating it (restart {attempt} of '
               f'{max_restarts}); the run resumes from its last checkpoint', flush=True)
-        run(delete_command(tpu), check=False)
-      create(tpu, run)
+        delete_preempted(tpu, run, poll_s)
+      booked = True
+      create(tpu, run, restart=bool(attempt))
       owned = True
       if not start(tpu, run, commands, poll_s):
         continue
@@ -359,6 +407,14 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
       if not was_preempted(exit_code, state):
         return exit_code
     return cloud.PREEMPTED_EXIT
+  except KeyboardInterrupt:
+    if not booked:
+      raise  # main says it.
+    owned = False  # The run, told nothing (it would not save), goes on: the slice stays.
+    print(f'tpu_pod: interrupted; {tpu.name} and its run (if started) go on: follow it with '
+          f'{shlex.join(stream_command(tpu))}; delete the slice when done with '
+          f'{shlex.join(delete_command(tpu))}', file=sys.stderr, flush=True)
+    return 130
   finally:
     if owned and not keep:
       run(delete_command(tpu), check=False)
@@ -376,6 +432,10 @@ def main(argv):
   except (ValueError, RuntimeError) as e:
     print(f'tpu_pod: error: {e}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt:  # Before a slice was asked for, or while deleting it at the end.
+    print(f'tpu_pod: interrupted; if {tpu.name} exists, delete it with '
+          f'{shlex.join(delete_command(tpu))}', file=sys.stderr)
+    sys.exit(130)
   sys.exit(code)
 
 

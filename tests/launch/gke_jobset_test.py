@@ -269,3 +269,10 @@ def test_a_dollar_in_a_flag_reaches_the_job_as_written():
                                     args))['containers'][0]['command']
   assert command[-2:] == ['--config.data.train_files=gs://b/$$(JOBSET_NAME)/a$$$$b',
                           '--workdir=gs://b/r$$1']
+
+
+@pytest.mark.parametrize('workdir', ['gs://', 'gs:///runs'])
+def test_a_workdir_naming_no_bucket_is_refused(workdir):
+  with pytest.raises(ValueError, match=rf"^--workdir='{workdir}' names no bucket .*: pass "
+                     r'--workdir=gs://BUCKET/path$'):
+    gke_jobset.check('b', 'v6e-8', 1, IMAGE, workdir)

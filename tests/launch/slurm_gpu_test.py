@@ -2,7 +2,9 @@
 
 import os
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -86,3 +88,42 @@ def test_a_run_that_saved_and_stopped_is_requeued_and_no_other(tmp_path, srun_ex
     assert 'requeueing job 4242 to resume from its last checkpoint' in result.stdout
   else:
     assert not scontrol.exists()
+
+
+def test_a_sigterm_to_the_whole_job_is_passed_to_the_run_and_the_job_requeued(tmp_path):
+  """scancel, or a preemption that signals the whole job, sends SIGTERM to the batch shell too:
+  it must outlive it, let the run save (exit 75) and requeue the job."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  started = tmp_path / 'started'
+  # The run: a SIGTERM (one or several: SLURM's and the script's) asks it to save at the end of
+  # its step, then it exits 75, as bertjax.main does.
+  (bin_dir / 'srun').write_text(
+      f"#!/bin/bash\nstop=\ntrap 'stop=1' TERM\ntouch \"{started}\"\n"
+      'for i in $(seq 300); do [ -n "$stop" ] && break; sleep 0.1; done\n'
+      f'[ -n "$stop" ] || exit 0\necho saved >> "{tmp_path}/srun.log"\nexit 75\n')
+  (bin_dir / 'scontrol').write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > "{tmp_path}/scontrol"\n')
+  for tool in ('srun', 'scontrol'):
+    (bin_dir / tool).chmod(0o755)
+  venv = tmp_path / 'venv'
+  (venv / 'bin').mkdir(parents=True)
+  (venv / 'bin' / 'activate').write_text('')
+  env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
+             BERTJAX_VENV=str(venv), SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='1',
+             SLURM_GPUS_ON_NODE='8', SLURM_JOB_ID='4242')
+  job = subprocess.Popen(['bash', str(SCRIPT), '/shared/runs/base'], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+  try:
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+      time.sleep(0.05)
+    assert started.exists(), 'the fake srun did not start'
+    os.killpg(job.pid, signal.SIGTERM)  # The whole job, as SLURM signals it.
+    out, err = job.communicate(timeout=60)
+  finally:
+    if job.poll() is None:
+      os.killpg(job.pid, signal.SIGKILL)
+  assert job.returncode == 75, (job.returncode, out, err)
+  assert (tmp_path / 'srun.log').read_text().split()[0] == 'saved'
+  assert (tmp_path / 'scontrol').read_text().split() == ['requeue', '4242']
+  assert 'requeueing job 4242 to resume from its last checkpoint' in out

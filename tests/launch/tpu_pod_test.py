@@ -19,9 +19,12 @@ from launch import tpu_pod
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_GCLOUD = '''#!{python}
-"""Records its arguments; answers `describe` and worker 0's ssh from scripted lists."""
-import json, os, sys
+"""Records its arguments; answers `describe` and worker 0's ssh from scripted lists; a deleted
+queued resource is not found until it is created again. FAKE_INTERRUPT: worker 0's ssh sends
+its launcher SIGINT (Ctrl-C) while it streams."""
+import json, os, signal, sys, time
 args = sys.argv[1:]
+gone = os.environ['FAKE_LOG'] + '.gone'
 with open(os.environ['FAKE_LOG'], 'a') as f:
   f.write(json.dumps(args) + '\\n')
 def pop(name, default):
@@ -30,16 +33,25 @@ def pop(name, default):
   open(path, 'w').write(' '.join(lines[1:]))
   return lines[0] if lines else default
 if 'describe' in args:
+  if os.path.exists(gone):
+    sys.exit('ERROR: (gcloud.compute.tpus.queued-resources.describe) NOT_FOUND')
   print(pop('FAKE_STATES', 'ACTIVE'))
+elif 'delete' in args:
+  open(gone, 'w').close()
+elif 'create' in args and os.path.exists(gone):
+  os.unlink(gone)
 elif 'ssh' in args and '--worker=0' in args:
-  print('step 10/10: loss 6.1 (worker 0 log)')
+  print('step 10/10: loss 6.1 (worker 0 log)', flush=True)
+  if os.environ.get('FAKE_INTERRUPT'):
+    os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(30)
   sys.exit(int(pop('FAKE_EXITS', '0')))
 '''
 MAIN_ARGS = ['--config=configs/pretrain.py:size=base,vocab=30522',
              '--config.data.train_files=gs://b/train-*']
 
 
-def launch(tmp_path, *flags, states=(), exits=()):
+def launch(tmp_path, *flags, states=(), exits=(), interrupt=False):
   """Runs the launcher with the fake gcloud first on PATH: (exit code, stdout, gcloud calls)."""
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir(exist_ok=True)
@@ -51,7 +63,8 @@ def launch(tmp_path, *flags, states=(), exits=()):
   log = tmp_path / 'calls.jsonl'
   log.write_text('')
   env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', FAKE_LOG=str(log),
-             FAKE_STATES=str(tmp_path / 'states'), FAKE_EXITS=str(tmp_path / 'exits'))
+             FAKE_STATES=str(tmp_path / 'states'), FAKE_EXITS=str(tmp_path / 'exits'),
+             FAKE_INTERRUPT='1' if interrupt else '')
   result = subprocess.run(
       [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
        '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--poll_seconds=0',
@@ -105,7 +118,7 @@ def test_a_preempted_slice_is_recreated_and_the_run_resumed(tmp_path):
                             exits=['255', '0'])
   assert code == 0, out
   attempt = [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]
-  assert calls == attempt + [DELETE] + attempt + [DELETE]
+  assert calls == attempt + [DELETE, DESCRIBE] + attempt + [DELETE]  # Deleted: not found.
   assert 'preempted; re-creating it (restart 1 of 10)' in out
 
 
@@ -316,24 +329,32 @@ def test_what_counts_as_a_preemption():
   assert not tpu_pod.was_preempted(1, '')  # The state unknown (gcloud failing): not preempted.
 
 
-def launch_scripted(monkeypatch, states=(), exits=(), fails=(), **kwargs):
+def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, **kwargs):
   """tpu_pod.launch in this process, its runner answering as FAKE_GCLOUD does (`states` for
   describe, ERROR where gcloud fails; `exits` for worker 0's ssh) and failing each command in
   `fails` once (exit 255, as ssh does when the slice goes away): (launch's exit code or its
-  error, the gcloud calls as FAKE_GCLOUD records them)."""
+  error, the gcloud calls as FAKE_GCLOUD records them). `interrupt`: the command at which Ctrl-C
+  comes."""
   monkeypatch.chdir(REPO)
   states, exits, fails, calls = list(states), list(exits), list(fails), []
+  gone = [False]  # Deleted, not created since: describe does not find it.
 
   def run(cmd, check=True, capture=False):
     args = cmd[1:]
     calls.append(args)
     code, out = 0, ''
-    if 'describe' in args:
+    if interrupt == args:
+      raise KeyboardInterrupt
+    if 'describe' in args and gone[0]:
+      code = 1
+    elif 'describe' in args:
       state = states.pop(0) if states else 'ACTIVE'
       code, out = (1, '') if state == 'ERROR' else (0, f'{state}\n')
     elif args in fails:
       fails.remove(args)
       code = 255
+    elif 'delete' in args or 'create' in args:
+      gone[0] = 'delete' in args
     elif '--worker=0' in args:
       code = int(exits.pop(0)) if exits else 0
     if check and code:
@@ -391,10 +412,10 @@ def test_an_existing_queued_resource_is_refused_and_left(monkeypatch):
 def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
   # Suspended while waiting to be ACTIVE.
   code, calls = launch_scripted(monkeypatch, states=['PROVISIONING', 'SUSPENDED'])
-  assert code == 0 and calls == [CREATE, DESCRIBE, DESCRIBE, DELETE] + ATTEMPT + [DELETE]
+  assert code == 0 and calls == [CREATE, DESCRIBE, DESCRIBE, DELETE, DESCRIBE] + ATTEMPT + [DELETE]
   # Preempted during the install: ssh exits 255 and the slice is SUSPENDED.
   code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], fails=[INSTALL])
-  assert code == 0 and calls == ATTEMPT[:4] + [DESCRIBE, DELETE] + ATTEMPT + [DELETE]
+  assert code == 0 and calls == ATTEMPT[:4] + [DESCRIBE, DELETE, DESCRIBE] + ATTEMPT + [DELETE]
   # Counted against --max_restarts.
   code, calls = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
   assert code == cloud.PREEMPTED_EXIT and calls == [CREATE, DESCRIBE, DELETE]
@@ -471,3 +492,85 @@ def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp
                           capture_output=True, text=True, timeout=60)
   assert stream.returncode == code, stream.stderr
   assert 'step 1/9' in stream.stdout
+
+
+def test_ctrl_c_leaves_the_slice_and_its_run_and_says_how_to_follow_and_delete(tmp_path):
+  """Ctrl-C while the log streams tells the run nothing (it would not save): deleting the slice
+  would lose its work since the last checkpoint. One line, exit 130, no traceback."""
+  code, out, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
+                            interrupt=True)
+  assert code == 130, out
+  assert calls == [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS]  # No delete.
+  assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out
+  line = out.strip().splitlines()[-1]
+  assert line == (f'tpu_pod: interrupted; bert and its run (if started) go on: follow it with '
+                  f'{shlex.join(tpu_pod.stream_command(slice_()))}; delete the slice when done '
+                  f'with {shlex.join(tpu_pod.delete_command(slice_()))}'), out
+
+
+def test_ctrl_c_in_the_launch_leaves_the_slice(monkeypatch, capsys):
+  for at in (LOGS, INSTALL, DESCRIBE):
+    try:
+      code, calls = launch_scripted(monkeypatch, interrupt=at)
+    except KeyboardInterrupt:
+      pytest.fail('Ctrl-C was not handled: a traceback, and the slice deleted in `finally`')
+    assert code == 130 and DELETE not in calls, (at, calls)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith('tpu_pod: interrupted; bert and its run (if started) go on: follow '
+                           'it with gcloud '), last
+
+
+def test_a_preempted_slice_whose_delete_fails_once_is_deleted_again(monkeypatch):
+  """A transient gcloud failure (a 503) on the restart's delete: tried again, the slice waited
+  for until it is gone, then re-created; never taken for another run's slice."""
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
+                                fails=[DELETE])
+  assert code == 0, code
+  assert calls == ATTEMPT + [DELETE, DELETE, DESCRIBE] + ATTEMPT + [DELETE]
+
+
+def test_a_preempted_slice_that_cannot_be_deleted_is_named_as_the_launchs_own(monkeypatch):
+  error, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED', 'SUSPENDED'],
+                                 exits=['255'], fails=[DELETE] * tpu_pod.DELETE_TRIES)
+  assert error == ('the preempted slice bert of this launch could not be deleted to re-create '
+                   'it (SUSPENDED): delete it with gcloud compute tpus queued-resources delete '
+                   'bert --force --quiet --zone=us-west4-a and run this again (the run resumes '
+                   'from its last checkpoint)'), error
+  assert 'exists already' not in error
+  assert calls == ATTEMPT + [DELETE] * tpu_pod.DELETE_TRIES + [DESCRIBE, DELETE]
+  assert CREATE not in calls[len(ATTEMPT):]
+  # Deleted, but still there when re-created (its deletion not done): the launch's own, too.
+  tpu, calls = slice_(), []
+
+  def run(cmd, **_):
+    calls.append(cmd)
+    return subprocess.CompletedProcess(cmd, int('create' in cmd), 'SUSPENDED\n')
+
+  with pytest.raises(RuntimeError, match=r'^the preempted slice bert of this launch could not '
+                     r'be deleted to re-create it \(SUSPENDED\)'):
+    tpu_pod.create(tpu, run, restart=True)
+
+
+@pytest.mark.parametrize('workdir', ['gs://', 'gs:///runs', 'gs://Bad Bucket/runs'])
+def test_a_workdir_naming_no_bucket_is_refused_before_anything_runs(tmp_path, workdir):
+  with pytest.raises(ValueError, match=rf"^--workdir='{re.escape(workdir)}' names no bucket "
+                     r'.*: pass --workdir=gs://BUCKET/path$'):
+    tpu_pod.check(slice_(), workdir)
+  code, out, calls = launch(tmp_path, f'--workdir={workdir}')
+  assert code == 2 and calls == [], out
+  assert out.strip().splitlines()[-1] == (  # The line above: --workdir given twice, by launch().
+      f"tpu_pod: error: --workdir='{workdir}' names no bucket (lowercase letters, digits, -, _ "
+      'and .): pass --workdir=gs://BUCKET/path')
+
+
+def test_a_git_ref_naming_no_commit_is_warned_about(monkeypatch, capsys):
+  """Each restart installs the ref again: a branch moved in between resumes on other code."""
+  code, _ = launch_scripted(monkeypatch)  # @v1: a tag.
+  assert code == 0
+  err = capsys.readouterr().err
+  assert ('tpu_pod: warning: --git_ref=git+https://example.org/bertjax@v1 names no commit: a '
+          'branch or tag can move between preemption restarts') in err, err
+  for pinned in ('git+https://example.org/bertjax@' + 'a1' * 20, '', 'dist/bertjax.whl'):
+    tpu_pod.check_git_ref(pinned)
+  tpu_pod.check_git_ref('git+https://example.org/bertjax@main')
+  assert capsys.readouterr().err.count('warning') == 1

@@ -566,6 +566,7 @@ def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
   assert 2 <= failed < config.num_train_steps, e.value
   steps = checkpoint_steps(tmp_path)
   assert steps and max(steps) == failed - 1, (steps, e.value)
+  assert f'the newest checkpoint is step {failed - 1}: lower the learning rate' in str(e.value)
   for step in steps:
     params = flat(read_state(tmp_path / f'checkpoints/{step}')['params'])
     assert all(np.isfinite(p).all() for p in params.values()), step
