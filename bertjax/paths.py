@@ -69,15 +69,27 @@ def own_copy(config):
   return copy.deepcopy(config)
 
 
-def absolute_config(config):
-  """Every path field of a ConfigDict (nested) made absolute, in place; returns the config."""
+def path_fields(config, prefix: str = '') -> list[tuple[str, str]]:
+  """(dotted name, value) of every path field of a ConfigDict (nested) that is set."""
+  found = []
   for key in list(config.keys()):
     value = config[key]
     if hasattr(value, 'keys'):
-      absolute_config(value)
+      found += path_fields(value, f'{prefix}{key}.')
     elif isinstance(value, str) and value and _PATH_FIELD.search(key):
-      with config.ignore_type():
-        config[key] = absolute_list(value)
+      found.append((f'{prefix}{key}', value))
+  return found
+
+
+def absolute_config(config):
+  """Every path field of a ConfigDict (nested) made absolute, in place; returns the config."""
+  for name, value in path_fields(config):
+    *parents, key = name.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    with node.ignore_type():
+      node[key] = absolute_list(value)
   return config
 
 

@@ -9,6 +9,8 @@ import shlex
 import subprocess
 
 from bertjax import console
+from bertjax import files
+from bertjax import paths
 
 # This checkout's configs/: what launch/Dockerfile copies into the image and tpu_pod.py copies to
 # every worker (each config file imports configs.common).
@@ -99,6 +101,20 @@ def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
       raise ValueError(f'{name}={value} cannot be split over the {split} batch shards of '
                        f'{where}, mesh {" x ".join(f"{a}={shape[a]}" for a in axes)}: pass a '
                        f'multiple of {split}, e.g. {max(split, value // split * split)}')
+
+
+def local_paths_warning(launcher: str, config) -> str:
+  """A warning naming the job's config fields that hold a path on this machine's disk (absolute
+  or ~): the hosts of a slice (a TPU VM's, a pod's) read their own disks, where it is found
+  only if mounted there too (gcsfuse, Filestore); '' when there is none."""
+  local = [f'config.{name}={value}' for name, value in paths.path_fields(config)
+           if any(p.startswith(('/', '~')) for p in paths.split_list(value)
+                  if not files.is_remote(p))]
+  if not local:
+    return ''
+  return (f'{launcher}: warning: {", ".join(local)}: a path on this machine\'s disk, which the '
+          "slice's hosts do not see: copy it to a bucket and pass gs://..., unless it is "
+          'mounted at that path on every host')
 
 
 def check_workdir(main_args, workdir: str):

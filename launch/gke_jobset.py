@@ -256,8 +256,10 @@ def main(argv):
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
-    cloud.check_for_slice(config_args.check_args(argv[1:]), FLAGS.accelerator_type,
-                          FLAGS.num_slices)
+    config = config_args.check_args(argv[1:])
+    cloud.check_for_slice(config, FLAGS.accelerator_type, FLAGS.num_slices)
+    if warning := cloud.local_paths_warning('gke_jobset', config):
+      print(warning, file=sys.stderr, flush=True)
     check_output(pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)

@@ -369,6 +369,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
   config = config_args.check_args(main_args)
   cloud.check_for_slice(config, tpu.accelerator_type)
+  if warning := cloud.local_paths_warning('tpu_pod', config):
+    print(warning, file=sys.stderr, flush=True)
   if aot_check and config.job != 'pretrain':
     raise ValueError(f'--aot_check compiles the pre-training step only, and this job is '
                      f'config.job={config.job!r}: leave --aot_check out')

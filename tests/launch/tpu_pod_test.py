@@ -574,3 +574,20 @@ def test_a_git_ref_naming_no_commit_is_warned_about(monkeypatch, capsys):
     tpu_pod.check_git_ref(pinned)
   tpu_pod.check_git_ref('git+https://example.org/bertjax@main')
   assert capsys.readouterr().err.count('warning') == 1
+
+
+def test_a_config_path_on_this_machines_disk_is_warned_about():
+  """Pass AB: local data paths on a slice were accepted; the job failed on every worker after
+  booking and installing. Warned, not refused: a path mounted on every host (gcsfuse,
+  Filestore) is read there."""
+  config = config_args.check_args([
+      '--config=configs/pretrain.py:size=tiny',
+      '--config.data.train_files=/home/me/data/train-*,gs://b/more-*',
+      '--config.data.vocab_file=~/vocab.txt', '--config.data.eval_files=gs://b/eval-*'])
+  warning = cloud.local_paths_warning('tpu_pod', config)
+  assert warning.startswith(
+      "tpu_pod: warning: config.data.train_files=/home/me/data/train-*,gs://b/more-*, "
+      "config.data.vocab_file=~/vocab.txt: a path on this machine's "
+      "disk, which the slice's hosts do not see: copy it to a bucket"), warning
+  assert cloud.local_paths_warning('tpu_pod', config_args.check_args(
+      ['--config=configs/pretrain.py:size=tiny', '--config.data.train_files=gs://b/t-*'])) == ''
