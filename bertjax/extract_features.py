@@ -178,6 +178,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
   cut = 0
+  progress = console.Progress('extract_features', len(examples), 'inputs')
   try:
     with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
       for start in range(0, len(examples), rows):
@@ -191,6 +192,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
               {'index': index, 'values': [round(float(x), 6) for x in states[j, row, t]]}
               for j, index in enumerate(layers)]} for t, token in enumerate(tokens[row])]
           f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
+        progress.update(start + len(chunk))
       f.close()
       if to_stdout:
         with open(temp, encoding='utf-8') as whole:  # local temp, written whole: now shown

@@ -42,6 +42,7 @@ from absl import app
 from absl import flags
 from absl import logging
 from flax import traverse_util
+import jax
 import ml_collections
 import numpy as np
 
@@ -86,6 +87,7 @@ class Predictor:
     self.params = params
     # The one inference path (inference.forward), its head's logits.
     self._apply = inference.forward(model_config, 'logits', head=model)
+    self._progress = None  # predict()'s, while it runs.
 
   @classmethod
   def from_workdir(cls, workdir, step: int | str | None = None, batch_size: int = 32,
@@ -135,9 +137,10 @@ class Predictor:
     params = traverse_util.unflatten_dict(model.params, sep='/')
     return cls(run, params, vocab_file, batch_size, step=read_step)
 
-  def predict(self, inputs) -> list[dict]:
+  def predict(self, inputs, progress: console.Progress | None = None) -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
-    precision (Python floats), with the model's logits: see the module docstring."""
+    precision (Python floats), with the model's logits: see the module docstring. `progress`
+    (the command line's): told the inputs done after each batch."""
     if isinstance(inputs, (str, bytes, dict)) or getattr(inputs, 'ndim', 1) == 0:
       raise ValueError(f'predict takes a list of inputs, got one {type(inputs).__name__}: '
                        'pass [input] for one.')
@@ -153,15 +156,36 @@ class Predictor:
                                        self.run.get('text_pairs'), self.tokenizer)
                 for i, x in enumerate(inputs)]
     # By the example form (Kind.example): a new kind of an existing form needs no method.
-    return getattr(self, f'_predict_{kinds.get(self.kind).example}')(examples)
+    self._progress = progress
+    try:
+      return getattr(self, f'_predict_{kinds.get(self.kind).example}')(examples)
+    finally:
+      self._progress = None
 
   # -------------------------------------------------------------------------------------------
   # Features -> outputs, in batches of fixed shape (one compilation).
 
   def _outputs(self, feature_arrays: dict) -> np.ndarray:
-    return inference.outputs(self._apply, self.params,
+    return inference.outputs(self._counted(feature_arrays), self.params,
                                     {k: feature_arrays[k] for k in kinds.MODEL_INPUTS},
                                     self.batch_size)
+
+  def _counted(self, feature_arrays: dict):
+    """The model, telling self._progress the inputs done after each batch of rows that
+    inference.outputs runs: rows are in input order (example_index), an input done once its
+    last row (a text's windows, a context's spans) is."""
+    progress, index = self._progress, np.asarray(feature_arrays.get('example_index', ()))
+    if progress is None or not len(index):
+      return self._apply
+    rows, done = inference.rows_per_batch(len(index), self.batch_size), 0
+
+    def counted(params, batch):
+      nonlocal done
+      out = jax.block_until_ready(self._apply(params, batch))
+      done = min(done + rows, len(index))
+      progress.update(int(index[done]) if done < len(index) else progress.total)
+      return out
+    return counted
 
   def _predict_texts(self, examples):
     if (self.data.get('max_windows', 1) > 1
@@ -297,7 +321,7 @@ def main(argv):
     inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
     if not inputs:
       raise ValueError(f'{source} holds no inputs: one per line expected.')
-    rows = predictor.predict(inputs)
+    rows = predictor.predict(inputs, console.Progress('predict', len(inputs), 'inputs'))
     text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
                    for row in rows)
     if output is not None:

@@ -36,6 +36,7 @@ from bertjax.text import vocab_files
 INPUT_FORMATS = ('lines', 'text')
 _SNIFF_BYTES = 1 << 16
 _EXAMPLES_PER_REASON = 5  # file:line examples kept per skip reason, for the report.
+_READ_EVERY_LINES = 4096  # How often raw_documents says how far it read (a tell() each).
 
 # A tokenized document: int32 token ids, and sentence boundaries into them: sentence j is
 # tokens[bounds[j]:bounds[j + 1]], every sentence non-empty.
@@ -136,18 +137,26 @@ def sentences_of(text: str, input_format: str) -> list[str]:
   return [text] if input_format == 'lines' else corpora.split_sentences(text)
 
 
-def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num_parts=1):
-  """Yields this part's documents as lists of sentence strings; `where` tracks file:line."""
+def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num_parts=1,
+                  read=None):
+  """Yields this part's documents as lists of sentence strings; `where` tracks file:line.
+  read(n): told every few thousand lines the bytes of the files read so far (compressed where
+  a file is: what files.size gives), for the command's progress line."""
   if input_format not in INPUT_FORMATS:
     raise ValueError(f'input_format={input_format!r}: pass one of {INPUT_FORMATS}')
   index = 0  # Documents started so far, over all files: the partition key.
+  before = 0  # Bytes of the files read whole.
   for path in paths:
     where['path'] = path
     sentences, started, lines, invalid = [], False, 0, 0
     with files_lib.open_binary(path) as f:
-      for line_number, (raw, too_long) in enumerate(
-          _lines(paths_lib.UniversalLines(f), max_line_bytes), 1):
+      stored = getattr(f, 'fileobj', None) or f  # A .gz's compressed file, else the file.
+      # Held: collected, its TextIOWrapper would close `f` before the tell() at the end.
+      universal = paths_lib.UniversalLines(f)
+      for line_number, (raw, too_long) in enumerate(_lines(universal, max_line_bytes), 1):
         where['line'] = line_number
+        if read is not None and line_number % _READ_EVERY_LINES == 0:
+          read(before + stored.tell())
         if not too_long and _is_blank(raw):
           if started:
             if sentences:
@@ -170,6 +179,9 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
           invalid += 1
           continue
         sentences.extend(sentences_of(text, input_format))
+      before += stored.tell()  # At its end: the file's size.
+      if read is not None:
+        read(before)
     skips.add_file_lines(path, lines, invalid)
     if sentences:
       yield sentences

@@ -171,8 +171,10 @@ def _part_split(tfds, builder, split, part, num_parts):
   return part_split
 
 
-def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, num_parts=1):
-  """Yields this part's documents (lists of sentence strings), one per example with text."""
+def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, num_parts=1,
+                  read=None):
+  """Yields this part's documents (lists of sentence strings), one per example with text;
+  read(n): told the examples of this part read so far, for the command's progress line."""
   if input_format not in text_input.INPUT_FORMATS:
     raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
   tfds = _tfds()
@@ -186,6 +188,8 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
   where['path'] = label
   for index, example in enumerate(tfds.as_numpy(dataset)):
     where['line'] = index
+    if read is not None:
+      read(index + 1)
     place = f'{label} {index}'
     try:
       text = example[source.text_field].decode('utf-8')

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import multiprocessing
 import os
 import resource
@@ -94,12 +95,13 @@ def run_worker(job):
     encoder = text_input.cached_encoder(job.vocab_file, job.spm_model_file,
                                                job.do_lower_case, job.fast_tokenizer)
     ready = time.perf_counter()
+    read = functools.partial(_tell, job, 0)
     if job.tfds_source is None:
       raw = text_input.raw_documents(job.files, job.input_format, job.max_line_bytes, skips,
-                                     where, job.worker, job.num_workers)
+                                     where, job.worker, job.num_workers, read)
     else:
       raw = tfds_source.raw_documents(job.tfds_source, job.input_format, job.max_line_bytes,
-                                      skips, where, job.worker, job.num_workers)
+                                      skips, where, job.worker, job.num_workers, read)
     documents = text_input.tokenized_documents(raw, encoder, skips, where)
     batches = instances.instance_batches(documents, job.settings, encoder,
                                                 (job.random_seed, job.worker), counts)
@@ -118,6 +120,7 @@ def run_worker(job):
       written += len(records)
 
     for batch in batches:
+      _tell(job, 1, counts['instances'])
       buffer.extend(example_encoding.encode_examples(batch))
       if len(buffer) >= job.shuffle_buffer:
         # Write a random half, keep the other half: records leave in random order.
@@ -126,6 +129,7 @@ def run_worker(job):
         emit([buffer[j] for j in order[:half]])
         buffer = [buffer[j] for j in order[half:]]
     emit([buffer[j] for j in rng.permutation(len(buffer)).tolist()])
+    _tell(job, 1, counts['instances'])
     for f in files:
       f.close()  # Here, so that a full disk is an error of this worker.
     counts['shard_instances'] = written
@@ -151,6 +155,48 @@ def disk_full(e, path) -> str:
   """What to do when writing `path` (or its temporary files beside it) hit a full disk."""
   return (f'the disk is full writing {files_lib.parent(path)} ({e.strerror}): free space there '
           'or pass an --output_file on another disk; an earlier set there is kept')
+
+
+# How far each worker is, for the parent's progress line: a shared array of [input read (bytes,
+# or TFDS examples), instances made] per worker, each pair written by its worker alone (no
+# lock); in a worker process set by _start_worker, in-process by _run_jobs, with its poll.
+_SHARED = {'counts': None, 'poll': None}
+
+
+def _tell(job, slot, value):
+  """Records one of this worker's counts where the parent reads them (slot 0: input read)."""
+  counts, poll = _SHARED['counts'], _SHARED['poll']
+  if counts is not None:
+    counts[2 * job.worker + slot] = int(value)
+  if poll is not None:  # One worker, in the parent's process: the line from here.
+    poll()
+
+
+def _poller(counts, jobs, progress):
+  """The parent's look at the shared counts: the progress line of their sums (files: the mean
+  worker's bytes read, since every worker reads every file; TFDS: the examples of all parts)."""
+  per = len(jobs) * (1 << 20) if jobs[0].tfds_source is None else 1
+
+  def poll():
+    if progress is not None:
+      progress.update(sum(counts[0::2]) / per, f'; {sum(counts[1::2]):,} instances made')
+  return poll
+
+
+def _progress_line(source, input_bytes):
+  """The line of a run that reads text files (their bytes) or a TFDS split (`source`, check()'s
+  description: its examples, where the builder knows how many; else the count alone)."""
+  if source is None:
+    return console.Progress('create_pretraining_data', input_bytes / (1 << 20),
+                            'MiB of input read', rate_unit='MiB')
+  return console.Progress('create_pretraining_data', source['num_examples'], 'examples read',
+                          rate_unit='examples')
+
+
+def _start_worker(parent_pid, counts):
+  """A worker process's start: bound to its parent's life, its counts in the shared array."""
+  _die_with_parent(parent_pid)
+  _SHARED['counts'] = counts
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -181,18 +227,29 @@ def _kill_workers(pool):
       pass
 
 
-def _run_jobs(jobs):
-  if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything.
-    return [run_worker(jobs[0])]
+def _run_jobs(jobs, progress=None):
+  """Every job's result, in order; `progress` (a console.Progress) shows how far they are."""
   # spawn, not fork: the parent may have TensorFlow's threads running (tests, notebooks).
   context = multiprocessing.get_context('spawn')
+  counts = context.Array('q', 2 * len(jobs), lock=False)
+  poll = _poller(counts, jobs, progress)
+  if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything.
+    _SHARED.update(counts=counts, poll=poll)
+    try:
+      return [run_worker(jobs[0])]
+    finally:
+      _SHARED.update(counts=None, poll=None)
   pool = concurrent.futures.ProcessPoolExecutor(
-      len(jobs), mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),))
+      len(jobs), mp_context=context, initializer=_start_worker, initargs=(os.getpid(), counts))
   # A Ctrl-C or SIGTERM (console.exit_on_interrupt, which exits without unwinding) or a
   # KeyboardInterrupt here ends the workers too; a SIGKILL to this process, _die_with_parent.
   with pool, console.at_interrupt(lambda: _kill_workers(pool)):
     try:
       futures = [pool.submit(run_worker, job) for job in jobs]
+      pending = set(futures)
+      while pending:  # The counts polled while the workers run.
+        pending = concurrent.futures.wait(pending, min(max(console.PROGRESS_SECONDS, 0.1), 1))[1]
+        poll()
       results = []
       for job, future in zip(jobs, futures, strict=True):
         try:
@@ -208,9 +265,9 @@ def _run_jobs(jobs):
     return results
 
 
-def _run_workers(jobs, skips):
+def _run_workers(jobs, skips, progress=None):
   """The workers' results and their summed counts; raises when any failed or none made data."""
-  results = _run_jobs(jobs)
+  results = _run_jobs(jobs, progress)
   errors = [r for r in results if r['error']]
   if errors:
     raise RuntimeError('create_pretraining_data failed, no shard written: ' + '; '.join(
@@ -356,7 +413,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
                 do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
                 w, num_workers, tfds) for w in range(num_workers)]
-    results, counts = _run_workers(jobs, skips)
+    progress = _progress_line(source, input_bytes)
+    results, counts = _run_workers(jobs, skips, progress)
     _check_counts(counts, len(vocab), vocab_file or spm_model_file, max_unk_fraction)
     try:
       staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)

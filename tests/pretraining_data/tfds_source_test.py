@@ -16,6 +16,7 @@ import pretrain_runs
 import pytest
 import tensorflow_datasets as tfds
 
+from bertjax import console
 from bertjax import paths as paths_lib
 from bertjax import pretrain
 from bertjax.pretraining_data import corpora
@@ -126,6 +127,30 @@ def test_two_workers_give_the_same_bytes_twice(data_dir, vocab_file, tmp_path):
   one = writer.create(None, str(tmp_path / 'one' / 'train'), SETTINGS, vocab_file=vocab_file,
                       num_workers=1, random_seed=3, num_output_shards=3, tfds=source(data_dir))
   assert one['counts']['documents'] == 60 and shard_bytes(one) != shard_bytes(reports[0])
+
+
+def test_the_progress_line_counts_the_examples_every_part_read(data_dir, vocab_file, tmp_path,
+                                                               monkeypatch):
+  """Each worker reads its own part: their counts summed reach the split's 62 examples."""
+  lines, absl_logging = [], console.logging
+
+  class Recorded:  # caplog sees nothing in an xdist worker (log_records.py).
+    def __getattr__(self, name):
+      return getattr(absl_logging, name)
+
+    def info(self, message, *args):
+      lines.append(message % args)
+
+  monkeypatch.setattr(console, 'logging', Recorded())
+  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  report = writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file,
+                         num_workers=2, random_seed=3, num_output_shards=2,
+                         tfds=source(data_dir))
+  shown = [line for line in lines if line.startswith('create_pretraining_data: ')]
+  read = [int(line.split('/')[0].split()[-1]) for line in shown]
+  assert read and read == sorted(read) and all('/62 examples read (' in x for x in shown)
+  assert shown[-1].startswith('create_pretraining_data: 62/62 examples read (100.0%), ')
+  assert shown[-1].endswith(f"; {report['counts']['instances']:,} instances made")
 
 
 def test_parts_cover_the_split_once_and_empty_parts_read_nothing(data_dir):
