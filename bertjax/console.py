@@ -321,6 +321,12 @@ def duration(seconds: float) -> str:
   return f'{hours}h{minutes:02d}m'
 
 
+def eta(seconds: float) -> str:
+  """'0:11:46' (h:mm:ss): the time left on a progress line."""
+  seconds = int(seconds)
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
 def summary_line(job: str, seconds: float, *, stopped: str = '', metrics=(),
                  outputs=()) -> str:
   """The last line of every job: how it ended, its wall time, its final metrics (name, value
@@ -376,10 +382,9 @@ class Progress:
     shown = f'{self.job}: {_amount(done)}'
     if not self.total:
       return f'{shown} {self.unit}, {_amount(rate)} {self.rate_unit}/s{extra}'
-    left = int(max(self.total - done, 0) / rate) if rate > 0 else None
-    eta = '?' if left is None else f'{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}'
+    left = eta(max(self.total - done, 0) / rate) if rate > 0 else '?'
     return (f'{shown}/{_amount(self.total)} {self.unit} ({min(done / self.total, 1):.1%}), '
-            f'{_amount(rate)} {self.rate_unit}/s, ETA {eta}{extra}')
+            f'{_amount(rate)} {self.rate_unit}/s, ETA {left}{extra}')
 
 
 def _amount(x) -> str:

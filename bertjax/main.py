@@ -186,7 +186,8 @@ def _run(argv):
     from bertjax import paths  # pylint: disable=g-import-not-at-top
     from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
     hosts.check_same_command(paths.absolute_config(paths.own_copy(config)),
-                             paths.absolute(workdir) if workdir else '', step=_STEP.value)
+                             paths.absolute(workdir) if workdir else '',
+                             step=_parsed_step(_STEP.value))
   if config.job not in JOBS:
     raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
   step = None
@@ -207,6 +208,16 @@ def _run(argv):
     _job_module('bertjax.finetune.job').run(config, workdir, step=step)
   elif config.job == 'embed':
     _job_module('bertjax.embed').run(config, workdir)
+
+
+def _parsed_step(value):
+  """--step as the readers take it (latest, 08 and none the same), or the text a reader will
+  refuse."""
+  from bertjax.training import checkpoint_reader  # pylint: disable=g-import-not-at-top
+  try:
+    return checkpoint_reader.parse_step(value, text=True)
+  except ValueError:
+    return value
 
 
 def main(argv):

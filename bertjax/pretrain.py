@@ -286,12 +286,17 @@ def _check_init_from_function(config, path: str):
                      'compute what they were trained to.')
 
 
+def _resumes(workdir: str) -> bool:
+  """Whether a run in `workdir` resumes from its own checkpoints (init_from is not loaded)."""
+  return bool(paths.is_run(workdir) and checkpoint_reader.steps(files.join(workdir,
+                                                                          'checkpoints')))
+
+
 def _say_init_from_on_a_resume(path: str, workdir: str, config):
   """Warns that init_from is not read by a run that resumes from its own checkpoints (another
   one than the run began from, or another step of it: fine-tuning says the same); else checks
   what it will load (`path`: init_from.configured)."""
-  if not (paths.is_run(workdir)
-          and checkpoint_reader.steps(files.join(workdir, 'checkpoints'))):
+  if not _resumes(workdir):
     if path:
       _check_init_from_function(config, path)
     return
@@ -309,7 +314,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
   vocab = vocab_file(config)
-  path = init_from.configured(config)
+  path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)
   # The data's vocab (checked against the files below) must be the weights' own.
   init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')

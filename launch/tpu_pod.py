@@ -311,11 +311,11 @@ def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
   for attempt in range(DELETE_TRIES):
     if attempt:
       time.sleep(poll_s)
-    if run(delete_command(tpu), check=False).returncode:
-      continue
-    for _ in range(GONE_POLLS):
+    deleted = not run(delete_command(tpu), check=False).returncode
+    for _ in range(GONE_POLLS if deleted else 1):  # A failed delete: gone already?
       state = describe(tpu, run, poll_s, tries=1)
-      if not state:
+      # Not found twice in a row: gone (one failed describe may be gcloud's own failure).
+      if not state and not (state := describe(tpu, run, poll_s, tries=1)):
         return
       time.sleep(poll_s)
   raise RuntimeError(_not_deleted(tpu, state or describe(tpu, run, poll_s, tries=1)))
@@ -393,6 +393,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
       if attempt:
         print(f'tpu_pod: the slice was preempted; re-creating it (restart {attempt} of '
               f'{max_restarts}); the run resumes from its last checkpoint', flush=True)
+        booked = False  # Ctrl-C while the preempted slice is deleted: no run goes on.
         delete_preempted(tpu, run, poll_s)
       booked = True
       create(tpu, run, restart=bool(attempt))

@@ -132,6 +132,9 @@ def test_init_from_step_refuses_a_step_the_run_lacks(two_phase):
       f'config.init_from_step=7 (init_from={workdir}): {workdir}/checkpoints has no checkpoint '
       'step 7; its steps: 5, 9, 10, 12.')):
     init_from.configured(config)
+  # A job that loads no weights from it (a resume, eval, predict) reads the run itself: the
+  # step named may since have been pruned.
+  assert init_from.configured(config, loads_weights=False) == str(workdir)
 
 
 def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):

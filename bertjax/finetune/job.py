@@ -199,12 +199,16 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
       skipped.values())
 
 
-def _checkpoints_seen(workdir: str, step) -> str:
-  """What this host reads in `workdir`: its checkpoint steps and the one `step` names."""
+def _checkpoint_seen(workdir: str, step) -> str:
+  """The checkpoint this host would read in `workdir` for `step` (None: the newest), or why
+  not: the hosts compare it before any of them reads anything else."""
   try:
-    steps = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
-    return f'steps {steps}, step={step} -> {checkpoint_reader.resolve_step(workdir, step)}'
-  except (OSError, ValueError) as e:  # Said the same way by each host that meets it.
+    resolved = checkpoint_reader.resolve_step(workdir, step)
+    if resolved is None:
+      listed = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
+      return f'checkpoint {listed[-1]} (the newest)' if listed else 'no checkpoint'
+    return f'checkpoint {resolved}'
+  except Exception as e:  # pylint: disable=broad-except  Said, not raised, on this host alone.
     return f'{type(e).__name__}: {e}'
 
 
@@ -217,6 +221,9 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   config = paths.own_copy(config)
   config_check.check(config)
   workdir = paths.absolute(workdir)
+  # Before anything of the workdir is read: a host that sees another folder would stop alone,
+  # the others waiting for it in their first collective.
+  hosts.check_same_view(workdir, _checkpoint_seen(workdir, step))
   paths.absolute_config(config)
   job_setup.check_head(config, workdir)
   s = job_setup.setup(config, workdir)
@@ -227,7 +234,6 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
                                                        rules)
-  hosts.check_same_view(workdir, _checkpoints_seen(workdir, step))
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')

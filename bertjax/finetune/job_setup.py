@@ -82,7 +82,7 @@ def setup(config, workdir: str = '') -> Setup:
     raise ValueError(f'{workdir} was fine-tuned with labels {list(saved)}, but the training '
                      f'data now has {list(task.labels)}: use another --workdir for a new label '
                      'set, or the data it was trained on.')
-  init_path = init_from.configured(config)
+  init_path = init_from.configured(config, loads_weights=run is None)
   if run is None:  # A run's own casing is checked against its config.json.
     run_config.check_casing(config, init_path)
   model_cfg, vocab_file = run_config.resolve_model(config, init_path, run, workdir)
@@ -118,7 +118,8 @@ def check_head(config, workdir: str) -> tuple[str, str]:
   """(kind, pooling) of the run's head, known before any data is read, with
   config.export_format checked against them."""
   kind, run = export_formats.task_kind(config), run_config.trained_run(workdir)
-  pooling, found = run_config.resolve_pooling(config, run, init_from.configured(config))
+  pooling, found = run_config.resolve_pooling(
+      config, run, init_from.configured(config, loads_weights=run is None))
   export_formats.check(config, kind, pooling, found, trained=run is not None)
   return kind, pooling
 

@@ -47,13 +47,15 @@ def lookup(config, dotted: str):
   return value
 
 
-def configured(config) -> str:
-  """config.init_from as an absolute path or URL ('' when unset); where it is a bertjax run,
-  its checkpoint folder of config.init_from_step ('best', a number; 'latest' = the run itself,
-  whose newest readable step is read)."""
+def configured(config, *, loads_weights: bool = True) -> str:
+  """config.init_from as an absolute path or URL ('' when unset); where it is a bertjax run and
+  the job `loads_weights` from it, its checkpoint folder of config.init_from_step ('best', a
+  number; 'latest' = the run itself, whose newest readable step is read). A job that loads
+  none (a resume, eval, predict) reads only what every step of the run shares (shapes, vocab,
+  pooling): the run itself, whose step named then may since have been pruned."""
   path = paths.absolute(config.init_from)
   step = config.get('init_from_step', 'latest')
-  if not path or checkpoint_reader.parse_step(step, text=True) is None:
+  if not (path and loads_weights) or checkpoint_reader.parse_step(step, text=True) is None:
     return path
   try:
     return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True))

@@ -231,14 +231,15 @@ def _run_jobs(jobs, progress=None):
   """Every job's result, in order; `progress` (a console.Progress) shows how far they are."""
   # spawn, not fork: the parent may have TensorFlow's threads running (tests, notebooks).
   context = multiprocessing.get_context('spawn')
-  counts = context.Array('q', 2 * len(jobs), lock=False)
-  poll = _poller(counts, jobs, progress)
-  if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything.
-    _SHARED.update(counts=counts, poll=poll)
+  if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything
+    counts = [0, 0]  # (and no shared memory, which some containers lack).
+    _SHARED.update(counts=counts, poll=_poller(counts, jobs, progress))
     try:
       return [run_worker(jobs[0])]
     finally:
       _SHARED.update(counts=None, poll=None)
+  counts = context.Array('q', 2 * len(jobs), lock=False)
+  poll = _poller(counts, jobs, progress)
   pool = concurrent.futures.ProcessPoolExecutor(
       len(jobs), mp_context=context, initializer=_start_worker, initargs=(os.getpid(), counts))
   # A Ctrl-C or SIGTERM (console.exit_on_interrupt, which exits without unwinding) or a

@@ -148,19 +148,8 @@ def _example_weight(batch):
   return jnp.sum(batch['example_weight'])
 
 
-def _token_example_weight(batch):
-  """Each token's example weight [B, L]: its row's ([B] example_weight) or, in packed rows, its
-  instance's ([B, N], read at the token's instance id; padding 0)."""
-  weight = batch['example_weight'].astype(jnp.float32)
-  if 'instance_starts' not in batch:
-    return weight[:, None]
-  ids_BxL = batch['input_mask']
-  per_token = jnp.take_along_axis(weight, jnp.maximum(ids_BxL - 1, 0), axis=1)
-  return jnp.where(ids_BxL > 0, per_token, 0.0)
-
-
 def _tag_weights(batch):
-  return batch['label_weights'] * _token_example_weight(batch)
+  return batch['label_weights'] * losses.token_example_weight(batch)
 
 
 def _label_weight(batch):

@@ -437,6 +437,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
+        trace.before(step)  # Its start is counted in trace.overhead(), not in `not_training`.
         started = time.perf_counter()
         batch = next(batches)
         # A batch shape not seen yet compiles the step in the call (seconds to minutes), and
@@ -447,7 +448,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           logging.info('--- loop: steps %d..%d, %s per step', step, total_steps,
                        _batch_words(batch, config.global_batch_size))
           _compile_together(step_fn, state, batch)
-        trace.before(step)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
         not_training = 0.0 if shape in shapes else time.perf_counter() - started

@@ -12,6 +12,18 @@ import jax.numpy as jnp
 import optax
 
 
+def token_example_weight(batch):
+  """Each token's example weight, broadcastable to input_mask: its row's ([B] example_weight,
+  [B, 1] or [B, 1, 1] for [B, C, L] choices) or, in packed rows, its instance's ([B, N], read at
+  the token's instance id: [B, L], padding 0)."""
+  weight = batch['example_weight'].astype(jnp.float32)
+  ids = batch['input_mask']
+  if 'instance_starts' not in batch:
+    return weight.reshape(weight.shape + (1,) * (ids.ndim - 1))
+  per_token = jnp.take_along_axis(weight, jnp.maximum(ids - 1, 0), axis=1)
+  return jnp.where(ids > 0, per_token, 0.0)
+
+
 def masked_lm(logits_BxPxV, masked_lm_ids_BxP, masked_lm_weights_BxP):
   """MLM cross-entropy and accuracy over the gathered positions, weighted by masked_lm_weights."""
   weights_BxP = masked_lm_weights_BxP.astype(jnp.float32)

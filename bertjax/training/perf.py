@@ -16,6 +16,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from bertjax.training import losses
+
 # Peak dense bf16 TFLOP/s per device (chip or GPU), matched on jax's device_kind.
 PEAK_TFLOPS = (
     ('TPU v6', 918.0),
@@ -78,15 +80,9 @@ def real_tokens(batch) -> dict:
   if 'input_mask' not in batch:
     return {}
   # Nonzero, not the sum: packed rows hold instance ids 1, 2, ... (records/packing.py).
-  mask = batch['input_mask']
-  real = mask != 0
-  weight = batch.get('example_weight')  # Fine-tuning: rows (or instances) at weight 0 are
-  if weight is not None:  # filler (packed rows rounded up, a short batch filled): no work.
-    if weight.ndim == 2 and mask.ndim == 2:  # Packed [R, N]: each token's instance's weight.
-      instance = jnp.clip(mask.astype(jnp.int32) - 1, 0, weight.shape[1] - 1)
-      real &= jnp.take_along_axis(weight, instance, axis=1) > 0
-    else:  # [B] over [B, L] or [B, C, L].
-      real &= (weight > 0).reshape(weight.shape + (1,) * (mask.ndim - weight.ndim))
+  real = batch['input_mask'] != 0
+  if 'example_weight' in batch:  # Fine-tuning: rows (or instances) at weight 0 are filler
+    real &= losses.token_example_weight(batch) > 0  # (packed rows rounded up): no work.
   # Counted exactly in int32, then float32 so that the host's sum over many steps cannot
   # overflow.
   count = jnp.sum(real, dtype=jnp.int32).astype(jnp.float32)

@@ -62,11 +62,6 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
                   outputs=outputs)
 
 
-def format_duration(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
-
-
 class Progress:
   """The progress line and the train/ scalars: rates count training time only."""
 
@@ -151,7 +146,7 @@ class Progress:
                  f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
                  '' if utilisation is None else f', MFU {utilisation:.1%}' + (
                      '' if share is None else f' (real {utilisation * share:.1%})'),
-                 format_duration(self._seconds_left(step, steps_per_sec, flops)))
+                 console.eta(self._seconds_left(step, steps_per_sec, flops)))
 
   def _seconds_left(self, step: int, steps_per_sec: float, flops: float) -> float:
     """The ETA: the steps left at this rate, or where the job knows its later steps cost

@@ -12,14 +12,16 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 
 
-def run_script(tmp_path, *args, srun_exit=0):
+def run_script(tmp_path, *args, srun_exit=0, job_state='RUNNING'):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
   (bin_dir / 'srun').write_text(
       '#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG"\n'
       'echo "$JAX_LOCAL_DEVICE_IDS $SRUN_CPUS_PER_TASK" > "$FAKE_LOG.env"\n'
       f'exit {srun_exit}\n')
-  (bin_dir / 'scontrol').write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG.scontrol"\n')
+  (bin_dir / 'scontrol').write_text(  # `show job` answers with the job's state.
+      '#!/bin/bash\nif [ "$1" = show ]; then echo "JobId=4242 JobState=$FAKE_STATE Reason=None"; '
+      'exit; fi\nprintf "%s\\n" "$@" > "$FAKE_LOG.scontrol"\n')
   for tool in ('srun', 'scontrol'):
     (bin_dir / tool).chmod(0o755)
   venv = tmp_path / 'venv'
@@ -28,7 +30,7 @@ def run_script(tmp_path, *args, srun_exit=0):
   env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
              FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
              SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8',
-             SLURM_JOB_ID='4242', SLURM_CPUS_PER_TASK='16')
+             SLURM_JOB_ID='4242', SLURM_CPUS_PER_TASK='16', FAKE_STATE=job_state)
   env.pop('JAX_LOCAL_DEVICE_IDS', None)
   result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
                           text=True, timeout=60)
@@ -88,6 +90,17 @@ def test_a_run_that_saved_and_stopped_is_requeued_and_no_other(tmp_path, srun_ex
     assert 'requeueing job 4242 to resume from its last checkpoint' in result.stdout
   else:
     assert not scontrol.exists()
+
+
+def test_a_job_cancelled_with_scancel_is_not_requeued(tmp_path):
+  """Review: the batch shell now outlives scancel's SIGTERM, and the run saves (75): a job the
+  user cancelled must stay cancelled."""
+  result, _ = run_script(tmp_path, '/shared/runs/base', '--config=configs/pretrain.py',
+                         srun_exit=75, job_state='CANCELLED')
+  assert result.returncode == 75, result.stderr
+  assert not (tmp_path / 'srun.txt.scontrol').exists()  # No requeue.
+  assert 'the job was cancelled (scancel): the run saved its last checkpoint and is not ' \
+      'requeued' in result.stdout
 
 
 def test_a_sigterm_to_the_whole_job_is_passed_to_the_run_and_the_job_requeued(tmp_path):

@@ -139,7 +139,8 @@ def test_filler_rows_and_instances_at_weight_0_are_no_real_tokens():
   """Pass AA: packed fine-tuning rounds its rows up with copies of an example at weight 0;
   they were counted, overstating the real share by 13%."""
   mask = np.array([[1, 1, 2, 2, 2, 0], [1, 1, 1, 0, 0, 0]], np.int32)
-  packed = {'input_mask': mask, 'example_weight': np.array([[1, 1], [0, 0]], np.float32)}
+  packed = {'input_mask': mask, 'example_weight': np.array([[1, 1], [0, 0]], np.float32),
+            'instance_starts': np.array([[0, 2], [0, 0]], np.int32)}
   assert float(perf.real_tokens(packed)['real_tokens'][0]) == 5.0  # Row 1 is filler.
   packed['example_weight'] = np.array([[1, 0], [1, 0]], np.float32)
   assert float(perf.real_tokens(packed)['real_tokens'][0]) == 5.0  # Instance 2 of row 0.
