@@ -8,6 +8,7 @@ import sys
 import time
 
 from commands import REPO
+from commands import default_sigint
 from commands import environ
 from commands import run
 import pytest
@@ -32,17 +33,11 @@ def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
   assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
 
 
-def _default_sigint():
-  """Ctrl-C as a terminal delivers it, even where pytest itself runs with SIGINT ignored (a
-  script that started it with `&`): the child starts with the default disposition."""
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(tmp_path, *args):
   log = tmp_path / 'stderr'
   process = subprocess.Popen([sys.executable, '-m', 'bertjax.main', *args], cwd=tmp_path,
                              env=environ(), stdout=subprocess.DEVNULL,
-                             stderr=log.open('w'), preexec_fn=_default_sigint)
+                             stderr=log.open('w'), preexec_fn=default_sigint)
   return process, log
 
 
@@ -194,7 +189,7 @@ def _ignore_sigint():  # What a script's `cmd &` (and nohup) starts a command wi
 
 
 @pytest.mark.parametrize('signum, code, start', [
-    (signal.SIGINT, 130, _default_sigint), (signal.SIGTERM, 143, _default_sigint),
+    (signal.SIGINT, 130, default_sigint), (signal.SIGTERM, 143, default_sigint),
     (signal.SIGTERM, 143, _ignore_sigint)], ids=['SIGINT', 'SIGTERM', 'SIGTERM-background'])
 def test_ctrl_c_or_sigterm_in_extract_features_leaves_nothing_half_written(tmp_path, minilm_dir,
                                                                           signum, code, start):

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -16,3 +17,9 @@ def environ(**extra):
 def run(cwd, *args, timeout=120):
   return subprocess.run([sys.executable, *args], cwd=cwd, env=environ(), capture_output=True,
                         text=True, timeout=timeout, check=False)
+
+
+def default_sigint():
+  """Ctrl-C as a terminal delivers it, even where pytest itself runs with SIGINT ignored (a
+  script that started it with `&`): the child starts with the default disposition (a preexec_fn)."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import commands
 import pytest
 
 from bertjax import config_args
@@ -69,7 +70,7 @@ def launch(tmp_path, *flags, states=(), exits=(), interrupt=False):
       [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
        '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--poll_seconds=0',
        *flags, '--', *MAIN_ARGS], cwd=REPO, env=env, capture_output=True, text=True,
-      timeout=120)
+      timeout=120, preexec_fn=commands.default_sigint)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
   return result.returncode, result.stdout + result.stderr, calls
 
