@@ -188,10 +188,7 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
         batch = inference.padded(batch, rows)
         states = np.asarray(fn(params, batch)[picked])
         for row in range(len(chunk)):
-          features = [{'token': token, 'layers': [
-              {'index': index, 'values': [round(float(x), 6) for x in states[j, row, t]]}
-              for j, index in enumerate(layers)]} for t, token in enumerate(tokens[row])]
-          f.write(json.dumps({'linex_index': start + row, 'features': features}) + '\n')
+          f.write(_json_line(start + row, tokens[row], states[:, row], layers))
         progress.update(start + len(chunk))
       f.close()
       if to_stdout:
@@ -209,6 +206,15 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
               and files.name(model.source).isdigit())
   # The loader's source is <checkpoints>/<step>.
   return Written(len(examples), int(files.name(model.source)) if from_run else None, cut)
+
+
+def _json_line(index: int, tokens, states, layers) -> str:
+  """The original's JSON line of input `index`: each token's values in each picked layer
+  (states [layers, tokens, hidden]), rounded to 6 decimals as it writes them."""
+  features = [{'token': token, 'layers': [
+      {'index': layer, 'values': [round(float(x), 6) for x in states[j, t]]}
+      for j, layer in enumerate(layers)]} for t, token in enumerate(tokens)]
+  return json.dumps({'linex_index': index, 'features': features}) + '\n'
 
 
 def _temporary_beside(output: str | None) -> str:

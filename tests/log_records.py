@@ -2,17 +2,20 @@
 caplog sees nothing in an xdist worker whose earlier tests changed absl's logger."""
 
 
-def recorded_warnings(monkeypatch, module) -> list:
-  """The warnings `module` logs from now on (passed on to absl too), as formatted lines."""
+def recorded_warnings(monkeypatch, module, level: str = 'warning') -> list:
+  """The lines `module` logs at `level` ('warning', 'info') from now on (passed on to absl
+  too), formatted."""
   lines, absl_logging = [], module.logging
 
   class Recorded:
     def __getattr__(self, name):
-      return getattr(absl_logging, name)
+      if name != level:
+        return getattr(absl_logging, name)
 
-    def warning(self, message, *args):
-      lines.append(message % args)
-      absl_logging.warning(message, *args)
+      def record(message, *args):
+        lines.append(message % args)
+        getattr(absl_logging, level)(message, *args)
+      return record
 
   monkeypatch.setattr(module, 'logging', Recorded())
   return lines

@@ -7,6 +7,7 @@ import gzip
 import re
 
 import jax
+import log_records
 import pytest
 
 from bertjax import console
@@ -21,20 +22,8 @@ from configs import finetune as finetune_config
 
 
 def recorded_lines(monkeypatch) -> list:
-  """The INFO lines console logs from now on (passed on to absl too): caplog sees nothing in
-  an xdist worker whose earlier tests changed absl's logger (log_records.py)."""
-  lines, absl_logging = [], console.logging
-
-  class Recorded:
-    def __getattr__(self, name):
-      return getattr(absl_logging, name)
-
-    def info(self, message, *args):
-      lines.append(message % args)
-      absl_logging.info(message, *args)
-
-  monkeypatch.setattr(console, 'logging', Recorded())
-  return lines
+  """The INFO lines console logs from now on."""
+  return log_records.recorded_warnings(monkeypatch, console, 'info')
 
 
 def test_the_line_says_done_of_total_its_rate_and_eta(monkeypatch):

@@ -17,7 +17,6 @@ need step N's state before the next step donates it).
 import dataclasses
 import itertools
 import json
-import math
 import signal
 import threading
 import time
@@ -72,9 +71,8 @@ class Job:
     the first eval has run (it stops there, before anything is saved).
   early_stopping_patience: evaluations without an improvement of the best metric after which
     the run stops (0 = never).
-  remaining_flops(step) -> the training FLOPs of the steps from `step` to the end, for the
-    ETA, where later steps cost other than the last ones (two-phase pre-training's longer
-    phase 2); None: every step left costs what the last ones did.
+  remaining_flops(step) -> the FLOPs of the steps from `step` on, for the ETA where later steps
+    cost more (two-phase pre-training's phase 2); None: each costs what the last ones did.
   """
 
   objective: train_state.Objective
@@ -97,9 +95,7 @@ class _Preemption:
   """
 
   def __init__(self, mngr):
-    self._mngr = mngr
-    self._requested = False
-    self._previous = None
+    self._mngr, self._requested, self._previous = mngr, False, None
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._handle)
     elif jax.process_count() == 1:  # Python takes signal handlers in the main thread only.
@@ -138,15 +134,6 @@ def _compile_together(step_fn, state, batch):
   step_fn.lower(state, batch).compile()  # jit's own cache: the step's first call reuses it.
   multihost.get_barrier_sync_fn()(key=f'bertjax-first-step-{next(_first_steps)}',
                                   timeout_ms=FIRST_STEP_BARRIER_S * 1000)
-
-
-def _batch_words(batch, global_batch_size: int) -> str:
-  """'16 sequences of 128 tokens', or where the step computes other rows (packed, choices):
-  '16 sequences in 8 rows of 128 tokens'."""
-  *rows, length = batch['input_ids'].shape
-  rows = math.prod(rows)
-  return (f'{global_batch_size} sequences of {length} tokens' if rows == global_batch_size else
-          f'{global_batch_size} sequences in {rows} rows of {length} tokens')
 
 
 def _write_config(config, workdir, writer, resumed_at: int | None):
@@ -437,16 +424,15 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
-        trace.before(step)  # Its start is counted in trace.overhead(), not in `not_training`.
+        trace.before(step)  # Its start: in trace.overhead(), not in `not_training`.
         started = time.perf_counter()
         batch = next(batches)
-        # A batch shape not seen yet compiles the step in the call (seconds to minutes), and
-        # comes first from a pipeline just started (a run's start, phase 2's files): that time
-        # is no training, so the rates leave it out.
+        # A new batch shape compiles in the call, and comes first from a pipeline just started
+        # (a run's start, phase 2's files): no training, left out of the rates.
         shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
         if step == start_step:
           logging.info('--- loop: steps %d..%d, %s per step', step, total_steps,
-                       _batch_words(batch, config.global_batch_size))
+                       progress_lib.batch_words(batch, config.global_batch_size))
           _compile_together(step_fn, state, batch)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)

@@ -4,6 +4,7 @@ and its summary line when it ends.
 """
 
 import dataclasses
+import math
 import shutil
 import tempfile
 import time
@@ -60,6 +61,15 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
              ('TensorBoard', workdir)]
   console.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
                   outputs=outputs)
+
+
+def batch_words(batch, global_batch_size: int) -> str:
+  """'16 sequences of 128 tokens', or where the step computes other rows (packed, choices):
+  '16 sequences in 8 rows of 128 tokens'."""
+  *rows, length = batch['input_ids'].shape
+  rows = math.prod(rows)
+  return (f'{global_batch_size} sequences of {length} tokens' if rows == global_batch_size else
+          f'{global_batch_size} sequences in {rows} rows of {length} tokens')
 
 
 class Progress:

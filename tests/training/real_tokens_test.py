@@ -13,6 +13,7 @@ from bertjax import pretrain_objective
 from bertjax.input import global_batch
 from bertjax.training import loop
 from bertjax.training import perf
+from bertjax.training import progress
 from bertjax.training import sharding
 from bertjax.training import summaries
 from configs import pretrain
@@ -156,4 +157,4 @@ def test_filler_rows_and_instances_at_weight_0_are_no_real_tokens():
     ((8, 128), '16 sequences in 8 rows of 128 tokens'),  # Packed.
     ((16, 4, 64), '16 sequences in 64 rows of 64 tokens')])  # Four choices each.
 def test_the_start_line_says_the_rows_the_step_computes(shape, words):
-  assert loop._batch_words({'input_ids': np.zeros(shape)}, 16) == words  # pylint: disable=protected-access
+  assert progress.batch_words({'input_ids': np.zeros(shape)}, 16) == words
