@@ -6,7 +6,10 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 
 from bertjax import console
 from bertjax import files
@@ -145,3 +148,42 @@ def config_in_checkout(spec: str) -> str | None:
   if not absolute.is_relative_to(CONFIGS):
     return None
   return f'configs/{absolute.relative_to(CONFIGS).as_posix()}{colon}{arg}'
+
+
+def git_source(git_ref: str) -> tuple[str, str]:
+  """(repository URL, ref: '' for its default branch) of pip's git+URL[@REF][#FRAGMENT]."""
+  url = git_ref.removeprefix('git+').partition('#')[0]
+  scheme, sep, rest = url.partition('://')
+  host, _, path = rest.partition('/')
+  if not (git_ref.startswith('git+') and sep and path and (host or scheme == 'file')):
+    raise ValueError(f'--git_ref={git_ref!r} is no git URL: pass git+https://HOST/ORG/REPO@REF '
+                     '(a branch, tag or commit), or leave it out to install this checkout')
+  path, _, ref = path.rpartition('@') if '@' in path else (path, '', '')
+  return f'{scheme}://{host}/{path}', ref
+
+
+def git_fetch(git_ref: str, folder: str) -> str:
+  """Shell: `folder` made afresh, the commit the ref names fetched into it as FETCH_HEAD (a
+  shallow fetch: a branch, a tag or a commit)."""
+  url, ref = git_source(git_ref)
+  fetch = shlex.join(['fetch', '-q', '--depth=1', url] + ([ref] if ref else []))
+  return f'rm -rf {folder} && git init -q {folder} && git -C {folder} {fetch}'
+
+
+def check_on_worker(job_config: str, as_name: str, worker_args):
+  """Loads the job's config as a worker will, before a slice is booked: in a home holding only
+  configs/ and `job_config` as `as_name`, in a process that sees nothing of this machine's
+  PYTHONPATH. A config from elsewhere that imports a module beside it (found here through
+  PYTHONPATH or the current directory) would fail on every worker."""
+  with tempfile.TemporaryDirectory() as home:
+    shutil.copytree(CONFIGS, os.path.join(home, 'configs'))
+    shutil.copy(job_config, os.path.join(home, as_name))
+    script = 'import sys; from bertjax import config_args; config_args.check_args(sys.argv[1:])'
+    loaded = subprocess.run([sys.executable, '-c', script, *worker_args], cwd=home, text=True,
+                            capture_output=True, env={**os.environ, 'PYTHONPATH': ''},
+                            check=False, timeout=300)
+  if loaded.returncode:
+    said = [line for line in loaded.stderr.strip().splitlines() if line.strip()]
+    raise ValueError(f'--config={job_config} loads here but not on a worker, which holds only '
+                     f'it and configs/ ({said[-1] if said else "no message"}): put what it '
+                     'imports into it or into configs/')

@@ -6,42 +6,31 @@ preemption, delete.
       --config=configs/pretrain.py:size=base,vocab=30522,phase2_fraction=0.1 \
       --config.data.train_files=gs://BUCKET/data/train128-* ...
 
-Steps, each a gcloud command printed before it runs (--dry_run prints them and runs nothing):
-  0. the job's config loaded and checked here (bertjax.main's check: every field's range and
-     type, unknown fields), and a --workdir after -- that differs from --workdir refused; with
-     --aot_check, `python -m launch.aot_compile` for the slice's topology, here, so that a
-     config that does not fit fails before a slice is booked;
-  1. a wheel of this checkout (`pip wheel`), or --git_ref=<ref> to pip-install that ref;
+Steps, each printed before it runs (--dry_run prints them and runs nothing):
+  0. the job's config checked here as bertjax.main checks it, and for the slice (a batch it
+     cannot split, a GPU kernel); with --aot_check, the step compiled for its topology here;
+  1. a wheel of this checkout (`pip wheel`), unless --git_ref=git+URL@REF names another commit;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
-  3. the wheel and this checkout's configs/ copied to every worker's home (the wheel holds
-     the bertjax package only), the wheel installed with jax[tpu]; a --config=FILE from outside
-     configs/ is copied as ~/bertjax_job_config.py and the job's flag names that copy;
-  4. `python -m bertjax.main <flags after --> --workdir=<workdir>` started on every worker
-     (--worker=all, in its home) in the background, its log streamed from worker 0 until it
-     ends (an ssh session cut while the slice is not preempted is re-attached to);
-  5. if the slice was preempted or went into maintenance (the run did not finish and the queued
-     resource is SUSPENDED or the like, or the run saved and stopped on a SIGTERM, exit 75), at
-     any step from 2 on, the slice is deleted, re-created and steps 3-4 run again: the run
-     resumes from its last checkpoint in the workdir; at most --max_restarts times;
-  6. the slice deleted at the end, whatever happened (--keep leaves it running); a queued
-     resource of that name that exists already is refused, never deleted. Ctrl-C leaves the
-     slice and its run going, and prints how to follow the run and how to delete the slice.
+  3. the wheel and configs/ copied to every worker's home and installed with jax[tpu] in a
+     Python 3.12 venv; with --git_ref, worker 0 reads the commit the ref names once, and every
+     worker (every restart too) fetches that commit and takes its configs/; a --config=FILE from
+     outside configs/ is copied as ~/bertjax_job_config.py;
+  4. bertjax.main started on every worker in the background, worker 0's log streamed until it
+     ends (a cut ssh session on a live slice re-attached to);
+  5. a preempted slice (or a run that saved on a SIGTERM, exit 75) deleted, re-created, steps
+     3-4 run again: the run resumes from its last checkpoint; at most --max_restarts times;
+  6. the slice deleted at the end (--keep leaves it); one of that name that exists already is
+     refused, never deleted. Ctrl-C leaves the slice and its run going and says what to do.
 
-The workdir lies in a bucket (gs://): hosts cannot share a local path, and a VM's disk goes
-with the slice when it is deleted; a single-host slice may use a local path with --keep and
-without --spot.
-The command building, the retry rule and the argument checks are plain functions (tests:
-tests/launch/tpu_pod_test.py, against a fake gcloud that records its arguments).
+The workdir lies in a bucket (gs://); a single-host slice may use a local path with --keep and
+without --spot. Tests: tests/launch/tpu_pod_test.py, against a fake gcloud.
 """
 
 import dataclasses
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 from absl import app
@@ -55,6 +44,7 @@ from launch import cloud
 LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
 PID = '~/bertjax.pid'  # The run's process (its subshell), written when it starts.
+SOURCE = '~/bertjax-src'  # On each worker: the --git_ref commit's checkout, installed from.
 # On each worker, in its home: the job's config file when it lies outside this checkout's configs/
 # (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
 WORKER_CONFIG = 'bertjax_job_config.py'
@@ -83,8 +73,9 @@ _PROJECT = flags.DEFINE_string('project', '', 'GCP project (default: gcloud\'s).
 _SPOT = flags.DEFINE_bool('spot', False, 'Spot capacity (preemptible; the run resumes).')
 _RESERVED = flags.DEFINE_bool('reserved', False, 'The project\'s reservation.')
 _RUNTIME = flags.DEFINE_string('runtime_version', '', 'TPU VM image (default per generation).')
-_GIT_REF = flags.DEFINE_string('git_ref', '', 'Install bertjax from this pip ref (e.g. '
-                               'git+https://github.com/ORG/bertjax@v0.2) instead of a wheel.')
+_GIT_REF = flags.DEFINE_string('git_ref', '', 'Install bertjax, and take configs/, from this '
+                               'git ref (e.g. git+https://github.com/ORG/bertjax@v0.2: the '
+                               'commit it names at launch) instead of a wheel of this checkout.')
 _AOT_CHECK = flags.DEFINE_bool('aot_check', False, 'Compile the step for the slice first.')
 _KEEP = flags.DEFINE_bool('keep', False, 'Leave the slice running at the end.')
 _MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preemptions.',
@@ -189,38 +180,41 @@ def worker_job(main_args) -> tuple[str, list[str]]:
   return path, config_args.with_config_file(main_args, f'{WORKER_CONFIG}{colon}{arg}')
 
 
-def check_on_worker(job_config: str, worker_args):
-  """Loads the job's config as a worker will, before a slice is booked: in a home holding only
-  configs/ and `job_config` as WORKER_CONFIG, in a process that sees nothing of this machine's
-  PYTHONPATH. A config from elsewhere that imports a module beside it (found here through
-  PYTHONPATH or the current directory) would fail on every worker."""
-  with tempfile.TemporaryDirectory() as home:
-    shutil.copytree(cloud.CONFIGS, os.path.join(home, 'configs'))
-    shutil.copy(job_config, os.path.join(home, WORKER_CONFIG))
-    script = 'import sys; from bertjax import config_args; config_args.check_args(sys.argv[1:])'
-    loaded = subprocess.run([sys.executable, '-c', script, *worker_args], cwd=home, text=True,
-                            capture_output=True, env={**os.environ, 'PYTHONPATH': ''},
-                            check=False, timeout=300)
-  if loaded.returncode:
-    said = [line for line in loaded.stderr.strip().splitlines() if line.strip()]
-    raise ValueError(f'--config={job_config} loads here but not on a worker, which holds only '
-                     f'it and configs/ ({said[-1] if said else "no message"}): put what it '
-                     'imports into it or into configs/')
+def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
+  """git_ref at the commit its ref names now (worker 0 fetching it): a branch or tag moved
+  later changes nothing, on any worker or restart. A commit already is kept as it is."""
+  url, ref = cloud.git_source(git_ref)
+  if re.fullmatch(r'[0-9a-f]{40}', ref) or getattr(run, 'dry_run', False):
+    return git_ref
+  fetch = cloud.git_fetch(git_ref, SOURCE)
+  said = run(ssh_command(tpu, f"{fetch} && git -C {SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'",
+                         '0'), capture=True).stdout.split()
+  if not said or not re.fullmatch(r'[0-9a-f]{40}', said[-1]):
+    raise RuntimeError(f'worker 0 printed no commit for --git_ref={git_ref} ({said[-1:]}): '
+                       'pass a commit, ...@<40 hex digits>')
+  print(f'tpu_pod: --git_ref={git_ref} is commit {said[-1]}: every worker and every restart '
+        'installs it and runs its configs/', flush=True)
+  return f'git+{url}@{said[-1]}'
 
 
 def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
                      ) -> list[list[str]]:
-  """Copy the wheel (unless a git ref is installed) and this checkout's configs/ to every
-  worker's home, and `job_config` (a config file from elsewhere, worker_job) as WORKER_CONFIG;
-  pip-install bertjax."""
-  sources = ([wheel] if wheel else []) + [os.path.relpath(cloud.CONFIGS)]
-  copies = [tpu.gcloud('tpu-vm', 'scp', '--recurse', *sources, f'{tpu.name}:', '--worker=all')]
+  """Copy the wheel and this checkout's configs/ to every worker's home, or with a git ref
+  (pinned: pin_commit) fetch that commit there and take its configs/; and `job_config` (a config
+  file from elsewhere, worker_job) as WORKER_CONFIG; pip-install bertjax."""
+  sources = [wheel, os.path.relpath(cloud.CONFIGS)] if not git_ref else []
+  copies = [tpu.gcloud('tpu-vm', 'scp', '--recurse', *sources, f'{tpu.name}:', '--worker=all')
+            ] if sources else []
   if job_config:
     copies.append(tpu.gcloud('tpu-vm', 'scp', job_config, f'{tpu.name}:{WORKER_CONFIG}',
                              '--worker=all'))
-  package = shlex.quote(git_ref) if git_ref else f'~/{wheel.rsplit("/", 1)[-1]}'
-  return copies + [ssh_command(tpu, f'{VENV_SETUP} && {UV} pip install -q --python {PYTHON} '
-                                    f'-U "jax[tpu]" {package}')]
+  package, fetch = f'~/{wheel.rsplit("/", 1)[-1]}', ''
+  if git_ref:
+    package = SOURCE
+    fetch = (f'{cloud.git_fetch(git_ref, SOURCE)} && git -C {SOURCE} checkout -q FETCH_HEAD && '
+             f'rm -rf ~/configs && cp -r {SOURCE}/configs ~/configs && ')
+  return copies + [ssh_command(tpu, f'{fetch}{VENV_SETUP} && {UV} pip install -q --python '
+                                    f'{PYTHON} -U "jax[tpu]" {package}')]
 
 
 def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
@@ -321,28 +315,23 @@ def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
   raise RuntimeError(_not_deleted(tpu, state or describe(tpu, run, poll_s, tries=1)))
 
 
-def check_git_ref(git_ref: str):
-  """Warns about a git ref that names no commit: every restart installs the ref again, and a
-  branch or tag moved in between resumes the run on other code."""
-  if git_ref.startswith('git+') and not re.search(r'@[0-9a-f]{40}(#.*)?$', git_ref):
-    print(f'tpu_pod: warning: --git_ref={git_ref} names no commit: a branch or tag can move '
-          'between preemption restarts, each of which installs it again; pin a commit, '
-          '...@<40 hex digits>', file=sys.stderr, flush=True)
-
-
-def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float) -> bool:
-  """Waits for the slice to be ACTIVE and runs `commands` (install, start the run): False when
-  the slice was preempted on the way (a command failed and the queued resource is PREEMPTED)."""
+def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float, git_ref: str = ''
+          ) -> tuple[bool, str]:
+  """Waits for the slice to be ACTIVE, pins `git_ref` to a commit (pin_commit) and runs
+  `commands(git_ref)` (install, start the run): (False when the slice was preempted on the way,
+  a command failing and the queued resource PREEMPTED; the ref as pinned)."""
   if not wait_active(tpu, run, poll_s):
-    return False
+    return False, git_ref
   try:
-    for cmd in commands:
+    if git_ref:
+      git_ref = pin_commit(tpu, run, git_ref)
+    for cmd in commands(git_ref):
       run(cmd)
   except RuntimeError:
     if describe(tpu, run, poll_s) in PREEMPTED:
-      return False
+      return False, git_ref
     raise
-  return True
+  return True, git_ref
 
 
 def follow(tpu: Slice, run: cloud.Runner, poll_s: float) -> tuple[int, str]:
@@ -376,16 +365,20 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
                      f'config.job={config.job!r}: leave --aot_check out')
   job_config, worker_args = worker_job(main_args)
   if job_config:
-    check_on_worker(job_config, worker_args)
-  check_git_ref(git_ref)
+    cloud.check_on_worker(job_config, WORKER_CONFIG, worker_args)
+  if git_ref:
+    cloud.git_source(git_ref)  # A ref that is no git URL: refused before booking.
   if aot_check:
     run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''
   if not git_ref:
     run(wheel_command())
     wheel = f'dist/bertjax-{bertjax.__version__}-py3-none-any.whl'
-  commands = install_commands(tpu, wheel, git_ref, job_config) + [
-      run_command(tpu, worker_args, workdir)]
+
+  def commands(git_ref):
+    return install_commands(tpu, wheel, git_ref, job_config) + [
+        run_command(tpu, worker_args, workdir)]
+
   owned = False  # The slice is this process's to delete at the end.
   booked = False  # A slice was asked for: Ctrl-C leaves it, and its run, alone.
   try:
@@ -398,7 +391,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
       booked = True
       create(tpu, run, restart=bool(attempt))
       owned = True
-      if not start(tpu, run, commands, poll_s):
+      started, git_ref = start(tpu, run, commands, poll_s, git_ref)
+      if not started:
         continue
       exit_code, state = follow(tpu, run, poll_s)
       if exit_code == 255 and state not in PREEMPTED:

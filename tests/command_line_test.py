@@ -153,7 +153,7 @@ def test_the_tpu_launcher_checks_the_config_before_booking_anything(monkeypatch,
   tpu = tpu_pod.Slice('bert', 'us-west4-a', 'v5litepod-16', spot=True)
   with pytest.raises(ValueError, match=message):
     tpu_pod.launch(tpu, main_args, 'gs://b/runs/base', run=lambda cmd, **kw: calls.append(cmd),
-                   git_ref='git+https://example.org/bertjax@v1')
+                   git_ref='git+https://example.org/bertjax@' + 'a1' * 20)
   assert calls == []
 
 

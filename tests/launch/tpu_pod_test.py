@@ -41,6 +41,8 @@ elif 'delete' in args:
   open(gone, 'w').close()
 elif 'create' in args and os.path.exists(gone):
   os.unlink(gone)
+elif 'ssh' in args and '--worker=0' in args and 'rev-parse' in args[-2]:
+  print('b2' * 20)
 elif 'ssh' in args and '--worker=0' in args:
   print('step 10/10: loss 6.1 (worker 0 log)', flush=True)
   if os.environ.get('FAKE_INTERRUPT'):
@@ -92,12 +94,15 @@ CREATE = ['compute', 'tpus', 'queued-resources', 'create', 'bert', '--node-id=be
           ZONE]
 DESCRIBE = ['compute', 'tpus', 'queued-resources', 'describe', 'bert',
             '--format=value(state.state)', ZONE]
-COPY = ['compute', 'tpus', 'tpu-vm', 'scp', '--recurse', 'configs', 'bert:', '--worker=all', ZONE]
+COMMIT = 'a1' * 20
+GIT_REF = f'git+https://example.org/bertjax@{COMMIT}'  # A commit: installed as it is.
 INSTALL = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all',
-           '--command=python3 -m pip install -q --user -U uv && python3 -m uv venv -q '
+           '--command=rm -rf ~/bertjax-src && git init -q ~/bertjax-src && git -C ~/bertjax-src '
+           f'fetch -q --depth=1 https://example.org/bertjax {COMMIT} && git -C ~/bertjax-src '
+           'checkout -q FETCH_HEAD && rm -rf ~/configs && cp -r ~/bertjax-src/configs ~/configs '
+           '&& python3 -m pip install -q --user -U uv && python3 -m uv venv -q '
            '--allow-existing --python 3.12 ~/bertjax-venv && python3 -m uv pip install -q '
-           '--python ~/bertjax-venv/bin/python -U "jax[tpu]" git+https://example.org/bertjax@v1',
-           ZONE]
+           '--python ~/bertjax-venv/bin/python -U "jax[tpu]" ~/bertjax-src', ZONE]
 START = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all', f'--command={RUN}', ZONE]
 LOGS = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0',
         '--ssh-flag=-o ServerAliveInterval=30', '--ssh-flag=-o ServerAliveCountMax=4',
@@ -106,33 +111,33 @@ DELETE = ['compute', 'tpus', 'queued-resources', 'delete', 'bert', '--force', '-
 
 
 def test_a_run_creates_installs_runs_streams_and_deletes(tmp_path):
-  code, out, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
+  code, out, calls = launch(tmp_path, '--spot', '--git_ref=' + GIT_REF,
                             states=['PROVISIONING', 'ACTIVE', 'ACTIVE'])
   assert code == 0, out
-  assert calls == [CREATE, DESCRIBE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE, DELETE]
+  assert calls == [CREATE, DESCRIBE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE, DELETE]
   assert 'step 10/10: loss 6.1 (worker 0 log)' in out
 
 
 def test_a_preempted_slice_is_recreated_and_the_run_resumed(tmp_path):
-  code, out, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
+  code, out, calls = launch(tmp_path, '--spot', '--git_ref=' + GIT_REF,
                             states=['ACTIVE', 'SUSPENDED', 'ACTIVE', 'ACTIVE'],
                             exits=['255', '0'])
   assert code == 0, out
-  attempt = [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]
+  attempt = [CREATE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE]
   # Deleted: not found, twice in a row.
   assert calls == attempt + [DELETE, DESCRIBE, DESCRIBE] + attempt + [DELETE]
   assert 'preempted; re-creating it (restart 1 of 10)' in out
 
 
 def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
-  code, _, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
+  code, _, calls = launch(tmp_path, '--spot', '--git_ref=' + GIT_REF,
                           '--keep', exits=['1'])
   assert code == 1
-  assert calls == [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]  # --keep: no delete.
+  assert calls == [CREATE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE]  # --keep: no delete.
 
 
 def test_restarts_run_out_after_max_restarts(tmp_path):
-  code, _, calls = launch(tmp_path, '--git_ref=git+https://example.org/bertjax@v1',
+  code, _, calls = launch(tmp_path, '--git_ref=' + GIT_REF,
                           '--max_restarts=1', exits=['75', '75'])
   assert code == cloud.PREEMPTED_EXIT
   assert sum(c[:4] == CREATE[:4] for c in calls) == 2
@@ -200,15 +205,18 @@ def launch_in_process(main_args, workdir='gs://b/runs/base', **kwargs):
     return subprocess.CompletedProcess(cmd, 0, 'ACTIVE\n')
 
   code = tpu_pod.launch(slice_(), main_args, workdir, run=run, poll_s=0,
-                        git_ref='git+https://example.org/bertjax@v1', **kwargs)
+                        git_ref=GIT_REF, **kwargs)
   assert code == 0
   return calls
 
 
 def worker_home(calls, home):
   """What the launcher's `gcloud ... scp` commands leave in a worker's home (`home`), copied
-  from the current directory as scp copies (--recurse: folders whole; NAME:PATH: that name)."""
+  from the current directory as scp copies (--recurse: folders whole; NAME:PATH: that name),
+  and the git ref's configs/ its install takes (the ref: this checkout)."""
   for cmd in calls:
+    if 'cp -r ~/bertjax-src/configs ~/configs' in cmd[-2]:
+      shutil.copytree(REPO / 'configs', home / 'configs', dirs_exist_ok=True)
     if cmd[:5] != ['gcloud', 'compute', 'tpus', 'tpu-vm', 'scp']:
       continue
     paths = [a for a in cmd[5:] if not a.startswith('--')]
@@ -357,6 +365,8 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
       code = 255
     elif 'delete' in args or 'create' in args:
       gone[0] = 'delete' in args
+    elif '--worker=0' in args and 'rev-parse' in args[-2]:
+      out = 'b2' * 20
     elif '--worker=0' in args:
       code = int(exits.pop(0)) if exits else 0
     if check and code:
@@ -365,13 +375,13 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
 
   try:
     result = tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=run, poll_s=0,
-                            git_ref='git+https://example.org/bertjax@v1', **kwargs)
+                            **{'git_ref': GIT_REF, **kwargs})
   except RuntimeError as e:
     result = str(e)
   return result, calls
 
 
-ATTEMPT = [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS, DESCRIBE]
+ATTEMPT = [CREATE, DESCRIBE, INSTALL, START, LOGS, DESCRIBE]
 
 
 def test_a_cut_ssh_session_on_a_live_slice_is_reattached_not_deleted(monkeypatch):
@@ -418,7 +428,7 @@ def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
                                  + [DELETE])
   # Preempted during the install: ssh exits 255 and the slice is SUSPENDED.
   code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], fails=[INSTALL])
-  assert code == 0 and calls == (ATTEMPT[:4] + [DESCRIBE, DELETE, DESCRIBE, DESCRIBE] + ATTEMPT
+  assert code == 0 and calls == (ATTEMPT[:3] + [DESCRIBE, DELETE, DESCRIBE, DESCRIBE] + ATTEMPT
                                  + [DELETE])
   # Counted against --max_restarts.
   code, calls = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
@@ -426,7 +436,7 @@ def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
   # An install that fails on a slice still ACTIVE is an error, as before.
   error, calls = launch_scripted(monkeypatch, fails=[INSTALL])
   assert error.startswith('gcloud exited with 255: gcloud compute tpus tpu-vm ssh bert')
-  assert calls == ATTEMPT[:4] + [DESCRIBE, DELETE]
+  assert calls == ATTEMPT[:3] + [DESCRIBE, DELETE]
 
 
 def test_the_workers_python_is_one_bertjax_installs_on():
@@ -501,10 +511,10 @@ def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp
 def test_ctrl_c_leaves_the_slice_and_its_run_and_says_how_to_follow_and_delete(tmp_path):
   """Ctrl-C while the log streams tells the run nothing (it would not save): deleting the slice
   would lose its work since the last checkpoint. One line, exit 130, no traceback."""
-  code, out, calls = launch(tmp_path, '--spot', '--git_ref=git+https://example.org/bertjax@v1',
+  code, out, calls = launch(tmp_path, '--spot', '--git_ref=' + GIT_REF,
                             interrupt=True)
   assert code == 130, out
-  assert calls == [CREATE, DESCRIBE, COPY, INSTALL, START, LOGS]  # No delete.
+  assert calls == [CREATE, DESCRIBE, INSTALL, START, LOGS]  # No delete.
   assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out
   line = out.strip().splitlines()[-1]
   assert line == (f'tpu_pod: interrupted; bert and its run (if started) go on: follow it with '
@@ -568,17 +578,74 @@ def test_a_workdir_naming_no_bucket_is_refused_before_anything_runs(tmp_path, wo
       'and .): pass --workdir=gs://BUCKET/path')
 
 
-def test_a_git_ref_naming_no_commit_is_warned_about(monkeypatch, capsys):
-  """Each restart installs the ref again: a branch moved in between resumes on other code."""
-  code, _ = launch_scripted(monkeypatch)  # @v1: a tag.
+def test_a_git_ref_is_pinned_to_the_commit_it_names_at_launch(monkeypatch, capsys):
+  """A branch or tag can move between preemption restarts (each installed it again): the run
+  resumed on other code. Worker 0 reads the commit once; every install, restarts too, fetches
+  that commit, and the run takes that commit's configs/, not this checkout's."""
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
+                                git_ref='git+https://example.org/bertjax@main')
   assert code == 0
-  err = capsys.readouterr().err
-  assert ('tpu_pod: warning: --git_ref=git+https://example.org/bertjax@v1 names no commit: a '
-          'branch or tag can move between preemption restarts') in err, err
-  for pinned in ('git+https://example.org/bertjax@' + 'a1' * 20, '', 'dist/bertjax.whl'):
-    tpu_pod.check_git_ref(pinned)
-  tpu_pod.check_git_ref('git+https://example.org/bertjax@main')
-  assert capsys.readouterr().err.count('warning') == 1
+  resolve = calls[2]
+  assert resolve[:6] == ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0'], calls
+  assert resolve[6] == ('--command=rm -rf ~/bertjax-src && git init -q ~/bertjax-src && git -C '
+                        '~/bertjax-src fetch -q --depth=1 https://example.org/bertjax main && '
+                        "git -C ~/bertjax-src rev-parse 'FETCH_HEAD^{commit}'")
+  installs = [c for c in calls if '--worker=all' in c and 'uv pip install' in c[-2]]
+  pinned = [c[-2].replace('b2' * 20, COMMIT) for c in installs]
+  assert len(installs) == 2 and pinned == [INSTALL[-2]] * 2, installs  # Both: worker 0's commit.
+  assert sum('rev-parse' in c[-2] for c in calls) == 1  # Read once, not again at the restart.
+  assert ('tpu_pod: --git_ref=git+https://example.org/bertjax@main is commit ' + 'b2' * 20 +
+          ': every worker and every restart installs it and runs its configs/'
+          ) in capsys.readouterr().out
+  # A commit is installed as it is, with nothing to read.
+  code, calls = launch_scripted(monkeypatch)
+  assert code == 0 and not any('rev-parse' in c[-2] for c in calls)
+
+
+@pytest.mark.parametrize('ref', ['main', 'v1', '', 'COMMIT'])
+def test_the_workers_commands_fetch_the_commit_the_ref_names(tmp_path, ref):
+  """The shell that worker 0 and the installs run, against a real repository: a branch, an
+  annotated tag, the default branch and a commit each resolve to the commit, whose configs/
+  the install takes (pip's part left out)."""
+  repo, home = tmp_path / 'repo', tmp_path / 'home'
+  home.mkdir()
+  git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', '-C', str(repo)]
+  (repo / 'configs').mkdir(parents=True)
+  (repo / 'configs' / 'pretrain.py').write_text('# first\n')
+  subprocess.run(['git', 'init', '-q', '-b', 'main', str(repo)], check=True)
+  subprocess.run(git + ['add', '.'], check=True)
+  subprocess.run(git + ['commit', '-qm', 'first'], check=True)
+  subprocess.run(git + ['tag', '-a', 'v1', '-m', 'v1'], check=True)
+  first = subprocess.run(git + ['rev-parse', 'HEAD'], capture_output=True, text=True,
+                         check=True).stdout.strip()
+  git_ref = f'git+file://{repo}' + (f'@{first if ref == "COMMIT" else ref}' if ref else '')
+
+  def on_worker(command):
+    return subprocess.run(['bash', '-c', command], env={**os.environ, 'HOME': str(home)},
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+  runs = []
+
+  def run(cmd, **_):
+    runs.append(cmd)
+    return subprocess.CompletedProcess(cmd, 0, on_worker(cmd[-2].removeprefix('--command=')))
+  pinned = tpu_pod.pin_commit(slice_(), run, git_ref)
+  assert pinned == f'git+file://{repo}@{first}' and len(runs) == (ref != 'COMMIT')
+  # The branch moves on: the pinned install still fetches the first commit.
+  (repo / 'configs' / 'pretrain.py').write_text('# second\n')
+  subprocess.run(git + ['commit', '-qam', 'second'], check=True)
+  install = tpu_pod.install_commands(slice_(), '', pinned)[-1][-2].removeprefix('--command=')
+  on_worker(install.partition(' && python3 -m pip')[0])
+  assert (home / 'configs' / 'pretrain.py').read_text() == '# first\n'
+
+
+def test_a_git_ref_that_is_no_git_url_is_refused_before_anything_runs(monkeypatch):
+  monkeypatch.chdir(REPO)
+  calls = []
+  for ref in ('bertjax==0.2', 'git+https://example.org', 'https://example.org/bertjax@v1'):
+    with pytest.raises(ValueError, match=re.escape(f"--git_ref='{ref}' is no git URL: pass "
+                                                   'git+https://HOST/ORG/REPO@REF')):
+      tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=calls.append, git_ref=ref)
+  assert calls == []
 
 
 def test_a_config_path_on_this_machines_disk_is_warned_about():
