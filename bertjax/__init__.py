@@ -1,6 +1,9 @@
 """bertjax: BERT pre-training and fine-tuning in JAX/Flax, faithful to the paper, TPU-first."""
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
+import os
 import sys
 
 __version__ = '0.1.0'
@@ -21,3 +24,43 @@ def _load_triton_before_tensorflow():
 
 
 _load_triton_before_tensorflow()
+
+
+class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
+  """TensorFlow writes C++ start-up lines to stderr as it loads ('All log messages before
+  absl::InitializeLog() ...', 'oneDNN custom operations are on', 'Could not find cuda drivers',
+  the CPU instruction notice): lines no user acts on, which TF_CPP_MIN_LOG_LEVEL no longer
+  silences (TF 2.21 logs them through absl's C++ log). Wherever TensorFlow is first imported in
+  this process (bertjax's input pipeline, an export, a user's own script or notebook), they are
+  held and shown only if the import fails, or at --verbosity=1 (console.stderr_held)."""
+
+  def find_spec(self, name, path, target=None):
+    del path, target
+    if name != 'tensorflow':
+      return None
+    sys.meta_path.remove(self)  # Once; and the lookup below must not come back here.
+    spec = importlib.machinery.PathFinder.find_spec(name)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
+      return spec
+    loader, kind = spec.loader, type(spec.loader)
+
+    class Held(kind):  # The same loader, its exec_module under stderr_held.
+
+      def exec_module(self, module):
+        from bertjax import console  # pylint: disable=g-import-not-at-top
+        try:
+          with console.stderr_held():
+            super().exec_module(module)
+        finally:
+          loader.__class__ = kind
+
+    try:
+      loader.__class__ = Held
+    except TypeError:  # A loader whose class cannot change: TensorFlow imported as it is.
+      pass
+    return spec
+
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Its C++ runtime's INFO and WARNING lines.
+if 'tensorflow' not in sys.modules:
+  sys.meta_path.insert(0, _HeldTensorFlowStart())

@@ -46,7 +46,6 @@ def hide_from_tensorflow():
   that never read through tf.data (fine-tuning, predicting) then run without it."""
   if not device_node_present():
     return
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TF's C++ start-up lines.
   with console.stderr_held():  # A CPU-only TF probing for CUDA: shown only on failure.
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top

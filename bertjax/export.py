@@ -54,8 +54,6 @@ import json
 import os
 import time
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
@@ -227,15 +225,6 @@ def _define_flags():
                     '(a Normalize module), or --nonormalize to drop the source\'s.')
 
 
-def _quiet_tensorflow(fmt: str, source: str):
-  """Imports TensorFlow, where this export needs it, with its C++ start-up lines (oneDNN,
-  cuInit, absl::InitializeLog) held back: shown if the import fails or at --verbosity=1."""
-  if fmt in ('tf1', 'saved_model') or sources.format_of(source) == 'tf1':
-    from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
-    with console.stderr_held():
-      fast_tokenizer.import_tf()
-
-
 def loading_lines(fmt: str, output: str) -> list[str]:
   """What a user types to load the export (read from what was written)."""
   if fmt == 'saved_model':
@@ -275,7 +264,6 @@ def main(argv):
         terminate=True)
   start = time.perf_counter()
   try:
-    _quiet_tensorflow(FLAGS.format, paths.absolute(FLAGS['from'].value))
     out, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
                           overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
                           do_lower_case=FLAGS.do_lower_case,

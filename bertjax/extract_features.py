@@ -45,10 +45,8 @@ from bertjax import inference
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import sources
-from bertjax.interop import tf1_checkpoint
 from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
-from bertjax.text import fast_tokenizer
 from bertjax.training import checkpoint_reader
 
 STDIO = '-'  # --input_file=- reads standard input, --output_file=- writes standard output.
@@ -140,11 +138,6 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   if vocab_file and files.isdir(vocab_file) and not files.isfile(vocab_file):
     raise IsADirectoryError(f'--vocab_file={vocab_file} is a folder: name the vocab file '
                             '(vocab.txt, or a SentencePiece .model) in it.')
-  if bert_config_file or tf1_checkpoint.find(init) is not None:
-    # TensorFlow reads the checkpoint: its C++ start-up lines (oneDNN, cuInit,
-    # absl::InitializeLog) held back, shown if the import fails or at --verbosity=1.
-    with console.stderr_held():
-      fast_tokenizer.import_tf()
   # The one loader (any source, the run's step, the original's separate bert_config.json).
   model = sources.load(init, vocab_file=vocab_file, do_lower_case=do_lower_case, step=step,
                        bert_config_file=bert_config_file)

@@ -26,8 +26,6 @@ if __name__ == '__main__':
     signal.signal(signal.SIGINT, _interrupted_early)
 
 # TF (used for tf.data only) must never grab the accelerators JAX is about to use.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
 from bertjax import accelerators  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402

@@ -58,7 +58,9 @@ def test_no_import_climbs_back_up_the_flow():
   climbs = []
   for path in sorted(PACKAGE.rglob('*.py')):
     module = '.'.join(path.relative_to(PACKAGE.parent).with_suffix('').parts)
-    here = _unit(module)
+    module = module.removesuffix('.__init__')
+    # bertjax/__init__.py runs first, at every import of the package: the base stage's.
+    here = _unit(module) if module != 'bertjax' else STAGES[0][0]
     for line, imported in _imports(path):
       there = _unit(imported)
       if there and here and STAGE[there] > STAGE[here]:

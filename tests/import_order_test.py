@@ -37,3 +37,38 @@ def test_importing_bertjax_loads_neither_tensorflow_nor_jax_nor_torch():
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr
   assert run.stdout.strip() == '[]'
+
+
+START_UP = ('InitializeLog', 'oneDNN', 'cuda drivers', 'cuInit', 'This TensorFlow binary')
+
+
+def python(script, **env):
+  import os  # pylint: disable=g-import-not-at-top
+  return subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, **env})
+
+
+def test_tensorflow_imported_after_bertjax_writes_no_start_up_lines():
+  """A plain script or notebook (no bertjax.main to hold stderr): TensorFlow's C++ start-up
+  lines, which TF_CPP_MIN_LOG_LEVEL no longer silences, are held wherever it is first imported,
+  bertjax's input pipeline or the user's own `import tensorflow`."""
+  bare = python('import tensorflow')
+  assert any(line in bare.stderr for line in START_UP), (  # What is held: it is there to hold.
+      f'this TensorFlow writes no start-up lines: {bare.stderr[-500:]}')
+  for script in ('import bertjax.input.input_pipeline', 'import bertjax; import tensorflow',
+                 'from bertjax import predict; import tensorflow_text'):
+    run = python(script + '; import tensorflow as tf; print(type(tf.__spec__.loader).__name__)')
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == 'SourceFileLoader', run.stdout  # Its own loader, restored.
+    assert not [line for line in START_UP if line in run.stderr], (script, run.stderr[-2000:])
+
+
+def test_a_failing_tensorflow_import_shows_what_it_wrote(tmp_path):
+  fake = tmp_path / 'tensorflow'
+  fake.mkdir()
+  (fake / '__init__.py').write_text("import os\nos.write(2, b'libtensorflow.so: bad ELF\\n')\n"
+                                    "raise ImportError('no TensorFlow here')\n")
+  run = python('import bertjax\ntry:\n  import tensorflow\nexcept ImportError as e:\n'
+               '  print(e)\n', PYTHONPATH=str(tmp_path))
+  assert run.stdout.strip() == 'no TensorFlow here', run.stderr
+  assert 'libtensorflow.so: bad ELF' in run.stderr

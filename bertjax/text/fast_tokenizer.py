@@ -86,7 +86,6 @@ def _re2_class(code_points):
 
 def import_tf():
   """Imports TensorFlow (quietly, without accelerators) and tensorflow-text; returns both."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only when needed.
   import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
 
