@@ -29,10 +29,11 @@ _load_triton_before_tensorflow()
 class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
   """TensorFlow writes C++ start-up lines to stderr as it loads ('All log messages before
   absl::InitializeLog() ...', 'oneDNN custom operations are on', 'Could not find cuda drivers',
-  the CPU instruction notice): lines no user acts on, which TF_CPP_MIN_LOG_LEVEL no longer
-  silences (TF 2.21 logs them through absl's C++ log). Wherever TensorFlow is first imported in
-  this process (bertjax's input pipeline, an export, a user's own script or notebook), they are
-  held and shown only if the import fails, or at --verbosity=1 (console.stderr_held)."""
+  the CPU instruction notice, and a CUDA build's 'failed call to cuInit' on a CPU host): lines no
+  user acts on, which TF_CPP_MIN_LOG_LEVEL no longer silences (TF 2.21 logs them through absl's
+  C++ log). Wherever TensorFlow is first imported in this process (bertjax's input pipeline, an
+  export, a user's own script or notebook), they are held and shown only if the import fails, or
+  at --verbosity=1 (console.stderr_held)."""
 
   def find_spec(self, name, path, target=None):
     del path, target
@@ -51,6 +52,9 @@ class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
         try:
           with console.stderr_held():
             super().exec_module(module)
+            # A CUDA build probes for a GPU when its devices are first listed ('failed call to
+            # cuInit' on a CPU host): listed here, held too. set_visible_devices still works.
+            module.config.list_physical_devices()
         finally:
           loader.__class__ = kind
 
