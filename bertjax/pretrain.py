@@ -316,8 +316,18 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab = vocab_file(config)
   path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)
-  # The data's vocab (checked against the files below) must be the weights' own.
-  init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
+  # The data's vocab (checked against the files below) must be the weights' own: the embedded
+  # corpus's too, whose data is made with its own vocab.
+  if config.data.train_files:
+    init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
+  else:
+    init_from.check_same_vocab(path, vocab, '', fix=(
+        'the embedded corpus is tokenized with it; make data with the weights\' vocab '
+        '(python -m bertjax.create_pretraining_data --vocab_file=...) and pass it as '
+        'data.train_files, with data.vocab_file'))
+  if vocab:  # Recorded in config.json: the run's vocab.txt edited later is refused by readers.
+    with config.unlocked():
+      config.data.vocab_sha256 = files.sha256(vocab)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)
@@ -371,7 +381,10 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   evaluator = PhasedEvaluator(evaluators, config.eval_every_steps) if evaluators else None
 
   def load_weights(params, shardings):
-    return init_from.load_params(path, params, shardings)[0]
+    params, _, read = init_from.load_params(path, params, shardings)
+    with config.unlocked():  # config.json records the step read ('latest' and 'best' move).
+      config.init_from_read = read
+    return params
 
   def remaining_flops(step):  # Phase 2's steps cost ~4x phase 1's at the paper's lengths.
     return sum(max(p.end_step - max(step, p.first_step), 0) * config.global_batch_size

@@ -149,6 +149,13 @@ def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):
   assert all(np.array_equal(got[k], want[k]) for k in want)  # A rate of 0 moves nothing.
   assert not all(np.array_equal(got[k], v) for k, v in pretrain_runs.flat(
       pretrain_runs.read_state(workdir, STEPS)['params']).items())
+  # Pass AD: the step read is recorded ('latest' and 'best' name another one as the run goes).
+  recorded = json.loads((tmp_path / 'continued' / 'config.json').read_text())
+  assert recorded['init_from_read'] == str(workdir / 'checkpoints' / str(BOUNDARY)), recorded
+  cfg.init_from_step = 'latest'
+  pretrain.train_and_evaluate(cfg, str(tmp_path / 'latest'))
+  recorded = json.loads((tmp_path / 'latest' / 'config.json').read_text())
+  assert recorded['init_from_read'] == str(workdir / 'checkpoints' / str(STEPS)), recorded
 
 
 @pytest.mark.parametrize('step, message', [

@@ -1,5 +1,7 @@
 """Pre-training refuses data of another vocab, and missing eval files, before compiling."""
 
+import json
+
 import finetune_runs
 import numpy as np
 import pretrain_runs
@@ -7,6 +9,7 @@ import pytest
 import transformers
 
 from bertjax import export
+from bertjax import files
 from bertjax import pretrain
 from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
@@ -108,6 +111,36 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   back = sources.load(out)
   assert back.kind == 'masked_lm'
   np.testing.assert_array_equal(back.params['mlm/output_bias'], params['mlm/output_bias'])
+
+
+def test_a_pretraining_runs_vocab_is_checked_by_its_readers_and_continued_pretraining(tmp_path):
+  """Pass AD: a pre-training run recorded no vocab hash, so its vocab.txt replaced by another
+  of the same size was read by every reader; and continued pre-training on the embedded corpus
+  compared nothing with init_from's vocab: the embedded vocab's ids trained weights of
+  another."""
+  fields = pretrain_runs.fields({}, model__nsp=False, eval_every_steps=0,
+                                checkpoint__every_steps=1000)
+  workdir = tmp_path / 'run'
+  pretrain.train_and_evaluate(pretrain_runs.config(2, fields), str(workdir))
+  recorded = json.loads((workdir / 'config.json').read_text())['data']['vocab_sha256']
+  assert recorded == files.sha256(str(embedded.vocab_path()))
+  lines = embedded.vocab_path().read_text(encoding='utf-8').splitlines()
+  swapped = '\n'.join(lines[:-2] + [lines[-1], lines[-2]]) + '\n'  # Two ids swapped.
+  (workdir / 'vocab.txt').write_text(swapped, encoding='utf-8')
+  with pytest.raises(ValueError, match=r'vocab.txt is not the vocab this run was trained with '
+                     r'\(its sha256 differs'):
+    sources.load(str(workdir))
+  # A run of another vocab (no hash: made before it was recorded), continued on the embedded
+  # corpus: refused before anything is written.
+  run = json.loads((workdir / 'config.json').read_text())
+  del run['data']['vocab_sha256']
+  (workdir / 'config.json').write_text(json.dumps(run))
+  continued = pretrain_runs.config(2, fields | {'init_from': str(workdir)})
+  with pytest.raises(ValueError, match=r'^the vocab .*vocab.txt is not the vocab .*run was '
+                     r'trained with \(.*\): the embedded corpus is tokenized with it; make data '
+                     r'with the weights\' vocab'):
+    pretrain.train_and_evaluate(continued, str(tmp_path / 'continued'))
+  assert not (tmp_path / 'continued' / 'checkpoints').exists()
 
 
 MLM_ONLY_STEPS = 300

@@ -140,7 +140,7 @@ def test_data_of_another_vocab_is_refused(chain):
 
 
 def test_a_vocab_other_than_the_runs_is_refused_by_every_reader_of_it(chain, tmp_path):
-  """A pre-training run records no vocab hash: its own copy (vocab.txt) is what another vocab is
+  """A pre-training run's own copy of its vocab (vocab.txt) is what another vocab is
   told from, by export, extract_features, fine-tuning and continued pre-training from it."""
   root, corpus, spm_model, _, data, workdir, fields = chain
   wordpiece = root / 'wordpiece-1024.txt'  # The run's size, another kind: only the ids differ.

@@ -194,15 +194,16 @@ def _checked_vocab(path: str, run: dict) -> str:
   return path
 
 
-def check_same_vocab(init_path: str, vocab: str, given: str):
-  """Refuses `vocab` (set as `given`, e.g. 'data.vocab_file') where the weights at `init_path`
-  were trained with another one: same size or not, every id would mean another token."""
+def check_same_vocab(init_path: str, vocab: str, given: str, fix: str = ''):
+  """Refuses `vocab` (set as `given`, e.g. 'data.vocab_file'; '' for one the job chose, whose
+  `fix` is said) where the weights at `init_path` were trained with another one: same size or
+  not, every id would mean another token."""
   own = vocab_file(init_path) if init_path and vocab else None
   why = vocab_files.difference(own, vocab) if own else ''
   if why:
-    raise ValueError(f'{given}={vocab} is not the vocab {init_path} was trained with ({own}: '
-                     f'{why}): drop {given} (its own is read), or start from weights trained '
-                     'with that vocab.')
+    fix = fix or f'drop {given} (its own is read), or start from weights trained with that vocab'
+    raise ValueError(f'{f"{given}=" if given else "the vocab "}{vocab} is not the vocab '
+                     f'{init_path} was trained with ({own}: {why}): {fix}.')
 
 
 def vocab_file(init_from: str) -> str | None:
@@ -248,6 +249,12 @@ def pooling(init_from: str) -> str | None:
 def read_params(path, with_heads: bool = True):
   """Parameters (numpy tree) from a transformers dir, a TF1 checkpoint, a workdir, its
   checkpoints/ or one step (not an export cut short)."""
+  return read_params_and_source(path, with_heads)[0]
+
+
+def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
+  """read_params' parameters, and what was read: the TF1 prefix, the transformers dir, or the
+  bertjax checkpoint step's folder (the newest readable one where `path` names none)."""
   check_complete(path)
   if tf1_checkpoint.find(path) is not None:
     tf1 = tf1_checkpoint.load(path)
@@ -255,15 +262,15 @@ def read_params(path, with_heads: bool = True):
                  'weights (optimizer slots, counters)', tf1.source, tf1.kind, len(tf1.params),
                  len(tf1.ignored))
     params = tf1.params if with_heads else tf1.encoder_params()
-    return traverse_util.unflatten_dict(params, sep='/')
+    return traverse_util.unflatten_dict(params, sep='/'), os.fspath(tf1.source)
   if is_transformers_dir(path):
     _, params, report = hf_checkpoint.load(path, with_heads=with_heads)
     logging.info('init_from %s (transformers): %s', path, report.summary())
-    return params if with_heads else {'bert': params}
+    return (params if with_heads else {'bert': params}), os.fspath(path)
   read = checkpoint_reader.read(path)
-  logging.info('read %s (bertjax checkpoint, digests checked)',
-               files.join(read.directory, str(read.step)))
-  return read.params
+  folder = files.join(read.directory, str(read.step))
+  logging.info('read %s (bertjax checkpoint, digests checked)', folder)
+  return read.params, folder
 
 
 def place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
@@ -297,17 +304,19 @@ def load_params(init_from: str, abstract_params, shardings):
 
   Every parameter of the model must be present with the model's shape; extra tensors in the
   checkpoint are reported and ignored. The encoder's layers load stacked (nn.scan) or per layer,
-  whichever the model has. Returns (params, unused names).
+  whichever the model has. Returns (params, unused names, what was read: the checkpoint step's
+  folder, read_params_and_source).
   """
-  loaded = encoder_layout_of(checkpoint.flatten(read_params(init_from)),
-                              checkpoint.flatten(abstract_params), init_from)
+  read, source = read_params_and_source(init_from)
+  loaded = encoder_layout_of(checkpoint.flatten(read), checkpoint.flatten(abstract_params),
+                             init_from)
   params = place(loaded, abstract_params, shardings, f'init_from={init_from}',
                   missing_hint='is it a BERT of this architecture?',
                   shape_hint='set the model size / vocab_size of the checkpoint.')
   unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
   if unused:
     logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
-  return params, unused
+  return params, unused, source
 
 
 def encoder_layout_of(loaded: dict, wanted: dict, source: str) -> dict:
@@ -351,9 +360,10 @@ def _convert_layer_layout(loaded: dict, wanted: dict, num_layers: int) -> dict:
 def load_encoder(init_from: str, params, shardings, num_layers: int):
   """`params` with the `bert` subtree replaced by the encoder in `init_from`, placed in
   `shardings`. The task head (everything outside `bert`) keeps its fresh initialisation.
-  Returns (params, report) where report lists the loaded, fresh and unused parameter names.
+  Returns (params, report) where report lists the loaded, fresh and unused parameter names,
+  and what was `read` (read_params_and_source).
   """
-  source = read_params(init_from, with_heads=False)
+  source, read = read_params_and_source(init_from, with_heads=False)
   if 'bert' not in source:
     raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
   wanted = checkpoint.flatten(params['bert'])
@@ -363,5 +373,5 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
                 shape_hint='leave the size empty to take the checkpoint\'s shape.')
   fresh = sorted(k for k in checkpoint.flatten(params) if not k.startswith('bert/'))
   report = {'loaded': sorted(f'bert/{k}' for k in wanted), 'fresh': fresh,
-            'unused': sorted(set(loaded) - set(wanted))}
+            'unused': sorted(set(loaded) - set(wanted)), 'read': read}
   return {**params, 'bert': bert}, report

@@ -1,7 +1,11 @@
 """TensorBoard event files for a workdir (local or a URL), written without TensorFlow.
 
 An event file is a TFRecord file of `Event` protos (tensorboard's own proto classes): the first
-names the file version, each next one holds a step's `Summary`. TensorBoard reads these files
+names the file version, the second is a SessionLog START at the run's first step, each next one
+holds a step's `Summary`. The START is what tells TensorBoard a run resumed from a checkpoint:
+it drops what earlier files of the workdir wrote from that step on (its purge_orphaned_data,
+as for TF Estimator's runs), so a killed run's steps after its checkpoint, replayed by the
+resumed run, show once, with the resumed run's values. TensorBoard reads these files
 as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
 hparams as the hparams plugin's session summary. TensorFlow's import takes seconds (~4 s on 2
 cores), a real share of a short fine-tuning that never touches tf.data.
@@ -30,17 +34,20 @@ from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from bertjax import files
 from bertjax.records import tfrecord
 
-_NUMBERS = itertools.count()  # Tells apart two writers opened in one second by one process.
+# Tells apart two writers opened in one second by one process; zero-padded, so that their names
+# sort in the order they were opened (TensorBoard reads a run's files in name order).
+_NUMBERS = itertools.count()
 # A remote event file is put again at a write at most this often (and always at close).
 FLUSH_S = 10.0
 
 
 class EventWriter:
-  """Appends events to a new events.out.tfevents.* file in `logdir` (made if missing)."""
+  """Appends events to a new events.out.tfevents.* file in `logdir` (made if missing), for a run
+  that starts after `start_step` steps (0: a new run; a resumed run: its checkpoint's step)."""
 
-  def __init__(self, logdir: str):
+  def __init__(self, logdir: str, start_step: int = 0):
     name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.'
-            f'{next(_NUMBERS)}.v2')
+            f'{next(_NUMBERS):04d}.v2')
     self.path = files.join(logdir, name)
     self._remote = files.is_remote(logdir)
     self._failed = False
@@ -54,7 +61,12 @@ class EventWriter:
       # failed write can be cut back.
       self._file = open(self.path, 'xb', buffering=0)  # pylint: disable=consider-using-with # local
       self._size = 0  # Bytes of whole records in the file.
-    self._write([event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2')])
+    now = time.time()
+    # Steps after start_step that earlier files hold are orphaned: this run writes them again.
+    self._write([event_pb2.Event(wall_time=now, file_version='brain.Event:2'),
+                 event_pb2.Event(wall_time=now, step=int(start_step) + 1,
+                                 session_log=event_pb2.SessionLog(
+                                     status=event_pb2.SessionLog.START))])
 
   def _put(self):
     """Puts the remote file's bytes as one object; a failure is retried at the next put."""

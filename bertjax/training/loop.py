@@ -218,13 +218,13 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | N
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 
 
-def _metric_writer(workdir):
+def _metric_writer(workdir, start_step: int):
   """TensorBoard on process 0 only; the console gets the progress line, not every scalar. The
   event files are written without TensorFlow (event_writer.py), a remote workdir's through
-  bertjax.files."""
+  bertjax.files; a resumed run's marks its start, so TensorBoard drops the steps it replays."""
   if jax.process_index() > 0:
     return event_writer.NoWriter()
-  return event_writer.EventWriter(str(workdir))
+  return event_writer.EventWriter(str(workdir), start_step)
 
 
 def _read_json(path):
@@ -407,7 +407,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
     run_files.keep_run_vocab(workdir, job.vocab_file)
-  writer = _metric_writer(workdir)
+  writer = _metric_writer(workdir, start_step)
   _write_config(config, workdir, writer, start_step if resumed else None)
 
   batches = job.batches(start_step, examples_consumed)

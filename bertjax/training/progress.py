@@ -114,10 +114,14 @@ class Progress:
     self._timer, self._not_training = (time.perf_counter(), step), 0.0
 
   def log(self, step: int, pending: list):
-    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them.
-    The figures per token and the MFU average the steps' own costs: a window may hold steps of
-    several lengths."""
+    """Reads the device metrics of the steps up to `step`, checks them, logs and writes them:
+    the means over the steps since the last log, but the learning rate of `step` itself (its
+    update's), so the schedule's peak and end show as they are. The figures per token and the
+    MFU average the steps' own costs: a window may hold steps of several lengths."""
     means = losses.host_means([metrics for metrics, _ in pending])
+    if 'learning_rate' in means:
+      means['learning_rate'] = losses.host_means(
+          [{'learning_rate': pending[-1][0]['learning_rate']}])['learning_rate']
     if means['nonfinite']:
       saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
                'raise the warmup' if self.saved_step is None else

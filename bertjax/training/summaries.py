@@ -11,14 +11,22 @@ from bertjax.records import tfrecord
 
 def read_scalars(workdir: str, tags=None) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} of the scalars the loop wrote to `workdir` (local or a URL, read
-  through bertjax.files, without TensorFlow); all tags, or only `tags`. A step written twice (a
-  resumed run repeats steps after its checkpoint) keeps the later value, as TensorBoard shows
-  it. Non-scalar summaries (text, hparams) are left out."""
+  through bertjax.files, without TensorFlow); all tags, or only `tags`. What TensorBoard shows
+  (its purge_orphaned_data): the files are read in name order (the order they were opened), and
+  a run's SessionLog START at step s (event_writer: a resumed run's first step) drops the
+  scalars at steps s and later read before it, so the steps a killed run wrote after its
+  checkpoint hold the resumed run's values, or none where it has not reached them again. A step
+  written twice with no START between (files of an older writer) keeps its later value.
+  Non-scalar summaries (text, hparams) are left out."""
   wanted = set(tags) if tags is not None else None
   scalars = collections.defaultdict(dict)
   for path in files.glob(files.join(workdir, 'events.out.tfevents.*')):
     for record in tfrecord.read_records(files.read_bytes(path)):
       event = event_pb2.Event.FromString(record)
+      if event.session_log.status == event_pb2.SessionLog.START:
+        for values in scalars.values():
+          for step in [s for s in values if s >= event.step]:
+            del values[step]
       for value in event.summary.value:
         if wanted is not None and value.tag not in wanted:
           continue
@@ -28,4 +36,4 @@ def read_scalars(workdir: str, tags=None) -> dict[str, dict[int, float]]:
             scalars[value.tag][event.step] = float(array)
         elif value.HasField('simple_value'):
           scalars[value.tag][event.step] = float(value.simple_value)
-  return dict(scalars)
+  return {tag: values for tag, values in scalars.items() if values}

@@ -70,7 +70,7 @@ def test_a_scanned_run_loads_unrolled_and_back_unchanged(tmp_path, mesh):
   base = save_run(tmp_path / 'tpu_run', scanned)
 
   abstract, shardings = abstract_params(model_config(False), mesh)
-  unrolled, unused = init_from.load_params(base, abstract, shardings)
+  unrolled, unused, _ = init_from.load_params(base, abstract, shardings)
   assert unused == []
   got, want = flat(unrolled), layer_stack.unstack_layers(flat(scanned))
   assert got.keys() == want.keys() and 'bert/layers_2/mlp/intermediate/kernel' in got
@@ -83,7 +83,7 @@ def test_a_scanned_run_loads_unrolled_and_back_unchanged(tmp_path, mesh):
   # And back: the unrolled run continued as a scanned one holds the first run's values.
   continued = save_run(tmp_path / 'gpu_run', jax.device_get(unrolled))
   abstract, shardings = abstract_params(model_config(True), mesh)
-  again, unused = init_from.load_params(continued, abstract, shardings)
+  again, unused, _ = init_from.load_params(continued, abstract, shardings)
   assert unused == []
   got, want = flat(again), flat(scanned)
   assert got.keys() == want.keys()
@@ -108,7 +108,7 @@ def test_a_transformers_bert_loads_into_scanned_layers(minilm_dir, mesh):
   cfg = hf_names.config_from_hf(json.loads((minilm_dir / 'config.json').read_text()))
   cfg.scan_layers = True
   abstract, shardings = abstract_params(cfg, mesh)
-  params, unused = init_from.load_params(str(minilm_dir), abstract, shardings)
+  params, unused, _ = init_from.load_params(str(minilm_dir), abstract, shardings)
   assert unused == []
   got = flat(params)
   with safetensors.safe_open(str(minilm_dir / 'model.safetensors'), 'np') as f:

@@ -7,6 +7,7 @@ import sys
 from unittest import mock
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -94,3 +95,26 @@ def test_a_full_disk_stops_the_events_with_a_warning_and_leaves_whole_records(tm
   assert warning.call_count == 1 and 'No space left' in warning.call_args.args[-1].strerror
   assert os.path.getsize(writer.path) == size  # Cut back to the last whole record.
   assert summaries.read_scalars(str(tmp_path)) == {'train/loss': {1: 3.0}}
+
+
+@pytest.mark.parametrize('resumed_to', [12, 8])
+def test_a_resumed_run_shows_each_step_once_with_its_own_values(tmp_path, resumed_to):
+  """A run killed after step 10 resumes from its checkpoint at step 5 (the loop's start_step):
+  TensorBoard shows steps 6.. once, the resumed run's, and none of the killed run's past where
+  the resumed one has got to."""
+  killed = event_writer.EventWriter(str(tmp_path))
+  killed.write_hparams({'lr': 1.0})
+  for step in range(1, 11):
+    killed.write_scalars(step, {'train/loss': float(step)})
+  killed.close()
+  resumed = event_writer.EventWriter(str(tmp_path), start_step=5)
+  resumed.write_hparams({'lr': 1.0})
+  for step in range(6, resumed_to + 1):
+    resumed.write_scalars(step, {'train/loss': 100.0 + step})
+  resumed.close()
+  want = [(s, float(s)) for s in range(1, 6)] + [(s, 100.0 + s) for s in range(6, resumed_to + 1)]
+  events = event_accumulator.EventAccumulator(str(tmp_path))  # purge_orphaned_data=True
+  events.Reload()
+  assert [(e.step, e.value) for e in events.Scalars('train/loss')] == want
+  assert '_hparams_/session_start_info' in events.PluginTagToContent('hparams')  # At step 0.
+  assert sorted(summaries.read_scalars(str(tmp_path))['train/loss'].items()) == want

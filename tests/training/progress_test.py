@@ -5,6 +5,7 @@ batches cut to a length not seen yet) are left out of the steps/s, MFU and ETA."
 import numpy as np
 import pytest
 
+from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import progress
 from configs import pretrain
 
@@ -97,3 +98,32 @@ def test_the_eta_weights_the_steps_left_by_their_flops(monkeypatch, caplog):
     line.step_done(10, metrics(), (8 * 32, 1e9), read_now=True)
   # 40 steps at 1 s, then 50 steps of 4 s: 240 s, not the 90 s of 90 steps at 1 step/s.
   assert caplog.records[-1].getMessage().endswith('ETA 0:04:00'), caplog.records[-1].getMessage()
+
+
+def test_the_logged_learning_rate_is_the_logged_steps_not_the_windows_mean(caplog):
+  """Pass AC3: the learning rate went through the window's mean like the loss, so the warmup's
+  peak and the decay's end were smoothed and shifted by half a window (a schedule ending at 0
+  was logged at 9.44e-05 on its last step). The loss stays the window's mean."""
+  config = pretrain.get_config('size=tiny,steps=100,batch=8,seq=32')
+  config.log_every_steps = 10
+  schedule = optimizer_lib.learning_rate_schedule(config.optimizer)
+  writer = Writer()
+
+  class Rate(Job):
+    @staticmethod
+    def describe(step, means):
+      return f', lr {means["learning_rate"]:.2e}'
+
+  line = progress.Progress(config, Rate(), writer, start_step=0, saved_step=None)
+  one = np.float32(1)
+  with caplog.at_level('INFO', logger='absl'):
+    for step in range(1, 101):  # train_step's metrics: its update's rate, schedule(step - 1).
+      line.step_done(step, {'loss': (np.float32(step), one), 'grad_norm': (one, one),
+                            'learning_rate': (np.float32(schedule(step - 1)), one),
+                            'nonfinite': (np.float32(0), one)},
+                     (8 * 32, 1e9), read_now=step == 100)
+  assert sorted(writer.scalars) == list(range(10, 101, 10))
+  for step, scalars in writer.scalars.items():
+    assert scalars['train/learning_rate'] == pytest.approx(float(schedule(step - 1)), rel=1e-6)
+    assert scalars['train/loss'] == pytest.approx(step - 4.5)  # The mean of steps step-9..step.
+  assert f'step 100/100, lr {float(schedule(99)):.2e} |' in caplog.records[-1].getMessage()
