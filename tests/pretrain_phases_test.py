@@ -10,6 +10,7 @@ import re
 import shutil
 
 import jax
+import log_records
 import numpy as np
 import pretrain_runs
 import pytest
@@ -135,6 +136,39 @@ def test_init_from_step_refuses_a_step_the_run_lacks(two_phase):
   # A job that loads no weights from it (a resume, eval, predict) reads the run itself: the
   # step named may since have been pruned.
   assert init_from.configured(config, loads_weights=False) == str(workdir)
+
+
+def test_init_from_step_messages_name_the_config_field_and_an_unreadable_best(
+    two_phase, tmp_path, monkeypatch):
+  """Pass AD: the readers' sentences told a config's user to pass --step=..., a flag these jobs
+  do not take; and a best step whose meta cannot be read was left out of the ranking silently
+  (a newer step read as the best where no eval_history.json tells the lost best)."""
+  _, workdir, _ = two_phase
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  run = json.loads((copy / 'config.json').read_text())
+  run['checkpoint']['keep_best'] = 0
+  (copy / 'config.json').write_text(json.dumps(run))
+  config = pretrain_config.get_config(f'size=tiny,init_from={copy}')
+  config.init_from_step = 'best'
+  with pytest.raises(ValueError) as e:
+    init_from.configured(config)
+  assert '--step' not in str(e.value) and 'pass config.init_from_step=latest or one of its ' \
+      'steps (5, 9, 10, 12)' in str(e.value), e.value
+  (copy / 'config.json').write_text((workdir / 'config.json').read_text())
+  (copy / 'eval_history.json').unlink()
+  (copy / 'checkpoints' / str(STEPS) / 'meta' / 'metadata').write_text('')
+  said = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
+  assert checkpoint_reader.best_step(copy / 'checkpoints') == BOUNDARY
+  assert [line for line in said if line.startswith(
+      f'--step=best: checkpoint {copy}/checkpoints/{STEPS} is left out of the ranking: ')], said
+  # A run before its first save (a live one still compiling): said so, not "another kind".
+  shutil.rmtree(copy / 'checkpoints')
+  for step in ('best', '9'):
+    config.init_from_step = step
+    with pytest.raises(FileNotFoundError, match=re.escape(
+        f'{copy} holds no checkpoint: pass the --workdir of a run that saved one')):
+      init_from.configured(config)
 
 
 def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):

@@ -29,6 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax import files
+from bertjax import paths
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
 from bertjax.training import run_files
@@ -225,8 +226,10 @@ def best_step(directory) -> int:
   for step in available:
     try:
       ranking = read_meta(files.join(directory, str(step))).get('ranking')
-    except (ValueError, OSError):
-      continue  # An unreadable meta: the step cannot be read anyway.
+    except (ValueError, OSError) as e:  # The step cannot be read anyway: said, not ranked.
+      logging.warning('--step=best: checkpoint %s is left out of the ranking: %s',
+                      files.join(directory, str(step)), e)
+      continue
     if isinstance(ranking, dict) and isinstance(ranking.get('value'), (int, float)):
       ranked[step] = ranking
   if not ranked:
@@ -292,6 +295,9 @@ def step_path(path, step) -> str:
   if parse_step(step) is None:
     return os.fspath(path)
   directory, named = locate(path)
+  if not steps(directory) and paths.is_run(files.parent(directory) if files.name(
+      directory) == 'checkpoints' else directory):
+    raise _no_checkpoint(directory)  # A run before its first save.
   if not steps(directory):
     raise ValueError(f'step={step} names a checkpoint of a bertjax run, and {path} holds none '
                      '(no checkpoints/<step> folders): drop the step for another kind of model.')
