@@ -81,7 +81,13 @@ class Evaluator:
   predict_fn: object
   layout: batches.Layout
   workdir: str
-  every_steps: int
+  every_steps: int  # 0: after the step that completes each epoch's examples (epochs).
+  epochs: job_setup.Epochs
+
+  def due(self, done: int) -> bool:
+    if self.every_steps:
+      return done % self.every_steps == 0
+    return self.epochs.ends_at(done)
 
   def run(self, params, step: int) -> dict:
     """The first split's metrics bare, the others prefixed with their split."""
@@ -150,28 +156,28 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
     raise ValueError(f'task {task.name}: no training features (check config.data.data_dir).')
   eval_sets = {split: job_setup.featurized(s, split, False, skipped)
                for split in task.eval_splits}
-  total_steps = job_setup.num_steps(cfg, num_train)
+  total_steps = job_setup.num_steps(cfg, num_train, workdir)
   job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
-  steps_per_epoch = max(1, num_train // cfg.global_batch_size)
-  logging.info('task %s (%s, pooling %s): %d train features, %s; %d steps (%.3g epochs of %d '
-               'steps), warmup %d', task.name, task.kind, cfg.pooling, num_train,
+  # The examples the steps consume, as epochs: an epoch may end inside a step (job_setup.Epochs).
+  counted = job_setup.Epochs(num_train, cfg.global_batch_size)
+  logging.info('task %s (%s, pooling %s): %d train features, %s; %s, warmup %d', task.name,
+               task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
-               total_steps, total_steps / steps_per_epoch, steps_per_epoch,
-               cfg.optimizer.warmup_steps)
+               counted.start_words(total_steps), cfg.optimizer.warmup_steps)
   if cfg.optimizer.layer_decay != 1.0:
     logging.info('%s', optimizer_lib.layer_decay_line(cfg))
 
   # The data position is the examples consumed: a run resumed with another batch size goes on
   # from the example it stopped at (step x batch would skip or repeat examples).
-  offset = [0]  # Examples consumed minus start step x batch, set when the loop starts.
-
   def step_examples(step):
-    return batches.example_indices(step * cfg.global_batch_size + offset[0],
-                                   cfg.global_batch_size, num_train, cfg.seed)
+    return batches.example_indices(counted.seen(step), cfg.global_batch_size, num_train,
+                                   cfg.seed)
 
   def train_batches(start_step, examples_consumed):
-    offset[0] = examples_consumed - start_step * cfg.global_batch_size  # Before the first batch.
+    # Examples consumed minus start step x batch, set before the first batch (and before the
+    # first progress line and eval, which count epochs in examples seen).
+    counted.offset = examples_consumed - start_step * cfg.global_batch_size
     return (batches.device_batch(train_features, step_examples(step), rows_of,
                                  cfg.global_batch_size).arrays
             for step in range(start_step, total_steps))
@@ -179,6 +185,8 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   def load_weights(params, shardings):
     params, report = init_from.load_encoder(s.init_path, params, shardings,
                                             cfg.model.num_layers)
+    with cfg.unlocked():  # config.json records the step read ('latest' and 'best' move).
+      cfg.init_from_read = report['read']
     logging.info('init_from %s: loaded %d encoder tensors; fresh (task head): %s; unused: %s',
                  s.init_path, len(report['loaded']), report['fresh'], report['unused'] or 'none')
     return params
@@ -186,12 +194,13 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   if not s.init_path:
     logging.warning('config.init_from is empty: fine-tuning a randomly initialised encoder')
   evaluator = (Evaluator(s, eval_sets, jit_predict(s), rows_of, workdir,
-                         cfg.eval_every_steps or steps_per_epoch) if eval_sets else None)
+                         cfg.eval_every_steps, counted)
+               if eval_sets else None)
 
   job = loop.Job(
       objective=s.objective, batches=train_batches, evaluator=evaluator,
       load_weights=load_weights if s.init_path else None,
-      describe=lambda step, means: (f' (epoch {step / steps_per_epoch:.2f}): loss '
+      describe=lambda step, means: (f' (epoch {counted.at(step):.2f}): loss '
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric, metric_names=_eval_metric_names(task, evaluator),
       vocab_file=s.vocab_file, early_stopping_patience=cfg.early_stopping_patience)

@@ -2,11 +2,14 @@
 
 setup() resolves a config against init_from and the run already in the workdir (its task, label
 set, model, vocab and pooling); check_head() checks the export format before any data is read;
-layout() says how examples become rows; featurized() reads and featurizes a split. job.py's
+layout() says how examples become rows; featurized() reads and featurizes a split; num_steps()
+and Epochs count the steps of the epochs as google-research/bert does. job.py's
 train_and_evaluate and its eval and predict modes start here.
 """
 
 import dataclasses
+import fractions
+import json
 import os
 
 from absl import logging
@@ -24,23 +27,89 @@ from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import encoder_config
 from bertjax.text import vocab_files
+from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import sharding
 from bertjax.training import train_state
 
+# Epochs. The training batches are one stream of concatenated per-epoch permutations
+# (batches.py): step s reads examples [s x batch, (s+1) x batch) of it, plus the offset a resume
+# at another batch size leaves. An epoch therefore ends inside a step whenever the batch does not
+# divide the examples: the epoch shown is the examples seen over the training examples, and the
+# per-epoch eval comes after the step whose batch completes an epoch's examples.
 
-def num_steps(config, num_train_features: int) -> int:
+
+def steps_for(num_examples: int, num_epochs: float, batch: int) -> fractions.Fraction:
+  """The exact steps `num_epochs` passes over `num_examples` take at `batch`: google-research/
+  bert's int(examples / batch x epochs) is its floor. Exact (a float's 4.75 x 4 can land just
+  under 19), the epochs taken as written (0.1 is 1/10, not its binary float)."""
+  return num_examples * fractions.Fraction(str(num_epochs)) / batch
+
+
+@dataclasses.dataclass
+class Epochs:
+  """The examples a run's steps have consumed, as epochs."""
+
+  num_examples: int  # Training features: one epoch.
+  batch: int  # Global batch size.
+  offset: int = 0  # Examples consumed minus steps x batch (a resume at another batch size).
+
+  def seen(self, step: int) -> int:
+    """Examples consumed after `step` steps."""
+    return step * self.batch + self.offset
+
+  def at(self, step: int) -> float:
+    """The epochs `step` steps have covered (2.5: half-way through the third)."""
+    return self.seen(step) / self.num_examples
+
+  def ends_at(self, step: int) -> bool:
+    """Whether step `step`'s batch (the `step`-th, 1-based) completes an epoch's examples."""
+    seen = self.seen(step)
+    return step > 0 and seen // self.num_examples > (seen - self.batch) // self.num_examples
+
+  def start_words(self, total_steps: int) -> str:
+    """The run's steps in epochs, for its start line: '19 steps (4 epochs of 38 examples at
+    batch 8)'."""
+    return (f'{total_steps} steps ({self.at(total_steps):.3g} epochs of {self.num_examples} '
+            f'examples at batch {self.batch})')
+
+
+def num_steps(config, num_train_features: int, workdir: str = '') -> int:
+  """config.num_train_steps, else the epochs' steps as google-research/bert's run_classifier.py
+  counts them: int(train examples / batch x epochs), floored once (the batches run on across
+  epoch ends, batches.py: no example of an epoch is dropped), at least 1. A run in `workdir`
+  begun when each epoch counted whole batches only keeps the steps it recorded."""
   if config.num_train_steps:
     return config.num_train_steps
-  # Whole epochs of whole batches (the original run_classifier.py floors too): N epochs end on
-  # the step of the N-th per-epoch eval, not one step into the next epoch (a second eval).
-  steps_per_epoch = max(1, num_train_features // config.global_batch_size)
-  steps = config.num_epochs * steps_per_epoch
-  if steps < 1:
+  exact = steps_for(num_train_features, config.num_epochs, config.global_batch_size)
+  if exact < 1:
     logging.warning('num_epochs=%g is %.3g of a step (%d train features, batch %d): running 1 '
                     'step; set --config.num_train_steps to choose the steps instead',
-                    config.num_epochs, steps, num_train_features, config.global_batch_size)
-  return max(1, int(steps))
+                    config.num_epochs, float(exact), num_train_features, config.global_batch_size)
+  steps = max(1, int(exact))
+  return _floored_run_steps(config, num_train_features, workdir, steps) or steps
+
+
+def _floored_run_steps(config, num_train_features: int, workdir: str, steps: int) -> int | None:
+  """The steps a run in `workdir` recorded when each epoch counted whole batches only
+  (num_epochs x floor(examples / batch)), where it ran with these epochs and batch; None for
+  any other run (a new one, or one whose epochs or batch are changed on this resume)."""
+  run = run_config.trained_run(workdir)
+  if run is None:
+    return None
+  resumed = checkpoint_reader.resumed_configs(workdir)
+  last = json.loads(files.read_text(resumed[-1][1])) if resumed else run  # Its latest record.
+  batch, num_epochs = config.global_batch_size, config.num_epochs
+  floored = max(1, int(num_epochs * max(1, num_train_features // batch)))
+  if (last.get('num_train_steps') != floored or floored == steps or
+      last.get('num_epochs') != num_epochs or last.get('global_batch_size') != batch):
+    return None
+  logging.warning('%s was begun when each epoch counted whole batches only: it keeps its %d '
+                  'steps (num_epochs=%g of %d examples at batch %d make %d steps now, '
+                  "google-research/bert's count); --config.num_train_steps=%d trains on to step "
+                  '%d', workdir, floored, num_epochs, num_train_features, batch, steps, steps,
+                  steps)
+  return floored
 
 
 @dataclasses.dataclass

@@ -49,7 +49,9 @@ from bertjax.training import train_state
 class Evaluator(Protocol):
   """Evaluates parameters: `run(params, step)` returns metrics (and may write predictions)."""
 
-  every_steps: int  # Evaluate every this many steps (and at the last); 0 = only at the last.
+  # Evaluate every this many steps (and at the last); 0 = only at the last. Or, where it has
+  # one, when due(done) (fine-tuning's epoch ends: an epoch may end inside a step).
+  every_steps: int
 
   def run(self, params, step: int) -> dict:
     ...
@@ -341,8 +343,9 @@ class _Boundary:
     no training: a compile, an input pipeline's start, a profiler trace's start and write):
     why the run stops there ('' = it goes on)."""
     evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
-    do_eval = evaluator is not None and (is_last or (
-        evaluator.every_steps and done % evaluator.every_steps == 0))
+    every = getattr(evaluator, 'every_steps', 0)
+    due = getattr(evaluator, 'due', lambda d: bool(every) and d % every == 0)
+    do_eval = evaluator is not None and (is_last or due(done))
     will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
     self.progress.step_done(done, metrics, cost, read_now=will_save,
                             not_training=not_training)

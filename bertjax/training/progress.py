@@ -118,10 +118,11 @@ class Progress:
     the means over the steps since the last log, but the learning rate of `step` itself (its
     update's), so the schedule's peak and end show as they are. The figures per token and the
     MFU average the steps' own costs: a window may hold steps of several lengths."""
-    means = losses.host_means([metrics for metrics, _ in pending])
-    if 'learning_rate' in means:
-      means['learning_rate'] = losses.host_means(
-          [{'learning_rate': pending[-1][0]['learning_rate']}])['learning_rate']
+    host = jax.device_get([metrics for metrics, _ in pending])  # One read of the window.
+    means = losses.host_means(host)
+    if 'learning_rate' in means:  # (sum, weight) of the last step alone.
+      total, weight = host[-1]['learning_rate']
+      means['learning_rate'] = float(total) / max(float(weight), 1e-8)
     if means['nonfinite']:
       saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
                'raise the warmup' if self.saved_step is None else

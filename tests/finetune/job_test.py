@@ -373,6 +373,9 @@ def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_
   np.testing.assert_array_equal(tuned['bert/pooler/kernel'],
                                 pretrained['bert/pooler/kernel'])
   assert not any(k.startswith(('mlm/', 'nsp/')) for k in tuned)
+  # The step read is recorded (init_from_step 'latest', by default: it moves as the run goes).
+  recorded = json.loads((tmp_path / 'fine' / 'config.json').read_text())
+  assert recorded['init_from_read'] == str(tmp_path / 'pre' / 'checkpoints' / '2'), recorded
 
 
 def test_mean_pooling_head_and_its_detection(minilm_dir):
@@ -392,14 +395,6 @@ def test_mean_pooling_head_and_its_detection(minilm_dir):
   ids_other_padding = np.where(mask > 0, ids, 9)
   np.testing.assert_allclose(module.apply({'params': params}, ids_other_padding, mask, segments),
                              logits, atol=1e-6)
-
-
-def test_epochs_end_at_an_epoch_boundary():
-  config = finetune_config.get_config('task=sst2')
-  config.num_train_steps, config.global_batch_size, config.num_epochs = 0, 32, 1.0
-  assert job_setup.num_steps(config, 12_400) == 387  # 387.5 batches: not one step into epoch 2.
-  config.num_epochs = 3.0
-  assert job_setup.num_steps(config, 12_400) == 3 * 387  # The last eval is the third epoch's.
 
 
 def test_a_fraction_of_a_step_is_said_to_run_one(monkeypatch):
