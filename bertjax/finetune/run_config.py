@@ -74,6 +74,8 @@ def resolve_model(config, init_path: str, run: dict | None = None,
   if run is not None:
     arch = {k: run['model'][k] for k in init_from.ARCHITECTURE_FIELDS if k in run['model']}
     differ = {k: (v, model_cfg[k]) for k, v in arch.items() if v != model_cfg[k]}
+    if not (init_path or vocab_file) and arch.get('vocab_size') == embedded.VOCAB_SIZE:
+      differ.pop('vocab_size', None)  # The run took the embedded vocab itself (below): no change.
     if differ and not config.model_from_init and config.model.size != run['model'].get('size'):
       raise ValueError(f'{workdir} holds a model of size {run["model"].get("size")} but '
                        f'config.model.size is {config.model.size}: drop the size, or use another '

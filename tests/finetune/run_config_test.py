@@ -4,6 +4,7 @@ import json
 import re
 import types
 
+import log_records
 import numpy as np
 import pytest
 
@@ -189,3 +190,23 @@ def test_a_resume_with_another_model_function_is_refused_and_another_shape_said(
     run_config.resolve_model(changed, '', run, str(tmp_path))
   assert (f"{tmp_path} holds another model shape than config.model (model.num_layers 2 in the "
           "run vs 1): the run's is used") in caplog.text
+
+
+def test_a_resume_of_a_run_on_the_embedded_vocab_says_no_shape_changed(tmp_path, monkeypatch):
+  """Pass AC: a run with neither init_from nor data.vocab_file takes the embedded corpus's
+  vocab; its resume compared that with the config's default 30522 and warned of a change the
+  user never made."""
+  config = finetune_config.get_config('task=sst2,size=tiny')
+  config.data.vocab_file = ''
+  first, vocab = run_config.resolve_model(config, '')
+  (tmp_path / 'vocab.txt').write_bytes(embedded.vocab_path().read_bytes())
+  run = {'model': first.to_dict(), 'data': {'vocab_file': vocab}, 'job': 'finetune'}
+  (tmp_path / 'config.json').write_text(json.dumps(run))
+  (tmp_path / 'checkpoints').mkdir()
+  said = log_records.recorded_warnings(monkeypatch, run_config)
+  again, _ = run_config.resolve_model(config, '', run, str(tmp_path))
+  assert again.vocab_size == embedded.VOCAB_SIZE and not said, said
+  config.model.num_layers = 1  # A change the user made is still said.
+  run_config.resolve_model(config, '', run, str(tmp_path))
+  assert said == [f"{tmp_path} holds another model shape than config.model (model.num_layers 2 "
+                  "in the run vs 1): the run's is used, as its checkpoints hold it"], said
