@@ -28,6 +28,7 @@ from bertjax.interop import tf1_checkpoint
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import hosts
 from bertjax.training import run_files
 
 ARCHITECTURE_FIELDS = ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
@@ -274,6 +275,22 @@ def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
   return read.params, folder
 
 
+def _read_on_every_host(init_from: str, with_heads: bool) -> tuple[dict, str]:
+  """read_params_and_source, the same on every host: 'latest' or 'best' of a source run that
+  saves meanwhile, or a folder on each host's own disk, may read another step on each, whose
+  parameters would be placed as one array. Compared before they are placed; a host's error is
+  compared too (the others would wait for it), then raised."""
+  fix = ('pass a source on a file system all the hosts share (a bucket) and a step every host '
+         'sees: config.init_from_step=N, or a run that is not saving')
+  try:
+    read = read_params_and_source(init_from, with_heads)
+  except Exception as e:  # pylint: disable=broad-except  # Said on every host, then raised.
+    hosts.check_same_view('', f'error: {e}', what=f'init_from={init_from}', fix=fix)
+    raise
+  hosts.check_same_view('', read[1], what=f'init_from={init_from}', fix=fix)
+  return read
+
+
 def place(loaded: dict, abstract_tree, shardings, source: str, *, missing_hint: str,
            shape_hint: str):
   """`abstract_tree` filled from the flat `loaded` dict (checked by name and shape), placed
@@ -308,7 +325,7 @@ def load_params(init_from: str, abstract_params, shardings):
   whichever the model has. Returns (params, unused names, what was read: the checkpoint step's
   folder, read_params_and_source).
   """
-  read, source = read_params_and_source(init_from)
+  read, source = _read_on_every_host(init_from, with_heads=True)
   loaded = encoder_layout_of(checkpoint.flatten(read), checkpoint.flatten(abstract_params),
                              init_from)
   params = place(loaded, abstract_params, shardings, f'init_from={init_from}',
@@ -364,7 +381,7 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
   Returns (params, report) where report lists the loaded, fresh and unused parameter names,
   and what was `read` (read_params_and_source).
   """
-  source, read = read_params_and_source(init_from, with_heads=False)
+  source, read = _read_on_every_host(init_from, with_heads=False)
   if 'bert' not in source:
     raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
   wanted = checkpoint.flatten(params['bert'])

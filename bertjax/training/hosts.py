@@ -93,11 +93,11 @@ def check_shared(workdir: str, token: str, read_token):
         'hosts share.')
 
 
-def check_same_view(workdir: str, seen: str):
+def check_same_view(workdir: str, seen: str, *, what: str = '', fix: str = ''):
   """Raises on every host when the hosts read other things at `workdir` (`seen`: what this host
   reads there, e.g. its checkpoint steps): a folder on each host's own disk, or a run that
   saved between their reads. Readers (eval, predict) take no lock, so check_shared's token
-  is not there to read."""
+  is not there to read. `what` and `fix` name the source and the remedy (a --workdir's)."""
   if jax.process_count() == 1:
     return
   # The whole view's digest, and its first bytes to name it.
@@ -109,10 +109,10 @@ def check_same_view(workdir: str, seen: str):
   if len({bytes(row[:32]) for row in rows}) > 1:
     views = [bytes(row[32:]).rstrip(b'\0').decode(errors='replace') for row in rows]
     said = '; '.join(f'process {i}: {view}' for i, view in enumerate(views))
-    raise ValueError(
-        f'--workdir={workdir} reads differently on the hosts ({said}): pass a bucket '
-        '(gs://...) or a folder on a file system all the hosts share, and a run that is not '
-        'saving (or --step=N).')
+    fix = fix or ('pass a bucket (gs://...) or a folder on a file system all the hosts share, '
+                  'and a run that is not saving (or --step=N)')
+    raise ValueError(f'{what or f"--workdir={workdir}"} reads differently on the hosts '
+                     f'({said}): {fix}.')
 
 
 _VIEW_BYTES = 200  # Of a view named in the error.

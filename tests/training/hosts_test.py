@@ -132,3 +132,25 @@ def test_main_stops_both_hosts_when_one_is_given_another_override(tmp_path):
 
 if __name__ == '__main__':
   _worker(int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]))
+
+
+def test_init_from_read_differently_on_the_hosts_is_refused_before_placing(minilm_dir,
+                                                                           monkeypatch):
+  """Pass AD: each host resolved init_from's latest / best itself: against a run saving
+  meanwhile, hosts could read other steps and place them as one array. What each host read is
+  compared first (another host's view, simulated)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from bertjax.interop import init_from  # pylint: disable=g-import-not-at-top
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  other = np.zeros(32 + hosts._VIEW_BYTES, np.uint8)  # pylint: disable=protected-access
+  other[32:32 + 9] = np.frombuffer(b'/run/ck/9', np.uint8)
+  monkeypatch.setattr(jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(hosts, '_gathered', lambda mine: np.stack([mine, other]))
+  with pytest.raises(ValueError, match=(
+      rf'^init_from={minilm_dir} reads differently on the hosts \(process 0: {minilm_dir}; '
+      r'process 1: /run/ck/9\): pass a source on a file system all the hosts share')):
+    init_from.load_encoder(str(minilm_dir), {'bert': {}}, {'bert': {}}, 6)
+  with pytest.raises(ValueError, match=r'reads differently on the hosts \(process 0: error: '):
+    init_from.load_encoder('/nowhere/at/all', {'bert': {}}, {'bert': {}}, 6)
