@@ -4,10 +4,10 @@
   init_from / fresh -> loop (train_step, log, eval, checkpoint, preemption) -> wait for saves
   -> the Outcome, which the job prints as its summary line once its workdir is released.
 
-What differs between jobs comes in as arguments: the Objective (model and loss), a resumable
-source of global batches, an evaluator, how to load start-from weights and what the progress
-line shows. What is common lives here: the sharded state, the jitted donated step, the
-progress line and TensorBoard, MFU, the NaN check, checkpoints and preemption.
+What differs between jobs comes in as a Job (model and loss, resumable global batches, an
+evaluator, start-from weights, the progress line's words); what is common lives here: the
+sharded state, the jitted donated step, progress and TensorBoard, MFU, the NaN check,
+checkpoints and preemption.
 
 The loop dispatches step N+1 before it reads step N's metrics, so the host never waits for the
 device at a log step; it reads them at once only where it must (before an eval or a save, which
@@ -47,10 +47,10 @@ from bertjax.training import train_state
 
 
 class Evaluator(Protocol):
-  """Evaluates parameters: `run(params, step)` returns metrics (and may write predictions)."""
+  """Evaluates parameters: `run(params, step)` returns metrics (and may write predictions),
+  every `every_steps` steps (0: at the last only; always at the last), or where it has one when
+  `due(done)` (fine-tuning's epoch ends: an epoch may end inside a step)."""
 
-  # Evaluate every this many steps (and at the last); 0 = only at the last. Or, where it has
-  # one, when due(done) (fine-tuning's epoch ends: an epoch may end inside a step).
   every_steps: int
 
   def run(self, params, step: int) -> dict:
@@ -221,9 +221,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | N
 
 
 def _metric_writer(workdir, start_step: int):
-  """TensorBoard on process 0 only; the console gets the progress line, not every scalar. The
-  event files are written without TensorFlow (event_writer.py), a remote workdir's through
-  bertjax.files; a resumed run's marks its start, so TensorBoard drops the steps it replays."""
+  """TensorBoard on process 0 only (event_writer.py: without TensorFlow; a resumed run's marks
+  its start, so TensorBoard drops the steps it replays); the console gets the progress line."""
   if jax.process_index() > 0:
     return event_writer.NoWriter()
   return event_writer.EventWriter(str(workdir), start_step)
