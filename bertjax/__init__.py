@@ -1,7 +1,6 @@
 """bertjax: BERT pre-training and fine-tuning in JAX/Flax, faithful to the paper, TPU-first."""
 
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -33,16 +32,24 @@ class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
   user acts on, which TF_CPP_MIN_LOG_LEVEL no longer silences (TF 2.21 logs them through absl's
   C++ log). Wherever TensorFlow is first imported in this process (bertjax's input pipeline, an
   export, a user's own script or notebook), they are held and shown only if the import fails, or
-  at --verbosity=1 (console.stderr_held)."""
+  with absl's verbosity at DEBUG (--verbosity=1; console.stderr_held)."""
+
+  def __init__(self):
+    self.busy = False  # Looking TensorFlow up: the lookup below must not come back here.
+    self.done = False  # Once per process.
 
   def find_spec(self, name, path, target=None):
     del path, target
-    if name != 'tensorflow':
+    if name != 'tensorflow' or self.busy or self.done:
       return None
-    sys.meta_path.remove(self)  # Once; and the lookup below must not come back here.
-    spec = importlib.machinery.PathFinder.find_spec(name)
+    self.busy = True
+    try:  # Every other finder, in order (this one stays in sys.meta_path: no list edited).
+      spec = importlib.util.find_spec(name)
+    finally:
+      self.busy = False
     if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
       return spec
+    self.done = True
     loader, kind = spec.loader, type(spec.loader)
 
     class Held(kind):  # The same loader, its exec_module under stderr_held.
@@ -54,7 +61,10 @@ class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
             super().exec_module(module)
             # A CUDA build probes for a GPU when its devices are first listed ('failed call to
             # cuInit' on a CPU host): listed here, held too. set_visible_devices still works.
-            module.config.list_physical_devices()
+            try:
+              module.config.list_physical_devices()
+            except Exception:  # pylint: disable=broad-except  # Only for quiet: its own use says.
+              pass
         finally:
           loader.__class__ = kind
 
@@ -65,6 +75,8 @@ class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
     return spec
 
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Its C++ runtime's INFO and WARNING lines.
-if 'tensorflow' not in sys.modules:
+# Its C++ runtime's INFO and WARNING lines, for the process (unless set: README, In Python).
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+if 'tensorflow' not in sys.modules and not any(  # By name: importlib.reload(bertjax) again.
+    type(f).__name__ == _HeldTensorFlowStart.__name__ for f in sys.meta_path):
   sys.meta_path.insert(0, _HeldTensorFlowStart())

@@ -54,22 +54,22 @@ import json
 import os
 import time
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
 
-from bertjax import console  # noqa: E402
-from bertjax import files  # noqa: E402
-from bertjax import paths  # noqa: E402
-from bertjax.interop import bundle as bundle_lib  # noqa: E402
-from bertjax.interop import export_folder  # noqa: E402
-from bertjax.interop import hf_checkpoint  # noqa: E402
-from bertjax.interop import sentence_transformers  # noqa: E402
-from bertjax.interop import sources  # noqa: E402
-from bertjax.interop import tf1_checkpoint  # noqa: E402
-from bertjax.text import tokenizer  # noqa: E402
-from bertjax.text import vocab_files  # noqa: E402
-from bertjax.training import checkpoint_reader  # noqa: E402
+from bertjax import console
+from bertjax import files
+from bertjax import paths
+from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import export_folder
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import sentence_transformers
+from bertjax.interop import sources
+from bertjax.interop import tf1_checkpoint
+from bertjax.text import tokenizer
+from bertjax.text import vocab_files
+from bertjax.training import checkpoint_reader
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
 

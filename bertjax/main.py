@@ -25,7 +25,7 @@ if __name__ == '__main__':
   if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup / `cmd &` ignore it.
     signal.signal(signal.SIGINT, _interrupted_early)
 
-# TF (used for tf.data only) must never grab the accelerators JAX is about to use.
+# accelerators: TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 from bertjax import accelerators  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402

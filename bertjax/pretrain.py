@@ -308,6 +308,22 @@ def _say_init_from_on_a_resume(path: str, workdir: str, config):
                     began or 'random weights')
 
 
+def _check_and_record_vocab(config, path: str, vocab: str):
+  """The data's vocab (checked against the files later) must be the weights' own at `path`: the
+  embedded corpus's too, whose data is made with its own vocab. Its hash goes into config.json:
+  the run's vocab.txt edited later is refused by every reader."""
+  if config.data.train_files:
+    init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
+  else:
+    init_from.check_same_vocab(path, vocab, '', fix=(
+        'the embedded corpus is tokenized with it; make data with the weights\' vocab '
+        '(python -m bertjax.create_pretraining_data --vocab_file=...) and pass it as '
+        'data.train_files, with data.vocab_file'))
+  if vocab:
+    with config.unlocked():
+      config.data.vocab_sha256 = files.sha256(vocab)
+
+
 def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   _check_workdir_job(workdir)
   logging.info('--- mesh and data')
@@ -316,18 +332,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab = vocab_file(config)
   path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)
-  # The data's vocab (checked against the files below) must be the weights' own: the embedded
-  # corpus's too, whose data is made with its own vocab.
-  if config.data.train_files:
-    init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
-  else:
-    init_from.check_same_vocab(path, vocab, '', fix=(
-        'the embedded corpus is tokenized with it; make data with the weights\' vocab '
-        '(python -m bertjax.create_pretraining_data --vocab_file=...) and pass it as '
-        'data.train_files, with data.vocab_file'))
-  if vocab:  # Recorded in config.json: the run's vocab.txt edited later is refused by readers.
-    with config.unlocked():
-      config.data.vocab_sha256 = files.sha256(vocab)
+  _check_and_record_vocab(config, path, vocab)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   train_state.check_config(config, mesh, vocab_entries)

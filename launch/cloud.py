@@ -151,14 +151,18 @@ def config_in_checkout(spec: str) -> str | None:
 
 
 def git_source(git_ref: str) -> tuple[str, str]:
-  """(repository URL, ref: '' for its default branch) of pip's git+URL[@REF][#FRAGMENT]."""
-  url = git_ref.removeprefix('git+').partition('#')[0]
+  """(repository URL, ref: '' for its default branch) of pip's git+URL[@REF][#egg=NAME]."""
+  url, _, fragment = git_ref.removeprefix('git+').partition('#')
   scheme, sep, rest = url.partition('://')
   host, _, path = rest.partition('/')
-  if not (git_ref.startswith('git+') and sep and path and (host or scheme == 'file')):
+  path, at, ref = path.rpartition('@') if '@' in path else (path, '', '')
+  if not (git_ref.startswith('git+') and sep and path.strip('/') and (host or scheme == 'file')
+          and (ref or not at)):
     raise ValueError(f'--git_ref={git_ref!r} is no git URL: pass git+https://HOST/ORG/REPO@REF '
                      '(a branch, tag or commit), or leave it out to install this checkout')
-  path, _, ref = path.rpartition('@') if '@' in path else (path, '', '')
+  if fragment and not fragment.startswith('egg='):  # subdirectory=: the package is the root.
+    raise ValueError(f'--git_ref={git_ref!r}: #{fragment} is not followed (bertjax is the '
+                     "repository's root): leave it out")
   return f'{scheme}://{host}/{path}', ref
 
 

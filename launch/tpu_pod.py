@@ -45,6 +45,7 @@ LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
 PID = '~/bertjax.pid'  # The run's process (its subshell), written when it starts.
 SOURCE = '~/bertjax-src'  # On each worker: the --git_ref commit's checkout, installed from.
+COMMIT = r'[0-9a-f]{40}|[0-9a-f]{64}'  # A git commit's id (SHA-1, or a SHA-256 repository's).
 # On each worker, in its home: the job's config file when it lies outside this checkout's configs/
 # (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
 WORKER_CONFIG = 'bertjax_job_config.py'
@@ -184,12 +185,15 @@ def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
   """git_ref at the commit its ref names now (worker 0 fetching it): a branch or tag moved
   later changes nothing, on any worker or restart. A commit already is kept as it is."""
   url, ref = cloud.git_source(git_ref)
-  if re.fullmatch(r'[0-9a-f]{40}', ref) or getattr(run, 'dry_run', False):
+  if re.fullmatch(COMMIT, ref):
     return git_ref
   fetch = cloud.git_fetch(git_ref, SOURCE)
-  said = run(ssh_command(tpu, f"{fetch} && git -C {SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'",
-                         '0'), capture=True).stdout.split()
-  if not said or not re.fullmatch(r'[0-9a-f]{40}', said[-1]):
+  command = ssh_command(tpu, f"{fetch} && git -C {SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'", '0')
+  if getattr(run, 'dry_run', False):
+    print(shlex.join(command), flush=True)  # The commit is read at the run; the ref is shown.
+    return git_ref
+  said = run(command, capture=True).stdout.split()
+  if not said or not re.fullmatch(COMMIT, said[-1]):
     raise RuntimeError(f'worker 0 printed no commit for --git_ref={git_ref} ({said[-1:]}): '
                        'pass a commit, ...@<40 hex digits>')
   print(f'tpu_pod: --git_ref={git_ref} is commit {said[-1]}: every worker and every restart '
@@ -368,6 +372,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
     cloud.check_on_worker(job_config, WORKER_CONFIG, worker_args)
   if git_ref:
     cloud.git_source(git_ref)  # A ref that is no git URL: refused before booking.
+    print(f'tpu_pod: the job\'s config was checked against this checkout; the workers run '
+          f'--git_ref={git_ref}\'s configs/ and code', flush=True)
   if aot_check:
     run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''

@@ -161,13 +161,13 @@ def test_init_from_step_messages_name_the_config_field_and_an_unreadable_best(
   said = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
   assert checkpoint_reader.best_step(copy / 'checkpoints') == BOUNDARY
   assert [line for line in said if line.startswith(
-      f'--step=best: checkpoint {copy}/checkpoints/{STEPS} is left out of the ranking: ')], said
+      f'step=best: checkpoint {copy}/checkpoints/{STEPS} is left out of the ranking: ')], said
   # A run before its first save (a live one still compiling): said so, not "another kind".
   shutil.rmtree(copy / 'checkpoints')
   for step in ('best', '9'):
     config.init_from_step = step
     with pytest.raises(FileNotFoundError, match=re.escape(
-        f'{copy} holds no checkpoint: pass the --workdir of a run that saved one')):
+        f'{copy} holds no checkpoint: pass as init_from a run that saved one')):
       init_from.configured(config)
 
 

@@ -84,9 +84,7 @@ class Evaluator:
   every_steps: int  # 0: after the step that completes each epoch's examples (epochs).
   epochs: job_setup.Epochs
 
-  def due(self, done: int) -> bool:
-    if self.every_steps:
-      return done % self.every_steps == 0
+  def due(self, done: int) -> bool:  # With every_steps 0 (training/loop.py).
     return self.epochs.ends_at(done)
 
   def run(self, params, step: int) -> dict:

@@ -68,10 +68,10 @@ class Epochs:
     return step > 0 and seen // self.num_examples > (seen - self.batch) // self.num_examples
 
   def start_words(self, total_steps: int) -> str:
-    """The run's steps in epochs, for its start line: '19 steps (4 epochs of 38 examples at
-    batch 8)'."""
+    """The run's steps in epochs, for its start line: '19 steps (4 epochs of 38 train features
+    at batch 8)'."""
     return (f'{total_steps} steps ({self.at(total_steps):.3g} epochs of {self.num_examples} '
-            f'examples at batch {self.batch})')
+            f'train features at batch {self.batch})')
 
 
 def num_steps(config, num_train_features: int, workdir: str = '') -> int:
@@ -98,14 +98,19 @@ def _floored_run_steps(config, num_train_features: int, workdir: str, steps: int
   if run is None:
     return None
   resumed = checkpoint_reader.resumed_configs(workdir)
-  last = json.loads(files.read_text(resumed[-1][1])) if resumed else run  # Its latest record.
+  try:
+    last = json.loads(files.read_text(resumed[-1][1])) if resumed else run  # Its latest record.
+  except (ValueError, OSError):
+    return None  # Unreadable: the resume's own checks say so.
+  if not isinstance(last, dict):
+    return None
   batch, num_epochs = config.global_batch_size, config.num_epochs
   floored = max(1, int(num_epochs * max(1, num_train_features // batch)))
   if (last.get('num_train_steps') != floored or floored == steps or
       last.get('num_epochs') != num_epochs or last.get('global_batch_size') != batch):
     return None
-  logging.warning('%s was begun when each epoch counted whole batches only: it keeps its %d '
-                  'steps (num_epochs=%g of %d examples at batch %d make %d steps now, '
+  logging.warning('%s recorded %d steps, the old count of whole batches per epoch: it keeps '
+                  'them (num_epochs=%g of %d examples at batch %d make %d steps now, '
                   "google-research/bert's count); --config.num_train_steps=%d trains on to step "
                   '%d', workdir, floored, num_epochs, num_train_features, batch, steps, steps,
                   steps)

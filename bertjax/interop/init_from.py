@@ -62,7 +62,9 @@ def configured(config, *, loads_weights: bool = True) -> str:
     return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True))
   except (ValueError, FileNotFoundError) as e:
     said = str(e).removeprefix(f'--step={step}: ').removeprefix(f'step={step} ')
-    said = said.replace('--step=', 'config.init_from_step=')  # The reader's flag, here a field.
+    # The readers' flags, here the config's fields.
+    said = said.replace('--step=', 'config.init_from_step=').replace(
+        'pass the --workdir of a run that saved one', 'pass as init_from a run that saved one')
     raise type(e)(f'config.init_from_step={step} (init_from={path}): {said}') from None
 
 

@@ -227,7 +227,7 @@ def best_step(directory) -> int:
     try:
       ranking = read_meta(files.join(directory, str(step))).get('ranking')
     except (ValueError, OSError) as e:  # The step cannot be read anyway: said, not ranked.
-      logging.warning('--step=best: checkpoint %s is left out of the ranking: %s',
+      logging.warning('step=best: checkpoint %s is left out of the ranking: %s',
                       files.join(directory, str(step)), e)
       continue
     if isinstance(ranking, dict) and isinstance(ranking.get('value'), (int, float)):

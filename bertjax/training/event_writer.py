@@ -2,10 +2,12 @@
 
 An event file is a TFRecord file of `Event` protos (tensorboard's own proto classes): the first
 names the file version, the second is a SessionLog START at the run's first step, each next one
-holds a step's `Summary`. The START is what tells TensorBoard a run resumed from a checkpoint:
-it drops what earlier files of the workdir wrote from that step on (its purge_orphaned_data,
-as for TF Estimator's runs), so a killed run's steps after its checkpoint, replayed by the
-resumed run, show once, with the resumed run's values. TensorBoard reads these files
+holds a step's `Summary`. The START is what tells TensorBoard's Python reader (EventAccumulator,
+`--load_fast=false`) a run resumed from a checkpoint: it drops what earlier files of the
+workdir wrote from that step on (its purge_orphaned_data, as for TF Estimator's runs), so a
+killed run's steps after its checkpoint, replayed by the resumed run, show once, with the
+resumed run's values (its default reader ignores the START, and keeps a repeated step's last
+value). TensorBoard reads these files
 as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
 hparams as the hparams plugin's session summary. TensorFlow's import takes seconds (~4 s on 2
 cores), a real share of a short fine-tuning that never touches tf.data.

@@ -48,8 +48,8 @@ from bertjax.training import train_state
 
 class Evaluator(Protocol):
   """Evaluates parameters: `run(params, step)` returns metrics (and may write predictions),
-  every `every_steps` steps (0: at the last only; always at the last), or where it has one when
-  `due(done)` (fine-tuning's epoch ends: an epoch may end inside a step)."""
+  every `every_steps` steps, always at the last; with 0, where it has one, after each step
+  `due(done)` names (fine-tuning's epoch ends: an epoch may end inside a step)."""
 
   every_steps: int
 
@@ -343,7 +343,7 @@ class _Boundary:
     why the run stops there ('' = it goes on)."""
     evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
     every = getattr(evaluator, 'every_steps', 0)
-    due = getattr(evaluator, 'due', lambda d: bool(every) and d % every == 0)
+    due = (lambda d: d % every == 0) if every else getattr(evaluator, 'due', lambda d: False)
     do_eval = evaluator is not None and (is_last or due(done))
     will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
     self.progress.step_done(done, metrics, cost, read_now=will_save,

@@ -54,7 +54,7 @@ def test_the_epoch_shown_is_the_examples_seen():
   counted = job_setup.Epochs(38, 8)
   assert counted.at(4) == pytest.approx(32 / 38)  # Not epoch 1.00: 6 examples are still unseen.
   assert counted.at(19) == 4.0
-  assert counted.start_words(19) == '19 steps (4 epochs of 38 examples at batch 8)'
+  assert counted.start_words(19) == '19 steps (4 epochs of 38 train features at batch 8)'
   resumed = job_setup.Epochs(64, 8, offset=48 - 3 * 8)  # 3 steps at batch 16, then batch 8.
   assert resumed.seen(3) == 48 and resumed.at(5) == 1.0 and resumed.ends_at(5)
 
@@ -65,7 +65,8 @@ def test_a_run_evaluates_where_its_epochs_end(tmp_path, monkeypatch):
   config = finetune_runs.tiny_config(data, global_batch_size=24)  # 2 epochs: 128 / 24 = 5.33.
   said = log_records.recorded_warnings(monkeypatch, finetune, 'info')
   finetune.train_and_evaluate(config, str(tmp_path / 'run'))
-  assert any('5 steps (1.88 epochs of 64 examples at batch 24)' in line for line in said), said
+  assert any('5 steps (1.88 epochs of 64 train features at batch 24)' in line
+             for line in said), said
   # The first epoch's 64 examples complete at step 3 (72 seen); the second's at step 6, past
   # the run's end: its last eval is step 5's.
   assert list(json.loads((tmp_path / 'run' / 'eval_history.json').read_text())) == ['3', '5']
@@ -93,7 +94,7 @@ def test_a_run_begun_when_each_epoch_was_floored_keeps_its_steps(tmp_path, monke
   warned = log_records.recorded_warnings(monkeypatch, job_setup)
   finetune.train_and_evaluate(finetune_runs.tiny_config(data, global_batch_size=24), workdir)
   assert finetune_runs.final_params(workdir)[1] == 4
-  assert warned == [f'{workdir} was begun when each epoch counted whole batches only: it keeps '
-                    'its 4 steps (num_epochs=2 of 64 examples at batch 24 make 5 steps now, '
+  assert warned == [f'{workdir} recorded 4 steps, the old count of whole batches per epoch: it '
+                    'keeps them (num_epochs=2 of 64 examples at batch 24 make 5 steps now, '
                     'google-research/bert\'s count); --config.num_train_steps=5 trains on to '
                     'step 5'], warned

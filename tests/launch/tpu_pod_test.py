@@ -641,11 +641,30 @@ def test_the_workers_commands_fetch_the_commit_the_ref_names(tmp_path, ref):
 def test_a_git_ref_that_is_no_git_url_is_refused_before_anything_runs(monkeypatch):
   monkeypatch.chdir(REPO)
   calls = []
-  for ref in ('bertjax==0.2', 'git+https://example.org', 'https://example.org/bertjax@v1'):
+  for ref in ('bertjax==0.2', 'git+https://example.org', 'https://example.org/bertjax@v1',
+              'git+https://example.org/@v1', 'git+https://example.org/bertjax@'):
     with pytest.raises(ValueError, match=re.escape(f"--git_ref='{ref}' is no git URL: pass "
                                                    'git+https://HOST/ORG/REPO@REF')):
       tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=calls.append, git_ref=ref)
+  with pytest.raises(ValueError, match=r'#subdirectory=pkg is not followed \(bertjax is the '):
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=calls.append,
+                   git_ref='git+https://example.org/bertjax@v1#subdirectory=pkg')
   assert calls == []
+  # pip's #egg= and a SHA-256 repository's commit are taken.
+  assert cloud.git_source('git+https://example.org/b.git@refs/pull/1/head#egg=bertjax') == (
+      'https://example.org/b.git', 'refs/pull/1/head')
+  assert tpu_pod.pin_commit(slice_(), calls.append, f'git+file:///r@{"c3" * 32}').endswith('c3')
+
+
+def test_a_dry_run_prints_the_command_that_reads_the_commit(tmp_path):
+  code, out, calls = launch(tmp_path, '--dry_run', '--git_ref=git+https://example.org/b@main')
+  assert code == 0 and calls == [], out
+  assert ("gcloud compute tpus tpu-vm ssh bert --worker=0 '--command=rm -rf ~/bertjax-src && git "
+          'init -q ~/bertjax-src && git -C ~/bertjax-src fetch -q --depth=1 '
+          "https://example.org/b main && git -C ~/bertjax-src rev-parse '\"'\"'FETCH_HEAD^{commit}'"
+          ) in out, out
+  assert ("tpu_pod: the job's config was checked against this checkout; the workers run "
+          '--git_ref=git+https://example.org/b@main\'s configs/ and code') in out
 
 
 def test_a_config_path_on_this_machines_disk_is_warned_about():
