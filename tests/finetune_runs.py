@@ -47,3 +47,18 @@ def tiny_config(data_dir, **overrides):
 def final_params(workdir) -> dict:
   step_dir = max((pathlib.Path(workdir) / 'checkpoints').glob('[0-9]*'), key=lambda p: int(p.name))
   return checkpoint.flatten(init_from.read_params(step_dir)), int(step_dir.name)
+
+
+def crash_at_step(monkeypatch, step: int):
+  """Fine-tuning killed (KeyboardInterrupt) where it draws the batch after `step` steps ran;
+  returns the batches' own example_indices, to put back (monkeypatch.setattr)."""
+  from bertjax.finetune import batches  # pylint: disable=g-import-not-at-top
+  example_indices = batches.example_indices
+
+  def crashing(first, batch_size, *args, **kwargs):
+    if first == step * batch_size:
+      raise KeyboardInterrupt('killed')
+    return example_indices(first, batch_size, *args, **kwargs)
+
+  monkeypatch.setattr(batches, 'example_indices', crashing)
+  return example_indices

@@ -97,13 +97,18 @@ def tf1_without_config(folder: str) -> str | None:
           '--bert_config_file=...).')
 
 
+def _workdir_of(directory: str) -> str:
+  """The run folder of a checkpoints folder (`directory` itself otherwise)."""
+  return files.parent(directory) if files.name(directory) == 'checkpoints' else directory
+
+
 def _no_checkpoint(directory: str) -> FileNotFoundError:
   aside = sorted(files.name(p) for p in files.glob(files.join(directory, '*.unreadable-*'))
                  ) if files.isdir(directory) else []
   if aside:
     return FileNotFoundError(f'{directory} holds no readable checkpoint, only ones moved aside '
                              f'as unreadable ({", ".join(aside)}).')
-  where = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
+  where = _workdir_of(directory)
   if files.is_remote(where) and not files.isdir(where):
     files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
   if tf1 := tf1_without_config(where):
@@ -212,7 +217,7 @@ def best_step(directory) -> int:
   available = steps(directory)
   if not available:
     raise _no_checkpoint(directory)
-  workdir = files.parent(directory) if files.name(directory) == 'checkpoints' else directory
+  workdir = _workdir_of(directory)
   listed = ', '.join(map(str, available))
   run = _run_config(workdir)
   kept = run.get('checkpoint', {}) if isinstance(run, dict) else {}
@@ -295,10 +300,9 @@ def step_path(path, step) -> str:
   if parse_step(step) is None:
     return os.fspath(path)
   directory, named = locate(path)
-  if not steps(directory) and paths.is_run(files.parent(directory) if files.name(
-      directory) == 'checkpoints' else directory):
-    raise _no_checkpoint(directory)  # A run before its first save.
   if not steps(directory):
+    if paths.is_run(_workdir_of(directory)):
+      raise _no_checkpoint(directory)  # A run before its first save.
     raise ValueError(f'step={step} names a checkpoint of a bertjax run, and {path} holds none '
                      '(no checkpoints/<step> folders): drop the step for another kind of model.')
   resolved = resolve_step(path, step)

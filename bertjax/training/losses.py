@@ -127,4 +127,9 @@ def merge(a, b):
 def host_means(metrics_list) -> dict:
   """{name: sum / weight} of device metrics summed over steps or batches, as host floats."""
   summed = functools.reduce(merge, jax.device_get(list(metrics_list)))
-  return {k: float(total) / max(float(weight), 1e-8) for k, (total, weight) in summed.items()}
+  return {k: mean_of(*entry) for k, entry in summed.items()}
+
+
+def mean_of(total, weight) -> float:
+  """A metric's host value from its (sum, weight) entry."""
+  return float(total) / max(float(weight), 1e-8)

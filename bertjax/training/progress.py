@@ -121,8 +121,7 @@ class Progress:
     host = jax.device_get([metrics for metrics, _ in pending])  # One read of the window.
     means = losses.host_means(host)
     if 'learning_rate' in means:  # (sum, weight) of the last step alone.
-      total, weight = host[-1]['learning_rate']
-      means['learning_rate'] = float(total) / max(float(weight), 1e-8)
+      means['learning_rate'] = losses.mean_of(*host[-1]['learning_rate'])
     if means['nonfinite']:
       saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
                'raise the warmup' if self.saved_step is None else

@@ -79,14 +79,7 @@ def test_a_run_begun_when_each_epoch_was_floored_keeps_its_steps(tmp_path, monke
   # its own 4 (and says why), not to the 5 a new run takes, nor is it refused.
   data = finetune_runs.write_sst2(tmp_path / 'sst2')
   workdir = str(tmp_path / 'run')
-  example_indices = batches.example_indices
-
-  def crash_at_step_four(first, batch_size, *args, **kwargs):
-    if first == 3 * batch_size:
-      raise KeyboardInterrupt('killed')
-    return example_indices(first, batch_size, *args, **kwargs)
-
-  monkeypatch.setattr(batches, 'example_indices', crash_at_step_four)
+  example_indices = finetune_runs.crash_at_step(monkeypatch, 3)
   with pytest.raises(KeyboardInterrupt):  # Saved step 3 (checkpoint.every_steps=3).
     finetune.train_and_evaluate(finetune_runs.tiny_config(data, global_batch_size=24,
                                                           num_train_steps=4), workdir)

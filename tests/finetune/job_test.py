@@ -88,14 +88,7 @@ def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch, fields):
   config = tiny_config(sst2_dir, **fields)  # 8 steps; saves at 3, 4 (epoch end), 6, 8.
   finetune.train_and_evaluate(config, str(tmp_path / 'straight'))
 
-  example_indices = batches.example_indices
-
-  def crash_at_seven(first, batch_size, *args, **kwargs):
-    if first == 7 * batch_size:
-      raise KeyboardInterrupt('killed')
-    return example_indices(first, batch_size, *args, **kwargs)
-
-  monkeypatch.setattr(batches, 'example_indices', crash_at_seven)
+  example_indices = finetune_runs.crash_at_step(monkeypatch, 7)
   with pytest.raises(KeyboardInterrupt):
     finetune.train_and_evaluate(config, str(tmp_path / 'crashed'))
   assert final_params(tmp_path / 'crashed')[1] == 6
