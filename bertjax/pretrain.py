@@ -26,12 +26,12 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import vocab_files
-from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import perf
 from bertjax.training import progress
+from bertjax.training import ranking
 from bertjax.training import resume_checks
 from bertjax.training import sharding
 from bertjax.training import train_state
@@ -122,7 +122,7 @@ def phases(config, workdir) -> list[Phase]:
     raise ValueError('data.eval_files / data.vocab_file / phase2.train_files / phase2.eval_files '
                      'are set but data.train_files is empty (= the embedded corpus, which brings '
                      'its own): set train_files too.')
-  first_steps = checkpoint.phase2_start(total, second.fraction) if second.fraction else total
+  first_steps = ranking.phase2_start(total, second.fraction) if second.fraction else total
   if second.fraction and not 0 < first_steps < total:
     raise ValueError(f'phase2.fraction={second.fraction} of num_train_steps={total} leaves '
                      f'{first_steps} steps in phase 1: both phases need at least one step.')

@@ -37,6 +37,7 @@ import tensorstore as ts
 
 from bertjax import files
 from bertjax.training import checkpoint_damage
+from bertjax.training import ranking
 
 
 def orbax_path(path) -> str:
@@ -52,48 +53,6 @@ def orbax_path(path) -> str:
 def checkpoint_dir(workdir) -> str:
   return orbax_path(files.join(str(workdir).rstrip('/') if files.is_remote(workdir) else workdir,
                                'checkpoints'))
-
-
-# Metric names (or parts of them) where lower is better: best_mode's default.
-LOSS_LIKE = ('loss', 'mse', 'perplexity', 'error')
-MODES = ('max', 'min')
-
-
-def best_mode(metric: str, mode: str = '') -> str:
-  """'max' or 'min' for `metric`: `mode` when given, else 'min' for loss-like names."""
-  if mode:
-    return mode
-  return 'min' if any(part in metric.rsplit('/', 1)[-1] for part in LOSS_LIKE) else 'max'
-
-
-def rank(value, step: int, mode: str) -> tuple:
-  """A sort key, larger = better: the better value, and among equal values the earlier step
-  (a later tie is no improvement, for keep_best, --step=best and early stopping alike)."""
-  if value is None:
-    return (float('-inf'), -step)
-  return (value if mode == 'max' else -value, -step)
-
-
-def phase2_start(num_train_steps: int, fraction: float) -> int | None:
-  """The step pre-training's second phase starts at (phase2.fraction of num_train_steps, the
-  last ones); None for one phase. The one rule of the boundary: pretrain.phases, resume_checks
-  and the best checkpoint's ranking read it here."""
-  return round(num_train_steps * (1 - fraction)) if fraction else None
-
-
-def phase_start(config, step: int) -> int:
-  """The first step of the phase whose eval ran after `step` steps (`config`: a ConfigDict or
-  a run's config.json): pre-training's second phase (phase2.fraction > 0, pretrain.phases'
-  boundary) starts there, every other run and phase at 0.
-
-  The rule of a two-phase run's best: evals rank only against evals of their own phase (the
-  phases evaluate other data: another length, another unigram baseline), and a later phase's
-  above an earlier's. So the best is the best eval of the last phase that evaluated: phase 1's
-  until phase 2 has an eval, then phase 2's (the final model's phase), whatever phase 1 scored.
-  """
-  boundary = phase2_start(config.get('num_train_steps', 0),
-                          (config.get('phase2') or {}).get('fraction') or 0) or 0
-  return boundary if 0 < boundary < step else 0
 
 
 def _ranked_only(best: ocp.checkpoint_managers.BestN, metric: str):
@@ -122,9 +81,9 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max',
   keep_best = config.checkpoint.keep_best if keep_best is None else keep_best
   policies = [ocp.checkpoint_managers.LatestN(n=config.checkpoint.keep)]
 
-  def ranked(metrics):  # A later phase's eval first (phase_start), then rank's order.
+  def ranked(metrics):  # A later phase's eval first (ranking.phase_start), then rank's order.
     return (metrics.get('phase_start', 0),
-            *rank(metrics.get(best_metric), metrics.get('step', 0), mode))
+            *ranking.rank(metrics.get(best_metric), metrics.get('step', 0), mode))
 
   if keep_best:
     # The step rides in the saved metrics so that ties go to the earlier step (get_metric_fn
@@ -174,18 +133,6 @@ def state_handler() -> ocp.PyTreeCheckpointHandler:
       # StandardCheckpointHandler's limits (PyTreeCheckpointHandler's default is none).
       save_concurrent_gb=96, restore_concurrent_gb=96,
       type_handler_registry=ocp.type_handlers.create_type_handler_registry(*handlers.items()))
-
-
-def since_best(history: dict[int, dict], metric: str, mode: str,
-               config=None) -> tuple[int | None, int]:
-  """(the best step, the evals after it) of an eval history ranked by `metric` in `mode`,
-  a later phase's evals above an earlier's (phase_start; `config` None: one phase)."""
-  steps = sorted(s for s in history if metric in history[s])
-  if not steps:
-    return None, 0
-  best = max(steps, key=lambda s: (phase_start(config, s) if config is not None else 0,
-                                   *rank(history[s][metric], s, mode)))
-  return best, sum(s > best for s in steps)
 
 
 class DiskFullError(OSError):

@@ -32,6 +32,7 @@ from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import ranking
 from bertjax.training import run_files
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
@@ -230,13 +231,13 @@ def best_step(directory) -> int:
   ranked = {}
   for step in available:
     try:
-      ranking = read_meta(files.join(directory, str(step))).get('ranking')
+      standing = read_meta(files.join(directory, str(step))).get('ranking')
     except (ValueError, OSError) as e:  # The step cannot be read anyway: said, not ranked.
       logging.warning('step=best: checkpoint %s is left out of the ranking: %s',
                       files.join(directory, str(step)), e)
       continue
-    if isinstance(ranking, dict) and isinstance(ranking.get('value'), (int, float)):
-      ranked[step] = ranking
+    if isinstance(standing, dict) and isinstance(standing.get('value'), (int, float)):
+      ranked[step] = standing
   if not ranked:
     raise ValueError(f'--step=best: no checkpoint in {directory} ({listed}) was saved at an '
                      'eval, so none is ranked: pass --step=latest or a step number, or train '
@@ -247,7 +248,7 @@ def best_step(directory) -> int:
   config = run if isinstance(run, dict) else {}
 
   def key(step, value):  # A two-phase run's best is of its last phase that evaluated.
-    return checkpoint.phase_start(config, step), *checkpoint.rank(value, step, mode)
+    return ranking.phase_start(config, step), *ranking.rank(value, step, mode)
 
   best = max(same, key=lambda s: key(s, ranked[s]['value']))
   # Every eval was saved and recorded: a better eval than the kept ones is a lost best, never
@@ -256,7 +257,7 @@ def best_step(directory) -> int:
     history = run_files.eval_history(workdir, up_to_step=max(available))
   except (OSError, ValueError):
     history = {}
-  recorded, _ = checkpoint.since_best(history, metric, mode, config)
+  recorded, _ = ranking.since_best(history, metric, mode, config)
   if recorded is not None and recorded != best and (
       key(recorded, history[recorded][metric]) > key(best, ranked[best]['value'])):
     why = ('unreadable' if recorded in available else 'gone (deleted, or never kept: '
@@ -268,8 +269,8 @@ def best_step(directory) -> int:
         f'--step={best} to read that one, or --step=latest.')
   logging.info('step=best: step %d of %s (%s %.4g, %s is better)', best, directory, metric,
                ranked[best]['value'], 'higher' if mode == 'max' else 'lower')
-  boundary = checkpoint.phase_start(config, max(available))
-  if checkpoint.phase_start(config, best) < boundary:
+  boundary = ranking.phase_start(config, max(available))
+  if ranking.phase_start(config, best) < boundary:
     logging.warning('step=best: step %d is of phase 1 (steps 0..%d): phase 2 has no eval to '
                     'rank; pass --step=latest for the model phase 2 trained', best, boundary)
   return best

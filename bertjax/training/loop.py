@@ -40,6 +40,7 @@ from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
 from bertjax.training import progress as progress_lib
+from bertjax.training import ranking
 from bertjax.training import resume_checks
 from bertjax.training import run_files
 from bertjax.training import sharding
@@ -165,12 +166,12 @@ def _ranking(config, job: Job) -> tuple[str, str, int]:
                      'evaluations, but this run has no eval data: give it some (an eval file or '
                      'split), or set it to 0.')
   keep_best = config.checkpoint.keep_best or (1 if job.early_stopping_patience else 0)
-  return metric, checkpoint.best_mode(metric, config.checkpoint.best_mode), keep_best
+  return metric, ranking.best_mode(metric, config.checkpoint.best_mode), keep_best
 
 
 def _early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:
   """Why the run stops early after the evals in `history` ('' = it goes on)."""
-  best_step, waited = checkpoint.since_best(history, metric, mode, config)
+  best_step, waited = ranking.since_best(history, metric, mode, config)
   if not patience or waited < patience:
     return ''
   return (f'early: {metric} did not improve for {waited} evaluation{"s" * (waited > 1)} after '
@@ -193,29 +194,29 @@ def _rank(config, eval_metrics: dict, step: int, history: dict, workdir, metric:
           patience: int) -> tuple[dict | None, str]:
   """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None
   without metrics; why early stopping ends the run, or ''). An eval of a two-phase run's second
-  phase records where that phase starts: it ranks above the first's (checkpoint.phase_start)."""
+  phase records where that phase starts: it ranks above the first's (ranking.phase_start)."""
   if not eval_metrics:
     return None, ''
   check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
   history[step] = eval_metrics
   run_files.record_eval(workdir, history)
-  ranking = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
-  if phase_start := checkpoint.phase_start(config, step):
-    ranking['phase_start'] = phase_start
-  return ranking, _early_stop(config, history, metric, mode, patience)
+  standing = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
+  if phase_start := ranking.phase_start(config, step):
+    standing['phase_start'] = phase_start
+  return standing, _early_stop(config, history, metric, mode, patience)
 
 
-def _save(mngr, config, mesh, state, step: int, consumed: int, ranking: dict | None):
+def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
   meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),
-          **({} if ranking is None else {'ranking': ranking})}
+          **({} if standing is None else {'ranking': standing})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
-  metrics = {'step': step} | ({} if ranking is None else {
-      ranking['metric']: ranking['value'], 'phase_start': ranking.get('phase_start', 0)})
+  metrics = {'step': step} | ({} if standing is None else {
+      standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 
@@ -280,10 +281,10 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
 def _best_of(config, done: int, history: dict, metric: str, mode: str, keep_best: bool) -> dict:
   """Outcome's best_step and best (metric, value) from the recorded evals, if any; a note when
   a two-phase run at `done` steps has its best in phase 1 (phase 2 had no eval to rank)."""
-  best_step = checkpoint.since_best(history, metric, mode, config)[0] if keep_best else None
+  best_step = ranking.since_best(history, metric, mode, config)[0] if keep_best else None
   if best_step is None:
     return {}
-  earlier = checkpoint.phase_start(config, best_step) < checkpoint.phase_start(config, done)
+  earlier = ranking.phase_start(config, best_step) < ranking.phase_start(config, done)
   return dict(best_step=best_step, best=(metric, history[best_step][metric]),
               best_note=', of phase 1: phase 2 has no eval' if earlier else '')
 

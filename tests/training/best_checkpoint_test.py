@@ -17,6 +17,7 @@ from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import ranking
 from bertjax.training import run_files
 from configs import pretrain as pretrain_config
 
@@ -60,8 +61,8 @@ def test_keeps_the_newest_and_the_best_the_evals_name(best_by_loss):
   assert checkpoint_reader.resolve_step(best_by_loss, 'best') == best
   assert checkpoint_reader.resolve_step(best_by_loss, 'latest') is None
   assert checkpoint_reader.read(best_by_loss, 'best').step == best
-  ranking = checkpoint_reader.read_meta(best_by_loss / 'checkpoints' / str(best))['ranking']
-  assert ranking == {'metric': 'loss', 'mode': 'min', 'value': losses[best]}
+  recorded = checkpoint_reader.read_meta(best_by_loss / 'checkpoints' / str(best))['ranking']
+  assert recorded == {'metric': 'loss', 'mode': 'min', 'value': losses[best]}
   assert checkpoint_reader.step_path(best_by_loss, 'best') == str(
       best_by_loss / 'checkpoints' / str(best))
 
@@ -76,8 +77,8 @@ def test_pretraining_keeps_its_best_by_mlm_accuracy(tmp_path_factory, tmp_path):
   best = max(accuracy, key=lambda s: (accuracy[s], -s))
   assert sorted(accuracy) == [1, 2, 3, 4] and kept_steps(workdir) == {4, best}
   assert checkpoint_reader.resolve_step(workdir, 'best') == best
-  ranking = checkpoint_reader.read_meta(workdir / 'checkpoints' / str(best))['ranking']
-  assert ranking['metric'] == 'mlm_accuracy' and ranking['mode'] == 'max'
+  recorded = checkpoint_reader.read_meta(workdir / 'checkpoints' / str(best))['ranking']
+  assert recorded['metric'] == 'mlm_accuracy' and recorded['mode'] == 'max'
 
 
 def test_pretraining_stops_early_and_hands_on_its_best_step(tmp_path_factory, tmp_path, capsys):
@@ -131,10 +132,10 @@ def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
 
 
 def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
-  assert checkpoint.best_mode('loss') == checkpoint.best_mode('dev/mse') == 'min'
-  assert checkpoint.best_mode('mlm_loss') == 'min'
-  assert checkpoint.best_mode('accuracy') == checkpoint.best_mode('f1') == 'max'
-  assert checkpoint.best_mode('loss', 'max') == 'max'
+  assert ranking.best_mode('loss') == ranking.best_mode('dev/mse') == 'min'
+  assert ranking.best_mode('mlm_loss') == 'min'
+  assert ranking.best_mode('accuracy') == ranking.best_mode('f1') == 'max'
+  assert ranking.best_mode('loss', 'max') == 'max'
   config = finetune_runs.tiny_config(sst2_dir, **{'checkpoint.best_mode': 'highest'})
   with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='highest': is unknown; "
                      'valid: max'):
@@ -242,7 +243,7 @@ def test_a_two_phase_run_ranks_only_its_last_evaluated_phase(tmp_path, monkeypat
                                                        16: 0.6})
   assert kept_steps(tmp_path / 'two') == {14, 16}  # Not step 4: its loss is of other data.
   assert checkpoint_reader.resolve_step(tmp_path / 'two', 'best') == 14
-  assert checkpoint.since_best(evals, 'loss', 'min', config) == (14, 1)  # Early stopping's.
+  assert ranking.since_best(evals, 'loss', 'min', config) == (14, 1)  # Early stopping's.
   best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
   assert best == {'best_step': 14, 'best': ('loss', 0.5), 'best_note': ''}
   # Phase 2 without evals: phase 1's best, said by the summary and --step=best.
