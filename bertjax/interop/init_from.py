@@ -56,16 +56,12 @@ def configured(config, *, loads_weights: bool = True) -> str:
   pooling): the run itself, whose step named then may since have been pruned."""
   path = paths.absolute(config.init_from)
   step = config.get('init_from_step', 'latest')
-  if not (path and loads_weights) or checkpoint_reader.parse_step(step, text=True) is None:
+  asking = checkpoint_reader.Asking('config.init_from_step', 'as init_from a run',
+                                    f' (init_from={path})')
+  if not (path and loads_weights) or checkpoint_reader.parse_step(
+      step, text=True, asking=asking) is None:
     return path
-  try:
-    return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True))
-  except (ValueError, FileNotFoundError) as e:
-    said = str(e).removeprefix(f'--step={step}: ').removeprefix(f'step={step} ')
-    # The readers' flags, here the config's fields.
-    said = said.replace('--step=', 'config.init_from_step=').replace(
-        'pass the --workdir of a run that saved one', 'pass as init_from a run that saved one')
-    raise type(e)(f'config.init_from_step={step} (init_from={path}): {said}') from None
+  return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True), asking)
 
 
 def named(config) -> str:

@@ -98,12 +98,27 @@ def tf1_without_config(folder: str) -> str | None:
           '--bert_config_file=...).')
 
 
+@dataclasses.dataclass(frozen=True)
+class Asking:
+  """How the user names a step and a run, for the messages: a command's flags (FLAGS, the
+  readers') or a config's fields (init_from's)."""
+  step: str = '--step'
+  run: str = 'the --workdir of a run'
+  where: str = ''  # What the step is of, said after it (' (init_from=RUN)').
+
+  def said(self, step) -> str:
+    return f'{self.step}={step}{self.where}'
+
+
+FLAGS = Asking()
+
+
 def _workdir_of(directory: str) -> str:
   """The run folder of a checkpoints folder (`directory` itself otherwise)."""
   return files.parent(directory) if files.name(directory) == 'checkpoints' else directory
 
 
-def _no_checkpoint(directory: str) -> FileNotFoundError:
+def _no_checkpoint(directory: str, asking: Asking = FLAGS) -> FileNotFoundError:
   aside = sorted(files.name(p) for p in files.glob(files.join(directory, '*.unreadable-*'))
                  ) if files.isdir(directory) else []
   if aside:
@@ -114,8 +129,8 @@ def _no_checkpoint(directory: str) -> FileNotFoundError:
     files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
   if tf1 := tf1_without_config(where):
     return FileNotFoundError(tf1)
-  return FileNotFoundError(f'{where} holds no checkpoint: pass the --workdir of a run that '
-                           'saved one (its checkpoints/<step> folders), or train it first.')
+  return FileNotFoundError(f'{where} holds no checkpoint: pass {asking.run} that saved one '
+                           '(its checkpoints/<step> folders), or train it first.')
 
 
 def read_meta(step_dir) -> dict:
@@ -178,7 +193,7 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   return params, meta
 
 
-def parse_step(step, *, text: bool = False) -> int | str | None:
+def parse_step(step, *, text: bool = False, asking: Asking = FLAGS) -> int | str | None:
   """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
   or a number >= 0 (`text`: a command line's flag, where the number is a digit string)."""
   if step is None or step == 'latest' or (text and step == ''):
@@ -190,8 +205,8 @@ def parse_step(step, *, text: bool = False) -> int | str | None:
   if text and isinstance(step, str) and step.strip().isascii() and step.strip().isdigit():
     return int(step)
   if text:
-    raise ValueError(f'--step={step}: pass best, latest or a checkpoint step number (0 or more, '
-                     'one of the run\'s checkpoints/<step> folders).')
+    raise ValueError(f'{asking.said(step)}: pass best, latest or a checkpoint step number (0 or '
+                     'more, one of the run\'s checkpoints/<step> folders).')
   raise ValueError(f'step={step!r}: a checkpoint step is a number (0 or more, e.g. step=600), '
                    "'best' or 'latest'.")
 
@@ -212,21 +227,21 @@ def _run_config(workdir) -> dict | None:
     return None
 
 
-def best_step(directory) -> int:
+def best_step(directory, asking: Asking = FLAGS) -> int:
   """The step the run ranked best among the steps kept in a checkpoints folder (its evals'
   `ranking` in the meta items); ValueError saying what to do when it kept or ranked none."""
   available = steps(directory)
   if not available:
-    raise _no_checkpoint(directory)
+    raise _no_checkpoint(directory, asking)
   workdir = _workdir_of(directory)
   listed = ', '.join(map(str, available))
   run = _run_config(workdir)
   kept = run.get('checkpoint', {}) if isinstance(run, dict) else {}
   if run is not None and not (kept.get('keep_best') or run.get('early_stopping_patience')):
     raise ValueError(
-        f'--step=best: {workdir} was trained with checkpoint.keep_best=0, so its best checkpoint '
-        f'may have been deleted (it kept the newest {kept.get("keep", "few")}): pass '
-        f'--step=latest or one of its steps ({listed}); train with '
+        f'{asking.said("best")}: {workdir} was trained with checkpoint.keep_best=0, so its best '
+        f'checkpoint may have been deleted (it kept the newest {kept.get("keep", "few")}): pass '
+        f'{asking.step}=latest or one of its steps ({listed}); train with '
         '--config.checkpoint.keep_best=1 to keep the best.')
   ranked = {}
   for step in available:
@@ -239,9 +254,10 @@ def best_step(directory) -> int:
     if isinstance(standing, dict) and isinstance(standing.get('value'), (int, float)):
       ranked[step] = standing
   if not ranked:
-    raise ValueError(f'--step=best: no checkpoint in {directory} ({listed}) was saved at an '
-                     'eval, so none is ranked: pass --step=latest or a step number, or train '
-                     'with evals (eval files, eval_every_steps) and checkpoint.keep_best=1.')
+    raise ValueError(f'{asking.said("best")}: no checkpoint in {directory} ({listed}) was saved '
+                     f'at an eval, so none is ranked: pass {asking.step}=latest or a step number, '
+                     'or train with evals (eval files, eval_every_steps) and '
+                     'checkpoint.keep_best=1.')
   # The newest eval's metric and mode rank (a resumed run may have changed them).
   metric, mode = ranked[max(ranked)]['metric'], ranked[max(ranked)]['mode']
   same = [s for s in ranked if (ranked[s]['metric'], ranked[s]['mode']) == (metric, mode)]
@@ -263,20 +279,21 @@ def best_step(directory) -> int:
     why = ('unreadable' if recorded in available else 'gone (deleted, or never kept: '
            'checkpoint.keep_best)')
     raise ValueError(
-        f'--step=best: the run\'s best eval by {metric} was step {recorded} '
+        f'{asking.said("best")}: the run\'s best eval by {metric} was step {recorded} '
         f'({history[recorded][metric]:.4g}, {run_files.EVAL_HISTORY}), but its checkpoint is '
         f'{why}; the best of the steps kept is {best} ({ranked[best]["value"]:.4g}): pass '
-        f'--step={best} to read that one, or --step=latest.')
+        f'{asking.step}={best} to read that one, or {asking.step}=latest.')
   logging.info('step=best: step %d of %s (%s %.4g, %s is better)', best, directory, metric,
                ranked[best]['value'], 'higher' if mode == 'max' else 'lower')
   boundary = ranking.phase_start(config, max(available))
   if ranking.phase_start(config, best) < boundary:
     logging.warning('step=best: step %d is of phase 1 (steps 0..%d): phase 2 has no eval to '
-                    'rank; pass --step=latest for the model phase 2 trained', best, boundary)
+                    'rank; pass %s=latest for the model phase 2 trained', best, boundary,
+                    asking.step)
   return best
 
 
-def resolve_step(path, step) -> int | None:
+def resolve_step(path, step, asking: Asking = FLAGS) -> int | None:
   """The step number a reader's `step` (None, 'latest', 'best', a number) names at `path`
   (None: the newest readable). A number the run does not have names the steps it does."""
   step = parse_step(step)
@@ -284,29 +301,31 @@ def resolve_step(path, step) -> int | None:
   if step is not None and named is not None and step != named:
     raise ValueError(f'{path} is step {named} but step={step} was asked for: pass one of them.')
   if step == 'best':
-    return best_step(directory)
+    return best_step(directory, asking)
   if step is not None:
     available = steps(directory)
     if not available:
-      raise _no_checkpoint(directory)
+      raise _no_checkpoint(directory, asking)
     if step not in available:
-      raise FileNotFoundError(f'{directory} has no checkpoint step {step}; its steps: '
-                              f'{", ".join(map(str, available))}.')
+      raise FileNotFoundError(f'{asking.said(step)}: {directory} has no checkpoint step {step}; '
+                              f'its steps: {", ".join(map(str, available))}.')
   return step
 
 
-def step_path(path, step) -> str:
+def step_path(path, step, asking: Asking = FLAGS) -> str:
   """`path` (a workdir, checkpoints/ or a step folder), or its folder of `step` when one is
-  named ('best', a number): what sources.load and init_from read."""
+  named ('best', a number): what sources.load and init_from read. `asking`: how the messages
+  name the step and the run."""
   if parse_step(step) is None:
     return os.fspath(path)
   directory, named = locate(path)
   if not steps(directory):
     if paths.is_run(_workdir_of(directory)):
-      raise _no_checkpoint(directory)  # A run before its first save.
-    raise ValueError(f'step={step} names a checkpoint of a bertjax run, and {path} holds none '
-                     '(no checkpoints/<step> folders): drop the step for another kind of model.')
-  resolved = resolve_step(path, step)
+      raise _no_checkpoint(directory, asking)  # A run before its first save.
+    raise ValueError(f'{asking.said(step)} names a checkpoint of a bertjax run, and {path} '
+                     'holds none (no checkpoints/<step> folders): drop the step for another kind '
+                     'of model.')
+  resolved = resolve_step(path, step, asking)
   return os.fspath(path) if named is not None else files.join(directory, str(resolved))
 
 
