@@ -92,6 +92,18 @@ class Layout:
     return math.lcm(sharding.data_parallel_size(self.mesh, self.rules), jax.process_count(),
                     self.packed_rows_multiple_of)
 
+  def words(self) -> str:
+    """How the rows hold examples, for the start line ('' for one per row)."""
+    if not self.packed:
+      return ''
+    return (f', packed up to {self.max_instances_per_row} per row (in multiples of '
+            f'{self.rows_multiple} rows)')
+
+  def fewest_rows(self, batch: int) -> int:
+    """The fewest rows `batch` examples can be packed into: every row full, rounded up."""
+    return -(-math.ceil(batch / self.max_instances_per_row) // self.rows_multiple
+             ) * self.rows_multiple
+
 
 def check_layout(layout: Layout):
   """Refuses counts below one, and packing for a kind that cannot be packed (kinds.py)."""
@@ -104,6 +116,25 @@ def check_layout(layout: Layout):
     packable = ', '.join(k for k, v in kinds.KINDS.items() if v.packable)
     raise ValueError(f'data.max_instances_per_row={layout.max_instances_per_row}: a {layout.kind}'
                      f' task cannot be packed (kinds that can: {packable}); set it to 1.')
+
+
+def packing_gain(layout: Layout, batch: int) -> str:
+  """Why packing cannot save work at `batch` on this mesh ('' where it can): the rows are
+  rounded up to layout.rows_multiple, and where even full rows round up to the batch, each step
+  computes as many rows as one per row, every one at max_seq_length (dynamic padding's rows are
+  as long as the batch's longest)."""
+  if not layout.packed or layout.fewest_rows(batch) < batch:
+    return ''
+  parts = [f'{sharding.data_parallel_size(layout.mesh, layout.rules)} data-parallel devices',
+           f'data.packed_rows_multiple_of={layout.packed_rows_multiple_of}']
+  if jax.process_count() > 1:
+    parts.append(f'{jax.process_count()} hosts')
+  return (f'data.max_instances_per_row={layout.max_instances_per_row} saves no work at '
+          f'global_batch_size={batch} on this mesh: packed rows come in multiples of '
+          f'{layout.rows_multiple} ({", ".join(parts)}), so a step still computes '
+          f'{layout.fewest_rows(batch)} rows or more, each of max_seq_length; set '
+          'data.max_instances_per_row=1 (dynamic padding), or a global_batch_size several '
+          f'times {layout.rows_multiple * layout.max_instances_per_row}.')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -159,10 +159,12 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
   # The examples the steps consume, as epochs: an epoch may end inside a step (job_setup.Epochs).
   counted = job_setup.Epochs(num_train, cfg.global_batch_size)
-  logging.info('task %s (%s, pooling %s): %d train features, %s; %s, warmup %d', task.name,
+  logging.info('task %s (%s, pooling %s): %d train features, %s; %s%s, warmup %d', task.name,
                task.kind, cfg.pooling, num_train,
                ', '.join(f'{k} {len(f["input_ids"])}' for k, (_, f, _) in eval_sets.items()),
-               counted.start_words(total_steps), cfg.optimizer.warmup_steps)
+               counted.start_words(total_steps), rows_of.words(), cfg.optimizer.warmup_steps)
+  if why := batches.packing_gain(rows_of, cfg.global_batch_size):
+    logging.warning('%s', why)
   if cfg.optimizer.layer_decay != 1.0:
     logging.info('%s', optimizer_lib.layer_decay_line(cfg))
 

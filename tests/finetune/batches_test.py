@@ -112,6 +112,27 @@ def test_packing_is_refused_for_span_and_choice_kinds_and_counts_below_one():
     batches.check_layout(batches.Layout('classification', 32, 3, mesh, packed_rows_multiple_of=0))
 
 
+def test_packing_that_cannot_save_work_on_the_mesh_is_said():
+  """Packed rows come in multiples of the data-parallel devices: where even full rows round
+  up to the batch, packing computes as many rows as one per row, each at max_seq_length."""
+  one_per_row, packed = (batches.Layout('classification', 32, n, _mesh(8, 1),
+                                        packed_rows_multiple_of=4) for n in (1, 4))
+  assert one_per_row.words() == '' and batches.packing_gain(one_per_row, 8) == ''
+  assert packed.words() == ', packed up to 4 per row (in multiples of 8 rows)'
+  assert packed.fewest_rows(8) == 8 and packed.fewest_rows(64) == 16
+  said = batches.packing_gain(packed, 8)
+  assert said.startswith('data.max_instances_per_row=4 saves no work at global_batch_size=8 on '
+                         'this mesh: packed rows come in multiples of 8 (8 data-parallel '
+                         'devices, data.packed_rows_multiple_of=4), so a step still computes 8 '
+                         'rows or more'), said
+  assert 'global_batch_size several times 32' in said
+  assert batches.packing_gain(packed, 32) == ''  # 8 rows of 4 at best: fewer than 32.
+  assert batches.packing_gain(packed, 9) == ''  # 3 full rows round up to 8: fewer than 9.
+  fewer_devices = batches.Layout('classification', 32, 3, _mesh(2, 2, 2))
+  assert fewer_devices.fewest_rows(8) == 4 and batches.packing_gain(fewer_devices, 8) == ''
+  assert batches.packing_gain(fewer_devices, 4) != ''
+
+
 def _mesh(data, fsdp, tensor=1):
   config = common.mesh_config()
   config.data, config.fsdp, config.tensor = data, fsdp, tensor
