@@ -46,7 +46,6 @@ import os
 import sys
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 # tests/wordnet_examples.py builds the your-own-files tasks; appended, so it shadows nothing.
 sys.path.append(os.path.join(os.path.dirname(__file__), '..', 'tests'))

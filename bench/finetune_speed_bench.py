@@ -49,7 +49,6 @@ _THREADS = int(next((a.split('=', 1)[1] for a in sys.argv if a.startswith('--thr
 if _THREADS < len(os.sched_getaffinity(0)):  # Before jax/torch start; children inherit it.
   os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:_THREADS])
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 _REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 sys.path.insert(0, _REPO)
 # tests/wordnet_examples.py builds the tagging task; appended, so it shadows nothing.

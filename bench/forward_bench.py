@@ -19,6 +19,7 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bertjax import console  # noqa: E402
 from bertjax.model import heads  # noqa: E402
 from configs import common  # noqa: E402
 
@@ -88,6 +89,7 @@ def bench_torch(cfg, batch):
 
 def main(argv):
   del argv
+  console.install()  # Libraries' INFO lines (jax's backend probing) held, as bertjax.main does.
   print(f'devices: {jax.devices()}; seq {_SEQ_LEN.value}, {_PREDICTIONS.value} predictions, '
         f'bertjax dtype {_DTYPE.value}')
   print(f'{"size":<7}{"batch":>6}{"bertjax seq/s":>15}{"torch stock":>13}{"torch gathered":>16}'

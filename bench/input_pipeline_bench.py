@@ -15,8 +15,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+# Before TensorFlow: bertjax holds its C++ start-up lines (bertjax/__init__.py).
+import bertjax  # noqa: E402,F401
+
+# isort: split
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402

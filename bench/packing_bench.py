@@ -20,7 +20,6 @@ import tempfile
 import time
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
 from absl import app  # noqa: E402

@@ -52,6 +52,7 @@ import hlo_profile  # noqa: E402
 import jax  # noqa: E402
 import train_bench  # noqa: E402  (its flags, config, batch and compiled step)
 
+from bertjax import console  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
 
 _TOP = flags.DEFINE_integer('top', 15, 'How many of the costliest ops to list.')
@@ -156,6 +157,7 @@ def _writable(folder):
 
 def main(argv):
   del argv
+  console.install()  # Libraries' INFO lines (jax's backend probing) held, as bertjax.main does.
   steps, top, trace_dir = train_bench._STEPS.value, _TOP.value, _TRACE_DIR.value
   compile_top = _COMPILE_TOP.value
   if steps < 1 or top < 0 or compile_top < 0:

@@ -77,8 +77,8 @@ if _THREADS < len(os.sched_getaffinity(0)):
 # glibc unmaps large blocks on free, so every step would page-fault in XLA's temp arena again
 # (malloc_tuning.keep_memory_mapped; bertjax.main does the same on CPU hosts). Same for both
 # frameworks; --notune_malloc measures without it.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+from bertjax import console  # noqa: E402
 from bertjax import malloc_tuning  # noqa: E402
 
 _TUNE_MALLOC = _early_flag('tune_malloc', True) and malloc_tuning.keep_memory_mapped()
@@ -513,6 +513,7 @@ def settings_per_size():
 
 def main(argv):
   del argv
+  console.install()  # Libraries' INFO lines (jax's backend probing) held, as bertjax.main does.
   unknown = set(_TORCH_VARIANTS.value) - set(TORCH_VARIANTS)
   if unknown:
     raise SystemExit(f'--torch_variants: unknown {sorted(unknown)}; valid: '

@@ -61,3 +61,16 @@ def test_the_bench_times_bertjax_and_every_torch_variant_on_the_cpu():
   assert whole == rows['bertjax'][6] and all(p >= 0 for p in parts), out
   assert sum(parts) <= whole + 0.2 and parts[3] > 0, out  # Each part printed to 0.1 s.
   assert int(split.group(6).replace(',', '')) > 500, out
+
+
+def test_the_benches_console_holds_jax_backend_probing():
+  """A bench run as a user runs it (no JAX_PLATFORMS) shows its table, not jax's INFO lines of
+  the backends it probed ('Unable to initialize backend tpu': libtpu is absent), as
+  bertjax.main holds them (console.install)."""
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
+  env.update(XLA_FLAGS='', CUDA_VISIBLE_DEVICES='')
+  run = subprocess.run([sys.executable, 'bench/forward_bench.py', '--sizes=tiny', '--seq_len=16'],
+                       capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert re.search(r'^tiny +32 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+x', run.stdout, re.M), run.stdout
+  assert 'xla_bridge' not in run.stderr and 'Unable to initialize' not in run.stderr, run.stderr
