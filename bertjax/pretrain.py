@@ -239,7 +239,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   start = time.perf_counter()
   config = paths.own_copy(config)
   config_check.check(config)  # Before any data is read or anything compiled.
-  loop.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
+  ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
   workdir = paths.absolute(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):

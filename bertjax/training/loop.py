@@ -149,33 +149,17 @@ def _write_config(config, workdir, writer, resumed_at: int | None):
     run_files.write_json(files.join(workdir, name), json.loads(config.to_json()))
 
 
-def check_best_metric(metric: str, names):
-  """Refuses a best metric that is not among the eval metrics `names` (any when () or None)."""
-  if names and metric not in names:
-    raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
-                     f'job; valid: {", ".join(names)}.')
-
-
 def _ranking(config, job: Job) -> tuple[str, str, int]:
   """(best metric, its mode, keep_best): config.checkpoint's, else the job's main metric; early
   stopping keeps the best step at least (it is what the run hands on)."""
   metric = config.checkpoint.best_metric or job.best_metric
-  check_best_metric(metric, job.metric_names)
+  ranking.check_best_metric(metric, job.metric_names)
   if job.early_stopping_patience and job.evaluator is None:
     raise ValueError(f'config.early_stopping_patience={job.early_stopping_patience} counts '
                      'evaluations, but this run has no eval data: give it some (an eval file or '
                      'split), or set it to 0.')
   keep_best = config.checkpoint.keep_best or (1 if job.early_stopping_patience else 0)
   return metric, ranking.best_mode(metric, config.checkpoint.best_mode), keep_best
-
-
-def _early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:
-  """Why the run stops early after the evals in `history` ('' = it goes on)."""
-  best_step, waited = ranking.since_best(history, metric, mode, config)
-  if not patience or waited < patience:
-    return ''
-  return (f'early: {metric} did not improve for {waited} evaluation{"s" * (waited > 1)} after '
-          f'step {best_step}, its best ({history[best_step][metric]:.4g})')
 
 
 def _evaluate(job: Job, params, step: int, writer) -> dict:
@@ -188,22 +172,6 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
                ', '.join(f'{k} {v:.4f}' for k, v in sorted(metrics.items())),
                time.perf_counter() - start)
   return metrics
-
-
-def _rank(config, eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
-          patience: int) -> tuple[dict | None, str]:
-  """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None
-  without metrics; why early stopping ends the run, or ''). An eval of a two-phase run's second
-  phase records where that phase starts: it ranks above the first's (ranking.phase_start)."""
-  if not eval_metrics:
-    return None, ''
-  check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
-  history[step] = eval_metrics
-  run_files.record_eval(workdir, history)
-  standing = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
-  if phase_start := ranking.phase_start(config, step):
-    standing['phase_start'] = phase_start
-  return standing, _early_stop(config, history, metric, mode, patience)
 
 
 def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
@@ -278,17 +246,6 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   return state, shardings, consumed, resumed
 
 
-def _best_of(config, done: int, history: dict, metric: str, mode: str, keep_best: bool) -> dict:
-  """Outcome's best_step and best (metric, value) from the recorded evals, if any; a note when
-  a two-phase run at `done` steps has its best in phase 1 (phase 2 had no eval to rank)."""
-  best_step = ranking.since_best(history, metric, mode, config)[0] if keep_best else None
-  if best_step is None:
-    return {}
-  earlier = ranking.phase_start(config, best_step) < ranking.phase_start(config, done)
-  return dict(best_step=best_step, best=(metric, history[best_step][metric]),
-              best_note=', of phase 1: phase 2 has no eval' if earlier else '')
-
-
 def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
                    best: dict) -> progress_lib.Outcome:
   """The Outcome of a run resumed at its end, past it (a config with fewer steps) or after it
@@ -355,8 +312,8 @@ class _Boundary:
       if evaluated:  # Empty in a phase without eval files: the last eval stays the last.
         self.eval_metrics, self.eval_step = evaluated, done
       metric, mode, _ = self.ranking
-      ranked, stopped = _rank(self.config, evaluated, done, self.history, self.workdir, metric,
-                              mode, self.job.early_stopping_patience)
+      ranked, stopped = ranking.record(self.config, evaluated, done, self.history, self.workdir,
+                                       metric, mode, self.job.early_stopping_patience)
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
       _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
@@ -378,7 +335,7 @@ class _Boundary:
       run_files.write_json(files.join(self.workdir, 'eval_results.json'), self.eval_metrics)
     return progress_lib.Outcome(self.eval_metrics, done, self.config.num_train_steps, last_loss,
                                 self.eval_step, stopped, early_stopped=stopped.startswith('early'),
-                                **_best_of(self.config, done, self.history, *self.ranking))
+                                **ranking.best_of(self.config, done, self.history, *self.ranking))
 
 
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progress_lib.Outcome:
@@ -397,7 +354,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
-  stopped = _early_stop(config, history, metric, mode, patience) if resumed else ''
+  stopped = ranking.early_stop(config, history, metric, mode, patience) if resumed else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
     if changed := resume_checks.changed_fields(config, workdir, start_step):
@@ -405,7 +362,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                       'take effect in another --workdir (or with more steps, from step %d)',
                       ', '.join(changed), start_step)
     return _nothing_to_do(workdir, start_step, total_steps, stopped,
-                          _best_of(config, start_step, history, metric, mode, keep_best))
+                          ranking.best_of(config, start_step, history, metric, mode, keep_best))
   if resumed:
     resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.

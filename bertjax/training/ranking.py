@@ -3,9 +3,11 @@
 One rule for the best checkpoint that a run keeps (checkpoint.manager's keep_best), the one a
 reader takes for --step=best (checkpoint_reader.best_step) and the one early stopping counts
 from (loop.py): a better value ranks higher, a tie goes to the earlier step, and a later
-phase's eval ranks above an earlier phase's.
+phase's eval ranks above an earlier phase's. The loop records each eval here (the run's
+eval_history.json, the standing its checkpoint keeps) and asks whether to stop early.
 """
 
+from bertjax.training import run_files
 
 # Metric names (or parts of them) where lower is better: best_mode's default.
 LOSS_LIKE = ('loss', 'mse', 'perplexity', 'error')
@@ -59,3 +61,46 @@ def since_best(history: dict[int, dict], metric: str, mode: str,
   best = max(steps, key=lambda s: (phase_start(config, s) if config is not None else 0,
                                    *rank(history[s][metric], s, mode)))
   return best, sum(s > best for s in steps)
+
+
+def check_best_metric(metric: str, names):
+  """Refuses a best metric that is not among the eval metrics `names` (any when () or None)."""
+  if names and metric not in names:
+    raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
+                     f'job; valid: {", ".join(names)}.')
+
+
+def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:
+  """Why the run stops early after the evals in `history` ('' = it goes on)."""
+  best_step, waited = since_best(history, metric, mode, config)
+  if not patience or waited < patience:
+    return ''
+  return (f'early: {metric} did not improve for {waited} evaluation{"s" * (waited > 1)} after '
+          f'step {best_step}, its best ({history[best_step][metric]:.4g})')
+
+
+def record(config, eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
+           patience: int) -> tuple[dict | None, str]:
+  """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None
+  without metrics; why early stopping ends the run, or ''). An eval of a two-phase run's second
+  phase records where that phase starts: it ranks above the first's (phase_start)."""
+  if not eval_metrics:
+    return None, ''
+  check_best_metric(metric, sorted(eval_metrics))  # Before this step is saved.
+  history[step] = eval_metrics
+  run_files.record_eval(workdir, history)
+  standing = {'metric': metric, 'mode': mode, 'value': eval_metrics[metric]}
+  if start := phase_start(config, step):
+    standing['phase_start'] = start
+  return standing, early_stop(config, history, metric, mode, patience)
+
+
+def best_of(config, done: int, history: dict, metric: str, mode: str, keep_best: bool) -> dict:
+  """Outcome's best_step and best (metric, value) from the recorded evals, if any; a note when
+  a two-phase run at `done` steps has its best in phase 1 (phase 2 had no eval to rank)."""
+  best_step = since_best(history, metric, mode, config)[0] if keep_best else None
+  if best_step is None:
+    return {}
+  earlier = phase_start(config, best_step) < phase_start(config, done)
+  return dict(best_step=best_step, best=(metric, history[best_step][metric]),
+              best_note=', of phase 1: phase 2 has no eval' if earlier else '')

@@ -225,10 +225,10 @@ def _save_as_the_loop(workdir, values: dict[int, float | None], *, keep_best=1, 
   mngr = checkpoint.manager(workdir, config, best_metric='loss', mode='min')
   history = {}
   for step, loss in values.items():
-    ranking = None if loss is None else loop._rank(  # pylint: disable=protected-access
+    standing = None if loss is None else ranking.record(
         config, {'loss': loss}, step, history, str(workdir), 'loss', 'min', 0)[0]
     loop._save(mngr, config, types.SimpleNamespace(shape={'data': 1}),  # pylint: disable=protected-access
-               checkpoint_test.make_state(step), step, step * 4, ranking)
+               checkpoint_test.make_state(step), step, step * 4, standing)
     checkpoint.wait(mngr)
   mngr.close()
   (pathlib.Path(workdir) / 'config.json').write_text(json.dumps(config.to_dict()))
@@ -238,20 +238,19 @@ def _save_as_the_loop(workdir, values: dict[int, float | None], *, keep_best=1, 
 def test_a_two_phase_run_ranks_only_its_last_evaluated_phase(tmp_path, monkeypatch):
   """Pass Y: phase 1's evals (other data: 128 tokens, another unigram baseline) were ranked
   against phase 2's, and its best was a phase-1 step. Phase 2 starts at step 12 of 16."""
-  from bertjax.training import loop  # noqa: PLC0415
   config, evals = _save_as_the_loop(tmp_path / 'two', {4: 0.1, 8: 0.2, 12: 0.3, 14: 0.5,
                                                        16: 0.6})
   assert kept_steps(tmp_path / 'two') == {14, 16}  # Not step 4: its loss is of other data.
   assert checkpoint_reader.resolve_step(tmp_path / 'two', 'best') == 14
   assert ranking.since_best(evals, 'loss', 'min', config) == (14, 1)  # Early stopping's.
-  best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
+  best = ranking.best_of(config, 16, evals, 'loss', 'min', 1)
   assert best == {'best_step': 14, 'best': ('loss', 0.5), 'best_note': ''}
   # Phase 2 without evals: phase 1's best, said by the summary and --step=best.
   warnings = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
   config, evals = _save_as_the_loop(tmp_path / 'one', {4: 0.1, 8: 0.2, 16: None})
   assert checkpoint_reader.resolve_step(tmp_path / 'one', 'best') == 4
   assert any('step 4 is of phase 1 (steps 0..12): phase 2 has no eval' in w for w in warnings)
-  best = loop._best_of(config, 16, evals, 'loss', 'min', 1)  # pylint: disable=protected-access
+  best = ranking.best_of(config, 16, evals, 'loss', 'min', 1)
   assert best['best_step'] == 4 and best['best_note'] == ', of phase 1: phase 2 has no eval'
 
 
