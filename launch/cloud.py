@@ -150,30 +150,6 @@ def config_in_checkout(spec: str) -> str | None:
   return f'configs/{absolute.relative_to(CONFIGS).as_posix()}{colon}{arg}'
 
 
-def git_source(git_ref: str) -> tuple[str, str]:
-  """(repository URL, ref: '' for its default branch) of pip's git+URL[@REF][#egg=NAME]."""
-  url, _, fragment = git_ref.removeprefix('git+').partition('#')
-  scheme, sep, rest = url.partition('://')
-  host, _, path = rest.partition('/')
-  path, at, ref = path.rpartition('@') if '@' in path else (path, '', '')
-  if not (git_ref.startswith('git+') and sep and path.strip('/') and (host or scheme == 'file')
-          and (ref or not at)):
-    raise ValueError(f'--git_ref={git_ref!r} is no git URL: pass git+https://HOST/ORG/REPO@REF '
-                     '(a branch, tag or commit), or leave it out to install this checkout')
-  if fragment and not fragment.startswith('egg='):  # subdirectory=: the package is the root.
-    raise ValueError(f'--git_ref={git_ref!r}: #{fragment} is not followed (bertjax is the '
-                     "repository's root): leave it out")
-  return f'{scheme}://{host}/{path}', ref
-
-
-def git_fetch(git_ref: str, folder: str) -> str:
-  """Shell: `folder` made afresh, the commit the ref names fetched into it as FETCH_HEAD (a
-  shallow fetch: a branch, a tag or a commit)."""
-  url, ref = git_source(git_ref)
-  fetch = shlex.join(['fetch', '-q', '--depth=1', url] + ([ref] if ref else []))
-  return f'rm -rf {folder} && git init -q {folder} && git -C {folder} {fetch}'
-
-
 def check_on_worker(job_config: str, as_name: str, worker_args):
   """Loads the job's config as a worker will, before a slice is booked: in a home holding only
   configs/ and `job_config` as `as_name`, in a process that sees nothing of this machine's

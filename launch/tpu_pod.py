@@ -12,9 +12,10 @@ Steps, each printed before it runs (--dry_run prints them and runs nothing):
   1. a wheel of this checkout (`pip wheel`), unless --git_ref=git+URL@REF names another commit;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
   3. the wheel and configs/ copied to every worker's home and installed with jax[tpu] in a
-     Python 3.12 venv; with --git_ref, worker 0 reads the commit the ref names once, and every
-     worker (every restart too) fetches that commit and takes its configs/; a --config=FILE from
-     outside configs/ is copied as ~/bertjax_job_config.py;
+     Python 3.12 venv; with --git_ref, the commit the ref names is read once, here before
+     booking (worker 0 reads it where this machine cannot), and every worker (every restart
+     too) fetches that commit and takes its configs/; a --config=FILE from outside configs/ is
+     copied as ~/bertjax_job_config.py;
   4. bertjax.main started on every worker in the background, worker 0's log streamed until it
      ends (a cut ssh session on a live slice re-attached to);
   5. a preempted slice (or a run that saved on a SIGTERM, exit 75) deleted, re-created, steps
@@ -23,7 +24,7 @@ Steps, each printed before it runs (--dry_run prints them and runs nothing):
      refused, never deleted. Ctrl-C leaves the slice and its run going and says what to do.
 
 The workdir lies in a bucket (gs://); a single-host slice may use a local path with --keep and
-without --spot. Tests: tests/launch/tpu_pod_test.py, against a fake gcloud.
+without --spot. Tests: tests/launch/tpu_pod*_test.py and git_ref_test.py, against a fake gcloud.
 """
 
 import dataclasses
@@ -40,12 +41,12 @@ import bertjax
 from bertjax import config_args
 from bertjax import console
 from launch import cloud
+from launch import git_ref as git_refs
 
 LOG = '~/bertjax.log'  # On each worker.
 RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
 PID = '~/bertjax.pid'  # The run's process (its subshell), written when it starts.
 SOURCE = '~/bertjax-src'  # On each worker: the --git_ref commit's checkout, installed from.
-COMMIT = r'[0-9a-f]{40}|[0-9a-f]{64}'  # A git commit's id (SHA-1, or a SHA-256 repository's).
 # On each worker, in its home: the job's config file when it lies outside this checkout's configs/
 # (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
 WORKER_CONFIG = 'bertjax_job_config.py'
@@ -184,21 +185,20 @@ def worker_job(main_args) -> tuple[str, list[str]]:
 def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
   """git_ref at the commit its ref names now (worker 0 fetching it): a branch or tag moved
   later changes nothing, on any worker or restart. A commit already is kept as it is."""
-  url, ref = cloud.git_source(git_ref)
-  if re.fullmatch(COMMIT, ref):
+  if re.fullmatch(git_refs.COMMIT, git_refs.source(git_ref)[1]):
     return git_ref
-  fetch = cloud.git_fetch(git_ref, SOURCE)
+  fetch = git_refs.fetch(git_ref, SOURCE)
   command = ssh_command(tpu, f"{fetch} && git -C {SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'", '0')
   if getattr(run, 'dry_run', False):
     print(shlex.join(command), flush=True)  # The commit is read at the run; the ref is shown.
     return git_ref
   said = run(command, capture=True).stdout.split()
-  if not said or not re.fullmatch(COMMIT, said[-1]):
+  if not said or not re.fullmatch(git_refs.COMMIT, said[-1]):
     raise RuntimeError(f'worker 0 printed no commit for --git_ref={git_ref} ({said[-1:]}): '
                        'pass a commit, ...@<40 hex digits>')
   print(f'tpu_pod: --git_ref={git_ref} is commit {said[-1]}: every worker and every restart '
         'installs it and runs its configs/', flush=True)
-  return f'git+{url}@{said[-1]}'
+  return git_refs.pinned(git_ref, said[-1])
 
 
 def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
@@ -215,7 +215,7 @@ def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
   package, fetch = f'~/{wheel.rsplit("/", 1)[-1]}', ''
   if git_ref:
     package = SOURCE
-    fetch = (f'{cloud.git_fetch(git_ref, SOURCE)} && git -C {SOURCE} checkout -q FETCH_HEAD && '
+    fetch = (f'{git_refs.fetch(git_ref, SOURCE)} && git -C {SOURCE} checkout -q FETCH_HEAD && '
              f'rm -rf ~/configs && cp -r {SOURCE}/configs ~/configs && ')
   return copies + [ssh_command(tpu, f'{fetch}{VENV_SETUP} && {UV} pip install -q --python '
                                     f'{PYTHON} -U "jax[tpu]" {package}')]
@@ -371,9 +371,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   if job_config:
     cloud.check_on_worker(job_config, WORKER_CONFIG, worker_args)
   if git_ref:
-    cloud.git_source(git_ref)  # A ref that is no git URL: refused before booking.
-    print(f'tpu_pod: the job\'s config was checked against this checkout; the workers run '
-          f'--git_ref={git_ref}\'s configs/ and code', flush=True)
+    git_ref = git_refs.pin_here(git_ref)
   if aot_check:
     run(aot_command(tpu, config_args.config_flags(main_args, config)))
   wheel = ''

@@ -1,0 +1,105 @@
+"""What tpu_pod's --git_ref names: pip's git+URL[@REF] parsed, the shell that fetches its commit
+on a worker, and the commit read from this machine before a slice is booked (a queued slice may
+come up hours later, when a branch has moved on)."""
+
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+
+COMMIT = r'[0-9a-f]{40}|[0-9a-f]{64}'  # A git commit's id (SHA-1, or a SHA-256 repository's).
+_CHECKOUT = pathlib.Path(__file__).resolve().parents[1]  # The bertjax the launcher runs from.
+
+
+def source(git_ref: str) -> tuple[str, str]:
+  """(repository URL, ref: '' for its default branch) of pip's git+URL[@REF][#egg=NAME]."""
+  url, _, fragment = git_ref.removeprefix('git+').partition('#')
+  scheme, sep, rest = url.partition('://')
+  host, _, path = rest.partition('/')
+  path, at, ref = path.rpartition('@') if '@' in path else (path, '', '')
+  if not (git_ref.startswith('git+') and sep and path.strip('/') and (host or scheme == 'file')
+          and (ref or not at)):
+    raise ValueError(f'--git_ref={git_ref!r} is no git URL: pass git+https://HOST/ORG/REPO@REF '
+                     '(a branch, tag or commit), or leave it out to install this checkout')
+  if fragment and not fragment.startswith('egg='):  # subdirectory=: the package is the root.
+    raise ValueError(f'--git_ref={git_ref!r}: #{fragment} is not followed (bertjax is the '
+                     "repository's root): leave it out")
+  return f'{scheme}://{host}/{path}', ref
+
+
+def pinned(git_ref: str, commit: str) -> str:
+  """git_ref naming `commit` instead of its ref."""
+  return f'git+{source(git_ref)[0]}@{commit}'
+
+
+def fetch(git_ref: str, folder: str) -> str:
+  """Shell: `folder` made afresh, the commit the ref names fetched into it as FETCH_HEAD (a
+  shallow fetch: a branch, a tag or a commit)."""
+  url, ref = source(git_ref)
+  command = shlex.join(['fetch', '-q', '--depth=1', url] + ([ref] if ref else []))
+  return f'rm -rf {folder} && git init -q {folder} && git -C {folder} {command}'
+
+
+def commit_here(git_ref: str, timeout_s: float = 60) -> tuple[str, str]:
+  """(the commit git_ref names now, as `git ls-remote` reads it from this machine, ''), or ('',
+  why) where it cannot be read here (no git, the host out of reach, credentials only on the
+  workers): worker 0 reads it then. A commit is itself. A ref the repository does not list is
+  refused (ValueError): every worker's fetch would fail on it (a short commit id among them)."""
+  url, ref = source(git_ref)
+  if re.fullmatch(COMMIT, ref):
+    return ref, ''
+  try:
+    listed = subprocess.run(['git', 'ls-remote', url], capture_output=True, text=True,
+                            timeout=timeout_s, check=False,
+                            env={**os.environ, 'GIT_TERMINAL_PROMPT': '0'})
+  except (OSError, subprocess.TimeoutExpired) as e:
+    return '', f'git ls-remote {url}: {type(e).__name__}: {e}'
+  if listed.returncode:
+    said = [line for line in listed.stderr.splitlines() if line.strip()]
+    said = [line for line in said if line.startswith('fatal:')] or said  # git's reason first.
+    return '', said[0] if said else f'git ls-remote {url} exited {listed.returncode}'
+  refs = {name: sha for sha, name in (line.split('\t', 1) for line in listed.stdout.splitlines()
+                                      if '\t' in line)}
+  # git fetch's order for a short name: as given, then refs/, a tag, a branch.
+  for name in [ref, f'refs/{ref}', f'refs/tags/{ref}', f'refs/heads/{ref}'] if ref else ['HEAD']:
+    if name in refs:
+      return refs.get(f'{name}^{{}}', refs[name]), ''  # An annotated tag: its commit.
+  raise ValueError(f'--git_ref={git_ref}: {url} has no branch or tag {ref!r} (git ls-remote '
+                   'lists its refs): pass one it has, or a full commit id')
+
+
+def checkout_words(commit: str) -> str:
+  """What the job's config was checked against here, beside `commit` (the workers')."""
+  def git(*args):
+    return subprocess.run(['git', '-C', str(_CHECKOUT), *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+  try:
+    head, changed = git('rev-parse', 'HEAD'), git('status', '--porcelain', '--', 'bertjax',
+                                                  'configs')
+  except (OSError, subprocess.TimeoutExpired):
+    head = None
+  if head is None or head.returncode:
+    return (f'this bertjax ({_CHECKOUT}, no git checkout), not that commit\'s configs/ and code: '
+            'launch from a checkout of it to check the config against them')
+  if head.stdout.strip() == commit and not changed.stdout.strip():
+    return 'this checkout, which is that commit'
+  state = ', with changes to bertjax/ or configs/' if changed.stdout.strip() else ''
+  return (f'this checkout (commit {head.stdout.strip()[:12]}{state}), not that commit\'s '
+          'configs/ and code: launch from a checkout of it to check the config against them')
+
+
+def pin_here(git_ref: str) -> str:
+  """git_ref at the commit its ref names as this machine reads it, before booking (a queued
+  slice may come up hours later); as it is where that cannot be read here (pin_commit on worker
+  0 then). Says what the job's config was checked against."""
+  commit, why = commit_here(git_ref)
+  if not commit:
+    print(f'tpu_pod: --git_ref={git_ref} could not be read here ({why}): worker 0 reads its '
+          'commit when the slice is up; the job\'s config was checked against this checkout, '
+          'not that commit\'s configs/ and code', flush=True)
+    return git_ref
+  print(f'tpu_pod: --git_ref={git_ref} is commit {commit}: every worker and every restart '
+        f'installs it and runs its configs/; the job\'s config was checked against '
+        f'{checkout_words(commit)}', flush=True)
+  return pinned(git_ref, commit)

@@ -1,0 +1,104 @@
+"""launch/git_ref.py: the commit a --git_ref names, read on this machine before a slice is booked
+(git ls-remote against a real repository), a ref the repository lacks refused, and what the
+launch says the job's config was checked against."""
+
+import re
+import subprocess
+
+from pod_fakes import MAIN_ARGS
+from pod_fakes import REPO
+from pod_fakes import launch_scripted
+from pod_fakes import slice_
+import pytest
+
+from launch import git_ref as git_refs
+from launch import tpu_pod
+
+
+def make_repo(path):
+  """A repository with configs/pretrain.py on branch main, an annotated tag v1: its commit."""
+  (path / 'configs').mkdir(parents=True)
+  (path / 'configs' / 'pretrain.py').write_text('# first\n')
+  subprocess.run(['git', 'init', '-q', '-b', 'main', str(path)], check=True)
+  commit(path, 'first')
+  git(path, 'tag', '-a', 'v1', '-m', 'v1')
+  return git(path, 'rev-parse', 'HEAD')
+
+
+def git(path, *args) -> str:
+  return subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', '-C', str(path),
+                         *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def commit(path, message):
+  git(path, 'add', '.')
+  git(path, 'commit', '-qm', message)
+
+
+@pytest.mark.parametrize('ref', ['main', 'v1', '', 'refs/heads/main', 'COMMIT'])
+def test_a_ref_is_read_here_as_the_workers_fetch_it(tmp_path, ref):
+  first = make_repo(tmp_path / 'repo')
+  git_ref = f'git+file://{tmp_path}/repo' + (f'@{first if ref == "COMMIT" else ref}' if ref else '')
+  assert git_refs.commit_here(git_ref) == (first, '')
+  (tmp_path / 'repo' / 'configs' / 'pretrain.py').write_text('# second\n')
+  commit(tmp_path / 'repo', 'second')
+  second = git(tmp_path / 'repo', 'rev-parse', 'HEAD')
+  # A branch moves on; a tag (the annotated tag's commit, not the tag object) and a commit stay.
+  moved = ref in ('main', '', 'refs/heads/main')
+  assert git_refs.commit_here(git_ref) == (second if moved else first, '')
+  assert git_refs.pinned(git_ref + '#egg=bertjax', first) == f'git+file://{tmp_path}/repo@{first}'
+
+
+def test_a_ref_the_repository_lacks_is_refused_and_one_out_of_reach_left_to_worker_0(tmp_path):
+  first = make_repo(tmp_path / 'repo')
+  for ref in ('nope', first[:12]):  # A short commit id: no worker's fetch takes one.
+    with pytest.raises(ValueError, match=re.escape(
+        f'--git_ref=git+file://{tmp_path}/repo@{ref}: file://{tmp_path}/repo has no branch or '
+        f"tag '{ref}' (git ls-remote lists its refs): pass one it has, or a full commit id")):
+      git_refs.commit_here(f'git+file://{tmp_path}/repo@{ref}')
+  commit_read, why = git_refs.commit_here(f'git+file://{tmp_path}/missing@main')
+  assert commit_read == '' and why.startswith('fatal: ') and 'missing' in why, why
+
+
+def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch, capsys):
+  """The commit is read when the launch is asked for, not when a queued slice comes up: worker
+  0 reads nothing, and every install fetches that commit. A ref the repository lacks is refused
+  before anything runs."""
+  first = make_repo(tmp_path / 'repo')
+  git_ref = f'git+file://{tmp_path}/repo@main'
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
+                                git_ref=git_ref)
+  assert code == 0
+  assert not any('rev-parse' in c[-2] for c in calls), calls  # Nothing left to read on a worker.
+  installs = [c[-2] for c in calls if '--worker=all' in c and 'uv pip install' in c[-2]]
+  assert len(installs) == 2 and all(f'file://{tmp_path}/repo {first} && ' in c
+                                    for c in installs), installs
+  out = capsys.readouterr().out
+  assert (f'tpu_pod: --git_ref={git_ref} is commit {first}: every worker and every restart '
+          "installs it and runs its configs/; the job's config was checked against this "
+          'checkout (commit ') in out, out
+  monkeypatch.chdir(REPO)
+  asked = []
+  with pytest.raises(ValueError, match='has no branch or tag'):
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=asked.append,
+                   git_ref=f'git+file://{tmp_path}/repo@nope')
+  assert asked == []
+
+
+def test_the_launch_says_whether_the_config_was_checked_against_the_commit(tmp_path,
+                                                                           monkeypatch):
+  checkout = tmp_path / 'checkout'
+  first = make_repo(checkout)
+  monkeypatch.setattr(git_refs, '_CHECKOUT', checkout)
+  assert git_refs.checkout_words(first) == 'this checkout, which is that commit'
+  other = 'd4' * 20
+  assert git_refs.checkout_words(other) == (
+      f"this checkout (commit {first[:12]}), not that commit's configs/ and code: launch from "
+      'a checkout of it to check the config against them')
+  (checkout / 'configs' / 'pretrain.py').write_text('# edited\n')
+  assert git_refs.checkout_words(first).startswith(
+      f'this checkout (commit {first[:12]}, with changes to bertjax/ or configs/), not that ')
+  monkeypatch.setattr(git_refs, '_CHECKOUT', tmp_path / 'not_git')
+  (tmp_path / 'not_git').mkdir()
+  assert git_refs.checkout_words(first).startswith(
+      f"this bertjax ({tmp_path / 'not_git'}, no git checkout), not that commit's")

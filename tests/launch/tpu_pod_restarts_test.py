@@ -1,0 +1,204 @@
+"""The TPU pod launcher's restarts, run in this process with a scripted gcloud
+(pod_fakes.launch_scripted): what counts as a preemption; a cut ssh session reattached; a
+finished or failed run never run again; an existing queued resource refused and left; a
+preemption before the run starts; a delete that fails, once, always, or on a slice already
+gone; Ctrl-C at any point leaving the slice; and a --git_ref pinned to one commit that every
+install, restarts too, fetches (the workers' git commands run against a real repository)."""
+
+import os
+import subprocess
+
+from pod_fakes import ATTEMPT
+from pod_fakes import COMMIT
+from pod_fakes import CREATE
+from pod_fakes import DELETE
+from pod_fakes import DESCRIBE
+from pod_fakes import INSTALL
+from pod_fakes import LOGS
+from pod_fakes import launch_scripted
+from pod_fakes import slice_
+import pytest
+
+from bertjax import console
+from launch import cloud
+from launch import git_ref as git_refs
+from launch import tpu_pod
+
+
+def test_what_counts_as_a_preemption():
+  assert tpu_pod.was_preempted(255, 'PREEMPTED') and tpu_pod.was_preempted(1, 'SUSPENDING')
+  # The run saved and stopped on a SIGTERM (maintenance) while the slice stayed ACTIVE.
+  assert tpu_pod.was_preempted(console.PREEMPTED_EXIT, 'ACTIVE')
+  assert not tpu_pod.was_preempted(0, 'ACTIVE') and not tpu_pod.was_preempted(1, 'ACTIVE')
+  assert not tpu_pod.was_preempted(0, 'SUSPENDED')  # Finished: never run again.
+  assert not tpu_pod.was_preempted(1, '')  # The state unknown (gcloud failing): not preempted.
+
+
+def test_a_cut_ssh_session_on_a_live_slice_is_reattached_not_deleted(monkeypatch):
+  code, calls = launch_scripted(monkeypatch, exits=['255', '0'])
+  assert code == 0 and calls == ATTEMPT + [LOGS, DESCRIBE, DELETE]
+  # Cut every time: the slice, whose run may go on, is left, with what to do about it.
+  error, calls = launch_scripted(monkeypatch, exits=['255'] * (tpu_pod.REATTACH + 1))
+  assert error.startswith('the ssh session to worker 0 of bert was cut 6 times while the slice '
+                          'was not preempted; it is left running: follow its run with gcloud '
+                          'compute tpus tpu-vm ssh bert --worker=0'), error
+  assert error.endswith('or delete it with gcloud compute tpus queued-resources delete bert '
+                        '--force --quiet --zone=us-west4-a')
+  assert calls == ATTEMPT + [LOGS, DESCRIBE] * tpu_pod.REATTACH  # No delete, no re-create.
+
+
+def test_a_finished_run_is_never_run_again_and_a_failing_describe_is_asked_again(monkeypatch):
+  # Exit 0: finished, even if the slice was preempted just after.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['0'])
+  assert code == 0 and calls == ATTEMPT + [DELETE]
+  # gcloud failing on describe is asked again; the run's own failure is not a preemption.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'ERROR', 'ACTIVE'], exits=['1'])
+  assert code == 1 and calls == ATTEMPT + [DESCRIBE, DELETE]
+
+
+def test_an_existing_queued_resource_is_refused_and_left(monkeypatch):
+  """The same command run again while the slice of an earlier one exists (its launcher died, or
+  --keep): the create fails, and that slice is not this process's to delete."""
+  error, calls = launch_scripted(monkeypatch, fails=[CREATE])
+  assert error.startswith('queued resource bert exists already (ACTIVE): follow its run with '
+                          'gcloud compute tpus tpu-vm ssh bert --worker=0 '), error
+  assert error.endswith(', or delete it with gcloud compute tpus queued-resources delete bert '
+                        '--force --quiet --zone=us-west4-a and run this again')
+  assert calls == [CREATE, DESCRIBE]
+  # A create that failed otherwise (no such resource): gcloud's error, nothing deleted.
+  error, calls = launch_scripted(monkeypatch, states=['ERROR'], fails=[CREATE])
+  assert error.startswith('gcloud exited with 255: gcloud compute tpus queued-resources create')
+  assert calls == [CREATE, DESCRIBE]
+
+
+def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
+  # Suspended while waiting to be ACTIVE.
+  code, calls = launch_scripted(monkeypatch, states=['PROVISIONING', 'SUSPENDED'])
+  assert code == 0 and calls == ([CREATE, DESCRIBE, DESCRIBE, DELETE, DESCRIBE, DESCRIBE] + ATTEMPT
+                                 + [DELETE])
+  # Preempted during the install: ssh exits 255 and the slice is SUSPENDED.
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], fails=[INSTALL])
+  assert code == 0 and calls == (ATTEMPT[:3] + [DESCRIBE, DELETE, DESCRIBE, DESCRIBE] + ATTEMPT
+                                 + [DELETE])
+  # Counted against --max_restarts.
+  code, calls = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
+  assert code == cloud.PREEMPTED_EXIT and calls == [CREATE, DESCRIBE, DELETE]
+  # An install that fails on a slice still ACTIVE is an error, as before.
+  error, calls = launch_scripted(monkeypatch, fails=[INSTALL])
+  assert error.startswith('gcloud exited with 255: gcloud compute tpus tpu-vm ssh bert')
+  assert calls == ATTEMPT[:3] + [DESCRIBE, DELETE]
+
+
+def test_ctrl_c_in_the_launch_leaves_the_slice(monkeypatch, capsys):
+  for at in (LOGS, INSTALL, DESCRIBE):
+    try:
+      code, calls = launch_scripted(monkeypatch, interrupt=at)
+    except KeyboardInterrupt:
+      pytest.fail('Ctrl-C was not handled: a traceback, and the slice deleted in `finally`')
+    assert code == 130 and DELETE not in calls, (at, calls)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith('tpu_pod: interrupted; bert and its run (if started) go on: follow '
+                           'it with gcloud '), last
+
+
+def test_a_preempted_slice_whose_delete_fails_once_is_deleted_again(monkeypatch):
+  """A transient gcloud failure (a 503) on the restart's delete: tried again, the slice waited
+  for until it is gone, then re-created; never taken for another run's slice."""
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
+                                fails=[DELETE])
+  assert code == 0, code
+  # The failed delete: the slice still there; the next: gone.
+  assert calls == ATTEMPT + [DELETE, DESCRIBE, DELETE, DESCRIBE, DESCRIBE] + ATTEMPT + [DELETE]
+
+
+def test_a_preempted_slice_that_cannot_be_deleted_is_named_as_the_launchs_own(monkeypatch):
+  error, calls = launch_scripted(monkeypatch, states=['ACTIVE'] + ['SUSPENDED'] * 5,
+                                 exits=['255'], fails=[DELETE] * tpu_pod.DELETE_TRIES)
+  assert error == ('the preempted slice bert of this launch could not be deleted to re-create '
+                   'it (SUSPENDED): delete it with gcloud compute tpus queued-resources delete '
+                   'bert --force --quiet --zone=us-west4-a and run this again (the run resumes '
+                   'from its last checkpoint)'), error
+  assert 'exists already' not in error
+  assert calls == ATTEMPT + [DELETE, DESCRIBE] * tpu_pod.DELETE_TRIES + [DELETE]
+  assert CREATE not in calls[len(ATTEMPT):]
+  # Deleted, but still there when re-created (its deletion not done): the launch's own, too.
+  tpu, calls = slice_(), []
+
+  def run(cmd, **_):
+    calls.append(cmd)
+    return subprocess.CompletedProcess(cmd, int('create' in cmd), 'SUSPENDED\n')
+
+  with pytest.raises(RuntimeError, match=r'^the preempted slice bert of this launch could not '
+                     r'be deleted to re-create it \(SUSPENDED\)'):
+    tpu_pod.create(tpu, run, restart=True)
+
+
+def test_a_git_ref_is_pinned_to_the_commit_it_names_at_launch(monkeypatch, capsys):
+  """A branch or tag can move between preemption restarts (each installed it again): the run
+  resumed on other code. Where this machine cannot read the ref (git_ref_test.py: where it
+  can), worker 0 reads the commit once; every install, restarts too, fetches that commit, and
+  the run takes that commit's configs/, not this checkout's."""
+  monkeypatch.setattr(git_refs, 'commit_here', lambda ref: ('', 'no network here (the test)'))
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
+                                git_ref='git+https://example.org/bertjax@main')
+  assert code == 0
+  resolve = calls[2]
+  assert resolve[:6] == ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0'], calls
+  assert resolve[6] == ('--command=rm -rf ~/bertjax-src && git init -q ~/bertjax-src && git -C '
+                        '~/bertjax-src fetch -q --depth=1 https://example.org/bertjax main && '
+                        "git -C ~/bertjax-src rev-parse 'FETCH_HEAD^{commit}'")
+  installs = [c for c in calls if '--worker=all' in c and 'uv pip install' in c[-2]]
+  pinned = [c[-2].replace('b2' * 20, COMMIT) for c in installs]
+  assert len(installs) == 2 and pinned == [INSTALL[-2]] * 2, installs  # Both: worker 0's commit.
+  assert sum('rev-parse' in c[-2] for c in calls) == 1  # Read once, not again at the restart.
+  assert ('tpu_pod: --git_ref=git+https://example.org/bertjax@main is commit ' + 'b2' * 20 +
+          ': every worker and every restart installs it and runs its configs/'
+          ) in capsys.readouterr().out
+  # A commit is installed as it is, with nothing to read.
+  code, calls = launch_scripted(monkeypatch)
+  assert code == 0 and not any('rev-parse' in c[-2] for c in calls)
+
+
+@pytest.mark.parametrize('ref', ['main', 'v1', '', 'COMMIT'])
+def test_the_workers_commands_fetch_the_commit_the_ref_names(tmp_path, ref):
+  """The shell that worker 0 and the installs run, against a real repository: a branch, an
+  annotated tag, the default branch and a commit each resolve to the commit, whose configs/
+  the install takes (pip's part left out)."""
+  repo, home = tmp_path / 'repo', tmp_path / 'home'
+  home.mkdir()
+  git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', '-C', str(repo)]
+  (repo / 'configs').mkdir(parents=True)
+  (repo / 'configs' / 'pretrain.py').write_text('# first\n')
+  subprocess.run(['git', 'init', '-q', '-b', 'main', str(repo)], check=True)
+  subprocess.run(git + ['add', '.'], check=True)
+  subprocess.run(git + ['commit', '-qm', 'first'], check=True)
+  subprocess.run(git + ['tag', '-a', 'v1', '-m', 'v1'], check=True)
+  first = subprocess.run(git + ['rev-parse', 'HEAD'], capture_output=True, text=True,
+                         check=True).stdout.strip()
+  git_ref = f'git+file://{repo}' + (f'@{first if ref == "COMMIT" else ref}' if ref else '')
+
+  def on_worker(command):
+    return subprocess.run(['bash', '-c', command], env={**os.environ, 'HOME': str(home)},
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+  runs = []
+
+  def run(cmd, **_):
+    runs.append(cmd)
+    return subprocess.CompletedProcess(cmd, 0, on_worker(cmd[-2].removeprefix('--command=')))
+  pinned = tpu_pod.pin_commit(slice_(), run, git_ref)
+  assert pinned == f'git+file://{repo}@{first}' and len(runs) == (ref != 'COMMIT')
+  # The branch moves on: the pinned install still fetches the first commit.
+  (repo / 'configs' / 'pretrain.py').write_text('# second\n')
+  subprocess.run(git + ['commit', '-qam', 'second'], check=True)
+  install = tpu_pod.install_commands(slice_(), '', pinned)[-1][-2].removeprefix('--command=')
+  on_worker(install.partition(' && python3 -m pip')[0])
+  assert (home / 'configs' / 'pretrain.py').read_text() == '# first\n'
+
+
+def test_a_failed_delete_of_a_slice_already_gone_goes_on(monkeypatch):
+  """Review: a delete that fails because the preempted slice is gone already (not found twice
+  in a row) is no reason to stop: it is re-created."""
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED', 'ERROR', 'ERROR'],
+                                exits=['255'], fails=[DELETE] * tpu_pod.DELETE_TRIES)
+  assert code == 0, code
+  assert calls == ATTEMPT + [DELETE, DESCRIBE, DESCRIBE] + ATTEMPT + [DELETE]
