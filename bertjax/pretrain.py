@@ -153,6 +153,19 @@ def vocab_file(config) -> str:
   return config.data.vocab_file if config.data.train_files else str(embedded.vocab_path())
 
 
+def take_data_vocab(config):
+  """Sets an unset data.vocab_file, with train files of your own, to the vocab their reports
+  say they were made with (still that file: file_set.vocab_of): the run checks the data and
+  init_from against it and records it, as it does a vocab given."""
+  if config.data.vocab_file or not config.data.train_files:
+    return
+  if made_with := file_set.vocab_of(file_set.resolve(config.data.train_files)):
+    logging.info('data.vocab_file: %s, the vocab data.train_files were made with (their report)',
+                 made_with)
+    with config.unlocked():
+      config.data.vocab_file = made_with
+
+
 def check_ids(host_batch, vocab_size: int, files: str):
   """Refuses a batch with token ids the model has no embedding for (data of another vocab)."""
   top = max(int(np.max(host_batch['input_ids'])),
@@ -184,7 +197,8 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
     checked.append(file_set.resolve(pattern) if pattern else None)
     if pattern:
       file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
-                           vocab_file=model_vocab)
+                           vocab_file=model_vocab,
+                           same_ids=lambda a, b: not vocab_files.difference(a, b))
       if masked:
         file_set.check_masking(checked[-1], masking=config.data.masking,
                                masked_lm_prob=config.data.masked_lm_prob)
@@ -329,6 +343,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
+  take_data_vocab(config)
   vocab = vocab_file(config)
   path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)

@@ -1,6 +1,9 @@
 """Pre-training refuses data of another vocab, and missing eval files, before compiling."""
 
 import json
+import pathlib
+import re
+import shutil
 
 import finetune_runs
 import numpy as np
@@ -13,6 +16,7 @@ from bertjax import files
 from bertjax import pretrain
 from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
+from bertjax.records import file_set
 
 
 @pytest.fixture(scope='module')
@@ -45,6 +49,51 @@ def test_data_of_another_vocab_of_the_same_size_is_refused(corpus, tmp_path):
   other.write_text('\n'.join(lines[:-2] + [lines[-1], lines[-2]]) + '\n')  # Two ids swapped.
   with pytest.raises(ValueError, match='made with another vocab .* the ids would mean'):
     check(config(corpus, data__vocab_file=str(other)))
+
+
+def _copy_set(pattern, folder, vocab_file):
+  """The set of `pattern` copied into `folder`, its report naming `vocab_file` as its vocab."""
+  folder.mkdir()
+  (report_path, report), = file_set.resolve(pattern).reports.items()
+  for shard in report['output_files']:
+    shutil.copy(pathlib.Path(pattern).parent / pathlib.Path(shard).name, folder)
+  report['settings']['vocab_file'] = str(vocab_file)
+  (folder / pathlib.Path(report_path).name).write_text(json.dumps(report))
+  return str(folder / pathlib.Path(pattern).name)
+
+
+def test_train_files_without_a_vocab_file_take_the_vocab_their_report_names(corpus, tmp_path):
+  """Pass AE: with data.vocab_file unset nothing checked the data's vocab (a run on data of
+  another vocab trained, and recorded no vocab). The report's vocab is taken, if still there."""
+  cfg = config(corpus, data__vocab_file='')
+  pretrain.take_data_vocab(cfg)
+  assert cfg.data.vocab_file == str(embedded.vocab_path())
+  check(cfg)
+  vocab = tmp_path / 'vocab.txt'
+  shutil.copy(embedded.vocab_path(), vocab)
+  cfg = config(corpus, data__vocab_file='', data__eval_files='',
+               data__train_files=_copy_set(corpus['data.train_files'], tmp_path / 'set', vocab))
+  pretrain.take_data_vocab(cfg)
+  assert cfg.data.vocab_file == str(vocab)
+  vocab.write_text(vocab.read_text() + 'extra\n')
+  cfg.data.vocab_file = ''
+  with pytest.raises(ValueError, match=re.escape(
+      f'was made with the vocab {vocab}, which has changed since (its sha256 differs), and '
+      'data.vocab_file is unset: set data.vocab_file to the vocab the data was made with')):
+    pretrain.take_data_vocab(cfg)
+  vocab.unlink()
+  with pytest.raises(FileNotFoundError, match=f'made with the vocab {vocab}, which is gone'):
+    pretrain.take_data_vocab(cfg)
+
+
+def test_a_vocab_of_other_line_ends_reads_data_made_with_the_vocab(corpus, tmp_path):
+  """Pass AE: the same tokens in CRLF lines were refused as another vocab (raw bytes' hash)."""
+  crlf = tmp_path / 'vocab.txt'
+  crlf.write_bytes(embedded.vocab_path().read_bytes().replace(b'\n', b'\r\n'))
+  check(config(corpus, data__vocab_file=str(crlf)))
+  with pytest.raises(ValueError, match='made with another vocab'):  # Without the ids compared.
+    file_set.check_vocab(file_set.resolve(corpus['data.train_files']), model_vocab_size=8192,
+                         vocab_file=str(crlf))
 
 
 def test_eval_files_matching_nothing_fail_at_the_start(corpus, tmp_path):

@@ -169,20 +169,58 @@ def check_masking(file_set: FileSet, *, masking: str, masked_lm_prob: float):
           'unmasked (--nostatic_masking) and set --config.data.dynamic_masking=True')
 
 
-def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None):
-  """Refuses data made with another vocab than the model's, before anything is compiled."""
+def _made_with(report) -> str:
+  """The vocab a report says its set was made with ('' when it names none): a WordPiece vocab
+  as settings.vocab_file, a SentencePiece model as settings.spm_model_file."""
+  settings = report.get('settings') or {}
+  return settings.get('vocab_file') or settings.get('spm_model_file') or ''
+
+
+def vocab_of(file_set: FileSet, field: str = 'data.train_files') -> str:
+  """The vocab the reports of `file_set` say it was made with, still that file (its sha256); ''
+  where no report names one (files read unchecked). Refused where the sets were made with
+  several vocabs, or the vocab named is gone or has changed since."""
+  named = {}
+  for report_path, report in sorted(file_set.reports.items()):
+    if report.get('vocab_sha256') and _made_with(report):
+      named.setdefault(report['vocab_sha256'], (_made_with(report), report_path))
+  if not named:
+    return ''
+  if len(named) > 1:
+    raise ValueError(f'{field}={file_set.pattern} holds sets made with {len(named)} vocabs ('
+                     f'{", ".join(sorted(p for p, _ in named.values()))}): train on the sets of '
+                     'one vocab, with it as data.vocab_file')
+  (digest, (path, report_path)), = named.items()
+  fix = (f'set data.vocab_file to the vocab the data was made with (sha256 {digest[:12]}...), '
+         'wherever it is now')
+  if not files_lib.exists(path):
+    raise FileNotFoundError(f'the data ({report_path}) was made with the vocab {path}, which is '
+                            f'gone, and data.vocab_file is unset: {fix}')
+  if files_lib.sha256(path) != digest:
+    raise ValueError(f'the data ({report_path}) was made with the vocab {path}, which has '
+                     f'changed since (its sha256 differs), and data.vocab_file is unset: {fix}')
+  return path
+
+
+def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | None,
+                same_ids=None):
+  """Refuses data made with another vocab than the model's, before anything is compiled.
+  `same_ids(a, b)`: whether two vocab files of other bytes give the same ids (a vocab.txt with
+  other line ends), asked where the data's vocab is still where its report says."""
   vocab_digest = files_lib.sha256(vocab_file) if vocab_file else None
   for report_path, report in file_set.reports.items():
     size, digest = report.get('vocab_size'), report.get('vocab_sha256')
-    # The report records a WordPiece vocab as vocab_file, a SentencePiece model as spm_model_file.
-    settings = report.get('settings', {})
-    made_with = settings.get('vocab_file') or settings.get('spm_model_file') or '?'
+    made_with = _made_with(report) or '?'
     if size is not None and size > model_vocab_size:
       raise ValueError(
           f'the data ({report_path}) was made with a {size}-entry vocab ({made_with}) but the '
           f'model has vocab_size={model_vocab_size}: set data.vocab_file to that vocab and '
           f'--config.model.vocab_size={size}, or remake the data with the model\'s vocab')
     if vocab_digest and digest and digest != vocab_digest:
+      if same_ids and _still(made_with, digest) and same_ids(made_with, vocab_file):
+        logging.info('data.vocab_file=%s gives the ids of %s, which the data (%s) was made '
+                     'with (other bytes: line ends)', vocab_file, made_with, report_path)
+        continue
       raise ValueError(
           f'the data ({report_path}) was made with another vocab ({made_with}, sha256 '
           f'{digest[:12]}...) than data.vocab_file={vocab_file} (sha256 {vocab_digest[:12]}...): '
@@ -192,3 +230,11 @@ def check_vocab(file_set: FileSet, *, model_vocab_size: int, vocab_file: str | N
       logging.warning('the data was made with a %d-entry vocab (%s) and the model has %d rows; '
                       'set data.vocab_file to check that they are the same vocab', size,
                       made_with, model_vocab_size)
+
+
+def _still(path: str, digest: str) -> bool:
+  """Whether `path` still holds the file of that sha256."""
+  try:
+    return files_lib.sha256(path) == digest
+  except (OSError, ValueError):
+    return False
