@@ -12,6 +12,7 @@ path is in `fast_tokenizer.py`, SentencePiece in `sentencepiece_tokenizer.py`.
 """
 
 import collections
+import json
 import os
 import re
 import unicodedata
@@ -62,8 +63,26 @@ def load_vocab(vocab_file):
   path = os.fspath(vocab_file)
   missing = (f'vocab file {path!r} does not exist: pass vocab_file= the vocab.txt shipped '
              'with the checkpoint (one WordPiece token per line)')
-  files.require_file(path, missing)
+  require_vocab_file(path, missing)
   return read_vocab(path, files.read_bytes(path))
+
+
+def require_vocab_file(path: str, missing: str):
+  """Refuses a vocab path that is a folder (saying so) or no file (`missing`)."""
+  if files.isdir(path):
+    raise IsADirectoryError(f'vocab file {path!r} is a folder: pass the vocab.txt (or the '
+                            'SentencePiece .model) in it')
+  files.require_file(path, missing)
+
+
+def _is_json_object(data: bytes) -> bool:
+  """Whether a file's bytes are one JSON object (a vocab.txt's first token may be '{')."""
+  if data.lstrip()[:1] != b'{':
+    return False
+  try:
+    return isinstance(json.loads(data), dict)
+  except ValueError:
+    return False
 
 
 def read_vocab(path, data: bytes):
@@ -75,6 +94,10 @@ def read_vocab(path, data: bytes):
     raise ValueError(f'vocab file {path!r} is binary, not a WordPiece vocab.txt (a SentencePiece '
                      'model?): pass it as the SentencePiece model (create_pretraining_data '
                      '--spm_model_file; every other reader tells the two by their content)')
+  if _is_json_object(data):  # tokenizer.json, config.json: read as lines, they have no [UNK].
+    raise ValueError(f'vocab file {path!r} is JSON (a tokenizer.json or config.json?), not a '
+                     'vocab.txt of one token per line: pass the vocab.txt beside it (or a '
+                     'SentencePiece .model)')
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError as e:

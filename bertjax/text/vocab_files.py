@@ -38,8 +38,8 @@ def load_vocab(vocab_file):
   """A vocab file's entries as an OrderedDict token -> id, whichever the kind: a vocab.txt's
   tokens or a SentencePiece model's pieces, so every size and id check holds for both."""
   path = os.fspath(vocab_file)
-  files.require_file(path, f'vocab file {path!r} does not exist: pass the vocab.txt or '
-                     'SentencePiece .model shipped with the checkpoint')
+  tokenizer.require_vocab_file(path, f'vocab file {path!r} does not exist: pass the vocab.txt '
+                               'or SentencePiece .model shipped with the checkpoint')
   data = files.read_bytes(path)
   if sentencepiece_tokenizer.is_sentencepiece_model(path, data):
     return sentencepiece_tokenizer.sentencepiece_vocab(path, data)[0]

@@ -54,3 +54,18 @@ def test_a_damaged_model_is_named(tmp_path):
   path.write_bytes(b'\n\x05hello\x00\x00')
   with pytest.raises(ValueError, match="broken.model' is not a SentencePiece model"):
     vocab_files.load_vocab(path)
+
+
+def test_a_json_file_or_a_folder_given_as_the_vocab_says_so(tmp_path):
+  """Pass AE: a tokenizer.json was read as lines and refused for lacking [UNK] ('pass
+  unk_token='), a folder as 'does not exist'. A vocab.txt whose first token is '{' still reads."""
+  (tmp_path / 'tokenizer.json').write_text('{"model": {"vocab": {"[UNK]": 0}}}')
+  for load in (tokenizer.load_vocab, vocab_files.load_vocab):
+    with pytest.raises(ValueError, match=r"tokenizer.json' is JSON \(a tokenizer.json or "
+                       r'config.json\?\), not a vocab.txt of one token per line'):
+      load(tmp_path / 'tokenizer.json')
+    with pytest.raises(IsADirectoryError, match=f"vocab file '{tmp_path}' is a folder: pass the "
+                       'vocab.txt'):
+      load(tmp_path)
+  (tmp_path / 'vocab.txt').write_text('{\n[UNK]\n}\n')
+  assert list(vocab_files.load_vocab(tmp_path / 'vocab.txt')) == ['{', '[UNK]', '}']
