@@ -13,7 +13,8 @@ Each example's text field is one document. Its lines (broken at \\n, \\r\\n, \\r
 --input_format says: text (the default here) takes each line as a paragraph split into
 sentences by `corpora.split_sentences`, lines takes each line as one sentence; blank lines
 inside a text are dropped (they do not start a document, the example does). Blank texts are
-skipped and counted as `empty_text`, undecodable ones as `invalid_utf8`, lines longer than
+skipped and counted as `empty_text`, lines that are not UTF-8 as `invalid_utf8` (the rest of
+the text kept; more than 1% of the lines refused, as for a file), lines longer than
 max_line_bytes as `line_too_long`, as text_input does for files.
 
 Worker w of W reads part w of `tfds.even_splits(split, W)`: contiguous runs of examples that
@@ -24,11 +25,11 @@ Workers open the dataset as `name:version` of the version the parent checked.
 """
 
 import dataclasses
+import re
 
 import numpy as np
 
 from bertjax import files as files_lib
-from bertjax import paths as paths_lib
 from bertjax.pretraining_data import text_input
 from bertjax.text import fast_tokenizer
 
@@ -184,29 +185,44 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
     return
   dataset = builder.as_dataset(split=split, shuffle_files=False, decoders=_decoders(source),
                                read_config=_read_config())
-  label = f'{source.name}[{source.split}] part {part + 1}/{num_parts} example'
+  dataset_name = f'{source.name}[{source.split}]'
+  label = f'{dataset_name} part {part + 1}/{num_parts} example'
   where['path'] = label
+  lines = invalid = 0
   for index, example in enumerate(tfds.as_numpy(dataset)):
     where['line'] = index
     if read is not None:
       read(index + 1)
     place = f'{label} {index}'
-    try:
-      text = example[source.text_field].decode('utf-8')
-    except UnicodeDecodeError:
-      skips.add('invalid_utf8', place)
-      continue
     sentences, too_long = [], False
-    for line in paths_lib.split_lines(text):
-      line = line.strip()
-      if not line:
+    # Line by line, as files are read: a bad byte loses its line, not the whole document, and
+    # the share of such lines is limited as a file's is (writer._check_utf8).
+    for number, raw in enumerate(_byte_lines(example[source.text_field]), 1):
+      raw = raw.strip()
+      if not raw:
         continue
-      if len(line.encode('utf-8')) > max_line_bytes:
+      lines += 1
+      if len(raw) > max_line_bytes:
         skips.add('line_too_long', place)
         too_long = True
         continue
-      sentences.extend(text_input.sentences_of(line, input_format))
+      try:
+        line = raw.decode('utf-8').strip()
+      except UnicodeDecodeError:
+        skips.add('invalid_utf8', f'{dataset_name}: part {part + 1}/{num_parts} example {index} '
+                  f'line {number}')
+        invalid += 1
+        continue
+      if line:
+        sentences.extend(text_input.sentences_of(line, input_format))
     if sentences:
       yield sentences
     elif not too_long:  # A text of only too-long lines is counted once, as line_too_long.
       skips.add('empty_text', place)
+  skips.add_file_lines(dataset_name, lines, invalid)
+
+
+def _byte_lines(text: bytes) -> list[bytes]:
+  """A text field's lines, broken at \\n, \\r\\n and \\r (paths.split_lines' rule; these bytes
+  never occur inside a UTF-8 character), a leading UTF-8 byte order mark removed."""
+  return re.split(rb'\r\n|\r|\n', text.removeprefix(b'\xef\xbb\xbf'))

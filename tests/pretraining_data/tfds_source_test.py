@@ -7,6 +7,7 @@ read through tfds.testing.mock_data (random text from its features spec, nothing
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -164,6 +165,32 @@ def test_parts_cover_the_split_once_and_empty_parts_read_nothing(data_dir):
   # 'lines': each non-blank line of the text is one sentence.
   assert {'\n'.join(d[0]) for d in parts[:3]} == {
       '\n'.join(line.strip() for line in paths_lib.split_lines(t) if line.strip()) for t in texts}
+
+
+class BertjaxTestBadBytes(BertjaxTestTexts):
+  """Texts of bytes, some lines of them not UTF-8."""
+
+  TEXTS = ()
+
+
+def test_a_line_that_is_not_utf8_loses_itself_not_its_document(tmp_path):
+  """Pass AE: one bad byte dropped the whole example (6 of 40 documents lost, no limit), where a
+  file loses the line and more than 1% of bad lines is refused."""
+  BertjaxTestBadBytes.TEXTS = (b'First line here.\nA bad \xff line.\r\nLast line.',
+                               *[f'Text {i}.'.encode() for i in range(200)])
+  BertjaxTestBadBytes(data_dir=str(tmp_path)).download_and_prepare()
+  good = tfds_source.Source('bertjax_test_bad_bytes', 'train', 'body', str(tmp_path))
+  skips = text_input.Skips()
+  documents = list(tfds_source.raw_documents(good, 'lines', 100_000, skips, {}))
+  assert ['First line here.', 'Last line.'] in documents and len(documents) == 201
+  (place,) = skips.examples['invalid_utf8']  # Its example's index: TFDS shuffles when preparing.
+  assert re.fullmatch(r'bertjax_test_bad_bytes\[train\]: part 1/1 example \d+ line 2', place)
+  assert skips.file_lines == {'bertjax_test_bad_bytes[train]': [203, 1]}
+  writer._check_utf8(skips)  # pylint: disable=protected-access  # 1 of 203: under the limit.
+  skips.add_file_lines('bertjax_test_bad_bytes[train]', 0, 10)
+  with pytest.raises(ValueError, match=r'bertjax_test_bad_bytes\[train\]: 11 of its 203 text '
+                     r'lines are not UTF-8 \(e.g. bertjax_test_bad_bytes\[train\]: part 1/1 '):
+    writer._check_utf8(skips)  # pylint: disable=protected-access
 
 
 # The command line in a process of its own (this one's absl flags may hold other commands'),
