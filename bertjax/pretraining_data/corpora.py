@@ -21,8 +21,13 @@ _INLINE_DIRECTION = re.compile(r'[_*]*\\?\[[^\]]*\][_*]*')
 _LIST_ITEM = re.compile(r'\d+\\\.')
 # Markdown escapes ('\--', '1\.'): keep the escaped character.
 _ESCAPE = re.compile(r'\\(.)')
-# A sentence ends at . ! or ?, possibly followed by closing quotes or brackets, then space.
-_SENTENCE_END = re.compile(r'(?<=[.!?])(?:[\'")\]]*)\s+')
+# A sentence ends at . ! or ?, possibly followed by closing quotes or brackets, then space;
+# or at a full-width 。！？ (Chinese and Japanese write no space after it), its closers, any space.
+_SENTENCE_END = re.compile(r'(?<=[.!?])(?:[\'")\]]*)\s+|(?<=[。！？])[」』）”"]*\s*')
+# A period that ends no sentence: a title or a Latin abbreviation ('Mr. Smith', 'e.g. this',
+# 'Fig. 3'), or an initial ('J. Smith', 'U.S. law'; not the pronoun I).
+_NOT_AN_END = re.compile(r'(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|cf|Fig|Figs|Eq|Vol|pp|'
+                         r'e\.g|i\.e)|(?<![^\W\d_])[A-HJ-Z])\.$')
 
 
 def package_dir(name):
@@ -33,10 +38,15 @@ def package_dir(name):
   return pathlib.Path(spec.submodule_search_locations[0])  # local: an installed package
 
 
-def split_sentences(text):
-  """Splits running text after sentence-final punctuation (. ! ?)."""
+def split_sentences(text, abbreviations: bool = True):
+  """Splits running text after sentence-final punctuation (. ! ? and the full-width 。！？), not
+  after a title, an abbreviation or an initial (_NOT_AN_END) unless `abbreviations` is False
+  (the embedded corpus was built so: its rebuild must give the shipped text)."""
   sentences, start = [], 0
   for match in _SENTENCE_END.finditer(text):
+    if (abbreviations and not match.group().strip()
+        and _NOT_AN_END.search(text, start, match.start())):
+      continue
     sentences.append(text[start:match.end()].strip())
     start = match.end()
   sentences.append(text[start:].strip())
@@ -51,7 +61,7 @@ def _play_documents(lines):
 
   def end_speech():
     if speech:
-      sentences.extend(split_sentences(' '.join(speech)))
+      sentences.extend(split_sentences(' '.join(speech), abbreviations=False))  # As shipped.
       speech.clear()
 
   def end_document():
