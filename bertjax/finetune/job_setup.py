@@ -9,7 +9,6 @@ train_and_evaluate and its eval and predict modes start here.
 
 import dataclasses
 import fractions
-import json
 import os
 
 from absl import logging
@@ -94,14 +93,9 @@ def _floored_run_steps(config, num_train_features: int, workdir: str, steps: int
   """The steps a run in `workdir` recorded when each epoch counted whole batches only
   (num_epochs x floor(examples / batch)), where it ran with these epochs and batch; None for
   any other run (a new one, or one whose epochs or batch are changed on this resume)."""
-  run = run_config.trained_run(workdir)
-  if run is None:
+  if run_config.trained_run(workdir) is None:
     return None
-  resumed = checkpoint_reader.resumed_configs(workdir)
-  try:
-    last = json.loads(files.read_text(resumed[-1][1])) if resumed else run  # Its latest record.
-  except (ValueError, OSError):
-    return None  # Unreadable: the resume's own checks say so.
+  last = checkpoint_reader.last_run_config(workdir)  # None unreadable: the resume's checks say so.
   if not isinstance(last, dict):
     return None
   batch, num_epochs = config.global_batch_size, config.num_epochs

@@ -217,7 +217,7 @@ def resumed_configs(workdir) -> list[tuple[int, str]]:
                 for p in files.glob(files.join(workdir, 'config-resumed-at-*.json')))
 
 
-def _run_config(workdir) -> dict | None:
+def last_run_config(workdir) -> dict | None:
   """The config the run in `workdir` last ran with (a resume's own, else config.json)."""
   try:
     resumed = resumed_configs(workdir)
@@ -235,7 +235,7 @@ def best_step(directory, asking: Asking = FLAGS) -> int:
     raise _no_checkpoint(directory, asking)
   workdir = _workdir_of(directory)
   listed = ', '.join(map(str, available))
-  run = _run_config(workdir)
+  run = last_run_config(workdir)
   kept = run.get('checkpoint', {}) if isinstance(run, dict) else {}
   if run is not None and not (kept.get('keep_best') or run.get('early_stopping_patience')):
     raise ValueError(
