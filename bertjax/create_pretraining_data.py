@@ -6,7 +6,8 @@ r"""Pre-training TFRecords from text, with the flags of google-research/bert's s
     --max_predictions_per_seq=20 --dupe_factor=5 --num_workers=2
 
 Input: one sentence per line and a blank line between documents (the original's format), or
-with --input_format=text one paragraph per line, split into sentences here. Output: shards with
+with --input_format=text one paragraph per line, split into sentences here; files may be gzip,
+bzip2 or xz compressed (bertjax/pretraining_data/text_input.py). Output: shards with
 the original's features (files from either tool are interchangeable), or with
 --nostatic_masking unmasked `input_ids, input_mask, segment_ids, next_sentence_labels` for
 masking in the input pipeline; --masking=wordpiece|whole_word|ngram|span picks what the static

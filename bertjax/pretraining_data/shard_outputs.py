@@ -263,6 +263,35 @@ def stage(outputs, parts, temp_dirs, results):
   return staged, records
 
 
+def most_filled_shard_count(records_per_worker) -> int:
+  """The largest shard count that, with every smaller one, leaves no shard empty, given the
+  records each worker writes (writer.run_worker deals them round-robin from the first of its
+  files): a multiple of the W workers gives each worker S / W whole shards, another count gives
+  each worker a part of every shard, so shard s is empty when no worker has more than s."""
+  workers, fewest, most = (len(records_per_worker), min(records_per_worker),
+                           max(records_per_worker))
+  count = 1
+  while (fewest * workers if (count + 1) % workers == 0 else most) >= count + 1:
+    count += 1
+  return count
+
+
+def empty_shards_warning(records, per_worker, num_output_shards) -> str:
+  """'' or a warning that some shards (`records`: their record counts) hold no record, more
+  shards than the workers' records fill, with the count that leaves none empty: an empty shard
+  reads as nothing, but a host given only empty shards has no examples to train on."""
+  empty = records.count(0)
+  if not empty:
+    return ''
+  fewer = most_filled_shard_count(per_worker)
+  return (f'warning: {empty} of the {len(records)} shards hold no record ({sum(per_worker)} '
+          f'records from {len(per_worker)} worker(s), each dealing its own): they read as empty '
+          'files, and a training host given only empty ones has nothing to read; for none '
+          'empty, pass '
+          + (f'--num_output_shards={fewer} or fewer' if num_output_shards else
+             f'{fewer} or fewer files in --output_file'))
+
+
 def _write_json(path, value):
   with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
     json.dump(value, f, indent=1)

@@ -2,13 +2,15 @@
 spelled two ways (as an output, an input or the report), a second set on a prefix whose report
 another set still needs, NotNext pairs from their own document, a sentence longer than a row,
 a masking rate the cap would lower, static masks the training config does not name, flags out
-of range and a full disk. Each case runs in this process (one worker) on a few documents."""
+of range, a full disk, more predictions than tokens and more shards than records. Each case
+runs in this process (one worker, unless it is about workers) on a few documents."""
 
 import errno
 import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -357,3 +359,76 @@ def test_more_flags_out_of_range_are_named(corpus, vocab_file, tmp_path):
     with pytest.raises(ValueError, match=rf'^{name}={value}: need >= {low}$'):
       instances.Settings(**{name: value}).validate()
   assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('pack', [1, 3])
+def test_more_predictions_than_tokens_is_refused_as_training_refuses_it(vocab_file, tmp_path,
+                                                                        pack):
+  """--max_seq_length=8 with the default --max_predictions_per_seq=20 wrote data that
+  pre-training refuses (config_check); now refused before any input is read (this one is not
+  there), with the same rule: packed rows hold max_predictions_per_seq predictions in all."""
+  from bertjax import config_check  # noqa: PLC0415
+  from configs import pretrain as pretrain_config  # noqa: PLC0415
+  missing = tmp_path / 'not_there.txt'
+  with pytest.raises(ValueError, match=r"^--max_predictions_per_seq=20 exceeds "
+                     r"--max_seq_length=8: training refuses such files \(config.data."
+                     r"max_predictions_per_seq, the files' value, must be at most data."
+                     r"max_seq_length\); pass a --max_predictions_per_seq from 1 to 8 "
+                     r"\(--masked_lm_prob=0.15 masks 1 of a full instance's 5 tokens\), or a "
+                     r"longer --max_seq_length$"):
+    create(missing, tmp_path / 'out', vocab_file, settings=instances.Settings(
+        max_seq_length=8, max_predictions_per_seq=20, max_instances_per_row=pack))
+  for length, predictions in ((8, 8), (8, 9), (16, 17), (16, 16)):
+    config = pretrain_config.get_config('size=tiny')
+    config.data.max_seq_length, config.data.max_predictions_per_seq = length, predictions
+    with pytest.raises((ValueError, FileNotFoundError)) as creation:
+      create(missing, tmp_path / 'out', vocab_file, settings=instances.Settings(
+          max_seq_length=length, max_predictions_per_seq=predictions,
+          max_instances_per_row=pack))
+    refused = str(creation.value).startswith('--max_predictions_per_seq=')
+    if refused:
+      with pytest.raises(ValueError, match='exceeds data.max_seq_length'):
+        config_check.check(config)
+    else:
+      assert 'matched no files' in str(creation.value)  # The next check: the input.
+      config_check.check(config)
+    assert refused == (predictions > length)
+  # Unmasked instances hold no predictions (--max_predictions_per_seq is refused with them):
+  # the trainer's own count is checked there.
+  with pytest.raises(FileNotFoundError, match='matched no files'):
+    create(missing, tmp_path / 'out', vocab_file, settings=instances.Settings(
+        max_seq_length=8, static_masking=False, max_instances_per_row=pack))
+  assert os.listdir(tmp_path) == []
+
+
+def test_more_shards_than_records_are_said_and_read(corpus, vocab_file, tmp_path, capsys):
+  """--num_output_shards=300 for 126 instances wrote 174 empty shards without a word: written
+  still (an empty shard reads as nothing), with a warning that counts them and names the most
+  shards that leave none empty, also with 2 workers (each deals its own records)."""
+  from bertjax.input import input_pipeline  # noqa: PLC0415  # TensorFlow: this test only.
+  small = tmp_path / 'small.txt'
+  small.write_text('\n\n'.join(corpus.read_text().split('\n\n')[:6]) + '\n')
+  report = create(small, tmp_path / 'train', vocab_file, num_output_shards=400)
+  records = list(report['output_records'].values())
+  total = sum(records)
+  assert 0 < total < 400 and records.count(0) == 400 - total
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      f'warning: {400 - total} of the 400 shards hold no record ({total} records from 1 '
+      'worker(s), each dealing its own): they read as empty files, and a training host given '
+      'only empty ones has nothing to read; for none empty, pass --num_output_shards='
+      f'{total} or fewer')
+  dataset = input_pipeline.eval_dataset(str(tmp_path / 'train-*'), global_batch_size=8,
+                                        max_seq_length=64, max_predictions_per_seq=10)
+  assert sum(b['example_weight'].sum() for b in input_pipeline.host_batches(
+      dataset, str(tmp_path / 'train-*'))) == total
+  for shards in (401, 400):  # A part of every shard per worker, and whole shards.
+    report = create(small, tmp_path / f'two{shards}', vocab_file, num_output_shards=shards,
+                    num_workers=2)
+    empty = list(report['output_records'].values()).count(0)
+    warning = capsys.readouterr().err
+    assert empty and f'warning: {empty} of the {shards} shards hold no record' in warning
+    # The count it names leaves none empty.
+    fewer = int(re.search(r'--num_output_shards=(\d+) or fewer', warning).group(1))
+    again = create(small, tmp_path / f'again{shards}', vocab_file, num_workers=2,
+                   num_output_shards=fewer)
+    assert 0 not in again['output_records'].values() and not capsys.readouterr().err
