@@ -83,7 +83,8 @@ def test_a_training_run_without_a_checkpoint_gets_one_message_saying_so(tmp_path
   run = tmp_path / 'run'  # A bertjax workdir: read by the one loader, as export reads it.
   (run / 'checkpoints').mkdir(parents=True)
   (run / 'config.json').write_text('{"job": "pretrain"}')
-  with pytest.raises(FileNotFoundError, match=f'{run} holds no checkpoint: pass the --workdir'):
+  with pytest.raises(FileNotFoundError,
+                     match=f'{run} holds no checkpoint: pass a run that saved one'):
     embed.run(embed_config.get_config(f'init_from={run}'), None)
   with pytest.raises(FileNotFoundError, match=f'{tmp_path}/none does not exist'):
     embed.run(embed_config.get_config(f'init_from={tmp_path}/none'), None)

@@ -229,7 +229,8 @@ def test_a_run_before_its_first_checkpoint_is_a_run(tmp_path):
   (model / 'config.json').write_text('{"hidden_size": 8}')
   assert paths.is_run(str(run)) and not paths.is_run(str(model))
   assert sources.format_of(str(run)) == 'bertjax' and sources.format_of(str(model)) == 'hf'
-  with pytest.raises(FileNotFoundError, match=f'{run} holds no checkpoint: pass the --workdir'):
+  with pytest.raises(FileNotFoundError,
+                     match=f'{run} holds no checkpoint: pass a run that saved one'):
     sources.load(str(run))
   with pytest.raises(FileExistsError, match=f'would be in a bertjax run \\({run}\\)'):
     paths.check_output_file(str(run / 'out' / 'p.jsonl'))

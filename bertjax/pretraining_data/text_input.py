@@ -19,20 +19,14 @@ lines are mostly not UTF-8 is refused (writer.py), not skipped line by line. Who
 files are skipped when empty, binary (a NUL byte in the first 64 KiB) or compressed and cut
 short or damaged within it.
 
-gzip, bzip2 and xz files are read decompressed (`open_input`), known by their first bytes (a
+gzip, bzip2 and xz files are read decompressed (`files.open_input`), known by their first bytes (a
 gzip file named plain.txt too: its header's NULs would make it binary) or else by their name
 (.gz, .bz2, .xz: one that is not such a file is skipped as damaged, not read as text).
 """
 
-import bz2
 import collections
-import contextlib
 import functools
-import gzip
-import io
 import itertools
-import lzma
-import re
 import unicodedata
 
 import numpy as np
@@ -47,16 +41,6 @@ INPUT_FORMATS = ('lines', 'text')
 _SNIFF_BYTES = 1 << 16
 _EXAMPLES_PER_REASON = 5  # file:line examples kept per skip reason, for the report.
 _READ_EVERY_LINES = 4096  # How often raw_documents says how far it read (a tell() each).
-# Compressed inputs: (a pattern of their first bytes, name suffix, the decompressing reader
-# over a binary file). The stdlib readers wrap the file object itself, so a gs:// input streams
-# as a local one. The patterns go past the formats' magic numbers (gzip's method byte, bzip2's
-# block size digit and first block's or end's signature) so that no text file matches one.
-_COMPRESSED = ((re.compile(b'\x1f\x8b\x08'), '.gz',
-                lambda f: gzip.GzipFile(fileobj=f, mode='rb')),
-               (re.compile(b'BZh[1-9](1AY&SY|\x17rE8P\x90)'), '.bz2', bz2.BZ2File),
-               (re.compile(b'\xfd7zXZ\x00'), '.xz', lzma.LZMAFile))
-# What reading a compressed file cut short (EOFError) or damaged raises.
-_DAMAGED = (OSError, EOFError, lzma.LZMAError)
 
 # A tokenized document: int32 token ids, and sentence boundaries into them: sentence j is
 # tokens[bounds[j]:bounds[j + 1]], every sentence non-empty.
@@ -110,10 +94,10 @@ def usable_files(paths, skips):
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
     else:
-      with open_input(path) as (f, _):
+      with files_lib.open_input(path) as (f, _):
         try:
           head = f.read(_SNIFF_BYTES)
-        except _DAMAGED as e:  # A .gz/.bz2/.xz cut short, or such a name on another format.
+        except files_lib.DAMAGED_COMPRESSED as e:  # Cut short, or such a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
         if b'\x00' in head:
@@ -123,25 +107,6 @@ def usable_files(paths, skips):
           continue
       usable.append(path)
   return usable
-
-
-@contextlib.contextmanager
-def open_input(path):
-  """(its text's bytes, the file as stored) of an input file, local or a URL: decompressed
-  when it is gzip, bzip2 or xz by its first bytes, or else by its name. The stored file's
-  tell() is how far the reading is in what files.size counts (the progress line)."""
-  with contextlib.ExitStack() as stack:
-    # files.open_binary's opening, without its decompression by name alone.
-    stored = stack.enter_context(files_lib.open(path, 'rb'))
-    if files_lib.is_remote(path):
-      # fsspec's files read lines whole (no size limit): buffered, they take readline(limit).
-      stored = stack.enter_context(io.BufferedReader(stored, 1 << 20))
-    head = stored.read(10)
-    stored.seek(0)
-    reader = next((r for m, _, r in _COMPRESSED if m.match(head)), None) or next(
-        (r for _, suffix, r in _COMPRESSED if str(path).endswith(suffix)), None)
-    # The reader closes first; it leaves the stored file to the stack.
-    yield (stack.enter_context(reader(stored)) if reader else stored), stored
 
 
 def _is_blank(raw):
@@ -188,7 +153,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
   for path in paths:
     where['path'] = path
     sentences, started, lines, invalid = [], False, 0, 0
-    with open_input(path) as (f, stored):
+    with files_lib.open_input(path) as (f, stored):
       # Held: collected, its TextIOWrapper would close `f` before the tell() at the end.
       universal = paths_lib.UniversalLines(f)
       for line_number, (raw, too_long) in enumerate(_lines(universal, max_line_bytes), 1):

@@ -194,7 +194,7 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
     if read is not None:
       read(index + 1)
     place = f'{label} {index}'
-    sentences, too_long = [], False
+    sentences, too_long, undecodable = [], False, False
     # Line by line, as files are read: a bad byte loses its line, not the whole document, and
     # the share of such lines is limited as a file's is (writer._check_utf8).
     for number, raw in enumerate(_byte_lines(example[source.text_field]), 1):
@@ -212,12 +212,13 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
         skips.add('invalid_utf8', f'{dataset_name}: part {part + 1}/{num_parts} example {index} '
                   f'line {number}')
         invalid += 1
+        undecodable = True
         continue
       if line:
         sentences.extend(text_input.sentences_of(line, input_format))
     if sentences:
       yield sentences
-    elif not too_long:  # A text of only too-long lines is counted once, as line_too_long.
+    elif not (too_long or undecodable):  # Counted as those lines already.
       skips.add('empty_text', place)
   skips.add_file_lines(dataset_name, lines, invalid)
 

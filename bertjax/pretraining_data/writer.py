@@ -279,24 +279,27 @@ def _run_workers(jobs, skips, progress=None):
     skips.merge(r['skips'])
     for path, (lines, invalid) in r.get('file_lines', {}).items():
       skips.add_file_lines(path, lines, invalid)
-  _check_utf8(skips)
+  _check_utf8(skips, from_tfds=jobs[0].tfds_source is not None)
   if not counts['instances']:
     raise ValueError(f'no instances: the input has no usable sentences ({skips.described()})')
   counts.pop('shard_instances', None)
   return results, counts
 
 
-def _check_utf8(skips):
-  """Refuses an input file whose lines are mostly not UTF-8 (another encoding): read line
-  by line, most of its text would be skipped and the data made from the rest."""
+def _check_utf8(skips, from_tfds: bool = False):
+  """Refuses an input file (or a TFDS split's text field) whose lines are mostly not UTF-8
+  (another encoding): read line by line, most of its text would be skipped and the data made
+  from the rest."""
   for path, (lines, invalid) in skips.file_lines.items():
     if invalid > _FEW_INVALID_UTF8_LINES and invalid > MAX_INVALID_UTF8_FRACTION * lines:
       line = next((p for p in skips.examples.get('invalid_utf8', [])
                    if p.startswith(f'{path}:')), path)
+      fix = ('re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or leave it out'
+             if not from_tfds else
+             'pick the field that holds the text (--tfds_text_field), or another dataset')
       raise ValueError(
           f'{path}: {invalid} of its {lines} text lines are not UTF-8 (e.g. {line}; the limit '
-          f'is {MAX_INVALID_UTF8_FRACTION:.0%}): re-encode the file as UTF-8 (e.g. iconv -f '
-          'latin1 -t utf-8), or leave it out. No shard was written.')
+          f'is {MAX_INVALID_UTF8_FRACTION:.0%}): {fix}. No shard was written.')
 
 
 def default_num_workers() -> int:

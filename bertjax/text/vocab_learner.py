@@ -51,8 +51,9 @@ def _check_not_an_input(output_file, inputs):
 
 
 def read_lines(path):
-  """Yields the lines of a UTF-8 text file (gzip-compressed if it ends in .gz), stripped."""
-  with files_lib.open_binary(path) as f:
+  """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: files.open_input),
+  stripped."""
+  with files_lib.open_input(path) as (f, _):
     lines = iter(paths.UniversalLines(f))  # A lone CR ends a line too, as in every tool.
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number in itertools.count(1):
@@ -60,8 +61,8 @@ def read_lines(path):
         raw = next(lines)
       except StopIteration:
         return
-      except (OSError, EOFError) as e:  # A .gz cut short, or a .gz name on another format.
-        raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole gzip file? '
+      except files_lib.DAMAGED_COMPRESSED as e:  # Cut short, or such a name on another format.
+        raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
                          'Compress it again, or leave it out') from None
       try:
         line = raw.decode('utf-8')

@@ -100,17 +100,17 @@ def tf1_without_config(folder: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Asking:
-  """How the user names a step and a run, for the messages: a command's flags (FLAGS, the
-  readers') or a config's fields (init_from's)."""
+  """How the user names a step and a run, for the messages: a command's flags (COMMAND_FLAGS,
+  the readers': each names its run by its own flag) or a config's fields (init_from's)."""
   step: str = '--step'
-  run: str = 'the --workdir of a run'
+  run: str = 'a run'
   where: str = ''  # What the step is of, said after it (' (init_from=RUN)').
 
   def said(self, step) -> str:
     return f'{self.step}={step}{self.where}'
 
 
-FLAGS = Asking()
+COMMAND_FLAGS = Asking()
 
 
 def _workdir_of(directory: str) -> str:
@@ -118,19 +118,22 @@ def _workdir_of(directory: str) -> str:
   return files.parent(directory) if files.name(directory) == 'checkpoints' else directory
 
 
-def _no_checkpoint(directory: str, asking: Asking = FLAGS) -> FileNotFoundError:
+def _no_checkpoint(directory: str, asking: Asking = COMMAND_FLAGS,
+                   step=None) -> FileNotFoundError:
+  """A run (or a checkpoints folder) that holds no checkpoint, said with the step asked of it."""
+  said = f'{asking.said(step)}: ' if step is not None else ''
   aside = sorted(files.name(p) for p in files.glob(files.join(directory, '*.unreadable-*'))
                  ) if files.isdir(directory) else []
   if aside:
-    return FileNotFoundError(f'{directory} holds no readable checkpoint, only ones moved aside '
-                             f'as unreadable ({", ".join(aside)}).')
+    return FileNotFoundError(f'{said}{directory} holds no readable checkpoint, only ones moved '
+                             f'aside as unreadable ({", ".join(aside)}).')
   where = _workdir_of(directory)
   if files.is_remote(where) and not files.isdir(where):
     files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
   if tf1 := tf1_without_config(where):
     return FileNotFoundError(tf1)
-  return FileNotFoundError(f'{where} holds no checkpoint: pass {asking.run} that saved one '
-                           '(its checkpoints/<step> folders), or train it first.')
+  return FileNotFoundError(f'{said}{where} holds no checkpoint: pass {asking.run} that saved '
+                           'one (its checkpoints/<step> folders), or train it first.')
 
 
 def read_meta(step_dir) -> dict:
@@ -193,7 +196,7 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
   return params, meta
 
 
-def parse_step(step, *, text: bool = False, asking: Asking = FLAGS) -> int | str | None:
+def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> int | str | None:
   """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
   or a number >= 0 (`text`: a command line's flag, where the number is a digit string)."""
   if step is None or step == 'latest' or (text and step == ''):
@@ -227,12 +230,12 @@ def last_run_config(workdir) -> dict | None:
     return None
 
 
-def best_step(directory, asking: Asking = FLAGS) -> int:
+def best_step(directory, asking: Asking = COMMAND_FLAGS) -> int:
   """The step the run ranked best among the steps kept in a checkpoints folder (its evals'
   `ranking` in the meta items); ValueError saying what to do when it kept or ranked none."""
   available = steps(directory)
   if not available:
-    raise _no_checkpoint(directory, asking)
+    raise _no_checkpoint(directory, asking, 'best')
   workdir = _workdir_of(directory)
   listed = ', '.join(map(str, available))
   run = last_run_config(workdir)
@@ -293,26 +296,27 @@ def best_step(directory, asking: Asking = FLAGS) -> int:
   return best
 
 
-def resolve_step(path, step, asking: Asking = FLAGS) -> int | None:
+def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
   """The step number a reader's `step` (None, 'latest', 'best', a number) names at `path`
   (None: the newest readable). A number the run does not have names the steps it does."""
   step = parse_step(step)
   directory, named = locate(path)
   if step is not None and named is not None and step != named:
-    raise ValueError(f'{path} is step {named} but step={step} was asked for: pass one of them.')
+    raise ValueError(f'{path} is step {named} but {asking.said(step)} was asked for: pass one of '
+                     'them.')
   if step == 'best':
     return best_step(directory, asking)
   if step is not None:
     available = steps(directory)
     if not available:
-      raise _no_checkpoint(directory, asking)
+      raise _no_checkpoint(directory, asking, step)
     if step not in available:
       raise FileNotFoundError(f'{asking.said(step)}: {directory} has no checkpoint step {step}; '
                               f'its steps: {", ".join(map(str, available))}.')
   return step
 
 
-def step_path(path, step, asking: Asking = FLAGS) -> str:
+def step_path(path, step, asking: Asking = COMMAND_FLAGS) -> str:
   """`path` (a workdir, checkpoints/ or a step folder), or its folder of `step` when one is
   named ('best', a number): what sources.load and init_from read. `asking`: how the messages
   name the step and the run."""
@@ -321,7 +325,7 @@ def step_path(path, step, asking: Asking = FLAGS) -> str:
   directory, named = locate(path)
   if not steps(directory):
     if paths.is_run(_workdir_of(directory)):
-      raise _no_checkpoint(directory, asking)  # A run before its first save.
+      raise _no_checkpoint(directory, asking, step)  # A run before its first save.
     raise ValueError(f'{asking.said(step)} names a checkpoint of a bertjax run, and {path} '
                      'holds none (no checkpoints/<step> folders): drop the step for another kind '
                      'of model.')

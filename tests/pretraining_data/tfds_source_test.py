@@ -176,21 +176,25 @@ class BertjaxTestBadBytes(BertjaxTestTexts):
 def test_a_line_that_is_not_utf8_loses_itself_not_its_document(tmp_path):
   """Pass AE: one bad byte dropped the whole example (6 of 40 documents lost, no limit), where a
   file loses the line and more than 1% of bad lines is refused."""
-  BertjaxTestBadBytes.TEXTS = (b'First line here.\nA bad \xff line.\r\nLast line.',
+  BertjaxTestBadBytes.TEXTS = (b'First line here.\nA bad \xff line.\r\nLast line.', b'\xfe',
                                *[f'Text {i}.'.encode() for i in range(200)])
   BertjaxTestBadBytes(data_dir=str(tmp_path)).download_and_prepare()
   good = tfds_source.Source('bertjax_test_bad_bytes', 'train', 'body', str(tmp_path))
   skips = text_input.Skips()
   documents = list(tfds_source.raw_documents(good, 'lines', 100_000, skips, {}))
-  assert ['First line here.', 'Last line.'] in documents and len(documents) == 201
-  (place,) = skips.examples['invalid_utf8']  # Its example's index: TFDS shuffles when preparing.
-  assert re.fullmatch(r'bertjax_test_bad_bytes\[train\]: part 1/1 example \d+ line 2', place)
-  assert skips.file_lines == {'bertjax_test_bad_bytes[train]': [203, 1]}
-  writer._check_utf8(skips)  # pylint: disable=protected-access  # 1 of 203: under the limit.
+  assert ['First line here.', 'Last line.'] in documents and len(documents) == 201  # Not b'\\xfe'.
+  assert skips.counts['invalid_utf8'] == 2  # Its example's index: TFDS shuffles when preparing.
+  assert any(re.fullmatch(r'bertjax_test_bad_bytes\[train\]: part 1/1 example \d+ line 2', p)
+             for p in skips.examples['invalid_utf8']), skips.examples
+  assert skips.file_lines == {'bertjax_test_bad_bytes[train]': [204, 2]}
+  assert 'empty_text' not in skips.counts
+  writer._check_utf8(skips, from_tfds=True)  # pylint: disable=protected-access  # 1 of 203.
   skips.add_file_lines('bertjax_test_bad_bytes[train]', 0, 10)
-  with pytest.raises(ValueError, match=r'bertjax_test_bad_bytes\[train\]: 11 of its 203 text '
-                     r'lines are not UTF-8 \(e.g. bertjax_test_bad_bytes\[train\]: part 1/1 '):
-    writer._check_utf8(skips)  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match=r'bertjax_test_bad_bytes\[train\]: 12 of its 204 text '
+                     r'lines are not UTF-8 \(e.g. bertjax_test_bad_bytes\[train\]: part 1/1 .*'
+                     r'\): pick the field that holds the text \(--tfds_text_field\), or another '
+                     'dataset. No shard was written.'):
+    writer._check_utf8(skips, from_tfds=True)  # pylint: disable=protected-access
 
 
 # The command line in a process of its own (this one's absl flags may hold other commands'),
