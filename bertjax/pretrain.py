@@ -156,10 +156,16 @@ def vocab_file(config) -> str:
 def take_data_vocab(config):
   """Sets an unset data.vocab_file, with train files of your own, to the vocab their reports
   say they were made with (still that file: file_set.vocab_of): the run checks the data and
-  init_from against it and records it, as it does a vocab given."""
+  init_from against it and records it, as it does a vocab given. One changed since is refused;
+  one gone (data made on another machine) is warned about, the data read unchecked."""
   if config.data.vocab_file or not config.data.train_files:
     return
-  if made_with := file_set.vocab_of(file_set.resolve(config.data.train_files)):
+  try:
+    made_with = file_set.vocab_of(file_set.resolve(config.data.train_files))
+  except FileNotFoundError as e:  # Made on another machine: read unchecked, as before, but said.
+    logging.warning('%s (the run checks the data against no vocab and records none)', e)
+    return
+  if made_with:
     logging.info('data.vocab_file: %s, the vocab data.train_files were made with (their report)',
                  made_with)
     with config.unlocked():

@@ -78,7 +78,8 @@ def get_config(arg=None):
   config.data.train_files = ''
   config.data.eval_files = ''  # Held-out TFRecords; '' with train_files '' = embedded eval split.
   # The vocab.txt or SentencePiece .model the data was made with (told by the file), checked
-  # against the data's report and model.vocab_size; '' = the embedded corpus's vocab.
+  # against the data's report and model.vocab_size; '' = the embedded corpus's vocab, or with
+  # train_files the one their report names (if still there, unchanged).
   config.data.vocab_file = ''
   config.data.max_seq_length = arg.seq  # Must equal the files' max_seq_length.
   # Must equal the files' (static masking); phase2's follows it (below).

@@ -50,9 +50,12 @@ def commit_here(git_ref: str, timeout_s: float = 60) -> tuple[str, str]:
   if re.fullmatch(COMMIT, ref):
     return ref, ''
   try:
+    # Never a prompt (a password, an ssh host key or passphrase): a launch is no place to wait.
     listed = subprocess.run(['git', 'ls-remote', url], capture_output=True, text=True,
-                            timeout=timeout_s, check=False,
-                            env={**os.environ, 'GIT_TERMINAL_PROMPT': '0'})
+                            timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
+                            env={**os.environ, 'GIT_TERMINAL_PROMPT': '0',
+                                 'GIT_SSH_COMMAND': os.environ.get('GIT_SSH_COMMAND', 'ssh') +
+                                 ' -o BatchMode=yes'})
   except (OSError, subprocess.TimeoutExpired) as e:
     return '', f'git ls-remote {url}: {type(e).__name__}: {e}'
   if listed.returncode:

@@ -6,7 +6,8 @@ preemption, delete.
       --config=configs/pretrain.py:size=base,vocab=30522,phase2_fraction=0.1 \
       --config.data.train_files=gs://BUCKET/data/train128-* ...
 
-Steps, each printed before it runs (--dry_run prints them and runs nothing):
+Steps, each printed before it runs (--dry_run prints them and runs none; it reads --git_ref's
+commit, as step 0 does):
   0. the job's config checked here as bertjax.main checks it, and for the slice (a batch it
      cannot split, a GPU kernel); with --aot_check, the step compiled for its topology here;
   1. a wheel of this checkout (`pip wheel`), unless --git_ref=git+URL@REF names another commit;

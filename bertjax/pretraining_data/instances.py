@@ -115,11 +115,11 @@ class Settings:
       maskable = length - (3 if self.nsp else 2)  # As validate counts them.
       wanted = max(int(np.rint(maskable * self.masked_lm_prob)), 1)
       raise ValueError(
-          f'--max_predictions_per_seq={predictions} exceeds --max_seq_length={length}: training '
+          f'max_predictions_per_seq={predictions} exceeds max_seq_length={length}: training '
           "refuses such files (config.data.max_predictions_per_seq, the files' value, must be at "
-          f'most data.max_seq_length); pass a --max_predictions_per_seq from {wanted} to {length} '
-          f'(--masked_lm_prob={self.masked_lm_prob} masks {wanted} of a full instance\'s '
-          f'{maskable} tokens), or a longer --max_seq_length')
+          f'most data.max_seq_length); set max_predictions_per_seq from {wanted} to {length} '
+          f'(masked_lm_prob={self.masked_lm_prob} masks {wanted} of a full instance\'s '
+          f'{maskable} tokens), or a longer max_seq_length')
 
 
 def truncation(len_a, len_b, max_tokens):

@@ -141,9 +141,9 @@ def check_other_sets(outputs, report_file, prefix=None):
 
 
 def check_earlier_set(outputs, report_file):
-  """Fails before any work when the report would replace that of another set of shards that is
-  still there (another shard count or list on the same prefix): those shards would be left
-  without the report that their readers check them against."""
+  """Fails when the report would replace that of another set of shards that is still there
+  (another shard count or list on the same prefix): those shards would be left without the
+  report that their readers check them against. Before any work, and again before publishing."""
   try:
     earlier = json.loads(files_lib.read_bytes(report_file))
     listed = earlier['output_files']
@@ -301,24 +301,31 @@ def one_run(report_file):
   same time is refused at its start (the later one to finish would replace the first's report,
   leaving its shards unchecked, or mix the two sets' files). A local set: an exclusive flock on
   a hidden file beside the report, removed at the end (the kernel releases the lock of a killed
-  run: never stale). A set in a bucket has none: publish checks again that no other set was put
-  there meanwhile."""
+  run: never stale). A set in a bucket has no lock: publish checks again that no other set was
+  put there meanwhile, which finds a set of another shard count or prefix, not a second run of
+  this very set (its files are the same names)."""
   if files_lib.is_remote(report_file):
     yield
     return
   files_lib.makedirs(os.path.dirname(report_file))  # As temp_parts would, next.
   lock_path = os.path.join(os.path.dirname(report_file), f'.{os.path.basename(report_file)}.lock')
-  with open(lock_path, 'a+', encoding='utf-8') as lock:  # local: flock needs a local file
-    try:
-      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      if os.stat(lock_path).st_ino != os.fstat(lock.fileno()).st_ino:  # local: the lock file
-        raise BlockingIOError  # Removed by the run that held it, ending: a new one is another's.
-    except (BlockingIOError, FileNotFoundError):
-      lock.seek(0)
-      holder = lock.read().strip() or 'another process'
-      raise ValueError(f'another create_pretraining_data run ({holder}) is making the set of '
-                       f'{report_file} now: wait for it to finish, or pass another '
-                       '--output_file') from None
+  with contextlib.ExitStack() as stack:
+    for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
+      lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's file
+      try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        lock.seek(0)
+        raise ValueError(f'another create_pretraining_data run ({lock.read().strip() or "?"}) '
+                         f'is making the set of {report_file} now: wait for it to finish, or '
+                         'pass another --output_file') from None
+      with contextlib.suppress(FileNotFoundError):
+        if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
+          break
+      lock.close()
+    else:
+      raise ValueError(f'the lock beside {report_file} keeps being replaced: is another '
+                       'create_pretraining_data run starting there? Rerun when it is done.')
     lock.seek(0)
     lock.truncate()
     lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
@@ -349,11 +356,12 @@ def _put_in_place(staged, destination):
     os.replace(staged, destination)  # local temp, renamed into place beside it
 
 
-def publish(report, report_file, staged, outputs, temp_dirs):
+def publish(report, report_file, staged, outputs, temp_dirs, prefix=None):
   """Puts the report, then each staged shard, where they were asked for, after checking again
-  that no other set was put there while this one was made (one_run's lock covers local sets;
-  this, a bucket's)."""
+  that no other set was put there while this one was made (a set in a bucket, or beside this
+  one on another prefix, has no lock of this one's: one_run). `prefix`: with a shard count."""
   check_earlier_set(outputs, report_file)
+  check_other_sets(outputs, report_file, prefix)
   # The report first, then the shards (module docstring): a kill in between leaves shards
   # that disagree with the report, which readers refuse.
   staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))

@@ -427,7 +427,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
       report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results,
                                      counts, skips, staged, records,
                                      time.perf_counter() - start, source)
-      shard_outputs.publish(report, report_file, staged, outputs, temp_dirs)
+      shard_outputs.publish(report, report_file, staged, outputs, temp_dirs,
+                            paths_lib.absolute(output_file.strip()) if num_output_shards else None)
       warning = shard_outputs.empty_shards_warning(
           records, [r['counts']['shard_instances'] for r in results], num_output_shards)
       if warning:  # Written, since empty shards read fine; said last, before the summary.

@@ -53,6 +53,7 @@ def test_a_second_run_on_a_set_being_made_is_refused_at_its_start(corpus, minilm
   # Its end (a kill too) releases the set: the next run makes it, and readers skip the lock.
   report = create(corpus, prefix, minilm_dir, 4)
   assert file_set.resolve(f'{prefix}-*').files == report['output_files']
+  assert not (tmp_path / '.train.json.lock').exists()  # Removed at the end.
   create(corpus, prefix, minilm_dir, 4, seed=8)  # A rerun after the first: as before.
 
 

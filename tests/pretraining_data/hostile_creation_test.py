@@ -370,12 +370,12 @@ def test_more_predictions_than_tokens_is_refused_as_training_refuses_it(vocab_fi
   from bertjax import config_check  # noqa: PLC0415
   from configs import pretrain as pretrain_config  # noqa: PLC0415
   missing = tmp_path / 'not_there.txt'
-  with pytest.raises(ValueError, match=r"^--max_predictions_per_seq=20 exceeds "
-                     r"--max_seq_length=8: training refuses such files \(config.data."
+  with pytest.raises(ValueError, match=r"^max_predictions_per_seq=20 exceeds "
+                     r"max_seq_length=8: training refuses such files \(config.data."
                      r"max_predictions_per_seq, the files' value, must be at most data."
-                     r"max_seq_length\); pass a --max_predictions_per_seq from 1 to 8 "
-                     r"\(--masked_lm_prob=0.15 masks 1 of a full instance's 5 tokens\), or a "
-                     r"longer --max_seq_length$"):
+                     r"max_seq_length\); set max_predictions_per_seq from 1 to 8 "
+                     r"\(masked_lm_prob=0.15 masks 1 of a full instance's 5 tokens\), or a "
+                     r"longer max_seq_length$"):
     create(missing, tmp_path / 'out', vocab_file, settings=instances.Settings(
         max_seq_length=8, max_predictions_per_seq=20, max_instances_per_row=pack))
   for length, predictions in ((8, 8), (8, 9), (16, 17), (16, 16)):
@@ -385,7 +385,7 @@ def test_more_predictions_than_tokens_is_refused_as_training_refuses_it(vocab_fi
       create(missing, tmp_path / 'out', vocab_file, settings=instances.Settings(
           max_seq_length=length, max_predictions_per_seq=predictions,
           max_instances_per_row=pack))
-    refused = str(creation.value).startswith('--max_predictions_per_seq=')
+    refused = str(creation.value).startswith('max_predictions_per_seq=')
     if refused:
       with pytest.raises(ValueError, match='exceeds data.max_seq_length'):
         config_check.check(config)

@@ -209,7 +209,7 @@ def test_step_best_never_reads_another_step_for_a_lost_best(tmp_path):
 
 def _save_as_the_loop(workdir, values: dict[int, float | None], *, keep_best=1, steps=16,
                       fraction=0.25):
-  """Saves tiny states at `values`' steps as the loop does (loop._rank, then loop._save; None:
+  """Saves tiny states at `values`' steps as the loop does (ranking.record, then loop._save; None:
   a save at no eval) for a run of `steps` steps whose second phase is `fraction` of them."""
   import types  # noqa: PLC0415
 
