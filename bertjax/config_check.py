@@ -15,7 +15,6 @@ import numbers
 from absl import logging
 
 from bertjax.pretraining_data import masking
-from bertjax.training import ranking
 
 JOBS = ('pretrain', 'finetune', 'embed')
 MODES = ('train_eval', 'eval', 'predict')
@@ -295,7 +294,9 @@ def _check_mesh_and_checkpoint(c: _Checker):
   c.at_least('checkpoint.keep_best', 0, fix='set --config.checkpoint.keep_best to 0 (none) or '
              'more')
   mode = c.get('checkpoint.best_mode')
-  if mode is not _MISSING and mode not in ('', *ranking.MODES):  # '': the metric's own.
+  # training/ranking.MODES and '' (the metric's own), written here: bertjax.main imports this
+  # module before jax, whose import sets TPU_SKIP_MDS_QUERY (accelerators.tpu_vm_workers).
+  if mode is not _MISSING and mode not in ('', 'max', 'min'):
     c.fail('checkpoint.best_mode', mode, 'is unknown', "valid: max (higher is better), min, or "
            "'' (min for loss-like metrics, else max)")
   c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience to 0 (off) '

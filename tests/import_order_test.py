@@ -3,6 +3,7 @@ crashes the process when loaded after TensorFlow's; bertjax loads it first (bert
 """
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -37,6 +38,20 @@ def test_importing_bertjax_loads_neither_tensorflow_nor_jax_nor_torch():
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr
   assert run.stdout.strip() == '[]'
+
+
+
+def test_the_command_line_imports_no_jax_before_it_starts_the_hosts():
+  """bertjax.main decides whether this is one host of several before any JAX work: importing
+  jax sets TPU_SKIP_MDS_QUERY, and a TPU VM's peers then went unasked (a review's config_check
+  import of training/ranking brought jax in at import: caught by main_test's metadata test)."""
+  run = subprocess.run([sys.executable, '-c', 'import os, sys, bertjax.main; print(sorted(m for '
+                        'm in sys.modules if m.split(".")[0] == "jax"), '
+                        '"TPU_SKIP_MDS_QUERY" in os.environ)'],
+                       capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != 'TPU_SKIP_MDS_QUERY'})
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip() == '[] False', run.stdout
 
 
 START_UP = ('InitializeLog', 'oneDNN', 'cuda drivers', 'cuInit', 'This TensorFlow binary')
