@@ -13,7 +13,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 
 STAGES = (
     ('console', 'files', 'object_store', 'paths', 'processes', 'accelerators', 'malloc_tuning',
-     'records'),
+     'records', 'compressed_text'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),

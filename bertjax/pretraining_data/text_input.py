@@ -19,8 +19,8 @@ lines are mostly not UTF-8 is refused (writer.py), not skipped line by line. Who
 files are skipped when empty, binary (a NUL byte in the first 64 KiB) or compressed and cut
 short or damaged within it.
 
-gzip, bzip2 and xz files are read decompressed (`files.open_input`), known by their first bytes (a
-gzip file named plain.txt too: its header's NULs would make it binary) or else by their name
+gzip, bzip2 and xz files are read decompressed (compressed_text.py), known by their first bytes
+(a gzip file named plain.txt too: its header's NULs would make it binary) or else by their name
 (.gz, .bz2, .xz: one that is not such a file is skipped as damaged, not read as text).
 """
 
@@ -31,6 +31,7 @@ import unicodedata
 
 import numpy as np
 
+from bertjax import compressed_text
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
@@ -94,10 +95,10 @@ def usable_files(paths, skips):
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
     else:
-      with files_lib.open_input(path) as (f, _):
+      with compressed_text.open_input(path) as (f, _):
         try:
           head = f.read(_SNIFF_BYTES)
-        except files_lib.DAMAGED_COMPRESSED as e:  # Cut short, or such a name on another format.
+        except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
         if b'\x00' in head:
@@ -153,7 +154,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
   for path in paths:
     where['path'] = path
     sentences, started, lines, invalid = [], False, 0, 0
-    with files_lib.open_input(path) as (f, stored):
+    with compressed_text.open_input(path) as (f, stored):
       # Held: collected, its TextIOWrapper would close `f` before the tell() at the end.
       universal = paths_lib.UniversalLines(f)
       for line_number, (raw, too_long) in enumerate(_lines(universal, max_line_bytes), 1):

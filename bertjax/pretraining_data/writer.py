@@ -359,6 +359,17 @@ def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
   return files, None, None
 
 
+def _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds):
+  """Refuses a tokenizer choice, vocab pair or input pair that names not exactly one."""
+  if tokenizer not in TOKENIZERS:
+    raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
+  if (not vocab_file) == (not spm_model_file):
+    raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
+  if (not input_file) == (tfds is None):
+    raise ValueError('pass exactly one input: --input_file (text files) or --tfds_name (a '
+                     f'TFDS dataset); got {"both" if input_file else "neither"}')
+
+
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
@@ -381,13 +392,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     raise ValueError(f'num_workers={num_workers}: need at least 1')
   _check_numbers(random_seed, num_output_shards or 0, max_line_bytes, max_unk_fraction,
                  shuffle_buffer)
-  if tokenizer not in TOKENIZERS:
-    raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
-  if (not vocab_file) == (not spm_model_file):
-    raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
-  if (not input_file) == (tfds is None):
-    raise ValueError('pass exactly one input: --input_file (text files) or --tfds_name (a '
-                     f'TFDS dataset); got {"both" if input_file else "neither"}')
+  _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds)
   if input_format is None:
     input_format = 'lines' if input_file else 'text'
   if input_format not in text_input.INPUT_FORMATS:

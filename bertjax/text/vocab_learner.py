@@ -24,6 +24,7 @@ import unicodedata
 
 from absl import logging
 
+from bertjax import compressed_text
 from bertjax import files as files_lib
 from bertjax import paths
 from bertjax.text import sentencepiece_tokenizer
@@ -51,9 +52,9 @@ def _check_not_an_input(output_file, inputs):
 
 
 def read_lines(path):
-  """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: files.open_input),
+  """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: compressed_text.py),
   stripped."""
-  with files_lib.open_input(path) as (f, _):
+  with compressed_text.open_input(path) as (f, _):
     lines = iter(paths.UniversalLines(f))  # A lone CR ends a line too, as in every tool.
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number in itertools.count(1):
@@ -61,7 +62,7 @@ def read_lines(path):
         raw = next(lines)
       except StopIteration:
         return
-      except files_lib.DAMAGED_COMPRESSED as e:  # Cut short, or such a name on another format.
+      except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
         raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
                          'Compress it again, or leave it out') from None
       try:

@@ -1,0 +1,42 @@
+"""Text input files as they are stored, read decompressed: gzip, bzip2 or xz, known by their
+first bytes (a gzip file named plain.txt too) or else by their name; local or a URL (through
+bertjax.files). What create_pretraining_data and learn_vocab read a corpus with."""
+
+import bz2
+import contextlib
+import gzip
+import io
+import lzma
+import re
+
+from bertjax import files
+
+# Compressed inputs: (a pattern of their first bytes, name suffix, the decompressing reader
+# over a binary file). The stdlib readers wrap the file object itself, so a gs:// input streams
+# as a local one. The patterns go past the formats' magic numbers (gzip's method byte, bzip2's
+# block size digit and first block's or end's signature) so that no text file matches one.
+_COMPRESSED = ((re.compile(b'\x1f\x8b\x08'), '.gz',
+                lambda f: gzip.GzipFile(fileobj=f, mode='rb')),
+               (re.compile(b'BZh[1-9](1AY&SY|\x17rE8P\x90)'), '.bz2', bz2.BZ2File),
+               (re.compile(b'\xfd7zXZ\x00'), '.xz', lzma.LZMAFile))
+# What reading a compressed file cut short (EOFError) or damaged raises.
+DAMAGED_COMPRESSED = (OSError, EOFError, lzma.LZMAError)
+
+
+@contextlib.contextmanager
+def open_input(path):
+  """(its text's bytes, the file as stored) of a text input file, local or a URL (a corpus,
+  learn_vocab's input): decompressed when it is gzip, bzip2 or xz by its first bytes, or else by
+  its name. The stored file's tell() is how far the reading is in what files.size counts (the
+  progress line)."""
+  with contextlib.ExitStack() as stack:
+    stored = stack.enter_context(files.open(path, 'rb'))
+    if files.is_remote(path):
+      # fsspec's files read lines whole (no size limit): buffered, they take readline(limit).
+      stored = stack.enter_context(io.BufferedReader(stored, 1 << 20))
+    head = stored.read(10)
+    stored.seek(0)
+    reader = next((r for m, _, r in _COMPRESSED if m.match(head)), None) or next(
+        (r for _, suffix, r in _COMPRESSED if str(path).endswith(suffix)), None)
+    # The reader closes first; it leaves the stored file to the stack.
+    yield (stack.enter_context(reader(stored)) if reader else stored), stored
