@@ -216,7 +216,10 @@ def main(argv):
   metrics = [('instances', counts['instances']), *rows, ('documents', counts['documents']),
              ('shards', len(shards)), ('workers', report['settings']['num_workers']),
              ('[UNK]', f"{report['unk_fraction']:.2%} of {counts['document_tokens']} tokens"),
-             ('padding', f"{report['padding_fraction']:.1%} of the rows"), ('skipped', skipped)]
+             *([('masked', f"{report['masked_fraction']:.1%} of the maskable tokens")]
+               if 'masked_fraction' in report else []),
+             ('padding', f"{report['padding_fraction']:.1%} of the token slots"),
+             ('skipped', skipped)]
   # N shards named <prefix>-0000i-of-0000N: shown as the glob that matches them.
   suffix = f'-00000-of-{num_shards:05d}'
   where = (f'{shards[0][:-len(suffix)]}-?????-of-{num_shards:05d}' if num_shards

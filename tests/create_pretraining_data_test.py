@@ -347,8 +347,9 @@ def test_cli_with_two_workers_is_deterministic(documents, vocab_file, tmp_path):
     # The last line: the counts, and where the shards and the report are.
     assert re.fullmatch(
         r'create_pretraining_data finished in \d+\.\d s: instances \d+, documents '
-        rf'{len(documents[::6])}, shards 3, workers 2, \[UNK\] [\d.]+% of \d+ tokens, padding '
-        rf'[\d.]+% of the rows, skipped nothing; shards {out}-\?\?\?\?\?-of-00003, report '
+        rf'{len(documents[::6])}, shards 3, workers 2, \[UNK\] [\d.]+% of \d+ tokens, masked '
+        r'1[45]\.\d% of the maskable tokens, padding '
+        rf'[\d.]+% of the token slots, skipped nothing; shards {out}-\?\?\?\?\?-of-00003, report '
         rf'{out}.json', result.stdout.strip().splitlines()[-1]), result.stdout
     return sorted(pathlib.Path(out).parent.glob(pathlib.Path(out).name + '-*'))
 

@@ -45,9 +45,34 @@ def build(job, vocab_size, outputs, report_file, results, counts, skips, staged,
       # Token slots of the written rows that hold no instance.
       'padding_fraction': round(
           1 - counts['instance_tokens'] / max(counts['rows'] * settings.max_seq_length, 1), 6),
+      # The share of the maskable tokens ([CLS]/[SEP] never are) that were masked: round(rate x
+      # tokens), at least 1, per instance, so short instances differ from masked_lm_prob.
+      **({'masked_fraction': masked_fraction(counts)} if settings.static_masking else {}),
       'skipped': skips.as_dict(),
       'workers': [{k: r[k] for k in ('worker', 'seconds', 'startup_seconds', 'peak_rss_mb')}
                   | {'instances': r['counts'].get('instances', 0)} for r in results],
       'seconds': seconds,
       'host': platform.node(),
   }
+
+
+def masked_fraction(counts) -> float:
+  """The share of the instances' maskable tokens that were masked."""
+  return round(counts['masked_lm_predictions'] / max(counts['maskable_tokens'], 1), 6)
+
+
+def masking_rate_warning(settings, counts, tolerance=0.2) -> str:
+  """'' or a warning that the masks chose a share of the tokens far from masked_lm_prob: each
+  instance masks round(rate x its maskable tokens), at least one (BERT's rule), so at a tiny
+  length or rate the share realized is not the rate asked (nor what training's config says)."""
+  if not settings.static_masking or not counts.get('maskable_tokens'):
+    return ''
+  realized, asked = masked_fraction(counts), settings.masked_lm_prob
+  if abs(realized / asked - 1) <= tolerance:
+    return ''
+  tokens = counts['maskable_tokens'] / max(counts['instances'], 1)
+  return (f'warning: the masks chose {realized:.1%} of the maskable tokens, not '
+          f'masked_lm_prob={asked:g}: each instance masks round({asked:g} x its tokens), at least '
+          f'one, and these instances have {tokens:.1f} maskable tokens on average; the report '
+          'records the share realized (masked_fraction). For the rate asked, use a longer '
+          '--max_seq_length (or a --masked_lm_prob whose share of it rounds as you want)')

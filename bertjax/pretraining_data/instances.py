@@ -358,6 +358,7 @@ class InstanceMaker:
           vocab_size=self.encoder.vocab_size, mask_id=self.encoder.mask_id,
           strategy=self.settings.masking, continuation=self.encoder.continuation)
       self.counts['masked_lm_predictions'] += int(weights.sum())
+      self.counts['maskable_tokens'] += int(candidates.sum())
       features.update(input_ids=masked, masked_lm_positions=positions, masked_lm_ids=label_ids,
                       masked_lm_weights=weights)
     if self.settings.nsp:

@@ -436,8 +436,9 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                             paths_lib.absolute(output_file.strip()) if num_output_shards else None)
       warning = shard_outputs.empty_shards_warning(
           records, [r['counts']['shard_instances'] for r in results], num_output_shards)
-      if warning:  # Written, since empty shards read fine; said last, before the summary.
-        print(warning, file=sys.stderr)
+      for warning in (warning, creation_report.masking_rate_warning(settings, counts)):
+        if warning:  # Written (such sets read fine); said last, before the summary.
+          print(warning, file=sys.stderr)
     except OSError as e:
       if e.errno not in _DISK_FULL:
         raise

@@ -54,3 +54,28 @@ def test_creation_accepts_the_masking_rates_training_accepts():
     masking_tf.MaskingConfig(**IDS, masked_lm_prob=1.0)
   instances.Settings(masked_lm_prob=0.99, **settings).validate()
   masking_tf.MaskingConfig(**IDS, masked_lm_prob=0.99)
+
+
+def test_the_share_masked_is_recorded_and_said_where_it_is_not_the_rate(tmp_path, capsys):
+  """At a tiny length the one-prediction minimum masks far more than masked_lm_prob: the report
+  recorded only the rate asked. It records the share realized, and a warning says it."""
+  from bertjax.pretraining_data import writer  # noqa: PLC0415
+  corpus = ROOT / 'bertjax' / 'pretraining_data' / 'corpus'
+  shares, said = {}, {}
+  for length, predictions in ((8, 2), (64, 10)):
+    report = writer.create(
+        str(corpus / 'shakespeare_kjv_eval.txt.gz'), str(tmp_path / f'l{length}' / 'train'),
+        instances.Settings(max_seq_length=length, max_predictions_per_seq=predictions,
+                           dupe_factor=1), vocab_file=str(corpus / 'vocab.txt'),
+        do_lower_case=True, num_output_shards=1, num_workers=1)
+    counts = report['counts']
+    # [CLS] and two [SEP] per instance are never masked; every other token may be.
+    maskable = counts['instance_tokens'] - 3 * counts['instances']
+    shares[length] = counts['masked_lm_predictions'] / maskable
+    assert report['masked_fraction'] == pytest.approx(shares[length], abs=1e-6)
+    said[length] = capsys.readouterr().err
+    warned = 'warning: the masks chose' in said[length]
+    assert warned == (length == 8), said[length][-2000:]
+  assert shares[8] > 0.18 and abs(shares[64] - 0.15) < 0.02, shares
+  assert (f'warning: the masks chose {shares[8]:.1%} of the maskable tokens, not '
+          'masked_lm_prob=0.15: each instance masks round(0.15 x its tokens), at least one') in said[8]
