@@ -51,6 +51,17 @@ class ConsoleFilter(std_logging.Filter):
     return ours
 
 
+def usage_said(main, prefix: str = 'error: '):
+  """`main` with its usage errors said as its other errors are, one line (`prefix` first),
+  not after the command's whole help: absl prints the help, then the message."""
+  def run(argv):
+    try:
+      return main(argv)
+    except app.UsageError as e:
+      fail(f'{prefix}{e} (--helpshort lists the flags)')
+  return run
+
+
 def refuse_arguments(argv, flags_hint: str):
   """A command's words after its flags are a usage error that names its flags: read as nothing,
   `predict --workdir=RUN in.txt` would wait on standard input instead. Then check_flags."""

@@ -229,4 +229,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['output_file'])
-  app.run(main)
+  app.run(console.usage_said(main, 'create_pretraining_data: error: '))

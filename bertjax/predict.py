@@ -343,4 +343,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['workdir'])
-  app.run(main)
+  app.run(console.usage_said(main))

@@ -53,7 +53,7 @@ def output_paths(output_file, num_output_shards):
 def _check_name(path, what):
   """Refuses an output (a file, or the prefix of N shards) that ends in a separator or whose
   name is hidden: `DIR/` would write `DIR/-00000-of-00001` and the report `DIR/.json`, which
-  readers skip (hidden), so the set would train unchecked."""
+  readers skip (hidden), so the set would train unchecked; or that holds glob wildcards."""
   name = path.rstrip('/' + os.sep).rsplit('/', 1)[-1].rsplit(os.sep, 1)[-1]
   if path.endswith(('/', os.sep)) or not name:  # A bucket would keep an object named `dir/`.
     raise ValueError(f'--output_file={path} ends in /: give a {what} path (or, with '
@@ -61,6 +61,11 @@ def _check_name(path, what):
   if name.startswith('.'):
     raise ValueError(f'--output_file={path}: a name starting with "." is hidden and readers '
                      f'skip hidden files; give a {what} name such as DIR/train')
+  wild = sorted(set('*?[]').intersection(path))
+  if wild:  # `tr[1]-*` matches tr1-*, not the files written.
+    raise ValueError(f'--output_file={path}: {" ".join(wild)} in a path are wildcards in the '
+                     'pattern training reads the shards by (data.train_files), which would not '
+                     f'match the files written; give a {what} path without them')
 
 
 

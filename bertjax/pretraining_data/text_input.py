@@ -27,6 +27,8 @@ gzip, bzip2 and xz files are read decompressed (compressed_text.py), known by th
 import collections
 import functools
 import itertools
+import os
+import stat
 import unicodedata
 
 import numpy as np
@@ -91,7 +93,12 @@ def usable_files(paths, skips):
   usable = []
   for path in paths:
     if not files_lib.isfile(path):
-      skips.add('not_a_file', path)
+      if _is_stream(path):  # Read twice (its size, then a worker): a stream cannot be.
+        skips.add('pipe_or_device', f'{path} (streams are not read: write the text to a file)')
+      elif files_lib.isdir(path):
+        skips.add('folder', f'{path} (pass the files in it: {path.rstrip("/")}/*)')
+      else:
+        skips.add('not_a_file', path)
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
     else:
@@ -108,6 +115,17 @@ def usable_files(paths, skips):
           continue
       usable.append(path)
   return usable
+
+
+def _is_stream(path):
+  """True for a local pipe, socket or device (`<(zcat x)`, /dev/stdin)."""
+  if files_lib.is_remote(path):
+    return False
+  try:
+    mode = os.stat(path).st_mode  # local: a bucket holds no streams
+  except OSError:
+    return False
+  return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def _is_blank(raw):

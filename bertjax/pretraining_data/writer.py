@@ -323,7 +323,7 @@ def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fract
                      f'[0, 1] (default {MAX_UNK_FRACTION})')
 
 
-def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction):
+def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction, num_workers):
   """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
   a vocab that does not fit the text, NotNext pairs from their own document."""
   unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
@@ -335,13 +335,19 @@ def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction):
         'or raise --max_unk_fraction if this is intended. No shard was written.')
   if counts['not_next_from_same_document']:
     # A worker's NotNext candidates are its own documents (every num_workers-th one).
+    documents = counts['documents']
+    if documents < 2:
+      advice = ('the input is one document: documents are separated by a blank line, so '
+                'separate them, pass more text')
+    else:
+      fewer = ('fewer --num_workers (at most half the documents), ' if num_workers > 1
+               else '')
+      advice = f'with {documents} documents, pass {fewer}more text, a larger --pool_tokens'
     raise ValueError(
         f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
         'take their second segment from their own document (a worker\'s pool of nearby '
-        'documents held no other one), which makes their NSP labels wrong: with '
-        f'{counts["documents"]} documents, pass fewer --num_workers (at most half the '
-        'documents), more text, a larger --pool_tokens, or --nsp=false for MLM-only '
-        'instances. No shard was written.')
+        f'documents held no other one), which makes their NSP labels wrong: {advice}, or '
+        '--nsp=false for MLM-only instances. No shard was written.')
 
 
 def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
@@ -365,6 +371,9 @@ def _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds):
     raise ValueError(f'tokenizer={tokenizer!r}: pass one of {TOKENIZERS}')
   if (not vocab_file) == (not spm_model_file):
     raise ValueError('pass exactly one of --vocab_file (WordPiece) and --spm_model_file')
+  if spm_model_file and tokenizer != 'auto':  # Not silently the one path it has.
+    raise ValueError(f'--tokenizer={tokenizer} chooses the WordPiece path, but --spm_model_file '
+                     'is tokenized by SentencePiece itself: drop --tokenizer')
   if (not input_file) == (tfds is None):
     raise ValueError('pass exactly one input: --input_file (text files) or --tfds_name (a '
                      f'TFDS dataset); got {"both" if input_file else "neither"}')
@@ -426,7 +435,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                 w, num_workers, tfds) for w in range(num_workers)]
     progress = _progress_line(source, input_bytes)
     results, counts = _run_workers(jobs, skips, progress)
-    _check_counts(counts, len(vocab), vocab_file or spm_model_file, max_unk_fraction)
+    _check_counts(counts, len(vocab), vocab_file or spm_model_file, max_unk_fraction,
+                  num_workers)
     try:
       staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
       report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results,
@@ -434,11 +444,11 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                                      time.perf_counter() - start, source)
       shard_outputs.publish(report, report_file, staged, outputs, temp_dirs,
                             paths_lib.absolute(output_file.strip()) if num_output_shards else None)
-      warning = shard_outputs.empty_shards_warning(
-          records, [r['counts']['shard_instances'] for r in results], num_output_shards)
-      for warning in (warning, creation_report.masking_rate_warning(settings, counts)):
-        if warning:  # Written (such sets read fine); said last, before the summary.
-          print(warning, file=sys.stderr)
+      warnings = (shard_outputs.empty_shards_warning(
+          records, [r['counts']['shard_instances'] for r in results], num_output_shards),
+                  creation_report.masking_rate_warning(settings, counts))
+      for warning in filter(None, warnings):  # Written (such sets read fine); said last.
+        print(warning, file=sys.stderr)
     except OSError as e:
       if e.errno not in _DISK_FULL:
         raise

@@ -1,7 +1,8 @@
 """create_pretraining_data reads gzip, bzip2 and xz input, known by its first bytes: a .bz2 or
 .xz file was skipped as binary (and with a text file beside it the run succeeded without it),
 and so was a gzip file not named .gz. A compressed file cut short is skipped as damaged when
-that shows in its first 64 KiB, and fails the run past them, as a .gz always did."""
+that shows in its first 64 KiB, and fails the run past them, as a .gz always did. A pipe or a
+folder given as the input is said as such."""
 
 import bz2
 import gzip
@@ -101,3 +102,17 @@ def test_a_compressed_file_in_a_bucket_is_read(corpus):
   local = list(text_input.raw_documents([str(corpus)], 'lines', 100_000, skips, {}))
   assert documents == local and documents
   assert read[-1] == files.size(url)
+
+
+def test_a_pipe_or_a_folder_as_input_is_said_as_such(corpus, tmp_path):
+  """A pipe (`<(zcat x)`) or a folder was skipped as `not_a_file`, which told no fix."""
+  os.mkfifo(tmp_path / 'pipe')
+  (tmp_path / 'folder').mkdir()
+  for name, said in (('pipe', r'1 pipe_or_device \(e\.g\. .*pipe \(streams are not read: '
+                              r'write the text to a file\)\)'),
+                     ('folder', r'1 folder \(e\.g\. .*folder \(pass the files in it: '
+                                r'.*folder/\*\)\)')):
+    with pytest.raises(ValueError, match=rf'no readable text in --input_file=.*: {said}$'):
+      create(tmp_path / name, tmp_path / f'out_{name}')
+  report = create(f'{corpus},{tmp_path / "pipe"}', tmp_path / 'out')  # Beside a file: counted.
+  assert report['skipped']['counts'] == {'pipe_or_device': 1}

@@ -97,6 +97,12 @@ def test_not_next_pairs_never_take_their_own_document(vocab_file, tmp_path):
                      r'their own document .*fewer --num_workers.*No shard was written'):
     create(tmp_path / 'two.txt', tmp_path / 'two2', vocab_file, num_workers=2)
   assert sorted(os.listdir(tmp_path)) == ['two.txt']
+  (tmp_path / 'one.txt').write_text(f'{text}\n')  # No blank line: fewer workers cannot help.
+  with pytest.raises(ValueError, match=r'wrong: the input is one document: documents are '
+                     r'separated by a blank line, so separate them, pass more text, or '
+                     r'--nsp=false') as refused:
+    create(tmp_path / 'one.txt', tmp_path / 'one1', vocab_file)
+  assert '--num_workers' not in str(refused.value)
   report = create(tmp_path / 'two.txt', tmp_path / 'two1', vocab_file)
   assert report['counts']['not_next'] > 0
   assert 'not_next_from_same_document' not in report['counts']
@@ -216,6 +222,9 @@ def test_a_damaged_shard_is_named_when_training_reads_it(corpus, vocab_file, tmp
     ('{d}/.train', 2, r'--output_file=.*/\.train: a name starting with "\." is hidden'),
     ('{d}/.', 1, r'is hidden'),
     ('{d}/a,{d}/.b', 0, r'--output_file=.*/\.b: a name starting with "\." is hidden'),
+    ('{d}/tr[1]', 2, r'--output_file=.*/tr\[1\]: \[ \] in a path are wildcards in the pattern '
+     r'training reads the shards by \(data.train_files\), which would not match'),
+    ('{d}/a*/train', 2, r'\* in a path are wildcards'),
 ])
 def test_an_output_name_readers_would_skip_is_refused(corpus, vocab_file, tmp_path, output,
                                                       shards, message):

@@ -78,4 +78,5 @@ def test_the_share_masked_is_recorded_and_said_where_it_is_not_the_rate(tmp_path
     assert warned == (length == 8), said[length][-2000:]
   assert shares[8] > 0.18 and abs(shares[64] - 0.15) < 0.02, shares
   assert (f'warning: the masks chose {shares[8]:.1%} of the maskable tokens, not '
-          'masked_lm_prob=0.15: each instance masks round(0.15 x its tokens), at least one') in said[8]
+          'masked_lm_prob=0.15: each instance masks round(0.15 x its tokens), at least '
+          'one') in said[8]

@@ -208,6 +208,11 @@ def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
   data = read_records(files)
   assert len(data['input_ids']) == report['counts']['instances'] > 500
   assert report['vocab_size'] == 1500 and report['settings']['tokenizer'] == 'reference'
+  for tokenizer in ('fast', 'reference'):  # Was silently SentencePiece.
+    with pytest.raises(ValueError, match=rf'--tokenizer={tokenizer} chooses the WordPiece path, '
+                       'but --spm_model_file is tokenized by SentencePiece itself'):
+      run(corpus, tmp_path / tokenizer, settings, spm_model_file=str(tmp_path / 'sp.model'),
+          do_lower_case=False, tokenizer=tokenizer)
   assert abs(data['next_sentence_labels'].mean() - 0.5) < 0.05
   assert np.all(data['input_ids'] < 1500)
   # As in the original, whole-word masking can find no word within a budget of one or two
