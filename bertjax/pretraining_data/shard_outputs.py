@@ -12,7 +12,6 @@ directory and then put, the report first, each shard as one object (through bert
 """
 
 import contextlib
-import fcntl
 import fnmatch
 import json
 import os
@@ -22,8 +21,8 @@ import socket
 import tempfile
 import time
 
-from bertjax import console
 from bertjax import files as files_lib
+from bertjax import output_lock
 from bertjax import paths as paths_lib
 from bertjax import processes
 from bertjax.records import file_set
@@ -304,45 +303,13 @@ def empty_shards_warning(records, per_worker, num_output_shards) -> str:
 def one_run(report_file):
   """Held while this run makes the set of `report_file`: a second run on the same set at the
   same time is refused at its start (the later one to finish would replace the first's report,
-  leaving its shards unchecked, or mix the two sets' files). A local set: an exclusive flock on
-  a hidden file beside the report, removed at the end (the kernel releases the lock of a killed
-  run: never stale). A set in a bucket has no lock: publish checks again that no other set was
+  leaving its shards unchecked, or mix the two sets' files). A local set: output_lock's flock
+  beside the report. A set in a bucket has no lock: publish checks again that no other set was
   put there meanwhile, which finds a set of another shard count or prefix, not a second run of
   this very set (its files are the same names)."""
-  if files_lib.is_remote(report_file):
+  with output_lock.held(report_file, 'create_pretraining_data',
+                        f'making the set of {report_file}'):
     yield
-    return
-  files_lib.makedirs(os.path.dirname(report_file))  # As temp_parts would, next.
-  lock_path = os.path.join(os.path.dirname(report_file), f'.{os.path.basename(report_file)}.lock')
-  with contextlib.ExitStack() as stack:
-    for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
-      lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's file
-      try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except BlockingIOError:
-        lock.seek(0)
-        raise ValueError(f'another create_pretraining_data run ({lock.read().strip() or "?"}) '
-                         f'is making the set of {report_file} now: wait for it to finish, or '
-                         'pass another --output_file') from None
-      with contextlib.suppress(FileNotFoundError):
-        if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
-          break
-      lock.close()
-    else:
-      raise ValueError(f'the lock beside {report_file} keeps being replaced: is another '
-                       'create_pretraining_data run starting there? Rerun when it is done.')
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
-               f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
-    lock.flush()
-    try:
-      with console.temporary(lock_path):  # Removed by an interrupt's exit too.
-        yield
-    finally:
-      with contextlib.suppress(FileNotFoundError):
-        os.remove(lock_path)  # local: the lock file, while it is held
-      fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _write_json(path, value):

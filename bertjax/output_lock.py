@@ -1,0 +1,58 @@
+"""One writer per local output at a time: the second is refused at its start, naming the first.
+
+An exclusive `fcntl.flock` on a hidden file beside the output (`.NAME.lock`), holding who took
+it; removed at the end and by an interrupt's exit, and released by the kernel however the
+holder dies (never stale). A URL (gs://, s3://) has no flock: there the block runs unlocked, and
+the tool checks what it can at publish. A run's workdir has its own lock, with a lease for
+buckets (training/workdir_lock.py).
+"""
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+
+from bertjax import console
+from bertjax import files
+
+
+@contextlib.contextmanager
+def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
+  """Held while `tool` writes `output`: another run holding it refuses this one with
+  `another {tool} run (pid N on HOST, since T) is {busy} now: wait for it to finish, or pass
+  another {flag}` (`busy`: what it does, e.g. 'writing vocab.txt')."""
+  if files.is_remote(output):
+    yield
+    return
+  folder = os.path.dirname(output)
+  files.makedirs(folder)
+  lock_path = os.path.join(folder, f'.{os.path.basename(output)}.lock')
+  with contextlib.ExitStack() as stack:
+    for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
+      lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's file
+      try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        lock.seek(0)
+        raise ValueError(f'another {tool} run ({lock.read().strip() or "?"}) is {busy} now: '
+                         f'wait for it to finish, or pass another {flag}') from None
+      with contextlib.suppress(FileNotFoundError):
+        if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
+          break
+      lock.close()
+    else:
+      raise ValueError(f'the lock beside {output} keeps being replaced: is another {tool} run '
+                       'starting there? Rerun when it is done.')
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
+               f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+    lock.flush()
+    try:
+      with console.temporary(lock_path):  # Removed by an interrupt's exit too.
+        yield
+    finally:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(lock_path)  # local: the lock file, while it is held
+      fcntl.flock(lock, fcntl.LOCK_UN)
