@@ -153,15 +153,17 @@ def vocab_looks_cased(vocab):
 
 def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
   """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`."""
-  cased = vocab_looks_cased(vocab)
-  if do_lower_case and cased:
+  if do_lower_case and vocab_looks_cased(vocab):
     examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
     raise ValueError(
         f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
         'do_lower_case=True, so those tokens could never be produced: pass do_lower_case=False '
         'for a cased checkpoint (--nodo_lower_case for create_pretraining_data, '
         '--config.data.do_lower_case=false for fine-tuning)')
-  if not do_lower_case and not cased:
+  # Uncased: no upper-case word token at all (a cased vocab learned from mostly lower-case
+  # text holds a few, under the cased fraction: either casing reads it).
+  if not do_lower_case and not any(t != t.lower() for t in vocab
+                                   if not (t.startswith('[') and t.endswith(']'))):
     raise ValueError(
         f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
         'so capitalised words would become [UNK] or odd pieces: pass do_lower_case=True for an '

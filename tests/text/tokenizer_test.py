@@ -233,6 +233,19 @@ def test_casing_check_on_uncased_vocab(vocab_file):
     tokenizer.validate_case_matches_checkpoint(True, '/m/cased_L-12_H-768_A-12/bert_model.ckpt')
 
 
+def test_a_cased_vocab_of_few_upper_case_tokens_is_not_called_uncased():
+  """learn_vocab --nodo_lower_case over mostly lower-case text gives a vocab with a few
+  upper-case tokens, under the cased fraction: it was refused with --nodo_lower_case as 'an
+  uncased vocab (no upper-case word tokens)'. Only a vocab without any is uncased."""
+  words = [f'w{i}' for i in range(500)]
+  for do_lower_case in (True, False):
+    tokenizer.validate_case_matches_vocab(['[PAD]', *words, 'The', 'King'], do_lower_case)
+  with pytest.raises(ValueError, match=r'uncased vocab \(no upper-case word tokens\)'):
+    tokenizer.validate_case_matches_vocab(['[PAD]', '[UNK]', *words], False)
+  with pytest.raises(ValueError, match='is a cased vocab'):
+    tokenizer.validate_case_matches_vocab(['[PAD]', *words, *[f'W{i}' for i in range(9)]], True)
+
+
 def test_bad_vocab_files(tmp_path):
   missing = tmp_path / 'nope' / 'vocab.txt'
   with pytest.raises(FileNotFoundError, match=r'nope/vocab.txt.*pass vocab_file='):
