@@ -320,8 +320,9 @@ def _say_init_from_on_a_resume(path: str, workdir: str, config):
     if path:
       _check_init_from_function(config, path)
     return
-  began = init_from.named(init_from.run_config(workdir) or {})
-  if init_from.named(config) != began:
+  run = init_from.run_config(workdir) or {}
+  began = init_from.named(run)
+  if not init_from.began_from(config, run):
     logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
                     'began from %s); to start from those weights, pre-train in another '
                     '--workdir', init_from.named(config) or "''", workdir,

@@ -281,7 +281,7 @@ def check_against_run(cfg, run: dict, workdir: str):
                   'batch (--config.grad_accum_steps splits a batch that does not fit; '
                   '--config.num_train_steps=N trains to step N at the new batch, from the '
                   'examples consumed)')
-  if training and init_from.named(run) != init_from.named(cfg):
+  if training and not init_from.began_from(cfg, run):
     logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
                     'began from %s); to start from those weights, fine-tune in another --workdir',
                     init_from.named(cfg) or "''", workdir, init_from.named(run) or 'random weights')

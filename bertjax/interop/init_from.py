@@ -72,6 +72,24 @@ def named(config) -> str:
   return f'{path} (step {step})' if path and step != 'latest' else path
 
 
+def began_from(config, run) -> bool:
+  """Whether `config`'s init_from names what `run` (its config.json) began from: the same name,
+  or the very checkpoint the run read (init_from_step=8 where the run began from 'best' or
+  'latest', which was step 8; a run's checkpoints/8 folder named as init_from)."""
+  if named(config) == named(run):
+    return True
+  read, path = lookup(run, 'init_from_read'), paths.absolute(config.get('init_from') or '')
+  if not (read and path):
+    return False
+  try:
+    step = checkpoint_reader.parse_step(config.get('init_from_step'), text=True)
+  except ValueError:
+    return False
+  if step is None:
+    return path == read
+  return isinstance(step, int) and files.join(path, 'checkpoints', str(step)) == read
+
+
 def is_transformers_dir(path) -> bool:
   # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
   return files.exists(files.join(path, 'config.json')) and not paths.is_run(path)

@@ -10,6 +10,7 @@ import pytest
 
 from bertjax.finetune import job_setup
 from bertjax.finetune import run_config
+from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
 
@@ -168,6 +169,28 @@ def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):
     run_config.check_against_run(config, run, '/runs/r')
   assert ("init_from=/models/minilm is not loaded: /runs/r resumes from its own checkpoint (the "
           "run began from random weights)") in caplog.text
+
+
+def test_the_step_a_run_began_from_named_by_its_number_is_the_same_init_from(caplog):
+  """A run began from /pre's 'best', which was step 8 (config.json records the folder read):
+  resumed with init_from_step=8 it was warned that this other init_from is not loaded."""
+  run, config = _user_run()
+  run.update(init_from='/pre', init_from_step='best', init_from_read='/pre/checkpoints/8')
+  config.init_from = '/pre'
+  for step, same in (('8', True), ('9', False), ('latest', False), ('best', True)):
+    config.init_from_step = step
+    assert init_from.began_from(config, run) == same, step
+  config.init_from, config.init_from_step = '/pre/checkpoints/8', 'latest'
+  assert init_from.began_from(config, run)
+  config.init_from, config.init_from_step = '/pre', '8'
+  with caplog.at_level('WARNING'):
+    run_config.check_against_run(config, run, '/runs/r')
+  assert 'is not loaded' not in caplog.text
+  config.init_from_step = '9'
+  with caplog.at_level('WARNING'):
+    run_config.check_against_run(config, run, '/runs/r')
+  assert ("init_from=/pre (step 9) is not loaded: /runs/r resumes from its own checkpoint (the "
+          "run began from /pre (step best))") in caplog.text
 
 
 def test_a_resume_with_another_model_function_is_refused_and_another_shape_said(tmp_path,
