@@ -69,8 +69,10 @@ class Epochs:
   def start_words(self, total_steps: int) -> str:
     """The run's steps in epochs, for its start line: '19 steps (4 epochs of 38 train features
     at batch 8)'."""
-    return (f'{total_steps} steps ({self.at(total_steps):.3g} epochs of {self.num_examples} '
-            f'train features at batch {self.batch})')
+    epochs = f'{self.at(total_steps):.3g}'
+    return (f'{total_steps} step{"s" * (total_steps != 1)} ({epochs} '
+            f'epoch{"s" * (epochs != "1")} of {self.num_examples} train features at batch '
+            f'{self.batch})')
 
 
 def num_steps(config, num_train_features: int, workdir: str = '') -> int:

@@ -55,6 +55,8 @@ def test_the_epoch_shown_is_the_examples_seen():
   assert counted.at(4) == pytest.approx(32 / 38)  # Not epoch 1.00: 6 examples are still unseen.
   assert counted.at(19) == 4.0
   assert counted.start_words(19) == '19 steps (4 epochs of 38 train features at batch 8)'
+  one = job_setup.Epochs(8, 8)  # Said '(1 epochs ...)'.
+  assert one.start_words(1) == '1 step (1 epoch of 8 train features at batch 8)'
   resumed = job_setup.Epochs(64, 8, offset=48 - 3 * 8)  # 3 steps at batch 16, then batch 8.
   assert resumed.seen(3) == 48 and resumed.at(5) == 1.0 and resumed.ends_at(5)
 
