@@ -1,6 +1,6 @@
 """Fine-tuning all-MiniLM-L6-v2 with bertjax and with transformers + PyTorch: wall time, accuracy.
 
-  python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair,sense_tagging] \
+  python bench/finetune_speed_bench.py [--tasks=supersense,definition_pair] (or sense_tagging) \
       [--max_train=4000] \
       [--max_eval=1000] [--epochs=2] [--seq_len=48] [--batch=32] [--lr=1e-4] [--threads=2] \
       [--seed=0] [--pack=4] [--warm] [--workdir=]
