@@ -8,6 +8,11 @@ Input: one sentence per line, blank lines between documents (create_pretraining_
 0-4 and exactly --vocab_size lines (keep it a multiple of 128 for TPU-friendly matmuls); the
 SentencePiece model has <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4, as ALBERT's. The
 console's last line says how many entries were written where.
+
+Every input is checked before any is read, as create_pretraining_data checks them (empty,
+binary, pipes and folders skipped and said); lines over --max_line_bytes are skipped and
+counted. An existing --output_file is replaced only with --overwrite, and only once the new
+vocab is whole; a second run on the same local output at once is refused (its lock).
 """
 
 import sys
@@ -18,10 +23,16 @@ from absl import flags
 from absl import logging
 
 from bertjax import console
+from bertjax import output_lock
 from bertjax import paths
+from bertjax.pretraining_data import text_input
 from bertjax.text import vocab_learner
 
 MODELS = ('wordpiece', 'sentencepiece')
+# The flags only one --model reads; the others are read by both.
+MODEL_FLAGS = {'wordpiece': ('num_unused', 'min_frequency', 'max_alphabet'),
+               'sentencepiece': ('character_coverage', 'spm_model_type', 'input_sentence_size',
+                                 'num_threads', 'random_seed')}
 FLAGS = flags.FLAGS
 
 
@@ -33,7 +44,13 @@ def _define_flags():
       'output_file', None, 'Where to write: vocab.txt (wordpiece) or a .model (sentencepiece).')
   flags.DEFINE_integer(
       'vocab_size', None, 'Entries in the vocab, special tokens included; a multiple of 128.',
-      lower_bound=8)
+      lower_bound=8, upper_bound=vocab_learner.MAX_VOCAB_SIZE)
+  flags.DEFINE_boolean('overwrite', False, 'Replace an existing --output_file (once the new '
+                       'vocab is whole); without it an existing file is refused.')
+  flags.DEFINE_integer(
+      'max_line_bytes', vocab_learner.MAX_LINE_BYTES, 'Longer lines are skipped and counted '
+      "(create_pretraining_data's default).", lower_bound=1,
+      upper_bound=vocab_learner.SPM_MAX_LINE_BYTES)
   flags.DEFINE_boolean(
       'do_lower_case', True, 'Lower-case and strip accents first (uncased); --nodo_lower_case '
       'for a cased vocab. Must match the --do_lower_case the vocab is later used with.')
@@ -49,39 +66,41 @@ def _define_flags():
       'characters become [UNK]. Raise it for corpora in scripts with many characters (CJK).',
       lower_bound=1)
   flags.DEFINE_float(
-      'character_coverage', 1.0, 'sentencepiece: fraction of characters covered (ALBERT: '
-      '0.99995; ~0.9995 for CJK).', lower_bound=0.0, upper_bound=1.0)
+      'character_coverage', 1.0, 'sentencepiece: fraction of characters covered, 0.98 to 1 '
+      '(ALBERT: 0.99995; ~0.9995 for CJK).')
   flags.DEFINE_enum(
       'spm_model_type', 'unigram', ['unigram', 'bpe'], 'sentencepiece: the algorithm (ALBERT: '
       "unigram). Export to hf, onnx or sentence_transformers needs unigram (transformers' "
       'AlbertTokenizer reads unigram models only): a bpe model exports to tf1 and saved_model '
       'only.')
   flags.DEFINE_integer(
-      'input_sentence_size', 0, 'sentencepiece: train on this many sampled lines (0: all).',
-      lower_bound=0)
-  flags.DEFINE_integer('num_threads', 1, 'sentencepiece: trainer threads.', lower_bound=1)
+      'input_sentence_size', 0, 'sentencepiece: train on this many lines sampled with '
+      '--random_seed (0: all; else more than 100).')
+  flags.DEFINE_integer('random_seed', 12345, 'sentencepiece, with --input_sentence_size: the '
+                       "sample's seed; same inputs and seed, same bytes.", lower_bound=0,
+                       upper_bound=2**32 - 1)
+  flags.DEFINE_integer('num_threads', 1, 'sentencepiece: trainer threads, 1 to 1024.')
 
 
 def main(argv):
   start = time.perf_counter()
   console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_size=...')
-  try:
-    vocab_learner.check_output_name(FLAGS.model, FLAGS.output_file)
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
-  except OSError as e:  # A bucket that does not exist, no network: one line.
-    _fail(_one_line(e))
-  try:  # Not into a bertjax run nor over a model's file: before the corpus is read.
-    paths.check_output_file(FLAGS.output_file)
-  except (ValueError, OSError) as e:
-    _fail(_one_line(e))
+  # Ctrl-C or SIGTERM: one line, status 130 / 143, the temporary file and the lock removed; a
+  # vocab is put in place whole by a rename, so one already there is kept.
+  console.exit_on_interrupt(console.nothing_written(
+      'no vocab was written (a file already at --output_file is kept)'), terminate=True)
+  _check_flags()
+  output = _checked_output()
   if FLAGS.model == 'sentencepiece' and FLAGS.spm_model_type != 'unigram':
     logging.warning('--spm_model_type=%s: transformers reads unigram models only, so this '
                     'model exports to tf1 and saved_model, not to hf, onnx or '
                     'sentence_transformers (pass --spm_model_type=unigram for those)',
                     FLAGS.spm_model_type)
+  skips = text_input.Skips()
   try:
-    metrics, outputs = _learn()
+    # Before the corpus is read; a bucket output has no lock (output_lock).
+    with output_lock.held(output, 'learn_vocab', f'writing {output}'):
+      metrics, outputs = _learn(_inputs(skips), skips)
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
           f'first, {paths.reencode_hint(e.object[:64])}')
@@ -97,20 +116,79 @@ def main(argv):
   console.summary('learn_vocab', time.perf_counter() - start, metrics=metrics, outputs=outputs)
 
 
-def _learn() -> tuple[list, list]:
+def _check_flags():
+  """Refuses a flag the chosen --model does not read, and numbers its trainer would refuse."""
+  other = next(m for m in MODELS if m != FLAGS.model)
+  unread = [f'--{name}' for name in MODEL_FLAGS[other] if FLAGS[name].present]
+  if unread:
+    one = len(unread) == 1
+    raise app.UsageError(f'{" and ".join(unread)} {"is" if one else "are"} read with '
+                         f'--model={other} only: leave {"it" if one else "them"} out')
+  if FLAGS['random_seed'].present and not FLAGS.input_sentence_size:
+    raise app.UsageError('--random_seed seeds the sample of --input_sentence_size lines: pass '
+                         'that too, or leave --random_seed out (every line is read)')
+  try:
+    vocab_learner.check_sentencepiece_settings(FLAGS.character_coverage,
+                                               FLAGS.input_sentence_size, FLAGS.num_threads,
+                                               FLAGS.max_line_bytes)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+
+
+def _checked_output() -> str:
+  """The output's absolute path (a link's target), refused before the corpus is read where
+  writing it would lose something."""
+  try:
+    vocab_learner.check_output_name(FLAGS.model, FLAGS.output_file)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  except OSError as e:  # A bucket that does not exist, no network: one line.
+    _fail(_one_line(e))
+  try:  # Not into a bertjax run nor over a model's file, nor over a report.
+    output = paths.check_output_file(FLAGS.output_file)
+    vocab_learner.check_not_json(FLAGS.output_file)
+    return output
+  except (ValueError, OSError) as e:
+    _fail(_one_line(e))
+
+
+def _inputs(skips) -> list:
+  """The input files, every one checked before any is read (create_pretraining_data's checks:
+  empty, binary, pipes and folders skipped, counted in `skips`, and said)."""
+  files = vocab_learner.resolve_inputs(FLAGS.input_file, FLAGS.output_file, FLAGS.overwrite)
+  usable = text_input.usable_files(files, skips)
+  what = ('words to learn a vocab' if FLAGS.model == 'wordpiece' else
+          'text to learn a SentencePiece model')
+  if not usable:
+    raise ValueError(f'the input has no {what} from: {skips.described()}; pass files of UTF-8 '
+                     'text')
+  if skips.counts:
+    logging.warning('skipped %s', skips.described())
+  return usable
+
+
+def _learn(files, skips) -> tuple[list, list]:
   """Learns and writes the vocab; (metrics, outputs) for the summary line."""
   output = paths.absolute(FLAGS.output_file)
+  common = dict(files=files, overwrite=FLAGS.overwrite, max_line_bytes=FLAGS.max_line_bytes,
+                skips=skips)
   if FLAGS.model == 'wordpiece':
     vocab = vocab_learner.learn_wordpiece(
         FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_size, FLAGS.do_lower_case,
         num_unused=FLAGS.num_unused, min_frequency=FLAGS.min_frequency,
-        max_alphabet=FLAGS.max_alphabet)
-    return [('tokens', len(vocab))], [('vocab', output)]
-  vocab_learner.learn_sentencepiece(
-      FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_size, FLAGS.do_lower_case,
-      model_type=FLAGS.spm_model_type, character_coverage=FLAGS.character_coverage,
-      input_sentence_size=FLAGS.input_sentence_size, num_threads=FLAGS.num_threads)
-  return [('pieces', FLAGS.vocab_size)], [('SentencePiece model', output)]
+        max_alphabet=FLAGS.max_alphabet, **common)
+    metrics, outputs = [('tokens', len(vocab))], [('vocab', output)]
+  else:
+    vocab_learner.learn_sentencepiece(
+        FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_size, FLAGS.do_lower_case,
+        model_type=FLAGS.spm_model_type, character_coverage=FLAGS.character_coverage,
+        input_sentence_size=FLAGS.input_sentence_size, num_threads=FLAGS.num_threads,
+        seed=FLAGS.random_seed, **common)
+    metrics, outputs = [('pieces', FLAGS.vocab_size)], [('SentencePiece model', output)]
+  if skips.counts:
+    metrics.append(('skipped', '; '.join(f'{n} {why}' for why, n in sorted(
+        skips.counts.items()))))
+  return metrics, outputs
 
 
 def _one_line(error: BaseException) -> str:
@@ -129,4 +207,4 @@ def _fail(message: str):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
-  app.run(main)
+  app.run(console.usage_said(main, 'learn_vocab: error: '))

@@ -13,12 +13,16 @@ SentencePiece: `sentencepiece.SentencePieceTrainer` on text normalised as
 <unk> 1, then the control symbols [CLS] [SEP] [MASK].
 
 Input files: one sentence per line and a blank line between documents (create_pretraining_data's
-format), or any UTF-8 text; `.gz` files are read decompressed.
+format), or any UTF-8 text; `.gz` files are read decompressed. Lines longer than
+`max_line_bytes` are skipped and counted, as create_pretraining_data skips them (SentencePiece
+itself drops every sentence longer than its max_sentence_length without a word).
 """
 
 import collections
 import io
 import itertools
+import os
+import random
 import types
 import unicodedata
 
@@ -35,13 +39,26 @@ SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 # ALBERT's 30k-clean.model: <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4.
 SPM_CONTROL_SYMBOLS = ('[CLS]', '[SEP]', '[MASK]')
 SUBWORD_PREFIX = '##'
+# The largest vocab learned: a bigger one is a typo (the WordPiece trainer aborts the process
+# allocating it), not a vocab any model embeds.
+MAX_VOCAB_SIZE = 1_000_000
+# Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
+MAX_LINE_BYTES = 100_000
+# SentencePiece's longest sentence (its trainer_interface.cc).
+SPM_MAX_LINE_BYTES = 1 << 30
 
 
 def input_files(patterns):
-  """Expands comma-separated files and globs (a str or a list) into a list of files."""
+  """Expands comma-separated files and globs (a str or a list) into a list of files, each file
+  once (a hard link to a file already listed too: it would weigh double)."""
   if not isinstance(patterns, str):
     patterns = ','.join(patterns)
-  return paths.expand_input_patterns(patterns)
+  found = {}
+  for path in paths.expand_input_patterns(patterns):
+    local = not files_lib.is_remote(path) and os.path.exists(path)  # local: its inode
+    stat = os.stat(path) if local else None  # local: which hard links share
+    found.setdefault((stat.st_dev, stat.st_ino) if stat else path, path)
+  return list(found.values())
 
 
 def _check_not_an_input(output_file, inputs):
@@ -51,20 +68,74 @@ def _check_not_an_input(output_file, inputs):
                      'it would lose that input; name another file')
 
 
-def read_lines(path):
+def check_new_output(output_file, overwrite: bool):
+  """Fails before the corpus is read when `output_file` exists and `overwrite` is not given."""
+  if not overwrite and files_lib.exists(output_file):
+    raise ValueError(f'--output_file={output_file} exists: pass --overwrite to replace it, or '
+                     'another path')
+
+
+def resolve_inputs(patterns, output_file, overwrite: bool = True) -> list:
+  """The files of `patterns`, refused where the output would overwrite one of them or (without
+  `overwrite`) an existing file."""
+  files = input_files(patterns)
+  _check_not_an_input(output_file, files)
+  check_new_output(output_file, overwrite)
+  return files
+
+
+class _Skips:
+  """Skipped lines by reason, the first place of each: text_input.Skips's interface (a later
+  stage's, which learn_vocab passes)."""
+
+  def __init__(self):
+    self.counts, self.examples = collections.Counter(), {}
+
+  def add(self, reason, place):
+    self.counts[reason] += 1
+    self.examples.setdefault(reason, [place])
+
+
+def _long_lines(skips, max_line_bytes) -> str:
+  """'' or what was said of the lines skipped as too long."""
+  count, first = skips.counts.get('line_too_long', 0), skips.examples.get('line_too_long')
+  return (f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
+          f'{first[0]}): pass a larger --max_line_bytes to learn from them') if count else ''
+
+
+def _raw_lines(f, max_line_bytes):
+  """(line, too_long) of a binary file; a too-long line is consumed in bounded pieces."""
+  limit = -1 if max_line_bytes is None else max_line_bytes + 1
+  while True:
+    line = f.readline(limit)
+    if not line:
+      return
+    if limit < 0 or len(line) <= max_line_bytes or line.endswith(b'\n'):
+      yield line, False
+      continue
+    while line and not line.endswith(b'\n'):
+      line = f.readline(1 << 20)
+    yield b'', True
+
+
+def read_lines(path, max_line_bytes=None, skips=None):
   """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: compressed_text.py),
-  stripped."""
+  stripped; lines over `max_line_bytes` (None: no limit) are skipped, counted in `skips`
+  (text_input.Skips or _Skips)."""
   with compressed_text.open_input(path) as (f, _):
-    lines = iter(paths.UniversalLines(f))  # A lone CR ends a line too, as in every tool.
+    lines = _raw_lines(paths.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number in itertools.count(1):
       try:
-        raw = next(lines)
+        raw, too_long = next(lines)
       except StopIteration:
         return
       except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
         raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
                          'Compress it again, or leave it out') from None
+      if too_long:
+        skips.add('line_too_long', f'{path}:{number}')
+        continue
       try:
         line = raw.decode('utf-8')
       except UnicodeDecodeError as e:
@@ -75,14 +146,15 @@ def read_lines(path):
       yield line.strip()
 
 
-def count_words(files, do_lower_case=True):
-  """Counts the words BERT's BasicTokenizer makes of every line of `files` (a Counter)."""
+def count_words(files, do_lower_case=True, max_line_bytes=None, skips=None):
+  """Counts the words BERT's BasicTokenizer makes of every line of `files` (a Counter); lines
+  over `max_line_bytes` are skipped, counted in `skips`."""
   # never_split=() so that a literal '[MASK]' in the text counts as its characters.
   basic = tokenizer.BasicTokenizer(do_lower_case, never_split=())
   # Whitespace tokens repeat a lot, so each distinct one is split (the slow part) only once.
   raw = collections.Counter()
   for path in files:
-    for line in read_lines(path):
+    for line in read_lines(path, max_line_bytes, skips):
       if line:
         raw.update(basic.clean(line).split())
   words = collections.Counter()
@@ -122,10 +194,12 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
   Order: [PAD] [UNK] [CLS] [SEP] [MASK], `num_unused` [unusedN], the characters, their `##`
   forms, then the learned pieces in the order the trainer made them (most frequent first).
   If the corpus runs out of pieces seen `min_frequency` times first, the vocab is filled up with
-  more [unusedN] so that its size is still `vocab_size`.
+  more [unusedN] so that its size is still `vocab_size`; refused where that filler would be more
+  than half the vocab and `vocab_size` is above the smallest multiple of 128 that holds the rest.
   """
   # Imported here: only vocab learning needs it, not readers of this module's read_lines.
   import tokenizers  # pylint: disable=g-import-not-at-top
+  check_vocab_size(vocab_size)
   words = collections.Counter(
       {w: c for w, c in word_counts.items() if c > 0 and len(w) <= max_word_chars})
   if not words:
@@ -165,11 +239,33 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
   vocab = (list(SPECIAL_TOKENS) + [f'[unused{i}]' for i in range(num_unused)] + characters
            + pieces)
   filler = vocab_size - len(vocab)
+  _check_filler(vocab_size, len(vocab), len(pieces), min_frequency)
   if filler:
     logging.warning('only %d pieces occur %d+ times; filling the vocab with %d more [unusedN]',
                     len(pieces), min_frequency, filler)
   vocab += [f'[unused{i}]' for i in range(num_unused, num_unused + filler)]
   return vocab
+
+
+def check_vocab_size(vocab_size):
+  if vocab_size > MAX_VOCAB_SIZE:
+    raise ValueError(f'--vocab_size={vocab_size}: at most {MAX_VOCAB_SIZE:,} (BERT: 30522, '
+                     'ALBERT: 30000)')
+
+
+def _check_filler(vocab_size, entries, pieces, min_frequency):
+  """Refuses a vocab that would be mostly [unusedN] filler: a vocab_size far above what the
+  text gives (each filler row is an embedding never trained). Up to the first multiple of 128
+  that holds the text's entries is kept, filled: a smaller size is not TPU-friendly."""
+  fits = -(-entries // 128) * 128
+  if vocab_size - entries <= vocab_size / 2 or vocab_size <= fits:
+    return
+  raise ValueError(
+      f'the text gives {entries} vocab entries ({pieces} pieces seen {min_frequency}+ times '
+      f'besides the special tokens and characters): vocab_size={vocab_size} would be '
+      f'{vocab_size - entries} [unusedN] filler, more than half; pass --vocab_size={fits}'
+      + (f' (at most {2 * entries})' if 2 * entries > fits else '')
+      + ', more text, or a lower --min_frequency')
 
 
 def write_vocab(vocab, path):
@@ -178,26 +274,59 @@ def write_vocab(vocab, path):
   files_lib.write_atomically(path, ''.join(token + '\n' for token in vocab))
 
 
-def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, **kwargs):
-  """Learns a WordPiece vocab from files/globs and writes it to `output_file`; returns it."""
-  files = input_files(patterns)
-  _check_not_an_input(output_file, files)
-  words = count_words(files, do_lower_case)
+def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, files=None,
+                    overwrite=True, max_line_bytes=MAX_LINE_BYTES, skips=None, **kwargs):
+  """Learns a WordPiece vocab from files/globs and writes it to `output_file`; returns it.
+
+  files: the inputs already expanded and checked (learn_vocab's), else those of `patterns`
+  (resolve_inputs). overwrite: False refuses an existing `output_file`. Lines over
+  `max_line_bytes` are skipped, counted in `skips` (text_input.Skips) and said."""
+  check_vocab_size(vocab_size)
+  files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
+  skips = _Skips() if skips is None else skips
+  words = count_words(files, do_lower_case, max_line_bytes, skips)
   logging.info('%d files: %d words, %d distinct', len(files), sum(words.values()), len(words))
+  long_lines = _long_lines(skips, max_line_bytes)
+  if not words and long_lines:
+    raise ValueError(f'the input has no words to learn a vocab from: {long_lines}')
   vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
+  if long_lines:
+    logging.warning('%s', long_lines)
   write_vocab(vocab, output_file)
   return vocab
 
 
-def _spm_sentences(files, do_lower_case):
-  """Non-empty lines, normalised as SentencePieceTokenizer does before it encodes."""
+def _spm_sentences(files, do_lower_case, max_line_bytes=None, skips=None):
+  """Non-empty lines, normalised as SentencePieceTokenizer does before it encodes; lines over
+  `max_line_bytes` (as read, or once normalised) skipped, counted in `skips`."""
   # The tokenizer's own preprocess_text, so training and tokenization normalise alike; it only
   # reads these two attributes, and a tokenizer cannot be made before its model exists.
   options = types.SimpleNamespace(do_lower_case=do_lower_case, keep_accents=False)
   for path in files:
-    for line in read_lines(path):
-      if line:
-        yield sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
+    for line in read_lines(path, max_line_bytes, skips):
+      if not line:
+        continue
+      sentence = sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
+      # SentencePiece would drop it without a word; NFKD may lengthen a line.
+      if max_line_bytes is not None and 4 * len(sentence) > max_line_bytes:
+        size = len(sentence.encode('utf-8'))
+        if size > max_line_bytes:
+          skips.add('line_too_long', f'{path}: a line of {size} bytes once normalised')
+          continue
+      yield sentence
+
+
+def sample_lines(lines, size: int, seed: int) -> list:
+  """`size` of the lines (all when fewer), each equally likely, in their order: the same lines
+  and seed give the same sample (SentencePiece's own sampling differs on every run)."""
+  rng = random.Random(seed)
+  kept = []
+  for i, line in enumerate(lines):  # Reservoir sampling: one pass, `size` lines held.
+    if i < size:
+      kept.append((i, line))
+    elif (j := rng.randrange(i + 1)) < size:
+      kept[j] = (i, line)
+  return [line for _, line in sorted(kept, key=lambda pair: pair[0])]
 
 
 # Characters that show nothing: spaces (U+00A0 too), controls, format characters (U+200B, U+FEFF).
@@ -223,6 +352,9 @@ def check_output_name(model: str, output_file: str):
   """A binary SentencePiece model must not be named like a text vocab, nor the reverse; and
   a folder is no file name (in a bucket the vocab would be put as an object of the folder's
   name, beside its files), checked before the corpus is read."""
+  if output_file == '-':
+    raise ValueError("--output_file=- would write a file named '-' (a vocab is not written to "
+                     'standard output): name the file, e.g. --output_file=vocab.txt')
   files_lib.check_bucket(output_file)
   if output_file.endswith('/') or files_lib.isdir(output_file):
     example = files_lib.join(output_file.rstrip('/'),
@@ -238,18 +370,64 @@ def check_output_name(model: str, output_file: str):
                      'SentencePiece model)')
 
 
+def check_not_json(output_file: str):
+  """A vocab is not written over a report or a config (checked after paths.check_output_file,
+  which names a run's or a model's file as such)."""
+  if output_file.lower().endswith('.json'):
+    raise ValueError(f'--output_file={output_file}: a .json is a report or a config, not a '
+                     'vocab: name it vocab.txt')
+
+
+def check_sentencepiece_settings(character_coverage=1.0, input_sentence_size=0, num_threads=1,
+                                 max_line_bytes=MAX_LINE_BYTES):
+  """Refuses, before any reading, what SentencePiece's trainer would refuse only after it (its
+  trainer_interface.cc's bounds)."""
+  if not 0.98 <= character_coverage <= 1:  # nan too.
+    raise ValueError(f'--character_coverage={character_coverage}: SentencePiece takes 0.98 to 1 '
+                     '(ALBERT: 0.99995; ~0.9995 for CJK)')
+  if input_sentence_size < 0 or 0 < input_sentence_size <= 100:
+    raise ValueError(f'--input_sentence_size={input_sentence_size}: pass 0 (every line) or 101 '
+                     'or more lines to sample, as SentencePiece takes')
+  if not 1 <= num_threads <= 1024:
+    raise ValueError(f'--num_threads={num_threads}: SentencePiece takes 1 to 1024')
+  if not 1 <= max_line_bytes <= SPM_MAX_LINE_BYTES:
+    raise ValueError(f'--max_line_bytes={max_line_bytes}: SentencePiece takes lines of 1 to '
+                     f'{SPM_MAX_LINE_BYTES} bytes')
+
+
+def _spm_failed(error: RuntimeError) -> str:
+  """SentencePiece's error, with what to do where it is known."""
+  if 'required_chars' in str(error):
+    return (f'SentencePiece training failed: {error}; vocab_size is below the characters the '
+            'corpus needs (each is a piece): raise it, or lower character_coverage')
+  if 'Vocabulary size too high' in str(error):
+    return (f'SentencePiece training failed: {error}; the corpus is too small for vocab_size: '
+            'lower it')
+  return f'SentencePiece training failed: {error}'
+
+
 def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
                         model_type='unigram', character_coverage=1.0, input_sentence_size=0,
-                        num_threads=1, seed=12345):
-  """Learns an ALBERT-style SentencePiece model from files/globs and writes the .model file."""
+                        num_threads=1, seed=12345, *, files=None, overwrite=True,
+                        max_line_bytes=MAX_LINE_BYTES, skips=None):
+  """Learns an ALBERT-style SentencePiece model from files/globs and writes the .model file.
+
+  input_sentence_size: train on that many lines sampled with `seed` (0: all). files,
+  overwrite, max_line_bytes, skips: as learn_wordpiece's."""
   import sentencepiece  # pylint: disable=g-import-not-at-top
-  files = input_files(patterns)
-  _check_not_an_input(output_file, files)
-  sentences = _spm_sentences(files, do_lower_case)
+  check_vocab_size(vocab_size)
+  check_sentencepiece_settings(character_coverage, input_sentence_size, num_threads,
+                               max_line_bytes)
+  files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
+  skips = _Skips() if skips is None else skips
+  sentences = _spm_sentences(files, do_lower_case, max_line_bytes, skips)
+  if input_sentence_size:  # Sampled here, seeded: the same lines every run.
+    sentences = iter(sample_lines(sentences, input_sentence_size, seed))
   leading = _until_visible(sentences)
   if not leading or not _visible(leading[-1]):
-    raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from')
-  # Sampling (input_sentence_size > 0) and seeding both go through this generator.
+    long_lines = _long_lines(skips, max_line_bytes)
+    raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from'
+                     + (f': {long_lines}' if long_lines else ''))
   sentencepiece.set_random_generator_seed(seed)
   model = io.BytesIO()
   try:
@@ -262,14 +440,12 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         pad_piece='<pad>', unk_piece='<unk>',
         control_symbols=','.join(SPM_CONTROL_SYMBOLS),
         character_coverage=character_coverage,
-        input_sentence_size=input_sentence_size,
-        shuffle_input_sentence=True,
+        # Every line given is used: longer ones were skipped (and said) above.
+        max_sentence_length=max(max_line_bytes, 10),
         num_threads=num_threads,
         minloglevel=2)
   except RuntimeError as e:
-    hint = ('vocab_size is below the characters the corpus needs (each is a piece): raise '
-            'it, or lower character_coverage' if 'required_chars' in str(e) else
-            'a "Vocabulary size too high" means the corpus is too small for vocab_size: lower '
-            'it')
-    raise ValueError(f'SentencePiece training failed: {e}; {hint}') from None
+    raise ValueError(_spm_failed(e)) from None
+  if long_lines := _long_lines(skips, max_line_bytes):
+    logging.warning('%s', long_lines)
   files_lib.write_atomically(output_file, model.getvalue())

@@ -3,6 +3,7 @@
 import bz2
 import gzip
 import lzma
+import os
 import pathlib
 import subprocess
 import sys
@@ -203,3 +204,83 @@ def test_learn_vocab_reads_a_compressed_input_whatever_its_name(tmp_path):
                      ('plain.txt', bz2.compress(text))):
     (tmp_path / name).write_bytes(data)
     assert list(vocab_learner.read_lines(tmp_path / name)) == lines, name
+
+
+def test_sentencepiece_learns_from_lines_past_its_own_limit(lines, tmp_path):
+  """SentencePiece dropped every line over 4192 bytes (its max_sentence_length) without a word:
+  5 KB paragraphs beside a short file gave the short file's model. They are read now, up to
+  max_line_bytes; longer ones are skipped, counted and said."""
+  (tmp_path / 'short.txt').write_text('\n'.join(lines[:300]) + '\n')
+  (tmp_path / 'long.txt').write_text(''.join(
+      ' '.join(['quokka wallaby numbat'] * 250) + f' {i}\n' for i in range(10)))
+  models = {}
+  for name, inputs, kwargs in (('short', 'short.txt', {}), ('both', 'short.txt,long.txt', {}),
+                               ('cut', 'short.txt,long.txt', {'max_line_bytes': 4000})):
+    skips = vocab_learner._Skips()  # pylint: disable=protected-access
+    vocab_learner.learn_sentencepiece(','.join(str(tmp_path / p) for p in inputs.split(',')),
+                                      tmp_path / f'{name}.model', 300, skips=skips, **kwargs)
+    models[name] = ((tmp_path / f'{name}.model').read_bytes(), skips.counts['line_too_long'])
+  assert models['both'][0] != models['short'][0] and models['both'][1] == 0
+  sp = {name: vocab_files.from_files(spm_model_file=tmp_path / f'{name}.model')
+        for name in models}
+  pieces = [len(sp[name].tokenize('quokka wallaby numbat')) for name in ('short', 'both')]
+  assert pieces[1] < pieces[0] / 2, pieces  # Their words learned.
+  # Skipped whole, and counted (the files differ only by the limit, which they record).
+  assert sp['cut'].vocab == sp['short'].vocab and models['cut'][1] == 10
+
+
+def test_lines_past_max_line_bytes_are_skipped_and_counted(tmp_path):
+  (tmp_path / 'a.txt').write_text('short line\n' + 'x' * 50 + '\nlast\n')
+  skips = vocab_learner._Skips()  # pylint: disable=protected-access
+  assert list(vocab_learner.read_lines(tmp_path / 'a.txt', 20, skips)) == ['short line', 'last']
+  assert skips.counts == {'line_too_long': 1} and skips.examples['line_too_long'] == [
+      f'{tmp_path / "a.txt"}:2']
+  with pytest.raises(ValueError, match=r'no text to learn a SentencePiece model from: 3 line\(s\) '
+                     r'longer than --max_line_bytes=3 skipped .*pass a larger --max_line_bytes'):
+    vocab_learner.learn_sentencepiece(str(tmp_path / 'a.txt'), tmp_path / 'm.model', 100,
+                                      max_line_bytes=3)
+
+
+def test_a_vocab_mostly_filler_or_past_the_bound_is_refused(corpus_file, tmp_path):
+  """--vocab_size=3000000 on 60 KB wrote a 47 MB vocab 99.9% [unusedN] with exit 0; 1e11
+  aborted the process in the Rust trainer."""
+  words = vocab_learner.count_words([str(corpus_file)])
+  with pytest.raises(ValueError, match=r'^--vocab_size=2000000: at most 1,000,000'):
+    vocab_learner.learn_wordpiece_vocab(words, 2_000_000)
+  with pytest.raises(ValueError, match=r'^the text gives \d+ vocab entries \(\d+ pieces seen 2\+ '
+                     r'times .*vocab_size=100000 would be \d+ \[unusedN\] filler, more than half; '
+                     r'pass --vocab_size=\d+ \(at most \d+\), more text, or a lower') as refused:
+    vocab_learner.learn_wordpiece_vocab(words, 100_000)
+  entries = int(str(refused.value).split()[3])
+  with pytest.raises(ValueError, match=f'gives {entries} vocab entries'):
+    vocab_learner.learn_wordpiece_vocab(words, 3 * entries)
+  # [unusedN] that num_unused asks for are no filler; a little filler is kept.
+  vocab = vocab_learner.learn_wordpiece_vocab(words, 3 * entries, num_unused=2 * entries)
+  assert len(vocab) == 3 * entries and not vocab[-1].startswith('[unused')
+  assert vocab_learner.learn_wordpiece_vocab(words, entries + 100)[-1] == '[unused99]'
+
+
+def test_only_a_too_small_corpus_is_told_to_lower_vocab_size():
+  failed = vocab_learner._spm_failed  # pylint: disable=protected-access
+  assert failed(RuntimeError('INTERNAL: x [!sentences_.empty()]')) == (
+      'SentencePiece training failed: INTERNAL: x [!sentences_.empty()]')
+  assert failed(RuntimeError('Vocabulary size too high (9).')).endswith(
+      'the corpus is too small for vocab_size: lower it')
+
+
+def test_a_hard_link_is_read_once(tmp_path):
+  (tmp_path / 'a.txt').write_text('some words\n')
+  os.link(tmp_path / 'a.txt', tmp_path / 'b.txt')
+  (tmp_path / 'c.txt').write_text('some words\n')
+  assert vocab_learner.input_files(f'{tmp_path}/*.txt') == [str(tmp_path / 'a.txt'),
+                                                           str(tmp_path / 'c.txt')]
+
+
+@pytest.mark.parametrize('settings, match', [
+    ({'character_coverage': float('nan')}, 'character_coverage=nan'),
+    ({'input_sentence_size': 100}, 'input_sentence_size=100'),
+    ({'num_threads': 1025}, 'num_threads=1025')])
+def test_sentencepiece_settings_are_refused_before_any_reading(tmp_path, settings, match):
+  with pytest.raises(ValueError, match=match):
+    vocab_learner.learn_sentencepiece(str(tmp_path / 'missing.txt'), tmp_path / 'm.model', 100,
+                                      **settings)
