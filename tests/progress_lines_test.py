@@ -18,6 +18,7 @@ from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import writer
+from bertjax.text import corpus_lines
 from configs import finetune as finetune_config
 
 
@@ -127,3 +128,24 @@ def test_predict_counts_inputs_not_rows(monkeypatch):
   done = [int(line.split('/')[0].split()[-1]) for line in lines]
   assert len(done) > 3 and done == sorted(done) and done[-1] == 3
   assert all(line.startswith('predict: ') and '/3 inputs (' in line for line in lines)
+
+
+def test_learn_vocab_counts_the_bytes_read_over_its_files(tmp_path, monkeypatch):
+  """learn_vocab read a corpus of hours without a word: the line counts the files' stored
+  bytes (a .gz its own), and reaches their total."""
+  from bertjax.text import vocab_learner  # noqa: PLC0415
+  with gzip.open(embedded.corpus_path('eval'), 'rb') as f:
+    text = f.read()
+  (tmp_path / 'a.txt').write_bytes(text)
+  (tmp_path / 'b.txt.gz').write_bytes(gzip.compress(text[:len(text) // 2]))
+  size = sum(p.stat().st_size for p in tmp_path.iterdir())
+  lines = recorded_lines(monkeypatch)
+  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  monkeypatch.setattr(corpus_lines, '_TELL_EVERY_LINES', 64)
+  vocab_learner.learn_wordpiece(f'{tmp_path}/*', str(tmp_path / 'out' / 'vocab.txt'), 1024)
+  read = [re.match(r'learn_vocab: ([\d.,]+)/([\d.,]+) MiB of input read \(([\d.]+)%\)', line)
+          for line in lines]
+  assert len(read) > 2 and all(read), lines[:3]
+  done = [float(m[1]) for m in read]
+  assert done == sorted(done) and read[-1][2] == f'{size / (1 << 20):.3g}'
+  assert read[-1][3] == '100.0'

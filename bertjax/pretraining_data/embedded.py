@@ -14,7 +14,7 @@ import pathlib  # local: the package's own corpus
 from absl import logging
 
 from bertjax import files
-from bertjax.text import vocab_learner
+from bertjax.text import corpus_lines
 
 NAME = 'shakespeare_kjv'
 SPLITS = ('train', 'eval')
@@ -57,7 +57,7 @@ def manifest() -> dict:
 def read_documents(path):
   """Yields the documents (lists of sentences) of a file in create_pretraining_data's format."""
   sentences = []
-  for line in vocab_learner.read_lines(path):
+  for line in corpus_lines.read_lines(path):
     if line:
       sentences.append(line)
     elif sentences:

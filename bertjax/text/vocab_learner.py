@@ -21,16 +21,15 @@ itself drops every sentence longer than its max_sentence_length without a word).
 import collections
 import io
 import itertools
-import os
 import random
 import types
 import unicodedata
 
 from absl import logging
 
-from bertjax import compressed_text
 from bertjax import files as files_lib
 from bertjax import paths
+from bertjax.text import corpus_lines
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 
@@ -42,23 +41,9 @@ SUBWORD_PREFIX = '##'
 # The largest vocab learned: a bigger one is a typo (the WordPiece trainer aborts the process
 # allocating it), not a vocab any model embeds.
 MAX_VOCAB_SIZE = 1_000_000
-# Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
-MAX_LINE_BYTES = 100_000
+MAX_LINE_BYTES = corpus_lines.MAX_LINE_BYTES
 # SentencePiece's longest sentence (its trainer_interface.cc).
 SPM_MAX_LINE_BYTES = 1 << 30
-
-
-def input_files(patterns):
-  """Expands comma-separated files and globs (a str or a list) into a list of files, each file
-  once (a hard link to a file already listed too: it would weigh double)."""
-  if not isinstance(patterns, str):
-    patterns = ','.join(patterns)
-  found = {}
-  for path in paths.expand_input_patterns(patterns):
-    local = not files_lib.is_remote(path) and os.path.exists(path)  # local: its inode
-    stat = os.stat(path) if local else None  # local: which hard links share
-    found.setdefault((stat.st_dev, stat.st_ino) if stat else path, path)
-  return list(found.values())
 
 
 def _check_not_an_input(output_file, inputs):
@@ -78,72 +63,10 @@ def check_new_output(output_file, overwrite: bool):
 def resolve_inputs(patterns, output_file, overwrite: bool = True) -> list:
   """The files of `patterns`, refused where the output would overwrite one of them or (without
   `overwrite`) an existing file."""
-  files = input_files(patterns)
+  files = corpus_lines.input_files(patterns)
   _check_not_an_input(output_file, files)
   check_new_output(output_file, overwrite)
   return files
-
-
-class _Skips:
-  """Skipped lines by reason, the first place of each: text_input.Skips's interface (a later
-  stage's, which learn_vocab passes)."""
-
-  def __init__(self):
-    self.counts, self.examples = collections.Counter(), {}
-
-  def add(self, reason, place):
-    self.counts[reason] += 1
-    self.examples.setdefault(reason, [place])
-
-
-def _long_lines(skips, max_line_bytes) -> str:
-  """'' or what was said of the lines skipped as too long."""
-  count, first = skips.counts.get('line_too_long', 0), skips.examples.get('line_too_long')
-  return (f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
-          f'{first[0]}): pass a larger --max_line_bytes to learn from them') if count else ''
-
-
-def _raw_lines(f, max_line_bytes):
-  """(line, too_long) of a binary file; a too-long line is consumed in bounded pieces."""
-  limit = -1 if max_line_bytes is None else max_line_bytes + 1
-  while True:
-    line = f.readline(limit)
-    if not line:
-      return
-    if limit < 0 or len(line) <= max_line_bytes or line.endswith(b'\n'):
-      yield line, False
-      continue
-    while line and not line.endswith(b'\n'):
-      line = f.readline(1 << 20)
-    yield b'', True
-
-
-def read_lines(path, max_line_bytes=None, skips=None):
-  """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: compressed_text.py),
-  stripped; lines over `max_line_bytes` (None: no limit) are skipped, counted in `skips`
-  (text_input.Skips or _Skips)."""
-  with compressed_text.open_input(path) as (f, _):
-    lines = _raw_lines(paths.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
-    # Decoded line by line, so that an error names the line with the bad bytes.
-    for number in itertools.count(1):
-      try:
-        raw, too_long = next(lines)
-      except StopIteration:
-        return
-      except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
-        raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
-                         'Compress it again, or leave it out') from None
-      if too_long:
-        skips.add('line_too_long', f'{path}:{number}')
-        continue
-      try:
-        line = raw.decode('utf-8')
-      except UnicodeDecodeError as e:
-        raise ValueError(
-            f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
-            f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
-            f'({paths.reencode_hint(raw[:64])})') from None
-      yield line.strip()
 
 
 def count_words(files, do_lower_case=True, max_line_bytes=None, skips=None):
@@ -153,10 +76,9 @@ def count_words(files, do_lower_case=True, max_line_bytes=None, skips=None):
   basic = tokenizer.BasicTokenizer(do_lower_case, never_split=())
   # Whitespace tokens repeat a lot, so each distinct one is split (the slow part) only once.
   raw = collections.Counter()
-  for path in files:
-    for line in read_lines(path, max_line_bytes, skips):
-      if line:
-        raw.update(basic.clean(line).split())
+  for _, line in corpus_lines.lines_of(files, max_line_bytes, skips):
+    if line:
+      raw.update(basic.clean(line).split())
   words = collections.Counter()
   for token, count in raw.items():
     for word in basic.split_token(token):
@@ -283,10 +205,10 @@ def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, fi
   `max_line_bytes` are skipped, counted in `skips` (text_input.Skips) and said."""
   check_vocab_size(vocab_size)
   files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
-  skips = _Skips() if skips is None else skips
+  skips = corpus_lines.Skips() if skips is None else skips
   words = count_words(files, do_lower_case, max_line_bytes, skips)
   logging.info('%d files: %d words, %d distinct', len(files), sum(words.values()), len(words))
-  long_lines = _long_lines(skips, max_line_bytes)
+  long_lines = corpus_lines.long_lines(skips, max_line_bytes)
   if not words and long_lines:
     raise ValueError(f'the input has no words to learn a vocab from: {long_lines}')
   vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
@@ -302,18 +224,17 @@ def _spm_sentences(files, do_lower_case, max_line_bytes=None, skips=None):
   # The tokenizer's own preprocess_text, so training and tokenization normalise alike; it only
   # reads these two attributes, and a tokenizer cannot be made before its model exists.
   options = types.SimpleNamespace(do_lower_case=do_lower_case, keep_accents=False)
-  for path in files:
-    for line in read_lines(path, max_line_bytes, skips):
-      if not line:
+  for path, line in corpus_lines.lines_of(files, max_line_bytes, skips):
+    if not line:
+      continue
+    sentence = sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
+    # SentencePiece would drop it without a word; NFKD may lengthen a line.
+    if max_line_bytes is not None and 4 * len(sentence) > max_line_bytes:
+      size = len(sentence.encode('utf-8'))
+      if size > max_line_bytes:
+        skips.add('line_too_long', f'{path}: a line of {size} bytes once normalised')
         continue
-      sentence = sentencepiece_tokenizer.SentencePieceTokenizer.preprocess_text(options, line)
-      # SentencePiece would drop it without a word; NFKD may lengthen a line.
-      if max_line_bytes is not None and 4 * len(sentence) > max_line_bytes:
-        size = len(sentence.encode('utf-8'))
-        if size > max_line_bytes:
-          skips.add('line_too_long', f'{path}: a line of {size} bytes once normalised')
-          continue
-      yield sentence
+    yield sentence
 
 
 def sample_lines(lines, size: int, seed: int) -> list:
@@ -419,13 +340,13 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   check_sentencepiece_settings(character_coverage, input_sentence_size, num_threads,
                                max_line_bytes)
   files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
-  skips = _Skips() if skips is None else skips
+  skips = corpus_lines.Skips() if skips is None else skips
   sentences = _spm_sentences(files, do_lower_case, max_line_bytes, skips)
   if input_sentence_size:  # Sampled here, seeded: the same lines every run.
     sentences = iter(sample_lines(sentences, input_sentence_size, seed))
   leading = _until_visible(sentences)
   if not leading or not _visible(leading[-1]):
-    long_lines = _long_lines(skips, max_line_bytes)
+    long_lines = corpus_lines.long_lines(skips, max_line_bytes)
     raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from'
                      + (f': {long_lines}' if long_lines else ''))
   sentencepiece.set_random_generator_seed(seed)
@@ -446,6 +367,6 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         minloglevel=2)
   except RuntimeError as e:
     raise ValueError(_spm_failed(e)) from None
-  if long_lines := _long_lines(skips, max_line_bytes):
+  if long_lines := corpus_lines.long_lines(skips, max_line_bytes):
     logging.warning('%s', long_lines)
   files_lib.write_atomically(output_file, model.getvalue())

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from bertjax.pretraining_data import corpora
+from bertjax.text import corpus_lines
 from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.text import vocab_learner
@@ -138,7 +139,7 @@ def test_a_lone_carriage_return_ends_a_line(corpus_file, tmp_path):
   (tmp_path / 'cr.txt').write_bytes(text.replace(b'\n', b'\r'))
   (tmp_path / 'crlf.txt').write_bytes(text.replace(b'\n', b'\r\n'))
   (tmp_path / 'lf.txt').write_bytes(text)
-  lines = [list(vocab_learner.read_lines(str(tmp_path / f'{name}.txt')))
+  lines = [list(corpus_lines.read_lines(str(tmp_path / f'{name}.txt')))
            for name in ('lf', 'crlf', 'cr')]
   assert len(lines[0]) > 100 and lines[0] == lines[1] == lines[2]
 
@@ -146,10 +147,10 @@ def test_a_lone_carriage_return_ends_a_line(corpus_file, tmp_path):
 def test_glob_matching_nothing(tmp_path):
   (tmp_path / 'a.txt').write_text('some words\n')
   with pytest.raises(FileNotFoundError, match='matched no files'):
-    vocab_learner.input_files(f'{tmp_path}/a.txt,{tmp_path}/missing-*.txt')
+    corpus_lines.input_files(f'{tmp_path}/a.txt,{tmp_path}/missing-*.txt')
   with pytest.raises(ValueError, match='--input_file is empty'):
-    vocab_learner.input_files(' , ')
-  assert vocab_learner.input_files(f'{tmp_path}/*.txt,{tmp_path}/a.txt') == [
+    corpus_lines.input_files(' , ')
+  assert corpus_lines.input_files(f'{tmp_path}/*.txt,{tmp_path}/a.txt') == [
       f'{tmp_path}/a.txt']
 
 
@@ -203,7 +204,7 @@ def test_learn_vocab_reads_a_compressed_input_whatever_its_name(tmp_path):
   for name, data in (('corpus.txt.bz2', bz2.compress(text)), ('corpus.xz', lzma.compress(text)),
                      ('plain.txt', bz2.compress(text))):
     (tmp_path / name).write_bytes(data)
-    assert list(vocab_learner.read_lines(tmp_path / name)) == lines, name
+    assert list(corpus_lines.read_lines(tmp_path / name)) == lines, name
 
 
 def test_sentencepiece_learns_from_lines_past_its_own_limit(lines, tmp_path):
@@ -216,7 +217,7 @@ def test_sentencepiece_learns_from_lines_past_its_own_limit(lines, tmp_path):
   models = {}
   for name, inputs, kwargs in (('short', 'short.txt', {}), ('both', 'short.txt,long.txt', {}),
                                ('cut', 'short.txt,long.txt', {'max_line_bytes': 4000})):
-    skips = vocab_learner._Skips()  # pylint: disable=protected-access
+    skips = corpus_lines.Skips()
     vocab_learner.learn_sentencepiece(','.join(str(tmp_path / p) for p in inputs.split(',')),
                                       tmp_path / f'{name}.model', 300, skips=skips, **kwargs)
     models[name] = ((tmp_path / f'{name}.model').read_bytes(), skips.counts['line_too_long'])
@@ -231,8 +232,8 @@ def test_sentencepiece_learns_from_lines_past_its_own_limit(lines, tmp_path):
 
 def test_lines_past_max_line_bytes_are_skipped_and_counted(tmp_path):
   (tmp_path / 'a.txt').write_text('short line\n' + 'x' * 50 + '\nlast\n')
-  skips = vocab_learner._Skips()  # pylint: disable=protected-access
-  assert list(vocab_learner.read_lines(tmp_path / 'a.txt', 20, skips)) == ['short line', 'last']
+  skips = corpus_lines.Skips()
+  assert list(corpus_lines.read_lines(tmp_path / 'a.txt', 20, skips)) == ['short line', 'last']
   assert skips.counts == {'line_too_long': 1} and skips.examples['line_too_long'] == [
       f'{tmp_path / "a.txt"}:2']
   with pytest.raises(ValueError, match=r'no text to learn a SentencePiece model from: 3 line\(s\) '
@@ -272,7 +273,7 @@ def test_a_hard_link_is_read_once(tmp_path):
   (tmp_path / 'a.txt').write_text('some words\n')
   os.link(tmp_path / 'a.txt', tmp_path / 'b.txt')
   (tmp_path / 'c.txt').write_text('some words\n')
-  assert vocab_learner.input_files(f'{tmp_path}/*.txt') == [str(tmp_path / 'a.txt'),
+  assert corpus_lines.input_files(f'{tmp_path}/*.txt') == [str(tmp_path / 'a.txt'),
                                                            str(tmp_path / 'c.txt')]
 
 

@@ -1,0 +1,110 @@
+"""A corpus's text files read line by line, for the vocab learners: each file once, gzip, bzip2
+or xz read decompressed (compressed_text.py), lines over a length skipped and counted, a line
+that is not UTF-8 named, and a progress line over the bytes read.
+"""
+
+import collections
+import itertools
+import os
+
+from bertjax import compressed_text
+from bertjax import console
+from bertjax import files as files_lib
+from bertjax import paths
+
+# Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
+MAX_LINE_BYTES = 100_000
+_TELL_EVERY_LINES = 4096  # How often read_lines says how far it read (a tell() each).
+
+
+def input_files(patterns):
+  """Expands comma-separated files and globs (a str or a list) into a list of files, each file
+  once (a hard link to a file already listed too: it would weigh double)."""
+  if not isinstance(patterns, str):
+    patterns = ','.join(patterns)
+  found = {}
+  for path in paths.expand_input_patterns(patterns):
+    local = not files_lib.is_remote(path) and os.path.exists(path)  # local: its inode
+    stat = os.stat(path) if local else None  # local: which hard links share
+    found.setdefault((stat.st_dev, stat.st_ino) if stat else path, path)
+  return list(found.values())
+
+
+class Skips:
+  """Skipped lines by reason, the first place of each: text_input.Skips's interface (a later
+  stage's, which learn_vocab passes)."""
+
+  def __init__(self):
+    self.counts, self.examples = collections.Counter(), {}
+
+  def add(self, reason, place):
+    self.counts[reason] += 1
+    self.examples.setdefault(reason, [place])
+
+
+def long_lines(skips, max_line_bytes) -> str:
+  """'' or what was said of the lines skipped as too long."""
+  count, first = skips.counts.get('line_too_long', 0), skips.examples.get('line_too_long')
+  return (f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
+          f'{first[0]}): pass a larger --max_line_bytes to learn from them') if count else ''
+
+
+def _raw_lines(f, max_line_bytes):
+  """(line, too_long) of a binary file; a too-long line is consumed in bounded pieces."""
+  limit = -1 if max_line_bytes is None else max_line_bytes + 1
+  while True:
+    line = f.readline(limit)
+    if not line:
+      return
+    if limit < 0 or len(line) <= max_line_bytes or line.endswith(b'\n'):
+      yield line, False
+      continue
+    while line and not line.endswith(b'\n'):
+      line = f.readline(1 << 20)
+    yield b'', True
+
+
+def read_lines(path, max_line_bytes=None, skips=None, progress=None):
+  """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: compressed_text.py),
+  stripped; lines over `max_line_bytes` (None: no limit) are skipped, counted in `skips`
+  (text_input.Skips or Skips). `progress(n)`, where given, is told every few thousand lines
+  how many of the file's stored bytes were read (its files.size)."""
+  with compressed_text.open_input(path) as (f, stored):
+    lines = _raw_lines(paths.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
+    # Decoded line by line, so that an error names the line with the bad bytes.
+    for number in itertools.count(1):
+      try:
+        raw, too_long = next(lines)
+      except StopIteration:
+        return
+      except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
+        raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
+                         'Compress it again, or leave it out') from None
+      if progress and not number % _TELL_EVERY_LINES:
+        progress(stored.tell())
+      if too_long:
+        skips.add('line_too_long', f'{path}:{number}')
+        continue
+      try:
+        line = raw.decode('utf-8')
+      except UnicodeDecodeError as e:
+        raise ValueError(
+            f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
+            f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
+            f'({paths.reencode_hint(raw[:64])})') from None
+      yield line.strip()
+
+
+def lines_of(files, max_line_bytes=None, skips=None, job='learn_vocab'):
+  """(path, line) of every line of `files`, in order (read_lines'), with `job`'s progress line
+  over their stored bytes (console.Progress: none for a short read)."""
+  sizes = [files_lib.size(path) for path in files]
+  progress = console.Progress(job, sum(sizes) / (1 << 20), 'MiB of input read', rate_unit='MiB')
+  before = 0
+  for path, size in zip(files, sizes, strict=True):
+    def told(done, before=before):
+      progress.update((before + done) / (1 << 20))
+    for line in read_lines(path, max_line_bytes, skips, told):
+      yield path, line
+    told(size)
+    before += size
