@@ -98,6 +98,29 @@ def _alphabet(word_counts, max_alphabet):
   return kept, [c for c in kept if c in inner]
 
 
+# Words lost to [UNK] by the characters past max_alphabet: refused over create_pretraining_data's
+# --max_unk_fraction default (it would refuse the data), said over a tenth of a percent.
+_MAX_UNK_WORDS, _SAID_UNK_WORDS = 0.05, 0.001
+
+
+def _check_alphabet(words, kept, max_alphabet):
+  """Refuses (or warns of) characters past `max_alphabet` that turn many words into [UNK]: a
+  script of thousands of characters (CJK) lost silently to the default of 1000."""
+  kept = set(kept)
+  lost = sum(count for word, count in words.items() if not kept.issuperset(word))
+  share = lost / sum(words.values())
+  if share <= _SAID_UNK_WORDS:
+    return
+  distinct = len(set().union(*words))
+  said = (f'the corpus has {distinct} distinct characters and --max_alphabet={max_alphabet} keeps '
+          f'the {max_alphabet} most frequent: the rest make {share:.1%} of the words [UNK]')
+  if share > _MAX_UNK_WORDS:
+    raise ValueError(f'{said}, which create_pretraining_data refuses (over '
+                     f'{_MAX_UNK_WORDS:.0%}): pass --max_alphabet={distinct} (and a --vocab_size '
+                     'that holds them and their ##-forms)')
+  logging.warning('%s; pass --max_alphabet=%d to keep them all', said, distinct)
+
+
 def _repeated_words(word_counts, chunk_words=4096):
   """Text in which each word occurs its count times: how HF's trainer is fed counted words."""
   for word in sorted(word_counts):
@@ -127,6 +150,7 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
   if not words:
     raise ValueError('the input has no words to learn a vocab from: are the files empty?')
   kept, inner = _alphabet(words, max_alphabet)
+  _check_alphabet(words, kept, max_alphabet)
   reserved = len(SPECIAL_TOKENS) + num_unused
   needed = reserved + len(kept) + len(inner)
   if vocab_size < needed:
@@ -207,7 +231,8 @@ def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, fi
   files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
   skips = corpus_lines.Skips() if skips is None else skips
   words = count_words(files, do_lower_case, max_line_bytes, skips)
-  logging.info('%d files: %d words, %d distinct', len(files), sum(words.values()), len(words))
+  logging.info('%d file%s: %d words, %d distinct', len(files), 's' * (len(files) != 1),
+               sum(words.values()), len(words))
   long_lines = corpus_lines.long_lines(skips, max_line_bytes)
   if not words and long_lines:
     raise ValueError(f'the input has no words to learn a vocab from: {long_lines}')

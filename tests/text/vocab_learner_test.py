@@ -285,3 +285,23 @@ def test_sentencepiece_settings_are_refused_before_any_reading(tmp_path, setting
   with pytest.raises(ValueError, match=match):
     vocab_learner.learn_sentencepiece(str(tmp_path / 'missing.txt'), tmp_path / 'm.model', 100,
                                       **settings)
+
+
+def test_characters_past_max_alphabet_that_lose_many_words_are_refused_or_said(monkeypatch):
+  """A corpus of 1,200 distinct CJK characters lost the rarer 200 to the default max_alphabet
+  and filled their slots with [unusedN]; create_pretraining_data then refused the data."""
+  import log_records  # noqa: PLC0415
+  chars = [chr(0x4E00 + i) for i in range(1200)]
+  words = {c: 10 for c in chars} | {'the': 100}
+  with pytest.raises(ValueError, match=r'the corpus has 1203 distinct characters and '
+                     r'--max_alphabet=1000 keeps the 1000 most frequent: the rest make 16\.\d% of '
+                     r'the words \[UNK\], which create_pretraining_data refuses .*pass '
+                     r'--max_alphabet=1203'):
+    vocab_learner.learn_wordpiece_vocab(words, 2048)
+  assert len(vocab_learner.learn_wordpiece_vocab(words, 2048, max_alphabet=1203)) == 2048
+  said = log_records.recorded_warnings(monkeypatch, vocab_learner)
+  few = {c: 1 for c in chars[:1010]} | {'the': 5000}  # 13 words of 6,010 lost: said, not refused.
+  vocab_learner.learn_wordpiece_vocab(few, 1152, min_frequency=1)
+  assert said[:1] == ['the corpus has 1013 distinct characters and --max_alphabet=1000 keeps '
+                      'the 1000 most frequent: the rest make 0.2% of the words [UNK]; pass '
+                      '--max_alphabet=1013 to keep them all'], said
