@@ -30,7 +30,11 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
   lock_path = os.path.join(folder, f'.{os.path.basename(output)}.lock')
   with contextlib.ExitStack() as stack:
     for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
-      lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's file
+      try:
+        lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's
+      except OSError as e:  # A read-only folder, before any work: named, not the hidden file.
+        raise ValueError(f'cannot write {output} ({e.strerror} in {folder}): pass another '
+                         f'{flag}') from None
       try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except BlockingIOError:

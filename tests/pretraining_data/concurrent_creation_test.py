@@ -3,6 +3,7 @@ report replaced the first's and left its shards read unchecked): a local set's s
 refused at its start; a set put there while this one ran (a bucket, which has no lock) is
 found before anything of this run is put in place."""
 
+import errno
 import json
 import re
 import subprocess
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 
+from bertjax import output_lock
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import shard_outputs
@@ -79,3 +81,16 @@ def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
       'train-00000-of-00002', 'train-00001-of-00002', 'train.json']  # Nothing of this run's.
   assert json.loads((tmp_path / 'train.json').read_text())['output_files'][0].endswith('00002')
   assert shard_outputs.TEMP_DIR_PREFIX not in ' '.join(p.name for p in tmp_path.iterdir())
+
+
+def test_a_folder_the_lock_cannot_be_made_in_is_named_not_the_lock(tmp_path, monkeypatch):
+  """A read-only folder failed naming the hidden lock file (`Read-only file system:
+  DIR/.vocab.txt.lock`), with nothing to do."""
+  def read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, 'Read-only file system', args[0])
+  monkeypatch.setattr(output_lock, 'open', read_only, raising=False)
+  with pytest.raises(ValueError, match=re.escape(
+      f'cannot write {tmp_path}/vocab.txt (Read-only file system in {tmp_path}): pass another '
+      '--output_file')):
+    with output_lock.held(str(tmp_path / 'vocab.txt'), 'learn_vocab', 'writing it'):
+      pass
