@@ -19,6 +19,16 @@ _COMPRESSED = ((re.compile(b'\x1f\x8b\x08'), '.gz',
                 lambda f: gzip.GzipFile(fileobj=f, mode='rb')),
                (re.compile(b'BZh[1-9](1AY&SY|\x17rE8P\x90)'), '.bz2', bz2.BZ2File),
                (re.compile(b'\xfd7zXZ\x00'), '.xz', lzma.LZMAFile))
+# Archives and compressions not read, by their first bytes: named where such a file is skipped.
+_NOT_READ = ((b'PK\x03\x04', 'a zip archive'), (b'(\xb5/\xfd', 'zstd-compressed'),
+             (b'\x04"M\x18', 'lz4-compressed'), (b"7z\xbc\xaf'\x1c", 'a 7z archive'))
+
+
+def not_read(head: bytes) -> str:
+  """'' or what a file of these first bytes is that is not read ('a zip archive', ...)."""
+  return next((what for magic, what in _NOT_READ if head.startswith(magic)), '')
+
+
 # What reading a compressed file cut short (EOFError) or damaged raises.
 DAMAGED_COMPRESSED = (OSError, EOFError, lzma.LZMAError)
 

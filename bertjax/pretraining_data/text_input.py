@@ -108,6 +108,10 @@ def usable_files(paths, skips):
         except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
+        if compressed_text.not_read(head):
+          skips.add('binary_file', f'{path} ({compressed_text.not_read(head)}, which is not '
+                                   'read: decompress it, or compress it with gzip, bzip2 or xz)')
+          continue
         if b'\x00' in head:
           wide = paths_lib.wide_encoding(head)
           skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '

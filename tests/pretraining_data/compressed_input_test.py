@@ -10,6 +10,7 @@ import itertools
 import lzma
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -116,3 +117,16 @@ def test_a_pipe_or_a_folder_as_input_is_said_as_such(corpus, tmp_path):
       create(tmp_path / name, tmp_path / f'out_{name}')
   report = create(f'{corpus},{tmp_path / "pipe"}', tmp_path / 'out')  # Beside a file: counted.
   assert report['skipped']['counts'] == {'pipe_or_device': 1}
+
+
+def test_a_zip_or_zstd_file_is_named_as_such(corpus, tmp_path):
+  """A .zip or .zst input was a bare `binary_file` (learn_vocab advised iconv)."""
+  import zipfile  # noqa: PLC0415
+  with zipfile.ZipFile(tmp_path / 'c.zip', 'w', zipfile.ZIP_DEFLATED) as z:
+    z.write(corpus, 'corpus.txt')
+  (tmp_path / 'c.zst').write_bytes(b'(\xb5/\xfd' + bytes(range(60)))  # zstd's magic number.
+  for name, what in (('c.zip', 'a zip archive'), ('c.zst', 'zstd-compressed')):
+    with pytest.raises(ValueError, match=re.escape(
+        f'1 binary_file (e.g. {tmp_path / name} ({what}, which is not read: decompress it, or '
+        'compress it with gzip, bzip2 or xz))')):
+      create(tmp_path / name, tmp_path / f'out_{name}')
