@@ -5,6 +5,7 @@ Remote paths (gs://, s3://, ...) are only normalised (files.normalised: gs://b//
 orbax names it); `~` is expanded.
 """
 
+import contextlib
 import copy
 import io
 import json
@@ -333,8 +334,13 @@ def expand_input_patterns(patterns) -> list[str]:
 
 def each_file_once(file_paths) -> list[str]:
   """`file_paths` with each file once, as first spelled, however else it is spelled (a/x,
-  ./a/x, a link to it): a file read twice would silently weigh double."""
+  ./a/x, a symbolic or hard link to it): a file read twice would silently weigh double."""
   found = {}
   for path in file_paths:
-    found.setdefault(file_key(path), path)
+    key = file_key(path)
+    if not files.is_remote(key):
+      with contextlib.suppress(OSError):
+        stat = os.stat(key)  # local: hard links share its inode
+        key = (stat.st_dev, stat.st_ino)
+    found.setdefault(key, path)
   return list(found.values())

@@ -5,7 +5,6 @@ that is not UTF-8 named, and a progress line over the bytes read.
 
 import collections
 import itertools
-import os
 
 from bertjax import compressed_text
 from bertjax import console
@@ -19,15 +18,10 @@ _TELL_EVERY_LINES = 4096  # How often read_lines says how far it read (a tell() 
 
 def input_files(patterns):
   """Expands comma-separated files and globs (a str or a list) into a list of files, each file
-  once (a hard link to a file already listed too: it would weigh double)."""
+  once (paths.each_file_once: a link to a file listed already too, which would weigh double)."""
   if not isinstance(patterns, str):
     patterns = ','.join(patterns)
-  found = {}
-  for path in paths.expand_input_patterns(patterns):
-    local = not files_lib.is_remote(path) and os.path.exists(path)  # local: its inode
-    stat = os.stat(path) if local else None  # local: which hard links share
-    found.setdefault((stat.st_dev, stat.st_ino) if stat else path, path)
-  return list(found.values())
+  return paths.expand_input_patterns(patterns)
 
 
 class Skips:

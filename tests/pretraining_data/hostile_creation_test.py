@@ -60,9 +60,10 @@ def test_one_file_spelled_two_ways_is_one_file(corpus, vocab_file, tmp_path, mon
   with pytest.raises(ValueError, match=r'the report .*out/x\.json is the same file as the output'):
     create(corpus, 'out/x,out/x.json', vocab_file)
   assert os.listdir(tmp_path / 'out') == []
-  # One input file named three ways is read once.
-  report = create(f'{corpus},{corpus.parent}/./{corpus.name},{os.path.relpath(corpus)}',
-                  'out/train', vocab_file, num_output_shards=1)
+  # One input file named four ways (a hard link too) is read once.
+  os.link(corpus, tmp_path / 'hard.txt')
+  report = create(f'{corpus},{corpus.parent}/./{corpus.name},{os.path.relpath(corpus)},'
+                  f'{tmp_path}/hard.txt', 'out/train', vocab_file, num_output_shards=1)
   once = create(corpus, 'out/once', vocab_file, num_output_shards=1)
   assert report['input_files'] == [str(corpus)]
   assert report['counts']['documents'] == once['counts']['documents'] == 40
