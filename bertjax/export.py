@@ -60,6 +60,7 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import export_folder
@@ -156,46 +157,51 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
   source = checkpoint_reader.step_path(source, step)
-  export_folder.check(output, overwrite, source)
-  with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
-    result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
-  if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
-    raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
-                     f'{result.not_computed}, so its export would give other embeddings.')
-  _check_kind(result, fmt)
-  bundle_lib.check_tokenizer(result, fmt)
-  _check_casing(result)
-  if labels:
-    if len(labels) != len(result.labels):
-      raise ValueError(f'--labels names {len(labels)} classes but the model has '
-                       f'{len(result.labels)}.')
-    if tuple(labels) != tuple(result.labels) and result.labels_named:
-      raise ValueError(f'{result.source} records its labels {list(result.labels)} (class 0 '
-                       f'first): --labels={",".join(labels)} would rename or reorder them; drop '
-                       '--labels.')
-    result.labels = tuple(labels)
-  if max_seq_length and fmt == 'tf1':
-    raise ValueError('--max_seq_length is the SavedModel\'s padded length, sentence-'
-                     'transformers\' max_seq_length and the transformers tokenizer\'s '
-                     'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
-  if max_seq_length and max_seq_length < 3:
-    raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
-                     '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
-  if max_seq_length:  # No longer than its position embeddings: what every writer uses.
-    result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
-    result.tokenizer_max_length = result.max_seq_length
-  if normalize is not None:
-    if fmt != 'sentence_transformers' and not (
-        fmt == 'hf' and sentence_transformers.is_written_for(result)):
-      raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
-                       f'--format={fmt} of a {result.kind} model does not write: use '
-                       '--format=sentence_transformers, or drop it.')
-    result.normalize = normalize
-  export_folder.write(output, fmt, result.source, functools.partial(_writer(fmt), result),
-                      overwrite)
-  logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
-               result.config['num_layers'], output, fmt)
-  return (output if isinstance(given, str) else type(given)(output)), result
+  # One export per output at a time: a second is refused at its start, not after its work
+  # (with --overwrite, the later one replaced the other's export, both saying done).
+  export_folder.check(output, overwrite, source)  # Before the lock makes its folder.
+  locked = output if files.is_remote(output) else os.path.realpath(output)  # local: links
+  with output_lock.held(locked, 'export', f'writing {output}', '--output'):
+    export_folder.check(output, overwrite, source)  # Again: one that ended meanwhile.
+    with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
+      result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
+    if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
+      raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
+                       f'{result.not_computed}, so its export would give other embeddings.')
+    _check_kind(result, fmt)
+    bundle_lib.check_tokenizer(result, fmt)
+    _check_casing(result)
+    if labels:
+      if len(labels) != len(result.labels):
+        raise ValueError(f'--labels names {len(labels)} classes but the model has '
+                         f'{len(result.labels)}.')
+      if tuple(labels) != tuple(result.labels) and result.labels_named:
+        raise ValueError(f'{result.source} records its labels {list(result.labels)} (class 0 '
+                         f'first): --labels={",".join(labels)} would rename or reorder them; drop '
+                         '--labels.')
+      result.labels = tuple(labels)
+    if max_seq_length and fmt == 'tf1':
+      raise ValueError('--max_seq_length is the SavedModel\'s padded length, sentence-'
+                       'transformers\' max_seq_length and the transformers tokenizer\'s '
+                       'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
+    if max_seq_length and max_seq_length < 3:
+      raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
+                       '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
+    if max_seq_length:  # No longer than its position embeddings: what every writer uses.
+      result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
+      result.tokenizer_max_length = result.max_seq_length
+    if normalize is not None:
+      if fmt != 'sentence_transformers' and not (
+          fmt == 'hf' and sentence_transformers.is_written_for(result)):
+        raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
+                         f'--format={fmt} of a {result.kind} model does not write: use '
+                         '--format=sentence_transformers, or drop it.')
+      result.normalize = normalize
+    export_folder.write(output, fmt, result.source, functools.partial(_writer(fmt), result),
+                        overwrite)
+    logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
+                 result.config['num_layers'], output, fmt)
+    return (output if isinstance(given, str) else type(given)(output)), result
 
 
 FLAGS = flags.FLAGS

@@ -49,6 +49,24 @@ def _run_around(path: str) -> str | None:
   return None
 
 
+def _as_named(source: str) -> str:
+  """A source as named, links unresolved (a run whose checkpoints/ is a link is found)."""
+  return source.rstrip('/') if files.is_remote(source) else os.path.abspath(source)
+
+
+def _check_not_in_checkpoints(output, out, source, run):
+  """Refuses an output in the source run's checkpoints/ where that is a link to a folder
+  elsewhere (a run's pruning would delete an export in it: found under the link's target, not
+  under the run)."""
+  if run is None or files.is_remote(run):
+    return
+  checkpoints = os.path.realpath(os.path.join(run, 'checkpoints'))  # local: a link's target
+  if out == checkpoints or _inside(out, checkpoints):
+    raise FileExistsError(f'--output={output} is inside {checkpoints}, the checkpoints of the '
+                          f'source run {run} (its checkpoints/ links there), which the run '
+                          f'prunes: pass e.g. --output={run}_export.')
+
+
 def check(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
@@ -76,10 +94,11 @@ def check(output, overwrite: bool, source: str = ''):
     if out == src or _inside(out, src) or _inside(src, out):
       where = 'is' if out == src else 'is inside' if _inside(out, src) else 'holds'
       # A run's step: beside the run (a folder inside a run is refused below), else the source.
-      beside = _run_around(src) or src
+      beside = _run_around(src) or _run_around(_as_named(source)) or src
       raise FileExistsError(f'--output={output} {where} the source {source}: an export is '
                             f'written beside its source, never over or around it; pass e.g. '
                             f'--output={beside}_export.')
+    _check_not_in_checkpoints(output, out, source, _run_around(_as_named(source)))
   if (run := _run_around(out)) is not None:
     raise FileExistsError(f'--output={output} is {"" if run == out else "inside "}'
                           f'the bertjax run {run}: an export is never written into a run; '

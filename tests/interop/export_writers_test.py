@@ -1,0 +1,46 @@
+"""Who may write an export where: a second export to the same --output is refused at its start
+(with --overwrite both said done and only the later's files stayed), and a run whose
+checkpoints/ links elsewhere keeps exports out of the link's target (its pruning deleted one)."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from bertjax import export
+from bertjax import output_lock
+
+
+def test_a_second_export_to_the_same_output_is_refused_at_its_start(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'race'
+  with output_lock.held(str(out), 'export', f'writing {out}', '--output'):
+    for overwrite in (False, True):
+      with pytest.raises(ValueError, match=re.escape('another export run (pid ') + r'.*'
+                         + re.escape(f') is writing {out} now: wait for it to finish, or pass '
+                                     'another --output')):
+        export.export(workdir, 'hf', out, overwrite=overwrite)
+  assert not out.exists()
+  assert (export.export(workdir, 'hf', out) / 'model.safetensors').exists()
+  assert sorted(os.listdir(tmp_path)) == ['race']  # No lock left.
+
+
+def test_an_export_into_a_linked_checkpoints_folder_is_refused(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  run, moved = tmp_path / 'run', tmp_path / 'moved_checkpoints'
+  shutil.copytree(workdir, run, symlinks=True)
+  (run / 'checkpoints').rename(moved)
+  (run / 'checkpoints').symlink_to(moved)
+  step = sorted(moved.glob('[0-9]*'), key=lambda p: int(p.name))[-1]
+  for output in (moved / 'out', step / 'out', run / 'checkpoints' / 'out'):
+    with pytest.raises(FileExistsError, match=r'--output=.* is inside .*moved_checkpoints, the '
+                       r'checkpoints of the source run .*run \(its checkpoints/ links there\)'):
+      export.export(run, 'hf', output)
+  # Its step, named through the link: refused as inside the source, pointed beside the run.
+  with pytest.raises(FileExistsError, match=re.escape(f'--output={step / "tf1"} is inside the '
+                     f'source {run / "checkpoints" / step.name}: ') + r'.*' + re.escape(
+                         f'pass e.g. --output={run}_export.')):
+    export.export(run / 'checkpoints' / step.name, 'tf1', step / 'tf1')
+  assert sorted(p.name for p in step.iterdir()) == sorted(
+      p.name for p in (workdir / 'checkpoints' / step.name).iterdir())
