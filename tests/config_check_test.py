@@ -147,7 +147,8 @@ def test_a_schedule_that_wastes_the_run_is_warned_about(caplog, monkeypatch):
   monkeypatch.setattr(logging, 'log_first_n',
                       lambda level, message, n, *args: logging.log(level, message, *args))
   config = configured(pretrain_config.get_config('size=tiny,steps=12'),
-                      optimizer__learning_rate=0.0, optimizer__total_steps=4)
+                      optimizer__learning_rate=0.0, optimizer__total_steps=4,
+                      optimizer__warmup_steps=2)  # Its 60 would still be warming up at 12.
   config_check.check(config)
   optimizer.resolve_total_steps(config)
   config = configured(finetune_config.get_config('task=mrpc'), optimizer__warmup_steps=1000)

@@ -8,6 +8,7 @@ train on, or score, a model other than the one trained, so they are refused by n
 
 import hashlib
 import os
+import shlex
 
 from absl import logging
 import ml_collections
@@ -248,10 +249,29 @@ def records_training_data(cfg) -> bool:
       mode == 'train_eval' or (mode == 'eval' and _held_out(cfg)))
 
 
-def _differences(run: dict, cfg, fields) -> list[str]:
+# RUN_FIELDS set by the task and its data, not by a field of their own.
+_FOLLOWS = {'kind': 'the task', 'version_2_with_negative': "the task and its SQuAD files' version"}
+
+
+def _to_match(field: str, value, cfg) -> str:
+  """What to pass for config `field` to take the run's `value`, wherever the config's came from
+  (its default, the argument string or a --config override)."""
+  if field in _FOLLOWS:
+    return f'it follows {_FOLLOWS[field]}'
+  if field == 'task':  # A --config.task override is refused (config_args.ignored_override).
+    return f'pass task={value} in --config=configs/finetune.py:task={value}'
+  flag = f'--config.{field}={shlex.quote(str(value))}'
+  if field == 'data.max_seq_length':  # The argument string's seq= sets it (and bbc's stride).
+    return (f'pass {flag} (or seq={value} in --config=configs/finetune.py:task={cfg.get("task")}'
+            f',seq={value})')
+  return f'pass {flag}'
+
+
+def _differences(run: dict, cfg, fields, why: str = '') -> list[str]:
+  """'FIELD RUN (the run) vs CONFIG[: why]: what to pass' for each of `fields` that differ."""
   values = {f: (init_from.lookup(run, f), init_from.lookup(cfg, f)) for f in fields}
-  return [f'{f} {old!r} (the run) vs {new!r}' for f, (old, new) in values.items()
-          if old is not None and new is not None and old != new]
+  return [f'{f} {old!r} (the run) vs {new!r}{why}: {_to_match(f, old, cfg)}'
+          for f, (old, new) in values.items() if old is not None and new is not None and old != new]
 
 
 def check_against_run(cfg, run: dict, workdir: str):
@@ -265,15 +285,17 @@ def check_against_run(cfg, run: dict, workdir: str):
   differ = _differences(run, cfg, fields)
   scoring = cfg.get('mode', 'train_eval') in ('train_eval', 'eval')
   if scoring and _held_out(run) and _held_out(cfg):  # Both draw eval out of the training ones.
-    differ += [f'{d}: it draws the eval examples held out of the training ones'
-               for d in _differences(run, cfg, ('seed', 'data.eval_fraction'))]
+    differ += _differences(run, cfg, ('seed', 'data.eval_fraction'),
+                           ': it draws the eval examples held out of the training ones')
   eval_files = (init_from.lookup(run, 'data.eval_file'), init_from.lookup(cfg, 'data.eval_file'))
   if scoring and not _held_out(run) and _held_out(cfg):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: without it, '
-                  'eval examples would be held out of the ones it trained on')
+                  'eval examples would be held out of the ones it trained on; '
+                  f'{_to_match("data.eval_file", eval_files[0], cfg)}')
   elif training and _held_out(run) and not _held_out(cfg):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
-                  'examples, held out of the training file, would be trained on')
+                  'examples, held out of the training file, would be trained on; drop '
+                  '--config.data.eval_file')
   if (training and not cfg.get('num_train_steps') and run.get(
       'global_batch_size', cfg.get('global_batch_size')) != cfg.get('global_batch_size')):
     differ.append(f'global_batch_size {run["global_batch_size"]!r} (the run) vs '
@@ -293,6 +315,6 @@ def check_against_run(cfg, run: dict, workdir: str):
                   'removed, edited or reordered change the example order and the held-out eval '
                   'examples; restore the file the run was trained on')
   if differ:
-    raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Drop '
-                     'those overrides to resume, evaluate or predict with the run as trained '
-                     f'({workdir}/config.json), or use another --workdir.')
+    raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Match '
+                     f'the run ({workdir}/config.json) to resume, evaluate or predict with it as '
+                     'trained, or use another --workdir.')

@@ -117,6 +117,27 @@ def scale_by_layer_decay(inner: optax.GradientTransformation,
   return optax.GradientTransformationExtraArgs(inner.init, update)
 
 
+def _past_total_steps(o, steps: int) -> str:
+  """What steps o.total_steps + 1 to `steps` of a run train at, read from its schedule (step n
+  trains at the schedule's rate n - 1): end_learning_rate after the decay, or, with a warmup
+  longer than total_steps, a rate still rising to the peak (then the decay's one step)."""
+  schedule, first = learning_rate_schedule(o), o.total_steps + 1
+
+  def rate(step):
+    return float(schedule(step - 1))
+
+  if o.warmup_steps <= o.total_steps:  # The decay is over: its end value from here on.
+    return f'steps {first} to {steps} train at optimizer.end_learning_rate={rate(steps):g}'
+  peak = o.warmup_steps + 1  # The step that trains at the peak.
+  if steps <= peak:
+    return (f'optimizer.warmup_steps={o.warmup_steps} outlasts it: steps {first} to {steps} still '
+            f'warm up (the learning rate is {rate(steps):.3g} at step {steps}), not at '
+            f'optimizer.end_learning_rate={o.end_learning_rate:g}')
+  return (f'optimizer.warmup_steps={o.warmup_steps} outlasts it: steps {first} to {peak} still '
+          f'warm up to the peak {rate(peak):.3g}, then steps {peak + 1} to {steps} train at '
+          f'optimizer.end_learning_rate={rate(steps):g}')
+
+
 def resolve_total_steps(config):
   """`config` (a training config) with optimizer.total_steps 0 set to num_train_steps, the
   default: the decay ends with the run. A total_steps of its own is kept, so that a run can
@@ -126,10 +147,9 @@ def resolve_total_steps(config):
   elif config.optimizer.total_steps < config.num_train_steps:
     logging.log_first_n(
         logging.WARNING, 'config.optimizer.total_steps=%d ends the schedule before the run\'s %d '
-        'steps: steps %d to %d train at optimizer.end_learning_rate=%g; set '
-        '--config.optimizer.total_steps to 0 (the run\'s steps) or %d or more', 1,
-        config.optimizer.total_steps, config.num_train_steps, config.optimizer.total_steps + 1,
-        config.num_train_steps, config.optimizer.end_learning_rate, config.num_train_steps)
+        'steps: %s; set --config.optimizer.total_steps to 0 (the run\'s steps) or %d or more', 1,
+        config.optimizer.total_steps, config.num_train_steps,
+        _past_total_steps(config.optimizer, config.num_train_steps), config.num_train_steps)
   return config
 
 

@@ -121,6 +121,30 @@ def test_a_config_that_would_train_on_or_score_other_examples_is_refused(mode, c
     run_config.check_against_run(config, run, '/runs/r')
 
 
+def test_a_setting_the_run_was_trained_with_is_named_with_what_to_pass():
+  """Finding 7: a run fine-tuned with seq=64 (an argument of get_config), evaluated with the
+  config's default 128, was told to 'drop those overrides', though none was given: the line names
+  what to pass to match the run, wherever the config's value came from."""
+  trained = finetune_config.get_config('task=classification,size=tiny,batch=8,seq=64')
+  trained.data.train_file = '/data/reviews.csv'
+  run, config = trained.to_dict(), _user_run()[1]
+  config.mode = 'eval'
+  with pytest.raises(ValueError) as e:
+    run_config.check_against_run(config, run, '/runs/r')
+  assert str(e.value) == (
+      '/runs/r was fine-tuned with other settings: data.max_seq_length 64 (the run) vs 128: pass '
+      '--config.data.max_seq_length=64 (or seq=64 in --config=configs/finetune.py:'
+      'task=classification,seq=64). Match the run (/runs/r/config.json) to resume, evaluate or '
+      'predict with it as trained, or use another --workdir.')
+  config.data.max_seq_length = 64  # As said: evaluates.
+  run_config.check_against_run(config, run, '/runs/r')
+  config.data.text_fields, config.data.do_lower_case = 'a,b', False
+  with pytest.raises(ValueError, match=r'data.do_lower_case True \(the run\) vs False: pass '
+                     r"--config.data.do_lower_case=True; data.text_fields 'text' \(the run\) vs "
+                     r"'a,b': pass --config.data.text_fields=text\. Match the run"):
+    run_config.check_against_run(config, run, '/runs/r')
+
+
 def test_an_eval_file_dropped_is_refused_and_another_named_for_eval_is_not():
   run, config = _user_run(eval_file='/data/ev.csv')
   config.mode = 'eval'

@@ -110,6 +110,31 @@ def test_a_run_can_train_part_of_a_longer_schedule(monkeypatch):
   assert optimizer.resolve_total_steps(config).optimizer.total_steps == 1200
 
 
+def test_the_steps_past_a_schedule_are_said_at_the_rate_its_schedule_gives(monkeypatch):
+  """A warmup longer than optimizer.total_steps is still rising after it: a 35-step run of a
+  20-step schedule warming up over 60 was said to train steps 21 to 35 at end_learning_rate=0,
+  while it logged 1.13e-03 at step 35."""
+  said = []
+  monkeypatch.setattr(optimizer.logging, 'log_first_n',
+                      lambda level, message, n, *args: said.append(message % args))
+
+  def warned(steps, **fields):
+    said.clear()
+    optimizer.resolve_total_steps(ml_collections.ConfigDict(dict(
+        num_train_steps=steps, optimizer=opt_config(learning_rate=2e-3, total_steps=20,
+                                                    **fields))))
+    return said
+
+  assert warned(35, warmup_steps=60) == [
+      "config.optimizer.total_steps=20 ends the schedule before the run's 35 steps: "
+      'optimizer.warmup_steps=60 outlasts it: steps 21 to 35 still warm up (the learning rate '
+      'is 0.00113 at step 35), not at optimizer.end_learning_rate=0; set '
+      "--config.optimizer.total_steps to 0 (the run's steps) or 35 or more"]
+  assert ('steps 21 to 61 still warm up to the peak 0.002, then steps 62 to 100 train at '
+          'optimizer.end_learning_rate=0;') in warned(100, warmup_steps=60)[0]
+  assert 'steps 21 to 35 train at optimizer.end_learning_rate=0;' in warned(35, warmup_steps=10)[0]
+
+
 def test_gradient_clipping():
   params, grads = toy()
   big = jax.tree.map(lambda g: 1e3 * g, grads)
