@@ -347,6 +347,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   tx, schedule = optimizer_lib.for_run(config)  # total_steps resolved before config.json.
   metric, mode, keep_best = _ranking(config, job)
   patience = job.early_stopping_patience
+  if lost := run_files.lost_checkpoints(workdir):  # Before anything is written there.
+    raise ValueError(lost)
   mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)
   state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
                                                                       rules, mngr)

@@ -28,6 +28,31 @@ def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
   return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
 
 
+def lost_checkpoints(workdir) -> str:
+  """'' or why `workdir` is a run whose checkpoints are gone though it saved some: its evals
+  (eval_history.json) or resumes (config-resumed-at-*.json) are recorded, yet checkpoints/
+  holds no step (moved, deleted, a link whose target is gone). Starting over there would
+  replace its history, config and eval results with another run's."""
+  folder = files.join(workdir, 'checkpoints')
+  try:
+    if any(name.isdigit() for name in files.listdir(folder)):
+      return ''
+  except (FileNotFoundError, NotADirectoryError):
+    pass
+  evals = sorted(eval_history(workdir, up_to_step=2**62))
+  resumes = files.glob(files.join(workdir, 'config-resumed-at-*.json'))
+  if not (evals or resumes):
+    return ''
+  link = (not files.is_remote(folder) and os.path.islink(folder)  # local: a link's target
+          and f' (a link to {os.readlink(folder)}, which holds none)' or '')  # local: the same
+  recorded = (f'evals up to step {evals[-1]} ({EVAL_HISTORY})' if evals else
+              f'{len(resumes)} resume(s) (config-resumed-at-*.json)')
+  return (f'{workdir} records {recorded} but its checkpoints/ holds no checkpoint{link}: its '
+          'checkpoints were moved or deleted. Put them back to resume, or use another --workdir '
+          '(a run started here would replace its history, config and results); if it ended '
+          f'before its first save, delete {files.join(workdir, EVAL_HISTORY)} to start over')
+
+
 def record_eval(workdir, history: dict[int, dict]):
   """Writes the eval history (process 0, atomically)."""
   write_json(files.join(workdir, EVAL_HISTORY), {str(k): v for k, v in sorted(history.items())})

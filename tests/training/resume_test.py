@@ -309,3 +309,23 @@ def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, fields, env, ref
   assert pretrain_runs.checkpoint_steps(kept) == [3]
   pretrain_runs.assert_equal_leaves(pretrain_runs.read_state(kept, 3),
                                     pretrain_runs.read_state(reference, 3))
+
+
+def test_a_run_whose_checkpoints_were_moved_is_not_started_over(tmp_path, fields, env,
+                                                                reference):
+  """Pass AG: with checkpoints/ moved away, the same command started the run over from step 0,
+  replacing its eval_history.json, config.json and eval_results.json with another run's."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(reference, workdir, ignore=shutil.ignore_patterns('checkpoints', 'log.txt'))
+  kept = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file() and p.name != '.lock'}
+  assert 'eval_history.json' in kept, sorted(kept)
+  (workdir / 'checkpoints').symlink_to(tmp_path / 'gone')  # A link whose target is gone too.
+  log = tmp_path / 'log.txt'
+  process = pretrain_runs.start(pretrain_runs.command(workdir, STEPS, fields), log, env)
+  assert pretrain_runs.finish(process, log) == 1
+  assert log.read_text().splitlines()[-2].startswith(
+      f'error: {workdir} records evals up to step {STEPS} (eval_history.json) but its '
+      f"checkpoints/ holds no checkpoint (a link to {tmp_path / 'gone'}, which holds none): its "
+      'checkpoints were moved or deleted. Put them back to resume'), log.read_text()[-2000:]
+  assert {p.name: p.read_bytes() for p in workdir.iterdir()
+          if p.is_file() and p.name != '.lock'} == kept
