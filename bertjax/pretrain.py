@@ -423,5 +423,6 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
       load_weights=load_weights if path else None,
       describe=_describe, best_metric=BEST_METRIC,
       vocab_file=vocab or '', metric_names=eval_metric_names(config),
-      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops)
+      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops,
+      order_per_process=True)  # Each host reads its own files (input_pipeline).
   return loop.run(config, workdir, mesh, job, rules=rules)

@@ -373,7 +373,7 @@ def flatten(tree) -> dict:
 
 
 def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_size: int,
-                          initialize):
+                          initialize, on_resume=None):
   """(state, examples consumed, resumed?) in the one order: resume the workdir's newest
   readable checkpoint into `abstract` (ShapeDtypeStructs with shardings; nothing is drawn
   first), else `initialize()` (init_from's weights, else fresh).
@@ -384,6 +384,8 @@ def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_si
   restored = restore_latest(mngr, abstract)
   if restored is not None:
     state, meta = restored
+    if on_resume is not None:  # The job's own checks of what the checkpoint records.
+      on_resume(meta)
     consumed = int(meta['examples_consumed'])
     if consumed != int(state.step) * global_batch_size:
       logging.warning('the checkpoint consumed %d examples but step x batch is %d: the global '

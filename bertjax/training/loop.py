@@ -15,6 +15,7 @@ need step N's state before the next step donates it).
 """
 
 import dataclasses
+import functools
 import itertools
 import json
 import signal
@@ -76,6 +77,8 @@ class Job:
     the run stops (0 = never).
   remaining_flops(step) -> the FLOPs of the steps from `step` on, for the ETA where later steps
     cost more (two-phase pre-training's phase 2); None: each costs what the last ones did.
+  order_per_process: whether batches() reads in an order that depends on the process count
+    (pre-training: each host reads its own files), warned of when a resume has another.
   """
 
   objective: train_state.Objective
@@ -88,6 +91,7 @@ class Job:
   metric_names: tuple = ()
   early_stopping_patience: int = 0
   remaining_flops: Callable[[int], float] | None = None
+  order_per_process: bool = False
 
 
 class _Preemption:
@@ -178,6 +182,7 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
   meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+          'process_count': jax.process_count(),
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),
@@ -242,8 +247,22 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
 
   logging.info('--- restore')
   state, consumed, resumed = checkpoint.restore_or_initialize(
-      mngr, abstract, config.global_batch_size, initialize)
+      mngr, abstract, config.global_batch_size, initialize,
+      on_resume=functools.partial(_check_process_count, job))
   return state, shardings, consumed, resumed
+
+
+def _check_process_count(job: Job, meta: dict):
+  """Warns where the job's data order depends on the process count (each host reads its own
+  files) and the checkpoint was saved by another count: the run reads on at the same example
+  count, but of another order."""
+  saved = meta.get('process_count')  # Not recorded before 2026-11-29.
+  if job.order_per_process and saved is not None and saved != jax.process_count():
+    logging.warning('this checkpoint was saved by %d process(es) and this run has %d: each host '
+                    'reads its own share of the files, so from example %d the data comes in '
+                    'another order (examples seen may come again, others never); resume on %d '
+                    'process(es) to continue exactly', saved, jax.process_count(),
+                    int(meta['examples_consumed']), saved)
 
 
 def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,

@@ -5,6 +5,7 @@ first ones, tests/training/resume_test.py runs them in real resumes.
 """
 
 import json
+import types
 
 import log_records
 import pytest
@@ -58,3 +59,22 @@ def test_phase2_fields_are_no_data_order_change_before_phase_2_ran(monkeypatch):
   assert warnings == []
   order(_config(seq2=64), two, 12, 768)  # Phase 2 (from step 10) read its files at 512.
   assert len(warnings) == 1 and 'phase2.max_seq_length 512 -> 64' in warnings[0], warnings
+
+
+def test_a_resume_on_another_process_count_is_said_where_the_order_depends_on_it(monkeypatch):
+  """Pass AG: a two-process pre-training resumed by one process read on in another order
+  (each host reads its own files) without a word; fine-tuning's order does not depend on it."""
+  from bertjax.training import loop  # noqa: PLC0415
+  said = log_records.recorded_warnings(monkeypatch, loop)
+  meta = {'process_count': 2, 'examples_consumed': 320}
+  pretraining = types.SimpleNamespace(order_per_process=True)
+  loop._check_process_count(pretraining, meta)  # pylint: disable=protected-access
+  assert said == ['this checkpoint was saved by 2 process(es) and this run has 1: each host reads '
+                  'its own share of the files, so from example 320 the data comes in another '
+                  'order (examples seen may come again, others never); resume on 2 process(es) '
+                  'to continue exactly']
+  said.clear()
+  for job, saved in ((pretraining, 1), (pretraining, None),
+                     (types.SimpleNamespace(order_per_process=False), 2)):
+    loop._check_process_count(job, meta | {'process_count': saved})  # pylint: disable=protected-access
+  assert said == []
