@@ -45,15 +45,21 @@ def _process(process_index, process_count, global_batch_size: int) -> tuple[int,
   return index, count, global_batch_size // count
 
 
+_SAID = set()  # The file sets whose share was said: an eval's, once, not at every eval.
+
+
 def _host_share(files, process_index: int, process_count: int, log: bool = True):
   """This host's files and per-example sharding (shard_count, shard_index) within them."""
+  log = log and (tuple(files), process_count) not in _SAID
+  if log:
+    _SAID.add((tuple(files), process_count))
   if len(files) >= process_count:
     if len(files) % process_count and log:
       logging.info('%d files over %d hosts: hosts read unequal shares, so their epochs end at '
                    'different steps', len(files), process_count)
     return files[process_index::process_count], 1, 0
   if log:
-      logging.warning('only %d files for %d hosts: every host reads every file and keeps every '
+      logging.warning('only %d file(s) for %d hosts: every host reads every file and keeps every '
                     '%d-th example; write at least one file per host to avoid the extra reading',
                     len(files), process_count, process_count)
   return files, process_count, process_index

@@ -132,3 +132,17 @@ def test_global_arrays_span_both_processes(results):
 
 if __name__ == '__main__':
   _worker(int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]))
+
+
+def test_fewer_files_than_hosts_is_said_once_not_at_every_eval(monkeypatch):
+  """Pass AG: a two-process run said 'only 1 files for 2 hosts' at every eval, of the eval
+  split bertjax wrote itself."""
+  import log_records  # noqa: PLC0415
+
+  from bertjax.input import input_pipeline  # noqa: PLC0415
+  said = log_records.recorded_warnings(monkeypatch, input_pipeline)
+  monkeypatch.setattr(input_pipeline, '_SAID', set())
+  for _ in range(3):
+    assert input_pipeline._host_share(['e-0'], 1, 2) == (['e-0'], 2, 1)  # pylint: disable=protected-access
+  assert said == ['only 1 file(s) for 2 hosts: every host reads every file and keeps every 2-th '
+                  'example; write at least one file per host to avoid the extra reading']
