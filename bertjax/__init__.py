@@ -49,13 +49,16 @@ class _HeldTensorFlowStart(importlib.abc.MetaPathFinder):
       self.busy = False
     if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
       return spec
-    self.done = True
-    loader, kind = spec.loader, type(spec.loader)
+    # Done only when TensorFlow is really imported: a lookup alone (importlib.util.find_spec,
+    # etils' check for TensorFlow in an orbax read) runs no exec_module, and the import after
+    # it is held too.
+    finder, loader, kind = self, spec.loader, type(spec.loader)
 
     class Held(kind):  # The same loader, its exec_module under stderr_held.
 
       def exec_module(self, module):
         from bertjax import console  # pylint: disable=g-import-not-at-top
+        finder.done = True
         try:
           with console.stderr_held():
             super().exec_module(module)

@@ -116,7 +116,8 @@ def flag_values(argv, name: str, boolean: bool = False) -> list[str]:
 
 def install():
   """The console filter on absl's handler, and tracebacks of orbax's asyncio callbacks that
-  fire after a failed save ('Event loop is closed', ~40 lines each) kept for --verbosity=1."""
+  fire after a failed save or read ('Event loop is closed', ~40 lines each, through
+  sys.excepthook or sys.unraisablehook) kept for --verbosity=1."""
   handler = logging.get_absl_handler()
   if not any(isinstance(f, ConsoleFilter) for f in handler.filters):
     handler.addFilter(ConsoleFilter())
@@ -128,6 +129,14 @@ def install():
       return
     hook(kind, value, tb)
   sys.excepthook = excepthook
+  # tensorstore's callbacks into orbax's closed loop come here (a failed read, a failed save).
+  unraisable = sys.unraisablehook
+
+  def unraisablehook(args):
+    if not (args.exc_type is RuntimeError and str(args.exc_value) == 'Event loop is closed'
+            and logging.get_verbosity() < logging.DEBUG):
+      unraisable(args)
+  sys.unraisablehook = unraisablehook
 
 
 @contextlib.contextmanager

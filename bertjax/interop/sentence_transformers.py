@@ -141,8 +141,11 @@ def save(result: bundle_lib.Bundle, output_dir):
   transformers files and the modules after it (a head as Dense layers)."""
   bundle_lib.check_holds(result, 'sentence_transformers')
   bundle_lib.check_tokenizer(result, 'sentence_transformers')
+  # Its tokenizer is a sentence-embedding model's whatever the kind (embedding=True: see
+  # bundle.tokenizer_settings): SentenceTransformer reads texts, so `[SEP]`, `[MASK]`... typed
+  # in one are split as bertjax splits them, and the length is the run's, not a bare encoder's.
   encoder = dataclasses.replace(result, kind='encoder', params=result.encoder_params(),
-                                labels=())
+                                labels=(), embedding=True)
   hf_checkpoint.save(encoder, output_dir)
   if kinds.get(result.kind).named_labels:  # transformers' config keeps the class names.
     config_file = files.join(str(output_dir), 'config.json')
