@@ -135,6 +135,8 @@ def _no_checkpoint(directory: str, asking: Asking = COMMAND_FLAGS,
     files.listdir(where)  # Raises the files layer's error: no such folder, or no such bucket.
   if tf1 := tf1_without_config(where):
     return FileNotFoundError(tf1)
+  if lost := run_files.lost_checkpoints(where):  # Not 'train it first': that would start over.
+    return FileNotFoundError(f'{said}{lost}')
   return FileNotFoundError(f'{said}{where} holds no checkpoint: pass {asking.run} that saved '
                            'one (its checkpoints/<step> folders), or train it first.')
 
