@@ -102,7 +102,7 @@ def main(argv):
   try:
     # Before the corpus is read; a bucket output has no lock (output_lock).
     with output_lock.held(output, 'learn_vocab', f'writing {output}'):
-      metrics, outputs = _learn(_inputs(skips), skips)
+      metrics, outputs = _learn(_inputs(skips), skips, output)
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
           f'first, {paths.reencode_hint(e.object[:64])}')
@@ -176,20 +176,20 @@ def _inputs(skips) -> list:
   return usable
 
 
-def _learn(files, skips) -> tuple[list, list]:
-  """Learns and writes the vocab; (metrics, outputs) for the summary line."""
-  output = paths.absolute(FLAGS.output_file)
+def _learn(files, skips, output: str) -> tuple[list, list]:
+  """Learns and writes the vocab at `output` (the path checked and locked: a link's target);
+  (metrics, outputs) for the summary line."""
   common = dict(files=files, overwrite=FLAGS.overwrite, max_line_bytes=FLAGS.max_line_bytes,
                 skips=skips)
   if FLAGS.model == 'wordpiece':
     vocab = vocab_learner.learn_wordpiece(
-        FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_size, FLAGS.do_lower_case,
+        FLAGS.input_file, output, FLAGS.vocab_size, FLAGS.do_lower_case,
         num_unused=FLAGS.num_unused, min_frequency=FLAGS.min_frequency,
         max_alphabet=FLAGS.max_alphabet, **common)
     metrics, outputs = [('tokens', len(vocab))], [('vocab', output)]
   else:
     vocab_learner.learn_sentencepiece(
-        FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_size, FLAGS.do_lower_case,
+        FLAGS.input_file, output, FLAGS.vocab_size, FLAGS.do_lower_case,
         model_type=FLAGS.spm_model_type, character_coverage=FLAGS.character_coverage,
         input_sentence_size=FLAGS.input_sentence_size, num_threads=FLAGS.num_threads,
         seed=FLAGS.random_seed, **common)

@@ -41,6 +41,12 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
         lock.seek(0)
         raise ValueError(f'another {tool} run ({lock.read().strip() or "?"}) is {busy} now: '
                          f'wait for it to finish, or pass another {flag}') from None
+      except OSError:  # A file system without locks (NFS without lockd, FUSE): as a bucket.
+        lock.close()
+        with contextlib.suppress(OSError):
+          os.remove(lock_path)  # local: the lock file just made
+        yield
+        return
       with contextlib.suppress(FileNotFoundError):
         if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
           break

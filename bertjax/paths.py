@@ -341,6 +341,7 @@ def each_file_once(file_paths) -> list[str]:
     if not files.is_remote(key):
       with contextlib.suppress(OSError):
         stat = os.stat(key)  # local: hard links share its inode
-        key = (stat.st_dev, stat.st_ino)
+        if stat.st_nlink > 1 and stat.st_ino:  # Some FUSE mounts give every file inode 0.
+          key = (stat.st_dev, stat.st_ino)
     found.setdefault(key, path)
   return list(found.values())

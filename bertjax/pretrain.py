@@ -418,11 +418,9 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
                * perf.flops_per_sequence(config.model, p.max_seq_length,
                                          p.max_predictions_per_seq) for p in plan)
 
-  job = loop.Job(
+  job = loop.Job(  # Each host reads its own files (input_pipeline): order_per_process.
       objective=task, batches=batches, evaluator=evaluator,
-      load_weights=load_weights if path else None,
-      describe=_describe, best_metric=BEST_METRIC,
-      vocab_file=vocab or '', metric_names=eval_metric_names(config),
-      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops,
-      order_per_process=True)  # Each host reads its own files (input_pipeline).
+      load_weights=load_weights if path else None, describe=_describe, best_metric=BEST_METRIC,
+      vocab_file=vocab or '', metric_names=eval_metric_names(config), order_per_process=True,
+      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops)
   return loop.run(config, workdir, mesh, job, rules=rules)

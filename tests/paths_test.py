@@ -234,12 +234,12 @@ def test_a_run_before_its_first_checkpoint_is_a_run(tmp_path):
                      match=f'{run} holds no checkpoint: pass a run that saved one'):
     sources.load(str(run))
   # A run whose checkpoints were moved away (its evals recorded): not told to train it first.
-  (run / 'eval_history.json').write_text('{"19": {"accuracy": 0.9}}')
+  (run / 'checkpoints_saved.json').write_text('{"newest_step": 19}')
   with pytest.raises(FileNotFoundError, match=re.escape(
-      f'{run} records evals up to step 19 (eval_history.json) but its checkpoints/ holds no '
-      'checkpoint: its checkpoints were moved or deleted. Put them back')):
+      f'{run} records checkpoints up to step 19 (checkpoints_saved.json) but its checkpoints/ '
+      'holds no checkpoint: its checkpoints were moved or deleted. Put them back')):
     sources.load(str(run))
-  (run / 'eval_history.json').unlink()
+  (run / 'checkpoints_saved.json').unlink()
   with pytest.raises(FileExistsError, match=f'would be in a bertjax run \\({run}\\)'):
     paths.check_output_file(str(run / 'out' / 'p.jsonl'))
 

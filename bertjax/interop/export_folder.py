@@ -51,16 +51,17 @@ def _run_around(path: str) -> str | None:
 
 def _as_named(source: str) -> str:
   """A source as named, links unresolved (a run whose checkpoints/ is a link is found)."""
-  return source.rstrip('/') if files.is_remote(source) else os.path.abspath(source)
+  return source.rstrip('/') if files.is_remote(source) else os.path.abspath(source)  # local
 
 
 def _check_not_in_checkpoints(output, out, source, run):
   """Refuses an output in the source run's checkpoints/ where that is a link to a folder
   elsewhere (a run's pruning would delete an export in it: found under the link's target, not
   under the run)."""
-  if run is None or files.is_remote(run):
+  link = None if run is None or files.is_remote(run) else os.path.join(run, 'checkpoints')
+  if link is None or not os.path.islink(link):  # local: else inside the run, refused below
     return
-  checkpoints = os.path.realpath(os.path.join(run, 'checkpoints'))  # local: a link's target
+  checkpoints = os.path.realpath(link)  # local: the link's target
   if out == checkpoints or _inside(out, checkpoints):
     raise FileExistsError(f'--output={output} is inside {checkpoints}, the checkpoints of the '
                           f'source run {run} (its checkpoints/ links there), which the run '

@@ -76,3 +76,30 @@ def masking_rate_warning(settings, counts, tolerance=0.2) -> str:
           f'one, and these instances have {tokens:.1f} maskable tokens on average; the report '
           'records the share realized (masked_fraction). For the rate asked, use a longer '
           '--max_seq_length (or a --masked_lm_prob whose share of it rounds as you want)')
+
+
+def check_counts(counts, vocab_size, vocab_file, max_unk_fraction, num_workers):
+  """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
+  a vocab that does not fit the text, NotNext pairs from their own document."""
+  unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
+  if unk_fraction > max_unk_fraction:
+    raise ValueError(
+        f'{unk_fraction:.1%} of the tokens are [UNK] (limit {max_unk_fraction:.0%}): the vocab '
+        f'({vocab_file}, {vocab_size} entries) does not fit this text -- '
+        'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
+        'or raise --max_unk_fraction if this is intended. No shard was written.')
+  if counts['not_next_from_same_document']:
+    # A worker's NotNext candidates are its own documents (every num_workers-th one).
+    documents = counts['documents']
+    if documents < 2:
+      advice = ('the input is one document: documents are separated by a blank line, so '
+                'separate them, pass more text')
+    else:
+      fewer = ('fewer --num_workers (at most half the documents), ' if num_workers > 1
+               else '')
+      advice = f'with {documents} documents, pass {fewer}more text, a larger --pool_tokens'
+    raise ValueError(
+        f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
+        'take their second segment from their own document (a worker\'s pool of nearby '
+        f'documents held no other one), which makes their NSP labels wrong: {advice}, or '
+        '--nsp=false for MLM-only instances. No shard was written.')

@@ -60,11 +60,10 @@ def _check_name(path, what):
   if name.startswith('.'):
     raise ValueError(f'--output_file={path}: a name starting with "." is hidden and readers '
                      f'skip hidden files; give a {what} name such as DIR/train')
-  wild = sorted(set('*?[]').intersection(path))
-  if wild:  # `tr[1]-*` matches tr1-*, not the files written.
-    raise ValueError(f'--output_file={path}: {" ".join(wild)} in a path are wildcards in the '
+  if '[' in path:  # `tr[1]-*` matches tr1-*, not the files written (a * or ? matches itself).
+    raise ValueError(f'--output_file={path}: [ in a path opens a set of characters in the '
                      'pattern training reads the shards by (data.train_files), which would not '
-                     f'match the files written; give a {what} path without them')
+                     f'match the files written; give a {what} path without it')
 
 
 

@@ -323,33 +323,6 @@ def _check_numbers(random_seed, num_output_shards, max_line_bytes, max_unk_fract
                      f'[0, 1] (default {MAX_UNK_FRACTION})')
 
 
-def _check_counts(counts, vocab_size, vocab_file, max_unk_fraction, num_workers):
-  """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
-  a vocab that does not fit the text, NotNext pairs from their own document."""
-  unk_fraction = counts['unk_tokens'] / max(counts['document_tokens'], 1)
-  if unk_fraction > max_unk_fraction:
-    raise ValueError(
-        f'{unk_fraction:.1%} of the tokens are [UNK] (limit {max_unk_fraction:.0%}): the vocab '
-        f'({vocab_file}, {vocab_size} entries) does not fit this text -- '
-        'truncated, or the wrong casing or language? Pass the vocab the model was made with, '
-        'or raise --max_unk_fraction if this is intended. No shard was written.')
-  if counts['not_next_from_same_document']:
-    # A worker's NotNext candidates are its own documents (every num_workers-th one).
-    documents = counts['documents']
-    if documents < 2:
-      advice = ('the input is one document: documents are separated by a blank line, so '
-                'separate them, pass more text')
-    else:
-      fewer = ('fewer --num_workers (at most half the documents), ' if num_workers > 1
-               else '')
-      advice = f'with {documents} documents, pass {fewer}more text, a larger --pool_tokens'
-    raise ValueError(
-        f"{counts['not_next_from_same_document']} of {counts['not_next']} NotNext pairs would "
-        'take their second segment from their own document (a worker\'s pool of nearby '
-        f'documents held no other one), which makes their NSP labels wrong: {advice}, or '
-        '--nsp=false for MLM-only instances. No shard was written.')
-
-
 def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
   """(the text files to read, the TFDS source checked, its description for the report), refused
   where an output would overwrite an input or the vocab; unusable files counted in `skips`."""
@@ -435,8 +408,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                 w, num_workers, tfds) for w in range(num_workers)]
     progress = _progress_line(source, input_bytes)
     results, counts = _run_workers(jobs, skips, progress)
-    _check_counts(counts, len(vocab), vocab_file or spm_model_file, max_unk_fraction,
-                  num_workers)
+    creation_report.check_counts(counts, len(vocab), vocab_file or spm_model_file,
+                                 max_unk_fraction, num_workers)
     try:
       staged, records = shard_outputs.stage(outputs, parts, temp_dirs, results)
       report = creation_report.build(jobs[0], len(vocab), outputs, report_file, results,

@@ -98,8 +98,8 @@ def _alphabet(word_counts, max_alphabet):
   return kept, [c for c in kept if c in inner]
 
 
-# Words lost to [UNK] by the characters past max_alphabet: refused over create_pretraining_data's
-# --max_unk_fraction default (it would refuse the data), said over a tenth of a percent.
+# Words lost to [UNK] by the characters past max_alphabet: refused over the share of [UNK]
+# tokens create_pretraining_data refuses by default, said over a tenth of a percent.
 _MAX_UNK_WORDS, _SAID_UNK_WORDS = 0.05, 0.001
 
 
@@ -115,9 +115,10 @@ def _check_alphabet(words, kept, max_alphabet):
   said = (f'the corpus has {distinct} distinct characters and --max_alphabet={max_alphabet} keeps '
           f'the {max_alphabet} most frequent: the rest make {share:.1%} of the words [UNK]')
   if share > _MAX_UNK_WORDS:
-    raise ValueError(f'{said}, which create_pretraining_data refuses (over '
-                     f'{_MAX_UNK_WORDS:.0%}): pass --max_alphabet={distinct} (and a --vocab_size '
-                     'that holds them and their ##-forms)')
+    raise ValueError(f'{said}, more than {_MAX_UNK_WORDS:.0%}: the vocab would not fit the '
+                     'text (create_pretraining_data refuses more than 5% of the tokens [UNK]); '
+                     f'pass --max_alphabet={distinct} (and a --vocab_size that holds them and '
+                     'their ##-forms)')
   logging.warning('%s; pass --max_alphabet=%d to keep them all', said, distinct)
 
 

@@ -190,6 +190,7 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
       standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
+  run_files.note_saved(files.parent(str(mngr.directory)))  # What the saves before finished.
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 
@@ -371,6 +372,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)
   state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
                                                                       rules, mngr)
+  if resumed:  # A run saved before the record existed is told from one that saved none.
+    run_files.note_saved(workdir)
   start_step, total_steps = int(state.step), config.num_train_steps
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
@@ -429,4 +432,5 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   finally:
     preemption.close()
     writer.close()
+  run_files.note_saved(workdir)  # The last save, waited for by closing().
   return boundary.outcome(done, progress.last_loss, stopped)

@@ -28,29 +28,56 @@ def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
   return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
 
 
+# The newest checkpoint step a run saw complete, beside config.json: what tells a run whose
+# checkpoints/ was moved or deleted from one that never finished a save.
+SAVED = 'checkpoints_saved.json'
+
+
+def saved_steps(workdir) -> list[int]:
+  """The complete checkpoint steps in `workdir`'s checkpoints/ (orbax numbers a step only once
+  it is complete); none where the folder is missing."""
+  try:
+    return sorted(int(n) for n in files.listdir(files.join(workdir, 'checkpoints'))
+                  if n.isdigit())
+  except (FileNotFoundError, NotADirectoryError):
+    return []
+
+
+def note_saved(workdir):
+  """Records the newest complete step (process 0), once a save is known finished: at the next
+  save's start and at the run's end."""
+  if steps := saved_steps(workdir):
+    write_json(files.join(workdir, SAVED), {'newest_step': steps[-1]})
+
+
 def lost_checkpoints(workdir) -> str:
-  """'' or why `workdir` is a run whose checkpoints are gone though it saved some: its evals
-  (eval_history.json) or resumes (config-resumed-at-*.json) are recorded, yet checkpoints/
-  holds no step (moved, deleted, a link whose target is gone). Starting over there would
-  replace its history, config and eval results with another run's."""
+  """'' or why `workdir` is a run whose checkpoints are gone though it saved some (SAVED, or a
+  resume's config-resumed-at-*.json, is there) yet checkpoints/ holds no step: moved, deleted,
+  a link whose target is gone. Starting over there would replace its history, config and eval
+  results with another run's. A run that ended before its first save finished restarts."""
   folder = files.join(workdir, 'checkpoints')
   try:
-    if any(name.isdigit() for name in files.listdir(folder)):
-      return ''
+    names = files.listdir(folder)
   except (FileNotFoundError, NotADirectoryError):
-    pass
-  evals = sorted(eval_history(workdir, up_to_step=2**62))
-  resumes = files.glob(files.join(workdir, 'config-resumed-at-*.json'))
-  if not (evals or resumes):
+    names = []
+  if any(n.isdigit() or '.unreadable-' in n for n in names):  # The latter: restore's to say.
     return ''
-  link = (not files.is_remote(folder) and os.path.islink(folder)  # local: a link's target
-          and f' (a link to {os.readlink(folder)}, which holds none)' or '')  # local: the same
-  recorded = (f'evals up to step {evals[-1]} ({EVAL_HISTORY})' if evals else
-              f'{len(resumes)} resume(s) (config-resumed-at-*.json)')
-  return (f'{workdir} records {recorded} but its checkpoints/ holds no checkpoint{link}: its '
+  marker, resumes = files.join(workdir, SAVED), files.glob(
+      files.join(workdir, 'config-resumed-at-*.json'))
+  saved = json.loads(files.read_text(marker)).get('newest_step') if files.exists(marker) else None
+  link = not files.is_remote(folder) and os.path.islink(folder)  # local: a link's target
+  if saved is None and not resumes and not link:
+    return ''
+  recorded = (f'checkpoints up to step {saved} ({SAVED})' if saved is not None else
+              f'{len(resumes)} resume(s) (config-resumed-at-*.json)' if resumes else
+              'checkpoints/ as a link')
+  where = f' (a link to {os.readlink(folder)}, which holds none)' if link else ''  # local
+  found = ([marker] if saved is not None else []) + sorted(resumes)
+  fresh = (f'; to start over here, delete {" and ".join(found)}' if found else
+           f'; to start over here, remove the link {folder}')
+  return (f'{workdir} records {recorded} but its checkpoints/ holds no checkpoint{where}: its '
           'checkpoints were moved or deleted. Put them back to resume, or use another --workdir '
-          '(a run started here would replace its history, config and results); if it ended '
-          f'before its first save, delete {files.join(workdir, EVAL_HISTORY)} to start over')
+          f'(a run started here would replace its history, config and results){fresh}')
 
 
 def record_eval(workdir, history: dict[int, dict]):

@@ -52,14 +52,15 @@ def python(script: str) -> subprocess.CompletedProcess:
 def test_tensorflow_looked_up_before_its_import_still_writes_no_start_up_lines():
   """etils (orbax's paths) asks importlib.util.find_spec('tensorflow') before any import: the
   import after it is held too."""
-  bare = python('import tensorflow as tf; tf.constant(1) + 1')
-  assert any(line in bare.stderr for line in START_UP), (  # There is something to hold.
-      f'this TensorFlow writes no start-up lines: {bare.stderr[-500:]}')
+  bare = python('import tensorflow as tf; tf.constant(1) + 1; '
+                'print(type(tf.__spec__.loader).__name__)')
+  if not any(line in bare.stderr for line in START_UP):  # A build that writes none: no test.
+    pytest.skip(f'this TensorFlow writes no start-up lines: {bare.stderr[-300:]}')
   run = python("import importlib.util, bertjax; assert importlib.util.find_spec('tensorflow'); "
                'import tensorflow as tf; tf.constant(1) + 1; '
                'print(type(tf.__spec__.loader).__name__)')
   assert run.returncode == 0, run.stderr[-2000:]
-  assert run.stdout.strip() == 'SourceFileLoader', run.stdout
+  assert run.stdout.strip() == bare.stdout.strip(), run.stdout  # Its own loader, put back.
   assert not [line for line in START_UP if line in run.stderr], run.stderr[-2000:]
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from bertjax import output_lock
 from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import creation_report
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import shard_outputs
 from bertjax.pretraining_data import writer
@@ -63,7 +64,7 @@ def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
     corpus, minilm_dir, tmp_path, monkeypatch):
   """As in a bucket, where no lock is held: the other run published its 2 shards meanwhile."""
   prefix = tmp_path / 'train'
-  counts = writer._check_counts  # pylint: disable=protected-access
+  counts = creation_report.check_counts
 
   def other_run_publishes(*args):
     other = [f'{prefix}-0000{i}-of-00002' for i in range(2)]
@@ -72,7 +73,7 @@ def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
     (tmp_path / 'train.json').write_text(json.dumps({'output_files': other}))
     return counts(*args)
 
-  monkeypatch.setattr(writer, '_check_counts', other_run_publishes)
+  monkeypatch.setattr(creation_report, 'check_counts', other_run_publishes)
   with pytest.raises(ValueError, match=re.escape(
       f'{prefix}.json is the report of another set of shards, still there (2 not among this '
       f"run's outputs, e.g. {prefix}-00000-of-00002)")):

@@ -295,7 +295,7 @@ def test_characters_past_max_alphabet_that_lose_many_words_are_refused_or_said(m
   words = {c: 10 for c in chars} | {'the': 100}
   with pytest.raises(ValueError, match=r'the corpus has 1203 distinct characters and '
                      r'--max_alphabet=1000 keeps the 1000 most frequent: the rest make 16\.\d% of '
-                     r'the words \[UNK\], which create_pretraining_data refuses .*pass '
+                     r'the words \[UNK\], more than 5%: the vocab would not fit the text .*pass '
                      r'--max_alphabet=1203'):
     vocab_learner.learn_wordpiece_vocab(words, 2048)
   assert len(vocab_learner.learn_wordpiece_vocab(words, 2048, max_alphabet=1203)) == 2048

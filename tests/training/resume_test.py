@@ -28,6 +28,7 @@ from bertjax import console
 from bertjax import pretrain
 from bertjax.training import checkpoint
 from bertjax.training import optimizer as optimizer_lib
+from bertjax.training import run_files
 from bertjax.training import sharding
 from bertjax.training import train_state
 
@@ -318,14 +319,19 @@ def test_a_run_whose_checkpoints_were_moved_is_not_started_over(tmp_path, fields
   workdir = tmp_path / 'run'
   shutil.copytree(reference, workdir, ignore=shutil.ignore_patterns('checkpoints', 'log.txt'))
   kept = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file() and p.name != '.lock'}
-  assert 'eval_history.json' in kept, sorted(kept)
+  assert 'eval_history.json' in kept and 'checkpoints_saved.json' in kept, sorted(kept)
   (workdir / 'checkpoints').symlink_to(tmp_path / 'gone')  # A link whose target is gone too.
   log = tmp_path / 'log.txt'
   process = pretrain_runs.start(pretrain_runs.command(workdir, STEPS, fields), log, env)
   assert pretrain_runs.finish(process, log) == 1
   assert log.read_text().splitlines()[-2].startswith(
-      f'error: {workdir} records evals up to step {STEPS} (eval_history.json) but its '
-      f"checkpoints/ holds no checkpoint (a link to {tmp_path / 'gone'}, which holds none): its "
-      'checkpoints were moved or deleted. Put them back to resume'), log.read_text()[-2000:]
+      f'error: {workdir} records checkpoints up to step {STEPS} (checkpoints_saved.json) but '
+      f"its checkpoints/ holds no checkpoint (a link to {tmp_path / 'gone'}, which holds none): "
+      'its checkpoints were moved or deleted. Put them back to resume'), log.read_text()[-2000:]
   assert {p.name: p.read_bytes() for p in workdir.iterdir()
           if p.is_file() and p.name != '.lock'} == kept
+  # A run that ended before its first save finished (its eval recorded) starts over.
+  assert not run_files.lost_checkpoints(str(reference.parent / 'none'))
+  (tmp_path / 'early').mkdir()
+  (tmp_path / 'early' / 'eval_history.json').write_text('{"3": {}}')
+  assert not run_files.lost_checkpoints(str(tmp_path / 'early'))
