@@ -81,13 +81,8 @@ def _a_file(path: str) -> str:
 
 
 def steps(directory) -> list[int]:
-  """The complete steps of a checkpoints folder, oldest first (orbax gives a step its number
-  only once it is complete; unreadable ones moved aside keep a suffix). A folder that does not
-  exist has none; a bucket that cannot be reached is an error, not an empty run."""
-  try:
-    return sorted(int(name) for name in files.listdir(directory) if name.isdigit())
-  except (FileNotFoundError, NotADirectoryError):
-    return []
+  """The complete steps of a checkpoints folder, oldest first (run_files.checkpoint_steps)."""
+  return run_files.checkpoint_steps(directory)
 
 
 def tf1_without_config(folder: str) -> str | None:

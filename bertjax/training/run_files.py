@@ -33,12 +33,12 @@ def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
 SAVED = 'checkpoints_saved.json'
 
 
-def saved_steps(workdir) -> list[int]:
-  """The complete checkpoint steps in `workdir`'s checkpoints/ (orbax numbers a step only once
-  it is complete); none where the folder is missing."""
+def checkpoint_steps(directory) -> list[int]:
+  """The complete steps of a checkpoints folder, oldest first (orbax gives a step its number
+  only once it is complete; unreadable ones moved aside keep a suffix). A folder that does not
+  exist has none; a bucket that cannot be reached is an error, not an empty run."""
   try:
-    return sorted(int(n) for n in files.listdir(files.join(workdir, 'checkpoints'))
-                  if n.isdigit())
+    return sorted(int(name) for name in files.listdir(directory) if name.isdigit())
   except (FileNotFoundError, NotADirectoryError):
     return []
 
@@ -46,7 +46,7 @@ def saved_steps(workdir) -> list[int]:
 def note_saved(workdir):
   """Records the newest complete step (process 0), once a save is known finished: at the next
   save's start and at the run's end."""
-  if steps := saved_steps(workdir):
+  if steps := checkpoint_steps(files.join(workdir, 'checkpoints')):
     write_json(files.join(workdir, SAVED), {'newest_step': steps[-1]})
 
 
