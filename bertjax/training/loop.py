@@ -372,8 +372,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)
   state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
                                                                       rules, mngr)
-  if resumed:  # A run saved before the record existed is told from one that saved none.
-    run_files.note_saved(workdir)
   start_step, total_steps = int(state.step), config.num_train_steps
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
@@ -389,6 +387,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                           ranking.best_of(config, start_step, history, metric, mode, keep_best))
   if resumed:
     resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
+    run_files.note_saved(workdir)  # A run saved before the record existed, once it trains on.
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
     run_files.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir, start_step)
