@@ -164,6 +164,7 @@ def test_init_from_step_messages_name_the_config_field_and_an_unreadable_best(
       f'step=best: checkpoint {copy}/checkpoints/{STEPS} is left out of the ranking: ')], said
   # A run before its first save (a live one still compiling): said so, not "another kind".
   shutil.rmtree(copy / 'checkpoints')
+  (copy / 'checkpoints_saved.json').unlink()  # Its record of a finished save: none yet.
   for step in ('best', '9'):
     config.init_from_step = step
     with pytest.raises(FileNotFoundError, match=re.escape(
