@@ -28,10 +28,13 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
   folder = os.path.dirname(output)
   files.makedirs(folder)
   lock_path = os.path.join(folder, f'.{os.path.basename(output)}.lock')
+  opened = []  # The lock file this run opened, for an interrupt that comes at any point.
   with contextlib.ExitStack() as stack:
+    stack.enter_context(console.at_interrupt(lambda: _remove_if_free(lock_path, opened)))
     for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
       try:
         lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's
+        opened[:] = [lock]
       except OSError as e:  # A read-only folder, before any work: named, not the hidden file.
         raise ValueError(f'cannot write {output} ({e.strerror} in {folder}): pass another '
                          f'{flag}') from None
@@ -60,9 +63,20 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
                f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
     lock.flush()
     try:
-      with console.temporary(lock_path):  # Removed by an interrupt's exit too.
-        yield
+      yield
     finally:
       with contextlib.suppress(FileNotFoundError):
         os.remove(lock_path)  # local: the lock file, while it is held
       fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _remove_if_free(lock_path: str, opened: list):
+  """At an interrupt (which skips `finally`): removes the lock file unless another run holds it.
+  The signal may come between its creation and the lock: a file nobody holds is this run's."""
+  lock = opened[0] if opened else open(lock_path, 'a+', encoding='utf-8')  # local: flock's
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # Already held by this run's: granted.
+  except OSError:  # Another run's (or no flock here): kept.
+    return
+  if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
+    os.remove(lock_path)  # local: the lock file, held

@@ -95,3 +95,40 @@ def test_a_folder_the_lock_cannot_be_made_in_is_named_not_the_lock(tmp_path, mon
       '--output_file')):
     with output_lock.held(str(tmp_path / 'vocab.txt'), 'learn_vocab', 'writing it'):
       pass
+
+
+INTERRUPTED_AT = """
+import fcntl, sys
+from bertjax import console, output_lock
+point = sys.argv[2]
+def flock(lock, how):
+  if point == 'before the lock':
+    console.interrupted(lambda: 'interrupted', 143)
+  fcntl.flock(lock, how)
+output_lock.fcntl = type('F', (), {'flock': staticmethod(flock), 'LOCK_EX': fcntl.LOCK_EX,
+                                  'LOCK_NB': fcntl.LOCK_NB, 'LOCK_UN': fcntl.LOCK_UN})
+with output_lock.held(sys.argv[1], 'learn_vocab', 'writing it'):
+  if point == 'while held':
+    console.interrupted(lambda: 'interrupted', 143)
+"""
+
+
+@pytest.mark.parametrize('point', ['before the lock', 'while held'])
+def test_an_interrupt_at_any_point_leaves_no_lock_file(tmp_path, point):
+  """A SIGTERM that came after the lock file was made but before it was locked left it behind
+  (CI, learn_vocab_hostile_test): the next run found a stranger's lock file in the folder."""
+  result = subprocess.run([sys.executable, '-c', INTERRUPTED_AT, str(tmp_path / 'vocab.txt'),
+                           point], capture_output=True, text=True, check=False)
+  assert result.returncode == 143, result.stderr
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_keeps_the_lock_file_of_another_run_holding_it(tmp_path):
+  """The interrupted run's cleanup removes only a lock file nobody else holds."""
+  output = str(tmp_path / 'vocab.txt')
+  with output_lock.held(output, 'learn_vocab', 'writing it'):
+    result = subprocess.run([sys.executable, '-c', INTERRUPTED_AT, output, 'before the lock'],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 143, result.stderr
+    assert (tmp_path / '.vocab.txt.lock').read_text().startswith('pid ')
+  assert list(tmp_path.iterdir()) == []
