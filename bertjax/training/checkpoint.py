@@ -302,6 +302,8 @@ def check_tree(path):
     return  # Not OCDBT, or no manifest at all: orbax's own reading decides.
   remote = files.is_remote(path)
   base = path.rstrip('/') + '/' if remote else f'file://{os.path.abspath(path)}/'
+  if not remote:  # A host's folder missing reads as a truncated chunk: named first.
+    checkpoint_damage.check_files_named(path)
   try:
     store = ts.KvStore.open({'driver': 'ocdbt', 'base': base}).result()
     keys = store.list().result()

@@ -8,9 +8,14 @@ bug: the run stops with the checkpoints left where they are).
 """
 
 import json
+import posixpath
+import urllib.parse
 
 import jax
 import jax.numpy as jnp
+import tensorstore as ts
+
+from bertjax import files
 
 # Messages of errors that mean damaged bytes (tensorstore's status codes among them), as
 # opposed to errors of the reader (permissions, memory, a wrong path).
@@ -75,3 +80,45 @@ def check_restored(step: int, state, meta):
     if bad:
       raise DamagedCheckpointError(f'{len(bad)} array(s) differ from what was saved (digest), '
                                    f'e.g. {bad[0]}')
+
+
+def check_files_named(state: str):
+  """Refuses a state whose OCDBT tree names files that are not there: above all a host's
+  folder (ocdbt.process_<i>, what each process of a multi-host save writes, on its own disk
+  where the run saved to one). tensorstore reads a missing file as empty, so orbax's read of
+  it failed as 'Truncated Zstd-compressed stream', with tracebacks after. `state`: a local
+  path, absolute (in a bucket each node read would be a request, and every host's part lands in
+  the one bucket)."""
+  base = f'file://{state}/'
+  named = set()
+  try:
+    store = ts.KvStore.open(base).result()
+    versions = ts.ocdbt.dump(store).result().get('versions') or []
+    nodes = [versions[-1]['root']['location']] if versions else []
+    while nodes:  # A node that cannot be read ends the walk: what it named so far is checked.
+      for entry in ts.ocdbt.dump(store, nodes.pop()).result().get('entries', []):
+        if 'location' in entry:  # An interior node's child.
+          nodes.append(entry['location'])
+        if 'location' in entry or 'indirect_value' in entry:
+          # kind:base path:relative path:offset:length, the paths percent-encoded.
+          _, folder, name = (entry.get('location') or entry['indirect_value']).split(':')[:3]
+          named.add(urllib.parse.unquote(folder + name))
+  except (ValueError, AttributeError, KeyError, IndexError, TypeError):
+    pass  # An older tensorstore, another layout: orbax's reading judges what is not named.
+  listed = {}
+  for folder in {posixpath.dirname(f) for f in named}:
+    try:
+      listed[folder] = set(files.listdir(files.join(state, folder)))
+    except (FileNotFoundError, NotADirectoryError):
+      listed[folder] = set()
+  missing = sorted(f for f in named if posixpath.basename(f) not in listed[posixpath.dirname(f)])
+  hosts = sorted({f.split('/')[0] for f in missing if f.startswith('ocdbt.process_')
+                  and not files.isdir(files.join(state, f.split('/')[0]))})
+  if hosts:
+    raise DamagedCheckpointError(
+        f'state/{", state/".join(hosts)} is missing: the checkpoint is incomplete (process '
+        f'{", ".join(h[len("ocdbt.process_"):] for h in hosts)}\'s part of a multi-host save; '
+        'left on that host\'s own disk?)')
+  if missing:
+    raise DamagedCheckpointError(
+        f'{len(missing)} data file(s) its tree names are missing, e.g. state/{missing[0]}')

@@ -21,15 +21,12 @@ import dataclasses
 import json
 import numbers
 import os
-import posixpath
 import re
-import urllib.parse
 
 from absl import logging
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import tensorstore as ts
 
 from bertjax import files
 from bertjax import paths
@@ -164,51 +161,6 @@ def _check_state_files(state: str):
     if files.exists(files.join(folder, 'manifest.ocdbt')) and not (
         files.isdir(data) and files.listdir(data)):
       raise checkpoint_damage.DamagedCheckpointError(f'{data} (its data files) is missing')
-  _check_files_named(state)
-
-
-def _check_files_named(state: str):
-  """Refuses a state whose OCDBT tree names files that are not there: above all a host's
-  folder (ocdbt.process_<i>, what each process of a multi-host save writes, on its own disk
-  where the run saved to one). tensorstore reads a missing file as empty, so orbax's read of
-  it failed as 'Truncated Zstd-compressed stream', with tracebacks after. Local only: in a
-  bucket each node read is a request, and every host's part lands in the one bucket."""
-  if files.is_remote(state):
-    return
-  path = checkpoint.orbax_path(state)
-  base = path.rstrip('/') + '/' if files.is_remote(path) else f'file://{path}/'
-  named = set()
-  try:
-    store = ts.KvStore.open(base).result()
-    versions = ts.ocdbt.dump(store).result().get('versions') or []
-    nodes = [versions[-1]['root']['location']] if versions else []
-    while nodes:  # A node that cannot be read ends the walk: what it named so far is checked.
-      for entry in ts.ocdbt.dump(store, nodes.pop()).result().get('entries', []):
-        if 'location' in entry:  # An interior node's child.
-          nodes.append(entry['location'])
-        if 'location' in entry or 'indirect_value' in entry:
-          # kind:base path:relative path:offset:length, the paths percent-encoded.
-          _, folder, name = (entry.get('location') or entry['indirect_value']).split(':')[:3]
-          named.add(urllib.parse.unquote(folder + name))
-  except (ValueError, AttributeError, KeyError, IndexError, TypeError):
-    pass  # An older tensorstore, another layout: orbax's reading judges what is not named.
-  listed = {}
-  for folder in {posixpath.dirname(f) for f in named}:
-    try:
-      listed[folder] = set(files.listdir(files.join(state, folder)))
-    except (FileNotFoundError, NotADirectoryError):
-      listed[folder] = set()
-  missing = sorted(f for f in named if posixpath.basename(f) not in listed[posixpath.dirname(f)])
-  hosts = sorted({f.split('/')[0] for f in missing if f.startswith('ocdbt.process_')
-                  and not files.isdir(files.join(state, f.split('/')[0]))})
-  if hosts:
-    raise checkpoint_damage.DamagedCheckpointError(
-        f'state/{", state/".join(hosts)} is missing: the checkpoint is incomplete (process '
-        f'{", ".join(h[len("ocdbt.process_"):] for h in hosts)}\'s part of a multi-host save; '
-        'left on that host\'s own disk?)')
-  if missing:
-    raise checkpoint_damage.DamagedCheckpointError(
-        f'{len(missing)} data file(s) its tree names are missing, e.g. state/{missing[0]}')
 
 
 def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:

@@ -8,10 +8,12 @@ import subprocess
 import sys
 
 import flax
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+import log_records
 import saved_model_test
 import sentence_transformers as st_library
 
@@ -113,6 +115,25 @@ def test_a_step_missing_a_hosts_folder_is_refused_by_name(tmp_path, caplog):
                        text=True, timeout=120, check=False)
   assert 'state/ocdbt.process_0 is missing' in run.stdout, run.stderr[-2000:]
   assert 'Traceback' not in run.stderr and 'Event loop is closed' not in run.stderr
+
+
+def test_a_resume_of_a_step_missing_a_hosts_folder_names_it(tmp_path, monkeypatch):
+  """The run's own resume of such a step fell back warning 'Truncated Zstd-compressed stream'."""
+  directory = save_steps(tmp_path)
+  shutil.rmtree(directory / '2' / 'state' / 'ocdbt.process_0')
+  warned = log_records.recorded_warnings(monkeypatch, checkpoint)
+  config = ml_collections.ConfigDict(
+      {'checkpoint': {'keep': 5, 'keep_best': 0, 'every_steps': 1}})
+  mngr = checkpoint.manager(tmp_path, config, best_metric='acc')
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  abstract = State({'dense': {'kernel': jax.ShapeDtypeStruct((64, 32), jnp.float32,
+                                                             sharding=sharding)}},
+                   jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding))
+  state, meta = checkpoint.restore_latest(mngr, abstract)
+  mngr.close()
+  assert meta['step'] == 1 and int(state.step) == 1
+  assert any('step 2' in w and 'state/ocdbt.process_0 is missing: the checkpoint is incomplete'
+             in w and 'Truncated' not in w for w in warned), warned
 
 
 def test_a_closed_event_loop_reported_as_unraisable_is_held(monkeypatch):
