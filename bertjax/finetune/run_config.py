@@ -262,8 +262,8 @@ def _to_match(field: str, value, cfg) -> str:
     return f'pass task={value} in --config=configs/finetune.py:task={value}'
   flag = f'--config.{field}={shlex.quote(str(value))}'
   if field == 'data.max_seq_length':  # The argument string's seq= sets it (and bbc's stride).
-    return (f'pass {flag} (or seq={value} in --config=configs/finetune.py:task={cfg.get("task")}'
-            f',seq={value})')
+    return (f'pass {flag} (or add seq={value} to the argument string of '
+            '--config=configs/finetune.py:...)')  # Its other arguments unknown here: kept.
   return f'pass {flag}'
 
 

@@ -133,9 +133,9 @@ def test_a_setting_the_run_was_trained_with_is_named_with_what_to_pass():
     run_config.check_against_run(config, run, '/runs/r')
   assert str(e.value) == (
       '/runs/r was fine-tuned with other settings: data.max_seq_length 64 (the run) vs 128: pass '
-      '--config.data.max_seq_length=64 (or seq=64 in --config=configs/finetune.py:'
-      'task=classification,seq=64). Match the run (/runs/r/config.json) to resume, evaluate or '
-      'predict with it as trained, or use another --workdir.')
+      '--config.data.max_seq_length=64 (or add seq=64 to the argument string of '
+      '--config=configs/finetune.py:...). Match the run (/runs/r/config.json) to resume, evaluate '
+      'or predict with it as trained, or use another --workdir.')
   config.data.max_seq_length = 64  # As said: evaluates.
   run_config.check_against_run(config, run, '/runs/r')
   config.data.text_fields, config.data.do_lower_case = 'a,b', False
