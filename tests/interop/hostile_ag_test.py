@@ -10,10 +10,10 @@ import sys
 import flax
 import jax
 import jax.numpy as jnp
+import log_records
 import ml_collections
 import numpy as np
 import pytest
-import log_records
 import saved_model_test
 import sentence_transformers as st_library
 
