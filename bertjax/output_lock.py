@@ -10,6 +10,7 @@ buckets (training/workdir_lock.py).
 import contextlib
 import fcntl
 import os
+import pwd
 import socket
 import time
 
@@ -35,6 +36,14 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
       try:
         lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's
         opened[:] = [lock]
+      except PermissionError as e:
+        if os.path.exists(lock_path) and os.access(folder, os.W_OK):  # local: the lock file
+          raise ValueError(
+              f'cannot take {lock_path}, the lock of {output}: it is {_owner(lock_path)}\'s '
+              f'({e.strerror}): if no run of theirs is writing there now, remove it (or have it '
+              f'removed), or pass another {flag}') from None
+        raise ValueError(f'cannot write {output} ({e.strerror} in {folder}): pass another '
+                         f'{flag}') from None
       except OSError as e:  # A read-only folder, before any work: named, not the hidden file.
         raise ValueError(f'cannot write {output} ({e.strerror} in {folder}): pass another '
                          f'{flag}') from None
@@ -80,3 +89,12 @@ def _remove_if_free(lock_path: str, opened: list):
     return
   if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
     os.remove(lock_path)  # local: the lock file, held
+
+
+def _owner(path: str) -> str:
+  """The user name owning `path` (its uid where the name is unknown)."""
+  uid = os.stat(path).st_uid  # local: the lock file
+  try:
+    return pwd.getpwuid(uid).pw_name
+  except KeyError:
+    return f'uid {uid}'

@@ -5,6 +5,8 @@ found before anything of this run is put in place."""
 
 import errno
 import json
+import os
+import pwd
 import re
 import subprocess
 import sys
@@ -93,6 +95,22 @@ def test_a_folder_the_lock_cannot_be_made_in_is_named_not_the_lock(tmp_path, mon
   with pytest.raises(ValueError, match=re.escape(
       f'cannot write {tmp_path}/vocab.txt (Read-only file system in {tmp_path}): pass another '
       '--output_file')):
+    with output_lock.held(str(tmp_path / 'vocab.txt'), 'learn_vocab', 'writing it'):
+      pass
+
+
+def test_another_users_lock_file_is_named_not_the_folders_permission(tmp_path, monkeypatch):
+  """A lock file left by another user's run read as the folder's permission: 'cannot write X
+  (Permission denied in DIR)', though DIR is writable (root opens any file: the open is made to
+  fail as it does for another user)."""
+  (tmp_path / '.vocab.txt.lock').write_text('')
+  def not_ours(*args, **kwargs):
+    raise PermissionError(errno.EACCES, 'Permission denied', args[0])
+  monkeypatch.setattr(output_lock, 'open', not_ours, raising=False)
+  with pytest.raises(ValueError, match=re.escape(
+      f'cannot take {tmp_path}/.vocab.txt.lock, the lock of {tmp_path}/vocab.txt: it is '
+      f"{pwd.getpwuid(os.getuid()).pw_name}'s (Permission denied): if no run of theirs is "
+      'writing there now, remove it (or have it removed), or pass another --output_file')):
     with output_lock.held(str(tmp_path / 'vocab.txt'), 'learn_vocab', 'writing it'):
       pass
 
