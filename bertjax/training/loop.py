@@ -143,12 +143,15 @@ def _compile_together(step_fn, state, batch):
                                   timeout_ms=FIRST_STEP_BARRIER_S * 1000)
 
 
-def _write_config(config, workdir, writer, resumed_at: int | None):
+def _write_config(config, workdir, writer, resumed_at: int | None, mesh):
   """TensorBoard hparams and config.json; a resumed run keeps the first config.json and
-  records its own next to it. Written only once the config is known to fit the checkpoints."""
+  records its own next to it. Written only once the config is known to fit the checkpoints.
+  The hparams hold the mesh's sizes (config.json what was asked: -1, all devices left)."""
   if jax.process_index() == 0:
-    writer.write_hparams({k: v for k, v in flax.traverse_util.flatten_dict(
-        config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))})
+    hparams = {k: v for k, v in flax.traverse_util.flatten_dict(
+        config.to_dict(), sep='.').items() if isinstance(v, (int, float, str, bool))}
+    writer.write_hparams({**hparams, **{f'mesh.{axis}': int(size)
+                                        for axis, size in mesh.shape.items()}})
     name = 'config.json' if resumed_at is None else f'config-resumed-at-{resumed_at}.json'
     run_files.write_json(files.join(workdir, name), json.loads(config.to_json()))
 
@@ -391,7 +394,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
     run_files.keep_run_vocab(workdir, job.vocab_file)
   writer = _metric_writer(workdir, start_step)
-  _write_config(config, workdir, writer, start_step if resumed else None)
+  _write_config(config, workdir, writer, start_step if resumed else None, mesh)
 
   batches = job.batches(start_step, examples_consumed)
   batch_shardings = sharding.batch_sharding(mesh, rules)

@@ -1,17 +1,21 @@
 """The TensorFlow-free event writer: TensorBoard and TensorFlow read back what it wrote."""
 
 import errno
+import json
 import os
 import subprocess
 import sys
 from unittest import mock
 
+import ml_collections
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from bertjax.training import event_writer
+from bertjax.training import loop
+from bertjax.training import sharding
 from bertjax.training import summaries
 
 
@@ -118,3 +122,22 @@ def test_a_resumed_run_shows_each_step_once_with_its_own_values(tmp_path, resume
   assert [(e.step, e.value) for e in events.Scalars('train/loss')] == want
   assert '_hparams_/session_start_info' in events.PluginTagToContent('hparams')  # At step 0.
   assert sorted(summaries.read_scalars(str(tmp_path))['train/loss'].items()) == want
+
+
+def test_the_hparams_hold_the_mesh_used_and_config_json_the_one_asked(tmp_path):
+  """mesh.data=-1 (all devices left) was all TensorBoard showed of the mesh: runs on 8 and on
+  64 devices looked alike."""
+  config = ml_collections.ConfigDict(
+      {'mesh': {'data': -1, 'fsdp': 2, 'tensor': 1}, 'learning_rate': 1e-4})
+  mesh = sharding.make_mesh(config.mesh)
+  writer = event_writer.EventWriter(str(tmp_path))
+  loop._write_config(config, str(tmp_path), writer, None, mesh)  # pylint: disable=protected-access
+  writer.close()
+  events = event_accumulator.EventAccumulator(writer.path)
+  events.Reload()
+  session = plugin_data_pb2.HParamsPluginData.FromString(
+      events.PluginTagToContent('hparams')['_hparams_/session_start_info']).session_start_info
+  assert {k: session.hparams[k].number_value for k in ('mesh.data', 'mesh.fsdp', 'mesh.tensor',
+                                                       'learning_rate')} == {
+      'mesh.data': 4, 'mesh.fsdp': 2, 'mesh.tensor': 1, 'learning_rate': 1e-4}
+  assert json.loads((tmp_path / 'config.json').read_text())['mesh']['data'] == -1
