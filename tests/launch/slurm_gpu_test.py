@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 
 
-def run_script(tmp_path, *args, srun_exit=0, job_state='RUNNING'):
+def run_script(tmp_path, *args, srun_exit=0, job_state='RUNNING', **environ):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
   (bin_dir / 'srun').write_text(
@@ -31,7 +31,10 @@ def run_script(tmp_path, *args, srun_exit=0, job_state='RUNNING'):
              FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
              SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8',
              SLURM_JOB_ID='4242', SLURM_CPUS_PER_TASK='16', FAKE_STATE=job_state)
+  env.update(environ)
   env.pop('JAX_LOCAL_DEVICE_IDS', None)
+  if not env['SLURM_SUBMIT_DIR']:
+    del env['SLURM_SUBMIT_DIR']
   result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
                           text=True, timeout=60)
   log = tmp_path / 'srun.txt'
@@ -64,10 +67,23 @@ def test_no_workdir_prints_the_usage(tmp_path):
      'the first argument is the WORKDIR, got the flag'),
     (('/shared/runs/base', '--config=configs/pretrain.py', '--workdir=/elsewhere'),
      'pass the workdir as the first argument, not --workdir=/elsewhere'),
+    (('/shared/runs/base', '--workdir', '/elsewhere'),  # Hostile pass AH: srun got both.
+     'pass the workdir as the first argument, not --workdir'),
+    (('/shared/runs/base', '-workdir=/elsewhere'),
+     'pass the workdir as the first argument, not -workdir=/elsewhere'),
 ])
 def test_a_forgotten_or_doubled_workdir_is_refused_before_srun(tmp_path, args, message):
   result, srun_args = run_script(tmp_path, *args)
   assert result.returncode == 2 and message in result.stderr and srun_args is None, result.stderr
+
+
+def test_the_script_run_without_sbatch_says_so(tmp_path):
+  """Run with bash: 'SLURM_SUBMIT_DIR: unbound variable'."""
+  result, srun_args = run_script(tmp_path, '/shared/runs/base', SLURM_SUBMIT_DIR='')
+  assert result.returncode == 2 and srun_args is None
+  assert result.stderr.strip() == (
+      'slurm_gpu.sbatch: submit it with sbatch (SLURM_SUBMIT_DIR is unset): sbatch [--nodes=N] '
+      'launch/slurm_gpu.sbatch WORKDIR [bertjax.main flags]')
 
 
 def test_the_batch_directives_ask_for_one_task_per_node_and_requeue():
@@ -87,7 +103,7 @@ def test_a_run_that_saved_and_stopped_is_requeued_and_no_other(tmp_path, srun_ex
   scontrol = tmp_path / 'srun.txt.scontrol'
   if requeued:
     assert scontrol.read_text().split() == ['requeue', '4242']
-    assert 'requeueing job 4242 to resume from its last checkpoint' in result.stdout
+    assert 'requeueing job 4242 to resume from its last checkpoint (restart 1)' in result.stdout
   else:
     assert not scontrol.exists()
 
