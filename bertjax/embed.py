@@ -113,6 +113,7 @@ class Embedder:
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
     self.not_computed = ''  # What SentenceTransformer runs after pooling that bertjax does not.
+    self.step = None  # The checkpoint step of a bertjax run (None: another format).
     # The one inference path (inference.forward), its pooled output.
     self._pooled = inference.forward(
         inference.model_config(model_config, {'bert': params}), 'pooled',
@@ -155,6 +156,7 @@ class Embedder:
                    source=model.source or source)
     # What SentenceTransformer runs that these vectors lack (a Dense): said by the job's summary.
     embedder.not_computed = model.not_computed
+    embedder.step = model.step  # A bertjax run's step read: said by the job's summary.
     return embedder
 
   @property
@@ -275,6 +277,7 @@ def run(config, workdir):
       outputs.append(('similarities', f'not written (over {MATRIX_ROWS} sentences)'))
   console.summary('embed', time.perf_counter() - start,
                   metrics=[('sentences', n), ('dimension', _dimension(embedder))]
+                  + ([('step', embedder.step)] if embedder.step is not None else [])
                   + ([('cut', f'{cut} (longer than {embedder.max_seq_length} tokens)')]
                      if cut else []),
                   outputs=outputs)

@@ -39,9 +39,11 @@ def test_a_run_embeds_at_the_step_asked_for(fine_tuned_sst2):
   np.testing.assert_array_equal(
       embed.Embedder.from_pretrained(workdir / 'checkpoints' / str(steps[-1])).encode(SENTENCES),
       newest)
+  assert embed.Embedder.from_pretrained(workdir).step == steps[-1]  # Said by the job's summary.
   if len(steps) > 1:  # An older step is other weights: other vectors.
-    older = embed.Embedder.from_pretrained(workdir, step=steps[0]).encode(SENTENCES)
-    assert np.abs(older - newest).max() > 1e-4
+    older = embed.Embedder.from_pretrained(workdir, step=steps[0])
+    assert older.step == steps[0]
+    assert np.abs(older.encode(SENTENCES) - newest).max() > 1e-4
   with pytest.raises(FileNotFoundError, match='has no checkpoint step 999999; its steps'):
     embed.Embedder.from_pretrained(workdir, step=999999)
 

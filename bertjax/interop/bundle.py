@@ -113,6 +113,7 @@ class Bundle:
   pooling: str = 'cls'  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'.
   max_seq_length: int = 128  # What the model was fine-tuned with (serving's padded length).
   source: str = ''  # Where it came from, for messages.
+  step: int | None = None  # A bertjax run's checkpoint step read (None: another format).
   # What a sentence-transformers model does after the encoder, read from the source's own files
   # (modules.json, config_sentence_transformers.json): its embeddings L2-normalised, the prompts
   # prepended by name (encode(prompt_name='query')), the similarity function. `embedding` says

@@ -3,6 +3,7 @@
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -194,11 +195,14 @@ def test_a_large_batch_size_pads_only_to_what_the_inputs_need(run, monkeypatch):
   assert [s[0] for s in shapes] == [2]
 
 
-def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path):
+def test_embed_names_what_it_reads_and_where_it_writes(run, tmp_path, capsys):
   workdir, _ = run
   config = embed_config.get_config(f'init_from={workdir}')
   before = sorted(p.relative_to(workdir) for p in workdir.rglob('*'))
   vectors = embed.run(config, str(tmp_path / 'out'))  # The run itself: no export first.
+  step = max(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  last = capsys.readouterr().out.splitlines()[-1]
+  assert re.search(rf'^embed finished in .*, dimension \d+, step {step}; embeddings ', last), last
   np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1, rtol=1e-5)
   np.testing.assert_array_equal(np.load(tmp_path / 'out' / 'embeddings.npy'), vectors)
   assert sorted(p.relative_to(workdir) for p in workdir.rglob('*')) == before  # Read only.
