@@ -28,6 +28,9 @@ _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a health
 # that a scheduler (a JobSet, SLURM, a wrapper) restarts it rather than taking it for done
 # (EX_TEMPFAIL: try again). The launchers exit with it too when their restarts run out.
 PREEMPTED_EXIT = 75
+# The exit status of an error a restart may cure (EX_UNAVAILABLE): storage that could not be
+# reached, jax.distributed's peers not started in time. Any other error exits 1 (it would repeat).
+UNAVAILABLE_EXIT = 69
 _PREEMPTED = threading.Event()
 
 
@@ -314,15 +317,15 @@ def interrupted(message, code: int = 130):
   os._exit(code)  # pylint: disable=protected-access
 
 
-def fail(message: str):
-  """Ends a command with its error as the last line, exit status 1. What libraries print while
+def fail(message: str, code: int = 1):
+  """Ends a command with its error as the last line, exit status `code`. What libraries print while
   the process ends is dropped (at --verbosity=1 kept): an unreadable checkpoint leaves
   tensorstore's background reads failing into a closed event loop, a traceback each."""
   print(message, file=sys.stderr)
   sys.stderr.flush()
   if logging.get_verbosity() < logging.DEBUG:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-  sys.exit(1)
+  sys.exit(code)
 
 
 def nothing_written(what: str):

@@ -126,7 +126,7 @@ def initialize_distributed():
     if not started.wait(timeout):
       sys.stderr.flush()
       os.write(2, f'error: {problem}\n'.encode())
-      os._exit(1)  # pylint: disable=protected-access
+      os._exit(console.UNAVAILABLE_EXIT)  # pylint: disable=protected-access
 
   threading.Thread(target=watchdog, name='distributed-watchdog', daemon=True).start()
   try:
@@ -237,7 +237,9 @@ def main(argv):
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     sys.stderr.flush()
-    console.fail(f'error: {message or e}\n(--verbosity=1 shows where it was raised)')
+    console.fail(f'error: {message or e}\n(--verbosity=1 shows where it was raised)',
+                 console.UNAVAILABLE_EXIT if isinstance(e, (ConnectionError, DistributedStartError))
+                 else 1)  # A restart may cure those; the others would repeat.
 
 
 # What to do when the disk refuses a write (the run's config, its lock, its logs, the workdir

@@ -16,17 +16,27 @@ as is a --workdir after -- that differs from --workdir). jax.distributed finds
 its peers from what GKE sets on TPU pods (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID); with
 --num_slices > 1 the manifest adds the MEGASCALE_* variables that join the slices over the data
 center network, and bertjax's mesh puts the `data` axis across slices (fsdp and tensor stay
-inside one). When a pod fails or a spot node is reclaimed, JobSet re-creates all the Jobs (up to
---max_restarts) and the run resumes from its last checkpoint in the bucket.
+inside one). When a pod is preempted or evicted (a spot node reclaimed, a drain) or exits 75 (it
+saved on a SIGTERM), JobSet re-creates all the Jobs (up to --max_restarts) and the run resumes
+from its last checkpoint in the bucket. A run that fails (bertjax.main's exit 1: a usage or config
+error, a stale image's configs/, a mesh the slices do not fill, or an uncaught error) fails the
+JobSet at once, as tpu_pod ends such a run: it would fail the same way on every restart, each
+after waiting for capacity again (podFailurePolicy FailJob, JobSet failurePolicy FailJobSet).
+An error a restart may cure exits 69 and is restarted: storage that could not be reached, or a
+slice whose pods waited for capacity past bertjax.main's --distributed_timeout_s (300 s) while
+the others started (with scarce capacity, pass a longer one after --).
 
-With --apply (needs kubectl pointed at the cluster): `kubectl apply`, slice 0 worker 0's log
+With --apply (needs kubectl pointed at the cluster): a JobSet of that name refused (one left by
+--keep, or still running: never replaced nor deleted), `kubectl create`, slice 0 worker 0's log
 streamed (again after each restart, however long pods wait for capacity) until the JobSet has a
 terminal state, the JobSet deleted then (--keep leaves it; so does Ctrl-C, which prints the
 kubectl delete). --dry_run prints every command and runs none. Tests:
 tests/launch/gke_jobset_test.py (a fake kubectl).
 """
 
+import copy
 import pathlib
+import re
 import shlex
 import sys
 import time
@@ -42,23 +52,32 @@ from launch import cloud
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).
 ACCELERATORS = {'v4': 'tpu-v4-podslice', 'v5litepod': 'tpu-v5-lite-podslice',
                 'v5p': 'tpu-v5p-slice', 'v6e': 'tpu-v6e-slice'}
-JOB = 'slice'  # The replicated job's name: pods are <name>-slice-<slice>-<host>.
+JOB = 'slice'  # The replicated job's name: pods are <name>-slice-<slice>-<host>-<5 random>.
 COMPLETED, FAILED = 'Completed', 'Failed'  # The JobSet's status.terminalState.
+CONTAINER = 'bertjax'
+# bertjax.main's exit status after an error: a usage or flag error (absl), a config it refuses
+# (config_check, configs_check's stale image), any error it says (console.fail) or does not
+# catch. A restart would fail the same way. Preemption exits 75 (console.PREEMPTED_EXIT), an
+# error a restart may cure 69 (console.UNAVAILABLE_EXIT: storage unreachable, peers not started).
+ERROR_EXIT = 1
+LABEL_MAX = 63  # A DNS-1035 label: a pod's name, and the hostname JobSet gives it.
 
 FLAGS = flags.FLAGS
 
 
 def _define_flags():
   """Flags exist only when this module is the program (tests import the functions)."""
-  flags.DEFINE_string('name', None, 'JobSet name (lowercase letters, digits, -).')
+  flags.DEFINE_string('name', None, 'JobSet name: lowercase letters, digits and -, starting '
+                      'with a letter.')
   flags.DEFINE_string('accelerator_type', None, 'Per slice, e.g. v5litepod-16, v6e-8.')
   flags.DEFINE_integer('num_slices', 1, 'Slices joined over DCN (multi-slice).', lower_bound=1)
   flags.DEFINE_string('image', None, 'Container image with bertjax (launch/Dockerfile).')
   flags.DEFINE_string('workdir', None, 'Run directory in a bucket: gs://...')
   flags.DEFINE_bool('spot', False, 'Schedule on spot node pools (the run resumes).')
-  flags.DEFINE_integer('max_restarts', 10, 'JobSet restarts (preemptions).', lower_bound=0)
+  flags.DEFINE_integer('max_restarts', 10, 'JobSet restarts (preemptions, evictions).',
+                       lower_bound=0)
   flags.DEFINE_string('output', '', 'Manifest path (default <name>.jobset.yaml).')
-  flags.DEFINE_bool('apply', False, 'kubectl apply it, stream the log, delete at end.')
+  flags.DEFINE_bool('apply', False, 'kubectl create it, stream the log, delete at end.')
   flags.DEFINE_bool('keep', False, 'With --apply: leave the JobSet at the end.')
   flags.DEFINE_float('poll_seconds', 30.0, 'With --apply: seconds between looks at a JobSet '
                      'that has not ended.', lower_bound=0.0)
@@ -75,17 +94,34 @@ def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir
   if accelerator_type not in cloud.SLICES:
     raise ValueError(f'unknown accelerator type {accelerator_type!r}; known: '
                      f'{", ".join(cloud.SLICES)}')
-  if not name or not all(c.islower() or c.isdigit() or c == '-' for c in name):
-    raise ValueError(f'--name={name!r}: a JobSet name is lowercase letters, digits and -')
   if num_slices < 1:
     raise ValueError(f'--num_slices={num_slices}: at least 1')
+  check_name(name, accelerator_type, num_slices)
   if not image:
     raise ValueError('--image is required: an image with bertjax installed, built by '
                      '`docker build -f launch/Dockerfile -t IMAGE .` and pushed')
+  if any(c.isspace() for c in image):
+    raise ValueError(f'--image={image!r} holds a space: pass the image as pushed, '
+                     'REGISTRY/PATH:TAG, e.g. us-docker.pkg.dev/PROJECT/bertjax/bertjax:v1')
   if not workdir.startswith('gs://'):
     raise ValueError(f'--workdir={workdir!r}: pods share no local disk and lose it on a '
                      'restart; use a bucket, --workdir=gs://BUCKET/runs/NAME')
   cloud.check_bucket_path(workdir)
+
+
+def check_name(name: str, accelerator_type: str, num_slices: int):
+  """A DNS-1035 label short enough for the pods' names, NAME-slice-S-H-xxxxx (JobSet's webhook
+  checks the longest, the last slice's last host, against LABEL_MAX)."""
+  if not re.fullmatch(r'[a-z]([-a-z0-9]*[a-z0-9])?', name or ''):
+    raise ValueError(f'--name={name!r}: a JobSet name is lowercase letters a-z, digits and -, '
+                     'starting with a letter and ending with a letter or digit: pass e.g. '
+                     '--name=bert-large')
+  hosts = cloud.SLICES[accelerator_type][0]
+  limit = LABEL_MAX - len(f'-{JOB}-{num_slices - 1}-{hosts - 1}-xxxxx')
+  if len(name) > limit:
+    raise ValueError(f'--name={name!r} has {len(name)} characters; {num_slices} x '
+                     f'{accelerator_type} allows {limit} (its pods are named '
+                     f'NAME-{JOB}-S-H-xxxxx, at most {LABEL_MAX}): pass a shorter --name')
 
 
 def image_job(main_args) -> list[str]:
@@ -123,6 +159,20 @@ def environment(num_slices: int) -> list[dict]:
   ]
 
 
+# A pod's failure, in order: preempted or evicted (DisruptionTarget: a spot node reclaimed, a
+# drain; whatever its exit status), counted: backoffLimit 0 fails its Job, which JobSet restarts.
+# bertjax.main's error (ERROR_EXIT) fails its Job with reason PodFailurePolicy, which fails the
+# JobSet at once (RULES). Any other status (75: saved on a SIGTERM; 69: storage or peers not
+# reachable; a signal's) is counted too.
+POD_FAILURE_POLICY = {'rules': [
+    {'action': 'Count', 'onPodConditions': [{'type': 'DisruptionTarget', 'status': 'True'}]},
+    {'action': 'FailJob', 'onExitCodes': {'containerName': CONTAINER, 'operator': 'In',
+                                          'values': [ERROR_EXIT]}},
+]}
+RULES = [{'name': 'runErrorFailsJobSet', 'action': 'FailJobSet',
+          'onJobFailureReasons': ['PodFailurePolicy']}]
+
+
 def manifest(name: str, accelerator_type: str, num_slices: int, image: str, workdir: str,
              main_args, *, spot: bool = False, max_restarts: int = 10) -> dict:
   """The JobSet, as a dict (yaml.safe_dump writes it)."""
@@ -143,7 +193,7 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
       'dnsPolicy': 'ClusterFirstWithHostNet',
       'nodeSelector': selector,
       'containers': [{
-          'name': 'bertjax',
+          'name': CONTAINER,
           'image': image,
           # Kubernetes expands $(NAME) in a command and reads $$ as $: each $ is doubled so
           # that the job gets its flags as given.
@@ -169,21 +219,27 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
           # One slice per node pool, and a slice's pods all in the same one (ICI).
           'alpha.jobset.sigs.k8s.io/exclusive-topology': 'cloud.google.com/gke-nodepool'}},
       'spec': {
-          # Any pod failing (a preempted spot node included) restarts every Job: the run
-          # resumes from its checkpoint. backoffLimit 0: no Job retries a lone pod.
-          'failurePolicy': {'maxRestarts': max_restarts},
+          # A pod preempted, evicted or stopped (exit 75) restarts every Job: the run resumes
+          # from its checkpoint. backoffLimit 0: no Job retries a lone pod. A run's error
+          # (POD_FAILURE_POLICY) ends the JobSet: a restart would fail the same way.
+          'failurePolicy': {'maxRestarts': max_restarts, 'rules': copy.deepcopy(RULES)},
           'replicatedJobs': [{'name': JOB, 'replicas': num_slices, 'template': {'spec': {
               'parallelism': hosts, 'completions': hosts, 'backoffLimit': 0,
+              # Needs the pods' restartPolicy Never.
+              'podFailurePolicy': copy.deepcopy(POD_FAILURE_POLICY),
               'template': {'spec': pod}}}}],
       },
   }
 
 
 def check_output(path: pathlib.Path):
-  """Refuses a --output that is a folder or a file other than a JobSet manifest (a user's file
-  is never replaced by a manifest)."""
+  """Refuses a --output that is a folder, in no folder, or a file other than a JobSet manifest
+  (a user's file is never replaced by a manifest)."""
   if path.is_dir():
     raise ValueError(f'--output={path} is a folder: name the manifest file to write.')
+  if not path.parent.is_dir():
+    raise ValueError(f'--output={path}: the folder {path.parent} does not exist: create it, or '
+                     'name a file in an existing folder.')
   if path.exists():
     try:
       kind = yaml.safe_load(path.read_text()).get('kind')
@@ -203,8 +259,16 @@ def _worker0(name: str) -> str:
           'batch.kubernetes.io/job-completion-index=0')
 
 
-def apply_command(path) -> list[str]:
-  return ['kubectl', 'apply', '-f', str(path)]
+def create_command(path) -> list[str]:
+  """`create`, not `apply`: a JobSet of that name that appeared since exists_command is refused
+  by kubectl, never changed."""
+  return ['kubectl', 'create', '-f', str(path)]
+
+
+def exists_command(name: str) -> list[str]:
+  """Prints the name of the JobSet `name` if there is one, nothing if not."""
+  return ['kubectl', 'get', 'jobset', name, '--ignore-not-found', '-o',
+          'jsonpath={.metadata.name}']
 
 
 def wait_command(name: str) -> list[str]:
@@ -226,10 +290,17 @@ def delete_command(name: str) -> list[str]:
 
 def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
                poll_s: float = 30.0) -> int:
-  """Applies the manifest and follows slice 0 worker 0 until the JobSet has a terminal state
-  (through JobSet's restarts, pods pending for capacity): 0 when it completed, 1 when it failed
-  (its restarts spent); deleted then unless `keep`. Ctrl-C leaves it running."""
-  run(apply_command(path))
+  """Creates the JobSet and follows slice 0 worker 0 until it has a terminal state (through
+  JobSet's restarts, pods pending for capacity): 0 when it completed, 1 when it failed (the run's
+  error, or its restarts spent); deleted then unless `keep`. Ctrl-C leaves it running. Raises
+  RuntimeError, deleting nothing, when one of that name exists (not this launch's to replace or
+  delete) or kubectl fails to create it."""
+  if run(exists_command(name), capture=True).stdout.strip() == name:
+    raise RuntimeError(f'a JobSet named {name} exists already (still running, or left by --keep): '
+                       f'follow it with {shlex.join(logs_command(name))}, or delete it with '
+                       f'{shlex.join(delete_command(name))} and run this again, or pass another '
+                       '--name')
+  run(create_command(path))
   try:
     while True:
       run(wait_command(name), check=False)
@@ -237,21 +308,44 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
       state = run(state_command(name), capture=True, check=False).stdout.strip()
       if state in (COMPLETED, FAILED):
         break
-      print(f'gke_jobset: {name} has not ended (its pods pending, or restarting after a failed '
-            'or preempted one: the run resumes from its last checkpoint)', flush=True)
+      print(f'gke_jobset: {name} has not ended (its pods pending, or restarting after a '
+            'preempted or evicted one: the run resumes from its last checkpoint)', flush=True)
       time.sleep(poll_s)
   except KeyboardInterrupt:
     print(f'gke_jobset: interrupted; {name} is left running: delete it with '
           f'{shlex.join(delete_command(name))}', file=sys.stderr, flush=True)
     return 130
-  print(f'gke_jobset: {name} {state.lower()}', flush=True)
+  print(f'gke_jobset: {name} completed' if state == COMPLETED else
+        f'gke_jobset: {name} failed: the run\'s error (the log above; not restarted, it would '
+        'fail the same way) or --max_restarts spent', flush=True)
   if not keep:
     run(delete_command(name), check=False)
   return 0 if state == COMPLETED else 1
 
 
+# What a missing flag's line asks for (--image: check() says how to build one).
+REQUIRED = {'name': "--name=NAME, the JobSet's (lowercase letters, digits and -)",
+            'accelerator_type': '--accelerator_type=TYPE, per slice (e.g. v5litepod-16)',
+            'workdir': '--workdir=gs://BUCKET/runs/NAME, where the run writes'}
+
+
+def check_usage(argv, words):
+  """Usage errors, each one line (console.usage_said): a required flag missing, a word before
+  -- that no flag takes (absl passes it on with the job's flags: bertjax.main would refuse it in
+  every pod). `words`: the command line (sys.argv[1:]), argv: absl's unparsed rest of it."""
+  console.check_flags(words)
+  for name, what in REQUIRED.items():
+    if FLAGS[name].value is None:
+      raise app.UsageError(f'--{name} is required: pass {what}')
+  job = words[words.index('--') + 1:] if '--' in words else []
+  if stray := argv[1:len(argv) - len(job)]:
+    raise app.UsageError(f'unexpected arguments {stray}: the launcher takes --flags only; '
+                         "bertjax.main's flags go after --")
+
+
 def main(argv):
-  console.check_flags(sys.argv[1:])  # The launcher's own flags (argv[1:] is the job's).
+  check_usage(argv, sys.argv[1:])
+  path = pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml')
   try:
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
@@ -260,25 +354,32 @@ def main(argv):
     cloud.check_for_slice(config, FLAGS.accelerator_type, FLAGS.num_slices)
     if warning := cloud.local_paths_warning('gke_jobset', config):
       print(warning, file=sys.stderr, flush=True)
-    check_output(pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
+    check_output(path)
+    write(spec, path)
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)
-  path = write(spec, pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml'))
+  except OSError as e:  # Not writable: permissions, a full disk, a name too long.
+    print(f'gke_jobset: error: --output={path} cannot be written ({e.strerror or e}): name a '
+          'file you can write', file=sys.stderr)
+    sys.exit(2)
   print(f'gke_jobset: wrote {path}', flush=True)
   if not (FLAGS.apply or FLAGS.dry_run):
-    print(f'apply it with: {shlex.join(apply_command(path))}')
+    print(f'create it with: {shlex.join(create_command(path))}')
     return
   try:
     code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run, dry_output=COMPLETED),
                       keep=FLAGS.keep, poll_s=FLAGS.poll_seconds)
-  except RuntimeError as e:  # kubectl apply failed (no cluster, no JobSet CRD): said by kubectl.
+  except RuntimeError as e:  # One of that name exists, or kubectl failed (said by kubectl).
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt:  # While checking for or creating the JobSet.
+    print(f'gke_jobset: interrupted; if this launch created {FLAGS.name}, delete it with '
+          f'{shlex.join(delete_command(FLAGS.name))}', file=sys.stderr)
+    sys.exit(130)
   sys.exit(code)
 
 
 if __name__ == '__main__':
   _define_flags()
-  flags.mark_flags_as_required(['name', 'accelerator_type', 'workdir'])
-  app.run(main)
+  app.run(console.usage_said(main, 'gke_jobset: error: '))

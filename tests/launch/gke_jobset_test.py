@@ -1,9 +1,11 @@
-"""The GKE JobSet manifest (single and multi-slice) and the kubectl command lines, against a
-fake kubectl that records its arguments."""
+"""The GKE JobSet manifest (single and multi-slice), its failure policies (a run's error ends
+it, a preemption restarts it), the names and images it refuses, and the kubectl command lines,
+against a fake kubectl that records its arguments."""
 
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from bertjax import config_args
+from bertjax import console
 from launch import gke_jobset
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -18,12 +21,15 @@ IMAGE = 'us-docker.pkg.dev/p/bertjax/bertjax:v1'
 MAIN_ARGS = ['--config=configs/pretrain.py:size=large,vocab=30522',
              '--config.data.train_files=gs://b/train-*']
 FAKE_KUBECTL = '''#!{python}
-"""Records its arguments; answers `get jobset` from a scripted list of terminal states."""
+"""Records its arguments; answers `get jobset` from a scripted list of terminal states, and
+`get jobset --ignore-not-found` with FAKE_EXISTING (the name of one there already, or nothing)."""
 import json, os, sys
 args = sys.argv[1:]
 with open(os.environ['FAKE_LOG'], 'a') as f:
   f.write(json.dumps(args) + '\\n')
-if args[:2] == ['get', 'jobset']:
+if args[:2] == ['get', 'jobset'] and '--ignore-not-found' in args:
+  print(os.environ['FAKE_EXISTING'], end='')
+elif args[:2] == ['get', 'jobset']:
   path = os.environ['FAKE_STATES']
   states = open(path).read().split(',')
   open(path, 'w').write(','.join(states[1:]))
@@ -48,7 +54,7 @@ def test_two_v5e_16_slices():
                              MAIN_ARGS, spot=True, max_restarts=5)
   assert spec['metadata']['annotations'] == {
       'alpha.jobset.sigs.k8s.io/exclusive-topology': 'cloud.google.com/gke-nodepool'}
-  assert spec['spec']['failurePolicy'] == {'maxRestarts': 5}
+  assert spec['spec']['failurePolicy']['maxRestarts'] == 5
   job = spec['spec']['replicatedJobs'][0]
   assert (job['name'], job['replicas']) == ('slice', 2)
   assert {k: job['template']['spec'][k] for k in ('parallelism', 'completions', 'backoffLimit')
@@ -90,9 +96,11 @@ def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
 @pytest.mark.parametrize('args,message', [
     (('bert', 'v5e-16', 1, IMAGE, 'gs://b/r'), "unknown accelerator type 'v5e-16'; known: .*"
                                                'v5litepod-16'),
-    (('Bert_1', 'v6e-8', 1, IMAGE, 'gs://b/r'), 'lowercase letters, digits and -'),
     (('bert', 'v6e-8', 0, IMAGE, 'gs://b/r'), 'at least 1'),
     (('bert', 'v6e-8', 1, '', 'gs://b/r'), '--image is required'),
+    (('bert', 'v6e-8', 1, 'img v1', 'gs://b/r'),
+     r"^--image='img v1' holds a space: pass the image as pushed, REGISTRY/PATH:TAG"),
+    (('bert', 'v6e-8', 1, 'img\tv1', 'gs://b/r'), 'holds a space'),
     (('bert', 'v6e-8', 1, IMAGE, '/tmp/run'), 'pods share no local disk'),
 ])
 def test_bad_input_is_refused(args, message):
@@ -100,7 +108,91 @@ def test_bad_input_is_refused(args, message):
     gke_jobset.manifest(*args, MAIN_ARGS)
 
 
-def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS):
+@pytest.mark.parametrize('name', ['Bert_1', '-abc', 'abc-', '1abc', 'bért', 'ß', 'a.b', ''])
+def test_a_name_kubernetes_would_refuse_is_refused(name):
+  """A DNS-1035 label, ASCII only ('é'.islower() is true)."""
+  with pytest.raises(ValueError) as e:
+    gke_jobset.check(name, 'v6e-8', 1, IMAGE, 'gs://b/r')
+  assert str(e.value) == (f'--name={name!r}: a JobSet name is lowercase letters a-z, digits and '
+                          '-, starting with a letter and ending with a letter or digit: pass e.g. '
+                          '--name=bert-large')
+
+
+@pytest.mark.parametrize('accelerator_type,num_slices,limit', [
+    ('v6e-8', 1, 47), ('v5litepod-16', 2, 47), ('v5p-128', 12, 45), ('v6e-256', 1, 46)])
+def test_a_name_leaves_room_for_the_pods_names(accelerator_type, num_slices, limit):
+  """JobSet's webhook refuses a JobSet whose last pod, NAME-slice-S-H-xxxxx, passes 63."""
+  hosts = gke_jobset.cloud.SLICES[accelerator_type][0]
+  name = 'b' * limit
+  gke_jobset.check(name, accelerator_type, num_slices, IMAGE, 'gs://b/r')
+  assert len(f'{name}-slice-{num_slices - 1}-{hosts - 1}-abcde') == 63
+  with pytest.raises(ValueError) as e:
+    gke_jobset.check(name + 'b', accelerator_type, num_slices, IMAGE, 'gs://b/r')
+  assert str(e.value) == (f"--name='{name}b' has {limit + 1} characters; {num_slices} x "
+                          f'{accelerator_type} allows {limit} (its pods are named '
+                          'NAME-slice-S-H-xxxxx, at most 63): pass a shorter --name')
+
+
+def job_spec(spec):
+  return spec['spec']['replicatedJobs'][0]['template']['spec']
+
+
+def what_kubernetes_does(spec, exit_code, disrupted=False) -> str:
+  """The Job's podFailurePolicy (its first matching rule, else Count; backoffLimit 0: Count fails
+  the Job with reason BackoffLimitExceeded, FailJob with PodFailurePolicy), then JobSet's
+  failurePolicy rules on that reason (none matching: RestartJobSet)."""
+  def matches(rule):
+    if 'onPodConditions' in rule:
+      return disrupted and {'type': 'DisruptionTarget', 'status': 'True'} in rule['onPodConditions']
+    assert rule['onExitCodes']['containerName'] == pod(spec)['containers'][0]['name']
+    return (exit_code in rule['onExitCodes']['values']) == (rule['onExitCodes']['operator'] == 'In')
+  action = next((r['action'] for r in job_spec(spec)['podFailurePolicy']['rules'] if matches(r)),
+                'Count')
+  reason = {'FailJob': 'PodFailurePolicy', 'Count': 'BackoffLimitExceeded'}[action]
+  return next((r['action'] for r in spec['spec']['failurePolicy']['rules']
+               if reason in r['onJobFailureReasons']), 'RestartJobSet')
+
+
+def test_a_run_error_fails_the_jobset_at_once_and_a_preemption_restarts_it():
+  """bertjax.main's error (a usage or config error, a stale image) would repeat on every
+  restart, each after waiting for capacity again: it ends the JobSet, as tpu_pod ends the run."""
+  spec = gke_jobset.manifest('bert', 'v5litepod-16', 2, IMAGE, 'gs://b/r', MAIN_ARGS)
+  assert pod(spec)['restartPolicy'] == 'Never'  # podFailurePolicy needs it.
+  assert job_spec(spec)['backoffLimit'] == 0
+  assert what_kubernetes_does(spec, gke_jobset.ERROR_EXIT) == 'FailJobSet'
+  assert what_kubernetes_does(spec, console.PREEMPTED_EXIT) == 'RestartJobSet'  # Saved.
+  for code in (137, 139, 143):  # Killed, crashed: counted, restarted (up to --max_restarts).
+    assert what_kubernetes_does(spec, code) == 'RestartJobSet'
+  # Evicted or preempted (a spot node reclaimed, a drain), whatever the run exited with.
+  for code in (gke_jobset.ERROR_EXIT, console.PREEMPTED_EXIT, 137):
+    assert what_kubernetes_does(spec, code, disrupted=True) == 'RestartJobSet'
+  for rule in spec['spec']['failurePolicy']['rules']:  # JobSet's pattern for a rule's name.
+    assert re.fullmatch(r'[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?', rule['name'])
+
+
+@pytest.mark.parametrize('extra,digest,said', [
+    (['--no_such_flag'], '', "Unknown command line flag 'no_such_flag'"),
+    (['--config.no_such_field=1'], '', 'no_such_field'),
+    (['stray'], '', "unexpected arguments ['stray']"),
+    ([], '0' * 64, "this image's configs/ (" f'{REPO / "configs"}) differ'),  # A stale image.
+])
+def test_bertjax_main_ends_a_refused_run_with_the_exit_status_that_fails_the_jobset(
+    tmp_path, extra, digest, said):
+  """What the FailJob rule matches is what bertjax.main exits with on a usage or config error,
+  and on a stale image's configs/ (their digest not the launcher's)."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **{config_args.CONFIGS_DIGEST_ENV: digest or ''})
+  result = subprocess.run([sys.executable, '-m', 'bertjax.main',
+                           '--config=configs/pretrain.py:size=tiny', *extra,
+                           f'--workdir={tmp_path / "run"}'], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == gke_jobset.ERROR_EXIT and said in result.stderr, result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS, existing='',
+           launcher_flags=None):
+  """Runs the launcher (`launcher_flags`, or those of bert-large on 2 x v5litepod-16 and
+  `flags`) with the fake kubectl first on PATH: (exit code, output, kubectl calls)."""
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir(exist_ok=True)
   fake = bin_dir / 'kubectl'
@@ -110,13 +202,14 @@ def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS):
   log = tmp_path / 'calls.jsonl'
   log.write_text('')
   env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', FAKE_LOG=str(log),
-             FAKE_STATES=str(tmp_path / 'states'))
-  result = subprocess.run(
-      [sys.executable, '-m', 'launch.gke_jobset', '--name=bert-large',
-       '--accelerator_type=v5litepod-16', '--num_slices=2', f'--image={IMAGE}',
-       '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}', '--poll_seconds=0',
-       *flags, '--',
-       *main_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+             FAKE_STATES=str(tmp_path / 'states'), FAKE_EXISTING=existing)
+  if launcher_flags is None:
+    launcher_flags = ['--name=bert-large', '--accelerator_type=v5litepod-16', '--num_slices=2',
+                      f'--image={IMAGE}', '--workdir=gs://b/runs/large',
+                      f'--output={tmp_path / "bert.yaml"}', '--poll_seconds=0', *flags, '--',
+                      *main_args]
+  result = subprocess.run([sys.executable, '-m', 'launch.gke_jobset', *launcher_flags], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
   return result.returncode, result.stdout + result.stderr, calls
 
@@ -127,12 +220,13 @@ WAIT = ['wait', '--for=condition=Ready', 'pod', SELECTOR, '--timeout=3600s']
 LOGS = ['logs', '--follow', SELECTOR, '--tail=-1']
 STATE = ['get', 'jobset', 'bert-large', '-o', 'jsonpath={.status.terminalState}']
 DELETE = ['delete', 'jobset', 'bert-large', '--ignore-not-found']
+EXISTS = ['get', 'jobset', 'bert-large', '--ignore-not-found', '-o', 'jsonpath={.metadata.name}']
 
 
 def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
   code, out, calls = launch(tmp_path, '--apply', states=',Completed')
   assert code == 0, out
-  assert calls == [['apply', '-f', str(tmp_path / 'bert.yaml')], WAIT, LOGS, STATE,
+  assert calls == [EXISTS, ['create', '-f', str(tmp_path / 'bert.yaml')], WAIT, LOGS, STATE,
                    WAIT, LOGS, STATE, DELETE]
   assert 'bert-large has not ended' in out and 'bert-large completed' in out
   written = yaml.safe_load((tmp_path / 'bert.yaml').read_text())
@@ -147,7 +241,7 @@ def test_a_running_jobset_is_followed_until_it_ends_and_never_deleted_before(tmp
   code, out, calls = launch(tmp_path, '--apply', '--max_restarts=1',
                             states=',' * 5 + 'Completed')
   assert code == 0, out
-  assert calls[1:] == [WAIT, LOGS, STATE] * 6 + [DELETE]
+  assert calls[2:] == [WAIT, LOGS, STATE] * 6 + [DELETE]
 
 
 def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_delete_it(capsys):
@@ -163,7 +257,7 @@ def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_delete_it(capsys):
     code = gke_jobset.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
   except KeyboardInterrupt:
     pytest.fail(f'Ctrl-C was not handled; kubectl ran: {calls}')
-  assert code == 130 and calls == ['apply', 'wait', 'logs']
+  assert code == 130 and calls == ['get', 'create', 'wait', 'logs']
   assert capsys.readouterr().err == ('gke_jobset: interrupted; bert is left running: delete it '
                                      'with kubectl delete jobset bert --ignore-not-found\n')
 
@@ -177,7 +271,7 @@ def test_a_failed_jobset_exits_1_and_keep_leaves_it(tmp_path):
 def test_without_apply_only_the_manifest_is_written(tmp_path):
   code, out, calls = launch(tmp_path)
   assert code == 0 and calls == [], out
-  assert f'kubectl apply -f {tmp_path / "bert.yaml"}' in out
+  assert f'create it with: kubectl create -f {tmp_path / "bert.yaml"}' in out
   code, out, calls = launch(tmp_path)  # Its own earlier manifest is replaced.
   assert code == 0 and calls == [], out
 
@@ -199,7 +293,9 @@ def test_the_manifest_never_replaces_a_users_file(tmp_path, existing, message):
 def test_dry_run_prints_the_commands_and_runs_none(tmp_path):
   code, out, calls = launch(tmp_path, '--dry_run')
   assert code == 0 and calls == [], out
-  assert f'kubectl apply -f {tmp_path / "bert.yaml"}\nkubectl wait' in out
+  assert (f'kubectl get jobset bert-large --ignore-not-found -o '
+          f'\'jsonpath={{.metadata.name}}\'\nkubectl create -f {tmp_path / "bert.yaml"}\n'
+          'kubectl wait') in out
   assert 'kubectl delete jobset bert-large --ignore-not-found' in out
 
 
@@ -211,12 +307,10 @@ def test_a_batch_the_slices_cannot_split_is_refused_before_the_manifest(tmp_path
 
 
 def test_a_local_workdir_is_refused_before_anything_runs(tmp_path):
-  bad = subprocess.run(
-      [sys.executable, '-m', 'launch.gke_jobset', '--name=b', '--accelerator_type=v6e-8',
-       f'--image={IMAGE}', '--workdir=/tmp/x', f'--output={tmp_path / "b.yaml"}'],
-      cwd=REPO, capture_output=True, text=True, timeout=120)
-  assert bad.returncode == 2 and 'pods share no local disk' in bad.stderr
-  assert not (tmp_path / 'b.yaml').exists()
+  flags = [f for f in gk(tmp_path) if not f.startswith('--workdir')] + ['--workdir=/tmp/x']
+  code, out, calls = launch(tmp_path, launcher_flags=flags)  # No job flags: refused first.
+  assert code == 2 and 'pods share no local disk' in out and calls == [], out
+  assert not (tmp_path / 'bert.yaml').exists()
 
 
 def test_a_config_file_the_image_does_not_hold_is_refused(tmp_path):
@@ -276,3 +370,81 @@ def test_a_workdir_naming_no_bucket_is_refused(workdir):
   with pytest.raises(ValueError, match=rf"^--workdir='{workdir}' names no bucket .*: pass "
                      r'--workdir=gs://BUCKET/path$'):
     gke_jobset.check('b', 'v6e-8', 1, IMAGE, workdir)
+
+
+def test_a_jobset_of_that_name_is_refused_and_never_deleted(tmp_path):
+  """One left by --keep (its state Failed), or another run's still going: `apply` would have
+  left it unchanged, followed and deleted it."""
+  code, out, calls = launch(tmp_path, '--apply', existing='bert-large', states='Failed')
+  assert code == 2 and calls == [EXISTS], out
+  assert out.splitlines()[-1] == (
+      'gke_jobset: error: a JobSet named bert-large exists already (still running, or left by '
+      f'--keep): follow it with kubectl logs --follow {SELECTOR} --tail=-1, or delete it with '
+      'kubectl delete jobset bert-large --ignore-not-found and run this again, or pass another '
+      '--name')
+
+
+def test_a_jobset_created_meanwhile_is_left_to_its_owner():
+  """`kubectl create` refuses one that appeared since the look: nothing followed or deleted."""
+  calls = []
+
+  def run(cmd, check=True, **_):
+    calls.append(cmd[1])
+    if cmd[1] == 'create' and check:
+      raise RuntimeError('kubectl exited with 1: kubectl create -f bert.yaml')
+    return subprocess.CompletedProcess(cmd, 0, '')
+
+  with pytest.raises(RuntimeError, match='kubectl exited with 1: kubectl create'):
+    gke_jobset.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
+  assert calls == ['get', 'create']
+
+
+def gk(tmp_path):
+  """The launcher's flags without the job's: bert-large on one v5litepod-16."""
+  return ['--name=bert-large', '--accelerator_type=v5litepod-16', f'--image={IMAGE}',
+          '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}']
+
+
+JOB = ['--', '--config=configs/pretrain.py:size=tiny']
+
+
+@pytest.mark.parametrize('drop,flags,line', [
+    ('', ['extra_word', *JOB], "unexpected arguments ['extra_word']: the launcher takes --flags "
+                               "only; bertjax.main's flags go after --"),
+    ('', ['--keep', 'extra_word'], "unexpected arguments ['extra_word']: the launcher takes"),
+    ('', ['--name', '--apply', *JOB], "--name took the next word '--apply' as its value"),
+    ('--name=', JOB, "--name is required: pass --name=NAME, the JobSet's"),
+    ('--accelerator_type=', JOB, '--accelerator_type is required: pass --accelerator_type=TYPE'),
+    ('--workdir=', JOB, '--workdir is required: pass --workdir=gs://BUCKET/runs/NAME'),
+    ('', ['--apply', '--max_restarts', '--keep', *JOB],  # absl's own error, in two lines.
+     "FATAL Flags parsing error: flag --max_restarts=--keep: invalid literal for int()"),
+])
+def test_a_usage_error_is_one_line_not_the_help(tmp_path, drop, flags, line):
+  kept = [f for f in gk(tmp_path) if not (drop and f.startswith(drop))]
+  code, out, calls = launch(tmp_path, launcher_flags=kept + flags)
+  assert code == 1 and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
+  assert out.startswith(line if 'FATAL' in line else f'gke_jobset: error: {line}'), out
+  assert len(out.splitlines()) == (2 if 'FATAL' in line else 1), out
+
+
+def test_flags_given_as_two_words_are_no_stray_words(tmp_path):
+  flags = ['--name', 'bert-large', *gk(tmp_path)[1:], '--max_restarts', '3', *JOB]
+  code, out, _ = launch(tmp_path, launcher_flags=flags)
+  assert code == 0 and (tmp_path / 'bert.yaml').exists(), out
+
+
+@pytest.mark.parametrize('flag,line', [
+    ('--name=bért', "--name='bért': a JobSet name is lowercase letters a-z"),
+    (f'--name={"a" * 70}', "has 70 characters; 1 x v5litepod-16 allows 47"),
+    ('--image=img v1', "--image='img v1' holds a space"),
+    ('--output={tmp}/nodir/x.yaml', '--output={tmp}/nodir/x.yaml: the folder {tmp}/nodir does not '
+                                    'exist: create it, or name a file in an existing folder.'),
+    (f'--output={{tmp}}/{"x" * 300}.yaml', 'cannot be written (File name too long): name a file '
+                                           'you can write'),  # An OSError, as root too.
+])
+def test_a_bad_name_image_or_output_is_one_line_before_the_manifest(tmp_path, flag, line):
+  flag, line = flag.format(tmp=tmp_path), line.format(tmp=tmp_path)
+  flags = [f for f in gk(tmp_path) if not f.startswith(flag.partition('=')[0])]
+  code, out, calls = launch(tmp_path, launcher_flags=[*flags, flag, *JOB])
+  assert code == 2 and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
+  assert out.startswith('gke_jobset: error: ') and line in out and len(out.splitlines()) == 1, out
