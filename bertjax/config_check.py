@@ -281,12 +281,18 @@ def _check_optimizer(c: _Checker, job):
 
 
 def _check_mesh_and_checkpoint(c: _Checker):
-  data = c.number('mesh.data', integer=True)
-  if data is not _MISSING and data != -1 and data < 1:
-    c.fail('mesh.data', data, 'must be -1 (all devices the other axes leave) or >= 1',
-           'set --config.mesh.data=-1')
-  for name in ('fsdp', 'tensor'):
-    c.at_least(f'mesh.{name}', 1, fix=f'set --config.mesh.{name}=1 (off) or a device count')
+  # Any one axis may be -1: the devices the others leave (sharding.mesh_shape).
+  sizes = {name: c.number(f'mesh.{name}', integer=True) for name in ('data', 'fsdp', 'tensor')}
+  for name, size in sizes.items():
+    if size is not _MISSING and size != -1 and size < 1:
+      c.fail(f'mesh.{name}', size, 'must be -1 (all devices the other axes leave) or >= 1',
+             'set --config.mesh.data=-1' if name == 'data' else
+             f'set --config.mesh.{name}=1 (off), a device count or -1')
+  rest = [name for name, size in sizes.items() if size == -1]
+  if len(rest) > 1:
+    c.fail(f'mesh.{rest[1]}', -1, f'mesh.{rest[0]} is -1 too, and only one axis may take the '
+           'devices the others leave', f'set --config.mesh.{rest[0]}=1 (or a device count) to '
+           f'give mesh.{rest[1]} the rest')
   c.positive('checkpoint.every_steps', fix='set --config.checkpoint.every_steps to a step '
              'count (checkpoints are also saved at every eval and at the end)')
   c.at_least('checkpoint.keep', 1, fix='set --config.checkpoint.keep to 1 or more (the latest '

@@ -75,6 +75,7 @@ import time  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 import flax  # noqa: E402
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
@@ -415,5 +416,14 @@ def main(argv):
     print(f'  {path:60s} {str(shape):18s} {spec:28s} per device {shard}')
 
 
+def quiet_main(argv):
+  """main with bertjax's and the libraries' INFO lines held (its own `mesh:` line says what
+  sharding's says), warnings shown; every line at --verbosity=1."""
+  with console.library_lines_held(verbose=logging.get_verbosity() >= logging.DEBUG,
+                                  quiet=True):
+    main(argv)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=config_args.parse_flags)
+  app.run(console.usage_said(quiet_main, 'aot_compile: error: '),
+          flags_parser=config_args.parse_flags)

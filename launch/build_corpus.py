@@ -37,6 +37,7 @@ import tempfile
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from bertjax import console
 from bertjax import files
@@ -148,7 +149,10 @@ def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL
 def main(argv):
   console.refuse_arguments(argv, '--output_dir=...')
   try:
-    manifest = build(source_documents(), flags.FLAGS.output_dir)
+    # The learner's INFO lines held (its counts are the manifest's, printed below); warnings shown.
+    with console.library_lines_held(verbose=logging.get_verbosity() >= logging.DEBUG,
+                                    quiet=True):
+      manifest = build(source_documents(), flags.FLAGS.output_dir)
   except ValueError as e:
     console.fail(f'error: {e}')
   except OSError as e:  # No permission, a full disk: one line, not a traceback.
@@ -163,4 +167,4 @@ def main(argv):
 if __name__ == '__main__':
   # Defined here, not at import, so that tests can import build() without registering flags.
   flags.DEFINE_string('output_dir', str(embedded.corpus_dir()), 'Where to write the corpus.')
-  app.run(main)
+  app.run(console.usage_said(main))

@@ -11,6 +11,10 @@ import subprocess
 import sys
 import tempfile
 
+from absl import app
+from absl import flags
+
+from bertjax import config_args
 from bertjax import console
 from bertjax import files
 from bertjax import paths
@@ -62,10 +66,13 @@ class Runner:
     print(shlex.join(cmd), flush=True)
     if self.dry_run:
       return subprocess.CompletedProcess(cmd, 0, f'{self.dry_output}\n' if capture else None)
-    result = subprocess.run(cmd, check=False, text=True,
-                            stdout=subprocess.PIPE if capture else None)
+    # Captured: stderr too (gcloud's NOT_FOUND on each poll of a deleted slice), said on failure.
+    pipe = subprocess.PIPE if capture else None
+    result = subprocess.run(cmd, check=False, text=True, stdout=pipe, stderr=pipe)
     if check and result.returncode:
-      raise RuntimeError(f'{cmd[0]} exited with {result.returncode}: {shlex.join(cmd)}')
+      said = [line for line in (result.stderr or '').splitlines() if line.strip()]
+      raise RuntimeError(f'{cmd[0]} exited with {result.returncode}'
+                         f'{f" ({said[-1].strip()})" if said else ""}: {shlex.join(cmd)}')
     return result
 
 
@@ -94,6 +101,11 @@ def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
     shape = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, count), strict=True))
   except ValueError as e:
     raise ValueError(f'on {where}: {e}') from None
+  if num_slices > 1 and shape['data'] % num_slices:  # As sharding.device_grid says it there.
+    raise ValueError(f'on {where}: mesh {shape} over {num_slices} slices: mesh.data must be a '
+                     f'multiple of {num_slices} (only data parallelism crosses slices); lower '
+                     'mesh.fsdp or mesh.tensor to fit one slice: pass e.g. '
+                     f'--config.mesh.data={num_slices} --config.mesh.fsdp=-1')
   axes = sharding.batch_axes(sharding.parse_rules(config.mesh.rules))
   split = math.prod(shape[axis] for axis in axes)
   micro = config.global_batch_size // config.get('grad_accum_steps', 1)
@@ -107,23 +119,94 @@ def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
 
 
 def local_paths_warning(launcher: str, config) -> str:
-  """A warning naming the job's config fields that hold a path on this machine's disk (absolute
-  or ~): the hosts of a slice (a TPU VM's, a pod's) read their own disks, where it is found
+  """A warning naming the job's config fields that hold a path on this machine's disk (absolute,
+  ~ or relative: a host reads a relative one from its own folder, a TPU VM's home or the image's
+  /bertjax): the hosts of a slice (a TPU VM's, a pod's) read their own disks, where it is found
   only if mounted there too (gcsfuse, Filestore); '' when there is none."""
   local = [f'config.{name}={value}' for name, value in paths.path_fields(config)
-           if any(p.startswith(('/', '~')) for p in paths.split_list(value)
-                  if not files.is_remote(p))]
+           if any(not files.is_remote(p) for p in paths.split_list(value))]
   if not local:
     return ''
   return (f'{launcher}: warning: {", ".join(local)}: a path on this machine\'s disk, which the '
-          "slice's hosts do not see: copy it to a bucket and pass gs://..., unless it is "
+          "slice's hosts do not see (a relative one is read from a host's own folder: a TPU VM's "
+          "home, the image's /bertjax): copy it to a bucket and pass gs://..., unless it is "
           'mounted at that path on every host')
+
+
+# bertjax.main's own flags, besides absl's (--flagfile, --verbosity, ...): what the job's flags
+# after -- may set (job_flags_test.py compares them with bertjax.main's).
+MAIN_FLAGS = ('config', 'workdir', 'step', 'coordinator_address', 'num_processes', 'process_id',
+              'compilation_cache_dir', 'distributed_timeout_s')
+_ABSL_FLAGS = ('flagfile', 'undefok', 'help', 'helpshort', 'helpfull', 'helpxml')
+
+
+def job_flags(main_args) -> list[str]:
+  """The job's flags with each --flagfile's lines in its place, read here as absl reads them
+  (config_args.parse_flags): the checks see them, and the hosts, which lack the file, get them."""
+  if missing := config_args.missing_flagfile(main_args):
+    raise ValueError(f'the job\'s {missing}')
+  try:
+    return flags.FLAGS.read_flags_from_files(list(main_args), force_gnu=False)
+  except flags.Error as e:  # A --flagfile nested in one, unreadable; one with no name.
+    raise ValueError(f'the job\'s flags (after --): {e}: check the path') from None
+
+
+def _flag(word: str, config) -> tuple[str, bool]:
+  """(the flag's name as absl defines it, whether it takes the next word as its value) of a
+  word of the job's flags: --name, -name, --noname (a bool's false), --name=V."""
+  name, eq, _ = word.lstrip('-').partition('=')
+  field = name.removeprefix('no').removeprefix('config.') if name.startswith(
+      ('config.', 'noconfig.')) else None
+  if field is not None:  # A config field: a bool one's bare flag takes no value.
+    node = config
+    for key in field.split('.'):
+      node = node.get(key) if hasattr(node, 'get') else None
+    return 'config', not eq and not name.startswith('no') and not isinstance(node, bool)
+  if name in MAIN_FLAGS:
+    return name, not eq
+  if name not in flags.FLAGS and name.startswith('no') and name[2:] in flags.FLAGS:
+    return name[2:], False  # A bool's false (--nokeep).
+  defined = flags.FLAGS[name] if name in flags.FLAGS else None
+  return name, defined is not None and not eq and not defined.boolean
+
+
+def check_job_flags(main_args):
+  """Refuses what bertjax.main would refuse on every host once the slice is booked: a flag it
+  does not define (a launcher's own flag after -- named as one), a word that is no flag, and a
+  --flagfile left unread (job_flags reads it: the hosts lack the file)."""
+  spec = config_args.config_spec(main_args)
+  try:
+    config = config_args.load_config_file(spec) if spec else None
+  except ValueError:
+    return  # config_args.check_args says why it does not load.
+  args = iter(main_args)
+  for word in args:
+    words = word == '--'  # bertjax.main's absl takes what follows as words, not flags.
+    if words and (word := next(args, None)) is None:
+      return
+    if words or not word.startswith('-') or word == '-':
+      raise ValueError(f'the job\'s flags (after --) hold {word!r}, which is no flag: '
+                       'bertjax.main takes flags only (a value goes with its flag, --flag=VALUE): '
+                       'drop it')
+    name, takes_value = _flag(word, config)
+    if name == 'flagfile':
+      raise ValueError(f'the job\'s {word} names a file on this machine, which the slice\'s '
+                       'hosts do not hold: put its flags after -- instead')
+    module = flags.FLAGS.find_module_defining_flag(name, '') if name in flags.FLAGS else ''
+    if name not in MAIN_FLAGS + _ABSL_FLAGS and not module.startswith('absl.'):
+      launcher = os.path.basename(module).removesuffix('.py').rpartition('.')[2]
+      raise ValueError(f'--{name} is {launcher}\'s flag: put it before --' if launcher else
+                       f'the job\'s {word}: bertjax.main has no flag --{name} (its flags: '
+                       f'--{", --".join(MAIN_FLAGS)} and absl\'s): check its name')
+    if takes_value:
+      next(args, None)
 
 
 def check_workdir(main_args, workdir: str):
   """Refuses a --workdir among the job's flags that differs from the launcher's --workdir:
   bertjax.main would take whichever came last, silently (launch/slurm_gpu.sbatch refuses it
-  too)."""
+  too); first, the words bertjax.main would refuse (check_job_flags)."""
+  check_job_flags(main_args)
   for value in console.flag_values(main_args, 'workdir'):
     if value != workdir:
       raise ValueError(f'the job\'s flags (after --) set --workdir={value}, the launcher\'s '
@@ -132,9 +215,14 @@ def check_workdir(main_args, workdir: str):
 
 
 def check_bucket_path(workdir: str):
-  """Refuses a gs:// workdir that names no bucket (gs://, gs:///runs): the run would fail only
-  on the booked slice, at its first write."""
-  if not re.fullmatch(r'gs://[a-z0-9][-a-z0-9_.]*(/.*)?', workdir):
+  """Refuses a workdir URL that is no gs://BUCKET/...: a scheme misspelt (gs:/b, GS://b) or
+  another store's (a launcher took it for a local path), and a gs:// naming no bucket (gs://,
+  gs:///runs): the run would fail only on the booked slice. A local path passes."""
+  scheme = re.match(r'[A-Za-z][-+.\w]*:/+', workdir)
+  if scheme and not workdir.startswith('gs://'):
+    raise ValueError(f'--workdir={workdir!r} is no gs:// URL (a bucket is gs://BUCKET/path, '
+                     f'lowercase, two slashes): pass --workdir=gs://{workdir[scheme.end():]}')
+  if scheme and not re.fullmatch(r'gs://[a-z0-9][-a-z0-9_.]*(/.*)?', workdir):
     raise ValueError(f'--workdir={workdir!r} names no bucket (lowercase letters, digits, -, _ '
                      'and .): pass --workdir=gs://BUCKET/path')
 
@@ -167,3 +255,33 @@ def check_on_worker(job_config: str, as_name: str, worker_args):
     raise ValueError(f'--config={job_config} loads here but not on a worker, which holds only '
                      f'it and configs/ ({said[-1] if said else "no message"}): put what it '
                      'imports into it or into configs/')
+
+
+def aot_command(accelerator_type: str, config_flags) -> list[str]:
+  """launch.aot_compile for a slice's topology; `config_flags`: the job's --config flags
+  (config_args.config_flags)."""
+  return [sys.executable, '-m', 'launch.aot_compile',
+          f'--topology={SLICES[accelerator_type][1]}', *config_flags]
+
+
+def worker_job(main_args, worker_config: str) -> tuple[str, list[str]]:
+  """(the config file to copy to every worker as ~/`worker_config`, '' for none; the job's
+  flags as the workers run them, in their home). A --config=FILE in this checkout's configs/ is
+  found there as configs/<path> (the launcher copies configs/); one from elsewhere is copied."""
+  spec = config_args.config_spec(main_args)
+  if spec is None:
+    return '', list(main_args)  # config_args.check_args says what to pass.
+  on_worker = config_in_checkout(spec)
+  if on_worker is not None:
+    return '', config_args.with_config_file(main_args, on_worker)
+  path, colon, arg = spec.partition(':')
+  return path, config_args.with_config_file(main_args, f'{worker_config}{colon}{arg}')
+
+
+def check_required(names):
+  """A launcher's required flags, checked after console.check_flags (absl's own check runs
+  first, and takes `--name --zone=Z` for a missing --zone): one usage line naming them."""
+  missing = [f'--{name}' for name in names if flags.FLAGS[name].value is None]
+  if missing:
+    raise app.UsageError(f'{", ".join(missing)} {"is" if len(missing) == 1 else "are"} required: '
+                         f'pass {" ".join(f"{flag}=VALUE" for flag in missing)}')

@@ -7,6 +7,7 @@ import pathlib
 import re
 import shlex
 import subprocess
+import tempfile
 
 COMMIT = r'[0-9a-f]{40}|[0-9a-f]{64}'  # A git commit's id (SHA-1, or a SHA-256 repository's).
 _CHECKOUT = pathlib.Path(__file__).resolve().parents[1]  # The bertjax the launcher runs from.
@@ -41,27 +42,50 @@ def fetch(git_ref: str, folder: str) -> str:
   return f'rm -rf {folder} && git init -q {folder} && git -C {folder} {command}'
 
 
+# What git says of a repository or a commit that is not there: refused, as every worker's fetch
+# would fail on it. Any other failure (no network, credentials on the workers only) is not: nor
+# is a host's "Repository not found", which it also says to a client lacking the credentials.
+_ABSENT = re.compile(r"not our ref|couldn't find remote ref|not a git repository|does not appear "
+                     r"to be a git repository", re.IGNORECASE)
+
+
+def _git(args, timeout_s: float) -> subprocess.CompletedProcess:
+  # Never a prompt (a password, an ssh host key or passphrase): a launch is no place to wait.
+  return subprocess.run(['git', *args], capture_output=True, text=True, timeout=timeout_s,
+                        check=False, stdin=subprocess.DEVNULL,
+                        env={**os.environ, 'GIT_TERMINAL_PROMPT': '0',
+                             'GIT_SSH_COMMAND': os.environ.get('GIT_SSH_COMMAND', 'ssh') +
+                             ' -o BatchMode=yes'})
+
+
 def commit_here(git_ref: str, timeout_s: float = 60) -> tuple[str, str]:
   """(the commit git_ref names now, as `git ls-remote` reads it from this machine, ''), or ('',
   why) where it cannot be read here (no git, the host out of reach, credentials only on the
-  workers): worker 0 reads it then. A commit is itself. A ref the repository does not list is
-  refused (ValueError): every worker's fetch would fail on it (a short commit id among them)."""
+  workers): worker 0 reads it then. A full commit id is fetched (its commit object alone) to see
+  that the repository has it. A repository, ref or commit that is not there is refused
+  (ValueError): every worker's fetch would fail on it (a short commit id among them)."""
   url, ref = source(git_ref)
-  if re.fullmatch(COMMIT, ref):
-    return ref, ''
-  try:
-    # Never a prompt (a password, an ssh host key or passphrase): a launch is no place to wait.
-    listed = subprocess.run(['git', 'ls-remote', url], capture_output=True, text=True,
-                            timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
-                            env={**os.environ, 'GIT_TERMINAL_PROMPT': '0',
-                                 'GIT_SSH_COMMAND': os.environ.get('GIT_SSH_COMMAND', 'ssh') +
-                                 ' -o BatchMode=yes'})
-  except (OSError, subprocess.TimeoutExpired) as e:
-    return '', f'git ls-remote {url}: {type(e).__name__}: {e}'
+  commit = re.fullmatch(COMMIT, ref)
+  with tempfile.TemporaryDirectory(prefix='git_ref-') as folder:  # local temp: git's own
+    asked = (['-C', folder, 'fetch', '-q', '--depth=1', '--filter=tree:0', url, ref] if commit
+             else ['ls-remote', url])
+    try:
+      made = _git(['init', '-q', folder], timeout_s) if commit else None
+      listed = made if made and made.returncode else _git(asked, timeout_s)  # Made, or why not.
+    except (OSError, subprocess.TimeoutExpired) as e:
+      return '', f'git {"fetch" if commit else "ls-remote"} {url}: {type(e).__name__}: {e}'
   if listed.returncode:
     said = [line for line in listed.stderr.splitlines() if line.strip()]
     said = [line for line in said if line.startswith('fatal:')] or said  # git's reason first.
-    return '', said[0] if said else f'git ls-remote {url} exited {listed.returncode}'
+    why = said[0] if said else f'git {shlex.join(asked)} exited {listed.returncode}'
+    if _ABSENT.search(listed.stderr):
+      what = (f'has no commit {ref}' if re.search(r"not our ref|couldn't find", listed.stderr)
+              else 'is no git repository')
+      raise ValueError(f'--git_ref={git_ref}: {url} {what} ({why}): pass a repository and a '
+                       'branch, tag or full commit id it has')
+    return '', why
+  if commit:
+    return ref, ''
   refs = {name: sha for sha, name in (line.split('\t', 1) for line in listed.stdout.splitlines()
                                       if '\t' in line)}
   # git fetch's order for a short name: as given, then refs/, a tag, a branch.

@@ -103,10 +103,10 @@ def check(name: str, accelerator_type: str, num_slices: int, image: str, workdir
   if any(c.isspace() for c in image):
     raise ValueError(f'--image={image!r} holds a space: pass the image as pushed, '
                      'REGISTRY/PATH:TAG, e.g. us-docker.pkg.dev/PROJECT/bertjax/bertjax:v1')
+  cloud.check_bucket_path(workdir)  # A misspelt URL (GS://, gs:/) named as such first.
   if not workdir.startswith('gs://'):
     raise ValueError(f'--workdir={workdir!r}: pods share no local disk and lose it on a '
                      'restart; use a bucket, --workdir=gs://BUCKET/runs/NAME')
-  cloud.check_bucket_path(workdir)
 
 
 def check_name(name: str, accelerator_type: str, num_slices: int):
@@ -347,6 +347,7 @@ def main(argv):
   check_usage(argv, sys.argv[1:])
   path = pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml')
   try:
+    argv = [argv[0], *cloud.job_flags(argv[1:])]  # A --flagfile's lines: the pods lack the file.
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.

@@ -2,15 +2,16 @@ r"""Runs bertjax.main on a Cloud TPU slice: create, install, run on every worker
 preemption, delete.
 
   python -m launch.tpu_pod --name=bert-base --zone=us-west4-a \
-      --accelerator_type=v5litepod-16 --workdir=gs://BUCKET/runs/base --spot -- \
+      --accelerator_type=v5litepod-16 --workdir=gs://my-bucket/runs/base --spot -- \
       --config=configs/pretrain.py:size=base,vocab=30522,phase2_fraction=0.1 \
-      --config.data.train_files=gs://BUCKET/data/train128-* ...
+      --config.data.train_files=gs://my-bucket/data/train128-* ...
 
 Steps, each printed before it runs (--dry_run prints them and runs none; it reads --git_ref's
 commit, as step 0 does):
   0. the job's config checked here as bertjax.main checks it, and for the slice (a batch it
      cannot split, a GPU kernel); with --aot_check, the step compiled for its topology here;
-  1. a wheel of this checkout (`pip wheel`), unless --git_ref=git+URL@REF names another commit;
+  1. a wheel of this checkout (`pip wheel`, into a temporary folder), unless
+     --git_ref=git+URL@REF names another commit;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
   3. the wheel and configs/ copied to every worker's home and installed with jax[tpu] in a
      Python 3.12 venv; with --git_ref, the commit the ref names is read once, here before
@@ -33,6 +34,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 
 from absl import app
@@ -86,6 +88,7 @@ _MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preempti
 _POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls.',
                              lower_bound=0.0)
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands, one per line; run none.')
+REQUIRED = ('name', 'zone', 'accelerator_type', 'workdir')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +129,7 @@ def check(tpu: Slice, workdir: str, keep: bool = False):
                      f'{", ".join(cloud.ZONES[tpu.generation])}')
   if tpu.spot and tpu.reserved:
     raise ValueError('--spot and --reserved exclude each other: pick one')
-  if workdir.startswith('gs://'):
-    cloud.check_bucket_path(workdir)
+  cloud.check_bucket_path(workdir)
   if tpu.hosts > 1 and not workdir.startswith('gs://'):
     raise ValueError(f'{tpu.accelerator_type} has {tpu.hosts} hosts, which cannot share the '
                      f'local path {workdir!r}: use a bucket, --workdir=gs://BUCKET/runs/NAME')
@@ -137,15 +139,11 @@ def check(tpu: Slice, workdir: str, keep: bool = False):
                      '--workdir=gs://BUCKET/runs/NAME, or pass --keep without --spot')
 
 
-def aot_command(tpu: Slice, config_flags) -> list[str]:
-  """launch.aot_compile for the slice's topology; `config_flags`: the job's --config flags
-  (config_args.config_flags)."""
-  return [sys.executable, '-m', 'launch.aot_compile',
-          f'--topology={cloud.SLICES[tpu.accelerator_type][1]}', *config_flags]
-
-
-def wheel_command() -> list[str]:
-  return [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--wheel-dir=dist', '.']
+def build_wheel(run: cloud.Runner, folder: str) -> str:
+  """A wheel of this checkout built into `folder` (a temporary one, not the checkout's dist/);
+  its path."""
+  run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', f'--wheel-dir={folder}', '.'])
+  return f'{folder}/bertjax-{bertjax.__version__}-py3-none-any.whl'
 
 
 def create_command(tpu: Slice) -> list[str]:
@@ -167,20 +165,6 @@ def delete_command(tpu: Slice) -> list[str]:
 def ssh_command(tpu: Slice, command: str, worker: str = 'all', *ssh_flags: str) -> list[str]:
   return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}',
                     *(f'--ssh-flag={f}' for f in ssh_flags), f'--command={command}')
-
-
-def worker_job(main_args) -> tuple[str, list[str]]:
-  """(the config file to copy to every worker as ~/WORKER_CONFIG, '' for none; the job's flags
-  as the workers run them, in their home). A --config=FILE in this checkout's configs/ is found
-  there as configs/<path> (install_commands copies configs/); one from elsewhere is copied."""
-  spec = config_args.config_spec(main_args)
-  if spec is None:
-    return '', list(main_args)  # config_args.check_args says what to pass.
-  on_worker = cloud.config_in_checkout(spec)
-  if on_worker is not None:
-    return '', config_args.with_config_file(main_args, on_worker)
-  path, colon, arg = spec.partition(':')
-  return path, config_args.with_config_file(main_args, f'{WORKER_CONFIG}{colon}{arg}')
 
 
 def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
@@ -272,9 +256,21 @@ def wait_active(tpu: Slice, run: cloud.Runner, poll_s: float) -> bool:
     if state in ('PREEMPTED', 'SUSPENDING', 'SUSPENDED'):
       return False
     if state in ('', 'FAILED'):  # FAILED before ACTIVE: it could not be created.
-      raise RuntimeError(f'queued resource {tpu.name} is {state or "not readable"}: see `gcloud '
-                         f'compute tpus queued-resources describe {tpu.name} --zone={tpu.zone}`')
+      raise RuntimeError(_failed(tpu, run, state))
     time.sleep(poll_s)
+
+
+def _failed(tpu: Slice, run: cloud.Runner, state: str) -> str:
+  """Why the queued resource could not be created, read before the launch deletes it: gcloud's
+  state.failedData.error.message, and the describe that shows all (kept with --keep)."""
+  describe = shlex.join(tpu.gcloud('queued-resources', 'describe', tpu.name))
+  if not state:
+    return f'queued resource {tpu.name} is not readable (gcloud failed 3 times): see `{describe}`'
+  said = run(tpu.gcloud('queued-resources', 'describe', tpu.name,
+                        '--format=value(state.failedData.error.message)'),
+             capture=True, check=False).stdout.strip()
+  return (f'queued resource {tpu.name} is FAILED: {said or "gcloud gives no reason"} (with --keep '
+          f'it is left to be read with `{describe}`)')
 
 
 def create(tpu: Slice, run: cloud.Runner, restart: bool = False):
@@ -359,6 +355,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
            poll_s: float = 30.0) -> int:
   """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
   check(tpu, workdir, keep)
+  main_args = cloud.job_flags(main_args)  # A --flagfile's lines, checked here, sent to the hosts.
   cloud.check_workdir(main_args, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
   config = config_args.check_args(main_args)
@@ -368,22 +365,24 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   if aot_check and config.job != 'pretrain':
     raise ValueError(f'--aot_check compiles the pre-training step only, and this job is '
                      f'config.job={config.job!r}: leave --aot_check out')
-  job_config, worker_args = worker_job(main_args)
+  job_config, worker_args = cloud.worker_job(main_args, WORKER_CONFIG)
   if job_config:
     cloud.check_on_worker(job_config, WORKER_CONFIG, worker_args)
   if git_ref:
     git_ref = git_refs.pin_here(git_ref)
   if aot_check:
-    run(aot_command(tpu, config_args.config_flags(main_args, config)))
-  wheel = ''
-  if not git_ref:
-    run(wheel_command())
-    wheel = f'dist/bertjax-{bertjax.__version__}-py3-none-any.whl'
+    run(cloud.aot_command(tpu.accelerator_type, config_args.config_flags(main_args, config)))
+  with tempfile.TemporaryDirectory(prefix='tpu_pod-wheel-') as folder:  # local temp: the wheel
+    wheel = '' if git_ref else build_wheel(run, folder)
+    return book_and_run(tpu, run, lambda ref: install_commands(tpu, wheel, ref, job_config) + [
+        run_command(tpu, worker_args, workdir)], git_ref=git_ref, keep=keep,
+                        max_restarts=max_restarts, poll_s=poll_s)
 
-  def commands(git_ref):
-    return install_commands(tpu, wheel, git_ref, job_config) + [
-        run_command(tpu, worker_args, workdir)]
 
+def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep: bool,
+                 max_restarts: int, poll_s: float) -> int:
+  """Books the slice, runs `commands(git_ref)` there (start) and follows the run, re-created
+  after each preemption; the slice deleted at the end unless `keep`."""
   owned = False  # The slice is this process's to delete at the end.
   booked = False  # A slice was asked for: Ctrl-C leaves it, and its run, alone.
   try:
@@ -408,6 +407,10 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
                            f'{shlex.join(delete_command(tpu))}')
       if not was_preempted(exit_code, state):
         return exit_code
+    times = f'{max_restarts + 1} time{"s" * bool(max_restarts)}'
+    print(f'tpu_pod: {tpu.name} was preempted {times} (--max_restarts='
+          f'{max_restarts} spent): the run stopped at its last checkpoint; run the same command '
+          'again to resume from it', file=sys.stderr, flush=True)
     return cloud.PREEMPTED_EXIT
   except KeyboardInterrupt:
     if not booked:
@@ -424,6 +427,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
 
 def main(argv):
   console.check_flags(sys.argv[1:])  # The launcher's own flags (argv[1:] is the job's).
+  cloud.check_required(REQUIRED)  # After check_flags: `--name --zone=Z` names --name.
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:
@@ -442,5 +446,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['name', 'zone', 'accelerator_type', 'workdir'])
-  app.run(main)
+  app.run(console.usage_said(main, 'tpu_pod: error: '))

@@ -57,7 +57,11 @@ PRETRAIN = [
     ({'checkpoint__every_steps': 0}, 'config.checkpoint.every_steps=0: must be > 0'),
     ({'checkpoint__keep': 0}, 'config.checkpoint.keep=0: must be >= 1'),
     ({'mesh__data': 0}, 'config.mesh.data=0: must be -1'),
-    ({'mesh__tensor': 0}, 'config.mesh.tensor=0: must be >= 1'),
+    ({'mesh__tensor': 0}, 'config.mesh.tensor=0: must be -1 (all devices the other axes leave) '
+     'or >= 1; set --config.mesh.tensor=1 (off), a device count or -1'),
+    ({'mesh__fsdp': -1}, 'config.mesh.fsdp=-1: mesh.data is -1 too, and only one axis may take '
+     'the devices the others leave; set --config.mesh.data=1 (or a device count) to give '
+     'mesh.fsdp the rest'),
     ({'max_eval_batches': 0}, 'config.max_eval_batches=0: must be -1'),
     ({'eval_every_steps': -5}, 'config.eval_every_steps=-5: must be >= 0'),
     ({'peak_tflops': -1.0}, 'config.peak_tflops=-1.0: must be >= 0'),
@@ -87,6 +91,13 @@ def test_a_bad_pretraining_value_is_one_line_naming_field_and_fix(fields, messag
     config_check.check(configured(pretrain_config.get_config('size=tiny'), **fields))
   assert str(e.value).startswith(message), str(e.value)
   assert '\n' not in str(e.value) and '; ' in str(e.value)
+
+
+def test_any_one_mesh_axis_may_take_the_devices_the_others_leave():
+  """-1 on fsdp or tensor (the README's and aot_compile's advice) was refused as < 1, though
+  sharding.mesh_shape fills any one axis."""
+  for fields in ({'mesh__data': 1, 'mesh__fsdp': -1}, {'mesh__data': 2, 'mesh__tensor': -1}):
+    config_check.check(configured(pretrain_config.get_config('size=tiny'), **fields))
 
 
 def test_more_scanned_layers_per_trip_than_layers_is_refused_and_unscanned_ones_ignore_it():

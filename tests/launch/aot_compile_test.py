@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -94,11 +95,16 @@ def test_the_command_prints_and_counts_the_settled_scan():
   result = subprocess.run(
       [sys.executable, '-m', 'launch.aot_compile', '--topology=cpu:2', '--count_flops',
        '--config=configs/pretrain.py:size=tiny,seq=16,batch=4,vocab=256',
-       '--config.data.max_predictions_per_seq=2', '--config.mesh.data=2'],
+       '--config.data.max_predictions_per_seq=2', '--config.mesh.data=1',
+       '--config.mesh.fsdp=-1'],  # As README and the DOES NOT FIT hint advise (was refused).
       cwd=repo, capture_output=True, text=True, timeout=600, check=False,
       env={**os.environ, 'XLA_FLAGS': ''})
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
+  assert "mesh: {'data': 1, 'fsdp': 2, 'tensor': 1}" in out, out
+  # bertjax's INFO lines (sharding's `mesh ...`) are held: the command prints its own.
+  assert 'sharding.py' not in result.stderr and not re.search(r'^I\d{4} ', result.stderr, re.M), (
+      result.stderr)
   assert 'model: attention xla, layers unrolled: CPU defaults' in out, out
   assert 'scan_layers=False' in out and 'auto' not in out, out
   assert '(this compile)' in out and 'unrolled 1- and 2-layer copies' not in out, out
@@ -179,3 +185,11 @@ def test_a_topology_libtpu_cannot_describe_is_refused_in_one_line():
   assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
   assert result.stderr.strip().splitlines()[-1].endswith(
       'or pass --topology=cpu:N to check the sharding without libtpu.'), result.stderr
+
+
+def test_a_word_after_the_flags_is_one_line_not_the_whole_help():
+  result = run_aot('--topology=cpu:2', '--config=configs/pretrain.py:size=tiny', 'extra')
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.stderr.strip().splitlines() == [
+      "aot_compile: error: unexpected arguments ['extra']: every input is a --flag (--config=..., "
+      '--topology=...). (--helpshort lists the flags)'], result.stderr

@@ -56,8 +56,29 @@ def test_a_ref_the_repository_lacks_is_refused_and_one_out_of_reach_left_to_work
         f'--git_ref=git+file://{tmp_path}/repo@{ref}: file://{tmp_path}/repo has no branch or '
         f"tag '{ref}' (git ls-remote lists its refs): pass one it has, or a full commit id")):
       git_refs.commit_here(f'git+file://{tmp_path}/repo@{ref}')
-  commit_read, why = git_refs.commit_here(f'git+file://{tmp_path}/missing@main')
-  assert commit_read == '' and why.startswith('fatal: ') and 'missing' in why, why
+  commit_read, why = git_refs.commit_here('git+https://example.invalid/bertjax@main')
+  assert commit_read == '' and why.startswith('fatal: ') and 'example.invalid' in why, why
+
+
+@pytest.mark.parametrize('where, what', [
+    ('repo@' + 'e5' * 20, 'has no commit ' + 'e5' * 20 + ' (fatal: '),
+    ('missing@main', 'is no git repository (fatal: '),
+    ('plain@main', 'is no git repository (fatal: '),
+    ('missing@COMMIT', 'is no git repository (fatal: '),
+])
+def test_a_commit_or_repository_that_is_not_there_is_refused(tmp_path, where, what):
+  """A full commit id was taken unread, and a path that is no repository left to worker 0:
+  both booked a slice whose every worker's fetch then failed. The commit is fetched here."""
+  first = make_repo(tmp_path / 'repo')
+  (tmp_path / 'plain').mkdir()
+  git_ref = f'git+file://{tmp_path}/{where.replace("COMMIT", first)}'
+  with pytest.raises(ValueError) as e:
+    git_refs.commit_here(git_ref)
+  url = git_refs.source(git_ref)[0]
+  assert str(e.value).startswith(f'--git_ref={git_ref}: {url} {what}'), str(e.value)
+  assert str(e.value).endswith('): pass a repository and a branch, tag or full commit id it has')
+  # Out of reach (no network): left to worker 0, as a ref is.
+  assert git_refs.commit_here(f'git+https://example.invalid/bertjax@{first}')[0] == ''
 
 
 def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch, capsys):

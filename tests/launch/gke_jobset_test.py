@@ -448,3 +448,25 @@ def test_a_bad_name_image_or_output_is_one_line_before_the_manifest(tmp_path, fl
   code, out, calls = launch(tmp_path, launcher_flags=[*flags, flag, *JOB])
   assert code == 2 and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
   assert out.startswith('gke_jobset: error: ') and line in out and len(out.splitlines()) == 1, out
+
+
+def test_a_flagfile_after_the_separator_is_read_here_and_written_expanded(tmp_path):
+  """The pods lack the file: its lines go into the manifest, checked as the launch's own."""
+  flags_file = tmp_path / 'job.flags'
+  flags_file.write_text(f'{MAIN_ARGS[0]}\n--config.num_train_steps=7\n')
+  code, out, _ = launch(tmp_path, main_args=[f'--flagfile={flags_file}', *MAIN_ARGS[1:]])
+  assert code == 0, out
+  assert pod(yaml.safe_load((tmp_path / 'bert.yaml').read_text()))['containers'][0][
+      'command'] == ['python3', '-m', 'bertjax.main', MAIN_ARGS[0], '--config.num_train_steps=7',
+                     *MAIN_ARGS[1:], '--workdir=gs://b/runs/large']
+  flags_file.write_text('--config.num_trian_steps=7\n')
+  code, out, _ = launch(tmp_path, main_args=[f'--flagfile={flags_file}', *MAIN_ARGS])
+  assert code == 2 and "unknown config field 'num_trian_steps'" in out, out
+
+
+@pytest.mark.parametrize('workdir', ['GS://b/r', 'gs:/b/r'])
+def test_a_misspelt_bucket_url_is_named_as_such(workdir):
+  with pytest.raises(ValueError, match=re.escape(
+      f"--workdir='{workdir}' is no gs:// URL (a bucket is gs://BUCKET/path, lowercase, two "
+      'slashes): pass --workdir=gs://b/r')):
+    gke_jobset.check('bert', 'v6e-8', 1, IMAGE, workdir)

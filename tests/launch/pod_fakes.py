@@ -53,7 +53,7 @@ MAIN_ARGS = ['--config=configs/pretrain.py:size=base,vocab=30522',
              '--config.data.train_files=gs://b/train-*']
 
 
-def launch(tmp_path, *flags, states=(), exits=(), interrupt=False):
+def launch(tmp_path, *flags, states=(), exits=(), interrupt=False, main_args=MAIN_ARGS):
   """Runs the launcher with the fake gcloud first on PATH: (exit code, stdout, gcloud calls)."""
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir(exist_ok=True)
@@ -70,7 +70,7 @@ def launch(tmp_path, *flags, states=(), exits=(), interrupt=False):
   result = subprocess.run(
       [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
        '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--poll_seconds=0',
-       *flags, '--', *MAIN_ARGS], cwd=REPO, env=env, capture_output=True, text=True,
+       *flags, '--', *main_args], cwd=REPO, env=env, capture_output=True, text=True,
       timeout=120, preexec_fn=commands.default_sigint)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
   return result.returncode, result.stdout + result.stderr, calls
@@ -94,10 +94,12 @@ CREATE = ['compute', 'tpus', 'queued-resources', 'create', 'bert', '--node-id=be
 DESCRIBE = ['compute', 'tpus', 'queued-resources', 'describe', 'bert',
             '--format=value(state.state)', ZONE]
 COMMIT = 'a1' * 20
-GIT_REF = f'git+https://example.org/bertjax@{COMMIT}'  # A commit: installed as it is.
+# A commit, installed as it is; a host no DNS resolves (.invalid): the check here that the
+# repository has it cannot reach it, as a network failure (git_ref_test.py checks it).
+GIT_REF = f'git+https://example.invalid/bertjax@{COMMIT}'
 INSTALL = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=all',
            '--command=rm -rf ~/bertjax-src && git init -q ~/bertjax-src && git -C ~/bertjax-src '
-           f'fetch -q --depth=1 https://example.org/bertjax {COMMIT} && git -C ~/bertjax-src '
+           f'fetch -q --depth=1 https://example.invalid/bertjax {COMMIT} && git -C ~/bertjax-src '
            'checkout -q FETCH_HEAD && rm -rf ~/configs && cp -r ~/bertjax-src/configs ~/configs '
            '&& python3 -m pip install -q --user -U uv && python3 -m uv venv -q '
            '--allow-existing --python 3.12 ~/bertjax-venv && python3 -m uv pip install -q '

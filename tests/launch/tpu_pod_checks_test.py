@@ -217,6 +217,13 @@ def test_a_config_path_on_this_machines_disk_is_warned_about():
   assert warning.startswith(
       "tpu_pod: warning: config.data.train_files=/home/me/data/train-*,gs://b/more-*, "
       "config.data.vocab_file=~/vocab.txt: a path on this machine's "
-      "disk, which the slice's hosts do not see: copy it to a bucket"), warning
+      "disk, which the slice's hosts do not see (a relative one is read from a host's own "
+      "folder: a TPU VM's home, the image's /bertjax): copy it to a bucket"), warning
+  # Relative paths were not warned about: a host reads them from its own folder.
+  relative = cloud.local_paths_warning('tpu_pod', config_args.check_args([
+      '--config=configs/pretrain.py:size=tiny', '--config.data.train_files=data/train-*',
+      '--config.data.vocab_file=vocab.txt']))
+  assert relative.startswith('tpu_pod: warning: config.data.train_files=data/train-*, '
+                             'config.data.vocab_file=vocab.txt: a path on this machine'), relative
   assert cloud.local_paths_warning('tpu_pod', config_args.check_args(
       ['--config=configs/pretrain.py:size=tiny', '--config.data.train_files=gs://b/t-*'])) == ''

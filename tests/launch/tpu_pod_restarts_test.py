@@ -5,7 +5,9 @@ preemption before the run starts; a delete that fails, once, always, or on a sli
 gone; Ctrl-C at any point leaving the slice; and a --git_ref pinned to one commit that every
 install, restarts too, fetches (the workers' git commands run against a real repository)."""
 
+import dataclasses
 import os
+import re
 import subprocess
 
 from pod_fakes import ATTEMPT
@@ -140,18 +142,18 @@ def test_a_git_ref_is_pinned_to_the_commit_it_names_at_launch(monkeypatch, capsy
   the run takes that commit's configs/, not this checkout's."""
   monkeypatch.setattr(git_refs, 'commit_here', lambda ref: ('', 'no network here (the test)'))
   code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
-                                git_ref='git+https://example.org/bertjax@main')
+                                git_ref='git+https://example.invalid/bertjax@main')
   assert code == 0
   resolve = calls[2]
   assert resolve[:6] == ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0'], calls
   assert resolve[6] == ('--command=rm -rf ~/bertjax-src && git init -q ~/bertjax-src && git -C '
-                        '~/bertjax-src fetch -q --depth=1 https://example.org/bertjax main && '
+                        '~/bertjax-src fetch -q --depth=1 https://example.invalid/bertjax main && '
                         "git -C ~/bertjax-src rev-parse 'FETCH_HEAD^{commit}'")
   installs = [c for c in calls if '--worker=all' in c and 'uv pip install' in c[-2]]
   pinned = [c[-2].replace('b2' * 20, COMMIT) for c in installs]
   assert len(installs) == 2 and pinned == [INSTALL[-2]] * 2, installs  # Both: worker 0's commit.
   assert sum('rev-parse' in c[-2] for c in calls) == 1  # Read once, not again at the restart.
-  assert ('tpu_pod: --git_ref=git+https://example.org/bertjax@main is commit ' + 'b2' * 20 +
+  assert ('tpu_pod: --git_ref=git+https://example.invalid/bertjax@main is commit ' + 'b2' * 20 +
           ': every worker and every restart installs it and runs its configs/'
           ) in capsys.readouterr().out
   # A commit is installed as it is, with nothing to read.
@@ -202,3 +204,32 @@ def test_a_failed_delete_of_a_slice_already_gone_goes_on(monkeypatch):
                                 exits=['255'], fails=[DELETE] * tpu_pod.DELETE_TRIES)
   assert code == 0, code
   assert calls == ATTEMPT + [DELETE, DESCRIBE, DESCRIBE] + ATTEMPT + [DELETE]
+
+
+def test_a_queued_resource_that_failed_says_why_before_it_is_deleted(monkeypatch):
+  """It was deleted, then the error said to describe it (gone by then), without --project."""
+  reason = 'Quota TPUV5sLitepodPerProjectPerZone exceeded'
+  error, calls = launch_scripted(monkeypatch, states=['FAILED', reason])
+  describe = 'gcloud compute tpus queued-resources describe bert --zone=us-west4-a'
+  assert error == (f'queued resource bert is FAILED: {reason} (with --keep it is left to be read '
+                   f'with `{describe}`)'), error
+  assert calls == [CREATE, DESCRIBE, DESCRIBE[:5] + [
+      '--format=value(state.failedData.error.message)', DESCRIBE[-1]], DELETE]
+  tpu = dataclasses.replace(slice_(), project='other-proj')
+  answers = iter(['FAILED\n', ''])
+
+  def run(cmd, **_):
+    return subprocess.CompletedProcess(cmd, 0, next(answers))
+
+  with pytest.raises(RuntimeError, match=re.escape(
+      'queued resource bert is FAILED: gcloud gives no reason (with --keep it is left to be '
+      f'read with `{describe} --project=other-proj`)')):
+    tpu_pod.wait_active(tpu, run, 0)
+
+
+def test_restarts_run_out_with_a_line_that_says_what_to_do(monkeypatch, capsys):
+  code, _ = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
+  assert code == cloud.PREEMPTED_EXIT
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      'tpu_pod: bert was preempted 1 time (--max_restarts=0 spent): the run stopped at its last '
+      'checkpoint; run the same command again to resume from it')

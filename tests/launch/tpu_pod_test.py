@@ -10,6 +10,7 @@ import pathlib
 import re
 import shlex
 import subprocess
+import tempfile
 
 from pod_fakes import CREATE
 from pod_fakes import DELETE
@@ -43,6 +44,8 @@ def test_a_preempted_slice_is_recreated_and_the_run_resumed(tmp_path):
   # Deleted: not found, twice in a row.
   assert calls == attempt + [DELETE, DESCRIBE, DESCRIBE] + attempt + [DELETE]
   assert 'preempted; re-creating it (restart 1 of 10)' in out
+  # The polls that find the deleted slice gone: gcloud's NOT_FOUND is not shown (it was, twice).
+  assert 'NOT_FOUND' not in out, out
 
 
 def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
@@ -53,9 +56,12 @@ def test_a_failed_run_on_a_healthy_slice_is_not_retried(tmp_path):
 
 
 def test_restarts_run_out_after_max_restarts(tmp_path):
-  code, _, calls = launch(tmp_path, '--git_ref=' + GIT_REF,
-                          '--max_restarts=1', exits=['75', '75'])
+  code, out, calls = launch(tmp_path, '--git_ref=' + GIT_REF,
+                            '--max_restarts=1', exits=['75', '75'])
   assert code == cloud.PREEMPTED_EXIT
+  assert out.strip().splitlines()[-1] == (
+      'tpu_pod: bert was preempted 2 times (--max_restarts=1 spent): the run stopped at its last '
+      'checkpoint; run the same command again to resume from it'), out
   assert sum(c[:4] == CREATE[:4] for c in calls) == 2
 
 
@@ -66,12 +72,14 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
   assert lines[0].endswith('-m launch.aot_compile --topology=v5e:4x4 '
                            '--config=configs/pretrain.py:size=base,vocab=30522 '
                            "'--config.data.train_files=gs://b/train-*'")
-  assert lines[1].endswith('-m pip wheel --no-deps --wheel-dir=dist .')
+  # The wheel is built in a temporary folder, not the checkout's dist/ (which git would list).
+  folder = re.fullmatch(r'.* -m pip wheel --no-deps --wheel-dir=(\S+) \.', lines[1])[1]
+  assert pathlib.Path(folder).parent == pathlib.Path(tempfile.gettempdir()), lines[1]
   assert lines[2] == ('gcloud compute tpus queued-resources create bert --node-id=bert '
                       '--accelerator-type=v5litepod-16 --runtime-version=v2-alpha-tpuv5-lite '
                       '--reserved --zone=us-west4-a')
-  assert lines[4] == ('gcloud compute tpus tpu-vm scp --recurse '
-                      'dist/bertjax-0.1.0-py3-none-any.whl configs bert: --worker=all '
+  assert lines[4] == (f'gcloud compute tpus tpu-vm scp --recurse {folder}/'
+                      'bertjax-0.1.0-py3-none-any.whl configs bert: --worker=all '
                       '--zone=us-west4-a')
   assert len(lines) == 10 and lines[-1].startswith('gcloud compute tpus queued-resources delete')
 
@@ -139,8 +147,8 @@ def test_ctrl_c_leaves_the_slice_and_its_run_and_says_how_to_follow_and_delete(t
 
 
 def test_a_dry_run_prints_the_command_that_reads_the_commit(tmp_path):
-  """Where this machine cannot read the ref (here: no such repository), worker 0 reads it."""
-  url = f'file://{tmp_path}/missing'
+  """Where this machine cannot read the ref (here: a host no DNS resolves), worker 0 reads it."""
+  url = 'https://example.invalid/bertjax'
   code, out, calls = launch(tmp_path, '--dry_run', f'--git_ref=git+{url}@main')
   assert code == 0 and calls == [], out
   assert ("gcloud compute tpus tpu-vm ssh bert --worker=0 '--command=rm -rf ~/bertjax-src && git "
