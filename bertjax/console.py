@@ -28,9 +28,10 @@ _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a health
 # that a scheduler (a JobSet, SLURM, a wrapper) restarts it rather than taking it for done
 # (EX_TEMPFAIL: try again). The launchers exit with it too when their restarts run out.
 PREEMPTED_EXIT = 75
-# The exit status of an error a restart may cure (EX_UNAVAILABLE): storage that could not be
-# reached, jax.distributed's peers not started in time. Any other error exits 1 (it would repeat).
-UNAVAILABLE_EXIT = 69
+# The exit status of bertjax.main refusing its command before anything starts (EX_CONFIG): a
+# config value, a stale image's configs/. It fails the same way however often it is restarted
+# (a JobSet fails at once on it); any other error exits 1 (a scheduler may retry those).
+REFUSED_EXIT = 78
 _PREEMPTED = threading.Event()
 
 

@@ -126,7 +126,7 @@ def initialize_distributed():
     if not started.wait(timeout):
       sys.stderr.flush()
       os.write(2, f'error: {problem}\n'.encode())
-      os._exit(console.UNAVAILABLE_EXIT)  # pylint: disable=protected-access
+      os._exit(1)  # pylint: disable=protected-access
 
   threading.Thread(target=watchdog, name='distributed-watchdog', daemon=True).start()
   try:
@@ -154,14 +154,26 @@ def _job_module(name: str):
     return importlib.import_module(name)
 
 
+class CommandRefused(ValueError):
+  """The command refused before anything starts (console.REFUSED_EXIT): it would be again."""
+
+
+def _check_command():
+  """Every config value, before JAX starts, any data is read or anything is compiled; and a
+  stale image's configs/ (config_args.configs_check)."""
+  try:
+    config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
+    config_check.check(_CONFIG.value)
+    if (ignored := config_args.ignored_override(
+        _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
+      raise ValueError(ignored)
+  except ValueError as e:
+    raise CommandRefused(str(e)) from None
+
+
 def _run(argv):
   console.refuse_arguments(argv, '--config=..., --workdir=...')
-  config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
-  # Every config value, before JAX starts, any data is read or anything is compiled.
-  config_check.check(_CONFIG.value)
-  if (ignored := config_args.ignored_override(
-      _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
-    raise ValueError(ignored)
+  _check_command()
   console.install()
   accelerators.hide_from_tensorflow()
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
@@ -238,8 +250,7 @@ def main(argv):
       raise
     sys.stderr.flush()
     console.fail(f'error: {message or e}\n(--verbosity=1 shows where it was raised)',
-                 console.UNAVAILABLE_EXIT if isinstance(e, (ConnectionError, DistributedStartError))
-                 else 1)  # A restart may cure those; the others would repeat.
+                 console.REFUSED_EXIT if isinstance(e, CommandRefused) else 1)
 
 
 # What to do when the disk refuses a write (the run's config, its lock, its logs, the workdir

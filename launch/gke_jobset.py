@@ -18,13 +18,12 @@ its peers from what GKE sets on TPU pods (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID); 
 center network, and bertjax's mesh puts the `data` axis across slices (fsdp and tensor stay
 inside one). When a pod is preempted or evicted (a spot node reclaimed, a drain) or exits 75 (it
 saved on a SIGTERM), JobSet re-creates all the Jobs (up to --max_restarts) and the run resumes
-from its last checkpoint in the bucket. A run that fails (bertjax.main's exit 1: a usage or config
-error, a stale image's configs/, a mesh the slices do not fill, or an uncaught error) fails the
-JobSet at once, as tpu_pod ends such a run: it would fail the same way on every restart, each
-after waiting for capacity again (podFailurePolicy FailJob, JobSet failurePolicy FailJobSet).
-An error a restart may cure exits 69 and is restarted: storage that could not be reached, or a
-slice whose pods waited for capacity past bertjax.main's --distributed_timeout_s (300 s) while
-the others started (with scarce capacity, pass a longer one after --).
+from its last checkpoint in the bucket; so does any other failure (storage out of reach, a
+slice whose pods waited for capacity past bertjax.main's --distributed_timeout_s, a crash). A
+command bertjax.main refuses before it starts (exit 78: a config value, a stale image's
+configs/) fails the JobSet at once: it would fail the same way on every restart, each after
+waiting for capacity again (podFailurePolicy FailJob, JobSet failurePolicy FailJobSet). The
+job's flags and config are checked here first, so on the pods that is mostly a stale image.
 
 With --apply (needs kubectl pointed at the cluster): a JobSet of that name refused (one left by
 --keep, or still running: never replaced nor deleted), `kubectl create`, slice 0 worker 0's log
@@ -55,11 +54,10 @@ ACCELERATORS = {'v4': 'tpu-v4-podslice', 'v5litepod': 'tpu-v5-lite-podslice',
 JOB = 'slice'  # The replicated job's name: pods are <name>-slice-<slice>-<host>-<5 random>.
 COMPLETED, FAILED = 'Completed', 'Failed'  # The JobSet's status.terminalState.
 CONTAINER = 'bertjax'
-# bertjax.main's exit status after an error: a usage or flag error (absl), a config it refuses
-# (config_check, configs_check's stale image), any error it says (console.fail) or does not
-# catch. A restart would fail the same way. Preemption exits 75 (console.PREEMPTED_EXIT), an
-# error a restart may cure 69 (console.UNAVAILABLE_EXIT: storage unreachable, peers not started).
-ERROR_EXIT = 1
+# bertjax.main's exit status for a command it refuses before anything starts (config_check, a
+# stale image's configs/): a restart would fail the same way. Its other errors exit 1 and are
+# restarted (storage, peers, crashes), as preemption's 75 (console.PREEMPTED_EXIT) is.
+REFUSED_EXIT = console.REFUSED_EXIT
 LABEL_MAX = 63  # A DNS-1035 label: a pod's name, and the hostname JobSet gives it.
 
 FLAGS = flags.FLAGS
@@ -161,13 +159,13 @@ def environment(num_slices: int) -> list[dict]:
 
 # A pod's failure, in order: preempted or evicted (DisruptionTarget: a spot node reclaimed, a
 # drain; whatever its exit status), counted: backoffLimit 0 fails its Job, which JobSet restarts.
-# bertjax.main's error (ERROR_EXIT) fails its Job with reason PodFailurePolicy, which fails the
-# JobSet at once (RULES). Any other status (75: saved on a SIGTERM; 69: storage or peers not
-# reachable; a signal's) is counted too.
+# bertjax.main's refusal (REFUSED_EXIT) fails its Job with reason PodFailurePolicy, which fails
+# the JobSet at once (RULES). Any other status (75: saved on a SIGTERM; 1: an error; a signal's)
+# is counted too.
 POD_FAILURE_POLICY = {'rules': [
     {'action': 'Count', 'onPodConditions': [{'type': 'DisruptionTarget', 'status': 'True'}]},
     {'action': 'FailJob', 'onExitCodes': {'containerName': CONTAINER, 'operator': 'In',
-                                          'values': [ERROR_EXIT]}},
+                                          'values': [REFUSED_EXIT]}},
 ]}
 RULES = [{'name': 'runErrorFailsJobSet', 'action': 'FailJobSet',
           'onJobFailureReasons': ['PodFailurePolicy']}]

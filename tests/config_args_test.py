@@ -211,7 +211,7 @@ def test_an_override_the_job_would_not_apply_is_refused(monkeypatch, tmp_path):
   run = subprocess.run([sys.executable, '-m', 'bertjax.main', *cases[0][0],
                         f'--workdir={tmp_path / "run"}'], cwd=REPO, capture_output=True,
                        text=True, timeout=300, check=False)
-  assert run.returncode == 1 and f'error: {cases[0][1]}' in run.stderr, run.stderr
+  assert run.returncode == 78 and f'error: {cases[0][1]}' in run.stderr, run.stderr
   assert not (tmp_path / 'run').exists()
 
 

@@ -1,6 +1,6 @@
-"""The GKE JobSet manifest (single and multi-slice), its failure policies (a run's error ends
-it, a preemption restarts it), the names and images it refuses, and the kubectl command lines,
-against a fake kubectl that records its arguments."""
+"""The GKE JobSet manifest (single and multi-slice), the names and images it refuses, and the
+kubectl command lines, against a fake kubectl that records its arguments (its failure policies:
+gke_failure_policy_test.py)."""
 
 import json
 import os
@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from bertjax import config_args
-from bertjax import console
 from launch import gke_jobset
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -131,62 +130,6 @@ def test_a_name_leaves_room_for_the_pods_names(accelerator_type, num_slices, lim
   assert str(e.value) == (f"--name='{name}b' has {limit + 1} characters; {num_slices} x "
                           f'{accelerator_type} allows {limit} (its pods are named '
                           'NAME-slice-S-H-xxxxx, at most 63): pass a shorter --name')
-
-
-def job_spec(spec):
-  return spec['spec']['replicatedJobs'][0]['template']['spec']
-
-
-def what_kubernetes_does(spec, exit_code, disrupted=False) -> str:
-  """The Job's podFailurePolicy (its first matching rule, else Count; backoffLimit 0: Count fails
-  the Job with reason BackoffLimitExceeded, FailJob with PodFailurePolicy), then JobSet's
-  failurePolicy rules on that reason (none matching: RestartJobSet)."""
-  def matches(rule):
-    if 'onPodConditions' in rule:
-      return disrupted and {'type': 'DisruptionTarget', 'status': 'True'} in rule['onPodConditions']
-    assert rule['onExitCodes']['containerName'] == pod(spec)['containers'][0]['name']
-    return (exit_code in rule['onExitCodes']['values']) == (rule['onExitCodes']['operator'] == 'In')
-  action = next((r['action'] for r in job_spec(spec)['podFailurePolicy']['rules'] if matches(r)),
-                'Count')
-  reason = {'FailJob': 'PodFailurePolicy', 'Count': 'BackoffLimitExceeded'}[action]
-  return next((r['action'] for r in spec['spec']['failurePolicy']['rules']
-               if reason in r['onJobFailureReasons']), 'RestartJobSet')
-
-
-def test_a_run_error_fails_the_jobset_at_once_and_a_preemption_restarts_it():
-  """bertjax.main's error (a usage or config error, a stale image) would repeat on every
-  restart, each after waiting for capacity again: it ends the JobSet, as tpu_pod ends the run."""
-  spec = gke_jobset.manifest('bert', 'v5litepod-16', 2, IMAGE, 'gs://b/r', MAIN_ARGS)
-  assert pod(spec)['restartPolicy'] == 'Never'  # podFailurePolicy needs it.
-  assert job_spec(spec)['backoffLimit'] == 0
-  assert what_kubernetes_does(spec, gke_jobset.ERROR_EXIT) == 'FailJobSet'
-  assert what_kubernetes_does(spec, console.PREEMPTED_EXIT) == 'RestartJobSet'  # Saved.
-  for code in (137, 139, 143):  # Killed, crashed: counted, restarted (up to --max_restarts).
-    assert what_kubernetes_does(spec, code) == 'RestartJobSet'
-  # Evicted or preempted (a spot node reclaimed, a drain), whatever the run exited with.
-  for code in (gke_jobset.ERROR_EXIT, console.PREEMPTED_EXIT, 137):
-    assert what_kubernetes_does(spec, code, disrupted=True) == 'RestartJobSet'
-  for rule in spec['spec']['failurePolicy']['rules']:  # JobSet's pattern for a rule's name.
-    assert re.fullmatch(r'[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?', rule['name'])
-
-
-@pytest.mark.parametrize('extra,digest,said', [
-    (['--no_such_flag'], '', "Unknown command line flag 'no_such_flag'"),
-    (['--config.no_such_field=1'], '', 'no_such_field'),
-    (['stray'], '', "unexpected arguments ['stray']"),
-    ([], '0' * 64, "this image's configs/ (" f'{REPO / "configs"}) differ'),  # A stale image.
-])
-def test_bertjax_main_ends_a_refused_run_with_the_exit_status_that_fails_the_jobset(
-    tmp_path, extra, digest, said):
-  """What the FailJob rule matches is what bertjax.main exits with on a usage or config error,
-  and on a stale image's configs/ (their digest not the launcher's)."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu', **{config_args.CONFIGS_DIGEST_ENV: digest or ''})
-  result = subprocess.run([sys.executable, '-m', 'bertjax.main',
-                           '--config=configs/pretrain.py:size=tiny', *extra,
-                           f'--workdir={tmp_path / "run"}'], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-  assert result.returncode == gke_jobset.ERROR_EXIT and said in result.stderr, result.stderr
-  assert not (tmp_path / 'run').exists()
 
 
 def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS, existing='',
