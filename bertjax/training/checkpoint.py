@@ -260,6 +260,11 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
     except Exception as e:  # pylint: disable=broad-except  # Classified just below.
       _check_same_structure(e, mngr.directory, step)
+      if isinstance(e, checkpoint_damage.MissingHostFolderError):  # Not moved: copy it back.
+        raise RestoreError(
+            f'checkpoint step {step} in {mngr.directory} cannot be resumed: {e}. Nothing was '
+            'moved: copy that folder back into it, or move the step aside (e.g. to '
+            f'{step}.incomplete) to resume from the one before') from None
       if not checkpoint_damage.is_damage(e):
         raise RestoreError(
             f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'

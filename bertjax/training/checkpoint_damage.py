@@ -27,6 +27,11 @@ class DamagedCheckpointError(ValueError):
   """A checkpoint's bytes are not what was saved."""
 
 
+class MissingHostFolderError(DamagedCheckpointError):
+  """A multi-host save lacks a host's folder, perhaps on that host's disk: a reader falls back
+  to an older step; the run's own resume moves nothing and stops (it can be copied back)."""
+
+
 def is_damage(error: BaseException) -> bool:
   """True when an error (or one it came from) says a checkpoint's bytes are damaged."""
   seen = 0
@@ -115,7 +120,7 @@ def check_files_named(state: str):
   hosts = sorted({f.split('/')[0] for f in missing if f.startswith('ocdbt.process_')
                   and not files.isdir(files.join(state, f.split('/')[0]))})
   if hosts:
-    raise DamagedCheckpointError(
+    raise MissingHostFolderError(
         f'state/{", state/".join(hosts)} is missing: the checkpoint is incomplete (process '
         f'{", ".join(h[len("ocdbt.process_"):] for h in hosts)}\'s part of a multi-host save; '
         'left on that host\'s own disk?)')
