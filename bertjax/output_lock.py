@@ -12,6 +12,7 @@ import fcntl
 import os
 import pwd
 import socket
+import threading
 import time
 
 from bertjax import console
@@ -29,9 +30,11 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
   folder = os.path.dirname(output)
   files.makedirs(folder)
   lock_path = os.path.join(folder, f'.{os.path.basename(output)}.lock')
-  opened = []  # The lock file this run opened, for an interrupt that comes at any point.
+  # The lock file this run opened, for an interrupt that comes at any point (from the watcher
+  # thread, the main thread going on meanwhile: `guard` keeps its removal and `finally`'s apart).
+  opened, guard = [], threading.Lock()
   with contextlib.ExitStack() as stack:
-    stack.enter_context(console.at_interrupt(lambda: _remove_if_free(lock_path, opened)))
+    stack.enter_context(console.at_interrupt(lambda: _remove_if_free(lock_path, opened, guard)))
     for _ in range(3):  # A lock file removed by the run ending meanwhile: the next one's.
       try:
         lock = stack.enter_context(open(lock_path, 'a+', encoding='utf-8'))  # local: flock's
@@ -39,8 +42,8 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
       except PermissionError as e:
         if os.path.exists(lock_path) and os.access(folder, os.W_OK):  # local: the lock file
           raise ValueError(
-              f'cannot take {lock_path}, the lock of {output}: it is {_owner(lock_path)}\'s '
-              f'({e.strerror}): if no run of theirs is writing there now, remove it (or have it '
+              f'cannot take {lock_path}, the lock of {output}: it is {_owner(lock_path)} '
+              f'({e.strerror}): if no run is writing there now, remove it (or have it '
               f'removed), or pass another {flag}') from None
         raise ValueError(f'cannot write {output} ({e.strerror} in {folder}): pass another '
                          f'{flag}') from None
@@ -74,27 +77,42 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
     try:
       yield
     finally:
-      with contextlib.suppress(FileNotFoundError):
-        os.remove(lock_path)  # local: the lock file, while it is held
-      fcntl.flock(lock, fcntl.LOCK_UN)
+      with guard:
+        opened[:] = [None]  # Removed here: not by an interrupt that comes after.
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(lock_path)  # local: the lock file, while it is held
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _remove_if_free(lock_path: str, opened: list):
+def _remove_if_free(lock_path: str, opened: list, guard: threading.Lock):
   """At an interrupt (which skips `finally`): removes the lock file unless another run holds it.
-  The signal may come between its creation and the lock: a file nobody holds is this run's."""
-  lock = opened[0] if opened else open(lock_path, 'a+', encoding='utf-8')  # local: flock's
-  try:
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # Already held by this run's: granted.
-  except OSError:  # Another run's (or no flock here): kept.
+  The signal may come between its creation and the lock, where the file is taken for this
+  run's (another run's that has not locked it yet would be taken too: it is then refused)."""
+  if not guard.acquire(timeout=1):
     return
-  if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
-    os.remove(lock_path)  # local: the lock file, held
+  try:
+    if opened == [None]:  # `finally` removed it.
+      return
+    lock = opened[0] if opened else open(lock_path, 'a+', encoding='utf-8')  # local: flock's
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # Already held by this run's: granted.
+    except OSError:  # Another run's (or no flock here): kept.
+      return
+    if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:  # local: the lock file
+      os.remove(lock_path)  # local: the lock file, held
+  finally:
+    guard.release()
 
 
 def _owner(path: str) -> str:
-  """The user name owning `path` (its uid where the name is unknown)."""
-  uid = os.stat(path).st_uid  # local: the lock file
+  """Whose `path` is: 'USER\'s' (uid N where the name is unknown), 'yours (read-only)'."""
   try:
-    return pwd.getpwuid(uid).pw_name
+    uid = os.stat(path).st_uid  # local: the lock file
+  except OSError:
+    return "another run's"
+  if uid == os.getuid():
+    return 'yours (read-only)'
+  try:
+    return f"{pwd.getpwuid(uid).pw_name}'s"
   except KeyError:
-    return f'uid {uid}'
+    return f"uid {uid}'s"
