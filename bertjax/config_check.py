@@ -285,7 +285,9 @@ def _check_mesh_and_checkpoint(c: _Checker):
   sizes = {name: c.number(f'mesh.{name}', integer=True) for name in ('data', 'fsdp', 'tensor')}
   for name, size in sizes.items():
     if size is not _MISSING and size != -1 and size < 1:
+      taken = any(v == -1 for v in sizes.values())  # Another axis has the rest: no second -1.
       c.fail(f'mesh.{name}', size, 'must be -1 (all devices the other axes leave) or >= 1',
+             f'set --config.mesh.{name}=1 (off) or a device count' if taken else
              'set --config.mesh.data=-1' if name == 'data' else
              f'set --config.mesh.{name}=1 (off), a device count or -1')
   rest = [name for name, size in sizes.items() if size == -1]

@@ -105,7 +105,8 @@ def check_for_slice(config, accelerator_type: str, num_slices: int = 1):
     raise ValueError(f'on {where}: mesh {shape} over {num_slices} slices: mesh.data must be a '
                      f'multiple of {num_slices} (only data parallelism crosses slices); lower '
                      'mesh.fsdp or mesh.tensor to fit one slice: pass e.g. '
-                     f'--config.mesh.data={num_slices} --config.mesh.fsdp=-1')
+                     f'--config.mesh.data={num_slices} --config.mesh.fsdp=-1'
+                     + (' --config.mesh.tensor=1' if config.mesh.tensor == -1 else ''))
   axes = sharding.batch_axes(sharding.parse_rules(config.mesh.rules))
   split = math.prod(shape[axis] for axis in axes)
   micro = config.global_batch_size // config.get('grad_accum_steps', 1)
@@ -134,7 +135,7 @@ def local_paths_warning(launcher: str, config) -> str:
 
 
 # bertjax.main's own flags, besides absl's (--flagfile, --verbosity, ...): what the job's flags
-# after -- may set (job_flags_test.py compares them with bertjax.main's).
+# after -- may set (cloud_test.py compares them with bertjax.main's).
 MAIN_FLAGS = ('config', 'workdir', 'step', 'coordinator_address', 'num_processes', 'process_id',
               'compilation_cache_dir', 'distributed_timeout_s')
 _ABSL_FLAGS = ('flagfile', 'undefok', 'help', 'helpshort', 'helpfull', 'helpxml')
@@ -218,8 +219,13 @@ def check_bucket_path(workdir: str):
   """Refuses a workdir URL that is no gs://BUCKET/...: a scheme misspelt (gs:/b, GS://b) or
   another store's (a launcher took it for a local path), and a gs:// naming no bucket (gs://,
   gs:///runs): the run would fail only on the booked slice. A local path passes."""
-  scheme = re.match(r'[A-Za-z][-+.\w]*:/+', workdir)
+  scheme = re.match(r'([A-Za-z][-+.\w]*):/+', workdir)
+  if scheme and scheme[1] == 'file':
+    return  # A local path (bertjax.files reads file:// as one).
   if scheme and not workdir.startswith('gs://'):
+    if scheme[1].lower() not in ('gs', 'gcs'):  # Another store (s3://): no bucket to guess.
+      raise ValueError(f'--workdir={workdir!r}: the launchers run on Google Cloud, where the '
+                       "slice's hosts share a gs:// bucket: pass --workdir=gs://BUCKET/path")
     raise ValueError(f'--workdir={workdir!r} is no gs:// URL (a bucket is gs://BUCKET/path, '
                      f'lowercase, two slashes): pass --workdir=gs://{workdir[scheme.end():]}')
   if scheme and not re.fullmatch(r'gs://[a-z0-9][-a-z0-9_.]*(/.*)?', workdir):

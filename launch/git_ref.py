@@ -46,7 +46,7 @@ def fetch(git_ref: str, folder: str) -> str:
 # would fail on it. Any other failure (no network, credentials on the workers only) is not: nor
 # is a host's "Repository not found", which it also says to a client lacking the credentials.
 _ABSENT = re.compile(r"not our ref|couldn't find remote ref|not a git repository|does not appear "
-                     r"to be a git repository", re.IGNORECASE)
+                     r"to be a git repository|unadvertised object", re.IGNORECASE)
 
 
 def _git(args, timeout_s: float) -> subprocess.CompletedProcess:
@@ -79,8 +79,10 @@ def commit_here(git_ref: str, timeout_s: float = 60) -> tuple[str, str]:
     said = [line for line in said if line.startswith('fatal:')] or said  # git's reason first.
     why = said[0] if said else f'git {shlex.join(asked)} exited {listed.returncode}'
     if _ABSENT.search(listed.stderr):
-      what = (f'has no commit {ref}' if re.search(r"not our ref|couldn't find", listed.stderr)
-              else 'is no git repository')
+      what = (f'does not give commit {ref} by its id, as every worker fetches it (it has no such '
+              'commit, or serves only its branch and tag tips)'
+              if re.search(r"not our ref|unadvertised object", listed.stderr) else
+              f'has no {ref}' if "couldn't find" in listed.stderr else 'is no git repository')
       raise ValueError(f'--git_ref={git_ref}: {url} {what} ({why}): pass a repository and a '
                        'branch, tag or full commit id it has')
     return '', why

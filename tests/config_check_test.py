@@ -57,8 +57,13 @@ PRETRAIN = [
     ({'checkpoint__every_steps': 0}, 'config.checkpoint.every_steps=0: must be > 0'),
     ({'checkpoint__keep': 0}, 'config.checkpoint.keep=0: must be >= 1'),
     ({'mesh__data': 0}, 'config.mesh.data=0: must be -1'),
+    ({'mesh__data': 1, 'mesh__tensor': 0}, 'config.mesh.tensor=0: must be -1 (all devices the '
+     'other axes leave) or >= 1; set --config.mesh.tensor=1 (off), a device count or -1'),
+    # mesh.data is -1 (the default), or fsdp is: no second -1 offered.
     ({'mesh__tensor': 0}, 'config.mesh.tensor=0: must be -1 (all devices the other axes leave) '
-     'or >= 1; set --config.mesh.tensor=1 (off), a device count or -1'),
+     'or >= 1; set --config.mesh.tensor=1 (off) or a device count'),
+    ({'mesh__data': 0, 'mesh__fsdp': -1}, 'config.mesh.data=0: must be -1 (all devices the other '
+     'axes leave) or >= 1; set --config.mesh.data=1 (off) or a device count'),
     ({'mesh__fsdp': -1}, 'config.mesh.fsdp=-1: mesh.data is -1 too, and only one axis may take '
      'the devices the others leave; set --config.mesh.data=1 (or a device count) to give '
      'mesh.fsdp the rest'),

@@ -121,7 +121,7 @@ def test_a_multislice_mesh_whose_data_axis_the_slices_cannot_split_is_refused():
 
 @pytest.mark.parametrize('workdir, fixed', [('gs:/bkt/x', 'gs://bkt/x'), ('GS://bkt/x',
                                                                           'gs://bkt/x'),
-                                            ('s3://bkt/x', 'gs://bkt/x')])
+                                            ('gcs:/bkt/x', 'gs://bkt/x')])
 def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workdir, fixed):
   """A single-host slice kept with --keep took gs:/bkt/x for a local folder; the run then failed
   on the VM, the slice left up."""
@@ -129,8 +129,12 @@ def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workd
       f"--workdir='{workdir}' is no gs:// URL (a bucket is gs://BUCKET/path, lowercase, two "
       f'slashes): pass --workdir={fixed}')):
     tpu_pod.check(tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-8'), workdir, keep=True)
-  for local in ('/tmp/run', 'runs/x'):
+  for local in ('/tmp/run', 'runs/x', 'file:///tmp/run'):
     cloud.check_bucket_path(local)
+  with pytest.raises(ValueError, match=re.escape(  # No gs:// bucket of that name guessed.
+      "--workdir='s3://bkt/x': the launchers run on Google Cloud, where the slice's hosts share "
+      'a gs:// bucket: pass --workdir=gs://BUCKET/path')):
+    cloud.check_bucket_path('s3://bkt/x')
 
 
 def test_a_flag_that_took_the_next_flag_as_its_value_is_named_in_one_line(tmp_path):

@@ -61,7 +61,8 @@ def test_a_ref_the_repository_lacks_is_refused_and_one_out_of_reach_left_to_work
 
 
 @pytest.mark.parametrize('where, what', [
-    ('repo@' + 'e5' * 20, 'has no commit ' + 'e5' * 20 + ' (fatal: '),
+    ('repo@' + 'e5' * 20, 'does not give commit ' + 'e5' * 20 + ' by its id, as every worker '
+     'fetches it (it has no such commit, or serves only its branch and tag tips) (fatal: '),
     ('missing@main', 'is no git repository (fatal: '),
     ('plain@main', 'is no git repository (fatal: '),
     ('missing@COMMIT', 'is no git repository (fatal: '),
