@@ -346,7 +346,7 @@ def test_cli_with_two_workers_is_deterministic(documents, vocab_file, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     # The last line: the counts, and where the shards and the report are.
     assert re.fullmatch(
-        r'create_pretraining_data finished in \d+\.\d s: instances \d+, documents '
+        r'create_pretraining_data finished in (\d+\.\d s|\d+m\d\ds): instances \d+, documents '
         rf'{len(documents[::6])}, shards 3, workers 2, \[UNK\] [\d.]+% of \d+ tokens, masked '
         r'1[45]\.\d% of the maskable tokens, padding '
         rf'[\d.]+% of the token slots, skipped nothing; shards {out}-\?\?\?\?\?-of-00003, report '

@@ -147,7 +147,8 @@ def test_the_command_exports_a_fine_tuned_classifier_that_onnxruntime_runs_equal
   proc = run_export(f'--from={workdir}', '--format=onnx', f'--output={out}')
   printed = proc.stdout.splitlines()
   step = max(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
-  assert re.fullmatch(rf'export finished in [0-9.]+ s: step {step}, kind classification, layers '
+  assert re.fullmatch(rf'export finished in ([0-9.]+ s|\d+m\d\ds): step {step}, kind '
+                      rf'classification, layers '
                       rf'\d+; onnx {re.escape(str(out))}', printed[-1]), printed[-1]
   assert 'Loading weights' not in proc.stderr and 'torchvision' not in proc.stderr, proc.stderr
   # The lines it prints load and run it as they say.

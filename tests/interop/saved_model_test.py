@@ -211,7 +211,8 @@ def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, m
   lines = (proc.stdout + proc.stderr).splitlines()
   assert not [line for line in lines if any(s in line for s in TF_START_UP)], lines
   printed = proc.stdout.splitlines()
-  assert re.fullmatch(r'export finished in [0-9.]+ s: kind encoder, layers 6, max_seq_length '
+  assert re.fullmatch(r'export finished in ([0-9.]+ s|\d+m\d\ds): kind encoder, layers 6, '
+                      r'max_seq_length '
                       f'256; saved_model {re.escape(str(out))}', printed[-1]), printed[-1]
   assert printed[:4] == ['load it with:', '  import tensorflow as tf',
                          "  import tensorflow_text  # registers the tokenizer's ops",
