@@ -284,10 +284,14 @@ def worker_job(main_args, worker_config: str) -> tuple[str, list[str]]:
   return path, config_args.with_config_file(main_args, f'{worker_config}{colon}{arg}')
 
 
-def check_required(names):
+def check_required(required):
   """A launcher's required flags, checked after console.check_flags (absl's own check runs
-  first, and takes `--name --zone=Z` for a missing --zone): one usage line naming them."""
-  missing = [f'--{name}' for name in names if flags.FLAGS[name].value is None]
+  first, and takes `--name --zone=Z` for a missing --zone): one usage line naming them.
+  `required`: flag names, or a mapping of each to what to pass (else --NAME=VALUE)."""
+  described = isinstance(required, dict)
+  said = required if described else {name: f'--{name}=VALUE' for name in required}
+  joined = '; ' if described else ' '
+  missing = [name for name in said if flags.FLAGS[name].value is None]
   if missing:
-    raise app.UsageError(f'{", ".join(missing)} {"is" if len(missing) == 1 else "are"} required: '
-                         f'pass {" ".join(f"{flag}=VALUE" for flag in missing)}')
+    raise app.UsageError(f'--{", --".join(missing)} {"is" if len(missing) == 1 else "are"} '
+                         f'required: pass {joined.join(said[name] for name in missing)}')

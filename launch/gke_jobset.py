@@ -332,9 +332,7 @@ def check_usage(argv, words):
   -- that no flag takes (absl passes it on with the job's flags: bertjax.main would refuse it in
   every pod). `words`: the command line (sys.argv[1:]), argv: absl's unparsed rest of it."""
   console.check_flags(words)
-  for name, what in REQUIRED.items():
-    if FLAGS[name].value is None:
-      raise app.UsageError(f'--{name} is required: pass {what}')
+  cloud.check_required(REQUIRED)
   job = words[words.index('--') + 1:] if '--' in words else []
   if stray := argv[1:len(argv) - len(job)]:
     raise app.UsageError(f'unexpected arguments {stray}: the launcher takes --flags only; '
