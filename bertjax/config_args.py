@@ -201,7 +201,8 @@ def missing_flagfile(argv) -> str | None:
 
 def parse_flags(argv):
   """absl's flag parsing (app.run's flags_parser) for bertjax.main and launch.aot_compile: a
-  mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit 1."""
+  mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit
+  console.REFUSED_EXIT (the command would be refused again: a scheduler must not restart it)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   expanded = argv
   try:
@@ -227,7 +228,7 @@ def parse_flags(argv):
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     message = config_field_error(expanded) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
-  sys.exit(1)
+  sys.exit(console.REFUSED_EXIT)
 
 
 def check_args(main_args) -> object:

@@ -49,7 +49,7 @@ from ml_collections import config_flags  # noqa: E402
 
 if __name__ == '__main__' and (_MISSING := config_args.missing_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)
-  sys.exit(1)
+  sys.exit(console.REFUSED_EXIT)
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'A config file and its argument string: configs/pretrain.py:size=base '
     '(pre-training), configs/finetune.py:task=mrpc,init_from=DIR (fine-tuning: GLUE, SQuAD, '

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bertjax import config_args
+from bertjax import console
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -124,7 +125,7 @@ def test_a_second_config_file_is_refused(monkeypatch):
                   ['launch.aot_compile', '--topology=cpu:8']):
     run = subprocess.run([sys.executable, '-m', *command, *args], cwd=REPO, capture_output=True,
                          text=True, timeout=300, check=False)
-    assert run.returncode == 1, run.stderr
+    assert run.returncode == console.REFUSED_EXIT, run.stderr  # Not restarted by a scheduler.
     assert f'FATAL Flags parsing error: {message}' in run.stderr, run.stderr
 
 
@@ -160,7 +161,7 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
     run = subprocess.run([sys.executable, '-m', 'bertjax.main', *args, '--workdir=out'],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
                          env={**os.environ, 'PYTHONPATH': str(REPO)})
-    assert run.returncode == 1, run.stderr
+    assert run.returncode == console.REFUSED_EXIT, run.stderr
     assert 'Traceback' not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert run.stderr.startswith('FATAL Flags parsing error: '), run.stderr
     assert message in run.stderr, run.stderr

@@ -31,7 +31,7 @@ def run_main(cwd, *args, python=('-m', 'bertjax.main'), env=()):
 def test_a_mistyped_config_field_is_one_line_naming_the_closest(tmp_path):
   done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny',
                   '--config.optimizer.learning_rat=1e-3', f'--workdir={tmp_path}/w')
-  assert done.returncode == 1
+  assert done.returncode == console.REFUSED_EXIT, done.stderr
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1, done.stderr
   assert "unknown config field 'optimizer.learning_rat'" in lines[0]

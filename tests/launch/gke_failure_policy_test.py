@@ -77,11 +77,14 @@ def test_a_refused_command_fails_the_jobset_at_once_and_other_failures_restart_i
 @pytest.mark.parametrize('extra,digest,said', [
     ([], '0' * 64, "this image's configs/ (" f'{REPO / "configs"}) differ'),  # A stale image.
     (['--config.optimizer.learning_rate=-1'], '', 'a negative learning rate'),
+    (['--config.optimizer.learnin_rate=1e-4'], '', "unknown config field 'optimizer.learnin_rate'"),
+    (['--num_hosts=2'], '', 'Unknown command line flag'),  # absl's own flag errors too.
 ])
 def test_bertjax_main_ends_a_refused_run_with_the_exit_status_that_fails_the_jobset(
     tmp_path, extra, digest, said):
   """What the FailJob rule matches is what bertjax.main exits with on a config value it refuses,
-  and on a stale image's configs/ (their digest not the launcher's)."""
+  on a stale image's configs/ (their digest not the launcher's), and on a flag it does not
+  take (absl's error, exit 1 before: restarted maxRestarts times)."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', **{config_args.CONFIGS_DIGEST_ENV: digest or ''})
   result = subprocess.run([sys.executable, '-m', 'bertjax.main',
                            '--config=configs/pretrain.py:size=tiny', *extra,
