@@ -70,10 +70,16 @@ class Runner:
     pipe = subprocess.PIPE if capture else None
     result = subprocess.run(cmd, check=False, text=True, stdout=pipe, stderr=pipe)
     if check and result.returncode:
-      said = [line for line in (result.stderr or '').splitlines() if line.strip()]
       raise RuntimeError(f'{cmd[0]} exited with {result.returncode}'
-                         f'{f" ({said[-1].strip()})" if said else ""}: {shlex.join(cmd)}')
+                         f'{f" ({said})" if (said := last_said(result)) else ""}: '
+                         f'{shlex.join(cmd)}')
     return result
+
+
+def last_said(result: subprocess.CompletedProcess) -> str:
+  """A captured command's last line on stderr (gcloud's reason), '' where it said nothing."""
+  lines = [line.strip() for line in (result.stderr or '').splitlines() if line.strip()]
+  return lines[-1] if lines else ''
 
 
 def devices(accelerator_type: str, num_slices: int = 1) -> int:
@@ -282,6 +288,19 @@ def worker_job(main_args, worker_config: str) -> tuple[str, list[str]]:
     return '', config_args.with_config_file(main_args, on_worker)
   path, colon, arg = spec.partition(':')
   return path, config_args.with_config_file(main_args, f'{worker_config}{colon}{arg}')
+
+
+def check_usage(argv, words, required):
+  """A launcher's usage errors, each one line (console.usage_said): a flag that took the next
+  flag as its value, a required flag missing, a word before -- that no flag takes (absl's GNU
+  parse leaves it in argv with the job's flags: it was taken for the job's, or sent on to
+  bertjax.main). `words`: the command line (sys.argv[1:]); argv: absl's unparsed rest of it."""
+  console.check_flags(words)
+  check_required(required)
+  job = words[words.index('--') + 1:] if '--' in words else []
+  if stray := argv[1:len(argv) - len(job)]:
+    raise app.UsageError(f'unexpected arguments {stray}: the launcher takes --flags only; '
+                         "bertjax.main's flags go after --")
 
 
 def check_required(required):

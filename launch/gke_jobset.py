@@ -327,20 +327,8 @@ REQUIRED = {'name': "--name=NAME, the JobSet's (lowercase letters, digits and -)
             'workdir': '--workdir=gs://BUCKET/runs/NAME, where the run writes'}
 
 
-def check_usage(argv, words):
-  """Usage errors, each one line (console.usage_said): a required flag missing, a word before
-  -- that no flag takes (absl passes it on with the job's flags: bertjax.main would refuse it in
-  every pod). `words`: the command line (sys.argv[1:]), argv: absl's unparsed rest of it."""
-  console.check_flags(words)
-  cloud.check_required(REQUIRED)
-  job = words[words.index('--') + 1:] if '--' in words else []
-  if stray := argv[1:len(argv) - len(job)]:
-    raise app.UsageError(f'unexpected arguments {stray}: the launcher takes --flags only; '
-                         "bertjax.main's flags go after --")
-
-
 def main(argv):
-  check_usage(argv, sys.argv[1:])
+  cloud.check_usage(argv, sys.argv[1:], REQUIRED)
   path = pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml')
   try:
     argv = [argv[0], *cloud.job_flags(argv[1:])]  # A --flagfile's lines: the pods lack the file.

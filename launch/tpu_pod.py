@@ -244,6 +244,10 @@ def describe(tpu: Slice, run: cloud.Runner, poll_s: float, tries: int = 3) -> st
     result = run(state_command(tpu), capture=True, check=False)
     if not result.returncode and result.stdout.strip():
       return result.stdout.strip()
+    if tries > 1:  # A poll says why as it retries (a lone try asks 'gone?': NOT_FOUND expected).
+      print(f'tpu_pod: gcloud could not read the state of {tpu.name} (try {attempt + 1} of '
+            f'{tries}): {cloud.last_said(result) or f"exit {result.returncode}, nothing said"}',
+            file=sys.stderr, flush=True)
   return ''
 
 
@@ -265,7 +269,8 @@ def _failed(tpu: Slice, run: cloud.Runner, state: str) -> str:
   state.failedData.error.message, and the describe that shows all (kept with --keep)."""
   describe = shlex.join(tpu.gcloud('queued-resources', 'describe', tpu.name))
   if not state:
-    return f'queued resource {tpu.name} is not readable (gcloud failed 3 times): see `{describe}`'
+    return (f'queued resource {tpu.name} is not readable (gcloud failed 3 times, why above): see '
+            f'`{describe}`')
   said = run(tpu.gcloud('queued-resources', 'describe', tpu.name,
                         '--format=value(state.failedData.error.message)'),
              capture=True, check=False).stdout.strip()
@@ -385,6 +390,7 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
   after each preemption; the slice deleted at the end unless `keep`."""
   owned = False  # The slice is this process's to delete at the end.
   booked = False  # A slice was asked for: Ctrl-C leaves it, and its run, alone.
+  ran = False  # A run was started on a slice (it may have saved a checkpoint).
   try:
     for attempt in range(max_restarts + 1):
       if attempt:
@@ -398,6 +404,7 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
       started, git_ref = start(tpu, run, commands, poll_s, git_ref)
       if not started:
         continue
+      ran = True
       exit_code, state = follow(tpu, run, poll_s)
       if exit_code == 255 and state not in PREEMPTED:
         owned = False  # Its run may go on.
@@ -408,9 +415,11 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
       if not was_preempted(exit_code, state):
         return exit_code
     times = f'{max_restarts + 1} time{"s" * bool(max_restarts)}'
-    print(f'tpu_pod: {tpu.name} was preempted {times} (--max_restarts='
-          f'{max_restarts} spent): the run stopped at its last checkpoint; run the same command '
-          'again to resume from it', file=sys.stderr, flush=True)
+    then = ('the run stopped at its last checkpoint (if it saved one); run the same command again '
+            'to resume from it') if ran else ('each time before its run started: nothing ran; run '
+                                              'the same command again later')
+    print(f'tpu_pod: {tpu.name} was preempted {times} (--max_restarts={max_restarts} spent): '
+          f'{then}', file=sys.stderr, flush=True)
     return cloud.PREEMPTED_EXIT
   except KeyboardInterrupt:
     if not booked:
@@ -426,8 +435,7 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
 
 
 def main(argv):
-  console.check_flags(sys.argv[1:])  # The launcher's own flags (argv[1:] is the job's).
-  cloud.check_required(REQUIRED)  # After check_flags: `--name --zone=Z` names --name.
+  cloud.check_usage(argv, sys.argv[1:], REQUIRED)  # The launcher's own (argv[1:]: the job's).
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:

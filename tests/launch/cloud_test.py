@@ -157,6 +157,21 @@ def test_a_flag_that_took_the_next_flag_as_its_value_is_named_in_one_line(tmp_pa
       '--workdir=VALUE (--helpshort lists the flags)'], result.stderr
 
 
+@pytest.mark.parametrize('before', [['stray'], ['--spot', 'stray', '--keep']])
+def test_a_stray_word_before_the_separator_is_the_launchers_usage_error(before):
+  """absl's GNU parse left it in argv with the job's flags: refused as a word 'after --' (gke_jobset
+  said it right: one check now, cloud.check_usage)."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'launch.tpu_pod', '--name=n', '--zone=us-west4-a', *before,
+       '--accelerator_type=v5litepod-16', '--workdir=gs://b/x', '--dry_run', '--',
+       '--config=configs/pretrain.py:size=tiny'], cwd=REPO, capture_output=True, text=True,
+      timeout=120, check=False)
+  assert result.returncode == 1 and result.stdout == '', result.stdout
+  assert result.stderr.strip().splitlines() == [
+      "tpu_pod: error: unexpected arguments ['stray']: the launcher takes --flags only; "
+      "bertjax.main's flags go after -- (--helpshort lists the flags)"], result.stderr
+
+
 def test_a_word_after_build_corpus_flags_is_one_line(tmp_path):
   result = subprocess.run([sys.executable, '-m', 'launch.build_corpus',
                            f'--output_dir={tmp_path}/x', 'extra'], cwd=REPO,

@@ -153,6 +153,11 @@ def worker_job(calls) -> list[str]:
   return words[:words.index('--workdir=gs://b/runs/base;') + 1]
 
 
+# What gcloud says when it fails on a poll (a transient error): its last line is the reason.
+GCLOUD_503 = ('WARNING: retrying\nERROR: (gcloud.compute.tpus.queued-resources.describe) '
+              'HttpError 503: The service is currently unavailable.\n')
+
+
 def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, **kwargs):
   """tpu_pod.launch in this process, its runner answering as FAKE_GCLOUD does (`states` for
   describe, ERROR where gcloud fails; `exits` for worker 0's ssh) and failing each command in
@@ -166,14 +171,14 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
   def run(cmd, check=True, capture=False):
     args = cmd[1:]
     calls.append(args)
-    code, out = 0, ''
+    code, out, err = 0, '', ''
     if interrupt == args:
       raise KeyboardInterrupt
     if 'describe' in args and gone[0]:
       code = 1
     elif 'describe' in args:
       state = states.pop(0) if states else 'ACTIVE'
-      code, out = (1, '') if state == 'ERROR' else (0, f'{state}\n')
+      code, out, err = (1, '', GCLOUD_503) if state == 'ERROR' else (0, f'{state}\n', '')
     elif args in fails:
       fails.remove(args)
       code = 255
@@ -185,7 +190,7 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
       code = int(exits.pop(0)) if exits else 0
     if check and code:
       raise RuntimeError(f'{cmd[0]} exited with {code}: {shlex.join(cmd)}')
-    return subprocess.CompletedProcess(cmd, code, out if capture else None)
+    return subprocess.CompletedProcess(cmd, code, *((out, err) if capture else (None, None)))
 
   try:
     result = tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=run, poll_s=0,

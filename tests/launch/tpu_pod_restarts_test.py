@@ -58,6 +58,22 @@ def test_a_finished_run_is_never_run_again_and_a_failing_describe_is_asked_again
   assert code == 1 and calls == ATTEMPT + [DESCRIBE, DELETE]
 
 
+def test_a_poll_gcloud_fails_says_why_as_it_asks_again(monkeypatch, capsys):
+  """A failed poll was silent while it retried, and after 3 failures the launch said only
+  'not readable (gcloud failed 3 times)'."""
+  code, _ = launch_scripted(monkeypatch, states=['ACTIVE', 'ERROR', 'ACTIVE'], exits=['1'])
+  reason = '(gcloud.compute.tpus.queued-resources.describe) HttpError 503: The service is '
+  assert code == 1 and capsys.readouterr().err.strip().splitlines() == [
+      f'tpu_pod: gcloud could not read the state of bert (try 1 of 3): ERROR: {reason}'
+      'currently unavailable.']
+  error, _ = launch_scripted(monkeypatch, states=['ERROR'] * 3)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert [line[:61] for line in lines] == [
+      f'tpu_pod: gcloud could not read the state of bert (try {n} of 3)' for n in (1, 2, 3)]
+  assert error.startswith('queued resource bert is not readable (gcloud failed 3 times, why '
+                          'above): see `gcloud compute tpus queued-resources describe bert'), error
+
+
 def test_an_existing_queued_resource_is_refused_and_left(monkeypatch):
   """The same command run again while the slice of an earlier one exists (its launcher died, or
   --keep): the create fails, and that slice is not this process's to delete."""
@@ -228,8 +244,14 @@ def test_a_queued_resource_that_failed_says_why_before_it_is_deleted(monkeypatch
 
 
 def test_restarts_run_out_with_a_line_that_says_what_to_do(monkeypatch, capsys):
-  code, _ = launch_scripted(monkeypatch, states=['SUSPENDED'], max_restarts=0)
+  code, _ = launch_scripted(monkeypatch, exits=['75'], max_restarts=0)
   assert code == cloud.PREEMPTED_EXIT
   assert capsys.readouterr().err.strip().splitlines()[-1] == (
       'tpu_pod: bert was preempted 1 time (--max_restarts=0 spent): the run stopped at its last '
-      'checkpoint; run the same command again to resume from it')
+      'checkpoint (if it saved one); run the same command again to resume from it')
+  # Preempted before the run started, every time: it claimed a checkpoint none could have saved.
+  code, _ = launch_scripted(monkeypatch, states=['SUSPENDED', 'SUSPENDED'], max_restarts=1)
+  assert code == cloud.PREEMPTED_EXIT
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      'tpu_pod: bert was preempted 2 times (--max_restarts=1 spent): each time before its run '
+      'started: nothing ran; run the same command again later')

@@ -61,7 +61,7 @@ def test_restarts_run_out_after_max_restarts(tmp_path):
   assert code == cloud.PREEMPTED_EXIT
   assert out.strip().splitlines()[-1] == (
       'tpu_pod: bert was preempted 2 times (--max_restarts=1 spent): the run stopped at its last '
-      'checkpoint; run the same command again to resume from it'), out
+      'checkpoint (if it saved one); run the same command again to resume from it'), out
   assert sum(c[:4] == CREATE[:4] for c in calls) == 2
 
 
