@@ -81,7 +81,8 @@ def _define_flags():
   flags.DEFINE_integer('random_seed', 12345, 'sentencepiece, with --input_sentence_size: the '
                        "sample's seed; same inputs and seed, same bytes.", lower_bound=0,
                        upper_bound=2**32 - 1)
-  flags.DEFINE_integer('num_threads', 1, 'sentencepiece: trainer threads, 1 to 1024.')
+  flags.DEFINE_integer('num_threads', 1, 'sentencepiece: trainer threads, 1 to 1024. The same '
+                       'count gives the same bytes; another may learn a few pieces apart.')
 
 
 def main(argv):

@@ -169,6 +169,17 @@ def test_sentencepiece_model_with_bertjax_tokenizer(corpus_file, tmp_path):
       'Thou art more lovely and more temperate.')
 
 
+def test_sentencepiece_threads_give_the_same_bytes_for_the_same_count(corpus_file, tmp_path):
+  """What --num_threads changes, as its help says: the same count gives the same bytes (another
+  count may learn a few pieces apart: SentencePiece's float sums run in another order)."""
+  models = []
+  for name in 'ab':
+    vocab_learner.learn_sentencepiece(str(corpus_file), tmp_path / f'{name}.model', 1000,
+                                      num_threads=2)
+    models.append((tmp_path / f'{name}.model').read_bytes())
+  assert models[0] == models[1]
+
+
 def test_sentencepiece_errors(tmp_path):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n\n')
