@@ -48,6 +48,14 @@ def filesystem(protocol: str):
   except ValueError as e:  # fsspec knows no such protocol: a typo more likely than a package.
     raise ValueError(f'{protocol}:// is not a file system fsspec knows: check the URL\'s '
                      'scheme (gs://, s3://, ...).') from e
+  except OSError as e:  # hdfs://: pyarrow's libhdfs needs a JVM (its error: 100 dlopen lines).
+    if protocol not in ('hdfs', 'viewfs'):
+      raise
+    said = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise ValueError(f'{protocol}:// paths need Hadoop\'s client on this machine, which pyarrow '
+                     f'could not start ({said}): set JAVA_HOME, HADOOP_HOME and CLASSPATH '
+                     '(`hadoop classpath --glob`), or copy the files to a local disk or a '
+                     'bucket.') from None
 
 
 REACHED = set()

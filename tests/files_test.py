@@ -10,6 +10,7 @@ import time
 import pytest
 
 from bertjax import files
+from bertjax import object_store
 from bertjax import processes
 
 
@@ -229,6 +230,28 @@ def test_a_scheme_without_its_client_names_the_url(monkeypatch):
   with pytest.raises(ValueError, match=r'^g://b/in.txt: g:// is not a file system fsspec knows: '
                                        r'check the URL'):
     files.exists('g://b/in.txt')
+
+
+def test_hdfs_without_a_jvm_is_one_line_not_a_hundred_dlopen_lines(monkeypatch):
+  """pyarrow's libhdfs without Java: its OSError listed every libjvm path it tried (~14 KB)."""
+  import fsspec  # pylint: disable=g-import-not-at-top
+
+  def no_jvm(protocol, **_):
+    raise OSError('Unable to load libjvm\n' + 'dlopen(/usr/lib/jvm/x/libjvm.so) failed\n' * 99)
+
+  monkeypatch.setattr(fsspec, 'filesystem', no_jvm)
+  object_store.filesystem.cache_clear()
+  try:
+    with pytest.raises(ValueError) as e:
+      files.exists('hdfs://nn:8020/corpus/in.txt')
+    assert str(e.value) == (
+        "hdfs://nn:8020/corpus/in.txt: hdfs:// paths need Hadoop's client on this machine, which "
+        'pyarrow could not start (Unable to load libjvm): set JAVA_HOME, HADOOP_HOME and '
+        'CLASSPATH (`hadoop classpath --glob`), or copy the files to a local disk or a bucket.')
+    with pytest.raises(OSError, match='Unable to load'):  # Another scheme's OSError is its own.
+      files.exists('memory://b/in.txt')
+  finally:
+    object_store.filesystem.cache_clear()
 
 
 def test_no_network_is_one_line_within_a_minute(tmp_path):
