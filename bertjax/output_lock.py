@@ -2,9 +2,9 @@
 
 An exclusive `fcntl.flock` on a hidden file beside the output (`.NAME.lock`), holding who took
 it; removed at the end and by an interrupt's exit, and released by the kernel however the
-holder dies (never stale). A URL (gs://, s3://) has no flock: there the block runs unlocked, and
-the tool checks what it can at publish. A run's workdir has its own lock, with a lease for
-buckets (training/workdir_lock.py).
+holder dies (never stale). A URL (gs://, s3://) has no flock: there the lock is an object of the
+same name with a lease (remote_lock.py), taken over once its holder is gone. A run's workdir has
+its own lock (training/workdir_lock.py).
 """
 
 import contextlib
@@ -17,6 +17,7 @@ import time
 
 from bertjax import console
 from bertjax import files
+from bertjax import remote_lock
 
 
 @contextlib.contextmanager
@@ -25,7 +26,8 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
   `another {tool} run (pid N on HOST, since T) is {busy} now: wait for it to finish, or pass
   another {flag}` (`busy`: what it does, e.g. 'writing vocab.txt')."""
   if files.is_remote(output):
-    yield
+    with _held_remote(output, tool, busy, flag):
+      yield
     return
   folder = os.path.dirname(output)
   files.makedirs(folder)
@@ -82,6 +84,21 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
         with contextlib.suppress(FileNotFoundError):
           os.remove(lock_path)  # local: the lock file, while it is held
         fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _held_remote(output: str, tool: str, busy: str, flag: str):
+  """held() for an output in a bucket: a lock object beside it, renewed while held."""
+  folder, name = output.rstrip('/').rsplit('/', 1)
+  lock = remote_lock.RemoteLock(f'{folder}/.{name}.lock')
+  if (who := lock.acquire()) is not None:
+    raise ValueError(f'another {tool} run ({who}) is {busy} now: wait for it to finish, or pass '
+                     f'another {flag}')
+  try:  # Ctrl-C skips `finally`: a rerun on another host would wait out the lease.
+    with console.at_interrupt(lock.release):
+      yield
+  finally:
+    lock.release()
 
 
 def _remove_if_free(lock_path: str, opened: list, guard: threading.Lock):

@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
+from bertjax import files
 from bertjax import output_lock
+from bertjax import remote_lock
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import creation_report
 from bertjax.pretraining_data import instances
@@ -60,6 +62,35 @@ def test_a_second_run_on_a_set_being_made_is_refused_at_its_start(corpus, minilm
   assert file_set.resolve(f'{prefix}-*').files == report['output_files']
   assert not (tmp_path / '.train.json.lock').exists()  # Removed at the end.
   create(corpus, prefix, minilm_dir, 4, seed=8)  # A rerun after the first: as before.
+
+
+def test_a_second_run_on_a_set_being_made_in_a_bucket_is_refused_too(corpus, minilm_dir,
+                                                                     gcs_bucket, monkeypatch):
+  """A bucket has no flock: both runs went on (the leftover of pass AE). The lock is an object
+  with a lease there (remote_lock): a live holder refuses the second run, a killed one on this
+  host is taken over at once, and the end of a run removes it."""
+  monkeypatch.setattr(remote_lock, 'CONFIRM_S', 0.1)
+  prefix = f'{gcs_bucket}/data/train'
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from bertjax import remote_lock; from '
+       'bertjax.pretraining_data import shard_outputs\nremote_lock.CONFIRM_S = 0.1\n'
+       'with shard_outputs.one_run(sys.argv[1]):\n  print("held", flush=True); time.sleep(120)',
+       f'{prefix}.json'], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    with pytest.raises(ValueError, match=re.escape(
+        f'another create_pretraining_data run (pid {holder.pid} on ') + r'.*' + re.escape(
+        f'(lock {gcs_bucket}/data/.train.json.lock, renewed ') + r'.*' + re.escape(
+        f') is making the set of {prefix}.json now: wait for it to finish, or pass another '
+        '--output_file')):
+      create(corpus, prefix, minilm_dir, 2)
+  finally:
+    holder.kill()
+    holder.wait()
+  assert files.listdir(f'{gcs_bucket}/data') == ['.train.json.lock']  # Nothing of this run's.
+  report = create(corpus, prefix, minilm_dir, 2)  # Its holder is dead: taken at once.
+  assert file_set.resolve(f'{prefix}-*').files == report['output_files']
+  assert not files.exists(f'{gcs_bucket}/data/.train.json.lock')  # Removed at the end.
 
 
 def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(

@@ -12,11 +12,12 @@ import time
 import pytest
 
 from bertjax import files
+from bertjax import remote_lock
 from bertjax.training import workdir_lock
 
 # A short lease, renewed every 0.5 s, and a short read-back pause: the test waits on neither.
-HOLD = ('import sys, time; from bertjax.training import workdir_lock\n'
-        'workdir_lock.LEASE_S, workdir_lock.CONFIRM_S = 2.0, 0.1\n'
+HOLD = ('import sys, time; from bertjax import remote_lock; from bertjax.training import '
+        'workdir_lock\nremote_lock.LEASE_S, remote_lock.CONFIRM_S = 2.0, 0.1\n'
         'with workdir_lock.locked(sys.argv[1]):\n'
         '  print("held", flush=True); time.sleep(600)\n')
 
@@ -28,8 +29,8 @@ def _start_ticks() -> str:
 
 @pytest.fixture
 def short_lease(monkeypatch):
-  monkeypatch.setattr(workdir_lock, 'LEASE_S', 2.0)
-  monkeypatch.setattr(workdir_lock, 'CONFIRM_S', 0.1)
+  monkeypatch.setattr(remote_lock, 'LEASE_S', 2.0)
+  monkeypatch.setattr(remote_lock, 'CONFIRM_S', 0.1)
 
 
 def test_a_live_remote_holder_refuses_a_second_run(gcs_bucket, short_lease):
@@ -138,7 +139,7 @@ def test_of_two_starters_the_one_whose_lock_stays_wins(gcs_bucket, short_lease, 
         'host': 'other-vm', 'pid': 77, 'since': time.time(), 'renewed': time.time(),
         'lease_s': 2.0, 'token': 'theirs'}))
 
-  monkeypatch.setattr(workdir_lock, '_pause', other_starter_puts)
+  monkeypatch.setattr(remote_lock, 'pause', other_starter_puts)
   with pytest.raises(workdir_lock.WorkdirInUseError, match='in use by pid 77 on other-vm'):
     with workdir_lock.locked(f'{gcs_bucket}/run'):
       pass
