@@ -96,8 +96,8 @@ def _no_pieces(text: str, tokenizer) -> bool:
 def _texts(where, item, parts, labels, data, text_pairs):
   """A text or a pair (text_a, text_b): classification's and regression's examples."""
   del labels
+  fields, names = user_data.text_fields(data.get('text_fields', 'text')), ()
   if parts is None:
-    fields = user_data.text_fields(data.get('text_fields', 'text'))
     accepted = (fields, ('text_a', 'text_b'), ('text_a',), ('text',), ('sentence1', 'sentence2'),
                 ('sentence',))
     for names in accepted:
@@ -112,6 +112,11 @@ def _texts(where, item, parts, labels, data, text_pairs):
                        f'{sorted(item)}.')
   if len(parts) > 2 or not all(parts):
     raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
+  if text_pairs and len(parts) == 1 and names == fields:
+    raise ValueError(f'{where}: this model was fine-tuned on text pairs, and the second text is '
+                     f'missing: no field {fields[1]!r} beside {names[0]!r} (it has '
+                     f'{", ".join(sorted(item))}): name it as config.data.text_fields does '
+                     f'({",".join(fields)}), or give `text_a ||| text_b`.')
   if text_pairs is not None and text_pairs != (len(parts) == 2):
     raise ValueError(
         f'{where}: this model was fine-tuned on text pairs: give `text_a ||| text_b`.'

@@ -265,7 +265,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                      'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
                                      'config.data.predict_file (or test_file)') + '.')
   written, shown = [], [('step', read_step)]
-  out_dir = files.join(workdir, 'predictions', f'{config.mode}_step_{read_step}')
+  out_dir = files.join(workdir, 'predictions', run_config.scored_folder(
+      cfg, run_config.trained_run(workdir), config.mode, read_step))
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = job_setup.featurized(s, split, False)

@@ -278,8 +278,9 @@ def check_against_run(cfg, run: dict, workdir: str):
   """Refuses settings that differ from what the run in `workdir` was trained with: the model's
   (RUN_FIELDS); the seed and fraction that hold its eval examples out of its training ones; an
   eval file it had, dropped (eval would score training examples); on a resume, its batch (its
-  epochs are counted in it), max_train_examples and an eval file added to a held-out split (its
-  eval examples would be trained on). An eval or predict may name another eval file."""
+  epochs are counted in it), max_train_examples, another eval file (its eval history compares
+  one set's scores) and an eval file added to a held-out split (its eval examples would be
+  trained on). An eval or predict may name another eval file."""
   training = cfg.get('mode', 'train_eval') == 'train_eval'
   fields = RUN_FIELDS + (('data.max_train_examples',) if training else ())
   differ = _differences(run, cfg, fields)
@@ -292,6 +293,11 @@ def check_against_run(cfg, run: dict, workdir: str):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: without it, '
                   'eval examples would be held out of the ones it trained on; '
                   f'{_to_match("data.eval_file", eval_files[0], cfg)}')
+  elif training and not _held_out(run) and eval_files[0] != eval_files[1]:
+    differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
+                  'history (the best step, early stopping) compares scores on one eval set; '
+                  f'{_to_match("data.eval_file", eval_files[0], cfg)} (mode=eval scores another '
+                  'file with it)')
   elif training and _held_out(run) and not _held_out(cfg):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
                   'examples, held out of the training file, would be trained on; drop '
@@ -314,7 +320,28 @@ def check_against_run(cfg, run: dict, workdir: str):
                   f'than it did (sha256 {digests[0][:12]}... vs {digests[1][:12]}...): rows added, '
                   'removed, edited or reordered change the example order and the held-out eval '
                   'examples; restore the file the run was trained on')
+  digests = (init_from.lookup(run, 'data.eval_sha256'), init_from.lookup(cfg, 'data.eval_sha256'))
+  if training and None not in digests and digests[0] != digests[1]:
+    differ.append(f'data.eval_file {eval_files[1]!r} holds other rows than it did (sha256 '
+                  f'{digests[0][:12]}... vs {digests[1][:12]}...): its eval history (the best '
+                  'step, early stopping) compares scores on one eval set; restore that file (an '
+                  'eval of the edited one: mode=eval)')
   if differ:
     raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Match '
                      f'the run ({workdir}/config.json) to resume, evaluate or predict with it as '
                      'trained, or use another --workdir.')
+
+
+def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
+  """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
+  the run's own files; for a file the run did not name, the file's name and content digest
+  after it (`eval_step_8-b.csv-1a2b3c4d`): an eval of another file keeps the last one's."""
+  field = 'data.eval_file' if mode == 'eval' else (
+      'data.predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'data.test_file')
+  scored = init_from.lookup(cfg, field) or ''
+  own = init_from.lookup(run or {}, field) or ''
+  if not scored or scored == own:
+    return f'{mode}_step_{step}'
+  first = files.name(scored.split(',')[0].strip()).replace('*', '_')
+  return f'{mode}_step_{step}-{first}-{data_digest(scored)[:8]}'
+

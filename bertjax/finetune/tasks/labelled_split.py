@@ -130,8 +130,12 @@ def split(examples, *, eval_fraction, seed, max_train=None, max_eval=None):
   train = take(train_by_label, max_train, 1)
   evaluation = take(eval_by_label, max_eval, 2)
   if not train or not evaluation:
+    largest = max(len(group) for group in by_label.values())
     raise ValueError(f'{len(examples)} examples at eval_fraction={eval_fraction} leave '
-                     f'{len(train)} for training and {len(evaluation)} for eval: both need some.')
+                     f'{len(train)} for training and {len(evaluation)} for eval: both need some '
+                     f'(each of the {len(by_label)} labels holds out its own share, and the '
+                     f'largest has {largest} examples): set config.data.eval_file, or another '
+                     'eval_fraction.')
   logging.info('split: %d train, %d eval examples over %d labels (seed %d).', len(train),
                len(evaluation), len(by_label), seed)
   return train, evaluation

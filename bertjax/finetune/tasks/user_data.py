@@ -85,7 +85,6 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
   path = user_formats.check_file(path)
   examples, skipped, spellings = [], collections.Counter(), {}
   records = user_formats.read_records(path, fmt)
-  has_labels = require_labels or any(label_field in r for _, r in records[:1])
   for number, record in records:
     texts = [_text_of(path, number, f, _field(path, number, record, f)).strip() for f in fields]
     if not all(texts):
@@ -96,7 +95,8 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
       raise ValueError(f'{path}:{number}: field {empty!r} is empty: every eval and test example '
                        'must have its text (remove the row or fill it in).')
     label = None
-    if has_labels:
+    # A test file's rows may each have a label or none (missing, empty: no gold answer).
+    if require_labels or _text(record.get(label_field)).strip():
       label = user_labels.label_value(path, number, _field(path, number, record, label_field),
                                       regression)
       if label == '':

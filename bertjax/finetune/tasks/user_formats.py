@@ -131,13 +131,14 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
     return records
   # The csv module's own line rules (newline='' semantics): a form feed, U+2028... is text.
   csv.field_size_limit(1 << 30)  # A long document is a valid field (the default stops at 128 KB).
+  # strict: a stray quote is an error where it breaks the file, not rows merged into one field.
   reader = csv.reader(io.StringIO(text, newline=''),
                       delimiter='\t' if fmt == 'tsv' else ',',
-                      quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
-  header = None
+                      quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE, strict=True)
+  header, start = None, 1  # The line a row starts on (a quoted field may span lines).
   try:
     for row in reader:
-      number = reader.line_num
+      number, start = start, reader.line_num + 1
       if header is None:
         header = [h.strip() for h in row]
         if len(set(header)) != len(header) or '' in header:
@@ -156,5 +157,9 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
                          f'{len(header)} ({", ".join(header)}): {fix}.')
       records.append((number, dict(zip(header, row, strict=True))))
   except csv.Error as e:
+    if fmt == 'csv' and 'field larger' not in str(e):  # A quote opened and not closed as CSV's.
+      raise ValueError(
+          f'{path}:{start}: {e}: the row that starts there opens a quoted field read on to line '
+          f'{reader.line_num}: close its quote, and double every quote inside it ("").') from None
     raise ValueError(f'{path}:{reader.line_num}: {e}') from None
   return records

@@ -6,6 +6,8 @@ metrics and predictions file.
 """
 
 import collections
+import dataclasses
+import functools
 import json
 
 from absl import logging
@@ -64,18 +66,49 @@ def _random_split(items, fraction, seed):
   return [items[i] for i in order[num_eval:]], [items[i] for i in order[:num_eval]]
 
 
-def _limit(items, maximum):
-  return items if maximum is None or maximum < 0 else items[:maximum]
+def _limit(items, maximum, seed=None):
+  """At most `maximum` items (None or -1: all): the first of items shuffled already (`seed`
+  None); else a seeded sample kept in file order, not the file's first rows (a file sorted by
+  label would lose whole labels)."""
+  if maximum is None or maximum < 0 or maximum >= len(items):
+    return items
+  if seed is None:
+    return items[:maximum]
+  return [items[i] for i in sorted(np.random.default_rng([seed, 3]).permutation(len(items))[
+      :maximum])]
+
+
+def _split_by_text(split, items, key):
+  """`split` over the first item of each text (`key`), its copies following it: a held-out
+  text has no copy in training (a free right answer), and no row is dropped."""
+  groups = collections.defaultdict(list)
+  for item in items:
+    groups[key(item)].append(item)
+  if len(groups) == len(items):
+    return split(items)
+  copies = {id(group[0]): group for group in groups.values()}
+  train, held_out = split([group[0] for group in groups.values()])
+  logging.info('%d rows repeat a text: the copies of each text kept on one side of the held-out '
+               'split', len(items) - len(groups))
+  return ([c for first in train for c in copies[id(first)]],
+          [c for first in held_out for c in copies[id(first)]])
+
+
+def _normalised(*texts) -> tuple:
+  """Texts as the uncased tokenizer sees them: lowercased, whitespace collapsed."""
+  return tuple(' '.join(t.lower().split()) if t else t for t in texts)
 
 
 class _UserSplits:
   """Reads the user's train / eval / test files once; holds out an eval split when there is
   no eval file (stratified by label for classification, seeded random otherwise)."""
 
-  def __init__(self, name, data, seed, read_file, stratify):
+  def __init__(self, name, data, seed, read_file, stratify, text_of, check=None):
     self.name, self.data, self.seed = name, data, seed
     self.files = user_files(data)
     self._read_file, self._stratify, self._cache = read_file, stratify, {}
+    self._text_of = text_of  # An item's texts, normalised: copies are told by it.
+    self._check = check  # Of the training items, before any is held out of them.
     if 'train' not in self.files and not ('test' in self.files or 'validation' in self.files):
       raise ValueError(f'task={name}: set config.data.train_file (and eval_file, test_file) to '
                        'your data: CSV, TSV or JSON lines.')
@@ -83,8 +116,14 @@ class _UserSplits:
   def _read_split(self, split, **kwargs):
     """(items, skipped) of every file the split's setting names, in order."""
     items, skipped = [], collections.Counter()
-    for path in expand(self.files[split], _FLAGS[split]):
+    found = expand(self.files[split], _FLAGS[split])
+    names = [files.name(path) for path in found]
+    for path in found:
       more, more_skipped = self._read_file(path, **kwargs)
+      if names.count(files.name(path)) > 1 and more and hasattr(more[0], 'guid'):
+        # Guids name a row by its file's name: two files of one name, told by their paths.
+        more = [dataclasses.replace(m, guid=f'{path}{m.guid[len(files.name(path)):]}')
+                for m in more]
       items += more
       skipped += more_skipped
     return items, skipped
@@ -99,20 +138,31 @@ class _UserSplits:
       logging.warning('%s: skipped %s', self.files['train'],
                       ', '.join(f'{v} rows with {k.replace("_", " ")}' for k, v in
                                 sorted(skipped.items())))
+    if self._check:
+      self._check(items)
     held_out = None
     if 'validation' not in self.files:
       data = self.data
       if self._stratify:
-        items, held_out = labelled_split.split(
-            items, eval_fraction=data.eval_fraction, seed=self.seed)
+        split = functools.partial(labelled_split.split, eval_fraction=data.eval_fraction,
+                                  seed=self.seed)
       else:
-        items, held_out = _random_split(items, data.eval_fraction, self.seed)
+        split = functools.partial(_random_split, fraction=data.eval_fraction, seed=self.seed)
+      items, held_out = _split_by_text(split, items, self._text_of)
       logging.info('%s: no eval_file, %d of its examples held out for eval (eval_fraction %g)',
                    self.files['train'], len(held_out), data.eval_fraction)
-    self._cache['train'] = (_limit(items, self.data.max_train_examples), skipped)
-    if held_out is not None:
+    self._cache['train'] = (_limit(items, self.data.max_train_examples,
+                                   None if held_out is not None else self.seed), skipped)
+    if held_out is not None:  # Both shuffled by the split.
       self._cache['validation'] = (_limit(held_out, self.data.max_eval_examples),
                                    collections.Counter())
+
+  def _warn_of_copies(self, items):
+    trained = {self._text_of(item) for item in self._cache['train'][0]}
+    if copies := sum(self._text_of(item) in trained for item in items):
+      logging.warning('%d of the %d eval examples (%s) are texts of the training data (%s): '
+                      'their score is a free right answer, above what new text would get',
+                      copies, len(items), self.files['validation'], self.files['train'])
 
   def train(self):
     self._train_and_held_out()
@@ -133,8 +183,11 @@ class _UserSplits:
                        f'{"eval_file" if split == "validation" else "test_file"}.')
     if split not in self._cache:
       items, _ = self._read_split(split, is_training=False, require_labels=split != 'test')
+      if split == 'validation' and 'train' in self._cache:  # Training: its eval set checked.
+        self._warn_of_copies(items)
       self._cache[split] = (_limit(items, self.data.max_eval_examples
-                                   if split == 'validation' else -1), collections.Counter())
+                                   if split == 'validation' else -1, self.seed),
+                            collections.Counter())
     return self._cache[split]
 
 
@@ -148,14 +201,19 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
                                 fmt=data.format, regression=regression,
                                 is_training=is_training, require_labels=require_labels)
 
-  splits = _UserSplits(name, data, seed, read_file, stratify=not regression)
+  def check(examples):  # All of the training files' rows, before any is held out.
+    found = user_labels.labels_of(examples)
+    if len(found) < 2:
+      raise ValueError(f'{splits.files["train"]}: every example has label {found[0]!r}: a '
+                       'classifier needs at least two labels.')
+
+  splits = _UserSplits(name, data, seed, read_file, stratify=not regression,
+                       text_of=lambda e: _normalised(e.text_a, e.text_b),
+                       check=None if regression or labels else check)
   if regression:
     labels = ()
   elif not labels:
     labels = user_labels.labels_of(splits.train())
-    if len(labels) < 2:
-      raise ValueError(f'{splits.files["train"]}: every example has label {labels[0]!r}: a '
-                       'classifier needs at least two labels.')
 
   def read(split):
     examples, skipped = splits.read(split)
@@ -231,7 +289,8 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
                                  require_labels=require_labels, tag_scheme=data.tag_scheme)
 
   if path_of is None:
-    splits = _UserSplits(name, data, seed, read_file, stratify=False)
+    splits = _UserSplits(name, data, seed, read_file, stratify=False,
+                         text_of=lambda s: _normalised(*s.words))
     read_split = splits.read
     eval_splits, test_splits = splits.eval_splits(), splits.test_splits()
     if not labels:
@@ -280,7 +339,8 @@ def choice_task(name, data, seed, labels) -> task_lib.Task:
     return user_data.read_choices(path, fmt=data.format, is_training=is_training,
                                   require_labels=require_labels)
 
-  splits = _UserSplits(name, data, seed, read_file, stratify=False)
+  splits = _UserSplits(name, data, seed, read_file, stratify=False,
+                       text_of=lambda q: _normalised(q.context, *q.choices))
   if not labels:
     labels = tuple(str(i) for i in range(len(splits.train()[0].choices)))
 

@@ -1,0 +1,189 @@
+"""Hostile pass AJ over a user's own files: what was read silently wrong (a stray quote merging
+rows, held-out texts with copies in training, a sorted file subsampled by its first rows), and
+what was said wrong (an unclosed quote, labels per row in a test file, two files of one name)."""
+
+import json
+import re
+
+import log_records
+import ml_collections
+import pytest
+
+from bertjax import predict_inputs
+from bertjax.finetune import run_config
+from bertjax.finetune.tasks import labelled_split
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import user_formats
+from bertjax.finetune.tasks import user_tasks
+from configs import finetune as finetune_config
+
+
+def _data(**fields):
+  config = finetune_config.get_config('task=classification')
+  data = ml_collections.ConfigDict(config.data.to_dict())
+  for key, value in fields.items():
+    data[key] = value
+  return data
+
+
+@pytest.mark.parametrize('content, said', [
+    # Read leniently, rows 2-4 became one text with label 'pos': 5 rows, 3 examples, no word.
+    ('text,label\n"hello,pos\nb,neg\nc said "hi",pos\nd,neg\n',
+     'x.csv:2: \',\' expected after \'"\': the row that starts there opens a quoted field read '
+     'on to line 4: close its quote, and double every quote inside it ("").'),
+    # Said as '1 columns where the header has 2 ... quote fields that hold the separator'.
+    ('text,label\n"unterminated,pos\nb,neg\n',
+     'x.csv:2: unexpected end of data: the row that starts there opens a quoted field read on to '
+     'line 3'),
+])
+def test_a_quote_left_open_is_an_error_at_the_row_it_opens(tmp_path, content, said):
+  (tmp_path / 'x.csv').write_text(content)
+  with pytest.raises(ValueError) as e:
+    user_formats.read_records(tmp_path / 'x.csv')
+  assert str(e.value).startswith(f'{tmp_path}/{said}'), str(e.value)
+
+
+def test_a_quoted_field_over_lines_is_read_and_named_by_its_first_line(tmp_path):
+  (tmp_path / 'x.csv').write_text('text,label\n"multi\nline",pos\nb,neg\n"x ""q"" y",pos\n')
+  assert user_formats.read_records(tmp_path / 'x.csv') == [
+      (2, {'text': 'multi\nline', 'label': 'pos'}), (4, {'text': 'b', 'label': 'neg'}),
+      (5, {'text': 'x "q" y', 'label': 'pos'})]
+
+
+def test_the_copies_of_a_text_stay_on_one_side_of_the_held_out_split(tmp_path):
+  """40 rows written 3 times: 21 of 24 held-out texts were copies of training rows."""
+  rows = [(f'text number {i}', 'ab'[i % 2]) for i in range(40)]
+  copies = rows * 2 + [(f'TEXT  Number {i}', label) for i, (_, label) in enumerate(rows)]
+  (tmp_path / 'train.csv').write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in copies))
+  task = registry.get_task('classification', _data(train_file=str(tmp_path / 'train.csv')))
+  train, _ = task.read('train')
+  held_out, _ = task.read('validation')
+  assert len(train) + len(held_out) == 120  # No row dropped.
+  assert len(held_out) == 24 and sorted(e.label for e in held_out) == ['a'] * 12 + ['b'] * 12
+  assert len(held_out) == 24  # 8 texts held out, with their copies.
+  assert not {' '.join(e.text_a.lower().split()) for e in held_out} & {
+      ' '.join(e.text_a.lower().split()) for e in train}
+
+
+def test_max_train_examples_samples_a_file_sorted_by_label(tmp_path):
+  """With an eval file it took the first rows: label 'c' never reached training, and the error
+  blamed the eval data."""
+  rows = ''.join(f'text {i},{"abc"[i // 10]}\n' for i in range(30))
+  (tmp_path / 'sorted.csv').write_text('text,label\n' + rows)
+  task = registry.get_task('classification', _data(
+      train_file=str(tmp_path / 'sorted.csv'), eval_file=str(tmp_path / 'sorted.csv'),
+      max_train_examples=15))
+  train, _ = task.read('train')
+  assert len(train) == 15 and {e.label for e in train} == {'a', 'b', 'c'}
+  assert [int(e.text_a.split()[1]) for e in train] == sorted(  # In file order.
+      int(e.text_a.split()[1]) for e in train)
+
+
+def test_an_eval_file_of_training_texts_is_warned_about(tmp_path, monkeypatch):
+  rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(10))
+  (tmp_path / 'a.csv').write_text('text,label\n' + rows)
+  (tmp_path / 'b.csv').write_text('text,label\ntext 3,b\nsomething new,a\n')
+  warned = log_records.recorded_warnings(monkeypatch, user_tasks)
+  for eval_file, copies in (('a.csv', '10 of the 10'), ('b.csv', '1 of the 2')):
+    task = registry.get_task('classification', _data(
+        train_file=str(tmp_path / 'a.csv'), eval_file=str(tmp_path / eval_file)))
+    task.read('train')
+    task.read('validation')
+    assert warned[-1].startswith(f'{copies} eval examples ({tmp_path / eval_file}) are texts of '
+                                 'the training data'), warned
+  assert len(warned) == 2
+
+
+def test_two_training_files_of_one_name_are_told_by_their_paths(tmp_path):
+  """Guids named a row by its file's name: 'guid t.csv:2 occurs twice' with no eval file."""
+  for folder, word in (('x', 'left'), ('y', 'right')):
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / 't.csv').write_text(
+        'text,label\n' + ''.join(f'{word} {i},{"ab"[i % 2]}\n' for i in range(10)))
+  task = registry.get_task('classification', _data(
+      train_file=f'{tmp_path}/x/t.csv,{tmp_path}/y/t.csv'))
+  train, _ = task.read('train')
+  held_out, _ = task.read('validation')
+  guids = [e.guid for e in train + held_out]
+  assert len(guids) == len(set(guids)) == 20 and f'{tmp_path}/y/t.csv:2' in guids
+
+
+def test_a_test_file_row_may_have_its_label_or_none(tmp_path):
+  """An empty label cell was refused; a JSONL whose first row lacked the label dropped every
+  later row's."""
+  rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(10))
+  (tmp_path / 'train.csv').write_text('text,label\n' + rows)
+  (tmp_path / 'test.csv').write_text('text,label\nhello,\nworld,b\n')
+  (tmp_path / 'test.jsonl').write_text(json.dumps({'text': 'hello'}) + '\n' + json.dumps(
+      {'text': 'world', 'label': 'a'}) + '\n')
+  for name in ('test.csv', 'test.jsonl'):
+    task = registry.get_task('classification', _data(
+        train_file=str(tmp_path / 'train.csv'), test_file=str(tmp_path / name)))
+    test, _ = task.read('test')
+    assert [e.label for e in test] == [None, 'b' if name == 'test.csv' else 'a'], name
+
+
+def test_labels_too_many_to_hold_some_out_each_say_what_to_set():
+  examples = [labelled_split.Example(f'g{i}', f'text {i}', None, f'label {i // 2}')
+              for i in range(3000)]
+  with pytest.raises(ValueError, match=r'3000 examples at eval_fraction=0.2 leave 3000 for '
+                     r'training and 0 for eval: both need some \(each of the 1500 labels holds out '
+                     r'its own share, and the largest has 2 examples\): set config.data.eval_file'):
+    labelled_split.split(examples, eval_fraction=0.2, seed=0)
+
+
+def test_a_pair_models_input_missing_its_second_field_names_it():
+  """Said as 'fine-tuned on text pairs: give text_a ||| text_b' to {"q": ..., "answer": ...}."""
+  with pytest.raises(ValueError) as e:
+    predict_inputs._texts('input 4', {'q': 'why?', 'answer': 'because'}, None, None,
+                          {'text_fields': 'q,a'}, True)
+  assert str(e.value) == (
+      "input 4: this model was fine-tuned on text pairs, and the second text is missing: no field "
+      "'a' beside 'q' (it has answer, q): name it as config.data.text_fields does (q,a), or give "
+      '`text_a ||| text_b`.')
+
+
+def _run_with_eval_file(tmp_path, rows):
+  (tmp_path / 'ev.csv').write_text('text,label\n' + rows)
+  config = finetune_config.get_config('task=classification,size=tiny,batch=8')
+  config.unlock()
+  config.data.train_file, config.data.eval_file = '/data/reviews.csv', str(tmp_path / 'ev.csv')
+  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file)
+  return config.to_dict(), config
+
+
+def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path):
+  """The history read steps 5-15 on a.csv and step 20 on b.csv; the best step compared them."""
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  run_config.check_against_run(config, run, '/runs/r')  # The same file: resumes.
+  config.data.eval_file = '/data/other.csv'
+  with pytest.raises(ValueError, match=re.escape(
+      f"data.eval_file '{tmp_path}/ev.csv' (the run) vs '/data/other.csv': its eval history "
+      '(the best step, early stopping) compares scores on one eval set; pass '
+      f'--config.data.eval_file={tmp_path}/ev.csv (mode=eval scores another file with it)')):
+    run_config.check_against_run(config, run, '/runs/r')
+  config.mode = 'eval'  # Scoring another file is what mode=eval is for.
+  run_config.check_against_run(config, run, '/runs/r')
+  config.mode, config.data.eval_file = 'train_eval', str(tmp_path / 'ev.csv')
+  (tmp_path / 'ev.csv').write_text('text,label\ngood,a\nbad,a\n')
+  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file)
+  with pytest.raises(ValueError, match=re.escape(f"data.eval_file '{tmp_path}/ev.csv' holds "
+                                                 'other rows than it did')):
+    run_config.check_against_run(config, run, '/runs/r')
+
+
+def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
+  """Each eval or predict of another file replaced the last one's results in one folder."""
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  assert run_config.scored_folder(config, run, 'eval', 8) == 'eval_step_8'
+  (tmp_path / 'b.csv').write_text('text,label\nfine,a\n')
+  config.data.eval_file = str(tmp_path / 'b.csv')
+  named = run_config.scored_folder(config, run, 'eval', 8)
+  digest = run_config.data_digest(str(tmp_path / 'b.csv'))
+  assert named == f'eval_step_8-b.csv-{digest[:8]}'
+  (tmp_path / 'b.csv').write_text('text,label\nfine,b\n')  # Edited: another folder again.
+  assert run_config.scored_folder(config, run, 'eval', 8) not in (named, 'eval_step_8')
+  config.data.predict_file = str(tmp_path / 'b.csv')
+  assert run_config.scored_folder(config, run, 'predict', 8).startswith('predict_step_8-b.csv-')
+  config.data.predict_file = ''
+  assert run_config.scored_folder(config, run, 'predict', 8) == 'predict_step_8'  # Its test_file.
