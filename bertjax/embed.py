@@ -227,7 +227,7 @@ def run(config, workdir):
     sentences = paths.read_text_lines(config.input_file, 'config.input_file')
     if not any(s.strip() for s in sentences):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
-    paths.check_no_blank_lines(sentences, config.input_file)
+    sentences = paths.check_no_blank_lines(sentences, config.input_file)
     where = [f'{config.input_file}:{n}' for n in range(1, len(sentences) + 1)]
   else:
     sentences = list(config.sentences)

@@ -151,6 +151,8 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
   if fmt == 'onnx':  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
     onnx_export.check_installed()
+  if not os.fspath(output or '').strip():
+    raise ValueError('--output is empty: name the folder to write the export into.')
   given = output
   output = paths.absolute(os.fspath(output)).rstrip('/') or '/'
   source = paths.absolute(os.fspath(source))
@@ -172,6 +174,9 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
     bundle_lib.check_tokenizer(result, fmt)
     _check_casing(result)
     if labels:
+      if len(set(labels)) != len(labels):  # Two classes of one name: one would never be said.
+        raise ValueError(f'--labels={",".join(labels)} names a class twice: name each class '
+                         'once, class 0 first.')
       if len(labels) != len(result.labels):
         raise ValueError(f'--labels names {len(labels)} classes but the model has '
                          f'{len(result.labels)}.')
@@ -188,7 +193,11 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
       raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
                        '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
-      result.max_seq_length = min(max_seq_length, result.config['max_position_embeddings'])
+      positions = result.config['max_position_embeddings']
+      if max_seq_length > positions:
+        logging.warning('--max_seq_length=%d is past the model\'s %d positions: %d is used',
+                        max_seq_length, positions, positions)
+      result.max_seq_length = min(max_seq_length, positions)
       result.tokenizer_max_length = result.max_seq_length
     if normalize is not None:
       if fmt != 'sentence_transformers' and not (

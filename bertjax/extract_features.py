@@ -62,7 +62,7 @@ def read_examples(input_file, tokenizer=None) -> list[tuple[str, str | None]]:
   else:
     lines, source = paths.read_text_lines(input_file), str(input_file)
   if lines:
-    paths.check_no_blank_lines(lines, source)
+    lines = paths.check_no_blank_lines(lines, source)
   examples = []
   for number, line in enumerate(lines, 1):
     # The original's re.match(r'^(.*) \|\|\| (.*)$', line.strip()): greedy, so the last

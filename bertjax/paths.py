@@ -129,8 +129,12 @@ class UniversalLines:
 
 
 def check_no_blank_lines(lines, source: str) -> list[str]:
-  """`lines` unchanged, or an error naming the first blank (whitespace-only) one: tools that
-  give one output per input line read no blank lines (every later output would shift)."""
+  """`lines` without the blank ones at their end (an editor's: no output shifts), or an error
+  naming the first blank (whitespace-only) one before: tools that give one output per input line
+  read no blank lines (every later output would shift)."""
+  lines = list(lines)
+  while lines and not lines[-1].strip():
+    lines.pop()
   for number, line in enumerate(lines, 1):
     if not line.strip():
       raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')

@@ -20,6 +20,9 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
   `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields).
   """
   inputs = []
+  lines = list(lines)
+  while lines and not lines[-1].strip():  # An editor's blank lines at the end: no output shifts.
+    lines.pop()
   for number, line in enumerate(lines, 1):
     line = line.rstrip('\r\n')
     if number == 1:

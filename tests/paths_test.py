@@ -80,6 +80,8 @@ def test_blank_lines_are_named(tmp_path):
   assert paths.check_no_blank_lines(['a', 'b'], 'in.txt') == ['a', 'b']
   with pytest.raises(ValueError, match=r'in.txt:2 is empty: one input per line \(remove blank'):
     paths.check_no_blank_lines(['a', ' \t', 'b'], 'in.txt')
+  # Blank lines at the end (an editor's) shift no output: dropped (pass AJ: refused).
+  assert paths.check_no_blank_lines(['a', 'b', '', ' '], 'in.txt') == ['a', 'b']
 
 
 def test_an_existing_path_with_commas_is_one_path(tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ def test_jsonl_with_a_bom_and_a_raw_u2028_inside_a_string(tmp_path):
 def test_blank_lines_stay_an_error_naming_the_line():
   with pytest.raises(ValueError, match=r'in.txt:2 is empty: one input per line'):
     predict_inputs.read_inputs(['a', '  ', 'b'], 'in.txt')
+  assert predict_inputs.read_inputs(['a', 'b', '', '\r\n'], 'in.txt') == ['a', 'b']  # The end's.
 
 
 @pytest.mark.parametrize('item,message', [

@@ -19,7 +19,9 @@ and outputs by what the model is for:
   classification         probabilities [B, C], label [B] (string);
   regression             score [B];
   span                   answer [B] (text of the context), score [B] (start + end logits);
-  tagging                words [B, W] (whitespace-split, '' padding), tags [B, W].
+  tagging                words [B, W] (whitespace-split, '' padding), tags [B, W] ('' for
+                         the words truncated away: bertjax.predict tags those too, over
+                         several windows).
 """
 
 import contextlib
@@ -315,7 +317,9 @@ def _tags(tf, inputs: _Inputs, run, labels, text):
   firsts = firsts.to_tensor(default_value=0)
   kept = (firsts < tf.cast(tf.reduce_sum(mask, 1) - 1, tf.int64)[:, None]) & (
       words.to_tensor(default_value='') != '')
-  tags = tf.gather(labels, tf.gather(tag_ids, tf.cast(firsts, tf.int32), batch_dims=1))
+  # Words past the model's length (truncated away) read a position in range, and are blanked.
+  inside = tf.minimum(tf.cast(firsts, tf.int32), tf.shape(tag_ids)[1] - 1)
+  tags = tf.gather(labels, tf.gather(tag_ids, inside, batch_dims=1))
   return {'words': words.to_tensor(default_value=''), 'tags': tf.where(kept, tags, '')}
 
 

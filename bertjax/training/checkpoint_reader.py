@@ -129,8 +129,21 @@ def _no_checkpoint(directory: str, asking: Asking = COMMAND_FLAGS,
     return FileNotFoundError(tf1)
   if lost := run_files.lost_checkpoints(where):  # Not 'train it first': that would start over.
     return FileNotFoundError(f'{said}{lost}')
+  if export := _serving_export(where):
+    return FileNotFoundError(f'{said}{where} is {export}, which bertjax does not read back: pass '
+                             'the run it was exported from, or a transformers or TF1 export')
   return FileNotFoundError(f'{said}{where} holds no checkpoint: pass {asking.run} that saved '
                            'one (its checkpoints/<step> folders), or train it first.')
+
+
+def _serving_export(folder: str) -> str:
+  """'a SavedModel' or 'an ONNX export' for a folder export wrote in such a format, else ''."""
+  if not files.isdir(folder):
+    return ''
+  names = files.listdir(folder)
+  if 'saved_model.pb' in names:
+    return 'a SavedModel'
+  return 'an ONNX export' if any(name.endswith('.onnx') for name in names) else ''
 
 
 def read_meta(step_dir) -> dict:

@@ -44,3 +44,26 @@ def test_an_export_into_a_linked_checkpoints_folder_is_refused(fine_tuned_sst2, 
     export.export(run / 'checkpoints' / step.name, 'tf1', step / 'tf1')
   assert sorted(p.name for p in step.iterdir()) == sorted(
       p.name for p in (workdir / 'checkpoints' / step.name).iterdir())
+
+
+def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_path):
+  """Pass AI: `--output=` was said as '--output=/ holds the source'; `--labels=x,x` wrote
+  id2label {0: x, 1: x} and label2id {x: 1} (class 0 never said)."""
+  workdir, _ = fine_tuned_sst2
+  with pytest.raises(ValueError, match='^--output is empty: name the folder'):
+    export.export(workdir, 'hf', '')
+  with pytest.raises(ValueError, match=r'^--labels=x,x names a class twice: name each class once'):
+    export.export(workdir, 'hf', tmp_path / 'out', labels=('x', 'x'))
+  assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('name, said', [('saved_model.pb', 'a SavedModel'),
+                                        ('model.onnx', 'an ONNX export')])
+def test_a_serving_export_as_the_source_is_named_as_such(tmp_path, name, said):
+  """Said as 'holds no checkpoint: ... or train it first'."""
+  (tmp_path / 'exported').mkdir()
+  (tmp_path / 'exported' / name).write_bytes(b'\0')
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path}/exported is {said}, which bertjax does not read back: pass the run it was '
+      'exported from, or a transformers or TF1 export')):
+    export.export(tmp_path / 'exported', 'hf', tmp_path / 'out')

@@ -119,6 +119,8 @@ def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, fine_
       'span': (paths['span'], 'serving_default',
                {'question': questions, 'context': [context] * 2}),
       'tagging': (paths['tagging'], 'serving_default', {'text': tagged}),
+      # A text past the model's length: a gather out of range failed the whole batch.
+      'long': (paths['tagging'], 'serving_default', {'text': [' '.join(['king'] * 200)]}),
   }
   out = serve(requests, tmp_path)
 
@@ -159,13 +161,21 @@ def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, fine_
 
   # Tagging: the tag of each word's first piece.
   tagger = bundles['tagging']
-  tag_ids = saved_model.numpy_outputs(tagger, ids_of(tagger.vocab_file, tagged))['tag_ids']
+  batch = ids_of(tagger.vocab_file, tagged)
+  tag_ids = saved_model.numpy_outputs(tagger, batch)['tag_ids']
   for row, text in enumerate(tagged):
     words = text.split()
     firsts = 1 + np.cumsum([0] + [len(tok.encode(w)) for w in words[:-1]])
+    last = batch['input_mask'][row].sum() - 1  # Its [SEP]: words from there on were cut.
     assert out['tagging']['words'][row][:len(words)] == words
-    assert out['tagging']['tags'][row][:len(words)] == [tagger.labels[tag_ids[row, f]]
-                                                        for f in firsts]
+    assert out['tagging']['tags'][row][:len(words)] == [
+        tagger.labels[tag_ids[row, f]] if f < last else '' for f in firsts]
+  (words,), (tags,) = out['long']['words'], out['long']['tags']
+  # [CLS], the words' pieces that fit, [SEP] (at most its positions, fewer than 128 here).
+  length = min(128, tagger.config['max_position_embeddings'])
+  kept = sum(1 + n * len(tok.encode('king')) < length - 1 for n in range(200))
+  assert len(words) == 200 and 20 < kept < 200 and tags[kept:] == [''] * (200 - kept)
+  assert set(tags[:kept]) <= set(tagger.labels)
 
 
 def test_saved_model_tokenizer_is_bertjax_fast_path(minilm_dir, exported):
