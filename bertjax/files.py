@@ -321,12 +321,17 @@ def listdir(path) -> list[str]:
 
 
 def glob(pattern) -> list[str]:
-  """The paths matching `pattern` (a URL's matches are URLs), sorted."""
+  """The paths matching `pattern` (a URL's matches are URLs), sorted. A hidden name (.x)
+  matches only a pattern that names it so, in a bucket as on a disk (fsspec's glob matched
+  them: a lock object beside a corpus was read as its text)."""
   if not is_remote(pattern):
     return sorted(globlib.glob(_local(pattern)))
   fs, stripped = object_store.client(pattern)
   with _reaching(pattern):
-    return sorted(fs.unstrip_protocol(p) for p in fs.glob(stripped))
+    found = sorted(fs.unstrip_protocol(p) for p in fs.glob(stripped))
+  if name(pattern).startswith('.'):
+    return found
+  return [path for path in found if not name(path).startswith('.')]
 
 
 def walk_files(path) -> list[str]:

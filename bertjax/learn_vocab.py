@@ -101,7 +101,7 @@ def main(argv):
                     FLAGS.spm_model_type)
   skips = text_input.Skips()
   try:
-    # Before the corpus is read; a bucket output has no lock (output_lock).
+    # Before the corpus is read (its glob skips the lock: a hidden name).
     with output_lock.held(output, 'learn_vocab', f'writing {output}'):
       metrics, outputs = _learn(_inputs(skips), skips, output)
   except UnicodeDecodeError as e:

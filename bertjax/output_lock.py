@@ -1,4 +1,4 @@
-"""One writer per local output at a time: the second is refused at its start, naming the first.
+"""One writer per output at a time: the second is refused at its start, naming the first.
 
 An exclusive `fcntl.flock` on a hidden file beside the output (`.NAME.lock`), holding who took
 it; removed at the end and by an interrupt's exit, and released by the kernel however the
@@ -58,7 +58,7 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
         lock.seek(0)
         raise ValueError(f'another {tool} run ({lock.read().strip() or "?"}) is {busy} now: '
                          f'wait for it to finish, or pass another {flag}') from None
-      except OSError:  # A file system without locks (NFS without lockd, FUSE): as a bucket.
+      except OSError:  # A file system without locks (NFS without lockd, FUSE): unlocked.
         lock.close()
         with contextlib.suppress(OSError):
           os.remove(lock_path)  # local: the lock file just made
@@ -89,6 +89,9 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
 @contextlib.contextmanager
 def _held_remote(output: str, tool: str, busy: str, flag: str):
   """held() for an output in a bucket: a lock object beside it, renewed while held."""
+  if '/' not in output.rstrip('/').partition('://')[2]:  # Its lock would have no folder.
+    raise ValueError(f'{flag}={output} is a bucket\'s root: pass a folder in it '
+                     f'({flag}={output.rstrip("/")}/NAME)')
   folder, name = output.rstrip('/').rsplit('/', 1)
   lock = remote_lock.RemoteLock(f'{folder}/.{name}.lock')
   if (who := lock.acquire()) is not None:

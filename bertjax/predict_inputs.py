@@ -115,7 +115,7 @@ def _texts(where, item, parts, labels, data, text_pairs):
                        f'{sorted(item)}.')
   if len(parts) > 2 or not all(parts):
     raise ValueError(f'{where}: expected `text` or `text_a ||| text_b`, got {item!r}.')
-  if text_pairs and len(parts) == 1 and names == fields:
+  if text_pairs and len(parts) == 1 and len(fields) == 2 and names == fields:
     raise ValueError(f'{where}: this model was fine-tuned on text pairs, and the second text is '
                      f'missing: no field {fields[1]!r} beside {names[0]!r} (it has '
                      f'{", ".join(sorted(item))}): name it as config.data.text_fields does '

@@ -161,7 +161,8 @@ def get_config(arg=None):
   # bbc / wordnet: windows read per text (doc_stride apart; logits averaged per text at eval);
   # 1 = BERT's single truncated window.
   config.data.max_windows = max_windows
-  config.data.max_train_examples = -1  # Subsample (stratified for bbc/wordnet); -1 = all.
+  config.data.max_train_examples = -1  # Subsample (stratified for bbc/wordnet; of a file: a
+  # fixed sample in file order); -1 = all.
   config.data.max_eval_examples = -1  # Likewise for eval; -1 = all.
 
   config.num_epochs = arg.epochs or float(epochs)  # Passes over the training features.

@@ -20,8 +20,8 @@ inside one). When a pod is preempted or evicted (a spot node reclaimed, a drain)
 saved on a SIGTERM), JobSet re-creates all the Jobs (up to --max_restarts) and the run resumes
 from its last checkpoint in the bucket; so does any other failure (storage out of reach, a
 slice whose pods waited for capacity past bertjax.main's --distributed_timeout_s, a crash). A
-command bertjax.main refuses before it starts (exit 78: a config value, a stale image's
-configs/) fails the JobSet at once: it would fail the same way on every restart, each after
+command bertjax.main refuses before it starts (exit 78: a flag or config value, a stale
+image's configs/) fails the JobSet at once: it would fail the same way on every restart, each after
 waiting for capacity again (podFailurePolicy FailJob, JobSet failurePolicy FailJobSet). The
 job's flags and config are checked here first, so on the pods that is mostly a stale image.
 
@@ -54,8 +54,8 @@ ACCELERATORS = {'v4': 'tpu-v4-podslice', 'v5litepod': 'tpu-v5-lite-podslice',
 JOB = 'slice'  # The replicated job's name: pods are <name>-slice-<slice>-<host>-<5 random>.
 COMPLETED, FAILED = 'Completed', 'Failed'  # The JobSet's status.terminalState.
 CONTAINER = 'bertjax'
-# bertjax.main's exit status for a command it refuses before anything starts (config_check, a
-# stale image's configs/): a restart would fail the same way. Its other errors exit 1 and are
+# bertjax.main's exit status for a command it refuses before anything starts (a flag, config_check,
+# a stale image's configs/): a restart would fail the same way. Its other errors exit 1 and are
 # restarted (storage, peers, crashes), as preemption's 75 (console.PREEMPTED_EXIT) is.
 REFUSED_EXIT = console.REFUSED_EXIT
 LABEL_MAX = 63  # A DNS-1035 label: a pod's name, and the hostname JobSet gives it.

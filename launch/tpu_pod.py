@@ -246,7 +246,7 @@ def describe(tpu: Slice, run: cloud.Runner, poll_s: float, tries: int = 3) -> st
       return result.stdout.strip()
     if tries > 1:  # A poll says why as it retries (a lone try asks 'gone?': NOT_FOUND expected).
       print(f'tpu_pod: gcloud could not read the state of {tpu.name} (try {attempt + 1} of '
-            f'{tries}): {cloud.last_said(result) or f"exit {result.returncode}, nothing said"}',
+            f'{tries}): {cloud.last_said(result) or f"exit {result.returncode}, no state given"}',
             file=sys.stderr, flush=True)
   return ''
 

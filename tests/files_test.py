@@ -232,6 +232,15 @@ def test_a_scheme_without_its_client_names_the_url(monkeypatch):
     files.exists('g://b/in.txt')
 
 
+def test_a_glob_in_a_bucket_skips_hidden_names_as_on_a_disk(gcs_bucket, tmp_path):
+  """fsspec's glob matched `.corpus.txt.lock`: learn_vocab read its own lock object as text."""
+  for folder in (gcs_bucket, str(tmp_path)):
+    files.write_atomically(f'{folder}/c/a.txt', 'a')
+    files.write_atomically(f'{folder}/c/.vocab.txt.lock', '{}')
+    assert [files.name(p) for p in files.glob(f'{folder}/c/*')] == ['a.txt'], folder
+    assert [files.name(p) for p in files.glob(f'{folder}/c/.*.lock')] == ['.vocab.txt.lock']
+
+
 def test_hdfs_without_a_jvm_is_one_line_not_a_hundred_dlopen_lines(monkeypatch):
   """pyarrow's libhdfs without Java: its OSError listed every libjvm path it tried (~14 KB)."""
   import fsspec  # pylint: disable=g-import-not-at-top

@@ -177,7 +177,7 @@ def setup(config, workdir: str = '') -> Setup:
   if run_config.records_training_data(cfg):  # Rows changed under a run are told on its resume.
     cfg.data.train_sha256 = run_config.data_digest(cfg.data.train_file)
     if cfg.get('mode', 'train_eval') == 'train_eval' and cfg.data.get('eval_file'):
-      cfg.data.eval_sha256 = run_config.data_digest(cfg.data.eval_file)  # Its history's set.
+      cfg.data.eval_sha256 = run_config.data_digest(cfg.data.eval_file, 'eval_file')
   if run is not None:
     run_config.check_against_run(cfg, run, workdir)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,

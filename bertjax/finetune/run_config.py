@@ -8,6 +8,7 @@ train on, or score, a model other than the one trained, so they are refused by n
 
 import hashlib
 import os
+import re
 import shlex
 
 from absl import logging
@@ -15,6 +16,7 @@ import ml_collections
 import numpy as np
 
 from bertjax import files
+from bertjax import paths
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import bundle
@@ -205,10 +207,10 @@ def _held_out(config) -> bool:
                                                                            'data.eval_file'))
 
 
-def data_digest(setting: str) -> str:
-  """sha256 over the files a train_file setting names (each file's sha256, in reading order)."""
+def data_digest(setting: str, flag: str = 'train_file') -> str:
+  """sha256 over the files a data.`flag` setting names (each file's sha256, in reading order)."""
   digest = hashlib.sha256()
-  for path in user_tasks.expand(setting, 'train_file'):
+  for path in user_tasks.expand(setting, flag):
     digest.update(files.sha256(path).encode())
   return digest.hexdigest()
 
@@ -293,7 +295,8 @@ def check_against_run(cfg, run: dict, workdir: str):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: without it, '
                   'eval examples would be held out of the ones it trained on; '
                   f'{_to_match("data.eval_file", eval_files[0], cfg)}')
-  elif training and not _held_out(run) and eval_files[0] != eval_files[1]:
+  elif (training and not _held_out(run) and eval_files[0] is not None
+        and eval_files[0] != eval_files[1]):  # None: a run older than the field.
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
                   'history (the best step, early stopping) compares scores on one eval set; '
                   f'{_to_match("data.eval_file", eval_files[0], cfg)} (mode=eval scores another '
@@ -321,7 +324,8 @@ def check_against_run(cfg, run: dict, workdir: str):
                   'removed, edited or reordered change the example order and the held-out eval '
                   'examples; restore the file the run was trained on')
   digests = (init_from.lookup(run, 'data.eval_sha256'), init_from.lookup(cfg, 'data.eval_sha256'))
-  if training and None not in digests and digests[0] != digests[1]:
+  if (training and None not in digests and digests[0] != digests[1]
+      and eval_files[0] == eval_files[1]):  # Another file: said above.
     differ.append(f'data.eval_file {eval_files[1]!r} holds other rows than it did (sha256 '
                   f'{digests[0][:12]}... vs {digests[1][:12]}...): its eval history (the best '
                   'step, early stopping) compares scores on one eval set; restore that file (an '
@@ -334,14 +338,18 @@ def check_against_run(cfg, run: dict, workdir: str):
 
 def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
-  the run's own files; for a file the run did not name, the file's name and content digest
-  after it (`eval_step_8-b.csv-1a2b3c4d`): an eval of another file keeps the last one's."""
-  field = 'data.eval_file' if mode == 'eval' else (
-      'data.predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'data.test_file')
-  scored = init_from.lookup(cfg, field) or ''
-  own = init_from.lookup(run or {}, field) or ''
-  if not scored or scored == own:
+  the run's own files as they were; for a file the run did not name, or its eval file edited
+  since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`): scoring
+  another file keeps the earlier results."""
+  field = 'eval_file' if mode == 'eval' else (
+      'predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'test_file')
+  scored = init_from.lookup(cfg, f'data.{field}') or ''
+  own = init_from.lookup(run or {}, f'data.{field}') or ''
+  recorded = init_from.lookup(run or {}, 'data.eval_sha256') if mode == 'eval' else None
+  if not scored or (scored == own and recorded is None):
     return f'{mode}_step_{step}'
-  first = files.name(scored.split(',')[0].strip()).replace('*', '_')
-  return f'{mode}_step_{step}-{first}-{data_digest(scored)[:8]}'
-
+  digest = data_digest(scored, field)
+  if scored == own and digest == recorded:
+    return f'{mode}_step_{step}'
+  first = re.sub(r'[*?\[\]]', '_', files.name(paths.split_list(scored)[0]))
+  return f'{mode}_step_{step}-{first}-{digest[:8]}'

@@ -302,10 +302,9 @@ def empty_shards_warning(records, per_worker, num_output_shards) -> str:
 def one_run(report_file):
   """Held while this run makes the set of `report_file`: a second run on the same set at the
   same time is refused at its start (the later one to finish would replace the first's report,
-  leaving its shards unchecked, or mix the two sets' files). A local set: output_lock's flock
-  beside the report. A set in a bucket has no lock: publish checks again that no other set was
-  put there meanwhile, which finds a set of another shard count or prefix, not a second run of
-  this very set (its files are the same names)."""
+  leaving its shards unchecked, or mix the two sets' files): output_lock's lock beside the
+  report (a flock locally, a lock object with a lease in a bucket). publish checks again that
+  no other set was put there meanwhile (a set of another shard count or prefix)."""
   with output_lock.held(report_file, 'create_pretraining_data',
                         f'making the set of {report_file}'):
     yield
@@ -329,8 +328,8 @@ def _put_in_place(staged, destination):
 
 def publish(report, report_file, staged, outputs, temp_dirs, prefix=None):
   """Puts the report, then each staged shard, where they were asked for, after checking again
-  that no other set was put there while this one was made (a set in a bucket, or beside this
-  one on another prefix, has no lock of this one's: one_run). `prefix`: with a shard count."""
+  that no other set was put there while this one was made (one beside this one on another
+  prefix has no lock of this one's: one_run). `prefix`: with a shard count."""
   check_earlier_set(outputs, report_file)
   check_other_sets(outputs, report_file, prefix)
   # The report first, then the shards (module docstring): a kill in between leaves shards

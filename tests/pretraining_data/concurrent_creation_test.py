@@ -93,6 +93,18 @@ def test_a_second_run_on_a_set_being_made_in_a_bucket_is_refused_too(corpus, min
   assert not files.exists(f'{gcs_bucket}/data/.train.json.lock')  # Removed at the end.
 
 
+def test_an_output_at_a_buckets_root_is_refused_not_locked_on_the_local_disk(tmp_path,
+                                                                           monkeypatch):
+  """Its lock's folder was `gs:/`: a local ./gs:/.bucket.lock, no lock in the bucket."""
+  monkeypatch.chdir(tmp_path)
+  for output in ('gs://my-bucket', 'gs://my-bucket/'):
+    with pytest.raises(ValueError, match=re.escape(
+        f"--output={output} is a bucket's root: pass a folder in it (--output=gs://my-bucket/NAME)")):
+      with output_lock.held(output, 'export', f'writing {output}', '--output'):
+        pass
+  assert not list(tmp_path.iterdir())
+
+
 def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
     corpus, minilm_dir, tmp_path, monkeypatch):
   """As in a bucket, where no lock is held: the other run published its 2 shards meanwhile."""

