@@ -141,8 +141,8 @@ def _finetune_in_subprocess(cwd, workdir, *flags_, env=()):
   train = pathlib.Path(cwd) / 'train.csv'
   if not train.exists():
     words = {'yes': finetune_runs.POSITIVE, 'no': finetune_runs.NEGATIVE}
-    rows = [(' '.join(words[y][(i + j) % 4] for j in range(4)), y)
-            for i, y in enumerate(['yes', 'no'] * 32)]
+    rows = [(' '.join(words[y][(i // 4 ** j) % 4] for j in range(4)), y)  # Each text once:
+            for i, y in enumerate(['yes', 'no'] * 32)]  # a text's copies stay on one side.
     train.write_text('text,label\n' + ''.join(f'{t},{y}\n' for t, y in rows))
   argv = [f'--config={REPO}/configs/finetune.py:task=classification,size=tiny,seq=16,batch=16,'
           'epochs=2', '--config.data.train_file=train.csv', '--config.model.vocab_size=1000',

@@ -147,7 +147,8 @@ def test_a_vocab_other_than_the_runs_is_refused_by_every_reader_of_it(chain, tmp
   wordpiece.write_text(''.join(w + '\n' for w in list(
       vocab_files.load_vocab(embedded.vocab_path()))[:spm_runs.VOCAB]))
   rows = tmp_path / 'train.tsv'
-  rows.write_text('text\tlabel\n' + 'a warm day\twarm\n' * 8 + 'a cold day\tcold\n' * 8)
+  rows.write_text('text\tlabel\n' + ''.join(f'a warm day {n}\twarm\na cold day {n}\tcold\n'
+                                            for n in range(8)))  # Distinct: some held out.
   other = root / 'other-vocab.model'  # Same size, another corpus: other ids.
   vocab_learner.learn_sentencepiece(str(embedded.corpus_path('eval')), other, spm_runs.VOCAB)
   for vocab, why in ((wordpiece, 'a SentencePiece model vs a WordPiece vocab'),

@@ -86,7 +86,11 @@ def _split_by_text(split, items, key):
   if len(groups) == len(items):
     return split(items)
   copies = {id(group[0]): group for group in groups.values()}
-  train, held_out = split([group[0] for group in groups.values()])
+  try:
+    train, held_out = split([group[0] for group in groups.values()])
+  except ValueError as e:  # Its counts are of texts: said so.
+    raise ValueError(f'{len(items)} rows hold {len(groups)} distinct texts (the copies of a '
+                     f'text stay on one side of the held-out split): {e}') from None
   logging.info('%d rows repeat a text: the copies of each text kept on one side of the held-out '
                'split', len(items) - len(groups))
   return ([c for first in train for c in copies[id(first)]],
