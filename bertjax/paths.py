@@ -128,13 +128,20 @@ class UniversalLines:
     return (line.encode('latin-1') for line in self._text)
 
 
+def without_blank_end(lines) -> list[str]:
+  """`lines` without the blank (whitespace-only) ones at their end: an editor's, which shift no
+  output of a tool that gives one per line."""
+  lines = list(lines)
+  while lines and not lines[-1].strip():
+    lines.pop()
+  return lines
+
+
 def check_no_blank_lines(lines, source: str) -> list[str]:
   """`lines` without the blank ones at their end (an editor's: no output shifts), or an error
   naming the first blank (whitespace-only) one before: tools that give one output per input line
   read no blank lines (every later output would shift)."""
-  lines = list(lines)
-  while lines and not lines[-1].strip():
-    lines.pop()
+  lines = without_blank_end(lines)
   for number, line in enumerate(lines, 1):
     if not line.strip():
       raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')

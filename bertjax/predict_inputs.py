@@ -7,6 +7,7 @@ task's fields. Every error names the input (its line, or its index in a Python l
 
 import json
 
+from bertjax import paths
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
 from bertjax.training import kinds as kind_table
@@ -20,10 +21,7 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
   `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields).
   """
   inputs = []
-  lines = list(lines)
-  while lines and not lines[-1].strip():  # An editor's blank lines at the end: no output shifts.
-    lines.pop()
-  for number, line in enumerate(lines, 1):
+  for number, line in enumerate(paths.without_blank_end(lines), 1):
     line = line.rstrip('\r\n')
     if number == 1:
       line = line.removeprefix('\ufeff')

@@ -3,10 +3,12 @@
 import csv
 import pathlib
 
+import ml_collections
 import wordnet_examples
 
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import labelled_split
+from configs import finetune as finetune_config
 
 write_jsonl = wordnet_examples.write_jsonl
 
@@ -28,3 +30,11 @@ def write_csv(path, rows, fields):
     writer.writeheader()
     writer.writerows(rows)
   return pathlib.Path(path)
+
+
+def data_config(**fields):
+  """configs/finetune.py's task=classification data fields, with `fields` set."""
+  data = ml_collections.ConfigDict(finetune_config.get_config('task=classification').data.to_dict())
+  for key, value in fields.items():
+    data[key] = value
+  return data

@@ -137,14 +137,18 @@ def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workd
     cloud.check_bucket_path('s3://bkt/x')
 
 
+def _tpu_pod(*flags_):
+  """A dry tpu_pod of a tiny pre-training job in its own process, with `flags_` first."""
+  return subprocess.run(
+      [sys.executable, '-m', 'launch.tpu_pod', *flags_, '--accelerator_type=v5litepod-16',
+       '--workdir=gs://b/x', '--dry_run', '--', '--config=configs/pretrain.py:size=tiny'],
+      cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+
+
 def test_a_flag_that_took_the_next_flag_as_its_value_is_named_in_one_line(tmp_path):
   """absl's required-flag check ran first: it said --zone had no value (--name had taken it),
   after the launcher's whole help."""
-  result = subprocess.run(
-      [sys.executable, '-m', 'launch.tpu_pod', '--name', '--zone=us-west4-a',
-       '--accelerator_type=v5litepod-16', '--workdir=gs://b/x', '--dry_run', '--',
-       '--config=configs/pretrain.py:size=tiny'], cwd=REPO, capture_output=True, text=True,
-      timeout=120, check=False)
+  result = _tpu_pod('--name', '--zone=us-west4-a')
   assert result.returncode == 1 and result.stdout == '', result.stdout
   assert result.stderr.strip().splitlines() == [
       "tpu_pod: error: --name took the next word '--zone=us-west4-a' as its value: give it one "
@@ -161,11 +165,7 @@ def test_a_flag_that_took_the_next_flag_as_its_value_is_named_in_one_line(tmp_pa
 def test_a_stray_word_before_the_separator_is_the_launchers_usage_error(before):
   """absl's GNU parse left it in argv with the job's flags: refused as a word 'after --' (gke_jobset
   said it right: one check now, cloud.check_usage)."""
-  result = subprocess.run(
-      [sys.executable, '-m', 'launch.tpu_pod', '--name=n', '--zone=us-west4-a', *before,
-       '--accelerator_type=v5litepod-16', '--workdir=gs://b/x', '--dry_run', '--',
-       '--config=configs/pretrain.py:size=tiny'], cwd=REPO, capture_output=True, text=True,
-      timeout=120, check=False)
+  result = _tpu_pod('--name=n', '--zone=us-west4-a', *before)
   assert result.returncode == 1 and result.stdout == '', result.stdout
   assert result.stderr.strip().splitlines() == [
       "tpu_pod: error: unexpected arguments ['stray']: the launcher takes --flags only; "

@@ -39,15 +39,22 @@ def create(corpus, prefix, minilm_dir, shards, seed=7):
                        num_output_shards=shards, num_workers=1, random_seed=seed)
 
 
+def _holding(report_file):
+  """A live run elsewhere: another process holding the set's lock (a bucket's read back after
+  0.1 s), once it holds it."""
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from bertjax import remote_lock; from '
+       'bertjax.pretraining_data import shard_outputs\nremote_lock.CONFIRM_S = 0.1\n'
+       'with shard_outputs.one_run(sys.argv[1]):\n  print("held", flush=True); time.sleep(120)',
+       report_file], stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline().strip() == 'held'
+  return holder
+
+
 def test_a_second_run_on_a_set_being_made_is_refused_at_its_start(corpus, minilm_dir, tmp_path):
   prefix = tmp_path / 'train'
-  # A live run elsewhere: another process holding the set's lock.
-  holder = subprocess.Popen(
-      [sys.executable, '-c', 'import sys, time; from bertjax.pretraining_data import '
-       'shard_outputs\nwith shard_outputs.one_run(sys.argv[1]):\n  print("held", flush=True); '
-       'time.sleep(120)', f'{prefix}.json'], stdout=subprocess.PIPE, text=True)
+  holder = _holding(f'{prefix}.json')
   try:
-    assert holder.stdout.readline().strip() == 'held'
     with pytest.raises(ValueError, match=re.escape(
         f'another create_pretraining_data run (pid {holder.pid} on ') + r'.*' + re.escape(
         f') is making the set of {prefix}.json now: wait for it to finish, or pass another '
@@ -71,13 +78,8 @@ def test_a_second_run_on_a_set_being_made_in_a_bucket_is_refused_too(corpus, min
   host is taken over at once, and the end of a run removes it."""
   monkeypatch.setattr(remote_lock, 'CONFIRM_S', 0.1)
   prefix = f'{gcs_bucket}/data/train'
-  holder = subprocess.Popen(
-      [sys.executable, '-c', 'import sys, time; from bertjax import remote_lock; from '
-       'bertjax.pretraining_data import shard_outputs\nremote_lock.CONFIRM_S = 0.1\n'
-       'with shard_outputs.one_run(sys.argv[1]):\n  print("held", flush=True); time.sleep(120)',
-       f'{prefix}.json'], stdout=subprocess.PIPE, text=True)
+  holder = _holding(f'{prefix}.json')
   try:
-    assert holder.stdout.readline().strip() == 'held'
     with pytest.raises(ValueError, match=re.escape(
         f'another create_pretraining_data run (pid {holder.pid} on ') + r'.*' + re.escape(
         f'(lock {gcs_bucket}/data/.train.json.lock, renewed ') + r'.*' + re.escape(

@@ -28,9 +28,14 @@ class Example(typing.NamedTuple):
   label: str | None = None  # A name, e.g. from bbc_news.BBC_LABELS or wordnet_glosses.SUPERSENSES.
 
 
+def normalised(*texts) -> tuple:
+  """Texts as the uncased tokenizer and TF-IDF see them: lowercased, whitespace collapsed (how
+  copies of a text are told apart)."""
+  return tuple(' '.join(t.lower().split()) if t else t for t in texts)
+
+
 def _dedup_key(example):
-  """What the uncased tokenizer and TF-IDF see: lowercased, whitespace collapsed."""
-  return tuple(' '.join(t.lower().split()) if t else t for t in (example.text_a, example.text_b))
+  return normalised(example.text_a, example.text_b)
 
 
 def keep_one_per_group(examples, group_of) -> tuple[list, int, int]:

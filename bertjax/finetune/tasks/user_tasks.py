@@ -97,10 +97,6 @@ def _split_by_text(split, items, key):
           [c for first in held_out for c in copies[id(first)]])
 
 
-def _normalised(*texts) -> tuple:
-  """Texts as the uncased tokenizer sees them: lowercased, whitespace collapsed."""
-  return tuple(' '.join(t.lower().split()) if t else t for t in texts)
-
 
 class _UserSplits:
   """Reads the user's train / eval / test files once; holds out an eval split when there is
@@ -211,7 +207,7 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
                        'classifier needs at least two labels.')
 
   splits = _UserSplits(name, data, seed, read_file, stratify=not regression,
-                       text_of=lambda e: _normalised(e.text_a, e.text_b),
+                       text_of=lambda e: labelled_split.normalised(e.text_a, e.text_b),
                        check=None if regression or labels else check)
   if regression:
     labels = ()
@@ -293,7 +289,7 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
 
   if path_of is None:
     splits = _UserSplits(name, data, seed, read_file, stratify=False,
-                         text_of=lambda s: _normalised(*s.words))
+                         text_of=lambda s: labelled_split.normalised(*s.words))
     read_split = splits.read
     eval_splits, test_splits = splits.eval_splits(), splits.test_splits()
     if not labels:
@@ -343,7 +339,7 @@ def choice_task(name, data, seed, labels) -> task_lib.Task:
                                   require_labels=require_labels)
 
   splits = _UserSplits(name, data, seed, read_file, stratify=False,
-                       text_of=lambda q: _normalised(q.context, *q.choices))
+                       text_of=lambda q: labelled_split.normalised(q.context, *q.choices))
   if not labels:
     labels = tuple(str(i) for i in range(len(splits.train()[0].choices)))
 

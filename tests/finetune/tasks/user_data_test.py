@@ -6,9 +6,9 @@ import pathlib
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
+import user_task_files
 
 from bertjax import paths
 from bertjax.finetune.tasks import registry
@@ -27,12 +27,7 @@ def tok(minilm_dir):
   return tokenizer.FullTokenizer(minilm_dir / 'vocab.txt', do_lower_case=True)
 
 
-def _data(**fields):
-  config = finetune_config.get_config('task=classification')
-  data = ml_collections.ConfigDict(config.data.to_dict())
-  for key, value in fields.items():
-    data[key] = value
-  return data
+_data = user_task_files.data_config
 
 
 def test_csv_tsv_and_jsonl_read_alike(tmp_path):

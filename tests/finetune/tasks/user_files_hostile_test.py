@@ -6,8 +6,8 @@ import json
 import re
 
 import log_records
-import ml_collections
 import pytest
+import user_task_files
 
 from bertjax import predict_inputs
 from bertjax.finetune import run_config
@@ -17,13 +17,7 @@ from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_tasks
 from configs import finetune as finetune_config
 
-
-def _data(**fields):
-  config = finetune_config.get_config('task=classification')
-  data = ml_collections.ConfigDict(config.data.to_dict())
-  for key, value in fields.items():
-    data[key] = value
-  return data
+_data = user_task_files.data_config
 
 
 @pytest.mark.parametrize('content, said', [
