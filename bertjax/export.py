@@ -71,12 +71,19 @@ from bertjax.interop import tf1_checkpoint
 from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
+from bertjax.training import kinds
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
   bundle_lib.check_holds(result, fmt)
+  if kinds.get(result.kind).heads_dropped(fmt):  # Said, as the summary line names the kind.
+    heads = ', '.join(sorted({name.split('/')[0] for name in result.params
+                              if not name.startswith('bert/')}))
+    logging.warning('%s is a %s model: --format=%s holds its encoder only, its heads (%s) are '
+                    'not written; --format=hf or tf1 keeps them', result.source, result.kind,
+                    fmt, heads)
   if fmt == 'tf1' and result.pooling != 'cls':
     logging.warning('%s is %s-pooled: in google-research/bert, %s-pool get_sequence_output() '
                     'over the input mask (get_pooled_output() is the [CLS] pooler)',

@@ -120,7 +120,10 @@ class RemoteLock:
                         self.lease_s / 4)
 
   def release(self):
-    """Stops renewing and removes the lock object, if it is still this process's."""
+    """Stops renewing and removes the lock object, if it is still this process's; once (an
+    interrupt's exit and the end of a `with` both release)."""
+    if self._stop.is_set():
+      return
     self._stop.set()
     if self._thread is not None and self._thread is not threading.current_thread():
       self._thread.join()

@@ -236,11 +236,19 @@ def check_training_features(cfg, workdir: str, digest: str):
   if recorded is None or recorded == digest:
     return
   where = cfg.data.get('train_file') or cfg.data.get('data_dir') or 'TFDS'
-  raise ValueError(
-      f'{workdir} was fine-tuned on other training examples: task {cfg.task} reads other '
-      f'features from {where} now (sha256 {recorded[:12]}... then, {digest[:12]}... now): its '
-      'training files were changed, or read or tokenized otherwise. Restore the data the run '
-      'was trained on to resume it, or fine-tune in another --workdir.')
+  said = (f'{workdir} was fine-tuned on other training examples: task {cfg.task} reads other '
+          f'features from {where} now (sha256 {recorded[:12]}... then, {digest[:12]}... now): ')
+  files_then = init_from.lookup(run, 'data.train_sha256')
+  if files_then is not None and files_then == init_from.lookup(cfg, 'data.train_sha256'):
+    # The same bytes: this bertjax reads them otherwise (a run older than the split that keeps a
+    # text's copies on one side of the held-out set, whose file holds copies).
+    raise ValueError(said + 'its training files are the same bytes, which this version of '
+                     'bertjax reads, splits (the examples held out for eval) or tokenizes '
+                     'otherwise than the one that started the run. Resume it with that version, '
+                     'or fine-tune in another --workdir.')
+  raise ValueError(said + 'its training files were changed, or read or tokenized otherwise. '
+                   'Restore the data the run was trained on to resume it, or fine-tune in '
+                   'another --workdir.')
 
 
 def records_training_data(cfg) -> bool:

@@ -143,6 +143,13 @@ class Kind:
     held = getattr(self, fmt)
     return held if isinstance(held, str) else None
 
+  def heads_dropped(self, fmt: str) -> bool:
+    """Whether format `fmt` holds only the encoder of a kind that has heads (pre-training's MLM
+    and NSP: the SavedModel, ONNX and sentence-transformers serve its encoder)."""
+    held = self.holder(fmt)
+    return bool(self.head_params) and (
+        getattr(held, 'encoder', False) or getattr(held, 'head_as_dense', None) is False)
+
 
 def _example_weight(batch):
   return jnp.sum(batch['example_weight'])

@@ -10,6 +10,7 @@ from flax import traverse_util
 import flax.linen as nn
 import hf_checkpoint_test
 import jax
+import log_records
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
@@ -368,3 +369,26 @@ def test_labels_reordered_in_config_json_are_refused(fine_tuned_sst2, tmp_path):
       job.run(config, str(copy))
   assert not (copy / 'predictions').exists() or not any(
       p.name.startswith(('eval_', 'predict_')) for p in (copy / 'predictions').iterdir())
+
+
+def test_what_an_export_leaves_out_or_caps_is_said(minilm_dir, tmp_path, monkeypatch):
+  """Pass AI: a pre-training model written as its encoder alone, and --max_seq_length past the
+  model's positions, were said by no line."""
+  said = log_records.recorded_warnings(monkeypatch, export)
+  for kind, heads_said in (('pretraining', 'mlm, nsp'), ('masked_lm', 'mlm')):
+    _, _, result = random_bundle(kind, minilm_dir)
+    for fmt in ('saved_model', 'sentence_transformers', 'onnx', 'hf', 'tf1'):
+      said.clear()
+      export._check_kind(result, fmt)
+      if fmt in ('hf', 'tf1'):  # Their pre-training classes hold the heads.
+        assert not said, (kind, fmt, said)
+      else:
+        assert said == [f'random {kind} is a {kind} model: --format={fmt} holds its encoder only, '
+                        f'its heads ({heads_said}) are not written; --format=hf or tf1 keeps '
+                        'them'], (kind, fmt)
+  said.clear()
+  export._check_kind(random_bundle('encoder', minilm_dir)[2], 'saved_model')
+  assert not said
+  out = export.export(minilm_dir, 'hf', tmp_path / 'hf', max_seq_length=100_000)
+  assert said == ["--max_seq_length=100000 is past the model's 512 positions: 512 is used"]
+  assert json.loads((out / 'tokenizer_config.json').read_text())['model_max_length'] == 512

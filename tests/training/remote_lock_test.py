@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import log_records
 import pytest
 
 from bertjax import files
@@ -144,3 +145,19 @@ def test_of_two_starters_the_one_whose_lock_stays_wins(gcs_bucket, short_lease, 
     with workdir_lock.locked(f'{gcs_bucket}/run'):
       pass
   assert json.loads(files.read_text(lock))['token'] == 'theirs'  # The winner's lock stays.
+
+
+def test_a_lock_released_twice_is_released_once(tmp_path, short_lease, monkeypatch):
+  """An interrupt's exit and the `with` both release: the second, on a store that cannot be read
+  by then, said 'could not remove the lock' of a lock already removed."""
+  lock = remote_lock.RemoteLock(str(tmp_path / '.lock'))
+  assert lock.acquire() is None
+  lock.release()
+  assert not (tmp_path / '.lock').exists()
+
+  def unreadable(path):
+    raise PermissionError(f'{path}: the store refuses reads now')
+  monkeypatch.setattr(files, 'read_text', unreadable)
+  said = log_records.recorded_warnings(monkeypatch, remote_lock)
+  lock.release()
+  assert not said

@@ -182,11 +182,11 @@ class _UserSplits:
                        f'{"eval_file" if split == "validation" else "test_file"}.')
     if split not in self._cache:
       items, _ = self._read_split(split, is_training=False, require_labels=split != 'test')
-      if split == 'validation' and 'train' in self._cache:  # Training: its eval set checked.
+      items = _limit(items, self.data.max_eval_examples if split == 'validation' else -1,
+                     sample=True)
+      if split == 'validation' and 'train' in self._cache:  # Training: the eval set it scores.
         self._warn_of_copies(items)
-      self._cache[split] = (_limit(items, self.data.max_eval_examples
-                                   if split == 'validation' else -1, sample=True),
-                            collections.Counter())
+      self._cache[split] = (items, collections.Counter())
     return self._cache[split]
 
 

@@ -79,14 +79,17 @@ def test_an_eval_file_of_training_texts_is_warned_about(tmp_path, monkeypatch):
   (tmp_path / 'a.csv').write_text('text,label\n' + rows)
   (tmp_path / 'b.csv').write_text('text,label\ntext 3,b\nsomething new,a\n')
   warned = log_records.recorded_warnings(monkeypatch, user_tasks)
-  for eval_file, copies in (('a.csv', '10 of the 10'), ('b.csv', '1 of the 2')):
+  # Counted in the eval set scored: after max_eval_examples.
+  for eval_file, limit, copies in (('a.csv', -1, '10 of the 10'), ('b.csv', -1, '1 of the 2'),
+                                   ('a.csv', 4, '4 of the 4')):
     task = registry.get_task('classification', _data(
-        train_file=str(tmp_path / 'a.csv'), eval_file=str(tmp_path / eval_file)))
+        train_file=str(tmp_path / 'a.csv'), eval_file=str(tmp_path / eval_file),
+        max_eval_examples=limit))
     task.read('train')
     task.read('validation')
     assert warned[-1].startswith(f'{copies} eval examples ({tmp_path / eval_file}) are texts of '
                                  'the training data'), warned
-  assert len(warned) == 2
+  assert len(warned) == 3
 
 
 def test_two_training_files_of_one_name_are_told_by_their_paths(tmp_path):
@@ -183,6 +186,25 @@ def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path)
   with pytest.raises(ValueError, match=re.escape(f"data.eval_file '{tmp_path}/ev.csv' holds "
                                                  'other rows than it did')):
     run_config.check_against_run(config, run, '/runs/r')
+
+
+def test_a_run_whose_unchanged_file_is_split_otherwise_now_is_told_so(tmp_path, monkeypatch):
+  """A run from before the split by text, on a file with copies of a text, is held out
+  otherwise now: its resume said 'its training files were changed' of the same bytes."""
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  run['data'] |= {'train_sha256': 'a' * 64, 'train_features_sha256': 'b' * 64}
+  monkeypatch.setattr(run_config, 'trained_run', lambda workdir: run)
+  config.data.train_sha256 = 'a' * 64
+  run_config.check_training_features(config, '/runs/r', 'b' * 64)  # The same features: resumes.
+  with pytest.raises(ValueError, match=r'its training files are the same bytes, which this '
+                     r'version of bertjax reads, splits \(the examples held out for eval\) or '
+                     r'tokenizes otherwise .* Resume it with that version, or fine-tune in '
+                     r'another --workdir.$'):
+    run_config.check_training_features(config, '/runs/r', 'c' * 64)
+  config.data.train_sha256 = 'd' * 64  # Other bytes: said as before.
+  with pytest.raises(ValueError, match=r'its training files were changed, or read or tokenized '
+                     r'otherwise. Restore the data'):
+    run_config.check_training_features(config, '/runs/r', 'c' * 64)
 
 
 def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
