@@ -92,6 +92,7 @@ from absl import flags  # noqa: E402
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+import torch_step  # noqa: E402  (transformers' side, beside this file)
 
 from bertjax import pretrain_objective  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
@@ -100,12 +101,6 @@ from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402
 from configs import pretrain  # noqa: E402
-
-TORCH_VARIANTS = ('stock', 'gathered', 'compiled')
-# What PyTorch runs by default where jax runs: a GPU user runs the gathered head, eager and
-# compiled; on the CPU, the stock model beside the gathered one.
-DEFAULT_TORCH_VARIANTS = {'gpu': ('gathered', 'compiled'), 'cpu': ('stock', 'gathered')}
-TORCH_DEVICE = {'gpu': 'cuda', 'cpu': 'cpu'}  # jax's platform -> torch's device type.
 
 _SIZES = flags.DEFINE_list('sizes', ['tiny', 'mini', 'base'], 'Model sizes to run.')
 _BATCHES = flags.DEFINE_list('batches', ['32', '32', '8'], 'Batch per size (one per size).')
@@ -141,9 +136,9 @@ _INTERLEAVE = flags.DEFINE_enum(
     "machine's load slows them alike), off for an accelerator (each has its memory to itself).")
 _TORCH = flags.DEFINE_bool('torch', True, 'Also time transformers PyTorch BERT.')
 _TORCH_VARIANTS = flags.DEFINE_list(
-    'torch_variants', [], f'PyTorch variants, of {", ".join(TORCH_VARIANTS)} (empty: '
-    f'{",".join(DEFAULT_TORCH_VARIANTS["gpu"])} on a GPU, '
-    f'{",".join(DEFAULT_TORCH_VARIANTS["cpu"])} on the CPU).')
+    'torch_variants', [], f'PyTorch variants, of {", ".join(torch_step.TORCH_VARIANTS)} (empty: '
+    f'{",".join(torch_step.DEFAULT_TORCH_VARIANTS["gpu"])} on a GPU, '
+    f'{",".join(torch_step.DEFAULT_TORCH_VARIANTS["cpu"])} on the CPU).')
 _COMPILE_BACKEND = flags.DEFINE_string(
     'torch_compile_backend', 'inductor', "torch.compile's backend for the compiled variant "
     "(inductor: what users run; on the CPU it needs a C++ compiler. aot_eager traces the same "
@@ -233,80 +228,6 @@ def bertjax_runner(config, batch):
   return run, times
 
 
-def torch_runner(config, batch, variant, *, device_type, attn_implementation,
-                 compile_backend='inductor'):
-  """A function running n PyTorch updates of one variant (TORCH_VARIANTS) on `device_type`
-  ('cuda' or 'cpu'), synchronising once per call as bertjax's runner does."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  mcfg, ocfg = config.model, config.optimizer
-  device = torch.device(device_type)
-  hf = transformers.BertConfig(
-      vocab_size=mcfg.vocab_size, hidden_size=mcfg.hidden_size,
-      num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
-      intermediate_size=mcfg.mlp_dim, hidden_dropout_prob=mcfg.dropout_rate,
-      attention_probs_dropout_prob=mcfg.attention_dropout_rate,
-      layer_norm_eps=mcfg.layer_norm_eps, attn_implementation=attn_implementation)
-
-  def tensor(x):
-    return torch.tensor(np.asarray(x), dtype=torch.long, device=device)
-
-  inputs = dict(input_ids=tensor(batch['input_ids']),
-                attention_mask=tensor(batch['input_mask']),
-                token_type_ids=tensor(batch['segment_ids']))
-  positions = tensor(batch['masked_lm_positions'])
-  ids = tensor(batch['masked_lm_ids'])
-  weights = torch.tensor(batch['masked_lm_weights'], device=device)
-  nsp_labels = tensor(batch['next_sentence_labels']).reshape(-1)
-  labels = torch.full(inputs['input_ids'].shape, -100, dtype=torch.long, device=device)
-  labels.scatter_(1, positions, ids)  # -100: not a target.
-
-  torch.manual_seed(0)
-  ref = transformers.BertForPreTraining(hf).to(device).train()
-
-  def no_decay(name):  # BERT decays no LayerNorm parameter and no bias.
-    return name.endswith('bias') or 'LayerNorm' in name
-
-  groups = [
-      {'params': [p for n, p in ref.named_parameters() if not no_decay(n)],
-       'weight_decay': ocfg.weight_decay},
-      {'params': [p for n, p in ref.named_parameters() if no_decay(n)], 'weight_decay': 0.0}]
-  # On a GPU, the fused kernel a GPU user picks (one launch for all parameters).
-  fused = {'fused': True} if device.type == 'cuda' else {}
-  opt = torch.optim.AdamW(groups, lr=ocfg.learning_rate, betas=(ocfg.b1, ocfg.b2),
-                          eps=ocfg.eps, **fused)
-  # Mixed precision as PyTorch users run it: float32 parameters, autocast compute.
-  bf16 = mcfg.dtype == 'bfloat16'
-
-  def stock_loss():
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-      return ref(**inputs, labels=labels, next_sentence_label=nsp_labels).loss
-
-  def gathered_loss():  # The MLM head only at the masked positions, as the original BERT does.
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-      seq, pooled = ref.bert(**inputs, return_dict=False)[:2]
-      seq = torch.gather(seq, 1, positions[..., None].expand(-1, -1, seq.shape[-1]))
-      mlm_logits, nsp_logits = ref.cls(seq, pooled)
-      mlm = torch.nn.functional.cross_entropy(
-          mlm_logits.flatten(0, 1).float(), ids.flatten(), reduction='none')
-      return ((mlm * weights.flatten()).sum() / weights.sum().clamp_min(1e-8)
-              + torch.nn.functional.cross_entropy(nsp_logits.float(), nsp_labels))
-
-  loss_fn = stock_loss if variant == 'stock' else gathered_loss
-  if variant == 'compiled':
-    loss_fn = torch.compile(gathered_loss, backend=compile_backend)
-
-  def run(n):
-    for _ in range(n):
-      loss = loss_fn()
-      opt.zero_grad(set_to_none=True)
-      loss.backward()
-      torch.nn.utils.clip_grad_norm_(ref.parameters(), ocfg.grad_clip_norm)
-      opt.step()
-    return loss.item()  # The one sync: on a GPU the updates queue up, as bertjax's do.
-  return run
-
-
 def timed(run, steps):
   """(wall seconds, CPU seconds of the whole process) per update over `steps` updates."""
   wall, cpu = time.perf_counter(), time.process_time()
@@ -362,9 +283,9 @@ def worker(conn, framework, settings):
   else:
     import transformers  # pylint: disable=g-import-not-at-top
     info = dict(versions=f'torch {torch.__version__}, transformers {transformers.__version__}')
-    run = torch_runner(config, batch, framework.split()[1], device_type=settings['device'],
-                       attn_implementation=settings['attn'],
-                       compile_backend=settings['compile_backend'])
+    run = torch_step.torch_runner(
+        config, batch, framework.split()[1], device_type=settings['device'],
+        attn_implementation=settings['attn'], compile_backend=settings['compile_backend'])
   run(1)  # Builds and compiles (jax.jit; torch.compile on its first call).
   first_step = time.perf_counter() - start
   run(1)  # Warms up what the first update set up (allocator, caches, optimizer state).
@@ -514,10 +435,10 @@ def settings_per_size():
 def main(argv):
   del argv
   console.install()  # Libraries' INFO lines (jax's backend probing) held, as bertjax.main does.
-  unknown = set(_TORCH_VARIANTS.value) - set(TORCH_VARIANTS)
+  unknown = set(_TORCH_VARIANTS.value) - set(torch_step.TORCH_VARIANTS)
   if unknown:
     raise SystemExit(f'--torch_variants: unknown {sorted(unknown)}; valid: '
-                     f'{", ".join(TORCH_VARIANTS)}.')
+                     f'{", ".join(torch_step.TORCH_VARIANTS)}.')
   context = multiprocessing.get_context('spawn')  # Fresh interpreters: no shared pools.
   peak, info = None, None
   for settings in settings_per_size():
@@ -531,12 +452,13 @@ def main(argv):
         raise SystemExit(f'{info["devices"]} devices: run with one (drop '
                          '--xla_force_host_platform_device_count from XLA_FLAGS; '
                          'CUDA_VISIBLE_DEVICES=0).')
-      if _TORCH.value and info['platform'] not in TORCH_DEVICE:
+      if _TORCH.value and info['platform'] not in torch_step.TORCH_DEVICE:
         raise SystemExit(f'jax runs on {info["platform"]}, where PyTorch does not: --notorch.')
       peak = _header(info, info['peak'])
-    variants = _TORCH_VARIANTS.value or DEFAULT_TORCH_VARIANTS.get(info['platform'], ())
+    variants = (_TORCH_VARIANTS.value
+                or torch_step.DEFAULT_TORCH_VARIANTS.get(info['platform'], ()))
     frameworks = [f'torch {v}' for v in variants] if _TORCH.value else []
-    settings['device'] = TORCH_DEVICE.get(info['platform'])
+    settings['device'] = torch_step.TORCH_DEVICE.get(info['platform'])
     interleaved = (_INTERLEAVE.value == 'on' if _INTERLEAVE.value != 'auto'
                    else info['platform'] == 'cpu')
     times, first_steps = _measure(context, ours, frameworks, settings, interleaved=interleaved)
