@@ -1,4 +1,4 @@
-"""The pre-training loop: sharded equals unsharded, gradient accumulation, config errors, the
+"""The pre-training loop: sharded equals unsharded, gradient accumulation, the
 NaN stop, init_from, and short end-to-end runs on the embedded corpus (8 simulated devices).
 
 Step-level tests jit train_step exactly as the loop does (same shardings, same mesh and rules
@@ -30,7 +30,6 @@ from bertjax.training import checkpoint
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
-from bertjax.training import resume_checks
 from bertjax.training import sharding
 from bertjax.training import summaries
 from bertjax.training import train_state
@@ -227,53 +226,6 @@ def test_grad_accumulation_equals_whole_batch(initial_state, unaccumulated_run):
   # moves by >= 1e-3).
   np.testing.assert_allclose(losses, want_losses, rtol=2e-6)
   assert_params_close(params, want_params, atol=5e-6)
-
-
-# ---------------------------------------------------------------------------------------------
-# check_config.
-
-
-@pytest.mark.parametrize('change, mesh, vocab_entries, message', [
-    (dict(global_batch_size=12), dict(data=8), None,
-     '^global_batch_size 12 is not divisible by the data-parallel size 8'),
-    (dict(global_batch_size=32, grad_accum_steps=3), dict(data=8), None,
-     'global_batch_size 32 is not divisible by grad_accum_steps 3'),
-    (dict(global_batch_size=32, grad_accum_steps=8), dict(data=8), None,
-     r'micro-batch 4 \(global_batch_size / grad_accum_steps\) is not divisible by the '
-     'data-parallel size 8'),
-    (dict(eval_batch_size=20), dict(data=8), None,
-     '^eval_batch_size 20 is not divisible by the data-parallel size 8'),
-    ({'data.max_seq_length': 64, 'model.max_position_embeddings': 32}, dict(data=8), None,
-     r'max_seq_length 64 exceeds .*max_position_embeddings=32'),
-    ({'model.vocab_size': VOCAB}, dict(data=8), 8192,
-     'model.vocab_size=512 but the vocab file has 8192 entries'),
-    ({'model.vocab_size': 8200}, dict(data=8), 8192,  # Larger, but not a 128-multiple pad.
-     'model.vocab_size=8200 but the vocab file has 8192 entries'),
-    ({'model.num_heads': 2}, dict(data=2, tensor=4), None,
-     'model.num_heads=2 is not divisible by mesh.tensor=4'),
-    ({'model.mlp_dim': 510}, dict(data=2, tensor=4), None,
-     'model.mlp_dim=510 is not divisible by mesh.tensor=4'),
-    ({'model.hidden_size': 60, 'model.num_heads': 4}, dict(fsdp=8), None,
-     'model.hidden_size=60 is not divisible by mesh.fsdp=8'),
-], ids=['batch', 'accum', 'micro-batch', 'eval-batch', 'positions', 'vocab-small',
-        'vocab-unpadded', 'heads', 'mlp', 'fsdp-hidden'])
-def test_check_config_errors(change, mesh, vocab_entries, message):
-  config = pretrain.get_config('size=tiny,batch=32,seq=32')
-  config.eval_batch_size = 32
-  config.model.num_heads = 4  # tiny's 2 would not split over tensor=4.
-  # The same config before the change passes on the same mesh: the error is the change's.
-  train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
-  for key, value in change.items():
-    parent, _, name = key.rpartition('.')
-    (config[parent] if parent else config)[name] = value
-  with pytest.raises(ValueError, match=message):
-    train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
-
-
-def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
-  config = pretrain.get_config('size=tiny,batch=32,seq=32,vocab=8320')  # 8192 rows + 128 pad.
-  config.model.num_heads = 4
-  train_state.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,47 +634,6 @@ def test_several_processes_compile_the_first_step_then_meet_before_it_runs(monke
   assert len(compiles) == before + 1, compiles  # The step's first call reused that compile.
 
 
-def _two_phase(steps=20, fraction=0.5, batch=64):
-  config = pretrain.get_config(f'size=tiny,steps={steps}')
-  config.phase2.fraction = fraction
-  config.global_batch_size = batch
-  return config
-
-
-def test_a_two_phase_resume_that_would_read_phase_two_from_the_wrong_example_is_refused():
-  phases = resume_checks._check_phases  # pylint: disable=protected-access
-  last = json.loads(_two_phase().to_json())  # Phase 2 from step 10, batch 64.
-  # Resumed at 16 with a batch of 128: phase 2 would start at example 1024 - 10 x 128 < 0.
-  with pytest.raises(ValueError, match=r'consumed 1024 examples in 16 steps, not 16 x '
-                     r'global_batch_size 128: .* keep num_train_steps=20, phase2.fraction=0.5 '
-                     r'and global_batch_size=64, or start another --workdir with init_from=W'):
-    phases(_two_phase(batch=128), last, 'W', 16, 1024)
-  # Stretched to 40 steps: phase 2 moves to step 20, and step 16 was trained in phase 2.
-  with pytest.raises(ValueError, match=r'this run ran with its second phase from step 10 and '
-                     r'would now run with its second phase from step 20 \(num_train_steps or '
-                     r'phase2.fraction changed\)'):
-    phases(_two_phase(steps=40), last, 'W', 16, 1024)
-  with pytest.raises(ValueError, match=r'ran in one phase and would now run with its second phase '
-                     r'from step 10'):
-    phases(_two_phase(), json.loads(_two_phase(fraction=0).to_json()), 'W', 16, 1024)
-  phases(_two_phase(), last, 'W', 16, 1024)  # The same run: resumes.
-  phases(_two_phase(steps=40), last, 'W', 8, 512)  # Still in phase 1.
-  phases(_two_phase(fraction=0, batch=128), json.loads(
-      _two_phase(fraction=0).to_json()), 'W', 16, 1024)  # One phase reads from example 1024.
-
-
-def test_another_embedded_corpus_on_a_resume_is_said(caplog):
-  last = json.loads(pretrain.get_config('size=tiny').to_json())
-  config = pretrain.get_config('size=tiny')
-  config.data.dupe_factor = 2  # The same file names in <workdir>/data, other examples.
-  resume_checks._check_data_order(config, last, 50, 3200)
-  assert re.search(r'the data order differs .*\(data.dupe_factor 5 -> 2\)', caplog.text)
-  caplog.clear()
-  config.data.train_files = last['data']['train_files'] = 'records/train-*'
-  resume_checks._check_data_order(config, last, 50, 3200)  # Own files: their records are checked.
-  assert 'the data order differs' not in caplog.text
-
-
 def test_init_from_weights_of_another_function_are_refused(tmp_path):
   """Pass T: continued pre-training from a transformers model with hidden_act relu (or another
   layer_norm_eps) loaded (the shapes fit) and trained on under gelu / 1e-12, without a word."""
@@ -771,48 +682,3 @@ def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
   assert caplog.messages == [f'init_from=/models/other (step best) is not loaded: {run} resumes '
                              'from its own checkpoint (the run began from /models/other); to '
                              'start from those weights, pre-train in another --workdir']
-
-
-def test_a_resume_with_a_model_of_another_function_is_refused(tmp_path):
-  """Pass S: a resume with --config.model.hidden_act=relu restored the gelu run's weights (the
-  shapes fit) and trained them on under relu without a word."""
-  (tmp_path / 'config.json').write_text(pretrain.get_config('size=tiny').to_json())
-  config = pretrain.get_config('size=tiny')
-  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)  # The same model.
-  for field, value in (('hidden_act', 'relu'), ('layer_norm_eps', 1e-5)):
-    changed = pretrain.get_config('size=tiny')
-    changed.model[field] = value
-    with pytest.raises(ValueError, match=rf"{tmp_path} was trained to step 6 with another model "
-                       rf"than this config makes \(model.{field} .* -> {value!r}\): its weights "
-                       'would go on under another function'):
-      resume_checks.check(changed, str(tmp_path), 6, 384, lambda step: 0.0)
-
-
-def test_a_resume_compares_with_the_config_that_wrote_its_checkpoint(tmp_path):
-  for name, seed in (('config.json', 0), ('config-resumed-at-6.json', 1),
-                     ('config-resumed-at-9.json', 2)):  # 9: a resume that failed at once.
-    (tmp_path / name).write_text(json.dumps({'seed': seed}))
-  assert resume_checks._last_config(str(tmp_path), 9) == {'seed': 1}
-  assert resume_checks._last_config(str(tmp_path), 12) == {'seed': 2}
-  assert resume_checks._last_config(str(tmp_path), 6) == {'seed': 0}
-
-
-def test_a_schedule_change_on_a_resume_says_what_happens_at_its_step(caplog):
-  schedule_check = resume_checks._check_schedule  # pylint: disable=protected-access
-  def config(steps, warmup):
-    c = pretrain.get_config(f'size=tiny,steps={steps}')
-    c.optimizer.warmup_steps = warmup
-    return optimizer_lib.resolve_total_steps(c)
-  last = json.loads(config(50, 60).to_json())  # Still warming up when it ended at 50.
-  now = config(52, 60)
-  schedule_check(now, last, 'W', 40, optimizer_lib.learning_rate_schedule(now.optimizer))
-  # Both still on the same warmup at step 40: no jump there, yet not the same schedule.
-  assert re.search(r'at step 40 the rate is unchanged \(\S+\) but follows another curve from '
-                   r'here\. To extend a run without that change, start a new run with '
-                   r'init_from=W', caplog.text)
-  caplog.clear()
-  last = json.loads(config(50, 10).to_json())
-  now = config(60, 10)
-  schedule_check(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
-  assert re.search(r'at step 50 the rate goes from 0 to \S+\. To extend a run without that '
-                   r'change, keep optimizer.total_steps=50 .*, or start a new run', caplog.text)

@@ -1,15 +1,17 @@
 """resume_checks: what a resumed pre-training run is refused or told when its config changed.
 
-Unit tests on the configs alone (configs/pretrain.py's); tests/training/loop_test.py has the
-first ones, tests/training/resume_test.py runs them in real resumes.
+Unit tests on the configs alone (configs/pretrain.py's); tests/training/resume_test.py runs them
+in real resumes.
 """
 
 import json
+import re
 import types
 
 import log_records
 import pytest
 
+from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import resume_checks
 from configs import pretrain
 
@@ -78,3 +80,82 @@ def test_a_resume_on_another_process_count_is_said_where_the_order_depends_on_it
                      (types.SimpleNamespace(order_per_process=False), 2)):
     loop._check_process_count(job, meta | {'process_count': saved})  # pylint: disable=protected-access
   assert said == []
+
+
+def test_a_two_phase_resume_that_would_read_phase_two_from_the_wrong_example_is_refused():
+  phases = resume_checks._check_phases  # pylint: disable=protected-access
+  last = json.loads(_config().to_json())  # Phase 2 from step 10, batch 64.
+  # Resumed at 16 with a batch of 128: phase 2 would start at example 1024 - 10 x 128 < 0.
+  with pytest.raises(ValueError, match=r'consumed 1024 examples in 16 steps, not 16 x '
+                     r'global_batch_size 128: .* keep num_train_steps=20, phase2.fraction=0.5 '
+                     r'and global_batch_size=64, or start another --workdir with init_from=W'):
+    phases(_config(batch=128), last, 'W', 16, 1024)
+  # Stretched to 40 steps: phase 2 moves to step 20, and step 16 was trained in phase 2.
+  with pytest.raises(ValueError, match=r'this run ran with its second phase from step 10 and '
+                     r'would now run with its second phase from step 20 \(num_train_steps or '
+                     r'phase2.fraction changed\)'):
+    phases(_config(steps=40), last, 'W', 16, 1024)
+  with pytest.raises(ValueError, match=r'ran in one phase and would now run with its second phase '
+                     r'from step 10'):
+    phases(_config(), json.loads(_config(fraction=0).to_json()), 'W', 16, 1024)
+  phases(_config(), last, 'W', 16, 1024)  # The same run: resumes.
+  phases(_config(steps=40), last, 'W', 8, 512)  # Still in phase 1.
+  phases(_config(fraction=0, batch=128), json.loads(
+      _config(fraction=0).to_json()), 'W', 16, 1024)  # One phase reads from example 1024.
+
+
+def test_another_embedded_corpus_on_a_resume_is_said(caplog):
+  last = json.loads(pretrain.get_config('size=tiny').to_json())
+  config = pretrain.get_config('size=tiny')
+  config.data.dupe_factor = 2  # The same file names in <workdir>/data, other examples.
+  resume_checks._check_data_order(config, last, 50, 3200)
+  assert re.search(r'the data order differs .*\(data.dupe_factor 5 -> 2\)', caplog.text)
+  caplog.clear()
+  config.data.train_files = last['data']['train_files'] = 'records/train-*'
+  resume_checks._check_data_order(config, last, 50, 3200)  # Own files: their records are checked.
+  assert 'the data order differs' not in caplog.text
+
+
+def test_a_resume_with_a_model_of_another_function_is_refused(tmp_path):
+  """Pass S: a resume with --config.model.hidden_act=relu restored the gelu run's weights (the
+  shapes fit) and trained them on under relu without a word."""
+  (tmp_path / 'config.json').write_text(pretrain.get_config('size=tiny').to_json())
+  config = pretrain.get_config('size=tiny')
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)  # The same model.
+  for field, value in (('hidden_act', 'relu'), ('layer_norm_eps', 1e-5)):
+    changed = pretrain.get_config('size=tiny')
+    changed.model[field] = value
+    with pytest.raises(ValueError, match=rf"{tmp_path} was trained to step 6 with another model "
+                       rf"than this config makes \(model.{field} .* -> {value!r}\): its weights "
+                       'would go on under another function'):
+      resume_checks.check(changed, str(tmp_path), 6, 384, lambda step: 0.0)
+
+
+def test_a_resume_compares_with_the_config_that_wrote_its_checkpoint(tmp_path):
+  for name, seed in (('config.json', 0), ('config-resumed-at-6.json', 1),
+                     ('config-resumed-at-9.json', 2)):  # 9: a resume that failed at once.
+    (tmp_path / name).write_text(json.dumps({'seed': seed}))
+  assert resume_checks._last_config(str(tmp_path), 9) == {'seed': 1}
+  assert resume_checks._last_config(str(tmp_path), 12) == {'seed': 2}
+  assert resume_checks._last_config(str(tmp_path), 6) == {'seed': 0}
+
+
+def test_a_schedule_change_on_a_resume_says_what_happens_at_its_step(caplog):
+  schedule_check = resume_checks._check_schedule  # pylint: disable=protected-access
+  def config(steps, warmup):
+    c = pretrain.get_config(f'size=tiny,steps={steps}')
+    c.optimizer.warmup_steps = warmup
+    return optimizer_lib.resolve_total_steps(c)
+  last = json.loads(config(50, 60).to_json())  # Still warming up when it ended at 50.
+  now = config(52, 60)
+  schedule_check(now, last, 'W', 40, optimizer_lib.learning_rate_schedule(now.optimizer))
+  # Both still on the same warmup at step 40: no jump there, yet not the same schedule.
+  assert re.search(r'at step 40 the rate is unchanged \(\S+\) but follows another curve from '
+                   r'here\. To extend a run without that change, start a new run with '
+                   r'init_from=W', caplog.text)
+  caplog.clear()
+  last = json.loads(config(50, 10).to_json())
+  now = config(60, 10)
+  schedule_check(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
+  assert re.search(r'at step 50 the rate goes from 0 to \S+\. To extend a run without that '
+                   r'change, keep optimizer.total_steps=50 .*, or start a new run', caplog.text)

@@ -1,0 +1,58 @@
+"""train_state.check_config: a batch, sequence length, vocab or model shape the mesh or the vocab
+file cannot take is refused before anything is built, naming the field."""
+
+import ml_collections
+import pytest
+
+from bertjax.training import sharding
+from bertjax.training import train_state
+from configs import pretrain
+
+VOCAB = 512
+
+
+def mesh_config(data=1, fsdp=1, tensor=1):
+  return ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor))
+
+
+@pytest.mark.parametrize('change, mesh, vocab_entries, message', [
+    (dict(global_batch_size=12), dict(data=8), None,
+     '^global_batch_size 12 is not divisible by the data-parallel size 8'),
+    (dict(global_batch_size=32, grad_accum_steps=3), dict(data=8), None,
+     'global_batch_size 32 is not divisible by grad_accum_steps 3'),
+    (dict(global_batch_size=32, grad_accum_steps=8), dict(data=8), None,
+     r'micro-batch 4 \(global_batch_size / grad_accum_steps\) is not divisible by the '
+     'data-parallel size 8'),
+    (dict(eval_batch_size=20), dict(data=8), None,
+     '^eval_batch_size 20 is not divisible by the data-parallel size 8'),
+    ({'data.max_seq_length': 64, 'model.max_position_embeddings': 32}, dict(data=8), None,
+     r'max_seq_length 64 exceeds .*max_position_embeddings=32'),
+    ({'model.vocab_size': VOCAB}, dict(data=8), 8192,
+     'model.vocab_size=512 but the vocab file has 8192 entries'),
+    ({'model.vocab_size': 8200}, dict(data=8), 8192,  # Larger, but not a 128-multiple pad.
+     'model.vocab_size=8200 but the vocab file has 8192 entries'),
+    ({'model.num_heads': 2}, dict(data=2, tensor=4), None,
+     'model.num_heads=2 is not divisible by mesh.tensor=4'),
+    ({'model.mlp_dim': 510}, dict(data=2, tensor=4), None,
+     'model.mlp_dim=510 is not divisible by mesh.tensor=4'),
+    ({'model.hidden_size': 60, 'model.num_heads': 4}, dict(fsdp=8), None,
+     'model.hidden_size=60 is not divisible by mesh.fsdp=8'),
+], ids=['batch', 'accum', 'micro-batch', 'eval-batch', 'positions', 'vocab-small',
+        'vocab-unpadded', 'heads', 'mlp', 'fsdp-hidden'])
+def test_check_config_errors(change, mesh, vocab_entries, message):
+  config = pretrain.get_config('size=tiny,batch=32,seq=32')
+  config.eval_batch_size = 32
+  config.model.num_heads = 4  # tiny's 2 would not split over tensor=4.
+  # The same config before the change passes on the same mesh: the error is the change's.
+  train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+  for key, value in change.items():
+    parent, _, name = key.rpartition('.')
+    (config[parent] if parent else config)[name] = value
+  with pytest.raises(ValueError, match=message):
+    train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+
+
+def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
+  config = pretrain.get_config('size=tiny,batch=32,seq=32,vocab=8320')  # 8192 rows + 128 pad.
+  config.model.num_heads = 4
+  train_state.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
