@@ -137,6 +137,15 @@ class Predictor:
     params = traverse_util.unflatten_dict(model.params, sep='/')
     return cls(run, params, vocab_file, batch_size, step=read_step)
 
+  def set_null_threshold(self, threshold: float):
+    """A SQuAD 2.0 model's no-answer threshold (data.null_score_diff_threshold): "" when the
+    null score exceeds the best span's by more; tuned on dev by mode=eval."""
+    if not self.run.get('version_2_with_negative'):
+      raise ValueError(f'--null_score_diff_threshold is the no-answer threshold of a model '
+                       f'fine-tuned on SQuAD 2.0 files, and this run (task {self.run.get("task")}, '
+                       f'a {self.kind} model) was not: drop it.')
+    self.data.null_score_diff_threshold = float(threshold)
+
   def predict(self, inputs, progress: console.Progress | None = None) -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
     precision (Python floats), with the model's logits: see the module docstring. `progress`
@@ -298,6 +307,8 @@ def _define_flags():
   flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
   flags.DEFINE_string('step', None, 'The checkpoint: best (as the run ranked its evals; needs '
                       'checkpoint.keep_best), latest (the default) or a step number.')
+  flags.DEFINE_float('null_score_diff_threshold', None, 'A SQuAD 2.0 model\'s no-answer '
+                     'threshold (as tuned with --config.mode=eval); default: the run\'s.')
 
 
 def main(argv):
@@ -311,6 +322,8 @@ def main(argv):
               if FLAGS.output_file else None)
     predictor = Predictor.from_workdir(
         FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size)
+    if FLAGS.null_score_diff_threshold is not None:
+      predictor.set_null_threshold(FLAGS.null_score_diff_threshold)
     if FLAGS.input_file:
       lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
     else:

@@ -35,8 +35,9 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
         inputs.append(json.loads(line))
       except json.JSONDecodeError as e:
         raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}): a line that starts '
-                         'with { is read as a JSON object of the task\'s fields; for raw text '
-                         'that starts with {, pass it as {"text": "..."}.') from None
+                         'with { is read as a JSON object of the task\'s fields, whole on its '
+                         'line (JSON lines, not a JSON document spread over lines); for raw '
+                         'text that starts with {, pass it as {"text": "..."}.') from None
     else:
       inputs.append(line)
   return inputs
@@ -129,6 +130,12 @@ def _texts(where, item, parts, labels, data, text_pairs):
 def _question(where, item, parts, labels, data, text_pairs):
   """A question and its context: a span model's example."""
   del labels, data, text_pairs
+  if parts is None and 'question' not in item and isinstance(item.get('data'), list):
+    raise ValueError(f'{where} is a SQuAD file ("data": its articles): predict reads one '
+                     'question per line (`question ||| context`, or JSON question and context); '
+                     'to answer a SQuAD file\'s questions, run python -m bertjax.main with the '
+                     'run\'s --config, its --workdir, --config.mode=predict and '
+                     '--config.data.predict_file=FILE.')
   if parts is None:
     parts = [_string(where, item, 'question'), _string(where, item, 'context')]
   if len(parts) != 2 or not all(parts):
@@ -164,10 +171,15 @@ def _choices(where, item, parts, labels, data, text_pairs):
                          f'{json.dumps(choices)[:60]}.')
   else:
     context, choices = parts[0], parts[1:]
-  if len(choices) != len(labels) or not context or not all(choices):
+  if len(choices) != len(labels):
     raise ValueError(f'{where}: this model chooses among {len(labels)}: expected '
                      f'`context ||| choice` x {len(labels)} (or JSON context, choices), '
                      f'got {len(choices)} choices.')
+  if not context.strip() or not all(c.strip() for c in choices):
+    empty = 'its context' if not context.strip() else (
+        f'choice {[c.strip() for c in choices].index("")}')
+    raise ValueError(f'{where}: {empty} is empty: every input needs a context and '
+                     f'{len(labels)} choices with text.')
   return user_data.Choices(where, context, tuple(choices), None)
 
 

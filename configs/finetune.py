@@ -119,7 +119,7 @@ def get_config(arg=None):
   # Your files: a path, a URL (gs://...), a glob or a comma list of them (read in order; span: one).
   config.data.train_file = ''
   config.data.eval_file = ''  # '' = hold out eval_fraction of train_file (stratified by label).
-  config.data.test_file = ''  # Unlabelled or labelled: predictions are written for it.
+  config.data.test_file = ''  # Unlabelled or labelled: mode=predict writes its predictions.
   config.data.format = ''  # '' = from the extension; csv, tsv, jsonl (tagging: also conll).
   # One field (a single text) or two, comma-separated (a sentence pair): text_a,text_b.
   config.data.text_fields = 'text'

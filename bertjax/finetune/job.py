@@ -30,6 +30,7 @@ from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import metric_names
+from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.training import checkpoint
@@ -141,6 +142,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   """(how the loop ended, the task's main metric, the examples skipped)."""
   s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
+  user_tasks.check_files_to_predict(cfg.data)
   rows_of = job_setup.layout(s)
   skipped = {}
   train_examples, train_features, _ = job_setup.featurized(s, 'train', True, skipped)
@@ -151,7 +153,10 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
     cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)
   num_train = len(train_features['input_ids'])
   if num_train == 0:
-    raise ValueError(f'task {task.name}: no training features (check config.data.data_dir).')
+    where = (f'config.data.train_file={cfg.data.train_file}' if cfg.data.get('train_file')
+             else 'config.data.data_dir')
+    raise ValueError(f'task {task.name}: no training features: check {where} (skipped rows, if '
+                     'any, are counted above).')
   eval_sets = {split: job_setup.featurized(s, split, False, skipped)
                for split in task.eval_splits}
   total_steps = job_setup.num_steps(cfg, num_train, workdir)

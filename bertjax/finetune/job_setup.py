@@ -227,9 +227,12 @@ def featurized(s: Setup, split: str, is_training: bool, skipped=None):
   """(examples, features, meta) of a split; its skip counts logged, and added to `skipped`
   (named by split but for train) when given."""
   examples, split_skipped = s.task.read(split)
-  if split_skipped:
-    logging.warning('%s: skipped %d examples (%s)', split, sum(split_skipped.values()),
-                    ', '.join(f'{k}: {v}' for k, v in sorted(split_skipped.items())))
+  for kept, said in ((False, 'skipped'), (True, 'kept, scored against their text,')):
+    # SQuAD's eval questions whose answer is not located are counted, not skipped.
+    counts = {k: v for k, v in split_skipped.items() if k.endswith(task_lib.KEPT) == kept}
+    if counts:
+      logging.warning('%s: %s %d examples (%s)', split, said, sum(counts.values()),
+                      ', '.join(f'{k}: {v}' for k, v in sorted(counts.items())))
   if skipped is not None:
     skipped.update({k if split == 'train' else f'{split}/{k}': v
                     for k, v in split_skipped.items()})

@@ -349,6 +349,10 @@ def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   the run's own files as they were; for a file the run did not name, or its eval file edited
   since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`): scoring
   another file keeps the earlier results."""
+  return _scored_file_folder(cfg, run, mode, step) + _threshold_suffix(cfg, run)
+
+
+def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   field = 'eval_file' if mode == 'eval' else (
       'predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'test_file')
   scored = init_from.lookup(cfg, f'data.{field}') or ''
@@ -361,3 +365,15 @@ def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
     return f'{mode}_step_{step}'
   first = re.sub(r'[*?\[\]]', '_', files.name(paths.split_list(scored)[0]))
   return f'{mode}_step_{step}-{first}-{digest[:8]}'
+
+
+def _threshold_suffix(cfg, run: dict | None) -> str:
+  """SQuAD 2.0's no-answer threshold, where it is not the run's: its answers are others (tuning
+  it over several evals keeps each one's)."""
+  if not init_from.lookup(cfg, 'version_2_with_negative'):
+    return ''
+  threshold = init_from.lookup(cfg, 'data.null_score_diff_threshold')
+  own = init_from.lookup(run or {}, 'data.null_score_diff_threshold')
+  if threshold is None or own is None or float(threshold) == float(own):
+    return ''
+  return f'-threshold{float(threshold):g}'

@@ -146,24 +146,55 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
 
 
 def _user_span_task(data) -> task_lib.Task:
-  """Any SQuAD-format JSON files; v2.0 scoring (no-answer) when the training and eval files are
-  v2.0 (squad.is_version_2: their version field, else any question marked is_impossible)."""
-  split_files = user_tasks.user_files(data)
-  if 'validation' not in split_files:
+  """Any SQuAD-format JSON files, one per setting; v2.0 scoring (no-answer) when they are v2.0
+  (squad.is_version_2: their version field, else any question marked is_impossible): the eval
+  file's version decides (else the training file's, else the test file's), and a training file
+  of the other version is refused when it is read (an eval needs no training file)."""
+  settings = user_tasks.user_files(data)
+  if 'train' in settings and 'validation' not in settings:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
                      'scored per article, so no split is made from the training file.')
-  versions = {split: squad.is_version_2(squad.load_json(split_files[split]))
-              for split in ('train', 'validation')}
-  if versions['train'] != versions['validation']:
-    v1_file = split_files['train' if not versions['train'] else 'validation']
-    raise ValueError(
-        f'task=span: config.data.train_file {split_files["train"]} is '
-        f'{squad.version_name(versions["train"])} but config.data.eval_file '
-        f'{split_files["validation"]} is {squad.version_name(versions["validation"])}: both '
-        f'must be one version; to train and score v2.0, give every question of {v1_file} '
-        '"is_impossible": false (and "version": "v2.0" if it has a version field)')
-  return _squad_task('span', data, path=lambda split: split_files[split],
-                     v2=versions['train'])
+  if not settings:
+    raise ValueError('task=span reads SQuAD JSON files: set config.data.train_file and '
+                     'eval_file to train, eval_file to score a run, predict_file to predict.')
+  flags_of = {'train': 'train_file', 'validation': 'eval_file',
+              'test': 'predict_file' if data.predict_file else 'test_file'}
+  split_files = {split: _one_squad_file(setting, flags_of[split])
+                 for split, setting in settings.items()}
+  decided_by = next(split for split in ('validation', 'train', 'test') if split in split_files)
+  v2 = squad.is_version_2(squad.load_json(split_files[decided_by]))
+  checked = {decided_by}
+
+  def path(split):
+    if split not in split_files:
+      raise ValueError(f'task=span: no {split} file: set config.data.'
+                       f'{flags_of[split]} (SQuAD JSON).')
+    if split not in checked and split != 'test':  # A test file of either version is predicted.
+      other = squad.is_version_2(squad.load_json(split_files[split]))
+      if other != v2:
+        v1_file = split_files[split if not other else decided_by]
+        raise ValueError(
+            f'task=span: config.data.{flags_of[split]} {split_files[split]} is '
+            f'{squad.version_name(other)} but config.data.{flags_of[decided_by]} '
+            f'{split_files[decided_by]} is {squad.version_name(v2)}: both must be one version; '
+            f'to train and score v2.0, give every question of {v1_file} "is_impossible": false '
+            '(and "version": "v2.0" if it has a version field)')
+      checked.add(split)
+    return split_files[split]
+
+  # Training reads its file first: a version that differs is refused before a step runs.
+  return _squad_task('span', data, path=path, v2=v2)
+
+
+def _one_squad_file(setting: str, flag: str) -> str:
+  """The one file a span task's setting names (a glob matching one file is fine): the SQuAD
+  scorer reads one file's articles."""
+  found = user_tasks.expand(setting, flag)
+  if len(found) != 1:
+    raise ValueError(f'config.data.{flag}={setting} names {len(found)} files: a '
+                     'span task reads one SQuAD JSON file per setting (its scorer reads one '
+                     'file\'s articles): join their "data" lists into one file.')
+  return found[0]
 
 
 def _conll_task(data) -> task_lib.Task:
@@ -285,6 +316,10 @@ _MAKERS = {
     'swag': user_tasks.choice_task,
 }
 NAMES = tuple(_MAKERS)
+# The tasks whose reader applies data.max_train_examples and max_eval_examples (a SQuAD file is
+# scored whole by its official scorer; GLUE's and CoNLL's files are read as published).
+SUBSAMPLED = ('bbc', 'wordnet', 'classification', 'regression', 'tagging', 'multiple_choice',
+              'swag')
 
 
 def get_task(name: str, data, seed: int = 0, labels=()) -> task_lib.Task:
@@ -295,4 +330,9 @@ def get_task(name: str, data, seed: int = 0, labels=()) -> task_lib.Task:
   """
   if name not in _MAKERS:
     raise ValueError(f'unknown task {name!r}; valid tasks: {", ".join(NAMES)}.')
+  for field in ('max_train_examples', 'max_eval_examples'):
+    if data.get(field, -1) != -1 and name not in SUBSAMPLED:
+      raise ValueError(f'config.data.{field}={data[field]}: task {name} reads its files whole '
+                       f'(the tasks that take a sample: {", ".join(SUBSAMPLED)}); drop it, or '
+                       'cut the files.')
   return _MAKERS[name](name, data, seed, labels)

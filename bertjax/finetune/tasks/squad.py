@@ -26,6 +26,7 @@ from absl import logging
 import numpy as np
 
 from bertjax import files
+from bertjax.finetune.tasks import task as task_lib
 from bertjax.text import sentencepiece_tokenizer
 
 # Characters that separate words of a paragraph (the original's list, incl. narrow no-break space).
@@ -52,21 +53,27 @@ def load_json(path):
   """A SQuAD file's JSON (local or a URL), decoded as JSON bytes are (UTF-8, a BOM allowed), or
   an error saying what is wrong with it: every reader of a SQuAD file reads it with this."""
   path = os.fspath(path)
-  missing = (f'SQuAD file {path!r} does not exist: pass the path of train-v1.1.json, '
-             'dev-v1.1.json, train-v2.0.json or dev-v2.0.json')
+  missing = (f'SQuAD file {path!r} does not exist: pass the path of a file in SQuAD\'s JSON '
+             '(train-v1.1.json, dev-v1.1.json, train-v2.0.json, dev-v2.0.json or your own)')
   files.require_file(path, missing)
   raw = files.read_bytes(path)
   if not raw.strip():
-    raise ValueError(f'SQuAD file {path!r} is empty: download it again')
+    raise ValueError(f'SQuAD file {path!r} is empty: {_FORMAT}; a download cut short reads so '
+                     'too: download it again')
   try:
     dataset = json.loads(raw)
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f'SQuAD file {path!r} is not JSON ({e}): it is truncated or not a SQuAD '
-                     'file; download it again') from None
+    raise ValueError(f'SQuAD file {path!r} is not one JSON document ({e}): {_FORMAT} (not JSON '
+                     'lines or CSV); a download cut short reads so too: download it '
+                     'again') from None
   if not isinstance(dataset, dict) or not isinstance(dataset.get('data'), list):
-    raise ValueError(f'SQuAD file {path!r} has no "data" list of articles: it is not in the '
-                     'SQuAD format')
+    raise ValueError(f'SQuAD file {path!r} has no "data" list of articles: {_FORMAT}')
   return dataset
+
+
+# What a SQuAD file holds, as messages say it.
+_FORMAT = ('span tasks read SQuAD\'s JSON, {"version": ..., "data": [{"paragraphs": [{"context": '
+           '..., "qas": [{"id", "question", "answers": [{"text", "answer_start"}]}]}]}]}')
 
 
 def _field(obj, key, kind, path, where):
@@ -150,7 +157,7 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True, labelle
   path = os.fspath(path)
   if labelled:
     _check_version(dataset, path, version_2_with_negative)
-  examples, skips = [], collections.Counter()
+  examples, skips, seen = [], collections.Counter(), {}
   for a, article in enumerate(dataset['data']):
     for p, paragraph in enumerate(_field(article, 'paragraphs', list, path, f'article {a}')):
       where = f'article {a} paragraph {p}'
@@ -158,12 +165,22 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True, labelle
       doc_tokens, char_to_word_offset = split_paragraph(context)
       for q, qa in enumerate(_field(paragraph, 'qas', list, path, where)):
         qas_id = str(_field(qa, 'id', (str, int), path, f'{where} question {q}'))
+        if not is_training:  # Predictions are keyed by id: a second one would replace the first.
+          if qas_id in seen:
+            raise ValueError(f'SQuAD file {path!r}: {where} question {q} has the id {qas_id!r} '
+                             f'of {seen[qas_id]} (ids are compared as text): predictions and '
+                             'scores are kept per id, so give each question its own')
+          seen[qas_id] = f'{where} question {q}'
         question = _field(qa, 'question', str, path, f'question {qas_id!r}')
         answers, is_impossible = [], False
         if labelled or 'answers' in qa:
           answers = _field(qa, 'answers', list, path, f'question {qas_id!r}')
         if version_2_with_negative and (labelled or 'is_impossible' in qa):
-          is_impossible = _field(qa, 'is_impossible', bool, path, f'question {qas_id!r}')
+          if not isinstance(qa.get('is_impossible'), bool):
+            raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has no \'is_impossible\' '
+                             '(bool): a v2.0 file marks every question true or false (an '
+                             'answerable one too)')
+          is_impossible = qa['is_impossible']
         if labelled and not is_training and not answers and not is_impossible and (
             not version_2_with_negative):
           raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has no answers: a v1.1 '
@@ -191,10 +208,14 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True, labelle
             logging.warning('SQuAD %s: skipping question %s: %s (answer %r)', path, qas_id,
                             reason, texts[0] if texts else None)
             continue
-          skips[f'{reason} (kept for evaluation)'] += 1
+          skips[reason + task_lib.KEPT] += 1
         start, end = span if span is not None else (-1, -1)
         examples.append(Example(qas_id, question, doc_tokens, text, start, end, is_impossible,
                                 texts))
+  if not examples:  # Said here, not as an empty concatenation after training.
+    raise ValueError(f'SQuAD file {path!r} holds no questions' + (
+        f' whose answer could be located: all {sum(skips.values())} were skipped '
+        f'({dict(skips)}; why above)' if skips else f': {_FORMAT}'))
   if skips:
     logging.warning('SQuAD %s: %d questions read; %s', path, len(examples), dict(skips))
   return examples, skips

@@ -6,6 +6,10 @@ import dataclasses
 from typing import Any
 from typing import Callable
 
+# The end of a `read` count of eval examples kept despite it (SQuAD's whose answer is not
+# located): said apart from the ones skipped.
+KEPT = ' (kept for evaluation)'
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:

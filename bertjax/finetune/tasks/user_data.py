@@ -19,6 +19,7 @@ Every row keeps where it came from (`file:line`), so every error names it. Rules
 import collections
 import dataclasses
 import json
+import re
 
 from bertjax import files
 from bertjax import paths
@@ -41,11 +42,13 @@ class Choices:
   label: int | None  # Index into choices; None in unlabelled (test) data.
 
 
-def _field(path, number, record, name):
+_NAMED_BY_CONFIG = ('Set config.data.text_fields / label_field to the names in your file.')
+
+
+def _field(path, number, record, name, fix=_NAMED_BY_CONFIG):
   if name not in record:
     raise ValueError(f'{path}:{number}: no field {name!r}; the row has '
-                     f'{", ".join(map(repr, record))}. Set config.data.text_fields / '
-                     'label_field to the names in your file.')
+                     f'{", ".join(map(repr, record))}. {fix}')
   return record[name]
 
 
@@ -226,22 +229,33 @@ def _nonempty(path, items, skipped):
 
 
 SWAG_FIELDS = ('sent1', 'sent2', 'ending0', 'ending1', 'ending2', 'ending3')
+_SWAG_NAMES = ('task=swag reads SWAG\'s columns by their names: sent1, sent2, ending0..ending3 '
+               'and label (task=multiple_choice reads JSON lines of context, choices, label).')
 
 
-def read_swag(path, *, is_training=True, require_labels=True):
-  """(questions, skipped) of SWAG's CSV: the context is sent1, a choice is `sent2 ending<i>`."""
+def read_swag(path, *, fmt='', is_training=True, require_labels=True):
+  """(questions, skipped) of SWAG's CSV (or TSV): the context is sent1, a choice is
+  `sent2 ending<i>`; an empty ending is an empty choice (skipped in training, an error in eval
+  and test, as predict refuses it)."""
   path = user_formats.check_file(path)
   questions, skipped = [], collections.Counter()
-  records = user_formats.read_records(path, user_formats.format_of(path, 'csv'))
-  has_labels = require_labels or 'label' in records[0][1]
+  records = user_formats.read_records(path, user_formats.format_of(path, fmt, ('csv', 'tsv')))
+  more = sorted(name for name in records[0][1] if re.fullmatch(r'ending\d+', name)
+                and name not in SWAG_FIELDS)
+  if more:
+    raise ValueError(f'{path}: columns {", ".join(more)} beside ending0..ending3: SWAG\'s '
+                     'questions have 4 endings, and the others would be dropped; for another '
+                     'number of choices use task=multiple_choice (JSON lines of context, '
+                     'choices, label).')
   for number, record in records:
-    context, start, *endings = [_text(_field(path, number, record, f)).strip()
+    context, start, *endings = [_text(_field(path, number, record, f, _SWAG_NAMES)).strip()
                                 for f in SWAG_FIELDS]
-    label = None
-    if has_labels:
-      label = _choice_label(path, number, _field(path, number, record, 'label'), len(endings))
+    label = _choice_label(path, number, _field(path, number, record, 'label', _SWAG_NAMES)
+                          if require_labels else record.get('label'), len(endings),
+                          require_labels)
     _add_question(questions, skipped, path, number, context,
-                  tuple(f'{start} {ending}'.strip() for ending in endings), label, is_training)
+                  tuple(f'{start} {ending}'.strip() if ending else '' for ending in endings),
+                  label, is_training)
   return _nonempty(path, questions, skipped)
 
 
@@ -257,8 +271,14 @@ def _add_question(questions, skipped, path, number, context, choices, label, is_
   questions.append(Choices(f'{files.name(path)}:{number}', context, choices, label))
 
 
-def _choice_label(path, number, value, num_choices):
+def _choice_label(path, number, value, num_choices, required=True):
+  """A choice index: an integer (a JSON number, or its digits in a CSV cell); None for a row
+  without one where labels are not `required` (a test file's)."""
+  if not required and (value is None or (isinstance(value, str) and not value.strip())):
+    return None
   try:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+      raise ValueError  # true is not 1, nor 0.9 choice 0.
     label = int(value)
   except (TypeError, ValueError):
     raise ValueError(f'{path}:{number}: label {value!r} is not a choice index (0..'
@@ -279,21 +299,24 @@ def read_choices(path, *, fmt='', context_field='context', choices_field='choice
   questions, skipped = [], collections.Counter()
   num_choices, first = None, None
   fmt = user_formats.format_of(path, fmt or 'jsonl', ('jsonl',))
+  names = (f'task=multiple_choice reads the fields {context_field}, {choices_field} and '
+           f'{label_field} (task=swag reads SWAG\'s CSV).')
   for number, record in user_formats.read_records(path, fmt):
-    context = _text(_field(path, number, record, context_field)).strip()
-    choices = _field(path, number, record, choices_field)
+    context = _text_of(path, number, context_field,
+                       _field(path, number, record, context_field, names)).strip()
+    choices = _field(path, number, record, choices_field, names)
     if not isinstance(choices, list) or len(choices) < 2:
       raise ValueError(f'{path}:{number}: {choices_field!r} must be a list of at least two '
                        'choices.')
+    choices = [_text_of(path, number, f'{choices_field}[{i}]', c) for i, c in enumerate(choices)]
     if num_choices is None:
       num_choices, first = len(choices), number
     elif len(choices) != num_choices:
       raise ValueError(f'{path}:{number}: {len(choices)} choices, but line {first} has '
                        f'{num_choices}: every question needs the same number of choices.')
-    label = None
-    if require_labels or label_field in record:
-      label = _choice_label(path, number, _field(path, number, record, label_field),
-                            len(choices))
+    label = _choice_label(path, number, _field(path, number, record, label_field, names)
+                          if require_labels else record.get(label_field), len(choices),
+                          require_labels)
     _add_question(questions, skipped, path, number, context,
                   tuple(_text(c).strip() for c in choices), label, is_training)
   return _nonempty(path, questions, skipped)

@@ -54,6 +54,21 @@ def expand(setting: str, flag: str) -> list[str]:
   return paths.each_file_once(found)
 
 
+def check_files_to_predict(data):
+  """Training does not read config.data.test_file / predict_file (mode=predict does, on the run
+  it trained): a missing one is said now, not after training, and where it goes is said."""
+  for flag in ('test_file', 'predict_file'):
+    setting = data.get(flag) or ''
+    if not setting:
+      continue
+    for path in expand(setting, flag):
+      files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path, or '
+                               'drop it (mode=predict reads it after training).')
+    logging.info('config.data.%s=%s is predicted by --config.mode=predict on this run once it '
+                 'is trained (the same flags, --workdir and --config.mode=predict); training '
+                 'does not read it', flag, setting)
+
+
 def _random_split(items, fraction, seed):
   """(train, eval) of unlabelled-for-stratifying items: a seeded permutation, eval first."""
   if not 0 < fraction < 1:
@@ -334,7 +349,8 @@ def choice_task(name, data, seed, labels) -> task_lib.Task:
 
   def read_file(path, is_training, require_labels=True):
     if name == 'swag':
-      return user_data.read_swag(path, is_training=is_training, require_labels=require_labels)
+      return user_data.read_swag(path, fmt=data.format, is_training=is_training,
+                                 require_labels=require_labels)
     return user_data.read_choices(path, fmt=data.format, is_training=is_training,
                                   require_labels=require_labels)
 

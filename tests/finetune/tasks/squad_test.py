@@ -484,7 +484,7 @@ def test_bad_files_and_versions_raise_clear_errors(sample, tmp_path, tok):
     squad.read_squad(empty, False)
   truncated = tmp_path / 'truncated.json'
   truncated.write_text(json.dumps(sample)[:500])
-  with pytest.raises(ValueError, match='is not JSON'):
+  with pytest.raises(ValueError, match='is not one JSON document'):
     squad.read_squad(truncated, False)
   with pytest.raises(ValueError, match='no "data"'):
     squad.read_squad(_write(tmp_path, {'version': '1.1'}, 'nodata.json'), False)
@@ -634,7 +634,7 @@ def test_span_finds_the_squad_version_as_read_squad_does(sample, tmp_path):
         r'task=span: config.data.train_file .*train.json is (v1.1|v2.0).* but '
         r'config.data.eval_file .*dev.json is .*: both must be one version; .*give every '
         f'question of .*{v1_file} "is_impossible": false')) as error:
-      registry.get_task('span', _span_data(tmp_path, train, dev))
+      registry.get_task('span', _span_data(tmp_path, train, dev)).read('train')
     assert 'version_2_with_negative' not in str(error.value)
 
 
