@@ -329,6 +329,14 @@ def fail(message: str, code: int = 1):
   sys.exit(code)
 
 
+def reader_gone():
+  """The reader of standard output closed it (`... | head`): stops quietly with status 141
+  (128 + SIGPIPE), as Unix tools do, not with an error line for a pipe the user closed."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would raise again.
+  sys.exit(141)
+
+
 def nothing_written(what: str):
   """The interrupt line of a tool whose outputs are written whole or not at all."""
   return lambda: f'interrupted: {what}; rerun the same command'

@@ -100,7 +100,7 @@ class Embedder:
   """A BERT and its tokenizer: encode(sentences) -> [N, D] float32 embeddings."""
 
   def __init__(self, model_config, params, tok, *, pooling='mean', normalize=False,
-               max_seq_length=128, batch_size=32, source=''):
+               max_seq_length=128, batch_size=32, source='', prompt=''):
     if pooling not in POOLINGS:
       raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
     if not 2 < max_seq_length <= model_config.max_position_embeddings:
@@ -112,6 +112,9 @@ class Embedder:
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
+    # Prepended to every sentence, as SentenceTransformer.encode prepends the model's
+    # default_prompt_name's prompt ('' for none).
+    self.prompt = prompt
     self.not_computed = ''  # What SentenceTransformer runs after pooling that bertjax does not.
     self.step = None  # The checkpoint step of a bertjax run (None: another format).
     # The one inference path (inference.forward), its pooled output.
@@ -123,12 +126,14 @@ class Embedder:
   def from_pretrained(cls, path=None, *, pooling: str | None = None,
                       normalize: bool | None = None, max_seq_length: int | None = None,
                       dtype: str = 'float32', batch_size: int = 32, step=None,
-                      verbose: bool = False) -> 'Embedder':
+                      vocab_file: str = '', verbose: bool = False) -> 'Embedder':
     """The model at `path` (local or a URL; default: all-MiniLM-L6-v2): whatever the one loader
     reads (interop/sources.load: a transformers / sentence-transformers folder, a TF1
-    checkpoint, a bertjax run at `step`: 'best', 'latest' (None) or a number); pooling,
-    normalize and max_seq_length default to what the model says. Quiet; verbose=True shows
-    what was imported."""
+    checkpoint, a bertjax run at `step`: 'best', 'latest' (None) or a number; `vocab_file`
+    where none lies beside it); pooling, normalize and max_seq_length default to what the model
+    says (a plain transformers folder: its tokenizer's model_max_length, at most its positions,
+    as SentenceTransformer reads one), and so does the prompt prepended (a sentence-transformers
+    model's default_prompt_name). Quiet; verbose=True shows what was imported."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
     init_from.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
                            '(config.json, model.safetensors, vocab.txt), a bertjax run or a TF1 '
@@ -136,24 +141,26 @@ class Embedder:
     with console.library_lines_held(verbose, quiet=True):
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.
-      model = sources.load(source, step=step)
+      model = sources.load(source, step=step, vocab_file=vocab_file)
       tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings need the '
-                                       'vocab the model was trained with.')
+                                       'vocab the model was trained with (vocab_file=; the '
+                                       'job: --config.vocab_file).')
       pooling = pooling or _pooling(model, sources.format_of(source))
       normalize = (model.embedding and model.normalize) if normalize is None else normalize
       # A model's own length (0 or None), never more than its position table (a 64-position
       # model was refused at the default 128); a length given wins.
-      max_seq_length = max_seq_length or min(model.max_seq_length,
-                                             model.config['max_position_embeddings'])
-      logging.info('imported %s: %s-pooled%s, %d tokens at most%s', model.source, pooling,
+      own = _own_length(model, sources.format_of(source))
+      max_seq_length = max_seq_length or own
+      prompt = model.prompts.get(model.default_prompt_name, '')
+      logging.info('imported %s: %s-pooled%s, %d tokens at most%s%s', model.source, pooling,
                    ', normalised' if normalize else '', max_seq_length,
-                   '' if max_seq_length == model.max_seq_length
-                   else f' (the model says {model.max_seq_length})')
+                   '' if max_seq_length == own else f' (the model says {own})',
+                   f', every sentence after its prompt {prompt!r}' if prompt else '')
     model_config = encoder_config.default_config(**{**model.config, 'scan_layers': False,
                                                     'dtype': dtype})
     embedder = cls(model_config, inference.encoder_params(model), tok, pooling=pooling,
                    normalize=normalize, max_seq_length=max_seq_length, batch_size=batch_size,
-                   source=model.source or source)
+                   source=model.source or source, prompt=prompt)
     # What SentenceTransformer runs that these vectors lack (a Dense): said by the job's summary.
     embedder.not_computed = model.not_computed
     embedder.step = model.step  # A bertjax run's step read: said by the job's summary.
@@ -176,6 +183,7 @@ class Embedder:
                          f'({str(sentence)[:40]}), not a string.')
     if not sentences:
       return np.zeros((0, self.dimension), np.float32)
+    sentences = [self.prompt + sentence for sentence in sentences]
     # Rows padded to a power of two up to batch_size, tokens to a power of two up to
     # max_seq_length: a few compiled shapes whatever the sentences (padding is masked out).
     rows = min(self.batch_size, 1 << (len(sentences) - 1).bit_length())
@@ -192,6 +200,19 @@ class Embedder:
 
 
 
+def _own_length(model, fmt: str) -> int:
+  """The tokens SentenceTransformer reads of a sentence: a sentence-transformers model's (or a
+  run's) recorded length; a plain transformers folder's tokenizer's model_max_length (unset:
+  the position table); never more than the position table."""
+  positions = model.config['max_position_embeddings']
+  if fmt == 'hf' and not model.embedding:
+    settings = hf_tokenizer_files.json_beside(model.source, 'tokenizer_config.json')
+    length = settings.get('model_max_length')
+    return min(positions, int(length)) if isinstance(length, (int, float)) and length > 0 else (
+        positions)
+  return min(model.max_seq_length, positions)
+
+
 def _pooling(model, fmt: str) -> str:
   """A sentence-transformers model's pooling; a bertjax fine-tuning run's (what its head read);
   else mean (what SentenceTransformer makes of a plain BERT or a pre-training run)."""
@@ -206,6 +227,7 @@ def _pooling(model, fmt: str) -> str:
 PRINTED_ROWS = 50  # Sentences printed with their similarities (to the first PRINTED_COLUMNS).
 PRINTED_COLUMNS = 8
 MATRIX_ROWS = 1000  # similarity.txt is written up to this many sentences (~7 MB of text).
+OUTPUTS = ('embeddings.npy', 'similarity.txt')  # In --workdir, written in this order.
 
 
 def run(config, workdir):
@@ -218,13 +240,17 @@ def run(config, workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
                      'similarity.txt.')
   if workdir:  # In a run or a model folder: refused as predict's and extract_features' outputs.
-    paths.check_output_folder(workdir, ('embeddings.npy', 'similarity.txt'))
+    paths.check_output_folder(workdir, OUTPUTS, inputs=(
+        (config.input_file,) if config.input_file not in ('', '-') else ()))
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                       max_seq_length=config.max_seq_length,
-                                      batch_size=config.batch_size, verbose=True)
-  if config.input_file:
-    sentences = paths.read_text_lines(config.input_file, 'config.input_file')
+                                      batch_size=config.batch_size,
+                                      vocab_file=paths.absolute(config.get('vocab_file', '')),
+                                      verbose=True)
+  if config.input_file:  # '-': standard input, as extract_features reads it.
+    sentences = (paths.read_stdin_lines() if config.input_file == '-' else
+                 paths.read_text_lines(config.input_file, 'config.input_file'))
     if not any(s.strip() for s in sentences):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
     sentences = paths.check_no_blank_lines(sentences, config.input_file)
@@ -249,7 +275,7 @@ def run(config, workdir):
   width = min(max(len(s) for s in shown), 40)
   model_config = embedder.model_config
   print(f'cosine similarity ({model_config.num_layers} layers, hidden '
-        f'{model_config.hidden_size}, {config.dtype}; {n} sentences of at most '
+        f'{model_config.hidden_size}, {config.dtype}; {n} sentence{"s" * (n != 1)} of at most '
         f'{embedder.max_seq_length} tokens in {seconds:.2f} s incl. compile):')
   printed = vectors[:PRINTED_ROWS] @ vectors[:PRINTED_COLUMNS].T
   for sentence, row in zip(shown, printed, strict=True):
@@ -262,14 +288,18 @@ def run(config, workdir):
   if workdir:
     embeddings = io.BytesIO()
     np.save(embeddings, vectors)
-    written = files.join(workdir, 'embeddings.npy')
+    written, similarity = (files.join(workdir, name) for name in OUTPUTS)
+    # A pair of one run's sentences, or embeddings.npy alone: an earlier run's similarity.txt
+    # goes first (an interrupt, or over MATRIX_ROWS sentences, left it beside other vectors).
+    if files.exists(similarity):
+      files.remove(similarity)
     files.write_atomically(written, embeddings.getvalue())
     outputs = [('embeddings', written)]
     if n <= MATRIX_ROWS:
       table = io.StringIO()
       np.savetxt(table, vectors @ vectors.T, fmt='%.4f')
-      files.write_atomically(files.join(workdir, 'similarity.txt'), table.getvalue())
-      outputs.append(('similarities', files.join(workdir, 'similarity.txt')))
+      files.write_atomically(similarity, table.getvalue())
+      outputs.append(('similarities', similarity))
     else:
       print(f'similarity.txt not written: {n} sentences make a {n} x {n} matrix (it is written '
             f'up to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit '

@@ -126,7 +126,10 @@ class Written:
   cut: int = 0
 
 
-def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
+DEFAULT_LAYERS = (-1, -2, -3, -4)  # The original's.
+
+
+def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
         do_lower_case: bool | None = None, bert_config_file: str = '', step=None) -> Written:
   """Writes the original's JSON lines for every input line; returns what it wrote (Written:
@@ -149,9 +152,14 @@ def run(init: str, input_file: str, output_file: str, layers=(-1, -2, -3, -4),
   num_layers = model.config['num_layers']
   bad = [i for i in layers if not -num_layers <= i < num_layers]
   if bad:
-    raise ValueError(f'--layers {bad} out of range for a {num_layers}-layer model: 0 to '
-                     f'{num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, '
-                     '-1 the last; the embeddings are not a layer, as in the original).')
+    default = tuple(layers) == DEFAULT_LAYERS
+    every = ','.join(str(-i) for i in range(1, num_layers + 1))
+    raise ValueError(
+        f'--layers {bad} out of range for a {num_layers}-layer model'
+        + (" (the default -1,-2,-3,-4: the original's last four)" if default else '')
+        + f': 0 to {num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, -1 '
+        'the last; the embeddings are not a layer, as in the original)'
+        + (f'; pass e.g. --layers={every}' if default else '') + '.')
   tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
   examples = read_examples(input_file, tok)
   pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
@@ -275,6 +283,8 @@ def main(argv):
                 vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
                 bert_config_file=FLAGS.bert_config_file,
                 step=checkpoint_reader.parse_step(FLAGS.step, text=True))
+  except BrokenPipeError:
+    console.reader_gone()
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
   metrics = [('inputs', written.lines), ('layers', ','.join(map(str, layers)))]

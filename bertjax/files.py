@@ -26,6 +26,7 @@ import hashlib
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 
 from bertjax import object_store
@@ -233,7 +234,8 @@ def read_text(path) -> str:
 
 def write_atomically(path, data: str | bytes):
   """Writes a file whole or not at all: locally a temp file beside it renamed into place (two
-  writers at once each write their own), remotely one object put."""
+  writers at once each write their own) with the replaced file's permissions (one its owner
+  made read-only is refused, as a shell's `>` refuses it), remotely one object put."""
   _check_file_name(path)
   if isinstance(data, str):
     data = data.encode('utf-8')
@@ -251,12 +253,20 @@ def write_atomically(path, data: str | bytes):
   except (FileExistsError, NotADirectoryError):
     check_folders(path)  # A file where a folder should be: said as in a bucket.
     raise
+  mode = None
+  if os.path.isfile(path):
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & stat.S_IWUSR:
+      raise PermissionError(f'{path} is read-only (mode {mode:o}): make it writable (chmod u+w) '
+                            'to replace it, or write elsewhere.')
   from bertjax import console  # pylint: disable=g-import-not-at-top
   temp = temporary_beside(path)
   try:
     with console.temporary(temp):
       with builtins.open(temp, 'wb') as f:
         f.write(data)
+      if mode is not None:
+        os.chmod(temp, mode)
       os.replace(temp, path)
   finally:
     if os.path.exists(temp):

@@ -293,6 +293,9 @@ def _latest_checkpoint(workdir: str) -> int | str | None:
 def interrupted_message(config, workdir: str) -> str:
   """The one line a Ctrl-C ends with: where the run can be resumed from."""
   job = config.get('job') if config is not None else None
+  if job == 'embed' and workdir:
+    return (f'interrupted: {workdir} holds whole files only (embeddings.npy, and similarity.txt '
+            'of the same sentences or none); rerun the same command to write both')
   if job == 'embed' or not workdir:
     return 'interrupted: nothing was written; rerun the same command to start again'
   if job == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':

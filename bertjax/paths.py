@@ -165,10 +165,18 @@ def wide_encoding(head: bytes) -> str | None:
   return None
 
 
-def reencode_hint(head: bytes) -> str:
+def reencode_hint(head: bytes, bad: bytes = b'') -> str:
   """How to re-encode a file that is not UTF-8 (e.g. iconv ...), by its first bytes: from
-  UTF-16 or UTF-32 where wide_encoding sees them, else from Latin-1 (the most common other)."""
-  return f'e.g. iconv -f {wide_encoding(head) or "latin1"} -t utf-8'
+  UTF-16 or UTF-32 where wide_encoding sees them; from Windows-1252 where the bytes that are
+  not UTF-8 (`bad`: those around the first error) hold one of 0x80-0x9F (its quotes, dashes
+  and euro sign, which Latin-1 reads as invisible control characters); else from Latin-1."""
+  wide = wide_encoding(head)
+  if wide:
+    return f'e.g. iconv -f {wide} -t utf-8'
+  return f'e.g. iconv -f {"cp1252" if _C1.search(bad or head) else "latin1"} -t utf-8'
+
+
+_C1 = re.compile(b'[\x80-\x9f]')
 
 
 def read_stdin_lines() -> list[str]:
@@ -182,8 +190,9 @@ def _utf8_lines(data: bytes, name: str) -> list[str]:
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
-    raise ValueError(f'{name} is not UTF-8 text (byte {e.start}): re-encode it '
-                     f'({reencode_hint(data[:64])}).') from None
+    line = data.count(b'\n', 0, e.start) + 1
+    raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
+                     f'({reencode_hint(data[:64], data[e.start:e.start + 4096])}).') from None
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:
@@ -247,13 +256,15 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   return out
 
 
-def check_output_folder(folder, names, flag: str = 'workdir') -> str:
+def check_output_folder(folder, names, flag: str = 'workdir', inputs=()) -> str:
   """The absolute --`flag` folder, refused before any work when writing `names` into it would
-  lose something, as check_output_file refuses an output file (in its words), or when it is the
-  folder of a model (a transformers model, a TF1 checkpoint, a SavedModel) or inside one."""
+  lose something (one of the `inputs` too), as check_output_file refuses an output file (in its
+  words), or when it is the folder of a model (a transformers model, a TF1 checkpoint, a
+  SavedModel) or inside one."""
   out = absolute(str(folder))
   for name in names:
-    check_output_file(files.join(out, name), flag, shown=f'{name} in --{flag}={folder}')
+    check_output_file(files.join(out, name), flag, inputs=inputs,
+                      shown=f'{name} in --{flag}={folder}')
   if (model := _model_folder(_resolved(out))) is not None:
     raise FileExistsError(f'--{flag}={folder} is in {model[1]} ({model[0]}): tools that read a '
                           'model never write into it; pass a folder of its own.')

@@ -341,6 +341,9 @@ def main(argv):
       paths.write_atomically(output, text)
     else:
       sys.stdout.write(text)
+      sys.stdout.flush()  # A reader gone (`| head`) is said here, in the try.
+  except BrokenPipeError:
+    console.reader_gone()
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],

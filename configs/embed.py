@@ -35,7 +35,8 @@ def get_config(arg=None):
   # 256, its sentence_bert_config.json, as SentenceTransformer.encode cuts).
   config.max_seq_length = 0
   config.batch_size = 32  # Sentences per forward pass.
-  config.input_file = ''  # Text file, one sentence per line; '' = the sentences below.
+  config.vocab_file = ''  # The model's vocab where none lies beside it ('' = its own).
+  config.input_file = ''  # Text file, one sentence per line ('-': standard input); '' = below.
   config.sentences = [  # Embedded when input_file is empty.
       'The weather is lovely today.',
       "It's so sunny outside!",

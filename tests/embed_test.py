@@ -1,5 +1,6 @@
 """The feature-extraction job end to end, through the same entry point a user runs."""
 
+import io
 import os
 import pathlib
 import subprocess
@@ -205,3 +206,26 @@ def test_a_line_without_wordpieces_is_refused_as_predict_refuses_it(tmp_path, mi
                      r'tokenizer drops control and zero-width characters\): one input per line'):
     embed.run(_config(minilm_dir, input_file=str(source)), tmp_path / 'out')
   assert not (tmp_path / 'out').exists()
+
+
+def test_the_outputs_are_one_runs_pair_and_never_the_input(tmp_path, minilm_dir, monkeypatch):
+  """Pass AL: a run over MATRIX_ROWS sentences (or one interrupted between its two files) left
+  an earlier run's similarity.txt beside its embeddings.npy; --config.input_file=W/similarity.txt
+  was overwritten by the job; '-' (standard input) was a file that 'does not exist'."""
+  out = tmp_path / 'out'
+  embed.run(_config(minilm_dir, max_seq_length=16), out)
+  assert np.loadtxt(out / 'similarity.txt').shape == (5, 5)
+  monkeypatch.setattr(embed, 'MATRIX_ROWS', 2)
+  source = tmp_path / 'in.txt'
+  source.write_text('a dog runs\nthe sun is out\nit rains\n')
+  embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16), out)
+  assert np.load(out / 'embeddings.npy').shape == (3, 384)
+  assert not (out / 'similarity.txt').exists()
+  mine = out / 'similarity.txt'
+  mine.write_text('my precious sentence\n')
+  with pytest.raises(FileExistsError, match='similarity.txt'):
+    embed.run(_config(minilm_dir, input_file=str(mine), max_seq_length=16), out)
+  assert mine.read_text() == 'my precious sentence\n'
+  monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(b'a dog runs\nit rains\n')))
+  vectors = embed.run(_config(minilm_dir, input_file='-', max_seq_length=16), None)
+  assert vectors.shape == (2, 384)

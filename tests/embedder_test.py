@@ -66,7 +66,10 @@ def test_a_plain_transformers_folder_is_mean_pooled_unnormalised(minilm_dir, tmp
     (plain / name).unlink()
   embedder = embed.Embedder.from_pretrained(plain, max_seq_length=32)
   assert (embedder.pooling, embedder.normalize) == ('mean', False)
-  assert embed.Embedder.from_pretrained(plain).max_seq_length == 128  # As export reads it.
+  # Pass AL: cut at 128 where SentenceTransformer reads the tokenizer's model_max_length (512).
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  theirs = SentenceTransformer(str(plain), device='cpu').max_seq_length
+  assert embed.Embedder.from_pretrained(plain).max_seq_length == theirs == 512
   np.testing.assert_allclose(embedder.encode(README), reference(plain, README, 32), atol=1e-5,
                              rtol=0)
   cls = embed.Embedder.from_pretrained(plain, pooling='cls', max_seq_length=32)
@@ -144,3 +147,22 @@ def test_a_model_in_a_bucket_is_read_as_the_local_one(minilm, minilm_dir, gcs_bu
   remote = embed.Embedder.from_pretrained(f'{gcs_bucket}/minilm')
   assert (remote.pooling, remote.normalize, remote.max_seq_length) == ('mean', True, 256)
   np.testing.assert_array_equal(remote.encode(README), minilm.encode(README))
+
+
+def test_a_default_prompt_is_prepended_as_sentence_transformers_prepends_it(minilm_dir, tmp_path):
+  """Pass AL: a model's default_prompt_name was read and never applied (cosine 0.87 to
+  SentenceTransformer.encode's vectors)."""
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  prompted = tmp_path / 'prompted'
+  shutil.copytree(minilm_dir, prompted)
+  settings = prompted / 'config_sentence_transformers.json'
+  settings.write_text(json.dumps({**json.loads(settings.read_text()), 'prompts': {
+      'query': 'query: ', 'passage': 'passage: '}, 'default_prompt_name': 'query'}))
+  embedder = embed.Embedder.from_pretrained(prompted)
+  assert embedder.prompt == 'query: '
+  want = SentenceTransformer(str(prompted), device='cpu').encode(README)
+  np.testing.assert_allclose(embedder.encode(README), want, atol=1e-5, rtol=0)
+  settings.write_text(json.dumps({'prompts': {'query': 'q: '}, 'default_prompt_name': 'doc'}))
+  with pytest.raises(ValueError, match=r"default_prompt_name 'doc' is not one of its prompts "
+                     r"\('query'\): fix the file"):
+    embed.Embedder.from_pretrained(prompted)

@@ -270,3 +270,30 @@ def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.splitlines()[-1].endswith(
       f': inputs 1, layers -1, step {steps[-1]}; features {tmp_path / "o.jsonl"}')
+
+
+def test_the_default_layers_past_a_small_model_are_said_as_the_default(minilm_dir, tmp_path):
+  """Pass AL: a 2-layer model said '--layers [-3, -4] out of range' to a user who passed none."""
+  config = transformers.BertConfig.from_pretrained(minilm_dir)
+  config.num_hidden_layers = 2
+  transformers.BertModel(config).save_pretrained(tmp_path / 'two')
+  shutil.copy(minilm_dir / 'vocab.txt', tmp_path / 'two' / 'vocab.txt')
+  (tmp_path / 'in.txt').write_text('a line\n')
+  with pytest.raises(ValueError, match=r"^--layers \[-3, -4\] out of range for a 2-layer model "
+                     r"\(the default -1,-2,-3,-4: the original's last four\): 0 to 1 or -2 to -1 "
+                     r'.*; pass e.g. --layers=-1,-2\.$'):
+    extract_features.run(str(tmp_path / 'two'), tmp_path / 'in.txt', tmp_path / 'out.jsonl')
+  assert not (tmp_path / 'out.jsonl').exists()
+
+
+def test_a_reader_that_closes_the_pipe_ends_it_quietly(minilm_dir, tmp_path):
+  """Pass AL: `... --output_file=- | head -c100` ended with 'error: [Errno 32] Broken pipe'."""
+  (tmp_path / 'in.txt').write_text('a line of text\n' * 200)
+  command = [sys.executable, '-m', 'bertjax.extract_features', f'--init={minilm_dir}',
+             f'--input_file={tmp_path / "in.txt"}', '--output_file=-', '--max_seq_length=16']
+  proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  assert len(proc.stdout.read(100)) == 100
+  proc.stdout.close()  # As head does once it has its bytes.
+  assert proc.wait(timeout=300) == 141
+  stderr = proc.stderr.read().decode()
+  assert 'error' not in stderr and 'Traceback' not in stderr, stderr[-2000:]

@@ -332,3 +332,18 @@ def test_the_clients_errors_become_one_set():
                         'elsewhere.')
   other = ValueError('a bug')
   assert files._describe(other, url) is other  # pylint: disable=protected-access
+
+
+def test_a_replaced_file_keeps_its_permissions_and_a_read_only_one_is_refused(tmp_path):
+  """Pass AL: a 600 output came back 644 after a run replaced it; a 444 one was replaced."""
+  private = tmp_path / 'private.jsonl'
+  private.write_text('old\n')
+  private.chmod(0o600)
+  files.write_atomically(str(private), 'new\n')
+  assert private.read_text() == 'new\n' and private.stat().st_mode & 0o777 == 0o600
+  private.chmod(0o444)
+  with pytest.raises(PermissionError, match=r'private.jsonl is read-only \(mode 444\): make it '
+                     r'writable \(chmod u\+w\) to replace it, or write elsewhere'):
+    files.write_atomically(str(private), 'newer\n')
+  assert private.read_text() == 'new\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['private.jsonl']

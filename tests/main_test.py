@@ -106,6 +106,20 @@ def test_the_interrupt_line_tells_no_checkpoint_from_storage_that_does_not_answe
   assert 'resumes from the last complete checkpoint' in unlisted
 
 
+def test_the_interrupt_line_of_the_embed_job_says_its_files_are_whole(tmp_path):
+  """Pass AL: 'nothing was written' of a workdir whose embeddings.npy had been replaced."""
+  code = ('import sys, ml_collections\nfrom bertjax import main\n'
+          "config = ml_collections.ConfigDict({'job': 'embed'})\n"
+          'print(main.interrupted_message(config, sys.argv[1]))\n'
+          "print(main.interrupted_message(config, ''))\n")
+  done = run_main(tmp_path, str(tmp_path / 'w'), python=('-c', code))
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip().splitlines() == [
+      f'interrupted: {tmp_path}/w holds whole files only (embeddings.npy, and similarity.txt of '
+      'the same sentences or none); rerun the same command to write both',
+      'interrupted: nothing was written; rerun the same command to start again']
+
+
 def record(pathname, level, message='m'):
   return logging.LogRecord('absl', level, pathname, 1, message, None, None)
 

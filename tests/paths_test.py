@@ -72,7 +72,7 @@ def test_read_stdin_lines_is_utf8_with_the_same_rules(monkeypatch):
   monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(data), encoding='latin-1'))
   assert paths.read_stdin_lines() == ['{"text": "a\u2028b"}', 'c\x0cd']
   monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(b'caf\xe9\n')))
-  with pytest.raises(ValueError, match=r'<stdin> is not UTF-8 text \(byte 3\): re-encode it'):
+  with pytest.raises(ValueError, match=r'<stdin>:1 is not UTF-8 text \(byte 3\): re-encode it'):
     paths.read_stdin_lines()
 
 
@@ -252,7 +252,7 @@ def test_a_file_not_utf8_names_the_encoding_to_convert_from(tmp_path):
   for encoding, name in (('latin-1', 'latin1'), ('utf-16', 'UTF-16'), ('utf-32', 'UTF-32')):
     path = tmp_path / f'{encoding}.txt'
     path.write_bytes('a line, café\nand another\n'.encode(encoding))
-    with pytest.raises(ValueError, match=rf'{path} is not UTF-8 text \(byte \d+\): re-encode '
+    with pytest.raises(ValueError, match=rf'{path}:\d+ is not UTF-8 text \(byte \d+\): re-encode '
                        rf'it \(e\.g\. iconv -f {name} -t utf-8\)'):
       paths.read_text_lines(str(path))
 
@@ -283,3 +283,13 @@ def test_a_url_missing_a_slash_ends_a_command_in_one_line(tmp_path):
       'error: gs:/b/run looks like a URL missing a slash: write gs://b/run (or ./gs:/b/run for a '
       'local folder)'), done.stderr
   assert not list(tmp_path.iterdir())
+
+
+def test_a_windows_1252_file_is_told_to_convert_from_cp1252_at_its_line(tmp_path):
+  """Pass AL: its curly quotes and euro sign (0x93, 0x94, 0x80) were told to convert from
+  Latin-1, which reads them as invisible control characters: 'He said hi for 5'."""
+  path = tmp_path / 'cp.txt'
+  path.write_bytes(b'first line\nHe said \x93hi\x94 for \x805\n')
+  with pytest.raises(ValueError, match=r'cp.txt:2 is not UTF-8 text \(byte 19\): re-encode it '
+                     r'\(e\.g\. iconv -f cp1252 -t utf-8\)'):
+    paths.read_text_lines(str(path))

@@ -124,6 +124,9 @@ class Bundle:
   # (inference.tokenizer wraps it so), kept by the sentence-transformers export.
   lowercase_input: bool = False
   prompts: dict = dataclasses.field(default_factory=dict)
+  # The prompt encode() prepends when none is named (config_sentence_transformers.json's
+  # default_prompt_name: '' for none).
+  default_prompt_name: str = ''
   similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
   # What the source computes that bertjax does not (a sentence-transformers max pooling, a

@@ -129,7 +129,8 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
   files.write_atomically(files.join(output_dir, 'config_sentence_transformers.json'), _json(
       {'__version__': {'sentence_transformers': LAYOUT_VERSION},
        'model_type': 'SentenceTransformer', 'prompts': dict(result.prompts),
-       'default_prompt_name': None, 'similarity_fn_name': result.similarity_fn_name}))
+       'default_prompt_name': result.default_prompt_name or None,
+       'similarity_fn_name': result.similarity_fn_name}))
   if _head_as_dense(result.kind):  # What the head is for, for bertjax's importer.
     files.write_atomically(files.join(output_dir, 'bertjax_export.json'), _json(
         {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
@@ -262,6 +263,12 @@ def read_modules(result: bundle_lib.Bundle, root=None):
   result.normalize = any(kind == 'Normalize' for kind, _ in steps)
   model_config = beside('config_sentence_transformers.json') or {}
   result.prompts = dict(model_config.get('prompts') or {})
+  name = model_config.get('default_prompt_name') or ''
+  if name and name not in result.prompts:  # SentenceTransformer refuses such a folder too.
+    raise ValueError(f'{root}/config_sentence_transformers.json: default_prompt_name {name!r} is '
+                     f'not one of its prompts ({", ".join(map(repr, result.prompts)) or "none"})'
+                     ': fix the file.')
+  result.default_prompt_name = name
   result.similarity_fn_name = model_config.get('similarity_fn_name') or 'cosine'
   mode = _mode_of(beside, steps)
   if mode and mode not in _POOLINGS:

@@ -132,8 +132,31 @@ def _no_checkpoint(directory: str, asking: Asking = COMMAND_FLAGS,
   if export := _serving_export(where):
     return FileNotFoundError(f'{said}{where} is {export}, which bertjax does not read back: pass '
                              'the run it was exported from, or a transformers or TF1 export')
+  if not paths.is_run(where) and not files.isdir(files.join(where, 'checkpoints')):
+    # No run's folder at all: a model may lie one level down.
+    below = _model_below(where)
+    return FileNotFoundError(
+        f'{said}{where} is not a model folder (no config.json with weights, no TF1 checkpoint, '
+        f'no bertjax run\'s checkpoints/)' + (f': the model is in {below}, pass that' if below
+                                                else ': pass the folder that holds one'))
   return FileNotFoundError(f'{said}{where} holds no checkpoint: pass {asking.run} that saved '
                            'one (its checkpoints/<step> folders), or train it first.')
+
+
+def _model_below(folder: str) -> str:
+  """A subfolder of `folder` that holds a model or a run (an installed package's model/, the
+  run beside an export), for a message; '' for none or several."""
+  if not files.isdir(folder):
+    return ''
+  found = []
+  for name in files.listdir(folder):
+    sub = files.join(folder, name)
+    if name.startswith('.') or not files.isdir(sub):
+      continue
+    if paths.is_run(sub) or files.isfile(files.join(sub, 'config.json')) or tf1_without_config(
+        sub):
+      found.append(sub)
+  return found[0] if len(found) == 1 else ''
 
 
 def _serving_export(folder: str) -> str:

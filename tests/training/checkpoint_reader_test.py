@@ -3,6 +3,7 @@ checked, a damaged newest step skipped without moving anything, a named step nev
 
 import logging
 import pathlib
+import re
 import shutil
 
 import flax
@@ -226,3 +227,20 @@ def test_a_readers_own_error_stops_the_read_and_names_the_cause(tmp_path, monkey
   monkeypatch.setattr(checkpoint_reader, '_read_step', denied)
   with pytest.raises(RuntimeError, match='permission denied.*fix the cause'):
     checkpoint_reader.read(tmp_path)
+
+
+def test_a_folder_that_holds_no_model_is_named_so_with_the_model_below_it(tmp_path):
+  """Pass AL: the package folder above its model/, an empty folder and the parent of a run were
+  each 'a run that saved none: train it first'."""
+  (tmp_path / 'package' / 'model').mkdir(parents=True)
+  (tmp_path / 'package' / 'model' / 'config.json').write_text('{}')
+  (tmp_path / 'package' / '__pycache__').mkdir()
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path}/package is not a model folder (no config.json with weights, no TF1 '
+      f'checkpoint, no bertjax run\'s checkpoints/): the model is in {tmp_path}/package/model, '
+      'pass that')):
+    checkpoint_reader.read(tmp_path / 'package')
+  (tmp_path / 'nothing').mkdir()
+  with pytest.raises(FileNotFoundError, match='nothing is not a model folder .*: pass the folder '
+                     'that holds one$'):
+    checkpoint_reader.read(tmp_path / 'nothing')
