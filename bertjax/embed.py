@@ -289,6 +289,8 @@ def run(config, workdir):
     embeddings = io.BytesIO()
     np.save(embeddings, vectors)
     written, similarity = (files.join(workdir, name) for name in OUTPUTS)
+    for name in (written, similarity):  # Refused before either is touched.
+      files.check_replaceable(name)
     # A pair of one run's sentences, or embeddings.npy alone: an earlier run's similarity.txt
     # goes first (an interrupt, or over MATRIX_ROWS sentences, left it beside other vectors).
     if files.exists(similarity):

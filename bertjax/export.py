@@ -133,7 +133,8 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
        'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length,
        # A sentence-transformers model's own, so that it comes back as one.
        'embedding': result.embedding, 'normalize': result.normalize,
-       'prompts': result.prompts, 'similarity_fn_name': result.similarity_fn_name},
+       'prompts': result.prompts, 'default_prompt_name': result.default_prompt_name,
+       'similarity_fn_name': result.similarity_fn_name},
       indent=2) + '\n')
 
 

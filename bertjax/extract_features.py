@@ -156,7 +156,7 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
     every = ','.join(str(-i) for i in range(1, num_layers + 1))
     raise ValueError(
         f'--layers {bad} out of range for a {num_layers}-layer model'
-        + (" (the default -1,-2,-3,-4: the original's last four)" if default else '')
+        + (" (-1,-2,-3,-4, the default: the original's last four)" if default else '')
         + f': 0 to {num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, -1 '
         'the last; the embeddings are not a layer, as in the original)'
         + (f'; pass e.g. --layers={every}' if default else '') + '.')
@@ -283,8 +283,10 @@ def main(argv):
                 vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
                 bert_config_file=FLAGS.bert_config_file,
                 step=checkpoint_reader.parse_step(FLAGS.step, text=True))
-  except BrokenPipeError:
-    console.reader_gone()
+  except BrokenPipeError as e:
+    if FLAGS.output_file == STDIO:  # The reader of the features closed it (`| head`).
+      console.reader_gone()
+    console.fail(f'error: {e}')
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
   metrics = [('inputs', written.lines), ('layers', ','.join(map(str, layers)))]

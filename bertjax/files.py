@@ -253,12 +253,7 @@ def write_atomically(path, data: str | bytes):
   except (FileExistsError, NotADirectoryError):
     check_folders(path)  # A file where a folder should be: said as in a bucket.
     raise
-  mode = None
-  if os.path.isfile(path):
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    if not mode & stat.S_IWUSR:
-      raise PermissionError(f'{path} is read-only (mode {mode:o}): make it writable (chmod u+w) '
-                            'to replace it, or write elsewhere.')
+  mode = check_replaceable(path)
   from bertjax import console  # pylint: disable=g-import-not-at-top
   temp = temporary_beside(path)
   try:
@@ -271,6 +266,25 @@ def write_atomically(path, data: str | bytes):
   finally:
     if os.path.exists(temp):
       os.unlink(temp)
+
+
+def check_replaceable(path) -> int | None:
+  """The permissions of the regular local file at `path` that a write would replace (None: no
+  such file, a link, which is replaced as a link, or a URL); one its owner made read-only is
+  refused, as a shell's `>` refuses it."""
+  if is_remote(path):
+    return None
+  try:
+    info = os.lstat(_local(path))
+  except FileNotFoundError:
+    return None
+  if not stat.S_ISREG(info.st_mode):
+    return None
+  mode = stat.S_IMODE(info.st_mode)
+  if not mode & stat.S_IWUSR:
+    raise PermissionError(f'{path} is read-only (mode {mode:o}): make it writable (chmod u+w) '
+                          'to replace it, or write elsewhere.')
+  return mode
 
 
 def temporary_beside(path) -> str:

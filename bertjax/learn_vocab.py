@@ -106,7 +106,7 @@ def main(argv):
       metrics, outputs = _learn(_inputs(skips), skips, output)
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
-          f'first, {paths.reencode_hint(e.object[:64])}')
+          f'first, {paths.reencode_hint(e.object[:64], e.object)}')
   except OSError as e:
     if e.errno in _DISK_FULL:
       _fail(f'the disk holding {output} is full ({e.strerror}): nothing was written (a file '

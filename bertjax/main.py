@@ -295,7 +295,7 @@ def interrupted_message(config, workdir: str) -> str:
   job = config.get('job') if config is not None else None
   if job == 'embed' and workdir:
     return (f'interrupted: {workdir} holds whole files only (embeddings.npy, and similarity.txt '
-            'of the same sentences or none); rerun the same command to write both')
+            'of the same sentences or none); rerun the same command to write them')
   if job == 'embed' or not workdir:
     return 'interrupted: nothing was written; rerun the same command to start again'
   if job == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':

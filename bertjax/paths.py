@@ -165,18 +165,19 @@ def wide_encoding(head: bytes) -> str | None:
   return None
 
 
-def reencode_hint(head: bytes, bad: bytes = b'') -> str:
+def reencode_hint(head: bytes, data: bytes = b'') -> str:
   """How to re-encode a file that is not UTF-8 (e.g. iconv ...), by its first bytes: from
-  UTF-16 or UTF-32 where wide_encoding sees them; from Windows-1252 where the bytes that are
-  not UTF-8 (`bad`: those around the first error) hold one of 0x80-0x9F (its quotes, dashes
-  and euro sign, which Latin-1 reads as invisible control characters); else from Latin-1."""
+  UTF-16 or UTF-32 where wide_encoding sees them; from Windows-1252 where the bytes of `data`
+  (the file, or a part of it) that are not UTF-8 hold one of 0x80-0x9F (its quotes, dashes and
+  euro sign, which Latin-1 reads as invisible control characters); else from Latin-1."""
   wide = wide_encoding(head)
   if wide:
     return f'e.g. iconv -f {wide} -t utf-8'
-  return f'e.g. iconv -f {"cp1252" if _C1.search(bad or head) else "latin1"} -t utf-8'
+  undecoded = (data or head).decode('utf-8', 'surrogateescape')  # A byte not UTF-8: U+DC80 + b.
+  return f'e.g. iconv -f {"cp1252" if _C1.search(undecoded) else "latin1"} -t utf-8'
 
 
-_C1 = re.compile(b'[\x80-\x9f]')
+_C1 = re.compile('[\udc80-\udc9f]')  # Bytes 0x80-0x9F that are not part of UTF-8.
 
 
 def read_stdin_lines() -> list[str]:
@@ -192,7 +193,7 @@ def _utf8_lines(data: bytes, name: str) -> list[str]:
   except UnicodeDecodeError as e:
     line = data.count(b'\n', 0, e.start) + 1
     raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
-                     f'({reencode_hint(data[:64], data[e.start:e.start + 4096])}).') from None
+                     f'({reencode_hint(data[:64], data)}).') from None
 
 
 def read_text_lines(path, flag: str = 'input_file') -> list[str]:

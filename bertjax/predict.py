@@ -342,8 +342,10 @@ def main(argv):
     else:
       sys.stdout.write(text)
       sys.stdout.flush()  # A reader gone (`| head`) is said here, in the try.
-  except BrokenPipeError:
-    console.reader_gone()
+  except BrokenPipeError as e:
+    if not FLAGS.output_file:  # The reader of the predictions closed it (`| head`).
+      console.reader_gone()
+    console.fail(f'error: {e}')
   except (ValueError, FileNotFoundError, OSError) as e:
     console.fail(f'error: {e}')
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],

@@ -221,6 +221,12 @@ def test_the_outputs_are_one_runs_pair_and_never_the_input(tmp_path, minilm_dir,
   embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16), out)
   assert np.load(out / 'embeddings.npy').shape == (3, 384)
   assert not (out / 'similarity.txt').exists()
+  (out / 'similarity.txt').write_text('kept read-only\n')
+  (out / 'similarity.txt').chmod(0o444)  # Refused before either file is touched.
+  with pytest.raises(PermissionError, match='similarity.txt is read-only'):
+    embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16), out)
+  assert (out / 'similarity.txt').read_text() == 'kept read-only\n'
+  (out / 'similarity.txt').unlink()
   mine = out / 'similarity.txt'
   mine.write_text('my precious sentence\n')
   with pytest.raises(FileExistsError, match='similarity.txt'):

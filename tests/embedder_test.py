@@ -15,6 +15,7 @@ import torch
 import transformers
 
 from bertjax import embed
+from bertjax import export
 from bertjax import files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -162,6 +163,9 @@ def test_a_default_prompt_is_prepended_as_sentence_transformers_prepends_it(mini
   assert embedder.prompt == 'query: '
   want = SentenceTransformer(str(prompted), device='cpu').encode(README)
   np.testing.assert_allclose(embedder.encode(README), want, atol=1e-5, rtol=0)
+  for fmt in ('tf1', 'sentence_transformers'):  # Kept by the exports that keep the prompts.
+    out = export.export(prompted, fmt, tmp_path / fmt)
+    assert embed.Embedder.from_pretrained(out).prompt == 'query: ', fmt
   settings.write_text(json.dumps({'prompts': {'query': 'q: '}, 'default_prompt_name': 'doc'}))
   with pytest.raises(ValueError, match=r"default_prompt_name 'doc' is not one of its prompts "
                      r"\('query'\): fix the file"):

@@ -280,7 +280,7 @@ def test_the_default_layers_past_a_small_model_are_said_as_the_default(minilm_di
   shutil.copy(minilm_dir / 'vocab.txt', tmp_path / 'two' / 'vocab.txt')
   (tmp_path / 'in.txt').write_text('a line\n')
   with pytest.raises(ValueError, match=r"^--layers \[-3, -4\] out of range for a 2-layer model "
-                     r"\(the default -1,-2,-3,-4: the original's last four\): 0 to 1 or -2 to -1 "
+                     r"\(-1,-2,-3,-4, the default: the original's last four\): 0 to 1 or -2 to -1 "
                      r'.*; pass e.g. --layers=-1,-2\.$'):
     extract_features.run(str(tmp_path / 'two'), tmp_path / 'in.txt', tmp_path / 'out.jsonl')
   assert not (tmp_path / 'out.jsonl').exists()

@@ -347,3 +347,16 @@ def test_a_replaced_file_keeps_its_permissions_and_a_read_only_one_is_refused(tm
     files.write_atomically(str(private), 'newer\n')
   assert private.read_text() == 'new\n'
   assert sorted(p.name for p in tmp_path.iterdir()) == ['private.jsonl']
+
+
+def test_a_link_is_replaced_as_a_link_whatever_its_targets_permissions(tmp_path):
+  """Review: the read-only check followed a link (a git-annex or DVC output) that the write
+  replaces as a link, leaving its target as it was."""
+  target = tmp_path / 'annexed'
+  target.write_text('object\n')
+  target.chmod(0o444)
+  link = tmp_path / 'out.txt'
+  link.symlink_to(target)
+  files.write_atomically(str(link), 'new\n')
+  assert not link.is_symlink() and link.read_text() == 'new\n'
+  assert target.read_text() == 'object\n'

@@ -116,7 +116,7 @@ def test_the_interrupt_line_of_the_embed_job_says_its_files_are_whole(tmp_path):
   assert done.returncode == 0, done.stderr
   assert done.stdout.strip().splitlines() == [
       f'interrupted: {tmp_path}/w holds whole files only (embeddings.npy, and similarity.txt of '
-      'the same sentences or none); rerun the same command to write both',
+      'the same sentences or none); rerun the same command to write them',
       'interrupted: nothing was written; rerun the same command to start again']
 
 

@@ -293,3 +293,10 @@ def test_a_windows_1252_file_is_told_to_convert_from_cp1252_at_its_line(tmp_path
   with pytest.raises(ValueError, match=r'cp.txt:2 is not UTF-8 text \(byte 19\): re-encode it '
                      r'\(e\.g\. iconv -f cp1252 -t utf-8\)'):
     paths.read_text_lines(str(path))
+
+
+def test_a_utf8_file_with_one_stray_byte_is_not_told_cp1252():
+  """Review: the bytes of a curly quote in UTF-8 (E2 80 9C) are not Windows-1252's."""
+  data = 'café “hi”\n'.encode() + b'na\xefve\n'
+  assert paths.reencode_hint(data[:64], data) == 'e.g. iconv -f latin1 -t utf-8'
+  assert paths.reencode_hint(b'x', b'say \x93hi\x94') == 'e.g. iconv -f cp1252 -t utf-8'

@@ -142,8 +142,10 @@ def setup(config, workdir: str = '') -> Setup:
                      '--workdir.')
   saved = run_config.saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
+  registry.check_limits(config.task, config.data, config.mode, run is not None)
   task = registry.get_task(config.task, config.data, seed=config.seed,
-                           labels=saved if reuse else ())
+                           labels=saved if reuse else (),
+                           version_2=None if run is None else run.get('version_2_with_negative'))
   if reuse and tuple(task.labels) != saved:  # A task whose labels are its own (GLUE's).
     raise ValueError(f'{workdir}/config.json lists the labels {list(saved)}, but task '
                      f'{config.task} has {list(task.labels)}: config.json was edited or is '

@@ -249,6 +249,7 @@ def _read_export_meta(folder: str, result: bundle_lib.Bundle):
     result.embedding = bool(meta.get('embedding', result.embedding))
     result.normalize = bool(meta.get('normalize', result.normalize))
     result.prompts = dict(meta.get('prompts') or {})
+    result.default_prompt_name = meta.get('default_prompt_name') or ''
     result.similarity_fn_name = meta.get('similarity_fn_name') or result.similarity_fn_name
 
 

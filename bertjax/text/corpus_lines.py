@@ -85,7 +85,7 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
         raise ValueError(
             f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
             f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
-            f'({paths.reencode_hint(raw[:64])})') from None
+            f'({paths.reencode_hint(raw[:64], raw)})') from None
       yield line.strip()
 
 

@@ -145,11 +145,12 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
       version_2=v2)
 
 
-def _user_span_task(data) -> task_lib.Task:
+def _user_span_task(data, version_2=None) -> task_lib.Task:
   """Any SQuAD-format JSON files, one per setting; v2.0 scoring (no-answer) when they are v2.0
   (squad.is_version_2: their version field, else any question marked is_impossible): the eval
-  file's version decides (else the training file's, else the test file's), and a training file
-  of the other version is refused when it is read (an eval needs no training file)."""
+  file's version decides (else the training file's; with a test file alone, `version_2`, the
+  run's, else the test file's), and a training file of the other version is refused when it is
+  read (an eval needs no training file). A test file of either version is predicted."""
   settings = user_tasks.user_files(data)
   if 'train' in settings and 'validation' not in settings:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
@@ -162,7 +163,10 @@ def _user_span_task(data) -> task_lib.Task:
   split_files = {split: _one_squad_file(setting, flags_of[split])
                  for split, setting in settings.items()}
   decided_by = next(split for split in ('validation', 'train', 'test') if split in split_files)
-  v2 = squad.is_version_2(squad.load_json(split_files[decided_by]))
+  if decided_by == 'test' and version_2 is not None:
+    v2 = bool(version_2)  # The run's: its model answers "" or not, whatever the file says.
+  else:
+    v2 = squad.is_version_2(squad.load_json(split_files[decided_by]))
   checked = {decided_by}
 
   def path(split):
@@ -311,18 +315,20 @@ _MAKERS = {
     'classification': user_tasks.text_task,
     'regression': user_tasks.text_task,
     'tagging': user_tasks.tagging_task,
-    'span': lambda name, data, seed, labels: _user_span_task(data),
+    'span': lambda name, data, seed, labels, version_2=None: _user_span_task(data, version_2),
     'multiple_choice': user_tasks.choice_task,
     'swag': user_tasks.choice_task,
 }
 NAMES = tuple(_MAKERS)
+# The tasks that take a run's recorded SQuAD version (version_2=), for a file that may not say.
+_RUN_VERSIONED = ('span',)
 # The tasks whose reader applies data.max_train_examples and max_eval_examples (a SQuAD file is
 # scored whole by its official scorer; GLUE's and CoNLL's files are read as published).
 SUBSAMPLED = ('bbc', 'wordnet', 'classification', 'regression', 'tagging', 'multiple_choice',
               'swag')
 
 
-def get_task(name: str, data, seed: int = 0, labels=()) -> task_lib.Task:
+def get_task(name: str, data, seed: int = 0, labels=(), version_2=None) -> task_lib.Task:
   """The task `name` reading its files as `data` (config.data) says.
 
   User-file tasks read their label set from the training file unless `labels` (the set a
@@ -330,9 +336,20 @@ def get_task(name: str, data, seed: int = 0, labels=()) -> task_lib.Task:
   """
   if name not in _MAKERS:
     raise ValueError(f'unknown task {name!r}; valid tasks: {", ".join(NAMES)}.')
-  for field in ('max_train_examples', 'max_eval_examples'):
-    if data.get(field, -1) != -1 and name not in SUBSAMPLED:
+  if version_2 is not None and name in _RUN_VERSIONED:
+    return _MAKERS[name](name, data, seed, labels, version_2=version_2)
+  return _MAKERS[name](name, data, seed, labels)
+
+
+def check_limits(name: str, data, mode: str, resumed: bool):
+  """Refuses data.max_train_examples / max_eval_examples where task `name` reads its files whole
+  (they were recorded, never applied: a run resumed with the value it recorded is left be)."""
+  if name in SUBSAMPLED:
+    return
+  fields = (('max_train_examples', 'max_eval_examples') if mode == 'train_eval' and not resumed
+            else ('max_eval_examples',) if mode == 'eval' else ())
+  for field in fields:
+    if data.get(field, -1) != -1:
       raise ValueError(f'config.data.{field}={data[field]}: task {name} reads its files whole '
                        f'(the tasks that take a sample: {", ".join(SUBSAMPLED)}); drop it, or '
                        'cut the files.')
-  return _MAKERS[name](name, data, seed, labels)

@@ -239,9 +239,12 @@ def read_swag(path, *, fmt='', is_training=True, require_labels=True):
   and test, as predict refuses it)."""
   path = user_formats.check_file(path)
   questions, skipped = [], collections.Counter()
-  records = user_formats.read_records(path, user_formats.format_of(path, fmt, ('csv', 'tsv')))
-  more = sorted(name for name in records[0][1] if re.fullmatch(r'ending\d+', name)
-                and name not in SWAG_FIELDS)
+  # SWAG's files are CSV: read as CSV whatever their name, but a .tsv (or data.format).
+  default = 'tsv' if files.name(path).lower().endswith('.tsv') else 'csv'
+  records = user_formats.read_records(path, user_formats.format_of(path, fmt or default,
+                                                                   ('csv', 'tsv')))
+  more = sorted(name for name in (records[0][1] if records else ()) if re.fullmatch(
+      r'ending\d+', name) and name not in SWAG_FIELDS)
   if more:
     raise ValueError(f'{path}: columns {", ".join(more)} beside ending0..ending3: SWAG\'s '
                      'questions have 4 endings, and the others would be dropped; for another '

@@ -40,7 +40,7 @@ def file_text(path) -> str:
     return data.decode('utf-8-sig')
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
-                     f'{paths.reencode_hint(data[:64])}.') from None
+                     f'{paths.reencode_hint(data[:64], data)}.') from None
 
 
 def _suffix(path) -> str:

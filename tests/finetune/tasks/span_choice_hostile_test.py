@@ -89,6 +89,10 @@ def test_a_span_task_reads_only_the_files_it_is_given(tmp_path):
     task.read('train')
   test = _write(tmp_path, 'test.json', _squad('q'))
   assert not registry.get_task('span', _span(predict_file=test)).version_2
+  # Predicted alone by a v2.0 run: the run's version, whatever the file says (it says v1.1).
+  assert registry.get_task('span', _span(predict_file=test), version_2=True).version_2
+  assert not registry.get_task('span', _span(eval_file=_write(tmp_path, 'v1.json', _squad('q'))),
+                               version_2=True).version_2  # An eval file's own version decides.
   with pytest.raises(ValueError, match='task=span needs config.data.eval_file'):
     registry.get_task('span', _span(train_file=test))
 
@@ -119,7 +123,13 @@ def test_example_limits_are_refused_where_the_task_reads_its_files_whole(tmp_pat
   for field in ('max_train_examples', 'max_eval_examples'):
     with pytest.raises(ValueError, match=rf'config.data.{field}=3: task span reads its files '
                        r'whole \(the tasks that take a sample: bbc, .*\); drop it'):
-      registry.get_task('span', _span(eval_file=dev, **{field: 3}))
+      registry.check_limits('span', _span(eval_file=dev, **{field: 3}), 'train_eval', False)
+  # A run that recorded one (never applied) resumes with it; an eval is told of its own.
+  registry.check_limits('mrpc', _span(max_train_examples=1000), 'train_eval', True)
+  registry.check_limits('mrpc', _span(max_train_examples=1000), 'eval', True)
+  with pytest.raises(ValueError, match='max_eval_examples=3: task mrpc reads its files whole'):
+    registry.check_limits('mrpc', _span(max_eval_examples=3), 'eval', True)
+  registry.check_limits('wordnet', _span(max_eval_examples=3), 'eval', True)
   train = _write(tmp_path, 'train.csv', 'text,label\n' + ''.join(
       f'text {i},{"ab"[i % 2]}\n' for i in range(20)))
   data = ml_collections.ConfigDict(
@@ -232,3 +242,11 @@ def test_a_test_file_missing_at_training_time_is_said_at_its_start(tmp_path):
     user_tasks.check_files_to_predict(data)
   data.test_file = _write(tmp_path, 'test.csv', 'text\nx\n')
   user_tasks.check_files_to_predict(data)
+
+
+def test_a_swag_file_of_a_header_alone_or_named_otherwise_is_read_as_csv(tmp_path):
+  """Review: a header-only file raised IndexError; train.txt was refused as not CSV."""
+  with pytest.raises(ValueError, match=r'header.csv holds no usable examples \(no data rows\)'):
+    user_data.read_swag(_write(tmp_path, 'header.csv', SWAG_HEADER))
+  named = _write(tmp_path, 'train.txt', SWAG_HEADER + 'a,b,c,d,e,f,3\n')
+  assert [q.label for q in user_data.read_swag(named)[0]] == [3]
