@@ -10,15 +10,16 @@ the one inference path (inference.forward, its pooled output). A bertjax fine-tu
 pools as its head did (its recorded pooling); a pre-training run is mean-pooled.
 
 A sentence-transformers folder says how it pools (1_Pooling/: mean, or the [CLS] token's
-output) and whether it L2-normalises (modules.json's Normalize), as SentenceTransformer.encode
-reads them; a plain transformers BERT folder is mean-pooled and not normalised (what
-sentence-transformers makes of one). Both can be overridden.
+output), whether it L2-normalises (modules.json's Normalize), its length and its default prompt,
+as SentenceTransformer.encode reads them; a plain transformers BERT folder is mean-pooled, not
+normalised and cut at its tokenizer's model_max_length (what sentence-transformers makes of
+one). Pooling, normalisation and length can be overridden.
 
 The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prints the
 cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to MATRIX_ROWS
 sentences: both grow with the square of the inputs). init_from, input_file and the workdir may
-be URLs (gs://...): a remote model folder is downloaded to a temporary folder first, the outputs
-are written through bertjax.files.
+be URLs (gs://...): the model is read and the outputs written through bertjax.files (a TF1
+checkpoint's .index/.data through a temporary folder).
 """
 
 import importlib.util

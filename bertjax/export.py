@@ -194,7 +194,7 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
                          '--labels.')
       result.labels = tuple(labels)
     if max_seq_length and fmt == 'tf1':
-      raise ValueError('--max_seq_length is the SavedModel\'s padded length, sentence-'
+      raise ValueError('--max_seq_length is the SavedModel\'s maximum length, sentence-'
                        'transformers\' max_seq_length and the transformers tokenizer\'s '
                        'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
     if max_seq_length and max_seq_length < 3:
@@ -237,7 +237,7 @@ def _define_flags():
   # A bool flag as the original's (--do_lower_case=False, --nodo_lower_case, ...); unset = the
   # casing the source records.
   flags.DEFINE_bool('do_lower_case', None, 'Override the casing the source records.')
-  flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the padded length; '
+  flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the maximum length; '
                        'sentence_transformers, and hf and onnx\'s tokenizer (model_max_length): '
                        'the length longer texts are cut to (0 = the length the source records, '
                        'else 128; the position table for a model with no task).', lower_bound=0)

