@@ -302,7 +302,7 @@ def test_an_export_never_goes_over_around_or_into_its_source_or_a_run(fine_tuned
       export.export(workdir, 'hf', output, overwrite=True)
   with pytest.raises(ValueError, match="records its labels \\['0', '1'\\].* reorder"):
     export.export(workdir, 'hf', tmp_path / 'relabelled', labels=('1', '0'))
-  with pytest.raises(ValueError, match='SavedModel.s padded length.*tf1 keeps no length'):
+  with pytest.raises(ValueError, match='SavedModel.s maximum length.*tf1 keeps no length'):
     export.export(workdir, 'tf1', tmp_path / 'short', max_seq_length=8)
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')) == before
   assert (other_run / 'config.json').read_text() == '{}'
