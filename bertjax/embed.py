@@ -146,11 +146,12 @@ class Embedder:
       tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings need the '
                                        'vocab the model was trained with (vocab_file=; the '
                                        'job: --config.vocab_file).')
-      pooling = pooling or _pooling(model, sources.format_of(source))
+      fmt = sources.format_of(source)  # Once: a URL's folder is listed per call.
+      pooling = pooling or _pooling(model, fmt)
       normalize = (model.embedding and model.normalize) if normalize is None else normalize
       # A model's own length (0 or None), never more than its position table (a 64-position
       # model was refused at the default 128); a length given wins.
-      own = _own_length(model, sources.format_of(source))
+      own = _own_length(model, fmt)
       max_seq_length = max_seq_length or own
       prompt = model.prompts.get(model.default_prompt_name, '')
       logging.info('imported %s: %s-pooled%s, %d tokens at most%s%s', model.source, pooling,
@@ -285,29 +286,8 @@ def run(config, workdir):
     more = n - PRINTED_ROWS
     print(f'  ... {more} more sentence{"s" if more > 1 else ""} not printed (the first '
           f'{PRINTED_ROWS} are)')
-  outputs = [('embeddings', 'not written (no --workdir)')]
-  if workdir:
-    embeddings = io.BytesIO()
-    np.save(embeddings, vectors)
-    written, similarity = (files.join(workdir, name) for name in OUTPUTS)
-    for name in (written, similarity):  # Refused before either is touched.
-      files.check_replaceable(name)
-    # A pair of one run's sentences, or embeddings.npy alone: an earlier run's similarity.txt
-    # goes first (an interrupt, or over MATRIX_ROWS sentences, left it beside other vectors).
-    if files.exists(similarity):
-      files.remove(similarity)
-    files.write_atomically(written, embeddings.getvalue())
-    outputs = [('embeddings', written)]
-    if n <= MATRIX_ROWS:
-      table = io.StringIO()
-      np.savetxt(table, vectors @ vectors.T, fmt='%.4f')
-      files.write_atomically(similarity, table.getvalue())
-      outputs.append(('similarities', similarity))
-    else:
-      print(f'similarity.txt not written: {n} sentences make a {n} x {n} matrix (it is written '
-            f'up to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit '
-            f'vectors: v = numpy.load({written!r}); v @ v.T')
-      outputs.append(('similarities', f'not written (over {MATRIX_ROWS} sentences)'))
+  outputs = (_write(workdir, vectors) if workdir
+             else [('embeddings', 'not written (no --workdir)')])
   console.summary('embed', time.perf_counter() - start,
                   metrics=[('sentences', n), ('dimension', _dimension(embedder))]
                   + ([('step', embedder.step)] if embedder.step is not None else [])
@@ -315,6 +295,32 @@ def run(config, workdir):
                      if cut else []),
                   outputs=outputs)
   return vectors
+
+
+def _write(workdir: str, vectors) -> list:
+  """embeddings.npy and (up to MATRIX_ROWS sentences) similarity.txt in `workdir`, always one
+  run's pair or embeddings.npy alone; the summary's outputs."""
+  n = len(vectors)
+  embeddings = io.BytesIO()
+  np.save(embeddings, vectors)
+  written, similarity = (files.join(workdir, name) for name in OUTPUTS)
+  for name in (written, similarity):  # Refused before either is touched.
+    files.check_replaceable(name)
+  # An earlier run's similarity.txt goes first (an interrupt, or over MATRIX_ROWS sentences,
+  # would leave it beside other vectors).
+  if files.exists(similarity):
+    files.remove(similarity)
+  files.write_atomically(written, embeddings.getvalue())
+  outputs = [('embeddings', written)]
+  if n <= MATRIX_ROWS:
+    table = io.StringIO()
+    np.savetxt(table, vectors @ vectors.T, fmt='%.4f')
+    files.write_atomically(similarity, table.getvalue())
+    return outputs + [('similarities', similarity)]
+  print(f'similarity.txt not written: {n} sentences make a {n} x {n} matrix (it is written up '
+        f'to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit vectors: '
+        f'v = numpy.load({written!r}); v @ v.T')
+  return outputs + [('similarities', f'not written (over {MATRIX_ROWS} sentences)')]
 
 
 def _dimension(embedder: Embedder):

@@ -272,13 +272,8 @@ def check_replaceable(path) -> int | None:
   """The permissions of the regular local file at `path` that a write would replace (None: no
   such file, a link, which is replaced as a link, or a URL); one its owner made read-only is
   refused, as a shell's `>` refuses it."""
-  if is_remote(path):
-    return None
-  try:
-    info = os.lstat(_local(path))
-  except FileNotFoundError:
-    return None
-  if not stat.S_ISREG(info.st_mode):
+  info = None if is_remote(path) or not os.path.lexists(_local(path)) else os.lstat(_local(path))
+  if info is None or not stat.S_ISREG(info.st_mode):
     return None
   mode = stat.S_IMODE(info.st_mode)
   if not mode & stat.S_IWUSR:
