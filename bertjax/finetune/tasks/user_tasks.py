@@ -112,7 +112,6 @@ def _split_by_text(split, items, key):
           [c for first in held_out for c in copies[id(first)]])
 
 
-
 class _UserSplits:
   """Reads the user's train / eval / test files once; holds out an eval split when there is
   no eval file (stratified by label for classification, seeded random otherwise)."""
