@@ -69,7 +69,9 @@ def test_the_benches_console_holds_jax_backend_probing():
   bertjax.main holds them (console.install)."""
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
   env.update(XLA_FLAGS='', CUDA_VISIBLE_DEVICES='')
-  run = subprocess.run([sys.executable, 'bench/forward_bench.py', '--sizes=tiny', '--seq_len=16'],
+  # --seconds: its three timings' budget (5 s each by default); the console is the subject.
+  run = subprocess.run([sys.executable, 'bench/forward_bench.py', '--sizes=tiny', '--seq_len=16',
+                        '--seconds=0.1'],
                        capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
   assert run.returncode == 0, run.stderr[-3000:]
   assert re.search(r'^tiny +32 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+x', run.stdout, re.M), run.stdout
