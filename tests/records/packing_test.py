@@ -1,5 +1,9 @@
 """Packed rows give the numbers of the same instances one per row: hidden states at every real
-token, MLM logits at every masked position, NSP logits per instance, and the losses (fp32)."""
+token, MLM logits at every masked position, NSP logits per instance, and the losses (fp32).
+
+The model runs jitted, as the training and eval steps run it: op by op, its forward and backward
+passes compiled each primitive on its own (75 s of CPU time on 2 cores, against ~15 s).
+"""
 
 import flax.linen as nn
 import jax
@@ -65,14 +69,37 @@ def where_packed(unpacked):
   return [places[i] for i in range(len(unpacked))]
 
 
+def model_inputs(batch):
+  """The features the model reads (one compiled shape whatever else the batch holds)."""
+  names = ('input_ids', 'input_mask', 'segment_ids', 'masked_lm_positions', 'instance_starts')
+  return {k: batch[k] for k in names if k in batch}
+
+
 @pytest.fixture(scope='module')
 def model():
+  """(BertForPreTraining, its params, jitted functions: 'encoder' and 'logits' of (params,
+  model_inputs(batch)), packed where the batch has instance_starts; 'loss' of (MLM logits, NSP
+  logits, batch): losses.pretraining with the batch's pretrain.normalizers)."""
   cfg = encoder_config.default_config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
                                       mlp_dim=64, max_position_embeddings=64)
   module = heads.BertForPreTraining(cfg)
-  params = nn.unbox(module.init(jax.random.key(0), **heads.dummy_batch(1, SEQ, PREDICTIONS))
-                    ['params'])
-  return cfg, module, params
+  params = nn.unbox(jax.jit(module.init)(jax.random.key(0),
+                                         **heads.dummy_batch(1, SEQ, PREDICTIONS))['params'])
+  bert = encoder.BertEncoder(cfg)
+  run = {
+      # (hidden states, pooled) of the encoder alone: params['bert'].
+      'encoder': jax.jit(lambda p, b: bert.apply(
+          {'params': p}, b['input_ids'], b['input_mask'], b['segment_ids'],
+          instance_starts=b.get('instance_starts'))),
+      # (MLM logits, NSP logits): params.
+      'logits': jax.jit(lambda p, b: module.apply(
+          {'params': p}, b['input_ids'], b['input_mask'], b['segment_ids'],
+          b['masked_lm_positions'], instance_starts=b.get('instance_starts'))),
+      # (loss, metrics).
+      'loss': jax.jit(lambda mlm, nsp, b: losses.pretraining(mlm, nsp, b,
+                                                             pretrain.normalizers(b))),
+  }
+  return module, params, run
 
 
 def test_first_fit_places_every_instance_once_within_the_limits():
@@ -86,7 +113,7 @@ def test_first_fit_places_every_instance_once_within_the_limits():
 
 
 def test_packed_rows_equal_the_instances_one_per_row(model):
-  cfg, module, params = model
+  _, params, run = model
   unpacked = instances()
   rows = packing.pack(unpacked, PACKED_SEQ, PACKED_PREDICTIONS, MAX_INSTANCES)
   assert len(rows) < len(unpacked)
@@ -95,14 +122,9 @@ def test_packed_rows_equal_the_instances_one_per_row(model):
   assert len(places) == len(unpacked)
   flat, packed = stack(unpacked), stack(rows)
 
-  # Hidden states at every real token.
-  bert = encoder.BertEncoder(cfg)
-  enc = {'params': params['bert']}
-  x_flat, pooled_flat = bert.apply(enc, flat['input_ids'], flat['input_mask'],
-                                   flat['segment_ids'])
-  x_packed, pooled_packed = bert.apply(enc, packed['input_ids'], packed['input_mask'],
-                                       packed['segment_ids'],
-                                       instance_starts=packed['instance_starts'])
+  # Hidden states at every real token (as numpy: each slice of a jax array compiles an op).
+  x_flat, pooled_flat = jax.device_get(run['encoder'](params['bert'], model_inputs(flat)))
+  x_packed, pooled_packed = jax.device_get(run['encoder'](params['bert'], model_inputs(packed)))
   for i, (r, slot, start, _) in enumerate(places):
     length = LENGTHS[i]
     np.testing.assert_allclose(x_packed[r, start:start + length], x_flat[i, :length],
@@ -110,21 +132,16 @@ def test_packed_rows_equal_the_instances_one_per_row(model):
     np.testing.assert_allclose(pooled_packed[r, slot], pooled_flat[i], atol=1e-5, rtol=0)
 
   # MLM and NSP logits, then the losses.
-  mlm_flat, nsp_flat = module.apply({'params': params}, flat['input_ids'], flat['input_mask'],
-                                    flat['segment_ids'], flat['masked_lm_positions'])
-  mlm_packed, nsp_packed = module.apply(
-      {'params': params}, packed['input_ids'], packed['input_mask'], packed['segment_ids'],
-      packed['masked_lm_positions'], instance_starts=packed['instance_starts'])
+  mlm_flat, nsp_flat = jax.device_get(run['logits'](params, model_inputs(flat)))
+  mlm_packed, nsp_packed = jax.device_get(run['logits'](params, model_inputs(packed)))
   assert nsp_packed.shape == (len(rows), MAX_INSTANCES, 2)
   for i, (r, slot, _, pred) in enumerate(places):
     count = int(unpacked[i]['masked_lm_weights'].sum())
     np.testing.assert_allclose(mlm_packed[r, pred:pred + count], mlm_flat[i, :count],
                                atol=1e-5, rtol=0)
     np.testing.assert_allclose(nsp_packed[r, slot], nsp_flat[i], atol=1e-5, rtol=0)
-  loss_flat, metrics_flat = losses.pretraining(mlm_flat, nsp_flat, flat,
-                                               pretrain.normalizers(flat))
-  loss_packed, metrics_packed = losses.pretraining(mlm_packed, nsp_packed, packed,
-                                                   pretrain.normalizers(packed))
+  loss_flat, metrics_flat = run['loss'](mlm_flat, nsp_flat, flat)
+  loss_packed, metrics_packed = run['loss'](mlm_packed, nsp_packed, packed)
   np.testing.assert_allclose(loss_packed, loss_flat, rtol=1e-6)
   for name in ('mlm_loss', 'nsp_loss', 'mlm_accuracy', 'nsp_accuracy'):
     np.testing.assert_allclose(metrics_packed[name], metrics_flat[name], rtol=1e-6)
@@ -132,17 +149,18 @@ def test_packed_rows_equal_the_instances_one_per_row(model):
 
 def test_the_training_loss_and_its_gradient_match(model):
   """pretrain.loss (what the step differentiates) on packed and unpacked batches."""
-  _, module, params = model
+  module, params, _ = model
   unpacked = instances()
   flat = stack(unpacked)
   packed = stack(packing.pack(unpacked, PACKED_SEQ, PACKED_PREDICTIONS, MAX_INSTANCES))
 
-  def value_and_grad(batch):
+  @jax.jit  # As the training step differentiates it.
+  def value_and_grad(p, batch):
     def f(p):
       return pretrain.loss(module, p, batch, jax.random.key(0), pretrain.normalizers(batch),
                            deterministic=True)[0]
-    return jax.value_and_grad(f)(params)
-  (loss_flat, grads_flat), (loss_packed, grads_packed) = (value_and_grad(b)
+    return jax.value_and_grad(f)(p)
+  (loss_flat, grads_flat), (loss_packed, grads_packed) = (value_and_grad(params, b)
                                                           for b in (flat, packed))
   np.testing.assert_allclose(loss_packed, loss_flat, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-4),
@@ -150,14 +168,10 @@ def test_the_training_loss_and_its_gradient_match(model):
 
 
 def test_mlm_only_rows_pack_without_nsp_features(model):
-  cfg, _, params = model
+  _, params, run = model
   rows = packing.pack(instances(nsp=False), PACKED_SEQ, PACKED_PREDICTIONS, MAX_INSTANCES,
                       nsp=False)
   assert 'next_sentence_labels' not in rows[0]
   batch = stack(rows)
-  loss, metrics = losses.pretraining(
-      *heads.BertForPreTraining(cfg).apply(
-          {'params': params}, batch['input_ids'], batch['input_mask'], batch['segment_ids'],
-          batch['masked_lm_positions'], instance_starts=batch['instance_starts']),
-      batch, pretrain.normalizers(batch))
+  loss, metrics = run['loss'](*run['logits'](params, model_inputs(batch)), batch)
   assert set(metrics) == {'mlm_loss', 'mlm_accuracy'} and np.isfinite(loss)

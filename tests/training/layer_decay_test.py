@@ -96,12 +96,18 @@ def test_pretraining_heads_train_at_the_full_rate_and_base_has_its_thirteen_dept
 def test_one_update_is_the_plain_update_times_the_factor(scan, name):
   model = classifier(num_layers=4, scan=scan)
   params = init(model)
-  grads = jax.jit(lambda params: jax.tree.map(
-      lambda p: jax.random.normal(jax.random.key(p.size), p.shape) * 1e-2, params))(params)
+  # Random gradients drawn on the host: jax.random's per-leaf programs took longer to compile
+  # than the updates.
+  grads = jax.tree.map(lambda p: np.random.default_rng(p.size).standard_normal(
+      p.shape, np.float32) * np.float32(1e-2), params)
   plain_tx = optimizer.make(opt_config(name=name))
   decayed_tx = optimizer.make(opt_config(name=name, layer_decay=DECAY))
-  plain, _ = jax.jit(plain_tx.update)(grads, plain_tx.init(params), params)
-  decayed, _ = jax.jit(decayed_tx.update)(grads, decayed_tx.init(params), params)
+
+  def both_updates(grads, params):  # One program, compiled once: each from its fresh state.
+    return (plain_tx.update(grads, plain_tx.init(params), params)[0],
+            decayed_tx.update(grads, decayed_tx.init(params), params)[0])
+
+  plain, decayed = jax.jit(both_updates)(grads, params)
   plain, decayed = flatten(plain, sep='/'), flatten(decayed, sep='/')
   # L = 4: the embeddings at 0.8**5, layer 1 (a middle one) at 0.8**3, the head at 1.
   for path, factor in (('bert/embeddings/word_embeddings/embedding', 0.8 ** 5),
@@ -155,9 +161,11 @@ def test_start_line_names_the_extreme_factors():
 
 def test_fine_tuning_with_layer_decay_learns_on_a_sharded_scanned_model(tmp_path, caplog):
   data_dir = finetune_runs.write_sst2(tmp_path / 'sst2')
+  # One eval and one save, at the end (64 examples / 16 = 4 steps per epoch, 8 epochs): what
+  # the test reads.
   config = finetune_runs.tiny_config(data_dir, **{
       'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3, 'optimizer.layer_decay': DECAY,
-      'model.scan_layers': True})
+      'model.scan_layers': True, 'eval_every_steps': 32, 'checkpoint.every_steps': 1000})
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   # absl's logger, whose level an earlier test's verbosity may have raised.
   with caplog.at_level(logging.INFO, logger='absl'):
