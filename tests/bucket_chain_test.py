@@ -41,7 +41,9 @@ def chain(gcs_emulator, tmp_path_factory):  # pylint: disable=redefined-outer-na
   corpus = pretrain_runs.corpus_files(tmp_path_factory)
   files.copy(corpus['data.vocab_file'], f'{bucket}/data/vocab.txt')
   corpus['data.vocab_file'] = f'{bucket}/data/vocab.txt'
-  fields = pretrain_runs.fields(corpus)
+  # One layer: the paths are the subject, and each command of the chain traces, compiles and
+  # exports less.
+  fields = pretrain_runs.fields(corpus, model__num_layers=1)
   _run(pretrain_runs.command(f'{bucket}/pre', 3, fields), env, 'pre-training')
 
   data = finetune_runs.write_sst2(tmp / 'sst2', n_train=32, n_dev=16, n_test=8)
