@@ -44,6 +44,12 @@ def runs(tmp_path_factory):
           'texts': texts}
 
 
+@pytest.fixture(scope='module')
+def classify_hf(runs, tmp_path_factory):
+  """The classifier's transformers export (the tests that read it only read it)."""
+  return export.export(runs['classify'], 'hf', tmp_path_factory.mktemp('classify_hf') / 'hf')
+
+
 def bertjax_outputs(bundle, batch):
   """bertjax's own head outputs (a classifier's logits) for a batch, in float32."""
   cfg = encoder_config.default_config(**{**bundle.config, 'dtype': 'float32', 'scan_layers': False,
@@ -55,8 +61,8 @@ def bertjax_outputs(bundle, batch):
 
 
 def test_transformers_loads_the_tokenizer_and_classifier_with_bertjax_ids_and_outputs(
-    runs, tmp_path):
-  out = export.export(runs['classify'], 'hf', tmp_path / 'hf')
+    runs, classify_hf):
+  out = classify_hf
   assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
   assert not (out / 'vocab.txt').exists()
   ours = vocab_files.for_model(runs['spm_model'], do_lower_case=True)
@@ -223,8 +229,8 @@ def test_saved_model_refuses_sentencepiece_answers_and_tags(tmp_path):
           refused.value)
 
 
-def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, tmp_path):
-  hf = export.export(runs['classify'], 'hf', tmp_path / 'hf')
+def test_a_transformers_export_reads_back_and_exports_again_to_tf1(runs, classify_hf, tmp_path):
+  hf = classify_hf
   bundle = sources.load(str(runs['classify']))
   back = sources.load(str(hf))
   assert back.vocab_file == str(hf / 'spiece.model') and back.is_sentencepiece()

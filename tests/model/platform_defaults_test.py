@@ -201,6 +201,7 @@ def _recorded_model(workdir, name='config.json') -> dict:
   return json.loads((workdir / name).read_text())['model']
 
 
+@pytest.mark.usefixtures('one_device')  # The choice, not sharding (conftest.py).
 def test_pretraining_with_the_defaults_records_the_resolved_choice(corpus_fields, tmp_path,
                                                                    caplog):
   config = pretrain_runs.config(2, corpus_fields)
@@ -213,6 +214,7 @@ def test_pretraining_with_the_defaults_records_the_resolved_choice(corpus_fields
   assert (meta['attention_impl'], meta['scan_layers']) == ('xla', False)
 
 
+@pytest.mark.usefixtures('one_device')  # The layout, not sharding (conftest.py).
 def test_a_resume_keeps_the_layout_its_checkpoint_was_written_with(corpus_fields, tmp_path,
                                                                    caplog):
   # Written scanned (explicitly: CPU's choice for 2 layers is unrolled), resumed with 'auto'.
