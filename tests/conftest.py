@@ -61,15 +61,9 @@ def pytest_collection_modifyitems(config, items):
   items.sort(key=lambda item: rank.get(item.nodeid.split('::', 1)[0], len(rank)))
 
 
-@pytest.fixture
-def one_device(monkeypatch):
-  """In-process jobs of this test build their mesh over the first device only.
-
-  For the long runs whose subject is learning (an accuracy past a baseline), not sharding:
-  the 8 simulated devices on the CI's 2 cores only slow their steps down (the MLM-only run's
-  300 steps: 2m36s on 8 devices, 1m30s on 1, the same losses). Sharding keeps its own tests.
-  A test that built no mesh through it fails: the patch would have missed the jobs.
-  """
+def _first_device_meshes(patch, name):
+  """Patches sharding.make_mesh to build over the first device only, while the caller's scope
+  lasts; fails if nothing built a mesh through it (the patch would have missed the jobs)."""
   import jax  # pylint: disable=g-import-not-at-top
 
   from bertjax.training import sharding  # pylint: disable=g-import-not-at-top
@@ -78,9 +72,29 @@ def one_device(monkeypatch):
   def first_device(mesh_config, devices=None):
     meshes.append(make_mesh(mesh_config, (jax.devices() if devices is None else devices)[:1]))
     return meshes[-1]
-  monkeypatch.setattr(sharding, 'make_mesh', first_device)
+  patch.setattr(sharding, 'make_mesh', first_device)
   yield
-  assert meshes, 'one_device: no job built its mesh through sharding.make_mesh'
+  assert meshes, f'{name}: no job built its mesh through sharding.make_mesh'
+
+
+@pytest.fixture
+def one_device(monkeypatch):
+  """In-process jobs of this test build their mesh over the first device only.
+
+  For the long runs whose subject is learning (an accuracy past a baseline), not sharding:
+  the 8 simulated devices on the CI's 2 cores only slow their steps down (the MLM-only run's
+  300 steps: 2m36s on 8 devices, 1m30s on 1, the same losses). Sharding keeps its own tests.
+  """
+  yield from _first_device_meshes(monkeypatch, 'one_device')
+
+
+@pytest.fixture(scope='module')
+def one_device_per_module():
+  """one_device for a whole module, its module-scoped runs included (a module's
+  `pytestmark = pytest.mark.usefixtures('one_device_per_module')`): for modules whose subject
+  is never sharding (phases, rankings), whose compiles and steps 8 devices only slow down."""
+  with pytest.MonkeyPatch.context() as patch:
+    yield from _first_device_meshes(patch, 'one_device_per_module')
 
 
 def _missing(msg: str):

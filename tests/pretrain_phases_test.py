@@ -2,7 +2,8 @@
 
 A tiny model runs 12 steps: 9 at 32 tokens / 5 predictions, then 3 at 64 / 10 (phase2
 fraction 0.25), on the embedded corpus made at both lengths; the eval at step 9 reads phase 1's
-files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical.
+files, the one at step 12 phase 2's. Resuming inside phase 2 ends bit-identical. Every run here
+builds its mesh over the first device only.
 """
 
 import json
@@ -19,12 +20,17 @@ from bertjax import config_check
 from bertjax import pretrain
 from bertjax.input import input_pipeline
 from bertjax.interop import init_from
+from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer
 from bertjax.training import summaries
 from configs import pretrain as pretrain_config
 
 STEPS, BOUNDARY = 12, 9
+
+
+# The subject is never sharding: the runs, the shared ones too, use the first device only.
+pytestmark = pytest.mark.usefixtures('one_device_per_module')
 
 
 def two_phase_config():
@@ -174,9 +180,13 @@ def test_init_from_step_messages_name_the_config_field_and_an_unreadable_best(
 
 def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):
   _, workdir, _ = two_phase
+  # On the run's phase-1 files (read only): each continued run would make them again.
+  first = pretrain.phases(two_phase_config(), str(workdir))[0]
   cfg = pretrain_runs.set_fields(two_phase_config(), {
       'phase2.fraction': 0.0, 'num_train_steps': 1, 'optimizer.learning_rate': 0.0,
-      'eval_every_steps': 0, 'init_from': str(workdir), 'init_from_step': str(BOUNDARY)})
+      'eval_every_steps': 0, 'init_from': str(workdir), 'init_from_step': str(BOUNDARY),
+      'data.train_files': first.train_files, 'data.eval_files': first.eval_files,
+      'data.vocab_file': str(embedded.vocab_path())})
   pretrain.train_and_evaluate(cfg, str(tmp_path / 'continued'))
   got = pretrain_runs.flat(pretrain_runs.read_state(tmp_path / 'continued', 1)['params'])
   want = pretrain_runs.flat(pretrain_runs.read_state(workdir, BOUNDARY)['params'])

@@ -13,6 +13,7 @@ import pretrain_runs
 import pytest
 import saved_model_test
 import sentence_transformers as st_library
+import spm_runs
 
 from bertjax import embed
 from bertjax import export
@@ -23,6 +24,7 @@ from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
 from bertjax.model import encoder_config
 from bertjax.model import heads
+from bertjax.pretraining_data import embedded
 
 GOLDEN = saved_model_test.GOLDEN
 GOLDEN_COSINE = saved_model_test.GOLDEN_COSINE
@@ -54,12 +56,19 @@ def bertjax_embeddings(directory, sentences, max_seq_length):
                                max_seq_length=max_seq_length)
 
 
-def test_minilm_encodes_in_sentence_transformers_as_in_bertjax(minilm_dir, tmp_path):
+@pytest.fixture(scope='module')
+def minilm_golden(minilm_dir):
+  """bertjax's own embeddings of GOLDEN by MiniLM at 256 tokens (two tests compare with them)."""
+  return bertjax_embeddings(minilm_dir, GOLDEN, 256)
+
+
+def test_minilm_encodes_in_sentence_transformers_as_in_bertjax(minilm_dir, minilm_golden,
+                                                               tmp_path):
   out = export.export(minilm_dir, 'sentence_transformers', tmp_path / 'st')
   model = load(out)
   assert model.max_seq_length == 256 and model.similarity_fn_name == 'cosine'
   theirs = model.encode(GOLDEN)
-  ours = bertjax_embeddings(minilm_dir, GOLDEN, 256)
+  ours = minilm_golden
   np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
   cosine = model.similarity(theirs, theirs).numpy()
   np.testing.assert_allclose(cosine, ours @ ours.T, atol=1e-5, rtol=0)
@@ -110,14 +119,16 @@ def test_normalisation_is_the_sources_unless_asked(minilm_dir, tmp_path):
   mean = saved_model.numpy_outputs(plain, batch)['mean_pooled_output']
   out = export.export(tmp_path / 'plain', 'sentence_transformers', tmp_path / 'st')
   assert module_types(out) == ['Transformer', 'Pooling']
-  assert load(out).max_seq_length == 64  # 128 by default, cut to its position embeddings.
-  np.testing.assert_allclose(load(out).encode(GOLDEN), mean, atol=1e-5, rtol=0)
+  model = load(out)
+  assert model.max_seq_length == 64  # 128 by default, cut to its position embeddings.
+  np.testing.assert_allclose(model.encode(GOLDEN), mean, atol=1e-5, rtol=0)
   assert np.abs(np.linalg.norm(mean, axis=1) - 1).min() > 0.1  # Unnormalised: a real check.
   out = export.export(tmp_path / 'plain', 'sentence_transformers', tmp_path / 'normalised',
                       normalize=True, max_seq_length=32)
   assert module_types(out) == ['Transformer', 'Pooling', 'Normalize']
-  assert load(out).max_seq_length == 32
-  np.testing.assert_allclose(load(out).encode(GOLDEN),
+  model = load(out)
+  assert model.max_seq_length == 32
+  np.testing.assert_allclose(model.encode(GOLDEN),
                              mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
   out = export.export(minilm_dir, 'sentence_transformers', tmp_path / 'unnormalised',
                       normalize=False)
@@ -129,13 +140,14 @@ def test_normalisation_is_the_sources_unless_asked(minilm_dir, tmp_path):
 
 
 @pytest.fixture(scope='module')
-def mean_pooled_classifier(minilm_dir, tmp_path_factory):
+def mean_pooled_classifier(minilm_dir, one_device_per_module, tmp_path_factory):  # pylint: disable=unused-argument
   """(workdir, sentences) of a classifier fine-tuned from MiniLM here with its own (mean)
-  pooling: what a MiniLM fine-tune gives by default."""
+  pooling: what a MiniLM fine-tune gives by default. Only the export's source: one step, on
+  one device (and the module's later runs: sharding keeps its own tests)."""
   from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('mean_sst2')
   data = finetune_runs.write_sst2(root / 'data', n_train=32, n_dev=16)
-  config = finetune_runs.tiny_config(data, num_train_steps=4,
+  config = finetune_runs.tiny_config(data, num_train_steps=1,
                                      **{'optimizer.learning_rate': 1e-3})
   config.init_from = str(minilm_dir)
   config.model_from_init = True
@@ -232,7 +244,8 @@ def test_token_level_heads_are_refused_naming_the_formats_that_hold_them(kind, m
   assert not list(tmp_path.iterdir())
 
 
-def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, gcs_bucket, tmp_path):
+def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, minilm_golden,
+                                                            gcs_bucket, tmp_path):
   """--overwrite over an earlier export with a head: its Dense modules and bertjax_export.json
   are gone, and what is left loads as the new model (no 2_Normalize object either)."""
   _, _, classifier = export_test.random_bundle('classification', minilm_dir)
@@ -251,16 +264,21 @@ def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, gcs_buc
   with files.local_copy(url) as local:
     model = load(local)
     assert [type(m).__name__ for m in model] == ['Transformer', 'Pooling', 'Normalize']
-    np.testing.assert_allclose(model.encode(GOLDEN), bertjax_embeddings(minilm_dir, GOLDEN, 256),
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(model.encode(GOLDEN), minilm_golden, atol=1e-5, rtol=0)
 
 
-def test_a_pre_training_run_exports_its_encoder_mean_pooled(tmp_path_factory, tmp_path):
+def test_a_pre_training_run_exports_its_encoder_mean_pooled(tmp_path):
   """A bertjax pre-training run (its MLM and NSP heads dropped): sentence-transformers' own
   default for an encoder without metadata, mean pooling, at the run's sequence length."""
   from bertjax import pretrain  # pylint: disable=g-import-not-at-top
-  cfg = pretrain_runs.config(2, pretrain_runs.fields(pretrain_runs.corpus_files(
-      tmp_path_factory), checkpoint__every_steps=2, max_eval_batches=1))
+  # The run is only the export's source: TFRecords of 40 short documents of the embedded
+  # corpus, by its vocab (the whole corpus's files take ~30 s of CPU to make).
+  corpus = spm_runs.write_corpus(tmp_path / 'corpus.txt', 'train')
+  data = spm_runs.make_data(tmp_path, corpus, vocab_file=str(embedded.vocab_path()))
+  cfg = pretrain_runs.config(2, pretrain_runs.fields(
+      {'data.train_files': data, 'data.eval_files': data,
+       'data.vocab_file': str(embedded.vocab_path())},
+      checkpoint__every_steps=2, max_eval_batches=1))
   pretrain.train_and_evaluate(cfg, str(tmp_path / 'run'))
   out = export.export(tmp_path / 'run', 'sentence_transformers', tmp_path / 'st')
   result = sources.load(tmp_path / 'run')
