@@ -170,14 +170,29 @@ def _finetune_in_subprocess(cwd, workdir, *flags_, env=()):
   return done
 
 
-def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(tmp_path):
+EVERY_COMPILE = [('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')]  # Tiny compiles too.
+
+
+@pytest.fixture(scope='module')
+def first_cached_run(tmp_path_factory):
+  """(folder, cache, process) of a fine-tuning run (workdir <folder>/w1) that compiled every
+  program into a fresh cache: the cache test's first run, whose job the TensorBoard test reads
+  too (one run of the command, not two)."""
+  folder = tmp_path_factory.mktemp('finetune')
+  cache = folder / 'cache'
+  done = _finetune_in_subprocess(folder, 'w1', f'--compilation_cache_dir={cache}',
+                                 env=EVERY_COMPILE)
+  return folder, cache, done
+
+
+def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(first_cached_run):
   # TensorFlow's import costs seconds; a fine-tuning job on a CPU host reads no tf.data, so its
   # event files are written without it, and TensorBoard's reader still finds its scalars.
-  done = _finetune_in_subprocess(tmp_path, 'w', '--compilation_cache_dir=')
+  folder, _, done = first_cached_run
   lines = done.stdout.strip().splitlines()
   assert lines[-1] == 'tensorflow imported: False'  # Printed at exit, after the job.
   # The job's last line: its summary, after every log line; its first: what exports hold it.
-  workdir = tmp_path / 'w'
+  workdir = folder / 'w1'
   assert re.fullmatch(
       rf'finetune finished in (\d+\.\d s|\d+m\d\ds): step 6/6, train loss [\d.]+, eval '
       rf'accuracy [\d.]+, macro_f1 [\d.]+, loss [\d.]+; eval results {workdir}/eval_results.json, '
@@ -185,29 +200,26 @@ def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(t
       rf'{workdir}/predictions/step_6, checkpoints {workdir}/checkpoints \(step 6\), TensorBoard '
       rf'{workdir}', lines[-2]), done.stdout
   assert 'classification head on the [CLS] pooler: exports to hf, tf1, saved_model' in done.stderr
-  scalars = summaries.read_scalars(str(tmp_path / 'w'))
+  scalars = summaries.read_scalars(str(workdir))
   # Evals at each epoch's end: the first epoch's train rows (more than 48) complete at step 4.
   assert sorted(scalars['eval/accuracy']) == [4, 6]
   assert sorted(scalars['train/loss']) == [4, 6]
 
 
-def test_a_rerun_loads_its_compiled_steps_from_the_cache_and_ends_the_same(tmp_path):
-  cache = tmp_path / 'cache'
-  every_compile = [('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')]  # Tiny compiles too.
-  first = _finetune_in_subprocess(tmp_path, 'w1', f'--compilation_cache_dir={cache}',
-                                  env=every_compile)
+def test_a_rerun_loads_its_compiled_steps_from_the_cache_and_ends_the_same(first_cached_run):
+  folder, cache, first = first_cached_run
   assert f'compiled programs cached in {cache}' in first.stderr
   entries = sorted(p.name for p in cache.iterdir())
   assert any(name.startswith('jit_train_step-') for name in entries), entries
-  _finetune_in_subprocess(tmp_path, 'w2', f'--compilation_cache_dir={cache}', env=every_compile)
+  _finetune_in_subprocess(folder, 'w2', f'--compilation_cache_dir={cache}', env=EVERY_COMPILE)
   assert sorted(p.name for p in cache.iterdir()) == entries  # Every program found, none added.
   # An entry cut short (a process killed while writing it) is reported and compiled again.
   step = next(p for p in cache.iterdir() if p.name.startswith('jit_train_step-'))
   step.write_bytes(step.read_bytes()[:step.stat().st_size // 2])
-  third = _finetune_in_subprocess(tmp_path, 'w3', f'--compilation_cache_dir={cache}',
-                                  env=every_compile)
+  third = _finetune_in_subprocess(folder, 'w3', f'--compilation_cache_dir={cache}',
+                                  env=EVERY_COMPILE)
   assert "Error reading persistent compilation cache entry for 'jit_train_step'" in third.stderr
-  results = [(tmp_path / w / 'eval_results.json').read_text() for w in ('w1', 'w2', 'w3')]
+  results = [(folder / w / 'eval_results.json').read_text() for w in ('w1', 'w2', 'w3')]
   assert results[0] == results[1] == results[2]
 
 

@@ -101,10 +101,18 @@ def test_resume_after_a_crash_is_exact(sst2_dir, tmp_path, monkeypatch, fields):
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+# The sst2 runs of a few steps keep the schedule of tiny_config's 8 steps (2 epochs): their
+# learning rates are no subject of theirs, and the rates are constants of the compiled step, so
+# each shares the step of the 8-step runs on its mesh (the session's compilation cache,
+# tests/conftest.py) instead of compiling its own.
+EIGHT_STEP_SCHEDULE = {'optimizer.total_steps': 8}
+
+
 @ONE_DEVICE
 def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
     sst2_dir, tmp_path, monkeypatch):
-  config = tiny_config(sst2_dir, num_train_steps=3)  # Batch 16: 48 examples consumed.
+  # Batch 16: 48 examples consumed.
+  config = tiny_config(sst2_dir, num_train_steps=3, **EIGHT_STEP_SCHEDULE)
   finetune.train_and_evaluate(config, str(tmp_path))
   example_indices, firsts = batches.example_indices, []
 
@@ -113,8 +121,8 @@ def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
     return example_indices(first, batch_size, *args, **kwargs)
 
   monkeypatch.setattr(batches, 'example_indices', recording)
-  finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=5, global_batch_size=8),
-                              str(tmp_path))
+  finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=5, global_batch_size=8,
+                                          **EIGHT_STEP_SCHEDULE), str(tmp_path))
   # Steps 3 and 4 at batch 8 read examples 48..63 (step x batch would restart at 24).
   assert {(48, 8), (56, 8)} <= set(firsts) and not {f for f, _ in firsts} & {24, 32}, firsts
   assert final_params(tmp_path)[1] == 5
@@ -127,14 +135,16 @@ def test_a_preset_tasks_training_files_changed_under_a_run_are_refused_on_resume
   # examples in another order, silently (only a user's train_file was digested).
   data = tmp_path / 'sst2'
   shutil.copytree(sst2_dir, data)
-  finetune.train_and_evaluate(tiny_config(data, num_train_steps=2), str(tmp_path / 'run'))
-  finetune.train_and_evaluate(tiny_config(data, num_train_steps=3), str(tmp_path / 'run'))
+  for steps in (2, 3):
+    finetune.train_and_evaluate(tiny_config(data, num_train_steps=steps, **EIGHT_STEP_SCHEDULE),
+                                str(tmp_path / 'run'))
   train = next(data.rglob('train.tsv'))
   rows = train.read_text().splitlines(keepends=True)
   train.write_text(''.join(rows[:1] + rows[2:]))  # One row gone.
   with pytest.raises(ValueError, match=r'fine-tuned on other training examples: task sst2 reads '
                      r'other features from .*sst2 now .*Restore the data'):
-    finetune.train_and_evaluate(tiny_config(data, num_train_steps=4), str(tmp_path / 'run'))
+    finetune.train_and_evaluate(tiny_config(data, num_train_steps=4, **EIGHT_STEP_SCHEDULE),
+                                str(tmp_path / 'run'))
   assert final_params(tmp_path / 'run')[1] == 3  # Nothing of the run was touched.
 
 
@@ -147,7 +157,7 @@ def _last_line(capsys) -> str:
 
 
 def test_predict_mode_writes_test_predictions(sst2_dir, tmp_path, capsys, monkeypatch):
-  config = tiny_config(sst2_dir, num_train_steps=2)
+  config = tiny_config(sst2_dir, num_train_steps=2, **EIGHT_STEP_SCHEDULE)
   result = finetune.train_and_evaluate(config, str(tmp_path))
   # Every mode ends with its summary line: how it ended, the task's metrics, where outputs are.
   assert re.fullmatch(
@@ -343,6 +353,7 @@ def test_every_glue_preset_trains_evaluates_and_predicts(task, minilm_dir, tmp_p
       assert set(values) <= set(spec.labels)
 
 
+@ONE_DEVICE  # The pre-training run too: its mesh comes from sharding.make_mesh.
 def test_init_from_our_pretraining_checkpoint_into_scanned_layers(sst2_dir, tmp_path):
   """Pre-train 2 steps, then fine-tune from that workdir: shape from its meta, layers stacked."""
   pre = pretrain.get_config('size=tiny,steps=2,batch=8,seq=32')
@@ -379,14 +390,17 @@ def test_mean_pooling_head_and_its_detection(minilm_dir):
   ids = np.array([[1, 5, 6, 7, 2, 0, 0], [1, 8, 2, 0, 0, 0, 0]], np.int32)
   mask = (ids > 0).astype(np.int32)
   segments = np.zeros_like(ids)
-  params = flax.linen.unbox(module.init(jax.random.key(0), ids, mask, segments))['params']
-  logits = module.apply({'params': params}, ids, mask, segments)
-  x, _ = encoder.BertEncoder(cfg).apply({'params': params['bert']}, ids, mask, segments)
+  # Jitted, as the steps run them: op by op, each primitive compiled on its own (~20 s).
+  params = flax.linen.unbox(jax.jit(module.init)(jax.random.key(0), ids, mask, segments))
+  params = jax.device_get(params['params'])
+  apply = jax.jit(module.apply)
+  logits = apply({'params': params}, ids, mask, segments)
+  x, _ = jax.jit(encoder.BertEncoder(cfg).apply)({'params': params['bert']}, ids, mask, segments)
   pooled = np.stack([np.asarray(x)[i, mask[i] > 0].mean(0) for i in range(2)])
   expected = pooled @ params['classifier']['kernel'] + params['classifier']['bias']
   np.testing.assert_allclose(logits, expected, atol=1e-5)
   ids_other_padding = np.where(mask > 0, ids, 9)
-  np.testing.assert_allclose(module.apply({'params': params}, ids_other_padding, mask, segments),
+  np.testing.assert_allclose(apply({'params': params}, ids_other_padding, mask, segments),
                              logits, atol=1e-6)
 
 
@@ -424,9 +438,10 @@ def test_read_counters_are_not_counted_as_skips(monkeypatch):
   assert dict(dropped) == {'duplicate_dropped': 98} and len(examples) == 24
 
 
-
 def _sst2_long(sst2_dir, tmp_path):
-  return tiny_config(sst2_dir, **{'data.max_seq_length': 48})
+  del tmp_path  # The conll config's files; the sst2 ones are the module's.
+  # 'cls' is what 'auto' gives without init_from: named, for the packing test's [cls] case.
+  return tiny_config(sst2_dir, **{'data.max_seq_length': 48, 'pooling': 'cls'})
 
 
 def _conll_long(allennlp_wheel, minilm_dir, tmp_path):
@@ -441,36 +456,68 @@ def _conll_long(allennlp_wheel, minilm_dir, tmp_path):
   return config
 
 
-@pytest.mark.parametrize('make_config', [_sst2_long, _conll_long], ids=['sst2', 'conll2003'])
-def test_dynamic_padding_trains_and_predicts_like_full_rows(make_config, request, tmp_path,
-                                                            monkeypatch):
+def _no_dropout(config):
+  """Dropout off: its masks are drawn for the batch's shape, so with it on, runs whose rows
+  are cut or packed otherwise differ as two seeds do."""
+  config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+  return config
+
+
+def _full_rows_run(config, workdir) -> dict:
+  """`config` run with one example per row at its full length (data.pad_to_multiple_of 0),
+  dropout off: {'workdir', 'results' (eval), 'lengths' (the batches were cut to, sorted)}."""
+  _no_dropout(config).data.pad_to_multiple_of = 0
+  lengths, trim = [], kinds.trim
+  # float32_matmuls is function-scoped: not yet on when a module-scoped fixture runs this.
+  with pytest.MonkeyPatch.context() as patch, jax.default_matmul_precision('float32'):
+    patch.setattr(kinds, 'trim', lambda kind, host, length: (
+        lengths.append(length), trim(kind, host, length))[1])
+    results = finetune.train_and_evaluate(config, str(workdir))
+  return {'workdir': workdir, 'results': results, 'lengths': sorted(set(lengths))}
+
+
+# The reference runs of the dynamic padding test and the packing tests (the same examples one per
+# row at full length, on 8 devices), made once for both.
+@pytest.fixture(scope='module')
+def sst2_full_rows(sst2_dir, tmp_path_factory):
+  return _full_rows_run(_sst2_long(sst2_dir, None), tmp_path_factory.mktemp('sst2_full_rows'))
+
+
+@pytest.fixture(scope='module')
+def conll_full_rows(allennlp_wheel, minilm_dir, tmp_path_factory):
+  root = tmp_path_factory.mktemp('conll_full_rows')
+  return _full_rows_run(_conll_long(allennlp_wheel, minilm_dir, root), root / 'run')
+
+
+@pytest.mark.parametrize('make_config, full_rows', [(_sst2_long, 'sst2_full_rows'),
+                                                     (_conll_long, 'conll_full_rows')],
+                         ids=['sst2', 'conll2003'])
+def test_dynamic_padding_trains_and_predicts_like_full_rows(make_config, full_rows, request,
+                                                            tmp_path, monkeypatch):
   """Batches cut to their longest row (data.pad_to_multiple_of) give the parameters, eval
   metrics and predictions of full-length batches: sequence classification and tagging. Dropout
-  is off: its masks are drawn for the batch's shape, so with it on the runs differ as two
-  seeds do."""
+  is off (_no_dropout). The full-length run is the module's (shared with the packing tests)."""
+  full_rows = request.getfixturevalue(full_rows)
   fixtures = [request.getfixturevalue(name) for name in
               (('sst2_dir',) if make_config is _sst2_long else ('allennlp_wheel', 'minilm_dir'))]
   lengths = []
   trim = kinds.trim
   monkeypatch.setattr(kinds, 'trim', lambda kind, host, length: (
       lengths.append(length), trim(kind, host, length))[1])
-  results = {}
-  for multiple in (0, 8):
-    config = make_config(*fixtures, tmp_path / str(multiple))
-    config.data.pad_to_multiple_of = multiple
-    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
-    lengths.clear()
-    results[multiple] = finetune.train_and_evaluate(config, str(tmp_path / f'run{multiple}'))
-    seen = sorted(set(lengths))
-    full = config.data.max_seq_length
-    assert seen == [full] if not multiple else max(seen) < full and not any(n % 8 for n in seen)
-  (a, step_a), (b, step_b) = (final_params(tmp_path / f'run{m}') for m in (0, 8))
+  config = _no_dropout(make_config(*fixtures, tmp_path))
+  config.data.pad_to_multiple_of = 8
+  cut = finetune.train_and_evaluate(config, str(tmp_path / 'run8'))
+  full, seen = config.data.max_seq_length, sorted(set(lengths))
+  assert full_rows['lengths'] == [full]
+  assert max(seen) < full and not any(n % 8 for n in seen)
+  workdirs = (full_rows['workdir'], tmp_path / 'run8')
+  (a, step_a), (b, step_b) = (final_params(w) for w in workdirs)
   assert step_a == step_b
   for key in a:
     np.testing.assert_allclose(a[key], b[key], atol=2e-6, err_msg=key)
-  for key, value in results[0].items():
-    assert results[8][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-  predictions = [sorted((tmp_path / f'run{m}' / 'predictions').rglob('*.*')) for m in (0, 8)]
+  for key, value in full_rows['results'].items():
+    assert cut[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+  predictions = [sorted((w / 'predictions').rglob('*.*')) for w in workdirs]
   assert predictions[0]
   for full_file, cut_file in zip(*predictions, strict=True):
     assert full_file.read_text() == cut_file.read_text()
@@ -478,65 +525,68 @@ def test_dynamic_padding_trains_and_predicts_like_full_rows(make_config, request
 
 @pytest.mark.parametrize('pooling', ['cls', 'mean'])
 def test_packed_rows_train_and_predict_like_one_per_row(sst2_dir, tmp_path, monkeypatch,
-                                                        pooling):
+                                                        pooling, request):
   """A step's examples packed 3 to a row (data.max_instances_per_row) give the parameters, eval
   metrics and predictions of the same examples one per row: each attends to itself, is pooled
   on its own ([CLS] or mean) and weighs one in the loss. The packed run is also sharded (data 2,
-  fsdp 2, tensor 2: rows rounded up to 4). Dropout off, as in the dynamic padding test."""
+  fsdp 2, tensor 2: rows rounded up to 4). Dropout off (_no_dropout). One per row is the
+  full-length run: for [CLS], the dynamic padding test's (sst2_full_rows)."""
+  if pooling == 'cls':
+    one = request.getfixturevalue('sst2_full_rows')
+  else:
+    config = _sst2_long(sst2_dir, tmp_path)
+    config.pooling = pooling
+    one = _full_rows_run(config, tmp_path / 'pack1')
   rows_seen = []
   pack_rows = batches.pack_rows
   monkeypatch.setattr(batches, 'pack_rows', lambda *a: (
       rows_seen.append(len((out := pack_rows(*a))[0]['input_ids'])), out)[1])
-  results = {}
-  for pack in (1, 3):
-    config = _sst2_long(sst2_dir, tmp_path)
-    config.data.max_instances_per_row = pack
-    config.pooling = pooling
-    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
-    if pack > 1:
-      config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
-    results[pack] = finetune.train_and_evaluate(config, str(tmp_path / f'pack{pack}'))
+  config = _no_dropout(_sst2_long(sst2_dir, tmp_path))
+  config.data.max_instances_per_row = 3
+  config.pooling = pooling
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  packed = finetune.train_and_evaluate(config, str(tmp_path / 'pack3'))
   # 16 examples of ~10 tokens per step: 6 rows of 3, rounded up to 8; eval's 24 take 2 batches.
   assert rows_seen and max(rows_seen) <= 8 and all(n % 4 == 0 for n in rows_seen), rows_seen
-  (a, step_a), (b, step_b) = (final_params(tmp_path / f'pack{p}') for p in (1, 3))
+  workdirs = (one['workdir'], tmp_path / 'pack3')
+  (a, step_a), (b, step_b) = (final_params(w) for w in workdirs)
   assert step_a == step_b == 8
   for key in a:
     np.testing.assert_allclose(b[key], a[key], atol=2e-5, rtol=1e-4, err_msg=key)
-  for key, value in results[1].items():
-    assert results[3][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
-  predictions = [sorted((tmp_path / f'pack{p}' / 'predictions').rglob('*.*')) for p in (1, 3)]
+  for key, value in one['results'].items():
+    assert packed[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+  predictions = [sorted((w / 'predictions').rglob('*.*')) for w in workdirs]
   assert len(predictions[0]) == 2  # Two epochs' evals.
   for one_file, packed_file in zip(*predictions, strict=True):
     assert packed_file.read_text() == one_file.read_text()
 
 
 def test_packed_tagging_trains_and_predicts_like_one_per_row(allennlp_wheel, minilm_dir,
-                                                             tmp_path, monkeypatch):
+                                                             conll_full_rows, tmp_path,
+                                                             monkeypatch):
   """CoNLL sentences packed 3 to a row give the parameters, entity scores and tag files of the
   same sentences one per row: each token's tag moves with it and is read back from its own
-  place in its row. The packed run is sharded (data 2, fsdp 2, tensor 2). Dropout off."""
+  place in its row. The packed run is sharded (data 2, fsdp 2, tensor 2). Dropout off. One per
+  row is the dynamic padding test's full-length run (conll_full_rows)."""
   rows_seen = []
   pack_rows = batches.pack_rows
   monkeypatch.setattr(batches, 'pack_rows', lambda *a: (
       rows_seen.append((len(a[1]), len((out := pack_rows(*a))[0]['input_ids']))), out)[1])
-  results = {}
-  for pack in (1, 3):
-    config = _conll_long(allennlp_wheel, minilm_dir, tmp_path / f'data{pack}')
-    config.data.max_instances_per_row = pack
-    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
-    if pack > 1:
-      config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
-    results[pack] = finetune.train_and_evaluate(config, str(tmp_path / f'pack{pack}'))
+  config = _no_dropout(_conll_long(allennlp_wheel, minilm_dir, tmp_path))
+  config.data.max_instances_per_row = 3
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  packed = finetune.train_and_evaluate(config, str(tmp_path / 'pack3'))
   # A step's 16 sentences of ~10-40 pieces: at most 8 rows of 96 (rounded up to 4).
   train_rows = [rows for examples, rows in rows_seen if examples == 16]
   assert train_rows and max(train_rows) <= 8, rows_seen
-  (a, step_a), (b, step_b) = (final_params(tmp_path / f'pack{p}') for p in (1, 3))
+  workdirs = (conll_full_rows['workdir'], tmp_path / 'pack3')
+  (a, step_a), (b, step_b) = (final_params(w) for w in workdirs)
   assert step_a == step_b == 4
   for key in a:
     np.testing.assert_allclose(b[key], a[key], atol=2e-5, rtol=1e-4, err_msg=key)
-  for key, value in results[1].items():
-    assert results[3][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
-  predictions = [sorted((tmp_path / f'pack{p}' / 'predictions').rglob('*.*')) for p in (1, 3)]
+  for key, value in conll_full_rows['results'].items():
+    assert packed[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+  predictions = [sorted((w / 'predictions').rglob('*.*')) for w in workdirs]
   assert predictions[0]
   for one_file, packed_file in zip(*predictions, strict=True):
     assert packed_file.read_text() == one_file.read_text()

@@ -33,26 +33,42 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
 requests = json.load(open(sys.argv[1]))
-out = {}
+out, models = {}, {}
 for name, (path, signature, inputs) in requests.items():
-  fn = tf.saved_model.load(path).signatures[signature]
+  if path not in models:  # Loaded once, however many requests it serves.
+    models[path] = tf.saved_model.load(path)
+  fn = models[path].signatures[signature]
   result = fn(**{k: tf.constant(v) for k, v in inputs.items()})
   out[name] = {k: v.numpy().tolist() if v.dtype != tf.string else
                [[x.decode() for x in row] if isinstance(row, np.ndarray) else row.decode()
                 for row in v.numpy()] for k, v in result.items()}
-json.dump(out, open(sys.argv[2], 'w'))
+described = lambda specs: ', '.join(f'{k}: {v.dtype.name} {v.shape.as_list()}'  # noqa: E731
+                                    for k, v in sorted(specs.items()))
+signatures = {path: {name: (described(fn.structured_input_signature[1]),
+                            described(fn.structured_outputs))
+                     for name, fn in model.signatures.items()}
+              for path, model in models.items()}
+json.dump({'outputs': out, 'signatures': signatures}, open(sys.argv[2], 'w'))
 '''
 
 
-def serve(requests: dict, tmp_path) -> dict:
-  """Runs each (SavedModel, signature, inputs) in one fresh TF-only process."""
+def serve_all(requests: dict, tmp_path) -> tuple[dict, dict]:
+  """Runs each (SavedModel, signature, inputs) in one fresh TF-only process, each SavedModel
+  loaded once: (the outputs by request name, each SavedModel's signatures by its path as
+  {name: (inputs, outputs)}, each 'name: dtype shape, ...' as the loaded signature has them)."""
   (tmp_path / 'requests.json').write_text(json.dumps(requests))
   (tmp_path / 'serve.py').write_text(SERVE)
   proc = subprocess.run([sys.executable, str(tmp_path / 'serve.py'), str(tmp_path /
                         'requests.json'), str(tmp_path / 'out.json')], capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads((tmp_path / 'out.json').read_text())
+  written = json.loads((tmp_path / 'out.json').read_text())
+  return written['outputs'], written['signatures']
+
+
+def serve(requests: dict, tmp_path) -> dict:
+  """The outputs by request name of serve_all."""
+  return serve_all(requests, tmp_path)[0]
 
 
 @pytest.fixture(scope='module')
@@ -74,6 +90,42 @@ def exported(minilm_dir, minilm_command, fine_tuned_sst2, tmp_path_factory):
     saved_model.save(bundles[kind], root / kind)
     paths[kind] = root / kind
   return {k: str(v) for k, v in paths.items()}, bundles
+
+
+# The requests of the tests below, served together by one process (`served`).
+CONTEXT = 'The king doth speak of his lord in the great hall, and my heart is glad.'
+QUESTIONS = ['Who speaks?', 'Where does he speak of his lord?']
+TAGGED = ['The king speaks , and all listen .', 'Fair is foul']
+# Accents, punctuation, CJK, controls: bertjax's fast path or the reference tokenizer's lines.
+TOKENIZER_TEXTS = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。',
+                   'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120]
+
+
+def sst2_sentences(data) -> list[str]:
+  return [line.split('\t')[0] for line in (data / 'dev.tsv').read_text().splitlines()[1:]]
+
+
+@pytest.fixture(scope='module')
+def served(exported, fine_tuned_sst2, tmp_path_factory):
+  """This file's requests, served by one fresh process without JAX: serve_all's (outputs,
+  signatures)."""
+  paths, _ = exported
+  return serve_all({
+      'golden': (paths['minilm'], 'serving_default', {'text': GOLDEN}),
+      'pairs': (paths['minilm'], 'pairs', {'text_a': GOLDEN, 'text_b': GOLDEN[::-1]}),
+      'tokenizer': (paths['minilm'], 'serving_default', {'text': TOKENIZER_TEXTS}),
+      'sst2': (paths['sst2'], 'serving_default', {'text': sst2_sentences(fine_tuned_sst2[1])}),
+      'span': (paths['span'], 'serving_default',
+               {'question': QUESTIONS, 'context': [CONTEXT] * 2}),
+      'tagging': (paths['tagging'], 'serving_default', {'text': TAGGED}),
+      # A text past the model's length: a gather out of range failed the whole batch.
+      'long': (paths['tagging'], 'serving_default', {'text': [' '.join(['king'] * 200)]}),
+  }, tmp_path_factory.mktemp('served'))
+
+
+@pytest.fixture(scope='module')
+def minilm(minilm_dir):
+  return sources.load(minilm_dir)
 
 
 def ids_of(vocab_file, texts, pairs=None, max_len=128):
@@ -104,32 +156,19 @@ def ids_of(vocab_file, texts, pairs=None, max_len=128):
   return batch
 
 
-def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, fine_tuned_sst2,
-                                                                minilm_dir, tmp_path):
-  paths, bundles = exported
+def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, served, minilm,
+                                                                fine_tuned_sst2):
+  _, bundles = exported
   workdir, data = fine_tuned_sst2
-  sentences = [line.split('\t')[0] for line in (data / 'dev.tsv').read_text().splitlines()[1:]]
-  context = 'The king doth speak of his lord in the great hall, and my heart is glad.'
-  questions = ['Who speaks?', 'Where does he speak of his lord?']
-  tagged = ['The king speaks , and all listen .', 'Fair is foul']
-  requests = {
-      'golden': (paths['minilm'], 'serving_default', {'text': GOLDEN}),
-      'pairs': (paths['minilm'], 'pairs', {'text_a': GOLDEN, 'text_b': GOLDEN[::-1]}),
-      'sst2': (paths['sst2'], 'serving_default', {'text': sentences}),
-      'span': (paths['span'], 'serving_default',
-               {'question': questions, 'context': [context] * 2}),
-      'tagging': (paths['tagging'], 'serving_default', {'text': tagged}),
-      # A text past the model's length: a gather out of range failed the whole batch.
-      'long': (paths['tagging'], 'serving_default', {'text': [' '.join(['king'] * 200)]}),
-  }
-  out = serve(requests, tmp_path)
+  sentences = sst2_sentences(data)
+  context, questions, tagged = CONTEXT, QUESTIONS, TAGGED
+  out, _ = served
 
   # The sentence-transformers golden matrix from raw strings.
   mean = np.array(out['golden']['mean_pooled_output'])
   mean /= np.linalg.norm(mean, axis=1, keepdims=True)
   np.testing.assert_allclose(mean @ mean.T, GOLDEN_COSINE, atol=1e-3)
   # Every output equals bertjax's on bertjax's own ids, single texts and pairs alike.
-  minilm = sources.load(minilm_dir)
   for name, pairs in (('golden', None), ('pairs', GOLDEN[::-1])):
     batch = ids_of(minilm.vocab_file, GOLDEN, pairs)
     np.testing.assert_array_equal(np.array(out[name]['input_mask']), batch['input_mask'])
@@ -178,19 +217,16 @@ def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, fine_
   assert set(tags[:kept]) <= set(tagger.labels)
 
 
-def test_saved_model_tokenizer_is_bertjax_fast_path(minilm_dir, exported):
+def test_saved_model_tokenizer_is_bertjax_fast_path(minilm, served):
   """The in-graph ids equal bertjax's on varied real text (accents, punctuation, CJK, controls)."""
-  texts = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。', 'tab\there\u200bzero-width',
-           'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120]
+  texts, result = TOKENIZER_TEXTS, minilm
   tf, _ = fast_tokenizer.import_tf()
-  result = sources.load(minilm_dir)
-  loaded = tf.saved_model.load(exported[0]['minilm'])
-  got = loaded.signatures['serving_default'](text=tf.constant(texts))
+  got = served[0]['tokenizer']
   fast = fast_tokenizer.FastTokenizer(result.vocab_file, do_lower_case=True)
   routed = fast.tf_needs_reference(tf.constant(texts)).numpy()
-  mask = got['input_mask'].numpy()
+  mask = np.array(got['input_mask'])
   batch = ids_of(result.vocab_file, texts)
-  seq = got['sequence_output'].numpy()
+  seq = np.array(got['sequence_output'])
   ours = saved_model.numpy_outputs(result, batch)['sequence_output']
   for row in range(len(texts)):
     if routed[row]:
@@ -216,7 +252,7 @@ def run_export(*flags):
 
 
 def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, minilm_command,
-                                                                  tmp_path):
+                                                                  served, tmp_path):
   out, proc = minilm_command
   lines = (proc.stdout + proc.stderr).splitlines()
   assert not [line for line in lines if any(s in line for s in TF_START_UP)], lines
@@ -227,15 +263,11 @@ def test_the_command_prints_how_to_load_it_and_ends_on_its_summary(minilm_dir, m
   assert printed[:4] == ['load it with:', '  import tensorflow as tf',
                          "  import tensorflow_text  # registers the tokenizer's ops",
                          f"  model = tf.saved_model.load('{out}')"]
-  # Each signature as the written SavedModel has it, loaded the way the lines say.
-  tf, _ = fast_tokenizer.import_tf()
-  loaded = tf.saved_model.load(str(out))
-  assert sorted(loaded.signatures) == ['pairs', 'serving_default']
-  for name, fn in loaded.signatures.items():
-    inputs = ', '.join(f'{k}: {v.dtype.name} {v.shape.as_list()}'
-                       for k, v in sorted(fn.structured_input_signature[1].items()))
-    outputs = ', '.join(f'{k}: {v.dtype.name} {v.shape.as_list()}'
-                        for k, v in sorted(fn.structured_outputs.items()))
+  # Each signature as the written SavedModel has it, loaded the way the lines say (by the
+  # serving process: tensorflow and tensorflow_text imported, tf.saved_model.load).
+  signatures = served[1][str(out)]
+  assert sorted(signatures) == ['pairs', 'serving_default']
+  for name, (inputs, outputs) in signatures.items():
     assert f'  {name}({inputs}) -> {outputs}' in printed, (name, printed)
   assert '  serving_default(text: string [None]) -> input_mask: int32 [None, None], ' \
          'mean_pooled_output: float32 [None, 384]' in '\n'.join(printed)
