@@ -168,15 +168,18 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   np.testing.assert_array_equal(back.params['mlm/output_bias'], params['mlm/output_bias'])
 
 
-def test_a_pretraining_runs_vocab_is_checked_by_its_readers_and_continued_pretraining(tmp_path):
+@pytest.mark.usefixtures('one_device')  # Vocabs, not sharding (tests/conftest.py).
+def test_a_pretraining_runs_vocab_is_checked_by_its_readers_and_continued_pretraining(corpus,
+                                                                                    tmp_path):
   """Pass AD: a pre-training run recorded no vocab hash, so its vocab.txt replaced by another
   of the same size was read by every reader; and continued pre-training on the embedded corpus
   compared nothing with init_from's vocab: the embedded vocab's ids trained weights of
   another."""
-  fields = pretrain_runs.fields({}, model__nsp=False, eval_every_steps=0,
-                                checkpoint__every_steps=1000)
+  # The embedded corpus's files made once for the session (pretrain_runs.corpus_files), not
+  # again in the workdir; the run's compiled programs are model/platform_defaults_test's.
   workdir = tmp_path / 'run'
-  pretrain.train_and_evaluate(pretrain_runs.config(2, fields), str(workdir))
+  pretrain.train_and_evaluate(pretrain_runs.config(2, pretrain_runs.fields(
+      corpus, eval_every_steps=0, checkpoint__every_steps=1000)), str(workdir))
   recorded = json.loads((workdir / 'config.json').read_text())['data']['vocab_sha256']
   assert recorded == files.sha256(str(embedded.vocab_path()))
   lines = embedded.vocab_path().read_text(encoding='utf-8').splitlines()
@@ -190,7 +193,7 @@ def test_a_pretraining_runs_vocab_is_checked_by_its_readers_and_continued_pretra
   run = json.loads((workdir / 'config.json').read_text())
   del run['data']['vocab_sha256']
   (workdir / 'config.json').write_text(json.dumps(run))
-  continued = pretrain_runs.config(2, fields | {'init_from': str(workdir)})
+  continued = pretrain_runs.config(2, pretrain_runs.fields({}, init_from=str(workdir)))
   with pytest.raises(ValueError, match=r'^the vocab .*vocab.txt is not the vocab .*run was '
                      r'trained with \(.*\): the embedded corpus is tokenized with it; make data '
                      r'with the weights\' vocab'):

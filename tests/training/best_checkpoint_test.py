@@ -1,7 +1,8 @@
 """The best checkpoint: keep_best keeps what the evals rank best by checkpoint.best_metric, and
 --step=best|latest|N resolves the same way for every reader (checkpoint_reader.resolve_step).
 
-Tiny fine-tuning runs (the SST-2-layout task of finetune_runs) evaluated at every step.
+Tiny fine-tuning runs (the SST-2-layout task of finetune_runs) evaluated at every step, and
+tiny pre-training runs, each on the first device only.
 """
 
 import json
@@ -20,6 +21,9 @@ from bertjax.training import checkpoint_reader
 from bertjax.training import ranking
 from bertjax.training import run_files
 from configs import pretrain as pretrain_config
+
+# The subject is never sharding: the runs, the shared ones too, use the first device only.
+pytestmark = pytest.mark.usefixtures('one_device_per_module')
 
 
 @pytest.fixture(scope='module')
@@ -43,12 +47,17 @@ def run(sst2_dir, workdir, **fields):
   return finetune.train_and_evaluate(config, str(workdir))
 
 
+# A rate that moves the eval loss. The runs at it (6 steps) compile one train step: the
+# session's compilation cache gives the second run the first one's.
+MOVING_RATE = {'optimizer.learning_rate': 3e-3}
+
+
 @pytest.fixture(scope='module')
 def best_by_loss(sst2_dir, tmp_path_factory):
   """keep=1, keep_best=1, ranked by the eval loss (lower is better) at a rate that moves it."""
   workdir = tmp_path_factory.mktemp('best') / 'run'
   run(sst2_dir, workdir, **{'checkpoint.keep_best': 1, 'checkpoint.best_metric': 'loss',
-                            'optimizer.learning_rate': 3e-3})
+                            **MOVING_RATE})
   return workdir
 
 
@@ -120,11 +129,11 @@ def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
     checkpoint_reader.parse_step(True)
   with pytest.raises(FileNotFoundError, match='no checkpoint step 99; its steps: '):
     checkpoint_reader.resolve_step(best_by_loss, 99)
-  # A run that kept no best: 'best' says why and what to pass instead.
+  # A run that kept no best (keep=1: its last step only): 'best' says why and what to pass.
   plain = tmp_path / 'plain'
-  run(sst2_dir, plain, num_train_steps=2)
+  run(sst2_dir, plain, **MOVING_RATE)
   with pytest.raises(ValueError, match=r'keep_best=0, so its best checkpoint may have been '
-                     r'deleted .* pass --step=latest or one of its steps \(2\); train with '
+                     r'deleted .* pass --step=latest or one of its steps \(6\); train with '
                      r'--config.checkpoint.keep_best=1'):
     checkpoint_reader.resolve_step(plain, 'best')
   with pytest.raises(ValueError, match='holds none'):
