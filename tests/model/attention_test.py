@@ -41,9 +41,22 @@ def qkv(seed=0):
                for k in jax.random.split(jax.random.key(seed), 3))
 
 
+# The kernels and the model run jitted, as the steps run them: op by op, each primitive compiled
+# on its own (the model's first eager init and apply took 8 s of the file's 25 on CPU).
+@jax.jit
+def xla_attention(q, k, v, mask):
+  """attention.xla without dropout."""
+  return attention.xla(q, k, v, mask, lambda p: p)
+
+
+@functools.partial(jax.jit, static_argnames='packed')
 def reference(q, k, v, input_mask, packed):
   mask = attention.packed_mask(input_mask) if packed else input_mask > 0
   return attention.xla(q, k, v, mask, lambda p: p)
+
+
+dot_product_attention = jax.jit(attention.dot_product_attention, static_argnames='packed')
+splash_interpreted = jax.jit(functools.partial(attention.splash, interpret=True))
 
 
 def assert_equal_at_real_tokens(got, want, input_mask, atol=1e-5):
@@ -59,12 +72,12 @@ def test_dot_product_attention_and_splash_equal_xla(rows, impl):
   mask = ids(rows)
   packed = rows is PACKED
   want = reference(q, k, v, mask, packed)
-  got = (attention.dot_product_attention(q, k, v, mask, packed) if impl != 'splash' else
-         attention.splash(q, k, v, mask, interpret=True))
+  got = (dot_product_attention(q, k, v, mask, packed) if impl != 'splash' else
+         splash_interpreted(q, k, v, mask))
   assert_equal_at_real_tokens(got, want, mask)
   # The comparison can fail: attention across the instances of a packed row differs.
   if packed:
-    crossed = attention.xla(q, k, v, mask > 0, lambda p: p)
+    crossed = xla_attention(q, k, v, mask > 0)
     assert not np.allclose(np.asarray(crossed)[np.asarray(mask) > 0],
                            np.asarray(want)[np.asarray(mask) > 0], atol=1e-3)
 
@@ -94,8 +107,7 @@ def test_cudnn_arguments_describe_the_rows():
   np.testing.assert_array_equal(offsets, [[0, 40, 90, -1], [0, 100, -1, -1]])
   q, k, v = qkv(1)
   mask = ids(PACKED)
-  meant = attention.xla(q, k, v, segment_mask(np.asarray(lengths), np.asarray(offsets)),
-                        lambda p: p)
+  meant = xla_attention(q, k, v, segment_mask(np.asarray(lengths), np.asarray(offsets)))
   assert_equal_at_real_tokens(meant, reference(q, k, v, mask, True), mask)
 
 
@@ -116,39 +128,49 @@ def model_config(impl='xla'):
                                        mlp_dim=64, max_position_embeddings=L, attention_impl=impl)
 
 
-def model_setup():
-  cfg = model_config()
+def model_batch():
+  """A fresh batch (tests set its input_mask)."""
   batch = heads.dummy_batch(B, L, 4)
-  rng = np.random.default_rng(0)
-  batch['input_ids'] = jnp.asarray(rng.integers(5, 100, (B, L)), jnp.int32)
-  params = nn.unbox(heads.BertForPreTraining(cfg).init(jax.random.key(0), **batch)['params'])
-  return cfg, params, batch
+  batch['input_ids'] = np.random.default_rng(0).integers(5, 100, (B, L)).astype(np.int32)
+  return batch
+
+
+@pytest.fixture(scope='module')
+def model_params():
+  """The model's parameters, initialised once for the tests that read them (never written)."""
+  module = heads.BertForPreTraining(model_config())
+  return nn.unbox(jax.jit(module.init)(jax.random.key(0), **model_batch())['params'])
+
+
+@functools.cache
+def model_apply(impl):
+  """(MLM logits, NSP logits) of (params, batch) with this attention kernel: one jitted
+  function per kernel, shared by the tests."""
+  module = heads.BertForPreTraining(model_config(impl))
+  return jax.jit(lambda p, batch: module.apply({'params': p}, **batch))
 
 
 @pytest.mark.parametrize('impl', ['dot_product_attention',
                                   pytest.param('splash', marks=splash_runs_here)])
 @pytest.mark.parametrize('rows', [UNPACKED, PACKED], ids=['unpacked', 'packed'])
-def test_model_outputs_equal_across_kernels(impl, rows):
-  cfg, params, batch = model_setup()
+def test_model_outputs_equal_across_kernels(impl, rows, model_params):
+  batch = model_batch()
   packed = rows is PACKED
   batch['input_mask'] = ids(rows)
-  extra = {'instance_starts': jnp.asarray([[0, 40, 90], [0, 100, 0]])} if packed else {}
-
-  def run(config):
-    return heads.BertForPreTraining(config).apply({'params': params}, **batch, **extra)
-
-  want = run(cfg)
-  got = run(model_config(impl))
+  if packed:
+    batch['instance_starts'] = jnp.asarray([[0, 40, 90], [0, 100, 0]])
+  want = model_apply('xla')(model_params, batch)
+  got = model_apply(impl)(model_params, batch)
   for a, b in zip(got, want, strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
 @needs_eight_devices
 @splash_runs_here
-def test_splash_under_a_mesh_runs_per_device_shard_and_trains_alike():
+def test_splash_under_a_mesh_runs_per_device_shard_and_trains_alike(model_params):
   """With jax.set_mesh over 8 devices (data 2, fsdp 2, tensor 2), splash runs inside shard_map
   on each device's rows and heads; its loss and gradients equal XLA attention's."""
-  cfg, params, batch = model_setup()
+  cfg, params, batch = model_config(), model_params, model_batch()
   batch['input_mask'] = ids(PACKED)
   extra = {'instance_starts': jnp.asarray([[0, 40, 90], [0, 100, 0]])}
   batch = {k: jnp.tile(v, (4,) + (1,) * (v.ndim - 1)) for k, v in (batch | extra).items()}
@@ -184,13 +206,14 @@ def pallas_interpret_flags(jaxpr) -> list:
 
 @splash_runs_here
 @pytest.mark.parametrize('platform', ['tpu', 'cpu'])
-def test_splash_compiles_the_kernel_for_the_meshs_platform_not_the_hosts(platform):
+def test_splash_compiles_the_kernel_for_the_meshs_platform_not_the_hosts(platform,
+                                                                          model_params):
   """launch/aot_compile.py traces on a CPU machine under a mesh of TPU devices: the model must
   emit the real kernel for them, not interpret mode (interpreting only where the target is not
   a TPU). An abstract mesh with a TPU device stands for the topology's devices."""
   from jax._src import mesh as mesh_lib  # pylint: disable=g-import-not-at-top  # AbstractDevice.
   cfg = model_config('splash')
-  _, params, batch = model_setup()
+  params, batch = model_params, model_batch()
   batch['input_mask'] = ids(UNPACKED)
   device = mesh_lib.AbstractDevice('TPU v5 lite' if platform == 'tpu' else 'cpu', None, platform)
   # Auto axes, as sharding.make_mesh makes them (jax 0.12's AbstractMesh defaults to Explicit).

@@ -97,16 +97,17 @@ def test_jit_equals_eager():
 
 def test_padding_does_not_change_real_positions():
   cfg, variables, batch = tiny_setup()
-  bert = encoder.BertEncoder(cfg)
+  # Jitted: op by op, the longer rows' shapes compiled each primitive again.
+  encode = jax.jit(encoder.BertEncoder(cfg).apply)
   params = {'params': variables['params']['bert']}
   inputs = {k: v for k, v in batch.items() if k != 'masked_lm_positions'}
-  seq, pooled = bert.apply(params, **inputs)
+  seq, pooled = encode(params, **inputs)
   # Change what sits at padded positions, and add more padding at the end.
   garbage = dict(inputs)
   garbage['input_ids'] = np.where(inputs['input_mask'] == 1, inputs['input_ids'], 7)
   longer = {k: np.pad(v, ((0, 0), (0, 9)), constant_values=3 if k == 'input_ids' else 0)
             for k, v in garbage.items()}
-  seq2, pooled2 = bert.apply(params, **longer)
+  seq2, pooled2 = encode(params, **longer)
   mask = inputs['input_mask'].astype(bool)
   np.testing.assert_allclose(np.asarray(seq2)[:, :16][mask], np.asarray(seq)[mask], atol=1e-6)
   np.testing.assert_allclose(np.asarray(pooled2), np.asarray(pooled), atol=1e-6)
@@ -125,11 +126,13 @@ def test_bfloat16_close_to_float32():
     got, want = np.asarray(got), np.asarray(want)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 3e-2
     assert np.linalg.norm(got - want) > 0  # bf16 really was used.
-  # Parameters stay float32 whatever the compute dtype.
-  params16 = heads.BertForPreTraining(cfg16).init(jax.random.key(0), **batch)['params']
+  # Parameters stay float32 whatever the compute dtype. (Dtypes are set when the functions are
+  # traced: eval_shape traces init and apply as running them would, without computing.)
+  params16 = jax.eval_shape(heads.BertForPreTraining(cfg16).init, jax.random.key(0),
+                            **batch)['params']
   assert {x.dtype for x in jax.tree.leaves(params16)} == {jnp.dtype('float32')}
-  seq16, _ = encoder.BertEncoder(cfg16).apply(
-      {'params': variables['params']['bert']},
+  seq16, _ = jax.eval_shape(
+      encoder.BertEncoder(cfg16).apply, {'params': variables['params']['bert']},
       **{k: v for k, v in batch.items() if k != 'masked_lm_positions'})
   assert seq16.dtype == jnp.bfloat16
 
@@ -209,26 +212,34 @@ def test_fused_attention_refuses_dropout_in_training():
     apply(cfg, variables, batch, deterministic=False, rngs={'dropout': jax.random.key(1)})
 
 
+def stacked(params, num_layers):
+  """Unrolled layers' params in the scanned layout: the same weights, stacked along a leading
+  layer axis."""
+  params = nn.unbox(params)
+  bert = {k: v for k, v in params['bert'].items() if not k.startswith('layers_')}
+  layers = [params['bert'][f'layers_{i}'] for i in range(num_layers)]
+  bert['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+  return dict(params, bert=bert)
+
+
 @pytest.mark.parametrize('remat_policy', ['none', 'full', 'dots'])
 def test_scan_and_remat_equal_plain_loop(remat_policy):
   cfg, variables, batch = tiny_setup()
   want = apply(cfg, variables, batch)
   cfg_scan = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
                                  scan_layers=True, remat_policy=remat_policy)
-  # Same weights, stacked along a leading layer axis.
-  params = nn.unbox(variables['params'])
-  bert = {k: v for k, v in params['bert'].items() if not k.startswith('layers_')}
-  layers = [params['bert'][f'layers_{i}'] for i in range(cfg.num_layers)]
-  bert['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-  params = dict(params, bert=bert)
-  got = jax.jit(functools.partial(apply, cfg_scan))({'params': params}, batch)
+  params = stacked(variables['params'], cfg.num_layers)  # Same weights.
+
+  def loss(p):
+    mlm, nsp = apply(cfg_scan, {'params': p}, batch)
+    return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2), (mlm, nsp)
+  # The outputs of the forward pass that the gradients go back through (where remat acts), and
+  # the gradients, in one compiled program: the forward alone was a second compile, and the
+  # gradient op by op (eager) compiled each primitive of the backward pass on its own.
+  grads, got = jax.jit(jax.grad(loss, has_aux=True))(params)
   for a, b in zip(got, want, strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
   # Gradients flow through remat + scan.
-  def loss(p):
-    mlm, nsp = apply(cfg_scan, {'params': p}, batch)
-    return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2)
-  grads = jax.grad(loss)(params)
   assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
 
 
@@ -238,18 +249,25 @@ def test_scan_unroll_changes_the_loop_not_the_numbers():
   2 per trip) and with the whole stack in one trip; the compiled loop holds that many layers."""
   batch = tiny_setup()[2]
   rngs = {'dropout': jax.random.key(3)}
+  # One set of weights for every unroll, 3 unrolled layers' stacked: each unroll's own init of
+  # the scanned model took 3 to 7 s (op by op around its scan), the unrolled init reuses the ops
+  # that the other tests' inits compiled.
+  plain = common.model_config('tiny', vocab_size=500, max_position_embeddings=64, num_layers=3)
+  params = stacked(heads.BertForPreTraining(plain).init(jax.random.key(0), **batch)['params'], 3)
 
   def run(unroll):
     cfg = common.model_config('tiny', vocab_size=500, max_position_embeddings=64,
                               num_layers=3, scan_layers=True, scan_unroll=unroll)
-    params = heads.BertForPreTraining(cfg).init(jax.random.key(0), **batch)['params']
+    # The scanned model's own init (traced, not run) lays its params out so.
+    layout = jax.eval_shape(heads.BertForPreTraining(cfg).init, jax.random.key(0), **batch)
+    assert (jax.tree.map(np.shape, nn.unbox(layout['params']))
+            == jax.tree.map(np.shape, params)), unroll
 
     def loss(p):
       mlm, nsp = apply(cfg, {'params': p}, batch, deterministic=False, rngs=rngs)
       return jnp.sum(mlm ** 2) + jnp.sum(nsp ** 2), (mlm, nsp)
-    step = jax.jit(jax.grad(loss, has_aux=True))
-    hlo = step.lower(params).compile().as_text()
-    return step(params), hlo
+    step = jax.jit(jax.grad(loss, has_aux=True)).lower(params).compile()
+    return step(params), step.as_text()
 
   (want_grads, want_out), hlo_1 = run(1)
   for unroll in (2, 3):
