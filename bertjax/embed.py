@@ -9,11 +9,11 @@ checkpoint, a bertjax run at any step: Embedder.from_pretrained(RUN, step='best'
 the one inference path (inference.forward, its pooled output). A bertjax fine-tuning run
 pools as its head did (its recorded pooling); a pre-training run is mean-pooled.
 
-A sentence-transformers folder says how it pools (1_Pooling/: mean, or the [CLS] token's
-output), whether it L2-normalises (modules.json's Normalize), its length and its default prompt,
-as SentenceTransformer.encode reads them; a plain transformers BERT folder is mean-pooled, not
-normalised and cut at its tokenizer's model_max_length (what sentence-transformers makes of
-one). Pooling, normalisation and length can be overridden.
+A sentence-transformers folder says how it pools (1_Pooling/: mean, the [CLS] token's output or
+the max over the tokens), whether it L2-normalises (modules.json's Normalize), its length and
+its default prompt, as SentenceTransformer.encode reads them; a plain transformers BERT folder
+is mean-pooled, not normalised and cut at its tokenizer's model_max_length (what
+sentence-transformers makes of one). Pooling, normalisation and length can be overridden.
 
 The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prints the
 cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to MATRIX_ROWS
@@ -151,7 +151,7 @@ class Embedder:
       normalize = (model.embedding and model.normalize) if normalize is None else normalize
       # A model's own length (0 or None), never more than its position table (a 64-position
       # model was refused at the default 128); a length given wins.
-      own = _own_length(model, fmt)
+      own = _own_length(model)
       max_seq_length = max_seq_length or own
       prompt = model.prompts.get(model.default_prompt_name, '')
       logging.info('imported %s: %s-pooled%s, %d tokens at most%s%s', model.source, pooling,
@@ -202,17 +202,12 @@ class Embedder:
 
 
 
-def _own_length(model, fmt: str) -> int:
+def _own_length(model) -> int:
   """The tokens SentenceTransformer reads of a sentence: a sentence-transformers model's (or a
   run's) recorded length; a plain transformers folder's tokenizer's model_max_length (unset:
-  the position table); never more than the position table."""
-  positions = model.config['max_position_embeddings']
-  if fmt == 'hf' and not model.embedding:
-    settings = hf_tokenizer_files.json_beside(model.source, 'tokenizer_config.json')
-    length = settings.get('model_max_length')
-    return min(positions, int(length)) if isinstance(length, (int, float)) and length > 0 else (
-        positions)
-  return min(model.max_seq_length, positions)
+  the position table; interop/hf_tokenizer_files.cut_length); never more than the position
+  table."""
+  return min(model.max_seq_length, model.config['max_position_embeddings'])
 
 
 def _pooling(model, fmt: str) -> str:

@@ -239,8 +239,10 @@ def _define_flags():
   flags.DEFINE_bool('do_lower_case', None, 'Override the casing the source records.')
   flags.DEFINE_integer('max_seq_length', 0, 'saved_model: the maximum length; '
                        'sentence_transformers, and hf and onnx\'s tokenizer (model_max_length): '
-                       'the length longer texts are cut to (0 = the length the source records, '
-                       'else 128; the position table for a model with no task).', lower_bound=0)
+                       'the length longer texts are cut to (0 = the length the source records: '
+                       'a run\'s, a sentence-transformers model\'s, a transformers folder\'s '
+                       'tokenizer\'s model_max_length or else its positions, a TF1 checkpoint '
+                       '128; the position table for a model with no task).', lower_bound=0)
   flags.DEFINE_list('labels', [], 'Class names, for a classifier whose source has none '
                               '(a TF1 run_classifier.py checkpoint).')
   # Unset = the source's own: normalised where its modules.json lists a Normalize module.

@@ -20,7 +20,9 @@ from bertjax.model import platform_defaults
 from bertjax.text import vocab_files
 
 OUTPUTS = ('logits', 'hidden_states', 'pooled')
-POOLINGS = ('mean', 'cls')  # sentence-transformers' mean of the tokens; its [CLS] output.
+# sentence-transformers' Pooling modes bertjax computes: the mean of the tokens, the [CLS]
+# token's output, the largest value of each dimension over the tokens.
+POOLINGS = ('mean', 'cls', 'max')
 
 
 def tokenizer(model: bundle_lib.Bundle, missing: str):
@@ -55,7 +57,7 @@ def encoder_params(model: bundle_lib.Bundle) -> dict:
 
   A model without BERT's pooler (BertForMaskedLM, a span or tagging model, BertModel without
   its pooling layer) gets a zero placeholder: the encoder module always computes a pooled
-  output, but what this module serves (hidden states, and embed's mean or [CLS] pooling of the
+  output, but what this module serves (hidden states, and embed's mean, [CLS] or max pooling of the
   sequence output) never reads it, so no output depends on the placeholder."""
   params = {k[len('bert/'):]: v for k, v in model.encoder_params().items()}
   if 'pooler/kernel' not in params:
@@ -102,6 +104,8 @@ def _pooled(bert, pooling, normalize, params, batch):
   x_BxLxD = x_BxLxD.astype(jnp.float32)
   if pooling == 'cls':
     pooled_BxD = x_BxLxD[:, 0]
+  elif pooling == 'max':  # Padding set to -1e9 first, as sentence-transformers' Pooling does.
+    pooled_BxD = jnp.max(jnp.where(batch['input_mask'][..., None] > 0, x_BxLxD, -1e9), 1)
   else:
     mask_BxLx1 = batch['input_mask'][..., None].astype(jnp.float32)
     pooled_BxD = jnp.sum(x_BxLxD * mask_BxLx1, 1) / jnp.maximum(jnp.sum(mask_BxLx1, 1), 1e-9)

@@ -119,8 +119,8 @@ def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
     embed.Embedder.from_pretrained(run)
   with pytest.raises(ValueError, match='step=3 names a checkpoint of a bertjax run'):
     embed.Embedder.from_pretrained(embed.default_checkpoint(), step=3)
-  with pytest.raises(ValueError, match=r"pooling='max'; valid: mean, cls"):
-    embed.Embedder.from_pretrained(embed.default_checkpoint(), pooling='max')
+  with pytest.raises(ValueError, match=r"pooling='last'; valid: mean, cls, max"):
+    embed.Embedder.from_pretrained(embed.default_checkpoint(), pooling='last')
   with pytest.raises(ValueError, match="max_seq_length=1024 must be between 3 and the model's 512 "
                      'positions: pass one in that range, or 0'):
     embed.Embedder.from_pretrained(embed.default_checkpoint(), max_seq_length=1024)

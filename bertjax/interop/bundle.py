@@ -110,8 +110,12 @@ class Bundle:
   do_lower_case: bool
   labels: tuple = ()  # Class names (classification) or tags (tagging).
   labels_named: bool = True  # False: the source had only class numbers (a TF1 classifier).
-  pooling: str = 'cls'  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'.
-  max_seq_length: int = 128  # What the model was fine-tuned with (serving's padded length).
+  # Sequence-level heads: 'cls' (BERT's pooler) or 'mean'; a sentence-transformers encoder's also
+  # 'max' (embed computes it: inference.POOLINGS).
+  pooling: str = 'cls'
+  # The tokens a text is cut to: what a run was fine-tuned with, a sentence-transformers model's or
+  # a transformers folder's tokenizer's length (hf_tokenizer_files.cut_length); TF1 keeps none.
+  max_seq_length: int = 128
   source: str = ''  # Where it came from, for messages.
   step: int | None = None  # A bertjax run's checkpoint step read (None: another format).
   # What a sentence-transformers model does after the encoder, read from the source's own files
@@ -129,8 +133,9 @@ class Bundle:
   default_prompt_name: str = ''
   similarity_fn_name: str = 'cosine'
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
-  # What the source computes that bertjax does not (a sentence-transformers max pooling, a
-  # Dense module), said as a sentence: embed warns of it, an export refuses it ('' for nothing).
+  # What the source computes that bertjax does not (a sentence-transformers pooling such as
+  # mean_sqrt_len, a Dense module), said as a sentence: embed warns of it, an export refuses it
+  # ('' for nothing).
   not_computed: str = ''
   # The transformers tokenizer's model_max_length when set (export --max_seq_length); 0: what
   # tokenizer_settings says.

@@ -369,9 +369,11 @@ def read(directory) -> bundle_lib.Bundle:
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
       source=directory)
-  # What runs after the encoder in sentence-transformers: sentence_transformers.read_modules.
+  # What runs after the encoder in sentence-transformers (its length too, where it says one):
+  # sentence_transformers.read_modules. Here, what the folder's tokenizer cuts texts at.
   result.max_seq_length = hf_tokenizer_files.json_beside(
-      directory, 'sentence_bert_config.json', present).get('max_seq_length', 128)
+      directory, 'sentence_bert_config.json', present).get('max_seq_length') or (
+          hf_tokenizer_files.cut_length(directory, config['max_position_embeddings'], present))
   bundle_lib.check_vocab(result)
   return result
 

@@ -24,6 +24,15 @@ def json_beside(directory: str, name: str, present=None) -> dict:
   return json.loads(files.read_text(files.join(directory, name))) if there else {}
 
 
+def cut_length(directory: str, positions: int, present=None) -> int:
+  """The tokens a plain transformers folder's tokenizer reads of a text: tokenizer_config.json's
+  model_max_length, at most the position table (unset, or transformers' huge "no limit": the
+  position table), as transformers' tokenizer and SentenceTransformer read such a folder."""
+  length = json_beside(directory, 'tokenizer_config.json', present).get('model_max_length')
+  ok = isinstance(length, (int, float)) and not isinstance(length, bool) and length >= 1
+  return min(positions, int(length)) if ok else positions
+
+
 def _normalizer_lower_case(normalizer) -> bool | None:
   """Whether a tokenizer.json normalizer lower-cases: a BertNormalizer's `lowercase`, a
   Lowercase step (in a Sequence too); None where it says nothing."""

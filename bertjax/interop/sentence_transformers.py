@@ -75,7 +75,7 @@ def _pooling_config(dimension: int, mode: str) -> dict:
   return {'word_embedding_dimension': dimension,
           'pooling_mode_cls_token': mode == 'cls',
           'pooling_mode_mean_tokens': mode == 'mean',
-          'pooling_mode_max_tokens': False,
+          'pooling_mode_max_tokens': mode == 'max',
           'pooling_mode_mean_sqrt_len_tokens': False,
           'pooling_mode_weightedmean_tokens': False,
           'pooling_mode_lasttoken': False,
@@ -161,9 +161,11 @@ def save(result: bundle_lib.Bundle, output_dir):
                ', normalised' if result.normalize else '', result.max_seq_length)
 
 
-# sentence-transformers' Pooling modes bertjax computes (its embed job and mean-pooled heads).
-_POOLINGS = {'mean': 'mean', 'cls': 'cls', 'pooling_mode_mean_tokens': 'mean',
-             'pooling_mode_cls_token': 'cls'}
+# sentence-transformers' Pooling modes bertjax computes (its embed job: inference.POOLINGS), by
+# either layout's name; its heads pool by mean or [CLS] only (FINE_TUNING_POOLINGS).
+_POOLINGS = {'mean': 'mean', 'cls': 'cls', 'max': 'max', 'pooling_mode_mean_tokens': 'mean',
+             'pooling_mode_cls_token': 'cls', 'pooling_mode_max_tokens': 'max'}
+FINE_TUNING_POOLINGS = ('mean', 'cls')
 
 
 def _pooling_mode(pooling_config: dict) -> str:
@@ -206,12 +208,13 @@ def _mode_of(beside, steps) -> str:
 
 def pooling_of(directory) -> str | None:
   """'mean' or 'cls': how the sentence-transformers folder `directory` pools (either layout of
-  its Pooling config); None without a Pooling module; ValueError for a mode bertjax lacks."""
+  its Pooling config), as fine-tuning's heads read it; None without a Pooling module;
+  ValueError for a mode the heads lack (max pooling: embed computes it, the heads do not)."""
   beside = _json_files(directory)
   mode = _mode_of(beside, _steps(beside))
-  if mode and mode not in _POOLINGS:
-    raise ValueError(f'{directory} pools by {mode}, which bertjax does not compute: set '
-                     'config.pooling=mean or cls (its embeddings then differ).')
+  if mode and _POOLINGS.get(mode) not in FINE_TUNING_POOLINGS:
+    raise ValueError(f'{directory} pools by {mode}, which bertjax\'s fine-tuning heads do not '
+                     'compute: set config.pooling=mean or cls (its embeddings then differ).')
   return _POOLINGS.get(mode)
 
 
@@ -254,10 +257,10 @@ def read_modules(result: bundle_lib.Bundle, root=None):
     return
   in_model = beside if root == result.source else _json_files(result.source)
   result.embedding = True
-  # 6.x keeps the length in the tokenizer's model_max_length; earlier releases here.
+  # Earlier releases keep the length here; 6.x in the tokenizer's model_max_length, which the
+  # loader read (hf_tokenizer_files.cut_length: the position table where none is set).
   settings = in_model('sentence_bert_config.json') or {}
-  length = (settings.get('max_seq_length')
-            or (in_model('tokenizer_config.json') or {}).get('model_max_length') or 128)
+  length = settings.get('max_seq_length') or result.max_seq_length
   result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
   result.lowercase_input = bool(settings.get('do_lower_case'))
   result.normalize = any(kind == 'Normalize' for kind, _ in steps)

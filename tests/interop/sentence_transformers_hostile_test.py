@@ -76,6 +76,32 @@ def test_fine_tuning_pooling_auto_refuses_a_pooling_bertjax_lacks(tmp_path):
     run_config.resolve_pooling(config, None, str(folder))
 
 
+@pytest.mark.parametrize('pooling_config', [
+    {'embedding_dimension': 32, 'pooling_mode': 'max'},  # 6.x
+    {'word_embedding_dimension': 32, 'pooling_mode_max_tokens': True},  # 3.x-5.x
+], ids=['6.x', '3.x'])
+def test_a_max_pooled_model_embeds_and_exports_as_sentence_transformers_runs_it(
+    tmp_path, pooling_config):
+  """Pass AL's leftover: a max-pooled model was embedded mean-pooled (with a warning) and
+  refused by every export. Now its vectors are SentenceTransformer's, the padding of a short
+  text in a batch never counts (its rows are -1e9 before the max), and the hf and
+  sentence-transformers exports keep the pooling (SentenceTransformer loads them as the source)."""
+  folder = st_folder(tmp_path / 'st', pooling_config, normalize=True)
+  embedder = embed.Embedder.from_pretrained(folder)
+  assert (embedder.pooling, embedder.normalize, embedder.not_computed) == ('max', True, '')
+  theirs = encode_st(folder)
+  np.testing.assert_allclose(embedder.encode(TEXTS), theirs, atol=1e-5)
+  alone = np.concatenate([embedder.encode([text]) for text in TEXTS])  # No padding at all.
+  np.testing.assert_allclose(alone, theirs, atol=1e-5)
+  unnormalised = embed.Embedder.from_pretrained(folder, normalize=False).encode(TEXTS)
+  assert np.abs(np.linalg.norm(unnormalised, axis=1) - 1).min() > 1e-2  # A real check above.
+  for fmt in ('sentence_transformers', 'hf'):
+    out = export.export(folder, fmt, tmp_path / fmt)
+    written = json.loads((out / '1_Pooling' / 'config.json').read_text())
+    assert written['pooling_mode_max_tokens'] and not written['pooling_mode_mean_tokens']
+    np.testing.assert_allclose(encode_st(out), theirs, atol=1e-5)
+
+
 def test_do_lower_case_lower_cases_the_text_as_sentence_transformers(tmp_path):
   folder = st_folder(tmp_path / 'st', LEGACY_MEAN, lower=True)
   ours = embed.Embedder.from_pretrained(folder).encode(TEXTS)

@@ -204,7 +204,7 @@ def sentence_transformers_dir(directory: pathlib.Path, pooling: str, dense: bool
 
 
 @pytest.mark.parametrize('pooling, dense, said', [
-    ('max', False, 'it pools by pooling_mode_max_tokens'),
+    ('mean_sqrt_len', False, 'it pools by pooling_mode_mean_sqrt_len_tokens'),
     ('mean', True, 'it runs Dense after pooling'),
 ])
 @pytest.mark.parametrize('fmt', ['hf', 'sentence_transformers'])
@@ -390,3 +390,27 @@ def test_a_tagger_saved_without_id2label_reads_transformers_label_names(tmp_path
   result = sources.load(tmp_path)
   assert (result.kind, result.labels, result.labels_named) == (
       'tagging', ('LABEL_0', 'LABEL_1'), False)
+
+
+@pytest.mark.parametrize('model_max_length, want', [(48, 48), (512, 64), (None, 64), (1e30, 64)],
+                         ids=['under_the_positions', 'past_them', 'unset', 'no_limit'])
+def test_a_plain_folder_cuts_texts_where_its_tokenizer_does(encoder_dir, tmp_path,
+                                                           model_max_length, want):
+  """Pass AL's leftover: the loader recorded 128 for every plain transformers folder, so its
+  SavedModel, sentence-transformers and ONNX exports cut texts at 128 tokens where the folder's
+  own tokenizer reads up to its model_max_length (unset or transformers' "no limit": the position
+  table), as SentenceTransformer, loading the same folder, reads it."""
+  import sentence_transformers  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / 'plain'
+  folder.mkdir()
+  for path in encoder_dir.iterdir():
+    (folder / path.name).write_bytes(path.read_bytes())
+  settings = json.loads((folder / 'tokenizer_config.json').read_text())
+  settings.pop('model_max_length', None)
+  if model_max_length is not None:
+    settings['model_max_length'] = model_max_length
+  (folder / 'tokenizer_config.json').write_text(json.dumps(settings))
+  theirs = sentence_transformers.SentenceTransformer(str(folder), device='cpu').max_seq_length
+  assert sources.load(str(folder)).max_seq_length == theirs == want
+  out = export.export(folder, 'sentence_transformers', tmp_path / 'st')
+  assert json.loads((out / 'sentence_bert_config.json').read_text())['max_seq_length'] == want
