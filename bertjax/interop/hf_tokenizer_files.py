@@ -20,8 +20,19 @@ from bertjax.text import vocab_files
 def json_beside(directory: str, name: str, present=None) -> dict:
   """A JSON file of the directory, parsed; {} where it has none. `present`: the directory's
   listing (files.walk_files) where the caller has it, saving a request per file."""
-  there = (name in present) if present is not None else files.isfile(files.join(directory, name))
-  return json.loads(files.read_text(files.join(directory, name))) if there else {}
+  path = files.join(directory, name)
+  there = (name in present) if present is not None else files.isfile(path)
+  if not there:
+    return {}
+  try:
+    value = json.loads(files.read_text(path))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path} is not JSON ({e}): a file cut short or edited by hand; restore it '
+                     'from where the model came from.') from None
+  if not isinstance(value, dict):
+    raise ValueError(f'{path} holds a JSON {type(value).__name__}, not the object of settings '
+                     'transformers writes: restore it from where the model came from.')
+  return value
 
 
 def cut_length(directory: str, positions: int, present=None) -> int:

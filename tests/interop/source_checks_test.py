@@ -414,3 +414,18 @@ def test_a_plain_folder_cuts_texts_where_its_tokenizer_does(encoder_dir, tmp_pat
   assert sources.load(str(folder)).max_seq_length == theirs == want
   out = export.export(folder, 'sentence_transformers', tmp_path / 'st')
   assert json.loads((out / 'sentence_bert_config.json').read_text())['max_seq_length'] == want
+
+
+@pytest.mark.parametrize('text, said', [('{"do_lower_case": tr', 'is not JSON'),
+                                        ('[512]', 'holds a JSON list, not the object')])
+def test_a_damaged_tokenizer_config_is_one_error_naming_it(encoder_dir, tmp_path, text, said):
+  """Hostile pass over the loader's reading of tokenizer_config.json: a file cut short gave
+  json's bare 'Expecting value' without the file's name; a list, an AttributeError."""
+  folder = tmp_path / 'plain'
+  folder.mkdir()
+  for path in encoder_dir.iterdir():
+    (folder / path.name).write_bytes(path.read_bytes())
+  (folder / 'tokenizer_config.json').write_text(text)
+  with pytest.raises(ValueError, match=f'tokenizer_config.json {said}.*restore it from where '
+                     'the model came from'):
+    sources.load(str(folder))
