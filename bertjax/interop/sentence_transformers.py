@@ -38,6 +38,7 @@ import numpy as np
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
+from bertjax.model import heads
 from bertjax.training import kinds
 
 # The oldest release whose layout this is (similarity_fn_name came in 3.0); a loader warns only
@@ -162,10 +163,9 @@ def save(result: bundle_lib.Bundle, output_dir):
 
 
 # sentence-transformers' Pooling modes bertjax computes (its embed job: inference.POOLINGS), by
-# either layout's name; its heads pool by mean or [CLS] only (FINE_TUNING_POOLINGS).
+# either layout's name; fine-tuning's heads pool by mean or [CLS] only (heads.POOLINGS).
 _POOLINGS = {'mean': 'mean', 'cls': 'cls', 'max': 'max', 'pooling_mode_mean_tokens': 'mean',
              'pooling_mode_cls_token': 'cls', 'pooling_mode_max_tokens': 'max'}
-FINE_TUNING_POOLINGS = ('mean', 'cls')
 
 
 def _pooling_mode(pooling_config: dict) -> str:
@@ -212,7 +212,7 @@ def pooling_of(directory) -> str | None:
   ValueError for a mode the heads lack (max pooling: embed computes it, the heads do not)."""
   beside = _json_files(directory)
   mode = _mode_of(beside, _steps(beside))
-  if mode and _POOLINGS.get(mode) not in FINE_TUNING_POOLINGS:
+  if mode and _POOLINGS.get(mode) not in heads.POOLINGS:
     raise ValueError(f'{directory} pools by {mode}, which bertjax\'s fine-tuning heads do not '
                      'compute: set config.pooling=mean or cls (its embeddings then differ).')
   return _POOLINGS.get(mode)
@@ -257,11 +257,10 @@ def read_modules(result: bundle_lib.Bundle, root=None):
     return
   in_model = beside if root == result.source else _json_files(result.source)
   result.embedding = True
-  # Earlier releases keep the length here; 6.x in the tokenizer's model_max_length, which the
-  # loader read (hf_tokenizer_files.cut_length: the position table where none is set).
+  # The length the loader read (hf_checkpoint.read: sentence_bert_config.json's, where earlier
+  # releases keep it, else the tokenizer's model_max_length, where 6.x does), within the table.
   settings = in_model('sentence_bert_config.json') or {}
-  length = settings.get('max_seq_length') or result.max_seq_length
-  result.max_seq_length = min(int(length), result.config['max_position_embeddings'])
+  result.max_seq_length = min(int(result.max_seq_length), result.config['max_position_embeddings'])
   result.lowercase_input = bool(settings.get('do_lower_case'))
   result.normalize = any(kind == 'Normalize' for kind, _ in steps)
   model_config = beside('config_sentence_transformers.json') or {}

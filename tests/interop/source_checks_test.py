@@ -10,6 +10,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -401,10 +402,7 @@ def test_a_plain_folder_cuts_texts_where_its_tokenizer_does(encoder_dir, tmp_pat
   own tokenizer reads up to its model_max_length (unset or transformers' "no limit": the position
   table), as SentenceTransformer, loading the same folder, reads it."""
   import sentence_transformers  # pylint: disable=g-import-not-at-top
-  folder = tmp_path / 'plain'
-  folder.mkdir()
-  for path in encoder_dir.iterdir():
-    (folder / path.name).write_bytes(path.read_bytes())
+  folder = shutil.copytree(encoder_dir, tmp_path / 'plain')
   settings = json.loads((folder / 'tokenizer_config.json').read_text())
   settings.pop('model_max_length', None)
   if model_max_length is not None:
@@ -421,10 +419,7 @@ def test_a_plain_folder_cuts_texts_where_its_tokenizer_does(encoder_dir, tmp_pat
 def test_a_damaged_tokenizer_config_is_one_error_naming_it(encoder_dir, tmp_path, text, said):
   """Hostile pass over the loader's reading of tokenizer_config.json: a file cut short gave
   json's bare 'Expecting value' without the file's name; a list, an AttributeError."""
-  folder = tmp_path / 'plain'
-  folder.mkdir()
-  for path in encoder_dir.iterdir():
-    (folder / path.name).write_bytes(path.read_bytes())
+  folder = shutil.copytree(encoder_dir, tmp_path / 'plain')
   (folder / 'tokenizer_config.json').write_text(text)
   with pytest.raises(ValueError, match=f'tokenizer_config.json {said}.*restore it from where '
                      'the model came from'):
