@@ -239,12 +239,6 @@ def run(config, workdir):
   if workdir:  # In a run or a model folder: refused as predict's and extract_features' outputs.
     paths.check_output_folder(workdir, OUTPUTS, inputs=(
         (config.input_file,) if config.input_file not in ('', '-') else ()))
-  # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
-  embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
-                                      max_seq_length=config.max_seq_length,
-                                      batch_size=config.batch_size,
-                                      vocab_file=paths.absolute(config.get('vocab_file', '')),
-                                      verbose=True)
   if config.input_file:  # '-': standard input, as extract_features reads it.
     sentences = (paths.read_stdin_lines() if config.input_file == '-' else
                  paths.read_text_lines(config.input_file, 'config.input_file'))
@@ -255,9 +249,19 @@ def run(config, workdir):
   else:
     sentences = list(config.sentences)
     where = [f'config.sentences[{i}]' for i in range(len(sentences))]
+    for sentence, name in zip(sentences, where, strict=True):
+      if not isinstance(sentence, str):  # --config.sentences="(1, 2)" parses as numbers.
+        raise ValueError(f'{name} is {sentence!r}, not text: quote each sentence, e.g. '
+                         '--config.sentences="(\'The first.\', \'The second.\')".')
   if not sentences:
     raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
                      'embed.')
+  # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
+  embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
+                                      max_seq_length=config.max_seq_length,
+                                      batch_size=config.batch_size,
+                                      vocab_file=paths.absolute(config.get('vocab_file', '')),
+                                      verbose=True)
   for sentence, name in zip(sentences, where, strict=True):
     # A line of control or zero-width characters only would be embedded as the empty input.
     predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)

@@ -8,6 +8,8 @@ the last line `embed finished in 4.8 s: sentences 5, dimension 384; embeddings
 /tmp/bertjax_embed/embeddings.npy, similarities /tmp/bertjax_embed/similarity.txt`.
 Arguments: init_from=<any model bertjax reads: a transformers or sentence-transformers folder,
 a TF1 checkpoint, a bertjax run> (was checkpoint=), dtype=float32|bfloat16.
+Your texts: --config.input_file=FILE (one per line, '-': standard input) or
+--config.sentences="('The first.', 'The second.')" (each quoted; a tuple of text).
 Over 50 sentences the printed table shows the first 50; over 1000 similarity.txt is not written
 (with --workdir, embeddings.npy always is: its dot products are the cosines).
 The same in Python: bertjax.embed.Embedder.from_pretrained(dir).encode(sentences).
@@ -38,11 +40,11 @@ def get_config(arg=None):
   config.batch_size = 32  # Sentences per forward pass.
   config.vocab_file = ''  # The model's vocab where none lies beside it ('' = its own).
   config.input_file = ''  # Text file, one sentence per line ('-': standard input); '' = below.
-  config.sentences = [  # Embedded when input_file is empty.
+  config.sentences = (  # Embedded when input_file is empty; a tuple, so a flag can set it.
       'The weather is lovely today.',
       "It's so sunny outside!",
       'He drove to the stadium.',
       'A man is playing a guitar.',
       'Someone plays an instrument on stage.',
-  ]
+  )
   return config.lock()

@@ -36,14 +36,17 @@ def test_main_cli(tmp_path, minilm_dir):
   env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
   result = subprocess.run(
       [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:init_from={minilm_dir}',
-       f'--workdir={tmp_path}', '--config.max_seq_length=16'],
+       f'--workdir={tmp_path}', '--config.max_seq_length=16',
+       # The user's own texts on the command line: a tuple field, each text quoted.
+       "--config.sentences=('The weather is lovely today.', 'He drove to the stadium.')"],
       capture_output=True, text=True, timeout=300, check=False, env=env,
       cwd=pathlib.Path(__file__).resolve().parents[1])
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'cosine similarity' in result.stdout
   assert (tmp_path / 'embeddings.npy').exists()
   last = result.stdout.splitlines()[-1]
-  assert last.startswith('embed finished in ') and 'sentences 5, dimension 384' in last, last
+  assert last.startswith('embed finished in ') and 'sentences 2, dimension 384' in last, last
+  assert np.load(tmp_path / 'embeddings.npy').shape == (2, 384)
   assert last.endswith(f'embeddings {tmp_path}/embeddings.npy, similarities '
                        f'{tmp_path}/similarity.txt')
   for start_up in ('oneDNN', 'InitializeLog', 'cuInit', 'tensorflow/core'):
@@ -61,6 +64,10 @@ def test_without_a_workdir_the_summary_says_nothing_was_written(minilm_dir, caps
   with config.unlocked():
     config.sentences = []
   with pytest.raises(ValueError, match='config.sentences is empty'):
+    embed.run(config, None)
+  with config.unlocked():  # What --config.sentences="(1, 2)" parses to.
+    config.sentences = ('A text.', 2)
+  with pytest.raises(ValueError, match=r"config.sentences\[1\] is 2, not text: quote each"):
     embed.run(config, None)
 
 
