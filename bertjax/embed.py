@@ -97,6 +97,17 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
   return np.concatenate(out)
 
 
+class LengthError(ValueError):
+  """A max_seq_length the model cannot read (the job names it config.max_seq_length)."""
+
+
+def _check_length(max_seq_length: int, positions: int):
+  if not 2 < max_seq_length <= positions:
+    raise LengthError(f'max_seq_length={max_seq_length} must be between 3 and the model\'s '
+                      f'{positions} positions: pass one in that range, or 0 for the model\'s '
+                      'own length (None in Python).')
+
+
 class Embedder:
   """A BERT and its tokenizer: encode(sentences) -> [N, D] float32 embeddings."""
 
@@ -104,10 +115,7 @@ class Embedder:
                max_seq_length=128, batch_size=32, source='', prompt=''):
     if pooling not in POOLINGS:
       raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
-    if not 2 < max_seq_length <= model_config.max_position_embeddings:
-      raise ValueError(f'max_seq_length={max_seq_length} must be between 3 and the model\'s '
-                       f'{model_config.max_position_embeddings} positions: pass one in that '
-                       'range, or 0 (None in Python) for the model\'s own length.')
+    _check_length(max_seq_length, model_config.max_position_embeddings)
     if batch_size < 1:
       raise ValueError(f'batch_size={batch_size}: at least 1.')
     self.model_config, self.params, self.tokenizer = model_config, params, tok
@@ -153,6 +161,7 @@ class Embedder:
       # model was refused at the default 128); a length given wins.
       own = _own_length(model)
       max_seq_length = max_seq_length or own
+      _check_length(max_seq_length, model.config['max_position_embeddings'])  # Before it is said.
       prompt = model.prompts.get(model.default_prompt_name, '')
       logging.info('imported %s: %s-pooled%s, %d tokens at most%s%s', model.source, pooling,
                    ', normalised' if normalize else '', max_seq_length,
@@ -257,11 +266,14 @@ def run(config, workdir):
     raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
                      'embed.')
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
-  embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
-                                      max_seq_length=config.max_seq_length,
-                                      batch_size=config.batch_size,
-                                      vocab_file=paths.absolute(config.get('vocab_file', '')),
-                                      verbose=True)
+  try:
+    embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
+                                        max_seq_length=config.max_seq_length,
+                                        batch_size=config.batch_size,
+                                        vocab_file=paths.absolute(config.get('vocab_file', '')),
+                                        verbose=True)
+  except LengthError as e:  # Named as the job's user sets it.
+    raise ValueError(f'config.{e}') from None
   for sentence, name in zip(sentences, where, strict=True):
     # A line of control or zero-width characters only would be embedded as the empty input.
     predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)

@@ -65,7 +65,13 @@ def test_without_a_workdir_the_summary_says_nothing_was_written(minilm_dir, caps
     config.sentences = []
   with pytest.raises(ValueError, match='config.sentences is empty'):
     embed.run(config, None)
+  with config.unlocked():  # Past MiniLM's position table: named as the job's setting, before
+    config.sentences, config.max_seq_length = ('A text.',), 600  # the import's line says it.
+  with pytest.raises(ValueError, match=r"^config.max_seq_length=600 must be between 3 and the "
+                     "model's 512 positions"):
+    embed.run(config, None)
   with config.unlocked():  # What --config.sentences="(1, 2)" parses to.
+    config.max_seq_length = 16
     config.sentences = ('A text.', 2)
   with pytest.raises(ValueError, match=r"config.sentences\[1\] is 2, not text: quote each"):
     embed.run(config, None)
