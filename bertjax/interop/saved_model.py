@@ -90,6 +90,7 @@ class _Inputs:
   def __init__(self, tf, tf_text, result: bundle_lib.Bundle, max_seq_length: int):
     bundle_lib.check_tokenizer(result, 'saved_model')
     self.tf = tf
+    self.whitespace = fast_tokenizer.whitespace_pattern()
     self.max_len = max_seq_length
     self.sentencepiece = None
     if result.is_sentencepiece():
@@ -107,7 +108,7 @@ class _Inputs:
         token_out_type=tf.int64, unknown_token='[UNK]',
         lower_case_nfd_strip_accents=result.do_lower_case)
     self.drop_pattern = fast_tokenizer.drop_pattern()
-    self.cls, self.sep = vocab['[CLS]'], vocab['[SEP]']
+    self.cls, self.sep, self.unk = vocab['[CLS]'], vocab['[SEP]'], vocab['[UNK]']
 
   def clean(self, texts):
     if self.sentencepiece is not None:  # preprocess_text does its own clean-up.
@@ -303,9 +304,18 @@ def _answer(tf, inputs: _Inputs, run, question, context):
 
 
 def _tags(tf, inputs: _Inputs, run, labels, text):
-  """A tag per whitespace-separated word: the tag of its first word piece."""
-  words = tf.strings.split(inputs.clean(text))  # [B, (W)]
-  pieces = inputs.fast.tokenize(words.flat_values)  # [B*W, (P)]
+  """A tag per whitespace-separated word, the words as given: the tag of its first word piece.
+  Words split where Python's str.split splits, as bertjax's predict splits a line
+  (tf.strings.split alone misses 23 of those characters, and tensorflow-text's
+  WhitespaceTokenizer keeps part of a multi-byte one in the word before it); a word of control
+  or zero-width characters only reads [UNK], as bertjax's alignment reads it (cleaning the text
+  first dropped it, and the tags of the words after it slid one word back)."""
+  words = tf.strings.split(tf.strings.regex_replace(text, inputs.whitespace, ' '))  # [B, (W)]
+  pieces = inputs.tokenize(words.flat_values)  # [B*W, (P)]
+  empty = tf.cast(pieces.row_lengths() == 0, tf.int64)
+  unknown = tf.RaggedTensor.from_row_lengths(
+      tf.fill([tf.reduce_sum(empty)], tf.constant(inputs.unk, tf.int64)), empty)
+  pieces = tf.concat([pieces, unknown], 1)
   per_word = pieces.row_lengths()
   flat_ids = tf.RaggedTensor.from_row_lengths(pieces.flat_values, pieces.row_lengths())
   ids_per_text = tf.RaggedTensor.from_row_splits(flat_ids, words.row_splits).merge_dims(1, 2)
@@ -316,7 +326,7 @@ def _tags(tf, inputs: _Inputs, run, labels, text):
   firsts = 1 + tf.cumsum(lengths, axis=1, exclusive=True)
   firsts = firsts.to_tensor(default_value=0)
   kept = (firsts < tf.cast(tf.reduce_sum(mask, 1) - 1, tf.int64)[:, None]) & (
-      words.to_tensor(default_value='') != '')
+      tf.sequence_mask(words.row_lengths(), tf.shape(firsts, out_type=tf.int64)[1]))
   # Words past the model's length (truncated away) read a position in range, and are blanked.
   inside = tf.minimum(tf.cast(firsts, tf.int32), tf.shape(tag_ids)[1] - 1)
   tags = tf.gather(labels, tf.gather(tag_ids, inside, batch_dims=1))

@@ -103,6 +103,12 @@ def drop_pattern() -> str:
   return _re2_class(cp for cp in safe_code_points() if _is_dropped(cp))
 
 
+def whitespace_pattern() -> str:
+  """RE2 class of the characters Python's str.split splits at (every one is below U+3001):
+  where bertjax's predict splits a line into words."""
+  return _re2_class(cp for cp in range(0x3001) if chr(cp).isspace())
+
+
 class FastTokenizer:
   """WordPiece ids from tensorflow-text where that is exact, from the reference elsewhere."""
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bertjax import export
+from bertjax.finetune.tasks import conll
 from bertjax.interop import saved_model
 from bertjax.interop import sources
 from bertjax.text import fast_tokenizer
@@ -95,7 +96,11 @@ def exported(minilm_dir, minilm_command, fine_tuned_sst2, tmp_path_factory):
 # The requests of the tests below, served together by one process (`served`).
 CONTEXT = 'The king doth speak of his lord in the great hall, and my heart is glad.'
 QUESTIONS = ['Who speaks?', 'Where does he speak of his lord?']
-TAGGED = ['The king speaks , and all listen .', 'Fair is foul']
+# The last: words split at a no-break space, an ideographic space and U+001D (Python's
+# str.split splits there, tf.strings.split does not), a word of a zero-width space only (no
+# wordpieces: [UNK]) and words holding a NUL and a soft hyphen (dropped inside the word).
+TAGGED = ['The king speaks , and all listen .', 'Fair is foul',
+          'The\u00a0king \u200b speaks\x00 of\u3000his lo\u00adrd\x1dtoday']
 # Accents, punctuation, CJK, controls: bertjax's fast path or the reference tokenizer's lines.
 TOKENIZER_TEXTS = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。',
                    'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120]
@@ -198,17 +203,23 @@ def test_saved_models_serve_raw_strings_in_a_process_without_jax(exported, serve
     assert answer in context
     assert tok.encode(answer) == batch['input_ids'][row, best[0]:best[1] + 1].tolist()
 
-  # Tagging: the tag of each word's first piece.
+  # Tagging: the words as given, each with the tag of its first piece, as bertjax's predict
+  # splits and aligns them (conll: str.split, a word without pieces read as [UNK]).
   tagger = bundles['tagging']
-  batch = ids_of(tagger.vocab_file, tagged)
-  tag_ids = saved_model.numpy_outputs(tagger, batch)['tag_ids']
-  for row, text in enumerate(tagged):
-    words = text.split()
-    firsts = 1 + np.cumsum([0] + [len(tok.encode(w)) for w in words[:-1]])
-    last = batch['input_mask'][row].sum() - 1  # Its [SEP]: words from there on were cut.
-    assert out['tagging']['words'][row][:len(words)] == words
-    assert out['tagging']['tags'][row][:len(words)] == [
-        tagger.labels[tag_ids[row, f]] if f < last else '' for f in firsts]
+  sentences = [conll.Sentence(tuple(t.split()), (None,) * len(t.split())) for t in tagged]
+  features, alignment = conll.convert_sentences(
+      sentences, tok, min(128, tagger.config['max_position_embeddings']), tagger.labels)
+  assert len(features['input_ids']) == len(tagged)  # One row each: nothing cut.
+  tag_ids = saved_model.numpy_outputs(tagger, {k: features[k] for k in (
+      'input_ids', 'input_mask', 'segment_ids')})['tag_ids']
+  want = conll.word_predictions(np.eye(len(tagger.labels))[tag_ids], features, alignment,
+                                sentences, tagger.labels)
+  assert len(sentences[2].words) == 8 and want[2][2] in tagger.labels  # The [UNK] word's tag.
+  for row, sentence in enumerate(sentences):
+    n = len(sentence.words)
+    assert out['tagging']['words'][row][:n] == list(sentence.words)
+    tags = out['tagging']['tags'][row]  # Padded with '' to the batch's most words.
+    assert tags == want[row] + [''] * (len(tags) - n), sentence.words
   (words,), (tags,) = out['long']['words'], out['long']['tags']
   # [CLS], the words' pieces that fit, [SEP] (at most its positions, fewer than 128 here).
   length = min(128, tagger.config['max_position_embeddings'])
