@@ -49,8 +49,10 @@ def test_bbc_topics_from_a_csv_beat_the_commonest_topic(tmp_path, minilm_dir, bb
   fields = ['text', 'topic']
   user_task_files.write_csv(tmp_path / 'train.csv', train, fields)
   user_task_files.write_csv(tmp_path / 'eval.csv', evaluation, fields)
+  # An article's first 30 wordpieces (measured, one device: accuracy 0.88 at seq 32, 0.89 at
+  # seq 64 in ~1.6x the time; the commonest topic 0.24).
   result = _finetune(tmp_path, minilm_dir, 'classification', tmp_path / 'train.csv',
-                     tmp_path / 'eval.csv', seq=64, epochs=3, lr=1e-4, batch=16,
+                     tmp_path / 'eval.csv', seq=32, epochs=3, lr=1e-4, batch=16,
                      label_field='topic')
   baseline = wordnet_examples.most_frequent_label([r['topic'] for r in train],
                                                  [r['topic'] for r in evaluation])
