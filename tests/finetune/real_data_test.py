@@ -69,8 +69,10 @@ def test_wordnet_span_tagging_beats_the_commonest_tag_per_word(tmp_path, minilm_
                        for rows in wordnet_split)
   user_task_files.write_jsonl(tmp_path / 'train.jsonl', train)
   user_task_files.write_jsonl(tmp_path / 'eval.jsonl', evaluation)
+  # Measured, one device, side by side on a loaded machine: entity F1 0.342 at seq 24 in 145 s,
+  # 0.361 at seq 32 in 187 s (a longer sentence takes two rows); two epochs at seq 32: 0.061.
   result = _finetune(tmp_path, minilm_dir, 'tagging', tmp_path / 'train.jsonl',
-                     tmp_path / 'eval.jsonl', seq=32, epochs=3, lr=2e-4, batch=32)
+                     tmp_path / 'eval.jsonl', seq=24, epochs=3, lr=2e-4, batch=32)
   baseline = wordnet_examples.most_frequent_tag_baseline(train, evaluation)
   print(result, baseline)
   assert result['f1'] > baseline + 0.1, (result, baseline)
