@@ -4,6 +4,10 @@
       TF1 checkpoint> --format=hf|tf1|saved_model|sentence_transformers|onnx --output=DIR \
       [--step=best|latest|N]
 
+Several formats, comma-separated (--format=hf,saved_model,onnx), are written from one read of
+the model into DIR/<format> each (DIR/hf, DIR/saved_model, ...); every check of every format
+runs before the first is written, and a format that fails later names those already written.
+
 --step picks a bertjax run's checkpoint (default: the latest; best: the one its evals ranked
 best, kept by checkpoint.keep_best).
 
@@ -48,6 +52,7 @@ sentence_transformers: its modules) and ends on its summary line:
   export finished in 14.2 s: kind encoder, layers 6, max_seq_length 256; saved_model DIR
 """
 
+import contextlib
 import errno
 import functools
 import json
@@ -74,6 +79,33 @@ from bertjax.training import checkpoint_reader
 from bertjax.training import kinds
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
+
+
+def parse_formats(value) -> tuple[str, ...]:
+  """The formats of --format: one name, several comma-separated (or a list of names)."""
+  names = value.split(',') if isinstance(value, str) else list(value or ())
+  formats = tuple(name.strip() for name in names)
+  given = ','.join(formats)
+  if '' in formats and len(formats) > 1:
+    raise ValueError(f'--format={given} holds an empty name: name each format once, '
+                     'comma-separated (--format=hf,saved_model).')
+  if not formats or '' in formats:
+    raise ValueError(f'--format={given!r} names no format: pass one of {", ".join(FORMATS)}, or '
+                     'several comma-separated (--format=hf,saved_model).')
+  unknown = [fmt for fmt in formats if fmt not in FORMATS]
+  if unknown:
+    raise ValueError(f'--format={unknown[0]!r} is unknown; valid: {", ".join(FORMATS)}.')
+  twice = sorted({fmt for fmt in formats if formats.count(fmt) > 1})
+  if twice:
+    raise ValueError(f'--format={given} names {", ".join(twice)} twice: name each format once.')
+  return formats
+
+
+def _targets(formats: tuple[str, ...], output: str) -> list[tuple[str, str]]:
+  """(format, folder) pairs: --output itself for one format, --output/<format> for several."""
+  if len(formats) == 1:
+    return [(formats[0], output)]
+  return [(fmt, files.join(output, fmt)) for fmt in formats]
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
@@ -144,42 +176,95 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   """Writes the model at `source` to `output` (local paths or URLs) in format `fmt`; returns
   the output directory (a str, or a Path object where `output` was one). `step` picks a bertjax
   run's checkpoint: 'best', 'latest' (None) or a step number."""
-  written, _ = _export(source, fmt, output, overwrite=overwrite, vocab_file=vocab_file,
+  if not isinstance(fmt, str) or ',' in fmt:
+    raise ValueError(f'format={fmt!r}: export() writes one format; export_formats() several.')
+  targets, _ = _export(source, (fmt,), output, overwrite=overwrite, vocab_file=vocab_file,
                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                        labels=labels, normalize=normalize, step=step)
-  return written
+  written = targets[0][1]
+  return written if isinstance(output, str) else type(output)(written)
 
 
-def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
+def export_formats(source, formats, output, *, overwrite: bool = False, vocab_file: str = '',
+                   do_lower_case: bool | None = None, max_seq_length: int = 0,
+                   labels: tuple = (), normalize: bool | None = None,
+                   step=None) -> dict[str, str]:
+  """Writes the model at `source` in each of `formats` (names, or one comma-separated str),
+  read once, into `output`/<format> each (into `output` itself for one format); returns
+  {format: folder}. Every format's checks run before the first is written."""
+  targets, _ = _export(source, formats, output, overwrite=overwrite, vocab_file=vocab_file,
+                       do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                       labels=labels, normalize=normalize, step=step)
+  return dict(targets)
+
+
+def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
             do_lower_case: bool | None, max_seq_length: int, labels: tuple,
-            normalize: bool | None, step=None):
-  """export(), also returning the Bundle it wrote."""
-  if fmt not in FORMATS:
-    raise ValueError(f'--format={fmt!r} is unknown; valid: {", ".join(FORMATS)}.')
-  if fmt == 'onnx':  # torch and the exporter are an extra: said before anything is read.
+            normalize: bool | None, step=None, written: list | None = None):
+  """Writes each of `formats` (parse_formats); returns the (format, folder) pairs written and
+  the Bundle. `written` (when given) gets each pair as soon as its folder is complete."""
+  formats = parse_formats(formats)
+  written = [] if written is None else written
+  if 'onnx' in formats:  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
     onnx_export.check_installed()
   if not os.fspath(output or '').strip():
     raise ValueError('--output is empty: name the folder to write the export into.')
-  given = output
+  if max_seq_length and 'tf1' in formats:
+    raise ValueError('--max_seq_length is the SavedModel\'s maximum length, sentence-'
+                     'transformers\' max_seq_length and the transformers tokenizer\'s '
+                     'model_max_length (hf, onnx): tf1 keeps no length; drop it' +
+                     ('.' if len(formats) == 1 else ', or export tf1 by itself.'))
+  if max_seq_length and max_seq_length < 3:
+    raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
+                     '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
   output = paths.absolute(os.fspath(output)).rstrip('/') or '/'
   source = paths.absolute(os.fspath(source))
   source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
   source = checkpoint_reader.step_path(source, step)
+  targets = _targets(formats, output)
+  if len(targets) > 1 and files.isfile(output):
+    raise FileExistsError(f'--output={output} is a file: several formats are written into a '
+                          'folder, one folder per format in it; pass a directory.')
+  # The folder of several formats, where this export makes it: removed again if it fails
+  # before writing any (a refusal leaves no empty folder behind).
+  made = (output if len(targets) > 1 and not files.is_remote(output) and
+          not os.path.lexists(output) else None)  # local: a folder made here
+  try:
+    return _export_into(targets, source, overwrite=overwrite, vocab_file=vocab_file,
+                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                        labels=labels, normalize=normalize, written=written)
+  except BaseException:
+    if made and os.path.isdir(made) and not os.listdir(made):  # local: made above
+      os.rmdir(made)  # local: made above
+    raise
+
+
+def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
+                 do_lower_case: bool | None, max_seq_length: int, labels: tuple,
+                 normalize: bool | None, written: list):
+  """_export's work once its arguments are checked: holds each folder, loads the model once,
+  checks it for every format, then writes them in turn."""
+  formats = tuple(fmt for fmt, _ in targets)
   # One export per output at a time: a second is refused at its start, not after its work
   # (with --overwrite, the later one replaced the other's export, both saying done).
-  export_folder.check(output, overwrite, source)  # Before the lock makes its folder.
-  locked = output if files.is_remote(output) else os.path.realpath(output)  # local: links
-  with output_lock.held(locked, 'export', f'writing {output}', '--output'):
-    export_folder.check(output, overwrite, source)  # Again: one that ended meanwhile.
+  for _, out in targets:
+    export_folder.check(out, overwrite, source)  # Before the lock makes its folder.
+  with contextlib.ExitStack() as locks:
+    for _, out in targets:  # Every folder held from the start: none is half-way another's.
+      locked = out if files.is_remote(out) else os.path.realpath(out)  # local: links
+      locks.enter_context(output_lock.held(locked, 'export', f'writing {out}', '--output'))
+    for _, out in targets:
+      export_folder.check(out, overwrite, source)  # Again: one that ended meanwhile.
     with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
       result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
     if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
       raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
                        f'{result.not_computed}, so its export would give other embeddings.')
-    _check_kind(result, fmt)
-    bundle_lib.check_tokenizer(result, fmt)
+    for fmt in formats:
+      _check_kind(result, fmt)
+      bundle_lib.check_tokenizer(result, fmt)
     _check_casing(result)
     if labels:
       if len(set(labels)) != len(labels):  # Two classes of one name: one would never be said.
@@ -193,13 +278,6 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
                          f'first): --labels={",".join(labels)} would rename or reorder them; drop '
                          '--labels.')
       result.labels = tuple(labels)
-    if max_seq_length and fmt == 'tf1':
-      raise ValueError('--max_seq_length is the SavedModel\'s maximum length, sentence-'
-                       'transformers\' max_seq_length and the transformers tokenizer\'s '
-                       'model_max_length (hf, onnx): tf1 keeps no length; drop it.')
-    if max_seq_length and max_seq_length < 3:
-      raise ValueError(f'--max_seq_length={max_seq_length} leaves no room for a token between '
-                       '[CLS] and [SEP]: pass 3 or more (the model\'s own length when left out).')
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
       positions = result.config['max_position_embeddings']
       if max_seq_length > positions:
@@ -208,17 +286,20 @@ def _export(source, fmt: str, output, *, overwrite: bool, vocab_file: str,
       result.max_seq_length = min(max_seq_length, positions)
       result.tokenizer_max_length = result.max_seq_length
     if normalize is not None:
-      if fmt != 'sentence_transformers' and not (
-          fmt == 'hf' and sentence_transformers.is_written_for(result)):
-        raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
-                         f'--format={fmt} of a {result.kind} model does not write: use '
-                         '--format=sentence_transformers, or drop it.')
+      for fmt in formats:
+        if fmt != 'sentence_transformers' and not (
+            fmt == 'hf' and sentence_transformers.is_written_for(result)):
+          raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
+                           f'--format={fmt} of a {result.kind} model does not write: use '
+                           '--format=sentence_transformers, or drop it.')
       result.normalize = normalize
-    export_folder.write(output, fmt, result.source, functools.partial(_writer(fmt), result),
-                        overwrite)
-    logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
-                 result.config['num_layers'], output, fmt)
-    return (output if isinstance(given, str) else type(given)(output)), result
+    for fmt, out in targets:
+      export_folder.write(out, fmt, result.source, functools.partial(_writer(fmt), result),
+                          overwrite)
+      written.append((fmt, out))
+      logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
+                   result.config['num_layers'], out, fmt)
+    return targets, result
 
 
 FLAGS = flags.FLAGS
@@ -228,8 +309,10 @@ def _define_flags():
   """Flags exist only when this module is the program (tests import the library part)."""
   flags.DEFINE_string('from', None, 'The model: a bertjax workdir or checkpoint, a '
                               'transformers BERT directory or an original TF checkpoint.')
-  flags.DEFINE_enum('format', None, FORMATS, 'What to write.')
-  flags.DEFINE_string('output', None, 'The directory to write.')
+  flags.DEFINE_list('format', None, f'What to write: {", ".join(FORMATS)}; several '
+                    'comma-separated, each into --output/<format>.')
+  flags.DEFINE_string('output', None, 'The directory to write (for several formats, the one '
+                      'that holds a folder per format).')
   flags.DEFINE_string('step', None, 'A bertjax run\'s checkpoint: best (as the run ranked its '
                       'evals; needs checkpoint.keep_best), latest (the default) or a step number.')
   flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
@@ -276,6 +359,16 @@ def _disk_error(e: OSError) -> str:
   return ''
 
 
+def _written_first(written: list, error: str, formats) -> str:
+  """`error`, with the formats written complete before it (several formats): one line."""
+  if not written:
+    return error
+  done = {fmt for fmt, _ in written}
+  left = ','.join(fmt for fmt in parse_formats(formats) if fmt not in done)
+  return (f'{error} Written before it, complete: '
+          f'{", ".join(f"{fmt} {out}" for fmt, out in written)}; the rest: --format={left}.')
+
+
 def main(argv):
   console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
@@ -288,28 +381,29 @@ def main(argv):
         'nothing was written (an export is renamed into place only when complete)'),
         terminate=True)
   start = time.perf_counter()
+  written = []  # (format, folder) of each export complete, named if a later one fails.
   try:
-    out, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
-                          overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
-                          do_lower_case=FLAGS.do_lower_case,
-                          max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels),
-                          normalize=FLAGS.normalize,
-                          step=checkpoint_reader.parse_step(FLAGS.step, text=True))
-    lines = loading_lines(FLAGS.format, out)
+    targets, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
+                              overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,
+                              do_lower_case=FLAGS.do_lower_case,
+                              max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels),
+                              normalize=FLAGS.normalize,
+                              step=checkpoint_reader.parse_step(FLAGS.step, text=True),
+                              written=written)
+    lines = [line for fmt, out in targets for line in loading_lines(fmt, out)]
   except OSError as e:
-    console.fail(_disk_error(e) or f'error: {e}')
+    console.fail(_written_first(written, _disk_error(e) or f'error: {e}', FLAGS.format))
   except ValueError as e:
-    console.fail(f'error: {e}')
+    console.fail(_written_first(written, f'error: {e}', FLAGS.format))
   for line in lines:
     print(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
   step = files.name(result.source)  # A run's <checkpoints>/<step>: said, as predict says it.
   if step.isdigit() and files.name(files.parent(result.source)) == 'checkpoints':
     metrics.insert(0, ('step', int(step)))
-  if FLAGS.format in ('saved_model', 'sentence_transformers'):
+  if {'saved_model', 'sentence_transformers'} & {fmt for fmt, _ in targets}:
     metrics.append(('max_seq_length', result.max_seq_length))
-  console.summary('export', time.perf_counter() - start, metrics=metrics,
-                  outputs=[(FLAGS.format, out)])
+  console.summary('export', time.perf_counter() - start, metrics=metrics, outputs=targets)
 
 
 if __name__ == '__main__':

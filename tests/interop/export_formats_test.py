@@ -1,0 +1,113 @@
+"""Several formats in one export (`--format=hf,tf1,...`): the model read once, each format in its
+own folder as its single-format export writes it, every check before the first is written, and a
+failure after one names what was written."""
+
+import errno
+import os
+
+import pytest
+
+from bertjax import export
+from bertjax import output_lock
+from bertjax.interop import sources
+
+
+def _files(folder):
+  return sorted(os.path.relpath(os.path.join(d, f), folder)
+                for d, _, names in os.walk(folder) for f in names)
+
+
+def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2, tmp_path,
+                                                                 monkeypatch):
+  workdir, _ = fine_tuned_sst2
+  singles = {fmt: export.export(workdir, fmt, tmp_path / f'single_{fmt}') for fmt in
+             ('hf', 'tf1')}
+  reads = []
+  load = sources.load
+  monkeypatch.setattr(sources, 'load', lambda *a, **k: reads.append(a) or load(*a, **k))
+  out = tmp_path / 'both'
+  written = export.export_formats(workdir, 'hf,tf1', out)
+  assert written == {'hf': str(out / 'hf'), 'tf1': str(out / 'tf1')}
+  assert len(reads) == 1
+  assert sorted(os.listdir(out)) == ['hf', 'tf1']
+  for fmt, single in singles.items():
+    assert _files(out / fmt) == _files(single), fmt
+  assert (out / 'hf' / 'model.safetensors').read_bytes() == (
+      singles['hf'] / 'model.safetensors').read_bytes()
+  for name in ('bert_model.ckpt.index', 'bert_config.json', 'vocab.txt'):
+    assert (out / 'tf1' / name).read_bytes() == (singles['tf1'] / name).read_bytes(), name
+  # Again into the same folder: refused without --overwrite, replaced with it.
+  with pytest.raises(FileExistsError, match=r'--output=.*both/hf exists and is not empty'):
+    export.export_formats(workdir, ('hf', 'tf1'), out)
+  assert export.export_formats(workdir, ('tf1', 'hf'), out, overwrite=True) == written
+  # One format: its folder is --output itself, as export() writes it.
+  assert export.export_formats(workdir, ['hf'], tmp_path / 'one') == {'hf': str(tmp_path / 'one')}
+  assert (tmp_path / 'one' / 'model.safetensors').exists()
+
+
+@pytest.mark.parametrize('formats, options, error', [
+    ('hf,hf', {}, r'--format=hf,hf names hf twice: name each format once'),
+    ('hf,bogus', {}, r"--format='bogus' is unknown; valid: hf, tf1, saved_model"),
+    ('', {}, r"--format='' names no format: pass one of hf, tf1"),
+    ('hf,,tf1', {}, r'--format=hf,,tf1 holds an empty name'),
+    ('hf,tf1', {'max_seq_length': 64}, r'tf1 keeps no length; drop it, or export tf1 by itself'),
+    ('sentence_transformers,saved_model', {'normalize': True},
+     r"--format=saved_model of a classification model does not write"),
+    ('hf,tf1', {'labels': ('a', 'b', 'c')}, r'--labels names 3 classes but the model has 2'),
+])
+def test_a_refusal_of_any_format_writes_none(fine_tuned_sst2, tmp_path, formats, options, error):
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'out'
+  with pytest.raises(ValueError, match=error):
+    export.export_formats(workdir, formats, out, **options)
+  assert not out.exists()  # Not even the folder of the formats.
+  assert os.listdir(tmp_path) == []  # No lock or hidden folder left either.
+
+
+def test_a_taken_folder_of_one_format_is_refused_before_any_is_written(fine_tuned_sst2,
+                                                                        tmp_path):
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'out'
+  (out / 'tf1').mkdir(parents=True)
+  (out / 'tf1' / 'notes.txt').write_text('mine')
+  with pytest.raises(FileExistsError, match=r'--output=.*out/tf1 exists and is not empty'):
+    export.export_formats(workdir, 'hf,tf1', out)
+  assert sorted(os.listdir(out)) == ['tf1'] and os.listdir(out / 'tf1') == ['notes.txt']
+  (tmp_path / 'a_file').write_text('mine')
+  with pytest.raises(FileExistsError, match=r'--output=.*a_file is a file: several formats are '
+                     'written into a folder'):
+    export.export_formats(workdir, 'hf,tf1', tmp_path / 'a_file')
+  assert (tmp_path / 'a_file').read_text() == 'mine'
+
+
+def test_a_failure_after_the_first_format_names_what_was_written(fine_tuned_sst2, tmp_path,
+                                                                 monkeypatch):
+  workdir, _ = fine_tuned_sst2
+  writer = export._writer  # pylint: disable=protected-access
+
+  def full_disk(result, folder):
+    raise OSError(errno.ENOSPC, 'No space left on device', folder)
+
+  monkeypatch.setattr(export, '_writer', lambda fmt: full_disk if fmt == 'tf1' else writer(fmt))
+  out, written = tmp_path / 'out', []
+  with pytest.raises(OSError, match='No space left'):
+    export._export(workdir, 'hf,tf1,saved_model', out, overwrite=False, vocab_file='',  # pylint: disable=protected-access
+                   do_lower_case=None, max_seq_length=0, labels=(), normalize=None,
+                   written=written)
+  assert written == [('hf', str(out / 'hf'))]
+  assert (out / 'hf' / 'model.safetensors').exists()
+  assert sorted(os.listdir(out)) == ['hf']  # Nothing half-written of tf1, no lock left.
+  line = export._written_first(written, 'error: the disk is full.', 'hf,tf1,saved_model')  # pylint: disable=protected-access
+  assert line == (f'error: the disk is full. Written before it, complete: hf {out / "hf"}; '
+                  'the rest: --format=tf1,saved_model.')
+
+
+def test_another_export_writing_one_of_the_folders_refuses_them_all(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'out'
+  with output_lock.held(str(out / 'tf1'), 'export', f'writing {out / "tf1"}', '--output'):
+    with pytest.raises(ValueError, match=r'another export run \(pid .*\) is writing .*out/tf1 '
+                       r'now'):
+      export.export_formats(workdir, 'hf,tf1', out)
+    assert os.listdir(out) == ['.tf1.lock']  # Only the other's lock: no hf, no lock of ours.
+  assert os.listdir(out) == []
