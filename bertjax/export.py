@@ -372,16 +372,19 @@ def _written_first(written: list, error: str, formats) -> str:
 def main(argv):
   console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
-  if files.is_remote(FLAGS.output or ''):
-    console.exit_on_interrupt(lambda: (
-        f'interrupted: an upload to {FLAGS.output} cut short leaves files that its manifest '
-        'lists as in progress; rerun the same command with --overwrite'), terminate=True)
-  else:
-    console.exit_on_interrupt(console.nothing_written(
-        'nothing was written (an export is renamed into place only when complete)'),
-        terminate=True)
-  start = time.perf_counter()
   written = []  # (format, folder) of each export complete, named if a later one fails.
+  if files.is_remote(FLAGS.output or ''):
+    console.exit_on_interrupt(lambda: _written_first(written, (
+        f'interrupted: an upload to {FLAGS.output} cut short leaves files that its manifest '
+        'lists as in progress; rerun the same command with --overwrite.'), FLAGS.format),
+                              terminate=True)
+  else:
+    console.exit_on_interrupt(lambda: _written_first(written, (
+        'interrupted: nothing was written (an export is renamed into place only when '
+        'complete); rerun the same command.') if not written else (
+            'interrupted: the format in progress was not written (an export is renamed into '
+            'place only when complete).'), FLAGS.format), terminate=True)
+  start = time.perf_counter()
   try:
     targets, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,
                               overwrite=FLAGS.overwrite, vocab_file=FLAGS.vocab_file,

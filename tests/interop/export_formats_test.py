@@ -4,7 +4,12 @@ failure after one names what was written."""
 
 import errno
 import os
+import signal
+import subprocess
+import sys
+import time
 
+import commands
 import pytest
 
 from bertjax import export
@@ -111,3 +116,26 @@ def test_another_export_writing_one_of_the_folders_refuses_them_all(fine_tuned_s
       export.export_formats(workdir, 'hf,tf1', out)
     assert os.listdir(out) == ['.tf1.lock']  # Only the other's lock: no hf, no lock of ours.
   assert os.listdir(out) == []
+
+
+def test_sigterm_during_the_second_format_keeps_the_first_and_says_so(fine_tuned_sst2,
+                                                                        tmp_path):
+  workdir, _ = fine_tuned_sst2
+  out, log = tmp_path / 'out', tmp_path / 'stderr'
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'bertjax.export', f'--from={workdir}', '--format=hf,saved_model',
+       f'--output={out}'], cwd=tmp_path, env=commands.environ(), stdout=subprocess.DEVNULL,
+      stderr=log.open('w'))
+  deadline = time.time() + 240
+  while not ((out / 'hf').is_dir() and list(out.glob('.saved_model.export-*'))):
+    assert process.poll() is None, log.read_text()[-3000:]
+    assert time.time() < deadline, log.read_text()[-3000:]
+    time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+  assert log.read_text().strip().splitlines()[-1] == (
+      'interrupted: the format in progress was not written (an export is renamed into place '
+      f'only when complete). Written before it, complete: hf {out / "hf"}; the rest: '
+      '--format=saved_model.')
+  assert sorted(os.listdir(out)) == ['hf']  # No half-written SavedModel, no lock.
+  assert (out / 'hf' / 'model.safetensors').exists()
