@@ -81,8 +81,11 @@ def check_flags(words):
   value (absl's rule too): said, since a launcher script's second override hides the first."""
   for name in flags.FLAGS:
     flag = flags.FLAGS[name]
-    if flag.present and isinstance(flag.value, str) and flag.value.startswith('--'):
-      raise app.UsageError(f'--{name} took the next word {flag.value!r} as its value: give it '
+    # A list flag (--format, --labels) takes the next word as its one item.
+    value = (flag.value[0] if isinstance(flag.value, list) and len(flag.value) == 1 else
+             flag.value)
+    if flag.present and isinstance(value, str) and value.startswith('--'):
+      raise app.UsageError(f'--{name} took the next word {value!r} as its value: give it '
                            f'one (--{name}=VALUE), or drop it.')
   for name in sorted({w.lstrip('-').partition('=')[0] for w in _flag_words(words)}):
     if name == 'flagfile' or name not in flags.FLAGS:  # absl reads every --flagfile.

@@ -233,6 +233,7 @@ def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_pat
 @pytest.mark.parametrize('command, flags', [
     ('bertjax.main', TINY[:1] + ['--workdir', '--config.seed=1']),
     ('bertjax.export', ['--from=w', '--format=hf', '--output=o', '--vocab_file', '--step=1']),
+    ('bertjax.export', ['--from=w', '--output=o', '--format', '--overwrite']),  # A list flag.
 ])
 def test_a_flag_given_no_value_is_refused_not_fed_the_next_flag(tmp_path, command, flags):
   """absl gives a text flag with no value the next word: `--workdir --config.seed=1` ran a
