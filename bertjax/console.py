@@ -245,7 +245,7 @@ def at_interrupt(callback):
 
 def _run_at_interrupt():
   def run():
-    for callback in list(_AT_INTERRUPT):
+    for callback in reversed(list(_AT_INTERRUPT)):  # The innermost block's first, as `finally`.
       try:
         callback()
       except Exception:  # pylint: disable=broad-except  # Best effort: the exit goes on.

@@ -58,6 +58,7 @@ import functools
 import json
 import os
 import time
+import traceback
 
 from absl import app
 from absl import flags
@@ -99,13 +100,6 @@ def parse_formats(value) -> tuple[str, ...]:
   if twice:
     raise ValueError(f'--format={given} names {", ".join(twice)} twice: name each format once.')
   return formats
-
-
-def _targets(formats: tuple[str, ...], output: str) -> list[tuple[str, str]]:
-  """(format, folder) pairs: --output itself for one format, --output/<format> for several."""
-  if len(formats) == 1:
-    return [(formats[0], output)]
-  return [(fmt, files.join(output, fmt)) for fmt in formats]
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
@@ -223,36 +217,43 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
   source = source.rstrip('/') if files.is_remote(source) else source
   sources.format_of(source)  # A source that does not exist, named first.
   source = checkpoint_reader.step_path(source, step)
-  targets = _targets(formats, output)
-  if len(targets) > 1 and files.isfile(output):
-    raise FileExistsError(f'--output={output} is a file: several formats are written into a '
-                          'folder, one folder per format in it; pass a directory.')
+  targets = export_folder.targets(formats, output)
+  export_folder.check_folder_of_formats(targets, output)
   # The folder of several formats, where this export makes it: removed again if it fails
   # before writing any (a refusal leaves no empty folder behind).
   made = (output if len(targets) > 1 and not files.is_remote(output) and
           not os.path.lexists(output) else None)  # local: a folder made here
-  try:
-    return _export_into(targets, source, overwrite=overwrite, vocab_file=vocab_file,
-                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                        labels=labels, normalize=normalize, written=written)
-  except BaseException:
+
+  def remove_made():
     if made and os.path.isdir(made) and not os.listdir(made):  # local: made above
       os.rmdir(made)  # local: made above
+
+  try:
+    with console.at_interrupt(remove_made):  # A Ctrl-C or SIGTERM skips `except`.
+      return _export_into(targets, source, overwrite=overwrite, vocab_file=vocab_file,
+                          do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                          labels=labels, normalize=normalize, written=written,
+                          folder=output if len(targets) > 1 else None)
+  except BaseException:
+    remove_made()
     raise
 
 
 def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
                  do_lower_case: bool | None, max_seq_length: int, labels: tuple,
-                 normalize: bool | None, written: list):
-  """_export's work once its arguments are checked: holds each folder, loads the model once,
-  checks it for every format, then writes them in turn."""
+                 normalize: bool | None, written: list, folder: str | None):
+  """_export's work once its arguments are checked: holds each folder (and `folder`, that of
+  several formats), loads the model once, checks it for every format, then writes them in
+  turn."""
   formats = tuple(fmt for fmt, _ in targets)
   # One export per output at a time: a second is refused at its start, not after its work
   # (with --overwrite, the later one replaced the other's export, both saying done).
   for _, out in targets:
     export_folder.check(out, overwrite, source)  # Before the lock makes its folder.
   with contextlib.ExitStack() as locks:
-    for _, out in targets:  # Every folder held from the start: none is half-way another's.
+    # The folder of several formats too: an export of one format to that folder is refused
+    # while they are written, as they are while it writes.
+    for out in ([folder] if folder else []) + [out for _, out in targets]:
       locked = out if files.is_remote(out) else os.path.realpath(out)  # local: links
       locks.enter_context(output_lock.held(locked, 'export', f'writing {out}', '--output'))
     for _, out in targets:
@@ -346,27 +347,40 @@ def loading_lines(fmt: str, output: str) -> list[str]:
   return []
 
 
-def _disk_error(e: OSError) -> str:
-  """One line for an output the disk cannot take: full, read-only or not ours; '' otherwise."""
-  what = f'--output={FLAGS.output}'
+def _left(written: list, formats) -> list[str]:
+  """The formats of `formats` not yet written."""
+  done = {fmt for fmt, _ in written}
+  return [fmt for fmt in parse_formats(formats) if fmt not in done]
+
+
+def _disk_error(e: OSError, written: list, output: str, formats) -> str:
+  """One line for an output the disk cannot take: full, read-only or not ours; '' otherwise.
+  After some of several formats were written: the folder of the one that failed."""
+  what, lost = f'--output={output}', 'nothing was'
+  if written:
+    fmt = _left(written, formats)[0]
+    what, lost = files.join(files.parent(written[0][1]), fmt), f'nothing of {fmt} was'
   if e.errno in (errno.ENOSPC, errno.EDQUOT):
-    return (f'error: the disk holding {what} is full ({e.strerror}): nothing was replaced. Free '
+    return (f'error: the disk holding {what} is full ({e.strerror}): {lost} replaced. Free '
             'space (replacing an export needs room for both until the old one is removed) or '
             'pass another --output.')
   if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-    return (f'error: {what} cannot be written ({e.strerror}): nothing was written; pass a '
+    return (f'error: {what} cannot be written ({e.strerror}): {lost} written; pass a '
             'folder you may write to.')
   return ''
 
 
 def _written_first(written: list, error: str, formats) -> str:
-  """`error`, with the formats written complete before it (several formats): one line."""
+  """`error`, with the formats written complete before it (several formats) and the command's
+  flags that write the rest: one line."""
   if not written:
     return error
-  done = {fmt for fmt, _ in written}
-  left = ','.join(fmt for fmt in parse_formats(formats) if fmt not in done)
+  left, folder = _left(written, formats), files.parent(written[0][1])
+  # One format left is written into --output itself: its own folder is named.
+  rest = (f'--format={left[0]} --output={files.join(folder, left[0])}' if len(left) == 1 else
+          f'--format={",".join(left)} --output={folder}')
   return (f'{error} Written before it, complete: '
-          f'{", ".join(f"{fmt} {out}" for fmt, out in written)}; the rest: --format={left}.')
+          f'{", ".join(f"{fmt} {out}" for fmt, out in written)}; the rest: {rest}.')
 
 
 def main(argv):
@@ -395,9 +409,17 @@ def main(argv):
                               written=written)
     lines = [line for fmt, out in targets for line in loading_lines(fmt, out)]
   except OSError as e:
-    console.fail(_written_first(written, _disk_error(e) or f'error: {e}', FLAGS.format))
+    console.fail(_written_first(written, _disk_error(e, written, FLAGS.output, FLAGS.format) or
+                                f'error: {e}',
+                                FLAGS.format))
   except ValueError as e:
     console.fail(_written_first(written, f'error: {e}', FLAGS.format))
+  except Exception as e:  # pylint: disable=broad-except  # A writer's own: said with the rest.
+    if not written:
+      raise
+    traceback.print_exc()
+    console.fail(_written_first(written, f'error: {type(e).__name__}: {str(e).rstrip(".")}.',
+                                FLAGS.format))
   for line in lines:
     print(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]

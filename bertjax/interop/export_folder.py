@@ -1,5 +1,6 @@
 """An export's output folder: what --output may replace, its manifest, and writing it whole.
 
+Several formats go into one folder, a folder each (targets, check_folder_of_formats).
 check() refuses, before anything is read, an --output that would lose something; write() puts an
 export there complete or not at all, checking the output again just before (another export or a
 user may have written there meanwhile): a local folder is written beside and renamed into place,
@@ -68,6 +69,35 @@ def _check_not_in_checkpoints(output, out, source, run):
                           f'prunes: pass e.g. --output={run}_export.')
 
 
+def targets(formats: tuple[str, ...], output: str) -> list[tuple[str, str]]:
+  """(format, folder) pairs: --output itself for one format, --output/<format> for several."""
+  if len(formats) == 1:
+    return [(formats[0], output)]
+  return [(fmt, files.join(output, fmt)) for fmt in formats]
+
+
+def check_folder_of_formats(targets: list[tuple[str, str]], output: str):
+  """Refuses a folder of several formats that is a file, is an export itself, or whose format
+  folders are one folder through links."""
+  if len(targets) == 1:
+    return
+  if files.isfile(output):
+    raise FileExistsError(f'--output={output} is a file: several formats are written into a '
+                          'folder, one folder per format in it; pass a directory.')
+  if files.exists(files.join(output, MANIFEST)):
+    raise FileExistsError(f'--output={output} is an export itself: several formats are written '
+                          'into a folder of their own (one folder per format); pass another '
+                          '--output.')
+  if not files.is_remote(output):
+    seen = {}
+    for fmt, out in targets:
+      real = os.path.realpath(out)  # local: links
+      if real in seen:
+        raise FileExistsError(f'--format={seen[real]} and {fmt} would both be written to '
+                              f'{real} (a link in {output} leads there): pass another --output.')
+      seen[real] = fmt
+
+
 def check(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
@@ -110,6 +140,14 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
   listed = _listed(output)
+  inside = sorted(name for name in files.listdir(output)
+                  if listed is None and files.exists(files.join(output, name, MANIFEST)))
+  if inside:  # The folder of an export of several formats.
+    several = (f', or several with --format={",".join(inside)} --output={output}'
+               if len(inside) > 1 else '')
+    raise FileExistsError(f'--output={output} holds the exports of a command of several formats '
+                          f'({", ".join(inside)}): replace one with --output='
+                          f'{files.join(output, inside[0])}{several}.')
   if listed is None:
     raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
                           '--overwrite replaces only an earlier export; choose another '

@@ -102,9 +102,17 @@ def test_a_failure_after_the_first_format_names_what_was_written(fine_tuned_sst2
   assert written == [('hf', str(out / 'hf'))]
   assert (out / 'hf' / 'model.safetensors').exists()
   assert sorted(os.listdir(out)) == ['hf']  # Nothing half-written of tf1, no lock left.
-  line = export._written_first(written, 'error: the disk is full.', 'hf,tf1,saved_model')  # pylint: disable=protected-access
-  assert line == (f'error: the disk is full. Written before it, complete: hf {out / "hf"}; '
-                  'the rest: --format=tf1,saved_model.')
+  error = export._disk_error(OSError(errno.ENOSPC, 'No space left on device'), written,  # pylint: disable=protected-access
+                             str(out), 'hf,tf1,saved_model')
+  line = export._written_first(written, error, 'hf,tf1,saved_model')  # pylint: disable=protected-access
+  assert line == (f'error: the disk holding {out / "tf1"} is full (No space left on device): '
+                  'nothing of tf1 was replaced. Free space (replacing an export needs room for '
+                  'both until the old one is removed) or pass another --output. Written before '
+                  f'it, complete: hf {out / "hf"}; the rest: --format=tf1,saved_model '
+                  f'--output={out}.')
+  # One format left: its own folder, since one format is written into --output itself.
+  assert export._written_first(written, 'error: x.', 'hf,tf1').endswith(  # pylint: disable=protected-access
+      f'the rest: --format=tf1 --output={out / "tf1"}.')
 
 
 def test_another_export_writing_one_of_the_folders_refuses_them_all(fine_tuned_sst2, tmp_path):
@@ -136,6 +144,42 @@ def test_sigterm_during_the_second_format_keeps_the_first_and_says_so(fine_tuned
   assert log.read_text().strip().splitlines()[-1] == (
       'interrupted: the format in progress was not written (an export is renamed into place '
       f'only when complete). Written before it, complete: hf {out / "hf"}; the rest: '
-      '--format=saved_model.')
+      f'--format=saved_model --output={out / "saved_model"}.')
   assert sorted(os.listdir(out)) == ['hf']  # No half-written SavedModel, no lock.
   assert (out / 'hf' / 'model.safetensors').exists()
+
+
+def test_an_export_or_a_link_between_format_folders_is_no_folder_of_formats(fine_tuned_sst2,
+                                                                          tmp_path):
+  workdir, _ = fine_tuned_sst2
+  single = export.export(workdir, 'hf', tmp_path / 'single')
+  before = _files(single)
+  with pytest.raises(FileExistsError, match=r'--output=.*single is an export itself: several '
+                     'formats are written into a folder of their own'):
+    export.export_formats(workdir, 'hf,tf1', single, overwrite=True)
+  assert _files(single) == before
+  (tmp_path / 'linked' / 'tf1').mkdir(parents=True)
+  (tmp_path / 'linked' / 'hf').symlink_to('tf1')
+  with pytest.raises(FileExistsError, match=r'--format=hf and tf1 would both be written to '
+                     r'.*linked/tf1 \(a link in .*linked leads there\)'):
+    export.export_formats(workdir, 'hf,tf1', tmp_path / 'linked')
+  assert os.listdir(tmp_path / 'linked' / 'tf1') == []
+  # A folder of several formats replaced by one format: each folder is named, not "not written
+  # by bertjax.export".
+  both = export.export_formats(workdir, 'hf,tf1', tmp_path / 'both')
+  with pytest.raises(FileExistsError, match=r'--output=.*both holds the exports of a command of '
+                     r'several formats \(hf, tf1\): replace one with --output=.*both/hf, or '
+                     r'several with --format=hf,tf1 --output=.*both\.'):
+    export.export(workdir, 'hf', tmp_path / 'both', overwrite=True)
+  assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1'] and both
+
+
+def test_an_export_of_one_format_into_the_folder_refuses_several_there(fine_tuned_sst2,
+                                                                        tmp_path):
+  """Its lock is the folder's own (beside it); the formats' are inside: both are taken."""
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'out'
+  with output_lock.held(str(out), 'export', f'writing {out}', '--output'):
+    with pytest.raises(ValueError, match=r'another export run \(pid .*\) is writing .*out now'):
+      export.export_formats(workdir, 'hf,tf1', out)
+  assert os.listdir(tmp_path) == []
