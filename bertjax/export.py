@@ -376,11 +376,13 @@ def _written_first(written: list, error: str, formats) -> str:
   if not written:
     return error
   left, folder = _left(written, formats), files.parent(written[0][1])
+  done = ', '.join(f'{fmt} {out}' for fmt, out in written)
+  if not left:  # After the last one (its loading lines, an interrupt).
+    return f'{error} Every format was written before it, complete: {done}.'
   # One format left is written into --output itself: its own folder is named.
   rest = (f'--format={left[0]} --output={files.join(folder, left[0])}' if len(left) == 1 else
           f'--format={",".join(left)} --output={folder}')
-  return (f'{error} Written before it, complete: '
-          f'{", ".join(f"{fmt} {out}" for fmt, out in written)}; the rest: {rest}.')
+  return f'{error} Written before it, complete: {done}; the rest: {rest}.'
 
 
 def main(argv):
@@ -397,7 +399,8 @@ def main(argv):
         'interrupted: nothing was written (an export is renamed into place only when '
         'complete); rerun the same command.') if not written else (
             'interrupted: the format in progress was not written (an export is renamed into '
-            'place only when complete).'), FLAGS.format), terminate=True)
+            'place only when complete).') if _left(written, FLAGS.format) else (
+                'interrupted.'), FLAGS.format), terminate=True)
   start = time.perf_counter()
   try:
     targets, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,

@@ -141,7 +141,7 @@ def check(output, overwrite: bool, source: str = ''):
                           'replace it, or choose another directory.')
   listed = _listed(output)
   inside = sorted(name for name in files.listdir(output)
-                  if listed is None and files.exists(files.join(output, name, MANIFEST)))
+                  if listed is None and _format_of(files.join(output, name)) == name)
   if inside:  # The folder of an export of several formats.
     several = (f', or several with --format={",".join(inside)} --output={output}'
                if len(inside) > 1 else '')
@@ -166,6 +166,15 @@ def _listed(folder: str) -> set | None:
   try:
     return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
   except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _format_of(folder: str) -> str | None:
+  """The format an earlier export's manifest in `folder` records; None without one."""
+  try:
+    return json.loads(files.read_text(files.join(folder, MANIFEST)))['format']
+  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError,
+          TypeError):
     return None
 
 

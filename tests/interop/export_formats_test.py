@@ -110,6 +110,10 @@ def test_a_failure_after_the_first_format_names_what_was_written(fine_tuned_sst2
                   'both until the old one is removed) or pass another --output. Written before '
                   f'it, complete: hf {out / "hf"}; the rest: --format=tf1,saved_model '
                   f'--output={out}.')
+  everything = written + [('tf1', str(out / 'tf1'))]
+  assert export._written_first(everything, 'interrupted.', 'hf,tf1') == (  # pylint: disable=protected-access
+      f'interrupted. Every format was written before it, complete: hf {out / "hf"}, tf1 '
+      f'{out / "tf1"}.')
   # One format left: its own folder, since one format is written into --output itself.
   assert export._written_first(written, 'error: x.', 'hf,tf1').endswith(  # pylint: disable=protected-access
       f'the rest: --format=tf1 --output={out / "tf1"}.')
@@ -172,6 +176,11 @@ def test_an_export_or_a_link_between_format_folders_is_no_folder_of_formats(fine
                      r'several with --format=hf,tf1 --output=.*both\.'):
     export.export(workdir, 'hf', tmp_path / 'both', overwrite=True)
   assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1'] and both
+  # A folder of exports of other names is not one: the plain refusal.
+  export.export(workdir, 'hf', tmp_path / 'mixed' / 'model_a')
+  with pytest.raises(FileExistsError, match=r'--output=.*mixed was not written by '
+                     'bertjax.export'):
+    export.export(workdir, 'hf', tmp_path / 'mixed', overwrite=True)
 
 
 def test_an_export_of_one_format_into_the_folder_refuses_several_there(fine_tuned_sst2,
