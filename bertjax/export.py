@@ -356,8 +356,8 @@ def _left(written: list, formats) -> list[str]:
 def _disk_error(e: OSError, written: list, output: str, formats) -> str:
   """One line for an output the disk cannot take: full, read-only or not ours; '' otherwise.
   After some of several formats were written: the folder of the one that failed."""
-  what, lost = f'--output={output}', 'nothing was'
-  if written:
+  what, lost = f'--output={output}', 'nothing more was' if written else 'nothing was'
+  if written and _left(written, formats):  # (All written: a failure after, e.g. reading back.)
     fmt = _left(written, formats)[0]
     what, lost = files.join(files.parent(written[0][1]), fmt), f'nothing of {fmt} was'
   if e.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -111,6 +111,9 @@ def test_a_failure_after_the_first_format_names_what_was_written(fine_tuned_sst2
                   f'it, complete: hf {out / "hf"}; the rest: --format=tf1,saved_model '
                   f'--output={out}.')
   everything = written + [('tf1', str(out / 'tf1'))]
+  # A disk error after every format was written (reading one back) names --output.
+  assert export._disk_error(OSError(errno.EACCES, 'Permission denied'), everything, str(out),  # pylint: disable=protected-access
+                            'hf,tf1').startswith(f'error: --output={out} cannot be written')
   assert export._written_first(everything, 'interrupted.', 'hf,tf1') == (  # pylint: disable=protected-access
       f'interrupted. Every format was written before it, complete: hf {out / "hf"}, tf1 '
       f'{out / "tf1"}.')
