@@ -1,5 +1,5 @@
 """README's layout section names every package folder and module in the tree, and each module's
-docstring opens with a line that says its concern."""
+docstring opens with a line that says its concern; no two test modules share a file name."""
 
 import ast
 import pathlib
@@ -38,3 +38,12 @@ def test_every_module_says_its_concern_in_its_first_line():
   silent = [str(path.relative_to(REPO)) for path in [*_modules(), *PACKAGE.rglob('__init__.py')]
             if not (ast.get_docstring(ast.parse(path.read_text())) or '').strip()]
   assert not silent, f'no module docstring: {silent}'
+
+
+def test_every_test_module_has_a_name_of_its_own():
+  """pytest imports test modules by their file name (rootdir `tests` on the path, no packages):
+  a second tests/*/x_test.py fails the whole file's collection in the suite's run."""
+  names = {}
+  for path in sorted((REPO / 'tests').rglob('*.py')):
+    names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+  assert not {name: where for name, where in names.items() if len(where) > 1}
