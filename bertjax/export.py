@@ -357,8 +357,9 @@ def _disk_error(e: OSError, written: list, output: str, formats) -> str:
   """One line for an output the disk cannot take: full, read-only or not ours; '' otherwise.
   After some of several formats were written: the folder of the one that failed."""
   what, lost = f'--output={output}', 'nothing more was' if written else 'nothing was'
-  if written and _left(written, formats):  # (All written: a failure after, e.g. reading back.)
-    fmt = _left(written, formats)[0]
+  left = _left(written, formats) if written else []
+  if left:  # (All written: a failure after them, e.g. reading one back, names --output.)
+    fmt = left[0]
     what, lost = files.join(files.parent(written[0][1]), fmt), f'nothing of {fmt} was'
   if e.errno in (errno.ENOSPC, errno.EDQUOT):
     return (f'error: the disk holding {what} is full ({e.strerror}): {lost} replaced. Free '
@@ -385,6 +386,16 @@ def _written_first(written: list, error: str, formats) -> str:
   return f'{error} Written before it, complete: {done}; the rest: {rest}.'
 
 
+def _interrupted(written: list, nothing) -> str:
+  """The interrupt line before _written_first's part: `nothing()` while none is written."""
+  if not written:
+    return nothing()
+  if _left(written, FLAGS.format):
+    return ('interrupted: the format in progress was not written (an export is renamed into '
+            'place only when complete).')
+  return 'interrupted.'
+
+
 def main(argv):
   console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
@@ -395,12 +406,10 @@ def main(argv):
         'lists as in progress; rerun the same command with --overwrite.'), FLAGS.format),
                               terminate=True)
   else:
-    console.exit_on_interrupt(lambda: _written_first(written, (
-        'interrupted: nothing was written (an export is renamed into place only when '
-        'complete); rerun the same command.') if not written else (
-            'interrupted: the format in progress was not written (an export is renamed into '
-            'place only when complete).') if _left(written, FLAGS.format) else (
-                'interrupted.'), FLAGS.format), terminate=True)
+    nothing = console.nothing_written(
+        'nothing was written (an export is renamed into place only when complete)')
+    console.exit_on_interrupt(lambda: _written_first(written, _interrupted(written, nothing),
+                                                     FLAGS.format), terminate=True)
   start = time.perf_counter()
   try:
     targets, result = _export(FLAGS['from'].value, FLAGS.format, FLAGS.output,

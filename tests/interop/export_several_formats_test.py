@@ -173,12 +173,12 @@ def test_an_export_or_a_link_between_format_folders_is_no_folder_of_formats(fine
   assert os.listdir(tmp_path / 'linked' / 'tf1') == []
   # A folder of several formats replaced by one format: each folder is named, not "not written
   # by bertjax.export".
-  both = export.export_formats(workdir, 'hf,tf1', tmp_path / 'both')
+  export.export_formats(workdir, 'hf,tf1', tmp_path / 'both')
   with pytest.raises(FileExistsError, match=r'--output=.*both holds the exports of a command of '
                      r'several formats \(hf, tf1\): replace one with --output=.*both/hf, or '
                      r'several with --format=hf,tf1 --output=.*both\.'):
     export.export(workdir, 'hf', tmp_path / 'both', overwrite=True)
-  assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1'] and both
+  assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1']
   # A folder of exports of other names is not one: the plain refusal.
   export.export(workdir, 'hf', tmp_path / 'mixed' / 'model_a')
   with pytest.raises(FileExistsError, match=r'--output=.*mixed was not written by '
