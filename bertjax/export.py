@@ -182,14 +182,15 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
 def export_formats(source, formats, output, *, overwrite: bool = False, vocab_file: str = '',
                    do_lower_case: bool | None = None, max_seq_length: int = 0,
                    labels: tuple = (), normalize: bool | None = None,
-                   step=None) -> dict[str, str]:
+                   step=None) -> dict:
   """Writes the model at `source` in each of `formats` (names, or one comma-separated str),
   read once, into `output`/<format> each (into `output` itself for one format); returns
-  {format: folder}. Every format's checks run before the first is written."""
+  {format: folder} (str folders, or Path objects where `output` was one). Every format's checks
+  run before the first is written."""
   targets, _ = _export(source, formats, output, overwrite=overwrite, vocab_file=vocab_file,
                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                        labels=labels, normalize=normalize, step=step)
-  return dict(targets)
+  return {fmt: out if isinstance(output, str) else type(output)(out) for fmt, out in targets}
 
 
 def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
@@ -219,24 +220,11 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
   source = checkpoint_reader.step_path(source, step)
   targets = export_folder.targets(formats, output)
   export_folder.check_folder_of_formats(targets, output)
-  # The folder of several formats, where this export makes it: removed again if it fails
-  # before writing any (a refusal leaves no empty folder behind).
-  made = (output if len(targets) > 1 and not files.is_remote(output) and
-          not os.path.lexists(output) else None)  # local: a folder made here
-
-  def remove_made():
-    if made and os.path.isdir(made) and not os.listdir(made):  # local: made above
-      os.rmdir(made)  # local: made above
-
-  try:
-    with console.at_interrupt(remove_made):  # A Ctrl-C or SIGTERM skips `except`.
-      return _export_into(targets, source, overwrite=overwrite, vocab_file=vocab_file,
-                          do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                          labels=labels, normalize=normalize, written=written,
-                          folder=output if len(targets) > 1 else None)
-  except BaseException:
-    remove_made()
-    raise
+  with export_folder.made_folders_removed(output):  # A refusal leaves no empty folder behind.
+    return _export_into(targets, source, overwrite=overwrite, vocab_file=vocab_file,
+                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                        labels=labels, normalize=normalize, written=written,
+                        folder=output if len(targets) > 1 else None)
 
 
 def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
@@ -268,17 +256,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
       bundle_lib.check_tokenizer(result, fmt)
     _check_casing(result)
     if labels:
-      if len(set(labels)) != len(labels):  # Two classes of one name: one would never be said.
-        raise ValueError(f'--labels={",".join(labels)} names a class twice: name each class '
-                         'once, class 0 first.')
-      if len(labels) != len(result.labels):
-        raise ValueError(f'--labels names {len(labels)} classes but the model has '
-                         f'{len(result.labels)}.')
-      if tuple(labels) != tuple(result.labels) and result.labels_named:
-        raise ValueError(f'{result.source} records its labels {list(result.labels)} (class 0 '
-                         f'first): --labels={",".join(labels)} would rename or reorder them; drop '
-                         '--labels.')
-      result.labels = tuple(labels)
+      bundle_lib.relabel(result, labels)
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
       positions = result.config['max_position_embeddings']
       if max_seq_length > positions:

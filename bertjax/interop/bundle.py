@@ -206,6 +206,26 @@ def check_head(kind: str, labels, params: dict, source: str):
                      "this run's (copied in from another?); use the run that wrote it.")
 
 
+def relabel(bundle: 'Bundle', labels):
+  """--labels: names for a classifier's classes or a tagger's tags where the source has only
+  their numbers (a TF1 run_classifier.py checkpoint); never renaming or reordering recorded
+  ones."""
+  given = ','.join(labels)
+  if not kinds.get(bundle.kind).named_labels:
+    raise ValueError(f'--labels={given} names classes or tags, but {bundle.source} (kind '
+                     f'{bundle.kind}) has none: drop --labels.')
+  if len(set(labels)) != len(labels):  # Two classes of one name: one would never be said.
+    raise ValueError(f'--labels={given} names a class twice: name each class once, class 0 '
+                     'first.')
+  if len(labels) != len(bundle.labels):
+    raise ValueError(f'--labels names {len(labels)} classes but the model has '
+                     f'{len(bundle.labels)}.')
+  if tuple(labels) != tuple(bundle.labels) and bundle.labels_named:
+    raise ValueError(f'{bundle.source} records its labels {list(bundle.labels)} (class 0 '
+                     f'first): --labels={given} would rename or reorder them; drop --labels.')
+  bundle.labels = tuple(labels)
+
+
 # Vocab padding fills the embedding rows up to the next multiple of one of these (NVIDIA: 30,528
 # rows for 30,522 entries; 64 and 128 for matmul tiles; Megatron: 128 x its tensor-parallel
 # size, 30,720 at 8).

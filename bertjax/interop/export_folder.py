@@ -98,6 +98,42 @@ def check_folder_of_formats(targets: list[tuple[str, str]], output: str):
       seen[real] = fmt
 
 
+@contextlib.contextmanager
+def made_folders_removed(output: str):
+  """Removes, if the block fails or is interrupted, the folders of local `output` that it made
+  and left empty: `output` itself (several formats are written into it) and the folders above
+  it, made for its lock, which lies beside it."""
+  top, path = None, output
+  while not files.is_remote(output) and not os.path.lexists(path):  # local only
+    top, path = path, os.path.dirname(path)
+
+  def remove():
+    folder = output
+    while top and folder != os.path.dirname(top):
+      with contextlib.suppress(OSError):  # Not empty (written meanwhile): kept.
+        os.rmdir(folder)  # local: made by this export
+      folder = os.path.dirname(folder)
+
+  try:
+    with console.at_interrupt(remove):  # A Ctrl-C or SIGTERM skips `except`.
+      yield
+  except BaseException:
+    remove()
+    raise
+
+
+def _check_link(output: str):
+  """Refuses a local `output` that is a link into a folder that is not there (a disk not
+  mounted?): the export would make that folder where the link leads."""
+  if not os.path.islink(output):  # local only
+    return
+  folder = os.path.dirname(os.path.realpath(output))  # local: the link's target's folder
+  if not os.path.isdir(folder):  # local only
+    raise FileNotFoundError(f'--output={output} is a link to {os.path.realpath(output)}, '
+                            f'whose folder {folder} does not exist (a disk not mounted?): make '
+                            'it, or remove the link.')
+
+
 def check(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
@@ -114,6 +150,7 @@ def check(output, overwrite: bool, source: str = ''):
       raise FileExistsError(f'--output={output} is under {above}, which is a file: pass a '
                             'directory path.')
   if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
+    _check_link(output)
     # What a killed export left beside it, first: an export put back is checked as any other.
     _recover(*os.path.split(os.path.realpath(output)))  # local only
   if files.isfile(output):

@@ -32,7 +32,7 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
   monkeypatch.setattr(sources, 'load', lambda *a, **k: reads.append(a) or load(*a, **k))
   out = tmp_path / 'both'
   written = export.export_formats(workdir, 'hf,tf1', out)
-  assert written == {'hf': str(out / 'hf'), 'tf1': str(out / 'tf1')}
+  assert written == {'hf': out / 'hf', 'tf1': out / 'tf1'}  # Path objects for a Path output.
   assert len(reads) == 1
   assert sorted(os.listdir(out)) == ['hf', 'tf1']
   for fmt, single in singles.items():
@@ -46,7 +46,8 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
     export.export_formats(workdir, ('hf', 'tf1'), out)
   assert export.export_formats(workdir, ('tf1', 'hf'), out, overwrite=True) == written
   # One format: its folder is --output itself, as export() writes it.
-  assert export.export_formats(workdir, ['hf'], tmp_path / 'one') == {'hf': str(tmp_path / 'one')}
+  assert export.export_formats(workdir, ['hf'], str(tmp_path / 'one')) == {
+      'hf': str(tmp_path / 'one')}
   assert (tmp_path / 'one' / 'model.safetensors').exists()
 
 
@@ -62,11 +63,28 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
 ])
 def test_a_refusal_of_any_format_writes_none(fine_tuned_sst2, tmp_path, formats, options, error):
   workdir, _ = fine_tuned_sst2
-  out = tmp_path / 'out'
+  out = tmp_path / 'made' / 'for' / 'out'
   with pytest.raises(ValueError, match=error):
     export.export_formats(workdir, formats, out, **options)
-  assert not out.exists()  # Not even the folder of the formats.
-  assert os.listdir(tmp_path) == []  # No lock or hidden folder left either.
+  # Not even the folder of the formats, nor those above it made for its lock (--labels is
+  # refused after the lock), nor a lock or hidden folder.
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_link_into_a_missing_folder_is_refused(fine_tuned_sst2, tmp_path):
+  workdir, _ = fine_tuned_sst2
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'out' / 'hf').symlink_to(tmp_path / 'unmounted' / 'disk' / 'hf')
+  (tmp_path / 'single').symlink_to(tmp_path / 'unmounted' / 'disk' / 'single')
+  for formats, out in (('hf,tf1', tmp_path / 'out'), ('hf', tmp_path / 'single')):
+    link = out / 'hf' if ',' in formats else out
+    with pytest.raises(FileNotFoundError, match=(
+        rf'^--output={link} is a link to {tmp_path}/unmounted/disk/\w+, whose folder '
+        rf'{tmp_path}/unmounted/disk does not exist \(a disk not mounted\?\): make it, or '
+        'remove the link.$')):
+      export.export_formats(workdir, formats, out)
+  assert sorted(os.listdir(tmp_path)) == ['out', 'single']  # Nothing made where they lead.
+  assert os.listdir(tmp_path / 'out') == ['hf']
 
 
 def test_a_taken_folder_of_one_format_is_refused_before_any_is_written(fine_tuned_sst2,

@@ -53,8 +53,18 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
   with pytest.raises(ValueError, match='^--output is empty: name the folder'):
     export.export(workdir, 'hf', '')
   with pytest.raises(ValueError, match=r'^--labels=x,x names a class twice: name each class once'):
-    export.export(workdir, 'hf', tmp_path / 'out', labels=('x', 'x'))
-  assert not (tmp_path / 'out').exists()
+    export.export(workdir, 'hf', tmp_path / 'made' / 'out', labels=('x', 'x'))
+  # Refused after its lock: the folder made above --output for it is gone again.
+  assert os.listdir(tmp_path) == []
+
+
+def test_labels_for_a_model_without_classes_are_refused(minilm_dir, tmp_path):
+  """It was '--labels names 2 classes but the model has 0.'"""
+  with pytest.raises(ValueError, match=re.escape(
+      f'--labels=a,b names classes or tags, but {minilm_dir} (kind encoder) has none: drop '
+      '--labels.')):
+    export.export(minilm_dir, 'hf', tmp_path / 'out', labels=('a', 'b'))
+  assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize('name, said', [('saved_model.pb', 'a SavedModel'),
