@@ -25,6 +25,7 @@ as one call.
 The model runs through bertjax/inference.py, the one inference path of predict, embed and this.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,6 +43,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import sources
@@ -138,6 +140,17 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
   to_stdout = str(output_file) == STDIO
   output = None if to_stdout else paths.check_output_file(
       output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
+  # One run per output file at a time: a second is refused now, not after its work.
+  with (contextlib.nullcontext() if to_stdout else
+        output_lock.held(output, 'extract_features', f'writing {output}')):
+    return _extract(init, input_file, output, layers, max_seq_length, batch_size, vocab_file,
+                    do_lower_case, bert_config_file, step)
+
+
+def _extract(init: str, input_file: str, output: str | None, layers, max_seq_length: int,
+             batch_size: int, vocab_file: str, do_lower_case: bool | None,
+             bert_config_file: str, step) -> Written:
+  """run()'s work once `output` (None: standard output) is checked and held."""
   if vocab_file and files.isdir(vocab_file) and not files.isfile(vocab_file):
     raise IsADirectoryError(f'--vocab_file={vocab_file} is a folder: name the vocab file '
                             '(vocab.txt, or a SentencePiece .model) in it.')
@@ -192,13 +205,16 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
           f.write(_json_line(start + row, tokens[row], states[:, row], layers))
         progress.update(start + len(chunk))
       f.close()
-      if to_stdout:
+      if output is None:
         with open(temp, encoding='utf-8') as whole:  # local temp, written whole: now shown
           shutil.copyfileobj(whole, sys.stdout)  # local temp, to standard output
         sys.stdout.flush()
       elif files.is_remote(output):
         files.copy(temp, output)  # One object put: the whole file or none.
       else:
+        mode = files.check_replaceable(output)  # Its permissions kept; read-only refused.
+        if mode is not None:
+          os.chmod(temp, mode)  # local temp
         os.replace(temp, output)  # local temp, renamed into place
   finally:
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
@@ -287,7 +303,10 @@ def main(argv):
     if FLAGS.output_file == STDIO:  # The reader of the features closed it (`| head`).
       console.reader_gone()
     console.fail(f'error: {e}')
-  except (ValueError, FileNotFoundError, OSError) as e:
+  except OSError as e:
+    output = '' if FLAGS.output_file == STDIO else paths.absolute(FLAGS.output_file)
+    console.fail(f'error: {output and paths.write_error(e, output) or e}')
+  except ValueError as e:
     console.fail(f'error: {e}')
   metrics = [('inputs', written.lines), ('layers', ','.join(map(str, layers)))]
   if written.step is not None:

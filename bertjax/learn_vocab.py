@@ -111,6 +111,8 @@ def main(argv):
     if e.errno in _DISK_FULL:
       _fail(f'the disk holding {output} is full ({e.strerror}): nothing was written (a file '
             'already there is kept); free space there or pass an --output_file on another disk')
+    if said := paths.write_error(e, output):  # Its file or folder cannot be written.
+      _fail(said.rstrip('.'))
     if logging.get_verbosity() >= logging.DEBUG:
       raise
     _fail(_one_line(e))

@@ -7,6 +7,7 @@ orbax names it); `~` is expanded.
 
 import contextlib
 import copy
+import errno
 import io
 import json
 import os
@@ -177,6 +178,16 @@ def reencode_hint(head: bytes, data: bytes = b'') -> str:
   return f'e.g. iconv -f {"cp1252" if _C1.search(undecoded) else "latin1"} -t utf-8'
 
 
+def not_text(name: str, head: bytes) -> str:
+  """An error for a file that no encoding makes text, by its first bytes (gzip, or NUL bytes
+  outside UTF-16/32); '' for one that may be text in another encoding."""
+  if head.startswith(b'\x1f\x8b'):
+    return f'{name} is gzip-compressed, not text: decompress it first (gunzip -k {name}).'
+  if b'\x00' in head and not wide_encoding(head):
+    return f'{name} holds NUL bytes: a binary file, not text; pass a text file.'
+  return ''
+
+
 _C1 = re.compile('[\udc80-\udc9f]')  # Bytes 0x80-0x9F that are not part of UTF-8.
 
 
@@ -191,6 +202,8 @@ def _utf8_lines(data: bytes, name: str) -> list[str]:
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
+    if error := not_text(name, data[:64]):
+      raise ValueError(error) from None
     line = data.count(b'\n', 0, e.start) + 1
     raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
                      f'({reencode_hint(data[:64], data)}).') from None
@@ -220,6 +233,8 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   A local symbolic link comes back as the file it points to: the atomic write (a temp file
   renamed into place) then replaces that file, beside it, rather than the link itself.
   `shown` names the output in the errors (default: --`flag`=`output`)."""
+  if not str(output or '').strip():  # Else a temp file is written in the folder above.
+    raise ValueError(f'{shown or f"--{flag}"} is empty: name the file to write.')
   out = absolute(str(output))
   shown = shown or f'--{flag}={output}'
   if str(output).endswith(('/', os.sep)):  # A bucket would store an object named `folder/`.
@@ -246,6 +261,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   if 'checkpoints' in parts[:-1]:
     raise FileExistsError(f'{shown} is inside a run\'s checkpoints/: write it '
                           'elsewhere (checkpoints are only written by their run).')
+  files.check_replaceable(out)  # Read-only: refused now, not after the work.
   exists = files.exists(out)
   if (run := _run_around(_resolved(out))) is not None:
     raise FileExistsError(f'{shown} {"exists" if exists else "would be"} in a bertjax '
@@ -255,6 +271,22 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
                           'would damage that model; name a new file.')
   return out
+
+
+def write_error(e: OSError, output: str, flag: str = '--output_file') -> str:
+  """One line for an OSError met writing the file `output` (its temporary file beside it, or
+  the rename into place): a full disk, or a file or folder that cannot be written; '' for
+  another error, or one about another file."""
+  kept = 'nothing was written (a file already there is kept)'
+  if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    return (f'the disk holding {output} is full ({e.strerror}): {kept}; free space there or '
+            f'pass a {flag} on another disk.')
+  name = os.path.basename(os.fspath(e.filename or ''))
+  ours = name == os.path.basename(output) or name.startswith(
+      files.hidden_prefix(os.path.basename(output)))
+  if ours and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    return f'cannot write {output} ({e.strerror}): {kept}; pass another {flag}.'
+  return ''
 
 
 def check_output_folder(folder, names, flag: str = 'workdir', inputs=()) -> str:

@@ -161,9 +161,12 @@ def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
         'for a cased checkpoint (--nodo_lower_case for create_pretraining_data, '
         '--config.data.do_lower_case=false for fine-tuning)')
   # Uncased: no upper-case word token at all (a cased vocab learned from mostly lower-case
-  # text holds a few, under the cased fraction: either casing reads it).
-  if not do_lower_case and not any(t != t.lower() for t in vocab
-                                   if not (t.startswith('[') and t.endswith(']'))):
+  # text holds a few, under the cased fraction: either casing reads it), but lower-case ones.
+  # A vocab of scripts without case (CJK, Thai, Arabic, ...) is neither: either setting reads
+  # it, and --nodo_lower_case keeps accents such as kana's voicing marks.
+  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  if (not do_lower_case and not any(t != t.lower() for t in words)
+      and any(t != t.upper() for t in words)):
     raise ValueError(
         f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
         'so capitalised words would become [UNK] or odd pieces: pass do_lower_case=True for an '

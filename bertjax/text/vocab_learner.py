@@ -237,11 +237,30 @@ def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, fi
   long_lines = corpus_lines.long_lines(skips, max_line_bytes)
   if not words and long_lines:
     raise ValueError(f'the input has no words to learn a vocab from: {long_lines}')
-  vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
+  try:
+    vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
+  except ValueError as e:  # Too little text: the lines skipped are part of why.
+    raise ValueError(f'{e}; {long_lines}' if long_lines else str(e)) from None
+  _check_casing_kept(vocab, do_lower_case)
   if long_lines:
     logging.warning('%s', long_lines)
   write_vocab(vocab, output_file)
   return vocab
+
+
+def _check_casing_kept(vocab, do_lower_case: bool):
+  """Refuses, before it is written, a vocab learned with do_lower_case=False that reads as
+  uncased (text without capitals): every tool that reads it with --nodo_lower_case would
+  refuse it (tokenizer.validate_case_matches_vocab)."""
+  if do_lower_case:
+    return
+  try:
+    tokenizer.validate_case_matches_vocab(vocab, False)
+  except ValueError:
+    raise ValueError('--nodo_lower_case, but the text has no upper-case letters, so the vocab '
+                     'would read as uncased and the tools that use it with --nodo_lower_case '
+                     'would refuse it: pass --do_lower_case (which also strips accents), or '
+                     'learn from text that keeps its capitals') from None
 
 
 def _spm_sentences(files, do_lower_case, max_line_bytes=None, skips=None):
@@ -392,7 +411,10 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         num_threads=num_threads,
         minloglevel=2)
   except RuntimeError as e:
-    raise ValueError(_spm_failed(e)) from None
+    long_lines = corpus_lines.long_lines(skips, max_line_bytes)
+    raise ValueError(_spm_failed(e) + (f'; {long_lines}' if long_lines else '')) from None
+  _check_casing_kept(sentencepiece_tokenizer.sentencepiece_vocab(output_file, model.getvalue())[0],
+                    do_lower_case)
   if long_lines := corpus_lines.long_lines(skips, max_line_bytes):
     logging.warning('%s', long_lines)
   files_lib.write_atomically(output_file, model.getvalue())

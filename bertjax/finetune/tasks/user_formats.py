@@ -39,6 +39,8 @@ def file_text(path) -> str:
   try:
     return data.decode('utf-8-sig')
   except UnicodeDecodeError as e:
+    if error := paths.not_text(str(path), data[:64]):
+      raise ValueError(error) from None
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
                      f'{paths.reencode_hint(data[:64], data)}.') from None
 

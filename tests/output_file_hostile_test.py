@@ -1,0 +1,143 @@
+"""One output file, as a hostile pass over extract_features and learn_vocab met it: a read-only
+or private file replaced as 644 (extract_features) or refused only after the work (learn_vocab);
+an empty --output_file run to its end; names of 233-255 bytes failing on their temporary file;
+two extract_features runs on one file both said done; the disk's errors naming the hidden
+temporary file; gzip input told to re-encode; a vocab learned with --nodo_lower_case from text
+without capitals refused by every tool after it; lines skipped as too long left out of the
+error they caused."""
+
+import errno
+import gzip
+import os
+
+import pytest
+
+from bertjax import extract_features
+from bertjax import files
+from bertjax import output_lock
+from bertjax import paths
+from bertjax.text import tokenizer
+from bertjax.text import vocab_learner
+
+LONG_NAME = 'f' * 245 + '.jsonl'  # 251 bytes: a valid name, its '.NAME.<pid>.tmp' is not.
+
+
+@pytest.fixture
+def text(tmp_path):
+  path = tmp_path / 'in.txt'
+  path.write_text('The weather is lovely today.\n')
+  return path
+
+
+def test_a_read_only_output_is_refused_first_and_a_private_one_stays_private(minilm_dir, text,
+                                                                             tmp_path,
+                                                                             monkeypatch):
+  locked, private = tmp_path / 'locked.jsonl', tmp_path / 'private.jsonl'
+  locked.write_text('keep\n')
+  locked.chmod(0o444)
+  loads = []
+  monkeypatch.setattr(extract_features.sources, 'load', lambda *a, **k: loads.append(a))
+  with pytest.raises(PermissionError, match=r'locked.jsonl is read-only \(mode 444\): make it '
+                     r'writable \(chmod u\+w\)'):
+    extract_features.run(str(minilm_dir), text, locked)
+  assert loads == [] and locked.read_text() == 'keep\n'  # Before the model was read.
+  with pytest.raises(ValueError, match=r'^--output_file is empty: name the file to write.$'):
+    extract_features.run(str(minilm_dir), text, '')
+  assert loads == [] and sorted(os.listdir(tmp_path)) == ['in.txt', 'locked.jsonl']
+  monkeypatch.undo()
+  private.write_text('secret\n')
+  private.chmod(0o600)
+  assert extract_features.run(str(minilm_dir), text, private).lines == 1
+  assert private.stat().st_mode & 0o777 == 0o600 and 'secret' not in private.read_text()
+
+
+def test_a_name_near_the_limit_and_a_second_run_on_one_output(minilm_dir, text, tmp_path):
+  long = tmp_path / LONG_NAME
+  assert extract_features.run(str(minilm_dir), text, long).lines == 1
+  assert sorted(os.listdir(tmp_path)) == sorted(['in.txt', LONG_NAME])  # No temp or lock left.
+  out = tmp_path / 'out.jsonl'
+  with output_lock.held(str(out), 'extract_features', f'writing {out}'):
+    with pytest.raises(ValueError, match=r'another extract_features run \(pid .*\) is writing '
+                       r'.*out.jsonl now: wait for it to finish, or pass another --output_file'):
+      extract_features.run(str(minilm_dir), text, out)
+  assert not out.exists()
+  # The lock beside a name near the limit is one name, the same for every process.
+  with output_lock.held(str(long), 'learn_vocab', 'writing it'):
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith('.lock')] == [
+        files.hidden_prefix(LONG_NAME) + 'lock']
+  files.write_atomically(str(long), 'again\n')
+  assert long.read_text() == 'again\n'
+
+
+def test_the_disk_errors_name_the_output_not_the_temporary_file(tmp_path):
+  out = str(tmp_path / 'out.jsonl')
+  temp = files.temporary_beside(out)
+  assert paths.write_error(PermissionError(errno.EPERM, 'Operation not permitted', temp, None,
+                                           out), out) == (
+      f'cannot write {out} (Operation not permitted): nothing was written (a file already there '
+      'is kept); pass another --output_file.')
+  assert paths.write_error(OSError(errno.ENOSPC, 'No space left on device'), out) == (
+      f'the disk holding {out} is full (No space left on device): nothing was written (a file '
+      'already there is kept); free space there or pass a --output_file on another disk.')
+  # Another file's error (an input): not said as the output's.
+  assert paths.write_error(PermissionError(errno.EACCES, 'Permission denied', '/x/in.txt'),
+                           out) == ''
+
+
+def test_compressed_or_binary_input_is_named_as_such(tmp_path):
+  packed = tmp_path / 'in.txt.gz'
+  packed.write_bytes(gzip.compress(b'hello\n'))
+  with pytest.raises(ValueError, match=rf'^{packed} is gzip-compressed, not text: decompress it '
+                     rf'first \(gunzip -k {packed}\).$'):
+    paths.read_text_lines(str(packed))
+  binary = tmp_path / 'model.bin'
+  binary.write_bytes(b'\x08\x00\x00\x00\xff\xfe\x00\x01' * 8)
+  with pytest.raises(ValueError, match=r'holds NUL bytes: a binary file, not text'):
+    paths.read_text_lines(str(binary))
+  wide = tmp_path / 'wide.txt'  # UTF-16 holds NUL bytes too: told its encoding instead.
+  wide.write_bytes('hello\n'.encode('utf-16'))
+  with pytest.raises(ValueError, match=r'iconv -f UTF-16'):
+    paths.read_text_lines(str(wide))
+
+
+def _lower_case_text(tmp_path):
+  path = tmp_path / 'lower.txt'
+  words = 'the king doth speak of his lord in the great hall and my heart is glad'.split()
+  path.write_text('\n'.join(' '.join(words[i:] + words[:i]) for i in range(len(words))) * 20)
+  return path
+
+
+def test_a_vocab_learned_without_lower_casing_from_text_without_capitals_is_refused(tmp_path):
+  lower = _lower_case_text(tmp_path)
+  for learn, out, size in ((vocab_learner.learn_wordpiece, 'vocab.txt', 128),
+                           (vocab_learner.learn_sentencepiece, 'spm.model', 36)):
+    with pytest.raises(ValueError, match=r'^--nodo_lower_case, but the text has no upper-case '
+                       r'letters, .* pass --do_lower_case \(which also strips accents\)'):
+      learn(str(lower), str(tmp_path / out), size, do_lower_case=False)
+    assert not (tmp_path / out).exists()
+  # Lower-cased, the same text gives a vocab that reads as uncased, as it should.
+  vocab = vocab_learner.learn_wordpiece(str(lower), str(tmp_path / 'vocab.txt'), 128)
+  tokenizer.validate_case_matches_vocab(vocab, True)
+
+
+def test_a_vocab_of_a_script_without_case_reads_either_way(tmp_path):
+  """Kana keep their voicing marks only without lower-casing (it strips accents)."""
+  corpus = tmp_path / 'kana.txt'
+  corpus.write_text('\n'.join('がぎぐげご東京大阪'[i:] + 'ざじずぜぞ'[:i] for i in range(5)) * 30)
+  vocab = vocab_learner.learn_wordpiece(str(corpus), str(tmp_path / 'vocab.txt'), 128,
+                                        do_lower_case=False, min_frequency=1)
+  assert 'が' in vocab
+  tokenizer.validate_case_matches_vocab(vocab, False)
+  with pytest.raises(ValueError, match='is an uncased vocab'):  # Lower-case letters, no capitals.
+    tokenizer.validate_case_matches_vocab(['[CLS]', 'the', 'king', '##s'], False)
+
+
+def test_a_failure_names_the_lines_skipped_as_too_long(tmp_path):
+  corpus = tmp_path / 'paragraphs.txt'
+  corpus.write_text(('word ' * 400 + '\n') * 20 + 'the cat sat\nthe dog sat\n')
+  with pytest.raises(ValueError, match=r'would be .* \[unusedN\] filler, .*; 20 line\(s\) longer '
+                     r'than --max_line_bytes=1000 skipped \(e.g. .*paragraphs.txt:1\): pass a '
+                     r'larger --max_line_bytes'):
+    vocab_learner.learn_wordpiece(str(corpus), str(tmp_path / 'vocab.txt'), 1024,
+                                  max_line_bytes=1000)
+  assert not (tmp_path / 'vocab.txt').exists()
