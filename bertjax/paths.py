@@ -378,6 +378,9 @@ def expand_input_patterns(patterns) -> list[str]:
   found = []
   for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
     matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
+    if not matches and pattern == '-':
+      raise FileNotFoundError('--input_file=- : standard input is not read here; save the text '
+                              'to a file and pass its path')
     if not matches:
       absolute(pattern)  # `gs:/b/x` matched no local file: said to be a URL missing a slash.
       raise FileNotFoundError(f'--input_file pattern {pattern!r} matched no files')

@@ -12,10 +12,12 @@ import os
 
 import pytest
 
+from bertjax import export
 from bertjax import extract_features
 from bertjax import files
 from bertjax import output_lock
 from bertjax import paths
+from bertjax.interop import sources
 from bertjax.text import tokenizer
 from bertjax.text import vocab_learner
 
@@ -141,3 +143,13 @@ def test_a_failure_names_the_lines_skipped_as_too_long(tmp_path):
     vocab_learner.learn_wordpiece(str(corpus), str(tmp_path / 'vocab.txt'), 1024,
                                   max_line_bytes=1000)
   assert not (tmp_path / 'vocab.txt').exists()
+
+
+def test_standard_input_for_files_and_a_folder_for_bert_config_are_named(minilm_dir, tmp_path):
+  with pytest.raises(FileNotFoundError, match=r'^--input_file=- : standard input is not read '
+                     'here; save the text to a file and pass its path$'):
+    paths.expand_input_patterns('-')
+  export.export(minilm_dir, 'tf1', tmp_path / 'tf1')
+  with pytest.raises(IsADirectoryError, match=rf'^{tmp_path} is a folder: name the '
+                     r'bert_config.json in it'):
+    sources.load(str(tmp_path / 'tf1' / 'bert_model.ckpt'), bert_config_file=str(tmp_path))

@@ -158,6 +158,9 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
                             'checkpoint prefix.')
   folder, prefix = found
   config_file = os.fspath(config_file) if config_file else files.join(folder, CONFIG_FILE)
+  if files.isdir(config_file) and not files.isfile(config_file):
+    raise IsADirectoryError(f'{config_file} is a folder: name the bert_config.json in it (the '
+                            f'checkpoint {prefix} needs the one released with it).')
   if not files.isfile(config_file):
     raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
                             'bert_config.json released with it.')
