@@ -34,6 +34,7 @@ gave the same example (bbc, wordnet with data.max_windows > 1: the mean of the l
 text's windows, as eval reads it).
 """
 
+import contextlib
 import json
 import sys
 import time
@@ -49,6 +50,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.finetune import kinds
@@ -317,37 +319,43 @@ def main(argv):
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'), terminate=True)
   start = time.perf_counter()
-  try:
-    output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
-              if FLAGS.output_file else None)
-    predictor = Predictor.from_workdir(
-        FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size)
-    if FLAGS.null_score_diff_threshold is not None:
-      predictor.set_null_threshold(FLAGS.null_score_diff_threshold)
-    if FLAGS.input_file:
-      lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
-    else:
-      if sys.stdin.isatty():  # Else a terminal waits for lines with no word of why.
-        print('reading inputs from standard input, one per line (Ctrl-D ends)', file=sys.stderr,
-              flush=True)
-      lines, source = paths.read_stdin_lines(), '<stdin>'
-    inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
-    if not inputs:
-      raise ValueError(f'{source} holds no inputs: one per line expected.')
-    rows = predictor.predict(inputs, console.Progress('predict', len(inputs), 'inputs'))
-    text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
-                   for row in rows)
-    if output is not None:
-      paths.write_atomically(output, text)
-    else:
-      sys.stdout.write(text)
-      sys.stdout.flush()  # A reader gone (`| head`) is said here, in the try.
-  except BrokenPipeError as e:
-    if not FLAGS.output_file:  # The reader of the predictions closed it (`| head`).
-      console.reader_gone()
-    console.fail(f'error: {e}')
-  except (ValueError, FileNotFoundError, OSError) as e:
-    console.fail(f'error: {e}')
+  with contextlib.ExitStack() as held:
+    try:
+      output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
+                if FLAGS.output_file else None)
+      if output is not None:  # One run per output file at a time: a second refused at its start.
+        held.enter_context(output_lock.held(output, 'predict', f'writing {output}'))
+      predictor = Predictor.from_workdir(
+          FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size)
+      if FLAGS.null_score_diff_threshold is not None:
+        predictor.set_null_threshold(FLAGS.null_score_diff_threshold)
+      if FLAGS.input_file:
+        lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
+      else:
+        if sys.stdin.isatty():  # Else a terminal waits for lines with no word of why.
+          print('reading inputs from standard input, one per line (Ctrl-D ends)', file=sys.stderr,
+                flush=True)
+        lines, source = paths.read_stdin_lines(), '<stdin>'
+      inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
+      if not inputs:
+        raise ValueError(f'{source} holds no inputs: one per line expected.')
+      rows = predictor.predict(inputs, console.Progress('predict', len(inputs), 'inputs'))
+      text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
+                     for row in rows)
+      if output is not None:
+        paths.write_atomically(output, text)
+      else:
+        sys.stdout.write(text)
+        sys.stdout.flush()  # A reader gone (`| head`) is said here, in the try.
+    except BrokenPipeError as e:
+      if not FLAGS.output_file:  # The reader of the predictions closed it (`| head`).
+        console.reader_gone()
+      console.fail(f'error: {e}')
+    except OSError as e:
+      said = FLAGS.output_file and paths.write_error(e, paths.absolute(FLAGS.output_file))
+      console.fail(f'error: {said or e}')
+    except ValueError as e:
+      console.fail(f'error: {e}')
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],
                  outputs=[('predictions', output or 'stdout')])
   if output is not None:

@@ -14,6 +14,7 @@ import pytest
 
 from bertjax import embed
 from bertjax import export
+from bertjax import output_lock
 from bertjax import predict
 from bertjax.finetune import job
 from bertjax.finetune.tasks import registry
@@ -170,6 +171,18 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
     assert result.returncode == 1 and message in result.stderr, result.stderr
   assert source.read_text() == '\n'.join(SENTENCES) + '\n'
   assert (workdir / 'config.json').read_text() == config
+  # Another predict writing the output: refused at the start (both said done before, the file
+  # holding the later one's predictions), and what is there kept.
+  out = tmp_path / 'out.jsonl'
+  out.write_text('earlier\n')
+  with output_lock.held(str(out), 'predict', f'writing {out}'):
+    result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                             f'--input_file={source}', f'--output_file={out}'],
+                            capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 1 and re.search(
+      r'error: another predict run \(pid .*\) is writing .*out.jsonl now: wait for it to '
+      'finish, or pass another --output_file', result.stderr), result.stderr
+  assert out.read_text() == 'earlier\n'
 
 
 def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch):
