@@ -18,6 +18,7 @@ from bertjax import files
 from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import sources
+from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
 from bertjax.text import vocab_learner
 
@@ -153,3 +154,12 @@ def test_standard_input_for_files_and_a_folder_for_bert_config_are_named(minilm_
   with pytest.raises(IsADirectoryError, match=rf'^{tmp_path} is a folder: name the '
                      r'bert_config.json in it'):
     sources.load(str(tmp_path / 'tf1' / 'bert_model.ckpt'), bert_config_file=str(tmp_path))
+
+
+def test_a_file_skipped_as_binary_names_its_nul_byte(tmp_path):
+  odd = tmp_path / 'odd.txt'
+  odd.write_bytes(b'hello world\x00 there\n')
+  skips = text_input.Skips()
+  assert text_input.usable_files([str(odd)], skips) == []
+  assert skips.described() == (f'1 binary_file (e.g. {odd} (a NUL byte at byte 11, as binary '
+                               'files have))')

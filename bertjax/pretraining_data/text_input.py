@@ -115,7 +115,8 @@ def usable_files(paths, skips):
         if b'\x00' in head:
           wide = paths_lib.wide_encoding(head)
           skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '
-                                   f'{paths_lib.reencode_hint(head)})' if wide else path)
+                                   f'{paths_lib.reencode_hint(head)})' if wide else
+                    f'{path} (a NUL byte at byte {head.index(0)}, as binary files have)')
           continue
       usable.append(path)
   return usable
