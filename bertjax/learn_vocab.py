@@ -15,7 +15,6 @@ counted. An existing --output_file is replaced only with --overwrite, and only o
 vocab is whole; a second run on the same local output at once is refused (its lock).
 """
 
-import errno
 import sys
 import time
 
@@ -30,7 +29,6 @@ from bertjax.pretraining_data import text_input
 from bertjax.text import vocab_learner
 
 MODELS = ('wordpiece', 'sentencepiece')
-_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 # The flags only one --model reads; the others are read by both.
 MODEL_FLAGS = {'wordpiece': ('num_unused', 'min_frequency', 'max_alphabet'),
                'sentencepiece': ('character_coverage', 'spm_model_type', 'input_sentence_size',
@@ -108,10 +106,7 @@ def main(argv):
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
           f'first, {paths.reencode_hint(e.object[:64], e.object)}')
   except OSError as e:
-    if e.errno in _DISK_FULL:
-      _fail(f'the disk holding {output} is full ({e.strerror}): nothing was written (a file '
-            'already there is kept); free space there or pass an --output_file on another disk')
-    if said := paths.write_error(e, output):  # Its file or folder cannot be written.
+    if said := paths.write_error(e, output):  # A full disk, or a file or folder not writable.
       _fail(said.rstrip('.'))
     if logging.get_verbosity() >= logging.DEBUG:
       raise

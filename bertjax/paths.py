@@ -280,7 +280,7 @@ def write_error(e: OSError, output: str, flag: str = '--output_file') -> str:
   kept = 'nothing was written (a file already there is kept)'
   if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
     return (f'the disk holding {output} is full ({e.strerror}): {kept}; free space there or '
-            f'pass a {flag} on another disk.')
+            f'pass an {flag} on another disk.')
   name = os.path.basename(os.fspath(e.filename or ''))
   ours = name == os.path.basename(output) or name.startswith(
       files.hidden_prefix(os.path.basename(output)))

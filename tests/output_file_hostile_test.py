@@ -81,7 +81,7 @@ def test_the_disk_errors_name_the_output_not_the_temporary_file(tmp_path):
       'is kept); pass another --output_file.')
   assert paths.write_error(OSError(errno.ENOSPC, 'No space left on device'), out) == (
       f'the disk holding {out} is full (No space left on device): nothing was written (a file '
-      'already there is kept); free space there or pass a --output_file on another disk.')
+      'already there is kept); free space there or pass an --output_file on another disk.')
   # Another file's error (an input): not said as the output's.
   assert paths.write_error(PermissionError(errno.EACCES, 'Permission denied', '/x/in.txt'),
                            out) == ''
