@@ -31,6 +31,7 @@ ACTIVATIONS = ('gelu', 'gelu_rational', 'gelu_tanh', 'relu')
 REMAT_POLICIES = ('none', 'full', 'dots')
 
 _MISSING = object()
+_INT32 = 2**31
 
 
 class _Checker:
@@ -64,6 +65,10 @@ class _Checker:
       self.fail(path, value, f'must be {kind}', f'pass --config.{path}=<{kind}>')
     if not math.isfinite(value):  # inf passes every range check, then fails mid-run.
       self.fail(path, value, 'must be a finite number', f'pass --config.{path}=<a finite number>')
+    if integer and not -_INT32 <= value < _INT32:  # Counts reach jitted code as int32.
+      self.fail(path, value, 'is past what a 32-bit integer holds (the steps, counts and seed '
+                'reach compiled code as int32)', f'pass --config.{path} below 2**31 '
+                f'({_INT32 - 1})')
     return value
 
   def at_least(self, path: str, low, fix: str = '', *, integer: bool = True, why: str = ''):
@@ -198,8 +203,8 @@ def _check_model(c: _Checker):
 
 def _check_training(c: _Checker, job):
   seed = c.number('seed', integer=True)
-  if seed is not _MISSING and not 0 <= seed < 2**32:  # PRNGKey folds 2**32 + 5 into 5.
-    c.fail('seed', seed, 'must be in [0, 2**32)', 'pass --config.seed=<0 .. 4294967295>')
+  if seed is not _MISSING and not 0 <= seed:  # The input pipeline's seed is an int32.
+    c.fail('seed', seed, 'must be in [0, 2**31)', 'pass --config.seed=<0 .. 2147483647>')
   c.choice('mode', MODES)
   c.choice('pooling', POOLINGS)
   batch = c.positive('global_batch_size', fix='set --config.global_batch_size to the sequences '

@@ -83,8 +83,17 @@ PRETRAIN = [
      'has no task field); load configs/finetune.py'),
     # Pass S: 2**32 + 5 initialised as 5 (PRNGKey folds it); 2**64 died in a traceback after the
     # data was made. Phase 2's files beside phase2.fraction=0 were read by no step.
-    ({'seed': 2**32 + 5}, 'config.seed=4294967301: must be in [0, 2**32); pass --config.seed='),
-    ({'seed': -1}, 'config.seed=-1: must be in [0, 2**32)'),
+    ({'seed': 2**32 + 5}, 'config.seed=4294967301: is past what a 32-bit integer holds'),
+    ({'seed': -1}, 'config.seed=-1: must be in [0, 2**31); pass --config.seed=<0 .. 2147483647>'),
+    # Hostile pass of 2026-12-01: 2**31 passed (the check said [0, 2**32)), then the input
+    # pipeline refused it after the data was made; steps of 2**31 or more overflowed in the
+    # first jitted step, with a traceback, after the data and the model were made.
+    ({'seed': 2**31}, 'config.seed=2147483648: is past what a 32-bit integer holds (the steps, '
+     'counts and seed reach compiled code as int32); pass --config.seed below 2**31'),
+    ({'num_train_steps': 3_000_000_000}, 'config.num_train_steps=3000000000: is past what a '
+     '32-bit integer holds'),
+    ({'optimizer__warmup_steps': 2**31}, 'config.optimizer.warmup_steps=2147483648: is past'),
+    ({'optimizer__total_steps': 2**40}, 'config.optimizer.total_steps=1099511627776: is past'),
     ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
      'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
 ]

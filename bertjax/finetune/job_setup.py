@@ -88,6 +88,10 @@ def num_steps(config, num_train_features: int, workdir: str = '') -> int:
                     'step; set --config.num_train_steps to choose the steps instead',
                     config.num_epochs, float(exact), num_train_features, config.global_batch_size)
   steps = max(1, int(exact))
+  if steps >= 2**31:  # Past int32, which the step counter is: an overflow in the first step.
+    raise ValueError(f'config.num_epochs={config.num_epochs:g} makes {steps} steps of '
+                     f'{config.global_batch_size} over {num_train_features} train features, '
+                     'past what a 32-bit step count holds; set --config.num_epochs lower.')
   return _floored_run_steps(config, num_train_features, workdir, steps) or steps
 
 

@@ -93,3 +93,12 @@ def test_a_run_begun_when_each_epoch_was_floored_keeps_its_steps(tmp_path, monke
                     'keeps them (num_epochs=2 of 64 examples at batch 24 make 5 steps now, '
                     'google-research/bert\'s count); --config.num_train_steps=5 trains on to '
                     'step 5'], warned
+
+
+def test_epochs_past_a_32_bit_step_count_are_refused_naming_them():
+  """Hostile pass of 2026-12-01: epochs=1e9 made 4.75e9 steps, an overflow in the first jitted
+  step (a traceback, after the data and the model were made)."""
+  with pytest.raises(ValueError, match=r'^config.num_epochs=1e\+09 makes 4750000000 steps of 8 '
+                     r'over 38 train features, past what a 32-bit step count holds; set '
+                     r'--config.num_epochs lower.$'):
+    job_setup.num_steps(_config(8, 1e9), 38)
