@@ -300,6 +300,14 @@ def _check_mesh_and_checkpoint(c: _Checker):
     c.fail(f'mesh.{rest[1]}', -1, f'mesh.{rest[0]} is -1 too, and only one axis may take the '
            'devices the others leave', f'set --config.mesh.{rest[0]}=1 (or a device count) to '
            f'give mesh.{rest[1]} the rest')
+  rules = c.get('mesh.rules')
+  if rules is not _MISSING:  # Parsed in full (sharding.parse_rules) once jax is imported.
+    batch = [value for name, _, value in (e.strip().partition('=') for e in str(rules).split(','))
+             if name.strip() == 'batch']
+    if not batch or not batch[-1].strip():
+      c.fail('mesh.rules', rules, 'maps the logical axis batch to no mesh axis, so every device '
+             'would compute every example', 'keep batch=data+fsdp in it (as the default does; '
+             'the rules not listed are replicated)')
   c.positive('checkpoint.every_steps', fix='set --config.checkpoint.every_steps to a step '
              'count (checkpoints are also saved at every eval and at the end)')
   c.at_least('checkpoint.keep', 1, fix='set --config.checkpoint.keep to 1 or more (the latest '

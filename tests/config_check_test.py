@@ -94,6 +94,12 @@ PRETRAIN = [
      '32-bit integer holds'),
     ({'optimizer__warmup_steps': 2**31}, 'config.optimizer.warmup_steps=2147483648: is past'),
     ({'optimizer__total_steps': 2**40}, 'config.optimizer.total_steps=1099511627776: is past'),
+    # The same pass: a traceback (NoneType is not iterable) after the data was made.
+    ({'mesh__rules': ''}, "config.mesh.rules='': maps the logical axis batch to no mesh axis, so "
+     'every device would compute every example; keep batch=data+fsdp in it'),
+    ({'mesh__rules': 'vocab=tensor'}, "config.mesh.rules='vocab=tensor': maps the logical axis "
+     'batch to no mesh axis'),
+    ({'mesh__rules': 'batch=,vocab=tensor'}, "config.mesh.rules='batch=,vocab=tensor': maps"),
     ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
      'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
 ]
