@@ -252,6 +252,7 @@ def check_args(main_args) -> object:
     return holder.value, ml_config_flags.get_override_values(values['config'])
 
   base = load_config_file(spec)
+  check_job_config(base, spec)
   job_flags = config_flags(main_args, base)
   if (unknown := unknown_field(base, job_flags)) is not None:
     raise ValueError(unknown)
@@ -263,6 +264,19 @@ def check_args(main_args) -> object:
   if (ignored := ignored_override(config, overrides)) is not None:
     raise ValueError(ignored)
   return config
+
+
+def check_job_config(config, spec: str):
+  """Refuses a config that is no bertjax job's: get_config() gave something without a `job`
+  field (config_check and the jobs read it first)."""
+  try:
+    job = config['job']
+  except (KeyError, TypeError, AttributeError, IndexError):
+    raise ConfigFileError(f'--config={spec} is not a bertjax config: its get_config() gave '
+                          f'{type(config).__name__} without a job field; load '
+                          'configs/pretrain.py, configs/finetune.py or configs/embed.py (or a '
+                          'copy of one)') from None
+  del job
 
 
 class ConfigFileError(ValueError):
@@ -288,6 +302,9 @@ def _load_config_file(path: str, arg: str):
   """get_config(arg) of a config file, as config_flags calls it (its own errors unwrapped)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   module_spec = importlib.util.spec_from_file_location('_bertjax_config_check', path)
+  if module_spec is None:  # Not a .py name: no loader for it.
+    raise ValueError(f'{path} is not a Python file: a config is a .py file whose '
+                     'get_config(arg) returns a ConfigDict')
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   if not callable(getattr(module, 'get_config', None)):

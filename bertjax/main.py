@@ -64,11 +64,26 @@ _STEP = flags.DEFINE_string(
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', os.environ.get('JAX_COORDINATOR_ADDRESS', ''),
     'HOST:PORT of process 0 for jax.distributed; empty = single process or auto-detected.')
+
+
+def _env_int(name: str) -> int | None:
+  """A whole-number environment variable's value (None: unset); a malformed one ends the
+  program with one line naming it (int() raised a traceback at import)."""
+  value = os.environ.get(name, '').strip()
+  if not value:
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    sys.exit(f'error: the environment variable {name}={value!r} is not a whole number: set it '
+             'to one, or unset it.')
+
+
 _NUM_PROCESSES = flags.DEFINE_integer(
-    'num_processes', int(os.environ.get('JAX_NUM_PROCESSES', 0)) or None,
+    'num_processes', _env_int('JAX_NUM_PROCESSES') or None,
     'Processes in the job (with --coordinator_address).')
 _PROCESS_ID = flags.DEFINE_integer(
-    'process_id', int(os.environ['JAX_PROCESS_ID']) if 'JAX_PROCESS_ID' in os.environ else None,
+    'process_id', _env_int('JAX_PROCESS_ID'),
     'This process (with --coordinator_address).')
 _COMPILATION_CACHE = flags.DEFINE_string(
     'compilation_cache_dir', accelerators.default_compilation_cache_dir(),
@@ -163,12 +178,41 @@ def _check_command():
   stale image's configs/ (config_args.configs_check)."""
   try:
     config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
+    config_args.check_job_config(_CONFIG.value,
+                                 config_flags.get_config_filename(flags.FLAGS['config']))
     config_check.check(_CONFIG.value)
+    _check_processes()
+    cache = _COMPILATION_CACHE.value
+    if cache and '://' not in cache and os.path.exists(os.path.expanduser(cache)) and not (
+        os.path.isdir(os.path.expanduser(cache))):  # local: checked before JAX uses it
+      raise ValueError(f'--compilation_cache_dir={cache} is a file: pass a folder (made if '
+                       "missing), or '' for no cache.")
     if (ignored := config_args.ignored_override(
         _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
       raise ValueError(ignored)
   except ValueError as e:
     raise CommandRefused(str(e)) from None
+
+
+def _check_processes():
+  """--num_processes and --process_id: read with --coordinator_address only, and consistent."""
+  count, index, address = _NUM_PROCESSES.value, _PROCESS_ID.value, _COORDINATOR.value
+  if not address:
+    if (count is not None or index is not None) and not _cluster_detected():
+      raise ValueError('--num_processes and --process_id are read with '
+                       '--coordinator_address=HOST:PORT (process 0\'s) only: pass it too, or '
+                       'leave them out for a single process.')
+    return
+  host, _, port = address.rpartition(':')
+  if not host or not port.isdigit():
+    raise ValueError(f'--coordinator_address={address} is not HOST:PORT: pass process 0\'s host '
+                     'and a free port, e.g. 10.0.0.2:1234.')
+  if count is not None and count < 1:
+    raise ValueError(f'--num_processes={count}: pass the number of processes in the job (1 or '
+                     'more).')
+  if count is not None and index is not None and not 0 <= index < count:
+    raise ValueError(f'--process_id={index} is not one of the {count} processes: pass 0 to '
+                     f'{count - 1}, distinct per process.')
 
 
 def _run(argv):

@@ -297,3 +297,45 @@ def test_a_notebooks_console_set_up_twice_prints_each_line_once(tmp_path):
   done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                         timeout=120, check=True)
   assert done.stdout.count('one line') == 1, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize('args, env, line', [
+    (['--num_processes=2', '--process_id=1'], {}, 'error: --num_processes and --process_id are '
+     "read with --coordinator_address=HOST:PORT (process 0's) only: pass it too, or leave them "
+     'out for a single process.'),
+    (['--coordinator_address=nohost', '--num_processes=2', '--process_id=0'], {},
+     "error: --coordinator_address=nohost is not HOST:PORT: pass process 0's host and a free "
+     'port, e.g. 10.0.0.2:1234.'),
+    (['--coordinator_address=127.0.0.1:1234', '--num_processes=2', '--process_id=5'], {},
+     'error: --process_id=5 is not one of the 2 processes: pass 0 to 1, distinct per process.'),
+    (['--coordinator_address=127.0.0.1:1234', '--num_processes=-1', '--process_id=0'], {},
+     'error: --num_processes=-1: pass the number of processes in the job (1 or more).'),
+    (['--compilation_cache_dir={tmp}/a_file'], {}, 'error: --compilation_cache_dir={tmp}/a_file '
+     "is a file: pass a folder (made if missing), or '' for no cache."),
+    (['--config={tmp}/no_job.py'], {}, 'error: --config={tmp}/no_job.py is not a bertjax config: '
+     'its get_config() gave ConfigDict without a job field; load configs/pretrain.py,'),
+    (['--config={tmp}/an_int.py'], {}, 'error: --config={tmp}/an_int.py is not a bertjax config: '
+     'its get_config() gave int without a job field'),
+    (['--config={repo}/README.md'], {}, 'FATAL Flags parsing error: --config={repo}/README.md '
+     'does not load: ValueError: {repo}/README.md is not a Python file'),
+    ([], {'JAX_NUM_PROCESSES': 'two'}, "error: the environment variable JAX_NUM_PROCESSES='two' "
+     'is not a whole number: set it to one, or unset it.'),
+])
+def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tmp_path, args,
+                                                                             env, line):
+  """Hostile pass of 2026-12-01: --num_processes without a coordinator ran as one process
+  without a word; a process id past the count, a port-less address, a cache path that is a file
+  (logged as the cache) and a config of another program got tracebacks or lines about
+  something else; JAX_NUM_PROCESSES=two a traceback at import."""
+  (tmp_path / 'a_file').write_text('')
+  (tmp_path / 'no_job.py').write_text('import ml_collections\n\n\ndef get_config():\n  return '
+                                      'ml_collections.ConfigDict({"steps": 1})\n')
+  (tmp_path / 'an_int.py').write_text('def get_config():\n  return 5\n')
+  args = [a.format(tmp=tmp_path, repo=REPO) for a in args]
+  if not any(a.startswith('--config=') for a in args):
+    args.append(f'--config={REPO}/configs/pretrain.py:size=tiny')
+  done = run_main(tmp_path, *args, f'--workdir={tmp_path}/w', env=env)
+  assert done.returncode in (1, console.REFUSED_EXIT), done.stderr
+  assert done.stderr.strip().splitlines()[0].startswith(line.format(tmp=tmp_path, repo=REPO)), (
+      done.stderr)
+  assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
