@@ -173,6 +173,11 @@ def _check_model(c: _Checker):
   for name in ('vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
                'max_position_embeddings', 'type_vocab_size'):
     c.positive(f'model.{name}')
+  types = c.get('model.type_vocab_size')
+  if c.get('job') == 'pretrain' and c.get('model.nsp') is True and types == 1:
+    c.fail('model.type_vocab_size', types, 'gives no embedding to segment B, which every NSP '
+           "instance's second sentence is (its lookup would read segment A's row)", 'set '
+           '--config.model.type_vocab_size=2, or model.nsp=false for MLM-only instances')
   hidden, heads = c.get('model.hidden_size'), c.get('model.num_heads')
   if hidden is not _MISSING and heads is not _MISSING and hidden % heads:
     c.fail('model.num_heads', heads, f'does not divide model.hidden_size={hidden}',
@@ -320,8 +325,12 @@ def _check_mesh_and_checkpoint(c: _Checker):
   if mode is not _MISSING and mode not in ('', 'max', 'min'):
     c.fail('checkpoint.best_mode', mode, 'is unknown', "valid: max (higher is better), min, or "
            "'' (min for loss-like metrics, else max)")
-  c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience to 0 (off) '
-             'or the evaluations to wait for an improvement')
+  patience = c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience '
+                        'to 0 (off) or the evaluations to wait for an improvement')
+  if c.get('job') == 'pretrain' and patience and c.get('eval_every_steps') == 0:
+    c.fail('early_stopping_patience', patience, 'counts evaluations, but eval_every_steps=0 '
+           'evaluates once, at the end, so it could never stop the run', 'set '
+           '--config.eval_every_steps to a step count, or early_stopping_patience=0')
 
 
 def _check_best_metric(c: _Checker):

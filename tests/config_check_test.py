@@ -100,6 +100,12 @@ PRETRAIN = [
     ({'mesh__rules': 'vocab=tensor'}, "config.mesh.rules='vocab=tensor': maps the logical axis "
      'batch to no mesh axis'),
     ({'mesh__rules': 'batch=,vocab=tensor'}, "config.mesh.rules='batch=,vocab=tensor': maps"),
+    # The same pass: both trained without a word.
+    ({'model__type_vocab_size': 1}, 'config.model.type_vocab_size=1: gives no embedding to '
+     "segment B, which every NSP instance's second sentence is"),
+    ({'early_stopping_patience': 2, 'eval_every_steps': 0}, 'config.early_stopping_patience=2: '
+     'counts evaluations, but eval_every_steps=0 evaluates once, at the end, so it could never '
+     'stop the run; set --config.eval_every_steps to a step count'),
     ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
      'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
 ]
