@@ -183,8 +183,7 @@ def _check_command():
     config_check.check(_CONFIG.value)
     _check_processes()
     cache = _COMPILATION_CACHE.value
-    if cache and '://' not in cache and os.path.exists(os.path.expanduser(cache)) and not (
-        os.path.isdir(os.path.expanduser(cache))):  # local: checked before JAX uses it
+    if '://' not in cache and os.path.isfile(os.path.expanduser(cache)):  # local: before JAX
       raise ValueError(f'--compilation_cache_dir={cache} is a file: pass a folder (made if '
                        "missing), or '' for no cache.")
     if (ignored := config_args.ignored_override(
