@@ -27,6 +27,10 @@ def check(config, workdir, step: int, examples_consumed: int, schedule):
     _check_schedule(config, last, workdir, step, schedule)
     _check_phases(config, last, workdir, step, examples_consumed)
     _check_data_order(config, last, step, examples_consumed)
+    if changed := changed_fields(config, workdir, step):  # Every one, said once.
+      logging.warning('resumed at step %d with settings other than the run had: %s (recorded in '
+                      'config-resumed-at-%d.json; a later resume without them goes back to the '
+                      'run\'s)', step, ', '.join(changed), step)
 
 
 # Fields a run fills in itself (digests, resolved steps, what it read): not a user's change.

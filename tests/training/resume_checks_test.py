@@ -159,3 +159,19 @@ def test_a_schedule_change_on_a_resume_says_what_happens_at_its_step(caplog):
   schedule_check(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
   assert re.search(r'at step 50 the rate goes from 0 to \S+\. To extend a run without that '
                    r'change, keep optimizer.total_steps=50 .*, or start a new run', caplog.text)
+
+
+def test_a_resume_names_every_setting_it_changes(tmp_path, caplog):
+  """Hostile pass of 2026-12-01: another dropout, weight decay or b2 on a resume was applied
+  with only the schedule's warning (the finished-run path listed every change)."""
+  (tmp_path / 'config.json').write_text(pretrain.get_config('size=tiny').to_json())
+  config = pretrain.get_config('size=tiny')
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)
+  assert 'settings other than the run had' not in caplog.text
+  config.model.dropout_rate = 0.5
+  config.optimizer.weight_decay = 0.5
+  config.optimizer.b2 = 0.9
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)
+  assert re.search(r'resumed at step 6 with settings other than the run had: model.dropout_rate '
+                   r'0.1 -> 0.5, optimizer.b2 0.999 -> 0.9, optimizer.weight_decay 0.01 -> 0.5 '
+                   r'\(recorded in config-resumed-at-6.json', caplog.text), caplog.text
