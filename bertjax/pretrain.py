@@ -1,6 +1,7 @@
 """BERT pre-training: the job that hands the MLM + NSP objective and its eval to the loop.
 
-  data files (the embedded corpus's made on first use) -> check the config -> Objective
+  check the config against the mesh -> data files (the embedded corpus's made on first use,
+  checked) -> Objective
   (pretrain_objective.py: BertForPreTraining, MLM + NSP loss) -> tf.data batches from the
   examples consumed so far -> training/loop.run (eval on the held-out files, with the unigram
   baseline) -> the summary line.
@@ -355,9 +356,10 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)
   _check_and_record_vocab(config, path, vocab)
-  plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
+  # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
   train_state.check_config(config, mesh, vocab_entries)
+  plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
   masking = masking_config(config, vocab, plan)
   data = config.data
   batch_axes = sharding.batch_axes(rules)

@@ -56,3 +56,14 @@ def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
   config = pretrain.get_config('size=tiny,batch=32,seq=32,vocab=8320')  # 8192 rows + 128 pad.
   config.model.num_heads = 4
   train_state.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
+
+
+def test_pretraining_refuses_a_batch_the_mesh_cannot_split_before_making_the_corpus(tmp_path):
+  """Hostile pass of 2026-12-01: the refusal came after the embedded corpus's TFRecords were made
+  under the workdir (84 MB)."""
+  from bertjax import pretrain as pretrain_job  # noqa: PLC0415  (imports TensorFlow)
+  config = pretrain.get_config('size=tiny,steps=2,batch=12')  # 8 simulated devices: data=8.
+  with pytest.raises(ValueError, match='^global_batch_size 12 is not divisible by the '
+                     'data-parallel size 8'):
+    pretrain_job.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run' / 'data').exists()
