@@ -270,13 +270,12 @@ def check_job_config(config, spec: str):
   """Refuses a config that is no bertjax job's: get_config() gave something without a `job`
   field (config_check and the jobs read it first)."""
   try:
-    job = config['job']
+    config['job']  # pylint: disable=pointless-statement
   except (KeyError, TypeError, AttributeError, IndexError):
     raise ConfigFileError(f'--config={spec} is not a bertjax config: its get_config() gave '
                           f'{type(config).__name__} without a job field; load '
                           'configs/pretrain.py, configs/finetune.py or configs/embed.py (or a '
                           'copy of one)') from None
-  del job
 
 
 class ConfigFileError(ValueError):

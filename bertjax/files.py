@@ -282,29 +282,12 @@ def check_replaceable(path) -> int | None:
   return mode
 
 
-# Bytes kept free after hidden_prefix for what follows it (a process mark, a time, a suffix).
-_HIDDEN_ROOM = 128
-_NAME_MAX = 255  # Bytes in one file name (ext4, xfs, tmpfs, ...).
-
-
-def hidden_prefix(name: str) -> str:
-  """'.NAME.', how the hidden files beside NAME (its temporary file, its lock) begin; for a
-  NAME so long that the rest would pass the file-name limit, its first bytes and a hash of it
-  (the same for every process)."""
-  prefix = f'.{name}.'
-  if len(prefix.encode('utf-8', 'surrogateescape')) + _HIDDEN_ROOM <= _NAME_MAX:
-    return prefix
-  digest = hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]
-  head = name.encode('utf-8', 'surrogateescape')[:64].decode('utf-8', 'ignore')
-  return f'.{head}~{digest}.'
-
-
 def temporary_beside(path) -> str:
   """A hidden local file beside local `path` to write it into before renaming it into place,
   named for this process (processes.mark: two writers at once each write their own). The ones
   writers of `path` killed on this host left (SIGKILL runs no clean-up) are removed first."""
   folder, name = os.path.split(os.path.abspath(_local(path)))
-  prefix = hidden_prefix(name)
+  prefix = processes.hidden_prefix(name)
   try:
     left = [entry for entry in os.listdir(folder)  # local temp
             if entry.startswith(prefix) and entry.endswith('.tmp')]

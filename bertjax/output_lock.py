@@ -17,6 +17,7 @@ import time
 
 from bertjax import console
 from bertjax import files
+from bertjax import processes
 from bertjax import remote_lock
 
 
@@ -31,7 +32,7 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
     return
   folder = os.path.dirname(output)
   files.makedirs(folder)
-  lock_path = os.path.join(folder, files.hidden_prefix(os.path.basename(output)) + 'lock')
+  lock_path = os.path.join(folder, processes.hidden_prefix(os.path.basename(output)) + 'lock')
   # The lock file this run opened, for an interrupt that comes at any point (from the watcher
   # thread, the main thread going on meanwhile: `guard` keeps its removal and `finally`'s apart).
   opened, guard = [], threading.Lock()

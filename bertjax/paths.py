@@ -15,6 +15,7 @@ import re
 import sys
 
 from bertjax import files
+from bertjax import processes
 
 # Config fields that hold paths (comma-separated lists allowed): *_file(s), *_dir, init_from.
 _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
@@ -283,7 +284,7 @@ def write_error(e: OSError, output: str, flag: str = '--output_file') -> str:
             f'pass an {flag} on another disk.')
   name = os.path.basename(os.fspath(e.filename or ''))
   ours = name == os.path.basename(output) or name.startswith(
-      files.hidden_prefix(os.path.basename(output)))
+      processes.hidden_prefix(os.path.basename(output)))
   if ours and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
     return f'cannot write {output} ({e.strerror}): {kept}; pass another {flag}.'
   return ''

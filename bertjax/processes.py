@@ -1,5 +1,6 @@
 """This host's processes as files name them: the mark a writer puts in its temporary names and
-locks (host, pid and when the pid started), and whether the process a mark names has ended.
+locks (host, pid and when the pid started), whether the process a mark names has ended, and
+how those hidden names beside a file begin (hidden_prefix).
 
 A killed process (SIGKILL, the OOM killer, a lost container) runs no clean-up: what it left is
 told from a live writer's by its mark. The pid alone does not tell: a restarted container's
@@ -7,6 +8,7 @@ python is pid 1 again, so the mark carries the pid's start time too. A mark of a
 shared file system) is never taken for a dead one: this host cannot see its processes.
 """
 
+import hashlib
 import os
 import socket
 
@@ -47,3 +49,20 @@ def ended(owner: str) -> bool:
   if host != socket.gethostname() or not pid.isdigit():
     return False
   return not alive(pid, started or None)
+
+
+# Bytes kept free after hidden_prefix for what follows it (a process mark, a time, a suffix).
+_HIDDEN_ROOM = 128
+_NAME_MAX = 255  # Bytes in one file name (ext4, xfs, tmpfs, ...).
+
+
+def hidden_prefix(name: str) -> str:
+  """'.NAME.', how the hidden files beside NAME (its temporary file, its lock) begin; for a
+  NAME so long that the rest would pass the file-name limit, its first bytes and a hash of it
+  (the same for every process)."""
+  prefix = f'.{name}.'
+  if len(prefix.encode('utf-8', 'surrogateescape')) + _HIDDEN_ROOM <= _NAME_MAX:
+    return prefix
+  digest = hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]
+  head = name.encode('utf-8', 'surrogateescape')[:64].decode('utf-8', 'ignore')
+  return f'.{head}~{digest}.'

@@ -17,6 +17,7 @@ from bertjax import extract_features
 from bertjax import files
 from bertjax import output_lock
 from bertjax import paths
+from bertjax import processes
 from bertjax.interop import sources
 from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
@@ -67,7 +68,7 @@ def test_a_name_near_the_limit_and_a_second_run_on_one_output(minilm_dir, text, 
   # The lock beside a name near the limit is one name, the same for every process.
   with output_lock.held(str(long), 'learn_vocab', 'writing it'):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith('.lock')] == [
-        files.hidden_prefix(LONG_NAME) + 'lock']
+        processes.hidden_prefix(LONG_NAME) + 'lock']
   files.write_atomically(str(long), 'again\n')
   assert long.read_text() == 'again\n'
 

@@ -278,7 +278,7 @@ def _recover(parent: str, name: str):
   output = os.path.join(parent, name)  # local only
   for entry in sorted(os.listdir(parent)):  # local only
     for kind in ('replaced', 'export'):
-      prefix = f'{files.hidden_prefix(name)}{kind}-'
+      prefix = f'{processes.hidden_prefix(name)}{kind}-'
       if not entry.startswith(prefix):
         continue
       owner = entry[len(prefix):]
@@ -310,7 +310,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   files.makedirs(parent)
   _recover(parent, name)
   temp = files.join(parent,
-                    f'{files.hidden_prefix(name)}export-{processes.mark()}-{time.time_ns()}')
+                    f'{processes.hidden_prefix(name)}export-{processes.mark()}-{time.time_ns()}')
   files.makedirs(temp)
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
@@ -318,7 +318,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
       _write_manifest(temp, fmt, source)
     if files.exists(output):
       check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
-      old = files.join(parent, f'{files.hidden_prefix(name)}replaced-{processes.mark()}')
+      old = files.join(parent, f'{processes.hidden_prefix(name)}replaced-{processes.mark()}')
       os.rename(output, old)  # local only: a rename, atomic (files has none: object stores)
       os.rename(temp, output)  # local only
       files.rmtree(old)
