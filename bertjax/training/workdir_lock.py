@@ -26,6 +26,7 @@ import numpy as np
 
 from bertjax import console
 from bertjax import files
+from bertjax import paths
 from bertjax import remote_lock
 from bertjax.training import hosts
 
@@ -62,6 +63,19 @@ def _folders_above(workdir: str) -> list[str]:
     found.append(path)
     path = os.path.dirname(path)
   return found
+
+
+def _check_outside_checkpoints(workdir: str):
+  """Refuses a workdir inside another run's checkpoints/ folder (a step's folder, mistaken for
+  the run or for init_from): that run's checkpointer prunes the steps it no longer keeps, and
+  would delete the new run with the step it sits in."""
+  for folder in _folders_above(workdir):
+    if os.path.basename(folder) == 'checkpoints' and paths.is_run(os.path.dirname(folder)):
+      run = os.path.dirname(folder)
+      raise ValueError(f'--workdir={workdir} is inside {folder}, the checkpoints of the run at '
+                       f'{run} (its checkpointer deletes the steps it no longer keeps, and what '
+                       f'is in them): pass a folder outside {run}; to start from that run\'s '
+                       f'weights, pass --config.init_from={run}.')
 
 
 def _acquire(workdir: str):
@@ -115,13 +129,15 @@ def locked(workdir: str):
   f, error, held = None, None, None
   if jax.process_index() == 0:
     try:
+      _check_outside_checkpoints(workdir)
       if remote:
         held = remote_lock.RemoteLock(files.join(workdir, LOCK_NAME))
         error = _acquire_remote(workdir, held)
       else:
         f, error = _acquire(workdir)
-    except OSError as e:  # No bucket, permission or network: told to the other processes too,
-      error = e           # which would otherwise wait for process 0's answer until timeout.
+    except (OSError, ValueError) as e:  # No bucket, permission or network, or a workdir in a
+      error = e  # run's checkpoints: told to the other processes too, which would otherwise
+      # wait for process 0's answer until timeout.
   if jax.process_count() > 1:
     free = multihost_utils.broadcast_one_to_all(np.int32(error is None))
     if not free and error is None:

@@ -50,6 +50,30 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
   assert named.read_text() == 'mine'
 
 
+def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(tmp_path):
+  """Pass 33, item 13: a step's folder passed as --workdir (for init_from) took a run inside
+  another run's checkpoints/, which its checkpointer prunes with the steps it no longer keeps."""
+  run = tmp_path / 'pre'
+  (run / 'checkpoints' / '6').mkdir(parents=True)
+  (run / 'config.json').write_text('{"job": "pretrain"}')
+  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*'))
+  for inside in (run / 'checkpoints' / '6', run / 'checkpoints' / '6' / 'ft',
+                 run / 'checkpoints' / 'new'):
+    with pytest.raises(ValueError, match=rf'^--workdir={inside} is inside {run}/checkpoints, '
+                       rf'the checkpoints of the run at {run} .*pass a folder outside {run}; to '
+                       rf'start from that run\'s weights, pass --config.init_from={run}.$'):
+      with workdir_lock.locked(str(inside)):
+        pass
+  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*')) == before
+  # Beside the run, or in a folder of it that no checkpointer prunes: a run as any other.
+  for beside in (tmp_path / 'ft', run / 'finetune'):
+    with workdir_lock.locked(str(beside)):
+      assert (beside / workdir_lock.LOCK_NAME).is_file()
+  # A folder named checkpoints that is no run's holds a run as any other.
+  with workdir_lock.locked(str(tmp_path / 'checkpoints' / 'mine')):
+    pass
+
+
 def test_another_thread_of_this_process_is_refused_a_nested_job_is_not(tmp_path):
   """Pass U: a notebook's run in a background thread held the lock, and the next cell's run on
   the same workdir went in (both wrote config.json and event files): the file lock is the

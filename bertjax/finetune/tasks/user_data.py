@@ -42,7 +42,11 @@ class Choices:
   label: int | None  # Index into choices; None in unlabelled (test) data.
 
 
-_NAMED_BY_CONFIG = ('Set config.data.text_fields / label_field to the names in your file.')
+# A new run names its file's fields; a trained run (its resume, eval and predict) reads the
+# fields it was trained with (run_config.RUN_FIELDS refuses another value).
+_NAMED_BY_CONFIG = ('A new run: set config.data.text_fields / label_field to the names in your '
+                    'file; a trained run (resume, eval, predict) reads the names it was trained '
+                    'with: rename the file\'s fields to them.')
 
 
 def _field(path, number, record, name, fix=_NAMED_BY_CONFIG):

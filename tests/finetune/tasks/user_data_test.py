@@ -59,7 +59,11 @@ def test_pairs_numbers_as_labels_and_label_order(tmp_path):
 @pytest.mark.parametrize('name,content,message', [
     ('x.csv', 'text,label\nfine,pos\n,neg\n', None),  # Training: counted skip.
     ('x.csv', 'text,label\nfine,pos\n"ok",\n', None),
-    ('x.csv', 'body,label\nfine,pos\n', r"x.csv:2: no field 'text'; the row has 'body', 'label'"),
+    # A trained run's predict cannot take another text_fields (RUN_FIELDS): the fix says so.
+    ('x.csv', 'body,label\nfine,pos\n', r"x.csv:2: no field 'text'; the row has 'body', 'label'. "
+     r'A new run: set config.data.text_fields / label_field to the names in your file; a '
+     r"trained run \(resume, eval, predict\) reads the names it was trained with: rename the "
+     r"file's fields to them.$"),
     ('x.jsonl', 'text,label\nfine,pos\n', 'the extension says JSON lines'),
     ('x.csv', '{"text": "a", "label": "b"}\n', 'the extension says CSV but the line is JSON'),
     ('x.tsv', 'text,label\nfine,pos\n', 'looks like CSV'),
