@@ -22,6 +22,7 @@ OPTIMIZERS = ('adamw', 'lamb')
 DTYPES = ('float32', 'bfloat16')
 POOLINGS = ('auto', 'cls', 'mean')
 MASKING_STRATEGIES = masking.STRATEGIES  # wordpiece, whole_word, ngram, span
+EMBEDDED_DUPE_FACTOR = 5  # configs/pretrain.py's data.dupe_factor.
 # [CLS], at least one token and [SEP].
 MIN_SEQ_LENGTH = 3
 # The model's choices, named here without importing the model (JAX): model/encoder_config's
@@ -373,6 +374,13 @@ def _check_data(c: _Checker, job):
     c.choice('data.masking', MASKING_STRATEGIES)
     for name in ('shuffle_window', 'num_lanes', 'dupe_factor'):
       c.at_least(f'data.{name}', 1, fix=f'set --config.data.{name} to 1 or more')
+    # The embedded corpus's passes: your own TFRecords were duplicated when they were made.
+    if c.get('data.train_files') not in (_MISSING, '', None) and c.get(
+        'data.dupe_factor') not in (_MISSING, EMBEDDED_DUPE_FACTOR):
+      c.fail('data.dupe_factor', c.get('data.dupe_factor'), 'is read for the embedded corpus '
+             'only, and data.train_files names your own TFRecords (their passes were fixed '
+             'when they were made)', 'drop it, or make the files again with '
+             'create_pretraining_data --dupe_factor=N')
     fraction = c.fraction('phase2.fraction', closed_high=False,
                           why='the share of the steps run at phase2.max_seq_length must be in '
                           '[0, 1)', fix='set --config.phase2.fraction to 0 (one phase) or e.g. '

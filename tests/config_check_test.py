@@ -21,6 +21,9 @@ def test_every_shipped_config_passes():
   for task in finetune_config.TASKS:
     config_check.check(finetune_config.get_config(f'task={task}'))
   config_check.check(embed_config.get_config())
+  assert pretrain_config.get_config().data.dupe_factor == config_check.EMBEDDED_DUPE_FACTOR
+  config_check.check(configured(pretrain_config.get_config('size=tiny'),
+                                data__train_files='/d/train128-*'))
 
 
 PRETRAIN = [
@@ -108,6 +111,11 @@ PRETRAIN = [
      'stop the run; set --config.eval_every_steps to a step count'),
     ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
      'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
+    # Pass 33, item 6: ignored without a word beside one's own TFRecords.
+    ({'data__train_files': '/d/train128-*', 'data__dupe_factor': 10}, 'config.data.dupe_factor=10:'
+     ' is read for the embedded corpus only, and data.train_files names your own TFRecords '
+     '(their passes were fixed when they were made); drop it, or make the files again with '
+     'create_pretraining_data --dupe_factor=N.'),
 ]
 
 

@@ -341,6 +341,57 @@ def get_task(name: str, data, seed: int = 0, labels=(), version_2=None) -> task_
   return _MAKERS[name](name, data, seed, labels)
 
 
+# config.data's keys that only some tasks read, each with the value that leaves it unset (as
+# configs/finetune.py sets it); a key set for a task that never reads it would be ignored
+# without a word (a train_file beside task=bbc trained on BBC News), so check_reads refuses it.
+UNSET = {'data_dir': '', 'use_tfds': False, 'train_file': '', 'eval_file': '', 'test_file': '',
+         'format': '', 'text_fields': 'text', 'label_field': 'label', 'token_column': 0,
+         'tag_column': -1, 'tag_scheme': 'auto', 'eval_fraction': 0.2,
+         'max_query_length': 64, 'max_answer_length': 30, 'n_best_size': 20,
+         'null_score_diff_threshold': 0.0}
+_FILES = ('train_file', 'eval_file', 'test_file')
+_SPANS = ('max_query_length', 'max_answer_length', 'n_best_size')
+_SPLIT = ('eval_fraction',)  # Tasks that hold an eval set out of their training texts.
+# Task -> the keys of UNSET it reads.
+READS = {
+    **{name: ('data_dir', 'use_tfds') for name in glue.TASKS},
+    'squad_v1': ('data_dir', *_SPANS),
+    'squad_v2': ('data_dir', *_SPANS, 'null_score_diff_threshold'),
+    'conll2003': ('data_dir',),
+    'bbc': ('data_dir', *_SPLIT),
+    'wordnet': ('data_dir', *_SPLIT),
+    'classification': (*_FILES, 'format', 'text_fields', 'label_field', *_SPLIT),
+    'regression': (*_FILES, 'format', 'text_fields', 'label_field', *_SPLIT),
+    'tagging': (*_FILES, 'format', 'token_column', 'tag_column', 'tag_scheme', *_SPLIT),
+    'span': (*_FILES, *_SPANS, 'null_score_diff_threshold'),
+    'multiple_choice': (*_FILES, 'format', *_SPLIT),
+    'swag': (*_FILES, 'format', *_SPLIT),
+}
+
+
+def check_reads(name: str, data):
+  """Refuses a config.data key set (away from its UNSET value) for task `name`, which never
+  reads it, naming the tasks that do."""
+  for key, unset in UNSET.items():
+    value = data.get(key, unset)
+    if key in READS.get(name, UNSET) or value == unset:
+      continue
+    readers = [task for task, keys in READS.items() if key in keys]
+    shown = ', '.join(readers if len(readers) <= 6 else
+                      [t for t in readers if t not in glue.TASKS] + ['the GLUE tasks'])
+    raise ValueError(f'config.data.{key}={value!r} is not read by task={name}, which would '
+                     f'ignore it; the tasks that read it: {shown}. Drop it, or pick the task '
+                     f'that reads it ({_reads_advice(name)}).')
+
+
+def _reads_advice(name: str) -> str:
+  """What task `name` reads its data from, in a word."""
+  if name in USER_TASKS:
+    return f'task={name} reads config.data.train_file, eval_file and test_file'
+  return (f'task={name} reads its published files from config.data.data_dir'
+          + (' (or its default)' if name in TOPIC_TASKS else ''))
+
+
 def check_limits(name: str, data, mode: str, resumed: bool):
   """Refuses data.max_train_examples / max_eval_examples where task `name` reads its files whole
   (they were recorded, never applied: a run resumed with the value it recorded is left be)."""

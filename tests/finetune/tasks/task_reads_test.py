@@ -1,0 +1,67 @@
+"""Config pass 33, item 6: a config.data key set for a task that never reads it was ignored
+without a word (`task=bbc --config.data.train_file=mine.csv` trained on BBC News; text_fields
+beside a GLUE task, use_tfds beside SQuAD): refused, naming the tasks that read it."""
+
+import ml_collections
+import pytest
+
+from bertjax.finetune.tasks import registry
+from configs import finetune as finetune_config
+
+
+@pytest.mark.parametrize('task', list(finetune_config.TASKS))
+def test_the_unset_values_are_the_configs_defaults_and_the_defaults_pass(task):
+  data = finetune_config.get_config(f'task={task}').data
+  assert {key: data[key] for key in registry.UNSET} == registry.UNSET
+  assert set(registry.READS) == set(finetune_config.TASKS)
+  registry.check_reads(task, data)
+
+
+SET = {'data_dir': '/data/x', 'use_tfds': True, 'train_file': 'mine.csv', 'eval_file': 'e.csv',
+       'test_file': 't.csv', 'format': 'tsv', 'text_fields': 'a,b', 'label_field': 'y',
+       'token_column': 1, 'tag_column': 2, 'tag_scheme': 'bio', 'eval_fraction': 0.1,
+       'max_query_length': 32, 'max_answer_length': 10, 'n_best_size': 5,
+       'null_score_diff_threshold': 1.5}
+
+
+@pytest.mark.parametrize('task,reads', [
+    ('mrpc', {'data_dir', 'use_tfds'}),
+    ('squad_v1', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size'}),
+    ('squad_v2', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size',
+                  'null_score_diff_threshold'}),
+    ('conll2003', {'data_dir'}),
+    ('bbc', {'data_dir', 'eval_fraction'}),
+    ('classification', {'train_file', 'eval_file', 'test_file', 'format', 'text_fields',
+                        'label_field', 'eval_fraction'}),
+    ('tagging', {'train_file', 'eval_file', 'test_file', 'format', 'token_column', 'tag_column',
+                 'tag_scheme', 'eval_fraction'}),
+    ('span', {'train_file', 'eval_file', 'test_file', 'max_query_length', 'max_answer_length',
+              'n_best_size', 'null_score_diff_threshold'}),
+    ('swag', {'train_file', 'eval_file', 'test_file', 'format', 'eval_fraction'}),
+])
+def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads):
+  assert SET.keys() == registry.UNSET.keys()
+  for key, value in SET.items():
+    data = finetune_config.get_config(f'task={task}').data
+    data[key] = value
+    if key in reads:
+      registry.check_reads(task, data)
+      continue
+    with pytest.raises(ValueError, match=rf'^config.data.{key}={value!r} is not read by '
+                       rf'task={task}, which would ignore it; the tasks that read it: .*\. Drop '
+                       rf'it, or pick the task that reads it \(task={task} reads '):
+      registry.check_reads(task, data)
+
+
+def test_the_message_names_the_readers_and_where_the_task_reads_from():
+  data = ml_collections.ConfigDict({**registry.UNSET, 'train_file': 'mine.csv'})
+  with pytest.raises(ValueError, match=r"train_file='mine.csv' is not read by task=bbc.*: "
+                     r'classification, regression, tagging, span, multiple_choice, swag\. .*'
+                     r'task=bbc reads its published files from config.data.data_dir \(or its '
+                     r'default\)\)\.$'):
+    registry.check_reads('bbc', data)
+  data = ml_collections.ConfigDict({**registry.UNSET, 'data_dir': '/glue/MRPC'})
+  with pytest.raises(ValueError, match=r'read it: squad_v1, squad_v2, conll2003, bbc, wordnet, '
+                     r'the GLUE tasks\. .*task=classification reads config.data.train_file, '
+                     r'eval_file and test_file\)\.$'):
+    registry.check_reads('classification', data)
