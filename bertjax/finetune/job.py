@@ -245,7 +245,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
   job_setup.set_steps(cfg, 1)
-  train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
+  train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab), training=False)
   rules = s.rules
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,

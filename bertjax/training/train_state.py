@@ -55,10 +55,13 @@ class Objective:
   init_inputs: dict
 
 
-def check_config(config, mesh, vocab_entries: int | None):
+def check_config(config, mesh, vocab_entries: int | None, *, training: bool = True):
   """Raises before anything is compiled when the config cannot run on this mesh and data."""
   mcfg = config.model
   encoder_config.check_config(mcfg)
+  # A kernel named for another platform (attention_impl=cudnn on a CPU) here, before pre-training
+  # makes its corpus; 'auto' settles in the loop, where a resumed checkpoint's layout is known.
+  platform_defaults.resolve(mcfg, platform_defaults.platform_of(mesh), training=training)
   rules = sharding.parse_rules(config.mesh.rules)
   dp = sharding.data_parallel_size(mesh, rules)
   k = config.grad_accum_steps

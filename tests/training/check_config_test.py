@@ -67,3 +67,10 @@ def test_pretraining_refuses_a_batch_the_mesh_cannot_split_before_making_the_cor
                      'data-parallel size 8'):
     pretrain_job.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'data').exists()
+  # Pass 33, item 4: a GPU kernel on the CPU mesh was refused in the loop, after the corpus.
+  config = pretrain.get_config('size=tiny,steps=2')
+  config.model.attention_impl = 'cudnn'
+  with pytest.raises(ValueError, match='^model.attention_impl=cudnn is a GPU kernel and this run '
+                     'is on cpu: use attention_impl=auto'):
+    pretrain_job.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run' / 'data').exists()
