@@ -6,6 +6,7 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 (bertjax.main shows the same line for a flag it cannot parse).
 """
 
+import collections
 import hashlib
 import os
 import pathlib  # local: config files are imported from local paths only
@@ -199,6 +200,45 @@ def missing_flagfile(argv) -> str | None:
   return None
 
 
+def repeated_field(argv, config) -> str | None:
+  """The one line for a --config.X given more than once in `argv` (absl keeps the last without a
+  word: two values in a launch script's flags, one silently lost), else None."""
+  given = collections.defaultdict(list)
+  for arg in config_flags(argv, config):
+    field, value, negated = _config_flag(arg)
+    if field:
+      given[field].append('false' if negated else 'true' if value is None else value)
+  for field, values in given.items():
+    if len(values) > 1:
+      return (f'--config.{field} is given {len(values)} times ({", then ".join(values)}): pass '
+              'it once (the last would be taken without a word).')
+  return None
+
+
+# What a field's default's type takes, for absl's parse error of a --config.X=VALUE.
+_TAKES = {bool: 'true or false', int: 'a whole number', float: 'a number'}
+
+
+def bad_value(error: str, argv) -> str | None:
+  """The one line for absl's error on a --config.X=VALUE its field's type does not parse
+  ('invalid literal for int() ...'): the field, the value and what it takes, else None."""
+  match = re.match(r'flag --config\.([\w.]+)=(.*?): ', error, re.S)
+  if not match or not (spec := config_spec(argv)):
+    return None
+  try:
+    default = load_config(spec)
+    for key in match[1].split('.'):
+      default = default[key]
+  except Exception:  # pylint: disable=broad-except  # absl's own line is shown then.
+    return None
+  takes = _TAKES.get(type(default))
+  if takes is None:
+    return None
+  example = str(default).lower() if isinstance(default, bool) else default
+  return (f'--config.{match[1]}={match[2]!r} is not {takes}: config.{match[1]} takes {takes} '
+          f'(the config gives {example}); pass e.g. --config.{match[1]}={example}.')
+
+
 def parse_flags(argv):
   """absl's flag parsing (app.run's flags_parser) for bertjax.main and launch.aot_compile: a
   mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit
@@ -211,7 +251,9 @@ def parse_flags(argv):
     expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
     spec = config_spec(expanded)
     if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
-      load_config_file(spec)
+      # On the command line itself: a --flagfile's value overridden after it is absl's idiom.
+      if (line := repeated_field(argv, load_config_file(spec))) is not None:
+        raise ConfigFileError(line)
     return flags.FLAGS(argv)
   except ConfigFileError as e:
     print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
@@ -222,6 +264,8 @@ def parse_flags(argv):
       names = [n for n in _field_names(load_config(spec)) if n.startswith(f'{field}.')]
       print(f'FATAL Flags parsing error: config.{field} is a group of fields, not a value: set '
             f'one with --config.{field}.NAME=VALUE ({", ".join(names)})', file=sys.stderr)
+    elif (line := bad_value(str(e), expanded)) is not None:
+      print(f'FATAL Flags parsing error: {line}', file=sys.stderr)
     else:
       print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on '
             'flags.', file=sys.stderr)
@@ -254,7 +298,7 @@ def check_args(main_args) -> object:
   base = load_config_file(spec)
   check_job_config(base, spec)
   job_flags = config_flags(main_args, base)
-  if (unknown := unknown_field(base, job_flags)) is not None:
+  if (unknown := unknown_field(base, job_flags) or repeated_field(job_flags, base)) is not None:
     raise ValueError(unknown)
   try:
     config, overrides = parse(job_flags)
