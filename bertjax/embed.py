@@ -265,12 +265,16 @@ def run(config, workdir):
   if not sentences:
     raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
                      'embed.')
+  vocab = paths.absolute(config.get('vocab_file', ''))
+  if vocab and not files.isfile(vocab):  # Named as the job's user sets it.
+    files.require_file(vocab, f'config.vocab_file={vocab} ' + (
+        'is a folder: name the vocab file in it' if files.isdir(vocab) else 'does not exist: '
+        'fix the path') + ", or drop it to read the model's own vocab.")
   # Unit norm whatever the folder says: the job's outputs are cosines and their vectors.
   try:
     embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                         max_seq_length=config.max_seq_length,
-                                        batch_size=config.batch_size,
-                                        vocab_file=paths.absolute(config.get('vocab_file', '')),
+                                        batch_size=config.batch_size, vocab_file=vocab,
                                         verbose=True)
   except LengthError as e:  # Named as the job's user sets it.
     raise ValueError(f'config.{e}') from None

@@ -248,3 +248,15 @@ def test_the_outputs_are_one_runs_pair_and_never_the_input(tmp_path, minilm_dir,
   monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(b'a dog runs\nit rains\n')))
   vectors = embed.run(_config(minilm_dir, input_file='-', max_seq_length=16), None)
   assert vectors.shape == (2, 384)
+
+
+def test_a_vocab_file_that_is_not_there_is_named_as_the_job_sets_it(tmp_path, minilm_dir):
+  """Pass 33, item 14: `--config.vocab_file=/nope` said only `/nope does not exist.`"""
+  for vocab, says in ((tmp_path / 'nope.txt', 'does not exist: fix the path'),
+                      (tmp_path, 'is a folder: name the vocab file in it')):
+    config = embed_config.get_config(f'init_from={minilm_dir}')
+    config.vocab_file = str(vocab)
+    with pytest.raises(FileNotFoundError, match=rf'^config.vocab_file={vocab} {says}, or drop it '
+                       "to read the model's own vocab.$"):
+      embed.run(config, tmp_path / 'out')
+    assert not (tmp_path / 'out').exists()
