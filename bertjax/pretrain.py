@@ -403,7 +403,8 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
         seed=config.seed, nsp=config.model.nsp,
-        max_instances_per_row=config.data.max_instances_per_row)
+        max_instances_per_row=config.data.max_instances_per_row,
+        batch_multiple=sharding.data_parallel_size(mesh, rules))
     evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
                                         config.max_eval_batches, config.eval_every_steps,
                                         config.model.vocab_size)))

@@ -194,6 +194,16 @@ def token_spans(rows: dict, slots: np.ndarray, max_instances: int) -> np.ndarray
   return np.stack([row, starts, lengths], axis=1)
 
 
+def eval_rows(batch_size: int, n: int, layout: Layout) -> int:
+  """The rows of an unpacked eval batch over `n` features: batch_size, or fewer where fewer
+  rows, split over the data-parallel devices and the hosts, hold them all (packed rows are as
+  many as the examples fill)."""
+  if layout.packed:
+    return batch_size
+  split = math.lcm(sharding.data_parallel_size(layout.mesh, layout.rules), jax.process_count())
+  return min(batch_size, -(-n // split) * split)
+
+
 def host_batch(features: dict, examples: np.ndarray, layout: Layout,
                batch_size: int) -> tuple[dict, np.ndarray | None]:
   """(the global batch of `examples` as host arrays, packed slots or None), cut to its length.

@@ -53,8 +53,12 @@ _EDITED_CONFIG = ("the run's config.json was edited or is another run's: restore
 
 
 def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_size: int):
-  """(outputs for every feature row, in order, as host numpy; eval loss metric means)."""
+  """(outputs for every feature row, in order, as host numpy; eval loss metric means).
+
+  Unpacked, a batch_size past the features is cut to the fewest rows that hold them all
+  (eval_batch_size=1000000 over 100 features was a million rows of padding: out of memory)."""
   n = len(features['input_ids'])
+  batch_size = batches.eval_rows(batch_size, n, layout)
   full = features['input_ids'].shape[-1]
   outputs, metrics = [], []
   for start in range(0, n, batch_size):

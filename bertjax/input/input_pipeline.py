@@ -24,6 +24,8 @@ pipeline). The order depends on the seed, the files and process_count: resuming 
 number of hosts continues from the same example count, but in a different order.
 """
 
+import math
+
 from absl import logging
 import jax
 import numpy as np
@@ -215,11 +217,14 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
                  max_predictions_per_seq: int, masking: masking_tf.MaskingConfig | None = None,
                  seed: int = 0, nsp: bool = True, max_instances_per_row: int = 1,
                  process_index=None, process_count=None,
-                 record_counts=None) -> tf.data.Dataset:
+                 record_counts=None, batch_multiple: int = 1) -> tf.data.Dataset:
   """Every eval example exactly once across hosts, in batches with an `example_weight` key.
 
   No shuffle, no repeat. The last batches are padded with zero records of example_weight 0 so
   that every host yields the same number of batches (len(dataset)) and collectives line up.
+  A global_batch_size past the eval set is cut to the fewest rows that hold it, a multiple of
+  `batch_multiple` (the data-parallel size) and the hosts (eval_batch_size=1000000 was a
+  million rows of padding: out of memory).
   """
   process_index, process_count, host_batch = _process(process_index, process_count,
                                                       global_batch_size)
@@ -236,6 +241,9 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
             for i in range(process_count)]
   lengths = [read_order.examples_in_shard(sum(counts[f] for f in files), shard_count, index)
              for files, shard_count, index in shares]
+  unit = math.lcm(batch_multiple, process_count)
+  if 0 < (needed := -(-max(lengths) * process_count // unit) * unit) < global_batch_size:
+    host_batch = needed // process_count
   num_batches = max(-(-n // host_batch) for n in lengths)
   if num_batches == 0:
     raise ValueError(f'no eval examples in {str(file_pattern)!r}')

@@ -84,6 +84,29 @@ def test_one_per_row_fills_a_short_eval_batch_at_weight_zero():
   np.testing.assert_array_equal(host['label'], [2, 1] + [0] * 6)
 
 
+def test_an_eval_batch_past_the_features_is_cut_to_the_rows_that_hold_them():
+  """Pass 33, item 14: eval_batch_size=1000000 over 100 features was a million rows of padding
+  (out of memory); the cut batch gives the same outputs (padding rows weigh nothing)."""
+  unpacked = batches.Layout('classification', 8, 1, _mesh(8, 1))
+  assert batches.eval_rows(1_000_000, 100, unpacked) == 104  # 8 data-parallel devices.
+  assert batches.eval_rows(64, 100, unpacked) == 64
+  assert batches.eval_rows(64, 3, batches.Layout('classification', 8, 1, _mesh(2, 1, 4))) == 4
+  packed = batches.Layout('classification', 8, 3, _mesh(8, 1))
+  assert batches.eval_rows(1_000_000, 100, packed) == 1_000_000  # Rows as the examples fill.
+  from bertjax.finetune import job  # noqa: PLC0415  (imports the jobs' modules)
+  f = features([5, 9, 3])
+  seen = []
+
+  def predict_fn(params, arrays):
+    del params
+    seen.append(arrays['input_ids'].shape[0])
+    return arrays['label'][:, None].astype(np.float32), {'loss': (np.float32(0), np.float32(1))}
+
+  outputs, _ = job.predict(predict_fn, None, f, unpacked, 1_000_000)
+  assert seen == [8]
+  np.testing.assert_array_equal(outputs[:, 0], f['label'])
+
+
 def test_packed_rows_split_over_the_mesh_and_come_back_in_order():
   lengths = [5, 30, 12, 7, 20, 3, 9, 16, 11, 25]
   f = features(lengths)

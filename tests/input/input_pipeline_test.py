@@ -311,6 +311,26 @@ def test_eval_reads_every_example_once_and_pads(static_dir, process_count):
   assert sorted(seen) == list(range(TOTAL))
 
 
+@pytest.mark.parametrize('process_count', [1, 2])
+def test_an_eval_batch_past_the_eval_set_is_cut_to_the_rows_that_hold_it(static_dir,
+                                                                         process_count):
+  """Pass 33, item 14: eval_batch_size=1000000 padded a million rows (out of memory)."""
+  want = sorted(list(b['input_ids'][b['example_weight'] == 1, 1])
+                for b in _eval(static_dir).as_numpy_iterator())
+  seen, rows, largest = [], set(), 0
+  for index in range(process_count):
+    batches = list(_eval(static_dir, global_batch_size=1_000_000, batch_multiple=8,
+                         process_count=process_count, process_index=index).as_numpy_iterator())
+    assert len(batches) == 1
+    rows.add(batches[0]['input_ids'].shape[0])
+    largest = max(largest, int(batches[0]['example_weight'].sum()))
+    seen += list(batches[0]['input_ids'][batches[0]['example_weight'] == 1, 1])
+  assert sorted(seen) == sorted(x for b in want for x in b) == list(range(TOTAL))
+  (rows,) = rows  # Every host the same, together a multiple of the 8 devices, the fewest such.
+  assert (rows * process_count) % 8 == 0 and rows * process_count - 8 < largest * process_count
+  assert largest <= rows and (process_count > 1 or rows == 48)
+
+
 def test_dynamic_eval_masks_are_fixed(unmasked_dir):
   folder, _ = unmasked_dir
   args = dict(global_batch_size=64, max_seq_length=128, max_predictions_per_seq=20,
