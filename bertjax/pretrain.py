@@ -212,7 +212,23 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
       field = ('train_files', 'eval_files')[len(checked) - 1]
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
                                       which=f'{"phase2" if phase.first_step else "data"}.{field}')
+  _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
+
+
+def _warn_of_shared_files(phase: Phase, train, held_out):
+  """Says so when the eval files are among the training files: the eval then scores text the
+  model trains on (its accuracy climbs with memorisation, not with what it learned)."""
+  if train is None or held_out is None:
+    return
+  shared = sorted(set(map(paths.file_key, train.files))
+                  & set(map(paths.file_key, held_out.files)))
+  if shared:
+    which = 'phase2' if phase.first_step else 'data'
+    logging.warning('%d of the %d %s.eval_files are also %s.train_files (e.g. %s): the eval '
+                    'scores text the model trains on; hold out other files for it '
+                    '(create_pretraining_data writes a separate eval set from held-out text).',
+                    len(shared), len(held_out.files), which, which, shared[0])
 
 
 def masking_config(config, vocab_file, plan):

@@ -107,6 +107,21 @@ def test_eval_files_matching_nothing_fail_at_the_start(corpus, tmp_path):
     check(config(corpus, data__eval_files=str(tmp_path / 'nothing-*')))
 
 
+def test_eval_files_among_the_train_files_are_said(corpus, monkeypatch):
+  """Pass 33, item 14: eval_files = train_files scored the text the model trains on, unsaid."""
+  said = log_records.recorded_warnings(monkeypatch, pretrain)
+  check(config(corpus))
+  assert not any('eval_files' in line for line in said), said
+  train = corpus['data.train_files']
+  spelt_otherwise = str(pathlib.Path(train).parent / '.' / pathlib.Path(train).name)
+  check(config(corpus, data__eval_files=spelt_otherwise))
+  first = sorted(file_set.resolve(train).files)[0]
+  count = len(file_set.resolve(train).files)
+  assert any(line.startswith(f'{count} of the {count} data.eval_files are also data.train_files '
+                             f'(e.g. {first}): the eval scores text the model trains on')
+             for line in said), said
+
+
 def test_batches_with_ids_past_the_vocab_are_refused():
   batch = {'input_ids': np.array([[2, 5, 30000]]), 'masked_lm_ids': np.array([[5]])}
   with pytest.raises(ValueError, match=r'token id 30000 .* vocab_size=8192'):
