@@ -394,7 +394,13 @@ def restore_or_initialize(mngr: ocp.CheckpointManager, abstract, global_batch_si
     if on_resume is not None:  # The job's own checks of what the checkpoint records.
       on_resume(meta)
     consumed = int(meta['examples_consumed'])
-    if consumed != int(state.step) * global_batch_size:
+    # Against the batch the checkpoint was written with (said once, at the resume that changes
+    # it; every later resume repeated it); a checkpoint that records none, step x batch.
+    saved_batch = meta.get('global_batch_size')
+    if saved_batch is not None and saved_batch != global_batch_size:
+      logging.warning('the global batch size changed from %d to %d: data continues from example '
+                      '%d, where the checkpoint stopped', saved_batch, global_batch_size, consumed)
+    elif saved_batch is None and consumed != int(state.step) * global_batch_size:
       logging.warning('the checkpoint consumed %d examples but step x batch is %d: the global '
                       'batch size changed; data continues from example %d', consumed,
                       int(state.step) * global_batch_size, consumed)

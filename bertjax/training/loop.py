@@ -185,6 +185,7 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
   meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+          'global_batch_size': config.global_batch_size,  # A resume says a change once.
           'process_count': jax.process_count(),
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.

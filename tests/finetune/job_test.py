@@ -34,6 +34,7 @@ from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
 from bertjax.model import encoder
 from bertjax.model import heads
+from bertjax.training import checkpoint
 from bertjax.training import loop
 from configs import finetune as finetune_config
 from configs import pretrain
@@ -121,11 +122,22 @@ def test_a_resume_with_another_batch_size_continues_from_the_examples_consumed(
     return example_indices(first, batch_size, *args, **kwargs)
 
   monkeypatch.setattr(batches, 'example_indices', recording)
+  said = log_records.recorded_warnings(monkeypatch, checkpoint)
   finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=5, global_batch_size=8,
                                           **EIGHT_STEP_SCHEDULE), str(tmp_path))
   # Steps 3 and 4 at batch 8 read examples 48..63 (step x batch would restart at 24).
   assert {(48, 8), (56, 8)} <= set(firsts) and not {f for f, _ in firsts} & {24, 32}, firsts
   assert final_params(tmp_path)[1] == 5
+  assert [line for line in said if 'batch size' in line] == [
+      'the global batch size changed from 16 to 8: data continues from example 48, where the '
+      'checkpoint stopped']
+  # Pass 33, item 14: every later resume at the new batch repeated the change (step x batch
+  # differs from the examples consumed for the rest of the run).
+  said.clear()
+  finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=6, global_batch_size=8,
+                                          **EIGHT_STEP_SCHEDULE), str(tmp_path))
+  assert final_params(tmp_path)[1] == 6
+  assert not [line for line in said if 'batch size' in line], said
 
 
 @ONE_DEVICE
