@@ -227,6 +227,17 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
                         folder=output if len(targets) > 1 else None)
 
 
+def _folder_replaceable(folder: str | None) -> bool:
+  """Whether an export of one format could replace `folder` (that of several formats) while
+  they are written into it, so its lock is held: not where the folder above it cannot be
+  written (no export can replace it there; its lock, beside it, could not be made)."""
+  if not folder:
+    return False
+  if files.is_remote(folder) or not os.path.isdir(folder):  # local: the folder's parent
+    return True
+  return os.access(os.path.dirname(os.path.realpath(folder)), os.W_OK)  # local: as above
+
+
 def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
                  do_lower_case: bool | None, max_seq_length: int, labels: tuple,
                  normalize: bool | None, written: list, folder: str | None):
@@ -241,7 +252,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
   with contextlib.ExitStack() as locks:
     # The folder of several formats too: an export of one format to that folder is refused
     # while they are written, as they are while it writes.
-    for out in ([folder] if folder else []) + [out for _, out in targets]:
+    for out in ([folder] if _folder_replaceable(folder) else []) + [out for _, out in targets]:
       locked = out if files.is_remote(out) else os.path.realpath(out)  # local: links
       locks.enter_context(output_lock.held(locked, 'export', f'writing {out}', '--output'))
     for _, out in targets:

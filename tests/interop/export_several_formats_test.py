@@ -213,3 +213,26 @@ def test_an_export_of_one_format_into_the_folder_refuses_several_there(fine_tune
     with pytest.raises(ValueError, match=r'another export run \(pid .*\) is writing .*out now'):
       export.export_formats(workdir, 'hf,tf1', out)
   assert os.listdir(tmp_path) == []
+
+
+def test_several_formats_go_into_a_folder_whose_parent_cannot_be_written(fine_tuned_sst2,
+                                                                         tmp_path, monkeypatch):
+  """Session 33's export pass, left then: the folder's lock, beside it, could not be made, so
+  an existing folder one may write into was refused; no export of one format can replace it
+  there (that needs its parent), so its lock is not needed."""
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'parent' / 'out'
+  out.mkdir(parents=True)
+  parent = str(tmp_path / 'parent')
+  access = os.access
+  monkeypatch.setattr(export.os, 'access', lambda p, m: False if str(p) == parent and
+                      m == os.W_OK else access(p, m))
+  lock_of = output_lock.held
+
+  def no_lock_in_parent(output, *args, **kwargs):
+    assert os.path.dirname(output) != parent, output  # The lock beside `out` would be there.
+    return lock_of(output, *args, **kwargs)
+
+  monkeypatch.setattr(output_lock, 'held', no_lock_in_parent)
+  assert export.export_formats(workdir, 'hf,tf1', out) == {'hf': out / 'hf', 'tf1': out / 'tf1'}
+  assert sorted(os.listdir(out)) == ['hf', 'tf1'] and os.listdir(parent) == ['out']
