@@ -348,18 +348,19 @@ UNSET = {'data_dir': '', 'use_tfds': False, 'train_file': '', 'eval_file': '', '
          'format': '', 'text_fields': 'text', 'label_field': 'label', 'token_column': 0,
          'tag_column': -1, 'tag_scheme': 'auto', 'eval_fraction': 0.2,
          'max_query_length': 64, 'max_answer_length': 30, 'n_best_size': 20,
-         'null_score_diff_threshold': 0.0}
+         'null_score_diff_threshold': 0.0, 'doc_stride': 128, 'max_windows': 1}
 _FILES = ('train_file', 'eval_file', 'test_file')
-_SPANS = ('max_query_length', 'max_answer_length', 'n_best_size')
+_SPANS = ('max_query_length', 'max_answer_length', 'n_best_size', 'doc_stride')
 _SPLIT = ('eval_fraction',)  # Tasks that hold an eval set out of their training texts.
+_WINDOWS = ('max_windows', 'doc_stride')  # Texts read over several windows.
 # Task -> the keys of UNSET it reads.
 READS = {
     **{name: ('data_dir', 'use_tfds') for name in glue.TASKS},
     'squad_v1': ('data_dir', *_SPANS),
     'squad_v2': ('data_dir', *_SPANS, 'null_score_diff_threshold'),
     'conll2003': ('data_dir',),
-    'bbc': ('data_dir', *_SPLIT),
-    'wordnet': ('data_dir', *_SPLIT),
+    'bbc': ('data_dir', *_SPLIT, *_WINDOWS),
+    'wordnet': ('data_dir', *_SPLIT, *_WINDOWS),
     'classification': (*_FILES, 'format', 'text_fields', 'label_field', *_SPLIT),
     'regression': (*_FILES, 'format', 'text_fields', 'label_field', *_SPLIT),
     'tagging': (*_FILES, 'format', 'token_column', 'tag_column', 'tag_scheme', *_SPLIT),
@@ -372,6 +373,11 @@ READS = {
 def check_reads(name: str, data):
   """Refuses a config.data key set (away from its UNSET value) for task `name`, which never
   reads it, naming the tasks that do."""
+  if (name in USER_TASKS and data.get('eval_file')
+      and data.get('eval_fraction', UNSET['eval_fraction']) != UNSET['eval_fraction']):
+    raise ValueError(f'config.data.eval_fraction={data.eval_fraction!r} is not read beside '
+                     f'config.data.eval_file={data.eval_file}, which is the eval set (no share '
+                     'of train_file is held out): drop one of them.')
   for key, unset in UNSET.items():
     value = data.get(key, unset)
     if key in READS.get(name, UNSET) or value == unset:

@@ -12,7 +12,8 @@ from configs import finetune as finetune_config
 @pytest.mark.parametrize('task', list(finetune_config.TASKS))
 def test_the_unset_values_are_the_configs_defaults_and_the_defaults_pass(task):
   data = finetune_config.get_config(f'task={task}').data
-  assert {key: data[key] for key in registry.UNSET} == registry.UNSET
+  unread = set(registry.UNSET) - set(registry.READS[task])
+  assert {key: data[key] for key in unread} == {key: registry.UNSET[key] for key in unread}
   assert set(registry.READS) == set(finetune_config.TASKS)
   registry.check_reads(task, data)
 
@@ -21,22 +22,23 @@ SET = {'data_dir': '/data/x', 'use_tfds': True, 'train_file': 'mine.csv', 'eval_
        'test_file': 't.csv', 'format': 'tsv', 'text_fields': 'a,b', 'label_field': 'y',
        'token_column': 1, 'tag_column': 2, 'tag_scheme': 'bio', 'eval_fraction': 0.1,
        'max_query_length': 32, 'max_answer_length': 10, 'n_best_size': 5,
-       'null_score_diff_threshold': 1.5}
+       'null_score_diff_threshold': 1.5, 'doc_stride': 64, 'max_windows': 2}
 
 
 @pytest.mark.parametrize('task,reads', [
     ('mrpc', {'data_dir', 'use_tfds'}),
-    ('squad_v1', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size'}),
+    ('squad_v1', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size',
+                  'doc_stride'}),
     ('squad_v2', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size',
-                  'null_score_diff_threshold'}),
+                  'null_score_diff_threshold', 'doc_stride'}),
     ('conll2003', {'data_dir'}),
-    ('bbc', {'data_dir', 'eval_fraction'}),
+    ('bbc', {'data_dir', 'eval_fraction', 'max_windows', 'doc_stride'}),
     ('classification', {'train_file', 'eval_file', 'test_file', 'format', 'text_fields',
                         'label_field', 'eval_fraction'}),
     ('tagging', {'train_file', 'eval_file', 'test_file', 'format', 'token_column', 'tag_column',
                  'tag_scheme', 'eval_fraction'}),
     ('span', {'train_file', 'eval_file', 'test_file', 'max_query_length', 'max_answer_length',
-              'n_best_size', 'null_score_diff_threshold'}),
+              'n_best_size', 'null_score_diff_threshold', 'doc_stride'}),
     ('swag', {'train_file', 'eval_file', 'test_file', 'format', 'eval_fraction'}),
 ])
 def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads):
@@ -65,3 +67,14 @@ def test_the_message_names_the_readers_and_where_the_task_reads_from():
                      r'the GLUE tasks\. .*task=classification reads config.data.train_file, '
                      r'eval_file and test_file\)\.$'):
     registry.check_reads('classification', data)
+
+
+def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
+  """The eval file is the eval set: eval_fraction was ignored without a word."""
+  data = finetune_config.get_config('task=classification').data
+  data.train_file, data.eval_file, data.eval_fraction = 't.csv', 'e.csv', 0.1
+  with pytest.raises(ValueError, match=r"^config.data.eval_fraction=0.1 is not read beside "
+                     r'config.data.eval_file=e.csv, which is the eval set .*: drop one of them.$'):
+    registry.check_reads('classification', data)
+  data.eval_file = ''
+  registry.check_reads('classification', data)
