@@ -82,7 +82,8 @@ def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
 
 def test_a_new_run_is_refused_before_its_data_is_read(tmp_path, monkeypatch):
   from bertjax.finetune import job  # noqa: PLC0415  (the job's modules)
-  monkeypatch.setattr(registry, 'get_task', lambda *a, **k: pytest.fail('the task was made'))
+  from bertjax.finetune.tasks import bbc_news  # noqa: PLC0415
+  monkeypatch.setattr(bbc_news, 'read_bbc', lambda *a, **k: pytest.fail('the data was read'))
   config = finetune_config.get_config('task=bbc,size=tiny')
   config.data.train_file = str(tmp_path / 'mine.csv')
   with pytest.raises(ValueError, match=r"^config.data.train_file='.*mine.csv' is not read by "
