@@ -268,7 +268,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     raise FileExistsError(f'{shown} {"exists" if exists else "would be"} in a bertjax '
                           f'run ({run}): tools that read a run never write into it; write it '
                           'elsewhere.')
-  if exists and (model := _model_folder(files.parent(_resolved(out)))) is not None:
+  if exists and (model := model_folder(files.parent(_resolved(out)))) is not None:
     raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
                           'would damage that model; name a new file.')
   return out
@@ -299,7 +299,7 @@ def check_output_folder(folder, names, flag: str = 'workdir', inputs=()) -> str:
   for name in names:
     check_output_file(files.join(out, name), flag, inputs=inputs,
                       shown=f'{name} in --{flag}={folder}')
-  if (model := _model_folder(_resolved(out))) is not None:
+  if (model := model_folder(_resolved(out))) is not None:
     raise FileExistsError(f'--{flag}={folder} is in {model[1]} ({model[0]}): tools that read a '
                           'model never write into it; pass a folder of its own.')
   return out
@@ -312,12 +312,14 @@ def is_run(folder) -> bool:
   config = files.join(folder, 'config.json')
   if not files.isfile(config):
     return False
-  if files.isdir(files.join(folder, 'checkpoints')):
-    return True
   try:
-    return 'job' in json.loads(files.read_text(config))
-  except (OSError, ValueError, TypeError):  # Not JSON (or not an object): no run's.
-    return False
+    fields = json.loads(files.read_text(config))
+  except (OSError, ValueError):  # Not JSON: no model's either.
+    fields = None
+  if files.isdir(files.join(folder, 'checkpoints')):
+    # Unless a transformers model's (model_type): a run refused there once left checkpoints/.
+    return not (isinstance(fields, dict) and 'model_type' in fields)
+  return isinstance(fields, dict) and 'job' in fields
 
 
 def _run_around(path: str) -> str | None:
@@ -350,7 +352,7 @@ def file_key(path: str) -> str:
           else os.path.realpath(absolute(path)))
 
 
-def _model_folder(folder: str) -> tuple[str, str] | None:
+def model_folder(folder: str) -> tuple[str, str] | None:
   """(folder, what it is) for `folder` or its parent when it holds a transformers model, an
   original TF1 checkpoint or a SavedModel; else None (a bertjax run: _run_around)."""
   for candidate in (folder, files.parent(folder)):

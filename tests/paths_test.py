@@ -3,6 +3,7 @@
 import io
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -300,3 +301,18 @@ def test_a_utf8_file_with_one_stray_byte_is_not_told_cp1252():
   data = 'café “hi”\n'.encode() + b'na\xefve\n'
   assert paths.reencode_hint(data[:64], data) == 'e.g. iconv -f latin1 -t utf-8'
   assert paths.reencode_hint(b'x', b'say \x93hi\x94') == 'e.g. iconv -f cp1252 -t utf-8'
+
+
+def test_a_transformers_folder_with_an_empty_checkpoints_folder_is_still_a_model(tmp_path,
+                                                                                 minilm_dir):
+  """Notebook pass (session 34), 1: a run refused in a model folder left checkpoints/ there,
+  and every tool then read the model as a run without checkpoints ('holds no checkpoint')."""
+  from bertjax.interop import sources  # pylint: disable=g-import-not-at-top
+  model = tmp_path / 'model'
+  shutil.copytree(minilm_dir, model)
+  (model / 'checkpoints').mkdir()
+  assert not paths.is_run(str(model)) and sources.format_of(str(model)) == 'hf'
+  assert sources.load(str(model)).config['hidden_size'] == 384
+  (tmp_path / 'run' / 'checkpoints').mkdir(parents=True)  # A run's config.json (any fields).
+  (tmp_path / 'run' / 'config.json').write_text('{"model": {}}')
+  assert paths.is_run(str(tmp_path / 'run'))

@@ -78,6 +78,21 @@ def _check_outside_checkpoints(workdir: str):
                        f'weights, pass --config.init_from={run}.')
 
 
+def _check_not_a_model(workdir: str):
+  """Refuses a workdir that is a model's folder (transformers, TF1, SavedModel) or inside one,
+  before anything is written: a run there wrote its config.json over a transformers model's
+  (which transformers then could not load), or left checkpoints/ beside it (which made every
+  tool read the model as a run without checkpoints)."""
+  found = paths.model_folder(workdir.rstrip('/'))
+  if found is None:
+    return
+  folder, what = found
+  raise ValueError(f'--workdir={workdir} is in {what} ({folder}): a run there would write its '
+                   'files among the model\'s (its config.json over a transformers model\'s); '
+                   f'pass a folder of its own (to start from the model: --config.init_from='
+                   f'{folder}).')
+
+
 def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
   if files.exists(workdir) and not files.isdir(workdir):
@@ -130,6 +145,7 @@ def locked(workdir: str):
   if jax.process_index() == 0:
     try:
       _check_outside_checkpoints(workdir)
+      _check_not_a_model(workdir)
       if remote:
         held = remote_lock.RemoteLock(files.join(workdir, LOCK_NAME))
         error = _acquire_remote(workdir, held)

@@ -74,6 +74,30 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(
     pass
 
 
+def test_a_model_folder_or_one_inside_it_is_refused_before_anything_is_written(tmp_path):
+  """Notebook pass (session 34), 1: fine-tuning with its workdir a transformers folder wrote the
+  run's config.json over the model's (transformers could no longer load it); pre-training there
+  was refused late, leaving checkpoints/ beside the model's config.json, which made every tool
+  read the model as a run without checkpoints."""
+  hf, tf1, saved = tmp_path / 'hf', tmp_path / 'tf1', tmp_path / 'sm'
+  for folder, names in ((hf, ('config.json', 'model.safetensors')),
+                        (tf1, ('bert_config.json', 'vocab.txt')), (saved, ('saved_model.pb',))):
+    folder.mkdir()
+    for name in names:
+      (folder / name).write_text('{"model_type": "bert"}')
+  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*'))
+  for workdir, what, folder in ((hf, 'a transformers model', hf),
+                                (hf / 'run', 'a transformers model', hf),
+                                (tf1, 'an original TF1 checkpoint', tf1),
+                                (saved, 'a SavedModel', saved)):
+    with pytest.raises(ValueError, match=rf'^--workdir={workdir} is in {what} \({folder}\): a run '
+                       rf'there would write its files among the model\'s .*pass a folder of its '
+                       rf'own \(to start from the model: --config.init_from={folder}\).$'):
+      with workdir_lock.locked(str(workdir)):
+        pass
+  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*')) == before
+
+
 def test_another_thread_of_this_process_is_refused_a_nested_job_is_not(tmp_path):
   """Pass U: a notebook's run in a background thread held the lock, and the next cell's run on
   the same workdir went in (both wrote config.json and event files): the file lock is the
