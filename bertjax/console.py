@@ -184,10 +184,17 @@ def notebook():
 
 
 class _WarningsOnly(ConsoleFilter):
-  """The console's warnings alone: bertjax's INFO lines held too."""
+  """The console's warnings alone, bertjax's INFO lines held too, from the thread that holds
+  them: another thread's lines (a run training in the background while a cell loads a model)
+  are the console's as ever."""
+
+  def __init__(self):
+    super().__init__()
+    self.thread = threading.get_ident()
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    return record.levelno >= std_logging.WARNING and super().filter(record)
+    mine = record.thread == self.thread
+    return (record.levelno >= std_logging.WARNING or not mine) and super().filter(record)
 
 
 @contextlib.contextmanager
