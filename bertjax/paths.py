@@ -26,6 +26,14 @@ _URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss
 _ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECASE)
 
 
+def absolute_workdir(workdir) -> str:
+  """absolute() of a job's workdir as Python passes it (a str or a pathlib.Path); None or ''
+  refused in one line."""
+  if not isinstance(workdir, (str, os.PathLike)) or not os.fspath(workdir):
+    raise ValueError(f"workdir={workdir!r}: pass the run's folder (a path, or a gs:// URL).")
+  return absolute(os.fspath(workdir))
+
+
 def absolute(path: str) -> str:
   """An absolute local path (a file:// URL becomes one: the OS calls on it take no URL); a
   remote URL normalised (files.normalised: what bertjax's files, orbax and TensorFlow then name

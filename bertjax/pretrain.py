@@ -274,10 +274,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   console's last line is the run's summary (progress.summary).
   """
   start = time.perf_counter()
+  config_check.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
-  config_check.check(config)  # Before any data is read or anything compiled.
   ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
-  workdir = paths.absolute(workdir)
+  workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):
     outcome = _train_and_evaluate(config, workdir)

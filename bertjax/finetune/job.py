@@ -116,9 +116,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   names bare, others prefixed with their split) plus the skip counts. The console's last line
   is the run's summary."""
   start = time.perf_counter()
+  config_check.check_for(config, 'finetune')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
-  config_check.check(config)  # Before any data is read or anything compiled.
-  workdir = paths.absolute(workdir)
+  workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
   logging.info('%s', export_formats.statement(*job_setup.check_head(config, workdir)))
   with workdir_lock.locked(workdir):
