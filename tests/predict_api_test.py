@@ -287,3 +287,29 @@ def test_a_long_text_gets_the_mean_of_the_windows_eval_reads():
   assert not np.allclose(got[0], first[0], atol=1e-4)  # Not the first window alone.
   np.testing.assert_allclose(got[1], first[1], rtol=1e-5)  # A short text: its one window.
   assert [row['label'] for row in rows] == [labels[i] for i in np.argmax(want, -1)]
+
+
+def test_a_hand_edited_pooling_or_activation_in_config_json_is_refused(fine_tuned_sst2,
+                                                                       tmp_path):
+  """Notebook pass (session 34), 2: config.json's pooling (cls -> mean) or model.hidden_act
+  (gelu -> relu) edited by hand gave other probabilities from the same weights, without a
+  word; the checkpoint records what it was trained with."""
+  workdir, _ = fine_tuned_sst2
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run, ignore=shutil.ignore_patterns('.lock'))
+  want = predict.Predictor.from_workdir(run).predict(['a fine film'])
+  recorded = json.loads((run / 'config.json').read_text())
+  assert recorded['pooling'] == 'cls'
+  for field, value in (('pooling', 'mean'), ('model.hidden_act', 'relu')):
+    edited = json.loads(json.dumps(recorded))
+    if field == 'pooling':
+      edited['pooling'] = value
+    else:
+      edited['model']['hidden_act'] = value
+    (run / 'config.json').write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match=rf"was saved with {field}='(cls|gelu)', but the run's "
+                       rf"config.json says '{value}': config.json was edited or is another "
+                       r"run's; restore the one the run wrote.$"):
+      predict.Predictor.from_workdir(run)
+  (run / 'config.json').write_text(json.dumps(recorded))
+  assert predict.Predictor.from_workdir(run).predict(['a fine film']) == want

@@ -99,6 +99,22 @@ def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
                    '(every fine-tuning run writes them): restore the config.json the run wrote.')
 
 
+def _check_run_record(run: dict, meta: dict, step: str):
+  """Refuses a run's config.json whose model function or pooling differs from what the
+  checkpoint was saved with (its meta): an edited record (pooling mean for cls, hidden_act relu
+  for gelu) gave other outputs from the same weights, without a word (Predictor builds from it)."""
+  recorded = run.get('model') if isinstance(run.get('model'), dict) else {}
+  pairs = [(f'model.{k}', recorded[k], meta['model'][k]) for k in init_from.ARCHITECTURE_FIELDS
+           if k in recorded and k in meta['model']]
+  if 'pooling' in meta and 'pooling' in run:
+    pairs.append(('pooling', run['pooling'], meta['pooling']))
+  for name, said, saved in pairs:
+    if said != saved:
+      raise ValueError(f"{step} was saved with {name}={saved!r}, but the run's config.json says "
+                       f"{said!r}: config.json was edited or is another run's; restore the one "
+                       'the run wrote.')
+
+
 def _read_bertjax(path: str) -> bundle_lib.Bundle:
   read = checkpoint_reader.read(path)  # The digests checked; a damaged newest step skipped.
   step = files.join(read.directory, str(read.step))
@@ -112,6 +128,7 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
                                             'initializer_range') if k in meta_model})
   run = init_from.run_config(step) or {}
   data = run.get('data', {})
+  _check_run_record(run, read.meta, step)
   if run.get('job') == 'finetune':
     kind, labels = _task_labels(run, step)
     saved = read.meta.get('labels')

@@ -190,6 +190,7 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),
+          **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
           **({} if standing is None else {'ranking': standing})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
