@@ -289,6 +289,15 @@ def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
                               early_stopped=bool(stopped), **best)
 
 
+def _finish_record(workdir, outcome: progress_lib.Outcome):
+  """What a run that ended writes and a run interrupted right after its last save lacks: its
+  last eval as eval_results.json (which the summary names) and the record of its saves."""
+  run_files.note_saved(workdir)
+  results = files.join(workdir, 'eval_results.json')
+  if outcome.eval_metrics and not files.exists(results):
+    run_files.write_json(results, outcome.eval_metrics)
+
+
 def _last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
   """(step, metrics) of the run's last eval up to `step`, from its eval history; (None, {})
   when none is recorded. A run without a history (written before it was kept) that ended at
@@ -388,8 +397,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
       logging.warning('this run has ended, so this config trains nothing: its changes (%s) '
                       'take effect in another --workdir (or with more steps, from step %d)',
                       ', '.join(changed), start_step)
-    return _nothing_to_do(workdir, start_step, total_steps, stopped,
-                          ranking.best_of(config, start_step, history, metric, mode, keep_best))
+    outcome = _nothing_to_do(workdir, start_step, total_steps, stopped,
+                             ranking.best_of(config, start_step, history, metric, mode, keep_best))
+    _finish_record(workdir, outcome)
+    return outcome
   if resumed:
     resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
     run_files.note_saved(workdir)  # A run saved before the record existed, once it trains on.

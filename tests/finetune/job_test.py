@@ -630,3 +630,23 @@ def test_a_job_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
   with pytest.raises((FileNotFoundError, ValueError)):
     pretrain_job.train_and_evaluate(config, 'w')
   assert config.data.train_files == 'records/train-*'
+
+
+def test_a_rerun_of_a_run_stopped_right_after_its_last_save_writes_what_it_lacks(
+    fine_tuned_sst2, tmp_path):
+  """Notebook pass (session 34), 6: interrupted right after its final save, a run had no
+  eval_results.json nor checkpoints_saved.json; the rerun ('nothing to do') wrote neither, yet
+  its summary named eval_results.json."""
+  workdir, data = fine_tuned_sst2
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run, ignore=shutil.ignore_patterns('.lock'))
+  want = json.loads((run / 'eval_results.json').read_text())
+  (run / 'eval_results.json').unlink()
+  (run / 'checkpoints_saved.json').unlink()
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3,
+                                              'checkpoint.every_steps': 1000})
+  result = finetune.train_and_evaluate(config, str(run))
+  assert json.loads((run / 'eval_results.json').read_text()) == want
+  assert result['accuracy'] == want['accuracy']
+  newest = max(int(p.name) for p in (run / 'checkpoints').iterdir() if p.name.isdigit())
+  assert json.loads((run / 'checkpoints_saved.json').read_text()) == {'newest_step': newest}
