@@ -12,8 +12,7 @@ vocab's size, a checkpoint's position table) stay in training/train_state.check_
 import math
 import numbers
 
-from absl import logging
-
+from bertjax import console
 from bertjax.pretraining_data import masking
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -275,9 +274,9 @@ def _check_optimizer(c: _Checker, job):
                    fix='set --config.optimizer.end_learning_rate to 0 (BERT) or a small rate')
   peak = c.get('optimizer.learning_rate')
   if peak == 0:  # Legal (a run that moves nothing: tests of init_from do so), rarely meant.
-    logging.log_first_n(logging.WARNING, 'config.optimizer.learning_rate=0: the parameters never '
+    console.warn_once('config.optimizer.learning_rate=0: the parameters never '
                         'change (every step computes its gradients for nothing); set '
-                        '--config.optimizer.learning_rate to a peak rate, e.g. 1e-4', 1)
+                        '--config.optimizer.learning_rate to a peak rate, e.g. 1e-4')
   if end is not _MISSING and peak is not _MISSING and end > peak:
     c.fail('optimizer.end_learning_rate', end, f'exceeds the peak optimizer.learning_rate={peak}',
            'set it at most to the peak (0 = BERT\'s decay to zero)')
@@ -288,10 +287,10 @@ def _check_optimizer(c: _Checker, job):
   if (job == 'pretrain' and warmup is not _MISSING and total is not _MISSING
       and total and warmup > total):
     # Legal (the rate still ramps up when the run ends): short smoke runs of a recipe do so.
-    logging.log_first_n(logging.WARNING, 'config.optimizer.warmup_steps=%d is longer than the '
+    console.warn_once('config.optimizer.warmup_steps=%d is longer than the '
                         '%d steps of the schedule: the learning rate still rises when the run '
                         'ends (never reaching its peak, never decaying); set '
-                        '--config.optimizer.warmup_steps below %d for a warmup and a decay', 1,
+                        '--config.optimizer.warmup_steps below %d for a warmup and a decay',
                         warmup, total, total)
   c.fraction('optimizer.warmup_proportion', closed_high=True,
              why='the share of the steps spent warming up must be in [0, 1]',

@@ -222,6 +222,21 @@ def library_lines_held(verbose: bool = False, quiet: bool = False):
     logger.removeFilter(held)
 
 
+_WARNED = set()  # The warnings said in this job: forget_warnings() at its end.
+
+
+def warn_once(message: str, *args):
+  """A warning said once per job (its config is checked by bertjax.main and by the job), and
+  again by the next job of this process (a notebook's next cell): unlike absl's log_first_n."""
+  if (line := message % args) not in _WARNED:
+    _WARNED.add(line)
+    logging.warning('%s', line)
+
+
+def forget_warnings():
+  _WARNED.clear()
+
+
 _EXIT_LOCK = threading.Lock()
 _STDERR = [2]
 _TEMPORARY = set()  # Half-written outputs an interrupt removes before it exits.

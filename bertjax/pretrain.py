@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from bertjax import config_check
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax import pretrain_objective
@@ -273,6 +274,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   Returns the last eval metrics (plus 'unigram_baseline') for tests and notebooks; the
   console's last line is the run's summary (progress.summary).
   """
+  try:
+    return _pretrain(config, workdir)
+  finally:
+    console.forget_warnings()  # The next run in this process (a notebook's) says them again.
+
+
+def _pretrain(config, workdir) -> dict:
   start = time.perf_counter()
   config_check.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)

@@ -184,13 +184,11 @@ FINETUNE = [
 def test_a_schedule_that_wastes_the_run_is_warned_about(caplog, monkeypatch):
   """Pass S: learning rate 0, a decay ending before the run (steps 5-12 at rate 0, logged as
   -5.96e-11) and a fine-tuning warmup longer than its steps passed without a word."""
-  from absl import logging  # pylint: disable=g-import-not-at-top
-
+  from bertjax import console  # pylint: disable=g-import-not-at-top
   from bertjax.finetune import job_setup  # pylint: disable=g-import-not-at-top
   from bertjax.training import optimizer  # pylint: disable=g-import-not-at-top
-  # Said once per process: here every time, whatever this process logged before.
-  monkeypatch.setattr(logging, 'log_first_n',
-                      lambda level, message, n, *args: logging.log(level, message, *args))
+  del monkeypatch
+  console.forget_warnings()  # Said once per job: whatever this process's jobs said before.
   config = configured(pretrain_config.get_config('size=tiny,steps=12'),
                       optimizer__learning_rate=0.0, optimizer__total_steps=4,
                       optimizer__warmup_steps=2)  # Its 60 would still be warming up at 12.
@@ -306,3 +304,20 @@ def test_the_python_entry_points_refuse_another_jobs_config_and_take_a_path(tmp_
   fine.data.train_file = 'mine.csv'
   with pytest.raises(ValueError, match="config.data.train_file='.*mine.csv' is not read by"):
     job.train_and_evaluate(fine, tmp_path / 'run')
+
+
+def test_a_warning_is_said_once_per_job_and_again_by_the_next(caplog):
+  """Notebook pass (session 34), 7: said once per process (absl's log_first_n), a second run in
+  a notebook with the same mistake heard nothing; checked twice in one job (bertjax.main, then
+  the job), it is said once."""
+  from bertjax import console  # pylint: disable=g-import-not-at-top
+  config = configured(pretrain_config.get_config('size=tiny,steps=12'),
+                      optimizer__learning_rate=0.0)
+  console.forget_warnings()
+  for _ in range(2):  # One job: main's check, then the job's.
+    config_check.check(config)
+  console.forget_warnings()  # The job's end.
+  config_check.check(config)  # The next job.
+  said = [r.getMessage() for r in caplog.records
+          if r.getMessage().startswith('config.optimizer.learning_rate=0')]
+  assert len(said) == 2, said

@@ -115,6 +115,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Fine-tunes per `config` in `workdir`; returns the final eval metrics (first eval split's
   names bare, others prefixed with their split) plus the skip counts. The console's last line
   is the run's summary."""
+  try:
+    return _finetune(config, workdir)
+  finally:
+    console.forget_warnings()  # The next run in this process (a notebook's) says them again.
+
+
+def _finetune(config, workdir) -> dict:
   start = time.perf_counter()
   config_check.check_for(config, 'finetune')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)

@@ -15,6 +15,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from bertjax import console
 from bertjax import files
 from bertjax.finetune import batches
 from bertjax.finetune import export_formats
@@ -213,11 +214,11 @@ def set_steps(cfg, total_steps: int):
   if not cfg.optimizer.warmup_steps:  # 0 is the default: warmup_proportion=0 is no warmup.
     cfg.optimizer.warmup_steps = int(cfg.optimizer.warmup_proportion * total_steps)
   elif cfg.optimizer.warmup_steps > cfg.optimizer.total_steps:
-    logging.log_first_n(logging.WARNING, 'config.optimizer.warmup_steps=%d is longer than the '
+    console.warn_once('config.optimizer.warmup_steps=%d is longer than the '
                         '%d steps of the schedule: the learning rate still rises when the run '
                         'ends (never reaching its peak, never decaying); set '
                         '--config.optimizer.warmup_steps below %d, or leave it 0 for '
-                        'optimizer.warmup_proportion of the steps', 1,
+                        'optimizer.warmup_proportion of the steps',
                         cfg.optimizer.warmup_steps, cfg.optimizer.total_steps,
                         cfg.optimizer.total_steps)
 

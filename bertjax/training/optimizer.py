@@ -7,11 +7,12 @@ path ('bert/layers_0/attention/query/kernel'); the first match wins.
 
 import re
 
-from absl import logging
 import flax
 import jax
 import numpy as np
 import optax
+
+from bertjax import console
 
 # BERT decays every weight matrix and embedding, never LayerNorm parameters or biases.
 WEIGHT_DECAY_RULES = (
@@ -145,9 +146,9 @@ def resolve_total_steps(config):
   if not config.optimizer.total_steps:
     config.optimizer.total_steps = config.num_train_steps
   elif config.optimizer.total_steps < config.num_train_steps:
-    logging.log_first_n(
-        logging.WARNING, 'config.optimizer.total_steps=%d ends the schedule before the run\'s %d '
-        'steps: %s; set --config.optimizer.total_steps to 0 (the run\'s steps) or %d or more', 1,
+    console.warn_once(
+        'config.optimizer.total_steps=%d ends the schedule before the run\'s %d '
+        'steps: %s; set --config.optimizer.total_steps to 0 (the run\'s steps) or %d or more',
         config.optimizer.total_steps, config.num_train_steps,
         _past_total_steps(config.optimizer, config.num_train_steps), config.num_train_steps)
   return config

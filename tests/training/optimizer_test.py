@@ -115,8 +115,8 @@ def test_the_steps_past_a_schedule_are_said_at_the_rate_its_schedule_gives(monke
   20-step schedule warming up over 60 was said to train steps 21 to 35 at end_learning_rate=0,
   while it logged 1.13e-03 at step 35."""
   said = []
-  monkeypatch.setattr(optimizer.logging, 'log_first_n',
-                      lambda level, message, n, *args: said.append(message % args))
+  monkeypatch.setattr(optimizer.console, 'warn_once',
+                      lambda message, *args: said.append(message % args))
 
   def warned(steps, **fields):
     said.clear()
