@@ -59,7 +59,10 @@ class _Checker:
       return _MISSING
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if ok and integer and not isinstance(value, numbers.Integral):
-      ok = float(value).is_integer()
+      # 16.0 (set from Python) passed, then failed deep in the run (tf.data, the PRNG).
+      whole = math.isfinite(value) and float(value).is_integer()
+      self.fail(path, value, 'must be a whole number' + (', written as one' if whole else ''),
+                f'pass {int(value)}' if whole else f'pass --config.{path}=<a whole number>')
     if not ok:
       kind = 'a whole number' if integer else 'a number'
       self.fail(path, value, f'must be {kind}', f'pass --config.{path}=<{kind}>')

@@ -321,3 +321,21 @@ def test_a_warning_is_said_once_per_job_and_again_by_the_next(caplog):
   said = [r.getMessage() for r in caplog.records
           if r.getMessage().startswith('config.optimizer.learning_rate=0')]
   assert len(said) == 2, said
+
+
+def test_a_whole_number_written_as_a_float_is_refused_before_the_run():
+  """Notebook pass (session 34), 11: global_batch_size=16.0 (set from Python, past the
+  ConfigDict's types) passed, then failed in tf.data after config.json and the corpus were
+  written; seed=0.0 in the PRNG; dupe_factor=1.0 in corpus creation."""
+  for field, value in (('global_batch_size', 16.0), ('seed', 0.0), ('data.dupe_factor', 1.0),
+                       ('data.max_seq_length', 128.0)):
+    config = pretrain_config.get_config('size=tiny')
+    *parents, leaf = field.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    with node.ignore_type():
+      node[leaf] = value
+    with pytest.raises(ValueError, match=rf'^config.{field}={value}: must be a whole number, '
+                       rf'written as one; pass {int(value)}.$'):
+      config_check.check(config)
