@@ -105,7 +105,7 @@ class Predictor:
 
   @classmethod
   def _from_workdir(cls, workdir, step, batch_size) -> 'Predictor':
-    workdir = paths.absolute(str(workdir))  # A local folder or a URL (gs://...).
+    workdir = paths.absolute_workdir(workdir)  # A local folder or a URL (gs://...).
     files.check_exists(workdir, f'--workdir={workdir} does not exist: pass a fine-tuning run.')
     if not files.isdir(workdir):
       raise ValueError(f'--workdir={workdir} is a file: pass the folder of a fine-tuning run '

@@ -123,6 +123,10 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
   assert len(predictor.predict(np.array(SENTENCES))) == 2
   with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
     predict.Predictor.from_workdir(workdir, step=7)
+  for nothing in (None, ''):  # Notebook pass (session 34): was '--workdir=<cwd>/None does not
+    # exist'.
+    with pytest.raises(ValueError, match=r"^workdir=(None|''): pass the run's folder"):
+      predict.Predictor.from_workdir(nothing)
   with pytest.raises(ValueError, match="step='32': a checkpoint step is a number"):
     predict.Predictor.from_workdir(workdir, step='32')
   assert predict.Predictor.from_workdir(workdir, step=np.int64(predictor.step)).step == (
