@@ -73,12 +73,20 @@ def default_compilation_cache_dir() -> str:
 def use_compilation_cache(directory: str):
   """Keeps compiled programs in `directory` (local or gs://), so a rerun, a resume or the next
   fine-tuning of the same shapes loads its train step instead of compiling it again (JAX keys
-  each entry by the program, jaxlib, XLA flags and devices); '' turns the cache off. Call
-  before the first compilation."""
+  each entry by the program, jaxlib, XLA flags and devices); '' turns the cache off. A later
+  call (a notebook's set-up cell run again with another folder) takes effect from the next
+  compilation; programs compiled before stay in memory."""
   import jax  # pylint: disable=g-import-not-at-top
-  if not directory:
-    jax.config.update('jax_enable_compilation_cache', False)
-    return
-  if '://' not in directory:
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
+  if directory and '://' not in directory:
     directory = os.path.abspath(os.path.expanduser(directory))
-  jax.config.update('jax_compilation_cache_dir', directory)
+  on, folder = jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir
+  if (bool(directory), directory or folder) == (on, folder):
+    return
+  if folder or not on:
+    # JAX opens its cache at the first compilation and keeps it (and whether it is on) for the
+    # process: without a reset a later folder was never used, and '' left the cache on.
+    compilation_cache.reset_cache()
+  jax.config.update('jax_enable_compilation_cache', bool(directory))
+  if directory:
+    jax.config.update('jax_compilation_cache_dir', directory)

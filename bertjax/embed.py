@@ -22,6 +22,7 @@ be URLs (gs://...): the model is read and the outputs written through bertjax.fi
 checkpoint's .index/.data through a temporary folder).
 """
 
+import collections.abc
 import importlib.util
 import io
 import os
@@ -95,6 +96,11 @@ def embed_sentences(model_config, params, tok, sentences, max_seq_length=128, ba
     encoder_config.check_inputs(model_config, **batch)
     out.append(np.asarray(pooled(params, batch)))
   return np.concatenate(out)
+
+
+def _a(name: str) -> str:
+  """'a dict', 'an int': a type's name for a message."""
+  return f'{"an" if name[0] in "aeiou" else "a"} {name}'
 
 
 class LengthError(ValueError):
@@ -186,11 +192,21 @@ class Embedder:
     if isinstance(sentences, (str, bytes)):
       raise ValueError(f'encode takes a list of sentences, got one {type(sentences).__name__}: '
                        'pass [sentence] for one.')
+    kind = 'None' if sentences is None else _a(type(sentences).__name__)
+    got = f'encode takes a list of sentences, got {kind}'
+    # A dict iterates its keys and a set in an arbitrary order: vectors of the wrong texts, or
+    # in an order no caller can match to its sentences.
+    if isinstance(sentences, collections.abc.Mapping):
+      raise ValueError(f'{got} (its keys would be embedded): pass a list of its texts.')
+    if isinstance(sentences, (set, frozenset)):  # Not dict.keys(): ordered, and asked for.
+      raise ValueError(f'{got} (its order is arbitrary, so the vectors\' order would not match '
+                       'it): pass a list.')
+    if not isinstance(sentences, collections.abc.Iterable):
+      raise ValueError(f'{got}: pass a list of strings.')
     sentences = list(sentences)
     for i, sentence in enumerate(sentences):
       if not isinstance(sentence, str):
-        name = type(sentence).__name__
-        raise ValueError(f'sentence {i + 1} is {"an" if name[0] in "aeiou" else "a"} {name} '
+        raise ValueError(f'sentence {i + 1} is {_a(type(sentence).__name__)} '
                          f'({str(sentence)[:40]}), not a string.')
     if not sentences:
       return np.zeros((0, self.dimension), np.float32)

@@ -171,7 +171,8 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   the output directory (a str, or a Path object where `output` was one). `step` picks a bertjax
   run's checkpoint: 'best', 'latest' (None) or a step number."""
   if not isinstance(fmt, str) or ',' in fmt:
-    raise ValueError(f'format={fmt!r}: export() writes one format; export_formats() several.')
+    raise ValueError(f'format={fmt!r}: export() writes one format, one of {", ".join(FORMATS)}; '
+                     'export_formats() writes several.')
   targets, _ = _export(source, (fmt,), output, overwrite=overwrite, vocab_file=vocab_file,
                        do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                        labels=labels, normalize=normalize, step=step)

@@ -126,6 +126,20 @@ def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
     embed.Embedder.from_pretrained(embed.default_checkpoint(), max_seq_length=1024)
 
 
+def test_what_is_not_a_list_of_sentences_is_named(minilm):
+  """None and 123 failed in list() with a raw TypeError; a dict embedded its keys, a set in an
+  order the caller cannot match to its texts."""
+  with pytest.raises(ValueError, match='takes a list of sentences, got None: pass a list'):
+    minilm.encode(None)
+  with pytest.raises(ValueError, match='takes a list of sentences, got an int: pass a list'):
+    minilm.encode(123)
+  with pytest.raises(ValueError, match=r'got a dict \(its keys would be embedded\): pass a list'):
+    minilm.encode({'x': 1})
+  with pytest.raises(ValueError, match=r'got a set \(its order is arbitrary.*\): pass a list'):
+    minilm.encode(set(README))
+  assert minilm.encode({'x': README[0]}.values()).shape == (1, 384)  # Views keep their order.
+
+
 def test_a_plain_python_session_stays_quiet():
   code = ('from bertjax import embed; import json; e = embed.Embedder.from_pretrained(); '
           f'v = e.encode({README!r}); print(json.dumps((v @ v.T).tolist()))')

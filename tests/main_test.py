@@ -232,6 +232,24 @@ def test_the_default_cache_folder_is_one_per_kind_of_machine(monkeypatch):
   assert accelerators.default_compilation_cache_dir() == '/shared/jax'
 
 
+def test_a_second_compilation_cache_folder_is_the_one_used(tmp_path):
+  """A notebook's set-up cell run again with another folder: JAX had opened the first at its
+  first compilation and went on filling it; '' then left the cache on."""
+  code = ('import sys, jax, numpy\nfrom bertjax import accelerators\n'
+          "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
+          'def run(f): jax.jit(f)(numpy.ones(3)).block_until_ready()\n'
+          'def first(x): return x + 1\ndef second(x): return x * 2\n'
+          'def third(x): return x - 3\ndef fourth(x): return x / 4\n'
+          'for folder, f in zip(sys.argv[1:], (first, second, third, fourth)):\n'
+          '  accelerators.use_compilation_cache(folder)\n  run(f)\n')
+  a, b = tmp_path / 'a', tmp_path / 'b'
+  subprocess.run([sys.executable, '-c', code, str(a), str(b), '', str(a)], check=True,
+                 capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert sorted(n.split('-')[0] for n in os.listdir(a) if not n.endswith('-atime')) == [
+      'jit_first', 'jit_fourth']
+  assert [n.split('-')[0] for n in os.listdir(b) if not n.endswith('-atime')] == ['jit_second']
+
+
 @pytest.mark.parametrize('endpoints, workers', [
     ('10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5', 4),  # Today's format: the hosts' addresses.
     ('w-0:0:10.0.0.2,w-1:1:10.0.0.3', 2),  # The older name:id:ip triples.

@@ -77,3 +77,13 @@ def test_a_serving_export_as_the_source_is_named_as_such(tmp_path, name, said):
       f'{tmp_path}/exported is {said}, which bertjax does not read back: pass the run it was '
       'exported from, or a transformers or TF1 export')):
     export.export(tmp_path / 'exported', 'hf', tmp_path / 'out')
+
+
+@pytest.mark.parametrize('fmt', [None, 3, 'hf,onnx'])
+def test_export_of_no_single_format_lists_the_formats(fmt, tmp_path):
+  """format=None was said as 'export() writes one format', naming none of them."""
+  with pytest.raises(ValueError, match=re.escape(
+      f'format={fmt!r}: export() writes one format, one of {", ".join(export.FORMATS)}; '
+      'export_formats() writes several.')):
+    export.export(tmp_path / 'run', fmt, tmp_path / 'out')
+  assert os.listdir(tmp_path) == []

@@ -61,6 +61,42 @@ def test_two_writers_in_one_logdir_write_two_files(tmp_path):
   assert summaries.read_scalars(str(tmp_path))['eval/f1'] == {3: 0.75}
 
 
+def test_reading_a_path_that_holds_no_run_or_a_tag_it_lacks_is_refused(tmp_path):
+  """Pass: a typo'd workdir, a file, the run's checkpoints/ and tags=['train/los'] all read as
+  {}, and tags='train/loss' as the tags 't', 'r', 'a', ..."""
+  _write_run(tmp_path)
+  (tmp_path / 'checkpoints').mkdir()
+  (tmp_path / 'notes.txt').write_text('x')
+  with pytest.raises(FileNotFoundError, match='typo does not exist: pass the workdir of a run$'):
+    summaries.read_scalars(str(tmp_path / 'typo'))
+  with pytest.raises(ValueError, match='notes.txt is a file: pass the workdir of a run'):
+    summaries.read_scalars(str(tmp_path / 'notes.txt'))
+  with pytest.raises(FileNotFoundError, match=r'checkpoints holds no TensorBoard events '
+                     r"\(events.out.tfevents.\*\): pass a run's workdir, which holds them$"):
+    summaries.read_scalars(str(tmp_path / 'checkpoints'))
+  with pytest.raises(ValueError, match=r"hold no scalar 'train/los': pass one of its 3 tags "
+                     r'\(closest: train/loss, train/mfu\)$'):
+    summaries.read_scalars(str(tmp_path), ['train/los'])
+  one = summaries.read_scalars(str(tmp_path), 'train/loss')  # One tag, not its letters.
+  assert list(one) == ['train/loss'] and one['train/loss'] == pytest.approx({1: 4, 2: 2, 3: 4 / 3})
+
+
+def test_a_live_run_not_at_a_tag_yet_reads_without_it(tmp_path):
+  """A section not written yet (eval/ before the first evaluation), or no scalar at all yet, is
+  a live run's normal state: no error, as for a tag all of whose steps a resume dropped."""
+  writer = event_writer.EventWriter(str(tmp_path))
+  writer.write_hparams({'lr': 1.0})
+  writer.flush()
+  assert summaries.read_scalars(str(tmp_path), ['train/loss', 'eval/f1']) == {}
+  writer.write_scalars(1, {'train/loss': 3.0})
+  writer.close()
+  assert summaries.read_scalars(str(tmp_path), ['train/loss', 'eval/f1']) == {
+      'train/loss': {1: 3.0}}
+  resumed = event_writer.EventWriter(str(tmp_path), start_step=0)
+  resumed.close()
+  assert summaries.read_scalars(str(tmp_path), ['train/loss']) == {}
+
+
 def test_writing_events_imports_no_tensorflow(tmp_path):
   code = ('import sys; from bertjax.training import event_writer; '
           f'w = event_writer.EventWriter({str(tmp_path)!r}); w.write_scalars(1, {{"a": 1.0}}); '
