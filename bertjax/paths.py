@@ -27,7 +27,7 @@ _ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECAS
 
 
 def absolute_workdir(workdir) -> str:
-  """absolute() of a job's workdir as Python passes it (a str or a pathlib.Path); None or ''
+  """absolute() of a job's workdir as Python passes it (a str or a Path object); None or ''
   refused in one line."""
   if not isinstance(workdir, (str, os.PathLike)) or not os.fspath(workdir):
     raise ValueError(f"workdir={workdir!r}: pass the run's folder (a path, or a gs:// URL).")
