@@ -6,7 +6,6 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 (bertjax.main shows the same line for a flag it cannot parse).
 """
 
-import collections
 import hashlib
 import os
 import pathlib  # local: config files are imported from local paths only
@@ -200,21 +199,6 @@ def missing_flagfile(argv) -> str | None:
   return None
 
 
-def repeated_field(argv, config) -> str | None:
-  """The one line for a --config.X given more than once in `argv` (absl keeps the last without a
-  word: two values in a launch script's flags, one silently lost), else None."""
-  given = collections.defaultdict(list)
-  for arg in config_flags(argv, config):
-    field, value, negated = _config_flag(arg)
-    if field:
-      given[field].append('false' if negated else 'true' if value is None else value)
-  for field, values in given.items():
-    if len(values) > 1:
-      return (f'--config.{field} is given {len(values)} times ({", then ".join(values)}): pass '
-              'it once (the last would be taken without a word).')
-  return None
-
-
 # What a field's default's type takes, for absl's parse error of a --config.X=VALUE.
 _TAKES = {bool: 'true or false', int: 'a whole number', float: 'a number'}
 
@@ -251,9 +235,7 @@ def parse_flags(argv):
     expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
     spec = config_spec(expanded)
     if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
-      # On the command line itself: a --flagfile's value overridden after it is absl's idiom.
-      if (line := repeated_field(argv, load_config_file(spec))) is not None:
-        raise ConfigFileError(line)
+      load_config_file(spec)
     return flags.FLAGS(argv)
   except ConfigFileError as e:
     print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
@@ -298,7 +280,7 @@ def check_args(main_args) -> object:
   base = load_config_file(spec)
   check_job_config(base, spec)
   job_flags = config_flags(main_args, base)
-  if (unknown := unknown_field(base, job_flags) or repeated_field(job_flags, base)) is not None:
+  if (unknown := unknown_field(base, job_flags)) is not None:
     raise ValueError(unknown)
   try:
     config, overrides = parse(job_flags)

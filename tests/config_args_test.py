@@ -156,13 +156,8 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
       ([f'--config={REPO}/configs'], f'--config={REPO}/configs is a folder: name a config file'),
       (['--config=no_function.py'], 'no_function.py defines no get_config(arg) function'),
       (['--config=broken.py'], '--config=broken.py does not load: SyntaxError: '),
-      # Pass 33, item 14: absl kept the last of two values without a word, and named no fix
-      # for a value its field's type does not parse ('invalid literal for int() ...').
-      ([f'--config={REPO}/configs/pretrain.py', '--config.num_train_steps=5',
-        '--config.num_train_steps', '7'], '--config.num_train_steps is given 2 times (5, then '
-       '7): pass it once (the last would be taken without a word).'),
-      ([f'--config={REPO}/configs/pretrain.py', '--config.model.nsp', '--noconfig.model.nsp'],
-       '--config.model.nsp is given 2 times (true, then false): pass it once'),
+      # Pass 33, item 14: absl named no fix for a value its field's type does not parse
+      # ('invalid literal for int() ...').
       ([f'--config={REPO}/configs/pretrain.py:size=tiny', '--config.global_batch_size=1.5'],
        "--config.global_batch_size='1.5' is not a whole number: config.global_batch_size takes "
        'a whole number (the config gives 64); pass e.g. --config.global_batch_size=64.'),
@@ -182,15 +177,6 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
     assert run.stderr.startswith('FATAL Flags parsing error: '), run.stderr
     assert message in run.stderr, run.stderr
   assert not (tmp_path / 'out').exists()
-
-
-def test_a_field_given_twice_is_refused_by_the_launchers_check(monkeypatch):
-  monkeypatch.chdir(REPO)
-  with pytest.raises(ValueError, match=r'^--config.seed is given 3 times \(1, then 2, then 3\)'):
-    config_args.check_args(['--config=configs/pretrain.py', '--config.seed=1', '-config.seed=2',
-                            '--config.seed', '3'])
-  assert config_args.check_args(['--config=configs/pretrain.py', '--config.seed=1',
-                                 '--config.num_train_steps=2']).seed == 1
 
 
 def test_a_flagfile_under_home_is_read_as_absl_reads_it(tmp_path, monkeypatch):

@@ -186,7 +186,8 @@ def test_continued_pretraining_starts_from_the_step_named(two_phase, tmp_path):
       'phase2.fraction': 0.0, 'num_train_steps': 1, 'optimizer.learning_rate': 0.0,
       'eval_every_steps': 0, 'init_from': str(workdir), 'init_from_step': str(BOUNDARY),
       'data.train_files': first.train_files, 'data.eval_files': first.eval_files,
-      'data.vocab_file': str(embedded.vocab_path())})
+      'data.vocab_file': str(embedded.vocab_path()),
+      'data.dupe_factor': 5})  # The embedded corpus's (two_phase_config's 1): files of its own.
   pretrain.train_and_evaluate(cfg, str(tmp_path / 'continued'))
   got = pretrain_runs.flat(pretrain_runs.read_state(tmp_path / 'continued', 1)['params'])
   want = pretrain_runs.flat(pretrain_runs.read_state(workdir, BOUNDARY)['params'])

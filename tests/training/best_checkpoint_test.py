@@ -229,6 +229,7 @@ def _save_as_the_loop(workdir, values: dict[int, float | None], *, keep_best=1, 
   config = checkpoint_test.config()
   config.checkpoint.keep, config.checkpoint.keep_best = 1, keep_best
   config.num_train_steps = steps
+  config.global_batch_size = 4  # The examples each step consumes below.
   config.phase2 = ml_collections.ConfigDict({'fraction': fraction})
   config.model = ml_collections.ConfigDict({'size': 'tiny'})
   mngr = checkpoint.manager(workdir, config, best_metric='loss', mode='min')

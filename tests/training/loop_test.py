@@ -253,8 +253,8 @@ def e2e_config(corpus_files, *, steps):
   train_files, eval_files = corpus_files
   config.data.update(dict(train_files=train_files, eval_files=eval_files,
                           vocab_file=str(embedded.vocab_path()),
-                          max_predictions_per_seq=E2E_PREDICTIONS, dupe_factor=1,
-                          shuffle_window=1000, num_lanes=4))
+                          max_predictions_per_seq=E2E_PREDICTIONS, shuffle_window=1000,
+                          num_lanes=4))
   config.optimizer.warmup_steps = 5
   config.eval_batch_size = 16
   config.max_eval_batches = 4

@@ -265,7 +265,9 @@ def test_a_finished_run_says_so_and_an_extension_logs_the_schedule_change(
   assert re.fullmatch(r'pretrain finished in [\d.]+ s: step 12/12 \(reached before: nothing to '
                       r'do\), eval mlm_accuracy [\d.]+, .*; checkpoints .*', last_line(
                           log.read_text()))
-  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ['.lock'])  # No events.
+  # No events; the record of its saves, which a finished run has (this copy lacked it).
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+      before + ['.lock', 'checkpoints_saved.json'])
   # The extensions run in this process: what they log is the subject, not the command line.
   pretrain.train_and_evaluate(pretrain_runs.config(STEPS + 1, fields), str(tmp_path))
   # Both still warming up at step 12 (warmup 60): no jump there, yet another curve after it.
