@@ -14,6 +14,11 @@ HOLD = ('import sys, time; from bertjax.training import workdir_lock\n'
         '  print("held", flush=True); time.sleep(600)\n')
 
 
+def _tree(folder):
+  """Every path under `folder`, relative to it: what a refused run must leave as it was."""
+  return sorted(p.relative_to(folder) for p in folder.rglob('*'))
+
+
 def test_a_live_run_blocks_a_second_and_a_killed_one_does_not(tmp_path):
   holder = subprocess.Popen([sys.executable, '-c', HOLD, str(tmp_path)], stdout=subprocess.PIPE,
                             text=True)
@@ -56,7 +61,7 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(
   run = tmp_path / 'pre'
   (run / 'checkpoints' / '6').mkdir(parents=True)
   (run / 'config.json').write_text('{"job": "pretrain"}')
-  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*'))
+  before = _tree(tmp_path)
   for inside in (run / 'checkpoints' / '6', run / 'checkpoints' / '6' / 'ft',
                  run / 'checkpoints' / 'new'):
     with pytest.raises(ValueError, match=rf'^--workdir={inside} is inside {run}/checkpoints, '
@@ -64,7 +69,7 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(
                        rf'start from that run\'s weights, pass --config.init_from={run}.$'):
       with workdir_lock.locked(str(inside)):
         pass
-  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*')) == before
+  assert _tree(tmp_path) == before
   # Beside the run, or in a folder of it that no checkpointer prunes: a run as any other.
   for beside in (tmp_path / 'ft', run / 'finetune'):
     with workdir_lock.locked(str(beside)):
@@ -85,7 +90,7 @@ def test_a_model_folder_or_one_inside_it_is_refused_before_anything_is_written(t
     folder.mkdir()
     for name in names:
       (folder / name).write_text('{"model_type": "bert"}')
-  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*'))
+  before = _tree(tmp_path)
   for workdir, what, folder in ((hf, 'a transformers model', hf),
                                 (hf / 'run', 'a transformers model', hf),
                                 (tf1, 'an original TF1 checkpoint', tf1),
@@ -95,7 +100,7 @@ def test_a_model_folder_or_one_inside_it_is_refused_before_anything_is_written(t
                        rf'own \(to start from the model: --config.init_from={folder}\).$'):
       with workdir_lock.locked(str(workdir)):
         pass
-  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*')) == before
+  assert _tree(tmp_path) == before
 
 
 def test_another_thread_of_this_process_is_refused_a_nested_job_is_not(tmp_path):
