@@ -117,27 +117,6 @@ class _Checker:
     return value
 
 
-# What runs each job from Python (the notebooks' calls).
-JOB_FUNCTIONS = {'pretrain': 'bertjax.pretrain.train_and_evaluate',
-                 'finetune': 'bertjax.finetune.job.train_and_evaluate',
-                 'embed': 'bertjax.embed.run'}
-
-
-def check_for(config, job: str) -> None:
-  """check(), called by the function that runs `job`: a dict, or another job's config (whose
-  missing fields failed deep in the job with an AttributeError), refused in one line first."""
-  build = f"build one with configs/{job}.py's get_config(...)"
-  if not hasattr(config, 'get') or not hasattr(config, 'to_dict'):
-    raise TypeError(f'config is a {type(config).__name__}, not an ml_collections ConfigDict: '
-                    f'{build}.')
-  given = config.get('job')
-  if given != job:
-    where = f'pass it to {JOB_FUNCTIONS[given]}, or ' if given in JOB_FUNCTIONS else ''
-    raise ValueError(f'config.job={given!r}: not a {job} config, which '
-                     f'{JOB_FUNCTIONS[job]} runs; {where}{build}.')
-  check(config)
-
-
 def check(config) -> None:
   """Raises ValueError (one line naming the field and the fix) for the first bad value."""
   c = _Checker(config)

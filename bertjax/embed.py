@@ -36,6 +36,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import job_config
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import hf_tokenizer_files
@@ -255,6 +256,7 @@ OUTPUTS = ('embeddings.npy', 'similarity.txt')  # In --workdir, written in this 
 def run(config, workdir):
   """Embeds config.sentences (or config.input_file's lines) and prints their similarities."""
   start = time.perf_counter()
+  job_config.check_for(config, 'embed')
   path = init_from.configured(config)
   checkpoint = path or str(default_checkpoint())
   workdir = os.fspath(workdir) if workdir else ''

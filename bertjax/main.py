@@ -30,6 +30,7 @@ from bertjax import accelerators  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
+from bertjax import job_config  # noqa: E402
 from bertjax import malloc_tuning  # noqa: E402
 
 
@@ -180,6 +181,7 @@ def _check_command():
     config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
     config_args.check_job_config(_CONFIG.value,
                                  config_flags.get_config_filename(flags.FLAGS['config']))
+    job_config.check_fields(_CONFIG.value)  # A copied config file's field of its own.
     config_check.check(_CONFIG.value)
     _check_processes()
     cache = _COMPILATION_CACHE.value

@@ -15,9 +15,9 @@ from absl import logging
 import jax
 import numpy as np
 
-from bertjax import config_check
 from bertjax import console
 from bertjax import files
+from bertjax import job_config
 from bertjax import paths
 from bertjax import pretrain_objective
 from bertjax.input import global_batch
@@ -282,7 +282,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _pretrain(config, workdir) -> dict:
   start = time.perf_counter()
-  config_check.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
+  job_config.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
   ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
   workdir = paths.absolute_workdir(workdir)

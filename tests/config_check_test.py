@@ -280,32 +280,6 @@ def test_phase2_predictions_follow_the_command_line(overrides, predictions):
   assert config.phase2.max_predictions_per_seq == predictions
 
 
-def test_the_python_entry_points_refuse_another_jobs_config_and_take_a_path(tmp_path):
-  """Notebook pass (session 34), 9 and 10: a pathlib workdir was a TypeError from a regex; a
-  pre-training config given to the fine-tuning job an AttributeError ('task'), a dict another;
-  a fine-tuning config given to pre-training left its lock behind."""
-  from bertjax import pretrain  # noqa: PLC0415  (the jobs' modules)
-  from bertjax.finetune import job  # noqa: PLC0415
-  pre, fine = pretrain_config.get_config('size=tiny'), finetune_config.get_config('task=bbc')
-  with pytest.raises(ValueError, match=r"^config.job='pretrain': not a finetune config, which "
-                     r'bertjax.finetune.job.train_and_evaluate runs; pass it to '
-                     r"bertjax.pretrain.train_and_evaluate, or build one with configs/finetune.py"):
-    job.train_and_evaluate(pre, tmp_path / 'a')
-  with pytest.raises(ValueError, match=r"^config.job='finetune': not a pretrain config"):
-    pretrain.train_and_evaluate(fine, tmp_path / 'b')
-  with pytest.raises(TypeError, match=r'^config is a dict, not an ml_collections ConfigDict: '
-                     r"build one with configs/pretrain.py's get_config"):
-    pretrain.train_and_evaluate(pre.to_dict(), tmp_path / 'c')
-  for workdir in (None, ''):
-    with pytest.raises(ValueError, match=r"^workdir=(None|''): pass the run's folder"):
-      job.train_and_evaluate(fine, workdir)
-  assert list(tmp_path.iterdir()) == []
-  # A pathlib.Path goes through to the checks after the workdir (here: a key bbc never reads).
-  fine.data.train_file = 'mine.csv'
-  with pytest.raises(ValueError, match="config.data.train_file='.*mine.csv' is not read by"):
-    job.train_and_evaluate(fine, tmp_path / 'run')
-
-
 def test_a_warning_is_said_once_per_job_and_again_by_the_next(caplog):
   """Notebook pass (session 34), 7: said once per process (absl's log_first_n), a second run in
   a notebook with the same mistake heard nothing; checked twice in one job (bertjax.main, then

@@ -20,9 +20,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bertjax import config_check
 from bertjax import console
 from bertjax import files
+from bertjax import job_config
 from bertjax import paths
 from bertjax.finetune import batches
 from bertjax.finetune import export_formats
@@ -123,7 +123,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _finetune(config, workdir) -> dict:
   start = time.perf_counter()
-  config_check.check_for(config, 'finetune')  # Before any data is read or anything compiled.
+  job_config.check_for(config, 'finetune')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
   workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
@@ -245,8 +245,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   the test split or data.predict_file). Returns the written paths; the console's last line is
   the summary."""
   start = time.perf_counter()
+  job_config.check_for(config, 'finetune')
   config = paths.own_copy(config)
-  config_check.check(config)
   workdir = paths.absolute(workdir)
   # Before anything of the workdir is read: a host that sees another folder would stop alone,
   # the others waiting for it in their first collective.
