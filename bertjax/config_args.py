@@ -14,6 +14,7 @@ import sys
 
 from bertjax import config_check
 from bertjax import console
+from bertjax import job_config
 from bertjax.pretraining_data import masking
 
 
@@ -286,6 +287,7 @@ def check_args(main_args) -> object:
     config, overrides = parse(job_flags)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
     raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
+  job_config.check_fields(config)  # A copied config file's field of its own.
   config_check.check(config)
   if (ignored := ignored_override(config, overrides)) is not None:
     raise ValueError(ignored)

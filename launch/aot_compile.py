@@ -85,6 +85,7 @@ from ml_collections import config_flags  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
+from bertjax import job_config  # noqa: E402
 
 # pretrain imports TensorFlow (its input pipeline): its C++ start-up lines (oneDNN, and a
 # CUDA build probing for a GPU when its devices are first listed) are held back, shown only if
@@ -315,7 +316,9 @@ def _memory_savers(config) -> list[str]:
 
 def check_job(config) -> list[pretrain.Phase]:
   """The run's phases (step_phases), after the config is checked as bertjax.main checks it
-  (config_check) and found to be a pre-training job's; raises ValueError (one line) otherwise."""
+  (job_config, config_check) and found to be a pre-training job's; raises ValueError (one line)
+  otherwise."""
+  job_config.check_fields(config)
   config_check.check(config)
   if config.job != 'pretrain':
     raise ValueError(f'config.job={config.job!r}: launch/aot_compile.py compiles the '

@@ -5,6 +5,7 @@ without a word; FIELDS restates configs/' fields, held equal to them here."""
 import main_test
 import pytest
 
+from bertjax import config_args
 from bertjax import embed
 from bertjax import job_config
 from bertjax import pretrain
@@ -113,3 +114,15 @@ def test_the_python_entry_points_refuse_another_jobs_config_and_take_a_path(tmp_
   fine.data.train_file = 'mine.csv'
   with pytest.raises(ValueError, match="config.data.train_file='.*mine.csv' is not read by"):
     job.train_and_evaluate(fine, tmp_path / 'run')
+
+
+def test_the_launchers_refuse_a_copied_config_files_field_before_booking(tmp_path):
+  """config_args.check_args: what launch/tpu_pod.py and gke_jobset.py check before booking."""
+  copy = tmp_path / 'mine.py'
+  copy.write_text(f"import sys\nsys.path.insert(0, {str(main_test.REPO)!r})\n"
+                  'from configs import finetune\n\n\ndef get_config(arg=None):\n'
+                  '  config = finetune.get_config(arg)\n  with config.unlocked():\n'
+                  '    config.data.num_train_epochs = 5\n  return config\n')
+  with pytest.raises(ValueError, match=r'^config.data.num_train_epochs is not a field of a '
+                     r'finetune config, .* the finetune config has config.num_epochs: set that.'):
+    config_args.check_args([f'--config={copy}:task=mrpc'])
