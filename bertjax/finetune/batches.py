@@ -201,7 +201,7 @@ def eval_rows(batch_size: int, n: int, layout: Layout) -> int:
   if layout.packed:
     return batch_size
   split = math.lcm(sharding.data_parallel_size(layout.mesh, layout.rules), jax.process_count())
-  return min(batch_size, -(-n // split) * split)
+  return global_batch.eval_rows(n, batch_size, split)
 
 
 def host_batch(features: dict, examples: np.ndarray, layout: Layout,

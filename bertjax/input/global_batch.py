@@ -10,6 +10,13 @@ import jax
 import numpy as np
 
 
+def eval_rows(examples: int, batch_size: int, split: int) -> int:
+  """The rows of an eval batch over `examples`: batch_size, or the fewest that hold them all, a
+  multiple of `split` (the data-parallel devices and the hosts, whose lcm the caller passes):
+  eval_batch_size=1000000 was a million rows of padding, out of memory at the first eval."""
+  return min(batch_size, -(-examples // split) * split)
+
+
 def make_global_batch(host_batch: dict, mesh: jax.sharding.Mesh, batch_axes) -> dict:
   """Turns this host's batch (numpy dict) into global jax.Arrays sharded over `batch_axes`.
 

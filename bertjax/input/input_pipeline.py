@@ -31,6 +31,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from bertjax.input import global_batch
 from bertjax.input import masking_tf
 from bertjax.input import read_order
 from bertjax.input import record_check
@@ -241,9 +242,9 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
             for i in range(process_count)]
   lengths = [read_order.examples_in_shard(sum(counts[f] for f in files), shard_count, index)
              for files, shard_count, index in shares]
-  unit = math.lcm(batch_multiple, process_count)
-  if 0 < (needed := -(-max(lengths) * process_count // unit) * unit) < global_batch_size:
-    host_batch = needed // process_count
+  if rows := global_batch.eval_rows(max(lengths) * process_count, global_batch_size,
+                                    math.lcm(batch_multiple, process_count)):
+    host_batch = rows // process_count
   num_batches = max(-(-n // host_batch) for n in lengths)
   if num_batches == 0:
     raise ValueError(f'no eval examples in {str(file_pattern)!r}')
