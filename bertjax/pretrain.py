@@ -3,22 +3,20 @@
   check the config against the mesh -> data files (the embedded corpus's made on first use,
   checked) -> Objective
   (pretrain_objective.py: BertForPreTraining, MLM + NSP loss) -> tf.data batches from the
-  examples consumed so far -> training/loop.run (eval on the held-out files, with the unigram
-  baseline) -> the summary line.
+  examples consumed so far -> training/loop.run (pretrain_eval.py: eval on the held-out files,
+  with the unigram baseline) -> the summary line.
 """
 
 import dataclasses
-import functools
 import time
 
 from absl import logging
-import jax
-import numpy as np
 
 from bertjax import console
 from bertjax import files
 from bertjax import job_config
 from bertjax import paths
+from bertjax import pretrain_eval
 from bertjax import pretrain_objective
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
@@ -30,7 +28,6 @@ from bertjax.records import file_set
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 from bertjax.training import loop
-from bertjax.training import losses
 from bertjax.training import perf
 from bertjax.training import progress
 from bertjax.training import ranking
@@ -47,51 +44,6 @@ loss = pretrain_objective.loss
 normalizers = pretrain_objective.normalizers
 objective = pretrain_objective.objective
 eval_step = pretrain_objective.eval_step
-
-
-# ---------------------------------------------------------------------------------------------
-# The eval.
-
-
-def unigram_baseline(dataset) -> float:
-  """MLM accuracy of always predicting the eval set's most frequent target token."""
-  counts = {}
-  for batch in input_pipeline.host_batches(dataset, 'the eval files'):
-    ids = batch['masked_lm_ids'][batch['masked_lm_weights'] > 0]
-    for token, n in zip(*np.unique(ids, return_counts=True), strict=True):
-      counts[int(token)] = counts.get(int(token), 0) + int(n)
-  total = sum(counts.values())
-  return max(counts.values()) / total if total else 0.0
-
-
-@dataclasses.dataclass
-class Evaluator:
-  """MLM and NSP metrics over the whole eval set, exactly once, plus the unigram baseline."""
-
-  make_dataset: functools.partial  # (process_index=, process_count=) -> tf.data.Dataset.
-  eval_fn: object  # Jitted eval_step(params, batch).
-  mesh: jax.sharding.Mesh
-  batch_axes: tuple
-  max_batches: int  # >= 0 caps the batches per eval.
-  every_steps: int
-  vocab_size: int
-  baseline: float | None = None
-
-  def run(self, params, step: int) -> dict:
-    del step
-    if self.baseline is None:  # Over the batches the metrics see (max_batches caps both).
-      whole = self.make_dataset(process_index=0, process_count=1)
-      self.baseline = unigram_baseline(whole.take(self.max_batches) if self.max_batches >= 0
-                                       else whole)
-    outputs = []
-    for i, host_batch in enumerate(input_pipeline.host_batches(self.make_dataset(),
-                                                               'the eval files')):
-      if 0 <= self.max_batches <= i:
-        break
-      check_ids(host_batch, self.vocab_size, 'the eval files')
-      batch = global_batch.make_global_batch(host_batch, self.mesh, self.batch_axes)
-      outputs.append(self.eval_fn(params, batch))
-    return losses.host_means(outputs) | {'unigram_baseline': self.baseline}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,16 +124,6 @@ def take_data_vocab(config):
                  made_with)
     with config.unlocked():
       config.data.vocab_file = made_with
-
-
-def check_ids(host_batch, vocab_size: int, files: str):
-  """Refuses a batch with token ids the model has no embedding for (data of another vocab)."""
-  top = max(int(np.max(host_batch['input_ids'])),
-            int(np.max(host_batch.get('masked_lm_ids', 0))))
-  if top >= vocab_size:
-    raise ValueError(f'the data ({files}) holds token id {top} but the model has '
-                     f'vocab_size={vocab_size}: the data was made with a larger vocab. Set '
-                     'data.vocab_file and model.vocab_size to that vocab, or remake the data.')
 
 
 def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
@@ -294,21 +236,6 @@ def _pretrain(config, workdir) -> dict:
   return outcome.eval_metrics
 
 
-@dataclasses.dataclass
-class PhasedEvaluator:
-  """Each phase's evaluator, chosen by the step: an eval at a phase's last step uses its
-  length and files (one phase: just that one's)."""
-
-  evaluators: list  # (Phase, Evaluator) pairs, for the phases with eval files.
-  every_steps: int
-
-  def run(self, params, step: int) -> dict:
-    for phase, evaluator in self.evaluators:
-      if phase.holds(step):
-        return evaluator.run(params, step)
-    return {}
-
-
 def _check_workdir_job(workdir: str):
   """Refuses a workdir that holds another job's run (a fine-tuning run's checkpoints would
   only be told apart by their classifier's parameters, after the data is made)."""
@@ -410,29 +337,11 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
           max_instances_per_row=data.max_instances_per_row)
       for host_batch in input_pipeline.host_batches(dataset.take(phase.end_step - begin),
                                                     phase.train_files):
-        check_ids(host_batch, config.model.vocab_size, phase.train_files)
+        record_check.check_ids(host_batch, config.model.vocab_size, phase.train_files)
         yield global_batch.make_global_batch(host_batch, mesh, batch_axes)
 
   task = objective(config)
-  # No in_shardings: the params and the batch arrive committed to their shardings.
-  eval_fn = jax.jit(functools.partial(eval_step, model=task.model))
-  evaluators = []
-  for phase in plan:
-    if not phase.eval_files:
-      logging.warning('no eval files for steps %d..%d (data.eval_files / phase2.eval_files): '
-                      'no eval there', phase.first_step, phase.end_step)
-      continue
-    make_eval_ds = functools.partial(
-        input_pipeline.eval_dataset, phase.eval_files, global_batch_size=config.eval_batch_size,
-        max_seq_length=phase.max_seq_length,
-        max_predictions_per_seq=phase.max_predictions_per_seq, masking=masking,
-        seed=config.seed, nsp=config.model.nsp,
-        max_instances_per_row=config.data.max_instances_per_row,
-        batch_multiple=sharding.data_parallel_size(mesh, rules))
-    evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, batch_axes,
-                                        config.max_eval_batches, config.eval_every_steps,
-                                        config.model.vocab_size)))
-  evaluator = PhasedEvaluator(evaluators, config.eval_every_steps) if evaluators else None
+  evaluator = pretrain_eval.evaluator(config, plan, masking, mesh, rules, task.model)
 
   def load_weights(params, shardings):
     params, _, read = init_from.load_params(path, params, shardings)

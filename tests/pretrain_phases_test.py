@@ -18,6 +18,7 @@ import pytest
 
 from bertjax import config_check
 from bertjax import pretrain
+from bertjax import pretrain_eval
 from bertjax.input import input_pipeline
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
@@ -91,8 +92,8 @@ def test_each_eval_reads_its_phase_files(two_phase):
         process_count=1)
     # Over the batches the accuracies see: max_eval_batches caps both.
     assert baselines[step] == pytest.approx(
-        pretrain.unigram_baseline(dataset.take(cfg.max_eval_batches)), rel=1e-6)
-    assert baselines[step] != pytest.approx(pretrain.unigram_baseline(dataset), rel=1e-6)
+        pretrain_eval.unigram_baseline(dataset.take(cfg.max_eval_batches)), rel=1e-6)
+    assert baselines[step] != pytest.approx(pretrain_eval.unigram_baseline(dataset), rel=1e-6)
   assert baselines[BOUNDARY] != baselines[STEPS]
   assert metrics['unigram_baseline'] == pytest.approx(baselines[STEPS], rel=1e-6)
   assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * 16
@@ -261,7 +262,7 @@ def test_a_phase_without_eval_files_shows_no_eval(monkeypatch):
   from bertjax.training import loop  # noqa: PLC0415
   phase1 = pretrain.Phase(0, BOUNDARY, 32, 5, 'train-*', 'eval-*')
   first = types.SimpleNamespace(run=lambda params, step: {'mlm_accuracy': 0.5})
-  job = types.SimpleNamespace(evaluator=pretrain.PhasedEvaluator([(phase1, first)], 3))
+  job = types.SimpleNamespace(evaluator=pretrain_eval.PhasedEvaluator([(phase1, first)], 3))
   shown, written = [], []
   monkeypatch.setattr(loop, 'logging', types.SimpleNamespace(
       info=lambda message, *args: shown.append(message % args)))

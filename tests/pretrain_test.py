@@ -15,6 +15,7 @@ import transformers
 from bertjax import export
 from bertjax import files
 from bertjax import pretrain
+from bertjax.input import record_check
 from bertjax.interop import sources
 from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
@@ -125,8 +126,8 @@ def test_eval_files_among_the_train_files_are_said(corpus, monkeypatch):
 def test_batches_with_ids_past_the_vocab_are_refused():
   batch = {'input_ids': np.array([[2, 5, 30000]]), 'masked_lm_ids': np.array([[5]])}
   with pytest.raises(ValueError, match=r'token id 30000 .* vocab_size=8192'):
-    pretrain.check_ids(batch, 8192, 'train-*')
-  pretrain.check_ids(batch, 30522, 'train-*')
+    record_check.check_ids(batch, 8192, 'train-*')
+  record_check.check_ids(batch, 30522, 'train-*')
 
 
 @pytest.fixture(scope='module')

@@ -178,3 +178,13 @@ def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None)
   with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
     # TF releases the GIL while reading, so the other files are read in parallel.
     return [first] + list(pool.map(inspect, files[1:]))
+
+
+def check_ids(host_batch, vocab_size: int, files: str):
+  """Refuses a batch with token ids the model has no embedding for (data of another vocab)."""
+  top = max(int(np.max(host_batch['input_ids'])),
+            int(np.max(host_batch.get('masked_lm_ids', 0))))
+  if top >= vocab_size:
+    raise ValueError(f'the data ({files}) holds token id {top} but the model has '
+                     f'vocab_size={vocab_size}: the data was made with a larger vocab. Set '
+                     'data.vocab_file and model.vocab_size to that vocab, or remake the data.')
