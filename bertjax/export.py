@@ -66,6 +66,7 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import bundle as bundle_lib
@@ -80,6 +81,12 @@ from bertjax.training import checkpoint_reader
 from bertjax.training import kinds
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
+# The names other tools give our formats (said for an unknown --format), and what each writes.
+_FORMAT_WORDS = {'transformers': 'hf', 'huggingface': 'hf', 'safetensors': 'hf', 'pytorch': 'hf',
+                 'savedmodel': 'saved_model', 'tensorflow': 'saved_model',
+                 'sbert': 'sentence_transformers', 'sentence_transformer': 'sentence_transformers'}
+_WRITES = {'hf': "a transformers model's folder", 'saved_model': 'a TensorFlow SavedModel',
+           'sentence_transformers': "a sentence-transformers model's folder"}
 
 
 def parse_formats(value) -> tuple[str, ...]:
@@ -95,7 +102,9 @@ def parse_formats(value) -> tuple[str, ...]:
                      'several comma-separated (--format=hf,saved_model).')
   unknown = [fmt for fmt in formats if fmt not in FORMATS]
   if unknown:
-    raise ValueError(f'--format={unknown[0]!r} is unknown; valid: {", ".join(FORMATS)}.')
+    meant = _FORMAT_WORDS.get(unknown[0].lower().replace('-', '_'))
+    meant = f' (--format={meant} writes {_WRITES[meant]})' if meant else ''
+    raise ValueError(f'--format={unknown[0]!r} is unknown{meant}; valid: {", ".join(FORMATS)}.')
   twice = sorted({fmt for fmt in formats if formats.count(fmt) > 1})
   if twice:
     raise ValueError(f'--format={given} names {", ".join(twice)} twice: name each format once.')
@@ -164,6 +173,12 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
       indent=2) + '\n')
 
 
+# The command's flags that export() and export_formats() take as keywords (keywords.named).
+_KEYWORDS = {'from': 'source', 'output': 'output', 'overwrite': 'overwrite=True',
+             'vocab_file': 'vocab_file', 'max_seq_length': 'max_seq_length', 'labels': 'labels',
+             'normalize': 'normalize=True', 'nonormalize': 'normalize=False', 'step': 'step'}
+
+
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
            do_lower_case: bool | None = None, max_seq_length: int = 0,
            labels: tuple = (), normalize: bool | None = None, step=None):
@@ -171,11 +186,12 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   the output directory (a str, or a Path object where `output` was one). `step` picks a bertjax
   run's checkpoint: 'best', 'latest' (None) or a step number."""
   if not isinstance(fmt, str) or ',' in fmt:
-    raise ValueError(f'format={fmt!r}: export() writes one format, one of {", ".join(FORMATS)}; '
+    raise ValueError(f'fmt={fmt!r}: export() writes one format, one of {", ".join(FORMATS)}; '
                      'export_formats() writes several.')
-  targets, _ = _export(source, (fmt,), output, overwrite=overwrite, vocab_file=vocab_file,
-                       do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                       labels=labels, normalize=normalize, step=step)
+  with keywords.named(_KEYWORDS | {'format': 'fmt'}):
+    targets, _ = _export(source, (fmt,), output, overwrite=overwrite, vocab_file=vocab_file,
+                         do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                         labels=labels, normalize=normalize, step=step)
   written = targets[0][1]
   return written if isinstance(output, str) else type(output)(written)
 
@@ -188,9 +204,10 @@ def export_formats(source, formats, output, *, overwrite: bool = False, vocab_fi
   read once, into `output`/<format> each (into `output` itself for one format); returns
   {format: folder} (str folders, or Path objects where `output` was one). Every format's checks
   run before the first is written."""
-  targets, _ = _export(source, formats, output, overwrite=overwrite, vocab_file=vocab_file,
-                       do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                       labels=labels, normalize=normalize, step=step)
+  with keywords.named(_KEYWORDS | {'format': 'formats'}):
+    targets, _ = _export(source, formats, output, overwrite=overwrite, vocab_file=vocab_file,
+                         do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                         labels=labels, normalize=normalize, step=step)
   return {fmt: out if isinstance(output, str) else type(output)(out) for fmt, out in targets}
 
 
@@ -280,8 +297,10 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
       for fmt in formats:
         if fmt != 'sentence_transformers' and not (
             fmt == 'hf' and sentence_transformers.is_written_for(result)):
-          raise ValueError(f'--normalize adds sentence-transformers\' Normalize module, which '
-                           f'--format={fmt} of a {result.kind} model does not write: use '
+          given = '--normalize adds' if normalize else '--nonormalize drops'
+          article = 'an' if result.kind[0] in 'aeiou' else 'a'
+          raise ValueError(f'{given} sentence-transformers\' Normalize module, which '
+                           f'--format={fmt} of {article} {result.kind} model does not write: use '
                            '--format=sentence_transformers, or drop it.')
       result.normalize = normalize
     for fmt, out in targets:

@@ -50,6 +50,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
@@ -99,6 +100,12 @@ class Predictor:
 
     Quiet unless something needs the user (a damaged step skipped); verbose=True shows every
     library's lines while it loads (orbax's, bertjax's 'predicting with step N')."""
+    with keywords.named({'workdir': 'workdir', 'step': 'step', 'batch_size': 'batch_size'}):
+      return cls._load(workdir, step, batch_size, verbose)
+
+  @classmethod
+  def _load(cls, workdir, step, batch_size, verbose) -> 'Predictor':
+    """from_workdir, its errors naming the command's flags (bertjax.predict's main)."""
     step = checkpoint_reader.parse_step(step)  # Refused before anything is read.
     with console.library_lines_held(verbose, quiet=True):
       return cls._from_workdir(workdir, step, batch_size)
@@ -325,8 +332,9 @@ def main(argv):
                 if FLAGS.output_file else None)
       if output is not None:  # One run per output file at a time: a second refused at its start.
         held.enter_context(output_lock.held(output, 'predict', f'writing {output}'))
-      predictor = Predictor.from_workdir(
-          FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size)
+      predictor = Predictor._load(  # pylint: disable=protected-access
+          FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size,
+          verbose=False)
       if FLAGS.null_score_diff_threshold is not None:
         predictor.set_null_threshold(FLAGS.null_score_diff_threshold)
       if FLAGS.input_file:

@@ -121,8 +121,11 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
   with pytest.raises(ValueError, match='takes a list of inputs, got one ndarray'):
     predictor.predict(np.array(SENTENCES[0]))
   assert len(predictor.predict(np.array(SENTENCES))) == 2
-  with pytest.raises(FileNotFoundError, match='no checkpoint step 7; its steps'):
-    predict.Predictor.from_workdir(workdir, step=7)
+  with pytest.raises(FileNotFoundError, match='^step=7: .* has no checkpoint step 7; its steps'):
+    predict.Predictor.from_workdir(workdir, step=7)  # Named as the keyword (was --step=7).
+  with pytest.raises(FileNotFoundError, match=f'^workdir={tmp_path}/gone does not exist: pass a '
+                     'fine-tuning run.'):
+    predict.Predictor.from_workdir(tmp_path / 'gone')
   for nothing in (None, ''):  # Notebook pass (session 34): was '--workdir=<cwd>/None does not
     # exist'.
     with pytest.raises(ValueError, match=r"^workdir=(None|''): pass the run's folder"):
@@ -209,6 +212,16 @@ def test_the_command_line_ends_with_its_summary_line(fine_tuned_sst2, tmp_path):
   rows = [json.loads(line) for line in out.read_text().splitlines()]
   want = predict.Predictor.from_workdir(workdir).predict(SENTENCES)
   assert rows == [predict.jsonl_row('classification', r) for r in want]
+
+
+def test_the_command_line_names_its_flags_where_python_names_keywords(fine_tuned_sst2):
+  """bertjax.predict loads through the same checks as Predictor.from_workdir, whose errors name
+  its keywords (step=7): the command's say --step=7."""
+  workdir, _ = fine_tuned_sst2
+  result = _predict_cli(f'--workdir={workdir}', '--step=7', stdin='x\n')
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[0].startswith(
+      f'error: --step=7: {workdir}/checkpoints has no checkpoint step 7'), result.stderr
 
 
 def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2):

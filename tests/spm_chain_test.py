@@ -154,7 +154,7 @@ def test_a_vocab_other_than_the_runs_is_refused_by_every_reader_of_it(chain, tmp
   for vocab, why in ((wordpiece, 'a SentencePiece model vs a WordPiece vocab'),
                      (other, 'two different SentencePiece models')):
     said = rf'is not the vocab {workdir} was trained with \(.*vocab\.txt: {why}\)'
-    with pytest.raises(ValueError, match='--vocab_file=.*' + said):
+    with pytest.raises(ValueError, match='^vocab_file=.*' + said):  # export()'s keyword.
       export.export(str(workdir), 'hf', str(tmp_path / 'hf'), vocab_file=str(vocab))
     with pytest.raises(ValueError, match='--vocab_file=.*' + said):
       sources.load(str(workdir), vocab_file=str(vocab))

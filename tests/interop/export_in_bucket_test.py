@@ -158,7 +158,7 @@ def test_export_refusals_hold_for_urls(minilm_url, gcs_bucket):
       export.export(minilm_url, 'hf', output, overwrite=True)
   foreign = files.join(gcs_bucket, 'foreign')
   files.write_atomically(files.join(foreign, 'keep.txt'), 'mine')
-  with pytest.raises(FileExistsError, match='not empty: pass --overwrite'):
+  with pytest.raises(FileExistsError, match='not empty: pass overwrite=True'):
     export.export(minilm_url, 'hf', foreign)
   with pytest.raises(FileExistsError, match='not written by bertjax.export'):
     export.export(minilm_url, 'hf', foreign, overwrite=True)

@@ -42,7 +42,7 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
   for name in ('bert_model.ckpt.index', 'bert_config.json', 'vocab.txt'):
     assert (out / 'tf1' / name).read_bytes() == (singles['tf1'] / name).read_bytes(), name
   # Again into the same folder: refused without --overwrite, replaced with it.
-  with pytest.raises(FileExistsError, match=r'--output=.*both/hf exists and is not empty'):
+  with pytest.raises(FileExistsError, match=r'output=.*both/hf exists and is not empty'):
     export.export_formats(workdir, ('hf', 'tf1'), out)
   assert export.export_formats(workdir, ('tf1', 'hf'), out, overwrite=True) == written
   # One format: its folder is --output itself, as export() writes it.
@@ -52,14 +52,14 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
 
 
 @pytest.mark.parametrize('formats, options, error', [
-    ('hf,hf', {}, r'--format=hf,hf names hf twice: name each format once'),
-    ('hf,bogus', {}, r"--format='bogus' is unknown; valid: hf, tf1, saved_model"),
-    ('', {}, r"--format='' names no format: pass one of hf, tf1"),
-    ('hf,,tf1', {}, r'--format=hf,,tf1 holds an empty name'),
+    ('hf,hf', {}, r'formats=hf,hf names hf twice: name each format once'),
+    ('hf,bogus', {}, r"formats='bogus' is unknown; valid: hf, tf1, saved_model"),
+    ('', {}, r"formats='' names no format: pass one of hf, tf1"),
+    ('hf,,tf1', {}, r'formats=hf,,tf1 holds an empty name'),
     ('hf,tf1', {'max_seq_length': 64}, r'tf1 keeps no length; drop it, or export tf1 by itself'),
     ('sentence_transformers,saved_model', {'normalize': True},
-     r"--format=saved_model of a classification model does not write"),
-    ('hf,tf1', {'labels': ('a', 'b', 'c')}, r'--labels names 3 classes but the model has 2'),
+     r"formats=saved_model of a classification model does not write"),
+    ('hf,tf1', {'labels': ('a', 'b', 'c')}, r'labels names 3 classes but the model has 2'),
 ])
 def test_a_refusal_of_any_format_writes_none(fine_tuned_sst2, tmp_path, formats, options, error):
   workdir, _ = fine_tuned_sst2
@@ -79,7 +79,7 @@ def test_a_link_into_a_missing_folder_is_refused(fine_tuned_sst2, tmp_path):
   for formats, out in (('hf,tf1', tmp_path / 'out'), ('hf', tmp_path / 'single')):
     link = out / 'hf' if ',' in formats else out
     with pytest.raises(FileNotFoundError, match=(
-        rf'^--output={link} is a link to {tmp_path}/unmounted/disk/\w+, whose folder '
+        rf'^output={link} is a link to {tmp_path}/unmounted/disk/\w+, whose folder '
         rf'{tmp_path}/unmounted/disk does not exist \(a disk not mounted\?\): make it, or '
         'remove the link.$')):
       export.export_formats(workdir, formats, out)
@@ -93,11 +93,11 @@ def test_a_taken_folder_of_one_format_is_refused_before_any_is_written(fine_tune
   out = tmp_path / 'out'
   (out / 'tf1').mkdir(parents=True)
   (out / 'tf1' / 'notes.txt').write_text('mine')
-  with pytest.raises(FileExistsError, match=r'--output=.*out/tf1 exists and is not empty'):
+  with pytest.raises(FileExistsError, match=r'output=.*out/tf1 exists and is not empty'):
     export.export_formats(workdir, 'hf,tf1', out)
   assert sorted(os.listdir(out)) == ['tf1'] and os.listdir(out / 'tf1') == ['notes.txt']
   (tmp_path / 'a_file').write_text('mine')
-  with pytest.raises(FileExistsError, match=r'--output=.*a_file is a file: several formats are '
+  with pytest.raises(FileExistsError, match=r'output=.*a_file is a file: several formats are '
                      'written into a folder'):
     export.export_formats(workdir, 'hf,tf1', tmp_path / 'a_file')
   assert (tmp_path / 'a_file').read_text() == 'mine'
@@ -179,27 +179,27 @@ def test_an_export_or_a_link_between_format_folders_is_no_folder_of_formats(fine
   workdir, _ = fine_tuned_sst2
   single = export.export(workdir, 'hf', tmp_path / 'single')
   before = _files(single)
-  with pytest.raises(FileExistsError, match=r'--output=.*single is an export itself: several '
+  with pytest.raises(FileExistsError, match=r'output=.*single is an export itself: several '
                      'formats are written into a folder of their own'):
     export.export_formats(workdir, 'hf,tf1', single, overwrite=True)
   assert _files(single) == before
   (tmp_path / 'linked' / 'tf1').mkdir(parents=True)
   (tmp_path / 'linked' / 'hf').symlink_to('tf1')
-  with pytest.raises(FileExistsError, match=r'--format=hf and tf1 would both be written to '
+  with pytest.raises(FileExistsError, match=r'formats=hf and tf1 would both be written to '
                      r'.*linked/tf1 \(a link in .*linked leads there\)'):
     export.export_formats(workdir, 'hf,tf1', tmp_path / 'linked')
   assert os.listdir(tmp_path / 'linked' / 'tf1') == []
   # A folder of several formats replaced by one format: each folder is named, not "not written
   # by bertjax.export".
   export.export_formats(workdir, 'hf,tf1', tmp_path / 'both')
-  with pytest.raises(FileExistsError, match=r'--output=.*both holds the exports of a command of '
-                     r'several formats \(hf, tf1\): replace one with --output=.*both/hf, or '
-                     r'several with --format=hf,tf1 --output=.*both\.'):
+  with pytest.raises(FileExistsError, match=r'output=.*both holds the exports of a command of '
+                     r'several formats \(hf, tf1\): replace one with output=.*both/hf, or '
+                     r'several with fmt=hf,tf1 output=.*both\.'):
     export.export(workdir, 'hf', tmp_path / 'both', overwrite=True)
   assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1']
   # A folder of exports of other names is not one: the plain refusal.
   export.export(workdir, 'hf', tmp_path / 'mixed' / 'model_a')
-  with pytest.raises(FileExistsError, match=r'--output=.*mixed was not written by '
+  with pytest.raises(FileExistsError, match=r'output=.*mixed was not written by '
                      'bertjax.export'):
     export.export(workdir, 'hf', tmp_path / 'mixed', overwrite=True)
 

@@ -187,7 +187,7 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   out = tmp_path / 'taken'
   out.mkdir()
   (out / 'keep.txt').write_text('mine')
-  with pytest.raises(FileExistsError, match='not empty: pass --overwrite'):
+  with pytest.raises(FileExistsError, match='not empty: pass overwrite=True'):
     export.export(minilm_dir, 'hf', out)
   assert (out / 'keep.txt').read_text() == 'mine'
   with pytest.raises(FileExistsError, match='replaces only an earlier export'):
@@ -235,7 +235,7 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   short_vocab = tmp_path / 'short_vocab.txt'
   short_vocab.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n')
   # Not the folder's own vocab.txt: refused, however its size compares.
-  with pytest.raises(ValueError, match=r"--vocab_file=.*short_vocab.txt is not the vocab .* "
+  with pytest.raises(ValueError, match=r"vocab_file=.*short_vocab.txt is not the vocab .* "
                      r"was trained with \(.*vocab.txt: id 1 is '\[unused0\]' vs '\[UNK\]'\)"):
     export.export(minilm_dir, 'hf', tmp_path / 'short', vocab_file=str(short_vocab))
   assert not (tmp_path / 'short').exists()
@@ -333,10 +333,10 @@ def test_a_run_without_its_config_or_with_another_vocab_or_no_length_is_refused(
   words = (copy / 'vocab.txt').read_text().splitlines()
   words[5], words[6] = words[6], words[5]  # The same size: only its hash tells.
   swapped.write_text('\n'.join(words) + '\n')
-  with pytest.raises(ValueError, match=r'--vocab_file=.*swapped.txt is not the vocab .* was '
-                     'trained with .*: drop --vocab_file'):
+  with pytest.raises(ValueError, match=r'vocab_file=.*swapped.txt is not the vocab .* was '
+                     'trained with .*: drop vocab_file'):
     export.export(str(copy), 'hf', str(tmp_path / 'out'), vocab_file=str(swapped))
-  with pytest.raises(ValueError, match=r'--max_seq_length=2 leaves no room for a token'):
+  with pytest.raises(ValueError, match=r'max_seq_length=2 leaves no room for a token'):
     export.export(str(copy), 'saved_model', str(tmp_path / 'out'), max_seq_length=2)
   (copy / 'config.json').unlink()  # Its head's kind and labels are gone with it.
   with pytest.raises(ValueError, match=r'holds a task head \(classifier/\) but its run has no '

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from bertjax import export
+from bertjax import keywords
 from bertjax import output_lock
 
 
@@ -19,7 +20,7 @@ def test_a_second_export_to_the_same_output_is_refused_at_its_start(fine_tuned_s
     for overwrite in (False, True):
       with pytest.raises(ValueError, match=re.escape('another export run (pid ') + r'.*'
                          + re.escape(f') is writing {out} now: wait for it to finish, or pass '
-                                     'another --output')):
+                                     'another output')):  # Said as the keyword.
         export.export(workdir, 'hf', out, overwrite=overwrite)
   assert not out.exists()
   assert (export.export(workdir, 'hf', out) / 'model.safetensors').exists()
@@ -34,13 +35,13 @@ def test_an_export_into_a_linked_checkpoints_folder_is_refused(fine_tuned_sst2, 
   (run / 'checkpoints').symlink_to(moved)
   step = sorted(moved.glob('[0-9]*'), key=lambda p: int(p.name))[-1]
   for output in (moved / 'out', step / 'out', run / 'checkpoints' / 'out'):
-    with pytest.raises(FileExistsError, match=r'--output=.* is inside .*moved_checkpoints, the '
+    with pytest.raises(FileExistsError, match=r'output=.* is inside .*moved_checkpoints, the '
                        r'checkpoints of the source run .*run \(its checkpoints/ links there\)'):
       export.export(run, 'hf', output)
   # Its step, named through the link: refused as inside the source, pointed beside the run.
-  with pytest.raises(FileExistsError, match=re.escape(f'--output={step / "tf1"} is inside the '
+  with pytest.raises(FileExistsError, match=re.escape(f'output={step / "tf1"} is inside the '
                      f'source {run / "checkpoints" / step.name}: ') + r'.*' + re.escape(
-                         f'pass e.g. --output={run}_export.')):
+                         f'pass e.g. output={run}_export.')):
     export.export(run / 'checkpoints' / step.name, 'tf1', step / 'tf1')
   assert sorted(p.name for p in step.iterdir()) == sorted(
       p.name for p in (workdir / 'checkpoints' / step.name).iterdir())
@@ -50,9 +51,9 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
   """Pass AI: `--output=` was said as '--output=/ holds the source'; `--labels=x,x` wrote
   id2label {0: x, 1: x} and label2id {x: 1} (class 0 never said)."""
   workdir, _ = fine_tuned_sst2
-  with pytest.raises(ValueError, match='^--output is empty: name the folder'):
+  with pytest.raises(ValueError, match='^output is empty: name the folder'):
     export.export(workdir, 'hf', '')
-  with pytest.raises(ValueError, match=r'^--labels=x,x names a class twice: name each class once'):
+  with pytest.raises(ValueError, match=r'^labels=x,x names a class twice: name each class once'):
     export.export(workdir, 'hf', tmp_path / 'made' / 'out', labels=('x', 'x'))
   # Refused after its lock: the folder made above --output for it is gone again.
   assert os.listdir(tmp_path) == []
@@ -61,8 +62,8 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
 def test_labels_for_a_model_without_classes_are_refused(minilm_dir, tmp_path):
   """It was '--labels names 2 classes but the model has 0.'"""
   with pytest.raises(ValueError, match=re.escape(
-      f'--labels=a,b names classes or tags, but {minilm_dir} (kind encoder) has none: drop '
-      '--labels.')):
+      f'labels=a,b names classes or tags, but {minilm_dir} (kind encoder) has none: drop '
+      'labels.')):
     export.export(minilm_dir, 'hf', tmp_path / 'out', labels=('a', 'b'))
   assert os.listdir(tmp_path) == []
 
@@ -83,7 +84,36 @@ def test_a_serving_export_as_the_source_is_named_as_such(tmp_path, name, said):
 def test_export_of_no_single_format_lists_the_formats(fmt, tmp_path):
   """format=None was said as 'export() writes one format', naming none of them."""
   with pytest.raises(ValueError, match=re.escape(
-      f'format={fmt!r}: export() writes one format, one of {", ".join(export.FORMATS)}; '
+      f'fmt={fmt!r}: export() writes one format, one of {", ".join(export.FORMATS)}; '
       'export_formats() writes several.')):
     export.export(tmp_path / 'run', fmt, tmp_path / 'out')
   assert os.listdir(tmp_path) == []
+
+
+def test_a_format_named_as_other_tools_name_it_says_ours():
+  with pytest.raises(ValueError, match=re.escape(
+      "--format='transformers' is unknown (--format=hf writes a transformers model's folder); "
+      'valid: hf,')):
+    export.parse_formats('transformers')
+  with pytest.raises(ValueError, match=re.escape(
+      "--format='SavedModel' is unknown (--format=saved_model writes a TensorFlow SavedModel)")):
+    export.parse_formats('hf,SavedModel')
+
+
+def test_the_python_calls_name_their_keywords_where_the_command_names_its_flags(minilm_dir,
+                                                                              tmp_path):
+  """Notebook pass (session 34), 13: export() from a notebook said '--output=... pass
+  --overwrite', flags a notebook has no way to give."""
+  taken = tmp_path / 'taken'
+  taken.mkdir()
+  (taken / 'keep.txt').write_text('mine')
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={taken} exists and is not empty: pass overwrite=True to replace it')):
+    export.export(minilm_dir, 'hf', taken)
+  with pytest.raises(ValueError, match=re.escape("formats='bogus' is unknown; valid: hf")):
+    export.export_formats(minilm_dir, 'hf,bogus', taken)
+  # A whole command in a line is run as written: its flags are kept.
+  with pytest.raises(ValueError, match=re.escape('python -m bertjax.export --overwrite')):
+    with keywords.named({'overwrite': 'overwrite=True'}):
+      raise ValueError('rerun python -m bertjax.export --overwrite')
+  assert (taken / 'keep.txt').read_text() == 'mine'

@@ -187,7 +187,7 @@ def test_what_onnx_cannot_hold_is_refused_and_nothing_is_lost(minilm_dir, minilm
   taken = tmp_path / 'taken'
   taken.mkdir()
   (taken / 'keep.txt').write_text('mine')
-  with pytest.raises(FileExistsError, match='not empty: pass --overwrite'):
+  with pytest.raises(FileExistsError, match='not empty: pass overwrite=True'):
     export.export(minilm_dir, 'onnx', taken)
   with pytest.raises(FileExistsError, match='replaces only an earlier export'):
     export.export(minilm_dir, 'onnx', taken, overwrite=True)

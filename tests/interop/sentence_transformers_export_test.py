@@ -134,7 +134,8 @@ def test_normalisation_is_the_sources_unless_asked(minilm_dir, tmp_path):
                       normalize=False)
   assert module_types(out) == ['Transformer', 'Pooling']
   assert sources.load(out).normalize is False
-  with pytest.raises(ValueError, match='--normalize .* --format=tf1 .* does not write'):
+  with pytest.raises(ValueError, match='normalize=True adds .* fmt=tf1 of an encoder model does '
+                     'not write'):
     export.export(minilm_dir, 'tf1', tmp_path / 'tf1', normalize=True)
   assert not (tmp_path / 'tf1').exists()
 
@@ -174,8 +175,8 @@ def test_a_mean_pooled_classifier_gives_its_logits_in_sentence_transformers(
   workdir, sentences = mean_pooled_classifier
   result = sources.load(workdir)
   assert (result.kind, result.pooling, result.max_seq_length) == ('classification', 'mean', 16)
-  with pytest.raises(ValueError, match='mean-pooled .* --format=hf.* use --format=saved_model or '
-                     '--format=sentence_transformers .*encode'):
+  with pytest.raises(ValueError, match='mean-pooled .* fmt=hf.* use fmt=saved_model or '
+                     'fmt=sentence_transformers .*encode'):
     export.export(workdir, 'hf', tmp_path / 'hf')
   out = export.export(workdir, 'sentence_transformers', tmp_path / 'st')
   assert module_types(out) == ['Transformer', 'Pooling', 'Dense']
@@ -255,7 +256,7 @@ def test_an_export_in_a_bucket_replaces_an_earlier_one_whole(minilm_dir, minilm_
   export.export(tmp_path / 'classifier', 'sentence_transformers', url)
   assert {'2_Dense/model.safetensors', '3_Dense/config.json', 'bertjax_export.json'} <= set(
       files.walk_files(url))
-  with pytest.raises(FileExistsError, match='pass --overwrite'):
+  with pytest.raises(FileExistsError, match='pass overwrite=True'):
     export.export(minilm_dir, 'sentence_transformers', url)
   export.export(minilm_dir, 'sentence_transformers', url, overwrite=True)
   written = set(files.walk_files(url))

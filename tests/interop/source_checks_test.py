@@ -220,7 +220,7 @@ def test_sentence_transformers_modules_bertjax_does_not_compute_refuse_an_export
 
 def test_a_tf1_export_refuses_a_layer_norm_eps_it_cannot_hold(tmp_path):
   make(tmp_path / 'model', layer_norm_eps=1e-3)
-  with pytest.raises(ValueError, match=r'layer_norm_eps=0\.001: .* --format=tf1 cannot hold'):
+  with pytest.raises(ValueError, match=r'layer_norm_eps=0\.001: .* fmt=tf1 cannot hold'):
     export.export(tmp_path / 'model', 'tf1', tmp_path / 'out')
   assert not (tmp_path / 'out').exists()
 
