@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
 import signal
 import threading
 import time
@@ -208,14 +209,6 @@ def _metric_writer(workdir, start_step: int):
   return event_writer.EventWriter(str(workdir), start_step)
 
 
-def _read_json(path):
-  """A JSON file of the workdir (local or a URL), or None when it is missing or unreadable."""
-  try:
-    return json.loads(files.read_text(path))
-  except (OSError, ValueError):
-    return None
-
-
 def _saved_layout(mngr) -> bool | None:
   """Whether the newest readable checkpoint holds stacked (nn.scan) layers; None: none."""
   for step in sorted(mngr.all_steps(), reverse=True):
@@ -275,7 +268,7 @@ def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
                    best: dict) -> progress_lib.Outcome:
   """The Outcome of a run resumed at its end, past it (a config with fewer steps) or after it
   stopped early: its last recorded eval, at the step that eval ran."""
-  eval_step, results = _last_eval(workdir, step, total_steps)
+  eval_step, results = run_files.last_eval(workdir, step, total_steps)
   last = (f'the last eval was at step {eval_step}' if eval_step is not None else
           'no eval was recorded')
   if step > total_steps and not stopped:
@@ -296,17 +289,6 @@ def _finish_record(workdir, outcome: progress_lib.Outcome):
   results = files.join(workdir, 'eval_results.json')
   if outcome.eval_metrics and not files.exists(results):
     run_files.write_json(results, outcome.eval_metrics)
-
-
-def _last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
-  """(step, metrics) of the run's last eval up to `step`, from its eval history; (None, {})
-  when none is recorded. A run without a history (written before it was kept) that ended at
-  this config's last step evaluated there: its eval_results.json."""
-  history = run_files.eval_history(workdir, step)
-  if history:
-    return max(history), history[max(history)]
-  results = _read_json(files.join(workdir, 'eval_results.json')) or {}
-  return (step, results) if results and step == total_steps else (None, {})
 
 
 @dataclasses.dataclass
@@ -343,6 +325,10 @@ class _Boundary:
     ranked, stopped = None, ''
     if do_eval:
       evaluated = _evaluate(self.job, state.params, done, self.writer)
+      if bad := [k for k, v in evaluated.items() if 'loss' in k and not math.isfinite(v)]:
+        raise self.progress.nonfinite(  # Weights that give NaN: never saved, nor ranked.
+            f'the eval at step {done} gave {bad[0]} {evaluated[bad[0]]}: the weights after it '
+            f'give NaN/Inf (step {done} is not saved)')
       if evaluated:  # Empty in a phase without eval files: the last eval stays the last.
         self.eval_metrics, self.eval_step = evaluated, done
       metric, mode, _ = self.ranking

@@ -113,6 +113,15 @@ class Progress:
   def restart_timer(self, step: int):
     self._timer, self._not_training = (time.perf_counter(), step), 0.0
 
+  def nonfinite(self, what: str) -> FloatingPointError:
+    """The error that stops a run whose numbers became NaN/Inf (`what`), saying where it
+    resumes: the step that showed it is never saved."""
+    saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
+             'raise the warmup' if self.saved_step is None else
+             f'the newest checkpoint is step {self.saved_step}: lower the learning rate, or '
+             'resume from it with more warmup')
+    return FloatingPointError(f'{what}; {saved}.')
+
   def log(self, step: int, pending: list):
     """Reads the device metrics of the steps up to `step`, checks them, logs and writes them:
     the means over the steps since the last log, but the learning rate of `step` itself (its
@@ -123,13 +132,8 @@ class Progress:
     if 'learning_rate' in means:  # (sum, weight) of the last step alone.
       means['learning_rate'] = losses.mean_of(*host[-1]['learning_rate'])
     if means['nonfinite']:
-      saved = ('no checkpoint was saved, so a rerun starts over: lower the learning rate or '
-               'raise the warmup' if self.saved_step is None else
-               f'the newest checkpoint is step {self.saved_step}: lower the learning rate, or '
-               'resume from it with more warmup')
-      raise FloatingPointError(
-          f'loss or gradients became NaN/Inf between steps {self.checked_step + 1} and {step} '
-          f'(grad_norm {means["grad_norm"]}); {saved}.')
+      raise self.nonfinite(f'loss, gradients or weights became NaN/Inf between steps '
+                           f'{self.checked_step + 1} and {step} (grad_norm {means["grad_norm"]})')
     self.checked_step = step
     self.last_loss = float(means['loss'])
     cfg = self._config

@@ -24,8 +24,8 @@ def best_mode(metric: str, mode: str = '') -> str:
 def rank(value, step: int, mode: str) -> tuple:
   """A sort key, larger = better: the better value, and among equal values the earlier step
   (a later tie is no improvement, for keep_best, --step=best and early stopping alike)."""
-  if value is None:
-    return (float('-inf'), -step)
+  if value is None or value != value:  # NaN ranks last (it compares neither way: as the best,
+    return (float('-inf'), -step)       # it would have the best checkpoint deleted).
   return (value if mode == 'max' else -value, -step)
 
 

@@ -80,6 +80,25 @@ def lost_checkpoints(workdir) -> str:
           f'(a run started here would replace its history, config and results){fresh}')
 
 
+def last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
+  """(step, metrics) of the run's last eval up to `step`, from its eval history; (None, {})
+  when none is recorded. A run without a history (written before it was kept) that ended at
+  this config's last step evaluated there: its eval_results.json."""
+  history = eval_history(workdir, step)
+  if history:
+    return max(history), history[max(history)]
+  results = _read_json(files.join(workdir, 'eval_results.json')) or {}
+  return (step, results) if results and step == total_steps else (None, {})
+
+
+def _read_json(path):
+  """A JSON file of the workdir (local or a URL), or None when it is missing or unreadable."""
+  try:
+    return json.loads(files.read_text(path))
+  except (OSError, ValueError):
+    return None
+
+
 def record_eval(workdir, history: dict[int, dict]):
   """Writes the eval history (process 0, atomically)."""
   write_json(files.join(workdir, EVAL_HISTORY), {str(k): v for k, v in sorted(history.items())})

@@ -137,7 +137,11 @@ def train_step(state: TrainState, batch, *, objective: Objective, tx, schedule,
     grad_norm = optax.global_norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-  nonfinite = 1.0 - (jnp.isfinite(loss) & jnp.isfinite(grad_norm)).astype(jnp.float32)
+  # The new weights too: an update past what float32 holds gives finite loss and gradients at
+  # this step, and a NaN eval and a saved NaN checkpoint after it.
+  finite = jax.tree.reduce(jnp.logical_and, jax.tree.map(lambda x: jnp.isfinite(x).all(), params),
+                           jnp.isfinite(loss) & jnp.isfinite(grad_norm))
+  nonfinite = 1.0 - finite.astype(jnp.float32)
   one = jnp.float32(1)
   metrics.update(loss=(loss, one), grad_norm=(grad_norm, one),
                  learning_rate=(schedule(state.step), one), nonfinite=(nonfinite, one))

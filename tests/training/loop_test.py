@@ -20,6 +20,7 @@ import pytest
 import safetensors
 
 from bertjax import pretrain as pretrain_job
+from bertjax import pretrain_eval
 from bertjax.input import global_batch
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
@@ -500,6 +501,31 @@ def test_init_from_transformers_dir(minilm_dir, monkeypatch):
                                   f.get_tensor('embeddings.word_embeddings.weight'))
   kernel = params['bert']['layers_0']['mlp']['intermediate']['kernel']
   assert kernel.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'tensor')
+
+
+def test_an_eval_of_nan_stops_the_run_before_its_step_is_saved_or_ranked(corpus_files, tmp_path,
+                                                                        monkeypatch):
+  """Hostile pass of session 35, 1: weights finite but past what float32 computes with gave a
+  NaN eval; its step was saved and ranked best (the real best deleted), and the loss check
+  stopped the run a step later, pointing the user at that NaN checkpoint to resume from."""
+  config = e2e_config(corpus_files, steps=6)
+  config.eval_every_steps = config.checkpoint.every_steps = 2
+  config.checkpoint.keep, config.checkpoint.keep_best = 1, 1
+  config.checkpoint.best_metric = 'mlm_loss'
+  run = pretrain_eval.Evaluator.run
+
+  def nan_at_step_4(self, params, step):
+    metrics = run(self, params, step)
+    return metrics | ({'mlm_loss': float('nan')} if step == 4 else {})
+
+  monkeypatch.setattr(pretrain_eval.Evaluator, 'run', nan_at_step_4)
+  with pytest.raises(FloatingPointError, match=re.escape(
+      'the eval at step 4 gave mlm_loss nan: the weights after it give NaN/Inf (step 4 is not '
+      'saved); the newest checkpoint is step 2: lower the learning rate, or resume from it with '
+      'more warmup.')):
+    pretrain_job.train_and_evaluate(config, str(tmp_path))
+  assert checkpoint_steps(tmp_path) == [2]
+  assert sorted(json.loads((tmp_path / 'eval_history.json').read_text())) == ['2']
 
 
 def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):

@@ -77,8 +77,8 @@ def test_a_nan_names_the_newest_checkpoint_not_the_last_checked_step(saved_step,
   line.checked_step = 12
   with pytest.raises(FloatingPointError) as raised:
     line.step_done(13, metrics(nonfinite=1.0), (8 * 32, 1e9), read_now=True)
-  assert str(raised.value) == ('loss or gradients became NaN/Inf between steps 13 and 13 '
-                               f'(grad_norm 1.0); {said}')
+  assert str(raised.value) == ('loss, gradients or weights became NaN/Inf between steps 13 and '
+                               f'13 (grad_norm 1.0); {said}')
 
 
 def test_the_eta_weights_the_steps_left_by_their_flops(monkeypatch, caplog):
