@@ -38,6 +38,7 @@ from bertjax import paths
 from bertjax.model import encoder
 from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
@@ -369,6 +370,9 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   patience = job.early_stopping_patience
   if lost := run_files.lost_checkpoints(workdir):  # Before anything is written there.
     raise ValueError(lost)
+  earlier = checkpoint_reader.last_run_config(workdir) or {}  # A resume's: what it ran with.
+  if (kept := ranking.kept_best(keep_best, earlier)) > keep_best:
+    keep_best = config.checkpoint.keep_best = kept  # config.json records what the run keeps.
   mngr = checkpoint.manager(workdir, config, best_metric=metric, mode=mode, keep_best=keep_best)
   state, state_shardings, examples_consumed, resumed = _initial_state(config, job, tx, mesh,
                                                                       rules, mngr)
@@ -376,7 +380,11 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
-  stopped = ranking.early_stop(config, history, metric, mode, patience) if resumed else ''
+  # Ended early only if it stopped under its own patience, and this one agrees: patience added
+  # to an interrupted run goes on (at its next eval), more of it to a stopped one too.
+  stopped = ranking.early_stop(config, history, metric, mode, patience) if resumed and (
+      ranking.early_stop(config, history, metric, mode,
+                         earlier.get('early_stopping_patience') or 0)) else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
     if changed := resume_checks.changed_fields(config, workdir, start_step):

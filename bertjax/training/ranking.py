@@ -7,6 +7,8 @@ phase's eval ranks above an earlier phase's. The loop records each eval here (th
 eval_history.json, the standing its checkpoint keeps) and asks whether to stop early.
 """
 
+from absl import logging
+
 from bertjax.training import run_files
 
 # Metric names (or parts of them) where lower is better: best_mode's default.
@@ -93,6 +95,19 @@ def record(config, eval_metrics: dict, step: int, history: dict, workdir, metric
   if start := phase_start(config, step):
     standing['phase_start'] = start
   return standing, early_stop(config, history, metric, mode, patience)
+
+
+def kept_best(keep_best: int, earlier: dict) -> int:
+  """keep_best, or the run's earlier one where that kept more (early stopping keeps 1): the
+  resumed manager's first save would delete the best checkpoints the run kept."""
+  before = (earlier.get('checkpoint') or {}).get('keep_best') or 0
+  before = max(before, 1 if earlier.get('early_stopping_patience') else 0)
+  if before > keep_best:
+    logging.warning('checkpoint.keep_best=%d would delete the best checkpoint(s) this run kept '
+                    '(it ran with keep_best=%d or early stopping): they are kept (keep_best=%d); '
+                    'copy or export what you need, then delete their step folders to free them',
+                    keep_best, before, before)
+  return max(keep_best, before)
 
 
 def best_of(config, done: int, history: dict, metric: str, mode: str, keep_best: bool) -> dict:

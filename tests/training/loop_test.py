@@ -28,6 +28,7 @@ from bertjax.interop import init_from
 from bertjax.model import heads
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
 from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
@@ -512,13 +513,7 @@ def test_an_eval_of_nan_stops_the_run_before_its_step_is_saved_or_ranked(corpus_
   config.eval_every_steps = config.checkpoint.every_steps = 2
   config.checkpoint.keep, config.checkpoint.keep_best = 1, 1
   config.checkpoint.best_metric = 'mlm_loss'
-  run = pretrain_eval.Evaluator.run
-
-  def nan_at_step_4(self, params, step):
-    metrics = run(self, params, step)
-    return metrics | ({'mlm_loss': float('nan')} if step == 4 else {})
-
-  monkeypatch.setattr(pretrain_eval.Evaluator, 'run', nan_at_step_4)
+  _eval_losses(monkeypatch, {2: 3.0, 4: float('nan')})
   with pytest.raises(FloatingPointError, match=re.escape(
       'the eval at step 4 gave mlm_loss nan: the weights after it give NaN/Inf (step 4 is not '
       'saved); the newest checkpoint is step 2: lower the learning rate, or resume from it with '
@@ -526,6 +521,47 @@ def test_an_eval_of_nan_stops_the_run_before_its_step_is_saved_or_ranked(corpus_
     pretrain_job.train_and_evaluate(config, str(tmp_path))
   assert checkpoint_steps(tmp_path) == [2]
   assert sorted(json.loads((tmp_path / 'eval_history.json').read_text())) == ['2']
+
+
+def _eval_losses(monkeypatch, losses: dict):
+  """Pre-training's evals give mlm_loss losses[step] (the rest as computed)."""
+  run = pretrain_eval.Evaluator.run
+  monkeypatch.setattr(pretrain_eval.Evaluator, 'run', lambda self, params, step: run(
+      self, params, step) | {'mlm_loss': losses[step]})
+
+
+def test_a_resume_without_keep_best_keeps_the_best_the_run_kept(corpus_files, tmp_path,
+                                                               monkeypatch, caplog):
+  """Hostile pass of session 35, 2: rerun without checkpoint.keep_best (or without the early
+  stopping that kept it), the resumed manager's first save deleted the run's best."""
+  _eval_losses(monkeypatch, {2: 0.1, 4: 0.5, 6: 0.6})
+  config = e2e_config(corpus_files, steps=4)
+  config.eval_every_steps = config.checkpoint.every_steps = 2
+  config.checkpoint.keep, config.checkpoint.keep_best = 1, 1
+  config.checkpoint.best_metric = 'mlm_loss'
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  assert checkpoint_steps(tmp_path) == [2, 4]
+  config.num_train_steps, config.checkpoint.keep_best = 6, 0
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  assert checkpoint_steps(tmp_path) == [2, 6]
+  assert 'checkpoint.keep_best=0 would delete the best checkpoint(s) this run kept' in caplog.text
+  assert checkpoint_reader.resolve_step(tmp_path, 'best') == 2
+
+
+def test_patience_given_to_a_resumed_run_that_never_stopped_trains_on(corpus_files, tmp_path,
+                                                                      monkeypatch):
+  """Hostile pass of session 35, 3: patience added on the rerun of a run that had none was
+  counted over its past evals, and ended it at once as 'stopped early' (its checkpoints of a
+  best step gone: it kept none)."""
+  _eval_losses(monkeypatch, {2: 0.1, 4: 0.5, 6: 0.6, 8: 0.7})
+  config = e2e_config(corpus_files, steps=4)
+  config.eval_every_steps = config.checkpoint.every_steps = 2
+  config.checkpoint.best_metric = 'mlm_loss'
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  config.num_train_steps, config.early_stopping_patience = 8, 1  # Step 4 did not improve.
+  pretrain_job.train_and_evaluate(config, str(tmp_path))  # Trains on; stops at its next eval.
+  assert max(checkpoint_steps(tmp_path)) == 6
+  assert sorted(json.loads((tmp_path / 'eval_history.json').read_text())) == ['2', '4', '6']
 
 
 def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
