@@ -307,7 +307,8 @@ def best_step(directory, asking: Asking = COMMAND_FLAGS) -> int:
   # to be swapped silently for another step.
   try:
     history = run_files.eval_history(workdir, up_to_step=max(available))
-  except (OSError, ValueError):
+  except (OSError, ValueError) as e:  # The kept steps still rank; a lost best is not told.
+    logging.warning('step=best: ranks the steps kept only, not the run\'s evals: %s', e)
     history = {}
   recorded, _ = ranking.since_best(history, metric, mode, config)
   if recorded is not None and recorded != best and (

@@ -24,8 +24,29 @@ def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
   path = files.join(workdir, EVAL_HISTORY)
   if not files.exists(path):
     return {}
-  recorded = json.loads(files.read_text(path))
+  recorded = _record(path, 'early stopping and --step=best then know only the evals after it')
+  if not all(k.isdigit() and isinstance(v, dict) and all(
+      isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())
+             for k, v in recorded.items()):
+    raise _damaged(path, 'not {step: metrics}', 'early stopping and --step=best then know only '
+                   'the evals after it')
   return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
+
+
+def _record(path, without: str) -> dict:
+  """A run file's JSON object; ValueError naming the file and what to do when it is damaged
+  (`without`: what deleting it costs)."""
+  try:
+    recorded = json.loads(files.read_text(path))
+  except ValueError as e:
+    raise _damaged(path, f'not JSON: {e}', without) from None
+  if not isinstance(recorded, dict):
+    raise _damaged(path, f'a JSON {type(recorded).__name__}, not an object', without)
+  return recorded
+
+
+def _damaged(path, why: str, without: str) -> ValueError:
+  return ValueError(f'{path} is damaged ({why}): restore it, or delete it ({without}).')
 
 
 # The newest checkpoint step a run saw complete, beside config.json: what tells a run whose
@@ -64,7 +85,8 @@ def lost_checkpoints(workdir) -> str:
     return ''
   marker, resumes = files.join(workdir, SAVED), files.glob(
       files.join(workdir, 'config-resumed-at-*.json'))
-  saved = json.loads(files.read_text(marker)).get('newest_step') if files.exists(marker) else None
+  saved = _record(marker, 'a run whose checkpoints/ was moved away is then taken for one that '
+                  'never saved').get('newest_step') if files.exists(marker) else None
   link = not files.is_remote(folder) and os.path.islink(folder)  # local: a link's target
   if saved is None and not resumes and not link:
     return ''
