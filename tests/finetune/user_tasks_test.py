@@ -230,6 +230,23 @@ def test_span_on_squad_json_files_and_predict_agrees_with_eval(tmp_path, allennl
   assert all(0 < p['score'] <= 1 for p in predicted)
 
 
+@ONE_DEVICE
+def test_a_best_metric_of_squad_v2_on_v1_files_is_refused_before_any_step(tmp_path,
+                                                                          allennlp_wheel):
+  """Hostile pass of session 35, 6: task=span takes either version's names until its files are
+  read, and best_f1 (v2.0's) on v1.1 files was refused at the first eval, that eval lost."""
+  with zipfile.ZipFile(allennlp_wheel) as wheel:
+    (tmp_path / 'squad.json').write_bytes(wheel.read('allennlp/tests/fixtures/data/squad.json'))
+  config = _config('span', seq=96, epochs=2.0, train_file=tmp_path / 'squad.json',
+                   eval_file=tmp_path / 'squad.json')
+  config.data.doc_stride, config.data.max_query_length = 48, 24
+  config.checkpoint.best_metric = 'best_f1'
+  with pytest.raises(ValueError, match=r"^config.checkpoint.best_metric='best_f1' is not an eval "
+                     r'metric of this job; valid: loss, exact_match, f1\.$'):
+    job.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run' / 'checkpoints').exists()
+
+
 def test_predict_refuses_a_pretraining_workdir_and_blank_lines(tmp_path):
   with pytest.raises(FileNotFoundError, match='holds no fine-tuning run'):
     predict.Predictor.from_workdir(tmp_path)

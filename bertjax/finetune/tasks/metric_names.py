@@ -20,7 +20,8 @@ _REGRESSION = ('pearson', 'spearman', 'mse')
 
 
 @functools.cache
-def _squad(version_2: bool) -> tuple[str, ...]:
+def squad(version_2: bool) -> tuple[str, ...]:
+  """What a SQuAD eval reports: v1.1's exact match and F1, v2.0's with HasAns_, NoAns_, best_*."""
   from bertjax.finetune.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
   answered = {'id': 'a', 'answers': [{'text': 'x'}]}
   if not version_2:
@@ -66,10 +67,10 @@ _BY_TASK = {
     'swag': lambda: ('accuracy',),
     'tagging': _tagging,
     'conll2003': _tagging,
-    'squad_v1': lambda: _squad(False),
-    'squad_v2': lambda: _squad(True),
+    'squad_v1': lambda: squad(False),
+    'squad_v2': lambda: squad(True),
     # v1.1 or v2.0 scoring, by the user's file.
-    'span': lambda: tuple(dict.fromkeys(_squad(False) + _squad(True))),
+    'span': lambda: tuple(dict.fromkeys(squad(False) + squad(True))),
 }
 
 

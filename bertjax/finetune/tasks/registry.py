@@ -24,6 +24,7 @@ from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import glue_readers
 from bertjax.finetune.tasks import labelled_split
+from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import squad_answers
 from bertjax.finetune.tasks import squad_metrics
@@ -140,9 +141,11 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
                                               null_odds if v2 else None)
     return written['predictions.json']
 
+  # Its metric names by the files' version: task=span's best_metric of v2.0 (best_f1) on v1.1
+  # files is refused before any step, not at the first eval.
   return task_lib.Task(
       name, 'span', (), 'f1', ('validation',), ('test',), read, featurize, evaluate, write,
-      version_2=v2)
+      version_2=v2, metric_names=metric_names.squad(v2))
 
 
 def _user_span_task(data, version_2=None) -> task_lib.Task:
