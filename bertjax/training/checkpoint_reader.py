@@ -340,6 +340,8 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
                      'them.')
   if step == 'best':
     return best_step(directory, asking)
+  if step is None and named is None:
+    _say_if_stopped_early(directory, asking)
   if step is not None:
     available = steps(directory)
     if not available:
@@ -350,11 +352,32 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
   return step
 
 
+def _say_if_stopped_early(directory, asking: Asking):
+  """Where a run stopped early, its newest step is not its result: says which --step=best reads."""
+  workdir, available = _workdir_of(directory), steps(directory)
+  run = last_run_config(workdir)
+  if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
+    return
+  try:
+    standing = read_meta(files.join(directory, str(available[-1]))).get('ranking') or {}
+    history = run_files.eval_history(workdir, available[-1])
+  except (OSError, ValueError):
+    return  # What reads the step says what is wrong with it.
+  metric, mode = standing.get('metric'), standing.get('mode')
+  why = metric and ranking.early_stop(run, history, metric, mode, run['early_stopping_patience'])
+  best = ranking.since_best(history, metric, mode, run)[0] if why else None
+  if best is not None and best != available[-1]:
+    logging.warning('%s stopped %s: %s=latest reads its last step, %d; %s=best reads step %d',
+                    workdir, why, asking.step, available[-1], asking.step, best)
+
+
 def step_path(path, step, asking: Asking = COMMAND_FLAGS) -> str:
   """`path` (a workdir, checkpoints/ or a step folder), or its folder of `step` when one is
   named ('best', a number): what sources.load and init_from read. `asking`: how the messages
   name the step and the run."""
   if parse_step(step) is None:
+    if files.isdir(files.join(path, 'checkpoints')):  # A run's newest step is read.
+      _say_if_stopped_early(files.join(path, 'checkpoints'), asking)
     return os.fspath(path)
   directory, named = locate(path)
   if not steps(directory):

@@ -564,6 +564,25 @@ def test_patience_given_to_a_resumed_run_that_never_stopped_trains_on(corpus_fil
   assert sorted(json.loads((tmp_path / 'eval_history.json').read_text())) == ['2', '4', '6']
 
 
+def test_a_reader_of_a_run_that_stopped_early_is_told_where_its_best_is(corpus_files, tmp_path,
+                                                                        monkeypatch, caplog):
+  """Hostile pass of session 35, 4: predict, export and eval read the newest step of a run that
+  stopped early (the model after its patience ran out), not its result, without a word."""
+  _eval_losses(monkeypatch, {2: 0.1, 4: 0.5})
+  config = e2e_config(corpus_files, steps=8)
+  config.eval_every_steps = config.checkpoint.every_steps = 2
+  config.checkpoint.best_metric, config.early_stopping_patience = 'mlm_loss', 1
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  caplog.clear()
+  assert checkpoint_reader.step_path(tmp_path, None) == str(tmp_path)
+  assert (f'{tmp_path} stopped early: mlm_loss did not improve for 1 evaluation after step 2, '
+          'its best (0.1): --step=latest reads its last step, 4; --step=best reads step 2'
+          ) in caplog.text
+  caplog.clear()
+  checkpoint_reader.step_path(tmp_path, 'best')
+  assert 'stopped early' not in caplog.text
+
+
 def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
   config = e2e_config(corpus_files, steps=8)
   # Adam moves every parameter by ~lr per step: 1e30 makes the activations overflow float32
