@@ -28,19 +28,17 @@ _TRAINING = ('early_stopping_patience eval_batch_size eval_every_steps global_ba
              'peak_tflops profile_start_step profile_steps seed')
 _SHARED = {'model': _MODEL, 'mesh': 'data fsdp rules tensor',
            'checkpoint': 'best_metric best_mode every_steps keep keep_best'}
-# Per job, section ('' = top level) -> its fields' names. init_from_read and data.vocab_sha256 are
-# written by the jobs into the run's config.json (a config read back from one carries them).
+# Per job, section ('' = top level) -> its fields' names.
 _SECTIONS = {
     'pretrain': dict(_SHARED, **{
-        '': _TRAINING + ' init_from_read max_eval_batches',
+        '': _TRAINING + ' max_eval_batches',
         'optimizer': _OPTIMIZER,
         'data': 'dupe_factor dynamic_masking eval_files masked_lm_prob masking '
                 'max_instances_per_row max_predictions_per_seq max_seq_length num_lanes '
-                'shuffle_window train_files vocab_file vocab_sha256',
+                'shuffle_window train_files vocab_file',
         'phase2': 'eval_files fraction max_predictions_per_seq max_seq_length train_files'}),
     'finetune': dict(_SHARED, **{
-        '': _TRAINING + ' init_from_read export_format mode model_from_init num_epochs pooling '
-                        'task',
+        '': _TRAINING + ' export_format mode model_from_init num_epochs pooling task',
         'optimizer': _OPTIMIZER + ' warmup_proportion',
         'data': 'data_dir do_lower_case doc_stride eval_file eval_fraction format label_field '
                 'max_answer_length max_eval_examples max_instances_per_row '
@@ -60,8 +58,10 @@ _OTHER_NAMES = {'lr': 'learning_rate', 'batch_size': 'global_batch_size',
                 'num_train_epochs': 'num_epochs', 'max_steps': 'num_train_steps',
                 'steps': 'num_train_steps', 'warmup': 'warmup_steps',
                 'max_seq_len': 'max_seq_length', 'init_checkpoint': 'init_from'}
-# Written by the jobs into config.json only: not a field of the configs/ files.
-RECORDED = frozenset({'init_from_read', 'data.vocab_sha256'})
+# What the jobs record in a run's config.json beside its settings: what they read and found.
+RECORDED = frozenset({'init_from_read', 'kind', 'labels', 'text_pairs', 'version_2_with_negative',
+                      'data.vocab_sha256', 'data.train_sha256', 'data.eval_sha256',
+                      'data.train_features_sha256'})
 
 
 def check_for(config, job: str) -> None:
@@ -91,6 +91,10 @@ def check_fields(config) -> None:
   for path in _leaves(config):
     if path in known:
       continue
+    if path in RECORDED:
+      raise ValueError(f'config.{path} is what a {job} run records in its config.json (what it '
+                       'read and found), not a setting: build the config with '
+                       f"configs/{job}.py's get_config(...), not from a run's config.json.")
     name = path.rpartition('.')[2]
     name = _OTHER_NAMES.get(name, name)
     close = sorted(f for f in known if f.rpartition('.')[2] == name and f != path)

@@ -26,7 +26,7 @@ def test_the_fields_table_is_the_config_files_fields():
   for job_name, configs in (('pretrain', pre), ('finetune', fine),
                             ('embed', [embed_config.get_config()])):
     for config in configs:
-      assert _fields(config) == job_config.FIELDS[job_name] - job_config.RECORDED, job_name
+      assert _fields(config) == job_config.FIELDS[job_name], job_name
       job_config.check_fields(config)
 
 
@@ -68,12 +68,17 @@ def test_a_field_added_inside_unlocked_is_refused_before_anything_runs(tmp_path,
   assert list(tmp_path.iterdir()) == []
 
 
-def test_the_fields_a_job_records_in_config_json_are_taken_back():
-  config = pretrain_config.get_config('size=tiny')
+def test_a_config_read_back_from_a_runs_config_json_is_refused():
+  """What a run records beside its settings (labels, digests) is no setting: a config rebuilt
+  from config.json would have its labels ignored."""
+  config = finetune_config.get_config('task=bbc')
   with config.unlocked():
-    config.init_from_read = '/ckpt/6'
-    config.data.vocab_sha256 = 'ab' * 32
-  job_config.check_fields(config)
+    config.labels = ['b', 'a']
+  with pytest.raises(ValueError, match=r"^config.labels is what a finetune run records in its "
+                     r"config.json \(what it read and found\), not a setting: build the config "
+                     r"with configs/finetune.py's get_config\(...\), not from a run's "
+                     r'config.json.'):
+    job_config.check_fields(config)
 
 
 def test_a_copied_config_file_with_a_field_of_its_own_is_refused_by_the_command(tmp_path):
