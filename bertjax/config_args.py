@@ -287,8 +287,8 @@ def check_args(main_args) -> object:
     config, overrides = parse(job_flags)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
     raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
-  job_config.check_fields(config)  # A copied config file's field of its own.
   config_check.check(config)
+  job_config.check_fields(config)  # A copied config file's field of its own.
   if (ignored := ignored_override(config, overrides)) is not None:
     raise ValueError(ignored)
   return config

@@ -129,7 +129,8 @@ def check(config) -> None:
                                      ('pretrain', 'phase2', 'pretrain'),
                                      ('embed', 'sentences', 'embed')):
     if job == other and c.get(marker) is _MISSING:
-      c.fail('job', job, f'but the config is not a {other} config (it has no {marker} field)',
+      c.fail('job', job, f'but the config is not {"an" if other == "embed" else "a"} {other} '
+             f'config (it has no {marker} field)',
              f'load configs/{config_file}.py (or a copy of it) instead of setting config.job')
   _check_init_from_step(c)
   if job == 'embed':

@@ -77,8 +77,8 @@ def check_for(config, job: str) -> None:
     where = f'pass it to {JOB_FUNCTIONS[given]}, or ' if given in JOB_FUNCTIONS else ''
     raise ValueError(f'config.job={given!r}: not a {job} config, which '
                      f'{JOB_FUNCTIONS[job]} runs; {where}{build}.')
+  config_check.check(config)  # First: it names a config of another job by its job field.
   check_fields(config)
-  config_check.check(config)
 
 
 def check_fields(config) -> None:

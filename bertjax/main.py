@@ -181,8 +181,8 @@ def _check_command():
     config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
     config_args.check_job_config(_CONFIG.value,
                                  config_flags.get_config_filename(flags.FLAGS['config']))
-    job_config.check_fields(_CONFIG.value)  # A copied config file's field of its own.
     config_check.check(_CONFIG.value)
+    job_config.check_fields(_CONFIG.value)  # A copied config file's field of its own.
     _check_processes()
     cache = _COMPILATION_CACHE.value
     if '://' not in cache and os.path.isfile(os.path.expanduser(cache)):  # local: before JAX

@@ -316,10 +316,10 @@ def _memory_savers(config) -> list[str]:
 
 def check_job(config) -> list[pretrain.Phase]:
   """The run's phases (step_phases), after the config is checked as bertjax.main checks it
-  (job_config, config_check) and found to be a pre-training job's; raises ValueError (one line)
+  (config_check, job_config) and found to be a pre-training job's; raises ValueError (one line)
   otherwise."""
-  job_config.check_fields(config)
   config_check.check(config)
+  job_config.check_fields(config)
   if config.job != 'pretrain':
     raise ValueError(f'config.job={config.job!r}: launch/aot_compile.py compiles the '
                      'pre-training step only; pass a pre-training config, '

@@ -131,3 +131,13 @@ def test_the_launchers_refuse_a_copied_config_files_field_before_booking(tmp_pat
   with pytest.raises(ValueError, match=r'^config.data.num_train_epochs is not a field of a '
                      r'finetune config, .* the finetune config has config.num_epochs: set that.'):
     config_args.check_args([f'--config={copy}:task=mrpc'])
+
+
+def test_another_jobs_config_is_named_by_its_job_before_its_fields():
+  """Checked fields first, a fine-tuning config set to job=embed was said as 'config.checkpoint.
+  best_metric is not a field of an embed config'."""
+  config = finetune_config.get_config('task=mrpc')
+  config.job = 'embed'
+  with pytest.raises(ValueError, match=r"^config.job='embed': but the config is not an embed "
+                     r'config \(it has no sentences field\); load configs/embed.py'):
+    job_config.check_for(config, 'embed')
