@@ -167,6 +167,8 @@ def _ranking(config, job: Job) -> tuple[str, str, int]:
     raise ValueError(f'config.early_stopping_patience={job.early_stopping_patience} counts '
                      'evaluations, but this run has no eval data: give it some (an eval file or '
                      'split), or set it to 0.')
+  every = getattr(job.evaluator, 'every_steps', 0)
+  ranking.warn_if_patience_unreached(job.early_stopping_patience, every, config.num_train_steps)
   keep_best = config.checkpoint.keep_best or (1 if job.early_stopping_patience else 0)
   return metric, ranking.best_mode(metric, config.checkpoint.best_mode), keep_best
 

@@ -81,6 +81,17 @@ def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> 
           f'step {best_step}, its best ({history[best_step][metric]:.4g})')
 
 
+def warn_if_patience_unreached(patience: int, every_steps: int, total_steps: int):
+  """Says when a run of `total_steps`, evaluated every `every_steps` and at its end, makes too
+  few evals for `patience` ever to stop it (the run then ends as if none were set)."""
+  evals = -(-total_steps // every_steps) if every_steps > 0 else 0
+  if patience and every_steps > 0 and evals <= patience:
+    logging.warning('early_stopping_patience=%d counts evals without an improvement, but this '
+                    'run evaluates %d time(s) (every %d of %d steps): it cannot stop early; '
+                    'lower the patience or eval_every_steps', patience, evals, every_steps,
+                    total_steps)
+
+
 def record(config, eval_metrics: dict, step: int, history: dict, workdir, metric: str, mode: str,
            patience: int) -> tuple[dict | None, str]:
   """Records step's eval in the run's history: (the ranking its checkpoint keeps, or None

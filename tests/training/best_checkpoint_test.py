@@ -286,3 +286,15 @@ def test_an_eval_of_nan_ranks_last_for_keep_best_step_best_and_early_stopping(tm
     history = {step: {'loss': value} for step, value in values.items()}
     best = 2 if values[1] != values[1] else 1
     assert ranking.since_best(history, 'loss', mode) == (best, 3 - best), (mode, values)
+
+
+def test_patience_that_no_run_of_its_evals_can_reach_is_said(caplog):
+  """Hostile pass of session 35, 7: patience 3 on a run with one eval ended as if none were set,
+  without a word."""
+  ranking.warn_if_patience_unreached(3, 100, 4)
+  assert ('early_stopping_patience=3 counts evals without an improvement, but this run '
+          'evaluates 1 time(s) (every 100 of 4 steps): it cannot stop early') in caplog.text
+  caplog.clear()
+  for patience, every, steps in ((3, 1, 4), (0, 100, 4), (2, 0, 4)):
+    ranking.warn_if_patience_unreached(patience, every, steps)
+  assert 'early_stopping_patience' not in caplog.text
