@@ -294,7 +294,7 @@ from absl import app
 from bertjax import predict
 class Loaded:
   tokenizer, kind, step = None, 'classification', 1
-predict.Predictor.from_workdir = classmethod(lambda cls, *args, **kwargs: Loaded())
+predict.Predictor._load = classmethod(lambda cls, *args, **kwargs: Loaded())  # What main loads by.
 predict._define_flags()
 app.run(predict.main, argv=['predict', '--workdir=w'])
 '''
