@@ -382,19 +382,20 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
 
-  # Ended early only if it stopped under its own patience, and this one agrees: patience added
-  # to an interrupted run goes on (at its next eval), more of it to a stopped one too.
-  stopped = ranking.early_stop(config, history, metric, mode, patience) if resumed and (
-      ranking.early_stop(config, history, metric, mode,
-                         earlier.get('early_stopping_patience') or 0)) else ''
+  # Ended early only if it stopped under its own patience and metric, and this config agrees:
+  # patience added to an interrupted run goes on (to its next eval), more of it too.
+  ran_metric, ran_mode, ran_patience = ranking.as_run(earlier, job.best_metric, metric, mode)
+  stopped = resumed and ranking.early_stop(config, history, ran_metric, ran_mode, ran_patience)
+  stopped = stopped if stopped and ranking.early_stop(config, history, metric, mode,
+                                                      patience) else ''
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
     if changed := resume_checks.changed_fields(config, workdir, start_step):
       logging.warning('this run has ended, so this config trains nothing: its changes (%s) '
                       'take effect in another --workdir (or with more steps, from step %d)',
                       ', '.join(changed), start_step)
-    outcome = _nothing_to_do(workdir, start_step, total_steps, stopped,
-                             ranking.best_of(config, start_step, history, metric, mode, keep_best))
+    outcome = _nothing_to_do(workdir, start_step, total_steps, stopped, ranking.best_of(
+        config, start_step, history, ran_metric, ran_mode, keep_best))  # As --step=best reads.
     _finish_record(workdir, outcome)
     return outcome
   if resumed:

@@ -81,6 +81,18 @@ def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> 
           f'step {best_step}, its best ({history[best_step][metric]:.4g})')
 
 
+def as_run(earlier: dict, default_metric: str, metric: str, mode: str) -> tuple[str, str, int]:
+  """(best metric, mode, patience) the run last ran with (`earlier`, its config; the job's
+  default metric where it named none): how an ended run ranked and stopped, whatever a rerun's
+  config asks. Without one: (metric, mode, 0)."""
+  if not earlier:
+    return metric, mode, 0
+  kept = earlier.get('checkpoint') or {}
+  ran = kept.get('best_metric') or default_metric
+  return ran, best_mode(ran, kept.get('best_mode') or ''), earlier.get(
+      'early_stopping_patience') or 0
+
+
 def warn_if_patience_unreached(patience: int, every_steps: int, total_steps: int):
   """Says when a run of `total_steps`, evaluated every `every_steps` and at its end, makes too
   few evals for `patience` ever to stop it (the run then ends as if none were set)."""

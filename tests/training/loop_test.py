@@ -583,6 +583,25 @@ def test_a_reader_of_a_run_that_stopped_early_is_told_where_its_best_is(corpus_f
   assert 'stopped early' not in caplog.text
 
 
+def test_the_rerun_of_an_ended_run_names_the_best_it_ranked(corpus_files, tmp_path,
+                                                           monkeypatch, capsys):
+  """Hostile pass of session 35, 3: rerun with another best_metric, a finished run's summary
+  named the best by the new metric, while --step=best reads the one the run ranked."""
+  run = pretrain_eval.Evaluator.run
+  evals = {2: {'mlm_loss': 0.1, 'mlm_accuracy': 0.2}, 4: {'mlm_loss': 0.5, 'mlm_accuracy': 0.9}}
+  monkeypatch.setattr(pretrain_eval.Evaluator, 'run',
+                      lambda self, params, step: run(self, params, step) | evals[step])
+  config = e2e_config(corpus_files, steps=4)
+  config.eval_every_steps = config.checkpoint.every_steps = 2
+  config.checkpoint.keep_best, config.checkpoint.best_metric = 1, 'mlm_loss'
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  capsys.readouterr()
+  config.checkpoint.best_metric = 'mlm_accuracy'
+  pretrain_job.train_and_evaluate(config, str(tmp_path))
+  assert 'best step 2 (mlm_loss 0.1' in capsys.readouterr().out.splitlines()[-1]
+  assert checkpoint_reader.resolve_step(tmp_path, 'best') == 2
+
+
 def test_nonfinite_loss_stops_before_saving(corpus_files, tmp_path):
   config = e2e_config(corpus_files, steps=8)
   # Adam moves every parameter by ~lr per step: 1e30 makes the activations overflow float32
