@@ -269,6 +269,12 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # nothing of the workdir written, cleaned or moved.
   model = sources.load(workdir, step=step)
   read_step = int(files.name(model.source))
+  ranked = (checkpoint_reader.read_meta(model.source).get('ranking') or {}).get('metric')
+  asked = cfg.checkpoint.best_metric
+  if checkpoint_reader.parse_step(step) == 'best' and ranked and asked not in ('', ranked):
+    logging.warning('--step=best reads the step the run ranked best by %s, as it trained: '
+                    'config.checkpoint.best_metric=%s ranks the evals of a run that trains '
+                    'with it, not of a trained one', ranked, asked)
   params = init_from.place(
       init_from.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
                                   model.source),

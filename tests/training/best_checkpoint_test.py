@@ -117,6 +117,21 @@ def test_a_tie_keeps_the_earlier_step(sst2_dir, tmp_path):
   assert checkpoint_reader.resolve_step(workdir, 'best') == 1
 
 
+def test_eval_of_the_best_says_it_ranks_as_the_run_trained(best_by_loss, sst2_dir, tmp_path,
+                                                           caplog):
+  """Hostile pass of session 35, 7: `--config.mode=eval --step=best` with another best_metric
+  read the step the run ranked by its own, without a word."""
+  import shutil  # noqa: PLC0415
+  workdir = tmp_path / 'run'
+  shutil.copytree(best_by_loss, workdir)
+  config = finetune_runs.tiny_config(sst2_dir, **{
+      'mode': 'eval', 'num_train_steps': 6, 'checkpoint.best_metric': 'accuracy'})
+  finetune.run_predict(config, str(workdir), step='best')
+  assert ('--step=best reads the step the run ranked best by loss, as it trained: '
+          'config.checkpoint.best_metric=accuracy ranks the evals of a run that trains with it, '
+          'not of a trained one') in caplog.text
+
+
 def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
   for text in ('-1', 'abc', '1.5', 'Best'):
     with pytest.raises(ValueError, match=f'--step={text}: pass best, latest or a checkpoint'):
