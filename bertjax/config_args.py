@@ -17,16 +17,6 @@ from bertjax import console
 from bertjax import job_config
 from bertjax.pretraining_data import masking
 
-
-def _field_names(config, prefix='') -> list[str]:
-  names = []
-  for key, value in config.items():
-    names.append(prefix + key)
-    if hasattr(value, 'items'):
-      names.extend(_field_names(value, f'{prefix}{key}.'))
-  return names
-
-
 # Fields that were renamed (removed under their old name): pre-training's checkpoint.init_from,
 # fine-tuning's init, feature extraction's checkpoint.
 RENAMED_FIELDS = {'checkpoint.init_from': 'init_from', 'init': 'init_from',
@@ -40,7 +30,7 @@ def unknown_field(config, args) -> str | None:
   """'unknown config field X; closest valid names: ...' for the first --config.X in `args` that
   `config` lacks, else None."""
   import difflib  # pylint: disable=g-import-not-at-top
-  names = _field_names(config)
+  names = job_config.field_paths(config, sections=True)
   for arg in args:
     if arg == '--':  # absl: what follows is an argument, not a flag.
       break
@@ -244,7 +234,8 @@ def parse_flags(argv):
     group = re.match(r'flag --config\.([\w.]+)=.*as a ConfigDict', str(e), re.S)
     if group and (spec := config_spec(expanded)):  # ml_collections': 'malformed node ...'.
       field = group[1]
-      names = [n for n in _field_names(load_config(spec)) if n.startswith(f'{field}.')]
+      names = [n for n in job_config.field_paths(load_config(spec), sections=True)
+               if n.startswith(f'{field}.')]
       print(f'FATAL Flags parsing error: config.{field} is a group of fields, not a value: set '
             f'one with --config.{field}.NAME=VALUE ({", ".join(names)})', file=sys.stderr)
     elif (line := bad_value(str(e), expanded)) is not None:

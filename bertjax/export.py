@@ -81,12 +81,10 @@ from bertjax.training import checkpoint_reader
 from bertjax.training import kinds
 
 FORMATS = tuple(bundle_lib.FORMAT_KINDS)
-# The names other tools give our formats (said for an unknown --format), and what each writes.
+# The names other tools give our formats: said for an unknown --format.
 _FORMAT_WORDS = {'transformers': 'hf', 'huggingface': 'hf', 'safetensors': 'hf', 'pytorch': 'hf',
                  'savedmodel': 'saved_model', 'tensorflow': 'saved_model',
                  'sbert': 'sentence_transformers', 'sentence_transformer': 'sentence_transformers'}
-_WRITES = {'hf': "a transformers model's folder", 'saved_model': 'a TensorFlow SavedModel',
-           'sentence_transformers': "a sentence-transformers model's folder"}
 
 
 def parse_formats(value) -> tuple[str, ...]:
@@ -103,7 +101,7 @@ def parse_formats(value) -> tuple[str, ...]:
   unknown = [fmt for fmt in formats if fmt not in FORMATS]
   if unknown:
     meant = _FORMAT_WORDS.get(unknown[0].lower().replace('-', '_'))
-    meant = f' (--format={meant} writes {_WRITES[meant]})' if meant else ''
+    meant = f' (did you mean --format={meant}?)' if meant else ''
     raise ValueError(f'--format={unknown[0]!r} is unknown{meant}; valid: {", ".join(FORMATS)}.')
   twice = sorted({fmt for fmt in formats if formats.count(fmt) > 1})
   if twice:

@@ -88,7 +88,7 @@ def check_fields(config) -> None:
   if job not in FIELDS:
     return  # config_check names an unknown job.
   known = FIELDS[job]
-  for path in _leaves(config):
+  for path in field_paths(config):
     if path in known:
       continue
     if path in RECORDED:
@@ -110,10 +110,13 @@ def check_fields(config) -> None:
                      f'{instead}.')
 
 
-def _leaves(config, prefix: str = ''):
-  """The dotted paths of the config's values (a section's fields, not the section)."""
+def field_paths(config, prefix: str = '', *, sections: bool = False) -> list[str]:
+  """The dotted paths of the config's values (with `sections`, of its sections too)."""
+  paths = []
   for key, value in config.items():
     if hasattr(value, 'items'):
-      yield from _leaves(value, f'{prefix}{key}.')
+      paths += [prefix + key] if sections else []
+      paths += field_paths(value, f'{prefix}{key}.', sections=sections)
     else:
-      yield prefix + key
+      paths.append(prefix + key)
+  return paths

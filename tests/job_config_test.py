@@ -16,7 +16,7 @@ from configs import pretrain as pretrain_config
 
 
 def _fields(config) -> set:
-  return set(job_config._leaves(config))  # pylint: disable=protected-access
+  return set(job_config.field_paths(config))
 
 
 def test_the_fields_table_is_the_config_files_fields():

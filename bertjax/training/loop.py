@@ -369,7 +369,6 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   tx, schedule = optimizer_lib.for_run(config)  # total_steps resolved before config.json.
   metric, mode, keep_best = _ranking(config, job)
-  patience = job.early_stopping_patience
   if lost := run_files.lost_checkpoints(workdir):  # Before anything is written there.
     raise ValueError(lost)
   earlier = checkpoint_reader.last_run_config(workdir) or {}  # A resume's: what it ran with.
@@ -381,13 +380,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   start_step, total_steps = int(state.step), config.num_train_steps
   # The evals up to the resumed step, as recorded: early stopping counts on from them.
   history = run_files.eval_history(workdir, start_step) if resumed else {}
-
-  # Ended early only if it stopped under its own patience and metric, and this config agrees:
-  # patience added to an interrupted run goes on (to its next eval), more of it too.
-  ran_metric, ran_mode, ran_patience = ranking.as_run(earlier, job.best_metric, metric, mode)
-  stopped = resumed and ranking.early_stop(config, history, ran_metric, ran_mode, ran_patience)
-  stopped = stopped if stopped and ranking.early_stop(config, history, metric, mode,
-                                                      patience) else ''
+  stopped, ran_metric, ran_mode = ranking.resumed_end(
+      config, history, earlier, job.best_metric, metric, mode, job.early_stopping_patience)
   if resumed and (start_step >= total_steps or stopped):
     mngr.close()
     if changed := resume_checks.changed_fields(config, workdir, start_step):

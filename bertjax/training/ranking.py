@@ -81,16 +81,18 @@ def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> 
           f'step {best_step}, its best ({history[best_step][metric]:.4g})')
 
 
-def as_run(earlier: dict, default_metric: str, metric: str, mode: str) -> tuple[str, str, int]:
-  """(best metric, mode, patience) the run last ran with (`earlier`, its config; the job's
-  default metric where it named none): how an ended run ranked and stopped, whatever a rerun's
-  config asks. Without one: (metric, mode, 0)."""
-  if not earlier:
-    return metric, mode, 0
+def resumed_end(config, history: dict, earlier: dict, default_metric: str, metric: str,
+                mode: str, patience: int) -> tuple[str, str, str]:
+  """(why a resumed run has ended early or '', the best metric and mode it ranked by): as the
+  run last ran (`earlier`, its config; the job's default metric where it named none), whatever
+  the rerun's config asks, and only where this config's patience and metric agree (patience
+  added to an interrupted run, or more of it, trains on to its next eval)."""
   kept = earlier.get('checkpoint') or {}
-  ran = kept.get('best_metric') or default_metric
-  return ran, best_mode(ran, kept.get('best_mode') or ''), earlier.get(
-      'early_stopping_patience') or 0
+  ran = (kept.get('best_metric') or default_metric) if earlier else metric
+  ran_mode = best_mode(ran, kept.get('best_mode') or '') if earlier else mode
+  ended = early_stop(config, history, ran, ran_mode, earlier.get('early_stopping_patience') or 0)
+  agreed = ended and early_stop(config, history, metric, mode, patience)
+  return (ended if agreed else ''), ran, ran_mode
 
 
 def warn_if_patience_unreached(patience: int, every_steps: int, total_steps: int):

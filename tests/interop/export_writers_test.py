@@ -92,11 +92,10 @@ def test_export_of_no_single_format_lists_the_formats(fmt, tmp_path):
 
 def test_a_format_named_as_other_tools_name_it_says_ours():
   with pytest.raises(ValueError, match=re.escape(
-      "--format='transformers' is unknown (--format=hf writes a transformers model's folder); "
-      'valid: hf,')):
+      "--format='transformers' is unknown (did you mean --format=hf?); valid: hf,")):
     export.parse_formats('transformers')
   with pytest.raises(ValueError, match=re.escape(
-      "--format='SavedModel' is unknown (--format=saved_model writes a TensorFlow SavedModel)")):
+      "--format='SavedModel' is unknown (did you mean --format=saved_model?)")):
     export.parse_formats('hf,SavedModel')
 
 
