@@ -13,6 +13,7 @@ import math
 import numbers
 
 from bertjax import console
+from bertjax import format_names
 from bertjax.pretraining_data import masking
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -435,12 +436,9 @@ def _check_export_format(c: _Checker):
   value = c.get('export_format')
   if value is _MISSING or not isinstance(value, str):
     return
-  import difflib  # pylint: disable=g-import-not-at-top
-
-  from bertjax.interop import bundle  # pylint: disable=g-import-not-at-top  # numpy: only here.
   for name in export_formats(value):
-    if name not in bundle.FORMAT_KINDS:
-      close = difflib.get_close_matches(name.lower(), bundle.FORMAT_KINDS, n=1)
+    if name not in format_names.FORMATS:
+      guess = format_names.meant(name)
       c.fail('export_format', value, f'{name!r} is not an export format'
-             + (f' (did you mean {close[0]}?)' if close else ''),
-             f'valid: {", ".join(bundle.FORMAT_KINDS)}, or a comma list of them (\'\' = none)')
+             + (f' (did you mean {guess}?)' if guess else ''),
+             f'valid: {", ".join(format_names.FORMATS)}, or a comma list of them (\'\' = none)')

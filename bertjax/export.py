@@ -66,6 +66,7 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import format_names
 from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
@@ -80,33 +81,7 @@ from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 from bertjax.training import kinds
 
-FORMATS = tuple(bundle_lib.FORMAT_KINDS)
-# The names other tools give our formats: said for an unknown --format.
-_FORMAT_WORDS = {'transformers': 'hf', 'huggingface': 'hf', 'safetensors': 'hf', 'pytorch': 'hf',
-                 'savedmodel': 'saved_model', 'tensorflow': 'saved_model',
-                 'sbert': 'sentence_transformers', 'sentence_transformer': 'sentence_transformers'}
-
-
-def parse_formats(value) -> tuple[str, ...]:
-  """The formats of --format: one name, several comma-separated (or a list of names)."""
-  names = value.split(',') if isinstance(value, str) else list(value or ())
-  formats = tuple(name.strip() for name in names)
-  given = ','.join(formats)
-  if '' in formats and len(formats) > 1:
-    raise ValueError(f'--format={given} holds an empty name: name each format once, '
-                     'comma-separated (--format=hf,saved_model).')
-  if not formats or '' in formats:
-    raise ValueError(f'--format={given!r} names no format: pass one of {", ".join(FORMATS)}, or '
-                     'several comma-separated (--format=hf,saved_model).')
-  unknown = [fmt for fmt in formats if fmt not in FORMATS]
-  if unknown:
-    meant = _FORMAT_WORDS.get(unknown[0].lower().replace('-', '_'))
-    meant = f' (did you mean --format={meant}?)' if meant else ''
-    raise ValueError(f'--format={unknown[0]!r} is unknown{meant}; valid: {", ".join(FORMATS)}.')
-  twice = sorted({fmt for fmt in formats if formats.count(fmt) > 1})
-  if twice:
-    raise ValueError(f'--format={given} names {", ".join(twice)} twice: name each format once.')
-  return formats
+FORMATS = format_names.FORMATS
 
 
 def _check_kind(result: bundle_lib.Bundle, fmt: str):
@@ -214,7 +189,7 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
             normalize: bool | None, step=None, written: list | None = None):
   """Writes each of `formats` (parse_formats); returns the (format, folder) pairs written and
   the Bundle. `written` (when given) gets each pair as soon as its folder is complete."""
-  formats = parse_formats(formats)
+  formats = format_names.parse(formats)
   written = [] if written is None else written
   if 'onnx' in formats:  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
@@ -357,7 +332,7 @@ def loading_lines(fmt: str, output: str) -> list[str]:
 def _left(written: list, formats) -> list[str]:
   """The formats of `formats` not yet written."""
   done = {fmt for fmt, _ in written}
-  return [fmt for fmt in parse_formats(formats) if fmt not in done]
+  return [fmt for fmt in format_names.parse(formats) if fmt not in done]
 
 
 def _disk_error(e: OSError, written: list, output: str, formats) -> str:

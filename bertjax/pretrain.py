@@ -226,7 +226,8 @@ def _pretrain(config, workdir) -> dict:
   start = time.perf_counter()
   job_config.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
-  ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config))
+  ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config),
+                            config.checkpoint.best_mode)
   workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
   with workdir_lock.locked(workdir):

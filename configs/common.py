@@ -156,7 +156,9 @@ def checkpoint_config(*, every_steps: int, keep: int) -> ml_collections.ConfigDi
   # The eval metric that ranks checkpoints (keep_best, --step=best) and early stopping; '' =
   # the job's main one (pre-training mlm_accuracy, fine-tuning the task's, e.g. accuracy).
   c.best_metric = ''
-  c.best_mode = ''  # 'max' (higher is better) or 'min'; '' = 'min' for loss-like names.
+  # 'max' (higher is better) or 'min'; '' = 'min' for loss-like names. One against a metric's
+  # known way (a loss with max, an accuracy or F1 with min) is refused.
+  c.best_mode = ''
   return c
 
 

@@ -176,6 +176,8 @@ FINETUNE = [
      "you mean hf?); valid: hf, tf1, saved_model"),
     ({'export_format': 'HF'}, "config.export_format='HF': 'HF' is not an export format (did you "
      'mean hf?)'),
+    ({'export_format': 'hf,transformers'}, "config.export_format='hf,transformers': "
+     "'transformers' is not an export format (did you mean hf?)"),
     ({'export_format': 'saved_model,torchscript'}, "config.export_format='saved_model,torchscript'"
      ": 'torchscript' is not an export format; valid: hf,"),
 ]

@@ -16,12 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import format_names
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.training import losses
 
 # The export formats, in the order they are offered (bertjax.export --format).
-FORMATS = ('hf', 'tf1', 'saved_model', 'sentence_transformers', 'onnx')
+FORMATS = format_names.FORMATS
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

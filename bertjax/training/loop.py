@@ -162,7 +162,7 @@ def _ranking(config, job: Job) -> tuple[str, str, int]:
   """(best metric, its mode, keep_best): config.checkpoint's, else the job's main metric; early
   stopping keeps the best step at least (it is what the run hands on)."""
   metric = config.checkpoint.best_metric or job.best_metric
-  ranking.check_best_metric(metric, job.metric_names)
+  ranking.check_best_metric(metric, job.metric_names, config.checkpoint.best_mode)
   if job.early_stopping_patience and job.evaluator is None:
     raise ValueError(f'config.early_stopping_patience={job.early_stopping_patience} counts '
                      'evaluations, but this run has no eval data: give it some (an eval file or '

@@ -13,6 +13,10 @@ from bertjax.training import run_files
 
 # Metric names (or parts of them) where lower is better: best_mode's default.
 LOSS_LIKE = ('loss', 'mse', 'perplexity', 'error')
+# Those where higher is better, as every eval of a bertjax job reports them: a best_mode
+# against them would keep (and early-stop on) the worst eval.
+SCORE_LIKE = ('accuracy', 'f1', 'exact', 'pearson', 'spearman', 'mcc', 'matthews', 'precision',
+              'recall')
 MODES = ('max', 'min')
 
 
@@ -65,11 +69,22 @@ def since_best(history: dict[int, dict], metric: str, mode: str,
   return best, sum(s > best for s in steps)
 
 
-def check_best_metric(metric: str, names):
-  """Refuses a best metric that is not among the eval metrics `names` (any when () or None)."""
+def check_best_metric(metric: str, names, mode: str = ''):
+  """Refuses a best metric that is not among the eval metrics `names` (any when () or None),
+  and a best_mode against the way the metric is known to be better (loss or mse with max,
+  an accuracy, F1, exact match or correlation with min)."""
   if names and metric not in names:
     raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
                      f'job; valid: {", ".join(names)}.')
+  name = metric.rsplit('/', 1)[-1].lower()
+  known = (None if 'thresh' in name else  # SQuAD v2.0's best_*_thresh: a null-odds cut.
+           'min' if any(part in name for part in LOSS_LIKE) else
+           'max' if any(part in name for part in SCORE_LIKE) else None)
+  if mode and known and mode != known:
+    raise ValueError(f'config.checkpoint.best_mode={mode!r}: {metric} is better '
+                     f'{"lower" if known == "min" else "higher"}, so the run would keep (and '
+                     f'early-stop on) its worst eval; set it to {known!r}, or leave it \'\' '
+                     '(each metric\'s own way).')
 
 
 def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from bertjax import export
+from bertjax import format_names
 from bertjax import keywords
 from bertjax import output_lock
 
@@ -93,10 +94,14 @@ def test_export_of_no_single_format_lists_the_formats(fmt, tmp_path):
 def test_a_format_named_as_other_tools_name_it_says_ours():
   with pytest.raises(ValueError, match=re.escape(
       "--format='transformers' is unknown (did you mean --format=hf?); valid: hf,")):
-    export.parse_formats('transformers')
+    format_names.parse('transformers')
   with pytest.raises(ValueError, match=re.escape(
       "--format='SavedModel' is unknown (did you mean --format=saved_model?)")):
-    export.parse_formats('hf,SavedModel')
+    format_names.parse('hf,SavedModel')
+  # A misspelling too, as config.export_format's check says it (one guess for both).
+  with pytest.raises(ValueError, match=re.escape(
+      "--format='hff' is unknown (did you mean --format=hf?)")):
+    format_names.parse('hff')
 
 
 def test_the_python_calls_name_their_keywords_where_the_command_names_its_flags(minilm_dir,

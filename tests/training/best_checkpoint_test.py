@@ -176,6 +176,22 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
                      r'sst2; valid: loss, accuracy'):
     run(sst2_dir, workdir, **{'checkpoint.best_metric': 'acuracy'})
   assert kept_steps(workdir) == set()
+  # A mode against the metric's known direction would keep (and early-stop on) the worst eval
+  # (session 35's leftover): refused at the start, nothing written.
+  config = pretrain_config.get_config('size=tiny,steps=2')
+  config.checkpoint.best_metric, config.checkpoint.best_mode = 'mlm_loss', 'max'
+  with pytest.raises(ValueError, match=r"best_mode='max': mlm_loss is better lower"):
+    pretrain.train_and_evaluate(config, str(tmp_path / 'against'))
+  assert not (tmp_path / 'against').exists()
+  workdir = tmp_path / 'worst'
+  with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='min': accuracy is better "
+                     r"higher, so the run would keep \(and early-stop on\) its worst eval; set "
+                     r"it to 'max', or leave it ''"):
+    run(sst2_dir, workdir, **{'checkpoint.best_mode': 'min'})
+  assert kept_steps(workdir) == set() and not (workdir / 'config.json').exists()
+  for metric, mode in (('loss', 'min'), ('dev/mse', 'min'), ('accuracy', 'max'),
+                       ('best_f1_thresh', 'min'), ('HasAns_total', 'min'), ('accuracy', '')):
+    ranking.check_best_metric(metric, (), mode)  # Agreeing, or of no known direction.
 
 
 def _save_ranked(workdir, values: dict[int, float], keep_best=1):
