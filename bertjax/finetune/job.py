@@ -12,7 +12,6 @@ filled with weight-0 rows (or packed from the examples left) and the outputs are
 
 import dataclasses
 import functools
-import json
 import time
 
 from absl import logging
@@ -41,6 +40,7 @@ from bertjax.training import loop
 from bertjax.training import losses
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import progress
+from bertjax.training import run_files
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
 
@@ -307,7 +307,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
       if jax.process_index() == 0:  # Every host computed the same; one writes.
         if config.mode == 'eval':
           files.write_atomically(files.join(out_dir, f'{split}_results.json'),
-                                 json.dumps(metrics, indent=1, sort_keys=True))
+                                 run_files.json_text(metrics))
         written.append(task.write_predictions(outputs, features, feature_meta, examples, split,
                                               out_dir))
         logging.info('predictions for %s (%d examples) written to %s', split, len(examples),

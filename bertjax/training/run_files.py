@@ -7,6 +7,7 @@ vocab or a SentencePiece model, told by its bytes).
 """
 
 import json
+import math
 import os
 
 import jax
@@ -26,11 +27,11 @@ def eval_history(workdir, up_to_step: int) -> dict[int, dict]:
     return {}
   recorded = _record(path, 'early stopping and --step=best then know only the evals after it')
   if not all(k.isdigit() and isinstance(v, dict) and all(
-      isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())
+      x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v.values())
              for k, v in recorded.items()):
     raise _damaged(path, 'not {step: metrics}', 'early stopping and --step=best then know only '
                    'the evals after it')
-  return {int(k): v for k, v in recorded.items() if int(k) <= up_to_step}
+  return {int(k): _nan_back(v) for k, v in recorded.items() if int(k) <= up_to_step}
 
 
 def _record(path, without: str) -> dict:
@@ -109,7 +110,7 @@ def last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
   history = eval_history(workdir, step)
   if history:
     return max(history), history[max(history)]
-  results = _read_json(files.join(workdir, 'eval_results.json')) or {}
+  results = _nan_back(_read_json(files.join(workdir, 'eval_results.json')) or {})
   return (step, results) if results and step == total_steps else (None, {})
 
 
@@ -129,7 +130,24 @@ def record_eval(workdir, history: dict[int, dict]):
 def write_json(path, payload: dict):
   """Atomically writes a JSON file, local or a URL (process 0 only)."""
   if jax.process_index() == 0:
-    files.write_atomically(path, json.dumps(payload, indent=1, sort_keys=True))
+    files.write_atomically(path, json_text(payload))
+
+
+def json_text(payload) -> str:
+  """`payload` as strict JSON, which every parser reads: a metric of NaN or Inf (a constant
+  prediction's pearson, a diverged loss) is written as null, and read back as NaN here."""
+  def strict(value):
+    if isinstance(value, float) and not math.isfinite(value):
+      return None
+    if isinstance(value, dict):
+      return {k: strict(v) for k, v in value.items()}
+    return [strict(v) for v in value] if isinstance(value, (list, tuple)) else value
+  return json.dumps(strict(payload), indent=1, sort_keys=True, allow_nan=False)
+
+
+def _nan_back(metrics: dict) -> dict:
+  """A metrics record as written (json_text): null is a metric of NaN."""
+  return {k: float('nan') if v is None else v for k, v in metrics.items()}
 
 
 # A run's own copy of its vocab, beside its config.json: the run reads the same wherever the

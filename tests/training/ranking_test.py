@@ -1,10 +1,14 @@
 """How a run's evals rank (bertjax/training/ranking.py), without a run: NaN, unreachable
 patience. (best_checkpoint_test runs jobs on one device for the rest.)"""
 
+import json
+import math
+
 import best_checkpoint_test
 
 from bertjax.training import checkpoint_reader
 from bertjax.training import ranking
+from bertjax.training import run_files
 
 kept_steps, _save_ranked = best_checkpoint_test.kept_steps, best_checkpoint_test._save_ranked  # pylint: disable=protected-access
 
@@ -33,3 +37,28 @@ def test_patience_that_no_run_of_its_evals_can_reach_is_said(caplog):
   for patience, every, steps in ((3, 1, 4), (0, 100, 4), (2, 0, 4)):
     ranking.warn_if_patience_unreached(patience, every, steps)
   assert 'early_stopping_patience' not in caplog.text
+
+
+def test_a_metric_of_nan_is_written_as_strict_json_and_read_back_as_nan(tmp_path):
+  """Session 35's leftover: a NaN metric (a constant prediction's pearson) was written as the
+  bare word NaN, which Python reads but jq, JavaScript and strict parsers refuse."""
+  nan, inf = float('nan'), float('inf')
+  run_files.record_eval(tmp_path, {2: {'pearson': nan, 'loss': 0.5}, 4: {'pearson': 0.3,
+                                                                         'loss': inf}})
+  text = (tmp_path / run_files.EVAL_HISTORY).read_text()
+  def refuse(word):
+    raise ValueError(f'not strict JSON: {word}')
+  strict = json.loads(text, parse_constant=refuse)
+  assert strict == {'2': {'loss': 0.5, 'pearson': None}, '4': {'loss': None, 'pearson': 0.3}}
+  history = run_files.eval_history(tmp_path, up_to_step=10)
+  assert math.isnan(history[2]['pearson']) and math.isnan(history[4]['loss'])
+  assert ranking.since_best(history, 'pearson', 'max') == (4, 0)
+  results = tmp_path / 'eval_results.json'
+  run_files.write_json(results, {'pearson': nan, 'nested': [inf, 1.0]})
+  assert json.loads(results.read_text(), parse_constant=refuse) == {'nested': [None, 1.0],
+                                                                     'pearson': None}
+  ended = tmp_path / 'ended'  # A run without a history: its results, read back as written.
+  ended.mkdir()
+  run_files.write_json(ended / 'eval_results.json', {'pearson': nan, 'loss': 0.5})
+  step, metrics = run_files.last_eval(ended, 3, 3)
+  assert step == 3 and metrics['loss'] == 0.5 and math.isnan(metrics['pearson'])
