@@ -2,6 +2,9 @@
 Fields added inside config.unlocked() (a notebook's cell, a copied config file) were ignored
 without a word; FIELDS restates configs/' fields, held equal to them here."""
 
+import ast
+import pathlib
+
 import main_test
 import pytest
 
@@ -141,3 +144,46 @@ def test_another_jobs_config_is_named_by_its_job_before_its_fields():
   with pytest.raises(ValueError, match=r"^config.job='embed': but the config is not an embed "
                      r'config \(it has no sentences field\); load configs/embed.py'):
     job_config.check_for(config, 'embed')
+
+
+# The modules that run each job, and the names their run config goes by there.
+_JOB_SOURCES = {'pretrain': ('bertjax/pretrain.py',),
+                'finetune': ('bertjax/finetune/job.py', 'bertjax/finetune/job_setup.py'),
+                'embed': ('bertjax/embed.py',)}
+
+
+def _config_fields_set(path: pathlib.Path):
+  """(line, dotted field) of every `config.X = ...` / `cfg.data.X = ...` in the file."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    targets = node.targets if isinstance(node, ast.Assign) else (
+        [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+    for target in targets:
+      parts = []
+      while isinstance(target, ast.Attribute):
+        parts.insert(0, target.attr)
+        target = target.value
+      if parts and isinstance(target, ast.Name) and target.id in ('config', 'cfg'):
+        yield node.lineno, '.'.join(parts)
+
+
+def test_every_field_a_job_sets_is_a_setting_or_listed_as_recorded():
+  """What a run records in config.json beside its settings (its labels, digests, ...) is refused
+  as a setting by name (job_config.RECORDED): a field a job starts to record without listing it
+  there would be taken for a user's typo by the next run that reads the config back."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  unlisted, recorded = [], set()
+  for job_name, sources in _JOB_SOURCES.items():
+    for source in sources:
+      for line, field in _config_fields_set(root / source):
+        recorded |= {field} & job_config.RECORDED
+        known = job_config.FIELDS[job_name] | job_config.RECORDED
+        if field not in known and not any(f.startswith(f'{field}.') for f in known):  # A section
+          unlisted.append(f'{source}:{line} sets config.{field}')
+  assert not unlisted, '\n'.join(unlisted)
+  assert recorded == job_config.RECORDED  # Nothing listed that no job records.
+
+
+def test_the_walk_sees_a_field_set(tmp_path):
+  source = tmp_path / 'm.py'
+  source.write_text('def f(cfg):\n  cfg.data.new_digest = 1\n  x.y = 2\n')
+  assert list(_config_fields_set(source)) == [(2, 'data.new_digest')]
