@@ -17,7 +17,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from bertjax import console
+from bertjax import job_lines
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
@@ -72,7 +72,7 @@ def main(argv):
     print(f'| {strategy} | {fraction:.4f} | {words_per_span.mean():.2f} / {np.mean(first):.2f} | '
           f'{pieces.mean():.2f} | {partial} of {len(word_sizes)} | {seconds:.2f} s |')
     metrics.append((f'{strategy} words/span', f'{words_per_span.mean():.2f}'))
-  console.summary('masking_stats', time.perf_counter() - start, metrics=metrics)
+  job_lines.summary('masking_stats', time.perf_counter() - start, metrics=metrics)
 
 
 if __name__ == '__main__':

@@ -35,6 +35,7 @@ from absl import app
 from absl import flags
 
 from bertjax import console
+from bertjax import job_lines
 from bertjax import paths
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
@@ -224,7 +225,7 @@ def main(argv):
   suffix = f'-00000-of-{num_shards:05d}'
   where = (f'{shards[0][:-len(suffix)]}-?????-of-{num_shards:05d}' if num_shards
            else ','.join(shards))
-  console.summary('create_pretraining_data', time.perf_counter() - start, metrics=metrics,
+  job_lines.summary('create_pretraining_data', time.perf_counter() - start, metrics=metrics,
                   outputs=[('shards', where), ('report', report['report_file'])])
 
 if __name__ == '__main__':

@@ -37,6 +37,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import inference
 from bertjax import job_config
+from bertjax import job_lines
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import hf_tokenizer_files
@@ -321,7 +322,7 @@ def run(config, workdir):
           f'{PRINTED_ROWS} are)')
   outputs = (_write(workdir, vectors) if workdir
              else [('embeddings', 'not written (no --workdir)')])
-  console.summary('embed', time.perf_counter() - start,
+  job_lines.summary('embed', time.perf_counter() - start,
                   metrics=[('sentences', n), ('dimension', _dimension(embedder))]
                   + ([('step', embedder.step)] if embedder.step is not None else [])
                   + ([('cut', f'{cut} (longer than {embedder.max_seq_length} tokens)')]

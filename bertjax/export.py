@@ -67,6 +67,7 @@ from absl import logging
 from bertjax import console
 from bertjax import files
 from bertjax import format_names
+from bertjax import job_lines
 from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
@@ -422,7 +423,7 @@ def main(argv):
     metrics.insert(0, ('step', int(step)))
   if {'saved_model', 'sentence_transformers'} & {fmt for fmt, _ in targets}:
     metrics.append(('max_seq_length', result.max_seq_length))
-  console.summary('export', time.perf_counter() - start, metrics=metrics, outputs=targets)
+  job_lines.summary('export', time.perf_counter() - start, metrics=metrics, outputs=targets)
 
 
 if __name__ == '__main__':

@@ -43,6 +43,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import job_lines
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
@@ -192,7 +193,7 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
   cut = 0
-  progress = console.Progress('extract_features', len(examples), 'inputs')
+  progress = job_lines.Progress('extract_features', len(examples), 'inputs')
   try:
     with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
       for start in range(0, len(examples), rows):
@@ -315,10 +316,10 @@ def main(argv):
     metrics.append(('cut', f'{written.cut} (longer than --max_seq_length='
                            f'{FLAGS.max_seq_length})'))
   if FLAGS.output_file != STDIO:
-    console.summary('extract_features', time.perf_counter() - start, metrics=metrics,
+    job_lines.summary('extract_features', time.perf_counter() - start, metrics=metrics,
                     outputs=[('features', paths.absolute(FLAGS.output_file))])
   else:  # stdout carries the features alone (`... | jq`): the last line goes to stderr.
-    print(console.summary_line('extract_features', time.perf_counter() - start,
+    print(job_lines.summary_line('extract_features', time.perf_counter() - start,
                                metrics=metrics, outputs=[('features', 'stdout')]),
           file=sys.stderr, flush=True)
 

@@ -23,6 +23,7 @@ from absl import flags
 from absl import logging
 
 from bertjax import console
+from bertjax import job_lines
 from bertjax import output_lock
 from bertjax import paths
 from bertjax.pretraining_data import text_input
@@ -120,7 +121,7 @@ def main(argv):
   if FLAGS.vocab_size % 128:
     logging.warning('vocab_size=%d is not a multiple of 128: the embedding and MLM-decoder '
                     'matmuls pad it on TPUs', FLAGS.vocab_size)
-  console.summary('learn_vocab', time.perf_counter() - start, metrics=metrics, outputs=outputs)
+  job_lines.summary('learn_vocab', time.perf_counter() - start, metrics=metrics, outputs=outputs)
 
 
 def _check_flags():

@@ -50,6 +50,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import inference
+from bertjax import job_lines
 from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
@@ -155,7 +156,7 @@ class Predictor:
                        f'a {self.kind} model) was not: drop it.')
     self.data.null_score_diff_threshold = float(threshold)
 
-  def predict(self, inputs, progress: console.Progress | None = None) -> list[dict]:
+  def predict(self, inputs, progress: job_lines.Progress | None = None) -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
     precision (Python floats), with the model's logits: see the module docstring. `progress`
     (the command line's): told the inputs done after each batch."""
@@ -347,7 +348,7 @@ def main(argv):
       inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
       if not inputs:
         raise ValueError(f'{source} holds no inputs: one per line expected.')
-      rows = predictor.predict(inputs, console.Progress('predict', len(inputs), 'inputs'))
+      rows = predictor.predict(inputs, job_lines.Progress('predict', len(inputs), 'inputs'))
       text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
                      for row in rows)
       if output is not None:
@@ -367,10 +368,10 @@ def main(argv):
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],
                  outputs=[('predictions', output or 'stdout')])
   if output is not None:
-    console.summary('predict', time.perf_counter() - start, **summary)
+    job_lines.summary('predict', time.perf_counter() - start, **summary)
   else:  # stdout carries the predictions alone (`predict | jq`): the last line goes to stderr.
     sys.stdout.flush()
-    print(console.summary_line('predict', time.perf_counter() - start, **summary),
+    print(job_lines.summary_line('predict', time.perf_counter() - start, **summary),
           file=sys.stderr, flush=True)
 
 

@@ -1,4 +1,4 @@
-"""The progress line of the long commands (console.Progress): its format, rate and ETA on a fake
+"""The progress line of the long commands (job_lines.Progress): its format, rate and ETA on a fake
 clock; create_pretraining_data's count of the input read over every worker, and extract_features'
 and predict's inputs done, each reaching its total. The interval is 0 here (a line per update),
 never timed: the lines are read, not waited for."""
@@ -10,8 +10,8 @@ import jax
 import log_records
 import pytest
 
-from bertjax import console
 from bertjax import extract_features
+from bertjax import job_lines
 from bertjax import predict
 from bertjax.finetune import kinds
 from bertjax.pretraining_data import corpora
@@ -24,13 +24,13 @@ from configs import finetune as finetune_config
 
 def recorded_lines(monkeypatch) -> list:
   """The INFO lines console logs from now on."""
-  return log_records.recorded_warnings(monkeypatch, console, 'info')
+  return log_records.recorded_warnings(monkeypatch, job_lines, 'info')
 
 
 def test_the_line_says_done_of_total_its_rate_and_eta(monkeypatch):
   lines = recorded_lines(monkeypatch)
   now = [100.0]
-  progress = console.Progress('job', 1000, 'inputs', clock=lambda: now[0])
+  progress = job_lines.Progress('job', 1000, 'inputs', clock=lambda: now[0])
   for t, done in ((100.0, 10), (129.9, 299)):  # Before the first interval (30 s): quiet.
     now[0] = t
     progress.update(done)
@@ -44,10 +44,10 @@ def test_the_line_says_done_of_total_its_rate_and_eta(monkeypatch):
   progress.update(600, '; 12,345 instances made')
   assert lines[1:] == ['job: 600/1,000 inputs (60.0%), 10 inputs/s, ETA 0:00:40; 12,345 '
                        'instances made']
-  slow = console.Progress('job', 1_000_000, 'inputs', clock=lambda: 0.0)
+  slow = job_lines.Progress('job', 1_000_000, 'inputs', clock=lambda: 0.0)
   assert slow.line(4, 8.0) == 'job: 4/1,000,000 inputs (0.0%), 0.5 inputs/s, ETA 555:33:12'
   assert slow.line(0, 9.0).endswith('0 inputs/s, ETA ?')  # No rate yet: no time left claimed.
-  unknown = console.Progress('job', None, 'MiB of input read', rate_unit='MiB',
+  unknown = job_lines.Progress('job', None, 'MiB of input read', rate_unit='MiB',
                              clock=lambda: 0.0)
   assert unknown.line(2.5, 30.0) == 'job: 2.5 MiB of input read, 0.0833 MiB/s'
 
@@ -67,7 +67,7 @@ def test_create_pretraining_data_counts_the_input_read_by_every_worker(
     files[-1].write_bytes(gzip.compress(text) if i else text)
   size = sum(f.stat().st_size for f in files)
   lines = recorded_lines(monkeypatch)
-  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
   report = writer.create(','.join(map(str, files)), str(tmp_path / 'out' / 'train'),
                          instances.Settings(dupe_factor=2),
                          vocab_file=str(minilm_dir / 'vocab.txt'), num_output_shards=2,
@@ -85,7 +85,7 @@ def test_create_pretraining_data_counts_the_input_read_by_every_worker(
 def test_extract_features_counts_inputs_per_batch(minilm_dir, tmp_path, monkeypatch):
   (tmp_path / 'in.txt').write_text('a good film\nthe king doth speak\nof love ||| and grief\n')
   lines = recorded_lines(monkeypatch)
-  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
   extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'out.jsonl',
                        max_seq_length=16, batch_size=2)
   shown = [line.split(' inputs/s')[0] for line in lines if line.startswith('extract_features')]
@@ -111,10 +111,10 @@ def test_predict_counts_inputs_not_rows(monkeypatch):
   lines = recorded_lines(monkeypatch)
   classifier = _untrained('classification', ('neg', 'pos'))
   texts = ['the king doth speak', 'of love', 'and grief', 'my heart', 'and death']
-  assert len(classifier.predict(texts, console.Progress('predict', 5, 'inputs'))) == 5
+  assert len(classifier.predict(texts, job_lines.Progress('predict', 5, 'inputs'))) == 5
   assert not lines  # A short job: no line.
-  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
-  classifier.predict(texts, console.Progress('predict', 5, 'inputs'))
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
+  classifier.predict(texts, job_lines.Progress('predict', 5, 'inputs'))
   assert [line.split(',')[0] for line in lines] == [
       'predict: 2/5 inputs (40.0%)', 'predict: 4/5 inputs (80.0%)',
       'predict: 5/5 inputs (100.0%)']
@@ -124,7 +124,7 @@ def test_predict_counts_inputs_not_rows(monkeypatch):
   reader = _untrained('span', (), max_query_length=4, doc_stride=8)
   context = ' '.join(['the king doth speak of love and grief'] * 6)
   reader.predict([f'who ||| {context}', 'who speaks ||| the king', f'what ||| {context}'],
-                 console.Progress('predict', 3, 'inputs'))
+                 job_lines.Progress('predict', 3, 'inputs'))
   done = [int(line.split('/')[0].split()[-1]) for line in lines]
   assert len(done) > 3 and done == sorted(done) and done[-1] == 3
   assert all(line.startswith('predict: ') and '/3 inputs (' in line for line in lines)
@@ -140,7 +140,7 @@ def test_learn_vocab_counts_the_bytes_read_over_its_files(tmp_path, monkeypatch)
   (tmp_path / 'b.txt.gz').write_bytes(gzip.compress(text[:len(text) // 2]))
   size = sum(p.stat().st_size for p in tmp_path.iterdir())
   lines = recorded_lines(monkeypatch)
-  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
   monkeypatch.setattr(corpus_lines, '_TELL_EVERY_LINES', 64)
   vocab_learner.learn_wordpiece(f'{tmp_path}/*', str(tmp_path / 'out' / 'vocab.txt'), 1024)
   read = [re.match(r'learn_vocab: ([\d.,]+)/([\d.,]+) MiB of input read \(([\d.]+)%\)', line)

@@ -22,6 +22,7 @@ import numpy as np
 from bertjax import console
 from bertjax import files
 from bertjax import job_config
+from bertjax import job_lines
 from bertjax import paths
 from bertjax.finetune import batches
 from bertjax.finetune import export_formats
@@ -314,7 +315,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                      written[-1])
   if jax.process_index() == 0:
     kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
-    console.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,
+    job_lines.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,
                     outputs=[(kind, out_dir)])
   return written
 

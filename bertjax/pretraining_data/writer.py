@@ -33,6 +33,7 @@ import numpy as np
 
 from bertjax import console
 from bertjax import files as files_lib
+from bertjax import job_lines
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import creation_report
 from bertjax.pretraining_data import instances
@@ -187,9 +188,9 @@ def _progress_line(source, input_bytes):
   """The line of a run that reads text files (their bytes) or a TFDS split (`source`, check()'s
   description: its examples, where the builder knows how many; else the count alone)."""
   if source is None:
-    return console.Progress('create_pretraining_data', input_bytes / (1 << 20),
+    return job_lines.Progress('create_pretraining_data', input_bytes / (1 << 20),
                             'MiB of input read', rate_unit='MiB')
-  return console.Progress('create_pretraining_data', source['num_examples'], 'examples read',
+  return job_lines.Progress('create_pretraining_data', source['num_examples'], 'examples read',
                           rate_unit='examples')
 
 
@@ -228,7 +229,7 @@ def _kill_workers(pool):
 
 
 def _run_jobs(jobs, progress=None):
-  """Every job's result, in order; `progress` (a console.Progress) shows how far they are."""
+  """Every job's result, in order; `progress` (a job_lines.Progress) shows how far they are."""
   # spawn, not fork: the parent may have TensorFlow's threads running (tests, notebooks).
   context = multiprocessing.get_context('spawn')
   if len(jobs) == 1:  # In this process: no start-up cost, and a debugger sees everything
@@ -249,7 +250,7 @@ def _run_jobs(jobs, progress=None):
       futures = [pool.submit(run_worker, job) for job in jobs]
       pending = set(futures)
       while pending:  # The counts polled while the workers run.
-        pending = concurrent.futures.wait(pending, min(max(console.PROGRESS_SECONDS, 0.1), 1))[1]
+        pending = concurrent.futures.wait(pending, min(max(job_lines.PROGRESS_SECONDS, 0.1), 1))[1]
         poll()
       results = []
       for job, future in zip(jobs, futures, strict=True):

@@ -7,8 +7,8 @@ import collections
 import itertools
 
 from bertjax import compressed_text
-from bertjax import console
 from bertjax import files as files_lib
+from bertjax import job_lines
 from bertjax import paths
 
 # Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
@@ -91,9 +91,9 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
 
 def lines_of(files, max_line_bytes=None, skips=None, job='learn_vocab'):
   """(path, line) of every line of `files`, in order (read_lines'), with `job`'s progress line
-  over their stored bytes (console.Progress: none for a short read)."""
+  over their stored bytes (job_lines.Progress: none for a short read)."""
   sizes = [files_lib.size(path) for path in files]
-  progress = console.Progress(job, sum(sizes) / (1 << 20), 'MiB of input read', rate_unit='MiB')
+  progress = job_lines.Progress(job, sum(sizes) / (1 << 20), 'MiB of input read', rate_unit='MiB')
   before = 0
   for path, size in zip(files, sizes, strict=True):
     def told(done, before=before):

@@ -14,6 +14,7 @@ import jax
 
 from bertjax import console
 from bertjax import files
+from bertjax import job_lines
 from bertjax.training import losses
 from bertjax.training import perf
 
@@ -59,7 +60,7 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
   outputs = [*outputs,
              ('checkpoints', f'{files.join(workdir, "checkpoints")} (step {outcome.step})'),
              ('TensorBoard', workdir)]
-  console.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
+  job_lines.summary(job, seconds, stopped=outcome.stopped, metrics=[*shown, *metrics],
                   outputs=outputs)
 
 
@@ -164,7 +165,7 @@ class Progress:
                  f', {steps_per_sec * real:.0f} real tokens/s ({share:.0%} of the padded)',
                  '' if utilisation is None else f', MFU {utilisation:.1%}' + (
                      '' if share is None else f' (real {utilisation * share:.1%})'),
-                 console.eta(self._seconds_left(step, steps_per_sec, flops)))
+                 job_lines.eta(self._seconds_left(step, steps_per_sec, flops)))
 
   def _seconds_left(self, step: int, steps_per_sec: float, flops: float) -> float:
     """The ETA: the steps left at this rate, or where the job knows its later steps cost

@@ -160,7 +160,7 @@ def test_a_preset_tasks_training_files_changed_under_a_run_are_refused_on_resume
   assert final_params(tmp_path / 'run')[1] == 3  # Nothing of the run was touched.
 
 
-# console.duration's forms: '3.2 s', or '1m50s' on a loaded machine.
+# job_lines.duration's forms: '3.2 s', or '1m50s' on a loaded machine.
 TOOK = r'(\d+\.\d s|\d+m\d\ds)'
 
 

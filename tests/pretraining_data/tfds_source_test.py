@@ -17,7 +17,7 @@ import pretrain_runs
 import pytest
 import tensorflow_datasets as tfds
 
-from bertjax import console
+from bertjax import job_lines
 from bertjax import paths as paths_lib
 from bertjax import pretrain
 from bertjax.pretraining_data import corpora
@@ -133,7 +133,7 @@ def test_two_workers_give_the_same_bytes_twice(data_dir, vocab_file, tmp_path):
 def test_the_progress_line_counts_the_examples_every_part_read(data_dir, vocab_file, tmp_path,
                                                                monkeypatch):
   """Each worker reads its own part: their counts summed reach the split's 62 examples."""
-  lines, absl_logging = [], console.logging
+  lines, absl_logging = [], job_lines.logging
 
   class Recorded:  # caplog sees nothing in an xdist worker (log_records.py).
     def __getattr__(self, name):
@@ -142,8 +142,8 @@ def test_the_progress_line_counts_the_examples_every_part_read(data_dir, vocab_f
     def info(self, message, *args):
       lines.append(message % args)
 
-  monkeypatch.setattr(console, 'logging', Recorded())
-  monkeypatch.setattr(console, 'PROGRESS_SECONDS', 0)
+  monkeypatch.setattr(job_lines, 'logging', Recorded())
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
   report = writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file,
                          num_workers=2, random_seed=3, num_output_shards=2,
                          tfds=source(data_dir))
