@@ -57,6 +57,7 @@ import errno
 import functools
 import json
 import os
+import re
 import time
 import traceback
 
@@ -162,12 +163,24 @@ def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str
   if not isinstance(fmt, str) or ',' in fmt:
     raise ValueError(f'fmt={fmt!r}: export() writes one format, one of {", ".join(FORMATS)}; '
                      'export_formats() writes several.')
-  with keywords.named(_KEYWORDS | {'format': 'fmt'}):
+  with keywords.named(_KEYWORDS | {'format': 'fmt'}), _several_said_as_export_formats():
     targets, _ = _export(source, (fmt,), output, overwrite=overwrite, vocab_file=vocab_file,
                          do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                          labels=labels, normalize=normalize, step=step)
   written = targets[0][1]
   return written if isinstance(output, str) else type(output)(written)
+
+
+@contextlib.contextmanager
+def _several_said_as_export_formats():
+  """export() writes one format: replacing a folder of several, it advises export_formats()."""
+  try:
+    yield
+  except FileExistsError as error:
+    error.args = (re.sub(r'several with --format=(\S+) --output=(.+)\.$',
+                         r"several with export_formats(source, '\1', '\2', overwrite=True).",
+                         str(error)),)
+    raise
 
 
 def export_formats(source, formats, output, *, overwrite: bool = False, vocab_file: str = '',

@@ -13,7 +13,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 
 STAGES = (
     ('console', 'files', 'object_store', 'paths', 'processes', 'accelerators', 'malloc_tuning',
-     'records', 'compressed_text', 'remote_lock', 'output_lock', 'keywords', 'format_names', 'job_lines'),
+     'records', 'compressed_text', 'remote_lock', 'output_lock', 'keywords', 'format_names',
+     'job_lines'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),

@@ -194,7 +194,8 @@ def test_an_export_or_a_link_between_format_folders_is_no_folder_of_formats(fine
   export.export_formats(workdir, 'hf,tf1', tmp_path / 'both')
   with pytest.raises(FileExistsError, match=r'output=.*both holds the exports of a command of '
                      r'several formats \(hf, tf1\): replace one with output=.*both/hf, or '
-                     r'several with fmt=hf,tf1 output=.*both\.'):
+                     r"several with export_formats\(source, 'hf,tf1', '.*both', "
+                     r'overwrite=True\)\.'):
     export.export(workdir, 'hf', tmp_path / 'both', overwrite=True)
   assert sorted(os.listdir(tmp_path / 'both')) == ['hf', 'tf1']
   # A folder of exports of other names is not one: the plain refusal.
