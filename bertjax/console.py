@@ -21,7 +21,9 @@ _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a health
                    'No space left on device',
                    # orbax when a save waited over 1 s for the one before (a loaded machine,
                    # saves every few steps): the progress line's rate at that step shows it.
-                   'Waiting for previous save to complete')
+                   'Waiting for previous save to complete',
+                   # TFDS's reader on every dataset it opens (its own features' dtype).
+                   '`FeatureConnector.dtype` is deprecated')
 
 # The exit status of a run that saved and stopped because it was preempted (SIGTERM): not 0, so
 # that a scheduler (a JobSet, SLURM, a wrapper) restarts it rather than taking it for done

@@ -103,6 +103,9 @@ _POOL_TOKENS = flags.DEFINE_integer('pool_tokens', _D.pool_tokens,
                                     'Most tokens held in that pool (bounds memory).')
 _SHUFFLE_BUFFER = flags.DEFINE_integer('shuffle_buffer', 10_000,
                                        'Records shuffled per worker before writing.')
+_OVERWRITE = flags.DEFINE_bool(
+    'overwrite', False, 'Replace a set on --output_file made otherwise (other flags, vocab or '
+    'input); the same command run again remakes its set without it.')
 _TOKENIZER = flags.DEFINE_enum(
     'tokenizer', 'auto', writer.TOKENIZERS,
     'WordPiece path (same ids either way): fast (tensorflow-text, needs TF: ~2.5 s to start '
@@ -137,15 +140,29 @@ def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bo
 def check_unmasked(static_masking: bool, given: list[str]):
   """Refuses masking flags given with --nostatic_masking: unmasked instances are masked by the
   trainer, at its config.data settings, so these would be recorded but never read."""
-  unread = [name for name in ('masked_lm_prob', 'max_predictions_per_seq') if name in given]
+  # Each flag, and the trainer's field that does its work on unmasked instances.
+  trainer = {'masking': 'masking', 'do_whole_word_mask': 'masking',
+             'masked_lm_prob': 'masked_lm_prob',
+             'max_predictions_per_seq': 'max_predictions_per_seq'}
+  unread = [name for name in trainer if name in given]
   if not static_masking and unread:
     one = len(unread) == 1
+    fields = dict.fromkeys(f'--config.data.{trainer[n]}' for n in unread)
     raise app.UsageError(
         f'{" and ".join(f"--{n}" for n in unread)} {"is" if one else "are"} read with static '
         'masking only, but --nostatic_masking writes unmasked instances: choose '
-        f'{"it" if one else "them"} where they are masked '
-        f'({" ".join(f"--config.data.{n}" for n in unread)}), or leave '
+        f'{"it" if one else "them"} where they are masked ({" ".join(fields)}), or leave '
         f'{"it" if one else "them"} out here')
+
+
+def check_tfds_flags(given: list[str]):
+  """Refuses --tfds_* flags without --tfds_name: the text files are read, and they would not be."""
+  unread = [f'--{name}' for name in ('tfds_split', 'tfds_text_field', 'tfds_data_dir')
+            if name in given]
+  if unread and 'tfds_name' not in given:
+    raise app.UsageError(f'{", ".join(unread)} {"is" if len(unread) == 1 else "are"} read with '
+                         '--tfds_name only: add --tfds_name=<dataset>, or leave '
+                         f'{"it" if len(unread) == 1 else "them"} out to read --input_file')
 
 
 def check_paths(output_file: str, num_output_shards: int):
@@ -163,16 +180,19 @@ def check_paths(output_file: str, num_output_shards: int):
 def main(argv):
   start = time.perf_counter()
   console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_file=...')
+  console.install()  # Libraries' INFO lines (TFDS's reader) only at --verbosity=1.
   # Ctrl-C or SIGTERM (a scheduler's): the run's hidden temporary folder removed and the
   # workers ended, one line, status 130 / 143; a SIGKILL ends the workers too (writer.py).
   console.exit_on_interrupt(console.nothing_written(
       'no shard was written (a set is put in place only once all its shards are made; an '
       'earlier set there is kept)'), terminate=True)
+  given = [n for n in flags.FLAGS if flags.FLAGS[n].present]
+  check_unmasked(_STATIC_MASKING.value, given)
+  check_tfds_flags(given)
   strategy, warning = masking_strategy(_MASKING.value, flags.FLAGS['masking'].present,
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:
     print(warning, file=sys.stderr)
-  check_unmasked(_STATIC_MASKING.value, [n for n in flags.FLAGS if flags.FLAGS[n].present])
   if _PACK.value and _MAX_INSTANCES_PER_ROW.value == 1:
     raise app.UsageError('--pack with --max_instances_per_row=1 packs nothing: pass 2 or more '
                          '(MLPerf BERT: 3), or leave --pack out for one instance per row')
@@ -205,7 +225,8 @@ def main(argv):
         input_format=_INPUT_FORMAT.value if tfds is None or flags.FLAGS['input_format'].present
         else 'text', tfds=tfds,
         max_line_bytes=_MAX_LINE_BYTES.value, shuffle_buffer=_SHUFFLE_BUFFER.value,
-        tokenizer=_TOKENIZER.value, max_unk_fraction=_MAX_UNK_FRACTION.value)
+        tokenizer=_TOKENIZER.value, max_unk_fraction=_MAX_UNK_FRACTION.value,
+        overwrite=_OVERWRITE.value)
   except (ValueError, OSError, RuntimeError) as e:
     # Bad input or settings: one clear line, not a traceback.
     print(f'create_pretraining_data: error: {e}', file=sys.stderr)
@@ -213,7 +234,7 @@ def main(argv):
   counts, skipped = report['counts'], report['skipped']['counts']
   shards, num_shards = report['output_files'], _NUM_OUTPUT_SHARDS.value
   rows = [('rows', counts['rows'])] if settings.max_instances_per_row > 1 else []
-  skipped = '; '.join(f'{n} {why}' for why, n in sorted(skipped.items())) or 'nothing'
+  skipped = ' + '.join(f'{n} {why}' for why, n in sorted(skipped.items())) or 'nothing'
   metrics = [('instances', counts['instances']), *rows, ('documents', counts['documents']),
              ('shards', len(shards)), ('workers', report['settings']['num_workers']),
              ('[UNK]', f"{report['unk_fraction']:.2%} of {counts['document_tokens']} tokens"),

@@ -87,6 +87,7 @@ def _define_flags():
 def main(argv):
   start = time.perf_counter()
   console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_size=...')
+  console.install()  # Libraries' INFO lines (TFDS's reader) only at --verbosity=1.
   # Ctrl-C or SIGTERM: one line, status 130 / 143, the temporary file and the lock removed; a
   # vocab is put in place whole by a rename, so one already there is kept.
   console.exit_on_interrupt(console.nothing_written(
@@ -194,7 +195,7 @@ def _learn(files, skips, output: str) -> tuple[list, list]:
         seed=FLAGS.random_seed, **common)
     metrics, outputs = [('pieces', FLAGS.vocab_size)], [('SentencePiece model', output)]
   if skips.counts:
-    metrics.append(('skipped', '; '.join(f'{n} {why}' for why, n in sorted(
+    metrics.append(('skipped', ' + '.join(f'{n} {why}' for why, n in sorted(
         skips.counts.items()))))
   return metrics, outputs
 

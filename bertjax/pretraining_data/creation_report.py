@@ -4,12 +4,14 @@ Readers check a shard set against it (records/file_set.py) and refuse one that d
 """
 
 import dataclasses
+import json
 import os
 import platform
 
 import bertjax
 from bertjax import files as files_lib
 from bertjax.records import example_encoding
+from bertjax.records import file_set
 
 
 def build(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
@@ -20,16 +22,8 @@ def build(job, vocab_size, outputs, report_file, results, counts, skips, staged,
   settings = job.settings
   return {
       'tool': f'bertjax {bertjax.__version__} create_pretraining_data',
-      'settings': dataclasses.asdict(settings) | {
-          'vocab_file': job.vocab_file or None, 'spm_model_file': job.spm_model_file or None,
-          'do_lower_case': job.do_lower_case, 'random_seed': job.random_seed,
-          'num_workers': job.num_workers, 'input_format': job.input_format,
-          'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
-          'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
-      'vocab_sha256': files_lib.sha256(job.vocab_file or job.spm_model_file),
+      **_made_from(job, source),
       'vocab_size': vocab_size,
-      # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
-      **({'tfds_source': source} if source else {'input_files': list(job.files)}),
       'output_files': outputs,
       'output_bytes': dict(zip(names, map(os.path.getsize, staged), strict=True)),  # local temp
       'output_records': dict(zip(names, records, strict=True)),
@@ -54,6 +48,51 @@ def build(job, vocab_size, outputs, report_file, results, counts, skips, staged,
       'seconds': seconds,
       'host': platform.node(),
   }
+
+
+def _made_from(job, source) -> dict:
+  """The report's settings, vocab digest and input: what the set's bytes follow from."""
+  return {
+      'settings': dataclasses.asdict(job.settings) | {
+          'vocab_file': job.vocab_file or None, 'spm_model_file': job.spm_model_file or None,
+          'do_lower_case': job.do_lower_case, 'random_seed': job.random_seed,
+          'num_workers': job.num_workers, 'input_format': job.input_format,
+          'max_line_bytes': job.max_line_bytes, 'shuffle_buffer': job.shuffle_buffer,
+          'tokenizer': 'fast' if job.fast_tokenizer else 'reference'},
+      'vocab_sha256': files_lib.sha256(job.vocab_file or job.spm_model_file),
+      # The input: text files, or the TFDS dataset (name, split, version, field) read instead.
+      **({'tfds_source': source} if source else {'input_files': list(job.files)})}
+
+
+def recipe(report: dict) -> dict:
+  """What a report's set was made from, flat (settings, vocab digest, input), JSON's types; the
+  WordPiece path ('tokenizer': same ids either way) left out."""
+  made = json.loads(json.dumps(report))
+  return {**{k: v for k, v in (made.get('settings') or {}).items() if k != 'tokenizer'},
+          'vocab_sha256': made.get('vocab_sha256'),
+          'input': made.get('tfds_source') or made.get('input_files')}
+
+
+def check_replaced(report_file: str, job, source, overwrite: bool):
+  """Refuses to replace a set on the same output that was made otherwise (another masking,
+  length, seed, vocab or input: a command run again with other flags) unless `overwrite`: its
+  shards would be lost. The same command run again remakes its set."""
+  earlier = file_set.report_at(report_file) if files_lib.exists(report_file) else None
+  if overwrite or earlier is None or not any(
+      isinstance(p, str) and files_lib.exists(p) for p in earlier['output_files']):
+    return
+  then, now = recipe(earlier), recipe(_made_from(job, source))
+  changed = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+  if changed:
+    shown = '; '.join(f'{k} {_short(then.get(k))}, now {_short(now.get(k))}'
+                      for k in changed[:3])
+    raise ValueError(f'{report_file} holds a set made otherwise ({shown}): pass --overwrite to '
+                     'replace it, or another --output_file.')
+
+
+def _short(value) -> str:
+  text = json.dumps(value) if not isinstance(value, str) else value
+  return text if len(text) <= 60 else text[:57] + '...'
 
 
 def masked_fraction(counts) -> float:

@@ -129,7 +129,7 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
       report = writer.create(str(corpus_path(split)), prefix, split_settings,
                              vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
                              num_output_shards=shards, num_workers=min(shards, 2),
-                             report_file=report_path)
+                             report_file=report_path, overwrite=True)  # Its own cache.
       logging.info('made the embedded corpus\'s %s TFRecords: %d instances in %.1f s (%s)',
                    split, report['counts']['instances'], report['seconds'], directory)
     globs[split] = f'{prefix}-*-of-*'

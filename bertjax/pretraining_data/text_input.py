@@ -25,6 +25,7 @@ gzip, bzip2 and xz files are read decompressed (compressed_text.py), known by th
 """
 
 import collections
+import contextlib
 import functools
 import itertools
 import os
@@ -37,6 +38,7 @@ from bertjax import compressed_text
 from bertjax import files as files_lib
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import corpora
+from bertjax.records import file_set
 from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
 
@@ -101,6 +103,9 @@ def usable_files(paths, skips):
         skips.add('not_a_file', path)
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
+    elif path.endswith('.json') and file_set.report_at(path) is not None:
+      skips.add('data_report', f'{path} (the report of a set this tool wrote, not text: narrow '
+                '--input_file to the text files)')
     else:
       with compressed_text.open_input(path) as (f, _):
         try:
@@ -166,18 +171,19 @@ def sentences_of(text: str, input_format: str) -> list[str]:
 
 
 def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num_parts=1,
-                  read=None):
+                  read=None, sizes=()):
   """Yields this part's documents as lists of sentence strings; `where` tracks file:line.
   read(n): told every few thousand lines the bytes of the files read so far (compressed where
-  a file is: what files.size gives), for the command's progress line."""
+  a file is: what files.size gives), for the command's progress line. `sizes`: each file's
+  bytes when the run checked it; a file read to another size changed meanwhile (refused)."""
   if input_format not in INPUT_FORMATS:
     raise ValueError(f'input_format={input_format!r}: pass one of {INPUT_FORMATS}')
   index = 0  # Documents started so far, over all files: the partition key.
   before = 0  # Bytes of the files read whole.
-  for path in paths:
+  for i, path in enumerate(paths):
     where['path'] = path
     sentences, started, lines, invalid = [], False, 0, 0
-    with compressed_text.open_input(path) as (f, stored):
+    with _opened(path) as (f, stored):
       # Held: collected, its TextIOWrapper would close `f` before the tell() at the end.
       universal = paths_lib.UniversalLines(f)
       for line_number, (raw, too_long) in enumerate(_lines(universal, max_line_bytes), 1):
@@ -206,12 +212,31 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
           invalid += 1
           continue
         sentences.extend(sentences_of(text, input_format))
+      if sizes and stored.tell() != sizes[i]:
+        raise ValueError(f'{path} changed while it was read ({sizes[i]} bytes when the run '
+                         f'started, {stored.tell()} now): rerun once it is complete, or leave '
+                         'it out of --input_file')
       before += stored.tell()  # At its end: the file's size.
       if read is not None:
         read(before)
     skips.add_file_lines(path, lines, invalid)
     if sentences:
       yield sentences
+
+
+@contextlib.contextmanager
+def _opened(path):
+  """compressed_text.open_input, its errors said with what to do: a file gone since the run
+  checked it, or a compressed one cut short (read to its end only now)."""
+  try:
+    with compressed_text.open_input(path) as opened:
+      yield opened
+  except FileNotFoundError:
+    raise FileNotFoundError(f'{path} was deleted or moved while the run read its input: put it '
+                            'back and rerun, or leave it out of --input_file') from None
+  except compressed_text.DAMAGED_COMPRESSED as e:
+    raise ValueError(f'{path} is damaged ({e}): fetch or compress it again, or leave it out of '
+                     '--input_file') from None
 
 
 class Encoder:

@@ -21,6 +21,7 @@ import ctypes
 import dataclasses
 import errno
 import functools
+import logging as std_logging
 import multiprocessing
 import os
 import resource
@@ -77,6 +78,7 @@ class Job:
   worker: int
   num_workers: int
   tfds_source: object = None  # A tfds_source.Source read instead of `files`.
+  sizes: tuple = ()  # Each file's bytes when the run checked it (one changed since is refused).
 
 
 def _peak_rss_mb():
@@ -99,7 +101,7 @@ def run_worker(job):
     read = functools.partial(_tell, job, 0)
     if job.tfds_source is None:
       raw = text_input.raw_documents(job.files, job.input_format, job.max_line_bytes, skips,
-                                     where, job.worker, job.num_workers, read)
+                                     where, job.worker, job.num_workers, read, job.sizes)
     else:
       raw = tfds_source.raw_documents(job.tfds_source, job.input_format, job.max_line_bytes,
                                       skips, where, job.worker, job.num_workers, read)
@@ -195,9 +197,11 @@ def _progress_line(source, input_bytes):
 
 
 def _start_worker(parent_pid, counts):
-  """A worker process's start: bound to its parent's life, its counts in the shared array."""
+  """A worker process's start: bound to its parent's life, its counts in the shared array, its
+  libraries' lines filtered as the command's own console filters them (TFDS's reader)."""
   _die_with_parent(parent_pid)
   _SHARED['counts'] = counts
+  std_logging.getLogger('absl').addFilter(console.ConsoleFilter())
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -357,13 +361,14 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
            tokenizer='auto', report_file=None, max_unk_fraction=MAX_UNK_FRACTION,
-           tfds=None):
+           tfds=None, overwrite=False):
   """Writes the shards and the JSON report; returns the report (a dict).
 
   input_file: comma-separated files and globs, or None with `tfds`, a tfds_source.Source (one
   of the two). input_format: None = 'lines' for files, 'text' for a TFDS dataset.
   num_workers: worker processes; None = the cores available. The bytes written depend on
   (random_seed, num_workers), so pass it explicitly to reproduce files on another machine.
+  overwrite: replace a set on the same output made otherwise (creation_report.check_replaced).
   """
   start = time.perf_counter()
   settings.validate()
@@ -391,7 +396,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
-  input_bytes = sum(files_lib.size(f) for f in files)
+  sizes = tuple(files_lib.size(f) for f in files)
+  input_bytes = sum(sizes)
   # Both WordPiece paths give the same ids, so this choice changes only the speed. A TFDS
   # source's workers import TensorFlow anyway (tf.data reads it), so auto takes the fast path.
   fast = bool(vocab_file) and (tokenizer == 'fast' or tokenizer == 'auto' and (
@@ -401,12 +407,15 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   held.enter_context(shard_outputs.one_run(report_file))  # Released last, by held.close().
   temp_dirs = {}
   try:
+    job = Job(tuple(files), (), settings, vocab_file or '', spm_model_file or '', do_lower_case,
+              input_format, max_line_bytes, shuffle_buffer, fast, random_seed, 0, num_workers,
+              tfds, sizes)
+    creation_report.check_replaced(report_file, job, source, overwrite)
     temp_dirs, parts = shard_outputs.temp_parts(outputs, num_workers)
     for directory in sorted(set(temp_dirs.values())):  # An interrupt removes them too.
       held.enter_context(console.temporary(directory))
-    jobs = [Job(tuple(files), tuple(parts[w]), settings, vocab_file or '', spm_model_file or '',
-                do_lower_case, input_format, max_line_bytes, shuffle_buffer, fast, random_seed,
-                w, num_workers, tfds) for w in range(num_workers)]
+    jobs = [dataclasses.replace(job, shard_parts=tuple(parts[w]), worker=w)
+            for w in range(num_workers)]
     progress = _progress_line(source, input_bytes)
     results, counts = _run_workers(jobs, skips, progress)
     creation_report.check_counts(counts, len(vocab), vocab_file or spm_model_file,

@@ -61,16 +61,20 @@ def list_files(file_pattern) -> list[str]:
 
 def reports_in(directory: str) -> dict:
   """The create_pretraining_data reports in a directory: path -> report."""
-  reports = {}
-  for path in files_lib.glob(files_lib.join(directory, '*.json')):
-    try:
-      report = json.loads(files_lib.read_text(path))
-    except (ValueError, OSError):
-      continue
-    if (isinstance(report, dict) and _REPORT_TOOL in str(report.get('tool', ''))
-        and isinstance(report.get('output_files'), list)):
-      reports[path] = report
-  return reports
+  found = {path: report_at(path) for path in files_lib.glob(files_lib.join(directory, '*.json'))}
+  return {path: report for path, report in found.items() if report is not None}
+
+
+def report_at(path: str) -> dict | None:
+  """The create_pretraining_data report at `path`; None where the file is none."""
+  try:
+    report = json.loads(files_lib.read_text(path))
+  except (ValueError, OSError):
+    return None
+  if (isinstance(report, dict) and _REPORT_TOOL in str(report.get('tool', ''))
+      and isinstance(report.get('output_files'), list)):
+    return report
+  return None
 
 
 def resolve(file_pattern) -> FileSet:
@@ -118,6 +122,14 @@ def resolve(file_pattern) -> FileSet:
           f'{len(strays)} file(s) match {file_pattern!r} but no report beside them lists them '
           f'({", ".join(strays[:3])}): leftovers of another run? Move them away or narrow the '
           'pattern')
+  unchecked = [f for f in files if f not in covered and f not in report_files]
+  if reports and unchecked:  # Another folder's files, with no report: made with any vocab.
+    raise ValueError(
+        f'{len(unchecked)} file(s) match {file_pattern!r} with no create_pretraining_data report '
+        f'beside them ({", ".join(unchecked[:3])}), while the rest are checked against their '
+        'reports (vocab, length, masking): files made with another vocab would train unseen. '
+        'Put each set beside its report (the <output_file>.json create_pretraining_data wrote), '
+        'or train on the unreported files alone')
   for pattern, sets in contributions.items():
     if len(sets) > 1:
       _warn_sets_merged(pattern, sets)

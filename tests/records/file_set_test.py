@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -56,6 +57,23 @@ def test_files_no_report_lists_are_refused_beside_a_report(tmp_path):
   (tmp_path / 'train-00000-of-00002.tmp-123-456').write_bytes(b'x' * 50)  # Old temp names.
   with pytest.raises(ValueError, match=r'1 file\(s\) match .* no report beside them lists'):
     file_set.resolve(f'{tmp_path}/train-*')
+
+
+def test_unreported_files_of_another_folder_are_refused_beside_a_checked_set(tmp_path):
+  """Hostile pass of session 36, 1: a SentencePiece set's shard copied without its report into
+  another folder trained beside a WordPiece set as WordPiece ids, without a word (only the
+  same folder's strays were refused)."""
+  checked = make_set(tmp_path / 'wordpiece', [100, 120])
+  (tmp_path / 'copied').mkdir()
+  (tmp_path / 'copied' / 'spm-00000-of-00001').write_bytes(b'x' * 50)
+  with pytest.raises(ValueError, match=re.escape(
+      f"1 file(s) match '{tmp_path}/wordpiece/*,{tmp_path}/copied/*' with no "
+      f"create_pretraining_data report beside them ({tmp_path}/copied/spm-00000-of-00001), "
+      'while the rest are checked')):
+    file_set.resolve(f'{tmp_path}/wordpiece/*,{tmp_path}/copied/*')
+  assert file_set.resolve(f'{tmp_path}/copied/*').files == [
+      str(tmp_path / 'copied' / 'spm-00000-of-00001')]  # Alone: read unchecked, as before.
+  assert file_set.resolve(f'{tmp_path}/wordpiece/*').files == checked
 
 
 def test_files_without_any_report_are_read_as_they_are(tmp_path):
