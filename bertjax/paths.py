@@ -200,6 +200,15 @@ def not_text(name: str, head: bytes) -> str:
 _C1 = re.compile('[\udc80-\udc9f]')  # Bytes 0x80-0x9F that are not part of UTF-8.
 
 
+def json_error(e) -> str:
+  """A json.JSONDecodeError said as a line's reader says it: what is wrong and at which column
+  (json's own message for a raw tab ends in a dangling 'at', and names no fix)."""
+  what = e.msg.removesuffix(' at')
+  if what == 'Invalid control character':
+    what += ' (a raw tab or line break inside a string: write it as \\t or \\n)'
+  return f'{what} at column {e.colno}'
+
+
 def read_stdin_lines() -> list[str]:
   """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
   return _utf8_lines(sys.stdin.buffer.read(), '<stdin>')

@@ -312,8 +312,9 @@ FLAGS = flags.FLAGS
 def _define_flags():
   """Flags exist only when this module is the program (tests import the library part)."""
   flags.DEFINE_string('workdir', None, 'The fine-tuning run (its config.json and checkpoints).')
-  flags.DEFINE_string('input_file', '', 'One input per line; default: standard input.')
-  flags.DEFINE_string('output_file', '', 'JSON lines to write; default: standard output.')
+  flags.DEFINE_string('input_file', '', 'One input per line; default (or -): standard input.')
+  flags.DEFINE_string('output_file', '', 'JSON lines to write; default (or -): standard output.')
+  flags.DEFINE_bool('overwrite', False, 'Replace an existing --output_file.')
   flags.DEFINE_integer('batch_size', 32, 'Inputs per forward pass.', lower_bound=1)
   flags.DEFINE_string('step', None, 'The checkpoint: best (as the run ranked its evals; needs '
                       'checkpoint.keep_best), latest (the default) or a step number.')
@@ -321,9 +322,26 @@ def _define_flags():
                      'threshold (as tuned with --config.mode=eval); default: the run\'s.')
 
 
+def _check_input_file(path: str):
+  """Refuses a CSV or TSV file: predict reads one input per line, so its header would be an input
+  and every row's other columns part of its text."""
+  name = files.name(path or '').lower().removesuffix('.gz')
+  if name.endswith(('.csv', '.tsv')):
+    raise ValueError(f'--input_file={path} is a {name[-3:].upper()} file, but predict reads one '
+                     'input per line (a text, `text_a ||| text_b`, or a JSON object), so its '
+                     'header and every column would be read as text: write the texts one per '
+                     'line, or score the file as the run read its own with bertjax.main, the '
+                     "run's --config and --workdir, --config.mode=predict and "
+                     f'--config.data.predict_file={path}.')
+
+
 def main(argv):
   console.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
   console.install()
+  for name in ('input_file', 'output_file'):  # '-': the standard stream, as Unix tools take it.
+    if FLAGS[name].value == '-':
+      FLAGS[name].value = ''
+
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'), terminate=True)
   start = time.perf_counter()
@@ -333,6 +351,10 @@ def main(argv):
                 if FLAGS.output_file else None)
       if output is not None:  # One run per output file at a time: a second refused at its start.
         held.enter_context(output_lock.held(output, 'predict', f'writing {output}'))
+        if not FLAGS.overwrite and files.exists(output) and files.size(output):
+          raise ValueError(f'--output_file={FLAGS.output_file} exists: pass --overwrite to '
+                           'replace it, or another --output_file.')
+      _check_input_file(FLAGS.input_file)
       predictor = Predictor._load(  # pylint: disable=protected-access
           FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size,
           verbose=False)

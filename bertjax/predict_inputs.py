@@ -34,10 +34,10 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
       try:
         inputs.append(json.loads(line))
       except json.JSONDecodeError as e:
-        raise ValueError(f'{source}:{number}: not valid JSON ({e.msg}): a line that starts '
-                         'with { is read as a JSON object of the task\'s fields, whole on its '
-                         'line (JSON lines, not a JSON document spread over lines); for raw '
-                         'text that starts with {, pass it as {"text": "..."}.') from None
+        raise ValueError(f'{source}:{number}: not valid JSON ({paths.json_error(e)}): a line '
+                         'that starts with { is read as a JSON object of the task\'s fields, '
+                         'whole on its line (JSON lines, not a JSON document spread over lines); '
+                         'for raw text that starts with {, pass it as {"text": "..."}.') from None
     else:
       inputs.append(line)
   return inputs
@@ -107,6 +107,11 @@ def _texts(where, item, parts, labels, data, text_pairs):
         parts = [_string(where, item, names[0])]
         if len(names) > 1 and item.get(names[1]) is not None:
           parts.append(_string(where, item, names[1]))
+        # A second text under another pair's name ({"text": ..., "text_b": ...}) is one, not
+        # dropped: a one-text model refuses it below.
+        second = [k for k in ('text_b', 'sentence2') if k not in names and item.get(k) is not None]
+        if len(parts) == 1 and second:
+          parts.append(_string(where, item, second[0]))
         break
     else:
       known = sorted({name for names in accepted for name in names})

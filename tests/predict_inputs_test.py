@@ -51,7 +51,9 @@ def test_blank_lines_stay_an_error_naming_the_line():
     ({'text': ['a', 'b']}, r"input 3: field 'text' is a list \(\[\"a\", \"b\"\]\), not a str"),
     ({'text': True}, r"input 3: field 'text' is a boolean"),
     ({'text': ' '}, r"input 3: field 'text' is empty"),
-    ({'text': 'a', 'text_b': 7}, None),  # text_b is not a field of this model: ignored.
+    # A second text under a pair's name is read (session 36: it was ignored without a word).
+    ({'text': 'a', 'text_b': 7}, r"input 3: field 'text_b' is a number \(7\), not a string"),
+    ({'text': 'a', 'label': 7}, None),  # Not a text field: ignored.
 ])
 def test_text_fields_must_be_strings(item, message):
   reader = _reader('classification')
@@ -75,6 +77,22 @@ def test_pair_and_span_fields_are_checked_too():
   choice = _reader('multiple_choice')
   with pytest.raises(ValueError, match=r"input 1: field 'choices' must be a JSON list of str"):
     choice(0, {'context': 'c', 'choices': 'ab'})
+
+
+def test_a_second_text_under_a_pairs_name_is_read_not_dropped():
+  """Hostile pass of session 36, 4: {"text": ..., "text_b": ...} to a one-text model predicted
+  the first text alone, as if the second were not there."""
+  one = lambda item: predict_inputs.example(0, item, 'classification', ('neg', 'pos'),  # noqa: E731
+                                            ml_collections.ConfigDict({'text_fields': 'text'}),
+                                            text_pairs=False)
+  for item in ({'text': 'great film', 'text_b': 'awful'},
+               {'text': 'great film', 'sentence2': 'awful'}):
+    with pytest.raises(ValueError, match=r'input 1: this model reads one text but was given two'):
+      one(item)
+  assert one({'text': 'great film', 'text_b': None}).text_b is None
+  pair = _reader('classification')
+  example = pair(0, {'text': 'a', 'text_b': 'b'})
+  assert (example.text_a, example.text_b) == ('a', 'b')
 
 
 def test_tagger_tokens_a_string_is_split_on_whitespace_and_a_list_must_hold_words():
@@ -140,6 +158,11 @@ def test_a_json_mistake_says_how_the_line_was_read_and_what_is_read():
   with pytest.raises(ValueError, match=r'^in.txt:1: not valid JSON \(.*\): a line that starts '
                      r'with \{ is read as a JSON object .* pass it as \{"text": "..."\}\.$'):
     predict_inputs.read_inputs(['{spoiler} great film'], 'in.txt')
+  # A raw tab inside a string (session 36: said 'Invalid control character at', no fix).
+  with pytest.raises(ValueError, match=re.escape(
+      'in.txt:1: not valid JSON (Invalid control character (a raw tab or line break inside a '
+      'string: write it as \\t or \\n) at column 12)')):
+    predict_inputs.read_inputs(['{"text": "a\tb"}'], 'in.txt')
   with pytest.raises(ValueError, match=r"^input 1 has none of the fields it reads \(.*review, "
                      r"sentence, sentence1, sentence2, text, text_a, text_b\): it has \['body'\]"):
     predict_inputs.example(0, {'body': 'x'}, 'classification', ('0', '1'),

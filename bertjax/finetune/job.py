@@ -223,8 +223,8 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
                                     f'{means["loss"]:.4f}, lr {means["learning_rate"]:.2e}'),
       best_metric=task.main_metric, metric_names=_eval_metric_names(task, evaluator),
       vocab_file=s.vocab_file, early_stopping_patience=cfg.early_stopping_patience)
-  return loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric, sum(
-      skipped.values())
+  return (loop.run(cfg, workdir, s.mesh, job, rules=s.rules), task.main_metric,
+          job_setup.skipped_total(skipped))
 
 
 def _checkpoint_seen(workdir: str, step) -> str:
@@ -303,6 +303,9 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                                                      sorted(metrics.items())))
         shown += [(f'{split} {k}', metrics[k]) for k in sorted(
             metrics, key=lambda k: (k != task.main_metric, k))]
+        if cfg.data.get('max_eval_examples', -1) >= 0:  # A part of the eval set: how much.
+          shown.append((f'{split} examples (the first {cfg.data.max_eval_examples})',
+                        len(examples)))
       else:
         shown.append((f'{split} examples', len(examples)))
       if jax.process_index() == 0:  # Every host computed the same; one writes.

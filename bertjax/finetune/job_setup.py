@@ -187,6 +187,10 @@ def setup(config, workdir: str = '') -> Setup:
     cfg.data.train_sha256 = run_config.data_digest(cfg.data.train_file)
     if cfg.get('mode', 'train_eval') == 'train_eval' and cfg.data.get('eval_file'):
       cfg.data.eval_sha256 = run_config.data_digest(cfg.data.eval_file, 'eval_file')
+    if cfg.get('mode', 'train_eval') == 'train_eval' and cfg.data.get('test_file'):
+      # What mode=predict of the run's own test file writes as predict_step_N; edited since,
+      # its predictions go to a folder of their own (run_config.scored_folder).
+      cfg.data.test_sha256 = run_config.data_digest(cfg.data.test_file, 'test_file')
   if run is not None:
     run_config.check_against_run(cfg, run, workdir)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,
@@ -230,6 +234,12 @@ def layout(s: Setup) -> batches.Layout:
                        s.rules, data.packed_rows_multiple_of)
   batches.check_layout(out)
   return out
+
+
+def skipped_total(skipped: dict) -> int:
+  """The examples featurized() skipped, over its splits: SQuAD's eval questions kept and scored
+  against their text (task_lib.KEPT) are counted there, not skipped."""
+  return sum(n for k, n in skipped.items() if not k.endswith(task_lib.KEPT))
 
 
 def featurized(s: Setup, split: str, is_training: bool, skipped=None):

@@ -346,10 +346,21 @@ def check_against_run(cfg, run: dict, workdir: str):
 
 def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
-  the run's own files as they were; for a file the run did not name, or its eval file edited
-  since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`): scoring
-  another file keeps the earlier results."""
-  return _scored_file_folder(cfg, run, mode, step) + _threshold_suffix(cfg, run)
+  the run's own files as they were; for a file the run did not name, or its eval or test file
+  edited since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`);
+  for the first N eval examples of a run that evaluated others, `-firstN`: scoring another file
+  or part of one keeps the earlier results."""
+  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, run, mode)
+          + _threshold_suffix(cfg, run))
+
+
+def _part_suffix(cfg, run: dict | None, mode: str) -> str:
+  """`-firstN` where mode=eval scores the first N of its eval examples (data.max_eval_examples)
+  and the run evaluated another number of them."""
+  asked = init_from.lookup(cfg, 'data.max_eval_examples')
+  if mode != 'eval' or asked is None or asked < 0:
+    return ''
+  return '' if asked == init_from.lookup(run or {}, 'data.max_eval_examples') else f'-first{asked}'
 
 
 def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
@@ -357,7 +368,8 @@ def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
       'predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'test_file')
   scored = init_from.lookup(cfg, f'data.{field}') or ''
   own = init_from.lookup(run or {}, f'data.{field}') or ''
-  recorded = init_from.lookup(run or {}, 'data.eval_sha256') if mode == 'eval' else None
+  digest_field = {'eval_file': 'data.eval_sha256', 'test_file': 'data.test_sha256'}.get(field)
+  recorded = init_from.lookup(run or {}, digest_field) if digest_field else None
   if not scored or (scored == own and recorded is None):
     return f'{mode}_step_{step}'
   digest = data_digest(scored, field)

@@ -183,6 +183,30 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
       r'error: another predict run \(pid .*\) is writing .*out.jsonl now: wait for it to '
       'finish, or pass another --output_file', result.stderr), result.stderr
   assert out.read_text() == 'earlier\n'
+  # Hostile pass of session 36, 1 and 7: an existing output was replaced without a word, and a
+  # CSV was read line by line, its header an input.
+  (tmp_path / 'in.csv').write_text('review,sentiment\nfine,pos\n')
+  def predict_cli(*flags):
+    return subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                           f'--output_file={out}', *flags],
+                          capture_output=True, text=True, timeout=300, check=False)
+  result = predict_cli(f'--input_file={source}')
+  said = f'--output_file={out} exists: pass --overwrite to replace it, or another --output_file.'
+  assert result.returncode == 1 and said in result.stderr, result.stderr
+  result = predict_cli(f'--input_file={tmp_path}/in.csv', '--overwrite')
+  assert result.returncode == 1 and (f'--input_file={tmp_path}/in.csv is a CSV file, but predict '
+                                     'reads one input per line') in result.stderr, result.stderr
+  assert out.read_text() == 'earlier\n'
+  result = predict_cli(f'--input_file={source}', '--overwrite')
+  assert result.returncode == 0, result.stderr
+  assert len(out.read_text().splitlines()) == len(SENTENCES)
+  # '-' is the standard stream (it read a file named '-', and wrote one).
+  result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                           '--input_file=-', '--output_file=-'], input=source.read_text(),
+                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines() == out.read_text().splitlines()
+  assert not (tmp_path / '-').exists()
 
 
 def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch):

@@ -187,14 +187,14 @@ def test_swag_csv_train_eval_predict_and_raw_text(tmp_path):
   result = job.train_and_evaluate(config, str(workdir))
   assert result['accuracy'] > 0.4, result  # Chance: 0.25.
   evaluated = _read_jsonl(_last_predictions(workdir, 'validation_predictions.jsonl'))
-  assert set(evaluated[0]) == {'guid', 'choice', 'probabilities', 'label'}
+  assert set(evaluated[0]) == {'guid', 'choice', 'probabilities', 'gold'}
 
   config.unlock()
   config.mode = 'predict'
   written = job.run_predict(config, str(workdir))
   tested = _read_jsonl(written[0])
   assert [t['choice'] for t in tested] == [e['choice'] for e in evaluated]
-  assert 'label' not in tested[0]
+  assert 'gold' not in tested[0]
 
   import csv  # pylint: disable=g-import-not-at-top
   records = list(csv.DictReader((tmp_path / 'val.csv').open()))

@@ -56,15 +56,16 @@ def evaluate(logits_NxC, questions) -> dict[str, float]:
 
 
 def write_predictions(path, logits_NxC, questions) -> str:
-  """JSON lines: guid, the chosen index, the probabilities of the choices (and the gold label),
-  written whole or not at all to `path` (a local path or a URL)."""
+  """JSON lines: guid, the chosen index, the probabilities of the choices (and `gold`, the gold
+  choice, as classification's rows name theirs), written whole or not at all to `path` (a local
+  path or a URL)."""
   predictions = kind_table.get('multiple_choice').predictions((), logits_NxC, logits=False,
                                                              digits=6)
   rows = []
   for question, prediction in zip(questions, predictions, strict=True):
     row = {'guid': question.guid, **prediction}
     if question.label is not None:
-      row['label'] = question.label
+      row['gold'] = question.label
     rows.append(json.dumps(row) + '\n')
   files.write_atomically(os.fspath(path), ''.join(rows))
   return os.fspath(path)

@@ -225,3 +225,50 @@ def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
   assert run_config.scored_folder(config, run, 'predict', 8).startswith('predict_step_8-b.csv-')
   config.data.predict_file = ''
   assert run_config.scored_folder(config, run, 'predict', 8) == 'predict_step_8'  # Its test_file.
+
+
+def test_a_test_file_edited_or_a_part_of_the_eval_set_keeps_the_earlier_results(tmp_path):
+  """Hostile pass of session 36, 2: mode=predict of the run's test file edited since (2 rows,
+  then 1) replaced predictions/predict_step_N, and mode=eval of the first 3 eval examples
+  replaced the 10 of eval_step_N."""
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  (tmp_path / 'tst.csv').write_text('text\ngood\nbad\n')
+  config.data.test_file = str(tmp_path / 'tst.csv')
+  config.data.test_sha256 = run_config.data_digest(config.data.test_file, 'test_file')
+  run = config.to_dict()  # Trained with that test file, recorded as job_setup records it.
+  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+  (tmp_path / 'tst.csv').write_text('text\ngood\n')
+  edited = run_config.scored_folder(config, run, 'predict', 2)
+  assert edited.startswith('predict_step_2-tst.csv-') and edited != 'predict_step_2'
+  config.data.max_eval_examples = 3
+  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
+  assert run_config.scored_folder(config, run, 'predict', 4).startswith('predict_step_4-tst')
+  run['data']['max_eval_examples'] = 3  # The run evaluated those 3: its own folder.
+  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4'
+
+
+def test_eval_questions_kept_and_scored_are_not_counted_as_skipped():
+  """Hostile pass of session 36, 6: the summary's 'skipped examples 5' counted 2 eval questions
+  that were kept and scored against their text."""
+  from bertjax.finetune import job_setup  # noqa: PLC0415  # JAX: only this test needs it.
+  from bertjax.finetune.tasks import task as task_lib  # noqa: PLC0415
+  skipped = {'answer_not_found': 3, f'validation/answer_not_found{task_lib.KEPT}': 2}
+  assert job_setup.skipped_total(skipped) == 3
+
+
+def test_multiple_choice_predictions_name_the_gold_choice_gold(tmp_path):
+  """Hostile pass of session 36, 13: a multiple-choice row's `label` was the gold choice where a
+  classification row's `label` is the prediction (and its gold `gold`)."""
+  import types  # noqa: PLC0415
+
+  import numpy as np  # noqa: PLC0415
+
+  from bertjax.finetune.tasks import multiple_choice  # noqa: PLC0415
+  questions = [types.SimpleNamespace(guid='q:1', label=0),
+               types.SimpleNamespace(guid='q:2', label=None)]
+  path = multiple_choice.write_predictions(tmp_path / 'p.jsonl', np.array([[0.0, 2.0],
+                                                                           [3.0, 0.0]]), questions)
+  rows = [json.loads(line) for line in open(path, encoding='utf-8')]  # noqa: SIM115
+  assert [(r['guid'], r['choice'], r.get('gold')) for r in rows] == [('q:1', 1, 0),
+                                                                      ('q:2', 0, None)]
+  assert all('label' not in r for r in rows)
