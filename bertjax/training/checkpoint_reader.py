@@ -34,6 +34,7 @@ from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
 from bertjax.training import ranking
 from bertjax.training import run_files
+from bertjax.training import workdir_lock
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
 # be read any better). Anything else a step raises (orbax's errors of a missing data file, a
@@ -353,8 +354,12 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
 
 
 def _say_if_stopped_early(directory, asking: Asking):
-  """Where a run stopped early, its newest step is not its result: says which --step=best reads."""
+  """Where a run stopped early, its newest step is not its result: says which --step=best reads;
+  where it is training now, that its newest step is not its last."""
   workdir, available = _workdir_of(directory), steps(directory)
+  if available and (pid := workdir_lock.live_holder(workdir)):
+    logging.warning('%s is training now (pid %s): its newest checkpoint, step %d, is read, not '
+                    'its final one', workdir, pid, available[-1])
   run = last_run_config(workdir)
   if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
     return

@@ -128,6 +128,28 @@ def _acquire_remote(workdir: str, lock: remote_lock.RemoteLock) -> Exception | N
   return None if who is None else _in_use(workdir, who)
 
 
+def live_holder(workdir: str) -> str:
+  """'' or the pid of the process holding a local workdir's lock now (a run training there), as
+  the kernel lists its locks (/proc/locks): no lock is taken, so a run starting meanwhile is
+  never refused. '' where that cannot be told (a bucket, another OS)."""
+  if files.is_remote(workdir):
+    return ''
+  try:
+    held = os.stat(os.path.join(workdir, LOCK_NAME))  # local: as above
+    with open('/proc/locks', encoding='ascii') as f:  # local: the kernel's table
+      table = f.read().splitlines()
+  except OSError:
+    return ''
+  for line in table:  # '1: FLOCK  ADVISORY  WRITE 4242 fe:00:1234 0 EOF' ('->': a waiter)
+    parts = line.split()
+    if 'FLOCK' in parts and '->' not in parts and len(parts) >= 6:
+      pid, (major, minor, inode) = parts[-4], (parts[-3].split(':') + ['', '', ''])[:3]
+      if (inode.isdigit() and int(inode) == held.st_ino and major and minor
+          and os.makedev(int(major, 16), int(minor, 16)) == held.st_dev):
+        return pid
+  return ''
+
+
 @contextlib.contextmanager
 def locked(workdir: str):
   """Holds the workdir's lock (process 0) for the duration of the block; every process of a

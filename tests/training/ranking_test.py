@@ -3,6 +3,7 @@ patience. (best_checkpoint_test runs jobs on one device for the rest.)"""
 
 import json
 import math
+import os
 
 import best_checkpoint_test
 
@@ -62,3 +63,22 @@ def test_a_metric_of_nan_is_written_as_strict_json_and_read_back_as_nan(tmp_path
   run_files.write_json(ended / 'eval_results.json', {'pearson': nan, 'loss': 0.5})
   step, metrics = run_files.last_eval(ended, 3, 3)
   assert step == 3 and metrics['loss'] == 0.5 and math.isnan(metrics['pearson'])
+
+
+def test_a_reader_of_a_run_training_now_says_its_newest_step_is_not_its_last(tmp_path,
+                                                                             monkeypatch):
+  """Hostile pass of session 36 (user files, 15): predict on a run still training read its
+  newest step without a word that the run goes on."""
+  import log_records  # noqa: PLC0415
+
+  from bertjax.training import workdir_lock  # noqa: PLC0415
+  _save_ranked(tmp_path, {1: 0.5, 2: 0.4})
+  lines = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
+  checkpoint_reader.resolve_step(tmp_path, None)
+  assert not lines and workdir_lock.live_holder(str(tmp_path)) == ''  # Ended: nothing said.
+  with workdir_lock.locked(str(tmp_path)):
+    assert workdir_lock.live_holder(str(tmp_path)) == str(os.getpid())
+    checkpoint_reader.resolve_step(tmp_path, None)
+    checkpoint_reader.resolve_step(tmp_path, 2)  # A step asked by number: nothing to say.
+  assert lines == [f'{tmp_path} is training now (pid {os.getpid()}): its newest checkpoint, '
+                   'step 2, is read, not its final one']
