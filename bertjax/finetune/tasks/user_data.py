@@ -10,8 +10,10 @@ Every row keeps where it came from (`file:line`), so every error names it. Rules
   columns) unless `data.format` says otherwise, and the content must agree with it (the rows
   are read by user_formats.py);
 * a field that is missing is an error naming the file, the line and the fields there are;
-* an empty text is skipped and counted in training data (a scraped corpus has some), and is an
-  error in eval and test data (every example there must be scored);
+* an empty text (a CSV / TSV row of only separators too, and a text of only invisible
+  characters: zero-width, control, which the model would read as the empty text) is skipped and
+  counted in training data (a scraped corpus has some), and is an error in eval and test data
+  (every example there must be scored);
 * labels are whatever strings the data holds (numbers for regression); an eval or test label
   that training never had is an error listing the ones it had (user_labels.py).
 """
@@ -27,9 +29,26 @@ from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import user_formats
 from bertjax.finetune.tasks import user_labels
+from bertjax.pretraining_data import text_input
 
 Example = glue.Example
-Sentence = conll.Sentence
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence(conll.Sentence):
+  """conll's sentence with where it was read, so that an error names it: `file:line` of its
+  first word (its JSON row), and each word's line. Not compared: a sentence is its words and
+  tags."""
+
+  guid: str = dataclasses.field(default='', compare=False)
+  lines: tuple[int, ...] = dataclasses.field(default=(), compare=False)
+
+  def where(self, index: int) -> str:
+    """`file:line (word N, 'word')` of word `index` ('' when not read from a file)."""
+    if not self.guid or not self.lines:
+      return ''
+    return (f'{self.guid.rpartition(":")[0]}:{self.lines[index]} (word {index + 1}, '
+            f'{self.words[index]!r})')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +79,20 @@ def _text(value) -> str:
   if value is None:
     return ''
   return value if isinstance(value, str) else str(value)
+
+
+def _visible(text) -> bool:
+  """Whether `text` holds a character the tokenizer keeps: not only spaces and invisible ones
+  (zero-width, control: text_input.has_text's rule), which the model would read as the empty
+  text ([CLS] [SEP]), as bertjax.predict refuses them."""
+  return bool(text) and text_input.has_text(text)
+
+
+def _no_text(text) -> str:
+  """How an eval or test text without a visible character is said ('' when it has one)."""
+  return ('' if _visible(text) else 'is empty' if not text else
+          f'holds only invisible characters ({text[:20]!r}: zero-width, control), which the model '
+          'would read as the empty text')
 
 
 def _json_type(value) -> str:
@@ -94,13 +127,13 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
   records = user_formats.read_records(path, fmt)
   for number, record in records:
     texts = [_text_of(path, number, f, _field(path, number, record, f)).strip() for f in fields]
-    if not all(texts):
-      empty = fields[texts.index('')]
+    if not all(map(_visible, texts)):
       if is_training:
         skipped['empty_text'] += 1
         continue
-      raise ValueError(f'{path}:{number}: field {empty!r} is empty: every eval and test example '
-                       'must have its text (remove the row or fill it in).')
+      empty = next(i for i, text in enumerate(texts) if not _visible(text))
+      raise ValueError(f'{path}:{number}: field {fields[empty]!r} {_no_text(texts[empty])}: every '
+                       'eval and test example must have its text (remove the row or fill it in).')
     label = None
     # A test file's rows may each have a label or none (missing, empty: no gold answer).
     if require_labels or _text(record.get(label_field)).strip():
@@ -134,35 +167,65 @@ def read_tagged(path, *, fmt: str = '', token_column: int = 0, tag_column: int =
   the word and tag columns are config.data.token_column / tag_column (negative from the end).
   Every word line must have the columns of the file's first one (columns are separated by
   spaces or tabs; TSV: by tabs). Tags are strings; a file mixing chunk tags (B-X) with other
-  tags than O is an error unless `tag_scheme` is 'plain'.
+  tags than O is an error unless `tag_scheme` is 'plain'. Each sentence is named `file:line`
+  (its first word's line, its JSON row). A sentence without a visible word (only zero-width or
+  control characters) is skipped and counted in training data, an error in eval and test data.
 
   require_labels=False (test data) keeps the tags a file has and gives a file without them
-  (JSONL without the tags field in its first row, a column file of one column) the tag None
-  for every word: no gold, never invented.
+  (JSONL without the tags field, a column file of one column) the tag None for every word: no
+  gold, never invented. A JSONL file with tags in some rows and not in others is an error.
   """
   path = user_formats.check_file(path)
+  source = user_formats.said_by(fmt)
   fmt = user_formats.format_of(path, fmt, allowed=('conll', 'jsonl', 'tsv'))
   text = user_formats.file_text(path)
-  user_formats.check_content(path, 'conll' if fmt == 'tsv' else fmt, text)
+  # A column file has no header: its first line is a word's (a TSV word line may lack a tab).
+  user_formats.check_content(path, fmt, text, source, header=False)
   scheme = user_labels.TagScheme(path, tag_scheme)
   if fmt == 'jsonl':
     sentences, skipped = _tagged_records(path, tokens_field, tags_field, scheme, is_training,
-                                         require_labels)
+                                         require_labels, source)
   else:
     sentences, skipped = _tagged_lines(path, text, fmt, token_column, tag_column, scheme,
-                                       require_labels), collections.Counter()
+                                       is_training, require_labels)
   return _nonempty(path, sentences, skipped)
 
 
-def _tagged_records(path, tokens_field, tags_field, scheme, is_training, require_labels):
+def _add_sentence(sentences, skipped, path, lines, words, tags, is_training):
+  """Appends a sentence whose words are at `lines` (one each) that has a visible word; one
+  without is skipped and counted in training, an error in eval and test (predict refuses it)."""
+  number = lines[0]
+  if not any(map(_visible, words)):
+    if not is_training:
+      raise ValueError(f'{path}:{number}: the sentence {_no_text(" ".join(words).strip())}: '
+                       'every eval and test sentence must have its words.')
+    skipped['empty_text'] += 1
+    return
+  sentences.append(Sentence(tuple(words), tuple(tags), f'{files.name(path)}:{number}',
+                            tuple(lines)))
+
+
+def _tagged_records(path, tokens_field, tags_field, scheme, is_training, require_labels,
+                    source):
   """read_tagged's JSONL: (sentences, skipped) of rows with a tokens list and a tags list."""
   sentences, skipped = [], collections.Counter()
-  records = user_formats.read_records(path, 'jsonl')
-  # As read_texts: the first row says whether the file has tags; then every row needs them.
-  has_tags = require_labels or any(tags_field in r for _, r in records[:1])
+  records = user_formats.read_records(path, 'jsonl', source)
+  first = None  # (line, has tags) of the first row, where tags are optional.
   for number, record in records:
     tokens = _field(path, number, record, tokens_field)
-    tags = _field(path, number, record, tags_field) if has_tags else None
+    if require_labels:
+      tags = _field(path, number, record, tags_field)
+      if tags is None:
+        raise ValueError(f'{path}:{number}: {tags_field!r} is null: every training and eval '
+                         'sentence needs its tags (a list, one per token).')
+    else:  # Tags all or none: a file read as untagged from its first row dropped later gold.
+      tags = record.get(tags_field)
+      first = first or (number, tags is not None)
+      if (tags is not None) != first[1]:
+        has, other = ('has', 'has none') if tags is not None else ('has no', 'has them')
+        raise ValueError(f'{path}:{number}: the row {has} {tags_field!r}, but line {first[0]} '
+                         f'{other}: a file\'s rows have tags all or none (gold tags in some rows '
+                         'would be dropped or missing): write them in every row, or in none.')
     if not isinstance(tokens, list) or (tags is not None and not isinstance(tags, list)):
       raise ValueError(f'{path}:{number}: {tokens_field!r} and {tags_field!r} must be lists.')
     if tags is not None and len(tags) != len(tokens):
@@ -183,22 +246,24 @@ def _tagged_records(path, tokens_field, tags_field, scheme, is_training, require
         continue
       raise ValueError(f'{path}:{number}: an empty token list or token: every eval and test '
                        'sentence must have its words.')
-    tokens = tuple(_text(t).strip() for t in tokens)
-    sentences.append(Sentence(tokens, tuple(t.strip() for t in tags) if tags is not None
-                              else (None,) * len(tokens)))
+    _add_sentence(sentences, skipped, path, [number] * len(tokens),
+                  [_text(t).strip() for t in tokens],
+                  [t.strip() for t in tags] if tags is not None else [None] * len(tokens),
+                  is_training)
   return sentences, skipped
 
 
-def _tagged_lines(path, text, fmt, token_column, tag_column, scheme, require_labels):
-  """read_tagged's column files (CoNLL, TSV): the sentences, one word per line."""
-  sentences, words, tags = [], [], []
+def _tagged_lines(path, text, fmt, token_column, tag_column, scheme, is_training,
+                  require_labels):
+  """read_tagged's column files (CoNLL, TSV): (sentences, skipped), one word per line."""
+  sentences, skipped, words, tags, lines = [], collections.Counter(), [], [], []
   width = None  # (columns, line) of the first word line.
   for number, line in enumerate(paths.split_lines(text), 1):
     columns = line.split('\t') if fmt == 'tsv' else _columns(line)
     if not line.strip() or columns[0].strip() == '-DOCSTART-':
       if words:
-        sentences.append(Sentence(tuple(words), tuple(tags)))
-        words, tags = [], []
+        _add_sentence(sentences, skipped, path, lines, words, tags, is_training)
+        words, tags, lines = [], [], []
       continue
     width = width or (len(columns), number)
     if len(columns) != width[0]:
@@ -221,9 +286,10 @@ def _tagged_lines(path, text, fmt, token_column, tag_column, scheme, require_lab
       scheme.add(number, tag)
     words.append(word)
     tags.append(tag)
+    lines.append(number)
   if words:
-    sentences.append(Sentence(tuple(words), tuple(tags)))
-  return sentences
+    _add_sentence(sentences, skipped, path, lines, words, tags, is_training)
+  return sentences, skipped
 
 
 def _nonempty(path, items, skipped):
@@ -245,8 +311,11 @@ def read_swag(path, *, fmt='', is_training=True, require_labels=True):
   questions, skipped = [], collections.Counter()
   # SWAG's files are CSV: read as CSV whatever their name, but a .tsv (or data.format).
   default = 'tsv' if files.name(path).lower().endswith('.tsv') else 'csv'
+  named = fmt or files.name(path).lower().endswith(('.csv', '.tsv'))
   records = user_formats.read_records(path, user_formats.format_of(path, fmt or default,
-                                                                   ('csv', 'tsv')))
+                                                                   ('csv', 'tsv')),
+                                      user_formats.said_by(fmt) if named else
+                                      "task=swag (SWAG's CSV)")
   more = sorted(name for name in (records[0][1] if records else ()) if re.fullmatch(
       r'ending\d+', name) and name not in SWAG_FIELDS)
   if more:
@@ -257,6 +326,9 @@ def read_swag(path, *, fmt='', is_training=True, require_labels=True):
   for number, record in records:
     context, start, *endings = [_text(_field(path, number, record, f, _SWAG_NAMES)).strip()
                                 for f in SWAG_FIELDS]
+    if not any(_text(value).strip() for value in record.values()):  # A row of separators.
+      _add_question(questions, skipped, path, number, '', (), None, is_training)
+      continue
     label = _choice_label(path, number, _field(path, number, record, 'label', _SWAG_NAMES)
                           if require_labels else record.get('label'), len(endings),
                           require_labels)
@@ -267,11 +339,14 @@ def read_swag(path, *, fmt='', is_training=True, require_labels=True):
 
 
 def _add_question(questions, skipped, path, number, context, choices, label, is_training):
-  """Appends a complete question; one with an empty context or choice is skipped and counted
-  in training, an error (file:line) in eval and test."""
-  if not context or not all(choices):
+  """Appends a complete question; one with an empty context or choice (or one of only
+  invisible characters) is skipped and counted in training, an error (file:line) in eval and
+  test."""
+  if not _visible(context) or not all(map(_visible, choices)):
     if not is_training:
-      raise ValueError(f'{path}:{number}: an empty context or choice: every eval and test '
+      empty = next(text for text in (context, *choices) if not _visible(text))
+      said = f' (one {_no_text(empty)})' if empty else ''
+      raise ValueError(f'{path}:{number}: an empty context or choice{said}: every eval and test '
                        'question must be complete.')
     skipped['empty_text'] += 1
     return
@@ -305,10 +380,12 @@ def read_choices(path, *, fmt='', context_field='context', choices_field='choice
   path = user_formats.check_file(path)
   questions, skipped = [], collections.Counter()
   num_choices, first = None, None
+  named = fmt or files.name(path).lower().endswith(('.jsonl', '.json', '.ndjson'))
+  source = user_formats.said_by(fmt) if named else 'task=multiple_choice (JSON lines)'
   fmt = user_formats.format_of(path, fmt or 'jsonl', ('jsonl',))
   names = (f'task=multiple_choice reads the fields {context_field}, {choices_field} and '
            f'{label_field} (task=swag reads SWAG\'s CSV).')
-  for number, record in user_formats.read_records(path, fmt):
+  for number, record in user_formats.read_records(path, fmt, source):
     context = _text_of(path, number, context_field,
                        _field(path, number, record, context_field, names)).strip()
     choices = _field(path, number, record, choices_field, names)

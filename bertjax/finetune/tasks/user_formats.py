@@ -71,25 +71,39 @@ def _first_line(text: str) -> tuple[int, str]:
   return 0, ''
 
 
-def check_content(path, fmt, text):
-  """An error when the content is plainly another format than the one `fmt` names."""
+def said_by(fmt: str) -> str:
+  """What names a file's format: `fmt` as config.data.format, or the extension when unset."""
+  return f'config.data.format={fmt!r}' if fmt else 'the extension'
+
+
+def check_content(path, fmt, text, source='the extension', header=True):
+  """An error when the content is plainly another format than the one `fmt` names; `source`
+  says what named it (said_by's), `header`: the first line is a CSV / TSV header."""
   number, line = _first_line(text)
   if not line:
     raise ValueError(f'{path} holds only blank lines: it holds no examples.')
   looks_json = line.lstrip().startswith(('{', '['))
-  fix = 'rename the file or set config.data.format'
+
+  def fix(found=''):  # What to do; `found`: the format the line looks like.
+    named = f' ({found})' if found else ''
+    if source == 'the extension':
+      return f'rename the file or set config.data.format{named}'
+    if source.startswith('config.'):
+      return f"set config.data.format to the file's format{named}, or to '' for the extension's"
+    return 'write the file in that format'
+
   if fmt == 'jsonl' and not looks_json:
-    raise ValueError(f'{path}:{number}: the extension says JSON lines but the line is not a '
-                     f'JSON object ({line[:60]!r}): {fix}.')
+    raise ValueError(f'{path}:{number}: {source} says JSON lines but the line is not a '
+                     f'JSON object ({line[:60]!r}): {fix()}.')
   if fmt in ('csv', 'tsv', 'conll') and looks_json:
-    raise ValueError(f'{path}:{number}: the extension says {fmt.upper()} but the line is JSON '
-                     f'({line[:60]!r}): {fix} (jsonl).')
-  if fmt == 'tsv' and '\t' not in line and ',' in line:
-    raise ValueError(f'{path}:{number}: the extension says TSV but the header has no tab and '
-                     f'has commas ({line[:60]!r}): it looks like CSV; {fix}.')
-  if fmt == 'csv' and ',' not in line and '\t' in line:
-    raise ValueError(f'{path}:{number}: the extension says CSV but the header has no comma and '
-                     f'has tabs ({line[:60]!r}): it looks like TSV; {fix}.')
+    raise ValueError(f'{path}:{number}: {source} says {fmt.upper()} but the line is JSON '
+                     f'({line[:60]!r}): {fix("jsonl")}.')
+  if header and fmt == 'tsv' and '\t' not in line and ',' in line:
+    raise ValueError(f'{path}:{number}: {source} says TSV but the header has no tab and '
+                     f'has commas ({line[:60]!r}): it looks like CSV; {fix()}.')
+  if header and fmt == 'csv' and ',' not in line and '\t' in line:
+    raise ValueError(f'{path}:{number}: {source} says CSV but the header has no comma and '
+                     f'has tabs ({line[:60]!r}): it looks like TSV; {fix()}.')
 
 
 class _RepeatedKey(Exception):
@@ -107,12 +121,19 @@ def _object(pairs) -> dict:
   return record
 
 
-def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
-  """(line number, {field: value}) of every data row of a CSV/TSV (with a header) or JSONL file."""
+def read_records(path, fmt: str = '', source='') -> list[tuple[int, dict]]:
+  """(line number, {field: value}) of every data row of a CSV/TSV (with a header) or JSONL file.
+
+  `fmt`: config.data.format's ('' for the extension's); `source`, when another than these named
+  it, what did (check_content's). Blank lines are no rows; a CSV / TSV row of only separators
+  and spaces (`,` or ` ,`) is one, every field empty: the reader skips and counts it in
+  training data and refuses it in eval and test data, as any empty text.
+  """
   path = check_file(path)
+  source = source or said_by(fmt)
   fmt = format_of(path, fmt)
   text = file_text(path)
-  check_content(path, fmt, text)
+  check_content(path, fmt, text, source)
   records = []
   if fmt == 'jsonl':
     for number, line in enumerate(paths.split_lines(text), 1):
@@ -121,8 +142,8 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
       try:
         record = json.loads(line, object_pairs_hook=_object)
       except json.JSONDecodeError as e:
-        raise ValueError(f'{path}:{number}: not valid JSON ({e.msg} at column {e.colno}): '
-                         'JSON lines hold one object per line.') from None
+        raise ValueError(f'{path}:{number}: not valid JSON ({paths.json_error(e)}): JSON '
+                         'lines hold one object per line.') from None
       except _RepeatedKey as e:
         raise ValueError(f'{path}:{number}: the key {e.args[0]!r} is written twice in one '
                          'object: write each field once.') from None
@@ -150,7 +171,9 @@ def read_records(path, fmt: str = '') -> list[tuple[int, dict]]:
                            'column name: the first line names the columns.')
         continue
       if not any(cell.strip() for cell in row):
-        continue
+        if len(row) > 1:  # Separators: a row with every field empty (its count aside).
+          records.append((number, dict.fromkeys(header, '')))
+        continue  # A blank line (or one of spaces) is no row.
       if len(row) != len(header):
         # TSV is read unquoted (QUOTE_NONE): quoting a field cannot hide a tab in it.
         fix = ('quote fields that hold the separator' if fmt == 'csv' else

@@ -11,12 +11,20 @@ import numpy as np
 def label_value(path, number, value, regression):
   if regression:
     try:
+      # Python's float reads 1_000 as 1000, where no CSV or JSON reader does.
+      if isinstance(value, str) and '_' in value:
+        raise ValueError
       label = float(value)
     except (TypeError, ValueError):
       raise ValueError(f'{path}:{number}: label {value!r} is not a number (regression '
-                       'labels are numbers).') from None
+                       'labels are numbers, written without _: 1000, not 1_000).') from None
     if not np.isfinite(label):
       raise ValueError(f'{path}:{number}: label {value!r} is not a finite number.')
+    with np.errstate(over='ignore'):
+      beyond = np.isinf(np.float32(label))
+    if beyond:  # Finite as a Python float, infinite as the float32 the model computes in.
+      raise ValueError(f'{path}:{number}: label {value!r} is beyond float32\'s range (about '
+                       '3.4e38), which the model computes in: scale the labels down.')
     return label
   if isinstance(value, (list, dict)):  # Its repr would become a class named "['negative']".
     kind = 'object' if isinstance(value, dict) else 'list'
@@ -30,6 +38,8 @@ def label_value(path, number, value, regression):
 
 
 def _as_number(label):
+  if isinstance(label, str) and '_' in label:  # float('1_0') is 10: '1_0' is not the number.
+    return None
   try:
     return float(label)
   except (TypeError, ValueError):
@@ -38,26 +48,33 @@ def _as_number(label):
 
 def check_spelling(path, number, label, spellings):
   """An error when `label` is a number another label of the file spells otherwise (`1` and
-  `1.0`, `01`): they would be two classes. `spellings`: number -> (label, line) seen first."""
+  `1.0`, `01`), or a label another one writes in another case (`pos` and `Pos`, `nan` and `NaN`):
+  they would be two classes. `spellings`: number or casefolded text -> (label, line) seen first."""
   first, line = _first_spelling(label, number, spellings)
   if first != label:
     raise _two_spellings(f'{path}:{number}', label, f'line {line}', first)
 
 
 def _first_spelling(label, where, spellings):
-  """(label, where) of the first label that is `label`'s number; `label` itself if none."""
+  """(label, where) of the first label that is `label`'s number, or `label` in any case;
+  `label` itself if none. NaN is told by its text: it equals no number, not even itself."""
   value = _as_number(label)
-  return (label, where) if value is None else spellings.setdefault(value, (label, where))
+  key = ('text', label.casefold()) if value is None or math.isnan(value) else value
+  return spellings.setdefault(key, (label, where))
 
 
 def _two_spellings(where, label, first_where, first) -> ValueError:
+  if label.casefold() == first.casefold():
+    return ValueError(f'{where}: label {label!r} is {first!r} at {first_where} in another case: '
+                      f'they would be two classes; write each label one way ({first!r}).')
   return ValueError(f'{where}: label {label!r} is the number that {first_where} writes '
                     f'{first!r}: they would be two classes; write every one of them {first!r}.')
 
 
 def labels_of(examples, *, attr='label') -> tuple[str, ...]:
   """The label set of training examples, sorted (numeric strings by value). A number spelled
-  two ways is an error across files (examples named `file:line`) as it is within one."""
+  two ways, or a label written in two cases, is an error across files (examples named
+  `file:line`) as it is within one."""
   spellings = {}
   for example in examples:
     label = getattr(example, attr)
@@ -118,16 +135,18 @@ def tags_of(sentences) -> tuple[str, ...]:
   return tuple(sorted(seen, key=key))
 
 
-def check_labels(labelled, labels, what: str):
+def check_labels(labelled, labels, what: str, dropped=(), dropped_fix=''):
   """An error for a label training never had, listing those it had; `labelled` yields
-  (where, labels of one example)."""
+  (where, labels of one example). `dropped`: labels the training file has that
+  config.data.max_train_examples left out (`dropped_fix` says what to do)."""
   known = set(labels)
   for where, values in labelled:
     for value in values:
       if value is not None and value not in known:
         same = [k for k in labels if _as_number(value) is not None and
-                _as_number(k) == _as_number(value)]
-        fix = (f'write it {same[0]!r} as training does' if same else
-               'fix the label or add training examples with it')
+                _as_number(k) == _as_number(value)] or [
+                    k for k in labels if str(k).casefold() == str(value).casefold()]
+        fix = (f'write it {same[0]!r} as training does' if same else dropped_fix
+               if value in dropped else 'fix the label or add training examples with it')
         raise ValueError(f'{where}: {what} label {value!r} never occurs in the training data, '
                          f'whose labels are {list(labels)}: {fix}.')

@@ -81,15 +81,43 @@ def _random_split(items, fraction, seed):
   return [items[i] for i in order[num_eval:]], [items[i] for i in order[:num_eval]]
 
 
-def _limit(items, maximum, sample=False):
+def _limit(items, maximum, sample=False, labels_of=None):
   """At most `maximum` items (None or -1: all): the first of items shuffled already; with
   `sample`, a fixed sample kept in file order, not the file's first rows (a file sorted by label
-  would lose whole labels). Fixed, not config.seed's: a resume with another seed reads the same."""
+  would lose whole labels). Fixed, not config.seed's: a resume with another seed reads the same.
+  With `labels_of` (an item's labels or tags), a label those left out is kept where `maximum`
+  allows (the label set is read from what is kept): _keep_every_label."""
   if maximum is None or maximum < 0 or maximum >= len(items):
     return items
   if not sample:
-    return items[:maximum]
-  return [items[i] for i in sorted(np.random.default_rng(0).permutation(len(items))[:maximum])]
+    chosen = list(range(maximum))
+  else:
+    chosen = sorted(np.random.default_rng(0).permutation(len(items))[:maximum].tolist())
+  if labels_of is not None:
+    chosen = _keep_every_label(items, chosen, labels_of)
+  return [items[i] for i in chosen]
+
+
+def _keep_every_label(items, chosen, labels_of):
+  """`chosen` (ascending indices into items) with the first item of each label it lacks in
+  place of the last chosen item whose every label another chosen item has too; as `chosen`
+  where it holds every label (so the runs that lost none read what they read before), and short
+  of some where there is no such item left (`maximum` below the number of labels)."""
+  counts = collections.Counter(label for i in chosen for label in set(labels_of(items[i])))
+  kept = set(chosen)
+  for i, item in enumerate(items):
+    labels = set(labels_of(item))
+    if i in kept or all(counts[label] for label in labels):
+      continue
+    spare = next((j for j in sorted(kept, reverse=True)
+                  if all(counts[label] > 1 for label in set(labels_of(items[j])))), None)
+    if spare is None:
+      break
+    kept.remove(spare)
+    counts.subtract(set(labels_of(items[spare])))
+    kept.add(i)
+    counts.update(labels)
+  return sorted(kept)
 
 
 def _split_by_text(split, items, key):
@@ -116,12 +144,15 @@ class _UserSplits:
   """Reads the user's train / eval / test files once; holds out an eval split when there is
   no eval file (stratified by label for classification, seeded random otherwise)."""
 
-  def __init__(self, name, data, seed, read_file, stratify, text_of, check=None):
+  def __init__(self, name, data, seed, read_file, stratify, text_of, check=None, labels_of=None):
     self.name, self.data, self.seed = name, data, seed
     self.files = user_files(data)
     self._read_file, self._stratify, self._cache = read_file, stratify, {}
     self._text_of = text_of  # An item's texts, normalised: copies are told by it.
     self._check = check  # Of the training items, before any is held out of them.
+    # An item's labels (or tags): max_train_examples keeps each where it can; those it could
+    # not keep are `dropped`, for the error of an eval label training then lacks.
+    self._labels_of, self.dropped = labels_of, frozenset()
     if 'train' not in self.files and not ('test' in self.files or 'validation' in self.files):
       raise ValueError(f'task={name}: set config.data.train_file (and eval_file, test_file) to '
                        'your data: CSV, TSV or JSON lines.')
@@ -164,11 +195,23 @@ class _UserSplits:
       items, held_out = _split_by_text(split, items, self._text_of)
       logging.info('%s: no eval_file, %d of its examples held out for eval (eval_fraction %g)',
                    self.files['train'], len(held_out), data.eval_fraction)
-    self._cache['train'] = (_limit(items, self.data.max_train_examples,
-                                   sample=held_out is None), skipped)
+    kept = _limit(items, self.data.max_train_examples, sample=held_out is None,
+                  labels_of=self._labels_of)
+    if self._labels_of is not None and len(kept) < len(items):
+      self.dropped = frozenset(label for item in items for label in self._labels_of(item)) - {
+          label for item in kept for label in self._labels_of(item)}
+    self._cache['train'] = (kept, skipped)
     if held_out is not None:  # Both shuffled by the split.
       self._cache['validation'] = (_limit(held_out, self.data.max_eval_examples),
                                    collections.Counter())
+
+  def check_labels(self, labelled, labels, split):
+    """user_labels.check_labels, saying so where max_train_examples left a label out."""
+    user_labels.check_labels(
+        labelled, labels, split, self.dropped,
+        f'config.data.max_train_examples={self.data.max_train_examples} kept no training '
+        'example of it, though the training file has some: raise max_train_examples (to one '
+        'example per label at least), or set it to -1 for all')
 
   def _warn_of_copies(self, items):
     trained = {self._text_of(item) for item in self._cache['train'][0]}
@@ -222,7 +265,8 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
 
   splits = _UserSplits(name, data, seed, read_file, stratify=not regression,
                        text_of=lambda e: labelled_split.normalised(e.text_a, e.text_b),
-                       check=None if regression or labels else check)
+                       check=None if regression or labels else check,
+                       labels_of=None if regression else lambda e: (e.label,))
   if regression:
     labels = ()
   elif not labels:
@@ -231,7 +275,7 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
   def read(split):
     examples, skipped = splits.read(split)
     if not regression and split != 'train':
-      user_labels.check_labels(((e.guid, (e.label,)) for e in examples), labels, split)
+      splits.check_labels(((e.guid, (e.label,)) for e in examples), labels, split)
     return examples, skipped
 
   def featurize(examples, tok, *, is_training):
@@ -303,8 +347,9 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
 
   if path_of is None:
     splits = _UserSplits(name, data, seed, read_file, stratify=False,
-                         text_of=lambda s: labelled_split.normalised(*s.words))
-    read_split = splits.read
+                         text_of=lambda s: labelled_split.normalised(*s.words),
+                         labels_of=lambda s: s.tags)
+    read_split, check_labels = splits.read, splits.check_labels
     eval_splits, test_splits = splits.eval_splits(), splits.test_splits()
     if not labels:
       labels = user_labels.tags_of(splits.train())
@@ -312,14 +357,17 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
     def read_split(split):
       return read_file(path_of(split), split == 'train', require_labels=True)
     eval_splits, test_splits = ('validation',), ('test',)
+    check_labels = user_labels.check_labels
   labels = tuple(labels)
   scheme = tag_scheme(data, labels)
 
   def read(split):
     sentences, skipped = read_split(split)
-    if split != 'train':
-      user_labels.check_labels(((f'{split} sentence {i} ({" ".join(s.words[:6])}...)', s.tags)
-                              for i, s in enumerate(sentences)), labels, split)
+    if split != 'train':  # Said at the word: its file:line.
+      check_labels(((getattr(s, 'where', lambda _: '')(j) or
+                     f'{split} sentence {i} ({" ".join(s.words[:6])}...)', (tag,))
+                    for i, s in enumerate(sentences) for j, tag in enumerate(s.tags)),
+                   labels, split)
     return sentences, skipped
 
   def featurize(sentences, tok, *, is_training):
