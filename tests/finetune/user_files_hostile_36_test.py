@@ -267,3 +267,22 @@ def test_a_raw_tab_in_a_jsonl_row_is_said_once_with_its_fix(tmp_path):
       f'{path}:1: not valid JSON (Invalid control character (a raw tab or line break inside a '
       'string: write it as \\t or \\n) at column 12): JSON lines hold one object per line.')):
     user_formats.read_records(str(path))
+
+
+def test_a_second_text_column_the_run_does_not_read_is_said(tmp_path, monkeypatch):
+  """Hostile pass of session 36, 4: text,text_b,label with text_fields=text trained on `text`
+  alone without a word."""
+  import log_records  # noqa: PLC0415
+
+  from bertjax import console  # noqa: PLC0415
+  from bertjax.finetune.tasks import user_data  # noqa: PLC0415
+  path = tmp_path / 'pairs.csv'
+  path.write_text('text,text_b,label\ngreat,awful,pos\nfine,bad,neg\n')
+  lines = log_records.recorded_warnings(monkeypatch, console)
+  monkeypatch.setattr(console, '_WARNED', set())
+  user_data.read_texts(str(path), fields=('text',), label_field='label')
+  assert lines == [f"{path} has a field 'text_b' that config.data.text_fields=text does not "
+                   "read: the model reads 'text' alone; for text pairs set "
+                   '--config.data.text_fields=text,text_b']
+  user_data.read_texts(str(path), fields=('text', 'text_b'), label_field='label')
+  assert len(lines) == 1  # Read as a pair: nothing to say.

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import re
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.finetune.tasks import conll
@@ -125,6 +126,7 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
   path = user_formats.check_file(path)
   examples, skipped, spellings = [], collections.Counter(), {}
   records = user_formats.read_records(path, fmt)
+  _warn_of_an_unread_second_text(path, records, fields)
   for number, record in records:
     texts = [_text_of(path, number, f, _field(path, number, record, f)).strip() for f in fields]
     if not all(map(_visible, texts)):
@@ -151,6 +153,22 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
   if not examples:
     raise ValueError(f'{path} holds no usable examples ({dict(skipped) or "no data rows"}).')
   return examples, skipped
+
+
+# Field names of a pair's second text (GLUE's, ours): one of them beside a one-text model's field
+# holds a text it would never read.
+_SECOND_TEXTS = ('text_b', 'sentence2', 'text_pair', 'question2', 'hypothesis')
+
+
+def _warn_of_an_unread_second_text(path, records, fields):
+  if len(fields) != 1:
+    return
+  unread = next((name for name in _SECOND_TEXTS if name != fields[0] and any(
+      _text(record.get(name)).strip() for _, record in records[:100])), None)
+  if unread:
+    console.warn_once('%s has a field %r that config.data.text_fields=%s does not read: the '
+                      'model reads %r alone; for text pairs set --config.data.text_fields=%s,%s',
+                      path, unread, fields[0], fields[0], fields[0], unread)
 
 
 def _columns(line: str) -> list[str]:

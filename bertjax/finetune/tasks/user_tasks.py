@@ -177,11 +177,8 @@ class _UserSplits:
       return
     if 'train' not in self.files:
       raise ValueError(f'task={self.name}: config.data.train_file is empty: training needs it.')
+    # Its skipped rows are said once, by the job (job_setup.featurized), with every split's.
     items, skipped = self._read_split('train', is_training=True)
-    if skipped:
-      logging.warning('%s: skipped %s', self.files['train'],
-                      ', '.join(f'{v} rows with {k.replace("_", " ")}' for k, v in
-                                sorted(skipped.items())))
     if self._check:
       self._check(items)
     held_out = None
