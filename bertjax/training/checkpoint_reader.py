@@ -1,20 +1,17 @@
 """The one checked way a tool that only reads a run (predict, export, extract_features, eval,
 init_from) loads its checkpoint: the same checks as training's restore, and nothing written.
 
-A location is a workdir, its checkpoints/ folder or one checkpoints/<step>. The newest step is
-read unless a step is named (`step=` or a step folder): every reader takes the same values,
-resolved here by `resolve_step`: 'latest' (or None), 'best' (the step the run ranked best at
-its evals, as each eval step's meta item records it) or a step number. Every array is checked
-against the digest its meta item recorded. A newest step that cannot be read (damaged bytes, a
-missing or truncated _METADATA, a digest that disagrees) is skipped with a warning naming it and
-the previous one is read instead; a step named by the user is never replaced by another. Unlike
-training's restore nothing is moved aside: a reader may share the workdir with a live run, and
-the run that wrote a damaged step is the one to deal with it. Only a reader's own errors
-(memory, permissions, no network) stop the read. A step that disappears while it
-is read (the live run's keep policy deleted it) sends the reader back to the newest step.
-
-A location may be a URL (gs://bucket/run) as well as a local path: the listing of steps and the
-meta items go through bertjax.files, the arrays through orbax (which reads URLs itself).
+A location (a local path or a URL: steps and meta items through bertjax.files, arrays through
+orbax) is a workdir, its checkpoints/ folder or one checkpoints/<step>. The newest step is read
+unless a step is named (`step=` or a step folder); `resolve_step` reads every reader's values:
+'latest' (or None), 'best' (the step the run ranked best, as each eval step's meta item records
+it) or a number. Every array is checked against the digest its meta item recorded. A newest step
+that cannot be read (damaged bytes, a missing or truncated _METADATA, a digest that disagrees) is
+skipped with a warning naming it and the previous one read; a step the user named is never
+replaced. Unlike training's restore nothing is moved aside: a reader may share the workdir with a
+live run (which deals with what it wrote damaged, and whose keep policy may delete a step being
+read: the reader goes back to the newest). Only a reader's own errors (memory, permissions, no
+network) stop the read.
 """
 
 import dataclasses
