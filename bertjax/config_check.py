@@ -427,7 +427,7 @@ def _check_data(c: _Checker, job):
 
 def export_formats(value: str) -> list[str]:
   """config.export_format's names: a comma list ('' = none asked)."""
-  return [name.strip() for name in value.split(',') if name.strip()]
+  return [name for name in format_names.names(value) if name]
 
 
 def _check_export_format(c: _Checker):

@@ -25,16 +25,19 @@ def meant(name: str) -> str | None:
   return close[0] if close else None
 
 
-def parse(value, *, empty_ok: bool = False) -> tuple[str, ...]:
+def names(value) -> tuple[str, ...]:
+  """The names of a comma list (or a list of names), stripped, empty ones kept: config.export_format
+  skips them ('' = none asked), --format refuses them (parse)."""
+  listed = value.split(',') if isinstance(value, str) else list(value or ())
+  return tuple(str(name).strip() for name in listed)
+
+
+def parse(value) -> tuple[str, ...]:
   """The formats `value` names: one name, a comma list, or a list of names, each once. Raises
-  with --format's words (the command's; keywords.named renames them for Python calls). With
-  `empty_ok` (config.export_format), empty names are skipped and none at all is ()."""
-  names = value.split(',') if isinstance(value, str) else list(value or ())
-  formats = tuple(str(name).strip() for name in names)
+  with --format's words (the command's; keywords.named renames them for Python calls)."""
+  formats = names(value)
   given = ','.join(formats)
-  if empty_ok:
-    formats = tuple(fmt for fmt in formats if fmt)
-  elif '' in formats and len(formats) > 1:
+  if '' in formats and len(formats) > 1:
     raise ValueError(f'--format={given} holds an empty name: name each format once, '
                      'comma-separated (--format=hf,saved_model).')
   elif not formats or '' in formats:

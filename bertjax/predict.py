@@ -325,14 +325,16 @@ def _define_flags():
 def _check_input_file(path: str):
   """Refuses a CSV or TSV file: predict reads one input per line, so its header would be an input
   and every row's other columns part of its text."""
-  name = files.name(path or '').lower().removesuffix('.gz')
+  name = files.name(path or '').lower()
+  for packed in ('.gz', '.bz2', '.xz'):
+    name = name.removesuffix(packed)
   if name.endswith(('.csv', '.tsv')):
     raise ValueError(f'--input_file={path} is a {name[-3:].upper()} file, but predict reads one '
                      'input per line (a text, `text_a ||| text_b`, or a JSON object), so its '
-                     'header and every column would be read as text: write the texts one per '
-                     'line, or score the file as the run read its own with bertjax.main, the '
-                     "run's --config and --workdir, --config.mode=predict and "
-                     f'--config.data.predict_file={path}.')
+                     'header and every column would be read as text: score the file as the run '
+                     "read its own with bertjax.main, the run's --config and --workdir, "
+                     f'--config.mode=predict and --config.data.predict_file={path}; or, if it '
+                     'holds one input per line and no header, name it .txt.')
 
 
 def main(argv):

@@ -109,7 +109,7 @@ def _texts(where, item, parts, labels, data, text_pairs):
           parts.append(_string(where, item, names[1]))
         # A second text under another pair's name ({"text": ..., "text_b": ...}) is one, not
         # dropped: a one-text model refuses it below.
-        second = [k for k in ('text_b', 'sentence2') if k not in names and item.get(k) is not None]
+        second = [k for k in user_data.SECOND_TEXTS if k not in names and item.get(k) is not None]
         if len(parts) == 1 and second:
           parts.append(_string(where, item, second[0]))
         break

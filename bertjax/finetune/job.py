@@ -303,7 +303,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                                                      sorted(metrics.items())))
         shown += [(f'{split} {k}', metrics[k]) for k in sorted(
             metrics, key=lambda k: (k != task.main_metric, k))]
-        if cfg.data.get('max_eval_examples', -1) >= 0:  # A part of the eval set: how much.
+        if cfg.data.max_eval_examples >= 0:  # A part of the eval set: how much.
           shown.append((f'{split} examples (the first {cfg.data.max_eval_examples})',
                         len(examples)))
       else:

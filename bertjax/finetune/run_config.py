@@ -348,19 +348,17 @@ def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
   the run's own files as they were; for a file the run did not name, or its eval or test file
   edited since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`);
-  for the first N eval examples of a run that evaluated others, `-firstN`: scoring another file
-  or part of one keeps the earlier results."""
-  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, run, mode)
+  for the first N eval examples, `-firstN`: scoring another file or part of one keeps the earlier
+  results."""
+  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode)
           + _threshold_suffix(cfg, run))
 
 
-def _part_suffix(cfg, run: dict | None, mode: str) -> str:
-  """`-firstN` where mode=eval scores the first N of its eval examples (data.max_eval_examples)
-  and the run evaluated another number of them."""
+def _part_suffix(cfg, mode: str) -> str:
+  """`-firstN` where mode=eval scores the first N of its eval examples (data.max_eval_examples):
+  never the folder of an eval of them all."""
   asked = init_from.lookup(cfg, 'data.max_eval_examples')
-  if mode != 'eval' or asked is None or asked < 0:
-    return ''
-  return '' if asked == init_from.lookup(run or {}, 'data.max_eval_examples') else f'-first{asked}'
+  return f'-first{asked}' if mode == 'eval' and asked is not None and asked >= 0 else ''
 
 
 def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:

@@ -103,15 +103,19 @@ def usable_files(paths, skips):
         skips.add('not_a_file', path)
     elif files_lib.size(path) == 0:
       skips.add('empty_file', path)
-    elif path.endswith('.json') and file_set.report_at(path) is not None:
-      skips.add('data_report', f'{path} (the report of a set this tool wrote, not text: narrow '
-                '--input_file to the text files)')
     else:
       with compressed_text.open_input(path) as (f, _):
         try:
           head = f.read(_SNIFF_BYTES)
         except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
+          continue
+        # A shard set's report (small; its tool named in its first lines), read whole only
+        # then: a corpus of large .json files is not read twice.
+        if (path.endswith('.json') and b'create_pretraining_data' in head[:4096]
+            and file_set.report_at(path) is not None):
+          skips.add('data_report', f'{path} (the report of a create_pretraining_data set, not '
+                                   'text: narrow --input_file to the text files)')
           continue
         if compressed_text.not_read(head):
           skips.add('binary_file', f'{path} ({compressed_text.not_read(head)}, which is not '
@@ -229,14 +233,17 @@ def _opened(path):
   """compressed_text.open_input, its errors said with what to do: a file gone since the run
   checked it, or a compressed one cut short (read to its end only now)."""
   try:
-    with compressed_text.open_input(path) as opened:
-      yield opened
+    with compressed_text.open_input(path) as (f, stored):
+      try:
+        yield f, stored
+      except compressed_text.DAMAGED_COMPRESSED as e:
+        if f is stored:  # A plain file's read error (I/O, network) is said as it is.
+          raise
+        raise ValueError(f'{path} is damaged ({e}): fetch or compress it again, or leave it '
+                         'out of --input_file') from None
   except FileNotFoundError:
     raise FileNotFoundError(f'{path} was deleted or moved while the run read its input: put it '
                             'back and rerun, or leave it out of --input_file') from None
-  except compressed_text.DAMAGED_COMPRESSED as e:
-    raise ValueError(f'{path} is damaged ({e}): fetch or compress it again, or leave it out of '
-                     '--input_file') from None
 
 
 class Encoder:

@@ -83,9 +83,12 @@ def resolve(file_pattern) -> FileSet:
   files = list_files(file_pattern)
   reports, counts, covered, report_files = {}, {}, set(), set()
   contributions = {}  # pattern -> {report path: the files of its set that it matches}
+  bare = set()  # Folders with no report: their files are read unchecked.
   for directory in sorted({os.path.dirname(f) for f in files}):
     beside = reports_in(directory)
     report_files.update(beside)
+    if not beside:
+      bare.add(directory)
     for report_path, report in sorted(beside.items()):
       listed = [os.path.join(directory, os.path.basename(o)) for o in report['output_files']]
       wanted = [p for p in listed if any(fnmatch.fnmatchcase(p, pat) for pat in patterns)]
@@ -122,14 +125,9 @@ def resolve(file_pattern) -> FileSet:
           f'{len(strays)} file(s) match {file_pattern!r} but no report beside them lists them '
           f'({", ".join(strays[:3])}): leftovers of another run? Move them away or narrow the '
           'pattern')
-  unchecked = [f for f in files if f not in covered and f not in report_files]
-  if reports and unchecked:  # Another folder's files, with no report: made with any vocab.
-    raise ValueError(
-        f'{len(unchecked)} file(s) match {file_pattern!r} with no create_pretraining_data report '
-        f'beside them ({", ".join(unchecked[:3])}), while the rest are checked against their '
-        'reports (vocab, length, masking): files made with another vocab would train unseen. '
-        'Put each set beside its report (the <output_file>.json create_pretraining_data wrote), '
-        'or train on the unreported files alone')
+  unchecked = [f for f in files if os.path.dirname(f) in bare]
+  if reports and unchecked:  # Beside checked sets: said, as they could be made otherwise.
+    _warn_once(file_pattern, unchecked)
   for pattern, sets in contributions.items():
     if len(sets) > 1:
       _warn_sets_merged(pattern, sets)
@@ -141,6 +139,19 @@ def resolve(file_pattern) -> FileSet:
 
 
 _WARNED = set()  # (pattern, its reports) warned about: once per process, not per read.
+
+
+def _warn_once(pattern, unchecked):
+  """Files in folders without a report, matched beside checked sets: read (the original tool's
+  shards have none), but said, since their vocab, length and masking are not compared."""
+  if (pattern, 'unchecked') in _WARNED:
+    return
+  _WARNED.add((pattern, 'unchecked'))
+  logging.warning('%d file(s) of %s have no create_pretraining_data report beside them (%s): '
+                  'they are read unchecked, while the other files are checked against their '
+                  'reports (vocab, length, masking); a set made with another vocab would train '
+                  'on wrong ids. Keep each set beside its <output_file>.json to check it',
+                  len(unchecked), pattern, ', '.join(unchecked[:3]))
 
 
 def _warn_sets_merged(pattern, sets):

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
@@ -355,8 +356,8 @@ def _say_if_stopped_early(directory, asking: Asking):
   where it is training now, that its newest step is not its last."""
   workdir, available = _workdir_of(directory), steps(directory)
   if available and (pid := workdir_lock.live_holder(workdir)):
-    logging.warning('%s is training now (pid %s): its newest checkpoint, step %d, is read, not '
-                    'its final one', workdir, pid, available[-1])
+    console.warn_once('%s is training now (pid %s): its newest checkpoint, step %d, is read, '
+                      'not its final one', workdir, pid, available[-1])  # Once: eval asks twice.
   run = last_run_config(workdir)
   if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
     return

@@ -20,11 +20,20 @@ SCORE_LIKE = ('accuracy', 'f1', 'exact', 'pearson', 'spearman', 'mcc', 'matthews
 MODES = ('max', 'min')
 
 
+def known_mode(metric: str) -> str | None:
+  """'min' for a loss-like name, 'max' for a score-like one, None where its name does not say
+  (a count, SQuAD's null-odds `*_thresh`)."""
+  name = metric.rsplit('/', 1)[-1].lower()
+  if 'thresh' in name:
+    return None
+  if any(part in name for part in LOSS_LIKE):
+    return 'min'
+  return 'max' if any(part in name for part in SCORE_LIKE) else None
+
+
 def best_mode(metric: str, mode: str = '') -> str:
-  """'max' or 'min' for `metric`: `mode` when given, else 'min' for loss-like names."""
-  if mode:
-    return mode
-  return 'min' if any(part in metric.rsplit('/', 1)[-1] for part in LOSS_LIKE) else 'max'
+  """'max' or 'min' for `metric`: `mode` when given, else its known way (known_mode), else max."""
+  return mode or known_mode(metric) or 'max'
 
 
 def rank(value, step: int, mode: str) -> tuple:
@@ -76,10 +85,7 @@ def check_best_metric(metric: str, names, mode: str = ''):
   if names and metric not in names:
     raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
                      f'job; valid: {", ".join(names)}.')
-  name = metric.rsplit('/', 1)[-1].lower()
-  known = (None if 'thresh' in name else  # SQuAD v2.0's best_*_thresh: a null-odds cut.
-           'min' if any(part in name for part in LOSS_LIKE) else
-           'max' if any(part in name for part in SCORE_LIKE) else None)
+  known = known_mode(metric)
   if mode and known and mode != known:
     raise ValueError(f'config.checkpoint.best_mode={mode!r}: {metric} is better '
                      f'{"lower" if known == "min" else "higher"}, so the run would keep (and '

@@ -135,7 +135,7 @@ def live_holder(workdir: str) -> str:
   if files.is_remote(workdir):
     return ''
   try:
-    held = os.stat(os.path.join(workdir, LOCK_NAME))  # local: as above
+    held = os.stat(os.path.join(workdir, LOCK_NAME))  # local: a bucket was answered above
     with open('/proc/locks', encoding='ascii') as f:  # local: the kernel's table
       table = f.read().splitlines()
   except OSError:

@@ -79,14 +79,15 @@ def test_a_classification_label_with_an_underscore_is_no_number(tmp_path):
 
 
 @pytest.mark.parametrize('split, name, content', [
-    ('validation', 'eval.csv', 'text,label\nhello,a\n ,\n'),
-    ('validation', 'eval.csv', 'text,label\nhello,a\n,\n'),
-    ('validation', 'eval.tsv', 'text\tlabel\nhello\ta\n\t\n'),
-    ('test', 'test.csv', 'text,label\nhello,\n,\n'),
+    ('validation', 'eval.csv', 'text,label\nhello,a\n ,\nbye,a\n'),
+    ('validation', 'eval.csv', 'text,label\nhello,a\n,\nbye,a\n'),
+    ('validation', 'eval.tsv', 'text\tlabel\nhello\ta\n\t\nbye\ta\n'),
+    ('test', 'test.csv', 'text,label\nhello,\n,\nbye,\n'),
 ])
 def test_a_row_of_separators_in_eval_or_test_data_is_refused(tmp_path, split, name, content):
   """Hostile pass of session 36, 9: a row of only separators and spaces was dropped uncounted,
-  where README refuses an empty text in eval and test data."""
+  where README refuses an empty text in eval and test data. Such rows at the end (a
+  spreadsheet's export pads its last rows) are no rows, as blank lines are."""
   (tmp_path / name).write_text(content)
   flag = 'eval_file' if split == 'validation' else 'test_file'
   task = registry.get_task('classification', _data(
@@ -94,6 +95,15 @@ def test_a_row_of_separators_in_eval_or_test_data_is_refused(tmp_path, split, na
   assert _error(lambda: task.read(split)) == (
       f"{tmp_path / name}:3: field 'text' is empty: every eval and test example must have its "
       'text (remove the row or fill it in).')
+
+
+def test_rows_of_separators_at_the_end_are_no_rows(tmp_path):
+  """Review of session 36: a spreadsheet's export ends with rows of only separators (`,,`);
+  refused in eval data they would fail a common file."""
+  (tmp_path / 'eval.csv').write_text('text,label\nhello,a\nbye,b\n,\n ,\n')
+  task = registry.get_task('classification', _data(
+      train_file=str(_train_csv(tmp_path)), eval_file=str(tmp_path / 'eval.csv')))
+  assert [e.text_a for e in task.read('validation')[0]] == ['hello', 'bye']
 
 
 def test_a_row_of_separators_in_training_data_is_skipped_and_counted(tmp_path):

@@ -29,7 +29,7 @@ def test_an_earlier_sets_report_in_the_input_glob_is_skipped_not_read_as_text(co
   assert second['counts']['documents'] == first['counts']['documents'] == 40
   assert second['input_files'] == [str(tmp_path / 'small.txt')]
   assert second['skipped']['counts'] == {'binary_file': 1, 'data_report': 1}
-  assert any('train.json (the report of a set this tool wrote, not text' in place
+  assert any('train.json (the report of a create_pretraining_data set, not text' in place
              for place in json.dumps(second['skipped']).split('"'))
 
 

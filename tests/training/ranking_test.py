@@ -71,14 +71,17 @@ def test_a_reader_of_a_run_training_now_says_its_newest_step_is_not_its_last(tmp
   newest step without a word that the run goes on."""
   import log_records  # noqa: PLC0415
 
+  from bertjax import console  # noqa: PLC0415
   from bertjax.training import workdir_lock  # noqa: PLC0415
   _save_ranked(tmp_path, {1: 0.5, 2: 0.4})
-  lines = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
+  lines = log_records.recorded_warnings(monkeypatch, console)
+  monkeypatch.setattr(console, '_WARNED', set())
   checkpoint_reader.resolve_step(tmp_path, None)
   assert not lines and workdir_lock.live_holder(str(tmp_path)) == ''  # Ended: nothing said.
   with workdir_lock.locked(str(tmp_path)):
     assert workdir_lock.live_holder(str(tmp_path)) == str(os.getpid())
     checkpoint_reader.resolve_step(tmp_path, None)
+    checkpoint_reader.resolve_step(tmp_path, None)  # Asked again (mode=eval does): said once.
     checkpoint_reader.resolve_step(tmp_path, 2)  # A step asked by number: nothing to say.
   assert lines == [f'{tmp_path} is training now (pid {os.getpid()}): its newest checkpoint, '
                    'step 2, is read, not its final one']

@@ -156,14 +156,14 @@ def read_texts(path, *, fields, label_field: str, fmt: str = '', regression=Fals
 
 
 # Field names of a pair's second text (GLUE's, ours): one of them beside a one-text model's field
-# holds a text it would never read.
-_SECOND_TEXTS = ('text_b', 'sentence2', 'text_pair', 'question2', 'hypothesis')
+# holds a text it would never read (training warns; predict reads it, and such a model refuses).
+SECOND_TEXTS = ('text_b', 'sentence2', 'text_pair', 'question2', 'hypothesis')
 
 
 def _warn_of_an_unread_second_text(path, records, fields):
   if len(fields) != 1:
     return
-  unread = next((name for name in _SECOND_TEXTS if name != fields[0] and any(
+  unread = next((name for name in SECOND_TEXTS if name != fields[0] and any(
       _text(record.get(name)).strip() for _, record in records[:100])), None)
   if unread:
     console.warn_once('%s has a field %r that config.data.text_fields=%s does not read: the '

@@ -189,4 +189,8 @@ def read_records(path, fmt: str = '', source='') -> list[tuple[int, dict]]:
           f'{path}:{start}: {e}: the row that starts there opens a quoted field read on to line '
           f'{reader.line_num}: close its quote, and double every quote inside it ("").') from None
     raise ValueError(f'{path}:{reader.line_num}: {e}') from None
+  # Rows of only separators at the end (`,,,`: a spreadsheet's export pads its last rows) are no
+  # rows, as blank lines are; before another row they are one with every field empty.
+  while records and not any(str(v).strip() for v in records[-1][1].values()):
+    records.pop()
   return records

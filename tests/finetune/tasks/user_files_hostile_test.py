@@ -243,7 +243,9 @@ def test_a_test_file_edited_or_a_part_of_the_eval_set_keeps_the_earlier_results(
   config.data.max_eval_examples = 3
   assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
   assert run_config.scored_folder(config, run, 'predict', 4).startswith('predict_step_4-tst')
-  run['data']['max_eval_examples'] = 3  # The run evaluated those 3: its own folder.
+  run['data']['max_eval_examples'] = 3  # The run evaluated those 3: still not all of them.
+  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
+  config.data.max_eval_examples = -1  # All of them: the eval's own folder.
   assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4'
 
 
