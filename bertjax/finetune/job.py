@@ -240,6 +240,15 @@ def _checkpoint_seen(workdir: str, step) -> str:
     return f'{type(e).__name__}: {e}'
 
 
+def _say_how_best_was_ranked(source, step, asked: str):
+  """--step=best with a best_metric other than the run ranked by: the run's ranking is read."""
+  ranked = (checkpoint_reader.read_meta(source).get('ranking') or {}).get('metric')
+  if checkpoint_reader.parse_step(step) == 'best' and ranked and asked not in ('', ranked):
+    logging.warning('--step=best reads the step the run ranked best by %s, as it trained: '
+                    'config.checkpoint.best_metric=%s ranks the evals of a run that trains '
+                    'with it, not of a trained one', ranked, asked)
+
+
 def run_predict(config, workdir: str, splits=None, step=None) -> list:
   """Writes predictions of the workdir's latest checkpoint, or of `step` ('best', 'latest' or a
   number: checkpoint_reader.resolve_step) (mode=eval: eval splits with metrics; mode=predict:
@@ -270,12 +279,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # nothing of the workdir written, cleaned or moved.
   model = sources.load(workdir, step=step)
   read_step = int(files.name(model.source))
-  ranked = (checkpoint_reader.read_meta(model.source).get('ranking') or {}).get('metric')
-  asked = cfg.checkpoint.best_metric
-  if checkpoint_reader.parse_step(step) == 'best' and ranked and asked not in ('', ranked):
-    logging.warning('--step=best reads the step the run ranked best by %s, as it trained: '
-                    'config.checkpoint.best_metric=%s ranks the evals of a run that trains '
-                    'with it, not of a trained one', ranked, asked)
+  _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
   params = init_from.place(
       init_from.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
                                   model.source),

@@ -357,6 +357,17 @@ def _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds):
                      f'TFDS dataset); got {"both" if input_file else "neither"}')
 
 
+def _checked_vocab(vocab_file, spm_model_file, do_lower_case) -> dict:
+  """The vocab, refused here, in the parent, before any worker starts, when it is missing, its
+  casing contradicts do_lower_case, or it lacks a token every instance needs."""
+  vocab = vocab_files.from_files(vocab_file or None, spm_model_file or None,
+                                 do_lower_case=do_lower_case).vocab
+  missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
+  if missing:
+    raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
+  return vocab
+
+
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
            do_lower_case=True, num_output_shards=0, num_workers=None, random_seed=12345,
            input_format=None, max_line_bytes=100_000, shuffle_buffer=10_000,
@@ -389,13 +400,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   skips = text_input.Skips()
   files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
                                 [vocab_file, spm_model_file], skips)
-  # Fails here, in the parent, on a missing vocab or one whose casing contradicts
-  # do_lower_case, before any worker starts.
-  vocab = vocab_files.from_files(vocab_file or None, spm_model_file or None,
-                                 do_lower_case=do_lower_case).vocab
-  missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
-  if missing:
-    raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
+  vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case)
   sizes = tuple(files_lib.size(f) for f in files)
   input_bytes = sum(sizes)
   # Both WordPiece paths give the same ids, so this choice changes only the speed. A TFDS

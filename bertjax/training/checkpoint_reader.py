@@ -25,7 +25,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
@@ -352,12 +351,10 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
 
 
 def _say_if_stopped_early(directory, asking: Asking):
-  """Where a run stopped early, its newest step is not its result: says which --step=best reads;
-  where it is training now, that its newest step is not its last."""
+  """Where a run stopped early or trains now, its newest step is not its result: says so."""
   workdir, available = _workdir_of(directory), steps(directory)
-  if available and (pid := workdir_lock.live_holder(workdir)):
-    console.warn_once('%s is training now (pid %s): its newest checkpoint, step %d, is read, '
-                      'not its final one', workdir, pid, available[-1])  # Once: eval asks twice.
+  if available:
+    workdir_lock.say_if_live(workdir, available[-1])
   run = last_run_config(workdir)
   if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
     return

@@ -150,6 +150,14 @@ def live_holder(workdir: str) -> str:
   return ''
 
 
+def say_if_live(workdir: str, newest: int):
+  """A reader's warning, once per job (eval resolves its step twice), where the run it reads
+  trains now: its `newest` step is not its last."""
+  if pid := live_holder(workdir):
+    console.warn_once('%s is training now (pid %s): its newest checkpoint, step %d, is read, '
+                      'not its final one', workdir, pid, newest)
+
+
 @contextlib.contextmanager
 def locked(workdir: str):
   """Holds the workdir's lock (process 0) for the duration of the block; every process of a
