@@ -77,7 +77,7 @@ def check_replaced(report_file: str, job, source, overwrite: bool):
   """Refuses to replace a set on the same output that was made otherwise (another masking,
   length, seed, vocab or input: a command run again with other flags) unless `overwrite`: its
   shards would be lost. The same command run again remakes its set."""
-  earlier = file_set.report_at(report_file) if files_lib.exists(report_file) else None
+  earlier = file_set.report_at(report_file)  # None: no report there, or not one of ours.
   if overwrite or earlier is None or not any(
       isinstance(p, str) and files_lib.exists(p) for p in earlier['output_files']):
     return
