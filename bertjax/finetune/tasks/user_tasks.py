@@ -182,6 +182,7 @@ class _UserSplits:
     if self._check:
       self._check(items)
     held_out = None
+    read_order = {id(item): i for i, item in enumerate(items)}
     if 'validation' not in self.files:
       data = self.data
       if self._stratify:
@@ -198,8 +199,10 @@ class _UserSplits:
       self.dropped = frozenset(label for item in items for label in self._labels_of(item)) - {
           label for item in kept for label in self._labels_of(item)}
     self._cache['train'] = (kept, skipped)
-    if held_out is not None:  # Both shuffled by the split.
-      self._cache['validation'] = (_limit(held_out, self.data.max_eval_examples),
+    if held_out is not None:  # A sample of the shuffled split, then in the file's order again:
+      # its predictions (a tagging file's `word gold pred` lines have no row name) follow it.
+      sample = _limit(held_out, self.data.max_eval_examples)
+      self._cache['validation'] = (sorted(sample, key=lambda item: read_order[id(item)]),
                                    collections.Counter())
 
   def check_labels(self, labelled, labels, split):
