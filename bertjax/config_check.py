@@ -14,6 +14,7 @@ import numbers
 
 from bertjax import console
 from bertjax import format_names
+from bertjax import metric_direction
 from bertjax.pretraining_data import masking
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -325,11 +326,13 @@ def _check_mesh_and_checkpoint(c: _Checker):
   c.at_least('checkpoint.keep_best', 0, fix='set --config.checkpoint.keep_best to 0 (none) or '
              'more')
   mode = c.get('checkpoint.best_mode')
-  # training/ranking.MODES and '' (the metric's own), written here: bertjax.main imports this
-  # module before jax, whose import sets TPU_SKIP_MDS_QUERY (accelerators.tpu_vm_workers).
-  if mode is not _MISSING and mode not in ('', 'max', 'min'):
+  if mode is not _MISSING and mode not in ('', *metric_direction.MODES):
     c.fail('checkpoint.best_mode', mode, 'is unknown', "valid: max (higher is better), min, or "
            "'' (min for loss-like metrics, else max)")
+  metric = c.get('checkpoint.best_metric')
+  if mode is not _MISSING and isinstance(metric, str) and metric:  # '': the job's main metric.
+    if why := metric_direction.contradiction(metric, mode):
+      c.fail('checkpoint.best_mode', mode, why.partition('; ')[0], why.partition('; ')[2])
   patience = c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience '
                         'to 0 (off) or the evaluations to wait for an improvement')
   if c.get('job') == 'pretrain' and patience and c.get('eval_every_steps') == 0:

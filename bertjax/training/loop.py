@@ -34,6 +34,7 @@ import ml_collections
 from orbax.checkpoint import multihost
 
 from bertjax import files
+from bertjax import metric_direction
 from bertjax import paths
 from bertjax.model import encoder
 from bertjax.model import platform_defaults
@@ -170,7 +171,7 @@ def _ranking(config, job: Job) -> tuple[str, str, int]:
   every = getattr(job.evaluator, 'every_steps', 0)
   ranking.warn_if_patience_unreached(job.early_stopping_patience, every, config.num_train_steps)
   keep_best = config.checkpoint.keep_best or (1 if job.early_stopping_patience else 0)
-  return metric, ranking.best_mode(metric, config.checkpoint.best_mode), keep_best
+  return metric, metric_direction.best_mode(metric, config.checkpoint.best_mode), keep_best
 
 
 def _evaluate(job: Job, params, step: int, writer) -> dict:

@@ -9,31 +9,8 @@ eval_history.json, the standing its checkpoint keeps) and asks whether to stop e
 
 from absl import logging
 
+from bertjax import metric_direction
 from bertjax.training import run_files
-
-# Metric names (or parts of them) where lower is better: best_mode's default.
-LOSS_LIKE = ('loss', 'mse', 'perplexity', 'error')
-# Those where higher is better, as every eval of a bertjax job reports them: a best_mode
-# against them would keep (and early-stop on) the worst eval.
-SCORE_LIKE = ('accuracy', 'f1', 'exact', 'pearson', 'spearman', 'mcc', 'matthews', 'precision',
-              'recall')
-MODES = ('max', 'min')
-
-
-def known_mode(metric: str) -> str | None:
-  """'min' for a loss-like name, 'max' for a score-like one, None where its name does not say
-  (a count, SQuAD's null-odds `*_thresh`)."""
-  name = metric.rsplit('/', 1)[-1].lower()
-  if 'thresh' in name:
-    return None
-  if any(part in name for part in LOSS_LIKE):
-    return 'min'
-  return 'max' if any(part in name for part in SCORE_LIKE) else None
-
-
-def best_mode(metric: str, mode: str = '') -> str:
-  """'max' or 'min' for `metric`: `mode` when given, else its known way (known_mode), else max."""
-  return mode or known_mode(metric) or 'max'
 
 
 def rank(value, step: int, mode: str) -> tuple:
@@ -85,12 +62,8 @@ def check_best_metric(metric: str, names, mode: str = ''):
   if names and metric not in names:
     raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
                      f'job; valid: {", ".join(names)}.')
-  known = known_mode(metric)
-  if mode and known and mode != known:
-    raise ValueError(f'config.checkpoint.best_mode={mode!r}: {metric} is better '
-                     f'{"lower" if known == "min" else "higher"}, so the run would keep (and '
-                     f'early-stop on) its worst eval; set it to {known!r}, or leave it \'\' '
-                     '(each metric\'s own way).')
+  if why := metric_direction.contradiction(metric, mode):
+    raise ValueError(f'config.checkpoint.best_mode={mode!r}: {why}.')
 
 
 def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:
@@ -110,7 +83,7 @@ def resumed_end(config, history: dict, earlier: dict, default_metric: str, metri
   added to an interrupted run, or more of it, trains on to its next eval)."""
   kept = earlier.get('checkpoint') or {}
   ran = (kept.get('best_metric') or default_metric) if earlier else metric
-  ran_mode = best_mode(ran, kept.get('best_mode') or '') if earlier else mode
+  ran_mode = metric_direction.best_mode(ran, kept.get('best_mode') or '') if earlier else mode
   ended = early_stop(config, history, ran, ran_mode, earlier.get('early_stopping_patience') or 0)
   agreed = ended and early_stop(config, history, metric, mode, patience)
   return (ended if agreed else ''), ran, ran_mode

@@ -14,11 +14,11 @@ import pytest
 
 from bertjax import config_check
 from bertjax import export
+from bertjax import metric_direction
 from bertjax import predict
 from bertjax.finetune import job as finetune
 from bertjax.interop import sources
 from bertjax.training import checkpoint_reader
-from bertjax.training import ranking
 
 
 @pytest.fixture(scope='module')
@@ -77,7 +77,7 @@ def test_the_export_of_a_run_stopped_early_is_its_best_step(sst2_dir, tmp_path, 
   # improvement ('max'): the run stops at its first falling eval, and the best step's weights
   # differ from the last step's. What export writes with --step=best is the best step's.
   # (A run refuses 'max' for a loss: here the loss's direction is unknown to it.)
-  monkeypatch.setattr(ranking, 'LOSS_LIKE', ())
+  monkeypatch.setattr(metric_direction, 'LOSS_LIKE', ())
   workdir = tmp_path / 'run'
   finetune.train_and_evaluate(flat_config(sst2_dir, 12, **{
       'optimizer.learning_rate': 1e-3, 'optimizer.warmup_steps': 0,

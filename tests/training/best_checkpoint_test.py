@@ -14,6 +14,7 @@ import pretrain_runs
 import pytest
 
 from bertjax import config_check
+from bertjax import metric_direction
 from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint
@@ -156,10 +157,10 @@ def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
 
 
 def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
-  assert ranking.best_mode('loss') == ranking.best_mode('dev/mse') == 'min'
-  assert ranking.best_mode('mlm_loss') == 'min'
-  assert ranking.best_mode('accuracy') == ranking.best_mode('f1') == 'max'
-  assert ranking.best_mode('loss', 'max') == 'max'
+  assert metric_direction.best_mode('loss') == metric_direction.best_mode('dev/mse') == 'min'
+  assert metric_direction.best_mode('mlm_loss') == 'min'
+  assert metric_direction.best_mode('accuracy') == metric_direction.best_mode('f1') == 'max'
+  assert metric_direction.best_mode('loss', 'max') == 'max'
   config = finetune_runs.tiny_config(sst2_dir, **{'checkpoint.best_mode': 'highest'})
   with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='highest': is unknown; "
                      'valid: max'):
@@ -189,6 +190,16 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
                      r"it to 'max', or leave it ''"):
     run(sst2_dir, workdir, **{'checkpoint.best_mode': 'min'})
   assert kept_steps(workdir) == set() and not (workdir / 'config.json').exists()
+  # Named, the metric's direction is checked with the config, before any data is read (a pod
+  # launcher checks it before booking a slice).
+  config = finetune_runs.tiny_config(sst2_dir, **{'checkpoint.best_metric': 'loss',
+                                                 'checkpoint.best_mode': 'max'})
+  with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='max': loss is better "
+                     r"lower, so the run would keep \(and early-stop on\) its worst eval; set it "
+                     r"to 'min'"):
+    config_check.check(config)
+  config.checkpoint.best_mode = 'min'
+  config_check.check(config)
   for metric, mode in (('loss', 'min'), ('dev/mse', 'min'), ('accuracy', 'max'),
                        ('best_f1_thresh', 'min'), ('HasAns_total', 'min'), ('accuracy', '')):
     ranking.check_best_metric(metric, (), mode)  # Agreeing, or of no known direction.
