@@ -328,8 +328,9 @@ def read_swag(path, *, fmt='', is_training=True, require_labels=True):
   path = user_formats.check_file(path)
   questions, skipped = [], collections.Counter()
   # SWAG's files are CSV: read as CSV whatever their name, but a .tsv (or data.format).
-  default = 'tsv' if files.name(path).lower().endswith('.tsv') else 'csv'
-  named = fmt or files.name(path).lower().endswith(('.csv', '.tsv'))
+  extension = user_formats.extension_format(path)
+  default = 'tsv' if extension == 'tsv' else 'csv'
+  named = fmt or extension in ('csv', 'tsv')
   records = user_formats.read_records(path, user_formats.format_of(path, fmt or default,
                                                                    ('csv', 'tsv')),
                                       user_formats.said_by(fmt) if named else
@@ -398,7 +399,7 @@ def read_choices(path, *, fmt='', context_field='context', choices_field='choice
   path = user_formats.check_file(path)
   questions, skipped = [], collections.Counter()
   num_choices, first = None, None
-  named = fmt or files.name(path).lower().endswith(('.jsonl', '.json', '.ndjson'))
+  named = fmt or user_formats.extension_format(path) == 'jsonl'
   source = user_formats.said_by(fmt) if named else 'task=multiple_choice (JSON lines)'
   fmt = user_formats.format_of(path, fmt or 'jsonl', ('jsonl',))
   names = (f'task=multiple_choice reads the fields {context_field}, {choices_field} and '

@@ -51,9 +51,14 @@ def _suffix(path) -> str:
   return suffix if stem and suffix != '.' else ''
 
 
+def extension_format(path) -> str:
+  """The format the file's extension names ('csv', 'jsonl', 'conll'), '' for none."""
+  return _EXTENSIONS.get(_suffix(path).lower(), '')
+
+
 def format_of(path, configured: str = '', allowed=FORMATS) -> str:
   """The file's format: `configured` if set, else its extension's."""
-  fmt = configured or _EXTENSIONS.get(_suffix(path).lower(), '')
+  fmt = configured or extension_format(path)
   if configured and fmt not in allowed:  # The value given is wrong, not the file's name.
     raise ValueError(f'config.data.format={configured!r} cannot read {path}: set it to one of '
                      f'{", ".join(allowed)}, or to \'\' to go by the extension.')
