@@ -94,7 +94,8 @@ def labels_of(examples, *, attr='label') -> tuple[str, ...]:
   return tuple(sorted(seen, key=key))
 
 
-def _chunk_tag(tag):
+def chunk_tag(tag) -> bool:
+  """A chunk tag: B-/I-/E-/S-/L-/U- and a type (IOB1/IOB2/IOBES/BILOU)."""
   return len(tag) > 2 and tag[1] == '-' and tag[0] in 'BIESLU'
 
 
@@ -108,7 +109,7 @@ class TagScheme:
   def add(self, number, tag):
     if not self.check or tag == 'O':
       return
-    kind = 'chunk' if _chunk_tag(tag) else 'plain'
+    kind = 'chunk' if chunk_tag(tag) else 'plain'
     self.first.setdefault(kind, (number, tag))
     if len(self.first) == 2:
       (chunk_line, chunk), (plain_line, plain) = self.first['chunk'], self.first['plain']
@@ -124,7 +125,7 @@ def tags_of(sentences) -> tuple[str, ...]:
   it has: an eval sentence may hold I-X where training only had one-word X chunks.
   """
   seen = {tag for s in sentences for tag in s.tags}
-  if all(t == 'O' or _chunk_tag(t) for t in seen):
+  if all(t == 'O' or chunk_tag(t) for t in seen):
     prefixes = {t[0] for t in seen if t != 'O'}
     seen |= {f'{p}-{t[2:]}' for t in seen if t != 'O' for p in prefixes}
 

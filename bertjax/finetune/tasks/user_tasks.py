@@ -323,7 +323,7 @@ def tag_scheme(data, labels) -> str:
   scheme = data.tag_scheme.lower()
   chunk_schemes = ('iob1', 'iob2', 'iob', 'bio', 'iobes', 'ioes', 'bioes', 'bilou')
   if scheme in chunk_schemes:
-    bad = [t for t in labels if t != 'O' and (len(t) < 3 or t[1] != '-' or t[0] not in 'BIESLU')]
+    bad = [t for t in labels if t != 'O' and not user_labels.chunk_tag(t)]
     if bad:
       raise ValueError(f'config.data.tag_scheme={scheme} but tags {bad[:5]} are not O or '
                        'B-/I-/E-/S-/L-/U-TYPE: set tag_scheme=plain (scored per token).')
@@ -333,7 +333,7 @@ def tag_scheme(data, labels) -> str:
   if scheme != 'auto':
     raise ValueError(f'config.data.tag_scheme={data.tag_scheme!r} is unknown; valid: auto, '
                      f'plain, {", ".join(chunk_schemes)}.')
-  chunky = all(t == 'O' or (len(t) > 2 and t[1] == '-' and t[0] in 'BIESLU') for t in labels)
+  chunky = all(t == 'O' or user_labels.chunk_tag(t) for t in labels)
   return 'chunks' if chunky and 'O' in labels else 'plain'
 
 
