@@ -184,6 +184,7 @@ def _check_command():
     config_check.check(_CONFIG.value)
     job_config.check_fields(_CONFIG.value)  # A copied config file's field of its own.
     _check_processes()
+    _check_job_flags(_CONFIG.value.get('job'))
     cache = _COMPILATION_CACHE.value
     if '://' not in cache and os.path.isfile(os.path.expanduser(cache)):  # local: before JAX
       raise ValueError(f'--compilation_cache_dir={cache} is a file: pass a folder (made if '
@@ -193,6 +194,20 @@ def _check_command():
       raise ValueError(ignored)
   except ValueError as e:
     raise CommandRefused(str(e)) from None
+
+
+def _check_job_flags(job):
+  """The job is known, and it gets the flags it reads: refused here (exit 78, so a scheduler
+  does not restart it), not once JAX has started."""
+  if job not in JOBS:
+    raise ValueError(f'config.job={job!r} is unknown; valid: {", ".join(JOBS)}.')
+  if _STEP.value is not None and job != 'finetune':
+    raise ValueError(f'--step={_STEP.value} picks the checkpoint a fine-tuning run evaluates or '
+                     f'predicts with (--config.mode=eval or predict); job={job} reads none: '
+                     'drop it (bertjax.export and extract_features take --step too).')
+  if job in ('pretrain', 'finetune') and not _WORKDIR.value:
+    outputs = 'checkpoints and logs' if job == 'pretrain' else 'checkpoints, logs and predictions'
+    raise ValueError(f'--workdir is required: {outputs} go there.')
 
 
 def _check_processes():
@@ -243,23 +258,13 @@ def _run(argv):
     hosts.check_same_command(paths.absolute_config(paths.own_copy(config)),
                              paths.absolute(workdir) if workdir else '',
                              step=_parsed_step(_STEP.value))
-  if config.job not in JOBS:
-    raise ValueError(f'config.job={config.job!r} is unknown; valid: {", ".join(JOBS)}.')
-  step = None
+  step = None  # _check_command refused a --step of another job, and a missing --workdir.
   if _STEP.value is not None:
-    if config.job != 'finetune':
-      raise ValueError(f'--step={_STEP.value} picks the checkpoint a fine-tuning run evaluates or '
-                       f'predicts with (--config.mode=eval or predict); job={config.job} reads '
-                       'none: drop it (bertjax.export and extract_features take --step too).')
     from bertjax.training import checkpoint_reader  # pylint: disable=g-import-not-at-top
     step = checkpoint_reader.parse_step(_STEP.value, text=True)
   if config.job == 'pretrain':
-    if not workdir:
-      raise app.UsageError('--workdir is required: checkpoints and logs go there.')
     _job_module('bertjax.pretrain').train_and_evaluate(config, workdir)
   elif config.job == 'finetune':
-    if not workdir:
-      raise app.UsageError('--workdir is required: checkpoints, logs and predictions go there.')
     _job_module('bertjax.finetune.job').run(config, workdir, step=step)
   elif config.job == 'embed':
     _job_module('bertjax.embed').run(config, workdir)

@@ -357,3 +357,17 @@ def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tm
   assert done.stderr.strip().splitlines()[0].startswith(line.format(tmp=tmp_path, repo=REPO)), (
       done.stderr)
   assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
+
+
+@pytest.mark.parametrize('args, line', [
+    (('--step=5', '--workdir={tmp}/w'), 'error: --step=5 picks the checkpoint a fine-tuning run'),
+    ((), 'error: --workdir is required: checkpoints and logs go there.'),
+])
+def test_a_flag_the_job_does_not_read_is_refused_as_a_command(tmp_path, args, line):
+  """Hostile pass of the launchers: --step with a pre-training config, and no --workdir, ended
+  with exit 1 once JAX had started, so a JobSet restarted the refused command: exit 78 now."""
+  args = [a.format(tmp=tmp_path) for a in args]
+  done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny', *args)
+  assert done.returncode == console.REFUSED_EXIT, done.stderr
+  assert done.stderr.strip().splitlines()[0].startswith(line), done.stderr
+  assert 'JAX' not in done.stderr and not (tmp_path / 'w').exists()
