@@ -134,16 +134,20 @@ DEFAULT_LAYERS = (-1, -2, -3, -4)  # The original's.
 
 def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
         max_seq_length: int = 128, batch_size: int = 32, vocab_file: str = '',
-        do_lower_case: bool | None = None, bert_config_file: str = '', step=None) -> Written:
+        do_lower_case: bool | None = None, bert_config_file: str = '', step=None,
+        overwrite: bool = False) -> Written:
   """Writes the original's JSON lines for every input line; returns what it wrote (Written:
   the lines, the step read, the inputs cut). `step` picks a bertjax run's checkpoint: 'best',
-  'latest' (None) or a step number. input_file / output_file '-': standard input / output."""
+  'latest' (None) or a step number. input_file / output_file '-': standard input / output.
+  An existing output_file is replaced only with `overwrite`."""
   to_stdout = str(output_file) == STDIO
   output = None if to_stdout else paths.check_output_file(
       output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
   # One run per output file at a time: a second is refused now, not after its work.
   with (contextlib.nullcontext() if to_stdout else
         output_lock.held(output, 'extract_features', f'writing {output}')):
+    if output is not None:
+      paths.refuse_existing(output, overwrite, f'--output_file={output_file}')
     return _extract(init, input_file, output, layers, max_seq_length, batch_size, vocab_file,
                     do_lower_case, bert_config_file, step)
 
@@ -264,6 +268,7 @@ def _define_flags():
   flags.DEFINE_string('input_file', None, 'Text, one `a` or `a ||| b` per line; - reads '
                       'standard input.')
   flags.DEFINE_string('output_file', None, 'JSON lines to write; - writes standard output.')
+  flags.DEFINE_bool('overwrite', False, 'Replace an existing --output_file.')
   flags.DEFINE_string('vocab_file', '', 'The vocab (default: the one beside --init).')
   flags.DEFINE_string('bert_config_file', '', 'bert_config.json of --init_checkpoint.')
   flags.DEFINE_string('init_checkpoint', '', 'A TF1 checkpoint prefix (the original flag).')
@@ -299,7 +304,8 @@ def main(argv):
                 max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
                 vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
                 bert_config_file=FLAGS.bert_config_file,
-                step=checkpoint_reader.parse_step(FLAGS.step, text=True))
+                step=checkpoint_reader.parse_step(FLAGS.step, text=True),
+                overwrite=FLAGS.overwrite)
   except BrokenPipeError as e:
     if FLAGS.output_file == STDIO:  # The reader of the features closed it (`| head`).
       console.reader_gone()

@@ -291,6 +291,14 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   return out
 
 
+def refuse_existing(output: str, overwrite: bool, shown: str, flag: str = '--output_file'):
+  """An existing `output` (an empty one too: a file made by hand is its user's) is replaced
+  only with --overwrite: every tool that writes one file says so alike. Called with the
+  output's lock held, so that no other run's file appears between the check and the write."""
+  if not overwrite and files.exists(output):
+    raise FileExistsError(f'{shown} exists: pass --overwrite to replace it, or another {flag}.')
+
+
 def write_error(e: OSError, output: str, flag: str = '--output_file') -> str:
   """One line for an OSError met writing the file `output` (its temporary file beside it, or
   the rename into place): a full disk, or a file or folder that cannot be written; '' for

@@ -353,9 +353,7 @@ def main(argv):
                 if FLAGS.output_file else None)
       if output is not None:  # One run per output file at a time: a second refused at its start.
         held.enter_context(output_lock.held(output, 'predict', f'writing {output}'))
-        if not FLAGS.overwrite and files.exists(output) and files.size(output):
-          raise ValueError(f'--output_file={FLAGS.output_file} exists: pass --overwrite to '
-                           'replace it, or another --output_file.')
+        paths.refuse_existing(output, FLAGS.overwrite, f'--output_file={FLAGS.output_file}')
       _check_input_file(FLAGS.input_file)
       predictor = Predictor._load(  # pylint: disable=protected-access
           FLAGS.workdir, checkpoint_reader.parse_step(FLAGS.step, text=True), FLAGS.batch_size,

@@ -74,16 +74,23 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
   assert [f['token'] for f in row['features']][:2] == ['[CLS]', 'it']
   assert ': inputs 1, layers -1; features ' in proc.stdout.splitlines()[-1]  # Nothing cut.
   (tmp_path / 'in.txt').write_text(LINES[2] + '\n')
-  proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
-                         f'--input_file={tmp_path / "in.txt"}',
-                         f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
-                         '--layers=-1', '--max_seq_length=16'], capture_output=True, text=True)
+  again = [sys.executable, '-m', 'bertjax.extract_features', f'--input_file={tmp_path / "in.txt"}',
+           f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}', '--layers=-1',
+           '--max_seq_length=16']
+  # An existing output is replaced only with --overwrite (it was replaced without a word).
+  kept = (tmp_path / 'o.jsonl').read_text()
+  proc = subprocess.run(again, capture_output=True, text=True)
+  assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+      f'error: --output_file={tmp_path / "o.jsonl"} exists: pass --overwrite to replace it, or '
+      'another --output_file.'), proc.stderr[-2000:]
+  assert (tmp_path / 'o.jsonl').read_text() == kept
+  proc = subprocess.run([*again, '--overwrite'], capture_output=True, text=True)
   assert ': inputs 1, layers -1, cut 1 (longer than --max_seq_length=16); features ' in (
       proc.stdout.splitlines()[-1]), proc.stderr[-2000:]
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
                          f'--input_file={tmp_path / "missing.txt"}',
                          f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
-                         '--do_lower_case=false'], capture_output=True, text=True)
+                         '--do_lower_case=false', '--overwrite'], capture_output=True, text=True)
   assert proc.returncode == 1 and 'uncased vocab' in proc.stderr, proc.stderr[-2000:]
 
 
@@ -139,7 +146,7 @@ def test_the_command_line_ends_with_its_summary_and_holds_tensorflows_start_up(m
                  f'--bert_config_file={tf1}/bert_config.json']):
     proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', *model,
                            f'--input_file={tmp_path / "in.txt"}', f'--output_file={out}',
-                           '--layers=-1,0', '--max_seq_length=16'],
+                           '--layers=-1,0', '--max_seq_length=16', '--overwrite'],
                           capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.splitlines()[-1]
@@ -265,7 +272,8 @@ def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path):
   assert written == extract_features.Written(lines=1, step=steps[0])
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', f'--init={workdir}',
                          f'--input_file={tmp_path / "in.txt"}', '--layers=-1',
-                         f'--output_file={tmp_path / "o.jsonl"}', '--max_seq_length=16'],
+                         f'--output_file={tmp_path / "o.jsonl"}', '--max_seq_length=16',
+                         '--overwrite'],
                         capture_output=True, text=True, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.splitlines()[-1].endswith(

@@ -51,7 +51,7 @@ def test_a_read_only_output_is_refused_first_and_a_private_one_stays_private(min
   monkeypatch.undo()
   private.write_text('secret\n')
   private.chmod(0o600)
-  assert extract_features.run(str(minilm_dir), text, private).lines == 1
+  assert extract_features.run(str(minilm_dir), text, private, overwrite=True).lines == 1
   assert private.stat().st_mode & 0o777 == 0o600 and 'secret' not in private.read_text()
 
 

@@ -55,9 +55,7 @@ def _check_not_an_input(output_file, inputs):
 
 def check_new_output(output_file, overwrite: bool):
   """Fails before the corpus is read when `output_file` exists and `overwrite` is not given."""
-  if not overwrite and files_lib.exists(output_file):
-    raise ValueError(f'--output_file={output_file} exists: pass --overwrite to replace it, or '
-                     'another path')
+  paths.refuse_existing(output_file, overwrite, f'--output_file={output_file}')
 
 
 def resolve_inputs(patterns, output_file, overwrite: bool = True) -> list:

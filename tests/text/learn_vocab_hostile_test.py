@@ -36,7 +36,7 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path):
   done = _learn(tmp_path, *args)
   assert done.returncode == 1 and _last(done) == (
       'learn_vocab: error: --output_file=vocab.txt exists: pass --overwrite to replace it, or '
-      'another path'), done.stderr
+      'another --output_file.'), done.stderr
   assert (tmp_path / 'vocab.txt').read_text() == 'precious\n'
   done = _learn(tmp_path, *args, '--overwrite')
   assert done.returncode == 0, done.stderr
