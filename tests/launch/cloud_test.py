@@ -47,11 +47,11 @@ def test_a_word_bertjax_main_would_refuse_is_refused_before_booking(monkeypatch,
   host's bertjax.main stopped on 'Unknown command line flag'."""
   monkeypatch.chdir(REPO)
   with pytest.raises(ValueError, match='^' + re.escape(message)):
-    cloud.check_workdir(MAIN_ARGS + extra, 'gs://b/runs/base')
+    cloud.check_workdir(MAIN_ARGS + extra, 'gs://bkt/runs/base')
   if extra[0] != '--flagfile=/tmp/x.flags':  # tpu_pod reads it: test_a_flagfile_... below.
     calls = []
     with pytest.raises(ValueError, match='^' + re.escape(message)):
-      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base', run=calls.append)
+      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://bkt/runs/base', run=calls.append)
     assert calls == []
 
 
@@ -63,7 +63,7 @@ def test_the_job_flags_bertjax_main_takes_pass_in_every_absl_form(monkeypatch):
   cloud.check_job_flags(MAIN_ARGS + extra[:-2])
   # A negative value after its flag is its value, not a flag (config_check refuses this one).
   with pytest.raises(ValueError, match='learning_rate=-0.0001: a negative learning rate'):
-    tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base', run=print)
+    tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://bkt/runs/base', run=print)
 
 
 def test_a_launcher_flag_after_the_separator_is_one_line_and_books_nothing(tmp_path):
@@ -82,10 +82,11 @@ def test_a_flagfile_after_the_separator_is_read_here_checked_and_sent_expanded(t
   flags_file = tmp_path / 'job.flags'
   flags_file.write_text('# the job\n--config=configs/pretrain.py:size=base,vocab=30522\n'
                         '--config.num_train_steps=7\n')
-  calls = launch_in_process([f'--flagfile={flags_file}', '--config.data.train_files=gs://b/t-*'])
+  calls = launch_in_process([f'--flagfile={flags_file}', '--config.data.train_files=gs://bkt/t-*'])
   assert worker_job(calls) == ['--config=configs/pretrain.py:size=base,vocab=30522',
-                               '--config.num_train_steps=7', '--config.data.train_files=gs://b/t-*',
-                               '--workdir=gs://b/runs/base;']
+                               '--config.num_train_steps=7',
+                               '--config.data.train_files=gs://bkt/t-*',
+                               '--workdir=gs://bkt/runs/base;']
   for lines, message in (
       ('--config.num_trian_steps=7', "unknown config field 'num_trian_steps' (in "
        '--config.num_trian_steps=7); closest valid names: num_train_steps'),
@@ -94,7 +95,7 @@ def test_a_flagfile_after_the_separator_is_read_here_checked_and_sent_expanded(t
       ('--spot', "--spot is tpu_pod's flag: put it before --")):
     flags_file.write_text(lines + '\n')
     with pytest.raises(ValueError, match=re.escape(message)):
-      tpu_pod.launch(slice_(), MAIN_ARGS + [f'--flagfile={flags_file}'], 'gs://b/runs/base',
+      tpu_pod.launch(slice_(), MAIN_ARGS + [f'--flagfile={flags_file}'], 'gs://bkt/runs/base',
                      run=print)
   with pytest.raises(ValueError, match=re.escape(
       f"the job's --flagfile={tmp_path}/none.flags cannot be read (No such file or directory): "
@@ -133,7 +134,7 @@ def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workd
     cloud.check_bucket_path(local)
   with pytest.raises(ValueError, match=re.escape(  # No gs:// bucket of that name guessed.
       "--workdir='s3://bkt/x': the launchers run on Google Cloud, where the slice's hosts share "
-      'a gs:// bucket: pass --workdir=gs://BUCKET/path')):
+      '(and read) gs:// buckets only: pass --workdir=gs://BUCKET/path')):
     cloud.check_bucket_path('s3://bkt/x')
 
 
@@ -141,7 +142,7 @@ def _tpu_pod(*flags_):
   """A dry tpu_pod of a tiny pre-training job in its own process, with `flags_` first."""
   return subprocess.run(
       [sys.executable, '-m', 'launch.tpu_pod', *flags_, '--accelerator_type=v5litepod-16',
-       '--workdir=gs://b/x', '--dry_run', '--', '--config=configs/pretrain.py:size=tiny'],
+       '--workdir=gs://bkt/x', '--dry_run', '--', '--config=configs/pretrain.py:size=tiny'],
       cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -190,7 +191,8 @@ def test_build_corpus_holds_the_learners_info_lines(tmp_path):
       "b.source_documents = lambda: [[f'Sentence {i} of document {d} , said the king .' "
       'for i in range(3)] for d in range(20)]; '
       'b.build = functools.partial(b.build, vocab_size=100, eval_every=10); '
-      "flags.DEFINE_string('output_dir', None, ''); app.run(console.usage_said(b.main))")
+      "flags.DEFINE_string('output_dir', None, ''); flags.DEFINE_bool('overwrite', False, ''); "
+      'app.run(console.usage_said(b.main))')
   result = subprocess.run([sys.executable, '-c', script, f'--output_dir={tmp_path}'], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 0, result.stderr

@@ -102,7 +102,7 @@ def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch
   monkeypatch.chdir(REPO)
   asked = []
   with pytest.raises(ValueError, match='has no branch or tag'):
-    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=asked.append,
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=asked.append,
                    git_ref=f'git+file://{tmp_path}/repo@nope')
   assert asked == []
 

@@ -16,7 +16,7 @@ from launch import gke_jobset
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = 'us-docker.pkg.dev/p/bertjax/bertjax:v1'
 MAIN_ARGS = ['--config=configs/pretrain.py:size=large,vocab=30522',
-             '--config.data.train_files=gs://b/train-*']
+             '--config.data.train_files=gs://bkt/train-*']
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,7 @@ def test_a_refused_command_fails_the_jobset_at_once_and_other_failures_restart_i
   """A command bertjax.main refuses (a stale image) would repeat on every restart, each after
   waiting for capacity again: it ends the JobSet. Its other errors (1: storage out of reach,
   peers not started in time, a crash) may pass: restarted, as preemption is."""
-  spec = gke_jobset.manifest('bert', 'v5litepod-16', 2, IMAGE, 'gs://b/r', MAIN_ARGS)
+  spec = gke_jobset.manifest('bert', 'v5litepod-16', 2, IMAGE, 'gs://bkt/r', MAIN_ARGS)
   assert pod(spec)['restartPolicy'] == 'Never'  # podFailurePolicy needs it.
   assert job_spec(spec)['backoffLimit'] == 0
   assert what_kubernetes_does(spec, gke_jobset.REFUSED_EXIT) == 'FailJobSet'

@@ -1,41 +1,25 @@
 """The GKE JobSet manifest (single and multi-slice), the names and images it refuses, and the
-kubectl command lines, against a fake kubectl that records its arguments (its failure policies:
-gke_failure_policy_test.py)."""
+kubectl command lines, against a fake kubectl that records its arguments (kube_fakes.py; its
+failure policies: gke_failure_policy_test.py; hostile pass A's mends: gke_jobset_checks_test.py)."""
 
-import json
-import os
-import pathlib
 import re
 import subprocess
-import sys
 
+from kube_fakes import DELETE
+from kube_fakes import EXISTS
+from kube_fakes import IMAGE
+from kube_fakes import LOGS
+from kube_fakes import MAIN_ARGS
+from kube_fakes import REPO
+from kube_fakes import SELECTOR
+from kube_fakes import STATE
+from kube_fakes import WAIT
+from kube_fakes import launch
 import pytest
 import yaml
 
 from bertjax import config_args
 from launch import gke_jobset
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-IMAGE = 'us-docker.pkg.dev/p/bertjax/bertjax:v1'
-MAIN_ARGS = ['--config=configs/pretrain.py:size=large,vocab=30522',
-             '--config.data.train_files=gs://b/train-*']
-FAKE_KUBECTL = '''#!{python}
-"""Records its arguments; answers `get jobset` from a scripted list of terminal states, and
-`get jobset --ignore-not-found` with FAKE_EXISTING (the name of one there already, or nothing)."""
-import json, os, sys
-args = sys.argv[1:]
-with open(os.environ['FAKE_LOG'], 'a') as f:
-  f.write(json.dumps(args) + '\\n')
-if args[:2] == ['get', 'jobset'] and '--ignore-not-found' in args:
-  print(os.environ['FAKE_EXISTING'], end='')
-elif args[:2] == ['get', 'jobset']:
-  path = os.environ['FAKE_STATES']
-  states = open(path).read().split(',')
-  open(path, 'w').write(','.join(states[1:]))
-  print(states[0])
-elif args[0] == 'logs':
-  print('step 10/10: loss 6.1 (slice 0, worker 0)')
-'''
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +33,7 @@ def pod(spec):
 
 
 def test_two_v5e_16_slices():
-  spec = gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE, 'gs://b/runs/large',
+  spec = gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE, 'gs://bkt/runs/large',
                              MAIN_ARGS, spot=True, max_restarts=5)
   assert spec['metadata']['annotations'] == {
       'alpha.jobset.sigs.k8s.io/exclusive-topology': 'cloud.google.com/gke-nodepool'}
@@ -67,7 +51,7 @@ def test_two_v5e_16_slices():
   container = p['containers'][0]
   assert container['image'] == IMAGE
   assert container['command'] == ['python3', '-m', 'bertjax.main', *MAIN_ARGS,
-                                  '--workdir=gs://b/runs/large']
+                                  '--workdir=gs://bkt/runs/large']
   assert container['resources'] == {'limits': {'google.com/tpu': 4}}
   env = {e['name']: e for e in container['env']}
   assert env['MEGASCALE_NUM_SLICES']['value'] == '2'
@@ -81,7 +65,7 @@ def test_two_v5e_16_slices():
     ('v6e-8', 1, '2x4', 8), ('v5litepod-4', 1, '2x2', 4), ('v5p-32', 4, '2x2x4', 4),
     ('v4-16', 2, '2x2x2', 4)])
 def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
-  spec = gke_jobset.manifest('bert', accelerator_type, 1, IMAGE, 'gs://b/r', MAIN_ARGS)
+  spec = gke_jobset.manifest('bert', accelerator_type, 1, IMAGE, 'gs://bkt/r', MAIN_ARGS)
   assert spec['spec']['replicatedJobs'][0]['template']['spec']['parallelism'] == hosts
   p = pod(spec)
   assert p['nodeSelector']['cloud.google.com/gke-tpu-topology'] == topology
@@ -93,13 +77,13 @@ def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
 
 
 @pytest.mark.parametrize('args,message', [
-    (('bert', 'v5e-16', 1, IMAGE, 'gs://b/r'), "unknown accelerator type 'v5e-16'; known: .*"
+    (('bert', 'v5e-16', 1, IMAGE, 'gs://bkt/r'), "unknown accelerator type 'v5e-16'; known: .*"
                                                'v5litepod-16'),
-    (('bert', 'v6e-8', 0, IMAGE, 'gs://b/r'), 'at least 1'),
-    (('bert', 'v6e-8', 1, '', 'gs://b/r'), '--image is required'),
-    (('bert', 'v6e-8', 1, 'img v1', 'gs://b/r'),
+    (('bert', 'v6e-8', 0, IMAGE, 'gs://bkt/r'), 'at least 1'),
+    (('bert', 'v6e-8', 1, '', 'gs://bkt/r'), '--image is required'),
+    (('bert', 'v6e-8', 1, 'img v1', 'gs://bkt/r'),
      r"^--image='img v1' holds a space: pass the image as pushed, REGISTRY/PATH:TAG"),
-    (('bert', 'v6e-8', 1, 'img\tv1', 'gs://b/r'), 'holds a space'),
+    (('bert', 'v6e-8', 1, 'img\tv1', 'gs://bkt/r'), 'holds a space'),
     (('bert', 'v6e-8', 1, IMAGE, '/tmp/run'), 'pods share no local disk'),
 ])
 def test_bad_input_is_refused(args, message):
@@ -111,7 +95,7 @@ def test_bad_input_is_refused(args, message):
 def test_a_name_kubernetes_would_refuse_is_refused(name):
   """A DNS-1035 label, ASCII only ('é'.islower() is true)."""
   with pytest.raises(ValueError) as e:
-    gke_jobset.check(name, 'v6e-8', 1, IMAGE, 'gs://b/r')
+    gke_jobset.check(name, 'v6e-8', 1, IMAGE, 'gs://bkt/r')
   assert str(e.value) == (f'--name={name!r}: a JobSet name is lowercase letters a-z, digits and '
                           '-, starting with a letter and ending with a letter or digit: pass e.g. '
                           '--name=bert-large')
@@ -123,47 +107,13 @@ def test_a_name_leaves_room_for_the_pods_names(accelerator_type, num_slices, lim
   """JobSet's webhook refuses a JobSet whose last pod, NAME-slice-S-H-xxxxx, passes 63."""
   hosts = gke_jobset.cloud.SLICES[accelerator_type][0]
   name = 'b' * limit
-  gke_jobset.check(name, accelerator_type, num_slices, IMAGE, 'gs://b/r')
+  gke_jobset.check(name, accelerator_type, num_slices, IMAGE, 'gs://bkt/r')
   assert len(f'{name}-slice-{num_slices - 1}-{hosts - 1}-abcde') == 63
   with pytest.raises(ValueError) as e:
-    gke_jobset.check(name + 'b', accelerator_type, num_slices, IMAGE, 'gs://b/r')
+    gke_jobset.check(name + 'b', accelerator_type, num_slices, IMAGE, 'gs://bkt/r')
   assert str(e.value) == (f"--name='{name}b' has {limit + 1} characters; {num_slices} x "
                           f'{accelerator_type} allows {limit} (its pods are named '
                           'NAME-slice-S-H-xxxxx, at most 63): pass a shorter --name')
-
-
-def launch(tmp_path, *flags, states='', main_args=MAIN_ARGS, existing='',
-           launcher_flags=None):
-  """Runs the launcher (`launcher_flags`, or those of bert-large on 2 x v5litepod-16 and
-  `flags`) with the fake kubectl first on PATH: (exit code, output, kubectl calls)."""
-  bin_dir = tmp_path / 'bin'
-  bin_dir.mkdir(exist_ok=True)
-  fake = bin_dir / 'kubectl'
-  fake.write_text(FAKE_KUBECTL.format(python=sys.executable))
-  fake.chmod(0o755)
-  (tmp_path / 'states').write_text(states)
-  log = tmp_path / 'calls.jsonl'
-  log.write_text('')
-  env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', FAKE_LOG=str(log),
-             FAKE_STATES=str(tmp_path / 'states'), FAKE_EXISTING=existing)
-  if launcher_flags is None:
-    launcher_flags = ['--name=bert-large', '--accelerator_type=v5litepod-16', '--num_slices=2',
-                      f'--image={IMAGE}', '--workdir=gs://b/runs/large',
-                      f'--output={tmp_path / "bert.yaml"}', '--poll_seconds=0', *flags, '--',
-                      *main_args]
-  result = subprocess.run([sys.executable, '-m', 'launch.gke_jobset', *launcher_flags], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
-  calls = [json.loads(line) for line in log.read_text().splitlines()]
-  return result.returncode, result.stdout + result.stderr, calls
-
-
-SELECTOR = ('--selector=jobset.sigs.k8s.io/jobset-name=bert-large,jobset.sigs.k8s.io/job-index=0,'
-            'batch.kubernetes.io/job-completion-index=0')
-WAIT = ['wait', '--for=condition=Ready', 'pod', SELECTOR, '--timeout=3600s']
-LOGS = ['logs', '--follow', SELECTOR, '--tail=-1']
-STATE = ['get', 'jobset', 'bert-large', '-o', 'jsonpath={.status.terminalState}']
-DELETE = ['delete', 'jobset', 'bert-large', '--ignore-not-found']
-EXISTS = ['get', 'jobset', 'bert-large', '--ignore-not-found', '-o', 'jsonpath={.metadata.name}']
 
 
 def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
@@ -174,7 +124,7 @@ def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
   assert 'bert-large has not ended' in out and 'bert-large completed' in out
   written = yaml.safe_load((tmp_path / 'bert.yaml').read_text())
   assert written == gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE,
-                                        'gs://b/runs/large', MAIN_ARGS)
+                                        'gs://bkt/runs/large', MAIN_ARGS)
 
 
 def test_a_running_jobset_is_followed_until_it_ends_and_never_deleted_before(tmp_path):
@@ -264,7 +214,7 @@ def test_a_config_file_the_image_does_not_hold_is_refused(tmp_path):
                      '  return pretrain.get_config(arg)\n')
   for config in ([f'--config={outside}:size=large'], ['--config', f'{outside}:size=large']):
     with pytest.raises(ValueError) as e:
-      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', config + MAIN_ARGS[1:])
+      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://bkt/r', config + MAIN_ARGS[1:])
     assert str(e.value) == (f'--config={outside}:size=large: the image holds only this '
                             'checkout\'s configs/ (launch/Dockerfile copies it): move the file '
                             'into configs/, rebuild and push the image, and pass '
@@ -280,32 +230,32 @@ def test_a_config_file_the_image_does_not_hold_is_refused(tmp_path):
     ['--config=./configs/../configs/pretrain.py:size=large'],
 ])
 def test_a_config_file_in_configs_is_named_where_the_image_holds_it(config):
-  spec = gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', config + MAIN_ARGS[1:])
+  spec = gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://bkt/r', config + MAIN_ARGS[1:])
   assert pod(spec)['containers'][0]['command'] == [
       'python3', '-m', 'bertjax.main', '--config=configs/pretrain.py:size=large', *MAIN_ARGS[1:],
-      '--workdir=gs://b/r']
+      '--workdir=gs://bkt/r']
 
 
 def test_a_job_workdir_other_than_the_launchers_is_refused(tmp_path):
-  for extra in (['--workdir=gs://b/other'], ['--workdir', 'gs://b/other']):
+  for extra in (['--workdir=gs://bkt/other'], ['--workdir', 'gs://bkt/other']):
     with pytest.raises(ValueError) as e:
-      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://b/r', MAIN_ARGS + extra)
-    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://b/other, the '
-                            'launcher\'s --workdir=gs://b/r: pass the run directory once, as '
+      gke_jobset.manifest('bert', 'v6e-8', 1, IMAGE, 'gs://bkt/r', MAIN_ARGS + extra)
+    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://bkt/other, the '
+                            'launcher\'s --workdir=gs://bkt/r: pass the run directory once, as '
                             'the launcher\'s --workdir (before --)')
-  code, out, calls = launch(tmp_path, '--apply', main_args=MAIN_ARGS + ['--workdir=gs://b/x'])
-  assert code == 2 and 'gke_jobset: error: the job\'s flags (after --) set --workdir=gs://b/x' in (
-      out) and calls == [], out
+  code, out, calls = launch(tmp_path, '--apply', main_args=MAIN_ARGS + ['--workdir=gs://bkt/x'])
+  assert code == 2 and calls == [], out
+  assert "gke_jobset: error: the job's flags (after --) set --workdir=gs://bkt/x" in out, out
   assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()
 
 
 def test_a_dollar_in_a_flag_reaches_the_job_as_written():
   """Kubernetes expands $(VAR) in a container's command and reads $$ as $."""
-  args = ['--config=configs/pretrain.py', '--config.data.train_files=gs://b/$(JOBSET_NAME)/a$$b']
-  command = pod(gke_jobset.manifest('bert', 'v5litepod-16', 1, IMAGE, 'gs://b/r$1',
+  args = ['--config=configs/pretrain.py', '--config.data.train_files=gs://bkt/$(JOBSET_NAME)/a$$b']
+  command = pod(gke_jobset.manifest('bert', 'v5litepod-16', 1, IMAGE, 'gs://bkt/r$1',
                                     args))['containers'][0]['command']
-  assert command[-2:] == ['--config.data.train_files=gs://b/$$(JOBSET_NAME)/a$$$$b',
-                          '--workdir=gs://b/r$$1']
+  assert command[-2:] == ['--config.data.train_files=gs://bkt/$$(JOBSET_NAME)/a$$$$b',
+                          '--workdir=gs://bkt/r$$1']
 
 
 @pytest.mark.parametrize('workdir', ['gs://', 'gs:///runs'])
@@ -345,7 +295,7 @@ def test_a_jobset_created_meanwhile_is_left_to_its_owner():
 def gk(tmp_path):
   """The launcher's flags without the job's: bert-large on one v5litepod-16."""
   return ['--name=bert-large', '--accelerator_type=v5litepod-16', f'--image={IMAGE}',
-          '--workdir=gs://b/runs/large', f'--output={tmp_path / "bert.yaml"}']
+          '--workdir=gs://bkt/runs/large', f'--output={tmp_path / "bert.yaml"}']
 
 
 JOB = ['--', '--config=configs/pretrain.py:size=tiny']
@@ -401,15 +351,15 @@ def test_a_flagfile_after_the_separator_is_read_here_and_written_expanded(tmp_pa
   assert code == 0, out
   assert pod(yaml.safe_load((tmp_path / 'bert.yaml').read_text()))['containers'][0][
       'command'] == ['python3', '-m', 'bertjax.main', MAIN_ARGS[0], '--config.num_train_steps=7',
-                     *MAIN_ARGS[1:], '--workdir=gs://b/runs/large']
+                     *MAIN_ARGS[1:], '--workdir=gs://bkt/runs/large']
   flags_file.write_text('--config.num_trian_steps=7\n')
   code, out, _ = launch(tmp_path, main_args=[f'--flagfile={flags_file}', *MAIN_ARGS])
   assert code == 2 and "unknown config field 'num_trian_steps'" in out, out
 
 
-@pytest.mark.parametrize('workdir', ['GS://b/r', 'gs:/b/r'])
+@pytest.mark.parametrize('workdir', ['GS://bkt/r', 'gs:/bkt/r'])
 def test_a_misspelt_bucket_url_is_named_as_such(workdir):
   with pytest.raises(ValueError, match=re.escape(
       f"--workdir='{workdir}' is no gs:// URL (a bucket is gs://BUCKET/path, lowercase, two "
-      'slashes): pass --workdir=gs://b/r')):
+      'slashes): pass --workdir=gs://bkt/r')):
     gke_jobset.check('bert', 'v6e-8', 1, IMAGE, workdir)

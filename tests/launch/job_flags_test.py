@@ -28,8 +28,8 @@ def absl_config(main_args):
 @pytest.mark.parametrize('main_args, field, value', [
     (['--config', 'configs/pretrain.py:size=base', '--config.num_train_steps', '5'],
      'num_train_steps', 5),
-    (['--config', 'configs/pretrain.py:size=base', '--workdir', 'gs://b/r',
-      '--config.data.train_files', 'gs://b/train-*', '--config.optimizer.learning_rate', '3e-4'],
+    (['--config', 'configs/pretrain.py:size=base', '--workdir', 'gs://bkt/r',
+      '--config.data.train_files', 'gs://bkt/train-*', '--config.optimizer.learning_rate', '3e-4'],
      'optimizer.learning_rate', 3e-4),
     # A bool field's bare flag takes no value: the next flag is a flag, not its value.
     (['-config', 'configs/pretrain.py', '--config.data.dynamic_masking',
@@ -37,7 +37,7 @@ def absl_config(main_args):
     (['--config=configs/pretrain.py', '--noconfig.model.nsp', '-config.global_batch_size', '32'],
      'model.nsp', False),
     (['--config=configs/finetune.py:task=mrpc', '--config.num_epochs', '2',
-      '--workdir=gs://b/r'], 'num_epochs', 2),
+      '--workdir=gs://bkt/r'], 'num_epochs', 2),
 ])
 def test_space_separated_flags_load_the_config_bertjax_main_loads(monkeypatch, main_args, field,
                                                                   value):
@@ -59,7 +59,7 @@ def test_space_separated_flags_load_the_config_bertjax_main_loads(monkeypatch, m
      'names: num_train_steps'),
     (['--config', 'configs/pretrain.py', '--config.global_batch_size', '-8'],
      'config.global_batch_size=-8: must be > 0'),
-    (['--workdir', 'gs://b/r', '--config'], 'the job has no --config='),
+    (['--workdir', 'gs://bkt/r', '--config'], 'the job has no --config='),
 ])
 def test_space_separated_mistakes_are_named_in_one_line(monkeypatch, main_args, message):
   monkeypatch.chdir(REPO)
@@ -71,12 +71,12 @@ def test_space_separated_mistakes_are_named_in_one_line(monkeypatch, main_args, 
 def test_config_flags_are_each_one_argument_as_absl_reads_them(monkeypatch):
   monkeypatch.chdir(REPO)
   config = config_args.load_config('configs/pretrain.py')
-  argv = ['--config', 'configs/pretrain.py:size=base', '--workdir', 'gs://b/r',
+  argv = ['--config', 'configs/pretrain.py:size=base', '--workdir', 'gs://bkt/r',
           '--config.model.nsp', '--noconfig.data.dynamic_masking', '-config.num_train_steps', '5',
           '--config.seed=3', '--', '--config.seed', '4']
   assert config_args.config_flags(argv, config) == [
       '--config=configs/pretrain.py:size=base', '--config.model.nsp',
       '--noconfig.data.dynamic_masking', '--config.num_train_steps=5', '--config.seed=3']
-  assert console.flag_values(argv, 'workdir') == ['gs://b/r']
+  assert console.flag_values(argv, 'workdir') == ['gs://bkt/r']
   assert config_args.with_config_file(argv, 'elsewhere.py:size=base')[:3] == [
-      '--config=elsewhere.py:size=base', '--workdir', 'gs://b/r']
+      '--config=elsewhere.py:size=base', '--workdir', 'gs://bkt/r']

@@ -16,6 +16,7 @@ import sys
 import commands
 
 from launch import tpu_pod
+from launch import tpu_vm
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKE_GCLOUD = '''#!{python}
@@ -50,7 +51,7 @@ elif 'ssh' in args and '--worker=0' in args:
   sys.exit(int(pop('FAKE_EXITS', '0')))
 '''
 MAIN_ARGS = ['--config=configs/pretrain.py:size=base,vocab=30522',
-             '--config.data.train_files=gs://b/train-*']
+             '--config.data.train_files=gs://bkt/train-*']
 
 
 def launch(tmp_path, *flags, states=(), exits=(), interrupt=False, main_args=MAIN_ARGS):
@@ -69,7 +70,7 @@ def launch(tmp_path, *flags, states=(), exits=(), interrupt=False, main_args=MAI
              FAKE_INTERRUPT='1' if interrupt else '')
   result = subprocess.run(
       [sys.executable, '-m', 'launch.tpu_pod', '--name=bert', '--zone=us-west4-a',
-       '--accelerator_type=v5litepod-16', '--workdir=gs://b/runs/base', '--poll_seconds=0',
+       '--accelerator_type=v5litepod-16', '--workdir=gs://bkt/runs/base', '--poll_seconds=0',
        *flags, '--', *main_args], cwd=REPO, env=env, capture_output=True, text=True,
       timeout=120, preexec_fn=commands.default_sigint)
   calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -77,17 +78,19 @@ def launch(tmp_path, *flags, states=(), exits=(), interrupt=False, main_args=MAI
 
 
 def slice_():
-  return tpu_pod.Slice('bert', 'us-west4-a', 'v5litepod-16', spot=True)
+  return tpu_vm.Slice('bert', 'us-west4-a', 'v5litepod-16', spot=True)
 
 
 ZONE = '--zone=us-west4-a'
 RUN = ("rm -f ~/bertjax.rc ~/bertjax.pid; (trap '' HUP; ~/bertjax-venv/bin/python -m bertjax.main "
        '--config=configs/pretrain.py:size=base,vocab=30522 '
-       "'--config.data.train_files=gs://b/train-*' --workdir=gs://b/runs/base; "
+       "'--config.data.train_files=gs://bkt/train-*' --workdir=gs://bkt/runs/base; "
        'echo $? > ~/bertjax.rc) > ~/bertjax.log 2>&1 < /dev/null & echo $! > ~/bertjax.pid')
 STREAM = ('tail -n +1 -F ~/bertjax.log & while [ ! -f ~/bertjax.rc ]; do if ! kill -0 '
           '"$(cat ~/bertjax.pid 2>/dev/null)" 2>/dev/null && [ ! -f ~/bertjax.rc ]; then kill %1; '
-          'exit 75; fi; sleep 5; done; sleep 2; kill %1; exit $(cat ~/bertjax.rc)')
+          'exit 75; fi; sleep 5; done; sleep 2; kill %1; rc=$(cat ~/bertjax.rc); case "$rc" in '
+          '""|*[!0-9]*) echo "tpu_pod: the run ended but ~/bertjax.rc holds no exit status ($rc): '
+          'it was lost" >&2; exit 86;; esac; exit "$rc"')
 CREATE = ['compute', 'tpus', 'queued-resources', 'create', 'bert', '--node-id=bert',
           '--accelerator-type=v5litepod-16', '--runtime-version=v2-alpha-tpuv5-lite', '--spot',
           ZONE]
@@ -111,7 +114,7 @@ LOGS = ['compute', 'tpus', 'tpu-vm', 'ssh', 'bert', '--worker=0',
 DELETE = ['compute', 'tpus', 'queued-resources', 'delete', 'bert', '--force', '--quiet', ZONE]
 
 
-def launch_in_process(main_args, workdir='gs://b/runs/base', **kwargs):
+def launch_in_process(main_args, workdir='gs://bkt/runs/base', **kwargs):
   """tpu_pod.launch with a runner that records each command and answers as a healthy slice
   whose run succeeds; returns the commands."""
   calls = []
@@ -150,7 +153,7 @@ def worker_job(calls) -> list[str]:
   """bertjax.main's flags in the command the launcher starts on every worker."""
   command = next(a for c in calls for a in c if 'python -m bertjax.main' in a)
   words = shlex.split(command.partition('python -m bertjax.main ')[2])
-  return words[:words.index('--workdir=gs://b/runs/base;') + 1]
+  return words[:words.index('--workdir=gs://bkt/runs/base;') + 1]
 
 
 # What gcloud says when it fails on a poll (a transient error): its last line is the reason.
@@ -158,12 +161,13 @@ GCLOUD_503 = ('WARNING: retrying\nERROR: (gcloud.compute.tpus.queued-resources.d
               'HttpError 503: The service is currently unavailable.\n')
 
 
-def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, **kwargs):
+def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, tpu=None,
+                    workdir='gs://bkt/runs/base', interrupt_at=1, **kwargs):
   """tpu_pod.launch in this process, its runner answering as FAKE_GCLOUD does (`states` for
   describe, ERROR where gcloud fails; `exits` for worker 0's ssh) and failing each command in
   `fails` once (exit 255, as ssh does when the slice goes away): (launch's exit code or its
   error, the gcloud calls as FAKE_GCLOUD records them). `interrupt`: the command at which Ctrl-C
-  comes."""
+  comes (the `interrupt_at`-th time it runs); `tpu`: the slice (slice_() when None)."""
   monkeypatch.chdir(REPO)
   states, exits, fails, calls = list(states), list(exits), list(fails), []
   gone = [False]  # Deleted, not created since: describe does not find it.
@@ -172,7 +176,7 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
     args = cmd[1:]
     calls.append(args)
     code, out, err = 0, '', ''
-    if interrupt == args:
+    if interrupt == args and calls.count(args) == interrupt_at:
       raise KeyboardInterrupt
     if 'describe' in args and gone[0]:
       code = 1
@@ -193,7 +197,7 @@ def launch_scripted(monkeypatch, states=(), exits=(), fails=(), interrupt=None, 
     return subprocess.CompletedProcess(cmd, code, *((out, err) if capture else (None, None)))
 
   try:
-    result = tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=run, poll_s=0,
+    result = tpu_pod.launch(tpu or slice_(), MAIN_ARGS, workdir, run=run, poll_s=0,
                             **{'git_ref': GIT_REF, **kwargs})
   except RuntimeError as e:
     result = str(e)

@@ -31,8 +31,9 @@ def run_script(tmp_path, *args, srun_exit=0, job_state='RUNNING', **environ):
              FAKE_LOG=str(tmp_path / 'srun.txt'), BERTJAX_VENV=str(venv),
              SLURM_SUBMIT_DIR=str(REPO), SLURM_JOB_NUM_NODES='4', SLURM_GPUS_ON_NODE='8',
              SLURM_JOB_ID='4242', SLURM_CPUS_PER_TASK='16', FAKE_STATE=job_state)
-  env.update(environ)
-  env.pop('JAX_LOCAL_DEVICE_IDS', None)
+  env.update({k: v for k, v in environ.items() if v is not None})
+  for name in ('JAX_LOCAL_DEVICE_IDS', *(k for k, v in environ.items() if v is None)):
+    env.pop(name, None)  # None: a variable SLURM did not set.
   if not env['SLURM_SUBMIT_DIR']:
     del env['SLURM_SUBMIT_DIR']
   result = subprocess.run(['bash', str(SCRIPT), *args], env=env, capture_output=True,
@@ -55,6 +56,15 @@ def test_srun_starts_bertjax_main_with_the_flags_and_the_workdir(tmp_path):
   # One process per node drives all 8 GPUs (jax.distributed would take SLURM_LOCALID's GPU
   # alone), with the task's 16 CPUs for tf.data.
   assert (tmp_path / 'srun.txt.env').read_text().split() == ['0,1,2,3,4,5,6,7', '16']
+
+
+def test_a_job_without_gpus_on_the_node_runs_under_set_u(tmp_path):
+  """Hostile pass A: SLURM sets no SLURM_GPUS_ON_NODE without a GPU request (--gpus-per-node
+  overridden), and the script's echo stopped on it under `set -u`, before srun."""
+  result, srun_args = run_script(tmp_path, '/shared/runs/base', '--config=configs/pretrain.py',
+                                 SLURM_GPUS_ON_NODE=None)
+  assert result.returncode == 0 and srun_args[-1] == '--workdir=/shared/runs/base', result.stderr
+  assert '4 node(s) x ? GPU(s) (devices all), workdir /shared/runs/base' in result.stdout
 
 
 def test_no_workdir_prints_the_usage(tmp_path):

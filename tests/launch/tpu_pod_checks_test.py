@@ -27,15 +27,15 @@ from launch import tpu_pod
 
 
 @pytest.mark.parametrize('tpu, workdir, message', [
-    (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-12'), 'gs://b/r',
+    (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-12'), 'gs://bkt/r',
      r"unknown accelerator type 'v5litepod-12'; known: v5litepod-1, v5litepod-4"),
-    (tpu_pod.Slice('b', 'us-east1-d', 'v5litepod-16'), 'gs://b/r',
+    (tpu_pod.Slice('b', 'us-east1-d', 'v5litepod-16'), 'gs://bkt/r',
      r"v5litepod slices are not offered in zone 'us-east1-d'; zones: us-central1-a"),
     (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-16'), '/tmp/run',
      r'has 4 hosts, which cannot share the local path .* use a bucket'),
-    (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-16', spot=True, reserved=True), 'gs://b/r',
+    (tpu_pod.Slice('b', 'us-west4-a', 'v5litepod-16', spot=True, reserved=True), 'gs://bkt/r',
      'exclude each other'),
-    (tpu_pod.Slice('Bad Name!', 'us-west4-a', 'v5litepod-16'), 'gs://b/r',
+    (tpu_pod.Slice('Bad Name!', 'us-west4-a', 'v5litepod-16'), 'gs://bkt/r',
      "--name='Bad Name!': a TPU VM name is lowercase letters"),
 ])
 def test_bad_requests_are_refused_with_the_valid_choices(tpu, workdir, message):
@@ -97,18 +97,18 @@ def test_the_workers_hold_the_config_file_the_job_names(tmp_path, monkeypatch, c
 def test_a_job_workdir_other_than_the_launchers_is_refused_before_anything_runs(monkeypatch):
   monkeypatch.chdir(REPO)
   calls = []
-  for extra in (['--workdir=gs://b/other'], ['--workdir', 'gs://b/other'],
-                ['-workdir=gs://b/other']):
+  for extra in (['--workdir=gs://bkt/other'], ['--workdir', 'gs://bkt/other'],
+                ['-workdir=gs://bkt/other']):
     with pytest.raises(ValueError) as e:
-      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base',
+      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://bkt/runs/base',
                      run=lambda cmd, **_: calls.append(cmd))
-    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://b/other, the '
-                            'launcher\'s --workdir=gs://b/runs/base: pass the run directory '
+    assert str(e.value) == ('the job\'s flags (after --) set --workdir=gs://bkt/other, the '
+                            'launcher\'s --workdir=gs://bkt/runs/base: pass the run directory '
                             'once, as the launcher\'s --workdir (before --)')
   assert calls == []
   # The launcher's own workdir repeated after -- changes nothing: it runs.
-  calls = launch_in_process(MAIN_ARGS + ['--workdir=gs://b/runs/base'])
-  assert worker_job(calls)[-1] == '--workdir=gs://b/runs/base;'
+  calls = launch_in_process(MAIN_ARGS + ['--workdir=gs://bkt/runs/base'])
+  assert worker_job(calls)[-1] == '--workdir=gs://bkt/runs/base;'
 
 
 def test_a_config_that_fails_on_the_slice_is_refused_before_booking(monkeypatch):
@@ -129,7 +129,7 @@ def test_a_config_that_fails_on_the_slice_is_refused_before_booking(monkeypatch)
        'attention-probability dropout, and model.attention_dropout_rate=0.1 trains with it')):
     calls = []
     with pytest.raises(ValueError, match=re.escape(message)):
-      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://b/runs/base',
+      tpu_pod.launch(slice_(), MAIN_ARGS + extra, 'gs://bkt/runs/base',
                      run=lambda cmd, _calls=calls, **_: _calls.append(cmd))
     assert calls == [], extra
   assert launch_in_process(MAIN_ARGS + ['--config.model.attention_impl=splash',
@@ -145,7 +145,7 @@ def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretr
   monkeypatch.chdir(REPO)
   calls = launch_in_process(['--config', 'configs/pretrain.py:size=base',
                              '--config.num_train_steps', '5', '--config.model.nsp',
-                             '--workdir', 'gs://b/runs/base'], aot_check=True)
+                             '--workdir', 'gs://bkt/runs/base'], aot_check=True)
   assert calls[0][1:] == ['-m', 'launch.aot_compile', '--topology=v5e:4x4',
                           '--config=configs/pretrain.py:size=base',
                           '--config.num_train_steps=5', '--config.model.nsp']
@@ -170,7 +170,7 @@ def test_a_config_importing_a_module_beside_it_is_refused_before_booking(tmp_pat
   with pytest.raises(ValueError, match=rf'--config={experiments}/my.py loads here but not on a '
                      r"worker, .*No module named 'mycommon'.*: put what it imports into it or "
                      r'into configs/'):
-    tpu_pod.launch(slice_(), [f'--config={experiments}/my.py:size=base'], 'gs://b/runs/base',
+    tpu_pod.launch(slice_(), [f'--config={experiments}/my.py:size=base'], 'gs://bkt/runs/base',
                    run=lambda cmd, **_: calls.append(cmd))
   assert calls == []  # Nothing booked, nothing built.
 
@@ -194,9 +194,9 @@ def test_a_git_ref_that_is_no_git_url_is_refused_before_anything_runs(monkeypatc
               'git+https://example.org/@v1', 'git+https://example.org/bertjax@'):
     with pytest.raises(ValueError, match=re.escape(f"--git_ref='{ref}' is no git URL: pass "
                                                    'git+https://HOST/ORG/REPO@REF')):
-      tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=calls.append, git_ref=ref)
+      tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=calls.append, git_ref=ref)
   with pytest.raises(ValueError, match=r'#subdirectory=pkg is not followed \(bertjax is the '):
-    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://b/runs/base', run=calls.append,
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=calls.append,
                    git_ref='git+https://example.org/bertjax@v1#subdirectory=pkg')
   assert calls == []
   # pip's #egg= and a SHA-256 repository's commit are taken.
@@ -211,11 +211,11 @@ def test_a_config_path_on_this_machines_disk_is_warned_about():
   Filestore) is read there."""
   config = config_args.check_args([
       '--config=configs/pretrain.py:size=tiny',
-      '--config.data.train_files=/home/me/data/train-*,gs://b/more-*',
-      '--config.data.vocab_file=~/vocab.txt', '--config.data.eval_files=gs://b/eval-*'])
+      '--config.data.train_files=/home/me/data/train-*,gs://bkt/more-*',
+      '--config.data.vocab_file=~/vocab.txt', '--config.data.eval_files=gs://bkt/eval-*'])
   warning = cloud.local_paths_warning('tpu_pod', config)
   assert warning.startswith(
-      "tpu_pod: warning: config.data.train_files=/home/me/data/train-*,gs://b/more-*, "
+      "tpu_pod: warning: config.data.train_files=/home/me/data/train-*,gs://bkt/more-*, "
       "config.data.vocab_file=~/vocab.txt: a path on this machine's "
       "disk, which the slice's hosts do not see (a relative one is read from a host's own "
       "folder: a TPU VM's home, the image's /bertjax): copy it to a bucket"), warning
@@ -226,4 +226,4 @@ def test_a_config_path_on_this_machines_disk_is_warned_about():
   assert relative.startswith('tpu_pod: warning: config.data.train_files=data/train-*, '
                              'config.data.vocab_file=vocab.txt: a path on this machine'), relative
   assert cloud.local_paths_warning('tpu_pod', config_args.check_args(
-      ['--config=configs/pretrain.py:size=tiny', '--config.data.train_files=gs://b/t-*'])) == ''
+      ['--config=configs/pretrain.py:size=tiny', '--config.data.train_files=gs://bkt/t-*'])) == ''

@@ -2,12 +2,15 @@
 (pod_fakes.launch_scripted): what counts as a preemption; a cut ssh session reattached; a
 finished or failed run never run again; an existing queued resource refused and left; a
 preemption before the run starts; a delete that fails, once, always, or on a slice already
-gone; Ctrl-C at any point leaving the slice; and a --git_ref pinned to one commit that every
-install, restarts too, fetches (the workers' git commands run against a real repository)."""
+gone; Ctrl-C at any point leaving the slice (saying so when no run was started); a --git_ref
+pinned to one commit that every install, restarts too, fetches (the workers' git commands run
+against a real repository); a workdir on the slice's disk never deleted with it; and a run whose
+exit status was lost taken as a failure."""
 
 import dataclasses
 import os
 import re
+import shlex
 import subprocess
 
 from pod_fakes import ATTEMPT
@@ -17,6 +20,8 @@ from pod_fakes import DELETE
 from pod_fakes import DESCRIBE
 from pod_fakes import INSTALL
 from pod_fakes import LOGS
+from pod_fakes import MAIN_ARGS
+from pod_fakes import START
 from pod_fakes import launch_scripted
 from pod_fakes import slice_
 import pytest
@@ -25,6 +30,7 @@ from bertjax import console
 from launch import cloud
 from launch import git_ref as git_refs
 from launch import tpu_pod
+from launch import tpu_vm
 
 
 def test_what_counts_as_a_preemption():
@@ -108,15 +114,39 @@ def test_a_preemption_before_the_run_starts_is_a_restart(monkeypatch):
 
 
 def test_ctrl_c_in_the_launch_leaves_the_slice(monkeypatch, capsys):
-  for at in (LOGS, INSTALL, DESCRIBE):
+  for at in (LOGS, START, INSTALL, DESCRIBE, CREATE):
     try:
       code, calls = launch_scripted(monkeypatch, interrupt=at)
     except KeyboardInterrupt:
       pytest.fail('Ctrl-C was not handled: a traceback, and the slice deleted in `finally`')
     assert code == 130 and DELETE not in calls, (at, calls)
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith('tpu_pod: interrupted; bert and its run (if started) go on: follow '
-                           'it with gcloud '), last
+    if at in (LOGS, START):  # The run's start was sent: a run may go on.
+      assert last.startswith('tpu_pod: interrupted; bert and its run (if started) go on: follow '
+                             'it with gcloud '), last
+    else:
+      assert last == NOT_STARTED, (at, last)
+
+
+NOT_STARTED = ('tpu_pod: interrupted before a run was started on bert: none goes on, but its '
+               'queued resource stays (once ACTIVE it bills, idle): delete it with gcloud compute '
+               'tpus queued-resources delete bert --force --quiet --zone=us-west4-a')
+
+
+def test_ctrl_c_before_the_run_starts_says_none_goes_on_and_how_to_delete_the_slice(
+    monkeypatch, capsys):
+  """Hostile pass A: Ctrl-C while queued or installing said 'bert and its run (if started) go
+  on: follow it with <the log stream>' -- no run existed, and the queued resource, left to become
+  ACTIVE, billed idle. After a preemption, while the slice is re-created, the earlier run is gone
+  too (its checkpoints in the bucket)."""
+  code, calls = launch_scripted(monkeypatch, interrupt=INSTALL)
+  assert code == 130 and calls == [CREATE, DESCRIBE, INSTALL], calls
+  assert capsys.readouterr().err.strip().splitlines()[-1] == NOT_STARTED
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'],
+                                exits=['255'], interrupt=INSTALL, interrupt_at=2)
+  assert code == 130 and calls == ATTEMPT + [DELETE, DESCRIBE, DESCRIBE] + ATTEMPT[:3], calls
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      f'{NOT_STARTED}; then run the same command again to resume from the last checkpoint')
 
 
 def test_a_preempted_slice_whose_delete_fails_once_is_deleted_again(monkeypatch):
@@ -208,7 +238,7 @@ def test_the_workers_commands_fetch_the_commit_the_ref_names(tmp_path, ref):
   # The branch moves on: the pinned install still fetches the first commit.
   (repo / 'configs' / 'pretrain.py').write_text('# second\n')
   subprocess.run(git + ['commit', '-qam', 'second'], check=True)
-  install = tpu_pod.install_commands(slice_(), '', pinned)[-1][-2].removeprefix('--command=')
+  install = tpu_vm.install_commands(slice_(), '', pinned)[-1][-2].removeprefix('--command=')
   on_worker(install.partition(' && python3 -m pip')[0])
   assert (home / 'configs' / 'pretrain.py').read_text() == '# first\n'
 
@@ -255,3 +285,52 @@ def test_restarts_run_out_with_a_line_that_says_what_to_do(monkeypatch, capsys):
   assert capsys.readouterr().err.strip().splitlines()[-1] == (
       'tpu_pod: bert was preempted 2 times (--max_restarts=1 spent): each time before its run '
       'started: nothing ran; run the same command again later')
+
+
+ONE_HOST = tpu_vm.Slice('bert', 'us-west4-a', 'v5litepod-8')  # On demand: a local workdir kept.
+
+
+@pytest.mark.parametrize('states, exits, why', [
+    ([], ['75'], 'exit 75: it saved on a SIGTERM, or its VM restarted under it'),
+    (['ACTIVE', 'PREEMPTED'], ['255'], 'its queued resource is PREEMPTED'),
+    (['ACTIVE', 'FAILED'], ['1'], 'its queued resource is FAILED'),
+])
+def test_a_local_workdir_is_never_deleted_with_its_slice_to_resume(monkeypatch, capsys, states,
+                                                                   exits, why):
+  """Hostile pass A: a kept single-host slice with its workdir on the VM's disk was deleted and
+  re-created on a preemption (or a run that saved on a SIGTERM): the 'resumed' run started from
+  step 0, its checkpoints gone with the disk. The launch stops instead (75), the slice left, and
+  says how to resume the run there."""
+  code, calls = launch_scripted(monkeypatch, states=states, exits=exits, tpu=ONE_HOST,
+                                workdir='/home/me/run', keep=True)
+  assert code == cloud.PREEMPTED_EXIT, code
+  assert [c[3] for c in calls] == ['create', 'describe', 'ssh', 'ssh', 'ssh', 'describe'], calls
+  line = capsys.readouterr().err.strip().splitlines()[-1]
+  assert line.startswith(
+      f"tpu_pod: the run on bert stopped before its end ({why}), and its workdir lies on the "
+      "VM's disk with its checkpoints: bert is left as it is, neither deleted nor re-created (a "
+      'new slice would start the run again from step 0). Once `gcloud compute tpus '
+      "queued-resources describe bert '--format=value(state.state)' --zone=us-west4-a` says "
+      'ACTIVE, resume the run there from its last checkpoint with '), line
+  rerun = shlex.join(tpu_vm.run_command(ONE_HOST, MAIN_ARGS, '/home/me/run'))
+  assert f'with {rerun} and follow it with {shlex.join(tpu_vm.stream_command(ONE_HOST))}' in line
+  assert line.endswith('delete the slice when done with gcloud compute tpus queued-resources '
+                       'delete bert --force --quiet --zone=us-west4-a')
+
+
+def test_a_local_workdir_slice_preempted_before_its_run_started_is_re_created(monkeypatch):
+  """Nothing ran, so nothing is lost: the slice is re-created as with a bucket."""
+  code, calls = launch_scripted(monkeypatch, states=['SUSPENDED'], tpu=ONE_HOST,
+                                workdir='/home/me/run', keep=True)
+  assert code == 0 and [c[3] for c in calls].count('create') == 2, calls
+
+
+def test_a_lost_exit_status_is_a_failure_said_as_such(monkeypatch, capsys):
+  """The log stream's STATUS_LOST (~/bertjax.rc held no number; it gave 0, a success): the
+  launcher exits with it and says so, as after any failed run."""
+  code, calls = launch_scripted(monkeypatch, exits=[str(tpu_vm.STATUS_LOST)])
+  assert code == tpu_vm.STATUS_LOST and calls == ATTEMPT + [DELETE], calls
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      "tpu_pod: the run on bert ended, but its exit status was lost (worker 0's ~/bertjax.rc "
+      'holds no number: a full disk?): taken as a failure (exit 86); its log is above, and in '
+      '~/bertjax.log on each worker')

@@ -25,6 +25,7 @@ import pytest
 
 from launch import cloud
 from launch import tpu_pod
+from launch import tpu_vm
 
 
 def test_a_run_creates_installs_runs_streams_and_deletes(tmp_path):
@@ -71,9 +72,10 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
   lines = out.strip().splitlines()
   assert lines[0].endswith('-m launch.aot_compile --topology=v5e:4x4 '
                            '--config=configs/pretrain.py:size=base,vocab=30522 '
-                           "'--config.data.train_files=gs://b/train-*'")
-  # The wheel is built in a temporary folder, not the checkout's dist/ (which git would list).
-  folder = re.fullmatch(r'.* -m pip wheel --no-deps --wheel-dir=(\S+) \.', lines[1])[1]
+                           "'--config.data.train_files=gs://bkt/train-*'")
+  # The wheel is built in a temporary folder, not the checkout's dist/ (which git would list),
+  # from a copy of the checkout made there (tpu_wheel_test.py).
+  folder = re.fullmatch(r'.* -m pip wheel --no-deps --wheel-dir=(\S+) \1/source', lines[1])[1]
   assert pathlib.Path(folder).parent == pathlib.Path(tempfile.gettempdir()), lines[1]
   assert lines[2] == ('gcloud compute tpus queued-resources create bert --node-id=bert '
                       '--accelerator-type=v5litepod-16 --runtime-version=v2-alpha-tpuv5-lite '
@@ -91,22 +93,25 @@ def test_the_workers_python_is_one_bertjax_installs_on():
   pyproject = pathlib.Path(tpu_pod.__file__).resolve().parents[1] / 'pyproject.toml'
   spec = tomllib.loads(pyproject.read_text())['project']['requires-python']  # >=3.11,<3.14
   bounds = dict((op, (int(a), int(b))) for op, a, b in re.findall(r'(>=|<)(\d+)\.(\d+)', spec))
-  version = tuple(map(int, re.search(r'--python (\d+)\.(\d+) ', tpu_pod.VENV_SETUP).groups()))
+  version = tuple(map(int, re.search(r'--python (\d+)\.(\d+) ', tpu_vm.VENV_SETUP).groups()))
   assert bounds['>='] <= version < bounds['<'], (spec, version)
-  install = tpu_pod.install_commands(slice_(), 'dist/bertjax-0.1.0-py3-none-any.whl', '')[-1]
-  assert f'--python {tpu_pod.PYTHON} -U "jax[tpu]" ~/bertjax-0.1.0-py3-none-any.whl' in (
+  install = tpu_vm.install_commands(slice_(), 'dist/bertjax-0.1.0-py3-none-any.whl', '')[-1]
+  assert f'--python {tpu_vm.PYTHON} -U "jax[tpu]" ~/bertjax-0.1.0-py3-none-any.whl' in (
       install[-2])
-  assert tpu_pod.run_command(slice_(), ['--config=c.py'], 'gs://b/r')[-2].startswith(
-      f"--command=rm -f ~/bertjax.rc ~/bertjax.pid; (trap '' HUP; {tpu_pod.PYTHON} -m "
+  assert tpu_vm.run_command(slice_(), ['--config=c.py'], 'gs://bkt/r')[-2].startswith(
+      f"--command=rm -f ~/bertjax.rc ~/bertjax.pid; (trap '' HUP; {tpu_vm.PYTHON} -m "
       'bertjax.main ')
 
 
-@pytest.mark.parametrize('ends, code', [('exits 3', 3), ('is killed', cloud.PREEMPTED_EXIT)])
+@pytest.mark.parametrize('ends, code', [('exits 3', 3), ('is killed', cloud.PREEMPTED_EXIT),
+                                        ('writes no status', tpu_vm.STATUS_LOST)])
 def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp_path, ends,
                                                                            code):
   """The worker's two commands run by bash in a home of their own, bertjax.main a stand-in: the
   stream gives the run's status; a run gone without one (a VM rebooted for maintenance, which
-  takes the process, the ssh session and no file with it) ends it with 75, a restart."""
+  takes the process, the ssh session and no file with it) ends it with 75, a restart. Hostile
+  pass A: an empty status file (a full disk) gave a bare `exit`, 0, a success, the slice deleted
+  as if the run had finished: the status is said lost, and the stream fails (STATUS_LOST)."""
   python = tmp_path / 'bertjax-venv' / 'bin' / 'python'
   python.parent.mkdir(parents=True)
   python.write_text('#!/bin/bash\necho "step 1/9"\nsleep 2\nexit 3\n')
@@ -116,20 +121,24 @@ def test_the_log_stream_ends_with_the_runs_status_or_75_when_the_run_is_gone(tmp
   def command(argv):
     return next(a for a in argv if a.startswith('--command=')).partition('=')[2]
 
-  subprocess.run(['bash', '-c', command(tpu_pod.run_command(slice_(), ['--config=c.py'],
-                                                            'gs://b/r'))],
+  subprocess.run(['bash', '-c', command(tpu_vm.run_command(slice_(), ['--config=c.py'],
+                                                            'gs://bkt/r'))],
                  env=env, check=True, timeout=30)
-  if ends == 'is killed':  # The shell first: killed after its python, it would write 137.
+  if ends != 'exits 3':  # The shell first: killed after its python, it would write 137.
     run = int((tmp_path / 'bertjax.pid').read_text())
     children = subprocess.run(['pgrep', '-P', str(run)], capture_output=True, text=True,
                               check=False).stdout.split()
     os.kill(run, 9)
     for child in children:
       os.kill(int(child), 9)
-  stream = subprocess.run(['bash', '-c', command(tpu_pod.stream_command(slice_()))], env=env,
+  if ends == 'writes no status':  # What `echo $? > ~/bertjax.rc` leaves on a full disk.
+    (tmp_path / 'bertjax.rc').write_text('')
+  stream = subprocess.run(['bash', '-c', command(tpu_vm.stream_command(slice_()))], env=env,
                           capture_output=True, text=True, timeout=60)
   assert stream.returncode == code, stream.stderr
   assert 'step 1/9' in stream.stdout
+  assert ('tpu_pod: the run ended but ~/bertjax.rc holds no exit status (): it was lost' in
+          stream.stderr) == (ends == 'writes no status'), stream.stderr
 
 
 def test_ctrl_c_leaves_the_slice_and_its_run_and_says_how_to_follow_and_delete(tmp_path):
@@ -142,8 +151,8 @@ def test_ctrl_c_leaves_the_slice_and_its_run_and_says_how_to_follow_and_delete(t
   assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out
   line = out.strip().splitlines()[-1]
   assert line == (f'tpu_pod: interrupted; bert and its run (if started) go on: follow it with '
-                  f'{shlex.join(tpu_pod.stream_command(slice_()))}; delete the slice when done '
-                  f'with {shlex.join(tpu_pod.delete_command(slice_()))}'), out
+                  f'{shlex.join(tpu_vm.stream_command(slice_()))}; delete the slice when done '
+                  f'with {shlex.join(tpu_vm.delete_command(slice_()))}'), out
 
 
 def test_a_dry_run_prints_the_command_that_reads_the_commit(tmp_path):
