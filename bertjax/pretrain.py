@@ -230,6 +230,7 @@ def _pretrain(config, workdir) -> dict:
                             config.checkpoint.best_mode)
   workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
+  init_from.check_apart(config, workdir)
   with workdir_lock.locked(workdir):
     outcome = _train_and_evaluate(config, workdir)
   progress.summary('pretrain', time.perf_counter() - start, outcome, workdir,

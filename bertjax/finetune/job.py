@@ -128,6 +128,7 @@ def _finetune(config, workdir) -> dict:
   config = paths.own_copy(config)
   workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
+  init_from.check_apart(config, workdir)
   logging.info('%s', export_formats.statement(*job_setup.check_head(config, workdir)))
   with workdir_lock.locked(workdir):
     outcome, main_metric, skipped = _train_and_evaluate(config, workdir)

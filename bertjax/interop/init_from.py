@@ -185,6 +185,28 @@ def run_folder(path):
   return None
 
 
+def check_apart(config, workdir: str):
+  """Refuses a workdir inside the model config.init_from names (a bertjax run: the run around
+  its step) or around it, before anything is written: a run inside another mixes its files
+  with that run's; one around a model makes its folder read as a run, so that every tool then
+  refuses to write anywhere in it (a whole bucket, with the workdir at its root)."""
+  path = paths.absolute(config.get('init_from') or '')
+  if not path or not workdir:
+    return
+  model = run_folder(path) or path
+  work, source = paths.file_key(workdir), paths.file_key(model)
+  sep = '/' if files.is_remote(work) else os.sep
+  if work.startswith(source + sep):
+    raise ValueError(f'--workdir={workdir} is inside {model}, the model --config.init_from '
+                     'starts from: the run would write its files among that model\'s; pass a '
+                     f'--workdir outside {model}.')
+  if source.startswith(work + sep):
+    raise ValueError(f'--workdir={workdir} holds {model}, the model --config.init_from starts '
+                     'from: the run\'s files around it would make the whole folder read as one '
+                     'run (tools then write nowhere in it); pass a --workdir of its own, beside '
+                     'the model.')
+
+
 def run_config(path) -> dict | None:
   """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step);
   None where no run wrote it; an error naming the file where it cannot be read."""
