@@ -341,6 +341,9 @@ def main(argv):
   console.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
   console.install()
   for name in ('input_file', 'output_file'):  # '-': the standard stream, as Unix tools take it.
+    if FLAGS[name].present and not FLAGS[name].value.strip():  # `--output_file=$OUT`, OUT unset.
+      console.fail(f'error: --{name} is empty: name the file, or pass - (or leave the flag out) '
+                   'for the standard stream.')
     if FLAGS[name].value == '-':
       FLAGS[name].value = ''
 

@@ -207,6 +207,15 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
   assert result.returncode == 0, result.stderr
   assert result.stdout.splitlines() == out.read_text().splitlines()
   assert not (tmp_path / '-').exists()
+  # An empty value given (`--output_file=$OUT`, OUT unset) went to the standard stream.
+  for flag in ('--output_file=', '--input_file= '):
+    result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}',
+                             flag], input=source.read_text(), capture_output=True, text=True,
+                            timeout=300, check=False, cwd=tmp_path)
+    name = flag.split('=')[0]
+    assert result.returncode == 1 and result.stdout == '' and result.stderr.splitlines()[-1] == (
+        f'error: {name} is empty: name the file, or pass - (or leave the flag out) for the '
+        'standard stream.'), result.stderr
 
 
 def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch):
