@@ -54,6 +54,11 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
   workdir, _ = fine_tuned_sst2
   with pytest.raises(ValueError, match='^output is empty: name the folder'):
     export.export(workdir, 'hf', '')
+  # Hostile pass of 2026-12-01: '-' wrote a model folder named '-' (learn_vocab refuses it).
+  with pytest.raises(ValueError, match=r"^output=- would write a folder named '-' \(an export is "
+                     r'a folder of files, not a stream\): name the folder'):
+    export.export(workdir, 'hf', '-')
+  assert not os.path.exists('-')
   with pytest.raises(ValueError, match=r'^labels=x,x names a class twice: name each class once'):
     export.export(workdir, 'hf', tmp_path / 'made' / 'out', labels=('x', 'x'))
   # Refused after its lock: the folder made above --output for it is gone again.
