@@ -53,6 +53,22 @@ def read_holder(lock: str) -> dict | None:
   return holder if isinstance(holder, dict) else {}
 
 
+def live_holder(lock: str) -> str:
+  """'' or `pid N on HOST` of the lock object's holder while its lease runs: a reader's question
+  (a predict of a run training in a bucket), so nothing is taken over, logged or written."""
+  try:
+    holder = read_holder(lock) or {}
+    renewed, lease, host, pid = (float(holder['renewed']), float(holder['lease_s']),
+                                 holder['host'], holder['pid'])
+  except (OSError, KeyError, TypeError, ValueError):  # None, unreadable, unreachable: no answer.
+    return ''
+  if time.time() - renewed > lease:
+    return ''
+  if host == socket.gethostname() and not processes.alive(pid, holder.get('started')):
+    return ''
+  return f'pid {pid} on {host}'
+
+
 class RemoteLock:
   """The lock object at `path`, held by this process and renewed in the background."""
 

@@ -11,8 +11,10 @@ import json
 import posixpath
 import urllib.parse
 
+from etils import epath
 import jax
 import jax.numpy as jnp
+from orbax.checkpoint import path as ocp_path
 import tensorstore as ts
 
 from bertjax import files
@@ -21,6 +23,20 @@ from bertjax import files
 # opposed to errors of the reader (permissions, memory, a wrong path).
 _DAMAGE_MARKERS = ('OUT_OF_RANGE', 'NOT_FOUND', 'DATA_LOSS', 'INVALID_ARGUMENT', 'does not exist',
                    'corrupt', 'Corrupt', 'checksum', 'truncated', 'Unexpected end', 'decode')
+
+
+def finished(directory: str, found: list[int]) -> list[int]:
+  """Of a checkpoints folder's numbered steps `found`, those whose save finished: all of a local
+  folder's (orbax names a step only once it is whole, by a rename). In a bucket (no atomic
+  rename) orbax writes a step under its number and marks it finished last: where the run's steps
+  bear that mark, one without it is being saved, or was cut short, and is no damage to warn of;
+  a run copied up from a disk has no marks, and all its steps are whole."""
+  if not files.is_remote(directory) or not found:
+    return found
+  url = 'gs://' + directory[len('gcs://'):] if directory.startswith('gcs://') else directory
+  done = [step for step in found if ocp_path.step.is_checkpoint_finalized(
+      epath.Path(posixpath.join(url.rstrip('/'), str(step))))]
+  return done or found
 
 
 class DamagedCheckpointError(ValueError):

@@ -76,8 +76,9 @@ def _a_file(path: str) -> str:
 
 
 def steps(directory) -> list[int]:
-  """The complete steps of a checkpoints folder, oldest first (run_files.checkpoint_steps)."""
-  return run_files.checkpoint_steps(directory)
+  """The complete steps of a checkpoints folder, oldest first (a bucket's being saved left out:
+  checkpoint_damage.finished)."""
+  return checkpoint_damage.finished(os.fspath(directory), run_files.checkpoint_steps(directory))
 
 
 def tf1_without_config(folder: str) -> str | None:

@@ -129,11 +129,12 @@ def _acquire_remote(workdir: str, lock: remote_lock.RemoteLock) -> Exception | N
 
 
 def live_holder(workdir: str) -> str:
-  """'' or the pid of the process holding a local workdir's lock now (a run training there), as
-  the kernel lists its locks (/proc/locks): no lock is taken, so a run starting meanwhile is
-  never refused. '' where that cannot be told (a bucket, another OS)."""
+  """'' or who holds a workdir's lock now (a run training there): `pid N` of a local one, as
+  the kernel lists its locks (/proc/locks), `pid N on HOST` of a bucket's lock object whose
+  lease runs. No lock is taken, so a run starting meanwhile is never refused. '' where that
+  cannot be told (another OS)."""
   if files.is_remote(workdir):
-    return ''
+    return remote_lock.live_holder(files.join(workdir, LOCK_NAME))
   try:
     held = os.stat(os.path.join(workdir, LOCK_NAME))  # local: a bucket was answered above
     with open('/proc/locks', encoding='ascii') as f:  # local: the kernel's table
@@ -146,16 +147,16 @@ def live_holder(workdir: str) -> str:
       pid, (major, minor, inode) = parts[-4], (parts[-3].split(':') + ['', '', ''])[:3]
       if (inode.isdigit() and int(inode) == held.st_ino and major and minor
           and os.makedev(int(major, 16), int(minor, 16)) == held.st_dev):
-        return pid
+        return f'pid {pid}'
   return ''
 
 
 def say_if_live(workdir: str, newest: int):
   """A reader's warning, once per job (eval resolves its step twice), where the run it reads
   trains now: its `newest` step is not its last."""
-  if pid := live_holder(workdir):
-    console.warn_once('%s is training now (pid %s): its newest checkpoint, step %d, is read, '
-                      'not its final one', workdir, pid, newest)
+  if holder := live_holder(workdir):
+    console.warn_once('%s is training now (%s): its newest checkpoint, step %d, is read, '
+                      'not its final one', workdir, holder, newest)
 
 
 @contextlib.contextmanager

@@ -79,7 +79,7 @@ def test_a_reader_of_a_run_training_now_says_its_newest_step_is_not_its_last(tmp
   checkpoint_reader.resolve_step(tmp_path, None)
   assert not lines and workdir_lock.live_holder(str(tmp_path)) == ''  # Ended: nothing said.
   with workdir_lock.locked(str(tmp_path)):
-    assert workdir_lock.live_holder(str(tmp_path)) == str(os.getpid())
+    assert workdir_lock.live_holder(str(tmp_path)) == f'pid {os.getpid()}'
     checkpoint_reader.resolve_step(tmp_path, None)
     checkpoint_reader.resolve_step(tmp_path, None)  # Asked again (mode=eval does): said once.
     checkpoint_reader.resolve_step(tmp_path, 2)  # A step asked by number: nothing to say.

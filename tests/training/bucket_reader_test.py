@@ -1,0 +1,70 @@
+"""Reading a run in a bucket while it trains (hostile pass of 2026-12-01): a step orbax was still
+writing there (no atomic rename in a bucket: it marks a finished save last) was warned of as a
+damaged checkpoint, and the run's lock object, which names its holder, went unread: no word that
+the run trains now."""
+
+import json
+import socket
+import time
+
+import log_records
+
+from bertjax import console
+from bertjax import files
+from bertjax.training import checkpoint
+from bertjax.training import checkpoint_reader
+from bertjax.training import workdir_lock
+
+
+def _saved(run: str, count: int):
+  """A run in the bucket with `count` steps saved by orbax there (each marked finished)."""
+  import checkpoint_test  # noqa: PLC0415  # Its tiny state.
+  config = checkpoint_test.config()
+  mngr = checkpoint.manager(run, config, best_metric='acc')
+  for step in range(1, count + 1):
+    checkpoint.save(mngr, step, checkpoint_test.make_state(step), {'step': step}, force=True)
+    checkpoint.wait(mngr)
+  mngr.close()
+  files.write_atomically(files.join(run, 'config.json'), json.dumps(config.to_dict()))
+
+
+def test_a_step_being_saved_in_a_bucket_is_left_out_not_warned_of(gcs_bucket, monkeypatch):
+  run = f'{gcs_bucket}/run'
+  _saved(run, 2)
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
+  # Step 3 as orbax leaves it midway: some of its files, no mark of a finished save.
+  files.copy_tree(f'{run}/checkpoints/2', f'{run}/checkpoints/3')
+  for name in files.glob(f'{run}/checkpoints/3/**/commit_success.txt') + files.glob(
+      f'{run}/checkpoints/3/state/_METADATA'):
+    files.remove(name)
+  assert not files.glob(f'{run}/checkpoints/3/**/commit_success.txt')
+  lines = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
+  assert checkpoint_reader.read(run).step == 2 and lines == []
+  # A run copied up from a disk has no marks at all: every step of it is whole.
+  for name in files.glob(f'{run}/checkpoints/*/commit_success.txt'):
+    files.remove(name)
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2, 3]
+
+
+def test_a_reader_says_a_run_in_a_bucket_trains_now(gcs_bucket, monkeypatch):
+  run = f'{gcs_bucket}/run'
+  _saved(run, 2)
+  lock = files.join(run, workdir_lock.LOCK_NAME)
+  lines = log_records.recorded_warnings(monkeypatch, console)
+  monkeypatch.setattr(console, '_WARNED', set())
+  checkpoint_reader.resolve_step(run, None)
+  assert lines == [] and workdir_lock.live_holder(run) == ''
+  holder = {'host': 'tpu-worker-0', 'pid': 4242, 'since': time.time() - 60, 'lease_s': 120.0,
+            'renewed': time.time() - 10, 'token': 'x'}
+  files.write_atomically(lock, json.dumps(holder))
+  assert workdir_lock.live_holder(run) == 'pid 4242 on tpu-worker-0'
+  checkpoint_reader.resolve_step(run, None)
+  assert lines == [f'{run} is training now (pid 4242 on tpu-worker-0): its newest checkpoint, '
+                   'step 2, is read, not its final one']
+  # A lease run out (a lost VM), or a holder of this host that is gone: no run trains there.
+  files.write_atomically(lock, json.dumps(holder | {'renewed': time.time() - 600}))
+  assert workdir_lock.live_holder(run) == ''
+  files.write_atomically(lock, json.dumps(holder | {'host': socket.gethostname(),
+                                                    'pid': 2**22 + 17}))
+  assert workdir_lock.live_holder(run) == ''
