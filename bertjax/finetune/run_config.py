@@ -324,6 +324,11 @@ def check_against_run(cfg, run: dict, workdir: str):
     logging.warning('init_from=%s is not loaded: %s resumes from its own checkpoint (the run '
                     'began from %s); to start from those weights, fine-tune in another --workdir',
                     init_from.named(cfg) or "''", workdir, init_from.named(run) or 'random weights')
+  elif not training and cfg.get('init_from') and not init_from.began_from(cfg, run):
+    logging.warning('init_from=%s is not read: --config.mode=%s reads %s\'s own checkpoint (the '
+                    'run began from %s); to score that model, fine-tune from it in another '
+                    '--workdir', init_from.named(cfg), cfg.get('mode'), workdir,
+                    init_from.named(run) or 'random weights')
   digests = (init_from.lookup(run, 'data.train_sha256'),
              init_from.lookup(cfg, 'data.train_sha256'))
   if None not in digests and digests[0] != digests[1]:

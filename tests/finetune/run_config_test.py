@@ -193,6 +193,22 @@ def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):
     run_config.check_against_run(config, run, '/runs/r')
   assert ("init_from=/models/minilm is not loaded: /runs/r resumes from its own checkpoint (the "
           "run began from random weights)") in caplog.text
+  # An eval or predict reads the run's checkpoint: another init_from given was read nowhere,
+  # without a word (hostile pass of 2026-12-01); none given says nothing.
+  for mode in ('eval', 'predict'):
+    config.mode = mode
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+      run_config.check_against_run(config, run, '/runs/r')
+    assert caplog.messages == [
+        f"init_from=/models/minilm is not read: --config.mode={mode} reads /runs/r's own "
+        'checkpoint (the run began from random weights); to score that model, fine-tune from it '
+        'in another --workdir'], caplog.messages
+  config.init_from = ''
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    run_config.check_against_run(config, run, '/runs/r')
+  assert not caplog.messages
 
 
 def test_the_step_a_run_began_from_named_by_its_number_is_the_same_init_from(caplog):
