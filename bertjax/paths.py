@@ -285,9 +285,14 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     raise FileExistsError(f'{shown} {"exists" if exists else "would be"} in a bertjax '
                           f'run ({run}): tools that read a run never write into it; write it '
                           'elsewhere.')
-  if exists and (model := model_folder(files.parent(_resolved(out)))) is not None:
-    raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
-                          'would damage that model; name a new file.')
+  if (model := model_folder(files.parent(_resolved(out)))) is not None:
+    if exists:
+      raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
+                            'would damage that model; name a new file.')
+    # A model's folder holds the model's files: one added there (features beside the weights
+    # they came from) travels with every copy of it, and an export's --overwrite refuses it.
+    raise FileExistsError(f'{shown} would be in {model[1]} ({model[0]}): a model\'s folder '
+                          'holds its own files only; write it beside the folder.')
   return out
 
 
@@ -321,12 +326,12 @@ def check_output_folder(folder, names, flag: str = 'workdir', inputs=()) -> str:
   words), or when it is the folder of a model (a transformers model, a TF1 checkpoint, a
   SavedModel) or inside one."""
   out = absolute(str(folder))
+  if (model := model_folder(_resolved(out))) is not None:  # Said of the folder, not of a file.
+    raise FileExistsError(f'--{flag}={folder} is in {model[1]} ({model[0]}): tools that read a '
+                          'model never write into it; pass a folder of its own.')
   for name in names:
     check_output_file(files.join(out, name), flag, inputs=inputs,
                       shown=f'{name} in --{flag}={folder}')
-  if (model := model_folder(_resolved(out))) is not None:
-    raise FileExistsError(f'--{flag}={folder} is in {model[1]} ({model[0]}): tools that read a '
-                          'model never write into it; pass a folder of its own.')
   return out
 
 

@@ -64,7 +64,8 @@ def _a_run_and_a_model(tmp_path) -> dict:  # Every file's bytes.
     ('run/config.json', 'exists in a bertjax run'), ('run/vocab.txt', 'exists in a bertjax run'),
     ('run/new.txt', 'would be in a bertjax run'),
     ('run/checkpoints/v.txt', "is inside a run's checkpoints/"),
-    ('model/spiece.model', 'exists in a transformers model')])
+    ('model/spiece.model', 'exists in a transformers model'),
+    ('model/new.txt', 'would be in a transformers model')])
 def test_learn_vocab_never_writes_into_a_run_or_over_a_models_file(tmp_path, output, message):
   before = _a_run_and_a_model(tmp_path)
   kind = ['--model=sentencepiece', '--vocab_size=18'] if output.endswith('.model') else []
@@ -78,8 +79,7 @@ def test_learn_vocab_never_writes_into_a_run_or_over_a_models_file(tmp_path, out
 @pytest.mark.parametrize('output, message', [
     ('run/checkpoints/train', "--output_file=run/checkpoints/train is inside a run's checkpoints"),
     ('run/config', '--output_file=run/config would be in a bertjax run'),
-    ('model/config', 'report model/config.json of --output_file=model/config exists in a '
-     'transformers model')])
+    ('model/config', '--output_file=model/config would be in a transformers model')])
 def test_create_pretraining_data_never_writes_into_a_run_or_over_a_models_file(tmp_path, output,
                                                                               message):
   before = _a_run_and_a_model(tmp_path)

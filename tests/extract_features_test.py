@@ -127,6 +127,12 @@ def test_an_output_that_would_lose_the_input_or_a_run_is_refused_first(minilm_di
     with pytest.raises(FileExistsError, match='is the input|exists in a transformers model'):
       extract_features.run(str(model), source, output, vocab_file=str(model / 'vocab.txt'))
   assert (model / 'vocab.txt').read_bytes() == (minilm_dir / 'vocab.txt').read_bytes()
+  # A new file there too (hostile pass of 2026-12-01: features written beside the weights they
+  # came from, which a later export --overwrite of that folder then refused).
+  with pytest.raises(FileExistsError, match=rf"features.jsonl would be in a transformers model "
+                     rf"\({model}\): a model's folder holds its own files only"):
+    extract_features.run(str(model), source, model / 'features.jsonl')
+  assert not (model / 'features.jsonl').exists()
 
 
 def test_layers_that_are_not_numbers_name_the_flag():
