@@ -23,10 +23,12 @@ checkpoint's .index/.data through a temporary folder).
 """
 
 import collections.abc
+import contextlib
 import importlib.util
 import io
 import os
 import pathlib  # local: the installed default checkpoint's folder.
+import re
 import sys
 import time
 
@@ -38,6 +40,7 @@ from bertjax import files
 from bertjax import inference
 from bertjax import job_config
 from bertjax import job_lines
+from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import hf_tokenizer_files
@@ -228,7 +231,6 @@ class Embedder:
     return np.concatenate(out)
 
 
-
 def _own_length(model) -> int:
   """The tokens SentenceTransformer reads of a sentence: a sentence-transformers model's (or a
   run's) recorded length; a plain transformers folder's tokenizer's model_max_length (unset:
@@ -245,7 +247,6 @@ def _pooling(model, fmt: str) -> str:
   return 'mean'
 
 
-
 # The job's outputs grow with the square of the sentences: above these, the printed table is
 # cut (embeddings.npy always holds every vector; its dot products are the cosines).
 PRINTED_ROWS = 50  # Sentences printed with their similarities (to the first PRINTED_COLUMNS).
@@ -260,13 +261,31 @@ def run(config, workdir):
   job_config.check_for(config, 'embed')
   path = init_from.configured(config)
   checkpoint = path or str(default_checkpoint())
-  workdir = os.fspath(workdir) if workdir else ''
-  if workdir and files.exists(workdir) and not files.isdir(workdir):
+  workdir = _checked_workdir(config, workdir)
+  with _outputs_held(workdir) if workdir else contextlib.nullcontext():
+    return _embed(config, checkpoint, workdir, start)
+
+
+def _checked_workdir(config, workdir) -> str:
+  """The absolute workdir ('' for None), refused before any work where writing would lose."""
+  if workdir is None:
+    return ''
+  workdir = os.fspath(workdir)
+  # --workdir= is no "no --workdir" (which writes nothing), and `-` no stream (two files).
+  if workdir.strip() in ('', '-'):
+    raise ValueError(f'--workdir={workdir} names no folder (embeddings.npy and similarity.txt '
+                     'are files, not written to standard output): pass a folder, or leave '
+                     '--workdir out to print the similarities only.')
+  if files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
                      'similarity.txt.')
-  if workdir:  # In a run or a model folder: refused as predict's and extract_features' outputs.
-    paths.check_output_folder(workdir, OUTPUTS, inputs=(
-        (config.input_file,) if config.input_file not in ('', '-') else ()))
+  # In a run or a model folder: refused as predict's and extract_features' outputs.
+  return paths.check_output_folder(workdir, OUTPUTS, inputs=(
+      (config.input_file,) if config.input_file not in ('', '-') else ()))
+
+
+def _embed(config, checkpoint: str, workdir: str, start: float):
+  """run()'s work once `workdir` (absolute; '': none) is checked and its outputs held."""
   if config.input_file:  # '-': standard input, as extract_features reads it.
     sentences = (paths.read_stdin_lines() if config.input_file == '-' else
                  paths.read_text_lines(config.input_file, 'config.input_file'))
@@ -337,9 +356,8 @@ def _write(workdir: str, vectors) -> list:
   n = len(vectors)
   embeddings = io.BytesIO()
   np.save(embeddings, vectors)
+  # Read-only ones were refused before any work (_checked_workdir), under the lock since.
   written, similarity = (files.join(workdir, name) for name in OUTPUTS)
-  for name in (written, similarity):  # Refused before either is touched.
-    files.check_replaceable(name)
   # An earlier run's similarity.txt goes first (an interrupt, or over MATRIX_ROWS sentences,
   # would leave it beside other vectors).
   if files.exists(similarity):
@@ -355,6 +373,57 @@ def _write(workdir: str, vectors) -> list:
         f'to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit vectors: '
         f'v = numpy.load({written!r}); v @ v.T')
   return outputs + [('similarities', f'not written (over {MATRIX_ROWS} sentences)')]
+
+
+@contextlib.contextmanager
+def _outputs_held(workdir: str):
+  """Held while the job may write `workdir`'s outputs: a second embed there at the same time
+  is refused at its start (output_lock's lock beside embeddings.npy, for both), then outputs
+  no earlier embed wrote. A local workdir this run made goes if left empty."""
+  made, folder = '', workdir  # The outermost folder this run makes ('': none, or a URL).
+  while not files.is_remote(folder) and not os.path.lexists(folder):  # local: not a URL
+    made, folder = folder, os.path.dirname(folder)
+  try:
+    with output_lock.held(files.join(workdir, OUTPUTS[0]), 'embed',
+                          f'writing {" and ".join(OUTPUTS)} in {workdir}', '--workdir'):
+      _check_earlier_outputs(workdir)
+      yield
+  finally:  # Empty folders only (rmdir): anything in them, written meanwhile too, is kept.
+    with contextlib.suppress(OSError):
+      while made and not os.rmdir(workdir) and workdir != made:  # local: this run made it
+        workdir = os.path.dirname(workdir)
+
+
+def _check_earlier_outputs(workdir: str):
+  """Refuses an output in `workdir` that no embed wrote (a user's file): embeddings.npy is
+  np.save's [N, D] unit float vectors alone (header, first rows read), similarity.txt
+  np.savetxt's cosines (first row read)."""
+  for name, holds, check in zip(OUTPUTS, ('an .npy of unit vectors, [sentences, dimension]',
+                                          "a cosine matrix, '%.4f' values from 1"),
+                                (_unit_vectors, _cosines), strict=True):
+    if files.exists(output := files.join(workdir, name)) and not check(output):
+      raise FileExistsError(f'{output} was not written by embed (not {holds}): pass another '
+                            '--workdir, or remove it.')
+
+
+def _unit_vectors(path: str) -> bool:
+  try:
+    with files.open(path, 'rb') as f:
+      version = np.lib.format.read_magic(f)
+      shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+      if len(shape) != 2 or not all(shape) or fortran or dtype.kind != 'f' or (
+          files.size(path) != f.tell() + shape[0] * shape[1] * dtype.itemsize):
+        return False  # Another array, or one cut short or with more after it.
+      first = np.frombuffer(f.read(min(shape[0], 8) * shape[1] * dtype.itemsize), dtype)
+  except (ValueError, EOFError):  # Not an .npy (its magic, its header).
+    return False
+  return bool(np.all(np.abs(np.linalg.norm(first.reshape(-1, shape[1]), axis=1) - 1) < 1e-2))
+
+
+def _cosines(path: str) -> bool:
+  with files.open(path, 'rb') as f:
+    return bool(re.fullmatch(rb'(0\.99\d\d|1\.00\d\d)( -?\d\.\d{4})*\n', f.readline(1 << 20)))
 
 
 def _dimension(embedder: Embedder):

@@ -36,6 +36,7 @@ import time
 
 from absl import app
 from absl import flags
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,6 +48,7 @@ from bertjax import job_lines
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
+from bertjax import processes
 from bertjax.interop import sources
 from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
@@ -148,6 +150,8 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
         output_lock.held(output, 'extract_features', f'writing {output}')):
     if output is not None:
       paths.refuse_existing(output, overwrite, f'--output_file={output_file}')
+    if output is None or files.is_remote(output):  # Written whole in the temporary folder first.
+      _remove_dead_temporaries()
     return _extract(init, input_file, output, layers, max_seq_length, batch_size, vocab_file,
                     do_lower_case, bert_config_file, step)
 
@@ -239,12 +243,42 @@ def _json_line(index: int, tokens, states, layers) -> str:
   return json.dumps({'linex_index': index, 'features': features}) + '\n'
 
 
+# The temporary file of a URL's or standard output's features: TEMP_PREFIX, the writer's
+# processes.mark(), '-', tempfile's random part (no '-' in it), TEMP_SUFFIX.
+TEMP_PREFIX, TEMP_SUFFIX = 'bertjax_features-', '.jsonl'
+
+
+def _remove_dead_temporaries() -> list[str]:
+  """Removes the temporary files in the temporary folder that runs killed on this host left
+  (SIGKILL, the OOM killer: no clean-up runs; a whole features file each), told by the mark in
+  their names; a live run's, another host's and an older version's (unmarked) are kept.
+  Returns the paths removed."""
+  folder, removed = tempfile.gettempdir(), []
+  try:
+    names = os.listdir(folder)  # local temp
+  except OSError:
+    return removed
+  for name in names:
+    if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
+      continue
+    owner = name[len(TEMP_PREFIX):-len(TEMP_SUFFIX)].rpartition('-')[0]
+    if owner and processes.ended(owner):
+      with contextlib.suppress(OSError):  # Gone meanwhile, or not ours to remove: kept.
+        os.unlink(os.path.join(folder, name))  # local temp, of a dead run
+        removed.append(os.path.join(folder, name))  # local temp
+        logging.warning('removed %s: the features a run killed before it finished left.',
+                        removed[-1])
+  return removed
+
+
 def _temporary_beside(output: str | None) -> str:
   """A local file to write `output`'s lines into: beside a local output (renamed into place
   when whole), in the temporary folder for a URL (uploaded as one object when whole) or for
-  standard output (None: copied there when whole)."""
+  standard output (None: copied there when whole), named for this process (a later run removes
+  it if this one is killed: _remove_dead_temporaries)."""
   if output is None or files.is_remote(output):
-    handle, temp = tempfile.mkstemp(prefix='bertjax_features_', suffix='.jsonl')
+    handle, temp = tempfile.mkstemp(prefix=f'{TEMP_PREFIX}{processes.mark()}-',
+                                    suffix=TEMP_SUFFIX)
     os.close(handle)
     return temp
   files.makedirs(os.path.dirname(output) or '.')

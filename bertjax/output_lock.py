@@ -5,6 +5,10 @@ it; removed at the end and by an interrupt's exit, and released by the kernel ho
 holder dies (never stale). A URL (gs://, s3://) has no flock: there the lock is an object of the
 same name with a lease (remote_lock.py), taken over once its holder is gone. A run's workdir has
 its own lock (training/workdir_lock.py).
+
+Either lock names the tool that holds it, so that a run of another tool on the same output is
+told whose run it waits for ("another extract_features run" to a predict); one taken by an
+older version, which recorded no tool, is "another run".
 """
 
 import contextlib
@@ -24,8 +28,9 @@ from bertjax import remote_lock
 @contextlib.contextmanager
 def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
   """Held while `tool` writes `output`: another run holding it refuses this one with
-  `another {tool} run (pid N on HOST, since T) is {busy} now: wait for it to finish, or pass
-  another {flag}` (`busy`: what it does, e.g. 'writing vocab.txt')."""
+  `another HOLDER run (pid N on HOST, since T) is {busy} now: wait for it to finish, or pass
+  another {flag}` (HOLDER: the tool that holds it, recorded in the lock; `busy`: what this one
+  would do, e.g. 'writing vocab.txt')."""
   if files.is_remote(output):
     with _held_remote(output, tool, busy, flag):
       yield
@@ -57,8 +62,8 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except BlockingIOError:
         lock.seek(0)
-        raise ValueError(f'another {tool} run ({lock.read().strip() or "?"}) is {busy} now: '
-                         f'wait for it to finish, or pass another {flag}') from None
+        holder, who = _holder(lock.read().strip())
+        raise ValueError(_refusal(holder, who, busy, flag)) from None
       except OSError:  # A file system without locks (NFS without lockd, FUSE): unlocked.
         lock.close()
         with contextlib.suppress(OSError):
@@ -70,12 +75,14 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
           break
       lock.close()
     else:
-      raise ValueError(f'the lock beside {output} keeps being replaced: is another {tool} run '
+      raise ValueError(f'the lock beside {output} keeps being replaced: is another run '
                        'starting there? Rerun when it is done.')
     lock.seek(0)
     lock.truncate()
+    # The tool last (`pid ...` first, as older versions read and wrote it): what a run of
+    # another tool refused by this lock names (_holder).
     lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
-               f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+               f'{time.strftime("%Y-%m-%d %H:%M:%S")}, by {tool}\n')
     lock.flush()
     try:
       yield
@@ -95,14 +102,33 @@ def _held_remote(output: str, tool: str, busy: str, flag: str):
                      f'({flag}={output.rstrip("/")}/NAME)')
   folder, name = output.rstrip('/').rsplit('/', 1)
   lock = remote_lock.RemoteLock(f'{folder}/.{name}.lock')
+  lock.record['tool'] = tool  # Put with the rest of the record: named to whoever it refuses.
   if (who := lock.acquire()) is not None:
-    raise ValueError(f'another {tool} run ({who}) is {busy} now: wait for it to finish, or pass '
-                     f'another {flag}')
+    # The holder's record, read again for its tool (an older version's has none).
+    holder = remote_lock.read_holder(lock.path) or {}
+    raise ValueError(_refusal(str(holder.get('tool') or ''), who, busy, flag))
   try:  # Ctrl-C skips `finally`: a rerun on another host would wait out the lease.
     with console.at_interrupt(lock.release):
       yield
   finally:
     lock.release()
+
+
+def _holder(text: str) -> tuple[str, str]:
+  """(tool, who) of a lock file's line 'pid N on HOST, since T, by TOOL'; ('', line) of an
+  older version's, which holds no tool ('pid N on HOST, since T')."""
+  who, sep, tool = text.rpartition(', by ')
+  if sep and tool.isidentifier() and who.startswith('pid '):
+    return tool, who
+  return '', text or '?'
+
+
+def _refusal(holder: str, who: str, busy: str, flag: str) -> str:
+  """The one line that refuses a run: the holder's tool (none known: 'another run'), who it is
+  and what this run would do."""
+  run = f'{holder} run' if holder else 'run'
+  return (f'another {run} ({who}) is {busy} now: wait for it to finish, or pass another '
+          f'{flag}')
 
 
 def _remove_if_free(lock_path: str, opened: list, guard: threading.Lock):
