@@ -105,8 +105,18 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max',
       preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
       # Leftovers of a save killed mid-write.
       cleanup_tmp_directories=True)
+  directory = checkpoint_dir(workdir)
+  if unmarked := checkpoint_damage.unmarked_whole(directory):
+    # orbax takes a bucket's steps without its mark for a save killed midway, and deletes them
+    # as it starts (cleanup_tmp_directories): a run copied up from a disk would lose them all.
+    raise RestoreError(
+        f'{directory} holds the steps {unmarked} without orbax\'s mark of a finished save in a '
+        'bucket (commit_success.txt: a run copied up from a disk has none): orbax would delete '
+        'them as it starts and the run would begin again from step 0. Mark each whole step '
+        f'(gsutil cp /dev/null {directory}/<step>/commit_success.txt) to resume from it, or '
+        'point --workdir elsewhere')
   return ocp.CheckpointManager(
-      checkpoint_dir(workdir), options=options,
+      directory, options=options,
       item_handlers={'state': state_handler(), 'meta': ocp.JsonCheckpointHandler()})
 
 

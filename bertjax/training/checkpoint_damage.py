@@ -26,17 +26,50 @@ _DAMAGE_MARKERS = ('OUT_OF_RANGE', 'NOT_FOUND', 'DATA_LOSS', 'INVALID_ARGUMENT',
 
 
 def finished(directory: str, found: list[int]) -> list[int]:
-  """Of a checkpoints folder's numbered steps `found`, those whose save finished: all of a local
-  folder's (orbax names a step only once it is whole, by a rename). In a bucket (no atomic
-  rename) orbax writes a step under its number and marks it finished last: where the run's steps
-  bear that mark, one without it is being saved, or was cut short, and is no damage to warn of;
-  a run copied up from a disk has no marks, and all its steps are whole."""
+  """Of a checkpoints folder's numbered steps `found` (oldest first), those whose save finished:
+  all of a local folder's (orbax names a step only once it is whole, by a rename). In a bucket
+  (no atomic rename) orbax writes a step under its number and marks it finished last, so only
+  the newest steps can be mid-save: those newer than the newest marked one are left out (being
+  saved, or cut short: no damage to warn of). Steps older than it are kept marked or not, and a
+  run copied up from a disk has no marks at all: all its steps are whole."""
   if not files.is_remote(directory) or not found:
     return found
-  url = 'gs://' + directory[len('gcs://'):] if directory.startswith('gcs://') else directory
-  done = [step for step in found if ocp_path.step.is_checkpoint_finalized(
-      epath.Path(posixpath.join(url.rstrip('/'), str(step))))]
-  return done or found
+  url = _orbax_url(directory)
+  for index in range(len(found) - 1, -1, -1):  # Newest first: one look per step until a mark.
+    if _marked(url, found[index]):
+      return found[:index + 1]
+  return found
+
+
+def unmarked_whole(directory: str) -> list[int]:
+  """A bucket's steps that hold their items' metadata but not orbax's mark of a finished save:
+  a run copied up from a disk (which has no marks), never a save killed before its items were
+  written. [] for a local folder."""
+  if not files.is_remote(directory):
+    return []
+  try:
+    found = sorted(int(name) for name in files.listdir(directory) if name.isdigit())
+  except (FileNotFoundError, NotADirectoryError):
+    return []
+  url = _orbax_url(directory)
+  return [step for step in found
+          if files.exists(files.join(directory, str(step), 'state', '_METADATA'))
+          and files.exists(files.join(directory, str(step), 'meta', 'metadata'))
+          and not _marked(url, step)]
+
+
+def _orbax_url(directory: str) -> str:
+  """A bucket URL as orbax's epath names it (gs://, not gcsfs' alias gcs://)."""
+  return 'gs://' + directory[len('gcs://'):] if directory.startswith('gcs://') else directory
+
+
+def _marked(url: str, step: int) -> bool:
+  """Whether orbax marked the bucket's step `url`/`step` as a finished save."""
+  step_dir = epath.Path(posixpath.join(url.rstrip('/'), str(step)))
+  try:
+    return ocp_path.step.is_checkpoint_finalized(step_dir)
+  except Exception as e:  # pylint: disable=broad-except  # epath's own errors: one line.
+    raise OSError(f'cannot read {step_dir} ({type(e).__name__}: {str(e)[:200]})') from e
 
 
 class DamagedCheckpointError(ValueError):

@@ -8,6 +8,7 @@ import socket
 import time
 
 import log_records
+import pytest
 
 from bertjax import console
 from bertjax import files
@@ -45,6 +46,27 @@ def test_a_step_being_saved_in_a_bucket_is_left_out_not_warned_of(gcs_bucket, mo
   for name in files.glob(f'{run}/checkpoints/*/commit_success.txt'):
     files.remove(name)
   assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2, 3]
+  # Only the newest can be mid-save: an older unmarked step (copied up) is kept.
+  files.write_atomically(f'{run}/checkpoints/2/commit_success.txt', '')
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
+
+
+def test_resuming_a_run_copied_up_without_marks_is_refused_not_started_over(gcs_bucket):
+  """orbax takes a bucket's steps without its mark for saves killed midway: a run copied up
+  from a disk lost every step as the resumed run's checkpoint manager started."""
+  import checkpoint_test  # noqa: PLC0415
+  run = f'{gcs_bucket}/run'
+  checkpoint_test.save_steps(run)
+  for name in files.glob(f'{run}/checkpoints/*/commit_success.txt'):
+    files.remove(name)
+  with pytest.raises(checkpoint.RestoreError, match=r'holds the steps \[1, 2\] without orbax\'s '
+                     r'mark of a finished save .* orbax would delete them as it starts .* Mark '
+                     r'each whole step \(gsutil cp /dev/null '):
+    checkpoint_test.restore(run)
+  assert files.exists(f'{run}/checkpoints/2/state/_METADATA')  # Nothing deleted.
+  for step in (1, 2):  # Marked as the message says: resumed.
+    files.write_atomically(f'{run}/checkpoints/{step}/commit_success.txt', '')
+  assert checkpoint_test.restore(run)[1]['step'] == 2
 
 
 def test_a_reader_says_a_run_in_a_bucket_trains_now(gcs_bucket, monkeypatch):
