@@ -246,7 +246,8 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   something: one of the `inputs` it was read from, a folder, a file that is not a regular one
   (a device such as /dev/null, a fifo, a socket: the atomic write would replace it by a regular
   file), any path inside a bertjax run (at any depth: a run's files are written by the run
-  alone) or a run's checkpoints/, or an existing file of a model's folder.
+  alone) or a run's checkpoints/, an existing file of a model's folder (or of a subfolder of
+  it: sentence-transformers' 1_Pooling/), or a new file beside a model's files.
 
   A local symbolic link comes back as the file it points to: the atomic write (a temp file
   renamed into place) then replaces that file, beside it, rather than the link itself.
@@ -285,14 +286,16 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     raise FileExistsError(f'{shown} {"exists" if exists else "would be"} in a bertjax '
                           f'run ({run}): tools that read a run never write into it; write it '
                           'elsewhere.')
-  if (model := model_folder(files.parent(_resolved(out)))) is not None:
+  folder = files.parent(_resolved(out))
+  if (model := model_folder(folder)) is not None:
     if exists:
       raise FileExistsError(f'{shown} exists in {model[1]} ({model[0]}): writing it '
                             'would damage that model; name a new file.')
-    # A model's folder holds the model's files: one added there (features beside the weights
-    # they came from) travels with every copy of it, and an export's --overwrite refuses it.
-    raise FileExistsError(f'{shown} would be in {model[1]} ({model[0]}): a model\'s folder '
-                          'holds its own files only; write it beside the folder.')
+    if model[0] == folder:  # A new file beside its files (a subfolder of one is the user's).
+      # One added there (features beside the weights they came from) travels with every copy
+      # of the model, and an export's --overwrite then refuses the folder.
+      raise FileExistsError(f'{shown} would be in {model[1]} ({model[0]}): a model\'s folder '
+                            'holds its own files only; write it beside the folder.')
   return out
 
 

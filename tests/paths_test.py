@@ -316,3 +316,16 @@ def test_a_transformers_folder_with_an_empty_checkpoints_folder_is_still_a_model
   (tmp_path / 'run' / 'checkpoints').mkdir(parents=True)  # A run's config.json (any fields).
   (tmp_path / 'run' / 'config.json').write_text('{"model": {}}')
   assert paths.is_run(str(tmp_path / 'run'))
+
+
+def test_a_new_file_beside_a_models_files_is_refused_but_not_in_a_folder_below_it(tmp_path):
+  """Review of 2026-12-01: the rule for a new file in a model's folder reached one level below
+  it (`out/preds.jsonl` inside a cloned model repository)."""
+  model = tmp_path / 'model'
+  model.mkdir()
+  (model / 'config.json').write_text('{}')
+  (model / 'model.safetensors').write_bytes(b'')
+  with pytest.raises(FileExistsError, match=r'new.jsonl would be in a transformers model'):
+    paths.check_output_file(str(model / 'new.jsonl'))
+  assert paths.check_output_file(str(model / 'out' / 'preds.jsonl')) == str(
+      model / 'out' / 'preds.jsonl')
