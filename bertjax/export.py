@@ -210,9 +210,8 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
     onnx_export.check_installed()
   if not os.fspath(output or '').strip():
     raise ValueError('--output is empty: name the folder to write the export into.')
-  if os.fspath(output) == '-':  # As learn_vocab's: no tool here writes a folder to a stream.
-    raise ValueError("--output=- would write a folder named '-' (an export is a folder of "
-                     'files, not a stream): name the folder, e.g. --output=exported')
+  paths.refuse_dash(os.fspath(output), '--output', 'folder', 'an export is a folder of files, '
+                    'not a stream', 'exported')
   if max_seq_length and 'tf1' in formats:
     raise ValueError('--max_seq_length is the SavedModel\'s maximum length, sentence-'
                      'transformers\' max_seq_length and the transformers tokenizer\'s '

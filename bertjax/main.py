@@ -208,6 +208,10 @@ def _check_job_flags(job):
   if job in ('pretrain', 'finetune') and not _WORKDIR.value:
     outputs = 'checkpoints and logs' if job == 'pretrain' else 'checkpoints, logs and predictions'
     raise ValueError(f'--workdir is required: {outputs} go there.')
+  if job in ('pretrain', 'finetune'):
+    from bertjax import paths  # pylint: disable=g-import-not-at-top  # As _run's, when needed.
+    paths.refuse_dash(_WORKDIR.value, '--workdir', 'folder', 'a run\'s checkpoints and logs are '
+                      'files, not a stream', 'runs/base')
 
 
 def _check_processes():

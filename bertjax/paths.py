@@ -299,6 +299,15 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   return out
 
 
+def refuse_dash(value, flag: str, kind: str, why: str, example: str):
+  """Refuses `-` where a tool writes a file or folder by name, not to a standard stream (as
+  predict and extract_features read it): it would make a `kind` named '-' in the current
+  folder. `why` says what is written; `example` a value to pass."""
+  if str(value).strip() == '-':
+    raise ValueError(f"{flag}=- would write a {kind} named '-' ({why}): name the {kind}, e.g. "
+                     f'{flag}={example}')
+
+
 def refuse_existing(output: str, overwrite: bool, shown: str, flag: str = '--output_file'):
   """An existing `output` (an empty one too: a file made by hand is its user's) is replaced
   only with --overwrite: every tool that writes one file says so alike. Called with the

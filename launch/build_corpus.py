@@ -44,6 +44,7 @@ from absl import logging
 
 from bertjax import console
 from bertjax import files
+from bertjax import paths
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer
@@ -89,6 +90,7 @@ def check_output_dir(output_dir, overwrite=False):
   if not str(output_dir).strip():
     raise ValueError('--output_dir is empty: pass the folder to write the corpus to, or leave the '
                      f'flag out for {embedded.corpus_dir()}')
+  paths.refuse_dash(output_dir, '--output_dir', 'folder', 'the corpus is files', 'corpus')
   if '://' in str(output_dir):  # pathlib would make a local folder named 'gs:'.
     raise ValueError(f'--output_dir={output_dir} is a URL: the corpus is built in a local '
                      'folder; copy it to the bucket afterwards (gsutil cp -r).')

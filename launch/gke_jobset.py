@@ -48,6 +48,7 @@ import yaml
 
 from bertjax import config_args
 from bertjax import console
+from bertjax import paths
 from launch import cloud
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator).
@@ -381,6 +382,11 @@ def check_flags():
   if FLAGS['output'].present and not FLAGS.output:
     raise app.UsageError('--output is empty: name the manifest file, or leave --output out to '
                          f'write {FLAGS.name}.jobset.yaml')
+  try:  # kubectl reads the manifest from its file.
+    paths.refuse_dash(FLAGS.output, '--output', 'file', 'the manifest is a file kubectl reads',
+                      f'{FLAGS.name}.jobset.yaml')
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   cloud.check_poll_seconds(FLAGS.poll_seconds)
 
 

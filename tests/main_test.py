@@ -362,6 +362,9 @@ def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tm
 @pytest.mark.parametrize('args, line', [
     (('--step=5', '--workdir={tmp}/w'), 'error: --step=5 picks the checkpoint a fine-tuning run'),
     ((), 'error: --workdir is required: checkpoints and logs go there.'),
+    (('--workdir=-',), "error: --workdir=- would write a folder named '-' (a run's checkpoints "
+                       'and logs are files, not a stream): name the folder, e.g. '
+                       '--workdir=runs/base'),
 ])
 def test_a_flag_the_job_does_not_read_is_refused_as_a_command(tmp_path, args, line):
   """Hostile pass of the launchers: --step with a pre-training config, and no --workdir, ended
@@ -370,4 +373,5 @@ def test_a_flag_the_job_does_not_read_is_refused_as_a_command(tmp_path, args, li
   done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny', *args)
   assert done.returncode == console.REFUSED_EXIT, done.stderr
   assert done.stderr.strip().splitlines()[0].startswith(line), done.stderr
-  assert 'JAX' not in done.stderr and not (tmp_path / 'w').exists()
+  assert 'JAX' not in done.stderr
+  assert not (tmp_path / 'w').exists() and not (tmp_path / '-').exists()

@@ -316,9 +316,8 @@ def check_output_name(model: str, output_file: str):
   """A binary SentencePiece model must not be named like a text vocab, nor the reverse; and
   a folder is no file name (in a bucket the vocab would be put as an object of the folder's
   name, beside its files), checked before the corpus is read."""
-  if output_file == '-':
-    raise ValueError("--output_file=- would write a file named '-' (a vocab is not written to "
-                     'standard output): name the file, e.g. --output_file=vocab.txt')
+  paths.refuse_dash(output_file, '--output_file', 'file', 'a vocab is not written to standard '
+                    'output', 'vocab.txt')
   files_lib.check_bucket(output_file)
   if output_file.endswith('/') or files_lib.isdir(output_file):
     example = files_lib.join(output_file.rstrip('/'),

@@ -32,6 +32,10 @@ def test_an_empty_output_dir_is_refused(tmp_path, monkeypatch):
   assert done.returncode == 1 and done.stderr.strip().startswith(
       'error: --output_dir is empty: pass the folder'), done.stderr
   assert len(done.stderr.strip().splitlines()) == 1 and os.listdir(tmp_path) == []
+  # '-' names no stream here (a folder named '-' was made): refused as every writer by name does.
+  with pytest.raises(ValueError, match=r"^--output_dir=- would write a folder named '-'"):
+    build('-')
+  assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize('files', [{'vocab.txt': 'my\nvocab\n'},

@@ -90,7 +90,9 @@ def test_flags_that_act_only_with_apply_and_an_empty_output_are_usage_errors(tmp
       ([f'--output={tmp_path}/bert.yaml', '--poll_seconds=5'], '--poll_seconds acts only with '
        '--apply (which creates the JobSet and follows it): add --apply, or drop --poll_seconds'),
       (['--output='], '--output is empty: name the manifest file, or leave --output out to write '
-       'bert-large.jobset.yaml')):
+       'bert-large.jobset.yaml'),
+      (['--output=-'], "--output=- would write a file named '-' (the manifest is a file kubectl "
+       'reads): name the file, e.g. --output=bert-large.jobset.yaml')):
     code, out, calls = launch(tmp_path, launcher_flags=[*own, *flags, '--', *MAIN_ARGS])
     assert code == 1 and calls == [], out
     assert out.strip().splitlines() == [
