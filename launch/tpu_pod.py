@@ -358,6 +358,12 @@ def book_and_run(tpu: Slice, run: cloud.Runner, commands, *, git_ref: str, keep:
 def _kept_with_its_disk(tpu: Slice, exit_code: int, state: str, rerun: list[str]) -> str:
   """What to do when a run whose workdir lies on the slice's disk stopped before its end: its
   checkpoints are on that VM, which is left as it is (neither deleted nor re-created)."""
+  if state in ('PREEMPTED', 'FAILED'):  # Such a queued resource never comes back, nor its disk.
+    return (f'tpu_pod: the run on {tpu.name} stopped before its end (its queued resource is '
+            f'{state}): the VM is gone with its disk, and the run\'s checkpoints with it (its '
+            'workdir was local to the VM), so no restart could resume them. Delete it with '
+            f'{shlex.join(tpu_vm.delete_command(tpu))}, and launch again with a gs:// --workdir '
+            'to survive preemptions')
   why = (f'its queued resource is {state}' if state in PREEMPTED else
          f'exit {exit_code}: it saved on a SIGTERM, or its VM restarted under it')
   return (f'tpu_pod: the run on {tpu.name} stopped before its end ({why}), and its workdir lies '

@@ -292,8 +292,7 @@ ONE_HOST = tpu_vm.Slice('bert', 'us-west4-a', 'v5litepod-8')  # On demand: a loc
 
 @pytest.mark.parametrize('states, exits, why', [
     ([], ['75'], 'exit 75: it saved on a SIGTERM, or its VM restarted under it'),
-    (['ACTIVE', 'PREEMPTED'], ['255'], 'its queued resource is PREEMPTED'),
-    (['ACTIVE', 'FAILED'], ['1'], 'its queued resource is FAILED'),
+    (['ACTIVE', 'SUSPENDED'], ['255'], 'its queued resource is SUSPENDED'),
 ])
 def test_a_local_workdir_is_never_deleted_with_its_slice_to_resume(monkeypatch, capsys, states,
                                                                    exits, why):
@@ -316,6 +315,21 @@ def test_a_local_workdir_is_never_deleted_with_its_slice_to_resume(monkeypatch, 
   assert f'with {rerun} and follow it with {shlex.join(tpu_vm.stream_command(ONE_HOST))}' in line
   assert line.endswith('delete the slice when done with gcloud compute tpus queued-resources '
                        'delete bert --force --quiet --zone=us-west4-a')
+
+
+@pytest.mark.parametrize('state', ['PREEMPTED', 'FAILED'])
+def test_a_local_workdir_gone_with_its_vm_is_said_lost_not_resumable(monkeypatch, capsys, state):
+  """Review of 2026-12-01: a PREEMPTED or FAILED queued resource never comes back, nor its
+  disk: the advice to wait for ACTIVE and resume there could never be followed."""
+  code, calls = launch_scripted(monkeypatch, states=['ACTIVE', state], exits=['255'],
+                                tpu=ONE_HOST, workdir='/home/me/run', keep=True)
+  assert code == cloud.PREEMPTED_EXIT and [c[3] for c in calls].count('create') == 1, calls
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      f'tpu_pod: the run on bert stopped before its end (its queued resource is {state}): the '
+      "VM is gone with its disk, and the run's checkpoints with it (its workdir was local to the "
+      'VM), so no restart could resume them. Delete it with gcloud compute tpus queued-resources '
+      'delete bert --force --quiet --zone=us-west4-a, and launch again with a gs:// --workdir to '
+      'survive preemptions')
 
 
 def test_a_local_workdir_slice_preempted_before_its_run_started_is_re_created(monkeypatch):
