@@ -297,6 +297,15 @@ def check_job_config(config, spec: str):
                           'copy of one)') from None
 
 
+def check_step(job: str, step):
+  """Refuses a --step (None: not given) with a job that reads no checkpoint: only fine-tuning's
+  eval and predict do. bertjax.main and the launchers (before a slice is booked) ask it."""
+  if step is not None and job != 'finetune':
+    raise ValueError(f'--step={step} picks the checkpoint a fine-tuning run evaluates or predicts '
+                     f'with (--config.mode=eval or predict); job={job} reads none: drop it '
+                     '(bertjax.export and extract_features take --step too).')
+
+
 class ConfigFileError(ValueError):
   """A --config=FILE[:ARG] that does not load: no such file, or the file or get_config(ARG)
   raises (an unknown key or value in ARG, a syntax error)."""

@@ -201,10 +201,7 @@ def _check_job_flags(job):
   does not restart it), not once JAX has started."""
   if job not in JOBS:
     raise ValueError(f'config.job={job!r} is unknown; valid: {", ".join(JOBS)}.')
-  if _STEP.value is not None and job != 'finetune':
-    raise ValueError(f'--step={_STEP.value} picks the checkpoint a fine-tuning run evaluates or '
-                     f'predicts with (--config.mode=eval or predict); job={job} reads none: '
-                     'drop it (bertjax.export and extract_features take --step too).')
+  config_args.check_step(job, _STEP.value)
   if job in ('pretrain', 'finetune') and not _WORKDIR.value:
     outputs = 'checkpoints and logs' if job == 'pretrain' else 'checkpoints, logs and predictions'
     raise ValueError(f'--workdir is required: {outputs} go there.')

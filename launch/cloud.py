@@ -243,16 +243,24 @@ def check_job(main_args, config):
   config.job), and a path in the config (paths.path_fields: data files, vocab, init_from) that
   breaks check_bucket_path's rules, each of its comma-separated paths checked."""
   steps = console.flag_values(main_args, 'step')
-  if steps and config.job != 'finetune':
-    raise ValueError(f'the job\'s --step={steps[-1]} picks the checkpoint a fine-tuning run '
-                     'evaluates or predicts with (--config.mode=eval or predict); '
-                     f'job={config.job} reads none: drop it')
+  try:
+    config_args.check_step(config.job, steps[-1] if steps else None)
+  except ValueError as e:
+    raise ValueError(f'the job\'s {e}') from None
   for name, value in paths.path_fields(config):
+    _check_quotes(value, f'--config.{name}')  # The whole list's: a fix keeps every path.
     for path in paths.split_list(value):
       check_bucket_path(path, f'--config.{name}')
 
 
 _QUOTES = '\'"'
+
+
+def _check_quotes(value: str, flag: str):
+  """Refuses quotes kept at a value's ends: a flagfile's line takes them as part of it."""
+  if value[:1] in _QUOTES or value[-1:] in _QUOTES:
+    raise ValueError(f'{flag}={value}: its quotes are part of the path (a flagfile takes no shell '
+                     f'quotes): write {flag}={value.strip(_QUOTES)}')
 
 
 def check_bucket_path(path: str, flag: str = '--workdir'):
@@ -261,9 +269,7 @@ def check_bucket_path(path: str, flag: str = '--workdir'):
   naming no bucket (gs://, gs:///runs) or one GCS would not name (uppercase, 1 or 2 characters);
   and quotes kept at a path's ends (a flagfile's line takes them as part of the value): the run
   would fail only on the booked slice. A local path passes."""
-  if path[:1] in _QUOTES or path[-1:] in _QUOTES:
-    raise ValueError(f'{flag}={path}: its quotes are part of the path (a flagfile takes no shell '
-                     f'quotes): write {flag}={path.strip(_QUOTES)}')
+  _check_quotes(path, flag)
   scheme = re.match(r'([A-Za-z][-+.\w]*):/+', path)
   if scheme and scheme[1] == 'file':
     return  # A local path (bertjax.files reads file:// as one).

@@ -71,6 +71,10 @@ def test_a_step_is_refused_for_a_job_other_than_fine_tuning(monkeypatch):
     ("'gs://bkt/train-*'", "--config.data.train_files='gs://bkt/train-*': its quotes are part of "
      'the path (a flagfile takes no shell quotes): write --config.data.train_files='
      'gs://bkt/train-*'),
+    # A list in quotes: the fix keeps every path of it (it named the first one only).
+    ("'gs://bkt/x-*,gs://bkt/y-*'", "--config.data.train_files='gs://bkt/x-*,gs://bkt/y-*': its "
+     'quotes are part of the path (a flagfile takes no shell quotes): write '
+     '--config.data.train_files=gs://bkt/x-*,gs://bkt/y-*'),
 ])
 def test_a_config_path_no_host_can_read_is_refused_as_the_workdir_is(monkeypatch, value,
                                                                       message):
