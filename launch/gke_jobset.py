@@ -35,6 +35,7 @@ replaced. Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py
 """
 
 import copy
+import hashlib
 import os
 import pathlib
 import re
@@ -236,10 +237,23 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
   }
 
 
+# The manifest's digest, in an annotation of its own: a manifest this launcher wrote and nobody
+# edited since is replaced whatever JobSet it names (one file reused for dated launches).
+DIGEST = 'bertjax/manifest-sha256'
+
+
+def _digest(spec: dict) -> str:
+  """The digest of `spec` without its DIGEST annotation."""
+  spec = copy.deepcopy(spec)
+  spec.get('metadata', {}).get('annotations', {}).pop(DIGEST, None)
+  return hashlib.sha256(yaml.safe_dump(spec, sort_keys=True).encode()).hexdigest()
+
+
 def check_output(path: pathlib.Path, name: str) -> bool:
   """Refuses a --output that is a folder, in no folder, a file other than a JobSet manifest (a
-  user's file is never replaced by a manifest), or the manifest of another JobSet than `name`
-  (another launch's, or one edited by hand to another name). True when it replaces `name`'s."""
+  user's file is never replaced by a manifest), a manifest this launcher wrote and someone
+  edited since, or one without its digest (an older launch's, a hand-written one) of another
+  JobSet than `name`. True when it replaces one."""
   if path.is_dir():
     raise ValueError(f'--output={path} is a folder: name the manifest file to write.')
   if not path.parent.is_dir():
@@ -250,10 +264,16 @@ def check_output(path: pathlib.Path, name: str) -> bool:
   try:
     written = yaml.safe_load(path.read_text())
     kind, other = written.get('kind'), (written.get('metadata') or {}).get('name')
+    digest = ((written.get('metadata') or {}).get('annotations') or {}).get(DIGEST)
   except Exception:  # pylint: disable=broad-except  # Not YAML, not a mapping: not ours.
-    kind = other = None
+    kind = other = digest = None
   if kind != 'JobSet':
     raise ValueError(f'--output={path} exists and is not a JobSet manifest: name a new file.')
+  if digest is not None:
+    if digest == _digest(written):
+      return True
+    raise ValueError(f'--output={path} is a manifest gke_jobset wrote and someone edited since: '
+                     f'name another file, e.g. --output={path.with_name(f"{name}.jobset.yaml")}')
   if other != name:
     raise ValueError(f'--output={path} holds the manifest of the JobSet {other!r}, not {name}\'s: '
                      f'name another file, e.g. --output={path.with_name(f"{name}.jobset.yaml")}')
@@ -261,6 +281,9 @@ def check_output(path: pathlib.Path, name: str) -> bool:
 
 
 def write(spec: dict, path: pathlib.Path) -> pathlib.Path:
+  """Writes `spec` to `path` with its digest (check_output tells an edit by it)."""
+  spec = copy.deepcopy(spec)
+  spec['metadata'].setdefault('annotations', {})[DIGEST] = _digest(spec)
   path.write_text(yaml.safe_dump(spec, sort_keys=False))
   return path
 

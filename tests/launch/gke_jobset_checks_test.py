@@ -13,6 +13,8 @@ from kube_fakes import WAIT
 from kube_fakes import launch
 import yaml
 
+from launch import gke_jobset
+
 NOT_FOUND = ('Error from server (NotFound): jobsets.jobset.x-k8s.io "bert-large" not found')
 NO_AUTH = 'error: You must be logged in to the server (Unauthorized)'
 
@@ -63,6 +65,20 @@ def test_a_manifest_of_another_jobset_is_never_replaced(tmp_path):
   code, out, _ = launch(tmp_path)
   assert code == 0 and out.startswith(f'gke_jobset: replaced {target}\n'), out
   assert yaml.safe_load(target.read_text())['spec']['replicatedJobs']
+  # Review of 2026-12-01: one file reused for dated launches (--name=run-MMDD). A manifest the
+  # launcher wrote, unedited, is replaced whatever JobSet it names; one edited since is not.
+  written = yaml.safe_load(target.read_text())
+  assert gke_jobset.DIGEST in written['metadata']['annotations']
+  gke_jobset.write({**written, 'metadata': {**written['metadata'], 'name': 'run-1130'}}, target)
+  code, out, _ = launch(tmp_path)
+  assert code == 0 and out.startswith(f'gke_jobset: replaced {target}\n'), out
+  edited = target.read_text().replace('backoffLimit: 0', 'backoffLimit: 3')
+  target.write_text(edited)
+  code, out, calls = launch(tmp_path)
+  assert code == 2 and calls == [] and out.strip().splitlines() == [
+      f'gke_jobset: error: --output={target} is a manifest gke_jobset wrote and someone edited '
+      f'since: name another file, e.g. --output={tmp_path}/bert-large.jobset.yaml'], out
+  assert target.read_text() == edited
 
 
 def test_a_config_file_missing_from_the_current_folder_is_said_missing(tmp_path):

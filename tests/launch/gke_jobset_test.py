@@ -123,8 +123,10 @@ def test_apply_follows_worker_0_through_a_restart_and_deletes(tmp_path):
                    WAIT, LOGS, STATE, DELETE]
   assert 'bert-large has not ended' in out and 'bert-large completed' in out
   written = yaml.safe_load((tmp_path / 'bert.yaml').read_text())
+  digest = written['metadata']['annotations'].pop(gke_jobset.DIGEST)  # What tells an edit.
   assert written == gke_jobset.manifest('bert-large', 'v5litepod-16', 2, IMAGE,
                                         'gs://bkt/runs/large', MAIN_ARGS)
+  assert digest == gke_jobset._digest(written)  # pylint: disable=protected-access
 
 
 def test_a_running_jobset_is_followed_until_it_ends_and_never_deleted_before(tmp_path):
