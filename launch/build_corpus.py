@@ -86,7 +86,8 @@ def gzip_bytes(text):
 def check_output_dir(output_dir, overwrite=False):
   """Refuses, before any work, an --output_dir that cannot be a local folder, an empty one (it
   would be the current folder), and unless `overwrite` a folder holding files that a corpus
-  build did not write (no manifest.json of its own: a user's vocab.txt, manifest.json, ...)."""
+  build did not write that it would replace (a manifest.json not its own, a vocab.txt without
+  one); other files in it are left as they are."""
   if not str(output_dir).strip():
     raise ValueError('--output_dir is empty: pass the folder to write the corpus to, or leave the '
                      f'flag out for {embedded.corpus_dir()}')
@@ -110,11 +111,12 @@ def check_output_dir(output_dir, overwrite=False):
 
 
 def _ours(folder):
-  """Whether `folder` holds a corpus this script wrote: a manifest.json naming embedded.NAME, or
-  only the splits' files (a build stopped before its vocab and manifest were put in place)."""
-  splits = {embedded.file_name(split) for split in embedded.SPLITS}
-  if {path.name for path in folder.iterdir()} <= splits:
-    return True
+  """Whether writing the corpus into `folder` replaces nothing of another's: its manifest.json
+  names embedded.NAME; or it has none, nor a vocab.txt (a build stopped after its splits, or a
+  folder of other files, which a build leaves as they are)."""
+  names = {path.name for path in folder.iterdir()}
+  if 'manifest.json' not in names:
+    return 'vocab.txt' not in names
   try:
     manifest = json.loads((folder / 'manifest.json').read_text(encoding='utf-8'))
   except (OSError, ValueError):  # None, unreadable, not JSON.

@@ -66,3 +66,13 @@ def test_its_own_corpus_is_rebuilt_without_overwrite(tmp_path):
   build(tmp_path)
   assert sorted(os.listdir(tmp_path)) == ['manifest.json', 'shakespeare_kjv.txt.gz',
                                           'shakespeare_kjv_eval.txt.gz', 'vocab.txt']
+
+
+def test_a_folder_of_other_files_gets_the_corpus_beside_them(tmp_path):
+  """Review of 2026-12-01: a folder holding only a .gitkeep or notes was refused, though a
+  build replaces none of them."""
+  (tmp_path / '.gitkeep').write_text('')
+  (tmp_path / 'notes.txt').write_text('mine\n')
+  build(tmp_path)
+  assert (tmp_path / 'notes.txt').read_text() == 'mine\n' and (tmp_path / '.gitkeep').exists()
+  assert (tmp_path / 'manifest.json').exists()
