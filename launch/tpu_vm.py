@@ -69,18 +69,22 @@ def build_wheel(run: cloud.Runner, folder: str, checkout: pathlib.Path = CHECKOU
   pyproject's version, not bertjax.__version__'s). Raises RuntimeError, before a slice is booked,
   when pip built none or several. A dry run names the wheel pyproject's version would give."""
   source = os.path.join(folder, 'source')
-  os.makedirs(source)
-  for name in WHEEL_SOURCES:
-    path = checkout / name
-    if path.is_dir():
-      shutil.copytree(path, os.path.join(source, name),
-                      ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
-    elif path.exists():  # A missing one: pip's build says what it lacks.
-      shutil.copy2(path, os.path.join(source, name))
-  run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', f'--wheel-dir={folder}', source])
-  if getattr(run, 'dry_run', False):
-    version = tomllib.loads((checkout / 'pyproject.toml').read_text())['project']['version']
-    return f'{folder}/bertjax-{version}-py3-none-any.whl'
+  try:  # One line, before booking, for what the copy or pyproject's reading meets.
+    os.makedirs(source)
+    for name in WHEEL_SOURCES:
+      path = checkout / name
+      if path.is_dir():
+        shutil.copytree(path, os.path.join(source, name),
+                        ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+      elif path.exists():  # A missing one: pip's build says what it lacks.
+        shutil.copy2(path, os.path.join(source, name))
+    run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', f'--wheel-dir={folder}', source])
+    if getattr(run, 'dry_run', False):
+      version = tomllib.loads((checkout / 'pyproject.toml').read_text())['project']['version']
+      return f'{folder}/bertjax-{version}-py3-none-any.whl'
+  except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
+    raise RuntimeError(f'cannot build the wheel of {checkout} in {folder} ({type(e).__name__}: '
+                       f'{e}): mend that, or pass --git_ref=git+URL@REF to install a commit') from e
   wheels = sorted(pathlib.Path(folder).glob('bertjax-*.whl'))
   if len(wheels) != 1:
     raise RuntimeError(f'pip wheel built {len(wheels)} bertjax wheels in {folder} '

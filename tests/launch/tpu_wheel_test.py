@@ -96,3 +96,17 @@ def test_the_copy_holds_what_pyproject_packages(tmp_path):
   assert wheel == f'{tmp_path}/bertjax-{pyproject["project"]["version"]}-py3-none-any.whl'
   assert sorted(os.listdir(tmp_path / 'source')) == sorted(tpu_vm.WHEEL_SOURCES)
   assert not list((tmp_path / 'source').rglob('__pycache__'))
+
+
+def test_a_checkout_that_cannot_be_copied_or_read_is_one_line_before_booking(tmp_path):
+  """Review of 2026-12-01: an OSError of the copy, or a pyproject without a version, reached the
+  user as a traceback (tpu_pod says ValueError and RuntimeError in one line)."""
+  root = checkout(tmp_path / 'checkout')
+  (root / 'pyproject.toml').write_text('[project]\nname = "bertjax"\n')  # A dynamic version.
+  with pytest.raises(RuntimeError, match=rf"^cannot build the wheel of {root} in .* \(KeyError: "
+                     r"'version'\): mend that, or pass --git_ref"):
+    tpu_vm.build_wheel(cloud.Runner(True), str(tmp_path / 'dry'), root)
+  (tmp_path / 'taken').mkdir()
+  (tmp_path / 'taken' / 'source').write_text('')  # Where the copy goes: a file.
+  with pytest.raises(RuntimeError, match=r'^cannot build the wheel of .* \(FileExistsError: '):
+    tpu_vm.build_wheel(cloud.Runner(True), str(tmp_path / 'taken'), root)
