@@ -53,20 +53,32 @@ def read_holder(lock: str) -> dict | None:
   return holder if isinstance(holder, dict) else {}
 
 
-def live_holder(lock: str) -> str:
-  """'' or `pid N on HOST` of the lock object's holder while its lease runs: a reader's question
-  (a predict of a run training in a bucket), so nothing is taken over, logged or written."""
+def _gone(holder: dict) -> str:
+  """'' while the lock record's holder may still be running (its lease runs, and on this host its
+  process lives); else why it may be taken over, as a phrase for the log."""
   try:
-    holder = read_holder(lock) or {}
     renewed, lease, host, pid = (float(holder['renewed']), float(holder['lease_s']),
                                  holder['host'], holder['pid'])
-  except (OSError, KeyError, TypeError, ValueError):  # None, unreadable, unreachable: no answer.
-    return ''
-  if time.time() - renewed > lease:
-    return ''
+  except (KeyError, TypeError, ValueError):
+    return f'it holds no lock record ({holder!r})'
+  age = time.time() - renewed
+  if age > lease:
+    return f'its lease (pid {pid} on {host}) expired {age - lease:.0f} s ago'
   if host == socket.gethostname() and not processes.alive(pid, holder.get('started')):
+    return f'its holder, pid {pid} on this host, is dead'
+  return ''
+
+
+def live_holder(lock: str) -> str:
+  """'' or `pid N on HOST` of the lock object's holder while it may run (_gone): a reader's
+  question (a predict of a run training in a bucket), so nothing is taken over or written."""
+  try:
+    holder = read_holder(lock)
+  except OSError:  # Unreachable: no answer.
     return ''
-  return f'pid {pid} on {host}'
+  if not holder or _gone(holder):
+    return ''
+  return f'pid {holder["pid"]} on {holder["host"]}'
 
 
 class RemoteLock:
@@ -86,20 +98,16 @@ class RemoteLock:
     """Who holds the lock as a phrase, or None when it may be taken (none, expired, dead)."""
     if holder is None:
       return None
+    if why := _gone(holder):
+      logging.warning('taking over %s: %s', self.path, why)
+      return None
     try:
-      renewed, lease = float(holder['renewed']), float(holder['lease_s'])
       host, pid, started = holder['host'], holder['pid'], float(holder['since'])
     except (KeyError, TypeError, ValueError):
-      logging.warning('%s holds no lock record (%r): taking it over', self.path, holder)
+      logging.warning('taking over %s: it holds no lock record (%r)', self.path, holder)
       return None
-    age = time.time() - renewed
-    if age > lease:
-      logging.warning('taking over %s: its lease (pid %s on %s) expired %.0f s ago', self.path,
-                      pid, host, age - lease)
-      return None
-    if host == socket.gethostname() and not processes.alive(pid, holder.get('started')):
-      logging.warning('taking over %s: its holder, pid %s on this host, is dead', self.path, pid)
-      return None
+    age = time.time() - float(holder['renewed'])
+    lease = float(holder['lease_s'])
     return (f'pid {pid} on {host}, running since {since(started)} (lock {self.path}, renewed '
             f'{max(age, 0):.0f} s ago; taken over {lease:.0f} s after its last renewal if that '
             'run is gone)')
