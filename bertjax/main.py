@@ -333,9 +333,13 @@ def _latest_checkpoint(workdir: str) -> int | str | None:
   try:
     if not files.exists(folder):
       return None
-    # A finished step is a folder named by its number (orbax renames it so when complete).
-    steps = [int(n) for n in files.listdir(folder) if n.isdigit()
-             and (files.is_remote(folder) or files.isdir(files.join(folder, n)))]
+    # A finished step is a folder named by its number (orbax renames it so when complete); in
+    # a bucket, one that orbax marked finished (checkpoint_damage.finished).
+    steps = sorted(int(n) for n in files.listdir(folder) if n.isdigit()
+                   and (files.is_remote(folder) or files.isdir(files.join(folder, n))))
+    if files.is_remote(folder):
+      from bertjax.training import checkpoint_damage  # pylint: disable=g-import-not-at-top
+      steps = checkpoint_damage.finished(folder, steps)
   except Exception as e:  # pylint: disable=broad-except  # OSError, gcsfs' and HTTP errors.
     return f'{type(e).__name__}: {_first_line(e)}'
   return max(steps, default=None)

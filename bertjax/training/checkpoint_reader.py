@@ -76,8 +76,7 @@ def _a_file(path: str) -> str:
 
 
 def steps(directory) -> list[int]:
-  """The complete steps of a checkpoints folder, oldest first (a bucket's being saved left out:
-  checkpoint_damage.finished)."""
+  """A checkpoints folder's complete steps, oldest first (checkpoint_damage.finished)."""
   return checkpoint_damage.finished(os.fspath(directory), run_files.checkpoint_steps(directory))
 
 
