@@ -249,25 +249,11 @@ TEMP_PREFIX, TEMP_SUFFIX = 'bertjax_features-', '.jsonl'
 
 
 def _remove_dead_temporaries() -> list[str]:
-  """Removes the temporary files in the temporary folder that runs killed on this host left
-  (SIGKILL, the OOM killer: no clean-up runs; a whole features file each), told by the mark in
-  their names; a live run's, another host's and an older version's (unmarked) are kept.
-  Returns the paths removed."""
-  folder, removed = tempfile.gettempdir(), []
-  try:
-    names = os.listdir(folder)  # local temp
-  except OSError:
-    return removed
-  for name in names:
-    if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
-      continue
-    owner = name[len(TEMP_PREFIX):-len(TEMP_SUFFIX)].rpartition('-')[0]
-    if owner and processes.ended(owner):
-      with contextlib.suppress(OSError):  # Gone meanwhile, or not ours to remove: kept.
-        os.unlink(os.path.join(folder, name))  # local temp, of a dead run
-        removed.append(os.path.join(folder, name))  # local temp
-        logging.warning('removed %s: the features a run killed before it finished left.',
-                        removed[-1])
+  """Removes the temporary files that runs killed on this host left in the temporary folder (a
+  whole features file each: files.remove_dead_writers), saying so; returns their paths."""
+  removed = files.remove_dead_writers(tempfile.gettempdir(), TEMP_PREFIX, TEMP_SUFFIX, tail='-')
+  for path in removed:
+    logging.warning('removed %s: the features a run killed before it finished left.', path)
   return removed
 
 

@@ -329,17 +329,9 @@ def _latest_checkpoint(workdir: str) -> int | str | None:
   """The highest finished step in <workdir>/checkpoints (local or a URL; None: none yet), or
   why it could not be listed (the storage failing: what ended the run, often)."""
   from bertjax import files  # pylint: disable=g-import-not-at-top
-  folder = files.join(workdir, 'checkpoints')
-  try:
-    if not files.exists(folder):
-      return None
-    # A finished step is a folder named by its number (orbax renames it so when complete); in
-    # a bucket, one that orbax marked finished (checkpoint_damage.finished).
-    steps = sorted(int(n) for n in files.listdir(folder) if n.isdigit()
-                   and (files.is_remote(folder) or files.isdir(files.join(folder, n))))
-    if files.is_remote(folder):
-      from bertjax.training import checkpoint_damage  # pylint: disable=g-import-not-at-top
-      steps = checkpoint_damage.finished(folder, steps)
+  from bertjax.training import checkpoint_reader  # pylint: disable=g-import-not-at-top
+  try:  # The readers' complete steps (a bucket's still being saved left out).
+    steps = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
   except Exception as e:  # pylint: disable=broad-except  # OSError, gcsfs' and HTTP errors.
     return f'{type(e).__name__}: {_first_line(e)}'
   return max(steps, default=None)

@@ -38,6 +38,7 @@ import tensorstore as ts
 from bertjax import files
 from bertjax.training import checkpoint_damage
 from bertjax.training import ranking
+from bertjax.training import run_files
 
 
 def orbax_path(path) -> str:
@@ -106,7 +107,8 @@ def manager(workdir, config, *, best_metric: str, mode: str = 'max',
       # Leftovers of a save killed mid-write.
       cleanup_tmp_directories=True)
   directory = checkpoint_dir(workdir)
-  if unmarked := checkpoint_damage.unmarked_whole(directory):
+  if unmarked := checkpoint_damage.unmarked_whole(directory,
+                                                  run_files.checkpoint_steps(directory)):
     # orbax takes a bucket's steps without its mark for a save killed midway, and deletes them
     # as it starts (cleanup_tmp_directories): a run copied up from a disk would lose them all.
     raise RestoreError(

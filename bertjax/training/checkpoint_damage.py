@@ -26,7 +26,8 @@ _DAMAGE_MARKERS = ('OUT_OF_RANGE', 'NOT_FOUND', 'DATA_LOSS', 'INVALID_ARGUMENT',
 
 
 def finished(directory: str, found: list[int]) -> list[int]:
-  """Of a checkpoints folder's numbered steps `found` (oldest first), those whose save finished:
+  """Of a checkpoints folder's numbered steps `found` (oldest first; `directory` as orbax names
+  it: checkpoint.orbax_path), those whose save finished:
   all of a local folder's (orbax names a step only once it is whole, by a rename). In a bucket
   (no atomic rename) orbax writes a step under its number and marks it finished last, so only
   the newest steps can be mid-save: those newer than the newest marked one are left out (being
@@ -34,33 +35,22 @@ def finished(directory: str, found: list[int]) -> list[int]:
   run copied up from a disk has no marks at all: all its steps are whole."""
   if not files.is_remote(directory) or not found:
     return found
-  url = _orbax_url(directory)
   for index in range(len(found) - 1, -1, -1):  # Newest first: one look per step until a mark.
-    if _marked(url, found[index]):
+    if _marked(directory, found[index]):
       return found[:index + 1]
   return found
 
 
-def unmarked_whole(directory: str) -> list[int]:
-  """A bucket's steps that hold their items' metadata but not orbax's mark of a finished save:
-  a run copied up from a disk (which has no marks), never a save killed before its items were
-  written. [] for a local folder."""
+def unmarked_whole(directory: str, found: list[int]) -> list[int]:
+  """Of a bucket's numbered steps `found` (`directory` as finished's), those that hold their
+  items' metadata but not orbax's mark of a finished save: a run copied up from a disk (which
+  has no marks), never a save killed before its items were written. [] for a local folder."""
   if not files.is_remote(directory):
     return []
-  try:
-    found = sorted(int(name) for name in files.listdir(directory) if name.isdigit())
-  except (FileNotFoundError, NotADirectoryError):
-    return []
-  url = _orbax_url(directory)
   return [step for step in found
           if files.exists(files.join(directory, str(step), 'state', '_METADATA'))
           and files.exists(files.join(directory, str(step), 'meta', 'metadata'))
-          and not _marked(url, step)]
-
-
-def _orbax_url(directory: str) -> str:
-  """A bucket URL as orbax's epath names it (gs://, not gcsfs' alias gcs://)."""
-  return 'gs://' + directory[len('gcs://'):] if directory.startswith('gcs://') else directory
+          and not _marked(directory, step)]
 
 
 def _marked(url: str, step: int) -> bool:

@@ -77,7 +77,8 @@ def _a_file(path: str) -> str:
 
 def steps(directory) -> list[int]:
   """A checkpoints folder's complete steps, oldest first (checkpoint_damage.finished)."""
-  return checkpoint_damage.finished(os.fspath(directory), run_files.checkpoint_steps(directory))
+  return checkpoint_damage.finished(checkpoint.orbax_path(directory),
+                                   run_files.checkpoint_steps(directory))
 
 
 def tf1_without_config(folder: str) -> str | None:
