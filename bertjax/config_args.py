@@ -299,7 +299,12 @@ def check_job_config(config, spec: str):
 
 def check_step(job: str, step):
   """Refuses a --step (None: not given) with a job that reads no checkpoint: only fine-tuning's
-  eval and predict do. bertjax.main and the launchers (before a slice is booked) ask it."""
+  eval and predict do. bertjax.main and the launchers (before a slice is booked) ask it. An
+  empty `--step=` (an unset variable) is refused, as the readers' checkpoint_reader.parse_step
+  refuses it: it would read the newest where one step was meant."""
+  if step == '':
+    raise ValueError('--step= is empty: pass best, latest or a checkpoint step number, or leave '
+                     '--step out for the newest.')
   if step is not None and job != 'finetune':
     raise ValueError(f'--step={step} picks the checkpoint a fine-tuning run evaluates or predicts '
                      f'with (--config.mode=eval or predict); job={job} reads none: drop it '

@@ -361,6 +361,8 @@ def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tm
 
 @pytest.mark.parametrize('args, line', [
     (('--step=5', '--workdir={tmp}/w'), 'error: --step=5 picks the checkpoint a fine-tuning run'),
+    (('--step=', '--workdir={tmp}/w'), 'error: --step= is empty: pass best, latest or a '
+                                       'checkpoint step number, or leave --step out'),
     ((), 'error: --workdir is required: checkpoints and logs go there.'),
     (('--workdir=-',), "error: --workdir=- would write a folder named '-' (a run's checkpoints "
                        'and logs are files, not a stream): name the folder, e.g. '

@@ -230,9 +230,14 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
 
 def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> int | str | None:
   """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
-  or a number >= 0 (`text`: a command line's flag, where the number is a digit string)."""
-  if step is None or step == 'latest' or (text and step == ''):
+  or a number >= 0 (`text`: a flag or config field, where the number is a digit string; a
+  config's init_from_step '' is its default, the newest; a command's `--step=` is refused, as an
+  unset variable would read the newest where one step was meant)."""
+  if step is None or step == 'latest' or (text and step == '' and asking is not COMMAND_FLAGS):
     return None
+  if text and step == '':
+    raise ValueError(f'{asking.said(step)} is empty: pass best, latest or a checkpoint step '
+                     'number, or leave --step out for the newest.')
   if step == 'best':
     return 'best'
   if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step >= 0:

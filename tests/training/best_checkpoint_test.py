@@ -139,6 +139,12 @@ def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
       checkpoint_reader.parse_step(text, text=True)
   assert checkpoint_reader.parse_step('12', text=True) == 12
   assert checkpoint_reader.parse_step('latest', text=True) is None
+  # A command's --step= (an unset variable) read the newest; a config's init_from_step '' is
+  # its default, the newest.
+  with pytest.raises(ValueError, match='--step= is empty: pass best, latest or a checkpoint'):
+    checkpoint_reader.parse_step('', text=True)
+  assert checkpoint_reader.parse_step(
+      '', text=True, asking=checkpoint_reader.Asking('config.init_from_step')) is None
   with pytest.raises(ValueError, match=r"step=-1: a checkpoint step is a number \(0 or more"):
     checkpoint_reader.parse_step(-1)
   with pytest.raises(ValueError, match="step=True: a checkpoint step is a number"):
