@@ -271,11 +271,10 @@ def _checked_workdir(config, workdir) -> str:
   if workdir is None:
     return ''
   workdir = os.fspath(workdir)
-  # --workdir= is no "no --workdir" (which writes nothing), and `-` no stream (two files).
-  if workdir.strip() in ('', '-'):
-    raise ValueError(f'--workdir={workdir} names no folder (embeddings.npy and similarity.txt '
-                     'are files, not written to standard output): pass a folder, or leave '
-                     '--workdir out to print the similarities only.')
+  # --workdir= is no "no --workdir" (which writes nothing), and `-` no stream (two files); said
+  # alike by bertjax.main, before JAX starts.
+  paths.refuse_unnamed_folder(workdir, '--workdir', ' and '.join(OUTPUTS),
+                              'print the similarities only')
   if files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
                      'similarity.txt.')

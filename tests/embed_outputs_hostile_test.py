@@ -14,6 +14,7 @@ from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, n
 import numpy as np
 import pytest
 
+from bertjax import console
 from bertjax import embed
 from bertjax import output_lock
 from configs import embed as embed_config
@@ -132,11 +133,14 @@ def test_the_command_refuses_a_users_file_and_an_empty_workdir_in_one_line(minil
                                                                           tmp_path):
   """`echo precious > DIR/embeddings.npy` was replaced; `--workdir=` wrote nothing, exit 0."""
   (tmp_path / 'embeddings.npy').write_text('precious\n')
-  for flag, says in ((f'--workdir={tmp_path}', f'error: {tmp_path}/embeddings.npy was not '
-                                               'written by embed (not an .npy of unit vectors'),
-                     ('--workdir=', 'error: --workdir= names no folder')):
+  for flag, says, code in (
+      (f'--workdir={tmp_path}', f'error: {tmp_path}/embeddings.npy was not written by embed (not '
+                                'an .npy of unit vectors', 1),
+      # Refused as a command (78, before JAX starts: a scheduler does not restart it).
+      ('--workdir=', 'error: --workdir= names no folder', console.REFUSED_EXIT),
+      ('--workdir=-', 'error: --workdir=- names no folder', console.REFUSED_EXIT)):
     result = _main(minilm_dir, flag)
-    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == code and 'Traceback' not in result.stderr, result.stderr[-2000:]
     assert says in result.stderr and 'cosine similarity' not in result.stdout
   assert (tmp_path / 'embeddings.npy').read_text() == 'precious\n'
   assert sorted(os.listdir(tmp_path)) == ['embeddings.npy']
