@@ -270,14 +270,11 @@ def _checked_workdir(config, workdir) -> str:
   """The absolute workdir ('' for None), refused before any work where writing would lose."""
   if workdir is None:
     return ''
-  workdir = os.fspath(workdir)
-  # --workdir= is no "no --workdir" (which writes nothing), and `-` no stream (two files); said
-  # alike by bertjax.main, before JAX starts.
-  paths.refuse_unnamed_folder(workdir, '--workdir', ' and '.join(OUTPUTS),
+  workdir = os.fspath(workdir)  # '' and '-' refused as bertjax.main refuses them, before JAX.
+  paths.refuse_unnamed_folder(workdir, '--workdir', outputs := ' and '.join(OUTPUTS),
                               'print the similarities only')
   if files.exists(workdir) and not files.isdir(workdir):
-    raise ValueError(f'--workdir={workdir} is a file: pass a folder for embeddings.npy and '
-                     'similarity.txt.')
+    raise ValueError(f'--workdir={workdir} is a file: pass a folder for {outputs}.')
   # In a run or a model folder: refused as predict's and extract_features' outputs.
   return paths.check_output_folder(workdir, OUTPUTS, inputs=(
       (config.input_file,) if config.input_file not in ('', '-') else ()))
@@ -382,15 +379,21 @@ def _outputs_held(workdir: str):
   made, folder = '', workdir  # The outermost folder this run makes ('': none, or a URL).
   while not files.is_remote(folder) and not os.path.lexists(folder):  # local: not a URL
     made, folder = folder, os.path.dirname(folder)
+
+  def remove_made():  # Empty folders only (rmdir): anything written in them meanwhile stays.
+    with contextlib.suppress(OSError):
+      folder = workdir
+      while made and not os.rmdir(folder) and folder != made:  # local: this run made it
+        folder = os.path.dirname(folder)
+  # A Ctrl-C skips `finally` (console.exit_on_interrupt): at_interrupt runs it, after the lock's.
+  busy = f'writing {" and ".join(OUTPUTS)} in {workdir}'
   try:
-    with output_lock.held(files.join(workdir, OUTPUTS[0]), 'embed',
-                          f'writing {" and ".join(OUTPUTS)} in {workdir}', '--workdir'):
+    with console.at_interrupt(remove_made), output_lock.held(
+        files.join(workdir, OUTPUTS[0]), 'embed', busy, '--workdir'):
       _check_earlier_outputs(workdir)
       yield
-  finally:  # Empty folders only (rmdir): anything in them, written meanwhile too, is kept.
-    with contextlib.suppress(OSError):
-      while made and not os.rmdir(workdir) and workdir != made:  # local: this run made it
-        workdir = os.path.dirname(workdir)
+  finally:
+    remove_made()
 
 
 def _check_earlier_outputs(workdir: str):
@@ -439,8 +442,7 @@ def _printable(text: str) -> str:
   return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-# The embed job is configured as every bertjax job (configs/embed.py through bertjax.main); run
-# as a module, this file refuses in one line rather than exit 0 having done nothing.
+# The embed job runs as every job (bertjax.main); `python -m bertjax.embed` refuses in one line.
 COMMAND = ('python -m bertjax.main --config=configs/embed.py[:init_from=DIR] '
            '[--config.input_file=FILE] [--workdir=OUT]')
 

@@ -343,7 +343,8 @@ def _latest_checkpoint(workdir: str) -> int | str | None:
 def interrupted_message(config, workdir: str) -> str:
   """The one line a Ctrl-C ends with: where the run can be resumed from."""
   job = config.get('job') if config is not None else None
-  if job == 'embed' and workdir:
+  if job == 'embed' and workdir and ('://' in workdir or os.path.exists(  # local: see files
+      os.path.join(workdir, 'embeddings.npy'))):  # local: a bucket's is not looked up at exit
     return (f'interrupted: {workdir} holds whole files only (embeddings.npy, and similarity.txt '
             'of the same sentences or none); rerun the same command to write them')
   if job == 'embed' or not workdir:

@@ -7,9 +7,12 @@ at its start, naming the first, and `-` and `` name no folder."""
 import io
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
+from commands import default_sigint
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
@@ -144,3 +147,26 @@ def test_the_command_refuses_a_users_file_and_an_empty_workdir_in_one_line(minil
     assert says in result.stderr and 'cosine similarity' not in result.stdout
   assert (tmp_path / 'embeddings.npy').read_text() == 'precious\n'
   assert sorted(os.listdir(tmp_path)) == ['embeddings.npy']
+
+
+def test_ctrl_c_before_anything_is_written_leaves_no_folder_and_says_so(minilm_dir, tmp_path):
+  """A Ctrl-C ends the process without `finally` (console.exit_on_interrupt): the folders embed
+  had made stayed, empty, and the last line said they held whole files."""
+  (tmp_path / 'in.txt').write_text(''.join(f'sentence {i} of many.\n' for i in range(4000)))
+  workdir = tmp_path / 'w' / 'x'
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'bertjax.main', f'--config=configs/embed.py:init_from={minilm_dir}',
+       f'--config.input_file={tmp_path}/in.txt', f'--workdir={workdir}'],
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+      preexec_fn=default_sigint)
+  for _ in range(1200):  # Its lock is taken before the model loads: nothing is written yet.
+    if workdir.is_dir() and os.listdir(workdir) or process.poll() is not None:
+      break
+    time.sleep(0.05)
+  process.send_signal(signal.SIGINT)
+  _, err = process.communicate(timeout=120)
+  assert process.returncode == 130, err[-2000:]
+  assert err.strip().splitlines()[-1] == ('interrupted: nothing was written; rerun the same '
+                                          'command to start again'), err[-2000:]
+  assert os.listdir(tmp_path) == ['in.txt']

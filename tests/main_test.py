@@ -107,17 +107,21 @@ def test_the_interrupt_line_tells_no_checkpoint_from_storage_that_does_not_answe
 
 
 def test_the_interrupt_line_of_the_embed_job_says_its_files_are_whole(tmp_path):
-  """Pass AL: 'nothing was written' of a workdir whose embeddings.npy had been replaced."""
+  """Pass AL: 'nothing was written' of a workdir whose embeddings.npy had been replaced; and
+  'whole files' of a workdir that held none (the first embed there, interrupted)."""
+  (tmp_path / 'w').mkdir()
+  (tmp_path / 'w' / 'embeddings.npy').write_bytes(b'')
   code = ('import sys, ml_collections\nfrom bertjax import main\n'
           "config = ml_collections.ConfigDict({'job': 'embed'})\n"
-          'print(main.interrupted_message(config, sys.argv[1]))\n'
-          "print(main.interrupted_message(config, ''))\n")
-  done = run_main(tmp_path, str(tmp_path / 'w'), python=('-c', code))
+          'for workdir in sys.argv[1:]: print(main.interrupted_message(config, workdir))\n')
+  done = run_main(tmp_path, str(tmp_path / 'w'), str(tmp_path), 'gs://b/w', '',
+                  python=('-c', code))
   assert done.returncode == 0, done.stderr
+  whole = ('holds whole files only (embeddings.npy, and similarity.txt of the same sentences or '
+           'none); rerun the same command to write them')
+  nothing = 'interrupted: nothing was written; rerun the same command to start again'
   assert done.stdout.strip().splitlines() == [
-      f'interrupted: {tmp_path}/w holds whole files only (embeddings.npy, and similarity.txt of '
-      'the same sentences or none); rerun the same command to write them',
-      'interrupted: nothing was written; rerun the same command to start again']
+      f'interrupted: {tmp_path}/w {whole}', nothing, f'interrupted: gs://b/w {whole}', nothing]
 
 
 def record(pathname, level, message='m'):
