@@ -31,14 +31,18 @@ def finished(directory: str, found: list[int]) -> list[int]:
   all of a local folder's (orbax names a step only once it is whole, by a rename). In a bucket
   (no atomic rename) orbax writes a step under its number and marks it finished last, so only
   the newest steps can be mid-save: those newer than the newest marked one are left out (being
-  saved, or cut short: no damage to warn of). Steps older than it are kept marked or not, and a
-  run copied up from a disk has no marks at all: all its steps are whole."""
+  saved, or cut short: no damage to warn of). Steps older than it are kept marked or not. With no
+  mark at all, the steps are a run's copied up from a disk (whole, with their items' metadata)
+  or a bucket run's first save in progress: the newest without their metadata are left out."""
   if not files.is_remote(directory) or not found:
     return found
   for index in range(len(found) - 1, -1, -1):  # Newest first: one look per step until a mark.
     if _marked(directory, found[index]):
       return found[:index + 1]
-  return found
+  whole = len(found)
+  while whole and not _items_whole(directory, found[whole - 1]):
+    whole -= 1
+  return found[:whole]
 
 
 def unmarked_whole(directory: str, found: list[int]) -> list[int]:
@@ -47,10 +51,13 @@ def unmarked_whole(directory: str, found: list[int]) -> list[int]:
   has no marks), never a save killed before its items were written. [] for a local folder."""
   if not files.is_remote(directory):
     return []
-  return [step for step in found
-          if files.exists(files.join(directory, str(step), 'state', '_METADATA'))
-          and files.exists(files.join(directory, str(step), 'meta', 'metadata'))
-          and not _marked(directory, step)]
+  return [step for step in found if _items_whole(directory, step) and not _marked(directory, step)]
+
+
+def _items_whole(directory: str, step: int) -> bool:
+  """Whether a step holds its items' metadata, which orbax writes once their arrays are."""
+  return (files.exists(files.join(directory, str(step), 'state', '_METADATA'))
+          and files.exists(files.join(directory, str(step), 'meta', 'metadata')))
 
 
 def _marked(url: str, step: int) -> bool:

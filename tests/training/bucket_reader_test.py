@@ -42,13 +42,29 @@ def test_a_step_being_saved_in_a_bucket_is_left_out_not_warned_of(gcs_bucket, mo
   lines = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
   assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
   assert checkpoint_reader.read(run).step == 2 and lines == []
-  # A run copied up from a disk has no marks at all: every step of it is whole.
+  # A run copied up from a disk has no marks at all: every step of it holding its items'
+  # metadata is whole; step 3 (none) is cut short or being saved.
   for name in files.glob(f'{run}/checkpoints/*/commit_success.txt'):
     files.remove(name)
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
+  files.copy(f'{run}/checkpoints/2/state/_METADATA', f'{run}/checkpoints/3/state/_METADATA')
   assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2, 3]
   # Only the newest can be mid-save: an older unmarked step (copied up) is kept.
   files.write_atomically(f'{run}/checkpoints/2/commit_success.txt', '')
   assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
+
+
+def test_a_bucket_runs_first_save_in_progress_is_no_damage(gcs_bucket):
+  """A bucket run's first step, orbax still writing it (no mark, no items' metadata yet), was
+  read as a copied-up run's whole step and said damaged: it is no checkpoint yet."""
+  run = f'{gcs_bucket}/run'
+  _saved(run, 1)
+  for name in files.glob(f'{run}/checkpoints/1/**/commit_success.txt') + files.glob(
+      f'{run}/checkpoints/1/state/_METADATA'):
+    files.remove(name)
+  assert checkpoint_reader.steps(f'{run}/checkpoints') == []
+  with pytest.raises(FileNotFoundError, match='no checkpoint'):
+    checkpoint_reader.read(run)
 
 
 def test_resuming_a_run_copied_up_without_marks_is_refused_not_started_over(gcs_bucket):
