@@ -14,7 +14,8 @@ several answers trains on the first (the original raises); a training answer tha
 official scorers see every question; a question with no valid span predicts '' instead of the
 original's placeholder 'empty'; a v1.1 evaluation question without answers is refused when read
 (the scorer would die on it at the first eval); a test file (labelled=False) may hold questions
-without answers.
+without answers; a v2.0 question without `is_impossible` (copies converted from other formats)
+is unanswerable when its answers are empty, as evaluate-v2.0.py reads it.
 """
 
 import collections
@@ -26,6 +27,7 @@ from absl import logging
 import numpy as np
 
 from bertjax import files
+from bertjax import paths
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.text import sentencepiece_tokenizer
 
@@ -60,6 +62,8 @@ def load_json(path):
   if not raw.strip():
     raise ValueError(f'SQuAD file {path!r} is empty: {_FORMAT}; a download cut short reads so '
                      'too: download it again')
+  if error := paths.not_text(path, raw[:64]):  # gzip: said as such, not as cut short.
+    raise ValueError(error)
   try:
     dataset = json.loads(raw)
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -87,13 +91,17 @@ def _field(obj, key, kind, path, where):
 
 def is_version_2(dataset) -> bool:
   """Whether a loaded SQuAD file is v2.0: by its version field, else (some copies drop the
-  field) by its contents, as v2.0 marks every question with is_impossible."""
+  field) by its contents: v2.0 marks every question with is_impossible, and copies converted
+  from other formats that drop it too hold questions with `answers: []` beside answered ones
+  (v1.1 has none; a file to predict may have no answers at all)."""
   version = str(dataset.get('version', ''))
   if version:
     return version.lstrip('v').startswith('2')
-  return any('is_impossible' in qa for article in dataset['data'] if isinstance(article, dict)
-             for p in article.get('paragraphs', ()) if isinstance(p, dict)
-             for qa in p.get('qas', ()) if isinstance(qa, dict))
+  questions = [qa for article in dataset['data'] if isinstance(article, dict)
+               for p in article.get('paragraphs', ()) if isinstance(p, dict)
+               for qa in p.get('qas', ()) if isinstance(qa, dict)]
+  answered = {bool(qa['answers']) for qa in questions if isinstance(qa.get('answers'), list)}
+  return any('is_impossible' in qa for qa in questions) or answered == {True, False}
 
 
 def version_name(is_v2: bool) -> str:
@@ -175,12 +183,13 @@ def read_squad(path, version_2_with_negative=False, *, is_training=True, labelle
         answers, is_impossible = [], False
         if labelled or 'answers' in qa:
           answers = _field(qa, 'answers', list, path, f'question {qas_id!r}')
-        if version_2_with_negative and (labelled or 'is_impossible' in qa):
-          if not isinstance(qa.get('is_impossible'), bool):
-            raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has no \'is_impossible\' '
-                             '(bool): a v2.0 file marks every question true or false (an '
-                             'answerable one too)')
+        if version_2_with_negative and 'is_impossible' in qa:
+          if not isinstance(qa['is_impossible'], bool):
+            raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has is_impossible '
+                             f'{qa["is_impossible"]!r}, not true or false')
           is_impossible = qa['is_impossible']
+        elif version_2_with_negative and labelled:  # Unmarked: as evaluate-v2.0.py reads it.
+          is_impossible = not answers
         if labelled and not is_training and not answers and not is_impossible and (
             not version_2_with_negative):
           raise ValueError(f'SQuAD file {path!r}: question {qas_id!r} has no answers: a v1.1 '

@@ -3,6 +3,7 @@ read silently wrong (question ids merged, JSON values turned into text, a missin
 a choice, limits ignored) and what was said wrong or too late (an empty eval file after
 training, an eval without a training file, advice to set fields a task does not read)."""
 
+import gzip
 import json
 import re
 import types
@@ -111,10 +112,38 @@ def test_a_span_setting_of_several_files_or_a_json_lines_file_is_refused(tmp_pat
                      r"read SQuAD's JSON, .* \(not JSON lines or CSV\)"):
     squad.read_squad(lines, is_training=False)
   partly = _squad('a', 'b', v2=True)
-  del partly['data'][0]['paragraphs'][0]['qas'][0]['is_impossible']
-  with pytest.raises(ValueError, match="question 'a' has no 'is_impossible' \\(bool\\): a v2.0 "
-                     'file marks every question true or false'):
+  partly['data'][0]['paragraphs'][0]['qas'][1]['is_impossible'] = 'no'
+  with pytest.raises(ValueError, match="question 'b' has is_impossible 'no', not true or false"):
     squad.read_squad(_write(tmp_path, 'v2.json', partly), version_2_with_negative=True)
+
+
+def test_a_v2_file_without_its_marks_reads_as_the_official_scorer_reads_it(tmp_path):
+  """Copies converted from other formats drop `version` and `is_impossible` and give an
+  unanswerable question `answers: []`: both configs refused such a file, each naming the other.
+  evaluate-v2.0.py tells an unanswerable question by its empty answers alone."""
+  converted = _squad('a', 'b', 'c')
+  del converted['version']
+  qas = converted['data'][0]['paragraphs'][0]['qas']
+  qas[1]['answers'] = []
+  qas[2]['is_impossible'] = False  # Marked: as marked.
+  path = _write(tmp_path, 'converted.json', converted)
+  examples, _ = squad.read_squad(path, version_2_with_negative=True, is_training=False)
+  assert [(e.qas_id, e.is_impossible, e.answers) for e in examples] == [
+      ('a', False, ['Vienna']), ('b', True, []), ('c', False, ['Vienna'])]
+  assert len(squad.read_squad(path, version_2_with_negative=True)[0]) == 3  # Training too.
+  with pytest.raises(ValueError, match=r"is v2.0 \(with unanswerable questions\) \(version "
+                     r"field 'absent'\) but is read as v1.1: .* task=squad_v2"):
+    squad.read_squad(path, is_training=False)
+  gzipped = tmp_path / 'dev.json.gz'
+  gzipped.write_bytes(gzip.compress(json.dumps(converted).encode()))
+  with pytest.raises(ValueError, match=re.escape(f'{gzipped} is gzip-compressed, not text: '
+                                                 f'decompress it first (gunzip -k {gzipped})')):
+    squad.read_squad(gzipped, is_training=False)  # Was: 'a download cut short reads so too'.
+  # A file to predict that lists no answers at all is no v2.0 file (either version reads it).
+  for qa in qas:
+    qa['answers'] = []
+    qa.pop('is_impossible', None)
+  assert not squad.is_version_2(converted)
 
 
 def test_example_limits_are_refused_where_the_task_reads_its_files_whole(tmp_path):
