@@ -353,11 +353,17 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
     eval_splits, test_splits = splits.eval_splits(), splits.test_splits()
     if not labels:
       labels = user_labels.tags_of(splits.train())
-  else:  # A preset: fixed files and tag set.
+  else:  # A preset: fixed files and tag set; a file to predict may have no tag column.
     def read_split(split):
-      return read_file(path_of(split), split == 'train', require_labels=True)
+      return read_file(path_of(split), split == 'train', require_labels=split != 'test')
+
+    def check_labels(labelled, labels, split):  # Its tags are the preset's, not its training's.
+      for where, values in labelled:
+        if unknown := [v for v in values if v is not None and v not in labels]:
+          raise ValueError(f'{where}: {split} tag {unknown[0]!r} is not one of {name}\'s tags '
+                           f'{list(labels)}: fix it, or fine-tune with task=tagging, which '
+                           'takes the tags its training file has.')
     eval_splits, test_splits = ('validation',), ('test',)
-    check_labels = user_labels.check_labels
   labels = tuple(labels)
   scheme = tag_scheme(data, labels)
 
