@@ -9,6 +9,11 @@ Ex = glue.Example
 MNLI_COLS = ('index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t'
               'sentence1_parse\tsentence2_parse\tsentence1\tsentence2')
 STSB_COLS = 'index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2'
+AX_TEXT = ('index\tsentence1\tsentence2\n'
+           '0\tThe cat sat on the mat.\tThe cat did not sit on the mat.\n'
+           '1\t"Nobody" came.\tSomeone came.\n')
+AX_EXAMPLES = [Ex('0', 'The cat sat on the mat.', 'The cat did not sit on the mat.', None),
+               Ex('1', '"Nobody" came.', 'Someone came.', None)]
 
 # {task: (glue folder, {file: text}, {split: expected examples})}. Texts start with bare quotes
 # in places: read with quoting on, they would swallow the tabs that follow.
@@ -96,6 +101,9 @@ GLUE_FILES = {
                             '(ROOT a)\t(ROOT b)\tHello there.\tHi.\n',
         'test_mismatched.tsv': f'{MNLI_COLS}\n5\t1\t1e\tletters\t( a )\t( b )\t(ROOT a)\t'
                                '(ROOT b)\tThanks.\tThank you.\n',
+        # GLUE's diagnostic set (the leaderboard's AX, predicted by the MNLI model), where the
+        # GLUE download puts it: the root's diagnostic/, beside MNLI/. No labels.
+        '../diagnostic/diagnostic.tsv': AX_TEXT,
     }, {
         'train': [Ex('0', 'Conceptually cream skimming.', 'Product and geography.', 'neutral')],
         'validation_matched': [Ex('0', 'The new rights are nice.', 'Everyone loves them.',
@@ -103,6 +111,7 @@ GLUE_FILES = {
         'validation_mismatched': [Ex('0', 'Your gift helps.', 'It does not.', 'contradiction')],
         'test_matched': [Ex('0', 'Hello there.', 'Hi.', None)],
         'test_mismatched': [Ex('5', 'Thanks.', 'Thank you.', None)],
+        'test_ax': AX_EXAMPLES,
     }),
     'qnli': ('QNLI', {
         'train.tsv': 'index\tquestion\tsentence\tlabel\n'
@@ -140,10 +149,12 @@ GLUE_FILES = {
 
 
 def write_glue(root, names=None):
-  """Writes the hand-made GLUE files under root/<task folder>/; returns root."""
+  """Writes the hand-made GLUE files under root/<task folder>/ (MNLI's diagnostic set under
+  root/diagnostic/); returns root."""
   for name in names or GLUE_FILES:
     folder, files, _ = GLUE_FILES[name]
-    os.makedirs(root / folder, exist_ok=True)
     for file_name, text in files.items():
-      (root / folder / file_name).write_text(text, encoding='utf-8')
+      path = root / folder / file_name
+      os.makedirs(path.parent, exist_ok=True)
+      path.write_text(text, encoding='utf-8')
   return root

@@ -1,7 +1,8 @@
 """GLUE: the nine tasks (labels, metrics, files per split), their features, scores, predictions.
 
 The files are read into `Example`s by glue_readers.py (TSV files or TFDS); features are
-features.py's, which follows run_classifier.py exactly.
+features.py's, which follows run_classifier.py exactly. MNLI has a third test split, AX: the
+leaderboard scores the MNLI model's predictions on GLUE's diagnostic/diagnostic.tsv (AX.tsv).
 """
 
 import dataclasses
@@ -16,6 +17,8 @@ from bertjax.training import kinds
 
 _CLASSIFICATION = 'classification'
 _REGRESSION = 'regression'
+# MNLI's split of GLUE's diagnostic set: no task of its own, the MNLI model predicts it.
+AX_SPLIT = 'test_ax'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +55,11 @@ def _task(name, kind, labels, task_metrics, glue_dir, submission, mnli=False):
   if mnli:
     files = {'train': 'train.tsv', 'validation_matched': 'dev_matched.tsv',
              'validation_mismatched': 'dev_mismatched.tsv', 'test_matched': 'test_matched.tsv',
-             'test_mismatched': 'test_mismatched.tsv'}
+             'test_mismatched': 'test_mismatched.tsv', AX_SPLIT: 'diagnostic.tsv'}
     eval_splits = ('validation_matched', 'validation_mismatched')
-    test_splits = ('test_matched', 'test_mismatched')
-    submissions = {'test_matched': 'MNLI-m.tsv', 'test_mismatched': 'MNLI-mm.tsv'}
+    test_splits = ('test_matched', 'test_mismatched', AX_SPLIT)
+    submissions = {'test_matched': 'MNLI-m.tsv', 'test_mismatched': 'MNLI-mm.tsv',
+                   AX_SPLIT: 'AX.tsv'}
   else:
     files = {'train': 'train.tsv', 'validation': 'dev.tsv', 'test': 'test.tsv'}
     eval_splits, test_splits = ('validation',), ('test',)

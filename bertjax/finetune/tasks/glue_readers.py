@@ -7,16 +7,21 @@ is its last column), and each is described once in `_LAYOUTS`. Columns are found
 name and the header is checked, so a file from another task fails at line 1 instead of
 training on the wrong column. Like the reference readers (google-research/bert's
 run_classifier.py) the files are read with quoting off: GLUE's text holds bare `"` characters.
+MNLI's AX split is GLUE's diagnostic/diagnostic.tsv, found beside MNLI's folder.
 
-Bad rows: a row with fewer columns than its header (QQP's train.tsv has a few) is skipped
-and counted in the training split, where dropping a handful out of 364k changes nothing; in
-dev and test splits it is an error, because a dropped row would change a reported score or
-leave a leaderboard submission short (pass `skip_malformed=True` to skip there too). Blank
-lines are skipped and counted everywhere. An unknown label or an unparsable STS-B score is
-always an error: it means a wrong file or task.
+Bad rows: a row with fewer columns than its header (QQP's train.tsv has a few), or more (a
+tab inside a text: which part is which cannot be told, and the reference's fixed indices
+misread it too; GLUE's own rows match their header, MNLI's too: its train has one annotator
+label and its dev five, each file's header saying so), is skipped and counted in the training
+split, where dropping a handful out of 364k changes nothing; in dev and test splits it is an
+error, because a dropped row would change a reported score or leave a leaderboard submission
+short (read_examples(skip_malformed=True) skips there too). Blank lines are skipped and counted
+everywhere. An unknown label or an unparsable STS-B score is always an error: it means a wrong
+file or task.
 """
 
 import collections
+import collections.abc
 import csv
 import dataclasses
 import io
@@ -25,6 +30,7 @@ import os
 from absl import logging
 
 from bertjax import files
+from bertjax import paths
 from bertjax.finetune.tasks import glue
 
 
@@ -81,14 +87,31 @@ _LAYOUTS = {
                           ('index', 'sentence1', 'sentence2', 'label'),
                           ('index', 'sentence1', 'sentence2')),
 }
+# GLUE's diagnostic set (MNLI's AX split): unlabelled, whichever split it is read as.
+_AX_LAYOUT = _Layout(('index', 'sentence1', 'sentence2'), 'sentence1', 'sentence2',
+                     guid='index')
 
 
-def _inside(folder, name) -> str:
-  """`name` in `folder` (either a local path or a URL); an absolute path or URL as it is."""
-  name = os.fspath(name)
+def _layout(task, split) -> _Layout:
+  if split == glue.AX_SPLIT:
+    return _AX_LAYOUT
+  return _LAYOUTS[task.name][1 if split in task.test_splits else 0]
+
+
+def _candidates(task, data_dir, split) -> list[str]:
+  """Where a split's file may lie, the first found is read: in data_dir (the task's folder) or
+  data_dir/<task folder> (the GLUE root); AX's beside MNLI's files, in the diagnostic/ folder
+  beside data_dir (MNLI's folder of the GLUE download) or under it (the GLUE root). A file
+  given by an absolute path or URL (predict_file) is itself."""
+  name = os.fspath(task.files[split])
   if files.is_remote(name) or os.path.isabs(name):
-    return name
-  return files.join(os.fspath(folder), name)
+    return [name]
+  folder = os.fspath(data_dir)
+  if split == glue.AX_SPLIT:
+    folder = paths.absolute(folder)  # Its parent is looked in: 'MNLI' has one too.
+    return [files.join(folder, name), files.join(files.parent(folder), 'diagnostic', name),
+            files.join(folder, 'diagnostic', name)]
+  return [files.join(folder, name), files.join(folder, task.glue_dir, name)]
 
 
 def task_file(task, data_dir, split) -> str:
@@ -96,16 +119,93 @@ def task_file(task, data_dir, split) -> str:
   folder or a URL)."""
   task = glue.as_task(task)
   glue.check_split(task, split)
-  path = _inside(data_dir, task.files[split])
-  nested = _inside(files.join(os.fspath(data_dir), task.glue_dir), task.files[split])
-  if not files.isfile(path) and files.isfile(nested):
-    return nested
-  missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
-             f'{task.glue_dir}/{task.files[split]} from the GLUE download '
-             '(download_glue_data.py) as --config.data.data_dir, or use read_tfds() with a '
-             'prepared TFDS glue dataset')
+  candidates = _candidates(task, data_dir, split)
+  found = next((path for path in candidates if files.isfile(path)), None)
+  if found is not None:
+    return found
+  path = candidates[0]
+  if split == glue.AX_SPLIT and len(candidates) > 1:
+    missing = (f'GLUE {task.name} {split}: no diagnostic.tsv at {" or ".join(candidates)}: '
+               'put diagnostic/diagnostic.tsv of the GLUE download (download_glue_data.py) '
+               'beside the MNLI folder, or use read_tfds() with a prepared TFDS glue/ax')
+  else:
+    missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
+               f'{task.glue_dir}/{task.files[split]} from the GLUE download '
+               '(download_glue_data.py) as --config.data.data_dir, or use read_tfds() with a '
+               'prepared TFDS glue dataset')
   files.require_file(path, missing)
   return path
+
+
+def predict_file_split(task_name, predict_file) -> str:
+  """The test split that predict_file is read as: the task's one, or (MNLI's three) the one
+  whose GLUE file name it has, each written as its own leaderboard file; another name is
+  refused before anything is read (read as every split, it was written as each)."""
+  task = glue.as_task(task_name)
+  if len(task.test_splits) == 1:
+    return task.test_splits[0]
+  name = files.name(os.fspath(predict_file))
+  for split in task.test_splits:
+    if task.files[split] == name:
+      return split
+  named = ', '.join(f'{task.files[split]} (written as {task.submission_files[split]})'
+                    for split in task.test_splits)
+  raise ValueError(f'config.data.predict_file={predict_file}: GLUE {task.name} has '
+                   f'{len(task.test_splits)} test files, told apart by their GLUE names: '
+                   f'{named}; name the file so, or leave predict_file out to predict them all '
+                   'from config.data.data_dir')
+
+
+class _WhenAsked(collections.abc.Sequence):
+  """A task's test splits, decided when first asked for (only mode=predict asks): building the
+  task for training, eval or export neither looks for the AX file nor warns of it."""
+
+  def __init__(self, decide):
+    self._decide, self._splits = decide, None
+
+  def _get(self) -> tuple:
+    if self._splits is None:
+      self._splits = tuple(self._decide())
+    return self._splits
+
+  def __getitem__(self, index):
+    return self._get()[index]
+
+  def __len__(self):
+    return len(self._get())
+
+  def __repr__(self):
+    return repr(self._get())
+
+
+def predict_splits(task_name, data_dir, use_tfds=False):
+  """The test splits mode=predict writes, decided when asked for: all of the task's, but MNLI's
+  AX only where GLUE's diagnostic set is found (its file; with use_tfds a prepared glue/ax).
+  Without it one warning says AX.tsv is not written and where the file goes: most copies of
+  GLUE lack it, and MNLI's own test files are predicted all the same."""
+  task = glue.as_task(task_name)
+  if glue.AX_SPLIT not in task.test_splits:
+    return task.test_splits
+
+  def decide():
+    if use_tfds:
+      builder = _tfds_builder(task, glue.AX_SPLIT, data_dir or None)
+      if builder.is_prepared():
+        return task.test_splits
+      where = (f'prepare TFDS glue/ax in {builder.data_dir} (`tfds build glue/ax --data_dir '
+               'DIR`) to write it')
+    else:
+      candidates = _candidates(task, data_dir, glue.AX_SPLIT)
+      if any(files.isfile(path) for path in candidates):
+        return task.test_splits
+      where = (f"put GLUE's diagnostic/diagnostic.tsv (download_glue_data.py) at "
+               f'{candidates[1]} or {candidates[0]} to write it')
+    logging.warning('GLUE %s: no diagnostic set, so %s (the leaderboard\'s AX, predicted by '
+                    'the MNLI model) is not written; %s', task.name,
+                    task.submission_files[glue.AX_SPLIT], where)
+    return tuple(split for split in task.test_splits if split != glue.AX_SPLIT)
+
+  return _WhenAsked(decide)
 
 
 def _column_index(header, field):
@@ -120,26 +220,19 @@ def _column_index(header, field):
 def read_examples(task_name, data_dir, split, skip_malformed=None):
   """(examples, skip counts by reason) of one split of a GLUE task's TSV files.
 
-  skip_malformed: skip rows with too few columns (counted) instead of raising; defaults to
-  True for 'train' only (see the module docstring).
+  skip_malformed: skip rows with another number of columns than their header's (counted)
+  instead of raising; defaults to True for 'train' only (see the module docstring).
   """
   task = glue.as_task(task_name)
   path = task_file(task, data_dir, split)
-  is_test = split in task.test_splits
-  layout = _LAYOUTS[task.name][1 if is_test else 0]
+  layout = _layout(task, split)
   if skip_malformed is None:
     skip_malformed = split == 'train'
   skips = collections.Counter()
   skipped_lines = []
   examples = []
-  # utf-8-sig: a byte-order mark (MRPC's files are copied from Microsoft's, which may carry
-  # one) would otherwise stick to the first header name.
-  try:
-    text = files.read_bytes(path).decode('utf-8-sig')
-  except UnicodeDecodeError as e:
-    raise ValueError(f'{path}: not UTF-8 text ({e.reason} at byte {e.start}): GLUE files '
-                     'are UTF-8; re-download or re-encode the file') from None
-  reader = csv.reader(io.StringIO(text, newline=''), delimiter='\t', quoting=csv.QUOTE_NONE)
+  reader = csv.reader(io.StringIO(_text(path), newline=''), delimiter='\t',
+                      quoting=csv.QUOTE_NONE)
   header = None
   num_columns = layout.num_columns
   columns = (layout.text_a, layout.text_b, layout.label, layout.guid)
@@ -159,23 +252,53 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
       num_columns = len(header)
       columns = tuple(_column_index(header, field) for field in columns)
       continue
-    if len(row) < num_columns:
+    if len(row) != num_columns:
+      fewer = len(row) < num_columns
       if not skip_malformed:
         raise ValueError(
             f'{path}:{line}: {len(row)} columns where GLUE {task.name} {split} rows have '
-            f'{num_columns}: fix the line, or pass skip_malformed=True to skip such rows')
-      skips['too few columns'] += 1
+            f'{num_columns}' + ('' if fewer else ' (a tab inside a text?)') + ': fix or '
+            'remove the line (only the training split skips such rows, counting them)')
+      skips['too few columns' if fewer else 'too many columns'] += 1
       skipped_lines.append(line)
       continue
     examples.append(_example(task, path, line, row, columns, len(examples)))
   if not examples:
-    raise ValueError(f'{path}: no examples in the file: it is empty or holds only a header; '
-                     f're-download the GLUE data for {task.glue_dir}')
+    raise ValueError(_no_examples(task, split, path, skips, num_columns, layout.header))
   if skips:
     logging.warning('GLUE %s %s: read %d examples from %s, skipped %s (malformed lines: %s)',
                     task.name, split, len(examples), path, dict(skips),
                     skipped_lines[:10] or 'none')
   return examples, skips
+
+
+def _text(path) -> str:
+  """The file's text; a compressed or binary file, or one in another encoding, refused saying
+  which."""
+  data = files.read_bytes(path)
+  # utf-8-sig: a byte-order mark (MRPC's files are copied from Microsoft's, which may carry
+  # one) would otherwise stick to the first header name.
+  try:
+    return data.decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    if error := paths.not_text(str(path), data[:64]):
+      raise ValueError(error) from None
+    raise ValueError(f'{path}: not UTF-8 text ({e.reason} at byte {e.start}): GLUE files '
+                     'are UTF-8; re-download the file, or re-encode it '
+                     f'({paths.reencode_hint(data[:64], data)})') from None
+
+
+def _no_examples(task, split, path, skips, num_columns, header) -> str:
+  """Why a file gave no example: empty, or every row skipped for its number of columns (an
+  export of GLUE, e.g. HF's or TFDS's `sentence label idx`, laid out otherwise)."""
+  few, many = skips['too few columns'], skips['too many columns']
+  if not few + many:
+    return (f'{path}: no examples in the file: it is empty or holds only a header; '
+            f're-download the GLUE data for {task.glue_dir}')
+  than = 'its header\'s' if header is not None else f'GLUE {task.name} {split}\'s'
+  other = 'fewer or more' if few and many else 'fewer' if few else 'more'
+  return (f'{path}: all {few + many} rows have {other} columns than {than} {num_columns}: is '
+          f'this GLUE\'s own {task.glue_dir} file (the GLUE download), not an export?')
 
 
 def _example(task, path, line, row, columns, row_number):
@@ -214,31 +337,43 @@ _TFDS_LABELS = {  # The binary tasks' TFDS names in class-id order are TSV label
 }
 
 
+def _tfds_source(task, split) -> tuple[str, str]:
+  """(TFDS dataset, its split) of a split: glue/<task>, or glue/ax's test split for MNLI's AX."""
+  return ('glue/ax', 'test') if split == glue.AX_SPLIT else (f'glue/{task.name}', split)
+
+
+def _tfds_builder(task, split, data_dir):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  # Slow; optional.
+
+  return tfds.builder(_tfds_source(task, split)[0], data_dir=data_dir)
+
+
 def read_tfds(task_name, split, data_dir=None) -> list[glue.Example]:
-  """Examples of a split from an already prepared TFDS `glue/<task>` dataset (never downloads).
+  """Examples of a split from an already prepared TFDS `glue/<task>` dataset (never downloads);
+  MNLI's AX from glue/ax's test split (its premise, hypothesis and idx are MNLI's features).
 
   Labels come back as the TSV strings (TFDS numbers MNLI's classes in another order), so
   features and scores are the same whichever source was read.
   """
-  task = glue.get_task(task_name)
+  task = glue.as_task(task_name)
   glue.check_split(task, split)
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  # Slow; optional.
 
-  name = f'glue/{task.name}'
-  builder = tfds.builder(name, data_dir=data_dir)
+  name, tfds_split = _tfds_source(task, split)
+  builder = _tfds_builder(task, split, data_dir)
   if not builder.is_prepared():
     raise FileNotFoundError(
         f'TFDS dataset {name} is not prepared in {builder.data_dir}: prepare it on a machine '
         f'with internet access (`tfds build {name} --data_dir DIR`), copy DIR here and pass '
         'data_dir=DIR; or read the GLUE TSV files with read_examples()')
-  if split not in builder.info.splits:
-    raise ValueError(f'TFDS dataset {name} in {builder.data_dir} has no split {split!r}; it '
+  if tfds_split not in builder.info.splits:
+    raise ValueError(f'TFDS dataset {name} in {builder.data_dir} has no split {tfds_split!r}; it '
                      f'has {", ".join(builder.info.splits)}: prepare it again in full')
   a_key, b_key = _TFDS_TEXT[task.name]
   label_feature = builder.info.features['label']
   is_test = split in task.test_splits
   examples = []
-  for record in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+  for record in tfds.as_numpy(builder.as_dataset(split=tfds_split, shuffle_files=False)):
     label = None
     if not is_test:  # TFDS marks missing test labels with -1.
       if task.scored:

@@ -54,15 +54,24 @@ def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> st
 
 def _glue_task(name, data) -> task_lib.Task:
   spec = glue.get_task(name)
+  # predict_file is one test split, the one its name says (MNLI has three), refused here when
+  # it says none; without it, every test split of data_dir (MNLI's AX where it is found).
+  if data.get('predict_file'):
+    predicted = glue_readers.predict_file_split(spec, data.predict_file)
+    test_splits = (predicted,)
+  else:  # Decided when mode=predict asks (the task is built for every mode).
+    predicted = None
+    test_splits = glue_readers.predict_splits(spec, data.get('data_dir', ''),
+                                              data.get('use_tfds', False))
 
   def read(split):
-    if data.use_tfds:
-      return glue_readers.read_tfds(name, split, data.data_dir or None), collections.Counter()
-    if data.predict_file and split in spec.test_splits:  # A file in the test split's layout.
+    if split == predicted:  # The user's file in that split's layout, TFDS or not.
       split_files = types.MappingProxyType({**spec.files,
                                             split: paths.absolute(data.predict_file)})
       return glue_readers.read_examples(dataclasses.replace(spec, files=split_files),
                                         data.data_dir, split)
+    if data.use_tfds:
+      return glue_readers.read_tfds(name, split, data.data_dir or None), collections.Counter()
     return glue_readers.read_examples(name, data.data_dir, split)
 
   def featurize(examples, tok, *, is_training):
@@ -79,7 +88,7 @@ def _glue_task(name, data) -> task_lib.Task:
 
   return task_lib.Task(
       name, spec.kind, tuple(spec.labels), spec.metrics[0], tuple(spec.eval_splits),
-      tuple(spec.test_splits), read, featurize, evaluate, write)
+      test_splits, read, featurize, evaluate, write)
 
 
 def _squad_json(path: str) -> list:

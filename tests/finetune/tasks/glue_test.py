@@ -30,7 +30,7 @@ def test_task_table():
   mnli = glue.get_task('MNLI')
   assert mnli.eval_splits == ('validation_matched', 'validation_mismatched')
   assert dict(mnli.submission_files) == {'test_matched': 'MNLI-m.tsv',
-                                         'test_mismatched': 'MNLI-mm.tsv'}
+                                         'test_mismatched': 'MNLI-mm.tsv', 'test_ax': 'AX.tsv'}
   assert glue.get_task('sts-b').kind == 'regression' and glue.get_task('stsb').labels == ()
   assert glue.get_task('cola').submission_files['test'] == 'CoLA.tsv'
   with pytest.raises(ValueError, match='unknown GLUE task .*valid tasks are cola, sst2'):
@@ -56,7 +56,8 @@ def test_malformed_rows_skip_in_train_and_fail_elsewhere(tmp_path):
   dev = tmp_path / 'QQP' / 'dev.tsv'
   dev.write_text(dev.read_text() + '\n\tstray half row\t1\n4\t5\t6\tA?\tB?\t1\n')
   with pytest.raises(ValueError, match=r'dev.tsv:4: 3 columns where GLUE qqp validation rows '
-                                       r'have 6.*skip_malformed=True'):
+                                       r'have 6: fix or remove the line \(only the training '
+                                       r'split skips such rows, counting them\)$'):
     glue_readers.read_examples('qqp', tmp_path, 'validation')
   examples, skips = glue_readers.read_examples('qqp', tmp_path, 'validation', skip_malformed=True)
   assert [e.guid for e in examples] == ['201359', '4']
