@@ -35,7 +35,10 @@ from bertjax.finetune.tasks import wordnet_glosses
 
 SQUAD_FILES = {'squad_v1': {'train': 'train-v1.1.json', 'validation': 'dev-v1.1.json'},
                'squad_v2': {'train': 'train-v2.0.json', 'validation': 'dev-v2.0.json'}}
-CONLL_FILES = {'train': 'train.txt', 'validation': 'valid.txt', 'test': 'test.txt'}
+# CoNLL-2003's files per split: as most copies name them, or as the shared task's English data
+# came (eng.testa is its development set, eng.testb its test set).
+CONLL_FILES = {'train': ('train.txt', 'eng.train'), 'validation': ('valid.txt', 'eng.testa'),
+               'test': ('test.txt', 'eng.testb')}
 # Tasks read from the user's own files (config.data.train_file, ...), one per kind; swag reads
 # SWAG's CSV layout as multiple choice.
 USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choice', 'swag')
@@ -216,8 +219,20 @@ def _one_squad_file(setting: str, flag: str) -> str:
 def _conll_task(data) -> task_lib.Task:
   """CoNLL-2003: the tagging kind on the shared task's files, with its nine IOB1 tags."""
   data = _with(data, token_column=0, tag_column=-1, format='conll')
-  return user_tasks.tagging_task('conll2003', data, 0, conll.LABELS, path_of=lambda split: _path(
-      data, '', CONLL_FILES[split], split, ('test',)))
+
+  def path_of(split):
+    names = CONLL_FILES[split]
+    paths_ = [_path(data, '', name, split, ('test',)) for name in names]
+    if data.predict_file and split == 'test':
+      return paths_[0]
+    if found := next((path for path in paths_ if files.exists(path)), None):
+      return found
+    raise FileNotFoundError(
+        f'config.data.data_dir={data.data_dir} has no {" or ".join(names)}: task=conll2003 '
+        'reads train.txt, valid.txt and test.txt there (or the shared task\'s eng.train, '
+        'eng.testa and eng.testb)' + (', and config.data.predict_file instead of the test file'
+                                      if split == 'test' else '') + '.')
+  return user_tasks.tagging_task('conll2003', data, 0, conll.LABELS, path_of=path_of)
 
 
 def _with(data, **fields):

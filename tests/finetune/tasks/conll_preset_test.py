@@ -34,3 +34,20 @@ def test_a_dev_tag_outside_the_presets_is_said_as_the_presets(tmp_path):
                      r"is not one of conll2003's tags \['O', 'B-PER', .*\]: fix it, or fine-tune "
                      r'with task=tagging, which takes the tags its training file has\.$'):
     task.read('validation')
+
+
+def test_the_shared_tasks_own_file_names_are_read_and_a_missing_file_is_named(tmp_path):
+  """eng.train/eng.testa/eng.testb were 'train.txt does not exist: check config.data.train_file',
+  and config.data.train_file is refused for the preset."""
+  (tmp_path / 'eng.train').write_text(TRAIN)
+  (tmp_path / 'eng.testa').write_text('EU NNP B-NP I-ORG\n')
+  task = registry.get_task('conll2003', _data(tmp_path))
+  assert [s.words for s in task.read('train')[0]] == [('EU', 'rejects'), ('Peter',)]
+  assert [s.tags for s in task.read('validation')[0]] == [('I-ORG',)]
+  with pytest.raises(FileNotFoundError, match=rf'^config.data.data_dir={tmp_path} has no test.txt '
+                     r'or eng.testb: task=conll2003 reads train.txt, valid.txt and test.txt there '
+                     r"\(or the shared task's eng.train, eng.testa and eng.testb\), and "
+                     r'config.data.predict_file instead of the test file\.$'):
+    task.read('test')
+  (tmp_path / 'train.txt').write_text('Peter NNP B-NP I-PER\n')  # Both: the usual name first.
+  assert [s.words for s in task.read('train')[0]] == [('Peter',)]
