@@ -9,9 +9,7 @@ Checks that need the mesh, the vocab file or init_from's shape (divisibility by 
 vocab's size, a checkpoint's position table) stay in training/train_state.check_config.
 """
 
-import math
-import numbers
-
+from bertjax import config_checker
 from bertjax import console
 from bertjax import format_names
 from bertjax import metric_direction
@@ -32,91 +30,8 @@ ATTENTION_IMPLS = ('auto', 'xla', 'dot_product_attention', 'cudnn', 'splash')
 ACTIVATIONS = ('gelu', 'gelu_rational', 'gelu_tanh', 'relu')
 REMAT_POLICIES = ('none', 'full', 'dots')
 
-_MISSING = object()
-_INT32 = 2**31
-
-
-class _Checker:
-  """Looks fields up by dotted path (a missing one is skipped: configs differ per job)."""
-
-  def __init__(self, config):
-    self.config = config
-
-  def get(self, path: str):
-    node = self.config
-    for key in path.split('.'):
-      try:
-        node = node[key]
-      except (KeyError, AttributeError, TypeError):
-        return _MISSING
-    return node
-
-  def fail(self, path: str, value, why: str, fix: str):
-    raise ValueError(f'config.{path}={value!r}: {why}; {fix}.')
-
-  def number(self, path: str, *, integer: bool):
-    """The field's value, or _MISSING; raises when it is not a number (bool excluded)."""
-    value = self.get(path)
-    if value is _MISSING:
-      return _MISSING
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok and integer and not isinstance(value, numbers.Integral):
-      # 16.0 (set from Python) passed, then failed deep in the run (tf.data, the PRNG).
-      whole = math.isfinite(value) and float(value).is_integer()
-      self.fail(path, value, 'must be a whole number' + (', written as one' if whole else ''),
-                f'pass {int(value)}' if whole else f'pass --config.{path}=<a whole number>')
-    if not ok:
-      kind = 'a whole number' if integer else 'a number'
-      self.fail(path, value, f'must be {kind}', f'pass --config.{path}=<{kind}>')
-    if not math.isfinite(value):  # inf passes every range check, then fails mid-run.
-      self.fail(path, value, 'must be a finite number', f'pass --config.{path}=<a finite number>')
-    if integer and not -_INT32 <= value < _INT32:  # Counts reach jitted code as int32.
-      self.fail(path, value, 'is past what a 32-bit integer holds (the steps, counts and seed '
-                'reach compiled code as int32)', f'pass --config.{path} below 2**31 '
-                f'({_INT32 - 1})')
-    return value
-
-  def at_least(self, path: str, low, fix: str = '', *, integer: bool = True, why: str = ''):
-    value = self.number(path, integer=integer)
-    if value is not _MISSING and not value >= low:
-      self.fail(path, value, why or f'must be >= {low}', fix or f'set --config.{path} to {low} '
-                'or more')
-    return value
-
-  def positive(self, path: str, fix: str = '', *, integer: bool = True, why: str = ''):
-    value = self.number(path, integer=integer)
-    if value is not _MISSING and not value > 0:
-      self.fail(path, value, why or 'must be > 0', fix or f'set --config.{path} to a positive '
-                'value')
-    return value
-
-  def fraction(self, path: str, *, closed_high: bool, fix: str = '', why: str = '',
-               open_low: bool = False):
-    """A value in [0, 1) ([0, 1] with closed_high; (0, ...) with open_low)."""
-    value = self.number(path, integer=False)
-    if value is _MISSING:
-      return value
-    low_ok = value > 0 if open_low else value >= 0
-    high_ok = value <= 1 if closed_high else value < 1
-    if not (low_ok and high_ok):
-      interval = f'{"(" if open_low else "["}0, 1{"]" if closed_high else ")"}'
-      self.fail(path, value, why or f'must be in {interval}',
-                fix or f'set --config.{path} to a value in {interval}')
-    return value
-
-  def all_or_positive(self, path: str, what: str):
-    """-1 (= all) or at least 1."""
-    value = self.number(path, integer=True)
-    if value is not _MISSING and value != -1 and value < 1:
-      self.fail(path, value, f'must be -1 ({what}) or >= 1',
-                f'set --config.{path}=-1 for {what}, or a positive count')
-    return value
-
-  def choice(self, path: str, valid):
-    value = self.get(path)
-    if value is not _MISSING and value not in valid:
-      self.fail(path, value, 'is unknown', f'valid: {", ".join(valid)}')
-    return value
+_MISSING = config_checker.MISSING
+_Checker = config_checker.Checker
 
 
 def check(config) -> None:
@@ -364,6 +279,24 @@ def _check_sequence(c: _Checker, path: str, *, position_table: bool):
   return seq
 
 
+def _check_masking_cap(c: _Checker, phase: str, seq, predictions):
+  """A full row's share at masked_lm_prob must fit the phase's max_predictions_per_seq (the cap
+  would lower the rate without a word) where the job masks: dynamic masking, and the embedded
+  corpus it makes (its [CLS] and [SEP]s, as create_pretraining_data counts them). Said here,
+  naming the phase's field, not once the corpus is made or the pipeline built."""
+  prob, dynamic = c.get('data.masked_lm_prob'), c.get('data.dynamic_masking') is True
+  embedded = all(c.get(f'{p}.train_files') in ('', None) for p in {'data', phase})
+  if _MISSING in (seq, predictions) or not isinstance(prob, float) or not (
+      dynamic or embedded):
+    return
+  maskable = seq - (2 if dynamic or c.get('model.nsp') is False else 3)
+  if (wanted := round(maskable * prob)) > predictions:
+    c.fail(f'{phase}.max_predictions_per_seq', predictions, f'caps the {wanted} tokens '
+           f'data.masked_lm_prob={prob} masks of a full row\'s {maskable} at '
+           f'{phase}.max_seq_length={seq}', f'set --config.{phase}.max_predictions_per_seq to '
+           f'{wanted} or more (BERT: 20 at 128 tokens, 80 at 512), or a lower masked_lm_prob')
+
+
 def _check_data(c: _Checker, job):
   from_init = c.get('model_from_init') is True  # The position table is init_from's.
   seq = _check_sequence(c, 'data.max_seq_length', position_table=not from_init)
@@ -399,6 +332,7 @@ def _check_data(c: _Checker, job):
                  'step runs phase 2', 'pass phase2_fraction=0.1 (the paper) in the argument '
                  'string (--config=configs/pretrain.py:...,phase2_fraction=0.1), or drop '
                  f'--config.phase2.{name}')
+    _check_masking_cap(c, 'data', seq, predictions)
     if fraction is not _MISSING and fraction > 0:
       seq2 = _check_sequence(c, 'phase2.max_seq_length', position_table=True)
       predictions2 = c.positive('phase2.max_predictions_per_seq',
@@ -407,6 +341,7 @@ def _check_data(c: _Checker, job):
       if predictions2 is not _MISSING and seq2 is not _MISSING and predictions2 > seq2:
         c.fail('phase2.max_predictions_per_seq', predictions2,
                f'exceeds phase2.max_seq_length={seq2}', 'set it to the phase 2 files\' value')
+      _check_masking_cap(c, 'phase2', seq2, predictions2)
   elif job == 'finetune':
     c.at_least('data.pad_to_multiple_of', 0, fix='set --config.data.pad_to_multiple_of to 0 '
                '(full rows) or e.g. 32')

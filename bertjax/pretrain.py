@@ -174,20 +174,12 @@ def _warn_of_shared_files(phase: Phase, train, held_out):
                     len(shared), len(held_out.files), which, which, shared[0])
 
 
-def masking_config(config, vocab_file, plan):
-  """The dynamic-masking settings (None for static masks read from the files), checked
-  against each phase's lengths."""
+def masking_config(config, vocab_file):
+  """The dynamic-masking settings (None for static masks read from the files); each phase's
+  cap on the predictions was checked with the config (config_check: before any data is made)."""
   if not config.data.dynamic_masking:
     return None
   data = config.data
-  for phase in plan:
-    # The cap must not silently lower the rate: a full row's share must fit the predictions.
-    wanted = round((phase.max_seq_length - 2) * data.masked_lm_prob)
-    if wanted > phase.max_predictions_per_seq:
-      raise ValueError(
-          f'data.masked_lm_prob={data.masked_lm_prob} masks {wanted} tokens of a full '
-          f'{phase.max_seq_length}-token row, but max_predictions_per_seq='
-          f'{phase.max_predictions_per_seq} caps it: set max_predictions_per_seq >= {wanted}.')
   vocab = vocab_files.load_vocab(vocab_file)  # A vocab.txt's tokens or a SentencePiece model's.
   missing = [t for t in ('[MASK]', '[CLS]', '[SEP]') if t not in vocab]
   if missing:
@@ -313,7 +305,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
   train_state.check_config(config, mesh, vocab_entries)
   plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
-  masking = masking_config(config, vocab, plan)
+  masking = masking_config(config, vocab)
   data = config.data
   batch_axes = sharding.batch_axes(rules)
   if len(plan) > 1:

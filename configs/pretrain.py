@@ -81,7 +81,8 @@ def get_config(arg=None):
   # against the data's report and model.vocab_size; '' = the embedded corpus's vocab, or with
   # train_files the one their report names (if still there, unchanged).
   config.data.vocab_file = ''
-  config.data.max_seq_length = arg.seq  # Must equal the files' max_seq_length.
+  # Must equal the files' max_seq_length; a reference: phase 2's predictions scale with it.
+  config.data.max_seq_length = ml_collections.FieldReference(arg.seq)
   # Must equal the files' (static masking); phase2's follows it (below).
   config.data.max_predictions_per_seq = ml_collections.FieldReference(20)
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data
@@ -107,13 +108,15 @@ def get_config(arg=None):
   # on their own files, with the same learning-rate schedule, optimizer state and batch size.
   config.phase2 = ml_collections.ConfigDict()
   config.phase2.fraction = arg.phase2_fraction  # Share of num_train_steps; 0 = one phase.
-  config.phase2.max_seq_length = arg.phase2_seq  # The paper: 512.
-  # Predictions per sequence in phase 2, scaled with the length (the paper: 80 at 512), rounded
-  # half up: a derived reference, so it follows --config.data.max_predictions_per_seq until it
-  # is set itself. (seq=0 or less is left to config_check, which names data.max_seq_length.)
+  config.phase2.max_seq_length = ml_collections.FieldReference(arg.phase2_seq)  # The paper: 512.
+  # Predictions per sequence in phase 2, scaled with the lengths (the paper: 80 at 512), rounded
+  # half up: a derived reference, so it follows --config.data.max_predictions_per_seq and both
+  # lengths, however set, until it is set itself. A length of 0 or less is config_check's to
+  # name: `1 // (|seq| + 1)` (1 at 0, else 0) keeps the division defined until then.
+  seq = config.data.get_ref('max_seq_length')
   config.phase2.max_predictions_per_seq = (
-      (config.data.get_ref('max_predictions_per_seq') * arg.phase2_seq * 2 + arg.seq)
-      // (2 * arg.seq) if arg.seq > 0 else 0)
+      (config.data.get_ref('max_predictions_per_seq') * config.phase2.get_ref('max_seq_length')
+       * 2 + seq) // (2 * abs(seq) + 1 // (abs(seq) + 1)))
   # TFRecords made at phase2's lengths; '' with data.train_files '' = the embedded corpus.
   config.phase2.train_files = ''
   config.phase2.eval_files = ''

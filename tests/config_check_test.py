@@ -274,12 +274,39 @@ def test_the_jobs_check_before_reading_data_or_compiling(tmp_path):
     (['--config.data.max_predictions_per_seq=5'], 10),  # Follows phase 1's, scaled.
     (['--config.data.max_predictions_per_seq=5', '--config.phase2.max_predictions_per_seq=12'],
      12),  # Set itself: kept.
+    # The lengths set by their fields, not the argument's: 40 at 64 of 20 at 32 (it was scaled
+    # by the argument's seq, 80 here; the paper's 20/128 -> 80/512 kept).
+    (['--config.data.max_seq_length=64', '--config.phase2.max_seq_length=128'], 40),
+    (['--config.data.max_seq_length=128', '--config.data.max_predictions_per_seq=20',
+      '--config.phase2.max_seq_length=512'], 80),
 ])
 def test_phase2_predictions_follow_the_command_line(overrides, predictions):
   # As bertjax.main's --config flag parses them (sys_argv), the config then checked.
   config = config_args.check_args(
       [f'--config={pretrain_config.__file__}:size=tiny,seq=32,phase2_seq=64', *overrides])
   assert config.phase2.max_predictions_per_seq == predictions
+
+
+def test_a_masking_rate_a_phase_cannot_hold_is_refused_naming_the_phase():
+  """Dynamic masking was refused as the pipeline was built, and the embedded corpus's phase 2
+  as its corpus was made (after phase 1's), saying `max_predictions_per_seq=3` of no field."""
+  def check(*overrides):
+    config_check.check(config_args.check_args(
+        [f'--config={pretrain_config.__file__}:size=tiny,seq=32,phase2_seq=64,'
+         'phase2_fraction=0.25', *overrides]))
+  check('--config.data.max_predictions_per_seq=5')  # 5 of 30 (dynamic), 10 of 61 (embedded).
+  with pytest.raises(ValueError, match=r"^config.phase2.max_predictions_per_seq=8: caps the 9 "
+                     r"tokens data.masked_lm_prob=0.15 masks of a full row's 61 at "
+                     r'phase2.max_seq_length=64; set --config.phase2.max_predictions_per_seq to 9 '
+                     r'or more'):
+    check('--config.data.max_predictions_per_seq=5', '--config.phase2.max_predictions_per_seq=8')
+  with pytest.raises(ValueError, match=r"^config.data.max_predictions_per_seq=5: caps the 9 "
+                     r"tokens data.masked_lm_prob=0.3 masks of a full row's 30 at "):
+    check('--config.data.max_predictions_per_seq=5', '--config.data.dynamic_masking=True',
+          '--config.data.masked_lm_prob=0.3')
+  # The user's own static files: their reports decide, not this rule.
+  check('--config.data.max_predictions_per_seq=5', '--config.phase2.max_predictions_per_seq=8',
+        '--config.data.train_files=/d/t32-*', '--config.phase2.train_files=/d/t64-*')
 
 
 def test_a_warning_is_said_once_per_job_and_again_by_the_next(caplog):

@@ -24,7 +24,8 @@ STAGES = (
     ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
     # config_check: the jobs' configs' values, at their start; job_config: their fields;
     # config_args: a job's command line, checked.
-    ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'job_config', 'config_args'),
+    ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'config_checker', 'job_config',
+     'config_args'),
     # inference: the one inference path that predict, embed and extract_features run.
     ('predict', 'predict_inputs', 'embed', 'extract_features', 'export', 'inference'),
     ('main',),

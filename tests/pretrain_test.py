@@ -12,6 +12,7 @@ import pretrain_runs
 import pytest
 import transformers
 
+from bertjax import config_check
 from bertjax import export
 from bertjax import files
 from bertjax import pretrain
@@ -147,10 +148,15 @@ def test_mlm_only_data_fed_to_an_nsp_model_is_refused_before_compiling(mlm_only_
   check(config(mlm_only_corpus, model__nsp=False))
 
 
-def test_masking_rate_the_predictions_cannot_hold_is_refused(corpus):
+def test_masking_rate_the_predictions_cannot_hold_is_refused_with_the_config(corpus):
+  """Refused as the job built its pipeline, after the embedded corpus was made: config_check
+  refuses it before anything runs, naming the phase's field."""
   cfg = config(corpus, data__dynamic_masking=True, data__masked_lm_prob=0.3)
-  with pytest.raises(ValueError, match=r'masks 19 tokens .* set max_predictions_per_seq >= 19'):
-    pretrain.masking_config(cfg, cfg.data.vocab_file, pretrain.phases(cfg, ''))
+  with pytest.raises(ValueError, match=r'^config.data.max_predictions_per_seq=10: caps the 19 '
+                     r'tokens data.masked_lm_prob=0.3 masks of a full row\'s 62 at '
+                     r'data.max_seq_length=64; set --config.data.max_predictions_per_seq to 19 '
+                     r'or more \(BERT: 20 at 128 tokens, 80 at 512\), or a lower masked_lm_prob'):
+    config_check.check(cfg)
 
 
 @pytest.mark.usefixtures('one_device')  # Learning, not sharding (tests/conftest.py).

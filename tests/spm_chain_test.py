@@ -96,7 +96,7 @@ def test_dynamic_whole_word_masks_never_split_a_word(chain):
                                              'data.masking': 'whole_word'})
   plan = [pretrain.check_data(config, phase, str(spm_model), '')
           for phase in pretrain.phases(config, str(root / 'dynamic'))]
-  masking = pretrain.masking_config(config, str(spm_model), plan)
+  masking = pretrain.masking_config(config, str(spm_model))
   batches = input_pipeline.pretrain_dataset(
       plan[0].train_files, global_batch_size=16, max_seq_length=SEQ,
       max_predictions_per_seq=PREDICTIONS, seed=3, masking=masking)
