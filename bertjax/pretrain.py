@@ -67,9 +67,11 @@ class Phase:
     return self.first_step < step <= self.end_step
 
 
-def phases(config, workdir) -> list[Phase]:
+def phases(config, workdir, finished: int = 0) -> list[Phase]:
   """One phase, or two with config.phase2.fraction > 0, with their file patterns; the embedded
-  corpus's files (data.train_files empty) are made on first use at each phase's lengths."""
+  corpus's files (data.train_files empty) are made on first use at each phase's lengths. A phase
+  the run `finished` (the step it resumes from) is never read again: no files (None), its own
+  no longer needed (phase 1's 128-token set moved away to free a bucket)."""
   data, second, total = config.data, config.phase2, config.num_train_steps
   if not data.train_files and (data.eval_files or data.vocab_file or second.train_files
                                or second.eval_files):
@@ -92,7 +94,9 @@ def phases(config, workdir) -> list[Phase]:
                  second.train_files, second.eval_files))
   result = []
   for first, end, seq, predictions, train, eval_ in plan:
-    if not data.train_files:
+    if end <= finished:
+      train = eval_ = None
+    elif not data.train_files:
       train, eval_ = embedded.pretraining_files(
           f'{workdir}/data', max_seq_length=seq, max_predictions_per_seq=predictions,
           dupe_factor=data.dupe_factor, static_masking=not data.dynamic_masking,
@@ -107,15 +111,17 @@ def vocab_file(config) -> str:
   return config.data.vocab_file if config.data.train_files else str(embedded.vocab_path())
 
 
-def take_data_vocab(config):
+def take_data_vocab(config, phase2: bool = False):
   """Sets an unset data.vocab_file, with train files of your own, to the vocab their reports
   say they were made with (still that file: file_set.vocab_of): the run checks the data and
   init_from against it and records it, as it does a vocab given. One changed since is refused;
-  one gone (data made on another machine) is warned about, the data read unchecked."""
+  one gone (data made on another machine) is warned about, the data read unchecked. `phase2`:
+  a run resumed in phase 2 reads phase 2's files (phase 1's may be gone)."""
   if config.data.vocab_file or not config.data.train_files:
     return
   try:
-    made_with = file_set.vocab_of(file_set.resolve(config.data.train_files))
+    made_with = file_set.vocab_of(file_set.resolve(
+        config.phase2.train_files if phase2 else config.data.train_files))
   except FileNotFoundError as e:  # Made on another machine: read unchecked, as before, but said.
     logging.warning('%s (the run checks the data against no vocab and records none)', e)
     return
@@ -254,8 +260,13 @@ def _check_init_from_function(config, path: str):
 
 def _resumes(workdir: str) -> bool:
   """Whether a run in `workdir` resumes from its own checkpoints (init_from is not loaded)."""
-  return bool(paths.is_run(workdir) and checkpoint_reader.steps(files.join(workdir,
-                                                                          'checkpoints')))
+  return bool(_resumed_at(workdir))
+
+
+def _resumed_at(workdir: str) -> int:
+  """The newest checkpoint's step a run in `workdir` resumes from (0: none, a new run)."""
+  return max(checkpoint_reader.steps(files.join(workdir, 'checkpoints')), default=0) if (
+      paths.is_run(workdir)) else 0
 
 
 def _say_init_from_on_a_resume(path: str, workdir: str, config):
@@ -296,7 +307,9 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  take_data_vocab(config)
+  finished = _resumed_at(workdir)  # Phases done by then are not read again.
+  take_data_vocab(config, phase2=0 < (ranking.phase2_start(
+      config.num_train_steps, config.phase2.fraction) or 0) <= finished)
   vocab = vocab_file(config)
   path = init_from.configured(config, loads_weights=not _resumes(workdir))
   _say_init_from_on_a_resume(path, workdir, config)
@@ -304,7 +317,8 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
   train_state.check_config(config, mesh, vocab_entries)
-  plan = [check_data(config, phase, vocab, path) for phase in phases(config, workdir)]
+  plan = [check_data(config, phase, vocab, path) if phase.train_files is not None else phase
+          for phase in phases(config, workdir, finished)]
   masking = masking_config(config, vocab)
   data = config.data
   batch_axes = sharding.batch_axes(rules)
@@ -319,6 +333,10 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
     for phase in plan:
       if phase.end_step <= start_step:
         continue
+      if phase.train_files is None:  # The newest checkpoints unreadable: an earlier phase's.
+        raise ValueError(f'the run resumes at step {start_step}, in a phase it had finished by '
+                         f'step {finished} (the newer checkpoints could not be read): rerun the '
+                         'same command to read and check that phase\'s files')
       begin = max(start_step, phase.first_step)
       start = examples_consumed - phase.first_step * config.global_batch_size if (
           start_step > phase.first_step) else 0

@@ -83,6 +83,8 @@ def evaluator(config, plan, masking, mesh, rules, model) -> PhasedEvaluator | No
   eval_fn = jax.jit(functools.partial(pretrain_objective.eval_step, model=model))
   evaluators = []
   for phase in plan:
+    if phase.train_files is None:  # A phase the resumed run had finished: never read again.
+      continue
     if not phase.eval_files:
       logging.warning('no eval files for steps %d..%d (data.eval_files / phase2.eval_files): '
                       'no eval there', phase.first_step, phase.end_step)
