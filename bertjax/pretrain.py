@@ -137,8 +137,9 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
   compiled: its length against the position table, the file sets against their reports (eval
   files too: a mistake there would surface only at the first eval), their vocab against the
   model's (data.vocab_file, else the start-from checkpoint's) and their first record against
-  the phase's lengths, the masking and NSP. The pipelines read these FileSets: nothing is
-  resolved twice."""
+  the phase's lengths, the masking and NSP; files without a report of the eval sets and of
+  phase 2 are counted (read whole) now, not as they come. The pipelines read these FileSets:
+  nothing is resolved or counted twice."""
   if phase.max_seq_length > config.model.max_position_embeddings:
     raise ValueError(f'max_seq_length {phase.max_seq_length} (steps {phase.first_step}..'
                      f'{phase.end_step}) exceeds the position table '
@@ -161,6 +162,9 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
       field = ('train_files', 'eval_files')[len(checked) - 1]
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
                                       which=f'{"phase2" if phase.first_step else "data"}.{field}')
+      if phase.first_step or field == 'eval_files':  # Phase 1's are counted as it starts.
+        checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
+                                             every_host_file=field == 'eval_files')
   _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 

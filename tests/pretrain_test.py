@@ -224,3 +224,23 @@ def test_a_pretraining_runs_vocab_is_checked_by_its_readers_and_continued_pretra
 
 
 MLM_ONLY_STEPS = 300
+
+
+def test_files_without_a_report_of_an_eval_set_are_counted_before_training(corpus, tmp_path):
+  """Pass of 2026-12-01: a damaged file without a report (the original tool's and NVIDIA's
+  shards have none) of the eval set or of phase 2 was found as the first eval or phase 2 came,
+  the steps since the last save lost on every rerun; it is read whole at the start now."""
+  unreported = tmp_path / 'eval'
+  unreported.mkdir()
+  shards = file_set.resolve(corpus['data.eval_files']).files
+  for shard in shards:  # The shards alone, no report beside them.
+    shutil.copy(shard, unreported / pathlib.Path(shard).name)
+  cfg = config(corpus, data__eval_files=str(unreported / '*'))
+  phase, = pretrain.phases(cfg, '')
+  checked = pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
+  assert sorted(checked.eval_files.record_counts) == sorted(map(str, unreported.iterdir()))
+  damaged = sorted(unreported.iterdir())[-1]
+  damaged.write_bytes(damaged.read_bytes()[:-100])
+  with pytest.raises(ValueError, match=rf'^{damaged}: not a readable TFRecord file \(truncated '
+                     r'record at \d+\): recreate it with create_pretraining_data'):
+    pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')

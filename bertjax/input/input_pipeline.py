@@ -24,6 +24,7 @@ pipeline). The order depends on the seed, the files and process_count: resuming 
 number of hosts continues from the same example count, but in a different order.
 """
 
+import dataclasses
 import math
 
 from absl import logging
@@ -66,6 +67,25 @@ def _host_share(files, process_index: int, process_count: int, log: bool = True)
                     '%d-th example; write at least one file per host to avoid the extra reading',
                     len(files), process_count, process_count)
   return files, process_count, process_index
+
+
+def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool):
+  """The FileSet with the record counts of its files without a report filled in (this host's
+  share, or `every_host_file` as the eval reads them), read now: a file damaged past its first
+  record is found before anything trains, not as its phase or first eval comes (steps since
+  the last save lost). The pipelines then read these counts instead of counting again."""
+  checked = file_set.resolved(file_pattern)
+  process_index, process_count = jax.process_index(), jax.process_count()
+  mine = checked.files if every_host_file else _host_share(checked.files, process_index,
+                                                           process_count, log=False)[0]
+  unknown = [f for f in mine if f not in checked.record_counts]
+  if not unknown:
+    return checked
+  logging.info('counting the records of %d file(s) of %s without a report (before training: '
+               'a damaged one is said now)', len(unknown), checked)
+  counts = record_check.inspect_files(unknown, spec, masked=masked)
+  return dataclasses.replace(checked, record_counts=checked.record_counts | dict(
+      zip(unknown, counts, strict=True)))
 
 
 def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq, seed,
