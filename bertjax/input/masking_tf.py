@@ -77,15 +77,19 @@ def _whole_words(input_ids_BxL, maskable_BxL, num_to_mask_B, seed, continuation)
       batch * length + 1)[:-1], [batch, length])
   score_BxW = tf.where(size_BxW > 0, tf.random.stateless_uniform([batch, length], seed), -1.0)
   order_BxW = tf.argsort(score_BxW, axis=1, direction='DESCENDING', stable=True)
-  sorted_size_WxB = tf.transpose(tf.gather(size_BxW, order_BxW, batch_dims=1))
+  # The scan's counts in float32, exact for counts below 2**24: TensorFlow's oneDNN transpose
+  # of an int or bool tensor prints an error line on CPUs without AVX-512 (then falls back).
+  sorted_size_WxB = tf.transpose(tf.cast(tf.gather(size_BxW, order_BxW, batch_dims=1),
+                                         tf.float32))
+  budget_B = tf.cast(num_to_mask_B, tf.float32)
 
   def take(count_B, size_B):
-    fits_B = (size_B > 0) & (count_B + size_B <= num_to_mask_B)
-    return count_B + tf.where(fits_B, size_B, 0)
+    fits_B = (size_B > 0) & (count_B + size_B <= budget_B)
+    return count_B + tf.where(fits_B, size_B, 0.0)
 
-  counts_WxB = tf.scan(take, sorted_size_WxB, initializer=tf.zeros([batch], tf.int32))
-  before_WxB = tf.concat([tf.zeros([1, batch], tf.int32), counts_WxB[:-1]], axis=0)
-  taken_BxW = tf.transpose(counts_WxB > before_WxB)
+  counts_BxW = tf.transpose(tf.scan(take, sorted_size_WxB,
+                                    initializer=tf.zeros([batch], tf.float32)))
+  taken_BxW = counts_BxW > tf.pad(counts_BxW[:, :-1], [[0, 0], [1, 0]])
   chosen_word_BxW = tf.gather(taken_BxW, tf.argsort(order_BxW, axis=1), batch_dims=1)
   chosen_BxL = maskable_BxL & tf.gather(chosen_word_BxW, tf.maximum(word_BxL, 0), batch_dims=1)
   return chosen_BxL, tf.where(chosen_BxL, word_BxL + 1, 0)
