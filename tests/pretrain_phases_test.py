@@ -129,6 +129,29 @@ def test_resume_inside_phase_2_is_bit_exact(two_phase, tmp_path):
                                     pretrain_runs.read_state(workdir, STEPS))
 
 
+def test_a_resumed_run_stopped_before_its_next_eval_ends_naming_its_last(two_phase, tmp_path,
+                                                                         monkeypatch):
+  """A resumed run that ran no eval of its own ended with no eval figures, its run's recorded
+  eval (step 9's) unsaid; the summary says its step."""
+  from bertjax.training import loop  # noqa: PLC0415
+  from bertjax.training import progress  # noqa: PLC0415
+  _, workdir, _ = two_phase
+  resumed = tmp_path / 'resumed'
+  shutil.copytree(workdir, resumed)
+  for step in (11, STEPS):
+    shutil.rmtree(resumed / 'checkpoints' / str(step), ignore_errors=True)
+  monkeypatch.setattr(loop._Preemption, 'reached', lambda self, step: True)  # noqa: SLF001
+  ended = []  # The summary's Outcome (a preempted one exits the process as it is said).
+  monkeypatch.setattr(progress, 'summary', lambda job, seconds, outcome, *a, **k: ended.append(
+      outcome))
+  pretrain.train_and_evaluate(two_phase_config(), str(resumed))
+  outcome, = ended
+  history = json.loads((workdir / 'eval_history.json').read_text())
+  assert (outcome.step, outcome.stopped.startswith('preempted'), outcome.eval_step) == (
+      11, True, BOUNDARY)
+  assert outcome.eval_metrics == pytest.approx(history[str(BOUNDARY)])
+
+
 @pytest.mark.parametrize('step, folder', [('latest', ''), ('best', f'/checkpoints/{STEPS}'),
                                           (str(BOUNDARY), f'/checkpoints/{BOUNDARY}')])
 def test_init_from_step_names_the_checkpoint_read(two_phase, step, folder):

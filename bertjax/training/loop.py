@@ -273,11 +273,9 @@ def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
   """The Outcome of a run resumed at its end, past it (a config with fewer steps) or after it
   stopped early: its last recorded eval, at the step that eval ran."""
   eval_step, results = run_files.last_eval(workdir, step, total_steps)
-  last = (f'the last eval was at step {eval_step}' if eval_step is not None else
-          'no eval was recorded')
-  if step > total_steps and not stopped:
-    stopped = (f"already at step {step}, past this config's {total_steps} steps: nothing to do; "
-               f'{last}')
+  if step > total_steps and not stopped:  # The summary says the last eval's step, if any.
+    stopped = (f"already at step {step}, past this config's {total_steps} steps: nothing to do"
+               + ('; no eval was recorded' if eval_step is None else ''))
     logging.info('%s (raise num_train_steps, or the epochs, past %d to go on)', stopped, step)
     return progress_lib.Outcome(results, step, total_steps, None, eval_step, stopped, **best)
   logging.info('already at step %d of %d: nothing to do%s', step, total_steps,
@@ -409,6 +407,9 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                                    start_step if resumed else None)
   boundary = _Boundary(config, job, workdir, mesh, mngr, writer, progress, history,
                        (metric, mode, keep_best), start_step, examples_consumed)
+  if resumed:  # Its last eval so far: a resumed run that runs none ends naming it.
+    boundary.eval_step, boundary.eval_metrics = run_files.last_eval(workdir, start_step,
+                                                                    total_steps)
   trace = progress_lib.Trace(config, workdir, start_step, total_steps)
   preemption = _Preemption(mngr)
   done, stopped, shapes = start_step, '', set()

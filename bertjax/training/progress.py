@@ -39,9 +39,9 @@ class Outcome:
 def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_metric: str,
             outputs=(), metrics=()):
   """Prints the run's last console line (process 0 only): how it ended, its step and train
-  loss, the last eval's metrics (`main_metric` first, the loss last), `metrics`, `outputs`
-  (what, where), its checkpoints and TensorBoard folder. The job calls it once its saves are
-  done and its workdir released."""
+  loss, the last eval's metrics (`main_metric` first, the loss last; its step where that is an
+  earlier one), `metrics`, `outputs` (what, where), its checkpoints and TensorBoard folder. The
+  job calls it once its saves are done and its workdir released."""
   console.preempted(outcome.stopped)  # Every host: each exits with PREEMPTED_EXIT.
   if jax.process_index() > 0:
     return
@@ -53,7 +53,9 @@ def summary(job: str, seconds: float, outcome: Outcome, workdir: str, *, main_me
     shown.append(('train loss', outcome.train_loss))
   results = outcome.eval_metrics
   names = sorted(results, key=lambda k: (k != main_metric, k == 'loss', k))
-  shown += [('eval ' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
+  # An earlier step's eval (a phase without eval files, a stop between evals) says its step.
+  at = '' if outcome.eval_step in (None, outcome.step) else f'at step {outcome.eval_step}: '
+  shown += [(f'eval {at}' * (i == 0) + name, results[name]) for i, name in enumerate(names)]
   if outcome.best_step is not None:
     shown.append(('best step', f'{outcome.best_step} ({outcome.best[0]} {outcome.best[1]:.4g}'
                                  f'{outcome.best_note})'))

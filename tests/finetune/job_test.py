@@ -227,8 +227,8 @@ def test_a_run_resumed_with_fewer_steps_than_it_took_names_its_last_eval(
   result = finetune.train_and_evaluate(tiny_config(sst2_dir, num_train_steps=4), str(tmp_path))
   assert result == history['4'] | {'skipped': 0}
   assert re.fullmatch(
-      rf"finetune stopped \(already at step 5, past this config's 4 steps: nothing to do; the "
-      rf'last eval was at step 4\) in {TOOK}: step 5/4, eval '
+      rf"finetune stopped \(already at step 5, past this config's 4 steps: nothing to do\) "
+      rf'in {TOOK}: step 5/4, eval at step 4: '
       rf'accuracy {history["4"]["accuracy"]:.4g}, loss {history["4"]["loss"]:.4g}; eval results '
       rf'{tmp_path}/eval_results.json, predictions {tmp_path}/predictions/step_4, checkpoints '
       rf'{tmp_path}/checkpoints \(step 5\), TensorBoard {tmp_path}', _last_line(capsys))

@@ -431,8 +431,7 @@ def test_a_run_resumed_past_its_steps_reports_the_eval_its_history_holds(tmp_pat
   outcome = loop._nothing_to_do(str(tmp_path), 9, 6, '', {})  # pylint: disable=protected-access
   assert (outcome.step, outcome.total_steps, outcome.eval_step) == (9, 6, 8)
   assert outcome.eval_metrics == evals[8] and not outcome.early_stopped
-  assert outcome.stopped == ("already at step 9, past this config's 6 steps: nothing to do; the "
-                             'last eval was at step 8')
+  assert outcome.stopped == "already at step 9, past this config's 6 steps: nothing to do"
   # At its end, as before; a workdir without a history reads its eval_results.json there only.
   outcome = loop._nothing_to_do(str(tmp_path), 12, 12, '', {})  # pylint: disable=protected-access
   assert (outcome.eval_step, outcome.eval_metrics, outcome.stopped) == (12, evals[12], '')
