@@ -10,6 +10,7 @@ import json
 import math
 import os
 
+from absl import logging
 import jax
 
 from bertjax import files
@@ -76,13 +77,16 @@ def lost_checkpoints(workdir) -> str:
   """'' or why `workdir` is a run whose checkpoints are gone though it saved some (SAVED, or a
   resume's config-resumed-at-*.json, is there) yet checkpoints/ holds no step: moved, deleted,
   a link whose target is gone. Starting over there would replace its history, config and eval
-  results with another run's. A run that ended before its first save finished restarts."""
+  results with another run's. A run that ended before its first save finished restarts. Where
+  only the newest steps are gone, warns (_say_newest_gone) and returns ''."""
   folder = files.join(workdir, 'checkpoints')
   try:
     names = files.listdir(folder)
   except (FileNotFoundError, NotADirectoryError):
     names = []
-  if any(n.isdigit() or '.unreadable-' in n for n in names):  # The latter: restore's to say.
+  if steps := [int(n) for n in names if n.isdigit()]:
+    _say_newest_gone(workdir, folder, names, max(steps))
+  if steps or any('.unreadable-' in n for n in names):  # The latter: restore's to say.
     return ''
   marker, resumes = files.join(workdir, SAVED), files.glob(
       files.join(workdir, 'config-resumed-at-*.json'))
@@ -101,6 +105,24 @@ def lost_checkpoints(workdir) -> str:
   return (f'{workdir} records {recorded} but its checkpoints/ holds no checkpoint{where}: its '
           'checkpoints were moved or deleted. Put them back to resume, or use another --workdir '
           f'(a run started here would replace its history, config and results){fresh}')
+
+
+def _say_newest_gone(workdir, folder, names, newest: int):
+  """Warns where SAVED records a newer step than `newest`, the newest in checkpoints/: a resume
+  would train the steps between again without a word. The run's own keep limit removes older
+  steps only; a newest step moved aside as unreadable was said when it was."""
+  recorded = _read_json(files.join(workdir, SAVED))
+  # Damaged: the next save rewrites it, and the steps present are resumed either way.
+  saved = recorded.get('newest_step') if isinstance(recorded, dict) else None
+  if (not isinstance(saved, int) or saved <= newest
+      or any(n.startswith(f'{saved}.unreadable-') for n in names)):
+    return
+  logging.warning('%s saved checkpoints up to step %d (%s) but %s holds none after step %d: '
+                  'they were deleted or moved (by hand, a cleanup script, a copy of the workdir '
+                  'made before them), so resuming from step %d trains %d steps again. To resume '
+                  'from step %d, stop the run, put its checkpoint back and rerun; if it was '
+                  'removed on purpose, nothing to do', workdir, saved, SAVED, folder, newest,
+                  newest, saved - newest, saved)
 
 
 def last_eval(workdir, step: int, total_steps: int) -> tuple[int | None, dict]:
