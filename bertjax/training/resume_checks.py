@@ -52,8 +52,10 @@ def changed_fields(config, workdir, step: int) -> list[str]:
 
 
 # Settings that decide which examples a step reads: changed on a resume, the run goes on at
-# its example count in another order (or other files), not where it stopped.
-_ORDER_FIELDS = ('seed', 'data.train_files', 'data.train_file', 'phase2.train_files')
+# its example count in another order (or other files), not where it stopped. The lanes and the
+# window are read_order's plan of each epoch.
+_ORDER_FIELDS = ('seed', 'data.train_files', 'data.train_file', 'phase2.train_files',
+                 'data.shuffle_window', 'data.num_lanes')
 # With the embedded corpus (data.train_files empty) the files are made in <workdir>/data from
 # these: changed, the same names hold other examples.
 _EMBEDDED_FIELDS = ('data.dupe_factor', 'data.max_seq_length', 'data.max_predictions_per_seq',
@@ -168,7 +170,7 @@ def _check_data_order(config, last: dict, step: int, examples_consumed: int):
     logging.warning(
         'the data order differs from the one this run last ran with (%s): from step %d it '
         'reads on at example %d of another order, so examples already seen may come again and '
-        'others never (dropout draws differ too). To resume exactly, keep the old values.',
+        'others never. To resume exactly, keep the old values.',
         ', '.join(changed), step, examples_consumed)
 
 

@@ -1,0 +1,31 @@
+"""A resume with another shuffle window or lane count reads the data in another order
+(input/read_order.py plans each epoch from both): warned as a data-order change, as a changed
+seed is (resume_checks._check_data_order)."""
+
+import json
+
+import log_records
+import pytest
+
+from bertjax.training import resume_checks
+from configs import pretrain
+
+
+@pytest.mark.parametrize('field, value, old', [('shuffle_window', 100, 10000),
+                                               ('num_lanes', 4, 16)])
+def test_another_window_or_lane_count_is_a_data_order_change(monkeypatch, field, value, old):
+  """Hostile pass A, 10: data.shuffle_window 10000 -> 100 on a resume got only the generic
+  'resumed at step 4 with settings other than the run had' warning."""
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
+  last = json.loads(pretrain.get_config('size=tiny').to_json())
+  last['data']['train_files'] = 'records/train-*'  # Own files (the embedded corpus adds fields).
+  config = pretrain.get_config('size=tiny')
+  config.data.train_files = 'records/train-*'
+  resume_checks._check_data_order(config, last, 4, 256)  # pylint: disable=protected-access
+  assert said == []
+  config.data[field] = value
+  resume_checks._check_data_order(config, last, 4, 256)  # pylint: disable=protected-access
+  assert said == [f'the data order differs from the one this run last ran with (data.{field} '
+                  f'{old} -> {value}): from step 4 it reads on at example 256 of another order, '
+                  'so examples already seen may come again and others never. To resume exactly, '
+                  'keep the old values.']
