@@ -374,5 +374,6 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
       objective=task, batches=batches, evaluator=evaluator,
       load_weights=load_weights if path else None, describe=_describe, best_metric=BEST_METRIC,
       vocab_file=vocab or '', metric_names=eval_metric_names(config), order_per_process=True,
-      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops)
+      early_stopping_patience=config.early_stopping_patience, remaining_flops=remaining_flops,
+      pipeline_starts=tuple(phase.first_step for phase in plan[1:]))
   return loop.run(config, workdir, mesh, job, rules=rules)

@@ -78,6 +78,17 @@ def test_one_schedule_and_optimizer_state_run_through_both_phases(two_phase):
   assert abs(losses[BOUNDARY + 1] - losses[BOUNDARY]) < 0.3, losses
 
 
+def test_phase_1s_last_step_is_timed_as_training_phase_2s_start_is_not(tmp_path):
+  """Pass of 2026-12-01: phase 1's last step ran on the device while phase 2's pipeline started
+  and its step compiled, all of which was left out of that step's window: 537 steps/s, 20
+  steady. (An eval at the boundary read the step first: the fixture's run never showed it.)"""
+  cfg = two_phase_config()
+  cfg.eval_every_steps = 0
+  pretrain.train_and_evaluate(cfg, str(tmp_path))
+  rates = scalars(tmp_path, 'train/sequences_per_sec')
+  assert rates[BOUNDARY] < 3 * max(rates[s] for s in range(2, BOUNDARY)), rates
+
+
 def test_each_eval_reads_its_phase_files(two_phase):
   cfg, workdir, metrics = two_phase
   baselines = scalars(workdir, 'eval/unigram_baseline')

@@ -82,6 +82,7 @@ class Job:
     cost more (two-phase pre-training's phase 2); None: each costs what the last ones did.
   order_per_process: whether batches() reads in an order that depends on the process count
     (pre-training: each host reads its own files), warned of when a resume has another.
+  pipeline_starts: the steps at which batches() starts another input pipeline (phase 2's).
   """
 
   objective: train_state.Objective
@@ -95,14 +96,13 @@ class Job:
   early_stopping_patience: int = 0
   remaining_flops: Callable[[int], float] | None = None
   order_per_process: bool = False
+  pipeline_starts: tuple = ()
 
 
 class _Preemption:
-  """SIGTERM (a preempted VM) asks for a save and a clean exit at the next step boundary.
-
-  Multi-host, every host must stop at the same step: orbax's reached_preemption syncs that
-  through jax.distributed's preemption service instead of a local signal handler.
-  """
+  """SIGTERM (a preempted VM) asks for a save and a clean exit at the next step boundary;
+  multi-host, at the same step on every host: orbax's reached_preemption (jax.distributed's
+  preemption service), not a local signal handler."""
 
   def __init__(self, mngr):
     self._mngr, self._requested, self._previous = mngr, False, None
@@ -128,22 +128,29 @@ class _Preemption:
       signal.signal(signal.SIGTERM, self._previous)
 
 
-# How long the processes of a job wait for each other at the first step (the slowest host's
-# compile of the step, on a pod minutes at most).
-FIRST_STEP_BARRIER_S = 1800
+FIRST_STEP_BARRIER_S = 1800  # The processes' wait at the first step: the slowest's compile.
 _first_steps = itertools.count()  # Barrier keys are used once: every process counts the same.
 
 
 def _compile_together(step_fn, state, batch):
   """Several processes: each compiles the step, then all wait at one barrier before any runs
-  it. A step's first collectives set up their communicators in a rendezvous that gloo (CPU
-  processes) gives up after 30 s, so a host whose compile or input came 30 s late failed the
-  job; after the barrier they start within a round trip of each other."""
+  it (gloo's rendezvous of a step's first collectives gives up after 30 s: a host whose compile
+  or input came 30 s late failed the job)."""
   if jax.process_count() == 1:
     return
   step_fn.lower(state, batch).compile()  # jit's own cache: the step's first call reuses it.
   multihost.get_barrier_sync_fn()(key=f'bertjax-first-step-{next(_first_steps)}',
                                   timeout_ms=FIRST_STEP_BARRIER_S * 1000)
+
+
+def _compile_time(step_fn, state, batch, since: float) -> float:
+  """Seconds of no training (out of the rates) before a new batch shape's step: its pipeline's
+  start since `since`, and its compile once the queued steps (training) are done."""
+  waited = time.perf_counter() - since
+  jax.block_until_ready(state)  # The queued steps' work: training, in the rates.
+  start = time.perf_counter()
+  step_fn.lower(state, batch).compile()
+  return waited + time.perf_counter() - start
 
 
 def _write_config(config, workdir, writer, resumed_at: int | None, mesh):
@@ -417,19 +424,19 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         trace.before(step)  # Its start: in trace.overhead(), not in `not_training`.
+        if step in job.pipeline_starts:  # Its start is no training, the queued steps' is.
+          jax.block_until_ready(state)
         started = time.perf_counter()
         batch = next(batches)
-        # A new batch shape compiles in the call, and comes first from a pipeline just started
-        # (a run's start, phase 2's files): no training, left out of the rates.
         shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
         if step == start_step:
           logging.info('--- loop: steps %d..%d, %s per step', step, total_steps,
                        progress_lib.batch_words(batch, config.global_batch_size))
           _compile_together(step_fn, state, batch)
+        not_training = 0.0 if shape in shapes else _compile_time(step_fn, state, batch, started)
+        shapes.add(shape)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)
-        not_training = 0.0 if shape in shapes else time.perf_counter() - started
-        shapes.add(shape)
         done = step + 1
         trace.after(done, state)
         stopped = boundary.after(state, done, metrics, preemption.reached(done),
