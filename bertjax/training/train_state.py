@@ -10,6 +10,7 @@ larger batch. Metrics are (sum, weight) pairs kept on device.
 
 import dataclasses
 import functools
+import math
 from typing import Any
 from typing import Callable
 
@@ -55,6 +56,22 @@ class Objective:
   init_inputs: dict
 
 
+def _warn_of_dead_rows(config, entries: int):
+  """A pre-training model's vocab padded far past its vocab (a 1000-piece SentencePiece model
+  on the default 8192 rows: vocab= left out): the rows are never targets, yet they share the
+  MLM softmax and add parameters. Padding to a multiple of 128 (or 1024) stays under 10%."""
+  rows = config.model.vocab_size
+  if config.get('job') != 'pretrain' or config.get('init_from') or rows - entries <= entries // 10:
+    return
+  logging.warning(
+      'model.vocab_size=%d is %d rows past the vocab\'s %d entries: never targets, they share the '
+      'MLM softmax (the loss starts near ln %d = %.2f, not ln %d = %.2f) and add %d parameters; '
+      'pass vocab=%d in the config\'s argument string (or --config.model.vocab_size=%d, a '
+      'multiple of 128)', rows, rows - entries, entries, rows, math.log(rows), entries,
+      math.log(entries), (rows - entries) * config.model.hidden_size, entries,
+      -(-entries // 128) * 128)
+
+
 def check_config(config, mesh, vocab_entries: int | None, *, training: bool = True):
   """Raises before anything is compiled when the config cannot run on this mesh and data."""
   mcfg = config.model
@@ -90,6 +107,7 @@ def check_config(config, mesh, vocab_entries: int | None, *, training: bool = Tr
           f'set --config.model.vocab_size={vocab_entries} (or pad it up to a multiple of 128, '
           'e.g. for tensor parallelism: padded rows are never targets).')
     logging.info('vocab of %d entries padded to %d rows', vocab_entries, mcfg.vocab_size)
+    _warn_of_dead_rows(config, vocab_entries)
   tensor, fsdp = mesh.shape['tensor'], mesh.shape['fsdp']
   for name in ('num_heads', 'mlp_dim', 'vocab_size'):
     if mcfg[name] % tensor:

@@ -58,6 +58,23 @@ def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
   train_state.check_config(config, sharding.make_mesh(mesh_config(data=2, tensor=4)), 8192)
 
 
+def test_a_vocab_padded_far_past_its_entries_is_warned_of(monkeypatch):
+  """Pass of 2026-12-01: a 1000-piece SentencePiece vocab trained on the default 8192 rows
+  (vocab= left out) with an INFO line: 2.5x the parameters, 7192 dead classes in the softmax."""
+  said = []
+  monkeypatch.setattr(train_state.logging, 'warning', lambda msg, *a: said.append(msg % a))
+  mesh = sharding.make_mesh(mesh_config(data=8))
+  train_state.check_config(pretrain.get_config('size=tiny,batch=32,seq=32,vocab=1024'), mesh,
+                           1000)  # A multiple of 128: said at INFO only.
+  assert said == []
+  train_state.check_config(pretrain.get_config('size=tiny,batch=32,seq=32'), mesh, 1000)
+  assert said == [
+      'model.vocab_size=8192 is 7192 rows past the vocab\'s 1000 entries: never targets, they '
+      'share the MLM softmax (the loss starts near ln 8192 = 9.01, not ln 1000 = 6.91) and add '
+      '920576 parameters; pass vocab=1000 in the config\'s argument string (or '
+      '--config.model.vocab_size=1024, a multiple of 128)']
+
+
 def test_pretraining_refuses_a_batch_the_mesh_cannot_split_before_making_the_corpus(tmp_path):
   """Hostile pass of 2026-12-01: the refusal came after the embedded corpus's TFRecords were made
   under the workdir (84 MB)."""
