@@ -7,6 +7,7 @@
   with the unigram baseline) -> the summary line.
 """
 
+import contextlib
 import dataclasses
 import time
 
@@ -153,13 +154,14 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
   for pattern in (phase.train_files, phase.eval_files):
     checked.append(file_set.resolve(pattern) if pattern else None)
     if pattern:
-      file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
-                           vocab_file=model_vocab,
-                           same_ids=lambda a, b: not vocab_files.difference(a, b))
-      if masked:
-        file_set.check_masking(checked[-1], masking=config.data.masking,
-                               masked_lm_prob=config.data.masked_lm_prob)
       field = ('train_files', 'eval_files')[len(checked) - 1]
+      with _shared_by_both(f'phase2.{field}={pattern}' if phase.first_step else ''):
+        file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
+                             vocab_file=model_vocab,
+                             same_ids=lambda a, b: not vocab_files.difference(a, b))
+        if masked:
+          file_set.check_masking(checked[-1], masking=config.data.masking,
+                                 masked_lm_prob=config.data.masked_lm_prob)
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
                                       which=f'{"phase2" if phase.first_step else "data"}.{field}')
       if phase.first_step or field == 'eval_files':  # Phase 1's are counted as it starts.
@@ -167,6 +169,20 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
                                              every_host_file=field == 'eval_files')
   _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
+
+
+@contextlib.contextmanager
+def _shared_by_both(files_of_phase2: str):
+  """Phase 2's files refused for their vocab or masking, which both phases share: the fix said
+  (set data.X to the files') would refuse phase 1's; the message names phase 2's files."""
+  try:
+    yield
+  except ValueError as e:
+    if not files_of_phase2:
+      raise
+    raise ValueError(f'{files_of_phase2}: {e} (both phases read data.vocab_file, data.masking '
+                     'and data.masked_lm_prob: make phase 2\'s files as phase 1\'s were made)'
+                     ) from None
 
 
 def _warn_of_shared_files(phase: Phase, train, held_out):

@@ -1,5 +1,6 @@
 """Pre-training refuses data of another vocab, and missing eval files, before compiling."""
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -243,4 +244,19 @@ def test_files_without_a_report_of_an_eval_set_are_counted_before_training(corpu
   damaged.write_bytes(damaged.read_bytes()[:-100])
   with pytest.raises(ValueError, match=rf'^{damaged}: not a readable TFRecord file \(truncated '
                      r'record at \d+\): recreate it with create_pretraining_data'):
+    pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
+
+
+def test_phase_2s_files_made_otherwise_are_said_as_phase_2s(corpus):
+  """Pass of 2026-12-01: phase 2's files of other masking said `set --config.data.masking=X`,
+  which then refused phase 1's files; the message named no phase."""
+  cfg = config(corpus, data__masking='whole_word')  # Phase 1's config, not its files'.
+  phase, = pretrain.phases(config(corpus), '')
+  second = dataclasses.replace(phase, first_step=2)
+  with pytest.raises(ValueError, match=r'^phase2.train_files=.*: the data \(.*\) holds the masks '
+                     r'it was made with \(wordpiece.*\(both phases read data.vocab_file, '
+                     r"data.masking and data.masked_lm_prob: make phase 2's files as phase 1's "
+                     r'were made\)$'):
+    pretrain.check_data(cfg, second, cfg.data.vocab_file, '')
+  with pytest.raises(ValueError, match=r'^the data \(.*\) holds the masks'):  # Phase 1: as was.
     pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')

@@ -51,14 +51,16 @@ def _packing_mismatch(path, features, spec, which):
     made = 'packed rows' if 'instance_starts' in features else 'one instance per row'
     return (f'{path}{where}: holds {made}, unlike the train files: make train and eval files '
             'alike, packed both (create_pretraining_data --pack) or neither')
+  both = (' (both phases read it: make phase 2\'s files as phase 1\'s were made)'
+          if which.startswith('phase2') else '')
   if 'instance_starts' in features:
     return (f'{path}{where}: holds packed rows (instance_starts: up to '
             f'{len(features["instance_starts"].int64_list.value)} instances per row), but '
             'data.max_instances_per_row is 1: set it to that number, or use files made without '
-            '--pack')
+            f'--pack{both}')
   return (f'{path}{where}: holds one instance per row, but data.max_instances_per_row is '
           f'{spec["instance_starts"].shape[0]}: set it to 1, or make the files with '
-          'create_pretraining_data --pack')
+          f'create_pretraining_data --pack{both}')
 
 
 def _length_mismatch(path, name, found, wanted, spec, which):
