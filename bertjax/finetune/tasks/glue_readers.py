@@ -9,15 +9,15 @@ training on the wrong column. Like the reference readers (google-research/bert's
 run_classifier.py) the files are read with quoting off: GLUE's text holds bare `"` characters.
 MNLI's AX split is GLUE's diagnostic/diagnostic.tsv, found beside MNLI's folder.
 
-Bad rows: a row with fewer columns than its header (QQP's train.tsv has a few), or more (a
-tab inside a text: which part is which cannot be told, and the reference's fixed indices
-misread it too; GLUE's own rows match their header, MNLI's too: its train has one annotator
-label and its dev five, each file's header saying so), is skipped and counted in the training
-split, where dropping a handful out of 364k changes nothing; in dev and test splits it is an
-error, because a dropped row would change a reported score or leave a leaderboard submission
-short (read_examples(skip_malformed=True) skips there too). Blank lines are skipped and counted
-everywhere. An unknown label or an unparsable STS-B score is always an error: it means a wrong
-file or task.
+Bad rows: a row with fewer columns than its header (QQP's train.tsv has a few), or more that
+are not empty (trailing tabs are dropped; a tab inside a text: which part is which cannot be
+told, and the reference's fixed indices misread it too; GLUE's own rows match their header,
+MNLI's too: its train has one annotator label and its dev five, each header saying so), is
+skipped and counted in the training split, where dropping a handful out of 364k changes
+nothing; in dev and test splits it is an error, because a dropped row would change a reported
+score or leave a leaderboard submission short (read_examples(skip_malformed=True) skips there
+too). Blank lines are skipped and counted everywhere. An unknown label or an unparsable STS-B
+score is always an error: it means a wrong file or task.
 """
 
 import collections
@@ -100,8 +100,8 @@ def _layout(task, split) -> _Layout:
 
 def _candidates(task, data_dir, split) -> list[str]:
   """Where a split's file may lie, the first found is read: in data_dir (the task's folder) or
-  data_dir/<task folder> (the GLUE root); AX's beside MNLI's files, in the diagnostic/ folder
-  beside data_dir (MNLI's folder of the GLUE download) or under it (the GLUE root). A file
+  data_dir/<task folder> (the GLUE root); AX's in data_dir, in its diagnostic/ folder (the GLUE
+  root), then in the one beside it (data_dir = MNLI's folder of the GLUE download). A file
   given by an absolute path or URL (predict_file) is itself."""
   name = os.fspath(task.files[split])
   if files.is_remote(name) or os.path.isabs(name):
@@ -109,8 +109,8 @@ def _candidates(task, data_dir, split) -> list[str]:
   folder = os.fspath(data_dir)
   if split == glue.AX_SPLIT:
     folder = paths.absolute(folder)  # Its parent is looked in: 'MNLI' has one too.
-    return [files.join(folder, name), files.join(files.parent(folder), 'diagnostic', name),
-            files.join(folder, 'diagnostic', name)]
+    return [files.join(folder, name), files.join(folder, 'diagnostic', name),
+            files.join(files.parent(folder), 'diagnostic', name)]
   return [files.join(folder, name), files.join(folder, task.glue_dir, name)]
 
 
@@ -174,32 +174,47 @@ class _WhenAsked(collections.abc.Sequence):
   def __len__(self):
     return len(self._get())
 
-  def __repr__(self):
-    return repr(self._get())
+  def __eq__(self, other):
+    return tuple(self) == tuple(other) if isinstance(other, collections.abc.Sequence) else (
+        NotImplemented)
+
+  __hash__ = None  # Decided late: no hash.
+
+  def __repr__(self):  # A log line or a test's failure must not decide (look for files, warn).
+    return repr(self._splits) if self._splits is not None else '<test splits, when asked>'
 
 
-def predict_splits(task_name, data_dir, use_tfds=False):
-  """The test splits mode=predict writes, decided when asked for: all of the task's, but MNLI's
-  AX only where GLUE's diagnostic set is found (its file; with use_tfds a prepared glue/ax).
-  Without it one warning says AX.tsv is not written and where the file goes: most copies of
-  GLUE lack it, and MNLI's own test files are predicted all the same."""
+def predict_splits(task_name, data_dir, use_tfds=False, predict_file=''):
+  """The test splits mode=predict writes, decided when it asks (the task is built for every
+  mode: training, eval or export neither look for files nor refuse a predict_file): a
+  predict_file's one (predict_file_split); else all of the task's, but MNLI's AX only where
+  GLUE's diagnostic set is found (its file; with use_tfds a prepared glue/ax), on every host
+  alike. Without it one warning says AX.tsv is not written and where the file goes: most copies
+  of GLUE lack it, and MNLI's own test files are predicted all the same."""
   task = glue.as_task(task_name)
+  if predict_file:
+    return _WhenAsked(lambda: (predict_file_split(task, predict_file),))
   if glue.AX_SPLIT not in task.test_splits:
     return task.test_splits
 
   def decide():
     if use_tfds:
       builder = _tfds_builder(task, glue.AX_SPLIT, data_dir or None)
-      if builder.is_prepared():
-        return task.test_splits
+      found = builder.data_dir if builder.is_prepared() else ''
       where = (f'prepare TFDS glue/ax in {builder.data_dir} (`tfds build glue/ax --data_dir '
                'DIR`) to write it')
     else:
       candidates = _candidates(task, data_dir, glue.AX_SPLIT)
-      if any(files.isfile(path) for path in candidates):
-        return task.test_splits
+      found = next((path for path in candidates if files.isfile(path)), '')
       where = (f"put GLUE's diagnostic/diagnostic.tsv (download_glue_data.py) at "
-               f'{candidates[1]} or {candidates[0]} to write it')
+               f'{candidates[1]} (data_dir: the GLUE root) or {candidates[2]} (data_dir: its '
+               'MNLI folder) to write it')
+    from bertjax.training import hosts  # pylint: disable=g-import-not-at-top  # JAX, late.
+    hosts.check_same_view(data_dir, f'diagnostic set: {found or "none"}', what=(
+        f'GLUE {task.name}\'s diagnostic set (AX) under config.data.data_dir={data_dir}'), fix=(
+            'give every host the same GLUE copy (a bucket, or a shared folder)'))
+    if found:
+      return task.test_splits
     logging.warning('GLUE %s: no diagnostic set, so %s (the leaderboard\'s AX, predicted by '
                     'the MNLI model) is not written; %s', task.name,
                     task.submission_files[glue.AX_SPLIT], where)
@@ -252,6 +267,8 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
       num_columns = len(header)
       columns = tuple(_column_index(header, field) for field in columns)
       continue
+    while len(row) > num_columns and not row[-1].strip():  # Trailing tabs: nothing dropped.
+      row = row[:-1]
     if len(row) != num_columns:
       fewer = len(row) < num_columns
       if not skip_malformed:

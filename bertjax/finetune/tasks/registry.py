@@ -57,18 +57,14 @@ def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> st
 
 def _glue_task(name, data) -> task_lib.Task:
   spec = glue.get_task(name)
-  # predict_file is one test split, the one its name says (MNLI has three), refused here when
-  # it says none; without it, every test split of data_dir (MNLI's AX where it is found).
-  if data.get('predict_file'):
-    predicted = glue_readers.predict_file_split(spec, data.predict_file)
-    test_splits = (predicted,)
-  else:  # Decided when mode=predict asks (the task is built for every mode).
-    predicted = None
-    test_splits = glue_readers.predict_splits(spec, data.get('data_dir', ''),
-                                              data.get('use_tfds', False))
+  # predict_file is one test split, the one its name says (MNLI has three); without it, every
+  # test split of data_dir (MNLI's AX where it is found): decided when mode=predict asks.
+  test_splits = glue_readers.predict_splits(spec, data.get('data_dir', ''),
+                                            data.get('use_tfds', False),
+                                            data.get('predict_file', ''))
 
   def read(split):
-    if split == predicted:  # The user's file in that split's layout, TFDS or not.
+    if data.get('predict_file') and split in test_splits:  # The user's file, TFDS or not.
       split_files = types.MappingProxyType({**spec.files,
                                             split: paths.absolute(data.predict_file)})
       return glue_readers.read_examples(dataclasses.replace(spec, files=split_files),

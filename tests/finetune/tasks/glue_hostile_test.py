@@ -67,7 +67,11 @@ def test_an_mnli_predict_file_of_another_name_is_refused_before_reading(tmp_path
       r'their GLUE names: test_matched.tsv \(written as MNLI-m.tsv\), test_mismatched.tsv '
       r'\(written as MNLI-mm.tsv\), diagnostic.tsv \(written as AX.tsv\); name the file so, or '
       r'leave predict_file out to predict them all from config.data.data_dir$')):
-    _task('mnli', predict_file=str(tmp_path / 'mnli_test.tsv'))  # Need not exist.
+    # Refused when mode=predict asks for the test splits, not as the task is built for
+    # training, eval or export (a run's recorded predict_file must not stop those).
+    task = _task('mnli', predict_file=str(tmp_path / 'mnli_test.tsv'))  # Need not exist.
+    assert repr(task.test_splits) == '<test splits, when asked>'
+    tuple(task.test_splits)
   # A task with one test split reads a file of any name as it.
   assert tuple(_task('rte', predict_file='/x/mine.tsv').test_splits) == ('test',)
 
@@ -109,7 +113,9 @@ def test_without_the_diagnostic_file_ax_is_left_out_with_one_warning(tmp_path, w
   assert line == (
       "GLUE mnli: no diagnostic set, so AX.tsv (the leaderboard's AX, predicted by the MNLI "
       "model) is not written; put GLUE's diagnostic/diagnostic.tsv (download_glue_data.py) at "
-      f'{root}/diagnostic/diagnostic.tsv or {root}/MNLI/diagnostic.tsv to write it')
+      f'{root}/MNLI/diagnostic/diagnostic.tsv (data_dir: the GLUE root) or '
+      f'{root}/diagnostic/diagnostic.tsv (data_dir: its MNLI folder) to write it')
+  assert task.test_splits == ('test_matched', 'test_mismatched')  # Compared as a tuple.
   with pytest.raises(FileNotFoundError, match=r'mnli test_ax: no diagnostic.tsv at .*: put '
                                                r'diagnostic/diagnostic.tsv of the GLUE download'):
     glue_readers.read_examples('mnli', root / 'MNLI', 'test_ax')
@@ -166,9 +172,12 @@ def test_an_export_whose_rows_are_all_skipped_is_said_to_be_one(tmp_path):
       r"train.tsv: all 2 rows have fewer columns than GLUE cola train's 4: is this GLUE's own "
       r'CoLA file \(the GLUE download\), not an export\?$')):
     glue_readers.read_examples('cola', tmp_path, 'train')
-  (tmp_path / 'train.tsv').write_text('sentence\tlabel\nGood . \t1\t\n')
+  (tmp_path / 'train.tsv').write_text('sentence\tlabel\nGood . \t1\tpositive\n')
   with pytest.raises(ValueError, match=r"all 1 rows have more columns than its header's 2"):
     glue_readers.read_examples('sst2', tmp_path, 'train')
+  (tmp_path / 'train.tsv').write_text('sentence\tlabel\nGood . \t1\t\t\n')  # Trailing tabs.
+  assert glue_readers.read_examples('sst2', tmp_path, 'train')[0] == [Ex('0', 'Good . ', None,
+                                                                          '1')]
 
 
 def test_a_row_with_more_columns_than_its_header_is_malformed(tmp_path):
