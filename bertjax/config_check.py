@@ -9,6 +9,8 @@ Checks that need the mesh, the vocab file or init_from's shape (divisibility by 
 vocab's size, a checkpoint's position table) stay in training/train_state.check_config.
 """
 
+import numbers
+
 from bertjax import config_checker
 from bertjax import console
 from bertjax import format_names
@@ -286,11 +288,12 @@ def _check_masking_cap(c: _Checker, phase: str, seq, predictions):
   naming the phase's field, not once the corpus is made or the pipeline built."""
   prob, dynamic = c.get('data.masked_lm_prob'), c.get('data.dynamic_masking') is True
   embedded = all(c.get(f'{p}.train_files') in ('', None) for p in {'data', phase})
-  if _MISSING in (seq, predictions) or not isinstance(prob, float) or not (
-      dynamic or embedded):
+  if _MISSING in (seq, predictions) or isinstance(prob, bool) or not isinstance(
+      prob, numbers.Real) or not (dynamic or embedded):
     return
-  maskable = seq - (2 if dynamic or c.get('model.nsp') is False else 3)
-  if (wanted := round(maskable * prob)) > predictions:
+  maskable, wanted = masking.full_row_budget(
+      seq, prob, nsp=not dynamic and c.get('model.nsp') is not False)
+  if wanted > predictions:
     c.fail(f'{phase}.max_predictions_per_seq', predictions, f'caps the {wanted} tokens '
            f'data.masked_lm_prob={prob} masks of a full row\'s {maskable} at '
            f'{phase}.max_seq_length={seq}', f'set --config.{phase}.max_predictions_per_seq to '

@@ -61,7 +61,8 @@ def configured(config, *, loads_weights: bool = True) -> str:
   if not (path and loads_weights) or checkpoint_reader.parse_step(
       step, text=True, asking=asking) is None:
     return path
-  return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True), asking)
+  return checkpoint_reader.step_path(path, checkpoint_reader.parse_step(step, text=True,
+                                                                       asking=asking), asking)
 
 
 def named(config) -> str:
@@ -70,6 +71,9 @@ def named(config) -> str:
   path = paths.absolute(config.get('init_from') or '')
   step = config.get('init_from_step') or 'latest'
   return f'{path} (step {step})' if path and step != 'latest' else path
+
+
+_RECORDED_STEP = checkpoint_reader.Asking('config.init_from_step')  # A config's, not a flag.
 
 
 def began_from(config, run) -> bool:
@@ -82,7 +86,8 @@ def began_from(config, run) -> bool:
   if not (read and path):
     return False
   try:
-    step = checkpoint_reader.parse_step(config.get('init_from_step'), text=True)
+    step = checkpoint_reader.parse_step(config.get('init_from_step'), text=True,
+                                        asking=_RECORDED_STEP)  # '' in older runs: newest.
   except ValueError:
     return False
   if step is None:

@@ -90,8 +90,8 @@ class Settings:
                          'a rate in (0, 1), e.g. 0.15 (BERT)')
       # The cap must not silently lower the rate (as dynamic masking refuses it too): a full
       # instance's share must fit the predictions.
-      maskable = self.max_seq_length - (3 if self.nsp else 2)
-      wanted = int(np.rint(maskable * self.masked_lm_prob))
+      maskable, wanted = masking.full_row_budget(self.max_seq_length, self.masked_lm_prob,
+                                                 self.nsp)
       if wanted > self.max_predictions_per_seq:
         raise ValueError(
             f'masked_lm_prob={self.masked_lm_prob} masks {wanted} of a full instance\'s '
@@ -112,8 +112,7 @@ class Settings:
     tokens and max_predictions_per_seq predictions in all: the same rule."""
     predictions, length = self.max_predictions_per_seq, self.max_seq_length
     if self.static_masking and predictions > length:
-      maskable = length - (3 if self.nsp else 2)  # As validate counts them.
-      wanted = max(int(np.rint(maskable * self.masked_lm_prob)), 1)
+      maskable, wanted = masking.full_row_budget(length, self.masked_lm_prob, self.nsp)
       raise ValueError(
           f'max_predictions_per_seq={predictions} exceeds max_seq_length={length}: training '
           "refuses such files (config.data.max_predictions_per_seq, the files' value, must be at "

@@ -74,6 +74,13 @@ def num_to_predict(num_candidates, masked_lm_prob, max_predictions):
   return np.minimum(max_predictions, np.maximum(1, budget))
 
 
+def full_row_budget(max_seq_length: int, masked_lm_prob: float, nsp: bool) -> tuple[int, int]:
+  """(a full row's maskable tokens: all but [CLS] and its [SEP]s, the budget masked_lm_prob
+  gives them): what max_predictions_per_seq must hold, or the cap lowers the rate unsaid."""
+  maskable = max_seq_length - (3 if nsp else 2)
+  return maskable, int(num_to_predict(maskable, masked_lm_prob, maskable))
+
+
 def _greedy_take(word_lens, budget):
   """Which words (in random order along axis 1) the original's greedy loop takes."""
   alive = word_lens > 0

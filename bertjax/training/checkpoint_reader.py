@@ -8,10 +8,9 @@ unless a step is named (`step=` or a step folder); `resolve_step` reads every re
 it) or a number. Every array is checked against the digest its meta item recorded. A newest step
 that cannot be read (damaged bytes, a missing or truncated _METADATA, a digest that disagrees) is
 skipped with a warning naming it and the previous one read; a step the user named is never
-replaced. Unlike training's restore nothing is moved aside: a reader may share the workdir with a
-live run (which deals with what it wrote damaged, and whose keep policy may delete a step being
-read: the reader goes back to the newest). Only a reader's own errors (memory, permissions, no
-network) stop the read.
+replaced. Nothing is moved aside: a reader may share the workdir with a live run (whose keep
+policy may delete a step being read: the reader goes back to the newest). Only a reader's own
+errors (memory, permissions, no network) stop the read.
 """
 
 import dataclasses
@@ -34,8 +33,7 @@ from bertjax.training import run_files
 from bertjax.training import workdir_lock
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
-# be read any better). Anything else a step raises (orbax's errors of a missing data file, a
-# _METADATA cut short, a copied folder) makes it unreadable to a reader, which writes nothing.
+# be read any better). Anything else a step raises makes it unreadable to a reader.
 _READER_ERRORS = (MemoryError, PermissionError, ConnectionError)
 
 
@@ -230,9 +228,8 @@ def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
 
 def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> int | str | None:
   """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
-  or a number >= 0 (`text`: a flag or config field, where the number is a digit string; a
-  config's init_from_step '' is its default, the newest; a command's `--step=` is refused, as an
-  unset variable would read the newest where one step was meant)."""
+  or a number >= 0 (`text`: a flag or a config's field, the number a digit string; a command's
+  empty `--step=`, an unset variable, is refused; a recorded init_from_step '' is the newest)."""
   if step is None or step == 'latest' or (text and step == '' and asking is not COMMAND_FLAGS):
     return None
   if text and step == '':
