@@ -311,6 +311,15 @@ def check_step(job: str, step):
                      '(bertjax.export and extract_features take --step too).')
 
 
+def refuse_unnamed_folder(value, flag: str, outputs: str, otherwise: str):
+  """Refuses an empty or `-` folder flag where leaving it out writes nothing (embed's --workdir,
+  checked by bertjax.main before JAX and by the job): `outputs` are files, `otherwise` what
+  leaving the flag out does."""
+  if value is not None and str(value).strip() in ('', '-'):
+    raise ValueError(f'{flag}={value} names no folder ({outputs} are files, not written to '
+                     f'standard output): pass a folder, or leave {flag} out to {otherwise}.')
+
+
 class ConfigFileError(ValueError):
   """A --config=FILE[:ARG] that does not load: no such file, or the file or get_config(ARG)
   raises (an unknown key or value in ARG, a syntax error)."""

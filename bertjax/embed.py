@@ -35,6 +35,7 @@ import time
 from absl import logging
 import numpy as np
 
+from bertjax import config_args
 from bertjax import console
 from bertjax import files
 from bertjax import inference
@@ -271,8 +272,8 @@ def _checked_workdir(config, workdir) -> str:
   if workdir is None:
     return ''
   workdir = os.fspath(workdir)  # '' and '-' refused as bertjax.main refuses them, before JAX.
-  paths.refuse_unnamed_folder(workdir, '--workdir', outputs := ' and '.join(OUTPUTS),
-                              'print the similarities only')
+  config_args.refuse_unnamed_folder(workdir, '--workdir', outputs := ' and '.join(OUTPUTS),
+                                    'print the similarities only')
   if files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for {outputs}.')
   # In a run or a model folder: refused as predict's and extract_features' outputs.
@@ -442,7 +443,6 @@ def _printable(text: str) -> str:
   return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-# The embed job runs as every job (bertjax.main); `python -m bertjax.embed` refuses in one line.
 COMMAND = ('python -m bertjax.main --config=configs/embed.py[:init_from=DIR] '
            '[--config.input_file=FILE] [--workdir=OUT]')
 

@@ -205,11 +205,12 @@ def _check_job_flags(job):
   if job in ('pretrain', 'finetune') and not _WORKDIR.value:
     outputs = 'checkpoints and logs' if job == 'pretrain' else 'checkpoints, logs and predictions'
     raise ValueError(f'--workdir is required: {outputs} go there.')
-  from bertjax import paths  # pylint: disable=g-import-not-at-top  # As _run's, when needed.
   if job == 'embed':  # Its own words (bertjax.embed imports JAX): no --workdir writes nothing.
-    paths.refuse_unnamed_folder(_WORKDIR.value, '--workdir', 'embeddings.npy and similarity.txt',
-                                'print the similarities only')
+    config_args.refuse_unnamed_folder(_WORKDIR.value, '--workdir',
+                                      'embeddings.npy and similarity.txt',
+                                      'print the similarities only')
   if job in ('pretrain', 'finetune'):
+    from bertjax import paths  # pylint: disable=g-import-not-at-top  # As _run's, when needed.
     paths.refuse_dash(_WORKDIR.value, '--workdir', 'folder', 'a run\'s checkpoints and logs are '
                       'files, not a stream', 'runs/base')
 

@@ -308,15 +308,6 @@ def refuse_dash(value, flag: str, kind: str, why: str, example: str):
                      f'{flag}={example}')
 
 
-def refuse_unnamed_folder(value, flag: str, outputs: str, otherwise: str):
-  """Refuses an empty or `-` folder flag given where leaving the flag out means "write
-  nothing" (embed's --workdir): an unset variable is no "leave it out", and `-` no stream for
-  `outputs` (files). `otherwise` says what leaving it out does."""
-  if value is not None and str(value).strip() in ('', '-'):
-    raise ValueError(f'{flag}={value} names no folder ({outputs} are files, not written to '
-                     f'standard output): pass a folder, or leave {flag} out to {otherwise}.')
-
-
 def refuse_existing(output: str, overwrite: bool, shown: str, flag: str = '--output_file'):
   """An existing `output` (an empty one too: a file made by hand is its user's) is replaced
   only with --overwrite: every tool that writes one file says so alike. Called with the

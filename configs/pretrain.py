@@ -81,8 +81,7 @@ def get_config(arg=None):
   # against the data's report and model.vocab_size; '' = the embedded corpus's vocab, or with
   # train_files the one their report names (if still there, unchanged).
   config.data.vocab_file = ''
-  # Must equal the files' max_seq_length; a reference: phase 2's predictions scale with it.
-  config.data.max_seq_length = ml_collections.FieldReference(arg.seq)
+  config.data.max_seq_length = ml_collections.FieldReference(arg.seq)  # The files'.
   # Must equal the files' (static masking); phase2's follows it (below).
   config.data.max_predictions_per_seq = ml_collections.FieldReference(20)
   # False: files hold static masks (BERT). True: unmasked files (create_pretraining_data
@@ -109,10 +108,9 @@ def get_config(arg=None):
   config.phase2 = ml_collections.ConfigDict()
   config.phase2.fraction = arg.phase2_fraction  # Share of num_train_steps; 0 = one phase.
   config.phase2.max_seq_length = ml_collections.FieldReference(arg.phase2_seq)  # The paper: 512.
-  # Predictions per sequence in phase 2, scaled with the lengths (the paper: 80 at 512), rounded
-  # half up: a derived reference, so it follows --config.data.max_predictions_per_seq and both
-  # lengths, however set, until it is set itself. A length of 0 or less is config_check's to
-  # name: `1 // (|seq| + 1)` (1 at 0, else 0) keeps the division defined until then.
+  # Phase 2's predictions scaled with the lengths (the paper: 80 at 512), rounded half up: it
+  # follows data.max_predictions_per_seq and both lengths until set itself. (`1 // (|seq| + 1)`:
+  # 1 at 0, else 0, keeps the division defined for config_check to name a length of 0.)
   seq = config.data.get_ref('max_seq_length')
   config.phase2.max_predictions_per_seq = (
       (config.data.get_ref('max_predictions_per_seq') * config.phase2.get_ref('max_seq_length')

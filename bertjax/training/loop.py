@@ -143,6 +143,13 @@ def _compile_together(step_fn, state, batch):
                                   timeout_ms=FIRST_STEP_BARRIER_S * 1000)
 
 
+def _started(job: Job, step: int, state) -> float:
+  """When `step` starts; at a pipeline start (no training) once the queued steps (training) end."""
+  if step in job.pipeline_starts:
+    jax.block_until_ready(state)
+  return time.perf_counter()
+
+
 def _compile_time(step_fn, state, batch, since: float) -> float:
   """Seconds of no training (out of the rates) before a new batch shape's step: its pipeline's
   start since `since`, and its compile once the queued steps (training) are done."""
@@ -258,21 +265,8 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   logging.info('--- restore')
   state, consumed, resumed = checkpoint.restore_or_initialize(
       mngr, abstract, config.global_batch_size, initialize,
-      on_resume=functools.partial(_check_process_count, job))
+      on_resume=functools.partial(resume_checks.process_count, job.order_per_process))
   return state, shardings, consumed, resumed
-
-
-def _check_process_count(job: Job, meta: dict):
-  """Warns where the job's data order depends on the process count (each host reads its own
-  files) and the checkpoint was saved by another count: the run reads on at the same example
-  count, but of another order."""
-  saved = meta.get('process_count')  # Not recorded before 2026-11-29.
-  if job.order_per_process and saved is not None and saved != jax.process_count():
-    logging.warning('this checkpoint was saved by %d process(es) and this run has %d: each host '
-                    'reads its own share of the files, so from example %d the data comes in '
-                    'another order (examples seen may come again, others never); resume on %d '
-                    'process(es) to continue exactly', saved, jax.process_count(),
-                    int(meta['examples_consumed']), saved)
 
 
 def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
@@ -369,9 +363,7 @@ class _Boundary:
 
 def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progress_lib.Outcome:
   """Trains `job` per `config` in `workdir`; returns how it ended (the last eval metrics for
-  tests and notebooks, the rest for the summary line). The config's fields used: seed, model,
-  optimizer, mesh-checked batch sizes, num_train_steps, grad_accum_steps, checkpoint,
-  log_every_steps, peak_tflops, profile_steps, profile_start_step."""
+  tests and notebooks, the rest for the summary line)."""
   workdir = paths.absolute(workdir)  # orbax refuses relative paths.
   tx, schedule = optimizer_lib.for_run(config)  # total_steps resolved before config.json.
   metric, mode, keep_best = _ranking(config, job)
@@ -424,16 +416,15 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):
       for step in range(start_step, total_steps):
         trace.before(step)  # Its start: in trace.overhead(), not in `not_training`.
-        if step in job.pipeline_starts:  # Its start is no training, the queued steps' is.
-          jax.block_until_ready(state)
-        started = time.perf_counter()
+        started = _started(job, step, state)
         batch = next(batches)
         shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
         if step == start_step:
           logging.info('--- loop: steps %d..%d, %s per step', step, total_steps,
                        progress_lib.batch_words(batch, config.global_batch_size))
           _compile_together(step_fn, state, batch)
-        not_training = 0.0 if shape in shapes else _compile_time(step_fn, state, batch, started)
+        not_training = 0.0 if shape in shapes and step not in job.pipeline_starts else (
+            _compile_time(step_fn, state, batch, started))
         shapes.add(shape)
         with jax.profiler.StepTraceAnnotation('train', step_num=step):
           state, metrics = step_fn(state, batch)

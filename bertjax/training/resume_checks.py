@@ -11,6 +11,7 @@ import json
 
 from absl import logging
 import flax
+import jax
 import ml_collections
 
 from bertjax import files
@@ -197,3 +198,16 @@ def _check_schedule(config, last: dict, workdir, step: int, schedule):
       'the learning-rate schedule differs from the one this run last ran with (%s): at step %d '
       '%s. To extend a run without that change, %s a new run with init_from=%s.',
       ', '.join(changed), step, at_step, keep, workdir)
+
+
+def process_count(order_per_process: bool, meta: dict):
+  """Warns where the job's data order depends on the process count (each host reads its own
+  files: `order_per_process`) and the checkpoint (its `meta`) was saved by another count: the
+  run reads on at the same example count, but of another order."""
+  saved = meta.get('process_count')  # Not recorded before 2026-11-29.
+  if order_per_process and saved is not None and saved != jax.process_count():
+    logging.warning('this checkpoint was saved by %d process(es) and this run has %d: each host '
+                    'reads its own share of the files, so from example %d the data comes in '
+                    'another order (examples seen may come again, others never); resume on %d '
+                    'process(es) to continue exactly', saved, jax.process_count(),
+                    int(meta['examples_consumed']), saved)

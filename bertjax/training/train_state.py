@@ -68,7 +68,7 @@ def _warn_of_dead_rows(config, entries: int):
       'MLM softmax (the loss starts near ln %d = %.2f, not ln %d = %.2f) and add %d parameters; '
       'pass vocab=%d in the config\'s argument string (or --config.model.vocab_size=%d, a '
       'multiple of 128)', rows, rows - entries, entries, rows, math.log(rows), entries,
-      math.log(entries), (rows - entries) * config.model.hidden_size, entries,
+      math.log(entries), (rows - entries) * (config.model.hidden_size + 1), entries,  # Bias too.
       -(-entries // 128) * 128)
 
 

@@ -71,7 +71,7 @@ def test_a_vocab_padded_far_past_its_entries_is_warned_of(monkeypatch):
   assert said == [
       'model.vocab_size=8192 is 7192 rows past the vocab\'s 1000 entries: never targets, they '
       'share the MLM softmax (the loss starts near ln 8192 = 9.01, not ln 1000 = 6.91) and add '
-      '920576 parameters; pass vocab=1000 in the config\'s argument string (or '
+      '927768 parameters; pass vocab=1000 in the config\'s argument string (or '
       '--config.model.vocab_size=1024, a multiple of 128)']
 
 

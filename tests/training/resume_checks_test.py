@@ -6,7 +6,6 @@ in real resumes.
 
 import json
 import re
-import types
 
 import log_records
 import pytest
@@ -66,19 +65,16 @@ def test_phase2_fields_are_no_data_order_change_before_phase_2_ran(monkeypatch):
 def test_a_resume_on_another_process_count_is_said_where_the_order_depends_on_it(monkeypatch):
   """Pass AG: a two-process pre-training resumed by one process read on in another order
   (each host reads its own files) without a word; fine-tuning's order does not depend on it."""
-  from bertjax.training import loop  # noqa: PLC0415
-  said = log_records.recorded_warnings(monkeypatch, loop)
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
   meta = {'process_count': 2, 'examples_consumed': 320}
-  pretraining = types.SimpleNamespace(order_per_process=True)
-  loop._check_process_count(pretraining, meta)  # pylint: disable=protected-access
+  resume_checks.process_count(True, meta)
   assert said == ['this checkpoint was saved by 2 process(es) and this run has 1: each host reads '
                   'its own share of the files, so from example 320 the data comes in another '
                   'order (examples seen may come again, others never); resume on 2 process(es) '
                   'to continue exactly']
   said.clear()
-  for job, saved in ((pretraining, 1), (pretraining, None),
-                     (types.SimpleNamespace(order_per_process=False), 2)):
-    loop._check_process_count(job, meta | {'process_count': saved})  # pylint: disable=protected-access
+  for per_process, saved in ((True, 1), (True, None), (False, 2)):
+    resume_checks.process_count(per_process, meta | {'process_count': saved})
   assert said == []
 
 
