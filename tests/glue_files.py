@@ -158,3 +158,21 @@ def write_glue(root, names=None):
       os.makedirs(path.parent, exist_ok=True)
       path.write_text(text, encoding='utf-8')
   return root
+
+
+def write_tfds(data_dir, name, version, records):
+  """A prepared TFDS dataset `name` ('glue/mnli') written the way TFDS writes one (records of
+  each split in `records`, {split: [feature dicts]}, and metadata), without a download."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only here.
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+  features = tfds.builder(name, data_dir=str(data_dir)).info.features
+  out = data_dir / name / version
+  out.mkdir(parents=True)
+  for split, rows in records.items():
+    with tf.io.TFRecordWriter(str(out / f'glue-{split}.tfrecord-00000-of-00001')) as writer:
+      for row in rows:
+        writer.write(features.serialize_example(row))
+  tfds.folder_dataset.write_metadata(
+      data_dir=str(out), features=features, split_infos=None, check_data=False,
+      filename_template='{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}')

@@ -221,7 +221,7 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
     user_data.read_texts(f'{data}/bad.csv', fields=('review',), label_field='sentiment')
   with pytest.raises(FileNotFoundError, match=f'{data}/none.csv does not exist'):
     user_data.read_texts(f'{data}/none.csv', fields=('review',), label_field='sentiment')
-  with pytest.raises(ValueError, match=f'{data}/sst2/train.tsv: not UTF-8 text'):
+  with pytest.raises(ValueError, match=f'{data}/sst2/train.tsv is not UTF-8 text'):
     glue_readers.read_examples('sst2', f'{data}/sst2', 'train')
   with pytest.raises(FileNotFoundError, match=f'{data}/sst2/dev.tsv does not exist'):
     glue_readers.read_examples('sst2', f'{data}/sst2', 'validation')

@@ -32,6 +32,7 @@ from absl import logging
 from bertjax import files
 from bertjax import paths
 from bertjax.finetune.tasks import glue
+from bertjax.finetune.tasks import user_formats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +247,9 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
   skips = collections.Counter()
   skipped_lines = []
   examples = []
-  reader = csv.reader(io.StringIO(_text(path), newline=''), delimiter='\t',
+  # utf-8-sig: a byte-order mark (MRPC's files are copied from Microsoft's, which may carry one)
+  # would otherwise stick to the first header name; gzip and other encodings said as such.
+  reader = csv.reader(io.StringIO(user_formats.file_text(path), newline=''), delimiter='\t',
                       quoting=csv.QUOTE_NONE)
   header = None
   num_columns = layout.num_columns
@@ -287,22 +290,6 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
                     task.name, split, len(examples), path, dict(skips),
                     skipped_lines[:10] or 'none')
   return examples, skips
-
-
-def _text(path) -> str:
-  """The file's text; a compressed or binary file, or one in another encoding, refused saying
-  which."""
-  data = files.read_bytes(path)
-  # utf-8-sig: a byte-order mark (MRPC's files are copied from Microsoft's, which may carry
-  # one) would otherwise stick to the first header name.
-  try:
-    return data.decode('utf-8-sig')
-  except UnicodeDecodeError as e:
-    if error := paths.not_text(str(path), data[:64]):
-      raise ValueError(error) from None
-    raise ValueError(f'{path}: not UTF-8 text ({e.reason} at byte {e.start}): GLUE files '
-                     'are UTF-8; re-download the file, or re-encode it '
-                     f'({paths.reencode_hint(data[:64], data)})') from None
 
 
 def _no_examples(task, split, path, skips, num_columns, header) -> str:

@@ -121,22 +121,6 @@ def test_without_the_diagnostic_file_ax_is_left_out_with_one_warning(tmp_path, w
     glue_readers.read_examples('mnli', root / 'MNLI', 'test_ax')
 
 
-def _write_tfds(tmp_path, name, version, split, rows):
-  """A prepared TFDS dataset written the way TFDS writes one (records + metadata)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only here.
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-  features = tfds.builder(name, data_dir=str(tmp_path)).info.features
-  out = tmp_path / name / version
-  out.mkdir(parents=True)
-  with tf.io.TFRecordWriter(str(out / f'glue-{split}.tfrecord-00000-of-00001')) as writer:
-    for row in rows:
-      writer.write(features.serialize_example(row))
-  tfds.folder_dataset.write_metadata(
-      data_dir=str(out), features=features, split_infos=None, check_data=False,
-      filename_template='{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}')
-
-
 def test_tfds_ax_is_glue_ax_and_left_out_with_a_warning_when_unprepared(tmp_path, warnings):
   task = _task('mnli', use_tfds=True, data_dir=str(tmp_path))
   assert tuple(task.test_splits) == ('test_matched', 'test_mismatched')
@@ -144,9 +128,9 @@ def test_tfds_ax_is_glue_ax_and_left_out_with_a_warning_when_unprepared(tmp_path
   assert line.startswith('GLUE mnli: no diagnostic set, so AX.tsv ') and line.endswith(
       f'prepare TFDS glue/ax in {tmp_path}/glue/ax/2.0.0 (`tfds build glue/ax --data_dir DIR`) '
       'to write it')
-  _write_tfds(tmp_path, 'glue/ax', '2.0.0', 'test', [
+  glue_files.write_tfds(tmp_path, 'glue/ax', '2.0.0', {'test': [
       {'premise': 'P one.', 'hypothesis': 'H one.', 'label': -1, 'idx': 1},
-      {'premise': 'P zero.', 'hypothesis': 'H zero.', 'label': -1, 'idx': 0}])
+      {'premise': 'P zero.', 'hypothesis': 'H zero.', 'label': -1, 'idx': 0}]})
   task = _task('mnli', use_tfds=True, data_dir=str(tmp_path))
   assert tuple(task.test_splits) == ('test_matched', 'test_mismatched', 'test_ax')
   assert task.read('test_ax')[0] == [Ex('0', 'P zero.', 'H zero.', None),

@@ -223,13 +223,7 @@ def test_tfds_unprepared_is_a_clear_error(tmp_path):
 
 
 def test_tfds_records_map_to_tsv_examples(tmp_path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Slow: only here.
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-  # A prepared glue/mnli written the way TFDS writes one (records + metadata), no download.
-  features = tfds.builder('glue/mnli', data_dir=str(tmp_path)).info.features
-  out = tmp_path / 'glue' / 'mnli' / '2.0.0'
-  out.mkdir(parents=True)
+  # A prepared glue/mnli, no download.
   records = {
       # TFDS numbers MNLI as entailment 0, neutral 1, contradiction 2.
       'validation_matched': [{'premise': 'P one.', 'hypothesis': 'H one.', 'label': 0, 'idx': 1},
@@ -237,13 +231,7 @@ def test_tfds_records_map_to_tsv_examples(tmp_path):
                               'idx': 0}],
       'test_matched': [{'premise': 'P t.', 'hypothesis': 'H t.', 'label': -1, 'idx': 0}],
   }
-  for split, rows in records.items():
-    with tf.io.TFRecordWriter(str(out / f'glue-{split}.tfrecord-00000-of-00001')) as writer:
-      for row in rows:
-        writer.write(features.serialize_example(row))
-  tfds.folder_dataset.write_metadata(
-      data_dir=str(out), features=features, split_infos=None, check_data=False,
-      filename_template='{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}')
+  glue_files.write_tfds(tmp_path, 'glue/mnli', '2.0.0', records)
   assert glue_readers.read_tfds('mnli', 'validation_matched', data_dir=str(tmp_path)) == [
       Ex('0', 'P zero.', 'H zero.', 'contradiction'), Ex('1', 'P one.', 'H one.', 'entailment')]
   assert glue_readers.read_tfds('mnli', 'test_matched', data_dir=str(tmp_path)) == [
