@@ -250,8 +250,8 @@ TEMP_PREFIX, TEMP_SUFFIX = 'bertjax_features-', '.jsonl'
 
 def _remove_dead_temporaries() -> list[str]:
   """Removes the temporary files that runs killed on this host left in the temporary folder (a
-  whole features file each: files.remove_dead_writers), saying so; returns their paths."""
-  removed = files.remove_dead_writers(tempfile.gettempdir(), TEMP_PREFIX, TEMP_SUFFIX, tail='-')
+  whole features file each: processes.remove_dead_writers), saying so; returns their paths."""
+  removed = processes.remove_dead_writers(tempfile.gettempdir(), TEMP_PREFIX, TEMP_SUFFIX, tail='-')
   for path in removed:
     logging.warning('removed %s: the features a run killed before it finished left.', path)
   return removed

@@ -288,30 +288,8 @@ def temporary_beside(path) -> str:
   writers of `path` killed on this host left (SIGKILL runs no clean-up) are removed first."""
   folder, name = os.path.split(os.path.abspath(_local(path)))
   prefix = processes.hidden_prefix(name)
-  remove_dead_writers(folder, prefix, '.tmp')
+  processes.remove_dead_writers(folder, prefix, '.tmp')
   return os.path.join(folder, f'{prefix}{processes.mark()}.tmp')
-
-
-def remove_dead_writers(folder: str, prefix: str, suffix: str, tail: str = '') -> list[str]:
-  """Removes the files of local `folder` named `prefix` + a writer's processes.mark() (+ `tail`
-  and more: a random part) + `suffix` whose writer was killed on this host (SIGKILL runs no
-  clean-up); a live writer's, another host's, and one not ours to remove (a shared temporary
-  folder's, another user's) are kept. Returns the paths removed."""
-  try:
-    names = os.listdir(folder)  # local temp
-  except OSError:
-    return []
-  removed = []
-  for entry in names:
-    if not (entry.startswith(prefix) and entry.endswith(suffix)):
-      continue
-    owner = entry[len(prefix):len(entry) - len(suffix)]
-    owner = owner.rpartition(tail)[0] if tail else owner
-    if owner and processes.ended(owner):
-      with contextlib.suppress(OSError):  # Gone meanwhile, or another user's.
-        os.unlink(os.path.join(folder, entry))  # local temp, of a dead writer
-        removed.append(os.path.join(folder, entry))  # local temp
-  return removed
 
 
 def _ask(path, local, method: str):

@@ -8,6 +8,7 @@ python is pid 1 again, so the mark carries the pid's start time too. A mark of a
 shared file system) is never taken for a dead one: this host cannot see its processes.
 """
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -66,3 +67,25 @@ def hidden_prefix(name: str) -> str:
   digest = hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]
   head = name.encode('utf-8', 'surrogateescape')[:64].decode('utf-8', 'ignore')
   return f'.{head}~{digest}.'
+
+
+def remove_dead_writers(folder: str, prefix: str, suffix: str, tail: str = '') -> list[str]:
+  """Removes the files of local `folder` named `prefix` + a writer's processes.mark() (+ `tail`
+  and more: a random part) + `suffix` whose writer was killed on this host (SIGKILL runs no
+  clean-up); a live writer's, another host's, and one not ours to remove (a shared temporary
+  folder's, another user's) are kept. Returns the paths removed."""
+  try:
+    names = os.listdir(folder)  # local temp
+  except OSError:
+    return []
+  removed = []
+  for entry in names:
+    if not (entry.startswith(prefix) and entry.endswith(suffix)):
+      continue
+    owner = entry[len(prefix):len(entry) - len(suffix)]
+    owner = owner.rpartition(tail)[0] if tail else owner
+    if owner and ended(owner):
+      with contextlib.suppress(OSError):  # Gone meanwhile, or another user's.
+        os.unlink(os.path.join(folder, entry))  # local temp, of a dead writer
+        removed.append(os.path.join(folder, entry))  # local temp
+  return removed
