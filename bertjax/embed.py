@@ -71,8 +71,9 @@ def load_tokenizer(checkpoint_dir):
   and checked as every reader of the folder does: interop/hf_tokenizer_files)."""
   checkpoint_dir = os.fspath(checkpoint_dir)
   vocab_file = hf_tokenizer_files.checked_vocab(checkpoint_dir)
-  return vocab_files.for_model(vocab_file, hf_tokenizer_files.do_lower_case_of(
-      checkpoint_dir, vocab_file=vocab_file))
+  return vocab_files.for_model(
+      vocab_file, hf_tokenizer_files.do_lower_case_of(checkpoint_dir, vocab_file=vocab_file),
+      max_chars_per_word=hf_tokenizer_files.word_limit(checkpoint_dir))
 
 
 def encode(tok, sentences, max_seq_length: int) -> dict:

@@ -30,7 +30,8 @@ def tokenizer(model: bundle_lib.Bundle, missing: str):
   sentence-transformers model says so); FileNotFoundError(missing) without a vocab."""
   if not model.vocab_file:
     raise FileNotFoundError(missing)
-  tok = vocab_files.for_model(model.vocab_file, model.do_lower_case)
+  tok = vocab_files.for_model(model.vocab_file, model.do_lower_case,
+                              max_chars_per_word=model.max_chars_per_word)
   return _LowerCased(tok) if model.lowercase_input else tok
 
 

@@ -61,7 +61,7 @@ _OTHER_NAMES = {'lr': 'learning_rate', 'batch_size': 'global_batch_size',
 # What the jobs record in a run's config.json beside its settings: what they read and found.
 RECORDED = frozenset({'init_from_read', 'kind', 'labels', 'text_pairs', 'version_2_with_negative',
                       'data.vocab_sha256', 'data.train_sha256', 'data.eval_sha256',
-                      'data.test_sha256',
+                      'data.test_sha256', 'data.max_chars_per_word',
                       'data.train_features_sha256'})
 
 

@@ -83,7 +83,9 @@ class Predictor:
     self.labels = tuple(run['labels'])
     self.data = ml_collections.ConfigDict(run['data'])
     self.batch_size = batch_size
-    self.tokenizer = vocab_files.for_model(vocab_file, self.data.do_lower_case)
+    self.tokenizer = vocab_files.for_model(
+        vocab_file, self.data.do_lower_case,
+        max_chars_per_word=init_from.recorded_word_limit(run))
     # The recorded model as this platform runs it: a run trained on a GPU records cudnn
     # attention, which a CPU or TPU cannot run; the layout is the params'.
     model_config = inference.model_config(run['model'], params)

@@ -26,6 +26,7 @@ from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.model import encoder_config
+from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer as optimizer_lib
@@ -169,7 +170,11 @@ def setup(config, workdir: str = '') -> Setup:
   # Messages name the vocab where the user's init_from holds it (a tokenizer.json's vocab is
   # read into a cache file the user never named).
   name = hf_tokenizer_files.vocab_name(vocab_file, init_path) if init_path else ''
-  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case, vocab_name=name)
+  # WordPiece's longest word as init_from's tokenizer sets it (a resume: as the run recorded).
+  word_limit = init_from.word_limit(workdir if run is not None else init_path) if (
+      run is not None or init_path) else tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
+  tok = vocab_files.for_model(vocab_file, config.data.do_lower_case, vocab_name=name,
+                              max_chars_per_word=word_limit)
   vocab_files.check_input_tokens(tok, name)  # [CLS] and [SEP]: one line, not a KeyError later.
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.model = model_cfg
@@ -179,6 +184,7 @@ def setup(config, workdir: str = '') -> Setup:
                          else os.path.realpath(vocab_file))
   # Its hash: a run's vocab.txt edited or cut later is refused by every reader.
   cfg.data.vocab_sha256 = files.sha256(vocab_file)
+  cfg.data.max_chars_per_word = word_limit
   cfg.pooling = run_config.resolve_pooling(config, run, init_path)[0]
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)

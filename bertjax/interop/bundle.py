@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from bertjax import files
+from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import kinds
 
@@ -137,6 +138,9 @@ class Bundle:
   # mean_sqrt_len, a Dense module), said as a sentence: embed warns of it, an export refuses it
   # ('' for nothing).
   not_computed: str = ''
+  # WordPiece's longest word (longer: [UNK]): a transformers folder's tokenizer.json's
+  # max_input_chars_per_word, a fine-tuning run's (its source's), else the original BERT's 200.
+  max_chars_per_word: int = tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
   # The transformers tokenizer's model_max_length when set (export --max_seq_length); 0: what
   # tokenizer_settings says.
   tokenizer_max_length: int = 0

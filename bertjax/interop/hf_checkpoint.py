@@ -368,7 +368,7 @@ def read(directory) -> bundle_lib.Bundle:
       do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present, vocab_file),
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
-      source=directory)
+      max_chars_per_word=hf_tokenizer_files.word_limit(directory, present), source=directory)
   # What runs after the encoder in sentence-transformers (its length too, where it says one):
   # sentence_transformers.read_modules. Here, what the folder's tokenizer cuts texts at.
   result.max_seq_length = hf_tokenizer_files.json_beside(
@@ -426,8 +426,9 @@ def write_tokenizer(result: bundle_lib.Bundle, output_dir):
   fast = tokenizers.BertWordPieceTokenizer(
       {token: i for i, token in enumerate(vocab)}, lowercase=result.do_lower_case,
       strip_accents=result.do_lower_case, clean_text=True, handle_chinese_chars=True)
-  # The original's limit (a longer word is [UNK]); the library's default is 100.
-  fast._tokenizer.model.max_input_chars_per_word = tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD  # pylint: disable=protected-access
+  # The model's limit (a longer word is [UNK]): the original's 200 unless its source set
+  # another; the library's default is 100.
+  fast._tokenizer.model.max_input_chars_per_word = result.max_chars_per_word  # pylint: disable=protected-access
   files.write_atomically(files.join(output_dir, 'tokenizer.json'), fast.to_str(pretty=True))
   files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
       {'tokenizer_class': 'BertTokenizer', 'do_lower_case': result.do_lower_case,

@@ -87,6 +87,28 @@ def do_lower_case_of(directory, present=None, vocab_file: str = '') -> bool:
   return True if lower is None else lower
 
 
+# transformers' BertTokenizer (slow, fast and 5.x's) reads a word of more characters as [UNK]
+# where no tokenizer.json says otherwise; the original BERT's limit is 200.
+TRANSFORMERS_WORD_LIMIT = 100
+
+
+def word_limit(directory, present=None) -> int:
+  """The characters past which the directory's WordPiece tokenizer reads a word as [UNK]: its
+  tokenizer.json's max_input_chars_per_word (100 where the tokenizers library saved its
+  default), else transformers' 100. (transformers 5's BertTokenizer applies 100 whatever the
+  file says; the tokenizers library and transformers 4's fast tokenizer apply the file's.)"""
+  directory = os.fspath(directory)
+  model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  if not isinstance(model, dict) or model.get('type') != 'WordPiece':
+    return TRANSFORMERS_WORD_LIMIT
+  limit = model.get('max_input_chars_per_word', TRANSFORMERS_WORD_LIMIT)
+  if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+    raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece model sets '
+                     f'max_input_chars_per_word: {json.dumps(limit)}, not a positive whole number '
+                     'of characters: restore the file from where the model came from.')
+  return limit
+
+
 def vocab_name(vocab_file: str, directory) -> str:
   """How a message names a directory's vocab: its file, or its tokenizer.json for the vocab
   vocab_from_tokenizer_json wrote to this machine's cache (a path the user never gave)."""

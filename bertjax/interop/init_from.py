@@ -25,6 +25,7 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import tf1_checkpoint
+from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -280,6 +281,24 @@ def vocab_file(init_from: str) -> str | None:
     from bertjax.pretraining_data import embedded  # pylint: disable=g-import-not-at-top
     return str(embedded.vocab_path())
   return None
+
+
+def word_limit(init_from: str) -> int:
+  """WordPiece's longest word (longer: [UNK]) for the model at `init_from`: a transformers
+  dir's tokenizer.json's max_input_chars_per_word, a fine-tuning run's recorded one, else the
+  original BERT's 200 (what TF1 checkpoints and pre-training runs tokenize with)."""
+  path = os.fspath(init_from)
+  if tf1_checkpoint.find(path) is None and is_transformers_dir(path):
+    return hf_tokenizer_files.word_limit(path)
+  return recorded_word_limit(run_config(path) or {})
+
+
+def recorded_word_limit(run: dict) -> int:
+  """The longest word a run's config.json records its tokenizer read (fine-tuning records its
+  source's); 200, the original BERT's, for runs that record none."""
+  recorded = (run.get('data') or {}).get('max_chars_per_word')
+  ok = isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0
+  return recorded if ok else tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
 
 
 def pooling(init_from: str) -> str | None:

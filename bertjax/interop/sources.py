@@ -150,4 +150,5 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
       config=config, params=params, kind=kind, vocab_file=init_from.vocab_file(step) or '',
       do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,
       pooling=pooling if pooling in ('cls', 'mean') else 'cls',
-      max_seq_length=int(data.get('max_seq_length', 128)), source=step, step=read.step)
+      max_seq_length=int(data.get('max_seq_length', 128)),
+      max_chars_per_word=init_from.recorded_word_limit(run), source=step, step=read.step)

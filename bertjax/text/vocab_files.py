@@ -68,17 +68,20 @@ def difference(first, second) -> str:
   return f'id {at} is {a[at]!r} vs {b[at]!r}'
 
 
-def for_model(vocab_file, do_lower_case: bool, vocab_name: str = '', **kwargs):
+def for_model(vocab_file, do_lower_case: bool, vocab_name: str = '',
+              max_chars_per_word: int = tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD, **kwargs):
   """The tokenizer a model was trained with, from the vocab file and casing its run or source
   records: SentencePiece for a SentencePiece model, else WordPiece; casing checked for both.
-  `vocab_name`: how a WordPiece vocab's messages name it ('' for 'vocab file <path>')."""
+  `vocab_name`: how a WordPiece vocab's messages name it ('' for 'vocab file <path>');
+  `max_chars_per_word`: WordPiece's longest word (longer: [UNK]), as the source's tokenizer
+  sets it (hf_tokenizer_files.word_limit)."""
   vocab_file = str(vocab_file)
   files.require_file(vocab_file, f'vocab file {vocab_file!r} does not exist: pass the vocab.txt '
                      'or SentencePiece .model the model was trained with')
   if is_sentencepiece(vocab_file):
     return from_files(spm_model_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
   return from_files(vocab_file=vocab_file, do_lower_case=do_lower_case, vocab_name=vocab_name,
-                    **kwargs)
+                    max_input_chars_per_word=max_chars_per_word, **kwargs)
 
 
 def check_input_tokens(tok, vocab_name: str = ''):

@@ -32,6 +32,7 @@ from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import glue_readers
 from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
+from bertjax.interop import sources
 from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.training import checkpoint
@@ -244,7 +245,7 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
   config.model_from_init = True
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0
-  reports = []
+  reports, said = [], log_records.recorded_warnings(monkeypatch, finetune, 'info')
   load_encoder = init_from.load_encoder
   monkeypatch.setattr(init_from, 'load_encoder',
                       lambda *a, **k: reports.append(load_encoder(*a, **k)) or reports[-1])
@@ -259,6 +260,13 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
                                 hf['embeddings.word_embeddings.weight'])
   np.testing.assert_array_equal(params['bert/layers_5/mlp/output/kernel'],
                                 hf['encoder.layer.5.output.dense.weight'].T)
+  # MiniLM's tokenizer reads a word of over 100 characters as [UNK] (the original BERT's: 200):
+  # the run tokenizes so, records it, and its readers and exports tokenize so too.
+  assert json.loads((tmp_path / 'config.json').read_text())['data']['max_chars_per_word'] == 100
+  assert sources.load(str(tmp_path)).max_chars_per_word == 100
+  # The source's heads are said as not read, never as "unused: none" beside its own report.
+  loaded, = [line for line in said if 'encoder tensors' in line]
+  assert 'its encoder tensors not used: none (its heads are not read' in loaded
 
 
 def test_size_that_does_not_fit_the_checkpoint(minilm_dir, sst2_dir, tmp_path):

@@ -1,0 +1,89 @@
+"""A transformers folder's tokenizer settings beyond vocab and casing, read as transformers reads
+them: WordPiece's longest word (tokenizer.json's max_input_chars_per_word), kept by every reader
+(embed, predict and extract_features of the folder, fine-tuning from it) and by the exports."""
+
+import json
+import shutil
+
+import pytest
+import tokenizers
+import transformers
+
+from bertjax import embed
+from bertjax import inference
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
+from bertjax.interop import sources
+
+# MiniLM's tokenizer.json sets 100: a 150-character run (a hash, a long token) is one [UNK]
+# there; the original BERT's 200 would split it into pieces.
+LONG = 'a1b2c3d4e5' * 15
+TEXTS = [f'the commit {LONG} fixed it', f'short {LONG[:90]} word', 'plain text']
+
+
+def transformers_ids(folder, texts):
+  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  return [tok(t)['input_ids'][1:-1] for t in texts]
+
+
+def test_the_word_limit_of_tokenizer_json_is_read_as_transformers_reads_it(minilm_dir):
+  want = transformers_ids(minilm_dir, TEXTS)
+  assert want[0].count(100) == 1 and 100 not in want[1]  # [UNK] at 150, pieces at 90.
+  bundle = hf_checkpoint.read(minilm_dir)
+  assert bundle.max_chars_per_word == 100
+  assert [inference.tokenizer(bundle, '').encode(t) for t in TEXTS] == want
+  assert [embed.load_tokenizer(minilm_dir).encode(t) for t in TEXTS] == want
+  assert init_from.word_limit(str(minilm_dir)) == 100
+
+
+def file_ids(folder, texts):
+  """The ids of the folder's tokenizer.json as the tokenizers library applies it (its own
+  settings: transformers 5's BertTokenizer rebuilds the pipeline with its own 100)."""
+  tok = tokenizers.Tokenizer.from_file(str(folder / 'tokenizer.json'))
+  tok.no_padding()  # MiniLM's file pads and cuts to 128.
+  tok.no_truncation()
+  return [tok.encode(t).ids[1:-1] for t in texts]
+
+
+@pytest.mark.parametrize('limit', [50, 300])
+def test_the_export_writes_the_limit_it_read(minilm_dir, tmp_path, limit):
+  """A transformers export of a folder tokenizes as the folder's tokenizer.json did (a limit
+  other than 100 and 200 here), and as bertjax reads it back."""
+  folder = tmp_path / 'model'
+  shutil.copytree(minilm_dir, folder)
+  settings = json.loads((folder / 'tokenizer.json').read_text())
+  settings['model']['max_input_chars_per_word'] = limit
+  (folder / 'tokenizer.json').write_text(json.dumps(settings))
+  texts = [f'x {"q" * limit} y', f'x {"q" * (limit + 1)} y'] + TEXTS
+  want = file_ids(folder, texts)
+  assert want[0] != want[1] and 100 in want[1]  # [UNK] past the limit, pieces at it.
+  bundle = sources.load(str(folder))
+  assert [inference.tokenizer(bundle, '').encode(t) for t in texts] == want
+  hf_checkpoint.save(bundle, tmp_path / 'out')
+  assert file_ids(tmp_path / 'out', texts) == want
+  back = sources.load(str(tmp_path / 'out'))
+  assert back.max_chars_per_word == limit
+  assert [inference.tokenizer(back, '').encode(t) for t in texts] == want
+
+
+def test_a_folder_without_tokenizer_json_is_read_with_transformers_limit(minilm_dir, tmp_path):
+  """transformers' BertTokenizer reads a bare vocab.txt with 100, not the original's 200."""
+  folder = tmp_path / 'model'
+  shutil.copytree(minilm_dir, folder)
+  (folder / 'tokenizer.json').unlink()
+  bundle = hf_checkpoint.read(folder)
+  assert bundle.max_chars_per_word == 100
+  assert [inference.tokenizer(bundle, '').encode(t) for t in TEXTS] == (
+      transformers_ids(folder, TEXTS))
+
+
+@pytest.mark.parametrize('value', ['100', 0, True, None])
+def test_a_limit_that_is_no_count_is_refused(minilm_dir, tmp_path, value):
+  folder = tmp_path / 'model'
+  shutil.copytree(minilm_dir, folder)
+  settings = json.loads((folder / 'tokenizer.json').read_text())
+  settings['model']['max_input_chars_per_word'] = value
+  (folder / 'tokenizer.json').write_text(json.dumps(settings))
+  with pytest.raises(ValueError, match=r'tokenizer.json\'s WordPiece model sets '
+                     r'max_input_chars_per_word: .*restore the file'):
+    hf_checkpoint.read(folder)
