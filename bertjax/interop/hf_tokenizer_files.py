@@ -171,7 +171,8 @@ def vocab_beside(directory, present=None) -> str:
 def check_added_tokens(directory, entries: int, rows: int, present=None):
   """Refuses a model whose tokenizer added tokens past its vocab (add_tokens +
   resize_token_embeddings): bertjax's tokenizer would split them and its exports cut their rows
-  as vocab padding. Rows past the vocab are padding only when no added token names them."""
+  as vocab padding. Rows past the vocab are padding only when no added token names them. Tokens
+  added over vocab entries (not BERT's own five) are refused too: bertjax would split them."""
   directory = os.fspath(directory)
   tokenizer_json = json_beside(directory, 'tokenizer.json', present)
   added = {t.get('content'): t.get('id') for t in tokenizer_json.get('added_tokens') or []}
@@ -184,6 +185,16 @@ def check_added_tokens(directory, entries: int, rows: int, present=None):
                      f'{", ".join(repr(t) for _, t in beyond[:3])}; {rows} embedding rows): '
                      'bertjax\'s WordPiece tokenizer cannot hold added tokens; it cannot import '
                      'this model.')
+  # Tokens added over vocab entries (an [unused] slot renamed to a marker such as <e1>):
+  # transformers finds them whole anywhere in a text; bertjax's WordPiece would split them.
+  # BERT's own five are text to bertjax by design (tokenizer_settings: split_special_tokens).
+  within = sorted((i, token) for token, i in added.items() if isinstance(i, int)
+                  and 0 <= i < entries and token not in tokenizer.SPECIAL_TOKENS)
+  if within:
+    raise ValueError(f'{directory}\'s tokenizer keeps {len(within)} added tokens whole in any text '
+                     f'({", ".join(f"{t!r} (id {i})" for i, t in within[:3])}), which bertjax\'s '
+                     'WordPiece tokenizer would split into pieces: its ids would differ wherever '
+                     'a text holds them; it cannot import this model.')
 
 
 def checked_vocab(directory, rows: int | None = None, present=None) -> str:

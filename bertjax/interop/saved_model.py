@@ -104,7 +104,9 @@ class _Inputs:
     vocab = tokenizer.load_vocab(result.vocab_file)
     self.fast = tf_text.FastBertTokenizer(
         vocab=list(vocab), suffix_indicator='##',
-        max_bytes_per_word=4 * result.max_chars_per_word,
+        # The model's limit counted in bytes: exact on ASCII words (long hashes, URL parts);
+        # a word of multi-byte characters is [UNK] a little sooner (README: Export).
+        max_bytes_per_word=result.max_chars_per_word,
         token_out_type=tf.int64, unknown_token='[UNK]',
         lower_case_nfd_strip_accents=result.do_lower_case)
     self.drop_pattern = fast_tokenizer.drop_pattern()

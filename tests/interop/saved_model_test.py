@@ -101,9 +101,10 @@ QUESTIONS = ['Who speaks?', 'Where does he speak of his lord?']
 # wordpieces: [UNK]) and words holding a NUL and a soft hyphen (dropped inside the word).
 TAGGED = ['The king speaks , and all listen .', 'Fair is foul',
           'The\u00a0king \u200b speaks\x00 of\u3000his lo\u00adrd\x1dtoday']
-# Accents, punctuation, CJK, controls: bertjax's fast path or the reference tokenizer's lines.
+# Accents, punctuation, CJK, controls: bertjax's fast path or the reference tokenizer's lines;
+# words past and at MiniLM's 100-character limit ([UNK], pieces).
 TOKENIZER_TEXTS = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。',
-                   'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120]
+                   'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120, 'ab' * 50]
 
 
 def sst2_sentences(data) -> list[str]:
@@ -133,9 +134,10 @@ def minilm(minilm_dir):
   return sources.load(minilm_dir)
 
 
-def ids_of(vocab_file, texts, pairs=None, max_len=128):
+def ids_of(vocab_file, texts, pairs=None, max_len=128, max_chars_per_word=200):
   """[CLS] a [SEP] (b [SEP]) ids by bertjax's tokenizer, padded to the longest."""
-  tok = tokenizer.FullTokenizer(vocab_file, do_lower_case=True)
+  tok = tokenizer.FullTokenizer(vocab_file, do_lower_case=True,
+                                max_input_chars_per_word=max_chars_per_word)
   cls, sep = tok.vocab['[CLS]'], tok.vocab['[SEP]']
   rows, segs = [], []
   for i, text in enumerate(texts):
@@ -236,7 +238,7 @@ def test_saved_model_tokenizer_is_bertjax_fast_path(minilm, served):
   fast = fast_tokenizer.FastTokenizer(result.vocab_file, do_lower_case=True)
   routed = fast.tf_needs_reference(tf.constant(texts)).numpy()
   mask = np.array(got['input_mask'])
-  batch = ids_of(result.vocab_file, texts)
+  batch = ids_of(result.vocab_file, texts, max_chars_per_word=result.max_chars_per_word)
   seq = np.array(got['sequence_output'])
   ours = saved_model.numpy_outputs(result, batch)['sequence_output']
   for row in range(len(texts)):

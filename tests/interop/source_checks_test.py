@@ -5,6 +5,7 @@ line that refuses it, or (sharded checkpoints, a transformers 5.x tokenizer.json
 vocab.txt) that it is read as transformers reads it.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -318,15 +319,20 @@ def test_a_tf1_export_of_the_tanh_gelu_says_the_original_refuses_it(tmp_path, ca
   assert "google-research/bert's modeling.py knows only gelu" in caplog.text
 
 
-def test_the_exported_tokenizer_json_splits_a_word_as_long_as_the_original_does(encoder_dir,
-                                                                               tmp_path):
+@pytest.mark.parametrize('limit', [100, 200])
+def test_the_exported_tokenizer_json_splits_a_word_as_long_as_the_model_does(encoder_dir,
+                                                                             tmp_path, limit):
+  """A transformers folder's own limit (100, as transformers saved it), or the original BERT's
+  200 of a model bertjax pre-trained: tokenizer.json carries the model's."""
   import tokenizers  # pylint: disable=g-import-not-at-top
-  export.export(encoder_dir, 'hf', tmp_path / 'out')
+  bundle = dataclasses.replace(sources.load(encoder_dir), max_chars_per_word=limit)
+  hf_checkpoint.save(bundle, tmp_path / 'out')
   theirs = tokenizers.Tokenizer.from_file(str(tmp_path / 'out' / 'tokenizer.json'))
-  ours = vocab_files.for_model(encoder_dir / 'vocab.txt', True)
-  for word in ('ab' * 60, 'ab' * 100, 'ab' * 101):  # 120 and 200 characters: pieces; 202: [UNK].
+  ours = vocab_files.for_model(encoder_dir / 'vocab.txt', True, max_chars_per_word=limit)
+  for word in ('ab' * 30, 'ab' * (limit // 2), 'ab' * (limit // 2 + 1)):  # At the limit: pieces.
     assert theirs.encode(word, add_special_tokens=False).ids == ours.encode(word)
-  assert ours.encode('ab' * 101) == [ours.vocab['[UNK]']]
+  assert ours.encode('ab' * (limit // 2 + 1)) == [ours.vocab['[UNK]']]
+  assert ours.encode('ab' * (limit // 2)) != [ours.vocab['[UNK]']]
 
 
 @pytest.mark.parametrize('fmt', ['hf', 'saved_model'])

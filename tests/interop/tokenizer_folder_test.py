@@ -87,3 +87,26 @@ def test_a_limit_that_is_no_count_is_refused(minilm_dir, tmp_path, value):
   with pytest.raises(ValueError, match=r'tokenizer.json\'s WordPiece model sets '
                      r'max_input_chars_per_word: .*restore the file'):
     hf_checkpoint.read(folder)
+
+
+def test_tokens_added_over_vocab_entries_are_refused(minilm_dir, tmp_path):
+  """The relation-marker recipe: an [unused] slot renamed <e1> and added as a special token.
+  transformers keeps it whole; bertjax's WordPiece would split it (< e ##1 >)."""
+  folder = tmp_path / 'model'
+  shutil.copytree(minilm_dir, folder)
+  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  vocab = (folder / 'vocab.txt').read_text().splitlines()
+  assert vocab[1] == '[unused0]'
+  vocab[1] = '<e1>'
+  (folder / 'vocab.txt').write_text(''.join(f'{t}\n' for t in vocab))
+  settings = json.loads((folder / 'tokenizer.json').read_text())
+  settings['model']['vocab'] = {t: i for i, t in enumerate(vocab)}
+  settings['added_tokens'].append({**settings['added_tokens'][0], 'id': 1, 'content': '<e1>'})
+  (folder / 'tokenizer.json').write_text(json.dumps(settings))
+  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  assert 1 in tok('the <e1> marker')['input_ids']  # transformers reads it whole.
+  with pytest.raises(ValueError, match=r"keeps 1 added tokens whole in any text \('<e1>' \(id "
+                     r"1\)\), which bertjax's WordPiece tokenizer would split"):
+    hf_checkpoint.read(folder)
+  with pytest.raises(ValueError, match='keeps 1 added tokens whole'):
+    init_from.vocab_file(str(folder))
