@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import zipfile
 
 from flax import traverse_util
 import flax.linen as nn
@@ -85,31 +86,87 @@ def _read_bin(bin_file: str) -> dict:
   except ImportError as e:
     raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
                       '`pip install torch`, or convert it to model.safetensors.') from e
-  state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
-                     weights_only=True)
+  try:
+    state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
+                       weights_only=True)
+  except Exception as e:  # pylint: disable=broad-except  # Zip and pickle errors of a cut file.
+    raise ValueError(f'{bin_file} could not be read ({str(e).splitlines()[0]}): the file is '
+                     'corrupt or truncated (or holds more than tensors); download or save it '
+                     'again.') from None
+  if not isinstance(state, dict) or not all(hasattr(v, 'numpy') for v in state.values()):
+    raise ValueError(f'{bin_file} holds a {type(state).__name__}, not the tensors by name that '
+                     'save_pretrained writes: point at a transformers BERT directory.')
   return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
-def _read_shards(index_file: str, read_one) -> dict:
-  """The tensors of a sharded checkpoint: each shard its index's weight_map names, read once."""
+def _shards(index_file: str) -> tuple[dict, list]:
+  """(weight_map, shard files) of a sharded checkpoint's index, every shard checked present."""
   try:
     weight_map = json.loads(files.read_text(index_file))['weight_map']
   except (ValueError, KeyError, TypeError) as e:
     raise ValueError(f'{index_file} is not a transformers shard index (JSON with a weight_map): '
                      'download or save the checkpoint again.') from e
   directory = files.parent(index_file)
-  state = {}
-  for shard in sorted(set(weight_map.values())):
-    shard_file = files.join(directory, shard)
+  shard_files = [files.join(directory, shard) for shard in sorted(set(weight_map.values()))]
+  for shard_file in shard_files:
     if not files.exists(shard_file):
       raise FileNotFoundError(f'{shard_file}, a shard {index_file} lists, is missing: download '
                               'or save the checkpoint again.')
+  return weight_map, shard_files
+
+
+def _read_shards(index_file: str, read_one) -> dict:
+  """The tensors of a sharded checkpoint: each shard its index's weight_map names, read once."""
+  weight_map, shard_files = _shards(index_file)
+  state = {}
+  for shard_file in shard_files:
     state.update(read_one(shard_file))
   missing = sorted(set(weight_map) - set(state))
   if missing:
     raise ValueError(f'{index_file} lists {len(missing)} tensors its shards lack, e.g. '
                      f'{missing[:3]}: the checkpoint is incomplete; download or save it again.')
   return state
+
+
+def _safetensors_whole(path: str) -> bool:
+  """Whether a local safetensors file is as long as its header says (a download cut short is
+  not), read from its header alone."""
+  with open(path, 'rb') as f:  # local: the header of a file on this machine.
+    head = f.read(8)
+    length = int.from_bytes(head, 'little') if len(head) == 8 else -1
+    try:
+      header = json.loads(f.read(length)) if 0 < length < 100_000_000 else None
+    except ValueError:
+      return False
+  if not isinstance(header, dict):
+    return False
+  ends = [v['data_offsets'][1] for k, v in header.items()
+          if k != '__metadata__' and isinstance(v, dict) and 'data_offsets' in v]
+  return os.path.getsize(path) == 8 + length + max(ends, default=0)  # local: as above
+
+
+def check_weights(directory):
+  """Refuses a transformers folder whose weights cannot be read, before any work: none there
+  (a Flax-only folder), a shard its index lists missing, or a local model.safetensors or
+  pytorch_model.bin cut short (their headers and zip directory say), in the words the readers
+  use."""
+  directory = os.fspath(directory)
+  for name in (SAFETENSORS_FILE, BIN_FILE):
+    whole = files.join(directory, name)
+    if files.exists(whole):
+      if files.is_remote(whole):
+        return  # Read whole when it is loaded; a cut file is said then.
+      whole_file = (_safetensors_whole(whole) if name == SAFETENSORS_FILE
+                    else zipfile.is_zipfile(whole))
+      if not whole_file:
+        raise ValueError(f'{whole} could not be read (shorter than its header says, or not a '
+                         'whole zip archive): the file is corrupt or truncated; download or save '
+                         'it again.')
+      return
+    if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
+      _shards(index)
+      return
+  _read_state_dict(directory)  # Raises: neither file.
 
 
 def _read_state_dict(directory: str) -> tuple[dict, str]:
@@ -175,7 +232,7 @@ def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_over
   return cfg, traverse_util.unflatten_dict(params, sep='/'), report
 
 
-def _read_config(config_file: str):
+def read_config(config_file: str):
   """config.json's JSON, or one line naming the file and what is wrong with it."""
   try:
     return json.loads(files.read_text(config_file))
@@ -193,7 +250,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
   if not files.exists(config_file):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  cfg = hf_names.config_from_hf(_read_config(config_file), config_file, **config_overrides)
+  cfg = hf_names.config_from_hf(read_config(config_file), config_file, **config_overrides)
   state, weights_file = _read_state_dict(directory)
   _check_encoder_present(state, hf_names.names(cfg), weights_file)
   hf_tokenizer_files.check_tokenizer_settings(directory)
@@ -333,7 +390,7 @@ def read(directory) -> bundle_lib.Bundle:
   if not files.isfile(config_file):
     raise FileNotFoundError(f'{config_file} not found: not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
-  hf_config = _read_config(config_file)
+  hf_config = read_config(config_file)
   config = hf_names.config_from_hf(hf_config, config_file).to_dict()
   state, weights_file = _read_state_dict(directory)
   _check_tied_decoder(state)

@@ -19,21 +19,22 @@ def config_from_hf(hf_config: dict, source: str = 'config.json', **overrides):
   """A bertjax model config block from a transformers BertConfig dict (read from `source`,
   named in the errors)."""
   if isinstance(hf_config, dict) and hf_config.get('model_type', 'bert') != 'bert':
-    raise ValueError(f'model_type {hf_config.get("model_type")!r} is not bert: only BERT '
+    raise ValueError(f'{source}: model_type {hf_config.get("model_type")!r} is not bert: only BERT '
                      'checkpoints (BertModel / BertForPreTraining) can be imported.')
   layouts.check_config_file(hf_config, source, 'the config.json saved with the weights')
   if hf_config.get('position_embedding_type', 'absolute') != 'absolute':
-    raise ValueError('only absolute position embeddings are supported, got '
+    raise ValueError(f'{source}: only absolute position embeddings are supported, got '
                      f'{hf_config["position_embedding_type"]!r}.')
   for field in ('is_decoder', 'add_cross_attention'):
     # A decoder's self-attention is causal (and cross-attends to an encoder): bertjax's encoder
     # attends both ways, so its outputs would differ.
     if hf_config.get(field):
-      raise ValueError(f'config.json sets {field}: true (a BertLMHeadModel / decoder): bertjax '
+      raise ValueError(f'{source} sets {field}: true (a BertLMHeadModel / decoder): bertjax '
                        'imports bidirectional BERT encoders only; use a BERT encoder checkpoint.')
   act = hf_config.get('hidden_act', 'gelu')
   if act not in _ACTIVATIONS:
-    raise ValueError(f'hidden_act {act!r} is not supported; known: {", ".join(_ACTIVATIONS)}.')
+    raise ValueError(f'{source}: hidden_act {act!r} is not supported; known: '
+                     f'{", ".join(_ACTIVATIONS)}.')
   fields = dict(
       vocab_size=hf_config['vocab_size'],
       hidden_size=hf_config['hidden_size'],

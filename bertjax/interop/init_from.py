@@ -137,10 +137,14 @@ def model_config(init_from: str) -> dict:
   check_exists(path, f'init_from={init_from} does not exist: pass a transformers BERT dir, an '
                'original TF checkpoint or a bertjax workdir / checkpoint.')
   if (tf1 := tf1_checkpoint.find(path)) is not None:
-    cfg = tf1_checkpoint.config_from_tf1(
-        json.loads(files.read_text(files.join(tf1[0], tf1_checkpoint.CONFIG_FILE))))
+    config_file = files.join(tf1[0], tf1_checkpoint.CONFIG_FILE)
+    cfg = tf1_checkpoint.config_from_tf1(tf1_checkpoint.read_config(config_file), config_file)
   elif is_transformers_dir(path):
-    cfg = hf_names.config_from_hf(json.loads(files.read_text(files.join(path, 'config.json'))))
+    config_file = files.join(path, 'config.json')
+    cfg = hf_names.config_from_hf(hf_checkpoint.read_config(config_file), config_file)
+    # Its weights, before the data is read and the model built (where a folder without them,
+    # or with a file cut short, was found at the restore, leaving a checkpoints/ folder).
+    hf_checkpoint.check_weights(path)
   else:
     cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}

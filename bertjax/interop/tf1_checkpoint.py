@@ -53,6 +53,14 @@ def names(config: dict, kind: str) -> dict:
   return layouts.names(config, SPELLING, kinds.get(kind).holder('tf1').head)
 
 
+def read_config(config_file: str) -> dict:
+  """A bert_config.json's JSON, or one line naming the file and what is wrong with it."""
+  try:
+    return json.loads(files.read_text(config_file))
+  except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
+    raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
+
+
 def config_from_tf1(tf1_config: dict, source: str = CONFIG_FILE) -> dict:
   """bertjax encoder fields from a bert_config.json (read from `source`, named in the errors)."""
   layouts.check_config_file(tf1_config, source, f'the {CONFIG_FILE} released with the checkpoint')
@@ -164,11 +172,8 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   if not files.isfile(config_file):
     raise FileNotFoundError(f'{config_file} not found: the checkpoint {prefix} needs the '
                             'bert_config.json released with it.')
-  try:
-    tf1_config = json.loads(files.read_text(config_file))
-  except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
-    raise ValueError(f'{config_file} is not a BERT config (JSON) file: {e}.') from None
-  config = config_from_tf1(tf1_config, config_file)  # Its errors name the file and field.
+  # Its errors name the file and field.
+  config = config_from_tf1(read_config(config_file), config_file)
   with local_checkpoint(prefix) as local_prefix:
     params, shapes, kind, table = _read_tensors(local_prefix, prefix, config)
   _check_shapes(params, config, prefix, table)

@@ -1,0 +1,82 @@
+"""A transformers folder whose weights or config cannot be read, as init_from of a fine-tuning
+or as an export's source: one line naming the file, before the data is read or anything is
+written (it was a traceback, or an error at the restore that left checkpoints/ behind)."""
+
+import finetune_runs
+import pytest
+import source_checks_test
+import torch
+
+from bertjax.finetune import job as finetune
+from bertjax.interop import hf_checkpoint
+from bertjax.interop import init_from
+
+CUT = r'could not be read \(.*\): the file is corrupt or truncated.*; download or save it again'
+
+
+@pytest.fixture(scope='module')
+def sst2_dir(tmp_path_factory):
+  return finetune_runs.write_sst2(tmp_path_factory.mktemp('sst2'))
+
+
+def fine_tune_from(folder, sst2_dir, workdir):
+  config = finetune_runs.tiny_config(sst2_dir, num_train_steps=1)
+  config.init_from = str(folder)
+  config.model_from_init = True
+  finetune.train_and_evaluate(config, str(workdir))
+
+
+def assert_nothing_written(workdir):
+  """Only the workdir's lock file (left by design: the kernel releases it), no checkpoints/
+  or config.json."""
+  assert {p.name for p in workdir.iterdir()} <= {'.lock'}
+
+
+def cut(path, keep: float = 0.5):
+  data = path.read_bytes()
+  path.write_bytes(data[:int(len(data) * keep)])
+
+
+@pytest.mark.parametrize('weights', ['model.safetensors', 'pytorch_model.bin'])
+def test_weights_cut_short_are_refused_before_anything_is_written(
+    tmp_path, sst2_dir, weights):
+  folder = tmp_path / 'model'
+  model = source_checks_test.make(folder)
+  if weights == 'pytorch_model.bin':
+    (folder / 'model.safetensors').unlink()
+    torch.save(model.state_dict(), folder / weights)
+  cut(folder / weights)
+  with pytest.raises(ValueError, match=f'{folder / weights} {CUT}'):
+    hf_checkpoint.read(folder)  # The export's, extract_features' and embed's reader.
+  with pytest.raises(ValueError, match=f'{folder / weights} {CUT}'):
+    fine_tune_from(folder, sst2_dir, tmp_path / 'run')
+  assert_nothing_written(tmp_path / 'run')
+
+
+def test_a_folder_without_pytorch_weights_is_refused_at_the_start(tmp_path, sst2_dir):
+  folder = tmp_path / 'model'
+  source_checks_test.make(folder)
+  (folder / 'model.safetensors').rename(folder / 'flax_model.msgpack')  # As a Flax-only upload.
+  with pytest.raises(FileNotFoundError, match='has neither model.safetensors nor '
+                     'pytorch_model.bin'):
+    fine_tune_from(folder, sst2_dir, tmp_path / 'run')
+  assert_nothing_written(tmp_path / 'run')
+
+
+def test_a_cut_config_json_is_named(tmp_path, sst2_dir):
+  folder = tmp_path / 'model'
+  source_checks_test.make(folder)
+  cut(folder / 'config.json', 0.6)
+  with pytest.raises(ValueError, match=f'{folder / "config.json"} is not a transformers config '
+                     r'\(JSON\) file: '):
+    init_from.model_config(str(folder))
+  with pytest.raises(ValueError, match=f'{folder / "config.json"} is not a transformers config'):
+    fine_tune_from(folder, sst2_dir, tmp_path / 'run')
+
+
+def test_a_config_bertjax_cannot_hold_names_its_file(tmp_path):
+  folder = tmp_path / 'model'
+  source_checks_test.make(folder)
+  source_checks_test.edit_json(folder / 'config.json', position_embedding_type='relative_key')
+  with pytest.raises(ValueError, match=str(folder / 'config.json')):
+    init_from.model_config(str(folder))
