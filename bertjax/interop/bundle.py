@@ -133,6 +133,9 @@ class Bundle:
   # default_prompt_name: '' for none).
   default_prompt_name: str = ''
   similarity_fn_name: str = 'cosine'
+  # The Pooling module's include_prompt (False: a prompt's tokens are left out of the pooling),
+  # written back by the sentence-transformers export.
+  include_prompt: bool = True
   ignored: tuple = ()  # Source tensors that are not model weights (optimizer slots, step).
   # What the source computes that bertjax does not (a sentence-transformers pooling such as
   # mean_sqrt_len, a Dense module), said as a sentence: embed warns of it, an export refuses it

@@ -7,7 +7,9 @@ model.safetensors, the tokenizer files) plus the modules sentence-transformers r
                                     Dense layers for a head, Normalize
   sentence_bert_config.json         max_seq_length (longer texts are truncated), do_lower_case
   config_sentence_transformers.json prompts, similarity function
-  1_Pooling/config.json             mean of the last layer over real tokens, or its [CLS] row
+  1_Pooling/config.json             mean of the last layer over real tokens, or its [CLS] row,
+                                    a prompt's tokens included (a source with prompts that
+                                    its Pooling leaves out, include_prompt false, is refused)
   2_Dense/, 3_Dense/                a sequence-level head: BERT's pooler (dense + tanh) where
                                     the head reads it, then the classifier (identity activation),
                                     so that encode() returns the head's logits
@@ -71,7 +73,7 @@ def embedding_pooling(result: bundle_lib.Bundle) -> str:
   return 'mean'
 
 
-def _pooling_config(dimension: int, mode: str) -> dict:
+def _pooling_config(dimension: int, mode: str, include_prompt: bool = True) -> dict:
   """Every key sentence-transformers 3.x-5.x write (6.x reads them as its `pooling_mode`)."""
   return {'word_embedding_dimension': dimension,
           'pooling_mode_cls_token': mode == 'cls',
@@ -80,7 +82,9 @@ def _pooling_config(dimension: int, mode: str) -> dict:
           'pooling_mode_mean_sqrt_len_tokens': False,
           'pooling_mode_weightedmean_tokens': False,
           'pooling_mode_lasttoken': False,
-          'include_prompt': True}
+          # The source's: a prompt it has and leaves out of the pooling is refused (bertjax
+          # pools it); a prompt passed to encode() of the export is pooled as the source's was.
+          'include_prompt': include_prompt}
 
 
 def _json(value) -> str:
@@ -100,13 +104,24 @@ def _write_dense(folder: str, kernel_DxC, bias_C, activation: str):
       metadata={'format': 'pt'}))
 
 
+def _check_computed(result: bundle_lib.Bundle):
+  """Refuses a source that computes what bertjax does not (Bundle.not_computed: a Pooling that
+  leaves its prompts out, a Dense), as the export command does: written as bertjax computes it,
+  it would embed otherwise."""
+  if result.not_computed:
+    raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
+                     f'{result.not_computed}, so its export would give other embeddings.')
+
+
 def write_modules(result: bundle_lib.Bundle, output_dir):
   """The sentence-transformers files beside a transformers export of `result`'s encoder."""
+  _check_computed(result)
   output_dir = str(output_dir)
   mode = embedding_pooling(result)
   modules = [('Transformer', ''), ('Pooling', '1_Pooling')]
   files.write_atomically(files.join(output_dir, '1_Pooling', 'config.json'),
-                         _json(_pooling_config(result.config['hidden_size'], mode)))
+                         _json(_pooling_config(result.config['hidden_size'], mode,
+                                               result.include_prompt)))
   if _head_as_dense(result.kind):
     if mode == 'cls':  # The head reads BERT's pooler, which sentence-transformers' cls lacks.
       path = f'{len(modules)}_Dense'
@@ -141,6 +156,7 @@ def write_modules(result: bundle_lib.Bundle, output_dir):
 def save(result: bundle_lib.Bundle, output_dir):
   """Writes a sentence-transformers folder (a local folder or a URL): the encoder's
   transformers files and the modules after it (a head as Dense layers)."""
+  _check_computed(result)  # Before any file is written.
   bundle_lib.check_holds(result, 'sentence_transformers')
   bundle_lib.check_tokenizer(result, 'sentence_transformers')
   # Its tokenizer is a sentence-embedding model's whatever the kind (embedding=True: see
@@ -200,10 +216,17 @@ def _steps(beside) -> list[tuple[str, str]]:
   return [(str(m.get('type', '')).rsplit('.', 1)[-1], m.get('path', '')) for m in modules]
 
 
+def _first_pooling(beside, steps) -> dict | None:
+  """The config.json of the first Pooling module ({} where its folder has none), or None
+  without one."""
+  pooling = [path for kind, path in steps if kind == 'Pooling']
+  return (beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else None
+
+
 def _mode_of(beside, steps) -> str:
   """The raw pooling mode of the first Pooling module ('' when there is none)."""
-  pooling = [path for kind, path in steps if kind == 'Pooling']
-  return _pooling_mode(beside(*pooling[0].split('/'), 'config.json') or {}) if pooling else ''
+  config = _first_pooling(beside, steps)
+  return '' if config is None else _pooling_mode(config)
 
 
 def pooling_of(directory) -> str | None:
@@ -247,7 +270,8 @@ def read_modules(result: bundle_lib.Bundle, root=None):
   as Dense layers. A folder without modules.json that has 1_Pooling/ (bertjax's transformers
   export before it wrote modules.json) is read as SentenceTransformer builds it: Transformer +
   Pooling. A plain transformers folder is left as it is; a 1.x Transformer module folder is
-  refused (its pooling is its parent's)."""
+  refused (its pooling is its parent's). What bertjax does not compute (a pooling mode, prompts
+  left out of the pooling, a Dense) is said in not_computed."""
   root = result.source if root is None else root
   beside = _json_files(root)
   steps = _steps(beside)
@@ -278,6 +302,7 @@ def read_modules(result: bundle_lib.Bundle, root=None):
     logging.warning('%s pools by %s, which bertjax does not compute: read as mean pooling '
                     '(its embeddings differ from SentenceTransformer\'s)', root, mode)
   result.pooling = _POOLINGS.get(mode, 'mean')
+  _note_prompt_left_out(result, root, _first_pooling(beside, steps) or {})
   denses = [path for kind, path in steps if kind == 'Dense']
   meta = beside('bertjax_export.json')
   if denses and meta is not None and meta.get('kind') in kinds.KINDS and _head_as_dense(
@@ -285,6 +310,28 @@ def read_modules(result: bundle_lib.Bundle, root=None):
     _read_head(result, meta, files.join(root, *denses[-1].split('/')))
     return
   _note_modules_not_run(result, root, steps, beside)
+
+
+def _note_prompt_left_out(result: bundle_lib.Bundle, root, pooling_config: dict):
+  """Says (not_computed, and a warning) that the Pooling module leaves a prompt's tokens out
+  (include_prompt false: SentenceTransformer masks the prompt's tokens, [CLS] included, out of
+  the pooling) where the model has a prompt to prepend: bertjax pools them with the text. An
+  empty prompt is none (SentenceTransformer masks nothing), and so is a model without prompts."""
+  # Pooling(**config)'s default, read as it is; kept by the sentence-transformers export.
+  result.include_prompt = bool(pooling_config.get('include_prompt', True))
+  if result.include_prompt:
+    return
+  default = result.prompts.get(result.default_prompt_name, '')
+  named = [name for name, prompt in result.prompts.items() if prompt]
+  if not named:
+    return
+  why = (f'its Pooling leaves the prompt out (include_prompt false) but bertjax pools its '
+         f'default prompt {default!r} with the text' if default else
+         f'its Pooling leaves a prompt out (include_prompt false) but bertjax would pool one '
+         f'of its prompts ({", ".join(map(repr, named))}) with the text')
+  result.not_computed = '; '.join(filter(None, [result.not_computed, why]))
+  logging.warning('%s: %s, so its embeddings of prompted text differ from '
+                  'SentenceTransformer\'s and its exports are refused', root, why)
 
 
 def _note_modules_not_run(result: bundle_lib.Bundle, root, steps, beside):
