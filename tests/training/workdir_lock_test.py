@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from bertjax import paths
 from bertjax.training import workdir_lock
 
 HOLD = ('import sys, time; from bertjax.training import workdir_lock\n'
@@ -86,7 +87,8 @@ def test_a_model_folder_or_one_inside_it_is_refused_before_anything_is_written(t
   read the model as a run without checkpoints."""
   hf, tf1, saved = tmp_path / 'hf', tmp_path / 'tf1', tmp_path / 'sm'
   for folder, names in ((hf, ('config.json', 'model.safetensors')),
-                        (tf1, ('bert_config.json', 'vocab.txt')), (saved, ('saved_model.pb',))):
+                        (tf1, ('bert_config.json', 'vocab.txt', 'bert_model.ckpt.index')),
+                        (saved, ('saved_model.pb',))):
     folder.mkdir()
     for name in names:
       (folder / name).write_text('{"model_type": "bert"}')
@@ -101,6 +103,17 @@ def test_a_model_folder_or_one_inside_it_is_refused_before_anything_is_written(t
       with workdir_lock.locked(str(workdir)):
         pass
   assert _tree(tmp_path) == before
+
+
+def test_a_bert_config_json_alone_is_no_checkpoint(tmp_path):
+  """A user's copy of bert_config.json in their own folder (no variables) made every run and
+  output there refused as "in an original TF1 checkpoint"."""
+  (tmp_path / 'bert_config.json').write_text('{"hidden_size": 768}')
+  with workdir_lock.locked(str(tmp_path / 'run')):
+    pass
+  assert paths.model_folder(str(tmp_path)) is None
+  (tmp_path / 'bert_model.ckpt.index').write_bytes(b'')
+  assert paths.model_folder(str(tmp_path)) == (str(tmp_path), 'an original TF1 checkpoint')
 
 
 def test_another_thread_of_this_process_is_refused_a_nested_job_is_not(tmp_path):
