@@ -199,18 +199,24 @@ def kind_of(params: dict) -> str:
   return 'encoder'
 
 
-def check_head(kind: str, labels, params: dict, source: str):
-  """The head's outputs must be what the run recorded: one per label (classification,
-  tagging), one (regression, multiple choice), two (span). `params` is flat."""
+def check_head(kind: str, labels, params: dict, source: str, run: bool = True):
+  """The head's outputs must be what the run (`run`; else the model's own config) recorded:
+  one per label (classification, tagging), one (regression, multiple choice), two (span).
+  `params` is flat."""
   table = kinds.get(kind)
   if table.outputs is None:  # No task head (an encoder, pre-training's heads).
     return
   name = f'{table.head_params[0]}kernel'
   want = table.outputs(len(labels))
   if name in params and params[name].shape[-1] != want:
-    raise ValueError(f'{source}: its {kind} head has {params[name].shape[-1]} outputs but the run '
-                     f'recorded {want} ({list(labels) if labels else kind}): the checkpoint is not '
-                     "this run's (copied in from another?); use the run that wrote it.")
+    said = f'{want} ({list(labels) if labels else kind})'
+    raise ValueError(
+        f'{source}: its {kind} head has {params[name].shape[-1]} outputs but the run recorded '
+        f'{said}: the checkpoint is not this run\'s (copied in from another?); use the run '
+        'that wrote it.' if run else
+        f'{source}: its {kind} head has {params[name].shape[-1]} outputs but its config '
+        f'describes {said}: the weights and their config do not match; restore the config '
+        'saved with these weights.')
 
 
 def relabel(bundle: 'Bundle', labels):

@@ -61,7 +61,8 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
     result.do_lower_case = do_lower_case
-  bundle_lib.check_head(result.kind, result.labels, result.params, result.source)
+  bundle_lib.check_head(result.kind, result.labels, result.params, result.source,
+                        run=result.step is not None)  # A bertjax run's checkpoint.
   bundle_lib.check_vocab(result)
   if result.ignored:
     logging.info('%s: %d tensors are not model weights and were skipped (optimizer slots, '

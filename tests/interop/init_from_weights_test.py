@@ -10,6 +10,7 @@ import torch
 from bertjax.finetune import job as finetune
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
+from bertjax.interop import sources
 
 CUT = r'could not be read \(.*\): the file is corrupt or truncated.*; download or save it again'
 
@@ -80,3 +81,16 @@ def test_a_config_bertjax_cannot_hold_names_its_file(tmp_path):
   source_checks_test.edit_json(folder / 'config.json', position_embedding_type='relative_key')
   with pytest.raises(ValueError, match=str(folder / 'config.json')):
     init_from.model_config(str(folder))
+
+
+def test_a_head_its_config_does_not_describe_is_said_of_the_folder(tmp_path):
+  """A transformers classifier whose config.json's id2label names 3 classes over a 2-output
+  head: its config and weights disagree (it was said as "the run recorded")."""
+  folder = tmp_path / 'model'
+  source_checks_test.make(folder, 'BertForSequenceClassification', num_labels=2)
+  source_checks_test.edit_json(folder / 'config.json',
+                               id2label={'0': 'a', '1': 'b', '2': 'c'},
+                               label2id={'a': 0, 'b': 1, 'c': 2})
+  with pytest.raises(ValueError, match=r"head has 2 outputs but its config describes 3 \(\['a', "
+                     r"'b', 'c'\]\): the weights and their config do not match; restore"):
+    sources.load(str(folder))
