@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 
+from absl import logging
+
 from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_sentencepiece
@@ -59,6 +61,10 @@ def _normalizer_lower_case(normalizer) -> bool | None:
   return None
 
 
+# The tokenizer.json files whose casing only they record (said once per process).
+_WARNED_CASED = set()
+
+
 def recorded_lower_case(directory, present=None) -> tuple[bool | None, str]:
   """(casing, where the folder says it): tokenizer_config.json's do_lower_case, else
   tokenizer.json's normalizer (its `lowercase`, as the tokenizers library applies it);
@@ -73,6 +79,13 @@ def recorded_lower_case(directory, present=None) -> tuple[bool | None, str]:
   if lower is None:
     return None, ''
   where = files.join(directory, 'tokenizer.json')
+  if not lower and where not in _WARNED_CASED:
+    _WARNED_CASED.add(where)
+    logging.warning('%s says cased text (normalizer lowercase false) and no tokenizer_config.json '
+                    'says do_lower_case: bertjax, the tokenizers library and transformers 4 read '
+                    'it cased, transformers 5 lower-cased (its BertTokenizer\'s default); add a '
+                    'tokenizer_config.json with "do_lower_case": false beside it for every reader '
+                    'to agree', where)
   return lower, f'{where}\'s normalizer: lowercase {json.dumps(lower)}'
 
 

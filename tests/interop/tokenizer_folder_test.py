@@ -5,13 +5,16 @@ them: WordPiece's longest word (tokenizer.json's max_input_chars_per_word), kept
 import json
 import shutil
 
+import log_records
 import pytest
+import source_checks_test
 import tokenizers
 import transformers
 
 from bertjax import embed
 from bertjax import inference
 from bertjax.interop import hf_checkpoint
+from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
 
@@ -110,3 +113,24 @@ def test_tokens_added_over_vocab_entries_are_refused(minilm_dir, tmp_path):
     hf_checkpoint.read(folder)
   with pytest.raises(ValueError, match='keeps 1 added tokens whole'):
     init_from.vocab_file(str(folder))
+
+
+def test_casing_only_tokenizer_json_records_is_read_so_and_said(tmp_path, monkeypatch):
+  """No tokenizer_config.json, tokenizer.json's normalizer cased: transformers 5 lower-cases
+  (its BertTokenizer's default), the file and the tokenizers library do not: bertjax reads it
+  as the file says, and says once how to make every reader agree."""
+  said = log_records.recorded_warnings(monkeypatch, hf_tokenizer_files)
+  folder = tmp_path / 'model'
+  source_checks_test.make(folder, tokenizer={'do_lower_case': False, 'strip_accents': False},
+                          vocab=source_checks_test.CASED_VOCAB)
+  (folder / 'tokenizer_config.json').unlink()
+  text = 'The weather'
+  file_tokens = tokenizers.Tokenizer.from_file(str(folder / 'tokenizer.json')).encode(text).tokens
+  assert 'The' in file_tokens
+  assert 'The' not in transformers.AutoTokenizer.from_pretrained(str(folder)).tokenize(text)
+  bundle = hf_checkpoint.read(folder)
+  assert not bundle.do_lower_case and 'The' in inference.tokenizer(bundle, '').tokenize(text)
+  sources.load(str(folder))
+  warned = [line for line in said if 'says cased text' in line]
+  assert len(warned) == 1 and 'add a tokenizer_config.json with "do_lower_case": false' in (
+      warned[0])
