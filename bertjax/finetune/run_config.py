@@ -34,15 +34,16 @@ def check_casing(config, init_path: str):
   do_lower_case, else tokenizer.json's normalizer) is fine-tuned with that casing: the other
   would feed its weights text it never saw tokenized that way. A folder that records none
   takes config.data.do_lower_case (checked against its vocab by the tokenizer)."""
-  if not init_path or not init_from.is_transformers_dir(init_path):
+  model = init_from.transformers_model_dir(init_path) if init_path else ''
+  if not model:
     return
-  settings = hf_tokenizer_files.json_beside(init_path, 'sentence_bert_config.json')
+  settings = hf_tokenizer_files.json_beside(model, 'sentence_bert_config.json')
   if settings.get('do_lower_case'):  # sentence-transformers lower-cases before its tokenizer.
     raise ValueError(f'init_from={init_path} lower-cases its text before its cased tokenizer '
                      "(sentence_bert_config.json's do_lower_case), which fine-tuning's readers "
                      'do not do: its weights would see capitals they never saw; fine-tune a '
                      'model without that setting.')
-  theirs, where = hf_tokenizer_files.recorded_lower_case(init_path)
+  theirs, where = hf_tokenizer_files.recorded_lower_case(model)
   if theirs is not None and theirs != bool(config.data.do_lower_case):
     raise ValueError(f'init_from={init_path} was trained on '
                      f'{"lower-cased" if theirs else "cased"} text ({where}) but '

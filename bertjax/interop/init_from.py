@@ -101,6 +101,20 @@ def is_transformers_dir(path) -> bool:
   return files.exists(files.join(path, 'config.json')) and not paths.is_run(path)
 
 
+def transformers_model_dir(path) -> str:
+  """The folder holding the transformers model at `path`: `path` itself, or for a
+  sentence-transformers 1.x folder (modules.json puts the model in 0_Transformer/) that module
+  folder (its pooling stays the root's: pooling()); '' for any other source."""
+  from bertjax.interop import sentence_transformers  # pylint: disable=g-import-not-at-top
+  path = os.fspath(path)
+  if is_transformers_dir(path):
+    return path
+  if paths.is_run(path) or tf1_checkpoint.find(path) is not None:
+    return ''
+  inner = sentence_transformers.transformer_folder(path)
+  return files.join(path, *inner.split('/')) if inner else ''
+
+
 def check_exists(path, missing: str):
   """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
   URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
@@ -139,12 +153,12 @@ def model_config(init_from: str) -> dict:
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     config_file = files.join(tf1[0], tf1_checkpoint.CONFIG_FILE)
     cfg = tf1_checkpoint.config_from_tf1(tf1_checkpoint.read_config(config_file), config_file)
-  elif is_transformers_dir(path):
-    config_file = files.join(path, 'config.json')
+  elif model := transformers_model_dir(path):
+    config_file = files.join(model, 'config.json')
     cfg = hf_names.config_from_hf(hf_checkpoint.read_config(config_file), config_file)
     # Its weights, before the data is read and the model built (where a folder without them,
     # or with a file cut short, was found at the restore, leaving a checkpoints/ folder).
-    hf_checkpoint.check_weights(path)
+    hf_checkpoint.check_weights(model)
   else:
     cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
@@ -266,12 +280,12 @@ def vocab_file(init_from: str) -> str | None:
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     # The importer's own rule, so fine-tuning reads the tokenizer that export and predict read.
     return tf1_checkpoint.vocab_beside(tf1[0]) or None
-  if is_transformers_dir(path):
+  if model := transformers_model_dir(path):
     # Its vocab.txt, else a SentencePiece model (ALBERT, T5: the tokenizers read it by its
     # content, vocab_files.for_model), else tokenizer.json's WordPiece vocab (transformers 5.x
     # saves no vocab.txt), as hf_checkpoint reads it for export and predict; a tokenizer
     # bertjax's would not reproduce (its settings, tokens added past the vocab) is refused.
-    return hf_tokenizer_files.checked_vocab(path) or None
+    return hf_tokenizer_files.checked_vocab(model) or None
   folder = run_folder(path)
   run = run_config(path)
   if folder is not None and files.isfile(files.join(folder, RUN_VOCAB)):
@@ -292,8 +306,8 @@ def word_limit(init_from: str) -> int:
   dir's tokenizer.json's max_input_chars_per_word, a fine-tuning run's recorded one, else the
   original BERT's 200 (what TF1 checkpoints and pre-training runs tokenize with)."""
   path = os.fspath(init_from)
-  if tf1_checkpoint.find(path) is None and is_transformers_dir(path):
-    return hf_tokenizer_files.word_limit(path)
+  if model := transformers_model_dir(path):
+    return hf_tokenizer_files.word_limit(model)
   return recorded_word_limit(run_config(path) or {})
 
 
@@ -309,9 +323,9 @@ def pooling(init_from: str) -> str | None:
   """'mean' or 'cls' when `init_from` is a sentence-transformers dir that says so (its Pooling
   module, in the layout of any release: sentence_transformers.pooling_of)."""
   from bertjax.interop import sentence_transformers  # pylint: disable=g-import-not-at-top
-  if not init_from or not is_transformers_dir(init_from):
+  if not init_from or not transformers_model_dir(init_from):
     return None
-  return sentence_transformers.pooling_of(init_from)
+  return sentence_transformers.pooling_of(init_from)  # The root's, in a 1.x layout too.
 
 
 def read_params(path, with_heads: bool = True):
@@ -331,8 +345,8 @@ def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
                  len(tf1.ignored))
     params = tf1.params if with_heads else tf1.encoder_params()
     return traverse_util.unflatten_dict(params, sep='/'), os.fspath(tf1.source)
-  if is_transformers_dir(path):
-    _, params, report = hf_checkpoint.load(path, with_heads=with_heads)
+  if model := transformers_model_dir(path):
+    _, params, report = hf_checkpoint.load(model, with_heads=with_heads)
     logging.info('init_from %s (transformers): %s', path, report.summary())
     return (params if with_heads else {'bert': params}), os.fspath(path)
   read = checkpoint_reader.read(path)

@@ -234,6 +234,7 @@ def pooling_of(directory) -> str | None:
   its Pooling config), as fine-tuning's heads read it; None without a Pooling module;
   ValueError for a mode the heads lack (max pooling: embed computes it, the heads do not)."""
   beside = _json_files(directory)
+  _check_not_a_module(directory, beside.present)  # A 1.x module folder: its parent pools.
   mode = _mode_of(beside, _steps(beside))
   if mode and _POOLINGS.get(mode) not in heads.POOLINGS:
     raise ValueError(f'{directory} pools by {mode}, which bertjax\'s fine-tuning heads do not '

@@ -5,6 +5,7 @@ tiny local models): pooling in either config layout, do_lower_case, the 1.x layo
 import json
 import pathlib
 
+import finetune_runs
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import ml_collections
 import numpy as np
@@ -14,7 +15,9 @@ import source_checks_test
 
 from bertjax import embed
 from bertjax import export
+from bertjax.finetune import job as finetune
 from bertjax.finetune import run_config
+from bertjax.interop import init_from
 from configs import embed as embed_config
 
 # Capitals the cased vocab splits otherwise than their lower case ('The' is one token, 'the'
@@ -158,3 +161,22 @@ def test_the_summary_says_the_vectors_lack_the_dense(tmp_path, capsys):
   last = capsys.readouterr().out.splitlines()[-1]
   assert ("dimension 32 (not SentenceTransformer's vectors: it runs Dense after pooling" in last
           and "where SentenceTransformer's are 8-dimensional" in last), last
+
+
+def test_a_1x_layout_is_fine_tuned_from_its_root_with_its_pooling(tmp_path):
+  """init_from= the root of a 1.x layout was refused (no checkpoints), and its module folder
+  taken with [CLS] pooling where the root pools by mean."""
+  root = st_folder(tmp_path / 'st', LEGACY_MEAN, model_path='0_Transformer', normalize=True)
+  inner = root / '0_Transformer'
+  assert init_from.model_config(str(root)) == init_from.model_config(str(inner))
+  assert init_from.vocab_file(str(root)) == str(inner / 'vocab.txt')
+  assert init_from.pooling(str(root)) == 'mean'
+  with pytest.raises(ValueError, match=f'Transformer module of .*: pass {root}\\.$'):
+    init_from.pooling(str(inner))
+  config = finetune_runs.tiny_config(finetune_runs.write_sst2(tmp_path / 'sst2'),
+                                     num_train_steps=1)
+  config.init_from, config.model_from_init, config.data.do_lower_case = str(root), True, False
+  finetune.train_and_evaluate(config, str(tmp_path / 'run'))
+  run = json.loads((tmp_path / 'run' / 'config.json').read_text())
+  assert run['pooling'] == 'mean' and run['model']['hidden_size'] == 32
+  assert run['init_from_read'] == str(root)
