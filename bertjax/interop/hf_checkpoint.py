@@ -21,11 +21,9 @@ written through bertjax.files (the weights as bytes: safetensors and torch read 
 
 import dataclasses
 import functools
-import io
 import json
 import os
 import re
-import zipfile
 
 from flax import traverse_util
 import flax.linen as nn
@@ -37,6 +35,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_names
 from bertjax.interop import hf_sentencepiece
 from bertjax.interop import hf_tokenizer_files
+from bertjax.interop import hf_weights
 from bertjax.interop import layouts
 from bertjax.model import encoder
 from bertjax.model import heads
@@ -61,125 +60,6 @@ class ImportReport:
     if self.unused:
       lines.append(f'not used ({len(self.unused)}): ' + ', '.join(self.unused))
     return '\n'.join(lines)
-
-
-# transformers' names for a checkpoint saved whole, and for one split into shards (save_pretrained's
-# max_shard_size) whose index maps each tensor to its shard file.
-SAFETENSORS_FILE = 'model.safetensors'
-BIN_FILE = 'pytorch_model.bin'
-_INDEX_SUFFIX = '.index.json'
-
-
-def _read_safetensors(safetensors_file: str) -> dict:
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
-  try:  # A local file is mapped, not read whole.
-    return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
-  except Exception as e:  # safetensors raises its own error types for truncated files.
-    raise ValueError(f'{safetensors_file} could not be read ({e}): the file is corrupt or '
-                     'truncated; download or save it again.') from e
-
-
-def _read_bin(bin_file: str) -> dict:
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
-                      '`pip install torch`, or convert it to model.safetensors.') from e
-  try:
-    state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
-                       weights_only=True)
-  except Exception as e:  # pylint: disable=broad-except  # Zip and pickle errors of a cut file.
-    raise ValueError(f'{bin_file} could not be read ({str(e).splitlines()[0]}): the file is '
-                     'corrupt or truncated (or holds more than tensors); download or save it '
-                     'again.') from None
-  if not isinstance(state, dict) or not all(hasattr(v, 'numpy') for v in state.values()):
-    raise ValueError(f'{bin_file} holds a {type(state).__name__}, not the tensors by name that '
-                     'save_pretrained writes: point at a transformers BERT directory.')
-  return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
-
-
-def _shards(index_file: str) -> tuple[dict, list]:
-  """(weight_map, shard files) of a sharded checkpoint's index, every shard checked present."""
-  try:
-    weight_map = json.loads(files.read_text(index_file))['weight_map']
-  except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f'{index_file} is not a transformers shard index (JSON with a weight_map): '
-                     'download or save the checkpoint again.') from e
-  directory = files.parent(index_file)
-  shard_files = [files.join(directory, shard) for shard in sorted(set(weight_map.values()))]
-  for shard_file in shard_files:
-    if not files.exists(shard_file):
-      raise FileNotFoundError(f'{shard_file}, a shard {index_file} lists, is missing: download '
-                              'or save the checkpoint again.')
-  return weight_map, shard_files
-
-
-def _read_shards(index_file: str, read_one) -> dict:
-  """The tensors of a sharded checkpoint: each shard its index's weight_map names, read once."""
-  weight_map, shard_files = _shards(index_file)
-  state = {}
-  for shard_file in shard_files:
-    state.update(read_one(shard_file))
-  missing = sorted(set(weight_map) - set(state))
-  if missing:
-    raise ValueError(f'{index_file} lists {len(missing)} tensors its shards lack, e.g. '
-                     f'{missing[:3]}: the checkpoint is incomplete; download or save it again.')
-  return state
-
-
-def _safetensors_whole(path: str) -> bool:
-  """Whether a local safetensors file is as long as its header says (a download cut short is
-  not), read from its header alone."""
-  with open(path, 'rb') as f:  # local: the header of a file on this machine.
-    head = f.read(8)
-    length = int.from_bytes(head, 'little') if len(head) == 8 else -1
-    try:
-      header = json.loads(f.read(length)) if 0 < length < 100_000_000 else None
-    except ValueError:
-      return False
-  if not isinstance(header, dict):
-    return False
-  ends = [v['data_offsets'][1] for k, v in header.items()
-          if k != '__metadata__' and isinstance(v, dict) and 'data_offsets' in v]
-  return os.path.getsize(path) == 8 + length + max(ends, default=0)  # local: as above
-
-
-def check_weights(directory):
-  """Refuses a transformers folder whose weights cannot be read, before any work: none there
-  (a Flax-only folder), a shard its index lists missing, or a local model.safetensors or
-  pytorch_model.bin cut short (their headers and zip directory say), in the words the readers
-  use."""
-  directory = os.fspath(directory)
-  for name in (SAFETENSORS_FILE, BIN_FILE):
-    whole = files.join(directory, name)
-    if files.exists(whole):
-      if files.is_remote(whole):
-        return  # Read whole when it is loaded; a cut file is said then.
-      whole_file = (_safetensors_whole(whole) if name == SAFETENSORS_FILE
-                    else zipfile.is_zipfile(whole))
-      if not whole_file:
-        raise ValueError(f'{whole} could not be read (shorter than its header says, or not a '
-                         'whole zip archive): the file is corrupt or truncated; download or save '
-                         'it again.')
-      return
-    if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
-      _shards(index)
-      return
-  _read_state_dict(directory)  # Raises: neither file.
-
-
-def _read_state_dict(directory: str) -> tuple[dict, str]:
-  """(tensors by BertModel's names (hf_names.strip_prefix), the file read: the index if
-  sharded)."""
-  for name, read_one in ((SAFETENSORS_FILE, _read_safetensors), (BIN_FILE, _read_bin)):
-    if files.exists(whole := files.join(directory, name)):
-      return hf_names.strip_prefix(read_one(whole)), whole
-    if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
-      return hf_names.strip_prefix(_read_shards(index, read_one)), index
-  raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin '
-                          '(whole or sharded with an .index.json): point at a transformers BERT '
-                          'directory (save_pretrained output).')
 
 
 def load(directory, *, with_heads=True, vocab_file=None, rng=None, **config_overrides):
@@ -251,7 +131,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
     raise FileNotFoundError(f'{config_file} not found: {directory} is not a transformers BERT '
                             'directory (expected config.json + model.safetensors).')
   cfg = hf_names.config_from_hf(read_config(config_file), config_file, **config_overrides)
-  state, weights_file = _read_state_dict(directory)
+  state, weights_file = hf_weights.read_state_dict(directory)
   _check_encoder_present(state, hf_names.names(cfg), weights_file)
   hf_tokenizer_files.check_tokenizer_settings(directory)
   extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
@@ -392,7 +272,7 @@ def read(directory) -> bundle_lib.Bundle:
                             'directory (expected config.json + model.safetensors).')
   hf_config = read_config(config_file)
   config = hf_names.config_from_hf(hf_config, config_file).to_dict()
-  state, weights_file = _read_state_dict(directory)
+  state, weights_file = hf_weights.read_state_dict(directory)
   _check_tied_decoder(state)
   if 'cls.predictions.bias' not in state and 'cls.predictions.decoder.bias' in state:
     state['cls.predictions.bias'] = state['cls.predictions.decoder.bias']

@@ -24,6 +24,7 @@ from bertjax import paths
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import hf_tokenizer_files
+from bertjax.interop import hf_weights
 from bertjax.interop import tf1_checkpoint
 from bertjax.text import tokenizer
 from bertjax.text import vocab_files
@@ -158,7 +159,7 @@ def model_config(init_from: str) -> dict:
     cfg = hf_names.config_from_hf(hf_checkpoint.read_config(config_file), config_file)
     # Its weights, before the data is read and the model built (where a folder without them,
     # or with a file cut short, was found at the restore, leaving a checkpoints/ folder).
-    hf_checkpoint.check_weights(model)
+    hf_weights.check_weights(model)
   else:
     cfg = newest_meta(path)['model']
   return {k: cfg[k] for k in ARCHITECTURE_FIELDS}
