@@ -44,6 +44,7 @@ from bertjax import job_lines
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
+from bertjax.interop import export_folder
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
@@ -157,7 +158,7 @@ class Embedder:
     as SentenceTransformer reads one), and so does the prompt prepended (a sentence-transformers
     model's default_prompt_name). Quiet; verbose=True shows what was imported."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
-    init_from.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
+    export_folder.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
                            '(config.json, model.safetensors, vocab.txt), a bertjax run or a TF1 '
                            'checkpoint.')
     with console.library_lines_held(verbose, quiet=True):

@@ -438,3 +438,14 @@ def staged_folder(path):
   with tempfile.TemporaryDirectory(prefix='bertjax_upload_') as temp:
     yield temp
     copy_tree(temp, path)
+
+
+def folders_up(path, levels: int | None = None) -> list[str]:
+  """`path` and the folders above it (at most `levels` of them): a URL's stop at its bucket."""
+  found = [os.fspath(path)]
+  while levels is None or len(found) <= levels:
+    up = parent(found[-1]) or ('' if is_remote(path) else '.')  # 'run' is in '.'.
+    if not up or up == found[-1] or (is_remote(path) and '://' not in up):
+      break
+    found.append(up)
+  return found

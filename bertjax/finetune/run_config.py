@@ -129,7 +129,7 @@ def resolve_model(config, init_path: str, run: dict | None = None,
       init_from.check_same_vocab(init_path, vocab_file, 'config.data.vocab_file')
   if not vocab_file:
     if init_path:
-      unrecorded = next((f for f in init_from.folders_up(init_path, 2)
+      unrecorded = next((f for f in files.folders_up(init_path, 2)
                          if files.isdir(files.join(f, 'checkpoints'))
                          and not files.exists(files.join(f, 'config.json'))), None)
       if unrecorded is not None:  # A run's checkpoints without the run's record of itself.

@@ -20,7 +20,6 @@ from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax import processes
-from bertjax.interop import init_from
 from bertjax.training import run_files
 
 # Written last into every export: the files it wrote. --overwrite replaces a folder only when it
@@ -44,7 +43,7 @@ def _inside(path: str, folder: str) -> bool:
 
 def _run_around(path: str) -> str | None:
   """The bertjax run folder `path` (normalised) is or is inside, if any."""
-  for folder in init_from.folders_up(path):
+  for folder in files.folders_up(path):
     if paths.is_run(folder):
       return folder
   return None
@@ -338,3 +337,33 @@ def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
     _write_remote(output, fmt, source, write_into, overwrite)
   else:
     _write_local(output, fmt, source, write_into, overwrite)
+
+
+def check_exists(path, missing: str):
+  """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
+  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
+  An export cut short is refused (check_complete)."""
+  path = os.fspath(path)
+  if not (files.exists(path) or files.exists(f'{path}.index')):
+    files.check_exists(path, missing)
+  check_complete(path)
+
+
+def check_complete(path):
+  """Refuses an export whose upload was cut short (its manifest,
+  still says in progress): its folder may hold two exports' files mixed, which would load
+  without an error. `path`: the folder, or a TF1 prefix in it."""
+  path = os.fspath(path)
+  folder = path if files.isdir(path) else files.parent(path) or '.'  # A TF1 prefix: its folder.
+  try:
+    manifest = json.loads(files.read_text(files.join(folder, MANIFEST)))
+  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
+    return  # No manifest (not an export), or one that says nothing readable: nothing to refuse.
+  if not isinstance(manifest, dict) or not manifest.get('in_progress'):
+    return
+  rerun = 'rerun the export that writes it, with --overwrite'
+  if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
+    rerun += (f': python -m bertjax.export --from={manifest["source"]} '
+              f'--format={manifest["format"]} --output={folder} --overwrite')
+  raise ValueError(f'{folder} is an export cut short (its {MANIFEST} says in '
+                   f'progress: its files may be two exports\' mixed): {rerun}.')

@@ -21,6 +21,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax import paths
+from bertjax.interop import export_folder
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import hf_tokenizer_files
@@ -116,41 +117,12 @@ def transformers_model_dir(path) -> str:
   return files.join(path, *inner.split('/')) if inner else ''
 
 
-def check_exists(path, missing: str):
-  """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
-  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
-  An export cut short is refused (check_complete)."""
-  path = os.fspath(path)
-  if not (files.exists(path) or files.exists(f'{path}.index')):
-    files.check_exists(path, missing)
-  check_complete(path)
-
-
-def check_complete(path):
-  """Refuses an export whose upload was cut short (its manifest, run_files.EXPORT_MANIFEST,
-  still says in progress): its folder may hold two exports' files mixed, which would load
-  without an error. `path`: the folder, or a TF1 prefix in it."""
-  path = os.fspath(path)
-  folder = path if files.isdir(path) else files.parent(path) or '.'  # A TF1 prefix: its folder.
-  try:
-    manifest = json.loads(files.read_text(files.join(folder, run_files.EXPORT_MANIFEST)))
-  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
-    return  # No manifest (not an export), or one that says nothing readable: nothing to refuse.
-  if not isinstance(manifest, dict) or not manifest.get('in_progress'):
-    return
-  rerun = 'rerun the export that writes it, with --overwrite'
-  if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
-    rerun += (f': python -m bertjax.export --from={manifest["source"]} '
-              f'--format={manifest["format"]} --output={folder} --overwrite')
-  raise ValueError(f'{folder} is an export cut short (its {run_files.EXPORT_MANIFEST} says in '
-                   f'progress: its files may be two exports\' mixed): {rerun}.')
-
-
 def model_config(init_from: str) -> dict:
   """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
   path = os.fspath(init_from)
-  check_exists(path, f'init_from={init_from} does not exist: pass a transformers BERT dir, an '
-               'original TF checkpoint or a bertjax workdir / checkpoint.')
+  export_folder.check_exists(path, f'init_from={init_from} does not exist: pass a transformers '
+                             'BERT dir, an original TF checkpoint or a bertjax workdir / '
+                             'checkpoint.')
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     config_file = files.join(tf1[0], tf1_checkpoint.CONFIG_FILE)
     cfg = tf1_checkpoint.config_from_tf1(tf1_checkpoint.read_config(config_file), config_file)
@@ -189,22 +161,11 @@ def newest_meta(path) -> dict:
                    'config: set config.model (a size) to load it.')
 
 
-def folders_up(path, levels: int | None = None) -> list[str]:
-  """`path` and the folders above it (at most `levels` of them): a URL's stop at its bucket."""
-  found = [os.fspath(path)]
-  while levels is None or len(found) <= levels:
-    up = files.parent(found[-1]) or ('' if files.is_remote(path) else '.')  # 'run' is in '.'.
-    if not up or up == found[-1] or (files.is_remote(path) and '://' not in up):
-      break
-    found.append(up)
-  return found
-
-
 def run_folder(path):
   """The workdir of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step), or
   None. A str (a local path or a URL) comes back for a str; a caller that passes a Path object
   gets one back, to compare with its own."""
-  for folder in folders_up(path, 2):
+  for folder in files.folders_up(path, 2):
     if paths.is_run(folder):
       return folder if isinstance(path, str) else type(path)(folder)
   return None
@@ -338,7 +299,7 @@ def read_params(path, with_heads: bool = True):
 def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
   """read_params' parameters, and what was read: the TF1 prefix, the transformers dir, or the
   bertjax checkpoint step's folder (the newest readable one where `path` names none)."""
-  check_complete(path)
+  export_folder.check_complete(path)
   if tf1_checkpoint.find(path) is not None:
     tf1 = tf1_checkpoint.load(path)
     logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; skipped %d that are not '

@@ -16,6 +16,7 @@ from absl import logging
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import export_folder
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import sentence_transformers
@@ -29,9 +30,9 @@ from bertjax.training import kinds
 def format_of(path) -> str:
   """'tf1', 'hf', 'st_layout' (a sentence-transformers 1.x folder: its model in a module
   folder) or 'bertjax' for a location that exists and is not an export cut short
-  (init_from.check_exists); errors say what was expected."""
+  (export_folder.check_exists); errors say what was expected."""
   path = os.fspath(path)
-  init_from.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
+  export_folder.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
                          'a transformers BERT directory or an original TF checkpoint.')
   if tf1_checkpoint.find(path) is not None:
     return 'tf1'
@@ -49,7 +50,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
   vocab_file / do_lower_case override what the source says; bert_config_file: a TF1
   checkpoint's config kept apart from it (the original extract_features' flags)."""
   if bert_config_file:
-    init_from.check_complete(path)  # format_of's check, which this TF1 reader skips.
+    export_folder.check_complete(path)  # format_of's check, which this TF1 reader skips.
     result = tf1_checkpoint.load(path, config_file=bert_config_file)
   else:
     path = checkpoint_reader.step_path(path, step)
