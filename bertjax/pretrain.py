@@ -278,22 +278,17 @@ def _check_init_from_function(config, path: str):
                      'compute what they were trained to.')
 
 
-def _resumes(workdir: str) -> bool:
-  """Whether a run in `workdir` resumes from its own checkpoints (init_from is not loaded)."""
-  return bool(_resumed_at(workdir))
-
-
 def _resumed_at(workdir: str) -> int:
   """The newest checkpoint's step a run in `workdir` resumes from (0: none, a new run)."""
   return max(checkpoint_reader.steps(files.join(workdir, 'checkpoints')), default=0) if (
       paths.is_run(workdir)) else 0
 
 
-def _say_init_from_on_a_resume(path: str, workdir: str, config):
-  """Warns that init_from is not read by a run that resumes from its own checkpoints (another
-  one than the run began from, or another step of it: fine-tuning says the same); else checks
-  what it will load (`path`: init_from.configured)."""
-  if not _resumes(workdir):
+def _say_init_from_on_a_resume(path: str, workdir: str, config, resumed_at: int):
+  """Warns that init_from is not read by a run that resumes from its own checkpoints (at step
+  `resumed_at`: _resumed_at; another one than the run began from, or another step of it:
+  fine-tuning says the same); else checks what it will load (`path`: init_from.configured)."""
+  if not resumed_at:
     if path:
       _check_init_from_function(config, path)
     return
@@ -331,8 +326,8 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   take_data_vocab(config, phase2=0 < (ranking.phase2_start(
       config.num_train_steps, config.phase2.fraction) or 0) <= finished)
   vocab = vocab_file(config)
-  path = init_from.configured(config, loads_weights=not _resumes(workdir))
-  _say_init_from_on_a_resume(path, workdir, config)
+  path = init_from.configured(config, loads_weights=not finished)
+  _say_init_from_on_a_resume(path, workdir, config, finished)
   _check_and_record_vocab(config, path, vocab)
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).

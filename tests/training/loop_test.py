@@ -18,6 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import safetensors
+from safetensors import numpy as st_numpy
 
 from bertjax import pretrain as pretrain_job
 from bertjax import pretrain_eval
@@ -734,6 +735,12 @@ def test_several_processes_compile_the_first_step_then_meet_before_it_runs(monke
   assert len(compiles) == before + 1, compiles  # The step's first call reused that compile.
 
 
+def say_init_from(path: str, workdir: str, config):
+  """pretrain's init_from check or warning, at the step the run in `workdir` resumes from."""
+  pretrain_job._say_init_from_on_a_resume(  # pylint: disable=protected-access
+      path, workdir, config, pretrain_job._resumed_at(workdir))  # pylint: disable=protected-access
+
+
 def test_init_from_weights_of_another_function_are_refused(tmp_path):
   """Pass T: continued pre-training from a transformers model with hidden_act relu (or another
   layer_norm_eps) loaded (the shapes fit) and trained on under gelu / 1e-12, without a word."""
@@ -746,14 +753,15 @@ def test_init_from_weights_of_another_function_are_refused(tmp_path):
         'intermediate_size': model.mlp_dim, 'hidden_act': 'relu', 'layer_norm_eps': 1e-7,
         'max_position_embeddings': model.max_position_embeddings, 'type_vocab_size': 2}
   (source / 'config.json').write_text(json.dumps(hf))
+  st_numpy.save_file({'unread': np.zeros(1, np.float32)}, str(source / 'model.safetensors'))
   with pytest.raises(ValueError, match=re.escape(
       f"init_from={source} was trained with model.hidden_act='relu' (this run: 'gelu'), "
       "model.layer_norm_eps=1e-07 (this run: 1e-12): set --config.model.hidden_act=relu "
       '--config.model.layer_norm_eps=1e-07 so that')):
-    pretrain_job._say_init_from_on_a_resume(str(source), str(tmp_path / 'run'), config)  # pylint: disable=protected-access
+    say_init_from(str(source), str(tmp_path / 'run'), config)
   hf.update(hidden_act='gelu', layer_norm_eps=1e-12)
   (source / 'config.json').write_text(json.dumps(hf))
-  pretrain_job._say_init_from_on_a_resume(str(source), str(tmp_path / 'run'), config)  # pylint: disable=protected-access
+  say_init_from(str(source), str(tmp_path / 'run'), config)
 
 
 def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
@@ -763,22 +771,22 @@ def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
   (run / 'checkpoints').mkdir(parents=True)
   (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'init_from': ''}))
   config = pretrain.get_config('size=tiny')
-  pretrain_job._say_init_from_on_a_resume('', str(run), config)  # pylint: disable=protected-access
+  say_init_from('', str(run), config)
   assert caplog.messages == []  # No checkpoint yet: init_from is what the run starts from.
   (run / 'checkpoints' / '4').mkdir()
-  pretrain_job._say_init_from_on_a_resume('', str(run), config)  # pylint: disable=protected-access
+  say_init_from('', str(run), config)
   assert caplog.messages == []  # As the run began.
   config.init_from = '/models/other'
-  pretrain_job._say_init_from_on_a_resume('/models/other', str(run), config)  # pylint: disable=protected-access
+  say_init_from('/models/other', str(run), config)
   assert caplog.messages == [f'init_from=/models/other is not loaded: {run} resumes from its own '
                              'checkpoint (the run began from random weights); to start from '
                              'those weights, pre-train in another --workdir']
   caplog.clear()  # Another step of the run it began from is not loaded either.
   (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'init_from': '/models/other'}))
-  pretrain_job._say_init_from_on_a_resume('/models/other', str(run), config)  # pylint: disable=protected-access
+  say_init_from('/models/other', str(run), config)
   assert caplog.messages == []
   config.init_from_step = 'best'
-  pretrain_job._say_init_from_on_a_resume('/models/other/checkpoints/8', str(run), config)  # pylint: disable=protected-access
+  say_init_from('/models/other/checkpoints/8', str(run), config)
   assert caplog.messages == [f'init_from=/models/other (step best) is not loaded: {run} resumes '
                              'from its own checkpoint (the run began from /models/other); to '
                              'start from those weights, pre-train in another --workdir']
