@@ -95,6 +95,16 @@ def _safetensors_whole(path: str) -> bool:
   return os.path.getsize(path) == 8 + length + max(ends, default=0)  # local: as above
 
 
+def _bin_whole(path: str) -> bool:
+  """Whether a local pytorch_model.bin may be whole: a zip archive whose directory (at its end)
+  reads, or a pickle of torch before 1.6 (the original BERT ports: read by torch.load too; its
+  end is not marked, so a cut one is said when it is read)."""
+  if zipfile.is_zipfile(path):
+    return True
+  with open(path, 'rb') as f:  # local: the first byte of a file on this machine.
+    return f.read(1) == b'\x80'  # A pickle's protocol mark (a zip, cut or not, starts PK).
+
+
 def check_weights(directory):
   """Refuses a transformers folder whose weights cannot be read, before any work: none there
   (a Flax-only folder), a shard its index lists missing, or a local model.safetensors or
@@ -107,7 +117,7 @@ def check_weights(directory):
       if files.is_remote(whole):
         return  # Read whole when it is loaded; a cut file is said then.
       whole_file = (_safetensors_whole(whole) if name == SAFETENSORS_FILE
-                    else zipfile.is_zipfile(whole))
+                    else _bin_whole(whole))
       if not whole_file:
         raise ValueError(f'{whole} could not be read (shorter than its header says, or not a '
                          'whole zip archive): the file is corrupt or truncated; download or save '

@@ -94,3 +94,14 @@ def test_a_head_its_config_does_not_describe_is_said_of_the_folder(tmp_path):
   with pytest.raises(ValueError, match=r"head has 2 outputs but its config describes 3 \(\['a', "
                      r"'b', 'c'\]\): the weights and their config do not match; restore"):
     sources.load(str(folder))
+
+
+def test_a_bin_saved_by_torch_before_1_6_is_read(tmp_path):
+  """The original BERT ports' pytorch_model.bin is a plain pickle, not a zip: torch.load reads
+  it, and so must the check before any work."""
+  folder = tmp_path / 'model'
+  model = source_checks_test.make(folder)
+  (folder / 'model.safetensors').unlink()
+  torch.save(model.state_dict(), folder / 'pytorch_model.bin', _use_new_zipfile_serialization=False)
+  init_from.model_config(str(folder))
+  assert hf_checkpoint.read(folder).params
