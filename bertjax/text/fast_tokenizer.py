@@ -17,6 +17,7 @@ Control and format characters in those blocks are deleted in-graph before FastBe
 the original deletes them. TensorFlow is imported only when a FastTokenizer is built.
 """
 
+import functools
 import gc
 import os
 import re
@@ -95,6 +96,14 @@ def import_tf():
   except RuntimeError:  # TF was initialised already; its devices can no longer be changed.
     pass
   return tf, tf_text
+
+
+@functools.cache
+def word_break_class() -> str:
+  """RE2 class of the characters at which the original's basic tokenizer ends a word
+  (whitespace, punctuation, CJK ideographs): the words WordPiece's length limit counts."""
+  return _re2_class(cp for cp in range(0x110000)
+                    if not 0xD800 <= cp <= 0xDFFF and tokenizer.ends_a_word(chr(cp)))
 
 
 def drop_pattern() -> str:

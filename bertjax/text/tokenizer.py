@@ -217,6 +217,13 @@ def _is_punctuation(char):
   return unicodedata.category(char).startswith('P')
 
 
+def ends_a_word(char) -> bool:
+  """Whether the basic tokenizer ends a word at `char` (whitespace, punctuation, a CJK
+  ideograph: the words WordPiece's length limit counts)."""
+  return (char.isspace() or _is_whitespace(char) or _is_punctuation(char)
+          or _is_chinese_char(ord(char)))
+
+
 def _is_chinese_char(cp):
   # The CJK Unified Ideographs blocks only; Hangul, kana etc. are written with spaces already.
   return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF

@@ -102,9 +102,10 @@ QUESTIONS = ['Who speaks?', 'Where does he speak of his lord?']
 TAGGED = ['The king speaks , and all listen .', 'Fair is foul',
           'The\u00a0king \u200b speaks\x00 of\u3000his lo\u00adrd\x1dtoday']
 # Accents, punctuation, CJK, controls: bertjax's fast path or the reference tokenizer's lines;
-# words past and at MiniLM's 100-character limit ([UNK], pieces).
+# words past and at MiniLM's 100-character limit ([UNK], pieces), in two-byte scripts too.
 TOKENIZER_TEXTS = ['Héllo, WORLD! naïve café’s déjà-vu: 3.14', '東京は晴れ。',
-                   'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120, 'ab' * 50]
+                   'tab\there\u200bzero-width', 'ÀÉÎÕÜ ñ ß ﬁ', 'a' * 120, 'ab' * 50,
+                   f'{"привет" * 16}пр, {"привет" * 17}.', 'Ελλάδα' * 17]
 
 
 def sst2_sentences(data) -> list[str]:
@@ -248,7 +249,7 @@ def test_saved_model_tokenizer_is_bertjax_fast_path(minilm, served):
     np.testing.assert_allclose(seq[row][mask[row] == 1], ours[row][mask[row] == 1], atol=1e-4)
   # The first three take the fast path (a real check); ß and ﬁ are routed (FastBertTokenizer
   # folds them to ss and fi, the original does not): the SavedModel cannot route them.
-  assert not routed[:3].any() and routed[3]
+  assert not routed[:3].any() and routed[3] and not routed[4:].any()
 
 
 
