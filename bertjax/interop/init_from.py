@@ -99,22 +99,25 @@ def began_from(config, run) -> bool:
 
 
 def is_transformers_dir(path) -> bool:
-  # A bertjax workdir holds a config.json too (the run's config), next to checkpoints/.
-  return files.exists(files.join(path, 'config.json')) and not paths.is_run(path)
+  """Whether `path` is a transformers model's own folder: its config.json, and neither a
+  bertjax run (whose config.json sits beside checkpoints/), a TF1 checkpoint nor the root of a
+  sentence-transformers 1.x folder (transformers_model_dir says which is which)."""
+  return bool(path) and transformers_model_dir(path) == os.fspath(path)
 
 
 def transformers_model_dir(path) -> str:
   """The folder holding the transformers model at `path`: `path` itself, or for a
-  sentence-transformers 1.x folder (modules.json puts the model in 0_Transformer/) that module
-  folder (its pooling stays the root's: pooling()); '' for any other source."""
+  sentence-transformers 1.x folder (modules.json puts the model in 0_Transformer/, its root
+  config.json only the library's version) that module folder (its pooling stays the root's:
+  pooling()); '' for another source. The one order every reader tells sources apart by:
+  a run, then TF1, then a 1.x layout, then a transformers folder."""
   from bertjax.interop import sentence_transformers  # pylint: disable=g-import-not-at-top
   path = os.fspath(path)
-  if is_transformers_dir(path):
-    return path
-  if paths.is_run(path) or tf1_checkpoint.find(path) is not None:
+  if not path or paths.is_run(path) or tf1_checkpoint.find(path) is not None:
     return ''
-  inner = sentence_transformers.transformer_folder(path)
-  return files.join(path, *inner.split('/')) if inner else ''
+  if inner := sentence_transformers.transformer_folder(path):
+    return files.join(path, *inner.split('/'))
+  return path if files.exists(files.join(path, 'config.json')) else ''
 
 
 def model_config(init_from: str) -> dict:
@@ -265,20 +268,28 @@ def vocab_file(init_from: str) -> str | None:
 
 def word_limit(init_from: str) -> int:
   """WordPiece's longest word (longer: [UNK]) for the model at `init_from`: a transformers
-  dir's tokenizer.json's max_input_chars_per_word, a fine-tuning run's recorded one, else the
-  original BERT's 200 (what TF1 checkpoints and pre-training runs tokenize with)."""
+  dir's tokenizer.json's max_input_chars_per_word, what a TF1 export or a fine-tuning run
+  recorded of its source, else the original BERT's 200 (TF1 checkpoints, pre-training runs)."""
   path = os.fspath(init_from)
+  if (tf1 := tf1_checkpoint.find(path)) is not None:
+    return tf1_checkpoint.word_limit(tf1[0])
   if model := transformers_model_dir(path):
     return hf_tokenizer_files.word_limit(model)
-  return recorded_word_limit(run_config(path) or {})
+  return recorded_word_limit(run_config(path) or {},
+                             files.join(run_folder(path) or path, 'config.json'))
 
 
-def recorded_word_limit(run: dict) -> int:
-  """The longest word a run's config.json records its tokenizer read (fine-tuning records its
-  source's); 200, the original BERT's, for runs that record none."""
+def recorded_word_limit(run: dict, where: str = "the run's config.json") -> int:
+  """The longest word a run's config.json (`where`) records its tokenizer read (fine-tuning
+  records its source's); 200, the original BERT's, for runs that record none."""
   recorded = (run.get('data') or {}).get('max_chars_per_word')
-  ok = isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0
-  return recorded if ok else tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
+  if recorded is None:
+    return tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
+  if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 1:
+    raise ValueError(f'{where} records data.max_chars_per_word {json.dumps(recorded)}, not a '
+                     'positive whole number: it was edited; restore the config.json the run '
+                     'wrote.')
+  return recorded
 
 
 def pooling(init_from: str) -> str | None:

@@ -32,15 +32,13 @@ def format_of(path) -> str:
   folder) or 'bertjax' for a location that exists and is not an export cut short
   (export_folder.check_exists); errors say what was expected."""
   path = os.fspath(path)
-  export_folder.check_exists(path, f'{path} does not exist: pass a bertjax workdir or checkpoint, '
-                         'a transformers BERT directory or an original TF checkpoint.')
+  export_folder.check_exists(path, f'{path} does not exist: pass a bertjax workdir or '
+                             'checkpoint, a transformers BERT directory or an original TF '
+                             'checkpoint.')
   if tf1_checkpoint.find(path) is not None:
     return 'tf1'
-  if init_from.is_transformers_dir(path):
-    return 'hf'
-  if sentence_transformers.transformer_folder(path):
-    return 'st_layout'
-  return 'bertjax'
+  model = init_from.transformers_model_dir(path)  # The one order (it says which).
+  return 'bertjax' if not model else ('hf' if model == path else 'st_layout')
 
 
 def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=None,
@@ -153,4 +151,5 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
       do_lower_case=bool(data.get('do_lower_case', True)), labels=labels,
       pooling=pooling if pooling in ('cls', 'mean') else 'cls',
       max_seq_length=int(data.get('max_seq_length', 128)),
-      max_chars_per_word=init_from.recorded_word_limit(run), source=step, step=read.step)
+      max_chars_per_word=init_from.recorded_word_limit(run, f'{step}\'s run config.json'),
+      source=step, step=read.step)

@@ -46,6 +46,8 @@ def st_folder(directory: pathlib.Path, pooling_config: dict, *, lower: bool = Fa
                           tokenizer={'do_lower_case': False})
   write_json(model / 'sentence_bert_config.json', {'max_seq_length': 32, 'do_lower_case': lower})
   write_json(directory / '1_Pooling' / 'config.json', pooling_config)
+  if model_path:  # sentence-transformers 1.x writes its version as the root's config.json.
+    write_json(directory / 'config.json', {'__version__': '1.2.1'})
   entries = [(TRANSFORMER, model_path), (POOLING, '1_Pooling')]
   write_json(directory / 'modules.json', modules(*entries, *(
       [(NORMALIZE, '2_Normalize')] if normalize else [])))
