@@ -316,20 +316,16 @@ def read_modules(result: bundle_lib.Bundle, root=None):
 def _note_prompt_left_out(result: bundle_lib.Bundle, root, pooling_config: dict):
   """Says (not_computed, and a warning) that the Pooling module leaves a prompt's tokens out
   (include_prompt false: SentenceTransformer masks the prompt's tokens, [CLS] included, out of
-  the pooling) where the model has a prompt to prepend: bertjax pools them with the text. An
-  empty prompt is none (SentenceTransformer masks nothing), and so is a model without prompts."""
-  # Pooling(**config)'s default, read as it is; kept by the sentence-transformers export.
+  the pooling) where bertjax prepends one, its default prompt: bertjax pools them with the
+  text. Another prompt is never prepended by bertjax (its exports keep include_prompt for
+  SentenceTransformer's encode(prompt_name=...)); an empty one masks nothing."""
+  # Pooling(**config)'s default, read as it is; kept by the exports.
   result.include_prompt = bool(pooling_config.get('include_prompt', True))
-  if result.include_prompt:
-    return
   default = result.prompts.get(result.default_prompt_name, '')
-  named = [name for name, prompt in result.prompts.items() if prompt]
-  if not named:
+  if result.include_prompt or not default:
     return
   why = (f'its Pooling leaves the prompt out (include_prompt false) but bertjax pools its '
-         f'default prompt {default!r} with the text' if default else
-         f'its Pooling leaves a prompt out (include_prompt false) but bertjax would pool one '
-         f'of its prompts ({", ".join(map(repr, named))}) with the text')
+         f'default prompt {default!r} with the text')
   result.not_computed = '; '.join(filter(None, [result.not_computed, why]))
   logging.warning('%s: %s, so its embeddings of prompted text differ from '
                   'SentenceTransformer\'s and its exports are refused', root, why)

@@ -31,6 +31,7 @@ from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import layouts
+from bertjax.text import tokenizer
 from bertjax.training import kinds
 
 CONFIG_FILE = 'bert_config.json'
@@ -259,6 +260,22 @@ def _read_export_meta(folder: str, result: bundle_lib.Bundle):
     result.prompts = dict(meta.get('prompts') or {})
     result.default_prompt_name = meta.get('default_prompt_name') or ''
     result.similarity_fn_name = meta.get('similarity_fn_name') or result.similarity_fn_name
+    result.include_prompt = bool(meta.get('include_prompt', True))
+  result.max_chars_per_word = word_limit(folder)
+
+
+def word_limit(folder: str) -> int:
+  """WordPiece's longest word for a TF1 checkpoint in `folder`: what bertjax's export recorded
+  of its source (bertjax_export.json), else the original's 200."""
+  meta_file = files.join(folder, 'bertjax_export.json')
+  limit = (json.loads(files.read_text(meta_file)).get('max_chars_per_word')
+           if files.isfile(meta_file) else None)
+  if limit is None:
+    return tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD
+  if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+    raise ValueError(f'{meta_file} records max_chars_per_word {json.dumps(limit)}, not a '
+                     'positive whole number: it was edited; restore the file the export wrote.')
+  return limit
 
 
 def _check_shapes(params: dict, config: dict, prefix: str, table: dict):

@@ -72,15 +72,19 @@ def test_a_default_prompt_pooled_with_the_text_embeds_as_sentence_transformers(m
   np.testing.assert_allclose(embedder.encode(TEXTS), encode_st(folder), atol=1e-5)
 
 
-def test_prompts_left_out_without_a_default_are_said_and_refused(minilm_dir, tmp_path):
-  """No default prompt: encode() prepends none, so the vectors are SentenceTransformer's, but a
-  text after 'query: ' is pooled otherwise, and an export would lose that."""
+def test_prompts_left_out_without_a_default_are_read_and_kept(minilm_dir, tmp_path):
+  """No default prompt: bertjax prepends none, so its vectors are SentenceTransformer's; the
+  exports keep include_prompt false, so encode(prompt_name=...) of an export pools as the
+  source's does (a TF1 export and its transformers export read back)."""
   folder = minilm_with(minilm_dir, tmp_path / 'st', include_prompt=False, prompts=PROMPTS)
   embedder = embed.Embedder.from_pretrained(folder)
-  assert embedder.not_computed == ("its Pooling leaves a prompt out (include_prompt false) but "
-                                   "bertjax would pool one of its prompts ('query') with the text")
+  assert embedder.not_computed == ''
   np.testing.assert_allclose(embedder.encode(TEXTS), encode_st(folder), atol=1e-5)
-  check_refused(folder, tmp_path)
+  tf1 = export.export(folder, 'tf1', tmp_path / 'tf1')
+  out = export.export(tf1, 'sentence_transformers', tmp_path / 'out')
+  assert json.loads((out / '1_Pooling' / 'config.json').read_text())['include_prompt'] is False
+  np.testing.assert_allclose(encode_st(out, prompt_name='query'),
+                             encode_st(folder, prompt_name='query'), atol=1e-5)
 
 
 def test_include_prompt_false_without_a_prompt_changes_nothing(minilm_dir, tmp_path):

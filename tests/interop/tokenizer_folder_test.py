@@ -12,6 +12,7 @@ import tokenizers
 import transformers
 
 from bertjax import embed
+from bertjax import export
 from bertjax import inference
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_tokenizer_files
@@ -97,7 +98,6 @@ def test_tokens_added_over_vocab_entries_are_refused(minilm_dir, tmp_path):
   transformers keeps it whole; bertjax's WordPiece would split it (< e ##1 >)."""
   folder = tmp_path / 'model'
   shutil.copytree(minilm_dir, folder)
-  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
   vocab = (folder / 'vocab.txt').read_text().splitlines()
   assert vocab[1] == '[unused0]'
   vocab[1] = '<e1>'
@@ -134,3 +134,27 @@ def test_casing_only_tokenizer_json_records_is_read_so_and_said(tmp_path, monkey
   warned = [line for line in said if 'says cased text' in line]
   assert len(warned) == 1 and 'add a tokenizer_config.json with "do_lower_case": false' in (
       warned[0])
+
+
+def test_a_tf1_export_keeps_the_word_limit(minilm_dir, tmp_path, monkeypatch):
+  """bertjax_export.json carries it (google-research/bert's scripts read 200: said), and a TF1
+  checkpoint with a transformers config.json beside it is read as TF1 by every reader."""
+  said = log_records.recorded_warnings(monkeypatch, export)
+  out = export.export(minilm_dir, 'tf1', tmp_path / 'tf1')
+  assert any('reads a word of over 100 characters as [UNK]; google-research/bert' in line
+             for line in said)
+  assert sources.load(str(out)).max_chars_per_word == 100
+  assert init_from.word_limit(str(out)) == 100
+  shutil.copy(minilm_dir / 'config.json', out / 'config.json')  # Converted in place.
+  assert sources.format_of(str(out)) == 'tf1' and not init_from.is_transformers_dir(str(out))
+  assert init_from.word_limit(str(out)) == 100
+
+
+def test_an_edited_recorded_limit_is_refused(tmp_path):
+  run = tmp_path / 'run'
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text(json.dumps({'job': 'finetune',
+                                               'data': {'max_chars_per_word': '100'}}))
+  with pytest.raises(ValueError, match=r'run/config.json records data.max_chars_per_word "100", '
+                     'not a positive whole number: it was edited'):
+    init_from.word_limit(str(run))
