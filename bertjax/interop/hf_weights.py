@@ -108,24 +108,22 @@ def _bin_whole(path: str) -> bool:
 def check_weights(directory):
   """Refuses a transformers folder whose weights cannot be read, before any work: none there
   (a Flax-only folder), a shard its index lists missing, or a local model.safetensors or
-  pytorch_model.bin cut short (their headers and zip directory say), in the words the readers
-  use."""
+  pytorch_model.bin (or shard) cut short (their headers and zip directory say), in the words
+  the readers use."""
   directory = os.fspath(directory)
-  for name in (SAFETENSORS_FILE, BIN_FILE):
-    whole = files.join(directory, name)
-    if files.exists(whole):
-      if files.is_remote(whole):
-        return  # Read whole when it is loaded; a cut file is said then.
-      whole_file = (_safetensors_whole(whole) if name == SAFETENSORS_FILE
-                    else _bin_whole(whole))
-      if not whole_file:
-        raise ValueError(f'{whole} could not be read (shorter than its header says, or not a '
+  for name, whole_file in ((SAFETENSORS_FILE, _safetensors_whole), (BIN_FILE, _bin_whole)):
+    if files.exists(whole := files.join(directory, name)):
+      weights = [whole]
+    elif files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
+      weights = _shards(index)[1]
+    else:
+      continue
+    for path in weights:
+      if not files.is_remote(path) and not whole_file(path):  # A URL's: said when it is read.
+        raise ValueError(f'{path} could not be read (shorter than its header says, or not a '
                          'whole zip archive): the file is corrupt or truncated; download or save '
                          'it again.')
-      return
-    if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
-      _shards(index)
-      return
+    return
   read_state_dict(directory)  # Raises: neither file.
 
 

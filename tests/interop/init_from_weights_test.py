@@ -105,3 +105,15 @@ def test_a_bin_saved_by_torch_before_1_6_is_read(tmp_path):
   torch.save(model.state_dict(), folder / 'pytorch_model.bin', _use_new_zipfile_serialization=False)
   init_from.model_config(str(folder))
   assert hf_checkpoint.read(folder).params
+
+
+def test_a_shard_cut_short_is_refused_at_the_start(tmp_path):
+  folder = tmp_path / 'model'
+  model = source_checks_test.make(folder)
+  (folder / 'model.safetensors').unlink()
+  model.save_pretrained(str(folder), max_shard_size='20KB')
+  shards = sorted(folder.glob('model-*.safetensors'))
+  assert len(shards) > 1
+  cut(shards[-1])
+  with pytest.raises(ValueError, match=f'{shards[-1]} {CUT}'):
+    init_from.model_config(str(folder))
