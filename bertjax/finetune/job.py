@@ -208,7 +208,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
     with cfg.unlocked():  # config.json records the step read ('latest' and 'best' move).
       cfg.init_from_read = report['read']
     logging.info('init_from %s: loaded %d encoder tensors; fresh (task head): %s; its encoder '
-                 "tensors not used: %s (its heads are not read: the run trains its own)",
+                 "tensors not used: %s (any heads it has are not read: the run trains its own)",
                  s.init_path, len(report['loaded']), report['fresh'], report['unused'] or 'none')
     return params
 

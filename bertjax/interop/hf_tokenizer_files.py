@@ -207,7 +207,9 @@ def check_added_tokens(directory, entries: int, rows: int, present=None):
     raise ValueError(f'{directory}\'s tokenizer keeps {len(within)} added tokens whole in any text '
                      f'({", ".join(f"{t!r} (id {i})" for i, t in within[:3])}), which bertjax\'s '
                      'WordPiece tokenizer would split into pieces: its ids would differ wherever '
-                     'a text holds them; it cannot import this model.')
+                     'a text holds them. bertjax cannot hold such tokens; where your texts never '
+                     'hold them, remove them from added_tokens in tokenizer.json (and '
+                     'added_tokens.json): every tokenizer then reads them as bertjax does.')
 
 
 def checked_vocab(directory, rows: int | None = None, present=None) -> str:

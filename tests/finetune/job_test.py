@@ -22,6 +22,7 @@ import pytest
 from safetensors import numpy as st_numpy
 
 from bertjax import console
+from bertjax import predict
 from bertjax import pretrain as pretrain_job
 from bertjax.finetune import batches
 from bertjax.finetune import job as finetune
@@ -264,9 +265,12 @@ def test_init_from_transformers_loads_the_encoder_and_reports_the_head(
   # the run tokenizes so, records it, and its readers and exports tokenize so too.
   assert json.loads((tmp_path / 'config.json').read_text())['data']['max_chars_per_word'] == 100
   assert sources.load(str(tmp_path)).max_chars_per_word == 100
+  assert predict.Predictor.from_workdir(tmp_path).tokenizer.max_input_chars_per_word == 100
+  config.init_from = ''  # A resume (or its eval or predict) reads the run's record.
+  assert job_setup.setup(config, str(tmp_path)).tokenizer.max_input_chars_per_word == 100
   # The source's heads are said as not read, never as "unused: none" beside its own report.
   loaded, = [line for line in said if 'encoder tensors' in line]
-  assert 'its encoder tensors not used: none (its heads are not read' in loaded
+  assert 'its encoder tensors not used: none (any heads it has are not read' in loaded
 
 
 def test_size_that_does_not_fit_the_checkpoint(minilm_dir, sst2_dir, tmp_path):
