@@ -106,14 +106,15 @@ class _Inputs:
         vocab=list(vocab), suffix_indicator='##',
         # A word within the model's limit in characters is within this in bytes; a longer one
         # is made [UNK] by clean() (its limit counts bytes, the original's characters).
-        max_bytes_per_word=4 * result.max_chars_per_word,
+        max_bytes_per_word=min(4 * result.max_chars_per_word, 2**31 - 1),
         token_out_type=tf.int64, unknown_token='[UNK]',
         lower_case_nfd_strip_accents=result.do_lower_case)
     self.drop_pattern = fast_tokenizer.drop_pattern()
-    # A word past the limit in characters becomes one past the byte limit: [UNK], as the
-    # original reads it, in any script.
+    # A word past the limit in characters becomes one character WordPiece cannot cover (a
+    # private-use one outside the vocab): [UNK], as the original reads it, in any script.
     self.tf_text, self.max_chars = tf_text, result.max_chars_per_word
     self.word_break = fast_tokenizer.word_break_class()
+    self.too_long = next(chr(cp) for cp in range(0xE000, 0xF900) if chr(cp) not in vocab)
     self.cls, self.sep, self.unk = vocab['[CLS]'], vocab['[SEP]'], vocab['[UNK]']
 
   def clean(self, texts):
@@ -124,9 +125,8 @@ class _Inputs:
     # Words and the characters between them (kept: joined back, the text is unchanged).
     parts = self.tf_text.regex_split(texts, self.word_break, self.word_break)
     long = tf.strings.length(parts.flat_values, unit='UTF8_CHAR') > self.max_chars
-    too_long = tf.constant('x' * (4 * self.max_chars + 1))
     return tf.strings.reduce_join(parts.with_flat_values(
-        tf.where(long, too_long, parts.flat_values)), axis=-1)
+        tf.where(long, tf.constant(self.too_long), parts.flat_values)), axis=-1)
 
   def _keep(self, pieces, lengths):
     tf = self.tf

@@ -2,6 +2,7 @@
 them: WordPiece's longest word (tokenizer.json's max_input_chars_per_word), kept by every reader
 (embed, predict and extract_features of the folder, fine-tuning from it) and by the exports."""
 
+import dataclasses
 import json
 import shutil
 
@@ -158,3 +159,21 @@ def test_an_edited_recorded_limit_is_refused(tmp_path):
   with pytest.raises(ValueError, match=r'run/config.json records data.max_chars_per_word "100", '
                      'not a positive whole number: it was edited'):
     init_from.word_limit(str(run))
+
+
+@pytest.mark.parametrize('limit', [100, 200, 10**9])
+def test_the_saved_models_graph_reads_long_words_as_bertjax(minilm_dir, limit):
+  """The SavedModel's in-graph WordPiece counts a word's characters as the original does (its
+  own limit counts bytes): at and past the limit in one- and two-byte scripts, beside
+  punctuation and CJK, and a limit no word reaches."""
+  from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
+  from bertjax.text import fast_tokenizer  # pylint: disable=g-import-not-at-top
+  tf, tf_text = fast_tokenizer.import_tf()
+  bundle = dataclasses.replace(sources.load(str(minilm_dir)), max_chars_per_word=limit)
+  texts = ['a' * 100, 'a' * 101, f'x {"a" * 150}.{"b" * 5} y', 'привет' * 17,
+           'привет' * 16 + 'пр', 'the café is 東京' + 'q' * 101 + '東', 'q' * 99 + 'é z', '',
+           'a \ue000 b']
+  graph = saved_model._Inputs(tf, tf_text, bundle, 128)  # pylint: disable=protected-access
+  got = graph.tokenize(graph.clean(tf.constant(texts))).to_list()
+  assert got == [inference.tokenizer(bundle, '').encode(t) for t in texts]
+  assert (100 in got[1]) == (limit == 100)
