@@ -70,8 +70,7 @@ def default_checkpoint() -> pathlib.Path:  # local: an installed package's folde
 def load_tokenizer(checkpoint_dir):
   """The tokenizer saved beside a transformers checkpoint (its vocab, casing and settings, read
   and checked as every reader of the folder does: interop/hf_tokenizer_files)."""
-  checkpoint_dir = os.fspath(checkpoint_dir)
-  vocab_file = hf_tokenizer_files.checked_vocab(checkpoint_dir)
+  vocab_file = hf_tokenizer_files.checked_vocab(checkpoint_dir)  # Each takes a path or str.
   return vocab_files.for_model(
       vocab_file, hf_tokenizer_files.do_lower_case_of(checkpoint_dir, vocab_file=vocab_file),
       max_chars_per_word=hf_tokenizer_files.word_limit(checkpoint_dir))
@@ -158,9 +157,9 @@ class Embedder:
     as SentenceTransformer reads one), and so does the prompt prepended (a sentence-transformers
     model's default_prompt_name). Quiet; verbose=True shows what was imported."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
-    export_folder.check_exists(source, f'{source} does not exist: pass a transformers BERT folder '
-                           '(config.json, model.safetensors, vocab.txt), a bertjax run or a TF1 '
-                           'checkpoint.')
+    export_folder.check_exists(source, f'{source} does not exist: pass a transformers BERT '
+                               'folder (config.json, model.safetensors, vocab.txt), a bertjax '
+                               'run or a TF1 checkpoint.')
     with console.library_lines_held(verbose, quiet=True):
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.

@@ -147,12 +147,6 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
        'similarity_fn_name': result.similarity_fn_name, 'include_prompt': result.include_prompt,
        'max_chars_per_word': result.max_chars_per_word},
       indent=2) + '\n')
-  if result.max_chars_per_word != tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD and (
-      not result.is_sentencepiece()):
-    logging.warning('%s reads a word of over %d characters as [UNK]; google-research/bert\'s '
-                    'tokenization.py reads up to %d: a longer word tokenizes otherwise there '
-                    '(bertjax reads this export as its source)', result.source,
-                    result.max_chars_per_word, tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD)
 
 
 # The command's flags that export() and export_formats() take as keywords (keywords.named).

@@ -402,13 +402,11 @@ def model_folder(folder: str) -> tuple[str, str] | None:
       continue
     def inside(*names, c=candidate):
       return files.join(c, *names)
-    if files.isfile(inside('config.json')) and any(
-        files.exists(inside(n)) for n in ('model.safetensors', 'pytorch_model.bin',
-                                          'model.safetensors.index.json',
-                                          'pytorch_model.bin.index.json')):
+    if files.isfile(inside('config.json')) and any(  # Its weights, whole or sharded.
+        files.exists(inside(n + end)) for n in ('model.safetensors', 'pytorch_model.bin')
+        for end in ('', '.index.json')):
       return candidate, 'a transformers model'
-    # A bert_config.json alone (a user's copy beside their files) is no checkpoint: its
-    # variables' index is.
+    # A bert_config.json alone (a user's copy) is no checkpoint: its variables' index is.
     if files.isfile(inside('bert_config.json')) and files.glob(inside('*.index')):
       return candidate, 'an original TF1 checkpoint'
     if files.isfile(inside('saved_model.pb')):

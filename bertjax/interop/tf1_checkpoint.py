@@ -307,6 +307,12 @@ def save(result: bundle_lib.Bundle, output_dir):
                      f"google-research/bert's modeling.py fixes it at {_TF1_LAYER_NORM_EPS} and "
                      f'{CONFIG_FILE} has no field for it, so --format=tf1 cannot hold this '
                      'model; use --format=hf.')
+  if result.max_chars_per_word != tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD and (
+      not result.is_sentencepiece()):  # What its importer reads back (bertjax_export.json).
+    logging.warning('%s reads a word of over %d characters as [UNK]; google-research/bert\'s '
+                    'tokenization.py reads up to %d: a longer word tokenizes otherwise there',
+                    result.source, result.max_chars_per_word,
+                    tokenizer.DEFAULT_MAX_INPUT_CHARS_PER_WORD)
   if result.config['hidden_act'] == 'gelu_tanh':
     logging.warning("%s: hidden_act gelu_new (the tanh GELU) is written as it is: transformers' "
                     "converter and bertjax read it, but google-research/bert's modeling.py "

@@ -19,6 +19,7 @@ from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
+from bertjax.interop import tf1_checkpoint
 
 # MiniLM's tokenizer.json sets 100: a 150-character run (a hash, a long token) is one [UNK]
 # there; the original BERT's 200 would split it into pieces.
@@ -140,7 +141,7 @@ def test_casing_only_tokenizer_json_records_is_read_so_and_said(tmp_path, monkey
 def test_a_tf1_export_keeps_the_word_limit(minilm_dir, tmp_path, monkeypatch):
   """bertjax_export.json carries it (google-research/bert's scripts read 200: said), and a TF1
   checkpoint with a transformers config.json beside it is read as TF1 by every reader."""
-  said = log_records.recorded_warnings(monkeypatch, export)
+  said = log_records.recorded_warnings(monkeypatch, tf1_checkpoint)
   out = export.export(minilm_dir, 'tf1', tmp_path / 'tf1')
   assert any('reads a word of over 100 characters as [UNK]; google-research/bert' in line
              for line in said)
