@@ -201,12 +201,9 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
 
 
 def sha256(path) -> str:
-  """The hex sha256 of a file, local or a URL, read in 1 MiB blocks (vocab digests)."""
-  digest = hashlib.sha256()
+  """The hex sha256 of a file, local or a URL, read in blocks (vocab digests)."""
   with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      digest.update(block)
-  return digest.hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def read_bytes(path) -> bytes:
@@ -319,6 +316,17 @@ def size(path) -> int:
   return _ask(path, os.path.getsize, 'size')
 
 
+def version(path) -> str:
+  """What changes when the file is rewritten: locally its size and modification time, in a
+  bucket its size and generation (or ETag, ...); '' where the store tells none."""
+  if not is_remote(path):
+    return '{0.st_size}:{0.st_mtime_ns}'.format(os.stat(_local(path)))
+  info = _ask(path, None, 'info')
+  stamp = next((info[k] for k in ('generation', 'ETag', 'etag', 'mtime', 'LastModified',
+                                  'updated', 'created') if info.get(k) not in (None, '')), None)
+  return '' if stamp is None else f'{info.get("size")}:{stamp}'
+
+
 def listdir(path) -> list[str]:
   """The names (not paths) directly in a folder, sorted."""
   if not is_remote(path):
@@ -375,13 +383,8 @@ def makedirs(path):
 
 def remove(path):
   """Deletes one file (missing: nothing to do)."""
-  if not is_remote(path):
-    with contextlib.suppress(FileNotFoundError):
-      os.unlink(_local(path))
-    return
-  fs, stripped = object_store.client(path)
-  with _reaching(path), contextlib.suppress(FileNotFoundError):
-    fs.rm_file(stripped)
+  with contextlib.suppress(FileNotFoundError):
+    _ask(path, os.unlink, 'rm_file')
 
 
 def rmtree(path):

@@ -28,6 +28,7 @@ from bertjax.pretraining_data import embedded
 from bertjax.records import file_set
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
+from bertjax.training import hosts
 from bertjax.training import loop
 from bertjax.training import perf
 from bertjax.training import progress
@@ -133,13 +134,14 @@ def take_data_vocab(config, phase2: bool = False):
       config.data.vocab_file = made_with
 
 
-def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
+def check_data(config, phase: Phase, vocab_file, init_path, workdir=None) -> Phase:
   """The phase with its files resolved to FileSets, every data input checked before anything is
   compiled: its length against the position table, the file sets against their reports (eval
   files too: a mistake there would surface only at the first eval), their vocab against the
   model's (data.vocab_file, else the start-from checkpoint's) and their first record against
-  the phase's lengths, the masking and NSP; files without a report of the eval sets and of
-  phase 2 are counted (read whole) now, not as they come. The pipelines read these FileSets:
+  the phase's lengths, the masking and NSP; files without a report are counted (read whole)
+  now, not as their phase or eval comes, on every host together (hosts.fail_together), and
+  kept in `workdir` for the next start (count_cache). The pipelines read these FileSets:
   nothing is resolved or counted twice."""
   if phase.max_seq_length > config.model.max_position_embeddings:
     raise ValueError(f'max_seq_length {phase.max_seq_length} (steps {phase.first_step}..'
@@ -164,9 +166,10 @@ def check_data(config, phase: Phase, vocab_file, init_path) -> Phase:
                                  masked_lm_prob=config.data.masked_lm_prob)
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
                                       which=f'{"phase2" if phase.first_step else "data"}.{field}')
-      if phase.first_step or field == 'eval_files':  # Phase 1's are counted as it starts.
+      with hosts.fail_together():
         checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
-                                             every_host_file=field == 'eval_files')
+                                             every_host_file=field == 'eval_files',
+                                             workdir=workdir)
   _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 
@@ -332,7 +335,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
   # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
   train_state.check_config(config, mesh, vocab_entries)
-  plan = [check_data(config, phase, vocab, path) if phase.train_files is not None else phase
+  plan = [phase if phase.train_files is None else check_data(config, phase, vocab, path, workdir)
           for phase in phases(config, workdir, finished)]
   masking = masking_config(config, vocab)
   data = config.data

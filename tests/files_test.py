@@ -1,6 +1,7 @@
 """bertjax.files: one set of operations and error messages for local paths and URLs, checked on
 a local folder, fsspec's in-memory file system and a real GCS API served locally."""
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -58,6 +59,19 @@ def test_bytes_come_back_whole_whatever_they_end_with(root, end):
   with files.open(files.join(root, 'o.bin'), 'wb') as f:
     f.write(data)
   assert files.read_bytes(files.join(root, 'o.bin')) == data
+
+
+def test_a_files_version_changes_when_it_is_rewritten_even_at_the_same_size(root):
+  path = files.join(root, 'v', 'a.bin')
+  files.write_atomically(path, b'one')
+  first = files.version(path)
+  assert first and first == files.version(path)
+  time.sleep(0.01)  # Past the modification time's resolution (a local file's: nanoseconds).
+  files.write_atomically(path, b'two')
+  assert files.version(path) not in ('', first)
+  assert files.sha256(path) == hashlib.sha256(b'two').hexdigest()
+  with pytest.raises(FileNotFoundError, match='nothing.bin'):
+    files.version(files.join(root, 'v', 'nothing.bin'))
 
 
 def test_errors_name_the_path_as_given(root):

@@ -247,6 +247,43 @@ def test_files_without_a_report_of_an_eval_set_are_counted_before_training(corpu
     pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
 
 
+def test_a_restart_reads_no_file_without_a_report_whole_again(corpus, tmp_path, monkeypatch):
+  """Review of 2026-12-01: files without a report were counted at every start (minutes for a
+  large set of the original tool's shards); their counts are kept in the workdir now, phase 1's
+  counted at the start with the others'."""
+  copies = {}
+  for field in ('train_files', 'eval_files'):
+    copies[field] = tmp_path / field
+    copies[field].mkdir()
+    for shard in file_set.resolve(corpus[f'data.{field}']).files:
+      shutil.copy(shard, copies[field] / pathlib.Path(shard).name)
+  cfg = config(corpus, data__train_files=str(copies['train_files'] / '*'),
+               data__eval_files=str(copies['eval_files'] / '*'))
+  phase, = pretrain.phases(cfg, '')
+  read, original = [], record_check._read_head
+
+  def read_head(path, count):
+    if count:  # Read whole.
+      read.append(path)
+    return original(path, count)
+
+  monkeypatch.setattr(record_check, '_read_head', read_head)
+  workdir = tmp_path / 'run'
+  first = pretrain.check_data(cfg, phase, cfg.data.vocab_file, '', str(workdir))
+  every = sorted(str(p) for folder in copies.values() for p in folder.iterdir())
+  assert sorted(read) == every
+  read.clear()
+  again = pretrain.check_data(cfg, phase, cfg.data.vocab_file, '', str(workdir))
+  assert read == []
+  assert again.train_files.record_counts == first.train_files.record_counts
+  assert again.eval_files.record_counts == first.eval_files.record_counts
+  damaged = sorted(copies['train_files'].iterdir())[-1]  # Rewritten since: counted again.
+  damaged.write_bytes(damaged.read_bytes()[:-100])
+  with pytest.raises(ValueError, match=rf'^{damaged}: not a readable TFRecord file'):
+    pretrain.check_data(cfg, phase, cfg.data.vocab_file, '', str(workdir))
+  assert read == [str(damaged)]
+
+
 def test_phase_2s_files_made_otherwise_are_said_as_phase_2s(corpus):
   """Pass of 2026-12-01: phase 2's files of other masking said `set --config.data.masking=X`,
   which then refused phase 1's files; the message named no phase."""

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from bertjax.input import count_cache
 from bertjax.input import global_batch
 from bertjax.input import masking_tf
 from bertjax.input import read_order
@@ -69,11 +70,12 @@ def _host_share(files, process_index: int, process_count: int, log: bool = True)
   return files, process_count, process_index
 
 
-def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool):
+def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool, workdir=None):
   """The FileSet with the record counts of its files without a report filled in (this host's
   share, or `every_host_file` as the eval reads them), read now: a file damaged past its first
   record is found before anything trains, not as its phase or first eval comes (steps since
-  the last save lost). The pipelines then read these counts instead of counting again."""
+  the last save lost). The pipelines then read these counts instead of counting again. With a
+  `workdir`, counts are kept there (count_cache): a restart reads only new or rewritten files."""
   checked = file_set.resolved(file_pattern)
   process_index, process_count = jax.process_index(), jax.process_count()
   mine = checked.files if every_host_file else _host_share(checked.files, process_index,
@@ -81,11 +83,17 @@ def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool):
   unknown = [f for f in mine if f not in checked.record_counts]
   if not unknown:
     return checked
-  logging.info('counting the records of %d file(s) of %s without a report (before training: '
-               'a damaged one is said now)', len(unknown), checked)
-  counts = record_check.inspect_files(unknown, spec, masked=masked)
-  return dataclasses.replace(checked, record_counts=checked.record_counts | dict(
-      zip(unknown, counts, strict=True)))
+  cached, versions = count_cache.known(workdir, unknown) if workdir else ({}, {})
+  if len(cached) < len(unknown):
+    logging.info('counting the records of %d file(s) of %s without a report (before training: '
+                 'a damaged one is said now)%s', len(unknown) - len(cached), checked,
+                 f'; {len(cached)} counted before' if cached else '')
+  # The counted files' first records are checked too (one record each): the config may differ.
+  counts = dict(zip(unknown, record_check.inspect_files(unknown, spec, masked=masked,
+                                                        record_counts=cached), strict=True))
+  if workdir and len(cached) < len(unknown):
+    count_cache.keep(workdir, {f: n for f, n in counts.items() if f not in cached}, versions)
+  return dataclasses.replace(checked, record_counts=checked.record_counts | counts)
 
 
 def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq, seed,

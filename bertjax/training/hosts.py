@@ -11,6 +11,7 @@ on each host leaves every checkpoint incomplete, found only at the resume. Proce
 token into the workdir's lock (workdir_lock); each host reads it back there before any step.
 """
 
+import contextlib
 import hashlib
 import json
 
@@ -116,3 +117,37 @@ def check_same_view(workdir: str, seen: str, *, what: str = '', fix: str = ''):
 
 
 _VIEW_BYTES = 200  # Of a view named in the error.
+
+
+@contextlib.contextmanager
+def fail_together():
+  """Runs the block on every host and raises on every host when it raised on any: a ValueError
+  or OSError on one host (a damaged file in its share of the data) would otherwise stop that
+  host alone while the others wait for it in their first collective until the job times out.
+  Every host's error names the hosts that failed and the first one's message."""
+  error = None
+  try:
+    yield
+  except (ValueError, OSError) as e:
+    if jax.process_count() == 1:
+      raise
+    error = e
+  if jax.process_count() == 1:
+    return
+  said = np.zeros(1 + _ERROR_BYTES, np.uint8)  # Failed or not, then the message's first bytes.
+  if error is not None:
+    text = str(error).encode()[:_ERROR_BYTES]
+    said[0] = 1
+    said[1:1 + len(text)] = np.frombuffer(text, np.uint8)
+  rows = _gathered(said)
+  failed = [i for i, row in enumerate(rows) if row[0]]
+  if not failed:
+    return
+  if error is not None:
+    raise error
+  first = bytes(rows[failed[0]][1:]).rstrip(b'\0').decode(errors='replace')
+  raise ValueError(f'process {", ".join(map(str, failed))} of this job stopped (process '
+                   f'{failed[0]}: {first})')
+
+
+_ERROR_BYTES = 1000

@@ -42,6 +42,10 @@ def _write_fixtures(folder: pathlib.Path):
     write(folder / f'train-{j}.tfrecord', range(start, start + size))
     start += size
   write(folder / 'one-0.tfrecord', range(ONE_FILE))
+  for j, size in enumerate(SIZES[:4]):  # damaged-1, host 1's, cut in its last record.
+    write(folder / f'damaged-{j}.tfrecord', range(size))
+  cut = folder / 'damaged-1.tfrecord'
+  cut.write_bytes(cut.read_bytes()[:-10])
 
 
 def _worker(process_id: int, port: int, folder: pathlib.Path):
@@ -88,8 +92,30 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
   result['global_sum'] = int(total)
   result['global_ids'] = np.asarray(
       multihost_utils.process_allgather(arrays['input_ids'][:, 1], tiled=True)).tolist()
+  result.update(_counted_together(folder), folder=str(folder))
   (folder / f'result-{process_id}.json').write_text(json.dumps(result))
   jax.distributed.shutdown()
+
+
+def _counted_together(folder: pathlib.Path) -> dict:
+  """Each host counts its share of files without a report (as pre-training's start does), the
+  counts kept in one workdir; a file damaged in host 1's share stops both hosts."""
+  from bertjax.input import input_pipeline
+  from bertjax.input import record_check
+  from bertjax.training import hosts
+
+  spec = record_check.feature_spec(SEQ, PRED)
+
+  def counted(pattern):
+    try:
+      with hosts.fail_together():
+        checked = input_pipeline.counted(str(folder / pattern), spec, masked=True,
+                                         every_host_file=False, workdir=str(folder / 'run'))
+    except ValueError as e:
+      return str(e)
+    return sorted(checked.record_counts.values())
+
+  return {'counted': counted('train-*'), 'damaged': counted('damaged-*')}
 
 
 @pytest.fixture(scope='module')
@@ -128,6 +154,20 @@ def test_global_arrays_span_both_processes(results):
     assert r['global_shape'] == [GLOBAL_BATCH, SEQ]
     assert r['global_ids'] == first[0] + first[1]  # Process 0 holds the first rows.
     assert r['global_sum'] == sum(first[0] + first[1])
+
+
+def test_each_host_counts_its_share_into_the_workdir_and_a_damaged_file_stops_both(results):
+  assert results[0]['counted'] == sorted(SIZES[0::2])
+  assert results[1]['counted'] == sorted(SIZES[1::2])
+  said = results[1]['damaged']
+  assert 'damaged-1.tfrecord: not a readable TFRecord file (truncated record at' in said, said
+  assert results[0]['damaged'] == f'process 1 of this job stopped (process 1: {said})'
+  folder = pathlib.Path(results[0]['folder'])
+  kept = {p.name: json.loads(p.read_text()) for p in (folder / 'run').iterdir()}
+  assert sorted(kept) == ['record_counts.0.json', 'record_counts.1.json']
+  # Host 0 also counted its share of the damaged set (damaged-0 and -2); host 1 stopped at it.
+  assert sorted(kept['record_counts.0.json'].values()) == sorted(SIZES[0::2] + SIZES[0:3:2])
+  assert sorted(kept['record_counts.1.json'].values()) == sorted(SIZES[1::2])
 
 
 if __name__ == '__main__':
