@@ -9,6 +9,7 @@ its own file and reads every host's (a restart on another number of hosts shares
 differently). A damaged or edited cache file is ignored: its files are counted again.
 """
 
+import concurrent.futures
 import json
 
 import jax
@@ -39,7 +40,9 @@ def _own(workdir: str) -> str:
 
 def known(workdir: str, paths) -> tuple[dict[str, int], dict[str, str]]:
   """({path: count} of `paths` the cache holds at their current version, {path: version})."""
-  versions = {path: files.version(path) for path in paths}
+  paths = list(paths)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:  # A request each in a bucket.
+    versions = dict(zip(paths, pool.map(files.version, paths), strict=True))
   cached = {}
   for found in files.glob(files.join(workdir, f'{_PREFIX}.*.json')):
     cached |= _entries(found)
