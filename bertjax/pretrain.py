@@ -138,11 +138,26 @@ def check_data(config, phase: Phase, vocab_file, init_path, workdir=None) -> Pha
   """The phase with its files resolved to FileSets, every data input checked before anything is
   compiled: its length against the position table, the file sets against their reports (eval
   files too: a mistake there would surface only at the first eval), their vocab against the
-  model's (data.vocab_file, else the start-from checkpoint's) and their first record against
-  the phase's lengths, the masking and NSP; files without a report are counted (read whole)
-  now, not as their phase or eval comes, on every host together (hosts.fail_together), and
-  kept in `workdir` for the next start (count_cache). The pipelines read these FileSets:
-  nothing is resolved or counted twice."""
+  model's (data.vocab_file, else the start-from checkpoint's) and each file's first record
+  against the phase's lengths, the masking and NSP; files without a report are counted (read
+  whole) now, not as their phase or eval comes, and kept in `workdir` for the next start
+  (count_cache). The pipelines read these FileSets: nothing is resolved or counted twice. Every
+  host checks its share together (hosts.fail_together: one host's damaged file or missing path
+  stops them all at once) and the hosts must match the same files."""
+  with hosts.fail_together():
+    phase = _checked_data(config, phase, vocab_file, init_path, workdir)
+  which = 'phase2' if phase.first_step else 'data'
+  hosts.check_same_view('', ' '.join(f'{len(f.files)} files {f.files[0]}..{f.files[-1]}'
+                                     for f in (phase.train_files, phase.eval_files) if f)
+                        + '\n' + '\n'.join(phase.train_files.files + (
+                            phase.eval_files.files if phase.eval_files else [])),
+                        what=f'{which}.train_files/eval_files', fix=(
+                            'every host must match the same files: let copies finish, or put '
+                            'the data in a bucket or on a file system all the hosts share'))
+  return phase
+
+
+def _checked_data(config, phase: Phase, vocab_file, init_path, workdir) -> Phase:
   if phase.max_seq_length > config.model.max_position_embeddings:
     raise ValueError(f'max_seq_length {phase.max_seq_length} (steps {phase.first_step}..'
                      f'{phase.end_step}) exceeds the position table '
@@ -166,10 +181,8 @@ def check_data(config, phase: Phase, vocab_file, init_path, workdir=None) -> Pha
                                  masked_lm_prob=config.data.masked_lm_prob)
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
                                       which=f'{"phase2" if phase.first_step else "data"}.{field}')
-      with hosts.fail_together():
-        checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
-                                             every_host_file=field == 'eval_files',
-                                             workdir=workdir)
+      checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
+                                           every_host_file=field == 'eval_files', workdir=workdir)
   _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
 
@@ -325,19 +338,24 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   logging.info('--- mesh and data')
   rules = sharding.parse_rules(config.mesh.rules)
   mesh = sharding.make_mesh(config.mesh)
-  finished = _resumed_at(workdir)  # Phases done by then are not read again.
-  take_data_vocab(config, phase2=0 < (ranking.phase2_start(
-      config.num_train_steps, config.phase2.fraction) or 0) <= finished)
-  vocab = vocab_file(config)
-  path = init_from.configured(config, loads_weights=not finished)
-  _say_init_from_on_a_resume(path, workdir, config, finished)
-  _check_and_record_vocab(config, path, vocab)
-  vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
-  # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
-  train_state.check_config(config, mesh, vocab_entries)
+  with hosts.fail_together():  # A path one host cannot read stops every host at once.
+    finished = _resumed_at(workdir)  # Phases done by then are not read again.
+    take_data_vocab(config, phase2=0 < (ranking.phase2_start(
+        config.num_train_steps, config.phase2.fraction) or 0) <= finished)
+    vocab = vocab_file(config)
+    path = init_from.configured(config, loads_weights=not finished)
+    _say_init_from_on_a_resume(path, workdir, config, finished)
+    _check_and_record_vocab(config, path, vocab)
+    vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
+    # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
+    train_state.check_config(config, mesh, vocab_entries)
+    masking = masking_config(config, vocab)
+  hosts.check_same_view(workdir, f'resumes at step {finished}, data.vocab_file={vocab}, '
+                        f'init_from={path}', what='the run\'s start')
+  with hosts.fail_together():  # Process 0 makes the embedded corpus; the others wait here.
+    planned = phases(config, workdir, finished)
   plan = [phase if phase.train_files is None else check_data(config, phase, vocab, path, workdir)
-          for phase in phases(config, workdir, finished)]
-  masking = masking_config(config, vocab)
+          for phase in planned]
   data = config.data
   batch_axes = sharding.batch_axes(rules)
   if len(plan) > 1:

@@ -152,8 +152,9 @@ def _eval_metric_names(task, evaluator) -> tuple:
   return first + tuple(f'{split}/{name}' for split in later for name in first)
 
 
-def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, int]:
-  """(how the loop ended, the task's main metric, the examples skipped)."""
+def _set_up(config, workdir: str):
+  """The job's set-up, its data read and featurized and its steps counted, checked (no
+  collective: the caller runs it on every host together)."""
   s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
   if cfg.task in registry.USER_TASKS:  # A preset's test split lies in data_dir.
@@ -177,6 +178,22 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   total_steps = job_setup.num_steps(cfg, num_train, workdir)
   job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
+  return s, rows_of, train_features, eval_sets, total_steps, skipped
+
+
+def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, int]:
+  """(how the loop ended, the task's main metric, the examples skipped)."""
+  with hosts.fail_together():  # Data one host cannot read stops every host at once.
+    s, rows_of, train_features, eval_sets, total_steps, skipped = _set_up(config, workdir)
+  cfg, task = s.config, s.task
+  num_train = len(train_features['input_ids'])
+  # Hosts that read other copies of the data would train on other rows, or hang in a step.
+  hosts.check_same_view(workdir, f'train features {cfg.data.train_features_sha256} '
+                        f'({num_train}), {total_steps} steps, eval ' + ', '.join(
+                            f'{k} {run_config.features_digest(f)}' for k, (_, f, _) in
+                            eval_sets.items()), what='the fine-tuning data', fix=(
+                                'give every host the same data: a bucket, or a folder all the '
+                                'hosts share'))
   # The examples the steps consume, as epochs: an epoch may end inside a step (job_setup.Epochs).
   counted = job_setup.Epochs(num_train, cfg.global_batch_size)
   logging.info('task %s (%s, pooling %s): %d train features, %s; %s%s, warmup %d', task.name,

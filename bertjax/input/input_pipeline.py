@@ -72,28 +72,38 @@ def _host_share(files, process_index: int, process_count: int, log: bool = True)
 
 def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool, workdir=None):
   """The FileSet with the record counts of its files without a report filled in (this host's
-  share, or `every_host_file` as the eval reads them), read now: a file damaged past its first
-  record is found before anything trains, not as its phase or first eval comes (steps since
-  the last save lost). The pipelines then read these counts instead of counting again. With a
-  `workdir`, counts are kept there (count_cache): a restart reads only new or rewritten files."""
+  share, or `every_host_file` as the eval reads them), read now, and every file of that share's
+  first record checked: a damaged file is found before anything trains, not as its phase or
+  first eval comes (steps since the last save lost), and a training share without examples
+  too. The pipelines then read these counts instead of counting again. With a `workdir`,
+  counts are kept there (count_cache): a restart reads only new or rewritten files whole."""
   checked = file_set.resolved(file_pattern)
   process_index, process_count = jax.process_index(), jax.process_count()
-  mine = checked.files if every_host_file else _host_share(checked.files, process_index,
-                                                           process_count, log=False)[0]
+  mine, shard_count, shard_index = (checked.files, 1, 0) if every_host_file else _host_share(
+      checked.files, process_index, process_count, log=False)
   unknown = [f for f in mine if f not in checked.record_counts]
-  if not unknown:
-    return checked
-  cached, versions = count_cache.known(workdir, unknown) if workdir else ({}, {})
+  cached, versions = count_cache.known(workdir, unknown) if workdir and unknown else ({}, {})
   if len(cached) < len(unknown):
     logging.info('counting the records of %d file(s) of %s without a report (before training: '
                  'a damaged one is said now)%s', len(unknown) - len(cached), checked,
                  f'; {len(cached)} counted before' if cached else '')
-  # The counted files' first records are checked too (one record each): the config may differ.
-  counts = dict(zip(unknown, record_check.inspect_files(unknown, spec, masked=masked,
-                                                        record_counts=cached), strict=True))
+  # Every file's first record is checked (one record each; the counted ones' too: the config
+  # may differ from the last start's).
+  counts = dict(zip(mine, record_check.inspect_files(
+      mine, spec, masked=masked, record_counts=checked.record_counts | cached), strict=True))
   if workdir and len(cached) < len(unknown):
-    count_cache.keep(workdir, {f: n for f, n in counts.items() if f not in cached}, versions)
-  return dataclasses.replace(checked, record_counts=checked.record_counts | counts)
+    count_cache.keep(workdir, {f: counts[f] for f in unknown if f not in cached}, versions)
+  if not every_host_file and not read_order.examples_in_shard(sum(counts.values()), shard_count,
+                                                              shard_index):
+    raise ValueError(_no_examples(process_index, file_pattern, mine))
+  return dataclasses.replace(checked, record_counts=checked.record_counts | {
+      f: counts[f] for f in unknown})
+
+
+def _no_examples(process_index: int, file_pattern, mine) -> str:
+  return (f'host {process_index} has no examples to read from {str(file_pattern)!r} (its '
+          f'share: {len(mine)} file(s), {", ".join(mine[:2])}{", ..." if len(mine) > 2 else ""}'
+          '): give every host a file that holds records, or remove the empty files')
 
 
 def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq, seed,
@@ -206,10 +216,11 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
       files, spec, masked=masked, record_counts=checked.record_counts | dict(record_counts or {}))
   for path in [f for f, n in zip(files, counts, strict=True) if n == 0]:
     logging.warning('%s holds no records; skipping it', path)
+  share = files
   files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
   length = read_order.examples_in_shard(sum(counts), shard_count, shard_index)
   if length == 0:
-    raise ValueError(f'host {process_index} has no examples to read from {str(file_pattern)!r}')
+    raise ValueError(_no_examples(process_index, file_pattern, share))
   logging.info('host %d reads %d files, %d examples per epoch, from example %d', process_index,
                len(files), length, start_example // process_count)
 

@@ -99,10 +99,10 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   Files are reused when their JSON report records the same settings and the shards agree with
   it, and remade otherwise (after a killed creation, too). `masking` and `masked_lm_prob` are
   the static masks' (unmasked files for dynamic masking ignore them).
-  Process 0 writes; the others wait for it (multi-host needs a shared directory).
+  Process 0 writes (multi-host needs a shared directory); the caller makes the others wait for
+  it (pretrain.phases' caller: hosts.fail_together, which stops them all if the writing fails).
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   from bertjax.pretraining_data import instances  # pylint: disable=g-import-not-at-top
   from bertjax.pretraining_data import writer  # pylint: disable=g-import-not-at-top
@@ -133,6 +133,4 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
       logging.info('made the embedded corpus\'s %s TFRecords: %d instances in %.1f s (%s)',
                    split, report['counts']['instances'], report['seconds'], directory)
     globs[split] = f'{prefix}-*-of-*'
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices('bertjax-embedded-pretraining-files')
   return globs['train'], globs['eval']

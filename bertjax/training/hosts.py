@@ -121,14 +121,15 @@ _VIEW_BYTES = 200  # Of a view named in the error.
 
 @contextlib.contextmanager
 def fail_together():
-  """Runs the block on every host and raises on every host when it raised on any: a ValueError
-  or OSError on one host (a damaged file in its share of the data) would otherwise stop that
-  host alone while the others wait for it in their first collective until the job times out.
-  Every host's error names the hosts that failed and the first one's message."""
+  """Runs the block on every host and raises on every host when it raised on any: an error on
+  one host (a damaged file in its share of the data, a path only some hosts see) would otherwise
+  stop that host alone while the others wait for it in their next collective until the job
+  times out. Every host's error names the hosts that failed and the first one's message. The
+  block must hold no collective itself: the hosts would pair it with this one's."""
   error = None
   try:
     yield
-  except (ValueError, OSError) as e:
+  except Exception as e:  # pylint: disable=broad-except
     if jax.process_count() == 1:
       raise
     error = e

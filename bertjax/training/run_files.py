@@ -184,17 +184,16 @@ EXPORT_MANIFEST = '.bertjax_export_manifest.json'
 
 def keep_run_vocab(workdir: str, vocab: str):
   """Copies the vocab a run trains with to <workdir>/vocab.txt (process 0, atomically), so that
-  every later reader of the run tokenizes as it did; a run resumed with another vocab stops."""
-  if jax.process_index() != 0:
-    return
+  every later reader of the run tokenizes as it did; a run resumed with another vocab stops
+  (on every host: each compares, none goes on alone into the first step)."""
   kept = files.join(workdir, RUN_VOCAB)
   if files.exists(kept):
     if not _same_file(kept, vocab) and files.read_bytes(kept) != files.read_bytes(vocab):
       raise ValueError(f'{workdir} was trained with the vocab {kept}, which differs from '
                        f'{vocab}: resume with its own vocab (data.vocab_file={kept}), or use '
                        'another --workdir for a new vocab.')
-    return
-  files.write_atomically(kept, files.read_bytes(vocab))
+  elif jax.process_index() == 0:
+    files.write_atomically(kept, files.read_bytes(vocab))
 
 
 def _same_file(a: str, b: str) -> bool:

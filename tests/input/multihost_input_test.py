@@ -46,6 +46,8 @@ def _write_fixtures(folder: pathlib.Path):
     write(folder / f'damaged-{j}.tfrecord', range(size))
   cut = folder / 'damaged-1.tfrecord'
   cut.write_bytes(cut.read_bytes()[:-10])
+  write(folder / 'empty-0.tfrecord', range(4))  # empty-1, host 1's share, holds no record.
+  write(folder / 'empty-1.tfrecord', [])
 
 
 def _worker(process_id: int, port: int, folder: pathlib.Path):
@@ -115,7 +117,51 @@ def _counted_together(folder: pathlib.Path) -> dict:
       return str(e)
     return sorted(checked.record_counts.values())
 
-  return {'counted': counted('train-*'), 'damaged': counted('damaged-*')}
+  return {'counted': counted('train-*'), 'damaged': counted('damaged-*'),
+          **_checked_together(folder)}
+
+
+def _checked_together(folder: pathlib.Path) -> dict:
+  """pre-training's start on two hosts: its data check (a share without examples, a pattern
+  one host cannot match, hosts matching other files) and the embedded corpus process 0 makes
+  (its writing failing) stop both hosts with one error."""
+  import jax
+
+  from bertjax import pretrain
+  from bertjax.pretraining_data import writer
+  from bertjax.training import hosts
+  from configs import pretrain as pretrain_config
+
+  config = pretrain_config.get_config('size=tiny')
+
+  def checked(patterns):
+    phase = pretrain.Phase(0, 10, SEQ, PRED, str(folder / patterns[jax.process_index()]), None)
+    try:
+      pretrain.check_data(config, phase, '', '')
+    except ValueError as e:
+      return str(e)
+    except FileNotFoundError as e:
+      return f'FileNotFoundError: {e}'
+    return 'ok'
+
+  result = {'empty_share': checked(['empty-*'] * 2),
+            'unseen': checked(['train-*', 'nowhere-*']),
+            'other_files': checked(['train-*', 'train-[0-4]*'])}
+
+  def fail(*args, **kwargs):
+    raise OSError('[Errno 28] No space left on device')
+
+  real = writer.create
+  writer.create = fail if jax.process_index() == 0 else real
+  try:
+    with hosts.fail_together():  # As pretrain._train_and_evaluate asks for the phases.
+      pretrain.phases(config, str(folder / 'embedded-run'))
+    result['embedded'] = 'ok'
+  except (ValueError, OSError) as e:
+    result['embedded'] = str(e)
+  finally:
+    writer.create = real
+  return result
 
 
 @pytest.fixture(scope='module')
@@ -168,6 +214,23 @@ def test_each_host_counts_its_share_into_the_workdir_and_a_damaged_file_stops_bo
   # Host 0 also counted its share of the damaged set (damaged-0 and -2); host 1 stopped at it.
   assert sorted(kept['record_counts.0.json'].values()) == sorted(SIZES[0::2] + SIZES[0:3:2])
   assert sorted(kept['record_counts.1.json'].values()) == sorted(SIZES[1::2])
+
+
+def test_a_start_that_fails_on_one_host_stops_both_with_one_error(results):
+  said = results[1]['empty_share']
+  assert said.startswith("host 1 has no examples to read from '") and 'empty-1.tfrecord' in said
+  assert results[0]['empty_share'] == f'process 1 of this job stopped (process 1: {said})'
+  said = results[1]['unseen']
+  assert said.startswith('FileNotFoundError: no files match') and 'nowhere-*' in said, said
+  assert results[0]['unseen'].startswith('process 1 of this job stopped (process 1: no files '
+                                         'match')
+  for result in results:
+    assert result['other_files'].startswith('data.train_files/eval_files reads differently on '
+                                            'the hosts (process 0: 6 files'), result
+    assert 'every host must match the same files' in result['other_files']
+  assert results[0]['embedded'] == '[Errno 28] No space left on device'
+  assert results[1]['embedded'] == ('process 0 of this job stopped (process 0: [Errno 28] No '
+                                    'space left on device)')
 
 
 if __name__ == '__main__':

@@ -23,6 +23,7 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
   jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2,
                              process_id=process_id, initialization_timeout=60)
   from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  from bertjax.training import run_files  # pylint: disable=g-import-not-at-top
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   from configs import pretrain  # pylint: disable=g-import-not-at-top
 
@@ -53,14 +54,27 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
       'same_view': outcome(lambda: hosts.check_same_view('/runs/w', 'steps [2, 8]')),
       'other_view': outcome(lambda: hosts.check_same_view(
           '/runs/w', ('steps [2, 8]', 'steps []')[process_id])),
+      # A resume with another vocab than the run's: every host stops, not process 0 alone.
+      'other_vocab': outcome(lambda: run_files.keep_run_vocab(
+          str(folder / 'vocab_run'), str(folder / 'other_vocab.txt'))),
   }
+  result['folder'] = str(folder)
   (folder / f'result-{process_id}.json').write_text(json.dumps(result))
 
 
 @pytest.fixture(scope='module')
 def results(tmp_path_factory):
-  return two_processes.run_workers(__file__, tmp_path_factory.mktemp('hosts'), devices=1,
-                                   timeout_s=TIMEOUT_S)
+  folder = tmp_path_factory.mktemp('hosts')
+  (folder / 'vocab_run').mkdir()
+  (folder / 'vocab_run' / 'vocab.txt').write_text('[PAD]\nthe\n')
+  (folder / 'other_vocab.txt').write_text('[PAD]\nand\n')
+  return two_processes.run_workers(__file__, folder, devices=1, timeout_s=TIMEOUT_S)
+
+
+def test_a_resume_with_another_vocab_stops_every_host(results):
+  for result in results:
+    assert result['other_vocab'].startswith(
+        f'{result["folder"]}/vocab_run was trained with the vocab'), result['other_vocab']
 
 
 def test_the_same_command_in_a_shared_workdir_starts(results):
