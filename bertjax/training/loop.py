@@ -115,13 +115,21 @@ class _Preemption:
 
   def _handle(self, signum, frame):
     del frame
-    logging.warning('signal %d: saving a checkpoint and exiting at the end of this step', signum)
+    logging.warning('signal %d: saving a checkpoint and exiting at the end of this step (or of '
+                    'the eval or save under way)', signum)
     self._requested = True
 
   def reached(self, step: int) -> bool:
+    """Whether the run saves and exits after `step`, asked once per step."""
     if jax.process_count() > 1:
       return self._mngr.reached_preemption(step)
     return self._requested
+
+  def asked_since(self) -> bool:
+    """Whether a signal came since `reached` (during an eval or a save): one process saves and
+    exits there, not a step and a save later (a VM's grace period is ~30 s). Several wait for the
+    step the preemption service chose, which every host must reach."""
+    return jax.process_count() == 1 and self._requested
 
   def close(self):
     if self._previous is not None:
@@ -313,12 +321,13 @@ class _Boundary:
   eval_metrics: dict = dataclasses.field(default_factory=dict)
   eval_step: int | None = None
 
-  def after(self, state, done: int, metrics, preempted: bool, cost: tuple[float, float],
-            not_training: float) -> str:
+  def after(self, state, done: int, metrics, preemption: _Preemption,
+            cost: tuple[float, float], not_training: float) -> str:
     """After step `done` ran (its perf.step_cost, and the seconds since the last step that were
     no training: a compile, an input pipeline's start, a profiler trace's start and write):
     why the run stops there ('' = it goes on)."""
     evaluator, is_last = self.job.evaluator, done == self.config.num_train_steps
+    preempted = preemption.reached(done)
     every = getattr(evaluator, 'every_steps', 0)
     due = (lambda d: d % every == 0) if every else getattr(evaluator, 'due', lambda d: False)
     do_eval = evaluator is not None and (is_last or due(done))
@@ -337,11 +346,14 @@ class _Boundary:
       metric, mode, _ = self.ranking
       ranked, stopped = ranking.record(self.config, evaluated, done, self.history, self.workdir,
                                        metric, mode, self.job.early_stopping_patience)
+    preempted = preempted or preemption.asked_since()  # During the eval: saved now.
+    will_save = will_save or preempted
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
       _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
       self.progress.saved_step = done
       self.progress.restart_timer(done)  # The eval and the save's blocking part: no training.
+      preempted = preempted or preemption.asked_since()  # During the save: saved already.
     if is_last:
       return ''  # Early stopping at the last step: the run finished anyway.
     if stopped:
@@ -430,7 +442,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
           state, metrics = step_fn(state, batch)
         done = step + 1
         trace.after(done, state)
-        stopped = boundary.after(state, done, metrics, preemption.reached(done),
+        stopped = boundary.after(state, done, metrics, preemption,
                                  perf.step_cost(config.model, batch),
                                  not_training + trace.overhead())
         if stopped:
