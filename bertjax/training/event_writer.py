@@ -7,8 +7,9 @@ holds a step's `Summary`. The START is what tells TensorBoard's Python reader (E
 workdir wrote from that step on (its purge_orphaned_data, as for TF Estimator's runs), so a
 killed run's steps after its checkpoint, replayed by the resumed run, show once, with the
 resumed run's values (its default reader ignores the START, and keeps a repeated step's last
-value). TensorBoard reads these files
-as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
+value). A resumed run also rewrites the earlier files without the events after its start
+(`_drop_replayed`): the default reader then shows each step once too. TensorBoard reads these
+files as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
 hparams as the hparams plugin's session summary. TensorFlow's import takes seconds (~4 s on 2
 cores), a real share of a short fine-tuning that never touches tf.data.
 
@@ -29,6 +30,7 @@ import socket
 import time
 
 from absl import logging
+from google.protobuf import message
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
@@ -48,6 +50,8 @@ class EventWriter:
   that starts after `start_step` steps (0: a new run; a resumed run: its checkpoint's step)."""
 
   def __init__(self, logdir: str, start_step: int = 0):
+    if start_step:
+      _drop_replayed(logdir, start_step)
     name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.'
             f'{next(_NUMBERS):04d}.v2')
     self.path = files.join(logdir, name)
@@ -128,6 +132,29 @@ class EventWriter:
       self.flush()
     else:
       self._file.close()
+
+
+def _drop_replayed(logdir: str, start_step: int):
+  """Rewrites the earlier event files of `logdir` without their events after `start_step`: the
+  steps a resumed run trains again, which a killed run logged. TensorBoard's default reader
+  ignores the START event and would show those points beside the resumed run's (at steps it
+  logs at another interval, under a learning rate since changed); its Python reader drops them.
+  A file that cannot be read or rewritten is left as it is, with a warning: never the run."""
+  dropped = 0
+  for path in files.glob(files.join(logdir, 'events.out.tfevents.*')):
+    try:
+      records = list(tfrecord.read_records(files.read_bytes(path)))
+      kept = [r for r in records if event_pb2.Event.FromString(r).step <= start_step]
+      if len(kept) < len(records):
+        files.write_atomically(path, tfrecord.frame(kept))
+        dropped += len(records) - len(kept)
+    except (ValueError, OSError, message.DecodeError) as e:
+      logging.warning('TensorBoard: %s could not be rewritten without the steps after %d, which '
+                      'this run trains again (%s): TensorBoard\'s default reader may show both '
+                      'runs\' points there.', path, start_step, e)
+  if dropped:
+    logging.info('TensorBoard: %d earlier events after step %d dropped: this run trains those '
+                 'steps again', dropped, start_step)
 
 
 class NoWriter:

@@ -11,8 +11,10 @@ import ml_collections
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from bertjax.records import tfrecord
 from bertjax.training import event_writer
 from bertjax.training import loop
 from bertjax.training import sharding
@@ -158,6 +160,16 @@ def test_a_resumed_run_shows_each_step_once_with_its_own_values(tmp_path, resume
   assert [(e.step, e.value) for e in events.Scalars('train/loss')] == want
   assert '_hparams_/session_start_info' in events.PluginTagToContent('hparams')  # At step 0.
   assert sorted(summaries.read_scalars(str(tmp_path))['train/loss'].items()) == want
+  # TensorBoard's default reader ignores the START: every point of every file, the last value
+  # of a step read twice (pass of 2026-12-02: the killed run's steps 9 and 10 showed there).
+  shown = {}
+  for path in sorted(tmp_path.glob('events.out.tfevents.*')):
+    for record in tfrecord.read_records(path.read_bytes()):
+      event = event_pb2.Event.FromString(record)
+      for value in event.summary.value:
+        if value.tag == 'train/loss':
+          shown[event.step] = value.simple_value
+  assert sorted(shown.items()) == want
 
 
 def test_the_hparams_hold_the_mesh_used_and_config_json_the_one_asked(tmp_path):
