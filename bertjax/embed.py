@@ -221,7 +221,7 @@ class Embedder:
     # Rows padded to a power of two up to batch_size, tokens to a power of two up to
     # max_seq_length: a few compiled shapes whatever the sentences (padding is masked out).
     rows = min(self.batch_size, 1 << (len(sentences) - 1).bit_length())
-    out = []
+    out, progress = [], job_lines.Progress('embed', len(sentences), 'sentences')
     for start in range(0, len(sentences), rows):
       chunk = sentences[start:start + rows]
       batch = encode(self.tokenizer, chunk, self.max_seq_length)
@@ -230,6 +230,7 @@ class Embedder:
       batch = {k: np.pad(v, [(0, rows - len(chunk)), (0, length - v.shape[1])])
                for k, v in batch.items()}
       out.append(np.asarray(self._pooled(self.params, batch))[:len(chunk)])
+      progress.update(start + len(chunk))
     return np.concatenate(out)
 
 

@@ -13,6 +13,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from bertjax import job_lines
 from bertjax import pretrain_objective
 from bertjax.input import global_batch
 from bertjax.input import input_pipeline
@@ -46,19 +47,21 @@ class Evaluator:
   baseline: float | None = None
 
   def run(self, params, step: int) -> dict:
-    del step
     if self.baseline is None:  # Over the batches the metrics see (max_batches caps both).
       whole = self.make_dataset(process_index=0, process_count=1)
       self.baseline = unigram_baseline(whole.take(self.max_batches) if self.max_batches >= 0
                                        else whole)
-    outputs = []
-    for i, host_batch in enumerate(input_pipeline.host_batches(self.make_dataset(),
-                                                               'the eval files')):
+    outputs, dataset = [], self.make_dataset()
+    known = int(dataset.cardinality())  # Negative: not known.
+    total = None if known < 0 else known if self.max_batches < 0 else min(known, self.max_batches)
+    progress = job_lines.Progress(f'eval at step {step}', total, 'batches')
+    for i, host_batch in enumerate(input_pipeline.host_batches(dataset, 'the eval files')):
       if 0 <= self.max_batches <= i:
         break
       record_check.check_ids(host_batch, self.vocab_size, 'the eval files')
       batch = global_batch.make_global_batch(host_batch, self.mesh, self.batch_axes)
       outputs.append(self.eval_fn(params, batch))
+      progress.update(i + 1)
     return losses.host_means(outputs) | {'unigram_baseline': self.baseline}
 
 

@@ -149,3 +149,36 @@ def test_learn_vocab_counts_the_bytes_read_over_its_files(tmp_path, monkeypatch)
   done = [float(m[1]) for m in read]
   assert done == sorted(done) and read[-1][2] == f'{size / (1 << 20):.3g}'
   assert read[-1][3] == '100.0'
+
+
+def test_embed_and_a_fine_tuning_eval_count_their_rows(minilm_dir, monkeypatch):
+  """Console pass of 2026-12-02: embed (8,000 sentences, 100 s) and the evals (35 s after a line
+  saying ETA 0:00:00) ran without a line."""
+  import numpy as np  # noqa: PLC0415
+
+  from bertjax import embed  # noqa: PLC0415
+  from bertjax.finetune import batches  # noqa: PLC0415
+  from bertjax.finetune import job  # noqa: PLC0415
+  lines = recorded_lines(monkeypatch)
+  monkeypatch.setattr(job_lines, 'PROGRESS_SECONDS', 0)
+  embedder = embed.Embedder.from_pretrained(str(minilm_dir), batch_size=2)
+  assert embedder.encode(['a', 'b', 'c', 'd', 'e']).shape[0] == 5
+  assert [line.split(',')[0] for line in lines] == [
+      'embed: 2/5 sentences (40.0%)', 'embed: 4/5 sentences (80.0%)',
+      'embed: 5/5 sentences (100.0%)']
+  del lines[:]
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
+                           ('data', 'fsdp', 'tensor'))
+  layout = batches.Layout('classification', 8, 1, mesh)
+  features = {'input_ids': np.ones((5, 8), np.int32), 'input_mask': np.ones((5, 8), np.int32),
+              'segment_ids': np.zeros((5, 8), np.int32), 'label': np.zeros(5, np.int32)}
+
+  def predict_fn(params, arrays):
+    del params
+    return arrays['input_ids'][:, :1], {'loss': (np.float32(1), np.float32(1))}
+
+  with jax.set_mesh(mesh):
+    job.predict(predict_fn, None, features, layout, 2, 'eval dev at step 4')
+  assert [line.split(',')[0] for line in lines] == [
+      'eval dev at step 4: 2/5 features (40.0%)', 'eval dev at step 4: 4/5 features (80.0%)',
+      'eval dev at step 4: 5/5 features (100.0%)']

@@ -53,8 +53,10 @@ _EDITED_CONFIG = ("the run's config.json was edited or is another run's: restore
 # Evaluation.
 
 
-def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_size: int):
-  """(outputs for every feature row, in order, as host numpy; eval loss metric means).
+def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_size: int,
+            job: str = 'eval'):
+  """(outputs for every feature row, in order, as host numpy; eval loss metric means), with a
+  progress line (`job`: its name) past job_lines.PROGRESS_SECONDS.
 
   Unpacked, a batch_size past the features is cut to the fewest rows that hold them all
   (eval_batch_size=1000000 over 100 features was a million rows of padding: out of memory)."""
@@ -62,6 +64,7 @@ def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_si
   batch_size = batches.eval_rows(batch_size, n, layout)
   full = features['input_ids'].shape[-1]
   outputs, metrics = [], []
+  progress = job_lines.Progress(job, n, 'features')
   for start in range(0, n, batch_size):
     examples = np.arange(start, min(start + batch_size, n))
     batch = batches.device_batch(features, examples, layout, batch_size)
@@ -70,6 +73,7 @@ def predict(predict_fn, params, features: dict, layout: batches.Layout, batch_si
     out = np.asarray(jax.device_get(out))
     outputs.append(batches.example_outputs(batch, out, layout, full)[:len(examples)])
     metrics.append(m)
+    progress.update(examples[-1] + 1)
   return np.concatenate(outputs), losses.host_means(metrics)
 
 
@@ -99,7 +103,7 @@ class Evaluator:
     results, task, cfg = {}, self.s.task, self.s.config
     for i, (split, (examples, features, meta)) in enumerate(self.eval_sets.items()):
       outputs, means = predict(self.predict_fn, params, features, self.layout,
-                               cfg.eval_batch_size)
+                               cfg.eval_batch_size, f'eval {split} at step {step}')
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
       if jax.process_index() == 0:
         out_dir = files.join(self.workdir, 'predictions', f'step_{step}')
@@ -318,7 +322,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = job_setup.featurized(s, split, False)
-      outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size)
+      outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size,
+                               f'{config.mode} {split}')
       if config.mode == 'eval':  # What the training run's evals report, its loss too.
         metrics = {'loss': means['loss'], **task.evaluate(outputs, features, feature_meta,
                                                           examples)}

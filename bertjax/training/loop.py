@@ -334,7 +334,7 @@ class _Boundary:
     will_save = is_last or preempted or do_eval or self.mngr.should_save(done)
     self.progress.step_done(done, metrics, cost, read_now=will_save,
                             not_training=not_training)
-    ranked, stopped = None, ''
+    ranked, stopped, began = None, '', time.perf_counter()
     if do_eval:
       evaluated = _evaluate(self.job, state.params, done, self.writer)
       if bad := [k for k, v in evaluated.items() if 'loss' in k and not math.isfinite(v)]:
@@ -352,7 +352,8 @@ class _Boundary:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
       _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
       self.progress.saved_step = done
-      self.progress.restart_timer(done)  # The eval and the save's blocking part: no training.
+      # The eval and the save's blocking part: no training, but the ETA's.
+      self.progress.restart_timer(done, time.perf_counter() - began)
       preempted = preempted or preemption.asked_since()  # During the save: saved already.
     if is_last:
       return ''  # Early stopping at the last step: the run finished anyway.

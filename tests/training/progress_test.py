@@ -127,3 +127,23 @@ def test_the_logged_learning_rate_is_the_logged_steps_not_the_windows_mean(caplo
     assert scalars['train/learning_rate'] == pytest.approx(float(schedule(step - 1)), rel=1e-6)
     assert scalars['train/loss'] == pytest.approx(step - 4.5)  # The mean of steps step-9..step.
   assert f'step 100/100, lr {float(schedule(99)):.2e} |' in caplog.records[-1].getMessage()
+
+
+def test_the_eta_counts_the_evals_and_saves_to_come(monkeypatch, caplog):
+  """Console pass of 2026-12-02: 'ETA 0:00:01' with three 30 s evals still to come; the ETA
+  counted the training steps alone."""
+  clock = Clock()
+  monkeypatch.setattr(progress.time, 'perf_counter', clock)
+  config = pretrain.get_config('size=tiny,steps=100,batch=8,seq=32')
+  line = progress.Progress(config, Job(), Writer(), start_step=0, saved_step=None)
+  clock.now += 10.0  # 10 steps at 1 step/s, then an eval and a save of 30 s.
+  with caplog.at_level('INFO', logger='absl'):
+    line.step_done(10, metrics(), (8 * 32, 1e9), read_now=True)
+  assert caplog.records[-1].getMessage().endswith('ETA 0:01:30')  # None taken yet.
+  clock.now += 30.0
+  line.restart_timer(10, paused=30.0)
+  clock.now += 10.0
+  with caplog.at_level('INFO', logger='absl'):
+    line.step_done(20, metrics(), (8 * 32, 1e9), read_now=True)
+  # 80 steps at 1 s, and 30 s of evals and saves per 20 steps: 80 + 120 s.
+  assert caplog.records[-1].getMessage().endswith('ETA 0:03:20'), caplog.records[-1].getMessage()
