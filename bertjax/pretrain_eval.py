@@ -79,6 +79,12 @@ class PhasedEvaluator:
         return evaluator.run(params, step)
     return {}
 
+  def section(self, step: int) -> str:
+    """TensorBoard's section of the eval at `step`: phase 2's its own (other files, another
+    length: on one curve with phase 1's, the change of data would read as the model's)."""
+    return 'eval_phase2' if any(phase.holds(step) and phase.first_step
+                                for phase, _ in self.evaluators) else 'eval'
+
 
 def evaluator(config, plan, masking, mesh, rules, model) -> PhasedEvaluator | None:
   """The eval of every phase with eval files (a warning for each without), or None."""

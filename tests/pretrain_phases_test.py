@@ -91,7 +91,10 @@ def test_phase_1s_last_step_is_timed_as_training_phase_2s_start_is_not(tmp_path)
 
 def test_each_eval_reads_its_phase_files(two_phase):
   cfg, workdir, metrics = two_phase
-  baselines = scalars(workdir, 'eval/unigram_baseline')
+  # Phase 2's in its own TensorBoard section (console pass of 2026-12-02: one curve of both).
+  baselines = scalars(workdir, 'eval/unigram_baseline') | scalars(
+      workdir, 'eval_phase2/unigram_baseline')
+  assert sorted(scalars(workdir, 'eval/unigram_baseline')) == [BOUNDARY]
   assert sorted(baselines) == [BOUNDARY, STEPS]
   plan = pretrain.phases(cfg, str(workdir))
   assert [(p.first_step, p.end_step, p.max_seq_length) for p in plan] == [

@@ -201,8 +201,11 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   metrics = job.evaluator.run(params, step)
   if not metrics:  # A phase without eval files (said at the start): nothing to show.
     return metrics
-  writer.write_scalars(step, {f'eval/{k}': v for k, v in metrics.items()})
-  logging.info('eval at step %d: %s (%.1f s)', step,
+  # A job's evals of other data (pre-training's phase 2) go in their own section.
+  section = getattr(job.evaluator, 'section', lambda step: 'eval')(step)
+  writer.write_scalars(step, {f'{section}/{k}': v for k, v in metrics.items()})
+  logging.info('eval at step %d%s: %s (%.1f s)', step,
+               '' if section == 'eval' else f' ({section.replace("eval_", "")})',
                ', '.join(f'{k} {v:.4f}' for k, v in sorted(metrics.items())),
                time.perf_counter() - start)
   return metrics
