@@ -4,6 +4,7 @@ INFO lines and C++ start-up chatter only at --verbosity=1 (where they all remain
 import contextlib
 import logging as std_logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -65,6 +66,27 @@ def usage_said(main, prefix: str = 'error: '):
     except app.UsageError as e:
       fail(f'{prefix}{e} (--helpshort lists the flags)')
   return run
+
+
+def flags_parser(prefix: str = 'error: '):
+  """app.run's flags_parser for a command: a flag it does not take is one line naming the flags
+  it does (absl's suggestion named its own logging flags: --workdir to export was 'Did you
+  mean: log_dir ?'); any other flag error is absl's one line, with `prefix`."""
+  def parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      said, hint = ' '.join(str(e).split()), '--helpshort lists the flags'
+      if unknown := re.match(r"Unknown command line flag '([^']+)'(?:\. Did you mean: "
+                             r'([\w, ]+) \?)?', said):
+        own = sorted(f.name for f in flags.FLAGS.get_key_flags_for_module(sys.argv[0]))
+        meant = [n for n in (unknown[2] or '').replace(' ', '').split(',') if n in own]
+        said = (f'unknown flag --{unknown[1]}'
+                + (f' (did you mean --{meant[0]}?)' if meant else '')
+                + f': this command takes {", ".join(f"--{name}" for name in own)}')
+        hint = '--helpshort describes them'
+      fail(f'{prefix}{said} ({hint})')
+  return parse
 
 
 def refuse_arguments(argv, flags_hint: str):

@@ -251,4 +251,5 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['output_file'])
-  app.run(console.usage_said(main, 'create_pretraining_data: error: '))
+  prefix = 'create_pretraining_data: error: '
+  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))

@@ -353,4 +353,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file'])
-  app.run(console.usage_said(main))
+  app.run(console.usage_said(main), flags_parser=console.flags_parser())

@@ -216,4 +216,5 @@ def _fail(message: str):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
-  app.run(console.usage_said(main, 'learn_vocab: error: '))
+  prefix = 'learn_vocab: error: '
+  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))

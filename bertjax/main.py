@@ -8,6 +8,7 @@ jax.distributed finds its peers by itself; elsewhere pass --coordinator_address=
 JAX_NUM_PROCESSES, JAX_PROCESS_ID). CPU-only processes use the gloo collectives.
 """
 
+import collections
 import errno
 import os
 import signal
@@ -252,9 +253,10 @@ def _run(argv):
                  'on' if _MALLOC_TUNED else 'off')
   # The jobs make the workdir and the config's paths absolute (notebooks call them directly).
   config, workdir = _CONFIG.value, _WORKDIR.value
+  kinds = collections.Counter(d.device_kind for d in jax.devices())  # Not 256 names: their kinds.
   logging.info('JAX %s, process %d/%d, %d devices (%d local): %s', jax.__version__,
                jax.process_index(), jax.process_count(), jax.device_count(),
-               jax.local_device_count(), jax.devices())
+               jax.local_device_count(), ', '.join(f'{n} x {kind}' for kind, n in kinds.items()))
   logging.info('compiled programs cached in %s', _COMPILATION_CACHE.value or
                'nothing (--compilation_cache_dir is empty)')
   if jax.process_count() > 1:  # Every host the same config and workdir, or none starts.

@@ -204,4 +204,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('output_dir', str(embedded.corpus_dir()), 'Where to write the corpus.')
   flags.DEFINE_bool('overwrite', False, 'Replace the corpus files in an --output_dir that '
                     'holds files build_corpus did not write.')
-  app.run(console.usage_said(main))
+  app.run(console.usage_said(main), flags_parser=console.flags_parser())

@@ -456,4 +456,5 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   cloud.refuse_main_flags_before_separator('gke_jobset', sys.argv[1:])  # Before absl's own error.
-  app.run(console.usage_said(main, 'gke_jobset: error: '))
+  prefix = 'gke_jobset: error: '
+  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))

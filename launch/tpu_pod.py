@@ -411,4 +411,5 @@ def main(argv):
 
 if __name__ == '__main__':
   cloud.refuse_main_flags_before_separator('tpu_pod', sys.argv[1:])  # Before absl's own error.
-  app.run(console.usage_said(main, 'tpu_pod: error: '))
+  prefix = 'tpu_pod: error: '
+  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))

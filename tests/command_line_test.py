@@ -119,7 +119,7 @@ def test_predict_and_extract_features_refuse_a_batch_size_below_one(tmp_path):
                 '--init=m', '--batch_size=0']):
     done = run(tmp_path, *args)
     assert done.returncode == 1, done.stderr
-    assert 'Flags parsing error: flag --batch_size=' in done.stderr, done.stderr
+    assert done.stderr.startswith('error: flag --batch_size='), done.stderr
     assert 'is not a positive integer' in done.stderr and 'Traceback' not in done.stderr
 
 
@@ -228,6 +228,21 @@ def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_pat
   assert done.returncode == 1, done.stderr
   assert f"unexpected arguments ['stray.txt']: every input is a --flag ({named}" in done.stderr
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('command, flag, said', [
+    ('bertjax.export', '--workdir=run', 'error: unknown flag --workdir: this command takes '
+     '--do_lower_case, --format, --from, --labels'),  # absl: 'Did you mean: log_dir ?'.
+    ('bertjax.learn_vocab', '--inputt=a.txt', 'learn_vocab: error: unknown flag --inputt (did '
+     'you mean --input_file?): this command takes --character_coverage, '),
+])
+def test_a_flag_the_command_does_not_take_names_the_ones_it_does(tmp_path, command, flag, said):
+  """Console pass of 2026-12-02: `export --workdir=...` was answered 'Did you mean: log_dir ?',
+  an absl logging flag, not one of export's."""
+  done = run(tmp_path, '-m', command, flag)
+  assert done.returncode == 1 and done.stderr.startswith(said), done.stderr
+  assert 'log_dir' not in done.stderr and done.stderr.count('\n') == 1
+  assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize('command, flags', [

@@ -311,8 +311,8 @@ JOB = ['--', '--config=configs/pretrain.py:size=tiny']
     ('--name=', JOB, "--name is required: pass --name=NAME, the JobSet's"),
     ('--accelerator_type=', JOB, '--accelerator_type is required: pass --accelerator_type=TYPE'),
     ('--workdir=', JOB, '--workdir is required: pass --workdir=gs://BUCKET/runs/NAME'),
-    ('', ['--apply', '--max_restarts', '--keep', *JOB],  # absl's own error, in two lines.
-     "FATAL Flags parsing error: flag --max_restarts=--keep: invalid literal for int()"),
+    ('', ['--apply', '--max_restarts', '--keep', *JOB],  # absl's own error, in one line.
+     "flag --max_restarts=--keep: invalid literal for int()"),
 ])
 def test_a_usage_error_is_one_line_not_the_help(tmp_path, drop, flags, line):
   kept = [f for f in gk(tmp_path) if not (drop and f.startswith(drop))]
