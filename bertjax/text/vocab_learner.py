@@ -369,6 +369,18 @@ def _spm_failed(error: RuntimeError) -> str:
   return f'SentencePiece training failed: {error}'
 
 
+def _then_training(sentences, vocab_size: int):
+  """The lines, then a line saying the training that follows them, which says nothing itself:
+  the progress line counts the reading (console pass of 2026-12-02: 81.6%, ETA 0:00:01, then
+  25 s of silence)."""
+  count = 0
+  for sentence in sentences:
+    count += 1
+    yield sentence
+  logging.info('learn_vocab: %d lines read; SentencePiece now learns %d pieces from them (its '
+               'trainer shows no progress)', count, vocab_size)
+
+
 def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
                         model_type='unigram', character_coverage=1.0, input_sentence_size=0,
                         num_threads=1, seed=12345, *, files=None, overwrite=True,
@@ -395,7 +407,7 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=itertools.chain(leading, sentences),
+        sentence_iterator=_then_training(itertools.chain(leading, sentences), vocab_size),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
