@@ -317,10 +317,11 @@ def size(path) -> int:
 
 
 def version(path) -> str:
-  """What changes when the file is rewritten: locally its size and modification time, in a
+  """What changes when the file is rewritten: locally its size, times and inode, in a
   bucket its size and generation (or ETag, ...); '' where the store tells none."""
   if not is_remote(path):
-    return '{0.st_size}:{0.st_mtime_ns}'.format(os.stat(_local(path)))
+    # ctime too: a copy that keeps the mtime (cp -p, rsync -t) still changes it.
+    return '{0.st_size}:{0.st_mtime_ns}:{0.st_ctime_ns}:{0.st_ino}'.format(os.stat(_local(path)))
   info = _ask(path, None, 'info')
   stamp = next((info[k] for k in ('generation', 'ETag', 'etag', 'mtime', 'LastModified',
                                   'updated', 'created') if info.get(k) not in (None, '')), None)

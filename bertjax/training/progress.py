@@ -89,7 +89,8 @@ class Progress:
                    jax.devices()[0].device_kind)
     self._timer = (time.perf_counter(), start_step)
     self._not_training = 0.0  # Seconds since the timer started that were no training.
-    self._paused = (0.0, start_step)  # Seconds in evals and saves since start_step: the ETA's.
+    # Seconds in evals and saves since start_step, and the step of the last: the ETA's.
+    self._paused = (0.0, start_step, start_step)
     self.checked_step = start_step  # Last step whose loss and grads were checked finite.
     self.saved_step = saved_step
     self.last_loss = None  # The mean train loss of the steps logged last.
@@ -118,7 +119,8 @@ class Progress:
     """The rates' timer starts again after `step`'s eval and save, which took `paused` seconds:
     the ETA counts them as the steps to come will (per step since the start)."""
     self._timer, self._not_training = (time.perf_counter(), step), 0.0
-    self._paused = (self._paused[0] + paused, self._paused[1])
+    if paused:
+      self._paused = (self._paused[0] + paused, self._paused[1], step)
 
   def nonfinite(self, what: str) -> FloatingPointError:
     """The error that stops a run whose numbers became NaN/Inf (`what`), saying where it
@@ -178,7 +180,8 @@ class Progress:
     otherwise (two-phase pre-training's longer phase 2), their FLOPs at this FLOP rate; plus the
     evals and saves to come, at the seconds per step they took so far."""
     steps_left = self._config.num_train_steps - step
-    pauses = self._paused[0] / max(step - self._paused[1], 1) * steps_left
+    seconds, start, last = self._paused  # As often from the last on as up to it.
+    pauses = seconds / (last - start) * (self._config.num_train_steps - last) if last > start else 0
     if self._job.remaining_flops is None or not flops:
       return steps_left / max(steps_per_sec, 1e-9) + pauses
     return self._job.remaining_flops(step) / max(steps_per_sec * flops, 1e-9) + pauses

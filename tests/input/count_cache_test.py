@@ -3,10 +3,12 @@ a restart reads no file whole again, a rewritten file is counted again, a damage
 is ignored, and the first records are still checked against the config of the start."""
 
 import json
+import os
 
 import pytest
 import tensorflow as tf
 
+from bertjax import files
 from bertjax.input import input_pipeline
 from bertjax.input import record_check
 
@@ -95,8 +97,7 @@ def test_a_damaged_or_edited_cache_is_counted_again(data, tmp_path, reads, cache
   workdir = tmp_path / 'run'
   workdir.mkdir()
   path = str(data / 'part-0.tfrecord')
-  key = (path, f'{(data / "part-0.tfrecord").stat().st_size}:'
-         f'{(data / "part-0.tfrecord").stat().st_mtime_ns}')
+  key = (path, files.version(path))
   (workdir / 'record_counts.0.json').write_text(cache % key if '%s' in cache else cache)
   assert _counted(data, workdir)['part-0.tfrecord'] == SIZES[0]
   assert 'part-0.tfrecord' in reads
@@ -112,7 +113,6 @@ def test_counted_files_are_still_checked_against_the_starts_config(data, tmp_pat
 
 
 def test_a_workdir_in_a_bucket_keeps_the_counts(data, tmp_path, reads):
-  from bertjax import files  # pylint: disable=g-import-not-at-top
   files.write_atomically('memory://count_cache_test/.bucket', b'')
   workdir = f'memory://count_cache_test/{tmp_path.name}'
   _counted(data, workdir)
@@ -124,3 +124,20 @@ def test_a_workdir_in_a_bucket_keeps_the_counts(data, tmp_path, reads):
   before = files.version(kept)
   files.write_atomically(kept, b'{}')
   assert files.version(kept) not in ('', before)
+
+
+def test_a_copy_that_keeps_the_modification_time_is_counted_again(data, tmp_path, reads):
+  """Review of 2026-12-02: a same-size file copied over with its mtime kept (cp -p, rsync -t)
+  kept its version, so its old count was used."""
+  workdir = tmp_path / 'run'
+  _counted(data, workdir)
+  reads.clear()
+  path = data / 'part-0.tfrecord'
+  other = tmp_path / 'other.tfrecord'
+  other.write_bytes(path.read_bytes())
+  stat = path.stat()
+  os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  os.replace(other, path)  # The same bytes, size and mtime: another file.
+  assert path.stat().st_mtime_ns == stat.st_mtime_ns and path.stat().st_size == stat.st_size
+  assert _counted(data, workdir)['part-0.tfrecord'] == SIZES[0]
+  assert reads == ['part-0.tfrecord']
