@@ -96,15 +96,18 @@ def counted(file_pattern, spec: dict, *, masked: bool, every_host_file: bool, wo
     count_cache.keep(workdir, {f: counts[f] for f in unknown if f not in cached}, versions)
   if not every_host_file and not read_order.examples_in_shard(sum(counts[f] for f in mine),
                                                               shard_count, shard_index):
-    raise ValueError(_no_examples(process_index, file_pattern, mine))
-  return dataclasses.replace(checked, record_counts=checked.record_counts | {
-      f: counts[f] for f in unknown})
+    raise ValueError(_no_examples(process_index, file_pattern, mine, shard_count))
+  return dataclasses.replace(checked, record_counts=counts)
 
 
-def _no_examples(process_index: int, file_pattern, mine) -> str:
+def _no_examples(process_index: int, file_pattern, mine, shard_count: int) -> str:
+  # With fewer files than hosts every host reads them all and keeps every shard_count-th
+  # record: there, fewer records than hosts is what leaves a host without any.
+  fix = ('write at least one record per host (or train on fewer hosts)' if shard_count > 1
+         else 'give every host a file that holds records, or remove the empty files')
   return (f'host {process_index} has no examples to read from {str(file_pattern)!r} (its '
           f'share: {len(mine)} file(s), {", ".join(mine[:2])}{", ..." if len(mine) > 2 else ""}'
-          '): give every host a file that holds records, or remove the empty files')
+          f'{"; every host reads these" if shard_count > 1 else ""}): {fix}')
 
 
 def _parse_batch(keys_B, serialized_B, *, spec, masking, max_predictions_per_seq, seed,
@@ -221,7 +224,7 @@ def pretrain_dataset(file_pattern, *, global_batch_size: int, max_seq_length: in
   files, counts = [f for f, n in zip(files, counts, strict=True) if n], [n for n in counts if n]
   length = read_order.examples_in_shard(sum(counts), shard_count, shard_index)
   if length == 0:
-    raise ValueError(_no_examples(process_index, file_pattern, share))
+    raise ValueError(_no_examples(process_index, file_pattern, share, shard_count))
   logging.info('host %d reads %d files, %d examples per epoch, from example %d', process_index,
                len(files), length, start_example // process_count)
 

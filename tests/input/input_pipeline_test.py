@@ -10,6 +10,7 @@ import functools
 
 import jax
 import numpy as np
+import pretraining_records
 import pytest
 import tensorflow as tf
 
@@ -27,25 +28,8 @@ MASKING = masking_tf.MaskingConfig(vocab_size=30522, mask_id=103, cls_id=101, se
 ID_OFFSET = 1000
 
 
-def _int64(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
-
-
-def _write(path, rows):
-  """Writes dicts of int lists (float lists for *_weights) as tf.train.Examples."""
-  with tf.io.TFRecordWriter(str(path)) as writer:
-    for row in rows:
-      feature = {k: _int64(v) if not k.endswith('_weights') else tf.train.Feature(
-          float_list=tf.train.FloatList(value=v)) for k, v in row.items()}
-      example = tf.train.Example(features=tf.train.Features(feature=feature))
-      writer.write(example.SerializeToString())
-
-
 def _static_row(i, seq=SEQ, pred=PRED):
-  return {'input_ids': [101, i] + [5] * (seq - 3) + [102], 'input_mask': [1] * seq,
-          'segment_ids': [0] * seq, 'masked_lm_positions': [1] + [0] * (pred - 1),
-          'masked_lm_ids': [i] + [0] * (pred - 1), 'masked_lm_weights': [1.0] + [0.0] * (pred - 1),
-          'next_sentence_labels': [i % 2]}
+  return pretraining_records.static_row(i, seq, pred)
 
 
 @pytest.fixture(scope='module')
@@ -54,7 +38,8 @@ def static_dir(tmp_path_factory):
   folder = tmp_path_factory.mktemp('static')
   start = 0
   for j, size in enumerate(SIZES):
-    _write(folder / f'train-{j}.tfrecord', [_static_row(i) for i in range(start, start + size)])
+    pretraining_records.write(folder / f'train-{j}.tfrecord',
+                              [_static_row(i) for i in range(start, start + size)])
     start += size
   return folder
 
@@ -81,7 +66,7 @@ def unmasked_dir(tmp_path_factory):
   for j in range(4):
     rows = _unmasked_rows(150 * j, 150, rng)
     originals.update({r['input_ids'][1] - ID_OFFSET: np.array(r['input_ids']) for r in rows})
-    _write(folder / f'unmasked-{j}.tfrecord', rows)
+    pretraining_records.write(folder / f'unmasked-{j}.tfrecord', rows)
   return folder, originals
 
 
@@ -367,7 +352,7 @@ def test_a_truncated_file_is_one_line_naming_it_and_what_to_do(tmp_path):
   """A copy cut short: TensorFlow's error carries the graph's stack (20 lines); the user gets
   the file, TensorFlow's reason and the fix, on one line."""
   path = tmp_path / 'cut.tfrecord'
-  _write(path, [{'input_ids': list(range(SEQ))}] * 50)
+  pretraining_records.write(path, [{'input_ids': list(range(SEQ))}] * 50)
   data = path.read_bytes()
   path.write_bytes(data[:-10])  # Its last record's header whole, its data cut.
   spec = record_check.feature_spec(SEQ, PRED)
@@ -421,8 +406,9 @@ def packed_unmasked_dir(unmasked_dir, tmp_path_factory):
     rows += packing.pack([{k: v[i] for k, v in batch.items()} for i in range(count)],
                          128, 0, 3, decreasing=True)
   packed = tmp_path_factory.mktemp('packed')
-  _write(packed / 'packed-0.tfrecord', [{k: list(v) for k, v in r.items()} for r in rows[:200]])
-  _write(packed / 'packed-1.tfrecord', [{k: list(v) for k, v in r.items()} for r in rows[200:]])
+  lists = [{k: list(v) for k, v in r.items()} for r in rows]
+  pretraining_records.write(packed / 'packed-0.tfrecord', lists[:200])
+  pretraining_records.write(packed / 'packed-1.tfrecord', lists[200:])
   return packed, rows, originals
 
 
@@ -470,3 +456,15 @@ def test_packed_and_unpacked_files_are_told_apart(packed_unmasked_dir, unmasked_
   with pytest.raises(ValueError, match='one instance per row, but data.max_instances_per_row '
                      'is 3'):
     _dynamic(unmasked_dir[0], max_instances_per_row=3)
+
+
+def test_a_host_without_examples_is_told_the_fix_its_share_needs(tmp_path):
+  pretraining_records.write(tmp_path / 'one-0.tfrecord', [_static_row(0)])
+  # One file for two hosts: both read it and keep alternate records, so host 1 gets none.
+  with pytest.raises(ValueError, match=r"host 1 has no examples to read from .*one-\*.*every "
+                     r'host reads these\): write at least one record per host'):
+    _pretrain(tmp_path, 'one-*', global_batch_size=2, process_index=1, process_count=2)
+  pretraining_records.write(tmp_path / 'one-1.tfrecord', [])  # Two files: one each.
+  with pytest.raises(ValueError, match=r"host 1 has no examples .*one-1.tfrecord\): give every "
+                     'host a file that holds records'):
+    _pretrain(tmp_path, 'one-*', global_batch_size=2, process_index=1, process_count=2)
