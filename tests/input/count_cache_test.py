@@ -5,8 +5,8 @@ is ignored, and the first records are still checked against the config of the st
 import json
 import os
 
+import pretraining_records
 import pytest
-import tensorflow as tf
 
 from bertjax import files
 from bertjax.input import input_pipeline
@@ -17,17 +17,8 @@ SIZES = (5, 9, 3)
 
 
 def _write(path, count, seq=SEQ):
-  ints = lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v))  # noqa: E731
-  with tf.io.TFRecordWriter(str(path)) as writer:
-    for i in range(count):
-      feature = {
-          'input_ids': ints([101, i] + [5] * (seq - 2)), 'input_mask': ints([1] * seq),
-          'segment_ids': ints([0] * seq), 'masked_lm_positions': ints([1] + [0] * (PRED - 1)),
-          'masked_lm_ids': ints([i] + [0] * (PRED - 1)), 'next_sentence_labels': ints([0]),
-          'masked_lm_weights': tf.train.Feature(
-              float_list=tf.train.FloatList(value=[1.0] + [0.0] * (PRED - 1)))}
-      writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                   .SerializeToString())
+  pretraining_records.write(path, [pretraining_records.static_row(i, seq, PRED)
+                                   for i in range(count)])
 
 
 @pytest.fixture

@@ -22,20 +22,10 @@ TIMEOUT_S = 240
 
 
 def _write_fixtures(folder: pathlib.Path):
-  import tensorflow as tf
+  import pretraining_records
 
   def write(path, ids):
-    with tf.io.TFRecordWriter(str(path)) as writer:
-      for i in ids:
-        ints = lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v))  # noqa: E731
-        feature = {
-            'input_ids': ints([101, i] + [5] * (SEQ - 2)), 'input_mask': ints([1] * SEQ),
-            'segment_ids': ints([0] * SEQ), 'masked_lm_positions': ints([1] + [0] * (PRED - 1)),
-            'masked_lm_ids': ints([i] + [0] * (PRED - 1)), 'next_sentence_labels': ints([0]),
-            'masked_lm_weights': tf.train.Feature(
-                float_list=tf.train.FloatList(value=[1.0] + [0.0] * (PRED - 1)))}
-        writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                     .SerializeToString())
+    pretraining_records.write(path, [pretraining_records.static_row(i, SEQ, PRED) for i in ids])
 
   start = 0
   for j, size in enumerate(SIZES):
