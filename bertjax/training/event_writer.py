@@ -7,11 +7,12 @@ holds a step's `Summary`. The START is what tells TensorBoard's Python reader (E
 workdir wrote from that step on (its purge_orphaned_data, as for TF Estimator's runs), so a
 killed run's steps after its checkpoint, replayed by the resumed run, show once, with the
 resumed run's values (its default reader ignores the START, and keeps a repeated step's last
-value). A resumed run also rewrites the earlier files without the events after its start
-(`_drop_replayed`): the default reader then shows each step once too. TensorBoard reads these
-files as it reads tf.summary's; scalars go in as `simple_value`, which it shows as scalars, and the
-hparams as the hparams plugin's session summary. TensorFlow's import takes seconds (~4 s on 2
-cores), a real share of a short fine-tuning that never touches tf.data.
+value). A resumed run also moves the events after its start out of the earlier files, into a
+run of their own (`_drop_replayed`): the default reader then shows each step once too.
+TensorBoard reads these files as it reads tf.summary's; scalars go in as `simple_value`, which
+it shows as scalars, and the hparams as the hparams plugin's session summary. TensorFlow's
+import takes seconds (~4 s on 2 cores), a real share of a short fine-tuning that never touches
+tf.data.
 
 An object store (gs://...) cannot append: there the file's bytes are held in memory and the
 whole object is put again at a flush (what TensorFlow's own GCS writer does), through
@@ -135,26 +136,40 @@ class EventWriter:
 
 
 def _drop_replayed(logdir: str, start_step: int):
-  """Rewrites the earlier event files of `logdir` without their events after `start_step`: the
-  steps a resumed run trains again, which a killed run logged. TensorBoard's default reader
-  ignores the START event and would show those points beside the resumed run's (at steps it
-  logs at another interval, under a learning rate since changed); its Python reader drops them.
-  A file that cannot be read or rewritten is left as it is, with a warning: never the run."""
-  dropped = 0
-  for path in files.glob(files.join(logdir, 'events.out.tfevents.*')):
+  """Moves the events after `start_step` out of `logdir`'s earlier event files, into
+  `superseded/after_step_<start_step>/` beside them: the steps a resumed run trains again,
+  which a killed run logged. TensorBoard's default reader ignores the START event and would
+  show those points beside the resumed run's (at steps it logs at another interval, under a
+  learning rate since changed); there they show as a run of their own (a divergence that
+  killed the run stays in view), and nothing is lost if the resume fails. A file that cannot
+  be read, copied or rewritten is left as it is, with a warning: never the run."""
+  moved = 0
+  side = files.join(logdir, 'superseded', f'after_step_{start_step}')
+  try:
+    paths = files.glob(files.join(logdir, 'events.out.tfevents.*'))
+  except OSError as e:
+    paths = []
+    logging.warning('TensorBoard: the event files in %s could not be listed (%s): its default '
+                    'reader may show the steps after %d twice.', logdir, e, start_step)
+  for path in paths:
     try:
       records = list(tfrecord.read_records(files.read_bytes(path)))
-      kept = [r for r in records if event_pb2.Event.FromString(r).step <= start_step]
-      if len(kept) < len(records):
-        files.write_atomically(path, tfrecord.frame(kept))
-        dropped += len(records) - len(kept)
+      events = [event_pb2.Event.FromString(r) for r in records]
+      later = [r for r, e in zip(records, events, strict=True) if e.step > start_step]
+      if later:  # The copy first: a failure between the two writes loses nothing.
+        version = [r for r, e in zip(records, events, strict=True) if e.file_version][:1]
+        files.write_atomically(files.join(side, files.name(path)),
+                               tfrecord.frame(version + later))
+        files.write_atomically(path, tfrecord.frame(
+            [r for r, e in zip(records, events, strict=True) if e.step <= start_step]))
+        moved += len(later)
     except (ValueError, OSError, message.DecodeError) as e:
       logging.warning('TensorBoard: %s could not be rewritten without the steps after %d, which '
                       'this run trains again (%s): TensorBoard\'s default reader may show both '
                       'runs\' points there.', path, start_step, e)
-  if dropped:
-    logging.info('TensorBoard: %d earlier events after step %d dropped: this run trains those '
-                 'steps again', dropped, start_step)
+  if moved:
+    logging.info('TensorBoard: %d earlier events after step %d, which this run trains again, '
+                 'moved to %s', moved, start_step, side)
 
 
 class NoWriter:

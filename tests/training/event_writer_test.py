@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import pathlib
 import subprocess
 import sys
 from unittest import mock
@@ -14,6 +15,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from bertjax import files
 from bertjax.records import tfrecord
 from bertjax.training import event_writer
 from bertjax.training import loop
@@ -170,6 +172,12 @@ def test_a_resumed_run_shows_each_step_once_with_its_own_values(tmp_path, resume
         if value.tag == 'train/loss':
           shown[event.step] = value.simple_value
   assert sorted(shown.items()) == want
+  # The killed run's points past the checkpoint are kept, as a run of their own (a failed
+  # resume loses nothing; a divergence that killed the run stays in view).
+  superseded = event_accumulator.EventAccumulator(str(tmp_path / 'superseded' / 'after_step_5'))
+  superseded.Reload()
+  assert [(e.step, e.value) for e in superseded.Scalars('train/loss')] == [
+      (s, float(s)) for s in range(6, 11)]
 
 
 def test_the_hparams_hold_the_mesh_used_and_config_json_the_one_asked(tmp_path):
@@ -189,3 +197,24 @@ def test_the_hparams_hold_the_mesh_used_and_config_json_the_one_asked(tmp_path):
                                                        'learning_rate')} == {
       'mesh.data': 4, 'mesh.fsdp': 2, 'mesh.tensor': 1, 'learning_rate': 1e-4}
   assert json.loads((tmp_path / 'config.json').read_text())['mesh']['data'] == -1
+
+
+def test_a_resume_that_cannot_keep_the_replaced_points_leaves_them_where_they_were(
+    tmp_path, monkeypatch):
+  killed = event_writer.EventWriter(str(tmp_path))
+  for step in range(1, 11):
+    killed.write_scalars(step, {'train/loss': float(step)})
+  killed.close()
+  real_write = files.write_atomically
+
+  def full_disk(path, data):
+    if '/superseded/' in path:
+      raise OSError(28, 'No space left on device')
+    real_write(path, data)
+
+  monkeypatch.setattr(files, 'write_atomically', full_disk)
+  event_writer.EventWriter(str(tmp_path), start_step=5).close()
+  assert not (tmp_path / 'superseded').exists()
+  kept = [event_pb2.Event.FromString(r).step for r in tfrecord.read_records(
+      pathlib.Path(killed.path).read_bytes())]
+  assert max(kept) == 10  # Not rewritten: its points past step 5 are all still there.
