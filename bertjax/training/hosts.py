@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 
+from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
@@ -125,19 +126,23 @@ def fail_together():
   one host (a damaged file in its share of the data, a path only some hosts see) would otherwise
   stop that host alone while the others wait for it in their next collective until the job
   times out. Every host's error names the hosts that failed and the first one's message. The
-  block must hold no collective itself: the hosts would pair it with this one's."""
+  block must hold no collective itself: the hosts would pair it with this one's. A Ctrl-C or a
+  SystemExit on one host is told the others too, then raised there as it came."""
   error = None
   try:
     yield
-  except Exception as e:  # pylint: disable=broad-except
+  except (Exception, KeyboardInterrupt, SystemExit) as e:  # pylint: disable=broad-except
     if jax.process_count() == 1:
       raise
     error = e
+    # Said here first: a host that died before this gather would leave it unsaid.
+    logging.warning('process %d stopped (%s): telling the other hosts', jax.process_index(),
+                    _told(e))
   if jax.process_count() == 1:
     return
   said = np.zeros(1 + _ERROR_BYTES, np.uint8)  # Failed or not, then the message's first bytes.
   if error is not None:
-    text = str(error).encode()[:_ERROR_BYTES]
+    text = _told(error).encode()[:_ERROR_BYTES]
     said[0] = 1
     said[1:1 + len(text)] = np.frombuffer(text, np.uint8)
   rows = _gathered(said)
@@ -149,6 +154,14 @@ def fail_together():
   first = bytes(rows[failed[0]][1:]).rstrip(b'\0').decode(errors='replace')
   raise ValueError(f'process {", ".join(map(str, failed))} of this job stopped (process '
                    f'{failed[0]}: {first})')
+
+
+def _told(error: BaseException) -> str:
+  """An error as the other hosts read it: its message, after its type's name unless a
+  ValueError (the package's own errors, whole sentences) or an OSError with an errno."""
+  if type(error) is ValueError or (isinstance(error, OSError) and error.errno):
+    return str(error)
+  return f'{type(error).__name__}: {error}'.removesuffix(': ')
 
 
 _ERROR_BYTES = 1000

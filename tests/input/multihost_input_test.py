@@ -139,7 +139,7 @@ def _checked_together(folder: pathlib.Path) -> dict:
             'other_files': checked(['train-*', 'train-[0-4]*'])}
 
   def fail(*args, **kwargs):
-    raise OSError('[Errno 28] No space left on device')
+    raise OSError(28, 'No space left on device')
 
   real = writer.create
   writer.create = fail if jax.process_index() == 0 else real
@@ -212,8 +212,8 @@ def test_a_start_that_fails_on_one_host_stops_both_with_one_error(results):
   assert results[0]['empty_share'] == f'process 1 of this job stopped (process 1: {said})'
   said = results[1]['unseen']
   assert said.startswith('FileNotFoundError: no files match') and 'nowhere-*' in said, said
-  assert results[0]['unseen'].startswith('process 1 of this job stopped (process 1: no files '
-                                         'match')
+  assert results[0]['unseen'].startswith('process 1 of this job stopped (process 1: '
+                                         'FileNotFoundError: no files match')
   for result in results:
     assert result['other_files'].startswith('data.train_files/eval_files reads differently on '
                                             'the hosts (process 0: 6 files'), result

@@ -5,6 +5,7 @@ bertjax.main: a host given another --config override stops both, with one line e
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -168,3 +169,37 @@ def test_init_from_read_differently_on_the_hosts_is_refused_before_placing(minil
     init_from.load_encoder(str(minilm_dir), {'bert': {}}, {'bert': {}}, 6)
   with pytest.raises(ValueError, match=r'reads differently on the hosts \(process 0: error: '):
     init_from.load_encoder('/nowhere/at/all', {'bert': {}}, {'bert': {}}, 6)
+
+
+@pytest.mark.parametrize('raised, told', [
+    (KeyboardInterrupt(), 'KeyboardInterrupt'),
+    (SystemExit(2), 'SystemExit: 2'),
+    (RuntimeError('gcsfs: 503'), 'RuntimeError: gcsfs: 503'),
+    (ValueError('host 0 has no examples'), 'host 0 has no examples'),
+    (OSError(28, 'No space left on device'), '[Errno 28] No space left on device')])
+def test_any_stop_on_one_host_is_told_the_others_with_its_type(monkeypatch, raised, told):
+  """A Ctrl-C or SystemExit on one host went past the gather (the others waited for it); the
+  others were told the message without its type (an empty one for a Ctrl-C). Process 0 is
+  this one; process 1, simulated, went on."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  sent, said = [], []
+  monkeypatch.setattr(jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(hosts, '_gathered', lambda mine: sent.append(mine) or np.stack(
+      [mine, np.zeros_like(mine)]))
+  monkeypatch.setattr(logging, 'warning', lambda text, *args: said.append(text % args))
+  with pytest.raises(type(raised)) as caught:
+    with hosts.fail_together():
+      raise raised
+  assert caught.value is raised
+  assert bytes(sent[0][1:]).rstrip(b'\0').decode() == told
+  assert said == [f'process 0 stopped ({told}): telling the other hosts']
+  # What process 1 raises, told of process 0's stop.
+  monkeypatch.setattr(hosts, '_gathered', lambda mine: np.stack([sent[0], mine]))
+  with pytest.raises(ValueError, match=rf'^process 0 of this job stopped \(process 0: '
+                     rf'{re.escape(told)}\)$'):
+    with hosts.fail_together():
+      pass
