@@ -41,11 +41,12 @@ def _own(workdir: str) -> str:
 def known(workdir: str, paths) -> tuple[dict[str, int], dict[str, str]]:
   """({path: count} of `paths` the cache holds at their current version, {path: version})."""
   paths = list(paths)
+  kept = files.glob(files.join(workdir, f'{_PREFIX}.*.json'))  # One per host that counted.
   with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:  # A request each in a bucket.
     versions = dict(zip(paths, pool.map(files.version, paths), strict=True))
-  cached = {}
-  for found in files.glob(files.join(workdir, f'{_PREFIX}.*.json')):
-    cached |= _entries(found)
+    cached = {}
+    for entries in pool.map(_entries, kept):
+      cached |= entries
   return ({path: cached[_key(path, v)] for path, v in versions.items()
            if v and _key(path, v) in cached}, versions)
 
