@@ -35,6 +35,9 @@ PREEMPTED_EXIT = 75
 # (a JobSet fails at once on it); any other error exits 1 (a scheduler may retry those).
 REFUSED_EXIT = 78
 _PREEMPTED = threading.Event()
+# Set on the hosts of a multi-host job other than process 0: their INFO lines (the progress
+# line, the evals, each a copy of process 0's) kept for --verbosity=1; warnings and errors shown.
+_ANOTHER_HOST = threading.Event()
 
 
 def preempted(stopped: str = '') -> bool:
@@ -51,10 +54,21 @@ class ConsoleFilter(std_logging.Filter):
   def filter(self, record: std_logging.LogRecord) -> bool:
     if logging.get_verbosity() >= logging.DEBUG:
       return True
+    if _ANOTHER_HOST.is_set() and record.levelno < std_logging.WARNING:
+      return False
     ours = f'{os.sep}bertjax{os.sep}' in record.pathname
     if record.levelno >= std_logging.WARNING:
       return ours or not any(m in record.getMessage() for m in _QUIET_WARNINGS)
     return ours
+
+
+def leave_the_progress_to_process_0(process_index: int):
+  """On the hosts of a multi-host job other than process 0: warnings and errors only (a pod's
+  consoles, or a SLURM job's one log, carried a copy of every line per host)."""
+  if process_index:
+    logging.info('process %d shows its warnings and errors only: process 0 shows the progress '
+                 '(--verbosity=1 shows everything here)', process_index)
+    _ANOTHER_HOST.set()
 
 
 def usage_said(main, prefix: str = 'error: '):

@@ -259,6 +259,7 @@ def _run(argv):
                jax.local_device_count(), ', '.join(f'{n} x {kind}' for kind, n in kinds.items()))
   logging.info('compiled programs cached in %s', _COMPILATION_CACHE.value or
                'nothing (--compilation_cache_dir is empty)')
+  console.leave_the_progress_to_process_0(jax.process_index())
   if jax.process_count() > 1:  # Every host the same config and workdir, or none starts.
     from bertjax import paths  # pylint: disable=g-import-not-at-top
     from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
