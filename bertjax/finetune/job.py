@@ -250,17 +250,18 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
           job_setup.skipped_total(skipped))
 
 
-def _checkpoint_seen(workdir: str, step) -> str:
+def _checkpoint_seen(workdir: str, step) -> tuple[str, int | None]:
   """The checkpoint this host would read in `workdir` for `step` (None: the newest), or why
-  not: the hosts compare it before any of them reads anything else."""
+  not, and its step: the hosts compare it before any of them reads anything else."""
   try:
     resolved = checkpoint_reader.resolve_step(workdir, step)
     if resolved is None:
       listed = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
-      return f'checkpoint {listed[-1]} (the newest)' if listed else 'no checkpoint'
-    return f'checkpoint {resolved}'
+      return (f'checkpoint {listed[-1]} (the newest)', listed[-1]) if listed else (
+          'no checkpoint', None)
+    return f'checkpoint {resolved}', resolved
   except Exception as e:  # pylint: disable=broad-except  Said, not raised, on this host alone.
-    return f'{type(e).__name__}: {e}'
+    return f'{type(e).__name__}: {e}', None
 
 
 def _say_how_best_was_ranked(source, step, asked: str):
@@ -283,7 +284,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   workdir = paths.absolute(workdir)
   # Before anything of the workdir is read: a host that sees another folder would stop alone,
   # the others waiting for it in their first collective.
-  hosts.check_same_view(workdir, _checkpoint_seen(workdir, step))
+  seen, agreed = _checkpoint_seen(workdir, step)
+  hosts.check_same_view(workdir, seen)
   paths.absolute_config(config)
   job_setup.check_head(config, workdir)
   s = job_setup.setup(config, workdir)
@@ -300,7 +302,9 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.
-  model = sources.load(workdir, step=step)
+  # Several hosts read the step they agreed on (a live run saving meanwhile would give a host
+  # listing again a newer one); one process lists again, so a step deleted meanwhile is skipped.
+  model = sources.load(workdir, step=agreed if jax.process_count() > 1 else step)
   read_step = int(files.name(model.source))
   _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
   params = init_from.place(

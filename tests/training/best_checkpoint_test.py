@@ -133,6 +133,35 @@ def test_eval_of_the_best_says_it_ranks_as_the_run_trained(best_by_loss, sst2_di
           'not of a trained one') in caplog.text
 
 
+@pytest.mark.parametrize('processes, read', [(1, [None]), (2, ['newest'])])
+def test_hosts_read_the_step_they_agreed_on(best_by_loss, sst2_dir, monkeypatch, processes,
+                                            read):
+  """Review of session 40: mode=eval on several hosts agreed on the newest step, then each
+  listed the steps again to read it (a live run saving meanwhile: another step per host). One
+  process lists again (a step deleted meanwhile is skipped)."""
+  import jax  # noqa: PLC0415
+
+  from bertjax.interop import sources  # noqa: PLC0415
+  from bertjax.training import hosts  # noqa: PLC0415
+
+  class Loaded(Exception):
+    pass
+
+  asked = []
+
+  def load(workdir, step=None, **kwargs):
+    asked.append(step)
+    raise Loaded
+
+  monkeypatch.setattr(jax, 'process_count', lambda: processes)
+  monkeypatch.setattr(hosts, 'check_same_view', lambda *args, **kwargs: None)  # One host here.
+  monkeypatch.setattr(sources, 'load', load)
+  config = finetune_runs.tiny_config(sst2_dir, **{'mode': 'eval', 'num_train_steps': 6})
+  with pytest.raises(Loaded):
+    finetune.run_predict(config, str(best_by_loss))
+  assert asked == [max(kept_steps(best_by_loss)) if r == 'newest' else r for r in read]
+
+
 def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
   for text in ('-1', 'abc', '1.5', 'Best'):
     with pytest.raises(ValueError, match=f'--step={text}: pass best, latest or a checkpoint'):
