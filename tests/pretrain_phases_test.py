@@ -24,6 +24,7 @@ from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer
+from bertjax.training import preemption
 from bertjax.training import summaries
 from configs import pretrain as pretrain_config
 
@@ -147,14 +148,13 @@ def test_a_resumed_run_stopped_before_its_next_eval_ends_naming_its_last(two_pha
                                                                          monkeypatch):
   """A resumed run that ran no eval of its own ended with no eval figures, its run's recorded
   eval (step 9's) unsaid; the summary says its step."""
-  from bertjax.training import loop  # noqa: PLC0415
   from bertjax.training import progress  # noqa: PLC0415
   _, workdir, _ = two_phase
   resumed = tmp_path / 'resumed'
   shutil.copytree(workdir, resumed)
   for step in (11, STEPS):
     shutil.rmtree(resumed / 'checkpoints' / str(step), ignore_errors=True)
-  monkeypatch.setattr(loop._Preemption, 'reached', lambda self, step: True)  # noqa: SLF001
+  monkeypatch.setattr(preemption.Preemption, 'reached', lambda self, step: True)
   ended = []  # The summary's Outcome (a preempted one exits the process as it is said).
   monkeypatch.setattr(progress, 'summary', lambda job, seconds, outcome, *a, **k: ended.append(
       outcome))

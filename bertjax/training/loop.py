@@ -19,8 +19,6 @@ import functools
 import itertools
 import json
 import math
-import signal
-import threading
 import time
 from typing import Callable
 from typing import Iterator
@@ -43,6 +41,7 @@ from bertjax.training import checkpoint_reader
 from bertjax.training import event_writer
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
+from bertjax.training import preemption as preemption_lib
 from bertjax.training import progress as progress_lib
 from bertjax.training import ranking
 from bertjax.training import resume_checks
@@ -97,43 +96,6 @@ class Job:
   remaining_flops: Callable[[int], float] | None = None
   order_per_process: bool = False
   pipeline_starts: tuple = ()
-
-
-class _Preemption:
-  """SIGTERM (a preempted VM) asks for a save and a clean exit at the next step boundary;
-  multi-host, at the same step on every host: orbax's reached_preemption (jax.distributed's
-  preemption service), not a local signal handler."""
-
-  def __init__(self, mngr):
-    self._mngr, self._requested, self._previous = mngr, False, None
-    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    elif jax.process_count() == 1:  # Python takes signal handlers in the main thread only.
-      logging.warning('this run is not in the main thread (a notebook running it in the '
-                      'background): SIGTERM is not watched, so a preemption loses the steps '
-                      'since the last checkpoint')
-
-  def _handle(self, signum, frame):
-    del frame
-    logging.warning('signal %d: saving a checkpoint and exiting at the end of this step (or of '
-                    'the eval or save under way)', signum)
-    self._requested = True
-
-  def reached(self, step: int) -> bool:
-    """Whether the run saves and exits after `step`, asked once per step."""
-    if jax.process_count() > 1:
-      return self._mngr.reached_preemption(step)
-    return self._requested
-
-  def asked_since(self) -> bool:
-    """Whether a signal came since `reached` (during an eval or a save): one process saves and
-    exits there, not a step and a save later (a VM's grace period is ~30 s). Several wait for the
-    step the preemption service chose, which every host must reach."""
-    return jax.process_count() == 1 and self._requested
-
-  def close(self):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
 
 
 FIRST_STEP_BARRIER_S = 1800  # The processes' wait at the first step: the slowest's compile.
@@ -324,7 +286,7 @@ class _Boundary:
   eval_metrics: dict = dataclasses.field(default_factory=dict)
   eval_step: int | None = None
 
-  def after(self, state, done: int, metrics, preemption: _Preemption,
+  def after(self, state, done: int, metrics, preemption: preemption_lib.Preemption,
             cost: tuple[float, float], not_training: float) -> str:
     """After step `done` ran (its perf.step_cost, and the seconds since the last step that were
     no training: a compile, an input pipeline's start, a profiler trace's start and write):
@@ -426,7 +388,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
     boundary.eval_step, boundary.eval_metrics = run_files.last_eval(workdir, start_step,
                                                                     total_steps)
   trace = progress_lib.Trace(config, workdir, start_step, total_steps)
-  preemption = _Preemption(mngr)
+  preemption = preemption_lib.Preemption(mngr)
   done, stopped, shapes = start_step, '', set()
   try:
     with checkpoint.closing(mngr), trace, jax.set_mesh(mesh), nn.logical_axis_rules(rules):

@@ -38,6 +38,7 @@ from bertjax.model import encoder
 from bertjax.model import heads
 from bertjax.training import checkpoint
 from bertjax.training import loop
+from bertjax.training import preemption
 from configs import finetune as finetune_config
 from configs import pretrain
 
@@ -218,7 +219,7 @@ def test_a_run_resumed_with_fewer_steps_than_it_took_names_its_last_eval(
   # rerun with 4 steps: it said 'finetune finished ...: step 5/4' and named predictions/step_5,
   # which does not exist, beside step 4's figures.
   monkeypatch.setattr(console, '_PREEMPTED', threading.Event())  # Process-wide otherwise.
-  monkeypatch.setattr(loop._Preemption, 'reached', lambda self, step: step == 5)  # pylint: disable=protected-access
+  monkeypatch.setattr(preemption.Preemption, 'reached', lambda self, step: step == 5)
   finetune.train_and_evaluate(tiny_config(sst2_dir), str(tmp_path))
   history = json.loads((tmp_path / 'eval_history.json').read_text())
   assert list(history) == ['4'] and final_params(tmp_path)[1] == 5

@@ -152,16 +152,16 @@ def test_a_run_outside_the_main_thread_says_sigterm_is_not_watched(monkeypatch):
   was made and config.json written."""
   import threading  # pylint: disable=g-import-not-at-top
 
-  from bertjax.training import loop  # pylint: disable=g-import-not-at-top
+  from bertjax.training import preemption  # pylint: disable=g-import-not-at-top
   warned = []
 
-  class Recorded:  # loop's own `logging`, whatever earlier tests left on absl's logger.
+  class Recorded:  # preemption's own `logging`, whatever earlier tests left on absl's logger.
     def warning(self, message, *args):
       warned.append(message % args)
 
-  monkeypatch.setattr(loop, 'logging', Recorded())
+  monkeypatch.setattr(preemption, 'logging', Recorded())
   made = []
-  thread = threading.Thread(target=lambda: made.append(loop._Preemption(None)))  # pylint: disable=protected-access
+  thread = threading.Thread(target=lambda: made.append(preemption.Preemption(None)))
   thread.start()
   thread.join(30)
   assert made and not made[0].reached(0)
