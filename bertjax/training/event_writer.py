@@ -137,14 +137,15 @@ class EventWriter:
 
 def _drop_replayed(logdir: str, start_step: int):
   """Moves the events after `start_step` out of `logdir`'s earlier event files, into
-  `superseded/after_step_<start_step>/` beside them: the steps a resumed run trains again,
-  which a killed run logged. TensorBoard's default reader ignores the START event and would
-  show those points beside the resumed run's (at steps it logs at another interval, under a
-  learning rate since changed); there they show as a run of their own (a divergence that
-  killed the run stays in view), and nothing is lost if the resume fails. A file that cannot
-  be read, copied or rewritten is left as it is, with a warning: never the run."""
+  `superseded/after_step_<start_step>.<time>/` beside them: the steps a resumed run trains
+  again, which a killed run logged. TensorBoard's default reader ignores the START event and
+  would show those points beside the resumed run's (at steps it logs at another interval,
+  under a learning rate since changed); there they show as a run of their own (a divergence
+  that killed the run stays in view), and nothing is lost if the resume fails. A file that
+  cannot be read, copied or rewritten is left as it is, with a warning: never the run."""
   moved = 0
-  side = files.join(logdir, 'superseded', f'after_step_{start_step}')
+  # One folder per resume: a run killed twice after one checkpoint leaves two runs to show.
+  side = files.join(logdir, 'superseded', f'after_step_{start_step}.{int(time.time())}')
   try:
     paths = files.glob(files.join(logdir, 'events.out.tfevents.*'))
   except OSError as e:
