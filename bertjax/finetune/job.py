@@ -304,7 +304,15 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # nothing of the workdir written, cleaned or moved.
   # Several hosts read the step they agreed on (a live run saving meanwhile would give a host
   # listing again a newer one); one process lists again, so a step deleted meanwhile is skipped.
-  model = sources.load(workdir, step=agreed if jax.process_count() > 1 else step)
+  pinned = jax.process_count() > 1 and agreed is not None
+  try:
+    model = sources.load(workdir, step=agreed if pinned else step)
+  except (ValueError, OSError) as e:
+    if not pinned or step not in (None, 'latest'):
+      raise
+    raise ValueError(f'the hosts read step {agreed}, the newest when they compared: {e} (a run '
+                     'saving meanwhile may have deleted it; several hosts never fall back to an '
+                     'earlier step on their own: pass --step=<an earlier step>)') from e
   read_step = int(files.name(model.source))
   _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
   params = init_from.place(

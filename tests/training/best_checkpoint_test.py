@@ -162,6 +162,28 @@ def test_hosts_read_the_step_they_agreed_on(best_by_loss, sst2_dir, monkeypatch,
   assert asked == [max(kept_steps(best_by_loss)) if r == 'newest' else r for r in read]
 
 
+def test_hosts_that_cannot_read_their_agreed_step_say_which_and_what_to_do(
+    best_by_loss, sst2_dir, monkeypatch):
+  import jax  # noqa: PLC0415
+
+  from bertjax.interop import sources  # noqa: PLC0415
+  from bertjax.training import checkpoint_damage  # noqa: PLC0415
+  from bertjax.training import hosts  # noqa: PLC0415
+
+  def load(workdir, step=None, **kwargs):
+    raise checkpoint_damage.DamagedCheckpointError(f'step {step}: a digest disagrees')
+
+  monkeypatch.setattr(jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(hosts, 'check_same_view', lambda *args, **kwargs: None)  # One host here.
+  monkeypatch.setattr(sources, 'load', load)
+  config = finetune_runs.tiny_config(sst2_dir, **{'mode': 'eval', 'num_train_steps': 6})
+  newest = max(kept_steps(best_by_loss))
+  with pytest.raises(ValueError, match=(
+      rf'^the hosts read step {newest}, the newest when they compared: step {newest}: a digest '
+      r'disagrees \(.*pass --step=<an earlier step>\)$')):
+    finetune.run_predict(config, str(best_by_loss))
+
+
 def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
   for text in ('-1', 'abc', '1.5', 'Best'):
     with pytest.raises(ValueError, match=f'--step={text}: pass best, latest or a checkpoint'):
