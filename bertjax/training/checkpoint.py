@@ -24,6 +24,7 @@ workdir: never a silent fresh start.
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import time
@@ -37,6 +38,7 @@ import tensorstore as ts
 
 from bertjax import files
 from bertjax.training import checkpoint_damage
+from bertjax.training import hosts
 from bertjax.training import ranking
 from bertjax.training import run_files
 
@@ -165,15 +167,6 @@ def _is_disk_full(error: BaseException) -> bool:
   return False
 
 
-def _complete_steps(mngr: ocp.CheckpointManager) -> list[int]:
-  """Steps whose directories were finalized (a failed save never gets its final name)."""
-  try:
-    steps = mngr.directory.iterdir()  # local or remote: orbax's own epath client
-    return sorted(int(p.name) for p in steps if p.name.isdigit())
-  except OSError:
-    return []
-
-
 @contextlib.contextmanager
 def disk_full_as_one_error(mngr: ocp.CheckpointManager):
   """Turns a full disk during a save (raised by the save or the next wait) into one error."""
@@ -187,7 +180,10 @@ def disk_full_as_one_error(mngr: ocp.CheckpointManager):
 
 
 def _what_is_left(mngr) -> str:
-  kept = _complete_steps(mngr)
+  try:  # The finished steps: a failed save never gets its final name.
+    kept = run_files.checkpoint_steps(str(mngr.directory))
+  except OSError:
+    kept = []
   return ((f'The last complete one (step {kept[-1]}) is intact and a rerun resumes from it. '
            if kept else 'No complete checkpoint exists yet. ') +
           'Free space (or move the workdir to a larger disk) and rerun the same command.')
@@ -199,14 +195,26 @@ def check_space(mngr: ocp.CheckpointManager, step: int, state):
   directory = str(mngr.directory)
   if '://' in directory:
     return
-  # The save in flight first (the next save would wait for it anyway): its bytes count.
-  wait(mngr)
+  # The save in flight first (the next save would wait for it anyway): its bytes count. Its
+  # failure on this host (a full disk) is told the others below, like a shortfall.
+  try:
+    wait(mngr)
+    failed = None
+  except DiskFullError as e:
+    failed = e
   need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
   free = shutil.disk_usage(directory).free  # local disk (remote stores returned above)
-  if free < need * 1.05 + (4 << 20):
-    raise DiskFullError(f'the disk holding {directory} has {free / 2**20:.0f} MiB free, too little '
-                        f'for the checkpoint of step {step} (about {need / 2**20:.0f} MiB, plus '
-                        f'4 MiB to spare): not saved. {_what_is_left(mngr)}')
+  short = free < need * 1.05 + (4 << 20)
+  # Every host's reading, or one host alone would stop while the others start the save.
+  verdict, host = hosts.worst(int(short or failed is not None))
+  if failed:
+    raise failed
+  if verdict:
+    seen = (f'has {free / 2**20:.0f} MiB free, too little for the checkpoint of step {step}'
+            if short else f'has too little free space for the checkpoint of step {step} as '
+            f'process {host} reads it')
+    raise DiskFullError(f'the disk holding {directory} {seen} (about {need / 2**20:.0f} MiB, '
+                        f'plus 4 MiB to spare): not saved. {_what_is_left(mngr)}')
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,
@@ -258,34 +266,28 @@ def _move_aside(mngr: ocp.CheckpointManager, step: int):
 def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
   """(state, meta) of the newest readable checkpoint, or None when there is none: the run's
   own resume. `abstract_state` holds jax.ShapeDtypeStructs with the shardings to restore into.
-  A newest step whose bytes are damaged is moved aside and the previous one read."""
+  A newest step whose bytes are damaged is moved aside and the previous one read. The hosts of
+  a multi-host job agree on each step's verdict, after the tree's check (each host reads it)
+  and after the restore (each its own shards): one host's damage moves the step aside for all,
+  another error on one host stops all. (A host failing inside orbax's restore, whose end is a
+  barrier, leaves the others there until the job's timeout.)"""
   steps = sorted(mngr.all_steps(), reverse=True)
   for step in steps:
     _check_params_fit(mngr, step, abstract_state.params)
-    try:
-      check_tree(mngr.directory / str(step) / 'state')
-      restored = mngr.restore(step, args=ocp.args.Composite(
+    if not _agreed(mngr, step, functools.partial(check_tree, mngr.directory / str(step) / 'state')):
+      continue
+    restored = {}
+
+    def restore(step=step, restored=restored):
+      restored.update(mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.PyTreeRestore(
               abstract_state, restore_args=ocp.checkpoint_utils.construct_restore_args(
                   abstract_state)),
-          meta=ocp.args.JsonRestore()))
+          meta=ocp.args.JsonRestore())))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
-    except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-      _check_same_structure(e, mngr.directory, step)
-      if isinstance(e, checkpoint_damage.MissingHostFolderError):  # Not moved: copy it back.
-        raise RestoreError(
-            f'checkpoint step {step} in {mngr.directory} cannot be resumed: {e}. Nothing was '
-            'moved: copy that folder back into it, or move the step aside (e.g. to '
-            f'{step}.incomplete) to resume from the one before') from None
-      if not checkpoint_damage.is_damage(e):
-        raise RestoreError(
-            f'checkpoint step {step} in {mngr.directory} could not be restored ({type(e).__name__}:'
-            f' {str(e)[:300]}). Its files look intact, so nothing was moved: fix the cause '
-            '(permissions, memory, the config) and rerun.') from e
-      logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
-                      'previous one', step, mngr.directory, type(e).__name__,
-                      ' '.join(str(e).split())[:300])  # One line, whatever the library said.
-      _move_aside(mngr, step)
+
+    if not _agreed(mngr, step, restore):
+      restored.clear()  # Not held while the previous step is read.
       continue
     meta = restored['meta']
     if int(meta['step']) != step:
@@ -332,6 +334,34 @@ def check_tree(path):
       return  # Perhaps not damage (credentials this client lacks): orbax's reading decides.
     raise checkpoint_damage.DamagedCheckpointError(
         f'{path}: its tree cannot be read ({" ".join(str(e).split())[:600]})') from None
+
+
+def _agreed(mngr: ocp.CheckpointManager, step: int, read) -> bool:
+  """Whether `read()` of `step` went well on every host; False where a host found damage (the
+  step is then moved aside for all); raises on every host where one failed otherwise."""
+  error = None
+  try:
+    read()
+  except Exception as e:  # pylint: disable=broad-except  # Classified just below.
+    _check_same_structure(e, mngr.directory, step)
+    error = e
+  stop = checkpoint_damage.why_kept(error, mngr.directory, step) if error is not None else None
+  verdict, host = hosts.worst(2 if stop else 1 if error is not None else 0)
+  if verdict >= 2:
+    raise RestoreError(stop or f'checkpoint step {step} in {mngr.directory} could not be '
+                       f'restored on process {host}: nothing was moved; its error says what to '
+                       'fix before a rerun.') from error
+  if not verdict:
+    return True
+  if error is not None:
+    logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
+                    'previous one', step, mngr.directory, type(error).__name__,
+                    ' '.join(str(error).split())[:300])  # One line, whatever was said.
+  else:
+    logging.warning('checkpoint step %d in %s cannot be read on process %d; falling back to '
+                    'the previous one', step, mngr.directory, host)
+  _move_aside(mngr, step)
+  return False
 
 
 def _check_same_structure(error: BaseException, directory, step: int):

@@ -93,6 +93,20 @@ def is_damage(error: BaseException) -> bool:
   return False
 
 
+def why_kept(error: Exception, directory, step: int) -> str | None:
+  """Why a restore that failed with `error` stops the run with the step left where it is (a
+  host's folder missing; an error that is not damage), or None for damage (moved aside)."""
+  if isinstance(error, MissingHostFolderError):
+    return (f'checkpoint step {step} in {directory} cannot be resumed: {error}. Nothing was '
+            'moved: copy that folder back into it, or move the step aside (e.g. to '
+            f'{step}.incomplete) to resume from the one before')
+  if not is_damage(error):
+    return (f'checkpoint step {step} in {directory} could not be restored '
+            f'({type(error).__name__}: {str(error)[:300]}). Its files look intact, so nothing '
+            'was moved: fix the cause (permissions, memory, the config) and rerun.')
+  return None
+
+
 def _digest(x):
   """A uint32 digest of an array's bits: sum of bits x an odd weight per position, mod 2^32."""
   if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):

@@ -29,6 +29,16 @@ def _gathered(values: np.ndarray) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(values))
 
 
+def worst(verdict: int) -> tuple[int, int]:
+  """(the highest of every host's `verdict`, the first host that gave it): one host alone,
+  acting on its own verdict, would go another way than the others (and wait in another
+  collective). One process: its own."""
+  if jax.process_count() == 1:
+    return verdict, 0
+  verdicts = _gathered(np.array([verdict], np.int32))[:, 0]
+  return int(verdicts.max()), int(verdicts.argmax())
+
+
 def _flat(tree, prefix='') -> dict:
   if not isinstance(tree, dict):
     return {prefix: tree}

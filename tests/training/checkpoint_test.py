@@ -19,6 +19,7 @@ import pytest
 
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import hosts
 
 
 @flax.struct.dataclass
@@ -145,6 +146,44 @@ def test_an_error_that_is_not_damage_moves_nothing(tmp_path, monkeypatch):
   with pytest.raises(RuntimeError, match='look intact, so nothing was moved'):
     restore(tmp_path)
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before
+
+
+@pytest.mark.parametrize('other', ['damaged', 'stopped'])
+def test_the_hosts_agree_on_a_steps_verdict(tmp_path, monkeypatch, caplog, other):
+  """Each host restores its own shards: one host alone finding step 2 damaged moved it aside
+  and went back to step 1 while the others went on at step 2 (or one host stopped while the
+  others trained). Process 1 is simulated: its verdicts after the tree's check and after the
+  restore of step 2 (its own shards' damage or error), then of step 1 (healthy)."""
+  save_steps(tmp_path)
+  theirs = [0, 1 if other == 'damaged' else 2, 0, 0]
+  monkeypatch.setattr(hosts, 'worst', lambda mine: max(
+      (mine, 0), (theirs.pop(0), 1), key=lambda verdict_host: verdict_host[0]))
+  monkeypatch.setattr(checkpoint.multihost_utils, 'sync_global_devices', lambda name: None)
+  if other == 'stopped':
+    with pytest.raises(checkpoint.RestoreError, match=(
+        r'checkpoint step 2 in .* could not be restored on process 1: nothing was moved')):
+      restore(tmp_path)
+    assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == ['1', '2']
+    return
+  with caplog.at_level(logging.WARNING):
+    _, meta = restore(tmp_path)
+  assert meta['step'] == 1
+  assert len(list((tmp_path / 'checkpoints').glob('2.unreadable-*'))) == 1
+  assert 'cannot be read on process 1; falling back to the previous one' in caplog.text
+  assert theirs == []  # Both stages of both steps agreed on.
+
+
+def test_one_hosts_disk_too_full_for_a_save_stops_every_host(tmp_path, monkeypatch):
+  """Each host read the free space itself: one host short stopped alone while the others went
+  into the save's collectives. Process 1 (simulated) reads the disk full."""
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+  checkpoint.check_space(mngr, 1, make_state(1))  # Nobody short.
+  monkeypatch.setattr(hosts, 'worst', lambda mine: (max(mine, 1), 1 - mine))
+  with pytest.raises(checkpoint.DiskFullError, match=(
+      rf'the disk holding {tmp_path}/checkpoints has too little free space for the checkpoint of '
+      r'step 1 as process 1 reads it \(about 0 MiB, plus 4 MiB to spare\): not saved')):
+    checkpoint.check_space(mngr, 1, make_state(1))
+  mngr.close()
 
 
 @flax.struct.dataclass

@@ -203,3 +203,16 @@ def test_any_stop_on_one_host_is_told_the_others_with_its_type(monkeypatch, rais
                      rf'{re.escape(told)}\)$'):
     with hosts.fail_together():
       pass
+
+
+def test_the_worst_verdict_of_the_hosts_and_the_first_host_that_gave_it(monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  assert hosts.worst(1) == (1, 0)  # One process: its own.
+  monkeypatch.setattr(jax, 'process_count', lambda: 3)
+  monkeypatch.setattr(hosts, '_gathered', lambda mine: np.stack([mine, [2], [2]]))
+  assert hosts.worst(0) == (2, 1)
+  monkeypatch.setattr(hosts, '_gathered', lambda mine: np.stack([[0], [0], mine]))
+  assert hosts.worst(1) == (1, 2)
