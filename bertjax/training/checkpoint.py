@@ -11,15 +11,14 @@ metric, mode and value), which readers use for --step=best; every eval's metrics
 in <workdir>/eval_history.json (run_files.py), from which early stopping counts after a resume.
 
 Restoring reads each array straight into the sharding the current mesh asks for, so a run may
-resume on a different mesh shape. The meta item records a digest of every array of the state
-(checkpoint_damage.py: an order-sensitive sum of its bits, computed on the device in any
-sharding), checked after each restore, so a flipped bit is found even where the storage format
-has no checksum. A newest checkpoint whose bytes are damaged (half-written, a file missing or
-truncated, a digest that disagrees, a meta without its step) is moved aside to
-<step>.unreadable-<time> with a warning and the previous one is used; nothing is deleted. Any
-other restore error (permissions, memory, a bug) stops the run with the checkpoints left where
-they are. When none is readable the run stops with an error, and so do later runs in that
-workdir: never a silent fresh start.
+resume on another mesh. The meta item records a digest of every array (checkpoint_damage.py),
+checked after each restore: a flipped bit is found even where the format has no checksum. A
+newest checkpoint whose bytes are damaged (half-written, a file missing or cut, a digest that
+disagrees, a meta without its step) is moved aside to <step>.unreadable-<time> with a warning
+and the previous one used; nothing is deleted. Any other restore error (permissions, memory, a
+bug) stops the run, the checkpoints left where they are; with none readable, the run stops,
+and so do later runs in that workdir: never a silent fresh start. A multi-host job's hosts
+agree on each verdict and on a save's free space (hosts.worst).
 """
 
 import contextlib
@@ -272,6 +271,9 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
   another error on one host stops all. (A host failing inside orbax's restore, whose end is a
   barrier, leaves the others there until the job's timeout.)"""
   steps = sorted(mngr.all_steps(), reverse=True)
+  # The same steps on every host, or their verdicts would pair other steps' (a stale listing).
+  hosts.check_same_view(str(mngr.directory), f'checkpoint steps {steps}', fix=(
+      'every host must list the same checkpoints (a listing behind on one host: rerun)'))
   for step in steps:
     _check_params_fit(mngr, step, abstract_state.params)
     if not _agreed(mngr, step, functools.partial(check_tree, mngr.directory / str(step) / 'state')):
@@ -353,13 +355,10 @@ def _agreed(mngr: ocp.CheckpointManager, step: int, read) -> bool:
                        'fix before a rerun.') from error
   if not verdict:
     return True
-  if error is not None:
-    logging.warning('checkpoint step %d in %s cannot be read (%s: %s); falling back to the '
-                    'previous one', step, mngr.directory, type(error).__name__,
-                    ' '.join(str(error).split())[:300])  # One line, whatever was said.
-  else:
-    logging.warning('checkpoint step %d in %s cannot be read on process %d; falling back to '
-                    'the previous one', step, mngr.directory, host)
+  why = (f'({type(error).__name__}: {" ".join(str(error).split())[:300]})' if error is not None
+         else f'on process {host}')  # One line, whatever the library said.
+  logging.warning('checkpoint step %d in %s cannot be read %s; falling back to the previous one',
+                  step, mngr.directory, why)
   _move_aside(mngr, step)
   return False
 

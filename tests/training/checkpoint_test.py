@@ -173,6 +173,18 @@ def test_the_hosts_agree_on_a_steps_verdict(tmp_path, monkeypatch, caplog, other
   assert theirs == []  # Both stages of both steps agreed on.
 
 
+def test_the_hosts_compare_the_steps_they_list_before_any_verdict(tmp_path, monkeypatch):
+  """Review of session 41, 8: each host walked its own list of steps, so a host whose listing
+  lagged paired its verdicts with the others' on other steps."""
+  save_steps(tmp_path)
+  compared = []
+  monkeypatch.setattr(hosts, 'check_same_view', lambda workdir, seen, **kwargs: compared.append(
+      (workdir, seen, kwargs['fix'])))
+  restore(tmp_path)
+  assert [c[:2] for c in compared] == [(str(tmp_path / 'checkpoints'), 'checkpoint steps [2, 1]')]
+  assert compared[0][2].startswith('every host must list the same checkpoints')
+
+
 def test_one_hosts_disk_too_full_for_a_save_stops_every_host(tmp_path, monkeypatch):
   """Each host read the free space itself: one host short stopped alone while the others went
   into the save's collectives. Process 1 (simulated) reads the disk full."""
