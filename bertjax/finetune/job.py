@@ -264,6 +264,21 @@ def _checkpoint_seen(workdir: str, step) -> tuple[str, int | None]:
     return f'{type(e).__name__}: {e}', None
 
 
+def _load(workdir: str, step, agreed: int | None):
+  """The model of `step`: on several hosts the step they `agreed` on (a live run saving
+  meanwhile would give a host listing again a newer one); one process lists again, so a step
+  deleted meanwhile is skipped."""
+  pinned = jax.process_count() > 1 and agreed is not None
+  try:
+    return sources.load(workdir, step=agreed if pinned else step)
+  except (ValueError, OSError) as e:
+    if not pinned or step not in (None, 'latest'):
+      raise
+    raise ValueError(f'the hosts read step {agreed}, the newest when they compared: {e} (a run '
+                     'saving meanwhile may have deleted it; several hosts never fall back to an '
+                     'earlier step on their own: pass --step=<an earlier step>)') from e
+
+
 def _say_how_best_was_ranked(source, step, asked: str):
   """--step=best with a best_metric other than the run ranked by: the run's ranking is read."""
   ranked = (checkpoint_reader.read_meta(source).get('ranking') or {}).get('metric')
@@ -302,17 +317,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.
-  # Several hosts read the step they agreed on (a live run saving meanwhile would give a host
-  # listing again a newer one); one process lists again, so a step deleted meanwhile is skipped.
-  pinned = jax.process_count() > 1 and agreed is not None
-  try:
-    model = sources.load(workdir, step=agreed if pinned else step)
-  except (ValueError, OSError) as e:
-    if not pinned or step not in (None, 'latest'):
-      raise
-    raise ValueError(f'the hosts read step {agreed}, the newest when they compared: {e} (a run '
-                     'saving meanwhile may have deleted it; several hosts never fall back to an '
-                     'earlier step on their own: pass --step=<an earlier step>)') from e
+  model = _load(workdir, step, agreed)
   read_step = int(files.name(model.source))
   _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
   params = init_from.place(
