@@ -53,8 +53,11 @@ def _process(process_index, process_count, global_batch_size: int) -> tuple[int,
 _SAID = set()  # The file sets whose share was said: an eval's, once, not at every eval.
 
 
-def _host_share(files, process_index: int, process_count: int, log: bool = True):
-  """This host's files and per-example sharding (shard_count, shard_index) within them."""
+def _host_share(files, process_index: int, process_count: int, log: bool = True,
+                eval_set: bool = False):
+  """This host's files and per-example sharding (shard_count, shard_index) within them. An
+  eval set's fewer files than hosts is said as information: one pass per eval, and the
+  embedded corpus's one eval file is not the user's to split."""
   log = log and (tuple(files), process_count) not in _SAID
   if log:
     _SAID.add((tuple(files), process_count))
@@ -63,8 +66,11 @@ def _host_share(files, process_index: int, process_count: int, log: bool = True)
       logging.info('%d files over %d hosts: hosts read unequal shares, so their epochs end at '
                    'different steps', len(files), process_count)
     return files[process_index::process_count], 1, 0
-  if log:
-      logging.warning('only %d file(s) for %d hosts: every host reads every file and keeps every '
+  if log and eval_set:
+    logging.info('the eval set has %d file(s) for %d hosts: every host reads all of it at each '
+                 'eval and keeps every %d-th example', len(files), process_count, process_count)
+  elif log:
+    logging.warning('only %d file(s) for %d hosts: every host reads every file and keeps every '
                     '%d-th example; write at least one file per host to avoid the extra reading',
                     len(files), process_count, process_count)
   return files, process_count, process_index
@@ -281,7 +287,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
   # Every host counts every file: all need the largest host's share to agree on a batch count.
   counts = record_check.inspect_files(all_files, spec, masked=masked, record_counts=known)
   counts = dict(zip(all_files, counts, strict=True))
-  shares = [_host_share(all_files, i, process_count, log=i == process_index)
+  shares = [_host_share(all_files, i, process_count, log=i == process_index, eval_set=True)
             for i in range(process_count)]
   lengths = [read_order.examples_in_shard(sum(counts[f] for f in files), shard_count, index)
              for files, shard_count, index in shares]

@@ -239,3 +239,22 @@ def test_fewer_files_than_hosts_is_said_once_not_at_every_eval(monkeypatch):
     assert input_pipeline._host_share(['e-0'], 1, 2) == (['e-0'], 2, 1)  # pylint: disable=protected-access
   assert said == ['only 1 file(s) for 2 hosts: every host reads every file and keeps every 2-th '
                   'example; write at least one file per host to avoid the extra reading']
+
+
+def test_an_eval_sets_fewer_files_than_hosts_is_information_not_a_warning(monkeypatch):
+  """Console pass 14: two hosts warned 'only 1 file(s) for 2 hosts ... write at least one file
+  per host' of the embedded corpus's one eval file, which the user cannot split (and every
+  host showed it: the other hosts show warnings)."""
+  import log_records  # noqa: PLC0415
+
+  from bertjax.input import input_pipeline  # noqa: PLC0415
+  warned = log_records.recorded_warnings(monkeypatch, input_pipeline)
+  monkeypatch.setattr(input_pipeline, '_SAID', set())
+  share = input_pipeline._host_share(['e-0'], 0, 2, eval_set=True)  # pylint: disable=protected-access
+  assert share == (['e-0'], 2, 0)
+  assert warned == []
+  informed = log_records.recorded_warnings(monkeypatch, input_pipeline, 'info')
+  monkeypatch.setattr(input_pipeline, '_SAID', set())
+  input_pipeline._host_share(['e-0'], 0, 2, eval_set=True)  # pylint: disable=protected-access
+  assert informed == ['the eval set has 1 file(s) for 2 hosts: every host reads all of it at '
+                      'each eval and keeps every 2-th example']
