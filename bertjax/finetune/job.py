@@ -105,9 +105,11 @@ class Evaluator:
       outputs, means = predict(self.predict_fn, params, features, self.layout,
                                cfg.eval_batch_size, f'eval {split} at step {step}')
       metrics = {'loss': means['loss'], **task.evaluate(outputs, features, meta, examples)}
-      if jax.process_index() == 0:
-        out_dir = files.join(self.workdir, 'predictions', f'step_{step}')
-        task.write_predictions(outputs, features, meta, examples, split, out_dir)
+      # Process 0 writes: an error there stops every host (not it alone, the others waiting).
+      with hosts.fail_together():
+        if jax.process_index() == 0:
+          out_dir = files.join(self.workdir, 'predictions', f'step_{step}')
+          task.write_predictions(outputs, features, meta, examples, split, out_dir)
       results.update({k if i == 0 else f'{split}/{k}': v for k, v in metrics.items()})
     return results
 
@@ -353,14 +355,16 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                         len(examples)))
       else:
         shown.append((f'{split} examples', len(examples)))
-      if jax.process_index() == 0:  # Every host computed the same; one writes.
-        if config.mode == 'eval':
-          files.write_atomically(files.join(out_dir, f'{split}_results.json'),
-                                 run_files.json_text(metrics))
-        written.append(task.write_predictions(outputs, features, feature_meta, examples, split,
-                                              out_dir))
-        logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
-                     written[-1])
+      # Every host computed the same; one writes, and an error there stops every host.
+      with hosts.fail_together():
+        if jax.process_index() == 0:
+          if config.mode == 'eval':
+            files.write_atomically(files.join(out_dir, f'{split}_results.json'),
+                                   run_files.json_text(metrics))
+          written.append(task.write_predictions(outputs, features, feature_meta, examples,
+                                                split, out_dir))
+          logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
+                       written[-1])
   if jax.process_index() == 0:
     kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
     job_lines.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,

@@ -39,6 +39,7 @@ from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import event_writer
+from bertjax.training import hosts
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import perf
 from bertjax.training import preemption as preemption_lib
@@ -187,7 +188,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
       standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
-  run_files.note_saved(files.parent(str(mngr.directory)))  # What the saves before finished.
+  with hosts.fail_together():  # Process 0 writes it: an error there stops every host.
+    run_files.note_saved(files.parent(str(mngr.directory)))  # What the saves before finished.
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 
@@ -309,8 +311,12 @@ class _Boundary:
       if evaluated:  # Empty in a phase without eval files: the last eval stays the last.
         self.eval_metrics, self.eval_step = evaluated, done
       metric, mode, _ = self.ranking
-      ranked, stopped = ranking.record(self.config, evaluated, done, self.history, self.workdir,
-                                       metric, mode, self.job.early_stopping_patience)
+      # Process 0 writes the history: a write failing there (a bucket's error, a full disk)
+      # stops every host, not process 0 alone with the others waiting in the next step.
+      with hosts.fail_together():
+        ranked, stopped = ranking.record(self.config, evaluated, done, self.history,
+                                         self.workdir, metric, mode,
+                                         self.job.early_stopping_patience)
     preempted = preempted or preemption.asked_since()  # During the eval: saved now.
     will_save = will_save or preempted
     if will_save:
@@ -366,15 +372,19 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                       ', '.join(changed), start_step)
     outcome = _nothing_to_do(workdir, start_step, total_steps, stopped, ranking.best_of(
         config, start_step, history, ran_metric, ran_mode, keep_best))  # As --step=best reads.
-    _finish_record(workdir, outcome)
+    with hosts.fail_together():
+      _finish_record(workdir, outcome)
     return outcome
-  if resumed:
-    resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
-    run_files.note_saved(workdir)  # A run saved before the record existed, once it trains on.
-  if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
-    run_files.keep_run_vocab(workdir, job.vocab_file)
-  writer = _metric_writer(workdir, start_step)
-  _write_config(config, workdir, writer, start_step if resumed else None, mesh)
+  # Process 0 writes these: an error there stops every host (the others would wait for it in
+  # the first step).
+  with hosts.fail_together():
+    if resumed:
+      resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
+      run_files.note_saved(workdir)  # A run saved before the record existed, once it trains.
+    if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
+      run_files.keep_run_vocab(workdir, job.vocab_file)
+    writer = _metric_writer(workdir, start_step)
+    _write_config(config, workdir, writer, start_step if resumed else None, mesh)
 
   batches = job.batches(start_step, examples_consumed)
   batch_shardings = sharding.batch_sharding(mesh, rules)
@@ -416,5 +426,7 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
   finally:
     preemption.close()
     writer.close()
-  run_files.note_saved(workdir)  # The last save, waited for by closing().
-  return boundary.outcome(done, progress.last_loss, stopped)
+  with hosts.fail_together():  # Process 0's records of the end, before the job's next step.
+    run_files.note_saved(workdir)  # The last save, waited for by closing().
+    outcome = boundary.outcome(done, progress.last_loss, stopped)
+  return outcome

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import commands
+import finetune_runs
 import pytest
 import two_processes
 
@@ -59,8 +60,32 @@ def _worker(process_id: int, port: int, folder: pathlib.Path):
       'other_vocab': outcome(lambda: run_files.keep_run_vocab(
           str(folder / 'vocab_run'), str(folder / 'other_vocab.txt'))),
   }
+  result['record_fails'] = _finetune_where_process_0_cannot_record(process_id, folder)
   result['folder'] = str(folder)
   (folder / f'result-{process_id}.json').write_text(json.dumps(result))
+
+
+def _finetune_where_process_0_cannot_record(process_id: int, folder: pathlib.Path) -> str:
+  """Both hosts fine-tune; process 0's write of the eval history (the first eval's, at step 2)
+  fails as a full disk would: what each host raised."""
+  import errno  # pylint: disable=g-import-not-at-top
+
+  import finetune_runs  # pylint: disable=g-import-not-at-top
+
+  from bertjax.finetune import job  # pylint: disable=g-import-not-at-top
+  from bertjax.training import run_files  # pylint: disable=g-import-not-at-top
+
+  def full(*_):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  if process_id == 0:
+    run_files.record_eval = full
+  config = finetune_runs.tiny_config(folder / 'sst2', num_epochs=1.0)
+  try:
+    job.train_and_evaluate(config, str(folder / 'finetune'))
+  except Exception as e:  # pylint: disable=broad-except
+    return f'{type(e).__name__}: {e}'
+  return 'trained'
 
 
 @pytest.fixture(scope='module')
@@ -69,6 +94,7 @@ def results(tmp_path_factory):
   (folder / 'vocab_run').mkdir()
   (folder / 'vocab_run' / 'vocab.txt').write_text('[PAD]\nthe\n')
   (folder / 'other_vocab.txt').write_text('[PAD]\nand\n')
+  finetune_runs.write_sst2(folder / 'sst2', n_train=32, n_dev=16)
   return two_processes.run_workers(__file__, folder, devices=1, timeout_s=TIMEOUT_S)
 
 
@@ -216,3 +242,12 @@ def test_the_worst_verdict_of_the_hosts_and_the_first_host_that_gave_it(monkeypa
   assert hosts.worst(0) == (2, 1)
   monkeypatch.setattr(hosts, '_gathered', lambda mine: np.stack([[0], [0], mine]))
   assert hosts.worst(1) == (1, 2)
+
+
+def test_a_write_failing_on_process_0_alone_stops_both_hosts(results):
+  """Process 0 writes the run's records (eval history, checkpoints_saved.json, config.json,
+  predictions): its error there stopped it alone, the other host going into the next step's
+  collective to wait for it until jax.distributed's shutdown aborted the job."""
+  assert results[0]['record_fails'] == 'OSError: [Errno 28] No space left on device'
+  assert results[1]['record_fails'] == ('ValueError: process 0 of this job stopped (process 0: '
+                                        '[Errno 28] No space left on device)')
