@@ -245,6 +245,9 @@ def _run(argv):
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
   initialize_distributed()
   import jax  # pylint: disable=g-import-not-at-top
+
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
+  hosts.watch_others()  # Another host's error stops this one too, at once.
   if jax.process_count() == 1:  # Several: jax.distributed's own SIGTERM notice, which the
     # loop's preemption check reads (a Python handler here would replace it).
     signal.signal(signal.SIGTERM, _stopped_outside_the_loop)
@@ -292,13 +295,17 @@ def main(argv):
   """Runs the job; an error the user acts on (bad input, a full disk, a busy workdir, NaN) ends
   with its message as the last line instead of a traceback (kept at --verbosity=1)."""
   from bertjax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
-    _run(argv)
+    with console.at_interrupt(lambda: hosts.tell_stopped('interrupted', interrupted=True)):
+      _run(argv)
     if console.preempted():  # Saved and stopped: a scheduler must run it again, not end it.
       sys.exit(console.PREEMPTED_EXIT)
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
     message = _storage_error(e)
+    # Its error, for the other hosts of a multi-host job (which would wait for this one).
+    hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0])
     if message is None and not isinstance(e, (
         ValueError, FileNotFoundError, FileExistsError, PermissionError, ConnectionError,
         FloatingPointError, NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,

@@ -83,6 +83,36 @@ def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised
   assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
+@pytest.mark.parametrize('raised, told', [
+    ("OSError(errno.ENOSPC, 'No space left on device', '/w/config.json')",
+     f'/w/config.json: No space left on device: free space or pass another --workdir; {_KEPT}'),
+    ("RuntimeError('a library failed\\nits details')", 'RuntimeError: a library failed'),
+])
+def test_an_error_is_told_to_the_other_hosts_in_one_line(tmp_path, raised, told):
+  """A host's own error ended it alone: the others waited for it (hosts.watch_others reads
+  what tell_stopped says; others_stop_test runs both with two processes)."""
+  code = ('import errno, sys\nfrom bertjax import main\nfrom bertjax.training import hosts\n'
+          'hosts.tell_stopped = lambda why, **kwargs: print(f"told: {why}", kwargs)\n'
+          f'def _run(argv):\n  raise {raised}\n'
+          'main._run = _run\nmain.main(sys.argv)\n')
+  done = run_main(tmp_path, python=('-c', code))
+  assert done.returncode == 1, done.stderr
+  assert done.stdout.strip().splitlines() == [f'told: {told} {{}}'], done.stdout
+
+
+def test_an_interrupt_is_told_to_the_other_hosts():
+  """A Ctrl-C ends the process at once (os._exit): the others are told it will not join
+  jax.distributed's shutdown."""
+  code = ('import sys\nfrom bertjax import console, main\nfrom bertjax.training import hosts\n'
+          'hosts.tell_stopped = lambda why, **kwargs: print(f"told: {why}", kwargs)\n'
+          'def _run(argv):\n  console.interrupted(lambda: "interrupted here")\n'
+          'main._run = _run\nmain.main(sys.argv)\n')
+  done = run_main(REPO, python=('-c', code))
+  assert done.returncode == 130, done.stderr
+  assert done.stdout.strip().splitlines() == ["told: interrupted {'interrupted': True}"]
+  assert done.stderr.strip().splitlines()[-1] == 'interrupted here'
+
+
 def test_the_interrupt_line_tells_no_checkpoint_from_storage_that_does_not_answer(tmp_path):
   """Storage failing mid-run (the usual reason it ends) said 'before the first checkpoint' of a
   run that had written several. (In its own process: bertjax.main defines --config, as

@@ -11,9 +11,13 @@ on each host leaves every checkpoint incomplete, found only at the resume. Proce
 token into the workdir's lock (workdir_lock); each host reads it back there before any step.
 """
 
+import atexit
 import contextlib
 import hashlib
 import json
+import os
+import sys
+import threading
 
 from absl import logging
 import jax
@@ -147,18 +151,19 @@ def fail_together():
     error = e
     # Said here first: a host that died before this gather would leave it unsaid.
     logging.warning('process %d stopped (%s): telling the other hosts', jax.process_index(),
-                    _told(e))
+                    told(e))
   if jax.process_count() == 1:
     return
   said = np.zeros(1 + _ERROR_BYTES, np.uint8)  # Failed or not, then the message's first bytes.
   if error is not None:
-    text = _told(error).encode()[:_ERROR_BYTES]
+    text = told(error).encode()[:_ERROR_BYTES]
     said[0] = 1
     said[1:1 + len(text)] = np.frombuffer(text, np.uint8)
   rows = _gathered(said)
   failed = [i for i, row in enumerate(rows) if row[0]]
   if not failed:
     return
+  _STOPPING.set()  # Every host raises and stops on its own: no host is left to wait for.
   if error is not None:
     raise error
   first = bytes(rows[failed[0]][1:]).rstrip(b'\0').decode(errors='replace')
@@ -166,7 +171,7 @@ def fail_together():
                    f'{failed[0]}: {first})')
 
 
-def _told(error: BaseException) -> str:
+def told(error: BaseException) -> str:
   """An error as the other hosts read it: its message, after its type's name unless a
   ValueError (the package's own errors, whole sentences) or an OSError with an errno."""
   if type(error) is ValueError or (isinstance(error, OSError) and error.errno):
@@ -175,3 +180,86 @@ def _told(error: BaseException) -> str:
 
 
 _ERROR_BYTES = 1000
+
+
+# A host that stops on an error the others did not meet (one process's write, read or library
+# error outside fail_together) tells them in jax.distributed's key-value store: without it they
+# wait for it in their next collective, and it waits for them in jax.distributed's shutdown,
+# until the coordination service's heartbeat timeout aborts them all (~100 s measured on two
+# processes, SIGABRT and a native stack on one).
+_STOPPED_KEY = 'bertjax/stopped'
+_STOPPING = threading.Event()  # This host stops on its own (its error, or one all of them met).
+_POLL_S = 2.0  # Between two reads of the store: one small request per host.
+# How long a host told to stop lets its own error come first (two hosts failing at once).
+_GRACE_S = 5.0
+_INTERRUPTED = 'interrupted'
+
+
+def _client():
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top  # No public API.
+  return distributed.global_state.client
+
+
+def tell_stopped(why: str, *, interrupted: bool = False):
+  """Tells the other hosts that this one stops (`why`, one line), for watch_others; best
+  effort. `interrupted`: it exits at once, without joining jax.distributed's shutdown."""
+  if jax.process_count() == 1 or _STOPPING.is_set():
+    return
+  _STOPPING.set()
+  said = f'{_INTERRUPTED if interrupted else "error"} {jax.process_index()} {why}'
+  try:
+    _client().key_value_set(_STOPPED_KEY, said[:_ERROR_BYTES])
+  except Exception:  # pylint: disable=broad-except  # Another host told first; the service gone.
+    pass
+
+
+def watch_others():
+  """Stops this host (exit status 1, one line) when another says it stopped (tell_stopped) and
+  this one has not stopped by itself within _GRACE_S. Started once jax.distributed is up: a
+  thread reads the store every _POLL_S, and once more at this host's exit, before jax's own
+  (a thread left inside a request of the store crashes the interpreter's exit; a host that
+  was interrupted is not in jax.distributed's shutdown, which would wait for it)."""
+  if jax.process_count() == 1:
+    return
+  done = threading.Event()
+
+  def watch():
+    while True:
+      at_exit = done.wait(_POLL_S)
+      try:
+        said = _client().key_value_try_get(_STOPPED_KEY)
+      except Exception:  # pylint: disable=broad-except  # NOT_FOUND: nobody stopped yet.
+        said = None
+      if said is not None:
+        _stop_for(said, at_exit)
+      if at_exit:
+        return
+
+  thread = threading.Thread(target=watch, name='bertjax-watch-others', daemon=True)
+  thread.start()
+
+  def end():  # Runs before jax's exit (atexit: the last registered first).
+    done.set()
+    thread.join(_POLL_S + _GRACE_S + 5)
+
+  atexit.register(end)
+
+
+def _stop_for(said: str, at_exit: bool):
+  """Ends this process for another host's tell_stopped (`said`), unless the stop is its own,
+  it stops by itself within _GRACE_S, or it exits already and that host waits for it in
+  jax.distributed's shutdown (an error's; an interrupted host is not there)."""
+  how, index, why = (said.split(' ', 2) + ['', ''])[:3]
+  if index == str(jax.process_index()):
+    return
+  if how != _INTERRUPTED and (at_exit or _STOPPING.wait(_GRACE_S)):
+    return
+  sys.stderr.flush()
+  os.write(2, f'error: process {index} of this job stopped ({why}): this host stops too, as it '
+              'would wait for it\n'.encode())
+  if how != _INTERRUPTED:  # The stopped host waits in jax.distributed's shutdown for this one.
+    try:
+      jax.distributed.shutdown()
+    except Exception:  # pylint: disable=broad-except
+      pass
+  os._exit(1)  # pylint: disable=protected-access
