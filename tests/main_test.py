@@ -100,6 +100,18 @@ def test_an_error_is_told_to_the_other_hosts_in_one_line(tmp_path, raised, told)
   assert done.stdout.strip().splitlines() == [f'told: {told} {{}}'], done.stdout
 
 
+def test_an_error_before_jax_starts_starts_no_backend_to_tell_it():
+  """Telling the other hosts asked jax.process_count(), which starts JAX's backends (on a TPU
+  VM: takes the TPU) in a run that had failed before any (a bad flag, a config error)."""
+  code = ('import atexit, sys\nfrom jax._src import xla_bridge\nfrom bertjax import main\n'
+          'atexit.register(lambda: print("started", xla_bridge.backends_are_initialized()))\n'
+          'def _run(argv):\n  raise ValueError("a bad config")\n'
+          'main._run = _run\nmain.main(sys.argv)\n')
+  done = run_main(REPO, python=('-c', code))
+  assert done.returncode == 1, done.stderr
+  assert done.stdout.strip() == 'started False', done.stdout
+
+
 def test_an_interrupt_is_told_to_the_other_hosts():
   """A Ctrl-C ends the process at once (os._exit): the others are told it will not join
   jax.distributed's shutdown."""

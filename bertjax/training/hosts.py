@@ -195,20 +195,24 @@ _GRACE_S = 5.0
 _INTERRUPTED = 'interrupted'
 
 
-def _client():
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top  # No public API.
-  return distributed.global_state.client
+def _distributed():
+  """jax.distributed's state (no public API for its key-value store): its client is None where
+  it did not start, without starting JAX's backends as jax.process_count() would."""
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  return distributed.global_state
 
 
 def tell_stopped(why: str, *, interrupted: bool = False):
   """Tells the other hosts that this one stops (`why`, one line), for watch_others; best
-  effort. `interrupted`: it exits at once, without joining jax.distributed's shutdown."""
-  if jax.process_count() == 1 or _STOPPING.is_set():
+  effort. `interrupted`: it exits at once, without joining jax.distributed's shutdown. Nothing
+  where jax.distributed did not start (an error before it: no backend is started here)."""
+  state = _distributed()
+  if state.client is None or _STOPPING.is_set():
     return
   _STOPPING.set()
-  said = f'{_INTERRUPTED if interrupted else "error"} {jax.process_index()} {why}'
+  said = f'{_INTERRUPTED if interrupted else "error"} {state.process_id} {why}'
   try:
-    _client().key_value_set(_STOPPED_KEY, said[:_ERROR_BYTES])
+    state.client.key_value_set(_STOPPED_KEY, said[:_ERROR_BYTES])
   except Exception:  # pylint: disable=broad-except  # Another host told first; the service gone.
     pass
 
@@ -227,7 +231,7 @@ def watch_others():
     while True:
       at_exit = done.wait(_POLL_S)
       try:
-        said = _client().key_value_try_get(_STOPPED_KEY)
+        said = _distributed().client.key_value_try_get(_STOPPED_KEY)
       except Exception:  # pylint: disable=broad-except  # NOT_FOUND: nobody stopped yet.
         said = None
       if said is not None:
