@@ -235,6 +235,7 @@ def closing(mngr: ocp.CheckpointManager):
   try:
     yield mngr
   except BaseException:
+    hosts.unwinding()  # Another host's stop does not cut the save's end short.
     try:
       mngr.close()
     except Exception:  # pylint: disable=broad-except

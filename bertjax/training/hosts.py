@@ -15,14 +15,14 @@ import atexit
 import contextlib
 import hashlib
 import json
-import os
-import sys
 import threading
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
+
+from bertjax import console
 
 # The fields a differing host names at most.
 _NAMED = 6
@@ -183,14 +183,17 @@ _ERROR_BYTES = 1000
 
 
 # A host that stops on an error the others did not meet (one process's write, read or library
-# error outside fail_together) tells them in jax.distributed's key-value store: without it they
-# wait for it in their next collective, and it waits for them in jax.distributed's shutdown,
-# until the coordination service's heartbeat timeout aborts them all (~100 s measured on two
-# processes, SIGABRT and a native stack on one).
+# error outside fail_together) or a Ctrl-C tells them in jax.distributed's key-value store:
+# without it they wait for it in their next collective, and it waits for them in
+# jax.distributed's shutdown, until its timeout aborts them all (313 s measured: SIGABRT and a
+# native stack on each host). Process 0 hosts that store: no host may leave before the others
+# have read it, so every stop ends in jax.distributed's shutdown, a barrier of all the hosts.
 _STOPPED_KEY = 'bertjax/stopped'
-_STOPPING = threading.Event()  # This host stops on its own (its error, or one all of them met).
+_STOPPING = threading.Event()  # This host stops on its own: its error, one all met, a Ctrl-C.
+_UNWINDING = threading.Event()  # This host's clean-up after an error (a save finishing).
+_LEAVING = threading.Event()  # The watch ends this host (in jax.distributed's shutdown).
 _POLL_S = 2.0  # Between two reads of the store: one small request per host.
-# How long a host told to stop lets its own error come first (two hosts failing at once).
+# How long a host told of another's error lets its own come first (the same error met later).
 _GRACE_S = 5.0
 _INTERRUPTED = 'interrupted'
 
@@ -202,10 +205,17 @@ def _distributed():
   return distributed.global_state
 
 
+def unwinding():
+  """Marks this host as cleaning up after an error of its own (checkpoint.closing waiting for a
+  save): another host's stop does not cut it short; its own error is told when it ends."""
+  _UNWINDING.set()
+
+
 def tell_stopped(why: str, *, interrupted: bool = False):
   """Tells the other hosts that this one stops (`why`, one line), for watch_others; best
-  effort. `interrupted`: it exits at once, without joining jax.distributed's shutdown. Nothing
-  where jax.distributed did not start (an error before it: no backend is started here)."""
+  effort. `interrupted` (a Ctrl-C, which exits within seconds): it joins jax.distributed's
+  shutdown here, where the others' watch joins it as they stop (its normal exit joins it
+  otherwise). Nothing where jax.distributed did not start (no backend is started here)."""
   state = _distributed()
   if state.client is None or _STOPPING.is_set():
     return
@@ -213,16 +223,17 @@ def tell_stopped(why: str, *, interrupted: bool = False):
   said = f'{_INTERRUPTED if interrupted else "error"} {state.process_id} {why}'
   try:
     state.client.key_value_set(_STOPPED_KEY, said[:_ERROR_BYTES])
+    if interrupted:
+      jax.distributed.shutdown()
   except Exception:  # pylint: disable=broad-except  # Another host told first; the service gone.
     pass
 
 
 def watch_others():
-  """Stops this host (exit status 1, one line) when another says it stopped (tell_stopped) and
-  this one has not stopped by itself within _GRACE_S. Started once jax.distributed is up: a
-  thread reads the store every _POLL_S, and once more at this host's exit, before jax's own
-  (a thread left inside a request of the store crashes the interpreter's exit; a host that
-  was interrupted is not in jax.distributed's shutdown, which would wait for it)."""
+  """Stops this host (exit status 1, one line) when another says it stopped (tell_stopped),
+  unless this one stops by itself (within _GRACE_S of another's error). Started once
+  jax.distributed is up: a thread reads the store every _POLL_S, and once more at this host's
+  exit, before jax's own (a thread left inside a request of the store crashes the exit)."""
   if jax.process_count() == 1:
     return
   done = threading.Event()
@@ -232,10 +243,10 @@ def watch_others():
       at_exit = done.wait(_POLL_S)
       try:
         said = _distributed().client.key_value_try_get(_STOPPED_KEY)
+        if said is not None:
+          _stop_for(said.decode(errors='replace') if isinstance(said, bytes) else said, at_exit)
       except Exception:  # pylint: disable=broad-except  # NOT_FOUND: nobody stopped yet.
-        said = None
-      if said is not None:
-        _stop_for(said, at_exit)
+        pass
       if at_exit:
         return
 
@@ -245,25 +256,28 @@ def watch_others():
   def end():  # Runs before jax's exit (atexit: the last registered first).
     done.set()
     thread.join(_POLL_S + _GRACE_S + 5)
+    if _LEAVING.is_set():  # The watch ends the process: not a second shutdown beside its own.
+      thread.join()
 
   atexit.register(end)
 
 
 def _stop_for(said: str, at_exit: bool):
-  """Ends this process for another host's tell_stopped (`said`), unless the stop is its own,
-  it stops by itself within _GRACE_S, or it exits already and that host waits for it in
-  jax.distributed's shutdown (an error's; an interrupted host is not there)."""
+  """Ends this process for another host's tell_stopped (`said`), unless the stop is its own, or
+  this host stops by itself: it exits already (its exit joins the stopped host in
+  jax.distributed's shutdown), is cleaning up after its own error, or meets its own error
+  within _GRACE_S of another's (the same error, met later here: its own line is said)."""
   how, index, why = (said.split(' ', 2) + ['', ''])[:3]
-  if index == str(jax.process_index()):
+  if index == str(jax.process_index()) or at_exit or _UNWINDING.is_set():
     return
-  if how != _INTERRUPTED and (at_exit or _STOPPING.wait(_GRACE_S)):
+  if _STOPPING.wait(0 if how == _INTERRUPTED else _GRACE_S) or _UNWINDING.is_set():
     return
-  sys.stderr.flush()
-  os.write(2, f'error: process {index} of this job stopped ({why}): this host stops too, as it '
-              'would wait for it\n'.encode())
-  if how != _INTERRUPTED:  # The stopped host waits in jax.distributed's shutdown for this one.
-    try:
-      jax.distributed.shutdown()
-    except Exception:  # pylint: disable=broad-except
-      pass
-  os._exit(1)  # pylint: disable=protected-access
+  _STOPPING.set()
+  _LEAVING.set()
+  try:
+    jax.distributed.shutdown()  # With the stopped host, which waits there for this one.
+  except Exception:  # pylint: disable=broad-except
+    pass
+  # A Ctrl-C's exit: the clean-ups it runs (a remote lock's release), the line, status 1.
+  console.interrupted(lambda: f'error: process {index} of this job stopped ({why}): this host '
+                      'stops too, as it would wait for it', 1)

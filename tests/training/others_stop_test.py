@@ -1,7 +1,7 @@
-"""A host that stops on an error of its own tells the others (hosts.tell_stopped), which stop
-too at once (hosts.watch_others): two real processes (jax.distributed on 127.0.0.1, gloo).
-Without it the other host waited in its next collective, and the stopped one in
-jax.distributed's shutdown, until the heartbeat timeout aborted both (~100 s, SIGABRT)."""
+"""A host that stops on an error of its own or a Ctrl-C tells the others (hosts.tell_stopped),
+which stop too at once (hosts.watch_others): real processes (jax.distributed on 127.0.0.1,
+gloo). Without it the others waited in their next collective, and the stopped one in
+jax.distributed's shutdown, until its timeout aborted them all (313 s, SIGABRT)."""
 
 import os
 import pathlib
@@ -16,39 +16,47 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_S = 90
 
 
-def _worker(process_id: int, port: int, case: str):
+def _worker(process_id: int, port: int, case: str, count: int, stopper: int):
   import jax  # pylint: disable=g-import-not-at-top
 
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2,
+  jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=count,
                              process_id=process_id, initialization_timeout=60)
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
+  from bertjax import console  # pylint: disable=g-import-not-at-top
   from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
   hosts.watch_others()
-  multihost_utils.process_allgather(np.int32(process_id))  # Both are up.
-  if process_id == 1 and case == 'error':  # As bertjax.main ends on an error.
+  multihost_utils.process_allgather(np.int32(process_id))  # All are up.
+  if process_id == stopper and case in ('error', 'unwinding'):  # As bertjax.main ends on one.
     hosts.tell_stopped('[Errno 28] No space left on device')
     sys.exit(1)
-  if process_id == 1 and case == 'interrupted':  # As a Ctrl-C ends it: at once.
-    hosts.tell_stopped('interrupted', interrupted=True)
-    os._exit(130)  # pylint: disable=protected-access
-  # Process 0 goes on into a collective process 1 never joins ('finished': both join it).
+  if process_id == stopper and case == 'interrupted':  # As bertjax.main ends on a Ctrl-C.
+    with console.at_interrupt(lambda: hosts.tell_stopped('interrupted', interrupted=True)):
+      console.interrupted(lambda: 'interrupted here')
+  if case == 'unwinding':  # The same error, met 9 s later here, after a save's end.
+    hosts.unwinding()
+    time.sleep(9)
+    hosts.tell_stopped('its own error')
+    print('error: its own error', flush=True)
+    sys.exit(1)
+  # The others go on into a collective the stopped host never joins ('finished': all join it).
   multihost_utils.process_allgather(np.int32(process_id))
   print('finished', flush=True)
 
 
-def _run(case: str) -> list:
-  """[(exit status, output, seconds)] of processes 0 and 1."""
+def _run(case: str, count: int = 2, stopper: int = 1) -> list:
+  """[(exit status, output, seconds)] of each process."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
              XLA_FLAGS='--xla_force_host_platform_device_count=1',
              PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'tests'),
                                          os.environ.get('PYTHONPATH', '')]))
   port, start = two_processes.free_port(), time.monotonic()
-  workers = [subprocess.Popen([sys.executable, __file__, str(i), str(port), case], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=REPO) for i in range(2)]
+  workers = [subprocess.Popen([sys.executable, __file__, str(i), str(port), case, str(count),
+                               str(stopper)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, cwd=REPO)
+             for i in range(count)]
   ended = []
   try:
     for worker in workers:
@@ -64,17 +72,32 @@ def _run(case: str) -> list:
   return ended
 
 
-@pytest.mark.parametrize('case', ['error', 'interrupted'])
-def test_the_other_host_stops_at_once_with_one_line(case):
-  (rc0, out0, seconds0), (rc1, out1, _) = _run(case)
-  assert rc0 == 1, out0[-3000:]
+@pytest.mark.parametrize('case, count, stopper', [
+    ('error', 2, 1),
+    ('interrupted', 2, 0),  # Process 0 holds the store the others read: it waits for them.
+    ('interrupted', 3, 1),  # Process 0 must not leave before process 2 has read it.
+], ids=['error', 'process_0_interrupted', 'one_of_three_interrupted'])
+def test_the_other_hosts_stop_at_once_with_one_line(case, count, stopper):
+  ended = _run(case, count, stopper)
   reason = '[Errno 28] No space left on device' if case == 'error' else 'interrupted'
-  assert out0.strip().splitlines()[-1] == (
-      f'error: process 1 of this job stopped ({reason}): this host stops too, as it would wait '
-      'for it'), out0[-3000:]
-  assert seconds0 < 40, out0[-3000:]  # The grace and the shutdown, not a heartbeat timeout.
-  assert rc1 == (1 if case == 'error' else 130), out1[-3000:]  # Not aborted (134).
-  assert 'finished' not in out0
+  for i, (rc, output, seconds) in enumerate(ended):
+    if i == stopper:
+      assert rc == (1 if case == 'error' else 130), output[-3000:]  # Not aborted (134, -6).
+      continue
+    assert rc == 1, output[-3000:]
+    assert output.strip().splitlines()[-1] == (
+        f'error: process {stopper} of this job stopped ({reason}): this host stops too, as it '
+        'would wait for it'), output[-3000:]
+    assert seconds < 40, output[-3000:]  # The poll and the shutdown, not a timeout.
+    assert 'finished' not in output
+
+
+def test_a_host_cleaning_up_after_the_same_error_ends_with_its_own_line():
+  """Review: a host that met the error every host met, 9 s after another (its save ending),
+  was cut short by the other's stop 5 s in, its own line never said."""
+  (rc0, out0, _), (rc1, out1, _) = _run('unwinding')
+  assert rc0 == 1 and out0.strip().splitlines()[-1] == 'error: its own error', out0[-3000:]
+  assert rc1 == 1, out1[-3000:]
 
 
 def test_hosts_that_finish_exit_cleanly_with_the_watch_running():
@@ -85,4 +108,4 @@ def test_hosts_that_finish_exit_cleanly_with_the_watch_running():
 
 
 if __name__ == '__main__':
-  _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+  _worker(*map(int, sys.argv[1:3]), sys.argv[3], *map(int, sys.argv[4:6]))
