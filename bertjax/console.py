@@ -302,6 +302,15 @@ def at_interrupt(callback):
     _AT_INTERRUPT.remove(callback)
 
 
+_LAST_AT_INTERRUPT = []  # Run after the clean-ups, each bounding its own time (hosts._leave).
+
+
+def last_at_interrupt(callback):
+  """Runs `callback()` whenever an interrupt ends the process, after the at_interrupt clean-ups
+  and before its line (for as long as the process lives)."""
+  _LAST_AT_INTERRUPT.append(callback)
+
+
 def _run_at_interrupt():
   def run():
     for callback in reversed(list(_AT_INTERRUPT)):  # The innermost block's first, as `finally`.
@@ -367,6 +376,11 @@ def interrupted(message, code: int = 130):
     shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (  # local temp
         os.path.exists(path) and os.unlink(path))  # local temp
   _run_at_interrupt()
+  for callback in _LAST_AT_INTERRUPT:
+    try:
+      callback()
+    except Exception:  # pylint: disable=broad-except  # Best effort: the exit goes on.
+      pass
   try:
     line = message()
   except Exception:  # pylint: disable=broad-except  # Never a traceback here.

@@ -298,14 +298,17 @@ def main(argv):
   from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
-    with console.at_interrupt(lambda: hosts.tell_stopped('interrupted', interrupted=True)):
+    with console.at_interrupt(lambda: hosts.tell_stopped('interrupted', status=130,
+                                                         interrupted=True)):
       _run(argv)
+    hosts.exit_status(console.PREEMPTED_EXIT if console.preempted() else 0)
     if console.preempted():  # Saved and stopped: a scheduler must run it again, not end it.
       sys.exit(console.PREEMPTED_EXIT)
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
     message = _storage_error(e)
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
-    hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0])
+    hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
+                       status=console.REFUSED_EXIT if isinstance(e, CommandRefused) else 1)
     if message is None and not isinstance(e, (
         ValueError, FileNotFoundError, FileExistsError, PermissionError, ConnectionError,
         FloatingPointError, NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,

@@ -97,7 +97,7 @@ def test_an_error_is_told_to_the_other_hosts_in_one_line(tmp_path, raised, told)
           'main._run = _run\nmain.main(sys.argv)\n')
   done = run_main(tmp_path, python=('-c', code))
   assert done.returncode == 1, done.stderr
-  assert done.stdout.strip().splitlines() == [f'told: {told} {{}}'], done.stdout
+  assert done.stdout.strip().splitlines() == [f"told: {told} {{'status': 1}}"], done.stdout
 
 
 def test_an_error_before_jax_starts_starts_no_backend_to_tell_it():
@@ -121,7 +121,8 @@ def test_an_interrupt_is_told_to_the_other_hosts():
           'main._run = _run\nmain.main(sys.argv)\n')
   done = run_main(REPO, python=('-c', code))
   assert done.returncode == 130, done.stderr
-  assert done.stdout.strip().splitlines() == ["told: interrupted {'interrupted': True}"]
+  assert done.stdout.strip().splitlines() == [
+      "told: interrupted {'status': 130, 'interrupted': True}"]
   assert done.stderr.strip().splitlines()[-1] == 'interrupted here'
 
 

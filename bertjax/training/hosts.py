@@ -15,7 +15,10 @@ import atexit
 import contextlib
 import hashlib
 import json
+import os
+import sys
 import threading
+import time
 
 from absl import logging
 import jax
@@ -186,16 +189,21 @@ _ERROR_BYTES = 1000
 # error outside fail_together) or a Ctrl-C tells them in jax.distributed's key-value store:
 # without it they wait for it in their next collective, and it waits for them in
 # jax.distributed's shutdown, until its timeout aborts them all (313 s measured: SIGABRT and a
-# native stack on each host). Process 0 hosts that store: no host may leave before the others
-# have read it, so every stop ends in jax.distributed's shutdown, a barrier of all the hosts.
+# native stack on each host). Once a host stopped, no host joins that shutdown (a barrier the
+# stopped one may never reach): each marks that it leaves and waits for the others' marks
+# (_leave); process 0, which holds the store, leaves last (a host still reading the store when
+# it goes is aborted).
 _STOPPED_KEY = 'bertjax/stopped'
+_LEFT = 'bertjax/left/'  # + the process index: it leaves.
 _STOPPING = threading.Event()  # This host stops on its own: its error, one all met, a Ctrl-C.
 _UNWINDING = threading.Event()  # This host's clean-up after an error (a save finishing).
-_LEAVING = threading.Event()  # The watch ends this host (in jax.distributed's shutdown).
+_LEAVING = threading.Event()  # The watch ends this host.
 _POLL_S = 2.0  # Between two reads of the store: one small request per host.
 # How long a host told of another's error lets its own come first (the same error met later).
 _GRACE_S = 5.0
+_LEAVE_S = 60.0  # The most a host waits for the others to leave (one cleaning up a save).
 _INTERRUPTED = 'interrupted'
+_STATUS = [None]  # This host's exit status, once known (tell_stopped, exit_status).
 
 
 def _distributed():
@@ -207,77 +215,116 @@ def _distributed():
 
 def unwinding():
   """Marks this host as cleaning up after an error of its own (checkpoint.closing waiting for a
-  save): another host's stop does not cut it short; its own error is told when it ends."""
+  save): another host's error does not cut it short; its own is told when it ends."""
   _UNWINDING.set()
 
 
-def tell_stopped(why: str, *, interrupted: bool = False):
-  """Tells the other hosts that this one stops (`why`, one line), for watch_others; best
-  effort. `interrupted` (a Ctrl-C, which exits within seconds): it joins jax.distributed's
-  shutdown here, where the others' watch joins it as they stop (its normal exit joins it
-  otherwise). Nothing where jax.distributed did not start (no backend is started here)."""
+def exit_status(status: int):
+  """The status this host exits with (a finished job's 0, a preempted one's 75): kept where
+  another host stopped and this one leaves without jax.distributed's shutdown."""
+  _STATUS[0] = status
+
+
+def tell_stopped(why: str, *, status: int = 1, interrupted: bool = False):
+  """Tells the other hosts that this one stops (`why`, one line) with exit `status`, for
+  watch_others; best effort (the first host to tell is the one said). `interrupted`: a Ctrl-C,
+  which exits at once. Nothing where jax.distributed did not start (no backend is started)."""
   state = _distributed()
-  if state.client is None or _STOPPING.is_set():
+  if state.client is None:
+    return
+  _STATUS[0] = status
+  if _STOPPING.is_set():
     return
   _STOPPING.set()
   said = f'{_INTERRUPTED if interrupted else "error"} {state.process_id} {why}'
   try:
     state.client.key_value_set(_STOPPED_KEY, said[:_ERROR_BYTES])
-    if interrupted:
-      jax.distributed.shutdown()
   except Exception:  # pylint: disable=broad-except  # Another host told first; the service gone.
     pass
+
+
+def _stopped() -> str | None:
+  """What the host that stopped first said (tell_stopped), or None (none did, or no store)."""
+  try:
+    said = _distributed().client.key_value_try_get(_STOPPED_KEY)
+  except Exception:  # pylint: disable=broad-except  # NOT_FOUND: nobody stopped.
+    return None
+  return said.decode(errors='replace') if isinstance(said, bytes) else said
+
+
+def _leave():
+  """Marks that this host leaves, then waits (up to _LEAVE_S) until every host did: none closes
+  its connections under another still in a collective (which would fail there with gloo's
+  error, not this line), and process 0, which holds the store, goes last."""
+  state = _distributed()
+  if state.client is None:
+    return
+  try:
+    state.client.key_value_set(f'{_LEFT}{state.process_id}', '1')
+  except Exception:  # pylint: disable=broad-except  # Marked already.
+    pass
+  start, warned = time.monotonic(), False
+  while time.monotonic() - start < _LEAVE_S:
+    try:
+      if len(state.client.key_value_dir_get(_LEFT)) >= state.num_processes:
+        break
+    except Exception:  # pylint: disable=broad-except  # The store is gone: nothing to wait for.
+      return
+    if not warned and time.monotonic() - start > _POLL_S + _GRACE_S + 3:  # Past the usual.
+      warned = True
+      logging.warning('waiting up to %d s for the other hosts to stop as well', _LEAVE_S)
+    time.sleep(0.1)
+  if state.process_id == 0:
+    time.sleep(0.5)  # The others' last read of the store, before it goes with this process.
 
 
 def watch_others():
   """Stops this host (exit status 1, one line) when another says it stopped (tell_stopped),
   unless this one stops by itself (within _GRACE_S of another's error). Started once
-  jax.distributed is up: a thread reads the store every _POLL_S, and once more at this host's
-  exit, before jax's own (a thread left inside a request of the store crashes the exit)."""
+  jax.distributed is up: a thread reads the store every _POLL_S; at this host's exit, before
+  jax's own (a thread left inside a request of the store crashes it), a host that stopped or
+  was told of a stop leaves without jax.distributed's shutdown (_leave)."""
   if jax.process_count() == 1:
     return
   done = threading.Event()
 
   def watch():
-    while True:
-      at_exit = done.wait(_POLL_S)
-      try:
-        said = _distributed().client.key_value_try_get(_STOPPED_KEY)
-        if said is not None:
-          _stop_for(said.decode(errors='replace') if isinstance(said, bytes) else said, at_exit)
-      except Exception:  # pylint: disable=broad-except  # NOT_FOUND: nobody stopped yet.
-        pass
-      if at_exit:
+    while not done.wait(_POLL_S):
+      if (said := _stopped()) is not None:
+        _stop_for(said)
         return
 
   thread = threading.Thread(target=watch, name='bertjax-watch-others', daemon=True)
   thread.start()
+  console.last_at_interrupt(_leave)
 
   def end():  # Runs before jax's exit (atexit: the last registered first).
     done.set()
-    thread.join(_POLL_S + _GRACE_S + 5)
-    if _LEAVING.is_set():  # The watch ends the process: not a second shutdown beside its own.
+    thread.join(_GRACE_S + _POLL_S + 5)
+    if _LEAVING.is_set():  # The watch ends the process.
       thread.join()
+    if _STOPPING.is_set() or _stopped() is not None:
+      _leave()
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(1 if _STATUS[0] is None else _STATUS[0])  # pylint: disable=protected-access
 
   atexit.register(end)
 
 
-def _stop_for(said: str, at_exit: bool):
-  """Ends this process for another host's tell_stopped (`said`), unless the stop is its own, or
-  this host stops by itself: it exits already (its exit joins the stopped host in
-  jax.distributed's shutdown), is cleaning up after its own error, or meets its own error
-  within _GRACE_S of another's (the same error, met later here: its own line is said)."""
+def _stop_for(said: str):
+  """Ends this process for another host's tell_stopped (`said`), unless the stop is its own or
+  this host stops by itself: it cleans up after its own error, or meets it within _GRACE_S of
+  another's (the same error, met later here: its own line is said). A Ctrl-C's host is gone:
+  this one goes too."""
   how, index, why = (said.split(' ', 2) + ['', ''])[:3]
-  if index == str(jax.process_index()) or at_exit or _UNWINDING.is_set():
+  if index == str(jax.process_index()):
     return
-  if _STOPPING.wait(0 if how == _INTERRUPTED else _GRACE_S) or _UNWINDING.is_set():
+  if how != _INTERRUPTED and (_UNWINDING.is_set() or _STOPPING.wait(_GRACE_S) or
+                              _UNWINDING.is_set()):
     return
   _STOPPING.set()
   _LEAVING.set()
-  try:
-    jax.distributed.shutdown()  # With the stopped host, which waits there for this one.
-  except Exception:  # pylint: disable=broad-except
-    pass
-  # A Ctrl-C's exit: the clean-ups it runs (a remote lock's release), the line, status 1.
+  # A Ctrl-C's exit: its clean-ups (a remote lock's release), _leave, the line, status 1.
   console.interrupted(lambda: f'error: process {index} of this job stopped ({why}): this host '
                       'stops too, as it would wait for it', 1)
