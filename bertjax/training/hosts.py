@@ -9,6 +9,10 @@ A workdir every host writes to and reads from (a bucket, or a file system shared
 orbax writes each checkpoint in parts, one per host, and process 0 finishes it. A local folder
 on each host leaves every checkpoint incomplete, found only at the resume. Process 0 writes a
 token into the workdir's lock (workdir_lock); each host reads it back there before any step.
+
+One host's error stops every host: at known points all of them gather it (fail_together, worst,
+check_same_view); anywhere else the host tells the others through jax.distributed's key-value
+store, which each watches (tell_stopped, watch_others).
 """
 
 import atexit
