@@ -83,19 +83,25 @@ def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised
   assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
+def _main_telling(run_body: str):
+  """bertjax.main whose _run is `run_body` (code), hosts.tell_stopped printing what it is told."""
+  code = ('import errno, sys\nfrom bertjax import console, main\n'
+          'from bertjax.training import hosts\n'
+          'hosts.tell_stopped = lambda why, **kwargs: print(f"told: {why}", kwargs)\n'
+          f'def _run(argv):\n  {run_body}\n'
+          'main._run = _run\nmain.main(sys.argv)\n')
+  return run_main(REPO, python=('-c', code))
+
+
 @pytest.mark.parametrize('raised, told', [
     ("OSError(errno.ENOSPC, 'No space left on device', '/w/config.json')",
      f'/w/config.json: No space left on device: free space or pass another --workdir; {_KEPT}'),
     ("RuntimeError('a library failed\\nits details')", 'RuntimeError: a library failed'),
 ])
-def test_an_error_is_told_to_the_other_hosts_in_one_line(tmp_path, raised, told):
+def test_an_error_is_told_to_the_other_hosts_in_one_line(raised, told):
   """A host's own error ended it alone: the others waited for it (hosts.watch_others reads
   what tell_stopped says; others_stop_test runs both with two processes)."""
-  code = ('import errno, sys\nfrom bertjax import main\nfrom bertjax.training import hosts\n'
-          'hosts.tell_stopped = lambda why, **kwargs: print(f"told: {why}", kwargs)\n'
-          f'def _run(argv):\n  raise {raised}\n'
-          'main._run = _run\nmain.main(sys.argv)\n')
-  done = run_main(tmp_path, python=('-c', code))
+  done = _main_telling(f'raise {raised}')
   assert done.returncode == 1, done.stderr
   assert done.stdout.strip().splitlines() == [f"told: {told} {{'status': 1}}"], done.stdout
 
@@ -113,13 +119,8 @@ def test_an_error_before_jax_starts_starts_no_backend_to_tell_it():
 
 
 def test_an_interrupt_is_told_to_the_other_hosts():
-  """A Ctrl-C ends the process at once (os._exit): the others are told it will not join
-  jax.distributed's shutdown."""
-  code = ('import sys\nfrom bertjax import console, main\nfrom bertjax.training import hosts\n'
-          'hosts.tell_stopped = lambda why, **kwargs: print(f"told: {why}", kwargs)\n'
-          'def _run(argv):\n  console.interrupted(lambda: "interrupted here")\n'
-          'main._run = _run\nmain.main(sys.argv)\n')
-  done = run_main(REPO, python=('-c', code))
+  """A Ctrl-C ends the process at once (os._exit): the others are told, with its status."""
+  done = _main_telling('console.interrupted(lambda: "interrupted here")')
   assert done.returncode == 130, done.stderr
   assert done.stdout.strip().splitlines() == [
       "told: interrupted {'status': 130, 'interrupted': True}"]

@@ -131,6 +131,22 @@ def _compile_time(step_fn, state, batch, since: float) -> float:
   return waited + time.perf_counter() - start
 
 
+def _start_records(config, workdir, job: Job, mesh, start_step: int, resumed: bool, *,
+                   examples_consumed: int, schedule):
+  """The run's records at its start, written by process 0 (an error there stops every host:
+  the others would wait for it in the first step); returns the TensorBoard writer. A resume
+  is checked against its records first."""
+  with hosts.fail_together():
+    if resumed:
+      resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
+      run_files.note_saved(workdir)  # A run saved before the record existed, once it trains.
+    if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
+      run_files.keep_run_vocab(workdir, job.vocab_file)
+    writer = _metric_writer(workdir, start_step)
+    _write_config(config, workdir, writer, start_step if resumed else None, mesh)
+  return writer
+
+
 def _write_config(config, workdir, writer, resumed_at: int | None, mesh):
   """TensorBoard hparams and config.json; a resumed run keeps the first config.json and
   records its own next to it. Written only once the config is known to fit the checkpoints.
@@ -262,11 +278,13 @@ def _nothing_to_do(workdir, step: int, total_steps: int, stopped: str,
 
 def _finish_record(workdir, outcome: progress_lib.Outcome):
   """What a run that ended writes and a run interrupted right after its last save lacks: its
-  last eval as eval_results.json (which the summary names) and the record of its saves."""
-  run_files.note_saved(workdir)
-  results = files.join(workdir, 'eval_results.json')
-  if outcome.eval_metrics and not files.exists(results):
-    run_files.write_json(results, outcome.eval_metrics)
+  last eval as eval_results.json (which the summary names) and the record of its saves.
+  Process 0 writes them: an error there stops every host."""
+  with hosts.fail_together():
+    run_files.note_saved(workdir)
+    results = files.join(workdir, 'eval_results.json')
+    if outcome.eval_metrics and not files.exists(results):
+      run_files.write_json(results, outcome.eval_metrics)
 
 
 @dataclasses.dataclass
@@ -372,19 +390,10 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                       ', '.join(changed), start_step)
     outcome = _nothing_to_do(workdir, start_step, total_steps, stopped, ranking.best_of(
         config, start_step, history, ran_metric, ran_mode, keep_best))  # As --step=best reads.
-    with hosts.fail_together():
-      _finish_record(workdir, outcome)
+    _finish_record(workdir, outcome)
     return outcome
-  # Process 0 writes these: an error there stops every host (the others would wait for it in
-  # the first step).
-  with hosts.fail_together():
-    if resumed:
-      resume_checks.check(config, workdir, start_step, examples_consumed, schedule)
-      run_files.note_saved(workdir)  # A run saved before the record existed, once it trains.
-    if job.vocab_file:  # Before anything else is written: a resume with another vocab stops.
-      run_files.keep_run_vocab(workdir, job.vocab_file)
-    writer = _metric_writer(workdir, start_step)
-    _write_config(config, workdir, writer, start_step if resumed else None, mesh)
+  writer = _start_records(config, workdir, job, mesh, start_step, resumed,
+                          examples_consumed=examples_consumed, schedule=schedule)
 
   batches = job.batches(start_step, examples_consumed)
   batch_shardings = sharding.batch_sharding(mesh, rules)
