@@ -7,9 +7,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 
 from absl import app
 from absl import flags
@@ -38,6 +40,7 @@ _PREEMPTED = threading.Event()
 # Set on the hosts of a multi-host job other than process 0: their INFO lines (the progress
 # line, the evals, each a copy of process 0's) kept for --verbosity=1; warnings and errors shown.
 _ANOTHER_HOST = threading.Event()
+_LOG_FILE = None  # --log_dir's file handler.
 
 
 def preempted(stopped: str = '') -> bool:
@@ -181,6 +184,37 @@ def install():
             and logging.get_verbosity() < logging.DEBUG):
       unraisable(args)
   sys.unraisablehook = unraisablehook
+  if flags.FLAGS.is_parsed() and flags.FLAGS['log_dir'].present and not _LOG_FILE:
+    _log_to_file(flags.FLAGS.log_dir)
+
+
+def _log_to_file(folder: str):
+  """absl's --log_dir, which wrote nothing unless a program asked: every line of the run (the
+  libraries' INFO lines too, the summary, the error) in FOLDER/<command>.<time>.<host>.<pid>.log."""
+  global _LOG_FILE
+  if not folder.strip():  # `--log_dir=$LOGS` with LOGS unset: absl's default, a temp folder.
+    raise app.UsageError('--log_dir is empty: name a folder for the log file, or drop the flag.')
+  if '://' in folder:
+    raise app.UsageError(f'--log_dir={folder}: a log file is appended to line by line, so it '
+                         'takes a local folder (copy it to a bucket after the run).')
+  command = os.path.basename(sys.argv[0]).removesuffix('.py').rpartition('.')[2]
+  name = f'{command}.{time.strftime("%Y%m%d-%H%M%S")}.{socket.gethostname()}.{os.getpid()}.log'
+  try:
+    os.makedirs(folder := os.path.expanduser(folder), exist_ok=True)  # local: appended to.
+    _LOG_FILE = std_logging.FileHandler(os.path.join(folder, name), encoding='utf-8')
+  except OSError as e:
+    raise app.UsageError(f'--log_dir={folder}: cannot write a log file there ({e}): give a '
+                         'writable folder, or drop the flag.') from None
+  _LOG_FILE.setFormatter(logging.PythonFormatter())
+  std_logging.getLogger().addHandler(_LOG_FILE)
+  logging.info('log file: %s', _LOG_FILE.baseFilename)
+
+
+def in_log_file(line: str):
+  """A line the console shows outside logging (the summary, the error), in --log_dir's file."""
+  if _LOG_FILE:
+    _LOG_FILE.stream.write(f'{line}\n')
+    _LOG_FILE.flush()
 
 
 @contextlib.contextmanager
@@ -400,6 +434,7 @@ def fail(message: str, code: int = 1):
   tensorstore's background reads failing into a closed event loop, a traceback each."""
   print(message, file=sys.stderr)
   sys.stderr.flush()
+  in_log_file(message)
   if logging.get_verbosity() < logging.DEBUG:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
   sys.exit(code)

@@ -433,6 +433,7 @@ def main(argv):
                                 FLAGS.format))
   for line in lines:
     print(line)
+    console.in_log_file(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
   step = files.name(result.source)  # A run's <checkpoints>/<step>: said, as predict says it.
   if step.isdigit() and files.name(files.parent(result.source)) == 'checkpoints':

@@ -345,9 +345,8 @@ def main(argv):
     job_lines.summary('extract_features', time.perf_counter() - start, metrics=metrics,
                     outputs=[('features', paths.absolute(FLAGS.output_file))])
   else:  # stdout carries the features alone (`... | jq`): the last line goes to stderr.
-    print(job_lines.summary_line('extract_features', time.perf_counter() - start,
-                               metrics=metrics, outputs=[('features', 'stdout')]),
-          file=sys.stderr, flush=True)
+    job_lines.summary('extract_features', time.perf_counter() - start, sys.stderr,
+                      metrics=metrics, outputs=[('features', 'stdout')])
 
 
 if __name__ == '__main__':

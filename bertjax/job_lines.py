@@ -6,6 +6,8 @@ import time
 
 from absl import logging
 
+from bertjax import console
+
 
 def duration(seconds: float) -> str:
   """'3.2 s', '4m05s', '2h03m': a wall time as a person reads it."""
@@ -89,8 +91,11 @@ def _amount(x) -> str:
   return f'{x:,.0f}' if abs(x) >= 100 or x == int(x) else f'{x:.3g}'
 
 
-def summary(job: str, seconds: float, **kwargs):
+def summary(job: str, seconds: float, file=None, **kwargs):
   """Prints summary_line(...) as the console's last line (stdout, flushed after stderr so a
-  terminal shows it after every log line)."""
+  terminal shows it after every log line; `file=sys.stderr` where stdout carries outputs)."""
+  sys.stdout.flush()
   sys.stderr.flush()
-  print(summary_line(job, seconds, **kwargs), flush=True)
+  line = summary_line(job, seconds, **kwargs)
+  print(line, file=file or sys.stdout, flush=True)
+  console.in_log_file(line)

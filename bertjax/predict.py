@@ -397,9 +397,7 @@ def main(argv):
   if output is not None:
     job_lines.summary('predict', time.perf_counter() - start, **summary)
   else:  # stdout carries the predictions alone (`predict | jq`): the last line goes to stderr.
-    sys.stdout.flush()
-    print(job_lines.summary_line('predict', time.perf_counter() - start, **summary),
-          file=sys.stderr, flush=True)
+    job_lines.summary('predict', time.perf_counter() - start, sys.stderr, **summary)
 
 
 if __name__ == '__main__':

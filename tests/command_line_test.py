@@ -26,11 +26,14 @@ TINY = [f'--config={REPO}/configs/pretrain.py:size=tiny,steps=200,seq=32,batch=8
 def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
   done = run(tmp_path, '-m', 'bertjax.main',
              f'--config={REPO}/configs/finetune.py:task=classification,size=tiny',
-             '--config.num_epochs=-1', '--workdir=w')
+             '--config.num_epochs=-1', '--workdir=w', '--log_dir=logs')
   assert done.returncode == 78, done.stderr  # Refused before it starts: it would be again.
-  assert done.stderr.splitlines()[0].startswith(
+  [log] = (tmp_path / 'logs').iterdir()
+  said = done.stderr.splitlines()
+  assert said[0].endswith(f'log file: {log}') and said[1].startswith(
       'error: config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'), done.stderr
   assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
+  assert log.read_text().splitlines()[-2:] == said[1:3]  # The error line in --log_dir's file.
 
 
 def start(tmp_path, *args):

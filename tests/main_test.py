@@ -229,8 +229,23 @@ def first_cached_run(tmp_path_factory):
   folder = tmp_path_factory.mktemp('finetune')
   cache = folder / 'cache'
   done = _finetune_in_subprocess(folder, 'w1', f'--compilation_cache_dir={cache}',
-                                 env=EVERY_COMPILE)
+                                 '--log_dir=logs', env=EVERY_COMPILE)
   return folder, cache, done
+
+
+def test_log_dir_holds_every_line_of_the_run_beside_the_console(first_cached_run):
+  """Console pass 12 (2026-12-02): absl's --log_dir was taken and wrote nothing."""
+  folder, _, done = first_cached_run
+  [log] = (folder / 'logs').iterdir()
+  assert re.fullmatch(r'main\.\d{8}-\d{6}\..+\.\d+\.log', log.name), log.name
+  text = log.read_text()
+  assert f'log file: {log}' in done.stderr  # Said once, on the console too.
+  for line in ('classification head on the [CLS] pooler: exports to hf, tf1, saved_model',
+               'finetune finished in '):
+    assert line in text and line in done.stderr + done.stdout, line
+  # Libraries' INFO lines (orbax's on every save), held from the console, are in the file.
+  library = [line for line in text.splitlines() if 'checkpoint_manager.py' in line]
+  assert library and not any(line in done.stderr for line in library[:3]), text[-2000:]
 
 
 def test_a_cpu_finetuning_run_logs_to_tensorboard_without_importing_tensorflow(first_cached_run):
@@ -386,6 +401,12 @@ def test_a_notebooks_console_set_up_twice_prints_each_line_once(tmp_path):
      'does not load: ValueError: {repo}/README.md is not a Python file'),
     ([], {'JAX_NUM_PROCESSES': 'two'}, "error: the environment variable JAX_NUM_PROCESSES='two' "
      'is not a whole number: set it to one, or unset it.'),
+    (['--log_dir=gs://bucket/logs'], {}, 'error: --log_dir=gs://bucket/logs: a log file is '
+     'appended to line by line, so it takes a local folder (copy it to a bucket after the run).'),
+    (['--log_dir='], {}, 'error: --log_dir is empty: name a folder for the log file, or drop '
+     'the flag.'),
+    (['--log_dir={tmp}/a_file/logs'], {}, 'error: --log_dir={tmp}/a_file/logs: cannot write a log '
+     'file there ([Errno 20] Not a directory'),
 ])
 def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tmp_path, args,
                                                                              env, line):

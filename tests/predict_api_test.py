@@ -224,14 +224,17 @@ def test_the_command_line_names_its_flags_where_python_names_keywords(fine_tuned
       f'error: --step=7: {workdir}/checkpoints has no checkpoint step 7'), result.stderr
 
 
-def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2):
+def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2, tmp_path):
   workdir, _ = fine_tuned_sst2
-  result = _predict_cli(f'--workdir={workdir}', stdin='\n'.join(SENTENCES) + '\n')
+  result = _predict_cli(f'--workdir={workdir}', f'--log_dir={tmp_path}',
+                        stdin='\n'.join(SENTENCES) + '\n')
   assert result.returncode == 0, result.stderr[-2000:]
   rows = [json.loads(line) for line in result.stdout.splitlines()]  # What `| jq` reads.
   assert len(rows) == 2 and all(set(r) == {'label', 'probabilities'} for r in rows)
   last = result.stderr.splitlines()[-1]
   assert last.startswith('predict finished in ') and last.endswith('predictions stdout')
+  [log] = tmp_path.glob('predict.*.log')  # --log_dir's file ends with the summary too.
+  assert log.read_text().splitlines()[-1] == last
 
 
 def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
