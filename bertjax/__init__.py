@@ -4,8 +4,11 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import time
 
 __version__ = '0.1.0'
+# When the package was first imported: a command's start (its summary's wall time, job_lines).
+STARTED = time.perf_counter()
 
 
 def _load_triton_before_tensorflow():

@@ -219,6 +219,7 @@ def parse_flags(argv):
   mistyped config field, a second --config=FILE or any flag error is one FATAL line, exit
   console.REFUSED_EXIT (the command would be refused again: a scheduler must not restart it)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
+  console.COMMAND.set()
   expanded = argv
   try:
     # The lines of any --flagfile in place, as absl reads them: a mistyped field there is

@@ -41,6 +41,8 @@ _PREEMPTED = threading.Event()
 # line, the evals, each a copy of process 0's) kept for --verbosity=1; warnings and errors shown.
 _ANOTHER_HOST = threading.Event()
 _LOG_FILE = None  # --log_dir's file handler.
+# Set when a command's flags are parsed (app.run): its summary counts from the process's start.
+COMMAND = threading.Event()
 
 
 def preempted(stopped: str = '') -> bool:
@@ -90,6 +92,7 @@ def flags_parser(prefix: str = 'error: '):
   it does (absl's suggestion named its own logging flags: --workdir to export was 'Did you
   mean: log_dir ?'); any other flag error is absl's one line, with `prefix`."""
   def parse(argv):
+    COMMAND.set()
     try:
       return flags.FLAGS(argv)
     except flags.Error as e:

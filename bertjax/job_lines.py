@@ -6,6 +6,7 @@ import time
 
 from absl import logging
 
+import bertjax
 from bertjax import console
 
 
@@ -93,7 +94,11 @@ def _amount(x) -> str:
 
 def summary(job: str, seconds: float, file=None, **kwargs):
   """Prints summary_line(...) as the console's last line (stdout, flushed after stderr so a
-  terminal shows it after every log line; `file=sys.stderr` where stdout carries outputs)."""
+  terminal shows it after every log line; `file=sys.stderr` where stdout carries outputs). A
+  command's wall time is its process's, imports and JAX's start-up included (as `time` gives
+  it); a job called from Python (a notebook) gives its own."""
+  if console.COMMAND.is_set():
+    seconds = max(seconds, time.perf_counter() - bertjax.STARTED)
   sys.stdout.flush()
   sys.stderr.flush()
   line = summary_line(job, seconds, **kwargs)

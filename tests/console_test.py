@@ -2,11 +2,15 @@
 
 import logging as std_logging
 import os
+import re
+import subprocess
+import sys
 import threading
 
 from absl import logging
 
 from bertjax import console
+from bertjax import job_lines
 
 LOOP = os.path.join(os.sep, 'site', 'bertjax', 'training', 'loop.py')  # A bertjax module's line.
 
@@ -46,3 +50,24 @@ def test_a_model_loading_holds_its_own_threads_lines_not_a_training_threads():
     logger.removeHandler(recorder)
   assert seen == ['a warning of the holding thread', 'step 17/40 of a training thread',
                   'after the block'], seen
+
+
+def test_a_commands_summary_counts_from_its_process_start(tmp_path, capsys):
+  """Console pass 13 (2026-12-02): a command's summary said its job's time, leaving out its
+  imports and JAX's start-up (seconds) that `time` counts; a job called from Python says its
+  own."""
+  (tmp_path / 'in.txt').write_text('the king doth speak of his lord\n' * 50)
+  code = ('import runpy, sys, time\n'
+          'import bertjax\n'
+          'time.sleep(3)\n'  # As slow imports would, before the command's main.
+          'sys.argv = ["learn_vocab", "--input_file=in.txt", "--output_file=vocab.txt", '
+          '"--vocab_size=40"]\n'
+          'runpy.run_module("bertjax.learn_vocab", run_name="__main__")\n')
+  done = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  took = re.match(r'learn_vocab finished in ([\d.]+) s', done.stdout.splitlines()[-1])
+  assert took and float(took[1]) >= 3, done.stdout
+  assert not console.COMMAND.is_set()  # This process (older than 0.5 s): a job called from
+  job_lines.summary('x', 0.5)  # Python, which says its own time.
+  assert capsys.readouterr().out == 'x finished in 0.5 s\n'
