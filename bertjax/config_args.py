@@ -15,6 +15,7 @@ import sys
 from bertjax import config_check
 from bertjax import console
 from bertjax import job_config
+from bertjax import log_file
 from bertjax.pretraining_data import masking
 
 # Fields that were renamed (removed under their old name): pre-training's checkpoint.init_from,
@@ -228,7 +229,7 @@ def parse_flags(argv):
     spec = config_spec(expanded)
     if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
       load_config_file(spec)
-    return flags.FLAGS(argv)
+    parsed = flags.FLAGS(argv)
   except ConfigFileError as e:
     print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
   except flags.Error as e:
@@ -247,6 +248,12 @@ def parse_flags(argv):
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     message = config_field_error(expanded) or f'{type(e).__name__}: {e}'
     print(f'FATAL Flags parsing error: {message}', file=sys.stderr)
+  else:
+    try:
+      log_file.open_from_flags()
+      return parsed
+    except ValueError as e:
+      print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
   sys.exit(console.REFUSED_EXIT)
 
 

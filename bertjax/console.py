@@ -7,15 +7,15 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
-import time
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from bertjax import log_file
 
 # Messages libraries log at WARNING that a user cannot act on (kept at --verbosity=1).
 _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a healthy checkpoint.
@@ -40,7 +40,6 @@ _PREEMPTED = threading.Event()
 # Set on the hosts of a multi-host job other than process 0: their INFO lines (the progress
 # line, the evals, each a copy of process 0's) kept for --verbosity=1; warnings and errors shown.
 _ANOTHER_HOST = threading.Event()
-_LOG_FILE = None  # --log_dir's file handler.
 # Set when a command's flags are parsed (app.run): its summary counts from the process's start.
 COMMAND = threading.Event()
 
@@ -94,7 +93,11 @@ def flags_parser(prefix: str = 'error: '):
   def parse(argv):
     COMMAND.set()
     try:
-      return flags.FLAGS(argv)
+      argv = flags.FLAGS(argv)
+      log_file.open_from_flags()
+      return argv
+    except ValueError as e:  # --log_dir's.
+      fail(f'{prefix}{e} (--helpshort lists the flags)')
     except flags.Error as e:
       said, hint = ' '.join(str(e).split()), '--helpshort lists the flags'
       if unknown := re.match(r"Unknown command line flag '([^']+)'(?:\. Did you mean: "
@@ -187,37 +190,7 @@ def install():
             and logging.get_verbosity() < logging.DEBUG):
       unraisable(args)
   sys.unraisablehook = unraisablehook
-  if flags.FLAGS.is_parsed() and flags.FLAGS['log_dir'].present and not _LOG_FILE:
-    _log_to_file(flags.FLAGS.log_dir)
-
-
-def _log_to_file(folder: str):
-  """absl's --log_dir, which wrote nothing unless a program asked: every line of the run (the
-  libraries' INFO lines too, the summary, the error) in FOLDER/<command>.<time>.<host>.<pid>.log."""
-  global _LOG_FILE
-  if not folder.strip():  # `--log_dir=$LOGS` with LOGS unset: absl's default, a temp folder.
-    raise app.UsageError('--log_dir is empty: name a folder for the log file, or drop the flag.')
-  if '://' in folder:
-    raise app.UsageError(f'--log_dir={folder}: a log file is appended to line by line, so it '
-                         'takes a local folder (copy it to a bucket after the run).')
-  command = os.path.basename(sys.argv[0]).removesuffix('.py').rpartition('.')[2]
-  name = f'{command}.{time.strftime("%Y%m%d-%H%M%S")}.{socket.gethostname()}.{os.getpid()}.log'
-  try:
-    os.makedirs(folder := os.path.expanduser(folder), exist_ok=True)  # local: appended to.
-    _LOG_FILE = std_logging.FileHandler(os.path.join(folder, name), encoding='utf-8')
-  except OSError as e:
-    raise app.UsageError(f'--log_dir={folder}: cannot write a log file there ({e}): give a '
-                         'writable folder, or drop the flag.') from None
-  _LOG_FILE.setFormatter(logging.PythonFormatter())
-  std_logging.getLogger().addHandler(_LOG_FILE)
-  logging.info('log file: %s', _LOG_FILE.baseFilename)
-
-
-def in_log_file(line: str):
-  """A line the console shows outside logging (the summary, the error), in --log_dir's file."""
-  if _LOG_FILE:
-    _LOG_FILE.stream.write(f'{line}\n')
-    _LOG_FILE.flush()
+  log_file.announce()
 
 
 @contextlib.contextmanager
@@ -287,13 +260,18 @@ def library_lines_held(verbose: bool = False, quiet: bool = False):
     finally:
       logging.set_verbosity(verbosity)
     return
-  logger = std_logging.getLogger('absl')
   held = _WarningsOnly() if quiet else ConsoleFilter()
-  logger.addFilter(held)
+  # On the console's handlers (the command line's on the root logger, a notebook's on absl's),
+  # not on the logger: --log_dir's file keeps every line.
+  handlers = [h for h in {*std_logging.getLogger('absl').handlers,
+                          *std_logging.getLogger().handlers} if not log_file.holds(h)]
+  for handler in handlers:
+    handler.addFilter(held)
   try:
     yield
   finally:
-    logger.removeFilter(held)
+    for handler in handlers:
+      handler.removeFilter(held)
 
 
 _WARNED = set()  # The warnings said in this job: forget_warnings() at its end.
@@ -427,6 +405,7 @@ def interrupted(message, code: int = 130):
     sys.stderr.flush()
   except Exception:  # pylint: disable=broad-except
     pass
+  log_file.write(line)
   os.write(_STDERR[0], f'{line}\n'.encode())
   os._exit(code)  # pylint: disable=protected-access
 
@@ -437,7 +416,7 @@ def fail(message: str, code: int = 1):
   tensorstore's background reads failing into a closed event loop, a traceback each."""
   print(message, file=sys.stderr)
   sys.stderr.flush()
-  in_log_file(message)
+  log_file.write(message)
   if logging.get_verbosity() < logging.DEBUG:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
   sys.exit(code)

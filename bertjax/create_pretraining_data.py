@@ -36,6 +36,7 @@ from absl import flags
 
 from bertjax import console
 from bertjax import job_lines
+from bertjax import log_file
 from bertjax import paths
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
@@ -193,6 +194,7 @@ def main(argv):
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:
     print(warning, file=sys.stderr)
+    log_file.write(warning)
   if _PACK.value and _MAX_INSTANCES_PER_ROW.value == 1:
     raise app.UsageError('--pack with --max_instances_per_row=1 packs nothing: pass 2 or more '
                          '(MLPerf BERT: 3), or leave --pack out for one instance per row')
@@ -229,8 +231,7 @@ def main(argv):
         overwrite=_OVERWRITE.value)
   except (ValueError, OSError, RuntimeError) as e:
     # Bad input or settings: one clear line, not a traceback.
-    print(f'create_pretraining_data: error: {e}', file=sys.stderr)
-    sys.exit(1)
+    console.fail(f'create_pretraining_data: error: {e}')
   counts, skipped = report['counts'], report['skipped']['counts']
   shards, num_shards = report['output_files'], _NUM_OUTPUT_SHARDS.value
   rows = [('rows', counts['rows'])] if settings.max_instances_per_row > 1 else []

@@ -70,6 +70,7 @@ from bertjax import files
 from bertjax import format_names
 from bertjax import job_lines
 from bertjax import keywords
+from bertjax import log_file
 from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import bundle as bundle_lib
@@ -433,7 +434,7 @@ def main(argv):
                                 FLAGS.format))
   for line in lines:
     print(line)
-    console.in_log_file(line)
+    log_file.write(line)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
   step = files.name(result.source)  # A run's <checkpoints>/<step>: said, as predict says it.
   if step.isdigit() and files.name(files.parent(result.source)) == 'checkpoints':

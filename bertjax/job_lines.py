@@ -8,6 +8,7 @@ from absl import logging
 
 import bertjax
 from bertjax import console
+from bertjax import log_file
 
 
 def duration(seconds: float) -> str:
@@ -103,4 +104,4 @@ def summary(job: str, seconds: float, file=None, **kwargs):
   sys.stderr.flush()
   line = summary_line(job, seconds, **kwargs)
   print(line, file=file or sys.stdout, flush=True)
-  console.in_log_file(line)
+  log_file.write(line)

@@ -209,8 +209,7 @@ def _one_line(error: BaseException) -> str:
 
 def _fail(message: str):
   sys.stderr.flush()
-  print(f'learn_vocab: error: {message}', file=sys.stderr)
-  sys.exit(1)
+  console.fail(f'learn_vocab: error: {message}')
 
 
 if __name__ == '__main__':

@@ -179,7 +179,6 @@ def _check_command():
   """Every config value, before JAX starts, any data is read or anything is compiled; and a
   stale image's configs/ (config_args.configs_check)."""
   try:
-    console.install()  # Its --log_dir's file, and the console's filter.
     config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
     config_args.check_job_config(_CONFIG.value,
                                  config_flags.get_config_filename(flags.FLAGS['config']))
@@ -194,7 +193,7 @@ def _check_command():
     if (ignored := config_args.ignored_override(
         _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
       raise ValueError(ignored)
-  except (ValueError, app.UsageError) as e:
+  except ValueError as e:
     raise CommandRefused(str(e)) from None
 
 
@@ -241,6 +240,7 @@ def _check_processes():
 def _run(argv):
   console.refuse_arguments(argv, '--config=..., --workdir=...')
   _check_command()
+  console.install()
   accelerators.hide_from_tensorflow()
   accelerators.use_compilation_cache(_COMPILATION_CACHE.value)
   initialize_distributed()

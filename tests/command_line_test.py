@@ -30,10 +30,12 @@ def test_a_bad_config_value_fails_before_anything_runs(tmp_path):
   assert done.returncode == 78, done.stderr  # Refused before it starts: it would be again.
   [log] = (tmp_path / 'logs').iterdir()
   said = done.stderr.splitlines()
-  assert said[0].endswith(f'log file: {log}') and said[1].startswith(
+  assert said[0].startswith(
       'error: config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'), done.stderr
   assert 'Traceback' not in done.stderr and not (tmp_path / 'w').exists()
-  assert log.read_text().splitlines()[-2:] == said[1:3]  # The error line in --log_dir's file.
+  written = log.read_text().splitlines()  # --log_dir's file: the command, then its error.
+  assert written[0].startswith('command: ') and written[0].endswith(' --log_dir=logs')
+  assert written[-2:] == said[:2]
 
 
 def start(tmp_path, *args):
@@ -54,7 +56,8 @@ def wait_until(condition, process, log, timeout=240, pause=0.2):
 
 
 def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_path):
-  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=')
+  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=',
+                       '--log_dir=logs')
   saved = tmp_path / 'w' / 'checkpoints'
   wait_until(lambda: saved.is_dir() and any(p.name.isdigit() for p in saved.iterdir()), process,
              log)
@@ -68,6 +71,8 @@ def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_
   assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
   step = int(last.split('(step ')[1].split(')')[0])
   assert (tmp_path / 'w' / 'checkpoints' / str(step)).is_dir()
+  [file] = (tmp_path / 'logs').iterdir()  # --log_dir's file ends with the same line.
+  assert file.read_text().splitlines()[-1] == last
 
 
 @pytest.mark.parametrize('delay', [1.0, 4.0])

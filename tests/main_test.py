@@ -401,12 +401,15 @@ def test_a_notebooks_console_set_up_twice_prints_each_line_once(tmp_path):
      'does not load: ValueError: {repo}/README.md is not a Python file'),
     ([], {'JAX_NUM_PROCESSES': 'two'}, "error: the environment variable JAX_NUM_PROCESSES='two' "
      'is not a whole number: set it to one, or unset it.'),
-    (['--log_dir=gs://bucket/logs'], {}, 'error: --log_dir=gs://bucket/logs: a log file is '
-     'appended to line by line, so it takes a local folder (copy it to a bucket after the run).'),
-    (['--log_dir='], {}, 'error: --log_dir is empty: name a folder for the log file, or drop '
-     'the flag.'),
-    (['--log_dir={tmp}/a_file/logs'], {}, 'error: --log_dir={tmp}/a_file/logs: cannot write a log '
-     'file there ([Errno 20] Not a directory'),
+    (['--log_dir='], {}, 'FATAL Flags parsing error: --log_dir is empty: name a folder for the '
+     'log file, or drop the flag.'),
+    (['--log_dir=gs://bucket/logs'], {}, 'FATAL Flags parsing error: --log_dir=gs://bucket/logs: '
+     'a log file is appended to line by line, so it takes a local folder (copy it to a bucket '
+     'after the run).'),
+    (['--log_dir={tmp}/a_file'], {}, 'FATAL Flags parsing error: --log_dir={tmp}/a_file is a '
+     'file: name a folder (made if missing).'),
+    (['--log_dir={tmp}/a_file/logs'], {}, 'FATAL Flags parsing error: --log_dir={tmp}/a_file/logs: '
+     'cannot write a log file there ([Errno 20] Not a directory'),
 ])
 def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tmp_path, args,
                                                                              env, line):

@@ -233,8 +233,10 @@ def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2, tmp_path):
   assert len(rows) == 2 and all(set(r) == {'label', 'probabilities'} for r in rows)
   last = result.stderr.splitlines()[-1]
   assert last.startswith('predict finished in ') and last.endswith('predictions stdout')
-  [log] = tmp_path.glob('predict.*.log')  # --log_dir's file ends with the summary too.
-  assert log.read_text().splitlines()[-1] == last
+  [log] = tmp_path.glob('predict.*.log')  # --log_dir's file ends with the summary too,
+  written = log.read_text().splitlines()  # and holds orbax's restore lines, held from the console.
+  assert written[-1] == last and any('] Restoring checkpoint from ' in line for line in written)
+  assert not any('orbax' in line for line in result.stderr.splitlines()), result.stderr
 
 
 def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
