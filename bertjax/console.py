@@ -261,17 +261,18 @@ def library_lines_held(verbose: bool = False, quiet: bool = False):
       logging.set_verbosity(verbosity)
     return
   held = _WarningsOnly() if quiet else ConsoleFilter()
-  # On the console's handlers (the command line's on the root logger, a notebook's on absl's),
-  # not on the logger: --log_dir's file keeps every line.
-  handlers = [h for h in {*std_logging.getLogger('absl').handlers,
+  # absl's logger; with --log_dir's file open, the console's handlers instead (the command
+  # line's on the root logger, a notebook's on absl's), so that the file keeps every line.
+  targets = ([h for h in {*std_logging.getLogger('absl').handlers,
                           *std_logging.getLogger().handlers} if not log_file.holds(h)]
-  for handler in handlers:
-    handler.addFilter(held)
+             if log_file.is_open() else [std_logging.getLogger('absl')])
+  for target in targets:
+    target.addFilter(held)
   try:
     yield
   finally:
-    for handler in handlers:
-      handler.removeFilter(held)
+    for target in targets:
+      target.removeFilter(held)
 
 
 _WARNED = set()  # The warnings said in this job: forget_warnings() at its end.

@@ -430,6 +430,7 @@ def main(argv):
     if not written:
       raise
     traceback.print_exc()
+    log_file.write(traceback.format_exc().rstrip('\n'))
     console.fail(_written_first(written, f'error: {type(e).__name__}: {str(e).rstrip(".")}.',
                                 FLAGS.format))
   for line in lines:

@@ -35,8 +35,11 @@ class _Handler(std_logging.FileHandler):
   def stop(self, error):
     if not self.failed:
       self.failed = True
-      print(f'warning: --log_dir: {self.baseFilename} takes no more lines ({error}); the run '
-            'goes on, its lines on the console only', file=sys.stderr, flush=True)
+      try:  # The console may be on the same full disk.
+        print(f'warning: --log_dir: {self.baseFilename} takes no more lines ({error}); the run '
+              'goes on, its lines on the console only', file=sys.stderr, flush=True)
+      except OSError:
+        pass
 
 
 def open_from_flags():
@@ -74,7 +77,7 @@ def open_in(folder: str):
     write(''.join(traceback.format_exception(kind, value, tb)).rstrip('\n'))
     handler.hook(kind, value, tb)
   sys.excepthook = excepthook
-  write(f'command: {shlex.join([os.path.basename(sys.executable), *sys.argv])}')
+  write(f'command: {shlex.join(sys.orig_argv)}')
   return _HANDLER.baseFilename
 
 
@@ -92,6 +95,10 @@ def announce():
   """The console's line naming the file (from the command's main, where INFO lines show)."""
   if _HANDLER:
     logging.info('log file: %s', _HANDLER.baseFilename)
+
+
+def is_open() -> bool:
+  return _HANDLER is not None
 
 
 def holds(handler) -> bool:

@@ -16,6 +16,16 @@ ORBAX = '/site-packages/orbax/checkpoint/_src/checkpoint_manager.py'
 LOOP = '/site-packages/bertjax/training/loop.py'
 
 
+class Full:
+  """A stream on a full disk."""
+
+  def write(self, text):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  def flush(self):
+    pass
+
+
 @pytest.fixture
 def opened(tmp_path, monkeypatch):
   """(the file's path, the console's lines) with the file open in this process, at INFO."""
@@ -26,7 +36,8 @@ def opened(tmp_path, monkeypatch):
       shown.append(record.getMessage())
   console_handler = Console()
   console_handler.addFilter(console.ConsoleFilter())
-  monkeypatch.setattr(sys, 'argv', ['/bin/bertjax/main.py'])
+  monkeypatch.setattr(sys, 'argv', ['/bin/bertjax/main.py', '--log_dir=logs'])
+  monkeypatch.setattr(sys, 'orig_argv', ['python', '-m', 'bertjax.main', '--log_dir=logs'])
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.INFO)
   std_logging.getLogger().addHandler(console_handler)
@@ -54,8 +65,8 @@ def test_the_file_holds_what_the_console_holds_back(opened):
     _log('a warning', level=std_logging.WARNING)
   log_file.write('predict finished in 1.0 s')
   lines = open(path, encoding='utf-8').read().splitlines()
-  assert lines[0] == 'command: python /bin/bertjax/main.py'.replace(
-      'python', lines[0].split()[1]) and lines[-1] == 'predict finished in 1.0 s'
+  assert lines[0] == 'command: python -m bertjax.main --log_dir=logs'  # As typed.
+  assert lines[-1] == 'predict finished in 1.0 s'
   for message in ('ours', 'a library line', 'a restore line', 'a warning'):
     assert any(line.endswith(f'] {message}') for line in lines), (message, lines)
   assert shown == ['ours', 'a warning']  # The console as without the file.
@@ -75,13 +86,6 @@ def test_an_error_shown_as_a_traceback_is_in_the_file(opened, capsys):
 
 def test_a_full_disk_under_the_file_is_said_once_and_the_run_goes_on(opened, capsys):
   path, _ = opened
-
-  class Full:
-    def write(self, text):
-      raise OSError(errno.ENOSPC, 'No space left on device')
-
-    def flush(self):
-      pass
   log_file._HANDLER.stream = Full()  # pylint: disable=protected-access
   logging.info('a step')
   log_file.write('pretrain finished in 3.0 s')
@@ -90,6 +94,15 @@ def test_a_full_disk_under_the_file_is_said_once_and_the_run_goes_on(opened, cap
   assert err.count('warning: --log_dir:') == 1, err
   assert f'{path} takes no more lines ([Errno 28] No space left on device)' in err
   assert 'Traceback' not in err and 'Logging error' not in err
+
+
+def test_a_console_on_the_same_full_disk_stops_nothing(opened, monkeypatch):
+  """Second review: the file's one warning, written to a console on the same full disk, raised
+  into the run's next log call (a finished learn_vocab exited 1)."""
+  log_file._HANDLER.stream = Full()  # pylint: disable=protected-access
+  monkeypatch.setattr(sys, 'stderr', Full())
+  logging.info('a step')  # Neither the file nor the console takes it: nothing raised.
+  log_file.write('learn_vocab finished in 0.2 s')
 
 
 @pytest.mark.parametrize('folder, said', [
