@@ -415,9 +415,7 @@ def fail(message: str, code: int = 1):
   """Ends a command with its error as the last line, exit status `code`. What libraries print while
   the process ends is dropped (at --verbosity=1 kept): an unreadable checkpoint leaves
   tensorstore's background reads failing into a closed event loop, a traceback each."""
-  print(message, file=sys.stderr)
-  sys.stderr.flush()
-  log_file.write(message)
+  log_file.say(message)
   if logging.get_verbosity() < logging.DEBUG:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
   sys.exit(code)

@@ -28,7 +28,6 @@ builder), one document per example's --tfds_text_field, each worker its own part
 --tfds_split (bertjax/pretraining_data/tfds_source.py); the report records the dataset.
 """
 
-import sys
 import time
 
 from absl import app
@@ -193,8 +192,7 @@ def main(argv):
   strategy, warning = masking_strategy(_MASKING.value, flags.FLAGS['masking'].present,
                                        _DO_WHOLE_WORD_MASK.value)
   if warning:
-    print(warning, file=sys.stderr)
-    log_file.write(warning)
+    log_file.say(warning)
   if _PACK.value and _MAX_INSTANCES_PER_ROW.value == 1:
     raise app.UsageError('--pack with --max_instances_per_row=1 packs nothing: pass 2 or more '
                          '(MLPerf BERT: 3), or leave --pack out for one instance per row')

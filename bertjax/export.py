@@ -58,6 +58,7 @@ import functools
 import json
 import os
 import re
+import sys
 import time
 import traceback
 
@@ -434,8 +435,7 @@ def main(argv):
     console.fail(_written_first(written, f'error: {type(e).__name__}: {str(e).rstrip(".")}.',
                                 FLAGS.format))
   for line in lines:
-    print(line)
-    log_file.write(line)
+    log_file.say(line, sys.stdout)
   metrics = [('kind', result.kind), ('layers', result.config['num_layers'])]
   step = files.name(result.source)  # A run's <checkpoints>/<step>: said, as predict says it.
   if step.isdigit() and files.name(files.parent(result.source)) == 'checkpoints':

@@ -99,9 +99,7 @@ def summary(job: str, seconds: float, file=None, **kwargs):
   command's wall time is its process's, imports and JAX's start-up included (as `time` gives
   it); a job called from Python (a notebook) gives its own."""
   if console.COMMAND.is_set():
-    seconds = max(seconds, time.perf_counter() - bertjax.STARTED)
+    seconds = time.perf_counter() - bertjax.STARTED
   sys.stdout.flush()
   sys.stderr.flush()
-  line = summary_line(job, seconds, **kwargs)
-  print(line, file=file or sys.stdout, flush=True)
-  log_file.write(line)
+  log_file.say(summary_line(job, seconds, **kwargs), file or sys.stdout)

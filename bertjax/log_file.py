@@ -13,6 +13,9 @@ import traceback
 from absl import flags
 from absl import logging
 
+from bertjax import files
+from bertjax import paths
+
 _HANDLER = None  # The open file's handler, once --log_dir's file is open.
 
 
@@ -54,10 +57,9 @@ def open_in(folder: str):
   global _HANDLER
   if not folder.strip():  # `--log_dir=$LOGS` with LOGS unset: absl's default, a temp folder.
     raise ValueError('--log_dir is empty: name a folder for the log file, or drop the flag.')
-  if '://' in folder:
+  if files.is_remote(folder := paths.absolute(folder)):  # file:// and ~ made local paths.
     raise ValueError(f'--log_dir={folder}: a log file is appended to line by line, so it takes '
                      'a local folder (copy it to a bucket after the run).')
-  folder = os.path.expanduser(folder)
   if os.path.isfile(folder):  # local: the log file's folder
     raise ValueError(f'--log_dir={folder} is a file: name a folder (made if missing).')
   command = os.path.basename(sys.argv[0]).removesuffix('.py').rpartition('.')[2]
@@ -106,8 +108,15 @@ def holds(handler) -> bool:
   return handler is _HANDLER
 
 
+def say(line: str, file=None):
+  """Prints a line the console shows outside logging (a summary, a warning, an error) to `file`
+  (stderr by default), and writes it to the log file."""
+  print(line, file=file or sys.stderr, flush=True)
+  write(line)
+
+
 def write(line: str):
-  """A line the console shows outside logging (a summary, an error or interrupt line)."""
+  """A line for the log file alone (what the console got another way)."""
   if _HANDLER and not _HANDLER.failed:
     try:
       _HANDLER.stream.write(f'{line}\n')

@@ -114,3 +114,13 @@ def test_a_folder_it_cannot_use_is_one_line(folder, said):
   with pytest.raises(ValueError) as raised:
     log_file.open_in(folder)
   assert str(raised.value) == said
+
+
+def test_a_file_url_is_a_local_folder(tmp_path, monkeypatch):
+  """Second review: `--log_dir=file:///...` was refused as a bucket."""
+  monkeypatch.setattr(sys, 'argv', ['/bin/bertjax/predict.py'])
+  try:
+    path = log_file.open_in(f'file://{tmp_path}/logs')
+  finally:
+    log_file.close()
+  assert path.startswith(f'{tmp_path}/logs/predict.') and open(path).read().startswith('command:')
