@@ -20,6 +20,8 @@ from bertjax.pretraining_data import masking
 JOBS = ('pretrain', 'finetune', 'embed')
 MODES = ('train_eval', 'eval', 'predict')
 OPTIMIZERS = ('adamw', 'lamb')
+# optimizer.decay_from: from the warmup's peak (transformers'), or google-research/bert's.
+DECAY_FROM = ('warmup_end', 'step_0')
 DTYPES = ('float32', 'bfloat16')
 POOLINGS = ('auto', 'cls', 'mean')
 MASKING_STRATEGIES = masking.STRATEGIES  # wordpiece, whole_word, ngram, span
@@ -197,6 +199,7 @@ def _check_optimizer(c: _Checker, job):
   c.fraction('optimizer.warmup_proportion', closed_high=True,
              why='the share of the steps spent warming up must be in [0, 1]',
              fix='set --config.optimizer.warmup_proportion to e.g. 0.1 (BERT)')
+  c.choice('optimizer.decay_from', DECAY_FROM)
   c.at_least('optimizer.decay_power', 0, integer=False,
              fix='set --config.optimizer.decay_power to 1 (linear decay, BERT)')
   for name, typical in (('b1', 0.9), ('b2', 0.999)):

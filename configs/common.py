@@ -123,9 +123,16 @@ def optimizer_config(*, learning_rate: float, warmup_steps, total_steps,
   o.warmup_steps = warmup_steps  # Linear warmup from 0.
   o.total_steps = total_steps  # Decay ends here; 0 = at the run's last step (num_train_steps).
   o.decay_power = 1.0  # 1 = BERT's linear decay; LAMB papers use 1 too.
+  # 'warmup_end': the decay runs from the peak at the warmup's end (transformers' schedule);
+  # 'step_0': google-research/bert's, counted from step 0 (the peak never reached; each rate
+  # after the warmup x(1 - warmup_steps/total_steps)).
+  o.decay_from = 'warmup_end'
   o.b1 = 0.9
   o.b2 = 0.999
   o.eps = 1e-6  # BERT's; not optax's default 1e-8.
+  # Adam's moments bias-corrected (the paper's Adam, optax's); false = google-research/bert's
+  # AdamWeightDecayOptimizer, whose first updates are up to ~6x larger (the same state).
+  o.bias_correction = True
   o.weight_decay = 0.01  # Decoupled; never on LayerNorm or biases.
   o.grad_clip_norm = 1.0  # Global-norm clipping (BERT: 1.0); 0 = off.
   # Layer-wise learning-rate decay in (0, 1] (ELECTRA; fine-tuning: 0.8 Base, 0.9 Large); 1 =

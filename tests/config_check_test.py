@@ -42,6 +42,8 @@ PRETRAIN = [
     ({'optimizer__b2': 1.0}, 'config.optimizer.b2=1.0: must be in [0, 1)'),
     ({'optimizer__eps': 0.0}, 'config.optimizer.eps=0.0: must be > 0'),
     ({'optimizer__name': 'sgd'}, "config.optimizer.name='sgd': is unknown; valid: adamw, lamb"),
+    ({'optimizer__decay_from': 'peak'}, "config.optimizer.decay_from='peak': is unknown; valid: "
+     'warmup_end, step_0'),
     ({'model__dropout_rate': 1.0}, 'config.model.dropout_rate=1.0: a dropout rate must be in '
      '[0, 1)'),
     ({'model__attention_dropout_rate': -0.1}, 'config.model.attention_dropout_rate=-0.1'),

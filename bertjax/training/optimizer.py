@@ -9,6 +9,7 @@ import re
 
 import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -163,15 +164,43 @@ def for_run(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
 
 def learning_rate_schedule(config) -> optax.Schedule:
   """Linear warmup from 0 to the peak, then polynomial decay to end_learning_rate (power 1 =
-  BERT's linear decay)."""
+  BERT's linear decay). decay_from='warmup_end' decays from the peak over the steps after the
+  warmup (transformers' linear schedule); 'step_0' is google-research/bert's optimization.py:
+  the decay counts from step 0 and the warmup replaces its first warmup_steps, so the peak is
+  never reached and every later rate is (1 - warmup/total) of warmup_end's."""
   if config.total_steps <= 0:  # 0 = num_train_steps, which the optimizer's config lacks.
     raise ValueError(f'optimizer.total_steps={config.total_steps} is not resolved: pass the '
                      'training config through optimizer.resolve_total_steps first')
   warmup = optax.linear_schedule(0.0, config.learning_rate, config.warmup_steps)
+  if config.decay_from == 'step_0':
+    decay = optax.polynomial_schedule(
+        init_value=config.learning_rate, end_value=config.end_learning_rate,
+        power=config.decay_power, transition_steps=config.total_steps)
+    warmup_steps = config.warmup_steps
+    return lambda step: jnp.where(step < warmup_steps, warmup(step), decay(step))
+  if config.decay_from != 'warmup_end':
+    raise ValueError(f'optimizer.decay_from={config.decay_from!r} is unknown; valid: '
+                     'warmup_end, step_0.')
   decay = optax.polynomial_schedule(
       init_value=config.learning_rate, end_value=config.end_learning_rate,
       power=config.decay_power, transition_steps=max(config.total_steps - config.warmup_steps, 1))
   return optax.join_schedules([warmup, decay], [config.warmup_steps])
+
+
+def scale_by_uncorrected_adam(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+  """optax.scale_by_adam without the bias correction of its moments: m / (sqrt(v) + eps), as
+  google-research/bert's AdamWeightDecayOptimizer. Its state is optax's ScaleByAdamState, so a
+  checkpoint resumes with optimizer.bias_correction on or off."""
+  adam = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+
+  def update(updates, state, params=None):
+    del params
+    mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+    nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
+    steps = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+    return steps, optax.ScaleByAdamState(count=optax.safe_increment(state.count), mu=mu, nu=nu)
+
+  return optax.GradientTransformation(adam.init, update)
 
 
 def make(config) -> optax.GradientTransformation:
@@ -183,14 +212,17 @@ def make(config) -> optax.GradientTransformation:
   """
   schedule = learning_rate_schedule(config)
   mask = weight_decay_mask
-  if config.name == 'adamw':
-    opt = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                      weight_decay=config.weight_decay, mask=mask)
-  elif config.name == 'lamb':
-    opt = optax.lamb(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                     weight_decay=config.weight_decay, mask=mask)
-  else:
+  if config.name not in ('adamw', 'lamb'):
     raise ValueError(f'optimizer.name={config.name!r} is unknown; valid: adamw, lamb.')
+  if config.bias_correction:
+    make_optax = optax.adamw if config.name == 'adamw' else optax.lamb
+    opt = make_optax(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
+                     weight_decay=config.weight_decay, mask=mask)
+  else:  # optax.adamw's and optax.lamb's chains, their moments uncorrected: the same state.
+    opt = optax.chain(scale_by_uncorrected_adam(config.b1, config.b2, config.eps),
+                      optax.add_decayed_weights(config.weight_decay, mask),
+                      *([optax.scale_by_trust_ratio()] if config.name == 'lamb' else []),
+                      optax.scale_by_learning_rate(schedule))
   if config.grad_clip_norm > 0:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
   if config.layer_decay != 1.0:  # 1.0 (off) adds nothing: today's optimizer, bit for bit.

@@ -180,8 +180,9 @@ def _check_schedule(config, last: dict, workdir, step: int, schedule):
   (a larger num_train_steps stretches the decay): the rate at the resume step jumps."""
   if 'optimizer' not in last:
     return
-  old = dict(last['optimizer'])
-  fields = ('learning_rate', 'end_learning_rate', 'warmup_steps', 'total_steps', 'decay_power')
+  old = {'decay_from': 'warmup_end', **last['optimizer']}  # Recorded since 2026-12-02.
+  fields = ('learning_rate', 'end_learning_rate', 'warmup_steps', 'total_steps', 'decay_power',
+            'decay_from')
   changed = [f'optimizer.{k} {old.get(k)} -> {config.optimizer[k]}' for k in fields
              if k in old and old[k] != config.optimizer[k]]
   if not changed:

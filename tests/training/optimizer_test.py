@@ -19,8 +19,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 def opt_config(**overrides):
   c = ml_collections.ConfigDict(dict(
       name='adamw', learning_rate=0.1, end_learning_rate=0.0, warmup_steps=0, total_steps=100,
-      decay_power=1.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, grad_clip_norm=0.0,
-      layer_decay=1.0))
+      decay_power=1.0, decay_from='warmup_end', bias_correction=True, b1=0.9, b2=0.999, eps=1e-6,
+      weight_decay=0.01, grad_clip_norm=0.0, layer_decay=1.0))
   c.update(overrides)
   return c
 
@@ -62,6 +62,80 @@ def test_adamw_matches_hand_computed_step():
     want = -lr * (m_hat / (np.sqrt(v_hat) + 1e-6) + decay * p)
     got = flax.traverse_util.flatten_dict(updates, sep='/')[path]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def _original_adam_weight_decay(params, grads, steps, rates):
+  """google-research/bert's AdamWeightDecayOptimizer.apply_gradients, in NumPy: moments never
+  bias-corrected, decay added to the step, the rate of each step given."""
+  flat = {k: np.asarray(v, np.float64) for k, v in
+          flax.traverse_util.flatten_dict(params, sep='/').items()}
+  m = {k: np.zeros_like(v) for k, v in flat.items()}
+  v = {k: np.zeros_like(x) for k, x in flat.items()}
+  for t in range(steps):
+    for path, g in flax.traverse_util.flatten_dict(grads(t), sep='/').items():
+      g = np.asarray(g, np.float64)
+      m[path] = 0.9 * m[path] + 0.1 * g
+      v[path] = 0.999 * v[path] + 0.001 * g * g
+      update = m[path] / (np.sqrt(v[path]) + 1e-6)
+      if not ('bias' in path or 'layer_norm' in path):  # _do_use_weight_decay's exclusions.
+        update += 0.01 * flat[path]
+      flat[path] = flat[path] - rates[t] * update
+  return flat
+
+
+def test_adamw_without_bias_correction_is_the_originals_optimizer():
+  """optimizer.bias_correction=false and decay_from='step_0': google-research/bert's
+  optimization.py (create_optimizer) step for step: its polynomial decay counted from step 0,
+  the warmup replacing the first steps, AdamWeightDecayOptimizer's uncorrected moments."""
+  params, _ = toy()
+  config = opt_config(learning_rate=2e-2, warmup_steps=3, total_steps=10, decay_from='step_0',
+                      bias_correction=False)
+  # optimization.py's rate: init_lr * (1 - t / T), replaced by init_lr * t / warmup while
+  # t < warmup (t = global_step before the update).
+  rates = [2e-2 * t / 3 if t < 3 else 2e-2 * (1 - t / 10) for t in range(10)]
+  schedule = optimizer.learning_rate_schedule(config)
+  np.testing.assert_allclose([float(schedule(t)) for t in range(10)], rates, rtol=1e-6)
+  assert float(schedule(3)) < 2e-2  # The peak is never reached, as in the original.
+
+  def grads(t):
+    return jax.tree.map(lambda p: (t + 1) * 0.3 * p - 0.05 * t, params)
+
+  opt, state, now = optimizer.make(config), None, params
+  state = opt.init(params)
+  for t in range(6):
+    updates, state = opt.update(grads(t), state, now)
+    now = optimizer.optax.apply_updates(now, updates)
+  want = _original_adam_weight_decay(params, grads, 6, rates)
+  for path, got in flax.traverse_util.flatten_dict(now, sep='/').items():
+    np.testing.assert_allclose(got, want[path], rtol=1e-5, atol=1e-7)
+  # The corrected optimizer (the default) differs: its first step is ~1/sqrt(1 - b2) / 10 =
+  # 3.16x smaller (no warmup here: the step trains at the peak).
+  corrected, uncorrected = (optimizer.make(opt_config(bias_correction=on)) for on in (True, False))
+  first = [float(optimizer.optax.global_norm(o.update(grads(1), o.init(params), params)[0]))
+           for o in (corrected, uncorrected)]
+  assert first[1] == pytest.approx(3.16 * first[0], rel=0.02)
+
+
+@pytest.mark.parametrize('name', ['adamw', 'lamb'])
+def test_bias_correction_keeps_the_optimizer_state(name):
+  """On or off, the state is optax's: a checkpoint resumes with the other setting."""
+  params, _ = toy()
+  states = [optimizer.make(opt_config(name=name, bias_correction=on, grad_clip_norm=1.0,
+                                      layer_decay=0.8)).init({'bert': {'layers_0': params}})
+            for on in (True, False)]
+  assert jax.tree.structure(states[0]) == jax.tree.structure(states[1])
+
+
+def test_the_decay_from_the_warmup_end_reaches_the_peak():
+  schedule = optimizer.learning_rate_schedule(opt_config(learning_rate=2e-5, warmup_steps=34,
+                                                         total_steps=344))
+  # transformers' linear schedule: the peak at the warmup's end, then down over 310 steps.
+  assert float(schedule(34)) == pytest.approx(2e-5)
+  assert float(schedule(189)) == pytest.approx(1e-5)
+  original = optimizer.learning_rate_schedule(opt_config(
+      learning_rate=2e-5, warmup_steps=34, total_steps=344, decay_from='step_0'))
+  assert float(original(34)) == pytest.approx(2e-5 * (1 - 34 / 344))  # 1.8023e-05
+  assert float(original(33)) == float(schedule(33))  # The warmups are the same.
 
 
 def test_lamb_matches_hand_computed_step():

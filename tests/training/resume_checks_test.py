@@ -157,6 +157,23 @@ def test_a_schedule_change_on_a_resume_says_what_happens_at_its_step(caplog):
                    r'change, keep optimizer.total_steps=50 .*, or start a new run', caplog.text)
 
 
+def test_a_run_recorded_before_decay_from_resumes_on_its_own_schedule(caplog):
+  """A config.json written before optimizer.decay_from existed decayed from the warmup's end:
+  resumed with that default, nothing is said; with the original's schedule, the jump is."""
+  schedule_check = resume_checks._check_schedule  # pylint: disable=protected-access
+  now = pretrain.get_config('size=tiny,steps=100')
+  now.optimizer.warmup_steps = 10
+  now = optimizer_lib.resolve_total_steps(now)
+  last = json.loads(now.to_json())
+  del last['optimizer']['decay_from']
+  schedule_check(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
+  assert 'schedule differs' not in caplog.text
+  now.optimizer.decay_from = 'step_0'
+  schedule_check(now, last, 'W', 50, optimizer_lib.learning_rate_schedule(now.optimizer))
+  assert re.search(r"optimizer.decay_from warmup_end -> step_0\): at step 50 the rate goes from "
+                   r'\S+ to \S+\.', caplog.text)
+
+
 def test_a_resume_names_every_setting_it_changes(tmp_path, caplog):
   """Hostile pass of 2026-12-01: another dropout, weight decay or b2 on a resume was applied
   with only the schedule's warning (the finished-run path listed every change)."""
