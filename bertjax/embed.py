@@ -16,19 +16,17 @@ is mean-pooled, not normalised and cut at its tokenizer's model_max_length (what
 sentence-transformers makes of one). Pooling, normalisation and length can be overridden.
 
 The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prints the
-cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to MATRIX_ROWS
-sentences: both grow with the square of the inputs). init_from, input_file and the workdir may
-be URLs (gs://...): the model is read and the outputs written through bertjax.files (a TF1
-checkpoint's .index/.data through a temporary folder).
+cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to
+embed_outputs.MATRIX_ROWS sentences: both grow with the square of the inputs). init_from,
+input_file and the workdir may be URLs (gs://...): the model is read and the outputs written
+through bertjax.files (a TF1 checkpoint's .index/.data through a temporary folder).
 """
 
 import collections.abc
 import contextlib
 import importlib.util
-import io
 import os
 import pathlib  # local: the installed default checkpoint's folder.
-import re
 import sys
 import time
 
@@ -37,11 +35,11 @@ import numpy as np
 
 from bertjax import config_args
 from bertjax import console
+from bertjax import embed_outputs
 from bertjax import files
 from bertjax import inference
 from bertjax import job_config
 from bertjax import job_lines
-from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax.interop import export_folder
@@ -254,8 +252,6 @@ def _pooling(model, fmt: str) -> str:
 # cut (embeddings.npy always holds every vector; its dot products are the cosines).
 PRINTED_ROWS = 50  # Sentences printed with their similarities (to the first PRINTED_COLUMNS).
 PRINTED_COLUMNS = 8
-MATRIX_ROWS = 1000  # similarity.txt is written up to this many sentences (~7 MB of text).
-OUTPUTS = ('embeddings.npy', 'similarity.txt')  # In --workdir, written in this order.
 
 
 def run(config, workdir):
@@ -265,7 +261,7 @@ def run(config, workdir):
   path = init_from.configured(config)
   checkpoint = path or str(default_checkpoint())
   workdir = _checked_workdir(config, workdir)
-  with _outputs_held(workdir) if workdir else contextlib.nullcontext():
+  with embed_outputs.held(workdir) if workdir else contextlib.nullcontext():
     return _embed(config, checkpoint, workdir, start)
 
 
@@ -274,12 +270,12 @@ def _checked_workdir(config, workdir) -> str:
   if workdir is None:
     return ''
   workdir = os.fspath(workdir)  # '' and '-' refused as bertjax.main refuses them, before JAX.
-  config_args.refuse_unnamed_folder(workdir, '--workdir', outputs := ' and '.join(OUTPUTS),
-                                    'print the similarities only')
+  outputs = ' and '.join(embed_outputs.OUTPUTS)
+  config_args.refuse_unnamed_folder(workdir, '--workdir', outputs, 'print the similarities only')
   if files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a folder for {outputs}.')
   # In a run or a model folder: refused as predict's and extract_features' outputs.
-  return paths.check_output_folder(workdir, OUTPUTS, inputs=(
+  return paths.check_output_folder(workdir, embed_outputs.OUTPUTS, inputs=(
       (config.input_file,) if config.input_file not in ('', '-') else ()))
 
 
@@ -338,7 +334,7 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
     more = n - PRINTED_ROWS
     print(f'  ... {more} more sentence{"s" if more > 1 else ""} not printed (the first '
           f'{PRINTED_ROWS} are)')
-  outputs = (_write(workdir, vectors) if workdir
+  outputs = (embed_outputs.write(workdir, vectors) if workdir
              else [('embeddings', 'not written (no --workdir)')])
   job_lines.summary('embed', time.perf_counter() - start,
                   metrics=[('sentences', n), ('dimension', _dimension(embedder))]
@@ -347,88 +343,6 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
                      if cut else []),
                   outputs=outputs)
   return vectors
-
-
-def _write(workdir: str, vectors) -> list:
-  """embeddings.npy and (up to MATRIX_ROWS sentences) similarity.txt in `workdir`, always one
-  run's pair or embeddings.npy alone; the summary's outputs."""
-  n = len(vectors)
-  embeddings = io.BytesIO()
-  np.save(embeddings, vectors)
-  # Read-only ones were refused before any work (_checked_workdir), under the lock since.
-  written, similarity = (files.join(workdir, name) for name in OUTPUTS)
-  # An earlier run's similarity.txt goes first (an interrupt, or over MATRIX_ROWS sentences,
-  # would leave it beside other vectors).
-  if files.exists(similarity):
-    files.remove(similarity)
-  files.write_atomically(written, embeddings.getvalue())
-  outputs = [('embeddings', written)]
-  if n <= MATRIX_ROWS:
-    table = io.StringIO()
-    np.savetxt(table, vectors @ vectors.T, fmt='%.4f')
-    files.write_atomically(similarity, table.getvalue())
-    return outputs + [('similarities', similarity)]
-  print(f'similarity.txt not written: {n} sentences make a {n} x {n} matrix (it is written up '
-        f'to {MATRIX_ROWS}); the cosines are the dot products of embeddings.npy\'s unit vectors: '
-        f'v = numpy.load({written!r}); v @ v.T')
-  return outputs + [('similarities', f'not written (over {MATRIX_ROWS} sentences)')]
-
-
-@contextlib.contextmanager
-def _outputs_held(workdir: str):
-  """Held while the job may write `workdir`'s outputs: a second embed there at the same time
-  is refused at its start (output_lock's lock beside embeddings.npy, for both), then outputs
-  no earlier embed wrote. A local workdir this run made goes if left empty."""
-  made, folder = '', workdir  # The outermost folder this run makes ('': none, or a URL).
-  while not files.is_remote(folder) and not os.path.lexists(folder):  # local: not a URL
-    made, folder = folder, os.path.dirname(folder)
-
-  def remove_made():  # Empty folders only (rmdir): anything written in them meanwhile stays.
-    with contextlib.suppress(OSError):
-      folder = workdir
-      while made and not os.rmdir(folder) and folder != made:  # local: this run made it
-        folder = os.path.dirname(folder)
-  # A Ctrl-C skips `finally` (console.exit_on_interrupt): at_interrupt runs it, after the lock's.
-  busy = f'writing {" and ".join(OUTPUTS)} in {workdir}'
-  try:
-    with console.at_interrupt(remove_made), output_lock.held(
-        files.join(workdir, OUTPUTS[0]), 'embed', busy, '--workdir'):
-      _check_earlier_outputs(workdir)
-      yield
-  finally:
-    remove_made()
-
-
-def _check_earlier_outputs(workdir: str):
-  """Refuses an output in `workdir` that no embed wrote (a user's file): embeddings.npy is
-  np.save's [N, D] unit float vectors alone (header, first rows read), similarity.txt
-  np.savetxt's cosines (first row read)."""
-  for name, holds, check in zip(OUTPUTS, ('an .npy of unit vectors, [sentences, dimension]',
-                                          "a cosine matrix, '%.4f' values from 1"),
-                                (_unit_vectors, _cosines), strict=True):
-    if files.exists(output := files.join(workdir, name)) and not check(output):
-      raise FileExistsError(f'{output} was not written by embed (not {holds}): pass another '
-                            '--workdir, or remove it.')
-
-
-def _unit_vectors(path: str) -> bool:
-  try:
-    with files.open(path, 'rb') as f:
-      version = np.lib.format.read_magic(f)
-      shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0(f))
-      if len(shape) != 2 or not all(shape) or fortran or dtype.kind != 'f' or (
-          files.size(path) != f.tell() + shape[0] * shape[1] * dtype.itemsize):
-        return False  # Another array, or one cut short or with more after it.
-      first = np.frombuffer(f.read(min(shape[0], 8) * shape[1] * dtype.itemsize), dtype)
-  except (ValueError, EOFError):  # Not an .npy (its magic, its header).
-    return False
-  return bool(np.all(np.abs(np.linalg.norm(first.reshape(-1, shape[1]), axis=1) - 1) < 1e-2))
-
-
-def _cosines(path: str) -> bool:
-  with files.open(path, 'rb') as f:
-    return bool(re.fullmatch(rb'(0\.99\d\d|1\.00\d\d)( -?\d\.\d{4})*\n', f.readline(1 << 20)))
 
 
 def _dimension(embedder: Embedder):

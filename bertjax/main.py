@@ -305,7 +305,7 @@ def main(argv):
     if console.preempted():  # Saved and stopped: a scheduler must run it again, not end it.
       sys.exit(console.PREEMPTED_EXIT)
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
-    message = _storage_error(e)
+    message = _storage_error(e, _CONFIG.value and _CONFIG.value.get('job'))
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
     hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
                        status=console.REFUSED_EXIT if isinstance(e, CommandRefused) else 1)
@@ -331,15 +331,17 @@ _STORAGE_FIXES = {
 }
 
 
-def _storage_error(error: BaseException) -> str | None:
+def _storage_error(error: BaseException, job: str | None) -> str | None:
   """The one line for an OSError of a full, over-quota, read-only or forbidden disk: the path,
   the reason and what to do; None for any other error (other OSErrors keep their traceback)."""
   if not isinstance(error, OSError) or error.errno not in _STORAGE_FIXES:
     return None
   named = error.filename is not None and not isinstance(error.filename, int)  # Not an fd.
   where = f'{os.fsdecode(error.filename)}: ' if named else ''
-  return (f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; the checkpoints '
-          'already written are kept and the run resumes from the last one')
+  kept = ("an earlier embed's embeddings.npy and similarity.txt there are kept as they were"
+          if job == 'embed' else
+          'the checkpoints already written are kept and the run resumes from the last one')
+  return f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; {kept}'
 
 
 def _latest_checkpoint(workdir: str) -> int | str | None:

@@ -4,6 +4,7 @@ user made in --workdir were removed and replaced; two embeds on one workdir at o
 without a word. Now a file no embed wrote is refused before any work, a second embed is refused
 at its start, naming the first, and `-` and `` name no folder."""
 
+import errno
 import io
 import os
 import pathlib
@@ -19,6 +20,8 @@ import pytest
 
 from bertjax import console
 from bertjax import embed
+from bertjax import embed_outputs
+from bertjax import main
 from bertjax import output_lock
 from configs import embed as embed_config
 
@@ -85,6 +88,37 @@ def test_an_earlier_embeds_pair_is_replaced_and_a_pair_with_a_users_file_is_not(
     embed.run(_config(minilm_dir), workdir)
   assert (workdir / 'similarity.txt').read_text() == 'my notes on these vectors\n'
   np.testing.assert_array_equal(np.load(workdir / 'embeddings.npy'), vectors)  # Untouched.
+
+
+@pytest.mark.parametrize('full_at', [1, 2])  # The new embeddings.npy, or similarity.txt.
+def test_a_full_disk_replaces_nothing_of_an_earlier_embed(minilm_dir, tmp_path, monkeypatch,
+                                                          full_at):
+  """Matrix pass of 2026-12-02: the earlier similarity.txt was removed before the new
+  embeddings.npy was written, so a disk that could not hold it left the earlier vectors alone,
+  and the error line spoke of checkpoints and a resume."""
+  workdir = tmp_path / 'w'
+  embed.run(_config(minilm_dir), workdir)
+  before = {p.name: p.read_bytes() for p in workdir.iterdir()}
+  assert set(before) == {'embeddings.npy', 'similarity.txt'}
+  opened = []
+
+  def full_disk(path, mode='r', *args, **kwargs):
+    opened.append(path)
+    handle = open(path, mode, *args, **kwargs)  # pylint: disable=unspecified-encoding
+    if len(opened) == full_at:
+      handle.write(b'half')
+      handle.close()
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    return handle
+
+  monkeypatch.setattr(embed_outputs, 'open', full_disk, raising=False)
+  with pytest.raises(OSError) as raised:
+    embed.run(_config(minilm_dir, ('a dog runs', 'the sun is out', 'it rains')), workdir)
+  assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(workdir))
+  assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before  # No hidden file left.
+  assert main._storage_error(raised.value, 'embed') == (  # pylint: disable=protected-access
+      f"{workdir}: No space left on device: free space or pass another --workdir; an earlier "
+      "embed's embeddings.npy and similarity.txt there are kept as they were")
 
 
 def test_a_second_embed_on_the_same_workdir_meanwhile_is_refused_naming_the_first(

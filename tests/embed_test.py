@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bertjax import embed
+from bertjax import embed_outputs
 from configs import embed as embed_config
 
 
@@ -187,7 +188,7 @@ def test_a_workdir_in_a_run_or_a_model_folder_is_refused_as_other_tools_refuse(t
 def test_many_sentences_print_a_capped_table_and_no_square_matrix(tmp_path, minilm_dir, capsys,
                                                                   monkeypatch):
   monkeypatch.setattr(embed, 'PRINTED_ROWS', 3)
-  monkeypatch.setattr(embed, 'MATRIX_ROWS', 4)
+  monkeypatch.setattr(embed_outputs, 'MATRIX_ROWS', 4)
   lines = ['ring \x07 the bell', 'an \x1b[31m escape', 'a man plays a guitar', 'a dog runs',
            'the sun is out', 'it rains']
   source = tmp_path / 'in.txt'
@@ -228,7 +229,7 @@ def test_the_outputs_are_one_runs_pair_and_never_the_input(tmp_path, minilm_dir,
   out = tmp_path / 'out'
   embed.run(_config(minilm_dir, max_seq_length=16), out)
   assert np.loadtxt(out / 'similarity.txt').shape == (5, 5)
-  monkeypatch.setattr(embed, 'MATRIX_ROWS', 2)
+  monkeypatch.setattr(embed_outputs, 'MATRIX_ROWS', 2)
   source = tmp_path / 'in.txt'
   source.write_text('a dog runs\nthe sun is out\nit rains\n')
   embed.run(_config(minilm_dir, input_file=str(source), max_seq_length=16), out)

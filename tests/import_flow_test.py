@@ -27,7 +27,8 @@ STAGES = (
     ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'config_checker', 'job_config',
      'config_args'),
     # inference: the one inference path that predict, embed and extract_features run.
-    ('predict', 'predict_inputs', 'embed', 'extract_features', 'export', 'inference'),
+    ('predict', 'predict_inputs', 'embed', 'embed_outputs', 'extract_features', 'export',
+     'inference'),
     ('main',),
 )
 STAGE = {unit: i for i, units in enumerate(STAGES) for unit in units}
