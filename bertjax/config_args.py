@@ -178,19 +178,6 @@ def config_field_error(argv) -> str | None:
   return unknown_field(config, argv)
 
 
-def missing_flagfile(argv) -> str | None:
-  """The one line for a --flagfile that cannot be read, else None. config_flags reads the
-  command line's flag files when --config is defined (on import), with a traceback."""
-  for name in console.flag_values(argv, 'flagfile'):
-    try:
-      local = os.path.expanduser(name.strip())  # As absl names it: `~` expanded.
-      with open(local, encoding='utf-8'):  # local: absl reads flag files from this machine.
-        pass
-    except OSError as e:
-      return f'--flagfile={name} cannot be read ({e.strerror}): check the path.'
-  return None
-
-
 # What a field's default's type takes, for absl's parse error of a --config.X=VALUE.
 _TAKES = {bool: 'true or false', int: 'a whole number', float: 'a number'}
 

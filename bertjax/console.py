@@ -92,6 +92,8 @@ def flags_parser(prefix: str = 'error: '):
   mean: log_dir ?'); any other flag error is absl's one line, with `prefix`."""
   def parse(argv):
     COMMAND.set()
+    if unreadable := unreadable_flagfile(argv[1:]):
+      fail(f'{prefix}{unreadable}')
     try:
       argv = flags.FLAGS(argv)
       log_file.open_from_flags()
@@ -165,6 +167,24 @@ def flag_values(argv, name: str, boolean: bool = False) -> list[str]:
     if flag in (f'--{name}', f'-{name}') and (eq or not boolean):
       values.append(value if eq else next(args, ''))
   return values
+
+
+def unreadable_flagfile(argv) -> str | None:
+  """The one line for a --flagfile that cannot be read or is not UTF-8 text, else None: absl
+  reads them with a traceback (config_flags on import, when --config is defined)."""
+  for name in flag_values(argv, 'flagfile'):
+    try:
+      local = os.path.expanduser(name.strip())  # As absl names it: `~` expanded.
+      with open(local, 'rb') as f:  # local: absl reads flag files from this machine.
+        data = f.read()
+      data.decode('utf-8')
+    except OSError as e:
+      return f'--flagfile={name} cannot be read ({e.strerror}): check the path.'
+    except UnicodeDecodeError as e:
+      line = data.count(b'\n', 0, e.start) + 1
+      return (f'--flagfile={name} is not UTF-8 text (line {line}, byte {e.start}): re-encode '
+              f'it, e.g. iconv -f latin1 -t utf-8 {name} > flags.txt')
+  return None
 
 
 def install():

@@ -49,7 +49,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-if __name__ == '__main__' and (_MISSING := config_args.missing_flagfile(sys.argv[1:])):
+if __name__ == '__main__' and (_MISSING := console.unreadable_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)
   sys.exit(console.REFUSED_EXIT)
 _CONFIG = config_flags.DEFINE_config_file(

@@ -102,7 +102,7 @@ from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402
 
-if __name__ == '__main__' and (_MISSING := config_args.missing_flagfile(sys.argv[1:])):
+if __name__ == '__main__' and (_MISSING := console.unreadable_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)  # As bertjax.main says it.
   sys.exit(console.REFUSED_EXIT)
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',

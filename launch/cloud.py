@@ -157,7 +157,7 @@ HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml')
 def job_flags(main_args) -> list[str]:
   """The job's flags with each --flagfile's lines in its place, read here as absl reads them
   (config_args.parse_flags): the checks see them, and the hosts, which lack the file, get them."""
-  if missing := config_args.missing_flagfile(main_args):
+  if missing := console.unreadable_flagfile(main_args):
     raise ValueError(f'the job\'s {missing}')
   try:
     return flags.FLAGS.read_flags_from_files(list(main_args), force_gnu=False)

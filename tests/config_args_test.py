@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -136,7 +137,11 @@ def test_a_config_file_that_does_not_load_is_one_line_in_main(tmp_path):
   (tmp_path / 'no_function.py').write_text('x = 1\n')
   (tmp_path / 'broken.py').write_text('def get_config(:\n')
   (tmp_path / 'flags.txt').write_text('--config.optimizer.learnin_rate=1e-4\n')
+  (tmp_path / 'latin1.txt').write_bytes('--config.seed=3  # café\n'.encode('latin-1'))
   cases = [
+      ([f'--config={REPO}/configs/pretrain.py', '--flagfile=latin1.txt'],  # A traceback before.
+       '--flagfile=latin1.txt is not UTF-8 text (line 1, byte 22): re-encode it, e.g. iconv -f '
+       'latin1 -t utf-8 latin1.txt > flags.txt'),
       ([f'--config={REPO}/configs/pretrain.py', '--flagfile=flags.txt'],  # absl's repr before.
        "unknown config field 'optimizer.learnin_rate' (in --config.optimizer.learnin_rate=1e-4)"
        '; closest valid names: optimizer.learning_rate'),
@@ -183,9 +188,22 @@ def test_a_flagfile_under_home_is_read_as_absl_reads_it(tmp_path, monkeypatch):
   """Review: bash leaves `~` after --flagfile= unexpanded; absl expands it."""
   monkeypatch.setenv('HOME', str(tmp_path))
   (tmp_path / 'flags.txt').write_text('--config.seed=3\n')
-  assert config_args.missing_flagfile(['--flagfile=~/flags.txt']) is None
-  assert config_args.missing_flagfile(['--flagfile=~/nope.txt']).startswith(
+  assert console.unreadable_flagfile(['--flagfile=~/flags.txt']) is None
+  assert console.unreadable_flagfile(['--flagfile=~/nope.txt']).startswith(
       '--flagfile=~/nope.txt cannot be read')
+
+
+def test_a_tools_flagfile_that_is_not_utf8_is_one_line(tmp_path, capsys, monkeypatch):
+  """Matrix pass of 2026-12-02: predict and extract_features said only absl's codec error
+  ('utf-8' codec can't decode byte 0xe9 ...), naming neither the file nor the fix."""
+  (tmp_path / 'flags.txt').write_bytes(b'--input_file=caf\xe9.txt\n')
+  monkeypatch.setattr(console, 'COMMAND', threading.Event())  # The parser marks a command.
+  with pytest.raises(SystemExit) as ended:
+    console.flags_parser()(['predict', f'--flagfile={tmp_path}/flags.txt'])
+  assert ended.value.code == 1
+  assert capsys.readouterr().err == (
+      f'error: --flagfile={tmp_path}/flags.txt is not UTF-8 text (line 1, byte 16): re-encode '
+      f'it, e.g. iconv -f latin1 -t utf-8 {tmp_path}/flags.txt > flags.txt\n')
 
 
 def test_an_override_the_job_would_not_apply_is_refused(monkeypatch, tmp_path):
