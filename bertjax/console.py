@@ -36,6 +36,13 @@ PREEMPTED_EXIT = 75
 # config value, a stale image's configs/. It fails the same way however often it is restarted
 # (a JobSet fails at once on it); any other error exits 1 (a scheduler may retry those).
 REFUSED_EXIT = 78
+
+
+class Refused(ValueError):
+  """A config value the job refuses before any work (the mesh, the batch, the vocab): exits
+  REFUSED_EXIT, as bertjax.main's own checks do."""
+
+
 _PREEMPTED = threading.Event()
 # Set on the hosts of a multi-host job other than process 0: their INFO lines (the progress
 # line, the evals, each a copy of process 0's) kept for --verbosity=1; warnings and errors shown.

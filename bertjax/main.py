@@ -171,7 +171,7 @@ def _job_module(name: str):
     return importlib.import_module(name)
 
 
-class CommandRefused(ValueError):
+class CommandRefused(console.Refused):
   """The command refused before anything starts (console.REFUSED_EXIT): it would be again."""
 
 
@@ -308,7 +308,7 @@ def main(argv):
     message = _storage_error(e, _CONFIG.value and _CONFIG.value.get('job'))
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
     hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
-                       status=console.REFUSED_EXIT if isinstance(e, CommandRefused) else 1)
+                       status=console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)
     if message is None and not isinstance(e, (
         ValueError, FileNotFoundError, FileExistsError, PermissionError, ConnectionError,
         FloatingPointError, NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
@@ -318,7 +318,7 @@ def main(argv):
       raise
     sys.stderr.flush()
     console.fail(f'error: {message or e}\n(--verbosity=1 shows where it was raised)',
-                 console.REFUSED_EXIT if isinstance(e, CommandRefused) else 1)
+                 console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)
 
 
 # What to do when the disk refuses a write (the run's config, its lock, its logs, the workdir

@@ -12,6 +12,8 @@ import jax
 from jax.experimental import mesh_utils
 import numpy as np
 
+from bertjax import console
+
 MESH_AXES = ('data', 'fsdp', 'tensor')
 
 # Ordered (logical name, mesh axes); a name absent here is replicated.
@@ -102,7 +104,11 @@ def make_mesh(mesh_config, devices=None) -> jax.sharding.Mesh:
   # Auto axes: the model places its arrays by logical constraints (with_sharding_constraint),
   # which under Explicit axes would be assertions. Named, as the defaults change across jax
   # releases (jax 0.12's AbstractMesh defaults to Explicit).
-  mesh = jax.sharding.Mesh(device_grid(mesh_shape(mesh_config, len(devices)), devices),
+  try:
+    shape = mesh_shape(mesh_config, len(devices))
+  except ValueError as e:
+    raise console.Refused(str(e)) from None
+  mesh = jax.sharding.Mesh(device_grid(shape, devices),
                            MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
   logging.info('mesh %s over %d devices (%d hosts)', dict(mesh.shape), mesh.size,
                jax.process_count())

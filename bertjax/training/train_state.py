@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax import console
 from bertjax.model import attention
 from bertjax.model import cudnn_dropout
 from bertjax.model import encoder_config
@@ -73,7 +74,15 @@ def _warn_of_dead_rows(config, entries: int):
 
 
 def check_config(config, mesh, vocab_entries: int | None, *, training: bool = True):
-  """Raises before anything is compiled when the config cannot run on this mesh and data."""
+  """Raises console.Refused before anything is compiled when the config cannot run on this mesh
+  and data."""
+  try:
+    _check_config(config, mesh, vocab_entries, training=training)
+  except ValueError as e:
+    raise console.Refused(str(e)) from None
+
+
+def _check_config(config, mesh, vocab_entries: int | None, *, training: bool):
   mcfg = config.model
   encoder_config.check_config(mcfg)
   # A kernel named for another platform (attention_impl=cudnn on a CPU) here, before pre-training

@@ -4,6 +4,7 @@ file cannot take is refused before anything is built, naming the field."""
 import ml_collections
 import pytest
 
+from bertjax import console
 from bertjax.training import sharding
 from bertjax.training import train_state
 from configs import pretrain
@@ -48,8 +49,16 @@ def test_check_config_errors(change, mesh, vocab_entries, message):
   for key, value in change.items():
     parent, _, name = key.rpartition('.')
     (config[parent] if parent else config)[name] = value
-  with pytest.raises(ValueError, match=message):
+  # Refused (exit 78 from bertjax.main, as its own checks): matrix pass of 2026-12-02, these
+  # exited 1, which a scheduler may retry.
+  with pytest.raises(console.Refused, match=message):
     train_state.check_config(config, sharding.make_mesh(mesh_config(**mesh)), vocab_entries)
+
+
+def test_a_mesh_the_devices_cannot_fill_is_refused():
+  with pytest.raises(console.Refused, match=r"mesh \{'data': 3, 'fsdp': 1, 'tensor': 1\} has 3 "
+                     'slots but there are 8 devices'):
+    sharding.make_mesh(mesh_config(data=3))
 
 
 def test_check_config_accepts_vocab_padded_for_tensor_parallelism():
@@ -80,7 +89,7 @@ def test_pretraining_refuses_a_batch_the_mesh_cannot_split_before_making_the_cor
   under the workdir (84 MB)."""
   from bertjax import pretrain as pretrain_job  # noqa: PLC0415  (imports TensorFlow)
   config = pretrain.get_config('size=tiny,steps=2,batch=12')  # 8 simulated devices: data=8.
-  with pytest.raises(ValueError, match='^global_batch_size 12 is not divisible by the '
+  with pytest.raises(console.Refused, match='^global_batch_size 12 is not divisible by the '
                      'data-parallel size 8'):
     pretrain_job.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'data').exists()
