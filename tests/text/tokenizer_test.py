@@ -256,6 +256,13 @@ def test_bad_vocab_files(tmp_path):
   garbled.write_bytes(b'[PAD]\n[UNK]\n\xff\xfe\x80abc\n')
   with pytest.raises(ValueError, match='not UTF-8'):
     tokenizer.FullTokenizer(garbled)
+  # Matrix pass of 2026-12-02: a UTF-16 vocab.txt (Notepad's 'Unicode') was called binary, "a
+  # SentencePiece model?", and sentencepiece then failed to parse it.
+  wide = tmp_path / 'utf16.txt'
+  wide.write_bytes('[PAD]\n[UNK]\nthe\n'.encode('utf-16'))
+  with pytest.raises(ValueError, match=rf"^vocab file '{wide}' is UTF-16 text, not UTF-8: "
+                     rf're-encode it \(e.g. iconv -f UTF-16 -t utf-8 {wide} > vocab.txt\)$'):
+    tokenizer.FullTokenizer(wide)
   with pytest.raises(ValueError, match=r"lists 'the' twice \(lines 2 and 4\)"):
     tokenizer.FullTokenizer(write_vocab(tmp_path / 'dup.txt', ['[UNK]', 'the', 'a', 'the']))
   with pytest.raises(ValueError, match=r"no '\[UNK\]' entry"):
