@@ -222,5 +222,28 @@ def checked_vocab(directory, rows: int | None = None, present=None) -> str:
   if vocab and not vocab_files.is_sentencepiece(vocab):
     if rows is None:
       rows = json_beside(directory, 'config.json', present).get('vocab_size', 0)
-    check_added_tokens(directory, len(vocab_files.load_vocab(vocab)), rows, present)
+    ours = vocab_files.load_vocab(vocab)
+    check_vocab_agrees(directory, vocab, ours, present)
+    check_added_tokens(directory, len(ours), rows, present)
   return vocab
+
+
+def check_vocab_agrees(directory: str, vocab_file: str, vocab: dict, present=None):
+  """Refuses a vocab.txt that the folder's tokenizer.json numbers otherwise: transformers reads
+  the one and bertjax the other, so one folder would give two tokenizers' ids (a vocab.txt
+  replaced by hand, or a tokenizer.json saved from another vocab)."""
+  model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(
+      model.get('vocab'), dict) or model['vocab'] == dict(vocab):
+    return
+  ours = dict(enumerate(vocab))  # id -> token, as theirs.
+  theirs = {i: token for token, i in model['vocab'].items()}
+  at = lambda tokens, i: repr(tokens[i]) if i in tokens else 'nothing'  # noqa: E731
+  differ = sorted(i for i in ours.keys() | theirs.keys() if at(ours, i) != at(theirs, i))
+  ids, first = f'{len(differ)} id{"s" * (len(differ) != 1)}', differ[0]
+  raise ValueError(
+      f'{vocab_file} and {files.join(directory, "tokenizer.json")} number the vocab differently '
+      f'({ids} differ; id {first}: {at(ours, first)} in vocab.txt, {at(theirs, first)} in '
+      'tokenizer.json): transformers reads tokenizer.json and '
+      "bertjax vocab.txt, so this folder would give two tokenizers' ids; "
+      'restore the file that was changed from where the model came from.')

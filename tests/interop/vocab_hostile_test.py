@@ -185,3 +185,24 @@ def test_a_cased_folder_that_records_no_casing_reads_cased(tmp_path):
   assert tok.tokenize('The weather') == ['The', 'weather']  # Lower-cased: 'the'.
   embedder = embed.Embedder.from_pretrained(tmp_path)
   assert embedder.encode(['The weather']).shape == (1, 32)
+
+
+def test_a_vocab_txt_its_tokenizer_json_numbers_otherwise_is_refused(tmp_path):
+  """Matrix pass of 2026-12-02: an export's vocab.txt with two tokens swapped was read with exit
+  0 (bertjax's ids for 'lovely' were 'dull''s) while transformers, reading the folder's
+  tokenizer.json, kept the model's: one folder, two tokenizers."""
+  folder = make(tmp_path / 'both', VOCAB)
+  transformers.BertTokenizerFast(str(folder / 'vocab.txt')).save_pretrained(str(folder))
+  assert hf_tokenizer_files.checked_vocab(folder) == f'{folder}/vocab.txt'  # They agree.
+  swapped = list(VOCAB)
+  a, b = swapped.index('lovely'), swapped.index('dull')
+  swapped[a], swapped[b] = swapped[b], swapped[a]
+  write_vocab(folder / 'vocab.txt', swapped)
+  with pytest.raises(ValueError, match=(
+      rf"^{folder}/vocab.txt and {folder}/tokenizer.json number the vocab differently \(2 ids "
+      rf"differ; id {a}: 'dull' in vocab.txt, 'lovely' in tokenizer.json\): transformers reads")):
+    hf_tokenizer_files.checked_vocab(folder)
+  write_vocab(folder / 'vocab.txt', VOCAB + ['extra'])  # One more: 'nothing' at its id.
+  with pytest.raises(ValueError, match=rf"\(1 id differ; id {len(VOCAB)}: 'extra' in vocab.txt, "
+                     'nothing in tokenizer.json'):
+    sources.load(folder)
