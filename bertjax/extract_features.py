@@ -331,8 +331,8 @@ def main(argv):
       console.reader_gone()
     console.fail(f'error: {e}')
   except OSError as e:
-    output = '' if FLAGS.output_file == STDIO else paths.absolute(FLAGS.output_file)
-    console.fail(f'error: {output and paths.write_error(e, output) or e}')
+    output = None if FLAGS.output_file == STDIO else paths.absolute(FLAGS.output_file)
+    console.fail(f'error: {paths.write_error(e, output) or e}')
   except ValueError as e:
     console.fail(f'error: {e}')
   metrics = [('inputs', written.lines), ('layers', ','.join(map(str, layers)))]

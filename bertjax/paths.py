@@ -316,17 +316,19 @@ def refuse_existing(output: str, overwrite: bool, shown: str, flag: str = '--out
     raise FileExistsError(f'{shown} exists: pass --overwrite to replace it, or another {flag}.')
 
 
-def write_error(e: OSError, output: str, flag: str = '--output_file') -> str:
+def write_error(e: OSError, output: str | None, flag: str = '--output_file') -> str:
   """One line for an OSError met writing the file `output` (its temporary file beside it, or
-  the rename into place): a full disk, or a file or folder that cannot be written; '' for
-  another error, or one about another file."""
+  the rename into place) or standard output (None): a full disk, or a file or folder that
+  cannot be written; '' for another error, or one about another file (stdout's has no name)."""
   kept = 'nothing was written (a file already there is kept)'
-  if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-    return (f'the disk holding {output} is full ({e.strerror}): {kept}; free space there or '
+  if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and (output or not e.filename):
+    # Redirected standard output (`> out.jsonl`) is written as it comes, not whole.
+    where, kept = (output, kept) if output else ('standard output', 'what it got is cut short')
+    return (f'the disk holding {where} is full ({e.strerror}): {kept}; free space there or '
             f'pass an {flag} on another disk.')
   name = os.path.basename(os.fspath(e.filename or ''))
-  ours = name == os.path.basename(output) or name.startswith(
-      processes.hidden_prefix(os.path.basename(output)))
+  ours = output and (name == os.path.basename(output) or name.startswith(
+      processes.hidden_prefix(os.path.basename(output))))
   if ours and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
     return f'cannot write {output} ({e.strerror}): {kept}; pass another {flag}.'
   return ''

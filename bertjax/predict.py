@@ -388,8 +388,8 @@ def main(argv):
         console.reader_gone()
       console.fail(f'error: {e}')
     except OSError as e:
-      said = FLAGS.output_file and paths.write_error(e, paths.absolute(FLAGS.output_file))
-      console.fail(f'error: {said or e}')
+      output = paths.absolute(FLAGS.output_file) if FLAGS.output_file else None  # None: stdout
+      console.fail(f'error: {paths.write_error(e, output) or e}')
     except ValueError as e:
       console.fail(f'error: {e}')
   summary = dict(metrics=[('inputs', len(rows)), ('step', predictor.step)],

@@ -311,3 +311,19 @@ def test_a_reader_that_closes_the_pipe_ends_it_quietly(minilm_dir, tmp_path):
   assert proc.wait(timeout=300) == 141
   stderr = proc.stderr.read().decode()
   assert 'error' not in stderr and 'Traceback' not in stderr, stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full (Linux has it)')
+def test_features_on_stdout_to_a_full_disk_say_so(minilm_dir, tmp_path):
+  """Hostile pass F10: `--output_file=- > /dev/full` said only 'error: [Errno 28] No space left
+  on device', where an --output_file on a full disk is named with what to do."""
+  (tmp_path / 'in.txt').write_text('a line of text\n')
+  command = [sys.executable, '-m', 'bertjax.extract_features', f'--init={minilm_dir}',
+             f'--input_file={tmp_path / "in.txt"}', '--output_file=-', '--max_seq_length=16']
+  with open('/dev/full', 'w', encoding='utf-8') as full:
+    proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                          check=False)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  assert proc.stderr.splitlines()[-1] == (
+      'error: the disk holding standard output is full (No space left on device): what it got '
+      'is cut short; free space there or pass an --output_file on another disk.')

@@ -239,6 +239,21 @@ def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2, tmp_path):
   assert not any('orbax' in line for line in result.stderr.splitlines()), result.stderr
 
 
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full (Linux has it)')
+def test_predictions_on_stdout_to_a_full_disk_say_so(fine_tuned_sst2):
+  """Hostile pass F10: `predict > /dev/full` said only 'error: [Errno 28] No space left on
+  device', where an --output_file on a full disk is named with what to do."""
+  workdir, _ = fine_tuned_sst2
+  with open('/dev/full', 'w', encoding='utf-8') as full:
+    result = subprocess.run([sys.executable, '-m', 'bertjax.predict', f'--workdir={workdir}'],
+                            input='\n'.join(SENTENCES) + '\n', stdout=full, stderr=subprocess.PIPE,
+                            text=True, timeout=300, check=False, cwd=REPO)
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert result.stderr.splitlines()[-1] == (
+      'error: the disk holding standard output is full (No space left on device): what it got '
+      'is cut short; free space there or pass an --output_file on another disk.')
+
+
 def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
   """A zero-width space has no wordpiece, so the context has no window: alone it left predict
   no rows to run (a crash), beside another line it got '' with score 1.0 (full confidence in

@@ -8,6 +8,7 @@ a URL is uploaded under a manifest that says it is in progress until the last fi
 """
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -337,6 +338,16 @@ def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
     _write_remote(output, fmt, source, write_into, overwrite)
   else:
     _write_local(output, fmt, source, write_into, overwrite)
+
+
+def tf_disk_full(tf, e, folder: str) -> OSError | None:
+  """TensorFlow's error `e` met writing an export into `folder`, as the OSError(ENOSPC) that
+  export says for every format's full disk (naming --output, not TF's op or the temporary
+  folder) when the disk is full: TF reports ENOSPC and EDQUOT as ResourceExhaustedError, and
+  some file systems' messages say it outright. None for another error."""
+  if isinstance(e, tf.errors.ResourceExhaustedError) or 'No space left' in e.message:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+  return None
 
 
 def check_exists(path, missing: str):
