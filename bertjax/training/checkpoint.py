@@ -289,7 +289,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
           meta=ocp.args.JsonRestore())))
       checkpoint_damage.check_restored(step, restored['state'], restored['meta'])
 
-    if not _agreed(mngr, step, restore):
+    if not _agreed(mngr, step, checkpoint_damage.closing_abandoned_reads(restore)):
       restored.clear()  # Not held while the previous step is read.
       continue
     meta = restored['meta']
