@@ -215,10 +215,23 @@ def _format_of(folder: str) -> str | None:
     return None
 
 
-def _manifest(fmt: str, source: str, written, in_progress: bool = False) -> str:
+# An export's files up to this size (vocabularies, tokenizer.json, configs) are recorded by
+# their sha256 and checked at every read: one replaced or edited after the export is refused,
+# not read as the model's. Larger ones (weights) by their size, which costs no read.
+DIGESTED_BYTES = 32 << 20
+
+
+def _manifest(fmt: str, source: str, written, in_progress: bool = False,
+              local: str = '') -> str:
   manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
   if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
     manifest['in_progress'] = True
+  if local:  # name -> [bytes, sha256 or None], from the local folder the export was written to.
+    manifest['written'] = {}
+    for name in sorted(written):
+      path = os.path.join(local, *name.split('/'))  # local temp
+      size = os.path.getsize(path)  # local temp
+      manifest['written'][name] = [size, files.sha256(path) if size <= DIGESTED_BYTES else None]
   return json.dumps(manifest, indent=1) + '\n'
 
 
@@ -226,7 +239,8 @@ def _write_manifest(folder: str, fmt: str, source: str):
   """The manifest of a complete export in local `folder` (the temporary folder it was written
   to), every file made as readable as the rest."""
   written = files.walk_files(folder)
-  files.write_atomically(os.path.join(folder, MANIFEST), _manifest(fmt, source, written))
+  files.write_atomically(os.path.join(folder, MANIFEST),
+                         _manifest(fmt, source, written, local=folder))
   mask = _umask()
   for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
     path = os.path.join(folder, *name.split('/'))  # local temp
@@ -260,7 +274,7 @@ def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
     files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
   for name in sorted(old - set(written)):
     files.remove(files.join(output, *name.split('/')))
-  files.write_atomically(manifest, _manifest(fmt, source, written))
+  files.write_atomically(manifest, _manifest(fmt, source, written, local=local))
 
 
 def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None],
@@ -370,11 +384,33 @@ def check_complete(path):
     manifest = json.loads(files.read_text(files.join(folder, MANIFEST)))
   except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
     return  # No manifest (not an export), or one that says nothing readable: nothing to refuse.
-  if not isinstance(manifest, dict) or not manifest.get('in_progress'):
+  if not isinstance(manifest, dict):
     return
   rerun = 'rerun the export that writes it, with --overwrite'
   if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
     rerun += (f': python -m bertjax.export --from={manifest["source"]} '
               f'--format={manifest["format"]} --output={folder} --overwrite')
-  raise ValueError(f'{folder} is an export cut short (its {MANIFEST} says in '
-                   f'progress: its files may be two exports\' mixed): {rerun}.')
+  if manifest.get('in_progress'):
+    raise ValueError(f'{folder} is an export cut short (its {MANIFEST} says in '
+                     f'progress: its files may be two exports\' mixed): {rerun}.')
+  if changed := _changed(folder, manifest.get('written')):
+    raise ValueError(f'{changed}: it was replaced, edited or damaged since the export, and would '
+                     f'be read as the model\'s own; restore it, or {rerun}.')
+
+
+def _changed(folder: str, written) -> str:
+  """The first file of an export that is not as its manifest records it ('' for none; exports
+  before 2026-12-02 record no sizes)."""
+  try:
+    records = sorted((name, int(size), digest) for name, (size, digest) in written.items())
+  except (AttributeError, TypeError, ValueError):  # None (older exports), or edited by hand.
+    return ''
+  for name, size, digest in records:
+    path = files.join(folder, *name.split('/'))
+    if not files.exists(path):
+      return f'{path}, a file of this export, is gone'
+    if files.size(path) != size:
+      return f'{path} holds {files.size(path)} bytes where the export wrote {size}'
+    if digest and files.sha256(path) != digest:
+      return f'{path} is not the file the export wrote (its sha256 differs from {MANIFEST}\'s)'
+  return ''

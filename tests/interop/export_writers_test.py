@@ -150,3 +150,34 @@ def test_a_tf1_export_to_a_full_disk_is_said_as_every_format_says_it(minilm_dir,
                   'nothing was replaced. Free space (replacing an export needs room for both '
                   'until the old one is removed) or pass another --output.')
   assert os.listdir(tmp_path) == []  # Nothing half-written, no lock left.
+
+
+def test_a_file_changed_after_the_export_is_refused_at_every_read(fine_tuned_sst2, tmp_path):
+  """Matrix pass of 2026-12-02: an export's vocab.txt replaced (two tokens swapped) was read with
+  exit 0, and so were weights with a flipped byte: each token then another's id. The manifest
+  records each file's size (and the sha256 of any up to DIGESTED_BYTES); a read checks them."""
+  from bertjax.interop import export_folder  # noqa: PLC0415
+  from bertjax.interop import sources  # noqa: PLC0415
+  run, out = fine_tuned_sst2[0], tmp_path / 'tf1'
+  export.export(run, 'tf1', out)
+  sources.load(out)  # As written: read.
+  vocab = (out / 'vocab.txt').read_text().splitlines()
+  vocab[100], vocab[101] = vocab[101], vocab[100]
+  kept = (out / 'vocab.txt').read_bytes()
+  (out / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+  rerun = re.escape(f'python -m bertjax.export --from={run}')
+  with pytest.raises(ValueError, match=(
+      rf"^{out}/vocab.txt is not the file the export wrote \(its sha256 differs from "
+      rf".bertjax_export_manifest.json's\): it was replaced, edited or damaged since the export, "
+      rf'and would be read as the model\'s own; restore it, or rerun the export that writes it, '
+      rf'with --overwrite: {rerun}')):
+    sources.load(out)
+  (out / 'vocab.txt').write_bytes(kept)
+  weights = out / 'bert_model.ckpt.data-00000-of-00001'
+  with open(weights, 'ab') as f:
+    f.write(b'\0')
+  with pytest.raises(ValueError, match=rf'^{weights} holds \d+ bytes where the export wrote \d+'):
+    sources.load(out)
+  weights.unlink()
+  with pytest.raises(ValueError, match=rf'^{weights}, a file of this export, is gone'):
+    export_folder.check_complete(out)
