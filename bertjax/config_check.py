@@ -200,6 +200,9 @@ def _check_optimizer(c: _Checker, job):
              why='the share of the steps spent warming up must be in [0, 1]',
              fix='set --config.optimizer.warmup_proportion to e.g. 0.1 (BERT)')
   c.choice('optimizer.decay_from', DECAY_FROM)
+  if c.get('optimizer.trust_ratio_everywhere') is False and c.get('optimizer.name') == 'adamw':
+    console.warn_once('config.optimizer.trust_ratio_everywhere=false is read by LAMB only: '
+                      'AdamW has no trust ratio (set --config.optimizer.name=lamb, or leave it)')
   c.at_least('optimizer.decay_power', 0, integer=False,
              fix='set --config.optimizer.decay_power to 1 (linear decay, BERT)')
   for name, typical in (('b1', 0.9), ('b2', 0.999)):

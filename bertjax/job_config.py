@@ -22,7 +22,8 @@ _MODEL = ('attention_dropout_rate attention_impl dropout_rate dtype hidden_act h
           'initializer_range layer_norm_eps max_position_embeddings mlp_dim nsp num_heads '
           'num_layers remat_policy scan_layers scan_unroll size type_vocab_size vocab_size')
 _OPTIMIZER = ('b1 b2 bias_correction decay_from decay_power end_learning_rate eps grad_clip_norm '
-              'layer_decay learning_rate name total_steps warmup_steps weight_decay')
+              'layer_decay learning_rate name total_steps trust_ratio_everywhere warmup_steps '
+              'weight_decay')
 _TRAINING = ('early_stopping_patience eval_batch_size eval_every_steps global_batch_size '
              'grad_accum_steps init_from init_from_step job log_every_steps num_train_steps '
              'peak_tflops profile_start_step profile_steps seed')

@@ -133,6 +133,9 @@ def optimizer_config(*, learning_rate: float, warmup_steps, total_steps,
   # Adam's moments bias-corrected (the paper's Adam, optax's); false = google-research/bert's
   # AdamWeightDecayOptimizer, whose first updates are up to ~6x larger (the same state).
   o.bias_correction = True
+  # LAMB's trust ratio on every parameter (the paper's Algorithm 2); false: not on the LayerNorm
+  # parameters and biases weight decay skips (TF Addons', Model Garden's and ALBERT's LAMB).
+  o.trust_ratio_everywhere = True
   o.weight_decay = 0.01  # Decoupled; never on LayerNorm or biases.
   o.grad_clip_norm = 1.0  # Global-norm clipping (BERT: 1.0); 0 = off.
   # Layer-wise learning-rate decay in (0, 1] (ELECTRA; fine-tuning: 0.8 Base, 0.9 Large); 1 =

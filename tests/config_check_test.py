@@ -210,6 +210,19 @@ def test_a_schedule_that_wastes_the_run_is_warned_about(caplog, monkeypatch):
                           'the schedule') for m in warned), warned
 
 
+def test_a_lamb_setting_given_to_adamw_is_warned_about(caplog):
+  from bertjax import console  # pylint: disable=g-import-not-at-top
+  console.forget_warnings()
+  config_check.check(configured(finetune_config.get_config('task=mrpc'),
+                                optimizer__name='lamb', optimizer__trust_ratio_everywhere=False))
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']
+  config_check.check(configured(finetune_config.get_config('task=mrpc'),
+                                optimizer__trust_ratio_everywhere=False))
+  assert [r.getMessage() for r in caplog.records if r.levelname == 'WARNING'] == [
+      'config.optimizer.trust_ratio_everywhere=false is read by LAMB only: AdamW has no trust '
+      'ratio (set --config.optimizer.name=lamb, or leave it)']
+
+
 @pytest.mark.parametrize('fields, message', FINETUNE)
 def test_a_bad_finetuning_value_is_one_line_naming_field_and_fix(fields, message):
   with pytest.raises(ValueError) as e:

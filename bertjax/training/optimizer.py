@@ -203,6 +203,18 @@ def scale_by_uncorrected_adam(b1: float, b2: float, eps: float) -> optax.Gradien
   return optax.GradientTransformation(adam.init, update)
 
 
+def _where_decayed(inner: optax.GradientTransformation, mask) -> optax.GradientTransformation:
+  """`inner`'s updates where weight decay applies (`mask` of the parameters), the updates as
+  they came elsewhere; inner's own state, so a checkpoint resumes with it or without it."""
+
+  def update(updates, state, params=None):
+    scaled, state = inner.update(updates, state, params)
+    return jax.tree.map(lambda new, old, decayed: new if decayed else old, scaled, updates,
+                        mask(params)), state
+
+  return optax.GradientTransformation(inner.init, update)
+
+
 def make(config) -> optax.GradientTransformation:
   """The optimiser config.name ('adamw' or 'lamb') with clipping, the decay mask and layer-wise
   learning-rate decay.
@@ -214,15 +226,16 @@ def make(config) -> optax.GradientTransformation:
   mask = weight_decay_mask
   if config.name not in ('adamw', 'lamb'):
     raise ValueError(f'optimizer.name={config.name!r} is unknown; valid: adamw, lamb.')
-  if config.bias_correction:
-    make_optax = optax.adamw if config.name == 'adamw' else optax.lamb
-    opt = make_optax(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                     weight_decay=config.weight_decay, mask=mask)
-  else:  # optax.adamw's and optax.lamb's chains, their moments uncorrected: the same state.
-    opt = optax.chain(scale_by_uncorrected_adam(config.b1, config.b2, config.eps),
-                      optax.add_decayed_weights(config.weight_decay, mask),
-                      *([optax.scale_by_trust_ratio()] if config.name == 'lamb' else []),
-                      optax.scale_by_learning_rate(schedule))
+  # optax.adamw's and optax.lamb's chains, their parts chosen: each choice keeps the state.
+  moments = (optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps)
+             if config.bias_correction else
+             scale_by_uncorrected_adam(config.b1, config.b2, config.eps))
+  trust = []
+  if config.name == 'lamb':
+    trust = [optax.scale_by_trust_ratio() if config.trust_ratio_everywhere
+             else _where_decayed(optax.scale_by_trust_ratio(), mask)]
+  opt = optax.chain(moments, optax.add_decayed_weights(config.weight_decay, mask), *trust,
+                    optax.scale_by_learning_rate(schedule))
   if config.grad_clip_norm > 0:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
   if config.layer_decay != 1.0:  # 1.0 (off) adds nothing: today's optimizer, bit for bit.

@@ -20,7 +20,7 @@ def opt_config(**overrides):
   c = ml_collections.ConfigDict(dict(
       name='adamw', learning_rate=0.1, end_learning_rate=0.0, warmup_steps=0, total_steps=100,
       decay_power=1.0, decay_from='warmup_end', bias_correction=True, b1=0.9, b2=0.999, eps=1e-6,
-      weight_decay=0.01, grad_clip_norm=0.0, layer_decay=1.0))
+      weight_decay=0.01, grad_clip_norm=0.0, layer_decay=1.0, trust_ratio_everywhere=True))
   c.update(overrides)
   return c
 
@@ -117,11 +117,30 @@ def test_adamw_without_bias_correction_is_the_originals_optimizer():
 
 
 @pytest.mark.parametrize('name', ['adamw', 'lamb'])
-def test_bias_correction_keeps_the_optimizer_state(name):
-  """On or off, the state is optax's: a checkpoint resumes with the other setting."""
+def test_the_default_optimizers_are_optax_own_bit_for_bit(name):
+  """make() builds optax.adamw's and optax.lamb's chains from their parts (to choose some):
+  with the defaults, the same updates and state as optax's own."""
+  params, grads = toy()
+  ours = optimizer.make(opt_config(name=name))
+  theirs = getattr(optimizer.optax, name)(optimizer.learning_rate_schedule(opt_config()),
+                                          b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
+                                          mask=optimizer.weight_decay_mask)
+  a, b = ours.init(params), theirs.init(params)
+  for t in range(3):
+    g = jax.tree.map(lambda x: x * (t + 1), grads)  # noqa: B023
+    (ua, a), (ub, b) = ours.update(g, a, params), theirs.update(g, b, params)
+    for x, y in zip(jax.tree.leaves((ua, a)), jax.tree.leaves((ub, b)), strict=True):
+      np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize('name', ['adamw', 'lamb'])
+def test_the_switches_keep_the_optimizer_state(name):
+  """bias_correction and trust_ratio_everywhere on or off, the state is optax's: a checkpoint
+  resumes with the other setting."""
   params, _ = toy()
   states = [optimizer.make(opt_config(name=name, bias_correction=on, grad_clip_norm=1.0,
-                                      layer_decay=0.8)).init({'bert': {'layers_0': params}})
+                                      layer_decay=0.8, trust_ratio_everywhere=on)).init(
+                                          {'bert': {'layers_0': params}})
             for on in (True, False)]
   assert jax.tree.structure(states[0]) == jax.tree.structure(states[1])
 
@@ -138,9 +157,12 @@ def test_the_decay_from_the_warmup_end_reaches_the_peak():
   assert float(original(33)) == float(schedule(33))  # The warmups are the same.
 
 
-def test_lamb_matches_hand_computed_step():
+@pytest.mark.parametrize('everywhere', [True, False])
+def test_lamb_matches_hand_computed_step(everywhere):
+  """trust_ratio_everywhere=false: no trust ratio where weight decay is skipped (LayerNorm,
+  biases), as TF Addons' LAMB (exclude_from_layer_adaptation defaults to the decay's)."""
   params, grads = toy()
-  opt = optimizer.make(opt_config(name='lamb'))
+  opt = optimizer.make(opt_config(name='lamb', trust_ratio_everywhere=everywhere))
   updates, _ = opt.update(grads, opt.init(params), params)
   for path, p in flax.traverse_util.flatten_dict(params, sep='/').items():
     g = np.asarray(flax.traverse_util.flatten_dict(grads, sep='/')[path])
@@ -149,6 +171,8 @@ def test_lamb_matches_hand_computed_step():
     decay = 0.0 if ('bias' in path or 'layer_norm' in path) else 0.01
     u = adam + decay * p
     trust = np.linalg.norm(p) / np.linalg.norm(u)  # Layer-wise trust ratio.
+    if not everywhere and not decay:
+      trust = 1.0
     want = -0.1 * trust * u
     got = flax.traverse_util.flatten_dict(updates, sep='/')[path]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
