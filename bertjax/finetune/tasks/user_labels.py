@@ -2,9 +2,11 @@
 data, one tag scheme per file, and an eval or test label training never had refused.
 """
 
+import collections
 import json
 import math
 
+from absl import logging
 import numpy as np
 
 
@@ -81,7 +83,8 @@ def labels_of(examples, *, attr='label') -> tuple[str, ...]:
     first, where = _first_spelling(label, example.guid, spellings)
     if first != label:
       raise _two_spellings(example.guid, label, where, first)
-  seen = {getattr(e, attr) for e in examples}
+  seen = collections.Counter(getattr(e, attr) for e in examples)
+  _warn_of_cut_labels(examples, attr, seen)
 
   def key(label):
     # nan and inf sort as text: NaN compares false both ways, which made the order depend on
@@ -92,6 +95,21 @@ def labels_of(examples, *, attr='label') -> tuple[str, ...]:
     return (0, value, label)
 
   return tuple(sorted(seen, key=key))
+
+
+def _warn_of_cut_labels(examples, attr: str, counts: collections.Counter):
+  """Warns of a label given once that begins another label: the signature of a file cut short
+  in its last row (`...,pos` cut to `...,po` made a third class without a word). Numbers are
+  left alone (1 and 10 are labels of their own)."""
+  for label, count in counts.items():
+    if count != 1 or not isinstance(label, str) or _as_number(label) is not None:
+      continue
+    longer = sorted(other for other in counts if other != label and other.startswith(label))
+    if longer:
+      where = next(e.guid for e in examples if getattr(e, attr) == label)
+      logging.warning('label %r is given once (%s) and begins label %r (%d examples): a row cut '
+                      'short (a file copied in part?); fix that row, or go on if %r is a label '
+                      'of its own', label, where, longer[0], counts[longer[0]], label)
 
 
 def chunk_tag(tag) -> bool:

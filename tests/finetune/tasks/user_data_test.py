@@ -56,6 +56,23 @@ def test_pairs_numbers_as_labels_and_label_order(tmp_path):
   assert [e.label for e in values] == [10.0, 2.0, 2.0, 10.0]
 
 
+def test_a_label_cut_short_in_the_last_row_is_warned_of(tmp_path, caplog):
+  """Matrix pass of 2026-12-02: a CSV cut inside its last row's label (`pos` -> `po`) trained
+  three classes with an INFO line only."""
+  rows = ''.join(f'text {i},{"pos" if i % 2 else "neg"}\n' for i in range(8))
+  (tmp_path / 'cut.csv').write_text('text,label\n' + rows + 'text 8,po')
+  examples, _ = user_data.read_texts(tmp_path / 'cut.csv', fields=('text',), label_field='label')
+  assert user_labels.labels_of(examples) == ('neg', 'po', 'pos')  # Still a label of its own.
+  assert [r.getMessage() for r in caplog.records if r.levelname == 'WARNING'] == [
+      "label 'po' is given once (cut.csv:10) and begins label 'pos' (4 examples): a row cut "
+      "short (a file copied in part?); fix that row, or go on if 'po' is a label of its own"]
+  caplog.clear()
+  (tmp_path / 'fine.csv').write_text('text,label\n' + rows + 'text 8,1\ntext 9,10\n')
+  examples, _ = user_data.read_texts(tmp_path / 'fine.csv', fields=('text',), label_field='label')
+  user_labels.labels_of(examples)  # A number, or a label given twice: nothing said.
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']
+
+
 @pytest.mark.parametrize('name,content,message', [
     ('x.csv', 'text,label\nfine,pos\n,neg\n', None),  # Training: counted skip.
     ('x.csv', 'text,label\nfine,pos\n"ok",\n', None),
