@@ -12,6 +12,7 @@ import pathlib  # local: config files are imported from local paths only
 import re
 import sys
 
+from bertjax import command_flags
 from bertjax import config_check
 from bertjax import console
 from bertjax import job_config
@@ -91,7 +92,7 @@ def config_spec(argv) -> str | None:
   """FILE[:ARG] of the --config=FILE[:ARG] in `argv`, None without one. Raises ValueError for
   a repeated --config=: absl would keep the last file yet register the --config.X overrides
   against the first, so a second file is refused rather than half-applied."""
-  specs = console.flag_values(argv, 'config')
+  specs = command_flags.flag_values(argv, 'config')
   if len(specs) > 1:
     raise ValueError(f'--config= is given {len(specs)} times ({", then ".join(specs)}): pass '
                      'one --config=FILE[:ARG], and change its fields with --config.X=V.')

@@ -33,6 +33,7 @@ import time
 from absl import app
 from absl import flags
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import job_lines
 from bertjax import log_file
@@ -179,7 +180,7 @@ def check_paths(output_file: str, num_output_shards: int):
 
 def main(argv):
   start = time.perf_counter()
-  console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_file=...')
+  command_flags.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_file=...')
   console.install()  # Libraries' INFO lines (TFDS's reader) only at --verbosity=1.
   # Ctrl-C or SIGTERM (a scheduler's): the run's hidden temporary folder removed and the
   # workers ended, one line, status 130 / 143; a SIGKILL ends the workers too (writer.py).
@@ -251,4 +252,4 @@ def main(argv):
 if __name__ == '__main__':
   flags.mark_flags_as_required(['output_file'])
   prefix = 'create_pretraining_data: error: '
-  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))
+  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))

@@ -66,6 +66,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import files
 from bertjax import format_names
@@ -398,7 +399,7 @@ def _interrupted(written: list, nothing) -> str:
 
 
 def main(argv):
-  console.refuse_arguments(argv, '--from=..., --format=..., --output=...')
+  command_flags.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
   written = []  # (format, folder) of each export complete, named if a later one fails.
   if files.is_remote(FLAGS.output or ''):
@@ -448,4 +449,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['from', 'format', 'output'])
-  app.run(console.usage_said(main), flags_parser=console.flags_parser())
+  app.run(command_flags.usage_said(main), flags_parser=command_flags.flags_parser())

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import files
 from bertjax import inference
@@ -308,7 +309,7 @@ def _define_flags():
 
 
 def main(argv):
-  console.refuse_arguments(argv, '--init=..., --input_file=..., --output_file=...')
+  command_flags.refuse_arguments(argv, '--init=..., --input_file=..., --output_file=...')
   console.install()
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (features are written whole or not at all)'), terminate=True)
@@ -352,4 +353,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file'])
-  app.run(console.usage_said(main), flags_parser=console.flags_parser())
+  app.run(command_flags.usage_said(main), flags_parser=command_flags.flags_parser())

@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import job_lines
 from bertjax import output_lock
@@ -86,7 +87,7 @@ def _define_flags():
 
 def main(argv):
   start = time.perf_counter()
-  console.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_size=...')
+  command_flags.refuse_arguments(argv, '--input_file=..., --output_file=..., --vocab_size=...')
   console.install()  # Libraries' INFO lines (TFDS's reader) only at --verbosity=1.
   # Ctrl-C or SIGTERM: one line, status 130 / 143, the temporary file and the lock removed; a
   # vocab is put in place whole by a rename, so one already there is kept.
@@ -216,4 +217,4 @@ if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['input_file', 'output_file', 'vocab_size'])
   prefix = 'learn_vocab: error: '
-  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))
+  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))

@@ -28,6 +28,7 @@ if __name__ == '__main__':
 
 # accelerators: TF (used for tf.data only) must never grab the accelerators JAX is about to use.
 from bertjax import accelerators  # noqa: E402
+from bertjax import command_flags  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
@@ -49,7 +50,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-if __name__ == '__main__' and (_MISSING := console.unreadable_flagfile(sys.argv[1:])):
+if __name__ == '__main__' and (_MISSING := command_flags.unreadable_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)
   sys.exit(console.REFUSED_EXIT)
 _CONFIG = config_flags.DEFINE_config_file(
@@ -238,7 +239,7 @@ def _check_processes():
 
 
 def _run(argv):
-  console.refuse_arguments(argv, '--config=..., --workdir=...')
+  command_flags.refuse_arguments(argv, '--config=..., --workdir=...')
   _check_command()
   console.install()
   accelerators.hide_from_tensorflow()

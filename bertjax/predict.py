@@ -47,6 +47,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import files
 from bertjax import inference
@@ -340,7 +341,7 @@ def _check_input_file(path: str):
 
 
 def main(argv):
-  console.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
+  command_flags.refuse_arguments(argv, '--workdir=..., --input_file=..., --output_file=...')
   console.install()
   for name in ('input_file', 'output_file'):  # '-': the standard stream, as Unix tools take it.
     if FLAGS[name].present and not FLAGS[name].value.strip():  # `--output_file=$OUT`, OUT unset.
@@ -403,4 +404,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flags_as_required(['workdir'])
-  app.run(console.usage_said(main), flags_parser=console.flags_parser())
+  app.run(command_flags.usage_said(main), flags_parser=command_flags.flags_parser())

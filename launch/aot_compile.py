@@ -82,6 +82,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from bertjax import command_flags  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
 from bertjax import console  # noqa: E402
@@ -102,7 +103,7 @@ from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402
 
-if __name__ == '__main__' and (_MISSING := console.unreadable_flagfile(sys.argv[1:])):
+if __name__ == '__main__' and (_MISSING := command_flags.unreadable_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)  # As bertjax.main says it.
   sys.exit(console.REFUSED_EXIT)
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (get_config(arg)).',
@@ -372,7 +373,7 @@ def print_flops(config, phase, compiled, devices, hbm_bytes):
 
 
 def main(argv):
-  console.refuse_arguments(argv, '--config=..., --topology=...')
+  command_flags.refuse_arguments(argv, '--config=..., --topology=...')
   config = _CONFIG.value
   try:
     phases = check_job(config)
@@ -428,5 +429,5 @@ def quiet_main(argv):
 
 
 if __name__ == '__main__':
-  app.run(console.usage_said(quiet_main, 'aot_compile: error: '),
+  app.run(command_flags.usage_said(quiet_main, 'aot_compile: error: '),
           flags_parser=config_args.parse_flags)

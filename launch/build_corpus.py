@@ -42,6 +42,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from bertjax import command_flags
 from bertjax import console
 from bertjax import files
 from bertjax import paths
@@ -181,7 +182,7 @@ def build(documents, output_dir, vocab_size=embedded.VOCAB_SIZE, eval_every=EVAL
 
 
 def main(argv):
-  console.refuse_arguments(argv, '--output_dir=...')
+  command_flags.refuse_arguments(argv, '--output_dir=...')
   try:
     # The learner's INFO lines held (its counts are the manifest's, printed below); warnings shown.
     with console.library_lines_held(verbose=logging.get_verbosity() >= logging.DEBUG,
@@ -204,4 +205,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('output_dir', str(embedded.corpus_dir()), 'Where to write the corpus.')
   flags.DEFINE_bool('overwrite', False, 'Replace the corpus files in an --output_dir that '
                     'holds files build_corpus did not write.')
-  app.run(console.usage_said(main), flags_parser=console.flags_parser())
+  app.run(command_flags.usage_said(main), flags_parser=command_flags.flags_parser())

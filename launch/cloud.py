@@ -16,6 +16,7 @@ import tempfile
 from absl import app
 from absl import flags
 
+from bertjax import command_flags
 from bertjax import config_args
 from bertjax import console
 from bertjax import files
@@ -157,7 +158,7 @@ HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml')
 def job_flags(main_args) -> list[str]:
   """The job's flags with each --flagfile's lines in its place, read here as absl reads them
   (config_args.parse_flags): the checks see them, and the hosts, which lack the file, get them."""
-  if missing := console.unreadable_flagfile(main_args):
+  if missing := command_flags.unreadable_flagfile(main_args):
     raise ValueError(f'the job\'s {missing}')
   try:
     return flags.FLAGS.read_flags_from_files(list(main_args), force_gnu=False)
@@ -230,7 +231,7 @@ def check_workdir(main_args, workdir: str):
   bertjax.main would take whichever came last, silently (launch/slurm_gpu.sbatch refuses it
   too); first, the words bertjax.main would refuse (check_job_flags)."""
   check_job_flags(main_args)
-  for value in console.flag_values(main_args, 'workdir'):
+  for value in command_flags.flag_values(main_args, 'workdir'):
     if value != workdir:
       raise ValueError(f'the job\'s flags (after --) set --workdir={value}, the launcher\'s '
                        f'--workdir={workdir}: pass the run directory once, as the launcher\'s '
@@ -242,7 +243,7 @@ def check_job(main_args, config):
   the job's loaded config: a --step for a job other than fine-tuning (main's own test, on
   config.job), and a path in the config (paths.path_fields: data files, vocab, init_from) that
   breaks check_bucket_path's rules, each of its comma-separated paths checked."""
-  steps = console.flag_values(main_args, 'step')
+  steps = command_flags.flag_values(main_args, 'step')
   try:
     config_args.check_step(config.job, steps[-1] if steps else None)
   except ValueError as e:
@@ -376,7 +377,7 @@ def check_usage(argv, words, required):
   flag as its value, a required flag missing, a word before -- that no flag takes (absl's GNU
   parse leaves it in argv with the job's flags: it was taken for the job's, or sent on to
   bertjax.main). `words`: the command line (sys.argv[1:]); argv: absl's unparsed rest of it."""
-  console.check_flags(words)
+  command_flags.check_flags(words)
   check_required(required)
   job = words[words.index('--') + 1:] if '--' in words else []
   if stray := argv[1:len(argv) - len(job)]:

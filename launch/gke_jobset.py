@@ -47,6 +47,7 @@ from absl import app
 from absl import flags
 import yaml
 
+from bertjax import command_flags
 from bertjax import config_args
 from bertjax import console
 from bertjax import paths
@@ -457,4 +458,4 @@ if __name__ == '__main__':
   _define_flags()
   cloud.refuse_main_flags_before_separator('gke_jobset', sys.argv[1:])  # Before absl's own error.
   prefix = 'gke_jobset: error: '
-  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))
+  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))

@@ -44,8 +44,8 @@ import time
 from absl import app
 from absl import flags
 
+from bertjax import command_flags
 from bertjax import config_args
-from bertjax import console
 from launch import cloud
 from launch import git_ref as git_refs
 from launch import tpu_vm
@@ -412,4 +412,4 @@ def main(argv):
 if __name__ == '__main__':
   cloud.refuse_main_flags_before_separator('tpu_pod', sys.argv[1:])  # Before absl's own error.
   prefix = 'tpu_pod: error: '
-  app.run(console.usage_said(main, prefix), flags_parser=console.flags_parser(prefix))
+  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from bertjax import command_flags
 from bertjax import config_args
 from bertjax import console
 
@@ -188,8 +189,8 @@ def test_a_flagfile_under_home_is_read_as_absl_reads_it(tmp_path, monkeypatch):
   """Review: bash leaves `~` after --flagfile= unexpanded; absl expands it."""
   monkeypatch.setenv('HOME', str(tmp_path))
   (tmp_path / 'flags.txt').write_text('--config.seed=3\n')
-  assert console.unreadable_flagfile(['--flagfile=~/flags.txt']) is None
-  assert console.unreadable_flagfile(['--flagfile=~/nope.txt']).startswith(
+  assert command_flags.unreadable_flagfile(['--flagfile=~/flags.txt']) is None
+  assert command_flags.unreadable_flagfile(['--flagfile=~/nope.txt']).startswith(
       '--flagfile=~/nope.txt cannot be read')
 
 
@@ -199,7 +200,7 @@ def test_a_tools_flagfile_that_is_not_utf8_is_one_line(tmp_path, capsys, monkeyp
   (tmp_path / 'flags.txt').write_bytes(b'--input_file=caf\xe9.txt\n')
   monkeypatch.setattr(console, 'COMMAND', threading.Event())  # The parser marks a command.
   with pytest.raises(SystemExit) as ended:
-    console.flags_parser()(['predict', f'--flagfile={tmp_path}/flags.txt'])
+    command_flags.flags_parser()(['predict', f'--flagfile={tmp_path}/flags.txt'])
   assert ended.value.code == 1
   assert capsys.readouterr().err == (
       f'error: --flagfile={tmp_path}/flags.txt is not UTF-8 text (line 1, byte 16): re-encode '

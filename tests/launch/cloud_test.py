@@ -186,13 +186,13 @@ def test_a_word_after_build_corpus_flags_is_one_line(tmp_path):
 
 def test_build_corpus_holds_the_learners_info_lines(tmp_path):
   script = (
-      'import functools, sys; from absl import app, flags; from bertjax import console; '
+      'import functools, sys; from absl import app, flags; from bertjax import command_flags; '
       'from launch import build_corpus as b; '
       "b.source_documents = lambda: [[f'Sentence {i} of document {d} , said the king .' "
       'for i in range(3)] for d in range(20)]; '
       'b.build = functools.partial(b.build, vocab_size=100, eval_every=10); '
       "flags.DEFINE_string('output_dir', None, ''); flags.DEFINE_bool('overwrite', False, ''); "
-      'app.run(console.usage_said(b.main))')
+      'app.run(command_flags.usage_said(b.main))')
   result = subprocess.run([sys.executable, '-c', script, f'--output_dir={tmp_path}'], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 0, result.stderr

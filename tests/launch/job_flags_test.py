@@ -7,8 +7,8 @@ from absl import flags
 from ml_collections import config_flags
 import pytest
 
+from bertjax import command_flags
 from bertjax import config_args
-from bertjax import console
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -77,6 +77,6 @@ def test_config_flags_are_each_one_argument_as_absl_reads_them(monkeypatch):
   assert config_args.config_flags(argv, config) == [
       '--config=configs/pretrain.py:size=base', '--config.model.nsp',
       '--noconfig.data.dynamic_masking', '--config.num_train_steps=5', '--config.seed=3']
-  assert console.flag_values(argv, 'workdir') == ['gs://bkt/r']
+  assert command_flags.flag_values(argv, 'workdir') == ['gs://bkt/r']
   assert config_args.with_config_file(argv, 'elsewhere.py:size=base')[:3] == [
       '--config=elsewhere.py:size=base', '--workdir', 'gs://bkt/r']
