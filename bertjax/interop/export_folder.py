@@ -217,8 +217,9 @@ def _format_of(folder: str) -> str | None:
 
 # An export's files up to this size (vocabularies, tokenizer.json, configs) are recorded by
 # their sha256 and checked at every read: one replaced or edited after the export is refused,
-# not read as the model's. Larger ones (weights) by their size, which costs no read.
-DIGESTED_BYTES = 32 << 20
+# not read as the model's. Larger ones (weights) by their size, which costs no read: a read
+# checks a folder more than once (init_from, embed), so what it hashes stays small.
+DIGESTED_BYTES = 8 << 20
 
 
 def _manifest(fmt: str, source: str, written, in_progress: bool = False,
@@ -395,7 +396,9 @@ def check_complete(path):
                      f'progress: its files may be two exports\' mixed): {rerun}.')
   if changed := _changed(folder, manifest.get('written')):
     raise ValueError(f'{changed}: it was replaced, edited or damaged since the export, and would '
-                     f'be read as the model\'s own; restore it, or {rerun}.')
+                     f'be read as the model\'s own; restore it, or {rerun} (a model saved over '
+                     f'the export on purpose, e.g. by save_pretrained: delete {folder}/{MANIFEST} '
+                     'and it is read as any folder of its kind).')
 
 
 def _changed(folder: str, written) -> str:

@@ -234,10 +234,13 @@ def check_vocab_agrees(directory: str, vocab_file: str, vocab: dict, present=Non
   replaced by hand, or a tokenizer.json saved from another vocab)."""
   model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
   if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(
-      model.get('vocab'), dict) or model['vocab'] == dict(vocab):
+      model.get('vocab'), dict):
     return
+  # Each token stripped, as read_vocab (and the original) reads a vocab.txt's lines.
+  theirs = {i: str(token).strip() for token, i in model['vocab'].items()}
   ours = dict(enumerate(vocab))  # id -> token, as theirs.
-  theirs = {i: token for token, i in model['vocab'].items()}
+  if ours == theirs:
+    return
   at = lambda tokens, i: repr(tokens[i]) if i in tokens else 'nothing'  # noqa: E731
   differ = sorted(i for i in ours.keys() | theirs.keys() if at(ours, i) != at(theirs, i))
   ids, first = f'{len(differ)} id{"s" * (len(differ) != 1)}', differ[0]

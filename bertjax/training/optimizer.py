@@ -130,13 +130,15 @@ def _past_total_steps(o, steps: int) -> str:
 
   if o.warmup_steps <= o.total_steps:  # The decay is over: its end value from here on.
     return f'steps {first} to {steps} train at optimizer.end_learning_rate={rate(steps):g}'
-  peak = o.warmup_steps + 1  # The step that trains at the peak.
+  # The step that trains at the peak: with decay_from=step_0 the warmup's last, then the decay
+  # (over by now) takes over.
+  peak = o.warmup_steps + (o.decay_from != 'step_0')
   if steps <= peak:
     return (f'optimizer.warmup_steps={o.warmup_steps} outlasts it: steps {first} to {steps} still '
             f'warm up (the learning rate is {rate(steps):.3g} at step {steps}), not at '
             f'optimizer.end_learning_rate={o.end_learning_rate:g}')
   return (f'optimizer.warmup_steps={o.warmup_steps} outlasts it: steps {first} to {peak} still '
-          f'warm up to the peak {rate(peak):.3g}, then steps {peak + 1} to {steps} train at '
+          f'warm up to {rate(peak):.3g}, then steps {peak + 1} to {steps} train at '
           f'optimizer.end_learning_rate={rate(steps):g}')
 
 

@@ -170,8 +170,13 @@ def test_a_file_changed_after_the_export_is_refused_at_every_read(fine_tuned_sst
       rf"^{out}/vocab.txt is not the file the export wrote \(its sha256 differs from "
       rf".bertjax_export_manifest.json's\): it was replaced, edited or damaged since the export, "
       rf'and would be read as the model\'s own; restore it, or rerun the export that writes it, '
-      rf'with --overwrite: {rerun}')):
+      rf'with --overwrite: {rerun}')) as refused:
     sources.load(out)
+  # A model saved over the export on purpose (transformers' save_pretrained) is read once the
+  # manifest goes, as the message says.
+  assert str(refused.value).endswith(
+      f'(a model saved over the export on purpose, e.g. by save_pretrained: delete '
+      f'{out}/.bertjax_export_manifest.json and it is read as any folder of its kind).')
   (out / 'vocab.txt').write_bytes(kept)
   weights = out / 'bert_model.ckpt.data-00000-of-00001'
   with open(weights, 'ab') as f:
@@ -181,3 +186,5 @@ def test_a_file_changed_after_the_export_is_refused_at_every_read(fine_tuned_sst
   weights.unlink()
   with pytest.raises(ValueError, match=rf'^{weights}, a file of this export, is gone'):
     export_folder.check_complete(out)
+  (out / '.bertjax_export_manifest.json').unlink()
+  export_folder.check_complete(out)  # No manifest: not an export, nothing to check.

@@ -228,9 +228,13 @@ def test_the_steps_past_a_schedule_are_said_at_the_rate_its_schedule_gives(monke
       'optimizer.warmup_steps=60 outlasts it: steps 21 to 35 still warm up (the learning rate '
       'is 0.00113 at step 35), not at optimizer.end_learning_rate=0; set '
       "--config.optimizer.total_steps to 0 (the run's steps) or 35 or more"]
-  assert ('steps 21 to 61 still warm up to the peak 0.002, then steps 62 to 100 train at '
+  assert ('steps 21 to 61 still warm up to 0.002, then steps 62 to 100 train at '
           'optimizer.end_learning_rate=0;') in warned(100, warmup_steps=60)[0]
   assert 'steps 21 to 35 train at optimizer.end_learning_rate=0;' in warned(35, warmup_steps=10)[0]
+  # google-research/bert's schedule (decay_from=step_0): the warmup's last step is its highest
+  # rate (59/60 of the peak), the next the decay's, over by then (review of 2026-12-02).
+  assert ('steps 21 to 60 still warm up to 0.00197, then steps 61 to 100 train at '
+          'optimizer.end_learning_rate=0;') in warned(100, warmup_steps=60, decay_from='step_0')[0]
 
 
 def test_gradient_clipping():
