@@ -306,7 +306,10 @@ def main(argv):
     if console.preempted():  # Saved and stopped: a scheduler must run it again, not end it.
       sys.exit(console.PREEMPTED_EXIT)
   except Exception as e:  # pylint: disable=broad-except  # Only those below; others re-raised.
-    message = _storage_error(e, _CONFIG.value and _CONFIG.value.get('job'))
+    # The job whose outputs the line speaks of (none: flags unparsed, as main called from a
+    # test, or a config of another program, refused).
+    config = _CONFIG.value if flags.FLAGS.is_parsed() else None
+    message = _storage_error(e, config.get('job') if hasattr(config, 'get') else None)
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
     hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
                        status=console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)

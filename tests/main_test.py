@@ -83,6 +83,18 @@ def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised
   assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
+def test_embeds_full_disk_line_says_its_earlier_outputs_are_kept():
+  """Matrix pass of 2026-12-02: embed's full disk was said as a training run's ('the
+  checkpoints already written are kept and the run resumes'): embed has neither."""
+  code = ('import errno\nfrom bertjax import main\n'
+          "print(main._storage_error(OSError(errno.ENOSPC, 'No space left on device', '/w'), "
+          "'embed'))")
+  done = run_main(REPO, python=('-c', code))
+  assert done.stdout.strip() == (
+      "/w: No space left on device: free space or pass another --workdir; an earlier embed's "
+      'embeddings.npy and similarity.txt there are kept as they were'), done.stderr
+
+
 def _main_telling(run_body: str):
   """bertjax.main whose _run is `run_body` (code), hosts.tell_stopped printing what it is told."""
   code = ('import errno, sys\nfrom bertjax import console, main\n'
