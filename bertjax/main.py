@@ -172,10 +172,6 @@ def _job_module(name: str):
     return importlib.import_module(name)
 
 
-class CommandRefused(console.Refused):
-  """The command refused before anything starts (console.REFUSED_EXIT): it would be again."""
-
-
 def _check_command():
   """Every config value, before JAX starts, any data is read or anything is compiled; and a
   stale image's configs/ (config_args.configs_check)."""
@@ -195,7 +191,7 @@ def _check_command():
         _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))) is not None:
       raise ValueError(ignored)
   except ValueError as e:
-    raise CommandRefused(str(e)) from None
+    raise console.Refused(str(e)) from None
 
 
 def _check_job_flags(job):

@@ -412,8 +412,8 @@ def _changed(folder: str, written) -> str:
     path = files.join(folder, *name.split('/'))
     if not files.exists(path):
       return f'{path}, a file of this export, is gone'
-    if files.size(path) != size:
-      return f'{path} holds {files.size(path)} bytes where the export wrote {size}'
+    if (now := files.size(path)) != size:
+      return f'{path} holds {now} bytes where the export wrote {size}'
     if digest and files.sha256(path) != digest:
       return f'{path} is not the file the export wrote (its sha256 differs from {MANIFEST}\'s)'
   return ''
