@@ -77,14 +77,14 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
     else:
       raise ValueError(f'the lock beside {output} keeps being replaced: is another run '
                        'starting there? Rerun when it is done.')
-    lock.seek(0)
-    lock.truncate()
-    # The tool last (`pid ...` first, as older versions read and wrote it): what a run of
-    # another tool refused by this lock names (_holder).
-    lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
-               f'{time.strftime("%Y-%m-%d %H:%M:%S")}, by {tool}\n')
-    lock.flush()
-    try:
+    try:  # The record written inside: a disk too full for it leaves no lock file behind.
+      lock.seek(0)
+      lock.truncate()
+      # The tool last (`pid ...` first, as older versions read and wrote it): what a run of
+      # another tool refused by this lock names (_holder).
+      lock.write(f'pid {os.getpid()} on {socket.gethostname()}, since '
+                 f'{time.strftime("%Y-%m-%d %H:%M:%S")}, by {tool}\n')
+      lock.flush()
       yield
     finally:
       with guard:

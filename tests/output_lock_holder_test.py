@@ -5,6 +5,7 @@ names it; a lock of an older version, which recorded none, is `another run`. A k
 extract_features left its whole features file (51 MB seen) in the temporary folder, and no
 later run removed it: its name now carries its writer, and a later run removes a dead one's."""
 
+import errno
 import fcntl
 import json
 import os
@@ -93,3 +94,35 @@ def test_a_killed_runs_features_in_the_temporary_folder_are_removed_by_the_next(
   assert capsys.readouterr().out.startswith('{"linex_index": 0, "features": [{"token": "[CLS]"')
   assert sorted(p.name for p in (tmp_path / 'temp').iterdir()) == sorted(
       p.name for name, p in left.items() if name != 'dead')
+
+
+def test_a_disk_too_full_for_the_holders_line_leaves_no_lock_file(tmp_path, monkeypatch):
+  """learn_vocab on a full disk left an empty `.vocab.txt.lock`: the holder's line, written
+  after the flock, failed before the `finally` that removes the file."""
+
+  class FullDisk:
+    def __init__(self, f):
+      self._f = f
+
+    def __getattr__(self, name):
+      return getattr(self._f, name)
+
+    def __enter__(self):
+      return self
+
+    def __exit__(self, *exc):
+      self._f.close()
+
+    def flush(self):
+      raise OSError(errno.ENOSPC, 'No space left on device')
+
+  monkeypatch.setattr(output_lock, 'open', lambda *a, **k: FullDisk(open(*a, **k)),
+                      raising=False)
+  out = str(tmp_path / 'vocab.txt')
+  with pytest.raises(OSError, match='No space left on device'):
+    with output_lock.held(out, 'learn_vocab', f'writing {out}'):
+      pass
+  assert os.listdir(tmp_path) == []
+  monkeypatch.undo()
+  with output_lock.held(out, 'learn_vocab', f'writing {out}'):  # And the next run takes it.
+    assert len(os.listdir(tmp_path)) == 1
