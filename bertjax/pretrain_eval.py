@@ -22,10 +22,11 @@ from bertjax.training import losses
 from bertjax.training import sharding
 
 
-def unigram_baseline(dataset) -> float:
-  """MLM accuracy of always predicting the eval set's most frequent target token."""
+def unigram_baseline(dataset, files) -> float:
+  """MLM accuracy of always predicting the eval set's most frequent target token (`files`: the
+  eval files, named by an error)."""
   counts = {}
-  for batch in input_pipeline.host_batches(dataset, 'the eval files'):
+  for batch in input_pipeline.host_batches(dataset, files):
     ids = batch['masked_lm_ids'][batch['masked_lm_weights'] > 0]
     for token, n in zip(*np.unique(ids, return_counts=True), strict=True):
       counts[int(token)] = counts.get(int(token), 0) + int(n)
@@ -44,21 +45,22 @@ class Evaluator:
   max_batches: int  # >= 0 caps the batches per eval.
   every_steps: int
   vocab_size: int
+  files: object  # The eval files (a pattern or a FileSet), named by the errors.
   baseline: float | None = None
 
   def run(self, params, step: int) -> dict:
     if self.baseline is None:  # Over the batches the metrics see (max_batches caps both).
       whole = self.make_dataset(process_index=0, process_count=1)
       self.baseline = unigram_baseline(whole.take(self.max_batches) if self.max_batches >= 0
-                                       else whole)
+                                       else whole, self.files)
     outputs, dataset = [], self.make_dataset()
     known = int(dataset.cardinality())  # Negative: not known.
     total = None if known < 0 else known if self.max_batches < 0 else min(known, self.max_batches)
     progress = job_lines.Progress(f'eval at step {step}', total, 'batches')
-    for i, host_batch in enumerate(input_pipeline.host_batches(dataset, 'the eval files')):
+    for i, host_batch in enumerate(input_pipeline.host_batches(dataset, self.files)):
       if 0 <= self.max_batches <= i:
         break
-      record_check.check_ids(host_batch, self.vocab_size, 'the eval files')
+      record_check.check_ids(host_batch, self.vocab_size, self.files)
       batch = global_batch.make_global_batch(host_batch, self.mesh, self.batch_axes)
       outputs.append(self.eval_fn(params, batch))
       progress.update(i + 1)
@@ -107,5 +109,5 @@ def evaluator(config, plan, masking, mesh, rules, model) -> PhasedEvaluator | No
         batch_multiple=sharding.data_parallel_size(mesh, rules))
     evaluators.append((phase, Evaluator(make_eval_ds, eval_fn, mesh, sharding.batch_axes(rules),
                                         config.max_eval_batches, config.eval_every_steps,
-                                        config.model.vocab_size)))
+                                        config.model.vocab_size, phase.eval_files)))
   return PhasedEvaluator(evaluators, config.eval_every_steps) if evaluators else None

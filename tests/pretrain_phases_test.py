@@ -107,8 +107,10 @@ def test_each_eval_reads_its_phase_files(two_phase):
         process_count=1)
     # Over the batches the accuracies see: max_eval_batches caps both.
     assert baselines[step] == pytest.approx(
-        pretrain_eval.unigram_baseline(dataset.take(cfg.max_eval_batches)), rel=1e-6)
-    assert baselines[step] != pytest.approx(pretrain_eval.unigram_baseline(dataset), rel=1e-6)
+        pretrain_eval.unigram_baseline(dataset.take(cfg.max_eval_batches), phase.eval_files),
+        rel=1e-6)
+    assert baselines[step] != pytest.approx(
+        pretrain_eval.unigram_baseline(dataset, phase.eval_files), rel=1e-6)
   assert baselines[BOUNDARY] != baselines[STEPS]
   assert metrics['unigram_baseline'] == pytest.approx(baselines[STEPS], rel=1e-6)
   assert pretrain_runs.read_meta(workdir, STEPS)['examples_consumed'] == STEPS * 16

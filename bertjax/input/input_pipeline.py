@@ -32,6 +32,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from bertjax import files as files_lib
 from bertjax.input import count_cache
 from bertjax.input import global_batch
 from bertjax.input import masking_tf
@@ -322,7 +323,7 @@ def eval_dataset(file_pattern, *, global_batch_size: int, max_seq_length: int,
 
 def host_batches(dataset, files):
   """The dataset's batches as numpy; a damaged TFRecord file of `files` (a pattern or a
-  FileSet) is a one-line error with what to do, not TensorFlow's DataLossError."""
+  FileSet) is a one-line error naming it, with what to do, not TensorFlow's DataLossError."""
   batches = dataset.as_numpy_iterator()
   while True:
     try:
@@ -330,7 +331,25 @@ def host_batches(dataset, files):
     except StopIteration:
       return
     except tf.errors.DataLossError as e:
-      raise ValueError(f'the data ({files}) holds a damaged TFRecord file '
-                       f'({e.message.splitlines()[0]}): remake it with create_pretraining_data, '
-                       'or leave it out of the pattern') from None
+      raise ValueError(_damaged(files, record_check.reason(e.message))) from None
     yield batch
+
+
+def _damaged(files, said: str) -> str:
+  """What to do about a damaged TFRecord file of `files` (its read failed saying `said`): the
+  file named where each file that could hold it reads again within FIND_DAMAGED_BYTES."""
+  fix = 'remake it with create_pretraining_data, or leave it out of the pattern'
+  suspects = record_check.could_hold(file_set.resolved(files).files, said)
+  size = sum(files_lib.size(path) for path in suspects)
+  if size <= record_check.FIND_DAMAGED_BYTES:
+    logging.warning('the data (%s) holds a damaged TFRecord file (%s): reading its %d files '
+                    'that could hold it (%.1f GiB) to name it', files, said, len(suspects),
+                    size / (1 << 30))
+    if damaged := record_check.find_damaged(suspects):
+      return f'{damaged}, a TFRecord file of the data ({files}), is damaged ({said}): {fix}'
+    return (f'the data ({files}) held a damaged TFRecord record ({said}), yet each of its files '
+            'reads whole now: was one being written meanwhile, or is its storage failing? '
+            'Rerun, and remake the data if it fails again')
+  return (f'the data ({files}) holds a damaged TFRecord file ({said}; {len(suspects)} of its '
+          f'files could hold it, {size / (1 << 30):.1f} GiB, too many to read again to name '
+          f'it): {fix}')

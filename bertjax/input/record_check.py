@@ -12,6 +12,7 @@ from google.protobuf import message
 import numpy as np
 import tensorflow as tf
 
+from bertjax import files as files_lib
 from bertjax.records import example_encoding
 
 _MASKED_FEATURES = ('masked_lm_positions', 'masked_lm_ids', 'masked_lm_weights')
@@ -134,21 +135,23 @@ def _read_head(path: str, count_records: bool) -> tuple[int, bytes]:
   try:
     counted, first = _count_and_first(path, count_records)
   except tf.errors.OpError as e:
-    raise ValueError(f'{path}: not a readable TFRecord file ({_reason(e.message)}): recreate it '
+    raise ValueError(f'{path}: not a readable TFRecord file ({reason(e.message)}): recreate it '
                      'with create_pretraining_data') from e
   return int(counted), first.numpy()
 
 
-def _reason(text: str) -> str:
+def reason(text: str) -> str:
   """The line of a TensorFlow error that says what is wrong ('truncated record at 99821'):
   a graph's error also carries where the op was defined (a stack of `File ...` lines) and the
   node it ran in, none of it about the file."""
   lines = [line.strip() for line in text.splitlines()]
   said = [line for line in lines if line and not line.startswith(
       ('Graph execution error', 'Detected at node', 'File "', '[['))]
-  reason = said[-1] if said else text.strip()
-  reason = re.sub(r"\s*\[\[.*?\]\]|\s*\[Op:[^\]]*\]|' failed with .*$", '', reason)
-  return reason.strip() or 'unreadable'
+  found = said[-1] if said else text.strip()
+  # An iterator's error: `{{function_node ...}} corrupted record at 120763 name:`.
+  found = re.sub(r"\s*\[\[.*?\]\]|\s*\[Op:[^\]]*\]|' failed with .*$|\{\{function_node "
+                 r'[^}]*\}\}|\s+name:\s*$', '', found)
+  return found.strip() or 'unreadable'
 
 
 def _inspect_file(path: str, spec: dict, masked: bool, count: int | None) -> int:
@@ -180,6 +183,39 @@ def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None)
   with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
     # TF releases the GIL while reading, so the other files are read in parallel.
     return [first] + list(pool.map(inspect, files[1:]))
+
+
+# Read again on the error path only up to this much: past it the error names no file.
+FIND_DAMAGED_BYTES = 64 << 30
+
+
+def could_hold(files, said: str) -> list[str]:
+  """The `files` a read error saying `said` ('corrupted record at 99821': an offset in the
+  damaged file) can have come from: those larger than the offset."""
+  at = re.search(r' at (\d+)', said)
+  return [path for path in files if not at or files_lib.size(path) > int(at.group(1))]
+
+
+def find_damaged(files) -> str | None:
+  """The first of `files` TensorFlow cannot read whole (a record whose checksum fails, or one
+  cut short), each read in parallel; None when each reads. A read of many files (lanes, hosts'
+  shares) fails naming none of them: only that error path pays for this."""
+
+  def damaged(path):
+    try:
+      _count_and_first(path, True)
+    except tf.errors.OpError:
+      return True
+    return False
+
+  if not files or damaged(files[0]):  # The first traces the reader, before threads race to.
+    return files[0] if files else None
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(files)))
+  try:
+    return next((path for path, bad in zip(files[1:], pool.map(damaged, files[1:]),
+                                           strict=True) if bad), None)
+  finally:
+    pool.shutdown(cancel_futures=True)  # Found: the files after it are not read.
 
 
 def check_ids(host_batch, vocab_size: int, files: str):

@@ -203,19 +203,52 @@ def test_pack_flags_that_would_be_ignored_are_refused(corpus, vocab_file, tmp_pa
 
 
 def test_a_damaged_shard_is_named_when_training_reads_it(corpus, vocab_file, tmp_path):
+  """A shard damaged inside (same size, same record count: its report agrees) was found only
+  when read, and the error named the pattern: the file to remake is named."""
   from bertjax.input import input_pipeline  # noqa: PLC0415  # TensorFlow: this test only.
-  report = create(corpus, tmp_path / 'train', vocab_file, num_output_shards=1)
-  shard = pathlib.Path(report['output_files'][0])
+  report = create(corpus, tmp_path / 'train', vocab_file, num_output_shards=3)
+  shard = pathlib.Path(sorted(report['output_files'])[1])
   data = bytearray(shard.read_bytes())
   data[len(data) // 2] ^= 0xFF  # Same size: the report still agrees; the record's CRC not.
   shard.write_bytes(bytes(data))
-  dataset = input_pipeline.pretrain_dataset(
-      str(tmp_path / 'train-*'), global_batch_size=8, max_seq_length=64,
-      max_predictions_per_seq=10, seed=0, num_lanes=1, shuffle_window=16)
-  with pytest.raises(ValueError, match=r'the data \(.*train-\*\) holds a damaged TFRecord file '
-                     r'\(.*\): remake it with create_pretraining_data'):
-    for _ in input_pipeline.host_batches(dataset, str(tmp_path / 'train-*')):
-      pass
+  pattern = str(tmp_path / 'train-*')
+  for dataset in (input_pipeline.pretrain_dataset(
+      pattern, global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=0,
+      num_lanes=2, shuffle_window=16), input_pipeline.eval_dataset(
+          pattern, global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10)):
+    with pytest.raises(ValueError, match=re.escape(
+        f'{shard}, a TFRecord file of the data ({pattern}), is damaged (corrupted record at ')
+        + r'\d+\): remake it with create_pretraining_data, or leave it out of the pattern$'):
+      for _ in input_pipeline.host_batches(dataset, pattern):
+        pass
+
+
+def test_a_damaged_file_is_named_only_where_one_is(corpus, vocab_file, tmp_path, monkeypatch):
+  from bertjax.input import input_pipeline  # noqa: PLC0415  # TensorFlow: this test only.
+  from bertjax.input import record_check  # noqa: PLC0415
+  shards = sorted(create(corpus, tmp_path / 'train', vocab_file,
+                         num_output_shards=3)['output_files'])
+  pattern = str(tmp_path / 'train-*')
+  said = 'corrupted record at 12'
+  assert record_check.find_damaged(shards) is None
+  # A read that failed once, on files that each read whole now: not called damaged.
+  assert 'yet each of its files reads whole now' in input_pipeline._damaged(pattern, said)  # pylint: disable=protected-access
+  data = bytearray(pathlib.Path(shards[2]).read_bytes())
+  data[-3] ^= 0xFF  # The last record's data checksum.
+  pathlib.Path(shards[2]).write_bytes(bytes(data))
+  assert record_check.find_damaged(shards) == shards[2]
+  # Only a file larger than the offset the error names can hold the record.
+  largest = max(os.path.getsize(path) for path in shards)
+  assert record_check.could_hold(shards, f'corrupted record at {largest - 1}') == [
+      path for path in shards if os.path.getsize(path) == largest]
+  assert record_check.could_hold(shards, f'corrupted record at {largest}') == []
+  assert record_check.could_hold(shards, said) == shards
+  # Too much to read again: the error says so, and names no file.
+  monkeypatch.setattr(record_check, 'FIND_DAMAGED_BYTES', len(data))
+  assert input_pipeline._damaged(pattern, said) == (  # pylint: disable=protected-access
+      f'the data ({pattern}) holds a damaged TFRecord file ({said}; 3 of its files could hold '
+      'it, 0.0 GiB, too many to read again to name it): remake it with '
+      'create_pretraining_data, or leave it out of the pattern')
 
 
 @pytest.mark.parametrize('output, shards, message', [
