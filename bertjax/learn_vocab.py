@@ -11,8 +11,10 @@ console's last line says how many entries were written where.
 
 Every input is checked before any is read, as create_pretraining_data checks them (empty,
 binary, pipes and folders skipped and said); lines over --max_line_bytes are skipped and
-counted. An existing --output_file is replaced only with --overwrite, and only once the new
-vocab is whole; a second run on the same local output at once is refused (its lock).
+counted, and so are a few lines that are not UTF-8 (a file with more than 3 of them that are
+over 1% of its lines is refused, as create_pretraining_data refuses it). An existing
+--output_file is replaced only with --overwrite, and only once the new vocab is whole; a
+second run on the same local output at once is refused (its lock).
 """
 
 import sys

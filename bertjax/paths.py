@@ -24,6 +24,8 @@ _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 # Schemes whose `SCHEME:/x` (one slash) is a URL missing a slash, not a local folder `SCHEME:`.
 _URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss', 'file')
 _ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECASE)
+# The first bytes of a file read to tell text from binary (NUL bytes) and UTF-16 from UTF-8.
+HEAD_BYTES = 1 << 16
 
 
 def absolute_workdir(workdir) -> str:
@@ -193,8 +195,20 @@ def not_text(name: str, head: bytes) -> str:
   if head.startswith(b'\x1f\x8b'):
     return f'{name} is gzip-compressed, not text: decompress it first (gunzip -k {name}).'
   if b'\x00' in head and not wide_encoding(head):
-    return f'{name} holds NUL bytes: a binary file, not text; pass a text file.'
+    return (f'{name} holds NUL bytes (the first at byte {head.index(0)}): a binary file, not '
+            'text; pass a text file.')
   return ''
+
+
+def check_utf8_head(name: str, data: bytes):
+  """Refuses a file whose first 64 KiB (create_pretraining_data's look) show it is no UTF-8
+  text even where its bytes decode as UTF-8: gzip, a NUL byte outside UTF-16/32 (a binary
+  file), or UTF-16/32 text (ASCII in UTF-16 without a mark decodes, a NUL between letters)."""
+  head = data[:HEAD_BYTES]
+  if error := not_text(name, head):
+    raise ValueError(error)
+  if wide := wide_encoding(head):
+    raise ValueError(f'{name} is {wide} text, not UTF-8: re-encode it ({reencode_hint(head)}).')
 
 
 _C1 = re.compile('[\udc80-\udc9f]')  # Bytes 0x80-0x9F that are not part of UTF-8.
@@ -217,11 +231,10 @@ def read_stdin_lines() -> list[str]:
 def _utf8_lines(data: bytes, name: str) -> list[str]:
   """split_lines of a file's or a stream's bytes (standard input, a pipe, a device), decoded as
   UTF-8, or an error naming the encoding to convert from."""
+  check_utf8_head(name, data)  # Later NUL bytes are dropped by the tokenizer, as in a corpus.
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
-    if error := not_text(name, data[:64]):
-      raise ValueError(error) from None
     line = data.count(b'\n', 0, e.start) + 1
     raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
                      f'({reencode_hint(data[:64], data)}).') from None

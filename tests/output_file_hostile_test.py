@@ -18,6 +18,7 @@ from bertjax import files
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import processes
+from bertjax.finetune.tasks import user_formats
 from bertjax.interop import sources
 from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
@@ -96,12 +97,45 @@ def test_compressed_or_binary_input_is_named_as_such(tmp_path):
     paths.read_text_lines(str(packed))
   binary = tmp_path / 'model.bin'
   binary.write_bytes(b'\x08\x00\x00\x00\xff\xfe\x00\x01' * 8)
-  with pytest.raises(ValueError, match=r'holds NUL bytes: a binary file, not text'):
+  with pytest.raises(ValueError,
+                     match=r'holds NUL bytes \(the first at byte 1\): a binary file, not text'):
     paths.read_text_lines(str(binary))
   wide = tmp_path / 'wide.txt'  # UTF-16 holds NUL bytes too: told its encoding instead.
   wide.write_bytes('hello\n'.encode('utf-16'))
   with pytest.raises(ValueError, match=r'iconv -f UTF-16'):
     paths.read_text_lines(str(wide))
+
+
+def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpus_tools_do(
+    tmp_path):
+  # NUL bytes are UTF-8: a binary file that decodes, or UTF-16 without a byte-order mark, was
+  # read as text by predict, extract_features, embed and the fine-tuning files, where
+  # create_pretraining_data and learn_vocab skip the file (text_input.usable_files).
+  binary = tmp_path / 'weights.bin'
+  binary.write_bytes(b'PK\x03\x04' + bytes(range(1, 100)) * 3 + b'\x00' * 8)
+  wide = tmp_path / 'notepad.txt'
+  wide.write_bytes('first input\nsecond input\n'.encode('utf-16-le'))
+  skips = text_input.Skips()
+  assert not text_input.usable_files([str(binary), str(wide)], skips)
+  assert skips.counts == {'binary_file': 2}
+  csv = tmp_path / 'train.csv'
+  csv.write_bytes('sentence,label\ngood,pos\n'.encode('utf-16-le'))
+  for read in (paths.read_text_lines, user_formats.file_text):
+    with pytest.raises(ValueError, match=rf'^{binary} holds NUL bytes \(the first at byte 301\): '
+                       'a binary file, not text; pass a text file.$'):
+      read(str(binary))
+    for path in (wide, csv):
+      with pytest.raises(ValueError, match=rf'^{path} is UTF-16 text, not UTF-8: re-encode it '
+                         r'\(e\.g\. iconv -f UTF-16 -t utf-8\)\.$'):
+        read(str(path))
+  # Past the first 64 KiB (what every tool looks at), a NUL byte is read, as the corpus tools
+  # read it, and dropped by the tokenizer.
+  late = tmp_path / 'late.txt'
+  late.write_bytes(b'a line of text\n' * 5000 + b'one with \x00 in it\n')
+  lines = paths.read_text_lines(str(late))
+  assert len(lines) == 5001 and lines[-1] == 'one with \x00 in it'
+  assert text_input.usable_files([str(late)], text_input.Skips()) == [str(late)]
+  assert tokenizer.BasicTokenizer().tokenize(lines[-1]) == ['one', 'with', 'in', 'it']
 
 
 def _lower_case_text(tmp_path):

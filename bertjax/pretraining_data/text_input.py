@@ -43,7 +43,6 @@ from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
 
 INPUT_FORMATS = ('lines', 'text')
-_SNIFF_BYTES = 1 << 16
 _EXAMPLES_PER_REASON = 5  # file:line examples kept per skip reason, for the report.
 _READ_EVERY_LINES = 4096  # How often raw_documents says how far it read (a tell() each).
 
@@ -106,7 +105,7 @@ def usable_files(paths, skips):
     else:
       with compressed_text.open_input(path) as (f, _):
         try:
-          head = f.read(_SNIFF_BYTES)
+          head = f.read(paths_lib.HEAD_BYTES)
         except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue

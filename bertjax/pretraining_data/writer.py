@@ -43,6 +43,7 @@ from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source
 from bertjax.records import example_encoding
 from bertjax.records import tfrecord
+from bertjax.text import corpus_lines
 from bertjax.text import vocab_files
 
 TOKENIZERS = ('auto', 'fast', 'reference')
@@ -53,11 +54,6 @@ FAST_TOKENIZER_MIN_BYTES = 24 << 20
 # Above this fraction of [UNK] tokens the vocab does not fit the text (a truncated vocab, the
 # wrong casing or script): refused unless --max_unk_fraction is raised.
 MAX_UNK_FRACTION = 0.05
-# A file with more of its text lines not UTF-8 (and more than a few of them) is in another
-# encoding (Latin-1, UTF-16, cp1252), not UTF-8 with a stray bad line: refused rather than
-# read with most of its text skipped, as learn_vocab refuses it. Per file, all workers summed.
-MAX_INVALID_UTF8_FRACTION = 0.01
-_FEW_INVALID_UTF8_LINES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,18 +289,19 @@ def _run_workers(jobs, skips, progress=None):
 
 def _check_utf8(skips, from_tfds: bool = False):
   """Refuses an input file (or a TFDS split's text field) whose lines are mostly not UTF-8
-  (another encoding): read line by line, most of its text would be skipped and the data made
-  from the rest."""
+  (another encoding, corpus_lines.check_utf8's rule, learn_vocab's too): read line by line,
+  most of its text would be skipped and the data made from the rest. Per file, all workers
+  summed."""
+  fix = ('re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or leave it out'
+         if not from_tfds else
+         'pick the field that holds the text (--tfds_text_field), or another dataset')
   for path, (lines, invalid) in skips.file_lines.items():
-    if invalid > _FEW_INVALID_UTF8_LINES and invalid > MAX_INVALID_UTF8_FRACTION * lines:
-      line = next((p for p in skips.examples.get('invalid_utf8', [])
-                   if p.startswith(f'{path}:')), path)
-      fix = ('re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or leave it out'
-             if not from_tfds else
-             'pick the field that holds the text (--tfds_text_field), or another dataset')
-      raise ValueError(
-          f'{path}: {invalid} of its {lines} text lines are not UTF-8 (e.g. {line}; the limit '
-          f'is {MAX_INVALID_UTF8_FRACTION:.0%}): {fix}. No shard was written.')
+    line = next((p for p in skips.examples.get('invalid_utf8', []) if p.startswith(f'{path}:')),
+                path)
+    try:
+      corpus_lines.check_utf8(path, lines, invalid, line, fix)
+    except ValueError as e:
+      raise ValueError(f'{e}. No shard was written.') from None
 
 
 def default_num_workers() -> int:

@@ -1,6 +1,7 @@
 """A corpus's text files read line by line, for the vocab learners: each file once, gzip, bzip2
-or xz read decompressed (compressed_text.py), lines over a length skipped and counted, a line
-that is not UTF-8 named, and a progress line over the bytes read.
+or xz read decompressed (compressed_text.py), lines over a length skipped and counted, a few
+lines that are not UTF-8 skipped and counted (a file mostly not UTF-8 refused: check_utf8, the
+rule create_pretraining_data keeps), and a progress line over the bytes read.
 """
 
 import collections
@@ -13,6 +14,10 @@ from bertjax import paths
 
 # Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
 MAX_LINE_BYTES = 100_000
+# A few lines that are not UTF-8 (a stray byte) are skipped and counted; a file with more than
+# FEW_INVALID_UTF8_LINES of them that are over this share of its text lines is refused.
+MAX_INVALID_UTF8_FRACTION = 0.01
+FEW_INVALID_UTF8_LINES = 3
 _TELL_EVERY_LINES = 4096  # How often read_lines says how far it read (a tell() each).
 
 
@@ -36,11 +41,27 @@ class Skips:
     self.examples.setdefault(reason, [place])
 
 
-def long_lines(skips, max_line_bytes) -> str:
-  """'' or what was said of the lines skipped as too long."""
-  count, first = skips.counts.get('line_too_long', 0), skips.examples.get('line_too_long')
-  return (f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
-          f'{first[0]}): pass a larger --max_line_bytes to learn from them') if count else ''
+def skipped_lines(skips, max_line_bytes) -> str:
+  """'' or what is said of the lines skipped: too long, or not UTF-8."""
+  said = []
+  if count := skips.counts.get('line_too_long', 0):
+    said.append(f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
+                f'{skips.examples["line_too_long"][0]}): pass a larger --max_line_bytes to '
+                'learn from them')
+  if count := skips.counts.get('invalid_utf8', 0):
+    said.append(f'{count} line(s) not UTF-8 skipped (e.g. {skips.examples["invalid_utf8"][0]}): '
+                're-encode them as UTF-8 to learn from them')
+  return '; '.join(said)
+
+
+def check_utf8(path, lines: int, invalid: int, first: str, fix: str):
+  """Refuses a file (or a dataset's text) whose lines are mostly not UTF-8 (another
+  encoding): more than a few and over 1% of its text `lines`; fewer are skipped (a stray
+  byte). `first`: the first bad line's place; `fix`: what to do."""
+  if invalid > FEW_INVALID_UTF8_LINES and invalid > MAX_INVALID_UTF8_FRACTION * lines:
+    raise ValueError(
+        f'{path}: {invalid} of its {lines} text lines are not UTF-8 (e.g. {first}; the limit '
+        f'is {MAX_INVALID_UTF8_FRACTION:.0%}): {fix}')
 
 
 def _raw_lines(f, max_line_bytes):
@@ -61,8 +82,11 @@ def _raw_lines(f, max_line_bytes):
 def read_lines(path, max_line_bytes=None, skips=None, progress=None):
   """Yields the lines of a UTF-8 text file (gzip, bzip2 or xz compressed: compressed_text.py),
   stripped; lines over `max_line_bytes` (None: no limit) are skipped, counted in `skips`
-  (text_input.Skips or Skips). `progress(n)`, where given, is told every few thousand lines
-  how many of the file's stored bytes were read (its files.size)."""
+  (text_input.Skips or Skips). With `skips`, lines that are not UTF-8 are skipped and counted
+  too, and the file refused at its end where they are too many (check_utf8); without, the
+  first is refused. `progress(n)`, where given, is told every few thousand lines how many of
+  the file's stored bytes were read (its files.size)."""
+  text_lines, invalid, first = 0, 0, None
   with compressed_text.open_input(path) as (f, stored):
     lines = _raw_lines(paths.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
     # Decoded line by line, so that an error names the line with the bad bytes.
@@ -70,7 +94,7 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
       try:
         raw, too_long = next(lines)
       except StopIteration:
-        return
+        break
       except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
         raise ValueError(f'{path}:{number}: cannot be read ({e}): is it a whole compressed file? '
                          'Compress it again, or leave it out') from None
@@ -79,14 +103,22 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
       if too_long:
         skips.add('line_too_long', f'{path}:{number}')
         continue
+      text_lines += bool(raw.strip())  # As create_pretraining_data counts them: not blank.
       try:
         line = raw.decode('utf-8')
       except UnicodeDecodeError as e:
-        raise ValueError(
-            f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
-            f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
-            f'({paths.reencode_hint(raw[:64], raw)})') from None
+        if skips is None:
+          raise ValueError(
+              f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
+              f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
+              f'({paths.reencode_hint(raw[:64], raw)})') from None
+        skips.add('invalid_utf8', f'{path}:{number}')
+        invalid, first = invalid + 1, first or (f'{path}:{number}', raw)
+        continue
       yield line.strip()
+  if invalid:
+    check_utf8(path, text_lines, invalid, first[0], 're-encode the file as UTF-8 '
+               f'({paths.reencode_hint(first[1][:64], first[1])}), or leave it out')
 
 
 def lines_of(files, max_line_bytes=None, skips=None, job='learn_vocab'):

@@ -232,16 +232,16 @@ def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, fi
   words = count_words(files, do_lower_case, max_line_bytes, skips)
   logging.info('%d file%s: %d words, %d distinct', len(files), 's' * (len(files) != 1),
                sum(words.values()), len(words))
-  long_lines = corpus_lines.long_lines(skips, max_line_bytes)
-  if not words and long_lines:
-    raise ValueError(f'the input has no words to learn a vocab from: {long_lines}')
+  skipped = corpus_lines.skipped_lines(skips, max_line_bytes)
+  if not words and skipped:
+    raise ValueError(f'the input has no words to learn a vocab from: {skipped}')
   try:
     vocab = learn_wordpiece_vocab(words, vocab_size, **kwargs)
   except ValueError as e:  # Too little text: the lines skipped are part of why.
-    raise ValueError(f'{e}; {long_lines}' if long_lines else str(e)) from None
+    raise ValueError(f'{e}; {skipped}' if skipped else str(e)) from None
   _check_casing_kept(vocab, do_lower_case)
-  if long_lines:
-    logging.warning('%s', long_lines)
+  if skipped:
+    logging.warning('%s', skipped)
   write_vocab(vocab, output_file)
   return vocab
 
@@ -400,9 +400,9 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
     sentences = iter(sample_lines(sentences, input_sentence_size, seed))
   leading = _until_visible(sentences)
   if not leading or not _visible(leading[-1]):
-    long_lines = corpus_lines.long_lines(skips, max_line_bytes)
+    skipped = corpus_lines.skipped_lines(skips, max_line_bytes)
     raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from'
-                     + (f': {long_lines}' if long_lines else ''))
+                     + (f': {skipped}' if skipped else ''))
   sentencepiece.set_random_generator_seed(seed)
   model = io.BytesIO()
   try:
@@ -420,10 +420,10 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         num_threads=num_threads,
         minloglevel=2)
   except RuntimeError as e:
-    long_lines = corpus_lines.long_lines(skips, max_line_bytes)
-    raise ValueError(_spm_failed(e) + (f'; {long_lines}' if long_lines else '')) from None
+    skipped = corpus_lines.skipped_lines(skips, max_line_bytes)
+    raise ValueError(_spm_failed(e) + (f'; {skipped}' if skipped else '')) from None
   _check_casing_kept(sentencepiece_tokenizer.sentencepiece_vocab(output_file, model.getvalue())[0],
                     do_lower_case)
-  if long_lines := corpus_lines.long_lines(skips, max_line_bytes):
-    logging.warning('%s', long_lines)
+  if skipped := corpus_lines.skipped_lines(skips, max_line_bytes):
+    logging.warning('%s', skipped)
   files_lib.write_atomically(output_file, model.getvalue())

@@ -121,8 +121,11 @@ def test_cli_is_deterministic_across_processes(corpus_file, tmp_path):
 @pytest.mark.parametrize('content, error, match', [
     (b'', ValueError, 'no words'),
     (b'\n  \n\t\n', ValueError, 'no words'),
-    (b'fine line\ncaf\xe9 latin-1\n', ValueError, r'bad\.txt:2: not UTF-8'),
-    (b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe', ValueError, 'not UTF-8'),
+    (b'fine line\n' + b'caf\xe9 latin-1\n' * 4, ValueError,
+     r'bad\.txt: 4 of its 5 text lines are not UTF-8 \(e\.g\. .*bad\.txt:2; the limit is 1%\): '
+     r're-encode the file as UTF-8 \(e\.g\. iconv -f latin1 -t utf-8\), or leave it out$'),
+    (b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe', ValueError,
+     r'no words to learn a vocab from: 2 line\(s\) not UTF-8 skipped \(e\.g\. .*bad\.txt:1\)'),
 ])
 def test_bad_input(tmp_path, content, error, match):
   path = tmp_path / 'bad.txt'
@@ -130,6 +133,30 @@ def test_bad_input(tmp_path, content, error, match):
   with pytest.raises(error, match=match):
     vocab_learner.learn_wordpiece(str(path), tmp_path / 'vocab.txt', 128)
   assert not (tmp_path / 'vocab.txt').exists()
+
+
+def test_a_few_lines_not_utf8_are_skipped_and_counted_as_create_pretraining_data_does(
+    corpus_file, tmp_path):
+  # learn_vocab refused a whole corpus for one stray byte that create_pretraining_data skips:
+  # now both skip up to 3 such lines (or 1% of a file's text lines) and count them.
+  text = corpus_file.read_bytes()
+  stray = tmp_path / 'stray.txt'
+  stray.write_bytes(b'caf\xe9 au lait\n' + text + b'na\xefve\n\n\xff\xfe\n')
+  skips = corpus_lines.Skips()
+  learned = vocab_learner.learn_wordpiece(str(stray), tmp_path / 'vocab.txt', 1024, skips=skips)
+  # Those lines left out, and only them.
+  assert learned == list(tokenizer.load_vocab(_learn(corpus_file, tmp_path)))
+  assert skips.counts == {'invalid_utf8': 3}
+  assert corpus_lines.skipped_lines(skips, None) == (
+      f'3 line(s) not UTF-8 skipped (e.g. {stray}:1): re-encode them as UTF-8 to learn from them')
+  # One more is over the few; the file is refused when they are over 1% of its text lines.
+  stray.write_bytes(b'\xe9\n' * 4 + text)
+  vocab_learner.learn_wordpiece(str(stray), tmp_path / 'vocab.txt', 1024)
+  text_lines = sum(1 for line in text.splitlines() if line.strip())
+  stray.write_bytes(b'\xe9\n' * (text_lines // 99 + 1) + text)
+  with pytest.raises(ValueError, match=rf'^{stray}: {text_lines // 99 + 1} of its '
+                     rf'{text_lines + text_lines // 99 + 1} text lines are not UTF-8'):
+    vocab_learner.learn_wordpiece(str(stray), tmp_path / 'vocab.txt', 1024)
 
 
 def test_a_lone_carriage_return_ends_a_line(corpus_file, tmp_path):

@@ -36,11 +36,10 @@ def check_file(path) -> str:
 def file_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
   data = files.read_bytes(path)
+  paths.check_utf8_head(str(path), data)  # Binary, gzip or UTF-16 (which may decode).
   try:
     return data.decode('utf-8-sig')
   except UnicodeDecodeError as e:
-    if error := paths.not_text(str(path), data[:64]):
-      raise ValueError(error) from None
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
                      f'{paths.reencode_hint(data[:64], data)}.') from None
 
