@@ -42,6 +42,7 @@ from bertjax import job_config
 from bertjax import job_lines
 from bertjax import paths
 from bertjax import predict_inputs
+from bertjax import text_files
 from bertjax.interop import export_folder
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
@@ -282,11 +283,11 @@ def _checked_workdir(config, workdir) -> str:
 def _embed(config, checkpoint: str, workdir: str, start: float):
   """run()'s work once `workdir` (absolute; '': none) is checked and its outputs held."""
   if config.input_file:  # '-': standard input, as extract_features reads it.
-    sentences = (paths.read_stdin_lines() if config.input_file == '-' else
-                 paths.read_text_lines(config.input_file, 'config.input_file'))
+    sentences = (text_files.read_stdin_lines() if config.input_file == '-' else
+                 text_files.read_text_lines(config.input_file, 'config.input_file'))
     if not any(s.strip() for s in sentences):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
-    sentences = paths.check_no_blank_lines(sentences, config.input_file)
+    sentences = text_files.check_no_blank_lines(sentences, config.input_file)
     where = [f'{config.input_file}:{n}' for n in range(1, len(sentences) + 1)]
   else:
     sentences = list(config.sentences)

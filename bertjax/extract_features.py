@@ -50,6 +50,7 @@ from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax import processes
+from bertjax import text_files
 from bertjax.interop import sources
 from bertjax.model import encoder_config
 from bertjax.model import platform_defaults
@@ -64,11 +65,11 @@ def read_examples(input_file, tokenizer=None) -> list[tuple[str, str | None]]:
   control or zero-width characters) is refused as predict refuses it: the model would read
   [CLS] [SEP] and give the empty input's features."""
   if str(input_file) == STDIO:
-    lines, source = paths.read_stdin_lines(), '<stdin>'
+    lines, source = text_files.read_stdin_lines(), '<stdin>'
   else:
-    lines, source = paths.read_text_lines(input_file), str(input_file)
+    lines, source = text_files.read_text_lines(input_file), str(input_file)
   if lines:
-    lines = paths.check_no_blank_lines(lines, source)
+    lines = text_files.check_no_blank_lines(lines, source)
   examples = []
   for number, line in enumerate(lines, 1):
     # The original's re.match(r'^(.*) \|\|\| (.*)$', line.strip()): greedy, so the last

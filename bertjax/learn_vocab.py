@@ -29,6 +29,7 @@ from bertjax import console
 from bertjax import job_lines
 from bertjax import output_lock
 from bertjax import paths
+from bertjax import text_files
 from bertjax.pretraining_data import text_input
 from bertjax.text import vocab_learner
 
@@ -109,7 +110,7 @@ def main(argv):
       metrics, outputs = _learn(_inputs(skips), skips, output)
   except UnicodeDecodeError as e:
     _fail(f'the input is not UTF-8 text ({e.reason} at byte {e.start}): convert it '
-          f'first, {paths.reencode_hint(e.object[:64], e.object)}')
+          f'first, {text_files.reencode_hint(e.object[:64], e.object)}')
   except OSError as e:
     if said := paths.write_error(e, output):  # A full disk, or a file or folder not writable.
       _fail(said.rstrip('.'))

@@ -8,11 +8,9 @@ orbax names it); `~` is expanded.
 import contextlib
 import copy
 import errno
-import io
 import json
 import os
 import re
-import sys
 
 from bertjax import files
 from bertjax import processes
@@ -24,8 +22,6 @@ _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 # Schemes whose `SCHEME:/x` (one slash) is a URL missing a slash, not a local folder `SCHEME:`.
 _URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss', 'file')
 _ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECASE)
-# The first bytes of a file read to tell text from binary (NUL bytes) and UTF-16 from UTF-8.
-HEAD_BYTES = 1 << 16
 
 
 def absolute_workdir(workdir) -> str:
@@ -104,154 +100,6 @@ def absolute_config(config):
     with node.ignore_type():
       node[key] = absolute_list(value)
   return config
-
-
-def split_lines(text: str) -> list[str]:
-  """The lines of a user's text as they wrote them: broken at \\n, \\r\\n and \\r only, a
-  leading byte order mark (U+FEFF) removed, no empty last line after a final line break.
-
-  Every tool reads a user's lines with this, never str.splitlines(), which also breaks at
-  U+2028, U+2029, U+0085, form feed, \\x1c-\\x1e...: characters that may sit inside one line
-  (a JSON string, a CSV field) and would shift every later line.
-  """
-  if text.startswith('\ufeff'):
-    text = text[1:]
-  if '\r' in text:
-    text = text.replace('\r\n', '\n').replace('\r', '\n')
-  lines = text.split('\n')
-  if lines[-1] == '':
-    lines.pop()
-  return lines
-
-
-class UniversalLines:
-  """A binary file read line by line as `split_lines` breaks text (at \\n, \\r\\n or a lone
-  \\r, each given back as \\n), still as bytes, so that the caller decodes and counts each line
-  itself: io's universal newlines over latin-1, which maps every byte to one character and
-  back, so `readline(limit)` still counts bytes."""
-
-  def __init__(self, binary_file):
-    self._text = io.TextIOWrapper(binary_file, encoding='latin-1', newline=None)
-
-  def readline(self, limit: int = -1) -> bytes:
-    return self._text.readline(limit).encode('latin-1')
-
-  def __iter__(self):
-    return (line.encode('latin-1') for line in self._text)
-
-
-def without_blank_end(lines) -> list[str]:
-  """`lines` without the blank (whitespace-only) ones at their end: an editor's, which shift no
-  output of a tool that gives one per line."""
-  lines = list(lines)
-  while lines and not lines[-1].strip():
-    lines.pop()
-  return lines
-
-
-def check_no_blank_lines(lines, source: str) -> list[str]:
-  """`lines` without the blank ones at their end (an editor's: no output shifts), or an error
-  naming the first blank (whitespace-only) one before: tools that give one output per input line
-  read no blank lines (every later output would shift)."""
-  lines = without_blank_end(lines)
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
-  return lines
-
-
-def wide_encoding(head: bytes) -> str | None:
-  """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
-  write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
-  between most letters (ASCII in UTF-16 without a mark); else None."""
-  if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
-    return 'UTF-32'
-  if head.startswith((b'\xff\xfe', b'\xfe\xff')):
-    return 'UTF-16'
-  pairs = len(head) // 2
-  if pairs >= 4:
-    for text, nul in ((head[0:2 * pairs:2], head[1:2 * pairs:2]),
-                      (head[1:2 * pairs:2], head[0:2 * pairs:2])):
-      if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
-        return 'UTF-16'
-  return None
-
-
-def reencode_hint(head: bytes, data: bytes = b'') -> str:
-  """How to re-encode a file that is not UTF-8 (e.g. iconv ...), by its first bytes: from
-  UTF-16 or UTF-32 where wide_encoding sees them; from Windows-1252 where the bytes of `data`
-  (the file, or a part of it) that are not UTF-8 hold one of 0x80-0x9F (its quotes, dashes and
-  euro sign, which Latin-1 reads as invisible control characters); else from Latin-1."""
-  wide = wide_encoding(head)
-  if wide:
-    return f'e.g. iconv -f {wide} -t utf-8'
-  undecoded = (data or head).decode('utf-8', 'surrogateescape')  # A byte not UTF-8: U+DC80 + b.
-  return f'e.g. iconv -f {"cp1252" if _C1.search(undecoded) else "latin1"} -t utf-8'
-
-
-def not_text(name: str, head: bytes) -> str:
-  """An error for a file that no encoding makes text, by its first bytes (gzip, or NUL bytes
-  outside UTF-16/32); '' for one that may be text in another encoding."""
-  if head.startswith(b'\x1f\x8b'):
-    return f'{name} is gzip-compressed, not text: decompress it first (gunzip -k {name}).'
-  if b'\x00' in head and not wide_encoding(head):
-    return (f'{name} holds NUL bytes (the first at byte {head.index(0)}): a binary file, not '
-            'text; pass a text file.')
-  return ''
-
-
-def check_utf8_head(name: str, data: bytes):
-  """Refuses a file whose first 64 KiB (create_pretraining_data's look) show it is no UTF-8
-  text even where its bytes decode as UTF-8: gzip, a NUL byte outside UTF-16/32 (a binary
-  file), or UTF-16/32 text (ASCII in UTF-16 without a mark decodes, a NUL between letters)."""
-  head = data[:HEAD_BYTES]
-  if error := not_text(name, head):
-    raise ValueError(error)
-  if wide := wide_encoding(head):
-    raise ValueError(f'{name} is {wide} text, not UTF-8: re-encode it ({reencode_hint(head)}).')
-
-
-_C1 = re.compile('[\udc80-\udc9f]')  # Bytes 0x80-0x9F that are not part of UTF-8.
-
-
-def json_error(e) -> str:
-  """A json.JSONDecodeError said as a line's reader says it: what is wrong and at which column
-  (json's own message for a raw tab ends in a dangling 'at', and names no fix)."""
-  what = e.msg.removesuffix(' at')
-  if what == 'Invalid control character':
-    what += ' (a raw tab or line break inside a string: write it as \\t or \\n)'
-  return f'{what} at column {e.colno}'
-
-
-def read_stdin_lines() -> list[str]:
-  """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
-  return _utf8_lines(sys.stdin.buffer.read(), '<stdin>')
-
-
-def _utf8_lines(data: bytes, name: str) -> list[str]:
-  """split_lines of a file's or a stream's bytes (standard input, a pipe, a device), decoded as
-  UTF-8, or an error naming the encoding to convert from."""
-  check_utf8_head(name, data)  # Later NUL bytes are dropped by the tokenizer, as in a corpus.
-  try:
-    return split_lines(data.decode('utf-8'))
-  except UnicodeDecodeError as e:
-    line = data.count(b'\n', 0, e.start) + 1
-    raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
-                     f'({reencode_hint(data[:64], data)}).') from None
-
-
-def read_text_lines(path, flag: str = 'input_file') -> list[str]:
-  """The lines of a UTF-8 text file (local or a URL) given by --`flag` (split_lines' rules), or
-  an error saying what to do."""
-  path = str(path)
-  if files.isdir(path) and not files.isfile(path):
-    raise IsADirectoryError(f'--{flag}={path} is a folder: name the text file to read.')
-  if not files.is_remote(path) and os.path.exists(path) and not os.path.isfile(path):  # local
-    # A pipe or a device (/dev/stdin, <(cmd)): read as a stream, as cat reads it.
-    with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
-      return _utf8_lines(stream.read(), path)
-  files.require_file(path, f'--{flag}={path} does not exist.')
-  return _utf8_lines(files.read_bytes(path), path)
 
 
 def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str = '') -> str:

@@ -56,6 +56,7 @@ from bertjax import keywords
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import predict_inputs
+from bertjax import text_files
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import features as features_lib
@@ -367,12 +368,12 @@ def main(argv):
       if FLAGS.null_score_diff_threshold is not None:
         predictor.set_null_threshold(FLAGS.null_score_diff_threshold)
       if FLAGS.input_file:
-        lines, source = paths.read_text_lines(FLAGS.input_file), FLAGS.input_file
+        lines, source = text_files.read_text_lines(FLAGS.input_file), FLAGS.input_file
       else:
         if sys.stdin.isatty():  # Else a terminal waits for lines with no word of why.
           print('reading inputs from standard input, one per line (Ctrl-D ends)', file=sys.stderr,
                 flush=True)
-        lines, source = paths.read_stdin_lines(), '<stdin>'
+        lines, source = text_files.read_stdin_lines(), '<stdin>'
       inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
       if not inputs:
         raise ValueError(f'{source} holds no inputs: one per line expected.')

@@ -7,7 +7,7 @@ task's fields. Every error names the input (its line, or its index in a Python l
 
 import json
 
-from bertjax import paths
+from bertjax import text_files
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
 from bertjax.training import kinds as kind_table
@@ -16,12 +16,12 @@ from bertjax.training import kinds as kind_table
 def read_inputs(lines, source: str, tokenizer=None) -> list:
   """Inputs of predict's line format: JSON objects for lines starting with `{`, else raw text.
 
-  `lines` are paths.split_lines' (a U+2028 or form feed inside a line is part of it); a blank
+  `lines` are text_files.split_lines' (a U+2028 or form feed inside a line is part of it); a blank
   line is an error naming it, since every later output would be misaligned. With the model's
   `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields).
   """
   inputs = []
-  for number, line in enumerate(paths.without_blank_end(lines), 1):
+  for number, line in enumerate(text_files.without_blank_end(lines), 1):
     line = line.rstrip('\r\n')
     if number == 1:
       line = line.removeprefix('\ufeff')
@@ -34,7 +34,7 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
       try:
         inputs.append(json.loads(line))
       except json.JSONDecodeError as e:
-        raise ValueError(f'{source}:{number}: not valid JSON ({paths.json_error(e)}): a line '
+        raise ValueError(f'{source}:{number}: not valid JSON ({text_files.json_error(e)}): a line '
                          'that starts with { is read as a JSON object of the task\'s fields, '
                          'whole on its line (JSON lines, not a JSON document spread over lines); '
                          'for raw text that starts with {, pass it as {"text": "..."}.') from None

@@ -18,6 +18,7 @@ from bertjax import files
 from bertjax import output_lock
 from bertjax import paths
 from bertjax import processes
+from bertjax import text_files
 from bertjax.finetune.tasks import user_formats
 from bertjax.interop import sources
 from bertjax.pretraining_data import text_input
@@ -94,16 +95,16 @@ def test_compressed_or_binary_input_is_named_as_such(tmp_path):
   packed.write_bytes(gzip.compress(b'hello\n'))
   with pytest.raises(ValueError, match=rf'^{packed} is gzip-compressed, not text: decompress it '
                      rf'first \(gunzip -k {packed}\).$'):
-    paths.read_text_lines(str(packed))
+    text_files.read_text_lines(str(packed))
   binary = tmp_path / 'model.bin'
   binary.write_bytes(b'\x08\x00\x00\x00\xff\xfe\x00\x01' * 8)
   with pytest.raises(ValueError,
                      match=r'holds NUL bytes \(the first at byte 1\): a binary file, not text'):
-    paths.read_text_lines(str(binary))
+    text_files.read_text_lines(str(binary))
   wide = tmp_path / 'wide.txt'  # UTF-16 holds NUL bytes too: told its encoding instead.
   wide.write_bytes('hello\n'.encode('utf-16'))
   with pytest.raises(ValueError, match=r'iconv -f UTF-16'):
-    paths.read_text_lines(str(wide))
+    text_files.read_text_lines(str(wide))
 
 
 def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpus_tools_do(
@@ -120,7 +121,7 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   assert skips.counts == {'binary_file': 2}
   csv = tmp_path / 'train.csv'
   csv.write_bytes('sentence,label\ngood,pos\n'.encode('utf-16-le'))
-  for read in (paths.read_text_lines, user_formats.file_text):
+  for read in (text_files.read_text_lines, user_formats.file_text):
     with pytest.raises(ValueError, match=rf'^{binary} holds NUL bytes \(the first at byte 301\): '
                        'a binary file, not text; pass a text file.$'):
       read(str(binary))
@@ -132,7 +133,7 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   # read it, and dropped by the tokenizer.
   late = tmp_path / 'late.txt'
   late.write_bytes(b'a line of text\n' * 5000 + b'one with \x00 in it\n')
-  lines = paths.read_text_lines(str(late))
+  lines = text_files.read_text_lines(str(late))
   assert len(lines) == 5001 and lines[-1] == 'one with \x00 in it'
   assert text_input.usable_files([str(late)], text_input.Skips()) == [str(late)]
   assert tokenizer.BasicTokenizer().tokenize(lines[-1]) == ['one', 'with', 'in', 'it']

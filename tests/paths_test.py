@@ -12,6 +12,7 @@ import ml_collections
 import pytest
 
 from bertjax import paths
+from bertjax import text_files
 from bertjax.interop import init_from
 
 
@@ -40,12 +41,12 @@ def test_a_relative_init_from_is_resolved(tmp_path, monkeypatch):
 
 def test_read_text_lines_names_the_flag_and_the_fix(tmp_path):
   (tmp_path / 'ok.txt').write_text('a\nb ||| c\n', encoding='utf-8')
-  assert paths.read_text_lines(tmp_path / 'ok.txt') == ['a', 'b ||| c']
+  assert text_files.read_text_lines(tmp_path / 'ok.txt') == ['a', 'b ||| c']
   with pytest.raises(FileNotFoundError, match='--input_file=.*none.txt does not exist'):
-    paths.read_text_lines(tmp_path / 'none.txt')
+    text_files.read_text_lines(tmp_path / 'none.txt')
   (tmp_path / 'l1.txt').write_bytes('caf\xe9\n'.encode('latin-1'))
   with pytest.raises(ValueError, match='is not UTF-8 text .byte 3.: re-encode it'):
-    paths.read_text_lines(tmp_path / 'l1.txt')
+    text_files.read_text_lines(tmp_path / 'l1.txt')
 
 
 # Characters str.splitlines() breaks at but that a user's line may hold (a JSON string, a CSV
@@ -55,34 +56,34 @@ NOT_LINE_BREAKS = '\u2028\u2029\u0085\x0b\x0c\x1c\x1d\x1e'
 
 def test_split_lines_breaks_only_at_newline_cr_lf_and_cr():
   text = '\ufeffa' + NOT_LINE_BREAKS + 'b\r\nc\rd\n\ne\n'
-  assert paths.split_lines(text) == ['a' + NOT_LINE_BREAKS + 'b', 'c', 'd', '', 'e']
-  assert paths.split_lines('') == [] and paths.split_lines('x') == ['x']
-  assert paths.split_lines('x\n\n') == ['x', ''] and paths.split_lines('\ufeff') == []
+  assert text_files.split_lines(text) == ['a' + NOT_LINE_BREAKS + 'b', 'c', 'd', '', 'e']
+  assert text_files.split_lines('') == [] and text_files.split_lines('x') == ['x']
+  assert text_files.split_lines('x\n\n') == ['x', ''] and text_files.split_lines('\ufeff') == []
 
 
 def test_read_text_lines_keeps_one_line_per_line_and_drops_the_bom(tmp_path):
   path = tmp_path / 'in.txt'
   path.write_bytes(('\ufefffirst' + NOT_LINE_BREAKS + 'still first\r\nsecond\rthird\n')
                    .encode('utf-8'))
-  assert paths.read_text_lines(path) == ['first' + NOT_LINE_BREAKS + 'still first', 'second',
+  assert text_files.read_text_lines(path) == ['first' + NOT_LINE_BREAKS + 'still first', 'second',
                                          'third']
 
 
 def test_read_stdin_lines_is_utf8_with_the_same_rules(monkeypatch):
   data = '\ufeff{"text": "a\u2028b"}\nc\x0cd\n'.encode('utf-8')
   monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(data), encoding='latin-1'))
-  assert paths.read_stdin_lines() == ['{"text": "a\u2028b"}', 'c\x0cd']
+  assert text_files.read_stdin_lines() == ['{"text": "a\u2028b"}', 'c\x0cd']
   monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(b'caf\xe9\n')))
   with pytest.raises(ValueError, match=r'<stdin>:1 is not UTF-8 text \(byte 3\): re-encode it'):
-    paths.read_stdin_lines()
+    text_files.read_stdin_lines()
 
 
 def test_blank_lines_are_named(tmp_path):
-  assert paths.check_no_blank_lines(['a', 'b'], 'in.txt') == ['a', 'b']
+  assert text_files.check_no_blank_lines(['a', 'b'], 'in.txt') == ['a', 'b']
   with pytest.raises(ValueError, match=r'in.txt:2 is empty: one input per line \(remove blank'):
-    paths.check_no_blank_lines(['a', ' \t', 'b'], 'in.txt')
+    text_files.check_no_blank_lines(['a', ' \t', 'b'], 'in.txt')
   # Blank lines at the end (an editor's) shift no output: dropped (pass AJ: refused).
-  assert paths.check_no_blank_lines(['a', 'b', '', ' '], 'in.txt') == ['a', 'b']
+  assert text_files.check_no_blank_lines(['a', 'b', '', ' '], 'in.txt') == ['a', 'b']
 
 
 def test_an_existing_path_with_commas_is_one_path(tmp_path, monkeypatch):
@@ -108,7 +109,7 @@ def test_pretraining_inputs_with_commas_in_a_name(tmp_path):
 
 def test_a_folder_given_as_a_text_file_is_named_as_a_folder(tmp_path):
   with pytest.raises(IsADirectoryError, match='--input_file=.* is a folder'):
-    paths.read_text_lines(tmp_path)
+    text_files.read_text_lines(tmp_path)
 
 
 @pytest.mark.parametrize('where', ['local', 'gcs'])
@@ -257,7 +258,7 @@ def test_a_file_not_utf8_names_the_encoding_to_convert_from(tmp_path):
             rf'{path} is {name} text, not UTF-8')  # Told by its first bytes.
     with pytest.raises(ValueError, match=rf'^{said}: re-encode it \(e\.g\. iconv -f {name} -t '
                        r'utf-8\)\.$'):
-      paths.read_text_lines(str(path))
+      text_files.read_text_lines(str(path))
 
 
 @pytest.mark.parametrize('path, fix', [
@@ -295,14 +296,14 @@ def test_a_windows_1252_file_is_told_to_convert_from_cp1252_at_its_line(tmp_path
   path.write_bytes(b'first line\nHe said \x93hi\x94 for \x805\n')
   with pytest.raises(ValueError, match=r'cp.txt:2 is not UTF-8 text \(byte 19\): re-encode it '
                      r'\(e\.g\. iconv -f cp1252 -t utf-8\)'):
-    paths.read_text_lines(str(path))
+    text_files.read_text_lines(str(path))
 
 
 def test_a_utf8_file_with_one_stray_byte_is_not_told_cp1252():
   """Review: the bytes of a curly quote in UTF-8 (E2 80 9C) are not Windows-1252's."""
   data = 'café “hi”\n'.encode() + b'na\xefve\n'
-  assert paths.reencode_hint(data[:64], data) == 'e.g. iconv -f latin1 -t utf-8'
-  assert paths.reencode_hint(b'x', b'say \x93hi\x94') == 'e.g. iconv -f cp1252 -t utf-8'
+  assert text_files.reencode_hint(data[:64], data) == 'e.g. iconv -f latin1 -t utf-8'
+  assert text_files.reencode_hint(b'x', b'say \x93hi\x94') == 'e.g. iconv -f cp1252 -t utf-8'
 
 
 def test_a_transformers_folder_with_an_empty_checkpoints_folder_is_still_a_model(tmp_path,

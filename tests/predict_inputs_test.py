@@ -6,8 +6,8 @@ import re
 import ml_collections
 import pytest
 
-from bertjax import paths
 from bertjax import predict_inputs
+from bertjax import text_files
 
 
 def _reader(kind, labels=('neg', 'pos'), **data):
@@ -17,7 +17,7 @@ def _reader(kind, labels=('neg', 'pos'), **data):
 
 
 def _examples(reader, path):
-  inputs = predict_inputs.read_inputs(paths.read_text_lines(path), str(path))
+  inputs = predict_inputs.read_inputs(text_files.read_text_lines(path), str(path))
   return [reader(i, x) for i, x in enumerate(inputs)]
 
 

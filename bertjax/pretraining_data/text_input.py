@@ -1,7 +1,7 @@
 """Pre-training text files -> tokenized documents: streaming, partitioned, bad input counted.
 
 Two input formats, both with a blank (whitespace-only) line between documents (a line ends at
-\n, \r\n or a lone \r, as in every tool: `paths.split_lines`):
+\n, \r\n or a lone \r, as in every tool: `text_files.split_lines`):
   lines: the original's, one sentence per line;
   text: one paragraph of running text per line, split into sentences by
         `corpora.split_sentences`.
@@ -36,7 +36,7 @@ import numpy as np
 
 from bertjax import compressed_text
 from bertjax import files as files_lib
-from bertjax import paths as paths_lib
+from bertjax import text_files
 from bertjax.pretraining_data import corpora
 from bertjax.records import file_set
 from bertjax.text import fast_tokenizer
@@ -105,7 +105,7 @@ def usable_files(paths, skips):
     else:
       with compressed_text.open_input(path) as (f, _):
         try:
-          head = f.read(paths_lib.HEAD_BYTES)
+          head = f.read(text_files.HEAD_BYTES)
         except compressed_text.DAMAGED_COMPRESSED as e:  # Cut short, or a name on another format.
           skips.add('damaged_compressed_file', f'{path} ({e})')
           continue
@@ -121,9 +121,9 @@ def usable_files(paths, skips):
                                    'read: decompress it, or compress it with gzip, bzip2 or xz)')
           continue
         if b'\x00' in head:
-          wide = paths_lib.wide_encoding(head)
+          wide = text_files.wide_encoding(head)
           skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '
-                                   f'{paths_lib.reencode_hint(head)})' if wide else
+                                   f'{text_files.reencode_hint(head)})' if wide else
                     f'{path} (a NUL byte at byte {head.index(0)}, as binary files have)')
           continue
       usable.append(path)
@@ -188,7 +188,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
     sentences, started, lines, invalid = [], False, 0, 0
     with _opened(path) as (f, stored):
       # Held: collected, its TextIOWrapper would close `f` before the tell() at the end.
-      universal = paths_lib.UniversalLines(f)
+      universal = text_files.UniversalLines(f)
       for line_number, (raw, too_long) in enumerate(_lines(universal, max_line_bytes), 1):
         where['line'] = line_number
         if read is not None and line_number % _READ_EVERY_LINES == 0:

@@ -224,6 +224,6 @@ def raw_documents(source, input_format, max_line_bytes, skips, where, part=0, nu
 
 
 def _byte_lines(text: bytes) -> list[bytes]:
-  """A text field's lines, broken at \\n, \\r\\n and \\r (paths.split_lines' rule; these bytes
+  """A text field's lines, broken at \\n, \\r\\n and \\r (text_files.split_lines' rule; these bytes
   never occur inside a UTF-8 character), a leading UTF-8 byte order mark removed."""
   return re.split(rb'\r\n|\r|\n', text.removeprefix(b'\xef\xbb\xbf'))

@@ -11,6 +11,7 @@ from bertjax import compressed_text
 from bertjax import files as files_lib
 from bertjax import job_lines
 from bertjax import paths
+from bertjax import text_files
 
 # Longer lines are skipped and counted: create_pretraining_data's --max_line_bytes default.
 MAX_LINE_BYTES = 100_000
@@ -88,7 +89,7 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
   the file's stored bytes were read (its files.size)."""
   text_lines, invalid, first = 0, 0, None
   with compressed_text.open_input(path) as (f, stored):
-    lines = _raw_lines(paths.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
+    lines = _raw_lines(text_files.UniversalLines(f), max_line_bytes)  # A lone CR ends one too.
     # Decoded line by line, so that an error names the line with the bad bytes.
     for number in itertools.count(1):
       try:
@@ -111,14 +112,14 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
           raise ValueError(
               f'{path}:{number}: not UTF-8 ({e.reason} at byte {e.start} of the line: '
               f'{raw[e.start:e.start + 4]!r}): re-encode the file as UTF-8 '
-              f'({paths.reencode_hint(raw[:64], raw)})') from None
+              f'({text_files.reencode_hint(raw[:64], raw)})') from None
         skips.add('invalid_utf8', f'{path}:{number}')
         invalid, first = invalid + 1, first or (f'{path}:{number}', raw)
         continue
       yield line.strip()
   if invalid:
     check_utf8(path, text_lines, invalid, first[0], 're-encode the file as UTF-8 '
-               f'({paths.reencode_hint(first[1][:64], first[1])}), or leave it out')
+               f'({text_files.reencode_hint(first[1][:64], first[1])}), or leave it out')
 
 
 def lines_of(files, max_line_bytes=None, skips=None, job='learn_vocab'):

@@ -18,7 +18,7 @@ import re
 import unicodedata
 
 from bertjax import files
-from bertjax import paths
+from bertjax import text_files
 
 # Special tokens. By default they are text like any other when found in raw text ('[MASK]' ->
 # '[', 'mask', ']'), as in the original BERT tokenizer, so raw text can never inject control
@@ -89,9 +89,9 @@ def _is_json_object(data: bytes) -> bool:
 def read_vocab(path, data: bytes):
   """A WordPiece vocab.txt's bytes as an OrderedDict token -> id (`path` names it in errors)."""
   path = os.fspath(path)
-  if wide := paths.wide_encoding(data[:4096]):  # NUL bytes too, but text: said as such.
+  if wide := text_files.wide_encoding(data[:4096]):  # NUL bytes too, but text: said as such.
     raise ValueError(f'vocab file {path!r} is {wide} text, not UTF-8: re-encode it '
-                     f'({paths.reencode_hint(data[:4096])} {path} > vocab.txt)')
+                     f'({text_files.reencode_hint(data[:4096])} {path} > vocab.txt)')
   # A SentencePiece model holds NUL bytes (its float scores), which no vocab.txt has: refused
   # here rather than read as tokens by chance of its bytes decoding.
   if b'\x00' in data:

@@ -23,6 +23,7 @@ from bertjax import embed
 from bertjax import extract_features
 from bertjax import files
 from bertjax import predict
+from bertjax import text_files
 from bertjax.finetune import job
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
@@ -239,7 +240,6 @@ def test_readers_name_the_url_of_a_missing_or_non_utf8_file(gcs_bucket):
 
 def test_a_missing_bucket_is_named_by_the_readers(gcs_emulator):  # pylint: disable=unused-argument
   """A typo in the bucket's name is said to be one, not reported as a missing file."""
-  from bertjax import paths  # pylint: disable=g-import-not-at-top
   from bertjax.text import tokenizer  # pylint: disable=g-import-not-at-top
   data = 'gs://no-such-bucket-xyz/data'
   bucket = r'the bucket gs://no-such-bucket-xyz does not exist or these credentials cannot see'
@@ -250,7 +250,7 @@ def test_a_missing_bucket_is_named_by_the_readers(gcs_emulator):  # pylint: disa
       lambda: squad.read_squad(f'{data}/dev-v1.1.json', version_2_with_negative=False,
                                is_training=False),
       lambda: tokenizer.load_vocab(f'{data}/vocab.txt'),
-      lambda: paths.read_text_lines(f'{data}/in.txt'),
+      lambda: text_files.read_text_lines(f'{data}/in.txt'),
       lambda: predict.Predictor.from_workdir(f'{data}/run')]
   for read in readers:
     with pytest.raises(FileNotFoundError, match=f'^{data}/.*: {bucket}'):

@@ -18,8 +18,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax import job_lines
-from bertjax import paths as paths_lib
 from bertjax import pretrain
+from bertjax import text_files
 from bertjax.pretraining_data import corpora
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import text_input
@@ -94,7 +94,7 @@ def test_same_instances_as_the_texts_in_a_text_file(data_dir, vocab_file, tmp_pa
   texts = [x['body'].decode() for x in tfds.as_numpy(builder.as_dataset(split='train'))]
   with open(tmp_path / 'scenes.txt', 'w', encoding='utf-8', newline='') as f:
     for text in texts:
-      lines = [line for line in paths_lib.split_lines(text) if line.strip()]
+      lines = [line for line in text_files.split_lines(text) if line.strip()]
       f.write(''.join(f'{line}\n' for line in lines) + ('\n' if lines else ''))
   common = dict(vocab_file=vocab_file, num_workers=1, random_seed=3, num_output_shards=2,
                 tokenizer='reference')
@@ -164,7 +164,7 @@ def test_parts_cover_the_split_once_and_empty_parts_read_nothing(data_dir):
   assert [len(p) for p in parts] == [1, 1, 1, 0, 0]
   # 'lines': each non-blank line of the text is one sentence.
   assert {'\n'.join(d[0]) for d in parts[:3]} == {
-      '\n'.join(line.strip() for line in paths_lib.split_lines(t) if line.strip()) for t in texts}
+      '\n'.join(line.strip() for line in text_files.split_lines(t) if line.strip()) for t in texts}
 
 
 class BertjaxTestBadBytes(BertjaxTestTexts):

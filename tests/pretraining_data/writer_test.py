@@ -180,7 +180,7 @@ def test_text_format_splits_paragraphs_into_the_same_sentences(documents, vocab_
 
 
 def test_every_line_break_makes_the_same_instances(documents, vocab_file, tmp_path):
-  # \n, \r\n and a lone \r (old Mac files) end a line, as in every tool (paths.split_lines):
+  # \n, \r\n and a lone \r (old Mac files) end a line, as in every tool (text_files.split_lines):
   # a CR-only file read at \n alone would be one long line, its documents run together.
   lf = write_corpus(tmp_path / 'lf.txt', documents[:40])
   text = lf.read_bytes()

