@@ -134,8 +134,9 @@ def initialize_distributed():
   problem = (f'{who} could not start the multi-host job at {address} within {timeout} s: check '
              f'that all {count or "the"} processes were started with the same '
              '--coordinator_address and --num_processes and distinct --process_id values, that '
-             'process 0 runs on that host and its port is reachable from here (firewall), or '
-             'raise --distributed_timeout_s')
+             'none stopped before connecting (a refused command or file exits 78 first: its log '
+             'says why), that process 0 runs on that host and its port is reachable from here '
+             '(firewall), or raise --distributed_timeout_s')
   # jax's own timeout ends the process in C++ (a native stack dump, no Python exception): this
   # watchdog ends it first, with one line; jax's comes later as a backstop.
   started = threading.Event()

@@ -117,6 +117,9 @@ def test_a_multi_host_start_whose_peer_never_comes_times_out_with_one_line(tmp_p
   assert f'process {process_id} of 2: waiting up to 4 s for 2 processes at {address}' in lines[0]
   assert lines[-1].startswith(f'error: process {process_id} of 2 could not start the multi-host '
                               f'job at {address} within 4 s: check that all 2 processes'), lines
+  # A peer's refusal (exit 78 before it connects) is what most often leaves a process waiting.
+  assert 'that none stopped before connecting (a refused command or file exits 78 first' in (
+      lines[-1])
   assert 'stack trace' not in done.stderr and 'Fatal Python error' not in done.stderr
 
 
