@@ -19,7 +19,8 @@ The `embed` job (configs/embed.py): the same, its embeddings L2-normalised, prin
 cosine-similarity matrix (its first PRINTED_ROWS rows; similarity.txt up to
 embed_outputs.MATRIX_ROWS sentences: both grow with the square of the inputs). init_from,
 input_file and the workdir may be URLs (gs://...): the model is read and the outputs written
-through bertjax.files (a TF1 checkpoint's .index/.data through a temporary folder).
+through bertjax.files (a TF1 checkpoint's .index/.data through a temporary folder). On several
+hosts each embeds its share of the sentences and process 0 prints and writes them all.
 """
 
 import collections.abc
@@ -31,6 +32,8 @@ import sys
 import time
 
 from absl import logging
+import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from bertjax import config_args
@@ -262,7 +265,10 @@ def run(config, workdir):
   path = init_from.configured(config)
   checkpoint = path or str(default_checkpoint())
   workdir = _checked_workdir(config, workdir)
-  with embed_outputs.held(workdir) if workdir else contextlib.nullcontext():
+  # On several hosts, process 0 alone holds and writes the workdir (the others' shares of the
+  # vectors come to it): two hosts on one workdir refused each other as "another run".
+  writes = bool(workdir) and jax.process_index() == 0
+  with embed_outputs.held(workdir) if writes else contextlib.nullcontext():
     return _embed(config, checkpoint, workdir, start)
 
 
@@ -319,9 +325,14 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
   # embeds them): how many, said on the summary line.
   cut = sum(len(embedder.tokenizer.encode(s)) > embedder.max_seq_length - 2 for s in sentences)
   encode_start = time.perf_counter()
-  vectors = embedder.encode(sentences)
+  vectors = _encoded_by_every_host(embedder, sentences)
   seconds = time.perf_counter() - encode_start
   n = len(sentences)
+  if jax.process_index():  # Process 0 prints and writes them all.
+    multihost_utils.sync_global_devices('bertjax-embed-written')  # Ends once they are written.
+    job_lines.summary('embed', time.perf_counter() - start, metrics=[('sentences', n)],
+                      outputs=[('embeddings', 'printed and written by process 0')])
+    return vectors
   shown = [_printable(s) for s in sentences[:PRINTED_ROWS]]
   width = min(max(len(s) for s in shown), 40)
   model_config = embedder.model_config
@@ -337,6 +348,8 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
           f'{PRINTED_ROWS} are)')
   outputs = (embed_outputs.write(workdir, vectors) if workdir
              else [('embeddings', 'not written (no --workdir)')])
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('bertjax-embed-written')
   job_lines.summary('embed', time.perf_counter() - start,
                   metrics=[('sentences', n), ('dimension', _dimension(embedder))]
                   + ([('step', embedder.step)] if embedder.step is not None else [])
@@ -344,6 +357,21 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
                      if cut else []),
                   outputs=outputs)
   return vectors
+
+
+def _encoded_by_every_host(embedder: Embedder, sentences) -> np.ndarray:
+  """The vectors of `sentences`, in order; on several hosts each embeds its contiguous share
+  (one host's model runs on its own devices) and every host gets them all."""
+  count = jax.process_count()
+  if count == 1:
+    return embedder.encode(sentences)
+  share = -(-len(sentences) // count)
+  mine = sentences[jax.process_index() * share:][:share]
+  vectors = embedder.encode(mine or sentences[:1])[:len(mine)]  # None left: its shape alone.
+  padded = np.zeros((share, vectors.shape[1]), vectors.dtype)
+  padded[:len(mine)] = vectors
+  gathered = np.asarray(multihost_utils.process_allgather(padded))  # [hosts, share, D]
+  return gathered.reshape(-1, vectors.shape[1])[:len(sentences)]
 
 
 def _dimension(embedder: Embedder):
