@@ -331,7 +331,8 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
   if jax.process_index():  # Process 0 prints and writes them all.
     multihost_utils.sync_global_devices('bertjax-embed-written')  # Ends once they are written.
     job_lines.summary('embed', time.perf_counter() - start, metrics=[('sentences', n)],
-                      outputs=[('embeddings', 'printed and written by process 0')])
+                      outputs=[('embeddings', 'printed and written by process 0' if workdir
+                                else 'printed by process 0 (no --workdir: not written)')])
     return vectors
   shown = [_printable(s) for s in sentences[:PRINTED_ROWS]]
   width = min(max(len(s) for s in shown), 40)

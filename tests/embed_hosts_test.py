@@ -27,7 +27,8 @@ def _two_hosts(tmp_path, workdir):
   port = two_processes.free_port()
   hosts = [subprocess.Popen(
       [sys.executable, '-m', 'bertjax.main', '--config=configs/embed.py',
-       f'--config.input_file={tmp_path / "in.txt"}', f'--workdir={workdir}',
+       f'--config.input_file={tmp_path / "in.txt"}',
+       *([f'--workdir={workdir}'] if workdir else []),
        f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2', f'--process_id={i}',
        '--distributed_timeout_s=60', '--compilation_cache_dir='],
       cwd=two_processes.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -55,6 +56,11 @@ def test_each_host_embeds_its_share_and_process_0_writes_them_all(tmp_path, mini
   assert 'cosine similarity' not in said1  # Printed once, by process 0.
   assert said1.strip().splitlines()[-1].endswith(
       'sentences 7; embeddings printed and written by process 0')
+  (status0, said0), (status1, said1) = _two_hosts(tmp_path, None)  # Printed only.
+  assert status0 == 0 and status1 == 0, said0[-3000:] + said1[-3000:]
+  assert said0.strip().splitlines()[-1].endswith('embeddings not written (no --workdir)')
+  assert said1.strip().splitlines()[-1].endswith(
+      'embeddings printed by process 0 (no --workdir: not written)')
 
   # Process 0 refused (its workdir busy): process 1 stops too, naming why, not waiting for it.
   with embed_outputs.held(str(workdir)):
