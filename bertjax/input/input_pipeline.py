@@ -32,7 +32,6 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from bertjax import files as files_lib
 from bertjax.input import count_cache
 from bertjax.input import global_batch
 from bertjax.input import masking_tf
@@ -339,8 +338,12 @@ def _damaged(files, said: str) -> str:
   """What to do about a damaged TFRecord file of `files` (its read failed saying `said`): the
   file named where each file that could hold it reads again within FIND_DAMAGED_BYTES."""
   fix = 'remake it with create_pretraining_data, or leave it out of the pattern'
-  suspects = record_check.could_hold(file_set.resolved(files).files, said)
-  size = sum(files_lib.size(path) for path in suspects)
+  sizes = record_check.could_hold(file_set.resolved(files).files, said)
+  suspects, size = list(sizes), sum(sizes.values())
+  if not suspects:
+    return (f'the data ({files}) held a damaged TFRecord record ({said}), yet none of its files '
+            'is that large now: was one replaced or cut meanwhile? Rerun, and remake the data '
+            'if it fails again')
   if size <= record_check.FIND_DAMAGED_BYTES:
     logging.warning('the data (%s) holds a damaged TFRecord file (%s): reading its %d files '
                     'that could hold it (%.1f GiB) to name it', files, said, len(suspects),
@@ -351,5 +354,5 @@ def _damaged(files, said: str) -> str:
             'reads whole now: was one being written meanwhile, or is its storage failing? '
             'Rerun, and remake the data if it fails again')
   return (f'the data ({files}) holds a damaged TFRecord file ({said}; {len(suspects)} of its '
-          f'files could hold it, {size / (1 << 30):.1f} GiB, too many to read again to name '
-          f'it): {fix}')
+          f'files could hold it, {size / (1 << 30):.1f} GiB, too many to read again here to '
+          'name it): remake the data with create_pretraining_data')

@@ -189,11 +189,18 @@ def inspect_files(files, spec: dict, *, masked: bool = True, record_counts=None)
 FIND_DAMAGED_BYTES = 64 << 30
 
 
-def could_hold(files, said: str) -> list[str]:
+def could_hold(files, said: str) -> dict[str, int]:
   """The `files` a read error saying `said` ('corrupted record at 99821': an offset in the
-  damaged file) can have come from: those larger than the offset."""
+  damaged file) can have come from, with their sizes: those larger than the offset (a file gone
+  since is none of them: it cannot be read again)."""
   at = re.search(r' at (\d+)', said)
-  return [path for path in files if not at or files_lib.size(path) > int(at.group(1))]
+  sizes = {}
+  for path in files:
+    try:
+      sizes[path] = files_lib.size(path)
+    except FileNotFoundError:
+      continue
+  return {path: size for path, size in sizes.items() if not at or size > int(at.group(1))}
 
 
 def find_damaged(files) -> str | None:
@@ -204,8 +211,10 @@ def find_damaged(files) -> str | None:
   def damaged(path):
     try:
       _count_and_first(path, True)
-    except tf.errors.OpError:
+    except tf.errors.DataLossError:
       return True
+    except tf.errors.OpError:  # A file gone, a bucket's passing error: not damage.
+      return False
     return False
 
   if not files or damaged(files[0]):  # The first traces the reader, before threads race to.

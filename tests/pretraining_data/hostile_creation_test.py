@@ -239,16 +239,24 @@ def test_a_damaged_file_is_named_only_where_one_is(corpus, vocab_file, tmp_path,
   assert record_check.find_damaged(shards) == shards[2]
   # Only a file larger than the offset the error names can hold the record.
   largest = max(os.path.getsize(path) for path in shards)
-  assert record_check.could_hold(shards, f'corrupted record at {largest - 1}') == [
+  assert list(record_check.could_hold(shards, f'corrupted record at {largest - 1}')) == [
       path for path in shards if os.path.getsize(path) == largest]
-  assert record_check.could_hold(shards, f'corrupted record at {largest}') == []
-  assert record_check.could_hold(shards, said) == shards
+  assert record_check.could_hold(shards, f'corrupted record at {largest}') == {}
+  assert list(record_check.could_hold(shards, said)) == shards
+  # None that large now: said, no file read (a file replaced or cut since).
+  assert input_pipeline._damaged(pattern, f'corrupted record at {largest}') == (  # pylint: disable=protected-access
+      f'the data ({pattern}) held a damaged TFRecord record (corrupted record at {largest}), yet '
+      'none of its files is that large now: was one replaced or cut meanwhile? Rerun, and '
+      'remake the data if it fails again')
+  # A file gone since, or one that cannot be read for another reason, is not called damaged.
+  assert list(record_check.could_hold([*shards, str(tmp_path / 'gone')], said)) == shards
+  assert record_check.find_damaged([str(tmp_path / 'gone'), shards[0]]) is None
   # Too much to read again: the error says so, and names no file.
   monkeypatch.setattr(record_check, 'FIND_DAMAGED_BYTES', len(data))
   assert input_pipeline._damaged(pattern, said) == (  # pylint: disable=protected-access
       f'the data ({pattern}) holds a damaged TFRecord file ({said}; 3 of its files could hold '
-      'it, 0.0 GiB, too many to read again to name it): remake it with '
-      'create_pretraining_data, or leave it out of the pattern')
+      'it, 0.0 GiB, too many to read again here to name it): remake the data with '
+      'create_pretraining_data')
 
 
 @pytest.mark.parametrize('output, shards, message', [
