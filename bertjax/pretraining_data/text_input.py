@@ -39,6 +39,7 @@ from bertjax import files as files_lib
 from bertjax import text_files
 from bertjax.pretraining_data import corpora
 from bertjax.records import file_set
+from bertjax.text import corpus_lines
 from bertjax.text import fast_tokenizer
 from bertjax.text import vocab_files
 
@@ -141,19 +142,6 @@ def _is_stream(path):
   return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
-def _is_blank(raw):
-  stripped = raw.strip()
-  if not stripped:
-    return True
-  if stripped.isascii():
-    return False
-  # Unicode whitespace (U+3000, U+00A0 ...) makes a blank line too, as in the original.
-  try:
-    return not stripped.decode('utf-8').strip()
-  except UnicodeDecodeError:
-    return False
-
-
 def _lines(f, max_line_bytes):
   """(line, too_long) of a binary file; a too-long line is consumed in bounded pieces."""
   while True:
@@ -193,7 +181,7 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
         where['line'] = line_number
         if read is not None and line_number % _READ_EVERY_LINES == 0:
           read(before + stored.tell())
-        if not too_long and _is_blank(raw):
+        if not too_long and corpus_lines.is_blank(raw):
           if started:
             if sentences:
               yield sentences

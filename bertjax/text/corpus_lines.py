@@ -55,6 +55,19 @@ def skipped_lines(skips, max_line_bytes) -> str:
   return '; '.join(said)
 
 
+def is_blank(raw: bytes) -> bool:
+  """A line of whitespace only: Unicode's too (U+3000, U+00A0 ...), as in the original."""
+  stripped = raw.strip()
+  if not stripped:
+    return True
+  if stripped.isascii():
+    return False
+  try:
+    return not stripped.decode('utf-8').strip()
+  except UnicodeDecodeError:
+    return False
+
+
 def check_utf8(path, lines: int, invalid: int, first: str, fix: str):
   """Refuses a file (or a dataset's text) whose lines are mostly not UTF-8 (another
   encoding): more than a few and over 1% of its text `lines`; fewer are skipped (a stray
@@ -101,10 +114,12 @@ def read_lines(path, max_line_bytes=None, skips=None, progress=None):
                          'Compress it again, or leave it out') from None
       if progress and not number % _TELL_EVERY_LINES:
         progress(stored.tell())
+      # Text lines as create_pretraining_data counts them for check_utf8: not blank, too long
+      # or not.
+      text_lines += too_long or not is_blank(raw)
       if too_long:
         skips.add('line_too_long', f'{path}:{number}')
         continue
-      text_lines += bool(raw.strip())  # As create_pretraining_data counts them: not blank.
       try:
         line = raw.decode('utf-8')
       except UnicodeDecodeError as e:

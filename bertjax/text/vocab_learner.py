@@ -369,14 +369,19 @@ def _spm_failed(error: RuntimeError) -> str:
   return f'SentencePiece training failed: {error}'
 
 
-def _then_training(sentences, vocab_size: int):
+def _then_training(sentences, vocab_size: int, failed: list):
   """The lines, then a line saying the training that follows them, which says nothing itself:
   the progress line counts the reading (console pass of 2026-12-02: 81.6%, ETA 0:00:01, then
-  25 s of silence)."""
+  25 s of silence). An error of the reading (a file mostly not UTF-8) is kept in `failed`:
+  SentencePiece's trainer gives it back wrapped in its own."""
   count = 0
-  for sentence in sentences:
-    count += 1
-    yield sentence
+  try:
+    for sentence in sentences:
+      count += 1
+      yield sentence
+  except ValueError as e:
+    failed.append(e)
+    raise
   logging.info('learn_vocab: %d lines read; SentencePiece now learns %d pieces from them (its '
                'trainer shows no progress)', count, vocab_size)
 
@@ -404,10 +409,11 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
     raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from'
                      + (f': {skipped}' if skipped else ''))
   sentencepiece.set_random_generator_seed(seed)
-  model = io.BytesIO()
+  model, failed = io.BytesIO(), []
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=_then_training(itertools.chain(leading, sentences), vocab_size),
+        sentence_iterator=_then_training(itertools.chain(leading, sentences), vocab_size,
+                                         failed),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
@@ -420,6 +426,8 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
         num_threads=num_threads,
         minloglevel=2)
   except RuntimeError as e:
+    if failed:  # The reading's own error, not the trainer's.
+      raise failed[0] from None
     skipped = corpus_lines.skipped_lines(skips, max_line_bytes)
     raise ValueError(_spm_failed(e) + (f'; {skipped}' if skipped else '')) from None
   _check_casing_kept(sentencepiece_tokenizer.sentencepiece_vocab(output_file, model.getvalue())[0],

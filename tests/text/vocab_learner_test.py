@@ -159,6 +159,34 @@ def test_a_few_lines_not_utf8_are_skipped_and_counted_as_create_pretraining_data
     vocab_learner.learn_wordpiece(str(stray), tmp_path / 'vocab.txt', 1024)
 
 
+def test_lines_not_utf8_are_counted_against_the_text_lines_create_pretraining_data_counts(
+    tmp_path):
+  # The 1% is of the same lines in both tools: too-long lines count, Unicode-blank ones do not.
+  path = tmp_path / 'mixed.txt'
+  good = ''.join(f'line {i} of plain words here\n' for i in range(96)).encode()
+  path.write_bytes(b'caf\xe9\n' * 4 + b'x' * 200 + b'\n' + (b'y' * 200 + b'\n') * 299 + good)
+  skips = corpus_lines.Skips()
+  assert len(list(corpus_lines.read_lines(path, 100, skips))) == 96  # 4 of 400: kept.
+  assert skips.counts == {'invalid_utf8': 4, 'line_too_long': 300}
+  nbsp = '\u00a0\u3000\n'.encode() * 100
+  path.write_bytes(b'caf\xe9\n' * 5 + good * 4 + good[:good.index(b'\n') + 1] * 11 + nbsp)
+  with pytest.raises(ValueError, match=rf'^{path}: 5 of its 400 text lines are not UTF-8'):
+    list(corpus_lines.read_lines(path, 100, corpus_lines.Skips()))
+
+
+def test_a_sentencepiece_corpus_mostly_not_utf8_is_refused_in_one_clean_line(tmp_path):
+  # The refusal comes at the file's end, inside SentencePiece's trainer, which wrapped it in
+  # its own error ('SentencePiece training failed: INTERNAL: ValueError: ... At: ...').
+  path = tmp_path / 'late.txt'
+  path.write_bytes(''.join(f'a good line {i}\n' for i in range(20)).encode()
+                   + b'caf\xe9 cr\xe8me\n' * 50)
+  with pytest.raises(ValueError, match=rf'^{path}: 50 of its 70 text lines are not UTF-8 \(e\.g\. '
+                     rf'{path}:21; the limit is 1%\): re-encode the file as UTF-8 \(e\.g\. iconv '
+                     r'-f latin1 -t utf-8\), or leave it out$'):
+    vocab_learner.learn_sentencepiece(str(path), tmp_path / 'm.model', 64)
+  assert not (tmp_path / 'm.model').exists()
+
+
 def test_a_lone_carriage_return_ends_a_line(corpus_file, tmp_path):
   # An old Mac file (CR only) is its lines, not one: SentencePiece would drop a sentence
   # longer than its max_sentence_length whole.
