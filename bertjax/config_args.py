@@ -215,7 +215,8 @@ def parse_flags(argv):
     # named as it is on the command line (else absl's repr of an AttributeError).
     expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
     spec = config_spec(expanded)
-    if spec:  # Else config_flags' own parse wraps any error of the file in its traceback.
+    if spec is not None:  # Else config_flags' own parse wraps any error of the file (an empty
+      # --config= too) in its traceback.
       load_config_file(spec)
     parsed = flags.FLAGS(argv)
   except ConfigFileError as e:

@@ -236,7 +236,10 @@ def _check_processes():
 
 
 def _run(argv):
-  command_flags.refuse_arguments(argv, '--config=..., --workdir=...')
+  try:  # One line and exit 78, as the config's refusals (absl printed its whole help, exit 1).
+    command_flags.refuse_arguments(argv, '--config=..., --workdir=...')
+  except app.UsageError as e:
+    raise console.Refused(str(e)) from None
   _check_command()
   console.install()
   accelerators.hide_from_tensorflow()

@@ -236,9 +236,23 @@ def test_ctrl_c_or_sigterm_in_extract_features_leaves_nothing_half_written(tmp_p
 def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_path, command,
                                                                           flags, named):
   done = run(tmp_path, '-m', command, *flags, 'stray.txt')
-  assert done.returncode == 1, done.stderr
+  # bertjax.main's refusals exit 78 (a scheduler must not rerun it); it printed absl's whole
+  # help (40 lines) and exited 1 (hostile pass H5).
+  assert done.returncode == (78 if command == 'bertjax.main' else 1), done.stderr
   assert f"unexpected arguments ['stray.txt']: every input is a --flag ({named}" in done.stderr
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
+  assert '--helpfull' not in done.stderr and len(done.stderr.splitlines()) <= 3, done.stderr
+
+
+@pytest.mark.parametrize('config', ['', ':size=tiny'])
+def test_an_empty_config_file_is_one_line_and_exit_78(tmp_path, config):
+  """`--config=` gave a 28-line traceback and exit 1 (hostile pass H3)."""
+  done = run(tmp_path, '-m', 'bertjax.main', f'--config={config}', '--workdir=w')
+  assert done.returncode == 78, done.stderr
+  assert done.stderr.startswith(f"FATAL Flags parsing error: --config={config}: no config file "
+                                "'' (from "), done.stderr
+  assert 'Traceback' not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+  assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize('command, flag, said', [
