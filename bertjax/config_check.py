@@ -309,8 +309,17 @@ def _check_masking_cap(c: _Checker, phase: str, seq, predictions):
 def _check_data(c: _Checker, job):
   from_init = c.get('model_from_init') is True  # The position table is init_from's.
   seq = _check_sequence(c, 'data.max_seq_length', position_table=not from_init)
-  c.at_least('data.max_instances_per_row', 1, fix='set --config.data.max_instances_per_row=1 '
-             '(unpacked) or more')
+  rows = c.at_least('data.max_instances_per_row', 1, fix='set '
+                    '--config.data.max_instances_per_row=1 (unpacked) or more')
+  # An instance's fewest tokens: a larger count packs no more, and each packed row's
+  # per-instance arrays grow with it (pack=9999 wrote 6 GB of rows at 128 tokens).
+  least, what = ((5, '[CLS] A [SEP] B [SEP]') if job == 'pretrain' and c.get('model.nsp')
+                 is not False else (MIN_SEQ_LENGTH, '[CLS] A [SEP]'))
+  most = max(seq // least, 1) if seq is not _MISSING else None
+  if most is not None and rows is not _MISSING and rows > most:
+    c.fail('data.max_instances_per_row', rows, f'exceeds the {most} instances of {least} tokens '
+           f'({what}) a row of data.max_seq_length={seq} could hold', f'set it to '
+           f'{min(most, 3)} (MLPerf BERT packs 3) or less; 1 = unpacked')
   if job == 'pretrain':
     predictions = c.positive('data.max_predictions_per_seq', fix='set '
                              '--config.data.max_predictions_per_seq to the files\' value, e.g. 20')

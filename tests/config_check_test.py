@@ -118,6 +118,13 @@ PRETRAIN = [
      ' is read for the embedded corpus only, and data.train_files names your own TFRecords '
      '(their passes were fixed when they were made); drop it, or make the files again with '
      'create_pretraining_data --dupe_factor=N.'),
+    # Hostile pass H1: pack=9999 wrote 6 GB of rows that hold at most 25 instances each.
+    ({'data__max_instances_per_row': 9999}, 'config.data.max_instances_per_row=9999: exceeds '
+     'the 25 instances of 5 tokens ([CLS] A [SEP] B [SEP]) a row of data.max_seq_length=128 '
+     'could hold; set it to 3 (MLPerf BERT packs 3) or less; 1 = unpacked'),
+    ({'data__max_instances_per_row': 26}, 'config.data.max_instances_per_row=26: exceeds the 25'),
+    ({'data__max_instances_per_row': 43, 'model__nsp': False}, 'config.data.max_instances_per_row'
+     '=43: exceeds the 42 instances of 3 tokens ([CLS] A [SEP]) a row'),
 ]
 
 

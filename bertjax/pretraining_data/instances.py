@@ -101,6 +101,14 @@ class Settings:
     if self.max_instances_per_row < 1:
       raise ValueError(f'max_instances_per_row={self.max_instances_per_row}: need >= 1 (1 = '
                        'unpacked)')
+    # An instance's fewest tokens, as above (training's bound too: config_check). More packs no
+    # more, in larger rows: pack=9999 wrote 6 GB at 128 tokens.
+    least, what = (5, '[CLS] A [SEP] B [SEP]') if self.nsp else (3, '[CLS] A [SEP]')
+    if self.max_instances_per_row > (most := max(self.max_seq_length // least, 1)):
+      raise ValueError(f'max_instances_per_row={self.max_instances_per_row} exceeds the {most} '
+                       f'instances of {least} tokens ({what}) a row of '
+                       f'max_seq_length={self.max_seq_length} could hold: pass {min(most, 3)} '
+                       '(MLPerf BERT packs 3) or less')
     for name, low in (('dupe_factor', 1), ('pool_documents', 2), ('pool_tokens', 1)):
       if getattr(self, name) < low:
         raise ValueError(f'{name}={getattr(self, name)}: need >= {low}')
