@@ -298,10 +298,7 @@ def _check_utf8(skips, from_tfds: bool = False):
   for path, (lines, invalid) in skips.file_lines.items():
     line = next((p for p in skips.examples.get('invalid_utf8', []) if p.startswith(f'{path}:')),
                 path)
-    try:
-      corpus_lines.check_utf8(path, lines, invalid, line, fix)
-    except ValueError as e:
-      raise ValueError(f'{e}. No shard was written.') from None
+    corpus_lines.check_utf8(path, lines, invalid, line, f'{fix}. No shard was written.')
 
 
 def default_num_workers() -> int:
