@@ -11,6 +11,7 @@ vocab's size, a checkpoint's position table) stay in training/train_state.check_
 
 import numbers
 
+from bertjax import config_check_jobs
 from bertjax import config_checker
 from bertjax import console
 from bertjax import format_names
@@ -33,6 +34,7 @@ MIN_SEQ_LENGTH = 3
 ATTENTION_IMPLS = ('auto', 'xla', 'dot_product_attention', 'cudnn', 'splash')
 ACTIVATIONS = ('gelu', 'gelu_rational', 'gelu_tanh', 'relu')
 REMAT_POLICIES = ('none', 'full', 'dots')
+MESH_AXES = ('data', 'fsdp', 'tensor')  # training/sharding's (config_check_test: equal).
 
 _MISSING = config_checker.MISSING
 _Checker = config_checker.Checker
@@ -92,6 +94,7 @@ def _check_embed(c: _Checker):
                'or 0 for the model\'s own length', why='needs room for [CLS], a token and [SEP]')
   c.positive('batch_size', fix='set --config.batch_size to the sentences per forward pass, '
              'e.g. 32')
+  config_check_jobs.check_embed(c)
 
 
 def _check_model(c: _Checker):
@@ -221,7 +224,7 @@ def _check_optimizer(c: _Checker, job):
 
 def _check_mesh_and_checkpoint(c: _Checker):
   # Any one axis may be -1: the devices the others leave (sharding.mesh_shape).
-  sizes = {name: c.number(f'mesh.{name}', integer=True) for name in ('data', 'fsdp', 'tensor')}
+  sizes = {name: c.number(f'mesh.{name}', integer=True) for name in MESH_AXES}
   for name, size in sizes.items():
     if size is not _MISSING and size != -1 and size < 1:
       taken = any(v == -1 for v in sizes.values())  # Another axis has the rest: no second -1.
@@ -238,6 +241,13 @@ def _check_mesh_and_checkpoint(c: _Checker):
   if rules is not _MISSING:  # Parsed in full (sharding.parse_rules) once jax is imported.
     batch = [value for name, _, value in (e.strip().partition('=') for e in str(rules).split(','))
              if name.strip() == 'batch']
+    for entry in (e.strip() for e in str(rules).split(',') if e.strip()):
+      name, sep, value = entry.partition('=')
+      if not sep or not name.strip() or any(
+          a.strip() not in MESH_AXES for a in value.split('+') if a.strip()):
+        c.fail('mesh.rules', rules, f'has an entry {entry!r} that is not logical_name=mesh_axis'
+               f'[+mesh_axis] over the mesh axes {", ".join(MESH_AXES)} (empty = replicated)',
+               'e.g. batch=data+fsdp,vocab=tensor')
     if not batch or not batch[-1].strip():
       c.fail('mesh.rules', rules, 'maps the logical axis batch to no mesh axis, so every device '
              'would compute every example', 'keep batch=data+fsdp in it (as the default does; '
@@ -351,6 +361,7 @@ def _check_data(c: _Checker, job):
                  'string (--config=configs/pretrain.py:...,phase2_fraction=0.1), or drop '
                  f'--config.phase2.{name}')
     _check_masking_cap(c, 'data', seq, predictions)
+    config_check_jobs.check_pretrain(c, fraction)
     if fraction is not _MISSING and fraction > 0:
       seq2 = _check_sequence(c, 'phase2.max_seq_length', position_table=True)
       predictions2 = c.positive('phase2.max_predictions_per_seq',
@@ -361,6 +372,7 @@ def _check_data(c: _Checker, job):
                f'exceeds phase2.max_seq_length={seq2}', 'set it to the phase 2 files\' value')
       _check_masking_cap(c, 'phase2', seq2, predictions2)
   elif job == 'finetune':
+    config_check_jobs.check_finetune(c, seq)
     c.at_least('data.pad_to_multiple_of', 0, fix='set --config.data.pad_to_multiple_of to 0 '
                '(full rows) or e.g. 32')
     for name in ('packed_rows_multiple_of', 'doc_stride', 'max_query_length',

@@ -295,16 +295,9 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
       raise ValueError(f'{config.input_file} holds no sentences (one per line expected).')
     sentences = text_files.check_no_blank_lines(sentences, config.input_file)
     where = [f'{config.input_file}:{n}' for n in range(1, len(sentences) + 1)]
-  else:
+  else:  # Texts, one at least: config_check_jobs.check_embed.
     sentences = list(config.sentences)
     where = [f'config.sentences[{i}]' for i in range(len(sentences))]
-    for sentence, name in zip(sentences, where, strict=True):
-      if not isinstance(sentence, str):  # --config.sentences="(1, 2)" parses as numbers.
-        raise ValueError(f'{name} is {sentence!r}, not text: quote each sentence, e.g. '
-                         '--config.sentences="(\'The first.\', \'The second.\')".')
-  if not sentences:
-    raise ValueError('config.sentences is empty and no config.input_file is set: nothing to '
-                     'embed.')
   vocab = paths.absolute(config.get('vocab_file', ''))
   if vocab and not files.isfile(vocab):  # Named as the job's user sets it.
     files.require_file(vocab, f'config.vocab_file={vocab} ' + (

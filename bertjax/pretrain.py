@@ -17,6 +17,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import job_config
 from bertjax import paths
+from bertjax import phase_plan
 from bertjax import pretrain_eval
 from bertjax import pretrain_objective
 from bertjax.input import global_batch
@@ -32,7 +33,6 @@ from bertjax.training import hosts
 from bertjax.training import loop
 from bertjax.training import perf
 from bertjax.training import progress
-from bertjax.training import ranking
 from bertjax.training import resume_checks
 from bertjax.training import sharding
 from bertjax.training import train_state
@@ -74,24 +74,12 @@ def phases(config, workdir, finished: int = 0) -> list[Phase]:
   corpus's files (data.train_files empty) are made on first use at each phase's lengths. A phase
   the run `finished` (the step it resumes from) is never read again: no files (None), its own
   no longer needed (phase 1's 128-token set moved away to free a bucket)."""
+  # config_check_jobs.check_pretrain refused phases without a step or files (the job's start).
   data, second, total = config.data, config.phase2, config.num_train_steps
-  if not data.train_files and (data.eval_files or data.vocab_file or second.train_files
-                               or second.eval_files):
-    raise ValueError('data.eval_files / data.vocab_file / phase2.train_files / phase2.eval_files '
-                     'are set but data.train_files is empty (= the embedded corpus, which brings '
-                     'its own): set train_files too.')
-  first_steps = ranking.phase2_start(total, second.fraction) if second.fraction else total
-  if second.fraction and not 0 < first_steps < total:
-    raise ValueError(f'phase2.fraction={second.fraction} of num_train_steps={total} leaves '
-                     f'{first_steps} steps in phase 1: both phases need at least one step.')
+  first_steps = phase_plan.phase2_start(total, second.fraction) if second.fraction else total
   plan = [(0, first_steps, data.max_seq_length, data.max_predictions_per_seq,
            data.train_files, data.eval_files)]
   if first_steps < total:
-    if data.train_files and not second.train_files:
-      raise ValueError('phase2.fraction > 0 with data.train_files set: set phase2.train_files '
-                       f'to files made at max_seq_length={second.max_seq_length} and '
-                       f'max_predictions_per_seq={second.max_predictions_per_seq} (and '
-                       'phase2.eval_files), or leave both empty for the embedded corpus.')
     plan.append((first_steps, total, second.max_seq_length, second.max_predictions_per_seq,
                  second.train_files, second.eval_files))
   result = []
@@ -260,8 +248,6 @@ def _pretrain(config, workdir) -> dict:
   start = time.perf_counter()
   job_config.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
   config = paths.own_copy(config)
-  ranking.check_best_metric(config.checkpoint.best_metric or BEST_METRIC, eval_metric_names(config),
-                            config.checkpoint.best_mode)
   workdir = paths.absolute_workdir(workdir)
   paths.absolute_config(config)
   init_from.check_apart(config, workdir)
@@ -340,7 +326,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   mesh = sharding.make_mesh(config.mesh)
   with hosts.fail_together():  # A path one host cannot read stops every host at once.
     finished = _resumed_at(workdir)  # Phases done by then are not read again.
-    take_data_vocab(config, phase2=0 < (ranking.phase2_start(
+    take_data_vocab(config, phase2=0 < (phase_plan.phase2_start(
         config.num_train_steps, config.phase2.fraction) or 0) <= finished)
     vocab = vocab_file(config)
     path = init_from.configured(config, loads_weights=not finished)

@@ -7,17 +7,17 @@ times the step (bench/train_bench.py) needs only this, so a machine without Tens
 
 import jax.numpy as jnp
 
+from bertjax import phase_plan
 from bertjax.model import heads
 from bertjax.training import losses
 from bertjax.training import train_state
 
-BEST_METRIC = 'mlm_accuracy'  # Eval metric that ranks checkpoints (keep_best, --step=best).
+BEST_METRIC = phase_plan.BEST_METRIC
 
 
 def eval_metric_names(config) -> tuple:
   """The eval metrics a run of `config` reports, in the order a user would rank by."""
-  return ('mlm_accuracy', 'mlm_loss') + (('nsp_accuracy', 'nsp_loss') if config.model.nsp
-                                         else ())
+  return phase_plan.eval_metric_names(config.model.nsp)
 
 
 def loss(model, params, batch, rng, normalizers, *, deterministic):

@@ -1,11 +1,15 @@
 """Every config value checked before anything runs (bertjax/config_check.py), in
 process: one ValueError line naming the field and the fix."""
 
+import types
+
 import config_fields
 import pytest
 
 from bertjax import config_args
 from bertjax import config_check
+from bertjax import config_check_jobs
+from bertjax.finetune.tasks import user_tasks
 from configs import embed as embed_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
@@ -125,6 +129,17 @@ PRETRAIN = [
     ({'data__max_instances_per_row': 26}, 'config.data.max_instances_per_row=26: exceeds the 25'),
     ({'data__max_instances_per_row': 43, 'model__nsp': False}, 'config.data.max_instances_per_row'
      '=43: exceeds the 42 instances of 3 tokens ([CLS] A [SEP]) a row'),
+    # Hostile pass H4: parse_rules refused it once JAX had started (exit 1).
+    ({'mesh__rules': 'batch=data+fsdp,vocab=tensr'}, "config.mesh.rules='batch=data+fsdp,vocab="
+     "tensr': has an entry 'vocab=tensr' that is not logical_name=mesh_axis[+mesh_axis] over "
+     'the mesh axes data, fsdp, tensor (empty = replicated); e.g. batch=data+fsdp,vocab=tensor'),
+    ({'mesh__rules': 'batch=data,vocab'}, "config.mesh.rules='batch=data,vocab': has an entry "
+     "'vocab' that is not"),
+    ({'checkpoint__best_metric': 'mlm_acc'}, "config.checkpoint.best_metric='mlm_acc': is not an "
+     "eval metric of pre-training; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss ('' = "
+     'mlm_accuracy)'),
+    ({'checkpoint__best_metric': 'nsp_loss', 'model__nsp': False}, "config.checkpoint.best_metric"
+     "='nsp_loss': is not an eval metric of pre-training; valid: mlm_accuracy, mlm_loss ("),
 ]
 
 
@@ -189,6 +204,13 @@ FINETUNE = [
      "'transformers' is not an export format (did you mean hf?)"),
     ({'export_format': 'saved_model,torchscript'}, "config.export_format='saved_model,torchscript'"
      ": 'torchscript' is not an export format; valid: hf,"),
+    # Hostile pass H2: MRPC at 3 tokens trained on [CLS] [SEP] [SEP] alone, exit 0.
+    ({'data__max_seq_length': 4}, 'config.data.max_seq_length=4: leaves no token of a pair: task '
+     'mrpc reads text pairs, and a row needs [CLS] A [SEP] B [SEP] (it trained on [CLS] [SEP] '
+     '[SEP] alone); set --config.data.max_seq_length to 5 or more'),
+    # Hostile pass H4: each refused once the job had started (exit 1).
+    ({'data__tag_scheme': 'iob3'}, "config.data.tag_scheme='iob3': is unknown; valid: auto, "
+     'plain, iob1, iob2, iob, bio, iobes, ioes, bioes, bilou'),
 ]
 
 
@@ -262,6 +284,74 @@ def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields(
   assert config_check.export_formats(' hf, saved_model,,') == ['hf', 'saved_model']
   with pytest.raises(ValueError, match=r'^config.batch_size=0: must be > 0'):
     config_check.check(configured(embed_config.get_config(), batch_size=0))
+
+
+@pytest.mark.parametrize('arg, fields, message', [
+    ('task=sst2', {'data__max_seq_length': 3}, None),  # One text: [CLS] A [SEP].
+    ('task=classification', {'data__max_seq_length': 4}, None),
+    ('task=classification', {'data__max_seq_length': 4, 'data__text_fields': 'a,b'},
+     'config.data.max_seq_length=4: leaves no token of a pair: task classification'),
+    ('task=squad_v1', {'data__max_seq_length': 4}, 'config.data.max_seq_length=4: leaves no'),
+    ('task=classification', {'data__text_fields': ''}, "config.data.text_fields='': names 0 "
+     'fields; name one field (single texts) or two, comma-separated (sentence pairs)'),
+    ('task=classification', {'data__text_fields': 'a, b,c'}, "config.data.text_fields='a, b,c': "
+     'names 3 fields'),
+    ('task=classification', {'data__format': 'xlsx'}, "config.data.format='xlsx': is not a "
+     "format task classification reads; valid: csv, tsv, jsonl, or '' (the file's extension)"),
+    ('task=tagging', {'data__format': 'csv'}, "config.data.format='csv': is not a format task "
+     'tagging reads; valid: conll, jsonl, tsv'),
+    ('task=tagging', {'data__format': 'conll'}, None),
+    ('task=squad_v1', {'data__max_instances_per_row': 2}, 'config.data.max_instances_per_row=2: '
+     'packs examples, which a span task (squad_v1) cannot (classification, regression and '
+     'tagging can); set it to 1'),
+    ('task=swag', {'data__max_instances_per_row': 3}, 'config.data.max_instances_per_row=3: '
+     'packs examples, which a multiple_choice task (swag) cannot'),
+    ('task=conll2003', {'data__max_instances_per_row': 3}, None),
+])
+def test_a_tasks_own_fields_are_checked_with_the_config(arg, fields, message):
+  """Hostile passes H2 and H4: each was refused once the job had started JAX or read its data
+  (exit 1, a slice booked for it), or trained on nothing (a pair at 3 tokens)."""
+  config = configured(finetune_config.get_config(arg), **fields)
+  if message is None:
+    config_check.check(config)
+    return
+  with pytest.raises(ValueError) as e:
+    config_check.check(config)
+  assert str(e.value).startswith(message), str(e.value)
+
+
+@pytest.mark.parametrize('sentences, message', [
+    ((), 'config.sentences=(): holds no sentence, and no config.input_file is set; quote each '
+     'sentence, e.g. --config.sentences="(\'The first.\', \'The second.\')", or set '
+     '--config.input_file=FILE'),
+    (None, 'config.sentences=None: holds no sentence'),
+    (('One.', 2), 'config.sentences[1]=2: is not text; quote each sentence'),
+])
+def test_embeds_sentences_are_checked_with_the_config(sentences, message):
+  config = embed_config.get_config()
+  with config.ignore_type():
+    config.sentences = sentences
+  with pytest.raises(ValueError) as e:
+    config_check.check(config)
+  assert str(e.value).startswith(message), str(e.value)
+  config.input_file = 'in.txt'  # Read instead: the sentences are not.
+  config_check.check(config)
+
+
+def test_the_task_choices_named_without_jax_are_the_tasks():
+  from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
+  from bertjax.finetune.tasks import user_formats  # pylint: disable=g-import-not-at-top
+  from bertjax.training import kinds  # pylint: disable=g-import-not-at-top
+  from bertjax.training import sharding  # pylint: disable=g-import-not-at-top
+  assert set(config_check_jobs.UNPACKABLE) <= set(registry.NAMES)
+  assert set(config_check_jobs.UNPACKABLE.values()) == {
+      name for name, kind in kinds.KINDS.items() if kind.task and not kind.packable}
+  assert config_check_jobs.TEXT_FORMATS == user_formats.FORMATS
+  assert config_check.MESH_AXES == sharding.MESH_AXES
+  for scheme in config_check_jobs.TAG_SCHEMES:  # Each one user_tasks reads.
+    user_tasks.tag_scheme(types.SimpleNamespace(tag_scheme=scheme), ['O', 'B-X'])
+  with pytest.raises(ValueError, match='is unknown'):
+    user_tasks.tag_scheme(types.SimpleNamespace(tag_scheme='iob3'), ['O', 'B-X'])
 
 
 def test_a_value_of_the_wrong_type_is_named():

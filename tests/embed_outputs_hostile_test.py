@@ -149,7 +149,7 @@ def test_a_dash_workdir_names_no_folder_and_a_refused_run_leaves_no_folder(minil
                        r'folder, or leave --workdir out to print the similarities only.$'):
       embed.run(_config(minilm_dir), workdir)
   (tmp_path / 'kept').mkdir()  # Empty, the user's: kept; the folders this run made are not.
-  with pytest.raises(ValueError, match='config.sentences is empty'):
+  with pytest.raises(ValueError, match='config.sentences=\\(\\): holds no sentence'):
     embed.run(_config(minilm_dir, ()), tmp_path / 'kept' / 'a' / 'b')
   assert loads == [] and sorted(os.listdir(tmp_path)) == ['kept']
   assert os.listdir(tmp_path / 'kept') == []

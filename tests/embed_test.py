@@ -64,7 +64,8 @@ def test_without_a_workdir_the_summary_says_nothing_was_written(minilm_dir, caps
   assert last.endswith('embeddings not written (no --workdir)')
   with config.unlocked():
     config.sentences = []
-  with pytest.raises(ValueError, match='config.sentences is empty'):
+  with pytest.raises(ValueError, match=r'^config.sentences=\(\): holds no sentence, and no '
+                     'config.input_file is set'):
     embed.run(config, None)
   with config.unlocked():  # Past MiniLM's position table: named as the job's setting, before
     config.sentences, config.max_seq_length = ('A text.',), 600  # the import's line says it.
@@ -74,7 +75,7 @@ def test_without_a_workdir_the_summary_says_nothing_was_written(minilm_dir, caps
   with config.unlocked():  # What --config.sentences="(1, 2)" parses to.
     config.max_seq_length = 16
     config.sentences = ('A text.', 2)
-  with pytest.raises(ValueError, match=r"config.sentences\[1\] is 2, not text: quote each"):
+  with pytest.raises(ValueError, match=r'^config.sentences\[1\]=2: is not text; quote each'):
     embed.run(config, None)
 
 

@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 STAGES = (
     ('console', 'command_flags', 'files', 'object_store', 'paths', 'text_files', 'processes',
      'accelerators', 'malloc_tuning', 'records', 'compressed_text', 'remote_lock', 'output_lock',
-     'keywords', 'format_names', 'job_lines', 'metric_direction', 'log_file'),
+     'keywords', 'format_names', 'job_lines', 'metric_direction', 'phase_plan', 'log_file'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),
@@ -24,8 +24,8 @@ STAGES = (
     ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
     # config_check: the jobs' configs' values, at their start; job_config: their fields;
     # config_args: a job's command line, checked.
-    ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'config_checker', 'job_config',
-     'config_args'),
+    ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'config_check_jobs',
+     'config_checker', 'job_config', 'config_args'),
     # inference: the one inference path that predict, embed and extract_features run.
     ('predict', 'predict_inputs', 'embed', 'embed_outputs', 'extract_features', 'export',
      'inference'),

@@ -17,6 +17,7 @@ import pretrain_runs
 import pytest
 
 from bertjax import config_check
+from bertjax import phase_plan
 from bertjax import pretrain
 from bertjax import pretrain_eval
 from bertjax.input import input_pipeline
@@ -268,13 +269,25 @@ def test_phase2_fraction_outside_0_1_is_refused(fraction):
 
 
 def test_phase2_needs_its_own_files_when_data_files_are_given(tmp_path):
+  """Refused with the config (exit 78, before JAX starts); pretrain.phases raised them once the
+  job had started (exit 1: hostile pass H4)."""
   cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
   cfg.data.train_files = str(tmp_path / 'train-*')
-  with pytest.raises(ValueError, match='set phase2.train_files'):
-    pretrain.phases(cfg, str(tmp_path))
-  cfg = pretrain_config.get_config('size=tiny,steps=5,phase2_fraction=0.01')
-  with pytest.raises(ValueError, match='leaves 5 steps in phase 1'):
-    pretrain.phases(cfg, str(tmp_path))
+  with pytest.raises(ValueError, match=r"^config.phase2.train_files='': is empty, and "
+                     r'phase2.fraction=0.1 runs a phase 2 beside your own data.train_files; set '
+                     r'it to files made at max_seq_length=512 and max_predictions_per_seq=80'):
+    config_check.check(cfg)
+  for steps, fraction, first, least in ((5, 0.01, 5, 51), (10, 0.96, 0, 13), (1, 0.5, 0, 2)):
+    cfg = pretrain_config.get_config(f'size=tiny,steps={steps},phase2_fraction={fraction}')
+    with pytest.raises(ValueError, match=rf'^config.phase2.fraction={fraction}: of '
+                       rf'num_train_steps={steps} leaves {first} steps in phase 1 and '
+                       rf'{steps - first} in phase 2, and each phase needs one at least; set '
+                       rf'--config.num_train_steps to {least} or more'):
+      config_check.check(cfg)
+    cfg.num_train_steps = least  # The fewest that both phases run a step of.
+    config_check.check(cfg)
+    assert 0 < phase_plan.phase2_start(least, fraction) < least
+    assert not 0 < phase_plan.phase2_start(least - 1, fraction) < least - 1
 
 
 def test_a_phase_past_the_position_table_is_refused_before_reading_its_files():
@@ -286,19 +299,17 @@ def test_a_phase_past_the_position_table_is_refused_before_reading_its_files():
     pretrain.check_data(cfg, phase, '', '')
 
 
-def test_data_fields_without_train_files_are_refused(tmp_path):
+@pytest.mark.parametrize('field', ['data.eval_files', 'data.vocab_file', 'phase2.train_files',
+                                   'phase2.eval_files'])
+def test_data_fields_without_train_files_are_refused(field):
+  # Pass Y: phase2.eval_files were ignored, the embedded corpus's eval files read instead.
   cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
-  cfg.phase2.train_files = str(tmp_path / 'train512-*')
-  with pytest.raises(ValueError, match='data.train_files is empty .* set train_files too'):
-    pretrain.phases(cfg, str(tmp_path))
-
-
-def test_phase2_eval_files_without_train_files_are_refused(tmp_path):
-  # Pass Y: they were ignored, the embedded corpus's eval files read instead, without a word.
-  cfg = pretrain_config.get_config('size=tiny,steps=10,phase2_fraction=0.1')
-  cfg.phase2.eval_files = str(tmp_path / 'eval512-*')
-  with pytest.raises(ValueError, match='phase2.eval_files are set but data.train_files is empty'):
-    pretrain.phases(cfg, str(tmp_path))
+  section, name = field.split('.')
+  cfg[section][name] = '/d/files-*'
+  with pytest.raises(ValueError, match=rf"^config.{field}='/d/files-\*': is set but "
+                     r'data.train_files is empty \(the embedded corpus, which brings its own '
+                     r'eval split and vocab\); set --config.data.train_files to your TFRecords'):
+    config_check.check(cfg)
 
 
 def test_a_phase_without_eval_files_shows_no_eval(monkeypatch):

@@ -10,6 +10,7 @@ eval_history.json, the standing its checkpoint keeps) and asks whether to stop e
 from absl import logging
 
 from bertjax import metric_direction
+from bertjax import phase_plan
 from bertjax.training import run_files
 
 
@@ -19,13 +20,6 @@ def rank(value, step: int, mode: str) -> tuple:
   if value is None or value != value:  # NaN ranks last (it compares neither way: as the best,
     return (float('-inf'), -step)       # it would have the best checkpoint deleted).
   return (value if mode == 'max' else -value, -step)
-
-
-def phase2_start(num_train_steps: int, fraction: float) -> int | None:
-  """The step pre-training's second phase starts at (phase2.fraction of num_train_steps, the
-  last ones); None for one phase. The one rule of the boundary: pretrain.phases, resume_checks
-  and the best checkpoint's ranking read it here."""
-  return round(num_train_steps * (1 - fraction)) if fraction else None
 
 
 def phase_start(config, step: int) -> int:
@@ -38,8 +32,8 @@ def phase_start(config, step: int) -> int:
   above an earlier's. So the best is the best eval of the last phase that evaluated: phase 1's
   until phase 2 has an eval, then phase 2's (the final model's phase), whatever phase 1 scored.
   """
-  boundary = phase2_start(config.get('num_train_steps', 0),
-                          (config.get('phase2') or {}).get('fraction') or 0) or 0
+  boundary = phase_plan.phase2_start(config.get('num_train_steps', 0),
+                                     (config.get('phase2') or {}).get('fraction') or 0) or 0
   return boundary if 0 < boundary < step else 0
 
 

@@ -15,9 +15,9 @@ import jax
 import ml_collections
 
 from bertjax import files
+from bertjax import phase_plan
 from bertjax.training import checkpoint_reader
 from bertjax.training import optimizer as optimizer_lib
-from bertjax.training import ranking
 
 
 def check(config, workdir, step: int, examples_consumed: int, schedule):
@@ -79,7 +79,7 @@ def _last_config(workdir, step: int) -> dict | None:
 
 def _phase2_start(flat: dict) -> int | None:
   """The step pre-training's second phase starts at (pretrain.phases' rule); None: one phase."""
-  return ranking.phase2_start(flat.get('num_train_steps', 0), flat.get('phase2.fraction') or 0)
+  return phase_plan.phase2_start(flat.get('num_train_steps', 0), flat.get('phase2.fraction') or 0)
 
 
 def _check_phases(config, last: dict, workdir, step: int, examples_consumed: int):

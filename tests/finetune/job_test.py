@@ -621,7 +621,9 @@ def test_packing_a_span_task_is_refused(allennlp_wheel, minilm_dir, tmp_path):
   data_dir, _ = _squad_dir(allennlp_wheel, tmp_path)
   config = _minilm_tiny('squad_v1', data_dir, minilm_dir, 64)
   config.data.max_instances_per_row = 2
-  with pytest.raises(ValueError, match='span task cannot be packed.*tagging.*set it to 1'):
+  with pytest.raises(ValueError, match=r'^config.data.max_instances_per_row=2: packs examples, '
+                     r'which a span task \(squad_v1\) cannot \(classification, regression and '
+                     r'tagging can\); set it to 1'):
     finetune.train_and_evaluate(config, str(tmp_path / 'run'))
 
 

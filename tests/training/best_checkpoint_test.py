@@ -225,8 +225,8 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
   # Pre-training knows its metrics before it reads any data.
   config = pretrain_config.get_config('size=tiny,steps=2')
   config.checkpoint.best_metric = 'mlm_acc'
-  with pytest.raises(ValueError, match=r"best_metric='mlm_acc' is not an eval metric of this "
-                     'job; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss'):
+  with pytest.raises(ValueError, match=r"best_metric='mlm_acc': is not an eval metric of "
+                     'pre-training; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss'):
     pretrain.train_and_evaluate(config, str(tmp_path / 'pretrain'))
   # A task's metrics are known from its name too: the run is refused before it starts.
   workdir = tmp_path / 'typo'

@@ -1,0 +1,114 @@
+"""config_check's rules for what one job reads beyond the fields every job shares: pre-training's
+phases and files, fine-tuning's task (its pairs, its packing, its own files' fields), embed's
+sentences, and the best checkpoint's metric.
+
+Each was found once the job had started JAX or read its data (exit 1, and a launcher had booked
+a slice for it); here it is refused with the config, exit 78. Pure Python, as config_check:
+GLUE's module (JAX) is imported only for a GLUE task's names.
+"""
+
+from bertjax import config_checker
+from bertjax import phase_plan
+
+_MISSING = config_checker.MISSING
+_Checker = config_checker.Checker
+
+# A text pair's fewest tokens: [CLS] A [SEP] B [SEP] (one text: [CLS] A [SEP]).
+MIN_PAIR_LENGTH = 5
+# Tasks whose examples do not pack (finetune/kinds: a span's logits are softmaxed over the whole
+# row; a multiple-choice example is several rows), with their kind; every other task packs.
+UNPACKABLE = {'squad_v1': 'span', 'squad_v2': 'span', 'span': 'span',
+              'multiple_choice': 'multiple_choice', 'swag': 'multiple_choice'}
+# config.data.format's values per task reading the user's files ('' = the extension's).
+FORMATS = {'tagging': ('conll', 'jsonl', 'tsv'), 'span': ('jsonl',)}
+TEXT_FORMATS = ('csv', 'tsv', 'jsonl')  # user_formats.FORMATS.
+# config.data.tag_scheme's values (user_tasks.tag_scheme).
+TAG_SCHEMES = ('auto', 'plain', 'iob1', 'iob2', 'iob', 'bio', 'iobes', 'ioes', 'bioes', 'bilou')
+
+
+def check_pretrain(c: _Checker, fraction):
+  """Its files and phases (`fraction`: phase2.fraction, checked), and its best metric."""
+  own = c.get('data.train_files') not in (_MISSING, '', None)
+  for name in ('data.eval_files', 'data.vocab_file', 'phase2.train_files', 'phase2.eval_files'):
+    if not own and c.get(name) not in (_MISSING, '', None):
+      c.fail(name, c.get(name), 'is set but data.train_files is empty (the embedded corpus, '
+             'which brings its own eval split and vocab)', 'set --config.data.train_files to '
+             'your TFRecords too, or drop it')
+  total = c.get('num_train_steps')
+  if isinstance(fraction, float | int) and fraction > 0 and isinstance(total, int):
+    first = phase_plan.phase2_start(total, fraction)
+    if not 0 < first < total:
+      least = next(n for n in range(2, 10**6) if 0 < phase_plan.phase2_start(n, fraction) < n)
+      c.fail('phase2.fraction', fraction, f'of num_train_steps={total} leaves {first} steps in '
+             f'phase 1 and {total - first} in phase 2, and each phase needs one at least',
+             f'set --config.num_train_steps to {least} or more, or phase2_fraction=0 (one phase) '
+             'in the argument string')
+    if own and c.get('phase2.train_files') in ('', None):
+      c.fail('phase2.train_files', c.get('phase2.train_files'), f'is empty, and '
+             f'phase2.fraction={fraction} runs a phase 2 beside your own data.train_files',
+             f'set it to files made at max_seq_length={c.get("phase2.max_seq_length")} and '
+             f'max_predictions_per_seq={c.get("phase2.max_predictions_per_seq")} (and '
+             'phase2.eval_files), or leave data.train_files empty for the embedded corpus')
+  metric = c.get('checkpoint.best_metric')
+  if isinstance(metric, str) and metric:
+    valid = phase_plan.eval_metric_names(c.get('model.nsp') is not False)
+    if metric not in valid:
+      c.fail('checkpoint.best_metric', metric, 'is not an eval metric of pre-training',
+             f"valid: {', '.join(valid)} ('' = {phase_plan.BEST_METRIC})")
+
+
+def is_pair_task(c: _Checker) -> bool:
+  """Whether the task's examples are text pairs (segment B read)."""
+  task = c.get('task')
+  if task in ('classification', 'regression'):
+    fields = c.get('data.text_fields')
+    return isinstance(fields, str) and len([f for f in fields.split(',') if f.strip()]) == 2
+  if task in UNPACKABLE:  # Question and context; a context and each ending.
+    return True
+  if task in ('tagging', 'conll2003', 'bbc', 'wordnet') or not isinstance(task, str):
+    return False
+  from bertjax.finetune.tasks import glue  # pylint: disable=g-import-not-at-top
+  return task in glue.TASKS and glue.TASKS[task].is_pair
+
+
+def check_finetune(c: _Checker, seq):
+  """The task's pairs against `seq` (data.max_seq_length, checked), its packing, and the fields
+  of the user's own files it reads."""
+  task = c.get('task')
+  if isinstance(seq, int) and seq < MIN_PAIR_LENGTH and is_pair_task(c):
+    c.fail('data.max_seq_length', seq, f'leaves no token of a pair: task {task} reads text '
+           'pairs, and a row needs [CLS] A [SEP] B [SEP] (it trained on [CLS] [SEP] [SEP] alone)',
+           f'set --config.data.max_seq_length to {MIN_PAIR_LENGTH} or more, e.g. 128')
+  rows = c.get('data.max_instances_per_row')
+  if task in UNPACKABLE and isinstance(rows, int) and rows > 1:
+    c.fail('data.max_instances_per_row', rows, f'packs examples, which a {UNPACKABLE[task]} '
+           f'task ({task}) cannot (classification, regression and tagging can)', 'set it to 1')
+  fields = c.get('data.text_fields')
+  if task in ('classification', 'regression') and isinstance(fields, str):
+    named = [f.strip() for f in fields.split(',') if f.strip()]
+    if len(named) not in (1, 2):
+      c.fail('data.text_fields', fields, f'names {len(named)} fields', 'name one field (single '
+             'texts) or two, comma-separated (sentence pairs), e.g. --config.data.text_fields='
+             'sentence1,sentence2')
+  fmt = c.get('data.format')
+  allowed = FORMATS.get(task, TEXT_FORMATS)
+  if isinstance(fmt, str) and fmt and fmt not in allowed:
+    c.fail('data.format', fmt, f'is not a format task {task} reads', f"valid: "
+           f"{', '.join(allowed)}, or '' (the file's extension)")
+  scheme = c.get('data.tag_scheme')
+  if isinstance(scheme, str) and scheme.lower() not in TAG_SCHEMES:
+    c.fail('data.tag_scheme', scheme, 'is unknown', f'valid: {", ".join(TAG_SCHEMES)}')
+
+
+def check_embed(c: _Checker):
+  """Its sentences, when no input_file is read: a tuple of texts, at least one."""
+  if c.get('input_file') not in ('', None, _MISSING):
+    return
+  sentences = c.get('sentences')
+  quoted = 'quote each sentence, e.g. --config.sentences="(\'The first.\', \'The second.\')"'
+  if not isinstance(sentences, (tuple, list)) or not sentences:
+    c.fail('sentences', sentences, 'holds no sentence, and no config.input_file is set',
+           f'{quoted}, or set --config.input_file=FILE (one per line)')
+  for i, sentence in enumerate(sentences):
+    if not isinstance(sentence, str):  # --config.sentences="(1, 2)" parses as numbers.
+      c.fail(f'sentences[{i}]', sentence, 'is not text', quoted)
