@@ -33,9 +33,17 @@ def unknown_field(config, args) -> str | None:
   `config` lacks, else None."""
   import difflib  # pylint: disable=g-import-not-at-top
   names = job_config.field_paths(config, sections=True)
-  for arg in args:
-    if arg == '--':  # absl: what follows is an argument, not a flag.
+  for i, arg in enumerate(args):
+    if arg == '--':  # absl: what follows is an argument, not a flag (ml_collections reads a
+      # --config.X there all the same: 'AttributeError: "'X'"' for a field it lacks).
+      if later := next((a for a in args[i + 1:] if _config_flag(a)), None):
+        return (f"{later} comes after '--', which ends the flags: move it before the '--', or "
+                "drop the '--'.")
       break
+    name = arg.lstrip('-').partition('=')[0]
+    if (re.fullmatch(r'(no)?config\..*', name, re.S)
+        and not re.fullmatch(r'(no)?config(\.\w+)+', name)):  # absl: a bare SyntaxError.
+      return f'{arg} names no config field: write --config.FIELD=VALUE, e.g. --config.seed=5.'
     flag = _config_flag(arg)
     if flag is not None and flag[0]:
       field = flag[0]

@@ -66,6 +66,19 @@ def test_config_field_error_names_a_mistyped_field_of_main_s_argv():
   assert config_args.config_field_error(['bertjax.main', '--config=/nowhere.py', argv[2]]) is None
 
 
+def test_a_config_flag_after_the_double_dash_or_naming_no_field_is_said():
+  """Hostile pass H8: `-- --config.foo=1` said `AttributeError: "'foo'"` (ml_collections reads
+  a --config.X past '--', absl does not) and `--config.=1` a bare SyntaxError."""
+  argv = ['bertjax.main', f'--config={REPO}/configs/pretrain.py']
+  assert config_args.config_field_error([*argv, '--', '--config.foo=1']) == (
+      "--config.foo=1 comes after '--', which ends the flags: move it before the '--', or drop "
+      "the '--'.")
+  for word in ('--config.=1', '--config..seed=1', '--config.seed.=2', '-config.=1'):
+    assert config_args.config_field_error([*argv, word]) == (
+        f'{word} names no config field: write --config.FIELD=VALUE, e.g. --config.seed=5.')
+  assert config_args.config_field_error([*argv, '--config.seed=1', '--', 'x']) is None
+
+
 def test_a_config_argument_of_the_wrong_type_or_given_twice_is_refused_naming_it(monkeypatch):
   """configs/common.parse_arg: `file.py:k=v,...` values are cast to their defaults' types; a
   value that does not cast, a key given twice, or seq=0 is one line naming the argument, never
