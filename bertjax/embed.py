@@ -150,14 +150,16 @@ class Embedder:
   def from_pretrained(cls, path=None, *, pooling: str | None = None,
                       normalize: bool | None = None, max_seq_length: int | None = None,
                       dtype: str = 'float32', batch_size: int = 32, step=None,
-                      vocab_file: str = '', verbose: bool = False) -> 'Embedder':
+                      vocab_file: str = '', verbose: bool = False,
+                      vocab_named: str = 'vocab_file') -> 'Embedder':
     """The model at `path` (local or a URL; default: all-MiniLM-L6-v2): whatever the one loader
     reads (interop/sources.load: a transformers / sentence-transformers folder, a TF1
     checkpoint, a bertjax run at `step`: 'best', 'latest' (None) or a number; `vocab_file`
     where none lies beside it); pooling, normalize and max_seq_length default to what the model
     says (a plain transformers folder: its tokenizer's model_max_length, at most its positions,
     as SentenceTransformer reads one), and so does the prompt prepended (a sentence-transformers
-    model's default_prompt_name). Quiet; verbose=True shows what was imported."""
+    model's default_prompt_name). Quiet; verbose=True shows what was imported; vocab_named: how
+    a vocab_file the model was not trained with is named (the embed job: config.vocab_file)."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
     export_folder.check_exists(source, f'{source} does not exist: pass a transformers BERT '
                                'folder (config.json, model.safetensors, vocab.txt), a bertjax '
@@ -165,7 +167,7 @@ class Embedder:
     with console.library_lines_held(verbose, quiet=True):
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.
-      model = sources.load(source, step=step, vocab_file=vocab_file)
+      model = sources.load(source, step=step, vocab_file=vocab_file, vocab_named=vocab_named)
       tok = inference.tokenizer(model, f'{source} has no vocab beside it: embeddings need the '
                                        'vocab the model was trained with (vocab_file=; the '
                                        'job: --config.vocab_file).')
@@ -308,7 +310,7 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
     embedder = Embedder.from_pretrained(checkpoint, normalize=True, dtype=config.dtype,
                                         max_seq_length=config.max_seq_length,
                                         batch_size=config.batch_size, vocab_file=vocab,
-                                        verbose=True)
+                                        verbose=True, vocab_named='config.vocab_file')
   except LengthError as e:  # Named as the job's user sets it.
     raise ValueError(f'config.{e}') from None
   for sentence, name in zip(sentences, where, strict=True):

@@ -262,3 +262,13 @@ def test_a_vocab_file_that_is_not_there_is_named_as_the_job_sets_it(tmp_path, mi
                        "to read the model's own vocab.$"):
       embed.run(config, tmp_path / 'out')
     assert not (tmp_path / 'out').exists()
+  # Hostile pass H10: a vocab the model was not trained with was named as another tool's flag.
+  other = tmp_path / 'other_vocab.txt'
+  other.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b']) + '\n')
+  config = embed_config.get_config(f'init_from={minilm_dir}')
+  config.vocab_file = str(other)
+  with pytest.raises(ValueError, match=rf'^config.vocab_file={other} is not the vocab '):
+    embed.run(config, tmp_path / 'out')
+  assert not (tmp_path / 'out').exists()
+  with pytest.raises(ValueError, match=rf'^vocab_file={other} is not the vocab '):
+    embed.Embedder.from_pretrained(minilm_dir, vocab_file=other)

@@ -42,11 +42,12 @@ def format_of(path) -> str:
 
 
 def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=None,
-         bert_config_file: str = '') -> bundle_lib.Bundle:
+         bert_config_file: str = '', vocab_named: str = '--vocab_file') -> bundle_lib.Bundle:
   """The model at `path`: THE loader of a checkpoint for reading (export, extract_features,
   embed, predict). `step`: a bertjax run's checkpoint ('best', 'latest' or None, a number);
   vocab_file / do_lower_case override what the source says; bert_config_file: a TF1
-  checkpoint's config kept apart from it (the original extract_features' flags)."""
+  checkpoint's config kept apart from it (the original extract_features' flags); vocab_named:
+  how a vocab_file the model was not trained with is named (the caller's flag or field)."""
   if bert_config_file:
     export_folder.check_complete(path)  # format_of's check, which this TF1 reader skips.
     result = tf1_checkpoint.load(path, config_file=bert_config_file)
@@ -56,7 +57,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
   if vocab_file:
     # Only where the model keeps none beside it (a TF1 checkpoint may not) is it the vocab;
     # elsewhere it must be the model's own (another would map every id to another token).
-    init_from.check_same_vocab(path, str(vocab_file), '--vocab_file')
+    init_from.check_same_vocab(path, str(vocab_file), vocab_named)
     result.vocab_file = str(vocab_file)
   if do_lower_case is not None:
     result.do_lower_case = do_lower_case
