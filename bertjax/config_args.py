@@ -344,6 +344,19 @@ def load_config_file(spec: str):
     raise ConfigFileError(f'--config={spec} does not load: {_one_line(e)}') from None
 
 
+def _import_checkout_configs():
+  """Makes the checkout's configs/ importable (its folder on sys.path) for a copied config file
+  run from elsewhere: `from configs import common` is found from the checkout's root only (a
+  copy in /tmp failed with 'No module named configs'). Where this install has no checkout
+  beside it, the error says what to do."""
+  root = pathlib.Path(__file__).resolve().parents[1]  # local: the installed package's folder
+  if not (root / 'configs' / 'common.py').is_file():  # local: same
+    raise ModuleNotFoundError(
+        "it imports configs/ (from configs import common), which this install of bertjax does "
+        "not hold: run it from a bertjax checkout's root, with pip install -e there")
+  sys.path.append(str(root))
+
+
 def _load_config_file(path: str, arg: str):
   """get_config(arg) of a config file, as config_flags calls it (its own errors unwrapped)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
@@ -352,7 +365,13 @@ def _load_config_file(path: str, arg: str):
     raise ValueError(f'{path} is not a Python file: a config is a .py file whose '
                      'get_config(arg) returns a ConfigDict')
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  try:
+    module_spec.loader.exec_module(module)
+  except ModuleNotFoundError as e:
+    if e.name not in ('configs', 'configs.common'):
+      raise
+    _import_checkout_configs()
+    module_spec.loader.exec_module(module)  # Now from the checkout's configs/.
   if not callable(getattr(module, 'get_config', None)):
     raise AttributeError(f'{path} defines no get_config(arg) function')
   return module.get_config(arg) if arg else module.get_config()

@@ -366,3 +366,14 @@ def test_help_names_the_configs_and_how_to_set_a_field(tmp_path):
   for config in ('configs/pretrain.py:size=', 'configs/finetune.py:task=', 'configs/embed.py'):
     assert config in text, text
   assert '--config.FIELD=VALUE' in text
+
+
+def test_a_copied_config_file_loads_from_any_folder(tmp_path):
+  """Hostile pass H9: a copy of configs/pretrain.py run from outside the checkout said
+  `ModuleNotFoundError: No module named 'configs'` (its `from configs import common`)."""
+  (tmp_path / 'mine.py').write_text((REPO / 'configs' / 'pretrain.py').read_text())
+  done = run(tmp_path, '-m', 'bertjax.main', '--config=mine.py:size=tiny', '--workdir=w',
+             '--config.num_train_steps=-1')
+  assert done.returncode == 78, done.stderr  # Loaded, then checked: the field's own refusal.
+  assert done.stderr.startswith('error: config.num_train_steps=-1: must be >= 1'), done.stderr
+  assert sorted(os.listdir(tmp_path)) == ['mine.py']
