@@ -191,6 +191,21 @@ def config_field_error(argv) -> str | None:
 _TAKES = {bool: 'true or false', int: 'a whole number', float: 'a number'}
 
 
+def bad_tuple(error: str) -> str | None:
+  """The one line for ml_collections' error on a tuple field's value it cannot parse (its advice,
+  `--flag '"It\\'s sunny"'`, is no valid shell): the quoting that is, else None."""
+  match = re.match(r'flag --config\.([\w.]+)=(.*?): Error while parsing string: .* as tuple',
+                   error, re.S)
+  if not match:
+    return None
+  field, value = match[1], match[2]
+  example = re.sub(r'([\\"$`])', r'\\\1', repr(value))  # A Python text, in bash's "...".
+  also = (', or a file of them: --config.input_file=FILE (one per line)'
+          if field == 'sentences' else '')
+  return (f'--config.{field}={value} is not a tuple: config.{field} takes quoted texts, each '
+          f'quoted again for the shell, e.g. --config.{field}="({example},)" (bash){also}')
+
+
 def bad_value(error: str, argv) -> str | None:
   """The one line for absl's error on a --config.X=VALUE its field's type does not parse
   ('invalid literal for int() ...'): the field, the value and what it takes, else None."""
@@ -237,6 +252,8 @@ def parse_flags(argv):
                if n.startswith(f'{field}.')]
       print(f'FATAL Flags parsing error: config.{field} is a group of fields, not a value: set '
             f'one with --config.{field}.NAME=VALUE ({", ".join(names)})', file=sys.stderr)
+    elif (line := bad_tuple(str(e))) is not None:
+      print(f'FATAL Flags parsing error: {line}', file=sys.stderr)
     elif (line := bad_value(str(e), expanded)) is not None:
       print(f'FATAL Flags parsing error: {line}', file=sys.stderr)
     else:

@@ -377,3 +377,26 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
   assert done.returncode == 78, done.stderr  # Loaded, then checked: the field's own refusal.
   assert done.stderr.startswith('error: config.num_train_steps=-1: must be >= 1'), done.stderr
   assert sorted(os.listdir(tmp_path)) == ['mine.py']
+
+
+@pytest.mark.parametrize('text', ["It's sunny", 'Say "hi" to $HOME `now` \\n'])
+def test_a_sentence_that_is_no_tuple_is_told_the_quoting_bash_takes(tmp_path, text):
+  """Hostile pass H11: ml_collections' advice for --config.sentences=It's sunny was
+  `--flag '"It\\'s sunny"'`, which bash does not take. The line's own example, run by bash,
+  parses (as config_flags parses it for main) to that one sentence."""
+  done = run(tmp_path, '-m', 'bertjax.main', f'--config={REPO}/configs/embed.py',
+             f'--config.sentences={text}')
+  assert done.returncode == 78, done.stderr
+  said = done.stderr.strip()
+  assert said.startswith(f'FATAL Flags parsing error: --config.sentences={text} is not a tuple: '
+                         'config.sentences takes quoted texts'), said
+  assert said.endswith('(bash), or a file of them: --config.input_file=FILE (one per line)')
+  example = said.partition('e.g. ')[2].rpartition(' (bash)')[0]
+  check = ("import sys; from absl import flags; from ml_collections import config_flags; "
+           "c = config_flags.DEFINE_config_file('config'); flags.FLAGS(sys.argv); "
+           "print(repr(c.value.sentences))")
+  parsed = subprocess.run(['bash', '-c', f'"$0" -c "$1" --config="$2" {example}',
+                           sys.executable, check, f'{REPO}/configs/embed.py'],
+                          cwd=tmp_path, env=environ(), capture_output=True, text=True,
+                          check=False)
+  assert parsed.stdout.strip() == repr((text,)), parsed.stderr
