@@ -194,13 +194,18 @@ def could_hold(files, said: str) -> dict[str, int]:
   damaged file) can have come from, with their sizes: those larger than the offset (a file gone
   since is none of them: it cannot be read again)."""
   at = re.search(r' at (\d+)', said)
-  sizes = {}
-  for path in files:
+
+  def size_of(path):
     try:
-      sizes[path] = files_lib.size(path)
+      return files_lib.size(path)
     except FileNotFoundError:
-      continue
-  return {path: size for path, size in sizes.items() if not at or size > int(at.group(1))}
+      return None
+
+  # In parallel: on a bucket each size is a request, and a pattern may hold thousands of shards.
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(files)))) as pool:
+    sizes = dict(zip(files, pool.map(size_of, files), strict=True))
+  return {path: size for path, size in sizes.items()
+          if size is not None and (not at or size > int(at.group(1)))}
 
 
 def find_damaged(files) -> str | None:
