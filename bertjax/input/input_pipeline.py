@@ -340,19 +340,21 @@ def _damaged(files, said: str) -> str:
   fix = 'remake it with create_pretraining_data, or leave it out of the pattern'
   sizes = record_check.could_hold(file_set.resolved(files).files, said)
   suspects, size = list(sizes), sum(sizes.values())
+
+  def not_found(now: str) -> str:  # The read failed; no file fails now (`now`: a question).
+    return (f'the data ({files}) held a damaged TFRecord record ({said}), yet {now} Rerun, '
+            'and remake the data if it fails again')
+
   if not suspects:
-    return (f'the data ({files}) held a damaged TFRecord record ({said}), yet none of its files '
-            'is that large now: was one replaced or cut meanwhile? Rerun, and remake the data '
-            'if it fails again')
+    return not_found('none of its files is that large now: was one replaced or cut meanwhile?')
   if size <= record_check.FIND_DAMAGED_BYTES:
     logging.warning('the data (%s) holds a damaged TFRecord file (%s): reading its %d files '
                     'that could hold it (%.1f GiB) to name it', files, said, len(suspects),
                     size / (1 << 30))
     if damaged := record_check.find_damaged(suspects):
       return f'{damaged}, a TFRecord file of the data ({files}), is damaged ({said}): {fix}'
-    return (f'the data ({files}) held a damaged TFRecord record ({said}), yet each of its files '
-            'reads whole now: was one being written meanwhile, or is its storage failing? '
-            'Rerun, and remake the data if it fails again')
+    return not_found('each of its files reads whole now: was one being written meanwhile, or '
+                     'is its storage failing?')
   return (f'the data ({files}) holds a damaged TFRecord file ({said}; {len(suspects)} of its '
           f'files could hold it, {size / (1 << 30):.1f} GiB, too many to read again here to '
           'name it): remake the data with create_pretraining_data')
