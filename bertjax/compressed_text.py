@@ -50,3 +50,17 @@ def open_input(path):
         (r for _, suffix, r in _COMPRESSED if str(path).endswith(suffix)), None)
     # The reader closes first; it leaves the stored file to the stack.
     yield (stack.enter_context(reader(stored)) if reader else stored), stored
+
+
+def read_bytes(path) -> bytes:
+  """The whole text's bytes of a text input file (open_input's rule: decompressed when gzip,
+  bzip2 or xz), as predict, embed, extract_features and fine-tuning's files read one; a
+  compressed file cut short or damaged is one line saying so."""
+  with open_input(path) as (f, stored):
+    try:
+      return f.read()
+    except DAMAGED_COMPRESSED as e:
+      if f is stored:  # A plain file's read error (I/O, network) is said as it is.
+        raise
+      raise ValueError(f'{path} cannot be read whole ({e}): is it a whole compressed file? '
+                       'Fetch or compress it again') from None

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 
+from bertjax import compressed_text
 from bertjax import files
 
 # The first bytes of a file read to tell text from binary (NUL bytes) and UTF-16 from UTF-8.
@@ -159,4 +160,5 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
     with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
       return _utf8_lines(stream.read(), path)
   files.require_file(path, f'--{flag}={path} does not exist.')
-  return _utf8_lines(files.read_bytes(path), path)
+  # A .gz, .bz2 or .xz text decompressed, as the corpus tools read one.
+  return _utf8_lines(compressed_text.read_bytes(path), path)

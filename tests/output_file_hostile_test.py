@@ -6,8 +6,10 @@ temporary file; gzip input told to re-encode; a vocab learned with --nodo_lower_
 without capitals refused by every tool after it; lines skipped as too long left out of the
 error they caused."""
 
+import bz2
 import errno
 import gzip
+import lzma
 import os
 
 import pytest
@@ -91,11 +93,20 @@ def test_the_disk_errors_name_the_output_not_the_temporary_file(tmp_path):
 
 
 def test_compressed_or_binary_input_is_named_as_such(tmp_path):
-  packed = tmp_path / 'in.txt.gz'
-  packed.write_bytes(gzip.compress(b'hello\n'))
-  with pytest.raises(ValueError, match=rf'^{packed} is gzip-compressed, not text: decompress it '
-                     rf'first \(gunzip -k {packed}\).$'):
-    text_files.read_text_lines(str(packed))
+  # Compressed text is read as the corpus tools read it (predict, embed and extract_features
+  # called a .bz2 or .xz a binary file, and told a .gz to be gunzipped: session 47's review).
+  for name, compress in (('in.txt.gz', gzip.compress), ('in.bz2', bz2.compress),
+                         ('in.txt.xz', lzma.compress), ('in.txt', gzip.compress)):
+    packed = tmp_path / name
+    packed.write_bytes(compress('héllo\nworld\n'.encode()))
+    assert text_files.read_text_lines(str(packed)) == ['héllo', 'world']
+    packed.write_bytes(compress(b'hello\n' * 1000)[:40])  # Cut short.
+    with pytest.raises(ValueError, match=rf'^{packed} cannot be read whole \(.*\): is it a whole '
+                       'compressed file\? Fetch or compress it again$'):
+      text_files.read_text_lines(str(packed))
+  # Standard input, a stream: told, as it cannot be decompressed here.
+  assert 'is gzip-compressed, not text: decompress it first' in text_files.not_text(
+      '-', gzip.compress(b'hello\n'))
   binary = tmp_path / 'model.bin'
   binary.write_bytes(b'\x08\x00\x00\x00\xff\xfe\x00\x01' * 8)
   with pytest.raises(ValueError,

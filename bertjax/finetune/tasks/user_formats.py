@@ -11,6 +11,7 @@ import io
 import json
 import os
 
+from bertjax import compressed_text
 from bertjax import files
 from bertjax import text_files
 
@@ -35,7 +36,7 @@ def check_file(path) -> str:
 
 def file_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
-  data = files.read_bytes(path)
+  data = compressed_text.read_bytes(path)  # A .gz, .bz2 or .xz file decompressed.
   text_files.check_utf8_head(str(path), data)  # Binary, gzip or UTF-16 (which may decode).
   try:
     return data.decode('utf-8-sig')
@@ -45,8 +46,11 @@ def file_text(path) -> str:
 
 
 def _suffix(path) -> str:
-  """The extension of the file's name ('.csv'), '' for none."""
-  stem, suffix = os.path.splitext(files.name(path))
+  """The extension of the file's name ('.csv'; that of train.csv.gz too: read decompressed),
+  '' for none."""
+  name = files.name(path)
+  name = next((name[:-len(s)] for s in ('.gz', '.bz2', '.xz') if name.lower().endswith(s)), name)
+  stem, suffix = os.path.splitext(name)
   return suffix if stem and suffix != '.' else ''
 
 

@@ -1,6 +1,9 @@
 """The user's own task files: formats, label sets, and bad input named by file:line."""
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import pathlib
 import subprocess
@@ -43,6 +46,14 @@ def test_csv_tsv_and_jsonl_read_alike(tmp_path):
   assert [(e.text_a, e.label) for e in read[1]] == rows
   assert [(e.text_a, e.label) for e in read[2]] == rows
   assert read[0][0].guid == 'd.csv:2'
+  # Compressed, each is read decompressed, its format from the name under .gz/.bz2/.xz.
+  for ext, compress in (('csv.gz', gzip.compress), ('tsv.bz2', bz2.compress),
+                        ('jsonl.xz', lzma.compress)):
+    packed = tmp_path / f'd.{ext}'
+    packed.write_bytes(compress((tmp_path / f'd.{ext.partition(".")[0]}').read_bytes()))
+    assert user_formats.extension_format(packed) == ext.partition('.')[0]
+    examples = user_data.read_texts(packed, fields=('text',), label_field='label')[0]
+    assert [(e.text_a, e.label) for e in examples] == rows
 
 
 def test_pairs_numbers_as_labels_and_label_order(tmp_path):
