@@ -72,7 +72,9 @@ def check_no_blank_lines(lines, source: str) -> list[str]:
 def wide_encoding(head: bytes) -> str | None:
   """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
   write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
-  between most letters (ASCII in UTF-16 without a mark); else None."""
+  between most letters (ASCII in UTF-16 without a mark), or by NUL bytes on one side of the
+  pairs only in bytes that read as UTF-16 text (CJK without a mark: its line breaks and spaces
+  hold the NULs); else None."""
   if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
     return 'UTF-32'
   if head.startswith((b'\xff\xfe', b'\xfe\xff')):
@@ -83,6 +85,12 @@ def wide_encoding(head: bytes) -> str | None:
                       (head[1:2 * pairs:2], head[0:2 * pairs:2])):
       if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
         return 'UTF-16'
+    for codec, low in (('utf-16-le', head[0:2 * pairs:2]), ('utf-16-be', head[1:2 * pairs:2])):
+      if 0 in head[:2 * pairs] and 0 not in low:  # Each NUL a high byte: U+00xx (or U+xx00).
+        text = head[:2 * pairs].decode(codec, 'replace')  # The last pair may be cut.
+        if sum(c.isprintable() and c != '\ufffd' or c in '\t\n\r' for c in text) >= (
+            0.95 * len(text)):
+          return 'UTF-16'
   return None
 
 

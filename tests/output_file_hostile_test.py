@@ -132,7 +132,14 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   assert skips.counts == {'binary_file': 2}
   csv = tmp_path / 'train.csv'
   csv.write_bytes('sentence,label\ngood,pos\n'.encode('utf-16-le'))
+  # CJK without a mark: its NULs are in line breaks and spaces only (it was called binary).
+  cjk = [tmp_path / 'cjk_le.txt', tmp_path / 'cjk_be.txt']
+  cjk[0].write_bytes('中文文本。\n第二行 日本語\n'.encode('utf-16-le'))
+  cjk[1].write_bytes('한국어 텍스트\n第二行\n'.encode('utf-16-be'))
   for read in (text_files.read_text_lines, user_formats.file_text):
+    for path in cjk:
+      with pytest.raises(ValueError, match=rf'^{path} is UTF-16 text, not UTF-8'):
+        read(str(path))
     with pytest.raises(ValueError, match=rf'^{binary} holds NUL bytes \(the first at byte 301\): '
                        'a binary file, not text; pass a text file.$'):
       read(str(binary))
