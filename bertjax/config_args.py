@@ -369,8 +369,9 @@ def _import_checkout_configs():
   root = pathlib.Path(__file__).resolve().parents[1]  # local: the installed package's folder
   if not (root / 'configs' / 'common.py').is_file():  # local: same
     raise ModuleNotFoundError(
-        "it imports configs/ (from configs import common), which this install of bertjax does "
-        "not hold: run it from a bertjax checkout's root, with pip install -e there")
+        'it imports configs/ (from configs import common), found in the folder above the file '
+        "or in the checkout bertjax was installed from with pip install -e, and neither holds "
+        "it here: put your copy in a bertjax checkout's configs/ folder")
   sys.path.append(str(root))
 
 
