@@ -29,8 +29,10 @@ def not_read(head: bytes) -> str:
   return next((what for magic, what in _NOT_READ if head.startswith(magic)), '')
 
 
-# What reading a compressed file cut short (EOFError) or damaged raises.
+# What reading a compressed file cut short (EOFError) or damaged raises (bz2 says damage with a
+# plain OSError); of those, the errors that are the storage's or the network's, not the file's.
 DAMAGED_COMPRESSED = (OSError, EOFError, lzma.LZMAError)
+_NOT_DAMAGE = (ConnectionError, TimeoutError, PermissionError, FileNotFoundError)
 
 
 @contextlib.contextmanager
@@ -52,7 +54,7 @@ def open_input(path):
     yield (stack.enter_context(reader(stored)) if reader else stored), stored
 
 
-def read_bytes(path) -> bytes:
+def decompressed(path) -> bytes:
   """The whole text's bytes of a text input file (open_input's rule: decompressed when gzip,
   bzip2 or xz), as predict, embed, extract_features and fine-tuning's files read one; a
   compressed file cut short or damaged is one line saying so."""
@@ -60,7 +62,21 @@ def read_bytes(path) -> bytes:
     try:
       return f.read()
     except DAMAGED_COMPRESSED as e:
-      if f is stored:  # A plain file's read error (I/O, network) is said as it is.
+      if f is stored or isinstance(e, _NOT_DAMAGE):  # I/O or network errors are said as they are.
         raise
       raise ValueError(f'{path} cannot be read whole ({e}): is it a whole compressed file? '
                        'Fetch or compress it again') from None
+
+
+def decompressed_stream(data: bytes, name: str) -> bytes:
+  """A stream's bytes (standard input, a pipe: no name to go by), decompressed when gzip, bzip2
+  or xz by their first bytes, as `zcat | ...` would; else as they are."""
+  reader = next((r for m, _, r in _COMPRESSED if m.match(data[:10])), None)
+  if reader is None:
+    return data
+  try:
+    with reader(io.BytesIO(data)) as f:
+      return f.read()
+  except DAMAGED_COMPRESSED as e:
+    raise ValueError(f'{name} cannot be read whole ({e}): is it a whole compressed stream? '
+                     'Send it again') from None

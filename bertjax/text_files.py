@@ -73,8 +73,8 @@ def wide_encoding(head: bytes) -> str | None:
   """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
   write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
   between most letters (ASCII in UTF-16 without a mark), or by NUL bytes on one side of the
-  pairs only in bytes that read as UTF-16 text (CJK without a mark: its line breaks and spaces
-  hold the NULs); else None."""
+  pairs mostly in bytes that read as UTF-16 text (CJK without a mark: its line breaks and spaces
+  hold the NULs, and a few characters, 一 U+4E00, 　U+3000, 가 U+AC00); else None."""
   if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
     return 'UTF-32'
   if head.startswith((b'\xff\xfe', b'\xfe\xff')):
@@ -85,9 +85,12 @@ def wide_encoding(head: bytes) -> str | None:
                       (head[1:2 * pairs:2], head[0:2 * pairs:2])):
       if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
         return 'UTF-16'
-    for codec, low in (('utf-16-le', head[0:2 * pairs:2]), ('utf-16-be', head[1:2 * pairs:2])):
-      if 0 in head[:2 * pairs] and 0 not in low:  # Each NUL a high byte: U+00xx (or U+xx00).
-        text = head[:2 * pairs].decode(codec, 'replace')  # The last pair may be cut.
+    for codec, low, high in (('utf-16-le', head[0:2 * pairs:2], head[1:2 * pairs:2]),
+                             ('utf-16-be', head[1:2 * pairs:2], head[0:2 * pairs:2])):
+      text = head[:2 * pairs].decode(codec, 'replace')  # The last pair may be cut.
+      # NULs in high bytes (U+00xx: line breaks, spaces, digits), fewer in low ones (U+4E00 一,
+      # U+3000, U+AC00 가), or a line break among them; then what it reads as is text.
+      if 0 in high and (high.count(0) > 2 * low.count(0) or '\n' in text):
         if sum(c.isprintable() and c != '\ufffd' or c in '\t\n\r' for c in text) >= (
             0.95 * len(text)):
           return 'UTF-16'
@@ -141,8 +144,10 @@ def json_error(e) -> str:
 
 
 def read_stdin_lines() -> list[str]:
-  """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules)."""
-  return _utf8_lines(sys.stdin.buffer.read(), '<stdin>')
+  """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules); gzip,
+  bzip2 or xz decompressed (`cat in.txt.gz | ...`)."""
+  return _utf8_lines(compressed_text.decompressed_stream(sys.stdin.buffer.read(), '<stdin>'),
+                     '<stdin>')
 
 
 def _utf8_lines(data: bytes, name: str) -> list[str]:
@@ -166,7 +171,7 @@ def read_text_lines(path, flag: str = 'input_file') -> list[str]:
   if not files.is_remote(path) and os.path.exists(path) and not os.path.isfile(path):  # local
     # A pipe or a device (/dev/stdin, <(cmd)): read as a stream, as cat reads it.
     with open(path, 'rb') as stream:  # local: a pipe or device, not a URL
-      return _utf8_lines(stream.read(), path)
+      return _utf8_lines(compressed_text.decompressed_stream(stream.read(), path), path)
   files.require_file(path, f'--{flag}={path} does not exist.')
   # A .gz, .bz2 or .xz text decompressed, as the corpus tools read one.
-  return _utf8_lines(compressed_text.read_bytes(path), path)
+  return _utf8_lines(compressed_text.decompressed(path), path)

@@ -9,8 +9,10 @@ error they caused."""
 import bz2
 import errno
 import gzip
+import io
 import lzma
 import os
+import sys
 
 import pytest
 
@@ -92,7 +94,7 @@ def test_the_disk_errors_name_the_output_not_the_temporary_file(tmp_path):
                            out) == ''
 
 
-def test_compressed_or_binary_input_is_named_as_such(tmp_path):
+def test_compressed_or_binary_input_is_named_as_such(tmp_path, monkeypatch):
   # Compressed text is read as the corpus tools read it (predict, embed and extract_features
   # called a .bz2 or .xz a binary file, and told a .gz to be gunzipped: session 47's review).
   for name, compress in (('in.txt.gz', gzip.compress), ('in.bz2', bz2.compress),
@@ -102,11 +104,17 @@ def test_compressed_or_binary_input_is_named_as_such(tmp_path):
     assert text_files.read_text_lines(str(packed)) == ['héllo', 'world']
     packed.write_bytes(compress(b'hello\n' * 1000)[:40])  # Cut short.
     with pytest.raises(ValueError, match=rf'^{packed} cannot be read whole \(.*\): is it a whole '
-                       'compressed file\? Fetch or compress it again$'):
+                       'compressed file[?] Fetch or compress it again$'):
       text_files.read_text_lines(str(packed))
-  # Standard input, a stream: told, as it cannot be decompressed here.
-  assert 'is gzip-compressed, not text: decompress it first' in text_files.not_text(
-      '-', gzip.compress(b'hello\n'))
+  # A stream (standard input, a pipe) is decompressed by its first bytes, as zcat would (it was
+  # told to `gunzip -k -`); one cut short is one line.
+  for compress in (gzip.compress, bz2.compress, lzma.compress):
+    monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(compress('héllo\n'.encode()))))
+    assert text_files.read_stdin_lines() == ['héllo']
+    monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(compress(b'x\n' * 999)[:30])))
+    with pytest.raises(ValueError, match=r'^<stdin> cannot be read whole \(.*\): is it a whole '
+                       'compressed stream[?] Send it again$'):
+      text_files.read_stdin_lines()
   binary = tmp_path / 'model.bin'
   binary.write_bytes(b'\x08\x00\x00\x00\xff\xfe\x00\x01' * 8)
   with pytest.raises(ValueError,
@@ -133,9 +141,11 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   csv = tmp_path / 'train.csv'
   csv.write_bytes('sentence,label\ngood,pos\n'.encode('utf-16-le'))
   # CJK without a mark: its NULs are in line breaks and spaces only (it was called binary).
-  cjk = [tmp_path / 'cjk_le.txt', tmp_path / 'cjk_be.txt']
+  # Some common characters hold a NUL too: 一 U+4E00, the ideographic space U+3000, 가 U+AC00.
+  cjk = [tmp_path / 'cjk_le.txt', tmp_path / 'cjk_be.txt', tmp_path / 'cjk_common.txt']
   cjk[0].write_bytes('中文文本。\n第二行 日本語\n'.encode('utf-16-le'))
   cjk[1].write_bytes('한국어 텍스트\n第二行\n'.encode('utf-16-be'))
+  cjk[2].write_bytes('一つの文\u3000二つ目\n가나다 一二三\n第一行\n'.encode('utf-16-le'))
   for read in (text_files.read_text_lines, user_formats.file_text):
     for path in cjk:
       with pytest.raises(ValueError, match=rf'^{path} is UTF-16 text, not UTF-8'):

@@ -59,7 +59,7 @@ def load_json(path):
   missing = (f'SQuAD file {path!r} does not exist: pass the path of a file in SQuAD\'s JSON '
              '(train-v1.1.json, dev-v1.1.json, train-v2.0.json, dev-v2.0.json or your own)')
   files.require_file(path, missing)
-  raw = compressed_text.read_bytes(path)  # A .gz, .bz2 or .xz file decompressed.
+  raw = compressed_text.decompressed(path)  # A .gz, .bz2 or .xz file decompressed.
   if not raw.strip():
     raise ValueError(f'SQuAD file {path!r} is empty: {_FORMAT}; a download cut short reads so '
                      'too: download it again')

@@ -36,7 +36,7 @@ def check_file(path) -> str:
 
 def file_text(path) -> str:
   """The file's text as written (line breaks untranslated, for csv), its BOM removed."""
-  data = compressed_text.read_bytes(path)  # A .gz, .bz2 or .xz file decompressed.
+  data = compressed_text.decompressed(path)  # A .gz, .bz2 or .xz file decompressed.
   text_files.check_utf8_head(str(path), data)  # Binary, gzip or UTF-16 (which may decode).
   try:
     return data.decode('utf-8-sig')
