@@ -17,31 +17,31 @@ from bertjax import console
 from bertjax import log_file
 
 
-def usage_said(main, prefix: str = 'error: '):
+def usage_said(main, prefix: str = 'error: ', code: int = 1):
   """`main` with its usage errors said as its other errors are, one line (`prefix` first),
-  not after the command's whole help: absl prints the help, then the message."""
+  not after the command's whole help (absl prints the help, then the message); exit `code`."""
   def run(argv):
     try:
       return main(argv)
     except app.UsageError as e:
-      console.fail(f'{prefix}{e} (--helpshort lists the flags)')
+      console.fail(f'{prefix}{e} (--helpshort lists the flags)', code)
   return run
 
 
-def flags_parser(prefix: str = 'error: '):
+def flags_parser(prefix: str = 'error: ', code: int = 1):
   """app.run's flags_parser for a command: a flag it does not take is one line naming the flags
   it does (absl's suggestion named its own logging flags: --workdir to export was 'Did you
-  mean: log_dir ?'); any other flag error is absl's one line, with `prefix`."""
+  mean: log_dir ?'); any other flag error is absl's one line, with `prefix`; exit `code`."""
   def parse(argv):
     console.COMMAND.set()
     if unreadable := unreadable_flagfile(argv[1:]):
-      console.fail(f'{prefix}{unreadable}')
+      console.fail(f'{prefix}{unreadable}', code)
     try:
       argv = flags.FLAGS(argv)
       log_file.open_from_flags()
       return argv
     except ValueError as e:  # --log_dir's.
-      console.fail(f'{prefix}{e} (--helpshort lists the flags)')
+      console.fail(f'{prefix}{e} (--helpshort lists the flags)', code)
     except flags.Error as e:
       said, hint = ' '.join(str(e).split()), '--helpshort lists the flags'
       if unknown := re.match(r"Unknown command line flag '([^']+)'(?:\. Did you mean: "
@@ -52,13 +52,16 @@ def flags_parser(prefix: str = 'error: '):
                 + (f' (did you mean --{meant[0]}?)' if meant else '')
                 + f': this command takes {", ".join(f"--{name}" for name in own)}')
         hint = '--helpshort describes them'
-      console.fail(f'{prefix}{said} ({hint})')
+      console.fail(f'{prefix}{said} ({hint})', code)
   return parse
 
 
 def refuse_arguments(argv, flags_hint: str):
   """A command's words after its flags are a usage error that names its flags: read as nothing,
   `predict --workdir=RUN in.txt` would wait on standard input instead. Then check_flags."""
+  if flag := next((w for w in argv[1:] if w.startswith('-') and w != '-'), None):
+    raise app.UsageError(f"{flag} comes after '--', which ends the flags (what follows is read "
+                         "as words): move it before the '--', or drop the '--'.")
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments {argv[1:]}: every input is a --flag '
                          f'({flags_hint}).')

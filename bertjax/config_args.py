@@ -42,7 +42,8 @@ def unknown_field(config, args) -> str | None:
       break
     name = arg.lstrip('-').partition('=')[0]
     if (re.fullmatch(r'(no)?config\..*', name, re.S)
-        and not re.fullmatch(r'(no)?config(\.\w+)+', name)):  # absl: a bare SyntaxError.
+        and not re.fullmatch(r'(no)?config(\.[^.]+)+', name)):  # An empty name: absl's bare
+      # SyntaxError. (A misspelt one, max-seq-length, is told its closest names below.)
       return f'{arg} names no config field: write --config.FIELD=VALUE, e.g. --config.seed=5.'
     flag = _config_flag(arg)
     if flag is not None and flag[0]:
@@ -271,11 +272,12 @@ def parse_flags(argv):
   sys.exit(console.REFUSED_EXIT)
 
 
-def check_args(main_args) -> object:
+def check_args(main_args, first=None) -> object:
   """Loads the config of bertjax.main's `main_args` (--config=FILE[:ARG] and --config.X=V, as
   its --config flag does) and checks it; returns the ConfigDict. Raises ValueError with one line
   for a missing --config, a file that does not load, an unknown field, a value of the wrong
-  type or out of range."""
+  type or out of range. `first(config)`, a launcher's check of the values as written (a path
+  keeping a flagfile's quotes), runs before config_check, whose line would name a symptom."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags as ml_config_flags  # pylint: disable=g-import-not-at-top
   spec = config_spec(main_args)
@@ -300,6 +302,8 @@ def check_args(main_args) -> object:
     config, overrides = parse(job_flags)
   except Exception as e:  # pylint: disable=broad-except  # A value of the wrong type.
     raise ValueError(f'the job\'s --config flags do not parse: {_one_line(e)}') from None
+  if first:
+    first(config)
   config_check.check(config)
   job_config.check_fields(config)  # A copied config file's field of its own.
   if (ignored := ignored_override(config, overrides)) is not None:
@@ -385,7 +389,8 @@ def _load_config_file(path: str, arg: str):
   module = importlib.util.module_from_spec(module_spec)
   try:
     module_spec.loader.exec_module(module)
-  except ModuleNotFoundError as e:
+  except ImportError as e:  # Also a folder of the user's named configs/ (a namespace package
+    # without common.py): "cannot import name 'common' from 'configs'".
     if e.name not in ('configs', 'configs.common'):
       raise
     _import_checkout_configs()

@@ -15,6 +15,7 @@ from bertjax import config_check_jobs
 from bertjax import config_checker
 from bertjax import console
 from bertjax import format_names
+from bertjax import mesh_rules
 from bertjax import metric_direction
 from bertjax.pretraining_data import masking
 
@@ -34,7 +35,7 @@ MIN_SEQ_LENGTH = 3
 ATTENTION_IMPLS = ('auto', 'xla', 'dot_product_attention', 'cudnn', 'splash')
 ACTIVATIONS = ('gelu', 'gelu_rational', 'gelu_tanh', 'relu')
 REMAT_POLICIES = ('none', 'full', 'dots')
-MESH_AXES = ('data', 'fsdp', 'tensor')  # training/sharding's (config_check_test: equal).
+MESH_AXES = mesh_rules.MESH_AXES
 
 _MISSING = config_checker.MISSING
 _Checker = config_checker.Checker
@@ -238,17 +239,12 @@ def _check_mesh_and_checkpoint(c: _Checker):
            'devices the others leave', f'set --config.mesh.{rest[0]}=1 (or a device count) to '
            f'give mesh.{rest[1]} the rest')
   rules = c.get('mesh.rules')
-  if rules is not _MISSING:  # Parsed in full (sharding.parse_rules) once jax is imported.
-    batch = [value for name, _, value in (e.strip().partition('=') for e in str(rules).split(','))
-             if name.strip() == 'batch']
-    for entry in (e.strip() for e in str(rules).split(',') if e.strip()):
-      name, sep, value = entry.partition('=')
-      if not sep or not name.strip() or any(
-          a.strip() not in MESH_AXES for a in value.split('+') if a.strip()):
-        c.fail('mesh.rules', rules, f'has an entry {entry!r} that is not logical_name=mesh_axis'
-               f'[+mesh_axis] over the mesh axes {", ".join(MESH_AXES)} (empty = replicated)',
-               'e.g. batch=data+fsdp,vocab=tensor')
-    if not batch or not batch[-1].strip():
+  if rules is not _MISSING:  # As training/sharding reads it.
+    try:
+      parsed = dict(mesh_rules.parse_rules(rules))
+    except mesh_rules.RuleError as e:
+      c.fail('mesh.rules', rules, f'has an entry {e.entry!r} that {e.why}', e.fix)
+    if not parsed.get('batch'):
       c.fail('mesh.rules', rules, 'maps the logical axis batch to no mesh axis, so every device '
              'would compute every example', 'keep batch=data+fsdp in it (as the default does; '
              'the rules not listed are replicated)')
@@ -327,9 +323,12 @@ def _check_data(c: _Checker, job):
                  is not False else (MIN_SEQ_LENGTH, '[CLS] A [SEP]'))
   most = max(seq // least, 1) if seq is not _MISSING else None
   if most is not None and rows is not _MISSING and rows > most:
+    own = job == 'pretrain' and c.get('data.train_files') not in (_MISSING, '', None)
     c.fail('data.max_instances_per_row', rows, f'exceeds the {most} instances of {least} tokens '
-           f'({what}) a row of data.max_seq_length={seq} could hold', f'set it to '
-           f'{min(most, 3)} (MLPerf BERT packs 3) or less; 1 = unpacked')
+           f'({what}) a row of data.max_seq_length={seq} could hold',
+           f"set it to the files' value, which can be at most {most} (files made with more: "
+           'make them again with fewer)' if own else f'set it to {min(most, 3)} (MLPerf BERT '
+           'packs 3) or less; 1 = unpacked')
   if job == 'pretrain':
     predictions = c.positive('data.max_predictions_per_seq', fix='set '
                              '--config.data.max_predictions_per_seq to the files\' value, e.g. 20')

@@ -8,6 +8,7 @@ GLUE's module (JAX) is imported only for a GLUE task's names.
 """
 
 from bertjax import config_checker
+from bertjax import metric_direction
 from bertjax import phase_plan
 
 _MISSING = config_checker.MISSING
@@ -19,9 +20,13 @@ MIN_PAIR_LENGTH = 5
 # row; a multiple-choice example is several rows), with their kind; every other task packs.
 UNPACKABLE = {'squad_v1': 'span', 'squad_v2': 'span', 'span': 'span',
               'multiple_choice': 'multiple_choice', 'swag': 'multiple_choice'}
-# config.data.format's values per task reading the user's files ('' = the extension's).
-FORMATS = {'tagging': ('conll', 'jsonl', 'tsv'), 'span': ('jsonl',)}
 TEXT_FORMATS = ('csv', 'tsv', 'jsonl')  # user_formats.FORMATS.
+# config.data.format's values per task that reads it (registry.READS; '' = the extension's), as
+# its reader in user_data takes them. The other tasks' files have one format (a preset task's,
+# span's JSON lines): registry.check_reads refuses a data.format beside them.
+FORMATS = {'classification': TEXT_FORMATS, 'regression': TEXT_FORMATS,
+           'tagging': ('conll', 'jsonl', 'tsv'), 'multiple_choice': ('jsonl',),
+           'swag': ('csv', 'tsv')}
 # config.data.tag_scheme's values (user_tasks.tag_scheme).
 TAG_SCHEMES = ('auto', 'plain', 'iob1', 'iob2', 'iob', 'bio', 'iobes', 'ioes', 'bioes', 'bilou')
 
@@ -38,11 +43,12 @@ def check_pretrain(c: _Checker, fraction):
   if isinstance(fraction, float | int) and fraction > 0 and isinstance(total, int):
     first = phase_plan.phase2_start(total, fraction)
     if not 0 < first < total:
-      least = next(n for n in range(2, 10**6) if 0 < phase_plan.phase2_start(n, fraction) < n)
+      least = next((n for n in range(2, 10**6) if 0 < phase_plan.phase2_start(n, fraction) < n),
+                   None)  # None: a fraction so near 0 or 1 that no run of a sane length splits.
+      steps = f'set --config.num_train_steps to {least} or more, or ' if least else 'set '
       c.fail('phase2.fraction', fraction, f'of num_train_steps={total} leaves {first} steps in '
              f'phase 1 and {total - first} in phase 2, and each phase needs one at least',
-             f'set --config.num_train_steps to {least} or more, or phase2_fraction=0 (one phase) '
-             'in the argument string')
+             f'{steps}phase2_fraction=0 (one phase) in the argument string')
     if own and c.get('phase2.train_files') in ('', None):
       c.fail('phase2.train_files', c.get('phase2.train_files'), f'is empty, and '
              f'phase2.fraction={fraction} runs a phase 2 beside your own data.train_files',
@@ -50,6 +56,11 @@ def check_pretrain(c: _Checker, fraction):
              f'max_predictions_per_seq={c.get("phase2.max_predictions_per_seq")} (and '
              'phase2.eval_files), or leave data.train_files empty for the embedded corpus')
   metric = c.get('checkpoint.best_metric')
+  mode = c.get('checkpoint.best_mode')
+  if metric == '' and isinstance(mode, str):  # config_check judges a metric that is named.
+    if why := metric_direction.contradiction(phase_plan.BEST_METRIC, mode):
+      c.fail('checkpoint.best_mode', mode, f"with best_metric='' ({phase_plan.BEST_METRIC}): "
+             f"{why.partition('; ')[0]}", why.partition('; ')[2])
   if isinstance(metric, str) and metric:
     valid = phase_plan.eval_metric_names(c.get('model.nsp') is not False)
     if metric not in valid:
@@ -91,8 +102,8 @@ def check_finetune(c: _Checker, seq):
              'texts) or two, comma-separated (sentence pairs), e.g. --config.data.text_fields='
              'sentence1,sentence2')
   fmt = c.get('data.format')
-  allowed = FORMATS.get(task, TEXT_FORMATS)
-  if isinstance(fmt, str) and fmt and fmt not in allowed:
+  allowed = FORMATS.get(task, ())
+  if isinstance(fmt, str) and fmt and allowed and fmt not in allowed:
     c.fail('data.format', fmt, f'is not a format task {task} reads', f"valid: "
            f"{', '.join(allowed)}, or '' (the file's extension)")
   scheme = c.get('data.tag_scheme')
@@ -112,3 +123,6 @@ def check_embed(c: _Checker):
   for i, sentence in enumerate(sentences):
     if not isinstance(sentence, str):  # --config.sentences="(1, 2)" parses as numbers.
       c.fail(f'sentences[{i}]', sentence, 'is not text', quoted)
+    if not sentence.strip():  # --config.sentences= parses to ('',).
+      c.fail(f'sentences[{i}]', sentence, 'is empty (its vector would be [CLS] [SEP] alone)',
+             f'{quoted}, or drop it')

@@ -77,6 +77,9 @@ def test_a_config_flag_after_the_double_dash_or_naming_no_field_is_said():
     assert config_args.config_field_error([*argv, word]) == (
         f'{word} names no config field: write --config.FIELD=VALUE, e.g. --config.seed=5.')
   assert config_args.config_field_error([*argv, '--config.seed=1', '--', 'x']) is None
+  # A name misspelt with dashes is a name: told its closest valid names, as any typo.
+  assert "closest valid names: data.max_seq_length" in config_args.config_field_error(
+      [*argv, '--config.data.max-seq-length=64'])
 
 
 def test_a_config_argument_of_the_wrong_type_or_given_twice_is_refused_naming_it(monkeypatch):

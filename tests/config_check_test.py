@@ -1,6 +1,7 @@
 """Every config value checked before anything runs (bertjax/config_check.py), in
 process: one ValueError line naming the field and the fix."""
 
+import functools
 import types
 
 import config_fields
@@ -9,6 +10,7 @@ import pytest
 from bertjax import config_args
 from bertjax import config_check
 from bertjax import config_check_jobs
+from bertjax.finetune.tasks import user_data
 from bertjax.finetune.tasks import user_tasks
 from configs import embed as embed_config
 from configs import finetune as finetune_config
@@ -127,6 +129,11 @@ PRETRAIN = [
      'the 25 instances of 5 tokens ([CLS] A [SEP] B [SEP]) a row of data.max_seq_length=128 '
      'could hold; set it to 3 (MLPerf BERT packs 3) or less; 1 = unpacked'),
     ({'data__max_instances_per_row': 26}, 'config.data.max_instances_per_row=26: exceeds the 25'),
+    # Beside the user's files, whose value it must be: not told to pick 3.
+    ({'data__max_instances_per_row': 30, 'data__train_files': '/d/t-*', 'phase2__fraction': 0.0},
+     "config.data.max_instances_per_row=30: exceeds the 25 instances of 5 tokens ([CLS] A [SEP] "
+     "B [SEP]) a row of data.max_seq_length=128 could hold; set it to the files' value, which "
+     'can be at most 25 (files made with more: make them again with fewer)'),
     ({'data__max_instances_per_row': 43, 'model__nsp': False}, 'config.data.max_instances_per_row'
      '=43: exceeds the 42 instances of 3 tokens ([CLS] A [SEP]) a row'),
     # Hostile pass H4: parse_rules refused it once JAX had started (exit 1).
@@ -135,6 +142,10 @@ PRETRAIN = [
      'the mesh axes data, fsdp, tensor (empty = replicated); e.g. batch=data+fsdp,vocab=tensor'),
     ({'mesh__rules': 'batch=data,vocab'}, "config.mesh.rules='batch=data,vocab': has an entry "
      "'vocab' that is not"),
+    # Read as training/sharding reads them (config_check's own parse stripped differently, and
+    # `batch =data` passed it, then trained replicated; a name twice kept the first, unseen).
+    ({'mesh__rules': 'batch=data,batch='}, "config.mesh.rules='batch=data,batch=': has an entry "
+     "'batch=' that names batch a second time (the first would be applied); keep one entry"),
     ({'checkpoint__best_metric': 'mlm_acc'}, "config.checkpoint.best_metric='mlm_acc': is not an "
      "eval metric of pre-training; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss ('' = "
      'mlm_accuracy)'),
@@ -149,6 +160,11 @@ def test_a_bad_pretraining_value_is_one_line_naming_field_and_fix(fields, messag
     config_check.check(configured(pretrain_config.get_config('size=tiny'), **fields))
   assert str(e.value).startswith(message), str(e.value)
   assert '\n' not in str(e.value) and '; ' in str(e.value)
+
+
+def test_mesh_rules_with_blanks_pass_as_sharding_reads_them():
+  config_check.check(configured(pretrain_config.get_config('size=tiny'),
+                                mesh__rules='vocab=tensor, batch = data + fsdp '))
 
 
 def test_any_one_mesh_axis_may_take_the_devices_the_others_leave():
@@ -301,6 +317,11 @@ def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields(
     ('task=tagging', {'data__format': 'csv'}, "config.data.format='csv': is not a format task "
      'tagging reads; valid: conll, jsonl, tsv'),
     ('task=tagging', {'data__format': 'conll'}, None),
+    ('task=swag', {'data__format': 'jsonl'}, "config.data.format='jsonl': is not a format task "
+     'swag reads; valid: csv, tsv'),
+    ('task=multiple_choice', {'data__format': 'csv'}, "config.data.format='csv': is not a "
+     'format task multiple_choice reads; valid: jsonl'),
+    ('task=swag', {'data__format': 'tsv'}, None),
     ('task=squad_v1', {'data__max_instances_per_row': 2}, 'config.data.max_instances_per_row=2: '
      'packs examples, which a span task (squad_v1) cannot (classification, regression and '
      'tagging can); set it to 1'),
@@ -326,6 +347,8 @@ def test_a_tasks_own_fields_are_checked_with_the_config(arg, fields, message):
      '--config.input_file=FILE'),
     (None, 'config.sentences=None: holds no sentence'),
     (('One.', 2), 'config.sentences[1]=2: is not text; quote each sentence'),
+    (('',), "config.sentences[0]='': is empty (its vector would be [CLS] [SEP] alone)"),
+    (('One.', ' '), "config.sentences[1]=' ': is empty"),
 ])
 def test_embeds_sentences_are_checked_with_the_config(sentences, message):
   config = embed_config.get_config()
@@ -338,7 +361,7 @@ def test_embeds_sentences_are_checked_with_the_config(sentences, message):
   config_check.check(config)
 
 
-def test_the_task_choices_named_without_jax_are_the_tasks():
+def test_the_task_choices_named_without_jax_are_the_tasks(tmp_path):
   from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import user_formats  # pylint: disable=g-import-not-at-top
   from bertjax.training import kinds  # pylint: disable=g-import-not-at-top
@@ -347,6 +370,24 @@ def test_the_task_choices_named_without_jax_are_the_tasks():
   assert set(config_check_jobs.UNPACKABLE.values()) == {
       name for name, kind in kinds.KINDS.items() if kind.task and not kind.packable}
   assert config_check_jobs.TEXT_FORMATS == user_formats.FORMATS
+  # FORMATS: the tasks that read data.format, each with the formats its reader takes.
+  assert set(config_check_jobs.FORMATS) == {
+      name for name, keys in registry.READS.items() if 'format' in keys}
+  path = tmp_path / 'rows.unknown'
+  path.write_text('a line\n')
+  texts = functools.partial(user_data.read_texts, fields=['text'], label_field='label')
+  readers = {'classification': texts, 'regression': texts, 'tagging': user_data.read_tagged,
+             'multiple_choice': user_data.read_choices, 'swag': user_data.read_swag}
+  for task, reader in readers.items():
+    taken = set()
+    for fmt in ('csv', 'tsv', 'jsonl', 'conll', 'json'):
+      try:
+        reader(str(path), fmt=fmt)
+        taken.add(fmt)
+      except ValueError as e:  # Taken, then its content refused; or the format refused.
+        if f'config.data.format={fmt!r} cannot read' not in str(e):
+          taken.add(fmt)
+    assert taken == set(config_check_jobs.FORMATS[task]), task
   assert config_check.MESH_AXES == sharding.MESH_AXES
   for scheme in config_check_jobs.TAG_SCHEMES:  # Each one user_tasks reads.
     user_tasks.tag_scheme(types.SimpleNamespace(tag_scheme=scheme), ['O', 'B-X'])

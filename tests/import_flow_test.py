@@ -14,7 +14,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 STAGES = (
     ('console', 'command_flags', 'files', 'object_store', 'paths', 'text_files', 'processes',
      'accelerators', 'malloc_tuning', 'records', 'compressed_text', 'remote_lock', 'output_lock',
-     'keywords', 'format_names', 'job_lines', 'metric_direction', 'phase_plan', 'log_file'),
+     'keywords', 'format_names', 'job_lines', 'metric_direction', 'phase_plan', 'mesh_rules',
+     'log_file'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),

@@ -288,6 +288,15 @@ def test_phase2_needs_its_own_files_when_data_files_are_given(tmp_path):
     config_check.check(cfg)
     assert 0 < phase_plan.phase2_start(least, fraction) < least
     assert not 0 < phase_plan.phase2_start(least - 1, fraction) < least - 1
+  # A fraction so near 0 or 1 that no run of a sane length splits: the fix says so, no crash
+  # (StopIteration escaped the check).
+  for fraction in (1e-7, 0.9999999):
+    cfg = pretrain_config.get_config(f'size=tiny,steps=10,phase2_fraction={fraction}')
+    with pytest.raises(ValueError, match=rf'^config.phase2.fraction={fraction}: of '
+                       r'num_train_steps=10 leaves \d+ steps in phase 1 and \d+ in phase 2, and '
+                       r'each phase needs one at least; set phase2_fraction=0 \(one phase\) in '
+                       r'the argument string\.$'):
+      config_check.check(cfg)
 
 
 def test_a_phase_past_the_position_table_is_refused_before_reading_its_files():

@@ -13,45 +13,14 @@ from jax.experimental import mesh_utils
 import numpy as np
 
 from bertjax import console
+from bertjax import mesh_rules
 
-MESH_AXES = ('data', 'fsdp', 'tensor')
-
-# Ordered (logical name, mesh axes); a name absent here is replicated.
-RULES = (
-    ('batch', ('data', 'fsdp')),
-    ('length', None),
-    ('activation_embed', None),  # Block edges keep the hidden dim whole (post-LN needs it).
-    ('vocab', 'tensor'),
-    ('embed', 'fsdp'),
-    ('heads', 'tensor'),
-    ('kv', None),
-    ('mlp', 'tensor'),
-    ('layers', None),
-)
-
-
-def rules_to_text(rules=RULES) -> str:
-  """The rules as one flag value: `batch=data+fsdp,length=,...` (empty = replicated)."""
-  def axes(mesh_axes):
-    if mesh_axes is None:
-      return ''
-    return mesh_axes if isinstance(mesh_axes, str) else '+'.join(mesh_axes)
-  return ','.join(f'{name}={axes(mesh_axes)}' for name, mesh_axes in rules)
-
-
-def parse_rules(text: str) -> tuple:
-  """rules_to_text's inverse, checked: every entry `name=axis+axis` with known mesh axes."""
-  rules = []
-  for entry in (e.strip() for e in text.split(',') if e.strip()):
-    name, sep, value = entry.partition('=')
-    axes = tuple(a for a in value.split('+') if a)
-    unknown = [a for a in axes if a not in MESH_AXES]
-    if not sep or not name or unknown:
-      raise ValueError(f'mesh.rules entry {entry!r} is not logical_name=mesh_axis[+mesh_axis] '
-                       f'over the mesh axes {", ".join(MESH_AXES)} (empty = replicated), e.g. '
-                       f'{rules_to_text(RULES[:2])}.')
-    rules.append((name, None if not axes else axes[0] if len(axes) == 1 else axes))
-  return tuple(rules)
+# The axes, the default rules and their text form live in mesh_rules (pure Python: config_check
+# reads them before JAX starts).
+MESH_AXES = mesh_rules.MESH_AXES
+RULES = mesh_rules.RULES
+rules_to_text = mesh_rules.rules_to_text
+parse_rules = mesh_rules.parse_rules
 
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple:

@@ -241,6 +241,15 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
   with pytest.raises(ValueError, match=r"best_mode='max': mlm_loss is better lower"):
     pretrain.train_and_evaluate(config, str(tmp_path / 'against'))
   assert not (tmp_path / 'against').exists()
+  # Its default metric (best_metric='', mlm_accuracy) against min: refused with the config too,
+  # as a named one is (it was found only once the job had started).
+  config.checkpoint.best_metric, config.checkpoint.best_mode = '', 'min'
+  with pytest.raises(ValueError, match=r"^config.checkpoint.best_mode='min': with "
+                     r"best_metric='' \(mlm_accuracy\): mlm_accuracy is better higher, so the "
+                     r"run would keep \(and early-stop on\) its worst eval; set it to 'max'"):
+    config_check.check(config)
+  config.checkpoint.best_mode = 'max'
+  config_check.check(config)
   workdir = tmp_path / 'worst'
   with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='min': accuracy is better "
                      r"higher, so the run would keep \(and early-stop on\) its worst eval; set "

@@ -81,6 +81,9 @@ def test_rules_round_trip_through_one_flag_value(monkeypatch):
       ('batch', 'data'), ('embed', ('fsdp', 'tensor')))
   with pytest.raises(ValueError, match="'embed=model' is not logical_name=mesh_axis"):
     sharding.parse_rules('batch=data,embed=model')
+  # Blanks around a name or an axis are dropped, as the config check drops them.
+  assert sharding.parse_rules(' batch = data + fsdp ,vocab =tensor') == (
+      ('batch', ('data', 'fsdp')), ('vocab', 'tensor'))
 
 
 def test_batch_split_follows_the_rules():
