@@ -14,7 +14,9 @@ predictions), each on the batch the input pipeline gives (packed rows, pack=N, c
 instances' starts and NSP labels). The config is checked first as bertjax.main checks it
 (config_check); a fine-tuning or embedding config is refused (this compiles pre-training's
 step). A config that cannot be sharded fails before anything is traced; one that does not fit
-fails in the compiler with RESOURCE_EXHAUSTED. Printed per phase: the per-device memory
+fails in the compiler with RESOURCE_EXHAUSTED. Each of those, and a flag or --topology refused,
+exits 78 (bertjax.main's refusal: tpu_pod --aot_check refuses the launch on it); a crash, 1.
+Printed per phase: the per-device memory
 (arguments, outputs, temporaries, generated code) against the chip's HBM, XLA's FLOPs per device
 against bertjax/training/perf.py's formula; then the shardings of the biggest parameters.
 
@@ -102,6 +104,7 @@ from bertjax.training import optimizer as optimizer_lib  # noqa: E402
 from bertjax.training import perf  # noqa: E402
 from bertjax.training import sharding  # noqa: E402
 from bertjax.training import train_state  # noqa: E402
+from launch import cloud  # noqa: E402
 
 if __name__ == '__main__' and (_MISSING := command_flags.unreadable_flagfile(sys.argv[1:])):
   print(f'FATAL Flags parsing error: {_MISSING}', file=sys.stderr)  # As bertjax.main says it.
@@ -379,7 +382,7 @@ def main(argv):
     phases = check_job(config)
     devices, hbm_bytes = topology_devices(_TOPOLOGY.value)
   except ValueError as e:
-    raise SystemExit(f'aot_compile: error: {e}') from None
+    cloud.refuse('aot_compile', str(e))
   target = ('simulated CPU devices (CPU compiler: memory is only a rough guide for a TPU)'
             if hbm_bytes is None else f'{devices[0].device_kind} chips (TPU compiler, libtpu)')
   hosts = len({d.process_index for d in devices})
@@ -402,13 +405,13 @@ def main(argv):
     try:
       compiled, mesh, state = compile_train_step(config, devices, phase)
     except ValueError as e:
-      raise SystemExit(f'aot_compile: error: {e}') from None
+      cloud.refuse('aot_compile', str(e))
     except jax.errors.JaxRuntimeError as e:
       if 'RESOURCE_EXHAUSTED' not in str(e):
         raise
-      raise SystemExit(f'{e}\n\nphase {number} (seq {phase.max_seq_length}) DOES NOT FIT on '
-                       f'one {devices[0].device_kind}: try '
-                       f'{", or ".join(_memory_savers(config))}.') from None
+      console.fail(f'{e}\n\nphase {number} (seq {phase.max_seq_length}) DOES NOT FIT on one '
+                   f'{devices[0].device_kind}: try {", or ".join(_memory_savers(config))}.',
+                   cloud.REFUSED_EXIT)  # The config refused, as by a check: no retry helps.
     print(f'  mesh: {dict(mesh.shape)}; lowered and compiled in '
           f'{time.perf_counter() - start:.0f} s')
     print_memory(compiled, state, hbm_bytes)
@@ -429,5 +432,5 @@ def quiet_main(argv):
 
 
 if __name__ == '__main__':
-  app.run(command_flags.usage_said(quiet_main, 'aot_compile: error: '),
+  app.run(command_flags.usage_said(quiet_main, 'aot_compile: error: ', cloud.REFUSED_EXIT),
           flags_parser=config_args.parse_flags)

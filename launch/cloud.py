@@ -56,6 +56,10 @@ SLICES = {
 }
 # What a launcher exits with when its restarts are spent on preemptions: bertjax.main's own.
 PREEMPTED_EXIT = console.PREEMPTED_EXIT
+# What a launcher exits with when it refuses its command line (a flag, the job's config, the
+# workdir) before anything runs, as bertjax.main does: a scheduler must not retry it. A gcloud or
+# kubectl call that fails exits 2; a run, its own status.
+REFUSED_EXIT = console.REFUSED_EXIT
 
 
 class Runner:
@@ -248,7 +252,15 @@ def check_job(main_args, config):
     config_args.check_step(config.job, steps[-1] if steps else None)
   except ValueError as e:
     raise ValueError(f'the job\'s {e}') from None
+  check_paths(config)
+
+
+def check_paths(config):
+  """check_job's test of the config's paths (before config_check, which would name a path kept
+  in a flagfile's quotes by a symptom: config_args.check_args(first=))."""
   for name, value in paths.path_fields(config):
+    if not value.strip():
+      continue  # Read as unset (paths.split_list: no path), as bertjax.main reads it.
     _check_quotes(value, f'--config.{name}')  # The whole list's: a fix keeps every path.
     for path in paths.split_list(value):
       check_bucket_path(path, f'--config.{name}')
@@ -258,8 +270,15 @@ _QUOTES = '\'"'
 
 
 def _check_quotes(value: str, flag: str):
-  """Refuses quotes kept at a value's ends: a flagfile's line takes them as part of it."""
-  if value[:1] in _QUOTES or value[-1:] in _QUOTES:
+  """Refuses an empty value (or one of blanks or quotes only: no path to fix), then quotes kept
+  at a value's ends: a flagfile's line takes them as part of it."""
+  what = "the run's folder" if flag == '--workdir' else 'the path'
+  if not value.strip():  # Named as empty, not as quoted: ''[:1] is in any string.
+    raise ValueError(f'{flag}={value} is empty: pass {what}, {flag}=gs://BUCKET/PATH')
+  if not value.strip().strip(_QUOTES).strip():
+    raise ValueError(f'{flag}={value} holds quotes and no path (a flagfile takes no shell '
+                     f'quotes): pass {what}, {flag}=gs://BUCKET/PATH')
+  if value.startswith(tuple(_QUOTES)) or value.endswith(tuple(_QUOTES)):
     raise ValueError(f'{flag}={value}: its quotes are part of the path (a flagfile takes no shell '
                      f'quotes): write {flag}={value.strip(_QUOTES)}')
 
@@ -268,8 +287,8 @@ def check_bucket_path(path: str, flag: str = '--workdir'):
   """Refuses a URL (`flag`'s value) that is no gs://BUCKET/...: a scheme misspelt (gs:/b, GS://b)
   or another store's (a launcher took it for a local path; the hosts read gs:// only), a gs://
   naming no bucket (gs://, gs:///runs) or one GCS would not name (uppercase, 1 or 2 characters);
-  and quotes kept at a path's ends (a flagfile's line takes them as part of the value): the run
-  would fail only on the booked slice. A local path passes."""
+  an empty value, and quotes kept at a path's ends (a flagfile's line takes them as part of the
+  value): the run would fail only on the booked slice. A local path passes."""
   _check_quotes(path, flag)
   scheme = re.match(r'([A-Za-z][-+.\w]*):/+', path)
   if scheme and scheme[1] == 'file':
@@ -367,9 +386,24 @@ def refuse_main_flags_before_separator(launcher: str, words):
     name = name[2:] if name.startswith('noconfig.') else name
     if (word.startswith('-') and name not in flags.FLAGS
         and (name in MAIN_FLAGS or name.startswith('config.'))):
-      sys.exit(f'{launcher}: error: {word} is bertjax.main\'s flag: put it after -- (the '
-               f'launcher\'s flags go before --, the job\'s after: python -m launch.{launcher} '
-               '--name=... -- --config=...)')
+      refuse(launcher, f'{word} is bertjax.main\'s flag: put it after -- (the launcher\'s '
+             f'flags go before --, the job\'s after: python -m launch.{launcher} --name=... -- '
+             '--config=...)')
+
+
+def refuse(launcher: str, message: str):
+  """Ends a launcher that refuses its command line: one line, exit REFUSED_EXIT."""
+  console.fail(f'{launcher}: error: {message}', REFUSED_EXIT)
+
+
+def run_launcher(launcher: str, main):
+  """A launcher's app.run, every refusal of its command line one line and REFUSED_EXIT: a job
+  flag before -- (refuse_main_flags_before_separator), a flag absl refuses, a usage error.
+  --help's 1 is absl's."""
+  refuse_main_flags_before_separator(launcher, sys.argv[1:])  # Before absl's own error.
+  prefix = f'{launcher}: error: '
+  app.run(command_flags.usage_said(main, prefix, REFUSED_EXIT),
+          flags_parser=command_flags.flags_parser(prefix, REFUSED_EXIT))
 
 
 def check_usage(argv, words, required):

@@ -1,13 +1,16 @@
 """What tpu_pod's --git_ref names: pip's git+URL[@REF] parsed, the shell that fetches its commit
 on a worker, and the commit read from this machine before a slice is booked (a queued slice may
-come up hours later, when a branch has moved on)."""
+come up hours later, when a branch has moved on); a source on this machine's disk (file://, a
+path) refused, as no worker reaches it."""
 
+import ipaddress
 import os
 import pathlib
 import re
 import shlex
 import subprocess
 import tempfile
+import urllib.parse
 
 COMMIT = r'[0-9a-f]{40}|[0-9a-f]{64}'  # A git commit's id (SHA-1, or a SHA-256 repository's).
 _CHECKOUT = pathlib.Path(__file__).resolve().parents[1]  # The bertjax the launcher runs from.
@@ -118,10 +121,40 @@ def checkout_words(commit: str) -> str:
           'configs/ and code: launch from a checkout of it to check the config against them')
 
 
+def check_workers_reach(git_ref: str):
+  """Refuses a source on this machine, which no TPU worker can fetch (each fetches the commit
+  itself, on a fresh VM): file:// or a plain path (this machine's disk), or a loopback host
+  (each worker would ask itself). A launch refuses it, its dry run too (it shows what the launch
+  does); commit_here reads any repository git reads."""
+  url = git_ref.removeprefix('git+').partition('#')[0]
+  scheme, sep, _ = url.partition('://')
+  if not sep:  # A path (git+/repo@main, ../repo), or no URL at all: source() says so.
+    local = url.startswith(('/', '.', '~')) or any(
+        part and os.path.exists(os.path.expanduser(part)) for part in (url, url.rpartition('@')[0]))
+    where = "this machine's disk" if local else ''
+  elif scheme.lower() == 'file':
+    where = "this machine's disk"
+  else:
+    try:
+      host = urllib.parse.urlsplit(url).hostname or ''
+      loopback = host == 'localhost' or host.endswith('.localhost') or (
+          bool(host) and ipaddress.ip_address(host).is_loopback)
+    except ValueError:  # A host name (not an address), or a port that is no number.
+      loopback = False
+    where = 'this machine (a loopback host: each worker would ask itself)' if loopback else ''
+  if where:
+    raise ValueError(f'--git_ref={git_ref} lies on {where}, which no TPU worker can reach (each '
+                     'fetches the commit itself): push the commit to a repository the workers '
+                     'reach and pass git+https://HOST/ORG/REPO@COMMIT, or leave --git_ref out to '
+                     'install a wheel of this checkout')
+
+
 def pin_here(git_ref: str) -> str:
   """git_ref at the commit its ref names as this machine reads it, before booking (a queued
   slice may come up hours later); as it is where that cannot be read here (pin_commit on worker
-  0 then). Says what the job's config was checked against."""
+  0 then). Says what the job's config was checked against. A source the workers cannot reach
+  is refused first (check_workers_reach)."""
+  check_workers_reach(git_ref)
   commit, why = commit_here(git_ref)
   if not commit:
     print(f'tpu_pod: --git_ref={git_ref} could not be read here ({why}): worker 0 reads its '

@@ -30,8 +30,11 @@ With --apply (needs kubectl pointed at the cluster): a JobSet of that name refus
 streamed (again after each restart, however long pods wait for capacity) until the JobSet has a
 terminal state, the JobSet deleted then (--keep leaves it; so does Ctrl-C, which prints the
 kubectl delete; kubectl failing to read its state 3 times in a row stops the launch, saying
-why). --dry_run prints every command and runs none. A manifest of another JobSet's name is never
-replaced. Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py).
+why). --dry_run (--apply or not) writes the manifest and prints the kubectl commands --apply
+runs, running none. Exit status: 0 (completed; or written), 1 (the JobSet failed), 78 (a flag,
+the job's config or workdir refused: nothing written), 2 (kubectl failed, the JobSet exists, the
+manifest not writable), 130 (Ctrl-C). A manifest of another JobSet's name is never replaced.
+Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py).
 """
 
 import copy
@@ -47,7 +50,6 @@ from absl import app
 from absl import flags
 import yaml
 
-from bertjax import command_flags
 from bertjax import config_args
 from bertjax import console
 from bertjax import paths
@@ -345,12 +347,17 @@ def run_jobset(name: str, path, *, run: cloud.Runner, keep: bool = False,
     print(f'gke_jobset: interrupted; {name} is left running: delete it with '
           f'{shlex.join(delete_command(name))}', file=sys.stderr, flush=True)
     return 130
-  print(f'gke_jobset: {name} completed' if state == COMPLETED else
-        f'gke_jobset: {name} failed: the run\'s error (the log above; not restarted, it would '
-        'fail the same way) or --max_restarts spent', flush=True)
+  dry = getattr(run, 'dry_run', False)  # Its state is the runner's made-up one: nothing ran.
+  if not dry:
+    print(f'gke_jobset: {name} completed' if state == COMPLETED else
+          f'gke_jobset: {name} failed: the run\'s error (the log above; not restarted, it would '
+          'fail the same way) or --max_restarts spent', flush=True)
   if not keep:
     run(delete_command(name), check=False)
-  return 0 if state == COMPLETED else 1
+  if dry:
+    print(f'gke_jobset: dry run: no kubectl command ran, {name} was not created: run this again '
+          'without --dry_run (with --apply) to create it', flush=True)
+  return 0 if state == COMPLETED or dry else 1
 
 
 def follow(name: str, run: cloud.Runner, poll_s: float) -> str:
@@ -423,16 +430,15 @@ def main(argv):
     spec = manifest(FLAGS.name, FLAGS.accelerator_type, FLAGS.num_slices, FLAGS.image,
                     FLAGS.workdir, argv[1:], spot=FLAGS.spot, max_restarts=FLAGS.max_restarts)
     # The job's config as bertjax.main will check it, before a manifest or a kubectl command.
-    config = config_args.check_args(argv[1:])
+    config = config_args.check_args(argv[1:], cloud.check_paths)
     cloud.check_job(argv[1:], config)
     cloud.check_for_slice(config, FLAGS.accelerator_type, FLAGS.num_slices)
     if warning := cloud.local_paths_warning('gke_jobset', config):
       print(warning, file=sys.stderr, flush=True)
     replaced = check_output(path, FLAGS.name)
     write(spec, path)
-  except ValueError as e:
-    print(f'gke_jobset: error: {e}', file=sys.stderr)
-    sys.exit(2)
+  except ValueError as e:  # Its flags, the job's config or workdir: refused before anything ran.
+    cloud.refuse('gke_jobset', str(e))
   except OSError as e:  # Not writable: permissions, a full disk, a name too long.
     print(f'gke_jobset: error: --output={path} cannot be written ({e.strerror or e}): name a '
           'file you can write', file=sys.stderr)
@@ -456,6 +462,4 @@ def main(argv):
 
 if __name__ == '__main__':
   _define_flags()
-  cloud.refuse_main_flags_before_separator('gke_jobset', sys.argv[1:])  # Before absl's own error.
-  prefix = 'gke_jobset: error: '
-  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))
+  cloud.run_launcher('gke_jobset', main)

@@ -31,8 +31,12 @@ commit, as step 0 does):
      (before a run was started: that none goes on, and how to delete the queued resource).
 
 The workdir lies in a bucket (gs://); a single-host slice may use a local path with --keep and
-without --spot. The command lines (gcloud's, the workers') are in tpu_vm.py. Tests:
-tests/launch/tpu_pod*_test.py and git_ref_test.py, against a fake gcloud.
+without --spot. A --git_ref on this machine's disk (file://, a path) is refused, a dry run's too:
+no worker reaches it. Exit status: the run's (75 when the restarts ran out); 78 when a flag, the
+job's config or workdir is refused before anything runs (one line, as bertjax.main's refusals);
+2 when gcloud, the wheel's build or the slice's creation fails; 130 on Ctrl-C. The command lines
+(gcloud's, the workers') are in tpu_vm.py. Tests: tests/launch/tpu_pod*_test.py and
+git_ref_test.py, against a fake gcloud.
 """
 
 import re
@@ -41,10 +45,8 @@ import sys
 import tempfile
 import time
 
-from absl import app
 from absl import flags
 
-from bertjax import command_flags
 from bertjax import config_args
 from launch import cloud
 from launch import git_ref as git_refs
@@ -269,7 +271,7 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
   main_args = cloud.job_flags(main_args)  # A --flagfile's lines, checked here, sent to the hosts.
   cloud.check_workdir(main_args, workdir)
   # The job's config as bertjax.main will check it: a typo fails here, not on a booked slice.
-  config = config_args.check_args(main_args)
+  config = config_args.check_args(main_args, cloud.check_paths)
   cloud.check_job(main_args, config)
   cloud.check_for_slice(config, tpu.accelerator_type)
   if warning := cloud.local_paths_warning('tpu_pod', config):
@@ -282,8 +284,13 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
     cloud.check_on_worker(job_config, tpu_vm.WORKER_CONFIG, worker_args)
   if git_ref:
     git_ref = git_refs.pin_here(git_ref)
-  if aot_check:
-    run(cloud.aot_command(tpu.accelerator_type, config_args.config_flags(main_args, config)))
+  if aot_check:  # aot_compile's refusal (78: a config that does not fit) is the launch's.
+    command = cloud.aot_command(tpu.accelerator_type, config_args.config_flags(main_args, config))
+    if code := run(command, check=False).returncode:
+      if code == cloud.REFUSED_EXIT:
+        raise ValueError(f'--aot_check: the step does not compile for {tpu.accelerator_type} '
+                         "(aot_compile's reason above): mend the job's config as it says")
+      raise RuntimeError(f'launch.aot_compile exited with {code}: {shlex.join(command)}')
   start_run = tpu_vm.run_command(tpu, worker_args, workdir)
   with tempfile.TemporaryDirectory(prefix='tpu_pod-wheel-') as folder:  # local temp: the wheel
     wheel = '' if git_ref else tpu_vm.build_wheel(run, folder)
@@ -399,7 +406,9 @@ def main(argv):
                   run=cloud.Runner(_DRY_RUN.value, dry_output='ACTIVE'),
                   git_ref=_GIT_REF.value, aot_check=_AOT_CHECK.value, keep=_KEEP.value,
                   max_restarts=_MAX_RESTARTS.value, poll_s=_POLL_S.value)
-  except (ValueError, RuntimeError) as e:
+  except ValueError as e:  # Its flags, the job's config or workdir: refused before anything ran.
+    cloud.refuse('tpu_pod', str(e))
+  except RuntimeError as e:  # gcloud failed, the slice exists already, the wheel not built.
     print(f'tpu_pod: error: {e}', file=sys.stderr)
     sys.exit(2)
   except KeyboardInterrupt:  # Before a slice was asked for, or while deleting it at the end.
@@ -410,6 +419,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cloud.refuse_main_flags_before_separator('tpu_pod', sys.argv[1:])  # Before absl's own error.
-  prefix = 'tpu_pod: error: '
-  app.run(command_flags.usage_said(main, prefix), flags_parser=command_flags.flags_parser(prefix))
+  cloud.run_launcher('tpu_pod', main)

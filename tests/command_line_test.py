@@ -174,7 +174,7 @@ def test_the_tpu_launcher_command_fails_on_a_config_typo_with_no_gcloud_call(tmp
        '--accelerator_type=v5litepod-16', '--workdir=gs://bkt/runs/base', '--dry_run', '--',
        '--config=configs/pretrain.py:size=base', '--config.optimizer.learning_rat=1e-4'],
       cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
-  assert done.returncode == 2, done.stderr
+  assert done.returncode == 78, done.stderr  # A refusal, as bertjax.main's: no retry helps.
   assert "tpu_pod: error: unknown config field 'optimizer.learning_rat'" in done.stderr
   assert 'gcloud' not in done.stdout + done.stderr  # Not even printed as a dry run.
 
@@ -186,7 +186,7 @@ def test_the_gke_launcher_checks_the_config_before_writing_or_applying(tmp_path)
        '--dry_run', '--', '--config=configs/pretrain.py:size=base',
        '--config.optimizer.warmup_steps=-1'],
       cwd=REPO, env=environ(), capture_output=True, text=True, timeout=120)
-  assert done.returncode == 2, done.stderr
+  assert done.returncode == 78, done.stderr
   assert 'gke_jobset: error: config.optimizer.warmup_steps=-1: must be >= 0' in done.stderr
   assert not (tmp_path / 'b.yaml').exists() and 'kubectl' not in done.stdout
 
@@ -242,6 +242,12 @@ def test_a_word_after_the_flags_is_refused_naming_the_commands_own_flags(tmp_pat
   assert f"unexpected arguments ['stray.txt']: every input is a --flag ({named}" in done.stderr
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
   assert '--helpfull' not in done.stderr and len(done.stderr.splitlines()) <= 3, done.stderr
+  # A flag after '--' (absl reads it as a word): said so, not called an unexpected argument.
+  flag = '--config.seed=3' if command == 'bertjax.main' else '--verbosity=1'
+  done = run(tmp_path, '-m', command, *flags, '--', flag)
+  assert done.returncode == (78 if command == 'bertjax.main' else 1), done.stderr
+  assert f"{flag} comes after '--', which ends the flags" in done.stderr, done.stderr
+  assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize('config', ['', ':size=tiny'])
@@ -277,9 +283,10 @@ def test_a_flag_the_command_does_not_take_names_the_ones_it_does(tmp_path, comma
 ])
 def test_a_flag_given_no_value_is_refused_not_fed_the_next_flag(tmp_path, command, flags):
   """absl gives a text flag with no value the next word: `--workdir --config.seed=1` ran a
-  pre-training in a folder named '--config.seed=1'."""
+  pre-training in a folder named '--config.seed=1'. bertjax.main's refusals before it starts
+  exit 78 (it would refuse again), the tools' 1."""
   done = run(tmp_path, '-m', command, *flags)
-  assert done.returncode == 1, done.stderr
+  assert done.returncode == (78 if command == 'bertjax.main' else 1), done.stderr
   name = flags[-2][2:]
   assert f"--{name} took the next word '{flags[-1]}' as its value" in done.stderr, done.stderr
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
@@ -288,7 +295,7 @@ def test_a_flag_given_no_value_is_refused_not_fed_the_next_flag(tmp_path, comman
 def test_a_launcher_flag_given_no_value_is_refused():
   done = run(REPO, '-m', 'launch.tpu_pod', '--name=x', '--zone=z', '--accelerator_type=v5p-8',
              '--workdir=gs://bkt/r', '--project', '--dry_run', '--', TINY[0])
-  assert done.returncode == 1, done.stderr
+  assert done.returncode == 78, done.stderr
   assert "--project took the next word '--dry_run' as its value" in done.stderr, done.stderr
 
 
@@ -377,6 +384,15 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
   assert done.returncode == 78, done.stderr  # Loaded, then checked: the field's own refusal.
   assert done.stderr.startswith('error: config.num_train_steps=-1: must be >= 1'), done.stderr
   assert sorted(os.listdir(tmp_path)) == ['mine.py']
+  # Kept in a folder of its own named configs/, run from above it: that folder is a namespace
+  # package `configs` without common.py ("cannot import name 'common' from 'configs'").
+  (tmp_path / 'configs').mkdir()
+  (tmp_path / 'mine.py').rename(tmp_path / 'configs' / 'mine.py')
+  done = run(tmp_path, '-m', 'bertjax.main', '--config=configs/mine.py:size=tiny', '--workdir=w',
+             '--config.num_train_steps=-1')
+  assert done.returncode == 78, done.stderr
+  assert done.stderr.startswith('error: config.num_train_steps=-1: must be >= 1'), done.stderr
+  assert sorted(os.listdir(tmp_path)) == ['configs']
 
 
 @pytest.mark.parametrize('text', ["It's sunny", 'Say "hi" to $HOME `now` \\n'])

@@ -17,6 +17,7 @@ from bertjax.training import perf
 from bertjax.training import train_state
 from configs import pretrain
 from launch import aot_compile
+from launch import cloud
 
 
 def tiny_config(**model_fields):
@@ -172,7 +173,7 @@ def test_every_phase_is_compiled_with_its_lengths_and_the_packed_rows():
 ])
 def test_a_config_the_run_would_refuse_is_refused_in_one_line(config, message):
   result = run_aot('--topology=cpu:2', f'--config={config.split()[0]}', *config.split()[1:])
-  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.returncode == cloud.REFUSED_EXIT, result.stdout + result.stderr
   assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
   assert 'lowered and compiled' not in result.stdout
 
@@ -181,7 +182,7 @@ def test_a_topology_libtpu_cannot_describe_is_refused_in_one_line():
   """Here libtpu is absent (CI); on a machine with it, 9x9 is no v5e slice shape."""
   result = run_aot('--topology=v5e:9x9', '--config=configs/pretrain.py:size=tiny')
   message = 'aot_compile: error: --topology=v5e:9x9: libtpu cannot describe it ('
-  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.returncode == cloud.REFUSED_EXIT, result.stdout + result.stderr
   assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr
   assert result.stderr.strip().splitlines()[-1].endswith(
       'or pass --topology=cpu:N to check the sharding without libtpu.'), result.stderr
@@ -189,7 +190,7 @@ def test_a_topology_libtpu_cannot_describe_is_refused_in_one_line():
 
 def test_a_word_after_the_flags_is_one_line_not_the_whole_help():
   result = run_aot('--topology=cpu:2', '--config=configs/pretrain.py:size=tiny', 'extra')
-  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.returncode == cloud.REFUSED_EXIT, result.stdout + result.stderr
   assert result.stderr.strip().splitlines() == [
       "aot_compile: error: unexpected arguments ['extra']: every input is a --flag (--config=..., "
       '--topology=...). (--helpshort lists the flags)'], result.stderr

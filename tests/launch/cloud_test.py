@@ -69,7 +69,7 @@ def test_the_job_flags_bertjax_main_takes_pass_in_every_absl_form(monkeypatch):
 def test_a_launcher_flag_after_the_separator_is_one_line_and_books_nothing(tmp_path):
   code, out, calls = launch(tmp_path, '--dry_run', main_args=[
       '--config=configs/pretrain.py:size=tiny', '--spot', '--keep'])
-  assert code == 2 and calls == [], out
+  assert code == cloud.REFUSED_EXIT and calls == [], out
   assert out.strip().splitlines() == [
       "tpu_pod: error: --spot is tpu_pod's flag: put it before --"], out
 
@@ -138,6 +138,27 @@ def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workd
     cloud.check_bucket_path('s3://bkt/x')
 
 
+@pytest.mark.parametrize('value, said', [
+    ('', 'is empty'), ('  ', 'is empty'),
+    ('""', 'holds quotes and no path (a flagfile takes no shell quotes)')])
+def test_an_empty_workdir_is_said_empty_not_blamed_on_quotes(monkeypatch, value, said):
+  """''[:1] is '', which is `in` any string: --workdir= was refused for its quotes, the fix
+  given --workdir= again. A blank config path is read as unset, as bertjax.main reads it."""
+  line = f"--workdir={value} {said}: pass the run's folder, --workdir=gs://BUCKET/PATH"
+  with pytest.raises(ValueError, match='^' + re.escape(line) + '$'):
+    cloud.check_bucket_path(value)
+  with pytest.raises(ValueError, match='^' + re.escape(line) + '$'):
+    tpu_pod.check(slice_(), value)
+  monkeypatch.chdir(REPO)
+  config = config_args.check_args(MAIN_ARGS + [f'--config.data.vocab_file={value}'])
+  if value.strip():
+    with pytest.raises(ValueError, match='^' + re.escape(
+        f'--config.data.vocab_file={value} {said}: pass the path, --config.data.vocab_file=')):
+      cloud.check_job(MAIN_ARGS, config)
+  else:
+    cloud.check_job(MAIN_ARGS, config)  # No path set: nothing to refuse.
+
+
 def _tpu_pod(*flags_):
   """A dry tpu_pod of a tiny pre-training job in its own process, with `flags_` first."""
   return subprocess.run(
@@ -150,7 +171,7 @@ def test_a_flag_that_took_the_next_flag_as_its_value_is_named_in_one_line(tmp_pa
   """absl's required-flag check ran first: it said --zone had no value (--name had taken it),
   after the launcher's whole help."""
   result = _tpu_pod('--name', '--zone=us-west4-a')
-  assert result.returncode == 1 and result.stdout == '', result.stdout
+  assert result.returncode == cloud.REFUSED_EXIT and result.stdout == '', result.stdout
   assert result.stderr.strip().splitlines() == [
       "tpu_pod: error: --name took the next word '--zone=us-west4-a' as its value: give it one "
       '(--name=VALUE), or drop it. (--helpshort lists the flags)'], result.stderr
@@ -167,7 +188,7 @@ def test_a_stray_word_before_the_separator_is_the_launchers_usage_error(before):
   """absl's GNU parse left it in argv with the job's flags: refused as a word 'after --' (gke_jobset
   said it right: one check now, cloud.check_usage)."""
   result = _tpu_pod('--name=n', '--zone=us-west4-a', *before)
-  assert result.returncode == 1 and result.stdout == '', result.stdout
+  assert result.returncode == cloud.REFUSED_EXIT and result.stdout == '', result.stdout
   assert result.stderr.strip().splitlines() == [
       "tpu_pod: error: unexpected arguments ['stray']: the launcher takes --flags only; "
       "bertjax.main's flags go after -- (--helpshort lists the flags)"], result.stderr

@@ -1,16 +1,19 @@
 """launch/git_ref.py: the commit a --git_ref names, read on this machine before a slice is booked
-(git ls-remote against a real repository), a ref the repository lacks refused, and what the
-launch says the job's config was checked against."""
+(git ls-remote against a real repository), a ref the repository lacks refused, a source no
+worker reaches (this machine's disk) refused, and what the launch says the job's config was
+checked against."""
 
 import re
 import subprocess
 
 from pod_fakes import MAIN_ARGS
 from pod_fakes import REPO
+from pod_fakes import launch
 from pod_fakes import launch_scripted
 from pod_fakes import slice_
 import pytest
 
+from launch import cloud
 from launch import git_ref as git_refs
 from launch import tpu_pod
 
@@ -82,18 +85,27 @@ def test_a_commit_or_repository_that_is_not_there_is_refused(tmp_path, where, wh
   assert git_refs.commit_here(f'git+https://example.invalid/bertjax@{first}')[0] == ''
 
 
+def served_at(monkeypatch, repo, url):
+  """git on this machine reads `url` as the local `repo` (url.insteadOf, set for this process):
+  a launch refuses a file:// --git_ref, which no worker reaches."""
+  monkeypatch.setenv('GIT_CONFIG_COUNT', '1')
+  monkeypatch.setenv('GIT_CONFIG_KEY_0', f'url.file://{repo}.insteadOf')
+  monkeypatch.setenv('GIT_CONFIG_VALUE_0', url)
+
+
 def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch, capsys):
   """The commit is read when the launch is asked for, not when a queued slice comes up: worker
   0 reads nothing, and every install fetches that commit. A ref the repository lacks is refused
   before anything runs."""
   first = make_repo(tmp_path / 'repo')
-  git_ref = f'git+file://{tmp_path}/repo@main'
+  served_at(monkeypatch, tmp_path / 'repo', 'https://git.example.test/bertjax')
+  git_ref = 'git+https://git.example.test/bertjax@main'
   code, calls = launch_scripted(monkeypatch, states=['ACTIVE', 'SUSPENDED'], exits=['255'],
                                 git_ref=git_ref)
   assert code == 0
   assert not any('rev-parse' in c[-2] for c in calls), calls  # Nothing left to read on a worker.
   installs = [c[-2] for c in calls if '--worker=all' in c and 'uv pip install' in c[-2]]
-  assert len(installs) == 2 and all(f'file://{tmp_path}/repo {first} && ' in c
+  assert len(installs) == 2 and all(f'https://git.example.test/bertjax {first} && ' in c
                                     for c in installs), installs
   out = capsys.readouterr().out
   assert (f'tpu_pod: --git_ref={git_ref} is commit {first}: every worker and every restart '
@@ -103,8 +115,40 @@ def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch
   asked = []
   with pytest.raises(ValueError, match='has no branch or tag'):
     tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=asked.append,
-                   git_ref=f'git+file://{tmp_path}/repo@nope')
+                   git_ref='git+https://git.example.test/bertjax@nope')
   assert asked == []
+
+
+@pytest.mark.parametrize('where, said', [
+    ('git+file://{repo}@main', "this machine's disk"),
+    ('git+file://localhost{repo}', "this machine's disk"),
+    ('{repo}', "this machine's disk"),  # A plain path, pip's git+ or not.
+    ('git+{repo}@main', "this machine's disk"),
+    ('git+https://localhost:8080/bertjax@main', 'this machine (a loopback host: each worker '
+     'would ask itself)'),
+    ('git+ssh://git@127.0.0.1/bertjax', 'this machine (a loopback host'),
+])
+def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, monkeypatch,
+                                                                     where, said):
+  """A file:// --git_ref was pinned (read here) and the slice booked: every worker's fetch of
+  this machine's path then failed. A dry run refuses it too: it shows what the launch does."""
+  make_repo(tmp_path / 'repo')
+  git_ref = where.format(repo=tmp_path / 'repo')
+  monkeypatch.chdir(REPO)
+  asked = []
+  with pytest.raises(ValueError, match='^' + re.escape(
+      f'--git_ref={git_ref} lies on {said}')) as e:
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=asked.append, git_ref=git_ref)
+  assert asked == [] and str(e.value).endswith(
+      ', which no TPU worker can reach (each fetches the commit itself): push the commit to a '
+      'repository the workers reach and pass git+https://HOST/ORG/REPO@COMMIT, or leave '
+      '--git_ref out to install a wheel of this checkout'), str(e.value)
+  if where.startswith('git+file://{repo}'):
+    code, out, calls = launch(tmp_path, '--dry_run', f'--git_ref={git_ref}')
+    assert code == cloud.REFUSED_EXIT and calls == [], out
+    assert out.strip().splitlines() == [f'tpu_pod: error: {e.value}'], out
+  for reached in ('git+https://github.com/org/bertjax@main', 'git+ssh://git@github.com/org/b'):
+    git_refs.check_workers_reach(reached)
 
 
 def test_the_launch_says_whether_the_config_was_checked_against_the_commit(tmp_path,

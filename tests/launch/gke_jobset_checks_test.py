@@ -55,7 +55,7 @@ def test_a_manifest_of_another_jobset_is_never_replaced(tmp_path):
            'metadata': {'name': 'bert-base'}, 'spec': {}}
   target.write_text(yaml.safe_dump(other))
   code, out, calls = launch(tmp_path)
-  assert code == 2 and calls == [], out
+  assert code == gke_jobset.REFUSED_EXIT and calls == [], out
   assert out.strip().splitlines() == [
       f"gke_jobset: error: --output={target} holds the manifest of the JobSet 'bert-base', not "
       f"bert-large's: name another file, e.g. --output={tmp_path}/bert-large.jobset.yaml"], out
@@ -75,7 +75,7 @@ def test_a_manifest_of_another_jobset_is_never_replaced(tmp_path):
   edited = target.read_text().replace('backoffLimit: 0', 'backoffLimit: 3')
   target.write_text(edited)
   code, out, calls = launch(tmp_path)
-  assert code == 2 and calls == [] and out.strip().splitlines() == [
+  assert code == gke_jobset.REFUSED_EXIT and calls == [] and out.strip().splitlines() == [
       f'gke_jobset: error: --output={target} is a manifest gke_jobset wrote and someone edited '
       f'since: name another file, e.g. --output={tmp_path}/bert-large.jobset.yaml'], out
   assert target.read_text() == edited
@@ -87,7 +87,7 @@ def test_a_config_file_missing_from_the_current_folder_is_said_missing(tmp_path)
   elsewhere = tmp_path / 'elsewhere'
   elsewhere.mkdir()
   code, out, calls = launch(tmp_path, cwd=elsewhere)
-  assert code == 2 and calls == [], out
+  assert code == gke_jobset.REFUSED_EXIT and calls == [], out
   assert out.strip().splitlines() == [
       f"gke_jobset: error: --config={MAIN_ARGS[0].partition('=')[2]}: no config file "
       f"'configs/pretrain.py' (from {elsewhere}); the configs are configs/pretrain.py, "
@@ -110,7 +110,7 @@ def test_flags_that_act_only_with_apply_and_an_empty_output_are_usage_errors(tmp
       (['--output=-'], "--output=- would write a file named '-' (the manifest is a file kubectl "
        'reads): name the file, e.g. --output=bert-large.jobset.yaml')):
     code, out, calls = launch(tmp_path, launcher_flags=[*own, *flags, '--', *MAIN_ARGS])
-    assert code == 1 and calls == [], out
+    assert code == gke_jobset.REFUSED_EXIT and calls == [], out
     assert out.strip().splitlines() == [
         f'gke_jobset: error: {line} (--helpshort lists the flags)'], out
     assert not (tmp_path / 'bert.yaml').exists() and not (REPO / 'bert-large.jobset.yaml').exists()

@@ -21,6 +21,8 @@ import yaml
 from bertjax import config_args
 from launch import gke_jobset
 
+REFUSED = gke_jobset.REFUSED_EXIT  # A flag, the job's config or workdir refused: 78.
+
 
 @pytest.fixture(autouse=True)
 def _in_the_checkout(monkeypatch):
@@ -180,23 +182,32 @@ def test_the_manifest_never_replaces_a_users_file(tmp_path, existing, message):
   else:
     target.mkdir()
   code, out, calls = launch(tmp_path)
-  assert code == 2 and message in out and calls == [], out
+  assert code == REFUSED and message in out and calls == [], out
   if existing == 'file':
     assert target.read_text() == 'review,sentiment\ngood,pos\n'
 
 
-def test_dry_run_prints_the_commands_and_runs_none(tmp_path):
-  code, out, calls = launch(tmp_path, '--dry_run')
+@pytest.mark.parametrize('flags', [['--dry_run'], ['--apply', '--dry_run']])
+def test_dry_run_prints_the_commands_and_runs_none(tmp_path, flags):
+  """--dry_run wins over --apply: it said `bert-large completed`, nothing having run."""
+  code, out, calls = launch(tmp_path, *flags)
   assert code == 0 and calls == [], out
   assert (f'kubectl get jobset bert-large --ignore-not-found -o '
           f'\'jsonpath={{.metadata.name}}\'\nkubectl create -f {tmp_path / "bert.yaml"}\n'
           'kubectl wait') in out
-  assert 'kubectl delete jobset bert-large --ignore-not-found' in out
+  lines = out.strip().splitlines()
+  assert lines[-2:] == [
+      'kubectl delete jobset bert-large --ignore-not-found',
+      'gke_jobset: dry run: no kubectl command ran, bert-large was not created: run this again '
+      'without --dry_run (with --apply) to create it'], out
+  assert 'completed' not in out and 'failed' not in out, out
+  # The manifest the printed `kubectl create -f` reads is written, to be read before applying.
+  assert lines[0] == f'gke_jobset: wrote {tmp_path / "bert.yaml"}', out
 
 
 def test_a_batch_the_slices_cannot_split_is_refused_before_the_manifest(tmp_path):
   code, out, calls = launch(tmp_path, main_args=MAIN_ARGS + ['--config.global_batch_size=48'])
-  assert code == 2 and ('gke_jobset: error: global_batch_size=48 cannot be split over the 32 '
+  assert code == REFUSED and ('gke_jobset: error: global_batch_size=48 cannot be split over the 32 '
                         'batch shards of 2 x v5litepod-16') in out, out
   assert calls == [] and not (tmp_path / 'bert.yaml').exists()
 
@@ -204,7 +215,7 @@ def test_a_batch_the_slices_cannot_split_is_refused_before_the_manifest(tmp_path
 def test_a_local_workdir_is_refused_before_anything_runs(tmp_path):
   flags = [f for f in gk(tmp_path) if not f.startswith('--workdir')] + ['--workdir=/tmp/x']
   code, out, calls = launch(tmp_path, launcher_flags=flags)  # No job flags: refused first.
-  assert code == 2 and 'pods share no local disk' in out and calls == [], out
+  assert code == REFUSED and 'pods share no local disk' in out and calls == [], out
   assert not (tmp_path / 'bert.yaml').exists()
 
 
@@ -222,7 +233,7 @@ def test_a_config_file_the_image_does_not_hold_is_refused(tmp_path):
                             'into configs/, rebuild and push the image, and pass '
                             '--config=configs/<file>.py')
   code, out, calls = launch(tmp_path, '--apply', main_args=[f'--config={outside}:size=large'])
-  assert code == 2 and 'gke_jobset: error: --config=' in out and calls == [], out
+  assert code == REFUSED and 'gke_jobset: error: --config=' in out and calls == [], out
   assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()
 
 
@@ -246,7 +257,7 @@ def test_a_job_workdir_other_than_the_launchers_is_refused(tmp_path):
                             'launcher\'s --workdir=gs://bkt/r: pass the run directory once, as '
                             'the launcher\'s --workdir (before --)')
   code, out, calls = launch(tmp_path, '--apply', main_args=MAIN_ARGS + ['--workdir=gs://bkt/x'])
-  assert code == 2 and calls == [], out
+  assert code == REFUSED and calls == [], out
   assert "gke_jobset: error: the job's flags (after --) set --workdir=gs://bkt/x" in out, out
   assert 'Traceback' not in out and not (tmp_path / 'bert.yaml').exists()
 
@@ -317,7 +328,7 @@ JOB = ['--', '--config=configs/pretrain.py:size=tiny']
 def test_a_usage_error_is_one_line_not_the_help(tmp_path, drop, flags, line):
   kept = [f for f in gk(tmp_path) if not (drop and f.startswith(drop))]
   code, out, calls = launch(tmp_path, launcher_flags=kept + flags)
-  assert code == 1 and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
+  assert code == REFUSED and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
   assert out.startswith(line if 'FATAL' in line else f'gke_jobset: error: {line}'), out
   assert len(out.splitlines()) == (2 if 'FATAL' in line else 1), out
 
@@ -341,7 +352,9 @@ def test_a_bad_name_image_or_output_is_one_line_before_the_manifest(tmp_path, fl
   flag, line = flag.format(tmp=tmp_path), line.format(tmp=tmp_path)
   flags = [f for f in gk(tmp_path) if not f.startswith(flag.partition('=')[0])]
   code, out, calls = launch(tmp_path, launcher_flags=[*flags, flag, *JOB])
-  assert code == 2 and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
+  # Refused (a scheduler must not retry it), but for a file the disk would not write.
+  refused = 2 if 'cannot be written' in line else REFUSED
+  assert code == refused and calls == [] and not (tmp_path / 'bert.yaml').exists(), out
   assert out.startswith('gke_jobset: error: ') and line in out and len(out.splitlines()) == 1, out
 
 
@@ -356,7 +369,7 @@ def test_a_flagfile_after_the_separator_is_read_here_and_written_expanded(tmp_pa
                      *MAIN_ARGS[1:], '--workdir=gs://bkt/runs/large']
   flags_file.write_text('--config.num_trian_steps=7\n')
   code, out, _ = launch(tmp_path, main_args=[f'--flagfile={flags_file}', *MAIN_ARGS])
-  assert code == 2 and "unknown config field 'num_trian_steps'" in out, out
+  assert code == REFUSED and "unknown config field 'num_trian_steps'" in out, out
 
 
 @pytest.mark.parametrize('workdir', ['GS://bkt/r', 'gs:/bkt/r'])

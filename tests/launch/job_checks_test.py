@@ -2,7 +2,8 @@
 would refuse only on it (hostile pass A): a flag the hosts set for themselves or a help flag
 after --, a --step for a job other than fine-tuning, a path in the job's config that no host can
 read (a misspelt or foreign URL, a bucket GCS would not name, quotes a flagfile kept), a
---poll_seconds time.sleep cannot take, and bertjax.main's flags given before --."""
+--poll_seconds time.sleep cannot take, and bertjax.main's flags given before --; each refusal
+exits 78, as bertjax.main's do."""
 
 import os
 import re
@@ -15,6 +16,7 @@ from pod_fakes import launch_in_process
 from pod_fakes import slice_
 import pytest
 
+from bertjax import console
 from launch import cloud
 from launch import tpu_pod
 
@@ -86,7 +88,9 @@ def test_a_flagfiles_quoted_path_is_refused_by_both_launchers(tmp_path):
   """A flagfile's line keeps its quotes (absl reads no shell): the hosts looked for a path
   starting with a quote."""
   flags_file = tmp_path / 'job.flags'
-  flags_file.write_text(f"{MAIN_ARGS[0]}\n--config.data.vocab_file=\"gs://bkt/vocab.txt\"\n")
+  # With its train_files: config_check refuses a vocab_file set alone first.
+  flags_file.write_text(f"{MAIN_ARGS[0]}\n{MAIN_ARGS[1]}\n"
+                        '--config.data.vocab_file="gs://bkt/vocab.txt"\n')
   message = ('--config.data.vocab_file="gs://bkt/vocab.txt": its quotes are part of the path (a '
              'flagfile takes no shell quotes): write --config.data.vocab_file=gs://bkt/vocab.txt')
   tpu = subprocess.run(
@@ -98,7 +102,7 @@ def test_a_flagfiles_quoted_path_is_refused_by_both_launchers(tmp_path):
        '--image=gcr.io/p/bertjax:1', '--workdir=gs://bkt/x', f'--output={tmp_path}/b.yaml',
        '--', f'--flagfile={flags_file}'], cwd=REPO, capture_output=True, text=True, timeout=120)
   for launcher, done in (('tpu_pod', tpu), ('gke_jobset', gke)):
-    assert done.returncode == 2 and done.stdout == '', (launcher, done.stdout)
+    assert done.returncode == cloud.REFUSED_EXIT and done.stdout == '', (launcher, done.stdout)
     assert done.stderr.strip().splitlines() == [f'{launcher}: error: {message}'], done.stderr
   assert not (tmp_path / 'b.yaml').exists()
 
@@ -124,7 +128,7 @@ def test_a_poll_interval_sleep_cannot_take_is_a_usage_error(tmp_path, launcher, 
        '--accelerator_type=v5litepod-16', '--workdir=gs://bkt/x', '--dry_run',
        f'--poll_seconds={value}', '--', MAIN_ARGS[0]], cwd=tmp_path, capture_output=True,
       text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(REPO)})
-  assert done.returncode == 1 and done.stdout == '', done.stdout
+  assert done.returncode == cloud.REFUSED_EXIT and done.stdout == '', done.stdout
   assert done.stderr.strip().splitlines() == [
       f'{launcher}: error: --poll_seconds={float(value)}: pass a number of seconds from 0 to '
       f'{cloud.POLL_MAX_S} (--helpshort lists the flags)'], done.stderr
@@ -139,8 +143,37 @@ def test_a_job_flag_before_the_separator_says_where_it_goes(launcher):
        '--accelerator_type=v6e-8', '--workdir=gs://bkt/x',
        '--config=configs/pretrain.py:size=tiny', '--dry_run'], cwd=REPO, capture_output=True,
       text=True, timeout=120)
-  assert done.returncode == 1 and done.stdout == '', done.stdout
+  assert done.returncode == cloud.REFUSED_EXIT and done.stdout == '', done.stdout
   assert done.stderr.strip().splitlines() == [
       f"{launcher}: error: --config=configs/pretrain.py:size=tiny is bertjax.main's flag: put it "
       f"after -- (the launcher's flags go before --, the job's after: python -m launch.{launcher} "
       '--name=... -- --config=...)'], done.stderr
+
+
+@pytest.mark.parametrize('launcher', ['tpu_pod', 'gke_jobset'])
+@pytest.mark.parametrize('flag, line', [
+    ('--max_restarts=-1', 'flag --max_restarts=-1: -1 is not a non-negative integer '
+     '(--helpshort lists the flags)'),  # absl's.
+    ('--accelerator_type=v5litepod-12', "unknown accelerator type 'v5litepod-12'; known: "),
+    ('--workdir=', "--workdir= is empty: pass the run's folder, --workdir=gs://BUCKET/PATH"),
+    ('--workdir=GS://bkt/x', "--workdir='GS://bkt/x' is no gs:// URL"),
+])
+def test_a_refused_command_line_exits_as_bertjax_main_does(tmp_path, launcher, flag, line):
+  """bertjax.main exits REFUSED_EXIT on a command it refuses, which a scheduler must not retry;
+  the launchers exited 1 on a flag absl refused and 2 on a workdir or config they refused."""
+  done = subprocess.run(
+      [sys.executable, '-m', f'launch.{launcher}', '--name=bert', *OWN_FLAGS[launcher],
+       '--accelerator_type=v5litepod-16', '--workdir=gs://bkt/x', '--dry_run', flag, '--',
+       MAIN_ARGS[0]], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+      env={**os.environ, 'PYTHONPATH': str(REPO)})
+  assert done.returncode == console.REFUSED_EXIT and done.stdout == '', done.stdout
+  # The line above it, if any: absl's warning of a flag given twice (the last one is taken).
+  assert done.stderr.strip().splitlines()[-1].startswith(f'{launcher}: error: {line}'), done.stderr
+  assert os.listdir(tmp_path) == []  # No manifest written.
+
+
+def test_help_is_no_refusal():
+  """absl's own exit (1) after the help: only a refusal's line exits 78."""
+  done = subprocess.run([sys.executable, '-m', 'launch.tpu_pod', '--helpshort'], cwd=REPO,
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 1 and '--accelerator_type' in done.stdout, done.stderr

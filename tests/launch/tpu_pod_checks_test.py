@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+from pod_fakes import GIT_REF
 from pod_fakes import MAIN_ARGS
 from pod_fakes import REPO
 from pod_fakes import launch
@@ -21,6 +22,7 @@ from pod_fakes import worker_job
 import pytest
 
 from bertjax import config_args
+from bertjax import console
 from launch import cloud
 from launch import git_ref as git_refs
 from launch import tpu_pod
@@ -55,7 +57,8 @@ def test_a_local_workdir_only_on_a_single_host_slice_kept_and_not_spot(tmp_path)
       tpu_pod.check(tpu, '/tmp/run', keep=keep)
   code, out, calls = launch(tmp_path, '--accelerator_type=v5litepod-8', '--workdir=/home/me/run',
                             '--spot', '--keep')
-  assert code == 2 and "error: the local path '/home/me/run' lies on the VM's disk" in out, out
+  assert code == cloud.REFUSED_EXIT, out
+  assert "error: the local path '/home/me/run' lies on the VM's disk" in out, out
   assert calls == []
   assert tpu_pod.Slice('b', 'us-east5-a', 'v5p-32').hosts == 4
   assert cloud.SLICES['v6e-16'] == (4, 'v6e:4x4')
@@ -154,6 +157,27 @@ def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretr
     launch_in_process(['--config=configs/finetune.py:task=mrpc'], aot_check=True)
 
 
+@pytest.mark.parametrize('aot_exit, raised, message', [
+    (console.REFUSED_EXIT, ValueError, "--aot_check: the step does not compile for v5litepod-16 "
+     "(aot_compile's reason above): mend the job's config as it says"),
+    (1, RuntimeError, 'launch.aot_compile exited with 1: '),
+])
+def test_a_step_aot_compile_refuses_is_the_launchs_refusal(monkeypatch, aot_exit, raised,
+                                                            message):
+  """aot_compile's refusal (78: the step does not fit, or cannot be sharded) was a command that
+  failed: the launch exited 2, which a scheduler may retry. Its crash still is one."""
+  monkeypatch.chdir(REPO)
+  calls = []
+
+  def run(cmd, check=True, **_):
+    calls.append(cmd)
+    return subprocess.CompletedProcess(cmd, aot_exit if 'launch.aot_compile' in cmd else 0)
+  with pytest.raises(raised, match='^' + re.escape(message)):
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=run, aot_check=True,
+                   git_ref=GIT_REF)
+  assert len(calls) == 1, calls  # Nothing built or booked.
+
+
 def test_a_config_importing_a_module_beside_it_is_refused_before_booking(tmp_path, monkeypatch):
   """Here the module is found through PYTHONPATH; a worker gets the config file alone."""
   experiments = tmp_path / 'experiments'
@@ -181,7 +205,7 @@ def test_a_workdir_naming_no_bucket_is_refused_before_anything_runs(tmp_path, wo
                      r'.*: pass --workdir=gs://BUCKET/path$'):
     tpu_pod.check(slice_(), workdir)
   code, out, calls = launch(tmp_path, f'--workdir={workdir}')
-  assert code == 2 and calls == [], out
+  assert code == cloud.REFUSED_EXIT and calls == [], out
   assert out.strip().splitlines()[-1] == (  # The line above: --workdir given twice, by launch().
       f"tpu_pod: error: --workdir='{workdir}' names no bucket (lowercase letters, digits, -, _ "
       'and .): pass --workdir=gs://BUCKET/path')
