@@ -322,6 +322,12 @@ def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields(
     ('task=multiple_choice', {'data__format': 'csv'}, "config.data.format='csv': is not a "
      'format task multiple_choice reads; valid: jsonl'),
     ('task=swag', {'data__format': 'tsv'}, None),
+    # Read by no reader of these tasks: refused with the config, not once the job has started.
+    ('task=sst2', {'data__format': 'csv'}, "config.data.format='csv': is not read by task sst2, "
+     "whose files have one format (a preset task's published files; span's JSON lines); drop "
+     "it (or set it to '')"),
+    ('task=span', {'data__format': 'jsonl'}, "config.data.format='jsonl': is not read by task "
+     'span'),
     ('task=squad_v1', {'data__max_instances_per_row': 2}, 'config.data.max_instances_per_row=2: '
      'packs examples, which a span task (squad_v1) cannot (classification, regression and '
      'tagging can); set it to 1'),
