@@ -8,6 +8,7 @@ import gzip
 import io
 import lzma
 import re
+import zlib
 
 from bertjax import files
 
@@ -30,8 +31,9 @@ def not_read(head: bytes) -> str:
 
 
 # What reading a compressed file cut short (EOFError) or damaged raises (bz2 says damage with a
-# plain OSError); of those, the errors that are the storage's or the network's, not the file's.
-DAMAGED_COMPRESSED = (OSError, EOFError, lzma.LZMAError)
+# plain OSError, gzip with zlib.error where a changed byte breaks its deflate stream); of those,
+# the errors that are the storage's or the network's, not the file's.
+DAMAGED_COMPRESSED = (OSError, EOFError, lzma.LZMAError, zlib.error)
 _NOT_DAMAGE = (ConnectionError, TimeoutError, PermissionError, FileNotFoundError)
 
 

@@ -70,31 +70,42 @@ def check_no_blank_lines(lines, source: str) -> list[str]:
 
 
 def wide_encoding(head: bytes) -> str | None:
-  """'UTF-32' or 'UTF-16' when a file's first bytes are text in that encoding (Windows tools
-  write it: Notepad's 'Unicode', PowerShell's `>`): by its byte-order mark, or by NUL bytes
-  between most letters (ASCII in UTF-16 without a mark), or by NUL bytes on one side of the
-  pairs mostly in bytes that read as UTF-16 text (CJK without a mark: its line breaks and spaces
-  hold the NULs, and a few characters, 一 U+4E00, 　U+3000, 가 U+AC00); else None."""
+  """'UTF-32' or 'UTF-16' (by a byte-order mark), 'UTF-32LE', 'UTF-32BE', 'UTF-16LE' or
+  'UTF-16BE' (no mark: iconv then needs the byte order) when a file's first bytes are text in
+  that encoding (Windows tools write it: Notepad's 'Unicode', PowerShell's `>`); else None.
+  Without a mark, NULs on one side of the pairs (ASCII: beside each letter; CJK: in its line
+  breaks, spaces and digits, and in a few characters, 一 U+4E00, 　U+3000, 가 U+AC00) must make
+  text: every character below U+0100 printable or a line's spacing (U+0000 never), and all but
+  5% printable. A binary file's NULs sit in NUL pairs and beside control bytes."""
   if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
     return 'UTF-32'
   if head.startswith((b'\xff\xfe', b'\xfe\xff')):
     return 'UTF-16'
+  if len(head) < 8:
+    return None
+  for codec in 'UTF-32LE', 'UTF-32BE':
+    try:
+      if _reads_as_text(head[:len(head) // 4 * 4].decode(codec)):
+        return codec
+    except UnicodeDecodeError:  # Above U+10FFFF: not UTF-32.
+      pass
   pairs = len(head) // 2
-  if pairs >= 4:
-    for text, nul in ((head[0:2 * pairs:2], head[1:2 * pairs:2]),
-                      (head[1:2 * pairs:2], head[0:2 * pairs:2])):
-      if nul.count(0) >= 0.9 * pairs and text.count(0) <= 0.1 * pairs:
-        return 'UTF-16'
-    for codec, low, high in (('utf-16-le', head[0:2 * pairs:2], head[1:2 * pairs:2]),
-                             ('utf-16-be', head[1:2 * pairs:2], head[0:2 * pairs:2])):
-      text = head[:2 * pairs].decode(codec, 'replace')  # The last pair may be cut.
-      # NULs in high bytes (U+00xx: line breaks, spaces, digits), fewer in low ones (U+4E00 一,
-      # U+3000, U+AC00 가), or a line break among them; then what it reads as is text.
-      if 0 in high and (high.count(0) > 2 * low.count(0) or '\n' in text):
-        if sum(c.isprintable() and c != '\ufffd' or c in '\t\n\r' for c in text) >= (
-            0.95 * len(text)):
-          return 'UTF-16'
-  return None
+  fits = []
+  for codec, high in (('UTF-16LE', head[1:2 * pairs:2]), ('UTF-16BE', head[0:2 * pairs:2])):
+    text = head[:2 * pairs].decode(codec, 'replace').removesuffix('\ufffd')  # May be cut.
+    if 0 in high and _reads_as_text(text):
+      fits.append((high.count(0), codec))
+  return max(fits)[1] if fits else None
+
+
+def _reads_as_text(text: str) -> bool:
+  return ('\ufffd' not in text and not _NOT_TEXT_BELOW_0100.search(text) and
+          sum(c.isprintable() or c in _SPACING for c in text) >= 0.95 * len(text))
+
+
+_SPACING = '\t\n\r\f\v'
+# A character below U+0100 that no text holds: a control character but a line's spacing.
+_NOT_TEXT_BELOW_0100 = re.compile('[\x00-\x08\x0e-\x1f\x7f-\x9f]')
 
 
 def reencode_hint(head: bytes, data: bytes = b'') -> str:

@@ -133,30 +133,43 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   # create_pretraining_data and learn_vocab skip the file (text_input.usable_files).
   binary = tmp_path / 'weights.bin'
   binary.write_bytes(b'PK\x03\x04' + bytes(range(1, 100)) * 3 + b'\x00' * 8)
-  wide = tmp_path / 'notepad.txt'
-  wide.write_bytes('first input\nsecond input\n'.encode('utf-16-le'))
-  skips = text_input.Skips()
-  assert not text_input.usable_files([str(binary), str(wide)], skips)
-  assert skips.counts == {'binary_file': 2}
-  csv = tmp_path / 'train.csv'
-  csv.write_bytes('sentence,label\ngood,pos\n'.encode('utf-16-le'))
   # CJK without a mark: its NULs are in line breaks and spaces only (it was called binary).
   # Some common characters hold a NUL too: 一 U+4E00, the ideographic space U+3000, 가 U+AC00.
-  cjk = [tmp_path / 'cjk_le.txt', tmp_path / 'cjk_be.txt', tmp_path / 'cjk_common.txt']
-  cjk[0].write_bytes('中文文本。\n第二行 日本語\n'.encode('utf-16-le'))
-  cjk[1].write_bytes('한국어 텍스트\n第二行\n'.encode('utf-16-be'))
-  cjk[2].write_bytes('一つの文\u3000二つ目\n가나다 一二三\n第一行\n'.encode('utf-16-le'))
+  # Without a mark the byte order is named (iconv's 'UTF-16' reads big-endian then: a
+  # little-endian file came out garbled); a line alone, and UTF-32, are told too.
+  texts = {'cjk_le.txt': ('中文文本。\n第二行 日本語\n', 'UTF-16LE'),
+           'cjk_be.txt': ('한국어 텍스트\n第二行\n', 'UTF-16BE'),
+           'cjk_common.txt': ('一つの文\u3000二つ目\n가나다 一二三\n第一行\n', 'UTF-16LE'),
+           'one_line.txt': ('一行だけの文章です 2026', 'UTF-16BE'),
+           'notepad.txt': ('first input\nsecond input\n', 'UTF-16LE'),
+           'train.csv': ('sentence,label\ngood,pos\n', 'UTF-16BE'),
+           'wide32.txt': ('一 line\n', 'UTF-32LE')}
+  for name, (text, codec) in texts.items():
+    (tmp_path / name).write_bytes(text.encode(codec))
+  # Binary heads with NUL bytes are no text in any order (a few called them UTF-16).
+  binaries = {'elf': b'\x7fELF\x02\x01\x01\x00' + b'\x00' * 8 + b'\x03\x00>\x00\x01\x00\x00\x00',
+              'pyc': b'\xa7\r\r\n\x00\x00\x00\x00' + b'\xe3\x00\x00\x00' * 4,
+              'png': b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00',
+              'ints': bytes(range(1, 40)) + b'\x00\x10\x00\x11'}
+  for name, head in binaries.items():
+    (tmp_path / name).write_bytes(head)
   for read in (text_files.read_text_lines, user_formats.file_text):
-    for path in cjk:
-      with pytest.raises(ValueError, match=rf'^{path} is UTF-16 text, not UTF-8'):
+    for name, (text, codec) in texts.items():
+      path = tmp_path / name
+      with pytest.raises(ValueError, match=rf'^{path} is {codec} text, not UTF-8: re-encode it '
+                         rf'\(e\.g\. iconv -f {codec} -t utf-8\)\.$'):
         read(str(path))
+      assert path.read_bytes().decode(codec) == text  # The hint's codec reads it whole.
+    for name in binaries:
+      with pytest.raises(ValueError, match=rf'^{tmp_path / name} holds NUL bytes .*: a binary '
+                         'file, not text; pass a text file.$'):
+        read(str(tmp_path / name))
     with pytest.raises(ValueError, match=rf'^{binary} holds NUL bytes \(the first at byte 301\): '
                        'a binary file, not text; pass a text file.$'):
       read(str(binary))
-    for path in (wide, csv):
-      with pytest.raises(ValueError, match=rf'^{path} is UTF-16 text, not UTF-8: re-encode it '
-                         r'\(e\.g\. iconv -f UTF-16 -t utf-8\)\.$'):
-        read(str(path))
+  skips = text_input.Skips()
+  assert not text_input.usable_files([str(binary), str(tmp_path / 'notepad.txt')], skips)
+  assert skips.counts == {'binary_file': 2}
   # Past the first 64 KiB (what every tool looks at), a NUL byte is read, as the corpus tools
   # read it, and dropped by the tokenizer.
   late = tmp_path / 'late.txt'

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from bertjax import compressed_text
 from bertjax import files
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
@@ -76,6 +77,25 @@ def test_a_compressed_file_cut_short_or_misnamed_is_a_counted_skip(tmp_path, kin
   assert skips.as_dict()['counts'] == {'damaged_compressed_file': 3}
   assert [e.split(' ')[0] for e in skips.as_dict()['examples']['damaged_compressed_file']] == [
       str(fake), str(cut), str(unnamed)]
+
+
+def test_a_gzip_file_with_a_changed_byte_is_said_damaged(tmp_path):
+  """A changed byte in gzip's deflate stream raises zlib.error, which no reader caught: a raw
+  traceback from predict, embed or fine-tuning's files, and a crash of the corpus tools."""
+  data = bytearray(gzip.compress(b'hello world\n' * 1000))
+  data[20] ^= 0xFF
+  flipped = tmp_path / 'flipped.txt.gz'
+  flipped.write_bytes(bytes(data))
+  skips = text_input.Skips()
+  assert text_input.usable_files([str(flipped)], skips) == []
+  assert skips.as_dict()['counts'] == {'damaged_compressed_file': 1}
+  with pytest.raises(ValueError, match=rf'^{flipped} cannot be read whole \(Error -3 while '
+                     r'decompressing data: .*\): is it a whole compressed file\? Fetch or '
+                     'compress it again$'):
+    compressed_text.decompressed(flipped)
+  with pytest.raises(ValueError, match=r'^<stdin> cannot be read whole \(Error -3 .*\): is it '
+                     'a whole compressed stream[?] Send it again$'):
+    compressed_text.decompressed_stream(bytes(data), '<stdin>')
 
 
 @pytest.mark.parametrize('kind', ['gz', 'xz'])  # bzip2 decodes whole 900 KB blocks only.

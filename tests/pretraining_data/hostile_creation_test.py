@@ -357,7 +357,7 @@ def test_a_utf16_or_utf32_file_is_named_as_such(corpus, vocab_file, tmp_path, en
   convert from Latin-1). Both now name the encoding and the command that converts it."""
   wide = tmp_path / 'wide.txt'
   wide.write_bytes(corpus.read_text()[:5000].encode(encoding))
-  name = encoding[:6].upper()
+  name = {'utf-16': 'UTF-16', 'utf-16-le': 'UTF-16LE', 'utf-32': 'UTF-32'}[encoding]
   (tmp_path / 'out').mkdir()
   with pytest.raises(ValueError, match=rf'^no readable text in --input_file={wide}: 1 binary_file '
                      rf'\(e\.g\. {wide} \({name} text\? re-encode it as UTF-8: e\.g\. iconv -f '
