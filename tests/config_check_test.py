@@ -146,6 +146,13 @@ PRETRAIN = [
     # `batch =data` passed it, then trained replicated; a name twice kept the first, unseen).
     ({'mesh__rules': 'batch=data,batch='}, "config.mesh.rules='batch=data,batch=': has an entry "
      "'batch=' that names batch a second time (the first would be applied); keep one entry"),
+    ({'mesh__rules': 'batch=data+data'}, "config.mesh.rules='batch=data+data': has an entry "
+     "'batch=data+data' that names a mesh axis twice (a dimension is split over an axis once); "
+     'name each axis once'),
+    ({'mesh__rules': 'batch=data,emebd=fsdp'}, "config.mesh.rules='batch=data,emebd=fsdp': has "
+     "an entry 'emebd=fsdp' that names emebd, which nothing in the model carries (its logical "
+     'names: batch, length, activation_embed, vocab, embed, heads, kv, mlp, layers), so it '
+     'would shard nothing; did you mean embed?'),
     ({'checkpoint__best_metric': 'mlm_acc'}, "config.checkpoint.best_metric='mlm_acc': is not an "
      "eval metric of pre-training; valid: mlm_accuracy, mlm_loss, nsp_accuracy, nsp_loss ('' = "
      'mlm_accuracy)'),
@@ -371,7 +378,6 @@ def test_the_task_choices_named_without_jax_are_the_tasks(tmp_path):
   from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import user_formats  # pylint: disable=g-import-not-at-top
   from bertjax.training import kinds  # pylint: disable=g-import-not-at-top
-  from bertjax.training import sharding  # pylint: disable=g-import-not-at-top
   assert set(config_check_jobs.UNPACKABLE) <= set(registry.NAMES)
   assert set(config_check_jobs.UNPACKABLE.values()) == {
       name for name, kind in kinds.KINDS.items() if kind.task and not kind.packable}
@@ -394,7 +400,6 @@ def test_the_task_choices_named_without_jax_are_the_tasks(tmp_path):
         if f'config.data.format={fmt!r} cannot read' not in str(e):
           taken.add(fmt)
     assert taken == set(config_check_jobs.FORMATS[task]), task
-  assert config_check.MESH_AXES == sharding.MESH_AXES
   for scheme in config_check_jobs.TAG_SCHEMES:  # Each one user_tasks reads.
     user_tasks.tag_scheme(types.SimpleNamespace(tag_scheme=scheme), ['O', 'B-X'])
   with pytest.raises(ValueError, match='is unknown'):

@@ -4,12 +4,14 @@ import sys
 import types
 
 from absl import flags
+from flax import linen as nn
 import jax
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
 import pytest
 
+from bertjax import mesh_rules
 from bertjax.model import heads
 from bertjax.training import sharding
 from configs import common
@@ -84,6 +86,32 @@ def test_rules_round_trip_through_one_flag_value(monkeypatch):
   # Blanks around a name or an axis are dropped, as the config check drops them.
   assert sharding.parse_rules(' batch = data + fsdp ,vocab =tensor') == (
       ('batch', ('data', 'fsdp')), ('vocab', 'tensor'))
+
+
+def test_the_rules_name_every_logical_axis_the_model_carries_and_no_other(monkeypatch):
+  """mesh.rules refuses a name outside mesh_rules.NAMES (it would shard nothing, unseen): those
+  are exactly the names the pre-training model's parameters (layers scanned) and activations
+  carry."""
+  seen = set()
+  constrain = nn.with_logical_constraint
+  def recorded(x, names, *args, **kwargs):
+    seen.update(name for name in names if name)
+    return constrain(x, names, *args, **kwargs)
+  monkeypatch.setattr(nn, 'with_logical_constraint', recorded)
+  cfg = common.model_config('tiny', vocab_size=512, scan_layers=True)
+  boxed = jax.eval_shape(lambda: heads.BertForPreTraining(cfg).init(
+      jax.random.key(0), **heads.dummy_batch(1, 8, 2)))['params']
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  seen.update(name for spec in specs for name in spec if name)
+  assert seen == set(mesh_rules.NAMES)
+  for rules, why in (('batch=data+data', 'names a mesh axis twice'),
+                     ('emebd=fsdp', 'names emebd, which nothing in the model carries .*; did you '
+                      'mean embed[?]'),
+                     ('BATCH=data', 'names BATCH, .*; did you mean batch[?]'),
+                     ('hidden=tensor', 'names hidden, .*; name one of those')):
+    with pytest.raises(mesh_rules.RuleError, match=why):
+      sharding.parse_rules(rules)
 
 
 def test_batch_split_follows_the_rules():
