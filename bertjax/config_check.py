@@ -17,6 +17,7 @@ from bertjax import console
 from bertjax import format_names
 from bertjax import mesh_rules
 from bertjax import metric_direction
+from bertjax import paths
 from bertjax.pretraining_data import masking
 
 JOBS = ('pretrain', 'finetune', 'embed')
@@ -56,6 +57,10 @@ def check(config) -> None:
       c.fail('job', job, f'but the config is not {"an" if other == "embed" else "a"} {other} '
              f'config (it has no {marker} field)',
              f'load configs/{config_file}.py (or a copy of it) instead of setting config.job')
+  for name, value in paths.path_fields(config):
+    if not value.strip():  # The launchers read it as none, a job as the path ' '.
+      c.fail(name, value, 'holds only blanks, no path', f"give the path, or set --config.{name}="
+             "'' (or leave it out) for none")
   _check_init_from_step(c)
   if job == 'embed':
     _check_embed(c)
