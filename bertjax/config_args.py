@@ -393,6 +393,12 @@ def _load_config_file(path: str, arg: str):
     # without common.py): "cannot import name 'common' from 'configs'".
     if e.name not in ('configs', 'configs.common'):
       raise
+    package = getattr(sys.modules.get('configs'), '__file__', None)  # None: a namespace one.
+    if package:  # The user's configs/ holds __init__.py: imported, it hides the checkout's.
+      raise ImportError(
+          f'{os.path.dirname(package)} is a Python package named configs (it holds '
+          "__init__.py), which hides bertjax's configs/ (from configs import common): remove "
+          'its __init__.py, or rename the folder') from None
     _import_checkout_configs()
     module_spec.loader.exec_module(module)  # Now from the checkout's configs/.
   if not callable(getattr(module, 'get_config', None)):

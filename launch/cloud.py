@@ -204,6 +204,9 @@ def check_job_flags(main_args):
     words = word == '--'  # bertjax.main's absl takes what follows as words, not flags.
     if words and (word := next(args, None)) is None:
       return
+    if words and word.startswith('-') and word != '-':
+      raise ValueError(f"the job's flags (after --) hold {word} after a second '--', which ends "
+                       "bertjax.main's flags (what follows is read as words): drop that '--'")
     if words or not word.startswith('-') or word == '-':
       raise ValueError(f'the job\'s flags (after --) hold {word!r}, which is no flag: '
                        'bertjax.main takes flags only (a value goes with its flag, --flag=VALUE): '

@@ -32,9 +32,10 @@ terminal state, the JobSet deleted then (--keep leaves it; so does Ctrl-C, which
 kubectl delete; kubectl failing to read its state 3 times in a row stops the launch, saying
 why). --dry_run (--apply or not) writes the manifest and prints the kubectl commands --apply
 runs, running none. Exit status: 0 (completed; or written), 1 (the JobSet failed), 78 (a flag,
-the job's config or workdir refused: nothing written), 2 (kubectl failed, the JobSet exists, the
-manifest not writable), 130 (Ctrl-C). A manifest of another JobSet's name is never replaced.
-Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py).
+such as an --output in no folder, or the job's config or workdir refused: nothing written), 2
+(kubectl failed, the JobSet exists, the manifest's folder not writable or full), 130 (Ctrl-C).
+A manifest of another JobSet's name is never replaced. Tests: tests/launch/gke_jobset*_test.py
+(a fake kubectl, kube_fakes.py).
 """
 
 import copy

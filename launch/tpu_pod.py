@@ -289,7 +289,8 @@ def launch(tpu: Slice, main_args, workdir: str, *, run: cloud.Runner, git_ref: s
     if code := run(command, check=False).returncode:
       if code == cloud.REFUSED_EXIT:
         raise ValueError(f'--aot_check: the step does not compile for {tpu.accelerator_type} '
-                         "(aot_compile's reason above): mend the job's config as it says")
+                         "(aot_compile's reason above): mend what it names (the job's config, "
+                         "or libtpu on this machine)")
       raise RuntimeError(f'launch.aot_compile exited with {code}: {shlex.join(command)}')
   start_run = tpu_vm.run_command(tpu, worker_args, workdir)
   with tempfile.TemporaryDirectory(prefix='tpu_pod-wheel-') as folder:  # local temp: the wheel

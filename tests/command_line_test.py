@@ -393,6 +393,16 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
   assert done.returncode == 78, done.stderr
   assert done.stderr.startswith('error: config.num_train_steps=-1: must be >= 1'), done.stderr
   assert sorted(os.listdir(tmp_path)) == ['configs']
+  # With an __init__.py that folder is a package of its own, which hides the checkout's
+  # configs/ (it said only "cannot import name 'common' from 'configs'").
+  (tmp_path / 'configs' / '__init__.py').write_text('')
+  done = run(tmp_path, '-m', 'bertjax.main', '--config=configs/mine.py:size=tiny', '--workdir=w')
+  assert done.returncode == 78, done.stderr
+  assert done.stderr.strip().endswith(
+      f"ImportError: {tmp_path / 'configs'} is a Python package named configs (it holds "
+      "__init__.py), which hides bertjax's configs/ (from configs import common): remove its "
+      '__init__.py, or rename the folder'), done.stderr
+  assert not (tmp_path / 'w').exists()
 
 
 @pytest.mark.parametrize('text', ["It's sunny", 'Say "hi" to $HOME `now` \\n'])

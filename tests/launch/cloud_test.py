@@ -33,8 +33,10 @@ def test_the_flags_a_job_may_set_are_bertjax_mains():
     (['--nokeep'], "--keep is tpu_pod's flag: put it before --"),
     (['stray_word'], "the job's flags (after --) hold 'stray_word', which is no flag: "
      'bertjax.main takes flags only (a value goes with its flag, --flag=VALUE): drop it'),
-    (['--', '--config.seed=1'], "the job's flags (after --) hold '--config.seed=1', which is no "
-     'flag'),
+    # A second '--' ends bertjax.main's flags: what follows is said to be after it.
+    (['--', '--config.seed=1'], "the job's flags (after --) hold --config.seed=1 after a second "
+     "'--', which ends bertjax.main's flags (what follows is read as words): drop that '--'"),
+    (['--', 'word'], "the job's flags (after --) hold 'word', which is no flag"),
     (['--no_such=1'], "the job's --no_such=1: bertjax.main has no flag --no_such (its flags: "
      '--config, --workdir, --step, '),
     # A --flagfile left unread (the launchers read it first: cloud.job_flags): the hosts lack it.

@@ -159,7 +159,8 @@ def test_the_aot_check_gets_the_config_flags_in_any_absl_form_and_only_for_pretr
 
 @pytest.mark.parametrize('aot_exit, raised, message', [
     (console.REFUSED_EXIT, ValueError, "--aot_check: the step does not compile for v5litepod-16 "
-     "(aot_compile's reason above): mend the job's config as it says"),
+     "(aot_compile's reason above): mend what it names (the job's config, or libtpu on this "
+     'machine)'),
     (1, RuntimeError, 'launch.aot_compile exited with 1: '),
 ])
 def test_a_step_aot_compile_refuses_is_the_launchs_refusal(monkeypatch, aot_exit, raised,
