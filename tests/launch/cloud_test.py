@@ -145,14 +145,21 @@ def test_a_workdir_url_other_than_gs_is_refused_not_taken_for_a_local_path(workd
     ('""', 'holds quotes and no path (a flagfile takes no shell quotes)')])
 def test_an_empty_workdir_is_said_empty_not_blamed_on_quotes(monkeypatch, value, said):
   """''[:1] is '', which is `in` any string: --workdir= was refused for its quotes, the fix
-  given --workdir= again. A blank config path is read as unset, as bertjax.main reads it."""
+  given --workdir= again. A config path of blanks is refused by config_check (it is no path),
+  an empty one is unset."""
   line = f"--workdir={value} {said}: pass the run's folder, --workdir=gs://BUCKET/PATH"
   with pytest.raises(ValueError, match='^' + re.escape(line) + '$'):
     cloud.check_bucket_path(value)
   with pytest.raises(ValueError, match='^' + re.escape(line) + '$'):
     tpu_pod.check(slice_(), value)
   monkeypatch.chdir(REPO)
-  config = config_args.check_args(MAIN_ARGS + [f'--config.data.vocab_file={value}'])
+  args = MAIN_ARGS + [f'--config.data.vocab_file={value}']
+  if value and not value.strip():
+    with pytest.raises(ValueError, match=re.escape(
+        f"config.data.vocab_file='{value}': holds only blanks, no path")):
+      config_args.check_args(args, cloud.check_paths)
+    return
+  config = config_args.check_args(args)
   if value.strip():
     with pytest.raises(ValueError, match='^' + re.escape(
         f'--config.data.vocab_file={value} {said}: pass the path, --config.data.vocab_file=')):
