@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import shlex
+import socket
 import subprocess
 import tempfile
 import urllib.parse
@@ -128,6 +129,8 @@ def check_workers_reach(git_ref: str):
   does); commit_here reads any repository git reads."""
   url = git_ref.removeprefix('git+').partition('#')[0]
   scheme, sep, _ = url.partition('://')
+  if re.match(r'file:', url, re.IGNORECASE):  # file:/repo, one slash: a path too.
+    sep, scheme = '://', 'file'
   if not sep:  # A path (git+/repo@main, ../repo), or no URL at all: source() says so.
     local = url.startswith(('/', '.', '~')) or any(
         part and os.path.exists(os.path.expanduser(part)) for part in (url, url.rpartition('@')[0]))
@@ -136,10 +139,8 @@ def check_workers_reach(git_ref: str):
     where = "this machine's disk"
   else:
     try:
-      host = urllib.parse.urlsplit(url).hostname or ''
-      loopback = host == 'localhost' or host.endswith('.localhost') or (
-          bool(host) and ipaddress.ip_address(host).is_loopback)
-    except ValueError:  # A host name (not an address), or a port that is no number.
+      loopback = _is_loopback(urllib.parse.urlsplit(url).hostname or '')
+    except ValueError:  # A port that is no number.
       loopback = False
     where = 'this machine (a loopback host: each worker would ask itself)' if loopback else ''
   if where:
@@ -147,6 +148,26 @@ def check_workers_reach(git_ref: str):
                      'fetches the commit itself): push the commit to a repository the workers '
                      'reach and pass git+https://HOST/ORG/REPO@COMMIT, or leave --git_ref out to '
                      'install a wheel of this checkout')
+
+
+def _is_loopback(host: str) -> bool:
+  """True for a name or address that is this machine to whoever asks: localhost (and
+  x.localhost, a final dot or not), 127.0.0.0/8 however written (127.1, as inet_aton reads
+  it), ::1, 0.0.0.0 and ::, and IPv4 ones mapped into IPv6 (::ffff:127.0.0.1)."""
+  host = host.rstrip('.').lower()
+  if host == 'localhost' or host.endswith('.localhost'):
+    return True
+  try:
+    address = ipaddress.ip_address(host)
+  except ValueError:
+    try:  # The short forms git's resolver takes: 127.1, 2130706433.
+      address = ipaddress.ip_address(socket.inet_aton(host)) if host else None
+    except OSError:
+      return False  # A host name.
+  if address is None:
+    return False
+  address = getattr(address, 'ipv4_mapped', None) or address
+  return address.is_loopback or address.is_unspecified
 
 
 def pin_here(git_ref: str) -> str:

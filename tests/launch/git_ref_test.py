@@ -127,6 +127,13 @@ def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch
     ('git+https://localhost:8080/bertjax@main', 'this machine (a loopback host: each worker '
      'would ask itself)'),
     ('git+ssh://git@127.0.0.1/bertjax', 'this machine (a loopback host'),
+    # However written (they were fetched by each worker from itself, the slice booked first).
+    ('git+file:{repo}@main', "this machine's disk"),
+    ('git+https://127.1/bertjax@main', 'this machine (a loopback host'),
+    ('git+https://0.0.0.0/bertjax@main', 'this machine (a loopback host'),
+    ('git+https://LocalHost./bertjax@main', 'this machine (a loopback host'),
+    ('git+https://[::ffff:127.0.0.1]/bertjax@main', 'this machine (a loopback host'),
+    ('git+https://[::1]:8080/bertjax@main', 'this machine (a loopback host'),
 ])
 def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, monkeypatch,
                                                                      where, said):
@@ -147,7 +154,8 @@ def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, mo
     code, out, calls = launch(tmp_path, '--dry_run', f'--git_ref={git_ref}')
     assert code == cloud.REFUSED_EXIT and calls == [], out
     assert out.strip().splitlines() == [f'tpu_pod: error: {e.value}'], out
-  for reached in ('git+https://github.com/org/bertjax@main', 'git+ssh://git@github.com/org/b'):
+  for reached in ('git+https://github.com/org/bertjax@main', 'git+ssh://git@github.com/org/b',
+                  'git+https://10.0.0.7/bertjax@main', 'git+https://1.example/b@main'):
     git_refs.check_workers_reach(reached)
 
 
