@@ -86,6 +86,13 @@ def check_finetune(c: _Checker, seq):
   """The task's pairs against `seq` (data.max_seq_length, checked), its packing, and the fields
   of the user's own files it reads."""
   task = c.get('task')
+  if c.get('checkpoint.best_metric') == '' and c.get('checkpoint.best_mode') == 'min':
+    # Every task's main metric (task.Task.main_metric) is a score: the loop refused it once
+    # the data was read and the step compiled (training/ranking.py).
+    c.fail('checkpoint.best_mode', 'min', f"with best_metric='' (task {task}'s main metric, a "
+           'score: better higher), the run would keep (and early-stop on) its worst eval',
+           "set it to 'max', or leave it '' (each metric's own way), or name a loss-like "
+           'best_metric (e.g. loss)')
   if isinstance(seq, int) and seq < MIN_PAIR_LENGTH and is_pair_task(c):
     c.fail('data.max_seq_length', seq, f'leaves no token of a pair: task {task} reads text '
            'pairs, and a row needs [CLS] A [SEP] B [SEP] (it trained on [CLS] [SEP] [SEP] alone)',

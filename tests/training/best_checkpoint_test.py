@@ -251,11 +251,14 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
   config.checkpoint.best_mode = 'max'
   config_check.check(config)
   workdir = tmp_path / 'worst'
-  with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='min': accuracy is better "
-                     r"higher, so the run would keep \(and early-stop on\) its worst eval; set "
-                     r"it to 'max', or leave it ''"):
+  with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='min': with best_metric="
+                     r"'' \(task \w+'s main metric, a score: better higher\), the run would keep "
+                     r"\(and early-stop on\) its worst eval; set it to 'max', or leave it ''"):
     run(sst2_dir, workdir, **{'checkpoint.best_mode': 'min'})
   assert kept_steps(workdir) == set() and not (workdir / 'config.json').exists()
+  # The loop's own refusal stays for a config that skipped the check (ranking.check_best_metric).
+  with pytest.raises(ValueError, match=r"best_mode='min': accuracy is better higher"):
+    ranking.check_best_metric('accuracy', (), 'min')
   # Named, the metric's direction is checked with the config, before any data is read (a pod
   # launcher checks it before booking a slice).
   config = finetune_runs.tiny_config(sst2_dir, **{'checkpoint.best_metric': 'loss',
