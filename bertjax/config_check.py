@@ -58,9 +58,9 @@ def check(config) -> None:
              f'config (it has no {marker} field)',
              f'load configs/{config_file}.py (or a copy of it) instead of setting config.job')
   for name, value in paths.path_fields(config):
-    if not value.strip():  # The launchers read it as none, a job as the path ' '.
-      c.fail(name, value, 'holds only blanks, no path', f"give the path, or set --config.{name}="
-             "'' (or leave it out) for none")
+    if not paths.split_list(value):  # Blanks or commas: none to the launchers, set to a job.
+      c.fail(name, value, 'holds only blanks or commas, no path',
+             f"give the path, or set --config.{name}='' (or leave it out) for none")
   _check_init_from_step(c)
   if job == 'embed':
     _check_embed(c)

@@ -25,7 +25,8 @@ class Checker:
     return node
 
   def fail(self, path: str, value, why: str, fix: str):
-    raise ValueError(f'config.{path}={value!r}: {why}; {fix}.')
+    end = '' if fix.endswith('?') else '.'  # 'did you mean embed?' ends the line itself.
+    raise ValueError(f'config.{path}={value!r}: {why}; {fix}{end}')
 
   def number(self, path: str, *, integer: bool):
     """The field's value, or MISSING; raises when it is not a number (bool excluded)."""

@@ -7,6 +7,7 @@ import io
 import os
 import re
 import sys
+import unicodedata
 
 from bertjax import compressed_text
 from bertjax import files
@@ -75,8 +76,10 @@ def wide_encoding(head: bytes) -> str | None:
   that encoding (Windows tools write it: Notepad's 'Unicode', PowerShell's `>`); else None.
   Without a mark, NULs on one side of the pairs (ASCII: beside each letter; CJK: in its line
   breaks, spaces and digits, and in a few characters, 一 U+4E00, 　U+3000, 가 U+AC00) must make
-  text: every character below U+0100 printable or a line's spacing (U+0000 never), and all but
-  5% printable. A binary file's NULs sit in NUL pairs and beside control bytes."""
+  text: every character below U+0100 printable or a line's spacing (U+0000 never), all but 5%
+  text (no control, unassigned or private-use character), and past 80 characters a space or a
+  line break among them. Of two readings, the one with fewer such characters and fewer of
+  Latin-1's letters wins (emoji's low surrogates hold NULs too)."""
   if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
     return 'UTF-32'
   if head.startswith((b'\xff\xfe', b'\xfe\xff')):
@@ -90,17 +93,35 @@ def wide_encoding(head: bytes) -> str | None:
     except UnicodeDecodeError:  # Above U+10FFFF: not UTF-32.
       pass
   pairs = len(head) // 2
+  try:  # UTF-8 text with a stray NUL or few: no UTF-16 (iconv would garble it).
+    if head.count(0) < 0.1 * len(head) and head.replace(b'\x00', b'').decode('utf-8'):
+      return None
+  except UnicodeDecodeError:
+    pass
   fits = []
   for codec, high in (('UTF-16LE', head[1:2 * pairs:2]), ('UTF-16BE', head[0:2 * pairs:2])):
     text = head[:2 * pairs].decode(codec, 'replace').removesuffix('\ufffd')  # May be cut.
     if 0 in high and _reads_as_text(text):
-      fits.append((high.count(0), codec))
-  return max(fits)[1] if fits else None
+      # Of text that reads in both orders (emoji: their low surrogates hold NULs too), the
+      # wrong one holds more characters that are no text, or Latin-1's letters (U+0080-00FF)
+      # where the right one has surrogate pairs; then the side of the NULs.
+      fits.append((-_not_text(text), -sum('\x80' <= c <= '\xff' for c in text),
+                   high.count(0), codec))
+  return max(fits)[-1] if fits else None
+
+
+def _not_text(text: str) -> int:
+  """Characters that no text holds: control (but a line's spacing), unassigned, private."""
+  return sum(c not in _SPACING and unicodedata.category(c) in ('Cc', 'Cn', 'Co') for c in text)
 
 
 def _reads_as_text(text: str) -> bool:
+  # Spaces and format characters (U+3000, NBSP, ZWNJ) are text, though not printable to Python.
+  # Past a line's length, text holds a space or a line break somewhere; binary read as UTF-16
+  # (protobuf, arrays of small numbers) seldom does, aligned.
   return ('\ufffd' not in text and not _NOT_TEXT_BELOW_0100.search(text) and
-          sum(c.isprintable() or c in _SPACING for c in text) >= 0.95 * len(text))
+          _not_text(text) <= 0.05 * len(text) and
+          (len(text) < 80 or any(c in ' \n\u3000' for c in text)))
 
 
 _SPACING = '\t\n\r\f\v'

@@ -263,7 +263,7 @@ def check_paths(config):
   in a flagfile's quotes by a symptom: config_args.check_args(first=))."""
   for name, value in paths.path_fields(config):
     if not value.strip():
-      continue  # config_check refuses it next, naming the field (holds only blanks).
+      continue  # config_check refuses it next, naming the field (holds only blanks or commas).
     _check_quotes(value, f'--config.{name}')  # The whole list's: a fix keeps every path.
     for path in paths.split_list(value):
       check_bucket_path(path, f'--config.{name}')

@@ -169,17 +169,23 @@ def test_a_bad_pretraining_value_is_one_line_naming_field_and_fix(fields, messag
   assert '\n' not in str(e.value) and '; ' in str(e.value)
 
 
-def test_a_path_of_blanks_is_refused_as_no_path():
-  """' ' was no path to the launchers (skipped) and to absolute_config, yet a path to the
+def test_a_path_of_blanks_or_commas_is_refused_as_no_path():
+  """' ' or ',' was no path to the launchers (skipped) and to absolute_config, yet a path to the
   checks before it (data.eval_files=' ' was 'set' beside no train_files)."""
-  for config, name in ((pretrain_config.get_config('size=tiny'), 'data__eval_files'),
-                       (pretrain_config.get_config('size=tiny'), 'data__train_files'),
-                       (finetune_config.get_config('task=sst2,size=tiny'), 'init_from'),
-                       (embed_config.get_config(''), 'init_from')):
+  for config, name, value in (
+      (pretrain_config.get_config('size=tiny'), 'data__eval_files', ' '),
+      (pretrain_config.get_config('size=tiny'), 'data__train_files', ' , '),
+      (finetune_config.get_config('task=sst2,size=tiny'), 'init_from', ','),
+      (embed_config.get_config(''), 'init_from', ' ')):
     field = name.replace('__', '.')
-    with pytest.raises(ValueError, match=rf"^config.{field}=' ': holds only blanks, no path; give "
-                       rf"the path, or set --config.{field}='' \(or leave it out\) for none[.]$"):
-      config_check.check(configured(config, **{name: ' '}))
+    with pytest.raises(ValueError, match=rf"^config.{field}='{value}': holds only blanks or "
+                       rf"commas, no path; give the path, or set --config.{field}='' \(or leave "
+                       r"it out\) for none[.]$"):
+      config_check.check(configured(config, **{name: value}))
+  # A fix line that asks ends with its question mark alone.
+  with pytest.raises(ValueError, match=r'; did you mean embed[?]$'):
+    config_check.check(configured(pretrain_config.get_config('size=tiny'),
+                                  mesh__rules='batch=data,emebd=fsdp'))
 
 
 def test_mesh_rules_with_blanks_pass_as_sharding_reads_them():

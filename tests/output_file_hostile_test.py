@@ -143,14 +143,23 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
            'one_line.txt': ('一行だけの文章です 2026', 'UTF-16BE'),
            'notepad.txt': ('first input\nsecond input\n', 'UTF-16LE'),
            'train.csv': ('sentence,label\ngood,pos\n', 'UTF-16BE'),
-           'wide32.txt': ('一 line\n', 'UTF-32LE')}
+           'wide32.txt': ('一 line\n', 'UTF-32LE'),
+           # Emoji (their low surrogates hold NULs: the other order was named) and spaces or
+           # format characters Python calls unprintable (the file was called binary).
+           'emoji.txt': ('😀❤🙏🎉👍🙏🙏😭❤🔥 😂😀', 'UTF-16LE'),
+           'emoji_be.txt': ('😀🙏🔥 中文文本。\n', 'UTF-16BE'),
+           'names.txt': ('山田　太郎\n佐藤　花子\n', 'UTF-16LE'),
+           'persian.txt': ('می\u200cخواهم کتاب\u200cها را\n', 'UTF-16BE')}
   for name, (text, codec) in texts.items():
     (tmp_path / name).write_bytes(text.encode(codec))
   # Binary heads with NUL bytes are no text in any order (a few called them UTF-16).
   binaries = {'elf': b'\x7fELF\x02\x01\x01\x00' + b'\x00' * 8 + b'\x03\x00>\x00\x01\x00\x00\x00',
               'pyc': b'\xa7\r\r\n\x00\x00\x00\x00' + b'\xe3\x00\x00\x00' * 4,
               'png': b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00',
-              'ints': bytes(range(1, 40)) + b'\x00\x10\x00\x11'}
+              'ints': bytes(range(1, 40)) + b'\x00\x10\x00\x11',
+              # Token ids as 16- or 32-bit integers: no space nor line break among them.
+              'ids16': b''.join(i.to_bytes(2, 'little') for i in [101, 7592, 2088, 102] * 50),
+              'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50)}
   for name, head in binaries.items():
     (tmp_path / name).write_bytes(head)
   for read in (text_files.read_text_lines, user_formats.file_text):

@@ -156,7 +156,7 @@ def test_an_empty_workdir_is_said_empty_not_blamed_on_quotes(monkeypatch, value,
   args = MAIN_ARGS + [f'--config.data.vocab_file={value}']
   if value and not value.strip():
     with pytest.raises(ValueError, match=re.escape(
-        f"config.data.vocab_file='{value}': holds only blanks, no path")):
+        f"config.data.vocab_file='{value}': holds only blanks or commas, no path")):
       config_args.check_args(args, cloud.check_paths)
     return
   config = config_args.check_args(args)
