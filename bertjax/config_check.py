@@ -265,8 +265,8 @@ def _check_mesh_and_checkpoint(c: _Checker):
            "'' (min for loss-like metrics, else max)")
   metric = c.get('checkpoint.best_metric')
   if mode is not _MISSING and isinstance(metric, str) and metric:  # '': the job's main metric.
-    if why := metric_direction.contradiction(metric, mode):
-      c.fail('checkpoint.best_mode', mode, why.partition('; ')[0], why.partition('; ')[2])
+    if (said := metric_direction.contradiction(metric, mode))[0]:
+      c.fail('checkpoint.best_mode', mode, *said)
   patience = c.at_least('early_stopping_patience', 0, fix='set --config.early_stopping_patience '
                         'to 0 (off) or the evaluations to wait for an improvement')
   if c.get('job') == 'pretrain' and patience and c.get('eval_every_steps') == 0:

@@ -58,9 +58,10 @@ def check_pretrain(c: _Checker, fraction):
   metric = c.get('checkpoint.best_metric')
   mode = c.get('checkpoint.best_mode')
   if metric == '' and isinstance(mode, str):  # config_check judges a metric that is named.
-    if why := metric_direction.contradiction(phase_plan.BEST_METRIC, mode):
+    why, fix = metric_direction.contradiction(phase_plan.BEST_METRIC, mode)
+    if why:
       c.fail('checkpoint.best_mode', mode, f"with best_metric='' ({phase_plan.BEST_METRIC}): "
-             f"{why.partition('; ')[0]}", why.partition('; ')[2])
+             f'{why}', fix)
   if isinstance(metric, str) and metric:
     valid = phase_plan.eval_metric_names(c.get('model.nsp') is not False)
     if metric not in valid:
@@ -86,13 +87,15 @@ def check_finetune(c: _Checker, seq):
   """The task's pairs against `seq` (data.max_seq_length, checked), its packing, and the fields
   of the user's own files it reads."""
   task = c.get('task')
-  if c.get('checkpoint.best_metric') == '' and c.get('checkpoint.best_mode') == 'min':
+  mode = c.get('checkpoint.best_mode')
+  if c.get('checkpoint.best_metric') == '' and isinstance(mode, str):
     # Every task's main metric (task.Task.main_metric) is a score: the loop refused it once
     # the data was read and the step compiled (training/ranking.py).
-    c.fail('checkpoint.best_mode', 'min', f"with best_metric='' (task {task}'s main metric, a "
-           'score: better higher), the run would keep (and early-stop on) its worst eval',
-           "set it to 'max', or leave it '' (each metric's own way), or name a loss-like "
-           'best_metric (e.g. loss)')
+    why, fix = metric_direction.contradiction(f"task {task}'s main metric, a score,", mode,
+                                              known='max')
+    if why:
+      c.fail('checkpoint.best_mode', mode, f"with best_metric='': {why}",
+             f'{fix}, or name a loss-like best_metric (e.g. loss)')
   if isinstance(seq, int) and seq < MIN_PAIR_LENGTH and is_pair_task(c):
     c.fail('data.max_seq_length', seq, f'leaves no token of a pair: task {task} reads text '
            'pairs, and a row needs [CLS] A [SEP] B [SEP] (it trained on [CLS] [SEP] [SEP] alone)',

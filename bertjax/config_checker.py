@@ -5,6 +5,8 @@ as one line, `config.<field>=<value>: <why>; <fix>`. Pure Python, as config_chec
 import math
 import numbers
 
+from bertjax import console
+
 MISSING = object()  # A field the config does not have.
 _INT32 = 2**31
 
@@ -25,8 +27,7 @@ class Checker:
     return node
 
   def fail(self, path: str, value, why: str, fix: str):
-    end = '' if fix.endswith('?') else '.'  # 'did you mean embed?' ends the line itself.
-    raise ValueError(f'config.{path}={value!r}: {why}; {fix}{end}')
+    raise ValueError(f'config.{path}={value!r}: {console.said(why, fix)}')
 
   def number(self, path: str, *, integer: bool):
     """The field's value, or MISSING; raises when it is not a number (bool excluded)."""

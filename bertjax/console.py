@@ -323,6 +323,11 @@ def interrupted(message, code: int = 130):
   os._exit(code)  # pylint: disable=protected-access
 
 
+def said(why: str, fix: str) -> str:
+  """A refusal's sentence, `why; fix.`: a fix ending 'did you mean embed?' takes no period."""
+  return f"{why}; {fix}{'' if fix.endswith('?') else '.'}"
+
+
 def fail(message: str, code: int = 1):
   """Ends a command with its error as the last line, exit status `code`. What libraries print while
   the process ends is dropped (at --verbosity=1 kept): an unreadable checkpoint leaves

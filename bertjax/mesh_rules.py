@@ -5,6 +5,8 @@ name or axis with spaces, a name given twice), before JAX starts.
 
 import difflib
 
+from bertjax import console
+
 MESH_AXES = ('data', 'fsdp', 'tensor')
 
 # Ordered (logical name, mesh axes); a name absent here is replicated.
@@ -27,8 +29,7 @@ class RuleError(ValueError):
   """An entry of config.mesh.rules that is no rule (`entry`), or a name given twice."""
 
   def __init__(self, entry: str, why: str, fix: str):
-    end = '' if fix.endswith('?') else '.'
-    super().__init__(f'mesh.rules entry {entry!r} {why}; {fix}{end}')
+    super().__init__(f'mesh.rules entry {entry!r} {console.said(why, fix)}')
     self.entry, self.why, self.fix = entry, why, fix
 
 

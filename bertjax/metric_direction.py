@@ -29,12 +29,13 @@ def best_mode(metric: str, mode: str = '') -> str:
   return mode or known_mode(metric) or 'max'
 
 
-def contradiction(metric: str, mode: str) -> str:
-  """'' or why `mode` goes against the way `metric` is known to be better (loss or mse with
-  max, an accuracy, F1, exact match or correlation with min), and what to set."""
-  known = known_mode(metric)
+def contradiction(metric: str, mode: str, known: str | None = None) -> tuple[str, str]:
+  """('', '') or why `mode` goes against the way `metric` is better (`known`, else read from its
+  name: loss or mse with max, an accuracy, F1, exact match or correlation with min), and what
+  to set: one sentence for the config's check, the fine-tuning check and the run alike."""
+  known = known or known_mode(metric)
   if not mode or not known or mode == known:
-    return ''
+    return '', ''
   return (f'{metric} is better {"lower" if known == "min" else "higher"}, so the run would keep '
-          f'(and early-stop on) its worst eval; set it to {known!r}, or leave it \'\' (each '
-          'metric\'s own way)')
+          '(and early-stop on) its worst eval',
+          f"set it to {known!r}, or leave it '' (each metric's own way)")

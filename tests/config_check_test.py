@@ -212,8 +212,8 @@ def test_more_scanned_layers_per_trip_than_layers_is_refused_and_unscanned_ones_
 
 FINETUNE = [
     # Refused by the loop (training/ranking.py) only once the data was read and compiled.
-    ({'checkpoint__best_mode': 'min'}, "config.checkpoint.best_mode='min': with best_metric='' "
-     "(task mrpc's main metric, a score: better higher), the run would keep (and early-stop "
+    ({'checkpoint__best_mode': 'min'}, "config.checkpoint.best_mode='min': with best_metric='': "
+     "task mrpc's main metric, a score, is better higher, so the run would keep (and early-stop "
      "on) its worst eval; set it to 'max', or leave it '' (each metric's own way), or name a "
      'loss-like best_metric (e.g. loss).'),
     ({'num_epochs': -1.0}, 'config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'),

@@ -56,8 +56,9 @@ def check_best_metric(metric: str, names, mode: str = ''):
   if names and metric not in names:
     raise ValueError(f'config.checkpoint.best_metric={metric!r} is not an eval metric of this '
                      f'job; valid: {", ".join(names)}.')
-  if why := metric_direction.contradiction(metric, mode):
-    raise ValueError(f'config.checkpoint.best_mode={mode!r}: {why}.')
+  why, fix = metric_direction.contradiction(metric, mode)
+  if why:
+    raise ValueError(f'config.checkpoint.best_mode={mode!r}: {why}; {fix}.')
 
 
 def early_stop(config, history: dict, metric: str, mode: str, patience: int) -> str:

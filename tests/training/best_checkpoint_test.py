@@ -252,8 +252,8 @@ def test_best_metric_and_mode_checked(sst2_dir, tmp_path):
   config_check.check(config)
   workdir = tmp_path / 'worst'
   with pytest.raises(ValueError, match=r"config.checkpoint.best_mode='min': with best_metric="
-                     r"'' \(task \w+'s main metric, a score: better higher\), the run would keep "
-                     r"\(and early-stop on\) its worst eval; set it to 'max', or leave it ''"):
+                     r"'': task \w+'s main metric, a score, is better higher, so the run would "
+                     r"keep \(and early-stop on\) its worst eval; set it to 'max', or leave it ''"):
     run(sst2_dir, workdir, **{'checkpoint.best_mode': 'min'})
   assert kept_steps(workdir) == set() and not (workdir / 'config.json').exists()
   # The loop's own refusal stays for a config that skipped the check (ranking.check_best_metric).
