@@ -150,22 +150,27 @@ def check_workers_reach(git_ref: str):
                      'install a wheel of this checkout')
 
 
+# Names every resolver reads as this machine (Debian's /etc/hosts gives the ip6- ones).
+_LOOPBACK_NAMES = ('localhost', 'localhost.localdomain', 'ip6-localhost', 'ip6-loopback')
+
+
 def _is_loopback(host: str) -> bool:
   """True for a name or address that is this machine to whoever asks: localhost (and
-  x.localhost, a final dot or not), 127.0.0.0/8 however written (127.1, as inet_aton reads
-  it), ::1, 0.0.0.0 and ::, and IPv4 ones mapped into IPv6 (::ffff:127.0.0.1)."""
+  x.localhost, a final dot or not, and the names of _LOOPBACK_NAMES), 127.0.0.0/8 however
+  written (127.1, as inet_aton reads it), ::1, 0.0.0.0 and ::, and IPv4 ones mapped into IPv6
+  (::ffff:127.0.0.1). This machine's own host name passes: a worker in its network may reach it."""
   host = host.rstrip('.').lower()
-  if host == 'localhost' or host.endswith('.localhost'):
+  if not host:
+    return False
+  if host in _LOOPBACK_NAMES or host.endswith('.localhost'):
     return True
   try:
     address = ipaddress.ip_address(host)
   except ValueError:
     try:  # The short forms git's resolver takes: 127.1, 2130706433.
-      address = ipaddress.ip_address(socket.inet_aton(host)) if host else None
+      address = ipaddress.ip_address(socket.inet_aton(host))
     except OSError:
       return False  # A host name.
-  if address is None:
-    return False
   address = getattr(address, 'ipv4_mapped', None) or address
   return address.is_loopback or address.is_unspecified
 

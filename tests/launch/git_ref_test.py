@@ -4,6 +4,7 @@ worker reaches (this machine's disk) refused, and what the launch says the job's
 checked against."""
 
 import re
+import socket
 import subprocess
 
 from pod_fakes import MAIN_ARGS
@@ -134,6 +135,8 @@ def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch
     ('git+https://LocalHost./bertjax@main', 'this machine (a loopback host'),
     ('git+https://[::ffff:127.0.0.1]/bertjax@main', 'this machine (a loopback host'),
     ('git+https://[::1]:8080/bertjax@main', 'this machine (a loopback host'),
+    ('git+https://localhost.localdomain/bertjax@main', 'this machine (a loopback host'),
+    ('git+ssh://git@ip6-localhost/bertjax', 'this machine (a loopback host'),
 ])
 def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, monkeypatch,
                                                                      where, said):
@@ -155,8 +158,15 @@ def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, mo
     assert code == cloud.REFUSED_EXIT and calls == [], out
     assert out.strip().splitlines() == [f'tpu_pod: error: {e.value}'], out
   for reached in ('git+https://github.com/org/bertjax@main', 'git+ssh://git@github.com/org/b',
-                  'git+https://10.0.0.7/bertjax@main', 'git+https://1.example/b@main'):
+                  'git+https://10.0.0.7/bertjax@main', 'git+https://1.example/b@main',
+                  # This machine's name: a worker in its network may reach it.
+                  f'git+https://{socket.gethostname()}/bertjax@main'):
     git_refs.check_workers_reach(reached)
+  # scp-like (no scheme), which pip does not take: no git URL, whatever its host.
+  with pytest.raises(ValueError, match="^--git_ref='git\\+git@localhost:org/b@main' is no git "):
+    tpu_pod.launch(slice_(), MAIN_ARGS, 'gs://bkt/runs/base', run=asked.append,
+                   git_ref='git+git@localhost:org/b@main')
+  assert asked == []
 
 
 def test_the_launch_says_whether_the_config_was_checked_against_the_commit(tmp_path,
