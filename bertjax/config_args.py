@@ -394,16 +394,31 @@ def _load_config_file(path: str, arg: str):
     if e.name not in ('configs', 'configs.common'):
       raise
     package = getattr(sys.modules.get('configs'), '__file__', None)  # None: a namespace one.
-    if package:  # The user's configs/ holds __init__.py: imported, it hides the checkout's.
-      raise ImportError(
-          f'{os.path.dirname(package)} is a Python package named configs (it holds '
-          "__init__.py), which hides bertjax's configs/ (from configs import common): remove "
-          'its __init__.py, or rename the folder') from None
+    if package:  # A package named configs, imported first, hides the checkout's.
+      raise ImportError(_foreign_configs(os.path.dirname(package), path)) from None
     _import_checkout_configs()
     module_spec.loader.exec_module(module)  # Now from the checkout's configs/.
   if not callable(getattr(module, 'get_config', None)):
     raise AttributeError(f'{path} defines no get_config(arg) function')
   return module.get_config(arg) if arg else module.get_config()
+
+
+def _foreign_configs(folder: str, config_file: str) -> str:
+  """Why `from configs import common` found another package, `folder`, and what to do: the
+  user's own configs/ (the file's folder, or the current one), a pip package's, or a folder on
+  PYTHONPATH."""
+  hides = ("is a Python package named configs (it holds __init__.py), which hides bertjax's "
+           'configs/ (from configs import common)')
+  if folder in (os.path.dirname(os.path.abspath(config_file)), os.path.abspath('configs')):
+    return f'{folder} {hides}: remove its __init__.py, or rename the folder'
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  owners = importlib.metadata.packages_distributions().get('configs', [])
+  if owners:
+    return (f'{folder} {hides}, installed by pip package {", ".join(sorted(set(owners)))}: '
+            f'pip uninstall {" ".join(sorted(set(owners)))}, or run from an environment '
+            'without it')
+  return (f'{folder} {hides}, found on the import path (PYTHONPATH): drop '
+          f'{os.path.dirname(folder)} from PYTHONPATH, or rename that folder')
 
 
 def _one_line(error: BaseException) -> str:

@@ -403,6 +403,30 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
       "__init__.py), which hides bertjax's configs/ (from configs import common): remove its "
       '__init__.py, or rename the folder'), done.stderr
   assert not (tmp_path / 'w').exists()
+  # A package named configs elsewhere on the import path (PYTHONPATH; an installed one is the
+  # same folder with a pip package's metadata beside it) is not the user's to edit: it was
+  # told to remove its __init__.py.
+  other = tmp_path / 'lib'
+  (other / 'configs').mkdir(parents=True)
+  (other / 'configs' / '__init__.py').write_text('')
+  (tmp_path / 'configs' / '__init__.py').unlink()
+  hides = (f"ImportError: {other / 'configs'} is a Python package named configs (it holds "
+           "__init__.py), which hides bertjax's configs/ (from configs import common), ")
+  for installed in (False, True):
+    if installed:
+      (other / 'tool-1.0.dist-info').mkdir()
+      (other / 'tool-1.0.dist-info' / 'METADATA').write_text('Name: tool\nVersion: 1.0\n')
+      (other / 'tool-1.0.dist-info' / 'top_level.txt').write_text('configs\n')
+    done = subprocess.run([sys.executable, '-m', 'bertjax.main', '--workdir=w',
+                           f"--config={tmp_path / 'configs' / 'mine.py'}:size=tiny"],
+                          cwd=tmp_path, env=environ(PYTHONPATH=str(other)),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.strip().endswith(hides + (
+        'installed by pip package tool: pip uninstall tool, or run from an environment without '
+        'it' if installed else f'found on the import path (PYTHONPATH): drop {other} from '
+        'PYTHONPATH, or rename that folder')), done.stderr
+    assert not (tmp_path / 'w').exists()
 
 
 @pytest.mark.parametrize('text', ["It's sunny", 'Say "hi" to $HOME `now` \\n'])
