@@ -204,6 +204,9 @@ def check_job_flags(main_args):
     words = word == '--'  # bertjax.main's absl takes what follows as words, not flags.
     if words and (word := next(args, None)) is None:
       return
+    if words and word == '--':
+      raise ValueError("the job's flags (after --) hold '-- --': a '--' ends bertjax.main's "
+                       "flags (what follows is read as words): drop both")
     if words and word.startswith('-') and word != '-':
       raise ValueError(f"the job's flags (after --) hold {word} after a second '--', which ends "
                        "bertjax.main's flags (what follows is read as words): drop that '--'")

@@ -37,6 +37,8 @@ def test_the_flags_a_job_may_set_are_bertjax_mains():
     (['--', '--config.seed=1'], "the job's flags (after --) hold --config.seed=1 after a second "
      "'--', which ends bertjax.main's flags (what follows is read as words): drop that '--'"),
     (['--', 'word'], "the job's flags (after --) hold 'word', which is no flag"),
+    (['--', '--', '--config.seed=1'], "the job's flags (after --) hold '-- --': a '--' ends "
+     "bertjax.main's flags (what follows is read as words): drop both"),
     (['--no_such=1'], "the job's --no_such=1: bertjax.main has no flag --no_such (its flags: "
      '--config, --workdir, --step, '),
     # A --flagfile left unread (the launchers read it first: cloud.job_flags): the hosts lack it.
