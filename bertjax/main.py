@@ -31,6 +31,7 @@ from bertjax import accelerators  # noqa: E402
 from bertjax import command_flags  # noqa: E402
 from bertjax import config_args  # noqa: E402
 from bertjax import config_check  # noqa: E402
+from bertjax import config_files  # noqa: E402
 from bertjax import console  # noqa: E402
 from bertjax import job_config  # noqa: E402
 from bertjax import malloc_tuning  # noqa: E402
@@ -175,10 +176,10 @@ def _job_module(name: str):
 
 def _check_command():
   """Every config value, before JAX starts, any data is read or anything is compiled; and a
-  stale image's configs/ (config_args.configs_check)."""
+  stale image's configs/ (config_files.configs_check)."""
   try:
-    config_args.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
-    config_args.check_job_config(_CONFIG.value,
+    config_files.configs_check(config_flags.get_config_filename(flags.FLAGS['config']))
+    config_files.check_job_config(_CONFIG.value,
                                  config_flags.get_config_filename(flags.FLAGS['config']))
     config_check.check(_CONFIG.value)
     job_config.check_fields(_CONFIG.value)  # A copied config file's field of its own.

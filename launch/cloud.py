@@ -18,6 +18,7 @@ from absl import flags
 
 from bertjax import command_flags
 from bertjax import config_args
+from bertjax import config_files
 from bertjax import console
 from bertjax import files
 from bertjax import paths
@@ -196,7 +197,7 @@ def check_job_flags(main_args):
   themselves (SLICE_FLAGS) and a help flag (HELP_FLAGS)."""
   spec = config_args.config_spec(main_args)
   try:
-    config = config_args.load_config_file(spec) if spec else None
+    config = config_files.load_config_file(spec) if spec else None
   except ValueError:
     return  # config_args.check_args says why it does not load.
   args = iter(main_args)

@@ -52,6 +52,7 @@ from absl import flags
 import yaml
 
 from bertjax import config_args
+from bertjax import config_files
 from bertjax import console
 from bertjax import paths
 from launch import cloud
@@ -139,7 +140,7 @@ def image_job(main_args) -> list[str]:
   if spec is None:
     return list(main_args)  # config_args.check_args says what to pass.
   if not os.path.isfile(spec.partition(':')[0]):  # local: the job's config file, read here
-    config_args.load_config_file(spec)  # Its one line: no such file (from the current folder).
+    config_files.load_config_file(spec)  # Its one line: no such file (from the current folder).
   in_image = cloud.config_in_checkout(spec)
   if in_image is None:
     raise ValueError(f'--config={spec}: the image holds only this checkout\'s configs/ '
@@ -210,10 +211,10 @@ def manifest(name: str, accelerator_type: str, num_slices: int, image: str, work
                       *(a.replace('$', '$$') for a in [*main_args, f'--workdir={workdir}'])],
           'ports': [{'containerPort': 8471}, {'containerPort': 8080}],  # TPU runtime, DCN.
           # The image's tag may be pushed again: every pod pulls what it names now, and
-          # refuses configs/ other than the ones checked here (config_args.configs_check).
+          # refuses configs/ other than the ones checked here (config_files.configs_check).
           'imagePullPolicy': 'Always',
-          'env': [{'name': config_args.CONFIGS_DIGEST_ENV,
-                   'value': config_args.configs_digest(cloud.CONFIGS)}, *environment(num_slices)],
+          'env': [{'name': config_files.CONFIGS_DIGEST_ENV,
+                   'value': config_files.configs_digest(cloud.CONFIGS)}, *environment(num_slices)],
           'resources': {'limits': {'google.com/tpu': chips_per_host(accelerator_type)}},
       }],
   }

@@ -15,6 +15,7 @@ import pytest
 import two_processes
 
 from bertjax import config_args
+from bertjax import config_files
 from launch import tpu_pod
 
 TINY = [f'--config={REPO}/configs/pretrain.py:size=tiny,steps=200,seq=32,batch=8',
@@ -319,8 +320,8 @@ def test_a_pod_whose_configs_differ_from_the_launchers_refuses_to_run(tmp_path):
   configs = tmp_path / 'image' / 'configs'
   import shutil  # pylint: disable=g-import-not-at-top
   shutil.copytree(REPO / 'configs', configs, ignore=shutil.ignore_patterns('__pycache__'))
-  checked = config_args.configs_digest(configs)
-  assert checked == config_args.configs_digest(REPO / 'configs')
+  checked = config_files.configs_digest(configs)
+  assert checked == config_files.configs_digest(REPO / 'configs')
   with (configs / 'common.py').open('a') as f:
     f.write('\n# Edited after the image was built.\n')
   args = ['-m', 'bertjax.main', '--config=configs/pretrain.py:size=tiny', f'--workdir={tmp_path}/w']

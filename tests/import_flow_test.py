@@ -24,9 +24,9 @@ STAGES = (
     ('interop',),
     ('pretrain_objective',),  # What the train step needs of pre-training: no TensorFlow.
     # config_check: the jobs' configs' values, at their start; job_config: their fields;
-    # config_args: a job's command line, checked.
+    # config_args: a job's command line, checked; config_files: its --config file, loaded.
     ('pretrain', 'pretrain_eval', 'finetune', 'config_check', 'config_check_jobs',
-     'config_checker', 'job_config', 'config_args'),
+     'config_checker', 'job_config', 'config_args', 'config_files'),
     # inference: the one inference path that predict, embed and extract_features run.
     ('predict', 'predict_inputs', 'embed', 'embed_outputs', 'extract_features', 'export',
      'inference'),

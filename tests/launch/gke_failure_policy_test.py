@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bertjax import config_args
+from bertjax import config_files
 from bertjax import console
 from launch import gke_jobset
 
@@ -85,7 +85,7 @@ def test_bertjax_main_ends_a_refused_run_with_the_exit_status_that_fails_the_job
   """What the FailJob rule matches is what bertjax.main exits with on a config value it refuses,
   on a stale image's configs/ (their digest not the launcher's), and on a flag it does not
   take (absl's error, exit 1 before: restarted maxRestarts times)."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu', **{config_args.CONFIGS_DIGEST_ENV: digest or ''})
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **{config_files.CONFIGS_DIGEST_ENV: digest or ''})
   result = subprocess.run([sys.executable, '-m', 'bertjax.main',
                            '--config=configs/pretrain.py:size=tiny', *extra,
                            f'--workdir={tmp_path / "run"}'], cwd=REPO, env=env,

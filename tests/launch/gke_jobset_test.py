@@ -18,7 +18,7 @@ from kube_fakes import launch
 import pytest
 import yaml
 
-from bertjax import config_args
+from bertjax import config_files
 from launch import gke_jobset
 
 REFUSED = gke_jobset.REFUSED_EXIT  # A flag, the job's config or workdir refused: 78.
@@ -74,7 +74,7 @@ def test_one_slice_per_type(accelerator_type, hosts, topology, chips):
   assert p['containers'][0]['resources']['limits']['google.com/tpu'] == chips
   # One slice (no MEGASCALE_*), on demand; the launcher's configs/, which the pod checks.
   assert p['containers'][0]['env'] == [{'name': 'BERTJAX_CONFIGS_SHA256',
-                                        'value': config_args.configs_digest(REPO / 'configs')}]
+                                        'value': config_files.configs_digest(REPO / 'configs')}]
   assert 'tolerations' not in p and p['containers'][0]['imagePullPolicy'] == 'Always'
 
 
