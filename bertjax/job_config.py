@@ -12,6 +12,7 @@ wheel does not hold; job_config_test keeps it equal to them. Pure Python: no JAX
 import difflib
 
 from bertjax import config_check
+from bertjax import paths
 
 # What runs each job from Python (the notebooks' calls).
 JOB_FUNCTIONS = {'pretrain': 'bertjax.pretrain.train_and_evaluate',
@@ -81,6 +82,18 @@ def check_for(config, job: str) -> None:
                      f'{JOB_FUNCTIONS[job]} runs; {where}{build}.')
   config_check.check(config)  # First: it names a config of another job by its job field.
   check_fields(config)
+
+
+def job_start(config, workdir, job: str):
+  """(config, workdir) of a training job at its start, before any data is read or anything
+  compiled: the config checked as `job`'s (check_for), the job's own copy of it with its paths
+  made absolute, the workdir absolute, and apart from the model config.init_from names."""
+  from bertjax.interop import init_from  # pylint: disable=g-import-not-at-top  # JAX: jobs only.
+  check_for(config, job)
+  config = paths.absolute_config(paths.own_copy(config))
+  workdir = paths.absolute_workdir(workdir)
+  init_from.check_apart(config, workdir)
+  return config, workdir
 
 
 def check_fields(config) -> None:

@@ -246,11 +246,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _pretrain(config, workdir) -> dict:
   start = time.perf_counter()
-  job_config.check_for(config, 'pretrain')  # Before any data is read or anything compiled.
-  config = paths.own_copy(config)
-  workdir = paths.absolute_workdir(workdir)
-  paths.absolute_config(config)
-  init_from.check_apart(config, workdir)
+  config, workdir = job_config.job_start(config, workdir, 'pretrain')
   with workdir_lock.locked(workdir):
     outcome = _train_and_evaluate(config, workdir)
   progress.summary('pretrain', time.perf_counter() - start, outcome, workdir,

@@ -130,11 +130,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _finetune(config, workdir) -> dict:
   start = time.perf_counter()
-  job_config.check_for(config, 'finetune')  # Before any data is read or anything compiled.
-  config = paths.own_copy(config)
-  workdir = paths.absolute_workdir(workdir)
-  paths.absolute_config(config)
-  init_from.check_apart(config, workdir)
+  config, workdir = job_config.job_start(config, workdir, 'finetune')
   logging.info('%s', export_formats.statement(*job_setup.check_head(config, workdir)))
   with workdir_lock.locked(workdir):
     outcome, main_metric, skipped = _train_and_evaluate(config, workdir)
