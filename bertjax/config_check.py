@@ -395,6 +395,7 @@ def _check_data(c: _Checker, job):
                'an eval_file)')
     c.all_or_positive('data.max_train_examples', 'all of them')
     c.all_or_positive('data.max_eval_examples', 'all of them')
+    config_check_jobs.check_reads(c)
 
 
 def export_formats(value: str) -> list[str]:

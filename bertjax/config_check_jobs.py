@@ -4,7 +4,7 @@ sentences, and the best checkpoint's metric.
 
 Each was found once the job had started JAX or read its data (exit 1, and a launcher had booked
 a slice for it); here it is refused with the config, exit 78. Pure Python, as config_check:
-GLUE's module (JAX) is imported only for a GLUE task's names.
+the task modules (they import JAX) only for a fine-tuning config.
 """
 
 from bertjax import config_checker
@@ -122,6 +122,17 @@ def check_finetune(c: _Checker, seq):
   scheme = c.get('data.tag_scheme')
   if isinstance(scheme, str) and scheme.lower() not in TAG_SCHEMES:
     c.fail('data.tag_scheme', scheme, 'is unknown', f'valid: {", ".join(TAG_SCHEMES)}')
+
+
+def check_reads(c: _Checker):
+  """A data key the task never reads (label_field beside task=mrpc, a train_file beside bbc),
+  once its value is checked: the job refused it only once JAX had started, and never where
+  the workdir held a run (eval, predict or a resume ignored it)."""
+  task, data = c.get('task'), c.get('data')
+  if isinstance(task, str) and hasattr(data, 'get'):
+    from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
+    if task in registry.READS:  # config_check names an unknown task.
+      registry.check_reads(task, data)
 
 
 def check_embed(c: _Checker):

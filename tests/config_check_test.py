@@ -216,6 +216,13 @@ FINETUNE = [
      "task mrpc's main metric, a score, is better higher, so the run would keep (and early-stop "
      "on) its worst eval; set it to 'max', or leave it '' (each metric's own way), or name a "
      'loss-like best_metric (e.g. loss).'),
+    # A data key the task never reads: the job refused it once JAX had started (a launcher had
+    # booked the slice), and not at all where the workdir held a run (eval, predict, a resume).
+    ({'data__label_field': 'topic'}, "config.data.label_field='topic' is not read by task=mrpc, "
+     'which would ignore it; the tasks that read it: classification, regression. Drop it, or '
+     'pick the task that reads it (task=mrpc reads its published files from '
+     'config.data.data_dir).'),
+    ({'data__test_file': 'mine.tsv'}, "config.data.test_file='mine.tsv' is not read by task=mrpc"),
     ({'num_epochs': -1.0}, 'config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'),
     ({'num_epochs': 0.0}, 'config.num_epochs=0.0: must be > 0'),
     ({'num_train_steps': -1}, 'config.num_train_steps=-1: must be >= 0'),

@@ -151,8 +151,6 @@ def setup(config, workdir: str = '') -> Setup:
                      '--workdir.')
   saved = run_config.saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
-  if run is None:  # A run's own settings were taken when it began (and are checked on resume).
-    registry.check_reads(config.task, config.data)
   registry.check_limits(config.task, config.data, config.mode, run is not None)
   task = registry.get_task(config.task, config.data, seed=config.seed,
                            labels=saved if reuse else (),

@@ -229,6 +229,22 @@ def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch)
     job.run(config, str(workdir))
 
 
+def test_a_key_the_task_never_reads_is_refused_beside_a_trained_run(run, tmp_path):
+  """A run in the workdir (eval, predict, a resume) skipped the check: --config.data.test_file
+  beside task=sst2 predicted GLUE's own test split, the user's file ignored without a word."""
+  workdir, data = run
+  (tmp_path / 'mine.tsv').write_text('sentence\nthe king doth speak\n')
+  before = listing(workdir)
+  for mode in ('predict', 'eval', 'train_eval'):
+    config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0,
+                                                'optimizer.learning_rate': 3e-3})
+    config.mode, config.data.test_file = mode, str(tmp_path / 'mine.tsv')
+    with pytest.raises(ValueError, match=r"^config.data.test_file='.*mine.tsv' is not read by "
+                       'task=sst2, which would ignore it'):
+      job.run(config, str(workdir))
+  assert listing(workdir) == before
+
+
 def test_a_large_batch_size_pads_only_to_what_the_inputs_need(run, monkeypatch):
   workdir, _ = run
   small = predict.Predictor.from_workdir(workdir).predict(SENTENCES)

@@ -406,8 +406,9 @@ def check_reads(name: str, data):
     if key in READS.get(name, UNSET) or value == unset:
       continue
     readers = [task for task, keys in READS.items() if key in keys]
-    shown = ', '.join(readers if len(readers) <= 6 else
-                      [t for t in readers if t not in glue.TASKS] + ['the GLUE tasks'])
+    others = [t for t in readers if t not in glue.TASKS]
+    shown = ', '.join(readers if len(readers) <= 6 or len(others) == len(readers) else
+                      others + ['the GLUE tasks'])
     raise ValueError(f'config.data.{key}={value!r} is not read by task={name}, which would '
                      f'ignore it; the tasks that read it: {shown}. Drop it, or pick the task '
                      f'that reads it ({_reads_advice(name)}).')

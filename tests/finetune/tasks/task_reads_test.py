@@ -67,6 +67,11 @@ def test_the_message_names_the_readers_and_where_the_task_reads_from():
                      r'the GLUE tasks\. .*task=classification reads config.data.train_file, '
                      r'eval_file and test_file\)\.$'):
     registry.check_reads('classification', data)
+  # More than six readers, none of them GLUE's: named all (they were said to include GLUE's).
+  data = ml_collections.ConfigDict({**registry.UNSET, 'eval_fraction': 0.1})
+  with pytest.raises(ValueError, match=r'read it: bbc, wordnet, classification, regression, '
+                     r'tagging, multiple_choice, swag\. Drop it'):
+    registry.check_reads('mrpc', data)
 
 
 def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
@@ -90,3 +95,4 @@ def test_a_new_run_is_refused_before_its_data_is_read(tmp_path, monkeypatch):
                      'task=bbc'):
     job.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'config.json').exists()
+
