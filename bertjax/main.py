@@ -297,6 +297,7 @@ def main(argv):
   """Runs the job; an error the user acts on (bad input, a full disk, a busy workdir, NaN) ends
   with its message as the last line instead of a traceback (kept at --verbosity=1)."""
   from bertjax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax.training import checkpoint_space  # pylint: disable=g-import-not-at-top
   from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
   from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
   try:
@@ -316,8 +317,9 @@ def main(argv):
                        status=console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)
     if message is None and not isinstance(e, (
         ValueError, FileNotFoundError, FileExistsError, PermissionError, ConnectionError,
-        FloatingPointError, NotADirectoryError, IsADirectoryError, checkpoint.DiskFullError,
-        checkpoint.RestoreError, workdir_lock.WorkdirInUseError, DistributedStartError)):
+        FloatingPointError, NotADirectoryError, IsADirectoryError,
+        checkpoint_space.DiskFullError, checkpoint.RestoreError, workdir_lock.WorkdirInUseError,
+        DistributedStartError)):
       raise
     if logging.get_verbosity() >= logging.DEBUG:
       raise

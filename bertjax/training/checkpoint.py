@@ -22,10 +22,8 @@ agree on each verdict and on a save's free space (hosts.worst).
 """
 
 import contextlib
-import errno
 import functools
 import os
-import shutil
 import time
 
 from absl import logging
@@ -37,6 +35,7 @@ import tensorstore as ts
 
 from bertjax import files
 from bertjax.training import checkpoint_damage
+from bertjax.training import checkpoint_space
 from bertjax.training import hosts
 from bertjax.training import ranking
 from bertjax.training import run_files
@@ -148,81 +147,19 @@ def state_handler() -> ocp.PyTreeCheckpointHandler:
       type_handler_registry=ocp.type_handlers.create_type_handler_registry(*handlers.items()))
 
 
-class DiskFullError(OSError):
-  """A checkpoint could not be written for lack of space; the previous ones are intact."""
-
-
 class RestoreError(RuntimeError):
   """An intact checkpoint could not be restored (memory, permissions, another config): nothing
   was moved, and the message says what to change."""
-
-
-def _is_disk_full(error: BaseException) -> bool:
-  seen = 0
-  while error is not None and seen < 10:
-    if getattr(error, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(error):
-      return True
-    error, seen = error.__cause__ or error.__context__, seen + 1
-  return False
-
-
-@contextlib.contextmanager
-def disk_full_as_one_error(mngr: ocp.CheckpointManager):
-  """Turns a full disk during a save (raised by the save or the next wait) into one error."""
-  try:
-    yield
-  except Exception as e:  # pylint: disable=broad-except  # Re-raised unless the disk is full.
-    if not _is_disk_full(e):
-      raise
-    raise DiskFullError(f'the disk holding {mngr.directory} is full: a checkpoint could not be '
-                        f'written. {_what_is_left(mngr)}') from None
-
-
-def _what_is_left(mngr) -> str:
-  try:  # The finished steps: a failed save never gets its final name.
-    kept = run_files.checkpoint_steps(str(mngr.directory))
-  except OSError:
-    kept = []
-  return ((f'The last complete one (step {kept[-1]}) is intact and a rerun resumes from it. '
-           if kept else 'No complete checkpoint exists yet. ') +
-          'Free space (or move the workdir to a larger disk) and rerun the same command.')
-
-
-def check_space(mngr: ocp.CheckpointManager, step: int, state):
-  """Refuses to start a save that the disk cannot hold (local disks; remote ones are not
-  checked): a half-written save would only fail later, in the background."""
-  directory = str(mngr.directory)
-  if '://' in directory:
-    return
-  # The save in flight first (the next save would wait for it anyway): its bytes count. Its
-  # failure on this host (a full disk) is told the others below, like a shortfall.
-  try:
-    wait(mngr)
-    failed = None
-  except DiskFullError as e:
-    failed = e
-  need = sum(x.nbytes for x in jax.tree.leaves(state)) / jax.process_count()
-  free = shutil.disk_usage(directory).free  # local disk (remote stores returned above)
-  short = free < need * 1.05 + (4 << 20)
-  # Every host's reading, or one host alone would stop while the others start the save.
-  verdict, host = hosts.worst(int(short or failed is not None))
-  if failed:
-    raise failed
-  if verdict:
-    seen = (f'has {free / 2**20:.0f} MiB free, too little for the checkpoint of step {step}'
-            if short else f'has too little free space for the checkpoint of step {step} as '
-            f'process {host} reads it')
-    raise DiskFullError(f'the disk holding {directory} {seen} (about {need / 2**20:.0f} MiB, '
-                        f'plus 4 MiB to spare): not saved. {_what_is_left(mngr)}')
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict, *, metrics=None,
          force: bool = False) -> bool:
   """Starts an async save of `state` and `meta` (plus the state's digests) at `step`
   (every_steps apart unless force), once the disk is known to hold it."""
-  check_space(mngr, step, state)
+  checkpoint_space.check_space(mngr, step, state)
   meta = meta | {'digests': checkpoint_damage.digests(state)}
-  with disk_full_as_one_error(mngr):  # Also reports the failure of the previous save.
+  # A full disk, also the previous save's, as one error.
+  with checkpoint_space.disk_full_as_one_error(mngr):
     return mngr.save(step, args=ocp.args.Composite(state=ocp.args.PyTreeSave(state),
                                                    meta=ocp.args.JsonSave(meta)),
                      metrics=metrics, force=force)
@@ -247,7 +184,7 @@ def closing(mngr: ocp.CheckpointManager):
 
 def wait(mngr: ocp.CheckpointManager):
   """Waits for the async save in flight, reporting a full disk as one clear error."""
-  with disk_full_as_one_error(mngr):
+  with checkpoint_space.disk_full_as_one_error(mngr):
     mngr.wait_until_finished()
 
 

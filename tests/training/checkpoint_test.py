@@ -19,6 +19,7 @@ import pytest
 
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import checkpoint_space
 from bertjax.training import hosts
 
 
@@ -189,12 +190,12 @@ def test_one_hosts_disk_too_full_for_a_save_stops_every_host(tmp_path, monkeypat
   """Each host read the free space itself: one host short stopped alone while the others went
   into the save's collectives. Process 1 (simulated) reads the disk full."""
   mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
-  checkpoint.check_space(mngr, 1, make_state(1))  # Nobody short.
+  checkpoint_space.check_space(mngr, 1, make_state(1))  # Nobody short.
   monkeypatch.setattr(hosts, 'worst', lambda mine: (max(mine, 1), 1 - mine))
-  with pytest.raises(checkpoint.DiskFullError, match=(
+  with pytest.raises(checkpoint_space.DiskFullError, match=(
       rf'the disk holding {tmp_path}/checkpoints has too little free space for the checkpoint of '
       r'step 1 as process 1 reads it \(about 0 MiB, plus 4 MiB to spare\): not saved')):
-    checkpoint.check_space(mngr, 1, make_state(1))
+    checkpoint_space.check_space(mngr, 1, make_state(1))
   mngr.close()
 
 
@@ -251,8 +252,8 @@ def test_a_full_disk_during_a_save_is_one_clear_error(tmp_path, monkeypatch):
                      'checkpoint-tmp/state/d/x": [OS error 28: No space left on device]')
 
   monkeypatch.setattr(checkpoint.ocp.CheckpointManager, 'wait_until_finished', full)
-  with pytest.raises(checkpoint.DiskFullError, match=r'is full: .* last complete one \(step 1\) '
-                     r'is intact and a rerun resumes from it'):
+  with pytest.raises(checkpoint_space.DiskFullError, match=r'is full: .* last complete one '
+                     r'\(step 1\) is intact and a rerun resumes from it'):
     checkpoint.wait(mngr)
 
 
