@@ -188,6 +188,24 @@ def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path)
     run_config.check_against_run(config, run, '/runs/r')
 
 
+def test_a_run_holding_a_key_its_task_never_reads_is_not_asked_to_match_it(tmp_path):
+  """A run of before config_check refused unread data keys may hold one (doc_stride beside
+  classification, text_fields beside mrpc): matching it was asked, then refused by the check."""
+  run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
+  run['data']['doc_stride'] = 64
+  for mode in ('train_eval', 'eval', 'predict'):
+    config.mode = mode
+    run_config.check_against_run(config, run, '/runs/r')
+  config.mode = 'train_eval'
+  run['data']['max_seq_length'] = 64  # A key the task reads is still matched.
+  with pytest.raises(ValueError, match=r'data.max_seq_length 64 \(the run\) vs 128'):
+    run_config.check_against_run(config, run, '/runs/r')
+  glue = finetune_config.get_config('task=mrpc,size=tiny')
+  old = glue.to_dict()
+  old['data']['text_fields'] = 'sentence'
+  run_config.check_against_run(glue, old, '/runs/r')
+
+
 def test_a_run_whose_unchanged_file_is_split_otherwise_now_is_told_so(tmp_path, monkeypatch):
   """A run from before the split by text, on a file with copies of a text, is held out
   otherwise now: its resume said 'its training files were changed' of the same bytes."""
