@@ -132,7 +132,8 @@ def check_reads(c: _Checker):
   if isinstance(task, str) and hasattr(data, 'get'):
     from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
     if task in registry.READS:  # config_check names an unknown task.
-      registry.check_reads(task, data)
+      mode = c.get('mode')
+      registry.check_reads(task, data, mode if isinstance(mode, str) else 'train_eval')
 
 
 def check_embed(c: _Checker):

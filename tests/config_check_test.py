@@ -222,7 +222,12 @@ FINETUNE = [
      'which would ignore it; the tasks that read it: classification, regression. Drop it, or '
      'pick the task that reads it (task=mrpc reads its published files from '
      'config.data.data_dir).'),
-    ({'data__test_file': 'mine.tsv'}, "config.data.test_file='mine.tsv' is not read by task=mrpc"),
+    ({'data__test_file': 'mine.tsv'}, "config.data.test_file='mine.tsv' is not read by task=mrpc, "
+     'which would ignore it: to predict on your file, pass --config.data.predict_file=mine.tsv '
+     '(every task reads it; its test split otherwise).'),
+    ({'mode': 'eval', 'data__label_field': 'topic'}, "config.data.label_field='topic' is not "
+     'read by task=mrpc, which would ignore it; the tasks that read it: classification, '
+     "regression. Drop it (mode=eval keeps the run's task)."),
     ({'num_epochs': -1.0}, 'config.num_epochs=-1.0: must be > 0 when num_train_steps is 0'),
     ({'num_epochs': 0.0}, 'config.num_epochs=0.0: must be > 0'),
     ({'num_train_steps': -1}, 'config.num_train_steps=-1: must be >= 0'),

@@ -240,7 +240,8 @@ def test_a_key_the_task_never_reads_is_refused_beside_a_trained_run(run, tmp_pat
                                                 'optimizer.learning_rate': 3e-3})
     config.mode, config.data.test_file = mode, str(tmp_path / 'mine.tsv')
     with pytest.raises(ValueError, match=r"^config.data.test_file='.*mine.tsv' is not read by "
-                       'task=sst2, which would ignore it'):
+                       'task=sst2, which would ignore it: to predict on your file, pass '
+                       '--config.data.predict_file=.*mine.tsv'):
       job.run(config, str(workdir))
   assert listing(workdir) == before
 

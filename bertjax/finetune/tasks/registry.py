@@ -393,9 +393,11 @@ READS = {
 }
 
 
-def check_reads(name: str, data):
+def check_reads(name: str, data, mode: str = 'train_eval'):
   """Refuses a config.data key set (away from its UNSET value) for task `name`, which never
-  reads it, naming the tasks that do."""
+  reads it, naming the tasks that do (or, for a test_file, the predict_file every task reads);
+  another task is offered only to a new run (`mode` train_eval): eval, predict and a resume
+  keep the run's."""
   if (name in USER_TASKS and data.get('eval_file')
       and data.get('eval_fraction', UNSET['eval_fraction']) != UNSET['eval_fraction']):
     raise ValueError(f'config.data.eval_fraction={data.eval_fraction!r} is not read beside '
@@ -409,9 +411,13 @@ def check_reads(name: str, data):
     others = [t for t in readers if t not in glue.TASKS]
     shown = ', '.join(readers if len(readers) <= 6 or len(others) == len(readers) else
                       others + ['the GLUE tasks'])
-    raise ValueError(f'config.data.{key}={value!r} is not read by task={name}, which would '
-                     f'ignore it; the tasks that read it: {shown}. Drop it, or pick the task '
-                     f'that reads it ({_reads_advice(name)}).')
+    said = f'config.data.{key}={value!r} is not read by task={name}, which would ignore it'
+    if key == 'test_file':  # Every task predicts on a predict_file.
+      raise ValueError(f'{said}: to predict on your file, pass --config.data.predict_file='
+                       f'{value} (every task reads it; its test split otherwise).')
+    other = (f', or pick the task that reads it ({_reads_advice(name)})'
+             if mode == 'train_eval' else f' (mode={mode} keeps the run\'s task)')
+    raise ValueError(f'{said}; the tasks that read it: {shown}. Drop it{other}.')
 
 
 def _reads_advice(name: str) -> str:

@@ -49,6 +49,12 @@ def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads
     if key in reads:
       registry.check_reads(task, data)
       continue
+    if key == 'test_file':  # Every task predicts on a predict_file.
+      with pytest.raises(ValueError, match=rf"^config.data.test_file='t.csv' is not read by "
+                         rf'task={task}, which would ignore it: to predict on your file, pass '
+                         r'--config.data.predict_file=t.csv \(every task reads it'):
+        registry.check_reads(task, data)
+      continue
     with pytest.raises(ValueError, match=rf'^config.data.{key}={value!r} is not read by '
                        rf'task={task}, which would ignore it; the tasks that read it: .*\. Drop '
                        rf'it, or pick the task that reads it \(task={task} reads '):
@@ -72,6 +78,9 @@ def test_the_message_names_the_readers_and_where_the_task_reads_from():
   with pytest.raises(ValueError, match=r'read it: bbc, wordnet, classification, regression, '
                      r'tagging, multiple_choice, swag\. Drop it'):
     registry.check_reads('mrpc', data)
+  # Beside a trained run (eval, predict) the task is the run's: no other task is offered.
+  with pytest.raises(ValueError, match=r"swag\. Drop it \(mode=predict keeps the run's task\)\.$"):
+    registry.check_reads('mrpc', data, 'predict')
 
 
 def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
