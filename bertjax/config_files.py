@@ -88,13 +88,24 @@ def _foreign_configs(folder: str, config_file: str) -> str:
   if folder in (os.path.dirname(os.path.abspath(config_file)), os.path.abspath('configs')):
     return f'{folder} {hides}: remove its __init__.py, or rename the folder'
   import importlib.metadata  # pylint: disable=g-import-not-at-top
-  owners = importlib.metadata.packages_distributions().get('configs', [])
+  owners = sorted({name for name in importlib.metadata.packages_distributions().get('configs', [])
+                   if _installs(importlib.metadata.distribution(name), folder)})
   if owners:
-    return (f'{folder} {hides}, installed by pip package {", ".join(sorted(set(owners)))}: '
-            f'pip uninstall {" ".join(sorted(set(owners)))}, or run from an environment '
-            'without it')
-  return (f'{folder} {hides}, found on the import path (PYTHONPATH): drop '
-          f'{os.path.dirname(folder)} from PYTHONPATH, or rename that folder')
+    return (f'{folder} {hides}, installed by pip package {", ".join(owners)}: pip uninstall '
+            f'{" ".join(owners)}, or run from an environment without it')
+  above = os.path.dirname(folder)
+  listed = [os.path.abspath(p) for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
+  if above in listed:
+    return (f'{folder} {hides}, found through PYTHONPATH: drop {above} from PYTHONPATH, or '
+            'rename that folder')
+  return (f'{folder} {hides}, found on the import path (sys.path: the current folder, a .pth '
+          'file or site-packages): rename that folder, or run from an environment without it')
+
+
+def _installs(dist, folder: str) -> bool:
+  """Whether distribution `dist` (importlib.metadata) installed the package in `folder`."""
+  return any(os.path.abspath(dist.locate_file(f)).startswith(folder + os.sep)
+             for f in dist.files or ())
 
 
 def one_line(error: BaseException) -> str:

@@ -413,21 +413,32 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
   (tmp_path / 'configs' / '__init__.py').unlink()
   hides = (f"ImportError: {other / 'configs'} is a Python package named configs (it holds "
            "__init__.py), which hides bertjax's configs/ (from configs import common), ")
+  # A pip package's metadata lists configs elsewhere on the path: it is not the one imported.
+  elsewhere = tmp_path / 'site'
+  _a_pip_package_of_configs(elsewhere)
   for installed in (False, True):
     if installed:
-      (other / 'tool-1.0.dist-info').mkdir()
-      (other / 'tool-1.0.dist-info' / 'METADATA').write_text('Name: tool\nVersion: 1.0\n')
-      (other / 'tool-1.0.dist-info' / 'top_level.txt').write_text('configs\n')
+      _a_pip_package_of_configs(other)
     done = subprocess.run([sys.executable, '-m', 'bertjax.main', '--workdir=w',
                            f"--config={tmp_path / 'configs' / 'mine.py'}:size=tiny"],
-                          cwd=tmp_path, env=environ(PYTHONPATH=str(other)),
+                          cwd=tmp_path, env=environ(PYTHONPATH=f'{other}:{elsewhere}'),
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 78, done.stderr
     assert done.stderr.strip().endswith(hides + (
         'installed by pip package tool: pip uninstall tool, or run from an environment without '
-        'it' if installed else f'found on the import path (PYTHONPATH): drop {other} from '
-        'PYTHONPATH, or rename that folder')), done.stderr
+        'it' if installed else f'found through PYTHONPATH: drop {other} from PYTHONPATH, or '
+        'rename that folder')), done.stderr
     assert not (tmp_path / 'w').exists()
+
+
+def _a_pip_package_of_configs(folder):
+  """What pip leaves of a package `tool` that installs a top-level configs/ into `folder`."""
+  (folder / 'configs').mkdir(parents=True, exist_ok=True)
+  (folder / 'configs' / '__init__.py').write_text('')
+  (folder / 'tool-1.0.dist-info').mkdir()
+  (folder / 'tool-1.0.dist-info' / 'METADATA').write_text('Name: tool\nVersion: 1.0\n')
+  (folder / 'tool-1.0.dist-info' / 'top_level.txt').write_text('configs\n')
+  (folder / 'tool-1.0.dist-info' / 'RECORD').write_text('configs/__init__.py,,\n')
 
 
 @pytest.mark.parametrize('text', ["It's sunny", 'Say "hi" to $HOME `now` \\n'])
