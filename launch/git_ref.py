@@ -150,8 +150,10 @@ def check_workers_reach(git_ref: str):
                      'install a wheel of this checkout')
 
 
-# Names every resolver reads as this machine (Debian's /etc/hosts gives the ip6- ones).
-_LOOPBACK_NAMES = ('localhost', 'localhost.localdomain', 'ip6-localhost', 'ip6-loopback')
+# The loopback names of the default /etc/hosts: Debian's (ip6-) and RHEL/Fedora's (4 and 6).
+_LOOPBACK_NAMES = ('localhost', 'localhost.localdomain', 'ip6-localhost', 'ip6-loopback',
+                   'localhost4', 'localhost4.localdomain4', 'localhost6',
+                   'localhost6.localdomain6')
 
 
 def _is_loopback(host: str) -> bool:

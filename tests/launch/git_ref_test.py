@@ -137,6 +137,8 @@ def test_a_launch_pins_the_commit_read_here_before_booking(tmp_path, monkeypatch
     ('git+https://[::1]:8080/bertjax@main', 'this machine (a loopback host'),
     ('git+https://localhost.localdomain/bertjax@main', 'this machine (a loopback host'),
     ('git+ssh://git@ip6-localhost/bertjax', 'this machine (a loopback host'),
+    ('git+https://localhost6.localdomain6/bertjax@main', 'this machine (a loopback host'),
+    ('git+https://localhost4:8080/bertjax@main', 'this machine (a loopback host'),
 ])
 def test_a_source_no_worker_reaches_is_refused_before_anything_runs(tmp_path, monkeypatch,
                                                                      where, said):
