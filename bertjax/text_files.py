@@ -93,11 +93,8 @@ def wide_encoding(head: bytes) -> str | None:
     except UnicodeDecodeError:  # Above U+10FFFF: not UTF-32.
       pass
   pairs = len(head) // 2
-  try:  # UTF-8 text with a stray NUL or few: no UTF-16 (iconv would garble it).
-    if head.count(0) < 0.1 * len(head) and head.replace(b'\x00', b'').decode('utf-8'):
-      return None
-  except UnicodeDecodeError:
-    pass
+  if head.count(0) < 0.1 * len(head) and _utf8_words(head.replace(b'\x00', b'')):
+    return None  # UTF-8 text with a stray NUL or few: no UTF-16 (iconv would garble it).
   fits = []
   for codec, high in (('UTF-16LE', head[1:2 * pairs:2]), ('UTF-16BE', head[0:2 * pairs:2])):
     text = head[:2 * pairs].decode(codec, 'replace').removesuffix('\ufffd')  # May be cut.
@@ -108,6 +105,17 @@ def wide_encoding(head: bytes) -> str | None:
       fits.append((-_not_text(text), -sum('\x80' <= c <= '\xff' for c in text),
                    high.count(0), codec))
   return max(fits)[-1] if fits else None
+
+
+def _utf8_words(data: bytes) -> bool:
+  """Whether `data` is UTF-8 text of words: beyond ASCII (UTF-16 bytes seldom make UTF-8's
+  sequences), or ASCII with a space or line break every 16 characters at least (kana in UTF-16
+  without a mark read as ASCII: 'B0D0F0', spaceless)."""
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError:
+    return False
+  return bool(text) and (not text.isascii() or 16 * sum(c.isspace() for c in text) >= len(text))
 
 
 def _not_text(text: str) -> int:

@@ -149,7 +149,11 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
            'emoji.txt': ('😀❤🙏🎉👍🙏🙏😭❤🔥 😂😀', 'UTF-16LE'),
            'emoji_be.txt': ('😀🙏🔥 中文文本。\n', 'UTF-16BE'),
            'names.txt': ('山田　太郎\n佐藤　花子\n', 'UTF-16LE'),
-           'persian.txt': ('می\u200cخواهم کتاب\u200cها را\n', 'UTF-16BE')}
+           'persian.txt': ('می\u200cخواهم کتاب\u200cها را\n', 'UTF-16BE'),
+           # Hiragana whose bytes are ASCII but for the line break's NUL (called binary: read
+           # as UTF-8 with a stray NUL).
+           'kana_le.txt': ('あいうえおかきくけこさしすせそ\n', 'UTF-16LE'),
+           'kana_be.txt': ('あいうえおかきくけこさしすせそ\n', 'UTF-16BE')}
   for name, (text, codec) in texts.items():
     (tmp_path / name).write_bytes(text.encode(codec))
   # Binary heads with NUL bytes are no text in any order (a few called them UTF-16).
@@ -159,7 +163,10 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
               'ints': bytes(range(1, 40)) + b'\x00\x10\x00\x11',
               # Token ids as 16- or 32-bit integers: no space nor line break among them.
               'ids16': b''.join(i.to_bytes(2, 'little') for i in [101, 7592, 2088, 102] * 50),
-              'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50)}
+              'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50),
+              # UTF-8 text with a stray NUL: a NUL byte, not UTF-16 (iconv would garble it).
+              'stray': b'the king doth speak of his\x00 lord in the great hall\n' * 4,
+              'stray_cjk': '東京は晴れ。明日も\x00晴れるでしょう\n'.encode() * 3}
   for name, head in binaries.items():
     (tmp_path / name).write_bytes(head)
   for read in (text_files.read_text_lines, user_formats.file_text):
