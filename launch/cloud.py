@@ -266,7 +266,7 @@ def check_paths(config):
   """check_job's test of the config's paths (before config_check, which would name a path kept
   in a flagfile's quotes by a symptom: config_args.check_args(first=))."""
   for name, value in paths.path_fields(config):
-    if not value.strip():
+    if not paths.split_list(value):
       continue  # config_check refuses it next, naming the field (holds only blanks or commas).
     _check_quotes(value, f'--config.{name}')  # The whole list's: a fix keeps every path.
     for path in paths.split_list(value):
@@ -282,7 +282,7 @@ def _check_quotes(value: str, flag: str):
   what = "the run's folder" if flag == '--workdir' else 'the path'
   if not value.strip():  # Named as empty, not as quoted: ''[:1] is in any string.
     raise ValueError(f'{flag}={value} is empty: pass {what}, {flag}=gs://BUCKET/PATH')
-  if not value.strip().strip(_QUOTES).strip():
+  if not paths.split_list(value.strip().strip(_QUOTES)):  # "" or ",": a comma is no path.
     raise ValueError(f'{flag}={value} holds quotes and no path (a flagfile takes no shell '
                      f'quotes): pass {what}, {flag}=gs://BUCKET/PATH')
   if value.startswith(tuple(_QUOTES)) or value.endswith(tuple(_QUOTES)):
