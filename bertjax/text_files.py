@@ -93,7 +93,7 @@ def wide_encoding(head: bytes) -> str | None:
     except UnicodeDecodeError:  # Above U+10FFFF: not UTF-32.
       pass
   pairs = len(head) // 2
-  if head.count(0) < 0.1 * len(head) and _utf8_words(head.replace(b'\x00', b'')):
+  if head.count(0) < 0.1 * len(head) and _utf8_with_stray_nuls(head):
     return None  # UTF-8 text with a stray NUL or few: no UTF-16 (iconv would garble it).
   fits = []
   for codec, high in (('UTF-16LE', head[1:2 * pairs:2]), ('UTF-16BE', head[0:2 * pairs:2])):
@@ -107,15 +107,16 @@ def wide_encoding(head: bytes) -> str | None:
   return max(fits)[-1] if fits else None
 
 
-def _utf8_words(data: bytes) -> bool:
-  """Whether `data` is UTF-8 text of words: beyond ASCII (UTF-16 bytes seldom make UTF-8's
-  sequences), or ASCII with a space or line break every 16 characters at least (kana in UTF-16
-  without a mark read as ASCII: 'B0D0F0', spaceless)."""
+def _utf8_with_stray_nuls(head: bytes) -> bool:
+  """Whether `head` is UTF-8 text but for a few NULs: its bytes without them decode, and they
+  are not kana in UTF-16 without a mark (hiragana U+3041-307F is ASCII bytes beside 0x30: 'B0D0',
+  its NULs only in line breaks), the one UTF-16 text whose bytes are ASCII but for its NULs."""
   try:
-    text = data.decode('utf-8')
+    text = head.replace(b'\x00', b'').decode('utf-8')
   except UnicodeDecodeError:
     return False
-  return bool(text) and (not text.isascii() or 16 * sum(c.isspace() for c in text) >= len(text))
+  kana = max(head[0::2].count(0x30), head[1::2].count(0x30)) >= 0.4 * max(len(head) // 2, 1)
+  return bool(text) and (not text.isascii() or not kana)
 
 
 def _not_text(text: str) -> int:

@@ -166,7 +166,13 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
               'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50),
               # UTF-8 text with a stray NUL: a NUL byte, not UTF-16 (iconv would garble it).
               'stray': b'the king doth speak of his\x00 lord in the great hall\n' * 4,
-              'stray_cjk': '東京は晴れ。明日も\x00晴れるでしょう\n'.encode() * 3}
+              'stray_cjk': '東京は晴れ。明日も\x00晴れるでしょう\n'.encode() * 3,
+              # Spaceless UTF-8 (CSV, JSON lines, base64) with a NUL beside a line break (called
+              # UTF-16 by a rule that took spaces for text).
+              'stray_csv': ''.join(f'{i},{i * 0.731:.4f},{i * 37 % 101},label_{i % 3}\n'
+                                   for i in range(200)).encode().replace(b'\n', b'\n\x00', 1),
+              'stray_jsonl': b'{"text":"abc","label":1}\x00\n' * 20,
+              'stray_base64': b'QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\x00\n' * 20}
   for name, head in binaries.items():
     (tmp_path / name).write_bytes(head)
   for read in (text_files.read_text_lines, user_formats.file_text):
