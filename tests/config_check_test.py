@@ -224,7 +224,7 @@ FINETUNE = [
      'config.data.data_dir).'),
     ({'data__test_file': 'mine.tsv'}, "config.data.test_file='mine.tsv' is not read by task=mrpc, "
      'which would ignore it: to predict on your file, pass --config.data.predict_file=mine.tsv '
-     '(every task reads it; its test split otherwise).'),
+     '(task=mrpc reads it in mode=predict; its test split otherwise).'),
     ({'mode': 'eval', 'data__label_field': 'topic'}, "config.data.label_field='topic' is not "
      'read by task=mrpc, which would ignore it; the tasks that read it: classification, '
      "regression. Drop it (mode=eval keeps the run's task)."),

@@ -327,6 +327,10 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   rows_of = job_setup.layout(s)
   if splits is None:
     splits = task.eval_splits if config.mode == 'eval' else task.test_splits
+  if not splits and config.mode == 'predict' and task.name in registry.TOPIC_TASKS:
+    raise ValueError(f'task {task.name} has no test split, only the eval examples it holds out '
+                     'of its published files: score them with --config.mode=eval, or fine-tune '
+                     'task=classification on your own files (train_file, test_file).')
   if not splits:
     raise ValueError(f'task {task.name} has no {"eval" if config.mode == "eval" else "test"} '
                      'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else

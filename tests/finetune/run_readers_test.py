@@ -227,6 +227,15 @@ def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch)
   config.mode = 'predict'
   with pytest.raises(ValueError, match='no test data: set config.data.predict_file'):
     job.run(config, str(workdir))
+  # A topic task (bbc, wordnet) has no test split and reads no predict_file (config_check
+  # refuses one): it was told to set one.
+  monkeypatch.setattr(registry, 'get_task', lambda *a, **k: dataclasses.replace(
+      get_task(*a, **k), test_splits=(), name='bbc'))
+  with pytest.raises(ValueError, match=r'^task bbc has no test split, only the eval examples it '
+                     r'holds out of its published files: score them with --config.mode=eval, or '
+                     r'fine-tune task=classification on your own files \(train_file, '
+                     r'test_file\)\.$'):
+    job.run(config, str(workdir))
 
 
 def test_a_key_the_task_never_reads_is_refused_beside_a_trained_run(run, tmp_path):
@@ -239,9 +248,10 @@ def test_a_key_the_task_never_reads_is_refused_beside_a_trained_run(run, tmp_pat
     config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0,
                                                 'optimizer.learning_rate': 3e-3})
     config.mode, config.data.test_file = mode, str(tmp_path / 'mine.tsv')
+    told = ('mode=eval scores the eval split; drop it' if mode == 'eval' else
+            'to predict on your file, pass --config.data.predict_file=.*mine.tsv')
     with pytest.raises(ValueError, match=r"^config.data.test_file='.*mine.tsv' is not read by "
-                       'task=sst2, which would ignore it: to predict on your file, pass '
-                       '--config.data.predict_file=.*mine.tsv'):
+                       f'task=sst2, which would ignore it: {told}'):
       job.run(config, str(workdir))
   assert listing(workdir) == before
 

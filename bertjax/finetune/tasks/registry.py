@@ -371,17 +371,19 @@ UNSET = {'data_dir': '', 'use_tfds': False, 'train_file': '', 'eval_file': '', '
          'format': '', 'text_fields': 'text', 'label_field': 'label', 'token_column': 0,
          'tag_column': -1, 'tag_scheme': 'auto', 'eval_fraction': 0.2,
          'max_query_length': 64, 'max_answer_length': 30, 'n_best_size': 20,
-         'null_score_diff_threshold': 0.0, 'doc_stride': 128, 'max_windows': 1}
-_FILES = ('train_file', 'eval_file', 'test_file')
+         'null_score_diff_threshold': 0.0, 'doc_stride': 128, 'max_windows': 1,
+         'predict_file': ''}
+_FILES = ('train_file', 'eval_file', 'test_file', 'predict_file')
+_PREDICT = ('predict_file',)  # A test split's file (TOPIC_TASKS have no test split).
 _SPANS = ('max_query_length', 'max_answer_length', 'n_best_size', 'doc_stride')
 _SPLIT = ('eval_fraction',)  # Tasks that hold an eval set out of their training texts.
 _WINDOWS = ('max_windows', 'doc_stride')  # Texts read over several windows.
 # Task -> the keys of UNSET it reads.
 READS = {
-    **{name: ('data_dir', 'use_tfds') for name in glue.TASKS},
-    'squad_v1': ('data_dir', *_SPANS),
-    'squad_v2': ('data_dir', *_SPANS, 'null_score_diff_threshold'),
-    'conll2003': ('data_dir',),
+    **{name: ('data_dir', 'use_tfds', *_PREDICT) for name in glue.TASKS},
+    'squad_v1': ('data_dir', *_SPANS, *_PREDICT),
+    'squad_v2': ('data_dir', *_SPANS, 'null_score_diff_threshold', *_PREDICT),
+    'conll2003': ('data_dir', *_PREDICT),
     'bbc': ('data_dir', *_SPLIT, *_WINDOWS),
     'wordnet': ('data_dir', *_SPLIT, *_WINDOWS),
     'classification': (*_FILES, 'format', 'text_fields', 'label_field', *_SPLIT),
@@ -395,9 +397,9 @@ READS = {
 
 def check_reads(name: str, data, mode: str = 'train_eval'):
   """Refuses a config.data key set (away from its UNSET value) for task `name`, which never
-  reads it, naming the tasks that do (or, for a test_file, the predict_file every task reads);
-  another task is offered only to a new run (`mode` train_eval): eval, predict and a resume
-  keep the run's."""
+  reads it, naming the tasks that do (or, for a test_file, the task's predict_file); another
+  task is offered in `mode` train_eval only (eval and predict keep the run's task; a resume,
+  train_eval too, is refused another by run_config.check_against_run)."""
   if (name in USER_TASKS and data.get('eval_file')
       and data.get('eval_fraction', UNSET['eval_fraction']) != UNSET['eval_fraction']):
     raise ValueError(f'config.data.eval_fraction={data.eval_fraction!r} is not read beside '
@@ -412,9 +414,13 @@ def check_reads(name: str, data, mode: str = 'train_eval'):
     shown = ', '.join(readers if len(readers) <= 6 or len(others) == len(readers) else
                       others + ['the GLUE tasks'])
     said = f'config.data.{key}={value!r} is not read by task={name}, which would ignore it'
-    if key == 'test_file':  # Every task predicts on a predict_file.
+    if key == 'test_file' and 'predict_file' in READS.get(name, ()):
+      if mode == 'eval':
+        raise ValueError(f'{said}: mode=eval scores the eval split; drop it (mode=predict with '
+                         f'--config.data.predict_file={value} predicts on your file).')
       raise ValueError(f'{said}: to predict on your file, pass --config.data.predict_file='
-                       f'{value} (every task reads it; its test split otherwise).')
+                       f'{value} (task={name} reads it in mode=predict; its test split '
+                       'otherwise).')
     other = (f', or pick the task that reads it ({_reads_advice(name)})'
              if mode == 'train_eval' else f' (mode={mode} keeps the run\'s task)')
     raise ValueError(f'{said}; the tasks that read it: {shown}. Drop it{other}.')

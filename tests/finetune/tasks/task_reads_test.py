@@ -22,24 +22,27 @@ SET = {'data_dir': '/data/x', 'use_tfds': True, 'train_file': 'mine.csv', 'eval_
        'test_file': 't.csv', 'format': 'tsv', 'text_fields': 'a,b', 'label_field': 'y',
        'token_column': 1, 'tag_column': 2, 'tag_scheme': 'bio', 'eval_fraction': 0.1,
        'max_query_length': 32, 'max_answer_length': 10, 'n_best_size': 5,
-       'null_score_diff_threshold': 1.5, 'doc_stride': 64, 'max_windows': 2}
+       'null_score_diff_threshold': 1.5, 'doc_stride': 64, 'max_windows': 2,
+       'predict_file': 'p.csv'}
 
 
 @pytest.mark.parametrize('task,reads', [
-    ('mrpc', {'data_dir', 'use_tfds'}),
+    ('mrpc', {'data_dir', 'use_tfds', 'predict_file'}),
     ('squad_v1', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size',
-                  'doc_stride'}),
+                  'doc_stride', 'predict_file'}),
     ('squad_v2', {'data_dir', 'max_query_length', 'max_answer_length', 'n_best_size',
-                  'null_score_diff_threshold', 'doc_stride'}),
-    ('conll2003', {'data_dir'}),
+                  'null_score_diff_threshold', 'doc_stride', 'predict_file'}),
+    ('conll2003', {'data_dir', 'predict_file'}),
+    # No test split: a predict_file was ignored (mode=predict then asked for one).
     ('bbc', {'data_dir', 'eval_fraction', 'max_windows', 'doc_stride'}),
-    ('classification', {'train_file', 'eval_file', 'test_file', 'format', 'text_fields',
-                        'label_field', 'eval_fraction'}),
-    ('tagging', {'train_file', 'eval_file', 'test_file', 'format', 'token_column', 'tag_column',
-                 'tag_scheme', 'eval_fraction'}),
-    ('span', {'train_file', 'eval_file', 'test_file', 'max_query_length', 'max_answer_length',
-              'n_best_size', 'null_score_diff_threshold', 'doc_stride'}),
-    ('swag', {'train_file', 'eval_file', 'test_file', 'format', 'eval_fraction'}),
+    ('classification', {'train_file', 'eval_file', 'test_file', 'predict_file', 'format',
+                        'text_fields', 'label_field', 'eval_fraction'}),
+    ('tagging', {'train_file', 'eval_file', 'test_file', 'predict_file', 'format',
+                 'token_column', 'tag_column', 'tag_scheme', 'eval_fraction'}),
+    ('span', {'train_file', 'eval_file', 'test_file', 'predict_file', 'max_query_length',
+              'max_answer_length', 'n_best_size', 'null_score_diff_threshold', 'doc_stride'}),
+    ('swag', {'train_file', 'eval_file', 'test_file', 'predict_file', 'format',
+              'eval_fraction'}),
 ])
 def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads):
   assert SET.keys() == registry.UNSET.keys()
@@ -49,11 +52,16 @@ def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads
     if key in reads:
       registry.check_reads(task, data)
       continue
-    if key == 'test_file':  # Every task predicts on a predict_file.
+    if key == 'test_file' and 'predict_file' in reads:  # Told the task's predict_file.
       with pytest.raises(ValueError, match=rf"^config.data.test_file='t.csv' is not read by "
                          rf'task={task}, which would ignore it: to predict on your file, pass '
-                         r'--config.data.predict_file=t.csv \(every task reads it'):
+                         rf'--config.data.predict_file=t.csv \(task={task} reads it in '
+                         r'mode=predict; its test split otherwise\)\.$'):
         registry.check_reads(task, data)
+      with pytest.raises(ValueError, match=r'which would ignore it: mode=eval scores the eval '
+                         r'split; drop it \(mode=predict with --config.data.predict_file=t.csv '
+                         r'predicts on your file\)\.$'):
+        registry.check_reads(task, data, 'eval')
       continue
     with pytest.raises(ValueError, match=rf'^config.data.{key}={value!r} is not read by '
                        rf'task={task}, which would ignore it; the tasks that read it: .*\. Drop '
