@@ -5,9 +5,11 @@ its image's against the launcher's.
 """
 
 import hashlib
+import json
 import os
 import pathlib  # local: config files are imported from local paths only
 import sys
+import urllib.parse
 
 
 class ConfigFileError(ValueError):
@@ -88,8 +90,8 @@ def _foreign_configs(folder: str, config_file: str) -> str:
   if folder in (os.path.dirname(os.path.abspath(config_file)), os.path.abspath('configs')):
     return f'{folder} {hides}: remove its __init__.py, or rename the folder'
   import importlib.metadata  # pylint: disable=g-import-not-at-top
-  owners = sorted({name for name in importlib.metadata.packages_distributions().get('configs', [])
-                   if _installs(importlib.metadata.distribution(name), folder)})
+  owners = sorted({dist.metadata['Name'] for dist in importlib.metadata.distributions()
+                   if _installs(dist, folder)})
   if owners:
     return (f'{folder} {hides}, installed by pip package {", ".join(owners)}: pip uninstall '
             f'{" ".join(owners)}, or run from an environment without it')
@@ -103,9 +105,18 @@ def _foreign_configs(folder: str, config_file: str) -> str:
 
 
 def _installs(dist, folder: str) -> bool:
-  """Whether distribution `dist` (importlib.metadata) installed the package in `folder`."""
-  return any(os.path.abspath(dist.locate_file(f)).startswith(folder + os.sep)
-             for f in dist.files or ())
+  """Whether distribution `dist` (importlib.metadata) installed the package in `folder`: a file
+  of its RECORD lies in it, or it is an editable install of a source tree holding it."""
+  try:
+    if any(os.path.abspath(dist.locate_file(f)).startswith(folder + os.sep)
+           for f in dist.files or ()):
+      return True
+    source = json.loads(dist.read_text('direct_url.json') or '{}')
+  except (OSError, ValueError):  # Metadata unreadable: not this one's to name.
+    return False
+  url = source.get('url', '')
+  return (source.get('dir_info', {}).get('editable', False) and url.startswith('file://')
+          and folder.startswith(os.path.abspath(urllib.parse.unquote(url[7:])) + os.sep))
 
 
 def one_line(error: BaseException) -> str:

@@ -431,6 +431,35 @@ def test_a_copied_config_file_loads_from_any_folder(tmp_path):
     assert not (tmp_path / 'w').exists()
 
 
+def test_the_pip_package_that_installed_a_hiding_configs_is_the_one_named(tmp_path, monkeypatch):
+  """A reviewer's cases: an editable install (its RECORD holds a .pth only), a distribution of
+  the same name without configs/ earlier on the path, a dist-info folder named otherwise than
+  its Name (it raised PackageNotFoundError)."""
+  def dist_info(site, name, record, **files):
+    info = site / f'{name}-1.0.dist-info'
+    info.mkdir(parents=True)
+    (info / 'METADATA').write_text(f'Name: {files.pop("named", name)}\nVersion: 1.0\n')
+    (info / 'RECORD').write_text(record)
+    for file_name, text in files.items():
+      (info / file_name.replace('_json', '.json')).write_text(text)
+  source = tmp_path / 'src'
+  (source / 'configs').mkdir(parents=True)
+  dist_info(tmp_path / 'site', 'edtool', '__editable__.edtool-1.0.pth,,\n', direct_url_json=(
+      f'{{"url": "file://{source}", "dir_info": {{"editable": true}}}}'))
+  dist_info(tmp_path / 'early', 'tool', 'tool/__init__.py,,\n')
+  (tmp_path / 'late' / 'configs').mkdir(parents=True)
+  dist_info(tmp_path / 'late', 'tool', 'configs/__init__.py,,\n')
+  (tmp_path / 'odd' / 'configs').mkdir(parents=True)
+  dist_info(tmp_path / 'odd', 'other', 'configs/__init__.py,,\n', named='oddtool')
+  for site in ('odd', 'late', 'early', 'site'):
+    monkeypatch.syspath_prepend(str(tmp_path / site))
+  for folder, owner in ((source / 'configs', 'edtool'), (tmp_path / 'late' / 'configs', 'tool'),
+                        (tmp_path / 'odd' / 'configs', 'oddtool')):
+    said = config_files._foreign_configs(str(folder), str(tmp_path / 'mine.py'))  # pylint: disable=protected-access
+    assert said.endswith(f'installed by pip package {owner}: pip uninstall {owner}, or run from '
+                         'an environment without it'), said
+
+
 def _a_pip_package_of_configs(folder):
   """What pip leaves of a package `tool` that installs a top-level configs/ into `folder`."""
   (folder / 'configs').mkdir(parents=True, exist_ok=True)
