@@ -283,8 +283,9 @@ def _check_quotes(value: str, flag: str):
   if not value.strip():  # Named as empty, not as quoted: ''[:1] is in any string.
     raise ValueError(f'{flag}={value} is empty: pass {what}, {flag}=gs://BUCKET/PATH')
   if not paths.split_list(value.strip().strip(_QUOTES)):  # "" or ",": a comma is no path.
-    raise ValueError(f'{flag}={value} holds quotes and no path (a flagfile takes no shell '
-                     f'quotes): pass {what}, {flag}=gs://BUCKET/PATH')
+    held = ('quotes and no path (a flagfile takes no shell quotes)'
+            if value.strip()[:1] in _QUOTES else 'only commas, no path')
+    raise ValueError(f'{flag}={value} holds {held}: pass {what}, {flag}=gs://BUCKET/PATH')
   if value.startswith(tuple(_QUOTES)) or value.endswith(tuple(_QUOTES)):
     raise ValueError(f'{flag}={value}: its quotes are part of the path (a flagfile takes no shell '
                      f'quotes): write {flag}={value.strip(_QUOTES)}')
