@@ -111,7 +111,7 @@ def _installs(dist, folder: str) -> bool:
     if any(os.path.abspath(dist.locate_file(f)).startswith(folder + os.sep)
            for f in dist.files or ()):
       return True
-    source = json.loads(dist.read_text('direct_url.json') or '{}')
+    source = json.loads(dist.read_text('direct_url.json') or '{}')  # local: pip's metadata
   except (OSError, ValueError):  # Metadata unreadable: not this one's to name.
     return False
   url = source.get('url', '')
