@@ -447,9 +447,10 @@ def test_the_pip_package_that_installed_a_hiding_configs_is_the_one_named(tmp_pa
   dist_info(tmp_path / 'site', 'edtool', '__editable__.edtool-1.0.pth,,\n', direct_url_json=(
       f'{{"url": "file://{source}", "dir_info": {{"editable": true}}}}'))
   dist_info(tmp_path / 'early', 'tool', 'tool/__init__.py,,\n')
-  (tmp_path / 'late' / 'configs').mkdir(parents=True)
+  for site in ('late', 'odd'):  # Python 3.12 lists a RECORD's files that exist only.
+    (tmp_path / site / 'configs').mkdir(parents=True)
+    (tmp_path / site / 'configs' / '__init__.py').write_text('')
   dist_info(tmp_path / 'late', 'tool', 'configs/__init__.py,,\n')
-  (tmp_path / 'odd' / 'configs').mkdir(parents=True)
   dist_info(tmp_path / 'odd', 'other', 'configs/__init__.py,,\n', named='oddtool')
   for site in ('odd', 'late', 'early', 'site'):
     monkeypatch.syspath_prepend(str(tmp_path / site))
