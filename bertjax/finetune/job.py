@@ -286,6 +286,21 @@ def _say_how_best_was_ranked(source, step, asked: str):
                     'with it, not of a trained one', ranked, asked)
 
 
+def _splits_read(task, mode: str, splits) -> tuple:
+  """The splits mode=eval or mode=predict reads (`splits`, else the task's own), or why none."""
+  if splits is None:
+    splits = task.eval_splits if mode == 'eval' else task.test_splits
+  if not splits and mode == 'predict' and task.name in registry.TOPIC_TASKS:
+    raise ValueError(f'task {task.name} has no test split, only the eval examples it holds out '
+                     'of its published files: score them with --config.mode=eval, or fine-tune '
+                     'task=classification on your own files (train_file, test_file).')
+  if not splits:
+    raise ValueError(f'task {task.name} has no {"eval" if mode == "eval" else "test"} data: '
+                     'set ' + ('config.data.eval_file' if mode == 'eval' else
+                               'config.data.predict_file (or test_file)') + '.')
+  return tuple(splits)
+
+
 def run_predict(config, workdir: str, splits=None, step=None) -> list:
   """Writes predictions of the workdir's latest checkpoint, or of `step` ('best', 'latest' or a
   number: checkpoint_reader.resolve_step) (mode=eval: eval splits with metrics; mode=predict:
@@ -325,16 +340,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
       shape_hint=_EDITED_CONFIG)
   predict_fn = jit_predict(s)
   rows_of = job_setup.layout(s)
-  if splits is None:
-    splits = task.eval_splits if config.mode == 'eval' else task.test_splits
-  if not splits and config.mode == 'predict' and task.name in registry.TOPIC_TASKS:
-    raise ValueError(f'task {task.name} has no test split, only the eval examples it holds out '
-                     'of its published files: score them with --config.mode=eval, or fine-tune '
-                     'task=classification on your own files (train_file, test_file).')
-  if not splits:
-    raise ValueError(f'task {task.name} has no {"eval" if config.mode == "eval" else "test"} '
-                     'data: set ' + ('config.data.eval_file' if config.mode == 'eval' else
-                                     'config.data.predict_file (or test_file)') + '.')
+  splits = _splits_read(task, config.mode, splits)
   written, shown = [], [('step', read_step)]
   out_dir = files.join(workdir, 'predictions', run_config.scored_folder(
       cfg, run_config.trained_run(workdir), config.mode, read_step))
