@@ -31,7 +31,6 @@ from bertjax.finetune import kinds
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import registry
-from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.training import checkpoint
@@ -159,8 +158,7 @@ def _set_up(config, workdir: str):
   collective: the caller runs it on every host together)."""
   s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
-  if cfg.task in registry.USER_TASKS:  # A preset's test split lies in data_dir.
-    user_tasks.check_files_to_predict(cfg.data)
+  registry.check_files_to_predict(cfg.task, cfg.data)  # Not read by training: said now.
   rows_of = job_setup.layout(s)
   skipped = {}
   train_examples, train_features, _ = job_setup.featurized(s, 'train', True, skipped)

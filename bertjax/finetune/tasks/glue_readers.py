@@ -185,16 +185,17 @@ class _WhenAsked(collections.abc.Sequence):
     return repr(self._splits) if self._splits is not None else '<test splits, when asked>'
 
 
-def predict_splits(task_name, data_dir, use_tfds=False, predict_file=''):
+def predict_splits(task_name, data_dir, use_tfds=False, predict_file=None):
   """The test splits mode=predict writes, decided when it asks (the task is built for every
-  mode: training, eval or export neither look for files nor refuse a predict_file): a
-  predict_file's one (predict_file_split); else all of the task's, but MNLI's AX only where
+  mode: training, eval or export neither look for files nor refuse a predict_file): with
+  `predict_file` (a function giving the one file config.data.predict_file names), its one
+  (predict_file_split); else all of the task's, but MNLI's AX only where
   GLUE's diagnostic set is found (its file; with use_tfds a prepared glue/ax), on every host
   alike. Without it one warning says AX.tsv is not written and where the file goes: most copies
   of GLUE lack it, and MNLI's own test files are predicted all the same."""
   task = glue.as_task(task_name)
   if predict_file:
-    return _WhenAsked(lambda: (predict_file_split(task, predict_file),))
+    return _WhenAsked(lambda: (predict_file_split(task, predict_file()),))
   if glue.AX_SPLIT not in task.test_splits:
     return task.test_splits
 

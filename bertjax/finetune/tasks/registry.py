@@ -44,11 +44,39 @@ CONLL_FILES = {'train': ('train.txt', 'eng.train'), 'validation': ('valid.txt', 
 USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choice', 'swag')
 
 
-def _path(data, default_dir: str, file_name: str, split: str, test_splits) -> str:
-  """The file of `split`: data.predict_file for a test split when set, else `file_name` in
-  data.data_dir (a local folder or a URL)."""
+# What a preset task does with a predict_file that names several files (comma-separated, a glob).
+_ONE_SQUAD_FILE = ('a span task reads one SQuAD JSON file per setting (its scorer reads one '
+                   'file\'s articles): join their "data" lists into one file.')
+_ONE_PREDICT_FILE = {
+    'glue': 'a GLUE task predicts one test TSV per run (its leaderboard file holds one file\'s '
+            'rows by their index): predict each file in its own run (each writes its own '
+            'predictions folder).',
+    'span': _ONE_SQUAD_FILE,
+    'conll2003': 'task=conll2003 predicts one file per run: join them into one (sentences apart '
+                 'by a blank line), or predict each in its own run (each writes its own '
+                 'predictions folder).'}
+
+
+def predict_file(data, reads: str) -> str:
+  """The one file config.data.predict_file names for a preset task (`reads`: a key of
+  _ONE_PREDICT_FILE), absolute: a glob that matches one file is that file."""
+  return paths.absolute(user_tasks.one_file(data.predict_file, 'predict_file',
+                                            _ONE_PREDICT_FILE[reads]))
+
+
+def check_files_to_predict(name: str, data):
+  """Before training (which reads neither): user_tasks.check_files_to_predict, and a preset
+  task's predict_file names one file."""
+  if name not in USER_TASKS and data.get('predict_file'):
+    predict_file(data, 'glue' if name in glue.TASKS else 'span' if name in SQUAD_FILES else name)
+  user_tasks.check_files_to_predict(data)
+
+
+def _path(data, default_dir: str, file_name: str, split: str, test_splits, reads: str) -> str:
+  """The file of `split`: data.predict_file for a test split when set (predict_file), else
+  `file_name` in data.data_dir (a local folder or a URL)."""
   if data.predict_file and split in test_splits:
-    return data.predict_file
+    return predict_file(data, reads)
   directory = data.data_dir or default_dir
   if not directory:
     raise ValueError('config.data.data_dir is empty: point it at the task\'s files.')
@@ -61,12 +89,13 @@ def _glue_task(name, data) -> task_lib.Task:
   # test split of data_dir (MNLI's AX where it is found): decided when mode=predict asks.
   test_splits = glue_readers.predict_splits(spec, data.get('data_dir', ''),
                                             data.get('use_tfds', False),
-                                            data.get('predict_file', ''))
+                                            functools.partial(predict_file, data, 'glue')
+                                            if data.get('predict_file') else None)
 
   def read(split):
     if data.get('predict_file') and split in test_splits:  # The user's file, TFDS or not.
       split_files = types.MappingProxyType({**spec.files,
-                                            split: paths.absolute(data.predict_file)})
+                                            split: predict_file(data, 'glue')})
       return glue_readers.read_examples(dataclasses.replace(spec, files=split_files),
                                         data.data_dir, split)
     if data.use_tfds:
@@ -109,7 +138,7 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
   names = SQUAD_FILES.get(name, SQUAD_FILES['squad_v1'])
 
   def default_path(split):
-    return _path(data, '', names.get(split, names['validation']), split, ('test',))
+    return _path(data, '', names.get(split, names['validation']), split, ('test',), 'span')
 
   path = path or default_path
 
@@ -204,12 +233,7 @@ def _user_span_task(data, version_2=None) -> task_lib.Task:
 def _one_squad_file(setting: str, flag: str) -> str:
   """The one file a span task's setting names (a glob matching one file is fine): the SQuAD
   scorer reads one file's articles."""
-  found = user_tasks.expand(setting, flag)
-  if len(found) != 1:
-    raise ValueError(f'config.data.{flag}={setting} names {len(found)} files: a '
-                     'span task reads one SQuAD JSON file per setting (its scorer reads one '
-                     'file\'s articles): join their "data" lists into one file.')
-  return found[0]
+  return user_tasks.one_file(setting, flag, _ONE_SQUAD_FILE)
 
 
 def _conll_task(data) -> task_lib.Task:
@@ -218,7 +242,7 @@ def _conll_task(data) -> task_lib.Task:
 
   def path_of(split):
     names = CONLL_FILES[split]
-    paths_ = [_path(data, '', name, split, ('test',)) for name in names]
+    paths_ = [_path(data, '', name, split, ('test',), 'conll2003') for name in names]
     if data.predict_file and split == 'test':
       return paths_[0]
     if found := next((path for path in paths_ if files.exists(path)), None):

@@ -54,6 +54,15 @@ def expand(setting: str, flag: str) -> list[str]:
   return paths.each_file_once(found)
 
 
+def one_file(setting: str, flag: str, why: str) -> str:
+  """The one file a setting names (a glob that matches one file is fine) where the task reads one
+  file per setting; several are refused, `why` saying what to do."""
+  found = expand(setting, flag)
+  if len(found) != 1:
+    raise ValueError(f'config.data.{flag}={setting} names {len(found)} files: {why}')
+  return found[0]
+
+
 def check_files_to_predict(data):
   """Training does not read config.data.test_file / predict_file (mode=predict does, on the run
   it trained): a missing one is said now, not after training, and where it goes is said."""

@@ -1,0 +1,96 @@
+"""A preset task's config.data.predict_file as a glob or a comma-separated list (hostile pass of
+2026-12-04): GLUE, SQuAD and CoNLL read the setting as one path, so a glob that matches one file
+was "does not exist: pass the folder holding SST-2/test.tsv as --config.data.data_dir" (the user
+had set predict_file, not data_dir), and two files were the same. A glob that matches one file is
+that file; several files are refused, saying what to do; a glob that matches none is named."""
+
+import json
+
+import glue_files
+import pytest
+
+from bertjax.finetune.tasks import registry
+from configs import finetune as finetune_config
+
+SQUAD = {'version': '1.1', 'data': [{'title': 't', 'paragraphs': [{
+    'context': 'Paris is in France.',
+    'qas': [{'id': 'q1', 'question': 'Where is Paris?', 'answers': []}]}]}]}
+
+
+def _data(name, **fields):
+  data = finetune_config.get_config(f'task={name}').data
+  for key, value in fields.items():
+    data[key] = value
+  return data
+
+
+def _copies(tmp_path, source, *names):
+  for name in names:
+    (tmp_path / 'mine').mkdir(exist_ok=True)
+    (tmp_path / 'mine' / name).write_bytes(source.read_bytes())
+  return tmp_path / 'mine'
+
+
+def test_a_glue_glob_that_matches_one_file_is_read_as_it(tmp_path):
+  root = glue_files.write_glue(tmp_path / 'glue', ['sst2', 'mnli'])
+  mine = _copies(tmp_path, root / 'SST-2' / 'test.tsv', 'sst-test-2026.tsv')
+  task = registry.get_task('sst2', _data('sst2', predict_file=str(mine / 'sst-test-*.tsv')))
+  examples, _ = task.read('test')
+  assert examples == glue_files.GLUE_FILES['sst2'][2]['test']
+  # MNLI tells its test splits apart by the file's GLUE name: the matched file's, not the glob's.
+  mnli = _copies(tmp_path, root / 'MNLI' / 'test_matched.tsv', 'test_matched.tsv')
+  task = registry.get_task('mnli', _data('mnli', predict_file=str(mnli / 'test_match*.tsv')))
+  assert tuple(task.test_splits) == ('test_matched',)
+  assert task.read('test_matched')[0] == glue_files.GLUE_FILES['mnli'][2]['test_matched']
+
+
+@pytest.mark.parametrize('task_name, written, why', [
+    ('sst2', 'test.tsv', r'a GLUE task predicts one test TSV per run \(its leaderboard file holds '
+     r"one file's rows by their index\): predict each file in its own run \(each writes its own "
+     r'predictions folder\)\.'),
+    ('conll2003', 'test.txt', r'task=conll2003 predicts one file per run: join them into one '
+     r'\(sentences apart by a blank line\), or predict each in its own run'),
+    ('squad_v1', 'dev.json', r'a span task reads one SQuAD JSON file per setting'),
+])
+@pytest.mark.parametrize('spelled', ['glob', 'list'])
+def test_several_files_to_predict_are_refused_saying_what_to_do(tmp_path, task_name, written,
+                                                                why, spelled):
+  mine = tmp_path / 'mine'
+  mine.mkdir()
+  for name in ('a-' + written, 'b-' + written):
+    (mine / name).write_text(json.dumps(SQUAD) if written.endswith('json') else 'x\n')
+  setting = (str(mine / ('*-' + written)) if spelled == 'glob' else
+             f'{mine / ("a-" + written)},{mine / ("b-" + written)}')
+  data = _data(task_name, predict_file=setting, data_dir=str(tmp_path))
+  refusal = rf'^config.data.predict_file={setting} names 2 files: {why}'
+  with pytest.raises(ValueError, match=refusal.replace('[', r'\[').replace('*', r'\*')):
+    registry.check_files_to_predict(task_name, data)  # Before training, which reads neither.
+  with pytest.raises(ValueError, match=refusal.replace('[', r'\[').replace('*', r'\*')):
+    task = registry.get_task(task_name, data)
+    task.read(tuple(task.test_splits)[0])
+
+
+@pytest.mark.parametrize('task_name', ['rte', 'conll2003', 'squad_v2'])
+def test_a_glob_that_matches_nothing_or_a_missing_file_is_named_before_training(tmp_path,
+                                                                              task_name):
+  glob = str(tmp_path / 'test-*.tsv')
+  with pytest.raises(FileNotFoundError, match=rf'^{glob.replace("*", "[*]")} matches no file: '
+                     r'check config.data.predict_file\.$'):
+    registry.check_files_to_predict(task_name, _data(task_name, predict_file=glob))
+  missing = str(tmp_path / 'test.tsv')
+  with pytest.raises(FileNotFoundError, match=rf'config.data.predict_file: {missing} does not '
+                     r'exist: fix the path, or drop it \(mode=predict reads it after training\)'):
+    registry.check_files_to_predict(task_name, _data(task_name, predict_file=missing))
+
+
+def test_a_conll_and_a_squad_glob_of_one_file_are_read_as_it(tmp_path):
+  mine = tmp_path / 'mine'
+  mine.mkdir()
+  (mine / 'news-0001.txt').write_text('Peter\nlives\n')
+  task = registry.get_task('conll2003', _data('conll2003', predict_file=str(mine / 'news-*.txt'),
+                                              data_dir=str(tmp_path)))
+  assert [s.words for s in task.read('test')[0]] == [('Peter', 'lives')]
+  (mine / 'questions-1.json').write_text(json.dumps(SQUAD))
+  task = registry.get_task('squad_v1', _data('squad_v1', data_dir=str(tmp_path),
+                                             predict_file=str(mine / 'questions-?.json')))
+  assert [e.qas_id for e in task.read('test')[0]] == ['q1']
