@@ -10,6 +10,7 @@ import os
 import pathlib  # local: config files are imported from local paths only
 import sys
 import urllib.parse
+import urllib.request
 
 
 class ConfigFileError(ValueError):
@@ -116,7 +117,8 @@ def _installs(dist, folder: str) -> bool:
     return False
   url = source.get('url', '')
   return (source.get('dir_info', {}).get('editable', False) and url.startswith('file://')
-          and folder.startswith(os.path.abspath(urllib.parse.unquote(url[7:])) + os.sep))
+          and folder.startswith(os.path.abspath(
+              urllib.request.url2pathname(urllib.parse.urlparse(url).path)) + os.sep))
 
 
 def one_line(error: BaseException) -> str:

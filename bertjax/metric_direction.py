@@ -32,7 +32,8 @@ def best_mode(metric: str, mode: str = '') -> str:
 def contradiction(metric: str, mode: str, known: str | None = None) -> tuple[str, str]:
   """('', '') or why `mode` goes against the way `metric` is better (`known`, else read from its
   name: loss or mse with max, an accuracy, F1, exact match or correlation with min), and what
-  to set: one sentence for the config's check, the fine-tuning check and the run alike."""
+  to set: one sentence for the config's check, the fine-tuning check and the run alike. With
+  `known`, `metric` may be words that name it ("task mrpc's main metric, a score,")."""
   known = known or known_mode(metric)
   if not mode or not known or mode == known:
     return '', ''
