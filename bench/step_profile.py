@@ -50,7 +50,8 @@ from absl import flags  # noqa: E402
 import flax.linen as nn  # noqa: E402
 import hlo_profile  # noqa: E402
 import jax  # noqa: E402
-import train_bench  # noqa: E402  (its flags, config, batch and compiled step)
+import jax_step  # noqa: E402  (the config, batch and compiled step)
+import train_bench  # noqa: E402  (its flags)
 
 from bertjax import console  # noqa: E402
 from bertjax.model import platform_defaults  # noqa: E402
@@ -88,13 +89,13 @@ def print_compile(times, trace_dir, top):
 
 def profile(settings, steps, top, trace_dir, compile_top=0):
   """Compiles, times and profiles one setting's step; prints its breakdown (module doc)."""
-  config = train_bench.make_config(settings)
+  config = jax_step.make_config(settings)
   device = jax.devices()[0]
   choice = platform_defaults.settle(config.model, device.platform)
-  batch = train_bench.make_batch(settings['vocab'], settings['batch'], settings['seq'],
+  batch = jax_step.make_batch(settings['vocab'], settings['batch'], settings['seq'],
                                  settings['predictions'])
   compile_dir = os.path.join(trace_dir, 'compile')
-  compiled, state, device_batch, mesh, rules, first = train_bench.bertjax_step(
+  compiled, state, device_batch, mesh, rules, first = jax_step.bertjax_step(
       config, batch, compile_trace_dir=compile_dir)
   hlo = compiled.as_text()
   module = re.match(r'HloModule\s+([\w.\-]+)', hlo).group(1)
