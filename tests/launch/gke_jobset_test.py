@@ -20,6 +20,7 @@ import yaml
 
 from bertjax import config_files
 from launch import gke_jobset
+from launch import gke_kubectl
 
 REFUSED = gke_jobset.REFUSED_EXIT  # A flag, the job's config or workdir refused: 78.
 
@@ -151,7 +152,7 @@ def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_delete_it(capsys):
     return subprocess.CompletedProcess(cmd, 0, '')
 
   try:
-    code = gke_jobset.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
+    code = gke_kubectl.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
   except KeyboardInterrupt:
     pytest.fail(f'Ctrl-C was not handled; kubectl ran: {calls}')
   assert code == 130 and calls == ['get', 'create', 'wait', 'logs']
@@ -301,7 +302,7 @@ def test_a_jobset_created_meanwhile_is_left_to_its_owner():
     return subprocess.CompletedProcess(cmd, 0, '')
 
   with pytest.raises(RuntimeError, match='kubectl exited with 1: kubectl create'):
-    gke_jobset.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
+    gke_kubectl.run_jobset('bert', 'bert.yaml', run=run, poll_s=0)
   assert calls == ['get', 'create']
 
 
