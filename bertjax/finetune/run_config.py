@@ -8,7 +8,6 @@ train on, or score, a model other than the one trained, so they are refused by n
 
 import hashlib
 import os
-import re
 import shlex
 
 from absl import logging
@@ -16,7 +15,6 @@ import ml_collections
 import numpy as np
 
 from bertjax import files
-from bertjax import paths
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import bundle
@@ -357,8 +355,10 @@ def check_against_run(cfg, run: dict, workdir: str):
 
 def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
-  the run's own files as they were; for a file the run did not name, or its eval or test file
-  edited since, the file's name and content digest after it (`eval_step_8-b.csv-1a2b3c4d`);
+  the run's own files as they were; for a file the run did not name, its eval or test file
+  edited since, or any predict_file, the file's name and content digest after it
+  (`eval_step_8-b.csv-1a2b3c4d`); for a preset's files read from another data_dir than the
+  run's (or TFDS instead), the folder's name and a digest of where (`eval_step_8-SST-2-5e6f7a8b`);
   for the first N eval examples, `-firstN`: scoring another file or part of one keeps the earlier
   results."""
   return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode)
@@ -376,16 +376,40 @@ def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   field = 'eval_file' if mode == 'eval' else (
       'predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'test_file')
   scored = init_from.lookup(cfg, f'data.{field}') or ''
+  if not scored:  # The task's own split: a preset's data_dir, or held out of train_file.
+    return f'{mode}_step_{step}' + _data_dir_suffix(cfg, run)
   own = init_from.lookup(run or {}, f'data.{field}') or ''
   digest_field = {'eval_file': 'data.eval_sha256', 'test_file': 'data.test_sha256'}.get(field)
   recorded = init_from.lookup(run or {}, digest_field) if digest_field else None
-  if not scored or (scored == own and recorded is None):
+  # A predict_file, even the run's own (no digest of it is recorded), is never the test split's
+  # folder: its predictions would replace those of the test split, or of the file as it was.
+  if field != 'predict_file' and scored == own and recorded is None:
     return f'{mode}_step_{step}'
   digest = data_digest(scored, field)
-  if scored == own and digest == recorded:
+  if field != 'predict_file' and scored == own and digest == recorded:
     return f'{mode}_step_{step}'
-  first = re.sub(r'[*?\[\]]', '_', files.name(paths.split_list(scored)[0]))
-  return f'{mode}_step_{step}-{first}-{digest[:8]}'
+  first = files.name(user_tasks.expand(scored, field)[0])  # The file a glob matched.
+  return f'{mode}_step_{step}-{first[:_NAME_CHARS]}-{digest[:8]}'
+
+
+# Of a file's or folder's name in a predictions/ folder's (the digest beside it tells them apart):
+# a file system takes 255 bytes.
+_NAME_CHARS = 80
+
+
+def _data_dir_suffix(cfg, run: dict | None) -> str:
+  """'' where the task's own split is read as the run read it; for a preset's published files
+  read from another data_dir than the run's (or TFDS instead of them, or back), the folder's
+  name and 8 hex digits of where: their scores and predictions never replace the run's own."""
+  if init_from.lookup(cfg, 'task') in registry.USER_TASKS or not run:
+    return ''
+  read, trained = ((init_from.lookup(c, 'data.data_dir') or '',
+                    bool(init_from.lookup(c, 'data.use_tfds'))) for c in (cfg, run))
+  if read == trained:
+    return ''
+  name = files.name(read[0].rstrip('/')) or 'default'
+  where = hashlib.sha256(f'{read[0]} use_tfds={read[1]}'.encode()).hexdigest()
+  return f'-{"tfds-" if read[1] else ""}{name[:_NAME_CHARS]}-{where[:8]}'
 
 
 def _threshold_suffix(cfg, run: dict | None) -> str:

@@ -429,6 +429,10 @@ def check_reads(name: str, data, mode: str = 'train_eval'):
     raise ValueError(f'config.data.eval_fraction={data.eval_fraction!r} is not read beside '
                      f'config.data.eval_file={data.eval_file}, which is the eval set (no share '
                      'of train_file is held out): drop one of them.')
+  if mode == 'eval' and data.get('predict_file'):  # Every task reads it, in mode=predict.
+    raise ValueError(f'config.data.predict_file={data.predict_file} is not read by mode=eval, '
+                     'which scores the eval split and would ignore it: drop it, or pass '
+                     '--config.mode=predict to predict on that file.')
   for key, unset in UNSET.items():
     value = data.get(key, unset)
     if key in READS.get(name, UNSET) or value == unset:

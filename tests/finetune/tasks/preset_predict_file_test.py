@@ -5,10 +5,12 @@ had set predict_file, not data_dir), and two files were the same. A glob that ma
 that file; several files are refused, saying what to do; a glob that matches none is named."""
 
 import json
+import re
 
 import glue_files
 import pytest
 
+from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
 
@@ -94,3 +96,68 @@ def test_a_conll_and_a_squad_glob_of_one_file_are_read_as_it(tmp_path):
   task = registry.get_task('squad_v1', _data('squad_v1', data_dir=str(tmp_path),
                                              predict_file=str(mine / 'questions-?.json')))
   assert [e.qas_id for e in task.read('test')[0]] == ['q1']
+
+
+# Where mode=eval and mode=predict write (run_config.scored_folder), hostile pass of 2026-12-04:
+# the run's own predict_file, and a preset's files from another data_dir, replaced the results
+# of the run's own test split or eval set in predict_step_N / eval_step_N without a word.
+
+
+def _glue_run(tmp_path):
+  root = glue_files.write_glue(tmp_path / 'glue', ['sst2'])
+  config = finetune_config.get_config('task=sst2')
+  config.data.data_dir = str(root / 'SST-2')
+  return config, config.to_dict()
+
+
+def test_a_predict_file_never_shares_the_test_splits_folder(tmp_path):
+  config, run = _glue_run(tmp_path)
+  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+  (tmp_path / 'own.tsv').write_text('index\tsentence\n0\tfine .\n1\tbad .\n')
+  config.data.predict_file = str(tmp_path / 'own.tsv')
+  run = config.to_dict()  # Trained with it: its predictions still have a folder of their own.
+  own = run_config.scored_folder(config, run, 'predict', 2)
+  digest = run_config.data_digest(str(tmp_path / 'own.tsv'), 'predict_file')
+  assert own == f'predict_step_2-own.tsv-{digest[:8]}'
+  (tmp_path / 'own.tsv').write_text('index\tsentence\n0\tfine .\n')  # Edited: another folder.
+  assert run_config.scored_folder(config, run, 'predict', 2) not in (own, 'predict_step_2')
+  config.data.predict_file = str(tmp_path / 'ow*.tsv')  # A glob: named as the file it matched.
+  assert run_config.scored_folder(config, run, 'predict', 2).startswith('predict_step_2-own.tsv-')
+  config.data.predict_file = ''
+  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+
+
+def test_a_presets_files_from_another_data_dir_are_scored_in_a_folder_of_their_own(tmp_path):
+  config, run = _glue_run(tmp_path)
+  assert run_config.scored_folder(config, run, 'eval', 2) == 'eval_step_2'
+  other = glue_files.write_glue(tmp_path / 'other', ['sst2']) / 'SST-2'
+  config.data.data_dir = str(other)
+  for mode in ('eval', 'predict'):
+    folder = run_config.scored_folder(config, run, mode, 2)
+    assert re.fullmatch(rf'{mode}_step_2-SST-2-[0-9a-f]{{8}}', folder), folder
+  first = run_config.scored_folder(config, run, 'eval', 2)
+  config.data.data_dir = str(glue_files.write_glue(tmp_path / 'third', ['sst2']) / 'SST-2')
+  assert run_config.scored_folder(config, run, 'eval', 2) != first  # Each copy its own.
+  config.data.data_dir = run['data']['data_dir']
+  config.data.use_tfds = True  # TFDS's copy of the task, read from that folder.
+  assert run_config.scored_folder(config, run, 'eval', 2).startswith('eval_step_2-tfds-SST-2-')
+
+
+def test_a_long_file_name_is_cut_in_the_folders_name(tmp_path):
+  config, run = _glue_run(tmp_path)
+  long_name = tmp_path / ('x' * 240 + '.tsv')
+  long_name.write_text('index\tsentence\n0\tfine .\n')
+  config.data.predict_file = str(long_name)
+  folder = run_config.scored_folder(config, run, 'predict', 123456)
+  assert len(folder.encode()) < 120 and folder.startswith('predict_step_123456-xxx'), folder
+  (tmp_path / 'p' / folder).mkdir(parents=True)  # The file system takes it.
+
+
+def test_mode_eval_refuses_a_predict_file_it_would_ignore(tmp_path):
+  for task_name in ('sst2', 'classification', 'conll2003'):
+    data = _data(task_name, predict_file=str(tmp_path / 'mine.tsv'))
+    with pytest.raises(ValueError, match=r'^config.data.predict_file=\S+mine.tsv is not read by '
+                       r'mode=eval, which scores the eval split and would ignore it: drop it, or '
+                       r'pass --config.mode=predict to predict on that file\.$'):
+      registry.check_reads(task_name, data, 'eval')
+    registry.check_reads(task_name, data, 'predict')  # Read there.
