@@ -23,7 +23,7 @@ UNPACKABLE = {'squad_v1': 'span', 'squad_v2': 'span', 'span': 'span',
 TEXT_FORMATS = ('csv', 'tsv', 'jsonl')  # user_formats.FORMATS.
 # config.data.format's values per task that reads it (registry.READS; '' = the extension's), as
 # its reader in user_data takes them. The other tasks' files have one format (a preset task's,
-# span's JSON lines): a data.format beside them is refused (registry.check_reads' rule).
+# span's SQuAD JSON): a data.format beside them is refused (registry.check_reads' rule).
 FORMATS = {'classification': TEXT_FORMATS, 'regression': TEXT_FORMATS,
            'tagging': ('conll', 'jsonl', 'tsv'), 'multiple_choice': ('jsonl',),
            'swag': ('csv', 'tsv')}
@@ -115,7 +115,7 @@ def check_finetune(c: _Checker, seq):
   allowed = FORMATS.get(task, ())
   if isinstance(fmt, str) and fmt and isinstance(task, str) and not allowed:
     c.fail('data.format', fmt, f'is not read by task {task}, whose files have one format (a '
-           "preset task's published files; span's JSON lines)", "drop it (or set it to '')")
+           "preset task's published files; span's SQuAD JSON)", "drop it (or set it to '')")
   if isinstance(fmt, str) and fmt and allowed and fmt not in allowed:
     c.fail('data.format', fmt, f'is not a format task {task} reads', f"valid: "
            f"{', '.join(allowed)}, or '' (the file's extension)")

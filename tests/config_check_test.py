@@ -367,7 +367,7 @@ def test_finetuning_by_steps_ignores_the_epochs_and_embed_checks_its_own_fields(
     ('task=swag', {'data__format': 'tsv'}, None),
     # Read by no reader of these tasks: refused with the config, not once the job has started.
     ('task=sst2', {'data__format': 'csv'}, "config.data.format='csv': is not read by task sst2, "
-     "whose files have one format (a preset task's published files; span's JSON lines); drop "
+     "whose files have one format (a preset task's published files; span's SQuAD JSON); drop "
      "it (or set it to '')"),
     ('task=span', {'data__format': 'jsonl'}, "config.data.format='jsonl': is not read by task "
      'span'),

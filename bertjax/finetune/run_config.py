@@ -210,6 +210,7 @@ def data_digest(setting: str, flag: str = 'train_file') -> str:
   """sha256 over the files a data.`flag` setting names (each file's sha256, in reading order)."""
   digest = hashlib.sha256()
   for path in user_tasks.expand(setting, flag):
+    files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path.')
     digest.update(files.sha256(path).encode())
   return digest.hexdigest()
 

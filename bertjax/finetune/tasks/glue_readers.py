@@ -128,12 +128,16 @@ def task_file(task, data_dir, split) -> str:
   if split == glue.AX_SPLIT and len(candidates) > 1:
     missing = (f'GLUE {task.name} {split}: no diagnostic.tsv at {" or ".join(candidates)}: '
                'put diagnostic/diagnostic.tsv of the GLUE download (download_glue_data.py) '
-               'beside the MNLI folder, or use read_tfds() with a prepared TFDS glue/ax')
+               'beside the MNLI folder, or read a prepared TFDS glue/ax '
+               '(--config.data.use_tfds=true)')
+  elif len(candidates) == 1:  # A file given by its path (config.data.predict_file).
+    missing = (f'GLUE {task.name} {split} file {path} does not exist: check '
+               'config.data.predict_file')
   else:
     missing = (f'GLUE {task.name} {split} file {path} does not exist: pass the folder holding '
                f'{task.glue_dir}/{task.files[split]} from the GLUE download '
-               '(download_glue_data.py) as --config.data.data_dir, or use read_tfds() with a '
-               'prepared TFDS glue dataset')
+               '(download_glue_data.py) as --config.data.data_dir, or read a prepared TFDS '
+               'glue dataset (--config.data.use_tfds=true)')
   files.require_file(path, missing)
   return path
 
@@ -299,7 +303,8 @@ def _no_examples(task, split, path, skips, num_columns, header) -> str:
   few, many = skips['too few columns'], skips['too many columns']
   if not few + many:
     return (f'{path}: no examples in the file: it is empty or holds only a header; '
-            f're-download the GLUE data for {task.glue_dir}')
+            + (f're-download the GLUE data for {task.glue_dir}' if files.name(path) ==
+               task.files[split] else 'give it the rows to read'))
   than = 'its header\'s' if header is not None else f'GLUE {task.name} {split}\'s'
   other = 'fewer or more' if few and many else 'fewer' if few else 'more'
   return (f'{path}: all {few + many} rows have {other} columns than {than} {num_columns}: is '
@@ -370,7 +375,8 @@ def read_tfds(task_name, split, data_dir=None) -> list[glue.Example]:
     raise FileNotFoundError(
         f'TFDS dataset {name} is not prepared in {builder.data_dir}: prepare it on a machine '
         f'with internet access (`tfds build {name} --data_dir DIR`), copy DIR here and pass '
-        'data_dir=DIR; or read the GLUE TSV files with read_examples()')
+        'data_dir=DIR; or read the GLUE TSV files (--config.data.use_tfds=false, '
+        '--config.data.data_dir: the GLUE download)')
   if tfds_split not in builder.info.splits:
     raise ValueError(f'TFDS dataset {name} in {builder.data_dir} has no split {tfds_split!r}; it '
                      f'has {", ".join(builder.info.splits)}: prepare it again in full')

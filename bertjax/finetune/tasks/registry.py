@@ -145,6 +145,10 @@ def _squad_task(name, data, path=None, v2=None) -> task_lib.Task:
   def read(split):
     # Eval splits keep every question (the official scorers count them all).
     # The test split may be unlabelled: its questions are predicted, never scored.
+    if split == 'test' and not v2 and squad.is_version_2(squad.load_json(path(split))):
+      logging.warning('%s is SQuAD v2.0 (questions without an answer) but the model was trained '
+                      'on v1.1: it answers every question with a span, never "" (fine-tune on '
+                      'SQuAD v2.0 files for that)', path(split))
     return squad.read_squad(path(split), version_2_with_negative=v2,
                             is_training=split == 'train', labelled=split != 'test')
 
@@ -447,7 +451,8 @@ def check_reads(name: str, data, mode: str = 'train_eval'):
         raise ValueError(f'{said}: mode=eval scores the eval split; drop it (mode=predict with '
                          f'--config.data.predict_file={value} predicts on your file).')
       raise ValueError(f'{said}: to predict on your file, pass --config.data.predict_file='
-                       f'{value} (task={name} reads it in mode=predict; its test split '
+                       f'{value} (task={name} reads it in mode=predict; '
+                       f'{"its dev file" if name in SQUAD_FILES else "its test split"} '
                        'otherwise).')
     other = (f', or pick the task that reads it ({_reads_advice(name)})'
              if mode == 'train_eval' else f' (mode={mode} keeps the run\'s task)')

@@ -218,7 +218,9 @@ def test_submission_files(tmp_path):
 
 def test_tfds_unprepared_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match=r'glue/rte is not prepared in .*tfds build '
-                                              r'glue/rte --data_dir DIR'):
+                                              r'glue/rte --data_dir DIR.*; or read the GLUE TSV '
+                                              r'files \(--config.data.use_tfds=false, '
+                                              r'--config.data.data_dir: the GLUE download\)$'):
     glue_readers.read_tfds('rte', 'train', data_dir=str(tmp_path))
 
 

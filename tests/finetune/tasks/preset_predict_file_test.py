@@ -161,3 +161,37 @@ def test_mode_eval_refuses_a_predict_file_it_would_ignore(tmp_path):
                        r'pass --config.mode=predict to predict on that file\.$'):
       registry.check_reads(task_name, data, 'eval')
     registry.check_reads(task_name, data, 'predict')  # Read there.
+
+
+def test_a_folder_or_a_device_as_the_file_to_predict_is_said_as_such(tmp_path):
+  """A folder was 'does not exist: fix the path'; /dev/null 'does not exist: pass the folder
+  holding SST-2//dev/null ... as --config.data.data_dir, or use read_tfds()'."""
+  with pytest.raises(FileNotFoundError, match=rf'^config.data.predict_file: {tmp_path} is a '
+                     r'folder, not a file: fix the path, or drop it'):
+    registry.check_files_to_predict('sst2', _data('sst2', predict_file=str(tmp_path)))
+  task = registry.get_task('sst2', _data('sst2', predict_file='/dev/null'))
+  with pytest.raises(FileNotFoundError, match=r'^GLUE sst2 test file /dev/null is no regular '
+                     r'file \(a device\?\): check config.data.predict_file$'):
+    task.read('test')
+  (tmp_path / 'mine.tsv').write_text('index\tsentence\n')  # The user's: no re-download.
+  task = registry.get_task('sst2', _data('sst2', predict_file=str(tmp_path / 'mine.tsv')))
+  with pytest.raises(ValueError, match=r'mine.tsv: no examples in the file: it is empty or '
+                     r'holds only a header; give it the rows to read$'):
+    task.read('test')
+
+
+def test_a_v1_model_told_it_predicts_a_v2_file(tmp_path, monkeypatch):
+  """A squad_v1 run predicted a v2.0 file without a word: no question answered ''."""
+  said = []
+  monkeypatch.setattr(registry.logging, 'warning', lambda msg, *args: said.append(msg % args))
+  (tmp_path / 'v2.json').write_text(json.dumps(dict(SQUAD, version='v2.0')))
+  task = registry.get_task('squad_v1', _data('squad_v1', predict_file=str(tmp_path / 'v2.json')))
+  assert [e.qas_id for e in task.read('test')[0]] == ['q1']
+  assert said == [f'{tmp_path}/v2.json is SQuAD v2.0 (questions without an answer) but the model '
+                  'was trained on v1.1: it answers every question with a span, never "" '
+                  '(fine-tune on SQuAD v2.0 files for that)']
+  said.clear()
+  (tmp_path / 'v1.json').write_text(json.dumps(SQUAD))
+  task = registry.get_task('squad_v1', _data('squad_v1', predict_file=str(tmp_path / 'v1.json')))
+  task.read('test')
+  assert not said

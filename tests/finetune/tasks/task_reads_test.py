@@ -53,10 +53,11 @@ def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads
       registry.check_reads(task, data)
       continue
     if key == 'test_file' and 'predict_file' in reads:  # Told the task's predict_file.
+      otherwise = 'dev file' if task.startswith('squad') else 'test split'
       with pytest.raises(ValueError, match=rf"^config.data.test_file='t.csv' is not read by "
                          rf'task={task}, which would ignore it: to predict on your file, pass '
                          rf'--config.data.predict_file=t.csv \(task={task} reads it in '
-                         r'mode=predict; its test split otherwise\)\.$'):
+                         rf'mode=predict; its {otherwise} otherwise\)\.$'):
         registry.check_reads(task, data)
       with pytest.raises(ValueError, match=r'which would ignore it: mode=eval scores the eval '
                          r'split; drop it \(mode=predict with --config.data.predict_file=t.csv '
