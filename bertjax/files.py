@@ -82,8 +82,8 @@ def check_exists(path, missing: str):
 
 def require_file(path, missing: str):
   """Raises FileNotFoundError(`missing`) unless `path` is a file; for a URL whose bucket does
-  not exist (or cannot be seen) the error names the URL and the bucket instead; for a folder or
-  a device that exists, `missing` says what it is instead of 'does not exist'."""
+  not exist (or cannot be seen) the error names the URL and the bucket instead; for a local
+  folder or device, `missing` says what it is instead of 'does not exist'."""
   if not isfile(path):
     if not is_remote(path) and exists(path):
       what = 'is a folder, not a file' if isdir(path) else 'is no regular file (a device?)'

@@ -29,6 +29,7 @@ from bertjax.finetune import export_formats
 from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
@@ -313,6 +314,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   seen, agreed = _checkpoint_seen(workdir, step)
   hosts.check_same_view(workdir, seen)
   paths.absolute_config(config)
+  if config.mode == 'predict':  # A file to predict missing, or several: before the model loads.
+    registry.check_files_to_predict(config.task, config.data, training=False)
   job_setup.check_head(config, workdir)
   s = job_setup.setup(config, workdir)
   cfg, task = s.config, s.task
@@ -340,11 +343,15 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   rows_of = job_setup.layout(s)
   splits = _splits_read(task, config.mode, splits)
   written, shown = [], [('step', read_step)]
-  out_dir = files.join(workdir, 'predictions', run_config.scored_folder(
-      cfg, run_config.trained_run(workdir), config.mode, read_step))
+  # Every split read first: its folder is chosen by what they hold too (scored_folders).
+  read = {split: job_setup.featurized(s, split, False) for split in splits}
+  inputs = scored_folders.inputs_digest({split: f for split, (_, f, _) in read.items()})
+  named = scored_folders.scored_folder(cfg, run_config.trained_run(workdir), config.mode,
+                                       read_step)
+  out_dir = scored_folders.scored_into(files.join(workdir, 'predictions', named), inputs)
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
-      examples, features, feature_meta = job_setup.featurized(s, split, False)
+      examples, features, feature_meta = read[split]
       outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size,
                                f'{config.mode} {split}')
       if config.mode == 'eval':  # What the training run's evals report, its loss too.
@@ -362,6 +369,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
       # Every host computed the same; one writes, and an error there stops every host.
       with hosts.fail_together():
         if jax.process_index() == 0:
+          if not written:
+            scored_folders.record_inputs(out_dir, inputs)
           if config.mode == 'eval':
             files.write_atomically(files.join(out_dir, f'{split}_results.json'),
                                    run_files.json_text(metrics))

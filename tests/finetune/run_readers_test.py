@@ -3,6 +3,7 @@
 
 import dataclasses
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -216,6 +217,37 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
     assert result.returncode == 1 and result.stdout == '' and result.stderr.splitlines()[-1] == (
         f'error: {name} is empty: name the file, or pass - (or leave the flag out) for the '
         'standard stream.'), result.stderr
+
+
+def test_files_edited_in_place_are_scored_beside_the_earlier_results(run, tmp_path):
+  """Hostile review of 2026-12-04: a preset's dev.tsv edited in place (a copy downloaded again)
+  was scored into the folder of the first eval, replacing its results without a word."""
+  workdir, data = run
+  copy = shutil.copytree(data, tmp_path / 'copy' / 'SST-2')  # The session's data stays as it is.
+  config = finetune_runs.tiny_config(copy, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mode = 'eval'
+  first = pathlib.Path(job.run(config, str(workdir))[0]).parent
+  assert re.fullmatch(r'eval_step_\d+-SST-2-[0-9a-f]{8}', first.name), first  # Another copy.
+  kept = {p.name: p.read_bytes() for p in first.iterdir()}
+  assert pathlib.Path(job.run(config, str(workdir))[0]).parent == first  # The same inputs.
+  rows = (copy / 'dev.tsv').read_text().splitlines()
+  (copy / 'dev.tsv').write_text('\n'.join(rows[:-1]) + '\n')  # One row fewer, in place.
+  edited = pathlib.Path(job.run(config, str(workdir))[0]).parent
+  assert re.fullmatch(rf'{first.name}-[0-9a-f]{{8}}', edited.name), edited
+  assert {p.name: p.read_bytes() for p in first.iterdir()} == kept
+  assert json.loads((edited / 'validation_results.json').read_text()) != json.loads(
+      (first / 'validation_results.json').read_text())
+
+
+def test_several_files_to_predict_are_refused_before_the_model_loads(run, tmp_path, monkeypatch):
+  workdir, data = run
+  for name in ('a.tsv', 'b.tsv'):
+    shutil.copy(data / 'test.tsv', tmp_path / name)
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mode, config.data.predict_file = 'predict', str(tmp_path / '*.tsv')
+  monkeypatch.setattr(job, '_load', lambda *_: pytest.fail('the model was loaded'))
+  with pytest.raises(ValueError, match=r'names 2 files: a GLUE task predicts one test TSV'):
+    job.run(config, str(workdir))
 
 
 def test_predict_mode_with_nothing_to_predict_says_what_to_set(run, monkeypatch):

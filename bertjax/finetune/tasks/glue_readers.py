@@ -375,7 +375,7 @@ def read_tfds(task_name, split, data_dir=None) -> list[glue.Example]:
     raise FileNotFoundError(
         f'TFDS dataset {name} is not prepared in {builder.data_dir}: prepare it on a machine '
         f'with internet access (`tfds build {name} --data_dir DIR`), copy DIR here and pass '
-        'data_dir=DIR; or read the GLUE TSV files (--config.data.use_tfds=false, '
+        '--config.data.data_dir=DIR; or read the GLUE TSV files (--config.data.use_tfds=false, '
         '--config.data.data_dir: the GLUE download)')
   if tfds_split not in builder.info.splits:
     raise ValueError(f'TFDS dataset {name} in {builder.data_dir} has no split {tfds_split!r}; it '

@@ -45,7 +45,7 @@ USER_TASKS = ('classification', 'regression', 'tagging', 'span', 'multiple_choic
 
 
 # What a preset task does with a predict_file that names several files (comma-separated, a glob).
-_ONE_SQUAD_FILE = ('a span task reads one SQuAD JSON file per setting (its scorer reads one '
+_ONE_SQUAD_FILE = ('a SQuAD task reads one SQuAD JSON file per setting (its scorer reads one '
                    'file\'s articles): join their "data" lists into one file.')
 _ONE_PREDICT_FILE = {
     'glue': 'a GLUE task predicts one test TSV per run (its leaderboard file holds one file\'s '
@@ -64,12 +64,12 @@ def predict_file(data, reads: str) -> str:
                                             _ONE_PREDICT_FILE[reads]))
 
 
-def check_files_to_predict(name: str, data):
-  """Before training (which reads neither): user_tasks.check_files_to_predict, and a preset
-  task's predict_file names one file."""
+def check_files_to_predict(name: str, data, training: bool = True):
+  """Before training (which reads neither), or mode=predict's loading of its model:
+  user_tasks.check_files_to_predict, and a preset task's predict_file names one file."""
   if name not in USER_TASKS and data.get('predict_file'):
     predict_file(data, 'glue' if name in glue.TASKS else 'span' if name in SQUAD_FILES else name)
-  user_tasks.check_files_to_predict(data)
+  user_tasks.check_files_to_predict(data, training)
 
 
 def _path(data, default_dir: str, file_name: str, split: str, test_splits, reads: str) -> str:

@@ -59,13 +59,17 @@ def one_file(setting: str, flag: str, why: str) -> str:
   file per setting; several are refused, `why` saying what to do."""
   found = expand(setting, flag)
   if len(found) != 1:
-    raise ValueError(f'config.data.{flag}={setting} names {len(found)} files: {why}')
+    folders = [path for path in found if files.isdir(path)]
+    named = (f'{len(found)} paths, {len(folders)} of them a folder ({folders[0]})' if folders
+             else f'{len(found)} files')
+    raise ValueError(f'config.data.{flag}={setting} names {named}: {why}')
   return found[0]
 
 
-def check_files_to_predict(data):
+def check_files_to_predict(data, training: bool = True):
   """Training does not read config.data.test_file / predict_file (mode=predict does, on the run
-  it trained): a missing one is said now, not after training, and where it goes is said."""
+  it trained): a missing one is said now, not after training, and where it goes is said (not
+  where mode=predict checks them before loading its model: `training` False)."""
   for flag in ('test_file', 'predict_file'):
     setting = data.get(flag) or ''
     if not setting:
@@ -73,9 +77,10 @@ def check_files_to_predict(data):
     for path in expand(setting, flag):
       files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path, or '
                                'drop it (mode=predict reads it after training).')
-    logging.info('config.data.%s=%s is predicted by --config.mode=predict on this run once it '
-                 'is trained (the same flags, --workdir and --config.mode=predict); training '
-                 'does not read it', flag, setting)
+    if training:
+      logging.info('config.data.%s=%s is predicted by --config.mode=predict on this run once '
+                   'it is trained (the same flags, --workdir and --config.mode=predict); '
+                   'training does not read it', flag, setting)
 
 
 def _random_split(items, fraction, seed):

@@ -11,6 +11,7 @@ import glue_files
 import pytest
 
 from bertjax.finetune import run_config
+from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
 
@@ -52,7 +53,7 @@ def test_a_glue_glob_that_matches_one_file_is_read_as_it(tmp_path):
      r'predictions folder\)\.'),
     ('conll2003', 'test.txt', r'task=conll2003 predicts one file per run: join them into one '
      r'\(sentences apart by a blank line\), or predict each in its own run'),
-    ('squad_v1', 'dev.json', r'a span task reads one SQuAD JSON file per setting'),
+    ('squad_v1', 'dev.json', r'a SQuAD task reads one SQuAD JSON file per setting'),
 ])
 @pytest.mark.parametrize('spelled', ['glob', 'list'])
 def test_several_files_to_predict_are_refused_saying_what_to_do(tmp_path, task_name, written,
@@ -112,35 +113,36 @@ def _glue_run(tmp_path):
 
 def test_a_predict_file_never_shares_the_test_splits_folder(tmp_path):
   config, run = _glue_run(tmp_path)
-  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+  assert scored_folders.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
   (tmp_path / 'own.tsv').write_text('index\tsentence\n0\tfine .\n1\tbad .\n')
   config.data.predict_file = str(tmp_path / 'own.tsv')
   run = config.to_dict()  # Trained with it: its predictions still have a folder of their own.
-  own = run_config.scored_folder(config, run, 'predict', 2)
+  own = scored_folders.scored_folder(config, run, 'predict', 2)
   digest = run_config.data_digest(str(tmp_path / 'own.tsv'), 'predict_file')
   assert own == f'predict_step_2-own.tsv-{digest[:8]}'
   (tmp_path / 'own.tsv').write_text('index\tsentence\n0\tfine .\n')  # Edited: another folder.
-  assert run_config.scored_folder(config, run, 'predict', 2) not in (own, 'predict_step_2')
+  assert scored_folders.scored_folder(config, run, 'predict', 2) not in (own, 'predict_step_2')
   config.data.predict_file = str(tmp_path / 'ow*.tsv')  # A glob: named as the file it matched.
-  assert run_config.scored_folder(config, run, 'predict', 2).startswith('predict_step_2-own.tsv-')
+  assert scored_folders.scored_folder(config, run, 'predict', 2).startswith(
+      'predict_step_2-own.tsv-')
   config.data.predict_file = ''
-  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+  assert scored_folders.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
 
 
 def test_a_presets_files_from_another_data_dir_are_scored_in_a_folder_of_their_own(tmp_path):
   config, run = _glue_run(tmp_path)
-  assert run_config.scored_folder(config, run, 'eval', 2) == 'eval_step_2'
+  assert scored_folders.scored_folder(config, run, 'eval', 2) == 'eval_step_2'
   other = glue_files.write_glue(tmp_path / 'other', ['sst2']) / 'SST-2'
   config.data.data_dir = str(other)
   for mode in ('eval', 'predict'):
-    folder = run_config.scored_folder(config, run, mode, 2)
+    folder = scored_folders.scored_folder(config, run, mode, 2)
     assert re.fullmatch(rf'{mode}_step_2-SST-2-[0-9a-f]{{8}}', folder), folder
-  first = run_config.scored_folder(config, run, 'eval', 2)
+  first = scored_folders.scored_folder(config, run, 'eval', 2)
   config.data.data_dir = str(glue_files.write_glue(tmp_path / 'third', ['sst2']) / 'SST-2')
-  assert run_config.scored_folder(config, run, 'eval', 2) != first  # Each copy its own.
+  assert scored_folders.scored_folder(config, run, 'eval', 2) != first  # Each copy its own.
   config.data.data_dir = run['data']['data_dir']
   config.data.use_tfds = True  # TFDS's copy of the task, read from that folder.
-  assert run_config.scored_folder(config, run, 'eval', 2).startswith('eval_step_2-tfds-SST-2-')
+  assert scored_folders.scored_folder(config, run, 'eval', 2).startswith('eval_step_2-tfds-SST-2-')
 
 
 def test_a_long_file_name_is_cut_in_the_folders_name(tmp_path):
@@ -148,7 +150,7 @@ def test_a_long_file_name_is_cut_in_the_folders_name(tmp_path):
   long_name = tmp_path / ('x' * 240 + '.tsv')
   long_name.write_text('index\tsentence\n0\tfine .\n')
   config.data.predict_file = str(long_name)
-  folder = run_config.scored_folder(config, run, 'predict', 123456)
+  folder = scored_folders.scored_folder(config, run, 'predict', 123456)
   assert len(folder.encode()) < 120 and folder.startswith('predict_step_123456-xxx'), folder
   (tmp_path / 'p' / folder).mkdir(parents=True)  # The file system takes it.
 
@@ -195,3 +197,39 @@ def test_a_v1_model_told_it_predicts_a_v2_file(tmp_path, monkeypatch):
   task = registry.get_task('squad_v1', _data('squad_v1', predict_file=str(tmp_path / 'v1.json')))
   task.read('test')
   assert not said
+
+
+def test_a_folder_holding_the_results_of_other_inputs_is_never_written_into(tmp_path):
+  """A preset's dev.tsv edited in place (or downloaded again) was scored into eval_step_N,
+  replacing the earlier results: scored_into keeps them, by the inputs' digest it records."""
+  folder = str(tmp_path / 'eval_step_2')
+  assert scored_folders.scored_into(folder, 'a' * 64) == folder  # New.
+  scored_folders.record_inputs(folder, 'a' * 64)
+  assert scored_folders.scored_into(folder, 'a' * 64) == folder  # The same inputs again.
+  assert scored_folders.scored_into(folder, 'b' * 64) == folder + '-bbbbbbbb'
+  (tmp_path / 'eval_step_2' / scored_folders.INPUTS_FILE).write_text('{"sha')  # Damaged.
+  assert scored_folders.scored_into(folder, 'a' * 64) == folder + '-aaaaaaaa'
+  (tmp_path / 'older').mkdir()  # Written by a bertjax that kept no record: not replaced.
+  assert scored_folders.scored_into(str(tmp_path / 'older'), 'a' * 64).endswith('older-aaaaaaaa')
+
+
+def test_a_non_ascii_name_is_cut_by_its_bytes_and_a_urls_slash_changes_nothing(tmp_path):
+  config, run = _glue_run(tmp_path)
+  name = tmp_path / ('文' * 78 + '.tsv')  # 238 bytes: a name the file system takes.
+  name.write_text('index\tsentence\n0\tfine .\n')
+  config.data.predict_file = str(name)
+  folder = scored_folders.scored_folder(config, run, 'predict', 2)
+  assert len(folder.encode()) <= 120, folder
+  (tmp_path / 'p' / folder).mkdir(parents=True)
+  config.data.predict_file = ''
+  run['data']['data_dir'] = config.data.data_dir = 'gs://bucket/glue'
+  config.data.data_dir = 'gs://bucket/glue/'
+  assert scored_folders.scored_folder(config, run, 'eval', 2) == 'eval_step_2'
+
+
+def test_a_glob_that_matches_a_folder_too_says_so(tmp_path):
+  (tmp_path / 'test.tsv').write_text('index\tsentence\n0\tfine .\n')
+  (tmp_path / 'testdir').mkdir()
+  with pytest.raises(ValueError, match=rf'names 2 paths, 1 of them a folder \({tmp_path}/testdir\)'
+                     r': a GLUE task predicts one test TSV per run'):
+    registry.check_files_to_predict('sst2', _data('sst2', predict_file=str(tmp_path / 'test*')))

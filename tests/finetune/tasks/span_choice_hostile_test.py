@@ -13,7 +13,7 @@ import pytest
 
 from bertjax import predict
 from bertjax import predict_inputs
-from bertjax.finetune import run_config
+from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
@@ -103,7 +103,7 @@ def test_a_span_setting_of_several_files_or_a_json_lines_file_is_refused(tmp_pat
   it again'; a v2.0 file marking only its unanswerable questions as 'the file is damaged'."""
   one, two = (_write(tmp_path, f'{n}.json', _squad(n)) for n in ('a', 'b'))
   with pytest.raises(ValueError, match=re.escape(f'config.data.eval_file={one},{two} names 2 '
-                                                 'files: a span task reads one SQuAD JSON file')):
+                                                 'files: a SQuAD task reads one SQuAD JSON file')):
     registry.get_task('span', _span(eval_file=f'{one},{two}'))
   assert len(registry.get_task('span', _span(eval_file=str(tmp_path / 'a.*'))).read(
       'validation')[0]) == 1  # A glob of one file.
@@ -247,11 +247,11 @@ def test_a_tuned_no_answer_threshold_is_kept_apart_and_reaches_predict(tmp_path)
   run = {'version_2_with_negative': True, 'data': {'null_score_diff_threshold': 0.0}}
   cfg = ml_collections.ConfigDict({'version_2_with_negative': True, 'data': {
       'eval_file': '', 'predict_file': '', 'test_file': '', 'null_score_diff_threshold': 0.0}})
-  assert run_config.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8'
+  assert scored_folders.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8'
   cfg.data.null_score_diff_threshold = -1.5
-  assert run_config.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8-threshold-1.5'
+  assert scored_folders.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8-threshold-1.5'
   cfg.version_2_with_negative = False  # A v1.1 model has no no-answer threshold.
-  assert run_config.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8'
+  assert scored_folders.scored_folder(cfg, run, 'eval', 8) == 'eval_step_8'
   v2 = types.SimpleNamespace(run={'task': 'span', 'version_2_with_negative': True}, kind='span',
                              data=ml_collections.ConfigDict({'null_score_diff_threshold': 0.0}))
   predict.Predictor.set_null_threshold(v2, -1.5)

@@ -11,6 +11,7 @@ import user_task_files
 
 from bertjax import predict_inputs
 from bertjax.finetune import run_config
+from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_formats
@@ -228,21 +229,21 @@ def test_a_run_whose_unchanged_file_is_split_otherwise_now_is_told_so(tmp_path, 
 def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
   """Each eval or predict of another file replaced the last one's results in one folder."""
   run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
-  assert run_config.scored_folder(config, run, 'eval', 8) == 'eval_step_8'
+  assert scored_folders.scored_folder(config, run, 'eval', 8) == 'eval_step_8'
   (tmp_path / 'b.csv').write_text('text,label\nfine,a\n')
   config.data.eval_file = str(tmp_path / 'b.csv')
-  named = run_config.scored_folder(config, run, 'eval', 8)
+  named = scored_folders.scored_folder(config, run, 'eval', 8)
   digest = run_config.data_digest(str(tmp_path / 'b.csv'))
   assert named == f'eval_step_8-b.csv-{digest[:8]}'
   (tmp_path / 'b.csv').write_text('text,label\nfine,b\n')  # Edited: another folder again.
-  assert run_config.scored_folder(config, run, 'eval', 8) not in (named, 'eval_step_8')
+  assert scored_folders.scored_folder(config, run, 'eval', 8) not in (named, 'eval_step_8')
   config.data.eval_file = str(tmp_path / 'ev.csv')  # The run's own, edited since it trained.
   (tmp_path / 'ev.csv').write_text('text,label\ngood,b\n')
-  assert run_config.scored_folder(config, run, 'eval', 8).startswith('eval_step_8-ev.csv-')
+  assert scored_folders.scored_folder(config, run, 'eval', 8).startswith('eval_step_8-ev.csv-')
   config.data.predict_file = str(tmp_path / 'b.csv')
-  assert run_config.scored_folder(config, run, 'predict', 8).startswith('predict_step_8-b.csv-')
+  assert scored_folders.scored_folder(config, run, 'predict', 8).startswith('predict_step_8-b.csv-')
   config.data.predict_file = ''
-  assert run_config.scored_folder(config, run, 'predict', 8) == 'predict_step_8'  # Its test_file.
+  assert scored_folders.scored_folder(config, run, 'predict', 8) == 'predict_step_8'  # test_file.
 
 
 def test_a_test_file_edited_or_a_part_of_the_eval_set_keeps_the_earlier_results(tmp_path):
@@ -254,17 +255,17 @@ def test_a_test_file_edited_or_a_part_of_the_eval_set_keeps_the_earlier_results(
   config.data.test_file = str(tmp_path / 'tst.csv')
   config.data.test_sha256 = run_config.data_digest(config.data.test_file, 'test_file')
   run = config.to_dict()  # Trained with that test file, recorded as job_setup records it.
-  assert run_config.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
+  assert scored_folders.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
   (tmp_path / 'tst.csv').write_text('text\ngood\n')
-  edited = run_config.scored_folder(config, run, 'predict', 2)
+  edited = scored_folders.scored_folder(config, run, 'predict', 2)
   assert edited.startswith('predict_step_2-tst.csv-') and edited != 'predict_step_2'
   config.data.max_eval_examples = 3
-  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
-  assert run_config.scored_folder(config, run, 'predict', 4).startswith('predict_step_4-tst')
+  assert scored_folders.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
+  assert scored_folders.scored_folder(config, run, 'predict', 4).startswith('predict_step_4-tst')
   run['data']['max_eval_examples'] = 3  # The run evaluated those 3: still not all of them.
-  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
+  assert scored_folders.scored_folder(config, run, 'eval', 4) == 'eval_step_4-first3'
   config.data.max_eval_examples = -1  # All of them: the eval's own folder.
-  assert run_config.scored_folder(config, run, 'eval', 4) == 'eval_step_4'
+  assert scored_folders.scored_folder(config, run, 'eval', 4) == 'eval_step_4'
 
 
 def test_eval_questions_kept_and_scored_are_not_counted_as_skipped():

@@ -1,0 +1,118 @@
+"""Where mode=eval and mode=predict of a fine-tuned run write, under <workdir>/predictions/: a
+folder per step and per input, so that scoring other files, a part of one, files edited since,
+or another copy of a preset's data never replaces an earlier result (scored_folder, by what the
+config names; scored_into, by what was read)."""
+
+import hashlib
+import json
+
+from bertjax import files
+from bertjax.finetune import run_config
+from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import user_tasks
+from bertjax.interop import init_from
+
+
+def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
+  """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
+  the run's own files as they were; for a file the run did not name, its eval or test file
+  edited since, or any predict_file, the file's name and content digest after it
+  (`eval_step_8-b.csv-1a2b3c4d`); for a preset's files read from another data_dir than the
+  run's (or TFDS instead), the folder's name and a digest of where (`eval_step_8-SST-2-5e6f7a8b`);
+  for the first N eval examples, `-firstN`: scoring another file or part of one keeps the earlier
+  results."""
+  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode)
+          + _threshold_suffix(cfg, run))
+
+
+def _part_suffix(cfg, mode: str) -> str:
+  """`-firstN` where mode=eval scores the first N of its eval examples (data.max_eval_examples):
+  never the folder of an eval of them all."""
+  asked = init_from.lookup(cfg, 'data.max_eval_examples')
+  return f'-first{asked}' if mode == 'eval' and asked is not None and asked >= 0 else ''
+
+
+def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
+  field = 'eval_file' if mode == 'eval' else (
+      'predict_file' if init_from.lookup(cfg, 'data.predict_file') else 'test_file')
+  scored = init_from.lookup(cfg, f'data.{field}') or ''
+  if not scored:  # The task's own split: a preset's data_dir, or held out of train_file.
+    return f'{mode}_step_{step}' + _data_dir_suffix(cfg, run)
+  own = init_from.lookup(run or {}, f'data.{field}') or ''
+  digest_field = {'eval_file': 'data.eval_sha256', 'test_file': 'data.test_sha256'}.get(field)
+  recorded = init_from.lookup(run or {}, digest_field) if digest_field else None
+  # A predict_file, even the run's own (no digest of it is recorded), is never the test split's
+  # folder: its predictions would replace those of the test split, or of the file as it was.
+  if field != 'predict_file' and scored == own and recorded is None:
+    return f'{mode}_step_{step}'
+  digest = run_config.data_digest(scored, field)
+  if field != 'predict_file' and scored == own and digest == recorded:
+    return f'{mode}_step_{step}'
+  first = files.name(user_tasks.expand(scored, field)[0])  # The file a glob matched.
+  return f'{mode}_step_{step}-{_cut(first)}-{digest[:8]}'
+
+
+def _cut(name: str) -> str:
+  """A file's or folder's name in a predictions/ folder's, cut to 80 bytes of UTF-8 (a file
+  system takes 255; the digest beside it tells the names apart)."""
+  return name.encode()[:80].decode('utf-8', 'ignore')
+
+
+# In each predictions/ folder of mode=eval or mode=predict: the digest of the features it scored.
+INPUTS_FILE = 'scored_inputs.json'
+
+
+def inputs_digest(features_of: dict) -> str:
+  """sha256 over the features of each split scored ({split: features}), in order."""
+  digest = hashlib.sha256()
+  for split, features in features_of.items():
+    digest.update(f'{split} {run_config.features_digest(features)};'.encode())
+  return digest.hexdigest()
+
+
+def scored_into(folder: str, inputs: str) -> str:
+  """`folder` (scored_folder's) where it is new or holds the results of these same inputs (its
+  INPUTS_FILE); else `folder-<8 hex of the inputs>`: files edited in place since (a preset's
+  dev.tsv, a copy downloaded again), or results an older bertjax wrote without the record, are
+  never replaced by the scores of other inputs."""
+  record = files.join(folder, INPUTS_FILE)
+  if not files.exists(folder):
+    return folder
+  try:
+    if files.isfile(record) and json.loads(files.read_text(record)).get('sha256') == inputs:
+      return folder
+  except (ValueError, AttributeError):  # Damaged: not these inputs' to replace.
+    pass
+  return f'{folder}-{inputs[:8]}'
+
+
+def record_inputs(folder: str, inputs: str):
+  """Writes INPUTS_FILE (before the results: a rerun of the same inputs replaces them)."""
+  files.write_atomically(files.join(folder, INPUTS_FILE), json.dumps({'sha256': inputs}) + '\n')
+
+
+def _data_dir_suffix(cfg, run: dict | None) -> str:
+  """'' where the task's own split is read as the run read it; for a preset's published files
+  read from another data_dir than the run's (or TFDS instead of them, or back), the folder's
+  name and 8 hex digits of where: their scores and predictions never replace the run's own."""
+  if init_from.lookup(cfg, 'task') in registry.USER_TASKS or not run:
+    return ''
+  read, trained = (((init_from.lookup(c, 'data.data_dir') or '').rstrip('/'),
+                    bool(init_from.lookup(c, 'data.use_tfds'))) for c in (cfg, run))
+  if read == trained:
+    return ''
+  name = files.name(read[0]) or 'default'
+  where = hashlib.sha256(f'{read[0]} use_tfds={read[1]}'.encode()).hexdigest()
+  return f'-{"tfds-" if read[1] else ""}{_cut(name)}-{where[:8]}'
+
+
+def _threshold_suffix(cfg, run: dict | None) -> str:
+  """SQuAD 2.0's no-answer threshold, where it is not the run's: its answers are others (tuning
+  it over several evals keeps each one's)."""
+  if not init_from.lookup(cfg, 'version_2_with_negative'):
+    return ''
+  threshold = init_from.lookup(cfg, 'data.null_score_diff_threshold')
+  own = init_from.lookup(run or {}, 'data.null_score_diff_threshold')
+  if threshold is None or own is None or float(threshold) == float(own):
+    return ''
+  return f'-threshold{float(threshold):g}'
