@@ -266,12 +266,13 @@ def read_examples(task_name, data_dir, split, skip_malformed=None):
       continue
     if layout.header is not None and header is None:
       header = [field.strip() for field in row]
-      missing = [name for name in layout.header if name not in header]
-      if missing:
+      # The columns read (a file of one's own to predict may hold only those), in GLUE's order.
+      needed = [name for name in layout.header if name in columns]
+      if missing := [name for name in needed if name not in header]:
         raise ValueError(
             f'{path}:{line}: header has columns {header} but GLUE {task.name} {split} '
-            f'needs {list(layout.header)} (missing {missing}): is this the {split} file '
-            f'of {task.glue_dir}?')
+            f'needs {needed} (missing {missing}): is this the {split} file of '
+            f'{task.glue_dir}?')
       num_columns = len(header)
       columns = tuple(_column_index(header, field) for field in columns)
       continue

@@ -233,3 +233,16 @@ def test_a_glob_that_matches_a_folder_too_says_so(tmp_path):
   with pytest.raises(ValueError, match=rf'names 2 paths, 1 of them a folder \({tmp_path}/testdir\)'
                      r': a GLUE task predicts one test TSV per run'):
     registry.check_files_to_predict('sst2', _data('sst2', predict_file=str(tmp_path / 'test*')))
+
+
+def test_a_file_of_ones_own_needs_only_the_columns_read(tmp_path):
+  """An STS-B file to predict had to carry all nine published columns (genre, filename, ...)."""
+  (tmp_path / 'mine.tsv').write_text('index\tsentence1\tsentence2\n7\tA man plays.\tHe plays.\n')
+  task = registry.get_task('stsb', _data('stsb', predict_file=str(tmp_path / 'mine.tsv')))
+  [example], _ = task.read('test')
+  assert (example.guid, example.text_a, example.text_b) == ('7', 'A man plays.', 'He plays.')
+  (tmp_path / 'mine.tsv').write_text('index\tsentence1\n7\tA man plays.\n')
+  with pytest.raises(ValueError, match=r"header has columns \['index', 'sentence1'\] but GLUE "
+                     r"stsb test needs \['index', 'sentence1', 'sentence2'\] \(missing "
+                     r"\['sentence2'\]\)"):
+    task.read('test')
