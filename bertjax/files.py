@@ -83,12 +83,12 @@ def check_exists(path, missing: str):
 def require_file(path, missing: str):
   """Raises FileNotFoundError(`missing`) unless `path` is a file; for a URL whose bucket does
   not exist (or cannot be seen) the error names the URL and the bucket instead; for a local
-  folder or device, `missing` says what it is instead of 'does not exist'."""
+  folder or device, `missing` says what it is instead of its 'does not exist' (a `missing`
+  without those words, one that names the folder already, is raised as it is)."""
   if not isfile(path):
-    if not is_remote(path) and exists(path):
+    if 'does not exist' in missing and not is_remote(path) and exists(path):
       what = 'is a folder, not a file' if isdir(path) else 'is no regular file (a device?)'
-      raise FileNotFoundError(missing.replace('does not exist', what, 1)
-                              if 'does not exist' in missing else f'{path} {what}: {missing}')
+      raise FileNotFoundError(missing.replace('does not exist', what, 1))
     raise _missing_bucket(path) or FileNotFoundError(missing)
 
 
