@@ -345,10 +345,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   written, shown = [], [('step', read_step)]
   # Every split read first: its folder is chosen by what they hold too (scored_folders).
   read = {split: job_setup.featurized(s, split, False) for split in splits}
-  inputs = scored_folders.inputs_digest({split: f for split, (_, f, _) in read.items()})
-  named = scored_folders.scored_folder(cfg, run_config.trained_run(workdir), config.mode,
-                                       read_step)
-  out_dir = scored_folders.scored_into(files.join(workdir, 'predictions', named), inputs)
+  out_dir, inputs = scored_folders.chosen(cfg, workdir, config.mode, read_step,
+                                         {split: f for split, (_, f, _) in read.items()})
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = read[split]

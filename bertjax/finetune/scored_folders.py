@@ -70,6 +70,14 @@ def inputs_digest(features_of: dict) -> str:
   return digest.hexdigest()
 
 
+def chosen(cfg, workdir: str, mode: str, step: int, features_of: dict) -> tuple[str, str]:
+  """(the folder mode eval or predict at `step` writes the splits of `features_of` into, the
+  digest of those inputs, for record_inputs): scored_folder's name, then scored_into's."""
+  inputs = inputs_digest(features_of)
+  named = scored_folder(cfg, run_config.trained_run(workdir), mode, step)
+  return scored_into(files.join(workdir, 'predictions', named), inputs), inputs
+
+
 def scored_into(folder: str, inputs: str) -> str:
   """`folder` (scored_folder's) where it is new or holds the results of these same inputs (its
   INPUTS_FILE); else `folder-<8 hex of the inputs>`: files edited in place since (a preset's
