@@ -21,9 +21,9 @@ MIN_PAIR_LENGTH = 5
 UNPACKABLE = {'squad_v1': 'span', 'squad_v2': 'span', 'span': 'span',
               'multiple_choice': 'multiple_choice', 'swag': 'multiple_choice'}
 TEXT_FORMATS = ('csv', 'tsv', 'jsonl')  # user_formats.FORMATS.
-# config.data.format's values per task that reads it (registry.READS; '' = the extension's), as
+# config.data.format's values per task that reads it (data_reads.READS; '' = the extension's), as
 # its reader in user_data takes them. The other tasks' files have one format (a preset task's,
-# span's SQuAD JSON): a data.format beside them is refused (registry.check_reads' rule).
+# span's SQuAD JSON): a data.format beside them is refused (data_reads.check_reads' rule).
 FORMATS = {'classification': TEXT_FORMATS, 'regression': TEXT_FORMATS,
            'tagging': ('conll', 'jsonl', 'tsv'), 'multiple_choice': ('jsonl',),
            'swag': ('csv', 'tsv')}
@@ -130,10 +130,10 @@ def check_reads(c: _Checker):
   the workdir held a run (eval, predict or a resume ignored it)."""
   task, data = c.get('task'), c.get('data')
   if isinstance(task, str) and hasattr(data, 'get'):
-    from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
-    if task in registry.READS:  # config_check names an unknown task.
+    from bertjax.finetune.tasks import data_reads  # pylint: disable=g-import-not-at-top
+    if task in data_reads.READS:  # config_check names an unknown task.
       mode = c.get('mode')
-      registry.check_reads(task, data, mode if isinstance(mode, str) else 'train_eval')
+      data_reads.check_reads(task, data, mode if isinstance(mode, str) else 'train_eval')
 
 
 def check_embed(c: _Checker):

@@ -411,6 +411,7 @@ def test_embeds_sentences_are_checked_with_the_config(sentences, message):
 
 
 def test_the_task_choices_named_without_jax_are_the_tasks(tmp_path):
+  from bertjax.finetune.tasks import data_reads  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import registry  # pylint: disable=g-import-not-at-top
   from bertjax.finetune.tasks import user_formats  # pylint: disable=g-import-not-at-top
   from bertjax.training import kinds  # pylint: disable=g-import-not-at-top
@@ -420,7 +421,7 @@ def test_the_task_choices_named_without_jax_are_the_tasks(tmp_path):
   assert config_check_jobs.TEXT_FORMATS == user_formats.FORMATS
   # FORMATS: the tasks that read data.format, each with the formats its reader takes.
   assert set(config_check_jobs.FORMATS) == {
-      name for name, keys in registry.READS.items() if 'format' in keys}
+      name for name, keys in data_reads.READS.items() if 'format' in keys}
   path = tmp_path / 'rows.unknown'
   path.write_text('a line\n')
   texts = functools.partial(user_data.read_texts, fields=['text'], label_field='label')

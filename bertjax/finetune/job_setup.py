@@ -21,6 +21,7 @@ from bertjax.finetune import batches
 from bertjax.finetune import export_formats
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
 from bertjax.interop import hf_tokenizer_files
@@ -151,7 +152,7 @@ def setup(config, workdir: str = '') -> Setup:
                      '--workdir.')
   saved = run_config.saved_labels(workdir)
   reuse = saved is not None and config.mode != 'train_eval'
-  registry.check_limits(config.task, config.data, config.mode, run is not None)
+  data_reads.check_limits(config.task, config.data, config.mode, run is not None)
   task = registry.get_task(config.task, config.data, seed=config.seed,
                            labels=saved if reuse else (),
                            version_2=None if run is None else run.get('version_2_with_negative'))

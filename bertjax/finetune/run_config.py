@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 
 from bertjax import files
+from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import bundle
@@ -295,8 +296,8 @@ def check_against_run(cfg, run: dict, workdir: str):
   fields = RUN_FIELDS + (('data.max_train_examples',) if training else ())
   # A data key the task never reads shaped nothing (config_check refuses it set): a run of
   # before the refusal may hold one (doc_stride beside classification, text_fields beside mrpc).
-  unread = {f'data.{key}' for key in registry.UNSET} - {
-      f'data.{key}' for key in registry.READS.get(cfg.get('task'), ())}
+  unread = {f'data.{key}' for key in data_reads.UNSET} - {
+      f'data.{key}' for key in data_reads.READS.get(cfg.get('task'), ())}
   fields = tuple(f for f in fields if f not in unread)
   differ = _differences(run, cfg, fields)
   scoring = cfg.get('mode', 'train_eval') in ('train_eval', 'eval')

@@ -12,6 +12,7 @@ import pytest
 
 from bertjax.finetune import run_config
 from bertjax.finetune import scored_folders
+from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
 
@@ -161,8 +162,8 @@ def test_mode_eval_refuses_a_predict_file_it_would_ignore(tmp_path):
     with pytest.raises(ValueError, match=r'^config.data.predict_file=\S+mine.tsv is not read by '
                        r'mode=eval, which scores the eval split and would ignore it: drop it, or '
                        r'pass --config.mode=predict to predict on that file\.$'):
-      registry.check_reads(task_name, data, 'eval')
-    registry.check_reads(task_name, data, 'predict')  # Read there.
+      data_reads.check_reads(task_name, data, 'eval')
+    data_reads.check_reads(task_name, data, 'predict')  # Read there.
 
 
 def test_a_folder_or_a_device_as_the_file_to_predict_is_said_as_such(tmp_path):

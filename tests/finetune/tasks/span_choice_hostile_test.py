@@ -14,6 +14,7 @@ import pytest
 from bertjax import predict
 from bertjax import predict_inputs
 from bertjax.finetune import scored_folders
+from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import squad
 from bertjax.finetune.tasks import user_data
@@ -152,13 +153,13 @@ def test_example_limits_are_refused_where_the_task_reads_its_files_whole(tmp_pat
   for field in ('max_train_examples', 'max_eval_examples'):
     with pytest.raises(ValueError, match=rf'config.data.{field}=3: task span reads its files '
                        r'whole \(the tasks that take a sample: bbc, .*\); drop it'):
-      registry.check_limits('span', _span(eval_file=dev, **{field: 3}), 'train_eval', False)
+      data_reads.check_limits('span', _span(eval_file=dev, **{field: 3}), 'train_eval', False)
   # A run that recorded one (never applied) resumes with it; an eval is told of its own.
-  registry.check_limits('mrpc', _span(max_train_examples=1000), 'train_eval', True)
-  registry.check_limits('mrpc', _span(max_train_examples=1000), 'eval', True)
+  data_reads.check_limits('mrpc', _span(max_train_examples=1000), 'train_eval', True)
+  data_reads.check_limits('mrpc', _span(max_train_examples=1000), 'eval', True)
   with pytest.raises(ValueError, match='max_eval_examples=3: task mrpc reads its files whole'):
-    registry.check_limits('mrpc', _span(max_eval_examples=3), 'eval', True)
-  registry.check_limits('wordnet', _span(max_eval_examples=3), 'eval', True)
+    data_reads.check_limits('mrpc', _span(max_eval_examples=3), 'eval', True)
+  data_reads.check_limits('wordnet', _span(max_eval_examples=3), 'eval', True)
   train = _write(tmp_path, 'train.csv', 'text,label\n' + ''.join(
       f'text {i},{"ab"[i % 2]}\n' for i in range(20)))
   data = ml_collections.ConfigDict(

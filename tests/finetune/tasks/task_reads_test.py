@@ -5,17 +5,17 @@ beside a GLUE task, use_tfds beside SQuAD): refused, naming the tasks that read 
 import ml_collections
 import pytest
 
-from bertjax.finetune.tasks import registry
+from bertjax.finetune.tasks import data_reads
 from configs import finetune as finetune_config
 
 
 @pytest.mark.parametrize('task', list(finetune_config.TASKS))
 def test_the_unset_values_are_the_configs_defaults_and_the_defaults_pass(task):
   data = finetune_config.get_config(f'task={task}').data
-  unread = set(registry.UNSET) - set(registry.READS[task])
-  assert {key: data[key] for key in unread} == {key: registry.UNSET[key] for key in unread}
-  assert set(registry.READS) == set(finetune_config.TASKS)
-  registry.check_reads(task, data)
+  unread = set(data_reads.UNSET) - set(data_reads.READS[task])
+  assert {key: data[key] for key in unread} == {key: data_reads.UNSET[key] for key in unread}
+  assert set(data_reads.READS) == set(finetune_config.TASKS)
+  data_reads.check_reads(task, data)
 
 
 SET = {'data_dir': '/data/x', 'use_tfds': True, 'train_file': 'mine.csv', 'eval_file': 'e.csv',
@@ -45,12 +45,12 @@ SET = {'data_dir': '/data/x', 'use_tfds': True, 'train_file': 'mine.csv', 'eval_
               'eval_fraction'}),
 ])
 def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads):
-  assert SET.keys() == registry.UNSET.keys()
+  assert SET.keys() == data_reads.UNSET.keys()
   for key, value in SET.items():
     data = finetune_config.get_config(f'task={task}').data
     data[key] = value
     if key in reads:
-      registry.check_reads(task, data)
+      data_reads.check_reads(task, data)
       continue
     if key == 'test_file' and 'predict_file' in reads:  # Told the task's predict_file.
       otherwise = 'dev file' if task.startswith('squad') else 'test split'
@@ -58,38 +58,38 @@ def test_a_key_the_task_never_reads_is_refused_one_it_reads_is_taken(task, reads
                          rf'task={task}, which would ignore it: to predict on your file, pass '
                          rf'--config.data.predict_file=t.csv \(task={task} reads it in '
                          rf'mode=predict; its {otherwise} otherwise\)\.$'):
-        registry.check_reads(task, data)
+        data_reads.check_reads(task, data)
       with pytest.raises(ValueError, match=r'which would ignore it: mode=eval scores the eval '
                          r'split; drop it \(mode=predict with --config.data.predict_file=t.csv '
                          r'predicts on your file\)\.$'):
-        registry.check_reads(task, data, 'eval')
+        data_reads.check_reads(task, data, 'eval')
       continue
     with pytest.raises(ValueError, match=rf'^config.data.{key}={value!r} is not read by '
                        rf'task={task}, which would ignore it; the tasks that read it: .*\. Drop '
                        rf'it, or pick the task that reads it \(task={task} reads '):
-      registry.check_reads(task, data)
+      data_reads.check_reads(task, data)
 
 
 def test_the_message_names_the_readers_and_where_the_task_reads_from():
-  data = ml_collections.ConfigDict({**registry.UNSET, 'train_file': 'mine.csv'})
+  data = ml_collections.ConfigDict({**data_reads.UNSET, 'train_file': 'mine.csv'})
   with pytest.raises(ValueError, match=r"train_file='mine.csv' is not read by task=bbc.*: "
                      r'classification, regression, tagging, span, multiple_choice, swag\. .*'
                      r'task=bbc reads its published files from config.data.data_dir \(or its '
                      r'default\)\)\.$'):
-    registry.check_reads('bbc', data)
-  data = ml_collections.ConfigDict({**registry.UNSET, 'data_dir': '/glue/MRPC'})
+    data_reads.check_reads('bbc', data)
+  data = ml_collections.ConfigDict({**data_reads.UNSET, 'data_dir': '/glue/MRPC'})
   with pytest.raises(ValueError, match=r'read it: squad_v1, squad_v2, conll2003, bbc, wordnet, '
                      r'the GLUE tasks\. .*task=classification reads config.data.train_file, '
                      r'eval_file and test_file\)\.$'):
-    registry.check_reads('classification', data)
+    data_reads.check_reads('classification', data)
   # More than six readers, none of them GLUE's: named all (they were said to include GLUE's).
-  data = ml_collections.ConfigDict({**registry.UNSET, 'eval_fraction': 0.1})
+  data = ml_collections.ConfigDict({**data_reads.UNSET, 'eval_fraction': 0.1})
   with pytest.raises(ValueError, match=r'read it: bbc, wordnet, classification, regression, '
                      r'tagging, multiple_choice, swag\. Drop it'):
-    registry.check_reads('mrpc', data)
+    data_reads.check_reads('mrpc', data)
   # Beside a trained run (eval, predict) the task is the run's: no other task is offered.
   with pytest.raises(ValueError, match=r"swag\. Drop it \(mode=predict keeps the run's task\)\.$"):
-    registry.check_reads('mrpc', data, 'predict')
+    data_reads.check_reads('mrpc', data, 'predict')
 
 
 def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
@@ -98,9 +98,9 @@ def test_a_share_to_hold_out_beside_an_eval_file_is_refused():
   data.train_file, data.eval_file, data.eval_fraction = 't.csv', 'e.csv', 0.1
   with pytest.raises(ValueError, match=r"^config.data.eval_fraction=0.1 is not read beside "
                      r'config.data.eval_file=e.csv, which is the eval set .*: drop one of them.$'):
-    registry.check_reads('classification', data)
+    data_reads.check_reads('classification', data)
   data.eval_file = ''
-  registry.check_reads('classification', data)
+  data_reads.check_reads('classification', data)
 
 
 def test_a_new_run_is_refused_before_its_data_is_read(tmp_path, monkeypatch):
