@@ -77,9 +77,10 @@ def wide_encoding(head: bytes) -> str | None:
   Without a mark, NULs on one side of the pairs (ASCII: beside each letter; CJK: in its line
   breaks, spaces and digits, and in a few characters, 一 U+4E00, 　U+3000, 가 U+AC00) must make
   text: every character below U+0100 printable or a line's spacing (U+0000 never), all but 5%
-  text (no control, unassigned or private-use character), and past 80 characters a space or a
-  line break among them. Of two readings, the one with fewer such characters and fewer of
-  Latin-1's letters wins (emoji's low surrogates hold NULs too)."""
+  text (no control, unassigned or private-use character), past 80 characters a space, a line
+  break or a punctuation mark among them, and its first 64 characters in a few scripts (numbers
+  read as characters spread over dozens of Unicode's pages). Of two readings, the one with fewer
+  such characters and fewer of Latin-1's letters wins (emoji's low surrogates hold NULs too)."""
   if head.startswith((b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')):
     return 'UTF-32'
   if head.startswith((b'\xff\xfe', b'\xfe\xff')):
@@ -126,14 +127,29 @@ def _not_text(text: str) -> int:
 
 def _reads_as_text(text: str) -> bool:
   # Spaces and format characters (U+3000, NBSP, ZWNJ) are text, though not printable to Python.
-  # Past a line's length, text holds a space or a line break somewhere; binary read as UTF-16
-  # (protobuf, arrays of small numbers) seldom does, aligned.
+  # Past a line's length, text holds a space, a line break or a comma somewhere, and it is
+  # written in a few scripts; binary read as UTF-16/32 (protobuf, arrays of token ids) seldom
+  # does either (of 300 random arrays of 75 int32 token ids below 30522, 171 read as UTF-32LE
+  # text without the pages' rule, none with it; of 300 bytes of protobuf, 86 and 5 as UTF-16).
   return ('\ufffd' not in text and not _NOT_TEXT_BELOW_0100.search(text) and
           _not_text(text) <= 0.05 * len(text) and
-          (len(text) < 80 or any(c in ' \n\u3000' for c in text)))
+          (len(text) < _RUN or any(c in _BREAKS for c in text)) and
+          len({_script_page(c) for c in text[:64] if c >= '\u0100'}) <= _PAGES)
+
+
+def _script_page(c: str) -> int:
+  """The 256-character page of c, the CJK ideographs (U+3400-9FFF) and Hangul syllables
+  (U+AC00-D7FF) one page each: text is written in a few scripts, whereas numbers read as
+  UTF-16/32 (token ids, say) spread over dozens of pages."""
+  code = ord(c)
+  return 0x34 if 0x3400 <= code < 0xa000 else 0xac if 0xac00 <= code < 0xd800 else code >> 8
 
 
 _SPACING = '\t\n\r\f\v'
+# Past _RUN characters, text holds one of _BREAKS (a space, a line break, a comma or a full stop,
+# CJK's among them); its first 64 characters from U+0100 up lie in at most _PAGES pages.
+_RUN, _PAGES = 80, 8
+_BREAKS = ' \t\n\u3000,.;:!?|\u3001\u3002\uff0c\uff0e\uff01\uff1f\uff1a\uff1b'
 # A character below U+0100 that no text holds: a control character but a line's spacing.
 _NOT_TEXT_BELOW_0100 = re.compile('[\x00-\x08\x0e-\x1f\x7f-\x9f]')
 

@@ -14,6 +14,7 @@ import lzma
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from bertjax import export
@@ -124,6 +125,23 @@ def test_compressed_or_binary_input_is_named_as_such(tmp_path, monkeypatch):
   wide.write_bytes('hello\n'.encode('utf-16'))
   with pytest.raises(ValueError, match=r'iconv -f UTF-16'):
     text_files.read_text_lines(str(wide))
+
+
+def test_token_ids_are_a_binary_file_and_text_in_many_scripts_is_utf16(tmp_path):
+  # 300 bytes of int32 token ids read as UTF-32LE text (Latin, Greek, Hangul, CJK...): the file
+  # was told to be converted from UTF-32LE with iconv, 171 times in 300 random arrays.
+  ids = np.random.default_rng(0).integers(0, 30522, (40, 75), dtype=np.int32)
+  told = [text_files.wide_encoding(row.tobytes()) for row in ids]
+  assert told == [None] * len(ids), told
+  binary = tmp_path / 'ids.bin'
+  binary.write_bytes(ids[0].tobytes())
+  with pytest.raises(ValueError, match=r'holds NUL bytes .*: a binary file, not text'):
+    text_files.read_text_lines(str(binary))
+  # Text naming a city in nine scripts is still told its encoding.
+  line = ('Moscow (Russian: Москва; Greek: Μόσχα; Arabic: موسكو; Hebrew: מוסקבה; Japanese: '
+          'モスクワ; Korean: 모스크바; Hindi: मास्को; Thai: มอสโก; Georgian: მოსკოვი)\n')
+  for codec in 'UTF-16LE', 'UTF-16BE', 'UTF-32LE', 'UTF-32BE':
+    assert text_files.wide_encoding((line * 3).encode(codec)) == codec
 
 
 def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpus_tools_do(
