@@ -5,6 +5,8 @@ the files are read whole) would be ignored without a word: check_reads and check
 it before anything is read, naming what to do instead.
 """
 
+from absl import logging
+
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import registry
 
@@ -93,6 +95,10 @@ def _reads_advice(name: str) -> str:
 def check_limits(name: str, data, mode: str, resumed: bool):
   """Refuses data.max_train_examples / max_eval_examples where task `name` reads its files whole
   (they were recorded, never applied: a run resumed with the value it recorded is left be)."""
+  if mode == 'predict' and data.get('max_eval_examples', -1) != -1:  # The flags of a run reused.
+    logging.warning('config.data.max_eval_examples=%d is not applied by mode=predict, which '
+                    'predicts every example of its file (the summary gives how many).',
+                    data.max_eval_examples)
   if name in SUBSAMPLED:
     return
   fields = (('max_train_examples', 'max_eval_examples') if mode == 'train_eval' and not resumed

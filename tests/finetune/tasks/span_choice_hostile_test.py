@@ -5,6 +5,7 @@ training, an eval without a training file, advice to set fields a task does not 
 
 import gzip
 import json
+import logging
 import re
 import types
 
@@ -145,6 +146,20 @@ def test_a_v2_file_without_its_marks_reads_as_the_official_scorer_reads_it(tmp_p
     qa['answers'] = []
     qa.pop('is_impossible', None)
   assert not squad.is_version_2(converted)
+
+
+@pytest.mark.parametrize('task', ['classification', 'mrpc'])
+def test_an_example_limit_in_predict_mode_is_said_to_be_unapplied(task, caplog):
+  # mode=predict predicts every example of its file: max_eval_examples=3 there was ignored
+  # without a word (the run's flags reused in every mode, as README allows).
+  with caplog.at_level(logging.WARNING, logger='absl'):
+    data_reads.check_limits(task, _span(max_eval_examples=3), 'predict', True)
+  assert ('config.data.max_eval_examples=3 is not applied by mode=predict, which predicts every '
+          'example of its file') in caplog.text
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger='absl'):
+    data_reads.check_limits(task, _span(), 'predict', True)
+  assert not caplog.text
 
 
 def test_example_limits_are_refused_where_the_task_reads_its_files_whole(tmp_path):
