@@ -147,6 +147,8 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
   to_stdout = str(output_file) == STDIO
   output = None if to_stdout else paths.check_output_file(
       output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
+  if output is not None:
+    paths.refuse_compressed_name(output, f'--output_file={output_file}')
   # One run per output file at a time: a second is refused now, not after its work.
   with (contextlib.nullcontext() if to_stdout else
         output_lock.held(output, 'extract_features', f'writing {output}')):

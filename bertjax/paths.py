@@ -169,6 +169,17 @@ def refuse_dash(value, flag: str, kind: str, why: str, example: str):
                      f'{flag}={example}')
 
 
+def refuse_compressed_name(output: str, shown: str):
+  """Refuses a text output named as compressed (`.gz`, `.bz2`, `.xz`): it would be plain text
+  under that name, which every reader of it (zcat, bertjax's own) refuses as damaged."""
+  name = files.name(str(output)).lower()
+  if name.endswith(('.gz', '.bz2', '.xz')):
+    plain = name[:name.rindex('.')]
+    raise ValueError(f'{shown} names a compressed file, but the output is written as plain text: '
+                     f'name it {plain} (and compress it after), or leave --output_file out and '
+                     f'pipe the standard output: ... | gzip > {files.name(str(output))}.')
+
+
 def refuse_existing(output: str, overwrite: bool, shown: str, flag: str = '--output_file'):
   """An existing `output` (an empty one too: a file made by hand is its user's) is replaced
   only with --overwrite: every tool that writes one file says so alike. Called with the

@@ -174,9 +174,12 @@ class Predictor:
                        f'got {inputs!r}.') from None
     if not inputs:
       return []
-    # Raw input -> the examples evaluation reads.
-    examples = [predict_inputs.example(i, x, self.kind, self.labels, self.data,
-                                       self.run.get('text_pairs'), self.tokenizer)
+    # Raw input -> the examples evaluation reads; a string as the command reads its line (a
+    # JSON object where it starts with {), so that both give one answer.
+    pairs = self.run.get('text_pairs')
+    examples = [predict_inputs.example(
+        i, predict_inputs.line_input(x, f'input {i + 1}', self.kind, pairs)
+        if isinstance(x, str) else x, self.kind, self.labels, self.data, pairs, self.tokenizer)
                 for i, x in enumerate(inputs)]
     # By the example form (Kind.example): a new kind of an existing form needs no method.
     self._progress = progress
@@ -329,6 +332,11 @@ def _define_flags():
 def _check_input_file(path: str):
   """Refuses a CSV or TSV file: predict reads one input per line, so its header would be an input
   and every row's other columns part of its text."""
+  if path and (any(c in path for c in '*?[') or ',' in path) and not files.exists(path):
+    raise ValueError(f'--input_file={path} does not exist: predict reads one file (or the '
+                     'standard input), not a glob or a list of files: join them, e.g. '
+                     f'`cat {" ".join(path.split(","))} | python -m bertjax.predict '
+                     '--workdir=...`.')
   name = files.name(path or '').lower()
   for packed in ('.gz', '.bz2', '.xz'):
     name = name.removesuffix(packed)
@@ -359,6 +367,7 @@ def main(argv):
       output = (paths.check_output_file(FLAGS.output_file, inputs=(FLAGS.input_file,))
                 if FLAGS.output_file else None)
       if output is not None:  # One run per output file at a time: a second refused at its start.
+        paths.refuse_compressed_name(output, f'--output_file={FLAGS.output_file}')
         held.enter_context(output_lock.held(output, 'predict', f'writing {output}'))
         paths.refuse_existing(output, FLAGS.overwrite, f'--output_file={FLAGS.output_file}')
       _check_input_file(FLAGS.input_file)
@@ -374,7 +383,8 @@ def main(argv):
           print('reading inputs from standard input, one per line (Ctrl-D ends)', file=sys.stderr,
                 flush=True)
         lines, source = text_files.read_stdin_lines(), '<stdin>'
-      inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer)
+      inputs = predict_inputs.read_inputs(lines, source, predictor.tokenizer, predictor.kind,
+                                          predictor.run.get('text_pairs'))
       if not inputs:
         raise ValueError(f'{source} holds no inputs: one per line expected.')
       rows = predictor.predict(inputs, job_lines.Progress('predict', len(inputs), 'inputs'))

@@ -13,12 +13,13 @@ from bertjax.finetune.tasks import user_data
 from bertjax.training import kinds as kind_table
 
 
-def read_inputs(lines, source: str, tokenizer=None) -> list:
+def read_inputs(lines, source: str, tokenizer=None, kind: str = '', text_pairs=None) -> list:
   """Inputs of predict's line format: JSON objects for lines starting with `{`, else raw text.
 
   `lines` are text_files.split_lines' (a U+2028 or form feed inside a line is part of it); a blank
   line is an error naming it, since every later output would be misaligned. With the model's
-  `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields).
+  `tokenizer`, so is a raw line that holds no wordpieces (example() checks JSON fields). `kind`
+  and `text_pairs` (the run's) name the JSON fields to put raw text in where a line is refused.
   """
   inputs = []
   for number, line in enumerate(text_files.without_blank_end(lines), 1):
@@ -27,20 +28,46 @@ def read_inputs(lines, source: str, tokenizer=None) -> list:
       line = line.removeprefix('\ufeff')
     if not line.strip():
       raise ValueError(f'{source}:{number} is empty: one input per line (remove blank lines).')
-    is_json = line.lstrip().startswith('{')
-    if tokenizer is not None and not is_json:
+    item = line_input(line, f'{source}:{number}', kind, text_pairs)
+    if tokenizer is not None and isinstance(item, str):
       check_wordpieces(line, f'{source}:{number}', tokenizer)
-    if is_json:
-      try:
-        inputs.append(json.loads(line))
-      except json.JSONDecodeError as e:
-        raise ValueError(f'{source}:{number}: not valid JSON ({text_files.json_error(e)}): a line '
-                         'that starts with { is read as a JSON object of the task\'s fields, '
-                         'whole on its line (JSON lines, not a JSON document spread over lines); '
-                         'for raw text that starts with {, pass it as {"text": "..."}.') from None
-    else:
-      inputs.append(line)
+    inputs.append(item)
   return inputs
+
+
+def line_input(line: str, where: str, kind: str = '', text_pairs=None):
+  """One line of predict's format (the command's, or a string given to Predictor.predict: both
+  read it alike) as its input: the JSON object of a line that starts with `{`, else the raw
+  text. A line that is a JSON array is refused (JSON lines hold one object per line)."""
+  stripped = line.lstrip()
+  if stripped.startswith('['):
+    try:
+      array = isinstance(json.loads(line), list)
+    except json.JSONDecodeError:
+      array = False  # Raw text that starts with [.
+    if array:
+      raise ValueError(f'{where} is a JSON array, but predict reads one input per line (JSON '
+                       'lines: one object per line, e.g. `jq -c ".[]" FILE`); for raw text '
+                       f'that is one, pass it as {raw_text_as_json(kind, text_pairs)}.')
+  if not stripped.startswith('{'):
+    return line
+  try:
+    return json.loads(line)
+  except json.JSONDecodeError as e:
+    raise ValueError(f'{where}: not valid JSON ({text_files.json_error(e)}): a line that starts '
+                     'with { is read as a JSON object of the task\'s fields, whole on its line '
+                     '(JSON lines, not a JSON document spread over lines); for raw text that '
+                     f'starts with {{, pass it as {raw_text_as_json(kind, text_pairs)}.') from None
+
+
+def raw_text_as_json(kind: str, text_pairs=None) -> str:
+  """The JSON object a model of `kind` reads raw text from (a line that is raw text but reads
+  as JSON goes in it)."""
+  form = getattr(kind_table.KINDS.get(kind), 'example', None)
+  return {'question': '{"question": "...", "context": "..."}',
+          'words': '{"tokens": ["...", "..."]}',
+          'choices': '{"context": "...", "choices": ["...", "..."]}'}.get(
+              form, '{"text_a": "...", "text_b": "..."}' if text_pairs else '{"text": "..."}')
 
 
 def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None, tokenizer=None):
@@ -110,8 +137,17 @@ def _texts(where, item, parts, labels, data, text_pairs):
         # A second text under another pair's name ({"text": ..., "text_b": ...}) is one, not
         # dropped: a one-text model refuses it below.
         second = [k for k in user_data.SECOND_TEXTS if k not in names and item.get(k) is not None]
+        read = set(names[:len(parts)])
         if len(parts) == 1 and second:
           parts.append(_string(where, item, second[0]))
+          read.add(second[0])
+        # {"review": ..., "text": ...}: 'text' was dropped without a word.
+        unread = sorted(({*sum(accepted, ()), *user_data.SECOND_TEXTS} - read) & {
+            k for k, v in item.items() if v is not None})
+        if unread:
+          raise ValueError(f'{where} holds texts the model would not read ({", ".join(unread)} '
+                           f'beside {", ".join(sorted(read))}): give each text under one name, '
+                           f'as config.data.text_fields names them ({",".join(fields)}).')
         break
     else:
       known = sorted({name for names in accepted for name in names})
@@ -193,9 +229,10 @@ def _choices(where, item, parts, labels, data, text_pairs):
 _READERS = {'texts': _texts, 'question': _question, 'words': _words, 'choices': _choices}
 
 # A form's example -> the texts the model reads, each of which needs a wordpiece (a tagger's
-# words as one text: a word without pieces among others is read as [UNK]). Not 'question':
-# predict answers null for a context without pieces.
+# words as one text: a word without pieces among others is read as [UNK]); a question, not its
+# context: predict answers null for a context without pieces.
 _READ_TEXTS = {'texts': lambda e: (e.text_a, e.text_b),
+               'question': lambda e: (e.question_text,),
                'choices': lambda c: (c.context, *c.choices),
                'words': lambda s: (' '.join(s.words),)}
 

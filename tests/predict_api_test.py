@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bertjax import predict
+from bertjax import predict_inputs
 from bertjax.finetune import kinds
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import features
@@ -293,6 +294,14 @@ def test_an_input_without_wordpieces_is_refused_as_an_empty_one_is():
     with pytest.raises(ValueError, match=r'^input 2 is empty: .* holds no wordpieces'):
       classifier.predict(['the king doth speak', text])
   assert len(classifier.predict(['the king\u200b doth speak'])) == 1
+  # A string holding a JSON object is read as the command reads its line (the API classified
+  # its braces and quotes: another answer than the command's for the same line).
+  line = '{"text": "the king doth speak"}'
+  assert classifier.predict([line]) == classifier.predict([{'text': 'the king doth speak'}])
+  assert predict_inputs.read_inputs([line], 'in.txt') == [json.loads(line)]  # The command's.
+  with pytest.raises(ValueError, match=r'^input 1 is a JSON array, but predict reads one input '):
+    classifier.predict(['[{"text": "good film"}, {"text": "bad film"}]'])
+
 
 
 def test_a_long_text_gets_the_mean_of_the_windows_eval_reads():
@@ -337,16 +346,20 @@ def test_a_hand_edited_pooling_or_activation_in_config_json_is_refused(fine_tune
   want = predict.Predictor.from_workdir(run).predict(['a fine film'])
   recorded = json.loads((run / 'config.json').read_text())
   assert recorded['pooling'] == 'cls'
-  for field, value in (('pooling', 'mean'), ('model.hidden_act', 'relu')):
+  # Session 53's hostile pass: max_seq_length (32 -> 16) too, scoring other windows.
+  length = recorded['data']['max_seq_length']
+  for field, value in (('pooling', 'mean'), ('model.hidden_act', 'relu'),
+                       ('data.max_seq_length', length // 2)):
     edited = json.loads(json.dumps(recorded))
     if field == 'pooling':
       edited['pooling'] = value
     else:
-      edited['model']['hidden_act'] = value
+      section, key = field.split('.')
+      edited[section][key] = value
     (run / 'config.json').write_text(json.dumps(edited))
-    with pytest.raises(ValueError, match=rf"was saved with {field}='(cls|gelu)', but the run's "
-                       rf"config.json says '{value}': config.json was edited or is another "
-                       r"run's; restore the one the run wrote.$"):
+    with pytest.raises(ValueError, match=rf"was saved with {field}=('cls'|'gelu'|{length}), but "
+                       rf"the run's config.json says '?{value}'?: config.json was edited or is "
+                       r"another run's; restore the one the run wrote.$"):
       predict.Predictor.from_workdir(run)
   (run / 'config.json').write_text(json.dumps(recorded))
   assert predict.Predictor.from_workdir(run).predict(['a fine film']) == want

@@ -167,3 +167,42 @@ def test_a_json_mistake_says_how_the_line_was_read_and_what_is_read():
                      r"sentence, sentence1, sentence2, text, text_a, text_b\): it has \['body'\]"):
     predict_inputs.example(0, {'body': 'x'}, 'classification', ('0', '1'),
                            ml_collections.ConfigDict({'text_fields': 'review'}))
+
+
+def test_a_question_without_wordpieces_is_refused(tokenizer):
+  """A question of a zero-width space only was answered with full confidence ('Eve', 0.97):
+  the model read no question at all (a context without pieces is answered null instead)."""
+  data = ml_collections.ConfigDict({'text_fields': 'text'})
+  for item in ('\u200b ||| Eve lives in Berlin.', {'question': '\x01', 'context': 'Eve lives.'}):
+    with pytest.raises(ValueError, match=r"^input 1 is empty: '.*' holds no wordpieces"):
+      predict_inputs.example(0, item, 'span', (), data, tokenizer=tokenizer)
+
+
+def test_a_json_array_line_is_refused_and_the_fix_names_the_models_fields():
+  """A line `[{"text": ...}, {"text": ...}]` was one raw text (one label for two inputs); a
+  tagger told to put raw text starting with { in {"text": ...} then lacked 'tokens'."""
+  with pytest.raises(ValueError, match=r'^in.txt:2 is a JSON array, but predict reads one input '
+                     r'per line \(JSON lines: one object per line, e.g. `jq -c ".\[\]" FILE`\)'):
+    predict_inputs.read_inputs(['a', '[{"text": "good"}, {"text": "bad"}]'], 'in.txt')
+  assert predict_inputs.read_inputs(['[1] see the note', '[x'], 'in.txt') == [
+      '[1] see the note', '[x']  # Raw text that starts with [.
+  for kind, pairs, fields in (('tagging', None, '{"tokens": ["...", "..."]}'),
+                              ('span', None, '{"question": "...", "context": "..."}'),
+                              ('classification', True, '{"text_a": "...", "text_b": "..."}'),
+                              ('classification', False, '{"text": "..."}')):
+    with pytest.raises(ValueError, match=re.escape(f'pass it as {fields}.')):
+      predict_inputs.read_inputs(['{ Alice } visited Paris'], 'in.txt', None, kind, pairs)
+
+
+def test_a_text_under_a_name_the_model_does_not_read_is_refused():
+  """{"review": "good film", "text": "awful"} was predicted on "good film" alone."""
+  reader = _reader('classification', text_fields='review')
+  for item, unread in (({'review': 'good film', 'text': 'awful awful'}, 'text'),
+                       ({'review': 'good film', 'sentence1': 'x', 'id': 3}, 'sentence1')):
+    with pytest.raises(ValueError, match=rf'^input 1 holds texts the model would not read '
+                       rf'\({unread} beside review\): give each text under one name'):
+      reader(0, item)
+  assert reader(0, {'review': 'good film', 'id': 3, 'text': None}).text_a == 'good film'
+  pair = _reader('classification', text_fields='first,second')
+  with pytest.raises(ValueError, match=r'\(text_b beside first, second\)'):
+    pair(0, {'first': 'a', 'second': 'b', 'text_b': 'c'})

@@ -200,6 +200,8 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),
           **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
+          # A fine-tuned model's input length (predict reads it from config.json).
+          **({'max_seq_length': config.data.max_seq_length} if config.get('task') else {}),
           **({} if standing is None else {'ranking': standing})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {

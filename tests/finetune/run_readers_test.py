@@ -198,6 +198,16 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
   assert result.returncode == 1 and (f'--input_file={tmp_path}/in.csv is a CSV file, but predict '
                                      'reads one input per line') in result.stderr, result.stderr
   assert out.read_text() == 'earlier\n'
+  # Hostile pass of session 53: a .gz output held plain text (bertjax's own reader then refused
+  # it as damaged), and a glob of existing files was said not to exist.
+  result = predict_cli(f'--input_file={source}', f'--output_file={tmp_path}/p.jsonl.gz')
+  assert result.returncode == 1 and (f'--output_file={tmp_path}/p.jsonl.gz names a compressed '
+                                     'file, but the output is written as plain text: name it '
+                                     'p.jsonl') in result.stderr, result.stderr
+  assert not (tmp_path / 'p.jsonl.gz').exists()
+  result = predict_cli(f'--input_file={source.parent}/{source.name[:2]}*', '--overwrite')
+  assert result.returncode == 1 and 'predict reads one file (or the standard input), not a glob' \
+      in result.stderr, result.stderr
   result = predict_cli(f'--input_file={source}', '--overwrite')
   assert result.returncode == 0, result.stderr
   assert len(out.read_text().splitlines()) == len(SENTENCES)
