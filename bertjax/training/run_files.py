@@ -103,8 +103,9 @@ def lost_checkpoints(workdir) -> str:
   fresh = (f'; to start over here, delete {" and ".join(found)}' if found else
            f'; to start over here, remove the link {folder}')
   return (f'{workdir} records {recorded} but its checkpoints/ holds no checkpoint{where}: its '
-          'checkpoints were moved or deleted. Put them back to resume, or use another --workdir '
-          f'(a run started here would replace its history, config and results){fresh}')
+          'checkpoints were moved or deleted. Put them back to resume, evaluate or predict, or '
+          'use another --workdir (a run started here would replace its history, config and '
+          f'results){fresh}')
 
 
 def _say_newest_gone(workdir, folder, names, newest: int):
