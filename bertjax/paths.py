@@ -45,6 +45,9 @@ def absolute(path: str) -> str:
   if path.startswith('file://'):
     path = path[len('file://'):]
   elif not path or '://' in path:
+    scheme, rest = path.split('://', 1) if path else ('', '')
+    if path and not rest.strip('/'):  # `gs://`: cut to `gs:` by a caller, a local folder.
+      raise ValueError(f'{path} names no bucket: write {scheme}://BUCKET/FOLDER.')
     return files.normalised(path) if path else path
   return os.path.abspath(os.path.expanduser(path))
 

@@ -332,3 +332,18 @@ def test_a_new_file_beside_a_models_files_is_refused_but_not_in_a_folder_below_i
     paths.check_output_file(str(model / 'new.jsonl'))
   assert paths.check_output_file(str(model / 'out' / 'preds.jsonl')) == str(
       model / 'out' / 'preds.jsonl')
+
+
+@pytest.mark.timeout(60)
+def test_a_url_without_a_bucket_is_refused(tmp_path, monkeypatch):
+  """Export hostile pass, session 53: --output=gs:// was cut to `gs:` (a local folder), and the
+  loop that finds the folders an export makes walked up from it for ever at 100% CPU."""
+  for url in ('gs://', 'gs:///', 's3://', 'memory://'):
+    with pytest.raises(ValueError, match=f'^{re.escape(url)} names no bucket: write '
+                       rf'{url.split(":")[0]}://BUCKET/FOLDER\.$'):
+      paths.absolute(url)
+  assert paths.absolute('gs://b/x') == 'gs://b/x'  # A bucket named: read as before.
+  from bertjax.interop import export_folder  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  with export_folder.made_folders_removed('gs:'):  # A relative path: it ends.
+    pass

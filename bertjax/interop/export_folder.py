@@ -104,7 +104,8 @@ def made_folders_removed(output: str):
   and left empty: `output` itself (several formats are written into it) and the folders above
   it, made for its lock, which lies beside it."""
   top, path = None, output
-  while not files.is_remote(output) and not os.path.lexists(path):  # local only
+  # local only; a relative path ('gs:', a URL cut to its scheme) would end at '' for ever.
+  while not files.is_remote(output) and path and not os.path.lexists(path):
     top, path = path, os.path.dirname(path)
 
   def remove():
