@@ -341,7 +341,7 @@ import sys
 from absl import app
 from bertjax import predict
 class Loaded:
-  tokenizer, kind, step = None, 'classification', 1
+  tokenizer, kind, step, run = None, 'classification', 1, {}
 predict.Predictor._load = classmethod(lambda cls, *args, **kwargs: Loaded())  # What main loads by.
 predict._define_flags()
 app.run(predict.main, argv=['predict', '--workdir=w'])
