@@ -5,6 +5,7 @@ predict's line format: a line is raw text (`text`, `text_a ||| text_b`, `questio
 task's fields. Every error names the input (its line, or its index in a Python list) and the fix.
 """
 
+import contextlib
 import json
 
 from bertjax import text_files
@@ -40,12 +41,9 @@ def line_input(line: str, where: str, kind: str = '', text_pairs=None):
   read it alike) as its input: the JSON object of a line that starts with `{`, else the raw
   text. A line that is a JSON array is refused (JSON lines hold one object per line)."""
   stripped = line.lstrip()
-  if stripped.startswith('['):
-    try:
-      array = isinstance(json.loads(line), list)
-    except json.JSONDecodeError:
-      array = False  # Raw text that starts with [.
-    if array:
+  if stripped.startswith('['):  # Valid JSON there is an array; else raw text that starts with [.
+    with contextlib.suppress(json.JSONDecodeError):
+      json.loads(line)
       raise ValueError(f'{where} is a JSON array, but predict reads one input per line (JSON '
                        'lines: one object per line, e.g. `jq -c ".[]" FILE`); for raw text '
                        f'that is one, pass it as {raw_text_as_json(kind, text_pairs)}.')

@@ -111,7 +111,7 @@ def _check_run_record(run: dict, meta: dict, step: str):
   if 'pooling' in meta and 'pooling' in run:
     pairs.append(('pooling', run['pooling'], meta['pooling']))
   data = run.get('data') if isinstance(run.get('data'), dict) else {}
-  if 'max_seq_length' in meta and 'max_seq_length' in data:  # Steps saved since session 53.
+  if 'max_seq_length' in meta and 'max_seq_length' in data:  # Older steps have no record.
     pairs.append(('data.max_seq_length', data['max_seq_length'], meta['max_seq_length']))
   for name, said, saved in pairs:
     if said != saved:

@@ -15,8 +15,6 @@ from bertjax.finetune.tasks import registry
 SUBSAMPLED = ('bbc', 'wordnet', 'classification', 'regression', 'tagging', 'multiple_choice',
               'swag')
 
-
-
 # config.data's keys that only some tasks read, each with the value that leaves it unset (as
 # configs/finetune.py sets it); a key set for a task that never reads it would be ignored
 # without a word (a train_file beside task=bbc trained on BBC News), so check_reads refuses it.
