@@ -46,7 +46,7 @@ from bertjax import job_lines
 from bertjax import paths
 from bertjax import predict_inputs
 from bertjax import text_files
-from bertjax.interop import export_folder
+from bertjax.interop import export_manifest
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import init_from
 from bertjax.interop import sources
@@ -161,9 +161,9 @@ class Embedder:
     model's default_prompt_name). Quiet; verbose=True shows what was imported; vocab_named: how
     a vocab_file the model was not trained with is named (the embed job: config.vocab_file)."""
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
-    export_folder.check_exists(source, f'{source} does not exist: pass a transformers BERT '
-                               'folder (config.json, model.safetensors, vocab.txt), a bertjax '
-                               'run or a TF1 checkpoint.')
+    export_manifest.check_exists(source, f'{source} does not exist: pass a transformers BERT '
+                                 'folder (config.json, model.safetensors, vocab.txt), a bertjax '
+                                 'run or a TF1 checkpoint.')
     with console.library_lines_held(verbose, quiet=True):
       # The one loader: the weights, and what sentence-transformers runs after the encoder
       # (pooling, Normalize, length), as export reads them.

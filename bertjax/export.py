@@ -56,6 +56,7 @@ import contextlib
 import errno
 import functools
 import json
+import numbers
 import os
 import re
 import sys
@@ -155,7 +156,8 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
 # The command's flags that export() and export_formats() take as keywords (keywords.named).
 _KEYWORDS = {'from': 'source', 'output': 'output', 'overwrite': 'overwrite=True',
              'vocab_file': 'vocab_file', 'max_seq_length': 'max_seq_length', 'labels': 'labels',
-             'normalize': 'normalize=True', 'nonormalize': 'normalize=False', 'step': 'step'}
+             'normalize': 'normalize=True', 'nonormalize': 'normalize=False', 'step': 'step',
+             'do_lower_case': 'do_lower_case'}
 
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
@@ -208,6 +210,8 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
   """Writes each of `formats` (parse_formats); returns the (format, folder) pairs written and
   the Bundle. `written` (when given) gets each pair as soon as its folder is complete."""
   formats = format_names.parse(formats)
+  vocab_file, max_seq_length, labels = _checked_types(
+      overwrite, vocab_file, do_lower_case, max_seq_length, labels, normalize)
   written = [] if written is None else written
   if 'onnx' in formats:  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
@@ -236,6 +240,31 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
                         do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                         labels=labels, normalize=normalize, written=written,
                         folder=output if len(targets) > 1 else None)
+
+
+def _checked_types(overwrite, vocab_file, do_lower_case, max_seq_length, labels, normalize):
+  """The command's flag types, asked of export() and export_formats() too (a notebook's
+  max_seq_length=7.5 was written into the tokenizer's files, labels='neg,pos' read letter by
+  letter, overwrite='no' true); returns vocab_file as a str, max_seq_length as an int and
+  labels as a tuple."""
+  if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, numbers.Integral):
+    raise TypeError(f'--max_seq_length={max_seq_length!r} is not a whole number: pass an int '
+                    '(0 = the length the source records).')
+  if max_seq_length < 0:
+    raise ValueError(f'--max_seq_length={max_seq_length} is negative: pass 3 or more, or 0 for '
+                     'the length the source records.')
+  if not isinstance(overwrite, bool):
+    raise TypeError(f'--overwrite={overwrite!r}: pass True or False.')
+  for name, value in (('do_lower_case', do_lower_case), ('normalize', normalize)):
+    if value is not None and not isinstance(value, bool):
+      raise TypeError(f'--{name}={value!r}: pass True or False (None: the source\'s own).')
+  vocab_file, labels = vocab_file or '', labels or ()  # None: left out
+  if not isinstance(vocab_file, (str, os.PathLike)):
+    raise TypeError(f'--vocab_file={vocab_file!r}: pass a path (a str), or leave it out.')
+  if isinstance(labels, str) or not all(isinstance(label, str) for label in labels):
+    raise TypeError(f'--labels={labels!r}: pass the class names as a list of str, class 0 first '
+                    "(e.g. ['negative', 'positive']).")
+  return os.fspath(vocab_file), int(max_seq_length), tuple(labels)
 
 
 def _folder_replaceable(folder: str | None) -> bool:
@@ -273,6 +302,8 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
     if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
       raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
                        f'{result.not_computed}, so its export would give other embeddings.')
+    if folder:  # Several formats: the folder never holds two models.
+      export_folder.check_one_model(targets, folder, result.source)
     for fmt in formats:
       _check_kind(result, fmt)
       bundle_lib.check_tokenizer(result, fmt)

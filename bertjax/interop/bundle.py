@@ -227,6 +227,9 @@ def relabel(bundle: 'Bundle', labels):
   if not kinds.get(bundle.kind).named_labels:
     raise ValueError(f'--labels={given} names classes or tags, but {bundle.source} (kind '
                      f'{bundle.kind}) has none: drop --labels.')
+  if not all(label.strip() for label in labels):  # '--labels=,' or 'neg,,pos'
+    raise ValueError(f'--labels={given} holds an empty name: name every class, class 0 first '
+                     '(e.g. --labels=negative,positive).')
   if len(set(labels)) != len(labels):  # Two classes of one name: one would never be said.
     raise ValueError(f'--labels={given} names a class twice: name each class once, class 0 '
                      'first.')

@@ -9,7 +9,6 @@ a URL is uploaded under a manifest that says it is in progress until the last fi
 
 import contextlib
 import errno
-import json
 import os
 import tempfile
 import time
@@ -21,12 +20,13 @@ from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax import processes
-from bertjax.training import run_files
+from bertjax.interop import export_manifest
 
-# Written last into every export: the files it wrote. --overwrite replaces a folder only when it
+# Written last into every export (export_manifest): --overwrite replaces a folder only when it
 # holds this manifest and nothing else than the files it lists (never a model downloaded by
 # hand, a run, or a user's notes added to an export).
-MANIFEST = run_files.EXPORT_MANIFEST
+MANIFEST = export_manifest.MANIFEST
+
 
 
 def _normalised(path: str) -> str:
@@ -135,6 +135,34 @@ def _check_link(output: str):
                             'it, or remove the link.')
 
 
+def _check_names(output: str):
+  """Refuses a local `output` with a folder name longer than its file system takes (checked
+  first: the export was written whole, then failed to take its name)."""
+  path = os.path.abspath(output)  # local only
+  existing = path
+  while not os.path.isdir(existing):  # local only: the folder whose file system is asked
+    existing = os.path.dirname(existing)
+  try:
+    limit = os.pathconf(existing, 'PC_NAME_MAX')  # local only
+  except (OSError, ValueError):
+    limit = 255
+  for name in path.split(os.sep):
+    size = len(name.encode('utf-8', 'surrogateescape'))
+    if size > limit:
+      raise ValueError(f'--output={output}: the folder name {name[:24]}... is {size} bytes long, '
+                       f'past the {limit} a file name may have on this file system: pass a '
+                       'shorter name.')
+
+
+def _check_not_mount_point(output: str):
+  """Refuses a local `output` that is a mount point (a container's volume): an export is
+  written beside its folder and renamed into place, and a mount point cannot be renamed."""
+  if os.path.isdir(output) and os.path.ismount(os.path.realpath(output)):  # local only
+    raise ValueError(f'--output={output} is a mount point: an export is written beside its '
+                     'folder and renamed into place, which a mount point cannot be; pass a '
+                     f'folder inside it, e.g. --output={os.path.join(output, "model")}.')
+
+
 def check(output, overwrite: bool, source: str = ''):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
@@ -150,6 +178,9 @@ def check(output, overwrite: bool, source: str = ''):
     if os.path.isfile(above):  # local only
       raise FileExistsError(f'--output={output} is under {above}, which is a file: pass a '
                             'directory path.')
+  if not files.is_remote(output):
+    _check_names(output)
+    _check_not_mount_point(output)
   if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
     _check_link(output)
     # What a killed export left beside it, first: an export put back is checked as any other.
@@ -177,9 +208,9 @@ def check(output, overwrite: bool, source: str = ''):
   if not overwrite:
     raise FileExistsError(f'--output={output} exists and is not empty: pass --overwrite to '
                           'replace it, or choose another directory.')
-  listed = _listed(output)
+  listed = export_manifest.listed(output)
   inside = sorted(name for name in files.listdir(output)
-                  if listed is None and _format_of(files.join(output, name)) == name)
+                  if listed is None and export_manifest.format_of(files.join(output, name)) == name)
   if inside:  # The folder of an export of several formats.
     several = (f', or several with --format={",".join(inside)} --output={output}'
                if len(inside) > 1 else '')
@@ -196,63 +227,32 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
+  if edited := [name for name, change in export_manifest.changes(output) if change != 'gone']:
+    raise FileExistsError(f'--output={output} holds files edited since the export wrote them '
+                          f'({", ".join(edited[:5])}: {MANIFEST} records other contents): '
+                          '--overwrite would lose the edits; move them out (the rest is '
+                          'replaced), or choose another directory.')
   return there
 
 
-def _listed(folder: str) -> set | None:
-  """The files an earlier export's manifest in `folder` lists; None without a readable one."""
-  try:
-    return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
-  except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
-    return None
-
-
-def _format_of(folder: str) -> str | None:
-  """The format an earlier export's manifest in `folder` records; None without one."""
-  try:
-    return json.loads(files.read_text(files.join(folder, MANIFEST)))['format']
-  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError,
-          TypeError):
-    return None
-
-
-# An export's files up to this size (vocabularies, tokenizer.json, configs) are recorded by
-# their sha256 and checked at every read: one replaced or edited after the export is refused,
-# not read as the model's. Larger ones (weights) by their size, which costs no read: a read
-# checks a folder more than once (init_from, embed), so what it hashes stays small.
-DIGESTED_BYTES = 8 << 20
-
-
-def _manifest(fmt: str, source: str, written, in_progress: bool = False,
-              local: str = '') -> str:
-  manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
-  if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
-    manifest['in_progress'] = True
-  if local:  # name -> [bytes, sha256 or None], from the local folder the export was written to.
-    manifest['written'] = {}
-    for name in sorted(written):
-      path = os.path.join(local, *name.split('/'))  # local temp
-      size = os.path.getsize(path)  # local temp
-      manifest['written'][name] = [size, files.sha256(path) if size <= DIGESTED_BYTES else None]
-  return json.dumps(manifest, indent=1) + '\n'
-
-
-def _write_manifest(folder: str, fmt: str, source: str):
-  """The manifest of a complete export in local `folder` (the temporary folder it was written
-  to), every file made as readable as the rest."""
-  written = files.walk_files(folder)
-  files.write_atomically(os.path.join(folder, MANIFEST),
-                         _manifest(fmt, source, written, local=folder))
-  mask = _umask()
-  for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
-    path = os.path.join(folder, *name.split('/'))  # local temp
-    os.chmod(path, os.stat(path).st_mode | (0o644 & ~mask))  # local temp
-
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
+def check_one_model(targets: list[tuple[str, str]], output: str, source: str):
+  """Refuses a folder of several formats that would hold two models: a format folder there
+  that this export leaves (not one of `targets`) exported from another source or step than
+  `source` (the model read). Formats of the same model are added beside it."""
+  if len(targets) == 1 or not files.isdir(output):
+    return
+  ours = {fmt for fmt, _ in targets}
+  for name in sorted(set(files.listdir(output)) - ours):
+    manifest = export_manifest.read(files.join(output, name))
+    if manifest is None or manifest.get('format') != name:
+      continue
+    theirs = manifest.get('source')
+    if not isinstance(theirs, str) or _normalised(theirs) != _normalised(source):
+      every = ','.join(sorted(ours | {name}))
+      raise FileExistsError(f'--output={output} holds {name} exported from {theirs}, another '
+                            f'model than {source}: the folder would hold two models. Write all '
+                            f'its formats from this one (--format={every} --overwrite), or '
+                            'pass another --output.')
 
 
 def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
@@ -271,12 +271,13 @@ def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
   # second export started then mixes its files with these. Once the manifest is there, another
   # export's check refuses the folder without --overwrite, and with it replaces this one.
   old = check(output, overwrite)
-  files.write_atomically(manifest, _manifest(fmt, source, old | set(written), in_progress=True))
+  files.write_atomically(manifest,
+                         export_manifest.text(fmt, source, old | set(written), in_progress=True))
   for name in written:
     files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
   for name in sorted(old - set(written)):
     files.remove(files.join(output, *name.split('/')))
-  files.write_atomically(manifest, _manifest(fmt, source, written, local=local))
+  files.write_atomically(manifest, export_manifest.text(fmt, source, written, local=local))
 
 
 def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None],
@@ -331,7 +332,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
       write_into(temp)
-      _write_manifest(temp, fmt, source)
+      export_manifest.write(temp, fmt, source)
     if files.exists(output):
       check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
       old = files.join(parent, f'{processes.hidden_prefix(name)}replaced-{processes.mark()}')
@@ -364,57 +365,3 @@ def tf_disk_full(tf, e, folder: str) -> OSError | None:
   if isinstance(e, tf.errors.ResourceExhaustedError) or 'No space left' in e.message:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
   return None
-
-
-def check_exists(path, missing: str):
-  """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
-  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
-  An export cut short is refused (check_complete)."""
-  path = os.fspath(path)
-  if not (files.exists(path) or files.exists(f'{path}.index')):
-    files.check_exists(path, missing)
-  check_complete(path)
-
-
-def check_complete(path):
-  """Refuses an export whose upload was cut short (its manifest,
-  still says in progress): its folder may hold two exports' files mixed, which would load
-  without an error. `path`: the folder, or a TF1 prefix in it."""
-  path = os.fspath(path)
-  folder = path if files.isdir(path) else files.parent(path) or '.'  # A TF1 prefix: its folder.
-  try:
-    manifest = json.loads(files.read_text(files.join(folder, MANIFEST)))
-  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
-    return  # No manifest (not an export), or one that says nothing readable: nothing to refuse.
-  if not isinstance(manifest, dict):
-    return
-  rerun = 'rerun the export that writes it, with --overwrite'
-  if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
-    rerun += (f': python -m bertjax.export --from={manifest["source"]} '
-              f'--format={manifest["format"]} --output={folder} --overwrite')
-  if manifest.get('in_progress'):
-    raise ValueError(f'{folder} is an export cut short (its {MANIFEST} says in '
-                     f'progress: its files may be two exports\' mixed): {rerun}.')
-  if changed := _changed(folder, manifest.get('written')):
-    raise ValueError(f'{changed}: it was replaced, edited or damaged since the export, and would '
-                     f'be read as the model\'s own; restore it, or {rerun} (a model saved over '
-                     f'the export on purpose, e.g. by save_pretrained: delete {folder}/{MANIFEST} '
-                     'and it is read as any folder of its kind).')
-
-
-def _changed(folder: str, written) -> str:
-  """The first file of an export that is not as its manifest records it ('' for none; exports
-  before 2026-12-02 record no sizes)."""
-  try:
-    records = sorted((name, int(size), digest) for name, (size, digest) in written.items())
-  except (AttributeError, TypeError, ValueError):  # None (older exports), or edited by hand.
-    return ''
-  for name, size, digest in records:
-    path = files.join(folder, *name.split('/'))
-    if not files.exists(path):
-      return f'{path}, a file of this export, is gone'
-    if (now := files.size(path)) != size:
-      return f'{path} holds {now} bytes where the export wrote {size}'
-    if digest and files.sha256(path) != digest:
-      return f'{path} is not the file the export wrote (its sha256 differs from {MANIFEST}\'s)'
-  return ''

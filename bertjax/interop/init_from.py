@@ -21,7 +21,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax import paths
-from bertjax.interop import export_folder
+from bertjax.interop import export_manifest
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import hf_names
 from bertjax.interop import hf_tokenizer_files
@@ -123,9 +123,9 @@ def transformers_model_dir(path) -> str:
 def model_config(init_from: str) -> dict:
   """The architecture fields (ARCHITECTURE_FIELDS) of the encoder in `init_from`."""
   path = os.fspath(init_from)
-  export_folder.check_exists(path, f'init_from={init_from} does not exist: pass a transformers '
-                             'BERT dir, an original TF checkpoint or a bertjax workdir / '
-                             'checkpoint.')
+  export_manifest.check_exists(path, f'init_from={init_from} does not exist: pass a transformers '
+                               'BERT dir, an original TF checkpoint or a bertjax workdir / '
+                               'checkpoint.')
   if (tf1 := tf1_checkpoint.find(path)) is not None:
     config_file = files.join(tf1[0], tf1_checkpoint.CONFIG_FILE)
     cfg = tf1_checkpoint.config_from_tf1(tf1_checkpoint.read_config(config_file), config_file)
@@ -310,7 +310,7 @@ def read_params(path, with_heads: bool = True):
 def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
   """read_params' parameters, and what was read: the TF1 prefix, the transformers dir, or the
   bertjax checkpoint step's folder (the newest readable one where `path` names none)."""
-  export_folder.check_complete(path)
+  export_manifest.check_complete(path)
   if tf1_checkpoint.find(path) is not None:
     tf1 = tf1_checkpoint.load(path)
     logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; skipped %d that are not '

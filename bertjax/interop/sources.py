@@ -16,7 +16,7 @@ from absl import logging
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
-from bertjax.interop import export_folder
+from bertjax.interop import export_manifest
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import sentence_transformers
@@ -30,11 +30,11 @@ from bertjax.training import kinds
 def format_of(path) -> str:
   """'tf1', 'hf', 'st_layout' (a sentence-transformers 1.x folder: its model in a module
   folder) or 'bertjax' for a location that exists and is not an export cut short
-  (export_folder.check_exists); errors say what was expected."""
+  (export_manifest.check_exists); errors say what was expected."""
   path = os.fspath(path)
-  export_folder.check_exists(path, f'{path} does not exist: pass a bertjax workdir or '
-                             'checkpoint, a transformers BERT directory or an original TF '
-                             'checkpoint.')
+  export_manifest.check_exists(path, f'{path} does not exist: pass a bertjax workdir or '
+                               'checkpoint, a transformers BERT directory or an original TF '
+                               'checkpoint.')
   if tf1_checkpoint.find(path) is not None:
     return 'tf1'
   model = init_from.transformers_model_dir(path)  # The one order (it says which).
@@ -49,7 +49,7 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
   checkpoint's config kept apart from it (the original extract_features' flags); vocab_named:
   how a vocab_file the model was not trained with is named (the caller's flag or field)."""
   if bert_config_file:
-    export_folder.check_complete(path)  # format_of's check, which this TF1 reader skips.
+    export_manifest.check_complete(path)  # format_of's check, which this TF1 reader skips.
     result = tf1_checkpoint.load(path, config_file=bert_config_file)
   else:
     path = checkpoint_reader.step_path(path, step)

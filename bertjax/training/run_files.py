@@ -178,7 +178,7 @@ def _nan_back(metrics: dict) -> dict:
 # kept under this name too: every reader tells the kind from the file's bytes
 # (vocab_files.for_model), so one name serves both and every existing workdir still reads.
 RUN_VOCAB = 'vocab.txt'
-# Written last into every export (interop/export_folder.py): the files it wrote, and while an
+# Written last into every export (interop/export_manifest.py): the files it wrote, and while an
 # upload is under way `in_progress` (every reader of a model refuses such a folder).
 EXPORT_MANIFEST = '.bertjax_export_manifest.json'
 

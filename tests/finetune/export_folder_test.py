@@ -206,3 +206,68 @@ def test_a_local_export_cut_short_is_refused_by_the_readers(tmp_path):
       read(str(hf))
   (hf / export_folder.MANIFEST).write_text(json.dumps({'format': 'hf', 'files': []}))
   assert sources.format_of(str(hf)) == 'hf'  # Complete: read as before.
+
+
+def test_a_mount_point_or_a_name_past_the_file_systems_limit_is_refused_first(tmp_path,
+                                                                           monkeypatch):
+  """Hostile pass of 2026-12-04: both failed only after the whole conversion, a mount point
+  (a container's volume) with `[Errno 16] Device or resource busy` renaming it aside, a name of
+  90 CJK characters (270 bytes) with a raw `[Errno 36]` naming a temporary folder."""
+  volume = tmp_path / 'volume'
+  volume.mkdir()
+  ismount = os.path.ismount
+  monkeypatch.setattr(os.path, 'ismount', lambda p: p == str(volume) or ismount(p))
+  with pytest.raises(ValueError, match=re.escape(
+      f'output={volume} is a mount point: an export is written beside its folder and renamed '
+      f'into place, which a mount point cannot be; pass a folder inside it, e.g. '
+      f'--output={volume}/model.')):
+    export_folder.check(str(volume), True)
+  export_folder.check(str(volume / 'model'), False)  # Inside it: fine.
+  long = tmp_path / ('模' * 90) / 'hf'
+  with pytest.raises(ValueError, match=r'the folder name 模{24}\.\.\. is 270 bytes long, past '
+                     r'the 255 a file name may have on this file system: pass a shorter name'):
+    export_folder.check(str(long), False)
+  export_folder.check(str(tmp_path / ('模' * 85)), False)  # 255 bytes: taken.
+
+
+def test_overwrite_refuses_an_export_whose_files_were_edited(tmp_path):
+  """Hostile pass of 2026-12-04: --overwrite replaced an export whose config.json the user had
+  edited, without a word, though its manifest records what it wrote. A file deleted since
+  loses nothing: the rest is replaced."""
+  out = tmp_path / 'out'
+  _write(out, '{"a": 1}')
+  assert export_folder.check(str(out), True) == {'config.json'}
+  (out / 'config.json').write_text('{"a": 2}')  # Edited: same size, another sha256.
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={out} holds files edited since the export wrote them (config.json: '
+      f'{export_folder.MANIFEST} records other contents): --overwrite would lose the edits; '
+      'move them out (the rest is replaced), or choose another directory.')):
+    export_folder.check(str(out), True)
+  with pytest.raises(FileExistsError, match='holds files edited since'):
+    _write(out, '{"b": 3}', overwrite=True)
+  assert (out / 'config.json').read_text() == '{"a": 2}'
+  (out / 'config.json').unlink()  # Moved out: the rest is replaced.
+  _write(out, '{"b": 3}', overwrite=True)
+  assert (out / 'config.json').read_text() == '{"b": 3}'
+
+
+def test_a_folder_of_formats_never_holds_two_models(tmp_path):
+  """Hostile pass of 2026-12-04: hf,tf1 from one run, then hf,sentence_transformers --overwrite
+  from another left the first run's tf1/ beside the second's hf/. A format of the same model is
+  added beside the others."""
+  out = tmp_path / 'both'
+  for fmt in ('hf', 'tf1'):
+    export_folder.write(str(out / fmt), fmt, str(tmp_path / 'a' / 'checkpoints' / '3'),
+                        lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
+  ours = [('hf', str(out / 'hf')), ('sentence_transformers', str(out / 'st'))]
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={out} holds tf1 exported from {tmp_path}/a/checkpoints/3, another model than '
+      f'{tmp_path}/b/checkpoints/7: the folder would hold two models. Write all its formats '
+      'from this one (--format=hf,sentence_transformers,tf1 --overwrite), or pass another '
+      '--output.')):
+    export_folder.check_one_model(ours, str(out), str(tmp_path / 'b' / 'checkpoints' / '7'))
+  with pytest.raises(FileExistsError, match='holds tf1 exported from .*a/checkpoints/3, another'):
+    export_folder.check_one_model(ours, str(out), str(tmp_path / 'a' / 'checkpoints' / '5'))
+  export_folder.check_one_model(ours, str(out), str(tmp_path / 'a' / 'checkpoints' / '3'))
+  export_folder.check_one_model(ours + [('tf1', str(out / 'tf1'))], str(out),
+                                str(tmp_path / 'b' / 'checkpoints' / '7'))  # All replaced.

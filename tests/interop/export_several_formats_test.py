@@ -4,6 +4,7 @@ failure after one names what was written."""
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,3 +238,21 @@ def test_several_formats_go_into_a_folder_whose_parent_cannot_be_written(fine_tu
   monkeypatch.setattr(output_lock, 'held', no_lock_in_parent)
   assert export.export_formats(workdir, 'hf,tf1', out) == {'hf': out / 'hf', 'tf1': out / 'tf1'}
   assert sorted(os.listdir(out)) == ['hf', 'tf1'] and os.listdir(parent) == ['out']
+
+
+def test_formats_of_another_model_are_refused_beside_the_folders(fine_tuned_sst2, minilm_dir,
+                                                                 tmp_path):
+  """Hostile pass of 2026-12-04: hf,tf1 from one model, then hf,sentence_transformers
+  --overwrite from another left the first's tf1/ beside the second's hf/. A format of the same
+  model (the run's newest step again) is added beside the others."""
+  workdir, _ = fine_tuned_sst2
+  out = tmp_path / 'out'
+  export.export_formats(workdir, 'hf,tf1', out)
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={out} holds tf1 exported from {workdir}/checkpoints/') + r'\d+, another model '
+      r'than .*: the folder would hold two models\. Write all its formats from this one '
+      r'\(formats=hf,sentence_transformers,tf1 overwrite=True\)'):
+    export.export_formats(minilm_dir, 'hf,sentence_transformers', out, overwrite=True)
+  assert sorted(os.listdir(out)) == ['hf', 'tf1']
+  assert export.export_formats(workdir, 'hf,sentence_transformers', out, overwrite=True)
+  assert sorted(os.listdir(out)) == ['hf', 'sentence_transformers', 'tf1']

@@ -61,7 +61,30 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
   assert not os.path.exists('-')
   with pytest.raises(ValueError, match=r'^labels=x,x names a class twice: name each class once'):
     export.export(workdir, 'hf', tmp_path / 'made' / 'out', labels=('x', 'x'))
+  # Hostile pass of 2026-12-04: `--labels=,` was 'names a class twice'.
+  with pytest.raises(ValueError, match=r'^labels=, holds an empty name: name every class'):
+    export.export(workdir, 'hf', tmp_path / 'made' / 'out', labels=('', ''))
   # Refused after its lock: the folder made above --output for it is gone again.
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('keyword, value, error', [
+    ('max_seq_length', 7.5, r"^max_seq_length=7\.5 is not a whole number: pass an int"),
+    ('max_seq_length', True, r'^max_seq_length=True is not a whole number'),
+    ('max_seq_length', -1, r'^max_seq_length=-1 is negative'),
+    ('labels', 'neg,pos', r"^labels='neg,pos': pass the class names as a list of str"),
+    ('labels', (0, 1), r'^labels=\(0, 1\): pass the class names as a list of str'),
+    ('overwrite', 'no', r"^overwrite='no': pass True or False\.$"),
+    ('normalize', 1, r'^normalize=1: pass True or False'),
+    ('do_lower_case', 'false', r"^do_lower_case='false': pass True or False"),
+    ('vocab_file', 3, r'^vocab_file=3: pass a path'),
+])
+def test_the_python_api_asks_the_flags_types(tmp_path, keyword, value, error):
+  """Hostile pass of 2026-12-04: export() wrote max_seq_length=7.5 into tokenizer_config.json
+  (transformers' tokenizer then failed on it), read labels='neg,pos' letter by letter and took
+  overwrite='no' as true. Refused before the source is read (this one does not exist)."""
+  with pytest.raises((TypeError, ValueError), match=error):
+    export.export(tmp_path / 'no_such_run', 'hf', tmp_path / 'out', **{keyword: value})
   assert os.listdir(tmp_path) == []
 
 
@@ -156,7 +179,7 @@ def test_a_file_changed_after_the_export_is_refused_at_every_read(fine_tuned_sst
   """Matrix pass of 2026-12-02: an export's vocab.txt replaced (two tokens swapped) was read with
   exit 0, and so were weights with a flipped byte: each token then another's id. The manifest
   records each file's size (and the sha256 of any up to DIGESTED_BYTES); a read checks them."""
-  from bertjax.interop import export_folder  # noqa: PLC0415
+  from bertjax.interop import export_manifest  # noqa: PLC0415
   from bertjax.interop import sources  # noqa: PLC0415
   run, out = fine_tuned_sst2[0], tmp_path / 'tf1'
   export.export(run, 'tf1', out)
@@ -185,6 +208,6 @@ def test_a_file_changed_after_the_export_is_refused_at_every_read(fine_tuned_sst
     sources.load(out)
   weights.unlink()
   with pytest.raises(ValueError, match=rf'^{weights}, a file of this export, is gone'):
-    export_folder.check_complete(out)
+    export_manifest.check_complete(out)
   (out / '.bertjax_export_manifest.json').unlink()
-  export_folder.check_complete(out)  # No manifest: not an export, nothing to check.
+  export_manifest.check_complete(out)  # No manifest: not an export, nothing to check.

@@ -1,0 +1,146 @@
+"""An export's manifest, written last into its folder: the format, the source and every file
+(its size, and the sha256 of the small ones).
+
+export_folder writes it and asks it what an --overwrite may replace; the readers (sources,
+init_from, embed) ask it whether an export is whole: one cut short, or a file of it edited since,
+is refused, not read as the model's.
+"""
+
+import json
+import os
+
+from bertjax import files
+from bertjax.training import run_files
+
+# Written last into every export: the files it wrote. --overwrite replaces a folder only when it
+# holds this manifest and nothing else than the files it lists (never a model downloaded by
+# hand, a run, or a user's notes added to an export).
+MANIFEST = run_files.EXPORT_MANIFEST
+
+
+def listed(folder: str) -> set | None:
+  """The files an earlier export's manifest in `folder` lists; None without a readable one."""
+  try:
+    return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
+  except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
+    return None
+
+
+def read(folder: str) -> dict | None:
+  """An earlier export's manifest in `folder`; None without a readable one."""
+  try:
+    manifest = json.loads(files.read_text(files.join(folder, MANIFEST)))
+  except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
+    return None
+  return manifest if isinstance(manifest, dict) else None
+
+
+def format_of(folder: str) -> str | None:
+  """The format an earlier export's manifest in `folder` records; None without one."""
+  return (read(folder) or {}).get('format')
+
+
+# An export's files up to this size (vocabularies, tokenizer.json, configs) are recorded by
+# their sha256 and checked at every read: one replaced or edited after the export is refused,
+# not read as the model's. Larger ones (weights) by their size, which costs no read: a read
+# checks a folder more than once (init_from, embed), so what it hashes stays small.
+DIGESTED_BYTES = 8 << 20
+
+
+def text(fmt: str, source: str, written, in_progress: bool = False, local: str = '') -> str:
+  """The manifest of an export of `fmt` from `source` whose files are `written` (relative
+  names); with `local`, the folder they are in, each file's size and small files' sha256."""
+  manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
+  if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
+    manifest['in_progress'] = True
+  if local:  # name -> [bytes, sha256 or None], from the local folder the export was written to.
+    manifest['written'] = {}
+    for name in sorted(written):
+      path = os.path.join(local, *name.split('/'))  # local temp
+      size = os.path.getsize(path)  # local temp
+      manifest['written'][name] = [size, files.sha256(path) if size <= DIGESTED_BYTES else None]
+  return json.dumps(manifest, indent=1) + '\n'
+
+
+def write(folder: str, fmt: str, source: str):
+  """The manifest of a complete export in local `folder` (the temporary folder it was written
+  to), every file made as readable as the rest."""
+  written = files.walk_files(folder)
+  files.write_atomically(os.path.join(folder, MANIFEST),
+                         text(fmt, source, written, local=folder))
+  mask = _umask()
+  for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
+    path = os.path.join(folder, *name.split('/'))  # local temp
+    os.chmod(path, os.stat(path).st_mode | (0o644 & ~mask))  # local temp
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def check_exists(path, missing: str):
+  """Raises FileNotFoundError(missing) unless `path` (or the TF1 prefix it names) exists; for a
+  URL whose bucket does not exist (or cannot be seen) the error names the URL and the bucket.
+  An export cut short is refused (check_complete)."""
+  path = os.fspath(path)
+  if not (files.exists(path) or files.exists(f'{path}.index')):
+    files.check_exists(path, missing)
+  check_complete(path)
+
+
+def check_complete(path):
+  """Refuses an export whose upload was cut short (its manifest still says in progress: its
+  folder may hold two exports' files mixed, which would load without an error), or one of whose
+  files was replaced or edited since. `path`: the folder, or a TF1 prefix in it."""
+  path = os.fspath(path)
+  folder = path if files.isdir(path) else files.parent(path) or '.'  # A TF1 prefix: its folder.
+  manifest = read(folder)
+  if manifest is None:  # Not an export, or a manifest that says nothing readable.
+    return
+  rerun = 'rerun the export that writes it, with --overwrite'
+  if all(isinstance(manifest.get(k), str) for k in ('source', 'format')):  # As exports write.
+    rerun += (f': python -m bertjax.export --from={manifest["source"]} '
+              f'--format={manifest["format"]} --output={folder} --overwrite')
+  if manifest.get('in_progress'):
+    raise ValueError(f'{folder} is an export cut short (its {MANIFEST} says in '
+                     f'progress: its files may be two exports\' mixed): {rerun}.')
+  if changed := _changed(folder, manifest.get('written')):
+    raise ValueError(f'{changed}: it was replaced, edited or damaged since the export, and would '
+                     f'be read as the model\'s own; restore it, or {rerun} (a model saved over '
+                     f'the export on purpose, e.g. by save_pretrained: delete {folder}/{MANIFEST} '
+                     'and it is read as any folder of its kind).')
+
+
+def changes(folder: str, written=None):
+  """(name, change) for each file of the export in `folder` that is not as its manifest
+  records it: change 'gone', 'bytes <now> <written>' or 'sha256' (none for exports before
+  2026-12-02, which record no sizes). `written`: the manifest's record, read when not given."""
+  if written is None:
+    written = (read(folder) or {}).get('written')
+  try:
+    records = sorted((name, int(size), digest) for name, (size, digest) in written.items())
+  except (AttributeError, TypeError, ValueError):  # None (older exports), or edited by hand.
+    return
+  for name, size, digest in records:
+    path = files.join(folder, *name.split('/'))
+    if not files.exists(path):
+      yield name, 'gone'
+    elif (now := files.size(path)) != size:
+      yield name, f'bytes {now} {size}'
+    elif digest and files.sha256(path) != digest:
+      yield name, 'sha256'
+
+
+def _changed(folder: str, written) -> str:
+  """The first file of an export that is not as its manifest records it ('' for none)."""
+  for name, change in changes(folder, written):
+    path = files.join(folder, *name.split('/'))
+    if change == 'gone':
+      return f'{path}, a file of this export, is gone'
+    if change.startswith('bytes'):
+      now, size = change.split()[1:]
+      return f'{path} holds {now} bytes where the export wrote {size}'
+    return f'{path} is not the file the export wrote (its sha256 differs from {MANIFEST}\'s)'
+  return ''
