@@ -104,11 +104,18 @@ def _check_kind(result: bundle_lib.Bundle, fmt: str):
                     result.source, result.pooling, result.pooling)
 
 
-def _check_casing(result: bundle_lib.Bundle):
+def _check_casing(result: bundle_lib.Bundle, given: bool | None):
+  """Refuses a casing the vocab contradicts: `given` is --do_lower_case's value (None: the
+  source's own casing was read)."""
+  def fix(lower: bool) -> str:
+    flag = '--do_lower_case' if lower else '--nodo_lower_case'
+    if given is not None:  # The flag contradicts the source's vocab.
+      return f'drop --{"no" if given is False else ""}do_lower_case (the source\'s own casing)'
+    return f'pass {flag} (the casing the source records does not read its vocab)'
   if result.vocab_file:
     tokenizer.validate_case_matches_vocab(
         vocab_files.load_vocab(result.vocab_file), result.do_lower_case,
-        f'vocab file {result.vocab_file}')
+        f'vocab file {result.vocab_file}', fix)
 
 
 def _writer(fmt: str):
@@ -157,7 +164,7 @@ def _save_tf1(result: bundle_lib.Bundle, output: str):
 _KEYWORDS = {'from': 'source', 'output': 'output', 'overwrite': 'overwrite=True',
              'vocab_file': 'vocab_file', 'max_seq_length': 'max_seq_length', 'labels': 'labels',
              'normalize': 'normalize=True', 'nonormalize': 'normalize=False', 'step': 'step',
-             'do_lower_case': 'do_lower_case'}
+             'do_lower_case': 'do_lower_case=True', 'nodo_lower_case': 'do_lower_case=False'}
 
 
 def export(source, fmt: str, output, *, overwrite: bool = False, vocab_file: str = '',
@@ -216,6 +223,9 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
   if 'onnx' in formats:  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
     onnx_export.check_installed()
+  if not os.fspath(source or '').strip():
+    raise ValueError('--from is empty: name the model to export (a bertjax workdir or '
+                     'checkpoint, a transformers folder or a TF1 checkpoint).')
   if not os.fspath(output or '').strip():
     raise ValueError('--output is empty: name the folder to write the export into.')
   paths.refuse_dash(os.fspath(output), '--output', 'folder', 'an export is a folder of files, '
@@ -307,7 +317,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
     for fmt in formats:
       _check_kind(result, fmt)
       bundle_lib.check_tokenizer(result, fmt)
-    _check_casing(result)
+    _check_casing(result, do_lower_case)
     if labels:
       bundle_lib.relabel(result, labels)
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
@@ -429,6 +439,11 @@ def _interrupted(written: list, nothing) -> str:
   return 'interrupted.'
 
 
+def _step(flag):
+  """--step parsed ('latest' kept: a step folder named with it is refused unless newest)."""
+  return flag if flag == 'latest' else checkpoint_reader.parse_step(flag, text=True)
+
+
 def main(argv):
   command_flags.refuse_arguments(argv, '--from=..., --format=..., --output=...')
   console.install()
@@ -450,7 +465,7 @@ def main(argv):
                               do_lower_case=FLAGS.do_lower_case,
                               max_seq_length=FLAGS.max_seq_length, labels=tuple(FLAGS.labels),
                               normalize=FLAGS.normalize,
-                              step=checkpoint_reader.parse_step(FLAGS.step, text=True),
+                              step=_step(FLAGS.step),
                               written=written)
     lines = [line for fmt, out in targets for line in loading_lines(fmt, out)]
   except OSError as e:

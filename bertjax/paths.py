@@ -43,7 +43,11 @@ def absolute(path: str) -> str:
     raise ValueError(f'{path} looks like a URL missing a slash: write {scheme}://{rest} (or '
                      f'./{path} for a local folder)')
   if path.startswith('file://'):
-    path = path[len('file://'):]
+    host, slash, rest = path[len('file://'):].partition('/')
+    if not slash or host not in ('', 'localhost'):  # `file://` was the current folder.
+      raise ValueError(f'{path} names no local path: write file:///ABSOLUTE/PATH (or the path '
+                       'itself).')
+    path = '/' + rest
   elif not path or '://' in path:
     scheme, rest = path.split('://', 1) if path else ('', '')
     if path and not rest.strip('/'):  # `gs://`: cut to `gs:` by a caller, a local folder.

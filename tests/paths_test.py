@@ -132,7 +132,13 @@ def test_a_file_url_is_a_local_path(tmp_path):
   """export --output=file:///... renamed its finished folder to the URL itself (failing after
   the work): the OS calls after absolute() take no URL."""
   assert paths.absolute(f'file://{tmp_path}/out') == f'{tmp_path}/out'
+  assert paths.absolute(f'file://localhost{tmp_path}/out') == f'{tmp_path}/out'
   assert paths.absolute('gs://b/out') == 'gs://b/out'
+  # Session 54's export pass: `file://` was the current folder; a host was read as a folder.
+  for url in ('file://', 'file://server/share/out'):
+    with pytest.raises(ValueError, match=f'^{url} names no local path: write '
+                       'file:///ABSOLUTE/PATH'):
+      paths.absolute(url)
 
 
 def test_an_output_anywhere_inside_a_run_is_refused(tmp_path):

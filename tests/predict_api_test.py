@@ -348,16 +348,18 @@ def test_a_hand_edited_pooling_or_activation_in_config_json_is_refused(fine_tune
   assert recorded['pooling'] == 'cls'
   # Session 53's hostile pass: max_seq_length (32 -> 16) too, scoring other windows.
   length = recorded['data']['max_seq_length']
+  # Session 54's export pass: kind (classification -> regression) blamed the checkpoint.
   for field, value in (('pooling', 'mean'), ('model.hidden_act', 'relu'),
-                       ('data.max_seq_length', length // 2)):
+                       ('data.max_seq_length', length // 2), ('kind', 'regression')):
     edited = json.loads(json.dumps(recorded))
-    if field == 'pooling':
-      edited['pooling'] = value
+    if '.' not in field:
+      edited[field] = value
     else:
       section, key = field.split('.')
       edited[section][key] = value
     (run / 'config.json').write_text(json.dumps(edited))
-    with pytest.raises(ValueError, match=rf"was saved with {field}=('cls'|'gelu'|{length}), but "
+    with pytest.raises(ValueError, match=rf"was saved with {field}=('cls'|'gelu'|{length}|"
+                       rf"'classification'), but "
                        rf"the run's config.json says '?{value}'?: config.json was edited or is "
                        r"another run's; restore the one the run wrote.$"):
       predict.Predictor.from_workdir(run)

@@ -212,8 +212,9 @@ def check_head(kind: str, labels, params: dict, source: str, run: bool = True):
     said = f'{want} ({list(labels) if labels else kind})'
     raise ValueError(
         f'{source}: its {kind} head has {params[name].shape[-1]} outputs but the run recorded '
-        f'{said}: the checkpoint is not this run\'s (copied in from another?); use the run '
-        'that wrote it.' if run else
+        f'{said}: config.json\'s kind or labels were edited, or the checkpoint is not this '
+        'run\'s (copied in from another?); restore the config.json the run wrote, or use the '
+        'run that wrote the checkpoint.' if run else
         f'{source}: its {kind} head has {params[name].shape[-1]} outputs but its config '
         f'describes {said}: the weights and their config do not match; restore the config '
         'saved with these weights.')

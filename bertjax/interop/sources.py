@@ -103,13 +103,13 @@ def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
 def _check_run_record(run: dict, meta: dict, step: str):
   """Refuses a run's config.json whose model function, pooling or length differs from what the
   checkpoint was saved with (its meta): an edited record (pooling mean for cls, hidden_act relu
-  for gelu, max_seq_length 16 for 32) gave other outputs from the same weights, without a word
-  (Predictor builds from it)."""
+  for gelu, max_seq_length 16 for 32, kind regression for classification) gave other outputs
+  from the same weights, without a word (Predictor builds from it)."""
   recorded = run.get('model') if isinstance(run.get('model'), dict) else {}
   pairs = [(f'model.{k}', recorded[k], meta['model'][k]) for k in init_from.ARCHITECTURE_FIELDS
            if k in recorded and k in meta['model']]
-  if 'pooling' in meta and 'pooling' in run:
-    pairs.append(('pooling', run['pooling'], meta['pooling']))
+  pairs += [(name, run[name], meta[name]) for name in ('kind', 'pooling')
+            if name in meta and name in run]
   data = run.get('data') if isinstance(run.get('data'), dict) else {}
   if 'max_seq_length' in meta and 'max_seq_length' in data:  # Older steps have no record.
     pairs.append(('data.max_seq_length', data['max_seq_length'], meta['max_seq_length']))

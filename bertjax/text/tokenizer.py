@@ -155,15 +155,23 @@ def vocab_looks_cased(vocab):
   return upper >= max(1, _CASED_FRACTION * len(words))
 
 
-def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
-  """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`."""
+def _casing_fix(lower: bool) -> str:
+  """What validate_case_matches_vocab tells a data or training run to pass."""
+  if lower:
+    return ('pass do_lower_case=True for an uncased checkpoint (--do_lower_case for '
+            'create_pretraining_data, --config.data.do_lower_case=true for fine-tuning)')
+  return ('pass do_lower_case=False for a cased checkpoint (--nodo_lower_case for '
+          'create_pretraining_data, --config.data.do_lower_case=false for fine-tuning)')
+
+
+def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=_casing_fix):
+  """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`; `fix(lower)`
+  says what to pass for the casing that reads it (lower: do_lower_case=True)."""
   if do_lower_case and vocab_looks_cased(vocab):
     examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
     raise ValueError(
         f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
-        'do_lower_case=True, so those tokens could never be produced: pass do_lower_case=False '
-        'for a cased checkpoint (--nodo_lower_case for create_pretraining_data, '
-        '--config.data.do_lower_case=false for fine-tuning)')
+        f'do_lower_case=True, so those tokens could never be produced: {fix(False)}')
   # Uncased: no upper-case word token at all (a cased vocab learned from mostly lower-case
   # text holds a few, under the cased fraction: either casing reads it), but lower-case ones.
   # A vocab of scripts without case (CJK, Thai, Arabic, ...) is neither: either setting reads
@@ -173,9 +181,7 @@ def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab'):
       and any(t != t.upper() for t in words)):
     raise ValueError(
         f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
-        'so capitalised words would become [UNK] or odd pieces: pass do_lower_case=True for an '
-        'uncased checkpoint (--do_lower_case for create_pretraining_data, '
-        '--config.data.do_lower_case=true for fine-tuning)')
+        f'so capitalised words would become [UNK] or odd pieces: {fix(True)}')
 
 
 # Google's released checkpoints, by the name of the folder holding bert_model.ckpt.

@@ -136,6 +136,10 @@ def _no_checkpoint(directory: str, asking: Asking = COMMAND_FLAGS,
         f'{said}{where} is not a model folder (no config.json with weights, no TF1 checkpoint, '
         f'no bertjax run\'s checkpoints/)' + (f': the model is in {below}, pass that' if below
                                                 else ': pass the folder that holds one'))
+  if holder := workdir_lock.live_holder(where):  # 'Train it first' to a run that trains now.
+    return FileNotFoundError(f'{said}{where} holds no checkpoint yet: it is training now '
+                             f'({holder}) and saves its first after checkpoint.every_steps '
+                             'steps; wait for it, or pass a run that saved one.')
   return FileNotFoundError(f'{said}{where} holds no checkpoint: pass {asking.run} that saved '
                            'one (its checkpoints/<step> folders), or train it first.')
 
@@ -378,6 +382,13 @@ def step_path(path, step, asking: Asking = COMMAND_FLAGS) -> str:
   """`path` (a workdir, checkpoints/ or a step folder), or its folder of `step` when one is
   named ('best', a number): what sources.load and init_from read. `asking`: how the messages
   name the step and the run."""
+  if step == 'latest' and not files.isdir(files.join(path, 'checkpoints')):
+    directory, named = locate(path)  # A step folder named with latest: read only if newest.
+    available = steps(directory) if named is not None else []
+    if available and named != available[-1]:
+      raise ValueError(f'{asking.said(step)} reads a run\'s newest checkpoint (here step '
+                       f'{available[-1]}), but {path} is its step {named}: drop {asking.step} '
+                       f'to read step {named}, or pass the run\'s folder for its newest.')
   if parse_step(step) is None:
     if files.isdir(files.join(path, 'checkpoints')):  # A run's newest step is read.
       _say_if_stopped_early(files.join(path, 'checkpoints'), asking)

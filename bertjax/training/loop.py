@@ -200,6 +200,7 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),
           **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
+          **({'kind': config.kind} if config.get('task') and config.get('kind') else {}),
           # A fine-tuned model's input length (predict reads it from config.json).
           **({'max_seq_length': config.data.max_seq_length} if config.get('task') else {}),
           **({} if standing is None else {'ranking': standing})}

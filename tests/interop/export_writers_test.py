@@ -54,6 +54,9 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
   workdir, _ = fine_tuned_sst2
   with pytest.raises(ValueError, match='^output is empty: name the folder'):
     export.export(workdir, 'hf', '')
+  # Session 54's pass: an empty --from= was 'error:  does not exist'.
+  with pytest.raises(ValueError, match='^source is empty: name the model to export'):
+    export.export('', 'hf', tmp_path / 'out')
   # Hostile pass of 2026-12-01: '-' wrote a model folder named '-' (learn_vocab refuses it).
   with pytest.raises(ValueError, match=r"^output=- would write a folder named '-' \(an export is "
                      r'a folder of files, not a stream\): name the folder'):
@@ -107,6 +110,21 @@ def test_a_serving_export_as_the_source_is_named_as_such(tmp_path, name, said):
       f'{tmp_path}/exported is {said}, which bertjax does not read back: pass the run it was '
       'exported from, or a transformers or TF1 export')):
     export.export(tmp_path / 'exported', 'hf', tmp_path / 'out')
+
+
+def test_a_run_training_before_its_first_checkpoint_is_not_told_to_train(tmp_path):
+  """Session 53's export pass: a live run before its first save was told 'train it first'."""
+  from bertjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
+  run = tmp_path / 'run'
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text('{}')
+  with pytest.raises(FileNotFoundError, match='holds no checkpoint: .* or train it first'):
+    export.export(run, 'hf', tmp_path / 'out')
+  with workdir_lock.locked(str(run)):
+    with pytest.raises(FileNotFoundError, match=re.escape(
+        f'{run} holds no checkpoint yet: it is training now (pid {os.getpid()}) and saves its '
+        'first after checkpoint.every_steps steps; wait for it, or pass a run that saved one.')):
+      export.export(run, 'hf', tmp_path / 'out')
 
 
 @pytest.mark.parametrize('fmt', [None, 3, 'hf,onnx'])

@@ -105,7 +105,7 @@ def test_the_pretraining_run_exports_for_transformers(runs, tmp_path):
   model = transformers.BertForPreTraining.from_pretrained(str(out))
   assert model.config.vocab_size == spm_runs.VOCAB
   # The casing check holds for SentencePiece: an uncased model is not exported cased.
-  with pytest.raises(ValueError, match='is an uncased vocab .* pass do_lower_case=True'):
+  with pytest.raises(ValueError, match='is an uncased vocab .* drop do_lower_case=False'):
     export.export(runs['pretrained'], 'hf', tmp_path / 'cased', do_lower_case=False)
 
 

@@ -7,6 +7,7 @@ tiny pre-training runs, each on the first device only.
 
 import json
 import pathlib
+import re
 
 import finetune_runs
 import log_records
@@ -190,6 +191,15 @@ def test_step_values_a_user_gets_wrong(best_by_loss, sst2_dir, tmp_path):
       checkpoint_reader.parse_step(text, text=True)
   assert checkpoint_reader.parse_step('12', text=True) == 12
   assert checkpoint_reader.parse_step('latest', text=True) is None
+  # Session 54's export pass: --from=RUN/checkpoints/<older> --step=latest read the older step.
+  kept = sorted(kept_steps(best_by_loss))
+  older, newest = (str(best_by_loss / 'checkpoints' / str(s)) for s in (kept[0], kept[-1]))
+  with pytest.raises(ValueError, match=re.escape(
+      f"--step=latest reads a run's newest checkpoint (here step {kept[-1]}), but {older} is its "
+      f"step {kept[0]}: drop --step to read step {kept[0]}, or pass the run's folder")):
+    checkpoint_reader.step_path(older, 'latest')
+  assert checkpoint_reader.step_path(newest, 'latest') == newest
+  assert checkpoint_reader.step_path(older, None) == older
   # A command's --step= (an unset variable) read the newest; a config's init_from_step '' is
   # its default, the newest.
   with pytest.raises(ValueError, match='--step= is empty: pass best, latest or a checkpoint'):
