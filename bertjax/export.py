@@ -55,7 +55,6 @@ sentence_transformers: its modules) and ends on its summary line:
 import contextlib
 import errno
 import functools
-import json
 import numbers
 import os
 import re
@@ -78,86 +77,12 @@ from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import export_folder
-from bertjax.interop import hf_checkpoint
+from bertjax.interop import format_writers
 from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
-from bertjax.interop import tf1_checkpoint
-from bertjax.text import tokenizer
-from bertjax.text import vocab_files
 from bertjax.training import checkpoint_reader
-from bertjax.training import kinds
 
 FORMATS = format_names.FORMATS
-
-
-def _check_kind(result: bundle_lib.Bundle, fmt: str):
-  bundle_lib.check_holds(result, fmt)
-  if kinds.get(result.kind).heads_dropped(fmt):  # Said, as the summary line names the kind.
-    heads = ', '.join(sorted({name.split('/')[0] for name in result.params
-                              if not name.startswith('bert/')}))
-    logging.warning('%s is a %s model: --format=%s holds its encoder only, its heads (%s) are '
-                    'not written; --format=hf or tf1 keeps them', result.source, result.kind,
-                    fmt, heads)
-  if fmt == 'tf1' and result.pooling != 'cls':
-    logging.warning('%s is %s-pooled: in google-research/bert, %s-pool get_sequence_output() '
-                    'over the input mask (get_pooled_output() is the [CLS] pooler)',
-                    result.source, result.pooling, result.pooling)
-
-
-def _check_casing(result: bundle_lib.Bundle, given: bool | None):
-  """Refuses a casing the vocab contradicts: `given` is --do_lower_case's value (None: the
-  source's own casing was read)."""
-  def fix(lower: bool) -> str:
-    flag = '--do_lower_case' if lower else '--nodo_lower_case'
-    if given is not None:  # The flag contradicts the source's vocab.
-      return f'drop --{"no" if given is False else ""}do_lower_case (the source\'s own casing)'
-    return f'pass {flag} (the casing the source records does not read its vocab)'
-  if result.vocab_file:
-    tokenizer.validate_case_matches_vocab(
-        vocab_files.load_vocab(result.vocab_file), result.do_lower_case,
-        f'vocab file {result.vocab_file}', fix)
-
-
-def _writer(fmt: str):
-  if fmt == 'hf':
-    return _save_hf
-  if fmt == 'sentence_transformers':
-    return sentence_transformers.save
-  if fmt == 'tf1':
-    return _save_tf1
-  if fmt == 'onnx':
-    from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
-    return onnx_export.save
-  from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
-  return saved_model.save
-
-
-def _save_hf(result: bundle_lib.Bundle, output: str):
-  hf_checkpoint.save(result, output)
-  # An embedding model stays one: SentenceTransformer(DIR) finds its pooling, length and
-  # normalisation instead of guessing them (mean, 512, none).
-  if sentence_transformers.is_written_for(result):
-    sentence_transformers.write_modules(result, output)
-
-
-def _save_tf1(result: bundle_lib.Bundle, output: str):
-  bundle_lib.check_tokenizer(result, 'tf1')
-  tf1_checkpoint.save(result, output)
-  if result.vocab_file:
-    # A SentencePiece model beside the checkpoint as google-research/albert ships its
-    # 30k-clean.model (its scripts take --spm_model_file); a WordPiece vocab as vocab.txt.
-    name = (tf1_checkpoint.SENTENCEPIECE_MODEL if result.is_sentencepiece() else 'vocab.txt')
-    files.copy(result.vocab_file, files.join(output, name))
-  # What google-research/bert's scripts are told by flags, kept for bertjax's importer.
-  files.write_atomically(files.join(output, 'bertjax_export.json'), json.dumps(
-      {'kind': result.kind, 'labels': list(result.labels), 'pooling': result.pooling,
-       'do_lower_case': result.do_lower_case, 'max_seq_length': result.max_seq_length,
-       # A sentence-transformers model's own, so that it comes back as one.
-       'embedding': result.embedding, 'normalize': result.normalize,
-       'prompts': result.prompts, 'default_prompt_name': result.default_prompt_name,
-       'similarity_fn_name': result.similarity_fn_name, 'include_prompt': result.include_prompt,
-       'max_chars_per_word': result.max_chars_per_word},
-      indent=2) + '\n')
 
 
 # The command's flags that export() and export_formats() take as keywords (keywords.named).
@@ -315,9 +240,9 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
     if folder:  # Several formats: the folder never holds two models.
       export_folder.check_one_model(targets, folder, result.source)
     for fmt in formats:
-      _check_kind(result, fmt)
+      format_writers.check(result, fmt)
       bundle_lib.check_tokenizer(result, fmt)
-    _check_casing(result, do_lower_case)
+    format_writers.check_casing(result, do_lower_case)
     if labels:
       bundle_lib.relabel(result, labels)
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
@@ -338,8 +263,8 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
                            '--format=sentence_transformers, or drop it.')
       result.normalize = normalize
     for fmt, out in targets:
-      export_folder.write(out, fmt, result.source, functools.partial(_writer(fmt), result),
-                          overwrite)
+      write_into = functools.partial(format_writers.writer(fmt), result)
+      export_folder.write(out, fmt, result.source, write_into, overwrite)
       written.append((fmt, out))
       logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                    result.config['num_layers'], out, fmt)
@@ -375,19 +300,6 @@ def _define_flags():
   # Unset = the source's own: normalised where its modules.json lists a Normalize module.
   flags.DEFINE_bool('normalize', None, 'sentence_transformers: L2-normalise the embeddings '
                     '(a Normalize module), or --nonormalize to drop the source\'s.')
-
-
-def loading_lines(fmt: str, output: str) -> list[str]:
-  """What a user types to load the export (read from what was written)."""
-  if fmt == 'saved_model':
-    from bertjax.interop import saved_model  # pylint: disable=g-import-not-at-top
-    return saved_model.loading_lines(output)
-  if fmt == 'sentence_transformers':
-    return sentence_transformers.loading_lines(output)
-  if fmt == 'onnx':
-    from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
-    return onnx_export.loading_lines(output)
-  return []
 
 
 def _left(written: list, formats) -> list[str]:
@@ -467,7 +379,7 @@ def main(argv):
                               normalize=FLAGS.normalize,
                               step=_step(FLAGS.step),
                               written=written)
-    lines = [line for fmt, out in targets for line in loading_lines(fmt, out)]
+    lines = [line for fmt, out in targets for line in format_writers.loading_lines(fmt, out)]
   except OSError as e:
     console.fail(_written_first(written, _disk_error(e, written, FLAGS.output, FLAGS.format) or
                                 f'error: {e}',

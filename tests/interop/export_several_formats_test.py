@@ -15,6 +15,7 @@ import pytest
 
 from bertjax import export
 from bertjax import output_lock
+from bertjax.interop import format_writers
 from bertjax.interop import sources
 
 
@@ -107,12 +108,13 @@ def test_a_taken_folder_of_one_format_is_refused_before_any_is_written(fine_tune
 def test_a_failure_after_the_first_format_names_what_was_written(fine_tuned_sst2, tmp_path,
                                                                  monkeypatch):
   workdir, _ = fine_tuned_sst2
-  writer = export._writer  # pylint: disable=protected-access
+  writer = format_writers.writer
 
   def full_disk(result, folder):
     raise OSError(errno.ENOSPC, 'No space left on device', folder)
 
-  monkeypatch.setattr(export, '_writer', lambda fmt: full_disk if fmt == 'tf1' else writer(fmt))
+  monkeypatch.setattr(format_writers, 'writer',
+                      lambda fmt: full_disk if fmt == 'tf1' else writer(fmt))
   out, written = tmp_path / 'out', []
   with pytest.raises(OSError, match='No space left'):
     export._export(workdir, 'hf,tf1,saved_model', out, overwrite=False, vocab_file='',  # pylint: disable=protected-access

@@ -21,6 +21,7 @@ import transformers
 from bertjax import export
 from bertjax import predict
 from bertjax.interop import bundle as bundle_lib
+from bertjax.interop import format_writers
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sources
 from bertjax.interop import tf1_checkpoint
@@ -214,15 +215,15 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
   _, _, tagger = random_bundle('tagging', minilm_dir)
   with pytest.raises(ValueError, match='--format=tf1 cannot hold .* --format=hf or '
                      '--format=saved_model'):
-    export._check_kind(tagger, 'tf1')
+    format_writers.check(tagger, 'tf1')
   _, _, mean_classifier = random_bundle('classification', minilm_dir)
   mean_classifier.pooling = 'mean'
   for fmt in ('tf1', 'hf'):  # Both read the [CLS] pooler: refused before anything is written.
     with pytest.raises(ValueError, match=f'mean-pooled .* --format={fmt}.* --format=saved_model'
                        ' or --format=sentence_transformers .* --config.pooling=cls'):
-      export._check_kind(mean_classifier, fmt)
-  export._check_kind(mean_classifier, 'saved_model')
-  export._check_kind(mean_classifier, 'sentence_transformers')
+      format_writers.check(mean_classifier, fmt)
+  format_writers.check(mean_classifier, 'saved_model')
+  format_writers.check(mean_classifier, 'sentence_transformers')
   _, _, mean_classifier = random_bundle('classification', minilm_dir)
   mean_classifier.pooling = 'mean'
   for writer in (hf_checkpoint, tf1_checkpoint):  # A library caller skips export's checks.
@@ -375,12 +376,12 @@ def test_labels_reordered_in_config_json_are_refused(fine_tuned_sst2, tmp_path):
 def test_what_an_export_leaves_out_or_caps_is_said(minilm_dir, tmp_path, monkeypatch):
   """Pass AI: a pre-training model written as its encoder alone, and --max_seq_length past the
   model's positions, were said by no line."""
-  said = log_records.recorded_warnings(monkeypatch, export)
+  said = log_records.recorded_warnings(monkeypatch, format_writers)
   for kind, heads_said in (('pretraining', 'mlm, nsp'), ('masked_lm', 'mlm')):
     _, _, result = random_bundle(kind, minilm_dir)
     for fmt in ('saved_model', 'sentence_transformers', 'onnx', 'hf', 'tf1'):
       said.clear()
-      export._check_kind(result, fmt)
+      format_writers.check(result, fmt)
       if fmt in ('hf', 'tf1'):  # Their pre-training classes hold the heads.
         assert not said, (kind, fmt, said)
       else:
@@ -388,8 +389,9 @@ def test_what_an_export_leaves_out_or_caps_is_said(minilm_dir, tmp_path, monkeyp
                         f'its heads ({heads_said}) are not written; --format=hf or tf1 keeps '
                         'them'], (kind, fmt)
   said.clear()
-  export._check_kind(random_bundle('encoder', minilm_dir)[2], 'saved_model')
+  format_writers.check(random_bundle('encoder', minilm_dir)[2], 'saved_model')
   assert not said
+  said = log_records.recorded_warnings(monkeypatch, export)
   out = export.export(minilm_dir, 'hf', tmp_path / 'hf', max_seq_length=100_000)
   assert said == ["--max_seq_length=100000 is past the model's 512 positions: 512 is used"]
   assert json.loads((out / 'tokenizer_config.json').read_text())['model_max_length'] == 512

@@ -17,6 +17,7 @@ import pytest
 import transformers
 
 from bertjax import export
+from bertjax.interop import format_writers
 from bertjax.interop import onnx_export
 from bertjax.interop import sources
 from bertjax.model import encoder
@@ -173,7 +174,7 @@ def test_what_onnx_cannot_hold_is_refused_and_nothing_is_lost(minilm_dir, minilm
   choices.kind = 'multiple_choice'
   with pytest.raises(ValueError, match=r'--format=onnx cannot hold its head .*\[B, C, L\].* '
                      'use --format=hf or --format=sentence_transformers'):
-    export._check_kind(choices, 'onnx')
+    format_writers.check(choices, 'onnx')
   with pytest.raises(ValueError, match='cannot hold its head'):
     onnx_export.save(choices, tmp_path / 'direct')  # A library caller skips export's checks.
   _, _, mean_classifier = export_test.random_bundle('classification', minilm_dir)

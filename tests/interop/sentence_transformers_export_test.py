@@ -18,6 +18,7 @@ import spm_runs
 from bertjax import embed
 from bertjax import export
 from bertjax import files
+from bertjax.interop import format_writers
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import saved_model
 from bertjax.interop import sentence_transformers
@@ -192,7 +193,7 @@ def test_a_mean_pooled_classifier_gives_its_logits_in_sentence_transformers(
                              probabilities, atol=1e-6)
   # A real check: the [CLS] pooler would give other logits.
   assert np.abs(logits_of(result, batch, pooling='cls') - ours).max() > 1e-3
-  lines = export.loading_lines('sentence_transformers', out)
+  lines = format_writers.loading_lines('sentence_transformers', out)
   assert f"  model = SentenceTransformer('{out}')" in lines
   assert lines[-1] == ('modules: Transformer -> Pooling (mean) -> Dense (384 -> 2, Identity); '
                        'max_seq_length 16')
@@ -239,7 +240,7 @@ def test_token_level_heads_are_refused_naming_the_formats_that_hold_them(kind, m
   _, _, result = export_test.random_bundle(kind, minilm_dir)
   with pytest.raises(ValueError, match='one vector per text.* use --format=hf or '
                      '(--format=tf1 or )?--format=saved_model'):
-    export._check_kind(result, 'sentence_transformers')
+    format_writers.check(result, 'sentence_transformers')
   with pytest.raises(ValueError, match='one vector per text'):
     sentence_transformers.save(result, tmp_path)
   assert not list(tmp_path.iterdir())
