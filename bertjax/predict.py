@@ -160,10 +160,12 @@ class Predictor:
                        f'a {self.kind} model) was not: drop it.')
     self.data.null_score_diff_threshold = float(threshold)
 
-  def predict(self, inputs, progress: job_lines.Progress | None = None) -> list[dict]:
+  def predict(self, inputs, progress: job_lines.Progress | None = None, *,
+              source: str = '') -> list[dict]:
     """One dict per input (a raw string or a dict of the task's fields), in order, at full
     precision (Python floats), with the model's logits: see the module docstring. `progress`
-    (the command line's): told the inputs done after each batch."""
+    (the command line's): told the inputs done after each batch. `source`: the file the inputs
+    are the lines of, one each, which errors then name as `source:line` (else `input N`)."""
     if isinstance(inputs, (str, bytes, dict)) or getattr(inputs, 'ndim', 1) == 0:
       raise ValueError(f'predict takes a list of inputs, got one {type(inputs).__name__}: '
                        'pass [input] for one.')
@@ -177,8 +179,9 @@ class Predictor:
     # Raw input -> the examples evaluation reads; a string as the command reads its line (a
     # JSON object where it starts with {), so that both give one answer.
     pairs = self.run.get('text_pairs')
+    names = [f'{source}:{i + 1}' if source else f'input {i + 1}' for i in range(len(inputs))]
     examples = [predict_inputs.example(
-        i, predict_inputs.line_input(x, f'input {i + 1}', self.kind, pairs)
+        names[i], predict_inputs.line_input(x, names[i], self.kind, pairs)
         if isinstance(x, str) else x, self.kind, self.labels, self.data, pairs, self.tokenizer)
                 for i, x in enumerate(inputs)]
     # By the example form (Kind.example): a new kind of an existing form needs no method.
@@ -387,7 +390,8 @@ def main(argv):
                                           predictor.run.get('text_pairs'))
       if not inputs:
         raise ValueError(f'{source} holds no inputs: one per line expected.')
-      rows = predictor.predict(inputs, job_lines.Progress('predict', len(inputs), 'inputs'))
+      rows = predictor.predict(inputs, job_lines.Progress('predict', len(inputs), 'inputs'),
+                               source=source)  # Errors name its lines (read_inputs' numbers).
       text = ''.join(json.dumps(jsonl_row(predictor.kind, row), ensure_ascii=False) + '\n'
                      for row in rows)
       if output is not None:

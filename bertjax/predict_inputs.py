@@ -68,16 +68,16 @@ def raw_text_as_json(kind: str, text_pairs=None) -> str:
               form, '{"text_a": "...", "text_b": "..."}' if text_pairs else '{"text": "..."}')
 
 
-def example(index: int, item, kind: str, labels: tuple, data, text_pairs=None, tokenizer=None):
-  """Input `index` (a raw string or a dict of the task's fields) as the example the eval of
-  `kind` reads; `labels`, `data` (config.data) and `text_pairs` (None: either) are the run's.
+def example(where: str, item, kind: str, labels: tuple, data, text_pairs=None, tokenizer=None):
+  """An input (a raw string or a dict of the task's fields), which errors name `where`
+  (`file:line`, `input N`), as the example the eval of `kind` reads; `labels`, `data`
+  (config.data) and `text_pairs` (None: either) are the run's.
 
   With the model's `tokenizer`, a text that holds no wordpieces (only control or zero-width
   characters) is refused as an empty one is: the model would read [CLS] [SEP] and its answer
   would be the empty input's, for every such line. A span model's context is not checked: one
   without pieces is answered null (nothing read, nothing claimed).
   """
-  where = f'input {index + 1}'
   if isinstance(item, str):
     if not item.strip():
       raise ValueError(f'{where} is empty: every input needs its text.')

@@ -301,6 +301,10 @@ def test_an_input_without_wordpieces_is_refused_as_an_empty_one_is():
   assert predict_inputs.read_inputs([line], 'in.txt') == [json.loads(line)]  # The command's.
   with pytest.raises(ValueError, match=r'^input 1 is a JSON array, but predict reads one input '):
     classifier.predict(['[{"text": "good film"}, {"text": "bad film"}]'])
+  # Session 53's pass: the command's errors about a JSON line's fields said `input 2`, not the
+  # file's line; with the file named (the command names it), they say its line.
+  with pytest.raises(ValueError, match=r'^in\.txt:2 has none of the fields it reads'):
+    classifier.predict(['good film', '{"txt": "bad film"}'], source='in.txt')
 
 
 

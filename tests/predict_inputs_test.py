@@ -13,7 +13,8 @@ from bertjax import text_files
 def _reader(kind, labels=('neg', 'pos'), **data):
   """predict_inputs.example for a run of `kind` (no model needed): reader(index, item)."""
   data = ml_collections.ConfigDict({'text_fields': 'text', **data})
-  return lambda index, item: predict_inputs.example(index, item, kind, tuple(labels), data)
+  return lambda index, item: predict_inputs.example(f'input {index + 1}', item, kind,
+                                                     tuple(labels), data)
 
 
 def _examples(reader, path):
@@ -82,7 +83,7 @@ def test_pair_and_span_fields_are_checked_too():
 def test_a_second_text_under_a_pairs_name_is_read_not_dropped():
   """Hostile pass of session 36, 4: {"text": ..., "text_b": ...} to a one-text model predicted
   the first text alone, as if the second were not there."""
-  one = lambda item: predict_inputs.example(0, item, 'classification', ('neg', 'pos'),  # noqa: E731
+  one = lambda item: predict_inputs.example('input 1', item, 'classification', ('neg', 'pos'),  # noqa: E731
                                             ml_collections.ConfigDict({'text_fields': 'text'}),
                                             text_pairs=False)
   for item in ({'text': 'great film', 'text_b': 'awful'},
@@ -133,23 +134,23 @@ def test_a_line_without_wordpieces_is_refused_as_a_blank_line_is(tokenizer, text
                      ('tagging', {'tokens': [text]})):
     with pytest.raises(ValueError, match=f'^input 3 is empty: {re.escape(repr(text))} holds no '
                        'wordpieces .*: every input needs its text'):
-      predict_inputs.example(2, item, kind, ('0', '1', '2'), ml_collections.ConfigDict(
+      predict_inputs.example('input 3', item, kind, ('0', '1', '2'), ml_collections.ConfigDict(
           {'text_fields': 'text'}), tokenizer=tokenizer)
   with pytest.raises(ValueError, match=f'^input 1 is empty: {re.escape(repr(text))}'):
-    predict_inputs.example(0, f'a ||| {text}', 'classification', ('0', '1'),
+    predict_inputs.example('input 1', f'a ||| {text}', 'classification', ('0', '1'),
                            ml_collections.ConfigDict({'text_fields': 'text'}), True, tokenizer)
 
 
 def test_a_text_with_some_wordpieces_is_read_and_a_span_context_without_any_too(tokenizer):
   data = ml_collections.ConfigDict({'text_fields': 'text'})
-  assert predict_inputs.example(0, '\x00a\u200b', 'classification', ('0', '1'), data,
+  assert predict_inputs.example('input 1', '\x00a\u200b', 'classification', ('0', '1'), data,
                                 tokenizer=tokenizer).text_a == '\x00a\u200b'
-  assert predict_inputs.example(0, '\U0001F600', 'classification', ('0', '1'), data,
+  assert predict_inputs.example('input 1', '\U0001F600', 'classification', ('0', '1'), data,
                                 tokenizer=tokenizer).text_a == '\U0001F600'  # [UNK] is read.
-  assert predict_inputs.example(0, 'a \u200b', 'tagging', ('O',), data,
+  assert predict_inputs.example('input 1', 'a \u200b', 'tagging', ('O',), data,
                                 tokenizer=tokenizer).words == ('a', '\u200b')
   # A span's context without pieces is answered null (predict_api_test), not refused.
-  span = predict_inputs.example(0, 'who ||| \u200b', 'span', (), data, tokenizer=tokenizer)
+  span = predict_inputs.example('input 1', 'who ||| \u200b', 'span', (), data, tokenizer=tokenizer)
   assert span.question_text == 'who'
   assert predict_inputs.read_inputs(['who ||| \u200b'], 'in.txt', tokenizer) == ['who ||| \u200b']
 
@@ -165,7 +166,7 @@ def test_a_json_mistake_says_how_the_line_was_read_and_what_is_read():
     predict_inputs.read_inputs(['{"text": "a\tb"}'], 'in.txt')
   with pytest.raises(ValueError, match=r"^input 1 has none of the fields it reads \(.*review, "
                      r"sentence, sentence1, sentence2, text, text_a, text_b\): it has \['body'\]"):
-    predict_inputs.example(0, {'body': 'x'}, 'classification', ('0', '1'),
+    predict_inputs.example('input 1', {'body': 'x'}, 'classification', ('0', '1'),
                            ml_collections.ConfigDict({'text_fields': 'review'}))
 
 
@@ -175,7 +176,7 @@ def test_a_question_without_wordpieces_is_refused(tokenizer):
   data = ml_collections.ConfigDict({'text_fields': 'text'})
   for item in ('\u200b ||| Eve lives in Berlin.', {'question': '\x01', 'context': 'Eve lives.'}):
     with pytest.raises(ValueError, match=r"^input 1 is empty: '.*' holds no wordpieces"):
-      predict_inputs.example(0, item, 'span', (), data, tokenizer=tokenizer)
+      predict_inputs.example('input 1', item, 'span', (), data, tokenizer=tokenizer)
 
 
 def test_a_json_array_line_is_refused_and_the_fix_names_the_models_fields():

@@ -208,6 +208,11 @@ def test_predict_never_writes_over_its_input(run, tmp_path):
   result = predict_cli(f'--input_file={source.parent}/{source.name[:2]}*', '--overwrite')
   assert result.returncode == 1 and 'predict reads one file (or the standard input), not a glob' \
       in result.stderr, result.stderr
+  # A JSON line's field error named `input 2`, not the file's line.
+  (tmp_path / 'in.jsonl').write_text('{"text": "fine"}\n{"txt": "bad"}\n')
+  result = predict_cli(f'--input_file={tmp_path}/in.jsonl', '--overwrite')
+  assert result.returncode == 1 and f'error: {tmp_path}/in.jsonl:2 has none of the fields it ' \
+      'reads' in result.stderr, result.stderr
   result = predict_cli(f'--input_file={source}', '--overwrite')
   assert result.returncode == 0, result.stderr
   assert len(out.read_text().splitlines()) == len(SENTENCES)

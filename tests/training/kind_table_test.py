@@ -210,12 +210,12 @@ def test_predictions_rows_per_kind():
 @pytest.mark.parametrize('kind', ['encoder', 'pretraining', 'no_such_kind'])
 def test_predict_refuses_a_kind_without_task_examples(kind):
   with pytest.raises(ValueError, match=f"predict does not handle kind '{kind}'"):
-    predict_inputs.example(0, 'a text', kind, ('a', 'b'), {}, None)
+    predict_inputs.example('input 1', 'a text', kind, ('a', 'b'), {}, None)
 
 
 def test_predict_reads_each_example_form_by_its_kind():
   def read(kind, line):
-    return predict_inputs.example(0, line, kind, ('x', 'y'), {}, None)
+    return predict_inputs.example('input 1', line, kind, ('x', 'y'), {}, None)
   for kind in ('classification', 'regression'):
     assert (read(kind, 'a ||| b').text_a, read(kind, 'a ||| b').text_b) == ('a', 'b'), kind
   assert read('span', 'who ||| a context').question_text == 'who'

@@ -248,13 +248,13 @@ def test_predict_says_what_to_do_with_a_squad_file_or_an_empty_choice():
   with pytest.raises(ValueError, match=r'input 1 is a SQuAD file \("data": its articles\): '
                      r'predict reads one question per line .* --config.mode=predict and '
                      r'--config.data.predict_file=FILE'):
-    predict_inputs.example(0, {'version': '1.1', 'data': []}, 'span', (), None)
+    predict_inputs.example('input 1', {'version': '1.1', 'data': []}, 'span', (), None)
   labels = ('0', '1', '2')
   for item, said in ((' ||| a ||| b ||| c', 'its context is empty'),
                      ({'context': 'x', 'choices': ['a', '', 'c']}, 'choice 1 is empty')):
     with pytest.raises(ValueError, match=rf'^input 1: {said}: every input needs a context and 3 '
                        'choices with text'):
-      predict_inputs.example(0, item, 'multiple_choice', labels, None)
+      predict_inputs.example('input 1', item, 'multiple_choice', labels, None)
 
 
 def test_a_tuned_no_answer_threshold_is_kept_apart_and_reaches_predict(tmp_path):
