@@ -143,7 +143,8 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
   the Bundle. `written` (when given) gets each pair as soon as its folder is complete."""
   formats = format_names.parse(formats)
   vocab_file, max_seq_length, labels = _checked_types(
-      overwrite, vocab_file, do_lower_case, max_seq_length, labels, normalize)
+      source, output, overwrite, vocab_file, do_lower_case, max_seq_length, labels, normalize)
+  checkpoint_reader.parse_step(step)  # A step of the wrong type, before the source is looked at.
   written = [] if written is None else written
   if 'onnx' in formats:  # torch and the exporter are an extra: said before anything is read.
     from bertjax.interop import onnx_export  # pylint: disable=g-import-not-at-top
@@ -177,7 +178,8 @@ def _export(source, formats, output, *, overwrite: bool, vocab_file: str,
                         folder=output if len(targets) > 1 else None)
 
 
-def _checked_types(overwrite, vocab_file, do_lower_case, max_seq_length, labels, normalize):
+def _checked_types(source, output, overwrite, vocab_file, do_lower_case, max_seq_length, labels,
+                   normalize):
   """The command's flag types, asked of export() and export_formats() too (a notebook's
   max_seq_length=7.5 was written into the tokenizer's files, labels='neg,pos' read letter by
   letter, overwrite='no' true); returns vocab_file as a str, max_seq_length as an int and
@@ -193,10 +195,15 @@ def _checked_types(overwrite, vocab_file, do_lower_case, max_seq_length, labels,
   for name, value in (('do_lower_case', do_lower_case), ('normalize', normalize)):
     if value is not None and not isinstance(value, bool):
       raise TypeError(f'--{name}={value!r}: pass True or False (None: the source\'s own).')
-  vocab_file, labels = vocab_file or '', labels or ()  # None: left out
+  for name, value in (('from', source), ('output', output)):
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+      raise TypeError(f'--{name}={value!r}: pass a path (a str or a Path) or a URL.')
+  vocab_file = '' if vocab_file is None else vocab_file  # None: left out
+  labels = () if labels is None else labels
   if not isinstance(vocab_file, (str, os.PathLike)):
     raise TypeError(f'--vocab_file={vocab_file!r}: pass a path (a str), or leave it out.')
-  if isinstance(labels, str) or not all(isinstance(label, str) for label in labels):
+  # A set's or a dict's order is not the classes' (a set's changes with PYTHONHASHSEED).
+  if not isinstance(labels, (list, tuple)) or not all(isinstance(x, str) for x in labels):
     raise TypeError(f'--labels={labels!r}: pass the class names as a list of str, class 0 first '
                     "(e.g. ['negative', 'positive']).")
   return os.fspath(vocab_file), int(max_seq_length), tuple(labels)
@@ -237,14 +244,14 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
     if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.
       raise ValueError(f'{result.source} is a sentence-transformers model bertjax cannot export: '
                        f'{result.not_computed}, so its export would give other embeddings.')
-    if folder:  # Several formats: the folder never holds two models.
-      export_folder.check_one_model(targets, folder, result.source)
     for fmt in formats:
       format_writers.check(result, fmt)
       bundle_lib.check_tokenizer(result, fmt)
     format_writers.check_casing(result, do_lower_case)
     if labels:
       bundle_lib.relabel(result, labels)
+    # A folder of formats never holds two models (several formats, or DIR/hf beside others).
+    export_folder.check_one_model(targets, result.source, result.labels, folder)
     if max_seq_length:  # No longer than its position embeddings: what every writer uses.
       positions = result.config['max_position_embeddings']
       if max_seq_length > positions:
@@ -264,7 +271,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
       result.normalize = normalize
     for fmt, out in targets:
       write_into = functools.partial(format_writers.writer(fmt), result)
-      export_folder.write(out, fmt, result.source, write_into, overwrite)
+      export_folder.write(out, fmt, result.source, write_into, overwrite, result.labels)
       written.append((fmt, out))
       logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                    result.config['num_layers'], out, fmt)

@@ -35,6 +35,9 @@ def names(value) -> tuple[str, ...]:
 def parse(value) -> tuple[str, ...]:
   """The formats `value` names: one name, a comma list, or a list of names, each once. Raises
   with --format's words (the command's; keywords.named renames them for Python calls)."""
+  if isinstance(value, bytes) or not isinstance(value, (str, list, tuple, type(None))):
+    raise TypeError(f'--format={value!r}: pass a format name, a comma-separated str of them or '
+                    f'a list of names ({", ".join(FORMATS)}).')
   formats = names(value)
   given = ','.join(formats)
   if '' in formats and len(formats) > 1:

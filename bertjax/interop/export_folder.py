@@ -10,6 +10,8 @@ a URL is uploaded under a manifest that says it is in progress until the last fi
 import contextlib
 import errno
 import os
+import re
+import stat
 import tempfile
 import time
 from typing import Callable
@@ -84,6 +86,7 @@ def check_folder_of_formats(targets: list[tuple[str, str]], output: str):
   if files.isfile(output):
     raise FileExistsError(f'--output={output} is a file: several formats are written into a '
                           'folder, one folder per format in it; pass a directory.')
+  _check_not_special(output)
   if files.exists(files.join(output, MANIFEST)):
     raise FileExistsError(f'--output={output} is an export itself: several formats are written '
                           'into a folder of their own (one folder per format); pass another '
@@ -154,13 +157,41 @@ def _check_names(output: str):
                        'shorter name.')
 
 
+def _mount_points() -> set[str]:
+  """The mount points the kernel lists for this process (bind mounts too, which
+  os.path.ismount misses on one file system); empty where it lists none (another OS)."""
+  try:
+    with open('/proc/self/mountinfo', encoding='utf-8',  # local: the kernel's table
+              errors='surrogateescape') as f:
+      fields = [line.split() for line in f]
+  except OSError:
+    return set()
+  # Field 5 is the mount point, its spaces and such written as octal escapes (\040).
+  return {re.sub(r'\\([0-7]{3})', lambda m: chr(int(m[1], 8)), parts[4])
+          for parts in fields if len(parts) > 4}
+
+
 def _check_not_mount_point(output: str):
-  """Refuses a local `output` that is a mount point (a container's volume): an export is
-  written beside its folder and renamed into place, and a mount point cannot be renamed."""
-  if os.path.isdir(output) and os.path.ismount(os.path.realpath(output)):  # local only
+  """Refuses a local `output` that is a mount point (a container's volume, a bind mount): an
+  export is written beside its folder and renamed into place, and a mount point cannot be
+  renamed."""
+  real = os.path.realpath(output)  # local only
+  if os.path.isdir(output) and (os.path.ismount(real) or real in _mount_points()):  # local only
     raise ValueError(f'--output={output} is a mount point: an export is written beside its '
                      'folder and renamed into place, which a mount point cannot be; pass a '
                      f'folder inside it, e.g. --output={os.path.join(output, "model")}.')
+
+
+def _check_not_special(output: str):
+  """Refuses a local `output` that exists and is neither a folder nor a regular file (those
+  are checked apart): a FIFO, a socket or a device (/dev/null) was renamed aside and replaced."""
+  if files.is_remote(output) or not os.path.exists(output) or os.path.isdir(output):  # local
+    return
+  mode = os.stat(output).st_mode  # local only
+  kind = ('a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode) else
+          'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+          'a file' if stat.S_ISREG(mode) else 'not a folder')
+  raise FileExistsError(f'--output={output} is {kind}: an export is a folder; pass a directory.')
 
 
 def check(output, overwrite: bool, source: str = ''):
@@ -187,6 +218,7 @@ def check(output, overwrite: bool, source: str = ''):
     _recover(*os.path.split(os.path.realpath(output)))  # local only
   if files.isfile(output):
     raise FileExistsError(f'--output={output} is a file: pass a directory.')
+  _check_not_special(output)
   out = _normalised(output)
   if source:
     src = source if files.exists(source) else files.parent(source)  # A TF1 prefix: its folder.
@@ -217,6 +249,11 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} holds the exports of a command of several formats '
                           f'({", ".join(inside)}): replace one with --output='
                           f'{files.join(output, inside[0])}{several}.')
+  if listed is None and files.exists(files.join(output, MANIFEST)):
+    raise FileExistsError(f'--output={output}: its {MANIFEST} cannot be read (damaged?), so what '
+                          'the earlier export wrote cannot be told: --overwrite would delete '
+                          'anything; move out what you keep and delete the folder, or choose '
+                          'another directory.')
   if listed is None:
     raise FileExistsError(f'--output={output} was not written by bertjax.export (no {MANIFEST}): '
                           '--overwrite replaces only an earlier export; choose another '
@@ -227,7 +264,14 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
-  if edited := [name for name, change in export_manifest.changes(output) if change != 'gone']:
+  # Local weights too by their sha256 (readers check large files by size): a same-size save.
+  changes = export_manifest.changes(output, full=not files.is_remote(output))
+  if edited := [name for name, change in changes if change != 'gone']:
+    if edited == [MANIFEST]:
+      raise FileExistsError(f'--output={output}: its {MANIFEST} is damaged, so what was edited '
+                            'since the export cannot be told: --overwrite would lose any edit; '
+                            'move out what you keep and delete the folder, or choose another '
+                            'directory.')
     raise FileExistsError(f'--output={output} holds files edited since the export wrote them '
                           f'({", ".join(edited[:5])}: {MANIFEST} records other contents): '
                           '--overwrite would lose the edits; move them out (the rest is '
@@ -235,27 +279,43 @@ def check(output, overwrite: bool, source: str = ''):
   return there
 
 
-def check_one_model(targets: list[tuple[str, str]], output: str, source: str):
-  """Refuses a folder of several formats that would hold two models: a format folder there
-  that this export leaves (not one of `targets`) exported from another source or step than
-  `source` (the model read). Formats of the same model are added beside it."""
-  if len(targets) == 1 or not files.isdir(output):
+def check_one_model(targets: list[tuple[str, str]], source: str, labels=(),
+                    folder: str | None = None):
+  """Refuses a folder of formats that would hold two models: a format folder there that this
+  export leaves (not one of `targets`) exported from another source or step than `source`, or
+  with other labels than `labels` (the model read). `folder`: that of several formats; for one
+  format, the folder above an --output named as its format (DIR/hf) is one where it holds other
+  formats. Formats of the same model are added beside them."""
+  if folder is None:
+    (fmt, out), = targets
+    if files.name(out) != fmt:
+      return
+    folder = files.parent(out)
+  if not files.isdir(folder):
     return
-  ours = {fmt for fmt, _ in targets}
-  for name in sorted(set(files.listdir(output)) - ours):
-    manifest = export_manifest.read(files.join(output, name))
+  ours, there, others = {fmt for fmt, _ in targets}, set(), []
+  for name in sorted(files.listdir(folder)):
+    manifest = export_manifest.read(files.join(folder, name))
     if manifest is None or manifest.get('format') != name:
       continue
+    there.add(name)
     theirs = manifest.get('source')
+    if name in ours:
+      continue
     if not isinstance(theirs, str) or _normalised(theirs) != _normalised(source):
-      every = ','.join(sorted(ours | {name}))
-      raise FileExistsError(f'--output={output} holds {name} exported from {theirs}, another '
-                            f'model than {source}: the folder would hold two models. Write all '
-                            f'its formats from this one (--format={every} --overwrite), or '
-                            'pass another --output.')
+      moved = '' if not isinstance(theirs, str) or files.exists(theirs) else ' (now gone: moved?)'
+      others.append(f'{name} exported from {theirs}{moved}')
+    elif 'labels' in manifest and list(manifest['labels']) != list(labels):
+      others.append(f'{name} exported with the labels {manifest["labels"]}, not {list(labels)}')
+  if others:
+    every = ','.join(sorted(ours | there))
+    raise FileExistsError(f'{folder} holds {"; ".join(others)}: another model than {source}, '
+                          'so the folder would hold two models. Write all its formats from this '
+                          f'one (--format={every} --output={folder} --overwrite), or pass '
+                          'another --output.')
 
 
-def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
+def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool, labels=None):
   """Puts the export written in `local` at URL `output`, replacing an earlier export there: the
   output checked again as check() did at the start (another export or a user may have written
   there meanwhile), an in-progress manifest listing the old files and the new, then the files,
@@ -277,15 +337,16 @@ def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool):
     files.copy(os.path.join(local, *name.split('/')), files.join(output, *name.split('/')))
   for name in sorted(old - set(written)):
     files.remove(files.join(output, *name.split('/')))
-  files.write_atomically(manifest, export_manifest.text(fmt, source, written, local=local))
+  files.write_atomically(manifest, export_manifest.text(fmt, source, written, local=local,
+                                                        labels=labels))
 
 
 def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-                  overwrite: bool):
+                  overwrite: bool, labels=None):
   with tempfile.TemporaryDirectory(prefix='bertjax_export_') as local:  # local temp
     with console.temporary(local):  # Ctrl-C removes it too.
       write_into(local)
-      _upload(local, output, fmt, source, overwrite)
+      _upload(local, output, fmt, source, overwrite, labels)
 
 
 def _recover(parent: str, name: str):
@@ -308,6 +369,8 @@ def _recover(parent: str, name: str):
         logging.warning('%s: put back the export that an export killed while replacing it had '
                         'moved to %s.', output, entry)
         continue
+      if not os.path.isdir(path) and not os.path.islink(path):  # local only
+        continue  # Never an export's: left be (a FIFO or device an older export moved aside).
       if os.path.islink(path):  # local only
         os.unlink(path)  # local: the link, never what it points to.
       else:
@@ -316,7 +379,7 @@ def _recover(parent: str, name: str):
 
 
 def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-                 overwrite: bool):
+                 overwrite: bool, labels=None):
   """Writes into a hidden folder beside `output`, renamed into place when complete (a local
   rename is atomic; object stores have none, see _upload). What a killed export left beside
   `output` is cleared first (_recover). An `output` that is a link is written where it points
@@ -332,7 +395,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
       write_into(temp)
-      export_manifest.write(temp, fmt, source)
+      export_manifest.write(temp, fmt, source, labels)
     if files.exists(output):
       check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
       old = files.join(parent, f'{processes.hidden_prefix(name)}replaced-{processes.mark()}')
@@ -347,14 +410,15 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
 
 
 def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-          overwrite: bool = False):
+          overwrite: bool = False, labels=None):
   """Puts at `output` (absolute, a local path or a URL) the files `write_into(folder)` writes
   into an empty temporary folder, with the manifest that names `fmt`, `source` and every file;
-  replaces what check(output, overwrite) let through."""
+  replaces what check(output, overwrite) let through. `labels`: the model's, recorded in the
+  manifest (check_one_model compares them)."""
   if files.is_remote(output):
-    _write_remote(output, fmt, source, write_into, overwrite)
+    _write_remote(output, fmt, source, write_into, overwrite, labels)
   else:
-    _write_local(output, fmt, source, write_into, overwrite)
+    _write_local(output, fmt, source, write_into, overwrite, labels)
 
 
 def tf_disk_full(tf, e, folder: str) -> OSError | None:

@@ -40,17 +40,21 @@ def format_of(folder: str) -> str | None:
   return (read(folder) or {}).get('format')
 
 
-# An export's files up to this size (vocabularies, tokenizer.json, configs) are recorded by
-# their sha256 and checked at every read: one replaced or edited after the export is refused,
-# not read as the model's. Larger ones (weights) by their size, which costs no read: a read
-# checks a folder more than once (init_from, embed), so what it hashes stays small.
+# Every file of an export is recorded by its size and sha256. A read checks the files up to this
+# size (vocabularies, tokenizer.json, configs) by their sha256: one replaced or edited after the
+# export is refused, not read as the model's; larger ones (weights) by their size, which costs
+# no read (a read checks a folder more than once: init_from, embed). --overwrite checks all.
 DIGESTED_BYTES = 8 << 20
 
 
-def text(fmt: str, source: str, written, in_progress: bool = False, local: str = '') -> str:
+def text(fmt: str, source: str, written, in_progress: bool = False, local: str = '',
+         labels=None) -> str:
   """The manifest of an export of `fmt` from `source` whose files are `written` (relative
-  names); with `local`, the folder they are in, each file's size and small files' sha256."""
+  names); with `local`, the folder they are in, each file's size and sha256; `labels`: the
+  model's class names (a folder of formats holds one model: export_folder.check_one_model)."""
   manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
+  if labels is not None:
+    manifest['labels'] = list(labels)
   if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
     manifest['in_progress'] = True
   if local:  # name -> [bytes, sha256 or None], from the local folder the export was written to.
@@ -58,16 +62,16 @@ def text(fmt: str, source: str, written, in_progress: bool = False, local: str =
     for name in sorted(written):
       path = os.path.join(local, *name.split('/'))  # local temp
       size = os.path.getsize(path)  # local temp
-      manifest['written'][name] = [size, files.sha256(path) if size <= DIGESTED_BYTES else None]
+      manifest['written'][name] = [size, files.sha256(path)]
   return json.dumps(manifest, indent=1) + '\n'
 
 
-def write(folder: str, fmt: str, source: str):
+def write(folder: str, fmt: str, source: str, labels=None):
   """The manifest of a complete export in local `folder` (the temporary folder it was written
   to), every file made as readable as the rest."""
   written = files.walk_files(folder)
   files.write_atomically(os.path.join(folder, MANIFEST),
-                         text(fmt, source, written, local=folder))
+                         text(fmt, source, written, local=folder, labels=labels))
   mask = _umask()
   for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
     path = os.path.join(folder, *name.split('/'))  # local temp
@@ -113,15 +117,23 @@ def check_complete(path):
                      'and it is read as any folder of its kind).')
 
 
-def changes(folder: str, written=None):
+_NOT_READ = object()
+
+
+def changes(folder: str, written=_NOT_READ, full: bool = False):
   """(name, change) for each file of the export in `folder` that is not as its manifest
   records it: change 'gone', 'bytes <now> <written>' or 'sha256' (none for exports before
-  2026-12-02, which record no sizes). `written`: the manifest's record, read when not given."""
-  if written is None:
+  2026-12-02, which record no sizes); (MANIFEST, 'damaged') for a record that cannot be read.
+  `written`: the manifest's record, read when not given. `full`: the sha256 of files past
+  DIGESTED_BYTES too (exports before 2026-12-04 record none)."""
+  if written is _NOT_READ:
     written = (read(folder) or {}).get('written')
+  if written is None:  # Older exports (or no manifest): nothing recorded to compare.
+    return
   try:
     records = sorted((name, int(size), digest) for name, (size, digest) in written.items())
-  except (AttributeError, TypeError, ValueError):  # None (older exports), or edited by hand.
+  except (AttributeError, TypeError, ValueError):  # Edited by hand: nothing can be told.
+    yield MANIFEST, 'damaged'
     return
   for name, size, digest in records:
     path = files.join(folder, *name.split('/'))
@@ -129,7 +141,7 @@ def changes(folder: str, written=None):
       yield name, 'gone'
     elif (now := files.size(path)) != size:
       yield name, f'bytes {now} {size}'
-    elif digest and files.sha256(path) != digest:
+    elif digest and (full or size <= DIGESTED_BYTES) and files.sha256(path) != digest:
       yield name, 'sha256'
 
 
@@ -137,6 +149,8 @@ def _changed(folder: str, written) -> str:
   """The first file of an export that is not as its manifest records it ('' for none)."""
   for name, change in changes(folder, written):
     path = files.join(folder, *name.split('/'))
+    if change == 'damaged':
+      return f'{path}\'s record of the files written cannot be read (edited by hand?)'
     if change == 'gone':
       return f'{path}, a file of this export, is gone'
     if change.startswith('bytes'):

@@ -248,6 +248,9 @@ def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> i
   if text:
     raise ValueError(f'{asking.said(step)}: pass best, latest or a checkpoint step number (0 or '
                      'more, one of the run\'s checkpoints/<step> folders).')
+  if isinstance(step, str) and step.strip().isascii() and step.strip().isdigit():
+    raise ValueError(f'step={step!r} is a str: pass the number, step={int(step)} (or \'best\' '
+                     "or 'latest').")
   raise ValueError(f'step={step!r}: a checkpoint step is a number (0 or more, e.g. step=600), '
                    "'best' or 'latest'.")
 
@@ -362,6 +365,7 @@ def _say_if_stopped_early(directory, asking: Asking):
   workdir, available = _workdir_of(directory), steps(directory)
   if available:
     workdir_lock.say_if_live(workdir, available[-1])
+    run_files.say_newest_gone_to_reader(workdir, available[-1])
   run = last_run_config(workdir)
   if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
     return

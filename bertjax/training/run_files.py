@@ -108,15 +108,33 @@ def lost_checkpoints(workdir) -> str:
           f'results){fresh}')
 
 
-def _say_newest_gone(workdir, folder, names, newest: int):
-  """Warns where SAVED records a newer step than `newest`, the newest in checkpoints/: a resume
-  would train the steps between again without a word. The run's own keep limit removes older
-  steps only; a newest step moved aside as unreadable was said when it was."""
+def say_newest_gone_to_reader(workdir, newest: int):
+  """A reader's warning (export, predict, embed) where SAVED records a newer step than
+  `newest`, the newest step it reads: the newer ones were deleted or moved."""
+  folder = files.join(workdir, 'checkpoints')
+  if saved := _newer_saved(workdir, files.listdir(folder), newest):
+    logging.warning('%s saved checkpoints up to step %d (%s) but %s holds none after step %d: '
+                    'they were deleted or moved, and step %d is read; put them back to read '
+                    'the newest', workdir, saved, SAVED, folder, newest, newest)
+
+
+def _newer_saved(workdir, names, newest: int) -> int | None:
+  """The newest step SAVED records where it is newer than `newest` (and was not moved aside
+  as unreadable, which was said when it was); else None."""
   recorded = _read_json(files.join(workdir, SAVED))
   # Damaged: the next save rewrites it, and the steps present are resumed either way.
   saved = recorded.get('newest_step') if isinstance(recorded, dict) else None
   if (not isinstance(saved, int) or saved <= newest
       or any(n.startswith(f'{saved}.unreadable-') for n in names)):
+    return None
+  return saved
+
+
+def _say_newest_gone(workdir, folder, names, newest: int):
+  """Warns where SAVED records a newer step than `newest`, the newest in checkpoints/: a resume
+  would train the steps between again without a word. The run's own keep limit removes older
+  steps only; a newest step moved aside as unreadable was said when it was."""
+  if (saved := _newer_saved(workdir, names, newest)) is None:
     return
   logging.warning('%s saved checkpoints up to step %d (%s) but %s holds none after step %d: '
                   'they were deleted or moved (by hand, a cleanup script, a copy of the workdir '

@@ -6,6 +6,7 @@ import os
 import pathlib
 import re
 import socket
+import stat
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 
 from bertjax import processes
 from bertjax.interop import export_folder
+from bertjax.interop import export_manifest
 from bertjax.interop import init_from
 from bertjax.interop import sources
 
@@ -261,13 +263,97 @@ def test_a_folder_of_formats_never_holds_two_models(tmp_path):
                         lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
   ours = [('hf', str(out / 'hf')), ('sentence_transformers', str(out / 'st'))]
   with pytest.raises(FileExistsError, match=re.escape(
-      f'output={out} holds tf1 exported from {tmp_path}/a/checkpoints/3, another model than '
-      f'{tmp_path}/b/checkpoints/7: the folder would hold two models. Write all its formats '
-      'from this one (--format=hf,sentence_transformers,tf1 --overwrite), or pass another '
-      '--output.')):
-    export_folder.check_one_model(ours, str(out), str(tmp_path / 'b' / 'checkpoints' / '7'))
-  with pytest.raises(FileExistsError, match='holds tf1 exported from .*a/checkpoints/3, another'):
-    export_folder.check_one_model(ours, str(out), str(tmp_path / 'a' / 'checkpoints' / '5'))
-  export_folder.check_one_model(ours, str(out), str(tmp_path / 'a' / 'checkpoints' / '3'))
-  export_folder.check_one_model(ours + [('tf1', str(out / 'tf1'))], str(out),
-                                str(tmp_path / 'b' / 'checkpoints' / '7'))  # All replaced.
+      f'{out} holds tf1 exported from {tmp_path}/a/checkpoints/3 (now gone: moved?): another '
+      f'model than {tmp_path}/b/checkpoints/7, so the folder would hold two models. Write all its '
+      f'formats from this one (--format=hf,sentence_transformers,tf1 --output={out} '
+      '--overwrite), or pass another --output.')):
+    export_folder.check_one_model(ours, str(tmp_path / 'b' / 'checkpoints' / '7'), (), str(out))
+  with pytest.raises(FileExistsError, match='holds tf1 exported from .*a/checkpoints/3 .*another'):
+    export_folder.check_one_model(ours, str(tmp_path / 'a' / 'checkpoints' / '5'), (), str(out))
+  export_folder.check_one_model(ours, str(tmp_path / 'a' / 'checkpoints' / '3'), (), str(out))
+  export_folder.check_one_model(ours + [('tf1', str(out / 'tf1'))],
+                                str(tmp_path / 'b' / 'checkpoints' / '7'), (), str(out))
+
+
+def test_a_fifo_a_device_or_a_bind_mount_is_no_output(tmp_path, monkeypatch):
+  """Session 54's second export pass: a FIFO, a socket or a device as --output (as root,
+  /dev/null) was renamed aside and replaced by the export, exit 0; a bind mount (one file
+  system: os.path.ismount misses it) failed after the whole conversion."""
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  for formats in (1, 2):
+    check = (lambda out: export_folder.check(out, True)) if formats == 1 else (
+        lambda out: export_folder.check_folder_of_formats([('hf', f'{out}/hf'),
+                                                           ('tf1', f'{out}/tf1')], out))
+    with pytest.raises(FileExistsError, match=re.escape(
+        f'output={fifo} is a FIFO: an export is a folder; pass a directory.')):
+      check(str(fifo))
+  with pytest.raises(FileExistsError, match='output=/dev/null is a device: an export is a '):
+    export_folder.check('/dev/null', True)
+  assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+  bound = tmp_path / 'bound'
+  bound.mkdir()
+  monkeypatch.setattr(export_folder, '_mount_points', lambda: {str(bound)})
+  with pytest.raises(ValueError, match=f'output={bound} is a mount point'):
+    export_folder.check(str(bound), True)
+
+
+def test_the_kernels_mount_points_are_read(tmp_path):
+  """/proc/self/mountinfo's mount points, its escapes read: the root is always one."""
+  from bertjax.interop import export_folder as folder_lib  # pylint: disable=g-import-not-at-top
+  if not os.path.exists('/proc/self/mountinfo'):
+    pytest.skip('no /proc/self/mountinfo (not Linux)')
+  assert '/' in folder_lib._mount_points()  # pylint: disable=protected-access
+
+
+def test_one_format_into_a_folder_of_formats_holds_the_same_model(tmp_path):
+  """Session 54's second pass: --format=hf --output=DIR/hf --overwrite from another run, beside
+  DIR/tf1, left two models in DIR; so did other --labels for the same source."""
+  out = tmp_path / 'both'
+  for fmt in ('hf', 'tf1'):
+    export_folder.write(str(out / fmt), fmt, str(tmp_path / 'a'),
+                        lambda folder: (pathlib.Path(folder) / 'x').write_text('x'),
+                        labels=('neg', 'pos'))
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'{out} holds tf1 exported from {tmp_path}/a (now gone: moved?): another model than '
+      f'{tmp_path}/b, so the folder would hold two models. Write all its formats from this one '
+      f'(--format=hf,tf1 --output={out} --overwrite), or pass another --output.')):
+    export_folder.check_one_model([('hf', str(out / 'hf'))], str(tmp_path / 'b'), ('neg', 'pos'))
+  with pytest.raises(FileExistsError, match=re.escape(
+      f"{out} holds hf exported with the labels ['neg', 'pos'], not ['pos', 'neg']; tf1 exported "
+      "with the labels ['neg', 'pos'], not ['pos', 'neg']: another model")):
+    export_folder.check_one_model([('onnx', str(out / 'onnx'))], str(tmp_path / 'a'),
+                                  ('pos', 'neg'))
+  export_folder.check_one_model([('onnx', str(out / 'onnx'))], str(tmp_path / 'a'),
+                                ('neg', 'pos'))  # The same model: added beside them.
+  export_folder.check_one_model([('hf', str(out / 'model'))], str(tmp_path / 'b'))  # Not DIR/hf.
+
+
+def test_overwrite_compares_large_files_by_sha256_and_a_damaged_manifest_is_refused(
+    tmp_path, monkeypatch):
+  """Session 54's second pass: weights re-saved at the same size (past DIGESTED_BYTES, which
+  readers compare by size) were replaced by --overwrite; a manifest whose record was edited
+  turned the check off, and one that was no JSON was said to be missing."""
+  monkeypatch.setattr(export_manifest, 'DIGESTED_BYTES', 4)
+  out = tmp_path / 'out'
+  _write(out, '{"a": 1}')  # 8 bytes: past the (patched) limit.
+  (out / 'config.json').write_text('{"a": 2}')
+  export_manifest.check_complete(out)  # A read compares its size: the same.
+  with pytest.raises(FileExistsError, match=r'holds files edited since the export wrote them '
+                     r'\(config\.json:'):
+    export_folder.check(str(out), True)
+  (out / 'config.json').write_text('{"a": 1}')
+  manifest = out / export_folder.MANIFEST
+  record = json.loads(manifest.read_text())
+  record['written']['config.json'][0] = 'x'
+  manifest.write_text(json.dumps(record))
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={out}: its {export_folder.MANIFEST} is damaged, so what was edited since the '
+      'export cannot be told')):
+    export_folder.check(str(out), True)
+  with pytest.raises(ValueError, match=r"record of the files written cannot be read \(edited by "):
+    export_manifest.check_complete(out)
+  manifest.write_text('{not json')
+  with pytest.raises(FileExistsError, match=re.escape(
+      f'output={out}: its {export_folder.MANIFEST} cannot be read (damaged?)')):
+    export_folder.check(str(out), True)

@@ -251,10 +251,14 @@ def test_formats_of_another_model_are_refused_beside_the_folders(fine_tuned_sst2
   out = tmp_path / 'out'
   export.export_formats(workdir, 'hf,tf1', out)
   with pytest.raises(FileExistsError, match=re.escape(
-      f'output={out} holds tf1 exported from {workdir}/checkpoints/') + r'\d+, another model '
-      r'than .*: the folder would hold two models\. Write all its formats from this one '
-      r'\(formats=hf,sentence_transformers,tf1 overwrite=True\)'):
+      f'{out} holds tf1 exported from {workdir}/checkpoints/') + r'\d+: another model than .*, '
+      r'so the folder would hold two models\. Write all its formats from this one '
+      rf'\(formats=hf,sentence_transformers,tf1 output={out} overwrite=True\)'):
     export.export_formats(minilm_dir, 'hf,sentence_transformers', out, overwrite=True)
   assert sorted(os.listdir(out)) == ['hf', 'tf1']
   assert export.export_formats(workdir, 'hf,sentence_transformers', out, overwrite=True)
   assert sorted(os.listdir(out)) == ['hf', 'sentence_transformers', 'tf1']
+  # One format into its folder there (DIR/hf) from another model: refused as well.
+  with pytest.raises(FileExistsError, match=re.escape(f'{out} holds sentence_transformers '
+                                                      f'exported from {workdir}/checkpoints/')):
+    export.export(minilm_dir, 'hf', out / 'hf', overwrite=True)

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from bertjax import export
@@ -81,6 +82,11 @@ def test_an_empty_output_or_a_label_named_twice_is_refused(fine_tuned_sst2, tmp_
     ('normalize', 1, r'^normalize=1: pass True or False'),
     ('do_lower_case', 'false', r"^do_lower_case='false': pass True or False"),
     ('vocab_file', 3, r'^vocab_file=3: pass a path'),
+    # Session 54's second pass: a set's order changed with PYTHONHASHSEED (the classes too).
+    ('labels', {'neg', 'pos'}, r'^labels=\{.*\}: pass the class names as a list of str'),
+    ('labels', {'neg': 0, 'pos': 1}, r'^labels=\{.*\}: pass the class names as a list'),
+    ('labels', np.array(['a', 'b']), r"^labels=array\(\['a', 'b'\].*: pass the class names"),
+    ('step', '3', r"^step='3' is a str: pass the number, step=3"),
 ])
 def test_the_python_api_asks_the_flags_types(tmp_path, keyword, value, error):
   """Hostile pass of 2026-12-04: export() wrote max_seq_length=7.5 into tokenizer_config.json
@@ -88,6 +94,16 @@ def test_the_python_api_asks_the_flags_types(tmp_path, keyword, value, error):
   overwrite='no' as true. Refused before the source is read (this one does not exist)."""
   with pytest.raises((TypeError, ValueError), match=error):
     export.export(tmp_path / 'no_such_run', 'hf', tmp_path / 'out', **{keyword: value})
+  assert os.listdir(tmp_path) == []
+
+
+def test_the_python_api_asks_the_sources_and_formats_types(tmp_path):
+  """Session 54's second pass: export(5, ...) was a raw 'expected str, bytes or os.PathLike',
+  and b'hf' was read as the format '104'."""
+  with pytest.raises(TypeError, match=r'^source=5: pass a path \(a str or a Path\) or a URL\.$'):
+    export.export(5, 'hf', tmp_path / 'out')
+  with pytest.raises(TypeError, match=r"^formats=b'hf': pass a format name, a comma-separated"):
+    export.export_formats(tmp_path / 'run', b'hf', tmp_path / 'out')
   assert os.listdir(tmp_path) == []
 
 

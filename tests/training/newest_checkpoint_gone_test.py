@@ -48,3 +48,18 @@ def test_steps_the_run_removed_itself_or_moved_aside_are_not_warned(tmp_path, mo
   for i, text in enumerate(('{oops', '[19]', '{"newest_step": "8"}')):
     assert run_files.lost_checkpoints(str(_run(tmp_path / f'bad{i}', [6], record_text=text))) == ''
   assert said == []
+
+
+def test_a_reader_of_the_newest_step_is_told_newer_ones_are_gone(tmp_path, monkeypatch):
+  """Session 54's export pass: with checkpoints/6 deleted (the record says 6), export (and
+  every reader of the newest step) read step 3 with no word; a resume was warned."""
+  said = log_records.recorded_warnings(monkeypatch, run_files)
+  workdir = _run(tmp_path / 'run', [3], saved=6)
+  run_files.say_newest_gone_to_reader(str(workdir), 3)
+  assert said == [
+      f'{workdir} saved checkpoints up to step 6 (checkpoints_saved.json) but '
+      f'{workdir}/checkpoints holds none after step 3: they were deleted or moved, and step 3 is '
+      'read; put them back to read the newest']
+  said.clear()
+  run_files.say_newest_gone_to_reader(str(_run(tmp_path / 'kept', [3, 6], saved=6)), 6)
+  assert said == []
