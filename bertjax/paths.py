@@ -42,11 +42,15 @@ def absolute(path: str) -> str:
     rest = '/' + rest if scheme.lower() == 'file' else rest  # file:///x: no host, a local path.
     raise ValueError(f'{path} looks like a URL missing a slash: write {scheme}://{rest} (or '
                      f'./{path} for a local folder)')
-  if path.startswith('file://'):
+  if path[:len('file://')].lower() == 'file://':  # Schemes are case-blind: FILE:// too.
     host, slash, rest = path[len('file://'):].partition('/')
-    if not slash or host not in ('', 'localhost'):  # `file://` was the current folder.
+    if not slash:  # `file://` was the current folder.
       raise ValueError(f'{path} names no local path: write file:///ABSOLUTE/PATH (or the path '
                        'itself).')
+    if host not in ('', 'localhost'):
+      raise ValueError(f'{path} names the host {host}: a file:// URL here is a path on this '
+                       'machine (file:///PATH, or file://localhost/PATH); mount the other '
+                       'machine\'s folder and pass its local path.')
     path = '/' + rest
   elif not path or '://' in path:
     scheme, rest = path.split('://', 1) if path else ('', '')

@@ -135,10 +135,12 @@ def test_a_file_url_is_a_local_path(tmp_path):
   assert paths.absolute(f'file://localhost{tmp_path}/out') == f'{tmp_path}/out'
   assert paths.absolute('gs://b/out') == 'gs://b/out'
   # Session 54's export pass: `file://` was the current folder; a host was read as a folder.
-  for url in ('file://', 'file://server/share/out'):
-    with pytest.raises(ValueError, match=f'^{url} names no local path: write '
-                       'file:///ABSOLUTE/PATH'):
-      paths.absolute(url)
+  with pytest.raises(ValueError, match='^file:// names no local path: write file:///ABSOLUTE'):
+    paths.absolute('file://')
+  with pytest.raises(ValueError, match='^file://server/share/out names the host server: a '
+                     r'file:// URL here is a path on this machine'):
+    paths.absolute('file://server/share/out')
+  assert paths.absolute(f'FILE://{tmp_path}/out') == f'{tmp_path}/out'  # Schemes are case-blind.
 
 
 def test_an_output_anywhere_inside_a_run_is_refused(tmp_path):

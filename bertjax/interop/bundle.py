@@ -235,8 +235,8 @@ def relabel(bundle: 'Bundle', labels):
     raise ValueError(f'--labels={given} names a class twice: name each class once, class 0 '
                      'first.')
   if len(labels) != len(bundle.labels):
-    raise ValueError(f'--labels names {len(labels)} classes but the model has '
-                     f'{len(bundle.labels)}.')
+    raise ValueError(f'--labels={given} names {len(labels)} class{"es" * (len(labels) != 1)} '
+                     f'but the model has {len(bundle.labels)}: name each, class 0 first.')
   if tuple(labels) != tuple(bundle.labels) and bundle.labels_named:
     raise ValueError(f'{bundle.source} records its labels {list(bundle.labels)} (class 0 '
                      f'first): --labels={given} would rename or reorder them; drop --labels.')

@@ -155,6 +155,15 @@ def _check_names(output: str):
       raise ValueError(f'--output={output}: the folder name {name[:24]}... is {size} bytes long, '
                        f'past the {limit} a file name may have on this file system: pass a '
                        'shorter name.')
+  try:
+    longest = os.pathconf(existing, 'PC_PATH_MAX')  # local only
+  except (OSError, ValueError):
+    longest = 4096
+  # Room for what goes inside (a format's folder, its hidden lock and files: 300 bytes).
+  if (size := len(path.encode('utf-8', 'surrogateescape'))) + 300 > longest:
+    raise ValueError(f'--output={output[:40]}... is {size} bytes long: with the files an export '
+                     f'writes inside it, past the {longest} a path may have here; pass a shorter '
+                     'path.')
 
 
 def _mount_points() -> set[str]:

@@ -38,8 +38,8 @@ def check_casing(result: bundle_lib.Bundle, given: bool | None):
   def fix(lower: bool) -> str:
     flag = '--do_lower_case' if lower else '--nodo_lower_case'
     if given is not None:  # The flag contradicts the source's vocab.
-      return f'drop --{"no" if given is False else ""}do_lower_case (the source\'s own casing)'
-    return f'pass {flag} (the casing the source records does not read its vocab)'
+      return f'drop --{"no" if given is False else ""}do_lower_case (the source\'s own casing).'
+    return f'pass {flag} (the casing the source records does not read its vocab).'
   if result.vocab_file:
     tokenizer.validate_case_matches_vocab(
         vocab_files.load_vocab(result.vocab_file), result.do_lower_case,

@@ -231,7 +231,7 @@ def test_bad_requests_are_refused_and_nothing_is_lost(minilm_dir, tmp_path):
       writer.save(mean_classifier, tmp_path / 'direct')
   assert not (tmp_path / 'direct').exists()
   with pytest.raises(ValueError, match=r"uncased vocab .* do_lower_case=False, so .*: drop "
-                     r"do_lower_case=False \(the source's own casing\)$"):
+                     r"do_lower_case=False \(the source's own casing\)\.$"):
     export.export(minilm_dir, 'hf', tmp_path / 'cased', do_lower_case=False)
   assert not (tmp_path / 'cased').exists()
   short_vocab = tmp_path / 'short_vocab.txt'
