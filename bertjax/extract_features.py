@@ -28,6 +28,7 @@ The model runs through bertjax/inference.py, the one inference path of predict, 
 import contextlib
 import dataclasses
 import json
+import numbers
 import os
 import shutil
 import sys
@@ -120,6 +121,11 @@ def hidden_states_fn(config):
 
 def concat_last_layers(config, params, batch, n: int = 4):
   """The paper's feature-based approach: the last n layers' outputs concatenated, [B, L, n*D]."""
+  layers = config['num_layers']
+  if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= layers:
+    # Past the layers, the embeddings came next, then again (an index past the end is clamped).
+    raise ValueError(f'n={n!r}: the last n of the model\'s {layers} layers, 1 to {layers} (the '
+                     'embeddings are not a layer).')
   states = hidden_states_fn(config)(params, batch)
   return jnp.concatenate([states[-i] for i in range(1, n + 1)], axis=-1)
 
@@ -144,6 +150,7 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
   the lines, the step read, the inputs cut). `step` picks a bertjax run's checkpoint: 'best',
   'latest' (None) or a step number. input_file / output_file '-': standard input / output.
   An existing output_file is replaced only with `overwrite`."""
+  layers = _checked(layers, max_seq_length, batch_size)
   to_stdout = str(output_file) == STDIO
   output = None if to_stdout else paths.check_output_file(
       output_file, inputs=(i for i in (input_file, vocab_file, bert_config_file) if i != STDIO))
@@ -160,6 +167,19 @@ def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
                     do_lower_case, bert_config_file, step)
 
 
+def _checked(layers, max_seq_length, batch_size) -> tuple[int, ...]:
+  """run()'s arguments checked as the command's flags are (a batch_size of -3 wrote an empty
+  file and returned success; layers=(True,) wrote "index": true); returns the layers."""
+  if (not isinstance(layers, (list, tuple)) or not layers or
+      not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in layers)):
+    raise TypeError(f'--layers={layers!r}: pass layer numbers, e.g. (-1, -2, -3, -4) (-1 is the '
+                    'last layer, 0 the first).')
+  for name, value, least in (('max_seq_length', max_seq_length, 3), ('batch_size', batch_size, 1)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+      raise ValueError(f'--{name}={value!r}: pass a whole number, {least} or more.')
+  return tuple(int(i) for i in layers)
+
+
 def _extract(init: str, input_file: str, output: str | None, layers, max_seq_length: int,
              batch_size: int, vocab_file: str, do_lower_case: bool | None,
              bert_config_file: str, step) -> Written:
@@ -171,10 +191,19 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   model = sources.load(init, vocab_file=vocab_file, do_lower_case=do_lower_case, step=step,
                        bert_config_file=bert_config_file)
   if not model.vocab_file:
+    run = files.parent(files.parent(model.source)) if model.step is not None else ''
+    if run and not files.exists(files.join(run, 'config.json')):  # What records its vocab.
+      raise ValueError(f'{run}\'s config.json is gone (the run\'s record of its vocab and '
+                       'settings): put it back, or pass --vocab_file.')
     raise ValueError(f'{init} has no vocab beside it: pass --vocab_file.')
   if max_seq_length > model.config['max_position_embeddings']:
     raise ValueError(f'--max_seq_length={max_seq_length} exceeds the model\'s '
                      f'{model.config["max_position_embeddings"]} positions.')
+  if model.step is not None and max_seq_length > model.max_seq_length:  # A bertjax run's.
+    logging.warning('--max_seq_length=%d is past the %d tokens %s was trained on: positions from '
+                    '%d on were never trained, so longer inputs\' features there are '
+                    'untrained; pass --max_seq_length=%d for the run\'s own', max_seq_length,
+                    model.max_seq_length, init, model.max_seq_length, model.max_seq_length)
   num_layers = model.config['num_layers']
   bad = [i for i in layers if not -num_layers <= i < num_layers]
   if bad:
@@ -200,8 +229,9 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   # Rows padded to a power of two up to batch_size (inference.rows_per_batch, as predict and
   # embed): a few compiled shapes, and one line with --batch_size=1024 runs one row, not 1024
   # (padding rows are cut off). Tokens stay padded to --max_seq_length, as the original pads
-  # them: cut to the batch's longest, the values moved by up to 3e-6 (float32 sums in another
-  # order), where the rows' padding leaves them bit-identical.
+  # them (cut to the batch's longest, the values moved by up to 3e-6). A batch of other rows
+  # (1, 2, 4, ...: a short file, another --batch_size) computes in another order: its values
+  # differ in the 6th decimal; the same file and --batch_size give the same bytes.
   rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
   cut = 0
@@ -214,6 +244,11 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
         cut += chunk_cut
         batch = inference.padded(batch, rows)
         states = np.asarray(fn(params, batch)[picked])
+        if not np.isfinite(states[:, :len(chunk)]).all():  # JSON has no NaN (parsers refuse it).
+          row = int(np.argwhere(~np.isfinite(states[:, :len(chunk)]))[0][1])
+          raise ValueError(f'the model gave NaN or infinite values for input {start + row + 1}: '
+                           f'its weights hold some (a diverged run?), so {init} cannot give '
+                           'features; nothing was written.')
         for row in range(len(chunk)):
           f.write(_json_line(start + row, tokens[row], states[:, row], layers))
         progress.update(start + len(chunk))

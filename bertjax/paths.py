@@ -113,6 +113,32 @@ def absolute_config(config):
   return config
 
 
+def check_lengths(path: str, shown: str, room: int = 0):
+  """Refuses a local `path` (`shown` in the message) with a name longer than its file system
+  takes, or a path that leaves fewer than `room` bytes for what is written inside it: checked
+  first, as a write failed only at its end, renaming its whole output into place."""
+  path = os.path.abspath(path)  # local only
+  existing = path
+  while not os.path.isdir(existing):  # local only: the folder whose file system is asked
+    existing = os.path.dirname(existing)
+  limits = []
+  for name, default in (('PC_NAME_MAX', 255), ('PC_PATH_MAX', 4096)):
+    try:
+      limits.append(os.pathconf(existing, name))  # local only
+    except (OSError, ValueError):
+      limits.append(default)
+  longest_name, longest = limits
+  for name in path.split(os.sep):
+    if (size := len(name.encode('utf-8', 'surrogateescape'))) > longest_name:
+      raise ValueError(f'{shown}: the name {name[:24]}... is {size} bytes long, past the '
+                       f'{longest_name} a file name may have on this file system: pass a '
+                       'shorter name.')
+  if (size := len(path.encode('utf-8', 'surrogateescape'))) + room > longest:
+    raise ValueError(f'{shown[:60]}... is {size} bytes long: ' +
+                     ('with the files written inside it, ' if room else '') +
+                     f'past the {longest} a path may have here; pass a shorter path.')
+
+
 def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str = '') -> str:
   """The absolute --`flag` path (or URL), refused before any work when writing it would lose
   something: one of the `inputs` it was read from, a folder, a file that is not a regular one
@@ -136,6 +162,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
   if files.isdir(out) and not files.isfile(out):
     raise IsADirectoryError(f'{shown} is a folder: name the file to write.')
   if not files.is_remote(out):
+    check_lengths(out, shown)
     # Through its links (/dev/stdout is one to a terminal or a pipe), before resolving them:
     # a pipe's link resolves to no path at all.
     if os.path.exists(out) and not os.path.isfile(out):  # local: not a URL

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from flax import traverse_util
+import log_records
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
 import numpy as np
 import pytest
@@ -56,6 +57,10 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
       vocab_files.for_model(model.vocab_file, True), [(LINES[0], None)], 12)
   features = np.asarray(extract_features.concat_last_layers(model.config, params, batch))
   assert features.shape == (1, 12, 4 * 384)
+  # Session 54's pass: n=10 of 6 layers gave the embeddings, then the embeddings again.
+  for n in (0, 7, 10, 2.0):
+    with pytest.raises(ValueError, match=rf"^n={n}: the last n of the model's 6 layers, 1 to 6"):
+      extract_features.concat_last_layers(model.config, params, batch, n)
   enc = tok(LINES[0], return_tensors='pt')
   with torch.no_grad():
     states = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()(
@@ -104,7 +109,25 @@ def test_bad_layers_and_lengths_are_refused(minilm_dir, tmp_path):
   (tmp_path / 'bad.txt').write_bytes(b'caf\xe9\n')
   with pytest.raises(ValueError, match='not UTF-8'):
     extract_features.run(str(minilm_dir), tmp_path / 'bad.txt', tmp_path / 'o')
-  assert not (tmp_path / 'o').exists()
+  # Session 54's pass: the API took what the flags refuse (batch_size=-3 wrote an empty file
+  # and returned success; layers=(True,) wrote "index": true); a name past 255 bytes failed
+  # after the work.
+  for keyword, value, error in (
+      ('batch_size', -3, r'^--batch_size=-3: pass a whole number, 1 or more\.$'),
+      ('batch_size', 0, r'^--batch_size=0: pass a whole number'),
+      ('max_seq_length', 2, r'^--max_seq_length=2: pass a whole number, 3 or more'),
+      ('layers', (), r'^--layers=\(\): pass layer numbers'),
+      ('layers', (True,), r'^--layers=\(True,\): pass layer numbers'),
+      ('layers', (-1.0,), r'^--layers=\(-1\.0,\): pass layer numbers'),
+      ('layers', np.array([-1, 0]), r'^--layers=array\(\[-1,  0\]\): pass layer numbers')):
+    with pytest.raises((TypeError, ValueError), match=error):
+      extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'o',
+                           **{keyword: value})
+  with pytest.raises(ValueError, match=r'^--output_file=.*: the name z{24}\.\.\. is 256 bytes '
+                     'long, past the 255 a file name may have on this file system'):
+    extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / ('z' * 250 + '.jsonl'))
+  assert os.listdir(tmp_path) == ['in.txt', 'bad.txt'] or sorted(os.listdir(tmp_path)) == [
+      'bad.txt', 'in.txt']
 
 
 def test_an_output_that_would_lose_the_input_or_a_run_is_refused_first(minilm_dir, tmp_path):
@@ -269,13 +292,21 @@ def test_standard_input_and_output_and_a_vocab_folder(minilm_dir, tmp_path, monk
                          vocab_file=str(minilm_dir))
 
 
-def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path):
+def test_the_summary_names_the_step_read_from_a_run(fine_tuned_sst2, tmp_path, monkeypatch):
   workdir, _ = fine_tuned_sst2
   steps = sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
   (tmp_path / 'in.txt').write_text('a gripping film\n')
   written = extract_features.run(str(workdir), tmp_path / 'in.txt', tmp_path / 'o.jsonl',
                                  layers=(-1,), max_seq_length=16, step=steps[0])
   assert written == extract_features.Written(lines=1, step=steps[0])
+  # Session 54's pass: a length past the run's own (its positions from there never trained)
+  # was taken without a word.
+  said = log_records.recorded_warnings(monkeypatch, extract_features)
+  extract_features.run(str(workdir), tmp_path / 'in.txt', tmp_path / 'o.jsonl', layers=(-1,),
+                       max_seq_length=64, step=steps[0], overwrite=True)
+  assert said == [f'--max_seq_length=64 is past the 16 tokens {workdir} was trained on: '
+                  'positions from 16 on were never trained, so longer inputs\' features there '
+                  "are untrained; pass --max_seq_length=16 for the run's own"]
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features', f'--init={workdir}',
                          f'--input_file={tmp_path / "in.txt"}', '--layers=-1',
                          f'--output_file={tmp_path / "o.jsonl"}', '--max_seq_length=16',
@@ -327,3 +358,20 @@ def test_features_on_stdout_to_a_full_disk_say_so(minilm_dir, tmp_path):
   assert proc.stderr.splitlines()[-1] == (
       'error: the disk holding standard output is full (No space left on device): what it got '
       'is cut short; free space there or pass an --output_file on another disk.')
+
+
+def test_nan_features_are_refused_not_written_as_bare_nan(minilm_dir, tmp_path, monkeypatch):
+  """Session 54's pass: a model with a NaN weight wrote bare NaN (no JSON parser's) and
+  'extract_features finished'."""
+  (tmp_path / 'in.txt').write_text('a fine film\nan awful one\n')
+  real = extract_features.hidden_states_fn
+
+  def with_nan(config):
+    fn = real(config)
+    return lambda params, batch: fn(params, batch).at[:, 1].set(np.nan)  # The second input.
+
+  monkeypatch.setattr(extract_features, 'hidden_states_fn', with_nan)
+  with pytest.raises(ValueError, match=r'^the model gave NaN or infinite values for input 2: its '
+                     r'weights hold some \(a diverged run\?\)'):
+    extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'o.jsonl')
+  assert not (tmp_path / 'o.jsonl').exists()

@@ -138,34 +138,6 @@ def _check_link(output: str):
                             'it, or remove the link.')
 
 
-def _check_names(output: str):
-  """Refuses a local `output` with a folder name longer than its file system takes (checked
-  first: the export was written whole, then failed to take its name)."""
-  path = os.path.abspath(output)  # local only
-  existing = path
-  while not os.path.isdir(existing):  # local only: the folder whose file system is asked
-    existing = os.path.dirname(existing)
-  try:
-    limit = os.pathconf(existing, 'PC_NAME_MAX')  # local only
-  except (OSError, ValueError):
-    limit = 255
-  for name in path.split(os.sep):
-    size = len(name.encode('utf-8', 'surrogateescape'))
-    if size > limit:
-      raise ValueError(f'--output={output}: the folder name {name[:24]}... is {size} bytes long, '
-                       f'past the {limit} a file name may have on this file system: pass a '
-                       'shorter name.')
-  try:
-    longest = os.pathconf(existing, 'PC_PATH_MAX')  # local only
-  except (OSError, ValueError):
-    longest = 4096
-  # Room for what goes inside (a format's folder, its hidden lock and files: 300 bytes).
-  if (size := len(path.encode('utf-8', 'surrogateescape'))) + 300 > longest:
-    raise ValueError(f'--output={output[:40]}... is {size} bytes long: with the files an export '
-                     f'writes inside it, past the {longest} a path may have here; pass a shorter '
-                     'path.')
-
-
 def _mount_points() -> set[str]:
   """The mount points the kernel lists for this process (bind mounts too, which
   os.path.ismount misses on one file system); empty where it lists none (another OS)."""
@@ -219,7 +191,8 @@ def check(output, overwrite: bool, source: str = ''):
       raise FileExistsError(f'--output={output} is under {above}, which is a file: pass a '
                             'directory path.')
   if not files.is_remote(output):
-    _check_names(output)
+    # Room for what goes inside (a format's folder, its hidden lock and files).
+    paths.check_lengths(output, f'--output={output}', room=300)
     _check_not_mount_point(output)
   if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
     _check_link(output)

@@ -226,13 +226,13 @@ def test_a_mount_point_or_a_name_past_the_file_systems_limit_is_refused_first(tm
     export_folder.check(str(volume), True)
   export_folder.check(str(volume / 'model'), False)  # Inside it: fine.
   long = tmp_path / ('模' * 90) / 'hf'
-  with pytest.raises(ValueError, match=r'the folder name 模{24}\.\.\. is 270 bytes long, past '
+  with pytest.raises(ValueError, match=r'the name 模{24}\.\.\. is 270 bytes long, past '
                      r'the 255 a file name may have on this file system: pass a shorter name'):
     export_folder.check(str(long), False)
   export_folder.check(str(tmp_path / ('模' * 85)), False)  # 255 bytes: taken.
   deep = os.path.join(str(tmp_path), *['d' * 200] * 20)  # 4,000 bytes: no room for the files.
-  with pytest.raises(ValueError, match=r'is \d+ bytes long: with the files an export writes '
-                     r'inside it, past the 4096 a path may have here; pass a shorter path\.'):
+  with pytest.raises(ValueError, match=r'is \d+ bytes long: with the files written inside it, '
+                     r'past the 4096 a path may have here; pass a shorter path\.'):
     export_folder.check(deep, False)
 
 
