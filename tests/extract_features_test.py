@@ -3,9 +3,11 @@
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import types
 
 from flax import traverse_util
 import log_records
@@ -375,3 +377,20 @@ def test_nan_features_are_refused_not_written_as_bare_nan(minilm_dir, tmp_path, 
                      r'weights hold some \(a diverged run\?\)'):
     extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'o.jsonl')
   assert not (tmp_path / 'o.jsonl').exists()
+
+
+def test_a_run_without_its_config_json_is_named_as_such(tmp_path, monkeypatch):
+  """Session 54's pass: a pre-training run whose config.json was deleted (its vocab.txt still
+  there) was told 'has no vocab beside it'."""
+  run = tmp_path / 'run'
+  (run / 'checkpoints' / '6').mkdir(parents=True)
+  (tmp_path / 'in.txt').write_text('hello\n')
+  loaded = types.SimpleNamespace(vocab_file=None, step=6, source=str(run / 'checkpoints' / '6'))
+  monkeypatch.setattr(extract_features.sources, 'load', lambda *a, **k: loaded)
+  with pytest.raises(ValueError, match=re.escape(
+      f"{run}'s config.json is gone (the run's record of its vocab and settings): put it back, "
+      'or pass --vocab_file.')):
+    extract_features.run(str(run), tmp_path / 'in.txt', tmp_path / 'o.jsonl')
+  (run / 'config.json').write_text('{}')
+  with pytest.raises(ValueError, match=f'^{run} has no vocab beside it: pass --vocab_file'):
+    extract_features.run(str(run), tmp_path / 'in.txt', tmp_path / 'o.jsonl')
