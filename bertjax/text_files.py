@@ -171,6 +171,9 @@ def not_text(name: str, head: bytes) -> str:
   outside UTF-16/32); '' for one that may be text in another encoding."""
   if head.startswith(b'\x1f\x8b'):
     return f'{name} is gzip-compressed, not text: decompress it first (gunzip -k {name}).'
+  if what := compressed_text.not_read(head):  # zstd, lz4, zip, 7z: named, not 'NUL bytes'.
+    return (f'{name} is {what}, which is not read (gzip, bzip2 and xz are): decompress it '
+            'first, or pipe it in decompressed.')
   if b'\x00' in head and not wide_encoding(head):
     return (f'{name} holds NUL bytes (the first at byte {head.index(0)}): a binary file, not '
             'text; pass a text file.')

@@ -150,7 +150,7 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
   # read as text by predict, extract_features, embed and the fine-tuning files, where
   # create_pretraining_data and learn_vocab skip the file (text_input.usable_files).
   binary = tmp_path / 'weights.bin'
-  binary.write_bytes(b'PK\x03\x04' + bytes(range(1, 100)) * 3 + b'\x00' * 8)
+  binary.write_bytes(b'\x89WTS' + bytes(range(1, 100)) * 3 + b'\x00' * 8)
   # CJK without a mark: its NULs are in line breaks and spaces only (it was called binary).
   # Some common characters hold a NUL too: 一 U+4E00, the ideographic space U+3000, 가 U+AC00.
   # Without a mark the byte order is named (iconv's 'UTF-16' reads big-endian then: a
@@ -280,3 +280,14 @@ def test_a_file_skipped_as_binary_names_its_nul_byte(tmp_path):
   assert text_input.usable_files([str(odd)], skips) == []
   assert skips.described() == (f'1 binary_file (e.g. {odd} (a NUL byte at byte 11, as binary '
                                'files have))')
+
+
+def test_a_zstd_or_zip_input_is_named_not_called_binary(tmp_path):
+  """Session 54's extract_features pass: a .zst input was 'holds NUL bytes: a binary file'
+  (gzip, bzip2 and xz are read decompressed)."""
+  for head, what in ((b'(\xb5/\xfd\x04\x00\x00hello', 'zstd-compressed'),
+                     (b'PK\x03\x04\x14\x00\x00\x00', 'a zip archive')):
+    assert text_files.not_text('in.zst', head) == (
+        f'in.zst is {what}, which is not read (gzip, bzip2 and xz are): decompress it first, or '
+        'pipe it in decompressed.')
+  assert text_files.not_text('in.bin', b'ab\x00cd').startswith('in.bin holds NUL bytes')
