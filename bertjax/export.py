@@ -271,7 +271,8 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
       result.normalize = normalize
     for fmt, out in targets:
       write_into = functools.partial(format_writers.writer(fmt), result)
-      export_folder.write(out, fmt, result.source, write_into, overwrite, result.labels)
+      record = {'labels': list(result.labels), **({'several_formats': True} if folder else {})}
+      export_folder.write(out, fmt, result.source, write_into, overwrite, record)
       written.append((fmt, out))
       logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                    result.config['num_layers'], out, fmt)

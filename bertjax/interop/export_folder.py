@@ -266,20 +266,25 @@ def check_one_model(targets: list[tuple[str, str]], source: str, labels=(),
   """Refuses a folder of formats that would hold two models: a format folder there that this
   export leaves (not one of `targets`) exported from another source or step than `source`, or
   with other labels than `labels` (the model read). `folder`: that of several formats; for one
-  format, the folder above an --output named as its format (DIR/hf) is one where it holds other
-  formats. Formats of the same model are added beside them."""
-  if folder is None:
+  format, the folder above an --output named as its format (DIR/hf), where an export of several
+  formats wrote the others (their manifests say so: folders of exports a user keeps side by
+  side, ~/models/hf of one model and ~/models/tf1 of another, are no such folder). Formats of
+  the same model are added beside them."""
+  single = folder is None
+  if single:
     (fmt, out), = targets
     if files.name(out) != fmt:
       return
     folder = files.parent(out)
   if not files.isdir(folder):
     return
+  manifests = {name: export_manifest.read(files.join(folder, name))
+               for name in sorted(files.listdir(folder))}
+  manifests = {name: m for name, m in manifests.items() if m and m.get('format') == name}
+  if single and not any(m.get('several_formats') for m in manifests.values()):
+    return
   ours, there, others = {fmt for fmt, _ in targets}, set(), []
-  for name in sorted(files.listdir(folder)):
-    manifest = export_manifest.read(files.join(folder, name))
-    if manifest is None or manifest.get('format') != name:
-      continue
+  for name, manifest in manifests.items():
     there.add(name)
     theirs = manifest.get('source')
     if name in ours:
@@ -297,7 +302,7 @@ def check_one_model(targets: list[tuple[str, str]], source: str, labels=(),
                           'another --output.')
 
 
-def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool, labels=None):
+def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool, record=None):
   """Puts the export written in `local` at URL `output`, replacing an earlier export there: the
   output checked again as check() did at the start (another export or a user may have written
   there meanwhile), an in-progress manifest listing the old files and the new, then the files,
@@ -320,15 +325,15 @@ def _upload(local: str, output: str, fmt: str, source: str, overwrite: bool, lab
   for name in sorted(old - set(written)):
     files.remove(files.join(output, *name.split('/')))
   files.write_atomically(manifest, export_manifest.text(fmt, source, written, local=local,
-                                                        labels=labels))
+                                                        record=record))
 
 
 def _write_remote(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-                  overwrite: bool, labels=None):
+                  overwrite: bool, record=None):
   with tempfile.TemporaryDirectory(prefix='bertjax_export_') as local:  # local temp
     with console.temporary(local):  # Ctrl-C removes it too.
       write_into(local)
-      _upload(local, output, fmt, source, overwrite, labels)
+      _upload(local, output, fmt, source, overwrite, record)
 
 
 def _recover(parent: str, name: str):
@@ -361,7 +366,7 @@ def _recover(parent: str, name: str):
 
 
 def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-                 overwrite: bool, labels=None):
+                 overwrite: bool, record=None):
   """Writes into a hidden folder beside `output`, renamed into place when complete (a local
   rename is atomic; object stores have none, see _upload). What a killed export left beside
   `output` is cleared first (_recover). An `output` that is a link is written where it points
@@ -377,7 +382,7 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
       write_into(temp)
-      export_manifest.write(temp, fmt, source, labels)
+      export_manifest.write(temp, fmt, source, record)
     if files.exists(output):
       check(output, overwrite)  # Written meanwhile by another process: checked as at the start.
       old = files.join(parent, f'{processes.hidden_prefix(name)}replaced-{processes.mark()}')
@@ -392,15 +397,15 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
 
 
 def write(output: str, fmt: str, source: str, write_into: Callable[[str], None],
-          overwrite: bool = False, labels=None):
+          overwrite: bool = False, record: dict | None = None):
   """Puts at `output` (absolute, a local path or a URL) the files `write_into(folder)` writes
   into an empty temporary folder, with the manifest that names `fmt`, `source` and every file;
-  replaces what check(output, overwrite) let through. `labels`: the model's, recorded in the
-  manifest (check_one_model compares them)."""
+  replaces what check(output, overwrite) let through. `record`: more for the manifest to
+  record (the model's labels, whether it is one of several formats: check_one_model)."""
   if files.is_remote(output):
-    _write_remote(output, fmt, source, write_into, overwrite, labels)
+    _write_remote(output, fmt, source, write_into, overwrite, record)
   else:
-    _write_local(output, fmt, source, write_into, overwrite, labels)
+    _write_local(output, fmt, source, write_into, overwrite, record)
 
 
 def tf_disk_full(tf, e, folder: str) -> OSError | None:

@@ -48,13 +48,12 @@ DIGESTED_BYTES = 8 << 20
 
 
 def text(fmt: str, source: str, written, in_progress: bool = False, local: str = '',
-         labels=None) -> str:
+         record: dict | None = None) -> str:
   """The manifest of an export of `fmt` from `source` whose files are `written` (relative
-  names); with `local`, the folder they are in, each file's size and sha256; `labels`: the
-  model's class names (a folder of formats holds one model: export_folder.check_one_model)."""
-  manifest = {'format': fmt, 'source': source, 'files': sorted(written)}
-  if labels is not None:
-    manifest['labels'] = list(labels)
+  names); with `local`, the folder they are in, each file's size and sha256; `record`: what
+  more to record (the model's labels; several_formats: written beside others by one export,
+  for export_folder.check_one_model)."""
+  manifest = {'format': fmt, 'source': source, 'files': sorted(written), **(record or {})}
   if in_progress:  # An upload cut short: every file there is listed, so --overwrite replaces it.
     manifest['in_progress'] = True
   if local:  # name -> [bytes, sha256 or None], from the local folder the export was written to.
@@ -66,12 +65,12 @@ def text(fmt: str, source: str, written, in_progress: bool = False, local: str =
   return json.dumps(manifest, indent=1) + '\n'
 
 
-def write(folder: str, fmt: str, source: str, labels=None):
+def write(folder: str, fmt: str, source: str, record: dict | None = None):
   """The manifest of a complete export in local `folder` (the temporary folder it was written
   to), every file made as readable as the rest."""
   written = files.walk_files(folder)
   files.write_atomically(os.path.join(folder, MANIFEST),
-                         text(fmt, source, written, local=folder, labels=labels))
+                         text(fmt, source, written, local=folder, record=record))
   mask = _umask()
   for name in written:  # Some writers (safetensors) create 0600 files: as readable as the rest.
     path = os.path.join(folder, *name.split('/'))  # local temp

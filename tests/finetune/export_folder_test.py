@@ -317,7 +317,7 @@ def test_one_format_into_a_folder_of_formats_holds_the_same_model(tmp_path):
   for fmt in ('hf', 'tf1'):
     export_folder.write(str(out / fmt), fmt, str(tmp_path / 'a'),
                         lambda folder: (pathlib.Path(folder) / 'x').write_text('x'),
-                        labels=('neg', 'pos'))
+                        record={'labels': ['neg', 'pos'], 'several_formats': True})
   with pytest.raises(FileExistsError, match=re.escape(
       f'{out} holds tf1 exported from {tmp_path}/a (now gone: moved?): another model than '
       f'{tmp_path}/b, so the folder would hold two models. Write all its formats from this one '
@@ -331,6 +331,12 @@ def test_one_format_into_a_folder_of_formats_holds_the_same_model(tmp_path):
   export_folder.check_one_model([('onnx', str(out / 'onnx'))], str(tmp_path / 'a'),
                                 ('neg', 'pos'))  # The same model: added beside them.
   export_folder.check_one_model([('hf', str(out / 'model'))], str(tmp_path / 'b'))  # Not DIR/hf.
+  # Exports kept side by side (~/models/hf of one model, ~/models/tf1 of another), each by an
+  # export of one format: no folder of formats.
+  side = tmp_path / 'models'
+  export_folder.write(str(side / 'hf'), 'hf', str(tmp_path / 'a'),
+                      lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
+  export_folder.check_one_model([('tf1', str(side / 'tf1'))], str(tmp_path / 'b'))
 
 
 def test_overwrite_compares_large_files_by_sha256_and_a_damaged_manifest_is_refused(

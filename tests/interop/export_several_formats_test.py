@@ -61,7 +61,8 @@ def test_each_format_is_its_single_exports_folder_from_one_read(fine_tuned_sst2,
     ('hf,tf1', {'max_seq_length': 64}, r'tf1 keeps no length; drop it, or export tf1 by itself'),
     ('sentence_transformers,saved_model', {'normalize': True},
      r"formats=saved_model of a classification model does not write"),
-    ('hf,tf1', {'labels': ('a', 'b', 'c')}, r'labels names 3 classes but the model has 2'),
+    ('hf,tf1', {'labels': ('a', 'b', 'c')},
+     r'labels=a,b,c names 3 classes but the model has 2: name each'),
 ])
 def test_a_refusal_of_any_format_writes_none(fine_tuned_sst2, tmp_path, formats, options, error):
   workdir, _ = fine_tuned_sst2
