@@ -184,12 +184,14 @@ def read_records(path, fmt: str = '', source='') -> list[tuple[int, dict]]:
         continue  # A blank line (or one of spaces) is no row.
       if len(row) != len(header):
         # TSV is read unquoted (QUOTE_NONE): quoting a field cannot hide a tab in it.
-        fix = ('quote fields that hold the separator' if fmt == 'csv' else
-               'a field may not hold a tab: replace it with a space, or write the file as CSV '
-               'with quoted fields' if len(row) > len(header) else
-               'write one value per column, separated by tabs')
-        raise ValueError(f'{path}:{number}: {len(row)} columns where the header has '
-                         f'{len(header)} ({", ".join(header)}): {fix}.')
+        if len(row) < len(header):  # A value missing (the label?): no quote would help.
+          fix = f'write one value per column, separated by {"commas" if fmt == "csv" else "tabs"}'
+        else:
+          fix = ('quote fields that hold the separator' if fmt == 'csv' else
+                 'a field may not hold a tab: replace it with a space, or write the file as CSV '
+                 'with quoted fields')
+        raise ValueError(f'{path}:{number}: {len(row)} column{"s" * (len(row) != 1)} where the '
+                         f'header has {len(header)} ({", ".join(header)}): {fix}.')
       records.append((number, dict(zip(header, row, strict=True))))
   except csv.Error as e:
     if fmt == 'csv' and 'field larger' not in str(e):  # A quote opened and not closed as CSV's.

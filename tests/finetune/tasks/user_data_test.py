@@ -97,6 +97,9 @@ def test_a_label_cut_short_in_the_last_row_is_warned_of(tmp_path, caplog):
     ('x.tsv', 'text,label\nfine,pos\n', 'looks like CSV'),
     ('x.csv', 'text\tlabel\nfine\tpos\n', 'looks like TSV'),
     ('x.csv', 'text,label\nfine,pos,extra\n', r'x.csv:2: 3 columns where the header has 2'),
+    # Session 54's pass: a row short of a value was told to quote its separators.
+    ('x.csv', 'text,label\nfine\n', r'x.csv:2: 1 column where the header has 2 \(text, label\): '
+     r'write one value per column, separated by commas\.'),
     ('x.jsonl', '{"text": "a", "label": "b"}\n[1, 2]\n', r'x.jsonl:2: a JSON list'),
     ('x.jsonl', '{"text": "a", "label": "b"}\n{"text": \n', r'x.jsonl:2: not valid JSON'),
     ('x.xlsx', 'text,label\n', 'cannot tell the format'),
