@@ -360,7 +360,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
         shown += [(f'{split} {k}', metrics[k]) for k in sorted(
             metrics, key=lambda k: (k != task.main_metric, k))]
         if cfg.data.max_eval_examples >= 0:  # A part of the eval set: how much.
-          shown.append((f'{split} examples (the first {cfg.data.max_eval_examples})',
+          # Not 'the first N': an eval file's is a fixed sample in file order (user_tasks).
+          shown.append((f'{split} examples (max_eval_examples={cfg.data.max_eval_examples})',
                         len(examples)))
       else:
         shown.append((f'{split} examples', len(examples)))
