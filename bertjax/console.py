@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 from absl import logging
 
@@ -301,8 +302,14 @@ def interrupted(message, code: int = 130):
   if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
     return
   for path in list(_TEMPORARY):  # local temp: this process's own temporary files
-    shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (  # local temp
-        os.path.exists(path) and os.unlink(path))  # local temp
+    # A writer may still be writing into a folder (TensorFlow's, in C++, while the watcher
+    # thread ends the process): what it added meanwhile is removed on a second look.
+    for _ in range(5):
+      shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (  # local temp
+          os.path.exists(path) and os.unlink(path))  # local temp
+      if not os.path.lexists(path):  # local temp
+        break
+      time.sleep(0.05)
   _run_at_interrupt()
   for callback in _LAST_AT_INTERRUPT:
     try:

@@ -131,7 +131,7 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
     # exist'.
     with pytest.raises(ValueError, match=r"^workdir=(None|''): pass the run's folder"):
       predict.Predictor.from_workdir(nothing)
-  with pytest.raises(ValueError, match="step='32': a checkpoint step is a number"):
+  with pytest.raises(ValueError, match="step='32' is a str: pass the number, step=32"):
     predict.Predictor.from_workdir(workdir, step='32')
   assert predict.Predictor.from_workdir(workdir, step=np.int64(predictor.step)).step == (
       predictor.step)

@@ -378,9 +378,9 @@ def _write_local(output: str, fmt: str, source: str, write_into: Callable[[str],
   _recover(parent, name)
   temp = files.join(parent,
                     f'{processes.hidden_prefix(name)}export-{processes.mark()}-{time.time_ns()}')
-  files.makedirs(temp)
   try:
     with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+      files.makedirs(temp)  # Made once marked: an interrupt between the two would leave it.
       write_into(temp)
       export_manifest.write(temp, fmt, source, record)
     if files.exists(output):
