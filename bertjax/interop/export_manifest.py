@@ -20,10 +20,10 @@ MANIFEST = run_files.EXPORT_MANIFEST
 
 def listed(folder: str) -> set | None:
   """The files an earlier export's manifest in `folder` lists; None without a readable one."""
-  try:
-    return set(json.loads(files.read_text(files.join(folder, MANIFEST)))['files'])
-  except (FileNotFoundError, IsADirectoryError, ValueError, KeyError, TypeError):
+  names = (read(folder) or {}).get('files')  # One parse of the manifest, read()'s.
+  if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
     return None
+  return set(names)
 
 
 def read(folder: str) -> dict | None:
