@@ -373,7 +373,12 @@ def interrupted_message(config, workdir: str) -> str:
   if job == 'embed' or not workdir:
     return 'interrupted: nothing was written; rerun the same command to start again'
   if job == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':
-    return f'interrupted: {workdir} is unchanged; rerun the same command to start again'
+    if '://' in workdir:  # Uploaded file by file (scored_folders.writing).
+      return (f'interrupted: {workdir} holds no half-written results, but for a predictions/ '
+              'folder cut short while uploaded, whose scored_inputs.json says "complete": '
+              'false; rerun the same command to write it')
+    return (f'interrupted: {workdir} holds no half-written results (a predictions/ folder is put '
+            'in place only when complete); rerun the same command to write them')
   step = _latest_checkpoint(workdir)
   where = f'{workdir}/checkpoints'
   if isinstance(step, str):

@@ -11,6 +11,7 @@ shared file system) is never taken for a dead one: this host cannot see its proc
 import contextlib
 import hashlib
 import os
+import shutil
 import socket
 
 
@@ -70,10 +71,10 @@ def hidden_prefix(name: str) -> str:
 
 
 def remove_dead_writers(folder: str, prefix: str, suffix: str, tail: str = '') -> list[str]:
-  """Removes the files of local `folder` named `prefix` + a writer's processes.mark() (+ `tail`
-  and more: a random part) + `suffix` whose writer was killed on this host (SIGKILL runs no
-  clean-up); a live writer's, another host's, and one not ours to remove (a shared temporary
-  folder's, another user's) are kept. Returns the paths removed."""
+  """Removes the files (or folders) of local `folder` named `prefix` + a writer's
+  processes.mark() (+ `tail` and more: a random part) + `suffix` whose writer was killed on this
+  host (SIGKILL runs no clean-up); a live writer's, another host's, and one not ours to remove
+  (a shared temporary folder's, another user's) are kept. Returns the paths removed."""
   try:
     names = os.listdir(folder)  # local temp
   except OSError:
@@ -85,7 +86,11 @@ def remove_dead_writers(folder: str, prefix: str, suffix: str, tail: str = '') -
     owner = entry[len(prefix):len(entry) - len(suffix)]
     owner = owner.rpartition(tail)[0] if tail else owner
     if owner and ended(owner):
+      path = os.path.join(folder, entry)  # local temp, of a dead writer
       with contextlib.suppress(OSError):  # Gone meanwhile, or another user's.
-        os.unlink(os.path.join(folder, entry))  # local temp, of a dead writer
+        if os.path.isdir(path) and not os.path.islink(path):  # local temp: a folder it wrote
+          shutil.rmtree(path)  # local temp
+        else:
+          os.unlink(path)  # local temp
         removed.append(os.path.join(folder, entry))  # local temp
   return removed

@@ -180,6 +180,23 @@ def test_the_interrupt_line_of_the_embed_job_says_its_files_are_whole(tmp_path):
       f'interrupted: {tmp_path}/w {whole}', nothing, f'interrupted: gs://b/w {whole}', nothing]
 
 
+def test_the_interrupt_line_of_a_fine_tuned_runs_eval_says_no_results_are_half_written(
+    tmp_path):
+  """Hostile review of 2026-12-04: '... is unchanged' of a run whose predictions/ folder the eval
+  had begun to write; now the folder is put in place whole (scored_folders.writing)."""
+  code = ('import sys, ml_collections\nfrom bertjax import main\n'
+          "config = ml_collections.ConfigDict({'job': 'finetune', 'mode': 'eval'})\n"
+          'for workdir in sys.argv[1:]: print(main.interrupted_message(config, workdir))\n')
+  done = run_main(tmp_path, str(tmp_path / 'w'), 'gs://b/w', python=('-c', code))
+  assert done.returncode == 0, done.stderr
+  local, bucket = done.stdout.strip().splitlines()
+  assert local == (f'interrupted: {tmp_path}/w holds no half-written results (a predictions/ '
+                   'folder is put in place only when complete); rerun the same command to write '
+                   'them')
+  assert bucket.startswith('interrupted: gs://b/w holds no half-written results, but for a '
+                           'predictions/ folder cut short while uploaded'), bucket
+
+
 def record(pathname, level, message='m'):
   return logging.LogRecord('absl', level, pathname, 1, message, None, None)
 

@@ -12,6 +12,7 @@ filled with weight-0 rows (or packed from the examples left) and the outputs are
 
 import dataclasses
 import functools
+import os
 import time
 
 from absl import logging
@@ -347,11 +348,13 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   read = {split: job_setup.featurized(s, split, False) for split in splits}
   out_dir, inputs = scored_folders.chosen(cfg, workdir, config.mode, read_step,
                                          {split: f for split, (_, f, _) in read.items()})
+  scored = {}
   with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
     for split in splits:
       examples, features, feature_meta = read[split]
       outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size,
                                f'{config.mode} {split}')
+      metrics = None
       if config.mode == 'eval':  # What the training run's evals report, its loss too.
         metrics = {'loss': means['loss'], **task.evaluate(outputs, features, feature_meta,
                                                           examples)}
@@ -365,18 +368,22 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
                         len(examples)))
       else:
         shown.append((f'{split} examples', len(examples)))
-      # Every host computed the same; one writes, and an error there stops every host.
-      with hosts.fail_together():
-        if jax.process_index() == 0:
-          if not written:
-            scored_folders.record_inputs(out_dir, inputs)
-          if config.mode == 'eval':
-            files.write_atomically(files.join(out_dir, f'{split}_results.json'),
+      scored[split] = outputs, metrics
+  # Every host computed the same; one writes, and an error there stops every host. The folder
+  # is put in place whole once every split is written (scored_folders.writing).
+  with hosts.fail_together():
+    if jax.process_index() == 0:
+      with scored_folders.writing(out_dir, inputs) as into:
+        for split, (outputs, metrics) in scored.items():
+          examples, features, feature_meta = read[split]
+          if metrics is not None:
+            files.write_atomically(files.join(into, f'{split}_results.json'),
                                    run_files.json_text(metrics))
-          written.append(task.write_predictions(outputs, features, feature_meta, examples,
-                                                split, out_dir))
-          logging.info('predictions for %s (%d examples) written to %s', split, len(examples),
-                       written[-1])
+          path = task.write_predictions(outputs, features, feature_meta, examples, split, into)
+          written.append(files.join(out_dir, os.path.relpath(path, into)))  # local temp
+      for split, path in zip(scored, written, strict=True):
+        logging.info('predictions for %s (%d examples) written to %s', split,
+                     len(read[split][0]), path)
   if jax.process_index() == 0:
     kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
     job_lines.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,

@@ -1,12 +1,18 @@
 """Where mode=eval and mode=predict of a fine-tuned run write, under <workdir>/predictions/: a
 folder per step and per input, so that scoring other files, a part of one, files edited since,
 or another copy of a preset's data never replaces an earlier result (scored_folder, by what the
-config names; scored_into, by what was read)."""
+config names; scored_into, by what was read); each written whole or not at all (writing)."""
 
+import contextlib
 import hashlib
 import json
+import os
+import tempfile
+import time
 
+from bertjax import console
 from bertjax import files
+from bertjax import processes
 from bertjax.finetune import run_config
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
@@ -94,9 +100,50 @@ def scored_into(folder: str, inputs: str) -> str:
   return f'{folder}-{inputs[:8]}'
 
 
-def record_inputs(folder: str, inputs: str):
-  """Writes INPUTS_FILE (before the results: a rerun of the same inputs replaces them)."""
-  files.write_atomically(files.join(folder, INPUTS_FILE), json.dumps({'sha256': inputs}) + '\n')
+def record_inputs(folder: str, inputs: str, complete: bool = True):
+  """Writes INPUTS_FILE: the inputs' digest (a rerun of the same inputs replaces the results),
+  and `"complete": false` while a bucket's folder is uploaded (writing)."""
+  record = {'sha256': inputs, **({} if complete else {'complete': False})}
+  files.write_atomically(files.join(folder, INPUTS_FILE), json.dumps(record) + '\n')
+
+
+@contextlib.contextmanager
+def writing(folder: str, inputs: str):
+  """A local folder to write the results into, put at `folder` once the block ends without
+  error, INPUTS_FILE with them; an error or an interrupt before leaves nothing of them. Locally
+  a new folder is renamed into place whole, and the results of a rerun of the same inputs are
+  renamed into their folder file by file (a user's own files there stay); what a killed writer
+  left beside it is removed first. A URL's folder (an object store has no rename) is uploaded
+  after an INPUTS_FILE that says it is incomplete, which the last file written replaces."""
+  if files.is_remote(folder):
+    with tempfile.TemporaryDirectory(prefix='bertjax_predictions_') as local:  # local temp
+      with console.temporary(local):  # Ctrl-C removes it too.
+        yield local
+        record_inputs(folder, inputs, complete=False)
+        files.copy_tree(local, folder)
+        record_inputs(folder, inputs)
+    return
+  parent, name = files.parent(folder), files.name(folder)
+  files.makedirs(parent)
+  prefix = f'{processes.hidden_prefix(name)}writing-'
+  processes.remove_dead_writers(parent, prefix, '', tail='-')
+  temp = files.join(parent, f'{prefix}{processes.mark()}-{time.time_ns()}')
+  try:
+    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+      files.makedirs(temp)  # Made once marked: an interrupt between the two would leave it.
+      yield temp
+      record_inputs(temp, inputs)
+      if not os.path.lexists(folder):  # local only
+        os.rename(temp, folder)  # local only: atomic
+      else:  # The same inputs' earlier results, replaced; INPUTS_FILE, the same, last.
+        for entry in sorted(os.listdir(temp), key=lambda e: e == INPUTS_FILE):  # local only
+          target = os.path.join(folder, entry)  # local only
+          if os.path.isdir(target) and not os.path.islink(target):  # local only
+            files.rmtree(target)
+          os.replace(os.path.join(temp, entry), target)  # local only
+  finally:
+    with contextlib.suppress(OSError):  # What failed is reported, not this clean-up.
+      files.rmtree(temp)
 
 
 def _data_dir_suffix(cfg, run: dict | None) -> str:

@@ -18,6 +18,7 @@ from bertjax import export
 from bertjax import output_lock
 from bertjax import predict
 from bertjax.finetune import job
+from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
 from configs import embed as embed_config
@@ -350,3 +351,26 @@ def test_a_one_text_model_refuses_a_pair_and_reads_json_text_as_written(run):
   with pytest.raises(ValueError, match='input 1: this model reads one text but was given two'):
     predictor.predict(['the king ||| doth speak'])
   assert len(predictor.predict([{'text': 'the king ||| doth speak'}])) == 1
+
+
+def test_an_eval_cut_short_while_writing_leaves_no_folder_and_the_rerun_writes_it(run,
+                                                                                   monkeypatch):
+  """Hostile review of 2026-12-04: an eval stopped while it wrote its folder left it without
+  predictions (and said the run was unchanged); now the folder appears whole or not at all."""
+  workdir, data = run
+  config = finetune_runs.tiny_config(data, **{'num_epochs': 8.0, 'optimizer.learning_rate': 3e-3})
+  config.mode = 'eval'
+  before = listing(workdir)
+  written = glue.write_predictions
+  def disk_fills(spec, split, outputs, examples, output_dir):
+    written(spec, split, outputs, examples, output_dir)  # Its file half there, then the disk.
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(glue, 'write_predictions', disk_fills)
+  with pytest.raises(OSError, match='No space'):
+    job.run(config, str(workdir))
+  assert listing(workdir) == before  # Not even predictions/eval_step_N without its predictions.
+  monkeypatch.setattr(glue, 'write_predictions', written)
+  folder = pathlib.Path(job.run(config, str(workdir))[0]).parent
+  assert sorted(p.name for p in folder.iterdir()) == [
+      'scored_inputs.json', 'sst2-validation.tsv', 'validation_results.json']
+  assert [p for p in folder.parent.iterdir() if p.name.startswith('.')] == []
