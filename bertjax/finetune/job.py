@@ -315,6 +315,11 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   seen, agreed = _checkpoint_seen(workdir, step)
   hosts.check_same_view(workdir, seen)
   paths.absolute_config(config)
+  # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
+  taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
+  if taken and jax.process_index() == 0:
+    logging.info('reading the data as %s/config.json records it: %s', workdir, ', '.join(taken))
+  run_config.check_run_data_found(config, taken, workdir)
   if config.mode == 'predict':  # A file to predict missing, or several: before the model loads.
     registry.check_files_to_predict(config.task, config.data, training=False)
   job_setup.check_head(config, workdir)
@@ -391,12 +396,29 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   return written
 
 
+def _refuse_inside_a_run(config, workdir: str):
+  """A --workdir inside a run (its checkpoints/ or a step of them) names the run and the flags
+  that read it: it was taken for a new run (mode=eval: 'holds no checkpoint: fine-tune first')."""
+  run = init_from.run_folder(paths.absolute(workdir)) if workdir else None
+  if run is None or paths.same_path(run, paths.absolute(workdir)):
+    return
+  step = files.name(workdir.rstrip('/'))
+  at_step = step.isdigit() and files.name(files.parent(workdir.rstrip('/'))) == 'checkpoints'
+  if config.mode == 'train_eval':
+    fix = f'pass --workdir={run} to resume it, or a new folder outside it to fine-tune anew'
+  else:
+    fix = f'pass --workdir={run}' + (f' --step={step}' if at_step else '')
+  where = f'step {step} of' if at_step else 'inside'
+  raise ValueError(f'--workdir={workdir} is {where} the run {run}: {fix}.')
+
+
 def run(config, workdir: str, step=None):
   """bertjax.main's entry for job=finetune; `step` (--step) picks the checkpoint of modes eval
   and predict."""
   if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
                      'or the run to evaluate or predict with).')
+  _refuse_inside_a_run(config, workdir)
   if config.mode == 'train_eval':
     if step is not None:
       raise ValueError(f'--step={step} picks the checkpoint that --config.mode=eval or predict '

@@ -174,6 +174,59 @@ RUN_FIELDS = ('task', 'kind', 'pooling', 'version_2_with_negative', 'data.max_se
               'data.max_query_length')
 
 
+# The data.* keys that say where a run's examples are and how they are read, beside RUN_FIELDS.
+_DATA_SOURCE = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 'format',
+                'token_column', 'tag_column', 'tag_scheme')
+_NAMED_DATA = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 'predict_file')
+
+
+def follow_run_data(config, run: dict | None) -> list[str]:
+  """For mode eval or predict of `run` (its config.json), what the config leaves unset (as
+  data_reads.UNSET gives it) is read as the run read it: a key of RUN_FIELDS (any other value is
+  refused), the eval_fraction and seed (0, the default) that held its eval examples out of
+  the training file, and where the config names no data of its own (_NAMED_DATA all unset),
+  the run's data (_DATA_SOURCE). Returns 'key=value' of each value taken, for the console."""
+  if run is None or config.get('mode', 'train_eval') == 'train_eval':
+    return []
+  data, recorded = config.data, run.get('data') or {}
+  unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
+                for key in _NAMED_DATA)
+  keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')]
+  keys += _DATA_SOURCE if unnamed else ()
+  taken = []
+  for key in [*keys, 'eval_fraction']:
+    if (key in data_reads.UNSET and key in recorded and key in data
+        and data[key] == data_reads.UNSET[key] and recorded[key] != data[key]
+        and (key != 'eval_fraction' or _held_out(config))):
+      data[key] = recorded[key]
+      taken.append(f'{key}={recorded[key]}')
+  if _held_out(config) and _held_out(run) and config.get('seed') == 0 and run.get('seed', 0):
+    config.seed = run['seed']
+    taken.append(f'seed={run["seed"]}')
+  return taken
+
+
+def check_run_data_found(config, taken: list[str], workdir: str):
+  """Refuses a file or folder follow_run_data took from the run that is gone (moved since?),
+  saying it was the run's: the user named none, so 'fix the path' would leave them guessing."""
+  for key in (t.split('=', 1)[0] for t in taken):
+    if key not in ('data_dir', 'train_file', 'eval_file', 'test_file'):
+      continue
+    value = config.data[key]
+    try:
+      found = [value] if key == 'data_dir' else user_tasks.expand(value, key)
+      gone = next((path for path in found if not files.exists(path)), None)
+    except FileNotFoundError:  # A glob that matches nothing now.
+      gone = value
+    if gone is not None:
+      other = (' (or --config.data.eval_file=FILE to score another file)'
+               if config.mode == 'eval' and key != 'eval_file' else '')
+      raise FileNotFoundError(
+          f'{gone} is gone (moved since the run trained?): the run read it as config.data.{key} '
+          f'({workdir}/config.json records it, and this {config.mode} named no data of its '
+          f'own); pass --config.data.{key}=<where it is now>{other}.')
+
+
 def has_checkpoint(workdir: str) -> bool:
   """Whether `workdir` (a local folder or a URL) holds a complete checkpoint."""
   return bool(checkpoint_reader.steps(files.join(workdir, 'checkpoints')))

@@ -1,0 +1,119 @@
+"""mode=eval and mode=predict of a run on a user's own files need nothing but --workdir: the
+data the run read, and how it read it, come from its config.json (run_config.follow_run_data);
+a --workdir inside the run (a step of its checkpoints) is told the flags that read it."""
+
+import json
+import pathlib
+import shutil
+
+import pytest
+
+from bertjax.finetune import job
+from bertjax.finetune import run_config
+from configs import finetune as finetune_config
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ARGS = 'task=classification,size=tiny,seq=32,batch=8,lr=3e-3,epochs=2'
+
+
+def _bare(mode, **data):
+  """A config naming only the task, the mode and `data` (what a user types for an eval)."""
+  config = finetune_config.get_config(ARGS)
+  config.unlock()
+  config.mode, config.eval_batch_size = mode, 8
+  for key, value in data.items():
+    config.data[key] = value
+  return config
+
+
+@pytest.fixture(scope='module')
+def reviews_run(tmp_path_factory):
+  """(workdir, data folder) of a tiny classifier on the checkout's reviews.csv (10 of its 48
+  rows held out by seed 3), its test file new_reviews as one column, checkpoints 6 and 9 kept."""
+  root = tmp_path_factory.mktemp('reviews')
+  data = root / 'data'
+  data.mkdir()
+  shutil.copy(REPO / 'launch' / 'examples' / 'reviews.csv', data / 'reviews.csv')
+  texts = (REPO / 'launch' / 'examples' / 'new_reviews.txt').read_text().splitlines()
+  (data / 'new.tsv').write_text('review\n' + ''.join(f'{t}\n' for t in texts if t.strip()))
+  config = _bare('train_eval', train_file=str(data / 'reviews.csv'),
+                 test_file=str(data / 'new.tsv'), text_fields='review', label_field='sentiment')
+  config.seed, config.checkpoint.every_steps = 3, 3
+  job.run(config, str(root / 'run'))
+  return root / 'run', data
+
+
+def test_an_eval_naming_no_data_scores_the_runs_held_out_examples_as_it_did(reviews_run):
+  workdir, _ = reviews_run
+  written = job.run(_bare('eval'), str(workdir))
+  folder = pathlib.Path(written[0]).parent
+  assert folder.name == 'eval_step_9'
+  scored = json.loads((folder / 'validation_results.json').read_text())
+  trained = json.loads((workdir / 'eval_results.json').read_text())  # The run's last eval.
+  assert scored.keys() == trained.keys() - {'step'}
+  assert all(abs(scored[k] - trained[k]) < 1e-5 for k in scored), (scored, trained)
+  rows = (folder / 'validation_predictions.jsonl').read_text().splitlines()
+  assert len(rows) == 10  # 0.2 of 48, drawn by the run's seed 3.
+
+
+def test_a_predict_naming_no_data_predicts_the_runs_test_file(reviews_run):
+  workdir, data = reviews_run
+  written = pathlib.Path(job.run(_bare('predict'), str(workdir))[0])
+  assert written.parent.name == 'predict_step_9'
+  rows = [json.loads(line) for line in written.read_text().splitlines()]
+  assert len(rows) == len((data / 'new.tsv').read_text().splitlines()) - 1
+  assert {r['label'] for r in rows} <= {'positive', 'negative'}
+
+
+def test_a_file_named_for_eval_is_read_with_the_runs_columns_not_its_training_file(reviews_run,
+                                                                                 tmp_path):
+  workdir, _ = reviews_run
+  (tmp_path / 'more.csv').write_text('review,sentiment\na joy to watch,positive\n'
+                                     'a dull mess,negative\nwonderful acting,positive\n')
+  config = _bare('eval', eval_file=str(tmp_path / 'more.csv'))
+  folder = pathlib.Path(job.run(config, str(workdir), step=6)[0]).parent
+  assert folder.name.startswith('eval_step_6-more.csv-')
+  assert len((folder / 'validation_predictions.jsonl').read_text().splitlines()) == 3
+  assert (config.data.text_fields, config.data.train_file) == ('text', '')  # The caller's own.
+
+
+@pytest.mark.parametrize('mode, under, said', [
+    ('eval', 'checkpoints/6', 'is step 6 of the run {run}: pass --workdir={run} --step=6.'),
+    ('predict', 'checkpoints', 'is inside the run {run}: pass --workdir={run}.'),
+    ('train_eval', 'checkpoints/9', 'is step 9 of the run {run}: pass --workdir={run} to resume '
+     'it, or a new folder outside it to fine-tune anew.')])
+def test_a_workdir_inside_the_run_names_the_run_and_its_step(reviews_run, mode, under, said):
+  workdir, _ = reviews_run
+  with pytest.raises(ValueError) as raised:
+    job.run(_bare(mode), str(workdir / under))
+  assert str(raised.value) == f'--workdir={workdir / under} ' + said.format(run=workdir)
+
+
+def test_only_what_the_user_left_unset_is_taken_from_the_run():
+  run = _bare('train_eval', train_file='/d/t.csv', text_fields='review', label_field='y',
+              format='tsv').to_dict()
+  run['seed'] = 5
+  config = _bare('eval', text_fields='other')
+  assert run_config.follow_run_data(config, run) == [
+      'label_field=y', 'train_file=/d/t.csv', 'format=tsv', 'seed=5']
+  assert config.data.text_fields == 'other'  # Said differing by check_against_run, not replaced.
+  named = _bare('eval', eval_file='/d/e.csv')
+  assert run_config.follow_run_data(named, run) == ['text_fields=review', 'label_field=y']
+  assert named.seed == 0 and named.data.format == ''  # Its own file's format, from its name.
+  moved = _bare('eval', train_file='/e/t.csv')  # The run's file, moved: read as it was.
+  assert run_config.follow_run_data(moved, run) == ['text_fields=review', 'label_field=y',
+                                                    'seed=5']
+  assert run_config.follow_run_data(_bare('train_eval'), run) == []  # A resume: as given.
+
+
+def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_path):
+  config = _bare('eval', train_file=str(tmp_path / 'reviews.csv'))
+  with pytest.raises(FileNotFoundError) as raised:
+    run_config.check_run_data_found(config, [f'train_file={tmp_path}/reviews.csv'], '/w/run')
+  assert str(raised.value) == (
+      f'{tmp_path}/reviews.csv is gone (moved since the run trained?): the run read it as '
+      'config.data.train_file (/w/run/config.json records it, and this eval named no data of its '
+      'own); pass --config.data.train_file=<where it is now> (or --config.data.eval_file=FILE to '
+      'score another file).')
+  (tmp_path / 'reviews.csv').write_text('review,sentiment\n')
+  run_config.check_run_data_found(config, [f'train_file={tmp_path}/reviews.csv'], '/w/run')
