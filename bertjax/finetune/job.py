@@ -324,13 +324,44 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     registry.check_files_to_predict(config.task, config.data, training=False)
   job_setup.check_head(config, workdir)
   s = job_setup.setup(config, workdir)
-  cfg, task = s.config, s.task
+  params, read_step = _read_model(s, workdir, step, agreed)
+  splits = _splits_read(s.task, config.mode, splits)
+  # Every split read first: its folder is chosen by what they hold too (scored_folders).
+  read = {split: job_setup.featurized(s, split, False) for split in splits}
+  out_dir, inputs = scored_folders.chosen(s.config, workdir, config.mode, read_step,
+                                         {split: f for split, (_, f, _) in read.items()})
+  scored, shown = _score(s, params, read, config.mode)
+  written = []
+  # Every host computed the same; one writes, and an error there stops every host. The folder
+  # is put in place whole once every split is written (scored_folders.writing).
+  with hosts.fail_together():
+    if jax.process_index() == 0:
+      with scored_folders.writing(out_dir, inputs) as into:
+        for split, (outputs, metrics) in scored.items():
+          examples, features, feature_meta = read[split]
+          if metrics is not None:
+            files.write_atomically(files.join(into, f'{split}_results.json'),
+                                   run_files.json_text(metrics))
+          path = s.task.write_predictions(outputs, features, feature_meta, examples, split, into)
+          written.append(files.join(out_dir, os.path.relpath(path, into)))  # local temp
+      for split, path in zip(scored, written, strict=True):
+        logging.info('predictions for %s (%d examples) written to %s', split,
+                     len(read[split][0]), path)
+  if jax.process_index() == 0:
+    kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
+    job_lines.summary(f'finetune {config.mode}', time.perf_counter() - start,
+                      metrics=[('step', read_step), *shown], outputs=[(kind, out_dir)])
+  return written
+
+
+def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, int]:
+  """(the params of the run's checkpoint at `step`, placed on the mesh, its step number)."""
+  cfg = s.config
   job_setup.set_steps(cfg, 1)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab), training=False)
-  rules = s.rules
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
-                                                       rules)
+                                                       s.rules)
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
@@ -338,29 +369,27 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.
   model = _load(workdir, step, agreed)
-  read_step = int(files.name(model.source))
   _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
   params = init_from.place(
       init_from.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
                                   model.source),
       abstract.params, shardings.params, model.source, missing_hint=_EDITED_CONFIG,
       shape_hint=_EDITED_CONFIG)
-  predict_fn = jit_predict(s)
-  rows_of = job_setup.layout(s)
-  splits = _splits_read(task, config.mode, splits)
-  written, shown = [], [('step', read_step)]
-  # Every split read first: its folder is chosen by what they hold too (scored_folders).
-  read = {split: job_setup.featurized(s, split, False) for split in splits}
-  out_dir, inputs = scored_folders.chosen(cfg, workdir, config.mode, read_step,
-                                         {split: f for split, (_, f, _) in read.items()})
-  scored = {}
-  with jax.set_mesh(s.mesh), nn.logical_axis_rules(rules):
-    for split in splits:
-      examples, features, feature_meta = read[split]
+  return params, int(files.name(model.source))
+
+
+def _score(s: job_setup.Setup, params, read: dict, mode: str) -> tuple[dict, list]:
+  """({split: (outputs, metrics: mode=eval's, else None)}, the summary's (name, value) pairs)
+  of the model on each split `read` holds (job_setup.featurized's)."""
+  cfg, task = s.config, s.task
+  predict_fn, rows_of = jit_predict(s), job_setup.layout(s)
+  scored, shown = {}, []
+  with jax.set_mesh(s.mesh), nn.logical_axis_rules(s.rules):
+    for split, (examples, features, feature_meta) in read.items():
       outputs, means = predict(predict_fn, params, features, rows_of, cfg.eval_batch_size,
-                               f'{config.mode} {split}')
+                               f'{mode} {split}')
       metrics = None
-      if config.mode == 'eval':  # What the training run's evals report, its loss too.
+      if mode == 'eval':  # What the training run's evals report, its loss too.
         metrics = {'loss': means['loss'], **task.evaluate(outputs, features, feature_meta,
                                                           examples)}
         logging.info('eval %s: %s', split, ', '.join(f'{k} {v:.4f}' for k, v in
@@ -374,26 +403,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
       else:
         shown.append((f'{split} examples', len(examples)))
       scored[split] = outputs, metrics
-  # Every host computed the same; one writes, and an error there stops every host. The folder
-  # is put in place whole once every split is written (scored_folders.writing).
-  with hosts.fail_together():
-    if jax.process_index() == 0:
-      with scored_folders.writing(out_dir, inputs) as into:
-        for split, (outputs, metrics) in scored.items():
-          examples, features, feature_meta = read[split]
-          if metrics is not None:
-            files.write_atomically(files.join(into, f'{split}_results.json'),
-                                   run_files.json_text(metrics))
-          path = task.write_predictions(outputs, features, feature_meta, examples, split, into)
-          written.append(files.join(out_dir, os.path.relpath(path, into)))  # local temp
-      for split, path in zip(scored, written, strict=True):
-        logging.info('predictions for %s (%d examples) written to %s', split,
-                     len(read[split][0]), path)
-  if jax.process_index() == 0:
-    kind = 'results and predictions' if config.mode == 'eval' else 'predictions'
-    job_lines.summary(f'finetune {config.mode}', time.perf_counter() - start, metrics=shown,
-                    outputs=[(kind, out_dir)])
-  return written
+  return scored, shown
 
 
 def _refuse_inside_a_run(config, workdir: str):
