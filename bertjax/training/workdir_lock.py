@@ -103,20 +103,42 @@ def _acquire(workdir: str):
     above = next(p for p in _folders_above(workdir) if files.exists(p))
     return None, WorkdirNotAFolderError(f'--workdir={workdir} is under {above}, which is a '
                                         'file: pass a --workdir under a folder.')
-  f = files.open(files.join(workdir, LOCK_NAME), 'a+')  # A local file: flock needs one.
-  try:
-    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    f.seek(0)
+  lock_path = files.join(workdir, LOCK_NAME)
+  for _ in range(3):  # A lock removed meanwhile with its new workdir (_remove_if_unused): anew.
+    files.makedirs(workdir)
+    f = files.open(lock_path, 'a+')  # A local file: flock needs one.
     try:
-      holder = json.loads(f.read())
-      since = remote_lock.since(holder['since'])
-      who = f"pid {holder['pid']} on {holder['host']}, running since {since}"
-    except (ValueError, KeyError):
-      who = 'another process'
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.seek(0)
+      try:
+        holder = json.loads(f.read())
+        since = remote_lock.since(holder['since'])
+        who = f"pid {holder['pid']} on {holder['host']}, running since {since}"
+      except (ValueError, KeyError):
+        who = 'another process'
+      f.close()
+      return None, _in_use(workdir, who)
+    with contextlib.suppress(FileNotFoundError):
+      if os.stat(lock_path).st_ino == os.fstat(f.fileno()).st_ino:  # local: the lock file
+        return f, None
     f.close()
-    return None, _in_use(workdir, who)
-  return f, None
+  return None, WorkdirInUseError(f'the lock of {workdir} keeps being replaced: is another run '
+                                 'starting there? Rerun when it is done.')
+
+
+def _remove_if_unused(workdir: str, made: list[str]):
+  """Removes the lock file (held by this run) and the folders this run made for `workdir` (`made`,
+  the workdir first) where the run wrote nothing into them: a run refused at its start (a
+  setting, the data) leaves no empty workdir behind."""
+  try:
+    if os.listdir(workdir) != [LOCK_NAME]:  # local: the lock is a local file
+      return
+    os.remove(files.join(workdir, LOCK_NAME))  # local: while held (_acquire checks the inode)
+    for folder in made:
+      os.rmdir(folder)  # local: empty, and made by this run
+  except OSError:  # Written meanwhile, or not ours to remove: kept.
+    pass
 
 
 def _acquire_remote(workdir: str, lock: remote_lock.RemoteLock) -> Exception | None:
@@ -173,6 +195,7 @@ def locked(workdir: str):
     return
   remote = files.is_remote(workdir)
   f, error, held = None, None, None
+  made = [] if remote else [p for p in files.folders_up(workdir) if not os.path.exists(p)]  # local
   if jax.process_index() == 0:
     try:
       _check_outside_checkpoints(workdir)
@@ -215,6 +238,8 @@ def locked(workdir: str):
   finally:
     _ACTIVE.pop(workdir, None)
     if f is not None:
+      if made:
+        _remove_if_unused(workdir, made)
       f.close()  # Releases the lock; the file stays (its content is only informative).
     if held is not None:
       held.release()

@@ -1,6 +1,7 @@
 """One run per workdir: a second is refused naming the first; a killed run's lock is no lock."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -39,6 +40,29 @@ def test_a_live_run_blocks_a_second_and_a_killed_one_does_not(tmp_path):
       assert (tmp_path / workdir_lock.LOCK_NAME).read_text().find(f'"pid": {os.getpid()}') > 0
   with workdir_lock.locked(str(tmp_path)):  # Released at the end of the block.
     pass
+
+
+def test_a_run_that_wrote_nothing_leaves_no_folder_it_made(tmp_path):
+  """Hostile pass of 2026-12-04: a new run refused at its start (a column its file lacks) left
+  its workdir holding only .lock. The folders it made go; a folder that was there, or one the
+  run wrote into, stays; a second run of the same new workdir meanwhile is refused."""
+  workdir = tmp_path / 'new' / 'run'
+  with pytest.raises(ValueError, match='refused'):
+    with workdir_lock.locked(str(workdir)):
+      assert (workdir / workdir_lock.LOCK_NAME).is_file()
+      second = subprocess.run([sys.executable, '-c', HOLD.replace('time.sleep(600)', 'pass'),
+                               str(workdir)], check=False, capture_output=True, text=True)
+      assert second.returncode == 1 and 'is in use by pid' in second.stderr, second.stderr
+      raise ValueError('refused')
+  assert list(tmp_path.iterdir()) == []
+  with workdir_lock.locked(str(workdir)):
+    (workdir / 'config.json').write_text('{}')
+  assert _tree(tmp_path) == sorted(map(pathlib.Path, [
+      'new', 'new/run', 'new/run/.lock', 'new/run/config.json']))
+  (tmp_path / 'kept').mkdir()
+  with workdir_lock.locked(str(tmp_path / 'kept')):
+    pass
+  assert (tmp_path / 'kept').is_dir()
 
 
 def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
