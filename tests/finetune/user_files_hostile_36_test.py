@@ -174,7 +174,7 @@ def test_an_eval_tag_training_never_had_is_said_at_its_file_and_line(tmp_path, n
   task = registry.get_task('tagging', _data(train_file=str(tmp_path / 'train.conll'),
                                             eval_file=str(tmp_path / name)))
   assert _error(lambda: task.read('validation')) == (
-      f"{where}: validation label 'B-ORG' never occurs in the training data, whose labels are "
+      f"{tmp_path}/{where}: validation label 'B-ORG' never occurs in the training data, whose labels are "
       "['O', 'B-PER']: fix the label or add training examples with it.")
 
 
@@ -296,3 +296,15 @@ def test_a_second_text_column_the_run_does_not_read_is_said(tmp_path, monkeypatc
                    '--config.data.text_fields=text,text_b']
   user_data.read_texts(str(path), fields=('text', 'text_b'), label_field='label')
   assert len(lines) == 1  # Read as a pair: nothing to say.
+
+
+def test_an_eval_label_training_never_had_is_said_at_the_files_path(tmp_path):
+  """Hostile pass of 2026-12-04: `ev.csv:3: validation label 'meh' ...` named the file without
+  its folder (a row's guid holds its name only)."""
+  (tmp_path / 'train.csv').write_text('text,label\n' + 'good,pos\nbad,neg\n' * 3)
+  (tmp_path / 'sub').mkdir()
+  (tmp_path / 'sub' / 'ev.csv').write_text('text,label\ngreat,pos\nawful,meh\n')
+  task = registry.get_task('classification', _data(train_file=str(tmp_path / 'train.csv'),
+                                                   eval_file=str(tmp_path / 'sub' / 'ev.csv')))
+  assert _error(lambda: task.read('validation')).startswith(
+      f"{tmp_path}/sub/ev.csv:3: validation label 'meh' never occurs in the training data")

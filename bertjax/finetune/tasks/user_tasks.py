@@ -220,9 +220,19 @@ class _UserSplits:
                                    collections.Counter())
 
   def check_labels(self, labelled, labels, split):
-    """user_labels.check_labels, saying so where max_train_examples left a label out."""
+    """user_labels.check_labels, saying so where max_train_examples left a label out, and
+    naming the file by its path (a row's guid names it by its name: `b.csv:3`)."""
+    paths_of = collections.defaultdict(set)
+    for path in expand(self.files[split], _FLAGS[split]) if split in self.files else ():
+      paths_of[files.name(path)].add(path)
+
+    def where(guid):
+      name, sep, line = guid.rpartition(':')
+      found = paths_of.get(name, ())
+      return f'{next(iter(found))}:{line}' if sep and len(found) == 1 else guid
+
     user_labels.check_labels(
-        labelled, labels, split, self.dropped,
+        ((where(guid), values) for guid, values in labelled), labels, split, self.dropped,
         f'config.data.max_train_examples={self.data.max_train_examples} kept no training '
         'example of it, though the training file has some: raise max_train_examples (to one '
         'example per label at least), or set it to -1 for all')
