@@ -329,7 +329,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # Every split read first: its folder is chosen by what they hold too (scored_folders).
   read = {split: job_setup.featurized(s, split, False) for split in splits}
   out_dir, inputs = scored_folders.chosen(s.config, workdir, config.mode, read_step,
-                                         {split: f for split, (_, f, _) in read.items()})
+                                         {split: f for split, (_, f, _) in read.items()},
+                                         [len(examples) for examples, _, _ in read.values()])
   scored, shown = _score(s, params, read, config.mode)
   written = []
   # Every host computed the same; one writes, and an error there stops every host. The folder

@@ -19,23 +19,26 @@ from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
 
 
-def scored_folder(cfg, run: dict | None, mode: str, step: int) -> str:
+def scored_folder(cfg, run: dict | None, mode: str, step: int, counts=()) -> str:
   """The predictions/ folder name of mode eval or predict at `step`: `{mode}_step_{step}` for
   the run's own files as they were; for a file the run did not name, its eval or test file
   edited since, or any predict_file, the file's name and content digest after it
   (`eval_step_8-b.csv-1a2b3c4d`); for a preset's files read from another data_dir than the
   run's (or TFDS instead), the folder's name and a digest of where (`eval_step_8-SST-2-5e6f7a8b`);
   for the first N eval examples, `-firstN`: scoring another file or part of one keeps the earlier
-  results."""
-  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode)
+  results. `counts`: the examples read of each split, where known."""
+  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode, counts)
           + _threshold_suffix(cfg, run))
 
 
-def _part_suffix(cfg, mode: str) -> str:
+def _part_suffix(cfg, mode: str, counts=()) -> str:
   """`-firstN` where mode=eval scores the first N of its eval examples (data.max_eval_examples):
-  never the folder of an eval of them all."""
+  never the folder of an eval of them all. Where every split read fewer than N (`counts`), all
+  of them were scored: the eval's own folder."""
   asked = init_from.lookup(cfg, 'data.max_eval_examples')
-  return f'-first{asked}' if mode == 'eval' and asked is not None and asked >= 0 else ''
+  if mode != 'eval' or asked is None or asked < 0 or (counts and max(counts) < asked):
+    return ''
+  return f'-first{asked}'
 
 
 def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
@@ -76,11 +79,13 @@ def inputs_digest(features_of: dict) -> str:
   return digest.hexdigest()
 
 
-def chosen(cfg, workdir: str, mode: str, step: int, features_of: dict) -> tuple[str, str]:
+def chosen(cfg, workdir: str, mode: str, step: int, features_of: dict,
+           counts=()) -> tuple[str, str]:
   """(the folder mode eval or predict at `step` writes the splits of `features_of` into, the
-  digest of those inputs, for record_inputs): scored_folder's name, then scored_into's."""
+  digest of those inputs, for record_inputs): scored_folder's name, then scored_into's.
+  `counts`: the examples read of each split."""
   inputs = inputs_digest(features_of)
-  named = scored_folder(cfg, run_config.trained_run(workdir), mode, step)
+  named = scored_folder(cfg, run_config.trained_run(workdir), mode, step, counts)
   return scored_into(files.join(workdir, 'predictions', named), inputs), inputs
 
 

@@ -117,3 +117,13 @@ def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_pa
       'score another file).')
   (tmp_path / 'reviews.csv').write_text('review,sentiment\n')
   run_config.check_run_data_found(config, [f'train_file={tmp_path}/reviews.csv'], '/w/run')
+
+
+def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(reviews_run):
+  """Hostile pass of 2026-12-04: max_eval_examples=1000 of 10 examples wrote
+  eval_step_N-first1000, as if a part of the set had been scored."""
+  workdir, _ = reviews_run
+  whole = _bare('eval', max_eval_examples=1000)
+  assert pathlib.Path(job.run(whole, str(workdir))[0]).parent.name == 'eval_step_9'
+  part = _bare('eval', max_eval_examples=10)  # As many as the set: whether it was cut is unknown.
+  assert pathlib.Path(job.run(part, str(workdir))[0]).parent.name == 'eval_step_9-first10'

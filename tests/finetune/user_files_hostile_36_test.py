@@ -174,8 +174,8 @@ def test_an_eval_tag_training_never_had_is_said_at_its_file_and_line(tmp_path, n
   task = registry.get_task('tagging', _data(train_file=str(tmp_path / 'train.conll'),
                                             eval_file=str(tmp_path / name)))
   assert _error(lambda: task.read('validation')) == (
-      f"{tmp_path}/{where}: validation label 'B-ORG' never occurs in the training data, whose labels are "
-      "['O', 'B-PER']: fix the label or add training examples with it.")
+      f"{tmp_path}/{where}: validation label 'B-ORG' never occurs in the training data, whose "
+      "labels are ['O', 'B-PER']: fix the label or add training examples with it.")
 
 
 @pytest.mark.parametrize('name, content, fmt, said', [
