@@ -408,11 +408,13 @@ def _score(s: job_setup.Setup, params, read: dict, mode: str) -> tuple[dict, lis
 
 
 def _refuse_inside_a_run(config, workdir: str):
-  """A --workdir inside a run (its checkpoints/ or a step of them) names the run and the flags
+  """A --workdir inside a run's checkpoints/ (or a step of them) names the run and the flags
   that read it: it was taken for a new run (mode=eval: 'holds no checkpoint: fine-tune first')."""
   run = init_from.run_folder(paths.absolute(workdir)) if workdir else None
-  if run is None or paths.same_path(run, paths.absolute(workdir)):
-    return
+  if run is None or paths.same_path(run, paths.absolute(workdir)) or not any(
+      paths.same_path(folder, files.join(run, 'checkpoints'))
+      for folder in files.folders_up(paths.absolute(workdir), 2)):
+    return  # Not a run's checkpoints (a run in a run's subfolder keeps apart from it).
   step = files.name(workdir.rstrip('/'))
   at_step = step.isdigit() and files.name(files.parent(workdir.rstrip('/'))) == 'checkpoints'
   if config.mode == 'train_eval':
