@@ -248,7 +248,7 @@ def check(output, overwrite: bool, source: str = ''):
                           'out, or choose another directory.')
   # Local weights too by their sha256 (readers check large files by size): a same-size save.
   changes = export_manifest.changes(output, full=not files.is_remote(output))
-  if edited := [name for name, change in changes if change != 'gone']:
+  if edited := [change.name for change in changes if change.kind != 'gone']:
     if edited == [MANIFEST]:
       raise FileExistsError(f'--output={output}: its {MANIFEST} is damaged, so what was edited '
                             'since the export cannot be told: --overwrite would lose any edit; '

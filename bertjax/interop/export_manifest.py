@@ -8,6 +8,7 @@ is refused, not read as the model's.
 
 import json
 import os
+from typing import NamedTuple
 
 from bertjax import files
 from bertjax.training import run_files
@@ -119,10 +120,17 @@ def check_complete(path):
 _NOT_READ = object()
 
 
+class Change(NamedTuple):
+  """A file of an export that is not as its manifest records it (changes())."""
+  name: str  # Relative to the export's folder; MANIFEST for a record that cannot be read.
+  kind: str  # 'gone', 'bytes', 'sha256' or 'damaged'.
+  sizes: tuple[int, int] | None = None  # For 'bytes': (now, written).
+
+
 def changes(folder: str, written=_NOT_READ, full: bool = False):
-  """(name, change) for each file of the export in `folder` that is not as its manifest
-  records it: change 'gone', 'bytes <now> <written>' or 'sha256' (none for exports before
-  2026-12-02, which record no sizes); (MANIFEST, 'damaged') for a record that cannot be read.
+  """A Change for each file of the export in `folder` that is not as its manifest records it:
+  kind 'gone', 'bytes' (sizes: now, written) or 'sha256' (none for exports before 2026-12-02,
+  which record no sizes); Change(MANIFEST, 'damaged') for a record that cannot be read.
   `written`: the manifest's record, read when not given. `full`: the sha256 of files past
   DIGESTED_BYTES too (exports before 2026-12-04 record none)."""
   if written is _NOT_READ:
@@ -132,28 +140,28 @@ def changes(folder: str, written=_NOT_READ, full: bool = False):
   try:
     records = sorted((name, int(size), digest) for name, (size, digest) in written.items())
   except (AttributeError, TypeError, ValueError):  # Edited by hand: nothing can be told.
-    yield MANIFEST, 'damaged'
+    yield Change(MANIFEST, 'damaged')
     return
   for name, size, digest in records:
     path = files.join(folder, *name.split('/'))
     if not files.exists(path):
-      yield name, 'gone'
+      yield Change(name, 'gone')
     elif (now := files.size(path)) != size:
-      yield name, f'bytes {now} {size}'
+      yield Change(name, 'bytes', (now, size))
     elif digest and (full or size <= DIGESTED_BYTES) and files.sha256(path) != digest:
-      yield name, 'sha256'
+      yield Change(name, 'sha256')
 
 
 def _changed(folder: str, written) -> str:
   """The first file of an export that is not as its manifest records it ('' for none)."""
-  for name, change in changes(folder, written):
-    path = files.join(folder, *name.split('/'))
-    if change == 'damaged':
+  for change in changes(folder, written):
+    path = files.join(folder, *change.name.split('/'))
+    if change.kind == 'damaged':
       return f'{path}\'s record of the files written cannot be read (edited by hand?)'
-    if change == 'gone':
+    if change.kind == 'gone':
       return f'{path}, a file of this export, is gone'
-    if change.startswith('bytes'):
-      now, size = change.split()[1:]
+    if change.kind == 'bytes':
+      now, size = change.sizes
       return f'{path} holds {now} bytes where the export wrote {size}'
     return f'{path} is not the file the export wrote (its sha256 differs from {MANIFEST}\'s)'
   return ''
