@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import re
+import stat
 
 from bertjax import files
 from bertjax import processes
@@ -139,6 +140,23 @@ def check_lengths(path: str, shown: str, room: int = 0):
                      f'past the {longest} a path may have here; pass a shorter path.')
 
 
+def special_kind(path: str) -> str | None:
+  """What local `path` is when it exists (through its links) as neither a folder nor a regular
+  file: 'a FIFO', 'a socket', 'a device', or 'not a folder' for another kind (none on Linux). A
+  write would replace it by a regular file (as root, /dev/null for every program). None for
+  anything else, a URL too."""
+  if files.is_remote(path):
+    return None
+  try:
+    mode = os.stat(path).st_mode  # local only
+  except (OSError, ValueError):  # Nothing there (a dangling link too), as os.path.exists says.
+    return None
+  if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+    return None
+  return ('a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode) else
+          'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'not a folder')
+
+
 def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str = '') -> str:
   """The absolute --`flag` path (or URL), refused before any work when writing it would lose
   something: one of the `inputs` it was read from, a folder, a file that is not a regular one
@@ -165,7 +183,7 @@ def check_output_file(output, flag: str = 'output_file', inputs=(), shown: str =
     check_lengths(out, shown)
     # Through its links (/dev/stdout is one to a terminal or a pipe), before resolving them:
     # a pipe's link resolves to no path at all.
-    if os.path.exists(out) and not os.path.isfile(out):  # local: not a URL
+    if special_kind(out):
       raise ValueError(f'{shown} is not a regular file (a device, fifo or socket): '
                        'pass a file path.')
     if os.path.islink(out):

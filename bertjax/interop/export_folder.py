@@ -11,7 +11,6 @@ import contextlib
 import errno
 import os
 import re
-import stat
 import tempfile
 import time
 from typing import Callable
@@ -166,13 +165,9 @@ def _check_not_mount_point(output: str):
 def _check_not_special(output: str):
   """Refuses a local `output` that exists and is neither a folder nor a regular file (those
   are checked apart): a FIFO, a socket or a device (/dev/null) was renamed aside and replaced."""
-  if files.is_remote(output) or not os.path.exists(output) or os.path.isdir(output):  # local
-    return
-  mode = os.stat(output).st_mode  # local only
-  kind = ('a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode) else
-          'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
-          'a file' if stat.S_ISREG(mode) else 'not a folder')
-  raise FileExistsError(f'--output={output} is {kind}: an export is a folder; pass a directory.')
+  if kind := paths.special_kind(output):
+    raise FileExistsError(f'--output={output} is {kind}: an export is a folder; pass a '
+                          'directory.')
 
 
 def check(output, overwrite: bool, source: str = ''):
