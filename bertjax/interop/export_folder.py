@@ -177,6 +177,13 @@ def check(output, overwrite: bool, source: str = ''):
   Local paths and URLs alike (URLs compared as strings). Returns the files there (relative
   names, the manifest left out) that the export replaces: all listed by the earlier export."""
   output = os.fspath(output)
+  _check_place(output, source)
+  return _replaceable(output, overwrite)
+
+
+def _check_place(output: str, source: str):
+  """check()'s refusals of where `output` is, whatever it holds: under a file, too long a path,
+  a mount point, a file, a FIFO or such, the source or around it, or in a run."""
   files.check_bucket(output)
   if not files.is_remote(output):
     above = os.path.dirname(os.path.abspath(output))  # local only
@@ -212,6 +219,11 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} is {"" if run == out else "inside "}'
                           f'the bertjax run {run}: an export is never written into a run; '
                           'choose a directory outside it.')
+
+
+def _replaceable(output: str, overwrite: bool) -> set:
+  """check()'s refusals of what `output` holds: anything without `overwrite`; with it, all but
+  an earlier export of one format as it wrote it. The files it holds (the manifest left out)."""
   if not files.isdir(output) or not files.listdir(output):
     return set()
   if not overwrite:
@@ -241,6 +253,13 @@ def check(output, overwrite: bool, source: str = ''):
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
+  _check_not_edited(output)
+  return there
+
+
+def _check_not_edited(output: str):
+  """Refuses an earlier export in `output` one of whose files was edited since (or whose record
+  of them is damaged): --overwrite would lose the edit. A file gone loses nothing."""
   # Local weights too by their sha256 (readers check large files by size): a same-size save.
   changes = export_manifest.changes(output, full=not files.is_remote(output))
   if edited := [change.name for change in changes if change.kind != 'gone']:
@@ -253,7 +272,6 @@ def check(output, overwrite: bool, source: str = ''):
                           f'({", ".join(edited[:5])}: {MANIFEST} records other contents): '
                           '--overwrite would lose the edits; move them out (the rest is '
                           'replaced), or choose another directory.')
-  return there
 
 
 def check_one_model(targets: list[tuple[str, str]], source: str, labels=(),
