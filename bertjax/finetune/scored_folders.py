@@ -4,6 +4,7 @@ or another copy of a preset's data never replaces an earlier result (scored_fold
 config names; scored_into, by what was read); each written whole or not at all (writing)."""
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -138,9 +139,13 @@ def writing(folder: str, inputs: str):
       files.makedirs(temp)  # Made once marked: an interrupt between the two would leave it.
       yield temp
       record_inputs(temp, inputs)
-      if not os.path.lexists(folder):  # local only
-        os.rename(temp, folder)  # local only: atomic
-      else:  # The same inputs' earlier results, replaced; INPUTS_FILE, the same, last.
+      try:
+        os.rename(temp, folder)  # local only: atomic; refused where `folder` holds files
+      except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(folder):  # local
+          raise
+        # The same inputs' earlier results (or another eval's of them, written meanwhile),
+        # replaced file by file; INPUTS_FILE, the same, last.
         for entry in sorted(os.listdir(temp), key=lambda e: e == INPUTS_FILE):  # local only
           target = os.path.join(folder, entry)  # local only
           if os.path.isdir(target) and not os.path.islink(target):  # local only
