@@ -20,9 +20,10 @@ from bertjax import processes
 _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 
 
-# Schemes whose `SCHEME:/x` (one slash) is a URL missing a slash, not a local folder `SCHEME:`.
+# Schemes whose `SCHEME:/x` or `SCHEME:x` is a URL missing its slashes, not a local folder
+# `SCHEME:` or `SCHEME:x`.
 _URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss', 'file')
-_ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):/(?!/)', re.IGNORECASE)
+_ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):(?!//)', re.IGNORECASE)
 
 
 def absolute_workdir(workdir) -> str:
@@ -39,10 +40,14 @@ def absolute(path: str) -> str:
   is one place); '' unchanged. `gs:/x` (a URL missing a slash) is refused: it would be a local
   folder named `gs:`."""
   if _ONE_SLASH_URL.match(path):
-    scheme, rest = path.split(':/', 1)
-    rest = '/' + rest if scheme.lower() == 'file' else rest  # file:///x: no host, a local path.
-    raise ValueError(f'{path} looks like a URL missing a slash: write {scheme}://{rest} (or '
-                     f'./{path} for a local folder)')
+    scheme, rest = path.split(':', 1)
+    missing = 'a slash' if rest.startswith('/') else 'its slashes'
+    if scheme.lower() != 'file':
+      fix = f'{scheme}://{rest.lstrip("/")}'
+    else:  # file:///x: no host, a local path; `file:x` names a relative one.
+      fix = f'{scheme}://{rest}' if rest.startswith('/') else f'{rest} (the path itself)'
+    raise ValueError(f'{path} looks like a URL missing {missing}: write {fix} (or ./{path} for '
+                     'a local folder)')
   if path[:len('file://')].lower() == 'file://':  # Schemes are case-blind: FILE:// too.
     host, slash, rest = path[len('file://'):].partition('/')
     if not slash:  # `file://` was the current folder.

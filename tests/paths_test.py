@@ -286,6 +286,22 @@ def test_a_url_missing_a_slash_is_refused_not_made_a_local_folder(path, fix, tmp
   assert paths.absolute('gs://b/x') == 'gs://b/x'
 
 
+@pytest.mark.parametrize('path, fix', [
+    ('gs:bucket/run', 'gs://bucket/run'), ('S3:b', 'S3://b'),
+    ('file:rel/x', 'rel/x (the path itself)')])
+def test_a_url_missing_its_slashes_is_refused_not_made_a_local_folder(path, fix, tmp_path,
+                                                                     monkeypatch):
+  """Hostile pass of 2026-12-04: `gs:bucket/run` (and `--output=file:rel`) was the local folder
+  ./gs:bucket/run."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError) as raised:
+    paths.absolute(path)
+  assert str(raised.value) == (f'{path} looks like a URL missing its slashes: write {fix} (or '
+                               f'./{path} for a local folder)')
+  assert paths.absolute(f'./{path}') == f'{tmp_path}/{path}'
+  assert paths.absolute('gsx:y') == f'{tmp_path}/gsx:y'
+
+
 def test_a_url_missing_a_slash_ends_a_command_in_one_line(tmp_path):
   done = subprocess.run([sys.executable, '-m', 'bertjax.export', '--from=gs:/b/run',
                          '--format=hf', '--output=out'], cwd=tmp_path, capture_output=True,
