@@ -6,10 +6,12 @@ import json
 import pathlib
 import shutil
 
+import log_records
 import pytest
 
 from bertjax.finetune import job
 from bertjax.finetune import run_config
+from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -127,3 +129,20 @@ def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(revie
   assert pathlib.Path(job.run(whole, str(workdir))[0]).parent.name == 'eval_step_9'
   part = _bare('eval', max_eval_examples=10)  # As many as the set: whether it was cut is unknown.
   assert pathlib.Path(job.run(part, str(workdir))[0]).parent.name == 'eval_step_9-first10'
+
+
+def test_a_test_file_beside_a_predict_file_is_said_not_to_be_predicted(tmp_path, monkeypatch):
+  """Hostile pass of 2026-12-04: the training command line reused with a predict_file added
+  predicted that file and ignored its test_file without a word."""
+  for name in ('test.csv', 'new.csv'):
+    (tmp_path / name).write_text('review\ngreat\n')
+  data = _bare('predict', test_file=str(tmp_path / 'test.csv'),
+               predict_file=str(tmp_path / 'new.csv')).data
+  warned = log_records.recorded_warnings(monkeypatch, registry)
+  registry.check_files_to_predict('classification', data, training=False)
+  assert warned == [f'config.data.test_file={tmp_path}/test.csv is not predicted: mode=predict '
+                    f'reads config.data.predict_file={tmp_path}/new.csv instead (drop one of them '
+                    'to silence this)']
+  warned.clear()
+  registry.check_files_to_predict('classification', data)  # Training reads neither: no word.
+  assert not warned

@@ -70,6 +70,10 @@ def check_files_to_predict(name: str, data, training: bool = True):
   if name not in USER_TASKS and data.get('predict_file'):
     predict_file(data, 'glue' if name in glue.TASKS else 'span' if name in SQUAD_FILES else name)
   user_tasks.check_files_to_predict(data, training)
+  if not training and data.get('predict_file') and data.get('test_file'):  # A run's flags reused.
+    logging.warning('config.data.test_file=%s is not predicted: mode=predict reads '
+                    'config.data.predict_file=%s instead (drop one of them to silence this)',
+                    data.test_file, data.predict_file)
 
 
 def _path(data, default_dir: str, file_name: str, split: str, test_splits, reads: str) -> str:
