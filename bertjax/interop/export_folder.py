@@ -248,13 +248,26 @@ def _replaceable(output: str, overwrite: bool) -> set:
                           '--overwrite replaces only an earlier export; choose another '
                           'directory, or empty it yourself.')
   there = set(files.walk_files(output)) - {MANIFEST}
-  extra = sorted(there - listed)
+  extra = sorted(there - listed) + _linked_folders(output)
   if extra:
     raise FileExistsError(f'--output={output} holds files the earlier export did not write '
                           f'({", ".join(extra[:5])}): --overwrite would delete them; move them '
                           'out, or choose another directory.')
   _check_not_edited(output)
   return there
+
+
+def _linked_folders(output: str) -> list[str]:
+  """The links to folders in local `output`, as 'NAME/': a user's (an export writes no link;
+  walk_files does not list them, as os.walk does not follow them), which replacing the export
+  would delete. Empty folders hold nothing to lose (a SavedModel's assets/ is one)."""
+  if files.is_remote(output):
+    return []
+  found = []
+  for folder, names, _ in os.walk(output):  # local only; links to folders are not followed
+    found += [os.path.relpath(os.path.join(folder, name), output).replace(os.sep, '/') + '/'
+              for name in names if os.path.islink(os.path.join(folder, name))]  # local only
+  return sorted(found)
 
 
 def _check_not_edited(output: str):

@@ -367,3 +367,24 @@ def test_overwrite_compares_large_files_by_sha256_and_a_damaged_manifest_is_refu
   with pytest.raises(FileExistsError, match=re.escape(
       f'output={out}: its {export_folder.MANIFEST} cannot be read (damaged?)')):
     export_folder.check(str(out), True)
+
+
+def test_overwrite_refuses_a_link_to_a_folder_the_export_did_not_write(tmp_path):
+  """Hostile pass of 2026-12-04: --overwrite removed a link to a folder a user had put in the
+  export (files were refused; os.walk lists a link to a folder among the folders). An empty
+  folder holds nothing to lose: replaced (a SavedModel export writes an empty assets/)."""
+  output = tmp_path / 'out'
+  _write(output, 'first')
+  (tmp_path / 'dataset').mkdir()
+  (tmp_path / 'dataset' / 'rows.csv').write_text('kept')
+  (output / 'runs').mkdir()
+  (output / 'runs' / 'data').symlink_to(tmp_path / 'dataset')
+  (output / 'empty').mkdir()
+  with pytest.raises(FileExistsError, match=re.escape(
+      'holds files the earlier export did not write (runs/data/)')):
+    _write(output, 'second', overwrite=True)
+  assert (output / 'config.json').read_text() == 'first' and (output / 'runs' / 'data').is_symlink()
+  (output / 'runs' / 'data').unlink()
+  _write(output, 'second', overwrite=True)
+  assert (output / 'config.json').read_text() == 'second' and not (output / 'empty').exists()
+  assert (tmp_path / 'dataset' / 'rows.csv').read_text() == 'kept'
