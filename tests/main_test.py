@@ -41,6 +41,7 @@ def test_a_mistyped_config_field_is_one_line_naming_the_closest(tmp_path):
 def test_config_files_load_from_another_directory_and_bad_input_is_one_error(tmp_path):
   # Started outside the checkout: the config file still finds configs/common.py. Data that
   # matches nothing fails at once, before anything is compiled, with one line to act on.
+  (tmp_path / 'relative' / 'w').mkdir(parents=True)  # A new one, refused, would be removed.
   done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny',
                   '--config.data.train_files=nowhere/train-*', '--workdir=relative/w')
   assert done.returncode == 1, done.stderr
