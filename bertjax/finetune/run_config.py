@@ -185,14 +185,19 @@ def follow_run_data(config, run: dict | None) -> list[str]:
   data_reads.UNSET gives it) is read as the run read it: a key of RUN_FIELDS (any other value is
   refused), the eval_fraction and seed (0, the default) that held its eval examples out of
   the training file, and where the config names no data of its own (_NAMED_DATA all unset),
-  the run's data (_DATA_SOURCE). Returns 'key=value' of each value taken, for the console."""
+  the run's data (_DATA_SOURCE) that the mode reads (eval: its eval file, else the training file
+  its eval examples are held out of; predict: its test file). Returns 'key=value' of each
+  value taken, for the console."""
   if run is None or config.get('mode', 'train_eval') == 'train_eval':
     return []
   data, recorded = config.data, run.get('data') or {}
   unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
                 for key in _NAMED_DATA)
   keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')]
-  keys += _DATA_SOURCE if unnamed else ()
+  # Only the files the mode reads: a file of another split, gone since, stops nothing.
+  unread = (('train_file', 'eval_file') if config.mode == 'predict' else
+            ('test_file',) + (('train_file',) if recorded.get('eval_file') else ()))
+  keys += [key for key in _DATA_SOURCE if key not in unread] if unnamed else []
   taken = []
   for key in [*keys, 'eval_fraction']:
     if (key in data_reads.UNSET and key in recorded and key in data

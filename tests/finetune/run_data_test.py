@@ -67,6 +67,20 @@ def test_a_predict_naming_no_data_predicts_the_runs_test_file(reviews_run):
   assert {r['label'] for r in rows} <= {'positive', 'negative'}
 
 
+def test_a_file_of_a_split_the_mode_does_not_read_may_be_gone(reviews_run, tmp_path):
+  """Hostile pass of 2026-12-04: eval stopped on the run's test file gone (`... is gone: pass
+  --config.data.test_file=...`, which then made eval read no data of the run's), and predict
+  on its training file gone."""
+  workdir, data = reviews_run
+  for name, mode in (('new.tsv', 'eval'), ('reviews.csv', 'predict')):
+    (data / name).rename(tmp_path / name)
+    try:
+      written = job.run(_bare(mode), str(workdir))
+    finally:
+      (tmp_path / name).rename(data / name)
+    assert pathlib.Path(written[0]).parent.name == f'{mode}_step_9'
+
+
 def test_a_file_named_for_eval_is_read_with_the_runs_columns_not_its_training_file(reviews_run,
                                                                                  tmp_path):
   workdir, _ = reviews_run
