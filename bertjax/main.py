@@ -311,7 +311,8 @@ def main(argv):
     # The job whose outputs the line speaks of (none: flags unparsed, as main called from a
     # test, or a config of another program, refused).
     config = _CONFIG.value if flags.FLAGS.is_parsed() else None
-    message = _storage_error(e, config.get('job') if hasattr(config, 'get') else None)
+    message = _storage_error(e, config.get('job') if hasattr(config, 'get') else None,
+                             config.get('mode') if hasattr(config, 'get') else None)
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
     hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
                        status=console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)
@@ -338,15 +339,18 @@ _STORAGE_FIXES = {
 }
 
 
-def _storage_error(error: BaseException, job: str | None) -> str | None:
+def _storage_error(error: BaseException, job: str | None, mode: str | None = None) -> str | None:
   """The one line for an OSError of a full, over-quota, read-only or forbidden disk: the path,
-  the reason and what to do; None for any other error (other OSErrors keep their traceback)."""
+  the reason and what to do; None for any other error (other OSErrors keep their traceback).
+  `mode`: a fine-tuning job's (eval and predict write no checkpoint)."""
   if not isinstance(error, OSError) or error.errno not in _STORAGE_FIXES:
     return None
   named = error.filename is not None and not isinstance(error.filename, int)  # Not an fd.
   where = f'{os.fsdecode(error.filename)}: ' if named else ''
   kept = ("an earlier embed's embeddings.npy and similarity.txt there are kept as they were"
           if job == 'embed' else
+          'the run is as it was, with no predictions/ folder half-written (scored_folders)'
+          if job == 'finetune' and mode in ('eval', 'predict') else
           'the checkpoints already written are kept and the run resumes from the last one')
   return f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; {kept}'
 

@@ -135,7 +135,7 @@ def writing(folder: str, inputs: str):
   processes.remove_dead_writers(parent, prefix, '', tail='-')
   temp = files.join(parent, f'{prefix}{processes.mark()}-{time.time_ns()}')
   try:
-    with console.temporary(temp):  # Ctrl-C removes it: nothing half-written is left.
+    with console.temporary(temp), _named(folder):  # Ctrl-C removes it: nothing half-written.
       files.makedirs(temp)  # Made once marked: an interrupt between the two would leave it.
       yield temp
       record_inputs(temp, inputs)
@@ -154,6 +154,18 @@ def writing(folder: str, inputs: str):
   finally:
     with contextlib.suppress(OSError):  # What failed is reported, not this clean-up.
       files.rmtree(temp)
+
+
+@contextlib.contextmanager
+def _named(folder: str):
+  """An OSError of the hidden folder beside `folder` (a read-only or immutable predictions/)
+  said as `folder`'s, which the user knows."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None or '.writing-' not in os.fsdecode(e.filename):
+      raise
+    raise OSError(e.errno, e.strerror, folder) from None
 
 
 def _data_dir_suffix(cfg, run: dict | None) -> str:

@@ -102,3 +102,17 @@ def test_a_buckets_folder_says_it_is_incomplete_until_its_last_file(gcs_bucket, 
   assert copied == [('validation_results.json', {'sha256': INPUTS, 'complete': False})]
   assert json.loads(files.read_text(f'{folder}/scored_inputs.json')) == {'sha256': INPUTS}
   assert scored_folders.scored_into(folder, INPUTS) == folder  # A rerun rewrites it.
+
+
+def test_an_error_of_the_hidden_folder_names_the_folder_the_user_knows(tmp_path):
+  """Hostile pass of 2026-12-04: an immutable predictions/ said `[Errno 1] Operation not
+  permitted: '.../predictions/.eval_step_9.writing-<host-pid>-<ns>'`."""
+  folder = tmp_path / 'eval_step_4'
+  with pytest.raises(PermissionError) as raised:
+    with scored_folders.writing(str(folder), INPUTS) as into:
+      raise OSError(errno.EPERM, os.strerror(errno.EPERM), os.path.join(into, 'x.json'))
+  assert raised.value.filename == str(folder) and not list(tmp_path.iterdir())
+  with pytest.raises(OSError) as raised:  # Another file's error: as it was.
+    with scored_folders.writing(str(folder), INPUTS):
+      raise OSError(errno.EIO, os.strerror(errno.EIO), '/data/eval.csv')
+  assert raised.value.filename == '/data/eval.csv'
