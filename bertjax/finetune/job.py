@@ -408,20 +408,23 @@ def _score(s: job_setup.Setup, params, read: dict, mode: str) -> tuple[dict, lis
 
 
 def _refuse_inside_a_run(config, workdir: str):
-  """A --workdir inside a run's checkpoints/ (or a step of them) names the run and the flags
-  that read it: it was taken for a new run (mode=eval: 'holds no checkpoint: fine-tune first')."""
-  run = init_from.run_folder(paths.absolute(workdir)) if workdir else None
-  if run is None or paths.same_path(run, paths.absolute(workdir)) or not any(
-      paths.same_path(folder, files.join(run, 'checkpoints'))
-      for folder in files.folders_up(paths.absolute(workdir), 2)):
-    return  # Not a run's checkpoints (a run in a run's subfolder keeps apart from it).
-  step = files.name(workdir.rstrip('/'))
-  at_step = step.isdigit() and files.name(files.parent(workdir.rstrip('/'))) == 'checkpoints'
+  """A --workdir inside a run's checkpoints/ (a step of them, a folder in a step) names the run
+  and the flags that read it: it was taken for a new run (mode=eval: 'holds no checkpoint:
+  fine-tune first'). A run in a run's other subfolder keeps apart from it."""
+  if not workdir:
+    return
+  up = files.folders_up(paths.absolute(workdir).rstrip('/'), 4)
+  at = next((i for i, folder in enumerate(up) if files.name(folder) == 'checkpoints'
+             and paths.is_run(files.parent(folder))), None)
+  if at is None:
+    return
+  run, step = files.parent(up[at]), files.name(up[at - 1]) if at else ''
+  at_step = step.isdigit()
   if config.mode == 'train_eval':
     fix = f'pass --workdir={run} to resume it, or a new folder outside it to fine-tune anew'
   else:
-    fix = f'pass --workdir={run}' + (f' --step={step}' if at_step else '')
-  where = f'step {step} of' if at_step else 'inside'
+    fix = f'pass --workdir={run}' + (f' --step={int(step)}' if at_step else '')
+  where = f'{"" if at == 1 else "inside "}step {int(step)} of' if at_step else 'inside'
   raise ValueError(f'--workdir={workdir} is {where} the run {run}: {fix}.')
 
 

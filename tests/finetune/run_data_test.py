@@ -96,6 +96,8 @@ def test_a_file_named_for_eval_is_read_with_the_runs_columns_not_its_training_fi
 @pytest.mark.parametrize('mode, under, said', [
     ('eval', 'checkpoints/6', 'is step 6 of the run {run}: pass --workdir={run} --step=6.'),
     ('predict', 'checkpoints', 'is inside the run {run}: pass --workdir={run}.'),
+    ('eval', 'checkpoints/6/state', 'is inside step 6 of the run {run}: pass --workdir={run} '
+     '--step=6.'),
     ('train_eval', 'checkpoints/9', 'is step 9 of the run {run}: pass --workdir={run} to resume '
      'it, or a new folder outside it to fine-tune anew.')])
 def test_a_workdir_inside_the_run_names_the_run_and_its_step(reviews_run, mode, under, said):
