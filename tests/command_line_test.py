@@ -57,8 +57,10 @@ def wait_until(condition, process, log, timeout=240, pause=0.2):
 
 
 def test_ctrl_c_in_training_ends_with_one_line_and_the_checkpoint_to_resume(tmp_path):
-  process, log = start(tmp_path, *TINY, '--workdir=w', '--compilation_cache_dir=',
-                       '--log_dir=logs')
+  # Steps enough that a loaded machine's poll sees a checkpoint before the run ends (CI at
+  # 4a63346: 200 steps ran out, the Ctrl-C came after, rc 0); Ctrl-C ends it long before.
+  process, log = start(tmp_path, *TINY, '--config.num_train_steps=100000', '--workdir=w',
+                       '--compilation_cache_dir=', '--log_dir=logs')
   saved = tmp_path / 'w' / 'checkpoints'
   wait_until(lambda: saved.is_dir() and any(p.name.isdigit() for p in saved.iterdir()), process,
              log)
