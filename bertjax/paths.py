@@ -23,7 +23,7 @@ _PATH_FIELD = re.compile(r'(_files?|_dir|^init_from)$')
 # Schemes whose `SCHEME:/x` or `SCHEME:x` is a URL missing its slashes, not a local folder
 # `SCHEME:` or `SCHEME:x`.
 _URL_SCHEMES = ('gs', 'gcs', 's3', 'hdfs', 'http', 'https', 'az', 'abfs', 'abfss', 'file')
-_ONE_SLASH_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):(?!//)', re.IGNORECASE)
+_SLASHLESS_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):(?!//)', re.IGNORECASE)
 
 
 def absolute_workdir(workdir) -> str:
@@ -39,7 +39,7 @@ def absolute(path: str) -> str:
   remote URL normalised (files.normalised: what bertjax's files, orbax and TensorFlow then name
   is one place); '' unchanged. `gs:/x` (a URL missing a slash) is refused: it would be a local
   folder named `gs:`."""
-  if _ONE_SLASH_URL.match(path):
+  if _SLASHLESS_URL.match(path):
     scheme, rest = path.split(':', 1)
     missing = 'a slash' if rest.startswith('/') else 'its slashes'
     if scheme.lower() != 'file':

@@ -318,7 +318,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
   if taken and jax.process_index() == 0:
-    logging.info('reading the data as %s/config.json records it: %s', workdir, ', '.join(taken))
+    logging.info('reading the data as %s/config.json records it: %s', workdir,
+                 ', '.join(f'{key}={value}' for key, value in taken.items()))
   run_config.check_run_data_found(config, taken, workdir)
   if config.mode == 'predict':  # A file to predict missing, or several: before the model loads.
     registry.check_files_to_predict(config.task, config.data, training=False)

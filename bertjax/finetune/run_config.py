@@ -180,16 +180,16 @@ _DATA_SOURCE = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 
 _NAMED_DATA = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 'predict_file')
 
 
-def follow_run_data(config, run: dict | None) -> list[str]:
+def follow_run_data(config, run: dict | None) -> dict:
   """For mode eval or predict of `run` (its config.json), what the config leaves unset (as
   data_reads.UNSET gives it) is read as the run read it: a key of RUN_FIELDS (any other value is
   refused), the eval_fraction and seed (0, the default) that held its eval examples out of
   the training file, and where the config names no data of its own (_NAMED_DATA all unset),
   the run's data (_DATA_SOURCE) that the mode reads (eval: its eval file, else the training file
-  its eval examples are held out of; predict: its test file). Returns 'key=value' of each
+  its eval examples are held out of; predict: its test file). Returns {key: value} of each
   value taken, for the console."""
   if run is None or config.get('mode', 'train_eval') == 'train_eval':
-    return []
+    return {}
   data, recorded = config.data, run.get('data') or {}
   unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
                 for key in _NAMED_DATA)
@@ -198,25 +198,21 @@ def follow_run_data(config, run: dict | None) -> list[str]:
   unread = (('train_file', 'eval_file') if config.mode == 'predict' else
             ('test_file',) + (('train_file',) if recorded.get('eval_file') else ()))
   keys += [key for key in _DATA_SOURCE if key not in unread] if unnamed else []
-  taken = []
+  taken = {}
   for key in [*keys, 'eval_fraction']:
     if (key in data_reads.UNSET and key in recorded and key in data
         and data[key] == data_reads.UNSET[key] and recorded[key] != data[key]
         and (key != 'eval_fraction' or _held_out(config))):
-      data[key] = recorded[key]
-      taken.append(f'{key}={recorded[key]}')
+      data[key] = taken[key] = recorded[key]
   if _held_out(config) and _held_out(run) and config.get('seed') == 0 and run.get('seed', 0):
-    config.seed = run['seed']
-    taken.append(f'seed={run["seed"]}')
+    config.seed = taken['seed'] = run['seed']
   return taken
 
 
-def check_run_data_found(config, taken: list[str], workdir: str):
+def check_run_data_found(config, taken: dict, workdir: str):
   """Refuses a file or folder follow_run_data took from the run that is gone (moved since?),
   saying it was the run's: the user named none, so 'fix the path' would leave them guessing."""
-  for key in (t.split('=', 1)[0] for t in taken):
-    if key not in ('data_dir', 'train_file', 'eval_file', 'test_file'):
-      continue
+  for key in [k for k in taken if k in ('data_dir', 'train_file', 'eval_file', 'test_file')]:
     value = config.data[key]
     try:
       found = [value] if key == 'data_dir' else user_tasks.expand(value, key)

@@ -112,29 +112,29 @@ def test_only_what_the_user_left_unset_is_taken_from_the_run():
               format='tsv').to_dict()
   run['seed'] = 5
   config = _bare('eval', text_fields='other')
-  assert run_config.follow_run_data(config, run) == [
-      'label_field=y', 'train_file=/d/t.csv', 'format=tsv', 'seed=5']
+  assert run_config.follow_run_data(config, run) == {
+      'label_field': 'y', 'train_file': '/d/t.csv', 'format': 'tsv', 'seed': 5}
   assert config.data.text_fields == 'other'  # Said differing by check_against_run, not replaced.
   named = _bare('eval', eval_file='/d/e.csv')
-  assert run_config.follow_run_data(named, run) == ['text_fields=review', 'label_field=y']
+  assert run_config.follow_run_data(named, run) == {'text_fields': 'review', 'label_field': 'y'}
   assert named.seed == 0 and named.data.format == ''  # Its own file's format, from its name.
   moved = _bare('eval', train_file='/e/t.csv')  # The run's file, moved: read as it was.
-  assert run_config.follow_run_data(moved, run) == ['text_fields=review', 'label_field=y',
-                                                    'seed=5']
-  assert run_config.follow_run_data(_bare('train_eval'), run) == []  # A resume: as given.
+  assert run_config.follow_run_data(moved, run) == {'text_fields': 'review', 'label_field': 'y',
+                                                    'seed': 5}
+  assert run_config.follow_run_data(_bare('train_eval'), run) == {}  # A resume: as given.
 
 
 def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_path):
   config = _bare('eval', train_file=str(tmp_path / 'reviews.csv'))
   with pytest.raises(FileNotFoundError) as raised:
-    run_config.check_run_data_found(config, [f'train_file={tmp_path}/reviews.csv'], '/w/run')
+    run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
   assert str(raised.value) == (
       f'{tmp_path}/reviews.csv is gone (moved since the run trained?): the run read it as '
       'config.data.train_file (/w/run/config.json records it, and this eval named no data of its '
       'own); pass --config.data.train_file=<where it is now> (or --config.data.eval_file=FILE to '
       'score another file).')
   (tmp_path / 'reviews.csv').write_text('review,sentiment\n')
-  run_config.check_run_data_found(config, [f'train_file={tmp_path}/reviews.csv'], '/w/run')
+  run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
 
 
 def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(reviews_run):
