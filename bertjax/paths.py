@@ -62,6 +62,9 @@ def absolute(path: str) -> str:
     scheme, rest = path.split('://', 1) if path else ('', '')
     if path and not rest.strip('/'):  # `gs://`: cut to `gs:` by a caller, a local folder.
       raise ValueError(f'{path} names no bucket: write {scheme}://BUCKET/FOLDER.')
+    if rest.startswith('/'):  # `gs:///b/x`: a bucket named '' (the client asks the network).
+      raise ValueError(f'{path} names no bucket (a slash too many): write '
+                       f'{scheme}://{rest.lstrip("/")}.')
     return files.normalised(path) if path else path
   return os.path.abspath(os.path.expanduser(path))
 

@@ -367,6 +367,11 @@ def test_a_url_without_a_bucket_is_refused(tmp_path, monkeypatch):
                        rf'{url.split(":")[0]}://BUCKET/FOLDER\.$'):
       paths.absolute(url)
   assert paths.absolute('gs://b/x') == 'gs://b/x'  # A bucket named: read as before.
+  # Session 55's hostile pass: `gs:///b/x` (a bucket named '') reached the network.
+  for url, fix in (('gs:///b/x', 'gs://b/x'), ('S3:////b', 'S3://b')):
+    with pytest.raises(ValueError, match=f'^{re.escape(url)} names no bucket \\(a slash too '
+                       f'many\\): write {re.escape(fix)}\\.$'):
+      paths.absolute(url)
   from bertjax.interop import export_folder  # pylint: disable=g-import-not-at-top
   monkeypatch.chdir(tmp_path)
   with export_folder.made_folders_removed('gs:'):  # A relative path: it ends.
