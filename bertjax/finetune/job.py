@@ -408,10 +408,11 @@ def _score(s: job_setup.Setup, params, read: dict, mode: str) -> tuple[dict, lis
   return scored, shown
 
 
-def _refuse_inside_a_run(config, workdir: str):
+def _refuse_inside_a_run(config, workdir: str, step=None):
   """A --workdir inside a run's checkpoints/ (a step of them, a folder in a step) names the run
   and the flags that read it: it was taken for a new run (mode=eval: 'holds no checkpoint:
-  fine-tune first'). A run in a run's other subfolder keeps apart from it."""
+  fine-tune first'). A run in a run's other subfolder keeps apart from it. `step`: --step, where
+  given (one that names another step is said, not replaced)."""
   if not workdir:
     return
   up = files.folders_up(paths.absolute(workdir).rstrip('/'), 4)
@@ -419,10 +420,13 @@ def _refuse_inside_a_run(config, workdir: str):
              and paths.is_run(files.parent(folder))), None)
   if at is None:
     return
-  run, step = files.parent(up[at]), files.name(up[at - 1]) if at else ''
+  given, run, step = step, files.parent(up[at]), files.name(up[at - 1]) if at else ''
   at_step = step.isdigit()
   if config.mode == 'train_eval':
     fix = f'pass --workdir={run} to resume it, or a new folder outside it to fine-tune anew'
+  elif at_step and given is not None and str(given) != str(int(step)):
+    fix = (f'pass --workdir={run} --step={given} (or --step={int(step)}, the step the workdir '
+           'names)')
   else:
     fix = f'pass --workdir={run}' + (f' --step={int(step)}' if at_step else '')
   where = f'{"" if at == 1 else "inside "}step {int(step)} of' if at_step else 'inside'
@@ -435,7 +439,7 @@ def run(config, workdir: str, step=None):
   if workdir and files.exists(workdir) and not files.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
                      'or the run to evaluate or predict with).')
-  _refuse_inside_a_run(config, workdir)
+  _refuse_inside_a_run(config, workdir, step)
   if config.mode == 'train_eval':
     if step is not None:
       raise ValueError(f'--step={step} picks the checkpoint that --config.mode=eval or predict '

@@ -93,17 +93,22 @@ def test_a_file_named_for_eval_is_read_with_the_runs_columns_not_its_training_fi
   assert (config.data.text_fields, config.data.train_file) == ('text', '')  # The caller's own.
 
 
-@pytest.mark.parametrize('mode, under, said', [
-    ('eval', 'checkpoints/6', 'is step 6 of the run {run}: pass --workdir={run} --step=6.'),
-    ('predict', 'checkpoints', 'is inside the run {run}: pass --workdir={run}.'),
-    ('eval', 'checkpoints/6/state', 'is inside step 6 of the run {run}: pass --workdir={run} '
-     '--step=6.'),
-    ('train_eval', 'checkpoints/9', 'is step 9 of the run {run}: pass --workdir={run} to resume '
-     'it, or a new folder outside it to fine-tune anew.')])
-def test_a_workdir_inside_the_run_names_the_run_and_its_step(reviews_run, mode, under, said):
+@pytest.mark.parametrize('mode, under, step, said', [
+    ('eval', 'checkpoints/6', None, 'is step 6 of the run {run}: pass --workdir={run} --step=6.'),
+    ('predict', 'checkpoints', None, 'is inside the run {run}: pass --workdir={run}.'),
+    ('eval', 'checkpoints/6/state', None, 'is inside step 6 of the run {run}: pass '
+     '--workdir={run} --step=6.'),
+    ('eval', 'checkpoints/06', '6', 'is step 6 of the run {run}: pass --workdir={run} --step=6.'),
+    # Session 55's hostile pass: --step=5 beside a step-9 workdir was replaced by --step=9.
+    ('eval', 'checkpoints/9', 'best', 'is step 9 of the run {run}: pass --workdir={run} '
+     '--step=best (or --step=9, the step the workdir names).'),
+    ('train_eval', 'checkpoints/9', None, 'is step 9 of the run {run}: pass --workdir={run} to '
+     'resume it, or a new folder outside it to fine-tune anew.')])
+def test_a_workdir_inside_the_run_names_the_run_and_its_step(reviews_run, mode, under, step,
+                                                             said):
   workdir, _ = reviews_run
   with pytest.raises(ValueError) as raised:
-    job.run(_bare(mode), str(workdir / under))
+    job.run(_bare(mode), str(workdir / under), step=step)
   assert str(raised.value) == f'--workdir={workdir / under} ' + said.format(run=workdir)
 
 
