@@ -127,12 +127,13 @@ def _acquire(workdir: str):
                                  'starting there? Rerun when it is done.')
 
 
-def _remove_if_unused(workdir: str, made: list[str]):
-  """Removes the lock file (held by this run) and the folders this run made for `workdir` (`made`,
-  the workdir first) where the run wrote nothing into them: a run refused at its start (a
-  setting, the data) leaves no empty workdir behind."""
+def _remove_if_unused(workdir: str, made: list[str], before: set[str]):
+  """Removes the lock file (held by this run, new with it) and the folders this run made for
+  `workdir` (`made`, the workdir first) where the run added nothing else (`before`: the
+  workdir's names when it began): a run refused at its start (a setting, the data) leaves no
+  empty workdir behind, nor a .lock in a folder of the user's."""
   try:
-    if os.listdir(workdir) != [LOCK_NAME]:  # local: the lock is a local file
+    if set(os.listdir(workdir)) != before | {LOCK_NAME}:  # local: the lock is a local file
       return
     os.remove(files.join(workdir, LOCK_NAME))  # local: while held (_acquire checks the inode)
     for folder in made:
@@ -196,6 +197,11 @@ def locked(workdir: str):
   remote = files.is_remote(workdir)
   f, error, held = None, None, None
   made = [] if remote else [p for p in files.folders_up(workdir) if not os.path.exists(p)]  # local
+  # What the workdir held: a lock new with this run, beside nothing new, is removed at the end.
+  before = None if remote or made or not os.path.isdir(workdir) else set(  # local
+      os.listdir(workdir))  # local: the lock is a local file
+  if before is not None and LOCK_NAME in before:
+    before = None
   if jax.process_index() == 0:
     try:
       _check_outside_checkpoints(workdir)
@@ -238,8 +244,8 @@ def locked(workdir: str):
   finally:
     _ACTIVE.pop(workdir, None)
     if f is not None:
-      if made:
-        _remove_if_unused(workdir, made)
+      if made or before is not None:
+        _remove_if_unused(workdir, made, before or set())
       f.close()  # Releases the lock; the file stays (its content is only informative).
     if held is not None:
       held.release()

@@ -63,6 +63,17 @@ def test_a_run_that_wrote_nothing_leaves_no_folder_it_made(tmp_path):
   with workdir_lock.locked(str(tmp_path / 'kept')):
     pass
   assert (tmp_path / 'kept').is_dir()
+  # A folder of the user's (session 55's hostile pass: its refused run left a .lock there): as
+  # it was; a run that wrote into it keeps its lock.
+  (tmp_path / 'kept' / 'notes.txt').write_text('mine')
+  with pytest.raises(ValueError, match='refused'):
+    with workdir_lock.locked(str(tmp_path / 'kept')):
+      raise ValueError('refused')
+  assert sorted(p.name for p in (tmp_path / 'kept').iterdir()) == ['notes.txt']
+  with workdir_lock.locked(str(tmp_path / 'kept')):
+    (tmp_path / 'kept' / 'config.json').write_text('{}')
+  assert sorted(p.name for p in (tmp_path / 'kept').iterdir()) == [
+      '.lock', 'config.json', 'notes.txt']
 
 
 def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
