@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 
 from bertjax import files
+from bertjax import paths
 from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
@@ -210,20 +211,25 @@ def follow_run_data(config, run: dict | None) -> dict:
 
 
 def check_run_data_found(config, taken: dict, workdir: str):
-  """Refuses a file or folder follow_run_data took from the run that is gone (moved since?),
-  saying it was the run's: the user named none, so 'fix the path' would leave them guessing."""
+  """Refuses a file or folder follow_run_data took from the run that is gone (moved since?), or
+  now of the other kind, saying it was the run's: the user named none, so 'fix the path' would
+  leave them guessing."""
   for key in [k for k in taken if k in ('data_dir', 'train_file', 'eval_file', 'test_file')]:
-    value = config.data[key]
-    try:
-      found = [value] if key == 'data_dir' else user_tasks.expand(value, key)
-      gone = next((path for path in found if not files.exists(path)), None)
-    except FileNotFoundError:  # A glob that matches nothing now.
-      gone = value
+    value, kind = config.data[key], files.isdir if key == 'data_dir' else files.isfile
+    gone = None
+    for part in [value] if key == 'data_dir' else paths.split_list(value):
+      try:
+        found = [part] if key == 'data_dir' else user_tasks.expand(part, key)
+        gone = gone or next((path for path in found if not kind(path)), None)
+      except FileNotFoundError:  # A glob of a comma list that matches nothing now: it.
+        gone = gone or part
     if gone is not None:
       other = (' (or --config.data.eval_file=FILE to score another file)'
                if config.mode == 'eval' and key != 'eval_file' else '')
+      now = ('gone (moved since the run trained?)' if not files.exists(gone) else
+             f'a {"file" if key == "data_dir" else "folder"} now')
       raise FileNotFoundError(
-          f'{gone} is gone (moved since the run trained?): the run read it as config.data.{key} '
+          f'{gone} is {now}: the run read it as config.data.{key} '
           f'({workdir}/config.json records it, and this {config.mode} named no data of its '
           f'own); pass --config.data.{key}=<where it is now>{other}.')
 

@@ -4,6 +4,7 @@ a --workdir inside the run (a step of its checkpoints) is told the flags that re
 
 import json
 import pathlib
+import re
 import shutil
 
 import log_records
@@ -138,8 +139,18 @@ def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_pa
       'config.data.train_file (/w/run/config.json records it, and this eval named no data of its '
       'own); pass --config.data.train_file=<where it is now> (or --config.data.eval_file=FILE to '
       'score another file).')
+  (tmp_path / 'reviews.csv').mkdir()  # Session 55's hostile pass: said 'fix the path'.
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path}/reviews.csv is a folder now: the run read it as config.data.train_file')):
+    run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
+  (tmp_path / 'reviews.csv').rmdir()
   (tmp_path / 'reviews.csv').write_text('review,sentiment\n')
   run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
+  # One glob of a comma list matching nothing now: it is named, not the whole list.
+  config.data.train_file = f'{tmp_path}/reviews.csv,{tmp_path}/more-*.csv'
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path}/more-*.csv is gone (moved since the run trained?): the run read it as')):
+    run_config.check_run_data_found(config, {'train_file': config.data.train_file}, '/w/run')
 
 
 def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(reviews_run):
