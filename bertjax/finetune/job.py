@@ -314,6 +314,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # the others waiting for it in their first collective.
   seen, agreed = _checkpoint_seen(workdir, step)
   hosts.check_same_view(workdir, seen)
+  _check_has_checkpoint(workdir)  # Before the data: a wrong --workdir was told as missing data.
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
@@ -356,6 +357,16 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   return written
 
 
+def _check_has_checkpoint(workdir: str):
+  """Refuses a --workdir of mode eval or predict that holds no fine-tuned checkpoint."""
+  if not files.exists(workdir):
+    raise FileNotFoundError(f'--workdir={workdir} does not exist: pass the folder of a '
+                            'fine-tuning run (or fine-tune into it first, mode=train_eval).')
+  if not run_config.has_checkpoint(workdir):
+    raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
+                            'with this --workdir.')
+
+
 def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, int]:
   """(the params of the run's checkpoint at `step`, placed on the mesh, its step number)."""
   cfg = s.config
@@ -364,9 +375,7 @@ def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, i
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
                                                        s.rules)
-  if not run_config.has_checkpoint(workdir):
-    raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
-                            'with this --workdir.')
+  _check_has_checkpoint(workdir)
   # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.

@@ -178,3 +178,16 @@ def test_a_test_file_beside_a_predict_file_is_said_not_to_be_predicted(tmp_path,
   warned.clear()
   registry.check_files_to_predict('classification', data)  # Training reads neither: no word.
   assert not warned
+
+
+@pytest.mark.parametrize('mode', ['eval', 'predict'])
+def test_a_workdir_holding_no_run_is_said_before_the_data(tmp_path, mode):
+  """Session 55's hostile pass: mode=eval of an empty or missing folder (a mistyped --workdir)
+  said 'task=classification: set config.data.train_file ...', the run's absence unsaid."""
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{tmp_path} holds no checkpoint: fine-tune first (mode=train_eval) with this --workdir.')):
+    job.run(_bare(mode), str(tmp_path))
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'--workdir={tmp_path}/rnu does not exist: pass the folder of a fine-tuning run')):
+    job.run(_bare(mode), str(tmp_path / 'rnu'))
+  assert list(tmp_path.iterdir()) == []
