@@ -148,7 +148,8 @@ def test_another_jobs_config_is_named_by_its_job_before_its_fields():
 
 # The modules that run each job, and the names their run config goes by there.
 _JOB_SOURCES = {'pretrain': ('bertjax/pretrain.py',),
-                'finetune': ('bertjax/finetune/job.py', 'bertjax/finetune/job_setup.py'),
+                'finetune': ('bertjax/finetune/job.py', 'bertjax/finetune/job_setup.py',
+                             'bertjax/finetune/run_config.py'),
                 'embed': ('bertjax/embed.py',)}
 
 

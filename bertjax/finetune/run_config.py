@@ -312,6 +312,34 @@ def check_training_features(cfg, workdir: str, digest: str):
                    'another --workdir.')
 
 
+def record_held_out(cfg, eval_sets: dict):
+  """Records (data.held_out_sha256) the features of the eval examples a run holds out of its
+  training ones: mode=eval draws them again from its data, seed and eval_fraction, and
+  check_held_out tells a draw that differs (data edited, another copy of a corpus, config.json
+  edited) from the run's own."""
+  if _held_out(cfg) and 'validation' in eval_sets:
+    cfg.data.held_out_sha256 = features_digest(eval_sets['validation'][1])
+
+
+def check_held_out(cfg, run: dict | None, read: dict, workdir: str):
+  """Refuses a mode=eval whose eval examples, held out of the training ones, are not the ones
+  the run held out (its data.held_out_sha256): some of those scored would be examples it trained
+  on. Told where the run's eval examples were cut alike (max_eval_examples)."""
+  recorded = init_from.lookup(run, 'data.held_out_sha256') if run else None
+  if (recorded is None or 'validation' not in read or not _held_out(cfg)
+      or cfg.data.get('max_eval_examples', -1) != init_from.lookup(run, 'data.max_eval_examples')):
+    return
+  drawn = features_digest(read['validation'][1])
+  if drawn != recorded:
+    where = cfg.data.get('train_file') or cfg.data.get('data_dir') or 'TFDS'
+    raise ValueError(
+        f'the eval examples drawn out of {where} now are not the ones {workdir} held out when '
+        f'it trained (sha256 {recorded[:12]}... then, {drawn[:12]}... now): the data, or the '
+        f'seed or eval_fraction in {workdir}/config.json, changed since, and some examples '
+        'scored would be ones it trained on. Restore the data it trained on to score its '
+        'held-out examples, or score a file of your own with --config.data.eval_file=FILE.')
+
+
 def records_training_data(cfg) -> bool:
   """Whether a job reads its training file's content: training, or scoring eval examples held
   out of it (its data.train_sha256 is then compared with the run's)."""

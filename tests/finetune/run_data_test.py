@@ -191,3 +191,25 @@ def test_a_workdir_holding_no_run_is_said_before_the_data(tmp_path, mode):
       f'--workdir={tmp_path}/rnu does not exist: pass the folder of a fine-tuning run')):
     job.run(_bare(mode), str(tmp_path / 'rnu'))
   assert list(tmp_path.iterdir()) == []
+
+
+def test_an_eval_whose_held_out_examples_differ_from_the_runs_is_refused(reviews_run, tmp_path):
+  """Session 55's hostile pass: a seed edited in config.json (or another copy of the data, a run
+  whose file no digest covers) drew other eval examples out of the training file, some of them
+  trained on, and scored them into eval_step_N without a word."""
+  workdir, _ = reviews_run
+  run = json.loads((workdir / 'config.json').read_text())
+  assert len(run['data']['held_out_sha256']) == 64
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  (copy / 'config.json').write_text(json.dumps(run | {'seed': 4}))
+  before = sorted((copy / 'predictions').rglob('*')) if (copy / 'predictions').exists() else []
+  with pytest.raises(ValueError, match=re.escape(
+      f'the eval examples drawn out of {run["data"]["train_file"]} now are not the ones {copy} '
+      f'held out when it trained (sha256 {run["data"]["held_out_sha256"][:12]}... then, ')):
+    job.run(_bare('eval'), str(copy))
+  assert (sorted((copy / 'predictions').rglob('*')) if (copy / 'predictions').exists()
+          else []) == before
+  # Its eval examples cut otherwise are a draw of their own: scored (the digest is of a whole set).
+  (copy / 'config.json').write_text(json.dumps(run))
+  assert len(job.run(_bare('eval', max_eval_examples=4), str(copy))) == 1
