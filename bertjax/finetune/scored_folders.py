@@ -11,6 +11,8 @@ import os
 import tempfile
 import time
 
+from absl import logging
+
 from bertjax import console
 from bertjax import files
 from bertjax import processes
@@ -59,7 +61,13 @@ def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   if field != 'predict_file' and scored == own and digest == recorded:
     return f'{mode}_step_{step}'
   first = files.name(user_tasks.expand(scored, field)[0])  # The file a glob matched.
-  return f'{mode}_step_{step}-{_cut(first)}-{digest[:8]}'
+  named = f'{mode}_step_{step}-{_cut(first)}-{digest[:8]}'
+  if field != 'predict_file' and scored == own:  # Said: the user looks for the run's folder.
+    logging.warning('config.data.%s %s was edited since the run trained (sha256 %s... then, '
+                    '%s... now): its %s go to predictions/%s, beside those of the file as it '
+                    'was', field, scored, recorded[:12], digest[:12],
+                    'scores' if mode == 'eval' else 'predictions', named)
+  return named
 
 
 def _cut(name: str) -> str:

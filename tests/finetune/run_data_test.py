@@ -12,6 +12,7 @@ import pytest
 
 from bertjax.finetune import job
 from bertjax.finetune import run_config
+from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
 
@@ -213,3 +214,21 @@ def test_an_eval_whose_held_out_examples_differ_from_the_runs_is_refused(reviews
   # Its eval examples cut otherwise are a draw of their own: scored (the digest is of a whole set).
   (copy / 'config.json').write_text(json.dumps(run))
   assert len(job.run(_bare('eval', max_eval_examples=4), str(copy))) == 1
+
+
+def test_the_runs_own_file_edited_since_is_said_beside_its_folder(tmp_path, monkeypatch):
+  """Session 55's hostile pass: its scores went to a folder of their own, the user left looking
+  for eval_step_N without a word."""
+  (tmp_path / 'ev.csv').write_text('review,sentiment\nfine,positive\n')
+  config = _bare('eval', eval_file=str(tmp_path / 'ev.csv'))
+  run = {'data': {'eval_file': str(tmp_path / 'ev.csv'), 'eval_sha256': 'a' * 64}}
+  warned = log_records.recorded_warnings(monkeypatch, scored_folders)
+  named = scored_folders.scored_folder(config, run, 'eval', 9)
+  digest = run_config.data_digest(str(tmp_path / 'ev.csv'), 'eval_file')
+  assert named == f'eval_step_9-ev.csv-{digest[:8]}'
+  assert warned == [f'config.data.eval_file {tmp_path}/ev.csv was edited since the run trained '
+                    f'(sha256 aaaaaaaaaaaa... then, {digest[:12]}... now): its scores go to '
+                    f'predictions/{named}, beside those of the file as it was']
+  run['data']['eval_sha256'] = digest
+  assert scored_folders.scored_folder(config, run, 'eval', 9) == 'eval_step_9'
+  assert len(warned) == 1
