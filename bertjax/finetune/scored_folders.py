@@ -121,6 +121,15 @@ def record_inputs(folder: str, inputs: str, complete: bool = True):
   files.write_atomically(files.join(folder, INPUTS_FILE), json.dumps(record) + '\n')
 
 
+def _remove_dead_writers(parent: str):
+  """Removes what killed writers (SIGKILL runs no clean-up) left in `parent` (a predictions/
+  folder), whatever folder they wrote: an eval of another step or file cleans up too."""
+  with contextlib.suppress(OSError):
+    for entry in os.listdir(parent):  # local only: a bucket's folder is written whole
+      if entry.startswith('.') and '.writing-' in entry:
+        processes.remove_dead_writers(parent, entry[:entry.rindex('.writing-') + 9], '', tail='-')
+
+
 @contextlib.contextmanager
 def writing(folder: str, inputs: str):
   """A local folder to write the results into, put at `folder` once the block ends without
@@ -140,7 +149,7 @@ def writing(folder: str, inputs: str):
   parent, name = files.parent(folder), files.name(folder)
   files.makedirs(parent)
   prefix = f'{processes.hidden_prefix(name)}writing-'
-  processes.remove_dead_writers(parent, prefix, '', tail='-')
+  _remove_dead_writers(parent)
   temp = files.join(parent, f'{prefix}{processes.mark()}-{time.time_ns()}')
   try:
     with console.temporary(temp), _named(folder):  # Ctrl-C removes it: nothing half-written.

@@ -74,12 +74,15 @@ def test_what_a_killed_writer_left_is_removed_and_a_live_ones_kept(tmp_path):
                         check=True).stdout.strip()
   killed = tmp_path / f'{prefix}{dead}-123'
   live = tmp_path / f'{prefix}{processes.mark()}-456'
-  for left in (killed, live):
+  # Session 55's hostile pass: another folder's (step, file) was removed by its own eval only.
+  other = tmp_path / f'{processes.hidden_prefix("eval_step_9-b.csv-1a2b3c4d")}writing-{dead}-7'
+  mine = tmp_path / '.notes.writing-by-hand'
+  for left in (killed, live, other, mine):
     (left / 'deep').mkdir(parents=True)
     (left / 'deep' / 'validation_predictions.tsv').write_text('half')
   with scored_folders.writing(str(folder), INPUTS):
     pass
-  assert not killed.exists() and live.exists()
+  assert not killed.exists() and live.exists() and not other.exists() and mine.exists()
 
 
 def test_a_buckets_folder_says_it_is_incomplete_until_its_last_file(gcs_bucket, tmp_path,
