@@ -323,6 +323,9 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     logging.info('reading the data as %s/config.json records it: %s', workdir,
                  ', '.join(f'{key}={value}' for key, value in taken.items()))
   run_config.check_run_data_found(config, taken, workdir)
+  if config.mode == 'eval' and config.data.get('test_file') and jax.process_index() == 0:
+    logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
+                    'split (mode=predict reads it)', config.data.test_file)
   if config.mode == 'predict':  # A file to predict missing, or several: before the model loads.
     registry.check_files_to_predict(config.task, config.data, training=False)
   job_setup.check_head(config, workdir)

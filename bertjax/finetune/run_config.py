@@ -192,8 +192,11 @@ def follow_run_data(config, run: dict | None) -> dict:
   if run is None or config.get('mode', 'train_eval') == 'train_eval':
     return {}
   data, recorded = config.data, run.get('data') or {}
+  # Named data the mode never reads (the training flags reused: eval beside a test_file) leaves
+  # the run's data to read.
+  ignored = ('test_file',) if config.mode == 'eval' else ('train_file', 'eval_file')
   unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
-                for key in _NAMED_DATA)
+                for key in _NAMED_DATA if key not in ignored)
   keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')]
   # Only the files the mode reads: a file of another split, gone since, stops nothing.
   unread = (('train_file', 'eval_file') if config.mode == 'predict' else

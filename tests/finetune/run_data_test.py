@@ -232,3 +232,15 @@ def test_the_runs_own_file_edited_since_is_said_beside_its_folder(tmp_path, monk
   run['data']['eval_sha256'] = digest
   assert scored_folders.scored_folder(config, run, 'eval', 9) == 'eval_step_9'
   assert len(warned) == 1
+
+
+def test_a_test_file_beside_an_eval_is_said_unread_and_the_runs_data_scored(reviews_run,
+                                                                            monkeypatch):
+  """Session 54's leftover: an eval given the training command's flags with a test_file (here
+  one gone) named data of its own, so the run's was not taken: 'has no eval data'."""
+  workdir, _ = reviews_run
+  warned = log_records.recorded_warnings(monkeypatch, job)
+  written = job.run(_bare('eval', test_file='/gone/new.tsv'), str(workdir))
+  assert pathlib.Path(written[0]).parent.name == 'eval_step_9'
+  assert warned == ['config.data.test_file=/gone/new.tsv is not read by mode=eval, which scores '
+                    'the eval split (mode=predict reads it)']
