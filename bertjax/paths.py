@@ -285,6 +285,18 @@ def check_output_folder(folder, names, flag: str = 'workdir', inputs=()) -> str:
   return out
 
 
+def in_checkpoints(path: str) -> tuple[str, list[str]] | None:
+  """(the run, the names from its checkpoints/ down to `path`: [] for checkpoints/ itself,
+  ['6'] for step 6, ['6', 'state'] inside it) where absolute `path` is a run's checkpoints/
+  folder or inside it, else None: what a --workdir there is (never a run of its own: the run's
+  checkpointer deletes the steps it no longer keeps, and what is in them)."""
+  up = files.folders_up(path.rstrip('/'))
+  for at, folder in enumerate(up):
+    if files.name(folder) == 'checkpoints' and is_run(files.parent(folder)):
+      return files.parent(folder), [files.name(below) for below in reversed(up[:at])]
+  return None
+
+
 def is_run(folder) -> bool:
   """Whether `folder` is a bertjax run's workdir: its config.json beside checkpoints/, or, before
   the first checkpoint (a bucket has no empty checkpoints/ folder), a config.json that is a

@@ -429,12 +429,11 @@ def _refuse_inside_a_run(config, workdir: str, step=None):
   given (one that names another step is said, not replaced)."""
   if not workdir:
     return
-  up = files.folders_up(paths.absolute(workdir).rstrip('/'), 4)
-  at = next((i for i, folder in enumerate(up) if files.name(folder) == 'checkpoints'
-             and paths.is_run(files.parent(folder))), None)
-  if at is None:
+  found = paths.in_checkpoints(paths.absolute(workdir))
+  if found is None:
     return
-  given, run, step = step, files.parent(up[at]), files.name(up[at - 1]) if at else ''
+  given, (run, below) = step, found
+  step = below[0] if below else ''
   at_step = step.isdigit()
   if config.mode == 'train_eval':
     fix = f'pass --workdir={run} to resume it, or a new folder outside it to fine-tune anew'
@@ -443,7 +442,7 @@ def _refuse_inside_a_run(config, workdir: str, step=None):
            'names)')
   else:
     fix = f'pass --workdir={run}' + (f' --step={int(step)}' if at_step else '')
-  where = f'{"" if at == 1 else "inside "}step {int(step)} of' if at_step else 'inside'
+  where = f'{"" if len(below) == 1 else "inside "}step {int(step)} of' if at_step else 'inside'
   raise ValueError(f'--workdir={workdir} is {where} the run {run}: {fix}.')
 
 

@@ -66,16 +66,17 @@ def _folders_above(workdir: str) -> list[str]:
 
 
 def _check_outside_checkpoints(workdir: str):
-  """Refuses a workdir inside another run's checkpoints/ folder (a step's folder, mistaken for
-  the run or for init_from): that run's checkpointer prunes the steps it no longer keeps, and
-  would delete the new run with the step it sits in."""
-  for folder in _folders_above(workdir):
-    if os.path.basename(folder) == 'checkpoints' and paths.is_run(os.path.dirname(folder)):
-      run = os.path.dirname(folder)
-      raise ValueError(f'--workdir={workdir} is inside {folder}, the checkpoints of the run at '
-                       f'{run} (its checkpointer deletes the steps it no longer keeps, and what '
-                       f'is in them): pass a folder outside {run}; to start from that run\'s '
-                       f'weights, pass --config.init_from={run}.')
+  """Refuses a workdir that is another run's checkpoints/ folder or inside it (a step's folder,
+  mistaken for the run or for init_from): that run's checkpointer prunes the steps it no longer
+  keeps, and would delete the new run with the step it sits in."""
+  found = paths.in_checkpoints(workdir)
+  if found is not None:
+    run, below = found
+    raise ValueError(f'--workdir={workdir} is {"inside " if below else ""}'
+                     f'{files.join(run, "checkpoints")}, the checkpoints of the run at {run} (its '
+                     'checkpointer deletes the steps it no longer keeps, and what is in them): '
+                     f'pass a folder outside {run}; to start from that run\'s weights, pass '
+                     f'--config.init_from={run}.')
 
 
 def _check_not_a_model(workdir: str):

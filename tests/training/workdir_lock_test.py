@@ -105,6 +105,10 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(
                        rf'start from that run\'s weights, pass --config.init_from={run}.$'):
       with workdir_lock.locked(str(inside)):
         pass
+  with pytest.raises(ValueError, match=rf'^--workdir={run}/checkpoints is {run}/checkpoints, '
+                     'the checkpoints of the run at'):  # Itself: was taken for a new run.
+    with workdir_lock.locked(str(run / 'checkpoints')):
+      pass
   assert _tree(tmp_path) == before
   # Beside the run, or in a folder of it that no checkpointer prunes: a run as any other.
   for beside in (tmp_path / 'ft', run / 'finetune'):
