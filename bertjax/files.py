@@ -14,7 +14,7 @@ object appears whole or not at all); `makedirs` makes nothing; a "folder" exists
 lies under it, and a write under an object is refused as a disk refuses a file under a file.
 A URL is read and written as orbax names it (`normalised`: gs://b//x is gs://b/x). Transient
 errors (timeouts, 429, 5xx) are retried with backoff by the client library (gcsfs: 6 tries);
-what still fails is reported in one line naming the URL as given.
+what still fails is reported in one line naming the URL as given (file_errors.py).
 Which client serves a URL, whether its service can be reached and whether its bucket exists
 are object_store.py's.
 """
@@ -29,6 +29,7 @@ import shutil
 import stat
 import tempfile
 
+from bertjax import file_errors
 from bertjax import object_store
 from bertjax import processes
 
@@ -68,16 +69,11 @@ def name(path) -> str:
   return posixpath.basename(path.rstrip('/')) if is_remote(path) else os.path.basename(path)
 
 
-def _missing_bucket(path) -> FileNotFoundError | None:
-  """object_store.missing_bucket's error for a URL; None for a local path."""
-  return object_store.missing_bucket(path) if is_remote(path) else None
-
-
 def check_exists(path, missing: str):
   """Raises FileNotFoundError(`missing`) unless `path` exists; for a URL whose bucket does not
   exist (or cannot be seen) the error names the URL and the bucket instead."""
   if not exists(path):
-    raise _missing_bucket(path) or FileNotFoundError(missing)
+    raise file_errors.missing_bucket(path) or FileNotFoundError(missing)
 
 
 def require_file(path, missing: str):
@@ -89,7 +85,7 @@ def require_file(path, missing: str):
     if 'does not exist' in missing and not is_remote(path) and exists(path):
       what = 'is a folder, not a file' if isdir(path) else 'is no regular file (a device?)'
       raise FileNotFoundError(missing.replace('does not exist', what, 1))
-    raise _missing_bucket(path) or FileNotFoundError(missing)
+    raise file_errors.missing_bucket(path) or FileNotFoundError(missing)
 
 
 def check_bucket(path):
@@ -97,7 +93,7 @@ def check_bucket(path):
   credentials cannot see), or check_folders' for a URL under an object; nothing for a local path.
   Writers call it before any work: the put at the end would fail only after it, naming the
   object it put (or, under an object, succeed: see check_folders)."""
-  error = _missing_bucket(path)
+  error = file_errors.missing_bucket(path)
   if error is not None:
     raise error
   if is_remote(path):
@@ -121,52 +117,11 @@ def _check_folders(path, folder: str):
     while not os.path.exists(folder) and folder != os.path.dirname(folder):
       folder = os.path.dirname(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
-      raise _under_a_file(path, folder)
+      raise file_errors.under_a_file(path, folder)
     return
   above = object_store.object_at_or_above(folder)
   if above is not None:
-    raise _under_a_file(path, above)
-
-
-def _under_a_file(path, folder) -> NotADirectoryError:
-  return NotADirectoryError(f'cannot write {path}: {folder} is a file, not a directory')
-
-
-def _describe(error: BaseException, path) -> BaseException:
-  """The error a user can act on for `error` raised while reaching `path` (the URL as given)."""
-  path = os.fspath(path)
-  protocol = path.split('://', 1)[0] if is_remote(path) else ''
-  hint = object_store.STORE_HINTS.get(protocol, 'check the URL and your credentials')
-  code = getattr(error, 'code', None)
-  text = str(error)
-  if isinstance(error, FileNotFoundError):
-    return _missing_bucket(path) or FileNotFoundError(f'{path} does not exist.')
-  if isinstance(error, PermissionError) or code in (401, 403) or text.startswith('Forbidden'):
-    if not is_remote(path):
-      hint = 'check its owner and mode (ls -l) or write elsewhere'
-    return PermissionError(f'{path}: no permission: {hint}.')
-  if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
-      'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
-    cause = text.splitlines()[0] if text else type(error).__name__
-    if isinstance(error, TimeoutError) and is_remote(path):  # fsspec's says nothing more.
-      cause = f'{cause}: no answer (no data for {object_store.STALL_S} s) on each of its tries'
-    return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
-                           f'keeps failing): check the network and retry ({cause}).')
-  return error
-
-
-@contextlib.contextmanager
-def _reaching(path):
-  """Turns a client's errors on `path` into `_describe`'s."""
-  try:
-    yield
-  except (IsADirectoryError, NotADirectoryError, FileExistsError, UnicodeDecodeError):
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    described = _describe(e, path)
-    if described is e:
-      raise
-    raise described from None
+    raise file_errors.under_a_file(path, above)
 
 
 def _check_file_name(path):
@@ -186,7 +141,7 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
   if not is_remote(path):
     if 'r' in mode and os.path.isdir(_local(path)):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
-    with _reaching(path):
+    with file_errors.reaching(path):
       try:
         return builtins.open(  # pylint: disable=consider-using-with
             _local(path), mode, encoding=encoding)
@@ -197,7 +152,7 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
   if writes:
     check_folders(path)
   fs, stripped = object_store.client(path)
-  with _reaching(path):
+  with file_errors.reaching(path):
     if 'r' in mode and not fs.isfile(stripped):
       if fs.isdir(stripped):
         raise IsADirectoryError(f'{path} is a folder: name a file.')
@@ -216,10 +171,10 @@ def read_bytes(path) -> bytes:
   if not is_remote(path):
     if os.path.isdir(_local(path)):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
-    with _reaching(path), builtins.open(_local(path), 'rb') as f:
+    with file_errors.reaching(path), builtins.open(_local(path), 'rb') as f:
       return f.read()
   fs, stripped = object_store.client(path)
-  with _reaching(path):
+  with file_errors.reaching(path):
     if fs.isdir(stripped) and not fs.isfile(stripped):
       raise IsADirectoryError(f'{path} is a folder: name a file.')
     return fs.cat_file(stripped)
@@ -244,7 +199,7 @@ def write_atomically(path, data: str | bytes):
   if is_remote(path):
     check_folders(path)
     fs, stripped = object_store.client(path)
-    with _reaching(path):
+    with file_errors.reaching(path):
       fs.pipe_file(stripped, data)
     return
   path = _local(path)
@@ -299,7 +254,7 @@ def _ask(path, local, method: str):
   if not is_remote(path):
     return local(_local(path))
   fs, stripped = object_store.client(path)
-  with _reaching(path):
+  with file_errors.reaching(path):
     return getattr(fs, method)(stripped)
 
 
@@ -338,7 +293,7 @@ def listdir(path) -> list[str]:
   if not is_remote(path):
     return sorted(os.listdir(_local(path)))
   fs, stripped = object_store.client(path)
-  with _reaching(path):
+  with file_errors.reaching(path):
     if not fs.isdir(stripped):
       raise FileNotFoundError(stripped)
     return sorted(posixpath.basename(p.rstrip('/')) for p in fs.ls(stripped, detail=False)
@@ -352,7 +307,7 @@ def glob(pattern) -> list[str]:
   if not is_remote(pattern):
     return sorted(globlib.glob(_local(pattern)))
   fs, stripped = object_store.client(pattern)
-  with _reaching(pattern):
+  with file_errors.reaching(pattern):
     found = sorted(fs.unstrip_protocol(p) for p in fs.glob(stripped))
   if name(pattern).startswith('.'):
     return found
@@ -369,7 +324,7 @@ def walk_files(path) -> list[str]:
                 for n in names]
     return sorted(found)
   fs, stripped = object_store.client(path)
-  with _reaching(path):
+  with file_errors.reaching(path):
     base = stripped.rstrip('/') + '/'
     return sorted(p[len(base):] for p in fs.find(stripped) if p.startswith(base))
 
@@ -399,7 +354,7 @@ def rmtree(path):
     shutil.rmtree(_local(path), ignore_errors=False) if os.path.isdir(_local(path)) else None
     return
   fs, stripped = object_store.client(path)
-  with _reaching(path), contextlib.suppress(FileNotFoundError):
+  with file_errors.reaching(path), contextlib.suppress(FileNotFoundError):
     if fs.exists(stripped):
       fs.rm(stripped, recursive=True)
 

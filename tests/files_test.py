@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from bertjax import file_errors
 from bertjax import files
 from bertjax import object_store
 from bertjax import processes
@@ -331,21 +332,20 @@ def test_the_clients_errors_become_one_set():
   url = 'gs://bucket/run/config.json'
   for error in (OSError(f'Forbidden: {url}\nno access'),
                 gcsfs.retry.HttpError({'code': 401, 'message': 'Unauthorized'})):
-    described = files._describe(error, url)  # pylint: disable=protected-access
+    described = file_errors.describe(error, url)
     assert isinstance(described, PermissionError)
     assert str(described).startswith(f'{url}: no permission: check the bucket name, your '
                                      'credentials')
   for error in (gcsfs.retry.HttpError({'code': 503, 'message': 'Service Unavailable'}),
                 TimeoutError('timed out')):
-    described = files._describe(error, url)  # pylint: disable=protected-access
+    described = file_errors.describe(error, url)
     assert isinstance(described, ConnectionError)
     assert str(described).startswith(f'{url}: the storage service cannot be reached')
-  local = files._describe(  # pylint: disable=protected-access
-      PermissionError(13, 'denied'), '/data/x')
+  local = file_errors.describe(PermissionError(13, 'denied'), '/data/x')
   assert str(local) == ('/data/x: no permission: check its owner and mode (ls -l) or write '
                         'elsewhere.')
   other = ValueError('a bug')
-  assert files._describe(other, url) is other  # pylint: disable=protected-access
+  assert file_errors.describe(other, url) is other
 
 
 def test_a_replaced_file_keeps_its_permissions_and_a_read_only_one_is_refused(tmp_path):

@@ -12,10 +12,10 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'bertjax'
 
 STAGES = (
-    ('console', 'command_flags', 'files', 'object_store', 'paths', 'text_files', 'processes',
-     'accelerators', 'malloc_tuning', 'records', 'compressed_text', 'remote_lock', 'output_lock',
-     'keywords', 'format_names', 'job_lines', 'metric_direction', 'phase_plan', 'mesh_rules',
-     'log_file'),
+    ('console', 'command_flags', 'files', 'file_errors', 'object_store', 'paths', 'text_files',
+     'processes', 'accelerators', 'malloc_tuning', 'records', 'compressed_text', 'remote_lock',
+     'output_lock', 'keywords', 'format_names', 'job_lines', 'metric_direction', 'phase_plan',
+     'mesh_rules', 'log_file'),
     ('text',),
     ('model',),
     ('pretraining_data', 'create_pretraining_data', 'learn_vocab'),
