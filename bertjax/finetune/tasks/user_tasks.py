@@ -1,8 +1,8 @@
 """Tasks read from the user's own files, one per kind: classification and regression (CSV,
 TSV, JSON lines), tagging (CoNLL columns or JSON lines, any tag set and scheme) and multiple
 choice (JSON lines, SWAG's CSV). The files are read by user_data.py; here the splits (an eval
-split held out of train when there is no eval file), the label set and each kind's features,
-metrics and predictions file.
+split held out of train when there is no eval file: example_sampling.py), the label set and each
+kind's features, metrics and predictions file.
 """
 
 import collections
@@ -17,6 +17,7 @@ from bertjax import files
 from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import example_sampling
 from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import metric_names
@@ -83,77 +84,6 @@ def check_files_to_predict(data, training: bool = True):
                    'training does not read it', flag, setting)
 
 
-def _random_split(items, fraction, seed):
-  """(train, eval) of unlabelled-for-stratifying items: a seeded permutation, eval first."""
-  if not 0 < fraction < 1:
-    raise ValueError(f'config.data.eval_fraction={fraction!r} must be strictly between 0 and 1.')
-  order = np.random.default_rng(seed).permutation(len(items))
-  num_eval = max(1, int(np.floor(len(items) * fraction + 0.5)))
-  if num_eval >= len(items):
-    raise ValueError(f'{len(items)} training examples are too few to hold out '
-                     f'eval_fraction={fraction}: set config.data.eval_file.')
-  return [items[i] for i in order[num_eval:]], [items[i] for i in order[:num_eval]]
-
-
-def _limit(items, maximum, sample=False, labels_of=None):
-  """At most `maximum` items (None or -1: all): the first of items shuffled already; with
-  `sample`, a fixed sample kept in file order, not the file's first rows (a file sorted by label
-  would lose whole labels). Fixed, not config.seed's: a resume with another seed reads the same.
-  With `labels_of` (an item's labels or tags), a label those left out is kept where `maximum`
-  allows (the label set is read from what is kept): _keep_every_label."""
-  if maximum is None or maximum < 0 or maximum >= len(items):
-    return items
-  if not sample:
-    chosen = list(range(maximum))
-  else:
-    chosen = sorted(np.random.default_rng(0).permutation(len(items))[:maximum].tolist())
-  if labels_of is not None:
-    chosen = _keep_every_label(items, chosen, labels_of)
-  return [items[i] for i in chosen]
-
-
-def _keep_every_label(items, chosen, labels_of):
-  """`chosen` (ascending indices into items) with the first item of each label it lacks in
-  place of the last chosen item whose every label another chosen item has too; as `chosen`
-  where it holds every label (so the runs that lost none read what they read before), and short
-  of some where there is no such item left (`maximum` below the number of labels)."""
-  counts = collections.Counter(label for i in chosen for label in set(labels_of(items[i])))
-  kept = set(chosen)
-  for i, item in enumerate(items):
-    labels = set(labels_of(item))
-    if i in kept or all(counts[label] for label in labels):
-      continue
-    spare = next((j for j in sorted(kept, reverse=True)
-                  if all(counts[label] > 1 for label in set(labels_of(items[j])))), None)
-    if spare is None:
-      break
-    kept.remove(spare)
-    counts.subtract(set(labels_of(items[spare])))
-    kept.add(i)
-    counts.update(labels)
-  return sorted(kept)
-
-
-def _split_by_text(split, items, key):
-  """`split` over the first item of each text (`key`), its copies following it: a held-out
-  text has no copy in training (a free right answer), and no row is dropped."""
-  groups = collections.defaultdict(list)
-  for item in items:
-    groups[key(item)].append(item)
-  if len(groups) == len(items):
-    return split(items)
-  copies = {id(group[0]): group for group in groups.values()}
-  try:
-    train, held_out = split([group[0] for group in groups.values()])
-  except ValueError as e:  # Its counts are of texts: said so.
-    raise ValueError(f'{len(items)} rows hold {len(groups)} distinct texts (the copies of a '
-                     f'text stay on one side of the held-out split): {e}') from None
-  logging.info('%d rows repeat a text: the copies of each text kept on one side of the held-out '
-               'split', len(items) - len(groups))
-  return ([c for first in train for c in copies[id(first)]],
-          [c for first in held_out for c in copies[id(first)]])
-
-
 class _UserSplits:
   """Reads the user's train / eval / test files once; holds out an eval split when there is
   no eval file (stratified by label for classification, seeded random otherwise)."""
@@ -203,19 +133,20 @@ class _UserSplits:
         split = functools.partial(labelled_split.split, eval_fraction=data.eval_fraction,
                                   seed=self.seed)
       else:
-        split = functools.partial(_random_split, fraction=data.eval_fraction, seed=self.seed)
-      items, held_out = _split_by_text(split, items, self._text_of)
+        split = functools.partial(example_sampling.random_split, fraction=data.eval_fraction,
+                                  seed=self.seed)
+      items, held_out = example_sampling.split_by_text(split, items, self._text_of)
       logging.info('%s: no eval_file, %d of its examples held out for eval (eval_fraction %g)',
                    self.files['train'], len(held_out), data.eval_fraction)
-    kept = _limit(items, self.data.max_train_examples, sample=held_out is None,
-                  labels_of=self._labels_of)
+    kept = example_sampling.limit(items, self.data.max_train_examples, sample=held_out is None,
+                                  labels_of=self._labels_of)
     if self._labels_of is not None and len(kept) < len(items):
       self.dropped = frozenset(label for item in items for label in self._labels_of(item)) - {
           label for item in kept for label in self._labels_of(item)}
     self._cache['train'] = (kept, skipped)
     if held_out is not None:  # A sample of the shuffled split, then in the file's order again:
       # its predictions (a tagging file's `word gold pred` lines have no row name) follow it.
-      sample = _limit(held_out, self.data.max_eval_examples)
+      sample = example_sampling.limit(held_out, self.data.max_eval_examples)
       self._cache['validation'] = (sorted(sample, key=lambda item: read_order[id(item)]),
                                    collections.Counter())
 
@@ -263,8 +194,8 @@ class _UserSplits:
                        f'{"eval_file" if split == "validation" else "test_file"}.')
     if split not in self._cache:
       items, _ = self._read_split(split, is_training=False, require_labels=split != 'test')
-      items = _limit(items, self.data.max_eval_examples if split == 'validation' else -1,
-                     sample=True)
+      items = example_sampling.limit(
+          items, self.data.max_eval_examples if split == 'validation' else -1, sample=True)
       if split == 'validation' and 'train' in self._cache:  # Training: the eval set it scores.
         self._warn_of_copies(items)
       self._cache[split] = (items, collections.Counter())
