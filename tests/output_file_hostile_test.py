@@ -28,6 +28,7 @@ from bertjax.finetune.tasks import user_formats
 from bertjax.interop import sources
 from bertjax.pretraining_data import text_input
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 from bertjax.text import vocab_learner
 
 LONG_NAME = 'f' * 245 + '.jsonl'  # 251 bytes: a valid name, its '.NAME.<pid>.tmp' is not.
@@ -237,7 +238,7 @@ def test_a_vocab_learned_without_lower_casing_from_text_without_capitals_is_refu
     assert not (tmp_path / out).exists()
   # Lower-cased, the same text gives a vocab that reads as uncased, as it should.
   vocab = vocab_learner.learn_wordpiece(str(lower), str(tmp_path / 'vocab.txt'), 128)
-  tokenizer.validate_case_matches_vocab(vocab, True)
+  vocab_casing.validate_case_matches_vocab(vocab, True)
 
 
 def test_a_vocab_of_a_script_without_case_reads_either_way(tmp_path):
@@ -247,9 +248,9 @@ def test_a_vocab_of_a_script_without_case_reads_either_way(tmp_path):
   vocab = vocab_learner.learn_wordpiece(str(corpus), str(tmp_path / 'vocab.txt'), 128,
                                         do_lower_case=False, min_frequency=1)
   assert 'が' in vocab
-  tokenizer.validate_case_matches_vocab(vocab, False)
+  vocab_casing.validate_case_matches_vocab(vocab, False)
   with pytest.raises(ValueError, match='is an uncased vocab'):  # Lower-case letters, no capitals.
-    tokenizer.validate_case_matches_vocab(['[CLS]', 'the', 'king', '##s'], False)
+    vocab_casing.validate_case_matches_vocab(['[CLS]', 'the', 'king', '##s'], False)
 
 
 def test_a_failure_names_the_lines_skipped_as_too_long(tmp_path):

@@ -11,7 +11,7 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import sentence_transformers
 from bertjax.interop import tf1_checkpoint
-from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 from bertjax.text import vocab_files
 from bertjax.training import kinds
 
@@ -41,7 +41,7 @@ def check_casing(result: bundle_lib.Bundle, given: bool | None):
       return f'drop --{"no" if given is False else ""}do_lower_case (the source\'s own casing).'
     return f'pass {flag} (the casing the source records does not read its vocab).'
   if result.vocab_file:
-    tokenizer.validate_case_matches_vocab(
+    vocab_casing.validate_case_matches_vocab(
         vocab_files.load_vocab(result.vocab_file), result.do_lower_case,
         f'vocab file {result.vocab_file}', fix)
 

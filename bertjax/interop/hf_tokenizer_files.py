@@ -16,6 +16,7 @@ from bertjax import files
 from bertjax import paths
 from bertjax.interop import hf_sentencepiece
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 from bertjax.text import vocab_files
 
 
@@ -96,7 +97,7 @@ def do_lower_case_of(directory, present=None, vocab_file: str = '') -> bool:
   case)."""
   lower, _ = recorded_lower_case(directory, present)
   if lower is None and vocab_file and not vocab_files.is_sentencepiece(vocab_file):
-    return not tokenizer.vocab_looks_cased(vocab_files.load_vocab(vocab_file))
+    return not vocab_casing.vocab_looks_cased(vocab_files.load_vocab(vocab_file))
   return True if lower is None else lower
 
 

@@ -10,6 +10,7 @@ import unicodedata
 
 from bertjax import files
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 
 # SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
 WORD_START = '\u2581'
@@ -58,7 +59,7 @@ class SentencePieceTokenizer:
     # From its bytes: the file may be a URL, which SentencePiece cannot open.
     self.vocab, self.sp_model = sentencepiece_vocab(path, files.read_bytes(path))
     if check_casing:  # As for a vocab.txt: upper-case pieces mean a cased model.
-      tokenizer.validate_case_matches_vocab(self.vocab, do_lower_case,
+      vocab_casing.validate_case_matches_vocab(self.vocab, do_lower_case,
                                             f'SentencePiece model {path!r}')
     self.do_lower_case = do_lower_case
     self.keep_accents = keep_accents

@@ -8,7 +8,8 @@ the text stay whole. It equals HF tokenizers' BertWordPieceTokenizer (given its 
 characters a word) except where HF departs from the original: HF gives a word-final capital
 sigma the non-final σ, and deletes private-use and unassigned code points. It needs no
 TensorFlow; vocab files are read through bertjax.files (local or a URL); the in-graph fast
-path is in `fast_tokenizer.py`, SentencePiece in `sentencepiece_tokenizer.py`.
+path is in `fast_tokenizer.py`, SentencePiece in `sentencepiece_tokenizer.py`, a vocab's casing
+against do_lower_case in `vocab_casing.py`.
 """
 
 import collections
@@ -19,6 +20,7 @@ import unicodedata
 
 from bertjax import files
 from bertjax import text_files
+from bertjax.text import vocab_casing
 
 # Special tokens. By default they are text like any other when found in raw text ('[MASK]' ->
 # '[', 'mask', ']'), as in the original BERT tokenizer, so raw text can never inject control
@@ -26,8 +28,6 @@ from bertjax import text_files
 SPECIAL_TOKENS = ('[UNK]', '[SEP]', '[PAD]', '[CLS]', '[MASK]')
 # A word longer than this (in characters) becomes [UNK]; the original's value. HF uses 100.
 DEFAULT_MAX_INPUT_CHARS_PER_WORD = 200
-# A vocab is taken as cased when at least this fraction of its word tokens has upper case.
-_CASED_FRACTION = 0.01
 # The special tokens every BERT input is built with ([CLS] text [SEP]); pre-training adds [MASK].
 INPUT_TOKENS = ('[CLS]', '[SEP]')
 # A byte order mark some editors write at the start of a UTF-8 file: not part of the first token.
@@ -148,42 +148,6 @@ def whitespace_tokenize(text):
   return text.split()
 
 
-def vocab_looks_cased(vocab):
-  """Whether enough word tokens of `vocab` contain upper case to call it a cased vocab."""
-  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
-  upper = sum(1 for t in words if t != t.lower())
-  return upper >= max(1, _CASED_FRACTION * len(words))
-
-
-def _casing_fix(lower: bool) -> str:
-  """What validate_case_matches_vocab tells a data or training run to pass."""
-  if lower:
-    return ('pass do_lower_case=True for an uncased checkpoint (--do_lower_case for '
-            'create_pretraining_data, --config.data.do_lower_case=true for fine-tuning)')
-  return ('pass do_lower_case=False for a cased checkpoint (--nodo_lower_case for '
-          'create_pretraining_data, --config.data.do_lower_case=false for fine-tuning)')
-
-
-def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=_casing_fix):
-  """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`; `fix(lower)`
-  says what to pass for the casing that reads it (lower: do_lower_case=True)."""
-  if do_lower_case and vocab_looks_cased(vocab):
-    examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
-    raise ValueError(
-        f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
-        f'do_lower_case=True, so those tokens could never be produced: {fix(False)}')
-  # Uncased: no upper-case word token at all (a cased vocab learned from mostly lower-case
-  # text holds a few, under the cased fraction: either casing reads it), but lower-case ones.
-  # A vocab of scripts without case (CJK, Thai, Arabic, ...) is neither: either setting reads
-  # it, and --nodo_lower_case keeps accents such as kana's voicing marks.
-  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
-  if (not do_lower_case and not any(t != t.lower() for t in words)
-      and any(t != t.upper() for t in words)):
-    raise ValueError(
-        f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
-        f'so capitalised words would become [UNK] or odd pieces: {fix(True)}')
-
-
 # Google's released checkpoints, by the name of the folder holding bert_model.ckpt.
 _UNCASED_CHECKPOINTS = ('uncased_L-24_H-1024_A-16', 'uncased_L-12_H-768_A-12',
                         'multilingual_L-12_H-768_A-12', 'chinese_L-12_H-768_A-12')
@@ -195,7 +159,7 @@ def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
   """Raises ValueError when a known Google checkpoint's casing contradicts do_lower_case."""
   match = re.match(r'^.*?([A-Za-z0-9_-]+)/bert_model\.ckpt', os.fspath(init_checkpoint or ''))
   if match is None:
-    return  # Not one of Google's checkpoints: validate_case_matches_vocab still applies.
+    return  # Not one of Google's checkpoints: vocab_casing's check still applies.
   name = match.group(1)
   if name in _UNCASED_CHECKPOINTS and not do_lower_case:
     raise ValueError(f'{name} is an uncased checkpoint but do_lower_case=False: pass '
@@ -374,7 +338,7 @@ class FullTokenizer:
           f'{self.vocab_name} has no {unk_token!r} entry, which WordPiece emits '
           'for words it cannot cover: add it, or pass unk_token= the spelling your vocab uses')
     if check_casing:
-      validate_case_matches_vocab(self.vocab, do_lower_case, self.vocab_name)
+      vocab_casing.validate_case_matches_vocab(self.vocab, do_lower_case, self.vocab_name)
     self.do_lower_case = do_lower_case
     self.max_input_chars_per_word = max_input_chars_per_word
     self.unk_token = unk_token

@@ -32,6 +32,7 @@ from bertjax import paths
 from bertjax.text import corpus_lines
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -249,11 +250,11 @@ def learn_wordpiece(patterns, output_file, vocab_size, do_lower_case=True, *, fi
 def _check_casing_kept(vocab, do_lower_case: bool):
   """Refuses, before it is written, a vocab learned with do_lower_case=False that reads as
   uncased (text without capitals): every tool that reads it with --nodo_lower_case would
-  refuse it (tokenizer.validate_case_matches_vocab)."""
+  refuse it (vocab_casing.validate_case_matches_vocab)."""
   if do_lower_case:
     return
   try:
-    tokenizer.validate_case_matches_vocab(vocab, False)
+    vocab_casing.validate_case_matches_vocab(vocab, False)
   except ValueError:
     raise ValueError('--nodo_lower_case, but the text has no upper-case letters, so the vocab '
                      'would read as uncased and the tools that use it with --nodo_lower_case '

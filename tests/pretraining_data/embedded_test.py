@@ -12,6 +12,7 @@ import pytest
 import bertjax
 from bertjax.pretraining_data import embedded
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 from launch import build_corpus
 
 # What launch/build_corpus.py reports, restated so that a silent rebuild cannot change them.
@@ -72,7 +73,7 @@ def test_vocab_size_and_special_tokens():
   assert len(vocab) == embedded.VOCAB_SIZE == embedded.manifest()['vocab']['size'] == 8192
   assert len(vocab) % 128 == 0
   assert list(vocab)[:5] == ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
-  assert not tokenizer.vocab_looks_cased(vocab)
+  assert not vocab_casing.vocab_looks_cased(vocab)
 
 
 def test_unk_rate_on_the_embedded_corpus(shipped):

@@ -14,6 +14,7 @@ from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
+from bertjax.text import vocab_casing
 from bertjax.text import vocab_files
 
 # Each with a reason to be here; all must equal HF tokenizers' BertWordPieceTokenizer.
@@ -222,7 +223,7 @@ def test_cased_vocab(tmp_path, corpus_lines):
 
 
 def test_casing_check_on_uncased_vocab(vocab_file):
-  assert not tokenizer.vocab_looks_cased(tokenizer.load_vocab(vocab_file))
+  assert not vocab_casing.vocab_looks_cased(tokenizer.load_vocab(vocab_file))
   tokenizer.FullTokenizer(vocab_file, do_lower_case=True)  # The real MiniLM vocab passes.
   with pytest.raises(ValueError, match=r'uncased vocab.*pass do_lower_case=True'):
     tokenizer.FullTokenizer(vocab_file, do_lower_case=False)
@@ -239,11 +240,11 @@ def test_a_cased_vocab_of_few_upper_case_tokens_is_not_called_uncased():
   uncased vocab (no upper-case word tokens)'. Only a vocab without any is uncased."""
   words = [f'w{i}' for i in range(500)]
   for do_lower_case in (True, False):
-    tokenizer.validate_case_matches_vocab(['[PAD]', *words, 'The', 'King'], do_lower_case)
+    vocab_casing.validate_case_matches_vocab(['[PAD]', *words, 'The', 'King'], do_lower_case)
   with pytest.raises(ValueError, match=r'uncased vocab \(no upper-case word tokens\)'):
-    tokenizer.validate_case_matches_vocab(['[PAD]', '[UNK]', *words], False)
+    vocab_casing.validate_case_matches_vocab(['[PAD]', '[UNK]', *words], False)
   with pytest.raises(ValueError, match='is a cased vocab'):
-    tokenizer.validate_case_matches_vocab(['[PAD]', *words, *[f'W{i}' for i in range(9)]], True)
+    vocab_casing.validate_case_matches_vocab(['[PAD]', *words, *[f'W{i}' for i in range(9)]], True)
 
 
 def test_bad_vocab_files(tmp_path):

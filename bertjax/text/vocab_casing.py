@@ -1,0 +1,43 @@
+"""A vocab's casing told from its tokens (cased, uncased, or a script without case) and checked
+against do_lower_case: a cased vocab read lower-cased never produces its upper-case tokens, an
+uncased one read cased turns capitalised words into [UNK] or odd pieces.
+"""
+
+# A vocab is taken as cased when at least this fraction of its word tokens has upper case.
+_CASED_FRACTION = 0.01
+
+
+def vocab_looks_cased(vocab):
+  """Whether enough word tokens of `vocab` contain upper case to call it a cased vocab."""
+  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  upper = sum(1 for t in words if t != t.lower())
+  return upper >= max(1, _CASED_FRACTION * len(words))
+
+
+def _casing_fix(lower: bool) -> str:
+  """What validate_case_matches_vocab tells a data or training run to pass."""
+  if lower:
+    return ('pass do_lower_case=True for an uncased checkpoint (--do_lower_case for '
+            'create_pretraining_data, --config.data.do_lower_case=true for fine-tuning)')
+  return ('pass do_lower_case=False for a cased checkpoint (--nodo_lower_case for '
+          'create_pretraining_data, --config.data.do_lower_case=false for fine-tuning)')
+
+
+def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=_casing_fix):
+  """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`; `fix(lower)`
+  says what to pass for the casing that reads it (lower: do_lower_case=True)."""
+  if do_lower_case and vocab_looks_cased(vocab):
+    examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
+    raise ValueError(
+        f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
+        f'do_lower_case=True, so those tokens could never be produced: {fix(False)}')
+  # Uncased: no upper-case word token at all (a cased vocab learned from mostly lower-case
+  # text holds a few, under the cased fraction: either casing reads it), but lower-case ones.
+  # A vocab of scripts without case (CJK, Thai, Arabic, ...) is neither: either setting reads
+  # it, and --nodo_lower_case keeps accents such as kana's voicing marks.
+  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  if (not do_lower_case and not any(t != t.lower() for t in words)
+      and any(t != t.upper() for t in words)):
+    raise ValueError(
+        f'{vocab_name} is an uncased vocab (no upper-case word tokens) but do_lower_case=False, '
+        f'so capitalised words would become [UNK] or odd pieces: {fix(True)}')
