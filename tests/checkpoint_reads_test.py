@@ -21,8 +21,9 @@ ALLOWED = {
     ('interop/sources.py', 'hf_checkpoint.read('): 'the loader',
     ('interop/sources.py', 'tf1_checkpoint.load('): 'the loader',
     # The checked reader itself (digests, a damaged newest step skipped), which the loader
-    # and training's init_from call: orbax's restore of one step's params, nothing written.
-    ('training/checkpoint_reader.py', '.restore('): 'the reader the loader calls',
+    # and training's init_from call: orbax's restore of one step's params (checkpoint_step.py,
+    # the one step folder it reads), nothing written.
+    ('training/checkpoint_step.py', '.restore('): 'the reader the loader calls',
     # The training loop's own resume: the whole train state into the run's shardings, a
     # damaged step moved aside; a run resuming itself, not a model read for inference.
     ('training/checkpoint.py', '.restore('): "the loop's resume",

@@ -31,6 +31,7 @@ from bertjax.text import tokenizer
 from bertjax.text import vocab_files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import hosts
 from bertjax.training import run_files
 
@@ -155,7 +156,7 @@ def newest_meta(path) -> dict:
         'checkpoint.')
   for candidate in [step] if step is not None else reversed(available):
     try:
-      meta = checkpoint_reader.read_meta(files.join(directory, str(candidate)))
+      meta = checkpoint_step.read_meta(files.join(directory, str(candidate)))
       if isinstance(meta.get('model'), dict):
         return meta
     except ValueError:

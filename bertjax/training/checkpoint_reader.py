@@ -10,7 +10,8 @@ that cannot be read (damaged bytes, a missing or truncated _METADATA, a digest t
 skipped with a warning naming it and the previous one read; a step the user named is never
 replaced. Nothing is moved aside: a reader may share the workdir with a live run (whose keep
 policy may delete a step being read: the reader goes back to the newest). Only a reader's own
-errors (memory, permissions, no network) stop the read.
+errors (memory, permissions, no network) stop the read. One step folder is read and checked by
+checkpoint_step.py.
 """
 
 import dataclasses
@@ -20,14 +21,12 @@ import os
 import re
 
 from absl import logging
-import jax
-import numpy as np
-import orbax.checkpoint as ocp
 
 from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import checkpoint_step
 from bertjax.training import ranking
 from bertjax.training import run_files
 from bertjax.training import workdir_lock
@@ -35,6 +34,9 @@ from bertjax.training import workdir_lock
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
 # be read any better). Anything else a step raises makes it unreadable to a reader.
 _READER_ERRORS = (MemoryError, PermissionError, ConnectionError)
+
+# finetune/job.py reads a step's meta item through this module still.
+read_meta = checkpoint_step.read_meta
 
 
 @dataclasses.dataclass
@@ -170,66 +172,6 @@ def _serving_export(folder: str) -> str:
   return 'an ONNX export' if any(name.endswith('.onnx') for name in names) else ''
 
 
-def read_meta(step_dir) -> dict:
-  """The meta item of a step folder; DamagedCheckpointError when it has none readable."""
-  meta_dir = files.join(step_dir, 'meta')
-  names = files.listdir(meta_dir) if files.isdir(meta_dir) else []
-  for name in names:
-    try:
-      meta = json.loads(files.read_text(files.join(meta_dir, name)))
-    except (ValueError, IsADirectoryError, FileNotFoundError):
-      continue
-    if isinstance(meta, dict) and isinstance(meta.get('step'), int):
-      return meta
-  raise checkpoint_damage.DamagedCheckpointError(f'{step_dir} has no readable meta item (the step, '
-                                          'the model config and the digests)')
-
-
-def _check_state_files(state: str):
-  """Refuses a state folder missing the files orbax's OCDBT layout reads: given one, orbax's
-  read of it fails late and leaves tensorstore retrying in the background, printing tracebacks
-  for as long as the process lives."""
-  if not files.exists(files.join(state, '_METADATA')):
-    raise checkpoint_damage.DamagedCheckpointError(f'{state} has no _METADATA file')
-  folders = [state] + [files.join(state, name) for name in files.listdir(state)
-                       if name.startswith('ocdbt.process_')]
-  for folder in folders:
-    data = files.join(folder, 'd')
-    if files.exists(files.join(folder, 'manifest.ocdbt')) and not (
-        files.isdir(data) and files.listdir(data)):
-      raise checkpoint_damage.DamagedCheckpointError(f'{data} (its data files) is missing')
-
-
-def _read_step(step_dir: str, step: int) -> tuple[dict, dict]:
-  meta = read_meta(step_dir)
-  if meta['step'] != step:
-    raise ValueError(f'checkpoint {step_dir} says step {meta["step"]}: it was copied or renamed '
-                     'by hand; restore the original folder name.')
-  state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
-  _check_state_files(state)
-  tree = checkpoint.state_metadata(state)
-  # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
-  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
-                        is_leaf=lambda m: hasattr(m, 'shape'))
-  restored = ocp.PyTreeCheckpointer().restore(
-      checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
-          item={'params': target},
-          restore_args={'params': jax.tree.map(
-              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
-          partial_restore=True))
-  params = restored['params']
-  saved = {k[len('.params'):]: v for k, v in meta.get('digests', {}).items()
-           if k.startswith('.params')}
-  if saved:
-    found = checkpoint_damage.digests(params)
-    bad = sorted(k for k, v in saved.items() if found.get(k) != v)
-    if bad or set(found) != set(saved):
-      raise checkpoint_damage.DamagedCheckpointError(
-          f'{len(bad)} parameter array(s) differ from what was saved (digest), e.g. '
-          f'{(bad or sorted(set(found) ^ set(saved)))[0]}')
-  return params, meta
-
-
 def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> int | str | None:
   """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
   or a number >= 0 (`text`: a flag or a config's field, the number a digit string; a command's
@@ -290,7 +232,7 @@ def best_step(directory, asking: Asking = COMMAND_FLAGS) -> int:
   ranked = {}
   for step in available:
     try:
-      standing = read_meta(files.join(directory, str(step))).get('ranking')
+      standing = checkpoint_step.read_meta(files.join(directory, str(step))).get('ranking')
     except (ValueError, OSError) as e:  # The step cannot be read anyway: said, not ranked.
       logging.warning('step=best: checkpoint %s is left out of the ranking: %s',
                       files.join(directory, str(step)), e)
@@ -370,7 +312,8 @@ def _say_if_stopped_early(directory, asking: Asking):
   if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
     return
   try:
-    standing = read_meta(files.join(directory, str(available[-1]))).get('ranking') or {}
+    standing = checkpoint_step.read_meta(
+        files.join(directory, str(available[-1]))).get('ranking') or {}
     history = run_files.eval_history(workdir, available[-1])
   except (OSError, ValueError):
     return  # What reads the step says what is wrong with it.
@@ -428,7 +371,7 @@ def read(path, step: int | str | None = None) -> Read:
     for candidate in [step] if step is not None else reversed(available):
       step_dir = files.join(directory, str(candidate))
       try:
-        params, meta = _read_step(step_dir, candidate)
+        params, meta = checkpoint_step.read_step(step_dir, candidate)
       except Exception as e:  # pylint: disable=broad-except  # Classified just below.
         if not isinstance(e, ConnectionError) and _raced(directory, step_dir, available):
           break  # Deleted (or being deleted) by a live run's keep policy while we read it.

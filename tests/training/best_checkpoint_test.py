@@ -20,6 +20,7 @@ from bertjax import pretrain
 from bertjax.finetune import job as finetune
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import ranking
 from bertjax.training import run_files
 from configs import pretrain as pretrain_config
@@ -72,7 +73,7 @@ def test_keeps_the_newest_and_the_best_the_evals_name(best_by_loss):
   assert checkpoint_reader.resolve_step(best_by_loss, 'best') == best
   assert checkpoint_reader.resolve_step(best_by_loss, 'latest') is None
   assert checkpoint_reader.read(best_by_loss, 'best').step == best
-  recorded = checkpoint_reader.read_meta(best_by_loss / 'checkpoints' / str(best))['ranking']
+  recorded = checkpoint_step.read_meta(best_by_loss / 'checkpoints' / str(best))['ranking']
   assert recorded == {'metric': 'loss', 'mode': 'min', 'value': losses[best]}
   assert checkpoint_reader.step_path(best_by_loss, 'best') == str(
       best_by_loss / 'checkpoints' / str(best))
@@ -88,7 +89,7 @@ def test_pretraining_keeps_its_best_by_mlm_accuracy(tmp_path_factory, tmp_path):
   best = max(accuracy, key=lambda s: (accuracy[s], -s))
   assert sorted(accuracy) == [1, 2, 3, 4] and kept_steps(workdir) == {4, best}
   assert checkpoint_reader.resolve_step(workdir, 'best') == best
-  recorded = checkpoint_reader.read_meta(workdir / 'checkpoints' / str(best))['ranking']
+  recorded = checkpoint_step.read_meta(workdir / 'checkpoints' / str(best))['ranking']
   assert recorded['metric'] == 'mlm_accuracy' and recorded['mode'] == 'max'
 
 

@@ -15,6 +15,7 @@ import pytest
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 
 
 @flax.struct.dataclass
@@ -115,7 +116,7 @@ def test_missing_steps_and_empty_runs_say_what_exists(tmp_path):
 
 def test_a_step_deleted_while_read_sends_the_reader_to_the_newest(tmp_path, monkeypatch):
   directory = save_steps(tmp_path)
-  read_step = checkpoint_reader._read_step
+  read_step = checkpoint_step.read_step
   calls = []
 
   def deleted_by_a_live_run(step_dir, step):
@@ -126,7 +127,7 @@ def test_a_step_deleted_while_read_sends_the_reader_to_the_newest(tmp_path, monk
       raise FileNotFoundError(f'{step_dir}/state/_METADATA')
     return read_step(step_dir, step)
 
-  monkeypatch.setattr(checkpoint_reader, '_read_step', deleted_by_a_live_run)
+  monkeypatch.setattr(checkpoint_step, 'read_step', deleted_by_a_live_run)
   assert checkpoint_reader.read(tmp_path).step == 4
   assert calls == [3, 4] and (directory / '2').is_dir()
 
@@ -151,7 +152,7 @@ def reading_races(monkeypatch, live, races, *, half_deleted=False):
   """The live run saves the next step (deleting the one read, or, `half_deleted`, leaving its
   folder with a file gone, as a delete in progress does) just before a reader reads a step,
   the first `races` times."""
-  read_step = checkpoint_reader._read_step  # pylint: disable=protected-access
+  read_step = checkpoint_step.read_step
 
   def raced(step_dir, step):
     if len(live.saved) < races:
@@ -162,7 +163,7 @@ def reading_races(monkeypatch, live, races, *, half_deleted=False):
         (pathlib.Path(step_dir) / 'state' / '_METADATA').unlink()
     return read_step(step_dir, step)
 
-  monkeypatch.setattr(checkpoint_reader, '_read_step', raced)
+  monkeypatch.setattr(checkpoint_step, 'read_step', raced)
 
 
 @pytest.mark.parametrize('half_deleted', [False, True], ids=['deleted', 'being_deleted'])
@@ -224,7 +225,7 @@ def test_a_readers_own_error_stops_the_read_and_names_the_cause(tmp_path, monkey
   def denied(step_dir, step):
     raise PermissionError(f'{step_dir}/state: permission denied')
 
-  monkeypatch.setattr(checkpoint_reader, '_read_step', denied)
+  monkeypatch.setattr(checkpoint_step, 'read_step', denied)
   with pytest.raises(RuntimeError, match='permission denied.*fix the cause'):
     checkpoint_reader.read(tmp_path)
 
