@@ -183,7 +183,28 @@ def _checked(layers, max_seq_length, batch_size) -> tuple[int, ...]:
 def _extract(init: str, input_file: str, output: str | None, layers, max_seq_length: int,
              batch_size: int, vocab_file: str, do_lower_case: bool | None,
              bert_config_file: str, step) -> Written:
-  """run()'s work once `output` (None: standard output) is checked and held."""
+  """run()'s work once `output` (None: standard output) is checked and held: the model loaded
+  and checked, the inputs read, their features written."""
+  model = _checked_model(init, layers, max_seq_length, vocab_file, do_lower_case,
+                         bert_config_file, step)
+  tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
+  examples = read_examples(input_file, tok)
+  pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
+  encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
+                                f'the inputs of {input_file} (line {pairs[0] + 1} first)'
+                                if pairs else '')
+  cut = _write_features(model, tok, examples, output, layers, max_seq_length, batch_size, init)
+  from_run = (not bert_config_file and sources.format_of(init) == 'bertjax'
+              and files.name(model.source).isdigit())
+  # The loader's source is <checkpoints>/<step>.
+  return Written(len(examples), int(files.name(model.source)) if from_run else None, cut)
+
+
+def _checked_model(init: str, layers, max_seq_length: int, vocab_file: str,
+                   do_lower_case: bool | None, bert_config_file: str, step):
+  """The model `init` names (sources.load's Bundle), refused where it has no vocab, fewer
+  positions than `max_seq_length` or no such `layers` (a warning where a run was trained on
+  fewer tokens)."""
   if vocab_file and files.isdir(vocab_file) and not files.isfile(vocab_file):
     raise IsADirectoryError(f'--vocab_file={vocab_file} is a folder: name the vocab file '
                             '(vocab.txt, or a SentencePiece .model) in it.')
@@ -215,12 +236,14 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
         + f': 0 to {num_layers - 1} or -{num_layers} to -1 (0 is the first layer\'s output, -1 '
         'the last; the embeddings are not a layer, as in the original)'
         + (f'; pass e.g. --layers={every}' if default else '') + '.')
-  tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
-  examples = read_examples(input_file, tok)
-  pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
-  encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
-                                f'the inputs of {input_file} (line {pairs[0] + 1} first)'
-                                if pairs else '')
+  return model
+
+
+def _write_features(model, tok, examples, output: str | None, layers, max_seq_length: int,
+                    batch_size: int, init: str) -> int:
+  """Writes each example's JSON line into a temporary file, then shows it on standard output
+  (`output` None), puts it to a URL in one object or renames it over a local file (its
+  permissions kept): nothing half-written is left. Returns how many inputs were cut."""
   params = inference.encoder_params(model)
   fn = hidden_states_fn(model.config)
   # states[0] is the embeddings: the original's layer i is states[i + 1] (i >= 0), and
@@ -267,10 +290,7 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   finally:
     if os.path.exists(temp):  # local temp: interrupted or failed, nothing half-written is left.
       os.unlink(temp)  # local temp
-  from_run = (not bert_config_file and sources.format_of(init) == 'bertjax'
-              and files.name(model.source).isdigit())
-  # The loader's source is <checkpoints>/<step>.
-  return Written(len(examples), int(files.name(model.source)) if from_run else None, cut)
+  return cut
 
 
 def _json_line(index: int, tokens, states, layers) -> str:
