@@ -37,6 +37,7 @@ from bertjax.interop import init_from
 from bertjax.interop import sources
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import hosts
 from bertjax.training import loop
 from bertjax.training import losses
@@ -280,7 +281,7 @@ def _load(workdir: str, step, agreed: int | None):
 
 def _say_how_best_was_ranked(source, step, asked: str):
   """--step=best with a best_metric other than the run ranked by: the run's ranking is read."""
-  ranked = (checkpoint_reader.read_meta(source).get('ranking') or {}).get('metric')
+  ranked = (checkpoint_step.read_meta(source).get('ranking') or {}).get('metric')
   if checkpoint_reader.parse_step(step) == 'best' and ranked and asked not in ('', ranked):
     logging.warning('--step=best reads the step the run ranked best by %s, as it trained: '
                     'config.checkpoint.best_metric=%s ranks the evals of a run that trains '

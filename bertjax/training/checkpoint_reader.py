@@ -35,10 +35,6 @@ from bertjax.training import workdir_lock
 # be read any better). Anything else a step raises makes it unreadable to a reader.
 _READER_ERRORS = (MemoryError, PermissionError, ConnectionError)
 
-# finetune/job.py reads a step's meta item through this module still.
-read_meta = checkpoint_step.read_meta
-
-
 @dataclasses.dataclass
 class Read:
   params: dict  # Host numpy, as saved.
