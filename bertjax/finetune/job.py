@@ -30,6 +30,7 @@ from bertjax.finetune import export_formats
 from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune import run_workdir
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import registry
@@ -250,20 +251,6 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
           job_setup.skipped_total(skipped))
 
 
-def _checkpoint_seen(workdir: str, step) -> tuple[str, int | None]:
-  """The checkpoint this host would read in `workdir` for `step` (None: the newest), or why
-  not, and its step: the hosts compare it before any of them reads anything else."""
-  try:
-    resolved = checkpoint_reader.resolve_step(workdir, step)
-    if resolved is None:
-      listed = checkpoint_reader.steps(files.join(workdir, 'checkpoints'))
-      return (f'checkpoint {listed[-1]} (the newest)', listed[-1]) if listed else (
-          'no checkpoint', None)
-    return f'checkpoint {resolved}', resolved
-  except Exception as e:  # pylint: disable=broad-except  Said, not raised, on this host alone.
-    return f'{type(e).__name__}: {e}', None
-
-
 def _load(workdir: str, step, agreed: int | None):
   """The model of `step`: on several hosts the step they `agreed` on (a live run saving
   meanwhile would give a host listing again a newer one); one process lists again, so a step
@@ -314,9 +301,10 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   workdir = paths.absolute(workdir)
   # Before anything of the workdir is read: a host that sees another folder would stop alone,
   # the others waiting for it in their first collective.
-  seen, agreed = _checkpoint_seen(workdir, step)
+  seen, agreed = run_workdir.checkpoint_seen(workdir, step)
   hosts.check_same_view(workdir, seen)
-  _check_has_checkpoint(workdir)  # Before the data: a wrong --workdir was told as missing data.
+  # Before the data: a wrong --workdir was told as missing data.
+  run_workdir.check_has_checkpoint(workdir)
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
@@ -363,16 +351,6 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   return written
 
 
-def _check_has_checkpoint(workdir: str):
-  """Refuses a --workdir of mode eval or predict that holds no fine-tuned checkpoint."""
-  if not files.exists(workdir):
-    raise FileNotFoundError(f'--workdir={workdir} does not exist: pass the folder of a '
-                            'fine-tuning run (or fine-tune into it first, mode=train_eval).')
-  if not run_config.has_checkpoint(workdir):
-    raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
-                            'with this --workdir.')
-
-
 def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, int]:
   """(the params of the run's checkpoint at `step`, placed on the mesh, its step number)."""
   cfg = s.config
@@ -381,7 +359,7 @@ def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, i
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
                                                        s.rules)
-  _check_has_checkpoint(workdir)
+  run_workdir.check_has_checkpoint(workdir)
   # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.
@@ -423,37 +401,10 @@ def _score(s: job_setup.Setup, params, read: dict, mode: str) -> tuple[dict, lis
   return scored, shown
 
 
-def _refuse_inside_a_run(config, workdir: str, step=None):
-  """A --workdir inside a run's checkpoints/ (a step of them, a folder in a step) names the run
-  and the flags that read it: it was taken for a new run (mode=eval: 'holds no checkpoint:
-  fine-tune first'). A run in a run's other subfolder keeps apart from it. `step`: --step, where
-  given (one that names another step is said, not replaced)."""
-  if not workdir:
-    return
-  found = paths.in_checkpoints(paths.absolute(workdir))
-  if found is None:
-    return
-  given, (run, below) = step, found
-  step = below[0] if below else ''
-  at_step = step.isdigit()
-  if config.mode == 'train_eval':
-    fix = f'pass --workdir={run} to resume it, or a new folder outside it to fine-tune anew'
-  elif at_step and given is not None and str(given) != str(int(step)):
-    fix = (f'pass --workdir={run} --step={given} (or --step={int(step)}, the step the workdir '
-           'names)')
-  else:
-    fix = f'pass --workdir={run}' + (f' --step={int(step)}' if at_step else '')
-  where = f'{"" if len(below) == 1 else "inside "}step {int(step)} of' if at_step else 'inside'
-  raise ValueError(f'--workdir={workdir} is {where} the run {run}: {fix}.')
-
-
 def run(config, workdir: str, step=None):
   """bertjax.main's entry for job=finetune; `step` (--step) picks the checkpoint of modes eval
   and predict."""
-  if workdir and files.exists(workdir) and not files.isdir(workdir):
-    raise ValueError(f'--workdir={workdir} is a file: pass a directory (a new one to fine-tune, '
-                     'or the run to evaluate or predict with).')
-  _refuse_inside_a_run(config, workdir, step)
+  run_workdir.check(config, workdir, step)
   if config.mode == 'train_eval':
     if step is not None:
       raise ValueError(f'--step={step} picks the checkpoint that --config.mode=eval or predict '
