@@ -92,6 +92,7 @@ class _UserSplits:
     self.name, self.data, self.seed = name, data, seed
     self.files = user_files(data)
     self._read_file, self._stratify, self._cache = read_file, stratify, {}
+    self._paths = {}  # split -> the files its setting named when read (check_labels names them).
     self._text_of = text_of  # An item's texts, normalised: copies are told by it.
     self._check = check  # Of the training items, before any is held out of them.
     # An item's labels (or tags): max_train_examples keeps each where it can; those it could
@@ -104,7 +105,7 @@ class _UserSplits:
   def _read_split(self, split, **kwargs):
     """(items, skipped) of every file the split's setting names, in order."""
     items, skipped = [], collections.Counter()
-    found = expand(self.files[split], _FLAGS[split])
+    found = self._paths[split] = expand(self.files[split], _FLAGS[split])
     names = [files.name(path) for path in found]
     for path in found:
       more, more_skipped = self._read_file(path, **kwargs)
@@ -154,7 +155,7 @@ class _UserSplits:
     """user_labels.check_labels, saying so where max_train_examples left a label out, and
     naming the file by its path (a row's guid names it by its name: `b.csv:3`)."""
     paths_of = collections.defaultdict(set)
-    for path in expand(self.files[split], _FLAGS[split]) if split in self.files else ():
+    for path in self._paths.get(split, ()):  # As read: a glob expanded again may match more.
       paths_of[files.name(path)].add(path)
 
     def where(guid):
