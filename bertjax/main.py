@@ -311,8 +311,7 @@ def main(argv):
     # The job whose outputs the line speaks of (none: flags unparsed, as main called from a
     # test, or a config of another program, refused).
     config = _CONFIG.value if flags.FLAGS.is_parsed() else None
-    message = _storage_error(e, config.get('job') if hasattr(config, 'get') else None,
-                             config.get('mode') if hasattr(config, 'get') else None)
+    message = _storage_error(e, config)
     # Its error, for the other hosts of a multi-host job (which would wait for this one).
     hosts.tell_stopped((message or hosts.told(e)).strip().partition('\n')[0],
                        status=console.REFUSED_EXIT if isinstance(e, console.Refused) else 1)
@@ -339,19 +338,33 @@ _STORAGE_FIXES = {
 }
 
 
-def _storage_error(error: BaseException, job: str | None, mode: str | None = None) -> str | None:
+def _writes(config) -> str | None:
+  """What the job of `config` writes, for its last line: 'embed' (its two files), 'scores' (a
+  fine-tuned run's eval or predict: a predictions/ folder), 'checkpoints' (a training run); None
+  where no config was read (flags unparsed, a config of another program)."""
+  if not hasattr(config, 'get'):
+    return None
+  if config.get('job') == 'embed':
+    return 'embed'
+  if config.get('job') == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':
+    return 'scores'
+  return 'checkpoints'
+
+
+def _storage_error(error: BaseException, config) -> str | None:
   """The one line for an OSError of a full, over-quota, read-only or forbidden disk: the path,
-  the reason and what to do; None for any other error (other OSErrors keep their traceback).
-  `mode`: a fine-tuning job's (eval and predict write no checkpoint)."""
+  the reason and what to do, and what of the job's outputs (`config`'s: _writes) is kept; None
+  for any other error (other OSErrors keep their traceback)."""
   if not isinstance(error, OSError) or error.errno not in _STORAGE_FIXES:
     return None
   named = error.filename is not None and not isinstance(error.filename, int)  # Not an fd.
   where = f'{os.fsdecode(error.filename)}: ' if named else ''
-  kept = ("an earlier embed's embeddings.npy and similarity.txt there are kept as they were"
-          if job == 'embed' else
-          'the run is as it was, with no predictions/ folder half-written (scored_folders)'
-          if job == 'finetune' and mode in ('eval', 'predict') else
-          'the checkpoints already written are kept and the run resumes from the last one')
+  kept = {'embed': "an earlier embed's embeddings.npy and similarity.txt there are kept as they "
+                   'were',
+          'scores': 'the run is as it was, with no predictions/ folder half-written '
+                    '(scored_folders)'}.get(
+                        _writes(config), 'the checkpoints already written are kept and the run '
+                        'resumes from the last one')
   return f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; {kept}'
 
 
@@ -369,14 +382,14 @@ def _latest_checkpoint(workdir: str) -> int | str | None:
 
 def interrupted_message(config, workdir: str) -> str:
   """The one line a Ctrl-C ends with: where the run can be resumed from."""
-  job = config.get('job') if config is not None else None
-  if job == 'embed' and workdir and ('://' in workdir or os.path.exists(  # local: see files
+  writes = _writes(config)
+  if writes == 'embed' and workdir and ('://' in workdir or os.path.exists(  # local: see files
       os.path.join(workdir, 'embeddings.npy'))):  # local: a bucket's is not looked up at exit
     return (f'interrupted: {workdir} holds whole files only (embeddings.npy, and similarity.txt '
             'of the same sentences or none); rerun the same command to write them')
-  if job == 'embed' or not workdir:
+  if writes == 'embed' or not workdir:
     return 'interrupted: nothing was written; rerun the same command to start again'
-  if job == 'finetune' and config.get('mode', 'train_eval') != 'train_eval':
+  if writes == 'scores':
     if '://' in workdir:  # Uploaded file by file (scored_folders.writing).
       return (f'interrupted: {workdir} holds no half-written results, but for a predictions/ '
               'folder cut short while uploaded, whose scored_inputs.json says "complete": '

@@ -89,7 +89,7 @@ def test_embeds_full_disk_line_says_its_earlier_outputs_are_kept():
   checkpoints already written are kept and the run resumes'): embed has neither."""
   code = ('import errno\nfrom bertjax import main\n'
           "print(main._storage_error(OSError(errno.ENOSPC, 'No space left on device', '/w'), "
-          "'embed'))")
+          "{'job': 'embed'}))")
   done = run_main(REPO, python=('-c', code))
   assert done.stdout.strip() == (
       "/w: No space left on device: free space or pass another --workdir; an earlier embed's "
