@@ -106,7 +106,8 @@ _SHUFFLE_BUFFER = flags.DEFINE_integer('shuffle_buffer', 10_000,
                                        'Records shuffled per worker before writing.')
 _OVERWRITE = flags.DEFINE_bool(
     'overwrite', False, 'Replace a set on --output_file made otherwise (other flags, vocab or '
-    'input); the same command run again remakes its set without it.')
+    'input), or files there that no set claims; the same command run again remakes its set '
+    'without it.')
 _TOKENIZER = flags.DEFINE_enum(
     'tokenizer', 'auto', writer.TOKENIZERS,
     'WordPiece path (same ids either way): fast (tensorflow-text, needs TF: ~2.5 s to start '

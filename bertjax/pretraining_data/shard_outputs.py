@@ -12,6 +12,7 @@ directory and then put, the report first, each shard as one object (through bert
 """
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
@@ -162,6 +163,30 @@ def check_earlier_set(outputs, report_file):
         f'{report_file} is the report of another set of shards, still there ({len(kept)} not '
         f'among this run\'s outputs, e.g. {kept[0]}): writing this set would leave them '
         'unchecked. Remove that set (its shards and report) or pass another --output_file.')
+
+
+def check_not_foreign(outputs, report_file, overwrite: bool):
+  """Fails before any work where an output is a file that no set made here claims (its report
+  at `report_file` does not list it: a file of the user's, a stray shard), unless `overwrite`;
+  and always where an output is another set's report (its shards would be left unchecked)."""
+  earlier = file_set.report_at(report_file)
+  listed = {paths_lib.file_key(p) for p in (earlier or {}).get('output_files', ())
+            if isinstance(p, str)}
+  for path in outputs:
+    if not files_lib.exists(path) or paths_lib.file_key(path) in listed:
+      continue
+    if (other := file_set.report_at(path)) is not None:
+      raise ValueError(f'output {path} is the report of a set of {len(other["output_files"])} '
+                       'shards: writing over it would leave them unchecked (every reader '
+                       'refuses them); pick another --output_file')
+    if not overwrite:
+      raise ValueError(f'output {path} exists and is no shard of a set made here ({report_file} '
+                       'does not list it): writing it would lose that file; pass --overwrite to '
+                       'replace it, or another --output_file')
+  if files_lib.exists(report_file) and earlier is None and not overwrite:
+    raise ValueError(f'{report_file}, where this set\'s report goes, exists and is no report of '
+                     'create_pretraining_data: writing it would lose that file; pass --overwrite '
+                     'to replace it, or another --output_file')
 
 
 def check_outputs(outputs, report_file):
@@ -329,20 +354,60 @@ def _put_in_place(staged, destination):
 def publish(report, report_file, staged, outputs, temp_dirs, prefix=None):
   """Puts the report, then each staged shard, where they were asked for, after checking again
   that no other set was put there while this one was made (one beside this one on another
-  prefix has no lock of this one's: one_run). `prefix`: with a shard count."""
+  prefix has no lock of this one's: one_run). `prefix`: with a shard count. A local earlier
+  set's files are moved aside first: an error putting any file in place (a full disk, an
+  immutable shard) puts the earlier set back as it was, not a mix of both."""
   check_earlier_set(outputs, report_file)
   check_other_sets(outputs, report_file, prefix)
-  # The report first, then the shards (module docstring): a kill in between leaves shards
-  # that disagree with the report, which readers refuse.
   staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
   _write_json(staged_report, report)
-  if files_lib.is_remote(report_file) or files_lib.parent(report_file) == files_lib.parent(
-      outputs[0]):
-    _put_in_place(staged_report, report_file)
-  else:  # Another local folder: the rename may cross file systems.
-    files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
-  for path, out in zip(staged, outputs, strict=True):
-    _put_in_place(path, out)
+  local = not files_lib.is_remote(report_file)
+  earlier_report = (files_lib.read_bytes(report_file) if local and files_lib.isfile(report_file)
+                    else None)
+  moved, placed, report_put = [], [], False  # (aside, where) of the earlier set's files.
+  try:
+    for out in outputs:
+      if not files_lib.is_remote(out) and os.path.lexists(out):  # local: the earlier shard
+        aside = os.path.join(temp_dirs[out], f'.earlier-{files_lib.name(out)}')
+        os.rename(out, aside)  # local temp: beside it, put back on an error
+        moved.append((aside, out))
+    # The report first, then the shards (module docstring): a kill in between leaves shards
+    # that disagree with the report, which readers refuse.
+    report_put = True
+    if not local or files_lib.parent(report_file) == files_lib.parent(outputs[0]):
+      _put_in_place(staged_report, report_file)
+    else:  # Another local folder: the rename may cross file systems.
+      files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
+    for path, out in zip(staged, outputs, strict=True):
+      _put_in_place(path, out)
+      placed.append(out)
+  except OSError as e:
+    if not local:
+      raise
+    _put_back(placed, moved, report_file if report_put else None, earlier_report)
+    if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+      raise  # The writer says a full disk its own way.
+    where = e.filename2 or e.filename or report_file
+    raise ValueError(f'{where}: {e.strerror}: the set could not be put in place, and the '
+                     'earlier files there are as they were; make that folder writable (a '
+                     'file\'s immutable flag: lsattr) and rerun') from None
+
+
+def _put_back(placed, moved, report_file, earlier_report):
+  """Undoes a publish cut short: this set's shards `placed` removed, the earlier set's files
+  back where they were, its report (or none) too."""
+  for out in placed:
+    with contextlib.suppress(OSError):
+      os.remove(out)  # local: this run's shard, put in place before the error
+  for aside, out in reversed(moved):
+    with contextlib.suppress(OSError):
+      os.replace(aside, out)  # local temp: moved aside by publish
+  if report_file is not None:
+    with contextlib.suppress(OSError):
+      if earlier_report is None:
+        os.remove(report_file)  # local: this run's report, its shards not put in place
+      else:
+        files_lib.write_atomically(report_file, earlier_report)
 
 
 def remove_temp_dirs(temp_dirs):

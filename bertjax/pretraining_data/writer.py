@@ -394,6 +394,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   skips = text_input.Skips()
   files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
                                 [vocab_file, spm_model_file], skips)
+  shard_outputs.check_not_foreign(outputs, report_file, overwrite)  # Said after 'is the input'.
   vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case)
   sizes = tuple(files_lib.size(f) for f in files)
   input_bytes = sum(sizes)

