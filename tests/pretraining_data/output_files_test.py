@@ -87,3 +87,30 @@ def test_a_set_put_in_place_part_way_leaves_the_earlier_set_as_it_was(
   with pytest.raises(ValueError, match=said):
     create(corpus, tmp_path / 'new', minilm_dir, num_output_shards=2)
   assert _files(tmp_path) == before
+
+
+def test_a_glob_over_the_outputs_folder_reads_its_text_only(corpus, minilm_dir, tmp_path):
+  """The hostile pass: `--input_file='dir/*'` read the vocab learned into dir/ as a document
+  (7 documents of 6, [UNK] 3.5%), and the same command run again was refused ('output
+  dir/train-00000-of-00002 is the input'), its own earlier shard taken for text."""
+  (tmp_path / 'a.txt').write_bytes(corpus.read_bytes())
+  (tmp_path / 'vocab.txt').write_bytes((minilm_dir / 'vocab.txt').read_bytes())
+  settings = dataclasses.replace(SETTINGS)
+
+  def make():
+    return writer.create(f'{tmp_path}/*', str(tmp_path / 'train'), settings,
+                         vocab_file=str(tmp_path / 'vocab.txt'), random_seed=7, num_workers=1,
+                         num_output_shards=2)
+  first = make()
+  alone = writer.create(str(tmp_path / 'a.txt'), str(tmp_path / 'alone'), settings,
+                        vocab_file=str(tmp_path / 'vocab.txt'), random_seed=7, num_workers=1)
+  assert first['counts']['documents'] == alone['counts']['documents'] == 20
+  assert first['skipped']['counts'] == {'vocab_file': 1}
+  shards = {p: (tmp_path / p).read_bytes() for p in ('train-00000-of-00002',
+                                                     'train-00001-of-00002')}
+  again = make()  # Its earlier shards and report matched: skipped, the same set remade.
+  assert again['counts'] == first['counts']
+  assert {p: (tmp_path / p).read_bytes() for p in shards} == shards
+  with pytest.raises(ValueError, match=rf'^output {tmp_path}/a.txt is the input'):
+    writer.create(f'{tmp_path}/*', str(tmp_path / 'a.txt'), settings,
+                  vocab_file=str(tmp_path / 'vocab.txt'), overwrite=True)
