@@ -33,6 +33,7 @@ from bertjax.text import corpus_lines
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 from bertjax.text import vocab_casing
+from bertjax.text import vocab_coverage
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -97,30 +98,6 @@ def _alphabet(word_counts, max_alphabet):
   return kept, [c for c in kept if c in inner]
 
 
-# Words lost to [UNK] by the characters past max_alphabet: refused over the share of [UNK]
-# tokens create_pretraining_data refuses by default, said over a tenth of a percent.
-_MAX_UNK_WORDS, _SAID_UNK_WORDS = 0.05, 0.001
-
-
-def _check_alphabet(words, kept, max_alphabet):
-  """Refuses (or warns of) characters past `max_alphabet` that turn many words into [UNK]: a
-  script of thousands of characters (CJK) lost silently to the default of 1000."""
-  kept = set(kept)
-  lost = sum(count for word, count in words.items() if not kept.issuperset(word))
-  share = lost / sum(words.values())
-  if share <= _SAID_UNK_WORDS:
-    return
-  distinct = len(set().union(*words))
-  said = (f'the corpus has {distinct} distinct characters and --max_alphabet={max_alphabet} keeps '
-          f'the {max_alphabet} most frequent: the rest make {share:.1%} of the words [UNK]')
-  if share > _MAX_UNK_WORDS:
-    raise ValueError(f'{said}, more than {_MAX_UNK_WORDS:.0%}: the vocab would not fit the '
-                     'text (create_pretraining_data refuses more than 5% of the tokens [UNK]); '
-                     f'pass --max_alphabet={distinct} (and a --vocab_size that holds them and '
-                     'their ##-forms)')
-  logging.warning('%s; pass --max_alphabet=%d to keep them all', said, distinct)
-
-
 def _repeated_words(word_counts, chunk_words=4096):
   """Text in which each word occurs its count times: how HF's trainer is fed counted words."""
   for word in sorted(word_counts):
@@ -150,7 +127,7 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
   if not words:
     raise ValueError('the input has no words to learn a vocab from: are the files empty?')
   kept, inner = _alphabet(words, max_alphabet)
-  _check_alphabet(words, kept, max_alphabet)
+  vocab_coverage.check_alphabet(words, kept, max_alphabet)
   reserved = len(SPECIAL_TOKENS) + num_unused
   needed = reserved + len(kept) + len(inner)
   if vocab_size < needed:
@@ -410,11 +387,11 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
     raise ValueError(f'the input files {files} have no text to learn a SentencePiece model from'
                      + (f': {skipped}' if skipped else ''))
   sentencepiece.set_random_generator_seed(seed)
-  model, failed = io.BytesIO(), []
+  model, failed, sample = io.BytesIO(), [], []
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=_then_training(itertools.chain(leading, sentences), vocab_size,
-                                         failed),
+        sentence_iterator=_then_training(vocab_coverage.sampled(
+            itertools.chain(leading, sentences), sample), vocab_size, failed),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
@@ -433,6 +410,7 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
     raise ValueError(_spm_failed(e) + (f'; {skipped}' if skipped else '')) from None
   _check_casing_kept(sentencepiece_tokenizer.sentencepiece_vocab(output_file, model.getvalue())[0],
                     do_lower_case)
+  vocab_coverage.check_pieces(model.getvalue(), sample, character_coverage)
   if skipped := corpus_lines.skipped_lines(skips, max_line_bytes):
     logging.warning('%s', skipped)
   files_lib.write_atomically(output_file, model.getvalue())

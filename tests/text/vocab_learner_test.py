@@ -5,6 +5,7 @@ import gzip
 import lzma
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 from bertjax.pretraining_data import corpora
 from bertjax.text import corpus_lines
 from bertjax.text import tokenizer
+from bertjax.text import vocab_coverage
 from bertjax.text import vocab_files
 from bertjax.text import vocab_learner
 
@@ -371,9 +373,27 @@ def test_characters_past_max_alphabet_that_lose_many_words_are_refused_or_said(m
                      r'--max_alphabet=1203'):
     vocab_learner.learn_wordpiece_vocab(words, 2048)
   assert len(vocab_learner.learn_wordpiece_vocab(words, 2048, max_alphabet=1203)) == 2048
-  said = log_records.recorded_warnings(monkeypatch, vocab_learner)
+  said = log_records.recorded_warnings(monkeypatch, vocab_coverage)
   few = {c: 1 for c in chars[:1010]} | {'the': 5000}  # 13 words of 6,010 lost: said, not refused.
   vocab_learner.learn_wordpiece_vocab(few, 1152, min_frequency=1)
   assert said[:1] == ['the corpus has 1013 distinct characters and --max_alphabet=1000 keeps '
                       'the 1000 most frequent: the rest make 0.2% of the words [UNK]; pass '
                       '--max_alphabet=1013 to keep them all'], said
+
+
+def test_characters_sentencepiece_leaves_out_are_said_or_refused(lines, tmp_path, monkeypatch):
+  """Session 56's hostile pass: --character_coverage=0.98 turned CJK, emoji and accented
+  letters into <unk> and said only 'finished' (the WordPiece path says its max_alphabet's)."""
+  import log_records  # noqa: PLC0415
+  said = log_records.recorded_warnings(monkeypatch, vocab_coverage)
+  rare = [chr(0x4E00 + i) for i in range(400)]  # Each character a few times among the lines.
+  text = [*lines[:600], *(''.join(rare[(7 * i + j) % 400] for j in range(12)) for i in range(60))]
+  (tmp_path / 'some.txt').write_text('\n'.join(text) + '\n', encoding='utf-8')
+  vocab_learner.learn_sentencepiece(str(tmp_path / 'some.txt'), tmp_path / 'a.model', 1000,
+                                    character_coverage=0.98)
+  assert len(said) == 1 and re.fullmatch(
+      r'--character_coverage=0.98 leaves \d+ characters out of the pieces \(.{20}\.\.\.\): '
+      r'[0-9.]+% of the tokens of the training text are <unk>; pass --character_coverage=1.0 to '
+      r'keep them all', said[0]), said
+  vocab_learner.learn_sentencepiece(str(tmp_path / 'some.txt'), tmp_path / 'b.model', 1000)
+  assert len(said) == 1  # All covered: nothing said.
