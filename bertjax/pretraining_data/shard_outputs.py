@@ -68,8 +68,9 @@ def _check_name(path, what):
 
 
 
-def resolve(output_file, num_output_shards, report_file):
-  """(the shards' absolute paths, the report's), checked writable before any input is read."""
+def resolve(output_file, num_output_shards, report_file, overwrite: bool = False):
+  """(the shards' absolute paths, the report's), checked writable before any input is read
+  (`overwrite`: an earlier set of other shards on the report may be replaced)."""
   outputs = output_paths(output_file, num_output_shards)  # Names checked as given.
   outputs = [paths_lib.absolute(p) for p in outputs]
   report_file = paths_lib.absolute(
@@ -84,7 +85,7 @@ def resolve(output_file, num_output_shards, report_file):
       raise ValueError(f'{what} {path} is the same file as the output {earlier}: every shard '
                        'and the report need a file of their own; name another file')
   check_outputs(outputs, report_file)
-  check_earlier_set(outputs, report_file)
+  check_earlier_set(outputs, report_file, overwrite)
   check_other_sets(outputs, report_file,
                    paths_lib.absolute(output_file.strip()) if num_output_shards else None)
   return outputs, report_file
@@ -144,25 +145,31 @@ def check_other_sets(outputs, report_file, prefix=None):
             'another folder')
 
 
-def check_earlier_set(outputs, report_file):
+def check_earlier_set(outputs, report_file, overwrite: bool = False) -> list[str]:
   """Fails when the report would replace that of another set of shards that is still there
   (another shard count or list on the same prefix): those shards would be left without the
-  report that their readers check them against. Before any work, and again before publishing."""
+  report that their readers check them against. Before any work, and again before publishing.
+  With `overwrite`, a local set's shards are returned instead: publish moves them away with
+  the rest of that set."""
   try:
     earlier = json.loads(files_lib.read_bytes(report_file))
     listed = earlier['output_files']
   except (OSError, ValueError, KeyError, TypeError):
-    return  # No report yet, or not one of ours: nothing a reader checks would be lost.
+    return []  # No report yet, or not one of ours: nothing a reader checks would be lost.
   if not isinstance(listed, list):
-    return
+    return []
   ours = {paths_lib.file_key(out) for out in outputs}
   kept = [path for path in listed if isinstance(path, str)
           and paths_lib.file_key(path) not in ours and files_lib.exists(path)]
+  if kept and overwrite and not any(files_lib.is_remote(p) for p in [*kept, report_file]):
+    return kept
   if kept:
     raise ValueError(
         f'{report_file} is the report of another set of shards, still there ({len(kept)} not '
         f'among this run\'s outputs, e.g. {kept[0]}): writing this set would leave them '
-        'unchecked. Remove that set (its shards and report) or pass another --output_file.')
+        'unchecked. Pass --overwrite to replace that set (its shards and report), or another '
+        '--output_file.')
+  return []
 
 
 def check_not_foreign(outputs, report_file, overwrite: bool):
@@ -351,13 +358,13 @@ def _put_in_place(staged, destination):
     os.replace(staged, destination)  # local temp, renamed into place beside it
 
 
-def publish(report, report_file, staged, outputs, temp_dirs, prefix=None):
+def publish(report, report_file, staged, outputs, temp_dirs, prefix=None, overwrite=False):
   """Puts the report, then each staged shard, where they were asked for, after checking again
   that no other set was put there while this one was made (one beside this one on another
   prefix has no lock of this one's: one_run). `prefix`: with a shard count. A local earlier
   set's files are moved aside first: an error putting any file in place (a full disk, an
   immutable shard) puts the earlier set back as it was, not a mix of both."""
-  check_earlier_set(outputs, report_file)
+  replaced = check_earlier_set(outputs, report_file, overwrite)  # Its shards not ours: moved.
   check_other_sets(outputs, report_file, prefix)
   staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
   _write_json(staged_report, report)
@@ -366,10 +373,11 @@ def publish(report, report_file, staged, outputs, temp_dirs, prefix=None):
                     else None)
   moved, placed, report_put = [], [], False  # (aside, where) of the earlier set's files.
   try:
-    for out in outputs:
+    for i, out in enumerate([*outputs, *replaced]):
       if not files_lib.is_remote(out) and os.path.lexists(out):  # local: the earlier shard
-        aside = os.path.join(temp_dirs[out], f'.earlier-{files_lib.name(out)}')
-        os.rename(out, aside)  # local temp: beside it, put back on an error
+        aside = os.path.join(temp_dirs[outputs[0]] if i >= len(outputs) else temp_dirs[out],
+                             f'.earlier-{i}-{files_lib.name(out)}')
+        os.rename(out, aside)  # local temp: in its folder (a shard of the earlier set there)
         moved.append((aside, out))
     # The report first, then the shards (module docstring): a kill in between leaves shards
     # that disagree with the report, which readers refuse.

@@ -395,7 +395,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
     input_format = 'lines' if input_file else 'text'
   if input_format not in text_input.INPUT_FORMATS:
     raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
-  outputs, report_file = shard_outputs.resolve(output_file, num_output_shards, report_file)
+  outputs, report_file = shard_outputs.resolve(output_file, num_output_shards, report_file,
+                                               overwrite)
   skips = text_input.Skips()
   files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
                                 [vocab_file, spm_model_file], skips)
@@ -431,7 +432,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                                      counts, skips, staged, records,
                                      time.perf_counter() - start, source)
       shard_outputs.publish(report, report_file, staged, outputs, temp_dirs,
-                            paths_lib.absolute(output_file.strip()) if num_output_shards else None)
+                            paths_lib.absolute(output_file.strip()) if num_output_shards else None,
+                            overwrite)
       warnings = (shard_outputs.empty_shards_warning(
           records, [r['counts']['shard_instances'] for r in results], num_output_shards),
                   creation_report.masking_rate_warning(settings, counts))

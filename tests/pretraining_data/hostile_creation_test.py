@@ -77,7 +77,7 @@ def test_a_second_set_on_a_prefix_keeps_the_first_sets_report(corpus, vocab_file
   # their report.
   create(corpus, prefix, vocab_file, num_output_shards=3)
   with pytest.raises(ValueError, match=r'train\.json is the report of another set of shards, '
-                     r'still there \(3 not among .*Remove that set'):
+                     r'still there \(3 not among .*Pass --overwrite to replace that set'):
     create(corpus, prefix, vocab_file, num_output_shards=2)
   assert sorted(p.name for p in tmp_path.iterdir()) == [
       'train-00000-of-00003', 'train-00001-of-00003', 'train-00002-of-00003', 'train.json']

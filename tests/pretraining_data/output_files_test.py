@@ -5,6 +5,7 @@ disk) leaves the earlier set as it was, not a mix of both under the new report."
 
 import dataclasses
 import errno
+import json
 
 import pytest
 
@@ -114,3 +115,19 @@ def test_a_glob_over_the_outputs_folder_reads_its_text_only(corpus, minilm_dir, 
   with pytest.raises(ValueError, match=rf'^output {tmp_path}/a.txt is the input'):
     writer.create(f'{tmp_path}/*', str(tmp_path / 'a.txt'), settings,
                   vocab_file=str(tmp_path / 'vocab.txt'), overwrite=True)
+
+
+def test_overwrite_replaces_a_set_of_another_shard_count(corpus, minilm_dir, tmp_path):
+  """The hostile pass: --overwrite over a set of 2 shards with 3 said 'Remove that set', the
+  flag that asks for it given."""
+  create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=2)
+  before = _files(tmp_path)
+  with pytest.raises(ValueError, match=r'is the report of another set of shards, still there .* '
+                     'Pass --overwrite to replace that set'):
+    create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=3)
+  assert _files(tmp_path) == before
+  report = create(corpus, tmp_path / 'train', minilm_dir, num_output_shards=3, overwrite=True)
+  assert sorted(_files(tmp_path)) == ['train-00000-of-00003', 'train-00001-of-00003',
+                                      'train-00002-of-00003', 'train.json']
+  assert sum(report['output_records'].values()) == sum(
+      json.loads(before['train.json'])['output_records'].values())
