@@ -133,10 +133,14 @@ def masking_strategy(strategy: str, strategy_given: bool, do_whole_word_mask: bo
     flag = '--do_whole_word_mask' if do_whole_word_mask else '--nodo_whole_word_mask'
     raise app.UsageError(f'{flag} contradicts --masking={strategy}: pass --masking alone '
                          f'(one of {", ".join(masking.STRATEGIES)})')
-  if not strategy_given:
-    strategy = 'whole_word' if do_whole_word_mask else 'wordpiece'
-  return strategy, (f'warning: --{"" if do_whole_word_mask else "no"}do_whole_word_mask is the '
-                    f'original\'s flag: masking={strategy} (pass --masking={strategy} instead)')
+  flag = f'--{"" if do_whole_word_mask else "no"}do_whole_word_mask'
+  if strategy_given:  # Agreeing with it: it chose nothing.
+    return strategy, (f'warning: {flag} (the original\'s flag) adds nothing to --masking='
+                      f'{strategy}, which masks {"whole words" if whole else "wordpieces"}: '
+                      'drop it')
+  strategy = 'whole_word' if do_whole_word_mask else 'wordpiece'
+  return strategy, (f'warning: {flag} is the original\'s flag: masking={strategy} (pass '
+                    f'--masking={strategy} instead)')
 
 
 def check_unmasked(static_masking: bool, given: list[str]):

@@ -161,6 +161,11 @@ def test_the_original_whole_word_flag_is_an_alias_that_warns():
   chosen, warning = strategy('wordpiece', False, True)
   assert chosen == 'whole_word' and '--masking=whole_word instead' in warning
   assert strategy('ngram', True, True)[0] == 'ngram'  # Model Garden: ngram with whole words.
+  # Session 56's hostile pass: it said '--do_whole_word_mask is the original's flag:
+  # masking=span', as if it had chosen span.
+  assert strategy('span', True, True) == ('span', "warning: --do_whole_word_mask (the "
+                                          "original's flag) adds nothing to --masking=span, "
+                                          'which masks whole words: drop it')
   assert strategy('wordpiece', False, False)[0] == 'wordpiece'
   with pytest.raises(Exception, match='--do_whole_word_mask contradicts --masking=wordpiece'):
     strategy('wordpiece', True, True)
