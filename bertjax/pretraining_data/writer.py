@@ -282,7 +282,9 @@ def _run_workers(jobs, skips, progress=None):
       skips.add_file_lines(path, lines, invalid)
   _check_utf8(skips, from_tfds=jobs[0].tfds_source is not None)
   if not counts['instances']:
-    raise ValueError(f'no instances: the input has no usable sentences ({skips.described()})')
+    raise ValueError('no instances: the input has no usable sentences'
+                     + (f' ({skips.described()})' if skips.counts else
+                        ' (its lines hold no text)'))
   counts.pop('shard_instances', None)
   return results, counts
 

@@ -39,8 +39,12 @@ def sentencepiece_vocab(path, data: bytes):
   try:
     model.LoadFromSerializedProto(data)
   except (OSError, RuntimeError) as e:
-    raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model ({e}): pass the .model '
-                     'file that spm_train (or learn_vocab --model=sentencepiece) wrote') from None
+    head = data[:4096]
+    wordpiece = b'\0' not in head and b'\n' in head and b'[' in head  # A vocab.txt's lines.
+    raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model'
+                     + (' but text, a WordPiece vocab.txt: pass it as --vocab_file (vocab_file=)'
+                        if wordpiece else f' ({e}): pass the .model file that spm_train (or '
+                        'learn_vocab --model=sentencepiece) wrote')) from None
   return collections.OrderedDict(
       (model.IdToPiece(i), i) for i in range(model.GetPieceSize())), model
 

@@ -134,7 +134,9 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
     raise ValueError(
         f'vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens, '
         f'{num_unused} [unusedN], the {len(kept)} characters of the corpus and their '
-        f'{len(inner)} ##-forms ({needed} entries): raise vocab_size, or lower max_alphabet')
+        f'{len(inner)} ##-forms ({needed} entries): raise vocab_size'
+        + (', or lower num_unused' if num_unused > len(kept) + len(inner) else
+           ', or lower max_alphabet'))
   # The ##-forms are passed as special tokens so that their ids are fixed up front: the trainer
   # otherwise numbers them in hash-map order, which breaks ties between equally frequent merges
   # differently on every run (the vocab would change from run to run).

@@ -131,3 +131,12 @@ def test_overwrite_replaces_a_set_of_another_shard_count(corpus, minilm_dir, tmp
                                       'train-00002-of-00003', 'train.json']
   assert sum(report['output_records'].values()) == sum(
       json.loads(before['train.json'])['output_records'].values())
+
+
+def test_a_file_of_blank_lines_is_said_as_such(minilm_dir, tmp_path):
+  """The hostile pass: 'no instances: the input has no usable sentences ()'."""
+  (tmp_path / 'blank.txt').write_text('\n\n  \n\n')
+  with pytest.raises(ValueError, match=r'^no instances: the input has no usable sentences \(its '
+                     r'lines hold no text\)$'):
+    create(tmp_path / 'blank.txt', tmp_path / 'out', minilm_dir)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['blank.txt']

@@ -397,3 +397,18 @@ def test_characters_sentencepiece_leaves_out_are_said_or_refused(lines, tmp_path
       r'keep them all', said[0]), said
   vocab_learner.learn_sentencepiece(str(tmp_path / 'some.txt'), tmp_path / 'b.model', 1000)
   assert len(said) == 1  # All covered: nothing said.
+
+
+def test_the_hints_name_the_flag_at_fault(tmp_path):
+  """Session 56's hostile pass: --num_unused=600 was told to lower max_alphabet; a vocab.txt
+  passed as --spm_model_file got SentencePiece's 'INTERNAL: ... ParseFromArray'."""
+  words = {'the': 5, 'lord': 3, 'is': 2}
+  with pytest.raises(ValueError, match=r'raise vocab_size, or lower num_unused$'):
+    vocab_learner.learn_wordpiece_vocab(words, 606, num_unused=600)
+  with pytest.raises(ValueError, match=r'raise vocab_size, or lower max_alphabet$'):
+    vocab_learner.learn_wordpiece_vocab({chr(0x4E00 + i) + chr(0x4E01 + i): 2 for i in range(300)},
+                                        400)
+  (tmp_path / 'vocab.txt').write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n')
+  with pytest.raises(ValueError, match=r"vocab.txt' is not a SentencePiece model but text, a "
+                     r'WordPiece vocab.txt: pass it as --vocab_file'):
+    vocab_files.from_files(spm_model_file=str(tmp_path / 'vocab.txt'))
