@@ -412,3 +412,20 @@ def test_the_hints_name_the_flag_at_fault(tmp_path):
   with pytest.raises(ValueError, match=r"vocab.txt' is not a SentencePiece model but text, a "
                      r'WordPiece vocab.txt: pass it as --vocab_file'):
     vocab_files.from_files(spm_model_file=str(tmp_path / 'vocab.txt'))
+
+
+def test_a_glob_over_the_vocabs_folder_reads_its_text_only(lines, tmp_path):
+  """Session 56's hostile pass: rerunning `--input_file='dir/*' --output_file=dir/vocab.txt
+  --overwrite` was refused ('is one of the --input_file files'), the earlier vocab taken for
+  text; a vocab beside the text would have been learned from."""
+  (tmp_path / 'a.txt').write_text('\n'.join(lines[:400]) + '\n', encoding='utf-8')
+  first = tmp_path / 'vocab.txt'
+  vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512)
+  learned = first.read_bytes()
+  vocab_learner.learn_sentencepiece(f'{tmp_path}/*', tmp_path / 'sp.model', 400)
+  vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512, overwrite=True)  # Both skipped.
+  assert first.read_bytes() == learned
+  with pytest.raises(FileExistsError, match='vocab.txt exists: pass --overwrite'):
+    vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512, overwrite=False)
+  with pytest.raises(ValueError, match='a.txt is one of the --input_file files'):
+    vocab_learner.learn_wordpiece(f'{tmp_path}/*', tmp_path / 'a.txt', 512)
