@@ -207,12 +207,32 @@ def raw_documents(paths, input_format, max_line_bytes, skips, where, part=0, num
         raise ValueError(f'{path} changed while it was read ({sizes[i]} bytes when the run '
                          f'started, {stored.tell()} now): rerun once it is complete, or leave '
                          'it out of --input_file')
+      _check_still_there(path, stored)
       before += stored.tell()  # At its end: the file's size.
       if read is not None:
         read(before)
     skips.add_file_lines(path, lines, invalid)
     if sentences:
       yield sentences
+
+
+def _check_still_there(path, stored):
+  """Refuses a local file read whole from a copy no longer at its path (removed, or replaced
+  by a move: the data would name a file that holds other text now) or written meanwhile."""
+  if files_lib.is_remote(path):
+    return
+  try:
+    read = os.fstat(stored.fileno())  # local: the file as opened
+  except (AttributeError, OSError, ValueError):
+    return  # Not a file of this machine (a stream refused earlier).
+  try:
+    now = os.stat(path)  # local: what the path names now
+  except FileNotFoundError:
+    raise ValueError(f'{path} was removed while it was read: rerun once the input is in place, '
+                     'or leave it out of --input_file') from None
+  if (now.st_dev, now.st_ino, now.st_mtime_ns) != (read.st_dev, read.st_ino, read.st_mtime_ns):
+    raise ValueError(f'{path} changed while it was read (replaced, or written to): rerun once it '
+                     'is complete, or leave it out of --input_file')
 
 
 @contextlib.contextmanager

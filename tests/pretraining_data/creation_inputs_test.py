@@ -50,6 +50,19 @@ def test_an_input_changed_or_gone_while_read_is_refused(tmp_path):
                      'the run read its input: put it back and rerun, or leave it out'):
     list(text_input.raw_documents([str(tmp_path / 'gone.txt')], 'lines', 1000,
                                   text_input.Skips(), {}))
+  # Session 56's hostile pass: removed, or replaced by a move, once opened: read whole from the
+  # old copy, the report naming a file that holds other text now, and nothing said.
+  for change, said in ((lambda: text.unlink(), 'was removed while it was read'),
+                       (lambda: (tmp_path / 'new.txt').replace(text), 'changed while it was '
+                        'read \\(replaced, or written to\\)')):
+    text.write_text('one sentence .\nanother one .\n\nand more .\n')
+    (tmp_path / 'new.txt').write_text('other text .\n')
+    documents = text_input.raw_documents([str(text)], 'lines', 1000, text_input.Skips(), {},
+                                         sizes=(size,))
+    assert next(documents) == ['one sentence .', 'another one .']
+    change()
+    with pytest.raises(ValueError, match=f'^{text} {said}: rerun once'):
+      list(documents)
 
 
 def test_flags_read_in_another_mode_only_are_refused():
