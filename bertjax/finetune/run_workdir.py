@@ -44,7 +44,8 @@ def check_has_checkpoint(workdir: str):
   """Refuses a --workdir of mode eval or predict that holds no fine-tuned checkpoint."""
   if not files.exists(workdir):
     raise FileNotFoundError(f'--workdir={workdir} does not exist: pass the folder of a '
-                            'fine-tuning run (or fine-tune into it first, mode=train_eval).')
+                            'fine-tuning run, or fine-tune first (mode=train_eval) with this '
+                            '--workdir.')
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')

@@ -189,7 +189,8 @@ def test_a_workdir_holding_no_run_is_said_before_the_data(tmp_path, mode):
       f'{tmp_path} holds no checkpoint: fine-tune first (mode=train_eval) with this --workdir.')):
     job.run(_bare(mode), str(tmp_path))
   with pytest.raises(FileNotFoundError, match=re.escape(
-      f'--workdir={tmp_path}/rnu does not exist: pass the folder of a fine-tuning run')):
+      f'--workdir={tmp_path}/rnu does not exist: pass the folder of a fine-tuning run, or '
+      'fine-tune first (mode=train_eval) with this --workdir.')):
     job.run(_bare(mode), str(tmp_path / 'rnu'))
   assert list(tmp_path.iterdir()) == []
 
