@@ -28,6 +28,10 @@ def usage_said(main, prefix: str = 'error: ', code: int = 1):
   return run
 
 
+# absl's line for a required flag left out.
+_REQUIRED = r'flag --(\w+)=None: Flag --\1 must have a value other than None\.'
+
+
 def flags_parser(prefix: str = 'error: ', code: int = 1):
   """app.run's flags_parser for a command: a flag it does not take is one line naming the flags
   it does (absl's suggestion named its own logging flags: --workdir to export was 'Did you
@@ -52,6 +56,10 @@ def flags_parser(prefix: str = 'error: ', code: int = 1):
                 + (f' (did you mean --{meant[0]}?)' if meant else '')
                 + f': this command takes {", ".join(f"--{name}" for name in own)}')
         hint = '--helpshort describes them'
+      elif re.fullmatch(f'(?:{_REQUIRED} ?)+', said):  # mark_flags_as_required's, each.
+        names = [f'--{name}' for name in re.findall(_REQUIRED, said)]
+        said = f'{" and ".join(names)} {"is" if len(names) == 1 else "are"} required: pass ' + (
+            'it' if len(names) == 1 else 'them')
       console.fail(f'{prefix}{said} ({hint})', code)
   return parse
 

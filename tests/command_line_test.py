@@ -269,6 +269,12 @@ def test_an_empty_config_file_is_one_line_and_exit_78(tmp_path, config):
      '--do_lower_case, --format, --from, --labels'),  # absl: 'Did you mean: log_dir ?'.
     ('bertjax.learn_vocab', '--inputt=a.txt', 'learn_vocab: error: unknown flag --inputt (did '
      'you mean --input_file?): this command takes --character_coverage, '),
+    # Session 56's hostile pass: 'flag --vocab_size=None: Flag --vocab_size must have a value
+    # other than None.'
+    ('bertjax.learn_vocab', '--input_file=a.txt', 'learn_vocab: error: --output_file and '
+     '--vocab_size are required: pass them (--helpshort lists the flags)\n'),
+    ('bertjax.create_pretraining_data', '--input_file=a.txt', 'create_pretraining_data: error: '
+     '--output_file is required: pass it (--helpshort lists the flags)\n'),
 ])
 def test_a_flag_the_command_does_not_take_names_the_ones_it_does(tmp_path, command, flag, said):
   """Console pass of 2026-12-02: `export --workdir=...` was answered 'Did you mean: log_dir ?',
