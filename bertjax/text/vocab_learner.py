@@ -366,11 +366,20 @@ def _spm_failed(error: RuntimeError) -> str:
   return f'SentencePiece training failed: {error}'
 
 
-def _then_training(sentences, vocab_size: int, failed: list):
+def _counted(lines, read: list):
+  """`lines`, counted in `read` ([count]) as they are read."""
+  read.append(0)
+  for line in lines:
+    read[0] += 1
+    yield line
+
+
+def _then_training(sentences, vocab_size: int, failed: list, read=()):
   """The lines, then a line saying the training that follows them, which says nothing itself:
   the progress line counts the reading (console pass of 2026-12-02: 81.6%, ETA 0:00:01, then
   25 s of silence). An error of the reading (a file mostly not UTF-8) is kept in `failed`:
-  SentencePiece's trainer gives it back wrapped in its own."""
+  SentencePiece's trainer gives it back wrapped in its own. `read`: [the lines read] where
+  `sentences` is a sample of them."""
   count = 0
   try:
     for sentence in sentences:
@@ -379,8 +388,9 @@ def _then_training(sentences, vocab_size: int, failed: list):
   except ValueError as e:
     failed.append(e)
     raise
-  logging.info('learn_vocab: %d lines read; SentencePiece now learns %d pieces from them (its '
-               'trainer shows no progress)', count, vocab_size)
+  logging.info('learn_vocab: %s; SentencePiece now learns %d pieces from them (its trainer '
+               'shows no progress)', f'{count} lines sampled of the {read[0]} read' if read else
+               f'{count} lines read', vocab_size)
 
 
 def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
@@ -398,8 +408,9 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   files = resolve_inputs(patterns, output_file, overwrite) if files is None else files
   skips = corpus_lines.Skips() if skips is None else skips
   sentences = _spm_sentences(files, do_lower_case, max_line_bytes, skips)
+  read = []  # With a sample: the lines read, for the line that says the training.
   if input_sentence_size:  # Sampled here, seeded: the same lines every run.
-    sentences = iter(sample_lines(sentences, input_sentence_size, seed))
+    sentences = iter(sample_lines(_counted(sentences, read), input_sentence_size, seed))
   leading = _until_visible(sentences)
   if not leading or not _visible(leading[-1]):
     skipped = corpus_lines.skipped_lines(skips, max_line_bytes)
@@ -410,7 +421,7 @@ def learn_sentencepiece(patterns, output_file, vocab_size, do_lower_case=True,
   try:
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=_then_training(vocab_coverage.sampled(
-            itertools.chain(leading, sentences), sample), vocab_size, failed),
+            itertools.chain(leading, sentences), sample), vocab_size, failed, read),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,

@@ -220,6 +220,11 @@ def test_sentencepiece_model_with_bertjax_tokenizer(corpus_file, tmp_path, caplo
   lines = sum(1 for line in corpus_file.read_text().splitlines() if line.strip())
   assert (f'learn_vocab: {lines} lines read; SentencePiece now learns 1000 pieces from them '
           "(its trainer shows no progress)") in caplog.messages
+  with caplog.at_level('INFO', logger='absl'):  # Session 56: a sample was said as lines read.
+    vocab_learner.learn_sentencepiece(str(corpus_file), tmp_path / 'sampled.model', 500,
+                                      input_sentence_size=900)
+  assert (f'learn_vocab: 900 lines sampled of the {lines} read; SentencePiece now learns 500 '
+          'pieces from them (its trainer shows no progress)') in caplog.messages
   sp = vocab_files.from_files(spm_model_file=model_file, never_split=tokenizer.SPECIAL_TOKENS)
   assert sp.convert_ids_to_tokens(range(5)) == ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]']
   assert sp.unk_token == '<unk>' and len(sp.vocab) == 1000
