@@ -87,15 +87,16 @@ def read_examples(input_file, tokenizer=None) -> list[tuple[str, str | None]]:
 
 
 def encode(tok, examples, max_seq_length: int):
-  """Tokens per example, the padded batch, and how many examples were cut to max_seq_length (as
-  the original cuts them: a pair's longer text first)."""
+  """Tokens per example, the padded batch, and the indices of the examples cut to
+  max_seq_length (as the original cuts them: a pair's longer text first)."""
   tokens, batch = [], {k: np.zeros((len(examples), max_seq_length), np.int32)
                        for k in ('input_ids', 'input_mask', 'segment_ids')}
-  cut = 0
+  cut = []
   for i, (text_a, text_b) in enumerate(examples):
     a = tok.tokenize(text_a)
     b = tok.tokenize(text_b) if text_b is not None else None
-    cut += len(a) + len(b or ()) + (2 if b is None else 3) > max_seq_length
+    if len(a) + len(b or ()) + (2 if b is None else 3) > max_seq_length:
+      cut.append(i)
     if b is None:
       a = a[:max_seq_length - 2]
       row, segments = ['[CLS]', *a, '[SEP]'], [0] * (len(a) + 2)
@@ -133,13 +134,16 @@ def concat_last_layers(config, params, batch, n: int = 4):
 @dataclasses.dataclass(frozen=True)
 class Written:
   """run()'s result: the lines written; the checkpoint step read from a bertjax run (None for
-  another source); how many inputs were longer than max_seq_length (their features end there)."""
+  another source); how many inputs were longer than max_seq_length (their features end there),
+  and the first of them (numbered from 1)."""
   lines: int
   step: int | None = None
   cut: int = 0
+  cut_first: tuple = ()
 
 
 DEFAULT_LAYERS = (-1, -2, -3, -4)  # The original's.
+_CUT_SHOWN = 5  # The inputs cut that the summary names.
 
 
 def run(init: str, input_file: str, output_file: str, layers=DEFAULT_LAYERS,
@@ -197,7 +201,8 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   from_run = (not bert_config_file and sources.format_of(init) == 'bertjax'
               and files.name(model.source).isdigit())
   # The loader's source is <checkpoints>/<step>.
-  return Written(len(examples), int(files.name(model.source)) if from_run else None, cut)
+  return Written(len(examples), int(files.name(model.source)) if from_run else None, len(cut),
+                 tuple(cut[:_CUT_SHOWN]))
 
 
 def _checked_model(init: str, layers, max_seq_length: int, vocab_file: str,
@@ -243,7 +248,7 @@ def _write_features(model, tok, examples, output: str | None, layers, max_seq_le
                     batch_size: int, init: str) -> int:
   """Writes each example's JSON line into a temporary file, then shows it on standard output
   (`output` None), puts it to a URL in one object or renames it over a local file (its
-  permissions kept): nothing half-written is left. Returns how many inputs were cut."""
+  permissions kept): nothing half-written is left. Returns the inputs cut (numbered from 1)."""
   params = inference.encoder_params(model)
   fn = hidden_states_fn(model.config)
   # states[0] is the embeddings: the original's layer i is states[i + 1] (i >= 0), and
@@ -257,14 +262,14 @@ def _write_features(model, tok, examples, output: str | None, layers, max_seq_le
   # differ in the 6th decimal; the same file and --batch_size give the same bytes.
   rows = inference.rows_per_batch(len(examples), batch_size)
   temp = _temporary_beside(output)
-  cut = 0
+  cut = []  # The inputs cut, numbered from 1 as the console numbers them.
   progress = job_lines.Progress('extract_features', len(examples), 'inputs')
   try:
     with console.temporary(temp), open(temp, 'w', encoding='utf-8') as f:  # local temp
       for start in range(0, len(examples), rows):
         chunk = examples[start:start + rows]
         tokens, batch, chunk_cut = encode(tok, chunk, max_seq_length)
-        cut += chunk_cut
+        cut += [start + i + 1 for i in chunk_cut]
         batch = inference.padded(batch, rows)
         states = np.asarray(fn(params, batch)[picked])
         if not np.isfinite(states[:, :len(chunk)]).all():  # JSON has no NaN (parsers refuse it).
@@ -398,8 +403,9 @@ def main(argv):
   if written.step is not None:
     metrics.append(('step', written.step))
   if written.cut:  # Their features stop at the cut: said, as the original never said it.
+    shown = ', '.join(map(str, written.cut_first)) + ('...' if written.cut > _CUT_SHOWN else '')
     metrics.append(('cut', f'{written.cut} (longer than --max_seq_length='
-                           f'{FLAGS.max_seq_length})'))
+                           f'{FLAGS.max_seq_length}: input {shown})'))
   if FLAGS.output_file != STDIO:
     job_lines.summary('extract_features', time.perf_counter() - start, metrics=metrics,
                     outputs=[('features', paths.absolute(FLAGS.output_file))])

@@ -30,7 +30,8 @@ def test_features_equal_transformers_hidden_states(minilm_dir, tmp_path):
   (tmp_path / 'in.txt').write_text('\n'.join(LINES) + '\n')
   n = extract_features.run(str(minilm_dir), tmp_path / 'in.txt', tmp_path / 'out.jsonl',
                            max_seq_length=16, batch_size=2)
-  assert (n.lines, n.cut) == (3, 1)  # The third line is longer than 16 tokens: counted.
+  # The third line is longer than 16 tokens: counted, and named (session 56).
+  assert (n.lines, n.cut, n.cut_first) == (3, 1, (3,))
   rows = [json.loads(line) for line in (tmp_path / 'out.jsonl').read_text().splitlines()]
   assert n.lines == len(rows) == 3 and [r['linex_index'] for r in rows] == [0, 1, 2]
   tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
@@ -92,7 +93,7 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
       'another --output_file.'), proc.stderr[-2000:]
   assert (tmp_path / 'o.jsonl').read_text() == kept
   proc = subprocess.run([*again, '--overwrite'], capture_output=True, text=True)
-  assert ': inputs 1, layers -1, cut 1 (longer than --max_seq_length=16); features ' in (
+  assert ': inputs 1, layers -1, cut 1 (longer than --max_seq_length=16: input 1); features ' in (
       proc.stdout.splitlines()[-1]), proc.stderr[-2000:]
   proc = subprocess.run([sys.executable, '-m', 'bertjax.extract_features',
                          f'--input_file={tmp_path / "missing.txt"}',
