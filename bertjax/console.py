@@ -220,6 +220,24 @@ def temporary(path):
     _TEMPORARY.discard(str(path))
 
 
+_HOLDING = [0]  # interrupts_held() blocks entered.
+_HELD = []  # The interrupt (message, code) that came inside them, taking effect as they end.
+
+
+@contextlib.contextmanager
+def interrupts_held():
+  """An interrupt (Ctrl-C; SIGTERM where handled) that comes inside the block takes effect as
+  it ends: a few renames that must all happen, or be undone, are never cut in two (the
+  temporary files an interrupt removes may hold what they put back)."""
+  _HOLDING[0] += 1
+  try:
+    yield
+  finally:
+    _HOLDING[0] -= 1
+    if not _HOLDING[0] and _HELD:
+      interrupted(*_HELD[0])
+
+
 @contextlib.contextmanager
 def at_interrupt(callback):
   """Runs `callback()` if Ctrl-C ends the process inside the block (which skips `finally`),
@@ -299,6 +317,9 @@ def exit_on_interrupt(message, terminate: bool = False):
 def interrupted(message, code: int = 130):
   """Prints `message()` and exits `code` (130: 128 + SIGINT) without the interpreter's teardown:
   XLA's compiler threads still running at exit crash it (a segfault, rc 139)."""
+  if _HOLDING[0]:  # Inside interrupts_held(): as the block ends.
+    _HELD[:] = _HELD[:1] or [(message, code)]
+    return
   if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
     return
   for path in list(_TEMPORARY):  # local temp: this process's own temporary files

@@ -189,9 +189,12 @@ def main(argv):
   console.install()  # Libraries' INFO lines (TFDS's reader) only at --verbosity=1.
   # Ctrl-C or SIGTERM (a scheduler's): the run's hidden temporary folder removed and the
   # workers ended, one line, status 130 / 143; a SIGKILL ends the workers too (writer.py).
-  console.exit_on_interrupt(console.nothing_written(
+  nothing = console.nothing_written(
       'no shard was written (a set is put in place only once all its shards are made; an '
-      'earlier set there is kept)'), terminate=True)
+      'earlier set there is kept)')
+  console.exit_on_interrupt(lambda: (  # Or, as the interrupt waited for the renames, whole.
+      f'interrupted as the set was put in place: it is whole ({shard_outputs.PUT_IN_PLACE[-1]})'
+      if shard_outputs.PUT_IN_PLACE else nothing()), terminate=True)
   given = [n for n in flags.FLAGS if flags.FLAGS[n].present]
   check_unmasked(_STATIC_MASKING.value, given)
   check_tfds_flags(given)

@@ -22,6 +22,7 @@ import socket
 import tempfile
 import time
 
+from bertjax import console
 from bertjax import files as files_lib
 from bertjax import output_lock
 from bertjax import paths as paths_lib
@@ -29,6 +30,8 @@ from bertjax import processes
 from bertjax.records import file_set
 
 TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
+# The reports of the sets this process put in place (its interrupt line tells them).
+PUT_IN_PLACE = []
 
 
 def output_paths(output_file, num_output_shards):
@@ -149,19 +152,23 @@ def check_earlier_set(outputs, report_file, overwrite: bool = False) -> list[str
   """Fails when the report would replace that of another set of shards that is still there
   (another shard count or list on the same prefix): those shards would be left without the
   report that their readers check them against. Before any work, and again before publishing.
-  With `overwrite`, a local set's shards are returned instead: publish moves them away with
-  the rest of that set."""
-  try:
-    earlier = json.loads(files_lib.read_bytes(report_file))
-    listed = earlier['output_files']
-  except (OSError, ValueError, KeyError, TypeError):
-    return []  # No report yet, or not one of ours: nothing a reader checks would be lost.
-  if not isinstance(listed, list):
-    return []
+  With `overwrite`, that set's shards beside the report are returned instead (publish moves
+  them away with the rest of the set); shards it lists in another folder (a report copied or
+  linked from there) are never replaced."""
+  earlier = file_set.report_at(report_file)
+  if earlier is None:
+    return []  # No report yet, or not one of ours (check_not_foreign): no shard of it checked.
   ours = {paths_lib.file_key(out) for out in outputs}
-  kept = [path for path in listed if isinstance(path, str)
+  kept = [path for path in earlier['output_files'] if isinstance(path, str)
           and paths_lib.file_key(path) not in ours and files_lib.exists(path)]
-  if kept and overwrite and not any(files_lib.is_remote(p) for p in [*kept, report_file]):
+  folder = paths_lib.file_key(files_lib.parent(report_file))
+  away = [path for path in kept if paths_lib.file_key(files_lib.parent(path)) != folder]
+  if away:
+    raise ValueError(
+        f'{report_file} lists shards in another folder ({away[0]}: a report copied or linked '
+        'from there?): writing this set would leave them unchecked. Remove that report if the '
+        'set it lists has its own, or pass another --output_file.')
+  if kept and overwrite and not files_lib.is_remote(report_file):
     return kept
   if kept:
     raise ValueError(
@@ -176,9 +183,13 @@ def check_not_foreign(outputs, report_file, overwrite: bool):
   """Fails before any work where an output is a file that no set made here claims (its report
   at `report_file` does not list it: a file of the user's, a stray shard), unless `overwrite`;
   and always where an output is another set's report (its shards would be left unchecked)."""
-  earlier = file_set.report_at(report_file)
-  listed = {paths_lib.file_key(p) for p in (earlier or {}).get('output_files', ())
-            if isinstance(p, str)}
+  earlier = file_set.report_at(report_file) or {}
+  sizes = earlier.get('output_bytes') if isinstance(earlier.get('output_bytes'), dict) else {}
+  # A shard the report lists, of the size it records: the set's own (a user's file put there
+  # since is not).
+  listed = {paths_lib.file_key(p) for p in earlier.get('output_files', ())
+            if isinstance(p, str) and files_lib.exists(p)
+            and sizes.get(files_lib.name(p), files_lib.size(p)) == files_lib.size(p)}
   for path in outputs:
     if not files_lib.exists(path) or paths_lib.file_key(path) in listed:
       continue
@@ -188,9 +199,9 @@ def check_not_foreign(outputs, report_file, overwrite: bool):
                        'refuses them); pick another --output_file')
     if not overwrite:
       raise ValueError(f'output {path} exists and is no shard of a set made here ({report_file} '
-                       'does not list it): writing it would lose that file; pass --overwrite to '
-                       'replace it, or another --output_file')
-  if files_lib.exists(report_file) and earlier is None and not overwrite:
+                       'does not list it, or not at its size): writing it would lose that file; '
+                       'pass --overwrite to replace it, or another --output_file')
+  if files_lib.exists(report_file) and not earlier and not overwrite:
     raise ValueError(f'{report_file}, where this set\'s report goes, exists and is no report of '
                      'create_pretraining_data: writing it would lose that file; pass --overwrite '
                      'to replace it, or another --output_file')
@@ -371,7 +382,20 @@ def publish(report, report_file, staged, outputs, temp_dirs, prefix=None, overwr
   local = not files_lib.is_remote(report_file)
   earlier_report = (files_lib.read_bytes(report_file) if local and files_lib.isfile(report_file)
                     else None)
-  moved, placed, report_put = [], [], False  # (aside, where) of the earlier set's files.
+  moved, placed = [], []  # (aside, where) of the earlier set's files; this set's shards.
+  # An interrupt waits for the renames (or their undoing): it removes the temporary folder,
+  # which holds the earlier set's files meanwhile.
+  with console.interrupts_held():
+    _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, local,
+             earlier_report, moved, placed)
+    PUT_IN_PLACE.append(report_file)  # Before a held interrupt's line, which tells it.
+
+
+def _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, local,
+             earlier_report, moved, placed):
+  """publish's renames: the earlier set's files moved aside, the report put in place, then
+  the shards; an error undoes them."""
+  report_put = False
   try:
     for i, out in enumerate([*outputs, *replaced]):
       if not files_lib.is_remote(out) and os.path.lexists(out):  # local: the earlier shard
@@ -395,10 +419,13 @@ def publish(report, report_file, staged, outputs, temp_dirs, prefix=None, overwr
     _put_back(placed, moved, report_file if report_put else None, earlier_report)
     if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
       raise  # The writer says a full disk its own way.
-    where = e.filename2 or e.filename or report_file
+    where = next((f for f in (e.filename, e.filename2)  # The file in place, not a hidden one.
+                  if f and TEMP_DIR_PREFIX not in str(f)), report_file)
+    fix = ('remove that set (its shards and report) first, or pass another --output_file'
+           if e.errno == errno.EXDEV else  # An earlier set on another file system.
+           'make that folder writable (a file\'s immutable flag: lsattr) and rerun')
     raise ValueError(f'{where}: {e.strerror}: the set could not be put in place, and the '
-                     'earlier files there are as they were; make that folder writable (a '
-                     'file\'s immutable flag: lsattr) and rerun') from None
+                     f'earlier files there are as they were; {fix}') from None
 
 
 def _put_back(placed, moved, report_file, earlier_report):

@@ -117,6 +117,10 @@ def usable_files(paths, skips):
           skips.add('data_report', f'{path} (the report of a create_pretraining_data set, not '
                                    'text: narrow --input_file to the text files)')
           continue
+        if vocab_files.is_vocab_head(head):  # Another vocab beside the text (a rerun's).
+          skips.add('vocab_file', f'{path} (a vocab, not text: narrow --input_file to the text '
+                                  'files)')
+          continue
         if compressed_text.not_read(head):
           skips.add('binary_file', f'{path} ({compressed_text.not_read(head)}, which is not '
                                    'read: decompress it, or compress it with gzip, bzip2 or xz)')

@@ -9,12 +9,33 @@ import os
 
 import numpy as np
 
+from bertjax import compressed_text
 from bertjax import files
 from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 
 # SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
 WORD_START = sentencepiece_tokenizer.WORD_START
+
+
+def is_vocab(path) -> bool:
+  """Whether the file at `path` (compressed or not) is a vocab, not text (is_vocab_head)."""
+  try:
+    with compressed_text.open_input(path) as (f, _):
+      return is_vocab_head(f.read(4096))
+  except (OSError, *compressed_text.DAMAGED_COMPRESSED):
+    return False  # Read, and said, with the rest.
+
+
+def is_vocab_head(head: bytes) -> bool:
+  """Whether a file's first bytes are a vocab's, not text's (a glob over a corpus folder may
+  match one): a SentencePiece model, or a WordPiece vocab.txt, whose first line is [PAD] and
+  whose first lines are one token each (a text that opens with [PAD] has words after it)."""
+  if sentencepiece_tokenizer.is_sentencepiece_model('', head):
+    return True
+  lines = head.split(b'\n')[:-1][:20]  # Whole lines only.
+  return bool(lines) and lines[0].strip() == b'[PAD]' and all(
+      line.strip() and len(line.split()) == 1 for line in lines)
 
 
 def from_files(vocab_file=None, spm_model_file=None, do_lower_case=True, **kwargs):

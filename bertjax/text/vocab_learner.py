@@ -34,6 +34,7 @@ from bertjax.text import sentencepiece_tokenizer
 from bertjax.text import tokenizer
 from bertjax.text import vocab_casing
 from bertjax.text import vocab_coverage
+from bertjax.text import vocab_files
 
 # [PAD] must be id 0 (padding), the rest sit right after it as in HF's BertWordPieceTokenizer.
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -48,21 +49,9 @@ MAX_LINE_BYTES = corpus_lines.MAX_LINE_BYTES
 SPM_MAX_LINE_BYTES = 1 << 30
 
 
-def _a_learned_vocab(path) -> bool:
-  """Whether `path` is a vocab learn_vocab writes (its WordPiece specials first, or a
-  SentencePiece model), not text: a glob over the folder a vocab was learned into matches it."""
-  try:
-    with files_lib.open(path, 'rb') as f:
-      head = f.read(64)
-  except OSError:
-    return False  # Read, and said, with the corpus.
-  return (head.startswith('\n'.join(SPECIAL_TOKENS).encode() + b'\n')
-          or sentencepiece_tokenizer.is_sentencepiece_model('', head))
-
-
 def _check_not_an_input(output_file, inputs):
   """Fails before the corpus is read when the output would overwrite a file of it (a vocab
-  learned before, which the glob matches, is no text of it: resolve_inputs drops it)."""
+  which the glob matches is no text of it: resolve_inputs drops it)."""
   if any(paths.same_path(output_file, p) for p in inputs):
     raise ValueError(f'--output_file={output_file} is one of the --input_file files: writing '
                      'it would lose that input; name another file')
@@ -77,7 +66,7 @@ def resolve_inputs(patterns, output_file, overwrite: bool = True) -> list:
   """The files of `patterns`, refused where the output would overwrite one of them or (without
   `overwrite`) an existing file."""
   files = corpus_lines.input_files(patterns)
-  vocabs = [path for path in files if _a_learned_vocab(path)]
+  vocabs = [path for path in files if vocab_files.is_vocab(path)]
   for path in vocabs:  # A rerun's own output, or another vocab beside the text.
     logging.warning('%s is a vocab, not text: it is not read', path)
   files = [path for path in files if path not in vocabs]

@@ -5,7 +5,10 @@ disk) leaves the earlier set as it was, not a mix of both under the new report."
 
 import dataclasses
 import errno
+import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -40,8 +43,9 @@ def test_a_file_no_set_claims_is_replaced_only_with_overwrite(corpus, minilm_dir
   (tmp_path / 'notes.txt').write_text('mine')
   (tmp_path / 'e.json').write_text('{"my": "config"}')
   with pytest.raises(ValueError, match=rf'^output {tmp_path}/notes.txt exists and is no shard of '
-                     rf'a set made here \({tmp_path}/notes.txt.json does not list it\): writing '
-                     'it would lose that file; pass --overwrite to replace it, or another '
+                     rf'a set made here \({tmp_path}/notes.txt.json does not list it, or not at '
+                     r'its size\): writing it would lose that file; pass --overwrite to replace '
+                     'it, or another '
                      '--output_file$'):
     create(corpus, tmp_path / 'notes.txt', minilm_dir)
   with pytest.raises(ValueError, match=rf'^{tmp_path}/e.json, where this set\'s report goes, '
@@ -140,3 +144,106 @@ def test_a_file_of_blank_lines_is_said_as_such(minilm_dir, tmp_path):
                      r'lines hold no text\)$'):
     create(tmp_path / 'blank.txt', tmp_path / 'out', minilm_dir)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['blank.txt']
+
+
+def test_overwrite_replaces_only_what_a_report_of_its_own_lists_here(corpus, minilm_dir,
+                                                                     tmp_path):
+  """Second hostile pass (session 56): --overwrite removed whatever a JSON of another tool
+  listed at <prefix>.json (a folder, the corpus), and the shards of the folder a report was
+  copied from; a user's file put where a listed shard was got replaced on a rerun."""
+  victim = tmp_path / 'victim'
+  victim.mkdir()
+  (victim / 'a.txt').write_text('mine')
+  out = tmp_path / 'out'
+  out.mkdir()
+  (out / 't.json').write_text(json.dumps({'tool': 'my-exporter 2.0',
+                                          'output_files': [str(victim), str(corpus)]}))
+  with pytest.raises(ValueError, match=r't.json, where this set\'s report goes, exists and is no '
+                     'report of create_pretraining_data'):
+    create(corpus, out / 't', minilm_dir, num_output_shards=2)
+  create(corpus, out / 't', minilm_dir, num_output_shards=2, overwrite=True)
+  assert (victim / 'a.txt').read_text() == 'mine' and corpus.exists()
+  # A copied folder: its report lists the first folder's shards.
+  copy = tmp_path / 'copy'
+  copy.mkdir()
+  for path in out.iterdir():
+    (copy / path.name).write_bytes(path.read_bytes())
+  before = _files(out)
+  for overwrite in (False, True):
+    with pytest.raises(ValueError, match=rf'^{copy}/t.json lists shards in another folder '
+                       rf'\({out}/t-00000-of-00002: a report copied or linked from there\?\)'):
+      create(corpus, copy / 't', minilm_dir, num_output_shards=3, overwrite=overwrite)
+  assert _files(out) == before
+  # A user's file where a listed shard was: not the set's own (its size differs).
+  (out / 't-00001-of-00002').write_text('notes')
+  with pytest.raises(ValueError, match=r't-00001-of-00002 exists and is no shard of a set made '
+                     r'here \(.*does not list it, or not at its size\)'):
+    create(corpus, out / 't', minilm_dir, num_output_shards=2)
+  assert (out / 't-00001-of-00002').read_text() == 'notes'
+
+
+INTERRUPTED = '''
+import sys
+from bertjax import console
+from bertjax.pretraining_data import instances, shard_outputs, writer
+put, calls = shard_outputs._put_in_place, []
+def put_in_place(staged, destination):
+  calls.append(destination)
+  if len(calls) == 2:  # The report is in place, a shard not yet: Ctrl-C.
+    console.interrupted(lambda: f'interrupted; whole: {shard_outputs.PUT_IN_PLACE}')
+    if sys.argv[4] == 'error':
+      raise PermissionError(1, 'Operation not permitted', destination)
+  put(staged, destination)
+shard_outputs._put_in_place = put_in_place
+writer.create(sys.argv[1], sys.argv[2], instances.Settings(
+    max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2), vocab_file=sys.argv[3],
+    random_seed=7, num_workers=1, num_output_shards=2, overwrite=True)
+print('not reached')
+'''
+
+
+@pytest.mark.parametrize('then', ['', 'error'])
+def test_an_interrupt_while_the_set_is_put_in_place_waits_for_it(corpus, minilm_dir, tmp_path,
+                                                                 then):
+  """Second hostile pass: Ctrl-C as the set was put in place removed the temporary folder that
+  held the earlier set's shards, moved aside, before they could be put back: the earlier set
+  lost, and the line said 'no shard was written (... an earlier set there is kept)'."""
+  create(corpus, tmp_path / 't', minilm_dir, num_output_shards=2)
+  before = _files(tmp_path)
+  done = subprocess.run([sys.executable, '-c', INTERRUPTED, str(corpus), str(tmp_path / 't'),
+                         str(minilm_dir / 'vocab.txt'), then], capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert done.returncode == 130 and 'not reached' not in done.stdout, done.stderr[-2000:]
+  last = done.stderr.strip().splitlines()[-1]
+  if then == 'error':  # Undone first: the earlier set as it was.
+    assert last == 'interrupted; whole: []' and _files(tmp_path) == before
+  else:  # Put in place whole: the new set, read by its report.
+    assert last == f"interrupted; whole: ['{tmp_path}/t.json']"
+    after = _files(tmp_path)
+    assert sorted(after) == sorted(before) and after != before
+    report = json.loads(after['t.json'])
+    assert report['settings']['dupe_factor'] == 2 and all(
+        report['output_bytes'][name] == len(after[name]) for name in report['output_bytes'])
+
+
+def test_any_vocab_a_glob_matches_is_skipped_and_text_that_opens_like_one_is_read(
+    corpus, minilm_dir, tmp_path):
+  """Second hostile pass: a second vocab in the glob (another run's, a gzipped copy) was read as
+  a document; a text whose first lines are the special tokens, then prose, stays text."""
+  vocab = (minilm_dir / 'vocab.txt').read_bytes()
+  (tmp_path / 'a.txt').write_bytes(corpus.read_bytes())
+  (tmp_path / 'old_vocab.txt').write_bytes(vocab)
+  (tmp_path / 'vocab.txt.gz').write_bytes(gzip.compress(vocab))
+  alone = writer.create(str(tmp_path / 'a.txt'), str(tmp_path / 'alone'), SETTINGS,
+                        vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1)
+  report = writer.create(f'{tmp_path}/*', str(tmp_path / 'out' / 'train'), SETTINGS,
+                         vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1)
+  assert report['skipped']['counts']['vocab_file'] == 2
+  assert report['counts']['documents'] == alone['counts']['documents']
+  prose = tmp_path / 'prose'
+  prose.mkdir()
+  (prose / 'fake.txt').write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n' + ''.join(
+      f'the lord is my shepherd and line {i} of prose .\n' for i in range(30)))
+  read = writer.create(str(prose / '*'), str(tmp_path / 'prose_set'), SETTINGS,
+                       vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1)
+  assert read['counts']['documents'] == 1 and 'vocab_file' not in read['skipped']['counts']

@@ -428,7 +428,10 @@ def test_a_glob_over_the_vocabs_folder_reads_its_text_only(lines, tmp_path):
   vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512)
   learned = first.read_bytes()
   vocab_learner.learn_sentencepiece(f'{tmp_path}/*', tmp_path / 'sp.model', 400)
-  vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512, overwrite=True)  # Both skipped.
+  # Google's layout ([PAD], then [unusedN]), and gzipped (the second hostile pass).
+  (tmp_path / 'google.txt.gz').write_bytes(gzip.compress(
+      ('[PAD]\n' + ''.join(f'[unused{i}]\n' for i in range(99)) + '[UNK]\nthe\n').encode()))
+  vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512, overwrite=True)  # All skipped.
   assert first.read_bytes() == learned
   with pytest.raises(FileExistsError, match='vocab.txt exists: pass --overwrite'):
     vocab_learner.learn_wordpiece(f'{tmp_path}/*', first, 512, overwrite=False)
