@@ -42,7 +42,7 @@ def sentencepiece_vocab(path, data: bytes):
     head = data[:4096]
     wordpiece = b'\0' not in head and b'\n' in head and b'[' in head  # A vocab.txt's lines.
     raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model'
-                     + (' but text, a WordPiece vocab.txt: pass it as --vocab_file (vocab_file=)'
+                     + (' but text, a WordPiece vocab.txt: pass it as --vocab_file'
                         if wordpiece else f' ({e}): pass the .model file that spm_train (or '
                         'learn_vocab --model=sentencepiece) wrote')) from None
   return collections.OrderedDict(

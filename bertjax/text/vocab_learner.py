@@ -131,7 +131,8 @@ def learn_wordpiece_vocab(word_counts, vocab_size, num_unused=0, min_frequency=2
   words = collections.Counter(
       {w: c for w, c in word_counts.items() if c > 0 and len(w) <= max_word_chars})
   if not words:
-    raise ValueError('the input has no words to learn a vocab from: are the files empty?')
+    raise ValueError('the input has no words to learn a vocab from: its files are empty, or '
+                     'their lines blank')
   kept, inner = _alphabet(words, max_alphabet)
   vocab_coverage.check_alphabet(words, kept, max_alphabet)
   reserved = len(SPECIAL_TOKENS) + num_unused
