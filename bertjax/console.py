@@ -222,20 +222,31 @@ def temporary(path):
 
 _HOLDING = [0]  # interrupts_held() blocks entered.
 _HELD = []  # The interrupt (message, code) that came inside them, taking effect as they end.
+_EXITING = [False]  # An interrupt is ending the process (interrupts_held() waits for it).
+# Between the signal handler, the watcher thread and interrupts_held(): one decides at a time.
+_HOLD_LOCK = threading.RLock()  # Re-entered by a signal handler run in the main thread.
 
 
 @contextlib.contextmanager
 def interrupts_held():
   """An interrupt (Ctrl-C; SIGTERM where handled) that comes inside the block takes effect as
   it ends: a few renames that must all happen, or be undone, are never cut in two (the
-  temporary files an interrupt removes may hold what they put back)."""
-  _HOLDING[0] += 1
+  temporary files an interrupt removes may hold what they put back). Where an interrupt is
+  already ending the process, the block never starts."""
+  with _HOLD_LOCK:
+    exiting = _EXITING[0]
+    if not exiting:
+      _HOLDING[0] += 1
+  while exiting:  # The interrupt's thread exits the process meanwhile.
+    time.sleep(1)
   try:
     yield
   finally:
-    _HOLDING[0] -= 1
-    if not _HOLDING[0] and _HELD:
-      interrupted(*_HELD[0])
+    with _HOLD_LOCK:
+      _HOLDING[0] -= 1
+      held = _HELD[0] if not _HOLDING[0] and _HELD else None
+    if held:
+      interrupted(*held)
 
 
 @contextlib.contextmanager
@@ -317,9 +328,11 @@ def exit_on_interrupt(message, terminate: bool = False):
 def interrupted(message, code: int = 130):
   """Prints `message()` and exits `code` (130: 128 + SIGINT) without the interpreter's teardown:
   XLA's compiler threads still running at exit crash it (a segfault, rc 139)."""
-  if _HOLDING[0]:  # Inside interrupts_held(): as the block ends.
-    _HELD[:] = _HELD[:1] or [(message, code)]
-    return
+  with _HOLD_LOCK:
+    if _HOLDING[0]:  # Inside interrupts_held(): as the block ends.
+      _HELD[:] = _HELD[:1] or [(message, code)]
+      return
+    _EXITING[0] = True
   if not _EXIT_LOCK.acquire(blocking=False):  # The handler and the watcher: one line.
     return
   for path in list(_TEMPORARY):  # local temp: this process's own temporary files

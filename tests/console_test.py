@@ -71,3 +71,30 @@ def test_a_commands_summary_counts_from_its_process_start(tmp_path, capsys):
   assert not console.COMMAND.is_set()  # This process (older than 0.5 s): a job called from
   job_lines.summary('x', 0.5)  # Python, which says its own time.
   assert capsys.readouterr().out == 'x finished in 0.5 s\n'
+
+
+HELD = '''
+import sys, threading, time
+from bertjax import console
+console._run_at_interrupt = lambda: time.sleep(1)  # An exit under way, slowly.
+if sys.argv[1] == 'watcher_first':
+  threading.Thread(target=console.interrupted, args=(lambda: 'bye',)).start()
+  time.sleep(0.3)
+  with console.interrupts_held():
+    print('entered', flush=True)
+else:
+  with console.interrupts_held():
+    console.interrupted(lambda: 'bye')  # The handler, inside: as the block ends.
+    print('finished the renames', flush=True)
+  print('not reached', flush=True)
+'''
+
+
+def test_an_interrupt_waits_for_a_held_block_and_a_held_block_for_an_exit_under_way():
+  """Review of session 56: the watcher thread's exit, begun just before the main thread entered
+  interrupts_held(), removed the temporary folder while the renames moved files into it."""
+  for order, out in (('watcher_first', ''), ('inside', 'finished the renames\n')):
+    done = subprocess.run([sys.executable, '-c', HELD, order], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr.strip().splitlines()[-1:]) == (
+        130, out, ['bye']), done.stderr

@@ -197,7 +197,8 @@ def follow_run_data(config, run: dict | None) -> dict:
   ignored = ('test_file',) if config.mode == 'eval' else ('train_file', 'eval_file')
   unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
                 for key in _NAMED_DATA if key not in ignored)
-  keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')]
+  # max_windows too: how a topic task's texts were windowed (its held-out check reads them so).
+  keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')] + ['max_windows']
   # Only the files the mode reads: a file of another split, gone since, stops nothing.
   unread = (('train_file', 'eval_file') if config.mode == 'predict' else
             ('test_file',) + (('train_file',) if recorded.get('eval_file') else ()))
@@ -329,18 +330,22 @@ def check_held_out(cfg, run: dict | None, read: dict, workdir: str):
   the run held out (its data.held_out_sha256): some of those scored would be examples it trained
   on. Told where the run's eval examples were cut alike (max_eval_examples)."""
   recorded = init_from.lookup(run, 'data.held_out_sha256') if run else None
-  if (recorded is None or 'validation' not in read or not _held_out(cfg)
-      or cfg.data.get('max_eval_examples', -1) != init_from.lookup(run, 'data.max_eval_examples')):
+  alike = ('max_eval_examples', 'max_windows')  # Features drawn and cut as the run's were.
+  if (recorded is None or 'validation' not in read or not _held_out(cfg) or any(
+      cfg.data.get(key, data_reads.UNSET.get(key, -1)) != init_from.lookup(run, f'data.{key}')
+      for key in alike if init_from.lookup(run, f'data.{key}') is not None)):
     return
   drawn = features_digest(read['validation'][1])
   if drawn != recorded:
-    where = cfg.data.get('train_file') or cfg.data.get('data_dir') or 'TFDS'
+    where = (cfg.data.get('train_file') or cfg.data.get('data_dir')
+             or ('TFDS' if cfg.data.get('use_tfds') else f'task {cfg.task}\'s default data'))
     raise ValueError(
         f'the eval examples drawn out of {where} now are not the ones {workdir} held out when '
         f'it trained (sha256 {recorded[:12]}... then, {drawn[:12]}... now): the data, or the '
         f'seed or eval_fraction in {workdir}/config.json, changed since, and some examples '
         'scored would be ones it trained on. Restore the data it trained on to score its '
-        'held-out examples, or score a file of your own with --config.data.eval_file=FILE.')
+        'held-out examples' + (', or score a file of your own with --config.data.eval_file=FILE.'
+                               if cfg.get('task') in registry.USER_TASKS else '.'))
 
 
 def records_training_data(cfg) -> bool:

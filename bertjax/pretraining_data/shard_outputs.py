@@ -13,10 +13,8 @@ directory and then put, the report first, each shard as one object (through bert
 
 import contextlib
 import errno
-import fnmatch
 import json
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -27,11 +25,13 @@ from bertjax import files as files_lib
 from bertjax import output_lock
 from bertjax import paths as paths_lib
 from bertjax import processes
-from bertjax.records import file_set
+from bertjax.pretraining_data import output_checks
 
 TEMP_DIR_PREFIX = '.create_pretraining_data-tmp-'
 # The reports of the sets this process put in place (its interrupt line tells them).
 PUT_IN_PLACE = []
+# Temporary folders left in place: they hold files of an earlier set that could not be put back.
+KEPT = set()
 
 
 def output_paths(output_file, num_output_shards):
@@ -87,155 +87,11 @@ def resolve(output_file, num_output_shards, report_file, overwrite: bool = False
       what = 'the report' if i == len(outputs) else 'the output'
       raise ValueError(f'{what} {path} is the same file as the output {earlier}: every shard '
                        'and the report need a file of their own; name another file')
-  check_outputs(outputs, report_file)
-  check_earlier_set(outputs, report_file, overwrite)
-  check_other_sets(outputs, report_file,
+  output_checks.check_outputs(outputs, report_file)
+  output_checks.check_earlier_set(outputs, report_file, overwrite)
+  output_checks.check_other_sets(outputs, report_file,
                    paths_lib.absolute(output_file.strip()) if num_output_shards else None)
   return outputs, report_file
-
-
-def _shard_prefix(report_path, listed):
-  """The prefix of a set of N shards (`<prefix>-0000i-of-0000N`, its report `<prefix>.json`)
-  from its report, or None for a list of files."""
-  prefix = files_lib.name(report_path)[:-len('.json')]
-  shard = re.compile(re.escape(prefix) + r'-\d{5}-of-\d{5}')
-  if listed and all(shard.fullmatch(name) for name in listed):
-    return prefix
-  return None
-
-
-def check_other_sets(outputs, report_file, prefix=None):
-  """Fails before any work when this set would break or blur another set's report beside it:
-  an output that another report lists (overwritten, both sets would be refused), or a prefix
-  that overlaps another set's so that one's `<prefix>-*` glob, the readers' pattern, would
-  read both sets (`train-*` also matching `train-eval-*`). `prefix`: this run's, with
-  --num_output_shards."""
-  ours = {}
-  for out in outputs:
-    ours.setdefault(files_lib.parent(out), set()).add(files_lib.name(out))
-  ours_report = paths_lib.file_key(report_file)
-  for directory, names in sorted(ours.items()):
-    try:
-      reports = file_set.reports_in(directory)
-    except OSError:
-      continue  # No folder yet (made later), or unreadable: nothing there to break.
-    for report_path, report in sorted(reports.items()):
-      if paths_lib.file_key(report_path) == ours_report:
-        continue  # This set's own report: check_earlier_set.
-      listed = [files_lib.name(p) for p in report['output_files'] if isinstance(p, str)]
-      taken = sorted(names & set(listed))
-      if taken:
-        raise ValueError(
-            f'{files_lib.join(directory, taken[0])} is a shard of the set that {report_path} '
-            'lists: writing it would leave both sets unreadable; pick another --output_file')
-      other = _shard_prefix(report_path, listed)
-      mine = files_lib.name(prefix) if prefix and files_lib.parent(prefix) == directory else None
-      clash = None
-      if other is not None:
-        clash = next((n for n in sorted(names) if fnmatch.fnmatchcase(n, f'{other}-*')), None)
-      if clash:
-        raise ValueError(
-            f'{report_path}\'s shards are read as {other}-*, which would also match this '
-            f'set\'s {files_lib.join(directory, clash)} (training on both sets): pick an '
-            f'--output_file whose name does not start with "{other}-", e.g. '
-            f'{other}_{clash[len(other) + 1:].split("-")[0]}, or write it to another folder')
-      clash = mine and next((n for n in listed if fnmatch.fnmatchcase(n, f'{mine}-*')), None)
-      if clash:
-        raise ValueError(
-            f'this set\'s shards would be read as {mine}-*, which also matches '
-            f'{files_lib.join(directory, clash)} of the set that {report_path} lists '
-            f'(training on both sets): pick another --output_file prefix, or write it to '
-            'another folder')
-
-
-def check_earlier_set(outputs, report_file, overwrite: bool = False) -> list[str]:
-  """Fails when the report would replace that of another set of shards that is still there
-  (another shard count or list on the same prefix): those shards would be left without the
-  report that their readers check them against. Before any work, and again before publishing.
-  With `overwrite`, that set's shards beside the report are returned instead (publish moves
-  them away with the rest of the set); shards it lists in another folder (a report copied or
-  linked from there) are never replaced."""
-  earlier = file_set.report_at(report_file)
-  if earlier is None:
-    return []  # No report yet, or not one of ours (check_not_foreign): no shard of it checked.
-  ours = {paths_lib.file_key(out) for out in outputs}
-  kept = [path for path in earlier['output_files'] if isinstance(path, str)
-          and paths_lib.file_key(path) not in ours and files_lib.exists(path)]
-  folder = paths_lib.file_key(files_lib.parent(report_file))
-  away = [path for path in kept if paths_lib.file_key(files_lib.parent(path)) != folder]
-  if away:
-    raise ValueError(
-        f'{report_file} lists shards in another folder ({away[0]}: a report copied or linked '
-        'from there?): writing this set would leave them unchecked. Remove that report if the '
-        'set it lists has its own, or pass another --output_file.')
-  if kept and overwrite and not files_lib.is_remote(report_file):
-    return kept
-  if kept:
-    raise ValueError(
-        f'{report_file} is the report of another set of shards, still there ({len(kept)} not '
-        f'among this run\'s outputs, e.g. {kept[0]}): writing this set would leave them '
-        'unchecked. Pass --overwrite to replace that set (its shards and report), or another '
-        '--output_file.')
-  return []
-
-
-def check_not_foreign(outputs, report_file, overwrite: bool):
-  """Fails before any work where an output is a file that no set made here claims (its report
-  at `report_file` does not list it: a file of the user's, a stray shard), unless `overwrite`;
-  and always where an output is another set's report (its shards would be left unchecked)."""
-  earlier = file_set.report_at(report_file) or {}
-  sizes = earlier.get('output_bytes') if isinstance(earlier.get('output_bytes'), dict) else {}
-  # A shard the report lists, of the size it records: the set's own (a user's file put there
-  # since is not).
-  listed = {paths_lib.file_key(p) for p in earlier.get('output_files', ())
-            if isinstance(p, str) and files_lib.exists(p)
-            and sizes.get(files_lib.name(p), files_lib.size(p)) == files_lib.size(p)}
-  for path in outputs:
-    if not files_lib.exists(path) or paths_lib.file_key(path) in listed:
-      continue
-    if (other := file_set.report_at(path)) is not None:
-      raise ValueError(f'output {path} is the report of a set of {len(other["output_files"])} '
-                       'shards: writing over it would leave them unchecked (every reader '
-                       'refuses them); pick another --output_file')
-    if not overwrite:
-      raise ValueError(f'output {path} exists and is no shard of a set made here ({report_file} '
-                       'does not list it, or not at its size): writing it would lose that file; '
-                       'pass --overwrite to replace it, or another --output_file')
-  if files_lib.exists(report_file) and not earlier and not overwrite:
-    raise ValueError(f'{report_file}, where this set\'s report goes, exists and is no report of '
-                     'create_pretraining_data: writing it would lose that file; pass --overwrite '
-                     'to replace it, or another --output_file')
-
-
-def check_outputs(outputs, report_file):
-  """Fails before any input is read when an output cannot be written where it is asked for."""
-  for path in [*outputs, report_file]:
-    if files_lib.is_remote(path):
-      files_lib.check_bucket(path)
-      if files_lib.isdir(path) and not files_lib.isfile(path):
-        raise ValueError(f'output {path} is a folder: give a file path (or, with '
-                         '--num_output_shards, a prefix such as gs://bucket/dir/train)')
-      continue
-    if files_lib.isdir(path):
-      raise ValueError(f'output {path} is a directory: give a file path (or, with '
-                       '--num_output_shards, a prefix such as DIR/train)')
-    parent = os.path.dirname(os.path.abspath(path))
-    while parent and not files_lib.exists(parent):
-      parent = os.path.dirname(parent)
-    if parent and not files_lib.isdir(parent):
-      raise ValueError(f'cannot write {path}: {parent} is a file, not a directory')
-    if parent and not os.access(parent, os.W_OK | os.X_OK):
-      raise ValueError(f'cannot write {path}: no write permission in {parent}')
-
-
-def check_not_inputs(outputs, inputs):
-  """Fails before any work when an output would overwrite a file it is made from (a corpus
-  file matched by --input_file's globs, the vocab)."""
-  for path in outputs:
-    for source in inputs:
-      if source and paths_lib.same_path(path, source):
-        raise ValueError(f'output {path} is the input {source}: writing it would lose that '
-                         'input; name another file')
 
 
 def remove_stale_temp_dirs(directory) -> list[str]:
@@ -374,28 +230,28 @@ def publish(report, report_file, staged, outputs, temp_dirs, prefix=None, overwr
   that no other set was put there while this one was made (one beside this one on another
   prefix has no lock of this one's: one_run). `prefix`: with a shard count. A local earlier
   set's files are moved aside first: an error putting any file in place (a full disk, an
-  immutable shard) puts the earlier set back as it was, not a mix of both."""
-  replaced = check_earlier_set(outputs, report_file, overwrite)  # Its shards not ours: moved.
-  check_other_sets(outputs, report_file, prefix)
+  immutable shard) puts the earlier set back as it was, not a mix of both; an interrupt waits
+  for the local renames (or their undoing)."""
+  # Files put there meanwhile (no lock is held in a bucket, nor beside another prefix).
+  output_checks.check_not_foreign(outputs, report_file, overwrite)
+  # The earlier set's shards not among ours (--overwrite, another shard count): moved too.
+  replaced = output_checks.check_earlier_set(outputs, report_file, overwrite)
+  output_checks.check_other_sets(outputs, report_file, prefix)
   staged_report = os.path.join(temp_dirs[outputs[0]], files_lib.name(report_file))
   _write_json(staged_report, report)
-  local = not files_lib.is_remote(report_file)
-  earlier_report = (files_lib.read_bytes(report_file) if local and files_lib.isfile(report_file)
-                    else None)
-  moved, placed = [], []  # (aside, where) of the earlier set's files; this set's shards.
-  # An interrupt waits for the renames (or their undoing): it removes the temporary folder,
-  # which holds the earlier set's files meanwhile.
-  with console.interrupts_held():
-    _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, local,
-             earlier_report, moved, placed)
+  earlier_report = (files_lib.read_bytes(report_file) if not files_lib.is_remote(report_file)
+                    and files_lib.isfile(report_file) else None)
+  local = [p for p in [*outputs, report_file] if not files_lib.is_remote(p)]
+  # The temporary folder an interrupt removes holds the earlier set's files meanwhile.
+  with console.interrupts_held() if local else contextlib.nullcontext():
+    _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, earlier_report)
     PUT_IN_PLACE.append(report_file)  # Before a held interrupt's line, which tells it.
 
 
-def _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, local,
-             earlier_report, moved, placed):
-  """publish's renames: the earlier set's files moved aside, the report put in place, then
-  the shards; an error undoes them."""
-  report_put = False
+def _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, earlier_report):
+  """publish's renames: the earlier set's local files moved aside, the report put in place,
+  then the shards; any error (an interrupt of a caller that handles none, too) undoes them."""
+  moved, placed, report_put = [], [], False
   try:
     for i, out in enumerate([*outputs, *replaced]):
       if not files_lib.is_remote(out) and os.path.lexists(out):  # local: the earlier shard
@@ -406,21 +262,26 @@ def _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, l
     # The report first, then the shards (module docstring): a kill in between leaves shards
     # that disagree with the report, which readers refuse.
     report_put = True
-    if not local or files_lib.parent(report_file) == files_lib.parent(outputs[0]):
+    if files_lib.is_remote(report_file) or files_lib.parent(report_file) == files_lib.parent(
+        outputs[0]):
       _put_in_place(staged_report, report_file)
     else:  # Another local folder: the rename may cross file systems.
       files_lib.write_atomically(report_file, files_lib.read_bytes(staged_report))
     for path, out in zip(staged, outputs, strict=True):
       _put_in_place(path, out)
       placed.append(out)
-  except OSError as e:
-    if not local:
-      raise
-    _put_back(placed, moved, report_file if report_put else None, earlier_report)
-    if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-      raise  # The writer says a full disk its own way.
-    where = next((f for f in (e.filename, e.filename2)  # The file in place, not a hidden one.
+  except BaseException as e:
+    failed = _put_back(placed, moved, report_file if report_put else None, earlier_report)
+    if failed:  # Kept where they are (remove_temp_dirs leaves them), said.
+      KEPT.update(os.path.dirname(aside) for aside in failed)  # local temp
+      raise ValueError(f'the set could not be put in place ({e}), and {len(failed)} files of '
+                       f'the earlier set could not be put back: they are in {failed[0]}... '
+                       '(move them back by hand)') from e
+    where = next((f for f in (getattr(e, 'filename', None), getattr(e, 'filename2', None))
                   if f and TEMP_DIR_PREFIX not in str(f)), report_file)
+    if (not isinstance(e, OSError) or e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        or files_lib.is_remote(str(where))):
+      raise  # An interrupt; a full disk, which the writer says its own way; a bucket's error.
     fix = ('remove that set (its shards and report) first, or pass another --output_file'
            if e.errno == errno.EXDEV else  # An earlier set on another file system.
            'make that folder writable (a file\'s immutable flag: lsattr) and rerun')
@@ -428,24 +289,29 @@ def _publish(staged, outputs, temp_dirs, replaced, staged_report, report_file, l
                      f'earlier files there are as they were; {fix}') from None
 
 
-def _put_back(placed, moved, report_file, earlier_report):
+def _put_back(placed, moved, report_file, earlier_report) -> list[str]:
   """Undoes a publish cut short: this set's shards `placed` removed, the earlier set's files
-  back where they were, its report (or none) too."""
+  back where they were, its local report (or none) too. Returns the files it could not put
+  back (moved aside)."""
+  failed = []
   for out in placed:
     with contextlib.suppress(OSError):
       os.remove(out)  # local: this run's shard, put in place before the error
   for aside, out in reversed(moved):
-    with contextlib.suppress(OSError):
+    try:
       os.replace(aside, out)  # local temp: moved aside by publish
-  if report_file is not None:
+    except OSError:
+      failed.append(aside)
+  if report_file is not None and not files_lib.is_remote(report_file):
     with contextlib.suppress(OSError):
       if earlier_report is None:
         os.remove(report_file)  # local: this run's report, its shards not put in place
       else:
         files_lib.write_atomically(report_file, earlier_report)
+  return failed
 
 
 def remove_temp_dirs(temp_dirs):
-  """Removes this run's temporary directories, whatever they still hold."""
-  for directory in set(temp_dirs.values()):
+  """Removes this run's temporary directories, whatever they still hold (but for KEPT)."""
+  for directory in set(temp_dirs.values()) - KEPT:
     shutil.rmtree(directory, ignore_errors=True)  # local temp

@@ -38,6 +38,7 @@ from bertjax import job_lines
 from bertjax import paths as paths_lib
 from bertjax.pretraining_data import creation_report
 from bertjax.pretraining_data import instances
+from bertjax.pretraining_data import output_checks
 from bertjax.pretraining_data import shard_outputs
 from bertjax.pretraining_data import text_input
 from bertjax.pretraining_data import tfds_source
@@ -329,7 +330,7 @@ def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
   where an output would overwrite an input or the vocab; unusable files counted in `skips`."""
   if tfds is not None:
     tfds, source = tfds_source.check(tfds)
-    shard_outputs.check_not_inputs(outputs, vocab_files_given)
+    output_checks.check_not_inputs(outputs, vocab_files_given)
     return [], tfds, source
   matched = [paths_lib.absolute(p) for p in paths_lib.expand_input_patterns(input_file)]
   vocabs = [v for v in vocab_files_given if v]
@@ -338,7 +339,7 @@ def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
     skips.add('vocab_file', f'{path} (the vocab, which the input glob matches: not read as text)')
   files = text_input.usable_files(matched, skips)
   # The text read (a shard of an earlier set that the glob matches is not: check_not_foreign).
-  shard_outputs.check_not_inputs(outputs, [*files, *vocabs])
+  output_checks.check_not_inputs(outputs, [*files, *vocabs])
   if not files:
     raise ValueError(f'no readable text in --input_file={input_file}: {skips.described()}')
   return files, None, None
@@ -402,7 +403,7 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   skips = text_input.Skips()
   files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
                                 [vocab_file, spm_model_file], skips)
-  shard_outputs.check_not_foreign(outputs, report_file, overwrite)  # Said after 'is the input'.
+  output_checks.check_not_foreign(outputs, report_file, overwrite)  # Said after 'is the input'.
   vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case)
   sizes = tuple(files_lib.size(f) for f in files)
   input_bytes = sum(sizes)

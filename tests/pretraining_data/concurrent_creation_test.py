@@ -120,7 +120,8 @@ def test_a_set_put_there_while_this_one_ran_is_found_before_anything_is_put(
     other = [f'{prefix}-0000{i}-of-00002' for i in range(2)]
     for path in other:
       open(path, 'wb').close()
-    (tmp_path / 'train.json').write_text(json.dumps({'output_files': other}))
+    (tmp_path / 'train.json').write_text(json.dumps({
+        'tool': 'bertjax 0.1.0 create_pretraining_data', 'output_files': other}))
     return counts(*args)
 
   monkeypatch.setattr(creation_report, 'check_counts', other_run_publishes)

@@ -43,9 +43,8 @@ def test_a_file_no_set_claims_is_replaced_only_with_overwrite(corpus, minilm_dir
   (tmp_path / 'notes.txt').write_text('mine')
   (tmp_path / 'e.json').write_text('{"my": "config"}')
   with pytest.raises(ValueError, match=rf'^output {tmp_path}/notes.txt exists and is no shard of '
-                     rf'a set made here \({tmp_path}/notes.txt.json does not list it, or not at '
-                     r'its size\): writing it would lose that file; pass --overwrite to replace '
-                     'it, or another '
+                     rf'a set made here \({tmp_path}/notes.txt.json does not list it\): writing '
+                     'it would lose that file; pass --overwrite to replace it, or another '
                      '--output_file$'):
     create(corpus, tmp_path / 'notes.txt', minilm_dir)
   with pytest.raises(ValueError, match=rf'^{tmp_path}/e.json, where this set\'s report goes, '
@@ -170,15 +169,20 @@ def test_overwrite_replaces_only_what_a_report_of_its_own_lists_here(corpus, min
     (copy / path.name).write_bytes(path.read_bytes())
   before = _files(out)
   for overwrite in (False, True):
-    with pytest.raises(ValueError, match=rf'^{copy}/t.json lists shards in another folder '
-                       rf'\({out}/t-00000-of-00002: a report copied or linked from there\?\)'):
+    with pytest.raises(ValueError, match=rf'^{copy}/t.json is the report of another set of '
+                       rf'shards, still there \(2 not among .*e.g. {out}/t-00000-of-00002\): .*'
+                       r'Remove that set .*--overwrite replaces only a local set whose report was '
+                       'written there'):
       create(corpus, copy / 't', minilm_dir, num_output_shards=3, overwrite=overwrite)
   assert _files(out) == before
-  # A user's file where a listed shard was: not the set's own (its size differs).
+  # The same command in the copy, with its shard count: its own shards, matched by name beside
+  # its report as the readers match them, are remade.
+  create(corpus, copy / 't', minilm_dir, num_output_shards=2)
+  assert _files(out) == before and sorted(_files(copy)) == sorted(before)
+  # A shard of another size than the report's (a user's file put there): --overwrite leaves it.
   (out / 't-00001-of-00002').write_text('notes')
-  with pytest.raises(ValueError, match=r't-00001-of-00002 exists and is no shard of a set made '
-                     r'here \(.*does not list it, or not at its size\)'):
-    create(corpus, out / 't', minilm_dir, num_output_shards=2)
+  with pytest.raises(ValueError, match='Remove that set'):
+    create(corpus, out / 't', minilm_dir, num_output_shards=3, overwrite=True)
   assert (out / 't-00001-of-00002').read_text() == 'notes'
 
 

@@ -12,7 +12,7 @@ import pytest
 from bertjax import files
 from bertjax.pretraining_data import embedded
 from bertjax.pretraining_data import instances
-from bertjax.pretraining_data import shard_outputs
+from bertjax.pretraining_data import output_checks
 from bertjax.pretraining_data import writer
 from bertjax.records import file_set
 from bertjax.records import tfrecord
@@ -64,4 +64,4 @@ def test_an_output_over_an_input_or_ending_in_a_slash_is_refused(gcs_bucket, tmp
     assert files.read_text(corpus) == 'One sentence here.\nAnother one there.\n'
     assert files.listdir(root) == ['text', 'vocab.txt']
   with pytest.raises(FileNotFoundError, match='^gs://no-such-bucket-xyz/train: the bucket'):
-    shard_outputs.check_outputs(['gs://no-such-bucket-xyz/train'], f'{gcs_bucket}/train.json')
+    output_checks.check_outputs(['gs://no-such-bucket-xyz/train'], f'{gcs_bucket}/train.json')
