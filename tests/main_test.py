@@ -48,7 +48,8 @@ def test_config_files_load_from_another_directory_and_bad_input_is_one_error(tmp
   last = done.stderr.strip().splitlines()
   assert last[-2].startswith('error: no files match') and f'{tmp_path}/nowhere/train-*' in last[-2]
   assert 'Traceback' not in done.stderr and 'cuInit' not in done.stderr
-  assert (tmp_path / 'relative' / 'w' / '.lock').exists()  # The workdir, made absolute.
+  # The user's folder as it was: its refused run's lock removed (session 56).
+  assert list((tmp_path / 'relative' / 'w').iterdir()) == []
 
 
 _KEPT = 'the checkpoints already written are kept and the run resumes from the last one'

@@ -303,8 +303,6 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   # the others waiting for it in their first collective.
   seen, agreed = run_workdir.checkpoint_seen(workdir, step)
   hosts.check_same_view(workdir, seen)
-  # Before the data: a wrong --workdir was told as missing data.
-  run_workdir.check_has_checkpoint(workdir)
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
@@ -315,9 +313,11 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   if config.mode == 'eval' and config.data.get('test_file') and jax.process_index() == 0:
     logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
                     'split (mode=predict reads it)', config.data.test_file)
+  job_setup.check_head(config, workdir)  # Its export formats, from the config alone: first.
+  # Before the data: a wrong --workdir was told as missing data.
+  run_workdir.check_has_checkpoint(workdir)
   if config.mode == 'predict':  # A file to predict missing, or several: before the model loads.
     registry.check_files_to_predict(config.task, config.data, training=False)
-  job_setup.check_head(config, workdir)
   s = job_setup.setup(config, workdir)
   params, read_step = _read_model(s, workdir, step, agreed)
   splits = _splits_read(s.task, config.mode, splits)
