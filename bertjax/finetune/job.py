@@ -305,7 +305,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   hosts.check_same_view(workdir, seen)
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
-  taken = run_config.follow_run_data(config, run_config.trained_run(workdir))
+  run = run_config.trained_run(workdir)  # Its config.json, read once (None: no run there).
+  taken = run_config.follow_run_data(config, run)
   if taken and jax.process_index() == 0:
     logging.info('reading the data as %s/config.json records it: %s', workdir,
                  ', '.join(f'{key}={value}' for key, value in taken.items()))
@@ -323,7 +324,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   splits = _splits_read(s.task, config.mode, splits)
   # Every split read first: its folder is chosen by what they hold too (scored_folders).
   read = {split: job_setup.featurized(s, split, False) for split in splits}
-  run_config.check_held_out(s.config, run_config.trained_run(workdir), read, workdir)
+  run_config.check_held_out(s.config, run, read, workdir)
   out_dir, inputs = scored_folders.chosen(s.config, workdir, config.mode, read_step,
                                          {split: f for split, (_, f, _) in read.items()},
                                          [len(examples) for examples, _, _ in read.values()])
@@ -359,7 +360,6 @@ def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, i
   abstract, shardings = train_state.train_state_shapes(cfg, s.objective,
                                                        optimizer_lib.make(cfg.optimizer), s.mesh,
                                                        s.rules)
-  run_workdir.check_has_checkpoint(workdir)
   # The one loader of a model for reading (predict's, export's: interop/sources.load): digests
   # checked, the head's labels against config.json's, a live run's deletions told from damage,
   # nothing of the workdir written, cleaned or moved.

@@ -184,11 +184,11 @@ _NAMED_DATA = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', '
 def follow_run_data(config, run: dict | None) -> dict:
   """For mode eval or predict of `run` (its config.json), what the config leaves unset (as
   data_reads.UNSET gives it) is read as the run read it: a key of RUN_FIELDS (any other value is
-  refused), the eval_fraction and seed (0, the default) that held its eval examples out of
-  the training file, and where the config names no data of its own (_NAMED_DATA all unset),
-  the run's data (_DATA_SOURCE) that the mode reads (eval: its eval file, else the training file
-  its eval examples are held out of; predict: its test file). Returns {key: value} of each
-  value taken, for the console."""
+  refused), max_windows (how a topic task's texts were windowed), the eval_fraction and seed
+  (0, the default) that held its eval examples out of the training file, and where the config
+  names no data of its own (_NAMED_DATA all unset), the run's data (_DATA_SOURCE) that the mode
+  reads (eval: its eval file, else the training file its eval examples are held out of;
+  predict: its test file). Returns {key: value} of each value taken, for the console."""
   if run is None or config.get('mode', 'train_eval') == 'train_eval':
     return {}
   data, recorded = config.data, run.get('data') or {}
@@ -197,7 +197,6 @@ def follow_run_data(config, run: dict | None) -> dict:
   ignored = ('test_file',) if config.mode == 'eval' else ('train_file', 'eval_file')
   unnamed = all(data.get(key, data_reads.UNSET[key]) == data_reads.UNSET[key]
                 for key in _NAMED_DATA if key not in ignored)
-  # max_windows too: how a topic task's texts were windowed (its held-out check reads them so).
   keys = [f.split('.', 1)[1] for f in RUN_FIELDS if f.startswith('data.')] + ['max_windows']
   # Only the files the mode reads: a file of another split, gone since, stops nothing.
   unread = (('train_file', 'eval_file') if config.mode == 'predict' else

@@ -125,9 +125,11 @@ def _remove_dead_writers(parent: str):
   """Removes what killed writers (SIGKILL runs no clean-up) left in `parent` (a predictions/
   folder), whatever folder they wrote: an eval of another step or file cleans up too."""
   with contextlib.suppress(OSError):
-    for entry in os.listdir(parent):  # local only: a bucket's folder is written whole
-      if entry.startswith('.') and '.writing-' in entry:
-        processes.remove_dead_writers(parent, entry[:entry.rindex('.writing-') + 9], '', tail='-')
+    prefixes = {entry[:entry.rindex('.writing-') + len('.writing-')]
+                for entry in os.listdir(parent)  # local only: a bucket's folder is written whole
+                if entry.startswith('.') and '.writing-' in entry}
+    for prefix in prefixes:  # Each folder's writers, told apart from live ones by their mark.
+      processes.remove_dead_writers(parent, prefix, '', tail='-')
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ import numpy as np
 
 from bertjax import compressed_text
 from bertjax import files as files_lib
+from bertjax import paths as paths_lib
 from bertjax import text_files
 from bertjax.pretraining_data import corpora
 from bertjax.records import file_set
@@ -90,11 +91,15 @@ class Skips:
             'examples': {k: v for k, v in sorted(self.examples.items()) if v}}
 
 
-def usable_files(paths, skips):
-  """The paths worth reading; empty, binary and non-regular files are counted in `skips`."""
+def usable_files(paths, skips, vocabs=()):
+  """The paths worth reading; empty, binary and non-regular files, and vocabs (`vocabs`, the
+  run's own, or any file that is one) are counted in `skips`."""
   usable = []
   for path in paths:
-    if not files_lib.isfile(path):
+    if any(paths_lib.same_path(path, vocab) for vocab in vocabs):  # A glob over its folder.
+      skips.add('vocab_file', f'{path} (the vocab, which the input glob matches: not read as '
+                              'text)')
+    elif not files_lib.isfile(path):
       if _is_stream(path):  # Read twice (its size, then a worker): a stream cannot be.
         skips.add('pipe_or_device', f'{path} (streams are not read: write the text to a file)')
       elif files_lib.isdir(path):

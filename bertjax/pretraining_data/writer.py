@@ -334,10 +334,7 @@ def _inputs(input_file, tfds, outputs, vocab_files_given, skips):
     return [], tfds, source
   matched = [paths_lib.absolute(p) for p in paths_lib.expand_input_patterns(input_file)]
   vocabs = [v for v in vocab_files_given if v]
-  for path in [p for p in matched if any(paths_lib.same_path(p, v) for v in vocabs)]:
-    matched.remove(path)  # A glob over the folder the vocab was learned into: not text.
-    skips.add('vocab_file', f'{path} (the vocab, which the input glob matches: not read as text)')
-  files = text_input.usable_files(matched, skips)
+  files = text_input.usable_files(matched, skips, vocabs)
   # The text read (a shard of an earlier set that the glob matches is not: check_not_foreign).
   output_checks.check_not_inputs(outputs, [*files, *vocabs])
   if not files:

@@ -198,9 +198,10 @@ def locked(workdir: str):
   remote = files.is_remote(workdir)
   f, error, held = None, None, None
   made = [] if remote else [p for p in files.folders_up(workdir) if not os.path.exists(p)]  # local
-  # What the workdir held: a lock new with this run, beside nothing new, is removed at the end.
-  before = None if remote or made or not os.path.isdir(workdir) else set(  # local
-      os.listdir(workdir))  # local: the lock is a local file
+  # What the workdir held (nothing, where this run makes it): a lock new with this run, beside
+  # nothing new, is removed at the end. None: a bucket's, or a lock there before.
+  before = None if remote or (not made and not os.path.isdir(workdir)) else (  # local
+      set() if made else set(os.listdir(workdir)))  # local: the lock is a local file
   if before is not None and LOCK_NAME in before:
     before = None
   if jax.process_index() == 0:
@@ -245,8 +246,8 @@ def locked(workdir: str):
   finally:
     _ACTIVE.pop(workdir, None)
     if f is not None:
-      if made or before is not None:
-        _remove_if_unused(workdir, made, before or set())
+      if before is not None:
+        _remove_if_unused(workdir, made, before)
       f.close()  # Releases the lock; the file stays (its content is only informative).
     if held is not None:
       held.release()

