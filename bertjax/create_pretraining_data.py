@@ -178,8 +178,9 @@ def check_paths(output_file: str, num_output_shards: int):
   report = (output_file.strip() if num_output_shards else outputs[0]) + '.json'
   # N shards share their prefix's folder: the first stands for them all.
   for path in outputs[:1] if num_output_shards else outputs:
-    paths.check_output_file(path, shown=f'--output_file={output_file}' if len(outputs) == 1
-                            or num_output_shards else f'{path} of --output_file={output_file}')
+    named = path == output_file.strip()  # Else a shard's path, which the errors name.
+    paths.check_output_file(path, shown=f'--output_file={output_file}' if named
+                            else f'{path} of --output_file={output_file}')
   paths.check_output_file(report, shown=f'the report {report} of --output_file={output_file}')
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -241,3 +242,17 @@ def test_any_vocab_a_glob_matches_is_skipped_and_text_that_opens_like_one_is_rea
   read = writer.create(str(prose / '*'), str(tmp_path / 'prose_set'), SETTINGS,
                        vocab_file=str(minilm_dir / 'vocab.txt'), random_seed=7, num_workers=1)
   assert read['counts']['documents'] == 1 and 'vocab_file' not in read['skipped']['counts']
+
+
+def test_a_folder_in_a_shards_place_is_named_not_the_prefix(tmp_path):
+  """Hostile pass of 2026-12-04: a folder zz-00000-of-00001 beside --output_file=zz
+  --num_output_shards=1 was told as `--output_file=zz is a folder`, which it is not."""
+  from bertjax import create_pretraining_data  # noqa: PLC0415  # Its flags: only this test.
+  (tmp_path / 'zz-00000-of-00001').mkdir()
+  with pytest.raises(IsADirectoryError, match=re.escape(
+      f'{tmp_path}/zz-00000-of-00001 of --output_file={tmp_path}/zz is a folder')):
+    create_pretraining_data.check_paths(str(tmp_path / 'zz'), 1)
+  (tmp_path / 'yy').mkdir()  # The named file itself: named as the flag.
+  with pytest.raises(IsADirectoryError, match=re.escape(
+      f'--output_file={tmp_path}/yy is a folder')):
+    create_pretraining_data.check_paths(str(tmp_path / 'yy'), 0)
