@@ -42,6 +42,9 @@ import numpy as np
 from bertjax.pretraining_data import masking
 from bertjax.records import packing
 
+# The longest instance written: past any BERT's position table (a longer length is a typo).
+MAX_SEQ_LENGTH = 65536
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -70,6 +73,11 @@ class Settings:
       raise ValueError(f'max_seq_length={self.max_seq_length}: need at least 5 ([CLS] A [SEP] '
                        'B [SEP] with one token in each segment and room for a short target; '
                        '3 without NSP)')
+    if self.max_seq_length > MAX_SEQ_LENGTH:  # A typo: its advice was to mask 15M tokens.
+      raise ValueError(f'max_seq_length={self.max_seq_length} is past {MAX_SEQ_LENGTH:,} '
+                       'tokens: pass the length the model trains at, at most its position '
+                       'table (max_position_embeddings: 512 for BERT; the paper trains at 128, '
+                       'then 512)')
     masking.check_strategy(self.masking)
     if not self.static_masking and self.masking != 'wordpiece':
       raise ValueError(f'masking={self.masking} chooses static masks, but static_masking=False '

@@ -130,6 +130,11 @@ def test_a_masking_rate_the_cap_would_lower_is_refused():
                      r'max_predictions_per_seq to 30 or more'):
     instances.Settings(max_seq_length=64, max_predictions_per_seq=10,
                        masked_lm_prob=0.5).validate()
+  # Hostile pass of 2026-12-04: a typo's length was told to set max_predictions_per_seq to 15M.
+  with pytest.raises(ValueError, match=r'^max_seq_length=100000000 is past 65,536 tokens: '
+                     'pass the length the model trains at'):
+    instances.Settings(max_seq_length=100_000_000).validate()
+  instances.Settings(max_seq_length=65536, max_predictions_per_seq=9831).validate()
   with pytest.raises(ValueError, match='masked_lm_prob=0 would still mask one token'):
     instances.Settings(masked_lm_prob=0.0).validate()
   # The paper's settings, and unmasked instances (masked in the pipeline), pass.
