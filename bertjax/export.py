@@ -230,7 +230,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
   # One export per output at a time: a second is refused at its start, not after its work
   # (with --overwrite, the later one replaced the other's export, both saying done).
   for _, out in targets:
-    export_folder.check(out, overwrite, source)  # Before the lock makes its folder.
+    export_folder.check(out, overwrite, source, folder)  # Before the lock makes its folder.
   with contextlib.ExitStack() as locks:
     # The folder of several formats too: an export of one format to that folder is refused
     # while they are written, as they are while it writes.
@@ -238,7 +238,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
       locked = out if files.is_remote(out) else os.path.realpath(out)  # local: links
       locks.enter_context(output_lock.held(locked, 'export', f'writing {out}', '--output'))
     for _, out in targets:
-      export_folder.check(out, overwrite, source)  # Again: one that ended meanwhile.
+      export_folder.check(out, overwrite, source, folder)  # Again: one that ended meanwhile.
     with console.library_lines_held():  # orbax's restore lines, in Python as on the command line
       result = sources.load(source, vocab_file=vocab_file, do_lower_case=do_lower_case)
     if result.not_computed:  # Written as bertjax computes it, it would embed otherwise.

@@ -151,15 +151,24 @@ def _mount_points() -> set[str]:
           for parts in fields if len(parts) > 4}
 
 
-def _check_not_mount_point(output: str):
+def _check_not_mount_point(output: str, folder: str | None):
   """Refuses a local `output` that is a mount point (a container's volume, a bind mount): an
   export is written beside its folder and renamed into place, and a mount point cannot be
-  renamed."""
+  renamed. `folder`: the --output of several formats, `output` one format's folder in it."""
   real = os.path.realpath(output)  # local only
-  if os.path.isdir(output) and (os.path.ismount(real) or real in _mount_points()):  # local only
+  if not (os.path.isdir(output)  # local only
+          and (os.path.ismount(real) or real in _mount_points())):  # local only
+    return
+  inside = os.path.join(output, 'model')
+  if folder is None:
     raise ValueError(f'--output={output} is a mount point: an export is written beside its '
                      'folder and renamed into place, which a mount point cannot be; pass a '
-                     f'folder inside it, e.g. --output={os.path.join(output, "model")}.')
+                     f'folder inside it, e.g. --output={inside}.')
+  fmt = os.path.basename(output)
+  raise ValueError(f'{output}, the {fmt} folder of --output={folder}, is a mount point: an '
+                   'export is written beside its folder and renamed into place, which a mount '
+                   f'point cannot be; export {fmt} by itself into a folder inside it '
+                   f'(--format={fmt} --output={inside}), or pass another --output.')
 
 
 def _check_not_special(output: str):
@@ -170,18 +179,19 @@ def _check_not_special(output: str):
                           'directory.')
 
 
-def check(output, overwrite: bool, source: str = ''):
+def check(output, overwrite: bool, source: str = '', folder: str | None = None):
   """Refuses, before anything is read or written, an --output that would lose something: the
   source itself, a folder inside or around it, a bertjax run or a folder inside one, or (without
   --overwrite) any non-empty folder; --overwrite replaces only what an earlier export wrote.
   Local paths and URLs alike (URLs compared as strings). Returns the files there (relative
-  names, the manifest left out) that the export replaces: all listed by the earlier export."""
+  names, the manifest left out) that the export replaces: all listed by the earlier export.
+  `folder`: the --output of several formats, `output` one format's folder in it."""
   output = os.fspath(output)
-  _check_place(output, source)
+  _check_place(output, source, folder)
   return _replaceable(output, overwrite)
 
 
-def _check_place(output: str, source: str):
+def _check_place(output: str, source: str, folder: str | None):
   """check()'s refusals of where `output` is, whatever it holds: under a file, too long a path,
   a mount point, a file, a FIFO or such, the source or around it, or in a run."""
   files.check_bucket(output)
@@ -195,7 +205,7 @@ def _check_place(output: str, source: str):
   if not files.is_remote(output):
     # Room for what goes inside (a format's folder, its hidden lock and files).
     paths.check_lengths(output, f'--output={output}', room=300)
-    _check_not_mount_point(output)
+    _check_not_mount_point(output, folder)
   if not files.is_remote(output) and os.path.isdir(os.path.dirname(output)):  # local only
     _check_link(output)
     # What a killed export left beside it, first: an export put back is checked as any other.

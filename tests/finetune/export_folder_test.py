@@ -218,13 +218,22 @@ def test_a_mount_point_or_a_name_past_the_file_systems_limit_is_refused_first(tm
   volume = tmp_path / 'volume'
   volume.mkdir()
   ismount = os.path.ismount
-  monkeypatch.setattr(os.path, 'ismount', lambda p: p == str(volume) or ismount(p))
+  hf = tmp_path / 'several' / 'hf'  # A volume mounted at the hf folder of several formats.
+  hf.mkdir(parents=True)
+  monkeypatch.setattr(os.path, 'ismount', lambda p: p in (str(volume), str(hf)) or ismount(p))
   with pytest.raises(ValueError, match=re.escape(
       f'output={volume} is a mount point: an export is written beside its folder and renamed '
       f'into place, which a mount point cannot be; pass a folder inside it, e.g. '
       f'--output={volume}/model.')):
     export_folder.check(str(volume), True)
   export_folder.check(str(volume / 'model'), False)  # Inside it: fine.
+  # The hf folder of several formats' --output: its name is fixed, so the way out differs.
+  with pytest.raises(ValueError, match=re.escape(
+      f'{hf}, the hf folder of --output={hf.parent}, is a mount point: an export is written '
+      'beside its folder and renamed into place, which a mount point cannot be; export hf by '
+      f'itself into a folder inside it (--format=hf --output={hf}/model), or pass another '
+      '--output.')):
+    export_folder.check(str(hf), True, folder=str(hf.parent))
   long = tmp_path / ('模' * 90) / 'hf'
   with pytest.raises(ValueError, match=r'the name 模{24}\.\.\. is 270 bytes long, past '
                      r'the 255 a file name may have on this file system: pass a shorter name'):
