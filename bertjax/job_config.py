@@ -64,7 +64,8 @@ _OTHER_NAMES = {'lr': 'learning_rate', 'batch_size': 'global_batch_size',
 RECORDED = frozenset({'init_from_read', 'kind', 'labels', 'text_pairs', 'version_2_with_negative',
                       'data.vocab_sha256', 'data.train_sha256', 'data.eval_sha256',
                       'data.test_sha256', 'data.max_chars_per_word',
-                      'data.train_features_sha256', 'data.held_out_sha256'})
+                      'data.train_features_sha256', 'data.held_out_sha256',
+                      'data.held_out_texts_sha256'})
 
 
 def check_for(config, job: str) -> None:

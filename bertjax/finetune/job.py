@@ -179,7 +179,7 @@ def _set_up(config, workdir: str):
                      'any, are counted above).')
   eval_sets = {split: job_setup.featurized(s, split, False, skipped)
                for split in task.eval_splits}
-  run_config.record_held_out(cfg, eval_sets)
+  run_config.record_held_out(cfg, eval_sets, task)
   total_steps = job_setup.num_steps(cfg, num_train, workdir)
   job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
@@ -324,7 +324,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   splits = _splits_read(s.task, config.mode, splits)
   # Every split read first: its folder is chosen by what they hold too (scored_folders).
   read = {split: job_setup.featurized(s, split, False) for split in splits}
-  run_config.check_held_out(s.config, run, read, workdir)
+  run_config.check_held_out(s.config, run, read, workdir, s.task)
   out_dir, inputs = scored_folders.chosen(s.config, workdir, config.mode, read_step,
                                          {split: f for split, (_, f, _) in read.items()},
                                          [len(examples) for examples, _, _ in read.values()])

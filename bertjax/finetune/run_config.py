@@ -315,26 +315,36 @@ def check_training_features(cfg, workdir: str, digest: str):
                    'another --workdir.')
 
 
-def record_held_out(cfg, eval_sets: dict):
-  """Records (data.held_out_sha256) the features of the eval examples a run holds out of its
-  training ones: mode=eval draws them again from its data, seed and eval_fraction, and
-  check_held_out tells a draw that differs (data edited, another copy of a corpus, config.json
-  edited) from the run's own."""
+def record_held_out(cfg, eval_sets: dict, task):
+  """Records the eval examples a run holds out of its training ones: the texts of all of them
+  (data.held_out_texts_sha256, before max_eval_examples) and the features of those it scores
+  (data.held_out_sha256). mode=eval draws them again from its data, seed and eval_fraction,
+  and check_held_out tells a draw that differs (data edited, another copy of a corpus,
+  config.json edited) from the run's own."""
   if _held_out(cfg) and 'validation' in eval_sets:
     cfg.data.held_out_sha256 = features_digest(eval_sets['validation'][1])
+    if (texts := task.held_out()) is not None:
+      cfg.data.held_out_texts_sha256 = texts
 
 
-def check_held_out(cfg, run: dict | None, read: dict, workdir: str):
+def check_held_out(cfg, run: dict | None, read: dict, workdir: str, task):
   """Refuses a mode=eval whose eval examples, held out of the training ones, are not the ones
-  the run held out (its data.held_out_sha256): some of those scored would be examples it trained
-  on. Told where the run's eval examples were cut alike (max_eval_examples)."""
-  recorded = init_from.lookup(run, 'data.held_out_sha256') if run else None
-  alike = ('max_eval_examples', 'max_windows')  # Features drawn and cut as the run's were.
-  if (recorded is None or 'validation' not in read or not _held_out(cfg) or any(
-      cfg.data.get(key, data_reads.UNSET.get(key, -1)) != init_from.lookup(run, f'data.{key}')
-      for key in alike if init_from.lookup(run, f'data.{key}') is not None)):
+  the run held out: some of those scored would be examples it trained on. Their texts are
+  compared (data.held_out_texts_sha256: however many are scored), else, for runs that recorded
+  their features only (data.held_out_sha256), where the run's eval examples were cut alike."""
+  if not run or 'validation' not in read or not _held_out(cfg):
     return
-  drawn = features_digest(read['validation'][1])
+  recorded = init_from.lookup(run, 'data.held_out_texts_sha256')
+  if recorded is not None:
+    drawn = task.held_out()
+  else:
+    recorded = init_from.lookup(run, 'data.held_out_sha256')
+    alike = ('max_eval_examples', 'max_windows')  # Features drawn and cut as the run's were.
+    if recorded is None or any(
+        cfg.data.get(key, data_reads.UNSET.get(key, -1)) != init_from.lookup(run, f'data.{key}')
+        for key in alike if init_from.lookup(run, f'data.{key}') is not None):
+      return
+    drawn = features_digest(read['validation'][1])
   if drawn != recorded:
     where = (cfg.data.get('train_file') or cfg.data.get('data_dir')
              or ('TFDS' if cfg.data.get('use_tfds') else f'task {cfg.task}\'s default data'))

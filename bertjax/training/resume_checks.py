@@ -35,7 +35,8 @@ def check(config, workdir, step: int, examples_consumed: int, schedule):
 
 
 # Fields a run fills in itself (digests, resolved steps, what it read): not a user's change.
-_RUN_FILLED = ('data.train_features_sha256', 'data.held_out_sha256', 'data.vocab_sha256',
+_RUN_FILLED = ('data.train_features_sha256', 'data.held_out_sha256',
+               'data.held_out_texts_sha256', 'data.vocab_sha256',
                'data.vocab_file', 'text_pairs',
                'init_from', 'num_train_steps', 'optimizer.total_steps', 'model.attention_impl',
                'model.scan_layers')

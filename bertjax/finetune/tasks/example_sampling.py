@@ -8,6 +8,7 @@ config.seed's), so a resume with another seed reads the same examples.
 """
 
 import collections
+import hashlib
 
 from absl import logging
 import numpy as np
@@ -62,6 +63,15 @@ def _keep_every_label(items, chosen, labels_of):
     kept.add(i)
     counts.update(labels)
   return sorted(kept)
+
+
+def texts_digest(keys) -> str:
+  """sha256 over a set of examples' texts (their normalised keys, in sorted order): which
+  examples a split held out, whatever order or sample of them was read."""
+  digest = hashlib.sha256()
+  for key in sorted(repr(key) for key in keys):
+    digest.update(key.encode() + b'\n')
+  return digest.hexdigest()
 
 
 def split_by_text(split, items, key):

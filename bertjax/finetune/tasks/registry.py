@@ -20,6 +20,7 @@ from bertjax import paths
 from bertjax.finetune import metrics as metrics_lib
 from bertjax.finetune.tasks import bbc_news
 from bertjax.finetune.tasks import conll
+from bertjax.finetune.tasks import example_sampling
 from bertjax.finetune.tasks import features
 from bertjax.finetune.tasks import glue
 from bertjax.finetune.tasks import glue_readers
@@ -313,6 +314,10 @@ def _topic_task(name, data, seed) -> task_lib.Task:
           max_train=None if data.max_train_examples < 0 else data.max_train_examples,
           max_eval=None if data.max_eval_examples < 0 else data.max_eval_examples)
       cache.update(train=(train, dropped), validation=(held_out, collections.Counter()))
+      whole = held_out if data.max_eval_examples < 0 else labelled_split.split(
+          examples, eval_fraction=data.eval_fraction, seed=seed)[1]  # Before the cut.
+      cache['held_out_sha256'] = example_sampling.texts_digest(
+          labelled_split.normalised(e.text_a, e.text_b) for e in whole)
     if split not in cache:
       raise ValueError(f'task {name} has splits train and validation, not {split!r}.')
     return cache[split]
@@ -351,7 +356,7 @@ def _topic_task(name, data, seed) -> task_lib.Task:
 
   return task_lib.Task(
       name, 'classification', labels, 'accuracy', ('validation',), (), read, featurize, evaluate,
-      write)
+      write, held_out=lambda: cache.get('held_out_sha256'))
 
 
 def _named(make):

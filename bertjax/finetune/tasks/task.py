@@ -30,3 +30,6 @@ class Task:
   # token): checked against checkpoint.best_metric before training. (): known from the task
   # name alone (config_check's metric_names).
   metric_names: tuple = ()
+  # Where eval examples are held out of the training ones: the digest of all of them (before
+  # max_eval_examples), once read (None: none held out). mode=eval compares it with the run's.
+  held_out: Callable[[], str | None] = lambda: None

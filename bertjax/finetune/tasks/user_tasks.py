@@ -98,6 +98,7 @@ class _UserSplits:
     # An item's labels (or tags): max_train_examples keeps each where it can; those it could
     # not keep are `dropped`, for the error of an eval label training then lacks.
     self._labels_of, self.dropped = labels_of, frozenset()
+    self.held_out_sha256 = None  # example_sampling.texts_digest of every held-out example.
     if 'train' not in self.files and not ('test' in self.files or 'validation' in self.files):
       raise ValueError(f'task={name}: set config.data.train_file (and eval_file, test_file) to '
                        'your data: CSV, TSV or JSON lines.')
@@ -137,6 +138,7 @@ class _UserSplits:
         split = functools.partial(example_sampling.random_split, fraction=data.eval_fraction,
                                   seed=self.seed)
       items, held_out = example_sampling.split_by_text(split, items, self._text_of)
+      self.held_out_sha256 = example_sampling.texts_digest(map(self._text_of, held_out))
       logging.info('%s: no eval_file, %d of its examples held out for eval (eval_fraction %g)',
                    self.files['train'], len(held_out), data.eval_fraction)
     kept = example_sampling.limit(items, self.data.max_train_examples, sample=held_out is None,
@@ -265,7 +267,8 @@ def text_task(name, data, seed, labels) -> task_lib.Task:
 
   return task_lib.Task(
       name, name, tuple(labels), 'pearson' if regression else 'accuracy', splits.eval_splits(),
-      splits.test_splits(), read, featurize, evaluate, write)
+      splits.test_splits(), read, featurize, evaluate, write,
+      held_out=lambda: splits.held_out_sha256)
 
 
 def predictions_of(kind, labels, outputs) -> list[dict]:
@@ -350,7 +353,8 @@ def tagging_task(name, data, seed, labels, path_of=None) -> task_lib.Task:
 
   return task_lib.Task(
       name, 'tagging', labels, 'f1' if scheme == 'chunks' else 'accuracy', eval_splits, test_splits,
-      read, featurize, evaluate, write, metric_names=metric_names.tagging(scheme))
+      read, featurize, evaluate, write, metric_names=metric_names.tagging(scheme),
+      held_out=(lambda: splits.held_out_sha256) if path_of is None else (lambda: None))
 
 
 def choice_task(name, data, seed, labels) -> task_lib.Task:
@@ -392,4 +396,5 @@ def choice_task(name, data, seed, labels) -> task_lib.Task:
 
   return task_lib.Task(
       name, 'multiple_choice', tuple(labels), 'accuracy', splits.eval_splits(),
-      splits.test_splits(), read, featurize, evaluate, write)
+      splits.test_splits(), read, featurize, evaluate, write,
+      held_out=lambda: splits.held_out_sha256)

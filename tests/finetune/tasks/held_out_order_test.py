@@ -42,3 +42,31 @@ def test_held_out_classification_rows_in_file_order(tmp_path):
   task = registry.get_task('classification', _data('classification', train_file=str(train)))
   lines = [int(e.guid.rpartition(':')[2]) for e in task.read('validation')[0]]
   assert len(lines) == 6 and lines == sorted(lines), lines
+
+
+def test_the_digest_of_the_held_out_texts_ignores_the_cut_and_follows_the_draw(tmp_path):
+  """mode=eval compares it with the run's (run_config.check_held_out): a run trained with
+  max_eval_examples=N and scored whole was not checked (session 56's leftover)."""
+  train = tmp_path / 'train.jsonl'
+  rows = [{'tokens': [f'word{i}', 'x'], 'tags': ['B-A' if i % 3 else 'O', 'O']} for i in range(40)]
+  train.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  bbc = tmp_path / 'bbc'
+  for topic in ('business', 'entertainment', 'politics', 'sports', 'tech'):
+    (bbc / topic).mkdir(parents=True)
+    for i in range(6):
+      (bbc / topic / f'{i:03d}.txt').write_text(f'{topic} {i} title\n\n{topic} story {i} z{i}.\n')
+
+  def digest(task, seed=0, **fields):
+    data = _data(task, **({'data_dir': str(bbc)} if task == 'bbc' else
+                          {'train_file': str(train), 'eval_fraction': 0.3}), **fields)
+    made = registry.get_task(task, data, seed)
+    made.read('validation')
+    return made.held_out()
+
+  for task in ('tagging', 'bbc'):
+    whole = digest(task)
+    assert len(whole) == 64, task
+    assert digest(task, max_eval_examples=2) == whole, task  # However many are scored.
+    assert digest(task, seed=1) != whole, task  # Another draw.
+  assert registry.get_task('tagging', _data('tagging', train_file=str(train),
+                                            eval_file=str(train))).held_out() is None
