@@ -32,6 +32,7 @@ def tokenizer(model: bundle_lib.Bundle, missing: str):
     raise FileNotFoundError(missing)
   tok = vocab_files.for_model(model.vocab_file, model.do_lower_case,
                               max_chars_per_word=model.max_chars_per_word)
+  vocab_files.check_input_tokens(tok)  # [CLS] and [SEP]: one line, not a KeyError later.
   return _LowerCased(tok) if model.lowercase_input else tok
 
 

@@ -229,9 +229,11 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
                                             cfg.model.num_layers)
     with cfg.unlocked():  # config.json records the step read ('latest' and 'best' move).
       cfg.init_from_read = report['read']
-    logging.info('init_from %s: loaded %d encoder tensors; fresh (task head): %s; its encoder '
-                 "tensors not used: %s (any heads it has are not read: the run trains its own)",
-                 s.init_path, len(report['loaded']), report['fresh'], report['unused'] or 'none')
+    logging.info('init_from %s: loaded %d encoder tensors; fresh: the task head %s%s; its '
+                 'tensors not read: %s (a head it has is not: the run trains its own)',
+                 s.init_path, len(report['loaded']), report['fresh'],
+                 f' and, not in it, {report["lacked"]}' if report['lacked'] else '',
+                 report['unused'] or 'none')
     return params
 
   if not s.init_path:

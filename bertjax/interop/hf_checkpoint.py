@@ -25,6 +25,7 @@ import json
 import os
 import re
 
+from absl import logging
 from flax import traverse_util
 import flax.linen as nn
 import jax
@@ -133,6 +134,7 @@ def _read_checked(directory: str, vocab_file, config_overrides: dict):
   cfg = hf_names.config_from_hf(read_config(config_file), config_file, **config_overrides)
   state, weights_file = hf_weights.read_state_dict(directory)
   _check_encoder_present(state, hf_names.names(cfg), weights_file)
+  _check_no_foreign_encoder_tensors(state, hf_names.names(cfg), weights_file)
   hf_tokenizer_files.check_tokenizer_settings(directory)
   extra = [n for n in _weights_not_read(state, hf_names.names(cfg), cfg.num_layers)
            if n.startswith('encoder.layer.')]
@@ -244,6 +246,40 @@ def _hf_names(names: dict, path: str) -> str:
   return names[path][0]
 
 
+# The encoder's own names (BertModel's, without `bert.`), and the buffers it keeps there.
+_ENCODER_SCOPES = ('embeddings.', 'encoder.', 'pooler.')
+_BUFFERS = ('position_ids', 'token_type_ids')
+
+
+def _check_no_foreign_encoder_tensors(state: dict, table: dict, weights_file: str):
+  """Refuses tensors inside the encoder that BERT has none of (relative position tables,
+  adapters, a variant's extra norms): the encoder would run without them, giving other
+  outputs, as transformers' BertModel would (it only warns). Layers past num_hidden_layers are
+  _weights_not_read's."""
+  read = {theirs for theirs, _ in table.values()}
+  foreign = sorted(
+      name for name in state if name.startswith(_ENCODER_SCOPES) and name not in read
+      and not name.endswith(_BUFFERS) and not (
+          (layer := re.fullmatch(r'encoder\.layer\.\d+\.(.*)', name))
+          and f'encoder.layer.0.{layer.group(1)}' in read))
+  if foreign:
+    raise ValueError(f'{weights_file} holds {len(foreign)} tensors inside the encoder that BERT '
+                     f'has none of, e.g. {", ".join(foreign[:3])}: a variant of BERT (relative '
+                     'positions, adapters, ...) that bertjax would run without them, giving '
+                     'other outputs; use a checkpoint of BERT itself.')
+
+
+def _not_bert(state: dict, table: dict) -> list:
+  """Tensors outside the encoder that neither `table` nor any kind's head reads (a custom
+  head, a wrapper's extras): not read, and said so."""
+  read = {theirs for theirs, _ in table.values()} | {'cls.predictions.decoder.weight',
+                                                    'cls.predictions.decoder.bias'}
+  heads_ = {theirs for kind in kinds.KINDS.values() if kind.holder('hf') is not None
+            for theirs, _ in kind.holder('hf').head.values()}
+  return sorted(name for name in state if name not in read and name not in heads_
+                and not name.startswith(_ENCODER_SCOPES) and not name.endswith(_BUFFERS))
+
+
 def _weights_not_read(state: dict, table: dict, num_layers: int) -> list:
   """Weights of BERT's own layout in `state` that `table` does not read: layers past
   num_layers, and any kind's head but this kind's. Buffers (position_ids) and whatever else
@@ -279,7 +315,12 @@ def read(directory) -> bundle_lib.Bundle:
   kind = hf_names.kind_of(hf_config, state)
   table = hf_names.names(config, kind)
   _check_encoder_present(state, table, weights_file)
+  _check_no_foreign_encoder_tensors(state, table, weights_file)
   _check_shapes(state, table, config, weights_file, config_file)
+  if others := _not_bert(state, table):
+    logging.warning('%s: %d tensors are not BERT\'s and are not read (the model runs without '
+                    'them, as transformers\' BertModel would), e.g. %s', weights_file,
+                    len(others), ', '.join(others[:4]))
   unread = _weights_not_read(state, table, config['num_layers'])
   if unread:
     raise ValueError(f'{directory} holds {len(unread)} weights that its config.json\'s model '

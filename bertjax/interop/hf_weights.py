@@ -10,6 +10,8 @@ import json
 import os
 import zipfile
 
+import numpy as np
+
 from bertjax import files
 from bertjax.interop import hf_names
 
@@ -20,8 +22,20 @@ BIN_FILE = 'pytorch_model.bin'
 _INDEX_SUFFIX = '.index.json'
 
 
+def _check_not_pointer(path: str):
+  """Refuses a Git LFS pointer in the weights' place (a clone made without git-lfs): a few
+  lines of text that every reader would call a corrupt file."""
+  if files.size(path) > 1024:
+    return
+  if files.read_bytes(path).startswith(b'version https://git-lfs'):
+    raise ValueError(f'{path} is a Git LFS pointer ({files.size(path)} bytes), not the weights: '
+                     'the repository was cloned without git-lfs; run `git lfs install && git lfs '
+                     'pull` in it, or download the file itself.')
+
+
 def _read_safetensors(safetensors_file: str) -> dict:
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  _check_not_pointer(safetensors_file)
   data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
   try:  # A local file is mapped, not read whole.
     return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
@@ -36,13 +50,17 @@ def _read_bin(bin_file: str) -> dict:
   except ImportError as e:
     raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
                       '`pip install torch`, or convert it to model.safetensors.') from e
+  _check_not_pointer(bin_file)
   try:
     state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
                        weights_only=True)
   except Exception as e:  # pylint: disable=broad-except  # Zip and pickle errors of a cut file.
+    if 'weights_only' in str(e):  # torch's advice (weights_only=False) would run its code.
+      raise ValueError(f'{bin_file} holds objects besides tensors, which bertjax does not '
+                       'unpickle (that could run code from the file): save the model again '
+                       'with save_pretrained (model.safetensors).') from None
     raise ValueError(f'{bin_file} could not be read ({str(e).splitlines()[0]}): the file is '
-                     'corrupt or truncated (or holds more than tensors); download or save it '
-                     'again.') from None
+                     'corrupt or truncated; download or save it again.') from None
   if not isinstance(state, dict) or not all(hasattr(v, 'numpy') for v in state.values()):
     raise ValueError(f'{bin_file} holds a {type(state).__name__}, not the tensors by name that '
                      'save_pretrained writes: point at a transformers BERT directory.')
@@ -119,6 +137,7 @@ def check_weights(directory):
     else:
       continue
     for path in weights:
+      _check_not_pointer(path)
       if not files.is_remote(path) and not whole_file(path):  # A URL's: said when it is read.
         raise ValueError(f'{path} could not be read (shorter than its header says, or not a '
                          'whole zip archive): the file is corrupt or truncated; download or save '
@@ -132,9 +151,23 @@ def read_state_dict(directory: str) -> tuple[dict, str]:
   sharded)."""
   for name, read_one in ((SAFETENSORS_FILE, _read_safetensors), (BIN_FILE, _read_bin)):
     if files.exists(whole := files.join(directory, name)):
-      return hf_names.strip_prefix(read_one(whole)), whole
+      return _floats(hf_names.strip_prefix(read_one(whole)), whole), whole
     if files.exists(index := files.join(directory, name + _INDEX_SUFFIX)):
-      return hf_names.strip_prefix(_read_shards(index, read_one)), index
+      return _floats(hf_names.strip_prefix(_read_shards(index, read_one)), index), index
   raise FileNotFoundError(f'{directory} has neither model.safetensors nor pytorch_model.bin '
                           '(whole or sharded with an .index.json): point at a transformers BERT '
                           'directory (save_pretrained output).')
+
+
+def _floats(state: dict, weights_file: str) -> dict:
+  """`state`, refused where a weight is not floating point (int8 or 4-bit packed with scales
+  beside it: a quantized checkpoint, whose numbers read as floats would be the model's no
+  more); the integer buffers BertModel keeps (position_ids, token_type_ids) may be."""
+  stored = sorted(f'{name} ({value.dtype})' for name, value in state.items()
+                  if (np.issubdtype(value.dtype, np.integer) or value.dtype == np.bool_)
+                  and not name.endswith(('position_ids', 'token_type_ids')))
+  if stored:
+    raise ValueError(f'{weights_file} stores {len(stored)} tensors as integers, e.g. '
+                     f'{", ".join(stored[:3])}: a quantized checkpoint, which bertjax would read '
+                     'as plain numbers; pass the checkpoint in float32, bfloat16 or float16.')
+  return state

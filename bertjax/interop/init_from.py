@@ -11,6 +11,7 @@ Every location may be a URL (gs://bucket/run) as well as a local path: files are
 bertjax.files, a bertjax checkpoint's arrays through orbax (which reads URLs itself).
 """
 
+import dataclasses
 import json
 import os
 
@@ -305,31 +306,48 @@ def pooling(init_from: str) -> str | None:
 def read_params(path, with_heads: bool = True):
   """Parameters (numpy tree) from a transformers dir, a TF1 checkpoint, a workdir, its
   checkpoints/ or one step (not an export cut short)."""
-  return read_params_and_source(path, with_heads)[0]
+  return read_params_and_source(path, with_heads).params
 
 
-def read_params_and_source(path, with_heads: bool = True) -> tuple[dict, str]:
-  """read_params' parameters, and what was read: the TF1 prefix, the transformers dir, or the
-  bertjax checkpoint step's folder (the newest readable one where `path` names none)."""
+@dataclasses.dataclass(frozen=True)
+class Read:
+  """What read_params_and_source read: the parameters (numpy tree), the source (the TF1
+  prefix, the transformers dir, or the bertjax checkpoint step's folder), the parameter paths
+  the source lacks and that were initialised fresh (a transformers folder saved without its
+  pooler or heads), and the source's tensors that were not read (its names)."""
+
+  params: dict
+  source: str
+  fresh: tuple = ()
+  unused: tuple = ()
+
+
+def read_params_and_source(path, with_heads: bool = True) -> Read:
+  """read_params' parameters, and what was read (Read): the TF1 prefix, the transformers dir,
+  or the bertjax checkpoint step's folder (the newest readable one where `path` names none)."""
   export_manifest.check_complete(path)
   if tf1_checkpoint.find(path) is not None:
     tf1 = tf1_checkpoint.load(path)
-    logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; skipped %d that are not '
-                 'weights (optimizer slots, counters)', tf1.source, tf1.kind, len(tf1.params),
-                 len(tf1.ignored))
+    logging.info('init_from %s (TF1 checkpoint, %s): %d tensors; %d not read (optimizer '
+                 'slots, counters; any other is warned of)', tf1.source, tf1.kind,
+                 len(tf1.params), len(tf1.ignored))
     params = tf1.params if with_heads else tf1.encoder_params()
-    return traverse_util.unflatten_dict(params, sep='/'), os.fspath(tf1.source)
+    return Read(traverse_util.unflatten_dict(params, sep='/'), os.fspath(tf1.source))
   if model := transformers_model_dir(path):
     _, params, report = hf_checkpoint.load(model, with_heads=with_heads)
+    if report.initialised:  # transformers warns of these too ("newly initialized").
+      logging.warning('init_from %s (transformers) holds no %s: they start at random',
+                      path, ', '.join(report.initialised))
     logging.info('init_from %s (transformers): %s', path, report.summary())
-    return (params if with_heads else {'bert': params}), os.fspath(path)
+    return Read(params if with_heads else {'bert': params}, os.fspath(path),
+                tuple(report.initialised), tuple(report.unused))
   read = checkpoint_reader.read(path)
   folder = files.join(read.directory, str(read.step))
   logging.info('read %s (bertjax checkpoint, digests checked)', folder)
-  return read.params, folder
+  return Read(read.params, folder)
 
 
-def _read_on_every_host(init_from: str, with_heads: bool) -> tuple[dict, str]:
+def _read_on_every_host(init_from: str, with_heads: bool) -> Read:
   """read_params_and_source, the same on every host: 'latest' or 'best' of a source run that
   saves meanwhile, or a folder on each host's own disk, may read another step on each, whose
   parameters would be placed as one array. Compared before they are placed; a host's error is
@@ -341,7 +359,7 @@ def _read_on_every_host(init_from: str, with_heads: bool) -> tuple[dict, str]:
   except Exception as e:  # pylint: disable=broad-except  # Said on every host, then raised.
     hosts.check_same_view('', f'error: {e}', what=f'init_from={init_from}', fix=fix)
     raise
-  hosts.check_same_view('', read[1], what=f'init_from={init_from}', fix=fix)
+  hosts.check_same_view('', read.source, what=f'init_from={init_from}', fix=fix)
   return read
 
 
@@ -379,8 +397,8 @@ def load_params(init_from: str, abstract_params, shardings):
   whichever the model has. Returns (params, unused names, what was read: the checkpoint step's
   folder, read_params_and_source).
   """
-  read, source = _read_on_every_host(init_from, with_heads=True)
-  loaded = encoder_layout_of(checkpoint.flatten(read), checkpoint.flatten(abstract_params),
+  read = _read_on_every_host(init_from, with_heads=True)
+  loaded = encoder_layout_of(checkpoint.flatten(read.params), checkpoint.flatten(abstract_params),
                              init_from)
   params = place(loaded, abstract_params, shardings, f'init_from={init_from}',
                   missing_hint='is it a BERT of this architecture?',
@@ -388,7 +406,7 @@ def load_params(init_from: str, abstract_params, shardings):
   unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
   if unused:
     logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
-  return params, unused, source
+  return params, unused, read.source
 
 
 def encoder_layout_of(loaded: dict, wanted: dict, source: str) -> dict:
@@ -435,7 +453,8 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
   Returns (params, report) where report lists the loaded, fresh and unused parameter names,
   and what was `read` (read_params_and_source).
   """
-  source, read = _read_on_every_host(init_from, with_heads=False)
+  read = _read_on_every_host(init_from, with_heads=False)
+  source = read.params
   if 'bert' not in source:
     raise ValueError(f'init_from={init_from}: its parameters have no `bert` encoder.')
   wanted = checkpoint.flatten(params['bert'])
@@ -443,7 +462,11 @@ def load_encoder(init_from: str, params, shardings, num_layers: int):
   bert = place(loaded, params['bert'], shardings['bert'], f'init_from={init_from}',
                 missing_hint='is it a BERT checkpoint?',
                 shape_hint='leave the size empty to take the checkpoint\'s shape.')
-  fresh = sorted(k for k in checkpoint.flatten(params) if not k.startswith('bert/'))
-  report = {'loaded': sorted(f'bert/{k}' for k in wanted), 'fresh': fresh,
-            'unused': sorted(set(loaded) - set(wanted)), 'read': read}
+  head = sorted(k for k in checkpoint.flatten(params) if not k.startswith('bert/'))
+  # A transformers folder saved without its pooler (BertForMaskedLM): drawn, not loaded.
+  lacked = sorted(read.fresh)
+  report = {'loaded': sorted(f'bert/{k}' for k in wanted if f'bert/{k}' not in lacked),
+            'fresh': head, 'lacked': lacked,
+            'unused': sorted({*read.unused, *(set(loaded) - set(wanted))}),
+            'read': read.source}
   return {**params, 'bert': bert}, report

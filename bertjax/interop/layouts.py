@@ -11,6 +11,7 @@ bertjax keeps attention projections split by head: query/key/value kernels [D, H
 """
 
 import dataclasses
+import json
 from typing import Callable
 
 import numpy as np
@@ -31,6 +32,41 @@ def check_config_file(config, source: str, expected: str):
   if missing:
     raise ValueError(f'{source} lacks {", ".join(missing)}: not a BERT config (it sets '
                      f'{", ".join(SHAPE_FIELDS)}); pass {expected}.')
+  for field, (check, wanted) in _FIELD_VALUES.items():
+    if (field in SHAPE_FIELDS or field in config) and not check(config[field]):
+      raise ValueError(f'{source} says {field}: {json.dumps(config[field])}, not {wanted}: '
+                       f'fix the file (or pass {expected}).')
+  if config.get('auto_map'):
+    # trust_remote_code: the model is the code it names, not BERT's (MosaicBERT, DNABERT-2...).
+    raise ValueError(f'{source} has an auto_map ({", ".join(sorted(config["auto_map"]))}): its '
+                     'model is custom code shipped with it (transformers\' trust_remote_code), '
+                     'not BERT\'s, which is all bertjax runs; convert it to a BERT checkpoint '
+                     'first, or use a BERT one.')
+  if config.get('quantization_config'):
+    raise ValueError(f'{source} has a quantization_config: its weights are quantized '
+                     '(int8 / 4-bit with scales), which bertjax would read as plain numbers; pass '
+                     'the checkpoint in float32, bfloat16 or float16.')
+
+
+def _whole(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+# A config file's fields whose value bertjax reads, and what each must be: a type the model
+# cannot take failed deep in the model build (ml_collections' override, jit's static shapes).
+_FIELD_VALUES = {
+    **{field: (_whole, 'a positive whole number') for field in (
+        *SHAPE_FIELDS, 'max_position_embeddings', 'type_vocab_size')},
+    'hidden_act': (lambda v: isinstance(v, str), 'a name such as "gelu"'),
+    'layer_norm_eps': (lambda v: _number(v) and v > 0, 'a positive number'),
+    'hidden_dropout_prob': (lambda v: _number(v) and v < 1, 'a probability below 1'),
+    'attention_probs_dropout_prob': (lambda v: _number(v) and v < 1, 'a probability below 1'),
+    'initializer_range': (_number, 'a number'),
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,8 +65,8 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
                         run=result.step is not None)  # A bertjax run's checkpoint.
   bundle_lib.check_vocab(result)
   if result.ignored:
-    logging.info('%s: %d tensors are not model weights and were skipped (optimizer slots, '
-                 'counters), e.g. %s', result.source, len(result.ignored),
+    logging.info('%s: %d tensors were not read (optimizer slots, counters; any other is '
+                 'warned of as it is read), e.g. %s', result.source, len(result.ignored),
                  ', '.join(result.ignored[:4]))
   return result
 

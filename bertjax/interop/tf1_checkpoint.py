@@ -70,6 +70,14 @@ def config_from_tf1(tf1_config: dict, source: str = CONFIG_FILE) -> dict:
   if act not in _ACTIVATIONS:
     raise ValueError(f'hidden_act {act!r} in {source} is not supported; known: '
                      f'{", ".join(_ACTIVATIONS)}.')
+  eps = tf1_config.get('layer_norm_eps', _TF1_LAYER_NORM_EPS)
+  if eps != _TF1_LAYER_NORM_EPS:  # Read by transformers' converter, not by modeling.py.
+    raise ValueError(f'{source} says layer_norm_eps: {eps}, which google-research/bert\'s '
+                     f'modeling.py does not read (it fixes {_TF1_LAYER_NORM_EPS}) but '
+                     'transformers\' converter does: which one the weights were trained with '
+                     f'is not known; set it to {_TF1_LAYER_NORM_EPS} (google-research/bert\'s '
+                     'code) or remove it, or convert the checkpoint with transformers and pass '
+                     'its folder.')
   return dict(
       vocab_size=tf1_config['vocab_size'], hidden_size=tf1_config['hidden_size'],
       num_layers=tf1_config['num_hidden_layers'], num_heads=tf1_config['num_attention_heads'],
@@ -102,17 +110,14 @@ def find(path, with_config: bool = True) -> tuple[str, str] | None:
   if files.isdir(path):
     if with_config and not files.isfile(files.join(path, CONFIG_FILE)):
       return None
-    indexes = [files.join(path, files.name(p)) for p in files.glob(files.join(path, '*.index'))]
+    indexes = sorted(files.join(path, files.name(p))
+                     for p in files.glob(files.join(path, '*.index')))
     if not indexes:
       return None
-    preferred = files.join(path, f'{CHECKPOINT_PREFIX}.index')
-    if preferred in indexes:
-      return path, files.join(path, CHECKPOINT_PREFIX)
-    if len(indexes) > 1:
+    if len(indexes) > 1:  # bert_model.ckpt beside a fine-tuned model.ckpt-N: either is meant.
       listed = ', '.join(files.name(p) for p in indexes[:4])
-      example = indexes[-1][:-len('.index')]
       raise ValueError(f'{path} holds {len(indexes)} checkpoints ({listed}): pass the prefix of '
-                       f'the one to read, e.g. {example}')
+                       f'the one to read, e.g. {indexes[-1][:-len(".index")]}')
     return path, indexes[0][:-len('.index')]
   if files.isfile(f'{path}.index'):
     return files.parent(path), path
@@ -182,6 +187,10 @@ def load(path, config_file=None) -> bundle_lib.Bundle:
   used = {theirs for theirs, _ in table.values()}
   _check_all_read(shapes, used, config, prefix, kind)
   ignored = sorted(n for n in shapes if n not in used)
+  if others := [n for n in ignored if not _not_weight(n)]:
+    logging.warning('%s: %d tensors are not BERT\'s and are not read (the model runs without '
+                    'them, as google-research/bert would), e.g. %s', prefix, len(others),
+                    ', '.join(others[:4]))
   vocab_file = vocab_beside(folder)
   # run_classifier.py keeps no class names: a classifier's are its class numbers.
   named = kinds.get(kind).named_labels
@@ -231,19 +240,31 @@ def _check_all_read(shapes: dict, used: set, config: dict, prefix: str, kind: st
   counters have other names and stay skipped."""
   heads_ = {theirs for k in kinds.KINDS.values() if k.holder('tf1') is not None
             for theirs, _ in k.holder('tf1').head.values()}
-  unread = []
+  unread, foreign = [], []
   for name in sorted(shapes):
-    if name in used:
+    if name in used or _not_weight(name):
       continue
     layer = re.fullmatch(r'bert/encoder/layer_(\d+)/(.*)', name)
     if name in heads_ or (layer and int(layer.group(1)) >= config['num_layers']
                           and f'bert/encoder/layer_0/{layer.group(2)}' in used):
       unread.append(name)
+    elif name.startswith('bert/'):
+      foreign.append(name)
   if unread:
     raise ValueError(f'{prefix} holds {len(unread)} weights that the model of {CONFIG_FILE} '
                      f'({kind}, {config["num_layers"]} layers) does not read, e.g. '
                      f'{", ".join(unread[:3])}: they would be dropped; use the {CONFIG_FILE} '
                      'released with this checkpoint.')
+  if foreign:
+    raise ValueError(f'{prefix} holds {len(foreign)} tensors inside the encoder (bert/) that '
+                     f'BERT has none of, e.g. {", ".join(foreign[:3])}: a variant of BERT '
+                     '(relative positions, adapters, ...) that bertjax would run without them, '
+                     'giving other outputs; use a checkpoint of BERT itself.')
+
+
+def _not_weight(name: str) -> bool:
+  """An optimizer slot (.../adam_m) or a training counter: not the model's."""
+  return name.rsplit('/', 1)[-1] in _NOT_WEIGHTS
 
 
 def _read_export_meta(folder: str, result: bundle_lib.Bundle):
