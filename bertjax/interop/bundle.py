@@ -147,6 +147,9 @@ class Bundle:
   # The transformers tokenizer's model_max_length when set (export --max_seq_length); 0: what
   # tokenizer_settings says.
   tokenizer_max_length: int = 0
+  # The length a transformers folder's own tokenizer cuts at (its model_max_length, within the
+  # positions): a model with no task keeps it in an hf export, as the folder had it; 0: none.
+  source_tokenizer_length: int = 0
 
   def encoder_params(self) -> dict:
     return {k: v for k, v in self.params.items() if k.startswith('bert/')}
@@ -170,7 +173,8 @@ def tokenizer_settings(bundle: Bundle) -> dict:
   """
   positions = bundle.config['max_position_embeddings']
   reads_texts = kinds.get(bundle.kind).example is not None or bundle.embedding
-  length = bundle.tokenizer_max_length or (bundle.max_seq_length if reads_texts else positions)
+  length = bundle.tokenizer_max_length or (
+      bundle.max_seq_length if reads_texts else bundle.source_tokenizer_length or positions)
   return {'model_max_length': min(length, positions), 'split_special_tokens': reads_texts}
 
 

@@ -349,9 +349,11 @@ def read(directory) -> bundle_lib.Bundle:
       max_chars_per_word=hf_tokenizer_files.word_limit(directory, present), source=directory)
   # What runs after the encoder in sentence-transformers (its length too, where it says one):
   # sentence_transformers.read_modules. Here, what the folder's tokenizer cuts texts at.
+  result.source_tokenizer_length = hf_tokenizer_files.cut_length(
+      directory, config['max_position_embeddings'], present)
   result.max_seq_length = hf_tokenizer_files.json_beside(
       directory, 'sentence_bert_config.json', present).get('max_seq_length') or (
-          hf_tokenizer_files.cut_length(directory, config['max_position_embeddings'], present))
+          result.source_tokenizer_length)
   bundle_lib.check_vocab(result)
   return result
 

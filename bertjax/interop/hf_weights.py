@@ -22,9 +22,12 @@ BIN_FILE = 'pytorch_model.bin'
 _INDEX_SUFFIX = '.index.json'
 
 
-def _check_not_pointer(path: str):
-  """Refuses a Git LFS pointer in the weights' place (a clone made without git-lfs): a few
-  lines of text that every reader would call a corrupt file."""
+def _check_weights_file(path: str):
+  """Refuses a folder, or a Git LFS pointer (a clone made without git-lfs: a few lines of text
+  that every reader would call a corrupt file), in the weights' place."""
+  if files.isdir(path) and not files.isfile(path):
+    raise ValueError(f'{path} is a folder, not the weights file: put the file itself there '
+                     '(as save_pretrained writes it).')
   if files.size(path) > 1024:
     return
   if files.read_bytes(path).startswith(b'version https://git-lfs'):
@@ -35,7 +38,7 @@ def _check_not_pointer(path: str):
 
 def _read_safetensors(safetensors_file: str) -> dict:
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  _check_not_pointer(safetensors_file)
+  _check_weights_file(safetensors_file)
   data = files.read_bytes(safetensors_file) if files.is_remote(safetensors_file) else None
   try:  # A local file is mapped, not read whole.
     return st_numpy.load(data) if data is not None else st_numpy.load_file(safetensors_file)
@@ -50,7 +53,7 @@ def _read_bin(bin_file: str) -> dict:
   except ImportError as e:
     raise ImportError(f'{bin_file} is a PyTorch pickle and needs torch to read: '
                       '`pip install torch`, or convert it to model.safetensors.') from e
-  _check_not_pointer(bin_file)
+  _check_weights_file(bin_file)
   try:
     state = torch.load(io.BytesIO(files.read_bytes(bin_file)), map_location='cpu',
                        weights_only=True)
@@ -137,7 +140,7 @@ def check_weights(directory):
     else:
       continue
     for path in weights:
-      _check_not_pointer(path)
+      _check_weights_file(path)
       if not files.is_remote(path) and not whole_file(path):  # A URL's: said when it is read.
         raise ValueError(f'{path} could not be read (shorter than its header says, or not a '
                          'whole zip archive): the file is corrupt or truncated; download or save '

@@ -123,6 +123,11 @@ def test_a_git_lfs_pointer_in_the_weights_place_says_to_pull(tmp_path):
   (tmp_path / 'pytorch_model.bin').write_bytes(pointer)
   with pytest.raises(ValueError, match=r'pytorch_model\.bin is a Git LFS pointer'):
     sources.load(tmp_path)
+  (tmp_path / 'pytorch_model.bin').unlink()
+  (tmp_path / 'model.safetensors').mkdir()  # Was 'No such device (os error 19)... corrupt'.
+  for read in readers(tmp_path):
+    with pytest.raises(ValueError, match=r'model\.safetensors is a folder, not the weights file'):
+      read()
 
 
 def test_a_pickle_of_more_than_tensors_is_refused_without_torchs_advice(tmp_path):

@@ -418,6 +418,10 @@ def test_a_plain_folder_cuts_texts_where_its_tokenizer_does(encoder_dir, tmp_pat
   assert sources.load(str(folder)).max_seq_length == theirs == want
   out = export.export(folder, 'sentence_transformers', tmp_path / 'st')
   assert json.loads((out / 'sentence_bert_config.json').read_text())['max_seq_length'] == want
+  # An hf export keeps it (the position table was written, and embed of it cut elsewhere).
+  out = export.export(folder, 'hf', tmp_path / 'hf')
+  assert json.loads((out / 'tokenizer_config.json').read_text())['model_max_length'] == want
+  assert sources.load(str(out)).max_seq_length == want
 
 
 @pytest.mark.parametrize('text, said', [('{"do_lower_case": tr', 'is not JSON'),
