@@ -49,6 +49,9 @@ def load(path, vocab_file: str = '', do_lower_case: bool | None = None, *, step=
   checkpoint's config kept apart from it (the original extract_features' flags); vocab_named:
   how a vocab_file the model was not trained with is named (the caller's flag or field)."""
   if bert_config_file:
+    if init_from.transformers_model_dir(path):
+      raise ValueError(f'{path} is a transformers folder, whose config.json describes it: drop '
+                       f'--bert_config_file={bert_config_file} (it is for a TF1 checkpoint).')
     export_manifest.check_complete(path)  # format_of's check, which this TF1 reader skips.
     result = tf1_checkpoint.load(path, config_file=bert_config_file)
   else:

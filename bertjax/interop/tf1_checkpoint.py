@@ -219,6 +219,12 @@ def _read_tensors(local_prefix: str, prefix: str, config: dict):
   kind = kinds.told_by(shapes, 'tf1')
   table = names(config, kind)
   params = {}
+  word = 'bert/embeddings/word_embeddings'
+  if word not in shapes and (prefixed := sorted(n for n in shapes if n.endswith('/' + word))):
+    under = prefixed[0][:-len(word)]
+    raise ValueError(f'{prefix} names its tensors under {under!r} ({prefixed[0]}, ...), where '
+                     "google-research/bert's checkpoints have none: write them again without "
+                     f'{under!r} (google-research/bert and transformers read bert/...).')
   for ours, (theirs, layout) in sorted(table.items()):
     if theirs not in shapes:
       raise ValueError(f'{prefix} lacks the tensor {theirs} that a {kind} BERT of '

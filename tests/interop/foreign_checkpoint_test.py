@@ -227,3 +227,22 @@ def test_fine_tunings_report_counts_a_pooler_the_checkpoint_lacks_as_fresh(tmp_p
   assert len(report['loaded']) == len(jax.tree.leaves(encoder_params)) - 2
   assert report['fresh'] == ['classifier/kernel']
   assert 'adapter.weight' in report['unused'] and 'cls.predictions.bias' in report['unused']
+
+
+def test_tf1_tensors_under_a_prefix_are_named_with_it(tmp_path, tf1_variables):
+  """Said as 'lacks the tensor ...: the checkpoint is incomplete'."""
+  variables, config = tf1_variables
+  folder = write_tf1(tmp_path / 'wrapped', {f'model/{k}': v for k, v in variables.items()},
+                     config)
+  with pytest.raises(ValueError, match=r"names its tensors under 'model/' \(model/bert/embeddings/"
+                     r'word_embeddings, \.\.\.\).*without \'model/\''):
+    tf1_checkpoint.load(folder)
+
+
+def test_a_tf1_config_given_for_a_transformers_folder_says_to_drop_it(tmp_path):
+  """Said as '... is not a TF1 BERT checkpoint'."""
+  make(tmp_path / 'hf')
+  (tmp_path / 'bert_config.json').write_text('{}')
+  with pytest.raises(ValueError, match=r'is a transformers folder, whose config\.json describes '
+                     r'it: drop --bert_config_file='):
+    sources.load(tmp_path / 'hf', bert_config_file=str(tmp_path / 'bert_config.json'))
