@@ -148,6 +148,14 @@ def check_tokenizer_settings(directory, present=None):
                        f'{json.dumps(value)} (do_lower_case {json.dumps(lower)}): bertjax\'s '
                        f'tokenizer, the original BERT\'s, {does}, so its ids would differ; this '
                        'model\'s tokenizer cannot be reproduced.')
+  model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  prefix = model.get('continuing_subword_prefix', '##') if isinstance(model, dict) else '##'
+  if model.get('type') == 'WordPiece' and prefix != '##':
+    # Its continuations are spelled otherwise: bertjax's WordPiece would match none of them.
+    raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece marks a word\'s '
+                     f'continuing pieces with {json.dumps(prefix)}, not BERT\'s "##": bertjax\'s '
+                     'tokenizer would read every word of several pieces as [UNK]; this model\'s '
+                     'tokenizer cannot be reproduced.')
 
 
 def vocab_from_tokenizer_json(directory, present=None) -> str:

@@ -246,3 +246,13 @@ def test_a_tf1_config_given_for_a_transformers_folder_says_to_drop_it(tmp_path):
   with pytest.raises(ValueError, match=r'is a transformers folder, whose config\.json describes '
                      r'it: drop --bert_config_file='):
     sources.load(tmp_path / 'hf', bert_config_file=str(tmp_path / 'bert_config.json'))
+
+
+def test_a_wordpiece_of_another_continuation_prefix_is_refused(tmp_path):
+  make(tmp_path)
+  settings = json.loads((tmp_path / 'tokenizer.json').read_text())
+  settings['model']['continuing_subword_prefix'] = '@@'
+  (tmp_path / 'tokenizer.json').write_text(json.dumps(settings))
+  for read in readers(tmp_path):
+    with pytest.raises(ValueError, match='marks a word\'s continuing pieces with "@@", not BERT'):
+      read()
