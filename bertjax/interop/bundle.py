@@ -150,6 +150,10 @@ class Bundle:
   # The length a transformers folder's own tokenizer cuts at (its model_max_length, within the
   # positions): a model with no task keeps it in an hf export, as the folder had it; 0: none.
   source_tokenizer_length: int = 0
+  # A transformers source's config.json fields that bertjax does not model but transformers
+  # reads (pad_token_id: the embedding row its training keeps still; classifier_dropout): an hf
+  # export writes them back as they were.
+  hf_fields: dict = dataclasses.field(default_factory=dict)
 
   def encoder_params(self) -> dict:
     return {k: v for k, v in self.params.items() if k.startswith('bert/')}

@@ -346,7 +346,8 @@ def read(directory) -> bundle_lib.Bundle:
       do_lower_case=hf_tokenizer_files.do_lower_case_of(directory, present, vocab_file),
       labels=labels, pooling='cls',
       labels_named=not all(re.fullmatch(r'LABEL_\d+', x) for x in labels),
-      max_chars_per_word=hf_tokenizer_files.word_limit(directory, present), source=directory)
+      max_chars_per_word=hf_tokenizer_files.word_limit(directory, present), source=directory,
+      hf_fields=hf_names.kept_fields(hf_config))
   # What runs after the encoder in sentence-transformers (its length too, where it says one):
   # sentence_transformers.read_modules. Here, what the folder's tokenizer cuts texts at.
   result.source_tokenizer_length = hf_tokenizer_files.cut_length(

@@ -145,4 +145,13 @@ def config_to_hf(result: bundle_lib.Bundle, vocab_rows: int) -> dict:
     hf['id2label'] = {str(i): label for i, label in enumerate(result.labels)}
     hf['label2id'] = {label: i for i, label in enumerate(result.labels)}
   hf.update(holder(result.kind).config)  # What the class reads besides (problem_type, ...).
+  hf.update(result.hf_fields)
   return hf
+
+
+# config.json fields kept through a transformers source (Bundle.hf_fields).
+KEPT_FIELDS = ('pad_token_id', 'classifier_dropout')
+
+
+def kept_fields(hf_config: dict) -> dict:
+  return {k: hf_config[k] for k in KEPT_FIELDS if hf_config.get(k) is not None}

@@ -256,3 +256,20 @@ def test_a_wordpiece_of_another_continuation_prefix_is_refused(tmp_path):
   for read in readers(tmp_path):
     with pytest.raises(ValueError, match='marks a word\'s continuing pieces with "@@", not BERT'):
       read()
+
+
+def test_an_hf_export_keeps_the_fields_transformers_reads_that_bertjax_does_not_model(tmp_path):
+  """pad_token_id 1 became 0 (transformers' training keeps that embedding row still) and
+  classifier_dropout was dropped."""
+  from bertjax import export  # pylint: disable=g-import-not-at-top
+  make(tmp_path / 'hf', 'BertForSequenceClassification', num_labels=2, pad_token_id=1,
+       classifier_dropout=0.25)
+  out = export.export(tmp_path / 'hf', 'hf', tmp_path / 'out')
+  written = json.loads((out / 'config.json').read_text())
+  assert (written['pad_token_id'], written['classifier_dropout']) == (1, 0.25)
+  model = transformers.BertForSequenceClassification.from_pretrained(str(out))
+  assert model.bert.embeddings.word_embeddings.padding_idx == 1
+  make(tmp_path / 'plain')  # Unset (null classifier_dropout): transformers' defaults, as before.
+  written = json.loads((export.export(tmp_path / 'plain', 'hf', tmp_path / 'out2')
+                        / 'config.json').read_text())
+  assert written['pad_token_id'] == 0 and 'classifier_dropout' not in written
