@@ -318,7 +318,8 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
     predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)
   # Sentences longer than the length are embedded from their start (as SentenceTransformer
   # embeds them): how many, said on the summary line.
-  cut = sum(len(embedder.tokenizer.encode(s)) > embedder.max_seq_length - 2 for s in sentences)
+  cut = sum(len(embedder.tokenizer.encode(embedder.prompt + s)) > embedder.max_seq_length - 2
+            for s in sentences)  # Its prompt is read before each sentence, and counts.
   encode_start = time.perf_counter()
   vectors = _encoded_by_every_host(embedder, sentences)
   seconds = time.perf_counter() - encode_start

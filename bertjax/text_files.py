@@ -210,6 +210,12 @@ def read_stdin_lines() -> list[str]:
                      '<stdin>')
 
 
+def lines_before(data: bytes, end: int) -> int:
+  """The line breaks in data[:end] by split_lines' rules (\\n, \\r\\n, a lone \\r): an error at
+  byte `end` is on line lines_before + 1."""
+  return data[:end].replace(b'\r\n', b'\n').replace(b'\r', b'\n').count(b'\n')
+
+
 def _utf8_lines(data: bytes, name: str) -> list[str]:
   """split_lines of a file's or a stream's bytes (standard input, a pipe, a device), decoded as
   UTF-8, or an error naming the encoding to convert from."""
@@ -217,7 +223,7 @@ def _utf8_lines(data: bytes, name: str) -> list[str]:
   try:
     return split_lines(data.decode('utf-8'))
   except UnicodeDecodeError as e:
-    line = data.count(b'\n', 0, e.start) + 1
+    line = lines_before(data, e.start) + 1
     raise ValueError(f'{name}:{line} is not UTF-8 text (byte {e.start}): re-encode it '
                      f'({reencode_hint(data[:64], data)}).') from None
 

@@ -272,3 +272,19 @@ def test_a_vocab_file_that_is_not_there_is_named_as_the_job_sets_it(tmp_path, mi
   assert not (tmp_path / 'out').exists()
   with pytest.raises(ValueError, match=rf'^vocab_file={other} is not the vocab '):
     embed.Embedder.from_pretrained(minilm_dir, vocab_file=other)
+
+
+def test_the_cut_count_includes_the_models_prompt(tmp_path, minilm_dir, capsys):
+  """'query: ' + a 6-word line is longer than 8 tokens: the line was embedded cut, and the
+  summary said nothing was."""
+  import json  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  prompted = shutil.copytree(minilm_dir, tmp_path / 'prompted')
+  settings = prompted / 'config_sentence_transformers.json'
+  settings.write_text(json.dumps({**json.loads(settings.read_text()),
+                                  'prompts': {'query': 'query: '}, 'default_prompt_name': 'query'}))
+  source = tmp_path / 'in.txt'
+  source.write_text('one two three four five six\nseven\n')
+  embed.run(_config(prompted, input_file=str(source), max_seq_length=8), None)
+  assert 'sentences 2, dimension 384, cut 1 (longer than 8 tokens);' in (
+      capsys.readouterr().out.splitlines()[-1])

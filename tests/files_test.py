@@ -374,3 +374,13 @@ def test_a_link_is_replaced_as_a_link_whatever_its_targets_permissions(tmp_path)
   files.write_atomically(str(link), 'new\n')
   assert not link.is_symlink() and link.read_text() == 'new\n'
   assert target.read_text() == 'object\n'
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_its_line_whatever_the_line_breaks(tmp_path):
+  """Lines ended by a lone \\r were all line 1 in the error (split_lines breaks at \\r too)."""
+  from bertjax import text_files  # pylint: disable=g-import-not-at-top
+  for ending in (b'\n', b'\r\n', b'\r'):
+    path = tmp_path / f'bad{len(ending)}{ending[-1]}.txt'
+    path.write_bytes(ending.join([b'ok', b'fine', b'\xff bad', b'']))
+    with pytest.raises(ValueError, match=r'\.txt:3 is not UTF-8 text'):
+      text_files.read_text_lines(path)
