@@ -198,6 +198,10 @@ class Embedder:
   def dimension(self) -> int:
     return self.model_config.hidden_size
 
+  def read_as(self, sentence: str) -> str:
+    """The text the model reads for `sentence`: the model's prompt, then the sentence."""
+    return self.prompt + sentence
+
   def encode(self, sentences) -> np.ndarray:
     """[N, D] float32 embeddings of the sentences, in order; unit norm when self.normalize."""
     if isinstance(sentences, (str, bytes)):
@@ -221,7 +225,7 @@ class Embedder:
                          f'({str(sentence)[:40]}), not a string.')
     if not sentences:
       return np.zeros((0, self.dimension), np.float32)
-    sentences = [self.prompt + sentence for sentence in sentences]
+    sentences = [self.read_as(sentence) for sentence in sentences]
     # Rows padded to a power of two up to batch_size, tokens to a power of two up to
     # max_seq_length: a few compiled shapes whatever the sentences (padding is masked out).
     rows = min(self.batch_size, 1 << (len(sentences) - 1).bit_length())
@@ -318,8 +322,8 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
     predict_inputs.check_wordpieces(sentence, name, embedder.tokenizer)
   # Sentences longer than the length are embedded from their start (as SentenceTransformer
   # embeds them): how many, said on the summary line.
-  cut = sum(len(embedder.tokenizer.encode(embedder.prompt + s)) > embedder.max_seq_length - 2
-            for s in sentences)  # Its prompt is read before each sentence, and counts.
+  cut = sum(len(embedder.tokenizer.encode(embedder.read_as(s))) > embedder.max_seq_length - 2
+            for s in sentences)
   encode_start = time.perf_counter()
   vectors = _encoded_by_every_host(embedder, sentences)
   seconds = time.perf_counter() - encode_start

@@ -246,9 +246,20 @@ def _hf_names(names: dict, path: str) -> str:
   return names[path][0]
 
 
-# The encoder's own names (BertModel's, without `bert.`), and the buffers it keeps there.
+# The encoder's own names (BertModel's, without `bert.`).
 _ENCODER_SCOPES = ('embeddings.', 'encoder.', 'pooler.')
-_BUFFERS = ('position_ids', 'token_type_ids')
+
+
+def _names_read(table: dict) -> set:
+  """The checkpoint names `table` reads, the MLM decoder (tied: read as the embeddings) too."""
+  return {theirs for theirs, _ in table.values()} | {'cls.predictions.decoder.weight',
+                                                    'cls.predictions.decoder.bias'}
+
+
+def _any_heads() -> set:
+  """The checkpoint names of every kind's head (the kind table's)."""
+  return {theirs for kind in kinds.KINDS.values() if kind.holder('hf') is not None
+          for theirs, _ in kind.holder('hf').head.values()}
 
 
 def _check_no_foreign_encoder_tensors(state: dict, table: dict, weights_file: str):
@@ -256,10 +267,10 @@ def _check_no_foreign_encoder_tensors(state: dict, table: dict, weights_file: st
   adapters, a variant's extra norms): the encoder would run without them, giving other
   outputs, as transformers' BertModel would (it only warns). Layers past num_hidden_layers are
   _weights_not_read's."""
-  read = {theirs for theirs, _ in table.values()}
+  read = _names_read(table)
   foreign = sorted(
       name for name in state if name.startswith(_ENCODER_SCOPES) and name not in read
-      and not name.endswith(_BUFFERS) and not (
+      and not name.endswith(hf_names.BUFFERS) and not (
           (layer := re.fullmatch(r'encoder\.layer\.\d+\.(.*)', name))
           and f'encoder.layer.0.{layer.group(1)}' in read))
   if foreign:
@@ -272,22 +283,16 @@ def _check_no_foreign_encoder_tensors(state: dict, table: dict, weights_file: st
 def _not_bert(state: dict, table: dict) -> list:
   """Tensors outside the encoder that neither `table` nor any kind's head reads (a custom
   head, a wrapper's extras): not read, and said so."""
-  read = {theirs for theirs, _ in table.values()} | {'cls.predictions.decoder.weight',
-                                                    'cls.predictions.decoder.bias'}
-  heads_ = {theirs for kind in kinds.KINDS.values() if kind.holder('hf') is not None
-            for theirs, _ in kind.holder('hf').head.values()}
-  return sorted(name for name in state if name not in read and name not in heads_
-                and not name.startswith(_ENCODER_SCOPES) and not name.endswith(_BUFFERS))
+  known = _names_read(table) | _any_heads()
+  return sorted(name for name in state if name not in known
+                and not name.startswith(_ENCODER_SCOPES) and not name.endswith(hf_names.BUFFERS))
 
 
 def _weights_not_read(state: dict, table: dict, num_layers: int) -> list:
   """Weights of BERT's own layout in `state` that `table` does not read: layers past
   num_layers, and any kind's head but this kind's. Buffers (position_ids) and whatever else
   a checkpoint keeps are not weights of the model and are left alone."""
-  read = {theirs for theirs, _ in table.values()} | {'cls.predictions.decoder.weight',
-                                                    'cls.predictions.decoder.bias'}
-  heads_ = {theirs for kind in kinds.KINDS.values() if kind.holder('hf') is not None
-            for theirs, _ in kind.holder('hf').head.values()}
+  read, heads_ = _names_read(table), _any_heads()
   unread = []
   for name in state:
     if name in read:

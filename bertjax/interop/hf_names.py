@@ -72,6 +72,10 @@ def names(config, kind: str = 'pretraining') -> dict:
   return layouts.names(config, SPELLING, holder(kind).head)
 
 
+# The integer buffers BertModel keeps beside its weights (names ending so): not weights.
+BUFFERS = ('position_ids', 'token_type_ids')
+
+
 def strip_prefix(state: dict) -> dict:
   """BertModel's names, as transformers' from_pretrained reads a checkpoint: drops `bert.`
   (BertForPreTraining and the task classes), and renames the old `LayerNorm.gamma` / `.beta`

@@ -28,10 +28,10 @@ def _check_weights_file(path: str):
   if files.isdir(path) and not files.isfile(path):
     raise ValueError(f'{path} is a folder, not the weights file: put the file itself there '
                      '(as save_pretrained writes it).')
-  if files.size(path) > 1024:
+  if (size := files.size(path)) > 1024:
     return
   if files.read_bytes(path).startswith(b'version https://git-lfs'):
-    raise ValueError(f'{path} is a Git LFS pointer ({files.size(path)} bytes), not the weights: '
+    raise ValueError(f'{path} is a Git LFS pointer ({size} bytes), not the weights: '
                      'the repository was cloned without git-lfs; run `git lfs install && git lfs '
                      'pull` in it, or download the file itself.')
 
@@ -168,7 +168,7 @@ def _floats(state: dict, weights_file: str) -> dict:
   more); the integer buffers BertModel keeps (position_ids, token_type_ids) may be."""
   stored = sorted(f'{name} ({value.dtype})' for name, value in state.items()
                   if (np.issubdtype(value.dtype, np.integer) or value.dtype == np.bool_)
-                  and not name.endswith(('position_ids', 'token_type_ids')))
+                  and not name.endswith(hf_names.BUFFERS))
   if stored:
     raise ValueError(f'{weights_file} stores {len(stored)} tensors as integers, e.g. '
                      f'{", ".join(stored[:3])}: a quantized checkpoint, which bertjax would read '

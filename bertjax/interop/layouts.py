@@ -23,8 +23,9 @@ SHAPE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention
 
 
 def check_config_file(config, source: str, expected: str):
-  """Refuses in one line a config file's JSON that is not an object or lacks SHAPE_FIELDS,
-  naming `source` and the file `expected` there."""
+  """Refuses in one line a config file's JSON that is not an object, lacks SHAPE_FIELDS, gives
+  a field bertjax reads a value of the wrong type, or says the model is not BERT's own
+  (auto_map: custom code; quantization_config), naming `source` and the file `expected`."""
   if not isinstance(config, dict):
     raise ValueError(f'{source} holds a JSON {type(config).__name__}, not an object: pass '
                      f'{expected}.')
