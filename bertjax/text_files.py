@@ -6,6 +6,7 @@ binary file, UTF-16/32 or another encoding, each named by its bytes (Latin-1, Wi
 import io
 import os
 import re
+import shlex
 import sys
 import unicodedata
 
@@ -94,8 +95,8 @@ def wide_encoding(head: bytes) -> str | None:
     except UnicodeDecodeError:  # Above U+10FFFF: not UTF-32.
       pass
   pairs = len(head) // 2
-  if head.count(0) < 0.1 * len(head) and _utf8_with_stray_nuls(head):
-    return None  # UTF-8 text with a stray NUL or few: no UTF-16 (iconv would garble it).
+  if _scattered_nuls(head, pairs) and _utf8_with_stray_nuls(head):
+    return None  # UTF-8 text with a stray NUL or several: no UTF-16 (iconv would garble it).
   fits = []
   for codec, high in (('UTF-16LE', head[1:2 * pairs:2]), ('UTF-16BE', head[0:2 * pairs:2])):
     text = head[:2 * pairs].decode(codec, 'replace').removesuffix('\ufffd')  # May be cut.
@@ -108,6 +109,17 @@ def wide_encoding(head: bytes) -> str | None:
   return max(fits)[-1] if fits else None
 
 
+def _scattered_nuls(head: bytes, pairs: int) -> bool:
+  """Whether `head`'s NULs are too few, or too scattered, for UTF-16 without a mark: under
+  10% of its bytes, or on both sides of its byte pairs with neither side NUL in half its pairs
+  (UTF-16's NULs are all on one side, but for a few ideographs such as 一 U+4E00, and on every
+  pair of ASCII text). A short UTF-8 file with a few NULs had been told to be UTF-16."""
+  if head.count(0) < 0.1 * len(head):
+    return True
+  sides = head[0:2 * pairs:2].count(0), head[1:2 * pairs:2].count(0)
+  return min(sides) > 0 and max(sides) < 0.5 * pairs
+
+
 def _utf8_with_stray_nuls(head: bytes) -> bool:
   """Whether `head` is UTF-8 text but for a few NULs: its bytes without them decode, and they
   are not kana in UTF-16 without a mark (hiragana U+3041-307F is ASCII bytes beside 0x30: 'B0D0',
@@ -118,6 +130,13 @@ def _utf8_with_stray_nuls(head: bytes) -> bool:
     return False
   kana = max(head[0::2].count(0x30), head[1::2].count(0x30)) >= 0.4 * max(len(head) // 2, 1)
   return bool(text) and (not text.isascii() or not kana)
+
+
+def text_but_nuls(head: bytes) -> bool:
+  """Whether a file's first bytes, which hold NULs, are UTF-8 text but for them (a scrape's
+  stray NULs: no control character else), not a binary file nor UTF-16/32."""
+  return (b'\x00' in head and not wide_encoding(head) and _utf8_with_stray_nuls(head) and
+          not _NOT_TEXT_BELOW_0100.search(head.replace(b'\x00', b'').decode('utf-8')))
 
 
 def _not_text(text: str) -> int:
@@ -175,7 +194,12 @@ def not_text(name: str, head: bytes) -> str:
     return (f'{name} is {what}, which is not read (gzip, bzip2 and xz are): decompress it '
             'first, or pipe it in decompressed.')
   if b'\x00' in head and not wide_encoding(head):
-    return (f'{name} holds NUL bytes (the first at byte {head.index(0)}): a binary file, not '
+    first = head.index(0)
+    if text_but_nuls(head):
+      return (f'{name} holds NUL bytes (the first at byte {first}, line '
+              f'{lines_before(head, first) + 1}) in what is otherwise UTF-8 text: remove them '
+              f"(e.g. tr -d '\\000' < {shlex.quote(name)} > clean.txt) and pass that file.")
+    return (f'{name} holds NUL bytes (the first at byte {first}): a binary file, not '
             'text; pass a text file.')
   return ''
 

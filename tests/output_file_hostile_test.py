@@ -182,17 +182,22 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
               'ints': bytes(range(1, 40)) + b'\x00\x10\x00\x11',
               # Token ids as 16- or 32-bit integers: no space nor line break among them.
               'ids16': b''.join(i.to_bytes(2, 'little') for i in [101, 7592, 2088, 102] * 50),
-              'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50),
-              # UTF-8 text with a stray NUL: a NUL byte, not UTF-16 (iconv would garble it).
-              'stray': b'the king doth speak of his\x00 lord in the great hall\n' * 4,
+              'ids32': b''.join(i.to_bytes(4, 'little') for i in [101, 7592, 2088, 102] * 50)}
+  # UTF-8 text with stray NULs: told to remove them, not to convert from UTF-16 (iconv would
+  # garble it) nor called a binary file.
+  strays = {'stray': b'the king doth speak of his\x00 lord in the great hall\n' * 4,
               'stray_cjk': '東京は晴れ。明日も\x00晴れるでしょう\n'.encode() * 3,
               # Spaceless UTF-8 (CSV, JSON lines, base64) with a NUL beside a line break (called
               # UTF-16 by a rule that took spaces for text).
               'stray_csv': ''.join(f'{i},{i * 0.731:.4f},{i * 37 % 101},label_{i % 3}\n'
                                    for i in range(200)).encode().replace(b'\n', b'\n\x00', 1),
               'stray_jsonl': b'{"text":"abc","label":1}\x00\n' * 20,
-              'stray_base64': b'QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\x00\n' * 20}
-  for name, head in binaries.items():
+              'stray_base64': b'QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\x00\n' * 20,
+              # A short file whose NULs are 10% of its bytes or more, on both sides of its byte
+              # pairs (UTF-16's lie on one side): it was told to be UTF-16LE.
+              'stray_short': b'hello\x00world\x00\nfoo\x00bar\n',
+              'stray_dense': b'ab\x00cd\x00ef\x00gh\x00\nij\n'}
+  for name, head in {**binaries, **strays}.items():
     (tmp_path / name).write_bytes(head)
   for read in (text_files.read_text_lines, user_formats.file_text):
     for name, (text, codec) in texts.items():
@@ -205,12 +210,23 @@ def test_bytes_that_decode_as_utf8_but_are_no_utf8_text_are_refused_as_the_corpu
       with pytest.raises(ValueError, match=rf'^{tmp_path / name} holds NUL bytes .*: a binary '
                          'file, not text; pass a text file.$'):
         read(str(tmp_path / name))
+    for name, head in strays.items():
+      first = head.index(0)
+      with pytest.raises(ValueError, match=rf'^{tmp_path / name} holds NUL bytes \(the first at '
+                         rf'byte {first}, line {head[:first].count(10) + 1}\) in what is '
+                         r"otherwise UTF-8 text: remove them \(e\.g\. tr -d '\\000' < "):
+        read(str(tmp_path / name))
     with pytest.raises(ValueError, match=rf'^{binary} holds NUL bytes \(the first at byte 301\): '
                        'a binary file, not text; pass a text file.$'):
       read(str(binary))
   skips = text_input.Skips()
   assert not text_input.usable_files([str(binary), str(tmp_path / 'notepad.txt')], skips)
   assert skips.counts == {'binary_file': 2}
+  skips = text_input.Skips()  # The corpus tools skip UTF-8 text with NULs, saying so.
+  assert not text_input.usable_files([str(tmp_path / 'stray_short')], skips)
+  assert skips.examples['binary_file'] == [
+      f"{tmp_path / 'stray_short'} (NUL bytes in UTF-8 text, the first at byte 5: remove them "
+      "(tr -d '\\000'))"]
   # Past the first 64 KiB (what every tool looks at), a NUL byte is read, as the corpus tools
   # read it, and dropped by the tokenizer.
   late = tmp_path / 'late.txt'
@@ -279,7 +295,13 @@ def test_a_file_skipped_as_binary_names_its_nul_byte(tmp_path):
   odd.write_bytes(b'hello world\x00 there\n')
   skips = text_input.Skips()
   assert text_input.usable_files([str(odd)], skips) == []
-  assert skips.described() == (f'1 binary_file (e.g. {odd} (a NUL byte at byte 11, as binary '
+  assert skips.described() == (f'1 binary_file (e.g. {odd} (NUL bytes in UTF-8 text, the first '
+                               "at byte 11: remove them (tr -d '\\000')))")
+  binary = tmp_path / 'weights.bin'
+  binary.write_bytes(b'\x7fELF\x02\x01\x01\x00' + bytes(range(1, 40)))
+  skips = text_input.Skips()
+  assert text_input.usable_files([str(binary)], skips) == []
+  assert skips.described() == (f'1 binary_file (e.g. {binary} (a NUL byte at byte 7, as binary '
                                'files have))')
 
 

@@ -131,10 +131,14 @@ def usable_files(paths, skips, vocabs=()):
                                    'read: decompress it, or compress it with gzip, bzip2 or xz)')
           continue
         if b'\x00' in head:
-          wide = text_files.wide_encoding(head)
-          skips.add('binary_file', f'{path} ({wide} text? re-encode it as UTF-8: '
-                                   f'{text_files.reencode_hint(head)})' if wide else
-                    f'{path} (a NUL byte at byte {head.index(0)}, as binary files have)')
+          first = head.index(0)
+          if wide := text_files.wide_encoding(head):
+            why = f'{wide} text? re-encode it as UTF-8: {text_files.reencode_hint(head)}'
+          elif text_files.text_but_nuls(head):
+            why = f"NUL bytes in UTF-8 text, the first at byte {first}: remove them (tr -d '\\000')"
+          else:
+            why = f'a NUL byte at byte {first}, as binary files have'
+          skips.add('binary_file', f'{path} ({why})')
           continue
       usable.append(path)
   return usable
