@@ -136,11 +136,25 @@ def check_reads(c: _Checker):
       data_reads.check_reads(task, data, mode if isinstance(mode, str) else 'train_eval')
 
 
+# The sentences configs/embed.py embeds where none are given (config.sentences' default).
+EMBED_EXAMPLES = (
+    'The weather is lovely today.',
+    "It's so sunny outside!",
+    'He drove to the stadium.',
+    'A man is playing a guitar.',
+    'Someone plays an instrument on stage.',
+)
+
+
 def check_embed(c: _Checker):
-  """Its sentences, when no input_file is read: a tuple of texts, at least one."""
-  if c.get('input_file') not in ('', None, _MISSING):
-    return
+  """Its sentences, when no input_file is read: a tuple of texts, at least one; beside an
+  input_file, none but the examples (the file is read instead: its sentences were ignored)."""
   sentences = c.get('sentences')
+  if (input_file := c.get('input_file')) not in ('', None, _MISSING):
+    if sentences not in ((), [], None, _MISSING) and tuple(sentences) != EMBED_EXAMPLES:
+      c.fail('sentences', sentences, f'is set beside config.input_file={input_file}, which is '
+             'read instead', 'drop one of them')
+    return
   quoted = 'quote each sentence, e.g. --config.sentences="(\'The first.\', \'The second.\')"'
   if not isinstance(sentences, (tuple, list)) or not sentences:
     c.fail('sentences', sentences, 'holds no sentence, and no config.input_file is set',

@@ -30,6 +30,7 @@ import os
 import pathlib  # local: the installed default checkpoint's folder.
 import sys
 import time
+import unicodedata
 
 from absl import logging
 import jax
@@ -37,6 +38,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from bertjax import config_args
+from bertjax import config_check
 from bertjax import console
 from bertjax import embed_outputs
 from bertjax import files
@@ -123,16 +125,34 @@ def _check_length(max_seq_length: int, positions: int):
                       'own length (None in Python).')
 
 
+def _check_arguments(pooling, normalize, max_seq_length, batch_size, dtype):
+  """Refuses an argument of the wrong kind before any work (None: the model's own, where
+  from_pretrained reads it): a float length or batch failed at encode, normalize='no'
+  normalised (a string is true), dtype='int8' was refused at the first encode."""
+  if pooling is not None and pooling not in POOLINGS:
+    raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
+  if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+    raise ValueError(f'normalize={normalize!r}: pass True or False.')
+  for name, value in (('max_seq_length', max_seq_length), ('batch_size', batch_size)):
+    if value is not None and (isinstance(value, (bool, np.bool_))
+                              or not isinstance(value, (int, np.integer))):
+      raise ValueError(f'{name}={value!r}: pass a whole number' +
+                       (', or None for the model\'s own length.' if name == 'max_seq_length'
+                        else '.'))
+  if batch_size is not None and batch_size < 1:
+    raise ValueError(f'batch_size={batch_size}: at least 1.')
+  if dtype not in config_check.DTYPES:
+    raise ValueError(f'dtype={dtype!r}; valid: {", ".join(config_check.DTYPES)}.')
+
+
 class Embedder:
   """A BERT and its tokenizer: encode(sentences) -> [N, D] float32 embeddings."""
 
   def __init__(self, model_config, params, tok, *, pooling='mean', normalize=False,
                max_seq_length=128, batch_size=32, source='', prompt=''):
-    if pooling not in POOLINGS:
-      raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
+    _check_arguments(pooling, normalize, max_seq_length, batch_size, model_config.dtype)
     _check_length(max_seq_length, model_config.max_position_embeddings)
-    if batch_size < 1:
-      raise ValueError(f'batch_size={batch_size}: at least 1.')
+    max_seq_length, batch_size, normalize = int(max_seq_length), int(batch_size), bool(normalize)
     self.model_config, self.params, self.tokenizer = model_config, params, tok
     self.pooling, self.normalize = pooling, normalize
     self.max_seq_length, self.batch_size, self.source = max_seq_length, batch_size, source
@@ -160,6 +180,7 @@ class Embedder:
     as SentenceTransformer reads one), and so does the prompt prepended (a sentence-transformers
     model's default_prompt_name). Quiet; verbose=True shows what was imported; vocab_named: how
     a vocab_file the model was not trained with is named (the embed job: config.vocab_file)."""
+    _check_arguments(pooling, normalize, max_seq_length, batch_size, dtype)
     source = paths.absolute(os.fspath(path)) if path else str(default_checkpoint())
     export_manifest.check_exists(source, f'{source} does not exist: pass a transformers BERT '
                                  'folder (config.json, model.safetensors, vocab.txt), a bertjax '
@@ -334,15 +355,15 @@ def _embed(config, checkpoint: str, workdir: str, start: float):
                       outputs=[('embeddings', 'printed and written by process 0' if workdir
                                 else 'printed by process 0 (no --workdir: not written)')])
     return vectors
-  shown = [_printable(s) for s in sentences[:PRINTED_ROWS]]
-  width = min(max(len(s) for s in shown), 40)
+  shown = [_cells(s) for s in sentences[:PRINTED_ROWS]]
+  width = min(max(sum(columns for _, columns in cells) for cells in shown), 40)
   model_config = embedder.model_config
   print(f'cosine similarity ({model_config.num_layers} layers, hidden '
         f'{model_config.hidden_size}, {config.dtype}; {n} sentence{"s" * (n != 1)} of at most '
         f'{embedder.max_seq_length} tokens in {seconds:.2f} s incl. compile):')
   printed = vectors[:PRINTED_ROWS] @ vectors[:PRINTED_COLUMNS].T
   for sentence, row in zip(shown, printed, strict=True):
-    print(f'  {sentence[:width]:<{width}}  ' + ' '.join(f'{v:6.3f}' for v in row))
+    print(f'  {_column(sentence, width)}  ' + ' '.join(f'{v:6.3f}' for v in row))
   if n > PRINTED_ROWS:
     more = n - PRINTED_ROWS
     print(f'  ... {more} more sentence{"s" if more > 1 else ""} not printed (the first '
@@ -381,12 +402,32 @@ def _dimension(embedder: Embedder):
           if embedder.not_computed else embedder.dimension)
 
 
-def _printable(text: str) -> str:
-  """`text` as one line of the printed table: control and other unprintable characters (BEL,
-  ESC, a line break, zero-width ones) escaped (\\x07, \\x1b, \\u200b), as repr shows them."""
-  if text.isprintable():
-    return text
-  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def _cells(text: str) -> list[tuple[str, int]]:
+  """`text` as the printed table shows it, piece by piece with the columns each takes: control
+  and other unprintable characters (BEL, ESC, a line break, zero-width ones) escaped (\\x07,
+  \\x1b, \\u200b) as repr shows them, a wide character (CJK, most emoji) two columns, a
+  combining mark none."""
+  cells = []
+  for c in text:
+    if not c.isprintable():
+      escape = repr(c)[1:-1]
+      cells.append((escape, len(escape)))
+    else:
+      cells.append((c, 0 if unicodedata.combining(c) else
+                    2 if unicodedata.east_asian_width(c) in 'WF' else 1))
+  return cells
+
+
+def _column(cells: list[tuple[str, int]], width: int) -> str:
+  """`cells` cut to `width` columns (never inside an escape nor a wide character) and padded
+  to it: the rows' numbers line up whatever their scripts."""
+  out, used = [], 0
+  for piece, columns in cells:
+    if used + columns > width:
+      break
+    out.append(piece)
+    used += columns
+  return ''.join(out) + ' ' * (width - used)
 
 
 COMMAND = ('python -m bertjax.main --config=configs/embed.py[:init_from=DIR] '

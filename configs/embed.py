@@ -20,6 +20,8 @@ import sys
 
 import ml_collections
 
+from bertjax import config_check_jobs
+
 try:
   from configs import common
 except ImportError:  # Loaded by path (--config=<checkout>/configs/...) from another directory.
@@ -40,11 +42,6 @@ def get_config(arg=None):
   config.batch_size = 32  # Sentences per forward pass.
   config.vocab_file = ''  # The model's vocab where none lies beside it ('' = its own).
   config.input_file = ''  # Text file, one sentence per line ('-': standard input); '' = below.
-  config.sentences = (  # Embedded when input_file is empty; a tuple, so a flag can set it.
-      'The weather is lovely today.',
-      "It's so sunny outside!",
-      'He drove to the stadium.',
-      'A man is playing a guitar.',
-      'Someone plays an instrument on stage.',
-  )
+  # Embedded when input_file is empty (a tuple, so a flag can set it): five examples.
+  config.sentences = config_check_jobs.EMBED_EXAMPLES
   return config.lock()

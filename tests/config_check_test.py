@@ -406,7 +406,15 @@ def test_embeds_sentences_are_checked_with_the_config(sentences, message):
   with pytest.raises(ValueError) as e:
     config_check.check(config)
   assert str(e.value).startswith(message), str(e.value)
-  config.input_file = 'in.txt'  # Read instead: the sentences are not.
+  config.input_file = 'in.txt'  # Read instead: sentences beside it were ignored without a word.
+  if sentences:
+    with pytest.raises(ValueError, match=r'^config.sentences=.*: is set beside '
+                       'config.input_file=in.txt, which is read instead; drop one of them'):
+      config_check.check(config)
+  else:
+    config_check.check(config)
+  with config.ignore_type():
+    config.sentences = embed_config.get_config().sentences  # The examples: the default.
   config_check.check(config)
 
 

@@ -213,6 +213,17 @@ def test_many_sentences_print_a_capped_table_and_no_square_matrix(tmp_path, mini
   assert 'not written' not in out
 
 
+def test_the_printed_table_lines_up_in_any_script_and_cuts_no_escape(minilm_dir, capsys):
+  # The table cut sentences at 40 characters: a CJK row took 80 columns, a combining accent's
+  # row 20 (its numbers stood apart from the others'), and an escape was cut into '\x0'.
+  sentences = ('東京は晴れ' * 10, 'a' * 38 + '\x07 bell', 'e\u0301' * 45, 'short')
+  embed.run(_config(minilm_dir, sentences=sentences, max_seq_length=16), None)
+  table = [line for line in capsys.readouterr().out.splitlines() if line.startswith('  ')]
+  names = [line[:-27] for line in table]  # Four similarities of 6 characters, a space apart.
+  assert names == ['  ' + '東京は晴れ' * 4 + '  ', '  ' + 'a' * 38 + '    ',
+                   '  ' + 'e\u0301' * 40 + '  ', '  short' + ' ' * 35 + '  '], names
+
+
 @pytest.mark.parametrize('line', ['\u200b\u200b', '\x01'])
 def test_a_line_without_wordpieces_is_refused_as_predict_refuses_it(tmp_path, minilm_dir, line):
   source = tmp_path / 'in.txt'

@@ -4,6 +4,7 @@ on the real MiniLM (its pooling, normalisation and length read from the folder),
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,33 @@ def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
   with pytest.raises(ValueError, match="max_seq_length=1024 must be between 3 and the model's 512 "
                      'positions: pass one in that range, or 0'):
     embed.Embedder.from_pretrained(embed.default_checkpoint(), max_seq_length=1024)
+
+
+@pytest.mark.parametrize('argument, message', [
+    # normalize='no' normalised (a string is true); a float length failed at encode in a slice;
+    # a float batch ran; dtype='int8' was refused at the first encode, after the load.
+    ({'normalize': 'no'}, "normalize='no': pass True or False."),
+    ({'max_seq_length': 8.0}, "max_seq_length=8.0: pass a whole number, or None for the model's "
+     'own length.'),
+    ({'batch_size': 2.5}, 'batch_size=2.5: pass a whole number.'),
+    ({'batch_size': True}, 'batch_size=True: pass a whole number.'),
+    ({'batch_size': 0}, 'batch_size=0: at least 1.'),
+    ({'dtype': 'int8'}, "dtype='int8'; valid: float32, bfloat16."),
+])
+def test_an_argument_of_the_wrong_kind_is_refused_before_the_model_loads(
+    minilm, argument, message, monkeypatch):
+  monkeypatch.setattr(embed.sources, 'load', lambda *a, **k: pytest.fail('the model was loaded'))
+  with pytest.raises(ValueError, match=f'^{re.escape(message)}$'):
+    embed.Embedder.from_pretrained(embed.default_checkpoint(), **argument)
+  if 'dtype' not in argument:  # The constructor refuses them too.
+    kwargs = {'pooling': 'mean', 'normalize': True, 'max_seq_length': 16, 'batch_size': 4,
+              **argument}
+    with pytest.raises(ValueError, match=f'^{re.escape(message)}$'):
+      embed.Embedder(minilm.model_config, minilm.params, minilm.tokenizer, **kwargs)
+  numpy_kinds = embed.Embedder(minilm.model_config, minilm.params, minilm.tokenizer,
+                               normalize=np.bool_(True), max_seq_length=np.int64(16),
+                               batch_size=np.int32(2))
+  np.testing.assert_allclose(np.linalg.norm(numpy_kinds.encode(README[:3]), axis=1), 1, atol=1e-6)
 
 
 def test_what_is_not_a_list_of_sentences_is_named(minilm):
