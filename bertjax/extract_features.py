@@ -191,7 +191,8 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   and checked, the inputs read, their features written."""
   model = _checked_model(init, layers, max_seq_length, vocab_file, do_lower_case,
                          bert_config_file, step)
-  tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.')
+  tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.',
+                            casing_fix=_casing_fix)
   examples = read_examples(input_file, tok)
   pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
   encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
@@ -203,6 +204,12 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   # The loader's source is <checkpoints>/<step>.
   return Written(len(examples), int(files.name(model.source)) if from_run else None, len(cut),
                  tuple(cut[:_CUT_SHOWN]))
+
+
+def _casing_fix(lower: bool) -> str:
+  """What to pass where --do_lower_case contradicts the vocab's casing."""
+  return (f'pass --{"" if lower else "no"}do_lower_case for {"an uncased" if lower else "a cased"}'
+          " model, or drop the flag to read the model's own casing")
 
 
 def _checked_model(init: str, layers, max_seq_length: int, vocab_file: str,

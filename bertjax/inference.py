@@ -25,13 +25,15 @@ OUTPUTS = ('logits', 'hidden_states', 'pooled')
 POOLINGS = ('mean', 'cls', 'max')
 
 
-def tokenizer(model: bundle_lib.Bundle, missing: str):
+def tokenizer(model: bundle_lib.Bundle, missing: str, casing_fix=None):
   """The loaded model's tokenizer (its vocab and casing; the text lower-cased first where a
-  sentence-transformers model says so); FileNotFoundError(missing) without a vocab."""
+  sentence-transformers model says so); FileNotFoundError(missing) without a vocab;
+  `casing_fix(lower)`: what to pass where a casing given contradicts the vocab (None: the data
+  and training runs' settings)."""
   if not model.vocab_file:
     raise FileNotFoundError(missing)
   tok = vocab_files.for_model(model.vocab_file, model.do_lower_case,
-                              max_chars_per_word=model.max_chars_per_word)
+                              max_chars_per_word=model.max_chars_per_word, casing_fix=casing_fix)
   vocab_files.check_input_tokens(tok)  # [CLS] and [SEP]: one line, not a KeyError later.
   return _LowerCased(tok) if model.lowercase_input else tok
 

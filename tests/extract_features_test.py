@@ -99,7 +99,11 @@ def test_concat_last_four_layers_and_the_command_line(minilm_dir, tmp_path):
                          f'--input_file={tmp_path / "missing.txt"}',
                          f'--output_file={tmp_path / "o.jsonl"}', f'--init={minilm_dir}',
                          '--do_lower_case=false', '--overwrite'], capture_output=True, text=True)
-  assert proc.returncode == 1 and 'uncased vocab' in proc.stderr, proc.stderr[-2000:]
+  # The fix named is this command's flag (it named create_pretraining_data's and fine-tuning's).
+  assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].endswith(
+      "is an uncased vocab (no upper-case word tokens) but do_lower_case=False, so capitalised "
+      "words would become [UNK] or odd pieces: pass --do_lower_case for an uncased model, or "
+      "drop the flag to read the model's own casing"), proc.stderr[-2000:]
 
 
 def test_bad_layers_and_lengths_are_refused(minilm_dir, tmp_path):

@@ -53,7 +53,7 @@ class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
 
   def __init__(self, spm_model_file, do_lower_case=True, keep_accents=False,
-               never_split=(), check_casing=True):
+               never_split=(), check_casing=True, casing_fix=None):
     path = os.fspath(spm_model_file)
     missing = (f'SentencePiece model {path!r} does not exist: pass spm_model_file= the .model '
                'file shipped with the checkpoint')
@@ -64,7 +64,7 @@ class SentencePieceTokenizer:
     self.vocab, self.sp_model = sentencepiece_vocab(path, files.read_bytes(path))
     if check_casing:  # As for a vocab.txt: upper-case pieces mean a cased model.
       vocab_casing.validate_case_matches_vocab(self.vocab, do_lower_case,
-                                            f'SentencePiece model {path!r}')
+                                               f'SentencePiece model {path!r}', casing_fix)
     self.do_lower_case = do_lower_case
     self.keep_accents = keep_accents
     self.inv_vocab = {v: k for k, v in self.vocab.items()}

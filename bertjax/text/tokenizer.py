@@ -326,7 +326,8 @@ class FullTokenizer:
 
   def __init__(self, vocab_file, do_lower_case=True,
                max_input_chars_per_word=DEFAULT_MAX_INPUT_CHARS_PER_WORD,
-               never_split=(), unk_token='[UNK]', check_casing=True, vocab_name=''):
+               never_split=(), unk_token='[UNK]', check_casing=True, vocab_name='',
+               casing_fix=None):
     self.vocab_file = os.fspath(vocab_file)
     # How messages name the vocab: the file, or where the user's folder holds it (a vocab
     # read from a tokenizer.json is written to a cache file the user never named).
@@ -338,7 +339,8 @@ class FullTokenizer:
           f'{self.vocab_name} has no {unk_token!r} entry, which WordPiece emits '
           'for words it cannot cover: add it, or pass unk_token= the spelling your vocab uses')
     if check_casing:
-      vocab_casing.validate_case_matches_vocab(self.vocab, do_lower_case, self.vocab_name)
+      vocab_casing.validate_case_matches_vocab(self.vocab, do_lower_case, self.vocab_name,
+                                               casing_fix)
     self.do_lower_case = do_lower_case
     self.max_input_chars_per_word = max_input_chars_per_word
     self.unk_token = unk_token

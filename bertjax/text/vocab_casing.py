@@ -23,9 +23,11 @@ def _casing_fix(lower: bool) -> str:
           'create_pretraining_data, --config.data.do_lower_case=false for fine-tuning)')
 
 
-def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=_casing_fix):
+def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=None):
   """Raises ValueError when the casing of `vocab` contradicts `do_lower_case`; `fix(lower)`
-  says what to pass for the casing that reads it (lower: do_lower_case=True)."""
+  says what to pass for the casing that reads it (lower: do_lower_case=True) in the tool that
+  set it (None: the data and training runs' settings)."""
+  fix = fix or _casing_fix
   if do_lower_case and vocab_looks_cased(vocab):
     examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
     raise ValueError(
