@@ -35,6 +35,7 @@ from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import metric_names
 from bertjax.finetune.tasks import registry
 from bertjax.interop import init_from
+from bertjax.interop import placement
 from bertjax.interop import sources
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
@@ -367,8 +368,8 @@ def _read_model(s: job_setup.Setup, workdir: str, step, agreed) -> tuple[dict, i
   # nothing of the workdir written, cleaned or moved.
   model = _load(workdir, step, agreed)
   _say_how_best_was_ranked(model.source, step, cfg.checkpoint.best_metric)
-  params = init_from.place(
-      init_from.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
+  params = placement.place(
+      placement.encoder_layout_of(model.params, checkpoint.flatten(abstract.params),
                                   model.source),
       abstract.params, shardings.params, model.source, missing_hint=_EDITED_CONFIG,
       shape_hint=_EDITED_CONFIG)
