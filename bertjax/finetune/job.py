@@ -30,6 +30,7 @@ from bertjax.finetune import export_formats
 from bertjax.finetune import job_setup
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune import run_workdir
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import metric_names
@@ -167,8 +168,8 @@ def _set_up(config, workdir: str):
   rows_of = job_setup.layout(s)
   skipped = {}
   train_examples, train_features, _ = job_setup.featurized(s, 'train', True, skipped)
-  cfg.data.train_features_sha256 = run_config.features_digest(train_features)
-  run_config.check_training_features(cfg, workdir, cfg.data.train_features_sha256)
+  cfg.data.train_features_sha256 = run_data.features_digest(train_features)
+  run_data.check_training_features(cfg, workdir, cfg.data.train_features_sha256)
   if kinds.get(task.kind).example == 'texts':
     # Recorded in config.json: predict refuses a pair for a one-text model and the reverse.
     cfg.text_pairs = any(getattr(e, 'text_b', None) for e in train_examples)
@@ -180,7 +181,7 @@ def _set_up(config, workdir: str):
                      'any, are counted above).')
   eval_sets = {split: job_setup.featurized(s, split, False, skipped)
                for split in task.eval_splits}
-  run_config.record_held_out(cfg, eval_sets, task)
+  run_data.record_held_out(cfg, eval_sets, task)
   total_steps = job_setup.num_steps(cfg, num_train, workdir)
   job_setup.set_steps(cfg, total_steps)
   train_state.check_config(cfg, s.mesh, len(s.tokenizer.vocab))
@@ -196,7 +197,7 @@ def _train_and_evaluate(config, workdir: str) -> tuple[progress.Outcome, str, in
   # Hosts that read other copies of the data would train on other rows, or hang in a step.
   hosts.check_same_view(workdir, f'train features {cfg.data.train_features_sha256} '
                         f'({num_train}), {total_steps} steps, eval ' + ', '.join(
-                            f'{k} {run_config.features_digest(f)}' for k, (_, f, _) in
+                            f'{k} {run_data.features_digest(f)}' for k, (_, f, _) in
                             eval_sets.items()), what='the fine-tuning data', fix=(
                                 'give every host the same data: a bucket, or a folder all the '
                                 'hosts share'))
@@ -309,11 +310,11 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   run = run_config.trained_run(workdir)  # Its config.json, read once (None: no run there).
-  taken = run_config.follow_run_data(config, run)
+  taken = run_data.follow_run_data(config, run)
   if taken and jax.process_index() == 0:
     logging.info('reading the data as %s/config.json records it: %s', workdir,
                  ', '.join(f'{key}={value}' for key, value in taken.items()))
-  run_config.check_run_data_found(config, taken, workdir)
+  run_data.check_run_data_found(config, taken, workdir)
   if config.mode == 'eval' and config.data.get('test_file') and jax.process_index() == 0:
     logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
                     'split (mode=predict reads it)', config.data.test_file)
@@ -327,7 +328,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   splits = _splits_read(s.task, config.mode, splits)
   # Every split read first: its folder is chosen by what they hold too (scored_folders).
   read = {split: job_setup.featurized(s, split, False) for split in splits}
-  run_config.check_held_out(s.config, run, read, workdir, s.task)
+  run_data.check_held_out(s.config, run, read, workdir, s.task)
   out_dir, inputs = scored_folders.chosen(s.config, workdir, config.mode, read_step,
                                          {split: f for split, (_, f, _) in read.items()},
                                          [len(examples) for examples, _, _ in read.values()])

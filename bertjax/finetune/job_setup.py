@@ -21,6 +21,7 @@ from bertjax.finetune import batches
 from bertjax.finetune import export_formats
 from bertjax.finetune import kinds
 from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import task as task_lib
@@ -191,14 +192,14 @@ def setup(config, workdir: str = '') -> Setup:
   cfg.kind = task.kind  # Saved in config.json: what predict and export read the model as.
   cfg.labels = list(task.labels)
   cfg.version_2_with_negative = task.version_2
-  if run_config.records_training_data(cfg):  # Rows changed under a run are told on its resume.
-    cfg.data.train_sha256 = run_config.data_digest(cfg.data.train_file)
+  if run_data.records_training_data(cfg):  # Rows changed under a run are told on its resume.
+    cfg.data.train_sha256 = run_data.data_digest(cfg.data.train_file)
     if cfg.get('mode', 'train_eval') == 'train_eval' and cfg.data.get('eval_file'):
-      cfg.data.eval_sha256 = run_config.data_digest(cfg.data.eval_file, 'eval_file')
+      cfg.data.eval_sha256 = run_data.data_digest(cfg.data.eval_file, 'eval_file')
     if cfg.get('mode', 'train_eval') == 'train_eval' and cfg.data.get('test_file'):
       # What mode=predict of the run's own test file writes as predict_step_N; edited since,
       # its predictions go to a folder of their own (run_config.scored_folder).
-      cfg.data.test_sha256 = run_config.data_digest(cfg.data.test_file, 'test_file')
+      cfg.data.test_sha256 = run_data.data_digest(cfg.data.test_file, 'test_file')
   if run is not None:
     run_config.check_against_run(cfg, run, workdir)
   objective = kinds.objective(task.kind, model_cfg, len(task.labels), cfg.pooling,

@@ -17,6 +17,7 @@ from bertjax import console
 from bertjax import files
 from bertjax import processes
 from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune.tasks import registry
 from bertjax.finetune.tasks import user_tasks
 from bertjax.interop import init_from
@@ -57,7 +58,7 @@ def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
   # folder: its predictions would replace those of the test split, or of the file as it was.
   if field != 'predict_file' and scored == own and recorded is None:
     return f'{mode}_step_{step}'
-  digest = run_config.data_digest(scored, field)
+  digest = run_data.data_digest(scored, field)
   if field != 'predict_file' and scored == own and digest == recorded:
     return f'{mode}_step_{step}'
   first = files.name(user_tasks.expand(scored, field)[0])  # The file a glob matched.
@@ -84,7 +85,7 @@ def inputs_digest(features_of: dict) -> str:
   """sha256 over the features of each split scored ({split: features}), in order."""
   digest = hashlib.sha256()
   for split, features in features_of.items():
-    digest.update(f'{split} {run_config.features_digest(features)};'.encode())
+    digest.update(f'{split} {run_data.features_digest(features)};'.encode())
   return digest.hexdigest()
 
 

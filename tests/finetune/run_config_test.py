@@ -10,6 +10,7 @@ import pytest
 
 from bertjax.finetune import job_setup
 from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.interop import init_from
 from bertjax.pretraining_data import embedded
 from configs import finetune as finetune_config
@@ -172,18 +173,18 @@ def test_a_training_file_changed_under_a_run_is_refused(tmp_path):
   run, config = _user_run()
   config.unlock()  # As job_setup's copy of the config is.
   run['data']['train_file'] = config.data.train_file = str(train)
-  run['data']['train_sha256'] = run_config.data_digest(str(train))
-  assert run_config.records_training_data(config)
-  config.data.train_sha256 = run_config.data_digest(str(train))
+  run['data']['train_sha256'] = run_data.data_digest(str(train))
+  assert run_data.records_training_data(config)
+  config.data.train_sha256 = run_data.data_digest(str(train))
   run_config.check_against_run(config, run, '/runs/r')  # Unchanged: resumes.
   for rows in ('good,1\nbad,0\nfine,1\n', 'bad,0\ngood,1\n', 'good,1\nbad,1\n'):
     train.write_text('review,sentiment\n' + rows)
-    config.data.train_sha256 = run_config.data_digest(str(train))
+    config.data.train_sha256 = run_data.data_digest(str(train))
     with pytest.raises(ValueError, match=f"data.train_file '{train}' holds other rows than it "
                        r'did \(sha256 [0-9a-f]{12}\.\.\. vs [0-9a-f]{12}\.\.\.\): rows added'):
       run_config.check_against_run(config, run, '/runs/r')
   config.mode = 'predict'  # Predictions read no training rows: not computed, not compared.
-  assert not run_config.records_training_data(config)
+  assert not run_data.records_training_data(config)
 
 
 def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):

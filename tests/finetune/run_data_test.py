@@ -1,5 +1,5 @@
 """mode=eval and mode=predict of a run on a user's own files need nothing but --workdir: the
-data the run read, and how it read it, come from its config.json (run_config.follow_run_data);
+data the run read, and how it read it, come from its config.json (run_data.follow_run_data);
 a --workdir inside the run (a step of its checkpoints) is told the flags that read it."""
 
 import json
@@ -11,7 +11,7 @@ import log_records
 import pytest
 
 from bertjax.finetune import job
-from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
@@ -119,22 +119,22 @@ def test_only_what_the_user_left_unset_is_taken_from_the_run():
               format='tsv').to_dict()
   run['seed'] = 5
   config = _bare('eval', text_fields='other')
-  assert run_config.follow_run_data(config, run) == {
+  assert run_data.follow_run_data(config, run) == {
       'label_field': 'y', 'train_file': '/d/t.csv', 'format': 'tsv', 'seed': 5}
   assert config.data.text_fields == 'other'  # Said differing by check_against_run, not replaced.
   named = _bare('eval', eval_file='/d/e.csv')
-  assert run_config.follow_run_data(named, run) == {'text_fields': 'review', 'label_field': 'y'}
+  assert run_data.follow_run_data(named, run) == {'text_fields': 'review', 'label_field': 'y'}
   assert named.seed == 0 and named.data.format == ''  # Its own file's format, from its name.
   moved = _bare('eval', train_file='/e/t.csv')  # The run's file, moved: read as it was.
-  assert run_config.follow_run_data(moved, run) == {'text_fields': 'review', 'label_field': 'y',
+  assert run_data.follow_run_data(moved, run) == {'text_fields': 'review', 'label_field': 'y',
                                                     'seed': 5}
-  assert run_config.follow_run_data(_bare('train_eval'), run) == {}  # A resume: as given.
+  assert run_data.follow_run_data(_bare('train_eval'), run) == {}  # A resume: as given.
 
 
 def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_path):
   config = _bare('eval', train_file=str(tmp_path / 'reviews.csv'))
   with pytest.raises(FileNotFoundError) as raised:
-    run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
+    run_data.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
   assert str(raised.value) == (
       f'{tmp_path}/reviews.csv is gone (moved since the run trained?): the run read it as '
       'config.data.train_file (/w/run/config.json records it, and this eval named no data of its '
@@ -143,15 +143,15 @@ def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_pa
   (tmp_path / 'reviews.csv').mkdir()  # Session 55's hostile pass: said 'fix the path'.
   with pytest.raises(FileNotFoundError, match=re.escape(
       f'{tmp_path}/reviews.csv is a folder now: the run read it as config.data.train_file')):
-    run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
+    run_data.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
   (tmp_path / 'reviews.csv').rmdir()
   (tmp_path / 'reviews.csv').write_text('review,sentiment\n')
-  run_config.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
+  run_data.check_run_data_found(config, {'train_file': f'{tmp_path}/reviews.csv'}, '/w/run')
   # One glob of a comma list matching nothing now: it is named, not the whole list.
   config.data.train_file = f'{tmp_path}/reviews.csv,{tmp_path}/more-*.csv'
   with pytest.raises(FileNotFoundError, match=re.escape(
       f'{tmp_path}/more-*.csv is gone (moved since the run trained?): the run read it as')):
-    run_config.check_run_data_found(config, {'train_file': config.data.train_file}, '/w/run')
+    run_data.check_run_data_found(config, {'train_file': config.data.train_file}, '/w/run')
 
 
 def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(reviews_run):
@@ -239,7 +239,7 @@ def test_the_runs_own_file_edited_since_is_said_beside_its_folder(tmp_path, monk
   run = {'data': {'eval_file': str(tmp_path / 'ev.csv'), 'eval_sha256': 'a' * 64}}
   warned = log_records.recorded_warnings(monkeypatch, scored_folders)
   named = scored_folders.scored_folder(config, run, 'eval', 9)
-  digest = run_config.data_digest(str(tmp_path / 'ev.csv'), 'eval_file')
+  digest = run_data.data_digest(str(tmp_path / 'ev.csv'), 'eval_file')
   assert named == f'eval_step_9-ev.csv-{digest[:8]}'
   assert warned == [f'config.data.eval_file {tmp_path}/ev.csv was edited since the run trained '
                     f'(sha256 aaaaaaaaaaaa... then, {digest[:12]}... now): its scores go to '

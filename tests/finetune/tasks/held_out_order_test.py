@@ -45,7 +45,7 @@ def test_held_out_classification_rows_in_file_order(tmp_path):
 
 
 def test_the_digest_of_the_held_out_texts_ignores_the_cut_and_follows_the_draw(tmp_path):
-  """mode=eval compares it with the run's (run_config.check_held_out): a run trained with
+  """mode=eval compares it with the run's (run_data.check_held_out): a run trained with
   max_eval_examples=N and scored whole was not checked (session 56's leftover)."""
   train = tmp_path / 'train.jsonl'
   rows = [{'tokens': [f'word{i}', 'x'], 'tags': ['B-A' if i % 3 else 'O', 'O']} for i in range(40)]

@@ -10,7 +10,7 @@ import re
 import glue_files
 import pytest
 
-from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import data_reads
 from bertjax.finetune.tasks import registry
@@ -119,7 +119,7 @@ def test_a_predict_file_never_shares_the_test_splits_folder(tmp_path):
   config.data.predict_file = str(tmp_path / 'own.tsv')
   run = config.to_dict()  # Trained with it: its predictions still have a folder of their own.
   own = scored_folders.scored_folder(config, run, 'predict', 2)
-  digest = run_config.data_digest(str(tmp_path / 'own.tsv'), 'predict_file')
+  digest = run_data.data_digest(str(tmp_path / 'own.tsv'), 'predict_file')
   assert own == f'predict_step_2-own.tsv-{digest[:8]}'
   (tmp_path / 'own.tsv').write_text('index\tsentence\n0\tfine .\n')  # Edited: another folder.
   assert scored_folders.scored_folder(config, run, 'predict', 2) not in (own, 'predict_step_2')

@@ -11,6 +11,7 @@ import user_task_files
 
 from bertjax import predict_inputs
 from bertjax.finetune import run_config
+from bertjax.finetune import run_data
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import labelled_split
 from bertjax.finetune.tasks import registry
@@ -153,7 +154,7 @@ def _run_with_eval_file(tmp_path, rows):
   config = finetune_config.get_config('task=classification,size=tiny,batch=8')
   config.unlock()
   config.data.train_file, config.data.eval_file = '/data/reviews.csv', str(tmp_path / 'ev.csv')
-  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file)
+  config.data.eval_sha256 = run_data.data_digest(config.data.eval_file)
   return config.to_dict(), config
 
 
@@ -163,7 +164,7 @@ def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path)
   run_config.check_against_run(config, run, '/runs/r')  # The same file: resumes.
   (tmp_path / 'other.csv').write_text('text,label\nfine,a\n')
   config.data.eval_file = str(tmp_path / 'other.csv')
-  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file, 'eval_file')
+  config.data.eval_sha256 = run_data.data_digest(config.data.eval_file, 'eval_file')
   with pytest.raises(ValueError) as e:
     run_config.check_against_run(config, run, '/runs/r')
   assert (f"data.eval_file '{tmp_path}/ev.csv' (the run) vs '{tmp_path}/other.csv': its eval "
@@ -178,12 +179,12 @@ def test_a_resume_with_another_eval_file_or_its_rows_edited_is_refused(tmp_path)
   config.data.eval_file = str(tmp_path / 'nope-*.csv')
   with pytest.raises(FileNotFoundError, match=r'nope-\*.csv matches no file: check '
                      r'config.data.eval_file'):  # Was: check config.data.train_file.
-    run_config.data_digest(config.data.eval_file, 'eval_file')
+    run_data.data_digest(config.data.eval_file, 'eval_file')
   config.mode = 'eval'  # Scoring another file is what mode=eval is for.
   run_config.check_against_run(config, run, '/runs/r')
   config.mode, config.data.eval_file = 'train_eval', str(tmp_path / 'ev.csv')
   (tmp_path / 'ev.csv').write_text('text,label\ngood,a\nbad,a\n')
-  config.data.eval_sha256 = run_config.data_digest(config.data.eval_file)
+  config.data.eval_sha256 = run_data.data_digest(config.data.eval_file)
   with pytest.raises(ValueError, match=re.escape(f"data.eval_file '{tmp_path}/ev.csv' holds "
                                                  'other rows than it did')):
     run_config.check_against_run(config, run, '/runs/r')
@@ -214,16 +215,16 @@ def test_a_run_whose_unchanged_file_is_split_otherwise_now_is_told_so(tmp_path, 
   run['data'] |= {'train_sha256': 'a' * 64, 'train_features_sha256': 'b' * 64}
   monkeypatch.setattr(run_config, 'trained_run', lambda workdir: run)
   config.data.train_sha256 = 'a' * 64
-  run_config.check_training_features(config, '/runs/r', 'b' * 64)  # The same features: resumes.
+  run_data.check_training_features(config, '/runs/r', 'b' * 64)  # The same features: resumes.
   with pytest.raises(ValueError, match=r'its training files are the same bytes, which this '
                      r'version of bertjax reads, splits \(the examples held out for eval\) or '
                      r'tokenizes otherwise .* Resume it with that version, or fine-tune in '
                      r'another --workdir.$'):
-    run_config.check_training_features(config, '/runs/r', 'c' * 64)
+    run_data.check_training_features(config, '/runs/r', 'c' * 64)
   config.data.train_sha256 = 'd' * 64  # Other bytes: said as before.
   with pytest.raises(ValueError, match=r'its training files were changed, or read or tokenized '
                      r'otherwise. Restore the data'):
-    run_config.check_training_features(config, '/runs/r', 'c' * 64)
+    run_data.check_training_features(config, '/runs/r', 'c' * 64)
 
 
 def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
@@ -233,7 +234,7 @@ def test_an_eval_of_another_file_is_written_beside_the_runs_own(tmp_path):
   (tmp_path / 'b.csv').write_text('text,label\nfine,a\n')
   config.data.eval_file = str(tmp_path / 'b.csv')
   named = scored_folders.scored_folder(config, run, 'eval', 8)
-  digest = run_config.data_digest(str(tmp_path / 'b.csv'))
+  digest = run_data.data_digest(str(tmp_path / 'b.csv'))
   assert named == f'eval_step_8-b.csv-{digest[:8]}'
   (tmp_path / 'b.csv').write_text('text,label\nfine,b\n')  # Edited: another folder again.
   assert scored_folders.scored_folder(config, run, 'eval', 8) not in (named, 'eval_step_8')
@@ -253,7 +254,7 @@ def test_a_test_file_edited_or_a_part_of_the_eval_set_keeps_the_earlier_results(
   run, config = _run_with_eval_file(tmp_path, 'good,a\nbad,b\n')
   (tmp_path / 'tst.csv').write_text('text\ngood\nbad\n')
   config.data.test_file = str(tmp_path / 'tst.csv')
-  config.data.test_sha256 = run_config.data_digest(config.data.test_file, 'test_file')
+  config.data.test_sha256 = run_data.data_digest(config.data.test_file, 'test_file')
   run = config.to_dict()  # Trained with that test file, recorded as job_setup records it.
   assert scored_folders.scored_folder(config, run, 'predict', 2) == 'predict_step_2'
   (tmp_path / 'tst.csv').write_text('text\ngood\n')
