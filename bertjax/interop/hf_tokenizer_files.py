@@ -148,14 +148,58 @@ def check_tokenizer_settings(directory, present=None):
                        f'{json.dumps(value)} (do_lower_case {json.dumps(lower)}): bertjax\'s '
                        f'tokenizer, the original BERT\'s, {does}, so its ids would differ; this '
                        'model\'s tokenizer cannot be reproduced.')
-  model = json_beside(directory, 'tokenizer.json', present).get('model') or {}
+  settings = json_beside(directory, 'tokenizer.json', present)
+  model = settings.get('model') or {}
   prefix = model.get('continuing_subword_prefix', '##') if isinstance(model, dict) else '##'
+  if isinstance(model, dict) and model.get('type') == 'WordPiece':
+    _check_bert_splitting(directory, settings, lower)
   if model.get('type') == 'WordPiece' and prefix != '##':
     # Its continuations are spelled otherwise: bertjax's WordPiece would match none of them.
     raise ValueError(f'{files.join(directory, "tokenizer.json")}\'s WordPiece marks a word\'s '
                      f'continuing pieces with {json.dumps(prefix)}, not BERT\'s "##": bertjax\'s '
                      'tokenizer would read every word of several pieces as [UNK]; this model\'s '
                      'tokenizer cannot be reproduced.')
+
+
+# Pre-tokenizers that split text as the original BERT's BasicTokenizer does (whitespace, then
+# every punctuation character alone): the tokenizers library's BertPreTokenizer, alone or after
+# a WhitespaceSplit (which it repeats).
+_BERT_PRE_TOKENIZERS = ('BertPreTokenizer', 'WhitespaceSplit')
+
+
+def _check_bert_splitting(directory: str, settings: dict, lower: bool):
+  """Refuses a WordPiece tokenizer.json whose text is split or cleaned otherwise than BERT's:
+  a pre-tokenizer other than BertPreTokenizer (Whitespace keeps '...' whole, Metaspace and
+  ByteLevel mark spaces, none keeps a line whole) or a BertNormalizer that keeps control
+  characters, leaves CJK characters joined or strips accents apart from lower-casing. The
+  library's fast tokenizer (transformers 4, tokenizers) applies them as written, so the model
+  was trained on ids bertjax's tokenizer would not give."""
+  where = files.join(directory, 'tokenizer.json')
+  pre = settings.get('pre_tokenizer')
+  kinds = ([p.get('type') if isinstance(p, dict) else p for p in pre.get('pretokenizers') or []]
+           if isinstance(pre, dict) and pre.get('type') == 'Sequence' else
+           [pre.get('type') if isinstance(pre, dict) else pre])
+  if ('BertPreTokenizer' not in kinds or
+      any(kind not in _BERT_PRE_TOKENIZERS for kind in kinds)):
+    raise ValueError(f'{where}\'s pre_tokenizer is {json.dumps(pre)}, not BERT\'s '
+                     '(BertPreTokenizer: whitespace, then each punctuation character alone): the '
+                     'model was trained on words split otherwise than bertjax\'s tokenizer, the '
+                     'original BERT\'s, splits them, so its ids would differ; this model\'s '
+                     'tokenizer cannot be reproduced.')
+  normalizer = settings.get('normalizer')
+  if isinstance(normalizer, dict) and normalizer.get('type') == 'BertNormalizer':
+    accents = normalizer.get('strip_accents')
+    for field, value, wanted, does in (
+        ('clean_text', normalizer.get('clean_text', True), True,
+         'removes control characters and reads any whitespace as a space'),
+        ('handle_chinese_chars', normalizer.get('handle_chinese_chars', True), True,
+         'splits Chinese characters'),
+        ('strip_accents', accents, lower, 'strips accents exactly when it lower-cases')):
+      if value is not None and bool(value) != wanted:
+        casing = f' (lowercase {json.dumps(lower)})' if field == 'strip_accents' else ''
+        raise ValueError(f'{where}\'s BertNormalizer sets {field}: {json.dumps(value)}{casing}'
+                         f': bertjax\'s tokenizer, the original BERT\'s, {does}, so its ids '
+                         'would differ; this model\'s tokenizer cannot be reproduced.')
 
 
 def vocab_from_tokenizer_json(directory, present=None) -> str:

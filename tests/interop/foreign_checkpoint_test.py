@@ -258,6 +258,50 @@ def test_a_wordpiece_of_another_continuation_prefix_is_refused(tmp_path):
       read()
 
 
+@pytest.mark.parametrize('field, value, message', [
+    # Read by the fast tokenizer (transformers 4, the tokenizers library) as written: words split
+    # or cleaned otherwise than bertjax's tokenizer splits them, each read without a word.
+    ('pre_tokenizer', {'type': 'Whitespace'}, r'pre_tokenizer is \{"type": "Whitespace"\}, not '
+     "BERT's \\(BertPreTokenizer"),
+    ('pre_tokenizer', {'type': 'Metaspace', 'replacement': '_', 'prepend_scheme': 'always',
+                       'split': True}, 'pre_tokenizer is .*Metaspace'),
+    ('pre_tokenizer', None, 'pre_tokenizer is null, not BERT'),
+    ('normalizer.handle_chinese_chars', False, 'BertNormalizer sets handle_chinese_chars: false: '
+     "bertjax's tokenizer, the original BERT's, splits Chinese characters"),
+    ('normalizer.clean_text', False, 'BertNormalizer sets clean_text: false'),
+    ('normalizer.strip_accents', False, r'BertNormalizer sets strip_accents: false \(lowercase '
+     r'true\): .* strips accents exactly when it lower-cases'),
+])
+def test_a_tokenizer_json_that_splits_or_cleans_text_otherwise_is_refused(tmp_path, field, value,
+                                                                          message):
+  make(tmp_path)
+  path = tmp_path / 'tokenizer.json'
+  settings = json.loads(path.read_text())
+  *parents, name = field.split('.')
+  place = settings
+  for parent in parents:
+    place = place[parent]
+  assert (settings['pre_tokenizer'], settings['normalizer']['type']) == (
+      {'type': 'BertPreTokenizer'}, 'BertNormalizer')  # BERT's, which the folder had.
+  place[name] = value
+  path.write_text(json.dumps(settings))
+  for read in readers(tmp_path):
+    with pytest.raises(ValueError, match=message):
+      read()
+
+
+def test_a_tokenizer_json_that_splits_as_bert_does_is_read(tmp_path):
+  make(tmp_path)
+  path = tmp_path / 'tokenizer.json'
+  settings = json.loads(path.read_text())
+  settings['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [
+      {'type': 'WhitespaceSplit'}, {'type': 'BertPreTokenizer'}]}
+  settings['normalizer']['strip_accents'] = True  # Lower-cased: BERT strips accents too.
+  path.write_text(json.dumps(settings))
+  for read in readers(tmp_path):
+    read()
+
+
 def test_an_hf_export_keeps_the_fields_transformers_reads_that_bertjax_does_not_model(tmp_path):
   """pad_token_id 1 became 0 (transformers' training keeps that embedding row still) and
   classifier_dropout was dropped."""
