@@ -212,9 +212,15 @@ def check_head(config, workdir: str) -> tuple[str, str]:
   """(kind, pooling) of the run's head, known before any data is read, with
   config.export_format checked against them."""
   kind, run = export_formats.task_kind(config), run_config.trained_run(workdir)
-  pooling, found = run_config.resolve_pooling(
-      config, run, init_from.configured(config, loads_weights=run is None))
+  init_path = init_from.configured(config, loads_weights=run is None)
+  pooling, found = run_config.resolve_pooling(config, run, init_path)
   export_formats.check(config, kind, pooling, found, trained=run is not None)
+  if (run is None and pooling == 'cls' and kinds.get(kind).pooled
+      and init_from.pooling(init_path) == 'cls'):
+    # Standard BERT fine-tuning, but not what the sentence-transformers model was trained as.
+    logging.info('init_from %s is a sentence-transformers model whose embedding is the raw [CLS] '
+                 "state; the %s head reads BERT's pooler (dense + tanh over [CLS]), as BERT "
+                 'fine-tuning does, which sentence-transformers did not train', init_path, kind)
   return kind, pooling
 
 

@@ -2,6 +2,8 @@
 export_format that cannot, before any data is read or anything compiled."""
 
 import json
+import logging
+import shutil
 
 import config_fields
 import pytest
@@ -68,6 +70,25 @@ def test_export_format_that_cannot_hold_the_head_stops_before_any_data_is_read(
   config.mode, config.pooling = 'train_eval', 'cls'
   with pytest.raises(FileNotFoundError):
     job.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_a_cls_pooled_sentence_transformers_model_is_told_its_head_reads_the_pooler(
+    minilm_dir, tmp_path, caplog):
+  model = tmp_path / 'cls_model'
+  shutil.copytree(minilm_dir, model)
+  (model / '1_Pooling' / 'config.json').write_text(json.dumps(
+      {'word_embedding_dimension': 384, 'pooling_mode_cls_token': True,
+       'pooling_mode_mean_tokens': False, 'pooling_mode_max_tokens': False}))
+  told = (f'init_from {model} is a sentence-transformers model whose embedding is the raw [CLS] '
+          "state; the classification head reads BERT's pooler (dense + tanh over [CLS])")
+  with caplog.at_level(logging.INFO):
+    assert job_setup.check_head(_config(init_from=str(model)), '') == ('classification', 'cls')
+  assert any(r.getMessage().startswith(told) for r in caplog.records), caplog.text
+  caplog.clear()  # A token-level head pools nothing; mean pooling (MiniLM's own) is its own.
+  with caplog.at_level(logging.INFO):
+    job_setup.check_head(_config('tagging', init_from=str(model)), '')
+    assert job_setup.check_head(_config(init_from=str(minilm_dir)), '')[1] == 'mean'
+  assert 'raw [CLS]' not in caplog.text
 
 
 def test_a_format_that_cannot_hold_the_kind_names_those_that_can(tmp_path):
