@@ -125,21 +125,22 @@ def _check_length(max_seq_length: int, positions: int):
                       'own length (None in Python).')
 
 
-def _check_arguments(pooling, normalize, max_seq_length, batch_size, dtype):
-  """Refuses an argument of the wrong kind before any work (None: the model's own, where
-  from_pretrained reads it): a float length or batch failed at encode, normalize='no'
+def _check_arguments(pooling, normalize, max_seq_length, batch_size, dtype, own=True):
+  """Refuses an argument of the wrong kind before any work (None, where `own`: the model's
+  own, which from_pretrained reads): a float length or batch failed at encode, normalize='no'
   normalised (a string is true), dtype='int8' was refused at the first encode."""
-  if pooling is not None and pooling not in POOLINGS:
+  unset = (lambda value: value is None) if own else (lambda value: False)
+  if not unset(pooling) and pooling not in POOLINGS:
     raise ValueError(f'pooling={pooling!r}; valid: {", ".join(POOLINGS)}.')
-  if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+  if not unset(normalize) and not isinstance(normalize, (bool, np.bool_)):
     raise ValueError(f'normalize={normalize!r}: pass True or False.')
-  for name, value in (('max_seq_length', max_seq_length), ('batch_size', batch_size)):
-    if value is not None and (isinstance(value, (bool, np.bool_))
-                              or not isinstance(value, (int, np.integer))):
+  for name, value, may_be_own in (('max_seq_length', max_seq_length, own),
+                                  ('batch_size', batch_size, False)):
+    if not (may_be_own and value is None) and (isinstance(value, (bool, np.bool_))
+                                               or not isinstance(value, (int, np.integer))):
       raise ValueError(f'{name}={value!r}: pass a whole number' +
-                       (', or None for the model\'s own length.' if name == 'max_seq_length'
-                        else '.'))
-  if batch_size is not None and batch_size < 1:
+                       (", or None for the model's own length." if may_be_own else '.'))
+  if batch_size < 1:
     raise ValueError(f'batch_size={batch_size}: at least 1.')
   if dtype not in config_check.DTYPES:
     raise ValueError(f'dtype={dtype!r}; valid: {", ".join(config_check.DTYPES)}.')
@@ -150,7 +151,8 @@ class Embedder:
 
   def __init__(self, model_config, params, tok, *, pooling='mean', normalize=False,
                max_seq_length=128, batch_size=32, source='', prompt=''):
-    _check_arguments(pooling, normalize, max_seq_length, batch_size, model_config.dtype)
+    _check_arguments(pooling, normalize, max_seq_length, batch_size, model_config.dtype,
+                     own=False)
     _check_length(max_seq_length, model_config.max_position_embeddings)
     max_seq_length, batch_size, normalize = int(max_seq_length), int(batch_size), bool(normalize)
     self.model_config, self.params, self.tokenizer = model_config, params, tok

@@ -137,6 +137,7 @@ def test_what_a_user_gets_wrong_is_named(minilm, tmp_path):
     ({'batch_size': True}, 'batch_size=True: pass a whole number.'),
     ({'batch_size': 0}, 'batch_size=0: at least 1.'),
     ({'dtype': 'int8'}, "dtype='int8'; valid: float32, bfloat16."),
+    ({'batch_size': None}, 'batch_size=None: pass a whole number.'),
 ])
 def test_an_argument_of_the_wrong_kind_is_refused_before_the_model_loads(
     minilm, argument, message, monkeypatch):
@@ -146,8 +147,16 @@ def test_an_argument_of_the_wrong_kind_is_refused_before_the_model_loads(
   if 'dtype' not in argument:  # The constructor refuses them too.
     kwargs = {'pooling': 'mean', 'normalize': True, 'max_seq_length': 16, 'batch_size': 4,
               **argument}
+    message = message.replace(", or None for the model's own length.", '.')  # No model's own.
     with pytest.raises(ValueError, match=f'^{re.escape(message)}$'):
       embed.Embedder(minilm.model_config, minilm.params, minilm.tokenizer, **kwargs)
+  # The constructor takes no model's own (None) for what from_pretrained reads from one.
+  for argument, message in (({'pooling': None}, 'pooling=None; valid: mean, cls, max.'),
+                            ({'max_seq_length': None}, 'max_seq_length=None: pass a whole '
+                             'number.'), ({'normalize': None}, 'normalize=None: pass True or '
+                                          'False.')):
+    with pytest.raises(ValueError, match=f'^{re.escape(message)}$'):
+      embed.Embedder(minilm.model_config, minilm.params, minilm.tokenizer, **argument)
   numpy_kinds = embed.Embedder(minilm.model_config, minilm.params, minilm.tokenizer,
                                normalize=np.bool_(True), max_seq_length=np.int64(16),
                                batch_size=np.int32(2))
