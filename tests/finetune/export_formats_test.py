@@ -2,10 +2,10 @@
 export_format that cannot, before any data is read or anything compiled."""
 
 import json
-import logging
 import shutil
 
 import config_fields
+import log_records
 import pytest
 
 from bertjax.finetune import export_formats
@@ -73,7 +73,7 @@ def test_export_format_that_cannot_hold_the_head_stops_before_any_data_is_read(
 
 
 def test_a_cls_pooled_sentence_transformers_model_is_told_its_head_reads_the_pooler(
-    minilm_dir, tmp_path, caplog):
+    minilm_dir, tmp_path, monkeypatch):
   model = tmp_path / 'cls_model'
   shutil.copytree(minilm_dir, model)
   (model / '1_Pooling' / 'config.json').write_text(json.dumps(
@@ -81,14 +81,13 @@ def test_a_cls_pooled_sentence_transformers_model_is_told_its_head_reads_the_poo
        'pooling_mode_mean_tokens': False, 'pooling_mode_max_tokens': False}))
   told = (f'init_from {model} is a sentence-transformers model whose embedding is the raw [CLS] '
           "state; the classification head reads BERT's pooler (dense + tanh over [CLS])")
-  with caplog.at_level(logging.INFO):
-    assert job_setup.check_head(_config(init_from=str(model)), '') == ('classification', 'cls')
-  assert any(r.getMessage().startswith(told) for r in caplog.records), caplog.text
-  caplog.clear()  # A token-level head pools nothing; mean pooling (MiniLM's own) is its own.
-  with caplog.at_level(logging.INFO):
-    job_setup.check_head(_config('tagging', init_from=str(model)), '')
-    assert job_setup.check_head(_config(init_from=str(minilm_dir)), '')[1] == 'mean'
-  assert 'raw [CLS]' not in caplog.text
+  said = log_records.recorded_warnings(monkeypatch, job_setup, 'info')
+  assert job_setup.check_head(_config(init_from=str(model)), '') == ('classification', 'cls')
+  assert [line for line in said if line.startswith(told)], said
+  said.clear()  # A token-level head pools nothing; mean pooling (MiniLM's own) is its own.
+  job_setup.check_head(_config('tagging', init_from=str(model)), '')
+  assert job_setup.check_head(_config(init_from=str(minilm_dir)), '')[1] == 'mean'
+  assert not [line for line in said if 'raw [CLS]' in line], said
 
 
 def test_a_format_that_cannot_hold_the_kind_names_those_that_can(tmp_path):
