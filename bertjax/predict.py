@@ -36,6 +36,8 @@ text's windows, as eval reads it).
 
 import contextlib
 import json
+import math
+import numbers
 import sys
 import time
 
@@ -158,6 +160,13 @@ class Predictor:
       raise ValueError(f'--null_score_diff_threshold is the no-answer threshold of a model '
                        f'fine-tuned on SQuAD 2.0 files, and this run (task {self.run.get("task")}, '
                        f'a {self.kind} model) was not: drop it.')
+    if (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
+        or not math.isfinite(threshold)):
+      # nan never chose the null answer (its comparisons are false), as inf does: refused as
+      # mode=eval's config.data.null_score_diff_threshold is.
+      raise ValueError(f'--null_score_diff_threshold={threshold!r}: must be a finite number '
+                       "(the null score's margin over the best span's; mode=eval reports the "
+                       'best one).')
     self.data.null_score_diff_threshold = float(threshold)
 
   def predict(self, inputs, progress: job_lines.Progress | None = None, *,

@@ -179,8 +179,10 @@ def say_if_live(workdir: str, newest: int):
   """A reader's warning, once per job (eval resolves its step twice), where the run it reads
   trains now: its `newest` step is not its last."""
   if holder := live_holder(workdir):
-    console.warn_once('%s is training now (%s): its newest checkpoint, step %d, is read, '
-                      'not its final one', workdir, holder, newest)
+    # It may save another step before the reader lists them again: 'or a newer one', and the
+    # job's summary names the step read.
+    console.warn_once('%s is training now (%s): its newest checkpoint is read (step %d, or one '
+                      'saved since), not its final one', workdir, holder, newest)
 
 
 @contextlib.contextmanager

@@ -98,8 +98,8 @@ def test_a_reader_says_a_run_in_a_bucket_trains_now(gcs_bucket, monkeypatch):
   files.write_atomically(lock, json.dumps(holder))
   assert workdir_lock.live_holder(run) == 'pid 4242 on tpu-worker-0'
   checkpoint_reader.resolve_step(run, None)
-  assert lines == [f'{run} is training now (pid 4242 on tpu-worker-0): its newest checkpoint, '
-                   'step 2, is read, not its final one']
+  assert lines == [f'{run} is training now (pid 4242 on tpu-worker-0): its newest checkpoint '
+                   'is read (step 2, or one saved since), not its final one']
   # A lease run out (a lost VM), or a holder of this host that is gone: no run trains there.
   files.write_atomically(lock, json.dumps(holder | {'renewed': time.time() - 600}))
   assert workdir_lock.live_holder(run) == ''

@@ -272,6 +272,13 @@ def test_a_tuned_no_answer_threshold_is_kept_apart_and_reaches_predict(tmp_path)
                              data=ml_collections.ConfigDict({'null_score_diff_threshold': 0.0}))
   predict.Predictor.set_null_threshold(v2, -1.5)
   assert v2.data.null_score_diff_threshold == -1.5
+  # nan was taken, and answered every question (its comparisons are false), as inf does; eval's
+  # config.data.null_score_diff_threshold refuses them.
+  for threshold in (float('nan'), float('inf'), -float('inf'), True, '0.5'):
+    with pytest.raises(ValueError, match=r'^--null_score_diff_threshold=.*: must be a finite '
+                       "number \\(the null score's margin over the best span's"):
+      predict.Predictor.set_null_threshold(v2, threshold)
+  assert v2.data.null_score_diff_threshold == -1.5
   v1 = types.SimpleNamespace(run={'task': 'classification'}, kind='classification')
   with pytest.raises(ValueError, match=r'no-answer threshold of a model fine-tuned on SQuAD 2.0 '
                      r'files, and this run \(task classification, a classification model\) was '
