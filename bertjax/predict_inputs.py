@@ -40,17 +40,20 @@ def line_input(line: str, where: str, kind: str = '', text_pairs=None):
   """One line of predict's format (the command's, or a string given to Predictor.predict: both
   read it alike) as its input: the JSON object of a line that starts with `{`, else the raw
   text. A line that is a JSON array is refused (JSON lines hold one object per line)."""
-  stripped = line.lstrip()
+  # A byte-order mark opening any line is no text: files each written with one (Windows
+  # editors, Excel's UTF-8) and joined with cat hold one at every later file's first line,
+  # whose JSON was read as raw text and its syntax classified.
+  stripped = line.lstrip().removeprefix('\ufeff').lstrip()
   if stripped.startswith('['):  # Valid JSON there is an array; else raw text that starts with [.
     with contextlib.suppress(json.JSONDecodeError):
-      json.loads(line)
+      json.loads(stripped)
       raise ValueError(f'{where} is a JSON array, but predict reads one input per line (JSON '
                        'lines: one object per line, e.g. `jq -c ".[]" FILE`); for raw text '
                        f'that is one, pass it as {raw_text_as_json(kind, text_pairs)}.')
   if not stripped.startswith('{'):
     return line
   try:
-    return json.loads(line)
+    return json.loads(stripped)
   except json.JSONDecodeError as e:
     raise ValueError(f'{where}: not valid JSON ({text_files.json_error(e)}): a line that starts '
                      'with { is read as a JSON object of the task\'s fields, whole on its line '

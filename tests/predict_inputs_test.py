@@ -40,6 +40,22 @@ def test_jsonl_with_a_bom_and_a_raw_u2028_inside_a_string(tmp_path):
   assert predict_inputs.read_inputs(['\ufeff{"text": "x"}'], 'in') == [{'text': 'x'}]
 
 
+def test_a_bom_opening_a_later_line_is_no_part_of_it(tmp_path):
+  # Files each written with a BOM and joined with cat: the second's JSON line was read as raw
+  # text (its syntax classified, its tokens tagged), without a word.
+  first, second = tmp_path / 'a.jsonl', tmp_path / 'b.jsonl'
+  first.write_bytes('\ufeff{"text": "one"}\n'.encode())
+  second.write_bytes('\ufeff{"text": "two"}\n\ufeff[{"text": "three"}]\n'.encode())
+  joined = tmp_path / 'joined.jsonl'
+  joined.write_bytes(first.read_bytes() + second.read_bytes())
+  lines = text_files.read_text_lines(joined)
+  with pytest.raises(ValueError, match=rf'^{joined}:3 is a JSON array'):
+    predict_inputs.read_inputs(lines, str(joined))
+  assert predict_inputs.read_inputs(lines[:2], str(joined)) == [{'text': 'one'}, {'text': 'two'}]
+  assert predict_inputs.line_input(' \ufeff {"tokens": ["a"]}', 'in') == {'tokens': ['a']}
+  assert predict_inputs.line_input('\ufeffplain text', 'in') == '\ufeffplain text'  # Raw: as is.
+
+
 def test_blank_lines_stay_an_error_naming_the_line():
   with pytest.raises(ValueError, match=r'in.txt:2 is empty: one input per line'):
     predict_inputs.read_inputs(['a', '  ', 'b'], 'in.txt')
