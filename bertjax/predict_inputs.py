@@ -5,7 +5,6 @@ predict's line format: a line is raw text (`text`, `text_a ||| text_b`, `questio
 task's fields. Every error names the input (its line, or its index in a Python list) and the fix.
 """
 
-import contextlib
 import json
 
 from bertjax import text_files
@@ -45,20 +44,37 @@ def line_input(line: str, where: str, kind: str = '', text_pairs=None):
   # whose JSON was read as raw text and its syntax classified.
   stripped = line.lstrip().removeprefix('\ufeff').lstrip()
   if stripped.startswith('['):  # Valid JSON there is an array; else raw text that starts with [.
-    with contextlib.suppress(json.JSONDecodeError):
+    # Not JSON, however it fails (nested past Python's recursion limit, or a number past its
+    # digits limit, were tracebacks): raw text.
+    try:
       json.loads(stripped)
+      array = True
+    except (ValueError, RecursionError):
+      array = False
+    if array:
       raise ValueError(f'{where} is a JSON array, but predict reads one input per line (JSON '
                        'lines: one object per line, e.g. `jq -c ".[]" FILE`); for raw text '
                        f'that is one, pass it as {raw_text_as_json(kind, text_pairs)}.')
   if not stripped.startswith('{'):
     return line
   try:
-    return json.loads(stripped)
-  except json.JSONDecodeError as e:
-    raise ValueError(f'{where}: not valid JSON ({text_files.json_error(e)}): a line that starts '
+    item = json.loads(stripped)
+  except (ValueError, RecursionError) as e:
+    why = (text_files.json_error(e) if isinstance(e, json.JSONDecodeError) else
+           'nested too deep to read' if isinstance(e, RecursionError) else
+           'a number too long to read')
+    raise ValueError(f'{where}: not valid JSON ({why}): a line that starts '
                      'with { is read as a JSON object of the task\'s fields, whole on its line '
                      '(JSON lines, not a JSON document spread over lines); for raw text that '
                      f'starts with {{, pass it as {raw_text_as_json(kind, text_pairs)}.') from None
+  try:  # A lone surrogate (JSON's "\ud800") is no character: every output would fail to write.
+    json.dumps(item, ensure_ascii=False).encode('utf-8')
+  except UnicodeEncodeError as e:
+    half = e.object[e.start:e.end].encode('unicode_escape').decode()
+    raise ValueError(f'{where}: its JSON holds {half}, half of a UTF-16 surrogate pair and no '
+                     'character: write the character itself (or its pair, e.g. '
+                     '\\ud83d\\ude00).') from None
+  return item
 
 
 def raw_text_as_json(kind: str, text_pairs=None) -> str:

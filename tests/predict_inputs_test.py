@@ -223,3 +223,18 @@ def test_a_text_under_a_name_the_model_does_not_read_is_refused():
   pair = _reader('classification', text_fields='first,second')
   with pytest.raises(ValueError, match=r'\(text_b beside first, second\)'):
     pair(0, {'first': 'a', 'second': 'b', 'text_b': 'c'})
+
+
+def test_a_line_json_cannot_read_is_raw_text_or_refused_by_its_line():
+  # RecursionError and Python's digits limit escaped as tracebacks (or as advice to call
+  # sys.set_int_max_str_digits); a lone surrogate failed at the output, after all the work.
+  assert predict_inputs.line_input('[' * 1000 + ' great film', 'in:1') == '[' * 1000 + ' great film'
+  assert predict_inputs.line_input('[' + '9' * 5000 + ' is big', 'in:1').endswith(' is big')
+  for line, why in (('{"a":' * 100000 + '1' + '}' * 100000, 'nested too deep to read'),
+                    ('{"n": ' + '9' * 5000 + '}', 'a number too long to read')):
+    with pytest.raises(ValueError, match=rf'^in:1: not valid JSON \({why}\): a line that starts '):
+      predict_inputs.line_input(line, 'in:1')
+  with pytest.raises(ValueError, match=r'^in:1: its JSON holds \\ud800, half of a UTF-16 '
+                     'surrogate pair and no character'):
+    predict_inputs.line_input('{"tokens": ["John", "\\ud800x", "Paris"]}', 'in:1')
+  assert predict_inputs.line_input('{"text": "\\ud83d\\ude00 ok"}', 'in:1') == {'text': '😀 ok'}
