@@ -133,9 +133,10 @@ def _utf8_with_stray_nuls(head: bytes) -> bool:
 
 
 def text_but_nuls(head: bytes) -> bool:
-  """Whether a file's first bytes, which hold NULs, are UTF-8 text but for them (a scrape's
-  stray NULs: no control character else), not a binary file nor UTF-16/32."""
-  return (b'\x00' in head and not wide_encoding(head) and _utf8_with_stray_nuls(head) and
+  """Whether a file's first bytes, which hold NULs and which wide_encoding reads as no UTF-16/32
+  (its callers asked it first), are UTF-8 text but for them (a scrape's stray NULs: no control
+  character else), not a binary file."""
+  return (b'\x00' in head and _utf8_with_stray_nuls(head) and
           not _NOT_TEXT_BELOW_0100.search(head.replace(b'\x00', b'').decode('utf-8')))
 
 

@@ -215,8 +215,8 @@ def check_head(config, workdir: str) -> tuple[str, str]:
   init_path = init_from.configured(config, loads_weights=run is None)
   pooling, found = run_config.resolve_pooling(config, run, init_path)
   export_formats.check(config, kind, pooling, found, trained=run is not None)
-  if (run is None and pooling == 'cls' and kinds.get(kind).pooled
-      and init_from.pooling(init_path) == 'cls'):
+  # With no run, `found` is said only of init_from's sentence-transformers pooling.
+  if run is None and pooling == 'cls' and found and kinds.get(kind).pooled:
     # Standard BERT fine-tuning, but not what the sentence-transformers model was trained as.
     logging.info('init_from %s is a sentence-transformers model whose embedding is the raw [CLS] '
                  "state; the %s head reads BERT's pooler (dense + tanh over [CLS]), as BERT "
