@@ -11,6 +11,37 @@ __version__ = '0.1.0'
 STARTED = time.perf_counter()
 
 
+def _reopen_closed_standard_streams() -> frozenset[str]:
+  """A command started with a standard stream closed (`>&-`, `<&-`, `2>&-`, a daemon's start)
+  has it on /dev/null from here on, and the names of those it found closed. Left closed, Python
+  makes sys.stdout None (an AttributeError at the first line printed), and the next file opened
+  takes the free descriptor: what a C++ library writes to fd 2 would land in a checkpoint or an
+  output file. Readers of a closed stream refuse it (text_files.read_stdin_lines, predict's
+  stdout)."""
+  closed = set()
+  for fd, name, mode in ((0, 'stdin', os.O_RDONLY), (1, 'stdout', os.O_WRONLY),
+                         (2, 'stderr', os.O_WRONLY)):
+    try:
+      os.fstat(fd)
+      continue
+    except OSError:
+      closed.add(name)
+    opened = os.open(os.devnull, mode)
+    if opened != fd:
+      os.dup2(opened, fd)
+      os.close(opened)
+    if getattr(sys, name) is None:  # Python's own for a stream closed at its start.
+      stream = open(fd, 'r' if fd == 0 else 'w', closefd=False, encoding='utf-8',  # pylint: disable=consider-using-with
+                    errors='backslashreplace')
+      setattr(sys, name, stream)
+      setattr(sys, f'__{name}__', stream)
+  return frozenset(closed)
+
+
+# The standard streams this process started with closed (now on /dev/null).
+CLOSED_STREAMS = _reopen_closed_standard_streams()
+
+
 def _load_triton_before_tensorflow():
   """PyPI's Linux torch ships triton, whose native library crashes the process (SIGSEGV, no
   message) when it is loaded after TensorFlow's (seen: TF 2.21, triton 3.7, Python 3.12):

@@ -49,6 +49,7 @@ import jax
 import ml_collections
 import numpy as np
 
+import bertjax
 from bertjax import command_flags
 from bertjax import console
 from bertjax import files
@@ -370,7 +371,12 @@ def main(argv):
                    'for the standard stream.')
     if FLAGS[name].value == '-':
       FLAGS[name].value = ''
-
+  for name, stream, closed, use in (
+      ('output_file', 'stdout', 'output is closed (started with >&-)', 'predictions are written'),
+      ('input_file', 'stdin', 'input is closed (started with <&-)', 'inputs are read')):
+    if not FLAGS[name].value and stream in bertjax.CLOSED_STREAMS:
+      console.fail(f'error: standard {closed}, where the {use} without --{name}: pass '
+                   f'--{name}=FILE.')
   console.exit_on_interrupt(console.nothing_written(
       'nothing was written (predictions are written whole or not at all)'), terminate=True)
   start = time.perf_counter()

@@ -10,6 +10,7 @@ import shlex
 import sys
 import unicodedata
 
+import bertjax
 from bertjax import compressed_text
 from bertjax import files
 
@@ -231,6 +232,9 @@ def json_error(e) -> str:
 def read_stdin_lines() -> list[str]:
   """The lines of standard input, read as UTF-8 whatever the locale (split_lines' rules); gzip,
   bzip2 or xz decompressed (`cat in.txt.gz | ...`)."""
+  if 'stdin' in bertjax.CLOSED_STREAMS:  # Read as empty, the error would blame the inputs.
+    raise ValueError('standard input is closed (started with <&-), where the inputs were to be '
+                     'read: pass them as a file, or pipe them in (cat inputs.txt | ...).')
   return _utf8_lines(compressed_text.decompressed_stream(sys.stdin.buffer.read(), '<stdin>'),
                      '<stdin>')
 

@@ -4,9 +4,11 @@ fields; its command line: the JSON lines as before and the summary line, off std
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import jax
 import ml_collections
@@ -255,6 +257,63 @@ def test_predictions_on_stdout_to_a_full_disk_say_so(fine_tuned_sst2):
       'is cut short; free space there or pass an --output_file on another disk.')
 
 
+def _closed(stream: int, *args, **kwargs) -> subprocess.CompletedProcess:
+  """`python ...` started with standard stream `stream` closed (as `N>&-` starts it)."""
+  kwargs = {'stdout': subprocess.PIPE if stream != 1 else None,
+            'stderr': subprocess.PIPE if stream != 2 else None,
+            'stdin': subprocess.DEVNULL if stream else None} | kwargs
+  return subprocess.run(['bash', '-c', f'exec "$@" {stream}>&-', 'bash', sys.executable, *args],
+                        text=True, timeout=300, check=False, cwd=REPO, **kwargs)
+
+
+def test_a_command_started_with_a_standard_stream_closed_has_it_on_devnull(tmp_path):
+  """Helper-172's pass on predict: `>&-` and `<&-` gave AttributeError tracebacks (Python makes
+  sys.stdout None), and the next file opened took the free descriptor, where a C++ library's
+  stderr lines would land."""
+  report = tmp_path / 'report.json'
+  code = ('import json, os, sys, bertjax\n'
+          'print("a line to nowhere"); sys.stderr.write("and another\\n")\n'
+          'fd = os.open(os.devnull, os.O_RDONLY)\n'
+          f'open({str(report)!r}, "w").write(json.dumps([sorted(bertjax.CLOSED_STREAMS), fd, '
+          'sys.stdin.read()]))\n')
+  for stream, name in ((0, 'stdin'), (1, 'stdout'), (2, 'stderr')):
+    result = _closed(stream, '-c', code)
+    assert result.returncode == 0, result.stderr
+    closed, fd, read = json.loads(report.read_text())
+    assert closed == [name] and fd > 2 and read == ''
+  from bertjax import text_files  # pylint: disable=g-import-not-at-top
+  with mock.patch('bertjax.CLOSED_STREAMS', frozenset({'stdin'})):
+    with pytest.raises(ValueError, match=r'^standard input is closed \(started with <&-\), where '
+                       r'the inputs were to be read: pass them as a file'):
+      text_files.read_stdin_lines()
+
+
+def test_predict_refuses_a_closed_stream_it_would_use_and_works_without_stderr(fine_tuned_sst2,
+                                                                              tmp_path):
+  workdir, _ = fine_tuned_sst2
+  source = tmp_path / 'in.txt'
+  source.write_text('\n'.join(SENTENCES) + '\n')
+  out = tmp_path / 'out.jsonl'
+  predict_args = ('-m', 'bertjax.predict', f'--workdir={workdir}')
+  result = _closed(1, *predict_args, f'--input_file={source}')
+  assert result.returncode == 1
+  assert result.stderr.splitlines()[-1] == (
+      'error: standard output is closed (started with >&-), where the predictions are written '
+      'without --output_file: pass --output_file=FILE.'), result.stderr
+  result = _closed(0, *predict_args, f'--output_file={out}')
+  assert result.returncode == 1 and not out.exists()
+  assert result.stderr.splitlines()[-1] == (
+      'error: standard input is closed (started with <&-), where the inputs are read without '
+      '--input_file: pass --input_file=FILE.'), result.stderr
+  # stderr closed (`2>&-`): console.exit_on_interrupt's os.dup(2) ended it with status 1 and
+  # nothing written.
+  result = _closed(2, *predict_args, f'--input_file={source}', f'--output_file={out}')
+  assert result.returncode == 0 and result.stdout.splitlines()[-1].startswith('predict finished')
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  want = predict.Predictor.from_workdir(workdir).predict(SENTENCES)
+  assert rows == [predict.jsonl_row('classification', r) for r in want]
+
+
 def test_a_context_without_wordpieces_gets_no_answer_and_no_score():
   """A zero-width space has no wordpiece, so the context has no window: alone it left predict
   no rows to run (a crash), beside another line it got '' with score 1.0 (full confidence in
@@ -351,21 +410,24 @@ def test_a_hand_edited_pooling_or_activation_in_config_json_is_refused(fine_tune
   recorded = json.loads((run / 'config.json').read_text())
   assert recorded['pooling'] == 'cls'
   # Session 53's hostile pass: max_seq_length (32 -> 16) too, scoring other windows.
-  length = recorded['data']['max_seq_length']
   # Session 54's export pass: kind (classification -> regression) blamed the checkpoint.
+  # Session 60 (helper-172's pass on predict): the tokenization (a word's character limit, the
+  # windows of a text, the casing) and the task edited were read without a word.
+  data = recorded['data']
   for field, value in (('pooling', 'mean'), ('model.hidden_act', 'relu'),
-                       ('data.max_seq_length', length // 2), ('kind', 'regression')):
+                       ('data.max_seq_length', data['max_seq_length'] // 2),
+                       ('kind', 'regression'), ('task', 'cola'),
+                       ('data.max_chars_per_word', data['max_chars_per_word'] // 2),
+                       ('data.max_windows', data['max_windows'] + 2),
+                       ('data.do_lower_case', not data['do_lower_case'])):
     edited = json.loads(json.dumps(recorded))
-    if '.' not in field:
-      edited[field] = value
-    else:
-      section, key = field.split('.')
-      edited[section][key] = value
+    section, key = field.split('.') if '.' in field else (None, field)
+    saved = (edited[section] if section else edited)[key]
+    (edited[section] if section else edited)[key] = value
     (run / 'config.json').write_text(json.dumps(edited))
-    with pytest.raises(ValueError, match=rf"was saved with {field}=('cls'|'gelu'|{length}|"
-                       rf"'classification'), but "
-                       rf"the run's config.json says '?{value}'?: config.json was edited or is "
-                       r"another run's; restore the one the run wrote.$"):
+    with pytest.raises(ValueError, match=re.escape(
+        f"was saved with {field}={saved!r}, but the run's config.json says {value!r}: "
+        "config.json was edited or is another run's; restore the one the run wrote.") + '$'):
       predict.Predictor.from_workdir(run)
   (run / 'config.json').write_text(json.dumps(recorded))
   assert predict.Predictor.from_workdir(run).predict(['a fine film']) == want

@@ -104,18 +104,22 @@ def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
 
 
 def _check_run_record(run: dict, meta: dict, step: str):
-  """Refuses a run's config.json whose model function, pooling or length differs from what the
-  checkpoint was saved with (its meta): an edited record (pooling mean for cls, hidden_act relu
-  for gelu, max_seq_length 16 for 32, kind regression for classification) gave other outputs
-  from the same weights, without a word (Predictor builds from it)."""
+  """Refuses a run's config.json whose model function, pooling, task, length or tokenization
+  differs from what the checkpoint was saved with (its meta): an edited record (pooling mean
+  for cls, hidden_act relu for gelu, max_seq_length 16 for 32, kind regression for
+  classification, max_chars_per_word, max_windows) gave other outputs from the same weights,
+  without a word (Predictor builds from it)."""
   recorded = run.get('model') if isinstance(run.get('model'), dict) else {}
   pairs = [(f'model.{k}', recorded[k], meta['model'][k]) for k in init_from.ARCHITECTURE_FIELDS
            if k in recorded and k in meta['model']]
-  pairs += [(name, run[name], meta[name]) for name in ('kind', 'pooling')
+  pairs += [(name, run[name], meta[name]) for name in ('kind', 'pooling', 'task')
             if name in meta and name in run]
   data = run.get('data') if isinstance(run.get('data'), dict) else {}
   if 'max_seq_length' in meta and 'max_seq_length' in data:  # Older steps have no record.
     pairs.append(('data.max_seq_length', data['max_seq_length'], meta['max_seq_length']))
+  saved_data = meta.get('data') if isinstance(meta.get('data'), dict) else {}
+  pairs += [(f'data.{k}', data.get(k), saved_data[k]) for k in saved_data if data]  # A field
+  # dropped is an edit too: its reader's default may not be what the run had.
   for name, said, saved in pairs:
     if said != saved:
       raise ValueError(f"{step} was saved with {name}={saved!r}, but the run's config.json says "

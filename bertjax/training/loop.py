@@ -190,6 +190,11 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   return metrics
 
 
+# The fields of a fine-tuning run's config.data that decide its inputs beside max_seq_length,
+# kept in each step's meta (interop/sources.py refuses a config.json that says otherwise).
+RECORDED_TOKENIZATION = ('do_lower_case', 'max_chars_per_word', 'max_windows')
+
+
 def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
@@ -201,8 +206,11 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
           **({'labels': list(config.labels)} if config.get('labels') else {}),
           **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
           **({'kind': config.kind} if config.get('task') and config.get('kind') else {}),
-          # A fine-tuned model's input length (predict reads it from config.json).
-          **({'max_seq_length': config.data.max_seq_length} if config.get('task') else {}),
+          # A fine-tuned model's input length and tokenization (predict reads them from
+          # config.json: an edit there would change its inputs without a word).
+          **({'max_seq_length': config.data.max_seq_length, 'task': config.task,
+              'data': {k: config.data[k] for k in RECORDED_TOKENIZATION if k in config.data}}
+             if config.get('task') else {}),
           **({} if standing is None else {'ranking': standing})}
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
