@@ -22,6 +22,7 @@ import re
 
 from absl import logging
 
+from bertjax import console
 from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
@@ -299,26 +300,38 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
 
 
 def _say_if_stopped_early(directory, asking: Asking):
-  """Where a run stopped early or trains now, its newest step is not its result: says so."""
+  """Where a run stopped early, stopped before it finished (preempted, interrupted, killed) or
+  trains now, its newest step is not its result: says so."""
   workdir, available = _workdir_of(directory), steps(directory)
+  live = False
   if available:
-    workdir_lock.say_if_live(workdir, available[-1])
+    live = workdir_lock.say_if_live(workdir, available[-1])
     run_files.say_newest_gone_to_reader(workdir, available[-1])
   run = last_run_config(workdir)
-  if not available or not isinstance(run, dict) or not run.get('early_stopping_patience'):
+  if not available or not isinstance(run, dict) or live:
     return
-  try:
-    standing = checkpoint_step.read_meta(
-        files.join(directory, str(available[-1]))).get('ranking') or {}
-    history = run_files.eval_history(workdir, available[-1])
-  except (OSError, ValueError):
-    return  # What reads the step says what is wrong with it.
-  metric, mode = standing.get('metric'), standing.get('mode')
-  why = metric and ranking.early_stop(run, history, metric, mode, run['early_stopping_patience'])
-  best = ranking.since_best(history, metric, mode, run)[0] if why else None
-  if best is not None and best != available[-1]:
-    logging.warning('%s stopped %s: %s=latest reads its last step, %d; %s=best reads step %d',
-                    workdir, why, asking.step, available[-1], asking.step, best)
+  why = None
+  if run.get('early_stopping_patience'):
+    try:
+      standing = checkpoint_step.read_meta(
+          files.join(directory, str(available[-1]))).get('ranking') or {}
+      history = run_files.eval_history(workdir, available[-1])
+    except (OSError, ValueError):
+      return  # What reads the step says what is wrong with it.
+    metric, mode = standing.get('metric'), standing.get('mode')
+    why = metric and ranking.early_stop(run, history, metric, mode, run['early_stopping_patience'])
+    best = ranking.since_best(history, metric, mode, run)[0] if why else None
+    if best is not None and best != available[-1]:
+      logging.warning('%s stopped %s: %s=latest reads its last step, %d; %s=best reads step %d',
+                      workdir, why, asking.step, available[-1], asking.step, best)
+  total, saved = run.get('num_train_steps'), run_files.newest_saved(workdir)
+  if (not why and isinstance(total, int) and not isinstance(total, bool)
+      and available[-1] < total and (saved is None or saved <= available[-1])):  # Else its
+    # newer steps were deleted, moved or found damaged: said above or as they were.
+    console.warn_once('%s stopped at step %d of its %d, before it finished (preempted, '
+                      'interrupted or killed), and its newest checkpoint is read: rerun its '
+                      'command to finish it, or pass %s=%d to read this step without this '
+                      'warning', workdir, available[-1], total, asking.step, available[-1])
 
 
 def step_path(path, step, asking: Asking = COMMAND_FLAGS) -> str:

@@ -118,13 +118,19 @@ def say_newest_gone_to_reader(workdir, newest: int):
                     'the newest', workdir, saved, SAVED, folder, newest, newest)
 
 
+def newest_saved(workdir) -> int | None:
+  """The newest step SAVED records (None: no record, or a damaged one: the next save rewrites
+  it, and the steps present are resumed either way)."""
+  recorded = _read_json(files.join(workdir, SAVED))
+  saved = recorded.get('newest_step') if isinstance(recorded, dict) else None
+  return saved if isinstance(saved, int) and not isinstance(saved, bool) else None
+
+
 def _newer_saved(workdir, names, newest: int) -> int | None:
   """The newest step SAVED records where it is newer than `newest` (and was not moved aside
   as unreadable, which was said when it was); else None."""
-  recorded = _read_json(files.join(workdir, SAVED))
-  # Damaged: the next save rewrites it, and the steps present are resumed either way.
-  saved = recorded.get('newest_step') if isinstance(recorded, dict) else None
-  if (not isinstance(saved, int) or saved <= newest
+  saved = newest_saved(workdir)
+  if (saved is None or saved <= newest
       or any(n.startswith(f'{saved}.unreadable-') for n in names)):
     return None
   return saved

@@ -175,14 +175,16 @@ def live_holder(workdir: str) -> str:
   return ''
 
 
-def say_if_live(workdir: str, newest: int):
+def say_if_live(workdir: str, newest: int) -> bool:
   """A reader's warning, once per job (eval resolves its step twice), where the run it reads
-  trains now: its `newest` step is not its last."""
+  trains now: its `newest` step is not its last. Whether it does."""
   if holder := live_holder(workdir):
     # It may save another step before the reader lists them again: 'or a newer one', and the
     # job's summary names the step read.
     console.warn_once('%s is training now (%s): its newest checkpoint is read (step %d, or one '
                       'saved since), not its final one', workdir, holder, newest)
+    return True
+  return False
 
 
 @contextlib.contextmanager

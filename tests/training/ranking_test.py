@@ -85,3 +85,43 @@ def test_a_reader_of_a_run_training_now_says_its_newest_step_is_not_its_last(tmp
     checkpoint_reader.resolve_step(tmp_path, 2)  # A step asked by number: nothing to say.
   assert lines == [f'{tmp_path} is training now (pid {os.getpid()}): its newest checkpoint '
                    'is read (step 2, or one saved since), not its final one']
+
+
+def test_a_reader_of_a_run_stopped_before_it_finished_says_so(tmp_path, monkeypatch):
+  """Helper-172's pass on predict: a run preempted, interrupted or killed before its last step
+  was read from without a word (one training now, or stopped early, is said)."""
+  import log_records  # noqa: PLC0415
+
+  from bertjax import console  # noqa: PLC0415
+  _save_ranked(tmp_path, {1: 0.5, 2: 0.6})
+  recorded = json.loads((tmp_path / 'config.json').read_text())
+  logs = [log_records.recorded_warnings(monkeypatch, module)
+          for module in (console, checkpoint_reader, run_files)]
+
+  def said(total, patience=0, step=None, saved=None):
+    (tmp_path / 'config.json').write_text(json.dumps(
+        {**recorded, 'num_train_steps': total, 'early_stopping_patience': patience}))
+    (tmp_path / run_files.SAVED).unlink(missing_ok=True)
+    if saved is not None:
+      run_files.write_json(tmp_path / run_files.SAVED, {'newest_step': saved})
+    for lines in logs:
+      lines.clear()
+    monkeypatch.setattr(console, '_WARNED', set())
+    assert checkpoint_reader.resolve_step(tmp_path, step) == step  # None: the newest.
+    return [line for lines in logs for line in lines]
+
+  assert said(5) == [f'{tmp_path} stopped at step 2 of its 5, before it finished (preempted, '
+                     'interrupted or killed), and its newest checkpoint is read: rerun its '
+                     'command to finish it, or pass --step=2 to read this step without this '
+                     'warning']
+  assert said(5, saved=2) == said(5)  # Its record of saves agrees.
+  assert said(2) == said(2, saved=2) == []  # Finished.
+  assert said(5, step=2) == []  # The step asked for by number.
+  # Stopped early (no better loss in 1 eval): its own line where best is not newest, not this.
+  assert said(5, patience=1) == [
+      f'{tmp_path} stopped early: loss did not improve for 1 evaluation after step 1, its best '
+      '(0.5): --step=latest reads its last step, 2; --step=best reads step 1']
+  # Newer steps saved and gone: that is said, not a stop before the end.
+  assert [line.split(':')[0] for line in said(5, saved=4)] == [
+      f'{tmp_path} saved checkpoints up to step 4 ({run_files.SAVED}) but {tmp_path}/checkpoints '
+      'holds none after step 2']
