@@ -36,7 +36,31 @@ def held(output: str, tool: str, busy: str, flag: str = '--output_file'):
       yield
     return
   folder = os.path.dirname(output)
+  # The folders this run makes for its output: removed again where it ends with them empty (a
+  # run refused by its checks, failed or interrupted leaves no empty tree behind).
+  made = [p for p in files.folders_up(folder) if p not in ('', '.') and  # local: its folders
+          not os.path.exists(p)]  # local: its folders
   files.makedirs(folder)
+  try:
+    with console.at_interrupt(lambda: _remove_if_empty(made)):
+      with _held_local(output, folder, tool, busy, flag):
+        yield
+  finally:
+    _remove_if_empty(made)
+
+
+def _remove_if_empty(made: list[str]):
+  """Removes the folders in `made` (the deepest first) while they are empty."""
+  for path in made:
+    try:
+      os.rmdir(path)  # local: a folder this run made, empty
+    except OSError:
+      return
+
+
+@contextlib.contextmanager
+def _held_local(output: str, folder: str, tool: str, busy: str, flag: str):
+  """held() for a local output whose `folder` exists: a flock on a hidden file beside it."""
   lock_path = os.path.join(folder, processes.hidden_prefix(os.path.basename(output)) + 'lock')
   # The lock file this run opened, for an interrupt that comes at any point (from the watcher
   # thread, the main thread going on meanwhile: `guard` keeps its removal and `finally`'s apart).

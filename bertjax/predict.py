@@ -80,8 +80,11 @@ class Predictor:
 
   def __init__(self, run: dict, params, vocab_file: str, batch_size: int = 32,
                step: int | None = None):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, numbers.Integral):
+      raise ValueError(f'batch_size={batch_size!r}: inputs per forward pass, a whole number.')
+    if batch_size < 1:
       raise ValueError(f'batch_size={batch_size!r}: inputs per forward pass, at least 1.')
+    batch_size = int(batch_size)  # numpy's too (a value read from an array).
     self.run = run
     self.step = step  # The checkpoint step the params are from (None: given directly).
     self.kind = run['kind']

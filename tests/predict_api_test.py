@@ -139,6 +139,12 @@ def test_what_a_user_gets_wrong_is_named(fine_tuned_sst2, tmp_path):
       predictor.step)
   with pytest.raises(ValueError, match='batch_size=0: inputs per forward pass, at least 1'):
     predict.Predictor.from_workdir(workdir, batch_size=0)
+  # Helper-172's pass: numpy's 4 was refused as 'at least 1'.
+  assert predict.Predictor.from_workdir(workdir, batch_size=np.int64(4)).batch_size == 4
+  for wrong in (2.0, True, np.bool_(True), '4'):
+    with pytest.raises(ValueError, match=f'^batch_size={wrong!r}: inputs per forward pass, a '
+                       r'whole number\.$'):
+      predict.Predictor.from_workdir(workdir, batch_size=wrong)
   # A pre-training run's workdir: refused by its config, before any checkpoint is read.
   pretrain = tmp_path / 'pretrain'
   shutil.copytree(workdir, pretrain)
@@ -217,14 +223,19 @@ def test_the_command_line_ends_with_its_summary_line(fine_tuned_sst2, tmp_path):
   assert rows == [predict.jsonl_row('classification', r) for r in want]
 
 
-def test_the_command_line_names_its_flags_where_python_names_keywords(fine_tuned_sst2):
+def test_the_command_line_names_its_flags_where_python_names_keywords(fine_tuned_sst2,
+                                                                        tmp_path):
   """bertjax.predict loads through the same checks as Predictor.from_workdir, whose errors name
-  its keywords (step=7): the command's say --step=7."""
+  its keywords (step=7): the command's say --step=7. Helper-172's pass: the folders made for
+  --output_file stayed behind, empty, after a refusal."""
   workdir, _ = fine_tuned_sst2
-  result = _predict_cli(f'--workdir={workdir}', '--step=7', stdin='x\n')
+  (tmp_path / 'kept').mkdir()
+  result = _predict_cli(f'--workdir={workdir}', '--step=7',
+                        f'--output_file={tmp_path}/kept/new/deeper/out.jsonl', stdin='x\n')
   assert result.returncode != 0
   assert result.stderr.strip().splitlines()[0].startswith(
       f'error: --step=7: {workdir}/checkpoints has no checkpoint step 7'), result.stderr
+  assert sorted(p.name for p in tmp_path.rglob('*')) == ['kept']
 
 
 def test_predictions_on_stdout_stay_pure_json_lines(fine_tuned_sst2, tmp_path):
