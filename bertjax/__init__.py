@@ -31,8 +31,8 @@ def _reopen_closed_standard_streams() -> frozenset[str]:
       os.dup2(opened, fd)
       os.close(opened)
     if getattr(sys, name) is None:  # Python's own for a stream closed at its start.
-      stream = open(fd, 'r' if fd == 0 else 'w', closefd=False, encoding='utf-8',  # pylint: disable=consider-using-with
-                    errors='backslashreplace')
+      stream = open(fd, 'r' if fd == 0 else 'w',  # pylint: disable=consider-using-with # local: fd
+                    closefd=False, encoding='utf-8', errors='backslashreplace')
       setattr(sys, name, stream)
       setattr(sys, f'__{name}__', stream)
   return frozenset(closed)
