@@ -43,7 +43,7 @@ The output is written into a hidden folder beside DIR and renamed into place whe
 crash or a full disk never leaves a half-written DIR; an existing non-empty DIR is replaced only
 with --overwrite. An object store has no rename: there the export is written to a local temporary
 folder, then uploaded under a manifest that says it is in progress (listing the old files and
-the new), and the manifest of the complete export is written last (interop/export_folder.py).
+the new), and the manifest of the complete export is written last (interop/export_writing.py).
 
 The command prints the lines that load what it wrote (saved_model: `import tensorflow_text`
 first, and each signature's inputs and outputs as saved_model.pb records them;
@@ -77,6 +77,7 @@ from bertjax import output_lock
 from bertjax import paths
 from bertjax.interop import bundle as bundle_lib
 from bertjax.interop import export_folder
+from bertjax.interop import export_writing
 from bertjax.interop import format_writers
 from bertjax.interop import sentence_transformers
 from bertjax.interop import sources
@@ -272,7 +273,7 @@ def _export_into(targets, source, *, overwrite: bool, vocab_file: str,
     for fmt, out in targets:
       write_into = functools.partial(format_writers.writer(fmt), result)
       record = {'labels': list(result.labels), **({'several_formats': True} if folder else {})}
-      export_folder.write(out, fmt, result.source, write_into, overwrite, record)
+      export_writing.write(out, fmt, result.source, write_into, overwrite, record)
       written.append((fmt, out))
       logging.info('exported %s (%s, %d layers) to %s as %s', result.source, result.kind,
                    result.config['num_layers'], out, fmt)

@@ -1,9 +1,9 @@
 """An export's manifest, written last into its folder: the format, the source and every file
 (its size, and the sha256 of the small ones).
 
-export_folder writes it and asks it what an --overwrite may replace; the readers (sources,
-init_from, embed) ask it whether an export is whole: one cut short, or a file of it edited since,
-is refused, not read as the model's.
+export_writing writes it and export_folder asks it what an --overwrite may replace; the readers
+(sources, init_from, embed) ask it whether an export is whole: one cut short, or a file of it
+edited since, is refused, not read as the model's.
 """
 
 import json

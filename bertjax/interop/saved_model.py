@@ -35,7 +35,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
-from bertjax.interop import export_folder
+from bertjax.interop import export_writing
 from bertjax.model import encoder
 from bertjax.model import encoder_config
 from bertjax.text import fast_tokenizer
@@ -226,7 +226,7 @@ def _save(result: bundle_lib.Bundle, output, max_seq_length: int):
     try:
       tf.saved_model.save(module, local, signatures=signatures)
     except tf.errors.OpError as e:  # A full disk (ResourceExhausted), no permission, ...
-      if full := export_folder.tf_disk_full(tf, e, output):
+      if full := export_writing.tf_disk_full(tf, e, output):
         raise full from None
       raise OSError(errno.EIO, f'the SavedModel could not be written ({type(e).__name__}: '
                     f'{e.message.splitlines()[-1][:200]})', str(output)) from None

@@ -29,7 +29,7 @@ import numpy as np
 
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
-from bertjax.interop import export_folder
+from bertjax.interop import export_writing
 from bertjax.interop import hf_tokenizer_files
 from bertjax.interop import layouts
 from bertjax.text import tokenizer
@@ -358,7 +358,7 @@ def save(result: bundle_lib.Bundle, output_dir):
                         shape_and_slices=[''] * len(order),
                         tensors=[tf.constant(tensors[n]) for n in order])
     except tf.errors.OpError as e:  # A full disk (ResourceExhaustedError), no permission, ...
-      if full := export_folder.tf_disk_full(tf, e, output_dir):
+      if full := export_writing.tf_disk_full(tf, e, output_dir):
         raise full from None
       raise OSError(f'{output_dir}: the checkpoint could not be written ({type(e).__name__}: '
                     f'{e.message[:200]}); free space or pick another --output.') from None

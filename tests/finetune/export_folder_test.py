@@ -15,6 +15,7 @@ import pytest
 from bertjax import processes
 from bertjax.interop import export_folder
 from bertjax.interop import export_manifest
+from bertjax.interop import export_writing
 from bertjax.interop import init_from
 from bertjax.interop import sources
 
@@ -46,13 +47,13 @@ def test_over_a_model_folder_the_suggested_output_is_beside_it(tmp_path):
 
 _KILLED_MIDWAY = '''
 import os, sys, time
-from bertjax.interop import export_folder
+from bertjax.interop import export_writing
 from bertjax.interop import sources
 def write_into(folder):
   open(os.path.join(folder, 'model.safetensors'), 'w').write('half')
   print('writing', flush=True)
   time.sleep(60)
-export_folder.write(sys.argv[1], 'hf', 'src', write_into)
+export_writing.write(sys.argv[1], 'hf', 'src', write_into)
 '''
 
 
@@ -67,7 +68,7 @@ def _write(output, text, overwrite=False, meanwhile=lambda: None):
   def write_into(folder):
     (pathlib.Path(folder) / 'config.json').write_text(text)
     meanwhile()
-  export_folder.write(str(output), 'hf', 'src', write_into, overwrite)
+  export_writing.write(str(output), 'hf', 'src', write_into, overwrite)
 
 
 def test_an_export_killed_midway_leaves_nothing_the_next_one_keeps(tmp_path, caplog):
@@ -106,7 +107,7 @@ def test_the_put_back_export_is_the_earlier_one(tmp_path):
   aside = tmp_path / f'.out.replaced-{owner}'
   aside.mkdir()
   (aside / 'config.json').write_text('earlier')
-  export_folder._recover(str(tmp_path), 'out')  # pylint: disable=protected-access
+  export_folder.recover(str(tmp_path), 'out')
   assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'
 
 
@@ -131,7 +132,7 @@ def test_a_killed_exports_folders_are_told_from_a_live_process_with_its_pid(tmp_
   (tmp_path / f'.out.export-{killed_owner}-1').mkdir()
   live = tmp_path / f'.out.export-{processes.mark()}-2'
   live.mkdir()
-  export_folder._recover(str(tmp_path), 'out')  # pylint: disable=protected-access
+  export_folder.recover(str(tmp_path), 'out')
   assert (tmp_path / 'out' / 'config.json').read_text() == 'earlier'
   assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['out', live.name])
 
@@ -272,8 +273,8 @@ def test_a_folder_of_formats_never_holds_two_models(tmp_path):
   added beside the others."""
   out = tmp_path / 'both'
   for fmt in ('hf', 'tf1'):
-    export_folder.write(str(out / fmt), fmt, str(tmp_path / 'a' / 'checkpoints' / '3'),
-                        lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
+    export_writing.write(str(out / fmt), fmt, str(tmp_path / 'a' / 'checkpoints' / '3'),
+                         lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
   ours = [('hf', str(out / 'hf')), ('sentence_transformers', str(out / 'st'))]
   with pytest.raises(FileExistsError, match=re.escape(
       f'{out} holds tf1 exported from {tmp_path}/a/checkpoints/3 (now gone: moved?): another '
@@ -324,9 +325,9 @@ def test_one_format_into_a_folder_of_formats_holds_the_same_model(tmp_path):
   DIR/tf1, left two models in DIR; so did other --labels for the same source."""
   out = tmp_path / 'both'
   for fmt in ('hf', 'tf1'):
-    export_folder.write(str(out / fmt), fmt, str(tmp_path / 'a'),
-                        lambda folder: (pathlib.Path(folder) / 'x').write_text('x'),
-                        record={'labels': ['neg', 'pos'], 'several_formats': True})
+    export_writing.write(str(out / fmt), fmt, str(tmp_path / 'a'),
+                         lambda folder: (pathlib.Path(folder) / 'x').write_text('x'),
+                         record={'labels': ['neg', 'pos'], 'several_formats': True})
   with pytest.raises(FileExistsError, match=re.escape(
       f'{out} holds tf1 exported from {tmp_path}/a (now gone: moved?): another model than '
       f'{tmp_path}/b, so the folder would hold two models. Write all its formats from this one '
@@ -343,8 +344,8 @@ def test_one_format_into_a_folder_of_formats_holds_the_same_model(tmp_path):
   # Exports kept side by side (~/models/hf of one model, ~/models/tf1 of another), each by an
   # export of one format: no folder of formats.
   side = tmp_path / 'models'
-  export_folder.write(str(side / 'hf'), 'hf', str(tmp_path / 'a'),
-                      lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
+  export_writing.write(str(side / 'hf'), 'hf', str(tmp_path / 'a'),
+                       lambda folder: (pathlib.Path(folder) / 'x').write_text('x'))
   export_folder.check_one_model([('tf1', str(side / 'tf1'))], str(tmp_path / 'b'))
 
 

@@ -27,6 +27,7 @@ import transformers
 from bertjax import export
 from bertjax import files
 from bertjax.interop import export_folder
+from bertjax.interop import export_writing
 from bertjax.interop import hf_checkpoint
 from bertjax.interop import init_from
 from bertjax.interop import saved_model
@@ -182,7 +183,7 @@ def test_export_refusals_hold_for_urls(minilm_url, gcs_bucket):
 
 
 def _write(output, text, overwrite=False, meanwhile=lambda: None, also=''):
-  """export_folder.write of an export of config.json (`text`) and the file `also` to `output`;
+  """export_writing.write of an export of config.json (`text`) and the file `also` to `output`;
   `meanwhile` runs after the export is made and before it is uploaded."""
   def write_into(folder):
     for name, content in (('config.json', text), (also, '')):
@@ -190,7 +191,7 @@ def _write(output, text, overwrite=False, meanwhile=lambda: None, also=''):
         with open(os.path.join(folder, name), 'w', encoding='utf-8') as f:
           f.write(content)
     meanwhile()
-  export_folder.write(output, 'hf', 'src', write_into, overwrite)
+  export_writing.write(output, 'hf', 'src', write_into, overwrite)
 
 
 def test_an_output_written_meanwhile_in_a_bucket_is_checked_again(gcs_bucket):
