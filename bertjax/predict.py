@@ -140,9 +140,6 @@ class Predictor:
     if run.get('job') != 'finetune':
       raise ValueError(f'{workdir} is a {run.get("job", "unknown")} run: predict needs a '
                        'fine-tuned model (job=finetune).')
-    if 'labels' not in run or 'kind' not in run:
-      task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
-      run = {**run, 'kind': task.kind, 'labels': list(task.labels)}
     vocab_file = init_from.vocab_file(workdir)
     if not vocab_file:
       raise FileNotFoundError(
@@ -155,6 +152,12 @@ class Predictor:
     read_step = int(files.name(model.source))  # The loader's source is <checkpoints>/<step>.
     logging.info('predicting with step %d of %s', read_step, workdir)
     params = traverse_util.unflatten_dict(model.params, sep='/')
+    # The config the step was written with (a resume's own where a resume with other settings,
+    # e.g. data.max_windows, wrote it), which the loader checked against the step's meta.
+    run = init_from.run_config(model.source)
+    if 'labels' not in run or 'kind' not in run:
+      task = registry.get_task(run['task'], ml_collections.ConfigDict(run['data']))
+      run = {**run, 'kind': task.kind, 'labels': list(task.labels)}
     return cls(run, params, vocab_file, batch_size, step=read_step)
 
   def set_null_threshold(self, threshold: float):

@@ -409,6 +409,28 @@ def test_a_long_text_gets_the_mean_of_the_windows_eval_reads():
   assert [row['label'] for row in rows] == [labels[i] for i in np.argmax(want, -1)]
 
 
+def test_a_step_a_resume_wrote_is_read_with_the_resumes_own_config(fine_tuned_sst2, tmp_path):
+  """A resume with other settings records them in config-resumed-at-N.json (and, from session
+  60, its steps' meta); readers built every step from config.json, so that a resumed bbc run's
+  changed data.max_windows was scored with the old one, without a word."""
+  workdir, _ = fine_tuned_sst2
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run, ignore=shutil.ignore_patterns('.lock'))
+  recorded = json.loads((run / 'config.json').read_text())
+  resumed = json.loads(json.dumps(recorded))
+  resumed['optimizer']['learning_rate'] = 5e-4  # As if resumed at step 28 with another rate.
+  (run / 'config-resumed-at-28.json').write_text(json.dumps(resumed))
+  assert predict.Predictor.from_workdir(run).run['optimizer']['learning_rate'] == 5e-4
+  assert predict.Predictor.from_workdir(run, step=28).run == recorded
+  resumed['data']['max_windows'] = 3  # What step 32's meta does not record.
+  (run / 'config-resumed-at-28.json').write_text(json.dumps(resumed))
+  with pytest.raises(ValueError, match=re.escape(
+      "32 was saved with data.max_windows=1, but the run's config-resumed-at-28.json says 3: "
+      "config-resumed-at-28.json was edited or is another run's")):
+    predict.Predictor.from_workdir(run)
+  assert predict.Predictor.from_workdir(run, step=28).run == recorded
+
+
 def test_a_hand_edited_pooling_or_activation_in_config_json_is_refused(fine_tuned_sst2,
                                                                        tmp_path):
   """Notebook pass (session 34), 2: config.json's pooling (cls -> mean) or model.hidden_act

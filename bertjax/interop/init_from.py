@@ -198,12 +198,13 @@ def check_apart(config, workdir: str):
 
 
 def run_config(path) -> dict | None:
-  """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step);
+  """The config.json of the bertjax run that wrote `path` (a workdir, checkpoints/ or a step:
+  the config it was written with, a resume's own where a resume with other settings wrote it);
   None where no run wrote it; an error naming the file where it cannot be read."""
   folder = run_folder(path)
   if folder is None:
     return None
-  config_file = files.join(folder, 'config.json')
+  config_file = run_config_file(path, folder)
   try:
     run = json.loads(files.read_text(config_file))
   except ValueError as e:  # Not UTF-8 (files says which byte), or not JSON.
@@ -213,6 +214,14 @@ def run_config(path) -> dict | None:
   if not isinstance(run, dict):
     raise ValueError(f'{config_file} is not a bertjax run config (a JSON object).')
   return run
+
+
+def run_config_file(path, folder) -> str:
+  """The file run_config reads for `path` in the run at `folder`."""
+  step = files.name(os.fspath(path))
+  if step.isdigit() and files.name(files.parent(os.fspath(path))) == 'checkpoints':
+    return checkpoint_reader.config_file_at(folder, int(step))
+  return files.join(folder, 'config.json')
 
 
 def _checked_vocab(path: str, run: dict) -> str:

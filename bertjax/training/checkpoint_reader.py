@@ -200,6 +200,14 @@ def resumed_configs(workdir) -> list[tuple[int, str]]:
                 for p in files.glob(files.join(workdir, 'config-resumed-at-*.json')))
 
 
+def config_file_at(workdir, step: int) -> str:
+  """The config the run ran with when it wrote checkpoint `step`: the config-resumed-at-M.json
+  with the largest M below `step`, else config.json. (A resume that failed before its first
+  checkpoint left one at M = `step`: it wrote nothing this run continues.)"""
+  before = [p for at, p in resumed_configs(workdir) if at < step]
+  return before[-1] if before else files.join(workdir, 'config.json')
+
+
 def last_run_config(workdir) -> dict | None:
   """The config the run in `workdir` last ran with (a resume's own, else config.json)."""
   try:

@@ -68,13 +68,10 @@ _EMBEDDED_FIELDS = ('data.dupe_factor', 'data.max_seq_length', 'data.max_predict
 
 
 def _last_config(workdir, step: int) -> dict | None:
-  """The config the run ran with when it wrote checkpoint `step`: the config-resumed-at-M.json
-  with the largest M below `step`, else config.json. (A resume that failed before its first
-  checkpoint left one at M = `step`: it wrote nothing this run continues.)"""
-  before = [p for at, p in checkpoint_reader.resumed_configs(workdir) if at < step]
+  """The config the run ran with when it wrote checkpoint `step` (checkpoint_reader's
+  config_file_at)."""
   try:
-    return json.loads(files.read_text(before[-1] if before else files.join(workdir,
-                                                                            'config.json')))
+    return json.loads(files.read_text(checkpoint_reader.config_file_at(workdir, step)))
   except (OSError, ValueError):
     return None
 
