@@ -104,7 +104,7 @@ def resolve(model_config, platform: str, *, training: bool = True,
                      f'{layout} layers: drop the override (auto keeps the checkpoint\'s '
                      'layout), or use another --workdir.')
   attention, why_attention = model_config.attention_impl, 'set'
-  if attention == 'cudnn' and training and platform != 'gpu':
+  if attention == 'cudnn' and platform != 'gpu':  # Scoring too (mode=eval: a traceback).
     raise ValueError(f'model.attention_impl=cudnn is a GPU kernel and this run is on {platform}: '
                      'use attention_impl=auto (or xla).')
   if attention == 'cudnn' and platform == 'gpu' and (

@@ -259,6 +259,10 @@ def test_cudnn_set_for_a_run_off_a_gpu_is_refused_before_anything_compiles(platf
   with pytest.raises(ValueError, match=f'cudnn is a GPU kernel and this run is on {platform}: '
                      'use attention_impl=auto'):
     platform_defaults.settle(gpu_config(attention_impl='cudnn'), platform)
+  # Helper-173's pass: mode=eval with it set on a CPU was cuDNN's 'not detected' traceback.
+  with pytest.raises(ValueError, match=f'cudnn is a GPU kernel and this run is on {platform}: '
+                     'use attention_impl=auto'):
+    platform_defaults.resolve(gpu_config(attention_impl='cudnn'), platform, training=False)
 
 
 def test_the_gpu_check_script_reports_what_a_run_would_be_told():
