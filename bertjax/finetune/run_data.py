@@ -73,7 +73,9 @@ def check_run_data_found(config, taken: dict, workdir: str):
         gone = gone or part
     if gone is not None:
       other = (' (or --config.data.eval_file=FILE to score another file)'
-               if config.mode == 'eval' and key != 'eval_file' else '')
+               if config.mode == 'eval' and key != 'eval_file'
+               and 'eval_file' in data_reads.READS.get(config.task, ()) else '')  # A preset
+      # (sst2) reads its published folder alone: its eval_file is refused.
       now = ('gone (moved since the run trained?)' if not files.exists(gone) else
              f'a {"file" if key == "data_dir" else "folder"} now')
       raise FileNotFoundError(

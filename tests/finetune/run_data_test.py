@@ -152,6 +152,14 @@ def test_a_runs_file_gone_since_is_said_as_the_runs_with_the_flag_to_pass(tmp_pa
   with pytest.raises(FileNotFoundError, match=re.escape(
       f'{tmp_path}/more-*.csv is gone (moved since the run trained?): the run read it as')):
     run_data.check_run_data_found(config, {'train_file': config.data.train_file}, '/w/run')
+  # Helper-173's pass: a preset's folder gone offered eval_file, which the preset refuses.
+  preset = finetune_config.get_config('task=sst2,size=tiny,seq=16')
+  preset.unlock()
+  preset.mode, preset.data.data_dir = 'eval', str(tmp_path / 'glue')
+  with pytest.raises(FileNotFoundError) as raised:
+    run_data.check_run_data_found(preset, {'data_dir': preset.data.data_dir}, '/w/run')
+  assert str(raised.value).endswith(
+      "own); pass --config.data.data_dir=<where it is now>."), str(raised.value)
 
 
 def test_an_eval_limit_past_the_eval_set_scores_it_all_into_its_own_folder(reviews_run):
