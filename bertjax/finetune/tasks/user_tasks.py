@@ -76,8 +76,8 @@ def check_files_to_predict(data, training: bool = True):
     if not setting:
       continue
     for path in expand(setting, flag):
-      files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path, or '
-                               'drop it (mode=predict reads it after training).')
+      files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path' + (
+          ', or drop it (mode=predict reads it after training).' if training else '.'))
     if training:
       logging.info('config.data.%s=%s is predicted by --config.mode=predict on this run once '
                    'it is trained (the same flags, --workdir and --config.mode=predict); '

@@ -292,6 +292,11 @@ def test_a_test_file_missing_at_training_time_is_said_at_its_start(tmp_path):
   with pytest.raises(FileNotFoundError, match=r'config.data.test_file: .*nope.csv does not exist: '
                      r'fix the path, or drop it \(mode=predict reads it after training\)'):
     user_tasks.check_files_to_predict(data)
+  # Helper-173's pass: mode=predict, which reads it now, was told to drop it (read "after
+  # training"), which predicts another split.
+  with pytest.raises(FileNotFoundError, match=r'config.data.test_file: .*nope.csv does not exist: '
+                     r'fix the path\.$'):
+    user_tasks.check_files_to_predict(data, training=False)
   data.test_file = _write(tmp_path, 'test.csv', 'text\nx\n')
   user_tasks.check_files_to_predict(data)
 
