@@ -318,6 +318,15 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   if config.mode == 'eval' and config.data.get('test_file') and jax.process_index() == 0:
     logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
                     'split (mode=predict reads it)', config.data.test_file)
+  if (config.mode == 'predict' and config.data.get('eval_file') and jax.process_index() == 0
+      and config.data.eval_file != ((run or {}).get('data') or {}).get('eval_file')):
+    # The run's own (its training flags passed again) is as expected; another one was meant
+    # to be predicted, and the test split was, without a word (helper-173).
+    logging.warning('config.data.eval_file=%s is not read by mode=predict, which predicts %s: '
+                    'pass it as --config.data.predict_file to predict it, or score it with '
+                    'mode=eval', config.data.eval_file,
+                    f'config.data.predict_file={config.data.predict_file}'
+                    if config.data.get('predict_file') else 'the test split')
   job_setup.check_head(config, workdir)  # Its export formats, from the config alone: first.
   # Before the data: a wrong --workdir was told as missing data.
   run_workdir.check_has_checkpoint(workdir)

@@ -267,3 +267,15 @@ def test_a_test_file_beside_an_eval_is_said_unread_and_the_runs_data_scored(revi
   assert pathlib.Path(written[0]).parent.name == 'eval_step_9'
   assert warned == ['config.data.test_file=/gone/new.tsv is not read by mode=eval, which scores '
                     'the eval split (mode=predict reads it)']
+
+
+def test_an_eval_file_named_to_predict_is_said_unread(reviews_run, monkeypatch):
+  """Helper-173's pass: mode=predict with an eval_file of its own predicted the run's test
+  file without a word."""
+  workdir, data = reviews_run
+  warned = log_records.recorded_warnings(monkeypatch, job)
+  written = job.run(_bare('predict', eval_file=str(data / 'reviews.csv')), str(workdir))
+  assert [pathlib.Path(p).parent.name for p in written] == ['predict_step_9']
+  assert warned == [f'config.data.eval_file={data}/reviews.csv is not read by mode=predict, '
+                    'which predicts the test split: pass it as --config.data.predict_file to '
+                    'predict it, or score it with mode=eval']
