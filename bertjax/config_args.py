@@ -322,6 +322,11 @@ def check_step(job: str, step):
     raise ValueError(f'--step={step} picks the checkpoint a fine-tuning run evaluates or predicts '
                      f'with (--config.mode=eval or predict); job={job} reads none: drop it '
                      '(bertjax.export and extract_features take --step too).')
+  # checkpoint_reader.parse_step's text rule (it imports orbax): refused before JAX starts.
+  if step is not None and step not in ('latest', 'best') and not (
+      step.strip().isascii() and step.strip().isdigit()):
+    raise ValueError(f'--step={step}: pass best, latest or a checkpoint step number (0 or more, '
+                     "one of the run's checkpoints/<step> folders).")
 
 
 def refuse_unnamed_folder(value, flag: str, outputs: str, otherwise: str):

@@ -466,6 +466,11 @@ def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tm
     (('--step=5', '--workdir={tmp}/w'), 'error: --step=5 picks the checkpoint a fine-tuning run'),
     (('--step=', '--workdir={tmp}/w'), 'error: --step= is empty: pass best, latest or a '
                                        'checkpoint step number, or leave --step out'),
+    # Helper-173's pass: a step no reader takes exited 1 once JAX had started.
+    (('--step=-1', '--workdir={tmp}/w', '--config={repo}/configs/finetune.py:task=sst2'),
+     'error: --step=-1: pass best, latest or a checkpoint step number (0 or more'),
+    (('--step=Best', '--workdir={tmp}/w', '--config={repo}/configs/finetune.py:task=sst2'),
+     'error: --step=Best: pass best, latest or a checkpoint step number (0 or more'),
     ((), 'error: --workdir is required: checkpoints and logs go there.'),
     (('--workdir=-',), "error: --workdir=- would write a folder named '-' (a run's checkpoints "
                        'and logs are files, not a stream): name the folder, e.g. '
@@ -474,8 +479,10 @@ def test_a_bad_process_cache_or_config_flag_is_refused_before_anything_starts(tm
 def test_a_flag_the_job_does_not_read_is_refused_as_a_command(tmp_path, args, line):
   """Hostile pass of the launchers: --step with a pre-training config, and no --workdir, ended
   with exit 1 once JAX had started, so a JobSet restarted the refused command: exit 78 now."""
-  args = [a.format(tmp=tmp_path) for a in args]
-  done = run_main(tmp_path, f'--config={REPO}/configs/pretrain.py:size=tiny', *args)
+  args = [a.format(tmp=tmp_path, repo=REPO) for a in args]
+  if not any(a.startswith('--config=') for a in args):
+    args.insert(0, f'--config={REPO}/configs/pretrain.py:size=tiny')
+  done = run_main(tmp_path, *args)
   assert done.returncode == console.REFUSED_EXIT, done.stderr
   assert done.stderr.strip().splitlines()[0].startswith(line), done.stderr
   assert 'JAX' not in done.stderr
