@@ -49,6 +49,11 @@ def check_has_checkpoint(workdir: str):
   if not run_config.has_checkpoint(workdir):
     raise FileNotFoundError(f'{workdir} holds no checkpoint: fine-tune first (mode=train_eval) '
                             'with this --workdir.')
+  if not files.exists(files.join(workdir, 'config.json')):  # Else the data was asked for.
+    raise FileNotFoundError(
+        f'{workdir} holds checkpoints but not the config.json its run wrote (its task, labels, '
+        'data and model, which eval and predict read): copy it back (a resumed run keeps '
+        'config-resumed-at-<step>.json beside it too).')
 
 
 def checkpoint_seen(workdir: str, step) -> tuple[str, int | None]:

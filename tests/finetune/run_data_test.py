@@ -12,6 +12,7 @@ import pytest
 
 from bertjax.finetune import job
 from bertjax.finetune import run_data
+from bertjax.finetune import run_workdir
 from bertjax.finetune import scored_folders
 from bertjax.finetune.tasks import registry
 from configs import finetune as finetune_config
@@ -279,3 +280,22 @@ def test_an_eval_file_named_to_predict_is_said_unread(reviews_run, monkeypatch):
   assert warned == [f'config.data.eval_file={data}/reviews.csv is not read by mode=predict, '
                     'which predicts the test split: pass it as --config.data.predict_file to '
                     'predict it, or score it with mode=eval']
+
+
+def test_a_predict_of_a_run_without_a_test_file_or_config_is_told_what_is_missing(reviews_run,
+                                                                                  tmp_path):
+  """Helper-173's pass: both were told 'set config.data.train_file', which the run had."""
+  workdir, _ = reviews_run
+  data = _bare('predict').data
+  with pytest.raises(ValueError, match=r'^mode=predict predicts config.data.predict_file \(or '
+                     r'test_file\), and task classification has neither \(nor did the run record '
+                     r'one\): pass --config.data.predict_file=FILE\.$'):
+    registry.check_files_to_predict('classification', data, training=False)
+  registry.check_files_to_predict('classification', data)  # Training: nothing to predict yet.
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns('.lock', 'config.json'))
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{copy} holds checkpoints but not the config.json its run wrote (its task, labels, data '
+      'and model, which eval and predict read): copy it back')):
+    run_workdir.check_has_checkpoint(str(copy))
+  run_workdir.check_has_checkpoint(str(workdir))

@@ -71,6 +71,12 @@ def check_files_to_predict(name: str, data, training: bool = True):
   if name not in USER_TASKS and data.get('predict_file'):
     predict_file(data, 'glue' if name in glue.TASKS else 'span' if name in SQUAD_FILES else name)
   user_tasks.check_files_to_predict(data, training)
+  if not training and name in USER_TASKS and not (data.get('predict_file')
+                                                   or data.get('test_file')):
+    # Else the files' reader asked for a train_file, which the run had (helper-173).
+    raise ValueError(f'mode=predict predicts config.data.predict_file (or test_file), and task '
+                     f'{name} has neither (nor did the run record one): pass '
+                     '--config.data.predict_file=FILE.')
   if not training and data.get('predict_file') and data.get('test_file'):  # A run's flags reused.
     logging.warning('config.data.test_file=%s is not predicted: mode=predict reads '
                     'config.data.predict_file=%s instead (drop one of them to silence this)',
