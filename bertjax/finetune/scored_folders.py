@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -31,8 +32,22 @@ def scored_folder(cfg, run: dict | None, mode: str, step: int, counts=()) -> str
   run's (or TFDS instead), the folder's name and a digest of where (`eval_step_8-SST-2-5e6f7a8b`);
   for the first N eval examples, `-firstN`: scoring another file or part of one keeps the earlier
   results. `counts`: the examples read of each split, where known."""
-  return (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode, counts)
-          + _threshold_suffix(cfg, run))
+  named = (_scored_file_folder(cfg, run, mode, step) + _part_suffix(cfg, mode, counts)
+           + _threshold_suffix(cfg, run))
+  return named + _dtype_suffix(cfg, run, mode, named)
+
+
+def _dtype_suffix(cfg, run: dict | None, mode: str, named: str) -> str:
+  """`-bfloat16` where the model computes in another dtype than the run did: its scores are
+  others (an eval at bfloat16 replaced the float32 one's, without a word: helper-173)."""
+  dtype = init_from.lookup(cfg, 'model.dtype')
+  own = init_from.lookup(run or {}, 'model.dtype')
+  if not dtype or not own or dtype == own:
+    return ''
+  console.warn_once('model.dtype=%s is not the dtype the run trained and evaluated in (%s): its '
+                    '%s go to predictions/%s-%s, beside those in %s', dtype, own,
+                    'scores' if mode == 'eval' else 'predictions', named, dtype, own)
+  return f'-{dtype}'
 
 
 def _part_suffix(cfg, mode: str, counts=()) -> str:
@@ -73,7 +88,8 @@ def _scored_file_folder(cfg, run: dict | None, mode: str, step: int) -> str:
 
 def _cut(name: str) -> str:
   """A file's or folder's name in a predictions/ folder's, cut to 80 bytes of UTF-8 (a file
-  system takes 255; the digest beside it tells the names apart)."""
+  system takes 255; the digest beside it tells the names apart), control characters as _."""
+  name = re.sub(r'[\x00-\x1f\x7f]', '_', name)  # A line break in a name broke the summary.
   return name.encode()[:80].decode('utf-8', 'ignore')
 
 

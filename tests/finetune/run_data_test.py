@@ -299,3 +299,25 @@ def test_a_predict_of_a_run_without_a_test_file_or_config_is_told_what_is_missin
       'and model, which eval and predict read): copy it back')):
     run_workdir.check_has_checkpoint(str(copy))
   run_workdir.check_has_checkpoint(str(workdir))
+
+
+def test_scores_in_another_dtype_or_of_a_name_with_a_line_break_keep_their_own_folder(
+    tmp_path, monkeypatch):
+  """Helper-173's pass: an eval at model.dtype=bfloat16 replaced the float32 one's scores in
+  eval_step_N without a word; a predict_file named with a line break split the summary line."""
+  from bertjax import console  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(console, '_WARNED', set())
+  warned = log_records.recorded_warnings(monkeypatch, console)
+  run = {'model': {'dtype': 'float32'}, 'data': {}}
+  config = _bare('eval')
+  config.model.dtype = 'bfloat16'
+  assert scored_folders.scored_folder(config, run, 'eval', 9) == 'eval_step_9-bfloat16'
+  assert warned == ['model.dtype=bfloat16 is not the dtype the run trained and evaluated in '
+                    '(float32): its scores go to predictions/eval_step_9-bfloat16, beside those '
+                    'in float32']
+  config.model.dtype = 'float32'
+  assert scored_folders.scored_folder(config, run, 'eval', 9) == 'eval_step_9'
+  odd = tmp_path / 'a\nb.csv'
+  odd.write_text('review\nfine\n')
+  named = scored_folders.scored_folder(_bare('predict', predict_file=str(odd)), run, 'predict', 9)
+  assert named.startswith('predict_step_9-a_b.csv-') and '\n' not in named
