@@ -358,14 +358,21 @@ def _storage_error(error: BaseException, config) -> str | None:
   if not isinstance(error, OSError) or error.errno not in _STORAGE_FIXES:
     return None
   named = error.filename is not None and not isinstance(error.filename, int)  # Not an fd.
-  where = f'{os.fsdecode(error.filename)}: ' if named else ''
+  # A write's error names no path (a flush, orbax's files): the folder the job writes in.
+  workdir = _WORKDIR.value if flags.FLAGS.is_parsed() else None
+  where = (f'{os.fsdecode(error.filename)}: ' if named else
+           f'writing in {workdir}: ' if workdir else '')
+  fix = _STORAGE_FIXES[error.errno]
+  if _writes(config) == 'scores':  # Another --workdir holds no checkpoint to score.
+    fix = fix.replace('pass another --workdir', 'copy the run to a disk you can write (cp -r '
+                      'RUN NEW) and score it there (--workdir=NEW)')
   kept = {'embed': "an earlier embed's embeddings.npy and similarity.txt there are kept as they "
                    'were',
           'scores': 'the run is as it was, with no predictions/ folder half-written '
                     '(scored_folders)'}.get(
                         _writes(config), 'the checkpoints already written are kept and the run '
                         'resumes from the last one')
-  return f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]}; {kept}'
+  return f'{where}{os.strerror(error.errno)}: {fix}; {kept}'
 
 
 def _latest_checkpoint(workdir: str) -> int | str | None:

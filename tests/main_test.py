@@ -85,6 +85,23 @@ def test_a_full_or_read_only_disk_is_one_line_saying_what_to_do(tmp_path, raised
   assert lines == [line, '(--verbosity=1 shows where it was raised)'], done.stderr
 
 
+def test_a_scoring_jobs_full_or_read_only_disk_says_to_copy_the_run():
+  """Helper-173's pass: mode=eval on a read-only or full disk was told to pass another
+  --workdir, which holds no checkpoint to score; a write's ENOSPC named no path."""
+  code = ('import errno, sys\nfrom absl import flags\nfrom bertjax import main\n'
+          "flags.FLAGS(['main', '--workdir=/runs/r', '--config=configs/pretrain.py'])\n"
+          "for e in (OSError(errno.EROFS, 'Read-only file system', '/runs/r/predictions'), "
+          "OSError(errno.ENOSPC, 'No space left on device')):\n"
+          "  print(main._storage_error(e, {'job': 'finetune', 'mode': 'eval'}))")
+  done = run_main(REPO, python=('-c', code))
+  kept = 'the run is as it was, with no predictions/ folder half-written (scored_folders)'
+  assert done.stdout.strip().splitlines() == [
+      '/runs/r/predictions: Read-only file system: remount it writable or copy the run to a disk '
+      f'you can write (cp -r RUN NEW) and score it there (--workdir=NEW); {kept}',
+      'writing in /runs/r: No space left on device: free space or copy the run to a disk you can '
+      f'write (cp -r RUN NEW) and score it there (--workdir=NEW); {kept}'], done.stderr
+
+
 def test_embeds_full_disk_line_says_its_earlier_outputs_are_kept():
   """Matrix pass of 2026-12-02: embed's full disk was said as a training run's ('the
   checkpoints already written are kept and the run resumes'): embed has neither."""
