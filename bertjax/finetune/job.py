@@ -315,6 +315,8 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     logging.info('reading the data as %s/config.json records it: %s', workdir,
                  ', '.join(f'{key}={value}' for key, value in taken.items()))
   run_data.check_run_data_found(config, taken, workdir)
+  if jax.process_index() == 0:
+    run_data.warn_if_scoring_training_files(config, run)
   if config.mode == 'eval' and config.data.get('test_file') and jax.process_index() == 0:
     logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
                     'split (mode=predict reads it)', config.data.test_file)

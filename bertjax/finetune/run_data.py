@@ -6,6 +6,7 @@ an eval or predict that names no data of its own reads of the run's (follow_run_
 
 import hashlib
 
+from absl import logging
 import numpy as np
 
 from bertjax import files
@@ -82,6 +83,32 @@ def check_run_data_found(config, taken: dict, workdir: str):
           f'{gone} is {now}: the run read it as config.data.{key} '
           f'({workdir}/config.json records it, and this {config.mode} named no data of its '
           f'own); pass --config.data.{key}=<where it is now>{other}.')
+
+
+def warn_if_scoring_training_files(config, run: dict | None):
+  """mode=eval of a file the run trained on (its train_file named as the eval_file, or a copy of
+  one of its files): said, as training says eval examples that are training texts; the score is
+  a free right answer (helper-173: eval_file=train.csv scored 96 of 96 without a word)."""
+  scored = config.data.get('eval_file') or ''
+  trained = ((run or {}).get('data') or {}).get('train_file') or ''
+  if config.get('mode') != 'eval' or not scored or not trained:
+    return
+  try:
+    train_files = user_tasks.expand(trained, 'train_file')
+    eval_files = user_tasks.expand(scored, 'eval_file')
+  except (OSError, ValueError):
+    return  # Gone or moved: the readers say so.
+  by_size = {}
+  for path in train_files:
+    by_size.setdefault(files.size(path), []).append(path)
+  for path in eval_files:
+    same = [t for t in by_size.get(files.size(path), [])
+            if paths.file_key(t) == paths.file_key(path) or files.sha256(t) == files.sha256(path)]
+    if same:
+      logging.warning('config.data.eval_file %s is %s the run trained on (config.data.train_file '
+                      '%s): its score is a free right answer, above what new text would get',
+                      path, 'the file' if paths.file_key(same[0]) == paths.file_key(path) else
+                      'a copy of the file', same[0])
 
 
 def data_digest(setting: str, flag: str = 'train_file') -> str:

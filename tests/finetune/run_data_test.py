@@ -321,3 +321,22 @@ def test_scores_in_another_dtype_or_of_a_name_with_a_line_break_keep_their_own_f
   odd.write_text('review\nfine\n')
   named = scored_folders.scored_folder(_bare('predict', predict_file=str(odd)), run, 'predict', 9)
   assert named.startswith('predict_step_9-a_b.csv-') and '\n' not in named
+
+
+def test_an_eval_of_the_file_the_run_trained_on_is_said(tmp_path, monkeypatch):
+  """Helper-173's pass: eval_file=train.csv scored the training texts without a word (training
+  says eval examples that are training texts; mode=eval read no training file)."""
+  train = tmp_path / 'train.csv'
+  train.write_text('review,sentiment\nfine,positive\nbad,negative\n')
+  (tmp_path / 'copy.csv').write_text(train.read_text())
+  (tmp_path / 'dev.csv').write_text('review,sentiment\nnew,positive\nold,negative\n')
+  warned = log_records.recorded_warnings(monkeypatch, run_data)
+  run = {'data': {'train_file': str(train)}}
+  for name in ('train.csv', 'copy.csv', 'dev.csv'):
+    run_data.warn_if_scoring_training_files(_bare('eval', eval_file=str(tmp_path / name)), run)
+  run_data.warn_if_scoring_training_files(_bare('predict', eval_file=str(train)), run)
+  said = 'the run trained on (config.data.train_file {}): its score is a free right answer'
+  assert [line.split(': its score')[0] + ': its score is a free right answer'
+          for line in warned] == [
+      f'config.data.eval_file {train} is the file ' + said.format(train),
+      f'config.data.eval_file {tmp_path}/copy.csv is a copy of the file ' + said.format(train)]
