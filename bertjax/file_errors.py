@@ -26,7 +26,8 @@ def missing_bucket(path) -> FileNotFoundError | None:
 
 def under_a_file(path, folder) -> NotADirectoryError:
   """The error for a write to `path` where `folder`, above it, is a file."""
-  return NotADirectoryError(f'cannot write {path}: {folder} is a file, not a directory')
+  return NotADirectoryError(f'cannot write {path}: {folder} is a file, not a directory: move '
+                            'that file aside, or write elsewhere')
 
 
 def describe(error: BaseException, path) -> BaseException:

@@ -205,7 +205,8 @@ def test_a_file_under_a_file_is_refused_alike(root):
                 files.check_folders)}
   for path, write in writes.items():
     with pytest.raises(NotADirectoryError,
-                       match=f'^cannot write {path}: {folder} is a file, not a directory$'):
+                       match=f'^cannot write {path}: {folder} is a file, not a directory: move '
+                       'that file aside, or write elsewhere$'):
       write(path)
   with pytest.raises(NotADirectoryError, match=f'^cannot write {folder}: {folder} is a file'):
     files.makedirs(folder)

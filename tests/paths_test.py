@@ -226,7 +226,8 @@ def test_an_output_under_a_file_is_refused_before_any_work(where, tmp_path, requ
   paths.write_atomically(f'{root}/in.txt', 'a\n')
   for output in (f'{root}/in.txt/f.jsonl', f'{root}/in.txt/sub/f.jsonl'):
     with pytest.raises(NotADirectoryError, match=f'^cannot write {output}: {root}/in.txt is a '
-                                                 'file, not a directory$'):
+                                                 'file, not a directory: move that file aside, '
+                                                 'or write elsewhere$'):
       paths.check_output_file(output)
 
 
