@@ -16,6 +16,7 @@ from bertjax import console
 from bertjax import job_config
 from bertjax import log_file
 from bertjax.pretraining_data import masking
+from bertjax.training import step_names
 
 # Fields that were renamed (removed under their old name): pre-training's checkpoint.init_from,
 # fine-tuning's init, feature extraction's checkpoint.
@@ -312,21 +313,14 @@ def check_args(main_args, first=None) -> object:
 
 def check_step(job: str, step):
   """Refuses a --step (None: not given) with a job that reads no checkpoint: only fine-tuning's
-  eval and predict do. bertjax.main and the launchers (before a slice is booked) ask it. An
-  empty `--step=` (an unset variable) is refused, as the readers' checkpoint_reader.parse_step
-  refuses it: it would read the newest where one step was meant."""
-  if step == '':
-    raise ValueError('--step= is empty: pass best, latest or a checkpoint step number, or leave '
-                     '--step out for the newest.')
-  if step is not None and job != 'finetune':
+  eval and predict do; and one the readers refuse (an empty `--step=`, an unset variable, or
+  -1, Best, 12.0) by their own rule. bertjax.main and the launchers (before a slice is booked)
+  ask it, before JAX starts."""
+  if step not in (None, '') and job != 'finetune':
     raise ValueError(f'--step={step} picks the checkpoint a fine-tuning run evaluates or predicts '
                      f'with (--config.mode=eval or predict); job={job} reads none: drop it '
                      '(bertjax.export and extract_features take --step too).')
-  # checkpoint_reader.parse_step's text rule (it imports orbax): refused before JAX starts.
-  if step is not None and step not in ('latest', 'best') and not (
-      step.strip().isascii() and step.strip().isdigit()):
-    raise ValueError(f'--step={step}: pass best, latest or a checkpoint step number (0 or more, '
-                     "one of the run's checkpoints/<step> folders).")
+  step_names.parse_step(step, text=True)
 
 
 def refuse_unnamed_folder(value, flag: str, outputs: str, otherwise: str):

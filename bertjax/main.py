@@ -331,10 +331,10 @@ def main(argv):
 # What to do when the disk refuses a write (the run's config, its lock, its logs, the workdir
 # itself: checkpoint saving says its own DiskFullError).
 _STORAGE_FIXES = {
-    errno.ENOSPC: 'free space or pass another --workdir',
-    errno.EDQUOT: 'free space (or raise the quota) or pass another --workdir',
-    errno.EROFS: 'remount it writable or pass another --workdir',
-    errno.EACCES: 'check its owner and mode (ls -l) or pass another --workdir',
+    errno.ENOSPC: 'free space',
+    errno.EDQUOT: 'free space (or raise the quota)',
+    errno.EROFS: 'remount it writable',
+    errno.EACCES: 'check its owner and mode (ls -l)',
 }
 
 
@@ -362,17 +362,16 @@ def _storage_error(error: BaseException, config) -> str | None:
   workdir = _WORKDIR.value if flags.FLAGS.is_parsed() else None
   where = (f'{os.fsdecode(error.filename)}: ' if named else
            f'writing in {workdir}: ' if workdir else '')
-  fix = _STORAGE_FIXES[error.errno]
-  if _writes(config) == 'scores':  # Another --workdir holds no checkpoint to score.
-    fix = fix.replace('pass another --workdir', 'copy the run to a disk you can write (cp -r '
-                      'RUN NEW) and score it there (--workdir=NEW)')
+  # Or elsewhere: for a scoring job, another --workdir holds no checkpoint to score.
+  elsewhere = ('copy the run to a disk you can write (cp -r RUN NEW) and score it there '
+               '(--workdir=NEW)' if _writes(config) == 'scores' else 'pass another --workdir')
   kept = {'embed': "an earlier embed's embeddings.npy and similarity.txt there are kept as they "
                    'were',
           'scores': 'the run is as it was, with no predictions/ folder half-written '
                     '(scored_folders)'}.get(
                         _writes(config), 'the checkpoints already written are kept and the run '
                         'resumes from the last one')
-  return f'{where}{os.strerror(error.errno)}: {fix}; {kept}'
+  return f'{where}{os.strerror(error.errno)}: {_STORAGE_FIXES[error.errno]} or {elsewhere}; {kept}'
 
 
 def _latest_checkpoint(workdir: str) -> int | str | None:

@@ -321,7 +321,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
     logging.warning('config.data.test_file=%s is not read by mode=eval, which scores the eval '
                     'split (mode=predict reads it)', config.data.test_file)
   if (config.mode == 'predict' and config.data.get('eval_file') and jax.process_index() == 0
-      and config.data.eval_file != ((run or {}).get('data') or {}).get('eval_file')):
+      and config.data.eval_file != init_from.lookup(run or {}, 'data.eval_file')):
     # The run's own (its training flags passed again) is as expected; another one was meant
     # to be predicted, and the test split was, without a word (helper-173).
     logging.warning('config.data.eval_file=%s is not read by mode=predict, which predicts %s: '

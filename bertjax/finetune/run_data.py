@@ -90,7 +90,7 @@ def warn_if_scoring_training_files(config, run: dict | None):
   one of its files): said, as training says eval examples that are training texts; the score is
   a free right answer (helper-173: eval_file=train.csv scored 96 of 96 without a word)."""
   scored = config.data.get('eval_file') or ''
-  trained = ((run or {}).get('data') or {}).get('train_file') or ''
+  trained = init_from.lookup(run or {}, 'data.train_file') or ''
   if config.get('mode') != 'eval' or not scored or not trained:
     return
   try:
@@ -98,17 +98,15 @@ def warn_if_scoring_training_files(config, run: dict | None):
     eval_files = user_tasks.expand(scored, 'eval_file')
   except (OSError, ValueError):
     return  # Gone or moved: the readers say so.
-  by_size = {}
-  for path in train_files:
-    by_size.setdefault(files.size(path), []).append(path)
   for path in eval_files:
-    same = [t for t in by_size.get(files.size(path), [])
-            if paths.file_key(t) == paths.file_key(path) or files.sha256(t) == files.sha256(path)]
-    if same:
+    key, size = paths.file_key(path), files.size(path)
+    same = next((t for t in train_files if paths.file_key(t) == key), None)
+    copied = same or next((t for t in train_files if files.size(t) == size  # Sizes first.
+                           and files.sha256(t) == files.sha256(path)), None)
+    if copied:
       logging.warning('config.data.eval_file %s is %s the run trained on (config.data.train_file '
                       '%s): its score is a free right answer, above what new text would get',
-                      path, 'the file' if paths.file_key(same[0]) == paths.file_key(path) else
-                      'a copy of the file', same[0])
+                      path, 'the file' if same else 'a copy of the file', copied)
 
 
 def data_digest(setting: str, flag: str = 'train_file') -> str:

@@ -103,7 +103,7 @@ def _task_labels(run: dict, step: str) -> tuple[str, tuple]:
                    '(every fine-tuning run writes them): restore the config.json the run wrote.')
 
 
-def _check_run_record(run: dict, meta: dict, step: str, said_by: str = 'config.json'):
+def _check_run_record(run: dict, meta: dict, step: str):
   """Refuses a run's config.json whose model function, pooling, task, length or tokenization
   differs from what the checkpoint was saved with (its meta): an edited record (pooling mean
   for cls, hidden_act relu for gelu, max_seq_length 16 for 32, kind regression for
@@ -121,7 +121,8 @@ def _check_run_record(run: dict, meta: dict, step: str, said_by: str = 'config.j
   pairs += [(f'data.{k}', data.get(k), saved_data[k]) for k in saved_data if data]  # A field
   # dropped is an edit too: its reader's default may not be what the run had.
   for name, said, saved in pairs:
-    if said != saved:
+    if said != saved:  # Named as read: a resume's own config for the steps it wrote.
+      said_by = files.name(init_from.run_config_file(step, init_from.run_folder(step)))
       raise ValueError(f"{step} was saved with {name}={saved!r}, but the run's {said_by} says "
                        f"{said!r}: {said_by} was edited or is another run's; restore the one "
                        'the run wrote.')
@@ -140,8 +141,7 @@ def _read_bertjax(path: str) -> bundle_lib.Bundle:
                                             'initializer_range') if k in meta_model})
   run = init_from.run_config(step) or {}
   data = run.get('data', {})
-  _check_run_record(run, read.meta, step,
-                    files.name(init_from.run_config_file(step, files.parent(read.directory))))
+  _check_run_record(run, read.meta, step)
   if run.get('job') == 'finetune':
     kind, labels = _task_labels(run, step)
     saved = read.meta.get('labels')

@@ -16,7 +16,6 @@ checkpoint_step.py.
 
 import dataclasses
 import json
-import numbers
 import os
 import re
 
@@ -30,6 +29,7 @@ from bertjax.training import checkpoint_damage
 from bertjax.training import checkpoint_step
 from bertjax.training import ranking
 from bertjax.training import run_files
+from bertjax.training import step_names
 from bertjax.training import workdir_lock
 
 # Errors of the reader, not of the step's bytes: they stop the read (an older step would not
@@ -89,19 +89,9 @@ def tf1_without_config(folder: str) -> str | None:
           '--bert_config_file=...).')
 
 
-@dataclasses.dataclass(frozen=True)
-class Asking:
-  """How the user names a step and a run, for the messages: a command's flags (COMMAND_FLAGS,
-  the readers': each names its run by its own flag) or a config's fields (init_from's)."""
-  step: str = '--step'
-  run: str = 'a run'
-  where: str = ''  # What the step is of, said after it (' (init_from=RUN)').
-
-  def said(self, step) -> str:
-    return f'{self.step}={step}{self.where}'
-
-
-COMMAND_FLAGS = Asking()
+# How a step is named and parsed (step_names: no orbax, for the flag checks before JAX starts).
+Asking, COMMAND_FLAGS, parse_step = (step_names.Asking, step_names.COMMAND_FLAGS,
+                                     step_names.parse_step)
 
 
 def _workdir_of(directory: str) -> str:
@@ -167,31 +157,6 @@ def _serving_export(folder: str) -> str:
   if 'saved_model.pb' in names:
     return 'a SavedModel'
   return 'an ONNX export' if any(name.endswith('.onnx') for name in names) else ''
-
-
-def parse_step(step, *, text: bool = False, asking: Asking = COMMAND_FLAGS) -> int | str | None:
-  """None (the newest), 'best' or a step number, from a reader's `step`: None, 'latest', 'best'
-  or a number >= 0 (`text`: a flag or a config's field, the number a digit string; a command's
-  empty `--step=`, an unset variable, is refused; a recorded init_from_step '' is the newest)."""
-  if step is None or step == 'latest' or (text and step == '' and asking is not COMMAND_FLAGS):
-    return None
-  if text and step == '':
-    raise ValueError(f'{asking.said(step)} is empty: pass best, latest or a checkpoint step '
-                     'number, or leave --step out for the newest.')
-  if step == 'best':
-    return 'best'
-  if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step >= 0:
-    return int(step)
-  if text and isinstance(step, str) and step.strip().isascii() and step.strip().isdigit():
-    return int(step)
-  if text:
-    raise ValueError(f'{asking.said(step)}: pass best, latest or a checkpoint step number (0 or '
-                     'more, one of the run\'s checkpoints/<step> folders).')
-  if isinstance(step, str) and step.strip().isascii() and step.strip().isdigit():
-    raise ValueError(f'step={step!r} is a str: pass the number, step={int(step)} (or \'best\' '
-                     "or 'latest').")
-  raise ValueError(f'step={step!r}: a checkpoint step is a number (0 or more, e.g. step=600), '
-                   "'best' or 'latest'.")
 
 
 def resumed_configs(workdir) -> list[tuple[int, str]]:

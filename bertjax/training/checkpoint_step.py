@@ -1,7 +1,8 @@
-"""One checkpoint step folder read and checked, for checkpoint_reader.py: its meta item (the
-step, the model config, the digests), the files orbax's layout needs, and its params, each array
-against the digest the meta item recorded. What cannot be read raises DamagedCheckpointError
-(or the reader's own error); which step to read, and what to do then, is checkpoint_reader's.
+"""One checkpoint step folder: its meta item as the loop writes it (step_meta); and read and
+checked, for checkpoint_reader.py: its meta item (the step, the model config, the digests), the
+files orbax's layout needs, and its params, each array against the digest the meta item
+recorded. What cannot be read raises DamagedCheckpointError (or the reader's own error); which
+step to read, and what to do then, is checkpoint_reader's.
 """
 
 import json
@@ -13,6 +14,30 @@ import orbax.checkpoint as ocp
 from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+
+# The fields of a fine-tuning run's config.data that decide its inputs beside max_seq_length,
+# kept in each step's meta (interop/sources.py refuses a config.json that says otherwise).
+RECORDED_TOKENIZATION = ('do_lower_case', 'max_chars_per_word', 'max_windows')
+
+
+def step_meta(config, mesh, step: int, consumed: int, standing: dict | None) -> dict:
+  """The meta item the loop saves with `step`: what a resume (examples consumed, mesh, model),
+  --step=best (its ranking) and the readers of a fine-tuned model (its head, length and
+  tokenization, against an edited config.json) read back."""
+  return {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+          'global_batch_size': config.global_batch_size,  # A resume says a change once.
+          'process_count': jax.process_count(),
+          'model': json.loads(config.model.to_json()),
+          # A task's labels in head order: a config.json edited later cannot reorder them.
+          **({'labels': list(config.labels)} if config.get('labels') else {}),
+          **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
+          **({'kind': config.kind} if config.get('task') and config.get('kind') else {}),
+          # A fine-tuned model's input length and tokenization (predict reads them from
+          # config.json: an edit there would change its inputs without a word).
+          **({'max_seq_length': config.data.max_seq_length, 'task': config.task,
+              'data': {k: config.data[k] for k in RECORDED_TOKENIZATION if k in config.data}}
+             if config.get('task') else {}),
+          **({} if standing is None else {'ranking': standing})}
 
 
 def read_meta(step_dir) -> dict:

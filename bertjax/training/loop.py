@@ -38,6 +38,7 @@ from bertjax.model import encoder
 from bertjax.model import platform_defaults
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import event_writer
 from bertjax.training import hosts
 from bertjax.training import optimizer as optimizer_lib
@@ -190,28 +191,10 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   return metrics
 
 
-# The fields of a fine-tuning run's config.data that decide its inputs beside max_seq_length,
-# kept in each step's meta (interop/sources.py refuses a config.json that says otherwise).
-RECORDED_TOKENIZATION = ('do_lower_case', 'max_chars_per_word', 'max_windows')
-
-
 def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
-  meta = {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
-          'global_batch_size': config.global_batch_size,  # A resume says a change once.
-          'process_count': jax.process_count(),
-          'model': json.loads(config.model.to_json()),
-          # A task's labels in head order: a config.json edited later cannot reorder them.
-          **({'labels': list(config.labels)} if config.get('labels') else {}),
-          **({'pooling': config.pooling} if config.get('pooling') else {}),  # As the head reads.
-          **({'kind': config.kind} if config.get('task') and config.get('kind') else {}),
-          # A fine-tuned model's input length and tokenization (predict reads them from
-          # config.json: an edit there would change its inputs without a word).
-          **({'max_seq_length': config.data.max_seq_length, 'task': config.task,
-              'data': {k: config.data[k] for k in RECORDED_TOKENIZATION if k in config.data}}
-             if config.get('task') else {}),
-          **({} if standing is None else {'ranking': standing})}
+  meta = checkpoint_step.step_meta(config, mesh, step, consumed, standing)
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
       standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
