@@ -106,7 +106,11 @@ class _UserSplits:
   def _read_split(self, split, **kwargs):
     """(items, skipped) of every file the split's setting names, in order."""
     items, skipped = [], collections.Counter()
-    found = self._paths[split] = expand(self.files[split], _FLAGS[split])
+    flag = 'predict_file' if split == 'test' and self.data.predict_file else _FLAGS[split]
+    found = self._paths[split] = expand(self.files[split], flag)
+    for path in found:  # A folder, an empty file: user_formats.check_file says what it is.
+      if not files.isdir(path):
+        files.require_file(path, f'config.data.{flag}: {path} does not exist: fix the path.')
     names = [files.name(path) for path in found]
     for path in found:
       more, more_skipped = self._read_file(path, **kwargs)

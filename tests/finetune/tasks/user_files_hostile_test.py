@@ -294,3 +294,20 @@ def test_multiple_choice_predictions_name_the_gold_choice_gold(tmp_path):
   assert [(r['guid'], r['choice'], r.get('gold')) for r in rows] == [('q:1', 1, 0),
                                                                       ('q:2', 0, None)]
   assert all('label' not in r for r in rows)
+
+
+@pytest.mark.parametrize('flag, split', [('train_file', 'train'), ('eval_file', 'validation'),
+                                         ('test_file', 'test'), ('predict_file', 'test')])
+def test_a_missing_file_is_said_with_the_flag_that_named_it(tmp_path, flag, split):
+  """Each was 'does not exist: check config.data.train_file / eval_file / test_file' (the reader
+  did not know which flag), and a predict_file was named test_file by a glob matching nothing."""
+  (tmp_path / 'train.csv').write_text('text,label\n' + ''.join(f't{i},{i % 2}\n'
+                                                                for i in range(20)))
+  settings = {'train_file': str(tmp_path / 'train.csv'), flag: str(tmp_path / 'nope.csv')}
+  with pytest.raises(FileNotFoundError) as e:  # Training's labels are read as the task is made.
+    registry.get_task('classification', _data(**settings)).read(split)
+  assert str(e.value) == f'config.data.{flag}: {tmp_path}/nope.csv does not exist: fix the path.'
+  settings[flag] = str(tmp_path / 'nope-*.csv')
+  with pytest.raises(FileNotFoundError, match=f'nope-\\*.csv matches no file: check '
+                                              f'config.data.{flag}.$'):
+    registry.get_task('classification', _data(**settings)).read(split)
