@@ -51,12 +51,41 @@ def _is_data_file(path: str) -> bool:
 
 
 def list_files(file_pattern) -> list[str]:
-  """Sorted files matching comma-separated patterns or globs (or a list of them)."""
-  files = sorted({f for p in _patterns(file_pattern) for f in files_lib.glob(p)
-                  if _is_data_file(f)})
+  """Sorted files matching comma-separated patterns or globs (or a list of them); each pattern
+  must match a file (one matching none, a typo beside others, was read as nothing)."""
+  patterns = _patterns(file_pattern)
+  files = set()
+  for pattern in patterns:
+    matched = [f for f in files_lib.glob(pattern) if _is_data_file(f)]
+    if not matched:
+      raise FileNotFoundError(_matches_nothing(pattern, file_pattern, len(patterns)))
+    files.update(matched)
   if not files:
     raise FileNotFoundError(f'no files match {file_pattern!r}: check the path and the glob')
-  return files
+  return sorted(files)
+
+
+def _matches_nothing(pattern: str, file_pattern, count: int) -> str:
+  """What is said of a pattern that matches no file: a folder, its shards' globs."""
+  named = repr(pattern) if count == 1 else f'{pattern!r} of {file_pattern!r}'
+  if files_lib.isdir(pattern):  # A folder names no file: its shards' glob is what to pass.
+    sets = [_shards_glob(path, report) for path, report in sorted(reports_in(pattern).items())]
+    return (f'{named} is a folder: name its shards, e.g. '
+            f'{" or ".join(sets) if sets else repr(files_lib.join(pattern, "*"))}')
+  if count == 1:
+    return f'no files match {named}: check the path and the glob'
+  return (f'{named} matches no file: check the path and the glob, or leave it out to read the '
+          'others')
+
+
+def _shards_glob(report_path: str, report: dict) -> str:
+  """What names the shards a report lists: '<prefix>-*' for N shards (the README's
+  'data/train-*'), else the files listed, comma-separated."""
+  prefix = report_path[:-len('.json')]
+  names = [os.path.basename(o) for o in report['output_files']]
+  if names and all(n.startswith(os.path.basename(prefix) + '-') for n in names):
+    return repr(prefix + '-*')
+  return repr(','.join(os.path.join(os.path.dirname(report_path), n) for n in names))
 
 
 def reports_in(directory: str) -> dict:
@@ -134,8 +163,15 @@ def resolve(file_pattern) -> FileSet:
   if not reports:
     logging.info('no create_pretraining_data report beside %s: the files are read unchecked',
                  file_pattern)
-  return FileSet([f for f in files if f not in report_files], counts, reports,
-                 ','.join(_patterns(file_pattern)))
+  data = [f for f in files if f not in report_files]
+  for pattern in patterns:  # One naming reports only reads no record: said, not read as none.
+    mine = [f for f in files if fnmatch.fnmatchcase(f, pattern)]
+    if mine and all(f in report_files for f in mine):
+      named = repr(pattern) if len(patterns) == 1 else f'{pattern!r} of {file_pattern!r}'
+      raise FileNotFoundError(
+          f'{named} matches create_pretraining_data reports only ({", ".join(mine[:3])}), no '
+          f'shard: name the shards they list, e.g. {_shards_glob(mine[0], report_at(mine[0]))}')
+  return FileSet(data, counts, reports, ','.join(_patterns(file_pattern)))
 
 
 _WARNED = set()  # (pattern, its reports) warned about: once per process, not per read.

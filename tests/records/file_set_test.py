@@ -103,3 +103,20 @@ def test_vocab_of_the_data_against_the_model(tmp_path):
     file_set.check_vocab(checked, model_vocab_size=1, vocab_file=None)
   with pytest.raises(ValueError, match=r'made with another vocab .*the ids would mean other'):
     file_set.check_vocab(checked, model_vocab_size=2, vocab_file=str(other))
+
+
+def test_a_pattern_of_several_that_matches_nothing_is_refused_not_read_as_none(tmp_path):
+  """`data/wiki/train-*,data/bookz/train-*` (a typo in one) trained on the wiki half without a
+  word; a folder, or a report alone, named no shard either (an IndexError at the first record)."""
+  files = make_set(tmp_path / 'books', [100])
+  with pytest.raises(FileNotFoundError, match=r"'.*/bookz/train-\*' of .* matches no file: "
+                     'check the path and the glob, or leave it out'):
+    file_set.resolve(f'{tmp_path}/books/train-*,{tmp_path}/bookz/train-*')
+  with pytest.raises(FileNotFoundError, match=r"/books' is a folder: name its shards, e.g. "
+                     r"'.*/books/train-\*'"):
+    file_set.resolve(f'{tmp_path}/books')
+  with pytest.raises(FileNotFoundError, match=r'/books/train.json\' of .* matches '
+                     'create_pretraining_data reports only .* no shard: name the shards they '
+                     r"list, e.g. '.*/books/train-\*'"):
+    file_set.resolve(f'{tmp_path}/books/train.json,{files[0]}')
+  assert file_set.resolve(f'{tmp_path}/books/train*').files == files  # Its report beside: read.
