@@ -160,19 +160,27 @@ def _checked_data(config, phase: Phase, vocab_file, init_path, workdir) -> Phase
     checked.append(file_set.resolve(pattern) if pattern else None)
     if pattern:
       field = ('train_files', 'eval_files')[len(checked) - 1]
+      which = 'phase2' if phase.first_step else 'data'
+      if field == 'eval_files' and checked[0] is not None:  # Remade, not the config changed.
+        file_set.check_made_alike(checked[0], checked[-1], (f'{which}.train_files',
+                                                            f'{which}.eval_files'), _same_ids)
       with _shared_by_both(f'phase2.{field}={pattern}' if phase.first_step else ''):
         file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
-                             vocab_file=model_vocab,
-                             same_ids=lambda a, b: not vocab_files.difference(a, b))
+                             vocab_file=model_vocab, same_ids=_same_ids)
         if masked:
           file_set.check_masking(checked[-1], masking=config.data.masking,
                                  masked_lm_prob=config.data.masked_lm_prob)
       record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
-                                      which=f'{"phase2" if phase.first_step else "data"}.{field}')
+                                      which=f'{which}.{field}')
       checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
                                            every_host_file=field == 'eval_files', workdir=workdir)
   _warn_of_shared_files(phase, *checked)
   return dataclasses.replace(phase, train_files=checked[0], eval_files=checked[1])
+
+
+def _same_ids(vocab, other) -> bool:
+  """Whether two vocab files of other bytes give the same ids (a vocab.txt's line ends)."""
+  return not vocab_files.difference(vocab, other)
 
 
 @contextlib.contextmanager

@@ -297,3 +297,36 @@ def test_phase_2s_files_made_otherwise_are_said_as_phase_2s(corpus):
     pretrain.check_data(cfg, second, cfg.data.vocab_file, '')
   with pytest.raises(ValueError, match=r'^the data \(.*\) holds the masks'):  # Phase 1: as was.
     pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
+
+
+def _eval_set_made(corpus, folder, **settings):
+  """The corpus's eval set copied into `folder`, its report saying it was made with `settings`
+  (vocab_sha256 among them: the report's own field)."""
+  pattern = _copy_set(corpus['data.eval_files'], folder, embedded.vocab_path())
+  (report_path, report), = file_set.resolve(pattern).reports.items()
+  if 'vocab_sha256' in settings:
+    report['vocab_sha256'] = settings.pop('vocab_sha256')
+  report['settings'].update(settings)
+  pathlib.Path(report_path).write_text(json.dumps(report))
+  return pattern
+
+
+@pytest.mark.parametrize('made, said, then', [
+    ({'masking': 'span'}, '--masking=span', '--masking=wordpiece'),
+    ({'vocab_file': '/elsewhere/vocab.txt', 'vocab_sha256': 'ab' * 32},
+     'the vocab /elsewhere/vocab.txt (sha256 abababababab...)', 'the vocab '),
+    ({'static_masking': False}, 'no masks (--nostatic_masking)', 'static masks'),
+    ({'nsp': False}, 'no NSP pairs (--nsp=false)', 'NSP pairs')])
+def test_eval_files_made_otherwise_than_the_train_files_are_told_to_be_remade(
+    corpus, tmp_path, made, said, then):
+  """Eval files of another masking (or vocab, unmasked, MLM-only) were told to set
+  config.data.masking (data.vocab_file, dynamic_masking, model.nsp) to theirs, which then
+  refused the train files: the eval files are what to remake, and both sets are named."""
+  cfg = config(corpus, data__eval_files=_eval_set_made(corpus, tmp_path / 'eval', **made))
+  with pytest.raises(ValueError, match=re.escape(
+      f'data.eval_files={cfg.data.eval_files} ({tmp_path}/eval/') + '.*' + re.escape(
+          f'was made with {said}, but data.train_files={cfg.data.train_files} (') + '.*'
+      + re.escape(f'with {then}') + '.*' + re.escape(
+          ': make the eval files as the train files were made (create_pretraining_data with '
+          'the same vocab and flags, from held-out text)')):
+    check(cfg)

@@ -228,6 +228,54 @@ def check_masking(file_set: FileSet, *, masking: str, masked_lm_prob: float):
           'unmasked (--nostatic_masking) and set --config.data.dynamic_masking=True')
 
 
+def check_made_alike(train: FileSet, held_out: FileSet, fields: tuple[str, str], same_ids=None):
+  """Refuses eval files made otherwise than the train files they are read with (another vocab,
+  masking or rate, unmasked, or without the NSP pairs the train files have): the config's fix,
+  said of the eval files alone (set data.X to theirs), would refuse the train files, which the
+  config reads. `fields`: the config fields naming them ('data.train_files', 'data.eval_files');
+  `same_ids` as check_vocab's."""
+  if not train.reports or not held_out.reports:
+    return
+  train_path, made = sorted(train.reports.items())[0]
+  for eval_path, report in sorted(held_out.reports.items()):
+    ours, theirs = _how_made(made), _how_made(report)
+    other = [k for k in ours if k in theirs and ours[k][0] != theirs[k][0]]
+    if 'vocab' in other and same_ids and all(
+        _still(_made_with(r), r['vocab_sha256']) for r in (made, report)) and same_ids(
+            _made_with(made), _made_with(report)):
+      other.remove('vocab')  # Other bytes, the same ids (a vocab.txt's line ends).
+    if ('masking' in other or 'masked_lm_prob' in other) and 'static_masking' in other:
+      other = [k for k in other if k not in ('masking', 'masked_lm_prob')]
+    if 'nsp' in other and not ours['nsp'][0]:
+      other.remove('nsp')  # Pairs read by an MLM-only model: their labels go unread.
+    if other:
+      raise ValueError(
+          f'{fields[1]}={held_out.pattern} ({eval_path}) was made with '
+          f'{", ".join(theirs[k][1] for k in other)}, but {fields[0]}={train.pattern} '
+          f'({train_path}) with {", ".join(ours[k][1] for k in other)}: make the eval files as '
+          'the train files were made (create_pretraining_data with the same vocab and flags, '
+          'from held-out text)')
+
+
+def _how_made(report) -> dict:
+  """What makes a set's records mean and hold what they do, where its report says: name ->
+  (value, the words of the flags)."""
+  settings = report.get('settings') or {}
+  made = {}
+  if report.get('vocab_sha256'):
+    made['vocab'] = (report['vocab_sha256'], f'the vocab {_made_with(report) or "?"} (sha256 '
+                     f'{report["vocab_sha256"][:12]}...)')
+  static = settings.get('static_masking', True)
+  made['static_masking'] = (static, 'static masks' if static else 'no masks (--nostatic_masking)')
+  for name in ('masking', 'masked_lm_prob'):
+    if static and settings.get(name) is not None:
+      made[name] = (settings[name], f'--{name}={settings[name]}')
+  if settings.get('nsp') is not None:
+    made['nsp'] = (settings['nsp'],
+                   'NSP pairs' if settings['nsp'] else 'no NSP pairs (--nsp=false)')
+  return made
+
+
 def _made_with(report) -> str:
   """The vocab a report says its set was made with ('' when it names none): a WordPiece vocab
   as settings.vocab_file, a SentencePiece model as settings.spm_model_file."""
