@@ -61,6 +61,11 @@ def _build_hint(source):
 def _builder(source):
   """The dataset builder, or a ValueError that says what is missing and what to run."""
   tfds = _tfds()
+  above = _data_dir_above(source)
+  if above:  # Else not prepared there, and told to prepare it again inside itself.
+    raise ValueError(f'--tfds_data_dir={source.data_dir} is {source.name.partition(":")[0]}\'s '
+                     f'own prepared folder, inside the data_dir TFDS reads: pass '
+                     f'--tfds_data_dir={above}')
   try:
     return tfds.builder(source.name, data_dir=source.data_dir or None)
   except tfds.core.registered.DatasetNotFoundError as e:
@@ -78,6 +83,25 @@ def _builder(source):
                      f'data in {where}; {_build_hint(source)}') from None
   except (ValueError, AssertionError) as e:  # No such config or version: TFDS lists those it has.
     raise ValueError(f'--tfds_name={source.name}: ' + ' '.join(str(e).split())[:600]) from None
+
+
+def _data_dir_above(source) -> str:
+  """The data_dir holding the dataset where --tfds_data_dir is its prepared folder itself
+  (DIR/<name>/<version>, or DIR/<name> holding versions; `download_and_prepare` printed the
+  first): DIR, else ''."""
+  parts = source.name.partition(':')[0].split('/')
+  folder = source.data_dir.rstrip('/')
+  if not folder or files_lib.exists(files_lib.join(folder, *parts)):  # A data_dir holding it.
+    return ''
+  if files_lib.exists(files_lib.join(folder, 'dataset_info.json')):  # A version's folder.
+    folder = folder.rpartition('/')[0]
+  elif not _prepared_versions(folder):
+    return ''
+  names = folder.split('/')
+  if len(names) < len(parts) or names[-len(parts):] != parts:
+    return ''
+  rest = names[:-len(parts)]
+  return '/' if rest == [''] else '/'.join(rest) or '.'
 
 
 def text_fields(features) -> list[str]:

@@ -342,3 +342,16 @@ def test_tfds_builder_reads_a_tfds_source_as_the_command_line_does(data_dir, voc
       tfds_source=source(data_dir, text_field='title_'))
   with pytest.raises(ValueError, match='text features: body, title'):
     tfds_builder.BertPretraining(config=config, data_dir=str(tmp_path / 'w')).download_and_prepare()
+
+
+@pytest.mark.parametrize('inside', ['bertjax_test_texts/1.0.0', 'bertjax_test_texts/'])
+def test_a_data_dir_that_is_the_datasets_own_folder_names_the_one_above(data_dir, vocab_file,
+                                                                       tmp_path, inside):
+  """--tfds_data_dir=DIR/<name>/<version> (the folder download_and_prepare prints) was told
+  `not prepared in DIR/<name>/<version>/<name>/<version>: tfds build ...` into it."""
+  with pytest.raises(ValueError, match=re.escape(
+      f'--tfds_data_dir={data_dir}/{inside} is bertjax_test_texts\'s own prepared folder, inside '
+      f'the data_dir TFDS reads: pass --tfds_data_dir={data_dir}')):
+    writer.create(None, str(tmp_path / 'train'), SETTINGS, vocab_file=vocab_file, num_workers=1,
+                  tfds=source(f'{data_dir}/{inside}'))
+  assert not list(tmp_path.iterdir())
