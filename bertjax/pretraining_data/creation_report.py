@@ -117,6 +117,17 @@ def masking_rate_warning(settings, counts, tolerance=0.2) -> str:
           '--max_seq_length (or a --masked_lm_prob whose share of it rounds as you want)')
 
 
+def long_lines_warning(skips, max_line_bytes) -> str:
+  """'' or a warning of the lines skipped for their length (a paragraph of --input_format=text
+  is one line, as is a text without line breaks): counted alone among the summary's skips,
+  they read as a few lines, not as the text they held."""
+  if not (count := skips.counts.get('line_too_long', 0)):
+    return ''
+  return (f'warning: {count} line(s) longer than --max_line_bytes={max_line_bytes} skipped, their '
+          f'text unread (e.g. {skips.examples["line_too_long"][0]}): pass a larger '
+          '--max_line_bytes to read them')
+
+
 def check_counts(counts, vocab_size, vocab_file, max_unk_fraction, num_workers):
   """Refuses, before any shard is put in place, data that the workers' counts show is wrong:
   a vocab that does not fit the text, NotNext pairs from their own document."""

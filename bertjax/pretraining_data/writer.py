@@ -284,8 +284,9 @@ def _run_workers(jobs, skips, progress=None):
   _check_utf8(skips, from_tfds=jobs[0].tfds_source is not None)
   if not counts['instances']:
     raise ValueError('no instances: the input has no usable sentences'
-                     + (f' ({skips.described()})' if skips.counts else
-                        ' (its lines hold no text)'))
+                     + (f' ({skips.described()})' if skips.counts else ' (its lines hold no text)')
+                     + (': pass a larger --max_line_bytes to read the lines skipped for their '
+                        'length' if skips.counts.get('line_too_long') else ''))
   counts.pop('shard_instances', None)
   return results, counts
 
@@ -436,7 +437,8 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                             overwrite)
       warnings = (shard_outputs.empty_shards_warning(
           records, [r['counts']['shard_instances'] for r in results], num_output_shards),
-                  creation_report.masking_rate_warning(settings, counts))
+                  creation_report.masking_rate_warning(settings, counts),
+                  creation_report.long_lines_warning(skips, max_line_bytes))
       for warning in filter(None, warnings):  # Written (such sets read fine); said last.
         print(warning, file=sys.stderr)
     except OSError as e:

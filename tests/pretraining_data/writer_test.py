@@ -314,3 +314,24 @@ def test_a_vocab_learned_again_at_the_same_path_is_not_the_cached_one(tmp_path):
   again = text_input.cached_encoder(str(vocab), '', True, False)
   assert again.encode_batch(['the cat'])[0].tolist() == [6, 5]
   assert text_input.cached_encoder(str(vocab), '', True, False) is again  # Still cached.
+
+
+def test_lines_skipped_for_their_length_are_said_with_the_flag_that_reads_them(
+    documents, vocab_file, tmp_path, capsys):
+  """Paragraphs over --max_line_bytes (--input_format=text, or a text without line breaks)
+  were counted as `skipped N line_too_long` in the summary alone, most of a corpus unread; with
+  nothing else, 'no usable sentences' named no fix."""
+  corpus = tmp_path / 'paragraphs.txt'
+  long_paragraph = ' '.join(' '.join(d) for d in documents[:20])
+  others = ''.join(' '.join(d) + '\n\n' for d in documents[20:60])
+  corpus.write_text(f'{long_paragraph}\n\n{others}', encoding='utf-8')
+  run(corpus, tmp_path / 'out', vocab_file=vocab_file, input_format='text',
+      max_line_bytes=len(long_paragraph) - 1)
+  assert (f'warning: 1 line(s) longer than --max_line_bytes={len(long_paragraph) - 1} skipped, '
+          f'their text unread (e.g. {corpus}:1): pass a larger --max_line_bytes to read them'
+          in capsys.readouterr().err)
+  corpus.write_text(f'{long_paragraph}\n', encoding='utf-8')
+  with pytest.raises(ValueError, match=r'no instances: .*1 line_too_long .*: pass a larger '
+                     '--max_line_bytes to read the lines skipped for their length'):
+    run(corpus, tmp_path / 'out2', vocab_file=vocab_file, input_format='text',
+        max_line_bytes=len(long_paragraph) - 1)
