@@ -55,6 +55,15 @@ def check_pretrain(c: _Checker, fraction):
              f'set it to files made at max_seq_length={c.get("phase2.max_seq_length")} and '
              f'max_predictions_per_seq={c.get("phase2.max_predictions_per_seq")} (and '
              'phase2.eval_files), or leave data.train_files empty for the embedded corpus')
+  patience = c.get('early_stopping_patience')
+  phase2_eval = isinstance(fraction, float | int) and fraction > 0 and c.get(
+      'phase2.eval_files') not in (_MISSING, '', None)
+  if (own and isinstance(patience, int) and patience > 0 and not phase2_eval
+      and c.get('data.eval_files') in ('', None)):  # The loop refused it once JAX had started.
+    c.fail('early_stopping_patience', patience, 'counts evaluations, but data.eval_files is empty '
+           'beside your own data.train_files: this run has no eval data', 'set '
+           '--config.data.eval_files to TFRecords of held-out text (create_pretraining_data), or '
+           'early_stopping_patience=0')
   metric = c.get('checkpoint.best_metric')
   mode = c.get('checkpoint.best_mode')
   if metric == '' and isinstance(mode, str):  # config_check judges a metric that is named.

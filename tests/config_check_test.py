@@ -117,6 +117,11 @@ PRETRAIN = [
     ({'early_stopping_patience': 2, 'eval_every_steps': 0}, 'config.early_stopping_patience=2: '
      'counts evaluations, but eval_every_steps=0 evaluates once, at the end, so it could never '
      'stop the run; set --config.eval_every_steps to a step count'),
+    # Hostile pass of helper-174: refused by the loop once JAX had started (exit 1, retried).
+    ({'early_stopping_patience': 2, 'data__train_files': '/d/t-*'}, 'config.early_stopping_'
+     'patience=2: counts evaluations, but data.eval_files is empty beside your own '
+     'data.train_files: this run has no eval data; set --config.data.eval_files to TFRecords of '
+     'held-out text (create_pretraining_data), or early_stopping_patience=0'),
     ({'phase2__train_files': '/d/train512-*'}, "config.phase2.train_files='/d/train512-*': is "
      'set but phase2.fraction=0: no step runs phase 2; pass phase2_fraction=0.1'),
     # Pass 33, item 6: ignored without a word beside one's own TFRecords.
