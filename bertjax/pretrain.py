@@ -161,17 +161,18 @@ def _checked_data(config, phase: Phase, vocab_file, init_path, workdir) -> Phase
     if pattern:
       field = ('train_files', 'eval_files')[len(checked) - 1]
       which = 'phase2' if phase.first_step else 'data'
-      if field == 'eval_files' and checked[0] is not None:  # Remade, not the config changed.
-        file_set.check_made_alike(checked[0], checked[-1], (f'{which}.train_files',
-                                                            f'{which}.eval_files'), _same_ids)
-      with _shared_by_both(f'phase2.{field}={pattern}' if phase.first_step else ''):
-        file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
-                             vocab_file=model_vocab, same_ids=_same_ids)
-        if masked:
-          file_set.check_masking(checked[-1], masking=config.data.masking,
-                                 masked_lm_prob=config.data.masked_lm_prob)
-      record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
-                                      which=f'{which}.{field}')
+      with _refused():
+        if field == 'eval_files' and checked[0] is not None:  # Remade, not the config changed.
+          file_set.check_made_alike(checked[0], checked[-1], (f'{which}.train_files',
+                                                              f'{which}.eval_files'), _same_ids)
+        with _shared_by_both(f'phase2.{field}={pattern}' if phase.first_step else ''):
+          file_set.check_vocab(checked[-1], model_vocab_size=config.model.vocab_size,
+                               vocab_file=model_vocab, same_ids=_same_ids)
+          if masked:
+            file_set.check_masking(checked[-1], masking=config.data.masking,
+                                   masked_lm_prob=config.data.masked_lm_prob)
+        record_check.check_first_record(checked[-1].files[0], spec, masked=masked,
+                                        which=f'{which}.{field}')
       checked[-1] = input_pipeline.counted(checked[-1], spec, masked=masked,
                                            every_host_file=field == 'eval_files', workdir=workdir)
   _warn_of_shared_files(phase, *checked)
@@ -181,6 +182,19 @@ def _checked_data(config, phase: Phase, vocab_file, init_path, workdir) -> Phase
 def _same_ids(vocab, other) -> bool:
   """Whether two vocab files of other bytes give the same ids (a vocab.txt's line ends)."""
   return not vocab_files.difference(vocab, other)
+
+
+@contextlib.contextmanager
+def _refused():
+  """Files the config does not match (their vocab, masking, lengths, NSP) refused as the config
+  is: exit 78, which a scheduler does not restart, since a restart would read the same files
+  (a file missing, damaged or still being copied stays an error a restart may mend)."""
+  try:
+    yield
+  except ValueError as e:
+    if isinstance(e, (console.Refused, record_check.UnreadableFile)):
+      raise
+    raise console.Refused(str(e)) from e
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import pytest
 import transformers
 
 from bertjax import config_check
+from bertjax import console
 from bertjax import export
 from bertjax import files
 from bertjax import pretrain
@@ -245,6 +246,25 @@ def test_files_without_a_report_of_an_eval_set_are_counted_before_training(corpu
   with pytest.raises(ValueError, match=rf'^{damaged}: not a readable TFRecord file \(truncated '
                      r'record at \d+\): recreate it with create_pretraining_data'):
     pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
+
+
+def test_files_the_config_does_not_match_exit_as_refused_and_unreadable_ones_do_not(corpus,
+                                                                                tmp_path):
+  """helper-174: data of another vocab, length or masking than the config's exited 1, which a
+  scheduler restarts to read the same files again; it exits 78 (console.Refused), as the
+  config's refusals do. A file TensorFlow cannot read (damaged, or still being copied) stays an
+  error a restart may mend."""
+  for fields in ({'model__vocab_size': 4096, 'data__vocab_file': ''},
+                 {'data__masking': 'whole_word'},
+                 {'data__max_predictions_per_seq': 12}):
+    with pytest.raises(console.Refused):
+      check(config(corpus, **fields))
+  garbage = tmp_path / 'eval'
+  garbage.mkdir()
+  (garbage / 'a.tfrecord').write_bytes(b'not a record file' * 10)
+  with pytest.raises(ValueError, match='a.tfrecord: not a readable TFRecord file') as e:
+    check(config(corpus, data__eval_files=str(garbage / '*')))
+  assert not isinstance(e.value, console.Refused)
 
 
 def test_a_restart_reads_no_file_without_a_report_whole_again(corpus, tmp_path, monkeypatch):

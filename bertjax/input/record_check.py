@@ -116,6 +116,10 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool, whic
       raise ValueError(_length_mismatch(path, name, found, wanted, spec, which))
 
 
+class UnreadableFile(ValueError):
+  """A file TensorFlow cannot read as TFRecords (damaged, truncated, or still being copied)."""
+
+
 @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool)])
 def _count_and_first(path, count_records):
   """A file's record count (-1 when not counted) and its first record (b'' when empty)."""
@@ -135,8 +139,8 @@ def _read_head(path: str, count_records: bool) -> tuple[int, bytes]:
   try:
     counted, first = _count_and_first(path, count_records)
   except tf.errors.OpError as e:
-    raise ValueError(f'{path}: not a readable TFRecord file ({reason(e.message)}): recreate it '
-                     'with create_pretraining_data') from e
+    raise UnreadableFile(f'{path}: not a readable TFRecord file ({reason(e.message)}): '
+                         'recreate it with create_pretraining_data') from e
   return int(counted), first.numpy()
 
 
