@@ -180,8 +180,9 @@ def fail_together():
 
 def told(error: BaseException) -> str:
   """An error as the other hosts read it: its message, after its type's name unless a
-  ValueError (the package's own errors, whole sentences) or an OSError with an errno."""
-  if type(error) is ValueError or (isinstance(error, OSError) and error.errno):
+  ValueError or one of bertjax's own (whole sentences) or an OSError with an errno."""
+  own = type(error) is ValueError or type(error).__module__.partition('.')[0] == 'bertjax'
+  if own or (isinstance(error, OSError) and error.errno):
     return str(error)
   return f'{type(error).__name__}: {error}'.removesuffix(': ')
 
