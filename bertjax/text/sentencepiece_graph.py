@@ -64,16 +64,23 @@ class Tokenizer:
     texts = tf.strings.regex_replace(texts, "``|''", '"')
     if self.keep_accents and not self.do_lower_case:
       return texts
+    # regex_split and tf.strings.lower end a string at its first NUL: the text between NULs is
+    # normalised apart (NUL is a starter, neither cased nor case-ignorable, so nothing crosses
+    # it in Python either) and joined back with its NULs.
+    between = tf.strings.split(texts, '\0')  # [B, (N)]
     # Characters this Python has not assigned stay as they are (ICU's tables may be newer):
     # the text is cut around them and only the other parts are normalised. A character
     # unknown to Python has no decomposition and combining class 0 there, so nothing moves
     # across a cut.
     unassigned = f'[{_chars("unassigned")}]+'
-    parts = self.tf_text.regex_split(texts, unassigned, unassigned)  # [B, (S)]
+    parts = self.tf_text.regex_split(between.flat_values, unassigned, unassigned)  # [N, (S)]
     values = parts.flat_values
     known = ~tf.strings.regex_full_match(values, unassigned)
     values = tf.where(known, self._normalize(values), values)
-    return tf.strings.reduce_join(parts.with_flat_values(values), axis=1)
+    values = tf.strings.reduce_join(parts.with_flat_values(values), axis=1)
+    values = tf.strings.join([values, tf.fill(tf.shape(values), '\0')])
+    joined = tf.strings.reduce_join(between.with_flat_values(values), axis=1)
+    return tf.strings.regex_replace(joined, '\\x00$', '')  # The NUL after the last part.
 
   def _normalize(self, texts):
     tf = self.tf

@@ -15,7 +15,9 @@ ODD_TEXTS = ['', 'The KING doth Speak', 'Café, naïve RÉSUMÉ; Ångström', '1
              '日本語 中文 한국어', 'Ｆｕｌｌ ﬁne ½', "``so'' said   he\t\n", 'İ ß Ǆ straße',
              "o'er th' 22, x,y", 'ΟΔΟΣ ΣΟΦΟΣ, Σ中 ΑΣ.Β ΑΣ\'', '¹²³, ①, 9,a ,9, ,,',
              '\u3000x\u00a0y\u2028z\x1c', 'a\u0301\u0301b ḉ', '[MASK] x', '1,2,3,4,',
-             '\u2581a \u2581 9,', 'ǅ ǈ ᾈ ﬃ', 'x\U0001ccefY\U0001ccdb']
+             '\u2581a \u2581 9,', 'ǅ ǈ ᾈ ﬃ', 'x\U0001ccefY\U0001ccdb',
+             # NUL: TF's regex_split and lower end a string there.
+             'a\x00B c', '\x00', 'ΑΣ\x00Σ É\x00\x00', '\x00x\U0001ccef\x00']
 
 
 def random_texts(seed: int, count: int) -> list[str]:
