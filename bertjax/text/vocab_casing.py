@@ -3,13 +3,23 @@ against do_lower_case: a cased vocab read lower-cased never produces its upper-c
 uncased one read cased turns capitalised words into [UNK] or odd pieces.
 """
 
+import re
+
 # A vocab is taken as cased when at least this fraction of its word tokens has upper case.
 _CASED_FRACTION = 0.01
+# SentencePiece's byte pieces (byte_fallback): upper-case hex whatever the model's casing.
+_BYTE_PIECE = re.compile(r'<0x[0-9A-F]{2}>')
+
+
+def _words(vocab):
+  """The tokens of `vocab` that tell its casing: not specials ([CLS]) nor byte pieces."""
+  return [t for t in vocab if not (t.startswith('[') and t.endswith(']'))
+          and not _BYTE_PIECE.fullmatch(t)]
 
 
 def vocab_looks_cased(vocab):
   """Whether enough word tokens of `vocab` contain upper case to call it a cased vocab."""
-  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  words = _words(vocab)
   upper = sum(1 for t in words if t != t.lower())
   return upper >= max(1, _CASED_FRACTION * len(words))
 
@@ -29,7 +39,7 @@ def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=No
   set it (None: the data and training runs' settings)."""
   fix = fix or _casing_fix
   if do_lower_case and vocab_looks_cased(vocab):
-    examples = [t for t in vocab if t != t.lower() and not t.startswith('[')][:5]
+    examples = [t for t in _words(vocab) if t != t.lower()][:5]
     raise ValueError(
         f'{vocab_name} is a cased vocab (upper-case tokens such as {examples}) but '
         f'do_lower_case=True, so those tokens could never be produced: {fix(False)}')
@@ -37,7 +47,7 @@ def validate_case_matches_vocab(vocab, do_lower_case, vocab_name='vocab', fix=No
   # text holds a few, under the cased fraction: either casing reads it), but lower-case ones.
   # A vocab of scripts without case (CJK, Thai, Arabic, ...) is neither: either setting reads
   # it, and --nodo_lower_case keeps accents such as kana's voicing marks.
-  words = [t for t in vocab if not (t.startswith('[') and t.endswith(']'))]
+  words = _words(vocab)
   if (not do_lower_case and not any(t != t.lower() for t in words)
       and any(t != t.upper() for t in words)):
     raise ValueError(

@@ -247,6 +247,18 @@ def test_a_cased_vocab_of_few_upper_case_tokens_is_not_called_uncased():
     vocab_casing.validate_case_matches_vocab(['[PAD]', *words, *[f'W{i}' for i in range(9)]], True)
 
 
+def test_byte_pieces_do_not_make_a_sentencepiece_model_cased():
+  """A lower-case SentencePiece model with byte_fallback holds '<0x41>'..'<0xFF>', upper-case
+  hex: it was called cased, refused with do_lower_case=True and told to pass False, which
+  spells every capital as byte pieces."""
+  vocab = ['<pad>', '<unk>', '[CLS]', *[f'<0x{b:02X}>' for b in range(256)],
+           *[f'\u2581w{i}' for i in range(2000)]]
+  assert not vocab_casing.vocab_looks_cased(vocab)
+  vocab_casing.validate_case_matches_vocab(vocab, True)
+  with pytest.raises(ValueError, match='uncased vocab'):
+    vocab_casing.validate_case_matches_vocab(vocab, False)
+
+
 def test_bad_vocab_files(tmp_path):
   missing = tmp_path / 'nope' / 'vocab.txt'
   with pytest.raises(FileNotFoundError, match=r'nope/vocab.txt.*pass vocab_file='):
