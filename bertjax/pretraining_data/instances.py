@@ -365,8 +365,10 @@ class InstanceMaker:
     features = {'input_ids': ids, 'input_mask': input_mask.view(np.uint8),
                 'segment_ids': segment_ids.view(np.uint8)}
     if self.settings.static_masking:
-      # As the original, [CLS] and [SEP] are never chosen, wherever they are.
-      candidates = input_mask & (ids != self.encoder.cls_id) & (ids != self.encoder.sep_id)
+      # As the original, [CLS] and [SEP] are never chosen, wherever they are; nor [MASK], as
+      # in dynamic masking (a model whose [MASK] is a user-defined piece reads it from text).
+      candidates = (input_mask & (ids != self.encoder.cls_id) & (ids != self.encoder.sep_id)
+                    & (ids != self.encoder.mask_id))
       masked, positions, label_ids, weights = masking.mask_batch(
           ids, candidates, self._np_rng, masked_lm_prob=self.settings.masked_lm_prob,
           max_predictions=self.settings.max_predictions_per_seq,

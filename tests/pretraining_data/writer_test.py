@@ -221,6 +221,30 @@ def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
   assert np.mean(chosen >= 1) > 0.99, np.mean(chosen >= 1)
 
 
+def test_a_mask_piece_read_from_the_text_is_never_masked(documents, tmp_path):
+  """A SentencePiece model with [MASK] as a user-defined piece reads '[MASK]' typed in the text
+  as the [MASK] id: static masking chose it and wrote [MASK] as a label (dynamic masking never
+  chooses it)."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  typed = [[f'{s} [MASK]' for s in document] for document in documents[:80]]
+  corpus = write_corpus(tmp_path / 'c.txt', typed)
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1500,
+      user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1,
+      eos_id=-1, minloglevel=2)
+  _, files = run(corpus, tmp_path, spm_model_file=str(tmp_path / 'sp.model'),
+                 do_lower_case=False)
+  tf = fast_tokenizer.import_tf()[0]
+  spec = {'input_ids': tf.io.FixedLenFeature([128], tf.int64),
+          'masked_lm_ids': tf.io.FixedLenFeature([20], tf.int64),
+          'masked_lm_weights': tf.io.FixedLenFeature([20], tf.float32)}
+  data = tf.io.parse_example(list(tf.data.TFRecordDataset([str(f) for f in files])), spec)
+  mask_id = 4  # After <pad> <unk> [CLS] [SEP].
+  assert np.sum(data['input_ids'].numpy() == mask_id) > 1000  # Read from the text.
+  labels = data['masked_lm_ids'].numpy()[data['masked_lm_weights'].numpy() > 0]
+  assert labels.size > 1000 and mask_id not in labels
+
+
 def test_outputs_are_checked_before_any_input_is_read(vocab_file, tmp_path):
   (tmp_path / 'dir').mkdir()
   (tmp_path / 'afile').write_text('x')
