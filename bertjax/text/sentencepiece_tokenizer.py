@@ -40,6 +40,9 @@ def sentencepiece_vocab(path, data: bytes):
     model.LoadFromSerializedProto(data)
   except (OSError, RuntimeError) as e:
     head = data[:4096]
+    if tokenizer.is_sentencepiece_vocab_text(head):
+      raise ValueError(f'{os.fspath(path)!r} is a SentencePiece .vocab (pieces and scores as '
+                       'text), not the model: pass the .model file written beside it') from None
     wordpiece = b'\0' not in head and b'\n' in head and b'[' in head  # A vocab.txt's lines.
     raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model'
                      + (' but text, a WordPiece vocab.txt: pass it as --vocab_file'

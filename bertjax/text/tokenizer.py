@@ -76,6 +76,10 @@ def require_vocab_file(path: str, missing: str):
   files.require_file(path, missing)
 
 
+# A line of SentencePiece's .vocab: the piece, a tab, its score ('-7.28', '0').
+_SPM_VOCAB_LINE = re.compile(rb'[^\t]*\t-?[0-9.]+(?:e[-+]?[0-9]+)?\r?')
+
+
 def _is_json_object(data: bytes) -> bool:
   """Whether a file's bytes are one JSON object (a vocab.txt's first token may be '{')."""
   if data.lstrip()[:1] != b'{':
@@ -84,6 +88,13 @@ def _is_json_object(data: bytes) -> bool:
     return isinstance(json.loads(data), dict)
   except ValueError:
     return False
+
+
+def is_sentencepiece_vocab_text(head: bytes) -> bool:
+  """Whether a file's first bytes are SentencePiece's .vocab (spm_train writes it beside the
+  .model): a piece, a tab and its score per line, text that is no model and no vocab.txt."""
+  lines = head.split(b'\n')[:-1][:20]  # Whole lines only.
+  return bool(lines) and all(_SPM_VOCAB_LINE.fullmatch(line) for line in lines)
 
 
 def read_vocab(path, data: bytes):
@@ -98,6 +109,10 @@ def read_vocab(path, data: bytes):
     raise ValueError(f'vocab file {path!r} is binary, not a WordPiece vocab.txt (a SentencePiece '
                      'model?): pass it as the SentencePiece model (create_pretraining_data '
                      '--spm_model_file; every other reader tells the two by their content)')
+  if is_sentencepiece_vocab_text(data[:4096]):  # Its lines read as tokens have no [UNK].
+    raise ValueError(f'vocab file {path!r} is a SentencePiece .vocab (pieces and scores), not '
+                     'a WordPiece vocab.txt: pass the SentencePiece .model written beside it '
+                     '(create_pretraining_data --spm_model_file; data.vocab_file takes it too)')
   if _is_json_object(data):  # tokenizer.json, config.json: read as lines, they have no [UNK].
     raise ValueError(f'vocab file {path!r} is JSON (a tokenizer.json or config.json?), not a '
                      'vocab.txt of one token per line: pass the vocab.txt beside it (or a '

@@ -308,6 +308,19 @@ def test_original_api(reference, vocab_file):
     vocab_files.from_files()
 
 
+def test_a_sentencepiece_vocab_text_is_told_to_pass_its_model(tmp_path):
+  """spm_train's .vocab (piece, tab, score) was called a WordPiece vocab.txt as
+  --spm_model_file ('pass it as --vocab_file'), and as --vocab_file told to add [UNK]."""
+  spm_vocab = tmp_path / 'spm.vocab'
+  spm_vocab.write_text('<pad>\t0\n<unk>\t0\n[CLS]\t0\n\u2581the\t-3.21\nk\t-1.5e-05\n')
+  with pytest.raises(ValueError, match='is a SentencePiece .vocab .*pass the SentencePiece '
+                     '.model written beside it'):
+    vocab_files.from_files(vocab_file=spm_vocab)
+  with pytest.raises(ValueError, match='is a SentencePiece .vocab .*pass the .model file '
+                     'written beside it'):
+    vocab_files.from_files(spm_model_file=spm_vocab)
+
+
 def test_reference_path_does_not_import_tensorflow():
   code = 'import sys, bertjax.text.tokenizer; sys.exit("tensorflow" in sys.modules)'
   root = pathlib.Path(__file__).resolve().parents[2]
