@@ -64,15 +64,17 @@ def _fields(data: bytes):
       raise ValueError(f'unsupported protobuf wire type {wire}')
 
 
-def _normalizer(model_bytes: bytes) -> tuple[bytes, int]:
-  """(precompiled charsmap, model type: 1 unigram, 2 BPE, ...) of a serialized ModelProto."""
-  charsmap, model_type = b'', 1
+def _normalizer(model_bytes: bytes) -> tuple[bytes, int, bool]:
+  """(precompiled charsmap, model type: 1 unigram, 2 BPE, ..., byte_fallback) of a serialized
+  ModelProto."""
+  charsmap, model_type, byte_fallback = b'', 1, False
   for number, _, value in _fields(model_bytes):
-    if number == 2:  # trainer_spec: model_type is its field 3.
+    if number == 2:  # trainer_spec: model_type is its field 3, byte_fallback its field 35.
       model_type = next((v for n, w, v in _fields(value) if n == 3 and w == 0), 1)
+      byte_fallback = any(n == 35 and w == 0 and v for n, w, v in _fields(value))
     elif number == 3:  # normalizer_spec: precompiled_charsmap is its field 2.
       charsmap = next((v for n, w, v in _fields(value) if n == 2 and w == 2), b'')
-  return charsmap, model_type
+  return charsmap, model_type, byte_fallback
 
 
 def _keeps_digit_comma(piece: str) -> bool:
@@ -86,7 +88,7 @@ def _without_transformers(result: bundle_lib.Bundle) -> list[str]:
 
 
 class NotUnigramError(ValueError):
-  """A SentencePiece model transformers' AlbertTokenizer cannot read (bpe)."""
+  """A SentencePiece model transformers' AlbertTokenizer cannot read (bpe, byte_fallback)."""
 
 
 def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
@@ -98,11 +100,15 @@ def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
   from tokenizers import processors  # pylint: disable=g-import-not-at-top
   ours = vocab_files.for_model(spm_model_file, do_lower_case, check_casing=False)
   sp = ours.sp_model
-  charsmap, model_type = _normalizer(files.read_bytes(spm_model_file))
+  charsmap, model_type, byte_fallback = _normalizer(files.read_bytes(spm_model_file))
   if model_type != 1:
     raise NotUnigramError(f'SentencePiece model {spm_model_file} is not a unigram model (type '
                           f'{model_type}): AlbertTokenizer reads unigram models only, so '
                           'transformers would give other ids')
+  if byte_fallback:  # Its bytes of a recomposed Hangul syllable differ even with byte pieces.
+    raise NotUnigramError(f'SentencePiece model {spm_model_file} spells characters outside '
+                          'its pieces as bytes (byte_fallback), which the tokenizer.json of '
+                          'AlbertTokenizer does not, so transformers would give other ids')
   vocab = []
   for i in range(sp.GetPieceSize()):
     piece, score = sp.IdToPiece(i), sp.GetScore(i)

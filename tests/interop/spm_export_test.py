@@ -3,6 +3,8 @@ learn_vocab's model and a classifier fine-tuned from it (tests/spm_runs.py). tra
 the hf export offline with a tokenizer that gives bertjax's ids and a model that gives its
 outputs; a format that cannot write the SentencePiece tokenizer faithfully refuses."""
 
+import gzip
+import itertools
 
 from flax import traverse_util
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
@@ -10,6 +12,7 @@ import numpy as np
 import onnx_export_test
 import pytest
 import saved_model_test
+import sentencepiece
 import spm_runs
 import torch
 import transformers
@@ -129,6 +132,22 @@ def test_a_bpe_sentencepiece_model_is_refused_for_transformers(tmp_path):
                                     input_sentence_size=5_000)
   with pytest.raises(ValueError, match='not a unigram model .*AlbertTokenizer reads unigram'):
     hf_sentencepiece.build(str(bpe), do_lower_case=True)
+
+
+def test_a_byte_fallback_sentencepiece_model_is_refused_for_transformers_naming_it(tmp_path):
+  """Refused by the probes before, blaming 'a final Σ, or combining marks'."""
+  model = tmp_path / 'bytes.model'
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line.lower() for line in itertools.islice(f, 5_000) if line.strip()]
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'bytes'), vocab_size=512,
+      byte_fallback=True, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2)
+  bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind='encoder',
+                             vocab_file=str(model), do_lower_case=True)
+  with pytest.raises(ValueError,
+                     match=r'as bytes \(byte_fallback\).*transformers would give other ids'):
+    hf_sentencepiece.write(bundle, str(tmp_path))
 
 
 def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(runs, tmp_path):
