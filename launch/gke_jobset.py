@@ -34,8 +34,10 @@ why). --dry_run (--apply or not) writes the manifest and prints the kubectl comm
 runs, running none. Exit status: 0 (completed; or written), 1 (the JobSet failed), 78 (a flag,
 such as an --output in no folder, or the job's config or workdir refused: nothing written), 2
 (kubectl failed, the JobSet exists, the manifest's folder not writable or full), 130 (Ctrl-C).
-A manifest of another JobSet's name is never replaced. Tests: tests/launch/gke_jobset*_test.py
-(a fake kubectl, kube_fakes.py).
+An existing manifest is replaced only when this launcher wrote it and nobody edited it since
+(its bertjax/manifest-sha256 annotation), whatever JobSet it names, or when it is the same
+JobSet's; an edited one, or another JobSet's without the annotation (hand-written), is refused.
+Tests: tests/launch/gke_jobset*_test.py (a fake kubectl, kube_fakes.py).
 """
 
 import copy
