@@ -12,6 +12,7 @@ import bertjax
 from bertjax import files as files_lib
 from bertjax.records import example_encoding
 from bertjax.records import file_set
+from bertjax.text import corpus_lines
 
 
 def build(job, vocab_size, outputs, report_file, results, counts, skips, staged, records,
@@ -121,11 +122,8 @@ def long_lines_warning(skips, max_line_bytes) -> str:
   """'' or a warning of the lines skipped for their length (a paragraph of --input_format=text
   is one line, as is a text without line breaks): counted alone among the summary's skips,
   they read as a few lines, not as the text they held."""
-  if not (count := skips.counts.get('line_too_long', 0)):
-    return ''
-  return (f'warning: {count} line(s) longer than --max_line_bytes={max_line_bytes} skipped, their '
-          f'text unread (e.g. {skips.examples["line_too_long"][0]}): pass a larger '
-          '--max_line_bytes to read them')
+  said = corpus_lines.long_lines(skips, max_line_bytes, 'read them: their text is unread')
+  return f'warning: {said}' if said else ''
 
 
 def check_counts(counts, vocab_size, vocab_file, max_unk_fraction, num_workers):

@@ -42,13 +42,19 @@ class Skips:
     self.examples.setdefault(reason, [place])
 
 
+def long_lines(skips, max_line_bytes, to: str) -> str:
+  """'' or what is said of the lines skipped for their length (`to`: what a larger
+  --max_line_bytes would do with them), by learn_vocab and create_pretraining_data alike."""
+  if not (count := skips.counts.get('line_too_long', 0)):
+    return ''
+  return (f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
+          f'{skips.examples["line_too_long"][0]}): pass a larger --max_line_bytes to {to}')
+
+
 def skipped_lines(skips, max_line_bytes) -> str:
   """'' or what is said of the lines skipped: too long, or not UTF-8."""
-  said = []
-  if count := skips.counts.get('line_too_long', 0):
-    said.append(f'{count} line(s) longer than --max_line_bytes={max_line_bytes} skipped (e.g. '
-                f'{skips.examples["line_too_long"][0]}): pass a larger --max_line_bytes to '
-                'learn from them')
+  said = [long_lines(skips, max_line_bytes, 'learn from them')] if skips.counts.get(
+      'line_too_long') else []
   if count := skips.counts.get('invalid_utf8', 0):
     said.append(f'{count} line(s) not UTF-8 skipped (e.g. {skips.examples["invalid_utf8"][0]}): '
                 're-encode them as UTF-8 to learn from them')

@@ -351,8 +351,8 @@ def test_lines_skipped_for_their_length_are_said_with_the_flag_that_reads_them(
   corpus.write_text(f'{long_paragraph}\n\n{others}', encoding='utf-8')
   run(corpus, tmp_path / 'out', vocab_file=vocab_file, input_format='text',
       max_line_bytes=len(long_paragraph) - 1)
-  assert (f'warning: 1 line(s) longer than --max_line_bytes={len(long_paragraph) - 1} skipped, '
-          f'their text unread (e.g. {corpus}:1): pass a larger --max_line_bytes to read them'
+  assert (f'warning: 1 line(s) longer than --max_line_bytes={len(long_paragraph) - 1} skipped '
+          f'(e.g. {corpus}:1): pass a larger --max_line_bytes to read them: their text is unread'
           in capsys.readouterr().err)
   corpus.write_text(f'{long_paragraph}\n', encoding='utf-8')
   with pytest.raises(ValueError, match=r'no instances: .*1 line_too_long .*: pass a larger '
