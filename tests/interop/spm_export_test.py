@@ -150,6 +150,23 @@ def test_a_byte_fallback_sentencepiece_model_is_refused_for_transformers_naming_
     hf_sentencepiece.write(bundle, str(tmp_path))
 
 
+def test_a_model_that_keeps_a_typed_word_start_is_refused_for_transformers(tmp_path):
+  """A model without NFKC (--normalization_rule_name=identity) reads a '▁' typed in the text as
+  a piece, where transformers' Metaspace splits words there: it passed the probes and was
+  exported with a tokenizer that gave other ids for such text."""
+  model = tmp_path / 'identity.model'
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line.lower() for line in itertools.islice(f, 5_000) if line.strip()]
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'identity'), vocab_size=512,
+      normalization_rule_name='identity', pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2)
+  bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind='encoder',
+                             vocab_file=str(model), do_lower_case=True)
+  with pytest.raises(ValueError, match="other ids than bertjax for 'a \u2581b"):
+    hf_sentencepiece.write(bundle, str(tmp_path))
+
+
 def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(runs, tmp_path):
   out = export.export(runs['classify'], 'tf1', tmp_path / 'tf1')
   assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
