@@ -6,6 +6,7 @@ text stay whole, as on the WordPiece path (tokenizer.py).
 
 import collections
 import os
+import re
 import unicodedata
 
 from bertjax import files
@@ -14,12 +15,15 @@ from bertjax.text import vocab_casing
 
 # SentencePiece's word-start mark: '▁the' starts a word, 'ing' continues one.
 WORD_START = '\u2581'
+# A byte piece (byte_fallback): one UTF-8 byte of a character outside the pieces.
+_BYTE_PIECE = re.compile(r'<0x[0-9A-F]{2}>')
 
 
 def continues_word(piece: str) -> bool:
   """Whether a SentencePiece piece continues the word before it: every piece but a word start
-  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>)."""
-  return not piece.startswith((WORD_START, '[', '<'))
+  ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>); a byte piece continues (the
+  '▁' or piece before it starts its word), so a character's bytes are masked together."""
+  return not piece.startswith((WORD_START, '[', '<')) or bool(_BYTE_PIECE.fullmatch(piece))
 
 
 def is_sentencepiece_model(path, data: bytes) -> bool:

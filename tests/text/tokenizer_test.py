@@ -321,6 +321,15 @@ def test_a_sentencepiece_vocab_text_is_told_to_pass_its_model(tmp_path):
     vocab_files.from_files(spm_model_file=spm_vocab)
 
 
+def test_byte_pieces_continue_their_word():
+  """byte_fallback spells '🙂' as '▁' and four byte pieces: each was read as a word start, so
+  whole-word masking masked single bytes of a character."""
+  vocab = {'<pad>': 0, '<unk>': 1, '[CLS]': 2, '\u2581': 3, '<0xF0>': 4, '<0x9F>': 5, 'b': 6,
+           '\u2581a': 7, '<s>': 8}
+  flags = vocab_files.continuation_flags(vocab, sentencepiece=True)
+  assert flags.tolist() == [False, False, False, False, True, True, True, False, False]
+
+
 def test_reference_path_does_not_import_tensorflow():
   code = 'import sys, bertjax.text.tokenizer; sys.exit("tensorflow" in sys.modules)'
   root = pathlib.Path(__file__).resolve().parents[2]
