@@ -299,7 +299,8 @@ class Encoder:
                        'and [MASK]; pass the vocab of a BERT-style model')
     self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]'))
     self.vocab_size = len(vocab)
-    self.unk_id = vocab.get('[UNK]', vocab.get('<unk>'))
+    # The tokenizer's own: a SentencePiece model may call it otherwise (--unk_piece).
+    self.unk_id = vocab.get(self.tokenizer.unk_token)
     self.continuation = continuation
 
   def encode_batch(self, texts):

@@ -275,6 +275,20 @@ def test_a_vocab_that_does_not_fit_the_text_is_refused(documents, vocab_file, tm
       report['unk_fraction'] * report['counts']['document_tokens'])
 
 
+def test_unknown_pieces_of_a_model_with_its_own_unk_piece_are_counted(documents, tmp_path):
+  """A SentencePiece model whose unknown piece is not '<unk>' (--unk_piece=<oov>) had its
+  unknown pieces counted as none: 0% [UNK], and a vocab that does not fit the text passed."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:60])
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1000, unk_piece='<oov>',
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      minloglevel=2)
+  greek = write_corpus(tmp_path / 'greek.txt', [['αβγ δεζ ηθι.', 'κλμ νξο.']] * 40)
+  with pytest.raises(ValueError, match=r'\d+\.\d% of the tokens are \[UNK\]'):
+    run(greek, tmp_path / 'out', spm_model_file=str(tmp_path / 'sp.model'), do_lower_case=False)
+
+
 def test_report_records_each_shard_and_is_in_place_before_the_shards(documents, vocab_file,
                                                                     tmp_path, monkeypatch):
   corpus = write_corpus(tmp_path / 'c.txt', documents[:60])
