@@ -19,6 +19,12 @@ WORD_START = '\u2581'
 _BYTE_PIECE = re.compile(r'<0x[0-9A-F]{2}>')
 
 
+def _bytes_text(run: re.Match) -> str:
+  """A run of byte pieces ('<0xE6><0x97><0xA5>') as the UTF-8 text it spells ('日')."""
+  return bytes.fromhex(run.group(0).replace('<0x', '').replace('>', '')).decode(
+      'utf-8', 'replace')
+
+
 def continues_word(piece: str) -> bool:
   """Whether a SentencePiece piece continues the word before it: every piece but a word start
   ('▁...'), a control symbol ([CLS]) or a meta piece (<unk>); a byte piece continues (the
@@ -127,8 +133,10 @@ class SentencePieceTokenizer:
   @staticmethod
   def pieces_text(pieces) -> str:
     """Pieces back to text in normal_form's spelling (a '▁' starts a word): what SQuAD's
-    decoding looks for in the original text (squad_answers.get_final_text)."""
-    return ' '.join(''.join(pieces).replace(WORD_START, ' ').split())
+    decoding looks for in the original text (squad_answers.get_final_text); byte pieces
+    (byte_fallback) as the characters they spell."""
+    text = re.sub(r'(?:<0x[0-9A-F]{2}>)+', _bytes_text, ''.join(pieces))
+    return ' '.join(text.replace(WORD_START, ' ').split())
 
   def normal_form(self, text) -> str:
     """`text` as the pieces spell it: preprocess_text's casing and accents, then the model's

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from bertjax.finetune.tasks import squad_answers
 from bertjax.pretraining_data import corpora
 from bertjax.text import fast_tokenizer
 from bertjax.text import sentencepiece_tokenizer
@@ -328,6 +329,24 @@ def test_byte_pieces_continue_their_word():
            '\u2581a': 7, '<s>': 8}
   flags = vocab_files.continuation_flags(vocab, sentencepiece=True)
   assert flags.tolist() == [False, False, False, False, True, True, True, False, False]
+
+
+def test_a_span_of_byte_pieces_reads_back_as_its_characters(tmp_path, corpus_lines):
+  """A byte_fallback model spells '日本' as byte pieces, which pieces_text read back as
+  '<0xE6><0x97>...': SQuAD's answer text then fell back to the whole word it sits in."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(corpus_lines[::25]), model_prefix=str(tmp_path / 'spm'),
+      vocab_size=1000, byte_fallback=True, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], input_sentence_size=5000, minloglevel=2)
+  sp = vocab_files.from_files(spm_model_file=tmp_path / 'spm.model', check_casing=False)
+  paragraph = '東京は日本の首都'
+  pieces = sp.tokenize(paragraph)
+  assert pieces[:2] == ['\u2581', '<0xE6>']  # '▁' then 東's three bytes, and so on.
+  answer = pieces[1 + 3 * 3:1 + 5 * 3]  # 日本: the 4th and 5th characters.
+  assert sp.pieces_text(answer) == '日本'
+  assert squad_answers.get_final_text(sp.pieces_text(answer), paragraph, True,
+                                      sp.normal_form) == '日本'
 
 
 def test_reference_path_does_not_import_tensorflow():
