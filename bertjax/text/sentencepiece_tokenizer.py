@@ -54,8 +54,11 @@ def sentencepiece_vocab(path, data: bytes):
       raise ValueError(f'{os.fspath(path)!r} is a SentencePiece .vocab (pieces and scores as '
                        'text), not the model: pass the .model file written beside it') from None
     wordpiece = b'\0' not in head and b'\n' in head and b'[' in head  # A vocab.txt's lines.
+    # A run's data.vocab_file is told by a .model name too: renaming is what reads it there.
+    renamed = (' named vocab.txt, as data.vocab_file for a run (a .model name is read as '
+               'SentencePiece)' if os.fspath(path).endswith('.model') else '')
     raise ValueError(f'{os.fspath(path)!r} is not a SentencePiece model'
-                     + (' but text, a WordPiece vocab.txt: pass it as --vocab_file'
+                     + (f' but text, a WordPiece vocab.txt: pass it as --vocab_file{renamed}'
                         if wordpiece else f' ({e}): pass the .model file that spm_train (or '
                         'learn_vocab --model=sentencepiece) wrote')) from None
   return collections.OrderedDict(

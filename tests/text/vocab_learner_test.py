@@ -417,6 +417,11 @@ def test_the_hints_name_the_flag_at_fault(tmp_path):
   with pytest.raises(ValueError, match=r"vocab.txt' is not a SentencePiece model but text, a "
                      r'WordPiece vocab.txt: pass it as --vocab_file'):
     vocab_files.from_files(spm_model_file=str(tmp_path / 'vocab.txt'))
+  # Named .model, it is read as SentencePiece as a run's data.vocab_file too: renaming reads it.
+  (tmp_path / 'vocab.model').write_bytes((tmp_path / 'vocab.txt').read_bytes())
+  with pytest.raises(ValueError, match=r'WordPiece vocab.txt: pass it as --vocab_file named '
+                     r'vocab.txt, as data.vocab_file for a run \(a .model name is read as '):
+    vocab_files.load_vocab(str(tmp_path / 'vocab.model'))
 
 
 def test_a_glob_over_the_vocabs_folder_reads_its_text_only(lines, tmp_path):
