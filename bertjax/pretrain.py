@@ -238,12 +238,16 @@ def masking_config(config, vocab_file):
     raise ValueError(f'data.vocab_file={vocab_file} has no {missing}: dynamic masking needs '
                      'them (a SentencePiece model as control symbols, which learn_vocab '
                      '--model=sentencepiece adds)')
+  sentencepiece = vocab_files.is_sentencepiece(vocab_file)
+  if sentencepiece:
+    vocab_files.check_word_starts(vocab, data.masking, f'data.vocab_file={vocab_file}',
+                                  '--config.data.masking=wordpiece')
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
       sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
       masked_lm_prob=data.masked_lm_prob,
       # Whole words by '##' continuations, or by SentencePiece's '▁' word starts.
-      continuation=masking_tf.continuation_flags(vocab, vocab_files.is_sentencepiece(vocab_file)),
+      continuation=masking_tf.continuation_flags(vocab, sentencepiece),
       strategy=data.masking)
 
 

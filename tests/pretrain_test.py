@@ -38,6 +38,30 @@ def check(cfg):
     pretrain.check_data(cfg, phase, cfg.data.vocab_file, '')
 
 
+def suffix_model(tmp_path) -> str:
+  """A SentencePiece model whose pieces end words ('the\u2581': treat_whitespace_as_suffix)."""
+  import sentencepiece  # pylint: disable=g-import-not-at-top
+  lines = ['the king doth speak and all the lords listen to the king'] * 50 + [
+      'my heart is heavy and my lord is gone to the wars'] * 50
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'suffix'), vocab_size=36,
+      treat_whitespace_as_suffix=True, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2)
+  return str(tmp_path / 'suffix.model')
+
+
+def test_dynamic_masking_by_words_refuses_a_model_whose_pieces_end_words(tmp_path):
+  """Its pieces have no '\u2581' word starts, so dynamic whole-word masking ran words together
+  into one (every piece continued the one before)."""
+  model = suffix_model(tmp_path)
+  cfg = pretrain_runs.config(4, {'data.dynamic_masking': True, 'data.masking': 'whole_word'})
+  with pytest.raises(ValueError, match='treat_whitespace_as_suffix.*pass '
+                     '--config.data.masking=wordpiece'):
+    pretrain.masking_config(cfg, model)
+  cfg.data.masking = 'wordpiece'
+  assert pretrain.masking_config(cfg, model).strategy == 'wordpiece'
+
+
 def test_matching_vocab_passes(corpus):
   check(config(corpus))
 

@@ -403,6 +403,9 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
                                 [vocab_file, spm_model_file], skips)
   output_checks.check_not_foreign(outputs, report_file, overwrite)  # Said after 'is the input'.
   vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case)
+  if spm_model_file and settings.static_masking:
+    vocab_files.check_word_starts(vocab, settings.masking, f'--spm_model_file={spm_model_file}',
+                                  '--masking=wordpiece')
   sizes = tuple(files_lib.size(f) for f in files)
   input_bytes = sum(sizes)
   # Both WordPiece paths give the same ids, so this choice changes only the speed. A TFDS

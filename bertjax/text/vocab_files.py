@@ -112,6 +112,20 @@ def check_input_tokens(tok, vocab_name: str = ''):
   tokenizer.check_special_tokens(tok.vocab, name)
 
 
+def check_word_starts(vocab: dict, masking: str, name: str, fix: str):
+  """Refuses masking by words (`masking` other than 'wordpiece') with a SentencePiece model
+  whose pieces end words ('the▁': --treat_whitespace_as_suffix) rather than start them: the
+  '▁' word starts it reads words by are not there, so words ran into each other. `fix`: the
+  setting that picks single pieces ('--masking=wordpiece')."""
+  if masking == 'wordpiece' or any(p.startswith(WORD_START) and len(p) > 1 for p in vocab):
+    return
+  if any(p.endswith(WORD_START) and len(p) > 1 for p in vocab):
+    raise ValueError(f'{name} ends its words with {WORD_START} (treat_whitespace_as_suffix) '
+                     f'instead of starting them: masking={masking} finds words by their '
+                     f'{WORD_START} starts; pass {fix}, or a model trained without '
+                     'treat_whitespace_as_suffix')
+
+
 def continuation_flags(vocab: dict, sentencepiece: bool) -> np.ndarray:
   """True per id for the pieces that continue a word (the ones whole-word masking keeps with
   the piece before): WordPiece's '##' pieces; for SentencePiece every piece but a word start

@@ -245,6 +245,24 @@ def test_a_mask_piece_read_from_the_text_is_never_masked(documents, tmp_path):
   assert labels.size > 1000 and mask_id not in labels
 
 
+def test_masking_by_words_refuses_a_model_whose_pieces_end_words(documents, tmp_path):
+  """A --treat_whitespace_as_suffix model ('the\u2581') has no '\u2581' word starts: whole-word
+  masking read runs of words as one word and cut words apart."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  corpus = write_corpus(tmp_path / 'c.txt', documents[:80])
+  sentencepiece.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1000,
+      treat_whitespace_as_suffix=True, control_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0,
+      unk_id=1, bos_id=-1, eos_id=-1, minloglevel=2)
+  settings = instances.Settings(**{**SETTINGS.__dict__, 'masking': 'whole_word'})
+  with pytest.raises(ValueError, match=r'treat_whitespace_as_suffix.*pass --masking=wordpiece'):
+    run(corpus, tmp_path / 'words', settings, spm_model_file=str(tmp_path / 'sp.model'),
+        do_lower_case=False)
+  report, _ = run(corpus, tmp_path / 'pieces', spm_model_file=str(tmp_path / 'sp.model'),
+                  do_lower_case=False)
+  assert report['counts']['instances'] > 100
+
+
 def test_outputs_are_checked_before_any_input_is_read(vocab_file, tmp_path):
   (tmp_path / 'dir').mkdir()
   (tmp_path / 'afile').write_text('x')
