@@ -153,8 +153,8 @@ def open(path, mode='r', encoding='utf-8'):  # pylint: disable=redefined-builtin
     check_folders(path)
   fs, stripped = object_store.client(path)
   with file_errors.reaching(path):
-    if 'r' in mode and not fs.isfile(stripped):
-      if fs.isdir(stripped):
+    if 'r' in mode and (kind := _kind(fs, stripped)) != 'file':
+      if kind == 'directory':
         raise IsADirectoryError(f'{path} is a folder: name a file.')
       raise FileNotFoundError(stripped)
     return fs.open(stripped, mode, encoding=encoding)
@@ -175,7 +175,7 @@ def read_bytes(path) -> bytes:
       return f.read()
   fs, stripped = object_store.client(path)
   with file_errors.reaching(path):
-    if fs.isdir(stripped) and not fs.isfile(stripped):
+    if _kind(fs, stripped) == 'directory':
       raise IsADirectoryError(f'{path} is a folder: name a file.')
     return fs.cat_file(stripped)
 
@@ -258,17 +258,36 @@ def _ask(path, local, method: str):
     return getattr(fs, method)(stripped)
 
 
+def _kind(fs, stripped) -> str | None:
+  """'file' or 'directory' as the store tells `stripped` (None: nothing there). fsspec's own
+  isfile and isdir answer False to any error: with the network gone mid-command a run's folder
+  was no folder and a file missing, and readers said so ('does not exist', a checkpoint without
+  its meta item: damaged) instead of the storage service being unreachable."""
+  try:
+    return fs.info(stripped)['type']
+  except FileNotFoundError:
+    return None
+
+
 def exists(path) -> bool:
   return _ask(path, os.path.exists, 'exists')
 
 
 def isdir(path) -> bool:
   """A local folder, or a URL some object lies under (or a bucket)."""
-  return _ask(path, os.path.isdir, 'isdir')
+  if not is_remote(path):
+    return os.path.isdir(_local(path))
+  fs, stripped = object_store.client(path)
+  with file_errors.reaching(path):
+    return _kind(fs, stripped) == 'directory'
 
 
 def isfile(path) -> bool:
-  return _ask(path, os.path.isfile, 'isfile')
+  if not is_remote(path):
+    return os.path.isfile(_local(path))
+  fs, stripped = object_store.client(path)
+  with file_errors.reaching(path):
+    return _kind(fs, stripped) == 'file'
 
 
 def size(path) -> int:
@@ -294,7 +313,7 @@ def listdir(path) -> list[str]:
     return sorted(os.listdir(_local(path)))
   fs, stripped = object_store.client(path)
   with file_errors.reaching(path):
-    if not fs.isdir(stripped):
+    if _kind(fs, stripped) != 'directory':
       raise FileNotFoundError(stripped)
     return sorted(posixpath.basename(p.rstrip('/')) for p in fs.ls(stripped, detail=False)
                   if p.rstrip('/') != stripped.rstrip('/'))

@@ -296,6 +296,29 @@ def test_no_network_is_one_line_within_a_minute(tmp_path):
 
 
 
+def test_the_network_gone_mid_command_is_said_not_taken_for_no_such_file():
+  """fsspec's isfile and isdir answer False to any error: with the network gone after the
+  command's first reach (a closed port; gcsfs' back-off cut to nothing), a run's folder was no
+  folder and a file missing ('does not exist'), and a checkpoint read so was called damaged."""
+  env = dict(os.environ, STORAGE_EMULATOR_HOST='http://127.0.0.1:9')
+  code = ('import asyncio\nfrom bertjax import files, object_store\n'
+          'object_store.REACHED.add("gs")\nsleep = asyncio.sleep\n'
+          'async def quick(delay, *args, **kwargs):\n  await sleep(0)\n'
+          'asyncio.sleep = quick\n'
+          'url = "gs://some-bucket/run/config.json"\n'
+          'for ask in (files.isdir, files.isfile, files.listdir, files.read_text, files.open):\n'
+          '  try:\n    print("ANSWER", ask.__name__, ask(url))\n'
+          '  except OSError as e:\n    print("ERROR", ask.__name__, type(e).__name__, e)\n')
+  result = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+  lines = [x for x in result.stdout.splitlines() if x.startswith(('ANSWER', 'ERROR'))]
+  assert len(lines) == 5, (result.stdout, result.stderr[-2000:])
+  for line in lines:
+    assert line.split(' ', 3)[::2] == ['ERROR', 'ConnectionError'], lines
+    assert line.split(' ', 3)[3].startswith('gs://some-bucket/run/config.json: the storage '
+                                            'service cannot be reached'), lines
+
+
 def test_a_storage_server_that_never_answers_is_one_line_not_a_hang(tmp_path):
   """A service that takes the connection and sends nothing (gcsfs' default: no time limit at
   all) held a tool for good without a word. Here the limit is cut to 0.3 s and gcsfs' back-off
