@@ -43,14 +43,31 @@ def describe(error: BaseException, path) -> BaseException:
     if not _is_remote(path):
       hint = 'check its owner and mode (ls -l) or write elsewhere'
     return PermissionError(f'{path}: no permission: {hint}.')
-  if isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.startswith(
-      'aiohttp') or 'Cannot connect to host' in text or code in (429, 500, 502, 503, 504):
+  if _unreachable(error):
     cause = text.splitlines()[0] if text else type(error).__name__
     if isinstance(error, TimeoutError) and _is_remote(path):  # fsspec's says nothing more.
       cause = f'{cause}: no answer (no data for {object_store.STALL_S} s) on each of its tries'
     return ConnectionError(f'{path}: the storage service cannot be reached (no network, or it '
                            f'keeps failing): check the network and retry ({cause}).')
   return error
+
+
+def _unreachable(error: BaseException) -> bool:
+  """Whether `error` says the storage service cannot be reached (or keeps failing)."""
+  return (isinstance(error, (ConnectionError, TimeoutError))
+          or type(error).__module__.startswith('aiohttp') or 'Cannot connect to host' in str(error)
+          or getattr(error, 'code', None) in (429, 500, 502, 503, 504))
+
+
+def unreachable(error: BaseException) -> bool:
+  """Whether `error`, or one it came from, is describe's no-network kind: orbax reaches a
+  bucket through its own client, whose errors no `reaching` described."""
+  seen = 0
+  while error is not None and seen < 10:
+    if _unreachable(error):
+      return True
+    error, seen = error.__cause__ or error.__context__, seen + 1
+  return False
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import re
 from absl import logging
 
 from bertjax import console
+from bertjax import file_errors
 from bertjax import files
 from bertjax import paths
 from bertjax.training import checkpoint
@@ -355,9 +356,10 @@ def read(path, step: int | str | None = None) -> Read:
       try:
         params, meta = checkpoint_step.read_step(step_dir, candidate)
       except Exception as e:  # pylint: disable=broad-except  # Classified just below.
-        if not isinstance(e, ConnectionError) and _raced(directory, step_dir, available):
+        unreachable = file_errors.unreachable(e)  # orbax's own client: no network.
+        if not unreachable and _raced(directory, step_dir, available):
           break  # Deleted (or being deleted) by a live run's keep policy while we read it.
-        if isinstance(e, _READER_ERRORS):
+        if isinstance(e, _READER_ERRORS) or unreachable:
           raise RuntimeError(f'checkpoint {step_dir} could not be read ({type(e).__name__}: '
                              f'{str(e)[:300]}): fix the cause (permissions, memory, network) '
                              'and rerun.') from e

@@ -7,6 +7,7 @@ import json
 import socket
 import time
 
+import aiohttp
 import log_records
 import pytest
 
@@ -14,6 +15,7 @@ from bertjax import console
 from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import workdir_lock
 
 
@@ -106,3 +108,26 @@ def test_a_reader_says_a_run_in_a_bucket_trains_now(gcs_bucket, monkeypatch):
   files.write_atomically(lock, json.dumps(holder | {'host': socket.gethostname(),
                                                     'pid': 2**22 + 17}))
   assert workdir_lock.live_holder(run) == ''
+
+
+def test_the_network_gone_while_a_step_is_read_stops_the_read_not_an_older_step(
+    gcs_bucket, monkeypatch):
+  """orbax reads a bucket through its own client: its no-network error (aiohttp's, as raised
+  when the service went away mid-read) was taken for damage, so a reader went on to the older
+  step (a prediction from the wrong step) or, with none left, said to restore the run from a
+  copy."""
+  run = f'{gcs_bucket}/run'
+  _saved(run, 2)
+  read_step = checkpoint_step.read_step
+
+  def network_gone(step_dir, step):
+    if step == 2:
+      key = type('Key', (), {'host': '127.0.0.1', 'port': 9, 'ssl': True})()
+      raise aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, 'Connect call failed'))
+    return read_step(step_dir, step)
+
+  monkeypatch.setattr(checkpoint_step, 'read_step', network_gone)
+  with pytest.raises(RuntimeError, match=r'checkpoint .*/checkpoints/2 could not be read '
+                     r'\(ClientConnectorError: Cannot connect to host 127.0.0.1:9 .*\): fix the '
+                     r'cause \(permissions, memory, network\) and rerun'):
+    checkpoint_reader.read(run)
