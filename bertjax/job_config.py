@@ -65,7 +65,7 @@ RECORDED = frozenset({'init_from_read', 'kind', 'labels', 'text_pairs', 'version
                       'data.vocab_sha256', 'data.train_sha256', 'data.eval_sha256',
                       'data.test_sha256', 'data.max_chars_per_word',
                       'data.train_features_sha256', 'data.held_out_sha256',
-                      'data.held_out_texts_sha256'})
+                      'data.held_out_texts_sha256', 'data.do_lower_case'})
 
 
 def check_for(config, job: str) -> None:

@@ -341,6 +341,24 @@ def _check_and_record_vocab(config, path: str, vocab: str):
       config.data.vocab_sha256 = files.sha256(vocab)
 
 
+def _record_casing(config, plan, workdir: str, finished: int):
+  """config.json records the casing the training files' reports say (data.do_lower_case), which
+  the run's readers (fine-tuning from it, predict, export, extract_features) tokenize with: they
+  took lower case, and a cased vocab with few capitals was read lower-cased without a word. A run
+  begun before casing was recorded (its config.json without it) is left so: its later steps'
+  record would say other than its config.json."""
+  with _refused():
+    lower = file_set.casing_of({f'{"phase2" if p.first_step else "data"}.train_files':
+                                p.train_files for p in plan if p.train_files is not None})
+  if lower is None:
+    return
+  run = init_from.run_config(workdir) if finished else None
+  if run is not None and 'do_lower_case' not in (run.get('data') or {}):
+    return
+  with config.unlocked():
+    config.data.do_lower_case = lower
+
+
 def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
   _check_workdir_job(workdir)
   logging.info('--- mesh and data')
@@ -364,6 +382,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
     planned = phases(config, workdir, finished)
   plan = [phase if phase.train_files is None else check_data(config, phase, vocab, path, workdir)
           for phase in planned]
+  _record_casing(config, plan, workdir, finished)
   data = config.data
   batch_axes = sharding.batch_axes(rules)
   if len(plan) > 1:

@@ -203,6 +203,8 @@ def test_mlm_only_run_beats_the_unigram_baseline(tmp_path):
   assert sorted(p.name for p in (tmp_path / 'data').glob('*.json')) == [
       f'shakespeare_kjv-{pretrain_runs.SEQ}-13-dynamic-mlm-{split}.json'
       for split in ('eval', 'train')]
+  # The embedded corpus's casing, recorded for the run's readers (export below reads it).
+  assert json.loads((tmp_path / 'config.json').read_text())['data']['do_lower_case'] is True
   # Deterministic (seeded): 0.091 vs 0.076 on this corpus.
   assert metrics['mlm_accuracy'] > metrics['unigram_baseline'] + 0.01, metrics
   # It leaves as transformers' BertForMaskedLM (no NSP head, no pooler) and comes back as such.
@@ -360,7 +362,9 @@ def _eval_set_made(corpus, folder, **settings):
     ({'vocab_file': '/elsewhere/vocab.txt', 'vocab_sha256': 'ab' * 32},
      'the vocab /elsewhere/vocab.txt (sha256 abababababab...)', 'the vocab '),
     ({'static_masking': False}, 'no masks (--nostatic_masking)', 'static masks'),
-    ({'nsp': False}, 'no NSP pairs (--nsp=false)', 'NSP pairs')])
+    ({'nsp': False}, 'no NSP pairs (--nsp=false)', 'NSP pairs'),
+    ({'do_lower_case': False}, 'cased text (--nodo_lower_case)',
+     'lower-cased text (--do_lower_case)')])
 def test_eval_files_made_otherwise_than_the_train_files_are_told_to_be_remade(
     corpus, tmp_path, made, said, then):
   """Eval files of another masking (or vocab, unmasked, MLM-only) were told to set
@@ -374,3 +378,31 @@ def test_eval_files_made_otherwise_than_the_train_files_are_told_to_be_remade(
           ': make the eval files as the train files were made (create_pretraining_data with '
           'the same vocab and flags, from held-out text)')):
     check(cfg)
+
+
+def test_a_run_records_the_casing_of_its_training_files(corpus, tmp_path):
+  """helper-176: the readers of a pre-training run took lower case whatever its data was made
+  with; the run records its training files' casing (config.json's data.do_lower_case), refuses
+  files of both casings, and leaves a run begun before the record (its config.json without it)
+  unrecorded, whose later steps would otherwise say other than its config.json."""
+  cfg = config(corpus)
+  plan = [pretrain.check_data(cfg, phase, cfg.data.vocab_file, '') for phase in
+          pretrain.phases(cfg, '')]
+  pretrain._record_casing(cfg, plan, str(tmp_path / 'new'), 0)
+  assert cfg.data.do_lower_case is True
+  older = tmp_path / 'older'
+  (older / 'checkpoints').mkdir(parents=True)
+  (older / 'config.json').write_text(json.dumps({'job': 'pretrain', 'data': {}}))
+  cfg = config(corpus)
+  pretrain._record_casing(cfg, plan, str(older), 8)
+  assert 'do_lower_case' not in cfg.data
+  cased = _eval_set_made(corpus, tmp_path / 'cased', do_lower_case=False)  # Its train files.
+  cfg = config(corpus, phase2__train_files=cased)
+  plan = [dataclasses.replace(plan[0], train_files=file_set.resolve(corpus['data.train_files'])),
+          dataclasses.replace(plan[0], first_step=8, train_files=file_set.resolve(cased))]
+  with pytest.raises(console.Refused, match=re.escape(
+      f'data.train_files={corpus["data.train_files"]} (') + '.*' + re.escape(
+          ') was made from lower-cased text (--do_lower_case), but '
+          f'phase2.train_files={cased} (') + '.*' + re.escape(
+              ') from cased text (--nodo_lower_case): make every set with the same casing')):
+    pretrain._record_casing(cfg, plan, str(tmp_path / 'new'), 0)

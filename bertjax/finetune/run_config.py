@@ -27,11 +27,20 @@ from bertjax.training import resume_checks
 
 def check_casing(config, init_path: str):
   """A transformers folder that records its tokenizer's casing (tokenizer_config.json's
-  do_lower_case, else tokenizer.json's normalizer) is fine-tuned with that casing: the other
+  do_lower_case, else tokenizer.json's normalizer), or a bertjax run (its config.json's
+  data.do_lower_case: its data's casing), is fine-tuned with that casing: the other
   would feed its weights text it never saw tokenized that way. A folder that records none
   takes config.data.do_lower_case (checked against its vocab by the tokenizer)."""
   model = init_from.transformers_model_dir(init_path) if init_path else ''
   if not model:
+    run = init_from.run_config(init_path) if init_path else None
+    theirs = init_from.lookup(run or {}, 'data.do_lower_case')
+    if theirs is not None and bool(theirs) != bool(config.data.do_lower_case):
+      raise ValueError(f'init_from={init_path} was trained on '
+                       f'{"lower-cased" if theirs else "cased"} text (its run\'s config.json: '
+                       f'data.do_lower_case) but config.data.do_lower_case is '
+                       f'{bool(config.data.do_lower_case)}: pass '
+                       f'--config.data.do_lower_case={bool(theirs)}.')
     return
   settings = hf_tokenizer_files.json_beside(model, 'sentence_bert_config.json')
   if settings.get('do_lower_case'):  # sentence-transformers lower-cases before its tokenizer.

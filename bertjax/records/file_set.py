@@ -273,7 +273,29 @@ def _how_made(report) -> dict:
   if settings.get('nsp') is not None:
     made['nsp'] = (settings['nsp'],
                    'NSP pairs' if settings['nsp'] else 'no NSP pairs (--nsp=false)')
+  if settings.get('do_lower_case') is not None:
+    made['do_lower_case'] = (bool(settings['do_lower_case']), _casing(settings['do_lower_case']))
   return made
+
+
+def _casing(lower: bool) -> str:
+  return 'lower-cased text (--do_lower_case)' if lower else 'cased text (--nodo_lower_case)'
+
+
+def casing_of(sets: dict) -> bool | None:
+  """Whether the text of `sets` ({config field: FileSet}, a run's training files) was lower-cased
+  as their reports say (create_pretraining_data's --do_lower_case); None where none says.
+  Refused where they say both: one model would read text cased two ways."""
+  said = {}
+  for field, file_set in sets.items():
+    for report_path, report in sorted(file_set.reports.items()):
+      lower = (report.get('settings') or {}).get('do_lower_case')
+      if lower is not None:
+        said.setdefault(bool(lower), f'{field}={file_set.pattern} ({report_path})')
+  if len(said) > 1:
+    raise ValueError(f'{said[True]} was made from {_casing(True)}, but {said[False]} from '
+                     f'{_casing(False)}: make every set with the same casing (the vocab\'s)')
+  return next(iter(said), None)
 
 
 def _made_with(report) -> str:

@@ -206,3 +206,21 @@ def test_a_vocab_txt_its_tokenizer_json_numbers_otherwise_is_refused(tmp_path):
   with pytest.raises(ValueError, match=rf"\(1 id differ; id {len(VOCAB)}: 'extra' in vocab.txt, "
                      'nothing in tokenizer.json'):
     sources.load(folder)
+
+
+def test_a_bertjax_run_is_fine_tuned_with_the_casing_its_data_was_made_with(tmp_path):
+  """helper-176: a pre-training run recorded no casing, and fine-tuning from it read its text
+  lower-cased whatever the data was made with (a cased vocab with few capitals passed the
+  vocab's own check). Its config.json records data.do_lower_case (pretrain._record_casing)."""
+  run = tmp_path / 'run'
+  (run / 'checkpoints').mkdir(parents=True)
+  (run / 'config.json').write_text(json.dumps({'job': 'pretrain', 'data': {}}))
+  run_config.check_casing(finetune_config_for(run), str(run))  # An older run: the user's.
+  (run / 'config.json').write_text(json.dumps({'job': 'pretrain',
+                                               'data': {'do_lower_case': False}}))
+  run_config.check_casing(finetune_config_for(run, do_lower_case=False), str(run))
+  with pytest.raises(ValueError, match=(
+      rf'^init_from={run}/checkpoints was trained on cased text \(its run\'s config.json: '
+      r'data.do_lower_case\) but config.data.do_lower_case is True: pass '
+      r'--config.data.do_lower_case=False\.$')):
+    run_config.check_casing(finetune_config_for(run), str(run / 'checkpoints'))
