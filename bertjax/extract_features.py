@@ -192,7 +192,7 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
   model = _checked_model(init, layers, max_seq_length, vocab_file, do_lower_case,
                          bert_config_file, step)
   tok = inference.tokenizer(model, f'{init} has no vocab beside it: pass --vocab_file.',
-                            casing_fix=_casing_fix)
+                            casing_fix=lambda lower: _casing_fix(lower, do_lower_case is not None))
   examples = read_examples(input_file, tok)
   pairs = [i for i, (_, b) in enumerate(examples) if b is not None]
   encoder_config.check_segments(model.config['type_vocab_size'], [int(bool(pairs))],
@@ -206,10 +206,12 @@ def _extract(init: str, input_file: str, output: str | None, layers, max_seq_len
                  tuple(cut[:_CUT_SHOWN]))
 
 
-def _casing_fix(lower: bool) -> str:
-  """What to pass where --do_lower_case contradicts the vocab's casing."""
+def _casing_fix(lower: bool, given: bool) -> str:
+  """What to pass where the casing (--do_lower_case, if `given`, else the model's record)
+  contradicts the vocab's."""
   return (f'pass --{"" if lower else "no"}do_lower_case for {"an uncased" if lower else "a cased"}'
-          " model, or drop the flag to read the model's own casing")
+          + (" model, or drop the flag to read the model's own casing" if given else
+             ' model (the casing the model records is not its vocab\'s)'))
 
 
 def _checked_model(init: str, layers, max_seq_length: int, vocab_file: str,

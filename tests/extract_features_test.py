@@ -398,3 +398,20 @@ def test_a_run_without_its_config_json_is_named_as_such(tmp_path, monkeypatch):
   (run / 'config.json').write_text('{}')
   with pytest.raises(ValueError, match=f'^{run} has no vocab beside it: pass --vocab_file'):
     extract_features.run(str(run), tmp_path / 'in.txt', tmp_path / 'o.jsonl')
+
+
+def test_a_models_own_casing_against_its_vocab_is_not_told_to_drop_a_flag(minilm_dir, tmp_path):
+  """helper-176: a model recording a casing its vocab contradicts, with no --do_lower_case
+  given, was told to 'drop the flag to read the model's own casing', a flag not passed."""
+  model = tmp_path / 'model'
+  model.mkdir()
+  for path in minilm_dir.iterdir():  # The weights linked; the tokenizer's record edited.
+    (model / path.name).symlink_to(path)
+  (model / 'tokenizer_config.json').unlink()
+  (model / 'tokenizer_config.json').write_text(json.dumps({'do_lower_case': False}))
+  (tmp_path / 'in.txt').write_text('Hello\n')
+  with pytest.raises(ValueError) as e:
+    extract_features.run(str(model), str(tmp_path / 'in.txt'), str(tmp_path / 'o.jsonl'))
+  assert str(e.value).endswith(
+      'pass --do_lower_case for an uncased model (the casing the model records is not its '
+      "vocab's)"), str(e.value)
