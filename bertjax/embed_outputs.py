@@ -132,7 +132,8 @@ def _unit_vectors(path: str) -> bool:
 
 
 def _cosines(path: str) -> bool:
-  with files.open(path, 'rb') as f:
-    return bool(re.fullmatch(rb'(0\.99\d\d|1\.00\d\d)( -?\d\.\d{4})*\n', f.readline(1 << 20)))
+  with files.open(path, 'rb') as f:  # A bucket's file object has readline() without a limit.
+    first, newline, _ = f.read(1 << 20).partition(b'\n')
+  return bool(re.fullmatch(rb'(0\.99\d\d|1\.00\d\d)( -?\d\.\d{4})*\n', first + newline))
 
 

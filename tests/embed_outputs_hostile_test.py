@@ -21,6 +21,7 @@ import pytest
 from bertjax import console
 from bertjax import embed
 from bertjax import embed_outputs
+from bertjax import files
 from bertjax import output_lock
 from configs import embed as embed_config
 
@@ -201,3 +202,18 @@ def test_ctrl_c_before_anything_is_written_leaves_no_folder_and_says_so(minilm_d
   assert err.strip().splitlines()[-1] == ('interrupted: nothing was written; rerun the same '
                                           'command to start again'), err[-2000:]
   assert os.listdir(tmp_path) == ['in.txt']
+
+
+def test_an_earlier_embeds_pair_in_a_bucket_is_checked_and_replaced(gcs_bucket):
+  """A rerun of embed on a --workdir in a bucket ended in a TypeError traceback (its check of
+  the earlier similarity.txt read a line with a limit, which a bucket's file object has not)."""
+  workdir = f'{gcs_bucket}/emb'
+  vectors = np.eye(2, 4, dtype=np.float32)
+  embed_outputs.write(workdir, vectors)
+  embed_outputs._check_earlier_outputs(workdir)  # pylint: disable=protected-access
+  embed_outputs.write(workdir, vectors[::-1])
+  assert np.array_equal(np.load(io.BytesIO(files.read_bytes(f'{workdir}/embeddings.npy'))),
+                        vectors[::-1])
+  files.write_atomically(f'{workdir}/similarity.txt', 'my notes\n')
+  with pytest.raises(FileExistsError, match=r'similarity.txt was not written by embed'):
+    embed_outputs._check_earlier_outputs(workdir)  # pylint: disable=protected-access
