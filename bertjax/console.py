@@ -24,7 +24,10 @@ _QUIET_WARNINGS = ('_CHECKPOINT_METADATA',  # orbax on every restore of a health
                    # saves every few steps): the progress line's rate at that step shows it.
                    'Waiting for previous save to complete',
                    # TFDS's reader on every dataset it opens (its own features' dtype).
-                   '`FeatureConnector.dtype` is deprecated')
+                   '`FeatureConnector.dtype` is deprecated',
+                   # gcsfs logs, with a 40-line traceback, the error it raises next, which the
+                   # command then says in one line (file_errors: no network, a 5xx kept up).
+                   '_request out of retries on exception')
 
 # The exit status of a run that saved and stopped because it was preempted (SIGTERM): not 0, so
 # that a scheduler (a JobSet, SLURM, a wrapper) restarts it rather than taking it for done

@@ -239,8 +239,14 @@ def test_console_filter_keeps_ours_and_library_warnings():
                                      'Waiting for previous save to complete took 1.102294 '
                                      'seconds. If this number is high, consider checkpointing '
                                      'less frequently.'))
+    # gcsfs' log of the error it raises (the network gone mid-command), a 40-line traceback
+    # above the command's one line that says it.
+    gcsfs_retry = record('/site-packages/gcsfs/retry.py', logging.ERROR, '_request out of '
+                         'retries on exception: Cannot connect to host 127.0.0.1:9 ssl:default')
+    assert not console_filter.filter(gcsfs_retry)
     absl_logging.set_verbosity(absl_logging.DEBUG)  # --verbosity=1: everything.
     assert console_filter.filter(record(orbax, logging.INFO))
+    assert console_filter.filter(gcsfs_retry)
   finally:
     absl_logging.set_verbosity(verbosity)
 
