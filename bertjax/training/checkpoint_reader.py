@@ -268,6 +268,11 @@ def resolve_step(path, step, asking: Asking = COMMAND_FLAGS) -> int | None:
     if not available:
       raise _no_checkpoint(directory, asking, step)
     if step not in available:
+      if step in run_files.checkpoint_steps(directory):  # A bucket's step without its mark.
+        raise FileNotFoundError(
+            f'{asking.said(step)}: step {step} in {directory} is no finished save (being saved, '
+            'or cut short: orbax has not marked it done); its finished steps: '
+            f'{", ".join(map(str, available))}. Wait for the save, or pass one of them.')
       raise FileNotFoundError(f'{asking.said(step)}: {directory} has no checkpoint step {step}; '
                               f'its steps: {", ".join(map(str, available))}.')
   return step

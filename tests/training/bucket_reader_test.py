@@ -44,6 +44,11 @@ def test_a_step_being_saved_in_a_bucket_is_left_out_not_warned_of(gcs_bucket, mo
   lines = log_records.recorded_warnings(monkeypatch, checkpoint_reader)
   assert checkpoint_reader.steps(f'{run}/checkpoints') == [1, 2]
   assert checkpoint_reader.read(run).step == 2 and lines == []
+  # Asked for by its number, it is named as being saved, not as a step the run lacks.
+  with pytest.raises(FileNotFoundError, match=r'--step=3: step 3 in .*/checkpoints is no '
+                     r'finished save \(being saved, or cut short: orbax has not marked it '
+                     r'done\); its finished steps: 1, 2. Wait for the save, or pass one of them.'):
+    checkpoint_reader.resolve_step(run, 3)
   # A run copied up from a disk has no marks at all: every step of it holding its items'
   # metadata is whole; step 3 (none) is cut short or being saved.
   for name in files.glob(f'{run}/checkpoints/*/commit_success.txt'):
