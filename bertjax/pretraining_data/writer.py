@@ -357,15 +357,31 @@ def _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds):
                      f'TFDS dataset); got {"both" if input_file else "neither"}')
 
 
-def _checked_vocab(vocab_file, spm_model_file, do_lower_case) -> dict:
+def _checked_vocab(vocab_file, spm_model_file, do_lower_case, settings) -> dict:
   """The vocab, refused here, in the parent, before any worker starts, when it is missing, its
-  casing contradicts do_lower_case, or it lacks a token every instance needs."""
+  casing contradicts do_lower_case, it lacks a token every instance needs, or (SentencePiece)
+  its pieces end words where static masking finds words by their starts."""
   vocab = vocab_files.from_files(vocab_file or None, spm_model_file or None,
                                  do_lower_case=do_lower_case).vocab
   missing = [t for t in ('[CLS]', '[SEP]', '[MASK]') if t not in vocab]
   if missing:
     raise ValueError(f'the vocab has no {missing}: instances need [CLS], [SEP] and [MASK]')
+  if spm_model_file and settings.static_masking:
+    vocab_files.check_word_starts(vocab, settings.masking, f'--spm_model_file={spm_model_file}',
+                                  '--masking=wordpiece')
   return vocab
+
+
+def _checked_workers_and_format(num_workers, input_format, input_file) -> tuple[int, str]:
+  """num_workers (None: the cores available) and input_format (None: 'lines' for files, 'text'
+  for a TFDS dataset), refused where they name nothing."""
+  num_workers = default_num_workers() if num_workers is None else num_workers
+  if num_workers < 1:
+    raise ValueError(f'num_workers={num_workers}: need at least 1')
+  input_format = ('lines' if input_file else 'text') if input_format is None else input_format
+  if input_format not in text_input.INPUT_FORMATS:
+    raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
+  return num_workers, input_format
 
 
 def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file=None,
@@ -386,26 +402,17 @@ def create(input_file, output_file, settings, *, vocab_file=None, spm_model_file
   # The report names absolute paths (a relative one means another file after a cd).
   vocab_file, spm_model_file = (paths_lib.absolute(p) if p else p
                                 for p in (vocab_file, spm_model_file))
-  num_workers = default_num_workers() if num_workers is None else num_workers
-  if num_workers < 1:
-    raise ValueError(f'num_workers={num_workers}: need at least 1')
+  num_workers, input_format = _checked_workers_and_format(num_workers, input_format, input_file)
   _check_numbers(random_seed, num_output_shards or 0, max_line_bytes, max_unk_fraction,
                  shuffle_buffer)
   _check_sources(tokenizer, vocab_file, spm_model_file, input_file, tfds)
-  if input_format is None:
-    input_format = 'lines' if input_file else 'text'
-  if input_format not in text_input.INPUT_FORMATS:
-    raise ValueError(f'input_format={input_format!r}: pass one of {text_input.INPUT_FORMATS}')
   outputs, report_file = shard_outputs.resolve(output_file, num_output_shards, report_file,
                                                overwrite)
   skips = text_input.Skips()
   files, tfds, source = _inputs(input_file, tfds, [*outputs, report_file],
                                 [vocab_file, spm_model_file], skips)
   output_checks.check_not_foreign(outputs, report_file, overwrite)  # Said after 'is the input'.
-  vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case)
-  if spm_model_file and settings.static_masking:
-    vocab_files.check_word_starts(vocab, settings.masking, f'--spm_model_file={spm_model_file}',
-                                  '--masking=wordpiece')
+  vocab = _checked_vocab(vocab_file, spm_model_file, do_lower_case, settings)
   sizes = tuple(files_lib.size(f) for f in files)
   input_bytes = sum(sizes)
   # Both WordPiece paths give the same ids, so this choice changes only the speed. A TFDS
