@@ -38,6 +38,7 @@ from bertjax import console
 from bertjax import job_lines
 from bertjax import log_file
 from bertjax import paths
+from bertjax.pretraining_data import creation_args
 from bertjax.pretraining_data import instances
 from bertjax.pretraining_data import masking
 from bertjax.pretraining_data import shard_outputs
@@ -86,7 +87,7 @@ _NUM_WORKERS = flags.DEFINE_integer(
     'num_workers', 0, 'Worker processes; 0 = one per core available. The bytes written depend '
     'on the seed and the worker count (recorded in the report).')
 _MAX_UNK_FRACTION = flags.DEFINE_float(
-    'max_unk_fraction', writer.MAX_UNK_FRACTION,
+    'max_unk_fraction', creation_args.MAX_UNK_FRACTION,
     'Refuse (write nothing) when more of the tokens are [UNK]: the vocab does not fit the text.')
 _NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
     'num_output_shards', 0, 'Write <output_file>-0000i-of-0000N; 0: --output_file is a list.')
@@ -109,10 +110,10 @@ _OVERWRITE = flags.DEFINE_bool(
     'input), or files there that no set claims; the same command run again remakes its set '
     'without it.')
 _TOKENIZER = flags.DEFINE_enum(
-    'tokenizer', 'auto', writer.TOKENIZERS,
+    'tokenizer', 'auto', creation_args.TOKENIZERS,
     'WordPiece path (same ids either way): fast (tensorflow-text, needs TF: ~2.5 s to start '
     'per worker), reference (pure Python, ~4x slower per token), auto: fast past '
-    f'{writer.FAST_TOKENIZER_MIN_BYTES >> 20} MiB of input per worker.')
+    f'{creation_args.FAST_TOKENIZER_MIN_BYTES >> 20} MiB of input per worker.')
 _PACK = flags.DEFINE_bool(
     'pack', False, 'Pack several instances into each row of max_seq_length (first-fit '
     'decreasing within batches of 1024 instances): far less padding; train with '
