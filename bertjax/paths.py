@@ -371,10 +371,17 @@ def write_atomically(path, text: str | bytes):
 
 def expand_input_patterns(patterns) -> list[str]:
   """Files of comma-separated paths and globs (local or URLs such as gs://), in the order given
-  (each glob sorted, each file once)."""
+  (each glob sorted, each file once). A folder named (not a glob's match, which is skipped and
+  said as the other unusable inputs are) is refused: read as nothing, its text would be left
+  out without a word."""
   found = []
   for pattern in split_list(patterns):  # An existing `my,corpus.txt` is one file.
     matches = files.glob(pattern if files.is_remote(pattern) else os.path.expanduser(pattern))
+    if matches and not any(c in pattern for c in '*?[') and files.isdir(matches[0]):
+      folder = pattern.rstrip('/') or pattern
+      raise IsADirectoryError(f'--input_file names the folder {folder}, and a folder is not '
+                              f'read: pass the files in it, e.g. {folder}/*.txt (or {folder}/* '
+                              'for all of them)')
     if not matches and pattern == '-':
       raise FileNotFoundError('--input_file=- : standard input is not read here; save the text '
                               'to a file and pass its path')

@@ -130,15 +130,32 @@ def test_a_compressed_file_in_a_bucket_is_read(corpus):
 def test_a_pipe_or_a_folder_as_input_is_said_as_such(corpus, tmp_path):
   """A pipe (`<(zcat x)`) or a folder was skipped as `not_a_file`, which told no fix."""
   os.mkfifo(tmp_path / 'pipe')
-  (tmp_path / 'folder').mkdir()
-  for name, said in (('pipe', r'1 pipe_or_device \(e\.g\. .*pipe \(streams are not read: '
-                              r'write the text to a file\)\)'),
-                     ('folder', r'1 folder \(e\.g\. .*folder \(pass the files in it: '
-                                r'.*folder/\*\)\)')):
-    with pytest.raises(ValueError, match=rf'no readable text in --input_file=.*: {said}$'):
-      create(tmp_path / name, tmp_path / f'out_{name}')
+  (tmp_path / 'in' / 'folder').mkdir(parents=True)
+  with pytest.raises(ValueError, match=r'no readable text in --input_file=.*: 1 pipe_or_device '
+                     r'\(e\.g\. .*pipe \(streams are not read: write the text to a file\)\)$'):
+    create(tmp_path / 'pipe', tmp_path / 'out_pipe')
   report = create(f'{corpus},{tmp_path / "pipe"}', tmp_path / 'out')  # Beside a file: counted.
   assert report['skipped']['counts'] == {'pipe_or_device': 1}
+  # A folder a glob matches is skipped and said with its fix.
+  with pytest.raises(ValueError, match=r'no readable text in --input_file=.*: 1 folder '
+                     r'\(e\.g\. .*folder \(pass the files in it: .*folder/\*\)\)$'):
+    create(tmp_path / 'in' / '*', tmp_path / 'out_folder')
+
+
+@pytest.mark.parametrize('named', ['folder', 'folder/'])
+def test_a_folder_named_in_input_file_is_refused_not_skipped(corpus, tmp_path, named):
+  """A folder named among --input_file's entries (`a.txt,somedir`) was only counted among the
+  summary's skips: its text left out, no word said. It is refused, named, with what to pass (as
+  learn_vocab refuses it: the same expansion)."""
+  (tmp_path / 'folder').mkdir()
+  (tmp_path / 'folder' / 'more.txt').write_bytes(corpus.read_bytes())
+  with pytest.raises(IsADirectoryError, match=re.escape(
+      f'--input_file names the folder {tmp_path}/folder, and a folder is not read: pass the '
+      f'files in it, e.g. {tmp_path}/folder/*.txt (or {tmp_path}/folder/* for all of them)')):
+    create(f'{corpus},{tmp_path}/{named}', tmp_path / 'out')
+  assert not (tmp_path / 'out').exists()
+  report = create(f'{corpus},{tmp_path}/folder/*.txt', tmp_path / 'out')  # As it says.
+  assert report['skipped']['counts'] == {} and len(report['input_files']) == 2
 
 
 def test_a_zip_or_zstd_file_is_named_as_such(corpus, tmp_path):

@@ -149,6 +149,19 @@ def test_a_vocab_size_past_the_bound_is_refused_before_any_work(tmp_path):
   assert 'Traceback' not in done.stderr and os.listdir(tmp_path) == []
 
 
+def test_a_folder_named_in_input_file_is_refused_in_one_line(tmp_path):
+  """`--input_file=a.txt,in` read a.txt and counted the folder among the skips: its text was
+  left out. It is refused before any work, the folder named, with what to pass."""
+  (tmp_path / 'in').mkdir()
+  (tmp_path / 'a.txt').write_text(GOOD)
+  (tmp_path / 'in' / 'b.txt').write_text(GOOD)
+  done = _learn(tmp_path, '--input_file=a.txt,in', '--output_file=v.txt', '--vocab_size=128')
+  assert done.returncode == 1 and _last(done) == (
+      'learn_vocab: error: --input_file names the folder in, and a folder is not read: pass the '
+      'files in it, e.g. in/*.txt (or in/* for all of them)'), done.stderr
+  assert 'Traceback' not in done.stderr and not (tmp_path / 'v.txt').exists()
+
+
 def test_every_input_is_checked_before_any_is_read(tmp_path):
   """A folder matched by a glob was refused only after the files before it were read, a pipe
   said 'File or stream is not seekable.'; both are create_pretraining_data's skips now."""
