@@ -244,7 +244,8 @@ def masking_config(config, vocab_file):
                                   '--config.data.masking=wordpiece')
   return masking_tf.MaskingConfig(
       vocab_size=len(vocab), mask_id=vocab['[MASK]'], cls_id=vocab['[CLS]'],
-      sep_id=vocab['[SEP]'], pad_id=vocab.get('[PAD]', 0),
+      # A SentencePiece model's own pad id: its id 0 may be <unk>, a real token to mask.
+      sep_id=vocab['[SEP]'], pad_id=vocab_files.pad_id(vocab_file, vocab),
       masked_lm_prob=data.masked_lm_prob,
       # Whole words by '##' continuations, or by SentencePiece's '▁' word starts.
       continuation=masking_tf.continuation_flags(vocab, sentencepiece),

@@ -62,6 +62,35 @@ def test_dynamic_masking_by_words_refuses_a_model_whose_pieces_end_words(tmp_pat
   assert pretrain.masking_config(cfg, model).strategy == 'wordpiece'
 
 
+def test_dynamic_masking_masks_the_unknown_piece_of_a_model_without_a_pad_piece(tmp_path):
+  """spm_train's default ids put <unk> at 0 and no pad piece: dynamic masking took id 0 for
+  [PAD] and never chose an unknown token, where static masking does."""
+  import sentencepiece  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from bertjax.input import masking_tf  # pylint: disable=g-import-not-at-top
+  lines = ['the king doth speak and all the lords listen to the king'] * 50
+  sentencepiece.SentencePieceTrainer.train(  # <unk> 0, <s> 1, </s> 2, no <pad>.
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'default'), vocab_size=24,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2)
+  model = str(tmp_path / 'default.model')
+  cfg = pretrain_runs.config(4, {'data.dynamic_masking': True})
+  masking = pretrain.masking_config(cfg, model)
+  assert masking.pad_id is None
+  ids = tf.constant([[3] + [0] * 20 + [4] + [0] * 10])  # [CLS] <unk>... [SEP] padding.
+  input_mask = tf.constant([[1] * 22 + [0] * 10])
+  out = masking_tf.mask_batch(ids, input_mask, config=masking, max_predictions_per_seq=5,
+                              seed_2=tf.constant([1, 2]))
+  assert out['masked_lm_weights'].numpy().sum() == 3  # round(0.15 * 20).
+  assert np.all(out['masked_lm_positions'].numpy()[0, :3] <= 20)
+  # A model with a pad piece keeps it out, whatever its id.
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'padded'), vocab_size=24,
+      unk_id=0, pad_id=3, bos_id=-1, eos_id=-1, control_symbols=['[CLS]', '[SEP]', '[MASK]'],
+      minloglevel=2)
+  assert pretrain.masking_config(cfg, str(tmp_path / 'padded.model')).pad_id == 3
+
+
 def test_matching_vocab_passes(corpus):
   check(config(corpus))
 

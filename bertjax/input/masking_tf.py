@@ -33,7 +33,10 @@ class MaskingConfig:
   mask_id: int  # [MASK]
   cls_id: int  # [CLS]
   sep_id: int  # [SEP]
-  pad_id: int = 0  # [PAD]
+  # The padding piece ([PAD]; a SentencePiece model's pad_id), never chosen; None where the
+  # vocab has none (a SentencePiece model's id 0 is then a real piece, <unk> by default).
+  # Padding itself is told by input_mask.
+  pad_id: int | None = None
   masked_lm_prob: float = 0.15  # Fraction of maskable tokens chosen for prediction.
   # True per vocab id for a word's continuation pieces (WordPiece '##', SentencePiece: no '▁';
   # continuation_flags): the words that every strategy but wordpiece masks whole. None:
@@ -44,7 +47,8 @@ class MaskingConfig:
   def __post_init__(self):
     ids = {'mask_id': self.mask_id, 'cls_id': self.cls_id, 'sep_id': self.sep_id,
            'pad_id': self.pad_id}
-    bad = {name: i for name, i in ids.items() if not 0 <= i < self.vocab_size}
+    bad = {name: i for name, i in ids.items()
+           if i is not None and not 0 <= i < self.vocab_size}
     if bad:
       raise ValueError(f'special token ids {bad} are outside the vocabulary of {self.vocab_size}')
     if not 0.0 < self.masked_lm_prob < 1.0:
@@ -183,7 +187,8 @@ def choose(input_ids_BxL, input_mask_BxL, *, config: MaskingConfig,
   num_predictions = max_predictions_per_seq
   choice_seed = tf.random.experimental.stateless_split(seed_2, 3)[0]
 
-  special_ids = tf.constant([config.cls_id, config.sep_id, config.pad_id, config.mask_id],
+  special_ids = tf.constant([i for i in (config.cls_id, config.sep_id, config.pad_id,
+                                         config.mask_id) if i is not None],
                             input_ids_BxL.dtype)
   is_special_BxL = tf.reduce_any(input_ids_BxL[:, :, None] == special_ids, axis=-1)
   maskable_BxL = tf.logical_and(input_mask_BxL > 0, tf.logical_not(is_special_BxL))

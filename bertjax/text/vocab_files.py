@@ -67,6 +67,17 @@ def load_vocab(vocab_file):
   return tokenizer.read_vocab(path, data)
 
 
+def pad_id(vocab_file, vocab: dict) -> int | None:
+  """The id of `vocab_file`'s padding piece: a vocab.txt's [PAD], a SentencePiece model's own
+  pad_id (--pad_id, whatever its piece's name); None where it has none (spm_train's default: id
+  0 is then <unk>, a real token, not padding)."""
+  if is_sentencepiece(vocab_file):
+    path = str(vocab_file)
+    pad = sentencepiece_tokenizer.sentencepiece_vocab(path, files.read_bytes(path))[1].pad_id()
+    return pad if pad >= 0 else None
+  return vocab.get('[PAD]')
+
+
 def difference(first, second) -> str:
   """'' when two vocab files give the same ids (the same bytes, or a vocab.txt's same tokens in
   the same order whatever its line ends), else how they differ, in a few words."""
