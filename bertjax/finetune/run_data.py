@@ -98,11 +98,18 @@ def warn_if_scoring_training_files(config, run: dict | None):
     eval_files = user_tasks.expand(scored, 'eval_file')
   except (OSError, ValueError):
     return  # Gone or moved: the readers say so.
+  # A training file moved or deleted since is not read (files.size raised FileNotFoundError,
+  # a traceback): its sha256, recorded for a run of one file, still tells a copy of it.
+  present = [t for t in train_files if files.exists(t)]
+  recorded = (init_from.lookup(run, 'data.train_sha256')
+              if len(train_files) == 1 and not present else None)
   for path in eval_files:
     key, size = paths.file_key(path), files.size(path)
-    same = next((t for t in train_files if paths.file_key(t) == key), None)
-    copied = same or next((t for t in train_files if files.size(t) == size  # Sizes first.
+    same = next((t for t in present if paths.file_key(t) == key), None)
+    copied = same or next((t for t in present if files.size(t) == size  # Sizes first.
                            and files.sha256(t) == files.sha256(path)), None)
+    if not copied and recorded and data_digest(path, 'eval_file') == recorded:
+      copied = f'{trained}, gone from there since: its sha256 in config.json'
     if copied:
       logging.warning('config.data.eval_file %s is %s the run trained on (config.data.train_file '
                       '%s): its score is a free right answer, above what new text would get',

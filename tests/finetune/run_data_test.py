@@ -340,3 +340,26 @@ def test_an_eval_of_the_file_the_run_trained_on_is_said(tmp_path, monkeypatch):
           for line in warned] == [
       f'config.data.eval_file {train} is the file ' + said.format(train),
       f'config.data.eval_file {tmp_path}/copy.csv is a copy of the file ' + said.format(train)]
+
+
+def test_an_eval_after_the_training_file_moved_scores_and_still_tells_a_copy_of_it(
+    tmp_path, monkeypatch):
+  """Helper-180's pass (moved runs and data): the user's files moved after training, an eval
+  naming the eval file's new place ended on '[Errno 2] No such file or directory: .../train.csv'
+  (the training-file check read the gone file's size); the moved training file itself is still
+  told by the sha256 config.json records."""
+  moved = tmp_path / 'moved'
+  moved.mkdir()
+  (moved / 'train.csv').write_text('review,sentiment\nfine,positive\nbad,negative\n')
+  (moved / 'dev.csv').write_text('review,sentiment\nnew,positive\nold,negative\n')
+  gone = tmp_path / 'train.csv'
+  warned = log_records.recorded_warnings(monkeypatch, run_data)
+  run = {'data': {'train_file': str(gone),
+                  'train_sha256': run_data.data_digest(str(moved / 'train.csv'))}}
+  run_data.warn_if_scoring_training_files(_bare('eval', eval_file=str(moved / 'dev.csv')), run)
+  assert not warned
+  run_data.warn_if_scoring_training_files(_bare('eval', eval_file=str(moved / 'train.csv')), run)
+  assert warned == [f'config.data.eval_file {moved}/train.csv is a copy of the file the run '
+                    f'trained on (config.data.train_file {gone}, gone from there since: its '
+                    'sha256 in config.json): its score is a free right answer, above what new '
+                    'text would get']
