@@ -269,7 +269,7 @@ def _run(argv):
     from bertjax import paths  # pylint: disable=g-import-not-at-top
     from bertjax.training import hosts  # pylint: disable=g-import-not-at-top
     hosts.check_same_command(paths.absolute_config(paths.own_copy(config)),
-                             paths.absolute(workdir) if workdir else '',
+                             paths.absolute_workdir(workdir) if workdir else '',
                              step=_parsed_step(_STEP.value))
   step = None  # _check_command refused a --step of another job, and a missing --workdir.
   if _STEP.value is not None:

@@ -27,11 +27,13 @@ _SLASHLESS_URL = re.compile(rf'^({"|".join(_URL_SCHEMES)}):(?!//)', re.IGNORECAS
 
 
 def absolute_workdir(workdir) -> str:
-  """absolute() of a job's workdir as Python passes it (a str or a Path object); None or ''
-  refused in one line."""
+  """absolute() of a job's workdir as Python passes it (a str or a Path object), a URL's
+  trailing slash dropped as a local path's is (`gs://b/run/` was printed and joined as such:
+  `TensorBoard gs://b/run/`); None or '' refused in one line."""
   if not isinstance(workdir, (str, os.PathLike)) or not os.fspath(workdir):
     raise ValueError(f"workdir={workdir!r}: pass the run's folder (a path, or a gs:// URL).")
-  return absolute(os.fspath(workdir))
+  path = absolute(os.fspath(workdir))
+  return path.rstrip('/') if files.is_remote(path) else path
 
 
 def absolute(path: str) -> str:

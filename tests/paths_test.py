@@ -377,3 +377,12 @@ def test_a_url_without_a_bucket_is_refused(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   with export_folder.made_folders_removed('gs:'):  # A relative path: it ends.
     pass
+
+
+def test_a_workdir_is_said_without_its_trailing_slash(tmp_path):
+  """A URL's trailing slash stayed (absolute() keeps an output file's, a folder's mark), so a
+  job's summary said `TensorBoard gs://b/run/`; a local path's went already."""
+  assert paths.absolute_workdir('gs://b/runs/x/') == 'gs://b/runs/x'
+  assert paths.absolute_workdir('gs://b//runs//x//') == 'gs://b/runs/x'
+  assert paths.absolute_workdir('gs://b/') == 'gs://b'
+  assert paths.absolute_workdir(f'{tmp_path}/runs/x/') == f'{tmp_path}/runs/x'

@@ -302,7 +302,7 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   start = time.perf_counter()
   job_config.check_for(config, 'finetune')
   config = paths.own_copy(config)
-  workdir = paths.absolute(workdir)
+  workdir = paths.absolute_workdir(workdir)
   # Before anything of the workdir is read: a host that sees another folder would stop alone,
   # the others waiting for it in their first collective.
   seen, agreed = run_workdir.checkpoint_seen(workdir, step)

@@ -86,8 +86,11 @@ def bucket_run(gcs_emulator, tmp_path_factory):  # pylint: disable=unused-argume
       f'{t}\n' for t, _ in test))
   env = pretrain_runs.environment(1, tmp / 'jax_cache')
   # cwd: a scratch folder, so that a path mangled to `gs:/...` and written locally shows there.
-  _run(['bertjax.main', *_finetune_flags(bucket, **{'checkpoint.every_steps': 1000})], env, tmp,
-       'fine-tuning')
+  # --workdir=gs://.../run/: the slash a shell's completion leaves (said without it).
+  trained = _run(['bertjax.main', *_finetune_flags(bucket, **{'checkpoint.every_steps': 1000}
+                                                   )[:-1], f'--workdir={bucket}/run/'],
+                 env, tmp, 'fine-tuning')
+  (tmp / 'fine-tuning.out').write_text(trained.stdout)
   return bucket, tmp, env, [t for t, _ in test]
 
 
@@ -106,6 +109,10 @@ def test_fine_tuning_reads_and_writes_the_bucket(bucket_run):
   rows = [json.loads(line) for line in files.read_text(evaluated[-1]).splitlines()]
   assert len(rows) == 16 and all(r['label'] in LABELS for r in rows)
   assert not (tmp / 'gs:').exists()  # Nothing written to a mangled local `gs:/...` path.
+  # --workdir's trailing slash was echoed: `TensorBoard gs://b/run/`.
+  summary = (tmp / 'fine-tuning.out').read_text().splitlines()[-1]
+  assert summary.endswith(f'checkpoints {run}/checkpoints (step 6), TensorBoard {run}'), summary
+  assert f'eval results {run}/eval_results.json, predictions {run}/predictions/step_6' in summary
 
 
 def test_eval_and_predict_modes_write_into_the_bucket(bucket_run):
