@@ -55,6 +55,11 @@ class Tokenizer:
     self.tf, self.tf_text = tf, tf_text
     self.do_lower_case, self.keep_accents = do_lower_case, keep_accents
     self.sp = tf_text.SentencepieceTokenizer(model=model, out_type=tf.string)
+    vocab, sp_model = sentencepiece_tokenizer.sentencepiece_vocab('', model)
+    typed = sentencepiece_tokenizer.typed_specials(sp_model, vocab)
+    self.unk_piece = sp_model.IdToPiece(sp_model.unk_id())
+    self.control = [p for p, control in typed.items() if control]
+    self.user_defined = [p for p, control in typed.items() if not control]
 
   def preprocess(self, texts):
     """preprocess_text: collapse spaces, plain quotes, NFKD accent stripping, lower."""
@@ -99,6 +104,34 @@ class Tokenizer:
     return texts
 
   def pieces(self, texts):
+    """Preprocessed texts -> ragged pieces, with ALBERT's digit-comma rule, and a special
+    piece read from the text as text (SentencePieceTokenizer._typed_pieces): a control
+    symbol's spelling as the unknown piece, a user-defined [MASK] as '[' and the pieces of
+    'MASK]' (without a word start it did not have)."""
+    tf = self.tf
+    pieces = self._comma_pieces(texts)  # [B, (P)]
+    if not self.control and not self.user_defined:
+      return pieces
+    flat = pieces.flat_values
+    control, user_defined = (tf.reduce_any(flat[:, None] == tf.constant(names or [''])[None],
+                                           axis=1) & bool(names)
+                             for names in (self.control, self.user_defined))
+    flat = tf.where(control, self.unk_piece, flat)
+    length = tf.strings.length(flat, unit='UTF8_CHAR')
+    rest = tf.strings.substr(flat, tf.ones_like(length), tf.maximum(length - 1, 0),
+                             unit='UTF8_CHAR')
+    cur = self._comma_pieces(rest)  # [N, (Q)]
+    first = cur[:, :1].to_tensor(default_value='')[:, 0]
+    trimmed = tf.strings.regex_replace(first, f'^{WORD_START}', '')
+    keep = (tf.strings.length(trimmed) > 0) & (cur.row_lengths() > 0)
+    head = tf.ragged.boolean_mask(trimmed[:, None], keep[:, None])  # [N, (0 or 1)]
+    first_char = tf.strings.substr(flat, tf.zeros_like(length), tf.ones_like(length),
+                                   unit='UTF8_CHAR')[:, None]
+    spelt = tf.concat([tf.RaggedTensor.from_tensor(first_char), head, cur[:, 1:]], 1)
+    rows = _choose_rows(tf, user_defined, spelt, tf.RaggedTensor.from_tensor(flat[:, None]))
+    return pieces.with_flat_values(rows).merge_dims(1, 2)
+
+  def _comma_pieces(self, texts):
     """Preprocessed texts -> ragged pieces, with ALBERT's digit-comma rule: a piece 'x9,' is
     re-encoded as the pieces of 'x9' (without a word start it did not have) and ','."""
     tf = self.tf

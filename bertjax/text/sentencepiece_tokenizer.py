@@ -65,6 +65,20 @@ def sentencepiece_vocab(path, data: bytes):
       (model.IdToPiece(i), i) for i in range(model.GetPieceSize())), model
 
 
+def typed_specials(sp_model, vocab) -> dict:
+  """The pieces that must not come from the text as themselves, each to True for a control
+  symbol, False for a user-defined piece: SentencePiece matches a user-defined [MASK] in the
+  text (--user_defined_symbols=[CLS],[SEP],[MASK]), and spells an unknown run such as a cased
+  '[MASK]' by its text, which reads as the control symbol's piece. Special tokens written in the
+  text are text, as on the WordPiece path (never_split aside), so text never fakes [SEP] or
+  [MASK]; other user-defined pieces are the user's own, matched as SentencePiece does."""
+  typed = {p: bool(sp_model.IsControl(i)) for p, i in vocab.items() if sp_model.IsControl(i)}
+  typed.update((p, False) for p in tokenizer.SPECIAL_TOKENS
+               if p in vocab and not sp_model.IsControl(vocab[p])
+               and not sp_model.IsUnknown(vocab[p]))
+  return typed
+
+
 class SentencePieceTokenizer:
   """ALBERT-style SentencePiece tokenizer with the FullTokenizer interface."""
 
@@ -86,6 +100,7 @@ class SentencePieceTokenizer:
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
     self.never_split = tuple(t for t in never_split if t in self.vocab)
+    self._typed = typed_specials(self.sp_model, self.vocab)
     # Control symbols such as [MASK] are never produced by SentencePiece from text, so special
     # tokens written in the text are cut out first, as on the WordPiece path.
     self._chunker = tokenizer.BasicTokenizer(do_lower_case, self.never_split)
@@ -101,8 +116,10 @@ class SentencePieceTokenizer:
   def _encode_pieces(self, text):
     pieces = []
     for piece in self.sp_model.EncodeAsPieces(text):
+      if piece in self._typed:  # A special token written in the text: text, as in WordPiece.
+        pieces.extend(self._typed_pieces(piece))
       # As ALBERT: keep a trailing comma after digits a separate piece ("9," -> "9", ",").
-      if len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
+      elif len(piece) > 1 and piece[-1] == ',' and piece[-2].isdigit():
         cur = self.sp_model.EncodeAsPieces(piece[:-1].replace(WORD_START, ''))
         if piece[0] != WORD_START and cur[0][0] == WORD_START:
           cur = [cur[0][1:]] + cur[1:] if len(cur[0]) > 1 else cur[1:]
@@ -110,6 +127,18 @@ class SentencePieceTokenizer:
       else:
         pieces.append(piece)
     return pieces
+
+  def _typed_pieces(self, piece):
+    """A special piece SentencePiece read from the text (typed_specials) as text: a control
+    symbol's spelling is an unknown run (SentencePiece's id for it is <unk>); a user-defined
+    [MASK] is spelt by its first character and the model's pieces of the rest, continuing the
+    word ('[' 'MA' 'SK]')."""
+    if self._typed[piece]:
+      return [self.unk_token]
+    rest = self._encode_pieces(piece[1:])
+    if rest and rest[0].startswith(WORD_START):  # The word started before the piece.
+      rest = [rest[0][1:]] + rest[1:] if len(rest[0]) > 1 else rest[1:]
+    return [piece[0]] + rest
 
   def tokenize(self, text):
     """Text to SentencePiece pieces."""

@@ -221,10 +221,10 @@ def test_sentencepiece_model_instead_of_a_vocab(documents, tmp_path):
   assert np.mean(chosen >= 1) > 0.99, np.mean(chosen >= 1)
 
 
-def test_a_mask_piece_read_from_the_text_is_never_masked(documents, tmp_path):
-  """A SentencePiece model with [MASK] as a user-defined piece reads '[MASK]' typed in the text
-  as the [MASK] id: static masking chose it and wrote [MASK] as a label (dynamic masking never
-  chooses it)."""
+def test_a_mask_typed_in_the_text_is_text_not_the_mask_id(documents, tmp_path):
+  """A SentencePiece model with [MASK] as a user-defined piece read '[MASK]' typed in the text
+  as the [MASK] id (static masking then chose it and wrote [MASK] as a label): it is text now,
+  as on the WordPiece path, so [MASK] stands only where masking put it, and is never a label."""
   sentencepiece = pytest.importorskip('sentencepiece')
   typed = [[f'{s} [MASK]' for s in document] for document in documents[:80]]
   corpus = write_corpus(tmp_path / 'c.txt', typed)
@@ -232,17 +232,25 @@ def test_a_mask_piece_read_from_the_text_is_never_masked(documents, tmp_path):
       input=str(corpus), model_prefix=str(tmp_path / 'sp'), vocab_size=1500,
       user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], pad_id=0, unk_id=1, bos_id=-1,
       eos_id=-1, minloglevel=2)
-  _, files = run(corpus, tmp_path, spm_model_file=str(tmp_path / 'sp.model'),
-                 do_lower_case=False)
+  # The model never saw '[' or ']' but in [MASK]: their pieces are unknown.
+  report, files = run(corpus, tmp_path, spm_model_file=str(tmp_path / 'sp.model'),
+                      do_lower_case=False, max_unk_fraction=1.0)
   tf = fast_tokenizer.import_tf()[0]
   spec = {'input_ids': tf.io.FixedLenFeature([128], tf.int64),
+          'masked_lm_positions': tf.io.FixedLenFeature([20], tf.int64),
           'masked_lm_ids': tf.io.FixedLenFeature([20], tf.int64),
           'masked_lm_weights': tf.io.FixedLenFeature([20], tf.float32)}
-  data = tf.io.parse_example(list(tf.data.TFRecordDataset([str(f) for f in files])), spec)
+  data = {k: v.numpy() for k, v in tf.io.parse_example(
+      list(tf.data.TFRecordDataset([str(f) for f in files])), spec).items()}
   mask_id = 4  # After <pad> <unk> [CLS] [SEP].
-  assert np.sum(data['input_ids'].numpy() == mask_id) > 1000  # Read from the text.
-  labels = data['masked_lm_ids'].numpy()[data['masked_lm_weights'].numpy() > 0]
-  assert labels.size > 1000 and mask_id not in labels
+  assert report['counts']['instances'] > 100
+  weights = data['masked_lm_weights'] > 0
+  masked = np.zeros_like(data['input_ids'], bool)
+  rows = np.broadcast_to(np.arange(len(masked))[:, None], weights.shape)
+  masked[rows[weights], data['masked_lm_positions'][weights]] = True
+  assert np.sum(data['input_ids'] == mask_id) > 1000  # Masking's, ~80% of the predictions.
+  assert not np.any((data['input_ids'] == mask_id) & ~masked)  # Was read from the text.
+  assert mask_id not in data['masked_lm_ids'][weights]
 
 
 def test_masking_by_words_refuses_a_model_whose_pieces_end_words(documents, tmp_path):

@@ -1,6 +1,8 @@
 """The in-graph SentencePiece tokenizer (a SavedModel's) gives bertjax's ids: casing, accents,
 digits with commas, CJK, final sigma, characters newer than Python's Unicode tables, empty."""
 
+import gzip
+import itertools
 import random
 
 import pytest
@@ -55,3 +57,25 @@ def test_in_graph_ids_equal_bertjax_ids(models, lower):
   if lower:
     assert graph.preprocess(tf.constant(['ΟΔΟΣ'])).numpy()[0].decode() == 'οδος'
     assert ',' in ours.convert_ids_to_tokens(got[ODD_TEXTS.index('1,2,3,4,')])
+
+
+def test_in_graph_special_tokens_typed_in_the_text_are_text(tmp_path):
+  """As bertjax's tokenizer (tokenizer_test): a user-defined [MASK] matched in the text, or a
+  cased '[MASK]' spelt by an unknown run, gave the [MASK] id in the graph too."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  tf, tf_text = fast_tokenizer.import_tf()
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line.lower() for line in itertools.islice(f, 3000) if line.strip()]
+  texts = ODD_TEXTS + ['The [MASK] sat [SEP] on <unk> [CLS] x', '[MASK]', 'a[MASK]b 9,[SEP]',
+                       '[SEP][SEP] x [MASK], 9,', '[mask] [ MASK ]']
+  for kind in ('user_defined_symbols', 'control_symbols'):
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(tmp_path / kind), vocab_size=400,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, minloglevel=2,
+        **{kind: ['[CLS]', '[SEP]', '[MASK]']})
+    model = tmp_path / f'{kind}.model'
+    ours = vocab_files.for_model(model, do_lower_case=False, check_casing=False)
+    graph = sentencepiece_graph.Tokenizer(tf, tf_text, model.read_bytes(), False)
+    got = graph.tokenize(tf.constant(texts)).to_list()
+    assert got == [ours.encode(t) for t in texts], kind
+    assert not {ours.vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]')} & {i for r in got for i in r}

