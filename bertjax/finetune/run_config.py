@@ -258,12 +258,20 @@ def check_against_run(cfg, run: dict, workdir: str):
     differ += _differences(run, cfg, ('seed', 'data.eval_fraction'),
                            ': it draws the eval examples held out of the training ones')
   eval_files = (init_from.lookup(run, 'data.eval_file'), init_from.lookup(cfg, 'data.eval_file'))
+  eval_digests = (init_from.lookup(run, 'data.eval_sha256'),
+                  init_from.lookup(cfg, 'data.eval_sha256'))
+  # The run's eval file moved (or copied) since: another path, the same rows (sha256).
+  moved_eval = (eval_files[0] != eval_files[1] and None not in eval_digests
+                and eval_digests[0] == eval_digests[1])
+  if moved_eval and training:
+    logging.info('data.eval_file %s holds the rows of the run\'s %s (the same sha256): its eval '
+                 'set, moved', eval_files[1], eval_files[0])
   if scoring and not holds_out_eval(run) and holds_out_eval(cfg):
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: without it, '
                   'eval examples would be held out of the ones it trained on; '
                   f'{_to_match("data.eval_file", eval_files[0], cfg)}')
   elif (training and not holds_out_eval(run) and eval_files[0] is not None
-        and eval_files[0] != eval_files[1]):  # None: a run older than the field.
+        and eval_files[0] != eval_files[1] and not moved_eval):  # None: a run older than it.
     differ.append(f'data.eval_file {eval_files[0]!r} (the run) vs {eval_files[1]!r}: its eval '
                   'history (the best step, early stopping) compares scores on one eval set; '
                   f'{_to_match("data.eval_file", eval_files[0], cfg)} (mode=eval scores another '
@@ -295,13 +303,12 @@ def check_against_run(cfg, run: dict, workdir: str):
                   f'than it did (sha256 {digests[0][:12]}... vs {digests[1][:12]}...): rows added, '
                   'removed, edited or reordered change the example order and the held-out eval '
                   'examples; restore the file the run was trained on')
-  digests = (init_from.lookup(run, 'data.eval_sha256'), init_from.lookup(cfg, 'data.eval_sha256'))
-  if (training and None not in digests and digests[0] != digests[1]
+  if (training and None not in eval_digests and eval_digests[0] != eval_digests[1]
       and eval_files[0] == eval_files[1]):  # Another file: said above.
     differ.append(f'data.eval_file {eval_files[1]!r} holds other rows than it did (sha256 '
-                  f'{digests[0][:12]}... vs {digests[1][:12]}...): its eval history (the best '
-                  'step, early stopping) compares scores on one eval set; restore that file (an '
-                  'eval of the edited one: mode=eval)')
+                  f'{eval_digests[0][:12]}... vs {eval_digests[1][:12]}...): its eval history '
+                  '(the best step, early stopping) compares scores on one eval set; restore that '
+                  'file (an eval of the edited one: mode=eval)')
   if differ:
     raise ValueError(f'{workdir} was fine-tuned with other settings: {"; ".join(differ)}. Match '
                      f'the run ({workdir}/config.json) to resume, evaluate or predict with it as '

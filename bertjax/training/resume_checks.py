@@ -164,6 +164,10 @@ def _check_data_order(config, last: dict, step: int, examples_consumed: int):
   start = _phase2_start(flat_last)
   if start is None or step <= start:
     fields = tuple(k for k in fields if not k.startswith('phase2.'))
+  # A fine-tuning file moved since: another path, the same rows (its sha256 recorded by both).
+  if flat_last.get('data.train_sha256') is not None and (
+      flat_last.get('data.train_sha256') == flat_now.get('data.train_sha256')):
+    fields = tuple(k for k in fields if k != 'data.train_file')
   changed = [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in fields
              if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]]
   if changed:

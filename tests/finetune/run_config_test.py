@@ -187,6 +187,26 @@ def test_a_training_file_changed_under_a_run_is_refused(tmp_path):
   assert not run_data.records_training_data(config)
 
 
+
+def test_a_resume_reading_its_files_moved_since_is_not_refused_as_another_eval_set(tmp_path):
+  """Helper-180's pass (moved runs and data): train.csv and dev.csv moved, the resume naming
+  their new place was refused as another eval set, told to pass the old path (gone); the same
+  rows (sha256) at another path are the run's eval set, other rows there are still refused."""
+  moved = tmp_path / 'moved'
+  moved.mkdir()
+  (moved / 'dev.csv').write_text('review,sentiment\nnew,positive\nold,negative\n')
+  run, config = _user_run(eval_file=str(tmp_path / 'dev.csv'))
+  config.unlock()
+  run['data']['eval_sha256'] = run_data.data_digest(str(moved / 'dev.csv'), 'eval_file')
+  config.data.eval_file = str(moved / 'dev.csv')
+  config.data.eval_sha256 = run_data.data_digest(config.data.eval_file, 'eval_file')
+  run_config.check_against_run(config, run, '/runs/r')  # Moved: resumes.
+  (moved / 'dev.csv').write_text('review,sentiment\nnew,negative\n')
+  config.data.eval_sha256 = run_data.data_digest(config.data.eval_file, 'eval_file')
+  with pytest.raises(ValueError, match=re.escape(
+      f"data.eval_file '{tmp_path}/dev.csv' (the run) vs '{moved}/dev.csv': its eval history")):
+    run_config.check_against_run(config, run, '/runs/r')
+
 def test_another_init_from_on_a_resume_is_said_not_to_be_loaded(caplog):
   run, config = _user_run()
   config.init_from = '/models/minilm'

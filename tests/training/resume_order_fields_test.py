@@ -8,6 +8,7 @@ import log_records
 import pytest
 
 from bertjax.training import resume_checks
+from configs import finetune
 from configs import pretrain
 
 
@@ -29,3 +30,23 @@ def test_another_window_or_lane_count_is_a_data_order_change(monkeypatch, field,
                   f'{old} -> {value}): from step 4 it reads on at example 256 of another order, '
                   'so examples already seen may come again and others never. To resume exactly, '
                   'keep the old values.']
+
+
+def test_a_fine_tuning_file_moved_since_is_no_data_order_change(monkeypatch):
+  """Helper-180's pass (moved runs and data): train.csv moved, the resume naming its new place
+  was warned to read 'another order' and told to keep the old path (gone); the same rows
+  (data.train_sha256, recorded by both) are the same order. Other rows are still warned of."""
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
+  config = finetune.get_config('task=classification,size=tiny,batch=8')
+  config.unlock()
+  config.data.train_file, config.data.train_sha256 = '/data/reviews.csv', 'ab' * 32
+  last = json.loads(config.to_json())
+  config.data.train_file = '/moved/reviews.csv'
+  resume_checks._check_data_order(config, last, 4, 32)  # pylint: disable=protected-access
+  assert said == []
+  config.data.train_sha256 = 'cd' * 32
+  resume_checks._check_data_order(config, last, 4, 32)  # pylint: disable=protected-access
+  assert said == ["the data order differs from the one this run last ran with (data.train_file "
+                  "'/data/reviews.csv' -> '/moved/reviews.csv'): from step 4 it reads on at "
+                  'example 32 of another order, so examples already seen may come again and '
+                  'others never. To resume exactly, keep the old values.']
