@@ -21,8 +21,10 @@ from bertjax.interop import bundle as bundle_lib
 from bertjax.text import vocab_files
 
 MODEL_FILE = 'spiece.model'  # transformers' AlbertTokenizer.vocab_files_names.
+# The pieces bertjax builds inputs with, by name; the unknown and padding pieces are the model's
+# own (special_tokens).
 SPECIAL = {'cls_token': '[CLS]', 'sep_token': '[SEP]', 'mask_token': '[MASK]',
-           'pad_token': '<pad>', 'unk_token': '<unk>', 'bos_token': '[CLS]', 'eos_token': '[SEP]'}
+           'bos_token': '[CLS]', 'eos_token': '[SEP]'}
 # Texts whose ids must agree: casing, accents, digits and commas, CJK, full-width letters,
 # ligatures, quotes, runs of spaces, the empty string, SentencePiece's own '▁' typed in the text
 # (transformers' Metaspace splits words there; a model without NFKC keeps it a piece).
@@ -89,6 +91,22 @@ def _without_transformers(result: bundle_lib.Bundle) -> list[str]:
   return bundle_lib.holders(result, bundle_lib.TRANSFORMERS_TOKENIZER_FORMATS)
 
 
+def special_tokens(ours) -> dict:
+  """AlbertTokenizer's special tokens for bertjax's SentencePieceTokenizer `ours`: SPECIAL, and
+  the model's own unknown piece (--unk_piece) and padding piece (--pad_id; without one, the
+  piece of id 0, which bertjax pads with: spm_train's default <unk>)."""
+  sp = ours.sp_model
+  pad = sp.pad_id() if sp.pad_id() >= 0 else 0
+  return {**SPECIAL, 'pad_token': sp.IdToPiece(pad), 'unk_token': sp.IdToPiece(sp.unk_id())}
+
+
+def tokenizer_class(ours) -> str:
+  """AlbertTokenizer, or where the model's unknown piece is not id 1 (spm_train's default puts
+  <unk> at 0) the class that reads tokenizer.json as it is: transformers 5's AlbertTokenizer
+  rebuilds the unigram model with its unknown id fixed at 1, so unknown text got another id."""
+  return 'AlbertTokenizer' if ours.sp_model.unk_id() == 1 else 'PreTrainedTokenizerFast'
+
+
 class NotUnigramError(ValueError):
   """A SentencePiece model transformers' AlbertTokenizer cannot read (bpe, byte_fallback)."""
 
@@ -134,7 +152,8 @@ def build(spm_model_file: str, do_lower_case: bool, keep_accents: bool = False):
       single=f'{cls}:0 $A:0 {sep}:0', pair=f'{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1',
       special_tokens=[(cls, sp.PieceToId(cls)), (sep, sp.PieceToId(sep))])
   tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False)
-                          for t in dict.fromkeys(SPECIAL.values())])
+                          for t in dict.fromkeys(special_tokens(ours).values())
+                          if t in ours.vocab])  # check() refuses a model that lacks one.
   return tok, ours
 
 
@@ -142,10 +161,13 @@ def check(result: bundle_lib.Bundle, tok, ours):
   """Refuses a tokenizer.json whose ids differ from bertjax's on the probes or the vocab's own
   pieces (spelt as text)."""
   missing = [t for t in dict.fromkeys(SPECIAL.values()) if t not in ours.vocab]
-  if missing:
-    raise ValueError(f'SentencePiece model {result.vocab_file} lacks {", ".join(missing)}: '
-                     "AlbertTokenizer's special pieces (learn_vocab --model=sentencepiece writes "
-                     'them); transformers could not build its inputs.')
+  if missing:  # bertjax builds its inputs with them by name: its own inputs are not known.
+    raise ValueError(f'SentencePiece model {result.vocab_file} lacks {", ".join(missing)}, '
+                     'which bertjax builds BERT inputs with by these names (ALBERT\'s <cls> '
+                     '<sep> <mask> are not taken for them; a model that bertjax trains has them, '
+                     'as learn_vocab --model=sentencepiece writes them), so a transformers '
+                     'tokenizer for it would build inputs bertjax never made; '
+                     f'{bundle_lib.use(_without_transformers(result))}.')
   pieces = [p.replace('▁', ' ') for p in ours.vocab if not p.startswith(('[', '<'))]
   texts = list(PROBES) + [''.join(pieces[i:i + 16]) for i in range(0, len(pieces), 16)]
   for text in texts:
@@ -170,11 +192,11 @@ def write(result: bundle_lib.Bundle, output_dir):
   files.copy(result.vocab_file, files.join(output_dir, MODEL_FILE))
   files.write_atomically(files.join(output_dir, 'tokenizer.json'), tok.to_str(pretty=True))
   files.write_atomically(files.join(output_dir, 'tokenizer_config.json'), json.dumps(
-      {'tokenizer_class': 'AlbertTokenizer', 'do_lower_case': result.do_lower_case,
+      {'tokenizer_class': tokenizer_class(ours), 'do_lower_case': result.do_lower_case,
        'keep_accents': False, 'remove_space': True,
        # BERT's segment ids: AlbertTokenizer's own list leaves token_type_ids out.
        'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
-       **bundle_lib.tokenizer_settings(result), **SPECIAL},
+       **bundle_lib.tokenizer_settings(result), **special_tokens(ours)},
       indent=2) + '\n')
   files.write_atomically(files.join(output_dir, 'special_tokens_map.json'), json.dumps(
-      SPECIAL, indent=2) + '\n')
+      special_tokens(ours), indent=2) + '\n')

@@ -167,6 +167,51 @@ def test_a_model_that_keeps_a_typed_word_start_is_refused_for_transformers(tmp_p
     hf_sentencepiece.write(bundle, str(tmp_path))
 
 
+def test_the_unknown_and_padding_pieces_are_the_models_own_for_transformers(tmp_path):
+  """spm_train's default ids (<unk> 0, no pad piece) and a renamed unknown piece (--unk_piece)
+  were refused, the export lacking '<pad>' or '<unk>' by name: transformers takes the model's
+  own (no pad piece: the piece of id 0, which bertjax pads with). transformers 5's
+  AlbertTokenizer takes id 1 for unknown text whatever the model's: a model whose <unk> is
+  elsewhere (--pad_id=0 --unk_id=2) gave other ids than bertjax, silently."""
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line.lower() for line in itertools.islice(f, 5_000) if line.strip()]
+  shapes = {'default': ({}, '<unk>', '<unk>', 0),
+            'oov': ({'unk_piece': '<oov>', 'pad_id': 0, 'unk_id': 1, 'bos_id': -1,
+                     'eos_id': -1}, '<pad>', '<oov>', 0),
+            'unk2': ({'pad_id': 0, 'unk_id': 2, 'bos_id': -1, 'eos_id': -1}, '<pad>', '<unk>', 0)}
+  for name, (options, pad, unk, pad_id) in shapes.items():
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(tmp_path / name), vocab_size=512,
+        control_symbols=['[CLS]', '[SEP]', '[MASK]'], minloglevel=2, **options)
+    bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={},
+                               kind='encoder', vocab_file=str(tmp_path / f'{name}.model'),
+                               do_lower_case=True)
+    hf_sentencepiece.write(bundle, str(tmp_path / name))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / name))
+    ours = vocab_files.for_model(bundle.vocab_file, do_lower_case=True)
+    assert (theirs.pad_token, theirs.unk_token, theirs.pad_token_id) == (pad, unk, pad_id)
+    assert theirs.unk_token_id == ours.sp_model.unk_id()
+    for text in ODD_TEXTS:
+      assert theirs(text, add_special_tokens=False)['input_ids'] == ours.encode(text), text
+    batch = theirs(['the king', 'the king doth speak'], padding=True)
+    assert batch['input_ids'][0][-1] == pad_id and len(theirs) == 512
+
+
+def test_a_model_with_albert_style_special_pieces_is_refused_saying_what_holds_it(tmp_path):
+  """<cls> <sep> <mask> are not the [CLS] [SEP] [MASK] bertjax builds inputs with."""
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line.lower() for line in itertools.islice(f, 5_000) if line.strip()]
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'albert'), vocab_size=512,
+      control_symbols=['<cls>', '<sep>', '<mask>'], pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      minloglevel=2)
+  bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind='encoder',
+                             vocab_file=str(tmp_path / 'albert.model'), do_lower_case=True)
+  with pytest.raises(ValueError, match=r'lacks \[CLS\], \[SEP\], \[MASK\], which bertjax builds '
+                     r'.*<cls> <sep> <mask> are not taken for them.*; no export format holds'):
+    hf_sentencepiece.write(bundle, str(tmp_path / 'out'))
+
+
 def test_tf1_keeps_the_model_file_beside_the_checkpoint_and_reads_back_equal(runs, tmp_path):
   out = export.export(runs['classify'], 'tf1', tmp_path / 'tf1')
   assert (out / 'spiece.model').read_bytes() == runs['spm_model'].read_bytes()
