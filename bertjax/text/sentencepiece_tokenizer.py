@@ -1,7 +1,8 @@
 """SentencePiece tokenization (ALBERT's), with the WordPiece FullTokenizer's interface.
 
 The model file is read through bertjax.files (local or a URL); special tokens written in the
-text stay whole, as on the WordPiece path (tokenizer.py).
+text are text, never the special ids (typed_specials), unless never_split keeps them whole, as on
+the WordPiece path (tokenizer.py).
 """
 
 import collections
@@ -101,8 +102,8 @@ class SentencePieceTokenizer:
     self.unk_token = self.sp_model.IdToPiece(self.sp_model.unk_id())
     self.never_split = tuple(t for t in never_split if t in self.vocab)
     self._typed = typed_specials(self.sp_model, self.vocab)
-    # Control symbols such as [MASK] are never produced by SentencePiece from text, so special
-    # tokens written in the text are cut out first, as on the WordPiece path.
+    # never_split's special tokens written in the text are cut out first and kept whole, as on
+    # the WordPiece path; any other is text (_typed_pieces).
     self._chunker = tokenizer.BasicTokenizer(do_lower_case, self.never_split)
 
   def preprocess_text(self, text):
