@@ -381,6 +381,7 @@ def read(path, step: int | str | None = None) -> Read:
         logging.warning('read step %d of %s: the newer step(s) %s cannot be read (nothing was '
                         'moved: the run that wrote them resolves them when it resumes)',
                         candidate, directory, skipped)
+      checkpoint_step.check_same_run(directory, candidate, meta)
       return Read(params, meta, candidate, directory)
     else:
       raise checkpoint_damage.DamagedCheckpointError(

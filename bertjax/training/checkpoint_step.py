@@ -6,6 +6,7 @@ step to read, and what to do then, is checkpoint_reader's.
 """
 
 import json
+import uuid
 
 import jax
 import numpy as np
@@ -14,17 +15,21 @@ import orbax.checkpoint as ocp
 from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import run_files
 
 # The fields of a fine-tuning run's config.data that decide its inputs beside max_seq_length,
 # kept in each step's meta (interop/sources.py refuses a config.json that says otherwise).
 RECORDED_TOKENIZATION = ('do_lower_case', 'max_chars_per_word', 'max_windows')
 
 
-def step_meta(config, mesh, step: int, consumed: int, standing: dict | None) -> dict:
+def step_meta(config, mesh, step: int, consumed: int, standing: dict | None,
+              run: str | None = None) -> dict:
   """The meta item the loop saves with `step`: what a resume (examples consumed, mesh, model),
   --step=best (its ranking) and the readers of a fine-tuned model (its head, length and
-  tokenization, against an edited config.json) read back."""
+  tokenization, against an edited config.json) read back; `run`, the run that saved it
+  (run_files.run_id), for check_same_run."""
   return {'step': step, 'examples_consumed': consumed, 'mesh': dict(mesh.shape),
+          **({'run': run} if run else {}),
           'global_batch_size': config.global_batch_size,  # A resume says a change once.
           'process_count': jax.process_count(),
           'model': json.loads(config.model.to_json()),
@@ -38,6 +43,53 @@ def step_meta(config, mesh, step: int, consumed: int, standing: dict | None) -> 
               'data': {k: config.data[k] for k in RECORDED_TOKENIZATION if k in config.data}}
              if config.get('task') else {}),
           **({} if standing is None else {'ranking': standing})}
+
+
+def run_for_save(workdir) -> str:
+  """The run the loop's saves name in their meta (run_files.run_id): the one recorded, else the
+  newest step's (its record deleted since), else a new one, recorded by process 0."""
+  if run := run_files.run_id(workdir):
+    return run
+  checkpoints = files.join(workdir, 'checkpoints')
+  listed = run_files.checkpoint_steps(checkpoints)
+  run = (listed and _run_of(checkpoints, listed[-1])) or uuid.uuid4().hex[:16]
+  run_files.name_run(workdir, run)
+  return run
+
+
+def check_same_run(directory, step: int, meta: dict | None = None):
+  """Refuses step `step` of checkpoints folder `directory` (its `meta`, read here when None)
+  where another run than the workdir's saved it: a step copied in from another run (another
+  config or seed), or checkpoints/ swapped with another run's, was resumed or read as this
+  run's without a word. A step or a run from before the record (no run in its meta or in
+  run_files.SAVED) is not compared."""
+  directory = str(directory).rstrip('/')
+  if files.name(directory) != 'checkpoints':
+    return
+  saved = meta.get('run') if meta is not None else _run_of(directory, step)
+  workdir = files.parent(directory)
+  own = run_files.run_id(workdir) if saved else None
+  if own is None or saved == own:
+    return
+  listed = run_files.checkpoint_steps(directory)
+  others = [s for s in listed if s == step or _run_of(directory, s) not in (None, own)]
+  ours = [s for s in listed if s not in others]
+  then = (f'then step {ours[-1]}, this run\'s newest, is read' if ours else
+          "this run's own steps are gone: put its checkpoints/ back")
+  raise ValueError(
+      f'{directory}/{step} was saved by another run than {workdir} (its meta names run '
+      f'{saved}; {workdir}/{run_files.SAVED} names run {own}): copied in from another run (another '
+      f'config or seed), or checkpoints/ swapped with another run\'s. Move step(s) '
+      f'{", ".join(map(str, others))} out of {directory} ({then}); moved to a folder of its own '
+      'under its number (DIR/9), a step is read as init_from=DIR/9 in another --workdir.')
+
+
+def _run_of(directory: str, step: int) -> str | None:
+  """The run a step's meta names (None: none recorded, or no readable meta)."""
+  try:
+    return read_meta(files.join(directory, str(step))).get('run')
+  except (checkpoint_damage.DamagedCheckpointError, OSError):
+    return None
 
 
 def read_meta(step_dir) -> dict:
@@ -79,16 +131,17 @@ def read_step(step_dir: str, step: int) -> tuple[dict, dict]:
                      'by hand; restore the original folder name.')
   state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
   _check_state_files(state)
-  tree = checkpoint.state_metadata(state)
-  # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
-  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
-                        is_leaf=lambda m: hasattr(m, 'shape'))
-  restored = ocp.PyTreeCheckpointer().restore(
-      checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
-          item={'params': target},
-          restore_args={'params': jax.tree.map(
-              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
-          partial_restore=True))
+  with checkpoint.bounded_read_retries():  # A network gone: an error in a minute, not 15.
+    tree = checkpoint.state_metadata(state)
+    # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
+    target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
+                          is_leaf=lambda m: hasattr(m, 'shape'))
+    restored = ocp.PyTreeCheckpointer().restore(
+        checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
+            item={'params': target},
+            restore_args={'params': jax.tree.map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
+            partial_restore=True))
   params = restored['params']
   saved = {k[len('.params'):]: v for k, v in meta.get('digests', {}).items()
            if k.startswith('.params')}

@@ -194,12 +194,14 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
 def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
   --step=best (its ranking) read back."""
-  meta = checkpoint_step.step_meta(config, mesh, step, consumed, standing)
+  workdir = files.parent(str(mngr.directory))
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
       standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
   with hosts.fail_together():  # Process 0 writes it: an error there stops every host.
-    run_files.note_saved(files.parent(str(mngr.directory)))  # What the saves before finished.
+    run_files.note_saved(workdir)  # What the saves before finished.
+    run = checkpoint_step.run_for_save(workdir)  # Process 0's: it alone writes the meta.
+  meta = checkpoint_step.step_meta(config, mesh, step, consumed, standing, run)
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
 

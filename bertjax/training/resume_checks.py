@@ -17,11 +17,13 @@ import ml_collections
 from bertjax import files
 from bertjax import phase_plan
 from bertjax.training import checkpoint_reader
+from bertjax.training import checkpoint_step
 from bertjax.training import optimizer as optimizer_lib
 
 
 def check(config, workdir, step: int, examples_consumed: int, schedule):
   """All of the below, against the config that wrote checkpoint `step` (none: nothing)."""
+  checkpoint_step.check_same_run(files.join(workdir, 'checkpoints'), step)
   last = _last_config(workdir, step)
   if last:
     _check_model(config, last, workdir, step)

@@ -70,7 +70,16 @@ def note_saved(workdir):
   """Records the newest complete step (process 0), once a save is known finished: at the next
   save's start and at the run's end."""
   if steps := checkpoint_steps(files.join(workdir, 'checkpoints')):
-    write_json(files.join(workdir, SAVED), {'newest_step': steps[-1]})
+    run = run_id(workdir)
+    write_json(files.join(workdir, SAVED), {'newest_step': steps[-1]} | ({'run': run} if run
+                                                                          else {}))
+
+
+def name_run(workdir, run: str):
+  """Records `run` (run_id) in SAVED, keeping what it records (process 0)."""
+  recorded = _read_json(files.join(workdir, SAVED))
+  write_json(files.join(workdir, SAVED),
+             (recorded if isinstance(recorded, dict) else {}) | {'run': run})
 
 
 def lost_checkpoints(workdir) -> str:
@@ -227,3 +236,11 @@ def _same_file(a: str, b: str) -> bool:
     return a.rstrip('/') == b.rstrip('/')
   return os.path.realpath(a) == os.path.realpath(b)
 
+
+def run_id(workdir) -> str | None:
+  """The run a workdir holds, as each step's meta records it (checkpoint_step.step_meta): a
+  random name SAVED keeps from the run's first save on, copied or moved with the folder; None
+  where none is recorded (a run saved before the record, or none yet)."""
+  recorded = _read_json(files.join(workdir, SAVED))
+  run = recorded.get('run') if isinstance(recorded, dict) else None
+  return run if isinstance(run, str) and run else None

@@ -245,3 +245,39 @@ def test_a_folder_that_holds_no_model_is_named_so_with_the_model_below_it(tmp_pa
   with pytest.raises(FileNotFoundError, match='nothing is not a model folder .*: pass the folder '
                      'that holds one$'):
     checkpoint_reader.read(tmp_path / 'nothing')
+
+
+def test_a_step_of_another_run_in_a_runs_checkpoints_is_refused(tmp_path):
+  """Helper-180's pass (moved and copied runs): a step copied in from another run (another
+  seed), or checkpoints/ swapped with another run's, was read (init_from, predict, export) and
+  resumed as the run's without a word. Each save's meta names its run (checkpoint_step's
+  run_for_save, kept in checkpoints_saved.json): a step naming another is refused, with the
+  steps to move out; a step or run from before the record reads as before."""
+  run = checkpoint_step.run_for_save(str(tmp_path))
+  assert checkpoint_step.run_for_save(str(tmp_path)) == run  # Recorded once.
+  config = ml_collections.ConfigDict(
+      {'checkpoint': {'keep': 5, 'keep_best': 0, 'every_steps': 1}})
+  mngr = checkpoint.manager(tmp_path, config, best_metric='acc')
+  for step, saved_by in ((1, run), (2, None), (3, 'another-run'), (4, 'another-run')):
+    checkpoint.save(mngr, step, State(params_of(step), jnp.int32(step)),
+                    {'step': step, 'examples_consumed': step * 4} |
+                    ({'run': saved_by} if saved_by else {}), force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+  directory = tmp_path / 'checkpoints'
+  said = (f'{directory}/4 was saved by another run than {tmp_path} (its meta names run '
+          f'another-run; {tmp_path}/checkpoints_saved.json names run {run}): copied in from '
+          "another run (another config or seed), or checkpoints/ swapped with another run's. "
+          f'Move step(s) 3, 4 out of {directory} (then step 2, this run\'s newest, is read)')
+  for path, step in ((tmp_path, None), (directory / '4', None), (tmp_path, 4)):
+    with pytest.raises(ValueError, match='^' + re.escape(said)):
+      checkpoint_reader.read(path, step)
+  assert checkpoint_reader.read(tmp_path, step=2).step == 2  # Before the record: read.
+  assert checkpoint_reader.read(tmp_path, step=1).step == 1
+  with pytest.raises(ValueError, match=re.escape(f'{directory}/3 was saved by another run')):
+    checkpoint_step.check_same_run(directory, 3)  # As a resume of step 3 checks it.
+  checkpoint_step.check_same_run(directory, 1)
+  aside = tmp_path / 'aside'
+  aside.mkdir()
+  shutil.move(directory / '4', aside / '4')  # Moved out, as said: read where it is.
+  assert checkpoint_reader.read(aside / '4').step == 4
