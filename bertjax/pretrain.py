@@ -34,6 +34,7 @@ from bertjax.training import loop
 from bertjax.training import perf
 from bertjax.training import progress
 from bertjax.training import resume_checks
+from bertjax.training import run_files
 from bertjax.training import sharding
 from bertjax.training import train_state
 from bertjax.training import workdir_lock
@@ -326,10 +327,17 @@ def _say_init_from_on_a_resume(path: str, workdir: str, config, resumed_at: int)
                     began or 'random weights')
 
 
-def _check_and_record_vocab(config, path: str, vocab: str):
+def _check_and_record_vocab(config, path: str, vocab: str, workdir: str, finished: int):
   """The data's vocab (checked against the files later) must be the weights' own at `path`: the
   embedded corpus's too, whose data is made with its own vocab. Its hash goes into config.json:
-  the run's vocab.txt edited later is refused by every reader."""
+  the run's vocab.txt edited later is refused by every reader. One gone (moved since the run
+  began) is named with its field and, on a resume, the copy the run keeps (`finished`: steps)."""
+  if vocab and not files.exists(vocab):
+    kept = files.join(workdir, run_files.RUN_VOCAB)
+    own = (f'; this run keeps the vocab it trained with: --config.data.vocab_file={kept}'
+           if finished and files.exists(kept) else '')
+    raise FileNotFoundError(f'config.data.vocab_file: {vocab} does not exist (moved or deleted '
+                            f'since?): pass the vocab where it is now{own}.')
   if config.data.train_files:
     init_from.check_same_vocab(path, config.data.vocab_file, 'data.vocab_file')
   else:
@@ -372,7 +380,7 @@ def _train_and_evaluate(config, workdir: str) -> progress.Outcome:
     vocab = vocab_file(config)
     path = init_from.configured(config, loads_weights=not finished)
     _say_init_from_on_a_resume(path, workdir, config, finished)
-    _check_and_record_vocab(config, path, vocab)
+    _check_and_record_vocab(config, path, vocab, workdir, finished)
     vocab_entries = len(vocab_files.load_vocab(vocab)) if vocab else None
     # The batch, heads and vocab against this mesh: before the embedded corpus is made (phases).
     train_state.check_config(config, mesh, vocab_entries)

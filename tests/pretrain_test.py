@@ -149,6 +149,28 @@ def test_train_files_without_a_vocab_file_take_the_vocab_their_report_names(corp
       'the run checks the data against no vocab and records none' in line for line in said), said
 
 
+def test_a_vocab_file_moved_since_the_run_began_is_named_with_the_runs_own_copy(corpus,
+                                                                                 tmp_path):
+  """Helper-180's pass (moved runs and data): the vocab moved after the run began, its resume
+  with the same command said only 'error: /tmp/v/vocab.txt does not exist.' (no field, no fix);
+  the run keeps a copy of the vocab it trained with (run_files.RUN_VOCAB), which reads."""
+  gone = tmp_path / 'vocab.txt'
+  cfg = config(corpus, data__vocab_file=str(gone))
+  (tmp_path / 'run').mkdir()
+  shutil.copy(embedded.vocab_path(), tmp_path / 'run' / 'vocab.txt')
+  said = (f'config.data.vocab_file: {gone} does not exist (moved or deleted since?): pass the '
+          'vocab where it is now')
+  with pytest.raises(FileNotFoundError, match=re.escape(said) + '.$'):  # A new run: no copy.
+    pretrain._check_and_record_vocab(cfg, '', str(gone), str(tmp_path / 'run'), 0)  # pylint: disable=protected-access
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{said}; this run keeps the vocab it trained with: '
+      f'--config.data.vocab_file={tmp_path}/run/vocab.txt.')):
+    pretrain._check_and_record_vocab(cfg, '', str(gone), str(tmp_path / 'run'), 6)  # pylint: disable=protected-access
+  cfg.data.vocab_file = str(tmp_path / 'run' / 'vocab.txt')  # As said: reads.
+  pretrain._check_and_record_vocab(cfg, '', cfg.data.vocab_file, str(tmp_path / 'run'), 6)  # pylint: disable=protected-access
+  assert cfg.data.vocab_sha256 == files.sha256(str(embedded.vocab_path()))
+
+
 def test_a_vocab_of_other_line_ends_reads_data_made_with_the_vocab(corpus, tmp_path):
   """Pass AE: the same tokens in CRLF lines were refused as another vocab (raw bytes' hash)."""
   crlf = tmp_path / 'vocab.txt'
