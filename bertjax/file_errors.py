@@ -56,6 +56,8 @@ def _unreachable(error: BaseException) -> bool:
   """Whether `error` says the storage service cannot be reached (or keeps failing)."""
   return (isinstance(error, (ConnectionError, TimeoutError))
           or type(error).__module__.startswith('aiohttp') or 'Cannot connect to host' in str(error)
+          # tensorstore's (orbax's arrays), once its tries of a transient failure are spent.
+          or 'retry attempts failed' in str(error)
           or getattr(error, 'code', None) in (429, 500, 502, 503, 504))
 
 

@@ -131,16 +131,17 @@ def read_step(step_dir: str, step: int) -> tuple[dict, dict]:
                      'by hand; restore the original folder name.')
   state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
   _check_state_files(state)
-  tree = checkpoint.state_metadata(state)
-  # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
-  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
-                        is_leaf=lambda m: hasattr(m, 'shape'))
-  restored = ocp.PyTreeCheckpointer().restore(
-      checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
-          item={'params': target},
-          restore_args={'params': jax.tree.map(
-              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
-          partial_restore=True))
+  with checkpoint.bounded_read_retries():  # A network gone: an error in a minute, not 15.
+    tree = checkpoint.state_metadata(state)
+    # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
+    target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],
+                          is_leaf=lambda m: hasattr(m, 'shape'))
+    restored = ocp.PyTreeCheckpointer().restore(
+        checkpoint.orbax_path(state), args=ocp.args.PyTreeRestore(
+            item={'params': target},
+            restore_args={'params': jax.tree.map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)},
+            partial_restore=True))
   params = restored['params']
   saved = {k[len('.params'):]: v for k, v in meta.get('digests', {}).items()
            if k.startswith('.params')}
