@@ -178,3 +178,30 @@ def test_the_network_gone_before_a_steps_arrays_is_one_line_not_minutes(gcs_buck
                      r'network\) and rerun'):
     checkpoint_reader.read(run)
   assert time.time() - start < 60
+
+
+@pytest.mark.parametrize('where', ['disk', 'bucket'])
+def test_a_save_cut_short_is_said_alike_on_a_disk_and_in_a_bucket(gcs_bucket, tmp_path,
+                                                                  monkeypatch, where):
+  """A run killed while it saved its newest step: on a disk orbax's temporary folder is left
+  (no step number), in a bucket the step without its mark. Both readers read the step before
+  and say the run stopped before it finished (checked against a report that only the disk
+  warned)."""
+  run = f'{gcs_bucket}/run' if where == 'bucket' else str(tmp_path / 'run')
+  _saved(run, 2)
+  config = json.loads(files.read_text(files.join(run, 'config.json')))
+  files.write_atomically(files.join(run, 'config.json'), json.dumps(config | {
+      'num_train_steps': 5}))
+  checkpoints = files.join(run, 'checkpoints')
+  cut = files.join(checkpoints, '3' if where == 'bucket' else '3.orbax-checkpoint-tmp-17')
+  files.copy_tree(files.join(checkpoints, '2'), cut)
+  for name in files.glob(f'{cut}/**/commit_success.txt') + [files.join(cut, 'state',
+                                                                        '_METADATA')]:
+    files.remove(name)
+  console.forget_warnings()
+  lines = log_records.recorded_warnings(monkeypatch, console)
+  assert checkpoint_reader.step_path(run, None) == run
+  assert checkpoint_reader.read(run).step == 2
+  assert lines == [f'{run} stopped at step 2 of its 5, before it finished (preempted, '
+                   'interrupted or killed), and its newest checkpoint is read: rerun its command '
+                   'to finish it, or pass --step=2 to read this step without this warning']
