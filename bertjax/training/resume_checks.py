@@ -7,6 +7,7 @@ boundary or batch changed (refused: its second phase would read its files from t
 example).
 """
 
+import fnmatch
 import json
 
 from absl import logging
@@ -15,7 +16,9 @@ import jax
 import ml_collections
 
 from bertjax import files
+from bertjax import paths
 from bertjax import phase_plan
+from bertjax.records import file_set
 from bertjax.training import checkpoint_reader
 from bertjax.training import checkpoint_step
 from bertjax.training import optimizer as optimizer_lib
@@ -171,13 +174,37 @@ def _check_data_order(config, last: dict, step: int, examples_consumed: int):
       flat_last.get('data.train_sha256') == flat_now.get('data.train_sha256')):
     fields = tuple(k for k in fields if k != 'data.train_file')
   changed = [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in fields
-             if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]]
+             if k in flat_last and k in flat_now and flat_last[k] != flat_now[k]
+             and not (k.endswith('.train_files') and _moved_set(flat_last[k], flat_now[k]))]
   if changed:
     logging.warning(
         'the data order differs from the one this run last ran with (%s): from step %d it '
         'reads on at example %d of another order, so examples already seen may come again and '
         'others never. To resume exactly, keep the old values.',
         ', '.join(changed), step, examples_consumed)
+
+
+def _moved_set(old: str, new: str) -> bool:
+  """Whether pre-training files `new` are the ones `old` matched, moved or copied since: every
+  file `new` matches is in its set's report (whose shard sizes the readers check), and they are
+  by name the ones of the reports `old`'s names match; where `old` still matches files, the
+  same names and sizes."""
+  try:
+    found = file_set.resolve(new)
+  except (OSError, ValueError):
+    return False
+  names = sorted(files.name(path) for path in found.files)
+  globs = [files.name(pattern) for pattern in paths.split_list(old)]
+  listed = [files.name(path) for report in found.reports.values()
+            for path in report.get('output_files', [])]
+  if not names or names != sorted(n for n in listed if any(fnmatch.fnmatch(n, g) for g in globs)):
+    return False
+  try:
+    before = file_set.list_files(old)
+  except (OSError, ValueError):
+    return True  # Gone from there: moved.
+  return sorted((files.name(p), files.size(p)) for p in before) == sorted(
+      (files.name(p), files.size(p)) for p in found.files)
 
 
 def _check_schedule(config, last: dict, workdir, step: int, schedule):

@@ -3,8 +3,11 @@
 seed is (resume_checks._check_data_order)."""
 
 import json
+import pathlib
+import shutil
 
 import log_records
+import pretrain_runs
 import pytest
 
 from bertjax.training import resume_checks
@@ -50,3 +53,30 @@ def test_a_fine_tuning_file_moved_since_is_no_data_order_change(monkeypatch):
                   "'/data/reviews.csv' -> '/moved/reviews.csv'): from step 4 it reads on at "
                   'example 32 of another order, so examples already seen may come again and '
                   'others never. To resume exactly, keep the old values.']
+
+
+def test_pre_training_files_moved_or_copied_since_are_no_data_order_change(
+    tmp_path_factory, tmp_path, monkeypatch):
+  """Helper-180's pass (moved runs and data): the TFRecords and their report moved to another
+  folder, the resume naming it was warned to read 'another order' and told to keep the old
+  path (gone), though it read on exactly (the same loss). The same shards by name (every one in
+  its report) are the same order; where the old ones are still there, by name and size too."""
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
+  made = pathlib.Path(pretrain_runs.corpus_files(tmp_path_factory)['data.train_files'])
+  old, new = tmp_path / 'old', tmp_path / 'new'
+  for folder in (old, new):
+    shutil.copytree(made.parent, folder)
+  config = pretrain.get_config('size=tiny')
+  config.data.train_files = f'{old}/{made.name}'
+  last = json.loads(config.to_json())
+  config.data.train_files = f'{new}/{made.name}'
+  order = resume_checks._check_data_order  # pylint: disable=protected-access
+  order(config, last, 4, 256)  # Copied: the same names and sizes.
+  shutil.rmtree(old)
+  order(config, last, 4, 256)  # Moved.
+  assert said == []
+  shard = sorted(new.glob(made.name))[-1]
+  shard.rename(shard.with_name('other-' + shard.name))  # Not the shards the run read: said.
+  order(config, last, 4, 256)
+  assert len(said) == 1 and said[0].startswith(
+      f"the data order differs from the one this run last ran with (data.train_files '{old}/")
