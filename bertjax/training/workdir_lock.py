@@ -96,6 +96,13 @@ def _check_not_a_model(workdir: str):
 
 def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
+  link = '' if files.is_remote(workdir) else workdir.rstrip('/')
+  # A link to a folder moved or deleted since: makedirs said '[Errno 17] File exists'.
+  if link and os.path.islink(link) and not os.path.exists(link):
+    return None, WorkdirNotAFolderError(
+        f'--workdir={workdir} is a link to {os.readlink(link)}, which does not exist (moved or '
+        'deleted since?): point the link at the run, or pass --workdir=<where it is now>; for a '
+        'new run there, remove the link.')
   if files.exists(workdir) and not files.isdir(workdir):
     return None, _not_a_folder(workdir)
   try:

@@ -91,6 +91,24 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
   assert named.read_text() == 'mine'
 
 
+
+def test_a_workdir_link_whose_run_moved_away_is_named_and_left_alone(tmp_path):
+  """Helper-180's pass (moved runs): --workdir a link to a run moved since ended on
+  '[Errno 17] File exists: .../link'; it says where the link points, and the fixes."""
+  link = tmp_path / 'latest'
+  link.symlink_to(tmp_path / 'run')  # The run moved to run-old.
+  for workdir in (str(link), f'{link}/'):
+    with pytest.raises(ValueError, match=rf'^--workdir={link}/? is a link to {tmp_path}/run, which '
+                       r'does not exist \(moved or deleted since\?\): point the link at the run, '
+                       r'or pass --workdir=<where it is now>; for a new run there, remove the '
+                       r'link\.$'):
+      with workdir_lock.locked(workdir):
+        pass
+  assert link.is_symlink() and not (tmp_path / 'run').exists()
+  (tmp_path / 'run').mkdir()  # Pointed at a run again: locked.
+  with workdir_lock.locked(str(link)):
+    pass
+
 def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_anything_is_made(tmp_path):
   """Pass 33, item 13: a step's folder passed as --workdir (for init_from) took a run inside
   another run's checkpoints/, which its checkpointer prunes with the steps it no longer keeps."""
