@@ -6,6 +6,8 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 (bertjax.main shows the same line for a flag it cannot parse).
 """
 
+import json
+import os
 import re
 import sys
 
@@ -252,7 +254,7 @@ def parse_flags(argv):
                if n.startswith(f'{field}.')]
       print(f'FATAL Flags parsing error: config.{field} is a group of fields, not a value: set '
             f'one with --config.{field}.NAME=VALUE ({", ".join(names)})', file=sys.stderr)
-    elif (line := bad_tuple(str(e))) is not None:
+    elif (line := bad_tuple(str(e)) or without_config_file(expanded, str(e))) is not None:
       print(f'FATAL Flags parsing error: {line}', file=sys.stderr)
     elif (line := bad_value(str(e), expanded)) is not None:
       print(f'FATAL Flags parsing error: {line}', file=sys.stderr)
@@ -269,6 +271,27 @@ def parse_flags(argv):
     except ValueError as e:
       print(f'FATAL Flags parsing error: {e}', file=sys.stderr)
   sys.exit(console.REFUSED_EXIT)
+
+
+def without_config_file(argv, error: str) -> str | None:
+  """The line for a --config.FIELD given with no --config=FILE (absl: "Unknown command line flag
+  'config.mode'. Did you mean: config ?"): the file to pass, with a fine-tuning run's task as
+  its --workdir's config.json names it; None for any other error."""
+  unknown = re.match(r"Unknown command line flag '(?:no)?config\.([\w.]+)'", error)
+  if unknown is None or command_flags.flag_values(argv[1:], 'config'):
+    return None
+  workdir = (command_flags.flag_values(argv[1:], 'workdir') or [''])[-1]
+  try:
+    with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+      task = json.load(f).get('task') if workdir else None
+  except (OSError, ValueError, AttributeError):
+    task = None
+  example = (f'--config=configs/finetune.py:task={task} (the task {workdir}/config.json names)'
+             if isinstance(task, str) and task else
+             '--config=configs/finetune.py:task=TASK (a fine-tuning run: the task its '
+             'config.json names) or --config=configs/pretrain.py:size=SIZE')
+  return (f'--config.{unknown[1]} sets a field of the config a --config=FILE loads, and none is '
+          f'given: pass one before it, e.g. {example}.')
 
 
 def check_args(main_args, first=None) -> object:

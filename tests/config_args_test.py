@@ -273,3 +273,25 @@ def test_every_absl_form_of_config_is_counted():
       config_args.config_spec(['m', '--config=a.py', *second])
   argv = ['bertjax.main', '--config', f'{REPO}/configs/pretrain.py', '--config.optimizer.lr=1']
   assert "unknown config field 'optimizer.lr'" in config_args.config_field_error(argv)
+
+
+def test_a_config_field_without_a_config_file_names_the_file_to_pass(tmp_path):
+  """Helper-180's pass (moved runs): `bertjax.main --workdir=RUN --config.mode=eval` said
+  "Unknown command line flag 'config.mode'. Did you mean: config ?": the line names the
+  --config=FILE to pass first, with a fine-tuning run's task as its config.json records it."""
+  (tmp_path / 'config.json').write_text('{"task": "classification"}')
+  run = subprocess.run([sys.executable, '-m', 'bertjax.main', f'--workdir={tmp_path}',
+                        '--config.mode=eval'], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert run.returncode == console.REFUSED_EXIT, run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      'FATAL Flags parsing error: --config.mode sets a field of the config a --config=FILE '
+      'loads, and none is given: pass one before it, e.g. --config=configs/finetune.py:'
+      f'task=classification (the task {tmp_path}/config.json names).'), run.stderr
+  argv = ['bertjax.main', '--workdir=/nonexistent', '--config.mode=eval']
+  error = "Unknown command line flag 'config.mode'. Did you mean: config ?"
+  assert config_args.without_config_file(argv, error).endswith(
+      'e.g. --config=configs/finetune.py:task=TASK (a fine-tuning run: the task its config.json '
+      'names) or --config=configs/pretrain.py:size=SIZE.')
+  assert config_args.without_config_file(argv + ['--config=configs/pretrain.py'], error) is None
+  assert config_args.without_config_file(argv, "Unknown command line flag 'nope'") is None
