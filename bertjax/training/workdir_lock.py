@@ -141,6 +141,11 @@ def _remove_if_unused(workdir: str, made: list[str], before: set[str]):
   workdir's names when it began): a run refused at its start (a setting, the data) leaves no
   empty workdir behind, nor a .lock in a folder of the user's."""
   try:
+    checkpoints = files.join(workdir, 'checkpoints')  # Made by the run's checkpoint manager
+    # before a refusal reading init_from: still empty, it is no history.
+    if set(os.listdir(workdir)) - before == {LOCK_NAME, 'checkpoints'} and not os.listdir(
+        checkpoints):  # local, as the rest
+      os.rmdir(checkpoints)
     if set(os.listdir(workdir)) != before | {LOCK_NAME}:  # local: the lock is a local file
       return
     os.remove(files.join(workdir, LOCK_NAME))  # local: while held (_acquire checks the inode)

@@ -76,6 +76,23 @@ def test_a_run_that_wrote_nothing_leaves_no_folder_it_made(tmp_path):
       '.lock', 'config.json', 'notes.txt']
 
 
+
+def test_a_run_refused_reading_init_from_leaves_no_empty_checkpoints_folder(tmp_path):
+  """Helper-180's pass: a fine-tuning run refused as it read init_from (its steps damaged, or
+  another run's) left its new workdir holding .lock and the empty checkpoints/ its checkpoint
+  manager had made. An empty one goes with the rest; one holding a step stays."""
+  workdir = tmp_path / 'new'
+  with pytest.raises(ValueError, match='refused'):
+    with workdir_lock.locked(str(workdir)):
+      (workdir / 'checkpoints').mkdir()
+      raise ValueError('refused')
+  assert list(tmp_path.iterdir()) == []
+  with pytest.raises(ValueError, match='refused'):
+    with workdir_lock.locked(str(workdir)):
+      (workdir / 'checkpoints' / '3').mkdir(parents=True)
+      raise ValueError('refused')
+  assert _tree(workdir) == sorted(map(pathlib.Path, ['.lock', 'checkpoints', 'checkpoints/3']))
+
 def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path):
   named = tmp_path / 'notes.txt'
   named.write_text('mine')
