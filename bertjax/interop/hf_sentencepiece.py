@@ -16,6 +16,8 @@ model without the dummy '▁' prefix or with extra whitespace kept, user-defined
 
 import json
 
+from absl import logging
+
 from bertjax import files
 from bertjax.interop import bundle as bundle_lib
 from bertjax.text import vocab_files
@@ -179,6 +181,32 @@ def check(result: bundle_lib.Bundle, tok, ours):
           'options differ from ALBERT\'s (transformers\' lower-casing of a final Σ, or its '
           'dropping of combining marks); '
           f'{bundle_lib.use(_without_transformers(result))}.')
+  _warn_typed_specials(result, tok, ours)
+
+
+# Special tokens typed in a text, which bertjax reads as text (as BERT's WordPiece does).
+TYPED_SPECIALS = 'the [MASK] sat [SEP] on[CLS] the mat'
+
+
+def _warn_typed_specials(result: bundle_lib.Bundle, tok, ours):
+  """Says where transformers reads `[MASK]`, `[SEP]` or `[CLS]` typed in a text otherwise than
+  bertjax: a cased model whose specials are pieces its unigram model matches in text (even with
+  split_special_tokens, which a task model's tokenizer sets), where bertjax reads them as text.
+  No tokenizer.json setting keeps those ids and stops the match, so the export is written."""
+  if not bundle_lib.tokenizer_settings(result)['split_special_tokens']:
+    return  # transformers' default, kept for an encoder or MLM model: typed [MASK] is a mask.
+  tok.encode_special_tokens = True
+  try:
+    got = tok.encode(TYPED_SPECIALS, add_special_tokens=False).ids
+  finally:
+    tok.encode_special_tokens = False
+  if got != ours.encode(TYPED_SPECIALS):
+    logging.warning('%s: transformers\' tokenizer reads [MASK], [SEP] or [CLS] typed in a text '
+                    'as those tokens (this cased SentencePiece model holds them as pieces its '
+                    'unigram model matches in text), where bertjax reads them as text: such '
+                    'texts get other ids and outputs in transformers. Lower-cased models '
+                    '(learn_vocab\'s default), and --format=saved_model, read them as '
+                    'bertjax does.', result.vocab_file)
 
 
 def write(result: bundle_lib.Bundle, output_dir):

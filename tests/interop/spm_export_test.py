@@ -5,6 +5,7 @@ outputs; a format that cannot write the SentencePiece tokenizer faithfully refus
 
 import gzip
 import itertools
+import logging
 
 from flax import traverse_util
 from matmul_precision import float32_matmuls  # noqa: F401  (autouse: float32, not TF32)
@@ -383,3 +384,41 @@ def test_sentence_transformers_encodes_the_pretraining_run_as_bertjax(runs, tmp_
                              atol=1e-5, rtol=0)
   back = sources.load(str(out))
   assert back.is_sentencepiece() and back.pooling == 'mean' and back.embedding
+
+
+@pytest.mark.parametrize('symbols', ['user_defined_symbols', 'control_symbols'])
+def test_typed_special_tokens_transformers_reads_otherwise_are_warned_of(tmp_path, caplog,
+                                                                         symbols):
+  """A cased model's [MASK] typed in a text: bertjax reads it as text, transformers' unigram model
+  matches the piece even with split_special_tokens (a task model's setting), and no
+  tokenizer.json keeps the ids while stopping the match. The export was silent about it."""
+  with gzip.open(embedded.corpus_path(), 'rt', encoding='utf-8') as f:
+    lines = [line for line in itertools.islice(f, 5_000) if line.strip()]
+  said = {}
+  for cased in (True, False):
+    prefix = tmp_path / f'{symbols}-{cased}'
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines if cased else [line.lower() for line in lines]),
+        model_prefix=str(prefix), vocab_size=512, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        minloglevel=2, **{symbols: ['[CLS]', '[SEP]', '[MASK]']})
+    for kind in ('classification', 'encoder'):
+      out = tmp_path / f'{cased}-{kind}'
+      out.mkdir()
+      bundle = bundle_lib.Bundle(config={'max_position_embeddings': 64}, params={}, kind=kind,
+                                 vocab_file=f'{prefix}.model', do_lower_case=not cased)
+      caplog.clear()
+      with caplog.at_level(logging.WARNING):
+        hf_sentencepiece.write(bundle, str(out))
+      said[cased, kind] = [r.getMessage() for r in caplog.records if 'typed' in r.getMessage()]
+      if kind == 'classification':  # What transformers itself reads, for the warning's truth.
+        theirs = transformers.AutoTokenizer.from_pretrained(out, split_special_tokens=True)
+        ours = vocab_files.from_files(spm_model_file=f'{prefix}.model',
+                                      do_lower_case=not cased)
+        text = hf_sentencepiece.TYPED_SPECIALS
+        differs = theirs(text, add_special_tokens=False)['input_ids'] != ours.encode(text)
+        assert differs == cased, (cased, theirs.tokenize(text), ours.tokenize(text))
+  assert len(said[True, 'classification']) == 1, said
+  assert 'reads [MASK], [SEP] or [CLS] typed in a text as those tokens' in said[
+      True, 'classification'][0]
+  # An encoder keeps transformers' default (typed [MASK] a mask); a lower-cased model reads alike.
+  assert not said[True, 'encoder'] and not said[False, 'classification'], said
