@@ -191,14 +191,21 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
   return metrics
 
 
-def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None):
+def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None,
+          record: str = ''):
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
-  --step=best (its ranking) read back."""
+  --step=best (its ranking) read back; not where `record`, the config file the run wrote at its
+  start, is gone (the workdir moved or deleted meanwhile)."""
   workdir = files.parent(str(mngr.directory))
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
       standing['metric']: standing['value'], 'phase_start': standing.get('phase_start', 0)})
   with hosts.fail_together():  # Process 0 writes it: an error there stops every host.
+    if record and jax.process_index() == 0 and not files.exists(record):
+      raise FileNotFoundError(  # Else orbax's NOT_FOUND tracebacks, and folders made anew there.
+          f'{workdir} is gone (moved or deleted while the run trained: {files.name(record)}, '
+          f'written at its start, is not there): step {step} is not saved; resume the run where '
+          'it is now (--workdir=<its new place>), from the last step it holds.')
     run_files.note_saved(workdir)  # What the saves before finished.
     run = checkpoint_step.run_for_save(workdir)  # Process 0's: it alone writes the meta.
   meta = checkpoint_step.step_meta(config, mesh, step, consumed, standing, run)
@@ -252,7 +259,7 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   logging.info('--- restore')
   state, consumed, resumed = checkpoint.restore_or_initialize(
       mngr, abstract, config.global_batch_size, initialize,
-      on_resume=functools.partial(resume_checks.process_count, job.order_per_process))
+      on_resume=functools.partial(resume_checks.on_resume, job.order_per_process))
   return state, shardings, consumed, resumed
 
 
@@ -301,6 +308,7 @@ class _Boundary:
   examples_consumed: int
   eval_metrics: dict = dataclasses.field(default_factory=dict)
   eval_step: int | None = None
+  record: str = ''  # The config file the run wrote at its start: gone, the workdir moved.
 
   def after(self, state, done: int, metrics, preemption: preemption_lib.Preemption,
             cost: tuple[float, float], not_training: float) -> str:
@@ -335,7 +343,7 @@ class _Boundary:
     will_save = will_save or preempted
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
-      _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked)
+      _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked, self.record)
       self.progress.saved_step = done
       # The eval and the save's blocking part: no training, but the ETA's.
       self.progress.restart_timer(done, time.perf_counter() - began)
@@ -399,6 +407,8 @@ def run(config, workdir: str, mesh, job: Job, *, rules=sharding.RULES) -> progre
                                    start_step if resumed else None)
   boundary = _Boundary(config, job, workdir, mesh, mngr, writer, progress, history,
                        (metric, mode, keep_best), start_step, examples_consumed)
+  boundary.record = files.join(workdir, f'config-resumed-at-{start_step}.json' if resumed
+                               else 'config.json')  # As _write_config names it.
   if resumed:  # Its last eval so far: a resumed run that runs none ends naming it.
     boundary.eval_step, boundary.eval_metrics = run_files.last_eval(workdir, start_step,
                                                                     total_steps)

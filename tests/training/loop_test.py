@@ -790,3 +790,21 @@ def test_init_from_on_a_resume_is_said_not_to_be_loaded(tmp_path, caplog):
   assert caplog.messages == [f'init_from=/models/other (step best) is not loaded: {run} resumes '
                              'from its own checkpoint (the run began from /models/other); to '
                              'start from those weights, pre-train in another --workdir']
+
+
+def test_a_workdir_moved_while_the_run_trains_stops_it_at_its_next_save_in_one_line(tmp_path):
+  """Helper-180's pass (moved runs): `mv RUN elsewhere` while it trained ended on orbax's
+  NOT_FOUND tracebacks, the run writing checkpoints_saved.json and folders anew at the old path;
+  its next save now stops it, naming the move, before anything is written there."""
+  workdir = tmp_path / 'run'
+  config = ml_collections.ConfigDict({'checkpoint': {'keep': 2, 'keep_best': 0,
+                                                     'every_steps': 1}})
+  mngr = checkpoint.manager(str(workdir), config, best_metric='acc')
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f'{workdir} is gone (moved or deleted while the run trained: config-resumed-at-2.json, '
+      'written at its start, is not there): step 4 is not saved; resume the run where it is now '
+      '(--workdir=<its new place>), from the last step it holds.')):
+    loop._save(mngr, config, None, None, 4, 64, None,  # pylint: disable=protected-access
+               str(workdir / 'config-resumed-at-2.json'))
+  mngr.close()
+  assert not (workdir / 'checkpoints_saved.json').exists()
