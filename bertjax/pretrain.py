@@ -158,10 +158,13 @@ def _checked_data(config, phase: Phase, vocab_file, init_path, workdir) -> Phase
                                    max_instances_per_row=config.data.max_instances_per_row)
   checked = []
   for pattern in (phase.train_files, phase.eval_files):
-    checked.append(file_set.resolve(pattern) if pattern else None)
+    field = ('train_files', 'eval_files')[len(checked)]
+    which = 'phase2' if phase.first_step else 'data'
+    try:  # Files moved or deleted since (a resume's, given again): the field that names them.
+      checked.append(file_set.resolve(pattern) if pattern else None)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(f'config.{which}.{field}: {e}') from None
     if pattern:
-      field = ('train_files', 'eval_files')[len(checked) - 1]
-      which = 'phase2' if phase.first_step else 'data'
       with _refused():
         if field == 'eval_files' and checked[0] is not None:  # Remade, not the config changed.
           file_set.check_made_alike(checked[0], checked[-1], (f'{which}.train_files',

@@ -46,7 +46,8 @@ def test_config_files_load_from_another_directory_and_bad_input_is_one_error(tmp
                   '--config.data.train_files=nowhere/train-*', '--workdir=relative/w')
   assert done.returncode == 1, done.stderr
   last = done.stderr.strip().splitlines()
-  assert last[-2].startswith('error: no files match') and f'{tmp_path}/nowhere/train-*' in last[-2]
+  assert last[-2].startswith('error: config.data.train_files: no files match') and (
+      f'{tmp_path}/nowhere/train-*' in last[-2])  # The field named: helper-180.
   assert 'Traceback' not in done.stderr and 'cuInit' not in done.stderr
   # The user's folder as it was: its refused run's lock removed (session 56).
   assert list((tmp_path / 'relative' / 'w').iterdir()) == []

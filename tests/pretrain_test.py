@@ -182,8 +182,13 @@ def test_a_vocab_of_other_line_ends_reads_data_made_with_the_vocab(corpus, tmp_p
 
 
 def test_eval_files_matching_nothing_fail_at_the_start(corpus, tmp_path):
-  with pytest.raises(FileNotFoundError, match='no files match'):
+  with pytest.raises(FileNotFoundError, match='^config.data.eval_files: no files match'):
     check(config(corpus, data__eval_files=str(tmp_path / 'nothing-*')))
+  # Helper-180's pass: train files moved since the run began named no field ('error: no files
+  # match ...: check the path and the glob').
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f"config.data.train_files: no files match '{tmp_path}/moved/train-*': check the path")):
+    check(config(corpus, data__train_files=str(tmp_path / 'moved' / 'train-*')))
 
 
 def test_eval_files_among_the_train_files_are_said(corpus, monkeypatch):

@@ -211,9 +211,11 @@ def test_a_start_that_fails_on_one_host_stops_both_with_one_error(results):
   assert said.startswith("host 1 has no examples to read from '") and 'empty-1.tfrecord' in said
   assert results[0]['empty_share'] == f'process 1 of this job stopped (process 1: {said})'
   said = results[1]['unseen']
-  assert said.startswith('FileNotFoundError: no files match') and 'nowhere-*' in said, said
+  assert said.startswith('FileNotFoundError: config.data.train_files: no files match') and (
+      'nowhere-*' in said), said
   assert results[0]['unseen'].startswith('process 1 of this job stopped (process 1: '
-                                         'FileNotFoundError: no files match')
+                                         'FileNotFoundError: config.data.train_files: no files '
+                                         'match')
   for result in results:
     assert result['other_files'].startswith('data.train_files/eval_files reads differently on '
                                             'the hosts (process 0: 6 files'), result
