@@ -215,6 +215,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
       'every host must list the same checkpoints (a listing behind on one host: rerun)'))
   for step in steps:
     _check_params_fit(mngr, step, abstract_state.params)
+    _check_key_fits(mngr, step, getattr(abstract_state, 'rng', None))
     if not _agreed(mngr, step, functools.partial(check_tree, mngr.directory / str(step) / 'state')):
       continue
     restored = {}
@@ -391,6 +392,38 @@ def _check_params_fit(mngr: ocp.CheckpointManager, step: int, abstract_params):
       f'({len(differ)} parameters differ, e.g. {example}: checkpoint {saved.get(example)} vs '
       f'config {wanted.get(example)}): resume with the config that wrote it '
       '(<workdir>/config.json), or use another --workdir (init_from for a new model).')
+
+
+def prng_settings() -> dict:
+  """JAX's settings that decide the bits a key draws (the dropout masks of every step): saved in
+  each step's meta, so that a resume under others is said (resume_checks.prng)."""
+  return {'impl': str(jax.config.jax_default_prng_impl),
+          'threefry_partitionable': bool(jax.config.jax_threefry_partitionable)}
+
+
+# A raw key's width (uint32 words) -> the implementations that make it.
+_KEY_IMPLS = {2: 'threefry2x32 (JAX\'s default)', 4: 'rbg or unsafe_rbg'}
+
+
+def _check_key_fits(mngr: ocp.CheckpointManager, step: int, abstract_rng):
+  """Refuses a resume under another JAX_DEFAULT_PRNG_IMPL whose keys have another width than
+  the run's saved key (else orbax's 'Requested shape: (4,) is not compatible with the stored
+  shape: (2,)', said as a restore that failed)."""
+  if abstract_rng is None:
+    return
+  try:
+    saved = tuple(state_metadata(mngr.directory / str(step) / 'state')['rng'].shape)
+  except Exception:  # pylint: disable=broad-except  # Unreadable metadata: restore decides.
+    return
+  wanted = tuple(abstract_rng.shape)
+  if saved == wanted or len(saved) != 1 or len(wanted) != 1:
+    return
+  saved_impl = _KEY_IMPLS.get(saved[0], f'a PRNG implementation of {saved[0]}-word keys')
+  raise ValueError(
+      f'checkpoint {mngr.directory}/{step} holds a PRNG key of {saved[0]} words ({saved_impl}) '
+      f'and this process makes keys of {wanted[0]} (JAX_DEFAULT_PRNG_IMPL='
+      f'{jax.config.jax_default_prng_impl}): resume with the PRNG implementation the run was '
+      'trained with (set or unset JAX_DEFAULT_PRNG_IMPL, or jax_default_prng_impl, to match).')
 
 
 def flatten(tree) -> dict:

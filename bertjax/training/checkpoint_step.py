@@ -32,6 +32,7 @@ def step_meta(config, mesh, step: int, consumed: int, standing: dict | None,
           **({'run': run} if run else {}),
           'global_batch_size': config.global_batch_size,  # A resume says a change once.
           'process_count': jax.process_count(),
+          'prng': checkpoint.prng_settings(),  # What its dropout keys draw (resume_checks.prng).
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),

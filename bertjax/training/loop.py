@@ -259,7 +259,7 @@ def _initial_state(config, job: Job, tx, mesh, rules, mngr):
   logging.info('--- restore')
   state, consumed, resumed = checkpoint.restore_or_initialize(
       mngr, abstract, config.global_batch_size, initialize,
-      on_resume=functools.partial(resume_checks.process_count, job.order_per_process))
+      on_resume=functools.partial(resume_checks.on_resume, job.order_per_process))
   return state, shardings, consumed, resumed
 
 

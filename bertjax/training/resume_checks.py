@@ -19,6 +19,7 @@ from bertjax import files
 from bertjax import paths
 from bertjax import phase_plan
 from bertjax.records import file_set
+from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import checkpoint_step
 from bertjax.training import optimizer as optimizer_lib
@@ -244,3 +245,28 @@ def process_count(order_per_process: bool, meta: dict):
                     'another order (examples seen may come again, others never); resume on %d '
                     'process(es) to continue exactly', saved, jax.process_count(),
                     int(meta['examples_consumed']), saved)
+
+
+def prng(meta: dict):
+  """Warns where the checkpoint (its `meta`) was saved under other JAX PRNG settings than this
+  process's (JAX_DEFAULT_PRNG_IMPL between keys of one width, JAX_THREEFRY_PARTITIONABLE): the
+  same key draws other bits, so the run goes on with other dropout masks than it would have."""
+  saved, now = meta.get('prng'), checkpoint.prng_settings()  # Not recorded before 2026-12-06.
+  if not saved or saved == now:
+    return
+  env = {'impl': 'JAX_DEFAULT_PRNG_IMPL', 'threefry_partitionable': 'JAX_THREEFRY_PARTITIONABLE'}
+  def said(value):  # As the variable is set: 1 / 0.
+    return int(value) if isinstance(value, bool) else value
+  changed = [f'{env[k]} {said(saved.get(k))} -> {said(now[k])}' for k in env
+             if saved.get(k) != now[k]]
+  keep = ', '.join(f'{env[k]}={said(saved[k])}' for k in env if k in saved)
+  logging.warning('this checkpoint was saved under other JAX PRNG settings than this process '
+                  'has (%s): from step %d the same keys draw other dropout masks, so the run goes '
+                  'on, but not as the run it resumes; resume with %s to continue exactly',
+                  ', '.join(changed), int(meta['step']), keep)
+
+
+def on_resume(order_per_process: bool, meta: dict):
+  """The loop's checks of what a resumed checkpoint's meta records against this process."""
+  process_count(order_per_process, meta)
+  prng(meta)

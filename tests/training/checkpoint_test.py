@@ -320,3 +320,30 @@ def test_a_workdir_saved_with_orbaxs_standard_handler_resumes(tmp_path):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
   save_steps(tmp_path, steps=(3,))  # And it goes on saving in the same workdir.
   assert restore(tmp_path)[1]['step'] == 3
+
+
+@flax.struct.dataclass
+class KeyState:
+  params: dict
+  rng: jnp.ndarray
+
+
+def test_a_resume_under_another_prng_impl_is_one_line_naming_it(tmp_path):
+  # Pass helper-181: a run saved with threefry keys (2 words) resumed under
+  # JAX_DEFAULT_PRNG_IMPL=rbg (4) failed as 'could not be restored (ValueError: Requested
+  # shape: (4,) is not compatible with the stored shape: (2,) ...)', naming no setting.
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+  saved = KeyState(make_state(1).params, jnp.zeros((2,), jnp.uint32))
+  checkpoint.save(mngr, 1, saved, {'step': 1, 'examples_consumed': 4}, force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+  before = sorted(p.name for p in (tmp_path / 'checkpoints').iterdir())
+  other = KeyState(saved.params, jnp.zeros((4,), jnp.uint32))
+  abstract = checkpoint.abstract_state(other, jax.tree.map(lambda x: x.sharding, other))
+  mngr = checkpoint.manager(tmp_path, config(), best_metric='acc')
+  with pytest.raises(ValueError, match=r"holds a PRNG key of 2 words \(threefry2x32 \(JAX's "
+                     r'default\)\) and this process makes keys of 4 \(JAX_DEFAULT_PRNG_IMPL=.*\): '
+                     r'resume with the PRNG implementation the run was trained with') as e:
+    checkpoint.restore_latest(mngr, abstract)
+  assert '\n' not in str(e.value)
+  assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == before

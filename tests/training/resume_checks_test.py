@@ -7,9 +7,12 @@ in real resumes.
 import json
 import re
 
+import jax
 import log_records
 import pytest
 
+from bertjax.training import checkpoint
+from bertjax.training import checkpoint_step
 from bertjax.training import optimizer as optimizer_lib
 from bertjax.training import resume_checks
 from configs import pretrain
@@ -188,3 +191,25 @@ def test_a_resume_names_every_setting_it_changes(tmp_path, caplog):
   assert re.search(r'resumed at step 6 with settings other than the run had: model.dropout_rate '
                    r'0.1 -> 0.5, optimizer.b2 0.999 -> 0.9, optimizer.weight_decay 0.01 -> 0.5 '
                    r'\(recorded in config-resumed-at-6.json', caplog.text), caplog.text
+
+
+def test_a_resume_under_other_prng_settings_is_said(monkeypatch):
+  """Pass helper-181: a run resumed with JAX_THREEFRY_PARTITIONABLE flipped (or rbg <->
+  unsafe_rbg, keys of one width) went on with other dropout masks than the uninterrupted run's
+  (losses 9.6985 -> 9.6999 at the first step) without a word."""
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
+  now = checkpoint.prng_settings()
+  assert checkpoint_step.step_meta(_config(), jax.sharding.Mesh(jax.devices()[:1], ('data',)), 3,
+                                   192, None)['prng'] == now
+  resume_checks.prng({'step': 3, 'prng': now})
+  resume_checks.prng({'step': 3})  # Saved before the record: nothing to compare.
+  assert said == []
+  flipped = now | {'threefry_partitionable': not now['threefry_partitionable']}
+  resume_checks.prng({'step': 3, 'prng': flipped})
+  assert said == [
+      'this checkpoint was saved under other JAX PRNG settings than this process has '
+      f'(JAX_THREEFRY_PARTITIONABLE {int(flipped["threefry_partitionable"])} -> '
+      f'{int(now["threefry_partitionable"])}): from step 3 the same keys draw other dropout '
+      'masks, so the run goes on, but not as the run it resumes; resume with JAX_DEFAULT_PRNG_IMPL='
+      f'{now["impl"]}, JAX_THREEFRY_PARTITIONABLE={int(flipped["threefry_partitionable"])} to '
+      'continue exactly']
