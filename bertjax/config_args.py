@@ -278,18 +278,29 @@ def without_config_file(argv, error: str) -> str | None:
   'config.mode'. Did you mean: config ?"): the file to pass, with a fine-tuning run's task as
   its --workdir's config.json names it; None for any other error."""
   unknown = re.match(r"Unknown command line flag '(?:no)?config\.([\w.]+)'", error)
-  if unknown is None or command_flags.flag_values(argv[1:], 'config'):
+  # --config left out altogether (absl: "flag --config=None: Flag --config must have a value
+  # other than None."), as in a resume given only --workdir.
+  missing = re.match(r'flag --config=None: Flag --config must have a value other than None', error)
+  if (unknown is None and missing is None) or command_flags.flag_values(argv[1:], 'config'):
     return None
   workdir = (command_flags.flag_values(argv[1:], 'workdir') or [''])[-1]
   try:
     with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
-      task = json.load(f).get('task') if workdir else None
+      recorded = json.load(f) if workdir else {}
+    task, size = recorded.get('task'), (recorded.get('model') or {}).get('size')
   except (OSError, ValueError, AttributeError):
-    task = None
-  example = (f'--config=configs/finetune.py:task={task} (the task {workdir}/config.json names)'
-             if isinstance(task, str) and task else
-             '--config=configs/finetune.py:task=TASK (a fine-tuning run: the task its '
-             'config.json names) or --config=configs/pretrain.py:size=SIZE')
+    task = size = None
+  if isinstance(task, str) and task:
+    example = f'--config=configs/finetune.py:task={task} (the task {workdir}/config.json names)'
+  elif isinstance(size, str) and size and 'task' not in recorded:  # A pre-training run's.
+    example = f'--config=configs/pretrain.py:size={size} (the size {workdir}/config.json names)'
+  else:
+    example = ('--config=configs/finetune.py:task=TASK (a fine-tuning run: the task its '
+               'config.json names) or --config=configs/pretrain.py:size=SIZE')
+  if unknown is None:
+    return (f'--config=FILE is required, a resume\'s too (--workdir holds the run\'s state, not '
+            f'its config file): pass the one the run started with, e.g. {example}, and its '
+            '--config.* fields (config.json records the values).')
   return (f'--config.{unknown[1]} sets a field of the config a --config=FILE loads, and none is '
           f'given: pass one before it, e.g. {example}.')
 

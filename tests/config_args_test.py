@@ -295,3 +295,25 @@ def test_a_config_field_without_a_config_file_names_the_file_to_pass(tmp_path):
       'names) or --config=configs/pretrain.py:size=SIZE.')
   assert config_args.without_config_file(argv + ['--config=configs/pretrain.py'], error) is None
   assert config_args.without_config_file(argv, "Unknown command line flag 'nope'") is None
+
+
+def test_a_resume_given_only_its_workdir_names_the_config_file_to_pass(tmp_path):
+  """Pass helper-181: `bertjax.main --workdir=RUN` (a resume from another shell, config.json in
+  the run) said absl's 'flag --config=None: Flag --config must have a value other than None.'
+  and its two-line help hint: the line names the --config=FILE to pass, with the run's task."""
+  (tmp_path / 'config.json').write_text('{"task": "classification"}')
+  run = subprocess.run([sys.executable, '-m', 'bertjax.main', f'--workdir={tmp_path}'], cwd=REPO,
+                       capture_output=True, text=True, timeout=300, check=False)
+  assert run.returncode == console.REFUSED_EXIT, run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      "FATAL Flags parsing error: --config=FILE is required, a resume's too (--workdir holds the "
+      "run's state, not its config file): pass the one the run started with, e.g. "
+      f'--config=configs/finetune.py:task=classification (the task {tmp_path}/config.json '
+      'names), and its --config.* fields (config.json records the values).'), run.stderr
+  (tmp_path / 'config.json').write_text('{"model": {"size": "tiny"}}')  # A pre-training run.
+  argv = ['bertjax.main', f'--workdir={tmp_path}']
+  error = 'flag --config=None: Flag --config must have a value other than None.'
+  assert config_args.without_config_file(argv, error).startswith(
+      "--config=FILE is required, a resume's too (--workdir holds the run's state, not its config "
+      'file): pass the one the run started with, e.g. --config=configs/pretrain.py:size=tiny (the '
+      f'size {tmp_path}/config.json names), and')
