@@ -44,8 +44,10 @@ def check(config, workdir, step: int, examples_consumed: int, schedule):
 _RUN_FILLED = ('data.train_features_sha256', 'data.held_out_sha256',
                'data.held_out_texts_sha256', 'data.vocab_sha256',
                'data.vocab_file', 'text_pairs',
-               'init_from', 'num_train_steps', 'optimizer.total_steps', 'model.attention_impl',
-               'model.scan_layers')
+               'init_from', 'num_train_steps', 'optimizer.total_steps', 'model.scan_layers')
+# 'auto' settles at the run's start (platform_defaults.settle), before the configs compared:
+# the kernel each ran with, unless recorded as 'auto' (a config.json from before it settled).
+_SETTLED = ('model.attention_impl',)
 
 
 def changed_fields(config, workdir, step: int) -> list[str]:
@@ -57,7 +59,8 @@ def changed_fields(config, workdir, step: int) -> list[str]:
   flat_last = flax.traverse_util.flatten_dict(last, sep='.')
   flat_now = flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
   return [f'{k} {flat_last[k]!r} -> {flat_now[k]!r}' for k in sorted(flat_now)
-          if k in flat_last and flat_last[k] != flat_now[k] and not k.startswith(_RUN_FILLED)]
+          if k in flat_last and flat_last[k] != flat_now[k] and not k.startswith(_RUN_FILLED)
+          and not (k in _SETTLED and 'auto' in (flat_last[k], flat_now[k]))]
 
 
 # Settings that decide which examples a step reads: changed on a resume, the run goes on at

@@ -213,3 +213,21 @@ def test_a_resume_under_other_prng_settings_is_said(monkeypatch):
       'masks, so the run goes on, but not as the run it resumes; resume with JAX_DEFAULT_PRNG_IMPL='
       f'{now["impl"]}, JAX_THREEFRY_PARTITIONABLE={int(flipped["threefry_partitionable"])} to '
       'continue exactly']
+
+
+def test_another_attention_kernel_on_a_resume_is_said(tmp_path):
+  """Pass helper-181: a run resumed with another model.attention_impl (xla ->
+  dot_product_attention here; xla <-> cudnn on a GPU, whose attention dropout is not drawn from
+  the run's key) went on without a word: the field was left out of the changes said."""
+  config = _config()
+  config.model.attention_impl = 'xla'
+  (tmp_path / 'config.json').write_text(config.to_json())
+  config.model.attention_impl = 'dot_product_attention'
+  assert resume_checks.changed_fields(config, str(tmp_path), 3) == [
+      "model.attention_impl 'xla' -> 'dot_product_attention'"]
+  config.model.attention_impl = 'xla'
+  assert resume_checks.changed_fields(config, str(tmp_path), 3) == []
+  config.model.attention_impl = 'auto'  # Recorded before it settled: no kernel to compare.
+  (tmp_path / 'config.json').write_text(config.to_json())
+  config.model.attention_impl = 'xla'
+  assert resume_checks.changed_fields(config, str(tmp_path), 3) == []
