@@ -255,9 +255,13 @@ def prng(meta: dict):
   process's (JAX_DEFAULT_PRNG_IMPL between keys of one width, JAX_THREEFRY_PARTITIONABLE): the
   same key draws other bits, so the run goes on with other dropout masks than it would have."""
   saved, now = meta.get('prng'), checkpoint.prng_settings()  # Not recorded before 2026-12-06.
-  if not saved or saved == now:
+  if not saved:
     return
   env = {'impl': 'JAX_DEFAULT_PRNG_IMPL', 'threefry_partitionable': 'JAX_THREEFRY_PARTITIONABLE'}
+  if {saved.get('impl'), now['impl']} != {'threefry2x32'}:  # The flag is threefry's alone.
+    env.pop('threefry_partitionable')
+  if all(saved.get(k) == now[k] for k in env):
+    return
   def said(value):  # As the variable is set: 1 / 0.
     return int(value) if isinstance(value, bool) else value
   changed = [f'{env[k]} {said(saved.get(k))} -> {said(now[k])}' for k in env

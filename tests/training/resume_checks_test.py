@@ -213,6 +213,14 @@ def test_a_resume_under_other_prng_settings_is_said(monkeypatch):
       'masks, so the run goes on, but not as the run it resumes; resume with JAX_DEFAULT_PRNG_IMPL='
       f'{now["impl"]}, JAX_THREEFRY_PARTITIONABLE={int(flipped["threefry_partitionable"])} to '
       'continue exactly']
+  said.clear()  # The flag changes no bits of rbg's keys; the implementation is what differs.
+  resume_checks.prng({'step': 3, 'prng': {'impl': 'rbg', 'threefry_partitionable': False}})
+  if now['impl'] == 'threefry2x32':
+    assert said == [
+        'this checkpoint was saved under other JAX PRNG settings than this process has '
+        '(JAX_DEFAULT_PRNG_IMPL rbg -> threefry2x32): from step 3 the same keys draw other '
+        'dropout masks, so the run goes on, but not as the run it resumes; resume with '
+        'JAX_DEFAULT_PRNG_IMPL=rbg to continue exactly']
 
 
 def test_another_attention_kernel_on_a_resume_is_said(tmp_path):
