@@ -7,7 +7,6 @@ a mistyped, renamed or replaced field is named with its closest valid names or i
 """
 
 import json
-import os
 import re
 import sys
 
@@ -15,6 +14,7 @@ from bertjax import command_flags
 from bertjax import config_check
 from bertjax import config_files
 from bertjax import console
+from bertjax import files
 from bertjax import job_config
 from bertjax import log_file
 from bertjax.pretraining_data import masking
@@ -285,8 +285,7 @@ def without_config_file(argv, error: str) -> str | None:
     return None
   workdir = (command_flags.flag_values(argv[1:], 'workdir') or [''])[-1]
   try:
-    with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
-      recorded = json.load(f) if workdir else {}
+    recorded = json.loads(files.read_text(files.join(workdir, 'config.json'))) if workdir else {}
     task, size = recorded.get('task'), (recorded.get('model') or {}).get('size')
   except (OSError, ValueError, AttributeError):
     task = size = None

@@ -98,7 +98,7 @@ def _acquire(workdir: str):
   """(open lock file, None) or (None, the error naming the holder)."""
   link = '' if files.is_remote(workdir) else workdir.rstrip('/')
   # A link to a folder moved or deleted since: makedirs said '[Errno 17] File exists'.
-  if link and os.path.islink(link) and not os.path.exists(link):
+  if link and os.path.islink(link) and not os.path.exists(link):  # local: links are a disk's
     return None, WorkdirNotAFolderError(
         f'--workdir={workdir} is a link to {os.readlink(link)}, which does not exist (moved or '
         'deleted since?): point the link at the run, or pass --workdir=<where it is now>; for a '
@@ -143,7 +143,7 @@ def _remove_if_unused(workdir: str, made: list[str], before: set[str]):
   try:
     checkpoints = files.join(workdir, 'checkpoints')  # Made by the run's checkpoint manager
     # before a refusal reading init_from: still empty, it is no history.
-    if set(os.listdir(workdir)) - before == {LOCK_NAME, 'checkpoints'} and not os.listdir(
+    if set(os.listdir(workdir)) - before == {LOCK_NAME, 'checkpoints'} and not os.listdir(  # local
         checkpoints):  # local, as the rest
       os.rmdir(checkpoints)
     if set(os.listdir(workdir)) != before | {LOCK_NAME}:  # local: the lock is a local file
