@@ -310,9 +310,10 @@ def run_predict(config, workdir: str, splits=None, step=None) -> list:
   paths.absolute_config(config)
   # `--workdir=RUN --config.mode=eval` alone scores the run's own data as it was read.
   run = run_config.trained_run(workdir)  # Its config.json, read once (None: no run there).
-  taken = run_data.follow_run_data(config, run)
+  taken = run_data.follow_run_data(
+      config, run, run and checkpoint_reader.last_run_config(workdir))  # Its latest resume's paths.
   if taken and jax.process_index() == 0:
-    logging.info('reading the data as %s/config.json records it: %s', workdir,
+    logging.info('reading the data as the run in %s records it: %s', workdir,
                  ', '.join(f'{key}={value}' for key, value in taken.items()))
   run_data.check_run_data_found(config, taken, workdir)
   if jax.process_index() == 0:

@@ -21,10 +21,11 @@ from bertjax.interop import init_from
 # run_config.RUN_FIELDS.
 _DATA_SOURCE = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 'format',
                 'token_column', 'tag_column', 'tag_scheme')
+_PATHS = ('data_dir', 'train_file', 'eval_file', 'test_file')  # Where a resume may move them.
 _NAMED_DATA = ('data_dir', 'use_tfds', 'train_file', 'eval_file', 'test_file', 'predict_file')
 
 
-def follow_run_data(config, run: dict | None) -> dict:
+def follow_run_data(config, run: dict | None, latest: dict | None = None) -> dict:
   """For mode eval or predict of `run` (its config.json), what the config leaves unset (as
   data_reads.UNSET gives it) is read as the run read it: a key of run_config.RUN_FIELDS (any
   other value is refused), max_windows (how a topic task's texts were windowed), the
@@ -32,10 +33,15 @@ def follow_run_data(config, run: dict | None) -> dict:
   and where the config
   names no data of its own (_NAMED_DATA all unset), the run's data (_DATA_SOURCE) that the mode
   reads (eval: its eval file, else the training file its eval examples are held out of;
-  predict: its test file). Returns {key: value} of each value taken, for the console."""
+  predict: its test file). `latest`: the config of the run's latest resume
+  (config-resumed-at-N.json), whose file paths are where a resume found the files (moved since
+  the run began). Returns {key: value} of each value taken, for the console."""
   if run is None or config.get('mode', 'train_eval') == 'train_eval':
     return {}
   data, recorded = config.data, run.get('data') or {}
+  moved = {key: value for key, value in ((latest or {}).get('data') or {}).items()
+           if key in _PATHS and value}
+  recorded = {**recorded, **moved}
   # Named data the mode never reads (the training flags reused: eval beside a test_file) leaves
   # the run's data to read.
   ignored = ('test_file',) if config.mode == 'eval' else ('train_file', 'eval_file')

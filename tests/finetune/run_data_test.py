@@ -363,3 +363,25 @@ def test_an_eval_after_the_training_file_moved_scores_and_still_tells_a_copy_of_
                     f'trained on (config.data.train_file {gone}, gone from there since: its '
                     'sha256 in config.json): its score is a free right answer, above what new '
                     'text would get']
+
+
+def test_an_eval_or_predict_reads_the_files_where_the_runs_latest_resume_found_them(
+    reviews_run, tmp_path):
+  """Helper-180's pass: files moved after the run began and given at their new place on a
+  resume; mode=eval and predict naming no data read the paths of config.json (gone), not the
+  resume's (config-resumed-at-N.json), and were told the files were gone."""
+  workdir, data = reviews_run
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run)
+  recorded = json.loads((run / 'config.json').read_text())
+  began = json.loads(json.dumps(recorded))  # config.json as the run began, its folder gone.
+  for key in ('train_file', 'test_file'):
+    began['data'][key] = str(tmp_path / 'gone' / pathlib.Path(recorded['data'][key]).name)
+  (run / 'config.json').write_text(json.dumps(began))
+  (run / 'config-resumed-at-6.json').write_text(json.dumps(recorded))  # Found at `data`.
+  scored = pathlib.Path(job.run(_bare('eval'), str(run))[0]).parent
+  rows = (scored / 'validation_predictions.jsonl').read_text().splitlines()
+  assert len(rows) == 10  # The run's held-out examples of its training file, at its new place.
+  written = pathlib.Path(job.run(_bare('predict'), str(run))[0])
+  assert len(written.read_text().splitlines()) == len(
+      (data / 'new.tsv').read_text().splitlines()) - 1
