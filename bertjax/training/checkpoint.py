@@ -39,6 +39,7 @@ from bertjax.training import checkpoint_damage
 from bertjax.training import checkpoint_space
 from bertjax.training import hosts
 from bertjax.training import ranking
+from bertjax.training import read_retries
 from bertjax.training import run_files
 
 
@@ -252,41 +253,6 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state):
   return None
 
 
-# tensorstore's retries of a request to a bucket while a step is read. Its own (32 tries, the
-# wait doubling to 32 s) held a predict or an export some 15 minutes without a line where the
-# network went between a step's metadata and its arrays; these end in about a minute, as
-# gcsfs' tries do for bertjax's own reads. A training's saves keep tensorstore's.
-READ_RETRIES = {'max_retries': 8, 'initial_delay': '1s', 'max_delay': '8s'}
-
-
-def _read_context() -> ts.Context:
-  return ts.Context({'gcs_request_retries': READ_RETRIES})
-
-
-@contextlib.contextmanager
-def bounded_read_retries():
-  """orbax's reads in the block retry a bucket's request as READ_RETRIES says. orbax takes no
-  tensorstore context from its caller: the defaults it copies into each one hold the setting for
-  the block (an orbax without them keeps tensorstore's retries)."""
-  try:
-    from orbax.checkpoint._src.serialization import tensorstore_utils  # pylint: disable=g-import-not-at-top
-    defaults = [tensorstore_utils._BASE_TS_CONTEXT,  # pylint: disable=protected-access
-                tensorstore_utils._DEFAULT_OCDBT_TS_CONTEXT]  # pylint: disable=protected-access
-  except (ImportError, AttributeError):
-    defaults = []
-  saved = [d.get('gcs_request_retries') for d in defaults]
-  for default in defaults:
-    default['gcs_request_retries'] = dict(READ_RETRIES)
-  try:
-    yield
-  finally:
-    for default, before in zip(defaults, saved, strict=True):
-      if before is None:
-        default.pop('gcs_request_retries', None)
-      else:
-        default['gcs_request_retries'] = before
-
-
 def check_tree(path):
   """Refuses a saved state whose OCDBT tree (its root manifest's data, checksummed) cannot be
   listed, or, on a local disk, one of whose chunks cannot be read (a data file cut short):
@@ -301,7 +267,8 @@ def check_tree(path):
   if not remote:  # A host's folder missing reads as a truncated chunk: named first.
     checkpoint_damage.check_files_named(path)
   try:
-    store = ts.KvStore.open({'driver': 'ocdbt', 'base': base}, context=_read_context()).result()
+    store = ts.KvStore.open({'driver': 'ocdbt', 'base': base},
+                            context=read_retries.context()).result()
     keys = store.list().result()
     if not remote:
       for read in [store.read(key) for key in keys]:

@@ -15,6 +15,7 @@ import orbax.checkpoint as ocp
 from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_damage
+from bertjax.training import read_retries
 from bertjax.training import run_files
 
 # The fields of a fine-tuning run's config.data that decide its inputs beside max_seq_length,
@@ -132,7 +133,7 @@ def read_step(step_dir: str, step: int) -> tuple[dict, dict]:
                      'by hand; restore the original folder name.')
   state = files.join(step_dir, 'state')  # orbax reads a URL through etils.epath/tensorstore.
   _check_state_files(state)
-  with checkpoint.bounded_read_retries():  # A network gone: an error in a minute, not 15.
+  with read_retries.bounded():  # A network gone: an error in a minute, not 15.
     tree = checkpoint.state_metadata(state)
     # Without a target mesh: arrays come back as host numpy, whatever mesh wrote them.
     target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree['params'],

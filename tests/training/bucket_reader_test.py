@@ -16,6 +16,7 @@ from bertjax import files
 from bertjax.training import checkpoint
 from bertjax.training import checkpoint_reader
 from bertjax.training import checkpoint_step
+from bertjax.training import read_retries
 from bertjax.training import workdir_lock
 
 
@@ -146,11 +147,11 @@ def test_the_network_gone_before_a_steps_arrays_is_one_line_not_minutes(gcs_buck
   """tensorstore (the state's tree and orbax's arrays) retried a bucket's request 32 times, its
   wait doubling to 32 s: with the network gone between a step's metadata and its arrays, a
   predict or an export waited some 15 minutes without a line (over 7 measured). A reader's
-  tries end in about a minute (checkpoint.READ_RETRIES; cut short here), in the no-network
+  tries end in about a minute (read_retries.READ_RETRIES; cut short here), in the no-network
   line, the older step not read."""
   run = f'{gcs_bucket}/run'
   _saved(run, 2)
-  monkeypatch.setattr(checkpoint, 'READ_RETRIES', {'max_retries': 2, 'initial_delay': '0.1s',
+  monkeypatch.setattr(read_retries, 'READ_RETRIES', {'max_retries': 2, 'initial_delay': '0.1s',
                                                    'max_delay': '0.2s'}, raising=False)
   with socket.socket() as closed:  # A port nothing listens on stands for the network gone.
     closed.bind(('127.0.0.1', 0))
