@@ -73,7 +73,7 @@ def typed_specials(sp_model, vocab) -> dict:
   '[MASK]' by its text, which reads as the control symbol's piece. Special tokens written in the
   text are text, as on the WordPiece path (never_split aside), so text never fakes [SEP] or
   [MASK]; other user-defined pieces are the user's own, matched as SentencePiece does."""
-  typed = {p: bool(sp_model.IsControl(i)) for p, i in vocab.items() if sp_model.IsControl(i)}
+  typed = {p: True for p, i in vocab.items() if sp_model.IsControl(i)}
   typed.update((p, False) for p in tokenizer.SPECIAL_TOKENS
                if p in vocab and not sp_model.IsControl(vocab[p])
                and not sp_model.IsUnknown(vocab[p]))

@@ -192,10 +192,10 @@ def _evaluate(job: Job, params, step: int, writer) -> dict:
 
 
 def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | None,
-          record: str = ''):
+          record: str = '', run: str | None = None) -> str:
   """Saves `step` in the background with what a resume (examples consumed, mesh, model) and
-  --step=best (its ranking) read back; not where `record`, the config file the run wrote at its
-  start, is gone (the workdir moved or deleted meanwhile)."""
+  --step=best (its ranking) read back, unless `record` (the run's config file) is gone: the
+  workdir moved. Returns the run's name (`run`: an earlier save's, so it is read once a run)."""
   workdir = files.parent(str(mngr.directory))
   # A save at no eval has metrics too (it ranks last): orbax keeps the steps that have none.
   metrics = {'step': step} | ({} if standing is None else {
@@ -206,11 +206,12 @@ def _save(mngr, config, mesh, state, step: int, consumed: int, standing: dict | 
           f'{workdir} is gone (moved or deleted while the run trained: {files.name(record)}, '
           f'written at its start, is not there): step {step} is not saved; resume the run where '
           'it is now (--workdir=<its new place>), from the last step it holds.')
-    run_files.note_saved(workdir)  # What the saves before finished.
-    run = checkpoint_step.run_for_save(workdir)  # Process 0's: it alone writes the meta.
+    run = run or checkpoint_step.run_for_save(workdir)  # Process 0's: it alone writes the meta.
+    run_files.note_saved(workdir, run)  # What the saves before finished.
   meta = checkpoint_step.step_meta(config, mesh, step, consumed, standing, run)
   checkpoint.save(mngr, step, state, meta, force=True, metrics=metrics)
   logging.info('saving checkpoint %s/%d (in the background)', mngr.directory, step)
+  return run
 
 
 def _metric_writer(workdir, start_step: int):
@@ -309,6 +310,7 @@ class _Boundary:
   eval_metrics: dict = dataclasses.field(default_factory=dict)
   eval_step: int | None = None
   record: str = ''  # The config file the run wrote at its start: gone, the workdir moved.
+  run: str | None = None  # The run's name (run_files.run_id), once its first save read it.
 
   def after(self, state, done: int, metrics, preemption: preemption_lib.Preemption,
             cost: tuple[float, float], not_training: float) -> str:
@@ -343,7 +345,8 @@ class _Boundary:
     will_save = will_save or preempted
     if will_save:
       consumed = self.examples_consumed + (done - self.start_step) * self.config.global_batch_size
-      _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked, self.record)
+      self.run = _save(self.mngr, self.config, self.mesh, state, done, consumed, ranked,
+                       self.record, self.run)
       self.progress.saved_step = done
       # The eval and the save's blocking part: no training, but the ETA's.
       self.progress.restart_timer(done, time.perf_counter() - began)

@@ -66,11 +66,11 @@ def checkpoint_steps(directory) -> list[int]:
     return []
 
 
-def note_saved(workdir):
+def note_saved(workdir, run: str | None = None):
   """Records the newest complete step (process 0), once a save is known finished: at the next
-  save's start and at the run's end."""
+  save's start and at the run's end; with the run's name (`run`, else the one recorded)."""
   if steps := checkpoint_steps(files.join(workdir, 'checkpoints')):
-    run = run_id(workdir)
+    run = run or run_id(workdir)
     write_json(files.join(workdir, SAVED), {'newest_step': steps[-1]} | ({'run': run} if run
                                                                           else {}))
 
