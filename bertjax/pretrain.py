@@ -92,7 +92,7 @@ def phases(config, workdir, finished: int = 0) -> list[Phase]:
           f'{workdir}/data', max_seq_length=seq, max_predictions_per_seq=predictions,
           dupe_factor=data.dupe_factor, static_masking=not data.dynamic_masking,
           nsp=config.model.nsp, max_instances_per_row=data.max_instances_per_row,
-          masking=data.masking, masked_lm_prob=data.masked_lm_prob)
+          masking=data.masking, masked_lm_prob=data.masked_lm_prob, resumed=finished > 0)
     result.append(Phase(first, end, seq, predictions, train, eval_))
   return result
 

@@ -72,15 +72,27 @@ def documents(split: str = 'train'):
   return read_documents(corpus_path(split))
 
 
-def _complete(report, pattern, settings) -> bool:
-  """True when the report exists with these settings and its shards agree with it."""
+# Settings a report written before they existed lacks, as the files were made then: one
+# instance per row (before 2026-11-24), the original's masking flag (before 2026-11-26).
+_BEFORE_RECORDED = {'nsp': lambda made: True, 'max_instances_per_row': lambda made: 1,
+                    'masking': lambda made: 'whole_word' if made.get('do_whole_word_mask')
+                    else 'wordpiece'}
+
+
+def _complete(report, pattern, settings, resumed: bool = False) -> bool:
+  """True when the report exists with these settings and its shards agree with it. A resumed
+  run (`resumed`) keeps the files an older bertjax made for it, read with the settings they
+  were made with (_BEFORE_RECORDED): remade, it would read on in other examples."""
   from bertjax.records import file_set  # pylint: disable=g-import-not-at-top
   try:
     recorded = json.loads(files.read_text(report))
   except (OSError, ValueError):
     return False
   wanted = dataclasses.asdict(settings)
-  if ({k: recorded.get('settings', {}).get(k) for k in wanted} != wanted
+  made = dict(recorded.get('settings', {}))
+  if resumed:
+    made.update({k: said(made) for k, said in _BEFORE_RECORDED.items() if k not in made})
+  if ({k: made.get(k) for k in wanted} != wanted
       or 'output_bytes' not in recorded):  # Older reports cannot be checked: remade.
     return False
   try:
@@ -93,12 +105,13 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
                       dupe_factor: int, static_masking: bool = True,
                       nsp: bool = True, max_instances_per_row: int = 1,
                       masking: str = 'wordpiece',
-                      masked_lm_prob: float = 0.15) -> tuple[str, str]:
+                      masked_lm_prob: float = 0.15, resumed: bool = False) -> tuple[str, str]:
   """(train, eval) TFRecord globs of the embedded corpus under `directory`, made if absent.
 
   Files are reused when their JSON report records the same settings and the shards agree with
   it, and remade otherwise (after a killed creation, too). `masking` and `masked_lm_prob` are
-  the static masks' (unmasked files for dynamic masking ignore them).
+  the static masks' (unmasked files for dynamic masking ignore them). A resumed run (`resumed`)
+  keeps files an older bertjax made with these settings (_complete).
   Process 0 writes (multi-host needs a shared directory); the caller makes the others wait for
   it (pretrain.phases' caller: hosts.fail_together, which stops them all if the writing fails).
   """
@@ -124,7 +137,8 @@ def pretraining_files(directory, *, max_seq_length: int, max_predictions_per_seq
   for split, (split_settings, shards) in plans.items():
     prefix = files.join(directory, f'{tag}-{split}')
     report_path = f'{prefix}.json'
-    if jax.process_index() == 0 and not _complete(report_path, f'{prefix}-*-of-*', split_settings):
+    if jax.process_index() == 0 and not _complete(report_path, f'{prefix}-*-of-*',
+                                                  split_settings, resumed):
       files.makedirs(directory)
       report = writer.create(str(corpus_path(split)), prefix, split_settings,
                              vocab_file=str(vocab_path()), do_lower_case=DO_LOWER_CASE,
