@@ -72,11 +72,9 @@ def documents(split: str = 'train'):
   return read_documents(corpus_path(split))
 
 
-# Settings a report written before they existed lacks, as the files were made then: one
-# instance per row (before 2026-11-24), the original's masking flag (before 2026-11-26).
-_BEFORE_RECORDED = {'nsp': lambda made: True, 'max_instances_per_row': lambda made: 1,
-                    'masking': lambda made: 'whole_word' if made.get('do_whole_word_mask')
-                    else 'wordpiece'}
+# Settings a report written before they existed lacks, as the files were made then: NSP pairs
+# and one instance per row (before 2026-11-24); its masking is file_set.masking_made's.
+_BEFORE_RECORDED = {'nsp': True, 'max_instances_per_row': 1}
 
 
 def _complete(report, pattern, settings, resumed: bool = False) -> bool:
@@ -91,7 +89,7 @@ def _complete(report, pattern, settings, resumed: bool = False) -> bool:
   wanted = dataclasses.asdict(settings)
   made = dict(recorded.get('settings', {}))
   if resumed:
-    made.update({k: said(made) for k, said in _BEFORE_RECORDED.items() if k not in made})
+    made = {**_BEFORE_RECORDED, **made, 'masking': file_set.masking_made(made)}
   if ({k: made.get(k) for k in wanted} != wanted
       or 'output_bytes' not in recorded):  # Older reports cannot be checked: remade.
     return False

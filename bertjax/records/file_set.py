@@ -211,12 +211,22 @@ def resolved(files) -> FileSet:
   return files if isinstance(files, FileSet) else resolve(files)
 
 
+def masking_made(settings: dict) -> str | None:
+  """The masking strategy a report's settings record: a report written before --masking
+  (2026-11-26) has the original's do_whole_word_mask instead; None where neither is said."""
+  if settings.get('masking') is not None:
+    return settings['masking']
+  if settings.get('do_whole_word_mask') is not None:
+    return 'whole_word' if settings['do_whole_word_mask'] else 'wordpiece'
+  return None
+
+
 def check_masking(file_set: FileSet, *, masking: str, masked_lm_prob: float):
   """Refuses statically masked data whose report names other masking than the config's: the
   files' masks are what trains, and the run's config would record the other."""
   for report_path, report in file_set.reports.items():
     settings = report.get('settings', {})
-    made, rate = settings.get('masking'), settings.get('masked_lm_prob')
+    made, rate = masking_made(settings), settings.get('masked_lm_prob')
     if not settings.get('static_masking', True) or made is None or rate is None:
       continue  # Unmasked files (the first record check names them), or an older report.
     if made != masking or not math.isclose(rate, masked_lm_prob):
@@ -267,9 +277,10 @@ def _how_made(report) -> dict:
                      f'{report["vocab_sha256"][:12]}...)')
   static = settings.get('static_masking', True)
   made['static_masking'] = (static, 'static masks' if static else 'no masks (--nostatic_masking)')
-  for name in ('masking', 'masked_lm_prob'):
-    if static and settings.get(name) is not None:
-      made[name] = (settings[name], f'--{name}={settings[name]}')
+  for name, value in (('masking', masking_made(settings)),
+                      ('masked_lm_prob', settings.get('masked_lm_prob'))):
+    if static and value is not None:
+      made[name] = (value, f'--{name}={value}')
   if settings.get('nsp') is not None:
     made['nsp'] = (settings['nsp'],
                    'NSP pairs' if settings['nsp'] else 'no NSP pairs (--nsp=false)')

@@ -120,3 +120,34 @@ def test_a_pattern_of_several_that_matches_nothing_is_refused_not_read_as_none(t
                      r"list, e.g. '.*/books/train-\*'"):
     file_set.resolve(f'{tmp_path}/books/train.json,{files[0]}')
   assert file_set.resolve(f'{tmp_path}/books/train*').files == files  # Its report beside: read.
+
+
+def _as_written_before_masking(directory, name, do_whole_word_mask):
+  """The report as b03777a (2026-11-24, before --masking) wrote its settings: the original's
+  do_whole_word_mask and no masking."""
+  path = directory / f'{name}.json'
+  report = json.loads(path.read_text())
+  report['settings'] = {'vocab_file': 'v.txt', 'static_masking': True, 'masked_lm_prob': 0.15,
+                        'do_whole_word_mask': do_whole_word_mask}
+  path.write_text(json.dumps(report))
+
+
+def test_an_older_reports_whole_word_masks_are_its_masking(tmp_path):
+  """Files made by b03777a's create_pretraining_data --do_whole_word_mask were read by a run of
+  config.data.masking=wordpiece (the default) without a word, which its config.json recorded
+  as what trained; they are refused as whole_word files of a newer report are."""
+  make_set(tmp_path, [100], name='whole')
+  _as_written_before_masking(tmp_path, 'whole', do_whole_word_mask=True)
+  whole = file_set.resolve(f'{tmp_path}/whole-*')
+  with pytest.raises(ValueError, match=r'holds the masks it was made with \(whole_word, '
+                     r'masked_lm_prob 0.15\).*--config.data.masking=whole_word'):
+    file_set.check_masking(whole, masking='wordpiece', masked_lm_prob=0.15)
+  file_set.check_masking(whole, masking='whole_word', masked_lm_prob=0.15)
+  make_set(tmp_path, [100], name='pieces')
+  _as_written_before_masking(tmp_path, 'pieces', do_whole_word_mask=False)
+  file_set.check_masking(file_set.resolve(f'{tmp_path}/pieces-*'), masking='wordpiece',
+                         masked_lm_prob=0.15)
+  with pytest.raises(ValueError, match=r'was made with --masking=wordpiece.*with '
+                     r'--masking=whole_word: make the eval files'):
+    file_set.check_made_alike(whole, file_set.resolve(f'{tmp_path}/pieces-*'),
+                              ('data.train_files', 'data.eval_files'))
