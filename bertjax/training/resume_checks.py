@@ -78,11 +78,24 @@ _EMBEDDED_FIELDS = ('data.dupe_factor', 'data.max_seq_length', 'data.max_predict
 
 def _last_config(workdir, step: int) -> dict | None:
   """The config the run ran with when it wrote checkpoint `step` (checkpoint_reader's
-  config_file_at)."""
+  config_file_at), an older bertjax's fields under today's names (_as_named_today)."""
   try:
-    return json.loads(files.read_text(checkpoint_reader.config_file_at(workdir, step)))
+    return _as_named_today(
+        json.loads(files.read_text(checkpoint_reader.config_file_at(workdir, step))))
   except (OSError, ValueError):
     return None
+
+
+def _as_named_today(last: dict) -> dict:
+  """A config.json of an older bertjax with the fields since replaced under their new names, so
+  that a resume compares what the run did: data.whole_word_masking (before 2026-11-26; read by
+  dynamic masking alone) is data.masking."""
+  data = last.get('data')
+  if isinstance(data, dict) and 'whole_word_masking' in data and 'masking' not in data:
+    whole = data.pop('whole_word_masking')
+    if data.get('dynamic_masking'):
+      data['masking'] = 'whole_word' if whole else 'wordpiece'
+  return last
 
 
 def _phase2_start(flat: dict) -> int | None:

@@ -193,6 +193,35 @@ def test_a_resume_names_every_setting_it_changes(tmp_path, caplog):
                    r'\(recorded in config-resumed-at-6.json', caplog.text), caplog.text
 
 
+def _written_before_masking(path, whole_word: bool, dynamic: bool = True):
+  """config.json as b03777a (2026-11-24) wrote it: data.whole_word_masking (dynamic masking's
+  switch) where data.masking is now, and no data.max_instances_per_row."""
+  last = json.loads(pretrain.get_config('size=tiny').to_json())
+  del last['data']['masking'], last['data']['max_instances_per_row']
+  last['data'].update(whole_word_masking=whole_word, dynamic_masking=dynamic)
+  path.write_text(json.dumps(last))
+
+
+def test_a_run_begun_with_whole_word_masking_before_data_masking_is_told_of_its_change(
+    tmp_path, caplog):
+  """A dynamically masked run of b03777a (data.whole_word_masking=True) resumed today took
+  data.masking's default, wordpiece, and masked its later steps otherwise without a word."""
+  _written_before_masking(tmp_path / 'config.json', whole_word=True)
+  config = pretrain.get_config('size=tiny')
+  config.data.dynamic_masking = True
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)
+  assert re.search(r"settings other than the run had: data.masking 'whole_word' -> "
+                   r"'wordpiece'", caplog.text), caplog.text
+  caplog.clear()
+  config.data.masking = 'whole_word'
+  resume_checks.check(config, str(tmp_path), 6, 384, lambda step: 0.0)
+  assert 'settings other than the run had' not in caplog.text
+  # Static masks are the files' (whole_word_masking was not read): nothing to compare.
+  _written_before_masking(tmp_path / 'config.json', whole_word=False, dynamic=False)
+  resume_checks.check(pretrain.get_config('size=tiny'), str(tmp_path), 6, 384, lambda step: 0.0)
+  assert 'settings other than the run had' not in caplog.text
+
+
 def test_a_resume_under_other_prng_settings_is_said(monkeypatch):
   """Pass helper-181: a run resumed with JAX_THREEFRY_PARTITIONABLE flipped (or rbg <->
   unsafe_rbg, keys of one width) went on with other dropout masks than the uninterrupted run's
