@@ -317,23 +317,34 @@ def _check_masking_cap(c: _Checker, phase: str, seq, predictions):
            f'{wanted} or more (BERT: 20 at 128 tokens, 80 at 512), or a lower masked_lm_prob')
 
 
+def _check_rows_fit(c: _Checker, job, rows, phase: str, seq):
+  """data.max_instances_per_row must fit a row of the phase's max_seq_length: an instance's
+  fewest tokens times it. A larger count packs no more, and each packed row's per-instance
+  arrays grow with it (pack=9999 wrote 6 GB of rows at 128 tokens); phase 2 reads (and the
+  embedded corpus makes) its rows packed as phase 1's."""
+  least, what = ((5, '[CLS] A [SEP] B [SEP]') if job == 'pretrain' and c.get('model.nsp')
+                 is not False else (MIN_SEQ_LENGTH, '[CLS] A [SEP]'))
+  if seq is _MISSING or rows is _MISSING or rows <= max(seq // least, 1):
+    return
+  most = max(seq // least, 1)
+  own = job == 'pretrain' and c.get('data.train_files') not in (_MISSING, '', None)
+  fix = (f"set it to the files' value, which can be at most {most} (files made with more: "
+         'make them again with fewer)' if own else f'set it to {min(most, 3)} (MLPerf BERT '
+         'packs 3) or less; 1 = unpacked')
+  if phase == 'phase2':
+    fix = (f'set --config.phase2.max_seq_length to {rows * least} or more, or '
+           f'data.max_instances_per_row to {most} or less (1 = unpacked)')
+  c.fail('data.max_instances_per_row', rows, f'exceeds the {most} instances of {least} tokens '
+         f'({what}) a row of {phase}.max_seq_length={seq} could hold'
+         f'{" (phase 2 reads rows packed as phase 1)" if phase == "phase2" else ""}', fix)
+
+
 def _check_data(c: _Checker, job):
   from_init = c.get('model_from_init') is True  # The position table is init_from's.
   seq = _check_sequence(c, 'data.max_seq_length', position_table=not from_init)
   rows = c.at_least('data.max_instances_per_row', 1, fix='set '
                     '--config.data.max_instances_per_row=1 (unpacked) or more')
-  # An instance's fewest tokens: a larger count packs no more, and each packed row's
-  # per-instance arrays grow with it (pack=9999 wrote 6 GB of rows at 128 tokens).
-  least, what = ((5, '[CLS] A [SEP] B [SEP]') if job == 'pretrain' and c.get('model.nsp')
-                 is not False else (MIN_SEQ_LENGTH, '[CLS] A [SEP]'))
-  most = max(seq // least, 1) if seq is not _MISSING else None
-  if most is not None and rows is not _MISSING and rows > most:
-    own = job == 'pretrain' and c.get('data.train_files') not in (_MISSING, '', None)
-    c.fail('data.max_instances_per_row', rows, f'exceeds the {most} instances of {least} tokens '
-           f'({what}) a row of data.max_seq_length={seq} could hold',
-           f"set it to the files' value, which can be at most {most} (files made with more: "
-           'make them again with fewer)' if own else f'set it to {min(most, 3)} (MLPerf BERT '
-           'packs 3) or less; 1 = unpacked')
+  _check_rows_fit(c, job, rows, 'data', seq)
   if job == 'pretrain':
     predictions = c.positive('data.max_predictions_per_seq', fix='set '
                              '--config.data.max_predictions_per_seq to the files\' value, e.g. 20')
@@ -375,6 +386,7 @@ def _check_data(c: _Checker, job):
         c.fail('phase2.max_predictions_per_seq', predictions2,
                f'exceeds phase2.max_seq_length={seq2}', 'set it to the phase 2 files\' value')
       _check_masking_cap(c, 'phase2', seq2, predictions2)
+      _check_rows_fit(c, job, rows, 'phase2', seq2)  # Both phases read packed rows alike.
   elif job == 'finetune':
     config_check_jobs.check_finetune(c, seq)
     c.at_least('data.pad_to_multiple_of', 0, fix='set --config.data.pad_to_multiple_of to 0 '

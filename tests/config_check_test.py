@@ -141,6 +141,15 @@ PRETRAIN = [
      'can be at most 25 (files made with more: make them again with fewer)'),
     ({'data__max_instances_per_row': 43, 'model__nsp': False}, 'config.data.max_instances_per_row'
      '=43: exceeds the 42 instances of 3 tokens ([CLS] A [SEP]) a row'),
+    # Pre-training options combined (helper-184): phase 2 packs as phase 1, and a phase 2 shorter
+    # than the packed rows was accepted, then refused by create_pretraining_data once phase 1's
+    # corpus was made, naming its own flags (max_instances_per_row=3 ... pass 1).
+    ({'data__max_instances_per_row': 3, 'phase2__fraction': 0.1, 'phase2__max_seq_length': 9,
+      'phase2__max_predictions_per_seq': 1},
+     'config.data.max_instances_per_row=3: exceeds the 1 instances of 5 tokens ([CLS] A [SEP] B '
+     '[SEP]) a row of phase2.max_seq_length=9 could hold (phase 2 reads rows packed as phase 1); '
+     'set --config.phase2.max_seq_length to 15 or more, or data.max_instances_per_row to 1 or '
+     'less'),
     # Hostile pass H4: parse_rules refused it once JAX had started (exit 1).
     ({'mesh__rules': 'batch=data+fsdp,vocab=tensr'}, "config.mesh.rules='batch=data+fsdp,vocab="
      "tensr': has an entry 'vocab=tensr' that is not logical_name=mesh_axis[+mesh_axis] over "
