@@ -49,12 +49,14 @@ def step_meta(config, mesh, step: int, consumed: int, standing: dict | None,
 
 def run_for_save(workdir) -> str:
   """The run the loop's saves name in their meta (run_files.run_id): the one recorded, else the
-  newest step's (its record deleted since), else a new one, recorded by process 0."""
+  newest step's that names one (its record deleted since, or rewritten without it by a bertjax
+  from before the record, which resumed the run: its steps name none), else a new one,
+  recorded by process 0."""
   if run := run_files.run_id(workdir):
     return run
   checkpoints = files.join(workdir, 'checkpoints')
-  listed = run_files.checkpoint_steps(checkpoints)
-  run = (listed and _run_of(checkpoints, listed[-1])) or uuid.uuid4().hex[:16]
+  named = (_run_of(checkpoints, step) for step in reversed(run_files.checkpoint_steps(checkpoints)))
+  run = next((run for run in named if run), None) or uuid.uuid4().hex[:16]
   run_files.name_run(workdir, run)
   return run
 

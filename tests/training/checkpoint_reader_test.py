@@ -281,3 +281,24 @@ def test_a_step_of_another_run_in_a_runs_checkpoints_is_refused(tmp_path):
   aside.mkdir()
   shutil.move(directory / '4', aside / '4')  # Moved out, as said: read where it is.
   assert checkpoint_reader.read(aside / '4').step == 4
+
+
+def test_a_run_resumed_by_a_bertjax_from_before_the_run_record_keeps_its_name(tmp_path):
+  """A run saved today (steps naming it), resumed by 14e2d6a (2026-12-03: its saves name no run
+  and it rewrote checkpoints_saved.json as {'newest_step': N}), then today again: the resume
+  named it anew, and its own earlier steps were refused as another run's ('Move step(s) 30, 40
+  out'). The name is the newest step's that names one."""
+  run = checkpoint_step.run_for_save(str(tmp_path))
+  config = ml_collections.ConfigDict(
+      {'checkpoint': {'keep': 5, 'keep_best': 0, 'every_steps': 1}})
+  mngr = checkpoint.manager(tmp_path, config, best_metric='acc')
+  for step, saved_by in ((1, run), (2, run), (3, None)):  # 3: the older bertjax's save.
+    checkpoint.save(mngr, step, State(params_of(step), jnp.int32(step)),
+                    {'step': step, 'examples_consumed': step * 4} |
+                    ({'run': saved_by} if saved_by else {}), force=True)
+  checkpoint.wait(mngr)
+  mngr.close()
+  (tmp_path / 'checkpoints_saved.json').write_text('{\n "newest_step": 3\n}')  # As it wrote.
+  assert checkpoint_step.run_for_save(str(tmp_path)) == run
+  assert checkpoint_reader.read(tmp_path, step=1).step == 1
+  checkpoint_step.check_same_run(tmp_path / 'checkpoints', 2)
