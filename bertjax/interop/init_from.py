@@ -371,6 +371,11 @@ def _read_on_every_host(init_from: str, with_heads: bool) -> Read:
   return read
 
 
+# A source without the NSP head only (an MLM-only run's, model.nsp=False) to a model with one.
+_NO_NSP_HEAD = ('it has no NSP head (pre-trained MLM-only, as model.nsp=False does); set '
+                '--config.model.nsp=False to go on MLM-only (pair files\' labels are then ignored)')
+
+
 def load_params(init_from: str, abstract_params, shardings):
   """Parameters from `init_from` placed into `shardings`; the check is by name and shape.
 
@@ -382,8 +387,11 @@ def load_params(init_from: str, abstract_params, shardings):
   read = _read_on_every_host(init_from, with_heads=True)
   loaded = placement.encoder_layout_of(checkpoint.flatten(read.params),
                                        checkpoint.flatten(abstract_params), init_from)
+  wanted = checkpoint.flatten(abstract_params)
+  nsp_only = {k for k in wanted if k not in loaded} <= {k for k in wanted if k.startswith('nsp/')}
   params = placement.place(loaded, abstract_params, shardings, f'init_from={init_from}',
-                           missing_hint='is it a BERT of this architecture?',
+                           missing_hint=(_NO_NSP_HEAD if nsp_only else
+                                         'is it a BERT of this architecture?'),
                            shape_hint='set the model size / vocab_size of the checkpoint.')
   unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
   if unused:

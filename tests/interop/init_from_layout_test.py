@@ -117,3 +117,18 @@ def test_a_transformers_bert_loads_into_scanned_layers(minilm_dir, mesh):
           got['bert/layers/mlp/intermediate/kernel'][i],
           f.get_tensor(f'encoder.layer.{i}.intermediate.dense.weight').T)
   assert got['bert/layers/mlp/intermediate/kernel'].shape[0] == 6
+
+
+def test_an_mlm_only_run_into_a_model_with_nsp_names_model_nsp(tmp_path, mesh):
+  # Pre-training options combined (helper-184): continued pre-training from an MLM-only run
+  # (model.nsp=False) with the default NSP head said 'is it a BERT of this architecture?'.
+  mlm_only = model_config(False, num_layers=1)
+  mlm_only.nsp = False
+  params = nn.unbox(heads.BertForPreTraining(mlm_only).init(
+      jax.random.key(3), **heads.dummy_batch(1, SEQ, 2))['params'])
+  assert 'nsp' not in params
+  base = save_run(tmp_path / 'mlm_only', params)
+  abstract, shardings = abstract_params(model_config(False, num_layers=1), mesh)
+  with pytest.raises(ValueError, match=r"lacks 2 parameters .*'nsp/.*: it has no NSP head .*"
+                     r'set --config\.model\.nsp=False'):
+    init_from.load_params(base, abstract, shardings)
