@@ -217,6 +217,22 @@ def _where_decayed(inner: optax.GradientTransformation, mask) -> optax.GradientT
   return optax.GradientTransformation(inner.init, update)
 
 
+def scale_by_layer_trust_ratio() -> optax.GradientTransformation:
+  """optax.scale_by_trust_ratio (LAMB's ||w|| / ||update||) per weight of each layer, also where
+  nn.scan (model.scan_layers) stacks a weight's layers into one array along its leading axis:
+  optax's one ratio over all the layers was another optimizer than the unrolled model's."""
+  inner = optax.scale_by_trust_ratio()
+
+  def one(update, param):
+    return inner.update(update, optax.EmptyState(), param)[0]
+
+  def update(updates, state, params=None):
+    return jax.tree.map(lambda u, p, kind: jax.vmap(one)(u, p) if kind == 'stacked' else one(u, p),
+                        updates, params, match_rules(params, LAYER_DECAY_RULES)), state
+
+  return optax.GradientTransformation(inner.init, update)
+
+
 def make(config) -> optax.GradientTransformation:
   """The optimiser config.name ('adamw' or 'lamb') with clipping, the decay mask and layer-wise
   learning-rate decay.
@@ -234,8 +250,8 @@ def make(config) -> optax.GradientTransformation:
              scale_by_uncorrected_adam(config.b1, config.b2, config.eps))
   trust = []
   if config.name == 'lamb':
-    trust = [optax.scale_by_trust_ratio() if config.trust_ratio_everywhere
-             else _where_decayed(optax.scale_by_trust_ratio(), mask)]
+    trust = [scale_by_layer_trust_ratio() if config.trust_ratio_everywhere
+             else _where_decayed(scale_by_layer_trust_ratio(), mask)]
   opt = optax.chain(moments, optax.add_decayed_weights(config.weight_decay, mask), *trust,
                     optax.scale_by_learning_rate(schedule))
   if config.grad_clip_norm > 0:

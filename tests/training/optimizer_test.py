@@ -178,6 +178,29 @@ def test_lamb_matches_hand_computed_step(everywhere):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize('everywhere', [True, False])
+def test_lamb_takes_a_trust_ratio_per_layer_also_of_scanned_layers(everywhere):
+  """Pre-training options combined (helper-184): with model.scan_layers (a TPU's default from 12
+  layers on) a weight's layers are one array, and LAMB took one trust ratio over all of them, so
+  a scanned model trained otherwise than the same model unrolled (a GPU's default)."""
+  params, grads = toy()
+  # Two layers whose weights differ in scale: one ratio over both is neither layer's.
+  layers = [jax.tree.map(lambda x, k=k: x * k, params) for k in (1.0, 8.0)]
+  layer_grads = [jax.tree.map(lambda x, k=k: x * k, grads) for k in (2.0, 0.5)]
+  unrolled = {'bert': {f'layers_{i}': p for i, p in enumerate(layers)}}
+  scanned = {'bert': {'layers': jax.tree.map(lambda *x: jnp.stack(x), *layers)}}
+  opt = optimizer.make(opt_config(name='lamb', trust_ratio_everywhere=everywhere))
+  want, _ = opt.update({'bert': {f'layers_{i}': g for i, g in enumerate(layer_grads)}},
+                       opt.init(unrolled), unrolled)
+  got, _ = opt.update({'bert': {'layers': jax.tree.map(lambda *x: jnp.stack(x), *layer_grads)}},
+                      opt.init(scanned), scanned)
+  for path, stacked in flax.traverse_util.flatten_dict(got['bert']['layers'], sep='/').items():
+    for i in range(2):
+      np.testing.assert_allclose(
+          stacked[i], flax.traverse_util.flatten_dict(want['bert'][f'layers_{i}'], sep='/')[path],
+          rtol=1e-6, atol=0, err_msg=f'{path} of layer {i}')
+
+
 def test_schedule_warmup_then_linear_decay():
   schedule = optimizer.learning_rate_schedule(opt_config(learning_rate=1e-4, warmup_steps=10,
                                                          total_steps=110))
