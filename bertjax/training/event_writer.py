@@ -18,6 +18,8 @@ An object store (gs://...) cannot append: there the file's bytes are held in mem
 whole object is put again at a flush (what TensorFlow's own GCS writer does), through
 bertjax.files; a write flushes when FLUSH_S have passed since the last put, and close always
 does, so TensorBoard follows the run within FLUSH_S. A failed put is retried at the next one.
+Past ROLL_BYTES the writer goes on in a new file (as TensorFlow's writers roll theirs), so that a
+put stays small over a long run.
 
 EventWriter has the methods of clu's MetricWriter that the loop calls (write_scalars,
 write_hparams, flush, close). Each write goes to the file at once: a few records per logged
@@ -44,6 +46,10 @@ from bertjax.records import tfrecord
 _NUMBERS = itertools.count()
 # A remote event file is put again at a write at most this often (and always at close).
 FLUSH_S = 10.0
+# A remote event file put past this size is closed and the writer goes on in a new one: one file
+# put whole every FLUSH_S grew with the run (1M steps logged every 50: a ~6 MiB file put every
+# 10 s by its end, ~50 GB a day, the loop waiting on each put).
+ROLL_BYTES = 4 << 20
 
 
 class EventWriter:
@@ -53,9 +59,8 @@ class EventWriter:
   def __init__(self, logdir: str, start_step: int = 0):
     if start_step:
       _drop_replayed(logdir, start_step)
-    name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.'
-            f'{next(_NUMBERS):04d}.v2')
-    self.path = files.join(logdir, name)
+    self._logdir = logdir
+    self.path = _new_path(logdir)
     self._remote = files.is_remote(logdir)
     self._failed = False
     if self._remote:
@@ -96,6 +101,8 @@ class EventWriter:
       self._unput = True
       if self._put_at is None or time.monotonic() - self._put_at >= FLUSH_S:
         self._put()
+        if not self._unput and len(self._data) >= ROLL_BYTES:
+          self._roll()
       return
     try:
       while data:
@@ -110,6 +117,13 @@ class EventWriter:
                       'without them (checkpoints check their own space).', self.path, e)
       return
     self._size = self._file.tell()
+
+  def _roll(self):
+    """Goes on in a new remote file once this one is put whole (its name sorts after it)."""
+    self.path = _new_path(self._logdir)
+    self._data = bytearray(tfrecord.frame([event_pb2.Event(
+        wall_time=time.time(), file_version='brain.Event:2').SerializeToString()]))
+    self._unput = True
 
   def _summary(self, step: int, summary) -> event_pb2.Event:
     return event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary)
@@ -133,6 +147,11 @@ class EventWriter:
       self.flush()
     else:
       self._file.close()
+
+
+def _new_path(logdir: str) -> str:
+  return files.join(logdir, f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
+                            f'{os.getpid()}.{next(_NUMBERS):04d}.v2')
 
 
 def _drop_replayed(logdir: str, start_step: int):

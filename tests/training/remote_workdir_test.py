@@ -5,6 +5,7 @@ results there, and a second run resumes from them."""
 
 import json
 
+import numpy as np
 import pretrain_runs
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -34,6 +35,27 @@ def test_events_in_a_bucket_are_put_whole_and_read_by_tensorboard(gcs_bucket, tm
   assert '_hparams_/session_start_info' in events.PluginTagToContent('hparams')
   assert summaries.read_scalars(f'{gcs_bucket}/run') == {
       'train/loss': {1: 4.0, 2: 2.0}, 'eval/f1': {2: 0.5}}
+
+
+def test_a_long_run_in_a_bucket_puts_its_events_in_files_of_bounded_size(gcs_bucket,
+                                                                          monkeypatch):
+  """Each flush puts a remote event file whole: one file for the whole run grew with it (a
+  month-long run's puts, MiBs every FLUSH_S, the loop waiting on each). Past ROLL_BYTES the
+  writer goes on in a new file, and every step reads back once, in order."""
+  monkeypatch.setattr(event_writer, 'FLUSH_S', 0.0)  # Every write puts the file.
+  monkeypatch.setattr(event_writer, 'ROLL_BYTES', 2000, raising=False)
+  puts, put = [], files.write_atomically
+  monkeypatch.setattr(files, 'write_atomically',
+                      lambda path, data: (puts.append(len(data)), put(path, data))[1])
+  writer = event_writer.EventWriter(f'{gcs_bucket}/run', start_step=0)
+  record = 0
+  for step in range(1, 301):
+    writer.write_scalars(step, {'train/loss': 1.0 / step, 'train/learning_rate': 1e-4})
+    record = record or puts[-1] - puts[0]  # The bytes of one step's event.
+  writer.close()
+  assert sum(puts) > 3 * 2000 and max(puts) < 2000 + record, (max(puts), record)
+  loss = summaries.read_scalars(f'{gcs_bucket}/run', 'train/loss')['train/loss']
+  assert loss == {step: float(np.float32(1.0 / step)) for step in range(1, 301)}
 
 
 def test_a_run_in_a_bucket_writes_everything_there_and_resumes(gcs_bucket, tmp_path,
