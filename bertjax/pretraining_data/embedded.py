@@ -73,7 +73,8 @@ def documents(split: str = 'train'):
 
 
 # Settings a report written before they existed lacks, as the files were made then: NSP pairs
-# and one instance per row (before 2026-11-24); its masking is file_set.masking_made's.
+# and one instance per row (before 2026-11-24); its masking is file_set.masking_made's. A
+# report without shard sizes (output_bytes, before 2026-11-23) is kept for a resumed run too.
 _BEFORE_RECORDED = {'nsp': True, 'max_instances_per_row': 1}
 
 
@@ -90,9 +91,10 @@ def _complete(report, pattern, settings, resumed: bool = False) -> bool:
   made = dict(recorded.get('settings', {}))
   if resumed:
     made = {**_BEFORE_RECORDED, **made, 'masking': file_set.masking_made(made)}
-  if ({k: made.get(k) for k in wanted} != wanted
-      or 'output_bytes' not in recorded):  # Older reports cannot be checked: remade.
+  if {k: made.get(k) for k in wanted} != wanted:
     return False
+  if 'output_bytes' not in recorded and not resumed:  # Shard sizes unchecked: remade for a
+    return False  # new run; a resumed one (begun before 2026-11-23) reads on in its own.
   try:
     return bool(file_set.resolve(pattern).reports)
   except (ValueError, FileNotFoundError):

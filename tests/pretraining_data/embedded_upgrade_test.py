@@ -78,3 +78,35 @@ def test_a_resumed_run_still_remakes_files_of_other_settings(tmp_path, monkeypat
 
   pretrain.phases(config, str(workdir), finished=11)
   assert json.loads(train_report.read_text())['settings']['masking'] == 'wordpiece'
+
+
+def _as_before_2026_11_23(report_path):
+  """Its report as 82f753f (2026-11-23, before crash-safe data creation) wrote it: b03777a's
+  settings, and no shard sizes or counts (output_bytes, output_records) nor the fractions."""
+  _as_before_2026_11_24(report_path)
+  report = json.loads(report_path.read_text())
+  for key in ('output_bytes', 'output_records', 'unk_fraction', 'masked_fraction',
+              'padding_fraction'):
+    del report[key]
+  report_path.write_text(json.dumps(report))
+
+
+def test_a_resumed_run_keeps_files_whose_report_has_no_shard_sizes(tmp_path, monkeypatch):
+  """82f753f's run (embedded corpus, saved at step 20) resumed today remade its TFRecords, its
+  reports lacking output_bytes (181968 -> 197629 instances) and read on in other examples:
+  step 21's loss 8.9330 -> 9.0149, eval mlm_loss 6.6182 -> 6.6298. Its files are kept now."""
+  _small_corpus(tmp_path, monkeypatch)
+  workdir = tmp_path / 'run'
+  config = _config()
+  (phase,) = pretrain.phases(config, str(workdir), finished=0)
+  for report in (workdir / 'data').glob('*.json'):
+    _as_before_2026_11_23(report)
+  written = {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()}
+
+  (resumed,) = pretrain.phases(config, str(workdir), finished=20)
+  assert (resumed.train_files, resumed.eval_files) == (phase.train_files, phase.eval_files)
+  assert {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()} == written
+
+  pretrain.phases(config, str(workdir), finished=0)  # A new run: today's writer's files.
+  assert all('output_bytes' in json.loads(r.read_text())
+             for r in (workdir / 'data').glob('*.json'))
