@@ -106,6 +106,15 @@ def epoch_plans(files, counts, *, start: int, **plan_args):
     epoch, within = epoch + 1, 0
 
 
+# Odd (2**32 / the golden ratio): epoch -> epoch * _EPOCH_MIX mod 2**32 is one-to-one.
+_EPOCH_MIX = 0x9E3779B1
+
+
 def window_seed(seed: int, epoch: int, window_index):
-  """The stateless seed that shuffles one window (works on ints and on int64 tensors)."""
-  return [seed, epoch * (1 << 32) + window_index]
+  """The stateless seed that shuffles one window (works on ints and on int64 tensors).
+
+  index_shuffle keys its permutation with the low 32 bits of each of the seed's two words: the
+  epoch is mixed into the first (one-to-one over 2**32 epochs; epoch 0's seeds are unchanged).
+  As epoch * 2**32 + window_index in the second it was dropped, and every epoch repeated epoch
+  0's permutations: a corpus of one file (or of one window) was read in one order every epoch."""
+  return [(seed + epoch * _EPOCH_MIX) % (1 << 32), window_index]

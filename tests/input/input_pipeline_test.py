@@ -150,6 +150,15 @@ def test_each_epoch_reads_every_example_once_across_hosts(static_dir, process_co
   assert seen[0] != seen[1]  # Each epoch has its own order.
 
 
+def test_each_epoch_of_one_file_has_its_own_order(tmp_path):
+  """One file, one shuffle window: the window's permutation is the only shuffle, and every epoch
+  repeated epoch 0's order (index_shuffle dropped the epoch from its seed)."""
+  pretraining_records.write(tmp_path / 'train-0.tfrecord', [_static_row(i) for i in range(20)])
+  ids = _ids(_pretrain(tmp_path, shuffle_window=100), 4 * 20 // 4).reshape(4, 20)
+  assert all(sorted(epoch) == list(range(20)) for epoch in ids)
+  assert len({tuple(epoch) for epoch in ids}) == 4, ids
+
+
 @pytest.mark.parametrize('process_count', [1, 2, 10])
 def test_resume_yields_the_batches_an_uninterrupted_read_would(static_dir, process_count):
   global_batch = 2 * process_count
