@@ -92,7 +92,9 @@ def _check_first_record(path: str, record: bytes, spec: dict, masked: bool, whic
     raise ValueError(f'{path}: records are not tf.train.Example protos ({e})') from e
   if not masked and 'masked_lm_positions' in features:
     raise ValueError(f'{path}: holds masked instances (masked_lm_positions), but dynamic masking '
-                     'reads unmasked ones: use static masking, or create unmasked instances')
+                     'reads unmasked ones: set --config.data.dynamic_masking=False to train on '
+                     'their static masks, or make the files unmasked (create_pretraining_data '
+                     '--nostatic_masking)')
   packing = _packing_mismatch(path, features, spec, which)
   if packing:
     raise ValueError(packing)

@@ -347,7 +347,8 @@ def test_bad_inputs_fail_early_with_what_to_change(static_dir, unmasked_dir, tmp
     _pretrain(static_dir, global_batch_size=4, process_count=3)
   with pytest.raises(ValueError, match='start_example 3 is not divisible by the 2 hosts'):
     _pretrain(static_dir, global_batch_size=4, process_count=2, start_example=3)
-  with pytest.raises(ValueError, match='holds masked instances'):
+  with pytest.raises(ValueError, match=r'holds masked instances.*--config.data.dynamic_masking='
+                     r'False.*--nostatic_masking'):
     _pretrain(static_dir, masking=MASKING)
   with pytest.raises(ValueError, match=r'holds unmasked instances \(made with '
                      r'--nostatic_masking\).*--config.data.dynamic_masking=True'):
