@@ -34,6 +34,7 @@ def step_meta(config, mesh, step: int, consumed: int, standing: dict | None,
           'global_batch_size': config.global_batch_size,  # A resume says a change once.
           'process_count': jax.process_count(),
           'prng': checkpoint.prng_settings(),  # What its dropout keys draw (resume_checks.prng).
+          'epoch_orders': True,  # Each epoch in its own order (resume_checks.epoch_orders).
           'model': json.loads(config.model.to_json()),
           # A task's labels in head order: a config.json edited later cannot reorder them.
           **({'labels': list(config.labels)} if config.get('labels') else {}),

@@ -286,7 +286,21 @@ def prng(meta: dict):
                   ', '.join(changed), int(meta['step']), keep)
 
 
+def epoch_orders(order_per_process: bool, meta: dict):
+  """Warns where a pre-training checkpoint (its `meta`, without 'epoch_orders') was saved
+  before each epoch had its own shuffle order (04313db): the bertjax that saved it read every
+  later epoch in the first's order, so past its first epoch the run reads on in another order
+  than that code would have (each epoch's own, as a new run does)."""
+  if order_per_process and not meta.get('epoch_orders'):
+    logging.warning('this checkpoint was saved before 2026-12-06, when pre-training read every '
+                    'epoch after the first in the first\'s shuffle order: if the run is past its '
+                    'first epoch, it reads its later epochs from example %d in their own orders '
+                    '(as a new run does), not as the bertjax that saved it would have',
+                    int(meta['examples_consumed']))
+
+
 def on_resume(order_per_process: bool, meta: dict):
   """The loop's checks of what a resumed checkpoint's meta records against this process."""
   process_count(order_per_process, meta)
   prng(meta)
+  epoch_orders(order_per_process, meta)

@@ -252,6 +252,24 @@ def test_a_resume_under_other_prng_settings_is_said(monkeypatch):
         'JAX_DEFAULT_PRNG_IMPL=rbg to continue exactly']
 
 
+def test_a_pre_training_checkpoint_saved_before_each_epoch_had_its_order_is_said(monkeypatch):
+  """Pass helper-183 (04313db): every epoch after the first was read in the first's shuffle
+  order; mended, a run saved before it reads its later epochs in other orders from its resume."""
+  said = log_records.recorded_warnings(monkeypatch, resume_checks)
+  meta = checkpoint_step.step_meta(_config(), jax.sharding.Mesh(jax.devices()[:1], ('data',)), 3,
+                                   192, None)
+  resume_checks.on_resume(True, meta)
+  old = {k: v for k, v in meta.items() if k != 'epoch_orders'}
+  resume_checks.on_resume(False, old)  # Fine-tuning's order never took the epoch so.
+  assert said == []
+  resume_checks.on_resume(True, old)
+  assert said == [
+      'this checkpoint was saved before 2026-12-06, when pre-training read every epoch after '
+      "the first in the first's shuffle order: if the run is past its first epoch, it reads its "
+      'later epochs from example 192 in their own orders (as a new run does), not as the '
+      'bertjax that saved it would have']
+
+
 def test_another_attention_kernel_on_a_resume_is_said(tmp_path):
   """Pass helper-181: a run resumed with another model.attention_impl (xla ->
   dot_product_attention here; xla <-> cudnn on a GPU, whose attention dropout is not drawn from
