@@ -80,6 +80,7 @@ class Layout:
   mesh: jax.sharding.Mesh
   rules: tuple = sharding.RULES
   packed_rows_multiple_of: int = 1
+  grad_accum_steps: int = 1  # Training's micro-batches each take rows_multiple / this.
 
   @property
   def packed(self) -> bool:
@@ -88,9 +89,10 @@ class Layout:
   @property
   def rows_multiple(self) -> int:
     """Packed row counts are rounded up to this: every host and batch shard gets whole rows,
-    and the counts a run meets (shapes to compile) are few."""
-    return math.lcm(sharding.data_parallel_size(self.mesh, self.rules), jax.process_count(),
-                    self.packed_rows_multiple_of)
+    and the counts a run meets (shapes to compile) are few; with grad_accum_steps, every
+    micro-batch and its shards too."""
+    return math.lcm(sharding.data_parallel_size(self.mesh, self.rules) * self.grad_accum_steps,
+                    jax.process_count(), self.packed_rows_multiple_of)
 
   def words(self) -> str:
     """How the rows hold examples, for the start line ('' for one per row)."""
@@ -127,6 +129,8 @@ def packing_gain(layout: Layout, batch: int) -> str:
     return ''
   parts = [f'{sharding.data_parallel_size(layout.mesh, layout.rules)} data-parallel devices',
            f'data.packed_rows_multiple_of={layout.packed_rows_multiple_of}']
+  if layout.grad_accum_steps > 1:
+    parts.append(f'grad_accum_steps={layout.grad_accum_steps}')
   if jax.process_count() > 1:
     parts.append(f'{jax.process_count()} hosts')
   return (f'data.max_instances_per_row={layout.max_instances_per_row} saves no work at '

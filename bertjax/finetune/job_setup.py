@@ -246,7 +246,7 @@ def layout(s: Setup) -> batches.Layout:
   """How this run's examples become rows (dynamic padding, packing) on its mesh."""
   data = s.config.data
   out = batches.Layout(s.task.kind, data.pad_to_multiple_of, data.max_instances_per_row, s.mesh,
-                       s.rules, data.packed_rows_multiple_of)
+                       s.rules, data.packed_rows_multiple_of, s.config.grad_accum_steps)
   batches.check_layout(out)
   return out
 
