@@ -145,8 +145,9 @@ def get_config(arg=None):
   # The same examples and loss per step as unpacked, far fewer padding tokens computed
   # for short texts (bench/finetune_speed_bench.py). 1 = one example per row.
   config.data.max_instances_per_row = arg.pack
-  # Packed: a step's rows are rounded up to a multiple of this (and of the data-parallel size)
-  # with filler rows at weight 0: fewer shapes to compile, a few more rows computed.
+  # Packed: a step's rows are rounded up to a multiple of this (and of the data-parallel size
+  # x grad_accum_steps) with filler rows at weight 0: fewer shapes to compile, a few more rows
+  # computed.
   config.data.packed_rows_multiple_of = 4
   config.data.max_predictions_per_seq = 0  # Unused in fine-tuning (pre-training's field).
   # SQuAD (and bbc's windows): tokens between the starts of consecutive windows.
