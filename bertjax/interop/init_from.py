@@ -385,15 +385,14 @@ def load_params(init_from: str, abstract_params, shardings):
   folder, read_params_and_source).
   """
   read = _read_on_every_host(init_from, with_heads=True)
-  loaded = placement.encoder_layout_of(checkpoint.flatten(read.params),
-                                       checkpoint.flatten(abstract_params), init_from)
   wanted = checkpoint.flatten(abstract_params)
-  nsp_only = {k for k in wanted if k not in loaded} <= {k for k in wanted if k.startswith('nsp/')}
+  loaded = placement.encoder_layout_of(checkpoint.flatten(read.params), wanted, init_from)
+  nsp_only = all(k.startswith('nsp/') for k in wanted if k not in loaded)
   params = placement.place(loaded, abstract_params, shardings, f'init_from={init_from}',
                            missing_hint=(_NO_NSP_HEAD if nsp_only else
                                          'is it a BERT of this architecture?'),
                            shape_hint='set the model size / vocab_size of the checkpoint.')
-  unused = sorted(set(loaded) - set(checkpoint.flatten(abstract_params)))
+  unused = sorted(set(loaded) - set(wanted))
   if unused:
     logging.warning('init_from: %d checkpoint tensors unused: %s', len(unused), unused[:10])
   return params, unused, read.source
