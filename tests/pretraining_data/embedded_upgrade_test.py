@@ -4,6 +4,8 @@
 import gzip
 import json
 
+import pytest
+
 from bertjax import pretrain
 from bertjax.pretraining_data import embedded
 from configs import pretrain as pretrain_config
@@ -40,29 +42,6 @@ def _as_before_2026_11_24(report_path):
   report_path.write_text(json.dumps(report))
 
 
-def test_a_resumed_run_keeps_the_files_an_older_bertjax_made(tmp_path, monkeypatch):
-  """b03777a's run (embedded corpus, interrupted at step 11) resumed today remade its TFRecords
-  (36227 -> 39250 instances: today's writer splits long sentences) and read on at example 176
-  of the new ones without a word: step 12's loss 9.5118 -> 9.6236, eval on another set. Its
-  files are kept (the old run's losses to the end, to 4 decimals); a new run remakes them."""
-  _small_corpus(tmp_path, monkeypatch)
-  workdir = tmp_path / 'run'
-  config = _config()
-  (phase,) = pretrain.phases(config, str(workdir), finished=0)
-  reports = sorted((workdir / 'data').glob('*.json'))
-  assert len(reports) == 2  # train and eval
-  for report in reports:
-    _as_before_2026_11_24(report)
-  written = {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()}
-
-  (resumed,) = pretrain.phases(config, str(workdir), finished=11)
-  assert (resumed.train_files, resumed.eval_files) == (phase.train_files, phase.eval_files)
-  assert {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()} == written
-
-  pretrain.phases(config, str(workdir), finished=0)  # A new run: today's writer's files.
-  assert all('masking' in json.loads(r.read_text())['settings'] for r in reports)
-
-
 def test_a_resumed_run_still_remakes_files_of_other_settings(tmp_path, monkeypatch):
   """Only the settings missing from an older report are read as the old writer made them: a
   whole-word masked set (do_whole_word_mask True) is not this config's wordpiece masking."""
@@ -91,22 +70,33 @@ def _as_before_2026_11_23(report_path):
   report_path.write_text(json.dumps(report))
 
 
-def test_a_resumed_run_keeps_files_whose_report_has_no_shard_sizes(tmp_path, monkeypatch):
-  """82f753f's run (embedded corpus, saved at step 20) resumed today remade its TFRecords, its
-  reports lacking output_bytes (181968 -> 197629 instances) and read on in other examples:
-  step 21's loss 8.9330 -> 9.0149, eval mlm_loss 6.6182 -> 6.6298. Its files are kept now."""
+@pytest.mark.parametrize('as_before, finished, new_key', [
+    # b03777a's run (embedded corpus, interrupted at step 11) resumed today remade its TFRecords
+    # (36227 -> 39250 instances: today's writer splits long sentences) and read on at example
+    # 176 of the new ones without a word: step 12's loss 9.5118 -> 9.6236, eval on another set.
+    ('2026-11-24', 11, 'masking'),
+    # 82f753f's run (saved at step 20), its reports lacking output_bytes, likewise (181968 ->
+    # 197629 instances): step 21's loss 8.9330 -> 9.0149, eval mlm_loss 6.6182 -> 6.6298.
+    ('2026-11-23', 20, 'output_bytes')])
+def test_a_resumed_run_keeps_the_files_an_older_bertjax_made(tmp_path, monkeypatch, as_before,
+                                                             finished, new_key):
+  """An older bertjax's files of the embedded corpus are kept on a resume (the old run's losses
+  to the end, to 4 decimals); a new run remakes them with today's writer."""
+  edit = {'2026-11-24': _as_before_2026_11_24, '2026-11-23': _as_before_2026_11_23}[as_before]
   _small_corpus(tmp_path, monkeypatch)
   workdir = tmp_path / 'run'
   config = _config()
   (phase,) = pretrain.phases(config, str(workdir), finished=0)
-  for report in (workdir / 'data').glob('*.json'):
-    _as_before_2026_11_23(report)
+  reports = sorted((workdir / 'data').glob('*.json'))
+  assert len(reports) == 2  # train and eval
+  for report in reports:
+    edit(report)
   written = {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()}
 
-  (resumed,) = pretrain.phases(config, str(workdir), finished=20)
+  (resumed,) = pretrain.phases(config, str(workdir), finished=finished)
   assert (resumed.train_files, resumed.eval_files) == (phase.train_files, phase.eval_files)
   assert {p.name: p.stat().st_mtime_ns for p in (workdir / 'data').iterdir()} == written
 
   pretrain.phases(config, str(workdir), finished=0)  # A new run: today's writer's files.
-  assert all('output_bytes' in json.loads(r.read_text())
-             for r in (workdir / 'data').glob('*.json'))
+  remade = [json.loads(r.read_text()) for r in reports]
+  assert all(new_key in {**r, **r['settings']} for r in remade)
